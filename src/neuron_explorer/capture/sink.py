@@ -1,0 +1,90 @@
+"""The capture sink: drains the runtime's rings into bounded column stores and writes the session
+directory, periodically (so a SIGKILL loses at most one period) and at stop.
+
+Periodic writes rewrite the files atomically.  To keep that from competing with the workload on
+large captures, the next periodic write is postponed to at least 20x the duration of the last one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from ..runtime.core import Runtime
+from . import writer
+from .samplers import HostSampler
+from .store import CoreStore, enabled_mask
+
+
+class CaptureSink:
+    name = "capture"
+
+    def __init__(self, rt: Runtime, sampler_pid: int | None = None) -> None:
+        cfg = rt.config
+        self.rt = rt
+        self.cores: dict[int, CoreStore] = {}
+        self.mask = enabled_mask(rt.enabled)
+        self.session_dir: str | None = None
+        self.note = ""
+        self.sampler = HostSampler(sampler_pid or rt.ident.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._io_lock = threading.Lock()
+        self._next_write_gap = cfg.flush_period_s
+        self.written = False
+
+    def start(self) -> None:
+        self.sampler.start()
+        self._thread = threading.Thread(target=self._run, name="neuron-explorer-flush", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._next_write_gap):
+            self.rt.flush(final=False)
+
+    def drain(self) -> None:
+        for nc, st in list(self.rt.cores.items()):
+            store = self.cores.get(nc)
+            if store is None:
+                store = self.cores[nc] = CoreStore(nc, st.ring.capacity)
+            lost = st.ring.lost_in_ring()
+            st.ring._drained += lost  # count each lost record once
+            store.add(st.ring.drain(), self.mask, lost)
+
+    def flush(self, rt: Runtime, final: bool, reason: str) -> None:
+        with self._io_lock:
+            self.drain()
+            if final:
+                self._stop.set()
+                self.sampler.stop()
+            if rt.config.on_fail and not rt.failed:
+                return  # capture only when the workload fails
+            t0 = time.perf_counter()
+            self.write()
+            took = time.perf_counter() - t0
+            self._next_write_gap = max(rt.config.flush_period_s, 20 * took)
+
+    def write(self) -> str:
+        rt = self.rt
+        if self.session_dir is None:
+            self.session_dir = writer.make_session_dir(
+                rt.config.output_dir, rt.ident.instance_id, rt.ident.pid, rt.anchors[0][1]
+            )
+        d = self.session_dir
+        if rt.config.system_profile:
+            writer.atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, self.cores))
+        writer.atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, self.cores, d, self.note))
+        if self.sampler.cpu:
+            writer.atomic_write(os.path.join(d, "cpu_util.pb"), writer.encode_cpu_util(self.sampler))
+        if self.sampler.mem:
+            writer.atomic_write(os.path.join(d, "host_mem.pb"), writer.encode_host_mem(self.sampler))
+        self.written = True
+        return d
+
+
+def report_written(sink: CaptureSink) -> None:
+    if sink.session_dir and os.environ.get("NEURON_EXPLORER_QUIET", "") in ("", "0"):
+        print(f"neuron-explorer: profile written to {sink.session_dir}", file=sys.stderr)
+

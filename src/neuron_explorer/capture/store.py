@@ -1,0 +1,90 @@
+"""Turns drained ring records into compact column blocks, keeping at most N events per core.
+
+Records are converted in batches (one ``numpy.array`` call per drain), execution pairs are
+expanded into ``nrt_execute`` + ``nc_exec_running``, the capture-time type filter is applied, and
+the oldest rows are dropped once a core holds more than its limit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import events as ev
+
+W = ev.RECORD_WIDTH
+
+
+def expand_exec_pairs(block: np.ndarray) -> np.ndarray:
+    """Replace each EXEC_PAIR row by an nrt_execute row and an nc_exec_running row (in that order)."""
+    is_pair = block[:, 0] == ev.EXEC_PAIR
+    if not is_pair.any():
+        return block
+    pairs = block[is_pair]
+    host = pairs.copy()
+    host[:, 0] = ev.NRT_EXECUTE
+    host[:, 7:9] = 0
+    dev = pairs.copy()
+    dev[:, 0] = ev.NC_EXEC_RUNNING
+    has_dev = pairs[:, 8] > 0  # device span measured separately (e.g. CUDA events)
+    dev[has_dev, 1] = pairs[has_dev, 7]
+    dev[has_dev, 2] = pairs[has_dev, 8]
+    dev[:, 7:9] = 0
+    rest = block[~is_pair]
+    inter = np.empty((len(pairs) * 2, W), dtype=np.int64)
+    inter[0::2] = host
+    inter[1::2] = dev
+    out = np.concatenate([rest, inter]) if len(rest) else inter
+    # keep time order (stable: host before device for the same start)
+    return out[np.argsort(out[:, 1], kind="stable")]
+
+
+class CoreStore:
+    __slots__ = ("nc", "capacity", "blocks", "rows", "recorded", "trimmed")
+
+    def __init__(self, nc: int, capacity: int) -> None:
+        self.nc = nc
+        self.capacity = capacity
+        self.blocks: list[np.ndarray] = []
+        self.rows = 0
+        self.recorded = 0  # events produced (after expansion and filtering)
+        self.trimmed = 0
+
+    def add(self, records: list[tuple], enabled: np.ndarray, lost_records: int) -> None:
+        self.recorded += lost_records
+        if not records:
+            return
+        block = np.array(records, dtype=np.int64).reshape(-1, W)
+        block = expand_exec_pairs(block)
+        block = block[enabled[block[:, 0]]]
+        self.recorded += len(block)
+        if len(block) > self.capacity:
+            block = block[-self.capacity:]
+        self.blocks.append(block)
+        self.rows += len(block)
+        while self.rows > self.capacity:
+            excess = self.rows - self.capacity
+            first = self.blocks[0]
+            if len(first) <= excess:
+                self.blocks.pop(0)
+                self.rows -= len(first)
+            else:
+                self.blocks[0] = first[excess:]
+                self.rows -= excess
+
+    def array(self) -> np.ndarray:
+        if not self.blocks:
+            return np.empty((0, W), dtype=np.int64)
+        if len(self.blocks) > 1:
+            self.blocks = [np.concatenate(self.blocks)]
+        return self.blocks[0]
+
+    @property
+    def dropped(self) -> int:
+        return self.recorded - self.rows
+
+
+def enabled_mask(enabled: list[bool]) -> np.ndarray:
+    mask = np.zeros(256, dtype=bool)
+    mask[: len(enabled)] = enabled
+    mask[ev.EXEC_PAIR] = True
+    return mask

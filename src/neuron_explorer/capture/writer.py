@@ -1,0 +1,153 @@
+"""Writes a capture session directory: ntrace.pb, trace_info.pb, cpu_util.pb, host_mem.pb.
+
+Every file is written to a temporary name in the same directory and renamed into place, so a
+reader (or a process killed mid-write) never leaves a torn file behind.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import tempfile
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .. import __version__
+from ..proto import neuron_explorer_capture_pb2 as pb
+from ..runtime import events as ev
+
+if TYPE_CHECKING:
+    from ..runtime.core import Runtime
+    from .samplers import HostSampler
+    from .store import CoreStore
+
+FORMAT_VERSION = 1
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    d = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def session_dir_name(wall_ns: int) -> str:
+    t = time.gmtime(wall_ns / 1e9)
+    return time.strftime("%Y%m%dT%H%M%S", t) + f"{(wall_ns // 1_000_000) % 1000:03d}Z"
+
+
+def make_session_dir(output_dir: str, instance_id: str, pid: int, wall_ns: int) -> str:
+    base = os.path.join(output_dir, f"{instance_id}_pid_{pid}", session_dir_name(wall_ns))
+    path, n = base, 1
+    while os.path.exists(path):
+        path = f"{base}_{n}"
+        n += 1
+    os.makedirs(path, exist_ok=False)
+    return path
+
+
+def _col(a: np.ndarray, dtype: str) -> bytes:
+    return np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+
+
+def encode_events(cores: dict[int, "CoreStore"]) -> pb.EventColumns:
+    parts = []
+    ncs = []
+    for nc, store in sorted(cores.items()):
+        arr = store.array()
+        parts.append(arr)
+        ncs.append(np.full(len(arr), nc, dtype=np.int32))
+    arr = np.concatenate(parts) if parts else np.empty((0, ev.RECORD_WIDTH), dtype=np.int64)
+    nc = np.concatenate(ncs) if ncs else np.empty(0, dtype=np.int32)
+    cols = pb.EventColumns(count=len(arr))
+    cols.type = _col(arr[:, 0], "u2")
+    cols.start_ns = _col(arr[:, 1], "i8")
+    cols.end_ns = _col(arr[:, 2], "i8")
+    cols.nc_idx = _col(nc, "i4")
+    cols.thread_id = _col(arr[:, 3], "i8")
+    for i, name in enumerate("abcde"):
+        setattr(cols, name, _col(arr[:, 4 + i], "i8"))
+    return cols
+
+
+def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> bytes:
+    msg = pb.SystemTrace(format_version=FORMAT_VERSION)
+    for t in ev.EVENT_TYPES:
+        msg.event_types.add(id=t.id, name=t.name, group=t.group, source=t.source, args=list(t.args))
+    msg.strings.extend(list(rt.string_list))
+    for m in list(rt.models):
+        msg.models.add(
+            id=m.id, name=m.name, neff_name=m.neff_name, graph_hash=m.graph_hash, backend=m.backend,
+            kind=m.kind, compile_ns=m.compile_ns, nc_idx=m.nc_idx, source_location=m.source_location,
+            module_path=m.module_path, num_nodes=m.num_nodes, flops=m.flops,
+            constants_bytes=m.constants_bytes, signature=m.signature,
+        )
+    msg.events.CopyFrom(encode_events(cores))
+    return msg.SerializeToString()
+
+
+def _versions() -> dict[str, str]:
+    v = {"neuron_explorer": __version__, "python": platform.python_version(), "platform": platform.platform()}
+    for mod in ("torch", "jax"):
+        m = sys.modules.get(mod)
+        if m is not None and hasattr(m, "__version__"):
+            v[mod] = str(m.__version__)
+    return v
+
+
+def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir: str, note: str = "") -> bytes:
+    ident = rt.ident
+    msg = pb.TraceInfo(
+        format_version=FORMAT_VERSION, instance_id=ident.instance_id, hostname=ident.hostname, pid=ident.pid,
+        process_tag=ident.process_tag, rank=ident.rank, local_rank=ident.local_rank,
+        world_size=ident.world_size, node_rank=ident.node_rank, nd_idx=rt.nd_idx, device_kind=rt.device_kind,
+        session_dir=session_dir, end_reason=rt.end_reason, note=note, start_wall_ns=rt.anchors[0][1],
+    )
+    msg.nc_indices.extend(sorted(cores))
+    for mono, wall, label in rt.anchors:
+        msg.anchors.add(monotonic_ns=mono, wall_ns=wall, label=label)
+    msg.config.update(rt.config.raw_env)
+    for nc, st in sorted(cores.items()):
+        msg.cores.add(nc_idx=nc, capacity=st.capacity, recorded=st.recorded, kept=st.rows, dropped=st.dropped)
+    msg.versions.update(_versions())
+    msg.argv.extend(sys.argv)
+    msg.runtime_events_seen = any(st.recorded for st in cores.values()) or bool(rt.models)
+    msg.enabled_event_types.extend(t.name for t in ev.EVENT_TYPES if rt.enabled[t.id])
+    if rt.config.nc_filter is not None:
+        msg.enabled_ncs.extend(sorted(rt.config.nc_filter))
+    return msg.SerializeToString()
+
+
+def encode_cpu_util(s: "HostSampler") -> bytes:
+    with s.lock:
+        ts = np.array(s.cpu_ts, dtype=np.int64)
+        pct = np.array(s.cpu_pct, dtype=np.float32).reshape(len(s.cpu_ts), -1) if s.cpu_ts else np.empty(0)
+        proc = np.array(s.proc_pct, dtype=np.float32)
+    msg = pb.CpuUtil(format_version=FORMAT_VERSION, num_cpus=s.ncpu, period_ns=int(s.period_s * 1e9),
+                     monitored_pid=s.pid)
+    msg.ts_ns = _col(ts, "i8")
+    msg.cpu_percent = _col(pct.ravel(), "f4")
+    msg.process_percent = _col(proc, "f4")
+    return msg.SerializeToString()
+
+
+def encode_host_mem(s: "HostSampler") -> bytes:
+    with s.lock:
+        ts = np.array(s.mem_ts, dtype=np.int64)
+        rows = np.array(s.mem_rows, dtype=np.int64).reshape(-1, 5)
+    msg = pb.HostMem(format_version=FORMAT_VERSION, period_ns=int(s.period_s * 1e9), monitored_pid=s.pid)
+    msg.ts_ns = _col(ts, "i8")
+    for i, name in enumerate(("process_rss", "process_vms", "host_total", "host_used", "host_available")):
+        setattr(msg, name, _col(rows[:, i], "i8"))
+    return msg.SerializeToString()

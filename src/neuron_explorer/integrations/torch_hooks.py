@@ -1,0 +1,403 @@
+"""PyTorch instrumentation, installed without code changes.
+
+* ``torch.compile`` graphs: Dynamo hands every captured graph to the user's backend through
+  ``OutputGraph.call_user_compiler``; we time that call (``nrt_load``; ``model_load`` spans the
+  whole compile from Dynamo's start callback) and wrap the callable the backend returns, so each
+  call records one execution.  The backward graph of an AOTAutograd backend runs from the autograd
+  engine through the ``backward`` of a per-graph ``autograd.Function``; we wrap that method once
+  per graph.  Whatever backend the user chose keeps compiling and running the graph.
+* Collectives: the c10d operators (``c10d::allreduce_`` and friends) go through the dispatcher
+  for Python calls and for the C++ callers such as DDP's reducer alike.  A kernel registered for
+  the ``BackendSelect`` key (always in the key set, even under inference mode) sees every call,
+  re-dispatches below itself to the real backend, and records the span when the ``Work`` future
+  completes.
+* Host/device copies on CUDA hosts: ``Tensor.to``/``cuda``/``cpu`` are wrapped (only when CUDA is
+  available; a CPU-only process has no such copies).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import threading
+from typing import Any
+
+from ..runtime import clock
+from ..runtime import events as ev
+from ..runtime.core import CoreState, Runtime
+from .importhook import when_imported
+
+now_ns = clock.now_ns
+native_tid = threading.get_native_id
+
+_state: dict[str, Any] = {"compile_start": 0, "installed": False, "lib": None}
+
+
+def install(rt: Runtime, torch) -> None:
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    if torch.cuda.is_available():
+        rt.device_kind = "cuda:" + torch.cuda.get_device_name(max(rt.ident.local_rank, 0) % torch.cuda.device_count())
+        rt.nd_idx = max(rt.ident.local_rank, 0)
+    core = rt.core()
+    if core is None:
+        return  # this process's core is filtered out at capture time
+    rt.sync_point(core)
+    if rt.enabled[ev.CC_RUNNING] or rt.enabled[ev.CC_EXEC_BARRIER]:
+        _install_collectives(rt, torch, core)
+    if rt.enabled[ev.NC_EXEC_RUNNING] or rt.enabled[ev.NRT_EXECUTE] or rt.enabled[ev.MODEL_LOAD] or \
+            rt.enabled[ev.NRT_LOAD] or rt.enabled[ev.NUMERICAL_ERR]:
+        when_imported("torch._dynamo.trace_rules", lambda m: m.add("neuron_explorer"))  # never trace our hooks
+        when_imported("torch._dynamo.callback", lambda m: _install_compile_start(m))
+        when_imported("torch._dynamo.output_graph", lambda m: _install_dynamo(rt, torch, core, m))
+    if torch.cuda.is_available() and (rt.enabled[ev.NRT_TENSOR_READ] or rt.enabled[ev.NRT_TENSOR_WRITE]):
+        _install_copies(rt, torch, core)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.compile graphs
+
+
+def _install_compile_start(cb_mod) -> None:
+    def on_start(*_args) -> None:
+        _state["compile_start"] = now_ns()
+
+    cb_mod.callback_handler.register_start_callback(on_start)
+
+
+def _graph_facts(gm, with_source: bool) -> tuple[str, str, int]:
+    """(file:line of the user's code, module path, node count) of an FX graph."""
+    src = mod = ""
+    n = 0
+    for node in gm.graph.nodes:
+        n += 1
+        if not with_source or src:
+            continue
+        st = node.meta.get("stack_trace")
+        if st:
+            frames = re.findall(r'File "([^"]+)", line (\d+)', st)
+            if frames:
+                src = f"{frames[-1][0]}:{frames[-1][1]}"
+        nms = node.meta.get("nn_module_stack")
+        if nms and not mod:
+            mod = list(nms.values())[-1][0] if isinstance(list(nms.values())[-1], tuple) else str(list(nms.values())[-1])
+    return src, mod, n
+
+
+def _signature(example_inputs) -> str:
+    parts = []
+    for x in example_inputs:
+        shape = getattr(x, "shape", None)
+        if shape is not None:
+            parts.append(f"{str(getattr(x, 'dtype', '')).replace('torch.', '')}{list(shape)}")
+        else:
+            parts.append(type(x).__name__)
+    return "(" + ", ".join(parts) + ")"
+
+
+def _backend_name(compiler_fn) -> str:
+    inner = getattr(compiler_fn, "compiler_fn", None) or compiler_fn
+    for c in (compiler_fn, inner):
+        name = getattr(c, "compiler_name", None)
+        if isinstance(name, str):
+            return name
+    return getattr(inner, "__name__", type(inner).__name__)
+
+
+def _install_dynamo(rt: Runtime, torch, core: CoreState, og_mod) -> None:
+    OG = og_mod.OutputGraph
+    orig = OG.call_user_compiler
+
+    def call_user_compiler(self, gm, example_inputs):
+        t_backend = now_ns()
+        compiled = orig(self, gm, example_inputs)
+        t_end = now_ns()
+        try:
+            return _register_graph(rt, torch, core, self, gm, example_inputs, compiled, t_backend, t_end)
+        except Exception as e:  # never break the user's compile
+            print(f"neuron-explorer: warning: graph not instrumented: {e}", file=sys.stderr)
+            return compiled
+
+    call_user_compiler.__wrapped__ = orig  # type: ignore[attr-defined]
+    OG.call_user_compiler = call_user_compiler
+
+
+def _register_graph(rt, torch, core, og, gm, example_inputs, compiled, t_backend, t_end):
+    backend = _backend_name(getattr(og, "compiler_fn", None))
+    code = gm.code
+    digest = hashlib.blake2b((backend + "\0" + code).encode(), digest_size=8).digest()
+    hval = int.from_bytes(digest, "little")
+    co_name = getattr(getattr(getattr(og, "root_tx", None), "f_code", None), "co_name", "graph")
+    src, modpath, nnodes = _graph_facts(gm, rt.config.source_locations)
+    consts = 0
+    for p in list(gm.parameters()) + list(gm.buffers()):
+        consts += p.numel() * p.element_size()
+    start = _state["compile_start"] or t_backend
+    model = rt.add_model(
+        name=f"{co_name}_{hval:016x}"[:64], neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
+        kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
+        num_nodes=nnodes, constants_bytes=consts, signature=_signature(example_inputs),
+        artifacts={"code": code},
+    )
+    _state["compile_start"] = 0
+    tid = native_tid()
+    if rt.enabled[ev.MODEL_LOAD]:
+        core.ring.append((ev.MODEL_LOAD, start, t_end, tid, model.id, t_end - start, 0, 0, 0))
+        core.ring.tick()
+    if rt.enabled[ev.NRT_LOAD]:
+        core.ring.append((ev.NRT_LOAD, t_backend, t_end, tid, model.id, 0, 0, 0, 0))
+        core.ring.tick()
+    rt.sync_point(core, core.exec_count - 1)
+    return _wrap_execution(rt, torch, core, model, compiled)
+
+
+def _nan_scan(torch, outs) -> tuple[int, int]:
+    nan = inf = 0
+    for t in outs if isinstance(outs, (list, tuple)) else (outs,):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            nan += int(torch.isnan(t).sum())
+            inf += int(torch.isinf(t).sum())
+    return nan, inf
+
+
+def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn):
+    """Return a callable that runs ``fn`` and records one execution per call.
+
+    The hot path is two clock reads, one tuple, one append and a counter; the graph-switch check
+    and the one-time backward instrumentation are attribute compares.
+    """
+    ring = core.ring
+    append = ring.append
+    tick = ring.tick
+    mid = model.id
+    nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR]
+    switch_on = rt.enabled[ev.NRT_MODEL_SWITCH]
+    bw = {"done": False}
+    stats = rt.stats
+
+    def run(*args, **kwargs):
+        t0 = now_ns()
+        ret = 0
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException:
+            ret = 1
+            raise
+        finally:
+            t1 = now_ns()
+            eid = core.exec_count
+            core.exec_count = eid + 1
+            if core.last_model != mid:
+                if switch_on and core.last_model >= 0:
+                    append((ev.NRT_MODEL_SWITCH, t0, t0, native_tid(), mid, eid, core.last_model, 0, 0))
+                    tick()
+                core.last_model = mid
+            if ret == 0 and nan_check:
+                nan, inf = _nan_scan(torch, out)
+                if nan or inf:
+                    ret = ev.RET_NUM_ERR
+                    append((ev.NUMERICAL_ERR, t0, t1, native_tid(), mid, eid, ret, nan, inf))
+                    tick()
+            append((ev.EXEC_PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0))
+            tick()
+            if stats is not None:
+                stats.on_execution(mid, core.nc, t1 - t0, t1 - t0, _STATUS.get(ret, "completed_with_err"))
+        if not bw["done"]:
+            bw["done"] = _instrument_backward(rt, torch, core, model, out)
+        return out
+
+    for attr in ("_boxed_call", "zero_grad"):
+        if hasattr(fn, attr):
+            try:
+                setattr(run, attr, getattr(fn, attr))
+            except AttributeError:
+                pass
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run
+
+
+_STATUS = {0: "completed", 1: "completed_with_err", ev.RET_NUM_ERR: "completed_with_num_err"}
+
+
+def _instrument_backward(rt, torch, core, model, out) -> bool:
+    """Wrap the backward of the autograd.Function behind this graph's outputs, once per graph."""
+    outs = out if isinstance(out, (list, tuple)) else (out,)
+    node = None
+    for t in outs:
+        gf = getattr(t, "grad_fn", None)
+        if gf is not None:
+            node = gf
+            break
+    if node is None:
+        return False
+    fcls = getattr(node, "_forward_cls", None)
+    if fcls is None or getattr(fcls, "_neuron_explorer_wrapped", False):
+        return True
+    orig_bw = fcls.backward
+    bmodel = rt.add_model(
+        name=model.name + "_bwd", neff_name=model.neff_name + "_bwd", graph_hash=model.graph_hash + "b",
+        backend=model.backend, kind="backward", nc_idx=core.nc, source_location=model.source_location,
+        module_path=model.module_path, signature="(grad_outputs)",
+    )
+    wrapped = _wrap_execution(rt, torch, core, bmodel, orig_bw)
+    fcls.backward = staticmethod(wrapped)
+    fcls._neuron_explorer_wrapped = True
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# collectives
+
+_COLLECTIVE_OPS = {
+    # c10d operator -> name shown in events
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced",
+    "broadcast_": "broadcast", "allgather_": "all_gather", "_allgather_base_": "all_gather_into_tensor",
+    "allgather_coalesced_": "all_gather_coalesced", "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
+    "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter", "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all_single", "send": "send", "recv_": "recv", "recv_any_source_": "recv_any_source",
+    "barrier": "barrier", "monitored_barrier_": "monitored_barrier",
+}
+
+
+def _tensors_in(x, out: list) -> None:
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            _tensors_in(y, out)
+    elif hasattr(x, "element_size") and hasattr(x, "numel"):
+        out.append(x)
+
+
+def _install_collectives(rt: Runtime, torch, core: CoreState) -> None:
+    c10d = torch._C._distributed_c10d if hasattr(torch._C, "_distributed_c10d") else None
+    if c10d is None:
+        return
+    PG, Work = c10d.ProcessGroup, c10d.Work
+    lib = torch.library.Library("c10d", "IMPL")
+    _state["lib"] = lib  # registrations live as long as the library object
+    below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+    keys_of = torch._C._dispatch_keys
+    seqs: dict[str, int] = {}
+    groups: dict[str, tuple[int, str]] = {}
+    ring = core.ring
+    append, tick = ring.append, ring.tick
+
+    def group_info(pg) -> tuple[str, int]:
+        """(name, string id of "r0,r1,...") for a process group, cached by name."""
+        name = pg.group_name
+        g = groups.get(name)
+        if g is None:
+            ranks = None
+            try:
+                import torch.distributed as dist
+
+                for p, n in dist.distributed_c10d._world.pg_names.items():
+                    if n == name:
+                        ranks = dist.get_process_group_ranks(p)
+                        break
+            except Exception:
+                ranks = None
+            if ranks is None:
+                ranks = list(range(pg.size()))
+            g = groups[name] = (len(ranks), rt.intern(",".join(map(str, ranks))))
+        return name, g[1]
+
+    for opname, shown in _COLLECTIVE_OPS.items():
+        packet = getattr(torch.ops.c10d, opname, None)
+        if packet is None:
+            continue
+        op = packet.default
+        schema = op._schema
+        names = [a.name for a in schema.arguments]
+        if "process_group" not in names:
+            continue
+        pg_pos = names.index("process_group")
+        is_barrier = "barrier" in opname
+        etype = ev.CC_EXEC_BARRIER if is_barrier else ev.CC_RUNNING
+        if not rt.enabled[etype]:
+            continue
+        op_sid = rt.intern(shown)
+        lib.impl(opname, _make_kernel(op, pg_pos, etype, op_sid, is_barrier, PG, Work, keys_of, below,
+                                      seqs, group_info, append, tick, rt), "BackendSelect")
+
+
+def _make_kernel(op, pg_pos, etype, op_sid, is_barrier, PG, Work, keys_of, below, seqs, group_info,
+                 append, tick, rt):
+    def kernel(*args, **kwargs):
+        t0 = now_ns()
+        tid = native_tid()
+        ts: list = []
+        _tensors_in(args[0] if pg_pos > 0 else args, ts)
+        # continue the dispatch below this key, on the tensors' own backend (CPU, CUDA, ...)
+        result = op.redispatch(keys_of(ts[0]) & below, *args, **kwargs)
+        try:
+            pg = PG.unbox(args[pg_pos] if len(args) > pg_pos else kwargs["process_group"])
+            gname, gsid = group_info(pg)
+            seq = seqs.get(gname, 0)
+            seqs[gname] = seq + 1
+            nbytes = 0
+            dtype_sid = 0
+            if not is_barrier:
+                for t in ts:
+                    nbytes += t.numel() * t.element_size()
+                if ts:
+                    dtype_sid = rt.intern(str(ts[0].dtype).replace("torch.", ""))
+            work_obj = result[-1] if isinstance(result, (tuple, list)) else result
+            work = Work.unbox(work_obj)
+
+            def done(_fut, t0=t0, tid=tid, seq=seq, nbytes=nbytes, dtype_sid=dtype_sid, gsid=gsid):
+                append((etype, t0, now_ns(), tid, op_sid, seq, nbytes, dtype_sid, gsid))
+                tick()
+
+            work.get_future().add_done_callback(done)
+        except Exception as e:  # recording must not break the collective
+            if not _state.get("warned_cc"):
+                _state["warned_cc"] = True
+                print(f"neuron-explorer: warning: collective not recorded: {e}", file=sys.stderr)
+        return result
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------------------------
+# host/device copies (CUDA hosts only)
+
+
+def _install_copies(rt: Runtime, torch, core: CoreState) -> None:
+    T = torch.Tensor
+    ring = core.ring
+    append, tick = ring.append, ring.tick
+    dev_sid = {}
+
+    def sid(d) -> int:
+        s = dev_sid.get(d)
+        if s is None:
+            s = dev_sid[d] = rt.intern(str(d))
+        return s
+
+    def wrap(name):
+        orig = getattr(T, name)
+
+        def method(self, *args, **kwargs):
+            src = self.device
+            t0 = now_ns()
+            out = orig(self, *args, **kwargs)
+            dst = getattr(out, "device", src)
+            if dst != src and (src.type == "cpu" or dst.type == "cpu"):
+                if dst.type != "cpu":
+                    torch.cuda.current_stream(dst).synchronize()
+                t1 = now_ns()
+                etype = ev.NRT_TENSOR_WRITE if src.type == "cpu" else ev.NRT_TENSOR_READ
+                if rt.enabled[etype]:
+                    append((etype, t0, t1, native_tid(), self.numel() * self.element_size(), sid(src), sid(dst), 0, 0))
+                    tick()
+            return out
+
+        method.__wrapped__ = orig  # type: ignore[attr-defined]
+        setattr(T, name, method)
+
+    for name in ("to", "cuda", "cpu"):
+        wrap(name)

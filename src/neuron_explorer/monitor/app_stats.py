@@ -1,0 +1,325 @@
+"""Per-application statistics that neuron-monitor reads.
+
+The runtime layer calls the ``on_*`` hooks from the application's threads.
+Each hook only updates in-memory counters under an uncontended lock; the
+serialisation to JSON and the file write happen on a daemon thread every
+``interval_s`` (0.5 s by default) or when :meth:`AppStats.publish` is called,
+so a training step never waits for I/O.
+
+Counters are cumulative since the process started.  The monitor subtracts two
+snapshots to get the values "for the captured period" that the report format
+asks for, which means any number of monitors can read the same application
+without resetting each other's view.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from neuron_explorer.monitor import endpoint, histogram
+
+#: Format marker written into every snapshot; the monitor ignores files with another one.
+SNAPSHOT_FORMAT = "neuron-explorer-stats/1"
+
+#: Execution outcomes, as named by the report's ``execution_summary``.
+EXECUTION_STATUSES: tuple[str, ...] = (
+    "completed",
+    "completed_with_err",
+    "completed_with_num_err",
+    "timed_out",
+    "incorrect_input",
+    "failed_to_queue",
+)
+#: Error classes, as named by the report's ``error_summary``.
+ERROR_CLASSES: tuple[str, ...] = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+#: Host memory categories (``usage_breakdown.host``).
+HOST_MEMORY_CATEGORIES: tuple[str, ...] = ("application_memory", "constants", "dma_buffers", "tensors")
+#: Per-core device memory categories (``neuroncore_memory_usage``).
+CORE_MEMORY_CATEGORIES: tuple[str, ...] = (
+    "constants",
+    "model_code",
+    "model_shared_scratchpad",
+    "runtime_memory",
+    "tensors",
+)
+#: Outcomes for which the execution actually ran, so its latency is meaningful.
+_TIMED_STATUSES = frozenset({"completed", "completed_with_err", "completed_with_num_err", "timed_out"})
+
+TAG_ENV = "NEURON_PROCESS_TAG"
+MAX_TAG_LEN = 255
+
+
+def _process_start_time(pid: int) -> float | None:
+    """Process start time as psutil reports it; lets the monitor tell a reused pid from ours."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - the monitor then falls back to pid liveness only
+        return None
+
+
+class _Core:
+    __slots__ = ("busy_ns", "flops", "flops_known", "executions")
+
+    def __init__(self) -> None:
+        self.busy_ns = 0
+        self.flops = 0.0
+        self.flops_known = False
+        self.executions = 0
+
+
+class AppStats:
+    """Cheap counters for one process, published as a private snapshot file.
+
+    Args:
+        tag: the application's tag; defaults to ``NEURON_PROCESS_TAG``, else the pid.
+        pid: the process id (defaults to the current process).
+        instance_id: the instance this process runs on (EC2 id or host name).
+        nc_indices: the NeuronCores (CUDA devices, or the local rank on CPU) this process uses.
+        stats_dir: directory for the snapshot; defaults to :func:`endpoint.default_stats_dir`.
+        interval_s: how often the publisher thread rewrites the snapshot.
+        device_kind: ``"cuda"`` when cores are GPUs (device index == core index), ``"cpu"``
+            when the CPU is Neuron device 0.
+    """
+
+    def __init__(
+        self,
+        tag: str | None = None,
+        pid: int | None = None,
+        instance_id: str | None = None,
+        nc_indices: list[int] | None = None,
+        *,
+        stats_dir: str | os.PathLike[str] | None = None,
+        interval_s: float = 0.5,
+        device_kind: str = "cpu",
+    ) -> None:
+        self.pid = int(pid) if pid is not None else os.getpid()
+        if tag is None:
+            tag = os.environ.get(TAG_ENV) or str(self.pid)
+        self.tag = str(tag)[:MAX_TAG_LEN]
+        self.instance_id = instance_id or socket.gethostname()
+        self.nc_indices = sorted(set(int(i) for i in (nc_indices if nc_indices is not None else [0])))
+        self.device_kind = device_kind
+        self.stats_dir = Path(stats_dir) if stats_dir is not None else endpoint.default_stats_dir()
+        self.interval_s = float(interval_s)
+        self.path = endpoint.snapshot_path(self.stats_dir, self.pid)
+
+        self._lock = threading.Lock()
+        self._created_mono_ns = time.monotonic_ns()
+        self._start_time = _process_start_time(self.pid)
+        self._executions = dict.fromkeys(EXECUTION_STATUSES, 0)
+        self._errors = dict.fromkeys(ERROR_CLASSES, 0)
+        self._cores: dict[int, _Core] = {i: _Core() for i in self.nc_indices}
+        self._lat_total = [0] * histogram.NUM_BUCKETS
+        self._lat_device = [0] * histogram.NUM_BUCKETS
+        self._host_mem: dict[str, int] | None = None
+        self._core_mem: dict[int, dict[str, int]] = {}
+        self._models: dict[int, dict[str, Any]] = {}
+        self._seq = 0
+
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._atexit_registered = False
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ hooks (hot path)
+
+    def on_model_load(
+        self,
+        model_id: int,
+        name: str,
+        nc_idx: int,
+        flops: float | None,
+        subgraphs: int = 1,
+        code_bytes: int = 0,
+        constants_bytes: int = 0,
+    ) -> None:
+        """Record a compiled graph; ``flops`` is per execution, counted once at compile time."""
+        entry = {
+            "model_id": int(model_id),
+            "name": str(name),
+            "uuid": uuid.uuid4().hex,
+            "nc_idx": int(nc_idx),
+            "flops": float(flops) if flops is not None else None,
+            "subgraphs": max(1, int(subgraphs)),
+            "code_bytes": int(code_bytes),
+            "constants_bytes": int(constants_bytes),
+            "executions": 0,
+        }
+        with self._lock:
+            self._models[int(model_id)] = entry
+            if int(nc_idx) not in self._cores:
+                self._cores[int(nc_idx)] = _Core()
+
+    def on_model_unload(self, model_id: int) -> None:
+        """Forget a graph that the runtime released."""
+        with self._lock:
+            self._models.pop(int(model_id), None)
+
+    def on_execution(self, model_id: int, nc_idx: int, host_ns: int, device_ns: int, status: str) -> None:
+        """Count one execution: its outcome, latencies, busy time and flops on its core.
+
+        ``device_ns`` is the time the core was busy; a negative value means the
+        substrate could not measure it, and the host time is used for busy time.
+        """
+        with self._lock:
+            try:
+                self._executions[status] += 1
+            except KeyError:
+                raise ValueError(
+                    f"unknown execution status {status!r}; expected one of {', '.join(EXECUTION_STATUSES)}"
+                ) from None
+            core = self._cores.get(nc_idx)
+            if core is None:
+                core = self._cores[nc_idx] = _Core()
+            model = self._models.get(model_id)
+            if model is not None:
+                model["executions"] += 1
+            if status in _TIMED_STATUSES:
+                busy = device_ns if device_ns >= 0 else host_ns
+                core.busy_ns += busy
+                core.executions += 1
+                self._lat_total[histogram.bucket_index(host_ns)] += 1
+                if device_ns >= 0:
+                    self._lat_device[histogram.bucket_index(device_ns)] += 1
+                if model is not None and model["flops"] is not None:
+                    core.flops += model["flops"]
+                    core.flops_known = True
+
+    def on_error(self, err_class: str) -> None:
+        """Count one error of a class from the report's ``error_summary``."""
+        with self._lock:
+            try:
+                self._errors[err_class] += 1
+            except KeyError:
+                raise ValueError(
+                    f"unknown error class {err_class!r}; expected one of {', '.join(ERROR_CLASSES)}"
+                ) from None
+
+    def set_memory(self, host: dict[str, int], per_core: dict[int, dict[str, int]]) -> None:
+        """Replace the memory accounting (bytes by category) with the runtime's current view."""
+        for key in host:
+            if key not in HOST_MEMORY_CATEGORIES:
+                raise ValueError(
+                    f"unknown host memory category {key!r}; expected {', '.join(HOST_MEMORY_CATEGORIES)}"
+                )
+        for cats in per_core.values():
+            for key in cats:
+                if key not in CORE_MEMORY_CATEGORIES:
+                    raise ValueError(
+                        f"unknown core memory category {key!r}; expected {', '.join(CORE_MEMORY_CATEGORIES)}"
+                    )
+        h = {k: int(host.get(k, 0)) for k in HOST_MEMORY_CATEGORIES}
+        pc = {int(nc): {k: int(c.get(k, 0)) for k in CORE_MEMORY_CATEGORIES} for nc, c in per_core.items()}
+        with self._lock:
+            self._host_mem = h
+            self._core_mem = pc
+
+    # ------------------------------------------------------------------ publishing
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-ready copy of every counter; taken under the lock so it is consistent."""
+        with self._lock:
+            self._seq += 1
+            cores = {
+                str(i): {
+                    "busy_ns": c.busy_ns,
+                    "flops": c.flops,
+                    "flops_known": c.flops_known,
+                    "executions": c.executions,
+                }
+                for i, c in sorted(self._cores.items())
+            }
+            snap = {
+                "format": SNAPSHOT_FORMAT,
+                "pid": self.pid,
+                "tag": self.tag,
+                "instance_id": self.instance_id,
+                "start_time": self._start_time,
+                "device_kind": self.device_kind,
+                "nc_indices": self.nc_indices,
+                "seq": self._seq,
+                "created_mono_ns": self._created_mono_ns,
+                "mono_ns": time.monotonic_ns(),
+                "wall_time": time.time(),
+                "executions": dict(self._executions),
+                "errors": dict(self._errors),
+                "cores": cores,
+                "latency": {
+                    "layout": [histogram.MIN_NS, histogram.BUCKETS_PER_DECADE, histogram.DECADES],
+                    "total": histogram.to_sparse(self._lat_total),
+                    "device": histogram.to_sparse(self._lat_device),
+                },
+                "memory": {
+                    "host": dict(self._host_mem) if self._host_mem is not None else None,
+                    "per_core": {str(k): dict(v) for k, v in sorted(self._core_mem.items())},
+                },
+                "models": [dict(m) for m in self._models.values()],
+            }
+        return snap
+
+    def publish(self) -> Path:
+        """Write the snapshot now; the rename makes the new file appear whole or not at all."""
+        data = json.dumps(self.snapshot(), separators=(",", ":")).encode()
+        endpoint.ensure_private_dir(self.stats_dir)
+        tmp = self.path.with_name(f".{self.pid}.{threading.get_ident()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        return self.path
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.publish()
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 - keep the application alive, remember why
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    def request_publish(self) -> None:
+        """Ask the publisher thread to write a fresh snapshot without waiting for its timer."""
+        self._wake.set()
+
+    def start(self) -> "AppStats":
+        """Start the publisher thread and arrange for the snapshot to be removed at exit."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        endpoint.ensure_private_dir(self.stats_dir)
+        self.publish()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="neuron-explorer-stats", daemon=True)
+        self._thread.start()
+        if not self._atexit_registered:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+        return self
+
+    def stop(self) -> None:
+        """Stop publishing and remove the snapshot, so the monitor drops this application at once."""
+        self._stop.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t.is_alive() and t is not threading.current_thread():
+            t.join(timeout=2.0)
+        self._thread = None
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"

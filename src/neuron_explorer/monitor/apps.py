@@ -1,0 +1,313 @@
+"""Application-level metric groups, computed from the snapshots applications publish.
+
+Snapshots hold cumulative counters, so each group keeps the snapshot it last
+used as its baseline and reports the difference.  An application discovered
+after the monitor started gets the zero state at its own start as baseline,
+so every execution is counted in exactly one report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+from neuron_explorer.monitor import histogram
+from neuron_explorer.monitor.app_stats import (
+    CORE_MEMORY_CATEGORIES,
+    ERROR_CLASSES,
+    EXECUTION_STATUSES,
+    HOST_MEMORY_CATEGORIES,
+    SNAPSHOT_FORMAT,
+)
+
+#: A snapshot older than this (seconds) while its process lives means the publisher is stuck.
+STALE_AFTER_S = 10.0
+
+
+class SnapshotError(Exception):
+    """A snapshot file that cannot be used (unreadable, foreign format)."""
+
+
+class ProcessGone(Exception):
+    """The application behind a snapshot has exited (or its pid now belongs to another process)."""
+
+
+def read_snapshot(path: Path) -> dict[str, Any]:
+    """Load one snapshot file; raises FileNotFoundError when the app removed it meanwhile."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        snap = json.loads(raw)
+    except ValueError as exc:
+        raise SnapshotError(f"{path}: not a stats snapshot ({exc})") from None
+    if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
+        raise SnapshotError(f"{path}: unknown snapshot format {snap.get('format') if isinstance(snap, dict) else None!r}")
+    layout = snap.get("latency", {}).get("layout")
+    if layout != [histogram.MIN_NS, histogram.BUCKETS_PER_DECADE, histogram.DECADES]:
+        raise SnapshotError(f"{path}: histogram layout {layout} differs from this monitor's")
+    return snap
+
+
+def zero_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
+    """The state of an application at its start: the baseline for one discovered mid-run."""
+    return {
+        "mono_ns": snap["created_mono_ns"],
+        "executions": {},
+        "errors": {},
+        "cores": {},
+        "latency": {"total": {}, "device": {}},
+        "models": [],
+    }
+
+
+def _counter_delta(new: dict[str, int], old: dict[str, int], keys: tuple[str, ...]) -> dict[str, int]:
+    return {k: max(0, int(new.get(k, 0)) - int(old.get(k, 0))) for k in keys}
+
+
+@dataclass
+class AppTracker:
+    """What the monitor remembers about one application between reports."""
+
+    pid: int
+    path: Path
+    tag: str
+    start_time: float | None
+    groups: dict[str, float]
+    latest: dict[str, Any]
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cpu_baseline: tuple[float, float, float] | None = None
+    mem_last_t: float = 0.0
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    error: str = ""
+    _proc: psutil.Process | None = None
+
+    @property
+    def process(self) -> psutil.Process:
+        if self._proc is None:
+            self._proc = psutil.Process(self.pid)
+        return self._proc
+
+    def check_alive(self) -> None:
+        """Raise ProcessGone if the pid has exited or was reused by another process."""
+        try:
+            ct = self.process.create_time()
+            if not self.process.is_running() or self.process.status() == psutil.STATUS_ZOMBIE:
+                raise ProcessGone(self.pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            raise ProcessGone(self.pid) from None
+        except psutil.AccessDenied:
+            return
+        if self.start_time is not None and abs(ct - self.start_time) > 1.0:
+            raise ProcessGone(self.pid)
+
+    def refresh(self) -> None:
+        """Re-read the snapshot; raises ProcessGone when the app is gone."""
+        try:
+            snap = read_snapshot(self.path)
+        except FileNotFoundError:
+            raise ProcessGone(self.pid) from None
+        if snap.get("start_time") != self.start_time:
+            # the pid was reused by a new monitored application: treat the old one as gone
+            raise ProcessGone(self.pid)
+        self.latest = snap
+        age = (time.monotonic_ns() - snap["mono_ns"]) / 1e9
+        self.error = f"stats snapshot is {age:.1f}s old: the application's publisher is not running" if age > STALE_AFTER_S else ""
+
+    def prime(self, from_start: bool) -> None:
+        """Set every group's baseline: the current snapshot, or the app's start for late arrivals."""
+        base = zero_snapshot(self.latest) if from_start else self.latest
+        for g in ("neuroncore_counters", "execution_stats", "memory_used"):
+            self.baselines[g] = base
+        now = time.monotonic()
+        self.mem_last_t = now
+        try:
+            ct = self.process.cpu_times()
+            if from_start and self.start_time is not None:
+                # CPU used since process start, over the wall time since then
+                self.cpu_baseline = (now - max(0.0, time.time() - self.start_time), 0.0, 0.0)
+            else:
+                self.cpu_baseline = (now, ct.user, ct.system)
+        except psutil.Error:
+            self.cpu_baseline = None
+
+    # ---------------------------------------------------------------- the four groups
+
+    def neuroncore_counters(self) -> dict[str, Any]:
+        new, old = self.latest, self.baselines["neuroncore_counters"]
+        self.baselines["neuroncore_counters"] = new
+        dt = (new["mono_ns"] - old["mono_ns"]) / 1e9
+        cores: dict[str, Any] = {}
+        error = ""
+        for idx in sorted(set(new["cores"]) | {str(i) for i in new.get("nc_indices", [])}, key=int):
+            c = new["cores"].get(idx, {"busy_ns": 0, "flops": 0.0, "flops_known": False})
+            o = old["cores"].get(idx, {"busy_ns": 0, "flops": 0.0})
+            if dt <= 0:
+                util = flops = None
+            else:
+                util = round(min(100.0, 100.0 * max(0, c["busy_ns"] - o["busy_ns"]) / (dt * 1e9)), 2)
+                flops = (c["flops"] - o["flops"]) / dt if c.get("flops_known") else None
+            cores[idx] = {"neuroncore_utilization": util, "flops": None if flops is None else int(round(flops))}
+        if dt <= 0:
+            error = "the application published no new stats during the period"
+        elif any(v["flops"] is None for v in cores.values()):
+            error = "flops unknown for cores whose graphs have no flop count"
+        return {"period": round(max(dt, 0.0), 9), "neuroncores_in_use": cores, "error": error}
+
+    def execution_stats(self) -> dict[str, Any]:
+        new, old = self.latest, self.baselines["execution_stats"]
+        self.baselines["execution_stats"] = new
+        dt = (new["mono_ns"] - old["mono_ns"]) / 1e9
+        lat_new, lat_old = new["latency"], old["latency"]
+        return {
+            "period": round(max(dt, 0.0), 9),
+            "error_summary": _counter_delta(new["errors"], old["errors"], ERROR_CLASSES),
+            "execution_summary": _counter_delta(new["executions"], old["executions"], EXECUTION_STATUSES),
+            "latency_stats": {
+                "total_latency": histogram.percentiles_seconds(histogram.delta(lat_new["total"], lat_old.get("total"))),
+                "device_latency": histogram.percentiles_seconds(histogram.delta(lat_new["device"], lat_old.get("device"))),
+            },
+            "error": "" if dt > 0 else "the application published no new stats during the period",
+        }
+
+    def memory_used(self) -> dict[str, Any]:
+        new, old = self.latest, self.baselines["memory_used"]
+        self.baselines["memory_used"] = new
+        now = time.monotonic()
+        period = round(now - self.mem_last_t, 9)
+        self.mem_last_t = now
+        errors: list[str] = []
+        mem = new.get("memory", {})
+        host_cats = mem.get("host") or {}
+        try:
+            rss: int | None = int(self.process.memory_info().rss)
+        except psutil.Error as exc:
+            rss = None
+            errors.append(f"cannot read the process's resident memory ({exc})")
+        accounted = sum(int(host_cats.get(k, 0)) for k in ("constants", "dma_buffers", "tensors"))
+        if rss is not None:
+            host_total = max(rss, accounted)
+            application = host_total - accounted
+        else:
+            application = int(host_cats.get("application_memory", 0))
+            host_total = application + accounted
+        host_breakdown = {
+            "application_memory": application,
+            "constants": int(host_cats.get("constants", 0)),
+            "dma_buffers": int(host_cats.get("dma_buffers", 0)),
+            "tensors": int(host_cats.get("tensors", 0)),
+        }
+        per_core = {
+            str(k): {c: int(v.get(c, 0)) for c in CORE_MEMORY_CATEGORIES}
+            for k, v in sorted(mem.get("per_core", {}).items(), key=lambda kv: int(kv[0]))
+        }
+        device_total = sum(sum(v.values()) for v in per_core.values())
+        old_exec = {m["model_id"]: m.get("executions", 0) for m in old.get("models", [])}
+        cuda = new.get("device_kind") == "cuda"
+        models = []
+        for m in new.get("models", []):
+            subgraphs: dict[str, Any] = {}
+            for i in range(int(m.get("subgraphs", 1))):
+                name = f"sg_{i:02d}"
+                if i == 0:
+                    dev = {"constants": m["constants_bytes"], "model_code": m["code_bytes"],
+                           "runtime_memory": None, "tensors": None}
+                    used: Any = {
+                        "host": None,
+                        "neuron_device": m["constants_bytes"] + m["code_bytes"],
+                        "usage_breakdown": {
+                            "host": dict.fromkeys(HOST_MEMORY_CATEGORIES),
+                            "neuron_device": dev,
+                        },
+                    }
+                else:
+                    used = None
+                subgraphs[name] = {
+                    "memory_used_bytes": used,
+                    "neuroncore_index": m["nc_idx"],
+                    "neuron_device_index": m["nc_idx"] if cuda else 0,
+                }
+            models.append({
+                "name": m["name"],
+                "uuid": m["uuid"],
+                "model_id": m["model_id"],
+                "is_running": m.get("executions", 0) > old_exec.get(m["model_id"], 0),
+                "subgraphs": subgraphs,
+            })
+        if mem.get("host") is None and not mem.get("per_core"):
+            errors.append("the runtime has not reported its memory categories; host total is the process RSS")
+        return {
+            "period": period,
+            "neuron_runtime_used_bytes": {
+                "host": host_total,
+                "neuron_device": device_total,
+                "usage_breakdown": {"host": host_breakdown, "neuroncore_memory_usage": per_core},
+            },
+            "loaded_models": models,
+            "error": "; ".join(errors),
+        }
+
+    def neuron_runtime_vcpu_usage(self) -> dict[str, Any]:
+        """User and system CPU of the application's process, as a percentage of all host vCPUs."""
+        now = time.monotonic()
+        try:
+            ct = self.process.cpu_times()
+        except psutil.NoSuchProcess:
+            raise ProcessGone(self.pid) from None
+        except psutil.Error as exc:
+            return {"period": None, "vcpu_usage": None, "error": f"cannot read CPU times of pid {self.pid}: {exc}"}
+        base = self.cpu_baseline
+        self.cpu_baseline = (now, ct.user, ct.system)
+        if base is None:
+            return {"period": 0.0, "vcpu_usage": None, "error": "no baseline sample yet"}
+        dt = now - base[0]
+        capacity = dt * (psutil.cpu_count() or 1)
+        if capacity <= 0:
+            return {"period": round(dt, 9), "vcpu_usage": None, "error": "zero-length period"}
+        return {
+            "period": round(dt, 9),
+            "vcpu_usage": {
+                "user": round(100.0 * max(0.0, ct.user - base[1]) / capacity, 2),
+                "system": round(100.0 * max(0.0, ct.system - base[2]) / capacity, 2),
+            },
+            "error": "",
+        }
+
+    def collect(self, group: str) -> None:
+        """Compute one group into ``results``."""
+        fn: Callable[[], dict[str, Any]] = getattr(self, group)
+        self.results[group] = fn()
+
+    def entry(self, group_order: tuple[str, ...]) -> dict[str, Any]:
+        """This application's element of ``neuron_runtime_data``."""
+        return {
+            "pid": self.pid,
+            "address": str(self.path),
+            "neuron_runtime_tag": self.tag,
+            "error": self.error,
+            "report": {g: self.results[g] for g in group_order if g in self.results},
+        }
+
+
+def remove_stale(path: Path, pid: int) -> bool:
+    """Delete the snapshot of a process that no longer exists; never touches a live process's file."""
+    try:
+        if psutil.pid_exists(pid):
+            snap = read_snapshot(path)
+            if snap.get("start_time") is not None:
+                try:
+                    if abs(psutil.Process(pid).create_time() - snap["start_time"]) <= 1.0:
+                        return False
+                except psutil.NoSuchProcess:
+                    pass
+            else:
+                return False
+        os.unlink(path)
+        return True
+    except (OSError, SnapshotError):
+        return False

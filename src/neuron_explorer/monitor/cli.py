@@ -1,0 +1,76 @@
+"""``neuron-monitor``: stream JSON reports of running applications and the host to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Sequence
+
+from neuron_explorer.monitor.config import ConfigError, default_config, load_config
+from neuron_explorer.monitor.endpoint import STATS_DIR_ENV, default_stats_dir
+from neuron_explorer.monitor.monitor import Logger, Monitor
+
+EPILOG = f"""\
+examples:
+  neuron-monitor                          all metric groups, every application, every 5 s
+  neuron-monitor -c monitor.conf          groups, periods and tag filters from a JSON config
+  neuron-monitor | neuron-monitor-prometheus.py --port 8000
+  neuron-monitor | neuron-monitor-cloudwatch.py --namespace my_ns --region us-west-2
+
+config example (monitor.conf):
+  {{"period": "1s",
+   "neuron_runtimes": [{{"tag_filter": "^train_",
+                        "metrics": [{{"type": "neuroncore_counters"}}, {{"type": "execution_stats"}},
+                                    {{"type": "memory_used"}}, {{"type": "neuron_runtime_vcpu_usage"}}]}}],
+   "system_metrics": [{{"type": "vcpu_usage"}}, {{"type": "memory_info"}},
+                      {{"type": "neuron_hw_counters", "period": "2s"}}]}}
+
+Applications are found through the stats snapshots they publish in
+{default_stats_dir()} (override with {STATS_DIR_ENV}); tag them with NEURON_PROCESS_TAG.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for documentation and tests)."""
+    p = argparse.ArgumentParser(
+        prog="neuron-monitor",
+        description="Collect metric groups from running applications and the system; print one JSON report per line.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-c", "--config-file", metavar="CONFIG", help="path to a neuron-monitor JSON configuration file")
+    p.add_argument(
+        "--verbose", type=int, default=0, choices=range(0, 5), metavar="{0..4}",
+        help="diagnostics on stderr: 0 none (default), 1 errors, 2 warnings, 3 info, 4 debug",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``neuron-monitor`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load_config(args.config_file) if args.config_file else default_config()
+    except ConfigError as exc:
+        print(f"neuron-monitor: configuration error: {exc}", file=sys.stderr)
+        return 2
+    log = Logger(args.verbose)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    monitor = Monitor(cfg, log=log)
+    log(3, f"reading application stats from {monitor.stats_dir}")
+    try:
+        return monitor.run(sys.stdout, stop)
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Where applications publish their stats, and how that place is kept private.
+
+Each monitored process owns one snapshot file, ``<pid>.json``, in a directory
+that only its user can enter (mode 0700).  A file rather than a socket keeps
+the application passive: the monitor never has to talk to it, an application
+that hangs cannot stall the monitor, and a crashed one leaves a file the
+monitor recognises as stale (its pid is gone or belongs to a newer process)
+and cleans up.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+#: Environment variable that overrides the stats directory (shared host path in containers).
+STATS_DIR_ENV = "NEURON_EXPLORER_STATS_DIR"
+#: Suffix of snapshot files.
+SNAPSHOT_SUFFIX = ".json"
+
+
+class EndpointError(RuntimeError):
+    """The stats directory cannot be used safely (wrong owner, a symlink, too-open permissions)."""
+
+
+def default_stats_dir() -> Path:
+    """The stats directory for the current user, honouring ``NEURON_EXPLORER_STATS_DIR``.
+
+    ``$XDG_RUNTIME_DIR`` is preferred because it is per-user, private and
+    cleared at logout; ``/tmp/neuron-explorer-<uid>`` is the fallback for
+    containers and batch nodes that have no session manager.
+    """
+    override = os.environ.get(STATS_DIR_ENV)
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return Path(xdg) / "neuron-explorer" / "stats"
+    return Path(tempfile.gettempdir()) / f"neuron-explorer-{os.getuid()}" / "stats"
+
+
+def _check_private_dir(path: Path) -> None:
+    """Refuse a directory that another user could have planted or could write into."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise EndpointError(f"{path} is a symbolic link; refusing to use it for stats")
+    if not stat.S_ISDIR(st.st_mode):
+        raise EndpointError(f"{path} exists and is not a directory")
+    if st.st_uid != os.getuid():
+        raise EndpointError(
+            f"{path} belongs to uid {st.st_uid}, not to this user ({os.getuid()}); "
+            f"set {STATS_DIR_ENV} to a directory you own"
+        )
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and a private parent we create) with mode 0700 and verify ownership."""
+    path = Path(path)
+    created: list[Path] = []
+    p = path
+    while not p.exists():
+        created.append(p)
+        p = p.parent
+    for d in reversed(created):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+    _check_private_dir(path)
+    mode = stat.S_IMODE(os.lstat(path).st_mode)
+    if mode != 0o700:
+        os.chmod(path, 0o700)
+    # A fallback parent under /tmp must also be ours: otherwise someone else could swap the child.
+    parent = path.parent
+    if parent.name.startswith("neuron-explorer"):
+        _check_private_dir(parent)
+    return path
+
+
+def snapshot_path(stats_dir: Path, pid: int) -> Path:
+    """The snapshot file for a process."""
+    return Path(stats_dir) / f"{pid}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshots(stats_dir: Path) -> list[tuple[int, Path]]:
+    """All ``(pid, path)`` snapshot files currently in the directory (no parsing)."""
+    out: list[tuple[int, Path]] = []
+    try:
+        entries = os.scandir(stats_dir)
+    except FileNotFoundError:
+        return out
+    with entries:
+        for e in entries:
+            name = e.name
+            if not name.endswith(SNAPSHOT_SUFFIX):
+                continue
+            stem = name[: -len(SNAPSHOT_SUFFIX)]
+            if stem.isdigit():
+                out.append((int(stem), Path(e.path)))
+    out.sort()
+    return out

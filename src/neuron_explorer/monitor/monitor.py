@@ -1,0 +1,207 @@
+"""The neuron-monitor loop: wait for the next due group, collect, print one report.
+
+Groups run on timers keyed by ``(group, period)``, so applications that share
+a configuration entry are collected together and a report is printed only
+when something was collected.  Every report is complete: groups that were not
+due repeat their last values (their ``period`` field tells consumers which
+data is new).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from neuron_explorer.monitor import endpoint
+from neuron_explorer.monitor.apps import AppTracker, ProcessGone, SnapshotError, read_snapshot, remove_stale
+from neuron_explorer.monitor.config import DEFAULT_PERIOD_S, RUNTIME_GROUPS, SYSTEM_GROUPS, MonitorConfig
+from neuron_explorer.monitor.gpu import Nvml
+from neuron_explorer.monitor.system import HwCounters, MemoryInfo, VcpuUsage, hardware_info, instance_info
+
+
+class Logger:
+    """stderr diagnostics gated by ``--verbose`` (0 silent .. 4 everything)."""
+
+    def __init__(self, level: int, stream: TextIO | None = None) -> None:
+        self.level = level
+        self.stream = stream or sys.stderr
+
+    def __call__(self, level: int, msg: str) -> None:
+        if level <= self.level:
+            print(f"neuron-monitor: {msg}", file=self.stream, flush=True)
+
+
+class Monitor:
+    """Collects the configured metric groups and builds reports.
+
+    Args:
+        config: the validated configuration.
+        stats_dir: where applications publish snapshots.
+        log: a :class:`Logger`.
+        use_nvml: try NVML for GPU info and ECC (off in tests that must not depend on a GPU).
+    """
+
+    def __init__(
+        self,
+        config: MonitorConfig,
+        stats_dir: Path | None = None,
+        log: Logger | None = None,
+        use_nvml: bool = True,
+        dmi_root: str = "/sys/class/dmi/id",
+        edac_root: str = "/sys/devices/system/edac",
+    ) -> None:
+        self.config = config
+        self.stats_dir = Path(stats_dir) if stats_dir is not None else endpoint.default_stats_dir()
+        self.log = log or Logger(0)
+        self.nvml = Nvml() if use_nvml else None
+        if self.nvml is not None and not self.nvml.available:
+            self.log(3, f"NVML unavailable: {self.nvml.reason}")
+        self.instance_info = instance_info(dmi_root)
+        self.hardware_info = hardware_info(self.nvml)
+        self._system: dict[str, Callable[[], dict[str, Any]]] = {}
+        for g in config.system_groups:
+            if g == "vcpu_usage":
+                self._system[g] = VcpuUsage().collect
+            elif g == "memory_info":
+                self._system[g] = MemoryInfo().collect
+            elif g == "neuron_hw_counters":
+                self._system[g] = HwCounters(self.nvml, edac_root).collect
+        self.system_results: dict[str, dict[str, Any]] = {}
+        self.apps: dict[int, AppTracker] = {}
+        self._ignored: dict[int, float | None] = {}  # pid -> start_time of apps no entry selects
+        now = time.monotonic()
+        self.timers: dict[tuple[str, str, float], float] = {}
+        for g, p in config.system_groups.items():
+            self.timers[("system", g, p)] = now + p
+        for sel in config.runtimes:
+            for g, p in sel.groups.items():
+                self.timers.setdefault(("runtime", g, p), now + p)
+        if not self.timers:
+            # nothing configured: still print instance and hardware info at the default period
+            self.timers[("info", "", DEFAULT_PERIOD_S)] = now + DEFAULT_PERIOD_S
+        self.discover(initial=True)
+
+    # ------------------------------------------------------------------ applications
+
+    def discover(self, initial: bool = False) -> None:
+        """Track new snapshot files, forget vanished ones, delete those of dead processes."""
+        seen: set[int] = set()
+        for pid, path in endpoint.list_snapshots(self.stats_dir):
+            seen.add(pid)
+            if pid in self.apps:
+                continue
+            try:
+                snap = read_snapshot(path)
+            except FileNotFoundError:
+                continue
+            except (OSError, SnapshotError) as exc:
+                self.log(1, f"ignoring {path}: {exc}")
+                continue
+            if self._ignored.get(pid, object()) == snap.get("start_time"):
+                continue
+            tracker = AppTracker(pid, path, str(snap.get("tag", pid)), snap.get("start_time"), {}, snap)
+            try:
+                tracker.check_alive()
+            except ProcessGone:
+                if remove_stale(path, pid):
+                    self.log(2, f"removed stale snapshot of exited pid {pid}")
+                continue
+            groups = self.config.groups_for(tracker.tag)
+            if groups is None:
+                self._ignored[pid] = snap.get("start_time")
+                self.log(4, f"pid {pid} tag {tracker.tag!r} matches no tag_filter")
+                continue
+            tracker.groups = groups
+            tracker.prime(from_start=not initial)
+            self.apps[pid] = tracker
+            self.log(3, f"monitoring pid {pid} tag {tracker.tag!r} groups {sorted(groups)}")
+        for pid in list(self.apps):
+            if pid not in seen:
+                self.log(3, f"pid {pid} stopped publishing; dropped")
+                del self.apps[pid]
+        for pid in list(self._ignored):
+            if pid not in seen:
+                del self._ignored[pid]
+
+    def _drop(self, pid: int, why: str) -> None:
+        tracker = self.apps.pop(pid, None)
+        if tracker is not None:
+            self.log(2, f"pid {pid} ({tracker.tag}) {why}; dropped")
+            remove_stale(tracker.path, pid)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def next_due(self) -> float:
+        """Monotonic time at which the next group is due."""
+        return min(self.timers.values()) if self.timers else float("inf")
+
+    def collect_due(self, now: float | None = None) -> bool:
+        """Collect every group that is due; True when something was collected."""
+        now = time.monotonic() if now is None else now
+        due = [k for k, t in self.timers.items() if t <= now + 0.002]
+        if not due:
+            return False
+        t0 = time.perf_counter()
+        self.discover()
+        refreshed: set[int] = set()
+        for key in due:
+            scope, group, period = key
+            if scope == "info":
+                pass
+            elif scope == "system":
+                self.system_results[group] = self._system[group]()
+            else:
+                for pid, tracker in list(self.apps.items()):
+                    if tracker.groups.get(group) != period:
+                        continue
+                    try:
+                        if pid not in refreshed:
+                            tracker.check_alive()
+                            tracker.refresh()
+                            refreshed.add(pid)
+                        tracker.collect(group)
+                    except ProcessGone:
+                        self._drop(pid, "exited")
+                    except SnapshotError as exc:
+                        tracker.error = str(exc)
+            nxt = self.timers[key] + period
+            self.timers[key] = nxt if nxt > now else now + period
+        self.log(4, f"collected {[k[1] for k in due]} for {len(self.apps)} apps in {1e3 * (time.perf_counter() - t0):.2f} ms")
+        return True
+
+    def report(self) -> dict[str, Any]:
+        """The complete report as the spec lays it out."""
+        runtimes = [
+            t.entry(RUNTIME_GROUPS) for _, t in sorted(self.apps.items()) if t.results
+        ]
+        return {
+            "neuron_runtime_data": runtimes,
+            "system_data": {g: self.system_results[g] for g in SYSTEM_GROUPS if g in self.system_results},
+            "instance_info": self.instance_info,
+            "neuron_hardware_info": self.hardware_info,
+        }
+
+    def run(self, out: TextIO, stop: threading.Event | None = None, max_reports: int | None = None) -> int:
+        """Print reports until ``stop`` is set, stdout closes, or ``max_reports`` were written."""
+        stop = stop or threading.Event()
+        written = 0
+        while not stop.is_set():
+            wait = self.next_due() - time.monotonic()
+            if wait > 0:
+                if stop.wait(wait):
+                    break
+            if not self.collect_due():
+                continue
+            try:
+                out.write(json.dumps(self.report(), separators=(",", ":")) + "\n")
+                out.flush()
+            except BrokenPipeError:
+                return 0
+            written += 1
+            if max_reports is not None and written >= max_reports:
+                break
+        return 0

@@ -1,0 +1,115 @@
+"""Turning the runtime on in a process, and flushing it however the process ends.
+
+``start()`` runs from the ``neuron_explorer_autostart.pth`` file at interpreter start-up when one of
+the spec's variables is set (so every ``torchrun`` child is covered without code changes), or
+programmatically.  It parses the configuration (exiting with status 2 on a bad value when started
+from the environment), attaches the sinks, arranges for framework hooks to be installed when the
+framework is imported, and registers the flush at normal exit, SIGTERM/SIGINT and unhandled
+exceptions.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+
+from . import config as cfgmod
+from .core import Runtime, get_runtime, set_runtime
+
+
+def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True) -> Runtime | None:
+    rt = get_runtime()
+    if rt is not None:
+        return rt
+    capture = cfgmod.capture_requested() if config is None else True
+    try:
+        cfg = config or cfgmod.CaptureConfig.from_env()
+    except cfgmod.ConfigError as e:
+        if not from_env:
+            raise
+        print(f"neuron-explorer: error: {e}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)
+    rt = Runtime(cfg)
+    set_runtime(rt)
+    if capture:
+        from ..capture.sink import CaptureSink
+
+        sink = CaptureSink(rt)
+        rt.add_sink(sink)
+        sink.start()
+    _install_integrations(rt)
+    _install_exit_handlers(rt)
+    return rt
+
+
+def _install_integrations(rt: Runtime) -> None:
+    from ..integrations.importhook import when_imported
+
+    def on_torch(torch) -> None:
+        from ..integrations import torch_hooks
+
+        torch_hooks.install(rt, torch)
+
+    when_imported("torch", on_torch)
+
+
+def stop(reason: str = "exit") -> None:
+    rt = get_runtime()
+    if rt is None or rt.stopped:
+        return
+    rt.flush(final=True, reason=reason)
+    from ..capture.sink import CaptureSink, report_written
+
+    for s in rt.sinks:
+        if isinstance(s, CaptureSink):
+            report_written(s)
+
+
+def _install_exit_handlers(rt: Runtime) -> None:
+    atexit.register(stop, "exit")
+
+    prev_hook = sys.excepthook
+
+    def excepthook(tp, value, tb):
+        if not issubclass(tp, KeyboardInterrupt):
+            rt.failed = True
+        stop(f"exception:{tp.__name__}")
+        prev_hook(tp, value, tb)
+
+    sys.excepthook = excepthook
+
+    prev_thread_hook = threading.excepthook
+
+    def thread_excepthook(args):
+        rt.failed = True
+        prev_thread_hook(args)
+
+    threading.excepthook = thread_excepthook
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        prev = signal.getsignal(sig)
+        if sig == signal.SIGINT and prev is signal.default_int_handler:
+            # Python raises KeyboardInterrupt; the program may handle it, and atexit flushes.
+            continue
+        if prev is signal.SIG_IGN:
+            continue
+        signal.signal(sig, _make_handler(rt, sig, prev))
+
+
+def _make_handler(rt: Runtime, sig: int, prev):
+    def handler(signum, frame):
+        rt.failed = True
+        stop(f"signal:{signal.Signals(signum).name}")
+        if callable(prev):
+            prev(signum, frame)
+        else:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    return handler

@@ -1,0 +1,178 @@
+"""Capture configuration: the spec's environment variables, parsed and validated once at start-up.
+
+Every parser raises ``ConfigError`` whose message names the variable, the offending value and the
+accepted forms, so a typo fails the launch instead of silently capturing the wrong thing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from . import events as ev
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message is meant for the user."""
+
+
+ENABLE = "NEURON_RT_INSPECT_ENABLE"
+OUTPUT_DIR = "NEURON_RT_INSPECT_OUTPUT_DIR"
+SYSTEM_PROFILE = "NEURON_RT_INSPECT_SYSTEM_PROFILE"
+DEVICE_PROFILE = "NEURON_RT_INSPECT_DEVICE_PROFILE"
+MAX_EVENTS = "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC"
+FILTER_NC = "NEURON_RT_INSPECT_EVENT_FILTER_NC"
+FILTER_TYPE = "NEURON_RT_INSPECT_EVENT_FILTER_TYPE"
+CPU_UTIL = "NEURON_RT_INSPECT_CPU_UTIL"
+HOST_MEMORY = "NEURON_RT_INSPECT_HOST_MEMORY"
+ON_FAIL = "NEURON_RT_INSPECT_ON_FAIL"
+PROCESS_TAG = "NEURON_PROCESS_TAG"
+INSTANCE_ID = "NEURON_EXPLORER_INSTANCE_ID"
+FLUSH_PERIOD = "NEURON_EXPLORER_FLUSH_PERIOD_MS"
+SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
+NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
+SOURCE_DEBUG_VARS = ("XLA_IR_DEBUG", "XLA_HLO_DEBUG", "NEURON_FRAMEWORK_DEBUG")
+
+DEFAULT_MAX_EVENTS = 1_000_000
+DEVICE_PROFILE_MODES = {"0": None, "1": "model", "model": "model", "session": "session"}
+
+
+def parse_bool(var: str, value: str | None, default: bool) -> bool:
+    if value is None or value.strip() == "":
+        return default
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{var}={value!r} is not valid; accepted: 0 or 1")
+
+
+def parse_positive_int(var: str, value: str | None, default: int) -> int:
+    if value is None or value.strip() == "":
+        return default
+    try:
+        n = int(value.strip().replace(",", "").replace("_", ""))
+    except ValueError:
+        n = -1
+    if n <= 0:
+        raise ConfigError(f"{var}={value!r} is not valid; accepted: a whole number greater than 0, e.g. 1000000")
+    return n
+
+
+def parse_nc_filter(value: str | None, var: str = FILTER_NC) -> frozenset[int] | None:
+    """Parse ``0``, ``0,2,4``, ``0-3`` or mixes such as ``0,1,2-5``; None/empty means every core."""
+    if value is None or value.strip() == "":
+        return None
+    cores: set[int] = set()
+    for part in value.split(","):
+        p = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", p)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ConfigError(
+                f"{var}={value!r} is not valid (bad part {p!r}); accepted: a core index (0), "
+                "a comma-separated list (0,2,4), an ascending range (0-3), or a mix (0,1,2-5)"
+            )
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        cores.update(range(lo, hi + 1))
+    return frozenset(cores)
+
+
+def parse_type_filter(value: str | None, var: str = FILTER_TYPE) -> frozenset[str] | None:
+    """Parse the event-type filter; returns the enabled type names, or None for all.
+
+    Items are event names, the groups ``hardware``/``software``, and ``^name`` exclusions.  When
+    only exclusions are given they apply to every type.
+    """
+    if value is None or value.strip() == "":
+        return None
+    include: set[str] = set()
+    exclude: set[str] = set()
+    saw_include = False
+    for part in value.split(","):
+        p = part.strip()
+        neg = p.startswith("^")
+        name = p[1:].strip() if neg else p
+        if name in ev.GROUPS:
+            names = set(ev.GROUPS[name])
+        elif name in ev.BY_NAME or name in ev.ALIASES:
+            names = {ev.ALIASES.get(name, name)}
+        else:
+            accepted = ", ".join(sorted(list(ev.BY_NAME) + list(ev.ALIASES)))
+            raise ConfigError(
+                f"{var}={value!r} is not valid (unknown event type {name!r}); accepted: comma-separated "
+                f"'hardware', 'software', event names, and '^name' exclusions; event names: {accepted}"
+            )
+        if neg:
+            exclude |= names
+        else:
+            saw_include = True
+            include |= names
+    base = include if saw_include else set(ev.BY_NAME)
+    return frozenset(base - exclude)
+
+
+def parse_device_profile(value: str | None) -> str | None:
+    if value is None or value.strip() == "":
+        return None
+    v = value.strip().lower()
+    if v not in DEVICE_PROFILE_MODES:
+        raise ConfigError(f"{DEVICE_PROFILE}={value!r} is not valid; accepted: 0, 1, model, session")
+    return DEVICE_PROFILE_MODES[v]
+
+
+@dataclass
+class CaptureConfig:
+    """What a capture session records and where it writes it."""
+
+    output_dir: str = "./output"
+    system_profile: bool = True
+    device_profile: str | None = None  # None, "model" or "session"
+    max_events_per_nc: int = DEFAULT_MAX_EVENTS
+    nc_filter: frozenset[int] | None = None
+    type_filter: frozenset[str] | None = None
+    cpu_util: bool = True
+    host_memory: bool = True
+    on_fail: bool = False
+    nan_check: bool = False
+    source_locations: bool = False
+    flush_period_s: float = 2.0
+    sample_period_s: float = 0.1
+    raw_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "CaptureConfig":
+        env = os.environ if env is None else env
+        g = env.get
+        raw = {k: v for k, v in env.items() if k.startswith("NEURON_RT_INSPECT_") or k.startswith("NEURON_EXPLORER_")
+               or k in SOURCE_DEBUG_VARS or k == PROCESS_TAG}
+        return cls(
+            output_dir=g(OUTPUT_DIR) or "./output",
+            system_profile=parse_bool(SYSTEM_PROFILE, g(SYSTEM_PROFILE), True),
+            device_profile=parse_device_profile(g(DEVICE_PROFILE)),
+            max_events_per_nc=parse_positive_int(MAX_EVENTS, g(MAX_EVENTS), DEFAULT_MAX_EVENTS),
+            nc_filter=parse_nc_filter(g(FILTER_NC)),
+            type_filter=parse_type_filter(g(FILTER_TYPE)),
+            cpu_util=parse_bool(CPU_UTIL, g(CPU_UTIL), True),
+            host_memory=parse_bool(HOST_MEMORY, g(HOST_MEMORY), True),
+            on_fail=parse_bool(ON_FAIL, g(ON_FAIL), False),
+            nan_check=parse_bool(NAN_CHECK, g(NAN_CHECK), False),
+            source_locations=any(parse_bool(v, g(v), False) for v in SOURCE_DEBUG_VARS),
+            flush_period_s=parse_positive_int(FLUSH_PERIOD, g(FLUSH_PERIOD), 2000) / 1000.0,
+            sample_period_s=parse_positive_int(SAMPLE_PERIOD, g(SAMPLE_PERIOD), 100) / 1000.0,
+            raw_env=raw,
+        )
+
+    def type_enabled(self, name: str) -> bool:
+        return self.type_filter is None or name in self.type_filter
+
+    def nc_enabled(self, nc: int) -> bool:
+        return self.nc_filter is None or nc in self.nc_filter
+
+
+def capture_requested(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get(ENABLE, "0").strip() not in ("", "0")

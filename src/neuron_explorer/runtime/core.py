@@ -1,0 +1,156 @@
+"""The in-process runtime: ids, the string and model tables, per-core rings and the sink registry.
+
+Integrations ask the runtime for a core's ring once (``ring_for``) and then append tuples to it;
+sinks (capture, NDET, stats) are driven by the runtime's flush and stop calls.  Nothing here runs
+per event except the ring append the integration does itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from . import clock
+from . import events as ev
+from .config import CaptureConfig
+from .identity import ProcessIdentity
+from .ring import Ring
+
+
+@dataclass
+class Model:
+    id: int
+    name: str
+    neff_name: str
+    graph_hash: str
+    backend: str
+    kind: str
+    nc_idx: int
+    compile_ns: int = 0
+    source_location: str = ""
+    module_path: str = ""
+    num_nodes: int = 0
+    flops: float = 0.0
+    constants_bytes: int = 0
+    signature: str = ""
+    artifacts: dict = field(default_factory=dict)  # extra data for device profiles (graph code, ...)
+
+
+class Sink(Protocol):
+    name: str
+
+    def flush(self, rt: "Runtime", final: bool, reason: str) -> None: ...
+
+
+class CoreState:
+    """Per-core bookkeeping used by the hooks (execution ids, the graph last run)."""
+
+    __slots__ = ("nc", "ring", "last_model", "exec_count")
+
+    def __init__(self, nc: int, ring: Ring) -> None:
+        self.nc = nc
+        self.ring = ring
+        self.last_model = -1
+        self.exec_count = 0
+
+
+class Runtime:
+    def __init__(self, config: CaptureConfig, ident: ProcessIdentity | None = None) -> None:
+        self.config = config
+        self.ident = ident or ProcessIdentity.current()
+        self.strings: dict[str, int] = {"": 0}
+        self.string_list: list[str] = [""]
+        self.models: list[Model] = []
+        self.cores: dict[int, CoreState] = {}
+        self.enabled = [config.type_enabled(t.name) for t in ev.EVENT_TYPES]
+        self.anchors: list[tuple[int, int, str]] = [clock.anchor("start")]
+        self.sinks: list[Sink] = []
+        self.stats = None  # per-process counters for neuron-monitor, when enabled
+        self.device_kind = "cpu"
+        self.nd_idx = 0
+        self.end_reason = "running"
+        self.failed = False
+        self._lock = threading.RLock()
+        self._stopped = False
+
+    # -- tables -------------------------------------------------------------------------------
+    def intern(self, s: str) -> int:
+        i = self.strings.get(s)
+        if i is None:
+            with self._lock:
+                i = self.strings.get(s)
+                if i is None:
+                    i = len(self.string_list)
+                    self.string_list.append(s)
+                    self.strings[s] = i
+        return i
+
+    def add_model(self, **info) -> Model:
+        with self._lock:
+            m = Model(id=len(self.models), **info)
+            self.models.append(m)
+        return m
+
+    def core(self, nc: int | None = None) -> CoreState | None:
+        """The state of core ``nc`` (default: this process's core), or None when filtered out."""
+        if nc is None:
+            nc = self.ident.default_core
+        st = self.cores.get(nc)
+        if st is None:
+            if not self.config.nc_enabled(nc):
+                return None
+            with self._lock:
+                st = self.cores.get(nc)
+                if st is None:
+                    st = CoreState(nc, Ring(nc, self.config.max_events_per_nc))
+                    self.cores[nc] = st
+        return st
+
+    def is_enabled(self, type_id: int) -> bool:
+        return self.enabled[type_id]
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def add_sink(self, sink: Sink) -> None:
+        self.sinks.append(sink)
+
+    def sync_point(self, core: CoreState, exec_id: int = -1) -> None:
+        """Record a host/device clock pair.  On the CPU both clocks are the host monotonic clock."""
+        if self.enabled[ev.TIMESTAMP_SYNC_POINT]:
+            t = clock.now_ns()
+            core.ring.append((ev.TIMESTAMP_SYNC_POINT, t, t, threading.get_native_id(), t, t, exec_id, 0, 0))
+            core.ring.tick()
+
+    def flush(self, final: bool = False, reason: str = "running") -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            if final:
+                self._stopped = True
+                self.end_reason = reason
+                for st in list(self.cores.values()):
+                    self.sync_point(st, st.exec_count - 1)
+            self.anchors.append(clock.anchor("stop" if final else "flush"))
+            for sink in list(self.sinks):
+                try:
+                    sink.flush(self, final, reason)
+                except Exception as e:  # a sink must never take the workload down
+                    import sys
+
+                    print(f"neuron-explorer: warning: {sink.name} flush failed: {e}", file=sys.stderr)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+
+_RUNTIME: Runtime | None = None
+
+
+def get_runtime() -> Runtime | None:
+    return _RUNTIME
+
+
+def set_runtime(rt: Runtime | None) -> None:
+    global _RUNTIME
+    _RUNTIME = rt

@@ -1,0 +1,169 @@
+"""Finding and loading capture sessions.
+
+A session is a directory holding ``trace_info.pb`` and/or ``ntrace.pb`` (plus the optional
+``cpu_util.pb``/``host_mem.pb``, device traces and NEFFs), at any depth under the directory given to
+``view``: ``<out>/<instance>_pid_<pid>/<timestamp>/`` as the capture writes it, or the flat
+``<out>/<instance>_pid_<pid>/`` layout.  Loading turns each column into a numpy array with one copy.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from ..proto import neuron_explorer_capture_pb2 as pb
+
+SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
+
+
+class ProfileError(Exception):
+    """A profile file that cannot be used; the message names the file and the problem."""
+
+
+def discover(root: str) -> list[str]:
+    """Every session directory under ``root``, sorted for a stable order."""
+    found = []
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        if any(m in files for m in SESSION_MARKERS):
+            found.append(d)
+    return sorted(found)
+
+
+def _parse(path: str, msg_type):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    if not data:
+        raise ProfileError(f"{path}: empty file (0 bytes)")
+    msg = msg_type()
+    try:
+        msg.ParseFromString(data)
+    except (DecodeError, ValueError) as e:
+        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
+    if getattr(msg, "format_version", 1) == 0:
+        raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
+    return msg
+
+
+def _arr(b: bytes, dtype: str, path: str, field_name: str, count: int | None = None) -> np.ndarray:
+    dt = np.dtype(dtype).newbyteorder("<")
+    if len(b) % dt.itemsize:
+        raise ProfileError(f"{path}: column {field_name} has {len(b)} bytes, not a multiple of {dt.itemsize}")
+    a = np.frombuffer(b, dtype=dt)
+    if count is not None and len(a) != count:
+        raise ProfileError(f"{path}: column {field_name} has {len(a)} values, expected {count}")
+    return a.astype(dt.newbyteorder("="), copy=False)
+
+
+@dataclass
+class Session:
+    path: str
+    info: pb.TraceInfo | None = None
+    trace: pb.SystemTrace | None = None
+    events: dict[str, np.ndarray] = field(default_factory=dict)
+    type_names: list[str] = field(default_factory=list)
+    type_args: list[list[str]] = field(default_factory=list)
+    strings: list[str] = field(default_factory=list)
+    models: list = field(default_factory=list)
+    cpu: pb.CpuUtil | None = None
+    mem: pb.HostMem | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def instance_id(self) -> str:
+        if self.info is not None and self.info.instance_id:
+            return self.info.instance_id
+        base = os.path.basename(self.path.rstrip("/"))
+        parent = os.path.basename(os.path.dirname(self.path.rstrip("/")))
+        for name in (base, parent):
+            if "_pid_" in name:
+                return name.split("_pid_")[0]
+        return "unknown"
+
+    @property
+    def pid(self) -> int:
+        if self.info is not None and self.info.pid:
+            return int(self.info.pid)
+        for name in (os.path.basename(self.path.rstrip("/")), os.path.basename(os.path.dirname(self.path))):
+            if "_pid_" in name:
+                try:
+                    return int(name.split("_pid_")[1].split("_")[0])
+                except ValueError:
+                    pass
+        return 0
+
+    @property
+    def num_events(self) -> int:
+        return len(self.events.get("type", ()))
+
+    def type_id(self, name: str) -> int | None:
+        try:
+            return self.type_names.index(name)
+        except ValueError:
+            return None
+
+    def arg(self, type_name: str, arg_name: str) -> str | None:
+        """The column ('a'..'e') that holds ``arg_name`` for events of ``type_name``."""
+        tid = self.type_id(type_name)
+        if tid is None:
+            return None
+        args = self.type_args[tid]
+        return "abcde"[args.index(arg_name)] if arg_name in args else None
+
+
+def load_session(path: str, load_events: bool = True) -> Session:
+    """Load one session; raises ProfileError when nothing in it is usable.
+
+    A damaged optional file (cpu_util.pb, host_mem.pb) becomes a warning on the session."""
+    s = Session(path=path)
+    info_p = os.path.join(path, "trace_info.pb")
+    trace_p = os.path.join(path, "ntrace.pb")
+    if os.path.exists(info_p):
+        s.info = _parse(info_p, pb.TraceInfo)
+    if os.path.exists(trace_p) and load_events:
+        t = _parse(trace_p, pb.SystemTrace)
+        s.trace = t
+        s.type_names = [""] * (max((et.id for et in t.event_types), default=-1) + 1)
+        s.type_args = [[] for _ in s.type_names]
+        for et in t.event_types:
+            s.type_names[et.id] = et.name
+            s.type_args[et.id] = list(et.args)
+        s.strings = list(t.strings)
+        s.models = list(t.models)
+        c = t.events
+        n = c.count
+        s.events = {
+            "type": _arr(c.type, "u2", trace_p, "type", n),
+            "start_ns": _arr(c.start_ns, "i8", trace_p, "start_ns", n),
+            "end_ns": _arr(c.end_ns, "i8", trace_p, "end_ns", n),
+            "nc_idx": _arr(c.nc_idx, "i4", trace_p, "nc_idx", n),
+            "thread_id": _arr(c.thread_id, "i8", trace_p, "thread_id", n),
+        }
+        for name in "abcde":
+            s.events[name] = _arr(getattr(c, name), "i8", trace_p, name, n)
+        if n and int(s.events["type"].max()) >= len(s.type_names):
+            raise ProfileError(f"{trace_p}: event type id {int(s.events['type'].max())} is not declared in the file")
+    if s.info is None and s.trace is None:
+        raise ProfileError(f"{path}: no trace_info.pb or ntrace.pb")
+    for name, typ, attr in (("cpu_util.pb", pb.CpuUtil, "cpu"), ("host_mem.pb", pb.HostMem, "mem")):
+        p = os.path.join(path, name)
+        if os.path.exists(p):
+            try:
+                setattr(s, attr, _parse(p, typ))
+            except ProfileError as e:
+                s.warnings.append(str(e))
+    return s
+
+
+def wall_offset_ns(s: Session) -> int:
+    """Add this to a monotonic timestamp of the session to get Unix-epoch ns (median of anchors)."""
+    if s.info is None or not s.info.anchors:
+        return 0
+    offs = sorted(a.wall_ns - a.monotonic_ns for a in s.info.anchors)
+    return offs[len(offs) // 2]

@@ -1,0 +1,155 @@
+"""Per instance / process / core summary of system profiles (summary-text and summary-json)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from .reader import Session
+
+
+def _busy_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Length of the union of [start, end) intervals."""
+    if len(starts) == 0:
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    # a new run starts where a start is beyond every earlier end
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    run_starts = s[idx]
+    run_ends = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return int((run_ends - run_starts).sum())
+
+
+def _pct(a: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+def core_summary(s: Session, nc: int, top: int = 5) -> dict[str, Any]:
+    e = s.events
+    on = e["nc_idx"] == nc
+    types = e["type"][on]
+    start, end = e["start_ns"][on], e["end_ns"][on]
+    info = s.info
+    t0 = int(start.min()) if len(start) else 0
+    t1 = int(end.max()) if len(end) else 0
+    if info is not None and len(info.anchors) >= 2:
+        t0 = min(t0 or info.anchors[0].monotonic_ns, info.anchors[0].monotonic_ns)
+        t1 = max(t1, info.anchors[-1].monotonic_ns)
+    total = max(t1 - t0, 0)
+
+    ex = types == (s.type_id("nc_exec_running") if s.type_id("nc_exec_running") is not None else -1)
+    ex_dur = (end[ex] - start[ex]).astype(np.int64)
+    busy = _busy_ns(start[ex], end[ex])
+    cc_ids = [i for i in (s.type_id("cc_running"), s.type_id("cc_exec_barrier")) if i is not None]
+    cc = np.isin(types, cc_ids) if cc_ids else np.zeros(len(types), dtype=bool)
+    cc_busy = _busy_ns(start[cc], end[cc])
+
+    graphs = []
+    col = s.arg("nc_exec_running", "model_id")
+    if col is not None and ex.any():
+        mids = e[col][on][ex]
+        names = {m.id: m.name for m in s.models}
+        for mid in np.unique(mids):
+            d = ex_dur[mids == mid]
+            graphs.append({"model_id": int(mid), "model_name": names.get(int(mid), f"model_{int(mid)}"),
+                           "executions": int(len(d)), "time_ns": int(d.sum()),
+                           "mean_ns": float(d.mean())})
+        graphs.sort(key=lambda g: (-g["time_ns"], g["model_id"]))
+
+    errors = 0
+    nerr = s.type_id("numerical_err")
+    if nerr is not None:
+        errors = int((types == nerr).sum())
+    return {
+        "nc_idx": int(nc),
+        "nd_idx": int(info.nd_idx) if info is not None else 0,
+        "total_time": total / 1e9,
+        "executions": int(ex.sum()),
+        "busy_pct": 100.0 * busy / total if total else 0.0,
+        "latency_ns": {"p50": _pct(ex_dur, 50), "p90": _pct(ex_dur, 90), "p99": _pct(ex_dur, 99),
+                       "max": float(ex_dur.max()) if len(ex_dur) else None},
+        "collectives": int(cc.sum()),
+        "collective_time": cc_busy / 1e9,
+        "collective_pct": 100.0 * cc_busy / total if total else 0.0,
+        "numerical_errors": errors,
+        "events": int(on.sum()),
+        "top_graphs": graphs[:top],
+    }
+
+
+def session_summary(s: Session) -> dict[str, Any]:
+    info = s.info
+    ncs = sorted(set(np.unique(s.events["nc_idx"]).tolist())) if s.num_events else []
+    if not ncs and info is not None:
+        ncs = list(info.nc_indices)
+    drops = {int(c.nc_idx): int(c.dropped) for c in info.cores} if info is not None else {}
+    return {
+        "instance_id": s.instance_id,
+        "pid": s.pid,
+        "process_tag": info.process_tag if info is not None else "",
+        "rank": int(info.rank) if info is not None else -1,
+        "world_size": int(info.world_size) if info is not None else 1,
+        "device_kind": info.device_kind if info is not None else "",
+        "end_reason": info.end_reason if info is not None else "",
+        "runtime_events_seen": bool(info.runtime_events_seen) if info is not None else s.num_events > 0,
+        "note": info.note if info is not None else "",
+        "path": s.path,
+        "dropped_events": drops,
+        "cores": [core_summary(s, nc) for nc in ncs],
+    }
+
+
+def build(sessions: list[Session], warnings: list[str]) -> dict[str, Any]:
+    procs = [session_summary(s) for s in sessions]
+    procs.sort(key=lambda p: (p["instance_id"], p["rank"], p["pid"], p["path"]))
+    return {"profiles": procs, "num_profiles": len(procs),
+            "instances": sorted({p["instance_id"] for p in procs}), "warnings": warnings}
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f} ms"
+
+
+def render_text(summary: dict[str, Any]) -> str:
+    lines = [f"neuron-explorer summary: {summary['num_profiles']} profile(s) on "
+             f"{len(summary['instances'])} instance(s)"]
+    for p in summary["profiles"]:
+        rank = f"rank {p['rank']}/{p['world_size']}" if p["rank"] >= 0 else "not distributed"
+        lines.append("")
+        lines.append(f"instance {p['instance_id']}  pid {p['pid']}  {rank}  tag {p['process_tag']}  "
+                     f"device {p['device_kind'] or '?'}  ended: {p['end_reason'] or '?'}")
+        if p["note"]:
+            lines.append(f"  note: {p['note']}")
+        if not p["cores"]:
+            lines.append("  no runtime events were recorded")
+            continue
+        lines.append(f"  {'nc_idx':>6} {'nd_idx':>6} {'total_time':>11} {'executions':>10} {'busy %':>7} "
+                     f"{'p50':>11} {'p99':>11} {'collectives':>11} {'cc_time':>10} {'num_err':>7}")
+        for c in p["cores"]:
+            lines.append(
+                f"  {c['nc_idx']:>6} {c['nd_idx']:>6} {c['total_time']:>9.3f} s {c['executions']:>10} "
+                f"{c['busy_pct']:>7.2f} {_ms(c['latency_ns']['p50']):>11} {_ms(c['latency_ns']['p99']):>11} "
+                f"{c['collectives']:>11} {c['collective_time']:>8.3f} s {c['numerical_errors']:>7}"
+            )
+            dropped = p["dropped_events"].get(c["nc_idx"], 0)
+            if dropped:
+                lines.append(f"         {dropped} oldest event(s) were overwritten (per-core limit)")
+            for g in c["top_graphs"]:
+                lines.append(f"         top graph {g['model_name']}: {g['executions']} executions, "
+                             f"{g['time_ns'] / 1e6:.3f} ms total, {g['mean_ns'] / 1e6:.3f} ms mean")
+    if summary["warnings"]:
+        lines.append("")
+        lines.append(f"warnings ({len(summary['warnings'])}):")
+        lines.extend(f"  {w}" for w in summary["warnings"])
+    return "\n".join(lines) + "\n"
+
+
+def render_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2, sort_keys=False) + "\n"

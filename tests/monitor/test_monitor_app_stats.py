@@ -1,0 +1,84 @@
+"""The per-process stats publisher: counters, private files, clean shutdown."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer.monitor import endpoint
+from neuron_explorer.monitor.app_stats import AppStats
+
+
+def test_snapshot_file_is_private_and_holds_the_counters(stats_dir: Path) -> None:
+    s = AppStats("train_x", None, "i-test", [0, 1], interval_s=60)
+    s.on_model_load(7, "mlp", 1, flops=1e6, code_bytes=10, constants_bytes=20)
+    s.on_execution(7, 1, 2_000_000, 1_500_000, "completed")
+    s.on_execution(7, 1, 3_000_000, 2_500_000, "completed_with_num_err")
+    s.on_execution(7, 1, 100, -1, "failed_to_queue")
+    s.on_error("numerical")
+    s.set_memory({"tensors": 5}, {1: {"constants": 20, "model_code": 10}})
+    s.start()
+    try:
+        path = stats_dir / f"{os.getpid()}.json"
+        assert path.exists()
+        assert stat.S_IMODE(os.stat(stats_dir).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        s.publish()
+        snap = json.loads(path.read_text())
+        assert snap["tag"] == "train_x" and snap["instance_id"] == "i-test"
+        assert snap["executions"]["completed"] == 1
+        assert snap["executions"]["completed_with_num_err"] == 1
+        assert snap["executions"]["failed_to_queue"] == 1
+        assert snap["errors"]["numerical"] == 1
+        core = snap["cores"]["1"]
+        assert core["busy_ns"] == 4_000_000  # queue failures never ran
+        assert core["flops"] == 2e6 and core["flops_known"]
+        assert sum(snap["latency"]["total"].values()) == 2
+        assert snap["memory"]["per_core"]["1"]["model_code"] == 10
+        assert snap["models"][0]["executions"] == 3
+    finally:
+        s.stop()
+    assert not path.exists()
+
+
+def test_tag_defaults_to_env_then_pid(stats_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEURON_PROCESS_TAG", "tagged")
+    assert AppStats(None, 123, "i", [0]).tag == "tagged"
+    monkeypatch.delenv("NEURON_PROCESS_TAG")
+    assert AppStats(None, 123, "i", [0]).tag == "123"
+    assert len(AppStats("x" * 400, 1, "i", [0]).tag) == 255
+
+
+def test_unknown_status_class_or_memory_category_is_rejected(stats_dir: Path) -> None:
+    s = AppStats("t", None, "i", [0])
+    with pytest.raises(ValueError, match="completed_with_err"):
+        s.on_execution(1, 0, 1, 1, "done")
+    with pytest.raises(ValueError, match="hardware"):
+        s.on_error("cosmic")
+    with pytest.raises(ValueError, match="dma_buffers"):
+        s.set_memory({"heap": 1}, {})
+
+
+def test_refuses_a_stats_dir_owned_by_someone_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "neuron-explorer-x" / "stats"
+    d.mkdir(parents=True)
+    if os.getuid() == 0:
+        os.chown(d, 4321, 4321)
+        with pytest.raises(endpoint.EndpointError, match="belongs to uid 4321"):
+            endpoint.ensure_private_dir(d)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(endpoint.EndpointError, match="symbolic link"):
+        endpoint.ensure_private_dir(link)
+
+
+def test_default_dir_prefers_env_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NEURON_EXPLORER_STATS_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert endpoint.default_stats_dir() == tmp_path / "neuron-explorer" / "stats"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert endpoint.default_stats_dir().parent.name == f"neuron-explorer-{os.getuid()}"
+    monkeypatch.setenv("NEURON_EXPLORER_STATS_DIR", str(tmp_path / "x"))
+    assert endpoint.default_stats_dir() == tmp_path / "x"
