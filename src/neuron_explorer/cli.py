@@ -114,6 +114,7 @@ def inspect_command(args: argparse.Namespace) -> int:
                             env.get(cfgmod.PROCESS_TAG) or str(child.pid))
     rt = Runtime(cfg, ident)
     sink = CaptureSink(rt, sampler_pid=child.pid)
+    rt.add_sink(sink)
     sink.sampler.start()
 
     def forward(signum, _frame):

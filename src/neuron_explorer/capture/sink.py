@@ -49,9 +49,8 @@ class CaptureSink:
             store = self.cores.get(nc)
             if store is None:
                 store = self.cores[nc] = CoreStore(nc, st.ring.capacity)
-            lost = st.ring.lost_in_ring()
-            st.ring._drained += lost  # count each lost record once
-            store.add(st.ring.drain(), self.mask, lost)
+            produced = st.ring.produced()
+            store.add(st.ring.drain(), self.mask, produced)
 
     def flush(self, rt: Runtime, final: bool, reason: str) -> None:
         with self._io_lock:
@@ -61,6 +60,8 @@ class CaptureSink:
                 self.sampler.stop()
             if rt.config.on_fail and not rt.failed:
                 return  # capture only when the workload fails
+            if _is_launcher():
+                return  # torchrun's agent only spawns the workers, which profile themselves
             t0 = time.perf_counter()
             self.write()
             took = time.perf_counter() - t0
@@ -82,6 +83,14 @@ class CaptureSink:
             writer.atomic_write(os.path.join(d, "host_mem.pb"), writer.encode_host_mem(self.sampler))
         self.written = True
         return d
+
+
+def _is_launcher() -> bool:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", "") or ""
+    return os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun" or name in (
+        "torch.distributed.run", "torch.distributed.launch")
 
 
 def report_written(sink: CaptureSink) -> None:

@@ -39,24 +39,25 @@ def expand_exec_pairs(block: np.ndarray) -> np.ndarray:
 
 
 class CoreStore:
-    __slots__ = ("nc", "capacity", "blocks", "rows", "recorded", "trimmed")
+    __slots__ = ("nc", "capacity", "blocks", "rows", "produced", "filtered")
 
     def __init__(self, nc: int, capacity: int) -> None:
         self.nc = nc
         self.capacity = capacity
         self.blocks: list[np.ndarray] = []
         self.rows = 0
-        self.recorded = 0  # events produced (after expansion and filtering)
-        self.trimmed = 0
+        self.produced = 0  # events the hooks produced (the ring's tick count)
+        self.filtered = 0  # events removed by the capture-time type filter
 
-    def add(self, records: list[tuple], enabled: np.ndarray, lost_records: int) -> None:
-        self.recorded += lost_records
+    def add(self, records: list[tuple], enabled: np.ndarray, produced: int) -> None:
+        self.produced = produced
         if not records:
             return
         block = np.array(records, dtype=np.int64).reshape(-1, W)
         block = expand_exec_pairs(block)
-        block = block[enabled[block[:, 0]]]
-        self.recorded += len(block)
+        keep = enabled[block[:, 0]]
+        self.filtered += int(len(block) - keep.sum())
+        block = block[keep]
         if len(block) > self.capacity:
             block = block[-self.capacity:]
         self.blocks.append(block)
@@ -79,7 +80,13 @@ class CoreStore:
         return self.blocks[0]
 
     @property
+    def recorded(self) -> int:
+        """Events recorded for this core (produced and not filtered out)."""
+        return max(self.produced - self.filtered, self.rows)
+
+    @property
     def dropped(self) -> int:
+        """Oldest events overwritten because the core reached its limit."""
         return self.recorded - self.rows
 
 

@@ -202,6 +202,7 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn):
                     tick()
             append((ev.EXEC_PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0))
             tick()
+            tick()
             if stats is not None:
                 stats.on_execution(mid, core.nc, t1 - t0, t1 - t0, _STATUS.get(ret, "completed_with_err"))
         if not bw["done"]:

@@ -1,8 +1,8 @@
 """A bounded per-core event buffer.
 
 ``append`` is a C-level ``deque.append`` (atomic under the GIL, so the completion callbacks of
-collectives may record from another thread) and ``tick`` counts every record ever produced, so the
-number of overwritten events is known exactly.
+collectives may record from another thread) and ``tick`` counts every event ever produced (an execution
+record, which stands for two events, ticks twice), so the number of overwritten events is known.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import deque
 
 
 class Ring:
-    __slots__ = ("nc", "capacity", "_q", "append", "_counter", "tick", "_drained")
+    __slots__ = ("nc", "capacity", "_q", "append", "_counter", "tick")
 
     def __init__(self, nc: int, capacity: int) -> None:
         self.nc = nc
@@ -21,7 +21,6 @@ class Ring:
         self.append = self._q.append
         self._counter = itertools.count()
         self.tick = self._counter.__next__
-        self._drained = 0
 
     def produced(self) -> int:
         """Records produced so far (reads the counter without advancing it)."""
@@ -32,10 +31,4 @@ class Ring:
         q = self._q
         n = len(q)
         pop = q.popleft
-        out = [pop() for _ in range(n)]
-        self._drained += n
-        return out
-
-    def lost_in_ring(self) -> int:
-        """Records overwritten before any drain saw them."""
-        return max(0, self.produced() - self._drained - len(self._q))
+        return [pop() for _ in range(n)]

@@ -1,0 +1,583 @@
+"""Capture overhead of the system profile on a small compiled training step.
+
+A compiled MLP training step (``torch.compile`` forward + loss, autograd backward, SGD step; about
+0.4 ms/step on a 2-core CPU with one intra-op thread) runs in three configurations:
+
+* ``unprofiled``      -- no profiler of any kind;
+* ``system_profile``  -- ``NEURON_RT_INSPECT_ENABLE=1`` in the environment at interpreter start (the
+                         runtime starts from the ``.pth`` file, exactly as a user gets it), output to
+                         a temporary directory;
+* ``torch_profiler``  -- ``torch.profiler.profile(activities=[CPU])`` around warm-up and timed steps.
+
+Each run is a fresh subprocess (the runtime activates at interpreter start), the configurations
+are interleaved (A B C A B C ...), and each run does warm-up steps and then times N steps with
+``time.perf_counter_ns``.  The figure per run is the mean step time over the timed window (so
+periodic flushes and sampler wake-ups are counted); the table shows the median over runs, the
+min/max and IQR, and the ratio of medians against ``unprofiled``.
+
+Two further measurements, in their own subprocess with the runtime started programmatically
+(``neuron_explorer.runtime.boot.start(CaptureConfig(...))``):
+
+* the cost of one recorded event: ``Ring.append(tuple)`` + ``Ring.tick()``, the full record the
+  execution wrapper builds (two clock reads, thread id, tuple, append, tick), and the per-call cost
+  of the instrumented compiled callable ``run`` against the bare ``run.__wrapped__``;
+* bytes per event on disk: ``ntrace.pb`` size / number of events, from the system-profile runs'
+  sessions read back with ``neuron_explorer.view.reader``.
+
+Usage::
+
+    python bench/capture_overhead.py             # ~3-4 minutes on a 2-core machine
+    python bench/capture_overhead.py --quick     # ~1 minute
+    python bench/capture_overhead.py --backend inductor
+
+Results go to ``bench/results/capture_overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "capture_overhead.json")
+
+CONFIGS = ("unprofiled", "system_profile", "torch_profiler")
+LABELS = {
+    "unprofiled": "unprofiled",
+    "system_profile": "system profile (NEURON_RT_INSPECT_ENABLE=1)",
+    "system_profile_nosamplers": "system profile, CPU/mem samplers off",
+    "torch_profiler": "torch.profiler (CPU)",
+}
+
+# Model size: tuned for ~0.4 ms/step (aot_eager, 1 thread) on the 2-core reference machine.
+BATCH, D_IN, HIDDEN, D_OUT, LAYERS = 32, 128, 256, 10, 3
+
+
+# ---------------------------------------------------------------------------------------------
+# environment handling
+
+
+def _clean_env() -> dict[str, str]:
+    """The parent's environment without anything that would turn a profiler on."""
+    env = {}
+    for k, v in os.environ.items():
+        if k.startswith(("NEURON_RT_INSPECT_", "NEURON_RT_DBG_NDET_", "NEURON_EXPLORER_")):
+            continue
+        if k in ("NEURON_PROCESS_TAG",):
+            continue
+        env[k] = v
+    env["PYTHONHASHSEED"] = "0"
+    env["OMP_NUM_THREADS"] = "1"
+    env["NEURON_EXPLORER_QUIET"] = "1"
+    return env
+
+
+def _config_env(config: str, out_dir: str) -> dict[str, str]:
+    env = _clean_env()
+    if config.startswith("system_profile"):
+        env["NEURON_RT_INSPECT_ENABLE"] = "1"
+        env["NEURON_RT_INSPECT_OUTPUT_DIR"] = out_dir
+        env["NEURON_EXPLORER_INSTANCE_ID"] = "bench"
+        if config == "system_profile_nosamplers":
+            env["NEURON_RT_INSPECT_CPU_UTIL"] = "0"
+            env["NEURON_RT_INSPECT_HOST_MEMORY"] = "0"
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# the workload (runs in the worker subprocess)
+
+
+def _build_step(torch, backend: str):
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    layers: list = []
+    d = D_IN
+    for _ in range(LAYERS - 1):
+        layers += [nn.Linear(d, HIDDEN), nn.ReLU()]
+        d = HIDDEN
+    layers.append(nn.Linear(d, D_OUT))
+    model = nn.Sequential(*layers)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)
+    x = torch.randn(BATCH, D_IN)
+    y = torch.randint(0, D_OUT, (BATCH,))
+
+    def loss_fn(x, y):
+        return F.cross_entropy(model(x), y)
+
+    closs = torch.compile(loss_fn, backend=backend)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = closs(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def worker_train(config: str, backend: str, warmup: int, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    step = _build_step(torch, backend)
+    t_c0 = time.perf_counter_ns()
+    step()  # compile
+    compile_ns = time.perf_counter_ns() - t_c0
+
+    def timed() -> list[int]:
+        for _ in range(warmup):
+            step()
+        # split the window into chunks to see the spread inside a run
+        nchunks = 10
+        per = max(1, steps // nchunks)
+        chunks = []
+        for _ in range(nchunks):
+            t0 = time.perf_counter_ns()
+            for _ in range(per):
+                step()
+            chunks.append(time.perf_counter_ns() - t0)
+        return chunks, per
+
+    prof_events = None
+    if config == "torch_profiler":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            chunks, per = timed()
+        try:
+            prof_events = len(prof.events())
+        except Exception:
+            prof_events = None
+    else:
+        chunks, per = timed()
+    total = sum(chunks)
+    n = per * len(chunks)
+    from neuron_explorer.runtime.core import get_runtime
+
+    rt = get_runtime()
+    return {
+        "config": config,
+        "step_ns": total / n,
+        "chunk_step_ns": [c / per for c in chunks],
+        "steps": n,
+        "warmup": warmup,
+        "compile_ns": compile_ns,
+        "runtime_active": rt is not None,
+        "models": len(rt.models) if rt is not None else 0,
+        "torch_profiler_events": prof_events,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# hot-path microbenchmarks (worker subprocess, runtime started programmatically)
+
+
+def _per_call_ns(fn, n: int, repeats: int) -> float:
+    """Best-of-``repeats`` mean ns per call of ``fn(n)`` (fn runs its own loop of n)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        fn(n)
+        dt = time.perf_counter_ns() - t0
+        best = min(best, dt / n)
+    return best
+
+
+def worker_micro(out_dir: str, n: int) -> dict:
+    import threading
+
+    from neuron_explorer.runtime import boot, clock
+    from neuron_explorer.runtime.config import CaptureConfig
+
+    cfg = CaptureConfig(output_dir=out_dir, cpu_util=False, host_memory=False, flush_period_s=3600.0,
+                        max_events_per_nc=4 * n + 1000)
+    rt = boot.start(cfg, from_env=False)
+    res: dict = {}
+
+    # 1. the ring itself
+    from neuron_explorer.runtime.ring import Ring
+
+    ring = Ring(0, 10 * n)
+    append, tick = ring.append, ring.tick
+    now_ns = clock.now_ns
+    tid_fn = threading.get_native_id
+    rec = (9, 1, 2, 3, 4, 5, 0, 0, 0)
+
+    def empty_loop(k):
+        for _ in range(k):
+            pass
+
+    def ring_append_tick(k):
+        for _ in range(k):
+            append(rec)
+            tick()
+
+    def full_record(k):
+        for i in range(k):
+            t0 = now_ns()
+            t1 = now_ns()
+            append((9, t0, t1, tid_fn(), 1, i, 0, 0, 0))
+            tick()
+
+    reps = 7
+    base = _per_call_ns(empty_loop, n, reps)
+    res["loop_ns"] = base
+    ring._q.clear()
+    res["ring_append_tick_ns"] = _per_call_ns(ring_append_tick, n, reps) - base
+    ring._q.clear()
+    res["full_record_ns"] = _per_call_ns(full_record, n, reps) - base
+    ring._q.clear()
+
+    # 2. the instrumented compiled call vs the bare compiled callable
+    import torch
+
+    torch.set_num_threads(1)
+    from neuron_explorer.integrations import torch_hooks
+
+    captured: list = []
+    orig_wrap = torch_hooks._wrap_execution
+
+    def spy(*a, **kw):
+        r = orig_wrap(*a, **kw)
+        captured.append(r)
+        return r
+
+    torch_hooks._wrap_execution = spy
+    try:
+        x = torch.ones(4)
+
+        def tiny(x):
+            return x + 1
+
+        ctiny = torch.compile(tiny, backend="aot_eager")
+        ctiny(x)
+        ctiny(x)
+    finally:
+        torch_hooks._wrap_execution = orig_wrap
+
+    m = max(2000, n // 20)
+    if captured and hasattr(captured[0], "__wrapped__"):
+        run = captured[0]
+        bare = run.__wrapped__
+
+        def call_run(k):
+            for _ in range(k):
+                run(x)
+
+        def call_bare(k):
+            for _ in range(k):
+                bare(x)
+
+        def call_dynamo(k):
+            for _ in range(k):
+                ctiny(x)
+
+        # interleave to share drift
+        wr, br, dy = [], [], []
+        for _ in range(reps):
+            wr.append(_per_call_ns(call_run, m, 1))
+            br.append(_per_call_ns(call_bare, m, 1))
+            dy.append(_per_call_ns(call_dynamo, m, 1))
+        res["compiled_call_bare_ns"] = min(br)
+        res["compiled_call_wrapped_ns"] = min(wr)
+        res["compiled_call_dynamo_ns"] = min(dy)
+        res["wrapper_overhead_ns"] = min(wr) - min(br)
+        res["wrapper_overhead_median_ns"] = statistics.median(w - b for w, b in zip(wr, br))
+        res["compiled_calls_timed"] = m
+    else:
+        res["wrapper_overhead_ns"] = None
+        res["note"] = "could not capture the instrumented callable (torch_hooks._wrap_execution changed?)"
+
+    # 3. the wrapper around a trivial function, with and without a grad_fn on its output.  A graph
+    # whose outputs carry no grad_fn (backward graphs, inference graphs) retries the backward
+    # instrumentation on every call; this isolates that cost.
+    try:
+        core = rt.core()
+        model = rt.add_model(name="nop", neff_name="nop", graph_hash="0", backend="none", kind="forward",
+                             nc_idx=core.nc)
+        plain = torch.ones(4)
+        with_grad = torch.ones(4, requires_grad=True) * 2  # grad_fn=MulBackward0, no _forward_cls
+
+        def nop_plain(*a):
+            return plain
+
+        def nop_grad(*a):
+            return with_grad
+
+        w_plain = orig_wrap(rt, torch, core, model, nop_plain)
+        w_grad = orig_wrap(rt, torch, core, model, nop_grad)
+        w_grad()
+
+        def c(fn):
+            def loop(k):
+                for _ in range(k):
+                    fn()
+            return loop
+
+        bare_nop = _per_call_ns(c(nop_plain), n, reps)
+        res["wrapper_nop_no_gradfn_ns"] = _per_call_ns(c(w_plain), n, reps) - bare_nop
+        res["wrapper_nop_gradfn_done_ns"] = _per_call_ns(c(w_grad), n, reps) - bare_nop
+    except Exception as e:  # internal API moved: report, do not fail the benchmark
+        res["wrapper_nop_error"] = f"{type(e).__name__}: {e}"
+
+    res["ring_records"] = ring.produced()
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# parent
+
+
+def _run_worker(args: list[str], env: dict[str, str], timeout: float = 300) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"worker {args} failed ({p.returncode}):\n{p.stderr[-4000:]}")
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("BENCH_RESULT "):
+            return json.loads(line[len("BENCH_RESULT "):])
+    raise RuntimeError(f"worker {args} printed no result:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+
+
+def _session_stats(out_dir: str) -> dict | None:
+    from neuron_explorer.view.reader import discover, load_session
+
+    sessions = discover(out_dir)
+    if not sessions:
+        return None
+    s = load_session(sessions[0])
+    p = os.path.join(sessions[0], "ntrace.pb")
+    size = os.path.getsize(p)
+    n = s.num_events
+    types = s.events["type"]
+    counts = {}
+    for tid in sorted(set(int(t) for t in types)):
+        counts[s.type_names[tid]] = int((types == tid).sum())
+    files = {f: os.path.getsize(os.path.join(sessions[0], f)) for f in sorted(os.listdir(sessions[0]))}
+    return {"ntrace_bytes": size, "events": n, "bytes_per_event": size / n if n else None,
+            "event_counts": counts, "files": files}
+
+
+def _spread(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) >= 2 else [xs[0]] * 3
+    return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "q1": q[0], "q3": q[2],
+            "iqr": q[2] - q[0], "n": len(xs)}
+
+
+def _machine() -> dict:
+    import torch
+
+    cpu_model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import neuron_explorer
+
+        nev = getattr(neuron_explorer, "__version__", "")
+    except Exception:
+        nev = ""
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": cpu_model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "neuron_explorer": nev,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, inductor, ...)")
+    ap.add_argument("--runs", type=int, default=None, help="runs per configuration (default 7; --quick 5)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 5000; --quick 2000)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per run (default 300)")
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter runs (~1 minute)")
+    ap.add_argument("--no-samplers-config", action="store_true",
+                    help="add a 4th configuration: system profile with the CPU/memory samplers off")
+    ap.add_argument("--micro-n", type=int, default=None, help="iterations of the hot-path microbenchmarks")
+    ap.add_argument("--out", default=RESULTS, help="where to write the JSON results")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary profile directories")
+    # worker modes (internal)
+    ap.add_argument("--worker", choices=("train", "micro"), help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+
+    runs = a.runs or (5 if a.quick else 7)
+    steps = a.steps or (2000 if a.quick else 5000)
+    warmup = a.warmup if a.warmup is not None else (200 if a.quick else 300)
+    micro_n = a.micro_n or (100_000 if a.quick else 300_000)
+
+    if a.worker == "train":
+        r = worker_train(a.config, a.backend, warmup, steps)
+        print("BENCH_RESULT " + json.dumps(r), flush=True)
+        return 0
+    if a.worker == "micro":
+        r = worker_micro(a.dir, micro_n)
+        print("BENCH_RESULT " + json.dumps(r), flush=True)
+        return 0
+
+    configs = list(CONFIGS)
+    if a.no_samplers_config:
+        configs.insert(2, "system_profile_nosamplers")
+    t_start = time.time()
+    tmp = tempfile.mkdtemp(prefix="ne_bench_")
+    per_config: dict[str, list[dict]] = {c: [] for c in configs}
+    sessions: list[dict] = []
+    print(f"capture_overhead: backend={a.backend} runs={runs} x {len(configs)} configs, "
+          f"warmup={warmup}, timed steps={steps}", file=sys.stderr)
+    try:
+        for i in range(runs):
+            for c in configs:
+                out_dir = os.path.join(tmp, f"{c}_{i}")
+                r = _run_worker(["--worker", "train", "--config", c, "--backend", a.backend,
+                                 "--steps", str(steps), "--warmup", str(warmup)], _config_env(c, out_dir))
+                if c.startswith("system_profile"):
+                    if not r["runtime_active"]:
+                        raise RuntimeError("the system-profile run did not start the runtime (is the .pth installed?)")
+                    st = _session_stats(out_dir)
+                    if st is None:
+                        raise RuntimeError(f"the system-profile run wrote no session under {out_dir}")
+                    r["session"] = st
+                    if c == "system_profile":
+                        sessions.append(st)
+                elif r["runtime_active"]:
+                    raise RuntimeError(f"the {c} run had the neuron-explorer runtime active")
+                per_config[c].append(r)
+                print(f"  run {i + 1}/{runs} {c:<26} {r['step_ns'] / 1e3:8.2f} us/step", file=sys.stderr)
+        micro = _run_worker(["--worker", "micro", "--dir", os.path.join(tmp, "micro"),
+                             "--micro-n", str(micro_n)], _clean_env())
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"profiles kept in {tmp}", file=sys.stderr)
+
+    summary: dict[str, dict] = {}
+    base_med = statistics.median(r["step_ns"] for r in per_config["unprofiled"])
+    for c in configs:
+        xs = [r["step_ns"] for r in per_config[c]]
+        sp = _spread(xs)
+        # paired ratios: run i of this config against run i of unprofiled (same slot in the interleave)
+        paired = [x / u["step_ns"] for x, u in zip(xs, per_config["unprofiled"])]
+        summary[c] = {
+            "step_ns": sp,
+            "ratio_vs_unprofiled": sp["median"] / base_med,
+            "paired_ratio": _spread(paired),
+            "overhead_ns_per_step": sp["median"] - base_med,
+        }
+
+    ses = sessions[0] if sessions else {}
+    bpe = statistics.median(s["bytes_per_event"] for s in sessions) if sessions else None
+    sp_runs = per_config["system_profile"]
+    timed_calls_per_step = None
+    if ses:
+        # compiled calls (forward + backward graphs) per step, from the events really recorded
+        execs = ses["event_counts"].get("nrt_execute", 0)
+        total_steps = sp_runs[0]["steps"] + sp_runs[0]["warmup"] + 1
+        timed_calls_per_step = execs / total_steps
+    ovh = summary["system_profile"]["overhead_ns_per_step"]
+    result = {
+        "benchmark": "capture_overhead",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "workload": {
+            "model": f"MLP {D_IN}-{'-'.join([str(HIDDEN)] * (LAYERS - 1))}-{D_OUT}, batch {BATCH}, cross-entropy, SGD",
+            "backend": a.backend, "torch_threads": 1, "runs_per_config": runs, "timed_steps": steps,
+            "warmup_steps": warmup, "interleaved": True, "fresh_process_per_run": True,
+            "compiled_calls_per_step": timed_calls_per_step,
+        },
+        "target": {"system_profile_ratio_max": 1.01},
+        "configs": summary,
+        "runs": per_config,
+        "hot_path": micro,
+        "on_disk": {
+            "bytes_per_event": bpe,
+            "example_session": ses,
+        },
+        "derived": {
+            "overhead_ns_per_compiled_call": (ovh / timed_calls_per_step) if timed_calls_per_step else None,
+        },
+        "wall_s": round(time.time() - t_start, 1),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    _print_table(result, configs)
+    print(f"\nwrote {a.out} ({result['wall_s']} s)")
+    return 0
+
+
+def _print_table(r: dict, configs: list[str]) -> None:
+    m = r["machine"]
+    w = r["workload"]
+    print(f"\ncapture overhead -- {r['date']} -- {m['cpu_count']} CPUs ({m['cpu_model']}), "
+          f"Python {m['python']}, torch {m['torch']}")
+    print(f"workload: {w['model']}, backend {w['backend']}, 1 thread; {w['runs_per_config']} interleaved "
+          f"runs x {w['timed_steps']} timed steps (+{w['warmup_steps']} warm-up), fresh process per run")
+    print()
+    hdr = f"{'configuration':<44} {'median us/step':>14} {'min':>8} {'max':>8} {'IQR':>7} {'ratio':>7} {'paired (min..max)':>19}"
+    print(hdr)
+    print("-" * len(hdr))
+    for c in configs:
+        s = r["configs"][c]
+        sp = s["step_ns"]
+        pr = s["paired_ratio"]
+        print(f"{LABELS[c]:<44} {sp['median'] / 1e3:>14.2f} {sp['min'] / 1e3:>8.2f} {sp['max'] / 1e3:>8.2f} "
+              f"{sp['iqr'] / 1e3:>7.2f} {s['ratio_vs_unprofiled']:>6.3f}x "
+              f"{pr['min']:>8.3f}..{pr['max']:.3f}")
+    print(f"\ntarget: system profile <= {r['target']['system_profile_ratio_max']:.2f}x of unprofiled")
+    hp = r["hot_path"]
+
+    def f(k):
+        v = hp.get(k)
+        return "n/a" if v is None else f"{v:.0f} ns"
+
+    print("\nhot path (one process, runtime started programmatically)")
+    print(f"  Ring.append(tuple) + tick                         {f('ring_append_tick_ns')}")
+    print(f"  full record (2 clock reads, tid, tuple, append, tick) {f('full_record_ns')}")
+    print(f"  compiled call: bare run.__wrapped__               {f('compiled_call_bare_ns')}")
+    print(f"  compiled call: instrumented run                   {f('compiled_call_wrapped_ns')}")
+    print(f"  => wrapper overhead per compiled call             {f('wrapper_overhead_ns')} "
+          f"(median of rounds {f('wrapper_overhead_median_ns')})")
+    print(f"  compiled call through Dynamo (guards + run)       {f('compiled_call_dynamo_ns')}")
+    if "wrapper_nop_no_gradfn_ns" in hp:
+        print(f"  wrapper on a no-op, output without grad_fn        {f('wrapper_nop_no_gradfn_ns')}")
+        print(f"  wrapper on a no-op, backward already instrumented {f('wrapper_nop_gradfn_done_ns')}")
+    od = r["on_disk"]
+    ses = od.get("example_session") or {}
+    if od.get("bytes_per_event"):
+        print(f"\non disk: {od['bytes_per_event']:.1f} bytes/event in ntrace.pb "
+              f"({ses.get('ntrace_bytes')} bytes / {ses.get('events')} events; {ses.get('event_counts')})")
+    d = r["derived"]
+    if d.get("overhead_ns_per_compiled_call") is not None:
+        print(f"system-profile overhead per compiled call in the step benchmark: "
+              f"{d['overhead_ns_per_compiled_call']:.0f} ns ({w['compiled_calls_per_step']:.2f} calls/step)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The capture-time filter parsers, on their own, against the spec's examples."""
+
+import pytest
+
+from neuron_explorer.runtime import events as ev
+from neuron_explorer.runtime.config import (CaptureConfig, ConfigError, parse_nc_filter,
+                                            parse_type_filter)
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("0", {0}), ("0,2,4", {0, 2, 4}), ("0-3", {0, 1, 2, 3}), ("0,1,2-5", {0, 1, 2, 3, 4, 5}), (" 3 ", {3}),
+])
+def test_nc_filter_accepts_spec_forms(value, expected):
+    assert parse_nc_filter(value) == expected
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_nc_filter_unset_means_every_core(value):
+    assert parse_nc_filter(value) is None
+
+
+@pytest.mark.parametrize("value", ["a", "0-", "3-1", "0,,1", "-1", "1.5"])
+def test_nc_filter_rejects_bad_values_with_value_and_forms(value):
+    with pytest.raises(ConfigError) as e:
+        parse_nc_filter(value)
+    msg = str(e.value)
+    assert repr(value) in msg and "0,2,4" in msg and "0-3" in msg
+
+
+def test_type_filter_names():
+    assert parse_type_filter("model_load,nrt_execute,runtime_execute") == {"model_load", "nrt_execute", "runtime_execute"}
+
+
+def test_type_filter_groups_match_the_spec():
+    assert parse_type_filter("hardware") == {"nc_exec_running", "cc_running", "cc_exec_barrier", "numerical_err",
+                                             "nrt_model_switch", "timestamp_sync_point", "hw_notify"}
+    sw = parse_type_filter("software")
+    assert "model_load" in sw and "nrt_execute" in sw and "nc_exec_running" not in sw
+
+
+def test_type_filter_exclusions():
+    assert parse_type_filter("software,^model_load") == set(ev.GROUPS["software"]) - {"model_load"}
+    assert "cc_running" not in parse_type_filter("hardware,^cc_exec")
+    assert parse_type_filter("^nrt_load") == set(ev.BY_NAME) - {"nrt_load"}
+
+
+def test_type_filter_mix_of_groups_and_aliases():
+    got = parse_type_filter("hardware,tensor_read,tensor_write")
+    assert got == set(ev.GROUPS["hardware"]) | {"nrt_tensor_read", "nrt_tensor_write"}
+
+
+def test_type_filter_rejects_unknown_names():
+    with pytest.raises(ConfigError) as e:
+        parse_type_filter("hardware,^bogus")
+    assert "'bogus'" in str(e.value) and "NEURON_RT_INSPECT_EVENT_FILTER_TYPE" in str(e.value)
+
+
+def test_config_from_env_defaults_and_validation():
+    c = CaptureConfig.from_env({})
+    assert c.output_dir == "./output" and c.max_events_per_nc == 1_000_000 and c.system_profile
+    assert c.device_profile is None and c.cpu_util and c.host_memory and not c.on_fail
+    c = CaptureConfig.from_env({"NEURON_RT_INSPECT_DEVICE_PROFILE": "session",
+                                "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC": "5"})
+    assert c.device_profile == "session" and c.max_events_per_nc == 5
+    assert CaptureConfig.from_env({"NEURON_RT_INSPECT_DEVICE_PROFILE": "1"}).device_profile == "model"
+    for var, bad in [("NEURON_RT_INSPECT_DEVICE_PROFILE", "sometimes"),
+                     ("NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", "0"),
+                     ("NEURON_RT_INSPECT_CPU_UTIL", "maybe")]:
+        with pytest.raises(ConfigError) as e:
+            CaptureConfig.from_env({var: bad})
+        assert var in str(e.value) and repr(bad) in str(e.value)
