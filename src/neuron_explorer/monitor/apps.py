@@ -26,6 +26,12 @@ from neuron_explorer.monitor.app_stats import (
     SNAPSHOT_FORMAT,
 )
 
+_HAVE_PROC = os.path.exists("/proc/self/stat")
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_BOOT_TIME = psutil.boot_time()
+_NCPU = psutil.cpu_count() or 1
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
 #: A snapshot older than this (seconds) while its process lives means the publisher is stuck.
 STALE_AFTER_S = 10.0
 
@@ -86,6 +92,7 @@ class AppTracker:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str = ""
     _proc: psutil.Process | None = None
+    _stat: tuple[bytes, float, float, float] | None = None
 
     @property
     def process(self) -> psutil.Process:
@@ -93,16 +100,58 @@ class AppTracker:
             self._proc = psutil.Process(self.pid)
         return self._proc
 
+    def _proc_stat(self) -> tuple[bytes, float, float, float] | None:
+        """(state, user s, system s, start time) from one read of /proc/<pid>/stat, or None off Linux.
+
+        One file read per application per period instead of several psutil
+        calls keeps the monitor's cost per application small.
+        """
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ProcessGone(self.pid) from None
+        except OSError:
+            return None
+        fields = data[data.rfind(b")") + 2:].split()
+        return (
+            fields[0],
+            int(fields[11]) / _CLK_TCK,
+            int(fields[12]) / _CLK_TCK,
+            _BOOT_TIME + int(fields[19]) / _CLK_TCK,
+        )
+
+    def _cpu_times(self) -> tuple[float, float]:
+        st = self._stat if self._stat is not None else self._proc_stat()
+        if st is not None:
+            return st[1], st[2]
+        ct = self.process.cpu_times()
+        return ct.user, ct.system
+
+    def _rss(self) -> int:
+        if _HAVE_PROC:
+            with open(f"/proc/{self.pid}/statm", "rb") as f:
+                return int(f.read().split()[1]) * _PAGE_SIZE
+        return int(self.process.memory_info().rss)
+
     def check_alive(self) -> None:
         """Raise ProcessGone if the pid has exited or was reused by another process."""
-        try:
-            ct = self.process.create_time()
-            if not self.process.is_running() or self.process.status() == psutil.STATUS_ZOMBIE:
+        self._stat = None
+        st = self._proc_stat() if _HAVE_PROC else None
+        if st is not None:
+            if st[0] in (b"Z", b"X"):
                 raise ProcessGone(self.pid)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            raise ProcessGone(self.pid) from None
-        except psutil.AccessDenied:
-            return
+            ct = st[3]
+            self._stat = st
+        else:
+            try:
+                ct = self.process.create_time()
+                if not self.process.is_running() or self.process.status() == psutil.STATUS_ZOMBIE:
+                    raise ProcessGone(self.pid)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                raise ProcessGone(self.pid) from None
+            except psutil.AccessDenied:
+                return
         if self.start_time is not None and abs(ct - self.start_time) > 1.0:
             raise ProcessGone(self.pid)
 
@@ -127,13 +176,13 @@ class AppTracker:
         now = time.monotonic()
         self.mem_last_t = now
         try:
-            ct = self.process.cpu_times()
+            user, system = self._cpu_times()
             if from_start and self.start_time is not None:
                 # CPU used since process start, over the wall time since then
                 self.cpu_baseline = (now - max(0.0, time.time() - self.start_time), 0.0, 0.0)
             else:
-                self.cpu_baseline = (now, ct.user, ct.system)
-        except psutil.Error:
+                self.cpu_baseline = (now, user, system)
+        except (psutil.Error, ProcessGone):
             self.cpu_baseline = None
 
     # ---------------------------------------------------------------- the four groups
@@ -185,8 +234,8 @@ class AppTracker:
         mem = new.get("memory", {})
         host_cats = mem.get("host") or {}
         try:
-            rss: int | None = int(self.process.memory_info().rss)
-        except psutil.Error as exc:
+            rss: int | None = self._rss()
+        except (psutil.Error, OSError) as exc:
             rss = None
             errors.append(f"cannot read the process's resident memory ({exc})")
         accounted = sum(int(host_cats.get(k, 0)) for k in ("constants", "dma_buffers", "tensors"))
@@ -256,24 +305,24 @@ class AppTracker:
         """User and system CPU of the application's process, as a percentage of all host vCPUs."""
         now = time.monotonic()
         try:
-            ct = self.process.cpu_times()
+            user, system = self._cpu_times()
         except psutil.NoSuchProcess:
             raise ProcessGone(self.pid) from None
         except psutil.Error as exc:
             return {"period": None, "vcpu_usage": None, "error": f"cannot read CPU times of pid {self.pid}: {exc}"}
         base = self.cpu_baseline
-        self.cpu_baseline = (now, ct.user, ct.system)
+        self.cpu_baseline = (now, user, system)
         if base is None:
             return {"period": 0.0, "vcpu_usage": None, "error": "no baseline sample yet"}
         dt = now - base[0]
-        capacity = dt * (psutil.cpu_count() or 1)
+        capacity = dt * _NCPU
         if capacity <= 0:
             return {"period": round(dt, 9), "vcpu_usage": None, "error": "zero-length period"}
         return {
             "period": round(dt, 9),
             "vcpu_usage": {
-                "user": round(100.0 * max(0.0, ct.user - base[1]) / capacity, 2),
-                "system": round(100.0 * max(0.0, ct.system - base[2]) / capacity, 2),
+                "user": round(100.0 * max(0.0, user - base[1]) / capacity, 2),
+                "system": round(100.0 * max(0.0, system - base[2]) / capacity, 2),
             },
             "error": "",
         }

@@ -89,31 +89,32 @@ def percentiles_seconds(
     if total == 0:
         return None
     out: dict[str, float] = {}
-    for key, q in PERCENTILES:
-        rank = q * (total - 1)  # zero-based fractional rank of the wanted sample
-        seen = 0
-        value = 0.0
-        for idx, count in items:
-            if rank < seen + count:
-                lo, hi = bucket_bounds(idx)
-                # position of the sample inside its bucket, centred on each sample's slot
-                frac = (rank - seen + 0.5) / count
-                if lo <= 0.0:
-                    value = hi * frac
-                elif hi > lo:
-                    value = lo * (hi / lo) ** frac
-                else:
-                    value = lo
-                break
-            seen += count
-        else:  # numerical edge: rank == total - 1 after the loop
-            lo, hi = bucket_bounds(items[-1][0])
-            value = hi
-        if min_ns is not None and value < min_ns:
-            value = min_ns
-        if max_ns is not None and value > max_ns:
-            value = max_ns
-        out[key] = value / 1e9
+    # one walk over the buckets serves all percentiles (their ranks are increasing)
+    wanted = [(key, q * (total - 1)) for key, q in PERCENTILES]
+    w = 0
+    seen = 0
+    for idx, count in items:
+        while w < len(wanted) and wanted[w][1] < seen + count:
+            key, rank = wanted[w]
+            lo, hi = bucket_bounds(idx)
+            # position of the sample inside its bucket, centred on each sample's slot
+            frac = (rank - seen + 0.5) / count
+            if lo <= 0.0:
+                value = hi * frac
+            elif hi > lo:
+                value = lo * (hi / lo) ** frac
+            else:
+                value = lo
+            if min_ns is not None and value < min_ns:
+                value = min_ns
+            if max_ns is not None and value > max_ns:
+                value = max_ns
+            out[key] = value / 1e9
+            w += 1
+        seen += count
+    while w < len(wanted):  # numerical edge: rank == total - 1 exactly
+        out[wanted[w][0]] = bucket_bounds(items[-1][0])[1] / 1e9
+        w += 1
     # percentiles must be monotone even after clamping
     prev = 0.0
     for key, _ in PERCENTILES:

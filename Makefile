@@ -1,0 +1,21 @@
+PYTHON ?= python3
+export PYTHON
+
+.PHONY: setup demo test test-fast bench
+
+setup:
+	bash scripts/setup.sh
+
+# One command: set up, then capture the bundled 2-rank training job and print its summary.
+demo: setup
+	bash scripts/demo.sh
+
+# One command: set up, then run the whole test suite (slow end-to-end tests included).
+test: setup
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+test-fast:
+	$(PYTHON) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PYTHON) -m bench

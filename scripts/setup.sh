@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what neuron-explorer and its tests need on a fresh machine (idempotent).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+# System packages the end-to-end tests drive for real (installed only when missing).
+need=()
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -gt 0 ] && [ "${NEURON_EXPLORER_SKIP_APT:-0}" != 1 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "setup: please install: ${need[*]} (apt-get install ${need[*]})" >&2
+  fi
+fi
+
+# torch is pinned to the CPU build (torch==2.13.0); the rest comes from pyproject's extras.
+"$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
+"$PY" -m pip install -q --disable-pip-version-check -e '.[all]'
