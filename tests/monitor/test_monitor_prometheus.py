@@ -51,14 +51,30 @@ def sample_report(completed: int, period: float, util: float = 42.0, tag: str = 
     }
 
 
-def scrape(state: ReportState) -> dict:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(state)
+def _parse(text: str) -> dict:
     out: dict = {}
-    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+    for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out.setdefault(s.name, []).append(s)
     return out
+
+
+def scrape(state: ReportState) -> dict:
+    """What the HTTP endpoint serves, parsed by prometheus_client's own parser."""
+    return _parse(state.render().decode())
+
+
+def test_served_text_matches_prometheus_client_exposition() -> None:
+    state = ReportState()
+    rep = sample_report(7, 1.0, tag='odd "tag"\\x')
+    state.update(rep)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(state)
+    ours = {(n, tuple(sorted(s.labels.items())), s.value) for n, ss in scrape(state).items() for s in ss}
+    theirs = {(n, tuple(sorted(s.labels.items())), s.value)
+              for n, ss in _parse(generate_latest(reg).decode()).items() for s in ss}
+    assert ours == theirs and len(ours) > 20
+    assert any(dict(lbl).get("runtime_tag") == 'odd "tag"\\x' for _, lbl, _ in ours)
 
 
 def test_real_metric_names_and_labels() -> None:

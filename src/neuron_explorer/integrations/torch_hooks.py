@@ -176,9 +176,15 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn):
     switch_on = rt.enabled[ev.NRT_MODEL_SWITCH]
     bw = {"done": False}
     stats = rt.stats
+    ndet = rt.ndet
+    nc = core.nc
 
     def run(*args, **kwargs):
+        eid = core.exec_count
+        core.exec_count = eid + 1
         t0 = now_ns()
+        if ndet is not None:
+            ndet.exec_begin(nc, mid, eid, t0)
         ret = 0
         try:
             out = fn(*args, **kwargs)
@@ -187,8 +193,6 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn):
             raise
         finally:
             t1 = now_ns()
-            eid = core.exec_count
-            core.exec_count = eid + 1
             if core.last_model != mid:
                 if switch_on and core.last_model >= 0:
                     append((ev.NRT_MODEL_SWITCH, t0, t0, native_tid(), mid, eid, core.last_model, 0, 0))
@@ -200,11 +204,15 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn):
                     ret = ev.RET_NUM_ERR
                     append((ev.NUMERICAL_ERR, t0, t1, native_tid(), mid, eid, ret, nan, inf))
                     tick()
+                    if ndet is not None:
+                        ndet.numerical_error(nc, mid, eid, t0, t1, nan, inf)
             append((ev.EXEC_PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0))
             tick()
             tick()
+            if ndet is not None:
+                ndet.exec_end(nc, mid, eid, t0, t1, ret)
             if stats is not None:
-                stats.on_execution(mid, core.nc, t1 - t0, t1 - t0, _STATUS.get(ret, "completed_with_err"))
+                stats.on_execution(mid, nc, t1 - t0, t1 - t0, _STATUS.get(ret, "completed_with_err"))
         if not bw["done"]:
             bw["done"] = _instrument_backward(rt, torch, core, model, out)
         return out
@@ -322,42 +330,72 @@ def _install_collectives(rt: Runtime, torch, core: CoreState) -> None:
             continue
         op_sid = rt.intern(shown)
         lib.impl(opname, _make_kernel(op, pg_pos, etype, op_sid, is_barrier, PG, Work, keys_of, below,
-                                      seqs, group_info, append, tick, rt), "BackendSelect")
+                                      seqs, group_info, append, tick, rt, core.nc), "BackendSelect")
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
+
+
+_warned: set[str] = set()
+
+
+def _future_status(fut) -> int:
+    """The runtime status code of a completed collective: 0, 5 (timeout) or 1 (failure)."""
+    try:
+        fut.value()
+        return 0
+    except Exception as e:
+        return 5 if "timed out" in str(e).lower() or "timeout" in str(e).lower() else 1
 
 
 def _make_kernel(op, pg_pos, etype, op_sid, is_barrier, PG, Work, keys_of, below, seqs, group_info,
-                 append, tick, rt):
+                 append, tick, rt, nc):
     def kernel(*args, **kwargs):
         t0 = now_ns()
         tid = native_tid()
         ts: list = []
         _tensors_in(args[0] if pg_pos > 0 else args, ts)
-        # continue the dispatch below this key, on the tensors' own backend (CPU, CUDA, ...)
-        result = op.redispatch(keys_of(ts[0]) & below, *args, **kwargs)
+        ndet = rt.ndet
+        info = None
         try:
             pg = PG.unbox(args[pg_pos] if len(args) > pg_pos else kwargs["process_group"])
             gname, gsid = group_info(pg)
             seq = seqs.get(gname, 0)
             seqs[gname] = seq + 1
-            nbytes = 0
-            dtype_sid = 0
-            if not is_barrier:
-                for t in ts:
-                    nbytes += t.numel() * t.element_size()
-                if ts:
-                    dtype_sid = rt.intern(str(ts[0].dtype).replace("torch.", ""))
-            work_obj = result[-1] if isinstance(result, (tuple, list)) else result
-            work = Work.unbox(work_obj)
-
-            def done(_fut, t0=t0, tid=tid, seq=seq, nbytes=nbytes, dtype_sid=dtype_sid, gsid=gsid):
-                append((etype, t0, now_ns(), tid, op_sid, seq, nbytes, dtype_sid, gsid))
-                tick()
-
-            work.get_future().add_done_callback(done)
+            nbytes = 0 if is_barrier else sum(t.numel() * t.element_size() for t in ts)
+            dtype_sid = rt.intern(str(ts[0].dtype).replace("torch.", "")) if ts and not is_barrier else 0
+            token = -1
+            if ndet is not None:  # the begin record exists before the collective can hang
+                token = ndet.cc_begin(nc, rt.string_list[op_sid], seq, rt.string_list[gsid], nbytes,
+                                      rt.string_list[dtype_sid], t0)
+            info = (seq, nbytes, dtype_sid, gsid, token)
         except Exception as e:  # recording must not break the collective
-            if not _state.get("warned_cc"):
-                _state["warned_cc"] = True
-                print(f"neuron-explorer: warning: collective not recorded: {e}", file=sys.stderr)
+            _warn_once("cc", f"collective not recorded: {e}")
+        try:
+            # continue the dispatch below this key, on the tensors' own backend (CPU, CUDA, ...)
+            result = op.redispatch(keys_of(ts[0]) & below, *args, **kwargs)
+        except BaseException:
+            if info is not None and ndet is not None:
+                ndet.cc_end(info[4], now_ns(), 1)
+            raise
+        if info is not None:
+            seq, nbytes, dtype_sid, gsid, token = info
+
+            def done(fut, t0=t0, tid=tid, seq=seq, nbytes=nbytes, dtype_sid=dtype_sid, gsid=gsid, token=token):
+                t1 = now_ns()
+                append((etype, t0, t1, tid, op_sid, seq, nbytes, dtype_sid, gsid))
+                tick()
+                if ndet is not None:
+                    ndet.cc_end(token, t1, _future_status(fut))
+
+            try:
+                work = Work.unbox(result[-1] if isinstance(result, (tuple, list)) else result)
+                work.get_future().add_done_callback(done)
+            except Exception as e:
+                _warn_once("cc", f"collective completion not recorded: {e}")
         return result
 
     return kernel

@@ -92,7 +92,8 @@ class AppTracker:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str = ""
     _proc: psutil.Process | None = None
-    _stat: tuple[bytes, float, float, float] | None = None
+    _stat: tuple[bytes, float, float, float, int] | None = None
+    _model_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def process(self) -> psutil.Process:
@@ -100,8 +101,10 @@ class AppTracker:
             self._proc = psutil.Process(self.pid)
         return self._proc
 
-    def _proc_stat(self) -> tuple[bytes, float, float, float] | None:
-        """(state, user s, system s, start time) from one read of /proc/<pid>/stat, or None off Linux.
+    def _proc_stat(self) -> tuple[bytes, float, float, float, int] | None:
+        """(state, user s, system s, start time, RSS bytes) from one read of /proc/<pid>/stat.
+
+        None off Linux (psutil is used there).
 
         One file read per application per period instead of several psutil
         calls keeps the monitor's cost per application small.
@@ -119,6 +122,7 @@ class AppTracker:
             int(fields[11]) / _CLK_TCK,
             int(fields[12]) / _CLK_TCK,
             _BOOT_TIME + int(fields[19]) / _CLK_TCK,
+            int(fields[21]) * _PAGE_SIZE,
         )
 
     def _cpu_times(self) -> tuple[float, float]:
@@ -129,9 +133,9 @@ class AppTracker:
         return ct.user, ct.system
 
     def _rss(self) -> int:
-        if _HAVE_PROC:
-            with open(f"/proc/{self.pid}/statm", "rb") as f:
-                return int(f.read().split()[1]) * _PAGE_SIZE
+        st = self._stat if self._stat is not None else self._proc_stat()
+        if st is not None:
+            return st[4]
         return int(self.process.memory_info().rss)
 
     def check_alive(self) -> None:
@@ -257,36 +261,14 @@ class AppTracker:
         }
         device_total = sum(sum(v.values()) for v in per_core.values())
         old_exec = {m["model_id"]: m.get("executions", 0) for m in old.get("models", [])}
-        cuda = new.get("device_kind") == "cuda"
         models = []
         for m in new.get("models", []):
-            subgraphs: dict[str, Any] = {}
-            for i in range(int(m.get("subgraphs", 1))):
-                name = f"sg_{i:02d}"
-                if i == 0:
-                    dev = {"constants": m["constants_bytes"], "model_code": m["code_bytes"],
-                           "runtime_memory": None, "tensors": None}
-                    used: Any = {
-                        "host": None,
-                        "neuron_device": m["constants_bytes"] + m["code_bytes"],
-                        "usage_breakdown": {
-                            "host": dict.fromkeys(HOST_MEMORY_CATEGORIES),
-                            "neuron_device": dev,
-                        },
-                    }
-                else:
-                    used = None
-                subgraphs[name] = {
-                    "memory_used_bytes": used,
-                    "neuroncore_index": m["nc_idx"],
-                    "neuron_device_index": m["nc_idx"] if cuda else 0,
-                }
             models.append({
                 "name": m["name"],
                 "uuid": m["uuid"],
                 "model_id": m["model_id"],
                 "is_running": m.get("executions", 0) > old_exec.get(m["model_id"], 0),
-                "subgraphs": subgraphs,
+                "subgraphs": self._subgraphs(m, new.get("device_kind") == "cuda"),
             })
         if mem.get("host") is None and not mem.get("per_core"):
             errors.append("the runtime has not reported its memory categories; host total is the process RSS")
@@ -300,6 +282,39 @@ class AppTracker:
             "loaded_models": models,
             "error": "; ".join(errors),
         }
+
+    def _subgraphs(self, m: dict[str, Any], cuda: bool) -> dict[str, Any]:
+        """The ``subgraphs`` object of a loaded model; built once per model since it never changes.
+
+        The runtime accounts memory per graph, not per subgraph, so the whole
+        graph's device memory is attributed to ``sg_00`` and the other
+        subgraphs carry null; host memory per graph is not tracked (null).
+        """
+        cached = self._model_cache.get(m["uuid"])
+        if cached is not None:
+            return cached
+        subgraphs: dict[str, Any] = {}
+        for i in range(int(m.get("subgraphs", 1))):
+            used: Any = None
+            if i == 0:
+                used = {
+                    "host": None,
+                    "neuron_device": m["constants_bytes"] + m["code_bytes"],
+                    "usage_breakdown": {
+                        "host": dict.fromkeys(HOST_MEMORY_CATEGORIES),
+                        "neuron_device": {"constants": m["constants_bytes"], "model_code": m["code_bytes"],
+                                          "runtime_memory": None, "tensors": None},
+                    },
+                }
+            subgraphs[f"sg_{i:02d}"] = {
+                "memory_used_bytes": used,
+                "neuroncore_index": m["nc_idx"],
+                "neuron_device_index": m["nc_idx"] if cuda else 0,
+            }
+        if len(self._model_cache) > 4096:
+            self._model_cache.clear()
+        self._model_cache[m["uuid"]] = subgraphs
+        return subgraphs
 
     def neuron_runtime_vcpu_usage(self) -> dict[str, Any]:
         """User and system CPU of the application's process, as a percentage of all host vCPUs."""

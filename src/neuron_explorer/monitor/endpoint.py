@@ -84,9 +84,9 @@ def snapshot_path(stats_dir: Path, pid: int) -> Path:
     return Path(stats_dir) / f"{pid}{SNAPSHOT_SUFFIX}"
 
 
-def list_snapshots(stats_dir: Path) -> list[tuple[int, Path]]:
-    """All ``(pid, path)`` snapshot files currently in the directory (no parsing)."""
-    out: list[tuple[int, Path]] = []
+def list_snapshots(stats_dir: Path) -> list[tuple[int, str]]:
+    """All ``(pid, path)`` snapshot files currently in the directory (no parsing, no Path objects)."""
+    out: list[tuple[int, str]] = []
     try:
         entries = os.scandir(stats_dir)
     except FileNotFoundError:
@@ -98,6 +98,6 @@ def list_snapshots(stats_dir: Path) -> list[tuple[int, Path]]:
                 continue
             stem = name[: -len(SNAPSHOT_SUFFIX)]
             if stem.isdigit():
-                out.append((int(stem), Path(e.path)))
+                out.append((int(stem), e.path))
     out.sort()
     return out

@@ -94,6 +94,7 @@ class Monitor:
             seen.add(pid)
             if pid in self.apps:
                 continue
+            path = Path(path)
             try:
                 snap = read_snapshot(path)
             except FileNotFoundError:
@@ -197,7 +198,7 @@ class Monitor:
             if not self.collect_due():
                 continue
             try:
-                out.write(json.dumps(self.report(), separators=(",", ":")) + "\n")
+                out.write(json.dumps(self.report(), separators=(",", ":"), check_circular=False) + "\n")
                 out.flush()
             except BrokenPipeError:
                 return 0

@@ -25,15 +25,23 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True) 
     if rt is not None:
         return rt
     capture = cfgmod.capture_requested() if config is None else True
+    ndet_on = cfgmod.ndet_requested()
     try:
         cfg = config or cfgmod.CaptureConfig.from_env()
+        if not capture:
+            # Nothing drains the capture rings without a capture sink: keep them minimal.
+            cfg.max_events_per_nc = 1
+        rt = Runtime(cfg)
+        if ndet_on:
+            from ..ndet.recorder import NdetRecorder
+
+            rt.ndet = NdetRecorder.from_env(rt)
     except cfgmod.ConfigError as e:
         if not from_env:
             raise
         print(f"neuron-explorer: error: {e}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(2)
-    rt = Runtime(cfg)
     set_runtime(rt)
     if capture:
         from ..capture.sink import CaptureSink
@@ -41,6 +49,9 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True) 
         sink = CaptureSink(rt)
         rt.add_sink(sink)
         sink.start()
+    if rt.ndet is not None:
+        rt.add_sink(rt.ndet)
+        rt.ndet.start()
     _install_integrations(rt)
     _install_exit_handlers(rt)
     return rt

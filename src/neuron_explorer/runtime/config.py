@@ -33,6 +33,9 @@ INSTANCE_ID = "NEURON_EXPLORER_INSTANCE_ID"
 FLUSH_PERIOD = "NEURON_EXPLORER_FLUSH_PERIOD_MS"
 SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
 NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
+NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
+NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
+NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
 SOURCE_DEBUG_VARS = ("XLA_IR_DEBUG", "XLA_HLO_DEBUG", "NEURON_FRAMEWORK_DEBUG")
 
 DEFAULT_MAX_EVENTS = 1_000_000
@@ -147,7 +150,7 @@ class CaptureConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "CaptureConfig":
         env = os.environ if env is None else env
         g = env.get
-        raw = {k: v for k, v in env.items() if k.startswith("NEURON_RT_INSPECT_") or k.startswith("NEURON_EXPLORER_")
+        raw = {k: v for k, v in env.items() if k.startswith(("NEURON_RT_INSPECT_", "NEURON_EXPLORER_", "NEURON_RT_DBG_NDET_"))
                or k in SOURCE_DEBUG_VARS or k == PROCESS_TAG}
         return cls(
             output_dir=g(OUTPUT_DIR) or "./output",
@@ -159,7 +162,8 @@ class CaptureConfig:
             cpu_util=parse_bool(CPU_UTIL, g(CPU_UTIL), True),
             host_memory=parse_bool(HOST_MEMORY, g(HOST_MEMORY), True),
             on_fail=parse_bool(ON_FAIL, g(ON_FAIL), False),
-            nan_check=parse_bool(NAN_CHECK, g(NAN_CHECK), False),
+            # NDET catches numerical errors by default; plain capture does not pay for the scan.
+            nan_check=parse_bool(NAN_CHECK, g(NAN_CHECK), ndet_requested(env)),
             source_locations=any(parse_bool(v, g(v), False) for v in SOURCE_DEBUG_VARS),
             flush_period_s=parse_positive_int(FLUSH_PERIOD, g(FLUSH_PERIOD), 2000) / 1000.0,
             sample_period_s=parse_positive_int(SAMPLE_PERIOD, g(SAMPLE_PERIOD), 100) / 1000.0,
@@ -176,3 +180,9 @@ class CaptureConfig:
 def capture_requested(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     return env.get(ENABLE, "0").strip() not in ("", "0")
+
+
+def ndet_requested(env: Mapping[str, str] | None = None) -> bool:
+    """NDET is on when its flush period is a non-zero number (validated by the recorder)."""
+    env = os.environ if env is None else env
+    return env.get(NDET_FLUSH_USEC, "0").strip() not in ("", "0")

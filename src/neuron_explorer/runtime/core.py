@@ -66,7 +66,8 @@ class Runtime:
         self.enabled = [config.type_enabled(t.name) for t in ev.EVENT_TYPES]
         self.anchors: list[tuple[int, int, str]] = [clock.anchor("start")]
         self.sinks: list[Sink] = []
-        self.stats = None  # per-process counters for neuron-monitor, when enabled
+        self.stats = None  # per-process counters for neuron-monitor (monitor.app_stats.AppStats), when on
+        self.ndet = None  # the NDET flight recorder (ndet.recorder.NdetRecorder), when on
         self.device_kind = "cpu"
         self.nd_idx = 0
         self.end_reason = "running"
