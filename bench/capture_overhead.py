@@ -145,13 +145,16 @@ def worker_train(config: str, backend: str, warmup: int, steps: int) -> dict:
         nchunks = 10
         per = max(1, steps // nchunks)
         chunks = []
+        c0 = time.process_time_ns()
         for _ in range(nchunks):
             t0 = time.perf_counter_ns()
             for _ in range(per):
                 step()
             chunks.append(time.perf_counter_ns() - t0)
+        cpu[0] = time.process_time_ns() - c0
         return chunks, per
 
+    cpu = [0]
     prof_events = None
     if config == "torch_profiler":
         from torch.profiler import ProfilerActivity, profile
@@ -172,6 +175,7 @@ def worker_train(config: str, backend: str, warmup: int, steps: int) -> dict:
     return {
         "config": config,
         "step_ns": total / n,
+        "cpu_step_ns": cpu[0] / n,  # process CPU time (all threads) per step: robust to a busy machine
         "chunk_step_ns": [c / per for c in chunks],
         "steps": n,
         "warmup": warmup,
@@ -205,7 +209,7 @@ def worker_micro(out_dir: str, n: int) -> dict:
     from neuron_explorer.runtime.config import CaptureConfig
 
     cfg = CaptureConfig(output_dir=out_dir, cpu_util=False, host_memory=False, flush_period_s=3600.0,
-                        max_events_per_nc=4 * n + 1000)
+                        max_events_per_nc=1_000_000)
     rt = boot.start(cfg, from_env=False)
     res: dict = {}
 
@@ -234,13 +238,40 @@ def worker_micro(out_dir: str, n: int) -> dict:
             append((9, t0, t1, tid_fn(), 1, i, 0, 0, 0))
             tick()
 
+    get_ident = threading.get_ident
+    tid_cache = {get_ident(): tid_fn()}
+
+    def record_cached_tid(k):
+        for i in range(k):
+            t0 = now_ns()
+            t1 = now_ns()
+            append((9, t0, t1, tid_cache[get_ident()], 1, i, 0, 0, 0))
+            tick()
+
+    def clock_loop(k):
+        for _ in range(k):
+            now_ns()
+
+    def tid_loop(k):
+        for _ in range(k):
+            tid_fn()
+
+    def ident_loop(k):
+        for _ in range(k):
+            get_ident()
+
     reps = 7
     base = _per_call_ns(empty_loop, n, reps)
+    res["clock_read_ns"] = _per_call_ns(clock_loop, n, reps) - base
+    res["native_tid_ns"] = _per_call_ns(tid_loop, n, reps) - base
+    res["get_ident_ns"] = _per_call_ns(ident_loop, n, reps) - base
     res["loop_ns"] = base
     ring._q.clear()
     res["ring_append_tick_ns"] = _per_call_ns(ring_append_tick, n, reps) - base
     ring._q.clear()
     res["full_record_ns"] = _per_call_ns(full_record, n, reps) - base
+    ring._q.clear()
+    res["record_cached_tid_ns"] = _per_call_ns(record_cached_tid, n, reps) - base
     ring._q.clear()
 
     # 2. the instrumented compiled call vs the bare compiled callable
@@ -260,6 +291,7 @@ def worker_micro(out_dir: str, n: int) -> dict:
     torch_hooks._wrap_execution = spy
     try:
         x = torch.ones(4)
+        xg = torch.ones(4, requires_grad=True)
 
         def tiny(x):
             return x + 1
@@ -267,6 +299,9 @@ def worker_micro(out_dir: str, n: int) -> dict:
         ctiny = torch.compile(tiny, backend="aot_eager")
         ctiny(x)
         ctiny(x)
+        ctrain = torch.compile(lambda x: x * 2, backend="aot_eager")
+        ctrain(xg)
+        ctrain(xg)
     finally:
         torch_hooks._wrap_execution = orig_wrap
 
@@ -299,6 +334,25 @@ def worker_micro(out_dir: str, n: int) -> dict:
         res["wrapper_overhead_ns"] = min(wr) - min(br)
         res["wrapper_overhead_median_ns"] = statistics.median(w - b for w, b in zip(wr, br))
         res["compiled_calls_timed"] = m
+        if len(captured) >= 2:
+            # a training graph (outputs carry grad_fn; backward instrumented after the first call)
+            run_t, bare_t = captured[1], captured[1].__wrapped__
+
+            def call_run_t(k):
+                for _ in range(k):
+                    run_t(xg)
+
+            def call_bare_t(k):
+                for _ in range(k):
+                    bare_t(xg)
+
+            wr, br = [], []
+            for _ in range(reps):
+                wr.append(_per_call_ns(call_run_t, m, 1))
+                br.append(_per_call_ns(call_bare_t, m, 1))
+            res["train_call_bare_ns"] = min(br)
+            res["train_call_wrapped_ns"] = min(wr)
+            res["train_wrapper_overhead_ns"] = min(wr) - min(br)
     else:
         res["wrapper_overhead_ns"] = None
         res["note"] = "could not capture the instrumented callable (torch_hooks._wrap_execution changed?)"
@@ -334,6 +388,50 @@ def worker_micro(out_dir: str, n: int) -> dict:
         res["wrapper_nop_gradfn_done_ns"] = _per_call_ns(c(w_grad), n, reps) - bare_nop
     except Exception as e:  # internal API moved: report, do not fail the benchmark
         res["wrapper_nop_error"] = f"{type(e).__name__}: {e}"
+
+    # 4. the background work: one host sample, and the periodic flush as the store grows
+    try:
+        from neuron_explorer.capture.samplers import HostSampler
+
+        hs = HostSampler(os.getpid(), 0.1, True, True)
+        hs.start()
+        hs._stop.set()
+        ts = []
+        for _ in range(50):
+            t0 = time.perf_counter_ns()
+            hs.sample()
+            ts.append(time.perf_counter_ns() - t0)
+        hs.stop()
+        res["host_sample_us"] = statistics.median(ts) / 1e3
+        res["host_sampler_cpu_share_at_100ms"] = statistics.median(ts) / 1e8
+    except Exception as e:
+        res["host_sample_error"] = f"{type(e).__name__}: {e}"
+    try:
+        from neuron_explorer.capture.sink import CaptureSink
+        from neuron_explorer.runtime import events as ev
+
+        sink = next(s for s in rt.sinks if isinstance(s, CaptureSink))
+        core = rt.core()
+        flushes = []
+        total_records = 0
+        for add in (10_000, 90_000, 150_000):
+            t = now_ns()
+            tid = tid_fn()
+            for i in range(add):
+                core.ring.append((ev.EXEC_PAIR, t + i, t + i + 1, tid, 0, i, 0, 0, 0))
+                core.ring.tick()
+                core.ring.tick()
+            total_records += add
+            t0 = time.perf_counter_ns()
+            rt.flush(final=False)
+            dt = time.perf_counter_ns() - t0
+            stored = sum(st.rows for st in sink.cores.values())
+            flushes.append({"records_added": add, "events_stored": stored, "flush_ms": dt / 1e6,
+                            "ns_per_stored_event": dt / max(1, stored),
+                            "duty_cycle": (dt / 1e9) / max(rt.config.flush_period_s, 20 * dt / 1e9)})
+        res["periodic_flush"] = flushes
+    except Exception as e:
+        res["periodic_flush_error"] = f"{type(e).__name__}: {e}"
 
     res["ring_records"] = ring.produced()
     return res
@@ -413,8 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, inductor, ...)")
     ap.add_argument("--runs", type=int, default=None, help="runs per configuration (default 7; --quick 5)")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 5000; --quick 2000)")
-    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per run (default 300)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 4000; --quick 1500)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per run (default 300; --quick 100)")
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs (~1 minute)")
     ap.add_argument("--no-samplers-config", action="store_true",
                     help="add a 4th configuration: system profile with the CPU/memory samplers off")
@@ -428,9 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     runs = a.runs or (5 if a.quick else 7)
-    steps = a.steps or (2000 if a.quick else 5000)
-    warmup = a.warmup if a.warmup is not None else (200 if a.quick else 300)
-    micro_n = a.micro_n or (100_000 if a.quick else 300_000)
+    steps = a.steps or (1500 if a.quick else 4000)
+    warmup = a.warmup if a.warmup is not None else (100 if a.quick else 300)
+    micro_n = a.micro_n or (50_000 if a.quick else 200_000)
 
     if a.worker == "train":
         r = worker_train(a.config, a.backend, warmup, steps)
@@ -479,16 +577,21 @@ def main(argv: list[str] | None = None) -> int:
 
     summary: dict[str, dict] = {}
     base_med = statistics.median(r["step_ns"] for r in per_config["unprofiled"])
+    cpu_base_med = statistics.median(r["cpu_step_ns"] for r in per_config["unprofiled"])
     for c in configs:
         xs = [r["step_ns"] for r in per_config[c]]
         sp = _spread(xs)
         # paired ratios: run i of this config against run i of unprofiled (same slot in the interleave)
         paired = [x / u["step_ns"] for x, u in zip(xs, per_config["unprofiled"])]
+        cpu = _spread([r["cpu_step_ns"] for r in per_config[c]])
         summary[c] = {
             "step_ns": sp,
             "ratio_vs_unprofiled": sp["median"] / base_med,
             "paired_ratio": _spread(paired),
             "overhead_ns_per_step": sp["median"] - base_med,
+            "cpu_step_ns": cpu,
+            "cpu_ratio_vs_unprofiled": cpu["median"] / cpu_base_med,
+            "cpu_overhead_ns_per_step": cpu["median"] - cpu_base_med,
         }
 
     ses = sessions[0] if sessions else {}
@@ -521,6 +624,9 @@ def main(argv: list[str] | None = None) -> int:
         },
         "derived": {
             "overhead_ns_per_compiled_call": (ovh / timed_calls_per_step) if timed_calls_per_step else None,
+            "cpu_overhead_ns_per_compiled_call": (summary["system_profile"]["cpu_overhead_ns_per_step"]
+                                                  / timed_calls_per_step) if timed_calls_per_step else None,
+            "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         },
         "wall_s": round(time.time() - t_start, 1),
     }
@@ -541,7 +647,8 @@ def _print_table(r: dict, configs: list[str]) -> None:
     print(f"workload: {w['model']}, backend {w['backend']}, 1 thread; {w['runs_per_config']} interleaved "
           f"runs x {w['timed_steps']} timed steps (+{w['warmup_steps']} warm-up), fresh process per run")
     print()
-    hdr = f"{'configuration':<44} {'median us/step':>14} {'min':>8} {'max':>8} {'IQR':>7} {'ratio':>7} {'paired (min..max)':>19}"
+    hdr = (f"{'configuration':<44} {'median us/step':>14} {'min':>8} {'max':>8} {'IQR':>7} {'ratio':>7} "
+           f"{'paired min..max':>15} {'CPU us/step':>11} {'CPU ratio':>9}")
     print(hdr)
     print("-" * len(hdr))
     for c in configs:
@@ -550,7 +657,10 @@ def _print_table(r: dict, configs: list[str]) -> None:
         pr = s["paired_ratio"]
         print(f"{LABELS[c]:<44} {sp['median'] / 1e3:>14.2f} {sp['min'] / 1e3:>8.2f} {sp['max'] / 1e3:>8.2f} "
               f"{sp['iqr'] / 1e3:>7.2f} {s['ratio_vs_unprofiled']:>6.3f}x "
-              f"{pr['min']:>8.3f}..{pr['max']:.3f}")
+              f"{pr['min']:>7.3f}..{pr['max']:.3f} {s['cpu_step_ns']['median'] / 1e3:>11.2f} "
+              f"{s['cpu_ratio_vs_unprofiled']:>8.3f}x")
+    print("(ratio: median step time / unprofiled median; paired: run i / unprofiled run i; CPU: process CPU time of "
+          "all threads per step, insensitive to other load on the machine)")
     print(f"\ntarget: system profile <= {r['target']['system_profile_ratio_max']:.2f}x of unprofiled")
     hp = r["hot_path"]
 
@@ -559,16 +669,30 @@ def _print_table(r: dict, configs: list[str]) -> None:
         return "n/a" if v is None else f"{v:.0f} ns"
 
     print("\nhot path (one process, runtime started programmatically)")
+    print(f"  perf_counter_ns()                                 {f('clock_read_ns')}")
+    print(f"  threading.get_native_id() (a gettid syscall)      {f('native_tid_ns')}")
+    print(f"  threading.get_ident()                             {f('get_ident_ns')}")
     print(f"  Ring.append(tuple) + tick                         {f('ring_append_tick_ns')}")
-    print(f"  full record (2 clock reads, tid, tuple, append, tick) {f('full_record_ns')}")
+    print(f"  one recorded event as the hooks do it             {f('full_record_ns')}  "
+          f"(2 clock reads, get_native_id, tuple, append, tick)")
+    print(f"    ... with a cached thread id                     {f('record_cached_tid_ns')}")
     print(f"  compiled call: bare run.__wrapped__               {f('compiled_call_bare_ns')}")
     print(f"  compiled call: instrumented run                   {f('compiled_call_wrapped_ns')}")
     print(f"  => wrapper overhead per compiled call             {f('wrapper_overhead_ns')} "
           f"(median of rounds {f('wrapper_overhead_median_ns')})")
     print(f"  compiled call through Dynamo (guards + run)       {f('compiled_call_dynamo_ns')}")
+    if "train_wrapper_overhead_ns" in hp:
+        print(f"  training graph: bare / instrumented / overhead    {f('train_call_bare_ns')} / "
+              f"{f('train_call_wrapped_ns')} / {f('train_wrapper_overhead_ns')}")
     if "wrapper_nop_no_gradfn_ns" in hp:
         print(f"  wrapper on a no-op, output without grad_fn        {f('wrapper_nop_no_gradfn_ns')}")
         print(f"  wrapper on a no-op, backward already instrumented {f('wrapper_nop_gradfn_done_ns')}")
+    if "host_sample_us" in hp:
+        print(f"  one CPU+memory host sample (every 100 ms)         {hp['host_sample_us']:.0f} us "
+              f"({100 * hp['host_sampler_cpu_share_at_100ms']:.2f}% of one core)")
+    for fl in hp.get("periodic_flush", []):
+        print(f"  periodic flush with {fl['events_stored']:>7} events stored       {fl['flush_ms']:.1f} ms "
+              f"({fl['ns_per_stored_event']:.0f} ns/event; duty cycle {100 * fl['duty_cycle']:.2f}%)")
     od = r["on_disk"]
     ses = od.get("example_session") or {}
     if od.get("bytes_per_event"):
@@ -577,7 +701,11 @@ def _print_table(r: dict, configs: list[str]) -> None:
     d = r["derived"]
     if d.get("overhead_ns_per_compiled_call") is not None:
         print(f"system-profile overhead per compiled call in the step benchmark: "
-              f"{d['overhead_ns_per_compiled_call']:.0f} ns ({w['compiled_calls_per_step']:.2f} calls/step)")
+              f"{d['overhead_ns_per_compiled_call']:.0f} ns wall, {d['cpu_overhead_ns_per_compiled_call']:.0f} ns CPU "
+              f"({w['compiled_calls_per_step']:.2f} calls/step)")
+    if d.get("load_average_at_end"):
+        print(f"load average at end: {', '.join(f'{x:.2f}' for x in d['load_average_at_end'])} "
+              f"on {r['machine']['cpu_count']} CPUs")
 
 
 if __name__ == "__main__":

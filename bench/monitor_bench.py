@@ -157,8 +157,12 @@ def main() -> int:
         cold.append((time.perf_counter() - s) * 1e3)
     server.shutdown()
 
+    from neuron_explorer.monitor import _json
+
     result = {
-        "host": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "machine": platform.machine()},
+        "host": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "machine": platform.machine(),
+                 "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+        "json_backend": _json.BACKEND,
         "apps_requested": args.apps,
         "apps_in_report": n_apps,
         "period_s": 1.0,
@@ -181,6 +185,8 @@ def main() -> int:
     }
     rows = [
         ("apps monitored", f"{n_apps}"),
+        ("JSON backend", _json.BACKEND),
+        ("host load average (1 min)", f"{result['host']['load_average_1m_at_end']} on {psutil.cpu_count()} vCPUs"),
         ("reports in window", f"{len(reports)} over {wall:.1f} s"),
         ("report size", f"{report_bytes / 1024:.1f} KiB"),
         ("monitor CPU (% of one core)", f"{result['monitor_cpu_pct_of_one_core']:.3f} %  (target < 1 %)"),

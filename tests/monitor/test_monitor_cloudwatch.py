@@ -3,7 +3,6 @@
 import datetime as dt
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest

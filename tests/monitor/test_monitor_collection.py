@@ -1,7 +1,5 @@
 """The monitor's application groups: exact deltas, late arrivals, dead and vanishing applications."""
 
-import json
-import os
 import subprocess
 import sys
 import time

@@ -17,7 +17,8 @@ def test_percentiles_track_exact_values_within_bucket_width() -> None:
 
 
 def test_percentiles_are_monotone_and_none_when_empty() -> None:
-    assert histogram.percentiles_seconds({}) is None
+    assert histogram.percentiles_seconds([0, []]) is None
+    assert histogram.percentiles_seconds([5, [0, 0]]) is None
     est = histogram.percentiles_seconds(histogram.histogram_from_values([2e6, 3e6, 3e9, 10.0]))
     vals = [est[k] for k, _ in histogram.PERCENTILES]
     assert vals == sorted(vals)
@@ -25,10 +26,15 @@ def test_percentiles_are_monotone_and_none_when_empty() -> None:
 
 
 def test_delta_of_cumulative_snapshots_keeps_only_new_samples() -> None:
-    old = histogram.to_sparse([0, 3, 0, 1] + [0] * (histogram.NUM_BUCKETS - 4))
-    new = histogram.to_sparse([0, 5, 0, 1] + [0] * (histogram.NUM_BUCKETS - 4))
-    assert histogram.delta(new, old) == {1: 2}
-    assert histogram.delta(new, None) == {1: 5, 3: 1}
+    pad = [0] * (histogram.NUM_BUCKETS - 6)
+    old = histogram.to_run([0, 0, 3, 0, 1, 0] + pad)
+    new = histogram.to_run([0, 1, 5, 0, 1, 2] + pad)
+    assert old == [2, [3, 0, 1]] and new == [1, [1, 5, 0, 1, 2]]
+    assert histogram.delta(new, old) == [1, [1, 2, 0, 0, 2]]
+    assert histogram.delta(new, None) == new
+    assert histogram.delta(new, [0, []]) == new
+    est = histogram.percentiles_seconds(histogram.delta(new, old))
+    assert est is not None and est["p0"] < est["p100"]
 
 
 def test_out_of_range_latencies_land_in_edge_buckets() -> None:

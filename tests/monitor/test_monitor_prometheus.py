@@ -4,7 +4,6 @@ import json
 import os
 import ssl
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request

@@ -27,10 +27,20 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 
 
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write(path: str, data: bytes) -> None:
     d = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
     try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

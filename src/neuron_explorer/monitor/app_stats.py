@@ -15,7 +15,6 @@ without resetting each other's view.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import socket
 import threading
@@ -24,10 +23,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from neuron_explorer.monitor import endpoint, histogram
+from neuron_explorer.monitor import _json, endpoint, histogram
 
 #: Format marker written into every snapshot; the monitor ignores files with another one.
-SNAPSHOT_FORMAT = "neuron-explorer-stats/1"
+SNAPSHOT_FORMAT = "neuron-explorer-stats/2"
 
 #: Execution outcomes, as named by the report's ``execution_summary``.
 EXECUTION_STATUSES: tuple[str, ...] = (
@@ -257,8 +256,8 @@ class AppStats:
                 "cores": cores,
                 "latency": {
                     "layout": [histogram.MIN_NS, histogram.BUCKETS_PER_DECADE, histogram.DECADES],
-                    "total": histogram.to_sparse(self._lat_total),
-                    "device": histogram.to_sparse(self._lat_device),
+                    "total": histogram.to_run(self._lat_total),
+                    "device": histogram.to_run(self._lat_device),
                 },
                 "memory": {
                     "host": dict(self._host_mem) if self._host_mem is not None else None,
@@ -270,7 +269,7 @@ class AppStats:
 
     def publish(self) -> Path:
         """Write the snapshot now; the rename makes the new file appear whole or not at all."""
-        data = json.dumps(self.snapshot(), separators=(",", ":")).encode()
+        data = _json.dumps_bytes(self.snapshot())
         endpoint.ensure_private_dir(self.stats_dir)
         tmp = self.path.with_name(f".{self.pid}.{threading.get_ident()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)

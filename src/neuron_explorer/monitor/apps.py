@@ -8,7 +8,6 @@ so every execution is counted in exactly one report.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any, Callable
 
 import psutil
 
-from neuron_explorer.monitor import histogram
+from neuron_explorer.monitor import _json, histogram
 from neuron_explorer.monitor.app_stats import (
     CORE_MEMORY_CATEGORIES,
     ERROR_CLASSES,
@@ -49,7 +48,7 @@ def read_snapshot(path: Path) -> dict[str, Any]:
     with open(path, "rb") as f:
         raw = f.read()
     try:
-        snap = json.loads(raw)
+        snap = _json.loads(raw)
     except ValueError as exc:
         raise SnapshotError(f"{path}: not a stats snapshot ({exc})") from None
     if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
@@ -67,7 +66,7 @@ def zero_snapshot(snap: dict[str, Any]) -> dict[str, Any]:
         "executions": {},
         "errors": {},
         "cores": {},
-        "latency": {"total": {}, "device": {}},
+        "latency": {"total": [0, []], "device": [0, []]},
         "models": [],
     }
 

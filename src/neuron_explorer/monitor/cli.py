@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 import threading
@@ -65,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     monitor = Monitor(cfg, log=log)
+    # start-up objects (imports, config) never die: keep the cyclic GC from rescanning them every period
+    gc.freeze()
     log(3, f"reading application stats from {monitor.stats_dir}")
     try:
         return monitor.run(sys.stdout, stop)

@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Any, Iterable, Sequence, TextIO
 
+from neuron_explorer.monitor import _json
 from neuron_explorer.monitor.metrics import ReportTracker, Sample
 
 #: PutMetricData accepts at most this many MetricDatum items per request.
@@ -114,7 +115,7 @@ def consume(stream: Iterable[str], publisher: CloudWatchPublisher) -> int:
         if not line:
             continue
         try:
-            report = json.loads(line)
+            report = _json.loads(line)
             if not isinstance(report, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:

@@ -13,7 +13,9 @@ typical errors well below that.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from bisect import bisect_right
+from itertools import accumulate
+from typing import Iterable
 
 #: Smallest latency that gets its own bucket (1 microsecond, in nanoseconds).
 MIN_NS: float = 1_000.0
@@ -57,64 +59,91 @@ def bucket_bounds(index: int) -> tuple[float, float]:
     return lo, hi
 
 
-def to_sparse(counts: list[int]) -> dict[str, int]:
-    """Encode a dense bucket list as ``{index: count}`` with zero buckets left out (small snapshots)."""
-    return {str(i): c for i, c in enumerate(counts) if c}
+_LO: list[float] = [bucket_bounds(i)[0] for i in range(NUM_BUCKETS)]
+_HI: list[float] = [bucket_bounds(i)[1] for i in range(NUM_BUCKETS)]
 
 
-def delta(new: Mapping[str, int], old: Mapping[str, int] | None) -> dict[int, int]:
-    """Bucket-wise difference of two sparse cumulative histograms (``old`` may be None = all zero)."""
-    out: dict[int, int] = {}
-    for key, count in new.items():
-        prev = old.get(key, 0) if old else 0
-        d = count - prev
-        if d > 0:
-            out[int(key)] = d
-    return out
+def to_run(counts: list[int]) -> list:
+    """Encode a dense bucket list as ``[first_index, [counts...]]`` without leading/trailing zeros.
+
+    Latency distributions occupy a contiguous range of buckets, so this is
+    both small on disk and fast to subtract: cumulative histograms only grow,
+    so an older run always lies inside a newer one.
+    """
+    lo = 0
+    n = len(counts)
+    while lo < n and not counts[lo]:
+        lo += 1
+    if lo == n:
+        return [0, []]
+    hi = n
+    while not counts[hi - 1]:
+        hi -= 1
+    return [lo, counts[lo:hi]]
+
+
+def delta(new: list, old: list | None) -> list:
+    """Bucket-wise difference of two cumulative runs (``old`` may be None = all zero), as a run."""
+    off_n, cn = new
+    if not old or not old[1]:
+        return [off_n, list(cn)]
+    off_o, co = old
+    d = list(cn)
+    base = off_o - off_n
+    if base < 0 or base + len(co) > len(d):  # not a prefix-compatible pair: recompute densely
+        dense = [0] * NUM_BUCKETS
+        for i, c in enumerate(cn):
+            dense[off_n + i] += c
+        for i, c in enumerate(co):
+            dense[off_o + i] -= c
+        return to_run([max(0, c) for c in dense])
+    for i, c in enumerate(co):
+        d[base + i] -= c
+    return [off_n, d]
 
 
 def percentiles_seconds(
-    counts: Mapping[int, int],
+    run: list,
     min_ns: float | None = None,
     max_ns: float | None = None,
 ) -> dict[str, float] | None:
-    """Estimate p0..p100 in seconds from a (sparse) bucket histogram, or None when it is empty.
+    """Estimate p0..p100 in seconds from a bucket run ``[first_index, counts]``, or None when empty.
 
     Inside a bucket the rank is interpolated geometrically, which matches the
     log spacing.  ``min_ns``/``max_ns``, when known to lie in the period, clamp
     the extreme estimates so that p0/p100 never fall outside what was observed.
     """
-    items: list[tuple[int, int]] = sorted((i, c) for i, c in counts.items() if c > 0)
-    total = sum(c for _, c in items)
-    if total == 0:
+    offset, counts = run
+    if not counts:
+        return None
+    cum = list(accumulate(counts))  # C-speed prefix sums; bisect finds each rank's bucket
+    total = cum[-1]
+    if total <= 0:
         return None
     out: dict[str, float] = {}
-    # one walk over the buckets serves all percentiles (their ranks are increasing)
-    wanted = [(key, q * (total - 1)) for key, q in PERCENTILES]
-    w = 0
-    seen = 0
-    for idx, count in items:
-        while w < len(wanted) and wanted[w][1] < seen + count:
-            key, rank = wanted[w]
-            lo, hi = bucket_bounds(idx)
-            # position of the sample inside its bucket, centred on each sample's slot
-            frac = (rank - seen + 0.5) / count
-            if lo <= 0.0:
-                value = hi * frac
-            elif hi > lo:
-                value = lo * (hi / lo) ** frac
-            else:
-                value = lo
-            if min_ns is not None and value < min_ns:
-                value = min_ns
-            if max_ns is not None and value > max_ns:
-                value = max_ns
-            out[key] = value / 1e9
-            w += 1
-        seen += count
-    while w < len(wanted):  # numerical edge: rank == total - 1 exactly
-        out[wanted[w][0]] = bucket_bounds(items[-1][0])[1] / 1e9
-        w += 1
+    for key, q in PERCENTILES:
+        rank = q * (total - 1)  # zero-based fractional rank of the wanted sample
+        i = bisect_right(cum, rank)
+        if i >= len(cum):  # numerical edge: rank == total - 1 exactly
+            i = len(cum) - 1
+            while counts[i] <= 0:
+                i -= 1
+        count = counts[i]
+        lo = _LO[offset + i]
+        hi = _HI[offset + i]
+        # position of the sample inside its bucket, centred on each sample's slot
+        frac = min(1.0, (rank - (cum[i] - count) + 0.5) / count)
+        if lo <= 0.0:
+            value = hi * frac
+        elif hi > lo:
+            value = lo * (hi / lo) ** frac
+        else:
+            value = lo
+        if min_ns is not None and value < min_ns:
+            value = min_ns
+        if max_ns is not None and value > max_ns:
+            value = max_ns
+        out[key] = value / 1e9
     # percentiles must be monotone even after clamping
     prev = 0.0
     for key, _ in PERCENTILES:
@@ -124,10 +153,9 @@ def percentiles_seconds(
     return out
 
 
-def histogram_from_values(values_ns: Iterable[float]) -> dict[int, int]:
-    """Build a sparse histogram from raw values; used by tests and benchmarks."""
-    out: dict[int, int] = {}
+def histogram_from_values(values_ns: Iterable[float]) -> list:
+    """Build a bucket run from raw values; used by tests and benchmarks."""
+    dense = [0] * NUM_BUCKETS
     for v in values_ns:
-        i = bucket_index(v)
-        out[i] = out.get(i, 0) + 1
-    return out
+        dense[bucket_index(v)] += 1
+    return to_run(dense)

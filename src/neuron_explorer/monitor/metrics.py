@@ -10,7 +10,6 @@ receive duplicate datapoints.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -102,14 +101,15 @@ class ReportTracker:
     """Remembers each group's last content so repeated groups are not counted twice."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[Any, str], str] = {}
+        self._last: dict[tuple[Any, str], Any] = {}
 
     def _fresh(self, scope: Any, group: str, data: Any) -> bool:
+        # deep equality of decoded JSON: a repeated group is identical, a new one differs at
+        # least in its measured period
         key = (scope, group)
-        enc = json.dumps(data, sort_keys=True)
-        if self._last.get(key) == enc:
+        if self._last.get(key) == data:
             return False
-        self._last[key] = enc
+        self._last[key] = data
         return True
 
     def samples(self, report: dict[str, Any]) -> list[Sample]:

@@ -9,14 +9,13 @@ data is new).
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from neuron_explorer.monitor import endpoint
+from neuron_explorer.monitor import _json, endpoint
 from neuron_explorer.monitor.apps import AppTracker, ProcessGone, SnapshotError, read_snapshot, remove_stale
 from neuron_explorer.monitor.config import DEFAULT_PERIOD_S, RUNTIME_GROUPS, SYSTEM_GROUPS, MonitorConfig
 from neuron_explorer.monitor.gpu import Nvml
@@ -198,7 +197,7 @@ class Monitor:
             if not self.collect_due():
                 continue
             try:
-                out.write(json.dumps(self.report(), separators=(",", ":"), check_circular=False) + "\n")
+                out.write(_json.dumps_line(self.report()) + "\n")
                 out.flush()
             except BrokenPipeError:
                 return 0

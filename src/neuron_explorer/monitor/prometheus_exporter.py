@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import math
 import ssl
 import sys
@@ -25,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from neuron_explorer.monitor import _json
 from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS, ReportTracker, Sample
 
 DEFAULT_PORT = 8000
@@ -166,7 +166,7 @@ def consume(stream: Iterable[str], state: ReportState, err: TextIO = sys.stderr)
         if not line:
             continue
         try:
-            report = json.loads(line)
+            report = _json.loads(line)
             if not isinstance(report, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:

@@ -1,4 +1,4 @@
-"""``neuron-explorer view``: process captures into summaries and (later) other formats."""
+"""``neuron-explorer view`` (alias ``neuron-profile view``): flags and the command."""
 
 from __future__ import annotations
 
@@ -6,61 +6,116 @@ import argparse
 import os
 import sys
 
-from . import summary as summary_mod
-from .reader import ProfileError, discover, load_session
+from ..runtime.config import ConfigError
+from .pipeline import GOOD_LAYOUT, ViewError, ViewOptions, run  # noqa: F401 (GOOD_LAYOUT re-exported)
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
-IMPLEMENTED = ("summary-text", "summary-json")
 
-GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<timestamp>/ holding "
-               "ntrace.pb and trace_info.pb (written by NEURON_RT_INSPECT_ENABLE=1 or 'neuron-explorer inspect')")
+EPILOG = """\
+examples:
+  neuron-explorer view -d ./output --output-format summary-text
+  neuron-profile view -d ./output --output-format perfetto            # system_profile.pftrace
+  neuron-explorer view -d ./output --output-format json --output-file run1.json
+  neuron-explorer view -d ./output --system-trace-filter-neuron-core "0,1" --system-trace-filter-event-type "nrt_execute,cc_running"
+  neuron-explorer view -d ./output --system-trace-filter-instance-id "i-abc123,i-def456"
+  neuron-explorer view --show-profile-schema
+"""
 
 
 def add_view_parser(sub) -> None:
     v = sub.add_parser(
-        "view", help="process captured profiles (summary, parquet, json, perfetto)",
-        description="Read every profile under DIR (many instances and processes) and write the chosen output.",
-        epilog="examples:\n  neuron-explorer view -d ./output --output-format summary-text\n"
-               "  neuron-explorer view -d ./output --output-format summary-json --output-file summary.json",
+        "view", help="process captured profiles (parquet, json, perfetto, summaries)",
+        description="Read every profile under DIR (many instances, processes and sessions), align their clocks, "
+                    "and write the chosen output.", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     v.add_argument("-d", "--directory", dest="directory", help="directory holding captured profiles")
-    v.add_argument("--output-format", choices=FORMATS, default=None, help="output format (default: parquet)")
-    v.add_argument("--output-file", default=None, help="file (or directory, for parquet) to write; default stdout for summaries")
+    v.add_argument("--output-format", choices=FORMATS, default=None,
+                   help="parquet (default), json, perfetto, summary-text or summary-json")
+    v.add_argument("--output-file", default=None,
+                   help="file to write (directory for parquet); defaults: system_profile_parquet/, "
+                        "system_profile.json, system_profile.pftrace; summaries go to stdout")
+    v.add_argument("--system-trace-filter-neuron-core", metavar="CORES", help='cores to keep, e.g. "0" or "0,1,2-3"')
+    v.add_argument("--system-trace-filter-event-type", metavar="TYPES",
+                   help='event types to keep, e.g. "nrt_execute,nrt_load" (also hardware, software, ^name)')
+    v.add_argument("--system-trace-filter-instance-id", metavar="IDS", help='instances to keep, e.g. "i-abc123,i-def456"')
+    v.add_argument("--ignore-device-profile", action="store_true", help="skip device profiles (system-only view)")
+    v.add_argument("--ignore-system-profile", action="store_true", help="skip system profiles (device-only view)")
+    v.add_argument("--data-path", default=None, help="workspace directory for ingested profiles (used with --ingest-only)")
+    v.add_argument("--ingest-only", action="store_true", help="ingest into the workspace as Parquet and exit")
+    v.add_argument("--display-name", default="", help="name shown for this ingestion")
+    v.add_argument("--show-profile-schema", action="store_true", help="print every output table and column, then exit")
+    v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
+    v.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
+
+
+def default_data_path() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "neuron-explorer", "workspace")
+
+
+def show_schema() -> str:
+    from .export_parquet import SCHEMA_DOC
+
+    lines = []
+    for table, cols in SCHEMA_DOC.items():
+        lines.append(table)
+        for name, meaning in cols:
+            lines.append(f"  {name:<30} {meaning}")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def view_command(args: argparse.Namespace) -> int:
     from ..cli import UsageError
+    from .filters import ViewFilter
 
-    fmt = args.output_format or "parquet"
-    if fmt not in IMPLEMENTED:
-        raise UsageError(f"--output-format {fmt} is not implemented yet; available now: {', '.join(IMPLEMENTED)}")
+    if args.show_profile_schema:
+        sys.stdout.write(show_schema())
+        return 0
     if not args.directory:
         raise UsageError("view needs -d DIR, the directory holding captured profiles")
-    root = args.directory
-    if not os.path.isdir(root):
-        raise UsageError(f"{root}: no such directory; {GOOD_LAYOUT}")
-    paths = discover(root)
-    if not paths:
-        raise UsageError(f"{root}: no profiles found; {GOOD_LAYOUT}")
-    sessions, warnings = [], []
-    for p in paths:
-        try:
-            s = load_session(p)
-        except ProfileError as e:
-            print(f"neuron-explorer: skipped: {e}", file=sys.stderr)
-            warnings.append(str(e))
-            continue
-        for w in s.warnings:
-            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
-        warnings.extend(s.warnings)
-        sessions.append(s)
-    summ = summary_mod.build(sessions, warnings)
-    text = summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
-    if args.output_file:
-        from ..capture.writer import atomic_write
+    fmt = args.output_format
+    out = args.output_file
+    if args.ingest_only:
+        if fmt not in (None, "parquet"):
+            raise UsageError("--ingest-only writes Parquet into the workspace; drop --output-format " + fmt)
+        fmt = "parquet"
+        name = args.display_name or os.path.basename(os.path.abspath(args.directory.rstrip("/")))
+        ws = args.data_path or default_data_path()
+        os.makedirs(ws, exist_ok=True)
+        out = os.path.join(ws, name)
+    elif fmt is None:
+        raise UsageError("the System Trace Viewer UI is not available yet; choose --output-format "
+                         "(parquet, json, perfetto, summary-text, summary-json) or --ingest-only")
+    if args.ignore_system_profile and args.ignore_device_profile:
+        raise UsageError("--ignore-system-profile and --ignore-device-profile together leave nothing to view")
+    try:
+        filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
+                                args.system_trace_filter_instance_id)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
+                       ignore_system_profile=args.ignore_system_profile,
+                       ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
+                       progress=args.progress)
+    try:
+        res = run(opts)
+    except ViewError as e:
+        raise UsageError(str(e)) from None
+    if res.text is not None:
+        if out:
+            from ..capture.writer import atomic_write
 
-        atomic_write(args.output_file, text.encode())
+            atomic_write(out, res.text.encode())
+        else:
+            sys.stdout.write(res.text)
     else:
-        sys.stdout.write(text)
-    return 1 if warnings else 0
+        rate = res.events / res.seconds if res.seconds > 0 else 0.0
+        print(f"neuron-explorer: wrote {res.output} ({res.events} events from {res.profiles} profile(s), "
+              f"{res.seconds:.2f} s, {rate / 1e6:.2f}M events/s)", file=sys.stderr)
+        if len(res.offsets) > 1:
+            for inst, o in sorted(res.offsets.items()):
+                print(f"neuron-explorer: clock offset {inst}: {o.offset_ns / 1e6:+.3f} ms "
+                      f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}, {o.samples} samples)", file=sys.stderr)
+    return res.exit_code

@@ -63,6 +63,12 @@ def core_summary(s: Session, nc: int, top: int = 5) -> dict[str, Any]:
                            "mean_ns": float(d.mean())})
         graphs.sort(key=lambda g: (-g["time_ns"], g["model_id"]))
 
+    # idle gaps between consecutive executions on the core
+    gaps = np.empty(0, dtype=np.int64)
+    if ex.sum() > 1:
+        order = np.argsort(start[ex], kind="stable")
+        st, en = start[ex][order], np.maximum.accumulate(end[ex][order])
+        gaps = np.clip(st[1:] - en[:-1], 0, None)
     errors = 0
     nerr = s.type_id("numerical_err")
     if nerr is not None:
@@ -79,12 +85,14 @@ def core_summary(s: Session, nc: int, top: int = 5) -> dict[str, Any]:
         "collective_time": cc_busy / 1e9,
         "collective_pct": 100.0 * cc_busy / total if total else 0.0,
         "numerical_errors": errors,
+        "idle_gaps": {"total_s": float(gaps.sum()) / 1e9, "max_ns": int(gaps.max()) if len(gaps) else None,
+                      "median_ns": float(np.median(gaps)) if len(gaps) else None},
         "events": int(on.sum()),
         "top_graphs": graphs[:top],
     }
 
 
-def session_summary(s: Session) -> dict[str, Any]:
+def session_summary(s: Session, offset=None) -> dict[str, Any]:
     info = s.info
     ncs = sorted(set(np.unique(s.events["nc_idx"]).tolist())) if s.num_events else []
     if not ncs and info is not None:
@@ -102,15 +110,21 @@ def session_summary(s: Session) -> dict[str, Any]:
         "note": info.note if info is not None else "",
         "path": s.path,
         "dropped_events": drops,
+        "clock_offset_ns": offset.offset_ns if offset is not None else 0,
         "cores": [core_summary(s, nc) for nc in ncs],
     }
 
 
-def build(sessions: list[Session], warnings: list[str]) -> dict[str, Any]:
-    procs = [session_summary(s) for s in sessions]
-    procs.sort(key=lambda p: (p["instance_id"], p["rank"], p["pid"], p["path"]))
+def build(procs: list[dict[str, Any]], warnings: list[str], offsets: dict | None = None,
+          stragglers: dict | None = None) -> dict[str, Any]:
+    """The whole summary from per-process summaries (``session_summary``)."""
+    procs = sorted(procs, key=lambda p: (p["instance_id"], p["rank"], p["pid"], p["path"]))
     return {"profiles": procs, "num_profiles": len(procs),
-            "instances": sorted({p["instance_id"] for p in procs}), "warnings": warnings}
+            "instances": sorted({p["instance_id"] for p in procs}),
+            "clock_offsets": {k: {"offset_ns": v.offset_ns, "uncertainty_ns": v.uncertainty_ns,
+                                  "samples": v.samples, "reference": v.reference, "method": v.method}
+                              for k, v in sorted((offsets or {}).items())},
+            "stragglers": stragglers or {}, "warnings": warnings}
 
 
 def _ms(ns: float | None) -> str:
@@ -144,6 +158,24 @@ def render_text(summary: dict[str, Any]) -> str:
             for g in c["top_graphs"]:
                 lines.append(f"         top graph {g['model_name']}: {g['executions']} executions, "
                              f"{g['time_ns'] / 1e6:.3f} ms total, {g['mean_ns'] / 1e6:.3f} ms mean")
+    offs = summary.get("clock_offsets") or {}
+    if len(offs) > 1:
+        lines.append("")
+        lines.append("clock offsets applied (from collective completion times):")
+        for inst, o in offs.items():
+            how = {"reference": "reference clock", "none": "no shared collectives: not shifted"}.get(
+                o["method"], f"{o['samples']} collectives vs {o['reference']}")
+            lines.append(f"  {inst}: {o['offset_ns'] / 1e6:+.3f} ms ± {o['uncertainty_ns'] / 1e6:.3f} ms ({how})")
+    st = summary.get("stragglers") or {}
+    if st.get("collectives_compared"):
+        lines.append("")
+        lines.append(f"stragglers across ranks ({st['collectives_compared']} collectives compared): "
+                     f"slowest rank {st['slowest_rank']} (last to enter {st['last_to_enter'][str(st['slowest_rank'])]} "
+                     f"times); entry spread median {st['spread_ns_median'] / 1e6:.3f} ms, "
+                     f"max {st['spread_ns_max'] / 1e6:.3f} ms")
+        w = st["worst"]
+        lines.append(f"  worst: {w['op']} #{w['seq']} of group [{w['group']}], rank {w['last_rank']} entered "
+                     f"{w['spread_ns'] / 1e6:.3f} ms after the first")
     if summary["warnings"]:
         lines.append("")
         lines.append(f"warnings ({len(summary['warnings'])}):")

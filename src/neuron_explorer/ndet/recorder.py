@@ -1,0 +1,305 @@
+"""The NDET flight recorder: one bounded, atomically rewritten log per process.
+
+The hooks call ``exec_begin``/``exec_end``/``numerical_error``/``cc_begin``/``cc_end`` on the hot path.
+Each is one tuple build plus one deque append or dict operation -- no I/O, no formatting, no lock
+(``deque.append`` and dict set/pop are atomic under the GIL, so ``cc_end`` may run on gloo's threads).
+
+* Completed events go to ``_ring``, a ``deque(maxlen=N)``: once more than N events happened the
+  oldest fall out, which is exactly the "last N events" the log promises.
+* Work that has begun but not ended lives in ``_inflight`` (keyed by ``(nc, exec_id)`` for executions,
+  by an integer token for collectives).  Every write copies these begin records into the log, so an
+  execution or collective that never returns -- a hang -- is visible in the file even though no end
+  record will ever be written.
+
+A background thread wakes every ``NEURON_RT_DBG_NDET_FLUSH_USEC`` microseconds, drains the ring into
+a numpy history of N records (converting only what is new since the last write) and rewrites the log
+atomically.  The runtime also calls ``flush`` at exit, on SIGTERM/SIGINT/SIGHUP and on an unhandled
+exception, so a failing process leaves its final state; a SIGKILLed one keeps its last periodic write.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import os
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ..runtime import clock
+from ..runtime.config import NDET_FLUSH_USEC, NDET_LOG_LOCATION, NDET_NUM_ENTRIES, ConfigError
+from . import format as fmt
+
+DEFAULT_NUM_ENTRIES = 20000
+DEFAULT_LOG_LOCATION = "/tmp"
+_BARRIER_OPS = frozenset({"barrier", "monitored_barrier"})
+_FRAMEWORKS = ("torch", "jax")
+
+
+def _parse_usec(value: str | None) -> int:
+    raw = (value or "").strip()
+    try:
+        n = int(raw.replace("_", "").replace(",", "")) if raw else 0
+    except ValueError:
+        n = -1
+    if n <= 0:
+        raise ConfigError(
+            f"{NDET_FLUSH_USEC}={value!r} is not valid; accepted: a whole number of microseconds greater "
+            "than 0 (the flush period, e.g. 5000000), or 0 / unset to turn NDET off"
+        )
+    return n
+
+
+def _parse_entries(value: str | None) -> int:
+    raw = (value or "").strip()
+    if not raw:
+        return DEFAULT_NUM_ENTRIES
+    try:
+        n = int(raw.replace("_", "").replace(",", ""))
+    except ValueError:
+        n = -1
+    if n <= 0:
+        raise ConfigError(
+            f"{NDET_NUM_ENTRIES}={value!r} is not valid; accepted: a whole number of events greater than 0 "
+            f"(default {DEFAULT_NUM_ENTRIES})"
+        )
+    return n
+
+
+def _parse_location(value: str | None) -> str:
+    path = (value or "").strip() or DEFAULT_LOG_LOCATION
+    if not os.path.isdir(path):
+        what = "does not exist" if not os.path.exists(path) else "is not a directory"
+        raise ConfigError(
+            f"{NDET_LOG_LOCATION}={value!r} is not valid ({what}); accepted: the path of an existing, "
+            f"writable directory (default {DEFAULT_LOG_LOCATION})"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{NDET_LOG_LOCATION}={value!r} is not valid (not writable); accepted: the path of an existing, "
+            f"writable directory (default {DEFAULT_LOG_LOCATION})"
+        )
+    return os.path.abspath(path)
+
+
+def _is_launcher() -> bool:
+    """torchrun's agent has the variables too but runs no workload; it must not leave a log."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", "") or ""
+    return os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun" or name in (
+        "torch.distributed.run", "torch.distributed.launch")
+
+
+def log_file_name(start_wall_ns: int, instance_id: str, rank: int, world_size: int, pid: int) -> str:
+    """``ndet_<date>T<time>_<instance>_gid<ranks>_pid<pid>.log``.
+
+    The date and time are when tracing started (UTC); ``gid`` lists the global ranks (replica group
+    ids) this process drives -- ``gid-`` for a process outside any distributed job.
+    """
+    t = _dt.datetime.fromtimestamp(start_wall_ns / 1e9, tz=_dt.timezone.utc)
+    stamp = t.strftime("%Y%m%dT%H%M%S") + f"{t.microsecond // 1000:03d}"
+    gid = str(rank) if rank >= 0 else "-"
+    return f"ndet_{stamp}_{instance_id}_gid{gid}_pid{pid}.log"
+
+
+class NdetRecorder:
+    """An NDET sink for the runtime (``name``/``flush``) fed directly by the framework hooks."""
+
+    name = "ndet"
+
+    def __init__(self, rt: Any, log_dir: str, flush_usec: int, num_entries: int = DEFAULT_NUM_ENTRIES,
+                 *, require_framework: bool = True) -> None:
+        self.rt = rt
+        self.log_dir = log_dir
+        self.flush_usec = flush_usec
+        self.num_entries = num_entries
+        self.require_framework = require_framework
+        self._ring: deque = deque(maxlen=num_entries)
+        self._inflight: dict = {}
+        self._tokens = itertools.count(1)
+        self._sid: dict[str, int] = {"": 0}
+        self._strings: list[str] = [""]
+        self._intern_lock = threading.Lock()
+        self._io_lock = threading.Lock()
+        self._history = np.zeros(num_entries, dtype=fmt.RECORD_DTYPE)
+        self._hist_n = 0  # records ever put into the history
+        self._groups: dict[str, None] = {}
+        self._flush_seq = 0
+        self._final = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        ident = rt.ident
+        start = rt.anchors[0]
+        self.start_mono_ns, self.start_wall_ns = start[0], start[1]
+        self.path = os.path.join(log_dir, log_file_name(self.start_wall_ns, ident.instance_id, ident.rank,
+                                                        ident.world_size, ident.pid))
+        self.write_errors = 0
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, rt: Any, env: dict[str, str] | None = None) -> "NdetRecorder":
+        """Build the recorder from the spec's variables; bad values raise ConfigError (one line)."""
+        env = os.environ if env is None else env
+        usec = _parse_usec(env.get(NDET_FLUSH_USEC))
+        loc = _parse_location(env.get(NDET_LOG_LOCATION))
+        entries = _parse_entries(env.get(NDET_NUM_ENTRIES))
+        return cls(rt, loc, usec, entries)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="neuron-explorer-ndet", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        period = self.flush_usec / 1e6
+        while not self._stop.wait(period):
+            try:
+                self.write(final=False, reason="running")
+            except Exception as e:  # never take the workload down; say so once
+                self.write_errors += 1
+                if self.write_errors == 1:
+                    print(f"neuron-explorer: warning: NDET log not written: {e}", file=sys.stderr)
+
+    # -- hot path ----------------------------------------------------------------------------
+    def exec_begin(self, nc: int, model_id: int, exec_id: int, t_ns: int) -> None:
+        self._inflight[(nc, exec_id)] = (fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT, nc, 0, t_ns, 0, model_id, exec_id, 0, 0, 0)
+
+    def exec_end(self, nc: int, model_id: int, exec_id: int, t0_ns: int, t1_ns: int, ret: int) -> None:
+        self._inflight.pop((nc, exec_id), None)
+        self._ring.append((fmt.KIND_EXEC, 0, nc, ret, t0_ns, t1_ns, model_id, exec_id, 0, 0, 0))
+
+    def numerical_error(self, nc: int, model_id: int, exec_id: int, t0_ns: int, t1_ns: int,
+                        nan_count: int, inf_count: int) -> None:
+        self._ring.append((fmt.KIND_NUMERICAL_ERROR, 0, nc, 1003, t0_ns, t1_ns, model_id, exec_id,
+                           nan_count, inf_count, 0))
+
+    def _intern(self, s: str) -> int:
+        with self._intern_lock:
+            i = self._sid.get(s)
+            if i is None:
+                i = len(self._strings)
+                self._strings.append(s)
+                self._sid[s] = i
+            return i
+
+    def cc_begin(self, nc: int, op: str, seq: int, group: str, nbytes: int, dtype: str, t_ns: int) -> int:
+        sid = self._sid
+        o = sid.get(op)
+        if o is None:
+            o = self._intern(op)
+        g = sid.get(group)
+        if g is None:
+            g = self._intern(group)
+            self._groups[group] = None
+        d = sid.get(dtype)
+        if d is None:
+            d = self._intern(dtype)
+        token = next(self._tokens)
+        kind = fmt.KIND_CC_BARRIER if op in _BARRIER_OPS else fmt.KIND_CC_OP
+        self._inflight[token] = (kind, fmt.STATE_IN_FLIGHT, nc, 0, t_ns, 0, o, seq, nbytes, d, g)
+        return token
+
+    def cc_end(self, token: int, t1_ns: int, ret: int) -> None:
+        rec = self._inflight.pop(token, None)
+        if rec is not None:
+            self._ring.append((rec[0], 0, rec[2], ret, rec[4], t1_ns, rec[6], rec[7], rec[8], rec[9], rec[10]))
+
+    # -- writing -----------------------------------------------------------------------------
+    def flush(self, rt: Any, final: bool, reason: str) -> None:
+        """Runtime sink entry point: periodic (final=False) or last write (exit, signal, exception)."""
+        if final:
+            self._stop.set()
+        self.write(final=final, reason=reason)
+
+    def _drain(self) -> None:
+        ring = self._ring
+        n = len(ring)
+        if not n:
+            return
+        pop = ring.popleft
+        items = [pop() for _ in range(n)]
+        block = np.array(items, dtype=fmt.RECORD_DTYPE)
+        cap = self.num_entries
+        if len(block) > cap:
+            block = block[-cap:]
+        pos = self._hist_n % cap
+        first = min(cap - pos, len(block))
+        self._history[pos:pos + first] = block[:first]
+        if first < len(block):
+            self._history[:len(block) - first] = block[first:]
+        self._hist_n += len(block)
+
+    def _ordered_history(self) -> list[np.ndarray]:
+        cap = self.num_entries
+        if self._hist_n <= cap:
+            return [self._history[:self._hist_n]]
+        pos = self._hist_n % cap
+        return [self._history[pos:], self._history[:pos]]
+
+    def _should_write(self) -> bool:
+        if self.require_framework and not any(m in sys.modules for m in _FRAMEWORKS):
+            return False  # a process that never ran a framework (shell tools, neuron-det itself) leaves no log
+        return not _is_launcher()
+
+    def header(self, final: bool, reason: str, flush_mono: int, flush_wall: int) -> dict:
+        rt = self.rt
+        ident = rt.ident
+        models = [{"id": m.id, "name": m.name, "neff_name": m.neff_name, "graph_hash": m.graph_hash,
+                   "backend": m.backend, "kind": m.kind, "nc": m.nc_idx} for m in list(rt.models)]
+        return {
+            "format": fmt.FORMAT_NAME,
+            "version": fmt.FORMAT_VERSION,
+            "record_dtype": fmt.dtype_description(),
+            "record_size": fmt.RECORD_DTYPE.itemsize,
+            "kinds": {str(k): v for k, v in fmt.KINDS.items()},
+            "clock": "host CLOCK_MONOTONIC ns (time.perf_counter_ns); wall = mono + (flush.wall_ns - flush.mono_ns)",
+            "ident": {"instance_id": ident.instance_id, "hostname": getattr(ident, "hostname", ""),
+                      "pid": ident.pid, "rank": ident.rank, "local_rank": ident.local_rank,
+                      "world_size": ident.world_size, "node_rank": getattr(ident, "node_rank", 0),
+                      "process_tag": getattr(ident, "process_tag", "")},
+            "device": {"kind": getattr(rt, "device_kind", "cpu"), "nd": getattr(rt, "nd_idx", 0)},
+            "start": {"mono_ns": self.start_mono_ns, "wall_ns": self.start_wall_ns},
+            "flush": {"seq": self._flush_seq, "mono_ns": flush_mono, "wall_ns": flush_wall, "final": final,
+                      "reason": reason},
+            "flush_period_us": self.flush_usec,
+            "num_entries": self.num_entries,
+            "events_recorded": self._hist_n,
+            "groups": list(self._groups),
+            "strings": list(self._strings),
+            "models": models,
+        }
+
+    def write(self, final: bool = False, reason: str = "running") -> str | None:
+        """Drain, then rewrite the log atomically.  Returns the path, or None when nothing is written."""
+        with self._io_lock:
+            if self._final:
+                return None  # the final state is on disk; a late periodic write must not replace it
+            self._drain()
+            if not self._should_write():
+                return None
+            inflight = list(self._inflight.values())
+            inflight.sort(key=lambda r: r[4])
+            blocks = self._ordered_history()
+            if inflight:
+                blocks.append(np.array(inflight, dtype=fmt.RECORD_DTYPE))
+            self._flush_seq += 1
+            mono, wall, _ = clock.anchor("ndet")
+            parts = fmt.encode_parts(self.header(final, reason, mono, wall), blocks)
+            fmt.atomic_write(self.path, parts)
+            if final:
+                self._final = True
+            return self.path
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def now_ns() -> int:
+    """The clock the hooks stamp events with (re-exported for manual instrumentation and tests)."""
+    return time.perf_counter_ns()

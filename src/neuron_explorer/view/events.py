@@ -1,0 +1,131 @@
+"""One process's system events as aligned, typed columns: the shape every exporter consumes.
+
+Built from a loaded ``Session`` after filtering: wall-clock timestamps (with the instance's clock
+offset applied), per-type argument slots spread into named columns, flow ids that link a host call
+to its core execution and the ranks of one collective, and names resolved through the file's own
+tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .reader import Session, wall_offset_ns
+
+# argument name in the vocabulary -> output column
+ARG_COLUMNS = {"model_id": "model_id", "exec_id": "exec_id", "ret": "ret", "op_str": "op", "seq": "seq",
+               "bytes": "bytes", "dtype_str": "dtype", "group_str": "group"}
+INT_COLUMNS = ("model_id", "exec_id", "ret", "seq", "bytes")
+STR_COLUMNS = ("op", "dtype", "group")
+FLOW_EXEC_TYPES = ("nrt_execute", "nc_exec_running")
+FLOW_CC_TYPES = ("cc_running", "cc_exec_barrier")
+
+
+def collective_flow_id(group: str, seq: int, op: str) -> int:
+    h = hashlib.blake2b(f"{group}|{seq}|{op}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF | (1 << 62)
+
+
+@dataclass
+class ProcessEvents:
+    session: Session
+    index: int  # position of the process in this view run (stable order)
+    clock_offset_ns: int  # instance offset applied on top of the process's wall offset
+    n: int
+    cols: dict[str, np.ndarray]
+    type_names: list[str]
+    type_groups: list[str]
+    type_sources: list[str]
+    strings: list[str]
+    model_names: dict[int, str]
+    extra_json: list[str | None] = field(default_factory=list)  # per event, None = no extra attributes
+
+    @property
+    def instance_id(self) -> str:
+        return self.session.instance_id
+
+    @property
+    def pid(self) -> int:
+        return self.session.pid
+
+    @property
+    def rank(self) -> int:
+        return int(self.session.info.rank) if self.session.info is not None else -1
+
+    def names(self) -> np.ndarray:
+        return np.array(self.type_names, dtype=object)[self.cols["type"]] if self.n else np.empty(0, dtype=object)
+
+
+def build(s: Session, index: int, clock_offset_ns: int, id_base: int) -> ProcessEvents:
+    e = s.events
+    n = s.num_events
+    off = wall_offset_ns(s) + clock_offset_ns
+    cols: dict[str, np.ndarray] = {
+        "id": id_base + np.arange(n, dtype=np.int64),
+        "type": e["type"].astype(np.int64) if n else np.empty(0, dtype=np.int64),
+        "start_ts": e["start_ns"] + off if n else np.empty(0, dtype=np.int64),
+        "end_ts": e["end_ns"] + off if n else np.empty(0, dtype=np.int64),
+        "nc_idx": e["nc_idx"].astype(np.int64) if n else np.empty(0, dtype=np.int64),
+        "thread_id": e["thread_id"] if n else np.empty(0, dtype=np.int64),
+    }
+    for c in INT_COLUMNS:
+        cols[c] = np.full(n, -1, dtype=np.int64)
+    for c in STR_COLUMNS:
+        cols[c] = np.zeros(n, dtype=np.int64)  # string ids; 0 = ""
+    cols["flow_id"] = np.zeros(n, dtype=np.int64)
+    extra: list[str | None] = [None] * n
+    groups, sources = [], []
+    trace = s.trace
+    tinfo = {et.id: et for et in trace.event_types} if trace is not None else {}
+    for tid, name in enumerate(s.type_names):
+        et = tinfo.get(tid)
+        groups.append(et.group if et is not None else "")
+        sources.append(et.source if et is not None else "")
+    present = np.unique(cols["type"]) if n else []
+    for tid in present:
+        tid = int(tid)
+        m = cols["type"] == tid
+        args = s.type_args[tid]
+        leftovers = []
+        for slot, arg in zip("abcde", args):
+            if not arg:
+                continue
+            target = ARG_COLUMNS.get(arg)
+            if target is not None:
+                cols[target][m] = e[slot][m]
+            else:
+                leftovers.append((slot, arg))
+        if leftovers:  # rare types (sync points, copies, loads, errors): per-event JSON
+            idx = np.flatnonzero(m)
+            vals = {arg: e[slot][idx].tolist() for slot, arg in leftovers}
+            for j, i in enumerate(idx.tolist()):
+                d = {}
+                for arg, v in vals.items():
+                    d[arg[:-4]] = s.strings[v[j]] if arg.endswith("_str") and 0 <= v[j] < len(s.strings) else v[j]
+                extra[i] = json.dumps(d, separators=(",", ":"))
+    # flows: host call <-> core execution (same process, same exec id), and collectives across ranks
+    exec_ids = [s.type_id(t) for t in FLOW_EXEC_TYPES if s.type_id(t) is not None]
+    if exec_ids and n:
+        m = np.isin(cols["type"], exec_ids) & (cols["exec_id"] >= 0)
+        cols["flow_id"][m] = ((index + 1) << 40) | (cols["exec_id"][m] & ((1 << 40) - 1))
+    cc_ids = [s.type_id(t) for t in FLOW_CC_TYPES if s.type_id(t) is not None]
+    if cc_ids and n:
+        m = np.isin(cols["type"], cc_ids)
+        idx = np.flatnonzero(m)
+        if len(idx):
+            keys = zip(cols["group"][idx].tolist(), cols["seq"][idx].tolist(), cols["op"][idx].tolist())
+            cache: dict = {}
+            flows = []
+            for k in keys:
+                f = cache.get(k)
+                if f is None:
+                    f = cache[k] = collective_flow_id(s.strings[k[0]], k[1], s.strings[k[2]])
+                flows.append(f)
+            cols["flow_id"][idx] = np.array(flows, dtype=np.int64)
+    model_names = {int(m.id): m.name for m in s.models}
+    return ProcessEvents(s, index, clock_offset_ns, n, cols, list(s.type_names), groups, sources,
+                         s.strings, model_names, extra)

@@ -1,0 +1,115 @@
+"""``system_profile.json``: the system events as Chrome trace-event JSON (chrome://tracing, Perfetto UI).
+
+Streamed one process at a time.  Timestamps are microseconds since ``origin_ns`` (stored in the
+file's ``metadata``) so that they keep sub-microsecond precision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from .events import ProcessEvents
+from .export_perfetto import counter_series
+from .reader import wall_offset_ns
+
+try:
+    import orjson
+
+    def _dumps(obj) -> bytes:
+        return orjson.dumps(obj)
+except ImportError:  # pragma: no cover - orjson is optional
+    def _dumps(obj) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class JsonWriter:
+    def __init__(self, path: str, origin_ns: int) -> None:
+        self.path = path
+        self.tmp = path + ".tmp"
+        self.origin_ns = origin_ns
+        self.f = open(self.tmp, "wb")
+        self.f.write(b'{"displayTimeUnit":"ns","traceEvents":[')
+        self.first = True
+        self.events_written = 0
+
+    def _emit(self, items: list[dict]) -> None:
+        if not items:
+            return
+        chunk = b",".join(_dumps(x) for x in items)
+        if not self.first:
+            self.f.write(b",")
+        self.f.write(chunk)
+        self.first = False
+
+    def add(self, pe: ProcessEvents) -> None:
+        pid = pe.index + 1
+        rank = f" rank {pe.rank}" if pe.rank >= 0 else ""
+        items: list[dict] = [{"name": "process_name", "ph": "M", "pid": pid,
+                              "args": {"name": f"{pe.instance_id} pid {pe.pid}{rank}"}}]
+        c = pe.cols
+        n = pe.n
+        if n:
+            hw = np.array([g == "hardware" for g in pe.type_groups], dtype=bool)[c["type"]]
+            names = np.array(pe.type_names, dtype=object)[c["type"]]
+            is_cc = np.isin(names, ["cc_running", "cc_exec_barrier"])
+            tid = np.where(is_cc, 2_000_000 + c["nc_idx"], np.where(hw, 1_000_000 + c["nc_idx"], c["thread_id"]))
+            for t in np.unique(tid).tolist():
+                label = (f"nc_{t - 2_000_000}/cc" if t >= 2_000_000 else
+                         f"nc_{t - 1_000_000}/neuron_hw" if t >= 1_000_000 else f"{t}/neuron_rt")
+                items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
+            ts = ((c["start_ts"] - self.origin_ns) / 1000.0).tolist()
+            dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()
+            strings = pe.strings
+            mnames = pe.model_names
+            cols = {k: c[k].tolist() for k in ("model_id", "exec_id", "op", "seq", "bytes", "group", "dtype",
+                                                "ret", "flow_id")}
+            srcs = pe.type_sources
+            typ = c["type"].tolist()
+            names_l = names.tolist()
+            tid_l = tid.tolist()
+            extra = pe.extra_json
+            for i in range(n):
+                args: dict = {}
+                mid = cols["model_id"][i]
+                if mid >= 0:
+                    args["model_name"] = mnames.get(mid, f"model_{mid}")
+                for k in ("exec_id", "seq", "bytes", "ret"):
+                    v = cols[k][i]
+                    if v >= 0:
+                        args[k] = v
+                for k in ("op", "group", "dtype"):
+                    v = cols[k][i]
+                    if v > 0:
+                        args[k] = strings[v]
+                if cols["flow_id"][i]:
+                    args["flow_id"] = cols["flow_id"][i]
+                if extra[i] is not None:
+                    args.update(json.loads(extra[i]))
+                ev = {"name": names_l[i], "cat": srcs[typ[i]], "ph": "X" if dur[i] > 0 else "i", "pid": pid,
+                      "tid": tid_l[i], "ts": ts[i], "args": args}
+                if dur[i] > 0:
+                    ev["dur"] = dur[i]
+                else:
+                    ev["s"] = "t"
+                items.append(ev)
+        off = wall_offset_ns(pe.session) + pe.clock_offset_ns - self.origin_ns
+        for name, (tsc, vals, _unit) in counter_series(pe.session).items():
+            for t, v in zip(((tsc + off) / 1000.0).tolist(), np.asarray(vals, dtype=np.float64).tolist()):
+                items.append({"name": name, "ph": "C", "pid": pid, "ts": t, "args": {"value": v}})
+        self._emit(items)
+        self.events_written += n
+
+    def close(self, metadata: dict) -> None:
+        self.f.write(b'],"metadata":' + _dumps(dict(metadata, origin_ns=self.origin_ns)) + b"}")
+        self.f.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.f.close()
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass

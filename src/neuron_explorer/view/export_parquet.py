@@ -1,0 +1,262 @@
+"""Parquet output: one dataset per table, partitioned by instance and process.
+
+``SystemProfileEvents`` keeps the real table's columns (id, name, start_ts, end_ts, duration_ns,
+trace_event_source, instance_id, process_id, thread_id, nc_idx, pcore_idx, worker_gid, flow_id,
+framework_stream_id, extra_attributes_json) and adds typed columns for what the events carry.
+Event and counter tables are written one process at a time under
+``<Table>/instance=<id>/process=<pid>/part-0.parquet`` (hive-style, so DuckDB, pandas or Spark read a
+whole fleet as one dataset without loading it); the small per-profile tables are single files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .events import ProcessEvents
+from .export_perfetto import counter_series
+from .reader import wall_offset_ns
+
+EVENTS = "SystemProfileEvents"
+COUNTERS = "SystemProfileCounters"
+FLOWS = "SystemProfileFlows"
+METADATA = "ProfileMetadata"
+MODELS = "ProfileModels"
+WARNINGS = "ViewWarnings"
+
+SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
+    EVENTS: [
+        ("id", "unique id of the event in this output"),
+        ("name", "event type, e.g. nc_exec_running, nrt_execute, cc_running"),
+        ("start_ts", "start, Unix epoch ns, clock-aligned across instances"),
+        ("end_ts", "end, Unix epoch ns"),
+        ("duration_ns", "end_ts - start_ts"),
+        ("trace_event_source", "neuron_rt, neuron_hw or framework"),
+        ("instance_id", "host the process ran on (EC2 instance id or hostname)"),
+        ("process_id", "OS pid of the profiled process"),
+        ("thread_id", "OS thread id that recorded the event"),
+        ("nc_idx", "logical core (NeuronCore) index: CUDA device or local rank"),
+        ("pcore_idx", "physical core index (same as nc_idx here)"),
+        ("worker_gid", "global rank of the process (-1 when not distributed)"),
+        ("flow_id", "flows the event belongs to: host call <-> core execution, ranks of one collective"),
+        ("framework_stream_id", "framework stream (null: not recorded)"),
+        ("extra_attributes_json", "type-specific attributes not in a column, as JSON"),
+        ("event_group", "hardware or software"),
+        ("model_name", "compiled graph executed or loaded"),
+        ("exec_id", "execution number on the core"),
+        ("op", "collective operation (all_reduce, broadcast, barrier, ...)"),
+        ("seq", "per-process-group sequence number of a collective (same on every rank)"),
+        ("bytes", "bytes moved by a collective or copy"),
+        ("dtype", "element type of a collective"),
+        ("group_ranks", "global ranks of the collective's process group"),
+        ("ret", "runtime status code (0 success, 1003 NaN, 5 timeout, ...)"),
+    ],
+    COUNTERS: [
+        ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
+        ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..."),
+        ("value", "sample value"), ("unit", "percent or bytes"),
+    ],
+    FLOWS: [
+        ("flow_id", "flow id"), ("event_id", "SystemProfileEvents.id"), ("name", "event type"),
+        ("instance_id", "host"), ("process_id", "pid"), ("ts", "event start"),
+    ],
+    METADATA: [
+        ("instance_id", "host"), ("process_id", "pid"), ("process_tag", "NEURON_PROCESS_TAG or pid"),
+        ("rank", "global rank"), ("local_rank", "local rank"), ("world_size", "ranks in the job"),
+        ("display_name", "--display-name of this ingestion"), ("device_kind", "cpu or cuda:<name>"),
+        ("nd_idx", "device index"), ("start_wall_ns", "capture start"), ("end_reason", "how the capture ended"),
+        ("events", "events in this output for the process"), ("dropped_events", "events overwritten at capture"),
+        ("wall_offset_ns", "monotonic -> wall-clock offset of the process (median of anchors)"),
+        ("clock_offset_ns", "instance clock correction applied (from collectives)"),
+        ("clock_offset_uncertainty_ns", "spread (scaled MAD) of that correction"),
+        ("clock_offset_samples", "collectives used"), ("clock_offset_method", "reference, collectives or none"),
+        ("session_path", "capture directory"), ("versions_json", "tool and framework versions"),
+        ("config_json", "capture configuration"),
+    ],
+    MODELS: [
+        ("instance_id", "host"), ("process_id", "pid"), ("model_id", "id within the process"),
+        ("model_name", "graph name"), ("neff_name", "neff_<hash>"), ("graph_hash", "hash of backend + graph code"),
+        ("backend", "torch.compile backend"), ("kind", "forward or backward"), ("compile_ns", "compile time"),
+        ("nc_idx", "core"), ("source_location", "user file:line"), ("module_path", "module path"),
+        ("num_nodes", "FX nodes"), ("signature", "input shapes and dtypes"),
+    ],
+    WARNINGS: [("message", "one line naming the file and the problem"), ("path", "file or directory")],
+}
+
+
+def _dict_array(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(idx, type=pa.int32()), pa.array(values, type=pa.string()))
+
+
+def _nullable(a: np.ndarray, typ=pa.int64()) -> pa.Array:
+    return pa.array(a, type=typ, mask=a < 0)
+
+
+def events_table(pe: ProcessEvents) -> pa.Table:
+    c = pe.cols
+    n = pe.n
+    s = pe.session
+    typ = c["type"]
+    # model names: dictionary over model ids present
+    mids = c["model_id"]
+    model_dict = [""] + [pe.model_names.get(i, f"model_{i}") for i in range(int(mids.max()) + 1 if n and mids.max() >= 0 else 0)]
+    model_idx = np.where(mids >= 0, mids + 1, 0)
+    has_flow = c["flow_id"] != 0
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(has_flow, out=offsets[1:])
+    flows = pa.ListArray.from_arrays(pa.array(offsets), pa.array(c["flow_id"][has_flow], type=pa.int64()))
+    strings = pe.strings
+
+    def str_col(col: str) -> pa.Array:
+        ids = c[col]
+        uniq, inv = np.unique(ids, return_inverse=True) if n else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        vals = [strings[int(u)] if 0 <= int(u) < len(strings) else "" for u in uniq]
+        arr = _dict_array(inv.astype(np.int32), vals)
+        return pc_null_empty(arr)
+
+    rank = int(s.info.rank) if s.info is not None else -1
+    cols = {
+        "id": pa.array(c["id"], type=pa.int64()),
+        "name": _dict_array(typ.astype(np.int32), pe.type_names),
+        "start_ts": pa.array(c["start_ts"], type=pa.int64()),
+        "end_ts": pa.array(c["end_ts"], type=pa.int64()),
+        "duration_ns": pa.array(c["end_ts"] - c["start_ts"], type=pa.int64()),
+        "trace_event_source": _dict_array(typ.astype(np.int32), pe.type_sources),
+        "instance_id": _dict_array(np.zeros(n, dtype=np.int32), [pe.instance_id]),
+        "process_id": pa.array(np.full(n, pe.pid, dtype=np.int64)),
+        "thread_id": pa.array(c["thread_id"], type=pa.int64()),
+        "nc_idx": pa.array(c["nc_idx"].astype(np.int32)),
+        "pcore_idx": pa.array(c["nc_idx"].astype(np.int32)),
+        "worker_gid": pa.array(np.full(n, rank, dtype=np.int32)),
+        "flow_id": flows,
+        "framework_stream_id": pa.nulls(n, type=pa.int64()),
+        "extra_attributes_json": pa.array(pe.extra_json, type=pa.string()),
+        "event_group": _dict_array(typ.astype(np.int32), pe.type_groups),
+        "model_name": pc_null_empty(_dict_array(model_idx.astype(np.int32), model_dict)),
+        "exec_id": _nullable(c["exec_id"]),
+        "op": str_col("op"),
+        "seq": _nullable(c["seq"]),
+        "bytes": _nullable(c["bytes"]),
+        "dtype": str_col("dtype"),
+        "group_ranks": str_col("group"),
+        "ret": _nullable(c["ret"], pa.int32()),
+    }
+    return pa.table(cols)
+
+
+def pc_null_empty(arr: pa.DictionaryArray) -> pa.Array:
+    """Empty strings in a dictionary column become nulls (an unset value, not an empty name)."""
+    dict_vals = arr.dictionary.to_pylist()
+    if "" not in dict_vals:
+        return arr
+    empty = dict_vals.index("")
+    idx = arr.indices.to_numpy(zero_copy_only=False)
+    return pa.DictionaryArray.from_arrays(pa.array(idx, type=pa.int32(), mask=idx == empty), arr.dictionary)
+
+
+class ParquetWriter:
+    def __init__(self, out_dir: str, display_name: str = "") -> None:
+        self.out_dir = out_dir
+        self.display_name = display_name
+        self.tmp = out_dir.rstrip("/") + ".tmp"
+        if os.path.exists(self.tmp):
+            shutil.rmtree(self.tmp)
+        os.makedirs(self.tmp)
+        self.meta_rows: list[dict] = []
+        self.model_rows: list[dict] = []
+        self.events_written = 0
+
+    def _part(self, table: str, pe: ProcessEvents) -> str:
+        d = os.path.join(self.tmp, table, f"instance={pe.instance_id}", f"process={pe.pid}")
+        os.makedirs(d, exist_ok=True)
+        return os.path.join(d, "part-0.parquet") if not os.path.exists(os.path.join(d, "part-0.parquet")) \
+            else os.path.join(d, f"part-{len(os.listdir(d))}.parquet")
+
+    def add(self, pe: ProcessEvents, meta: dict) -> None:
+        t = events_table(pe)
+        if pe.n:
+            pq.write_table(t, self._part(EVENTS, pe), compression="zstd", row_group_size=1 << 20)
+            has = pe.cols["flow_id"] != 0
+            if has.any():
+                ft = pa.table({
+                    "flow_id": pa.array(pe.cols["flow_id"][has]), "event_id": pa.array(pe.cols["id"][has]),
+                    "name": t.column("name").filter(pa.array(has)),
+                    "instance_id": pa.array([pe.instance_id] * int(has.sum()), type=pa.string()),
+                    "process_id": pa.array(np.full(int(has.sum()), pe.pid, dtype=np.int64)),
+                    "ts": pa.array(pe.cols["start_ts"][has]),
+                })
+                pq.write_table(ft, self._part(FLOWS, pe), compression="zstd")
+        self.events_written += pe.n
+        ct = counters_table(pe)
+        if ct.num_rows:
+            pq.write_table(ct, self._part(COUNTERS, pe), compression="zstd")
+        meta = dict(meta, display_name=self.display_name, events=pe.n)
+        self.meta_rows.append(meta)
+        s = pe.session
+        for m in s.models:
+            self.model_rows.append({
+                "instance_id": pe.instance_id, "process_id": pe.pid, "model_id": int(m.id), "model_name": m.name,
+                "neff_name": m.neff_name, "graph_hash": m.graph_hash, "backend": m.backend, "kind": m.kind,
+                "compile_ns": int(m.compile_ns), "nc_idx": int(m.nc_idx), "source_location": m.source_location,
+                "module_path": m.module_path, "num_nodes": int(m.num_nodes), "signature": m.signature,
+            })
+
+    def close(self, warnings: list[tuple[str, str]]) -> None:
+        def write_rows(name: str, rows: list[dict]) -> None:
+            cols = [c for c, _ in SCHEMA_DOC[name]]
+            data = {c: [r.get(c) for r in rows] for c in cols}
+            pq.write_table(pa.table(data) if rows else pa.table({c: pa.array([], type=pa.string()) for c in cols}),
+                           os.path.join(self.tmp, f"{name}.parquet"))
+
+        write_rows(METADATA, self.meta_rows)
+        write_rows(MODELS, self.model_rows)
+        write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
+        if os.path.exists(self.out_dir):
+            shutil.rmtree(self.out_dir)
+        os.replace(self.tmp, self.out_dir)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def counters_table(pe: ProcessEvents) -> pa.Table:
+    s = pe.session
+    off = wall_offset_ns(s) + pe.clock_offset_ns
+    parts = []
+    for name, (ts, vals, unit) in counter_series(s).items():
+        k = len(ts)
+        parts.append(pa.table({
+            "instance_id": pa.array([pe.instance_id] * k, type=pa.string()),
+            "process_id": pa.array(np.full(k, pe.pid, dtype=np.int64)),
+            "ts": pa.array(ts + off, type=pa.int64()),
+            "counter": pa.array([name] * k, type=pa.string()),
+            "value": pa.array(np.asarray(vals, dtype=np.float64)),
+            "unit": pa.array([unit] * k, type=pa.string()),
+        }))
+    if not parts:
+        return pa.table({"ts": pa.array([], type=pa.int64())})
+    return pa.concat_tables(parts)
+
+
+def meta_row(pe: ProcessEvents, offset) -> dict:
+    s = pe.session
+    info = s.info
+    return {
+        "instance_id": pe.instance_id, "process_id": pe.pid,
+        "process_tag": info.process_tag if info else "", "rank": int(info.rank) if info else -1,
+        "local_rank": int(info.local_rank) if info else 0, "world_size": int(info.world_size) if info else 1,
+        "device_kind": info.device_kind if info else "", "nd_idx": int(info.nd_idx) if info else 0,
+        "start_wall_ns": int(info.start_wall_ns) if info else 0, "end_reason": info.end_reason if info else "",
+        "dropped_events": int(sum(c.dropped for c in info.cores)) if info else 0,
+        "wall_offset_ns": wall_offset_ns(s), "clock_offset_ns": offset.offset_ns if offset else 0,
+        "clock_offset_uncertainty_ns": offset.uncertainty_ns if offset else 0,
+        "clock_offset_samples": offset.samples if offset else 0,
+        "clock_offset_method": offset.method if offset else "none",
+        "session_path": s.path, "versions_json": json.dumps(dict(info.versions)) if info else "{}",
+        "config_json": json.dumps(dict(info.config)) if info else "{}",
+    }

@@ -1,0 +1,45 @@
+"""Processing-time filters (``--system-trace-filter-*``): they select what is written, and never
+change the capture on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..runtime.config import ConfigError, parse_nc_filter, parse_type_filter
+from .reader import Session
+
+
+@dataclass
+class ViewFilter:
+    ncs: frozenset[int] | None = None
+    types: frozenset[str] | None = None
+    instances: frozenset[str] | None = None
+
+    @classmethod
+    def parse(cls, nc: str | None, types: str | None, instances: str | None) -> "ViewFilter":
+        insts = None
+        if instances is not None and instances.strip():
+            insts = frozenset(p.strip() for p in instances.split(",") if p.strip())
+            if not insts:
+                raise ConfigError(f"--system-trace-filter-instance-id={instances!r} is not valid; "
+                                  "accepted: comma-separated instance ids, e.g. i-abc123,i-def456")
+        return cls(parse_nc_filter(nc, "--system-trace-filter-neuron-core"),
+                   parse_type_filter(types, "--system-trace-filter-event-type"), insts)
+
+    def keeps_instance(self, instance_id: str) -> bool:
+        return self.instances is None or instance_id in self.instances
+
+    def apply(self, s: Session) -> None:
+        """Drop the events of ``s`` that the filters exclude (in place)."""
+        if not s.num_events or (self.ncs is None and self.types is None):
+            return
+        keep = np.ones(s.num_events, dtype=bool)
+        if self.ncs is not None:
+            keep &= np.isin(s.events["nc_idx"], sorted(self.ncs))
+        if self.types is not None:
+            ids = [i for i, n in enumerate(s.type_names) if n in self.types]
+            keep &= np.isin(s.events["type"], ids)
+        if not keep.all():
+            s.events = {k: v[keep] for k, v in s.events.items()}
