@@ -33,9 +33,14 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _prog_name() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name in ("neuron-explorer", "neuron-profile") else "neuron-explorer"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "neuron-explorer",
+        prog=_prog_name(),
         description="Capture and view system profiles of PyTorch and JAX workloads (Neuron Explorer command set).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )

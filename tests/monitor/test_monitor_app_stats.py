@@ -82,3 +82,22 @@ def test_default_dir_prefers_env_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert endpoint.default_stats_dir().parent.name == f"neuron-explorer-{os.getuid()}"
     monkeypatch.setenv("NEURON_EXPLORER_STATS_DIR", str(tmp_path / "x"))
     assert endpoint.default_stats_dir() == tmp_path / "x"
+
+
+def test_forked_child_neither_overwrites_nor_removes_the_parents_snapshot(stats_dir: Path) -> None:
+    s = AppStats("parent", None, "i", [0], interval_s=3600).start()
+    try:
+        s.on_execution(1, 0, 10, 10, "completed")
+        s.publish()
+        pid = os.fork()
+        if pid == 0:  # child: what a fork-based worker does at exit
+            s.on_execution(1, 0, 10, 10, "timed_out")
+            s.publish()
+            s.stop()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert s.path.exists()
+        snap = json.loads(s.path.read_text())
+        assert snap["executions"]["completed"] == 1 and snap["executions"]["timed_out"] == 0
+    finally:
+        s.stop()

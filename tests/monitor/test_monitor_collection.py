@@ -110,3 +110,15 @@ def test_tag_filter_excludes_other_applications(stats_dir: Path) -> None:
         assert _tick(m)["neuron_runtime_data"] == []
     finally:
         a.stop()
+
+
+def test_filtered_out_application_that_dies_has_its_snapshot_removed(apps: Apps, stats_dir: Path) -> None:
+    p = apps.start("eval_x", 30.0, "--numpy")
+    apps.wait_ready()
+    m = _monitor(stats_dir, "^train_")
+    assert _tick(m)["neuron_runtime_data"] == []
+    assert p.pid in m._ignored
+    p.kill()
+    p.wait()
+    assert _tick(m)["neuron_runtime_data"] == []
+    assert not (stats_dir / f"{p.pid}.json").exists()

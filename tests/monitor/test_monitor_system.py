@@ -88,3 +88,59 @@ def test_hardware_info_without_gpu_reports_cpu_device() -> None:
     assert info["neuron_device_type"] == "cpu" and info["neuron_device_count"] == 1
     assert info["neuron_device_memory_size"] > 0
     assert info["neuroncore_per_device_count"] is None and "no NVIDIA GPU" in info["error"]
+
+
+class _FakeMemInfo:
+    total = 80 * 2**30
+
+
+class _FakeNvml:
+    """Stands in for pynvml on this GPU-less host, to check how NVML answers map onto the report."""
+
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_AGGREGATE_ECC = 1
+    NVML_MEMORY_LOCATION_DEVICE_MEMORY = 1
+    NVML_MEMORY_LOCATION_SRAM = 7
+
+    def __init__(self) -> None:
+        self.ce = 5
+
+    def nvmlInit(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int: return 2
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int: return i
+    def nvmlDeviceGetName(self, h: int) -> str: return "NVIDIA H100 80GB HBM3"
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> _FakeMemInfo: return _FakeMemInfo()
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]: return (9, 0)
+
+    def nvmlDeviceGetMemoryErrorCounter(self, h: int, etype: int, counter: int, loc: int) -> int:
+        if loc == self.NVML_MEMORY_LOCATION_SRAM and h == 1:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return self.ce if etype == self.NVML_MEMORY_ERROR_TYPE_CORRECTED else 0
+
+
+def test_gpu_hosts_map_nvml_devices_and_ecc(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    fake = _FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    nvml = Nvml()
+    assert nvml.available
+    info = hardware_info(nvml)
+    assert info == {"neuron_device_type": "NVIDIA H100 80GB HBM3", "neuroncore_version": "sm_90",
+                    "neuron_device_count": 2, "neuron_device_memory_size": 80 * 2**30,
+                    "neuroncore_per_device_count": 1, "error": ""}
+    hw = HwCounters(nvml)
+    fake.ce = 8
+    out = hw.collect()
+    d0, d1 = out["neuron_devices"]
+    assert d0["mem_ecc_corrected"] == 3 and d0["sram_ecc_corrected"] == 3 and d0["mem_ecc_uncorrected"] == 0
+    assert d1["neuron_device_index"] == 1 and d1["sram_ecc_corrected"] is None
+    assert "not supported" in out["error"]
+
+
+def test_nvml_absent_is_reported_not_raised() -> None:
+    nvml = Nvml()
+    if nvml.available:
+        pytest.skip("a GPU with NVML is present")
+    assert nvml.reason

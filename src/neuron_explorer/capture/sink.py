@@ -86,11 +86,19 @@ class CaptureSink:
 
 
 def _is_launcher() -> bool:
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    name = getattr(spec, "name", "") or ""
-    return os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun" or name in (
-        "torch.distributed.run", "torch.distributed.launch")
+    """True in torchrun's agent (``torchrun`` or ``python -m torch.distributed.run``).
+
+    Reads the real command line: while ``-m`` is still importing, ``sys.argv[0]`` is just '-m'."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        argv = list(sys.argv)
+    launchers = ("torch.distributed.run", "torch.distributed.launch")
+    for i, a in enumerate(argv[:4]):
+        if os.path.basename(a) == "torchrun" or (a == "-m" and i + 1 < len(argv) and argv[i + 1] in launchers):
+            return True
+    return False
 
 
 def report_written(sink: CaptureSink) -> None:

@@ -112,7 +112,11 @@ class AppStats:
         self.interval_s = float(interval_s)
         self.path = endpoint.snapshot_path(self.stats_dir, self.pid)
 
+        # the process that owns the snapshot file: a forked child inherits this object but must
+        # neither overwrite nor delete its parent's file
+        self._owner_pid = os.getpid()
         self._lock = threading.Lock()
+        self._publish_lock = threading.Lock()
         self._created_mono_ns = time.monotonic_ns()
         self._start_time = _process_start_time(self.pid)
         self._executions = dict.fromkeys(EXECUTION_STATUSES, 0)
@@ -268,16 +272,27 @@ class AppStats:
         return snap
 
     def publish(self) -> Path:
-        """Write the snapshot now; the rename makes the new file appear whole or not at all."""
-        data = _json.dumps_bytes(self.snapshot())
-        endpoint.ensure_private_dir(self.stats_dir)
-        tmp = self.path.with_name(f".{self.pid}.{threading.get_ident()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        """Write the snapshot now; the rename makes the new file appear whole or not at all.
+
+        Raises :class:`~neuron_explorer.monitor.endpoint.EndpointError` or OSError when the
+        stats directory cannot be used; does nothing in a forked child.
+        """
+        if os.getpid() != self._owner_pid:
+            return self.path
+        # one publisher at a time: a snapshot taken earlier must never replace a newer one,
+        # or the monitor would see counters go backwards
+        with self._publish_lock:
+            data = _json.dumps_bytes(self.snapshot())
+            endpoint.ensure_private_dir(self.stats_dir)
+            tmp = self.path.with_name(f".{self.pid}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
         return self.path
 
     def _run(self) -> None:
@@ -316,6 +331,8 @@ class AppStats:
         if t is not None and t.is_alive() and t is not threading.current_thread():
             t.join(timeout=2.0)
         self._thread = None
+        if os.getpid() != self._owner_pid:
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -357,6 +357,23 @@ class AppTracker:
         }
 
 
+def process_start_time(pid: int) -> float | None:
+    """Start time of a live process (psutil's create_time scale), or None when it is gone."""
+    if _HAVE_PROC:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return None
+        if fields[0] in (b"Z", b"X"):
+            return None
+        return _BOOT_TIME + int(fields[19]) / _CLK_TCK
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
 def remove_stale(path: Path, pid: int) -> bool:
     """Delete the snapshot of a process that no longer exists; never touches a live process's file."""
     try:

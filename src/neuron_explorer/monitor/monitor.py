@@ -9,6 +9,7 @@ data is new).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -16,7 +17,14 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from neuron_explorer.monitor import _json, endpoint
-from neuron_explorer.monitor.apps import AppTracker, ProcessGone, SnapshotError, read_snapshot, remove_stale
+from neuron_explorer.monitor.apps import (
+    AppTracker,
+    ProcessGone,
+    SnapshotError,
+    process_start_time,
+    read_snapshot,
+    remove_stale,
+)
 from neuron_explorer.monitor.config import DEFAULT_PERIOD_S, RUNTIME_GROUPS, SYSTEM_GROUPS, MonitorConfig
 from neuron_explorer.monitor.gpu import Nvml
 from neuron_explorer.monitor.system import HwCounters, MemoryInfo, VcpuUsage, hardware_info, instance_info
@@ -72,6 +80,7 @@ class Monitor:
         self.system_results: dict[str, dict[str, Any]] = {}
         self.apps: dict[int, AppTracker] = {}
         self._ignored: dict[int, float | None] = {}  # pid -> start_time of apps no entry selects
+        self._bad: dict[int, int] = {}  # pid -> mtime of snapshot files that could not be used
         now = time.monotonic()
         self.timers: dict[tuple[str, str, float], float] = {}
         for g, p in config.system_groups.items():
@@ -94,15 +103,30 @@ class Monitor:
             if pid in self.apps:
                 continue
             path = Path(path)
+            if pid in self._ignored:
+                # an application no entry selects: check it is the same live process, without parsing
+                started = process_start_time(pid)
+                known = self._ignored[pid]
+                if started is not None and (known is None or abs(started - known) <= 1.0):
+                    continue
+                del self._ignored[pid]
+                if started is None:
+                    if remove_stale(path, pid):
+                        self.log(2, f"removed stale snapshot of exited pid {pid}")
+                    continue
+            mtime = -1
             try:
+                mtime = os.stat(path).st_mtime_ns
+                if self._bad.get(pid) == mtime:
+                    continue  # already reported; wait until the file changes
                 snap = read_snapshot(path)
             except FileNotFoundError:
                 continue
             except (OSError, SnapshotError) as exc:
+                self._bad[pid] = mtime
                 self.log(1, f"ignoring {path}: {exc}")
                 continue
-            if self._ignored.get(pid, object()) == snap.get("start_time"):
-                continue
+            self._bad.pop(pid, None)
             tracker = AppTracker(pid, path, str(snap.get("tag", pid)), snap.get("start_time"), {}, snap)
             try:
                 tracker.check_alive()
@@ -126,6 +150,9 @@ class Monitor:
         for pid in list(self._ignored):
             if pid not in seen:
                 del self._ignored[pid]
+        for pid in list(self._bad):
+            if pid not in seen:
+                del self._bad[pid]
 
     def _drop(self, pid: int, why: str) -> None:
         tracker = self.apps.pop(pid, None)

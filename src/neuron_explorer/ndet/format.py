@@ -110,11 +110,15 @@ def encode_parts(header: dict, blocks: Iterable[np.ndarray]) -> list[bytes | mem
     return parts
 
 
-def atomic_write(path: str, parts: list[bytes | memoryview]) -> None:
-    """Write ``parts`` to ``path`` through a hidden temporary file and a rename."""
+def atomic_write(path: str, parts: list[bytes | memoryview], mode: int = 0o644) -> None:
+    """Write ``parts`` to ``path`` through a hidden temporary file and a rename.
+
+    ``mode`` replaces mkstemp's 0600 so that logs are readable like any file the process writes.
+    """
     d = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".ndet-", suffix=".tmp", dir=d)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             for p in parts:
                 f.write(p)

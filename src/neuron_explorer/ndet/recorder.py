@@ -88,11 +88,16 @@ def _parse_location(value: str | None) -> str:
 
 def _is_launcher() -> bool:
     """torchrun's agent has the variables too but runs no workload; it must not leave a log."""
+    launchers = ("torch.distributed.run", "torch.distributed.launch")
     main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    name = getattr(spec, "name", "") or ""
-    return os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun" or name in (
-        "torch.distributed.run", "torch.distributed.launch")
+    name = getattr(getattr(main, "__spec__", None), "name", "") or ""
+    orig = list(getattr(sys, "orig_argv", []))
+    for i, a in enumerate(orig[:-1]):
+        if a == "-m" and orig[i + 1] in launchers:
+            return True
+    argv0 = sys.argv[0] if sys.argv else ""
+    return os.path.basename(argv0) == "torchrun" or name in launchers or \
+        (len(orig) > 1 and os.path.basename(orig[1]) == "torchrun")
 
 
 def log_file_name(start_wall_ns: int, instance_id: str, rank: int, world_size: int, pid: int) -> str:
@@ -139,6 +144,9 @@ class NdetRecorder:
         self.path = os.path.join(log_dir, log_file_name(self.start_wall_ns, ident.instance_id, ident.rank,
                                                         ident.world_size, ident.pid))
         self.write_errors = 0
+        umask = os.umask(0)
+        os.umask(umask)
+        self._file_mode = 0o666 & ~umask
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -260,7 +268,7 @@ class NdetRecorder:
             "ident": {"instance_id": ident.instance_id, "hostname": getattr(ident, "hostname", ""),
                       "pid": ident.pid, "rank": ident.rank, "local_rank": ident.local_rank,
                       "world_size": ident.world_size, "node_rank": getattr(ident, "node_rank", 0),
-                      "process_tag": getattr(ident, "process_tag", "")},
+                      "process_tag": getattr(ident, "process_tag", ""), "argv": list(sys.argv[:16])},
             "device": {"kind": getattr(rt, "device_kind", "cpu"), "nd": getattr(rt, "nd_idx", 0)},
             "start": {"mono_ns": self.start_mono_ns, "wall_ns": self.start_wall_ns},
             "flush": {"seq": self._flush_seq, "mono_ns": flush_mono, "wall_ns": flush_wall, "final": final,
@@ -289,7 +297,7 @@ class NdetRecorder:
             self._flush_seq += 1
             mono, wall, _ = clock.anchor("ndet")
             parts = fmt.encode_parts(self.header(final, reason, mono, wall), blocks)
-            fmt.atomic_write(self.path, parts)
+            fmt.atomic_write(self.path, parts, mode=self._file_mode)
             if final:
                 self._final = True
             return self.path

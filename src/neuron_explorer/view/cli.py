@@ -75,6 +75,11 @@ def view_command(args: argparse.Namespace) -> int:
         return 0
     if not args.directory:
         raise UsageError("view needs -d DIR, the directory holding captured profiles")
+    try:
+        filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
+                                args.system_trace_filter_instance_id)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
     fmt = args.output_format
     out = args.output_file
     if args.ingest_only:
@@ -85,16 +90,13 @@ def view_command(args: argparse.Namespace) -> int:
         ws = args.data_path or default_data_path()
         os.makedirs(ws, exist_ok=True)
         out = os.path.join(ws, name)
+    elif fmt is None and out:
+        fmt = "parquet"  # an output file with no format: the default format
     elif fmt is None:
         raise UsageError("the System Trace Viewer UI is not available yet; choose --output-format "
                          "(parquet, json, perfetto, summary-text, summary-json) or --ingest-only")
     if args.ignore_system_profile and args.ignore_device_profile:
         raise UsageError("--ignore-system-profile and --ignore-device-profile together leave nothing to view")
-    try:
-        filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
-                                args.system_trace_filter_instance_id)
-    except ConfigError as e:
-        raise UsageError(str(e)) from None
     opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
                        ignore_system_profile=args.ignore_system_profile,
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,

@@ -1,0 +1,238 @@
+"""Finding and loading the logs behind a ``--log-prefix``: NDET logs and PyTorch Flight Recorder dumps.
+
+Both become a ``RankLog``: identity, lifecycle (did the process write a final record, and why), the
+string and model tables, and a record array in the NDET record layout.  Analysis and the Chrome trace
+therefore never care where a log came from.  NDET times are host monotonic and are mapped to wall
+time with the pair the writer stored at its last flush; Flight Recorder times are already wall time.
+
+Flight Recorder (``torch._C._distributed_c10d._dump_fr_trace_json()``, or the pickle NCCL writes to
+``TORCH_FR_DUMP_TEMP_FILE<rank>``) does not say which rank wrote a dump, so the rank is taken from a
+``rank`` field when present, else from the digits that end the file name (``fr_3.json`` -> 3).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import pickle
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import format as fmt
+
+
+@dataclass
+class RankLog:
+    path: str
+    source: str  # "ndet" or "flight_recorder"
+    rank: int
+    pid: int
+    instance_id: str
+    world_size: int
+    nd: int
+    start_wall_ns: int
+    last_wall_ns: int
+    final: bool
+    reason: str
+    flush_period_ns: int
+    offset_ns: int  # wall = mono + offset
+    strings: list[str]
+    models: dict[int, dict]
+    records: np.ndarray | None = None
+    num_entries: int = 0
+    events_recorded: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank >= 0 else f"pid {self.pid}"
+
+    def drop_records(self) -> None:
+        """Forget the records once analysed, so memory holds one log at a time."""
+        self.records = None
+
+
+def discover(prefix: str) -> list[str]:
+    """Candidate files for a prefix: a directory means every file in it, else ``prefix*``.
+
+    Hidden files (the writer's temporary files start with '.') are never candidates.
+    """
+    if os.path.isdir(prefix):
+        paths = [os.path.join(prefix, n) for n in os.listdir(prefix)]
+    else:
+        paths = glob.glob(glob.escape(prefix) + "*")
+    out = [p for p in paths if os.path.isfile(p) and not os.path.basename(p).startswith(".")]
+    return sorted(out)
+
+
+def is_candidate(path: str, from_directory: bool) -> bool:
+    """In a directory only files named like logs/dumps are considered; with a file prefix, all are."""
+    if not from_directory:
+        return True
+    n = os.path.basename(path)
+    return n.startswith("ndet_") or fmt.sniff(path) or _looks_like_fr_name(n)
+
+
+def _looks_like_fr_name(n: str) -> bool:
+    return bool(re.search(r"(fr|flight|nccl_trace|trace_rank|dump)", n, re.I))
+
+
+def load(path: str) -> RankLog:
+    """Load one file (NDET log or Flight Recorder dump); raises fmt.LogFormatError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as e:
+        raise fmt.LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+    if head[:7] == fmt.MAGIC[:7] or os.path.basename(path).startswith("ndet_"):
+        return _load_ndet(path)
+    if head.lstrip()[:1] == b"{" or head[:1] == b"\x80":
+        return load_flight_recorder(path)
+    if not head:
+        raise fmt.LogFormatError(f"{path}: empty file")
+    raise fmt.LogFormatError(f"{path}: neither an NDET log nor a Flight Recorder dump")
+
+
+def _load_ndet(path: str) -> RankLog:
+    log = fmt.read_log(path)
+    h = log.header
+    ident = h.get("ident", {})
+    flush = h.get("flush", {})
+    try:
+        offset = int(flush["wall_ns"]) - int(flush["mono_ns"])
+        models = {int(m["id"]): m for m in h.get("models", [])}
+        return RankLog(
+            path=path, source="ndet", rank=int(ident.get("rank", -1)), pid=int(ident.get("pid", 0)),
+            instance_id=str(ident.get("instance_id", "")), world_size=int(ident.get("world_size", 1)),
+            nd=int(h.get("device", {}).get("nd", 0)), start_wall_ns=int(h["start"]["wall_ns"]),
+            last_wall_ns=int(flush["wall_ns"]), final=bool(flush.get("final", False)),
+            reason=str(flush.get("reason", "")), flush_period_ns=int(h.get("flush_period_us", 0)) * 1000,
+            offset_ns=offset, strings=log.strings, models=models, records=log.records,
+            num_entries=int(h.get("num_entries", 0)), events_recorded=int(h.get("events_recorded", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise fmt.LogFormatError(f"{path}: corrupt header (missing or bad field {e})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch Flight Recorder
+
+_DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+                "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+                "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+_DTYPE_NAMES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+                "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
+_OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
+             "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter_tensor",
+             "alltoall": "all_to_all", "alltoall_base": "all_to_all_single"}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Flight Recorder pickles hold only plain containers; refuse anything that could run code."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+def _fr_op(profiling_name: str) -> str:
+    op = profiling_name.split(":", 1)[-1] if profiling_name else "unknown"
+    return _OP_NAMES.get(op, op)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _fr_ranks(value) -> list[int]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = [int(x) for x in re.findall(r"-?\d+", value)]
+    return [int(x) for x in value or []]
+
+
+def load_flight_recorder(path: str) -> RankLog:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        if raw[:1] == b"\x80":
+            d = _SafeUnpickler(io.BytesIO(raw)).load()
+        else:
+            d = json.loads(raw.decode("utf-8"))
+    except Exception as e:
+        raise fmt.LogFormatError(f"{path}: corrupt or truncated Flight Recorder dump ({type(e).__name__}: {e})") from None
+    if not isinstance(d, dict) or "entries" not in d or not isinstance(d["entries"], list):
+        raise fmt.LogFormatError(f"{path}: not a Flight Recorder dump (no 'entries' list)")
+    rank = d.get("rank")
+    if rank is None:
+        m = re.search(r"(\d+)(?:\.[A-Za-z]+)?$", os.path.basename(path))
+        rank = int(m.group(1)) if m else -1
+    pg_config = d.get("pg_config") or {}
+    strings = [""]
+    sid: dict[str, int] = {"": 0}
+
+    def intern(s: str) -> int:
+        i = sid.get(s)
+        if i is None:
+            i = sid[s] = len(strings)
+            strings.append(s)
+        return i
+
+    def group_of(pg) -> str:
+        name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(pg)
+        desc = str(pg[1]) if isinstance(pg, (list, tuple)) and len(pg) > 1 else ""
+        cfg = pg_config.get(name) or next((c for c in pg_config.values() if c.get("desc") == desc and desc), None)
+        if cfg is None and len(pg_config) == 1:
+            cfg = next(iter(pg_config.values()))
+        ranks = _fr_ranks(cfg.get("ranks")) if cfg else []
+        return ",".join(map(str, ranks)) if ranks else f"pg:{name}"
+
+    rows = []
+    t_min = t_max = 0
+    try:
+        for e in d["entries"]:
+            op = _fr_op(str(e.get("profiling_name", "")))
+            sizes = e.get("input_sizes") or []
+            dtypes = e.get("input_dtypes") or []
+            nbytes = sum(_numel(s) * _DTYPE_BYTES.get(str(dt), 4) for s, dt in zip(sizes, dtypes))
+            dtype = _DTYPE_NAMES.get(str(dtypes[0]), str(dtypes[0]).lower()) if dtypes else ""
+            t0 = int(e.get("time_created_ns") or 0)
+            started = int(e.get("time_discovered_started_ns") or 0)
+            done = int(e.get("time_discovered_completed_ns") or 0)
+            state = str(e.get("state", ""))
+            t0 = started or t0
+            if state == "completed":
+                st, t1 = fmt.STATE_COMPLETE, done or t0
+            elif state in ("started", "scheduled") and not done and (state == "started" or not e.get("retired", False)):
+                st, t1 = fmt.STATE_IN_FLIGHT, 0
+            else:
+                # gloo never moves entries past "scheduled"; the entry is only known to have been issued
+                st, t1 = fmt.STATE_COMPLETE, done or t0
+            kind = fmt.KIND_CC_BARRIER if "barrier" in op else fmt.KIND_CC_OP
+            seq = int(e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id", 0))
+            rows.append((kind, st, 0, 0, t0, t1, intern(op), seq, nbytes, intern(dtype), intern(group_of(e.get("process_group")))))
+            t_min = t0 if not t_min else min(t_min, t0)
+            t_max = max(t_max, t0, t1)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise fmt.LogFormatError(f"{path}: corrupt Flight Recorder entry ({e})") from None
+    records = np.array(rows, dtype=fmt.RECORD_DTYPE) if rows else np.zeros(0, dtype=fmt.RECORD_DTYPE)
+    mtime = int(os.stat(path).st_mtime_ns)
+    return RankLog(
+        path=path, source="flight_recorder", rank=int(rank), pid=int(d.get("pid", 0) or 0),
+        instance_id=str(d.get("hostname", "")), world_size=0, nd=0, start_wall_ns=t_min or mtime,
+        last_wall_ns=max(t_max, mtime), final=True, reason="dump", flush_period_ns=0, offset_ns=0,
+        strings=strings, models={}, records=records, num_entries=len(rows), events_recorded=len(rows),
+        extra={"version": d.get("version"), "pg_status": d.get("pg_status")},
+    )

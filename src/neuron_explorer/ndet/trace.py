@@ -1,0 +1,175 @@
+"""The Chrome trace (chrome://tracing, Perfetto's legacy JSON importer) that ``neuron-det`` writes.
+
+One process per log, named from its file name (start date and time, instance id, group ids) and its
+rank; one thread (track) per NeuronCore.  An execution record becomes ``nrt_execute`` (the host
+request), ``sync_exec`` (the NEFF being run, coloured per graph) and ``nc_exec`` (the core); a
+collective becomes ``cc_op_exec`` or ``cc_exec_barrier``.  Errors are red (``cname: terrible``) with
+``ret`` in their args; work still in flight is a begin (``B``) event with no end, which the viewer
+draws to the end of the trace -- the hang.  ``--show-dependencies`` adds flow arrows from each
+execution to the collectives it issued and, for every collective, from the rank that arrived last
+(everyone waited for it) to each other rank's copy.
+
+The file is written log by log, so memory holds one log's events at a time.  Each log contributes
+its last ``max_events`` records plus every error and in-flight record.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+import numpy as np
+
+from . import format as fmt
+from .analysis import CollectiveIndex, group_ranks
+from .sources import RankLog
+
+try:  # orjson is several times faster for large traces; the stdlib is the fallback
+    import orjson as _orjson
+
+    def _dumps(obj: Any) -> bytes:
+        return _orjson.dumps(obj)
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+ERROR_COLOR = "terrible"
+PALETTE = ("thread_state_running", "rail_response", "cq_build_passed", "rail_animation", "good", "yellow",
+           "olive", "rail_load", "thread_state_iowait", "generic_work", "background_memory_dump",
+           "cq_build_attempt_passed", "light_memory_dump", "detailed_memory_dump", "startup", "grey")
+
+
+class TraceWriter:
+    """Streams ``{"traceEvents": [...]}`` to a binary file, one log at a time."""
+
+    def __init__(self, f: IO[bytes], base_wall_ns: int, show_dependencies: bool, index: CollectiveIndex,
+                 max_events: int = 20000) -> None:
+        self.f = f
+        self.base = base_wall_ns
+        self.deps = show_dependencies
+        self.index = index
+        self.max_events = max_events
+        self.first = True
+        self.events = 0
+        self.ranks_present: set[tuple[str, int]] = set()
+        f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
+
+    def _emit(self, evs: list[dict]) -> None:
+        if not evs:
+            return
+        parts = b",\n".join(_dumps(e) for e in evs)
+        if not self.first:
+            self.f.write(b",\n")
+        self.f.write(parts)
+        self.first = False
+        self.events += len(evs)
+
+    def add_log(self, pid: int, log: RankLog) -> None:
+        rec = log.records if log.records is not None else np.zeros(0, fmt.RECORD_DTYPE)
+        n = len(rec)
+        keep = np.zeros(n, bool)
+        keep[max(0, n - self.max_events):] = True
+        keep |= (rec["state"] != fmt.STATE_COMPLETE) | (rec["ret"] != 0) | (rec["kind"] == fmt.KIND_NUMERICAL_ERROR)
+        idx = np.nonzero(keep)[0]
+        sub = rec[idx]
+        pname = f"{log.name} ({log.label}, {log.source})"
+        evs: list[dict] = [
+            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}},
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": max(log.rank, 0)}},
+        ]
+        for nc in sorted(set(sub["nc"].tolist())):
+            evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(nc), "args": {"name": f"NC {nc}"}})
+        off = log.offset_ns - self.base
+        S = log.strings
+        models = log.models
+        cols = [sub[c].tolist() for c in ("kind", "state", "nc", "ret", "t0", "t1", "a", "b", "c", "d", "e")]
+        exec_marks: dict[int, tuple[list[int], list[int]]] = {}  # nc -> (t0 list, flow ids) for deps
+        flow_n = 0
+        for kind, state, nc, ret, t0, t1, a, b, c, d, e in zip(*cols):
+            ts = (t0 + off) / 1000.0
+            complete = state == fmt.STATE_COMPLETE
+            dur = (t1 - t0) / 1000.0 if complete else 0.0
+            if kind == fmt.KIND_EXEC:
+                m = models.get(a) or {}
+                neff = m.get("neff_name", f"model_{a}")
+                args = {"nd": log.nd, "nc": nc, "exec_id": b, "model_id": a, "graph": m.get("name", ""), "neff": neff,
+                        "rank": log.rank}
+                if complete:
+                    args["ret"] = ret
+                for name in ("nrt_execute", "sync_exec", "nc_exec"):
+                    ev = {"name": name, "cat": "exec", "ph": "X" if complete else "B", "ts": ts, "pid": pid,
+                          "tid": nc, "args": args}
+                    if complete:
+                        ev["dur"] = dur
+                    if ret != 0:
+                        ev["cname"] = ERROR_COLOR
+                    elif name == "sync_exec":
+                        ev["cname"] = PALETTE[a % len(PALETTE)]
+                        ev["name"] = f"sync_exec {neff}"
+                    if not complete:
+                        ev["args"] = {**args, "state": "in flight at the last write (never ended)"}
+                    evs.append(ev)
+                if self.deps:
+                    exec_marks.setdefault(nc, ([], []))[0].append(t0)
+                    exec_marks[nc][1].append(len(evs) - 3)
+            elif kind == fmt.KIND_NUMERICAL_ERROR:
+                m = models.get(a) or {}
+                evs.append({"name": "numerical_error", "cat": "error", "ph": "X", "ts": ts, "dur": dur, "pid": pid,
+                            "tid": nc, "cname": ERROR_COLOR,
+                            "args": {"nd": log.nd, "nc": nc, "exec_id": b, "ret": ret, "graph": m.get("name", ""),
+                                     "neff": m.get("neff_name", ""), "nan_count": c, "inf_count": d, "rank": log.rank}})
+            else:
+                op = S[a] if 0 <= a < len(S) else "?"
+                group = S[e] if 0 <= e < len(S) else ""
+                peers = [r for r in group_ranks(group) if r != log.rank]
+                args = {"op": op, "seq": b, "group": group_ranks(group), "peers": peers, "bytes": c,
+                        "dtype": S[d] if 0 <= d < len(S) else "", "nd": log.nd, "nc": nc, "rank": log.rank}
+                ev = {"name": fmt.KINDS.get(kind, {}).get("name", "cc_op_exec"), "cat": "cc",
+                      "ph": "X" if complete else "B", "ts": ts, "pid": pid, "tid": nc, "args": args}
+                if complete:
+                    ev["dur"] = dur
+                    args["ret"] = ret
+                else:
+                    args["state"] = "in flight at the last write (never ended)"
+                if ret != 0:
+                    ev["cname"] = ERROR_COLOR
+                evs.append(ev)
+                if self.deps:
+                    flow_n = self._cc_flows(evs, pid, log, nc, t0, ts, group, b, exec_marks, off, flow_n)
+        self._emit(evs)
+
+    def _cc_flows(self, evs: list[dict], pid: int, log: RankLog, nc: int, t0: int, ts: float, group: str,
+                  seq: int, exec_marks: dict, off: int, flow_n: int) -> int:
+        marks = exec_marks.get(nc)
+        if marks and marks[0] and marks[0][-1] <= t0:
+            # the latest execution begun on this core before the collective issued it
+            fid = f"x{pid}.{flow_n}"
+            flow_n += 1
+            evs.append({"ph": "s", "id": fid, "name": "issues", "cat": "dependency", "pid": pid, "tid": nc,
+                        "ts": (marks[0][-1] + off) / 1000.0})
+            evs.append({"ph": "f", "bp": "e", "id": fid, "name": "issues", "cat": "dependency", "pid": pid,
+                        "tid": nc, "ts": ts})
+        gi = self.index.groups.get((log.source, group))
+        if gi is None:
+            return flow_n
+        i = gi.lookup(seq)
+        if i < 0 or int(gi.count[i]) < 2:
+            return flow_n
+        last = int(gi.max_rank[i])
+        gkey = abs(hash(group)) % 1_000_000_007
+        if last == log.rank:
+            for r in group_ranks(group):
+                if r != last and (log.source, r) in self.ranks_present:
+                    evs.append({"ph": "s", "id": f"c{gkey}.{seq}.{r}", "name": "waited for", "cat": "dependency",
+                                "pid": pid, "tid": nc, "ts": ts})
+        elif (log.source, last) in self.ranks_present:
+            evs.append({"ph": "f", "bp": "e", "id": f"c{gkey}.{seq}.{log.rank}", "name": "waited for",
+                        "cat": "dependency", "pid": pid, "tid": nc, "ts": ts})
+        return flow_n
+
+    def close(self, metadata: dict) -> None:
+        self.f.write(b'\n],"metadata":')
+        self.f.write(_dumps(metadata))
+        self.f.write(b"}\n")

@@ -1,0 +1,56 @@
+"""Shared helpers for the NDET tests: real torchrun jobs with NDET on, and in-process recorders."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from neuron_explorer.ndet.recorder import NdetRecorder
+from neuron_explorer.runtime.config import CaptureConfig
+from neuron_explorer.runtime.core import Runtime
+from neuron_explorer.runtime.identity import ProcessIdentity
+
+from ..conftest import clean_env, free_port
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+JOB = WORKLOADS / "ndet_job.py"
+
+
+def ndet_env(log_dir: Path, flush_usec: int = 100000, **extra: str) -> dict[str, str]:
+    return clean_env(NEURON_RT_DBG_NDET_FLUSH_USEC=str(flush_usec), NEURON_RT_DBG_NDET_LOG_LOCATION=str(log_dir),
+                     **extra)
+
+
+def run_job(log_dir: Path, mode: str, nproc: int = 2, steps: int = 5, timeout: float = 120,
+            **extra: str) -> subprocess.CompletedProcess:
+    """torchrun the test job with one injected fault; returns the (possibly failed) launcher result."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
+           "127.0.0.1", "--master_port", str(free_port()), str(JOB), mode, str(steps)]
+    return subprocess.run(cmd, env=ndet_env(log_dir, **extra), capture_output=True, text=True, timeout=timeout)
+
+
+def neuron_det(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "neuron_explorer.ndet.cli", *args], env=clean_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def load_trace(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["traceEvents"]
+
+
+def logs_in(d: Path) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.name.startswith("ndet_"))
+
+
+def make_recorder(log_dir: Path, rank: int = 0, world: int = 2, num_entries: int = 100, pid: int | None = None,
+                  flush_usec: int = 1_000_000) -> NdetRecorder:
+    """A recorder on a real Runtime with a chosen identity (no framework needed to write)."""
+    ident = ProcessIdentity(instance_id="i-0123456789abcdef0", hostname="test", pid=pid or (40000 + rank),
+                            rank=rank, local_rank=rank, world_size=world, node_rank=0, process_tag="t")
+    rt = Runtime(CaptureConfig(max_events_per_nc=1), ident=ident)
+    rt.add_model(name="step_graph", neff_name="neff_1234", graph_hash="abcd", backend="aot_eager",
+                 kind="forward", nc_idx=rank)
+    return NdetRecorder(rt, str(log_dir), flush_usec, num_entries, require_framework=False)
