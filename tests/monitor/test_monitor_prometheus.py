@@ -149,6 +149,8 @@ def test_tls_with_key_and_cert(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
         assert "neuroncore_utilization_ratio{" in body
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=5, context=ctx) as r:
+            assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
         with pytest.raises(Exception):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
     finally:

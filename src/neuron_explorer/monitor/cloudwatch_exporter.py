@@ -15,8 +15,7 @@ import json
 import sys
 from typing import Any, Iterable, Sequence, TextIO
 
-from neuron_explorer.monitor import _json
-from neuron_explorer.monitor.metrics import ReportTracker, Sample
+from neuron_explorer.monitor.metrics import ReportTracker, Sample, consume_reports
 
 #: PutMetricData accepts at most this many MetricDatum items per request.
 MAX_DATUMS_PER_REQUEST = 1000
@@ -109,22 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def consume(stream: Iterable[str], publisher: CloudWatchPublisher) -> int:
     """Publish every report line of ``stream``; returns the number of lines skipped as invalid."""
-    bad = 0
-    for line in stream:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            report = _json.loads(line)
-            if not isinstance(report, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as exc:
-            bad += 1
-            print(f"neuron-monitor-cloudwatch: skipping a line that is not a neuron-monitor report ({exc})",
-                  file=publisher.err, flush=True)
-            continue
-        publisher.publish(report)
-    return bad
+    return consume_reports(stream, publisher.publish, "neuron-monitor-cloudwatch", publisher.err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,8 +10,11 @@ receive duplicate datapoints.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator, TextIO
+
+from neuron_explorer.monitor import _json
 
 #: Labels attached to every metric, taken from ``instance_info``.
 BASE_LABELS: tuple[str, ...] = (
@@ -204,3 +207,29 @@ class ReportTracker:
         for s in out:
             if s is not None:
                 yield s
+
+
+def consume_reports(
+    stream: Iterable[str], handle: Callable[[dict[str, Any]], Any], prog: str, err: TextIO = sys.stderr
+) -> int:
+    """Pass every report line of ``stream`` to ``handle``; returns how many lines were skipped.
+
+    A line that is not a JSON object (a truncated write, stray output mixed into
+    the pipe) is reported on ``err`` and skipped, so one bad line never stops
+    a long-running exporter.
+    """
+    bad = 0
+    for line in stream:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            report = _json.loads(line)
+            if not isinstance(report, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            bad += 1
+            print(f"{prog}: skipping a line that is not a neuron-monitor report ({exc})", file=err, flush=True)
+            continue
+        handle(report)
+    return bad

@@ -20,14 +20,14 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterable, Iterator, Sequence, TextIO
 
-from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from neuron_explorer.monitor import _json
-from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS, ReportTracker, Sample
+from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS, ReportTracker, Sample, consume_reports
 
 DEFAULT_PORT = 8000
+#: What ``render`` produces: the classic text format every Prometheus version understands.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class ReportState(Collector):
@@ -128,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404, "only /metrics is served")
             return
         body = self.state.render()
-        headers = {"Content-Type": CONTENT_TYPE_LATEST}
+        headers = {"Content-Type": CONTENT_TYPE}
         if "gzip" in (self.headers.get("Accept-Encoding") or "") and len(body) > 4096:
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
@@ -160,21 +160,7 @@ def serve(state: ReportState, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
 
 def consume(stream: Iterable[str], state: ReportState, err: TextIO = sys.stderr) -> int:
     """Feed every JSON line of ``stream`` into ``state``; returns the number of bad lines."""
-    bad = 0
-    for line in stream:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            report = _json.loads(line)
-            if not isinstance(report, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as exc:
-            bad += 1
-            print(f"neuron-monitor-prometheus: skipping a line that is not a neuron-monitor report ({exc})", file=err, flush=True)
-            continue
-        state.update(report)
-    return bad
+    return consume_reports(stream, state.update, "neuron-monitor-prometheus", err)
 
 
 def build_parser() -> argparse.ArgumentParser:

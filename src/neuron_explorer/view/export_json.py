@@ -44,11 +44,15 @@ class JsonWriter:
         self.f.write(chunk)
         self.first = False
 
-    def add(self, pe: ProcessEvents) -> None:
+    def add(self, pe: ProcessEvents, first: bool = True, last: bool = True) -> None:
+        """Add a chunk of a process's events (``first``/``last`` mark the process's chunks)."""
         pid = pe.index + 1
         rank = f" rank {pe.rank}" if pe.rank >= 0 else ""
-        items: list[dict] = [{"name": "process_name", "ph": "M", "pid": pid,
-                              "args": {"name": f"{pe.instance_id} pid {pe.pid}{rank}"}}]
+        items: list[dict] = []
+        if first:
+            items.append({"name": "process_name", "ph": "M", "pid": pid,
+                          "args": {"name": f"{pe.instance_id} pid {pe.pid}{rank}"}})
+            self._named_tracks: set = set()
         c = pe.cols
         n = pe.n
         if n:
@@ -57,6 +61,9 @@ class JsonWriter:
             is_cc = np.isin(names, ["cc_running", "cc_exec_barrier"])
             tid = np.where(is_cc, 2_000_000 + c["nc_idx"], np.where(hw, 1_000_000 + c["nc_idx"], c["thread_id"]))
             for t in np.unique(tid).tolist():
+                if t in self._named_tracks:
+                    continue
+                self._named_tracks.add(t)
                 label = (f"nc_{t - 2_000_000}/cc" if t >= 2_000_000 else
                          f"nc_{t - 1_000_000}/neuron_hw" if t >= 1_000_000 else f"{t}/neuron_rt")
                 items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
@@ -96,7 +103,7 @@ class JsonWriter:
                     ev["s"] = "t"
                 items.append(ev)
         off = wall_offset_ns(pe.session) + pe.clock_offset_ns - self.origin_ns
-        for name, (tsc, vals, _unit) in counter_series(pe.session).items():
+        for name, (tsc, vals, _unit) in (counter_series(pe.session).items() if last else ()):
             for t, v in zip(((tsc + off) / 1000.0).tolist(), np.asarray(vals, dtype=np.float64).tolist()):
                 items.append({"name": name, "ph": "C", "pid": pid, "ts": t, "args": {"value": v}})
         self._emit(items)

@@ -170,33 +170,48 @@ class ParquetWriter:
         self.meta_rows: list[dict] = []
         self.model_rows: list[dict] = []
         self.events_written = 0
+        self._process_events = 0
+        self._ev_writer: pq.ParquetWriter | None = None
+        self._flow_writer: pq.ParquetWriter | None = None
 
     def _part(self, table: str, pe: ProcessEvents) -> str:
         d = os.path.join(self.tmp, table, f"instance={pe.instance_id}", f"process={pe.pid}")
         os.makedirs(d, exist_ok=True)
-        return os.path.join(d, "part-0.parquet") if not os.path.exists(os.path.join(d, "part-0.parquet")) \
-            else os.path.join(d, f"part-{len(os.listdir(d))}.parquet")
+        return os.path.join(d, f"part-{len(os.listdir(d))}.parquet")
 
-    def add(self, pe: ProcessEvents, meta: dict) -> None:
-        t = events_table(pe)
+    def add(self, pe: ProcessEvents, meta: dict | None = None) -> None:
+        """Add one chunk of a process's events; ``meta`` (given with the process's last chunk)
+        closes the process: its counters, models and metadata row are written then."""
         if pe.n:
-            pq.write_table(t, self._part(EVENTS, pe), compression="zstd", row_group_size=1 << 20)
+            t = events_table(pe)
+            if self._ev_writer is None:
+                self._ev_writer = pq.ParquetWriter(self._part(EVENTS, pe), t.schema, compression="zstd")
+            self._ev_writer.write_table(t, row_group_size=1 << 20)
             has = pe.cols["flow_id"] != 0
             if has.any():
                 ft = pa.table({
                     "flow_id": pa.array(pe.cols["flow_id"][has]), "event_id": pa.array(pe.cols["id"][has]),
-                    "name": t.column("name").filter(pa.array(has)),
+                    "name": pa.array(np.array(pe.type_names, dtype=object)[pe.cols["type"][has]], type=pa.string()),
                     "instance_id": pa.array([pe.instance_id] * int(has.sum()), type=pa.string()),
                     "process_id": pa.array(np.full(int(has.sum()), pe.pid, dtype=np.int64)),
                     "ts": pa.array(pe.cols["start_ts"][has]),
                 })
-                pq.write_table(ft, self._part(FLOWS, pe), compression="zstd")
+                if self._flow_writer is None:
+                    self._flow_writer = pq.ParquetWriter(self._part(FLOWS, pe), ft.schema, compression="zstd")
+                self._flow_writer.write_table(ft)
         self.events_written += pe.n
+        self._process_events += pe.n
+        if meta is None:
+            return
+        for w in (self._ev_writer, self._flow_writer):
+            if w is not None:
+                w.close()
+        self._ev_writer = self._flow_writer = None
         ct = counters_table(pe)
         if ct.num_rows:
             pq.write_table(ct, self._part(COUNTERS, pe), compression="zstd")
-        meta = dict(meta, display_name=self.display_name, events=pe.n)
-        self.meta_rows.append(meta)
+        self.meta_rows.append(dict(meta, display_name=self.display_name, events=self._process_events))
+        self._process_events = 0
         s = pe.session
         for m in s.models:
             self.model_rows.append({
@@ -221,6 +236,9 @@ class ParquetWriter:
         os.replace(self.tmp, self.out_dir)
 
     def abort(self) -> None:
+        for w in (self._ev_writer, self._flow_writer):
+            if w is not None:
+                w.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

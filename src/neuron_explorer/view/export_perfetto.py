@@ -182,9 +182,16 @@ class PerfettoWriter:
             self._events(pe, seq, track_of, name_iid, dbg_iid, ann_rows)
         self._counters(pe, seq, pid_uuid)
 
-    def _events(self, pe, seq, track_of, name_iid, dbg_iid, ann_rows) -> None:
-        c = pe.cols
-        n = pe.n
+    def _events(self, pe, seq, track_of, name_iid, dbg_iid, ann_rows, chunk: int = 262_144) -> None:
+        """Encode the process's events in chunks so the encoder's arrays stay small."""
+        for lo in range(0, pe.n, chunk):
+            hi = min(lo + chunk, pe.n)
+            c = {k: v[lo:hi] for k, v in pe.cols.items()}
+            rows = [(nm, pr[lo:hi], vals[lo:hi], is_s) for nm, pr, vals, is_s in ann_rows]
+            self._encode_events(pe, c, hi - lo, seq, track_of[lo:hi], name_iid, dbg_iid, rows)
+        self.events_written += pe.n
+
+    def _encode_events(self, pe, c, n, seq, track_of, name_iid, dbg_iid, ann_rows) -> None:
         type_iid = np.array([name_iid.get(nm, 0) for nm in pe.type_names], dtype=np.int64)
         start = c["start_ts"] - self.origin_ns
         end = c["end_ts"] - self.origin_ns
@@ -213,7 +220,6 @@ class PerfettoWriter:
         enc_e = Batch(k).message(TRACE_PACKET, ends).encode()
         self.f.write(memoryview(enc_b.data))
         self.f.write(memoryview(enc_e.data))
-        self.events_written += n
 
     def _counters(self, pe: ProcessEvents, seq: int, parent: int) -> None:
         from .reader import wall_offset_ns

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import align, summary as summary_mod
 from .events import build as build_events
@@ -22,6 +22,8 @@ class ViewError(Exception):
 
 GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<timestamp>/ holding "
                "ntrace.pb and trace_info.pb (written by NEURON_RT_INSPECT_ENABLE=1 or 'neuron-explorer inspect')")
+
+CHUNK = 262_144  # events converted at a time: bounds memory beyond the loaded process itself
 
 DEFAULT_OUTPUTS = {"parquet": "system_profile_parquet", "json": "system_profile.json",
                    "perfetto": "system_profile.pftrace"}
@@ -160,15 +162,26 @@ def run(opts: ViewOptions) -> ViewResult:
                 summaries.append(summary_mod.session_summary(s, off))
                 events += s.num_events
                 continue
-            pe = build_events(s, index, off.offset_ns if off else 0, id_base)
-            id_base += pe.n
-            events += pe.n
-            if fmt == "parquet":
-                from .export_parquet import meta_row
-
-                writer.add(pe, meta_row(pe, off))
-            else:
+            offset_ns = off.offset_ns if off else 0
+            if fmt == "perfetto":  # tracks are laid out over the whole process; encoding is chunked inside
+                pe = build_events(s, index, offset_ns, id_base)
                 writer.add(pe)
+                id_base += pe.n
+                events += pe.n
+                continue
+            n = s.num_events
+            for lo in range(0, max(n, 1), CHUNK):
+                part = s if n <= CHUNK else replace(s, events={k: v[lo:lo + CHUNK] for k, v in s.events.items()})
+                pe = build_events(part, index, offset_ns, id_base)
+                id_base += pe.n
+                events += pe.n
+                last = lo + CHUNK >= n
+                if fmt == "parquet":
+                    from .export_parquet import meta_row
+
+                    writer.add(pe, meta_row(pe, off) if last else None)
+                else:
+                    writer.add(pe, first=lo == 0, last=last)
         if fmt == "parquet":
             writer.close(warnings)
         elif fmt == "json":
