@@ -519,8 +519,8 @@ def _machine() -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, inductor, ...)")
-    ap.add_argument("--runs", type=int, default=None, help="runs per configuration (default 7; --quick 5)")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 4000; --quick 1500)")
+    ap.add_argument("--runs", type=int, default=None, help="runs per configuration (default 6; --quick 5)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 3000; --quick 1000)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per run (default 300; --quick 100)")
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs (~1 minute)")
     ap.add_argument("--no-samplers-config", action="store_true",
@@ -534,8 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
-    runs = a.runs or (5 if a.quick else 7)
-    steps = a.steps or (1500 if a.quick else 4000)
+    runs = a.runs or (5 if a.quick else 6)
+    steps = a.steps or (1000 if a.quick else 3000)
     warmup = a.warmup if a.warmup is not None else (100 if a.quick else 300)
     micro_n = a.micro_n or (50_000 if a.quick else 200_000)
 

@@ -230,7 +230,9 @@ class NdetRecorder:
             return
         pop = ring.popleft
         items = [pop() for _ in range(n)]
-        block = np.array(items, dtype=fmt.RECORD_DTYPE)
+        self._push(np.array(items, dtype=fmt.RECORD_DTYPE))
+
+    def _push(self, block: np.ndarray) -> None:
         cap = self.num_entries
         if len(block) > cap:
             block = block[-cap:]
@@ -240,6 +242,21 @@ class NdetRecorder:
         if first < len(block):
             self._history[:len(block) - first] = block[first:]
         self._hist_n += len(block)
+
+    def extend_records(self, block: np.ndarray) -> None:
+        """Append already-built records (RECORD_DTYPE) to the history, oldest first.
+
+        For tools that replay or synthesize logs (the benchmark writes its 20 MB logs this way); the
+        result goes through the same bounded history and write path as recorded events.
+        """
+        with self._io_lock:
+            self._drain()
+            self._push(np.asarray(block, dtype=fmt.RECORD_DTYPE))
+
+    def intern(self, s: str) -> int:
+        """The string-table id of ``s`` (for records built with ``extend_records``)."""
+        i = self._sid.get(s)
+        return i if i is not None else self._intern(s)
 
     def _ordered_history(self) -> list[np.ndarray]:
         cap = self.num_entries

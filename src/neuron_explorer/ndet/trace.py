@@ -87,10 +87,43 @@ class TraceWriter:
         cols = [sub[c].tolist() for c in ("kind", "state", "nc", "ret", "t0", "t1", "a", "b", "c", "d", "e")]
         exec_marks: dict[int, tuple[list[int], list[int]]] = {}  # nc -> (t0 list, flow ids) for deps
         flow_n = 0
+        fast: list[bytes] = []  # pre-rendered JSON of the common case (successful complete records)
+        exec_tpl: dict[int, str] = {}
+        cc_tpl: dict[tuple[int, int, int, int], str] = {}
         for kind, state, nc, ret, t0, t1, a, b, c, d, e in zip(*cols):
             ts = (t0 + off) / 1000.0
             complete = state == fmt.STATE_COMPLETE
             dur = (t1 - t0) / 1000.0 if complete else 0.0
+            if complete and ret == 0 and kind == fmt.KIND_EXEC and not self.deps:
+                tpl = exec_tpl.get(a)
+                if tpl is None:
+                    m = models.get(a) or {}
+                    neff = m.get("neff_name", f"model_{a}")
+                    common = (f'"ph":"X","ts":%.3f,"dur":%.3f,"pid":{pid},"tid":%d,"args":{{"nd":{log.nd},'
+                              f'"nc":%d,"exec_id":%d,"model_id":{a},"graph":{json.dumps(m.get("name", ""))},'
+                              f'"neff":{json.dumps(neff)},"rank":{log.rank},"ret":0}}}}')
+                    tpl = exec_tpl[a] = ",\n".join((
+                        '{"name":"nrt_execute","cat":"exec",' + common,
+                        '{"name":' + json.dumps(f"sync_exec {neff}") + ',"cat":"exec","cname":"'
+                        + PALETTE[a % len(PALETTE)] + '",' + common,
+                        '{"name":"nc_exec","cat":"exec",' + common))
+                v = (ts, dur, nc, nc, b)
+                fast.append((tpl % (v + v + v)).encode())
+                continue
+            if complete and ret == 0 and kind in fmt.CC_KINDS and not self.deps:
+                key = (kind, a, d, e)
+                tpl = cc_tpl.get(key)
+                if tpl is None:
+                    group = S[e] if 0 <= e < len(S) else ""
+                    gr = group_ranks(group)
+                    tpl = cc_tpl[key] = (
+                        '{"name":"' + fmt.KINDS.get(kind, {}).get("name", "cc_op_exec") + '","cat":"cc","ph":"X",'
+                        f'"ts":%.3f,"dur":%.3f,"pid":{pid},"tid":%d,"args":{{"op":{json.dumps(S[a] if 0 <= a < len(S) else "?")},'
+                        f'"seq":%d,"group":{json.dumps(gr)},"peers":{json.dumps([r for r in gr if r != log.rank])},'
+                        f'"bytes":%d,"dtype":{json.dumps(S[d] if 0 <= d < len(S) else "")},"nd":{log.nd},"nc":%d,'
+                        f'"rank":{log.rank},"ret":0}}}}')
+                fast.append((tpl % (ts, dur, nc, b, c, nc)).encode())
+                continue
             if kind == fmt.KIND_EXEC:
                 m = models.get(a) or {}
                 neff = m.get("neff_name", f"model_{a}")
@@ -139,6 +172,9 @@ class TraceWriter:
                 if self.deps:
                     flow_n = self._cc_flows(evs, pid, log, nc, t0, ts, group, b, exec_marks, off, flow_n)
         self._emit(evs)
+        if fast:
+            self.f.write(b",\n" + b",\n".join(fast))
+            self.events += sum(3 if x.startswith(b'{"name":"nrt_execute"') else 1 for x in fast)
 
     def _cc_flows(self, evs: list[dict], pid: int, log: RankLog, nc: int, t0: int, ts: float, group: str,
                   seq: int, exec_marks: dict, off: int, flow_n: int) -> int:

@@ -32,29 +32,55 @@ class InstanceOffset:
     method: str  # "reference", "collectives", "none"
 
 
-def collective_times(s: Session) -> dict[tuple[str, int, str], tuple[int, int]]:
-    """{(group, seq, op): (start, end) wall-clock ns} for the collectives of one session."""
-    out: dict[tuple[str, int, str], tuple[int, int]] = {}
-    if not s.num_events:
-        return out
-    off = wall_offset_ns(s)
-    e = s.events
-    for tname in ("cc_running", "cc_exec_barrier"):
-        tid = s.type_id(tname)
-        if tid is None:
-            continue
-        m = e["type"] == tid
-        if not m.any():
-            continue
-        seq = e[s.arg(tname, "seq")][m]
-        grp = e[s.arg(tname, "group_str")][m]
-        op = e[s.arg(tname, "op_str")][m]
-        start = e["start_ns"][m] + off
-        end = e["end_ns"][m] + off
-        strings = s.strings
-        for g, q, o, t0, t1 in zip(grp.tolist(), seq.tolist(), op.tolist(), start.tolist(), end.tolist()):
-            out[(strings[g], q, strings[o])] = (t0, t1)
-    return out
+class CollectiveIndex:
+    """Collective timings as arrays keyed by one int64 per collective.
+
+    A key packs (group, op) -- numbered in this index, so the same pair gets the same number for
+    every process -- with the per-group sequence number: ``pair << 40 | seq``."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[tuple[str, str], int] = {}
+
+    def pair_id(self, group: str, op: str) -> int:
+        i = self.pairs.get((group, op))
+        if i is None:
+            i = self.pairs[(group, op)] = len(self.pairs)
+        return i
+
+    def describe(self, key: int) -> tuple[str, int, str]:
+        pair = key >> 40
+        for (g, o), i in self.pairs.items():
+            if i == pair:
+                return g, key & ((1 << 40) - 1), o
+        return "?", key & ((1 << 40) - 1), "?"
+
+    def times(self, s: Session) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys, start, end) in wall-clock ns for the collectives of one session."""
+        empty = np.empty(0, dtype=np.int64)
+        if not s.num_events:
+            return empty, empty, empty
+        off = wall_offset_ns(s)
+        e = s.events
+        ks, ss, es = [], [], []
+        for tname in ("cc_running", "cc_exec_barrier"):
+            tid = s.type_id(tname)
+            if tid is None:
+                continue
+            m = e["type"] == tid
+            if not m.any():
+                continue
+            grp = e[s.arg(tname, "group_str")][m]
+            op = e[s.arg(tname, "op_str")][m]
+            pairs = grp * (1 << 20) + op
+            uniq, inv = np.unique(pairs, return_inverse=True)
+            lut = np.array([self.pair_id(s.strings[int(u) >> 20], s.strings[int(u) & ((1 << 20) - 1)])
+                            for u in uniq], dtype=np.int64)
+            ks.append((lut[inv] << 40) | e[s.arg(tname, "seq")][m])
+            ss.append(e["start_ns"][m] + off)
+            es.append(e["end_ns"][m] + off)
+        if not ks:
+            return empty, empty, empty
+        return np.concatenate(ks), np.concatenate(ss), np.concatenate(es)
 
 
 def _robust(diffs: np.ndarray) -> tuple[int, int, int]:
@@ -66,18 +92,23 @@ def _robust(diffs: np.ndarray) -> tuple[int, int, int]:
     return int(round(med)), int(round(spread)), len(keep)
 
 
-def estimate_offsets(times_by_instance: dict[str, list[dict[tuple[str, int, str], tuple[int, int]]]]
-                     ) -> dict[str, InstanceOffset]:
-    """Per-instance offsets from collective end times (one dict per process of each instance).
+Times = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _per_key_mean_end(parts: list[Times]) -> tuple[np.ndarray, np.ndarray]:
+    keys = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, dtype=np.int64)
+    ends = np.concatenate([p[2] for p in parts]).astype(np.float64) if parts else np.empty(0)
+    uk, inv = np.unique(keys, return_inverse=True)
+    sums = np.bincount(inv, weights=ends, minlength=len(uk))
+    counts = np.bincount(inv, minlength=len(uk))
+    return uk, sums / np.maximum(counts, 1)
+
+
+def estimate_offsets(times_by_instance: dict[str, list[Times]]) -> dict[str, InstanceOffset]:
+    """Per-instance offsets from collective end times (one (keys, start, end) per process).
 
     Ranks of one instance that took part in the same collective are averaged first."""
-    merged: dict[str, dict[tuple[str, int, str], float]] = {}
-    for inst, dicts in times_by_instance.items():
-        acc: dict[tuple[str, int, str], list[int]] = {}
-        for d in dicts:
-            for k, (_t0, t1) in d.items():
-                acc.setdefault(k, []).append(t1)
-        merged[inst] = {k: float(np.median(v)) for k, v in acc.items()}
+    merged = {inst: _per_key_mean_end(parts) for inst, parts in times_by_instance.items()}
     instances = sorted(merged)
     if not instances:
         return {}
@@ -89,14 +120,15 @@ def estimate_offsets(times_by_instance: dict[str, list[dict[tuple[str, int, str]
         progress = False
         for inst in list(pending):
             best = None
+            ki, ei = merged[inst]
             for anchor, a_off in result.items():
                 if a_off.method == "none":
                     continue
-                common = merged[inst].keys() & merged[anchor].keys()
-                if len(common) < MIN_SAMPLES:
+                ka, ea = merged[anchor]
+                _, ia, ib = np.intersect1d(ka, ki, assume_unique=True, return_indices=True)
+                if len(ia) < MIN_SAMPLES:
                     continue
-                diffs = np.array([merged[anchor][k] - merged[inst][k] for k in common], dtype=np.float64)
-                off, unc, n = _robust(diffs)
+                off, unc, n = _robust(ea[ia] - ei[ib])
                 cand = InstanceOffset(inst, off + a_off.offset_ns, unc + a_off.uncertainty_ns, n, anchor,
                                       "collectives")
                 if best is None or cand.samples > best.samples:
@@ -110,36 +142,44 @@ def estimate_offsets(times_by_instance: dict[str, list[dict[tuple[str, int, str]
     return result
 
 
-def stragglers(entries: list[tuple[int, str, dict[tuple[str, int, str], tuple[int, int]]]],
-               offsets: dict[str, InstanceOffset]) -> dict:
+def stragglers(entries: list[tuple[int, str, Times]], offsets: dict[str, InstanceOffset],
+               index: CollectiveIndex) -> dict:
     """Which rank entered each collective last (the others waited for it), and the spread.
 
     ``entries`` holds (rank, instance, collective times) per process."""
-    by_key: dict[tuple[str, int, str], list[tuple[int, int]]] = {}
-    for rank, inst, times in entries:
-        if rank < 0:
+    ks, st, rk = [], [], []
+    for rank, inst, (keys, start, _end) in entries:
+        if rank < 0 or not len(keys):
             continue
         off = offsets[inst].offset_ns if inst in offsets else 0
-        for k, (t0, _t1) in times.items():
-            by_key.setdefault(k, []).append((t0 + off, rank))
-    last_counts: dict[int, int] = {}
-    spreads = []
-    worst = None
-    for k, lst in by_key.items():
-        if len(lst) < 2:
-            continue
-        lst.sort()
-        spread = lst[-1][0] - lst[0][0]
-        last = lst[-1][1]
-        last_counts[last] = last_counts.get(last, 0) + 1
-        spreads.append(spread)
-        if worst is None or spread > worst["spread_ns"]:
-            worst = {"group": k[0], "seq": k[1], "op": k[2], "last_rank": last, "spread_ns": int(spread)}
+        ks.append(keys)
+        st.append(start + off)
+        rk.append(np.full(len(keys), rank, dtype=np.int64))
+    empty = {"collectives_compared": 0, "last_to_enter": {}, "slowest_rank": None, "spread_ns_median": None,
+             "spread_ns_max": None, "worst": None}
+    if not ks:
+        return empty
+    keys, start, ranks = np.concatenate(ks), np.concatenate(st), np.concatenate(rk)
+    order = np.lexsort((start, keys))
+    keys, start, ranks = keys[order], start[order], ranks[order]
+    bounds = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    sizes = np.diff(np.r_[bounds, len(keys)])
+    multi = sizes >= 2
+    if not multi.any():
+        return empty
+    first = bounds[multi]
+    last = (bounds + sizes - 1)[multi]
+    spread = start[last] - start[first]
+    last_rank = ranks[last]
+    ur, cnt = np.unique(last_rank, return_counts=True)
+    counts = {int(r): int(c) for r, c in zip(ur, cnt)}
+    w = int(np.argmax(spread))
+    g, q, o = index.describe(int(keys[last[w]]))
     return {
-        "collectives_compared": len(spreads),
-        "last_to_enter": {str(r): c for r, c in sorted(last_counts.items())},
-        "slowest_rank": max(last_counts, key=lambda r: (last_counts[r], -r)) if last_counts else None,
-        "spread_ns_median": float(np.median(spreads)) if spreads else None,
-        "spread_ns_max": int(max(spreads)) if spreads else None,
-        "worst": worst,
+        "collectives_compared": int(multi.sum()),
+        "last_to_enter": {str(r): c for r, c in sorted(counts.items())},
+        "slowest_rank": max(counts, key=lambda r: (counts[r], -r)),
+        "spread_ns_median": float(np.median(spread)),
+        "spread_ns_max": int(spread.max()),
+        "worst": {"group": g, "seq": int(q), "op": o, "last_rank": int(last_rank[w]), "spread_ns": int(spread[w])},
     }

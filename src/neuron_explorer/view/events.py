@@ -25,9 +25,11 @@ FLOW_EXEC_TYPES = ("nrt_execute", "nc_exec_running")
 FLOW_CC_TYPES = ("cc_running", "cc_exec_barrier")
 
 
-def collective_flow_id(group: str, seq: int, op: str) -> int:
-    h = hashlib.blake2b(f"{group}|{seq}|{op}".encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") & 0x7FFF_FFFF_FFFF_FFFF | (1 << 62)
+def collective_flow_ids(group: str, op: str, seq: np.ndarray) -> np.ndarray:
+    """Flow ids for collectives of one (group, op): equal on every rank for the same sequence number."""
+    h = int.from_bytes(hashlib.blake2b(f"{group}|{op}".encode(), digest_size=8).digest(), "little")
+    mixed = (np.uint64(h) ^ (seq.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))) & np.uint64(0x3FFF_FFFF_FFFF_FFFF)
+    return (mixed | np.uint64(1 << 62)).astype(np.int64)
 
 
 @dataclass
@@ -99,14 +101,20 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int) -> Process
                 cols[target][m] = e[slot][m]
             else:
                 leftovers.append((slot, arg))
-        if leftovers:  # rare types (sync points, copies, loads, errors): per-event JSON
+        if leftovers:  # attributes without a column (sync points, copies, loads, errors): per-event JSON
             idx = np.flatnonzero(m)
-            vals = {arg: e[slot][idx].tolist() for slot, arg in leftovers}
-            for j, i in enumerate(idx.tolist()):
-                d = {}
-                for arg, v in vals.items():
-                    d[arg[:-4]] = s.strings[v[j]] if arg.endswith("_str") and 0 <= v[j] < len(s.strings) else v[j]
-                extra[i] = json.dumps(d, separators=(",", ":"))
+            parts = []
+            for slot, arg in leftovers:
+                v = e[slot][idx]
+                if arg.endswith("_str"):
+                    quoted = [json.dumps(x) for x in s.strings]
+                    parts.append((json.dumps(arg[:-4]), [quoted[i] if 0 <= i < len(quoted) else "null"
+                                                         for i in v.tolist()]))
+                else:
+                    parts.append((json.dumps(arg), v.astype(str).tolist()))
+            head = "{" + ",".join(f"{k}:%s" for k, _ in parts) + "}"
+            for j, text in zip(idx.tolist(), zip(*[vals for _, vals in parts])):
+                extra[j] = head % text
     # flows: host call <-> core execution (same process, same exec id), and collectives across ranks
     exec_ids = [s.type_id(t) for t in FLOW_EXEC_TYPES if s.type_id(t) is not None]
     if exec_ids and n:
@@ -115,17 +123,12 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int) -> Process
     cc_ids = [s.type_id(t) for t in FLOW_CC_TYPES if s.type_id(t) is not None]
     if cc_ids and n:
         m = np.isin(cols["type"], cc_ids)
-        idx = np.flatnonzero(m)
-        if len(idx):
-            keys = zip(cols["group"][idx].tolist(), cols["seq"][idx].tolist(), cols["op"][idx].tolist())
-            cache: dict = {}
-            flows = []
-            for k in keys:
-                f = cache.get(k)
-                if f is None:
-                    f = cache[k] = collective_flow_id(s.strings[k[0]], k[1], s.strings[k[2]])
-                flows.append(f)
-            cols["flow_id"][idx] = np.array(flows, dtype=np.int64)
+        if m.any():
+            pairs = cols["group"] * (1 << 20) + cols["op"]
+            for pair in np.unique(pairs[m]).tolist():
+                pm = m & (pairs == pair)
+                cols["flow_id"][pm] = collective_flow_ids(s.strings[pair >> 20], s.strings[pair & ((1 << 20) - 1)],
+                                                          cols["seq"][pm])
     model_names = {int(m.id): m.name for m in s.models}
     return ProcessEvents(s, index, clock_offset_ns, n, cols, list(s.type_names), groups, sources,
                          s.strings, model_names, extra)

@@ -89,6 +89,12 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# Dictionary-encode the string columns only (integer columns compress well without it and encode
+# faster); keep min/max statistics where range queries need them.
+DICT_COLUMNS = ["name", "trace_event_source", "instance_id", "event_group", "model_name", "op", "dtype", "group_ranks"]
+STATS_COLUMNS = ["id", "name", "start_ts", "end_ts", "nc_idx", "worker_gid", "process_id"]
+
+
 def _dict_array(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(idx, type=pa.int32()), pa.array(values, type=pa.string()))
 
@@ -185,7 +191,9 @@ class ParquetWriter:
         if pe.n:
             t = events_table(pe)
             if self._ev_writer is None:
-                self._ev_writer = pq.ParquetWriter(self._part(EVENTS, pe), t.schema, compression="zstd")
+                self._ev_writer = pq.ParquetWriter(
+                    self._part(EVENTS, pe), t.schema, compression="zstd", compression_level=1,
+                    use_dictionary=DICT_COLUMNS, write_statistics=STATS_COLUMNS)
             self._ev_writer.write_table(t, row_group_size=1 << 20)
             has = pe.cols["flow_id"] != 0
             if has.any():

@@ -137,7 +137,10 @@ class PerfettoWriter:
                 idx = order[a:b]
                 kd, ky = int(k_s[a]), int(key_s[a])
                 base = {0: f"{ky}/neuron_rt", 1: f"nc_{ky}/neuron_hw", 2: f"nc_{ky}/cc"}[kd]
-                lanes = _lanes(c["start_ts"][idx], c["end_ts"][idx])
+                st_, en_ = c["start_ts"][idx], c["end_ts"][idx]
+                inst = en_ <= st_  # instants never nest: they stay on the first lane
+                lanes = np.zeros(len(idx), dtype=np.int64)
+                lanes[~inst] = _lanes(st_[~inst], en_[~inst])
                 for lane in range(int(lanes.max()) + 1):
                     u = self._uuid()
                     track_names[u] = base if lane == 0 else f"{base} #{lane + 1}"

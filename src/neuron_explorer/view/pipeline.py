@@ -97,6 +97,7 @@ def run(opts: ViewOptions) -> ViewResult:
 
     # pass 1: index (instances, collective timings, time origin); damaged profiles are reported here
     usable: list[str] = []
+    cindex = align.CollectiveIndex()
     times_by_instance: dict[str, list] = {}
     strag_entries = []
     origin = None
@@ -112,7 +113,7 @@ def run(opts: ViewOptions) -> ViewResult:
         if not opts.filter.keeps_instance(s.instance_id):
             continue
         usable.append(p)
-        times = align.collective_times(s)
+        times = cindex.times(s)
         times_by_instance.setdefault(s.instance_id, []).append(times)
         rank = int(s.info.rank) if s.info is not None else -1
         strag_entries.append((rank, s.instance_id, times))
@@ -196,6 +197,6 @@ def run(opts: ViewOptions) -> ViewResult:
     text = None
     if writer is None:
         summ = summary_mod.build(summaries, [m for m, _ in warnings], offsets,
-                                 align.stragglers(strag_entries, offsets))
+                                 align.stragglers(strag_entries, offsets, cindex))
         text = summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
     return ViewResult(out, warnings, offsets, len(usable), events, time.perf_counter() - t_start, text)

@@ -1,0 +1,242 @@
+"""NDET benchmarks: logging overhead in a training loop, and neuron-det analysis time on big logs.
+
+1. Overhead.  A compiled MLP training step (torch.compile backend=aot_eager forward + loss, autograd
+   backward, SGD step; two graph executions per step) runs in fresh subprocesses, interleaved:
+
+   * ``off``        -- no NDET variables;
+   * ``ndet``       -- NEURON_RT_DBG_NDET_FLUSH_USEC=1000000 (a 1 s flush), everything else default,
+                       which includes the NaN/Inf scan of graph outputs NDET turns on;
+   * ``ndet_nonan`` -- the same with NEURON_EXPLORER_NAN_CHECK=0: the cost of the logging alone.
+
+   Each run times N steps after a warm-up (mean step time over the window, so flushes are counted);
+   the table shows medians over runs and the ratio against ``off``.
+
+2. Analysis.  64 synthetic logs of ~20 MB each (327,680 records of 64 bytes) written by the real
+   recorder's write path (records built with numpy and handed to ``NdetRecorder.extend_records``):
+   a 64-rank data-parallel job (forward, backward, one all_reduce per step) where rank 5 produces a
+   NaN and rank 17 never enters the last all_reduce.  ``neuron-det`` runs on them as a subprocess
+   (default options, so it also writes the Chrome trace); we record wall time and its peak RSS
+   (``os.wait4``), and check that the verdict names rank 17 and rank 5.
+
+Usage::
+
+    python bench/ndet_bench.py            # ~4 minutes on a 2-core machine
+    python bench/ndet_bench.py --quick    # fewer runs, smaller logs
+
+Results go to ``bench/results/ndet.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "ndet.json")
+CONFIGS = ("off", "ndet", "ndet_nonan")
+LABELS = {"off": "NDET off", "ndet": "NDET on, 1 s flush (default NaN check)",
+          "ndet_nonan": "NDET on, 1 s flush, NaN check off (logging only)"}
+
+
+def _env(config: str, log_dir: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NEURON_RT_", "NEURON_EXPLORER_", "NEURON_PROCESS_TAG"))}
+    env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", NEURON_EXPLORER_QUIET="1")
+    if config != "off":
+        env["NEURON_RT_DBG_NDET_FLUSH_USEC"] = "1000000"
+        env["NEURON_RT_DBG_NDET_LOG_LOCATION"] = log_dir
+    if config == "ndet_nonan":
+        env["NEURON_EXPLORER_NAN_CHECK"] = "0"
+    return env
+
+
+def worker(warmup: int, steps: int) -> None:
+    """Runs in the subprocess: prints the mean step time in ns as JSON."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    closs = torch.compile(lambda x, y: F.cross_entropy(model(x), y), backend="aot_eager")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = closs(x, y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter_ns()
+    for _ in range(steps):
+        step()
+    dt = time.perf_counter_ns() - t0
+    print(json.dumps({"step_ns": dt / steps}))
+
+
+def overhead(runs: int, warmup: int, steps: int) -> dict:
+    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    tmp = tempfile.mkdtemp(prefix="ndet-bench-")
+    try:
+        for i in range(runs):
+            for c in CONFIGS:
+                d = os.path.join(tmp, f"{c}-{i}")
+                os.makedirs(d)
+                p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=_env(c, d),
+                                   capture_output=True, text=True, timeout=600)
+                if p.returncode != 0:
+                    raise RuntimeError(f"worker {c} failed:\n{p.stderr[-3000:]}")
+                samples[c].append(json.loads(p.stdout.strip().splitlines()[-1])["step_ns"])
+                if c != "off" and not any(n.startswith("ndet_") for n in os.listdir(d)):
+                    raise RuntimeError(f"{c}: no NDET log was written")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    base = statistics.median(samples["off"])
+    out = {}
+    for c in CONFIGS:
+        med = statistics.median(samples[c])
+        out[c] = {"label": LABELS[c], "median_step_us": med / 1000, "min_step_us": min(samples[c]) / 1000,
+                  "max_step_us": max(samples[c]) / 1000, "runs": len(samples[c]),
+                  "overhead_pct": 100.0 * (med - base) / base}
+    return out
+
+
+def make_logs(d: str, nlogs: int, records: int) -> int:
+    """Write ``nlogs`` synthetic logs of ``records`` records each; returns total bytes."""
+    import numpy as np
+
+    from neuron_explorer.ndet import format as fmt
+    from neuron_explorer.ndet.recorder import NdetRecorder
+    from neuron_explorer.runtime.config import CaptureConfig
+    from neuron_explorer.runtime.core import Runtime
+    from neuron_explorer.runtime.identity import ProcessIdentity
+
+    group = ",".join(map(str, range(nlogs)))
+    nan_rank, miss_rank = culprits(nlogs)
+    steps = records // 3
+    total = 0
+    for rank in range(nlogs):
+        ident = ProcessIdentity(instance_id=f"i-{rank // 32:017x}", hostname="bench", pid=10000 + rank, rank=rank,
+                                local_rank=rank % 32, world_size=nlogs, node_rank=rank // 32, process_tag="bench")
+        rt = Runtime(CaptureConfig(max_events_per_nc=1), ident=ident)
+        for kind in ("forward", "backward"):
+            rt.add_model(name=f"train_step_{kind}", neff_name=f"neff_{kind}", graph_hash=kind, backend="aot_eager",
+                         kind=kind, nc_idx=rank % 32)
+        rec = NdetRecorder(rt, d, 1_000_000, steps * 3, require_framework=False)
+        op, g, dt = rec.intern("all_reduce"), rec.intern(group), rec.intern("float32")
+        nc = rank % 32
+        t = 1_000_000_000 + np.arange(steps, dtype=np.int64) * 1_000_000 + rank * 1000
+        block = np.zeros(steps * 3, dtype=fmt.RECORD_DTYPE)
+        block["nc"] = nc
+        fw, bw, cc = block[0::3], block[1::3], block[2::3]
+        fw["kind"], fw["t0"], fw["t1"], fw["a"], fw["b"] = fmt.KIND_EXEC, t, t + 300_000, 0, 2 * np.arange(steps)
+        bw["kind"], bw["t0"], bw["t1"], bw["a"], bw["b"] = fmt.KIND_EXEC, t + 310_000, t + 700_000, 1, 2 * np.arange(steps) + 1
+        cc["kind"], cc["t0"], cc["t1"], cc["a"], cc["b"] = fmt.KIND_CC_OP, t + 710_000, t + 900_000, op, np.arange(steps)
+        cc["c"], cc["d"], cc["e"] = 4 << 20, dt, g
+        if rank == nan_rank:  # a NaN in the middle of the run
+            i = 3 * (steps // 2)
+            block[i]["ret"] = 1003
+            nerr = np.zeros(1, fmt.RECORD_DTYPE)
+            nerr[0] = (fmt.KIND_NUMERICAL_ERROR, 0, nc, 1003, block[i]["t0"], block[i]["t1"], 0, block[i]["b"], 12, 0, 0)
+            block = np.concatenate([block[:i + 1], nerr, block[i + 1:]])
+        rec.extend_records(block[:-1])  # the last all_reduce never completes anywhere
+        if rank != miss_rank:  # miss_rank never enters it; every other rank is stuck in it (begin record only)
+            rec.cc_begin(nc, "all_reduce", steps - 1, group, 4 << 20, "float32", int(t[-1]) + 710_000)
+        path = rec.write(final=False, reason="running")
+        total += os.path.getsize(path)
+    return total
+
+
+def culprits(nlogs: int) -> tuple[int, int]:
+    """(the rank that produces a NaN, the rank that misses the last all_reduce): 5 and 17 of 64."""
+    return 5 % nlogs, min(17, nlogs - 1)
+
+
+def _run_measured(cmd: list[str]) -> tuple[float, int, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, ru = os.wait4(p.pid, 0)
+    took = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    out, err = p.stdout.read(), p.stderr.read()
+    return took, ru.ru_maxrss * 1024, subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def analysis(nlogs: int, records: int) -> dict:
+    tmp = tempfile.mkdtemp(prefix="ndet-bench-logs-")
+    try:
+        t0 = time.perf_counter()
+        total = make_logs(tmp, nlogs, records)
+        gen_s = time.perf_counter() - t0
+        trace = os.path.join(tmp, "out", "trace.json")
+        os.makedirs(os.path.dirname(trace))
+        base = [sys.executable, "-m", "neuron_explorer.ndet.cli", "--log-prefix", os.path.join(tmp, "ndet")]
+        _run_measured(base + ["-o", trace])  # warm the page cache the same way for both runs
+        took, rss, p = _run_measured(base + ["-o", trace])
+        took_small, rss_small, _ = _run_measured(base + ["-o", trace, "--max-trace-events", "0"])
+        verdict = [ln.strip() for ln in p.stdout.splitlines() if ln.strip().startswith("culprit")]
+        nan_rank, miss_rank = culprits(nlogs)
+        ok = any(f"rank {miss_rank} never entered all_reduce" in v for v in verdict) and \
+            any(f"rank {nan_rank}: first numerical error" in v for v in verdict)
+        return {"logs": nlogs, "records_per_log": records, "bytes_total": total,
+                "mb_per_log": total / nlogs / 1e6, "generate_s": gen_s, "neuron_det_s": took,
+                "neuron_det_peak_rss_mb": rss / 1e6, "trace_bytes": os.path.getsize(trace),
+                "neuron_det_no_trace_window_s": took_small, "peak_rss_no_trace_window_mb": rss_small / 1e6,
+                "gb_per_s": total / 1e9 / took, "exit_status": p.returncode, "verdict": verdict,
+                "verdict_names_culprits": ok}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--worker", nargs=2, type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--runs", type=int, default=None)
+    ap.add_argument("--skip-overhead", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        worker(*args.worker)
+        return
+    runs = args.runs or (3 if args.quick else 7)
+    res: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
+    if not args.skip_overhead:
+        res["overhead"] = overhead(runs, warmup=300, steps=1500 if args.quick else 4000)
+        print(f"{'configuration':52s} {'median step':>12s} {'min':>9s} {'max':>9s} {'overhead':>9s}")
+        for c, r in res["overhead"].items():
+            print(f"{r['label']:52s} {r['median_step_us']:10.1f}us {r['min_step_us']:7.1f}us {r['max_step_us']:7.1f}us "
+                  f"{r['overhead_pct']:+8.2f}%")
+    nlogs, records = (16, 65536) if args.quick else (64, 327_680)
+    a = res["analysis"] = analysis(nlogs, records)
+    print()
+    print(f"{'analysis':52s} {'value':>14s}")
+    for k, label, f in (("logs", "logs", "{:d}"), ("mb_per_log", "MB per log", "{:.1f}"),
+                        ("neuron_det_s", "neuron-det wall time (s), trace of last 20000/log", "{:.2f}"),
+                        ("neuron_det_peak_rss_mb", "  peak RSS (MB)", "{:.0f}"),
+                        ("neuron_det_no_trace_window_s", "neuron-det wall time (s), errors-only trace", "{:.2f}"),
+                        ("peak_rss_no_trace_window_mb", "  peak RSS (MB)", "{:.0f}"),
+                        ("gb_per_s", "throughput (GB/s of logs)", "{:.2f}"),
+                        ("verdict_names_culprits", "verdict names the NaN and the missing rank", "{}")):
+        print(f"{label:52s} {f.format(a[k]):>14s}")
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as f:
+        json.dump(res, f, indent=2)
+    print(f"\nwritten to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

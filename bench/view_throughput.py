@@ -1,0 +1,137 @@
+"""`view` throughput and memory against a naive exporter of the same events, in one run.
+
+Generates a synthetic multi-instance capture through the real writer (bench/synth_capture.py),
+then runs each output format in a fresh process (so peak RSS is that format's alone) and a naive
+peer: one Python dict per event dumped with json (what a simple Chrome-trace exporter does).
+Reports events/s, peak RSS per event of the largest process (net of the interpreter + libraries,
+measured by the same wrapper on an empty run), output sizes, and Perfetto's size against Chrome
+JSON.  Prints a table and writes bench/results/view_throughput.json.
+
+    python -m bench.view_throughput [--instances 2 --processes 2 --events 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+WRAPPER = r"""
+import json, resource, sys, time
+mode, src, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+import numpy, pyarrow, pyarrow.parquet, google.protobuf  # the libraries every mode loads
+from neuron_explorer.view import pipeline, export_parquet, export_json, export_perfetto, reader
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+t = time.perf_counter()
+events = 0
+if mode == "naive-json":
+    out = open(dst, "w")
+    out.write('{"traceEvents":[')
+    first = True
+    for p in reader.discover(src):
+        s = reader.load_session(p)
+        e = s.events
+        names = s.type_names
+        for i in range(s.num_events):
+            d = {"name": names[int(e["type"][i])], "ph": "X", "pid": s.pid, "tid": int(e["nc_idx"][i]),
+                 "ts": int(e["start_ns"][i]) / 1000, "dur": int(e["end_ns"][i] - e["start_ns"][i]) / 1000,
+                 "args": {"a": int(e["a"][i]), "b": int(e["b"][i])}}
+            out.write(("" if first else ",") + json.dumps(d))
+            first = False
+            events += 1
+    out.write("]}")
+    out.close()
+elif mode != "baseline":
+    from neuron_explorer.view.pipeline import ViewOptions, run
+    res = run(ViewOptions(directory=src, output_format=mode, output_file=dst, progress=False))
+    events = res.events
+secs = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"mode": mode, "seconds": secs, "events": events, "peak_rss": peak, "base_rss": base}))
+"""
+
+
+def _size(path: str) -> int:
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def run_mode(mode: str, src: str, dst: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", WRAPPER, mode, src, dst], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--events", type=int, default=1_000_000, help="events per process")
+    ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the generated capture and outputs")
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(HERE))
+    from bench.synth_capture import generate
+
+    work = tempfile.mkdtemp(prefix="nx-view-bench-")
+    try:
+        src = os.path.join(work, "capture")
+        t = time.perf_counter()
+        total = generate(src, a.instances, a.processes, a.events)
+        gen_s = time.perf_counter() - t
+        capture_bytes = _size(src)
+        rows = []
+        base = run_mode("baseline", src, os.path.join(work, "none"))
+        outs = {"parquet": "pq", "perfetto": "system_profile.pftrace", "json": "system_profile.json"}
+        if not a.skip_naive:
+            outs["naive-json"] = "naive.json"
+        for mode, name in outs.items():
+            dst = os.path.join(work, name)
+            r = run_mode(mode, src, dst)
+            r["output_bytes"] = _size(dst)
+            r["events_per_s"] = r["events"] / r["seconds"] if r["seconds"] else 0.0
+            r["net_rss_per_event_largest_process"] = max(0, r["peak_rss"] - base["peak_rss"]) / a.events
+            rows.append(r)
+        by = {r["mode"]: r for r in rows}
+        result = {
+            "date": time.strftime("%Y-%m-%d"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                                          "python": platform.python_version()},
+            "capture": {"instances": a.instances, "processes_per_instance": a.processes,
+                        "events_per_process": a.events, "events": total, "bytes_on_disk": capture_bytes,
+                        "bytes_per_event": capture_bytes / total, "generate_s": gen_s},
+            "baseline_rss": base["peak_rss"], "modes": rows,
+            "perfetto_vs_chrome_json_size": by["perfetto"]["output_bytes"] / by["json"]["output_bytes"],
+        }
+        if "naive-json" in by:
+            for m in ("parquet", "perfetto", "json"):
+                result[f"{m}_speed_vs_naive_json"] = by[m]["events_per_s"] / by["naive-json"]["events_per_s"]
+        print(f"capture: {total:,} events in {a.instances * a.processes} processes, "
+              f"{capture_bytes / total:.1f} bytes/event on disk")
+        print(f"{'format':<12}{'events/s':>14}{'seconds':>10}{'peak RSS':>12}{'net B/event':>13}{'output':>14}")
+        for r in rows:
+            print(f"{r['mode']:<12}{r['events_per_s']:>14,.0f}{r['seconds']:>10.2f}{r['peak_rss'] / 2**20:>10.0f}MB"
+                  f"{r['net_rss_per_event_largest_process']:>13.1f}{r['output_bytes'] / 2**20:>12.1f}MB")
+        print(f"perfetto size / chrome json size: {result['perfetto_vs_chrome_json_size']:.3f}")
+        for m in ("parquet", "perfetto", "json"):
+            k = f"{m}_speed_vs_naive_json"
+            if k in result:
+                print(f"{m} speed vs naive json: {result[k]:.1f}x")
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(os.path.join(RESULTS, "view_throughput.json"), "w") as f:
+            json.dump(result, f, indent=2)
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
