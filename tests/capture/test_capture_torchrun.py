@@ -39,6 +39,8 @@ def test_two_rank_compiled_job_gives_one_profile_per_rank_with_real_counts(out_d
         assert c["cc_running"] == explicit[s.info.rank]
         assert c["cc_exec_barrier"] == 1
         assert c["model_load"] == 1 and c["nrt_load"] == 1
+        # forward and backward alternate on the core: every execution after the first is a switch
+        assert c["nrt_model_switch"] == 2 * steps - 1
         assert c["timestamp_sync_point"] >= 2
         kinds = sorted(m.kind for m in s.models)
         assert kinds == ["backward", "forward"]

@@ -28,12 +28,12 @@ def test_inspect_keeps_at_most_n_events_per_core_and_counts_the_rest(out_dir):
 
 
 def test_inspect_on_a_non_python_command_keeps_samplers_and_says_no_runtime_events(out_dir):
-    r = cli("inspect", "-o", str(out_dir), "sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+    r = cli("inspect", "-o", str(out_dir), "sh", "-c", "sleep 1.5")
     assert r.returncode == 0, r.stderr
     assert "no runtime events were seen" in r.stderr
     (s,) = sessions(out_dir)
     assert s.num_events == 0 and not s.info.runtime_events_seen
-    assert s.cpu is not None and len(s.cpu.ts_ns) >= 8 and s.mem is not None
+    assert s.cpu is not None and len(s.cpu.ts_ns) >= 4 and s.mem is not None
     v = cli("view", "-d", str(out_dir), "--output-format", "summary-text")
     assert "no runtime events were seen" in v.stdout
 

@@ -7,6 +7,8 @@ the oldest rows are dropped once a core holds more than its limit.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..runtime import events as ev
@@ -14,12 +16,37 @@ from ..runtime import events as ev
 W = ev.RECORD_WIDTH
 
 
-def expand_exec_pairs(block: np.ndarray) -> np.ndarray:
-    """Replace each EXEC_PAIR row by an nrt_execute row and an nc_exec_running row (in that order)."""
+def model_switches(pairs: np.ndarray, last_model: int) -> tuple[np.ndarray, int]:
+    """nrt_model_switch rows where a core's execution runs another graph than the one before it.
+
+    ``pairs`` are EXEC_PAIR rows of one core; returns the rows and the last model id seen."""
+    if not len(pairs):
+        return np.empty((0, W), dtype=np.int64), last_model
+    order = np.argsort(pairs[:, 1], kind="stable")
+    mids = pairs[order, 4]
+    prev = np.empty_like(mids)
+    prev[0] = last_model
+    prev[1:] = mids[:-1]
+    sw = (mids != prev) & (prev >= 0)
+    rows = np.zeros((int(sw.sum()), W), dtype=np.int64)
+    src = pairs[order][sw]
+    rows[:, 0] = ev.NRT_MODEL_SWITCH
+    rows[:, 1] = rows[:, 2] = src[:, 1]
+    rows[:, 3] = src[:, 3]
+    rows[:, 4] = src[:, 4]
+    rows[:, 5] = src[:, 5]
+    rows[:, 6] = prev[sw]
+    return rows, int(mids[-1])
+
+
+def expand_exec_pairs(block: np.ndarray, last_model: int = -1) -> tuple[np.ndarray, int]:
+    """Replace each EXEC_PAIR row by an nrt_execute row and an nc_exec_running row (in that order),
+    and add the nrt_model_switch rows they imply.  Returns the rows and the core's last model."""
     is_pair = block[:, 0] == ev.EXEC_PAIR
     if not is_pair.any():
-        return block
+        return block, last_model
     pairs = block[is_pair]
+    switches, last_model = model_switches(pairs, last_model)
     host = pairs.copy()
     host[:, 0] = ev.NRT_EXECUTE
     host[:, 7:9] = 0
@@ -33,13 +60,13 @@ def expand_exec_pairs(block: np.ndarray) -> np.ndarray:
     inter = np.empty((len(pairs) * 2, W), dtype=np.int64)
     inter[0::2] = host
     inter[1::2] = dev
-    out = np.concatenate([rest, inter]) if len(rest) else inter
-    # keep time order (stable: host before device for the same start)
-    return out[np.argsort(out[:, 1], kind="stable")]
+    out = np.concatenate([switches, rest, inter])
+    # keep time order (stable: switch, then host, then device for the same start)
+    return out[np.argsort(out[:, 1], kind="stable")], last_model
 
 
 class CoreStore:
-    __slots__ = ("nc", "capacity", "blocks", "rows", "produced", "filtered")
+    __slots__ = ("nc", "capacity", "blocks", "rows", "produced", "filtered", "last_model", "derived")
 
     def __init__(self, nc: int, capacity: int) -> None:
         self.nc = nc
@@ -48,13 +75,20 @@ class CoreStore:
         self.rows = 0
         self.produced = 0  # events the hooks produced (the ring's tick count)
         self.filtered = 0  # events removed by the capture-time type filter
+        self.last_model = -1  # graph of the core's latest execution (for nrt_model_switch)
+        self.derived = 0  # events derived at drain time (nrt_model_switch), not counted by the ring
 
     def add(self, records: list[tuple], enabled: np.ndarray, produced: int) -> None:
-        self.produced = produced
+        self.produced = produced + self.derived
         if not records:
             return
-        block = np.array(records, dtype=np.int64).reshape(-1, W)
-        block = expand_exec_pairs(block)
+        block = np.fromiter(itertools.chain.from_iterable(records), dtype=np.int64,
+                            count=len(records) * W).reshape(-1, W)
+        n_before = len(block) + int((block[:, 0] == ev.EXEC_PAIR).sum())  # events the hooks counted
+        block, self.last_model = expand_exec_pairs(block, self.last_model)
+        k = len(block) - n_before  # derived switch events
+        self.derived += k
+        self.produced += k
         keep = enabled[block[:, 0]]
         self.filtered += int(len(block) - keep.sum())
         block = block[keep]

@@ -29,7 +29,7 @@ from ..runtime.core import CoreState, Runtime
 from .importhook import when_imported
 
 now_ns = clock.now_ns
-native_tid = threading.get_native_id
+native_tid = clock.native_tid
 
 _state: dict[str, Any] = {"compile_start": 0, "installed": False, "lib": None}
 
@@ -150,7 +150,23 @@ def _register_graph(rt, torch, core, og, gm, example_inputs, compiled, t_backend
         core.ring.append((ev.NRT_LOAD, t_backend, t_end, tid, model.id, 0, 0, 0, 0))
         core.ring.tick()
     rt.sync_point(core, core.exec_count - 1)
+    _announce_model(rt, model, len(code))
     return _wrap_execution(rt, torch, core, model, compiled)
+
+
+def _announce_model(rt: Runtime, model, code_bytes: int = 0) -> None:
+    """Tell neuron-monitor's counters about a loaded graph and the memory it holds."""
+    stats = rt.stats
+    if stats is None:
+        return
+    try:
+        stats.on_model_load(model.id, model.name, model.nc_idx, None, code_bytes=code_bytes,
+                            constants_bytes=model.constants_bytes)
+        consts = sum(m.constants_bytes for m in rt.models)
+        code = sum(len(m.artifacts.get("code", "")) for m in rt.models)
+        stats.set_memory({"constants": consts}, {model.nc_idx: {"constants": consts, "model_code": code}})
+    except Exception as e:
+        _warn_once("stats", f"monitor counters not updated: {e}")
 
 
 def _nan_scan(torch, outs) -> tuple[int, int]:
@@ -162,20 +178,21 @@ def _nan_scan(torch, outs) -> tuple[int, int]:
     return nan, inf
 
 
-def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn):
+def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_outputs: bool = True):
     """Return a callable that runs ``fn`` and records one execution per call.
 
-    The hot path is two clock reads, one tuple, one append and a counter; the graph-switch check
-    and the one-time backward instrumentation are attribute compares.
+    The hot path is two clock reads, a cached thread id, one tuple, one append and the event
+    counter; graph switches are derived from the recorded model ids when the rings are drained.
     """
     ring = core.ring
     append = ring.append
     tick = ring.tick
     mid = model.id
     nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR]
-    switch_on = rt.enabled[ev.NRT_MODEL_SWITCH]
-    bw = {"done": False}
-    stats = rt.stats
+    # the forward graph looks for its backward once outputs carry a grad_fn; backward graphs and
+    # graphs run with gradients on but no grad_fn (inference) stop looking at once
+    bw = {"done": not backward_of_outputs}
+    stats_rec = rt.stats.record_execution if rt.stats is not None else None
     ndet = rt.ndet
     nc = core.nc
 
@@ -193,28 +210,25 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn):
             raise
         finally:
             t1 = now_ns()
-            if core.last_model != mid:
-                if switch_on and core.last_model >= 0:
-                    append((ev.NRT_MODEL_SWITCH, t0, t0, native_tid(), mid, eid, core.last_model, 0, 0))
-                    tick()
-                core.last_model = mid
+            tid = native_tid()
             if ret == 0 and nan_check:
                 nan, inf = _nan_scan(torch, out)
                 if nan or inf:
                     ret = ev.RET_NUM_ERR
-                    append((ev.NUMERICAL_ERR, t0, t1, native_tid(), mid, eid, ret, nan, inf))
+                    append((ev.NUMERICAL_ERR, t0, t1, tid, mid, eid, ret, nan, inf))
                     tick()
                     if ndet is not None:
                         ndet.numerical_error(nc, mid, eid, t0, t1, nan, inf)
-            append((ev.EXEC_PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0))
+            append((ev.EXEC_PAIR, t0, t1, tid, mid, eid, ret, 0, 0))
             tick()
             tick()
             if ndet is not None:
                 ndet.exec_end(nc, mid, eid, t0, t1, ret)
-            if stats is not None:
-                stats.on_execution(mid, nc, t1 - t0, t1 - t0, _STATUS.get(ret, "completed_with_err"))
-        if not bw["done"]:
-            bw["done"] = _instrument_backward(rt, torch, core, model, out)
+            if stats_rec is not None:
+                stats_rec((mid, nc, t1 - t0, t1 - t0, _STATUS.get(ret, "completed_with_err")))
+        if not bw["done"] and torch.is_grad_enabled():
+            _instrument_backward(rt, torch, core, model, out)
+            bw["done"] = True
         return out
 
     for attr in ("_boxed_call", "zero_grad"):
@@ -250,7 +264,8 @@ def _instrument_backward(rt, torch, core, model, out) -> bool:
         backend=model.backend, kind="backward", nc_idx=core.nc, source_location=model.source_location,
         module_path=model.module_path, signature="(grad_outputs)",
     )
-    wrapped = _wrap_execution(rt, torch, core, bmodel, orig_bw)
+    _announce_model(rt, bmodel)
+    wrapped = _wrap_execution(rt, torch, core, bmodel, orig_bw, backward_of_outputs=False)
     fcls.backward = staticmethod(wrapped)
     fcls._neuron_explorer_wrapped = True
     return True

@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,11 @@ class AppStats:
         self._models: dict[int, dict[str, Any]] = {}
         self._seq = 0
 
+        # Hot-path feed: the runtime appends (model_id, nc_idx, host_ns, device_ns, status) tuples
+        # here (one C-level append); the publisher thread applies them before each snapshot.
+        self._pending: deque = deque(maxlen=1_000_000)
+        self.record_execution = self._pending.append
+
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -230,8 +236,18 @@ class AppStats:
 
     # ------------------------------------------------------------------ publishing
 
+    def drain_pending(self) -> int:
+        """Apply the executions queued through :attr:`record_execution`; returns how many."""
+        q = self._pending
+        n = len(q)
+        pop = q.popleft
+        for _ in range(n):
+            self.on_execution(*pop())
+        return n
+
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready copy of every counter; taken under the lock so it is consistent."""
+        self.drain_pending()
         with self._lock:
             self._seq += 1
             cores = {

@@ -52,9 +52,24 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True) 
     if rt.ndet is not None:
         rt.add_sink(rt.ndet)
         rt.ndet.start()
+    _start_stats(rt)
     _install_integrations(rt)
     _install_exit_handlers(rt)
     return rt
+
+
+def _start_stats(rt: Runtime) -> None:
+    """Publish this process's counters for neuron-monitor; never fatal for the application."""
+    if os.environ.get("NEURON_EXPLORER_STATS", "1") == "0":
+        return
+    try:
+        from ..monitor.app_stats import AppStats
+
+        stats = AppStats(instance_id=rt.ident.instance_id, nc_indices=[rt.ident.default_core])
+        stats.start()
+        rt.stats = stats
+    except Exception as e:
+        print(f"neuron-explorer: warning: neuron-monitor counters disabled: {e}", file=sys.stderr)
 
 
 def _install_integrations(rt: Runtime) -> None:

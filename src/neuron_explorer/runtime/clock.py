@@ -4,9 +4,22 @@ wall-clock readings (anchors) let ``view`` place them on the wall clock and acro
 
 from __future__ import annotations
 
+import threading
 import time
 
 now_ns = time.perf_counter_ns
+
+_get_ident = threading.get_ident
+_native_ids: dict[int, int] = {}
+
+
+def native_tid() -> int:
+    """The OS thread id, cached per thread (``get_native_id`` is a system call)."""
+    ident = _get_ident()
+    t = _native_ids.get(ident)
+    if t is None:
+        t = _native_ids[ident] = threading.get_native_id()
+    return t
 
 
 def anchor(label: str) -> tuple[int, int, str]:

@@ -143,7 +143,7 @@ class CaptureConfig:
     nan_check: bool = False
     source_locations: bool = False
     flush_period_s: float = 2.0
-    sample_period_s: float = 0.1
+    sample_period_s: float = 0.25
     raw_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -166,7 +166,7 @@ class CaptureConfig:
             nan_check=parse_bool(NAN_CHECK, g(NAN_CHECK), ndet_requested(env)),
             source_locations=any(parse_bool(v, g(v), False) for v in SOURCE_DEBUG_VARS),
             flush_period_s=parse_positive_int(FLUSH_PERIOD, g(FLUSH_PERIOD), 2000) / 1000.0,
-            sample_period_s=parse_positive_int(SAMPLE_PERIOD, g(SAMPLE_PERIOD), 100) / 1000.0,
+            sample_period_s=parse_positive_int(SAMPLE_PERIOD, g(SAMPLE_PERIOD), 250) / 1000.0,
             raw_env=raw,
         )
 

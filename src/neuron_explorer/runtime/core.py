@@ -46,12 +46,11 @@ class Sink(Protocol):
 class CoreState:
     """Per-core bookkeeping used by the hooks (execution ids, the graph last run)."""
 
-    __slots__ = ("nc", "ring", "last_model", "exec_count")
+    __slots__ = ("nc", "ring", "exec_count")
 
     def __init__(self, nc: int, ring: Ring) -> None:
         self.nc = nc
         self.ring = ring
-        self.last_model = -1
         self.exec_count = 0
 
 
@@ -119,7 +118,7 @@ class Runtime:
         """Record a host/device clock pair.  On the CPU both clocks are the host monotonic clock."""
         if self.enabled[ev.TIMESTAMP_SYNC_POINT]:
             t = clock.now_ns()
-            core.ring.append((ev.TIMESTAMP_SYNC_POINT, t, t, threading.get_native_id(), t, t, exec_id, 0, 0))
+            core.ring.append((ev.TIMESTAMP_SYNC_POINT, t, t, clock.native_tid(), t, t, exec_id, 0, 0))
             core.ring.tick()
 
     def flush(self, final: bool = False, reason: str = "running") -> None:

@@ -45,6 +45,8 @@ def add_view_parser(sub) -> None:
     v.add_argument("--ingest-only", action="store_true", help="ingest into the workspace as Parquet and exit")
     v.add_argument("--display-name", default="", help="name shown for this ingestion")
     v.add_argument("--show-profile-schema", action="store_true", help="print every output table and column, then exit")
+    v.add_argument("--host", default="127.0.0.1", help="UI: address to bind (default 127.0.0.1, loopback only)")
+    v.add_argument("--port", type=int, default=3001, help="UI: port (default 3001)")
     v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
     v.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
 
@@ -73,7 +75,7 @@ def view_command(args: argparse.Namespace) -> int:
     if args.show_profile_schema:
         sys.stdout.write(show_schema())
         return 0
-    if not args.directory:
+    if not args.directory and (args.output_format or args.ingest_only or args.output_file):
         raise UsageError("view needs -d DIR, the directory holding captured profiles")
     try:
         filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
@@ -93,8 +95,7 @@ def view_command(args: argparse.Namespace) -> int:
     elif fmt is None and out:
         fmt = "parquet"  # an output file with no format: the default format
     elif fmt is None:
-        raise UsageError("the System Trace Viewer UI is not available yet; choose --output-format "
-                         "(parquet, json, perfetto, summary-text, summary-json) or --ingest-only")
+        return _launch_ui(args, filt)
     if args.ignore_system_profile and args.ignore_device_profile:
         raise UsageError("--ignore-system-profile and --ignore-device-profile together leave nothing to view")
     opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
@@ -121,3 +122,28 @@ def view_command(args: argparse.Namespace) -> int:
                 print(f"neuron-explorer: clock offset {inst}: {o.offset_ns / 1e6:+.3f} ms "
                       f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}, {o.samples} samples)", file=sys.stderr)
     return res.exit_code
+
+
+def _launch_ui(args: argparse.Namespace, filt) -> int:
+    """No output format: ingest -d DIR (if given) into the workspace, then serve the UI."""
+    from ..cli import UsageError
+
+    ws = args.data_path or default_data_path()
+    os.makedirs(ws, exist_ok=True)
+    if args.directory:
+        name = args.display_name or os.path.basename(os.path.abspath(args.directory.rstrip("/")))
+        opts = ViewOptions(directory=args.directory, output_format="parquet", output_file=os.path.join(ws, name),
+                           filter=filt, ignore_system_profile=args.ignore_system_profile,
+                           ignore_device_profile=args.ignore_device_profile, display_name=name,
+                           progress=True if args.progress is None else args.progress)
+        try:
+            res = run(opts)
+        except ViewError as e:
+            raise UsageError(str(e)) from None
+        print(f"neuron-explorer: ingested {res.events} events from {res.profiles} profile(s) into {opts.output_file}",
+              file=sys.stderr)
+    try:
+        from ..ui.server import serve
+    except ImportError as e:
+        raise UsageError(f"the UI needs the 'ui' extra (pip install 'neuron-explorer[ui]'): {e}") from None
+    return serve(ws, host=args.host, port=args.port)
