@@ -133,10 +133,10 @@ for i in range(4):
         dist.all_reduce(torch.ones(4))
     except Exception:
         break
-if r == 1:
-    time.sleep(3)
 with open(os.path.join(sys.argv[1], f"fr_{r}.json"), "wb") as f:
     f.write(torch._C._distributed_c10d._dump_fr_trace_json())
+if r == 1:
+    time.sleep(3)  # stay alive so that rank 0 times out instead of seeing the peer vanish
 '''
 
 

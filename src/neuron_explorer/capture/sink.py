@@ -82,6 +82,8 @@ class CaptureSink:
             writer.atomic_write(os.path.join(d, "cpu_util.pb"), writer.encode_cpu_util(self.sampler))
         if self.sampler.mem:
             writer.atomic_write(os.path.join(d, "host_mem.pb"), writer.encode_host_mem(self.sampler))
+        if rt.devprof is not None:
+            rt.devprof.write(d)
         self.written = True
         return d
 

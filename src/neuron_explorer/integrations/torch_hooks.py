@@ -67,23 +67,29 @@ def _install_compile_start(cb_mod) -> None:
     cb_mod.callback_handler.register_start_callback(on_start)
 
 
-def _graph_facts(gm, with_source: bool) -> tuple[str, str, int]:
-    """(file:line of the user's code, module path, node count) of an FX graph."""
+def _graph_facts(gm, with_source: bool) -> tuple[str, str, list[tuple[str, str, str, str, str]]]:
+    """(file:line of the user's code, module path, nodes) of an FX graph.
+
+    Each node is (name, op, target, source location, module path); the locations are filled only
+    when the source-debug variables ask for them."""
     src = mod = ""
-    n = 0
+    nodes = []
     for node in gm.graph.nodes:
-        n += 1
-        if not with_source or src:
-            continue
-        st = node.meta.get("stack_trace")
-        if st:
-            frames = re.findall(r'File "([^"]+)", line (\d+)', st)
-            if frames:
-                src = f"{frames[-1][0]}:{frames[-1][1]}"
-        nms = node.meta.get("nn_module_stack")
-        if nms and not mod:
-            mod = list(nms.values())[-1][0] if isinstance(list(nms.values())[-1], tuple) else str(list(nms.values())[-1])
-    return src, mod, n
+        nsrc = nmod = ""
+        if with_source:
+            st = node.meta.get("stack_trace")
+            if st:
+                frames = re.findall(r'File "([^"]+)", line (\d+)', st)
+                if frames:
+                    nsrc = f"{frames[-1][0]}:{frames[-1][1]}"
+            nms = node.meta.get("nn_module_stack")
+            if nms:
+                last = list(nms.values())[-1]
+                nmod = last[0] if isinstance(last, tuple) else str(last)
+            src = src or nsrc
+            mod = mod or nmod
+        nodes.append((node.name, node.op, str(node.target), nsrc, nmod))
+    return src, mod, nodes
 
 
 def _signature(example_inputs) -> str:
@@ -130,7 +136,7 @@ def _register_graph(rt, torch, core, og, gm, example_inputs, compiled, t_backend
     digest = hashlib.blake2b((backend + "\0" + code).encode(), digest_size=8).digest()
     hval = int.from_bytes(digest, "little")
     co_name = getattr(getattr(getattr(og, "root_tx", None), "f_code", None), "co_name", "graph")
-    src, modpath, nnodes = _graph_facts(gm, rt.config.source_locations)
+    src, modpath, nodes = _graph_facts(gm, rt.config.source_locations)
     consts = 0
     for p in list(gm.parameters()) + list(gm.buffers()):
         consts += p.numel() * p.element_size()
@@ -138,8 +144,8 @@ def _register_graph(rt, torch, core, og, gm, example_inputs, compiled, t_backend
     model = rt.add_model(
         name=f"{co_name}_{hval:016x}"[:64], neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
         kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
-        num_nodes=nnodes, constants_bytes=consts, signature=_signature(example_inputs),
-        artifacts={"code": code},
+        num_nodes=len(nodes), constants_bytes=consts, signature=_signature(example_inputs),
+        artifacts={"code": code, "nodes": nodes},
     )
     _state["compile_start"] = 0
     tid = native_tid()
@@ -170,11 +176,21 @@ def _announce_model(rt: Runtime, model, code_bytes: int = 0) -> None:
 
 
 def _nan_scan(torch, outs) -> tuple[int, int]:
+    """(NaN count, Inf count) of a graph's floating-point outputs.
+
+    One fused finiteness check per tensor and a single host sync for all of them; the counts are
+    computed only when something is not finite (rare)."""
+    ts = [t for t in (outs if isinstance(outs, (list, tuple)) else (outs,))
+          if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    if not ts:
+        return 0, 0
+    flags = torch.stack([torch.isfinite(t).all() for t in ts]) if len(ts) > 1 else torch.isfinite(ts[0]).all()
+    if bool(flags.all()):
+        return 0, 0
     nan = inf = 0
-    for t in outs if isinstance(outs, (list, tuple)) else (outs,):
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-            nan += int(torch.isnan(t).sum())
-            inf += int(torch.isinf(t).sum())
+    for t in ts:
+        nan += int(torch.isnan(t).sum())
+        inf += int(torch.isinf(t).sum())
     return nan, inf
 
 
@@ -204,7 +220,11 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
             ndet.exec_begin(nc, mid, eid, t0)
         ret = 0
         try:
-            out = fn(*args, **kwargs)
+            dp = rt.devprof
+            if dp is not None and dp.wants(nc, mid):
+                out = dp.run(torch, nc, model, eid, fn, args, kwargs)
+            else:
+                out = fn(*args, **kwargs)
         except BaseException:
             ret = 1
             raise
@@ -326,7 +346,10 @@ def _install_collectives(rt: Runtime, torch, core: CoreState) -> None:
                 ranks = None
             if ranks is None:
                 ranks = list(range(pg.size()))
-            g = groups[name] = (len(ranks), rt.intern(",".join(map(str, ranks))))
+            # two process groups over the same ranks keep separate sequence spaces: every group
+            # but the default one carries its name after the ranks ("0,1#3")
+            label = ",".join(map(str, ranks)) + ("" if name == "0" else f"#{name}")
+            g = groups[name] = (len(ranks), rt.intern(label))
         return name, g[1]
 
     for opname, shown in _COLLECTIVE_OPS.items():

@@ -43,7 +43,8 @@ def wall_str(wall_ns: int) -> str:
 
 def group_ranks(group: str) -> list[int]:
     try:
-        return [int(x) for x in group.split(",") if x.strip() != ""]
+        # "0,1" for the default group, "0,1#<name>" for other groups over the same ranks
+        return [int(x) for x in group.split("#")[0].split(",") if x.strip() != ""]
     except ValueError:
         return []
 

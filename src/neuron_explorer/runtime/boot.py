@@ -78,6 +78,10 @@ def _install_integrations(rt: Runtime) -> None:
     def on_torch(torch) -> None:
         from ..integrations import torch_hooks
 
+        if rt.config.device_profile and rt.devprof is None and any(s.name == "capture" for s in rt.sinks):
+            from ..integrations.torch_device import DeviceProfiler
+
+            rt.devprof = DeviceProfiler(rt, rt.config.device_profile)
         torch_hooks.install(rt, torch)
 
     when_imported("torch", on_torch)

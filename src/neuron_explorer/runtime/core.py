@@ -67,6 +67,7 @@ class Runtime:
         self.sinks: list[Sink] = []
         self.stats = None  # per-process counters for neuron-monitor (monitor.app_stats.AppStats), when on
         self.ndet = None  # the NDET flight recorder (ndet.recorder.NdetRecorder), when on
+        self.devprof = None  # device profiler (integrations.torch_device.DeviceProfiler), when on
         self.device_kind = "cpu"
         self.nd_idx = 0
         self.end_reason = "running"

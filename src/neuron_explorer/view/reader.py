@@ -74,6 +74,8 @@ class Session:
     cpu: pb.CpuUtil | None = None
     mem: pb.HostMem | None = None
     warnings: list[str] = field(default_factory=list)
+    device_paths: list[str] = field(default_factory=list)  # .ntff files of this session
+    neff_paths: list[str] = field(default_factory=list)
 
     @property
     def instance_id(self) -> str:
@@ -151,6 +153,12 @@ def load_session(path: str, load_events: bool = True) -> Session:
             raise ProfileError(f"{trace_p}: event type id {int(s.events['type'].max())} is not declared in the file")
     if s.info is None and s.trace is None:
         raise ProfileError(f"{path}: no trace_info.pb or ntrace.pb")
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        names = []
+    s.device_paths = [os.path.join(path, n) for n in names if n.endswith(".ntff")]
+    s.neff_paths = [os.path.join(path, n) for n in names if n.endswith(".neff")]
     for name, typ, attr in (("cpu_util.pb", pb.CpuUtil, "cpu"), ("host_mem.pb", pb.HostMem, "mem")):
         p = os.path.join(path, name)
         if os.path.exists(p):
@@ -167,3 +175,43 @@ def wall_offset_ns(s: Session) -> int:
         return 0
     offs = sorted(a.wall_ns - a.monotonic_ns for a in s.info.anchors)
     return offs[len(offs) // 2]
+
+
+@dataclass
+class DeviceProfile:
+    path: str
+    trace: pb.DeviceTrace
+    ops: dict[str, np.ndarray]
+
+    @property
+    def strings(self) -> list[str]:
+        return list(self.trace.strings)
+
+
+def load_device_trace(path: str) -> DeviceProfile:
+    """Load one .ntff; raises ProfileError for an empty, truncated or foreign file."""
+    t = _parse(path, pb.DeviceTrace)
+    c = t.ops
+    n = c.count
+    ops = {
+        "start_ns": _arr(c.start_ns, "i8", path, "start_ns", n),
+        "end_ns": _arr(c.end_ns, "i8", path, "end_ns", n),
+        "name": _arr(c.name, "i4", path, "name", n),
+        "track": _arr(c.track, "i4", path, "track", n),
+        "exec_idx": _arr(c.exec_idx, "i4", path, "exec_idx", n),
+        "flops": _arr(c.flops, "f8", path, "flops", n),
+        "nbytes": _arr(c.nbytes, "i8", path, "nbytes", n),
+        "detail": _arr(c.detail, "i4", path, "detail", n),
+        "source": _arr(c.source, "i4", path, "source", n),
+    }
+    ns = len(t.strings)
+    for col in ("name", "track", "detail", "source"):
+        if n and (int(ops[col].max()) >= ns or int(ops[col].min()) < 0):
+            raise ProfileError(f"{path}: column {col} refers to a string outside the file's table")
+    if n and (int(ops["exec_idx"].max()) >= len(t.executions) or int(ops["exec_idx"].min()) < 0):
+        raise ProfileError(f"{path}: an op refers to an execution the file does not declare")
+    return DeviceProfile(path, t, ops)
+
+
+def load_neff(path: str) -> pb.NeffFile:
+    return _parse(path, pb.NeffFile)

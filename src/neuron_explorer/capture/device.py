@@ -1,0 +1,120 @@
+"""Device profiles (``.ntff``) and compiled graphs (``.neff``): building and writing them.
+
+A device profile holds the op/kernel-level events inside one core's executions, column-wise like
+``ntrace.pb``.  Both the PyTorch device profiler and the JAX integration build an ``OpTable`` and
+hand it to ``write_device_trace``; ``view`` reads the result back with ``read_device_trace``.
+
+File names follow the Neuron layout: ``<hash>_instid_0_vnc_<nc>.ntff`` for a model-mode profile
+(first execution of one graph on one core), ``profile_nc_<nc>_session_<k>.ntff`` for a session-mode
+profile (every execution on a core) and ``neff_<hash>_vnc_<nc>.neff`` for the graph itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..proto import neuron_explorer_capture_pb2 as pb
+from .writer import FORMAT_VERSION, _col, atomic_write
+
+
+def model_ntff_name(graph_hash_decimal: str, nc: int) -> str:
+    return f"{graph_hash_decimal}_instid_0_vnc_{nc}.ntff"
+
+
+def session_ntff_name(nc: int, k: int = 0) -> str:
+    return f"profile_nc_{nc}_session_{k}.ntff"
+
+
+def neff_file_name(graph_hash_decimal: str, nc: int) -> str:
+    return f"neff_{graph_hash_decimal}_vnc_{nc}.neff"
+
+
+@dataclass
+class OpTable:
+    """Op rows of one device trace, appended one at a time (a recorder) or in bulk (a converter)."""
+
+    strings: dict[str, int] = field(default_factory=lambda: {"": 0})
+    start_ns: list[int] = field(default_factory=list)
+    end_ns: list[int] = field(default_factory=list)
+    name: list[int] = field(default_factory=list)
+    track: list[int] = field(default_factory=list)
+    exec_idx: list[int] = field(default_factory=list)
+    flops: list[float] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
+    detail: list[int] = field(default_factory=list)
+    source: list[int] = field(default_factory=list)
+    executions: list[pb.DeviceExecution] = field(default_factory=list)
+
+    def sid(self, s: str) -> int:
+        i = self.strings.get(s)
+        if i is None:
+            i = self.strings[s] = len(self.strings)
+        return i
+
+    def add_execution(self, exec_id: int, model_id: int, model_name: str, neff_name: str,
+                      start_ns: int, end_ns: int) -> int:
+        self.executions.append(pb.DeviceExecution(exec_id=exec_id, model_id=model_id, model_name=model_name,
+                                                  neff_name=neff_name, start_ns=start_ns, end_ns=end_ns))
+        return len(self.executions) - 1
+
+    def add_op(self, start_ns: int, end_ns: int, name: str, track: str, exec_idx: int,
+               flops: float | None = None, nbytes: int | None = None, detail: str = "", source: str = "") -> None:
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+        self.name.append(self.sid(name))
+        self.track.append(self.sid(track))
+        self.exec_idx.append(exec_idx)
+        self.flops.append(math.nan if flops is None else float(flops))
+        self.nbytes.append(-1 if nbytes is None else int(nbytes))
+        self.detail.append(self.sid(detail))
+        self.source.append(self.sid(source))
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+
+def write_device_trace(path: str, table: OpTable, *, instance_id: str, pid: int, nc_idx: int, mode: str,
+                       device_kind: str, source: str, sync: list[tuple[int, int, int]] = (),
+                       peak_flops: float = 0.0) -> None:
+    msg = pb.DeviceTrace(format_version=FORMAT_VERSION, instance_id=instance_id, pid=pid, nc_idx=nc_idx, mode=mode,
+                         device_kind=device_kind, peak_flops=peak_flops, source=source)
+    strings = [""] * len(table.strings)
+    for s, i in table.strings.items():
+        strings[i] = s
+    msg.strings.extend(strings)
+    msg.executions.extend(table.executions)
+    ops = msg.ops
+    ops.count = len(table)
+    ops.start_ns = _col(np.asarray(table.start_ns, dtype=np.int64), "i8")
+    ops.end_ns = _col(np.asarray(table.end_ns, dtype=np.int64), "i8")
+    ops.name = _col(np.asarray(table.name, dtype=np.int32), "i4")
+    ops.track = _col(np.asarray(table.track, dtype=np.int32), "i4")
+    ops.exec_idx = _col(np.asarray(table.exec_idx, dtype=np.int32), "i4")
+    ops.flops = _col(np.asarray(table.flops, dtype=np.float64), "f8")
+    ops.nbytes = _col(np.asarray(table.nbytes, dtype=np.int64), "i8")
+    ops.detail = _col(np.asarray(table.detail, dtype=np.int32), "i4")
+    ops.source = _col(np.asarray(table.source, dtype=np.int32), "i4")
+    for cpu, dev, eid in sync:
+        msg.sync.add(cpu_timestamp_ns=cpu, nc_timestamp_ns=dev, exec_id=eid)
+    atomic_write(path, msg.SerializeToString())
+
+
+def write_neff(path: str, *, neff_name: str, graph_hash: str, model_name: str, backend: str, kind: str,
+               signature: str, code: str, framework: str, compile_ns: int = 0,
+               nodes: list[tuple[str, str, str, str, str]] = ()) -> None:
+    """Save a compiled graph; ``nodes`` are (name, op, target, source_location, module_path)."""
+    msg = pb.NeffFile(format_version=FORMAT_VERSION, neff_name=neff_name, graph_hash=graph_hash,
+                      model_name=model_name, backend=backend, kind=kind, signature=signature, code=code,
+                      framework=framework, compile_ns=compile_ns)
+    for name, op, target, src, mod in nodes:
+        msg.nodes.add(name=name, op=op, target=target, source_location=src, module_path=mod)
+    atomic_write(path, msg.SerializeToString())
+
+
+def ensure_dir(path: str) -> str:
+    os.makedirs(path, exist_ok=True)
+    return path

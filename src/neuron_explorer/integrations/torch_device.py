@@ -1,0 +1,198 @@
+"""PyTorch device profiles: the op/kernel-level events inside compiled-graph executions.
+
+While a profiled execution runs, a ``TorchDispatchMode`` sees every ATen operator the graph calls
+(all of them for eager-style backends such as aot_eager; Inductor's extern kernels such as mm),
+and the kernels of an Inductor-generated module are wrapped for the duration of the call, so its
+fused C++/Triton kernels appear too.  Each op gets its span on the core's clock, flops (PyTorch's
+own flop formulas, where one exists), bytes read and written, and input shapes.
+
+``model`` mode records the first execution of each unique graph on each core; ``session`` mode
+records every execution.  On CUDA, op spans are launch times on the host; the CUDA-event timing of
+the whole execution is in ``nc_exec_running``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from ..capture.device import OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace, write_neff
+from ..runtime import clock
+
+now_ns = clock.now_ns
+
+
+def _nbytes(x) -> int:
+    n = 0
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            n += _nbytes(y)
+    elif hasattr(x, "untyped_storage") and hasattr(x, "element_size"):
+        try:
+            n += x.numel() * x.element_size()
+        except Exception:
+            pass
+    return n
+
+
+def _shapes(args) -> str:
+    parts = []
+    for a in args:
+        shape = getattr(a, "shape", None)
+        if shape is not None:
+            parts.append(f"{str(getattr(a, 'dtype', '')).replace('torch.', '')}{list(shape)}")
+    return ", ".join(parts)
+
+
+class _Recorder:
+    """Records ops into an OpTable for one execution (created per profiled call)."""
+
+    def __init__(self, torch, table: OpTable, exec_idx: int) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
+
+        recorder = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                t0 = now_ns()
+                out = func(*args, **kwargs)
+                t1 = now_ns()
+                recorder.op(func, args, kwargs, out, t0, t1)
+                return out
+
+        self.mode = Mode()
+        self.table = table
+        self.exec_idx = exec_idx
+        self.flops_of = flop_registry
+
+    def op(self, func, args, kwargs, out, t0: int, t1: int) -> None:
+        flops = None
+        f = self.flops_of.get(getattr(func, "overloadpacket", None))
+        if f is not None:
+            try:
+                flops = float(f(*args, **kwargs, out_val=out))
+            except Exception:
+                flops = None
+        self.table.add_op(t0, t1, str(func.name()), "aten", self.exec_idx, flops=flops,
+                          nbytes=_nbytes(args) + _nbytes(out), detail=_shapes(args))
+
+    def kernel(self, name: str, t0: int, t1: int, args) -> None:
+        self.table.add_op(t0, t1, name, "inductor", self.exec_idx, nbytes=_nbytes(args), detail=_shapes(args))
+
+
+_KERNEL_PREFIXES = ("cpp_fused", "triton_", "cpp_")
+
+
+def _inductor_kernels(fn) -> tuple[Any, list[str]] | None:
+    """The generated module behind an Inductor-compiled callable, and its kernel names."""
+    seen = set()
+    stack = [fn]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or obj is None:
+            continue
+        seen.add(id(obj))
+        cc = getattr(obj, "current_callable", None)
+        if cc is not None:
+            mod = sys.modules.get(getattr(cc, "__module__", "") or "")
+            if mod is not None:
+                names = [n for n, v in vars(mod).items() if n.startswith(_KERNEL_PREFIXES) and callable(v)]
+                return mod, names
+        for attr in ("__wrapped__", "compiled_fn", "_compiled_fn", "forward", "__self__"):
+            stack.append(getattr(obj, attr, None))
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                stack.append(cell.cell_contents)
+            except ValueError:
+                pass
+        if len(seen) > 200:
+            break
+    return None
+
+
+class DeviceProfiler:
+    """Decides which executions to profile and keeps their op tables until they are written."""
+
+    def __init__(self, rt, mode: str) -> None:
+        self.rt = rt
+        self.mode = mode  # "model" or "session"
+        self.lock = threading.Lock()
+        self.done: set[tuple[int, int]] = set()  # (nc, model_id) profiled (model mode)
+        self.tables: dict[tuple[int, int], OpTable] = {}  # (nc, model_id or -1) -> ops
+        self.written_neffs: set[str] = set()
+        self.inductor: dict[int, tuple[Any, list[str]] | None] = {}
+        self.active = True
+
+    def wants(self, nc: int, model_id: int) -> bool:
+        if not self.active:
+            return False
+        return self.mode == "session" or (nc, model_id) not in self.done
+
+    def run(self, torch, nc: int, model, exec_id: int, fn, args, kwargs):
+        """Run one execution under the op recorder."""
+        key = (nc, -1) if self.mode == "session" else (nc, model.id)
+        with self.lock:
+            self.done.add((nc, model.id))
+            table = self.tables.get(key)
+            if table is None:
+                table = self.tables[key] = OpTable()
+        t0 = now_ns()
+        idx = table.add_execution(exec_id, model.id, model.name, model.neff_name, t0, t0)
+        rec = _Recorder(torch, table, idx)
+        kinfo = self.inductor.get(model.id, False)
+        if kinfo is False:
+            kinfo = self.inductor[model.id] = _inductor_kernels(fn) if model.backend == "inductor" else None
+        restore = []
+        if kinfo is not None:
+            mod, names = kinfo
+            for n in names:
+                orig = getattr(mod, n)
+
+                def timed(*a, __orig=orig, __n=n, **k):
+                    s = now_ns()
+                    r = __orig(*a, **k)
+                    rec.kernel(__n, s, now_ns(), a)
+                    return r
+
+                setattr(mod, n, timed)
+                restore.append((n, orig))
+        try:
+            with rec.mode:
+                return fn(*args, **kwargs)
+        finally:
+            for n, orig in restore:
+                setattr(kinfo[0], n, orig)
+            table.executions[idx].end_ns = now_ns()
+
+    def write(self, session_dir: str) -> None:
+        rt = self.rt
+        with self.lock:
+            tables = dict(self.tables)
+        for (nc, mid), table in tables.items():
+            if self.mode == "session":
+                name = session_ntff_name(nc, 0)
+            else:
+                m = rt.models[mid]
+                name = model_ntff_name(m.neff_name.replace("neff_", "").replace("_bwd", "1"), nc)
+            write_device_trace(os.path.join(session_dir, name), table, instance_id=rt.ident.instance_id,
+                               pid=rt.ident.pid, nc_idx=nc, mode=self.mode, device_kind=rt.device_kind,
+                               source="torch", sync=[])
+        write_neffs(rt, session_dir, self.written_neffs)
+
+
+def write_neffs(rt, session_dir: str, written: set[str]) -> None:
+    """Save each graph once as neff_<hash>_vnc_<nc>.neff (graph code, signature, backend, sources)."""
+    for m in list(rt.models):
+        h = m.neff_name.replace("neff_", "")
+        fname = neff_file_name(h, m.nc_idx)
+        if fname in written:
+            continue
+        written.add(fname)
+        write_neff(os.path.join(session_dir, fname), neff_name=m.neff_name, graph_hash=m.graph_hash,
+                   model_name=m.name, backend=m.backend, kind=m.kind, signature=m.signature,
+                   code=m.artifacts.get("code", ""), framework="torch", compile_ns=m.compile_ns,
+                   nodes=m.artifacts.get("nodes", ()))

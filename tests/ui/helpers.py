@@ -1,0 +1,82 @@
+"""Helpers shared by the UI tests: hand-made device-profile tables and a served workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ENGINES = ["pe", "act", "pool", "dma_q0", "dma_q1"]
+
+
+def add_device_profile(profile_dir: Path) -> dict:
+    """Write DeviceProfiles.parquet and DeviceProfileEvents/ for the first nc_exec_running of rank 0.
+
+    The device-profile table does not exist in the store yet (another issue produces it); these are
+    the columns the UI is built against, with ops on five engines laid over that execution.
+    """
+    con = duckdb.connect()
+    ev = con.execute(f"""SELECT instance_id, process_id, nc_idx, model_name, exec_id, start_ts, end_ts
+                         FROM read_parquet('{profile_dir}/SystemProfileEvents/**/*.parquet')
+                         WHERE name = 'nc_exec_running' AND worker_gid = 0 ORDER BY start_ts LIMIT 1""").fetchall()[0]
+    inst, pid, nc, model, exec_id, s, e = ev
+    rows = {k: [] for k in ("profile_id", "instance_id", "process_id", "nc_idx", "model_name", "exec_id", "name",
+                            "track", "start_ts", "end_ts", "duration_ns", "flops", "bytes", "extra_attributes_json")}
+    span = max(e - s, 1000)
+    n = 40
+    for i in range(n):
+        eng = ENGINES[i % len(ENGINES)]
+        a = s + span * i // n
+        b = a + max(span // (n * 2), 1)
+        for k, v in (("profile_id", "dp-0"), ("instance_id", inst), ("process_id", pid), ("nc_idx", nc),
+                     ("model_name", model), ("exec_id", exec_id), ("name", f"{'matmul' if eng == 'pe' else 'op'}_{i}"),
+                     ("track", eng), ("start_ts", a), ("end_ts", b), ("duration_ns", b - a), ("flops", 1000 * i),
+                     ("bytes", 64 * i), ("extra_attributes_json", json.dumps({"instruction": f"inst_{i}", "engine": eng}))):
+            rows[k].append(v)
+    d = profile_dir / "DeviceProfileEvents" / f"instance={inst}" / f"process={pid}"
+    d.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), d / "part-0.parquet")
+    info = {"profile_id": ["dp-0"], "instance_id": [inst], "process_id": [pid], "nc_idx": [nc], "model_name": [model],
+            "exec_id_first": [exec_id], "exec_id_last": [exec_id]}
+    pq.write_table(pa.table(info), profile_dir / "DeviceProfiles.parquet")
+    return {"instance_id": inst, "process_id": pid, "nc_idx": nc, "model_name": model, "exec_id": exec_id}
+
+
+def start_server(workspace: Path, port: int, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """Run the real ``serve()`` in a child process; return it and the URL it printed."""
+    p = subprocess.Popen([sys.executable, "-m", "neuron_explorer.ui.server", str(workspace), "127.0.0.1", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    url = p.stdout.readline().strip()
+    if not url.startswith("http://"):
+        p.kill()
+        raise AssertionError(f"server did not print its URL: {url!r} {p.stderr.read()[-2000:]}")
+    import urllib.request
+
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "api/profiles", timeout=2).read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return p, url
+
+
+def stop_server(p: subprocess.Popen) -> None:
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+CHROMIUM = os.environ.get("NEURON_EXPLORER_CHROMIUM", "/usr/bin/chromium")

@@ -1,0 +1,230 @@
+"""The server's JSON API over a real 2-rank capture: windows, details, device tables, confinement."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+
+from starlette.testclient import TestClient  # noqa: E402
+
+from neuron_explorer.ui.app import create_app  # noqa: E402
+from neuron_explorer.ui.server import is_loopback, url_for  # noqa: E402
+from neuron_explorer.ui.store import MODES  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client(ui_workspace: Path, tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+    return TestClient(create_app(ui_workspace, cache_dir=tmp_path_factory.mktemp("cache")))
+
+
+def all_rows(client: TestClient, profile: str, mode: str) -> list[dict]:
+    r = client.get(f"/api/profiles/{profile}/tracks", params={"mode": mode})
+    assert r.status_code == 200, r.text
+    return r.json()["rows"]
+
+
+def test_profiles_listed(client: TestClient) -> None:
+    r = client.get("/api/profiles").json()
+    names = {p["name"]: p for p in r["profiles"]}
+    assert set(names) == {"run-a", "run-b"}
+    assert names["run-a"]["processes"] == 2 and names["run-a"]["world_size"] == 2
+    assert names["run-a"]["types"] == ["system", "device"] and names["run-b"]["types"] == ["system"]
+    assert client.get("/").status_code == 200
+    assert client.get("/static/js/app.js").status_code == 200
+
+
+def test_every_grouping_mode_covers_every_event(client: TestClient) -> None:
+    ov = client.get("/api/profiles/run-a").json()
+    total = ov["events"]
+    assert total > 50
+    for mode in MODES:
+        rows = all_rows(client, "run-a", mode)
+        ev_rows = [r for r in rows if r["kind"] == "events"]
+        assert sum(r["count"] for r in ev_rows) == total, mode
+        w = client.get("/api/profiles/run-a/window", params={
+            "mode": mode, "rows": ",".join(str(r["idx"]) for r in ev_rows),
+            "t0": -1, "t1": ov["duration_ns"] + 1, "px": 10_000}).json()
+        assert w["level"] == "raw"
+        assert sum(w["c"]) == total, mode  # nothing lost, nothing counted twice
+    groups = {m: {tuple(r["group"]) for r in all_rows(client, "run-a", m) if r["kind"] == "events"} for m in MODES}
+    assert any(g[-1] == "Device" for g in groups["cpu_device"]) and any(g[-1] == "CPU" for g in groups["cpu_device"])
+    assert {g[-1] for g in groups["neuroncore"]} == {"NC 0", "NC 1"}
+    assert len(groups["process"]) == 2 and len(groups["instance"]) == 1
+    assert all(g[-1].startswith("thread ") for g in groups["thread"])
+
+
+def test_window_is_aggregated_to_screen_resolution(client: TestClient) -> None:
+    ov = client.get("/api/profiles/run-a").json()
+    rows = [r for r in all_rows(client, "run-a", "process") if r["kind"] == "events"]
+    idx = ",".join(str(r["idx"]) for r in rows)
+    coarse = client.get("/api/profiles/run-a/window", params={"mode": "process", "rows": idx, "t0": 0,
+                                                               "t1": ov["duration_ns"], "px": 20}).json()
+    # at 20 pixels, at most ~ one item per pixel per row plus events longer than a pixel
+    assert len(coarse["c"]) <= len(rows) * 21
+    assert any(c > 1 for c in coarse["c"]), "short events must be merged into counted buckets"
+    assert sum(coarse["c"]) == ov["events"]
+    for s, e, c, i in zip(coarse["s"], coarse["e"], coarse["c"], coarse["id"]):
+        assert e >= s
+    # a narrow window only returns events overlapping it
+    mid = ov["duration_ns"] * 0.98
+    narrow = client.get("/api/profiles/run-a/window", params={"mode": "process", "rows": idx, "t0": mid,
+                                                               "t1": mid + 5e7, "px": 800}).json()
+    for s, e in zip(narrow["s"], narrow["e"]):
+        assert e >= mid and s < mid + 5e7
+
+
+def test_pyramid_levels_agree_with_events(ui_workspace: Path, tmp_path: Path) -> None:
+    """Force the level-of-detail pyramid on the small capture: zoomed-out counts must match raw ones."""
+    c = TestClient(create_app(ui_workspace, cache_dir=tmp_path, pyramid_min_events=0))
+    ov = c.get("/api/profiles/run-a").json()
+    assert ov["levels"], "pyramid should have been built"
+    rows = [r for r in all_rows(c, "run-a", "cpu_device") if r["kind"] == "events"]
+    idx = ",".join(str(r["idx"]) for r in rows)
+    span = ov["levels"][0] * 4
+    w = c.get("/api/profiles/run-a/window", params={"mode": "cpu_device", "rows": idx, "t0": 0, "t1": span,
+                                                     "px": 2}).json()
+    assert w["level"] == 0
+    assert sum(w["c"]) == ov["events"]
+    per_row = {}
+    for r, n in zip(w["row"], w["c"]):
+        per_row[r] = per_row.get(r, 0) + n
+    assert per_row == {r["idx"]: r["count"] for r in rows}
+    assert list(tmp_path.glob("*.parquet")), "pyramid cached outside the workspace"
+    # the cache is reused by a second app
+    c2 = TestClient(create_app(ui_workspace, cache_dir=tmp_path, pyramid_min_events=0))
+    assert c2.get("/api/profiles/run-a").json()["levels"] == ov["levels"]
+
+
+def test_event_details_list_every_property(client: TestClient) -> None:
+    ov = client.get("/api/profiles/run-a").json()
+    rows = all_rows(client, "run-a", "cpu_device")
+    cc = next(r for r in rows if r["kind"] == "events" and r["name"] == "cc_running")
+    w = client.get("/api/profiles/run-a/window", params={"mode": "cpu_device", "rows": cc["idx"], "t0": 0,
+                                                          "t1": ov["duration_ns"], "px": 20000}).json()
+    i = w["c"].index(1)
+    d = client.get("/api/profiles/run-a/event", params={"id": w["id"][i], "leaf": w["leaf"][i]}).json()
+    assert d["name"] == "cc_running"
+    for col in ("id", "name", "start_ts", "end_ts", "duration_ns", "trace_event_source", "instance_id", "process_id",
+                "thread_id", "nc_idx", "pcore_idx", "worker_gid", "flow_id", "framework_stream_id", "op", "seq",
+                "bytes", "dtype", "group_ranks"):
+        assert col in d["properties"], col
+    assert d["process"]["rank"] in (0, 1)
+    assert client.get("/api/profiles/run-a/event", params={"id": 10**12}).status_code == 404
+
+
+def test_flows_counters_summary_search(client: TestClient) -> None:
+    ov = client.get("/api/profiles/run-a").json()
+    dur = ov["duration_ns"]
+    f = client.get("/api/profiles/run-a/flows", params={"t0": 0, "t1": dur}).json()
+    assert f["flows"] and all(len(x["ends"]) >= 2 for x in f["flows"])
+    rows = all_rows(client, "run-a", "cpu_device")
+    crow = [r for r in rows if r["kind"] == "counter"]
+    labels = {r["label"] for r in crow}
+    assert {"CPU utilization (host)", "Host memory (used / available)", "CPU utilization (process)"} <= labels
+    cn = client.get("/api/profiles/run-a/counters", params={"mode": "cpu_device", "rows": ",".join(
+        str(r["idx"]) for r in crow), "t0": 0, "t1": dur, "px": 300}).json()
+    mem = next(r for r in crow if r["label"].startswith("Host memory (used"))
+    series = cn["rows"][str(mem["idx"])]
+    assert set(series) == {"host_mem.host_used", "host_mem.host_available"}
+    assert len(series["host_mem.host_used"]["t"]) <= 301
+    s = client.get("/api/profiles/run-a/summary", params={"mode": "cpu_device", "t0": 0, "t1": dur + 1}).json()
+    assert s["count"] == ov["events"]
+    by = {x["name"]: x for x in s["by_name"]}
+    assert by["nc_exec_running"]["count"] == 20
+    assert by["nc_exec_running"]["mean_ns"] == pytest.approx(by["nc_exec_running"]["total_ns"] / 20)
+    q = client.get("/api/profiles/run-a/search", params={"q": "EXEC_run", "mode": "process"}).json()
+    assert [n for n, _ in q["names"]] == ["nc_exec_running"] and len(q["rows"]) == 2
+    nx = client.get("/api/profiles/run-a/search/next", params={"q": "nc_exec", "after": 0, "dir": 1}).json()
+    assert nx["found"] and nx["name"] == "nc_exec_running"
+
+
+def test_device_profiles_and_linking(client: TestClient, device_ref: dict) -> None:
+    assert client.get("/api/profiles/run-b/device-profiles").json() == {"device_profiles": []}
+    dps = client.get("/api/profiles/run-a/device-profiles").json()["device_profiles"]
+    assert [d["profile_id"] for d in dps] == ["dp-0"]
+    ov = client.get("/api/profiles/run-a/device/dp-0").json()
+    assert ov["events"] == 40 and [r["label"] for r in ov["rows"]] == ["act", "dma_q0", "dma_q1", "pe", "pool"]
+    w = client.get("/api/profiles/run-a/device/dp-0/window", params={"rows": "0-4", "t0": 0,
+                                                                      "t1": ov["duration_ns"], "px": 2000}).json()
+    assert sum(w["c"]) == 40
+    i = w["row"].index(3)
+    e = client.get("/api/profiles/run-a/device/dp-0/event", params={"row": 3, "start": w["s"][i]}).json()
+    assert e["name"].startswith("matmul_") and e["attributes"]["engine"] == "pe"
+    assert client.get("/api/profiles/run-a/device/nope").status_code == 404
+    assert client.get("/api/profiles/run-b/device/dp-0").status_code == 404
+    # nc_exec_running of that execution links to dp-0; in run-b the same event notes there is none
+    for prof, linked in (("run-a", True), ("run-b", False)):
+        hit = client.get(f"/api/profiles/{prof}/search/next", params={"q": "nc_exec_running", "after": -1, "dir": 1}).json()
+        found = None
+        after = -1
+        for _ in range(30):
+            hit = client.get(f"/api/profiles/{prof}/search/next", params={"q": "nc_exec_running", "after": after, "dir": 1}).json()
+            d = client.get(f"/api/profiles/{prof}/event", params={"id": hit["id"], "leaf": hit["leaf"]}).json()
+            if d["properties"]["process_id"] == device_ref["process_id"] and d["properties"]["exec_id"] == device_ref["exec_id"] \
+                    and d["properties"]["model_name"] == device_ref["model_name"]:
+                found = d
+                break
+            after = hit["s"]
+        assert found is not None
+        if linked:
+            assert found["device_profile"]["profile_id"] == "dp-0"
+        else:
+            assert found["device_profile"] is None and "No device profile" in found["device_note"]
+
+
+@pytest.mark.parametrize("path", [
+    "/api/profiles/..", "/api/profiles/..%2F..%2Fetc", "/api/profiles/%2Fetc%2Fpasswd", "/api/profiles/.hidden",
+    "/api/profiles/..%5C..", "/api/profiles/%2E%2E/tracks", "/api/profiles/run-a%00/tracks",
+    "/static/../server.py", "/static/%2E%2E/server.py", "/api/profiles/..%2Frun-a/window?t0=0&t1=1&px=1",
+])
+def test_requests_cannot_escape_the_workspace(client: TestClient, path: str) -> None:
+    r = client.get(path)
+    assert r.status_code in (400, 403, 404), (path, r.status_code)
+    assert "ProfileMetadata" not in r.text and "def serve" not in r.text and "root:" not in r.text
+
+
+def test_symlinks_out_of_the_workspace_are_not_followed(ui_workspace: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "secret").mkdir(parents=True)
+    # a full profile outside the workspace, linked in
+    import shutil
+
+    shutil.copytree(ui_workspace / "run-b", outside / "secret", dirs_exist_ok=True)
+    ws = tmp_path / "ws"
+    shutil.copytree(ui_workspace / "run-b", ws / "inside")
+    os.symlink(outside / "secret", ws / "linked")
+    # and a Parquet part inside a real profile that points outside
+    part = next((ws / "inside" / "SystemProfileEvents").rglob("part-0.parquet"))
+    evil_dir = part.parent.parent / "process=999"
+    evil_dir.mkdir()
+    os.symlink(next((outside / "secret" / "SystemProfileEvents").rglob("part-0.parquet")), evil_dir / "part-0.parquet")
+    c = TestClient(create_app(ws, cache_dir=tmp_path / "cache"))
+    assert [p["name"] for p in c.get("/api/profiles").json()["profiles"]] == ["inside"]
+    assert c.get("/api/profiles/linked").status_code == 403
+    assert c.get("/api/profiles/linked/tracks").status_code == 403
+    ov = c.get("/api/profiles/inside").json()
+    ref = TestClient(create_app(ui_workspace, cache_dir=tmp_path / "cache2")).get("/api/profiles/run-b").json()
+    assert ov["events"] == ref["events"], "the symlinked part outside the workspace must not be read"
+
+
+def test_bad_parameters_are_400(client: TestClient) -> None:
+    base = "/api/profiles/run-a"
+    for params in ({"t0": 5, "t1": 1, "px": 10}, {"t0": "x", "t1": 1, "px": 10}, {"t0": 0, "t1": 1, "px": 0},
+                   {"t0": 0, "t1": 1, "px": 10, "rows": "999999"}, {"t0": 0, "t1": 1, "px": 10, "mode": "nope"},
+                   {"t0": 0, "t1": "inf", "px": 10}):
+        r = client.get(f"{base}/window", params=params)
+        assert r.status_code == 400, (params, r.text)
+    assert client.get("/api/profiles/missing").status_code == 404
+    assert client.post("/api/profiles").status_code == 405  # read-only
+
+
+def test_loopback_detection_and_url() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.1.2.3")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.com")
+    assert url_for("127.0.0.1", 3001) == "http://127.0.0.1:3001/"
+    assert url_for("::1", 8080) == "http://[::1]:8080/"
