@@ -84,6 +84,10 @@ def view_command(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     fmt = args.output_format
     out = args.output_file
+    if out:
+        parent = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--output-file {out}: directory {parent} does not exist")
     if args.ingest_only:
         if fmt not in (None, "parquet"):
             raise UsageError("--ingest-only writes Parquet into the workspace; drop --output-format " + fmt)

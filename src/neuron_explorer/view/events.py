@@ -45,6 +45,7 @@ class ProcessEvents:
     strings: list[str]
     model_names: dict[int, str]
     extra_json: list[str | None] = field(default_factory=list)  # per event, None = no extra attributes
+    device_profiles: list[str] = field(default_factory=list)  # ids; cols["device_profile"] indexes it
 
     @property
     def instance_id(self) -> str:
@@ -62,7 +63,8 @@ class ProcessEvents:
         return np.array(self.type_names, dtype=object)[self.cols["type"]] if self.n else np.empty(0, dtype=object)
 
 
-def build(s: Session, index: int, clock_offset_ns: int, id_base: int) -> ProcessEvents:
+def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
+          device_links: dict[int, str] | None = None) -> ProcessEvents:
     e = s.events
     n = s.num_events
     off = wall_offset_ns(s) + clock_offset_ns
@@ -129,6 +131,15 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int) -> Process
                 pm = m & (pairs == pair)
                 cols["flow_id"][pm] = collective_flow_ids(s.strings[pair >> 20], s.strings[pair & ((1 << 20) - 1)],
                                                           cols["seq"][pm])
+    # nc_exec_running -> the device profile that holds its execution
+    cols["device_profile"] = np.full(n, -1, dtype=np.int64)
+    profiles = sorted(set((device_links or {}).values()))
+    tid_exec = s.type_id("nc_exec_running")
+    if profiles and tid_exec is not None and n:
+        pidx = {p: i for i, p in enumerate(profiles)}
+        m = np.flatnonzero(cols["type"] == tid_exec)
+        links = device_links or {}
+        cols["device_profile"][m] = [pidx.get(links.get(e, ""), -1) for e in cols["exec_id"][m].tolist()]
     model_names = {int(m.id): m.name for m in s.models}
     return ProcessEvents(s, index, clock_offset_ns, n, cols, list(s.type_names), groups, sources,
-                         s.strings, model_names, extra)
+                         s.strings, model_names, extra, profiles)

@@ -78,6 +78,7 @@ class JsonWriter:
             names_l = names.tolist()
             tid_l = tid.tolist()
             extra = pe.extra_json
+            dprof = c["device_profile"].tolist()
             for i in range(n):
                 args: dict = {}
                 mid = cols["model_id"][i]
@@ -95,6 +96,8 @@ class JsonWriter:
                     args["flow_id"] = cols["flow_id"][i]
                 if extra[i] is not None:
                     args.update(json.loads(extra[i]))
+                if dprof[i] >= 0:
+                    args["device_profile"] = pe.device_profiles[dprof[i]]
                 ev = {"name": names_l[i], "cat": srcs[typ[i]], "ph": "X" if dur[i] > 0 else "i", "pid": pid,
                       "tid": tid_l[i], "ts": ts[i], "args": args}
                 if dur[i] > 0:

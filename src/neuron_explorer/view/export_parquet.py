@@ -55,6 +55,26 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("dtype", "element type of a collective"),
         ("group_ranks", "global ranks of the collective's process group"),
         ("ret", "runtime status code (0 success, 1003 NaN, 5 timeout, ...)"),
+        ("device_profile_id", "nc_exec_running: the device profile holding this execution (DeviceProfiles)"),
+    ],
+    "DeviceProfileEvents": [
+        ("profile_id", "DeviceProfiles.profile_id"), ("instance_id", "host"), ("process_id", "pid"),
+        ("nc_idx", "core"), ("model_name", "graph the op belongs to"), ("exec_id", "execution (nc_exec_running.exec_id)"),
+        ("name", "op or kernel (aten::mm, cpp_fused_..., XLA op)"), ("track", "engine or stream the op ran on"),
+        ("start_ts", "start, Unix epoch ns"), ("end_ts", "end, Unix epoch ns"), ("duration_ns", "end - start"),
+        ("flops", "floating-point operations (null: unknown)"), ("bytes", "bytes read and written (null: unknown)"),
+        ("detail", "shapes / dtypes"), ("source_location", "user file:line when captured"),
+        ("flow_id", "same flow as the execution's nrt_execute/nc_exec_running"),
+    ],
+    "DeviceProfiles": [
+        ("profile_id", "<pid>_nc<nc>_<graph hash or sessionK>; files device_profile_model_<profile_id>.*"),
+        ("file", ".ntff path"), ("instance_id", "host"), ("process_id", "pid"), ("nc_idx", "core"),
+        ("mode", "model or session"), ("device_kind", "cpu, cuda:<name>, ..."), ("source", "torch or jax"),
+        ("model_name", "graph(s)"), ("executions", "executions in the profile"),
+        ("exec_id_first", "first exec_id"), ("exec_id_last", "last exec_id"), ("ops", "op events"),
+        ("total_time_ns", "sum of execution times"), ("flops", "sum of known op flops"),
+        ("achieved_flops_per_s", "flops / total_time"), ("track_active_pct_json", "per track: % of execution time busy"),
+        ("peak_flops_per_s", "device peak (null: unknown)"), ("mfu", "achieved / peak (null: peak unknown)"),
     ],
     COUNTERS: [
         ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
@@ -151,6 +171,8 @@ def events_table(pe: ProcessEvents) -> pa.Table:
         "dtype": str_col("dtype"),
         "group_ranks": str_col("group"),
         "ret": _nullable(c["ret"], pa.int32()),
+        "device_profile_id": pc_null_empty(_dict_array((c["device_profile"] + 1).astype(np.int32),
+                                                       [""] + list(pe.device_profiles))),
     }
     return pa.table(cols)
 
@@ -174,6 +196,7 @@ class ParquetWriter:
             shutil.rmtree(self.tmp)
         os.makedirs(self.tmp)
         self.meta_rows: list[dict] = []
+        self.device_rows: list[dict] = []
         self.model_rows: list[dict] = []
         self.events_written = 0
         self._process_events = 0
@@ -229,6 +252,19 @@ class ParquetWriter:
                 "module_path": m.module_path, "num_nodes": int(m.num_nodes), "signature": m.signature,
             })
 
+    def add_device(self, views, index: int) -> None:
+        """The device profiles of one process (DeviceProfileEvents + DeviceProfiles rows)."""
+        from .device import events_table as device_table
+
+        for v in views:
+            self.device_rows.append(v.summary)
+            if v.n:
+                d = os.path.join(self.tmp, "DeviceProfileEvents", f"instance={v.session.instance_id}",
+                                 f"process={v.session.pid}")
+                os.makedirs(d, exist_ok=True)
+                pq.write_table(device_table(v, (index + 1) << 40), os.path.join(d, f"{v.profile_id}.parquet"),
+                               compression="zstd")
+
     def close(self, warnings: list[tuple[str, str]]) -> None:
         def write_rows(name: str, rows: list[dict]) -> None:
             cols = [c for c, _ in SCHEMA_DOC[name]]
@@ -239,6 +275,7 @@ class ParquetWriter:
         write_rows(METADATA, self.meta_rows)
         write_rows(MODELS, self.model_rows)
         write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
+        write_rows("DeviceProfiles", self.device_rows)
         if os.path.exists(self.out_dir):
             shutil.rmtree(self.out_dir)
         os.replace(self.tmp, self.out_dir)

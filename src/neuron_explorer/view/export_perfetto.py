@@ -224,6 +224,47 @@ class PerfettoWriter:
         self.f.write(memoryview(enc_b.data))
         self.f.write(memoryview(enc_e.data))
 
+    def add_device(self, v) -> None:
+        """One device profile: a process whose tracks are the engines/streams of its ops."""
+        t = v.dp.trace
+        ops = v.dp.ops
+        strings = list(t.strings)
+        seq = 1
+        pid_uuid = self._uuid()
+        pname = f"device profile {v.profile_id} ({t.device_kind})"
+        self._track(pid_uuid, pname, pid=1, pname=pname)
+        n = v.n
+        order = np.lexsort((v.start_ts, ops["track"]))
+        track_of = np.zeros(n, dtype=np.int64)
+        for tid in np.unique(ops["track"]).tolist():
+            idx = order[ops["track"][order] == tid]
+            lanes = _lanes(v.start_ts[idx], v.end_ts[idx])
+            for lane in range(int(lanes.max()) + 1 if len(lanes) else 0):
+                u = self._uuid()
+                self._track(u, strings[tid] if lane == 0 else f"{strings[tid]} #{lane + 1}", parent=pid_uuid)
+                track_of[idx[lanes == lane]] = u
+        names = sorted({strings[i] for i in np.unique(ops["name"]).tolist()})
+        name_iid = {nm: i + 1 for i, nm in enumerate(names)}
+        dbg_iid = {nm: i + 1 for i, nm in enumerate(ANNOTATIONS)}
+        idata = b"".join(pbenc.length_delimited(ID_EVENT_NAMES, pbenc.varint_field(1, i) +
+                                                pbenc.length_delimited(2, nm.encode())) for nm, i in name_iid.items())
+        idata += b"".join(pbenc.length_delimited(ID_DEBUG_NAMES, pbenc.varint_field(1, i) +
+                                                 pbenc.length_delimited(2, nm.encode())) for nm, i in dbg_iid.items())
+        self._packet(pbenc.varint_field(P_SEQ_ID, seq) + pbenc.length_delimited(P_INTERNED, idata) +
+                     pbenc.varint_field(P_SEQ_FLAGS, SEQ_CLEARED))
+
+        class _Ops:  # the shape _encode_events expects
+            type_names = strings
+
+        cols = {"type": ops["name"].astype(np.int64), "start_ts": v.start_ts, "end_ts": v.end_ts,
+                "flow_id": np.zeros(n, dtype=np.int64)}
+        type_iid_names = {s_: name_iid.get(s_, 0) for s_ in strings}
+        rows = [("exec_id", np.ones(n, dtype=bool), v.exec_ids, False),
+                ("bytes", ops["nbytes"] >= 0, ops["nbytes"], False)]
+        _Ops.type_names = [s_ if type_iid_names.get(s_) else "" for s_ in strings]
+        self._encode_events(_Ops, cols, n, seq, track_of, name_iid, dbg_iid, rows)
+        self.events_written += n
+
     def _counters(self, pe: ProcessEvents, seq: int, parent: int) -> None:
         from .reader import wall_offset_ns
 

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-from . import align, summary as summary_mod
+from . import align, device as device_mod, summary as summary_mod
 from .events import build as build_events
 from .filters import ViewFilter
 from .reader import ProfileError, Session, discover, load_session
@@ -50,6 +50,7 @@ class ViewResult:
     events: int
     seconds: float
     text: str | None = None  # summary text/json
+    device_files: list[str] = field(default_factory=list)  # device_profile_model_<id>.json/.pftrace
 
     @property
     def exit_code(self) -> int:
@@ -129,6 +130,9 @@ def run(opts: ViewOptions) -> ViewResult:
     out = None
     writer = None
     summaries = []
+    device_files: list[str] = []
+    from .export_perfetto import PerfettoWriter
+
     if fmt in DEFAULT_OUTPUTS:
         out = opts.output_file or DEFAULT_OUTPUTS[fmt]
         parent = os.path.dirname(os.path.abspath(out))
@@ -143,8 +147,6 @@ def run(opts: ViewOptions) -> ViewResult:
 
             writer = JsonWriter(out, origin)
         else:
-            from .export_perfetto import PerfettoWriter
-
             writer = PerfettoWriter(out, origin)
 
     # pass 2: one process at a time
@@ -159,13 +161,39 @@ def run(opts: ViewOptions) -> ViewResult:
                 continue
             opts.filter.apply(s)
             off = offsets.get(s.instance_id)
+            offset_ns = off.offset_ns if off else 0
+            dviews = [] if opts.ignore_device_profile else device_mod.load(s, offset_ns, warnings)
+            if opts.filter.ncs is not None:
+                dviews = [v for v in dviews if v.dp.trace.nc_idx in opts.filter.ncs]
+            links = device_mod.exec_links(dviews)
             if writer is None:
-                summaries.append(summary_mod.session_summary(s, off))
+                ps = summary_mod.session_summary(s, off)
+                ps["device_profiles"] = [v.summary for v in dviews]
+                summaries.append(ps)
                 events += s.num_events
                 continue
-            offset_ns = off.offset_ns if off else 0
+            if fmt == "parquet":
+                writer.add_device(dviews, index)
+            else:
+                out_dir = os.path.dirname(os.path.abspath(out))
+                for v in dviews:
+                    base = os.path.join(out_dir, f"device_profile_model_{v.profile_id}")
+                    if fmt == "json":
+                        from ..capture.writer import atomic_write
+                        from .export_json import _dumps
+
+                        atomic_write(base + ".json", _dumps(device_mod.chrome_json(v, origin)))
+                    else:
+                        dw = PerfettoWriter(base + ".pftrace", origin)
+                        try:
+                            dw.add_device(v)
+                            dw.close()
+                        except BaseException:
+                            dw.abort()
+                            raise
+                    device_files.append(base + (".json" if fmt == "json" else ".pftrace"))
             if fmt == "perfetto":  # tracks are laid out over the whole process; encoding is chunked inside
-                pe = build_events(s, index, offset_ns, id_base)
+                pe = build_events(s, index, offset_ns, id_base, links)
                 writer.add(pe)
                 id_base += pe.n
                 events += pe.n
@@ -173,7 +201,7 @@ def run(opts: ViewOptions) -> ViewResult:
             n = s.num_events
             for lo in range(0, max(n, 1), CHUNK):
                 part = s if n <= CHUNK else replace(s, events={k: v[lo:lo + CHUNK] for k, v in s.events.items()})
-                pe = build_events(part, index, offset_ns, id_base)
+                pe = build_events(part, index, offset_ns, id_base, links)
                 id_base += pe.n
                 events += pe.n
                 last = lo + CHUNK >= n
@@ -199,4 +227,5 @@ def run(opts: ViewOptions) -> ViewResult:
         summ = summary_mod.build(summaries, [m for m, _ in warnings], offsets,
                                  align.stragglers(strag_entries, offsets, cindex))
         text = summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
-    return ViewResult(out, warnings, offsets, len(usable), events, time.perf_counter() - t_start, text)
+    return ViewResult(out, warnings, offsets, len(usable), events, time.perf_counter() - t_start, text,
+                      device_files)

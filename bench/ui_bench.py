@@ -1,0 +1,320 @@
+"""System Trace Viewer benchmark: first paint, pan/zoom window latency and browser memory on a
+synthetic many-rank profile, plus the same trace's size as Chrome JSON and .pftrace.
+
+Two data paths, because ingesting through `view` runs at ~0.1M events/s on this 2-core machine
+(100M events would take ~17 minutes):
+
+* the *big* profile is written straight into the Parquet store's layout and schema (the tables `view`
+  writes: SystemProfileEvents partitioned by instance/process, SystemProfileCounters, ProfileMetadata),
+  with the event mix of bench/synth_capture.py: executions (nrt_execute + nc_exec_running),
+  collectives, model switches, CPU and memory samples;
+* a *small* capture of the same shape goes through the real path (bench/synth_capture.py, then
+  `neuron-explorer view --output-format json|perfetto|parquet`) to measure bytes per event of each
+  format, which are scaled to the big profile's event count (both outputs grow linearly with events).
+
+    python -m bench.ui_bench --ranks 64 --events 20000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results" / "ui.json"
+CHROMIUM = os.environ.get("NEURON_EXPLORER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+NAMES = ["nrt_execute", "nc_exec_running", "cc_running", "nrt_model_switch"]
+SOURCES = ["neuron_rt", "neuron_hw", "neuron_hw", "neuron_hw"]
+GROUPS = ["software", "hardware", "hardware", "hardware"]
+
+
+def _dict(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), pa.array(values, type=pa.string()))
+
+
+def write_store(out: Path, instances: int, per_instance: int, events: int, seed: int = 0) -> int:
+    """A Parquet store with the `view` layout: ~events in total over instances x per_instance ranks."""
+    rng = np.random.default_rng(seed)
+    ranks = instances * per_instance
+    per = events // ranks
+    t0 = 1_790_000_000_000_000_000
+    step = 200_000  # ns between executions, as synth_capture
+    meta = {k: [] for k in ("instance_id", "process_id", "process_tag", "rank", "local_rank", "world_size",
+                            "display_name", "device_kind", "nd_idx", "start_wall_ns", "end_reason", "events",
+                            "dropped_events", "wall_offset_ns", "clock_offset_ns", "clock_offset_uncertainty_ns",
+                            "clock_offset_samples", "clock_offset_method", "session_path", "versions_json",
+                            "config_json")}
+    next_id = 0
+    total = 0
+    for inst in range(instances):
+        iid = f"i-{inst:017x}"
+        for lp in range(per_instance):
+            rank = inst * per_instance + lp
+            pid = 10_000 + rank
+            n_exec = int(per * 0.4)
+            n_cc = int(per * 0.15)
+            n_sw = per - 2 * n_exec - n_cc
+            starts = t0 + np.arange(n_exec, dtype=np.int64) * step + rng.integers(0, 5_000, n_exec)
+            durs = rng.integers(20_000, 150_000, n_exec)
+            cc_s = t0 + np.arange(n_cc, dtype=np.int64) * (step * n_exec // max(n_cc, 1)) + 170_000
+            cc_d = 25_000 + rng.integers(0, 2_000, n_cc)
+            sw_s = starts[:n_sw]
+            s = np.concatenate([starts, starts, cc_s, sw_s])
+            e = np.concatenate([starts + durs, starts + durs, cc_s + cc_d, sw_s])
+            typ = np.concatenate([np.zeros(n_exec), np.ones(n_exec), np.full(n_cc, 2), np.full(len(sw_s), 3)]).astype(np.int32)
+            order = np.argsort(s, kind="stable")
+            s, e, typ = s[order], e[order], typ[order]
+            n = len(s)
+            tid = np.where(typ == 0, pid, pid + 1).astype(np.int64)
+            exec_id = np.where(typ <= 1, np.concatenate([np.arange(n_exec), np.arange(n_exec), np.zeros(n_cc + len(sw_s), dtype=np.int64)])[order], -1)
+            ids = np.arange(next_id, next_id + n, dtype=np.int64)
+            next_id += n
+            empty = pa.array(np.zeros(n + 1, dtype=np.int32))
+            tbl = pa.table({
+                "id": ids, "name": _dict(typ, NAMES), "start_ts": s, "end_ts": e, "duration_ns": e - s,
+                "trace_event_source": _dict(typ, SOURCES), "instance_id": _dict(np.zeros(n), [iid]),
+                "process_id": np.full(n, pid, dtype=np.int64), "thread_id": tid,
+                "nc_idx": np.full(n, lp, dtype=np.int32), "pcore_idx": np.full(n, lp, dtype=np.int32),
+                "worker_gid": np.full(n, rank, dtype=np.int32),
+                "flow_id": pa.ListArray.from_arrays(empty, pa.array([], type=pa.int64())),
+                "framework_stream_id": pa.nulls(n, type=pa.int64()),
+                "extra_attributes_json": pa.nulls(n, type=pa.string()),
+                "event_group": _dict(typ, GROUPS),
+                "model_name": _dict(np.where(typ <= 1, 1 + (exec_id % 2), 0), ["", "fwd_graph", "bwd_graph"]),
+                "exec_id": pa.array(exec_id, mask=exec_id < 0),
+            })
+            d = out / "SystemProfileEvents" / f"instance={iid}" / f"process={pid}"
+            d.mkdir(parents=True, exist_ok=True)
+            pq.write_table(tbl, d / "part-0.parquet", row_group_size=1 << 20, compression="zstd")
+            total += n
+            # 10 Hz CPU / memory samples over the span
+            ts = np.arange(s[0], e.max(), 100_000_000, dtype=np.int64)
+            cnames = ["cpu_util.process", "cpu_util.host_mean", "host_mem.process_rss", "host_mem.host_used",
+                      "host_mem.host_available"]
+            units = ["percent", "percent", "bytes", "bytes", "bytes"]
+            k = len(ts)
+            vals = [rng.uniform(20, 95, k), rng.uniform(30, 90, k), 3e8 + rng.uniform(0, 1e8, k),
+                    8e9 + rng.uniform(0, 1e9, k), 6e9 - rng.uniform(0, 1e9, k)]
+            ct = pa.table({"instance_id": [iid] * (k * 5), "process_id": np.full(k * 5, pid, dtype=np.int64),
+                           "ts": np.tile(ts, 5), "counter": np.repeat(cnames, k), "value": np.concatenate(vals),
+                           "unit": np.repeat(units, k)})
+            d = out / "SystemProfileCounters" / f"instance={iid}" / f"process={pid}"
+            d.mkdir(parents=True, exist_ok=True)
+            pq.write_table(ct, d / "part-0.parquet")
+            for key, v in (("instance_id", iid), ("process_id", pid), ("process_tag", str(pid)), ("rank", rank),
+                           ("local_rank", lp), ("world_size", ranks), ("display_name", out.name),
+                           ("device_kind", "cpu"), ("nd_idx", 0), ("start_wall_ns", int(s[0])), ("end_reason", "exit"),
+                           ("events", n), ("dropped_events", 0), ("wall_offset_ns", 0), ("clock_offset_ns", 0),
+                           ("clock_offset_uncertainty_ns", 0), ("clock_offset_samples", 0),
+                           ("clock_offset_method", "reference"), ("session_path", ""), ("versions_json", "{}"),
+                           ("config_json", "{}")):
+                meta[key].append(v)
+    pq.write_table(pa.table(meta), out / "ProfileMetadata.parquet")
+    return total
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def format_sizes(work: Path, ranks: int, per_rank: int) -> dict:
+    """Chrome JSON, .pftrace and Parquet bytes/event from a small capture through the real `view`."""
+    cap = work / "small-capture"
+    inst = max(1, ranks // 8)
+    procs = ranks // inst
+    subprocess.run([sys.executable, "-m", "bench.synth_capture", str(cap), "--instances", str(inst), "--processes",
+                    str(procs), "--events", str(per_rank)], check=True, cwd=REPO, capture_output=True)
+    out: dict = {"ranks": ranks, "events_per_rank": per_rank}
+    for fmt, name in (("json", "trace.json"), ("perfetto", "trace.pftrace"), ("parquet", "store")):
+        dest = work / name
+        r = subprocess.run([sys.executable, "-m", "neuron_explorer", "view", "-d", str(cap), "--output-format", fmt,
+                            "--output-file", str(dest)], capture_output=True, text=True, cwd=REPO)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) if dest.is_dir() else dest.stat().st_size
+        if dest.is_dir() and fmt != "parquet":
+            size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+        out[fmt + "_bytes"] = size
+    import duckdb
+
+    n = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{work / 'store'}/SystemProfileEvents/**/*.parquet')").fetchall()[0][0]
+    out["events"] = int(n)
+    for fmt in ("json", "perfetto", "parquet"):
+        out[fmt + "_bytes_per_event"] = out[fmt + "_bytes"] / max(n, 1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--instances", type=int, default=8)
+    ap.add_argument("--ranks-per-instance", type=int, default=8)
+    ap.add_argument("--events", type=int, default=20_000_000, help="total events of the big profile")
+    ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir, removed)")
+    ap.add_argument("--no-write", action="store_true", help="reuse the store already in --work")
+    args = ap.parse_args()
+    work = Path(args.work or tempfile.mkdtemp(prefix="ui-bench-"))
+    ws = work / "workspace"
+    store = ws / f"synthetic-{args.instances * args.ranks_per_instance}r"
+    ranks = args.instances * args.ranks_per_instance
+    res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                                                "python": platform.python_version()}}
+    t = time.perf_counter()
+    if not args.no_write:
+        shutil.rmtree(store, ignore_errors=True)
+        n = write_store(store, args.instances, args.ranks_per_instance, args.events)
+    else:
+        import duckdb
+
+        n = duckdb.connect().execute(f"SELECT sum(events) FROM read_parquet('{store}/ProfileMetadata.parquet')").fetchall()[0][0]
+    res["profile"] = {"events": int(n), "ranks": ranks, "instances": args.instances,
+                      "parquet_bytes": sum(f.stat().st_size for f in store.rglob("*.parquet")),
+                      "write_s": round(time.perf_counter() - t, 2)}
+    print(f"store: {n:,} events, {ranks} ranks, {res['profile']['parquet_bytes'] / 1e6:.0f} MB "
+          f"({res['profile']['write_s']} s)", flush=True)
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "neuron_explorer.ui.server", str(ws), "127.0.0.1", str(port)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    url = srv.stdout.readline().strip()
+    try:
+        import httpx
+
+        cl = httpx.Client(base_url=url, timeout=600)
+        t = time.perf_counter()
+        ov = cl.get(f"/api/profiles/{store.name}").json()
+        res["prepare_s"] = round(time.perf_counter() - t, 2)
+        res["pyramid_levels_ns"] = ov["levels"]
+        print(f"prepare (leaves + pyramid, once per profile, cached): {res['prepare_s']} s", flush=True)
+        # server-side window latency over a pan/zoom walk across zoom levels (what the browser issues)
+        rows = cl.get(f"/api/profiles/{store.name}/tracks", params={"mode": "cpu_device"}).json()["rows"]
+        ev_rows = [r["idx"] for r in rows if r["kind"] == "events"][:40]  # one screenful of tracks
+        dur = ov["duration_ns"]
+        lat: dict[str, list[float]] = {}
+        rng = np.random.default_rng(1)
+        for span_frac in (1.0, 0.25, 1 / 16, 1 / 256, 1 / 4096, 1 / 65536, 1 / 1_000_000):
+            span = dur * span_frac
+            for _ in range(12):
+                a = float(rng.uniform(0, max(dur - span, 1)))
+                t = time.perf_counter()
+                w = cl.get(f"/api/profiles/{store.name}/window", params={
+                    "mode": "cpu_device", "rows": ",".join(map(str, ev_rows)), "t0": a, "t1": a + span, "px": 1300})
+                lat.setdefault(str(w.json()["level"]), []).append((time.perf_counter() - t) * 1000)
+                lat.setdefault("all", []).append(lat[str(w.json()["level"])][-1])
+        res["window_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
+                                  for k, v in lat.items()}
+        # the browser: first paint, pan/zoom as a user does it, memory
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            pg = b.new_page(viewport={"width": 1600, "height": 1000})
+            errors: list[str] = []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.goto(f"{url}#/p/{store.name}")
+            pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=120_000)
+            fp = pg.evaluate("window.__nxStats.firstPaintMs")
+            load = pg.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
+            res["first_paint_ms_after_navigation"] = round(fp, 1)
+            res["first_paint_ms_after_load_event"] = round(fp - load, 1)
+            pg.evaluate("window.__nxStats.windowMs = []")
+            pg.focus("[data-testid=system-timeline]")
+            box = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
+            pg.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 300)
+
+            ops = ["w"] * 14 + ["d", "a", "ArrowRight", "ArrowLeft"] * 3 + ["s"] * 6 + ["wheel+", "wheel-"] * 4 + ["PageDown", "PageUp"] * 2
+            for op in ops:
+                if op == "wheel+":
+                    pg.mouse.wheel(0, -240)
+                elif op == "wheel-":
+                    pg.mouse.wheel(0, 240)
+                else:
+                    pg.keyboard.press(op)
+                pg.wait_for_timeout(160)
+            pg.wait_for_timeout(1000)
+            ms = pg.evaluate("window.__nxStats.windowMs")
+            res["browser_window_fetch_ms"] = {"p50": round(statistics.median(ms), 1), "p95": round(p95(ms), 1), "n": len(ms)}
+            cdp = pg.context.new_cdp_session(pg)
+            cdp.send("Performance.enable")
+            m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
+            mem = pg.evaluate("performance.memory ? performance.memory.usedJSHeapSize : null")
+            import psutil
+
+            browser_rss = 0
+            for proc in psutil.process_iter(["name", "cmdline"]):
+                try:
+                    if proc.info["cmdline"] and "chromium" in " ".join(proc.info["cmdline"][:1]) and \
+                            "--headless" in " ".join(proc.info["cmdline"]):
+                        browser_rss += proc.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            res["browser_memory"] = {"js_heap_used_bytes": int(m.get("JSHeapUsedSize", 0)),
+                                     "performance_memory_used_bytes": mem,
+                                     "chromium_processes_rss_bytes": browser_rss, "page_errors": errors}
+            pg.screenshot(path=str(work / "bench.png"))
+            b.close()
+        res["server_rss_bytes"] = __import__("psutil").Process(srv.pid).memory_info().rss
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    sizes = format_sizes(work, ranks, 20_000)
+    scale = res["profile"]["events"]
+    res["formats"] = {
+        "measured_on": {"events": sizes["events"], "ranks": ranks, **{k: v for k, v in sizes.items() if k.endswith("_bytes")}},
+        "bytes_per_event": {k: round(sizes[k + "_bytes_per_event"], 2) for k in ("json", "perfetto", "parquet")},
+        "extrapolated_bytes_at_profile": {k: int(sizes[k + "_bytes_per_event"] * scale) for k in ("json", "perfetto")},
+        "extrapolated_bytes_at_100M": {k: int(sizes[k + "_bytes_per_event"] * 100_000_000) for k in ("json", "perfetto", "parquet")},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(res, indent=2) + "\n")
+    wq = res["window_query_ms"]
+    print("\n| metric | value |\n| --- | --- |")
+    print(f"| profile | {scale:,} events, {ranks} ranks, {res['profile']['parquet_bytes'] / 1e6:.0f} MB Parquet |")
+    print(f"| prepare (first open, pyramid build; cached after) | {res['prepare_s']} s |")
+    print(f"| first paint after load event / after navigation | {res['first_paint_ms_after_load_event']} ms / "
+          f"{res['first_paint_ms_after_navigation']} ms |")
+    for k, v in wq.items():
+        print(f"| window query ({k}) p50 / p95 | {v['p50']} / {v['p95']} ms (n={v['n']}) |")
+    bw = res["browser_window_fetch_ms"]
+    print(f"| browser pan/zoom fetch p50 / p95 | {bw['p50']} / {bw['p95']} ms (n={bw['n']}) |")
+    bm = res["browser_memory"]
+    print(f"| browser JS heap / all chromium processes RSS | {bm['js_heap_used_bytes'] / 1e6:.1f} MB / "
+          f"{bm['chromium_processes_rss_bytes'] / 1e6:.0f} MB |")
+    f = res["formats"]
+    print(f"| bytes/event JSON / pftrace / Parquet | {f['bytes_per_event']['json']} / {f['bytes_per_event']['perfetto']} / "
+          f"{f['bytes_per_event']['parquet']} |")
+    print(f"| this profile as Chrome JSON / .pftrace (extrapolated) | {f['extrapolated_bytes_at_profile']['json'] / 1e9:.1f} GB / "
+          f"{f['extrapolated_bytes_at_profile']['perfetto'] / 1e9:.1f} GB |")
+    print(f"| 100M events as Chrome JSON / .pftrace / Parquet | {f['extrapolated_bytes_at_100M']['json'] / 1e9:.1f} GB / "
+          f"{f['extrapolated_bytes_at_100M']['perfetto'] / 1e9:.1f} GB / {f['extrapolated_bytes_at_100M']['parquet'] / 1e9:.1f} GB |")
+    print(f"\nwrote {RESULTS}")
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

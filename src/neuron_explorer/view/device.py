@@ -1,0 +1,179 @@
+"""Device profiles in `view`: aligned op tables, per-profile summaries, links from the system trace.
+
+Every ``.ntff`` of a session becomes one device profile with an id that is unique in the output
+(``<pid>_nc<nc>_<graph hash or session k>``).  Its ops are placed on the wall clock like the
+session's system events (the device clock is mapped through the file's sync points, which on the
+CPU are identity), and each ``nc_exec_running`` whose execution was profiled gets the profile id,
+so a viewer can drill down from the system trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .reader import DeviceProfile, ProfileError, Session, load_device_trace, wall_offset_ns
+
+
+@dataclass
+class DeviceProfileView:
+    profile_id: str
+    session: Session
+    dp: DeviceProfile
+    start_ts: np.ndarray
+    end_ts: np.ndarray
+    exec_ids: np.ndarray  # per op
+    offset_ns: int = 0  # device clock -> wall clock
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.start_ts)
+
+
+def _profile_id(s: Session, dp: DeviceProfile) -> str:
+    stem = os.path.basename(dp.path)[: -len(".ntff")]
+    if "_instid_" in stem:
+        tag = stem.split("_instid_")[0]
+    elif "_session_" in stem:
+        tag = "session" + stem.rsplit("_session_", 1)[1]
+    else:
+        tag = stem
+    return f"{s.pid}_nc{dp.trace.nc_idx}_{tag}"
+
+
+def _busy(start: np.ndarray, end: np.ndarray) -> int:
+    if not len(start):
+        return 0
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], np.maximum.accumulate(end[o])
+    new = np.r_[True, s[1:] > e[:-1]]
+    idx = np.flatnonzero(new)
+    ends = np.r_[e[idx[1:] - 1], e[-1]]
+    return int((ends - s[idx]).sum())
+
+
+def load(s: Session, clock_offset_ns: int, warnings: list[tuple[str, str]]) -> list[DeviceProfileView]:
+    out = []
+    for path in s.device_paths:
+        try:
+            dp = load_device_trace(path)
+        except ProfileError as e:
+            import sys
+
+            print(f"neuron-explorer: skipped: {e}", file=sys.stderr)
+            warnings.append((str(e), path))
+            continue
+        t = dp.trace
+        # device clock -> host monotonic through the sync points (identity when there are none)
+        dev_to_host = int(np.median([p.cpu_timestamp_ns - p.nc_timestamp_ns for p in t.sync])) if t.sync else 0
+        off = wall_offset_ns(s) + clock_offset_ns + dev_to_host
+        ex_ids = np.array([e.exec_id for e in t.executions], dtype=np.int64)
+        exec_ids = ex_ids[dp.ops["exec_idx"]] if len(ex_ids) else np.zeros(t.ops.count, dtype=np.int64)
+        v = DeviceProfileView(_profile_id(s, dp), s, dp, dp.ops["start_ns"] + off, dp.ops["end_ns"] + off, exec_ids,
+                              off)
+        v.summary = summarize(v)
+        out.append(v)
+    return out
+
+
+def summarize(v: DeviceProfileView) -> dict:
+    t = v.dp.trace
+    ops = v.dp.ops
+    ex = t.executions
+    exec_time = int(sum(max(e.end_ns - e.start_ns, 0) for e in ex))
+    flops = float(np.nansum(ops["flops"])) if v.n else 0.0
+    strings = t.strings
+    tracks = {}
+    for tid in np.unique(ops["track"]).tolist():
+        m = ops["track"] == tid
+        busy = _busy(ops["start_ns"][m], ops["end_ns"][m])
+        tracks[strings[tid] or "?"] = 100.0 * busy / exec_time if exec_time else None
+    achieved = flops / (exec_time / 1e9) if exec_time and flops else None
+    models = sorted({e.model_name for e in ex})
+    return {
+        "profile_id": v.profile_id, "file": v.dp.path, "instance_id": v.session.instance_id, "process_id": v.session.pid,
+        "nc_idx": int(t.nc_idx), "mode": t.mode, "device_kind": t.device_kind, "source": t.source,
+        "model_name": models[0] if len(models) == 1 else ",".join(models),
+        "executions": len(ex), "exec_id_first": int(min((e.exec_id for e in ex), default=-1)),
+        "exec_id_last": int(max((e.exec_id for e in ex), default=-1)), "ops": v.n,
+        "total_time_ns": exec_time, "flops": flops, "achieved_flops_per_s": achieved,
+        "track_active_pct_json": json.dumps(tracks),
+        "peak_flops_per_s": t.peak_flops or None,
+        "mfu": (achieved / t.peak_flops) if achieved and t.peak_flops else None,
+    }
+
+
+def exec_links(views: list[DeviceProfileView]) -> dict[int, str]:
+    """exec_id -> profile id, for the executions that a device profile holds."""
+    links: dict[int, str] = {}
+    for v in views:
+        for e in v.dp.trace.executions:
+            links.setdefault(int(e.exec_id), v.profile_id)
+    return links
+
+
+def events_table(v: DeviceProfileView, flow_base: int):
+    """The profile's ops as an Arrow table (DeviceProfileEvents)."""
+    import pyarrow as pa
+
+    t = v.dp.trace
+    ops = v.dp.ops
+    strings = list(t.strings)
+    n = v.n
+    names = pa.DictionaryArray.from_arrays(pa.array(ops["name"], type=pa.int32()), pa.array(strings))
+    tracks = pa.DictionaryArray.from_arrays(pa.array(ops["track"], type=pa.int32()), pa.array(strings))
+    ex = t.executions
+    model_names = [e.model_name for e in ex]
+    mdict = pa.DictionaryArray.from_arrays(pa.array(ops["exec_idx"], type=pa.int32()), pa.array(model_names or [""]))
+    flows = flow_base | (v.exec_ids & ((1 << 40) - 1))
+    return pa.table({
+        "profile_id": pa.array([v.profile_id] * n, type=pa.string()),
+        "instance_id": pa.array([v.session.instance_id] * n, type=pa.string()),
+        "process_id": pa.array(np.full(n, v.session.pid, dtype=np.int64)),
+        "nc_idx": pa.array(np.full(n, t.nc_idx, dtype=np.int32)),
+        "model_name": mdict,
+        "exec_id": pa.array(v.exec_ids),
+        "name": names,
+        "track": tracks,
+        "start_ts": pa.array(v.start_ts),
+        "end_ts": pa.array(v.end_ts),
+        "duration_ns": pa.array(v.end_ts - v.start_ts),
+        "flops": pa.array(ops["flops"], mask=np.isnan(ops["flops"])),
+        "bytes": pa.array(ops["nbytes"], mask=ops["nbytes"] < 0),
+        "detail": pa.DictionaryArray.from_arrays(pa.array(ops["detail"], type=pa.int32()), pa.array(strings)),
+        "source_location": pa.DictionaryArray.from_arrays(pa.array(ops["source"], type=pa.int32()), pa.array(strings)),
+        "flow_id": pa.array(flows),
+    })
+
+
+def chrome_json(v: DeviceProfileView, origin_ns: int) -> dict:
+    """A device profile as its own Chrome trace (device_profile_model_<id>.json)."""
+    t = v.dp.trace
+    strings = list(t.strings)
+    ops = v.dp.ops
+    track_ids = {tid: i + 1 for i, tid in enumerate(np.unique(ops["track"]).tolist())}
+    evs: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1,
+                        "args": {"name": f"device profile {v.profile_id} ({t.device_kind})"}}]
+    for tid, i in track_ids.items():
+        evs.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": strings[tid]}})
+    for e in t.executions:
+        evs.append({"name": e.model_name, "ph": "X", "pid": 1, "tid": 0, "cat": "execution",
+                    "ts": (e.start_ns + v.offset_ns - origin_ns) / 1000.0,
+                    "dur": max(e.end_ns - e.start_ns, 0) / 1000.0, "args": {"exec_id": e.exec_id, "neff": e.neff_name}})
+    st = ((v.start_ts - origin_ns) / 1000.0).tolist()
+    du = ((v.end_ts - v.start_ts) / 1000.0).tolist()
+    fl = ops["flops"].tolist()
+    nb = ops["nbytes"].tolist()
+    for i in range(v.n):
+        args = {"exec_id": int(v.exec_ids[i]), "detail": strings[ops["detail"][i]]}
+        if fl[i] == fl[i]:
+            args["flops"] = fl[i]
+        if nb[i] >= 0:
+            args["bytes"] = nb[i]
+        evs.append({"name": strings[ops["name"][i]], "ph": "X", "pid": 1, "tid": track_ids[int(ops["track"][i])],
+                    "ts": st[i], "dur": du[i], "args": args})
+    return {"traceEvents": evs, "displayTimeUnit": "ns", "metadata": dict(v.summary, origin_ns=origin_ns)}
