@@ -57,6 +57,7 @@ NAME_ORDER = ["nrt_load", "model_load", "nrt_execute", "runtime_execute", "kmgr_
               "nrt_tensor_read", "nrt_tensor_write", "device_exec", "nc_exec_running", "cc_exec_barrier",
               "cc_running", "nrt_model_switch", "timestamp_sync_point"]
 
+RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
 MAX_WINDOW_ROWS = 400_000  # safety net: a window answer is ~ rows x pixels, far below this
 PYRAMID_FACTOR = 4
 PYRAMID_TOP_BUCKETS = 512  # the coarsest level spans the profile in about this many buckets
@@ -226,10 +227,10 @@ class Profile:
         self.prepare_s = time.perf_counter() - t
 
     def _build_pyramid(self, c: duckdb.DuckDBPyConnection) -> None:
-        """Per-leaf bucket summaries at widths W_0 * 4^k; W_0 gives ~8 events per bucket on average."""
+        """Per-leaf bucket summaries at widths W_0 * 4^k; W_0 gives ~4 events per bucket on average."""
         tag = self.tag
         n_leaves = max(len(self.leaves), 1)
-        w0 = max(1000, int(8 * self.duration * n_leaves / max(self.total_events, 1)))
+        w0 = max(1000, int(4 * self.duration * n_leaves / max(self.total_events, 1)))
         w0 = 1 << max(10, math.ceil(math.log2(w0)))  # power of two: bucket maths stays exact
         levels = [w0]
         while self.duration / levels[-1] > PYRAMID_TOP_BUCKETS:
@@ -427,6 +428,18 @@ class Profile:
                 ridx.append(i)
         return leaves, ridx
 
+    def _estimate(self, leaves: list[int], t0: float, t1: float) -> float:
+        """Events of these leaves in [t0, t1), assuming each leaf is uniform over its extent."""
+        est = 0.0
+        for i in leaves:
+            lf = self.leaves[i]
+            a, b = lf.mn - self.origin, lf.mx - self.origin
+            if b <= a:
+                est += lf.n if a < t1 and b >= t0 else 0
+                continue
+            est += lf.n * max(0.0, min(b, t1) - max(a, t0)) / (b - a)
+        return est
+
     def _files_for(self, leaves: list[int]) -> list[str]:
         procs = {(self.leaves[lf].inst, self.leaves[lf].pid) for lf in leaves}
         return [f for inst, pid, f in self.ev_files if (inst, pid) in procs]
@@ -443,9 +456,13 @@ class Profile:
         if not leaves:
             return res
         level = None
-        for k, w in enumerate(self.levels):
-            if w <= npp:
-                level = k
+        if self.levels and self._estimate(leaves, t0, t1) > RAW_BUDGET:
+            # too many events to read: the finest level no wider than a pixel (or level 0 when even
+            # that is wider: then buckets span a few pixels, still with exact counts)
+            level = 0
+            for k, w in enumerate(self.levels):
+                if w <= npp:
+                    level = k
         maxdur = max(self.leaves[lf].maxdur for lf in leaves)
         c = self._cursor()
         params = [leaves, ridx]
