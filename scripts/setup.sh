@@ -7,6 +7,8 @@ PY=${PYTHON:-python3}
 # System packages the end-to-end tests drive for real (installed only when missing).
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+[ -x /usr/bin/chromium ] || need+=(chromium)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(faketime)
 if [ ${#need[@]} -gt 0 ] && [ "${NEURON_EXPLORER_SKIP_APT:-0}" != 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

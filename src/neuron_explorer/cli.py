@@ -16,6 +16,7 @@ examples:
   neuron-explorer inspect -o out -n 5 torchrun --nproc_per_node 2 train.py
   neuron-explorer view -d ./output --output-format summary-text
   neuron-explorer view -d ./output --output-format summary-json --output-file summary.json
+  neuron-explorer check -d ./output
 """
 
 
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--version", action="version", version=f"neuron-explorer {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{inspect,view}")
+    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check}")
 
     ins = sub.add_parser(
         "inspect", help="run a command with system profiling on (no code changes)",
@@ -62,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .view.cli import add_view_parser
 
     add_view_parser(sub)
+    chk = sub.add_parser("check", help="check that a capture directory holds a usable profile",
+                         description="Report the signs of a failed capture (empty directory, 0-byte NTFF, "
+                                     "no NEFF, only .pb files, damaged files) and what to do.",
+                         epilog="example:\n  neuron-explorer check -d ./profile_output",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk.add_argument("-d", "--directory", required=True, help="capture directory")
     return p
 
 
@@ -71,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return inspect_command(args)
+        if args.command == "check":
+            from .view.check import check, render
+
+            text, rc = render(check(args.directory))
+            sys.stdout.write(text)
+            return rc
         if args.command == "view":
             from .view.cli import view_command
 
@@ -140,6 +153,7 @@ def inspect_command(args: argparse.Namespace) -> int:
         print(f"neuron-explorer: {len(new)} profile(s) written under {out}", file=sys.stderr)
     else:
         rt.end_reason = "exit" if rc == 0 else f"exit:{rc}"
+        sink.end_reason = rt.end_reason
         sink.note = ("no runtime events were seen: the command started no Python process with "
                      "neuron-explorer installed (only CPU and memory samples were captured)")
         rt.flush(final=True, reason=rt.end_reason)

@@ -80,7 +80,7 @@ def test_window_is_aggregated_to_screen_resolution(client: TestClient) -> None:
 
 def test_pyramid_levels_agree_with_events(ui_workspace: Path, tmp_path: Path) -> None:
     """Force the level-of-detail pyramid on the small capture: zoomed-out counts must match raw ones."""
-    c = TestClient(create_app(ui_workspace, cache_dir=tmp_path, pyramid_min_events=0))
+    c = TestClient(create_app(ui_workspace, cache_dir=tmp_path, pyramid_min_events=0, raw_budget=0))
     ov = c.get("/api/profiles/run-a").json()
     assert ov["levels"], "pyramid should have been built"
     rows = [r for r in all_rows(c, "run-a", "cpu_device") if r["kind"] == "events"]
@@ -96,7 +96,7 @@ def test_pyramid_levels_agree_with_events(ui_workspace: Path, tmp_path: Path) ->
     assert per_row == {r["idx"]: r["count"] for r in rows}
     assert list(tmp_path.glob("*.parquet")), "pyramid cached outside the workspace"
     # the cache is reused by a second app
-    c2 = TestClient(create_app(ui_workspace, cache_dir=tmp_path, pyramid_min_events=0))
+    c2 = TestClient(create_app(ui_workspace, cache_dir=tmp_path, pyramid_min_events=0, raw_budget=0))
     assert c2.get("/api/profiles/run-a").json()["levels"] == ov["levels"]
 
 

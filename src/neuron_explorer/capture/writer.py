@@ -116,26 +116,29 @@ def _versions() -> dict[str, str]:
     return v
 
 
-def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir: str, note: str = "") -> bytes:
+def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir: str, note: str = "",
+                      cfg=None, start_anchor=None, end_reason: str | None = None) -> bytes:
     ident = rt.ident
+    cfg = cfg or rt.config
+    start_anchor = start_anchor or rt.anchors[0]
     msg = pb.TraceInfo(
         format_version=FORMAT_VERSION, instance_id=ident.instance_id, hostname=ident.hostname, pid=ident.pid,
         process_tag=ident.process_tag, rank=ident.rank, local_rank=ident.local_rank,
         world_size=ident.world_size, node_rank=ident.node_rank, nd_idx=rt.nd_idx, device_kind=rt.device_kind,
-        session_dir=session_dir, end_reason=rt.end_reason, note=note, start_wall_ns=rt.anchors[0][1],
+        session_dir=session_dir, end_reason=end_reason or rt.end_reason, note=note, start_wall_ns=start_anchor[1],
     )
     msg.nc_indices.extend(sorted(cores))
     for mono, wall, label in rt.anchors:
         msg.anchors.add(monotonic_ns=mono, wall_ns=wall, label=label)
-    msg.config.update(rt.config.raw_env)
+    msg.config.update(cfg.raw_env)
     for nc, st in sorted(cores.items()):
         msg.cores.add(nc_idx=nc, capacity=st.capacity, recorded=st.recorded, kept=st.rows, dropped=st.dropped)
     msg.versions.update(_versions())
     msg.argv.extend(sys.argv)
     msg.runtime_events_seen = any(st.recorded for st in cores.values()) or bool(rt.models)
     msg.enabled_event_types.extend(t.name for t in ev.EVENT_TYPES if rt.enabled[t.id])
-    if rt.config.nc_filter is not None:
-        msg.enabled_ncs.extend(sorted(rt.config.nc_filter))
+    if cfg.nc_filter is not None:
+        msg.enabled_ncs.extend(sorted(cfg.nc_filter))
     return msg.SerializeToString()
 
 

@@ -177,7 +177,7 @@ class DeviceProfiler:
                 name = session_ntff_name(nc, 0)
             else:
                 m = rt.models[mid]
-                name = model_ntff_name(m.neff_name.replace("neff_", "").replace("_bwd", "1"), nc)
+                name = model_ntff_name(m.neff_name.replace("neff_", ""), nc)
             write_device_trace(os.path.join(session_dir, name), table, instance_id=rt.ident.instance_id,
                                pid=rt.ident.pid, nc_idx=nc, mode=self.mode, device_kind=rt.device_kind,
                                source="torch", sync=[])
@@ -185,14 +185,38 @@ class DeviceProfiler:
 
 
 def write_neffs(rt, session_dir: str, written: set[str]) -> None:
-    """Save each graph once as neff_<hash>_vnc_<nc>.neff (graph code, signature, backend, sources)."""
+    """Save each graph once as neff_<hash>_vnc_<nc>.neff (graph code, signature, backend, sources).
+
+    With a NEFF cache directory, graphs were saved there when they were loaded; they are copied
+    into the session directory instead of being written again."""
+    import shutil
+
     for m in list(rt.models):
-        h = m.neff_name.replace("neff_", "")
-        fname = neff_file_name(h, m.nc_idx)
+        fname = neff_file_name(m.neff_name.replace("neff_", ""), m.nc_idx)
         if fname in written:
             continue
         written.add(fname)
-        write_neff(os.path.join(session_dir, fname), neff_name=m.neff_name, graph_hash=m.graph_hash,
-                   model_name=m.name, backend=m.backend, kind=m.kind, signature=m.signature,
-                   code=m.artifacts.get("code", ""), framework="torch", compile_ns=m.compile_ns,
-                   nodes=m.artifacts.get("nodes", ()))
+        cached = os.path.join(rt.neff_cache_dir, fname) if rt.neff_cache_dir else None
+        if cached and os.path.exists(cached):
+            shutil.copyfile(cached, os.path.join(session_dir, fname))
+        else:
+            save_neff(m, os.path.join(session_dir, fname))
+
+
+def save_neff(m, path: str) -> None:
+    write_neff(path, neff_name=m.neff_name, graph_hash=m.graph_hash, model_name=m.name, backend=m.backend,
+               kind=m.kind, signature=m.signature, code=m.artifacts.get("code", ""), framework="torch",
+               compile_ns=m.compile_ns, nodes=m.artifacts.get("nodes", ()))
+
+
+def cache_neff(rt, m) -> None:
+    """At load time: keep the graph in the NEFF cache directory, when one is configured."""
+    if not rt.neff_cache_dir:
+        return
+    try:
+        os.makedirs(rt.neff_cache_dir, exist_ok=True)
+        path = os.path.join(rt.neff_cache_dir, neff_file_name(m.neff_name.replace("neff_", ""), m.nc_idx))
+        if not os.path.exists(path):
+            save_neff(m, path)
+    except OSError as e:
+        print(f"neuron-explorer: warning: NEFF cache {rt.neff_cache_dir}: {e.strerror}", file=sys.stderr)

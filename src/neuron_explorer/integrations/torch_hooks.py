@@ -157,6 +157,10 @@ def _register_graph(rt, torch, core, og, gm, example_inputs, compiled, t_backend
         core.ring.tick()
     rt.sync_point(core, core.exec_count - 1)
     _announce_model(rt, model, len(code))
+    if rt.neff_cache_dir:
+        from .torch_device import cache_neff
+
+        cache_neff(rt, model)
     return _wrap_execution(rt, torch, core, model, compiled)
 
 
@@ -279,12 +283,17 @@ def _instrument_backward(rt, torch, core, model, out) -> bool:
     if fcls is None or getattr(fcls, "_neuron_explorer_wrapped", False):
         return True
     orig_bw = fcls.backward
+    bh = int.from_bytes(hashlib.blake2b(f"{model.graph_hash}:backward".encode(), digest_size=8).digest(), "little")
     bmodel = rt.add_model(
-        name=model.name + "_bwd", neff_name=model.neff_name + "_bwd", graph_hash=model.graph_hash + "b",
+        name=model.name + "_bwd", neff_name=f"neff_{bh}", graph_hash=f"{bh:016x}",
         backend=model.backend, kind="backward", nc_idx=core.nc, source_location=model.source_location,
         module_path=model.module_path, signature="(grad_outputs)",
     )
     _announce_model(rt, bmodel)
+    if rt.neff_cache_dir:
+        from .torch_device import cache_neff
+
+        cache_neff(rt, bmodel)
     wrapped = _wrap_execution(rt, torch, core, bmodel, orig_bw, backward_of_outputs=False)
     fcls.backward = staticmethod(wrapped)
     fcls._neuron_explorer_wrapped = True

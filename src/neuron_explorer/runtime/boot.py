@@ -20,15 +20,22 @@ from . import config as cfgmod
 from .core import Runtime, get_runtime, set_runtime
 
 
-def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True) -> Runtime | None:
+def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
+          keep_rings: bool = False) -> Runtime | None:
+    """Start the runtime (once per process).
+
+    ``capture``: attach the capture sink (default: as the environment says, or True when a config
+    is given).  ``keep_rings``: full-size rings even without a capture sink, for sessions that a
+    framework API starts later (``neuron_explorer.torch``)."""
     rt = get_runtime()
     if rt is not None:
         return rt
-    capture = cfgmod.capture_requested() if config is None else True
+    if capture is None:
+        capture = cfgmod.capture_requested() if config is None else True
     ndet_on = cfgmod.ndet_requested()
     try:
         cfg = config or cfgmod.CaptureConfig.from_env()
-        if not capture:
+        if not capture and not keep_rings:
             # Nothing drains the capture rings without a capture sink: keep them minimal.
             cfg.max_events_per_nc = 1
         rt = Runtime(cfg)

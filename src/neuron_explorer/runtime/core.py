@@ -7,6 +7,7 @@ per event except the ring append the integration does itself.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -68,6 +69,8 @@ class Runtime:
         self.stats = None  # per-process counters for neuron-monitor (monitor.app_stats.AppStats), when on
         self.ndet = None  # the NDET flight recorder (ndet.recorder.NdetRecorder), when on
         self.devprof = None  # device profiler (integrations.torch_device.DeviceProfiler), when on
+        # where compiled graphs are cached at load time (TORCH_NEURONX_NEFF_CACHE_DIR / NeuronConfig)
+        self.neff_cache_dir: str | None = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or None
         self.device_kind = "cpu"
         self.nd_idx = 0
         self.end_reason = "running"

@@ -68,9 +68,10 @@ def _num(req: Request, key: str, default: float | None = None) -> float:
 
 
 def create_app(workspace: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
-               pyramid_min_events: int = 2_000_000) -> Starlette:
+               pyramid_min_events: int = 2_000_000, raw_budget: int | None = None) -> Starlette:
     """The app for one workspace. ``cache_dir`` holds rebuildable pyramids (never the workspace)."""
-    ws = Workspace(workspace, cache_dir=cache_dir, pyramid_min_events=pyramid_min_events)
+    ws = Workspace(workspace, cache_dir=cache_dir, pyramid_min_events=pyramid_min_events,
+                   **({"raw_budget": raw_budget} if raw_budget is not None else {}))
 
     def api(fn: Callable[..., Any]) -> Callable[[Request], Any]:
         async def endpoint(req: Request) -> Response:

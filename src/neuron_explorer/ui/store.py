@@ -142,8 +142,9 @@ class Profile:
     """
 
     def __init__(self, workspace: Path, name: str, con: duckdb.DuckDBPyConnection, cache_dir: Path | None,
-                 pyramid_min_events: int) -> None:
+                 pyramid_min_events: int, raw_budget: int = 60_000) -> None:
         self.workspace = workspace
+        self.raw_budget = raw_budget
         self.name = name
         self.dir = paths.resolve_profile(workspace, name)
         self.con = con
@@ -238,7 +239,7 @@ class Profile:
         self.levels = levels
         cache = None
         if self.cache_dir is not None:
-            cache = self.cache_dir / f"{tag}-{self._fingerprint()}.parquet"
+            cache = self.cache_dir / f"{tag}-{self._fingerprint()}-{w0}x{len(levels)}.parquet"
         c.execute(f"DROP TABLE IF EXISTS {tag}_pyr")
         if cache is not None and cache.is_file():
             c.execute(f"CREATE TABLE {tag}_pyr AS SELECT * FROM read_parquet({_q(str(cache))}) ORDER BY lvl, leaf, b")
@@ -456,7 +457,7 @@ class Profile:
         if not leaves:
             return res
         level = None
-        if self.levels and self._estimate(leaves, t0, t1) > RAW_BUDGET:
+        if self.levels and self._estimate(leaves, t0, t1) > self.raw_budget:
             # too many events to read: the finest level no wider than a pixel (or level 0 when even
             # that is wider: then buckets span a few pixels, still with exact counts)
             level = 0
@@ -592,7 +593,7 @@ class Profile:
         ev = dict(zip(cols, rows[0]))
         props: dict[str, Any] = {}
         for k, v in ev.items():
-            if k == "extra_attributes_json":
+            if k == "extra_attributes_json" or k in ("instance", "process"):  # hive partition echoes
                 continue
             if k in ("start_ts", "end_ts") and v is not None:
                 props[k] = str(v)
@@ -735,11 +736,18 @@ class Profile:
                 for r in c.fetchall()]
 
     def device_profile_for(self, ev: dict[str, Any]) -> dict[str, Any] | None:
-        """The device profile covering an nc_exec_running event (same process, core, model, exec range)."""
-        for dp in self.device_profiles():
+        """The device profile covering an nc_exec_running event.
+
+        ``view`` records it on the event (``device_profile_id``); for stores without that column, the one
+        with the same process and core whose model names and exec id range include the event's.
+        """
+        dps = self.device_profiles()
+        if ev.get("device_profile_id"):
+            return next((d for d in dps if str(d.get("profile_id")) == str(ev["device_profile_id"])), None)
+        for dp in dps:
             if (dp.get("instance_id") == ev.get("instance_id") and int(dp.get("process_id") or -1) == int(ev.get("process_id") or -2)
                     and int(dp.get("nc_idx") if dp.get("nc_idx") is not None else -1) == int(ev.get("nc_idx") if ev.get("nc_idx") is not None else -2)
-                    and (not dp.get("model_name") or dp.get("model_name") == ev.get("model_name"))):
+                    and (not dp.get("model_name") or str(ev.get("model_name")) in str(dp.get("model_name")))):
                 first, last = dp.get("exec_id_first"), dp.get("exec_id_last")
                 x = ev.get("exec_id")
                 if x is None or first is None or last is None or int(first) <= int(x) <= int(last):
@@ -764,7 +772,8 @@ class DeviceProfile:
         self.p = prof
         self.profile_id = profile_id
         self.info = info
-        self.files = _files_sql([f for _, _, f in prof.dev_files])
+        # union_by_name: parts written by different producers may carry different optional columns
+        self.files = _files_sql([f for _, _, f in prof.dev_files]) + ", union_by_name = true"
         c = prof._cursor()
         r = c.execute(f"""SELECT min(start_ts), max(end_ts), count(*) FROM read_parquet({self.files})
                           WHERE profile_id::VARCHAR = ?""", [profile_id]).fetchall()[0]
@@ -850,8 +859,10 @@ class Workspace:
     """The profiles of one workspace directory, opened lazily and shared by all requests."""
 
     def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
-                 pyramid_min_events: int = 2_000_000, threads: int | None = None) -> None:
+                 pyramid_min_events: int = 2_000_000, threads: int | None = None,
+                 raw_budget: int = RAW_BUDGET) -> None:
         self.root = Path(root).resolve()
+        self.raw_budget = raw_budget
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.pyramid_min_events = pyramid_min_events
         self.con = duckdb.connect(":memory:")
@@ -881,7 +892,12 @@ class Workspace:
                     FROM read_parquet({_q(meta)})""").fetchall()[0]
             except duckdb.Error:
                 continue
-            has_dev = paths.single_file(self.root, d, DEVICE_PROFILES) is not None
+            dev = paths.single_file(self.root, d, DEVICE_PROFILES)
+            try:
+                has_dev = bool(dev) and self.con.cursor().execute(
+                    f"SELECT count(*) FROM read_parquet({_q(dev)})").fetchall()[0][0] > 0
+            except duckdb.Error:
+                has_dev = False
             out.append({"name": name, "processes": int(r[0]), "instances": int(r[1]),
                         "world_size": int(r[2] or 0), "events": int(r[3] or 0),
                         "start_wall_ns": str(r[4]) if r[4] is not None else None,
@@ -899,7 +915,7 @@ class Workspace:
         with lock:
             p = self._profiles.get(name)
             if p is None:
-                p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events)
+                p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events, self.raw_budget)
                 with self._lock:
                     self._profiles[name] = p
         return p

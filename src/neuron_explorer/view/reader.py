@@ -190,6 +190,9 @@ class DeviceProfile:
 
 def load_device_trace(path: str) -> DeviceProfile:
     """Load one .ntff; raises ProfileError for an empty, truncated or foreign file."""
+    if os.path.exists(path) and os.path.getsize(path) == 0:
+        raise ProfileError(f"{path}: empty file (0 bytes): device profiling was enabled but no execution was "
+                           "captured (likely a warm-up issue)")
     t = _parse(path, pb.DeviceTrace)
     c = t.ops
     n = c.count

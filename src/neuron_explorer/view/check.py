@@ -1,0 +1,76 @@
+"""``neuron-explorer check -d DIR``: is this capture usable?  Reports the documented signs of a
+failed capture in plain words, with what to do about each."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .reader import ProfileError, discover, load_device_trace, load_session
+
+HINT_EMPTY = ("the output directory is empty: profiling was not enabled (NEURON_RT_INSPECT_ENABLE=1, "
+              "'neuron-explorer inspect', or a NeuronConfig with torch.profiler) or the workload did not run")
+HINT_ZERO_NTFF = ("is 0 bytes: device profiling was enabled but no execution was captured "
+                  "(likely a warm-up issue: run 3+ warm-up iterations before the profiled region)")
+HINT_NO_NEFF = ("has device traces but no .neff files: set neff_cache_dir in NeuronConfig or "
+                "TORCH_NEURONX_NEFF_CACHE_DIR before running, so the graphs are copied into the profile")
+HINT_ONLY_PB = ("has only .pb files, no .ntff: a system profile only (fine if intended; set "
+                "NEURON_RT_INSPECT_DEVICE_PROFILE=1 or ProfileMode.DEVICE for device traces)")
+
+
+@dataclass
+class Finding:
+    level: str  # "error", "warning", "info", "ok"
+    message: str
+
+
+def check(root: str) -> list[Finding]:
+    out: list[Finding] = []
+    if not os.path.isdir(root):
+        return [Finding("error", f"{root}: no such directory")]
+    if not any(os.scandir(root)):
+        return [Finding("error", f"{root}: {HINT_EMPTY}")]
+    sessions = discover(root)
+    if not sessions:
+        return [Finding("error", f"{root}: no profile found (no ntrace.pb or trace_info.pb below it); {HINT_EMPTY}")]
+    for d in sessions:
+        try:
+            s = load_session(d)
+        except ProfileError as e:
+            out.append(Finding("error", str(e)))
+            continue
+        for w in s.warnings:
+            out.append(Finding("warning", w))
+        bad_ntff = False
+        for p in s.device_paths:
+            if os.path.getsize(p) == 0:
+                out.append(Finding("error", f"{p} {HINT_ZERO_NTFF}"))
+                bad_ntff = True
+                continue
+            try:
+                dp = load_device_trace(p)
+                if dp.trace.ops.count == 0:
+                    out.append(Finding("error", f"{p} holds no ops: {HINT_ZERO_NTFF.split(': ', 1)[1]}"))
+                    bad_ntff = True
+            except ProfileError as e:
+                out.append(Finding("error", str(e)))
+                bad_ntff = True
+        if s.device_paths and not s.neff_paths:
+            out.append(Finding("warning", f"{d} {HINT_NO_NEFF}"))
+        if not s.device_paths:
+            out.append(Finding("info", f"{d} {HINT_ONLY_PB}"))
+        if s.info is not None and not s.info.runtime_events_seen:
+            out.append(Finding("warning", f"{d}: no runtime events were recorded ({s.info.note or 'the process ran no compiled graph or collective'})"))
+        if not bad_ntff:
+            n = s.num_events
+            out.append(Finding("ok", f"{d}: {n} system events, {len(s.device_paths)} device trace(s), "
+                                     f"{len(s.neff_paths)} NEFF(s)"))
+    return out
+
+
+def render(findings: list[Finding]) -> tuple[str, int]:
+    lines = [f"{f.level}: {f.message}" for f in findings]
+    errors = sum(f.level == "error" for f in findings)
+    warns = sum(f.level == "warning" for f in findings)
+    lines.append(f"capture check: {errors} error(s), {warns} warning(s)")
+    return "\n".join(lines) + "\n", (1 if errors else 0)
