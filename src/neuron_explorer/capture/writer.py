@@ -11,7 +11,7 @@ import platform
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
@@ -36,19 +36,41 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0600; give the file the usual permissions
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
+class AtomicFile:
+    """A file written under a hidden temporary name in its directory and renamed into place by
+    ``commit()`` (``abort()`` removes it): readers see the old file or the whole new one."""
+
+    def __init__(self, path: str, mode: int | None = None) -> None:
+        self.path = path
+        d = os.path.dirname(path) or "."
+        fd, self.tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+        os.fchmod(fd, _FILE_MODE if mode is None else mode)  # mkstemp creates 0600
+        self.f = os.fdopen(fd, "wb")
+        self.write = self.f.write
+
+    def commit(self) -> None:
+        self.f.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.f.close()
         try:
-            os.unlink(tmp)
+            os.unlink(self.tmp)
         except OSError:
             pass
+
+
+def atomic_write(path: str, data: bytes | Iterable[bytes | memoryview], mode: int | None = None) -> None:
+    f = AtomicFile(path, mode)
+    try:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            f.write(data)
+        else:
+            for part in data:
+                f.write(part)
+        f.commit()
+    except BaseException:
+        f.abort()
         raise
 
 

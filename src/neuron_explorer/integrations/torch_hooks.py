@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-import threading
 from typing import Any
 
 from ..runtime import clock

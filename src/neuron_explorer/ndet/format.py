@@ -26,9 +26,7 @@ write even while the process is still running.
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -111,24 +109,10 @@ def encode_parts(header: dict, blocks: Iterable[np.ndarray]) -> list[bytes | mem
 
 
 def atomic_write(path: str, parts: list[bytes | memoryview], mode: int = 0o644) -> None:
-    """Write ``parts`` to ``path`` through a hidden temporary file and a rename.
+    """Write ``parts`` to ``path`` through a hidden temporary file and a rename (logs are 0644)."""
+    from ..capture.writer import atomic_write as _atomic_write
 
-    ``mode`` replaces mkstemp's 0600 so that logs are readable like any file the process writes.
-    """
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".ndet-", suffix=".tmp", dir=d)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            for p in parts:
-                f.write(p)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _atomic_write(path, parts, mode)
 
 
 @dataclass

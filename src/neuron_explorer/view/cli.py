@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..runtime.config import ConfigError
-from .pipeline import GOOD_LAYOUT, ViewError, ViewOptions, run  # noqa: F401 (GOOD_LAYOUT re-exported)
+from .pipeline import ViewError, ViewOptions, run
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
 

@@ -7,10 +7,10 @@ file's ``metadata``) so that they keep sub-microsecond precision.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
+from ..capture.writer import AtomicFile
 from .events import ProcessEvents
 from .export_perfetto import counter_series
 from .reader import wall_offset_ns
@@ -28,9 +28,8 @@ except ImportError:  # pragma: no cover - orjson is optional
 class JsonWriter:
     def __init__(self, path: str, origin_ns: int) -> None:
         self.path = path
-        self.tmp = path + ".tmp"
         self.origin_ns = origin_ns
-        self.f = open(self.tmp, "wb")
+        self.f = AtomicFile(path)
         self.f.write(b'{"displayTimeUnit":"ns","traceEvents":[')
         self.first = True
         self.events_written = 0
@@ -114,12 +113,7 @@ class JsonWriter:
 
     def close(self, metadata: dict) -> None:
         self.f.write(b'],"metadata":' + _dumps(dict(metadata, origin_ns=self.origin_ns)) + b"}")
-        self.f.close()
-        os.replace(self.tmp, self.path)
+        self.f.commit()
 
     def abort(self) -> None:
-        self.f.close()
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+        self.f.abort()

@@ -13,12 +13,12 @@ track name and in the view metadata), which keeps them short on the wire.
 from __future__ import annotations
 
 import heapq
-import os
 import time
 
 import numpy as np
 
 from . import pbenc
+from ..capture.writer import AtomicFile
 from .events import ProcessEvents
 from .pbenc import Batch
 
@@ -67,8 +67,7 @@ class PerfettoWriter:
     def __init__(self, path: str, origin_ns: int) -> None:
         self.path = path
         self.origin_ns = origin_ns
-        self.tmp = path + ".tmp"
-        self.f = open(self.tmp, "wb")
+        self.f = AtomicFile(path)
         self.next_uuid = 1
         self.events_written = 0
         self._first = True
@@ -97,7 +96,6 @@ class PerfettoWriter:
         self._packet(pbenc.length_delimited(P_TRACK_DESC, td))
 
     def add(self, pe: ProcessEvents) -> None:
-        s = pe.session
         seq = pe.index + 1
         pid_uuid = self._uuid()
         rank = f" rank {pe.rank}" if pe.rank >= 0 else ""
@@ -284,15 +282,10 @@ class PerfettoWriter:
             self.f.write(memoryview(Batch(m).message(TRACE_PACKET, pk).encode().data))
 
     def close(self) -> None:
-        self.f.close()
-        os.replace(self.tmp, self.path)
+        self.f.commit()
 
     def abort(self) -> None:
-        self.f.close()
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+        self.f.abort()
 
 
 def counter_series(s) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:
