@@ -184,3 +184,18 @@ def test_ingest_only_writes_into_the_workspace(capture, tmp_path):
     con = duckdb.connect()
     (name,) = con.execute(f"select distinct display_name from '{ws}/run-a/ProfileMetadata.parquet'").fetchone()
     assert name == "run-a"
+
+
+def test_parallel_jobs_write_the_same_events(capture, tmp_path):
+    out, _ = capture
+    con = duckdb.connect()
+    rows = {}
+    for jobs in ("1", "2"):
+        d = tmp_path / f"pq{jobs}"
+        cli("view", "-d", str(out), "--output-file", str(d), "--jobs", jobs, check=True)
+        rows[jobs] = con.execute(f"""select worker_gid, name, count(*), count(distinct id), min(start_ts)
+                                     from {events_glob(d)} group by all order by all""").fetchall()
+        p = tmp_path / f"trace{jobs}.pftrace"
+        cli("view", "-d", str(out), "--output-format", "perfetto", "--output-file", str(p), "--jobs", jobs, check=True)
+    assert rows["1"] == rows["2"]
+    assert (tmp_path / "trace1.pftrace").read_bytes() == (tmp_path / "trace2.pftrace").read_bytes()

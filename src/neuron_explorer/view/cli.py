@@ -45,6 +45,8 @@ def add_view_parser(sub) -> None:
     v.add_argument("--ingest-only", action="store_true", help="ingest into the workspace as Parquet and exit")
     v.add_argument("--display-name", default="", help="name shown for this ingestion")
     v.add_argument("--show-profile-schema", action="store_true", help="print every output table and column, then exit")
+    v.add_argument("--jobs", type=int, default=None,
+                   help="worker processes for large inputs (default: one per core when the input is large)")
     v.add_argument("--host", default="127.0.0.1", help="UI: address to bind (default 127.0.0.1, loopback only)")
     v.add_argument("--port", type=int, default=3001, help="UI: port (default 3001)")
     v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
@@ -105,7 +107,7 @@ def view_command(args: argparse.Namespace) -> int:
     opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
                        ignore_system_profile=args.ignore_system_profile,
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
-                       progress=args.progress)
+                       progress=args.progress, jobs=args.jobs)
     try:
         res = run(opts)
     except ViewError as e:

@@ -7,6 +7,7 @@ file's ``metadata``) so that they keep sub-microsecond precision.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 
@@ -25,12 +26,45 @@ except ImportError:  # pragma: no cover - orjson is optional
         return json.dumps(obj, separators=(",", ":")).encode()
 
 
+HEADER = b'{"displayTimeUnit":"ns","traceEvents":['
+
+
+def footer(metadata: dict, origin_ns: int) -> bytes:
+    return b'],"metadata":' + _dumps(dict(metadata, origin_ns=origin_ns)) + b"}"
+
+
+def assemble(path: str, pieces: list[str], metadata: dict, origin_ns: int) -> None:
+    """Join per-process pieces (in order) into one Chrome trace file."""
+    import shutil
+
+    f = AtomicFile(path)
+    try:
+        f.write(HEADER)
+        first = True
+        for p in pieces:
+            if os.path.getsize(p) == 0:
+                continue
+            if not first:
+                f.write(b",")
+            with open(p, "rb") as src:
+                shutil.copyfileobj(src, f.f, 1 << 20)
+            first = False
+        f.write(footer(metadata, origin_ns))
+        f.commit()
+    except BaseException:
+        f.abort()
+        raise
+
+
 class JsonWriter:
-    def __init__(self, path: str, origin_ns: int) -> None:
+    def __init__(self, path: str, origin_ns: int, piece: bool = False) -> None:
+        """``piece``: write only the comma-separated events (a part that ``assemble`` joins)."""
         self.path = path
         self.origin_ns = origin_ns
+        self.piece = piece
         self.f = AtomicFile(path)
-        self.f.write(b'{"displayTimeUnit":"ns","traceEvents":[')
+        if not piece:
+            self.f.write(HEADER)
         self.first = True
         self.events_written = 0
 
@@ -112,7 +146,8 @@ class JsonWriter:
         self.events_written += n
 
     def close(self, metadata: dict) -> None:
-        self.f.write(b'],"metadata":' + _dumps(dict(metadata, origin_ns=self.origin_ns)) + b"}")
+        if not self.piece:
+            self.f.write(footer(metadata, self.origin_ns))
         self.f.commit()
 
     def abort(self) -> None:

@@ -188,13 +188,16 @@ def pc_null_empty(arr: pa.DictionaryArray) -> pa.Array:
 
 
 class ParquetWriter:
-    def __init__(self, out_dir: str, display_name: str = "") -> None:
+    def __init__(self, out_dir: str, display_name: str = "", root: str | None = None) -> None:
+        """Parts go under ``root`` (shared by the workers of one view run), which ``close``
+        renames to ``out_dir`` once the single-file tables are written."""
         self.out_dir = out_dir
         self.display_name = display_name
-        self.tmp = out_dir.rstrip("/") + ".tmp"
-        if os.path.exists(self.tmp):
-            shutil.rmtree(self.tmp)
-        os.makedirs(self.tmp)
+        self.tmp = root or out_dir.rstrip("/") + ".tmp"
+        if root is None:
+            if os.path.exists(self.tmp):
+                shutil.rmtree(self.tmp)
+            os.makedirs(self.tmp)
         self.meta_rows: list[dict] = []
         self.device_rows: list[dict] = []
         self.model_rows: list[dict] = []
@@ -206,7 +209,7 @@ class ParquetWriter:
     def _part(self, table: str, pe: ProcessEvents) -> str:
         d = os.path.join(self.tmp, table, f"instance={pe.instance_id}", f"process={pe.pid}")
         os.makedirs(d, exist_ok=True)
-        return os.path.join(d, f"part-{len(os.listdir(d))}.parquet")
+        return os.path.join(d, f"part-{pe.index}.parquet")  # one file per profile and table
 
     def add(self, pe: ProcessEvents, meta: dict | None = None) -> None:
         """Add one chunk of a process's events; ``meta`` (given with the process's last chunk)

@@ -64,13 +64,15 @@ def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 class PerfettoWriter:
-    def __init__(self, path: str, origin_ns: int) -> None:
+    def __init__(self, path: str, origin_ns: int, uuid_base: int = 0, first: bool = True) -> None:
+        """``uuid_base`` keeps track ids unique when pieces written separately are concatenated
+        (Perfetto traces concatenate); ``first`` marks the piece that names the time origin."""
         self.path = path
         self.origin_ns = origin_ns
         self.f = AtomicFile(path)
-        self.next_uuid = 1
+        self.next_uuid = uuid_base + 1
         self.events_written = 0
-        self._first = True
+        self._first = first
 
     def _uuid(self) -> int:
         u = self.next_uuid
@@ -286,6 +288,21 @@ class PerfettoWriter:
 
     def abort(self) -> None:
         self.f.abort()
+
+
+def assemble(path: str, pieces: list[str]) -> None:
+    """Concatenate per-process pieces into one trace (a Perfetto trace is a sequence of packets)."""
+    import shutil
+
+    f = AtomicFile(path)
+    try:
+        for p in pieces:
+            with open(p, "rb") as src:
+                shutil.copyfileobj(src, f.f, 1 << 20)
+        f.commit()
+    except BaseException:
+        f.abort()
+        raise
 
 
 def counter_series(s) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import shutil
 from dataclasses import dataclass, field, replace
 
 from . import align, device as device_mod, summary as summary_mod
@@ -23,7 +24,7 @@ class ViewError(Exception):
 GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<timestamp>/ holding "
                "ntrace.pb and trace_info.pb (written by NEURON_RT_INSPECT_ENABLE=1 or 'neuron-explorer inspect')")
 
-CHUNK = 262_144  # events converted at a time: bounds memory beyond the loaded process itself
+CHUNK = 131_072  # events converted at a time: bounds memory beyond the loaded process itself
 
 DEFAULT_OUTPUTS = {"parquet": "system_profile_parquet", "json": "system_profile.json",
                    "perfetto": "system_profile.pftrace"}
@@ -39,6 +40,7 @@ class ViewOptions:
     ignore_device_profile: bool = False
     display_name: str = ""
     progress: bool | None = None  # None: when stderr is a terminal
+    jobs: int | None = None  # worker processes; None = one per core (used when the input is large)
 
 
 @dataclass
@@ -98,6 +100,7 @@ def run(opts: ViewOptions) -> ViewResult:
 
     # pass 1: index (instances, collective timings, time origin); damaged profiles are reported here
     usable: list[str] = []
+    usable_instances: dict[str, str] = {}
     cindex = align.CollectiveIndex()
     times_by_instance: dict[str, list] = {}
     strag_entries = []
@@ -114,6 +117,7 @@ def run(opts: ViewOptions) -> ViewResult:
         if not opts.filter.keeps_instance(s.instance_id):
             continue
         usable.append(p)
+        usable_instances[p] = s.instance_id
         times = cindex.times(s)
         times_by_instance.setdefault(s.instance_id, []).append(times)
         rank = int(s.info.rank) if s.info is not None else -1
@@ -128,104 +132,189 @@ def run(opts: ViewOptions) -> ViewResult:
 
     fmt = opts.output_format
     out = None
-    writer = None
-    summaries = []
-    device_files: list[str] = []
-    from .export_perfetto import PerfettoWriter
-
     if fmt in DEFAULT_OUTPUTS:
         out = opts.output_file or DEFAULT_OUTPUTS[fmt]
         parent = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(parent):
             raise ViewError(f"--output-file {out}: directory {parent} does not exist")
+    work = None
+    if out is not None:
+        work = out.rstrip("/") + ".parts"
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+    jobs = [Job(i, p, fmt, out, work, origin, offsets.get(_instance_of(p, usable_instances)), opts.filter,
+                opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name)
+            for i, p in enumerate(usable)]
+
+    # pass 2: one process at a time per worker
+    n_workers = _workers(opts.jobs, usable)
+    prog = Progress(len(jobs), f"writing {fmt}", opts.progress)
+    results: list[dict] = []
+    try:
+        if n_workers > 1:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp.get_context("spawn")) as ex:
+                for r in ex.map(convert_process, jobs):
+                    results.append(r)
+                    prog.step()
+        else:
+            for j in jobs:
+                results.append(convert_process(j))
+                prog.step()
+        for r in results:
+            for w in r["warnings"]:
+                print(f"neuron-explorer: skipped: {w[0]}", file=sys.stderr)
+            warnings.extend(r["warnings"])
+        device_files = [f for r in results for f in r.get("device_files", [])]
+        events = sum(r["events"] for r in results)
         if fmt == "parquet":
             from .export_parquet import ParquetWriter
 
-            writer = ParquetWriter(out, opts.display_name)
+            pw = ParquetWriter(out, opts.display_name, root=work)
+            for r in results:
+                pw.meta_rows.extend(r.get("meta", []))
+                pw.model_rows.extend(r.get("models", []))
+                pw.device_rows.extend(r.get("device", []))
+            pw.close(warnings)
+            work = None  # renamed into place
         elif fmt == "json":
-            from .export_json import JsonWriter
+            from .export_json import assemble
 
-            writer = JsonWriter(out, origin)
-        else:
-            writer = PerfettoWriter(out, origin)
+            assemble(out, [r["piece"] for r in results if r.get("piece")],
+                     {"clock_offsets": {k: vars(v) for k, v in offsets.items()},
+                      "warnings": [m for m, _ in warnings]}, origin)
+        elif fmt == "perfetto":
+            from .export_perfetto import assemble
 
-    # pass 2: one process at a time
-    events = 0
-    id_base = 0
-    prog = Progress(len(usable), f"writing {fmt}", opts.progress)
-    try:
-        for index, p in enumerate(usable):
-            s = _load(p, [], opts)
-            prog.step()
-            if s is None:
-                continue
-            opts.filter.apply(s)
-            off = offsets.get(s.instance_id)
-            offset_ns = off.offset_ns if off else 0
-            dviews = [] if opts.ignore_device_profile else device_mod.load(s, offset_ns, warnings)
-            if opts.filter.ncs is not None:
-                dviews = [v for v in dviews if v.dp.trace.nc_idx in opts.filter.ncs]
-            links = device_mod.exec_links(dviews)
-            if writer is None:
-                ps = summary_mod.session_summary(s, off)
-                ps["device_profiles"] = [v.summary for v in dviews]
-                summaries.append(ps)
-                events += s.num_events
-                continue
-            if fmt == "parquet":
-                writer.add_device(dviews, index)
-            else:
-                out_dir = os.path.dirname(os.path.abspath(out))
-                for v in dviews:
-                    base = os.path.join(out_dir, f"device_profile_model_{v.profile_id}")
-                    if fmt == "json":
-                        from ..capture.writer import atomic_write
-                        from .export_json import _dumps
-
-                        atomic_write(base + ".json", _dumps(device_mod.chrome_json(v, origin)))
-                    else:
-                        dw = PerfettoWriter(base + ".pftrace", origin)
-                        try:
-                            dw.add_device(v)
-                            dw.close()
-                        except BaseException:
-                            dw.abort()
-                            raise
-                    device_files.append(base + (".json" if fmt == "json" else ".pftrace"))
-            if fmt == "perfetto":  # tracks are laid out over the whole process; encoding is chunked inside
-                pe = build_events(s, index, offset_ns, id_base, links)
-                writer.add(pe)
-                id_base += pe.n
-                events += pe.n
-                continue
-            n = s.num_events
-            for lo in range(0, max(n, 1), CHUNK):
-                part = s if n <= CHUNK else replace(s, events={k: v[lo:lo + CHUNK] for k, v in s.events.items()})
-                pe = build_events(part, index, offset_ns, id_base, links)
-                id_base += pe.n
-                events += pe.n
-                last = lo + CHUNK >= n
-                if fmt == "parquet":
-                    from .export_parquet import meta_row
-
-                    writer.add(pe, meta_row(pe, off) if last else None)
-                else:
-                    writer.add(pe, first=lo == 0, last=last)
-        if fmt == "parquet":
-            writer.close(warnings)
-        elif fmt == "json":
-            writer.close({"clock_offsets": {k: vars(v) for k, v in offsets.items()},
-                          "warnings": [m for m, _ in warnings]})
-        elif writer is not None:
-            writer.close()
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
+            assemble(out, [r["piece"] for r in results if r.get("piece")])
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     text = None
-    if writer is None:
+    if out is None:
+        summaries = [r["summary"] for r in results if r.get("summary") is not None]
         summ = summary_mod.build(summaries, [m for m, _ in warnings], offsets,
                                  align.stragglers(strag_entries, offsets, cindex))
         text = summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
     return ViewResult(out, warnings, offsets, len(usable), events, time.perf_counter() - t_start, text,
                       device_files)
+
+
+PARALLEL_MIN_BYTES = 64 << 20  # below this, starting workers costs more than it saves
+
+
+def _instance_of(path: str, known: dict[str, str]) -> str:
+    return known.get(path, "")
+
+
+def _workers(requested: int | None, paths: list[str]) -> int:
+    if len(paths) < 2:
+        return 1
+    if requested is not None:
+        return max(1, min(requested, len(paths)))
+    size = 0
+    for p in paths:
+        try:
+            size += os.path.getsize(os.path.join(p, "ntrace.pb"))
+        except OSError:
+            pass
+    return min(os.cpu_count() or 1, len(paths)) if size >= PARALLEL_MIN_BYTES else 1
+
+
+@dataclass
+class Job:
+    """Everything a worker needs to convert one process (picklable)."""
+
+    index: int
+    path: str
+    fmt: str
+    out: str | None
+    work: str | None  # where parts/pieces go before they are assembled
+    origin: int
+    offset: align.InstanceOffset | None
+    filter: ViewFilter
+    ignore_device: bool
+    ignore_system: bool
+    display_name: str
+
+
+def convert_process(job: Job) -> dict:
+    """Load, filter and convert one process; returns what the parent assembles."""
+    from ..capture.writer import atomic_write
+
+    warnings: list[tuple[str, str]] = []
+    res: dict = {"warnings": warnings, "events": 0}
+    try:
+        s = load_session(job.path, load_events=not job.ignore_system)
+    except ProfileError as e:  # changed since the index pass
+        warnings.append((str(e), job.path))
+        return res
+    job.filter.apply(s)
+    off = job.offset
+    offset_ns = off.offset_ns if off else 0
+    dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, warnings)
+    if job.filter.ncs is not None:
+        dviews = [v for v in dviews if v.dp.trace.nc_idx in job.filter.ncs]
+    links = device_mod.exec_links(dviews)
+    index = job.index
+    id_base = index << 32  # ids unique across processes without coordination
+    if job.out is None:  # summaries
+        ps = summary_mod.session_summary(s, off)
+        ps["device_profiles"] = [v.summary for v in dviews]
+        res["summary"] = ps
+        res["events"] = s.num_events
+        return res
+    fmt = job.fmt
+    out_dir = os.path.dirname(os.path.abspath(job.out))
+    if fmt == "parquet":
+        from .export_parquet import ParquetWriter, meta_row
+
+        w = ParquetWriter(job.out, job.display_name, root=job.work)
+        w.add_device(dviews, index)
+        n = s.num_events
+        for lo in range(0, max(n, 1), CHUNK):
+            part = s if n <= CHUNK else replace(s, events={k: v[lo:lo + CHUNK] for k, v in s.events.items()})
+            pe = build_events(part, index, offset_ns, id_base + lo, links)
+            w.add(pe, meta_row(pe, off) if lo + CHUNK >= n else None)
+            res["events"] += pe.n
+        res.update(meta=w.meta_rows, models=w.model_rows, device=w.device_rows)
+        return res
+    piece = os.path.join(job.work, f"piece-{index:08d}")
+    res["piece"] = piece
+    device_files = res["device_files"] = []
+    if fmt == "json":
+        from .export_json import JsonWriter, _dumps
+
+        for v in dviews:
+            f = os.path.join(out_dir, f"device_profile_model_{v.profile_id}.json")
+            atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)))
+            device_files.append(f)
+        jw = JsonWriter(piece, job.origin, piece=True)
+        n = s.num_events
+        for lo in range(0, max(n, 1), CHUNK):
+            part = s if n <= CHUNK else replace(s, events={k: v[lo:lo + CHUNK] for k, v in s.events.items()})
+            pe = build_events(part, index, offset_ns, id_base + lo, links)
+            jw.add(pe, first=lo == 0, last=lo + CHUNK >= n)
+            res["events"] += pe.n
+        jw.close({})
+        return res
+    from .export_perfetto import PerfettoWriter
+
+    for v in dviews:
+        f = os.path.join(out_dir, f"device_profile_model_{v.profile_id}.pftrace")
+        dw = PerfettoWriter(f, job.origin)
+        try:
+            dw.add_device(v)
+            dw.close()
+        except BaseException:
+            dw.abort()
+            raise
+        device_files.append(f)
+    pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 32, first=index == 0)
+    pe = build_events(s, index, offset_ns, id_base, links)  # tracks span the whole process
+    pw.add(pe)
+    pw.close()
+    res["events"] = pe.n
+    return res

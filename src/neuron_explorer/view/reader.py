@@ -51,6 +51,97 @@ def _parse(path: str, msg_type):
     return msg
 
 
+def _varint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(buf, pos: int, end: int):
+    """(field number, wire type, start, end, tag start) of each field in buf[pos:end]: start..end is
+    the payload (the varint itself for wire type 0); the whole field is ``tag_start..end``."""
+    while pos < end:
+        tag_start = pos
+        key, pos = _varint(buf, pos)
+        field_no, wt = key >> 3, key & 7
+        if wt == 0:
+            value_start = pos
+            _, pos = _varint(buf, pos)
+            yield field_no, wt, value_start, pos, tag_start
+        elif wt == 1:
+            pos += 8
+            yield field_no, wt, pos - 8, pos, tag_start
+        elif wt == 5:
+            pos += 4
+            yield field_no, wt, pos - 4, pos, tag_start
+        elif wt == 2:
+            n, pos = _varint(buf, pos)
+            yield field_no, wt, pos, pos + n, tag_start
+            pos += n
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+        if pos > end:
+            raise ValueError("truncated field")
+
+
+def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int]:
+    """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
+
+    The file is memory-mapped; everything but the column message is parsed by protobuf (it is
+    small), and the columns come back as (start, end) offsets into the map, ready for
+    ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count)."""
+    import mmap
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise ProfileError(f"{path}: empty file (0 bytes)")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    rest = bytearray()
+    cols: dict[int, tuple[int, int]] = {}
+    count = 0
+    try:
+        for fno, wt, a, b, tag_start in _fields(mm, 0, size):
+            if fno == column_field and wt == 2:
+                for cf, cwt, ca, cb, _ in _fields(mm, a, b):
+                    if cf == 1 and cwt == 0:
+                        count = _varint(mm, ca)[0]
+                    elif cwt == 2:
+                        cols[cf] = (ca, cb)
+            else:
+                rest += mm[tag_start:b]
+    except (ValueError, IndexError) as e:
+        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
+    msg = msg_type()
+    try:
+        msg.ParseFromString(bytes(rest))
+    except (DecodeError, ValueError) as e:
+        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
+    if getattr(msg, "format_version", 1) == 0:
+        raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
+    return msg, mm, cols, count
+
+
+def _col_view(mm, cols: dict[int, tuple[int, int]], field_no: int, dtype: str, path: str, name: str,
+              count: int) -> np.ndarray:
+    a, b = cols.get(field_no, (0, 0))
+    dt = np.dtype(dtype).newbyteorder("<")
+    if (b - a) != count * dt.itemsize:
+        raise ProfileError(f"{path}: column {name} has {(b - a)} bytes, expected {count} values of {dt.itemsize}")
+    arr = np.frombuffer(mm, dtype=dt, count=count, offset=a) if count else np.empty(0, dtype=dt)
+    return arr.astype(dt.newbyteorder("="), copy=False)
+
+
 def _arr(b: bytes, dtype: str, path: str, field_name: str, count: int | None = None) -> np.ndarray:
     dt = np.dtype(dtype).newbyteorder("<")
     if len(b) % dt.itemsize:
@@ -129,7 +220,7 @@ def load_session(path: str, load_events: bool = True) -> Session:
     if os.path.exists(info_p):
         s.info = _parse(info_p, pb.TraceInfo)
     if os.path.exists(trace_p) and load_events:
-        t = _parse(trace_p, pb.SystemTrace)
+        t, mm, cols, n = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
         s.trace = t
         s.type_names = [""] * (max((et.id for et in t.event_types), default=-1) + 1)
         s.type_args = [[] for _ in s.type_names]
@@ -138,17 +229,10 @@ def load_session(path: str, load_events: bool = True) -> Session:
             s.type_args[et.id] = list(et.args)
         s.strings = list(t.strings)
         s.models = list(t.models)
-        c = t.events
-        n = c.count
-        s.events = {
-            "type": _arr(c.type, "u2", trace_p, "type", n),
-            "start_ns": _arr(c.start_ns, "i8", trace_p, "start_ns", n),
-            "end_ns": _arr(c.end_ns, "i8", trace_p, "end_ns", n),
-            "nc_idx": _arr(c.nc_idx, "i4", trace_p, "nc_idx", n),
-            "thread_id": _arr(c.thread_id, "i8", trace_p, "thread_id", n),
-        }
-        for name in "abcde":
-            s.events[name] = _arr(getattr(c, name), "i8", trace_p, name, n)
+        F = pb.EventColumns.DESCRIPTOR.fields_by_name
+        for name, dtype in (("type", "u2"), ("start_ns", "i8"), ("end_ns", "i8"), ("nc_idx", "i4"),
+                            ("thread_id", "i8"), ("a", "i8"), ("b", "i8"), ("c", "i8"), ("d", "i8"), ("e", "i8")):
+            s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
         if n and int(s.events["type"].max()) >= len(s.type_names):
             raise ProfileError(f"{trace_p}: event type id {int(s.events['type'].max())} is not declared in the file")
     if s.info is None and s.trace is None:
@@ -193,20 +277,13 @@ def load_device_trace(path: str) -> DeviceProfile:
     if os.path.exists(path) and os.path.getsize(path) == 0:
         raise ProfileError(f"{path}: empty file (0 bytes): device profiling was enabled but no execution was "
                            "captured (likely a warm-up issue)")
-    t = _parse(path, pb.DeviceTrace)
-    c = t.ops
-    n = c.count
-    ops = {
-        "start_ns": _arr(c.start_ns, "i8", path, "start_ns", n),
-        "end_ns": _arr(c.end_ns, "i8", path, "end_ns", n),
-        "name": _arr(c.name, "i4", path, "name", n),
-        "track": _arr(c.track, "i4", path, "track", n),
-        "exec_idx": _arr(c.exec_idx, "i4", path, "exec_idx", n),
-        "flops": _arr(c.flops, "f8", path, "flops", n),
-        "nbytes": _arr(c.nbytes, "i8", path, "nbytes", n),
-        "detail": _arr(c.detail, "i4", path, "detail", n),
-        "source": _arr(c.source, "i4", path, "source", n),
-    }
+    t, mm, cols, n = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
+    F = pb.DeviceOpColumns.DESCRIPTOR.fields_by_name
+    ops = {name: _col_view(mm, cols, F[name].number, dtype, path, name, n)
+           for name, dtype in (("start_ns", "i8"), ("end_ns", "i8"), ("name", "i4"), ("track", "i4"),
+                               ("exec_idx", "i4"), ("flops", "f8"), ("nbytes", "i8"), ("detail", "i4"),
+                               ("source", "i4"))}
+    t.ops.count = n
     ns = len(t.strings)
     for col in ("name", "track", "detail", "source"):
         if n and (int(ops[col].max()) >= ns or int(ops[col].min()) < 0):
