@@ -30,7 +30,18 @@ import json, resource, sys, time
 mode, src, dst = sys.argv[1], sys.argv[2], sys.argv[3]
 import numpy, pyarrow, pyarrow.parquet, google.protobuf  # the libraries every mode loads
 from neuron_explorer.view import pipeline, export_parquet, export_json, export_perfetto, reader
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def hwm():
+    # VmHWM belongs to this exec'd image; ru_maxrss would include the parent's RSS at fork
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+base = hwm()
 t = time.perf_counter()
 events = 0
 if mode == "naive-json":
@@ -52,10 +63,10 @@ if mode == "naive-json":
     out.close()
 elif mode != "baseline":
     from neuron_explorer.view.pipeline import ViewOptions, run
-    res = run(ViewOptions(directory=src, output_format=mode, output_file=dst, progress=False))
+    res = run(ViewOptions(directory=src, output_format=mode, output_file=dst, progress=False, jobs=1))
     events = res.events
 secs = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = hwm()
 print(json.dumps({"mode": mode, "seconds": secs, "events": events, "peak_rss": peak, "base_rss": base}))
 """
 
