@@ -55,6 +55,8 @@ LABELS = {
     "unprofiled": "unprofiled",
     "system_profile": "system profile (NEURON_RT_INSPECT_ENABLE=1)",
     "system_profile_nosamplers": "system profile, CPU/mem samplers off",
+    "system_profile_device_model": "system + device profile, model mode",
+    "system_profile_device_session": "system + device profile, session mode",
     "torch_profiler": "torch.profiler (CPU)",
 }
 
@@ -91,6 +93,8 @@ def _config_env(config: str, out_dir: str) -> dict[str, str]:
         if config == "system_profile_nosamplers":
             env["NEURON_RT_INSPECT_CPU_UTIL"] = "0"
             env["NEURON_RT_INSPECT_HOST_MEMORY"] = "0"
+        if config.startswith("system_profile_device_"):
+            env["NEURON_RT_INSPECT_DEVICE_PROFILE"] = config.rsplit("_", 1)[1]
     return env
 
 
@@ -525,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs (~1 minute)")
     ap.add_argument("--no-samplers-config", action="store_true",
                     help="add a 4th configuration: system profile with the CPU/memory samplers off")
+    ap.add_argument("--device-configs", action="store_true",
+                    help="add system + device profile runs (model and session modes)")
     ap.add_argument("--micro-n", type=int, default=None, help="iterations of the hot-path microbenchmarks")
     ap.add_argument("--out", default=RESULTS, help="where to write the JSON results")
     ap.add_argument("--keep", action="store_true", help="keep the temporary profile directories")
@@ -551,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = list(CONFIGS)
     if a.no_samplers_config:
         configs.insert(2, "system_profile_nosamplers")
+    if a.device_configs:
+        configs[2:2] = ["system_profile_device_model", "system_profile_device_session"]
     t_start = time.time()
     tmp = tempfile.mkdtemp(prefix="ne_bench_")
     per_config: dict[str, list[dict]] = {c: [] for c in configs}

@@ -207,7 +207,9 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
     append = ring.append
     tick = ring.tick
     mid = model.id
-    nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR]
+    # Forward outputs only: a NaN anywhere shows up in the loss (a forward output) at the step it
+    # appears, while scanning every gradient of the backward graph would cost a kernel per tensor.
+    nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR] and model.kind != "backward"
     # the forward graph looks for its backward once outputs carry a grad_fn; backward graphs and
     # graphs run with gradients on but no grad_fn (inference) stop looking at once
     bw = {"done": not backward_of_outputs}

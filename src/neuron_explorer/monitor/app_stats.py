@@ -237,12 +237,55 @@ class AppStats:
     # ------------------------------------------------------------------ publishing
 
     def drain_pending(self) -> int:
-        """Apply the executions queued through :attr:`record_execution`; returns how many."""
+        """Apply the executions queued through :attr:`record_execution`, in one batch; returns how many.
+
+        The hot path only appended tuples; counting them here with numpy keeps the publisher's
+        cost per execution well under a microsecond."""
+        import numpy as np
+
         q = self._pending
         n = len(q)
+        if not n:
+            return 0
         pop = q.popleft
-        for _ in range(n):
-            self.on_execution(*pop())
+        recs = [pop() for _ in range(n)]
+        mids, ncs, host, dev, status = zip(*recs)
+        unknown = set(status) - set(EXECUTION_STATUSES)
+        if unknown:
+            raise ValueError(f"unknown execution status {sorted(unknown)[0]!r}; "
+                             f"expected one of {', '.join(EXECUTION_STATUSES)}")
+        host_a = np.asarray(host, dtype=np.int64)
+        dev_a = np.asarray(dev, dtype=np.int64)
+        timed = np.fromiter((st in _TIMED_STATUSES for st in status), dtype=bool, count=n)
+        nc_a = np.asarray(ncs, dtype=np.int64)
+        mid_a = np.asarray(mids, dtype=np.int64)
+        busy = np.where(dev_a >= 0, dev_a, host_a)
+        lat_total = np.bincount(histogram.bucket_indices(host_a[timed]), minlength=histogram.NUM_BUCKETS)
+        measured = timed & (dev_a >= 0)
+        lat_dev = np.bincount(histogram.bucket_indices(dev_a[measured]), minlength=histogram.NUM_BUCKETS)
+        with self._lock:
+            for st in status:
+                self._executions[st] += 1
+            for mid, c in zip(*np.unique(mid_a, return_counts=True)):
+                m = self._models.get(int(mid))
+                if m is not None:
+                    m["executions"] += int(c)
+            for nc in np.unique(nc_a[timed]).tolist():
+                core = self._cores.get(nc)
+                if core is None:
+                    core = self._cores[nc] = _Core()
+                sel = timed & (nc_a == nc)
+                core.busy_ns += int(busy[sel].sum())
+                core.executions += int(sel.sum())
+                for mid, c in zip(*np.unique(mid_a[sel], return_counts=True)):
+                    m = self._models.get(int(mid))
+                    if m is not None and m["flops"] is not None:
+                        core.flops += m["flops"] * int(c)
+                        core.flops_known = True
+            for i in np.flatnonzero(lat_total).tolist():
+                self._lat_total[i] += int(lat_total[i])
+            for i in np.flatnonzero(lat_dev).tolist():
+                self._lat_device[i] += int(lat_dev[i])
         return n
 
     def snapshot(self) -> dict[str, Any]:

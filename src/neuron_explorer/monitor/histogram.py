@@ -48,6 +48,17 @@ def bucket_index(value_ns: float) -> int:
     return idx if idx < NUM_BUCKETS - 1 else NUM_BUCKETS - 1
 
 
+def bucket_indices(values_ns):
+    """``bucket_index`` for a numpy array of latencies at once (batched recording)."""
+    import numpy as np
+
+    v = np.asarray(values_ns, dtype=np.float64)
+    idx = np.zeros(len(v), dtype=np.int64)
+    ok = v >= MIN_NS
+    idx[ok] = ((np.log10(v[ok]) - _LOG_MIN) * BUCKETS_PER_DECADE).astype(np.int64) + 1
+    return np.minimum(idx, NUM_BUCKETS - 1)
+
+
 def bucket_bounds(index: int) -> tuple[float, float]:
     """Lower and upper edge (ns) of a bucket; the open-ended ones are clamped to a finite edge."""
     if index <= 0:
