@@ -87,3 +87,28 @@ def test_capture_time_filters_remove_what_they_name(out_dir):
     assert c["nc_exec_running"] == 6 and c["cc_running"] > 0
     assert c["nrt_execute"] == 0 and c["model_load"] == 0 and c["cc_exec_barrier"] == 0
     assert "nrt_execute" not in by_rank[1].info.enabled_event_types
+
+
+def test_eager_program_still_shows_its_collectives_and_samplers(out_dir, tmp_path):
+    script = tmp_path / "eager.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.ones(1000)\n"
+        "with torch.inference_mode():\n"
+        "    for _ in range(3):\n"
+        "        dist.all_reduce(t)\n"
+        "dist.broadcast(t, 0)\n"
+        "dist.barrier()\n"
+        "dist.destroy_process_group()\n")
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir))
+    torchrun(2, script, [], env)
+    for s in sessions(out_dir):
+        c = type_counts(s)
+        assert c["nc_exec_running"] == 0  # nothing compiled
+        cc = events_of(s, "cc_running")
+        ops = [s.strings[int(i)] for i in cc[s.arg("cc_running", "op_str")]]
+        assert ops.count("all_reduce") == 3 and ops.count("broadcast") == 1  # inference_mode included
+        assert c["cc_exec_barrier"] == 1
+        assert (cc[s.arg("cc_running", "bytes")][:3] == 4000).all()
+        assert s.cpu is not None and len(s.cpu.ts_ns) >= 1

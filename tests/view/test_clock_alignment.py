@@ -49,7 +49,7 @@ def test_skewed_instances_are_aligned_by_collectives(tmp_path):
     (off, unc, method, n) = con.execute(f"""select clock_offset_ns, clock_offset_uncertainty_ns,
         clock_offset_method, clock_offset_samples from '{pq}/ProfileMetadata.parquet'
         where instance_id = 'i-0bbbbbbbbbbbbbbb2'""").fetchone()
-    assert method == "collectives" and n >= 20
+    assert method == "collectives" and n >= 10  # outliers (e.g. the first, late collective) are dropped
     assert abs(off + SKEW_S * 1e9) < 100_000_000, off  # the +7 s clock is moved back by ~7 s
     summary = cli("view", "-d", str(out), "--output-format", "summary-text", check=True).stdout
     m = re.search(r"i-0bbbbbbbbbbbbbbb2: ([-+][\d.]+) ms ± ([\d.]+) ms", summary)

@@ -67,6 +67,10 @@ def _process_start_time(pid: int) -> float | None:
         return None
 
 
+_publishers: dict[str, "AppStats"] = {}  # snapshot path -> the AppStats publishing it
+_registry_lock = threading.Lock()
+
+
 class _Core:
     __slots__ = ("busy_ns", "flops", "flops_known", "executions")
 
@@ -369,9 +373,17 @@ class AppStats:
         self._wake.set()
 
     def start(self) -> "AppStats":
-        """Start the publisher thread and arrange for the snapshot to be removed at exit."""
+        """Start the publisher thread and arrange for the snapshot to be removed at exit.
+
+        One publisher per snapshot file: an AppStats started later for the same process (an
+        application feeding its own counters) supersedes the one the runtime started."""
         if self._thread is not None and self._thread.is_alive():
             return self
+        with _registry_lock:
+            prev = _publishers.get(str(self.path))
+            _publishers[str(self.path)] = self
+        if prev is not None and prev is not self:
+            prev.stop(remove=False)
         endpoint.ensure_private_dir(self.stats_dir)
         self.publish()
         self._stop.clear()
@@ -382,16 +394,21 @@ class AppStats:
             self._atexit_registered = True
         return self
 
-    def stop(self) -> None:
-        """Stop publishing and remove the snapshot, so the monitor drops this application at once."""
+    def stop(self, remove: bool = True) -> None:
+        """Stop publishing and remove the snapshot, so the monitor drops this application at once
+        (``remove=False``: leave the file to the publisher that superseded this one)."""
         self._stop.set()
         self._wake.set()
         t = self._thread
         if t is not None and t.is_alive() and t is not threading.current_thread():
             t.join(timeout=2.0)
         self._thread = None
-        if os.getpid() != self._owner_pid:
+        if os.getpid() != self._owner_pid or not remove:
             return
+        with _registry_lock:
+            if _publishers.get(str(self.path)) not in (None, self):
+                return  # another publisher owns the file now
+            _publishers.pop(str(self.path), None)
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -268,7 +268,9 @@ class ParquetWriter:
                 pq.write_table(device_table(v, (index + 1) << 40), os.path.join(d, f"{v.profile_id}.parquet"),
                                compression="zstd")
 
-    def close(self, warnings: list[tuple[str, str]]) -> None:
+    def write_tables(self, warnings: list[tuple[str, str]]) -> None:
+        """The single-file tables, from the rows collected for every process."""
+
         def write_rows(name: str, rows: list[dict]) -> None:
             cols = [c for c, _ in SCHEMA_DOC[name]]
             data = {c: [r.get(c) for r in rows] for c in cols}
@@ -279,6 +281,10 @@ class ParquetWriter:
         write_rows(MODELS, self.model_rows)
         write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
         write_rows("DeviceProfiles", self.device_rows)
+
+    def close(self, warnings: list[tuple[str, str]]) -> None:
+        """Write the single-file tables and move the finished dataset into place."""
+        self.write_tables(warnings)
         if os.path.exists(self.out_dir):
             shutil.rmtree(self.out_dir)
         os.replace(self.tmp, self.out_dir)

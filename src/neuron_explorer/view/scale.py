@@ -1,0 +1,97 @@
+"""`view` as map and reduce steps, for profiles that outgrow one machine.
+
+``neuron-explorer view`` runs these same steps in one process (or a local process pool).  A fleet's
+captures can instead be converted by any engine that maps a Python function over a list -- Ray,
+Dask, Spark's ``mapPartitions``, a batch scheduler -- and queried with DuckDB, Spark or Trino,
+because the output is the same hive-partitioned Parquet dataset::
+
+    paths = discover("/shared/output")                    # every process's session directory
+    idx = [index_session(p) for p in paths]               # map: collective timings (small)
+    offsets = plan_offsets(idx)                           # reduce: clock offsets per instance
+    parts = [convert_session(p, "/shared/pq", i, offsets) for i, p in enumerate(paths)]  # map
+    finalize("/shared/pq", parts)                         # reduce: the single-file tables
+
+Each map step touches one process's files and writes only its own partition files, so tasks are
+independent; the reduce steps handle a few numbers per process.  See ``examples/scale_out_dask.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from . import align
+from .filters import ViewFilter
+from .reader import ProfileError, discover, load_session  # noqa: F401  (discover is part of the API)
+
+
+def index_session(path: str) -> dict[str, Any]:
+    """Map step 1: the facts about one session that clock alignment needs."""
+    try:
+        s = load_session(path)
+    except ProfileError as e:
+        return {"path": path, "error": str(e)}
+    ci = align.CollectiveIndex()
+    keys, start, end = ci.times(s)
+    pairs = {i: g_o for g_o, i in ci.pairs.items()}
+    groups = {}
+    for i, (g, o) in pairs.items():
+        m = (keys >> 40) == i
+        groups[(g, o)] = (keys[m] & ((1 << 40) - 1), start[m], end[m])
+    return {"path": path, "instance_id": s.instance_id,
+            "rank": int(s.info.rank) if s.info is not None else -1,
+            "start_wall_ns": int(s.info.start_wall_ns) if s.info is not None else 0, "collectives": groups}
+
+
+def plan_offsets(indexes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Reduce step 1: per-instance clock offsets and the time origin, from every session's index."""
+    ci = align.CollectiveIndex()
+    by_instance: dict[str, list] = {}
+    origin = None
+    for ix in indexes:
+        if "error" in ix:
+            continue
+        ks, ss, es = [], [], []
+        for (g, o), (seq, st, en) in ix["collectives"].items():
+            ks.append((np.int64(ci.pair_id(g, o)) << 40) | seq)
+            ss.append(st)
+            es.append(en)
+        times = (np.concatenate(ks), np.concatenate(ss), np.concatenate(es)) if ks else \
+            (np.empty(0, dtype=np.int64),) * 3
+        by_instance.setdefault(ix["instance_id"], []).append(times)
+        if ix["start_wall_ns"]:
+            origin = ix["start_wall_ns"] if origin is None else min(origin, ix["start_wall_ns"])
+    offsets = align.estimate_offsets(by_instance)
+    min_off = min((o.offset_ns for o in offsets.values()), default=0)
+    return {"offsets": offsets, "origin": (origin or 0) + min(min_off, 0) - 1_000_000_000,
+            "instances": {ix["path"]: ix.get("instance_id", "") for ix in indexes}}
+
+
+def convert_session(path: str, out_root: str, index: int, plan: dict[str, Any],
+                    view_filter: ViewFilter | None = None, display_name: str = "") -> dict[str, Any]:
+    """Map step 2: write one session's partition files (Parquet) under ``out_root``.
+
+    ``index`` must be unique per session in one dataset (it keeps event ids and file names apart)."""
+    from .pipeline import Job, convert_process
+
+    os.makedirs(out_root, exist_ok=True)
+    inst = plan["instances"].get(path, "")
+    job = Job(index, path, "parquet", out_root, out_root, plan["origin"], plan["offsets"].get(inst),
+              view_filter or ViewFilter(), False, False, display_name)
+    return convert_process(job)
+
+
+def finalize(out_root: str, results: list[dict[str, Any]], display_name: str = "") -> None:
+    """Reduce step 2: write the single-file tables (metadata, models, device profiles, warnings)."""
+    from .export_parquet import ParquetWriter
+
+    pw = ParquetWriter(out_root, display_name, root=out_root)
+    warnings = []
+    for r in results:
+        pw.meta_rows.extend(r.get("meta", []))
+        pw.model_rows.extend(r.get("models", []))
+        pw.device_rows.extend(r.get("device", []))
+        warnings.extend(r.get("warnings", []))
+    pw.write_tables(warnings)
