@@ -218,8 +218,8 @@ class PerfettoWriter:
         sl = ~instant
         k = int(sl.sum())
         te_e = Batch(k).varint(TE_TYPE, SLICE_END).varint(TE_TRACK_UUID, track_of[sl])
+        # end packets reference no interned data, so they need no sequence flags
         ends = Batch(k).varint(P_TIMESTAMP, end[sl]).varint(P_SEQ_ID, seq).message(P_TRACK_EVENT, te_e)
-        ends.varint(P_SEQ_FLAGS, SEQ_NEEDS_STATE)
         enc_e = Batch(k).message(TRACE_PACKET, ends).encode()
         self.f.write(memoryview(enc_b.data))
         self.f.write(memoryview(enc_e.data))

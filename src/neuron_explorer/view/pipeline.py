@@ -312,7 +312,8 @@ def convert_process(job: Job) -> dict:
             dw.abort()
             raise
         device_files.append(f)
-    pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 32, first=index == 0)
+    # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
+    pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 16, first=index == 0)
     pe = build_events(s, index, offset_ns, id_base, links)  # tracks span the whole process
     pw.add(pe)
     pw.close()
