@@ -178,20 +178,31 @@ def _announce_model(rt: Runtime, model, code_bytes: int = 0) -> None:
         _warn_once("stats", f"monitor counters not updated: {e}")
 
 
+_NUMPY_FLOATS: set = set()
+
+
 def _nan_scan(torch, outs) -> tuple[int, int]:
     """(NaN count, Inf count) of a graph's floating-point outputs.
 
-    One fused finiteness check per tensor and a single host sync for all of them; the counts are
-    computed only when something is not finite (rare)."""
-    ts = [t for t in (outs if isinstance(outs, (list, tuple)) else (outs,))
-          if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
-    if not ts:
-        return 0, 0
-    flags = torch.stack([torch.isfinite(t).all() for t in ts]) if len(ts) > 1 else torch.isfinite(ts[0]).all()
-    if bool(flags.all()):
-        return 0, 0
+    CPU tensors of numpy-compatible float types are checked through a zero-copy numpy view (a few
+    microseconds, against ~15 us for the equivalent torch ops); others with one fused torch check.
+    The counts are computed only when something is not finite (rare)."""
+    import numpy as np
+
+    if not _NUMPY_FLOATS:
+        _NUMPY_FLOATS.update((torch.float32, torch.float64, torch.float16))
+    bad = []
+    for t in outs if isinstance(outs, (list, tuple)) else (outs,):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or not t.numel():
+            continue
+        if t.dtype in _NUMPY_FLOATS and t.device.type == "cpu" and t.layout == torch.strided:
+            finite = bool(np.isfinite(t.detach().numpy()).all())
+        else:
+            finite = bool(torch.isfinite(t).all())
+        if not finite:
+            bad.append(t)
     nan = inf = 0
-    for t in ts:
+    for t in bad:
         nan += int(torch.isnan(t).sum())
         inf += int(torch.isinf(t).sum())
     return nan, inf
