@@ -38,12 +38,9 @@ def _nbytes(x) -> int:
 
 
 def _shapes(args) -> str:
-    parts = []
-    for a in args:
-        shape = getattr(a, "shape", None)
-        if shape is not None:
-            parts.append(f"{str(getattr(a, 'dtype', '')).replace('torch.', '')}{list(shape)}")
-    return ", ".join(parts)
+    from .torch_hooks import tensor_summary
+
+    return ", ".join(tensor_summary(args, include_others=False))
 
 
 class _Recorder:

@@ -91,15 +91,20 @@ def _graph_facts(gm, with_source: bool) -> tuple[str, str, list[tuple[str, str, 
     return src, mod, nodes
 
 
-def _signature(example_inputs) -> str:
+def tensor_summary(xs, include_others: bool = True) -> list[str]:
+    """``float32[16, 32]`` for each tensor-like (and the type name of anything else, optionally)."""
     parts = []
-    for x in example_inputs:
+    for x in xs:
         shape = getattr(x, "shape", None)
         if shape is not None:
             parts.append(f"{str(getattr(x, 'dtype', '')).replace('torch.', '')}{list(shape)}")
-        else:
+        elif include_others:
             parts.append(type(x).__name__)
-    return "(" + ", ".join(parts) + ")"
+    return parts
+
+
+def _signature(example_inputs) -> str:
+    return "(" + ", ".join(tensor_summary(example_inputs)) + ")"
 
 
 def _backend_name(compiler_fn) -> str:
