@@ -2,6 +2,7 @@
 package's protos and json; processing-time filters; damaged input."""
 
 import json
+import re
 import os
 import shutil
 
@@ -108,7 +109,7 @@ def test_perfetto_trace_parses_and_holds_both_ranks_slices_flows_and_counters(ca
         ex = [te for nm, te in evs if nm == "nc_exec_running"][0]
         ann = {dbg_names[seq][d.name_iid]: (dbg_strings[seq].get(d.string_value_iid) if d.string_value_iid else d.int_value)
                for d in ex.debug_annotations}
-        assert ann["model_name"].startswith(("inner", "forward", "f")) and "exec_id" in ann
+        assert re.search(r"_[0-9a-f]{16}(_bwd)?$", ann["model_name"]) and "exec_id" in ann
     exec_flows = [f for f, m in flows.items() if {n for _, n in m} == {"nrt_execute", "nc_exec_running"}]
     cc_flows = [f for f, m in flows.items() if {s for s, _ in m} == {1, 2} and {n for _, n in m} == {"cc_running"}]
     assert len(exec_flows) == truth[0][1]["nc_exec_running"] + truth[1][1]["nc_exec_running"]

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sys
 from typing import Any
@@ -66,21 +67,46 @@ def _install_compile_start(cb_mod) -> None:
     cb_mod.callback_handler.register_start_callback(on_start)
 
 
-def _graph_facts(gm, with_source: bool) -> tuple[str, str, list[tuple[str, str, str, str, str]]]:
-    """(file:line of the user's code, module path, nodes) of an FX graph.
+_TORCH_DIR = None
+
+
+def _user_frame(stack_trace: str) -> tuple[str, str] | None:
+    """The innermost (file, line) of a node's stack trace that is not inside PyTorch itself."""
+    global _TORCH_DIR
+    if _TORCH_DIR is None:
+        import torch
+
+        _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+    frames = re.findall(r'File "([^"]+)", line (\d+)', stack_trace)
+    for f, line in reversed(frames):
+        if not f.startswith(_TORCH_DIR):
+            return f, line
+    return frames[-1] if frames else None
+
+
+def _graph_facts(gm, with_source: bool) -> tuple[str, str, list[tuple[str, str, str, str, str]], str]:
+    """(file:line of the user's code, module path, nodes, a short label) of an FX graph.
 
     Each node is (name, op, target, source location, module path); the locations are filled only
-    when the source-debug variables ask for them."""
-    src = mod = ""
+    when the source-debug variables ask for them.  The label (``train.py:41``) names the graph."""
+    src = mod = label = ""
     nodes = []
     for node in gm.graph.nodes:
         nsrc = nmod = ""
+        st = node.meta.get("stack_trace") if (with_source or not label) else None
+        if st:
+            fr = _user_frame(st)
+            if fr is not None:
+                label = label or f"{os.path.basename(fr[0])}:{fr[1]}"
+                if with_source:
+                    nsrc = f"{fr[0]}:{fr[1]}"
+        if not label:
+            nms0 = node.meta.get("nn_module_stack")
+            if nms0:  # a module's graph: name it after the compiled module's class
+                first = list(nms0.values())[0]
+                cls = first[1] if isinstance(first, tuple) and len(first) > 1 else None
+                label = getattr(cls, "__name__", "") or ""
         if with_source:
-            st = node.meta.get("stack_trace")
-            if st:
-                frames = re.findall(r'File "([^"]+)", line (\d+)', st)
-                if frames:
-                    nsrc = f"{frames[-1][0]}:{frames[-1][1]}"
             nms = node.meta.get("nn_module_stack")
             if nms:
                 last = list(nms.values())[-1]
@@ -88,7 +114,7 @@ def _graph_facts(gm, with_source: bool) -> tuple[str, str, list[tuple[str, str, 
             src = src or nsrc
             mod = mod or nmod
         nodes.append((node.name, node.op, str(node.target), nsrc, nmod))
-    return src, mod, nodes
+    return src, mod, nodes, label
 
 
 def tensor_summary(xs, include_others: bool = True) -> list[str]:
@@ -101,6 +127,17 @@ def tensor_summary(xs, include_others: bool = True) -> list[str]:
         elif include_others:
             parts.append(type(x).__name__)
     return parts
+
+
+def _model_name(co_name: str, label: str, hval: int) -> str:
+    """``f@train.py:41_<hash>`` for a function, ``Sequential_<hash>`` for a module."""
+    if co_name in ("inner", "_call_impl", "_wrapped_call_impl", "forward") and label and ":" not in label:
+        base = label
+    elif label:
+        base = f"{co_name}@{label}"
+    else:
+        base = co_name
+    return f"{base}_{hval:016x}"[:64]
 
 
 def _signature(example_inputs) -> str:
@@ -140,13 +177,13 @@ def _register_graph(rt, torch, core, og, gm, example_inputs, compiled, t_backend
     digest = hashlib.blake2b((backend + "\0" + code).encode(), digest_size=8).digest()
     hval = int.from_bytes(digest, "little")
     co_name = getattr(getattr(getattr(og, "root_tx", None), "f_code", None), "co_name", "graph")
-    src, modpath, nodes = _graph_facts(gm, rt.config.source_locations)
+    src, modpath, nodes, label = _graph_facts(gm, rt.config.source_locations)
     consts = 0
     for p in list(gm.parameters()) + list(gm.buffers()):
         consts += p.numel() * p.element_size()
     start = _state["compile_start"] or t_backend
     model = rt.add_model(
-        name=f"{co_name}_{hval:016x}"[:64], neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
+        name=_model_name(co_name, label, hval), neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
         kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
         num_nodes=len(nodes), constants_bytes=consts, signature=_signature(example_inputs),
         artifacts={"code": code, "nodes": nodes},
