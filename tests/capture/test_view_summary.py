@@ -82,3 +82,15 @@ def test_missing_or_empty_directory_says_what_a_capture_looks_like(tmp_path):
     (tmp_path / "empty").mkdir()
     r = cli("view", "-d", str(tmp_path / "empty"), "--output-format", "summary-text")
     assert r.returncode == 2 and "no profiles found" in r.stderr and "ntrace.pb" in r.stderr
+
+
+def test_a_capture_without_system_events_is_summarized(tmp_path):
+    out = tmp_path / "out"
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                    NEURON_RT_INSPECT_SYSTEM_PROFILE="0")
+    subprocess.run([sys.executable, WORKLOAD, "exit", "2"], env=env, check=True, capture_output=True)
+    (session,) = [p for p in out.glob("*/*")]
+    assert not (session / "ntrace.pb").exists() and (session / "trace_info.pb").exists()
+    r = cli("view", "-d", str(out), "--output-format", "summary-json", check=True)
+    (p,) = json.loads(r.stdout)["profiles"]
+    assert p["cores"][0]["executions"] == 0

@@ -31,8 +31,12 @@ def _pct(a: np.ndarray, q: float) -> float | None:
     return float(np.percentile(a, q)) if len(a) else None
 
 
+_EMPTY = {k: np.empty(0, dtype=np.int64) for k in ("type", "start_ns", "end_ns", "nc_idx", "thread_id",
+                                                   "a", "b", "c", "d", "e")}
+
+
 def core_summary(s: Session, nc: int, top: int = 5) -> dict[str, Any]:
-    e = s.events
+    e = s.events if s.num_events else _EMPTY  # a capture with the system profile off has no events
     on = e["nc_idx"] == nc
     types = e["type"][on]
     start, end = e["start_ns"][on], e["end_ns"][on]
