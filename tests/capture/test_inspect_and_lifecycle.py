@@ -150,3 +150,12 @@ def test_source_locations_and_nan_check(out_dir, tmp_path):
     err = events_of(s, "numerical_err")
     assert int(err[s.arg("numerical_err", "ret")][0]) == 1003
     assert int(err[s.arg("numerical_err", "exec_id")][0]) == 1
+
+
+def test_an_unusable_output_directory_fails_at_start_up(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(blocker / "out"))
+    p = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True)
+    assert p.returncode == 2 and "ran" not in p.stdout
+    assert "NEURON_RT_INSPECT_OUTPUT_DIR" in p.stderr and str(blocker / "out") in p.stderr

@@ -38,6 +38,8 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
         if not capture and not keep_rings:
             # Nothing drains the capture rings without a capture sink: keep them minimal.
             cfg.max_events_per_nc = 1
+        if capture:
+            _check_output_dir(cfg.output_dir)
         rt = Runtime(cfg)
         if ndet_on:
             from ..ndet.recorder import NdetRecorder
@@ -63,6 +65,19 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
     _install_integrations(rt)
     _install_exit_handlers(rt)
     return rt
+
+
+def _check_output_dir(path: str) -> None:
+    """Fail at start-up, not at the first flush, when the output directory cannot be used."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        ok = os.access(path, os.W_OK | os.X_OK)
+        err = "not writable"
+    except OSError as e:
+        ok, err = False, e.strerror or str(e)
+    if not ok:
+        raise cfgmod.ConfigError(f"{cfgmod.OUTPUT_DIR}={path!r} cannot be used ({err}); "
+                                 "accepted: a directory this process can create or write")
 
 
 def _start_stats(rt: Runtime) -> None:
