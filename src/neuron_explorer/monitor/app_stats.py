@@ -67,6 +67,10 @@ def _process_start_time(pid: int) -> float | None:
         return None
 
 
+# runtime status code -> execution outcome
+_RET_STATUS = {0: "completed", 1003: "completed_with_num_err", 5: "timed_out", 1002: "incorrect_input",
+               7: "failed_to_queue"}
+
 _publishers: dict[str, "AppStats"] = {}  # snapshot path -> the AppStats publishing it
 _registry_lock = threading.Lock()
 
@@ -138,6 +142,7 @@ class AppStats:
         # here (one C-level append); the publisher thread applies them before each snapshot.
         self._pending: deque = deque(maxlen=1_000_000)
         self.record_execution = self._pending.append
+        self._raw: dict[int, deque] = {}  # per core: the runtime's own execution records
 
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -240,19 +245,44 @@ class AppStats:
 
     # ------------------------------------------------------------------ publishing
 
+    def runtime_feed(self, nc_idx: int):
+        """An append function for the runtime's execution records of core ``nc_idx``.
+
+        The runtime appends the very tuple it puts in its capture ring --
+        ``(type, start_ns, end_ns, thread, model_id, exec_id, ret, device_start_ns, device_end_ns)``
+        -- so counting an execution adds no allocation to its hot path."""
+        q = self._raw.get(nc_idx)
+        if q is None:
+            q = self._raw[nc_idx] = deque(maxlen=1_000_000)
+        return q.append
+
+    def _raw_records(self) -> list[tuple]:
+        out = []
+        for nc, q in list(self._raw.items()):
+            pop = q.popleft
+            for _ in range(len(q)):
+                r = pop()
+                host = r[2] - r[1]
+                dev = r[8] - r[7] if r[8] > 0 else host
+                out.append((r[4], nc, host, dev, _RET_STATUS.get(r[6], "completed_with_err")))
+        return out
+
     def drain_pending(self) -> int:
-        """Apply the executions queued through :attr:`record_execution`, in one batch; returns how many.
+        """Apply the executions queued through :attr:`record_execution` and :meth:`runtime_feed`,
+        in one batch; returns how many.
 
         The hot path only appended tuples; counting them here with numpy keeps the publisher's
         cost per execution well under a microsecond."""
         import numpy as np
 
         q = self._pending
-        n = len(q)
+        pop = q.popleft
+        recs = [pop() for _ in range(len(q))]
+        if self._raw:
+            recs.extend(self._raw_records())
+        n = len(recs)
         if not n:
             return 0
-        pop = q.popleft
-        recs = [pop() for _ in range(n)]
         mids, ncs, host, dev, status = zip(*recs)
         unknown = set(status) - set(EXECUTION_STATUSES)
         if unknown:
