@@ -256,6 +256,13 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
     The hot path is two clock reads, a cached thread id, one tuple, one append and the event
     counter; graph switches are derived from the recorded model ids when the rings are drained.
     """
+    if backward_of_outputs:
+        # Dynamo wraps what call_user_compiler returns (this wrapper) in torch._dynamo.disable; an
+        # inner callable that is already such a wrapper would be a second, redundant layer (two
+        # eval-frame switches per call), so call the function it wraps.
+        while getattr(fn, "_torchdynamo_orig_callable", None) is not None and \
+                getattr(fn, "_torchdynamo_wrapper_id", None) == id(fn):
+            fn = fn._torchdynamo_orig_callable
     ring = core.ring
     append = ring.append
     tick = ring.tick
