@@ -201,8 +201,12 @@ def test_drill_down_from_nc_exec_running(page) -> None:
       return {x: Math.max(tl.xOf(it.s), 231) + 1, y: 26 + e.y + e.h / 2, c: it.c};
     }""")
     page.mouse.click(dev["x"] + pos["x"], dev["y"] + pos["y"])
-    if pos["c"] > 1:  # merged: the click zoomed in; click again
-        page.wait_for_timeout(300)
+    if pos["c"] > 1:  # merged: the click zoomed in; wait for the finer window, then click again
+        page.wait_for_function("""() => {
+          const tl = window.__nx.state.widgets.find((x) => x.type === 'device-trace').timeline;
+          const e = tl.layout.find((x) => x.type === 'row' && x.row.label === 'pe');
+          return e && (tl.events.get(e.row.idx) || []).some((i) => i.c === 1);
+        }""", timeout=30000)
         pos = page.evaluate("""() => {
           const tl = window.__nx.state.widgets.find((x) => x.type === 'device-trace').timeline;
           const e = tl.layout.find((x) => x.type === 'row' && x.row.label === 'pe');
