@@ -23,6 +23,8 @@ import re
 import sys
 from typing import Any
 
+import numpy as np
+
 from ..runtime import clock
 from ..runtime import events as ev
 from ..runtime.core import CoreState, Runtime
@@ -229,8 +231,6 @@ def _nan_scan(torch, outs) -> tuple[int, int]:
     CPU tensors of numpy-compatible float types are checked through a zero-copy numpy view (a few
     microseconds, against ~15 us for the equivalent torch ops); others with one fused torch check.
     The counts are computed only when something is not finite (rare)."""
-    import numpy as np
-
     if not _NUMPY_FLOATS:
         _NUMPY_FLOATS.update((torch.float32, torch.float64, torch.float16))
     bad = []
@@ -325,8 +325,6 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
                 pass
     run.__wrapped__ = fn  # type: ignore[attr-defined]
     return run
-
-
 
 
 def _instrument_backward(rt, torch, core, model, out) -> bool:

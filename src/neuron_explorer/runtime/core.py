@@ -111,9 +111,6 @@ class Runtime:
                     self.cores[nc] = st
         return st
 
-    def is_enabled(self, type_id: int) -> bool:
-        return self.enabled[type_id]
-
     # -- lifecycle ----------------------------------------------------------------------------
     def add_sink(self, sink: Sink) -> None:
         self.sinks.append(sink)

@@ -142,7 +142,7 @@ def run(opts: ViewOptions) -> ViewResult:
         work = out.rstrip("/") + ".parts"
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
-    jobs = [Job(i, p, fmt, out, work, origin, offsets.get(_instance_of(p, usable_instances)), opts.filter,
+    jobs = [Job(i, p, fmt, out, work, origin, offsets.get(usable_instances.get(p, "")), opts.filter,
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name)
             for i, p in enumerate(usable)]
 
@@ -203,10 +203,6 @@ def run(opts: ViewOptions) -> ViewResult:
 
 
 PARALLEL_MIN_BYTES = 64 << 20  # below this, starting workers costs more than it saves
-
-
-def _instance_of(path: str, known: dict[str, str]) -> str:
-    return known.get(path, "")
 
 
 def _workers(requested: int | None, paths: list[str]) -> int:
