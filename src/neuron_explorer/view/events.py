@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .reader import Session, wall_offset_ns
 
@@ -44,7 +46,7 @@ class ProcessEvents:
     type_sources: list[str]
     strings: list[str]
     model_names: dict[int, str]
-    extra_json: list[str | None] = field(default_factory=list)  # per event, None = no extra attributes
+    extra_json: pa.Array = field(default_factory=lambda: pa.nulls(0, type=pa.string()))  # per event JSON, null = none
     device_profiles: list[str] = field(default_factory=list)  # ids; cols["device_profile"] indexes it
 
     @property
@@ -63,25 +65,83 @@ class ProcessEvents:
         return np.array(self.type_names, dtype=object)[self.cols["type"]] if self.n else np.empty(0, dtype=object)
 
 
+def _slot_targets(s: Session) -> dict[tuple[str, str], np.ndarray]:
+    """(argument slot, output column) -> boolean table over type ids: which types put that slot there."""
+    out: dict[tuple[str, str], np.ndarray] = {}
+    nt = len(s.type_args)
+    for tid, args in enumerate(s.type_args):
+        for slot, arg in zip("abcde", args):
+            target = ARG_COLUMNS.get(arg) if arg else None
+            if target is not None:
+                out.setdefault((slot, target), np.zeros(nt + 1, dtype=bool))[tid] = True
+    return out
+
+
+def _extra_json(s: Session, typ: np.ndarray, present: list[int]) -> pa.Array:
+    """Per event, the attributes that have no column, as a JSON object (null when there are none).
+
+    Built with Arrow's string kernels over the events of each type, then scattered by one ``take``.
+    """
+    n = len(typ)
+    e = s.events
+    pieces: list[pa.Array] = []
+    rows: list[np.ndarray] = []
+    quoted = None
+    for tid in present:
+        leftovers = [(slot, arg) for slot, arg in zip("abcde", s.type_args[tid]) if arg and arg not in ARG_COLUMNS]
+        if not leftovers:
+            continue
+        idx = np.flatnonzero(typ == tid)
+        parts: list = []
+        for k, (slot, arg) in enumerate(leftovers):
+            v = e[slot][idx]
+            if arg.endswith("_str"):
+                if quoted is None:
+                    quoted = pa.array([json.dumps(x) for x in s.strings] + ["null"], type=pa.string())
+                val = quoted.take(pa.array(np.where((v >= 0) & (v < len(s.strings)), v, len(s.strings))))
+                key = arg[:-4]
+            else:
+                val = pc.cast(pa.array(v, type=pa.int64()), pa.string())
+                key = arg
+            parts += [("{" if k == 0 else ",") + json.dumps(key) + ":", val]
+        parts.append("}")
+        pieces.append(pc.binary_join_element_wise(*parts, ""))
+        rows.append(idx)
+    if not pieces:
+        return pa.nulls(n, type=pa.string())
+    values = pa.concat_arrays([pa.nulls(1, type=pa.string())] + [p.cast(pa.string()) for p in pieces])
+    take = np.zeros(n, dtype=np.int64)
+    pos = 1
+    for idx in rows:
+        take[idx] = np.arange(pos, pos + len(idx))
+        pos += len(idx)
+    return values.take(pa.array(take))
+
+
 def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
           device_links: dict[int, str] | None = None) -> ProcessEvents:
     e = s.events
     n = s.num_events
     off = wall_offset_ns(s) + clock_offset_ns
+    empty = np.empty(0, dtype=np.int64)
+    typ = e["type"].astype(np.int64) if n else empty
     cols: dict[str, np.ndarray] = {
         "id": id_base + np.arange(n, dtype=np.int64),
-        "type": e["type"].astype(np.int64) if n else np.empty(0, dtype=np.int64),
-        "start_ts": e["start_ns"] + off if n else np.empty(0, dtype=np.int64),
-        "end_ts": e["end_ns"] + off if n else np.empty(0, dtype=np.int64),
-        "nc_idx": e["nc_idx"].astype(np.int64) if n else np.empty(0, dtype=np.int64),
-        "thread_id": e["thread_id"] if n else np.empty(0, dtype=np.int64),
+        "type": typ,
+        "start_ts": e["start_ns"] + off if n else empty,
+        "end_ts": e["end_ns"] + off if n else empty,
+        "nc_idx": e["nc_idx"].astype(np.int64) if n else empty,
+        "thread_id": e["thread_id"] if n else empty,
     }
-    for c in INT_COLUMNS:
-        cols[c] = np.full(n, -1, dtype=np.int64)
-    for c in STR_COLUMNS:
-        cols[c] = np.zeros(n, dtype=np.int64)  # string ids; 0 = ""
+    # argument slots -> named columns: one pass per (slot, column) pair that some type uses
+    targets = _slot_targets(s) if n else {}
+    nt = len(s.type_args)
+    typ_c = np.minimum(typ, nt) if n else typ  # unknown type ids index the all-False entry
+    for c in INT_COLUMNS + STR_COLUMNS:
+        cols[c] = np.full(n, -1 if c in INT_COLUMNS else 0, dtype=np.int64)  # string ids: 0 = ""
+    for (slot, target), table in targets.items():
+        np.copyto(cols[target], e[slot], where=table[typ_c], casting="unsafe")
     cols["flow_id"] = np.zeros(n, dtype=np.int64)
-    extra: list[str | None] = [None] * n
     groups, sources = [], []
     trace = s.trace
     tinfo = {et.id: et for et in trace.event_types} if trace is not None else {}
@@ -89,55 +149,33 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         et = tinfo.get(tid)
         groups.append(et.group if et is not None else "")
         sources.append(et.source if et is not None else "")
-    present = np.unique(cols["type"]) if n else []
-    for tid in present:
-        tid = int(tid)
-        m = cols["type"] == tid
-        args = s.type_args[tid]
-        leftovers = []
-        for slot, arg in zip("abcde", args):
-            if not arg:
-                continue
-            target = ARG_COLUMNS.get(arg)
-            if target is not None:
-                cols[target][m] = e[slot][m]
-            else:
-                leftovers.append((slot, arg))
-        if leftovers:  # attributes without a column (sync points, copies, loads, errors): per-event JSON
-            idx = np.flatnonzero(m)
-            parts = []
-            for slot, arg in leftovers:
-                v = e[slot][idx]
-                if arg.endswith("_str"):
-                    quoted = [json.dumps(x) for x in s.strings]
-                    parts.append((json.dumps(arg[:-4]), [quoted[i] if 0 <= i < len(quoted) else "null"
-                                                         for i in v.tolist()]))
-                else:
-                    parts.append((json.dumps(arg), v.astype(str).tolist()))
-            head = "{" + ",".join(f"{k}:%s" for k, _ in parts) + "}"
-            for j, text in zip(idx.tolist(), zip(*[vals for _, vals in parts])):
-                extra[j] = head % text
+    present = np.flatnonzero(np.bincount(typ_c, minlength=nt + 1)[:nt]).tolist() if n else []
+    extra = _extra_json(s, typ, present)
     # flows: host call <-> core execution (same process, same exec id), and collectives across ranks
     exec_ids = [s.type_id(t) for t in FLOW_EXEC_TYPES if s.type_id(t) is not None]
     if exec_ids and n:
-        m = np.isin(cols["type"], exec_ids) & (cols["exec_id"] >= 0)
-        cols["flow_id"][m] = ((index + 1) << 40) | (cols["exec_id"][m] & ((1 << 40) - 1))
+        is_exec = np.zeros(nt + 1, dtype=bool)
+        is_exec[exec_ids] = True
+        m = is_exec[typ_c] & (cols["exec_id"] >= 0)
+        np.copyto(cols["flow_id"], ((index + 1) << 40) | (cols["exec_id"] & ((1 << 40) - 1)), where=m)
     cc_ids = [s.type_id(t) for t in FLOW_CC_TYPES if s.type_id(t) is not None]
     if cc_ids and n:
-        m = np.isin(cols["type"], cc_ids)
-        if m.any():
-            pairs = cols["group"] * (1 << 20) + cols["op"]
-            for pair in np.unique(pairs[m]).tolist():
-                pm = m & (pairs == pair)
-                cols["flow_id"][pm] = collective_flow_ids(s.strings[pair >> 20], s.strings[pair & ((1 << 20) - 1)],
-                                                          cols["seq"][pm])
+        is_cc = np.zeros(nt + 1, dtype=bool)
+        is_cc[cc_ids] = True
+        cc_idx = np.flatnonzero(is_cc[typ_c])
+        if len(cc_idx):
+            pairs = cols["group"][cc_idx] * (1 << 20) + cols["op"][cc_idx]
+            for pair in np.unique(pairs).tolist():
+                sel = cc_idx[pairs == pair]
+                cols["flow_id"][sel] = collective_flow_ids(s.strings[pair >> 20], s.strings[pair & ((1 << 20) - 1)],
+                                                           cols["seq"][sel])
     # nc_exec_running -> the device profile that holds its execution
     cols["device_profile"] = np.full(n, -1, dtype=np.int64)
     profiles = sorted(set((device_links or {}).values()))
     tid_exec = s.type_id("nc_exec_running")
     if profiles and tid_exec is not None and n:
         pidx = {p: i for i, p in enumerate(profiles)}
-        m = np.flatnonzero(cols["type"] == tid_exec)
+        m = np.flatnonzero(typ == tid_exec)
         links = device_links or {}
         cols["device_profile"][m] = [pidx.get(links.get(e, ""), -1) for e in cols["exec_id"][m].tolist()]
     model_names = {int(m.id): m.name for m in s.models}

@@ -110,7 +110,7 @@ class JsonWriter:
             typ = c["type"].tolist()
             names_l = names.tolist()
             tid_l = tid.tolist()
-            extra = pe.extra_json
+            extra = pe.extra_json.to_pylist()
             dprof = c["device_profile"].tolist()
             for i in range(n):
                 args: dict = {}

@@ -1,0 +1,121 @@
+"""Every SystemProfileEvents column, for every event type, checked against the records that were written.
+
+The capture is written through the real writer from a random mix of all event types (so argument
+slots that have a column and those that go to ``extra_attributes_json`` are both exercised), with a
+chunk size smaller than the process so that chunk boundaries are crossed.  The expected values are
+computed here from the records and the vocabulary, independently of the view code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import duckdb
+import numpy as np
+import pytest
+
+from neuron_explorer.capture import writer
+from neuron_explorer.capture.store import CoreStore
+from neuron_explorer.runtime import events as ev
+from neuron_explorer.runtime.config import CaptureConfig
+from neuron_explorer.runtime.core import Runtime
+from neuron_explorer.runtime.identity import ProcessIdentity
+from neuron_explorer.view import pipeline
+
+COLUMN_OF = {"model_id": None, "exec_id": "exec_id", "ret": "ret", "op_str": "op", "seq": "seq", "bytes": "bytes",
+             "dtype_str": "dtype", "group_str": "group_ranks"}
+
+
+def _capture(out: str, n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    cfg = CaptureConfig(output_dir=out, max_events_per_nc=n)
+    rt = Runtime(cfg, ProcessIdentity("i-0123456789abcdef0", "host", 4242, 1, 1, 2, 0, "tagged"))
+    base = 5_000_000_000
+    rt.anchors = [(base, base + 1_700_000_000_000_000_000, "start")]
+    for k in ("forward", "backward"):
+        rt.add_model(name=f"step_{k}", neff_name=f"neff_{k}", graph_hash=k, backend="aot_eager", kind=k, nc_idx=1)
+    sids = [0] + [rt.intern(s) for s in ("all_reduce", "0,1", "float32", 'quote " name', "región")]
+    types = np.array([t.id for t in ev.EVENT_TYPES])
+    rec = np.zeros((n, ev.RECORD_WIDTH), dtype=np.int64)
+    rec[:, 0] = rng.choice(types, n)
+    rec[:, 1] = base + np.sort(rng.integers(0, 10**9, n))
+    rec[:, 2] = rec[:, 1] + rng.integers(1, 10**5, n)
+    rec[:, 3] = rng.choice([11, 12], n)
+    for slot in range(5):
+        rec[:, 4 + slot] = rng.integers(0, 6, n)
+    for t in ev.EVENT_TYPES:  # string slots hold string ids; model ids refer to the two models
+        m = rec[:, 0] == t.id
+        for slot, arg in enumerate(t.args):
+            if arg.endswith("_str"):
+                rec[m, 4 + slot] = np.array(sids)[rng.integers(0, len(sids), int(m.sum()))]
+            elif arg == "model_id":
+                rec[m, 4 + slot] = rng.integers(0, 2, int(m.sum()))
+    store = CoreStore(1, n)
+    store.blocks = [rec]
+    store.rows = store.produced = n
+    d = writer.make_session_dir(out, "i-0123456789abcdef0", 4242, rt.anchors[0][1])
+    writer.atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, {1: store}))
+    writer.atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, {1: store}, d))
+    return rt, rec
+
+
+def test_every_column_matches_the_records(tmp_path, monkeypatch):
+    n = 5000
+    rt, rec = _capture(str(tmp_path / "cap"), n, seed=3)
+    monkeypatch.setattr(pipeline, "CHUNK", 1024)  # several chunks per process
+    out = str(tmp_path / "out_parquet")
+    res = pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_file=out, jobs=1))
+    assert res.events == n and not res.warnings
+    rows = duckdb.sql(f"""SELECT * FROM read_parquet('{out}/SystemProfileEvents/**/*.parquet', hive_partitioning=false)
+                          ORDER BY id""").fetchall()
+    names = [d[0] for d in duckdb.sql(f"SELECT * FROM read_parquet('{out}/SystemProfileEvents/**/*.parquet', "
+                                       "hive_partitioning=false) LIMIT 0").description]
+    assert len(rows) == n
+    strings = rt.string_list
+    offset = rows[0][names.index("start_ts")] - int(rec[0, 1])
+    flows_expected = 0
+    for row, r in zip(rows, rec):
+        got = dict(zip(names, row))
+        t = ev.EVENT_TYPES[int(r[0])]
+        assert got["name"] == t.name and got["trace_event_source"] == t.source and got["event_group"] == t.group
+        assert got["start_ts"] - offset == r[1] and got["end_ts"] - got["start_ts"] == r[2] - r[1] == got["duration_ns"]
+        assert (got["thread_id"], got["nc_idx"], got["pcore_idx"], got["worker_gid"]) == (r[3], 1, 1, 1)
+        assert (got["instance_id"], got["process_id"], got["framework_stream_id"]) == ("i-0123456789abcdef0", 4242, None)
+        want = {"exec_id": None, "ret": None, "op": None, "seq": None, "bytes": None, "dtype": None,
+                "group_ranks": None, "model_name": None}
+        extra = {}
+        for slot, arg in enumerate(t.args):
+            if not arg:
+                continue
+            v = int(r[4 + slot])
+            if arg == "model_id":
+                want["model_name"] = f"step_{('forward', 'backward')[v]}"
+            elif arg in COLUMN_OF:
+                want[COLUMN_OF[arg]] = (strings[v] or None) if arg.endswith("_str") else v
+            elif arg.endswith("_str"):
+                extra[arg[:-4]] = strings[v]
+            else:
+                extra[arg] = v
+        assert {k: got[k] for k in want} == want, (t.name, got)
+        assert (json.loads(got["extra_attributes_json"]) if got["extra_attributes_json"] else {}) == extra, t.name
+        is_flow = t.name in ("nrt_execute", "nc_exec_running", "cc_running", "cc_exec_barrier")
+        assert (len(got["flow_id"]) == 1) == is_flow, t.name
+        flows_expected += is_flow
+    # the flows table lists exactly the events that carry a flow id, with the same ids
+    f = duckdb.sql(f"""SELECT count(*), count(DISTINCT event_id) FROM
+                       read_parquet('{out}/SystemProfileFlows/**/*.parquet', hive_partitioning=false) fl
+                       JOIN read_parquet('{out}/SystemProfileEvents/**/*.parquet', hive_partitioning=false) e
+                       ON e.id = fl.event_id AND list_contains(e.flow_id, fl.flow_id) AND e.name = fl.name
+                       AND e.start_ts = fl.ts""").fetchall()[0]
+    assert f == (flows_expected, flows_expected)
+
+
+@pytest.mark.parametrize("fmt", ["json"])
+def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt):
+    rt, rec = _capture(str(tmp_path / "cap"), 500, seed=5)
+    out = str(tmp_path / "t.json")
+    pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_format=fmt, output_file=out, jobs=1))
+    evs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") in ("X", "i") and e.get("name") == "nrt_tensor_read"]
+    want = sorted((int(r[5]), int(r[6])) for r in rec if r[0] == ev.NRT_TENSOR_READ)
+    assert sorted((e["args"]["src_device"], e["args"]["dst_device"]) for e in evs) == want
