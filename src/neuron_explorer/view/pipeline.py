@@ -24,7 +24,7 @@ class ViewError(Exception):
 GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<timestamp>/ holding "
                "ntrace.pb and trace_info.pb (written by NEURON_RT_INSPECT_ENABLE=1 or 'neuron-explorer inspect')")
 
-CHUNK = 131_072  # events converted at a time: bounds memory beyond the loaded process itself
+CHUNK = 262_144  # events converted at a time: bounds memory beyond the loaded process itself (~50 MB)
 
 DEFAULT_OUTPUTS = {"parquet": "system_profile_parquet", "json": "system_profile.json",
                    "perfetto": "system_profile.pftrace"}
