@@ -119,6 +119,7 @@ def run(opts: ViewOptions) -> ViewResult:
         usable.append(p)
         usable_instances[p] = s.instance_id
         times = cindex.times(s)
+        s.release(s.num_events)  # the index keeps only the collective timings
         times_by_instance.setdefault(s.instance_id, []).append(times)
         rank = int(s.info.rank) if s.info is not None else -1
         strag_entries.append((rank, s.instance_id, times))
@@ -275,6 +276,7 @@ def convert_process(job: Job) -> dict:
             pe = build_events(part, index, offset_ns, id_base + lo, links)
             w.add(pe, meta_row(pe, off) if lo + CHUNK >= n else None)
             res["events"] += pe.n
+            s.release(lo + CHUNK)
         res.update(meta=w.meta_rows, models=w.model_rows, device=w.device_rows)
         return res
     piece = os.path.join(job.work, f"piece-{index:08d}")
@@ -294,6 +296,7 @@ def convert_process(job: Job) -> dict:
             pe = build_events(part, index, offset_ns, id_base + lo, links)
             jw.add(pe, first=lo == 0, last=lo + CHUNK >= n)
             res["events"] += pe.n
+            s.release(lo + CHUNK)
         jw.close({})
         return res
     from .export_perfetto import PerfettoWriter

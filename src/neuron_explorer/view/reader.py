@@ -8,6 +8,7 @@ A session is a directory holding ``trace_info.pb`` and/or ``ntrace.pb`` (plus th
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass, field
 
@@ -97,8 +98,6 @@ def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, obj
     The file is memory-mapped; everything but the column message is parsed by protobuf (it is
     small), and the columns come back as (start, end) offsets into the map, ready for
     ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count)."""
-    import mmap
-
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -167,6 +166,24 @@ class Session:
     warnings: list[str] = field(default_factory=list)
     device_paths: list[str] = field(default_factory=list)  # .ntff files of this session
     neff_paths: list[str] = field(default_factory=list)
+    mapped: tuple | None = None  # (mmap, {column: (file offset, item size)}) behind ``events``
+
+    def release(self, upto: int) -> None:
+        """Drop the pages of events ``[0, upto)`` from this process's resident memory (they stay in
+        the page cache): converting a process chunk by chunk then keeps only the current chunk's
+        pages resident, instead of the whole memory-mapped file."""
+        if self.mapped is None or upto <= 0:
+            return
+        mm, layout = self.mapped
+        page = mmap.PAGESIZE
+        for off, size in layout.values():
+            start = -(-off // page) * page  # first whole page of the column
+            end = (off + upto * size) // page * page
+            if end > start:
+                try:
+                    mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+                except (OSError, ValueError, AttributeError):  # not supported here: keep the pages
+                    return
 
     @property
     def instance_id(self) -> str:
@@ -230,9 +247,12 @@ def load_session(path: str, load_events: bool = True) -> Session:
         s.strings = list(t.strings)
         s.models = list(t.models)
         F = pb.EventColumns.DESCRIPTOR.fields_by_name
+        layout = {}
         for name, dtype in (("type", "u2"), ("start_ns", "i8"), ("end_ns", "i8"), ("nc_idx", "i4"),
                             ("thread_id", "i8"), ("a", "i8"), ("b", "i8"), ("c", "i8"), ("d", "i8"), ("e", "i8")):
             s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
+            layout[name] = (cols.get(F[name].number, (0, 0))[0], np.dtype(dtype).itemsize)
+        s.mapped = (mm, layout)
         if n and int(s.events["type"].max()) >= len(s.type_names):
             raise ProfileError(f"{trace_p}: event type id {int(s.events['type'].max())} is not declared in the file")
     if s.info is None and s.trace is None:
