@@ -2,7 +2,9 @@
 
 Generates a synthetic multi-instance capture through the real writer (bench/synth_capture.py),
 then runs each output format in a fresh process (so peak RSS is that format's alone) and a naive
-peer: one Python dict per event dumped with json (what a simple Chrome-trace exporter does).
+peer: one Python dict per event dumped with json (what a simple Chrome-trace exporter does), and
+the issue's peer: loading the same events as Kineto-style Chrome JSON with ``json`` and ``orjson``.
+Every `view` run uses one worker (--jobs 1), so events/CPU-s is the per-core rate.
 Reports events/s, peak RSS per event of the largest process (net of the interpreter + libraries,
 measured by the same wrapper on an empty run), output sizes, and Perfetto's size against Chrome
 JSON.  Prints a table and writes bench/results/view_throughput.json.
@@ -28,6 +30,7 @@ RESULTS = os.path.join(HERE, "results")
 WRAPPER = r"""
 import json, resource, sys, time
 mode, src, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+jobs = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 import numpy, pyarrow, pyarrow.parquet, google.protobuf  # the libraries every mode loads
 from neuron_explorer.view import pipeline, export_parquet, export_json, export_perfetto, reader
 
@@ -43,8 +46,18 @@ def hwm():
 
 base = hwm()
 t = time.perf_counter()
+cpu = time.process_time()
 events = 0
-if mode == "naive-json":
+if mode in ("load-json", "load-orjson"):  # the peer: reading the same events as Kineto-style Chrome JSON
+    if mode == "load-json":
+        with open(src) as f:
+            doc = json.load(f)
+    else:
+        import orjson
+        with open(src, "rb") as f:
+            doc = orjson.loads(f.read())
+    events = sum(1 for e in doc["traceEvents"] if e.get("ph") in ("X", "i"))
+elif mode == "naive-json":
     out = open(dst, "w")
     out.write('{"traceEvents":[')
     first = True
@@ -63,11 +76,13 @@ if mode == "naive-json":
     out.close()
 elif mode != "baseline":
     from neuron_explorer.view.pipeline import ViewOptions, run
-    res = run(ViewOptions(directory=src, output_format=mode, output_file=dst, progress=False, jobs=1))
+    res = run(ViewOptions(directory=src, output_format=mode, output_file=dst, progress=False, jobs=jobs))
     events = res.events
 secs = time.perf_counter() - t
+cpu = time.process_time() - cpu  # this process only: with jobs=1 that is all the work, on one core
 peak = hwm()
-print(json.dumps({"mode": mode, "seconds": secs, "events": events, "peak_rss": peak, "base_rss": base}))
+print(json.dumps({"mode": mode, "seconds": secs, "cpu_seconds": cpu, "events": events, "peak_rss": peak,
+                  "base_rss": base}))
 """
 
 
@@ -77,8 +92,9 @@ def _size(path: str) -> int:
     return os.path.getsize(path) if os.path.exists(path) else 0
 
 
-def run_mode(mode: str, src: str, dst: str) -> dict:
-    p = subprocess.run([sys.executable, "-c", WRAPPER, mode, src, dst], capture_output=True, text=True, check=True)
+def run_mode(mode: str, src: str, dst: str, jobs: int = 1) -> dict:
+    p = subprocess.run([sys.executable, "-c", WRAPPER, mode, src, dst, str(jobs)], capture_output=True, text=True,
+                       check=True)
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -110,7 +126,15 @@ def main() -> None:
             r = run_mode(mode, src, dst)
             r["output_bytes"] = _size(dst)
             r["events_per_s"] = r["events"] / r["seconds"] if r["seconds"] else 0.0
+            r["events_per_cpu_s"] = r["events"] / r["cpu_seconds"] if r["cpu_seconds"] else 0.0
             r["net_rss_per_event_largest_process"] = max(0, r["peak_rss"] - base["peak_rss"]) / a.events
+            rows.append(r)
+        for mode in ("load-json", "load-orjson"):  # reading the Chrome JSON that `view` just wrote
+            r = run_mode(mode, os.path.join(work, outs["json"]), "")
+            r["events_per_s"] = r["events"] / r["seconds"] if r["seconds"] else 0.0
+            r["events_per_cpu_s"] = r["events"] / r["cpu_seconds"] if r["cpu_seconds"] else 0.0
+            r["output_bytes"] = 0
+            r["net_rss_per_event_largest_process"] = max(0, r["peak_rss"] - base["peak_rss"]) / total
             rows.append(r)
         by = {r["mode"]: r for r in rows}
         result = {
@@ -122,20 +146,24 @@ def main() -> None:
             "baseline_rss": base["peak_rss"], "modes": rows,
             "perfetto_vs_chrome_json_size": by["perfetto"]["output_bytes"] / by["json"]["output_bytes"],
         }
-        if "naive-json" in by:
-            for m in ("parquet", "perfetto", "json"):
-                result[f"{m}_speed_vs_naive_json"] = by[m]["events_per_s"] / by["naive-json"]["events_per_s"]
+        for peer in ("naive-json", "load-json", "load-orjson"):
+            if peer in by:
+                for m in ("parquet", "perfetto", "json"):
+                    result[f"{m}_speed_vs_{peer}"] = by[m]["events_per_s"] / by[peer]["events_per_s"]
         print(f"capture: {total:,} events in {a.instances * a.processes} processes, "
               f"{capture_bytes / total:.1f} bytes/event on disk")
-        print(f"{'format':<12}{'events/s':>14}{'seconds':>10}{'peak RSS':>12}{'net B/event':>13}{'output':>14}")
+        print(f"{'format':<12}{'events/s':>14}{'events/CPU-s':>14}{'seconds':>10}{'peak RSS':>12}{'net B/event':>13}"
+              f"{'output':>14}")
         for r in rows:
-            print(f"{r['mode']:<12}{r['events_per_s']:>14,.0f}{r['seconds']:>10.2f}{r['peak_rss'] / 2**20:>10.0f}MB"
-                  f"{r['net_rss_per_event_largest_process']:>13.1f}{r['output_bytes'] / 2**20:>12.1f}MB")
+            print(f"{r['mode']:<12}{r['events_per_s']:>14,.0f}{r['events_per_cpu_s']:>14,.0f}{r['seconds']:>10.2f}"
+                  f"{r['peak_rss'] / 2**20:>10.0f}MB{r['net_rss_per_event_largest_process']:>13.1f}"
+                  f"{r['output_bytes'] / 2**20:>12.1f}MB")
         print(f"perfetto size / chrome json size: {result['perfetto_vs_chrome_json_size']:.3f}")
-        for m in ("parquet", "perfetto", "json"):
-            k = f"{m}_speed_vs_naive_json"
-            if k in result:
-                print(f"{m} speed vs naive json: {result[k]:.1f}x")
+        for peer in ("naive-json", "load-json", "load-orjson"):
+            for m in ("parquet", "perfetto", "json"):
+                k = f"{m}_speed_vs_{peer}"
+                if k in result:
+                    print(f"{m} speed vs {peer}: {result[k]:.1f}x")
         os.makedirs(RESULTS, exist_ok=True)
         with open(os.path.join(RESULTS, "view_throughput.json"), "w") as f:
             json.dump(result, f, indent=2)

@@ -112,8 +112,9 @@ def test_every_column_matches_the_records(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", ["json"])
-def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt):
+def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt, monkeypatch):
     rt, rec = _capture(str(tmp_path / "cap"), 500, seed=5)
+    monkeypatch.setattr(pipeline, "JSON_CHUNK", 128)
     out = str(tmp_path / "t.json")
     pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_format=fmt, output_file=out, jobs=1))
     evs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") in ("X", "i") and e.get("name") == "nrt_tensor_read"]

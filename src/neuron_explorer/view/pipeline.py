@@ -25,6 +25,7 @@ GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<t
                "ntrace.pb and trace_info.pb (written by NEURON_RT_INSPECT_ENABLE=1 or 'neuron-explorer inspect')")
 
 CHUNK = 262_144  # events converted at a time: bounds memory beyond the loaded process itself (~50 MB)
+JSON_CHUNK = 65_536  # the JSON writer holds one Python object per event of a chunk (~1 KB each)
 
 DEFAULT_OUTPUTS = {"parquet": "system_profile_parquet", "json": "system_profile.json",
                    "perfetto": "system_profile.pftrace"}
@@ -237,6 +238,15 @@ class Job:
     display_name: str
 
 
+def _chunks(s: Session, size: int):
+    """(first event, session restricted to the chunk, is last) over a process; each chunk's mapped
+    pages leave resident memory once the caller is done with it."""
+    n = s.num_events
+    for lo in range(0, max(n, 1), size):
+        yield lo, (s if n <= size else replace(s, events={k: v[lo:lo + size] for k, v in s.events.items()})), lo + size >= n
+        s.release(lo + size)
+
+
 def convert_process(job: Job) -> dict:
     """Load, filter and convert one process; returns what the parent assembles."""
     from ..capture.writer import atomic_write
@@ -270,13 +280,10 @@ def convert_process(job: Job) -> dict:
 
         w = ParquetWriter(job.out, job.display_name, root=job.work)
         w.add_device(dviews, index)
-        n = s.num_events
-        for lo in range(0, max(n, 1), CHUNK):
-            part = s if n <= CHUNK else replace(s, events={k: v[lo:lo + CHUNK] for k, v in s.events.items()})
+        for lo, part, last in _chunks(s, CHUNK):
             pe = build_events(part, index, offset_ns, id_base + lo, links)
-            w.add(pe, meta_row(pe, off) if lo + CHUNK >= n else None)
+            w.add(pe, meta_row(pe, off) if last else None)
             res["events"] += pe.n
-            s.release(lo + CHUNK)
         res.update(meta=w.meta_rows, models=w.model_rows, device=w.device_rows)
         return res
     piece = os.path.join(job.work, f"piece-{index:08d}")
@@ -290,13 +297,10 @@ def convert_process(job: Job) -> dict:
             atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)))
             device_files.append(f)
         jw = JsonWriter(piece, job.origin, piece=True)
-        n = s.num_events
-        for lo in range(0, max(n, 1), CHUNK):
-            part = s if n <= CHUNK else replace(s, events={k: v[lo:lo + CHUNK] for k, v in s.events.items()})
+        for lo, part, last in _chunks(s, JSON_CHUNK):
             pe = build_events(part, index, offset_ns, id_base + lo, links)
-            jw.add(pe, first=lo == 0, last=lo + CHUNK >= n)
+            jw.add(pe, first=lo == 0, last=last)
             res["events"] += pe.n
-            s.release(lo + CHUNK)
         jw.close({})
         return res
     from .export_perfetto import PerfettoWriter
