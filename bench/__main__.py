@@ -23,15 +23,16 @@ BENCHES = {
     # name: (quick args, full args)
     "capture_overhead": (["--quick"], []),
     "view_throughput": (["--instances", "2", "--processes", "2", "--events", "500000"], ["--events", "1000000"]),
-    "view_scaling": (["--events", "250000,1000000", "--processes", "2,8"], []),
+    "view_scaling": (["--events", "1e6,4e6", "--processes", "2,16", "--out", "view_scaling_quick.json"], []),
     "ndet_bench": (["--quick"], []),
     "monitor_bench": (["--seconds", "10"], []),
     "ui_bench": (["--events", "4000000"], []),
 }
 
 
-def _load(name: str) -> dict:
-    fname = {"ndet_bench": "ndet.json", "monitor_bench": "monitor.json", "ui_bench": "ui.json"}.get(name, name + ".json")
+def _load(name: str, full: bool = False) -> dict:
+    fname = {"ndet_bench": "ndet.json", "monitor_bench": "monitor.json", "ui_bench": "ui.json",
+             "view_scaling": "view_scaling.json" if full else "view_scaling_quick.json"}.get(name, name + ".json")
     try:
         with open(os.path.join(RES, fname)) as f:
             return json.load(f)
@@ -71,9 +72,17 @@ def headline(results: dict[str, dict]) -> list[tuple[str, str, str, str]]:
                              "vs unprofiled, same run; target <= 1.01x (system profile)", "capture_overhead"))
     vt = results.get("view_throughput", {})
     for m in vt.get("modes", []):
+        ours = m["mode"] in ("parquet", "perfetto", "json")
         rows.append((f"view {m['mode']} events/s", f"{m['events_per_s']:,.0f}",
-                     "target 5M/s/core (parquet), 2M/s (perfetto)" if m["mode"] in ("parquet", "perfetto") else "peer",
+                     "target 5M/s/core (parquet), 2M/s (perfetto)" if ours else "peer (same events, same run)",
                      "view_throughput"))
+        if "events_per_cpu_s" in m and m["mode"] in ("parquet", "perfetto"):
+            rows.append((f"view {m['mode']} events/CPU-second", f"{m['events_per_cpu_s']:,.0f}",
+                         "per core (one worker)", "view_throughput"))
+    for peer in ("load-orjson", "load-json"):
+        if f"parquet_speed_vs_{peer}" in vt:
+            rows.append((f"view parquet speed vs {peer}", f"{vt[f'parquet_speed_vs_{peer}']:.1f}x",
+                         "peer: loading the Chrome JSON of the same events", "view_throughput"))
     if "perfetto_vs_chrome_json_size" in vt:
         rows.append(("perfetto size / chrome json", f"{vt['perfetto_vs_chrome_json_size']:.3f}", "target <= 0.2", "view_throughput"))
     for name, keys, target in (
@@ -105,7 +114,7 @@ def main() -> None:
         print(f"== {name} {' '.join(args)}", flush=True)
         p = subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=os.path.dirname(HERE))
         timings[name] = {"seconds": time.perf_counter() - t, "returncode": p.returncode}
-    results = {n: _load(n) for n in BENCHES}
+    results = {n: _load(n, a.full) for n in BENCHES}
     rows = headline(results)
     print()
     print(f"{'figure':<44}{'value':>14}  {'peer / target':<44}{'benchmark'}")

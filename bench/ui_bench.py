@@ -175,6 +175,10 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20_000_000, help="total events of the big profile")
     ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir, removed)")
     ap.add_argument("--no-write", action="store_true", help="reuse the store already in --work")
+    ap.add_argument("--no-formats", action="store_true", help="skip the JSON/.pftrace size comparison (slow)")
+    ap.add_argument("--no-browser", action="store_true", help="server-side window latency only")
+    ap.add_argument("--repeat", type=int, default=12, help="windows per zoom level (default 12)")
+    ap.add_argument("--results", default=str(RESULTS), help=f"where to write the JSON results (default {RESULTS})")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="ui-bench-"))
     ws = work / "workspace"
@@ -209,109 +213,134 @@ def main() -> None:
         ov = cl.get(f"/api/profiles/{store.name}").json()
         res["prepare_s"] = round(time.perf_counter() - t, 2)
         res["pyramid_levels_ns"] = ov["levels"]
-        print(f"prepare (leaves + pyramid, once per profile, cached): {res['prepare_s']} s", flush=True)
+        ix = ov.get("index") or {}
+        res["index"] = {"bytes": ix.get("bytes"), "build_s": ix.get("build_s"),
+                        "bytes_per_event": round(ix["bytes"] / max(ov["events"], 1), 2) if ix.get("bytes") else None}
+        print(f"prepare (leaves + index + pyramid, once per profile, cached): {res['prepare_s']} s; index "
+              f"{(ix.get('bytes') or 0) / 1e6:.0f} MB ({res['index']['bytes_per_event']} B/event), "
+              f"built in {ix.get('build_s')} s (None: from cache)", flush=True)
         # server-side window latency over a pan/zoom walk across zoom levels (what the browser issues)
         rows = cl.get(f"/api/profiles/{store.name}/tracks", params={"mode": "cpu_device"}).json()["rows"]
         ev_rows = [r["idx"] for r in rows if r["kind"] == "events"][:40]  # one screenful of tracks
         dur = ov["duration_ns"]
         lat: dict[str, list[float]] = {}
+        lat_zoom: dict[str, list[float]] = {}
         rng = np.random.default_rng(1)
         for span_frac in (1.0, 0.25, 1 / 16, 1 / 256, 1 / 4096, 1 / 65536, 1 / 1_000_000):
             span = dur * span_frac
-            for _ in range(12):
+            for _ in range(args.repeat):
                 a = float(rng.uniform(0, max(dur - span, 1)))
                 t = time.perf_counter()
                 w = cl.get(f"/api/profiles/{store.name}/window", params={
                     "mode": "cpu_device", "rows": ",".join(map(str, ev_rows)), "t0": a, "t1": a + span, "px": 1300})
                 lat.setdefault(str(w.json()["level"]), []).append((time.perf_counter() - t) * 1000)
                 lat.setdefault("all", []).append(lat[str(w.json()["level"])][-1])
+            v = lat_zoom.setdefault(f"1/{round(1 / span_frac)}", [])
+            v.extend(lat["all"][-args.repeat:])
         res["window_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
                                   for k, v in lat.items()}
-        # the browser: first paint, pan/zoom as a user does it, memory
-        from playwright.sync_api import sync_playwright
+        res["window_query_ms_by_span"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1),
+                                              "n": len(v)} for k, v in lat_zoom.items()}
+        for k, v in res["window_query_ms_by_span"].items():
+            print(f"window span {k} of the profile: p50 {v['p50']} ms, p95 {v['p95']} ms (n={v['n']})", flush=True)
+        if not args.no_browser:
+            # the browser: first paint, pan/zoom as a user does it, memory
+            from playwright.sync_api import sync_playwright
 
-        with sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            pg = b.new_page(viewport={"width": 1600, "height": 1000})
-            errors: list[str] = []
-            pg.on("pageerror", lambda e: errors.append(str(e)))
-            pg.goto(f"{url}#/p/{store.name}")
-            pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=120_000)
-            fp = pg.evaluate("window.__nxStats.firstPaintMs")
-            load = pg.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
-            res["first_paint_ms_after_navigation"] = round(fp, 1)
-            res["first_paint_ms_after_load_event"] = round(fp - load, 1)
-            pg.evaluate("window.__nxStats.windowMs = []")
-            pg.focus("[data-testid=system-timeline]")
-            box = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
-            pg.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 300)
+            with sync_playwright() as pw:
+                b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                pg = b.new_page(viewport={"width": 1600, "height": 1000})
+                errors: list[str] = []
+                pg.on("pageerror", lambda e: errors.append(str(e)))
+                pg.goto(f"{url}#/p/{store.name}")
+                pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=120_000)
+                fp = pg.evaluate("window.__nxStats.firstPaintMs")
+                load = pg.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
+                res["first_paint_ms_after_navigation"] = round(fp, 1)
+                res["first_paint_ms_after_load_event"] = round(fp - load, 1)
+                pg.evaluate("window.__nxStats.windowMs = []")
+                pg.focus("[data-testid=system-timeline]")
+                box = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
+                pg.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 300)
 
-            ops = ["w"] * 14 + ["d", "a", "ArrowRight", "ArrowLeft"] * 3 + ["s"] * 6 + ["wheel+", "wheel-"] * 4 + ["PageDown", "PageUp"] * 2
-            for op in ops:
-                if op == "wheel+":
-                    pg.mouse.wheel(0, -240)
-                elif op == "wheel-":
-                    pg.mouse.wheel(0, 240)
-                else:
-                    pg.keyboard.press(op)
-                pg.wait_for_timeout(160)
-            pg.wait_for_timeout(1000)
-            ms = pg.evaluate("window.__nxStats.windowMs")
-            res["browser_window_fetch_ms"] = {"p50": round(statistics.median(ms), 1), "p95": round(p95(ms), 1), "n": len(ms)}
-            cdp = pg.context.new_cdp_session(pg)
-            cdp.send("Performance.enable")
-            m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
-            mem = pg.evaluate("performance.memory ? performance.memory.usedJSHeapSize : null")
-            import psutil
+                ops = ["w"] * 14 + ["d", "a", "ArrowRight", "ArrowLeft"] * 3 + ["s"] * 6 + ["wheel+", "wheel-"] * 4 + ["PageDown", "PageUp"] * 2
+                for op in ops:
+                    if op == "wheel+":
+                        pg.mouse.wheel(0, -240)
+                    elif op == "wheel-":
+                        pg.mouse.wheel(0, 240)
+                    else:
+                        pg.keyboard.press(op)
+                    pg.wait_for_timeout(160)
+                pg.wait_for_timeout(1000)
+                ms = pg.evaluate("window.__nxStats.windowMs")
+                res["browser_window_fetch_ms"] = {"p50": round(statistics.median(ms), 1), "p95": round(p95(ms), 1), "n": len(ms)}
+                cdp = pg.context.new_cdp_session(pg)
+                cdp.send("Performance.enable")
+                m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
+                mem = pg.evaluate("performance.memory ? performance.memory.usedJSHeapSize : null")
+                import psutil
 
-            browser_rss = 0
-            for proc in psutil.process_iter(["name", "cmdline"]):
-                try:
-                    if proc.info["cmdline"] and "chromium" in " ".join(proc.info["cmdline"][:1]) and \
-                            "--headless" in " ".join(proc.info["cmdline"]):
-                        browser_rss += proc.memory_info().rss
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass
-            res["browser_memory"] = {"js_heap_used_bytes": int(m.get("JSHeapUsedSize", 0)),
-                                     "performance_memory_used_bytes": mem,
-                                     "chromium_processes_rss_bytes": browser_rss, "page_errors": errors}
-            pg.screenshot(path=str(work / "bench.png"))
-            b.close()
+                browser_rss = 0
+                for proc in psutil.process_iter(["name", "cmdline"]):
+                    try:
+                        if proc.info["cmdline"] and "chromium" in " ".join(proc.info["cmdline"][:1]) and \
+                                "--headless" in " ".join(proc.info["cmdline"]):
+                            browser_rss += proc.memory_info().rss
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        pass
+                res["browser_memory"] = {"js_heap_used_bytes": int(m.get("JSHeapUsedSize", 0)),
+                                         "performance_memory_used_bytes": mem,
+                                         "chromium_processes_rss_bytes": browser_rss, "page_errors": errors}
+                pg.screenshot(path=str(work / "bench.png"))
+                b.close()
         res["server_rss_bytes"] = __import__("psutil").Process(srv.pid).memory_info().rss
     finally:
         srv.terminate()
         srv.wait(10)
-    sizes = format_sizes(work, ranks, 20_000)
     scale = res["profile"]["events"]
-    res["formats"] = {
+    sizes = format_sizes(work, ranks, 20_000) if not args.no_formats else None
+    res["formats"] = None if sizes is None else {
         "measured_on": {"events": sizes["events"], "ranks": ranks, **{k: v for k, v in sizes.items() if k.endswith("_bytes")}},
         "bytes_per_event": {k: round(sizes[k + "_bytes_per_event"], 2) for k in ("json", "perfetto", "parquet")},
         "extrapolated_bytes_at_profile": {k: int(sizes[k + "_bytes_per_event"] * scale) for k in ("json", "perfetto")},
         "extrapolated_bytes_at_100M": {k: int(sizes[k + "_bytes_per_event"] * 100_000_000) for k in ("json", "perfetto", "parquet")},
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(res, indent=2) + "\n")
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(res, indent=2) + "\n")
     wq = res["window_query_ms"]
     print("\n| metric | value |\n| --- | --- |")
     print(f"| profile | {scale:,} events, {ranks} ranks, {res['profile']['parquet_bytes'] / 1e6:.0f} MB Parquet |")
     print(f"| prepare (first open, pyramid build; cached after) | {res['prepare_s']} s |")
-    print(f"| first paint after load event / after navigation | {res['first_paint_ms_after_load_event']} ms / "
-          f"{res['first_paint_ms_after_navigation']} ms |")
+    print(f"| window index (sorted events + pyramid) | {res['index']['bytes_per_event']} B/event, built in "
+          f"{res['index']['build_s']} s |")
     for k, v in wq.items():
         print(f"| window query ({k}) p50 / p95 | {v['p50']} / {v['p95']} ms (n={v['n']}) |")
-    bw = res["browser_window_fetch_ms"]
-    print(f"| browser pan/zoom fetch p50 / p95 | {bw['p50']} / {bw['p95']} ms (n={bw['n']}) |")
-    bm = res["browser_memory"]
-    print(f"| browser JS heap / all chromium processes RSS | {bm['js_heap_used_bytes'] / 1e6:.1f} MB / "
-          f"{bm['chromium_processes_rss_bytes'] / 1e6:.0f} MB |")
+    for k, v in res["window_query_ms_by_span"].items():
+        print(f"| window query, span {k} p50 / p95 | {v['p50']} / {v['p95']} ms (n={v['n']}) |")
+    print(f"| server RSS after the walk | {res['server_rss_bytes'] / 1e6:.0f} MB |")
+    if not args.no_browser:
+        print(f"| first paint after load event / after navigation | {res['first_paint_ms_after_load_event']} ms / "
+              f"{res['first_paint_ms_after_navigation']} ms |")
+        bw = res["browser_window_fetch_ms"]
+        print(f"| browser pan/zoom fetch p50 / p95 | {bw['p50']} / {bw['p95']} ms (n={bw['n']}) |")
+        bm = res["browser_memory"]
+        print(f"| browser JS heap / all chromium processes RSS | {bm['js_heap_used_bytes'] / 1e6:.1f} MB / "
+              f"{bm['chromium_processes_rss_bytes'] / 1e6:.0f} MB |")
     f = res["formats"]
+    if f is None:
+        print(f"\nwrote {results}")
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     print(f"| bytes/event JSON / pftrace / Parquet | {f['bytes_per_event']['json']} / {f['bytes_per_event']['perfetto']} / "
           f"{f['bytes_per_event']['parquet']} |")
     print(f"| this profile as Chrome JSON / .pftrace (extrapolated) | {f['extrapolated_bytes_at_profile']['json'] / 1e9:.1f} GB / "
           f"{f['extrapolated_bytes_at_profile']['perfetto'] / 1e9:.1f} GB |")
     print(f"| 100M events as Chrome JSON / .pftrace / Parquet | {f['extrapolated_bytes_at_100M']['json'] / 1e9:.1f} GB / "
           f"{f['extrapolated_bytes_at_100M']['perfetto'] / 1e9:.1f} GB / {f['extrapolated_bytes_at_100M']['parquet'] / 1e9:.1f} GB |")
-    print(f"\nwrote {RESULTS}")
+    print(f"\nwrote {results}")
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,0 +1,249 @@
+"""Instructions per training step, unprofiled against the system profile, counted with callgrind.
+
+Wall-clock ratios on a small, shared VM move by +-10-15% between identical runs, far more than the
+1% capture budget.  Instruction counts do not: this script runs the training step of
+``bench/capture_overhead.py`` (compiled forward + AOTAutograd backward + SGD, two instrumented
+graph calls per step) under ``valgrind --tool=callgrind`` and takes the slope between a short and a
+long run::
+
+    instructions/step = (Ir(long) - Ir(short)) / (long - short)
+
+so interpreter start-up, imports, compilation and the fixed part of the exit cancel, while every
+per-step cost stays in -- the hooks' hot path and also the share of the final profile write that
+grows with the number of recorded events.
+
+Configurations (each a fresh interpreter, started as a user starts it):
+
+* ``plain``  -- no profiler variable set;
+* ``system`` -- ``NEURON_RT_INSPECT_ENABLE=1`` (the ``.pth`` file starts the runtime) with the
+  timer-driven threads off: CPU/memory samplers, the neuron-monitor publisher and the periodic
+  flush.  Valgrind runs the main thread ~50x slower, so a timer thread would run ~50x more often per
+  step than it does for real; those threads are measured in wall time instead (see
+  ``docs/decisions/0003-measuring-capture-overhead.md``);
+* ``system_stats`` -- as ``system`` but with the neuron-monitor counters on and their publisher's
+  period stretched (``NEURON_EXPLORER_STATS_PERIOD_MS``), so the per-execution feed is counted
+  and the publisher is not.
+
+Usage::
+
+    python bench/capture_instructions.py                 # plain + system, 200/600 steps (~6 min)
+    python bench/capture_instructions.py --configs plain,system,system_stats
+    python bench/capture_instructions.py --annotate      # also keep and diff callgrind_annotate output
+    python bench/capture_instructions.py --short 100 --long 300 --jobs 1
+
+Results go to ``bench/results/capture_instructions.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
+
+CONFIGS = ("plain", "system", "system_stats")
+
+
+def _python() -> str:
+    """The real interpreter (a pyenv shim is a shell script: valgrind would count bash)."""
+    return os.path.realpath(sys.executable)
+
+
+def _env(config: str, out_dir: str) -> dict[str, str]:
+    env = {}
+    for k, v in os.environ.items():
+        if k.startswith(("NEURON_RT_INSPECT_", "NEURON_RT_DBG_NDET_", "NEURON_EXPLORER_")) or \
+                k == "NEURON_PROCESS_TAG":
+            continue
+        env[k] = v
+    env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1")
+    if config != "plain":
+        env.update(
+            NEURON_RT_INSPECT_ENABLE="1",
+            NEURON_RT_INSPECT_OUTPUT_DIR=out_dir,
+            NEURON_RT_INSPECT_CPU_UTIL="0",
+            NEURON_RT_INSPECT_HOST_MEMORY="0",
+            NEURON_EXPLORER_FLUSH_PERIOD_MS="100000000",
+            NEURON_EXPLORER_INSTANCE_ID="bench",
+        )
+        if config == "system_stats":
+            env["NEURON_EXPLORER_STATS_PERIOD_MS"] = "100000000"
+            env["NEURON_EXPLORER_STATS_DIR"] = os.path.join(out_dir, "stats")
+        else:
+            env["NEURON_EXPLORER_STATS"] = "0"
+    return env
+
+
+def worker(steps: int, backend: str) -> None:
+    """Compile, then run ``steps`` training steps (what callgrind counts)."""
+    sys.path.insert(0, ROOT)
+    import torch
+
+    from bench.capture_overhead import _build_step
+
+    torch.set_num_threads(1)
+    step = _build_step(torch, backend)
+    for _ in range(10):  # compile, and let every lazily built path settle
+        step()
+    go = os.environ.get("NE_CG_GO")
+    if go:
+        # instrumentation is off until here (--instr-atstart=no): say so, and keep running code
+        # (callgrind takes callgrind_control's request only while the program executes) until the
+        # parent has switched it on
+        print("ready", flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.002)
+    for _ in range(steps):
+        step()
+
+
+_TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.M)
+
+
+def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool) -> dict:
+    out_dir = os.path.join(work, f"{config}_{steps}")
+    os.makedirs(out_dir, exist_ok=True)
+    cg = os.path.join(work, f"cg.{config}.{steps}")
+    go = os.path.join(work, f"go.{config}.{steps}")
+    # Start-up, imports and compilation run uninstrumented (5-10x faster under valgrind); counting
+    # starts after the warm-up steps and runs to the end of the process, so the exit write is in.
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", "--instr-atstart=no",
+           _python(), os.path.abspath(__file__), "--worker", str(steps), "--backend", backend]
+    env = _env(config, out_dir)
+    env["NE_CG_GO"] = go
+    t0 = time.time()
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=err)
+        line = p.stdout.readline()
+        if line.strip() == b"ready":
+            subprocess.run(["callgrind_control", "-i", "on", str(p.pid)], check=True, capture_output=True,
+                           timeout=600)
+            open(go, "w").close()
+        p.stdout.read()
+        rc = p.wait(timeout=3600)
+        if rc != 0 or line.strip() != b"ready":
+            err.seek(0)
+            raise RuntimeError(f"{config} {steps}: exit {rc}\n{err.read().decode(errors='replace')[-3000:]}")
+    with open(cg, "rb") as f:
+        m = _TOTAL.search(f.read())
+    if m is None:
+        raise RuntimeError(f"no total in {cg}")
+    res = {"config": config, "steps": steps, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1), "file": cg}
+    if config != "plain":
+        res["profile_written"] = any("ntrace.pb" in fs for _, _, fs in os.walk(out_dir))
+    if annotate:
+        a = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=99.9", cg],
+                           capture_output=True, text=True)
+        with open(cg + ".txt", "w") as f:
+            f.write(a.stdout)
+    return res
+
+
+def _functions(path: str) -> dict[str, int]:
+    """Exclusive Ir per function from a callgrind_annotate listing."""
+    out: dict[str, int] = {}
+    line_re = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
+    started = False
+    with open(path) as f:
+        for line in f:
+            if "file:function" in line:
+                started = True
+                continue
+            if not started:
+                continue
+            m = line_re.match(line)
+            if m:
+                out[m.group(2).strip()] = out.get(m.group(2).strip(), 0) + int(m.group(1).replace(",", ""))
+    return out
+
+
+def _diff(runs: dict, short: int, long_: int, config: str, top: int) -> list[tuple[str, float]]:
+    """Per-step exclusive Ir by function: (config slope) - (plain slope), largest first."""
+    def slope(c):
+        a = _functions(runs[(c, short)]["file"] + ".txt")
+        b = _functions(runs[(c, long_)]["file"] + ".txt")
+        return {k: (b.get(k, 0) - a.get(k, 0)) / (long_ - short) for k in set(a) | set(b)}
+
+    p, s = slope("plain"), slope(config)
+    d = {k: s.get(k, 0) - p.get(k, 0) for k in set(p) | set(s)}
+    return sorted(((k, v) for k, v in d.items() if abs(v) >= 1), key=lambda kv: -abs(kv[1]))[:top]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", default="plain,system", help=f"comma-separated, from {', '.join(CONFIGS)}")
+    ap.add_argument("--short", type=int, default=200, help="steps of the short run")
+    ap.add_argument("--long", type=int, default=600, help="steps of the long run")
+    ap.add_argument("--backend", default="aot_eager")
+    ap.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
+    ap.add_argument("--annotate", action="store_true", help="print the per-function difference against plain")
+    ap.add_argument("--top", type=int, default=40, help="functions shown with --annotate")
+    ap.add_argument("--keep", default=None, help="directory to keep the callgrind files in")
+    ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker is not None:
+        worker(a.worker, a.backend)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad:
+        ap.error(f"unknown configuration {bad[0]!r}")
+    if "plain" not in configs:
+        configs.insert(0, "plain")
+    work = a.keep or tempfile.mkdtemp(prefix="ne-cg-")
+    os.makedirs(work, exist_ok=True)
+    jobs = [(c, n) for n in (a.long, a.short) for c in configs]
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        futs = {j: pool.submit(_callgrind, j[0], j[1], a.backend, work, a.annotate) for j in jobs}
+        runs = {j: f.result() for j, f in futs.items()}
+    span = a.long - a.short
+    per_step = {c: (runs[(c, a.long)]["ir"] - runs[(c, a.short)]["ir"]) / span for c in configs}
+    base = per_step["plain"]
+    print(f"instructions per step (callgrind slope, {a.short} -> {a.long} steps, backend {a.backend}):")
+    for c in configs:
+        extra = per_step[c] - base
+        print(f"  {c:13s} {per_step[c]:12,.0f}   ratio {per_step[c] / base:.4f}   "
+              f"+{extra:9,.0f}/step  (+{extra / 2:,.0f} per compiled call)")
+    for c in configs:
+        if c != "plain" and not runs[(c, a.long)].get("profile_written"):
+            print(f"  warning: {c} wrote no ntrace.pb", file=sys.stderr)
+    if a.annotate:
+        for c in configs:
+            if c == "plain":
+                continue
+            print(f"\nper-step exclusive instructions, {c} minus plain (callgrind_annotate):")
+            for name, v in _diff(runs, a.short, a.long, c, a.top):
+                print(f"  {v:+10,.0f}  {name}")
+    res = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": _python(), "backend": a.backend, "short": a.short, "long": a.long,
+        "per_step": per_step, "ratio": {c: per_step[c] / base for c in configs},
+        "runs": [{k: v for k, v in r.items() if k != "file"} for r in runs.values()],
+        "seconds": round(time.time() - t0, 1),
+    }
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=2)
+    if a.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
