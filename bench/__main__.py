@@ -23,6 +23,7 @@ BENCHES = {
     # name: (quick args, full args)
     "capture_overhead": (["--quick"], []),
     "view_throughput": (["--instances", "2", "--processes", "2", "--events", "500000"], ["--events", "1000000"]),
+    "hook_costs": (["--runs", "3", "--calls", "2000"], []),
     "view_scaling": (["--events", "1e6,4e6", "--processes", "2,16", "--out", "view_scaling_quick.json"], []),
     "ndet_bench": (["--quick"], []),
     "monitor_bench": (["--seconds", "10"], []),
@@ -94,6 +95,9 @@ def headline(results: dict[str, dict]) -> list[tuple[str, str, str, str]]:
     ):
         for path, v in _flatten({k: results.get(name, {}).get(k) for k in keys}):
             rows.append((f"{name.replace('_bench', '')} {path}"[:44], f"{v:.3f}", target, name))
+    for op, d in (results.get("hook_costs", {}).get("ops") or {}).items():
+        rows.append((f"hook {op} per call", f"{d['hook_ns'] / 1000:+.1f} us ({d['ratio']:.2f}x)",
+                     "vs the same call unprofiled, same run", "hook_costs"))
     vs = results.get("view_scaling", {})
     for k in ("time_exponent_events", "memory_exponent_processes"):
         if vs.get(k) is not None:
