@@ -120,3 +120,18 @@ def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt, monkeypatch):
     evs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") in ("X", "i") and e.get("name") == "nrt_tensor_read"]
     want = sorted((int(r[5]), int(r[6])) for r in rec if r[0] == ev.NRT_TENSOR_READ)
     assert sorted((e["args"]["src_device"], e["args"]["dst_device"]) for e in evs) == want
+
+
+def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path):
+    import subprocess
+    import sys
+
+    _capture(str(tmp_path / "cap"), 100, seed=7)
+    (tmp_path / "taken.json").write_text("keep me")
+    (tmp_path / "adir").mkdir()
+    for fmt, out, what in (("parquet", "taken.json", "is a file"), ("json", "adir", "is a directory")):
+        r = subprocess.run([sys.executable, "-m", "neuron_explorer", "view", "-d", str(tmp_path / "cap"),
+                            "--output-format", fmt, "--output-file", str(tmp_path / out)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and what in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert (tmp_path / "taken.json").read_text() == "keep me"

@@ -83,6 +83,23 @@ class CollectiveIndex:
         return np.concatenate(ks), np.concatenate(ss), np.concatenate(es)
 
 
+ALIGN_SAMPLES = 1 << 16  # collectives per process kept for clock alignment (file outputs)
+
+
+def sample(times: Times, cap: int = ALIGN_SAMPLES) -> Times:
+    """At most about ``cap`` of a process's collectives, chosen by key so that every process keeps
+    the same ones: a key is kept when its mixed bits are 0 under a power-of-two mask sized for this
+    process. A process with a coarser mask keeps a subset of a finer one's keys, so matched pairs
+    across processes survive.  Bounds the index pass's memory by processes, not by events."""
+    keys = times[0]
+    if len(keys) <= cap:
+        return times
+    stride = 1 << int(np.ceil(np.log2(len(keys) / cap)))
+    mixed = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    keep = (mixed & np.uint64(stride - 1)) == 0
+    return keys[keep], times[1][keep], times[2][keep]
+
+
 def _robust(diffs: np.ndarray) -> tuple[int, int, int]:
     med = float(np.median(diffs))
     mad = float(np.median(np.abs(diffs - med))) * 1.4826

@@ -121,6 +121,8 @@ def run(opts: ViewOptions) -> ViewResult:
         usable_instances[p] = s.instance_id
         times = cindex.times(s)
         s.release(s.num_events)  # the index keeps only the collective timings
+        if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
+            times = align.sample(times)
         times_by_instance.setdefault(s.instance_id, []).append(times)
         rank = int(s.info.rank) if s.info is not None else -1
         strag_entries.append((rank, s.instance_id, times))
@@ -139,6 +141,11 @@ def run(opts: ViewOptions) -> ViewResult:
         parent = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(parent):
             raise ViewError(f"--output-file {out}: directory {parent} does not exist")
+        if fmt == "parquet" and os.path.exists(out) and not os.path.isdir(out):
+            raise ViewError(f"--output-file {out}: exists and is a file; parquet output is a directory "
+                            "(remove it or choose another name)")
+        if fmt != "parquet" and os.path.isdir(out):
+            raise ViewError(f"--output-file {out}: is a directory; {fmt} output is a single file")
     work = None
     if out is not None:
         work = out.rstrip("/") + ".parts"
