@@ -54,30 +54,39 @@ class CollectiveIndex:
                 return g, key & ((1 << 40) - 1), o
         return "?", key & ((1 << 40) - 1), "?"
 
-    def times(self, s: Session) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(keys, start, end) in wall-clock ns for the collectives of one session."""
+    def times(self, s: Session, chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys, start, end) in wall-clock ns for the collectives of one session.
+
+        Reads the events a chunk at a time and drops each chunk's mapped pages afterwards, so a
+        large process costs its collectives' timings, not its whole event columns."""
         empty = np.empty(0, dtype=np.int64)
-        if not s.num_events:
+        n = s.num_events
+        if not n:
             return empty, empty, empty
         off = wall_offset_ns(s)
         e = s.events
-        ks, ss, es = [], [], []
+        kinds = []
         for tname in ("cc_running", "cc_exec_barrier"):
             tid = s.type_id(tname)
-            if tid is None:
-                continue
-            m = e["type"] == tid
-            if not m.any():
-                continue
-            grp = e[s.arg(tname, "group_str")][m]
-            op = e[s.arg(tname, "op_str")][m]
-            pairs = grp * (1 << 20) + op
-            uniq, inv = np.unique(pairs, return_inverse=True)
-            lut = np.array([self.pair_id(s.strings[int(u) >> 20], s.strings[int(u) & ((1 << 20) - 1)])
-                            for u in uniq], dtype=np.int64)
-            ks.append((lut[inv] << 40) | e[s.arg(tname, "seq")][m])
-            ss.append(e["start_ns"][m] + off)
-            es.append(e["end_ns"][m] + off)
+            if tid is not None:
+                kinds.append((tid, s.arg(tname, "group_str"), s.arg(tname, "op_str"), s.arg(tname, "seq")))
+        ks, ss, es = [], [], []
+        for lo in range(0, n, chunk):
+            hi = min(n, lo + chunk)
+            typ = e["type"][lo:hi]
+            for tid, g_col, o_col, q_col in kinds:
+                idx = np.flatnonzero(typ == tid)
+                if not len(idx):
+                    continue
+                idx += lo
+                pairs = e[g_col][idx] * (1 << 20) + e[o_col][idx]
+                uniq, inv = np.unique(pairs, return_inverse=True)
+                lut = np.array([self.pair_id(s.strings[int(u) >> 20], s.strings[int(u) & ((1 << 20) - 1)])
+                                for u in uniq], dtype=np.int64)
+                ks.append((lut[inv] << 40) | e[q_col][idx])
+                ss.append(e["start_ns"][idx] + off)
+                es.append(e["end_ns"][idx] + off)
+            s.release(hi)
         if not ks:
             return empty, empty, empty
         return np.concatenate(ks), np.concatenate(ss), np.concatenate(es)
@@ -86,16 +95,19 @@ class CollectiveIndex:
 ALIGN_SAMPLES = 1 << 16  # collectives per process kept for clock alignment (file outputs)
 
 
-def sample(times: Times, cap: int = ALIGN_SAMPLES) -> Times:
+def sample(times: Times, cap: int = ALIGN_SAMPLES, ids: np.ndarray | None = None) -> Times:
     """At most about ``cap`` of a process's collectives, chosen by key so that every process keeps
     the same ones: a key is kept when its mixed bits are 0 under a power-of-two mask sized for this
     process. A process with a coarser mask keeps a subset of a finer one's keys, so matched pairs
-    across processes survive.  Bounds the index pass's memory by processes, not by events."""
+    across processes survive.  Bounds the index pass's memory by processes, not by events.
+
+    ``ids`` (default: the keys) must name a collective the same way in every process."""
     keys = times[0]
     if len(keys) <= cap:
         return times
     stride = 1 << int(np.ceil(np.log2(len(keys) / cap)))
-    mixed = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    ids = keys if ids is None else ids
+    mixed = (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
     keep = (mixed & np.uint64(stride - 1)) == 0
     return keys[keep], times[1][keep], times[2][keep]
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import align
+from .events import collective_flow_ids
 from .filters import ViewFilter
 from .reader import ProfileError, discover, load_session  # noqa: F401  (discover is part of the API)
 
@@ -36,6 +37,12 @@ def index_session(path: str) -> dict[str, Any]:
     ci = align.CollectiveIndex()
     keys, start, end = ci.times(s)
     pairs = {i: g_o for g_o, i in ci.pairs.items()}
+    if len(keys) > align.ALIGN_SAMPLES:  # sample by an id every session gives the same collective
+        ids = np.zeros(len(keys), dtype=np.int64)
+        for i, (g, o) in pairs.items():
+            m = (keys >> 40) == i
+            ids[m] = collective_flow_ids(g, o, keys[m] & ((1 << 40) - 1))
+        keys, start, end = align.sample((keys, start, end), ids=ids)
     groups = {}
     for i, (g, o) in pairs.items():
         m = (keys >> 40) == i
