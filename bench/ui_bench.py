@@ -12,7 +12,8 @@ Two data paths, because ingesting through `view` runs at ~0.1M events/s on this 
   `neuron-explorer view --output-format json|perfetto|parquet`) to measure bytes per event of each
   format, which are scaled to the big profile's event count (both outputs grow linearly with events).
 
-    python -m bench.ui_bench --ranks 64 --events 20000000
+    python -m bench.ui_bench --events 20000000            # 8 instances x 8 ranks (the defaults)
+    python -m bench.ui_bench --events 100000000 --work /tmp/ui100m --no-formats   # keep the store and cache
 """
 
 from __future__ import annotations
@@ -225,6 +226,9 @@ def main() -> None:
         dur = ov["duration_ns"]
         lat: dict[str, list[float]] = {}
         lat_zoom: dict[str, list[float]] = {}
+        srv_ms: dict[str, list[float]] = {}
+        parse_ms: list[float] = []
+        with_parse: dict[str, list[float]] = {}  # the pre-2026-11-21 measure, for comparisons
         rng = np.random.default_rng(1)
         for span_frac in (1.0, 0.25, 1 / 16, 1 / 256, 1 / 4096, 1 / 65536, 1 / 1_000_000):
             span = dur * span_frac
@@ -233,16 +237,36 @@ def main() -> None:
                 t = time.perf_counter()
                 w = cl.get(f"/api/profiles/{store.name}/window", params={
                     "mode": "cpu_device", "rows": ",".join(map(str, ev_rows)), "t0": a, "t1": a + span, "px": 1300})
-                lat.setdefault(str(w.json()["level"]), []).append((time.perf_counter() - t) * 1000)
-                lat.setdefault("all", []).append(lat[str(w.json()["level"])][-1])
+                ms = (time.perf_counter() - t) * 1000  # request sent -> whole answer received
+                # (before 2026-11-21 this also counted the client's json() of the answer: ~30-60 ms for the
+                # ~2 MB zoomed-out answers on this VM; parsing is now timed apart)
+                t = time.perf_counter()
+                level = str(w.json()["level"])
+                parse_ms.append((time.perf_counter() - t) * 1000)
+                with_parse.setdefault(f"1/{round(1 / span_frac)}", []).append(ms + parse_ms[-1])
+                lat.setdefault(level, []).append(ms)
+                lat.setdefault("all", []).append(ms)
+                # the server's own share (query + JSON encoding), from its Server-Timing header
+                st = dict(x.strip().split(";dur=") for x in w.headers.get("server-timing", "").split(",") if ";dur=" in x)
+                srv_ms.setdefault(f"1/{round(1 / span_frac)}", []).append(sum(float(x) for x in st.values()))
             v = lat_zoom.setdefault(f"1/{round(1 / span_frac)}", [])
             v.extend(lat["all"][-args.repeat:])
         res["window_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
                                   for k, v in lat.items()}
         res["window_query_ms_by_span"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1),
                                               "n": len(v)} for k, v in lat_zoom.items()}
+        res["window_client_json_parse_ms"] = {"p50": round(statistics.median(parse_ms), 1),
+                                              "p95": round(p95(parse_ms), 1)}
+        res["window_query_plus_client_parse_ms_by_span"] = {
+            k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)} for k, v in with_parse.items()}
+        res["window_server_ms_by_span"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)}
+                                           for k, v in srv_ms.items() if v}
         for k, v in res["window_query_ms_by_span"].items():
-            print(f"window span {k} of the profile: p50 {v['p50']} ms, p95 {v['p95']} ms (n={v['n']})", flush=True)
+            s = res["window_server_ms_by_span"].get(k, {})
+            w = res["window_query_plus_client_parse_ms_by_span"].get(k, {})
+            print(f"window span {k} of the profile: p50 {v['p50']} ms, p95 {v['p95']} ms (n={v['n']}); "
+                  f"in the server (query + JSON): p50 {s.get('p50')} ms, p95 {s.get('p95')} ms; "
+                  f"with the client's json(): p50 {w.get('p50')} ms, p95 {w.get('p95')} ms", flush=True)
         if not args.no_browser:
             # the browser: first paint, pan/zoom as a user does it, memory
             from playwright.sync_api import sync_playwright
@@ -318,7 +342,11 @@ def main() -> None:
     for k, v in wq.items():
         print(f"| window query ({k}) p50 / p95 | {v['p50']} / {v['p95']} ms (n={v['n']}) |")
     for k, v in res["window_query_ms_by_span"].items():
-        print(f"| window query, span {k} p50 / p95 | {v['p50']} / {v['p95']} ms (n={v['n']}) |")
+        s = res["window_server_ms_by_span"].get(k, {})
+        print(f"| window query, span {k} p50 / p95 (in the server) | {v['p50']} / {v['p95']} ms "
+              f"({s.get('p50')} / {s.get('p95')} ms) (n={v['n']}) |")
+    cp = res["window_client_json_parse_ms"]
+    print(f"| client json() of a window answer (not counted above) p50 / p95 | {cp['p50']} / {cp['p95']} ms |")
     print(f"| server RSS after the walk | {res['server_rss_bytes'] / 1e6:.0f} MB |")
     if not args.no_browser:
         print(f"| first paint after load event / after navigation | {res['first_paint_ms_after_load_event']} ms / "

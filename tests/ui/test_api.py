@@ -94,7 +94,9 @@ def test_pyramid_levels_agree_with_events(ui_workspace: Path, tmp_path: Path) ->
     for r, n in zip(w["row"], w["c"]):
         per_row[r] = per_row.get(r, 0) + n
     assert per_row == {r["idx"]: r["count"] for r in rows}
-    assert list(tmp_path.glob("*.parquet")), "pyramid cached outside the workspace"
+    cached = list(tmp_path.glob("*.idx"))
+    assert len(cached) == 1 and (cached[0] / "p0_s.npy").is_file(), "index and pyramid cached outside the workspace"
+    assert not list(ui_workspace.rglob("*.npy")), "nothing written into the workspace"
     # the cache is reused by a second app
     c2 = TestClient(create_app(ui_workspace, cache_dir=tmp_path, pyramid_min_events=0, raw_budget=0))
     assert c2.get("/api/profiles/run-a").json()["levels"] == ov["levels"]
@@ -228,3 +230,95 @@ def test_loopback_detection_and_url() -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.com")
     assert url_for("127.0.0.1", 3001) == "http://127.0.0.1:3001/"
     assert url_for("::1", 8080) == "http://[::1]:8080/"
+
+
+def test_windows_match_the_events_in_parquet(client: TestClient, ui_workspace: Path) -> None:
+    """Every answer agrees with a brute-force read of the Parquet store: per row, the events overlapping
+    the window, those at least a pixel long one by one (by id) and the rest counted per pixel."""
+    import duckdb
+
+    ov = client.get("/api/profiles/run-a").json()
+    origin, dur = int(ov["origin_ns"]), ov["duration_ns"]
+    ev = duckdb.connect().execute(f"""
+        SELECT id, instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
+               coalesce(trace_event_source, ''), name, start_ts - {origin}, end_ts - {origin}
+        FROM read_parquet('{ui_workspace / 'run-a'}/SystemProfileEvents/**/*.parquet')""").fetchall()
+    leaf_of = {(lf.inst, lf.pid, lf.tid, lf.nc, lf.src, lf.name): lf.leaf
+               for lf in client.app.state.workspace.profile("run-a").leaves}
+    checked = 0
+    for mode in ("cpu_device", "process", "instance"):
+        rows = [r for r in all_rows(client, "run-a", mode) if r["kind"] == "events"]
+        leaf_row = {lf: r["idx"] for r in rows for lf in r["leaves"]}
+        for t0, t1, px in ((0, dur, 50), (dur * 0.3, dur * 0.31, 400), (dur * 0.5, dur * 0.5 + 2e5, 1000),
+                           (-dur, 2 * dur, 7)):
+            w = client.get("/api/profiles/run-a/window", params={
+                "mode": mode, "rows": ",".join(str(r["idx"]) for r in rows), "t0": t0, "t1": t1, "px": px}).json()
+            npp = (t1 - t0) / px
+            want_count: dict[int, int] = {}
+            want_single: set[int] = set()
+            for e in ev:
+                if e[7] < t1 and e[8] >= t0:
+                    r = leaf_row[leaf_of[tuple(e[1:7])]]
+                    want_count[r] = want_count.get(r, 0) + 1
+                    if e[8] - e[7] >= npp:
+                        want_single.add(e[0])
+            got_count: dict[int, int] = {}
+            for r, c in zip(w["row"], w["c"]):
+                got_count[r] = got_count.get(r, 0) + c
+            assert got_count == want_count, (mode, t0, t1)
+            singles = {i for i, c, s, e in zip(w["id"], w["c"], w["s"], w["e"]) if c == 1 and e - s >= npp}
+            assert singles == want_single, (mode, t0, t1)
+            assert all(c == 1 or e - s >= 0 for c, s, e in zip(w["c"], w["s"], w["e"]))
+            checked += sum(got_count.values())
+    assert checked > 100
+
+
+
+def test_parts_not_sorted_by_start_give_the_same_answers(ui_workspace: Path, tmp_path: Path) -> None:
+    """The index sorts what it reads: shuffled Parquet parts answer exactly as the originals."""
+    import shutil
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ui_workspace / "run-b", ws / "shuffled")
+    shutil.copytree(ui_workspace / "run-b", ws / "sorted")
+    for part in (ws / "shuffled" / "SystemProfileEvents").rglob("*.parquet"):
+        tbl = pq.read_table(part)
+        pq.write_table(tbl.take(np.random.default_rng(3).permutation(tbl.num_rows)), part)
+    c = TestClient(create_app(ws, cache_dir=tmp_path / "cache"))
+    answers = {}
+    for prof in ("shuffled", "sorted"):
+        dur = c.get(f"/api/profiles/{prof}").json()["duration_ns"]
+        rows = ",".join(str(r["idx"]) for r in all_rows(c, prof, "thread") if r["kind"] == "events")
+        answers[prof] = [c.get(f"/api/profiles/{prof}/window", params={
+            "mode": "thread", "rows": rows, "t0": t0, "t1": t1, "px": px}).json()
+            for t0, t1, px in ((0, dur, 10_000), (0, dur, 30), (dur * 0.4, dur * 0.45, 500))]
+        nx = c.get(f"/api/profiles/{prof}/search/next", params={"q": "nc_exec", "after": dur, "dir": -1}).json()
+        answers[prof].append({k: nx[k] for k in ("found", "s", "e", "name")})
+    assert answers["shuffled"] == answers["sorted"]
+    assert sum(answers["sorted"][0]["c"]) > 50
+
+
+def test_stale_caches_of_a_profile_are_removed(ui_workspace: Path, tmp_path: Path) -> None:
+    """A rebuilt index replaces the profile's older caches (gigabytes at 100M events), and only those."""
+    import shutil
+
+    cache = tmp_path / "cache"
+    c = TestClient(create_app(ui_workspace, cache_dir=cache))
+    c.get("/api/profiles/run-a")
+    (current,) = list(cache.glob("*.idx"))
+    tag = current.name.split("-")[0]
+    (cache / f"{tag}-0123456789abcdef.idx").mkdir()  # an older version of run-a's files
+    (cache / f"{tag}-0123456789abcdef-1024x3.parquet").write_bytes(b"old pyramid")
+    other = cache / "pffffffffffff-0123456789abcdef.idx"  # another profile's
+    other.mkdir()
+    shutil.rmtree(current)  # force a rebuild
+    c2 = TestClient(create_app(ui_workspace, cache_dir=cache))
+    assert c2.get("/api/profiles/run-a").json()["index"]["build_s"] is not None
+    names = sorted(x.name for x in cache.iterdir())
+    assert names == sorted([current.name, other.name]), names
+    # reopening from the cache builds nothing
+    c3 = TestClient(create_app(ui_workspace, cache_dir=cache))
+    assert c3.get("/api/profiles/run-a").json()["index"]["build_s"] is None

@@ -9,6 +9,7 @@ thread pool (DuckDB releases the GIL), so a slow window never blocks the event l
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,9 +75,19 @@ def create_app(workspace: str | os.PathLike, cache_dir: str | os.PathLike | None
                    **({"raw_budget": raw_budget} if raw_budget is not None else {}))
 
     def api(fn: Callable[..., Any]) -> Callable[[Request], Any]:
+        def timed(req: Request) -> tuple[bytes, str]:
+            t = time.perf_counter()
+            data = fn(req)
+            t1 = time.perf_counter()
+            body = FastJSON(data).body
+            t2 = time.perf_counter()
+            # Server-Timing: where a slow answer went (shown by browser dev tools; bench/ui_bench.py reads it)
+            return body, f"query;dur={(t1 - t) * 1e3:.1f}, json;dur={(t2 - t1) * 1e3:.1f}"
+
         async def endpoint(req: Request) -> Response:
             try:
-                return FastJSON(await run_in_threadpool(fn, req))
+                body, timing = await run_in_threadpool(timed, req)
+                return Response(body, media_type="application/json", headers={"Server-Timing": timing})
             except paths.PathRejected as e:
                 return FastJSON({"error": str(e)}, status_code=403)
             except (NotFound, FileNotFoundError) as e:

@@ -35,6 +35,23 @@ def url_for(host: str, port: int) -> str:
     return f"http://{shown}:{port}/"
 
 
+def listen_socket(host: str) -> socket.socket:
+    """An unbound TCP socket for ``host`` with SO_REUSEADDR and TCP_NODELAY.
+
+    Answers go out as two writes (headers, then body). Without TCP_NODELAY the body waits for the
+    client's delayed ACK of the headers on a kept-alive connection: about 40 ms added to every request,
+    more than a whole zoomed-in window query. Accepted connections inherit the option on Linux.
+    """
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass
+    return sock
+
+
 def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
     """Serve the UI for ``workspace`` until interrupted; returns the process exit code.
 
@@ -57,9 +74,7 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
               f"reach this machine on port {port} can read every profile in {workspace} (no authentication). "
               "Use --host 127.0.0.1 (the default) and an SSH tunnel instead.", file=sys.stderr)
     # bind first so a busy port is a clear error, not a traceback
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock = listen_socket(host)
     try:
         sock.bind((host.strip("[]"), port))
     except OSError as e:

@@ -1,0 +1,197 @@
+"""The window index (sorted per-leaf arrays + pyramid) against brute force on synthetic events."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuron_explorer.ui import index
+from neuron_explorer.ui.server import listen_socket
+
+BASE = 1_790_000_000_000_000_000
+
+
+def make_events(seed: int, long_dur: int = 5_000_000_000) -> dict:
+    """Three leaves: a dense one with one very long event among short ones, a sparse one, an empty one."""
+    rng = np.random.default_rng(seed)
+    leaves = []
+    n0 = 5000
+    s0 = np.sort(rng.integers(0, 10_000_000_000, n0))
+    d0 = rng.integers(0, 200_000, n0)
+    d0[n0 // 3] = long_dur  # one event far longer than all others: the block bound must still be tight
+    leaves.append((s0, d0))
+    n1 = 300
+    s1 = np.sort(rng.integers(0, 10_000_000_000, n1))
+    s1[10:20] = s1[10]  # equal starts
+    leaves.append((s1, rng.integers(1_000, 50_000_000, n1)))
+    leaves.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
+    ids, nxt = [], 0
+    for s, _ in leaves:
+        ids.append(np.arange(nxt, nxt + len(s), dtype=np.int64) * 7 + 3)
+        nxt += len(s)
+    return {"leaves": leaves, "ids": ids}
+
+
+def chunks_of(ev: dict, split: bool):
+    """(leaf, start_abs, dur, id) chunks sorted by (leaf, start); with ``split`` leaf 0 comes in two
+    interleaved parts (as when one leaf's events sit in two Parquet parts)."""
+    out = []
+    for lf, ((s, d), ids) in enumerate(zip(ev["leaves"], ev["ids"])):
+        if split and lf == 0:
+            for sel in (slice(0, None, 2), slice(1, None, 2)):
+                out.append((np.full(len(s[sel]), lf, dtype=np.int32), s[sel] + BASE, d[sel], ids[sel]))
+        else:
+            out.append((np.full(len(s), lf, dtype=np.int32), s + BASE, d, ids))
+    return out
+
+
+def build(ev: dict, out_dir: Path | None, split: bool = False, levels: list[int] | None = None) -> index.EventIndex:
+    counts = [len(s) for s, _ in ev["leaves"]]
+    maxdur = [int(d.max()) if len(d) else 0 for _, d in ev["leaves"]]
+    return index.EventIndex.build(counts, maxdur, BASE, levels if levels is not None else [1 << 20, 1 << 22],
+                                  chunks_of(ev, split), out_dir)
+
+
+def brute_overlap(ev: dict, lf: int, t0: float, t1: float) -> set[int]:
+    s, d = ev["leaves"][lf]
+    e = s + d
+    return set(ev["ids"][lf][(s < t1) & (e >= t0)].tolist())
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_raw_windows_match_brute_force(tmp_path: Path, split: bool) -> None:
+    ev = make_events(1)
+    out = None
+    if split:  # also through memory-mapped files
+        out = tmp_path / "idx"
+        out.mkdir()
+    idx = build(ev, out, split=split)
+    rng = np.random.default_rng(2)
+    windows = [(-1e9, 2e10), (0, 1), (3.3e9, 3.3e9 + 1e6)]
+    windows += [(float(a), float(a + w)) for a, w in zip(rng.uniform(-1e8, 1e10, 60), rng.choice([1e3, 1e6, 1e8, 2e9], 60))]
+    for t0, t1 in windows:
+        got = idx.gather_raw([0, 1, 2], [5, 6, 7], t0, t1)
+        for lf, row in ((0, 5), (1, 6), (2, 7)):
+            sel = got["leaf"] == lf
+            assert set(got["id"][sel].tolist()) == brute_overlap(ev, lf, t0, t1), (lf, t0, t1)
+            assert (got["row"][sel] == row).all()
+        assert len(got["id"]) == len(set(got["id"].tolist())), "an event returned twice"
+        # candidate slices stay tight despite the 5 s event (unless the window is inside it): at most a
+        # block plus the window's events, where a bound by the longest duration would take ~2500
+        s0, d0 = ev["leaves"][0]
+        j = int(np.argmax(d0))
+        if t1 - t0 <= 1e6 and not (s0[j] < t1 and s0[j] + d0[j] >= t0):
+            for lf, lo, hi in idx.raw_slices([0], t0, t1):
+                assert hi - lo <= index.BLOCK + len(brute_overlap(ev, 0, t0, t1)) + 1
+
+
+def test_cached_index_roundtrip_and_durations_over_32_bits(tmp_path: Path) -> None:
+    ev = make_events(3, long_dur=(1 << 33) + 5)  # longer than uint32 ns: durations stored as int64
+    d = tmp_path / "p.idx"
+    idx = index.EventIndex.cached(d, lambda out: build(ev, out, split=True))
+    assert idx.d.dtype == np.int64 and (d / "meta.json").is_file()
+    again = index.EventIndex.load(d)
+    assert again is not None and again.n == idx.n == sum(len(s) for s, _ in ev["leaves"])
+    for name, arr in idx.a.items():
+        assert np.array_equal(arr, again.a[name]), name
+    got = again.gather_raw([0], [0], 8.5e9, 8.5e9 + 10)
+    assert set(got["id"].tolist()) == brute_overlap(ev, 0, 8.5e9, 8.5e9 + 10)
+    # a cache of another format is ignored, not misread
+    meta = (d / "meta.json").read_text().replace(f'"format": {index.FORMAT}', '"format": -1')
+    (d / "meta.json").write_text(meta)
+    assert index.EventIndex.load(d) is None
+    assert build(make_events(4, long_dur=4_000_000_000), None).d.dtype == np.uint32
+    # a damaged cache is rebuilt rather than making the profile unopenable
+    (d / "s.npy").unlink()
+    rebuilt = index.EventIndex.cached(d, lambda out: build(ev, out))
+    assert np.array_equal(rebuilt.s, idx.s) and (d / "s.npy").is_file()
+
+
+def test_pyramid_levels_match_brute_force() -> None:
+    ev = make_events(5)
+    levels = [1 << 20, 1 << 22, 1 << 24]
+    idx = build(ev, None, split=True, levels=levels)
+    for k, w in enumerate(levels):
+        for lf, ((s, d), ids) in enumerate(zip(ev["leaves"], ev["ids"])):
+            a, b = int(idx.a[f"p{k}_off"][lf]), int(idx.a[f"p{k}_off"][lf + 1])
+            want: dict[int, list[int]] = {}
+            for si, di, ii in zip(s.tolist(), d.tolist(), ids.tolist()):
+                x = want.setdefault(si // w, [0, 0, si, si + di, ii])
+                x[0] += 1
+                x[1] += di
+                x[2] = min(x[2], si)
+                x[3] = max(x[3], si + di)
+                x[4] = min(x[4], ii)
+            got = {int(sv) // w: [int(c), int(dd), int(sv), int(e), int(i)] for sv, e, c, dd, i in zip(
+                idx.a[f"p{k}_s"][a:b], idx.a[f"p{k}_e"][a:b], idx.a[f"p{k}_c"][a:b], idx.a[f"p{k}_d"][a:b],
+                idx.a[f"p{k}_id"][a:b])}
+            assert got == want, (k, lf)
+    # a window over level 1 counts every event starting in it exactly once
+    got = idx.gather_level(1, [0, 1], [0, 1], -1, 2e10)
+    assert int(got["c"].sum()) == sum(len(s) for s, _ in ev["leaves"])
+
+
+def test_aggregate_matches_grouping_by_row_and_pixel() -> None:
+    rng = np.random.default_rng(7)
+    n = 2000
+    items = {"row": rng.integers(0, 4, n), "s": rng.integers(0, 1_000_000, n), "leaf": rng.integers(0, 9, n),
+             "id": rng.permutation(n).astype(np.int64), "c": rng.integers(1, 5, n)}
+    items["d"] = rng.integers(0, 3000, n)
+    items["e"] = items["s"] + items["d"]
+    t0, npp = 1000.5, 2500.0
+    single = items["d"] >= npp - 500
+    out = index.aggregate(items, t0, npp, single, 10**6)
+    want: dict[tuple, list[int]] = {}
+    for i in range(n):
+        key = (int(items["row"][i]), ("single", i) if single[i] else int(np.floor((items["s"][i] - t0) / npp)))
+        x = want.setdefault(key, [0, 0, 1 << 62, -(1 << 62), 1 << 62, 1 << 62])
+        x[0] += int(items["c"][i])
+        x[1] += int(items["d"][i])
+        x[2] = min(x[2], int(items["s"][i]))
+        x[3] = max(x[3], int(items["e"][i]))
+        x[4] = min(x[4], int(items["id"][i]))
+        x[5] = min(x[5], int(items["leaf"][i]))
+    got = sorted(zip(*(out[x].tolist() for x in ("row", "c", "d", "s", "e", "id", "leaf"))))
+    assert got == sorted((k[0], *v) for k, v in want.items())
+    order = list(zip(out["row"].tolist(), out["s"].tolist()))
+    assert order == sorted(order), "answers are ordered by row, then start"
+    assert len(index.aggregate(items, t0, npp, single, 5)["s"]) == 5
+
+
+def test_next_and_count_starting() -> None:
+    ev = make_events(9)
+    idx = build(ev, None)
+    starts = sorted((int(s), lf, i) for lf, (ss, _) in enumerate(ev["leaves"]) for i, s in enumerate(ss))
+    for after in (-5.0, 0.0, 1e9 + 0.5, 5e9, 9.99e9, 2e10):
+        fwd = [x for x in starts if x[0] > after]
+        hit = idx.next_start([0, 1, 2], after, True)
+        assert (hit is None) == (not fwd)
+        if hit:
+            assert int(idx.s[hit[1]]) == fwd[0][0]
+        bwd = [x for x in starts if x[0] < after]
+        hit = idx.next_start([0, 1, 2], after, False)
+        assert (hit is None) == (not bwd)
+        if hit:
+            assert int(idx.s[hit[1]]) == bwd[-1][0]
+        n = sum(hi - lo for _, lo, hi in idx.count_starting([0, 1, 2], after, after + 3e9))
+        assert n == sum(1 for x in starts if after <= x[0] < after + 3e9)
+
+
+def test_listening_socket_disables_nagle_for_accepted_connections() -> None:
+    """Without TCP_NODELAY every kept-alive answer waits ~40 ms for a delayed ACK (headers, then body)."""
+    srv = listen_socket("127.0.0.1")
+    try:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        cl = socket.create_connection(srv.getsockname())
+        conn, _ = srv.accept()
+        try:
+            assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        finally:
+            conn.close()
+            cl.close()
+    finally:
+        srv.close()
