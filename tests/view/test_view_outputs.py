@@ -64,54 +64,36 @@ def test_parquet_counts_match_what_each_rank_did(capture, tmp_path):
 
 
 def test_perfetto_trace_parses_and_holds_both_ranks_slices_flows_and_counters(capture, tmp_path):
-    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    from .test_perfetto_semantics import decode
 
     out, truth = capture
     path = tmp_path / "system_profile.pftrace"
     cli("view", "-d", str(out), "--output-format", "perfetto", "--output-file", str(path), check=True)
-    t = pb.Trace()
-    t.ParseFromString(path.read_bytes())
-    procs, tracks, counters = {}, {}, set()
-    names = {}
-    dbg_names, dbg_strings = {}, {}
-    begins = {}
-    flows = {}
-    for pk in t.packet:
-        if pk.HasField("track_descriptor"):
-            td = pk.track_descriptor
-            if td.HasField("process"):
-                procs[td.uuid] = td.name
-            tracks[td.uuid] = td
-            if td.HasField("counter"):
-                counters.add(td.name)
-        if pk.HasField("interned_data"):
-            seq = pk.trusted_packet_sequence_id
-            names[seq] = {e.iid: e.name for e in pk.interned_data.event_names}
-            dbg_names[seq] = {e.iid: e.name for e in pk.interned_data.debug_annotation_names}
-            dbg_strings[seq] = {e.iid: e.str.decode() for e in pk.interned_data.debug_annotation_string_values}
-        if pk.HasField("track_event") and pk.track_event.type in (1, 3):
-            te = pk.track_event
-            seq = pk.trusted_packet_sequence_id
-            nm = names[seq][te.name_iid]
-            begins.setdefault(seq, []).append((nm, te))
-            for f in te.flow_ids:
-                flows.setdefault(f, set()).add((seq, nm))
+    d = decode(path.read_bytes())
+    procs = {u: td for u, td in d.tracks.items() if td.HasField("process")}
+    counters = {td.name for td in d.tracks.values() if td.HasField("counter")}
     assert len(procs) == 2
-    assert any("neuron_hw" in td.name for td in tracks.values())
+    assert any("neuron_hw" in td.name for td in d.tracks.values())
     assert {"cpu_util.process", "host_mem.process_rss"} <= counters
-    for seq, evs in begins.items():
+    assert all(d.counters[u] for u, td in d.tracks.items() if td.HasField("counter"))
+    rank_of = {u: int(re.search(r" rank (\d+)", td.name).group(1)) for u, td in procs.items()}
+    flows = {}
+    by_rank = {}
+    for s in d.slices:
+        rank = rank_of[d.process_of(s.track)]
+        by_rank.setdefault(rank, []).append(s)
+        for f in s.flows:
+            flows.setdefault(f, set()).add((rank, s.name))
+    for rank, evs in by_rank.items():
         c = {}
-        for nm, _ in evs:
-            c[nm] = c.get(nm, 0) + 1
-        rank = seq - 1
+        for s in evs:
+            c[s.name] = c.get(s.name, 0) + 1
         assert c["nc_exec_running"] == truth[rank][1]["nc_exec_running"]
         assert c["cc_running"] == truth[rank][1]["cc_running"]
-        ex = [te for nm, te in evs if nm == "nc_exec_running"][0]
-        ann = {dbg_names[seq][d.name_iid]: (dbg_strings[seq].get(d.string_value_iid) if d.string_value_iid else d.int_value)
-               for d in ex.debug_annotations}
-        assert re.search(r"_[0-9a-f]{16}(_bwd)?$", ann["model_name"]) and "exec_id" in ann
+        ex = [s for s in evs if s.name == "nc_exec_running"][0]
+        assert re.search(r"_[0-9a-f]{16}(_bwd)?$", ex.args["model_name"]) and "exec_id" in ex.args
     exec_flows = [f for f, m in flows.items() if {n for _, n in m} == {"nrt_execute", "nc_exec_running"}]
-    cc_flows = [f for f, m in flows.items() if {s for s, _ in m} == {1, 2} and {n for _, n in m} == {"cc_running"}]
+    cc_flows = [f for f, m in flows.items() if {r for r, _ in m} == {0, 1} and {n for _, n in m} == {"cc_running"}]
     assert len(exec_flows) == truth[0][1]["nc_exec_running"] + truth[1][1]["nc_exec_running"]
     assert len(cc_flows) == truth[0][1]["cc_running"]
 

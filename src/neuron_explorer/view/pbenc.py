@@ -1,18 +1,32 @@
 """Vectorized protobuf encoding: N messages of the same shape, built column by column with numpy.
 
 Building one protobuf object per trace event costs microseconds in Python; a profile has millions.
-Here a ``Batch`` describes the fields of N messages (each field a column of values, optionally
-absent on some rows), and ``encode`` lays out all N messages in one buffer with a handful of
-array operations per field.  The output is ordinary protobuf wire format.
+Here ``Rows`` describes the fields of N messages as *pieces*: a piece is a run of bytes that every
+row may hold (a tag, a varint, a fixed64, a length prefix) with a per-row length (0 where the field
+is absent).  ``encode`` lays the pieces out as the columns of an N x W byte matrix: bytes that are
+the same on every row come from one template row, each varying piece is stored with one unaligned
+8-byte write per row, and only when rows differ in length (absent fields, varints of different
+lengths that are not padded) are the bytes each row holds kept with one compaction.  The output is
+ordinary protobuf wire format (fields may come in any order in a message, and a varint may carry
+redundant high bytes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 import numpy as np
 
 VARINT, FIXED64, LEN = 0, 1, 2
+
+_U7 = np.uint64(0x7F)
+# A varint may carry redundant high bytes (0x80 ... 0x00): every protobuf reader, Perfetto's
+# included, accepts them, and Perfetto writes such lengths itself.  A varint column whose values
+# differ in length is padded to the longest when that costs at most PAD_BYTES a row on average,
+# which keeps the rows of a batch one length and spares the compaction pass.
+PAD_BYTES = 1
+# smallest value that needs k+2 bytes, k = 0..8
+_VARINT_BOUNDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 
 
 def _tag(field: int, wire: int) -> bytes:
@@ -34,44 +48,37 @@ def encode_varint_scalar(v: int) -> bytes:
 
 def varint_len(v: np.ndarray) -> np.ndarray:
     """Bytes needed for each uint64 value as a varint (1..10)."""
-    v = v.astype(np.uint64, copy=False)
-    n = np.ones(len(v), dtype=np.int64)
-    x = v >> np.uint64(7)
-    while True:
-        nz = x != 0
-        if not nz.any():
-            return n
-        n += nz
-        x = x >> np.uint64(7)
+    v = np.asarray(v).astype(np.uint64, copy=False)
+    n = np.ones(v.shape, dtype=np.int64)
+    if not v.size:
+        return n
+    top = int(v.max())
+    for b in _VARINT_BOUNDS.tolist():
+        if top < b:
+            break
+        n += v >= np.uint64(b)
+    return n
 
 
-def _write_varints(buf: np.ndarray, pos: np.ndarray, v: np.ndarray, nbytes: np.ndarray) -> None:
-    """Write varints without per-byte masks: bytes are written from the last position down, and a
-    row that has fewer bytes than k writes to its own last byte, which the k = nbytes-1 pass then
-    overwrites with the right value."""
-    if len(v) == 0:
-        return
-    v = v.astype(np.uint64, copy=False)
-    last = nbytes - 1
-    for k in range(int(nbytes.max()) - 1, -1, -1):
-        byte = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        byte |= (last > k).astype(np.uint8) << 7
-        buf[pos + np.minimum(k, last)] = byte
+@functools.lru_cache(maxsize=4096)
+def _window(offset: int, itemsize: int) -> np.dtype:
+    """A record of ``itemsize`` bytes seen as one little-endian uint64 at ``offset``."""
+    return np.dtype({"names": ["w"], "formats": ["<u8"], "offsets": [offset], "itemsize": itemsize})
 
 
-@dataclass
-class Encoded:
-    """N encoded messages: row i is data[offsets[i]:offsets[i+1]]."""
-
-    data: np.ndarray  # uint8
-    offsets: np.ndarray  # int64, len n+1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def tobytes(self) -> bytes:
-        return self.data.tobytes()
+def _varint_word(v: np.ndarray, lens, w: int) -> np.ndarray:
+    """Each value's varint bytes (``w`` <= 8 of them) packed into a uint64, first byte lowest."""
+    word = v & _U7
+    for j in range(1, w):
+        word |= ((v >> np.uint64(7 * j)) & _U7) << np.uint64(8 * j)
+    if isinstance(lens, int):  # every row uses all w bytes
+        cont = sum(0x80 << (8 * j) for j in range(w - 1))
+        if cont:
+            word |= np.uint64(cont)
+    else:
+        for j in range(w - 1):
+            word |= (lens > j + 1).astype(np.uint64) << np.uint64(8 * j + 7)
+    return word
 
 
 def _as_u64(values) -> np.ndarray:
@@ -81,158 +88,221 @@ def _as_u64(values) -> np.ndarray:
     return a.astype(np.int64, copy=False).view(np.uint64)
 
 
-class Batch:
+class _Piece:
+    """``kind``: "const" (``data`` bytes), "varint" or "fixed64" (``data`` a uint64 array).
+    ``present``: None (every row) or a bool array; ``lens``: bytes on a present row (int, or an
+    int64 array for varints)."""
+
+    __slots__ = ("kind", "data", "lens", "present", "width")
+
+    def __init__(self, kind: str, data, lens, present, width: int) -> None:
+        self.kind, self.data, self.lens, self.present, self.width = kind, data, lens, present, width
+
+    def row_lens(self):
+        """Bytes on every row: an int when it is the same on all rows."""
+        if self.present is None:
+            return self.lens
+        return np.where(self.present, self.lens, 0)
+
+
+class Rows:
+    """N protobuf messages of one shape (see the module docstring)."""
+
     def __init__(self, n: int) -> None:
         self.n = n
-        self._parts: list[tuple[np.ndarray, object]] = []  # (per-row length, writer(buf, pos))
+        self.pieces: list[_Piece] = []
 
-    def _mask(self, present) -> np.ndarray | None:
+    def _present(self, present) -> np.ndarray | None | bool:
+        """None: every row; False: no row; else a bool array."""
         if present is None:
             return None
-        m = np.asarray(present, dtype=bool)
-        return m
+        pr = np.asarray(present, dtype=bool)
+        if pr.ndim == 0:
+            return None if bool(pr) else False
+        k = int(np.count_nonzero(pr))
+        if k == self.n:
+            return None
+        if k == 0:
+            return False
+        return pr
 
-    def varint(self, field: int, values, present=None) -> "Batch":
+    # ---- pieces
+    def const(self, data: bytes, present=None) -> "Rows":
+        return self._const(data, self._present(present))
+
+    def _const(self, data: bytes, pr) -> "Rows":
+        if data and pr is not False:
+            last = self.pieces[-1] if self.pieces else None
+            if last is not None and last.kind == "const" and last.present is pr:
+                last.data += data  # same rows: one run
+                last.lens = last.width = len(last.data)
+            else:
+                self.pieces.append(_Piece("const", data, len(data), pr, len(data)))
+        return self
+
+    def varint(self, values, present=None) -> "Rows":
+        return self._varint(_as_u64(values), self._present(present))
+
+    def _varint(self, v: np.ndarray, pr) -> "Rows":
+        if v.ndim == 0:
+            return self._const(encode_varint_scalar(int(v)), pr)
+        if pr is False or not self.n:
+            return self
+        vp = v if pr is None else v[pr]
+        lo, hi = int(vp.min()), int(vp.max())
+        if lo == hi:  # the same value on every present row
+            return self._const(encode_varint_scalar(lo), pr)
+        width = int(varint_len(np.array([hi], dtype=np.uint64))[0])
+        lens = width  # every present row has the same length ...
+        if width != int(varint_len(np.array([lo], dtype=np.uint64))[0]):
+            lens = varint_len(v)
+            k = self.n if pr is None else int(np.count_nonzero(pr))
+            if width * k - int(lens.sum() if pr is None else lens[pr].sum()) <= PAD_BYTES * k:
+                lens = width  # ... or is padded to it (see PAD_BYTES)
+        self.pieces.append(_Piece("varint", v, lens, pr, width))
+        return self
+
+    def fixed64(self, values, present=None) -> "Rows":
         v = _as_u64(values)
         if v.ndim == 0:
-            v = np.full(self.n, v, dtype=np.uint64)
-        tag = np.frombuffer(_tag(field, VARINT), dtype=np.uint8)
-        vl = varint_len(v)
-        lens = vl + len(tag)
-        m = self._mask(present)
-        if m is not None:
-            lens = np.where(m, lens, 0)
-
-        def write(buf, pos, v=v, vl=vl, tag=tag, m=m):
-            if m is not None:
-                pos, vv, vvl = pos[m], v[m], vl[m]
-            else:
-                vv, vvl = v, vl
-            for i, b in enumerate(tag):
-                buf[pos + i] = b
-            _write_varints(buf, pos + len(tag), vv, vvl)
-
-        self._parts.append((lens, write))
+            return self.const(int(v).to_bytes(8, "little"), present)
+        pr = self._present(present)
+        if pr is False or not self.n:
+            return self
+        self.pieces.append(_Piece("fixed64", v, 8, pr, 8))
         return self
 
-    def fixed64(self, field: int, values, present=None) -> "Batch":
+    # ---- fields
+    def field_varint(self, field: int, values, present=None) -> "Rows":
+        pr = self._present(present)
+        if pr is False:
+            return self
+        return self._const(_tag(field, VARINT), pr)._varint(_as_u64(values), pr)
+
+    def field_fixed64(self, field: int, values, present=None) -> "Rows":
+        pr = self._present(present)
+        if pr is False:
+            return self
+        self._const(_tag(field, FIXED64), pr)
         v = _as_u64(values)
         if v.ndim == 0:
-            v = np.full(self.n, v, dtype=np.uint64)
-        tag = np.frombuffer(_tag(field, FIXED64), dtype=np.uint8)
-        lens = np.full(self.n, len(tag) + 8, dtype=np.int64)
-        m = self._mask(present)
-        if m is not None:
-            lens = np.where(m, lens, 0)
+            return self._const(int(v).to_bytes(8, "little"), pr)
+        self.pieces.append(_Piece("fixed64", v, 8, pr, 8))
+        return self
 
-        def write(buf, pos, v=v, tag=tag, m=m):
-            if m is not None:
-                pos, vv = pos[m], v[m]
+    def message(self, field: int, sub: "Rows", present=None) -> "Rows":
+        """A nested message (``sub`` has the same rows); absent rows hold none of its bytes."""
+        pr = self._present(present)
+        if pr is False:
+            return self
+        size = sub.lengths()  # (only the present rows' sizes are written)
+        self._const(_tag(field, LEN), pr)
+        self._varint(_as_u64(size), pr)
+        combined: dict[int, np.ndarray | None] = {}
+        for p in sub.pieces:
+            if pr is None:
+                q = p.present
+            elif p.present is None:
+                q = pr
             else:
-                vv = v
-            for i, b in enumerate(tag):
-                buf[pos + i] = b
-            raw = vv.astype("<u8").view(np.uint8).reshape(-1, 8)
-            for k in range(8):
-                buf[pos + len(tag) + k] = raw[:, k]
-
-        self._parts.append((lens, write))
+                key = id(p.present)
+                if key not in combined:
+                    both = pr & p.present
+                    combined[key] = both if both.any() else False
+                q = combined[key]
+                if q is False:
+                    continue
+            if p.kind == "const":
+                self._const(p.data, q)
+            else:
+                self.pieces.append(_Piece(p.kind, p.data, p.lens, q, p.width))
         return self
 
-    def raw(self, data: bytes, present=None) -> "Batch":
-        """Bytes already encoded (one or more whole fields), the same on every row."""
-        arr = np.frombuffer(data, dtype=np.uint8)
-        lens = np.full(self.n, len(arr), dtype=np.int64)
-        m = self._mask(present)
-        if m is not None:
-            lens = np.where(m, lens, 0)
+    # ---- output
+    def lengths(self):
+        """Bytes of every row: an int when it is the same on all rows."""
+        fixed = 0
+        var = None
+        for p in self.pieces:
+            rl = p.row_lens()
+            if isinstance(rl, int):
+                fixed += rl
+            else:
+                var = rl.copy() if var is None else var + rl
+        if var is None:
+            return fixed
+        return var + fixed if fixed else var
 
-        def write(buf, pos, arr=arr, m=m):
-            p = pos[m] if m is not None else pos
-            for i, b in enumerate(arr):
-                buf[p + i] = b
-
-        self._parts.append((lens, write))
-        return self
-
-    def raw_rows(self, enc: "Encoded") -> "Batch":
-        """Already-encoded fields that differ per row (rows may be empty)."""
-        lens = enc.lengths.astype(np.int64)
-
-        def write(buf, pos, enc=enc, lens=lens):
-            _scatter_rows(buf, pos, enc, lens)
-
-        self._parts.append((lens, write))
-        return self
-
-    def message(self, field: int, sub: "Batch | Encoded", present=None) -> "Batch":
-        """A nested message field, written in place (no intermediate buffer).
-
-        With ``present``, ``sub`` holds only the rows where the field is present (in order)."""
-        inner = Batch(len(sub.offsets) - 1).raw_rows(sub) if isinstance(sub, Encoded) else sub
-        m = self._mask(present)
-        sl = inner.row_sizes()
-        tag = np.frombuffer(_tag(field, LEN), dtype=np.uint8)
-        ll = varint_len(sl.astype(np.uint64))
-        sub_lens = len(tag) + ll + sl
-        if m is None:
-            lens = sub_lens
-        else:
-            lens = np.zeros(self.n, dtype=np.int64)
-            lens[m] = sub_lens
-
-        def write(buf, pos, inner=inner, sl=sl, ll=ll, tag=tag, m=m):
-            p = pos[m] if m is not None else pos
-            for i, b in enumerate(tag):
-                buf[p + i] = b
-            _write_varints(buf, p + len(tag), sl.astype(np.uint64), ll)
-            inner.write_into(buf, p + len(tag) + ll)
-
-        self._parts.append((lens, write))
-        return self
-
-    def row_sizes(self) -> np.ndarray:
-        if not self._parts:
-            return np.zeros(self.n, dtype=np.int64)
-        return np.sum([p[0] for p in self._parts], axis=0)
-
-    def write_into(self, buf: np.ndarray, pos: np.ndarray) -> None:
-        start = pos.copy()
-        for lens, write in self._parts:
-            write(buf, start)
-            start = start + lens
-
-    def encode(self) -> Encoded:
+    def encode(self) -> np.ndarray:
+        """The N messages back to back (uint8)."""
         n = self.n
-        row = self.row_sizes()
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(row, out=offsets[1:])
-        buf = np.zeros(int(offsets[-1]), dtype=np.uint8)
-        self.write_into(buf, offsets[:-1])
-        return Encoded(buf, offsets)
-
-
-def _copy_ranges(buf: np.ndarray, dst: np.ndarray, src: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
-    total = int(lens.sum())
-    if total == 0:
-        return
-    rep_dst = np.repeat(dst - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-    rep_src = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-    idx = np.arange(total, dtype=np.int64)
-    buf[rep_dst + idx] = src[rep_src + idx]
-
-
-def _scatter_rows(buf: np.ndarray, pos: np.ndarray, enc: Encoded, lens: np.ndarray) -> None:
-    _copy_ranges(buf, pos, enc.data, enc.offsets[:-1], lens)
-
-
-def concat(rows: list[Encoded]) -> Encoded:
-    """Row-wise concatenation: row i of the result is row i of each input, in order."""
-    n = len(rows[0].offsets) - 1
-    b = Batch(n)
-    for r in rows:
-        b.raw_rows(r)
-    return b.encode()
+        width = sum(p.width for p in self.pieces)
+        if not n or not width:
+            return np.zeros(0, dtype=np.uint8)
+        # bytes the same on every row come from one template row; varying pieces are written over it
+        template = np.zeros(width, dtype=np.uint8)
+        keep_t = np.ones(width, dtype=bool)
+        c = 0
+        varying = []
+        ragged = False
+        for p in self.pieces:
+            if p.kind == "const":
+                template[c:c + p.width] = np.frombuffer(p.data, dtype=np.uint8)
+            else:
+                varying.append((c, p))
+            if p.present is not None or not isinstance(p.lens, int):
+                ragged = True
+            c += p.width
+        mat = np.empty((n, width), dtype=np.uint8)
+        mat[:] = template
+        flat = mat.reshape(-1)
+        for c, p in varying:
+            v = p.data
+            w = p.width
+            if c + 8 <= width and w <= 8:
+                # one unaligned 8-byte store per row: this piece's bytes, then the template's
+                # (later pieces overwrite their own bytes)
+                if p.kind == "fixed64":
+                    word = v.astype(np.uint64, copy=False)
+                else:
+                    word = _varint_word(v, p.lens, w)
+                if w < 8:
+                    tail = int.from_bytes(template[c + w:c + 8].tobytes(), "little") << (8 * w)
+                    if tail:
+                        word = word | np.uint64(tail)
+                flat.view(_window(c, width))["w"] = word
+            elif p.kind == "fixed64":
+                raw = v.astype("<u8", copy=False).view(np.uint8).reshape(n, 8)
+                for j in range(8):
+                    mat[:, c + j] = raw[:, j]
+            else:
+                vl = p.lens
+                for j in range(w):  # 7 bits a byte, high bit set on every byte but the last
+                    col = ((v >> np.uint64(7 * j)) & _U7 if j else v & _U7).astype(np.uint8)
+                    if j < w - 1:
+                        if isinstance(vl, int):
+                            col |= 0x80
+                        else:
+                            col |= (vl > j + 1).view(np.uint8) << 7
+                    mat[:, c + j] = col
+        if not ragged:
+            return mat.reshape(-1)
+        keep = np.empty((n, width), dtype=bool)
+        keep[:] = keep_t
+        c = 0
+        for p in self.pieces:
+            if p.present is not None or not isinstance(p.lens, int):
+                if isinstance(p.lens, int):
+                    for j in range(p.width):
+                        keep[:, c + j] = p.present
+                else:
+                    for j in range(p.width):
+                        col = p.lens > j
+                        if p.present is not None:
+                            col &= p.present
+                        keep[:, c + j] = col
+            c += p.width
+        return np.compress(keep.reshape(-1), mat.reshape(-1))
 
 
 def length_delimited(field: int, payload: bytes) -> bytes:
