@@ -1,13 +1,14 @@
-"""System Trace Viewer benchmark: first paint, pan/zoom window latency and browser memory on a
-synthetic many-rank profile, plus the same trace's size as Chrome JSON and .pftrace.
+"""System Trace Viewer benchmark: first paint, pan/zoom window latency, flow-arrow (/flows) latency and
+browser memory on a synthetic many-rank profile, plus the same trace's size as Chrome JSON and .pftrace.
 
 Two data paths, because ingesting through `view` runs at ~0.1M events/s on this 2-core machine
 (100M events would take ~17 minutes):
 
 * the *big* profile is written straight into the Parquet store's layout and schema (the tables `view`
   writes: SystemProfileEvents partitioned by instance/process, SystemProfileCounters, ProfileMetadata),
-  with the event mix of bench/synth_capture.py: executions (nrt_execute + nc_exec_running),
-  collectives, model switches, CPU and memory samples;
+  with the event mix of bench/synth_capture.py: executions (nrt_execute + nc_exec_running, one flow id
+  per execution), collectives (one flow id per collective across all ranks), model switches, CPU and
+  memory samples;
 * a *small* capture of the same shape goes through the real path (bench/synth_capture.py, then
   `neuron-explorer view --output-format json|perfetto|parquet`) to measure bytes per event of each
   format, which are scaled to the big profile's event count (both outputs grow linearly with events).
@@ -41,6 +42,8 @@ CHROMIUM = os.environ.get("NEURON_EXPLORER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
+SPANS = (1.0, 0.25, 1 / 16, 1 / 256, 1 / 4096, 1 / 65536, 1 / 1_000_000)  # window widths, fractions of the profile
+ZOOMED_OUT_MIN = 1 / 16  # spans of 1/16 and wider count as zoomed out
 NAMES = ["nrt_execute", "nc_exec_running", "cc_running", "nrt_model_switch"]
 SOURCES = ["neuron_rt", "neuron_hw", "neuron_hw", "neuron_hw"]
 GROUPS = ["software", "hardware", "hardware", "hardware"]
@@ -87,14 +90,24 @@ def write_store(out: Path, instances: int, per_instance: int, events: int, seed:
             exec_id = np.where(typ <= 1, np.concatenate([np.arange(n_exec), np.arange(n_exec), np.zeros(n_cc + len(sw_s), dtype=np.int64)])[order], -1)
             ids = np.arange(next_id, next_id + n, dtype=np.int64)
             next_id += n
-            empty = pa.array(np.zeros(n + 1, dtype=np.int32))
+            # flow ids as `view` assigns them: a host call and its core execution share one (per process,
+            # per exec id); the ranks of one collective share one (a hash of its sequence number)
+            cc_seq = np.concatenate([np.zeros(2 * n_exec, dtype=np.int64), np.arange(n_cc, dtype=np.int64),
+                                     np.zeros(len(sw_s), dtype=np.int64)])[order]
+            flow = np.zeros(n, dtype=np.int64)
+            flow[typ <= 1] = ((rank + 1) << 40) | exec_id[typ <= 1]
+            mixed = (cc_seq[typ == 2].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) & np.uint64((1 << 62) - 1)
+            flow[typ == 2] = (mixed | np.uint64(1 << 62)).astype(np.int64)
+            has_flow = flow != 0
+            flow_off = np.zeros(n + 1, dtype=np.int32)
+            np.cumsum(has_flow, out=flow_off[1:])
             tbl = pa.table({
                 "id": ids, "name": _dict(typ, NAMES), "start_ts": s, "end_ts": e, "duration_ns": e - s,
                 "trace_event_source": _dict(typ, SOURCES), "instance_id": _dict(np.zeros(n), [iid]),
                 "process_id": np.full(n, pid, dtype=np.int64), "thread_id": tid,
                 "nc_idx": np.full(n, lp, dtype=np.int32), "pcore_idx": np.full(n, lp, dtype=np.int32),
                 "worker_gid": np.full(n, rank, dtype=np.int32),
-                "flow_id": pa.ListArray.from_arrays(empty, pa.array([], type=pa.int64())),
+                "flow_id": pa.ListArray.from_arrays(pa.array(flow_off), pa.array(flow[has_flow], type=pa.int64())),
                 "framework_stream_id": pa.nulls(n, type=pa.int64()),
                 "extra_attributes_json": pa.nulls(n, type=pa.string()),
                 "event_group": _dict(typ, GROUPS),
@@ -230,7 +243,7 @@ def main() -> None:
         parse_ms: list[float] = []
         with_parse: dict[str, list[float]] = {}  # the pre-2026-11-21 measure, for comparisons
         rng = np.random.default_rng(1)
-        for span_frac in (1.0, 0.25, 1 / 16, 1 / 256, 1 / 4096, 1 / 65536, 1 / 1_000_000):
+        for span_frac in SPANS:
             span = dur * span_frac
             for _ in range(args.repeat):
                 a = float(rng.uniform(0, max(dur - span, 1)))
@@ -267,6 +280,36 @@ def main() -> None:
             print(f"window span {k} of the profile: p50 {v['p50']} ms, p95 {v['p95']} ms (n={v['n']}); "
                   f"in the server (query + JSON): p50 {s.get('p50')} ms, p95 {s.get('p95')} ms; "
                   f"with the client's json(): p50 {w.get('p50')} ms, p95 {w.get('p95')} ms", flush=True)
+        # flow arrows: /flows over the same kind of walk (the browser asks for them whenever a window
+        # shows individual events; the answer covers every row, not only the visible ones)
+        flow_ms: dict[str, list[float]] = {}
+        flow_srv: dict[str, list[float]] = {}
+        flow_n: dict[str, list[int]] = {}
+        for span_frac in SPANS:
+            span = dur * span_frac
+            key = f"1/{round(1 / span_frac)}"
+            for _ in range(args.repeat):
+                a = float(rng.uniform(0, max(dur - span, 1)))
+                t = time.perf_counter()
+                r = cl.get(f"/api/profiles/{store.name}/flows", params={"mode": "cpu_device", "t0": a, "t1": a + span})
+                ms = (time.perf_counter() - t) * 1000
+                body = r.json()
+                flow_ms.setdefault(key, []).append(ms)
+                zoom = "zoomed_out" if span_frac >= ZOOMED_OUT_MIN else "zoomed_in"
+                flow_ms.setdefault(zoom, []).append(ms)
+                st = dict(x.strip().split(";dur=") for x in r.headers.get("server-timing", "").split(",") if ";dur=" in x)
+                flow_srv.setdefault(key, []).append(sum(float(x) for x in st.values()))
+                flow_n.setdefault(key, []).append(len(body["flows"]))
+        res["flows_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
+                                 for k, v in flow_ms.items()}
+        res["flows_server_ms_by_span"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)}
+                                          for k, v in flow_srv.items()}
+        res["flows_returned_median_by_span"] = {k: statistics.median(v) for k, v in flow_n.items()}
+        for k, v in res["flows_query_ms"].items():
+            s = res["flows_server_ms_by_span"].get(k, {})
+            print(f"flows {k}: p50 {v['p50']} ms, p95 {v['p95']} ms (n={v['n']})"
+                  + (f"; in the server p50 {s['p50']} ms, p95 {s['p95']} ms; flows returned (median) "
+                     f"{res['flows_returned_median_by_span'][k]}" if s else ""), flush=True)
         if not args.no_browser:
             # the browser: first paint, pan/zoom as a user does it, memory
             from playwright.sync_api import sync_playwright
@@ -345,6 +388,10 @@ def main() -> None:
         s = res["window_server_ms_by_span"].get(k, {})
         print(f"| window query, span {k} p50 / p95 (in the server) | {v['p50']} / {v['p95']} ms "
               f"({s.get('p50')} / {s.get('p95')} ms) (n={v['n']}) |")
+    for k in ("zoomed_in", "zoomed_out"):
+        v = res["flows_query_ms"].get(k)
+        if v:
+            print(f"| flows ({k.replace('_', ' ')}) p50 / p95 | {v['p50']} / {v['p95']} ms (n={v['n']}) |")
     cp = res["window_client_json_parse_ms"]
     print(f"| client json() of a window answer (not counted above) p50 / p95 | {cp['p50']} / {cp['p95']} ms |")
     print(f"| server RSS after the walk | {res['server_rss_bytes'] / 1e6:.0f} MB |")

@@ -274,6 +274,116 @@ def test_windows_match_the_events_in_parquet(client: TestClient, ui_workspace: P
 
 
 
+def brute_force_flows(workspace: Path, profile: str, origin: int, leaf_of: dict, t0: float, t1: float,
+                      limit: int) -> tuple[list[dict], bool]:
+    """Flows from SystemProfileEvents.flow_id alone: events overlapping [t0, t1) (start < t1, end >= t0),
+    grouped by flow id, flows with >= 2 such events, smallest ids first, endpoints by start then id."""
+    import duckdb
+
+    ev = duckdb.connect().execute(f"""
+        SELECT f, id, instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
+               coalesce(trace_event_source, ''), name, s, e
+        FROM (SELECT unnest(flow_id) AS f, *, start_ts - {origin} AS s, end_ts - {origin} AS e
+              FROM read_parquet('{workspace / profile}/SystemProfileEvents/**/*.parquet'))
+        WHERE f IS NOT NULL AND f <> 0 AND s < ? AND e >= ?""", [t1, t0]).fetchall()
+    by: dict[int, list] = {}
+    for f, eid, *key, s, e in ev:
+        by.setdefault(int(f), []).append([int(eid), leaf_of[tuple(key)], int(s), int(e)])
+    multi = sorted(f for f, v in by.items() if len(v) >= 2)
+    return ([{"flow_id": str(f), "ends": sorted(by[f], key=lambda x: (x[2], x[0]))} for f in multi[:limit]],
+            len(multi) > limit)
+
+
+def test_flows_match_the_flow_ids_in_parquet(client: TestClient, ui_workspace: Path) -> None:
+    """/flows equals a brute-force grouping of SystemProfileEvents.flow_id over the window, in every
+    grouping mode, whichever way the index answers (gather the window's ids / walk flows by id)."""
+    ov = client.get("/api/profiles/run-a").json()
+    origin, dur = int(ov["origin_ns"]), ov["duration_ns"]
+    prof = client.app.state.workspace.profile("run-a")
+    leaf_of = {(lf.inst, lf.pid, lf.tid, lf.nc, lf.src, lf.name): lf.leaf for lf in prof.leaves}
+    whole, _ = brute_force_flows(ui_workspace, "run-a", origin, leaf_of, -1, dur + 1, 10**9)
+    assert len(whole) >= 10, "the capture has host call -> execution and collective flows"
+    assert any(len({e[1] for e in f["ends"]}) >= 2 for f in whole)
+    # the windows: the whole profile, beyond it, slices, and windows that start where a flow's event ends
+    # or end where one starts (the bounds are end >= t0 and start < t1)
+    ends = [e for f in whole for e in f["ends"]]
+    windows = [(0, dur), (-dur, 2 * dur), (dur * 0.3, dur * 0.31), (dur * 0.5, dur * 0.5 + 2e5), (dur * 0.2, dur * 0.7),
+               (2 * dur, 3 * dur)]
+    for x in ends[len(ends) // 3:len(ends) // 3 + 3]:
+        windows += [(x[3], x[3] + dur * 0.05), (x[2] - dur * 0.05, x[2])]
+    checked = 0
+    try:
+        for how in ("auto", "gather", "walk"):
+            prof.flow_strategy = how
+            for t0, t1 in windows:
+                want, trunc = brute_force_flows(ui_workspace, "run-a", origin, leaf_of, t0, t1, 2000)
+                for mode in MODES:
+                    got = client.get("/api/profiles/run-a/flows", params={"mode": mode, "t0": t0, "t1": t1}).json()
+                    assert got == {"flows": want, "truncated": trunc}, (how, mode, t0, t1)
+                    # every endpoint's leaf is drawn by a row of the mode (the browser maps leaves to rows)
+                    drawn = {lf for r in all_rows(client, "run-a", mode) if r["kind"] == "events" for lf in r["leaves"]}
+                    assert {e[1] for f in got["flows"] for e in f["ends"]} <= drawn
+                checked += len(want)
+                for limit in (0, 1, 3):
+                    want, trunc = brute_force_flows(ui_workspace, "run-a", origin, leaf_of, t0, t1, limit)
+                    got = prof.flows("cpu_device", t0, t1, limit)
+                    assert got == {"flows": want, "truncated": trunc}, (how, limit, t0, t1)
+    finally:
+        prof.flow_strategy = "auto"
+    assert checked > 30
+    assert client.get("/api/profiles/run-a/flows", params={"mode": "nope", "t0": 0, "t1": 1}).status_code == 400
+
+
+def test_a_leftover_flows_table_is_ignored(ui_workspace: Path, tmp_path: Path) -> None:
+    """Stores written before the SystemProfileFlows table was dropped may still hold one: flows come
+    from SystemProfileEvents.flow_id whatever it says."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ui_workspace / "run-b", ws / "old")
+    part = next((ws / "old" / "SystemProfileEvents").rglob("*.parquet"))
+    d = ws / "old" / "SystemProfileFlows" / part.parent.parent.name / part.parent.name
+    d.mkdir(parents=True)
+    pq.write_table(pa.table({"flow_id": [7, 7], "event_id": [0, 1], "ts": [0, 1]}), d / "part-0.parquet")
+    c = TestClient(create_app(ws, cache_dir=tmp_path / "cache"))
+    ref = TestClient(create_app(ui_workspace, cache_dir=tmp_path / "cache2"))
+    dur = ref.get("/api/profiles/run-b").json()["duration_ns"]
+    got = c.get("/api/profiles/old/flows", params={"t0": 0, "t1": dur}).json()
+    assert got["flows"] and got == ref.get("/api/profiles/run-b/flows", params={"t0": 0, "t1": dur}).json()
+    assert "7" not in {f["flow_id"] for f in got["flows"]}
+
+def test_flow_id_as_a_plain_column_or_missing(ui_workspace: Path, tmp_path: Path) -> None:
+    """A store whose flow_id is a plain integer gives the same flows; one without the column, none."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ws = tmp_path / "ws"
+    for name in ("scalar", "none"):
+        shutil.copytree(ui_workspace / "run-b", ws / name)
+        for part in (ws / name / "SystemProfileEvents").rglob("*.parquet"):
+            tbl = pq.read_table(part)
+            i = tbl.schema.get_field_index("flow_id")
+            if name == "scalar":
+                first = pa.array([v[0] if v else 0 for v in tbl["flow_id"].to_pylist()], type=pa.int64())
+                tbl = tbl.set_column(i, "flow_id", first)
+            else:
+                tbl = tbl.remove_column(i)
+            pq.write_table(tbl, part)
+    c = TestClient(create_app(ws, cache_dir=tmp_path / "cache"))
+    ref = TestClient(create_app(ui_workspace, cache_dir=tmp_path / "cache2"))
+    ov = ref.get("/api/profiles/run-b").json()
+    want = ref.get("/api/profiles/run-b/flows", params={"t0": 0, "t1": ov["duration_ns"]}).json()
+    assert want["flows"]
+    assert c.get("/api/profiles/scalar/flows", params={"t0": 0, "t1": ov["duration_ns"]}).json() == want
+    assert c.get("/api/profiles/none/flows", params={"t0": 0, "t1": ov["duration_ns"]}).json() == \
+        {"flows": [], "truncated": False}
+    assert c.get("/api/profiles/none").json()["events"] == ov["events"]
+
 def test_parts_not_sorted_by_start_give_the_same_answers(ui_workspace: Path, tmp_path: Path) -> None:
     """The index sorts what it reads: shuffled Parquet parts answer exactly as the originals."""
     import shutil

@@ -221,6 +221,27 @@ def test_drill_down_from_nc_exec_running(page) -> None:
     shot(page, "06-device-trace")
 
 
+def test_flow_arrows_join_the_execution_and_its_host_call(page) -> None:
+    """With individual events on screen (this small capture shows them even zoomed out), the timeline
+    holds the window's flows from /flows and has rows for both ends of at least one host call ->
+    execution flow, so an arrow is drawn between two different rows."""
+    got = page.evaluate("""() => {
+      const tl = window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-a').timeline;
+      const names = new Map(tl.rows.map((r) => [r.idx, r.name]));
+      const drawn = [];
+      for (const f of tl.flowData) {
+        const rows = f.ends.map((e) => tl.leafToRow.get(e[1]));
+        if (rows.every((r) => tl.rowY.get(r)) && new Set(rows).size > 1) drawn.push(rows.map((r) => names.get(r)));
+      }
+      return {level: tl.level, show: tl.showFlows, n: tl.flowData.length, ends: tl.flowData.map((f) => f.ends.length),
+              drawn};
+    }""")
+    assert got["level"] == "raw" and got["show"], got
+    assert got["n"] >= 1 and min(got["ends"]) >= 2, got
+    assert any("nrt_execute" in d and "nc_exec_running" in d for d in got["drawn"]), got
+    page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-a]").scroll_into_view_if_needed()
+    shot(page, "06b-flow-arrows")
+
 def test_device_profiles_list(page) -> None:
     page.click("[data-testid=widget][data-type=system-trace][data-profile=run-a] [data-testid=device-profiles-list]")
     page.wait_for_selector("[data-testid=device-profiles-table]")

@@ -36,15 +36,15 @@ def make_events(seed: int, long_dur: int = 5_000_000_000) -> dict:
 
 
 def chunks_of(ev: dict, split: bool):
-    """(leaf, start_abs, dur, id) chunks sorted by (leaf, start); with ``split`` leaf 0 comes in two
-    interleaved parts (as when one leaf's events sit in two Parquet parts)."""
+    """(leaf, start_abs, dur, id[, flow]) chunks sorted by (leaf, start); with ``split`` leaf 0 comes in
+    two interleaved parts (as when one leaf's events sit in two Parquet parts)."""
     out = []
+    flows = ev.get("flows")
     for lf, ((s, d), ids) in enumerate(zip(ev["leaves"], ev["ids"])):
-        if split and lf == 0:
-            for sel in (slice(0, None, 2), slice(1, None, 2)):
-                out.append((np.full(len(s[sel]), lf, dtype=np.int32), s[sel] + BASE, d[sel], ids[sel]))
-        else:
-            out.append((np.full(len(s), lf, dtype=np.int32), s + BASE, d, ids))
+        sels = (slice(0, None, 2), slice(1, None, 2)) if split and lf == 0 else (slice(None),)
+        for sel in sels:
+            ch = (np.full(len(s[sel]), lf, dtype=np.int32), s[sel] + BASE, d[sel], ids[sel])
+            out.append(ch + (flows[lf][sel],) if flows is not None else ch)
     return out
 
 
@@ -89,14 +89,16 @@ def test_raw_windows_match_brute_force(tmp_path: Path, split: bool) -> None:
 
 
 def test_cached_index_roundtrip_and_durations_over_32_bits(tmp_path: Path) -> None:
-    ev = make_events(3, long_dur=(1 << 33) + 5)  # longer than uint32 ns: durations stored as int64
+    ev = with_flows(make_events(3, long_dur=(1 << 33) + 5), 4)  # longer than uint32 ns: int64 durations
     d = tmp_path / "p.idx"
     idx = index.EventIndex.cached(d, lambda out: build(ev, out, split=True))
     assert idx.d.dtype == np.int64 and (d / "meta.json").is_file()
+    assert not list(d.glob("*.tmp.npy")), "the build's scratch flow ids are removed"
     again = index.EventIndex.load(d)
     assert again is not None and again.n == idx.n == sum(len(s) for s, _ in ev["leaves"])
     for name, arr in idx.a.items():
         assert np.array_equal(arr, again.a[name]), name
+    assert len(again.fx_id) and again.flow_leaves == idx.flow_leaves == [0, 1]
     got = again.gather_raw([0], [0], 8.5e9, 8.5e9 + 10)
     assert set(got["id"].tolist()) == brute_overlap(ev, 0, 8.5e9, 8.5e9 + 10)
     # a cache of another format is ignored, not misread
@@ -178,6 +180,68 @@ def test_next_and_count_starting() -> None:
             assert int(idx.s[hit[1]]) == bwd[-1][0]
         n = sum(hi - lo for _, lo, hi in idx.count_starting([0, 1, 2], after, after + 3e9))
         assert n == sum(1 for x in starts if after <= x[0] < after + 3e9)
+
+
+def with_flows(ev: dict, seed: int) -> dict:
+    """Flow ids over the events: 0 (none) for about a third, else drawn from a pool (negative ids too),
+    so flows join events of one leaf or of both, and some ids occur once in the whole profile."""
+    rng = np.random.default_rng(seed)
+    pool = np.concatenate([rng.integers(1, 1 << 62, 700), -rng.integers(1, 1 << 40, 50)])
+    flows = []
+    for s, _ in ev["leaves"]:
+        f = pool[rng.integers(0, len(pool), len(s))]
+        f[rng.random(len(s)) < 0.35] = 0
+        flows.append(f.astype(np.int64))
+    flows[0][:5] = [11, 12, 13, 14, 15]  # ids seen once: never a flow
+    return {**ev, "flows": flows}
+
+
+def brute_flows(ev: dict, t0: float, t1: float, limit: int) -> tuple[list, bool]:
+    by: dict[int, list[tuple[int, int, int]]] = {}
+    for lf, ((s, d), ids, fl) in enumerate(zip(ev["leaves"], ev["ids"], ev["flows"])):
+        for si, di, ii, fi in zip(s.tolist(), d.tolist(), ids.tolist(), fl.tolist()):
+            if fi and si < t1 and si + di >= t0:
+                by.setdefault(fi, []).append((si, ii, lf))
+    multi = sorted(k for k, v in by.items() if len(v) >= 2)
+    return [(k, sorted(by[k])) for k in multi[:limit]], len(multi) > limit
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_flows_match_brute_force(tmp_path: Path, split: bool) -> None:
+    """Both ways of answering a flow query (gather the window's ids / walk flows in id order) are exact."""
+    ev = with_flows(make_events(11), 12)
+    out = None
+    if split:
+        out = tmp_path / "idx"
+        out.mkdir()
+    idx = build(ev, out, split=split)
+    assert len(idx.fx_id) and np.all(np.diff(idx.fx_id) > 0) and 11 not in idx.fx_id.tolist()
+    assert idx.flow_leaves == [0, 1]
+    rng = np.random.default_rng(13)
+    windows = [(-1e9, 2e10), (0, 1), (3.3e9, 3.3e9 + 1e6), (2e10, 3e10)]
+    windows += [(float(a), float(a + w)) for a, w in zip(rng.uniform(-1e8, 1e10, 30), rng.choice([1e6, 1e8, 2e9, 1e10], 30))]
+    # windows starting where events end / ending where they start: the bounds are end >= t0, start < t1
+    # (wide, so that the boundary event's flow has other events inside)
+    s1, d1 = ev["leaves"][1]
+    for i in rng.choice(np.flatnonzero(ev["flows"][1]), 8).tolist():
+        windows += [(float(s1[i] + d1[i]), float(s1[i] + d1[i] + 3e9)), (float(s1[i] - 3e9), float(s1[i]))]
+    seen_truncated = seen_flows = 0
+    for t0, t1 in windows:
+        for limit in (0, 1, 7, 100_000):
+            want, trunc = brute_flows(ev, t0, t1, limit)
+            for how in ("gather", "walk", "auto"):
+                r = idx.flows(t0 - 0, t1 - 0, limit, how)
+                got = []
+                for j, fid in enumerate(r["fid"].tolist()):
+                    pos = r["pos"][r["off"][j]:r["off"][j + 1]]
+                    got.append((fid, list(zip(idx.s[pos].tolist(), idx.id[pos].tolist(), idx.leaf_of(pos).tolist()))))
+                assert got == want, (t0, t1, limit, how)
+                assert r["truncated"] == trunc, (t0, t1, limit, how)
+            seen_truncated += trunc
+            seen_flows += len(want)
+    assert seen_truncated > 10 and seen_flows > 1000
+    # without flow ids in the chunks, no flows
+    assert len(build(make_events(11), None).flows(-1e9, 2e10, 10)["fid"]) == 0
 
 
 def test_listening_socket_disables_nagle_for_accepted_connections() -> None:

@@ -12,6 +12,14 @@ Layout (``n`` events, ``L`` leaves; leaf ``i`` owns positions ``off[i]:off[i+1]`
 * ``s``   int64   start, ns relative to ``base`` (the earliest event start), sorted within each leaf
 * ``d``   uint32 (int64 when some event is longer than ~4.3 s) duration, ``end - start``
 * ``id``  int64   the event's ``id`` (to fetch its details)
+* ``fn``  int32   the event's *flow number* ``j`` (its flow id is ``fx_id[j]``), -1 when the event has no
+  flow id or no other event of the profile shares it. Flow ids come from ``SystemProfileEvents.flow_id``
+  (host call <-> core execution, the ranks of one collective); numbers follow ids, so ordering by number
+  is ordering by id, and 4 bytes per event do where the 64-bit id would take 8.
+* ``fx_id`` (int64) / ``fx_off`` / ``fx_pos``: the flows with at least two events in the profile, ordered
+  by flow id: flow ``j`` is ``fx_id[j]`` and its events are at positions ``fx_pos[fx_off[j]:fx_off[j+1]]``
+  of the arrays above (int32 while positions fit). A wide window's flows are found by walking this table
+  in flow-id order (see ``flows``).
 * ``bmax`` int64  per block of ``BLOCK`` events of a leaf: the largest end among the leaf's events up to
   the end of that block (a running maximum, so it is sorted). Blocks of leaf ``i`` are
   ``boff[i]:boff[i+1]``. It gives a tight lower bound for "events ending at or after t0" even when a
@@ -38,11 +46,13 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-FORMAT = 1  # bump when the layout changes: old cache directories are then ignored
+FORMAT = 2  # bump when the layout changes: old cache directories are then ignored (2: flows)
 BLOCK = 128
 PYRAMID_FACTOR = 4
 PYRAMID_TOP_BUCKETS = 512  # the coarsest level spans the profile in about this many buckets
 U32_MAX = (1 << 32) - 1
+# a flow query over a window holding more events than this tries the walk in flow-id order first
+FLOW_WALK_MIN_EVENTS = 200_000
 
 
 def pyramid_levels(duration: int, n_leaves: int, n_events: int) -> list[int]:
@@ -67,6 +77,9 @@ class EventIndex:
         self.off = arrays["off"]
         self.boff = arrays["boff"]
         self.s, self.d, self.id, self.bmax = arrays["s"], arrays["d"], arrays["id"], arrays["bmax"]
+        self.fn = arrays["fn"]
+        self.fx_id, self.fx_off, self.fx_pos = arrays["fx_id"], arrays["fx_off"], arrays["fx_pos"]
+        self.flow_leaves: list[int] = list(meta.get("flow_leaves", []))
 
     @property
     def n(self) -> int:
@@ -78,12 +91,13 @@ class EventIndex:
     # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, counts: list[int], maxdur: list[int], base: int, levels: list[int],
-              chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+              chunks: Iterable[tuple[np.ndarray, ...]],
               out_dir: Path | None, extra: dict[str, Any] | None = None) -> "EventIndex":
-        """Build from ``chunks`` of (leaf, start_abs, duration, id), each sorted by (leaf, start).
+        """Build from ``chunks`` of (leaf, start_abs, duration, id[, flow id]), each sorted by (leaf, start).
 
         ``counts[i]`` is the number of events of leaf ``i``. A leaf spread over several chunks is
-        re-sorted at the end. With ``out_dir`` the arrays are written there as .npy files. ``extra`` is
+        re-sorted at the end. A chunk without flow ids (4 arrays) means none of its events has one (0).
+        With ``out_dir`` the arrays are written there as .npy files. ``extra`` is
         stored with the metadata (the profile keeps its leaf table there).
         """
         nl = len(counts)
@@ -100,9 +114,13 @@ class EventIndex:
         s = alloc("s", n, np.int64)
         d = alloc("d", n, ddtype)
         ids = alloc("id", n, np.int64)
+        # the flow ids themselves are only needed until the flow table is made: a scratch array
+        fl = alloc("flow_ids.tmp", n, np.int64)
         fill = off[:-1].copy()
         seen = np.zeros(nl, dtype=np.int32)
-        for leaf, start, dur, eid in chunks:
+        for chunk in chunks:
+            leaf, start, dur, eid = chunk[:4]
+            flow = chunk[4] if len(chunk) > 4 else None
             if not len(leaf):
                 continue
             cut = np.flatnonzero(leaf[1:] != leaf[:-1]) + 1
@@ -115,6 +133,7 @@ class EventIndex:
                 s[p:q] = start[a:b] - base
                 d[p:q] = dur[a:b]
                 ids[p:q] = eid[a:b]
+                fl[p:q] = 0 if flow is None else flow[a:b]
                 fill[lf] = q
                 seen[lf] += 1
         if not np.array_equal(fill, off[1:]):
@@ -122,7 +141,7 @@ class EventIndex:
         for lf in np.flatnonzero(seen > 1):  # a leaf spread over several parts: sort its slice
             a, b = int(off[lf]), int(off[lf + 1])
             o = np.argsort(s[a:b], kind="stable")
-            s[a:b], d[a:b], ids[a:b] = s[a:b][o], d[a:b][o], ids[a:b][o]
+            s[a:b], d[a:b], ids[a:b], fl[a:b] = s[a:b][o], d[a:b][o], ids[a:b][o], fl[a:b][o]
         # running maximum of ends, per block
         nblocks = [(int(c) + BLOCK - 1) // BLOCK for c in counts]
         boff = np.zeros(nl + 1, dtype=np.int64)
@@ -134,6 +153,14 @@ class EventIndex:
                 e = s[a:b] + d[a:b].astype(np.int64)
                 bmax[boff[lf]:boff[lf + 1]] = np.maximum.accumulate(np.maximum.reduceat(e, np.arange(0, b - a, BLOCK)))
         arrays: dict[str, np.ndarray] = {"s": s, "d": d, "id": ids, "bmax": bmax, "off": off, "boff": boff}
+        fx_id, fx_off, fx_pos, flow_leaves = _flow_table(fl, off)
+        del fl
+        if out_dir is not None:
+            (out_dir / "flow_ids.tmp.npy").unlink()
+        fn = alloc("fn", n, np.int32 if len(fx_id) < (1 << 31) else np.int64)
+        fn[:] = -1
+        fn[fx_pos] = np.repeat(np.arange(len(fx_id), dtype=fn.dtype), np.diff(fx_off))
+        arrays.update(fn=fn, fx_id=fx_id, fx_off=fx_off, fx_pos=fx_pos)
         # pyramid: level 0 from the events, level k from level k-1 (widths are powers of two, so
         # floor(s / w_k) of a bucket's first start is the bucket it falls in at level k)
         prev: dict[str, np.ndarray] | None = None
@@ -177,9 +204,9 @@ class EventIndex:
                 arrays[f"p{k}_{x}"] = v
             prev = lvl
         meta = {"format": FORMAT, "base": int(base), "levels": list(levels), "maxdur": [int(x) for x in maxdur],
-                "events": n, **(extra or {})}
+                "events": n, "flow_leaves": flow_leaves, **(extra or {})}
         if out_dir is not None:
-            for name in ("off", "boff") + tuple(f"p{k}_off" for k in range(len(levels))):
+            for name in ("off", "boff", "fx_id", "fx_off", "fx_pos") + tuple(f"p{k}_off" for k in range(len(levels))):
                 np.save(out_dir / f"{name}.npy", arrays[name])
             for v in arrays.values():
                 if isinstance(v, np.memmap):
@@ -194,7 +221,7 @@ class EventIndex:
             meta = json.loads((d / "meta.json").read_text())
             if meta.get("format") != FORMAT:
                 return None
-            names = ["s", "d", "id", "bmax", "off", "boff"]
+            names = ["s", "d", "id", "bmax", "off", "boff", "fn", "fx_id", "fx_off", "fx_pos"]
             for k in range(len(meta["levels"])):
                 names += [f"p{k}_{x}" for x in ("s", "e", "c", "d", "id", "off")]
             # plain ndarray views of the maps: slicing a np.memmap costs a Python-level hook per slice
@@ -351,6 +378,156 @@ class EventIndex:
             if best is None or (v < best_s if forward else v > best_s):
                 best, best_s = (lf, a + i), v
         return best
+
+    # ------------------------------------------------------------------ flows
+    def flows(self, t0: float, t1: float, limit: int, how: str = "auto") -> dict[str, Any]:
+        """The flows with at least two events among those overlapping [t0, t1) (base-relative; the
+        events a window of every row would show: start < t1, end >= t0), the ``limit`` smallest flow ids.
+
+        Returns ``fid`` (flow ids, ascending), ``off`` (flow ``j``'s endpoints are ``off[j]:off[j+1]``),
+        ``pos`` (the endpoints' positions in the event arrays, ordered by start then event id within a
+        flow) and ``truncated`` (more flows qualify than ``limit``).
+
+        Two exact ways, picked by the number of events in the window (``how`` forces one: "gather" or
+        "walk"): *gather* reads the flow numbers of the window's events (a slice per leaf holding flows,
+        like a window) and groups them, costing what the window holds; *walk* goes through the profile's
+        multi-event flows in flow-id order, checking their endpoints against the window, and stops at
+        ``limit + 1`` qualifying flows. A wide window (most flows qualify) is answered by the walk after a few thousand
+        flows instead of sorting millions of ids; a walk that reads more endpoints than the window holds
+        events without finishing gives way to the gather.
+        """
+        lo_t, hi_t = math.ceil(t0), math.ceil(t1)
+        limit = max(int(limit), 0)
+        if not len(self.fx_id):
+            return _no_flows()
+        sl = self.raw_slices(self.flow_leaves, t0, t1)
+        w = sum(b - a for _, a, b in sl)
+        if not w:
+            return _no_flows()
+        if how == "walk" or (how == "auto" and w > FLOW_WALK_MIN_EVENTS):
+            got = self._flows_walk(lo_t, hi_t, limit, None if how == "walk" else w)
+            if got is not None:
+                return got
+        return self._flows_gather(sl, lo_t, limit)
+
+    def _flows_gather(self, sl: list[tuple[int, int, int]], lo_t: int, limit: int) -> dict[str, Any]:
+        f = np.concatenate([self.fn[a:b] for _, a, b in sl])  # flow numbers: order = flow id order
+        keep = f >= 0
+        if bool(keep.any()):
+            e = np.concatenate([self.s[a:b] for _, a, b in sl]) + np.concatenate([self.d[a:b] for _, a, b in sl])
+            keep &= e >= lo_t
+        pos = np.concatenate([np.arange(a, b, dtype=np.int64) for _, a, b in sl])[keep]
+        f = f[keep]
+        if not len(f):
+            return _no_flows()
+        o = np.argsort(f, kind="stable")
+        f, pos = f[o], pos[o]
+        st = np.concatenate(([0], np.flatnonzero(f[1:] != f[:-1]) + 1))
+        cnt = np.diff(np.append(st, len(f)))
+        multi = np.flatnonzero(cnt >= 2)
+        truncated = len(multi) > limit
+        multi = multi[:limit]
+        sel = np.repeat(st[multi], cnt[multi]) + _ramp(cnt[multi])
+        return self._flow_answer(self.fx_id[f[st[multi]]], cnt[multi], pos[sel], truncated)
+
+    def _flows_walk(self, lo_t: int, hi_t: int, limit: int, budget: int | None) -> dict[str, Any] | None:
+        nf = len(self.fx_id)
+        fx_off, fx_pos = self.fx_off, self.fx_pos
+        got_f: list[np.ndarray] = []
+        got_c: list[np.ndarray] = []
+        got_p: list[np.ndarray] = []
+        found = 0
+        read = 0
+        i = 0
+        step = max(4096, 4 * (limit + 1))
+        while i < nf and found <= limit:
+            j = min(nf, i + step)
+            a, b = int(fx_off[i]), int(fx_off[j])
+            pos = fx_pos[a:b]
+            s = self.s[pos]
+            inw = (s < hi_t) & (s + self.d[pos] >= lo_t)
+            cnt = np.add.reduceat(inw.astype(np.int64), (fx_off[i:j] - a).astype(np.int64))
+            q = np.flatnonzero(cnt >= 2)
+            if len(q) > limit + 1 - found:
+                q = q[:limit + 1 - found]
+            if len(q):
+                flow_of = np.repeat(np.arange(j - i), np.diff(fx_off[i:j + 1]).astype(np.int64))
+                take = np.zeros(j - i, dtype=bool)
+                take[q] = True
+                m = inw & take[flow_of]
+                got_f.append(self.fx_id[i + q])
+                got_c.append(cnt[q])
+                got_p.append(pos[m])
+                found += len(q)
+            read += b - a
+            i = j
+            step *= 2
+            if budget is not None and found <= limit and i < nf and read > budget:
+                return None
+        if not found:
+            return _no_flows()
+        fid, cnt, pos = np.concatenate(got_f), np.concatenate(got_c), np.concatenate(got_p)
+        truncated = found > limit
+        if truncated:
+            fid, cnt = fid[:limit], cnt[:limit]
+            pos = pos[:int(cnt.sum())]
+        return self._flow_answer(fid, cnt, pos, truncated)
+
+    def _flow_answer(self, fid: np.ndarray, cnt: np.ndarray, pos: np.ndarray, truncated: bool) -> dict[str, Any]:
+        """Endpoints ordered by (flow, start, event id)."""
+        flow_of = np.repeat(np.arange(len(fid)), cnt)
+        o = np.lexsort((self.id[pos], self.s[pos], flow_of))
+        off = np.zeros(len(fid) + 1, dtype=np.int64)
+        np.cumsum(cnt, out=off[1:])
+        return {"fid": fid.astype(np.int64, copy=False), "off": off, "pos": pos[o], "truncated": bool(truncated)}
+
+    def leaf_of(self, pos: np.ndarray) -> np.ndarray:
+        """The leaf owning each event position."""
+        return np.searchsorted(self.off, pos, "right") - 1
+
+
+def _no_flows() -> dict[str, Any]:
+    z = np.zeros(0, dtype=np.int64)
+    return {"fid": z, "off": np.zeros(1, dtype=np.int64), "pos": z, "truncated": False}
+
+
+def _ramp(cnt: np.ndarray) -> np.ndarray:
+    """0..c-1 for each c of ``cnt``, concatenated."""
+    total = int(cnt.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum(cnt) - cnt
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, cnt)
+
+
+def _flow_table(fl: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """(flow ids, offsets, positions, leaves holding them) of the flows with >= 2 events, by flow id.
+
+    ``fl`` holds each event's flow id (0: none). Positions (and offsets) are int32 while they fit.
+    """
+    n = len(fl)
+    pdt = np.int32 if n < (1 << 31) else np.int64
+    pos = np.flatnonzero(np.asarray(fl)).astype(pdt)
+    if not len(pos):
+        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=pdt), np.zeros(0, dtype=pdt), []
+    f = np.asarray(fl[pos])
+    o = np.argsort(f, kind="stable")
+    f = f[o]
+    pos = pos[o]
+    del o
+    st = np.concatenate(([0], np.flatnonzero(f[1:] != f[:-1]) + 1))
+    cnt = np.diff(np.append(st, len(f)))
+    multi = cnt >= 2
+    fx_id = f[st[multi]].astype(np.int64)
+    del f
+    fx_pos = pos[np.repeat(multi, cnt)]
+    del pos
+    fx_off = np.zeros(len(fx_id) + 1, dtype=pdt)
+    np.cumsum(cnt[multi], out=fx_off[1:])
+    has = np.zeros(len(off) - 1, dtype=bool)
+    if len(fx_pos):
+        has[np.searchsorted(off, fx_pos, "right") - 1] = True
+    return fx_id, fx_off, fx_pos, [int(x) for x in np.flatnonzero(has)]
 
 
 def _empty() -> dict[str, np.ndarray]:

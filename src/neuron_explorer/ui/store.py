@@ -7,7 +7,7 @@ seconds). So the server keeps, per profile:
 * a *leaf* table: one row per (instance, process, thread, core, source, event name) with counts and
   time bounds. Every grouping mode is a coarsening of that key, so track lists for any mode are built
   from the leaves in Python without touching the events.
-* a *window index* (:mod:`.index`): every event as (start, duration, id), sorted by start within its
+* a *window index* (:mod:`.index`): every event as (start, duration, id, flow id), sorted by start within its
   leaf, with a running maximum of ends per block of 128 events. A window's events are then one
   contiguous slice per visible leaf, found by binary search: a zoomed-in window costs what it returns
   (milliseconds), where a Parquet scan with a start-time predicate cost ~250 ms at 20M events because
@@ -49,7 +49,6 @@ from . import index, paths
 
 EVENTS = "SystemProfileEvents"
 COUNTERS = "SystemProfileCounters"
-FLOWS = "SystemProfileFlows"
 DEVICE_EVENTS = "DeviceProfileEvents"
 DEVICE_PROFILES = "DeviceProfiles.parquet"
 
@@ -154,6 +153,7 @@ class Profile:
                  pyramid_min_events: int, raw_budget: int = 60_000) -> None:
         self.workspace = workspace
         self.raw_budget = raw_budget
+        self.flow_strategy = "auto"  # index.EventIndex.flows: "auto", or (tests) "gather" / "walk"
         self.name = name
         self.dir = paths.resolve_profile(workspace, name)
         self.con = con
@@ -162,7 +162,6 @@ class Profile:
         self.tag = "p" + hashlib.sha1(str(self.dir).encode()).hexdigest()[:12]
         self.ev_files = paths.table_files(workspace, self.dir, EVENTS)
         self.cnt_files = paths.table_files(workspace, self.dir, COUNTERS)
-        self.flow_files = paths.table_files(workspace, self.dir, FLOWS)
         self.dev_files = paths.table_files(workspace, self.dir, DEVICE_EVENTS)
         self.meta_file = paths.single_file(workspace, self.dir, paths.METADATA_FILE)
         self.models_file = paths.single_file(workspace, self.dir, "ProfileModels.parquet")
@@ -269,8 +268,27 @@ class Profile:
                 except OSError:
                     pass
 
+    def _flow_sql(self, part: str) -> str:
+        """SQL for an event's flow id (0: none) from ``SystemProfileEvents.flow_id`` of a process's part.
+
+        The column is a list with zero or one id per system event (a host call and its core execution
+        share one, as do the ranks of one collective); a plain integer column is read as is, and parts
+        without the column have no flows.
+        """
+        try:
+            desc = self._cursor().execute(f"DESCRIBE SELECT * FROM read_parquet({_q(part)})").fetchall()
+        except duckdb.Error:
+            return "0::BIGINT"
+        typ = next((str(r[1]).upper() for r in desc if r[0] == "flow_id"), None)
+        if typ is None:
+            return "0::BIGINT"
+        if typ.endswith("[]"):
+            return "coalesce(ev.flow_id[1], 0)::BIGINT"
+        return "coalesce(ev.flow_id, 0)::BIGINT"
+
     def _build_index(self, out_dir: Path | None) -> index.EventIndex:
-        """One pass over the events, one process at a time: (leaf, start, duration, id) sorted by leaf, start."""
+        """One pass over the events, one process at a time: (leaf, start, duration, id, flow id) sorted by
+        leaf, start."""
         leaves = self.leaves
         base = min(lf.mn for lf in leaves)
         ext = max(lf.mx for lf in leaves) - base
@@ -280,10 +298,11 @@ class Profile:
         for inst, pid, f in self.ev_files:
             parts.setdefault((inst, pid), []).append(f)
 
-        def read(files: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        def read(files: list[str]) -> tuple[np.ndarray, ...]:
+            flow_sql = self._flow_sql(files[0])
             cols = self._cursor().execute(f"""
                 SELECT l.leaf::INTEGER AS leaf, ev.start_ts AS s, (ev.end_ts - ev.start_ts)::BIGINT AS d,
-                       coalesce(ev.id, -1)::BIGINT AS id
+                       coalesce(ev.id, -1)::BIGINT AS id, {flow_sql} AS f
                 FROM read_parquet({_files_sql(files)}) ev
                 JOIN {self.tag}_leaves l ON l.inst = ev.instance_id AND l.pid = ev.process_id
                      AND l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
@@ -297,7 +316,8 @@ class Profile:
             if bool(((s[1:] < s[:-1]) & (leaf[1:] == leaf[:-1])).any()):
                 o2 = np.lexsort((s, leaf))
                 o, leaf, s = o[o2], leaf[o2], s[o2]
-            return leaf, s, np.asarray(cols["d"], dtype=np.int64)[o], np.asarray(cols["id"], dtype=np.int64)[o]
+            return (leaf, s, np.asarray(cols["d"], dtype=np.int64)[o], np.asarray(cols["id"], dtype=np.int64)[o],
+                    np.asarray(cols["f"], dtype=np.int64)[o])
 
         def chunks():
             # a process's part is often one row group, which DuckDB scans on one thread: read as many
@@ -569,40 +589,33 @@ class Profile:
         return out
 
     def flows(self, mode: str, t0: float, t1: float, limit: int = 2000) -> dict[str, Any]:
-        """Flow endpoints (events sharing a flow id) starting in the window, at most ``limit`` flows.
+        """Flows (events sharing a ``SystemProfileEvents.flow_id``) with at least two events overlapping
+        [t0, t1) (relative ns: the events a window shows), the ``limit`` smallest flow ids.
 
-        Returned per endpoint: flow id (string: 64-bit), event id, leaf, start and end. The browser maps
-        leaves to its rows and draws an arrow between consecutive endpoints of a flow.
+        Per flow: its id (a string: 64-bit) and its endpoints ``[event id, leaf, start, end]`` ordered by
+        start (then event id). ``leaf`` is the profile's leaf number, the same in every grouping mode: the
+        browser maps leaves to the rows of its mode (each row lists its leaves) and draws an arrow
+        between consecutive endpoints. Answered from the event index (flow ids are stored with the
+        events), without reading Parquet; a ``SystemProfileFlows`` table of older stores is ignored.
         """
+        if mode not in MODES:
+            raise BadRequest(f"unknown grouping mode {mode!r}; one of {', '.join(MODES)}")
         t0, t1, _ = _window_args(t0, t1, 1)
         out: dict[str, Any] = {"flows": [], "truncated": False}
-        if not self.flow_files or not self.ev_files:
+        idx = self.index
+        if idx is None:
             return out
-        maxdur = max((lf.maxdur for lf in self.leaves), default=0)
-        a0, a1 = self.origin + int(t0), self.origin + math.ceil(t1)
-        c = self._cursor()
-        sql = f"""
-            WITH f AS (SELECT flow_id, event_id FROM read_parquet({_files_sql([f for _, _, f in self.flow_files])})
-                       WHERE ts >= {a0 - maxdur} AND ts < {a1}),
-            fl AS (SELECT flow_id FROM f GROUP BY flow_id HAVING count(*) > 1 ORDER BY flow_id LIMIT {limit + 1}),
-            ev AS (SELECT id, instance_id, process_id, coalesce(thread_id, -1) AS tid, coalesce(nc_idx, -1) AS nc,
-                          coalesce(trace_event_source, '') AS src, name, start_ts - {self.origin} AS s,
-                          end_ts - {self.origin} AS e
-                   FROM read_parquet({_files_sql([f for _, _, f in self.ev_files])})
-                   WHERE start_ts >= {a0 - maxdur} AND start_ts < {a1})
-            SELECT f.flow_id::VARCHAR, ev.id, l.leaf, ev.s, ev.e
-            FROM f JOIN fl USING (flow_id) JOIN ev ON ev.id = f.event_id
-            JOIN {self.tag}_leaves l ON l.inst = ev.instance_id AND l.pid = ev.process_id AND l.tid = ev.tid
-                 AND l.nc = ev.nc AND l.src = ev.src AND l.name = ev.name
-            ORDER BY 1, ev.s"""
-        rows = c.execute(sql).fetchall()
-        flows: dict[str, list] = {}
-        for fid, eid, leaf, s, e in rows:
-            flows.setdefault(fid, []).append([int(eid), int(leaf), int(s), int(e)])
-        if len(flows) > limit:
-            out["truncated"] = True
-            flows = dict(list(flows.items())[:limit])
-        out["flows"] = [{"flow_id": k, "ends": v} for k, v in flows.items() if len(v) > 1]
+        sh = self.shift
+        r = idx.flows(t0 - sh, t1 - sh, limit, self.flow_strategy)
+        out["truncated"] = r["truncated"]
+        pos = r["pos"]
+        if not len(pos):
+            return out
+        s = idx.s[pos] + sh
+        ends = np.stack([idx.id[pos], idx.leaf_of(pos), s, s + idx.d[pos]], axis=1).tolist()
+        off = r["off"].tolist()
+        out["flows"] = [{"flow_id": str(fid), "ends": ends[off[j]:off[j + 1]]}
+                        for j, fid in enumerate(r["fid"].tolist())]
         return out
 
     # ---------------------------------------------------------------- details, summary, search

@@ -24,7 +24,6 @@ from .reader import wall_offset_ns
 
 EVENTS = "SystemProfileEvents"
 COUNTERS = "SystemProfileCounters"
-FLOWS = "SystemProfileFlows"
 METADATA = "ProfileMetadata"
 MODELS = "ProfileModels"
 WARNINGS = "ViewWarnings"
@@ -43,7 +42,8 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("nc_idx", "logical core (NeuronCore) index: CUDA device or local rank"),
         ("pcore_idx", "physical core index (same as nc_idx here)"),
         ("worker_gid", "global rank of the process (-1 when not distributed)"),
-        ("flow_id", "flows the event belongs to: host call <-> core execution, ranks of one collective"),
+        ("flow_id", "flows the event belongs to (host call <-> core execution; the ranks of one collective): "
+                    "unnest(flow_id) joins them"),
         ("framework_stream_id", "framework stream (null: not recorded)"),
         ("extra_attributes_json", "type-specific attributes not in a column, as JSON"),
         ("event_group", "hardware or software"),
@@ -81,10 +81,6 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..."),
         ("value", "sample value"), ("unit", "percent or bytes"),
     ],
-    FLOWS: [
-        ("flow_id", "flow id"), ("event_id", "SystemProfileEvents.id"), ("name", "event type"),
-        ("instance_id", "host"), ("process_id", "pid"), ("ts", "event start"),
-    ],
     METADATA: [
         ("instance_id", "host"), ("process_id", "pid"), ("process_tag", "NEURON_PROCESS_TAG or pid"),
         ("rank", "global rank"), ("local_rank", "local rank"), ("world_size", "ranks in the job"),
@@ -119,13 +115,9 @@ DICT_COLUMNS = ["name", "trace_event_source", "instance_id", "event_group", "mod
 DELTA_COLUMNS = ["id", "start_ts", "end_ts", "duration_ns", "process_id", "exec_id", "seq", "bytes",
                  "flow_id.list.element"]
 STATS_COLUMNS = ["id", "name", "start_ts", "end_ts", "nc_idx", "worker_gid", "process_id"]
-WRITE_OPTIONS = dict(compression="snappy", use_dictionary=DICT_COLUMNS,
+WRITE_OPTIONS = dict(compression="snappy", use_dictionary=DICT_COLUMNS, write_batch_size=65536,
                      write_statistics=STATS_COLUMNS,
                      column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS})
-FLOW_WRITE_OPTIONS = dict(compression="snappy", use_dictionary=["name", "instance_id"],
-                          write_statistics=["ts", "flow_id"],
-                          column_encoding={c: "DELTA_BINARY_PACKED" for c in ("flow_id", "event_id", "process_id", "ts")})
-
 
 def _with_nulls(a: np.ndarray, typ: pa.DataType, null: np.ndarray | None) -> pa.Array:
     """An Arrow array over ``a``'s buffer with the validity bitmap built directly from ``null``
@@ -207,22 +199,6 @@ def events_table(pe: ProcessEvents) -> pa.Table:
     return pa.table(cols)
 
 
-def flows_table(pe: ProcessEvents) -> pa.Table | None:
-    """One row per (flow, event): the flow endpoints, for joins without unnesting ``flow_id``."""
-    c = pe.cols
-    idx = np.flatnonzero(c["flow_id"] != 0)
-    if not len(idx):
-        return None
-    k = len(idx)
-    return pa.table({
-        "flow_id": pa.array(c["flow_id"][idx]), "event_id": pa.array(c["id"][idx]),
-        "name": _dict_array(c["type"][idx].astype(np.int32), pe.type_names),
-        "instance_id": _dict_array(np.zeros(k, dtype=np.int32), [pe.instance_id]),
-        "process_id": pa.array(np.full(k, pe.pid, dtype=np.int64)),
-        "ts": pa.array(c["start_ts"][idx]),
-    })
-
-
 class ParquetWriter:
     def __init__(self, out_dir: str, display_name: str = "", root: str | None = None) -> None:
         """Parts go under ``root`` (shared by the workers of one view run), which ``close``
@@ -240,7 +216,6 @@ class ParquetWriter:
         self.events_written = 0
         self._process_events = 0
         self._ev_writer: pq.ParquetWriter | None = None
-        self._flow_writer: pq.ParquetWriter | None = None
 
     def _part(self, table: str, pe: ProcessEvents) -> str:
         d = os.path.join(self.tmp, table, f"instance={pe.instance_id}", f"process={pe.pid}")
@@ -255,19 +230,13 @@ class ParquetWriter:
             if self._ev_writer is None:
                 self._ev_writer = pq.ParquetWriter(self._part(EVENTS, pe), t.schema, **WRITE_OPTIONS)
             self._ev_writer.write_table(t, row_group_size=1 << 20)
-            ft = flows_table(pe)
-            if ft is not None:
-                if self._flow_writer is None:
-                    self._flow_writer = pq.ParquetWriter(self._part(FLOWS, pe), ft.schema, **FLOW_WRITE_OPTIONS)
-                self._flow_writer.write_table(ft, row_group_size=1 << 20)
         self.events_written += pe.n
         self._process_events += pe.n
         if meta is None:
             return
-        for w in (self._ev_writer, self._flow_writer):
-            if w is not None:
-                w.close()
-        self._ev_writer = self._flow_writer = None
+        if self._ev_writer is not None:
+            self._ev_writer.close()
+        self._ev_writer = None
         ct = counters_table(pe)
         if ct.num_rows:
             pq.write_table(ct, self._part(COUNTERS, pe), compression="zstd")
@@ -317,9 +286,8 @@ class ParquetWriter:
         os.replace(self.tmp, self.out_dir)
 
     def abort(self) -> None:
-        for w in (self._ev_writer, self._flow_writer):
-            if w is not None:
-                w.close()
+        if self._ev_writer is not None:
+            self._ev_writer.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
