@@ -10,7 +10,10 @@ long run::
 
 so interpreter start-up, imports, compilation and the fixed part of the exit cancel, while every
 per-step cost stays in -- the hooks' hot path and also the share of the final profile write that
-grows with the number of recorded events.
+grows with the number of recorded events.  Start-up runs uninstrumented (``--instr-atstart=no``;
+``callgrind_control -i on`` after the warm-up steps), and address-space randomisation is off
+(``setarch -R``): CPython's type-attribute cache is indexed by addresses, and with randomisation
+identical runs differ by up to ~2%.
 
 Configurations (each a fresh interpreter, started as a user starts it):
 
@@ -111,7 +114,7 @@ def worker(steps: int, backend: str) -> None:
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.M)
 
 
-def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool) -> dict:
+def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool, aslr_off: bool) -> dict:
     out_dir = os.path.join(work, f"{config}_{steps}")
     os.makedirs(out_dir, exist_ok=True)
     cg = os.path.join(work, f"cg.{config}.{steps}")
@@ -120,6 +123,10 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool)
     # starts after the warm-up steps and runs to the end of the process, so the exit write is in.
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", "--instr-atstart=no",
            _python(), os.path.abspath(__file__), "--worker", str(steps), "--backend", backend]
+    if aslr_off:
+        # CPython's type-attribute cache is indexed by the attribute name's address: with address
+        # randomisation its hit rate, and so the count, moves by up to ~2% between identical runs
+        cmd = ["setarch", os.uname().machine, "-R"] + cmd
     env = _env(config, out_dir)
     env["NE_CG_GO"] = go
     t0 = time.time()
@@ -189,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
     ap.add_argument("--annotate", action="store_true", help="print the per-function difference against plain")
     ap.add_argument("--top", type=int, default=40, help="functions shown with --annotate")
+    ap.add_argument("--aslr", action="store_true", help="leave address-space randomisation on (noisier)")
     ap.add_argument("--keep", default=None, help="directory to keep the callgrind files in")
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -199,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
+    aslr_off = not a.aslr and shutil.which("setarch") is not None
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
@@ -210,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(c, n) for n in (a.long, a.short) for c in configs]
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futs = {j: pool.submit(_callgrind, j[0], j[1], a.backend, work, a.annotate) for j in jobs}
+        futs = {j: pool.submit(_callgrind, j[0], j[1], a.backend, work, a.annotate, aslr_off) for j in jobs}
         runs = {j: f.result() for j, f in futs.items()}
     span = a.long - a.short
     per_step = {c: (runs[(c, a.long)]["ir"] - runs[(c, a.short)]["ir"]) / span for c in configs}
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {v:+10,.0f}  {name}")
     res = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "python": _python(), "backend": a.backend, "short": a.short, "long": a.long,
+        "python": _python(), "backend": a.backend, "aslr_off": aslr_off, "short": a.short, "long": a.long,
         "per_step": per_step, "ratio": {c: per_step[c] / base for c in configs},
         "runs": [{k: v for k, v in r.items() if k != "file"} for r in runs.values()],
         "seconds": round(time.time() - t0, 1),

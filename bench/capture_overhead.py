@@ -19,7 +19,8 @@ Two further measurements, in their own subprocess with the runtime started progr
 (``neuron_explorer.runtime.boot.start(CaptureConfig(...))``):
 
 * the cost of one recorded event: ``Ring.append(tuple)`` + ``Ring.tick()``, the full record the
-  execution wrapper builds (two clock reads, thread id, tuple, append, tick), and the per-call cost
+  execution wrapper builds (execution id, two clock reads, cached thread id, tuple, append), and the
+  per-call cost
   of the instrumented compiled callable ``run`` against the bare ``run.__wrapped__``;
 * bytes per event on disk: ``ntrace.pb`` size / number of events, from the system-profile runs'
   sessions read back with ``neuron_explorer.view.reader``.
@@ -215,6 +216,7 @@ def worker_micro(out_dir: str, n: int) -> dict:
     import threading
 
     from neuron_explorer.runtime import boot, clock
+    from neuron_explorer.runtime import events as ev
     from neuron_explorer.runtime.config import CaptureConfig
 
     cfg = CaptureConfig(output_dir=out_dir, cpu_util=False, host_memory=False, flush_period_s=3600.0,
@@ -250,12 +252,14 @@ def worker_micro(out_dir: str, n: int) -> dict:
     get_ident = threading.get_ident
     tid_cache = {get_ident(): tid_fn()}
 
-    def record_cached_tid(k):
-        for i in range(k):
+    exec_id = ring.exec_id
+
+    def record_cached_tid(k):  # what the execution wrapper does: no tick, the execution id counts
+        for _ in range(k):
+            eid = exec_id()
             t0 = now_ns()
             t1 = now_ns()
-            append((9, t0, t1, tid_cache[get_ident()], 1, i, 0, 0, 0))
-            tick()
+            append((ev.EXEC_PAIR, t0, t1, tid_cache[get_ident()], 1, eid, 0, 0, 0))
 
     def clock_loop(k):
         for _ in range(k):
@@ -417,7 +421,6 @@ def worker_micro(out_dir: str, n: int) -> dict:
         res["host_sample_error"] = f"{type(e).__name__}: {e}"
     try:
         from neuron_explorer.capture.sink import CaptureSink
-        from neuron_explorer.runtime import events as ev
 
         sink = next(s for s in rt.sinks if isinstance(s, CaptureSink))
         core = rt.core()
@@ -429,9 +432,8 @@ def worker_micro(out_dir: str, n: int) -> dict:
             t = now_ns()
             tid = tid_fn()
             for i in range(add):
-                core.ring.append((ev.EXEC_PAIR, t + i, t + i + 1, tid, 0, i, 0, 0, 0))
-                core.ring.tick()
-                core.ring.tick()
+                # as the execution wrapper records: the execution id also counts the record's two events
+                core.ring.append((ev.EXEC_PAIR, t + i, t + i + 1, tid, 0, core.ring.exec_id(), 0, 0, 0))
             total_records += add
             t0 = time.perf_counter_ns()
             rt.flush(final=False)

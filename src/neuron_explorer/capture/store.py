@@ -7,13 +7,22 @@ the oldest rows are dropped once a core holds more than its limit.
 
 from __future__ import annotations
 
-import itertools
+import struct
+from itertools import starmap
 
 import numpy as np
 
 from ..runtime import events as ev
 
 W = ev.RECORD_WIDTH
+# One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a whole drain in C
+# (~40% fewer instructions per record than numpy.fromiter over the chained tuples).
+_pack = struct.Struct("=%dq" % W).pack
+
+
+def records_to_block(records: list[tuple]) -> np.ndarray:
+    """Ring records (tuples of W ints) as an (n, W) int64 array."""
+    return np.frombuffer(b"".join(starmap(_pack, records)), dtype=np.int64).reshape(-1, W)
 
 
 def model_switches(pairs: np.ndarray, last_model: int) -> tuple[np.ndarray, int]:
@@ -39,12 +48,42 @@ def model_switches(pairs: np.ndarray, last_model: int) -> tuple[np.ndarray, int]
     return rows, int(mids[-1])
 
 
+def _expand_ordered_pairs(pairs: np.ndarray, last_model: int) -> tuple[np.ndarray, int]:
+    """expand_exec_pairs for the common drain: only EXEC_PAIR rows, host spans only, starts strictly
+    increasing.  The output is built in place (one repeat and a few column writes) instead of
+    concatenating and sorting; it is row for row what the general path produces."""
+    mids = pairs[:, 4]
+    prev = np.empty_like(mids)
+    prev[0] = last_model
+    prev[1:] = mids[:-1]
+    sw = (mids != prev) & (prev >= 0)
+    per = sw.astype(np.int64)
+    per += 2
+    out = np.repeat(pairs, per, axis=0)  # per execution: [switch], host, device
+    ends = np.cumsum(per)
+    out[ends - 2, 0] = ev.NRT_EXECUTE
+    out[ends - 1, 0] = ev.NC_EXEC_RUNNING
+    out[:, 7:9] = 0
+    if sw.any():
+        si = ends[sw] - 3
+        out[si, 0] = ev.NRT_MODEL_SWITCH
+        out[si, 2] = out[si, 1]
+        out[si, 6] = prev[sw]
+    return out, int(mids[-1])
+
+
 def expand_exec_pairs(block: np.ndarray, last_model: int = -1) -> tuple[np.ndarray, int]:
     """Replace each EXEC_PAIR row by an nrt_execute row and an nc_exec_running row (in that order),
     and add the nrt_model_switch rows they imply.  Returns the rows and the core's last model."""
-    is_pair = block[:, 0] == ev.EXEC_PAIR
-    if not is_pair.any():
+    types = block[:, 0]
+    is_pair = types == ev.EXEC_PAIR
+    n_pairs = int(np.count_nonzero(is_pair))
+    if not n_pairs:
         return block, last_model
+    if n_pairs == len(block) and not block[:, 8].any():
+        starts = block[:, 1]
+        if n_pairs == 1 or bool((starts[1:] > starts[:-1]).all()):
+            return _expand_ordered_pairs(block, last_model)
     pairs = block[is_pair]
     switches, last_model = model_switches(pairs, last_model)
     host = pairs.copy()
@@ -82,16 +121,17 @@ class CoreStore:
         self.produced = produced + self.derived
         if not records:
             return
-        block = np.fromiter(itertools.chain.from_iterable(records), dtype=np.int64,
-                            count=len(records) * W).reshape(-1, W)
-        n_before = len(block) + int((block[:, 0] == ev.EXEC_PAIR).sum())  # events the hooks counted
+        block = records_to_block(records)
+        n_before = len(block) + int(np.count_nonzero(block[:, 0] == ev.EXEC_PAIR))  # events the hooks counted
         block, self.last_model = expand_exec_pairs(block, self.last_model)
         k = len(block) - n_before  # derived switch events
         self.derived += k
         self.produced += k
         keep = enabled[block[:, 0]]
-        self.filtered += int(len(block) - keep.sum())
-        block = block[keep]
+        n_keep = int(np.count_nonzero(keep))
+        if n_keep < len(block):
+            self.filtered += len(block) - n_keep
+            block = block[keep]
         if len(block) > self.capacity:
             block = block[-self.capacity:]
         self.blocks.append(block)

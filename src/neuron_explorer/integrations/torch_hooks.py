@@ -253,8 +253,13 @@ def _nan_scan(torch, outs) -> tuple[int, int]:
 def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_outputs: bool = True):
     """Return a callable that runs ``fn`` and records one execution per call.
 
-    The hot path is two clock reads, a cached thread id, one tuple, one append and the event
-    counter; graph switches are derived from the recorded model ids when the rings are drained.
+    The hot path is two clock reads, an inline thread-id lookup, an execution id (a C counter that
+    also counts the record's two events), one tuple and one append; graph switches and the
+    nrt_execute/nc_exec_running split are derived when the rings are drained.  Everything that can
+    be decided when the graph is loaded is decided here, so the common wrapper carries no NDET or
+    NaN-check branches at all.  Execution ids number the executions of a core in the order they
+    complete (the order they start for a wrapper that needs the id up front); on one thread that is
+    the same thing.
     """
     if backward_of_outputs:
         # Dynamo wraps what call_user_compiler returns (this wrapper) in torch._dynamo.disable; an
@@ -266,20 +271,35 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
     ring = core.ring
     append = ring.append
     tick = ring.tick
+    next_eid = ring.exec_id
     mid = model.id
+    PAIR = ev.EXEC_PAIR
+    tids = clock.native_ids
+    get_ident = clock._get_ident
     # Forward outputs only: a NaN anywhere shows up in the loss (a forward output) at the step it
     # appears, while scanning every gradient of the backward graph would cost a kernel per tensor.
     nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR] and model.kind != "backward"
-    # the forward graph looks for its backward once outputs carry a grad_fn; backward graphs and
-    # graphs run with gradients on but no grad_fn (inference) stop looking at once
-    bw = {"done": not backward_of_outputs}
     stats_rec = rt.stats.runtime_feed(core.nc) if rt.stats is not None else None
     ndet = rt.ndet
     nc = core.nc
+    # the forward graph looks for its backward once outputs carry a grad_fn; backward graphs and
+    # graphs run with gradients on but no grad_fn (inference) stop looking at once
+    bw_pending = backward_of_outputs
 
-    def run(*args, **kwargs):
-        eid = core.exec_count
-        core.exec_count = eid + 1
+    def find_backward(out) -> None:
+        nonlocal bw_pending
+        if torch.is_grad_enabled():
+            bw_pending = False
+            _instrument_backward(rt, torch, core, model, out)
+
+    exec_open = ring.exec_open
+    exec_close = ring.exec_close
+
+    def run_general(args, kwargs):
+        """Every feature: NDET begin/end records, the NaN check, device profiles.  The execution id
+        is needed before the call, so the call is bracketed as running for the event count."""
+        eid = next_eid()
+        exec_open()
         t0 = now_ns()
         if ndet is not None:
             ndet.exec_begin(nc, mid, eid, t0)
@@ -304,18 +324,47 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
                     tick()
                     if ndet is not None:
                         ndet.numerical_error(nc, mid, eid, t0, t1, nan, inf)
-            rec = (ev.EXEC_PAIR, t0, t1, tid, mid, eid, ret, 0, 0)
+            rec = (PAIR, t0, t1, tid, mid, eid, ret, 0, 0)
             append(rec)
-            tick()
-            tick()
+            exec_close()
             if ndet is not None:
                 ndet.exec_end(nc, mid, eid, t0, t1, ret)
             if stats_rec is not None:
-                stats_rec(rec)  # the same tuple: neuron-monitor counts it off the hot path
-        if not bw["done"] and torch.is_grad_enabled():
-            _instrument_backward(rt, torch, core, model, out)
-            bw["done"] = True
+                stats_rec(rec)
+        if bw_pending:
+            find_backward(out)
         return out
+
+    if ndet is None and not nan_check:
+        def run(*args, **kwargs):
+            if rt.devprof is not None:  # a device-profile session is on: it needs the id first
+                return run_general(args, kwargs)
+            t0 = now_ns()
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException:
+                rec = (PAIR, t0, now_ns(), native_tid(), mid, next_eid(), 1, 0, 0)
+                append(rec)
+                if stats_rec is not None:
+                    stats_rec(rec)
+                raise
+            t1 = now_ns()
+            try:
+                tid = tids[get_ident()]
+            except KeyError:
+                tid = native_tid()
+            # the id is taken when the call has returned, next to the append, so the event count
+            # never includes a call still running
+            rec = (PAIR, t0, t1, tid, mid, next_eid(), 0, 0, 0)
+            append(rec)
+            if stats_rec is not None:
+                stats_rec(rec)  # the same tuple: neuron-monitor counts it off the hot path
+            if bw_pending:
+                find_backward(out)
+            return out
+    else:
+        def run(*args, **kwargs):
+            return run_general(args, kwargs)
 
     for attr in ("_boxed_call", "zero_grad"):
         if hasattr(fn, attr):

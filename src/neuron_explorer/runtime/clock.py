@@ -4,13 +4,19 @@ wall-clock readings (anchors) let ``view`` place them on the wall clock and acro
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 now_ns = time.perf_counter_ns
 
 _get_ident = threading.get_ident
-_native_ids: dict[int, int] = {}
+# Python thread ident -> OS thread id.  Hot paths read it inline (``native_ids[get_ident()]``, a C
+# call and a dict subscript, no Python frame) and call native_tid() only on a KeyError.
+native_ids: dict[int, int] = {}
+_native_ids = native_ids
+if hasattr(os, "register_at_fork"):  # a forked child's thread has the parent's ident, not its id
+    os.register_at_fork(after_in_child=native_ids.clear)
 
 
 def native_tid() -> int:

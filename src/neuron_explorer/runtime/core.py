@@ -45,14 +45,18 @@ class Sink(Protocol):
 
 
 class CoreState:
-    """Per-core bookkeeping used by the hooks (execution ids, the graph last run)."""
+    """Per-core bookkeeping used by the hooks: the ring, which also hands out execution ids."""
 
-    __slots__ = ("nc", "ring", "exec_count")
+    __slots__ = ("nc", "ring")
 
     def __init__(self, nc: int, ring: Ring) -> None:
         self.nc = nc
         self.ring = ring
-        self.exec_count = 0
+
+    @property
+    def exec_count(self) -> int:
+        """Executions started on this core so far (the next execution id)."""
+        return self.ring.executions()
 
 
 class Runtime:

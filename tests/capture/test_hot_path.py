@@ -1,0 +1,143 @@
+"""The execution hot path: execution ids and event counting in the ring, the records the compiled
+graph wrapper appends, and the drain's fast expansion of execution records."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from neuron_explorer.capture import store
+from neuron_explorer.integrations import torch_hooks
+from neuron_explorer.runtime import events as ev
+from neuron_explorer.runtime.config import CaptureConfig
+from neuron_explorer.runtime.core import Runtime
+from neuron_explorer.runtime.ring import Ring
+
+
+def test_ring_counts_two_events_per_execution_id():
+    r = Ring(0, 4)
+    assert (r.exec_id(), r.exec_id(), r.exec_id()) == (0, 1, 2)
+    r.tick()
+    assert r.executions() == 3
+    assert r.produced() == 3 * 2 + 1
+    for i in range(6):
+        r.append((i,))
+    assert r.drain() == [(2,), (3,), (4,), (5,)]  # bounded: the oldest were overwritten
+    assert r.drain() == []
+
+
+class _NoGradTorch:
+    """Just what the wrapper asks of torch for a graph run without gradients."""
+
+    @staticmethod
+    def is_grad_enabled() -> bool:
+        return False
+
+
+def _runtime(tmp_path) -> Runtime:
+    return Runtime(CaptureConfig(output_dir=str(tmp_path), cpu_util=False, host_memory=False))
+
+
+def test_wrapper_records_one_execution_per_call(tmp_path):
+    rt = _runtime(tmp_path)
+    core = rt.core()
+    model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
+    before = core.ring.produced()
+
+    def graph(a, b=1):
+        if a < 0:
+            raise ValueError("bad input")
+        return a + b
+
+    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, graph)
+    assert run(1) == 2
+    assert run(1, b=5) == 6
+    with pytest.raises(ValueError):
+        run(-1)
+    seen = {}
+
+    def other_thread():
+        seen["tid"] = threading.get_native_id()
+        run(2)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+
+    recs = core.ring.drain()
+    assert [r[0] for r in recs] == [ev.EXEC_PAIR] * 4
+    assert [r[4] for r in recs] == [model.id] * 4
+    assert [r[5] for r in recs] == [0, 1, 2, 3]  # execution ids
+    assert [r[6] for r in recs] == [0, 0, 1, 0]  # ret: the failed call is recorded as a failure
+    assert all(r[1] <= r[2] for r in recs)
+    assert [r[3] for r in recs] == [threading.get_native_id()] * 3 + [seen["tid"]]
+    assert core.exec_count == 4
+    assert core.ring.produced() - before == 8  # nrt_execute + nc_exec_running per call
+
+
+def _pairs(starts, mids, ret=0):
+    return np.array([(ev.EXEC_PAIR, s, s + 3, 9, m, i, ret, 0, 0) for i, (s, m) in enumerate(zip(starts, mids))],
+                    dtype=np.int64).reshape(-1, ev.RECORD_WIDTH)
+
+
+@pytest.mark.parametrize("last_model", [-1, 0, 1])
+def test_ordered_pairs_expand_like_the_general_path(last_model):
+    rng = np.random.default_rng(7)
+    starts = np.cumsum(rng.integers(1, 10, 200))
+    mids = rng.integers(0, 3, 200)
+    block = _pairs(starts, mids)
+    fast, last_fast = store.expand_exec_pairs(block, last_model)
+    # reversed rows have decreasing starts, which sends them through the general (sorting) path
+    slow, last_slow = store.expand_exec_pairs(block[::-1].copy(), last_model)
+    np.testing.assert_array_equal(fast, slow)
+    assert last_fast == int(mids[-1])
+    # every execution became nrt_execute + nc_exec_running, plus one switch per change of graph
+    prev = np.concatenate([[last_model], mids[:-1]])
+    n_sw = int(((mids != prev) & (prev >= 0)).sum())
+    assert len(fast) == 2 * len(block) + n_sw
+    assert (fast[:, 0] == ev.NRT_MODEL_SWITCH).sum() == n_sw
+    assert not (fast[:, 0] == ev.EXEC_PAIR).any()
+
+
+def test_records_to_block_round_trips():
+    recs = [(ev.EXEC_PAIR, 2**62, -5, 123456, 3, 4, 1003, 0, 2**40), (1, 2, 3, 4, 5, 6, 7, 8, 9)]
+    block = store.records_to_block(recs)
+    assert block.dtype == np.int64 and block.shape == (2, ev.RECORD_WIDTH)
+    assert [tuple(int(v) for v in row) for row in block] == recs
+
+
+class _FakeNdet:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def exec_begin(self, nc, mid, eid, t0) -> None:
+        self.calls.append(("begin", eid))
+
+    def exec_end(self, nc, mid, eid, t0, t1, ret) -> None:
+        self.calls.append(("end", eid, ret))
+
+
+@pytest.mark.parametrize("with_ndet", [False, True])
+def test_running_call_is_not_counted_until_recorded(tmp_path, with_ndet):
+    rt = _runtime(tmp_path)
+    if with_ndet:
+        rt.ndet = _FakeNdet()  # takes the general wrapper, which needs the id before the call
+    core = rt.core()
+    model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
+    base = core.ring.produced()
+    inside = []
+
+    def graph(x):
+        inside.append(core.ring.produced() - base)
+        return x
+
+    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, graph)
+    run(1)
+    run(2)
+    assert inside == [0, 2]  # a flush during the call would not count it as an overwritten event
+    assert core.ring.produced() - base == 4
+    assert [r[5] for r in core.ring.drain()] == [0, 1]
+    if with_ndet:
+        assert rt.ndet.calls == [("begin", 0), ("end", 0, 0), ("begin", 1), ("end", 1, 0)]
