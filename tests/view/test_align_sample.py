@@ -31,3 +31,9 @@ def test_small_processes_are_not_sampled():
     rng = np.random.default_rng(1)
     t = _times(np.arange(100, dtype=np.int64), 0, rng)
     assert align.sample(t, 4096) is t
+
+
+def test_the_sample_shrinks_as_processes_grow():
+    assert align.sample_cap(8) == align.ALIGN_SAMPLES
+    assert align.sample_cap(512) * 512 <= align.ALIGN_SAMPLES_TOTAL
+    assert align.sample_cap(10**6) == 1024

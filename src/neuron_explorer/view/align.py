@@ -93,6 +93,13 @@ class CollectiveIndex:
 
 
 ALIGN_SAMPLES = 1 << 16  # collectives per process kept for clock alignment (file outputs)
+ALIGN_SAMPLES_TOTAL = 1 << 22  # ... and across all processes (~100 MB of timings)
+
+
+def sample_cap(processes: int) -> int:
+    """Per-process sample size such that the whole index stays bounded as processes grow."""
+    return max(1024, min(ALIGN_SAMPLES, ALIGN_SAMPLES_TOTAL // max(processes, 1)))
+
 
 
 def sample(times: Times, cap: int = ALIGN_SAMPLES, ids: np.ndarray | None = None) -> Times:

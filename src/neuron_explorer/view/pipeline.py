@@ -122,7 +122,7 @@ def run(opts: ViewOptions) -> ViewResult:
         times = cindex.times(s)
         s.release(s.num_events)  # the index keeps only the collective timings
         if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
-            times = align.sample(times)
+            times = align.sample(times, align.sample_cap(len(paths)))
         times_by_instance.setdefault(s.instance_id, []).append(times)
         rank = int(s.info.rank) if s.info is not None else -1
         strag_entries.append((rank, s.instance_id, times))
