@@ -437,6 +437,7 @@ def _install_collectives(rt: Runtime, torch, core: CoreState) -> None:
     if c10d is None:
         return
     PG, Work = c10d.ProcessGroup, c10d.Work
+    _patch_work_wait(Work)
     lib = torch.library.Library("c10d", "IMPL")
     _state["lib"] = lib  # registrations live as long as the library object
     below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
@@ -497,6 +498,46 @@ def _warn_once(key: str, msg: str) -> None:
 _warned: set[str] = set()
 
 
+_pending_cc: dict[int, tuple] = {}  # id(Work) -> (Work, finish(t1, status)) until the end is recorded
+
+
+def _cc_complete(key: int, t1: int, status: int) -> None:
+    p = _pending_cc.pop(key, None)  # atomic under the GIL: the first of wait/callback records
+    if p is not None:
+        p[1](t1, status)
+
+
+def _blocking_caller(frame) -> bool:
+    """Is the collective called by torch.distributed's own function with async_op=False?  Those
+    call ``work.wait()`` right after the op returns."""
+    try:
+        return (frame.f_code.co_filename.endswith("distributed_c10d.py")
+                and frame.f_locals.get("async_op") is False)
+    except Exception:
+        return False
+
+
+def _patch_work_wait(Work) -> None:
+    """Record a collective's end when its Work is waited on, on the waiting thread."""
+    orig = Work.wait
+    if getattr(orig, "_neuron_explorer", False):
+        return
+
+    def wait(self, *args, **kwargs):
+        try:
+            r = orig(self, *args, **kwargs)
+        except BaseException as e:
+            text = str(e).lower()
+            _cc_complete(id(self), now_ns(), 5 if "timed out" in text or "timeout" in text else 1)
+            raise
+        _cc_complete(id(self), now_ns(), 0)
+        return r
+
+    wait._neuron_explorer = True
+    wait.__doc__ = orig.__doc__
+    Work.wait = wait
+
+
 def _future_status(fut) -> int:
     """The runtime status code of a completed collective: 0, 5 (timeout) or 1 (failure)."""
     try:
@@ -539,16 +580,25 @@ def _make_kernel(op, pg_pos, etype, op_sid, is_barrier, PG, Work, keys_of, below
         if info is not None:
             seq, nbytes, dtype_sid, gsid, token = info
 
-            def done(fut, t0=t0, tid=tid, seq=seq, nbytes=nbytes, dtype_sid=dtype_sid, gsid=gsid, token=token):
-                t1 = now_ns()
+            def finish(t1, status, t0=t0, tid=tid, seq=seq, nbytes=nbytes, dtype_sid=dtype_sid, gsid=gsid,
+                       token=token):
                 append((etype, t0, t1, tid, op_sid, seq, nbytes, dtype_sid, gsid))
                 tick()
                 if ndet is not None:
-                    ndet.cc_end(token, t1, _future_status(fut))
+                    ndet.cc_end(token, t1, status)
 
             try:
                 work = Work.unbox(result[-1] if isinstance(result, (tuple, list)) else result)
-                work.get_future().add_done_callback(done)
+                # The end is recorded by whichever comes first: the caller's Work.wait() returning
+                # (patched below; on the calling thread, no GIL hand-off) or, for work waited on
+                # elsewhere (async ops, DDP's buckets in C++), a callback on the future.  A blocking
+                # call from torch.distributed waits at once, so it needs no callback: the callback
+                # runs on the backend's thread and taking the GIL from it cost ~80 us per call.
+                key = id(work)
+                _pending_cc[key] = (work, finish)  # keeps the Python wrapper (and its id) alive
+                if not _blocking_caller(sys._getframe(1)):
+                    work.get_future().add_done_callback(
+                        lambda fut, key=key: _cc_complete(key, now_ns(), _future_status(fut)))
             except Exception as e:
                 _warn_once("cc", f"collective completion not recorded: {e}")
         return result
