@@ -119,7 +119,8 @@ def _extra_json(s: Session, typ: np.ndarray, present: list[int]) -> pa.Array:
 
 
 def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
-          device_links: dict[int, str] | None = None) -> ProcessEvents:
+          device_links: dict[int, str] | None = None, with_extra: bool = True) -> ProcessEvents:
+    """``with_extra=False`` leaves ``extra_json`` null (for writers that do not show it)."""
     e = s.events
     n = s.num_events
     off = wall_offset_ns(s) + clock_offset_ns
@@ -150,7 +151,7 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         groups.append(et.group if et is not None else "")
         sources.append(et.source if et is not None else "")
     present = np.flatnonzero(np.bincount(typ_c, minlength=nt + 1)[:nt]).tolist() if n else []
-    extra = _extra_json(s, typ, present)
+    extra = _extra_json(s, typ, present) if with_extra else pa.nulls(n, type=pa.string())
     # flows: host call <-> core execution (same process, same exec id), and collectives across ranks
     exec_ids = [s.type_id(t) for t in FLOW_EXEC_TYPES if s.type_id(t) is not None]
     if exec_ids and n:

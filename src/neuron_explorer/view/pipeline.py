@@ -327,7 +327,8 @@ def convert_process(job: Job) -> dict:
         device_files.append(f)
     # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
     pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 16, first=index == 0)
-    pe = build_events(s, index, offset_ns, id_base, links)  # tracks span the whole process
+    # tracks span the whole process; the Perfetto writer shows no extra_attributes_json
+    pe = build_events(s, index, offset_ns, id_base, links, with_extra=False)
     pw.add(pe)
     pw.close()
     res["events"] = pe.n
