@@ -527,8 +527,7 @@ def _patch_work_wait(Work) -> None:
         try:
             r = orig(self, *args, **kwargs)
         except BaseException as e:
-            text = str(e).lower()
-            _cc_complete(id(self), now_ns(), 5 if "timed out" in text or "timeout" in text else 1)
+            _cc_complete(id(self), now_ns(), _error_status(e))
             raise
         _cc_complete(id(self), now_ns(), 0)
         return r
@@ -538,13 +537,19 @@ def _patch_work_wait(Work) -> None:
     Work.wait = wait
 
 
+def _error_status(e: BaseException) -> int:
+    """The runtime status code of a failed collective: 5 (timeout) or 1 (failure)."""
+    text = str(e).lower()
+    return 5 if "timed out" in text or "timeout" in text else 1
+
+
 def _future_status(fut) -> int:
-    """The runtime status code of a completed collective: 0, 5 (timeout) or 1 (failure)."""
+    """The runtime status code of a completed collective: 0 or that of its error."""
     try:
         fut.value()
         return 0
     except Exception as e:
-        return 5 if "timed out" in str(e).lower() or "timeout" in str(e).lower() else 1
+        return _error_status(e)
 
 
 def _make_kernel(op, pg_pos, etype, op_sid, is_barrier, PG, Work, keys_of, below, seqs, group_info,

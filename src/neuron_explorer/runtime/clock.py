@@ -14,7 +14,6 @@ _get_ident = threading.get_ident
 # Python thread ident -> OS thread id.  Hot paths read it inline (``native_ids[get_ident()]``, a C
 # call and a dict subscript, no Python frame) and call native_tid() only on a KeyError.
 native_ids: dict[int, int] = {}
-_native_ids = native_ids
 if hasattr(os, "register_at_fork"):  # a forked child's thread has the parent's ident, not its id
     os.register_at_fork(after_in_child=native_ids.clear)
 
@@ -22,9 +21,9 @@ if hasattr(os, "register_at_fork"):  # a forked child's thread has the parent's 
 def native_tid() -> int:
     """The OS thread id, cached per thread (``get_native_id`` is a system call)."""
     ident = _get_ident()
-    t = _native_ids.get(ident)
+    t = native_ids.get(ident)
     if t is None:
-        t = _native_ids[ident] = threading.get_native_id()
+        t = native_ids[ident] = threading.get_native_id()
     return t
 
 

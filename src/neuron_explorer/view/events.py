@@ -61,9 +61,6 @@ class ProcessEvents:
     def rank(self) -> int:
         return int(self.session.info.rank) if self.session.info is not None else -1
 
-    def names(self) -> np.ndarray:
-        return np.array(self.type_names, dtype=object)[self.cols["type"]] if self.n else np.empty(0, dtype=object)
-
 
 def _slot_targets(s: Session) -> dict[tuple[str, str], np.ndarray]:
     """(argument slot, output column) -> boolean table over type ids: which types put that slot there."""
