@@ -178,6 +178,8 @@ def test_drill_down_from_nc_exec_running(page) -> None:
     box = canvas_box(page)
     it = None
     for _ in range(12):
+        # the row is drawn once the window fetched by the previous test's last action has arrived
+        page.wait_for_function(FIND_ITEM, arg=["run-a", "nc_exec_running", "rank 0", False], timeout=15000)
         it = page.evaluate(FIND_ITEM, ["run-a", "nc_exec_running", "rank 0", False])
         assert it, "nc_exec_running row of rank 0"
         if it["c"] == 1:
