@@ -25,7 +25,12 @@ Configurations (each a fresh interpreter, started as a user starts it):
   ``docs/decisions/0003-measuring-capture-overhead.md``);
 * ``system_stats`` -- as ``system`` but with the neuron-monitor counters on and their publisher's
   period stretched (``NEURON_EXPLORER_STATS_PERIOD_MS``), so the per-execution feed is counted
-  and the publisher is not.
+  and the publisher is not;
+* ``system_py`` -- as ``system`` with ``NEURON_EXPLORER_PURE_PYTHON=1``: the Python execution
+  wrapper instead of the C one (``runtime/_fastpath.c``), to show what the C wrapper saves;
+* ``ndet`` -- NDET alone (``NEURON_RT_DBG_NDET_FLUSH_USEC``, flush period stretched like the
+  capture's), with its default NaN/Inf scan of graph outputs; ``ndet_nonan`` -- the same with
+  ``NEURON_EXPLORER_NAN_CHECK=0``: the logging alone.
 
 Usage::
 
@@ -55,7 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
 
-CONFIGS = ("plain", "system", "system_stats")
+CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan")
 
 
 def _python() -> str:
@@ -71,7 +76,13 @@ def _env(config: str, out_dir: str) -> dict[str, str]:
             continue
         env[k] = v
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1")
-    if config != "plain":
+    if config.startswith("ndet"):
+        # NDET alone, its flush thread stretched like the capture's periodic flush (see above)
+        env.update(NEURON_RT_DBG_NDET_FLUSH_USEC="100000000000", NEURON_RT_DBG_NDET_LOG_LOCATION=out_dir,
+                   NEURON_EXPLORER_STATS="0", NEURON_EXPLORER_INSTANCE_ID="bench")
+        if config == "ndet_nonan":
+            env["NEURON_EXPLORER_NAN_CHECK"] = "0"
+    elif config != "plain":
         env.update(
             NEURON_RT_INSPECT_ENABLE="1",
             NEURON_RT_INSPECT_OUTPUT_DIR=out_dir,
@@ -80,6 +91,8 @@ def _env(config: str, out_dir: str) -> dict[str, str]:
             NEURON_EXPLORER_FLUSH_PERIOD_MS="100000000",
             NEURON_EXPLORER_INSTANCE_ID="bench",
         )
+        if config == "system_py":
+            env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
         if config == "system_stats":
             env["NEURON_EXPLORER_STATS_PERIOD_MS"] = "100000000"
             env["NEURON_EXPLORER_STATS_DIR"] = os.path.join(out_dir, "stats")
@@ -147,7 +160,9 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
     if m is None:
         raise RuntimeError(f"no total in {cg}")
     res = {"config": config, "steps": steps, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1), "file": cg}
-    if config != "plain":
+    if config.startswith("ndet"):
+        res["profile_written"] = any(fs for _, _, fs in os.walk(out_dir))
+    elif config != "plain":
         res["profile_written"] = any("ntrace.pb" in fs for _, _, fs in os.walk(out_dir))
     if annotate:
         a = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=99.9", cg],

@@ -36,11 +36,22 @@ class _NoGradTorch:
         return False
 
 
+@pytest.fixture(params=["c", "python"])
+def wrapper_impl(request, monkeypatch):
+    """Run a test against the C wrapper (runtime/_fastpath.c) and the pure-Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(torch_hooks, "_CWrapper", None)
+    elif torch_hooks._CWrapper is None:
+        # the extension is built by the install (hatch_build.py); its absence is a build failure
+        pytest.fail("neuron_explorer.runtime._fastpath is not built (pip install -e . compiles it)")
+    return request.param
+
+
 def _runtime(tmp_path) -> Runtime:
     return Runtime(CaptureConfig(output_dir=str(tmp_path), cpu_util=False, host_memory=False))
 
 
-def test_wrapper_records_one_execution_per_call(tmp_path):
+def test_wrapper_records_one_execution_per_call(tmp_path, wrapper_impl):
     rt = _runtime(tmp_path)
     core = rt.core()
     model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
@@ -52,6 +63,8 @@ def test_wrapper_records_one_execution_per_call(tmp_path):
         return a + b
 
     run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, graph)
+    assert (type(run).__name__ == "ExecWrapper") == (wrapper_impl == "c")
+    assert run.__wrapped__ is graph
     assert run(1) == 2
     assert run(1, b=5) == 6
     with pytest.raises(ValueError):
@@ -120,7 +133,7 @@ class _FakeNdet:
 
 
 @pytest.mark.parametrize("with_ndet", [False, True])
-def test_running_call_is_not_counted_until_recorded(tmp_path, with_ndet):
+def test_running_call_is_not_counted_until_recorded(tmp_path, with_ndet, wrapper_impl):
     rt = _runtime(tmp_path)
     if with_ndet:
         rt.ndet = _FakeNdet()  # takes the general wrapper, which needs the id before the call
@@ -141,3 +154,83 @@ def test_running_call_is_not_counted_until_recorded(tmp_path, with_ndet):
     assert [r[5] for r in core.ring.drain()] == [0, 1]
     if with_ndet:
         assert rt.ndet.calls == [("begin", 0), ("end", 0, 0), ("begin", 1), ("end", 1, 0)]
+
+
+class _GradTorch:
+    grad = False
+
+    @classmethod
+    def is_grad_enabled(cls) -> bool:
+        return cls.grad
+
+
+def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tmp_path, wrapper_impl, monkeypatch):
+    rt = _runtime(tmp_path)
+    fed = []
+
+    class _Stats:
+        def runtime_feed(self, nc):
+            return fed.append
+
+    rt.stats = _Stats()
+    core = rt.core()
+    model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
+    looked = []
+    monkeypatch.setattr(torch_hooks, "_instrument_backward", lambda rt_, torch_, core_, model_, out: looked.append(out))
+
+    def graph(x, *, scale=1):
+        return x * scale
+
+    graph._boxed_call = True
+    run = torch_hooks._wrap_execution(rt, _GradTorch, core, model, graph)
+    assert run._boxed_call is True  # AOTAutograd reads it off the callable it is given
+    _GradTorch.grad = False
+    assert run(2, scale=3) == 6  # gradients off: nothing to look for yet
+    _GradTorch.grad = True
+    try:
+        assert run(3) == 3
+        assert run(4) == 4  # found once: not looked for again
+    finally:
+        _GradTorch.grad = False
+    assert looked == [3]
+
+    class _DevProf:
+        def wants(self, nc, mid):
+            return True
+
+        def run(self, torch_, nc, model_, eid, fn, args, kwargs):
+            fn_calls.append(eid)
+            return fn(*args, **kwargs)
+
+    fn_calls = []
+    rt.devprof = _DevProf()
+    assert run(5, scale=2) == 10  # a device-profile session takes the general path, which needs the id first
+    rt.devprof = None
+    assert fn_calls == [3]
+    recs = core.ring.drain()
+    assert [r[5] for r in recs] == [0, 1, 2, 3]
+    assert fed == recs  # neuron-monitor sees each record as appended
+
+
+def test_forked_child_records_its_own_thread_id(tmp_path, wrapper_impl):
+    import os
+
+    rt = _runtime(tmp_path)
+    core = rt.core()
+    model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
+    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, lambda: None)
+    run()  # the parent's thread id is now cached
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            run()
+            rec = core.ring.drain()[-1]
+            os.write(w, f"{rec[3]} {os.getpid()}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 100).decode().split()
+    os.waitpid(pid, 0)
+    assert int(got[0]) == int(got[1])  # the child's main thread id is its pid, not the parent's
+    assert core.ring.drain()[0][3] == threading.get_native_id()

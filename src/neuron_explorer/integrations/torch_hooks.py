@@ -33,6 +33,13 @@ from .importhook import when_imported
 now_ns = clock.now_ns
 native_tid = clock.native_tid
 
+try:  # the C wrapper (runtime/_fastpath.c, built at install); without it the Python one runs
+    from ..runtime._fastpath import ExecWrapper as _CWrapper
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _CWrapper = None
+if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
+    _CWrapper = None
+
 _state: dict[str, Any] = {"compile_start": 0, "installed": False, "lib": None}
 
 
@@ -286,11 +293,14 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
     # graphs run with gradients on but no grad_fn (inference) stop looking at once
     bw_pending = backward_of_outputs
 
-    def find_backward(out) -> None:
+    def find_backward(out) -> bool:
+        """Look for the backward once gradients are on; True when it need not be called again."""
         nonlocal bw_pending
         if torch.is_grad_enabled():
             bw_pending = False
             _instrument_backward(rt, torch, core, model, out)
+            return True
+        return False
 
     exec_open = ring.exec_open
     exec_close = ring.exec_close
@@ -335,7 +345,11 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
             find_backward(out)
         return out
 
-    if ndet is None and not nan_check:
+    if ndet is None and not nan_check and _CWrapper is not None:
+        # the same lean path in C: no Python frame of its own (see runtime/_fastpath.c)
+        run = _CWrapper(fn, append, ring.exec_counter, PAIR, mid, rt, lambda *a, **k: run_general(a, k),
+                        stats_rec, find_backward if bw_pending else None)
+    elif ndet is None and not nan_check:
         def run(*args, **kwargs):
             if rt.devprof is not None:  # a device-profile session is on: it needs the id first
                 return run_general(args, kwargs)

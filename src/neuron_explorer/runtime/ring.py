@@ -19,7 +19,7 @@ def _count_of(counter: itertools.count) -> int:
 
 
 class Ring:
-    __slots__ = ("nc", "capacity", "_q", "append", "_counter", "tick", "_execs", "exec_id", "_opened",
+    __slots__ = ("nc", "capacity", "_q", "append", "_counter", "tick", "exec_counter", "exec_id", "_opened",
                  "exec_open", "_closed", "exec_close")
 
     def __init__(self, nc: int, capacity: int) -> None:
@@ -34,8 +34,8 @@ class Ring:
         # wrapper takes the id when the call has returned, right before the append; a wrapper that
         # needs the id before the call (NDET, device profiles) brackets the call with exec_open()
         # and exec_close() so an execution still running is not counted as an overwritten event.
-        self._execs = itertools.count()
-        self.exec_id = self._execs.__next__
+        self.exec_counter = itertools.count()  # the C wrapper advances it directly
+        self.exec_id = self.exec_counter.__next__
         self._opened = itertools.count()
         self.exec_open = self._opened.__next__
         self._closed = itertools.count()
@@ -43,12 +43,12 @@ class Ring:
 
     def executions(self) -> int:
         """Execution ids handed out so far."""
-        return _count_of(self._execs)
+        return _count_of(self.exec_counter)
 
     def produced(self) -> int:
         """Events produced so far: the ticks, plus two per execution that has been recorded."""
         running = _count_of(self._opened) - _count_of(self._closed)
-        return _count_of(self._counter) + 2 * (_count_of(self._execs) - running)
+        return _count_of(self._counter) + 2 * (_count_of(self.exec_counter) - running)
 
     def drain(self) -> list[tuple]:
         """Remove and return what is buffered, oldest first; safe against concurrent appends."""
