@@ -3,6 +3,7 @@ graph wrapper appends, and the drain's fast expansion of execution records."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -16,16 +17,39 @@ from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.ring import Ring
 
 
-def test_ring_counts_two_events_per_execution_id():
-    r = Ring(0, 4)
+@pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.skipif(
+    torch_hooks._CWrapper is None, reason="C extension not built or disabled")), False], ids=["c", "python"])
+def test_ring_counts_two_events_per_execution_id(native):
+    r = Ring(0, 4, native=native)
     assert (r.exec_id(), r.exec_id(), r.exec_id()) == (0, 1, 2)
     r.tick()
     assert r.executions() == 3
     assert r.produced() == 3 * 2 + 1
     for i in range(6):
-        r.append((i,))
-    assert r.drain() == [(2,), (3,), (4,), (5,)]  # bounded: the oldest were overwritten
-    assert r.drain() == []
+        r.append((i, 2**62, -5) + (i,) * 6)
+    got = r.drain()
+    assert got.dtype == np.int64 and got.shape == (4, ev.RECORD_WIDTH)
+    assert got[:, 0].tolist() == [2, 3, 4, 5]  # bounded: the oldest were overwritten
+    assert got[0].tolist() == [2, 2**62, -5] + [2] * 6
+    assert r.drain().shape == (0, ev.RECORD_WIDTH)
+
+
+@pytest.mark.skipif(torch_hooks._CWrapper is None, reason="C extension not built")
+def test_c_ring_grows_wraps_and_refuses_bad_records():
+    r = Ring(0, 1000, native=True)
+    for i in range(130):  # grows past its first allocation
+        r.append((i,) * 9)
+    assert r.drain()[:, 0].tolist() == list(range(130))
+    for i in range(2500):  # wraps around, keeping the newest 1000
+        r.append((i,) * 9)
+    assert r.drain()[:, 0].tolist() == list(range(1500, 2500))
+    with pytest.raises(ValueError, match="9 fields"):
+        r.append((1, 2))
+    with pytest.raises(TypeError):
+        r.append((1.5,) * 9)
+    with pytest.raises(OverflowError):
+        r.append((2**64,) * 9)
+    assert len(r.drain()) == 0  # nothing half-written
 
 
 class _NoGradTorch:
@@ -41,6 +65,8 @@ def wrapper_impl(request, monkeypatch):
     """Run a test against the C wrapper (runtime/_fastpath.c) and the pure-Python one."""
     if request.param == "python":
         monkeypatch.setattr(torch_hooks, "_CWrapper", None)
+    elif os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
+        pytest.skip("NEURON_EXPLORER_PURE_PYTHON is set")
     elif torch_hooks._CWrapper is None:
         # the extension is built by the install (hatch_build.py); its absence is a build failure
         pytest.fail("neuron_explorer.runtime._fastpath is not built (pip install -e . compiles it)")
@@ -209,7 +235,7 @@ def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tm
     assert fn_calls == [3]
     recs = core.ring.drain()
     assert [r[5] for r in recs] == [0, 1, 2, 3]
-    assert fed == recs  # neuron-monitor sees each record as appended
+    assert fed == [tuple(r) for r in recs.tolist()]  # neuron-monitor sees each record as appended
 
 
 def test_forked_child_records_its_own_thread_id(tmp_path, wrapper_impl):

@@ -18,6 +18,7 @@ import numpy as np
 from .. import __version__
 from ..proto import neuron_explorer_capture_pb2 as pb
 from ..runtime import events as ev
+from ..view.pbenc import encode_varint_scalar
 
 if TYPE_CHECKING:
     from ..runtime.core import Runtime
@@ -93,27 +94,55 @@ def _col(a: np.ndarray, dtype: str) -> bytes:
     return np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
 
 
-def encode_events(cores: dict[int, "CoreStore"]) -> pb.EventColumns:
-    parts = []
-    ncs = []
+def _len_prefix(field: int, nbytes: int) -> bytes:
+    """Tag and length of a length-delimited protobuf field."""
+    return encode_varint_scalar((field << 3) | 2) + encode_varint_scalar(nbytes)
+
+
+def _stored_rows(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarray]:
+    parts, ncs = [], []
     for nc, store in sorted(cores.items()):
         arr = store.array()
         parts.append(arr)
-        ncs.append(np.full(len(arr), nc, dtype=np.int32))
-    arr = np.concatenate(parts) if parts else np.empty((0, ev.RECORD_WIDTH), dtype=np.int64)
-    nc = np.concatenate(ncs) if ncs else np.empty(0, dtype=np.int32)
-    cols = pb.EventColumns(count=len(arr))
-    cols.type = _col(arr[:, 0], "u2")
-    cols.start_ns = _col(arr[:, 1], "i8")
-    cols.end_ns = _col(arr[:, 2], "i8")
-    cols.nc_idx = _col(nc, "i4")
-    cols.thread_id = _col(arr[:, 3], "i8")
-    for i, name in enumerate("abcde"):
-        setattr(cols, name, _col(arr[:, 4 + i], "i8"))
-    return cols
+        ncs.append(np.full(len(arr), nc, dtype="<i4"))
+    if not parts:
+        return np.empty((0, ev.RECORD_WIDTH), dtype=np.int64), np.empty(0, dtype="<i4")
+    if len(parts) == 1:
+        return parts[0], ncs[0]
+    return np.concatenate(parts), np.concatenate(ncs)
 
 
-def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> bytes:
+# EventColumns fields after ``count``: (field number, row of the stored records or None for
+# nc_idx, little-endian dtype on the wire)
+_COLUMNS = [(2, 0, "<u2"), (3, 1, "<i8"), (4, 2, "<i8"), (5, None, "<i4"), (6, 3, "<i8")] + \
+    [(7 + i, 4 + i, "<i8") for i in range(5)]
+
+
+_TRANSPOSE_ROWS = 4096
+
+
+def encode_events(cores: dict[int, "CoreStore"]) -> list:
+    """The serialized ``EventColumns`` message as a list of buffers (column arrays are not copied
+    into a protobuf object: the tags and lengths are written around the raw column bytes)."""
+    arr, nc = _stored_rows(cores)
+    # rows -> contiguous columns, a cache-sized block of rows at a time (a plain transposed copy
+    # streams through all rows once per column)
+    cols = np.empty((arr.shape[1], len(arr)), dtype=np.int64)
+    for lo in range(0, len(arr), _TRANSPOSE_ROWS):
+        cols[:, lo:lo + _TRANSPOSE_ROWS] = arr[lo:lo + _TRANSPOSE_ROWS].T
+    out = [b"\x08" + encode_varint_scalar(len(arr))]  # count = 1 (varint)
+    for field, row, dtype in _COLUMNS:
+        col = nc if row is None else cols[row]
+        if col.dtype != np.dtype(dtype):
+            col = col.astype(dtype)
+        data = memoryview(col).cast("B")
+        out += [_len_prefix(field, len(data)), data]
+    return out
+
+
+def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
+    """``ntrace.pb`` as a list of buffers to write in order (a ``SystemTrace`` message: the small
+    tables through protobuf, then the ``events`` field, 5, built around the column bytes)."""
     msg = pb.SystemTrace(format_version=FORMAT_VERSION)
     for t in ev.EVENT_TYPES:
         msg.event_types.add(id=t.id, name=t.name, group=t.group, source=t.source, args=list(t.args))
@@ -125,8 +154,8 @@ def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> bytes:
             module_path=m.module_path, num_nodes=m.num_nodes, flops=m.flops,
             constants_bytes=m.constants_bytes, signature=m.signature,
         )
-    msg.events.CopyFrom(encode_events(cores))
-    return msg.SerializeToString()
+    events = encode_events(cores)
+    return [msg.SerializeToString(), _len_prefix(5, sum(len(b) for b in events))] + events
 
 
 def _versions() -> dict[str, str]:

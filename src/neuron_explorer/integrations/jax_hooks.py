@@ -651,7 +651,7 @@ def convert_trace(t: _Trace) -> str | None:
     from ..capture import writer
     from ..capture.device import (OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace,
                                   write_neff)
-    from ..capture.store import CoreStore, enabled_mask
+    from ..capture.store import CoreStore, enabled_mask, records_to_block
     from ..runtime import events as ev
     from ..runtime.config import CaptureConfig, ConfigError
     from ..runtime.core import Runtime
@@ -850,7 +850,7 @@ def convert_trace(t: _Trace) -> str | None:
     for nc, rows in sorted(records.items()):
         rows.sort(key=lambda r: r[1])
         st = cores[nc] = CoreStore(nc, cfg.max_events_per_nc)
-        st.add(rows, mask, len(rows))
+        st.add(records_to_block(rows), mask, len(rows))
 
     d = writer.make_session_dir(cfg.output_dir, rt.ident.instance_id, rt.ident.pid, rt.anchors[0][1])
     if cfg.system_profile:

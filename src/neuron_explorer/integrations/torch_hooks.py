@@ -345,9 +345,10 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
             find_backward(out)
         return out
 
-    if ndet is None and not nan_check and _CWrapper is not None:
-        # the same lean path in C: no Python frame of its own (see runtime/_fastpath.c)
-        run = _CWrapper(fn, append, ring.exec_counter, PAIR, mid, rt, lambda *a, **k: run_general(a, k),
+    if ndet is None and not nan_check and _CWrapper is not None and ring.buffer is not None:
+        # the same lean path in C: no Python frame of its own, rows written straight into the ring
+        # (see runtime/_fastpath.c)
+        run = _CWrapper(fn, ring.buffer, ring.exec_counter, PAIR, mid, rt, lambda *a, **k: run_general(a, k),
                         stats_rec, find_backward if bw_pending else None)
     elif ndet is None and not nan_check:
         def run(*args, **kwargs):

@@ -4,8 +4,12 @@
  * It does what the pure-Python wrapper in integrations/torch_hooks.py (_wrap_execution, the lean
  * ``run``) does, without a Python frame of its own: two CLOCK_MONOTONIC reads (the clock of
  * time.perf_counter_ns), the OS thread id cached in thread-local storage, the next execution id
- * from the ring's itertools.count, one 9-tuple and one deque append.  The graph is called with
- * the caller's vectorcall arguments as they are, so no tuple or dict is built for them.
+ * from the ring's itertools.count, and one row written to the ring.  The graph is called with the
+ * caller's vectorcall arguments as they are, so no tuple or dict is built for them.
+ *
+ * Records go into RingBuffer, a bounded circular buffer of fixed-width int64 rows: the wrapper
+ * writes its nine fields straight into it (no tuple, no int objects), Python producers append
+ * tuples, and a drain hands the rows out as one bytes block that numpy views without conversion.
  *
  * Everything that is not the common case stays in Python and is reached through callables the
  * wrapper is given: the general path (NDET, NaN checks, device profiles), taken whenever the
@@ -50,16 +54,173 @@ now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* ---- the ring --------------------------------------------------------------------------------- */
+
+#define WIDTH 9  /* events.RECORD_WIDTH */
+
+typedef struct {
+    PyObject_HEAD
+    long long *rows;     /* alloc rows of WIDTH values, used circularly */
+    Py_ssize_t alloc;    /* rows allocated; grows by doubling up to capacity */
+    Py_ssize_t capacity; /* rows kept: the oldest is overwritten beyond it */
+    Py_ssize_t first;    /* index of the oldest row */
+    Py_ssize_t count;    /* rows held */
+    long long appended;  /* rows ever appended */
+} RingBuffer;
+
+/* Append one row (the caller holds the GIL and runs no Python code while here).  Returns -1 on
+ * memory exhaustion with an exception set. */
+static int
+ring_push(RingBuffer *r, const long long *v)
+{
+    if (r->count == r->alloc) {
+        if (r->alloc < r->capacity) {
+            Py_ssize_t n = r->alloc ? r->alloc * 2 : 64;
+            if (n > r->capacity)
+                n = r->capacity;
+            long long *rows = PyMem_RawMalloc((size_t)n * WIDTH * sizeof(long long));
+            if (rows == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            Py_ssize_t tail = r->alloc - r->first;  /* rows from first to the end of the old buffer */
+            if (r->count) {
+                memcpy(rows, r->rows + r->first * WIDTH, (size_t)tail * WIDTH * sizeof(long long));
+                memcpy(rows + tail * WIDTH, r->rows, (size_t)(r->count - tail) * WIDTH * sizeof(long long));
+            }
+            PyMem_RawFree(r->rows);
+            r->rows = rows;
+            r->alloc = n;
+            r->first = 0;
+        }
+        else {  /* full: drop the oldest */
+            r->first = (r->first + 1) % r->alloc;
+            r->count--;
+        }
+    }
+    Py_ssize_t at = r->first + r->count;
+    if (at >= r->alloc)
+        at -= r->alloc;
+    memcpy(r->rows + at * WIDTH, v, WIDTH * sizeof(long long));
+    r->count++;
+    r->appended++;
+    return 0;
+}
+
+static PyObject *
+ring_append(RingBuffer *r, PyObject *rec)
+{
+    long long v[WIDTH];
+    PyObject *seq = PySequence_Fast(rec, "a ring record must be a tuple of ints");
+    if (seq == NULL)
+        return NULL;
+    if (PySequence_Fast_GET_SIZE(seq) != WIDTH) {
+        PyErr_Format(PyExc_ValueError, "a ring record has %d fields, not %zd", WIDTH, PySequence_Fast_GET_SIZE(seq));
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (int i = 0; i < WIDTH; i++) {
+        v[i] = PyLong_AsLongLong(items[i]);
+        if (v[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    if (ring_push(r, v) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* All rows, oldest first, as one bytes object (native int64s), and the ring emptied. */
+static PyObject *
+ring_take(RingBuffer *r, PyObject *unused)
+{
+    Py_ssize_t n = r->count;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * WIDTH * (Py_ssize_t)sizeof(long long));
+    if (out == NULL)
+        return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    Py_ssize_t tail = r->alloc - r->first;
+    if (tail > n)
+        tail = n;
+    memcpy(dst, r->rows + r->first * WIDTH, (size_t)tail * WIDTH * sizeof(long long));
+    memcpy(dst + tail * WIDTH * sizeof(long long), r->rows, (size_t)(n - tail) * WIDTH * sizeof(long long));
+    r->first = 0;
+    r->count = 0;
+    return out;
+}
+
+static PyObject *
+ring_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"capacity", NULL};
+    Py_ssize_t capacity;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n:RingBuffer", kwlist, &capacity))
+        return NULL;
+    if (capacity < 1) {
+        PyErr_SetString(PyExc_ValueError, "RingBuffer capacity must be at least 1");
+        return NULL;
+    }
+    RingBuffer *r = (RingBuffer *)type->tp_alloc(type, 0);
+    if (r != NULL)
+        r->capacity = capacity;
+    return (PyObject *)r;
+}
+
+static void
+ring_dealloc(RingBuffer *r)
+{
+    PyMem_RawFree(r->rows);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static Py_ssize_t
+ring_len(RingBuffer *r)
+{
+    return r->count;
+}
+
+static PyMethodDef ring_methods[] = {
+    {"append", (PyCFunction)ring_append, METH_O, "append(record): one tuple of 9 ints"},
+    {"take", (PyCFunction)ring_take, METH_NOARGS, "the rows held, oldest first, as native int64 bytes; empties the ring"},
+    {NULL},
+};
+
+static PyMemberDef ring_members[] = {
+    {"capacity", T_PYSSIZET, offsetof(RingBuffer, capacity), READONLY, "rows kept"},
+    {"appended", T_LONGLONG, offsetof(RingBuffer, appended), READONLY, "rows ever appended"},
+    {NULL},
+};
+
+static PySequenceMethods ring_as_sequence = {
+    .sq_length = (lenfunc)ring_len,
+};
+
+static PyTypeObject RingBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "neuron_explorer.runtime._fastpath.RingBuffer",
+    .tp_basicsize = sizeof(RingBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RingBuffer(capacity): the newest `capacity` records of 9 int64 fields",
+    .tp_new = ring_new,
+    .tp_dealloc = (destructor)ring_dealloc,
+    .tp_methods = ring_methods,
+    .tp_members = ring_members,
+    .tp_as_sequence = &ring_as_sequence,
+};
+
 /* ---- the wrapper ---------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fn;        /* the compiled graph */
-    PyObject *append;    /* the ring's deque.append */
+    RingBuffer *ring;    /* where the records go */
     PyObject *counter;   /* the ring's execution ids (itertools.count) */
-    PyObject *head;      /* the record's first field: EXEC_PAIR */
-    PyObject *mid;       /* the model id */
+    long long head_v;    /* the record's first field: EXEC_PAIR */
+    long long mid_v;     /* the model id */
     PyObject *runtime;   /* whose ``devprof`` attribute selects the general path */
     PyObject *general;   /* called with the same arguments when devprof is not None */
     PyObject *stats;     /* stats(record) after the append, or NULL */
@@ -68,61 +229,48 @@ typedef struct {
 } ExecWrapper;
 
 static PyObject *str_devprof;
-static PyObject *small_zero;
-static PyObject *small_one;
 
-/* Build and append the record; returns 0, or -1 with an exception set. */
+/* Append the record (and hand it to the stats feed); returns 0, or -1 with an exception set. */
 static int
-record(ExecWrapper *self, long long t0, long long t1, PyObject *ret)
+record(ExecWrapper *self, long long t0, long long t1, long long ret)
 {
     PyObject *eid = Py_TYPE(self->counter)->tp_iternext(self->counter);
     if (eid == NULL)
         return -1;
-    PyObject *rec = PyTuple_New(9);
+    long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, PyLong_AsLongLong(eid), ret, 0, 0};
+    if (v[5] == -1 && PyErr_Occurred()) {
+        Py_DECREF(eid);
+        return -1;
+    }
+    if (ring_push(self->ring, v) < 0) {
+        Py_DECREF(eid);
+        return -1;
+    }
+    if (self->stats == NULL) {
+        Py_DECREF(eid);
+        return 0;
+    }
+    /* neuron-monitor's feed takes the record as the tuple a Python producer would append */
+    PyObject *rec = PyTuple_New(WIDTH);
     if (rec == NULL) {
         Py_DECREF(eid);
         return -1;
     }
-    PyObject *a = PyLong_FromLongLong(t0);
-    PyObject *b = PyLong_FromLongLong(t1);
-    PyObject *c = PyLong_FromLong(thread_id());
-    if (a == NULL || b == NULL || c == NULL) {
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-        Py_DECREF(eid);
-        Py_DECREF(rec);
-        return -1;
-    }
-    Py_INCREF(self->head);
-    PyTuple_SET_ITEM(rec, 0, self->head);
-    PyTuple_SET_ITEM(rec, 1, a);
-    PyTuple_SET_ITEM(rec, 2, b);
-    PyTuple_SET_ITEM(rec, 3, c);
-    Py_INCREF(self->mid);
-    PyTuple_SET_ITEM(rec, 4, self->mid);
-    PyTuple_SET_ITEM(rec, 5, eid);
-    Py_INCREF(ret);
-    PyTuple_SET_ITEM(rec, 6, ret);
-    Py_INCREF(small_zero);
-    PyTuple_SET_ITEM(rec, 7, small_zero);
-    Py_INCREF(small_zero);
-    PyTuple_SET_ITEM(rec, 8, small_zero);
-    PyObject *r = PyObject_CallOneArg(self->append, rec);
-    if (r == NULL) {
-        Py_DECREF(rec);
-        return -1;
-    }
-    Py_DECREF(r);
-    if (self->stats != NULL) {
-        r = PyObject_CallOneArg(self->stats, rec);
-        if (r == NULL) {
+    for (int i = 0; i < WIDTH; i++) {
+        PyObject *x = i == 5 ? eid : PyLong_FromLongLong(v[i]);
+        if (x == NULL) {
             Py_DECREF(rec);
+            if (i < 5)
+                Py_DECREF(eid);
             return -1;
         }
-        Py_DECREF(r);
+        PyTuple_SET_ITEM(rec, i, x);
     }
+    PyObject *r = PyObject_CallOneArg(self->stats, rec);
     Py_DECREF(rec);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
     return 0;
 }
 
@@ -143,13 +291,13 @@ ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
         /* record the failed call, then let its exception through unchanged */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        if (record(self, t0, now_ns(), small_one) < 0)
+        if (record(self, t0, now_ns(), 1) < 0)
             PyErr_Clear();
         PyErr_Restore(et, ev, tb);
         return NULL;
     }
     long long t1 = now_ns();
-    if (record(self, t0, t1, small_zero) < 0) {
+    if (record(self, t0, t1, 0) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -170,27 +318,28 @@ ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
 static PyObject *
 ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"fn", "append", "counter", "head", "mid", "runtime", "general", "stats",
+    static char *kwlist[] = {"fn", "ring", "counter", "head", "mid", "runtime", "general", "stats",
                              "backward", NULL};
-    PyObject *fn, *append, *counter, *head, *mid, *runtime, *general, *stats = Py_None, *backward = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OO:ExecWrapper", kwlist, &fn, &append, &counter,
-                                     &head, &mid, &runtime, &general, &stats, &backward))
+    PyObject *fn, *ring, *counter, *runtime, *general, *stats = Py_None, *backward = Py_None;
+    long long head, mid;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLOO|OO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
+                                     &counter, &head, &mid, &runtime, &general, &stats, &backward))
         return NULL;
-    if (Py_TYPE(counter)->tp_iternext == NULL || !PyCallable_Check(fn) || !PyCallable_Check(append) ||
-            !PyCallable_Check(general)) {
-        PyErr_SetString(PyExc_TypeError, "ExecWrapper: fn, append and general must be callable and counter an iterator");
+    if (Py_TYPE(counter)->tp_iternext == NULL || !PyCallable_Check(fn) || !PyCallable_Check(general)) {
+        PyErr_SetString(PyExc_TypeError, "ExecWrapper: fn and general must be callable and counter an iterator");
         return NULL;
     }
     ExecWrapper *self = (ExecWrapper *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->vectorcall = (vectorcallfunc)ew_call;
+    self->head_v = head;
+    self->mid_v = mid;
 #define KEEP(field, value) do { Py_INCREF(value); self->field = (value); } while (0)
     KEEP(fn, fn);
-    KEEP(append, append);
+    Py_INCREF(ring);
+    self->ring = (RingBuffer *)ring;
     KEEP(counter, counter);
-    KEEP(head, head);
-    KEEP(mid, mid);
     KEEP(runtime, runtime);
     KEEP(general, general);
     if (stats != Py_None)
@@ -205,10 +354,8 @@ static int
 ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->fn);
-    Py_VISIT(self->append);
+    Py_VISIT(self->ring);
     Py_VISIT(self->counter);
-    Py_VISIT(self->head);
-    Py_VISIT(self->mid);
     Py_VISIT(self->runtime);
     Py_VISIT(self->general);
     Py_VISIT(self->stats);
@@ -221,10 +368,8 @@ static int
 ew_clear(ExecWrapper *self)
 {
     Py_CLEAR(self->fn);
-    Py_CLEAR(self->append);
+    Py_CLEAR(self->ring);
     Py_CLEAR(self->counter);
-    Py_CLEAR(self->head);
-    Py_CLEAR(self->mid);
     Py_CLEAR(self->runtime);
     Py_CLEAR(self->general);
     Py_CLEAR(self->stats);
@@ -269,8 +414,8 @@ static PyTypeObject ExecWrapperType = {
     .tp_name = "neuron_explorer.runtime._fastpath.ExecWrapper",
     .tp_basicsize = sizeof(ExecWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "ExecWrapper(fn, append, counter, head, mid, runtime, general, stats=None, backward=None)\n"
-              "Calls fn and appends (head, t0, t1, tid, mid, next(counter), ret, 0, 0) per call.",
+    .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, runtime, general, stats=None, backward=None)\n"
+              "Calls fn and appends (head, t0, t1, tid, mid, next(counter), ret, 0, 0) to ring per call.",
     .tp_new = ew_new,
     .tp_dealloc = (destructor)ew_dealloc,
     .tp_traverse = (traverseproc)ew_traverse,
@@ -312,12 +457,10 @@ static struct PyModuleDef fp_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&ExecWrapperType) < 0)
+    if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0)
         return NULL;
     str_devprof = PyUnicode_InternFromString("devprof");
-    small_zero = PyLong_FromLong(0);
-    small_one = PyLong_FromLong(1);
-    if (str_devprof == NULL || small_zero == NULL || small_one == NULL)
+    if (str_devprof == NULL)
         return NULL;
     if (pthread_atfork(NULL, NULL, forget_tid) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
@@ -332,5 +475,12 @@ PyInit__fastpath(void)
         Py_DECREF(m);
         return NULL;
     }
+    Py_INCREF(&RingBufferType);
+    if (PyModule_AddObject(m, "RingBuffer", (PyObject *)&RingBufferType) < 0) {
+        Py_DECREF(&RingBufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "WIDTH", WIDTH);
     return m;
 }
