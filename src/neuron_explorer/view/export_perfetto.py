@@ -14,12 +14,16 @@ absolute times are that instant plus the deltas: nanoseconds since ``origin_ns``
 instant written in the trace's first process name and in the view metadata).  Event names,
 argument names and string values are interned per sequence.  Packets are deflated in blocks of
 1 MiB into ``compressed_packets`` packets, as Perfetto's own service does when asked to compress.
+
+A process is read a chunk at a time (``add_session``) and written a window at a time (``_Stream``):
+lanes, clocks and interned state carry over, and an event that arrives after its sequence's clock
+has passed it is written with an absolute time (docs/decisions/perfetto-chunked-writer.md), so
+memory does not grow with the events of a process.
 """
 
 from __future__ import annotations
 
 import collections
-import heapq
 import os
 import time
 import zlib
@@ -64,36 +68,18 @@ COMPRESS_LEVEL = 1  # deflate level (0-3 with isal); None writes the packets as 
 COMPRESS_THREADS = max(1, min(2, os.cpu_count() or 1))
 _PACKET_TAG = pbenc.length_delimited(TRACE_PACKET, b"")[:-1]
 _COMPRESSED_TAG = pbenc.length_delimited(P_COMPRESSED, b"")[:-1]
-CHUNK_ROWS = 32_768  # events encoded at a time (a byte matrix of a few MB)
+CHUNK_ROWS = 32_768  # rows encoded at a time (a byte matrix of a few MB)
 MIN_CHUNK_ROWS = 1_024
+# events read from a capture at a time: memory stays flat, and a quarter of pipeline.CHUNK halves
+# the page faults of a fresh worker (its temporaries are reused, not faulted in) for little overhead
+READ_EVENTS = 65_536
+MAX_RUNS = 64  # core runs read side by side; beyond, the capture is read in file order
+P_CLOCK_ID = 58  # TracePacket.timestamp_clock_id: set on late packets, which carry absolute times
+_TIME_BITS = 63 - SEQ_BITS - 2  # (slot, time, end/begin) sort keys in an int64
 
 ANNOTATIONS = ("model_name", "exec_id", "op", "seq", "bytes", "group", "dtype", "ret")
-
-
-def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Lane per event so that events in one lane never overlap (events sorted by start)."""
-    n = len(start)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    run_end = np.maximum.accumulate(end)
-    if n == 1 or bool(np.all(start[1:] >= run_end[:-1])):
-        return np.zeros(n, dtype=np.int64)
-    lanes = np.zeros(n, dtype=np.int64)
-    free: list[tuple[int, int]] = []  # (end, lane)
-    next_lane = 0
-    busy: list[tuple[int, int]] = []
-    for i, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
-        while busy and busy[0][0] <= s:
-            _, lane = heapq.heappop(busy)
-            heapq.heappush(free, (lane, lane))
-        if free:
-            _, lane = heapq.heappop(free)
-        else:
-            lane = next_lane
-            next_lane += 1
-        lanes[i] = lane
-        heapq.heappush(busy, (e, lane))
-    return lanes
+_DBG_IID = {nm: i + 1 for i, nm in enumerate(ANNOTATIONS)}
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def sequence_id(index: int, slot: int) -> int:
@@ -173,35 +159,6 @@ def _interned(kind: int, items) -> bytes:
                     for s, i in items)
 
 
-def _sequence_order(slot: np.ndarray, start: np.ndarray, end: np.ndarray, instant: np.ndarray):
-    """Packet order of every sequence: events sorted by (slot, start, position), and each slice end
-    attached to the last begin of its sequence that precedes it (an end at t comes before a begin
-    at t).  Returns (order, end events sorted, the row each end follows)."""
-    n = len(start)
-    if n and bool(np.all(start[1:] >= start[:-1])):
-        order = np.argsort(slot.astype(np.uint16), kind="stable")
-    else:
-        order = np.lexsort((start, slot))
-    s_o = slot[order]
-    # one int64 key per (slot, time); times become dense ranks when their span is too wide
-    lo = int(min(start.min(), end.min())) if n else 0
-    hi = int(max(start.max(), end.max())) if n else 0
-    if hi - lo < (1 << (62 - SEQ_BITS)):
-        kb = (s_o.astype(np.int64) << (62 - SEQ_BITS)) | (start[order] - lo)
-        t_end = end - lo
-    else:
-        uniq, inv = np.unique(np.concatenate([start, end]), return_inverse=True)
-        kb = (s_o.astype(np.int64) << (62 - SEQ_BITS)) | inv[:n][order]
-        t_end = inv[n:].astype(np.int64)
-    slices = order[~instant[order]]  # slices in begin order
-    ke = (slot[slices].astype(np.int64) << (62 - SEQ_BITS)) | t_end[slices]
-    if len(ke) > 1 and not bool(np.all(ke[1:] >= ke[:-1])):
-        o2 = np.argsort(ke, kind="stable")
-        slices, ke = slices[o2], ke[o2]
-    follows = np.searchsorted(kb, ke, side="left") - 1
-    return order, slices, follows
-
-
 def _distinct(v: np.ndarray) -> np.ndarray:
     """Sorted distinct values of non-negative ints (a count when their range is small)."""
     if len(v) and int(v.max()) < 4 * len(v) + 4096:
@@ -209,7 +166,7 @@ def _distinct(v: np.ndarray) -> np.ndarray:
     return np.unique(v)
 
 
-def _chunks(slot_sorted: np.ndarray):
+def _row_ranges(slot_sorted: np.ndarray):
     """Row ranges to encode at a time: cut where the sequence changes (a track's events share one
     shape, so each range's byte matrix stays narrow) and every CHUNK_ROWS; runs of small
     sequences are kept together."""
@@ -222,6 +179,440 @@ def _chunks(slot_sorted: np.ndarray):
         if b - bounds[-1] >= MIN_CHUNK_ROWS or b == n:
             bounds.append(b)
     return zip(bounds[:-1], bounds[1:])
+
+
+def _sequence_ids(index: int) -> np.ndarray:
+    """sequence_id(index, slot) for every slot."""
+    slot = np.arange(SHARED_SLOT + 1, dtype=np.int64)
+    out = np.zeros(SHARED_SLOT + 1, dtype=np.int64)
+    bit = 0
+    for k in range(21):
+        if k < SEQ_BITS:
+            out |= ((slot >> k) & 1) << bit
+            bit += 1
+        out |= ((index >> k) & 1) << bit
+        bit += 1
+    return out + 1
+
+
+class _Group:
+    """A track and its lanes: ``busy`` holds the end of the last slice of each lane."""
+
+    __slots__ = ("name", "busy", "tracks")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.busy: list[int] = []
+        self.tracks: list[int] = []  # track index of each lane
+
+
+class _Stream:
+    """One process's events, pushed a piece at a time (in any order) and written a window at a time,
+    so memory follows the pieces held, not the process.
+
+    ``release(w)`` writes the held events that start before ``w``.  Kept across windows: the lanes
+    of every track (a slice takes the lowest lane whose slices all end by its start, so lanes never
+    overlap whatever order events come in), every sequence's clock (the time of its last packet),
+    what each sequence has interned, and the slice ends not due yet.  Within a window a sequence's
+    packets are written in time order (an end at t before a begin at t) as deltas of its clock; an
+    event that starts before its sequence's clock (it came too late) is written after them with an
+    absolute trace-clock time (``timestamp_clock_id``), its end too when that is also before the
+    clock, else its end joins the others on the clock.  Late packets then never share a timestamp
+    with a packet of their track written after them that they must precede."""
+
+    def __init__(self, w: "PerfettoWriter", seq_index: int, pid_uuid: int, type_names: list[str]) -> None:
+        self.w = w
+        self.seq_ids = _sequence_ids(seq_index)
+        self.pid_uuid = pid_uuid
+        self.type_names = type_names
+        self.annotate = None  # (columns, rows) -> [(name iid, value field, present, values)]
+        self.groups: list[_Group] = []
+        self.group_of: dict = {}
+        self.uuids: list[int] = []
+        self.declared = np.zeros(SHARED_SLOT + 1, dtype=bool)
+        self.clock = np.zeros(SHARED_SLOT + 1, dtype=np.int64)
+        self.names_in: dict[int, set] = {}  # slot -> types whose names are interned there
+        self.nstr = np.zeros(SHARED_SLOT + 1, dtype=np.int64)  # slot -> strings interned there
+        self.strings: list[tuple[str, int]] = []  # debug string values, in iid order
+        self.name_iid = np.zeros(len(type_names) + 1, dtype=np.int64)  # type -> iid (0: none yet)
+        self.parts: list[dict] = []  # held events
+        self.end_t = self.end_s = self.end_k = _EMPTY  # slice ends not written: time, slot, track
+        self.n = 0
+
+    # ---- input
+    def group(self, key, name: str) -> int:
+        g = self.group_of.get(key)
+        if g is None:
+            g = self.group_of[key] = len(self.groups)
+            self.groups.append(_Group(name))
+        return g
+
+    def sval(self, text: str) -> int:
+        self.strings.append((text, len(self.strings) + 1))
+        return len(self.strings)
+
+    def push(self, cols: dict[str, np.ndarray]) -> None:
+        """Events to hold until released: "start", "end" (relative to the origin), "gid" (group),
+        "typ", "flow" and the columns ``annotate`` reads."""
+        n = len(cols["start"])
+        if n:
+            self.parts.append(cols)
+            self.n += n
+
+    def release(self, before: int | None = None) -> None:
+        """Write the held events that start before ``before`` (all: None)."""
+        if not self.parts:
+            if before is None and len(self.end_t):
+                self._window(None, None, None)
+            return
+        cat = self.parts[0] if len(self.parts) == 1 else {
+            k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
+        self.parts = []
+        sel = None
+        if before is not None:
+            due = cat["start"] < before
+            k = int(np.count_nonzero(due))
+            if k == 0:
+                self.parts = [cat]
+                return
+            if k < len(due):  # the few held back are copied; the window reads the rest in place
+                self.parts = [{c: v[~due] for c, v in cat.items()}]
+                sel = np.flatnonzero(due)
+        self._window(cat, sel, before)
+
+    # ---- lanes
+    def _new_lane(self, grp: _Group) -> None:
+        lane = len(grp.tracks)
+        u = self.w._uuid()
+        self.w._track(u, grp.name if lane == 0 else f"{grp.name} #{lane + 1}", parent=self.pid_uuid)
+        grp.tracks.append(len(self.uuids))
+        self.uuids.append(u)
+
+    def _lanes(self, grp: _Group, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """Track of each event of one group (sorted by start); instants stay on the first lane."""
+        lane = np.zeros(len(s), dtype=np.int64)
+        sl = e > s
+        if sl.any():
+            ss, es = s[sl], e[sl]
+            busy = grp.busy
+            run = np.maximum.accumulate(es)
+            k = -1
+            if len(ss) == 1 or bool(np.all(ss[1:] >= run[:-1])):
+                # they do not overlap: all take the lowest lane free at the first start, when the
+                # lanes below it stay busy past the last start (a long slice keeps its lane)
+                first, last = int(ss[0]), int(ss[-1])
+                k = next((j for j, t in enumerate(busy) if t <= first), len(busy))
+                if all(t > last for t in busy[:k]):
+                    if k == len(busy):
+                        busy.append(0)
+                    busy[k] = int(run[-1])
+                    lane[sl] = k
+                else:
+                    k = -1
+            if k < 0:
+                ls = np.empty(len(ss), dtype=np.int64)
+                for i, (a, b) in enumerate(zip(ss.tolist(), es.tolist())):
+                    for k, t in enumerate(busy):
+                        if t <= a:
+                            break
+                    else:
+                        k = len(busy)
+                        busy.append(0)
+                    busy[k] = b
+                    ls[i] = k
+                lane[sl] = ls
+        while len(grp.tracks) < int(lane.max()) + 1:
+            self._new_lane(grp)
+        return np.asarray(grp.tracks, dtype=np.int64)[lane]
+
+    # ---- one window
+    def _window(self, ev: dict | None, sel: np.ndarray | None, before: int | None) -> None:
+        """Write the events ``sel`` of ``ev`` (all: None) and the slice ends due before ``before``."""
+        if ev is None:
+            start = end = gid = typ = _EMPTY
+        elif sel is None:
+            start, end, gid, typ = ev["start"], ev["end"], ev["gid"], ev["typ"]
+        else:
+            start, end, gid, typ = ev["start"][sel], ev["end"][sel], ev["gid"][sel], ev["typ"][sel]
+        n = len(start)
+        # ---- lanes, a group at a time in start order
+        trk = np.empty(n, dtype=np.int64)
+        slice_ = end > start
+        if n:
+            # by (group, start, instants before slices): each track's slices then rarely need a
+            # second look (see _simple)
+            og = np.argsort(gid.astype(np.uint16) if len(self.groups) <= 1 << 16 else gid, kind="stable")
+            lo, hi = int(start.min()), int(start.max())
+            sk = ((start - lo) << 1) | slice_ if hi - lo < 1 << 61 else start
+            k_g, g_g = sk[og], gid[og]
+            if n > 1 and bool(np.any((k_g[1:] < k_g[:-1]) & (g_g[1:] == g_g[:-1]))):
+                if len(self.groups) <= 1 << 10 and hi - lo < 1 << 51:  # nearly sorted: one merge sort
+                    og = og[np.argsort((g_g << 52) | k_g, kind="stable")]
+                else:
+                    og = np.lexsort((sk, gid))
+                g_g = gid[og]
+            s_g = start[og]
+            bounds = np.flatnonzero(np.r_[True, g_g[1:] != g_g[:-1], True]).tolist()
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                idx = og[a:b]
+                trk[idx] = self._lanes(self.groups[int(g_g[a])], s_g[a:b], end[idx])
+        else:
+            og = _EMPTY
+        slot = np.minimum(trk + 1, SHARED_SLOT)
+        clk = self.clock[slot]
+        late = self.declared[slot] & (start < clk)
+        any_late = bool(late.any())
+        # ---- begins on their sequence's clock (in group order), and the slice ends due now
+        ob = og[~late[og]] if any_late else og
+        if n and not any_late and self._simple(ev, sel, og, start, end, slot, trk, typ, before):
+            self.w.events_written += n
+            return
+        to_pool = slice_[ob]  # (late events' ends that are not late join below)
+        et, es, ek = end[ob][to_pool], slot[ob][to_pool], trk[ob][to_pool]
+        if any_late:
+            lp = np.flatnonzero(late & slice_ & (end >= clk))
+            et, es, ek = np.r_[et, end[lp]], np.r_[es, slot[lp]], np.r_[ek, trk[lp]]
+        if len(self.end_t):
+            et, es, ek = np.r_[self.end_t, et], np.r_[self.end_s, es], np.r_[self.end_k, ek]
+        if before is not None:
+            due = et < before
+            if not due.all():
+                self.end_t, self.end_s, self.end_k = et[~due], es[~due], ek[~due]
+                et, es, ek = et[due], es[due], ek[due]
+            else:
+                self.end_t = self.end_s = self.end_k = _EMPTY
+        else:
+            self.end_t = self.end_s = self.end_k = _EMPTY
+        tb, sb = start[ob], slot[ob]
+        nb, ne = len(ob), len(et)
+        # ---- each sequence's packets in time order: one int64 key per (slot, time, end before
+        # begin), merged with one stable sort (times become dense ranks when their span is too wide)
+        new: dict[int, int] = {}
+        if nb + ne:
+            t_all = np.concatenate([tb, et])
+            s_all = np.concatenate([sb, es])
+            lo, hi = int(t_all.min()), int(t_all.max())
+            rk = t_all - lo if hi - lo < (1 << _TIME_BITS) else np.unique(t_all, return_inverse=True)[1]
+            key = (s_all << (_TIME_BITS + 2)) | (rk << 1)
+            key[:nb] |= 1
+            perm = np.argsort(key, kind="stable")
+            isb = perm < nb
+            t_m, s_m = t_all[perm], s_all[perm]
+            first = np.r_[True, s_m[1:] != s_m[:-1]]
+            fs = s_m[first]
+            undecl = ~self.declared[fs]
+            if undecl.any():  # each new sequence's clock starts at its first packet
+                base = np.maximum(t_m[first][undecl], 0)
+                self.clock[fs[undecl]] = base
+                new = dict(zip(fs[undecl].tolist(), base.tolist()))
+            prev = np.empty_like(t_m)
+            prev[1:] = t_m[:-1]
+            prev[first] = self.clock[fs]
+            delta = t_m - prev
+            last = np.r_[s_m[1:] != s_m[:-1], True]
+            self.clock[s_m[last]] = t_m[last]
+            ob = ob[perm[isb]]  # begins in (slot, time) order
+            sb = s_m[isb]
+            d_b = delta[isb]
+            ie = perm[~isb] - nb  # ends in (slot, time) order
+            es, ek, d_e = es[ie], ek[ie], delta[~isb]
+            row = np.cumsum(isb)[~isb] - 1  # the begin each end follows in the merged order
+            att = (row >= 0) & (sb[np.maximum(row, 0)] == es) if nb else np.zeros(ne, dtype=bool)
+        ol = np.flatnonzero(late)
+        if len(ol) > 1:
+            ol = ol[np.lexsort((start[ol], slot[ol]))]
+        self._declare(new, np.concatenate([sb, slot[ol]]), np.concatenate([typ[ob], typ[ol]]))
+        uu = np.asarray(self.uuids, dtype=np.int64)
+        glob = (lambda i: i) if sel is None else (lambda i: sel[i])
+        # ---- ends that come first on their sequence in this window, then the begins (each with the
+        # ends that follow it), then the late events
+        if ne:
+            lead = ~att
+            if lead.any():
+                self._ends(es[lead], ek[lead], d_e[lead], uu)
+        if nb:
+            na = np.bincount(row[att], minlength=nb)
+            self._rows(ev, glob(ob), sb, trk[ob], ~slice_[ob], typ[ob], d_b, False, na, np.cumsum(na) - na, ek[att],
+                       d_e[att], uu)
+        if len(ol):
+            ab = (slice_ & (end < clk))[ol]
+            self._rows(ev, glob(ol), slot[ol], trk[ol], ~slice_[ol], typ[ol], start[ol], True, ab.astype(np.int64),
+                       np.arange(len(ol)),
+                       trk[ol], end[ol], uu)
+        self.w.events_written += n
+
+    def _simple(self, ev, sel, ob, start, end, slot, trk, typ, before) -> bool:
+        """The usual window, written without merging begins and ends: no late event, and on every
+        sequence each slice ends by the time the next event begins (or is the last and ends after
+        the window), and the ends still due from earlier windows come before the sequence's first
+        event here.  Then each slice's end directly follows its begin.  False (nothing written)
+        when that does not hold."""
+        nb = len(ob)
+        sb = slot[ob]
+        if nb > 1 and bool(np.any(sb[1:] < sb[:-1])):
+            ob = ob[np.argsort(sb.astype(np.uint16), kind="stable")]
+            sb = slot[ob]
+        if sb[-1] == SHARED_SLOT:
+            return False
+        tb, eb = start[ob], end[ob]
+        sl = eb > tb
+        held = sl & (eb >= before) if before is not None else np.zeros(nb, dtype=bool)
+        same = sb[1:] == sb[:-1]
+        if bool(np.any(same & ((tb[1:] < np.maximum(eb, tb)[:-1]) | held[:-1]))):
+            return False
+        first = np.r_[True, ~same]
+        fslot = sb[first]
+        lt = ls = lk = _EMPTY
+        keep = None
+        if len(self.end_t):
+            due = self.end_t < before if before is not None else np.ones(len(self.end_t), dtype=bool)
+            if due.any():
+                fst = np.full(SHARED_SLOT + 1, np.iinfo(np.int64).max, dtype=np.int64)
+                fst[fslot] = tb[first]
+                lt, ls, lk = self.end_t[due], self.end_s[due], self.end_k[due]
+                if bool(np.any(lt > fst[ls])):
+                    return False
+                keep = ~due
+        # ---- from here on the window is written
+        new: dict[int, int] = {}
+        undecl = ~self.declared[fslot]
+        if undecl.any():  # each new sequence's clock starts at its first packet
+            base = np.maximum(tb[first][undecl], 0)
+            self.clock[fslot[undecl]] = base
+            new = dict(zip(fslot[undecl].tolist(), base.tolist()))
+        ld = _EMPTY
+        if len(lt):  # ends due from earlier windows, in (slot, time) order, chained from the clocks
+            o = np.lexsort((lt, ls))
+            lt, ls, lk = lt[o], ls[o], lk[o]
+            lf = np.r_[True, ls[1:] != ls[:-1]]
+            prev = np.empty_like(lt)
+            prev[1:] = lt[:-1]
+            prev[lf] = self.clock[ls[lf]]
+            ld = lt - prev
+            ll = np.r_[ls[1:] != ls[:-1], True]
+            self.clock[ls[ll]] = lt[ll]
+        own = sl & ~held
+        lastt = np.where(own, eb, tb)  # each row's last packet
+        prev = np.empty_like(tb)
+        prev[1:] = lastt[:-1]
+        prev[first] = self.clock[fslot]
+        d_b = tb - prev
+        last = np.r_[~same, True]
+        self.clock[sb[last]] = lastt[last]
+        tk = trk[ob]
+        if keep is not None:
+            self.end_t, self.end_s, self.end_k = self.end_t[keep], self.end_s[keep], self.end_k[keep]
+        if held.any():
+            self.end_t = np.r_[self.end_t, eb[held]]
+            self.end_s = np.r_[self.end_s, sb[held]]
+            self.end_k = np.r_[self.end_k, tk[held]]
+        typ_o = typ[ob]
+        self._declare(new, sb, typ_o)
+        uu = np.asarray(self.uuids, dtype=np.int64)
+        if len(lt):
+            self._ends(ls, lk, ld, uu)
+        self._rows(ev, ob if sel is None else sel[ob], sb, tk, ~sl, typ_o, d_b, False, own.astype(np.int64),
+                   np.arange(nb), tk,
+                   eb - tb, uu)
+        return True
+
+    def _declare(self, new: dict[int, int], b_slot: np.ndarray, b_typ: np.ndarray) -> None:
+        """Incremental state of the sequences written in this window: new ones get their defaults,
+        clock snapshot and interned names; others get the names and strings they lack."""
+        w = self.w
+        need: dict[int, list[int]] = {}
+        used: set[int] = set()
+        if len(b_typ):
+            nt = len(self.type_names) + 1
+            for t in _distinct(b_typ).tolist():
+                if not self.name_iid[t]:
+                    self.name_iid[t] = int(self.name_iid.max()) + 1
+            for p in _distinct(b_slot * nt + b_typ).tolist():
+                s, t = divmod(p, nt)
+                used.add(s)
+                have = self.names_in.setdefault(s, set())
+                if t not in have:
+                    have.add(t)
+                    need.setdefault(s, []).append(t)
+        ns = len(self.strings)
+        dbg = _interned(ID_DEBUG_NAMES, _DBG_IID.items())
+        for s in sorted(used | set(new)):
+            names = _interned(ID_EVENT_NAMES, ((self.type_names[t], int(self.name_iid[t])) for t in need.get(s, ())))
+            strs = _interned(ID_DEBUG_STRINGS, self.strings[int(self.nstr[s]):]) if self.nstr[s] < ns else b""
+            self.nstr[s] = ns
+            seq = pbenc.varint_field(P_SEQ_ID, int(self.seq_ids[s]))
+            if s in new:
+                self.declared[s] = True
+                defaults = pbenc.varint_field(DEF_CLOCK_ID, CLOCK_EVENTS)
+                if s < SHARED_SLOT:
+                    defaults += pbenc.length_delimited(
+                        DEF_TRACK_EVENT, pbenc.varint_field(TED_TRACK_UUID, self.uuids[s - 1]))
+                w._packet(seq + pbenc.varint_field(P_SEQ_FLAGS, SEQ_CLEARED)
+                          + pbenc.length_delimited(P_DEFAULTS, defaults)
+                          + pbenc.length_delimited(P_INTERNED, names + dbg + strs))
+                t0 = new[s]
+                clocks = (pbenc.length_delimited(CS_CLOCKS, pbenc.varint_field(CLK_ID, CLOCK_EVENTS)
+                                                 + pbenc.varint_field(CLK_TS, t0)
+                                                 + pbenc.varint_field(CLK_INCREMENTAL, 1))
+                          + pbenc.length_delimited(CS_CLOCKS, pbenc.varint_field(CLK_ID, CLOCK_BOOTTIME)
+                                                   + pbenc.varint_field(CLK_TS, t0)))
+                w._packet(seq + pbenc.length_delimited(P_CLOCK_SNAPSHOT, clocks))
+            elif names or strs:
+                w._packet(seq + pbenc.varint_field(P_SEQ_FLAGS, SEQ_NEEDS_STATE)
+                          + pbenc.length_delimited(P_INTERNED, names + strs))
+
+    def _ends(self, slot, track, ts, uu) -> None:
+        """Slice ends on their sequence's clock, one packet a row."""
+        m = len(slot)
+        te = Rows(m).const(pbenc.varint_field(TE_TYPE, SLICE_END))
+        sh = slot == SHARED_SLOT
+        if sh.any():
+            te.field_varint(TE_TRACK_UUID, uu[track], sh)
+        pk = Rows(m).field_varint(P_SEQ_ID, self.seq_ids[slot]).const(pbenc.varint_field(P_SEQ_FLAGS, SEQ_NEEDS_STATE))
+        pk.message(P_TRACK_EVENT, te).field_varint(P_TIMESTAMP, ts)
+        self.w.f.write(Rows(m).message(TRACE_PACKET, pk).encode())
+
+    def _rows(self, ev: dict, order, slot_o, trk_o, inst_o, typ_o, ts_b, absolute: bool, n_after, first_after,
+              e_track, ts_e, uu) -> None:
+        """Begin (or instant) packets of the events ``order`` of ``ev`` (sorted by slot; ``trk_o``,
+        ``inst_o``, ``typ_o``: their tracks, instant flags and types), each followed by its
+        ``n_after`` ends (from ``first_after`` in the end arrays).  ``absolute``: times on the trace
+        clock instead of the sequence's."""
+        flags = pbenc.varint_field(P_SEQ_FLAGS, SEQ_NEEDS_STATE)
+        if absolute:
+            flags += pbenc.varint_field(P_CLOCK_ID, CLOCK_BOOTTIME)
+        end_type = pbenc.varint_field(TE_TYPE, SLICE_END)
+        for lo, hi in _row_ranges(slot_o):
+            m = hi - lo
+            e = order[lo:hi]
+            s_r = slot_o[lo:hi]
+            te = Rows(m).field_varint(TE_TYPE, np.where(inst_o[lo:hi], INSTANT, SLICE_BEGIN))
+            te.field_varint(TE_NAME_IID, self.name_iid[typ_o[lo:hi]])
+            for iid, field, pr, vals in self.annotate(ev, e):
+                da = Rows(m).field_varint(DA_NAME_IID, iid).field_varint(field, vals, pr)
+                te.message(TE_DEBUG, da, pr)
+            fl = ev["flow"][e]
+            te.field_fixed64(TE_FLOW_IDS, fl, fl != 0)
+            sh = s_r == SHARED_SLOT
+            shared = bool(sh.any())
+            if shared:
+                te.field_varint(TE_TRACK_UUID, uu[trk_o[lo:hi]], sh)
+            seq_r = self.seq_ids[s_r]
+            pk = Rows(m).field_varint(P_SEQ_ID, seq_r).const(flags)
+            pk.message(P_TRACK_EVENT, te).field_varint(P_TIMESTAMP, ts_b[lo:hi])
+            out = Rows(m).message(TRACE_PACKET, pk)
+            na = n_after[lo:hi]
+            fa = first_after[lo:hi]
+            for k in range(int(na.max()) if m else 0):
+                pr = na > k
+                j = np.where(pr, fa + k, 0)
+                te_e = Rows(m).const(end_type, pr)
+                if shared:
+                    te_e.field_varint(TE_TRACK_UUID, uu[e_track[j]], pr & sh)
+                pe_ = Rows(m).field_varint(P_SEQ_ID, seq_r, pr).const(flags, pr)
+                pe_.message(P_TRACK_EVENT, te_e, pr).field_varint(P_TIMESTAMP, ts_e[j], pr)
+                out.message(TRACE_PACKET, pe_, pr)
+            self.w.f.write(out.encode())
 
 
 class PerfettoWriter:
@@ -259,24 +650,9 @@ class PerfettoWriter:
             td += pbenc.length_delimited(TD_COUNTER, cd)
         self._packet(pbenc.length_delimited(P_TRACK_DESC, td))
 
-    def _lane_tracks(self, groups, start, end, parent: int):
-        """``groups``: (base name, event indices sorted by start).  Declares one track per lane and
-        returns (track index per event, uuid per track)."""
-        track = np.zeros(len(start), dtype=np.int64)
-        uuids: list[int] = []
-        for base, idx in groups:
-            st_, en_ = start[idx], end[idx]
-            inst = en_ <= st_  # instants never nest: they stay on the first lane
-            lanes = np.zeros(len(idx), dtype=np.int64)
-            lanes[~inst] = _lanes(st_[~inst], en_[~inst])
-            for lane in range(int(lanes.max()) + 1 if len(idx) else 0):
-                u = self._uuid()
-                self._track(u, base if lane == 0 else f"{base} #{lane + 1}", parent=parent)
-                track[idx[lanes == lane]] = len(uuids)
-                uuids.append(u)
-        return track, uuids
-
-    def add(self, pe: ProcessEvents) -> None:
+    # ---- system events
+    def _open(self, pe: ProcessEvents) -> "_Stream":
+        """Declare the process and return the stream its events are pushed to."""
         pid_uuid = self._uuid()
         rank = f" rank {pe.rank}" if pe.rank >= 0 else ""
         pname = f"{pe.instance_id} pid {pe.pid}{rank}"
@@ -284,171 +660,130 @@ class PerfettoWriter:
             pname += f" [t0 {time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(self.origin_ns / 1e9))}Z]"
             self._first = False
         self._track(pid_uuid, pname, pid=pe.index + 1, pname=pname)
-        c = pe.cols
+        st = _Stream(self, pe.index, pid_uuid, list(pe.type_names))
+        hw = np.array([g == "hardware" for g in pe.type_groups] + [False], dtype=bool)
+        is_cc = np.isin(np.array(list(pe.type_names) + [""], dtype=object), ["cc_running", "cc_exec_barrier"])
+        kind_of_type = np.where(is_cc, 2, np.where(hw, 1, 0)).astype(np.int64)
+        st.kind_of_type = kind_of_type
+        st.str_iid = np.zeros(len(pe.strings) + 1, dtype=np.int64)  # string id -> iid (0: none yet)
+        st.model_iid = np.zeros(1, dtype=np.int64)  # model id -> iid of its name
+        iid = _DBG_IID
+
+        def annotate(ev, e):
+            """(name iid, value field, present, values) of the rows ``e`` that have any, in
+            ANNOTATIONS' order."""
+            sid = st.str_iid
+            out = []
+            mid = ev["model_id"][e]
+            pr = mid >= 0
+            if pr.any():
+                out.append((iid["model_name"], DA_STRING_IID, pr, st.model_iid[np.maximum(mid, 0)]))
+            x = ev["exec_id"][e]
+            pr = x >= 0
+            if pr.any():
+                out.append((iid["exec_id"], DA_INT, pr, x))
+            for name in ("op", "seq", "bytes", "group", "dtype", "ret"):
+                v = ev[name][e]
+                if name == "seq":
+                    pr = (v >= 0) & (kind_of_type[ev["typ"][e]] == 2)
+                else:
+                    pr = v > 0 if name != "bytes" else v >= 0
+                if pr.any():
+                    out.append((iid[name], DA_STRING_IID if name in ("op", "group", "dtype") else DA_INT, pr,
+                                sid[np.maximum(v, 0)] if name in ("op", "group", "dtype") else v))
+            return out
+
+        st.annotate = annotate
+        return st
+
+    def _push(self, st: "_Stream", pe: ProcessEvents) -> None:
+        """One piece of a process's events: the track group of each, the strings its annotations
+        name (interned as first seen), and the columns the stream holds."""
         n = pe.n
-        seq_index = pe.index
-        start = c["start_ts"] - self.origin_ns
-        end = c["end_ts"] - self.origin_ns
-        # ---- tracks: one per (kind, key, lane)
-        hw = np.array([g == "hardware" for g in pe.type_groups], dtype=bool)
-        tname = np.array(pe.type_names, dtype=object)
-        is_cc = np.isin(tname, ["cc_running", "cc_exec_barrier"])
-        typ = c["type"]
-        groups = []
-        if n:
-            kind = np.where(is_cc[typ], 2, np.where(hw[typ], 1, 0))
-            key = np.where(kind == 0, c["thread_id"], c["nc_idx"])
-            order = np.lexsort((c["start_ts"], key, kind))
-            k_s, key_s = kind[order], key[order]
-            bounds = np.flatnonzero(np.r_[True, (k_s[1:] != k_s[:-1]) | (key_s[1:] != key_s[:-1]), True])
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                kd, ky = int(k_s[a]), int(key_s[a])
-                groups.append(({0: f"{ky}/neuron_rt", 1: f"nc_{ky}/neuron_hw", 2: f"nc_{ky}/cc"}[kd], order[a:b]))
-        track, uuids = self._lane_tracks(groups, start, end, pid_uuid)
-
-        # ---- annotations (only where meaningful)
-        str_values: dict[str, int] = {}
-
-        def sval(text: str) -> int:
-            i = str_values.get(text)
-            if i is None:
-                i = str_values[text] = len(str_values) + 1
-            return i
-
-        model_id = c["model_id"]
-        ann_rows: list[tuple[str, np.ndarray, np.ndarray, bool]] = []  # name, present mask, values, is_string
-        if n:
-            mnames = np.array([sval(pe.model_names.get(i, f"model_{i}")) if i >= 0 else 0
-                               for i in range(int(model_id.max()) + 1)] if model_id.max() >= 0 else [0], dtype=np.int64)
-            has_model = model_id >= 0
-            ann_rows.append(("model_name", has_model, mnames[np.where(has_model, model_id, 0)], True))
-            ann_rows.append(("exec_id", c["exec_id"] >= 0, c["exec_id"], False))
-            cc = is_cc[typ]
-            strs = pe.strings
-            for col in ("op", "group", "dtype"):
-                ids = c[col]
-                present = ids > 0
-                vals = np.zeros(n, dtype=np.int64)
-                if present.any():
-                    counts = np.bincount(np.maximum(ids, 0))
-                    counts[0] = 0
-                    lut = np.zeros(len(counts), dtype=np.int64)
-                    for u in np.flatnonzero(counts).tolist():
-                        lut[u] = sval(strs[u])
-                    vals = lut[np.maximum(ids, 0)]
-                ann_rows.append((col, present, vals, True))
-            ann_rows.append(("seq", cc & (c["seq"] >= 0), c["seq"], False))
-            ann_rows.append(("bytes", c["bytes"] >= 0, c["bytes"], False))
-            ann_rows.append(("ret", c["ret"] > 0, c["ret"], False))
-        self._write_events(seq_index, uuids, track, typ, pe.type_names, start, end, c["flow_id"], ann_rows,
-                           str_values)
-        self.events_written += n
-        self._counters(pe, sequence_id(seq_index, 0), pid_uuid)
-
-    def _write_events(self, seq_index: int, uuids: list[int], track: np.ndarray, typ: np.ndarray,
-                      type_names: list[str], start: np.ndarray, end: np.ndarray, flow_id: np.ndarray,
-                      ann_rows, str_values: dict[str, int]) -> None:
-        """Declare one sequence per track (interned names, defaults, clock) and write the events."""
-        n = len(start)
         if not n:
             return
-        ntracks = len(uuids)
-        slot_of_track = np.minimum(np.arange(ntracks, dtype=np.int64) + 1, SHARED_SLOT)
-        slot = slot_of_track[track]
-        # ---- packet order within each sequence, and each packet's delta from the one before it
-        instant = end <= start
-        order, slices, follows = _sequence_order(slot, start, end, instant)
-        ne = len(slices)
-        n_after = np.bincount(follows, minlength=n) if ne else np.zeros(n, dtype=np.int64)
-        first_after = np.cumsum(n_after) - n_after  # index in slices of the first end after row i
-        b_time = start[order]
-        e_time = end[slices]
-        last_time = b_time.copy()  # time of the last packet of each row
-        has = n_after > 0
-        last_time[has] = e_time[first_after[has] + n_after[has] - 1]
-        s_o = slot[order]
-        new_seq = np.r_[True, s_o[1:] != s_o[:-1]]
-        prev = np.r_[0, last_time[:-1]]
-        base = np.maximum(b_time[new_seq], 0)  # each sequence's clock starts at its first event
-        prev[new_seq] = base
-        d_begin = b_time - prev
-        rank_after = np.arange(ne) - first_after[follows] if ne else np.zeros(0, dtype=np.int64)
-        prev_e = np.where(rank_after == 0, b_time[follows], np.r_[0, e_time[:-1]]) if ne else e_time
-        d_end = e_time - prev_e
-        del last_time, has, prev, rank_after, prev_e, e_time, follows
+        c = pe.cols
+        typ = c["type"]
+        kind = st.kind_of_type[typ]
+        kk = np.where(kind == 0, c["thread_id"], c["nc_idx"]) * 4 + kind
+        names = ("{}/neuron_rt", "nc_{}/neuron_hw", "nc_{}/cc")
+        lo, hi = int(kk.min()), int(kk.max())
+        if hi - lo < 4 * n + 4096:  # few groups: a table over the key's range
+            uk = np.flatnonzero(np.bincount(kk - lo)) + lo
+            lut = np.zeros(hi - lo + 1, dtype=np.int64)
+            lut[uk - lo] = [st.group(k, names[k & 3].format(k >> 2)) for k in uk.tolist()]
+            gid = lut[kk - lo]
+        else:
+            uk, inv = np.unique(kk, return_inverse=True)
+            gid = np.array([st.group(k, names[k & 3].format(k >> 2)) for k in uk.tolist()], dtype=np.int64)[inv]
+        mid = c["model_id"]
+        if int(mid.max()) >= 0:
+            ids = _distinct(mid[mid >= 0])
+            if int(ids[-1]) >= len(st.model_iid):
+                st.model_iid = np.r_[st.model_iid, np.zeros(int(ids[-1]) + 1 - len(st.model_iid), dtype=np.int64)]
+            for u in ids[st.model_iid[ids] == 0].tolist():
+                st.model_iid[u] = st.sval(pe.model_names.get(u, f"model_{u}"))
+        for col in ("op", "group", "dtype"):
+            ids = c[col]
+            if int(ids.max()) > 0:
+                ids = _distinct(ids[ids > 0])
+                for u in ids[st.str_iid[ids] == 0].tolist():
+                    st.str_iid[u] = st.sval(pe.strings[u])
+        cols = {k: c[k] for k in ("model_id", "exec_id", "op", "seq", "bytes", "group", "dtype", "ret")}
+        cols.update(start=c["start_ts"] - self.origin_ns, end=c["end_ts"] - self.origin_ns, gid=gid, typ=typ,
+                    flow=c["flow_id"])
+        st.push(cols)
 
-        # ---- one sequence per track: interned names, defaults (track, clock) and the clock snapshot
-        nt = len(type_names) + 1
-        used: dict[int, list[int]] = {}
-        for p in _distinct(slot * nt + typ).tolist():
-            used.setdefault(p // nt, []).append(p % nt)
-        names = sorted({type_names[t] for t in _distinct(typ).tolist()})
-        name_iid = {nm: i + 1 for i, nm in enumerate(names)}
-        type_iid = np.array([name_iid.get(nm, 0) for nm in type_names], dtype=np.int64)
-        dbg_iid = {nm: i + 1 for i, nm in enumerate(ANNOTATIONS)}
-        common = _interned(ID_DEBUG_NAMES, dbg_iid.items()) + _interned(ID_DEBUG_STRINGS, str_values.items())
-        base_of_slot = dict(zip(s_o[new_seq].tolist(), base.tolist()))
-        for s in sorted(used):
-            seq = pbenc.varint_field(P_SEQ_ID, sequence_id(seq_index, s))
-            defaults = pbenc.varint_field(DEF_CLOCK_ID, CLOCK_EVENTS)
-            if s < SHARED_SLOT:
-                defaults += pbenc.length_delimited(DEF_TRACK_EVENT, pbenc.varint_field(TED_TRACK_UUID, uuids[s - 1]))
-            names_s = sorted({type_names[t] for t in used[s]})
-            idata = _interned(ID_EVENT_NAMES, ((nm, name_iid[nm]) for nm in names_s)) + common
-            self._packet(seq + pbenc.varint_field(P_SEQ_FLAGS, SEQ_CLEARED)
-                         + pbenc.length_delimited(P_DEFAULTS, defaults) + pbenc.length_delimited(P_INTERNED, idata))
-            t0 = base_of_slot[s]
-            clocks = (pbenc.length_delimited(CS_CLOCKS, pbenc.varint_field(CLK_ID, CLOCK_EVENTS)
-                                             + pbenc.varint_field(CLK_TS, t0) + pbenc.varint_field(CLK_INCREMENTAL, 1))
-                      + pbenc.length_delimited(CS_CLOCKS, pbenc.varint_field(CLK_ID, CLOCK_BOOTTIME)
-                                               + pbenc.varint_field(CLK_TS, t0)))
-            self._packet(seq + pbenc.length_delimited(P_CLOCK_SNAPSHOT, clocks))
+    def _close_stream(self, st: "_Stream", pe: ProcessEvents) -> None:
+        st.release(None)
+        self._counters(pe, sequence_id(pe.index, 0), st.pid_uuid)
 
-        # ---- the events, in sequence order, a range of rows at a time
-        seq_of_slot = np.zeros(SHARED_SLOT + 1, dtype=np.int64)
-        for k in used:
-            seq_of_slot[k] = sequence_id(seq_index, k)
-        seq_o = seq_of_slot[s_o]
-        shared = s_o == SHARED_SLOT
-        uuid_arr = np.asarray(uuids, dtype=np.int64) if shared.any() else None
-        anns = [(dbg_iid[name], present, vals, DA_STRING_IID if is_string else DA_INT)
-                for name, present, vals, is_string in ann_rows if present.any()]
-        flags = pbenc.varint_field(P_SEQ_FLAGS, SEQ_NEEDS_STATE)
-        end_type = pbenc.varint_field(TE_TYPE, SLICE_END)
+    def add(self, pe: ProcessEvents) -> None:
+        """A whole process's events."""
+        st = self._open(pe)
+        self._push(st, pe)
+        self._close_stream(st, pe)
 
-        for lo, hi in _chunks(s_o):
-            rows = slice(lo, hi)
-            m = hi - lo
-            ev = order[rows]  # the events of these rows; arguments are gathered a range at a time
-            te = Rows(m).field_varint(TE_TYPE, np.where(instant[ev], INSTANT, SLICE_BEGIN))
-            te.field_varint(TE_NAME_IID, type_iid[typ[ev]])
-            for iid, present, vals, field in anns:
-                pr = present[ev]
-                da = Rows(m).field_varint(DA_NAME_IID, iid).field_varint(field, vals[ev], pr)
-                te.message(TE_DEBUG, da, pr)
-            fl = flow_id[ev]
-            te.field_fixed64(TE_FLOW_IDS, fl, fl != 0)
-            sh = shared[rows]
-            if uuid_arr is not None:
-                te.field_varint(TE_TRACK_UUID, uuid_arr[track[ev]], sh)
-            seq_r = seq_o[rows]
-            pk = Rows(m).field_varint(P_SEQ_ID, seq_r).const(flags)
-            pk.message(P_TRACK_EVENT, te).field_varint(P_TIMESTAMP, d_begin[rows])
-            out = Rows(m).message(TRACE_PACKET, pk)
-            # the ends that follow each begin in its sequence
-            na = n_after[rows]
-            fa = first_after[rows]
-            for k in range(int(na.max())):
-                pr = na > k
-                j = np.where(pr, fa + k, 0)
-                te_e = Rows(m).const(end_type, pr)
-                if uuid_arr is not None:
-                    te_e.field_varint(TE_TRACK_UUID, uuid_arr[track[slices[j]]], pr & sh)
-                pe_ = Rows(m).field_varint(P_SEQ_ID, seq_r, pr).const(flags, pr)
-                pe_.message(P_TRACK_EVENT, te_e, pr).field_varint(P_TIMESTAMP, d_end[j], pr)
-                out.message(TRACE_PACKET, pe_, pr)
-            self.f.write(out.encode())
+    def add_session(self, s, build, chunk: int = READ_EVENTS) -> int:
+        """A process read ``chunk`` events at a time: ``build(session restricted to [lo, hi), lo)``
+        gives each piece's ProcessEvents.  A capture holds each core's ring after the other's, each
+        nearly in time order, so the cores' runs are read side by side, the next piece from the run
+        that is furthest behind, and events are released once every run has read past them.
+        Returns the number of events written."""
+        from dataclasses import replace
 
+        _keep_freed_memory()
+        runs = _core_runs(s, chunk)
+        if not runs:  # no events: the process and its counters still appear
+            pe = build(s, 0)
+            self._close_stream(self._open(pe), pe)
+            return 0
+        piece = max(chunk // len(runs), 1)
+        pos = [a for a, _ in runs]
+        frontier = [-(1 << 62)] * len(runs)  # a run's next events start after this (as far as we know)
+        st = first = None
+        done = 0
+        while live := [i for i, (_, b) in enumerate(runs) if pos[i] < b]:
+            i = min(live, key=frontier.__getitem__)
+            a = pos[i]
+            b = pos[i] = min(a + piece, runs[i][1])
+            pe = build(s if (a, b) == (0, s.num_events) else
+                       replace(s, events={k: v[a:b] for k, v in s.events.items()}), a)
+            if st is None:
+                st, first = self._open(pe), pe
+            self._push(st, pe)
+            done += pe.n
+            if b < runs[i][1]:
+                tail = pe.cols["start_ts"][-max(1, pe.n // 64):]  # (a ring drains by end time)
+                frontier[i] = int(tail.min()) - self.origin_ns
+            else:
+                frontier[i] = 1 << 62
+            st.release(min(frontier))
+            _drop_pages(s, a, b)
+        self._close_stream(st, first)
+        return done
+
+    # ---- device profiles
     def add_device(self, v) -> None:
         """One device profile: a process whose tracks are the engines/streams of its ops."""
         t = v.dp.trace
@@ -458,18 +793,17 @@ class PerfettoWriter:
         pname = f"device profile {v.profile_id} ({t.device_kind})"
         self._track(pid_uuid, pname, pid=1, pname=pname)
         n = v.n
-        start = v.start_ts - self.origin_ns
-        end = v.end_ts - self.origin_ns
-        order = np.lexsort((v.start_ts, ops["track"]))
-        groups = []
-        for tid in np.unique(ops["track"]).tolist():
-            groups.append((strings[tid], order[ops["track"][order] == tid]))
-        track, uuids = self._lane_tracks(groups, start, end, pid_uuid)
-        rows = [("exec_id", np.ones(n, dtype=bool), v.exec_ids, False),
-                ("bytes", ops["nbytes"] >= 0, ops["nbytes"], False)]
-        self._write_events(0, uuids, track, ops["name"].astype(np.int64), strings, start, end,
-                           np.zeros(n, dtype=np.int64), rows, {})
-        self.events_written += n
+        st = _Stream(self, 0, pid_uuid, strings)
+        st.annotate = lambda ev, e: ((_DBG_IID["exec_id"], DA_INT, True, ev["exec_id"][e]),
+                                     (_DBG_IID["bytes"], DA_INT, ev["bytes"][e] >= 0, ev["bytes"][e]))
+        if n:
+            uk, inv = np.unique(np.asarray(ops["track"], dtype=np.int64), return_inverse=True)
+            gid = np.array([st.group(k, strings[k]) for k in uk.tolist()], dtype=np.int64)[inv]
+            st.push({"start": v.start_ts - self.origin_ns, "end": v.end_ts - self.origin_ns, "gid": gid,
+                     "typ": np.asarray(ops["name"], dtype=np.int64), "flow": np.zeros(n, dtype=np.int64),
+                     "exec_id": np.asarray(v.exec_ids, dtype=np.int64),
+                     "bytes": np.asarray(ops["nbytes"], dtype=np.int64)})
+        st.release(None)
 
     def _counters(self, pe: ProcessEvents, seq: int, parent: int) -> None:
         """Counter samples on the process's slot-0 sequence, with absolute trace-clock timestamps."""
@@ -497,6 +831,68 @@ class PerfettoWriter:
     def abort(self) -> None:
         self.f.discard()
         self.file.abort()
+
+
+_MALLOC_TUNED = False
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc keep up to 64 MiB of freed memory for reuse instead of returning it to the
+    kernel at each free (its default trims the heap top and maps every block above a threshold
+    that only grows with use): a window's numpy temporaries are then reused rather than faulted in
+    anew, which was about a quarter of a worker's CPU time.  Process-wide, set once; a no-op without
+    glibc's ``mallopt``."""
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED:
+        return
+    _MALLOC_TUNED = True
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    mallopt(M_MMAP_THRESHOLD, 32 << 20)  # (setting either turns off glibc's own adjustment of both)
+    mallopt(M_TRIM_THRESHOLD, 64 << 20)
+
+
+def _core_runs(s, chunk: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of events recorded on one core (a capture writes the cores' rings one after
+    the other); one range when there are more than MAX_RUNS."""
+    n = s.num_events
+    if not n:
+        return []
+    nc = s.events["nc_idx"]
+    cuts: list[int] = []
+    for lo in range(0, n, chunk):
+        c = nc[lo:lo + chunk + 1]
+        cuts.extend((np.flatnonzero(c[1:] != c[:-1]) + lo + 1).tolist())
+        if len(cuts) >= MAX_RUNS:
+            cuts = []
+            break
+    _drop_pages(s, 0, n)
+    b = [0] + cuts + [n]
+    return list(zip(b[:-1], b[1:]))
+
+
+def _drop_pages(s, lo: int, hi: int) -> None:
+    """Drop the pages of events [lo, hi) of a memory-mapped process from resident memory (they stay
+    in the page cache), as Session.release does for a prefix."""
+    import mmap
+
+    if getattr(s, "mapped", None) is None or hi <= lo:
+        return
+    mm, layout = s.mapped
+    page = mmap.PAGESIZE
+    for off, size in layout.values():
+        a = -(-(off + lo * size) // page) * page
+        b = (off + hi * size) // page * page
+        if b > a:
+            try:
+                mm.madvise(mmap.MADV_DONTNEED, a, b - a)
+            except (OSError, ValueError, AttributeError):
+                return
 
 
 def assemble(path: str, pieces: list[str]) -> None:

@@ -327,9 +327,11 @@ def convert_process(job: Job) -> dict:
         device_files.append(f)
     # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
     pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 16, first=index == 0)
-    # tracks span the whole process; the Perfetto writer shows no extra_attributes_json
-    pe = build_events(s, index, offset_ns, id_base, links, with_extra=False)
-    pw.add(pe)
-    pw.close()
-    res["events"] = pe.n
+    try:  # read a chunk at a time (READ_EVENTS); the Perfetto writer shows no extra_attributes_json
+        res["events"] = pw.add_session(s, lambda part, lo: build_events(part, index, offset_ns, id_base + lo, links,
+                                                                        with_extra=False))
+        pw.close()
+    except BaseException:
+        pw.abort()
+        raise
     return res
