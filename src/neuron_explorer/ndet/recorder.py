@@ -22,10 +22,12 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import os
+import struct
 import sys
 import threading
 import time
 from collections import deque
+from itertools import starmap
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,8 @@ from . import format as fmt
 
 DEFAULT_NUM_ENTRIES = 20000
 DEFAULT_LOG_LOCATION = "/tmp"
+_pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
+assert struct.calcsize("<BBHi7q") == fmt.RECORD_DTYPE.itemsize
 _BARRIER_OPS = frozenset({"barrier", "monitored_barrier"})
 _FRAMEWORKS = ("torch", "jax")
 
@@ -230,7 +234,9 @@ class NdetRecorder:
             return
         pop = ring.popleft
         items = [pop() for _ in range(n)]
-        self._push(np.array(items, dtype=fmt.RECORD_DTYPE))
+        # one struct.pack per record and a single buffer: numpy's per-field conversion of a list of
+        # tuples into a structured array costs ~5x more
+        self._push(np.frombuffer(b"".join(starmap(_pack_record, items)), dtype=fmt.RECORD_DTYPE))
 
     def _push(self, block: np.ndarray) -> None:
         cap = self.num_entries
