@@ -260,3 +260,41 @@ def test_forked_child_records_its_own_thread_id(tmp_path, wrapper_impl):
     os.waitpid(pid, 0)
     assert int(got[0]) == int(got[1])  # the child's main thread id is its pid, not the parent's
     assert core.ring.drain()[0][3] == threading.get_native_id()
+
+
+def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrapper_impl):
+    from neuron_explorer.ndet import format as fmt
+    from neuron_explorer.ndet.recorder import NdetRecorder
+
+    rt = _runtime(tmp_path)
+    rt.ndet = NdetRecorder(rt, str(tmp_path), 10**12, require_framework=False)
+    core = rt.core()
+    model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
+    base = core.ring.produced()
+    during = []
+
+    def graph(x):
+        during.append((list(rt.ndet._inflight.values()), core.ring.produced() - base))
+        if x < 0:
+            raise KeyError("bad")  # the wrapper's own dict KeyError handling must not swallow it
+        return x
+
+    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, graph)
+    assert (type(run).__name__ == "ExecWrapper") == (wrapper_impl == "c")
+    assert run(7) == 7
+    with pytest.raises(KeyError, match="bad"):
+        run(-1)
+    nc = core.nc
+    (flight0, count0), (flight1, count1) = during
+    assert count0 == 0 and count1 == 2  # a running call is not counted
+    assert [r[:4] + r[5:] for r in flight0] == [(fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT, nc, 0, 0, model.id, 0, 0, 0, 0)]
+    assert flight1[0][7] == 1
+    assert rt.ndet._inflight == {}
+    ended = list(rt.ndet._ring)
+    assert [(r[0], r[1], r[2], r[3], r[6], r[7]) for r in ended] == \
+        [(fmt.KIND_EXEC, 0, nc, 0, model.id, 0), (fmt.KIND_EXEC, 0, nc, 1, model.id, 1)]
+    assert ended[0][4] == flight0[0][4] <= ended[0][5]  # the begin time logged in flight is the start
+    recs = core.ring.drain()
+    assert recs[:, 5].tolist() == [0, 1] and recs[:, 6].tolist() == [0, 1]
+    assert recs[:, 1].tolist() == [r[4] for r in ended] and recs[:, 2].tolist() == [r[5] for r in ended]
+    assert core.ring.produced() - base == 4

@@ -345,11 +345,16 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
             find_backward(out)
         return out
 
-    if ndet is None and not nan_check and _CWrapper is not None and ring.buffer is not None:
-        # the same lean path in C: no Python frame of its own, rows written straight into the ring
-        # (see runtime/_fastpath.c)
+    hooks = getattr(ndet, "exec_hooks", None)
+    if not nan_check and _CWrapper is not None and ring.buffer is not None and (ndet is None or hooks):
+        # the same lean path in C: no Python frame of its own, rows written straight into the ring;
+        # with NDET it also writes NDET's in-flight and ended records (see runtime/_fastpath.c)
+        nd = None
+        if ndet is not None:
+            inflight, nd_append, kind, state = hooks()
+            nd = (inflight, nd_append, ring._opened, ring._closed, nc, kind, state)
         run = _CWrapper(fn, ring.buffer, ring.exec_counter, PAIR, mid, rt, lambda *a, **k: run_general(a, k),
-                        stats_rec, find_backward if bw_pending else None)
+                        stats_rec, find_backward if bw_pending else None, nd)
     elif ndet is None and not nan_check:
         def run(*args, **kwargs):
             if rt.devprof is not None:  # a device-profile session is on: it needs the id first

@@ -184,6 +184,12 @@ class NdetRecorder:
         self._inflight.pop((nc, exec_id), None)
         self._ring.append((fmt.KIND_EXEC, 0, nc, ret, t0_ns, t1_ns, model_id, exec_id, 0, 0, 0))
 
+    def exec_hooks(self) -> tuple:
+        """What the C execution wrapper needs to do exec_begin/exec_end itself (runtime/_fastpath.c):
+        the in-flight dict, the ring's append and the record constants.  It writes the same
+        records as those two methods."""
+        return self._inflight, self._ring.append, fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT
+
     def numerical_error(self, nc: int, model_id: int, exec_id: int, t0_ns: int, t1_ns: int,
                         nan_count: int, inf_count: int) -> None:
         self._ring.append((fmt.KIND_NUMERICAL_ERROR, 0, nc, 1003, t0_ns, t1_ns, model_id, exec_id,

@@ -226,6 +226,13 @@ typedef struct {
     PyObject *stats;     /* stats(record) after the append, or NULL */
     PyObject *backward;  /* backward(out) -> true once it need not be called again, or NULL */
     PyObject *dict;      /* attributes set by the integration (__wrapped__, _boxed_call, ...) */
+    /* NDET (all NULL when it is off); see NdetRecorder.exec_hooks */
+    PyObject *inflight;  /* dict: (nc, exec id) -> in-flight record while the call runs */
+    PyObject *ndet_append; /* the NDET ring's deque.append, given the ended record */
+    PyObject *opened;    /* the ring's exec_open / exec_close counters (itertools.count) */
+    PyObject *closed;
+    PyObject *nc;        /* the core index (int) */
+    long long kind_exec, state_in_flight;
 } ExecWrapper;
 
 static PyObject *str_devprof;
@@ -274,6 +281,139 @@ record(ExecWrapper *self, long long t0, long long t1, long long ret)
     return 0;
 }
 
+/* An NDET record (11 fields, ndet/format.py RECORD_DTYPE order); NULL with an exception set. */
+static PyObject *
+ndet_record(ExecWrapper *self, long long state, long long ret, long long t0, long long t1, long long eid)
+{
+    long long v[11] = {self->kind_exec, state, 0, ret, t0, t1, self->mid_v, eid, 0, 0, 0};
+    PyObject *rec = PyTuple_New(11);
+    if (rec == NULL)
+        return NULL;
+    for (int i = 0; i < 11; i++) {
+        PyObject *x;
+        if (i == 2) {
+            x = self->nc;
+            Py_INCREF(x);
+        }
+        else if ((x = PyLong_FromLongLong(v[i])) == NULL) {
+            Py_DECREF(rec);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(rec, i, x);
+    }
+    return rec;
+}
+
+static int
+advance(PyObject *counter)
+{
+    PyObject *x = Py_TYPE(counter)->tp_iternext(counter);
+    if (x == NULL)
+        return -1;
+    Py_DECREF(x);
+    return 0;
+}
+
+/* The NDET variant: the execution id is taken before the call (NDET logs the call as in flight
+ * while it runs), and the call is bracketed by the ring's open/close counters so an event count
+ * taken meanwhile does not count it as an overwritten event -- what run_general does in Python. */
+static PyObject *
+ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *eid_obj = Py_TYPE(self->counter)->tp_iternext(self->counter);
+    if (eid_obj == NULL)
+        return NULL;
+    long long eid = PyLong_AsLongLong(eid_obj);
+    PyObject *key = NULL, *rec = NULL, *out = NULL;
+    if ((eid == -1 && PyErr_Occurred()) || advance(self->opened) < 0) {
+        Py_DECREF(eid_obj);
+        return NULL;
+    }
+    long long t0 = now_ns();
+    key = PyTuple_Pack(2, self->nc, eid_obj);
+    Py_DECREF(eid_obj);
+    if (key == NULL || (rec = ndet_record(self, self->state_in_flight, 0, t0, 0, eid)) == NULL ||
+            PyDict_SetItem(self->inflight, key, rec) < 0)
+        goto fail_before;
+    Py_CLEAR(rec);
+
+    out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    long long t1 = now_ns();
+    long long ret = out == NULL;
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (out == NULL)
+        PyErr_Fetch(&et, &ev, &tb);
+    long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, eid, ret, 0, 0};
+    int ok = ring_push(self->ring, v) == 0 && advance(self->closed) == 0;
+    if (ok && PyDict_DelItem(self->inflight, key) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_KeyError))
+            PyErr_Clear();  /* a flush took it meanwhile */
+        else
+            ok = 0;
+    }
+    if (ok && (rec = ndet_record(self, 0, ret, t0, t1, eid)) != NULL) {
+        PyObject *r = PyObject_CallOneArg(self->ndet_append, rec);
+        Py_XDECREF(r);
+        ok = r != NULL;
+    }
+    else
+        ok = 0;
+    Py_XDECREF(rec);
+    Py_DECREF(key);
+    if (ok && self->stats != NULL) {
+        PyObject *t = PyTuple_New(WIDTH);
+        ok = t != NULL;
+        for (int i = 0; ok && i < WIDTH; i++) {
+            PyObject *x = PyLong_FromLongLong(v[i]);
+            if (x == NULL)
+                ok = 0;
+            else
+                PyTuple_SET_ITEM(t, i, x);
+        }
+        if (ok) {
+            PyObject *r = PyObject_CallOneArg(self->stats, t);
+            Py_XDECREF(r);
+            ok = r != NULL;
+        }
+        Py_XDECREF(t);
+    }
+    if (out == NULL) {  /* the call's own exception wins over any recording error */
+        if (!ok)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
+    if (!ok) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    if (self->backward != NULL) {
+        PyObject *r = PyObject_CallOneArg(self->backward, out);
+        if (r == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        int done = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (done > 0)
+            Py_CLEAR(self->backward);
+    }
+    return out;
+
+fail_before:  /* nothing was called: undo the open bracket, and count the id as a failed call */
+    Py_XDECREF(key);
+    Py_XDECREF(rec);
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        long long v[WIDTH] = {self->head_v, t0, now_ns(), thread_id(), self->mid_v, eid, 1, 0, 0};
+        if (ring_push(self->ring, v) < 0 || advance(self->closed) < 0)
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    return NULL;
+}
+
 static PyObject *
 ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -284,6 +424,8 @@ ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
     Py_DECREF(dp);
     if (general)
         return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
+    if (self->inflight != NULL)
+        return ew_call_ndet(self, args, nargsf, kwnames);
 
     long long t0 = now_ns();
     PyObject *out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
@@ -319,12 +461,25 @@ static PyObject *
 ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fn", "ring", "counter", "head", "mid", "runtime", "general", "stats",
-                             "backward", NULL};
-    PyObject *fn, *ring, *counter, *runtime, *general, *stats = Py_None, *backward = Py_None;
+                             "backward", "ndet", NULL};
+    PyObject *fn, *ring, *counter, *runtime, *general, *stats = Py_None, *backward = Py_None, *ndet = Py_None;
     long long head, mid;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLOO|OO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
-                                     &counter, &head, &mid, &runtime, &general, &stats, &backward))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLOO|OOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
+                                     &counter, &head, &mid, &runtime, &general, &stats, &backward, &ndet))
         return NULL;
+    PyObject *inflight = NULL, *ndet_append = NULL, *opened = NULL, *closed = NULL, *nc = NULL;
+    long long kind_exec = 0, state_in_flight = 0;
+    if (ndet != Py_None) {
+        if (!PyArg_ParseTuple(ndet, "O!OOOO!LL:ExecWrapper ndet=(inflight, append, opened, closed, nc, kind, state)",
+                              &PyDict_Type, &inflight, &ndet_append, &opened, &closed, &PyLong_Type, &nc,
+                              &kind_exec, &state_in_flight))
+            return NULL;
+        if (Py_TYPE(opened)->tp_iternext == NULL || Py_TYPE(closed)->tp_iternext == NULL ||
+                !PyCallable_Check(ndet_append)) {
+            PyErr_SetString(PyExc_TypeError, "ExecWrapper: ndet append must be callable and opened/closed iterators");
+            return NULL;
+        }
+    }
     if (Py_TYPE(counter)->tp_iternext == NULL || !PyCallable_Check(fn) || !PyCallable_Check(general)) {
         PyErr_SetString(PyExc_TypeError, "ExecWrapper: fn and general must be callable and counter an iterator");
         return NULL;
@@ -346,6 +501,15 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         KEEP(stats, stats);
     if (backward != Py_None)
         KEEP(backward, backward);
+    if (inflight != NULL) {
+        KEEP(inflight, inflight);
+        KEEP(ndet_append, ndet_append);
+        KEEP(opened, opened);
+        KEEP(closed, closed);
+        KEEP(nc, nc);
+        self->kind_exec = kind_exec;
+        self->state_in_flight = state_in_flight;
+    }
 #undef KEEP
     return (PyObject *)self;
 }
@@ -361,6 +525,11 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->stats);
     Py_VISIT(self->backward);
     Py_VISIT(self->dict);
+    Py_VISIT(self->inflight);
+    Py_VISIT(self->ndet_append);
+    Py_VISIT(self->opened);
+    Py_VISIT(self->closed);
+    Py_VISIT(self->nc);
     return 0;
 }
 
@@ -375,6 +544,11 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->stats);
     Py_CLEAR(self->backward);
     Py_CLEAR(self->dict);
+    Py_CLEAR(self->inflight);
+    Py_CLEAR(self->ndet_append);
+    Py_CLEAR(self->opened);
+    Py_CLEAR(self->closed);
+    Py_CLEAR(self->nc);
     return 0;
 }
 
@@ -414,7 +588,7 @@ static PyTypeObject ExecWrapperType = {
     .tp_name = "neuron_explorer.runtime._fastpath.ExecWrapper",
     .tp_basicsize = sizeof(ExecWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, runtime, general, stats=None, backward=None)\n"
+    .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, runtime, general, stats=None, backward=None, ndet=None)\n"
               "Calls fn and appends (head, t0, t1, tid, mid, next(counter), ret, 0, 0) to ring per call.",
     .tp_new = ew_new,
     .tp_dealloc = (destructor)ew_dealloc,
