@@ -137,8 +137,15 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
     typ_c = np.minimum(typ, nt) if n else typ  # unknown type ids index the all-False entry
     for c in INT_COLUMNS + STR_COLUMNS:
         cols[c] = np.full(n, -1 if c in INT_COLUMNS else 0, dtype=np.int64)  # string ids: 0 = ""
-    for (slot, target), table in targets.items():
-        np.copyto(cols[target], e[slot], where=table[typ_c], casting="unsafe")
+    if targets:  # one gather of a per-type bit set (bit k: pair k applies) instead of one per pair
+        pairs = list(targets.items())
+        bits = np.zeros(nt + 1, dtype=np.uint16 if len(pairs) <= 16 else np.uint64)
+        for k, (_, table) in enumerate(pairs):
+            bits[table] |= bits.dtype.type(1 << k)
+        per_event = bits[typ_c]
+        for k, ((slot, target), _) in enumerate(pairs):
+            np.copyto(cols[target], e[slot], where=(per_event & bits.dtype.type(1 << k)).astype(bool),
+                      casting="unsafe")
     cols["flow_id"] = np.zeros(n, dtype=np.int64)
     groups, sources = [], []
     trace = s.trace

@@ -132,9 +132,20 @@ def _with_nulls(a: np.ndarray, typ: pa.DataType, null: np.ndarray | None) -> pa.
 
 def _dict_array(idx: np.ndarray, values: list[str], null_index: int | None = None) -> pa.DictionaryArray:
     """Dictionary column from int32 indices (in range by construction, so not re-checked);
-    entries equal to ``null_index`` become nulls."""
+    entries equal to ``null_index`` become nulls.
+
+    Repeated values (e.g. the source or group of each event type) are merged first: Arrow's
+    Parquet writer cannot keep a dictionary with duplicates and falls back to plain strings,
+    for the whole column chunk (docs/decisions/0004-parquet-write-path.md).
+    """
     idx = idx.astype(np.int32, copy=False)
-    indices = _with_nulls(idx, pa.int32(), None if null_index is None else idx == null_index)
+    null = None if null_index is None else idx == null_index
+    if len(set(values)) < len(values):
+        first: dict[str, int] = {}
+        lut = np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int32)
+        values = list(first)
+        idx = lut[idx]  # (a null slot's index stays in range; the validity bitmap hides it)
+    indices = _with_nulls(idx, pa.int32(), null)
     return pa.DictionaryArray.from_arrays(indices, pa.array(values, type=pa.string()), safe=False)
 
 
@@ -147,9 +158,16 @@ def _remap_strings(ids: np.ndarray, strings: list[str]) -> pa.DictionaryArray:
 
     A presence count and a lookup table instead of ``np.unique``: linear, no sort.
     """
-    ids = np.clip(ids, 0, len(strings))  # out-of-range ids (damaged input) -> the "" slot
-    present = np.flatnonzero(np.bincount(ids, minlength=len(strings) + 1))
-    lut = np.zeros(len(strings) + 1, dtype=np.int32)
+    k = len(strings) + 1
+    try:
+        counts = np.bincount(ids, minlength=k)  # (raises on negative ids)
+    except ValueError:
+        counts = None
+    if counts is None or len(counts) > k:  # out-of-range ids (damaged input) -> the "" slot
+        ids = np.clip(ids, 0, len(strings))
+        counts = np.bincount(ids, minlength=k)
+    present = np.flatnonzero(counts)
+    lut = np.zeros(k, dtype=np.int32)
     lut[present] = np.arange(len(present), dtype=np.int32)
     vals = [strings[i] if i < len(strings) else "" for i in present.tolist()]
     empty = vals.index("") if "" in vals else None

@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
 
 from . import pbenc
 from ..capture.writer import AtomicFile
+from ._alloc import keep_freed_memory
 from .events import ProcessEvents
 from .pbenc import Rows
 
@@ -752,7 +753,7 @@ class PerfettoWriter:
         Returns the number of events written."""
         from dataclasses import replace
 
-        _keep_freed_memory()
+        keep_freed_memory()  # also set at the worker's start (pipeline.convert_process)
         runs = _core_runs(s, chunk)
         if not runs:  # no events: the process and its counters still appear
             pe = build(s, 0)
@@ -831,30 +832,6 @@ class PerfettoWriter:
     def abort(self) -> None:
         self.f.discard()
         self.file.abort()
-
-
-_MALLOC_TUNED = False
-
-
-def _keep_freed_memory() -> None:
-    """Have glibc keep up to 64 MiB of freed memory for reuse instead of returning it to the
-    kernel at each free (its default trims the heap top and maps every block above a threshold
-    that only grows with use): a window's numpy temporaries are then reused rather than faulted in
-    anew, which was about a quarter of a worker's CPU time.  Process-wide, set once; a no-op without
-    glibc's ``mallopt``."""
-    global _MALLOC_TUNED
-    if _MALLOC_TUNED:
-        return
-    _MALLOC_TUNED = True
-    try:
-        import ctypes
-
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        return
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    mallopt(M_MMAP_THRESHOLD, 32 << 20)  # (setting either turns off glibc's own adjustment of both)
-    mallopt(M_TRIM_THRESHOLD, 64 << 20)
 
 
 def _core_runs(s, chunk: int) -> list[tuple[int, int]]:

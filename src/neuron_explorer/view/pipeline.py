@@ -260,7 +260,9 @@ def _chunks(s: Session, size: int):
 def convert_process(job: Job) -> dict:
     """Load, filter and convert one process; returns what the parent assembles."""
     from ..capture.writer import atomic_write
+    from ._alloc import keep_freed_memory
 
+    keep_freed_memory()  # every format: reuse freed chunk temporaries instead of faulting them in anew
     warnings: list[tuple[str, str]] = []
     res: dict = {"warnings": warnings, "events": 0}
     try:

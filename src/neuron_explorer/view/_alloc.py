@@ -1,0 +1,33 @@
+"""Allocator tuning shared by every ``view`` worker, whatever the output format.
+
+A worker's numpy and Arrow temporaries are a few MB each. glibc's defaults return such blocks to
+the kernel at each free (it trims the heap top and maps every block above a threshold that only
+grows with use), so every chunk faulted its working memory in anew: page faults were about a
+quarter of a Perfetto worker's CPU time (docs/decisions/perfetto-chunked-writer.md) and most of
+the JSON writer's system time (docs/decisions/0004-parquet-write-path.md).
+"""
+
+from __future__ import annotations
+
+_TUNED = False
+
+KEEP_FREED = 64 << 20  # freed memory glibc may keep for reuse before trimming the heap
+MMAP_ABOVE = 32 << 20  # blocks below this come from the heap (and are reused), not fresh mappings
+
+
+def keep_freed_memory() -> None:
+    """Have glibc keep up to 64 MiB of freed memory for reuse and serve blocks below 32 MiB from
+    the heap. Process-wide, set once; a no-op without glibc's ``mallopt``."""
+    global _TUNED
+    if _TUNED:
+        return
+    _TUNED = True
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE)  # (setting either turns off glibc's own adjustment of both)
+    mallopt(M_TRIM_THRESHOLD, KEEP_FREED)
