@@ -279,13 +279,13 @@ def worker_micro(out_dir: str, n: int) -> dict:
     res["native_tid_ns"] = _per_call_ns(tid_loop, n, reps) - base
     res["get_ident_ns"] = _per_call_ns(ident_loop, n, reps) - base
     res["loop_ns"] = base
-    ring._q.clear()
+    ring.drain()
     res["ring_append_tick_ns"] = _per_call_ns(ring_append_tick, n, reps) - base
-    ring._q.clear()
+    ring.drain()
     res["full_record_ns"] = _per_call_ns(full_record, n, reps) - base
-    ring._q.clear()
+    ring.drain()
     res["record_cached_tid_ns"] = _per_call_ns(record_cached_tid, n, reps) - base
-    ring._q.clear()
+    ring.drain()
 
     # 2. the instrumented compiled call vs the bare compiled callable
     import torch
