@@ -50,6 +50,16 @@ def test_c_ring_grows_wraps_and_refuses_bad_records():
     with pytest.raises(OverflowError):
         r.append((2**64,) * 9)
     assert len(r.drain()) == 0  # nothing half-written
+    from neuron_explorer.runtime._fastpath import RingBuffer
+
+    wide = RingBuffer(2, width=11)  # NDET's ended records
+    for i in range(3):
+        wide.append(tuple(range(i, i + 11)))
+    assert np.frombuffer(wide.take(), dtype=np.int64).reshape(-1, 11)[:, 0].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="11 fields"):
+        wide.append((1,) * 9)
+    with pytest.raises(ValueError):
+        RingBuffer(4, width=17)
 
 
 class _NoGradTorch:
@@ -290,7 +300,7 @@ def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrappe
     assert [r[:4] + r[5:] for r in flight0] == [(fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT, nc, 0, 0, model.id, 0, 0, 0, 0)]
     assert flight1[0][7] == 1
     assert rt.ndet._inflight == {}
-    ended = list(rt.ndet._ring)
+    ended = rt.ndet.ended_records()
     assert [(r[0], r[1], r[2], r[3], r[6], r[7]) for r in ended] == \
         [(fmt.KIND_EXEC, 0, nc, 0, model.id, 0), (fmt.KIND_EXEC, 0, nc, 1, model.id, 1)]
     assert ended[0][4] == flight0[0][4] <= ended[0][5]  # the begin time logged in flight is the start

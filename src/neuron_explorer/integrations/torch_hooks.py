@@ -346,13 +346,14 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
         return out
 
     hooks = getattr(ndet, "exec_hooks", None)
-    if not nan_check and _CWrapper is not None and ring.buffer is not None and (ndet is None or hooks):
+    nd = None
+    if ndet is not None and hooks is not None and _CWrapper is not None:
+        inflight, nd_ring, kind, state = hooks()
+        if type(nd_ring).__name__ == "RingBuffer":
+            nd = (inflight, nd_ring, ring._opened, ring._closed, nc, kind, state)
+    if not nan_check and _CWrapper is not None and ring.buffer is not None and (ndet is None or nd is not None):
         # the same lean path in C: no Python frame of its own, rows written straight into the ring;
         # with NDET it also writes NDET's in-flight and ended records (see runtime/_fastpath.c)
-        nd = None
-        if ndet is not None:
-            inflight, nd_append, kind, state = hooks()
-            nd = (inflight, nd_append, ring._opened, ring._closed, nc, kind, state)
         run = _CWrapper(fn, ring.buffer, ring.exec_counter, PAIR, mid, rt, lambda *a, **k: run_general(a, k),
                         stats_rec, find_backward if bw_pending else None, nd)
     elif ndet is None and not nan_check:

@@ -4,8 +4,10 @@ The hooks call ``exec_begin``/``exec_end``/``numerical_error``/``cc_begin``/``cc
 Each is one tuple build plus one deque append or dict operation -- no I/O, no formatting, no lock
 (``deque.append`` and dict set/pop are atomic under the GIL, so ``cc_end`` may run on gloo's threads).
 
-* Completed events go to ``_ring``, a ``deque(maxlen=N)``: once more than N events happened the
-  oldest fall out, which is exactly the "last N events" the log promises.
+* Completed events go to ``_ring``, a ring of N records (the C ``RingBuffer``, 11 ints per record,
+  which the C execution wrapper writes into directly; a ``deque(maxlen=N)`` of tuples without the
+  extension): once more than N events happened the oldest fall out, which is exactly the "last N
+  events" the log promises.  Both appends are single C calls, atomic under the GIL.
 * Work that has begun but not ended lives in ``_inflight`` (keyed by ``(nc, exec_id)`` for executions,
   by an integer token for collectives).  Every write copies these begin records into the log, so an
   execution or collective that never returns -- a hang -- is visible in the file even though no end
@@ -38,6 +40,10 @@ from . import format as fmt
 
 DEFAULT_NUM_ENTRIES = 20000
 DEFAULT_LOG_LOCATION = "/tmp"
+try:
+    from ..runtime.ring import _CRing
+except ImportError:  # pragma: no cover
+    _CRing = None
 _pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
 assert struct.calcsize("<BBHi7q") == fmt.RECORD_DTYPE.itemsize
 _BARRIER_OPS = frozenset({"barrier", "monitored_barrier"})
@@ -128,7 +134,10 @@ class NdetRecorder:
         self.flush_usec = flush_usec
         self.num_entries = num_entries
         self.require_framework = require_framework
-        self._ring: deque = deque(maxlen=num_entries)
+        # ended records, 11 ints each (RECORD_DTYPE's fields in order): a C ring the C execution
+        # wrapper writes into directly when the extension is built, else a deque of tuples
+        self._ring = _CRing(num_entries, len(fmt.RECORD_DTYPE.names)) if _CRing is not None else \
+            deque(maxlen=num_entries)
         self._inflight: dict = {}
         self._tokens = itertools.count(1)
         self._sid: dict[str, int] = {"": 0}
@@ -186,9 +195,10 @@ class NdetRecorder:
 
     def exec_hooks(self) -> tuple:
         """What the C execution wrapper needs to do exec_begin/exec_end itself (runtime/_fastpath.c):
-        the in-flight dict, the ring's append and the record constants.  It writes the same
-        records as those two methods."""
-        return self._inflight, self._ring.append, fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT
+        the in-flight dict, the ring of ended records (a C ring, or a deque when the extension is
+        not built, which the C wrapper then does not use) and the record constants.  It writes the
+        same records as those two methods."""
+        return self._inflight, self._ring, fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT
 
     def numerical_error(self, nc: int, model_id: int, exec_id: int, t0_ns: int, t1_ns: int,
                         nan_count: int, inf_count: int) -> None:
@@ -233,10 +243,28 @@ class NdetRecorder:
             self._stop.set()
         self.write(final=final, reason=reason)
 
+    def ended_records(self) -> list[tuple]:
+        """The ended records not yet drained into the history, oldest first (for tests and tools;
+        leaves them in place)."""
+        ring = self._ring
+        if isinstance(ring, deque):
+            return list(ring)
+        rows = np.frombuffer(ring.take(), dtype=np.int64).reshape(-1, ring.width)
+        for r in rows.tolist():
+            ring.append(r)
+        return [tuple(r) for r in rows.tolist()]
+
     def _drain(self) -> None:
         ring = self._ring
         n = len(ring)
         if not n:
+            return
+        if not isinstance(ring, deque):  # the C ring: one int64 block, converted a field at a time
+            rows = np.frombuffer(ring.take(), dtype=np.int64).reshape(-1, ring.width)
+            block = np.empty(len(rows), dtype=fmt.RECORD_DTYPE)
+            for i, name in enumerate(fmt.RECORD_DTYPE.names):
+                block[name] = rows[:, i]
+            self._push(block)
             return
         pop = ring.popleft
         items = [pop() for _ in range(n)]

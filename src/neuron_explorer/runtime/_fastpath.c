@@ -56,11 +56,13 @@ now_ns(void)
 
 /* ---- the ring --------------------------------------------------------------------------------- */
 
-#define WIDTH 9  /* events.RECORD_WIDTH */
+#define WIDTH 9      /* events.RECORD_WIDTH: the capture ring's rows */
+#define MAX_WIDTH 16 /* rows of other rings (NDET's are 11 wide) */
 
 typedef struct {
     PyObject_HEAD
-    long long *rows;     /* alloc rows of WIDTH values, used circularly */
+    long long *rows;     /* alloc rows of width values, used circularly */
+    Py_ssize_t width;    /* values per row */
     Py_ssize_t alloc;    /* rows allocated; grows by doubling up to capacity */
     Py_ssize_t capacity; /* rows kept: the oldest is overwritten beyond it */
     Py_ssize_t first;    /* index of the oldest row */
@@ -78,15 +80,15 @@ ring_push(RingBuffer *r, const long long *v)
             Py_ssize_t n = r->alloc ? r->alloc * 2 : 64;
             if (n > r->capacity)
                 n = r->capacity;
-            long long *rows = PyMem_RawMalloc((size_t)n * WIDTH * sizeof(long long));
+            long long *rows = PyMem_RawMalloc((size_t)n * r->width * sizeof(long long));
             if (rows == NULL) {
                 PyErr_NoMemory();
                 return -1;
             }
             Py_ssize_t tail = r->alloc - r->first;  /* rows from first to the end of the old buffer */
             if (r->count) {
-                memcpy(rows, r->rows + r->first * WIDTH, (size_t)tail * WIDTH * sizeof(long long));
-                memcpy(rows + tail * WIDTH, r->rows, (size_t)(r->count - tail) * WIDTH * sizeof(long long));
+                memcpy(rows, r->rows + r->first * r->width, (size_t)tail * r->width * sizeof(long long));
+                memcpy(rows + tail * r->width, r->rows, (size_t)(r->count - tail) * r->width * sizeof(long long));
             }
             PyMem_RawFree(r->rows);
             r->rows = rows;
@@ -101,7 +103,7 @@ ring_push(RingBuffer *r, const long long *v)
     Py_ssize_t at = r->first + r->count;
     if (at >= r->alloc)
         at -= r->alloc;
-    memcpy(r->rows + at * WIDTH, v, WIDTH * sizeof(long long));
+    memcpy(r->rows + at * r->width, v, r->width * sizeof(long long));
     r->count++;
     r->appended++;
     return 0;
@@ -110,17 +112,17 @@ ring_push(RingBuffer *r, const long long *v)
 static PyObject *
 ring_append(RingBuffer *r, PyObject *rec)
 {
-    long long v[WIDTH];
+    long long v[MAX_WIDTH];
     PyObject *seq = PySequence_Fast(rec, "a ring record must be a tuple of ints");
     if (seq == NULL)
         return NULL;
-    if (PySequence_Fast_GET_SIZE(seq) != WIDTH) {
-        PyErr_Format(PyExc_ValueError, "a ring record has %d fields, not %zd", WIDTH, PySequence_Fast_GET_SIZE(seq));
+    if (PySequence_Fast_GET_SIZE(seq) != r->width) {
+        PyErr_Format(PyExc_ValueError, "a ring record has %zd fields, not %zd", r->width, PySequence_Fast_GET_SIZE(seq));
         Py_DECREF(seq);
         return NULL;
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (int i = 0; i < WIDTH; i++) {
+    for (int i = 0; i < r->width; i++) {
         v[i] = PyLong_AsLongLong(items[i]);
         if (v[i] == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
@@ -138,15 +140,15 @@ static PyObject *
 ring_take(RingBuffer *r, PyObject *unused)
 {
     Py_ssize_t n = r->count;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n * WIDTH * (Py_ssize_t)sizeof(long long));
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * r->width * (Py_ssize_t)sizeof(long long));
     if (out == NULL)
         return NULL;
     char *dst = PyBytes_AS_STRING(out);
     Py_ssize_t tail = r->alloc - r->first;
     if (tail > n)
         tail = n;
-    memcpy(dst, r->rows + r->first * WIDTH, (size_t)tail * WIDTH * sizeof(long long));
-    memcpy(dst + tail * WIDTH * sizeof(long long), r->rows, (size_t)(n - tail) * WIDTH * sizeof(long long));
+    memcpy(dst, r->rows + r->first * r->width, (size_t)tail * r->width * sizeof(long long));
+    memcpy(dst + tail * r->width * sizeof(long long), r->rows, (size_t)(n - tail) * r->width * sizeof(long long));
     r->first = 0;
     r->count = 0;
     return out;
@@ -155,17 +157,19 @@ ring_take(RingBuffer *r, PyObject *unused)
 static PyObject *
 ring_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"capacity", NULL};
-    Py_ssize_t capacity;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n:RingBuffer", kwlist, &capacity))
+    static char *kwlist[] = {"capacity", "width", NULL};
+    Py_ssize_t capacity, width = WIDTH;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|n:RingBuffer", kwlist, &capacity, &width))
         return NULL;
-    if (capacity < 1) {
-        PyErr_SetString(PyExc_ValueError, "RingBuffer capacity must be at least 1");
+    if (capacity < 1 || width < 1 || width > MAX_WIDTH) {
+        PyErr_Format(PyExc_ValueError, "RingBuffer needs capacity >= 1 and 1 <= width <= %d", MAX_WIDTH);
         return NULL;
     }
     RingBuffer *r = (RingBuffer *)type->tp_alloc(type, 0);
-    if (r != NULL)
+    if (r != NULL) {
         r->capacity = capacity;
+        r->width = width;
+    }
     return (PyObject *)r;
 }
 
@@ -183,13 +187,14 @@ ring_len(RingBuffer *r)
 }
 
 static PyMethodDef ring_methods[] = {
-    {"append", (PyCFunction)ring_append, METH_O, "append(record): one tuple of 9 ints"},
+    {"append", (PyCFunction)ring_append, METH_O, "append(record): one tuple of `width` ints"},
     {"take", (PyCFunction)ring_take, METH_NOARGS, "the rows held, oldest first, as native int64 bytes; empties the ring"},
     {NULL},
 };
 
 static PyMemberDef ring_members[] = {
     {"capacity", T_PYSSIZET, offsetof(RingBuffer, capacity), READONLY, "rows kept"},
+    {"width", T_PYSSIZET, offsetof(RingBuffer, width), READONLY, "values per row"},
     {"appended", T_LONGLONG, offsetof(RingBuffer, appended), READONLY, "rows ever appended"},
     {NULL},
 };
@@ -203,7 +208,7 @@ static PyTypeObject RingBufferType = {
     .tp_name = "neuron_explorer.runtime._fastpath.RingBuffer",
     .tp_basicsize = sizeof(RingBuffer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "RingBuffer(capacity): the newest `capacity` records of 9 int64 fields",
+    .tp_doc = "RingBuffer(capacity, width=9): the newest `capacity` records of `width` int64 fields",
     .tp_new = ring_new,
     .tp_dealloc = (destructor)ring_dealloc,
     .tp_methods = ring_methods,
@@ -228,10 +233,11 @@ typedef struct {
     PyObject *dict;      /* attributes set by the integration (__wrapped__, _boxed_call, ...) */
     /* NDET (all NULL when it is off); see NdetRecorder.exec_hooks */
     PyObject *inflight;  /* dict: (nc, exec id) -> in-flight record while the call runs */
-    PyObject *ndet_append; /* the NDET ring's deque.append, given the ended record */
+    RingBuffer *ndet_ring; /* where the ended records go (11 wide) */
     PyObject *opened;    /* the ring's exec_open / exec_close counters (itertools.count) */
     PyObject *closed;
     PyObject *nc;        /* the core index (int) */
+    long long nc_v;
     long long kind_exec, state_in_flight;
 } ExecWrapper;
 
@@ -351,13 +357,10 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
         else
             ok = 0;
     }
-    if (ok && (rec = ndet_record(self, 0, ret, t0, t1, eid)) != NULL) {
-        PyObject *r = PyObject_CallOneArg(self->ndet_append, rec);
-        Py_XDECREF(r);
-        ok = r != NULL;
+    if (ok) {
+        long long done[11] = {self->kind_exec, 0, self->nc_v, ret, t0, t1, self->mid_v, eid, 0, 0, 0};
+        ok = ring_push(self->ndet_ring, done) == 0;
     }
-    else
-        ok = 0;
     Py_XDECREF(rec);
     Py_DECREF(key);
     if (ok && self->stats != NULL) {
@@ -467,16 +470,20 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLOO|OOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
                                      &counter, &head, &mid, &runtime, &general, &stats, &backward, &ndet))
         return NULL;
-    PyObject *inflight = NULL, *ndet_append = NULL, *opened = NULL, *closed = NULL, *nc = NULL;
+    PyObject *inflight = NULL, *ndet_ring = NULL, *opened = NULL, *closed = NULL, *nc = NULL;
     long long kind_exec = 0, state_in_flight = 0;
+    if (((RingBuffer *)ring)->width != WIDTH) {
+        PyErr_Format(PyExc_ValueError, "ExecWrapper: the capture ring must be %d wide", WIDTH);
+        return NULL;
+    }
     if (ndet != Py_None) {
-        if (!PyArg_ParseTuple(ndet, "O!OOOO!LL:ExecWrapper ndet=(inflight, append, opened, closed, nc, kind, state)",
-                              &PyDict_Type, &inflight, &ndet_append, &opened, &closed, &PyLong_Type, &nc,
-                              &kind_exec, &state_in_flight))
+        if (!PyArg_ParseTuple(ndet, "O!O!OOO!LL:ExecWrapper ndet=(inflight, ring, opened, closed, nc, kind, state)",
+                              &PyDict_Type, &inflight, &RingBufferType, &ndet_ring, &opened, &closed, &PyLong_Type,
+                              &nc, &kind_exec, &state_in_flight))
             return NULL;
         if (Py_TYPE(opened)->tp_iternext == NULL || Py_TYPE(closed)->tp_iternext == NULL ||
-                !PyCallable_Check(ndet_append)) {
-            PyErr_SetString(PyExc_TypeError, "ExecWrapper: ndet append must be callable and opened/closed iterators");
+                ((RingBuffer *)ndet_ring)->width != 11) {
+            PyErr_SetString(PyExc_TypeError, "ExecWrapper: ndet needs an 11-wide ring and opened/closed iterators");
             return NULL;
         }
     }
@@ -503,7 +510,9 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         KEEP(backward, backward);
     if (inflight != NULL) {
         KEEP(inflight, inflight);
-        KEEP(ndet_append, ndet_append);
+        Py_INCREF(ndet_ring);
+        self->ndet_ring = (RingBuffer *)ndet_ring;
+        self->nc_v = PyLong_AsLongLong(nc);
         KEEP(opened, opened);
         KEEP(closed, closed);
         KEEP(nc, nc);
@@ -526,7 +535,7 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->backward);
     Py_VISIT(self->dict);
     Py_VISIT(self->inflight);
-    Py_VISIT(self->ndet_append);
+    Py_VISIT(self->ndet_ring);
     Py_VISIT(self->opened);
     Py_VISIT(self->closed);
     Py_VISIT(self->nc);
@@ -545,7 +554,7 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->backward);
     Py_CLEAR(self->dict);
     Py_CLEAR(self->inflight);
-    Py_CLEAR(self->ndet_append);
+    Py_CLEAR(self->ndet_ring);
     Py_CLEAR(self->opened);
     Py_CLEAR(self->closed);
     Py_CLEAR(self->nc);
