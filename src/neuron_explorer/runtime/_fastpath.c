@@ -287,6 +287,24 @@ record(ExecWrapper *self, long long t0, long long t1, long long ret)
     return 0;
 }
 
+/* A successful call's last step: the forward graph looks for its backward until it is found. */
+static PyObject *
+finish(ExecWrapper *self, PyObject *out)
+{
+    if (self->backward != NULL) {
+        PyObject *r = PyObject_CallOneArg(self->backward, out);
+        if (r == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        int done = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (done > 0)
+            Py_CLEAR(self->backward);
+    }
+    return out;
+}
+
 /* An NDET record (11 fields, ndet/format.py RECORD_DTYPE order); NULL with an exception set. */
 static PyObject *
 ndet_record(ExecWrapper *self, long long state, long long ret, long long t0, long long t1, long long eid)
@@ -390,18 +408,7 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
         Py_DECREF(out);
         return NULL;
     }
-    if (self->backward != NULL) {
-        PyObject *r = PyObject_CallOneArg(self->backward, out);
-        if (r == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        int done = PyObject_IsTrue(r);
-        Py_DECREF(r);
-        if (done > 0)
-            Py_CLEAR(self->backward);
-    }
-    return out;
+    return finish(self, out);
 
 fail_before:  /* nothing was called: undo the open bracket, and count the id as a failed call */
     Py_XDECREF(key);
@@ -446,18 +453,7 @@ ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
         Py_DECREF(out);
         return NULL;
     }
-    if (self->backward != NULL) {
-        PyObject *r = PyObject_CallOneArg(self->backward, out);
-        if (r == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        int done = PyObject_IsTrue(r);
-        Py_DECREF(r);
-        if (done > 0)
-            Py_CLEAR(self->backward);
-    }
-    return out;
+    return finish(self, out);
 }
 
 static PyObject *

@@ -86,15 +86,8 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 def sequence_id(index: int, slot: int) -> int:
     """Packet sequence id of a process's slot: the bits of ``slot`` (SEQ_BITS) and ``index`` (21)
     interleaved, plus one, so small traces keep 1-byte ids and every (process, slot) differs."""
-    assert 0 <= slot < (1 << SEQ_BITS) and 0 <= index < (1 << 21)
-    out, bit = 0, 0
-    for k in range(21):
-        if k < SEQ_BITS:
-            out |= ((slot >> k) & 1) << bit
-            bit += 1
-        out |= ((index >> k) & 1) << bit
-        bit += 1
-    return out + 1
+    assert 0 <= slot < (1 << SEQ_BITS)
+    return int(_sequence_ids(index)[slot])
 
 
 class _Sink:
@@ -184,6 +177,7 @@ def _row_ranges(slot_sorted: np.ndarray):
 
 def _sequence_ids(index: int) -> np.ndarray:
     """sequence_id(index, slot) for every slot."""
+    assert 0 <= index < (1 << 21)
     slot = np.arange(SHARED_SLOT + 1, dtype=np.int64)
     out = np.zeros(SHARED_SLOT + 1, dtype=np.int64)
     bit = 0
