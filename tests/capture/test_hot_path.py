@@ -14,7 +14,7 @@ from neuron_explorer.integrations import torch_hooks
 from neuron_explorer.runtime import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
-from neuron_explorer.runtime.ring import Ring
+from neuron_explorer.runtime.ring import Ring, records_to_block
 
 
 @pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.skipif(
@@ -152,7 +152,7 @@ def test_ordered_pairs_expand_like_the_general_path(last_model):
 
 def test_records_to_block_round_trips():
     recs = [(ev.EXEC_PAIR, 2**62, -5, 123456, 3, 4, 1003, 0, 2**40), (1, 2, 3, 4, 5, 6, 7, 8, 9)]
-    block = store.records_to_block(recs)
+    block = records_to_block(recs)
     assert block.dtype == np.int64 and block.shape == (2, ev.RECORD_WIDTH)
     assert [tuple(int(v) for v in row) for row in block] == recs
 
@@ -300,7 +300,8 @@ def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrappe
     assert [r[:4] + r[5:] for r in flight0] == [(fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT, nc, 0, 0, model.id, 0, 0, 0, 0)]
     assert flight1[0][7] == 1
     assert rt.ndet._inflight == {}
-    ended = rt.ndet.ended_records()
+    rt.ndet._drain()
+    ended = [tuple(r) for r in rt.ndet._ordered_history()[0].tolist()]
     assert [(r[0], r[1], r[2], r[3], r[6], r[7]) for r in ended] == \
         [(fmt.KIND_EXEC, 0, nc, 0, model.id, 0), (fmt.KIND_EXEC, 0, nc, 1, model.id, 1)]
     assert ended[0][4] == flight0[0][4] <= ended[0][5]  # the begin time logged in flight is the start

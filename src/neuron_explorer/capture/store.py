@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import events as ev
-from ..runtime.ring import records_to_block  # noqa: F401  (re-exported: tests and tools use it here)
 
 W = ev.RECORD_WIDTH
 

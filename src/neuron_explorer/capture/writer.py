@@ -112,10 +112,14 @@ def _stored_rows(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarray]
     return np.concatenate(parts), np.concatenate(ncs)
 
 
-# EventColumns fields after ``count``: (field number, row of the stored records or None for
+# EventColumns' columns: (field number from the schema, row of the stored records or None for
 # nc_idx, little-endian dtype on the wire)
-_COLUMNS = [(2, 0, "<u2"), (3, 1, "<i8"), (4, 2, "<i8"), (5, None, "<i4"), (6, 3, "<i8")] + \
-    [(7 + i, 4 + i, "<i8") for i in range(5)]
+_EC = pb.EventColumns.DESCRIPTOR.fields_by_name
+_COLUMNS = [(_EC[name].number, row, dtype) for name, row, dtype in
+            [("type", 0, "<u2"), ("start_ns", 1, "<i8"), ("end_ns", 2, "<i8"), ("nc_idx", None, "<i4"),
+             ("thread_id", 3, "<i8")] + [(name, 4 + i, "<i8") for i, name in enumerate("abcde")]]
+_COUNT_TAG = encode_varint_scalar(_EC["count"].number << 3)  # a varint field
+_EVENTS_FIELD = pb.SystemTrace.DESCRIPTOR.fields_by_name["events"].number
 
 
 _TRANSPOSE_ROWS = 4096
@@ -130,7 +134,7 @@ def encode_events(cores: dict[int, "CoreStore"]) -> list:
     cols = np.empty((arr.shape[1], len(arr)), dtype=np.int64)
     for lo in range(0, len(arr), _TRANSPOSE_ROWS):
         cols[:, lo:lo + _TRANSPOSE_ROWS] = arr[lo:lo + _TRANSPOSE_ROWS].T
-    out = [b"\x08" + encode_varint_scalar(len(arr))]  # count = 1 (varint)
+    out = [_COUNT_TAG + encode_varint_scalar(len(arr))]
     for field, row, dtype in _COLUMNS:
         col = nc if row is None else cols[row]
         if col.dtype != np.dtype(dtype):
@@ -142,7 +146,7 @@ def encode_events(cores: dict[int, "CoreStore"]) -> list:
 
 def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
     """``ntrace.pb`` as a list of buffers to write in order (a ``SystemTrace`` message: the small
-    tables through protobuf, then the ``events`` field, 5, built around the column bytes)."""
+    tables through protobuf, then the ``events`` field built around the column bytes)."""
     msg = pb.SystemTrace(format_version=FORMAT_VERSION)
     for t in ev.EVENT_TYPES:
         msg.event_types.add(id=t.id, name=t.name, group=t.group, source=t.source, args=list(t.args))
@@ -155,7 +159,7 @@ def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
             constants_bytes=m.constants_bytes, signature=m.signature,
         )
     events = encode_events(cores)
-    return [msg.SerializeToString(), _len_prefix(5, sum(len(b) for b in events))] + events
+    return [msg.SerializeToString(), _len_prefix(_EVENTS_FIELD, sum(len(b) for b in events))] + events
 
 
 def _versions() -> dict[str, str]:

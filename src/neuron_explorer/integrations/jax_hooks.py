@@ -651,7 +651,8 @@ def convert_trace(t: _Trace) -> str | None:
     from ..capture import writer
     from ..capture.device import (OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace,
                                   write_neff)
-    from ..capture.store import CoreStore, enabled_mask, records_to_block
+    from ..capture.store import CoreStore, enabled_mask
+    from ..runtime.ring import records_to_block
     from ..runtime import events as ev
     from ..runtime.config import CaptureConfig, ConfigError
     from ..runtime.core import Runtime

@@ -28,17 +28,12 @@ import numpy as np
 from ..runtime import clock
 from ..runtime import events as ev
 from ..runtime.core import CoreState, Runtime
+from ..runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrapper runs
 from .importhook import when_imported
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
 
-try:  # the C wrapper (runtime/_fastpath.c, built at install); without it the Python one runs
-    from ..runtime._fastpath import ExecWrapper as _CWrapper
-except ImportError:  # pragma: no cover - a build without a C compiler
-    _CWrapper = None
-if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    _CWrapper = None
 
 _state: dict[str, Any] = {"compile_start": 0, "installed": False, "lib": None}
 
@@ -345,13 +340,13 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
             find_backward(out)
         return out
 
-    hooks = getattr(ndet, "exec_hooks", None)
-    nd = None
-    if ndet is not None and hooks is not None and _CWrapper is not None:
-        inflight, nd_ring, kind, state = hooks()
-        if type(nd_ring).__name__ == "RingBuffer":
-            nd = (inflight, nd_ring, ring._opened, ring._closed, nc, kind, state)
-    if not nan_check and _CWrapper is not None and ring.buffer is not None and (ndet is None or nd is not None):
+    # NDET's record targets for the C wrapper (None: NDET is off, or its ring is not a C ring)
+    nd_hooks = ndet.exec_hooks() if ndet is not None and hasattr(ndet, "exec_hooks") else None
+    if not nan_check and _CWrapper is not None and ring.buffer is not None and (ndet is None or nd_hooks):
+        nd = None
+        if nd_hooks is not None:
+            inflight, nd_ring, kind, state = nd_hooks
+            nd = (inflight, nd_ring, ring.open_counter, ring.close_counter, nc, kind, state)
         # the same lean path in C: no Python frame of its own, rows written straight into the ring;
         # with NDET it also writes NDET's in-flight and ended records (see runtime/_fastpath.c)
         run = _CWrapper(fn, ring.buffer, ring.exec_counter, PAIR, mid, rt, lambda *a, **k: run_general(a, k),

@@ -36,14 +36,11 @@ import numpy as np
 
 from ..runtime import clock
 from ..runtime.config import NDET_FLUSH_USEC, NDET_LOG_LOCATION, NDET_NUM_ENTRIES, ConfigError
+from ..runtime.ring import NativeRing
 from . import format as fmt
 
 DEFAULT_NUM_ENTRIES = 20000
 DEFAULT_LOG_LOCATION = "/tmp"
-try:
-    from ..runtime.ring import _CRing
-except ImportError:  # pragma: no cover
-    _CRing = None
 _pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
 assert struct.calcsize("<BBHi7q") == fmt.RECORD_DTYPE.itemsize
 _BARRIER_OPS = frozenset({"barrier", "monitored_barrier"})
@@ -136,7 +133,7 @@ class NdetRecorder:
         self.require_framework = require_framework
         # ended records, 11 ints each (RECORD_DTYPE's fields in order): a C ring the C execution
         # wrapper writes into directly when the extension is built, else a deque of tuples
-        self._ring = _CRing(num_entries, len(fmt.RECORD_DTYPE.names)) if _CRing is not None else \
+        self._ring = NativeRing(num_entries, len(fmt.RECORD_DTYPE.names)) if NativeRing is not None else \
             deque(maxlen=num_entries)
         self._inflight: dict = {}
         self._tokens = itertools.count(1)
@@ -193,11 +190,12 @@ class NdetRecorder:
         self._inflight.pop((nc, exec_id), None)
         self._ring.append((fmt.KIND_EXEC, 0, nc, ret, t0_ns, t1_ns, model_id, exec_id, 0, 0, 0))
 
-    def exec_hooks(self) -> tuple:
+    def exec_hooks(self) -> tuple | None:
         """What the C execution wrapper needs to do exec_begin/exec_end itself (runtime/_fastpath.c):
-        the in-flight dict, the ring of ended records (a C ring, or a deque when the extension is
-        not built, which the C wrapper then does not use) and the record constants.  It writes the
-        same records as those two methods."""
+        the in-flight dict, the C ring of ended records and the record constants; it writes the
+        same records as those two methods.  None when the ring is a deque (no C extension)."""
+        if isinstance(self._ring, deque):
+            return None
         return self._inflight, self._ring, fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT
 
     def numerical_error(self, nc: int, model_id: int, exec_id: int, t0_ns: int, t1_ns: int,
@@ -242,17 +240,6 @@ class NdetRecorder:
         if final:
             self._stop.set()
         self.write(final=final, reason=reason)
-
-    def ended_records(self) -> list[tuple]:
-        """The ended records not yet drained into the history, oldest first (for tests and tools;
-        leaves them in place)."""
-        ring = self._ring
-        if isinstance(ring, deque):
-            return list(ring)
-        rows = np.frombuffer(ring.take(), dtype=np.int64).reshape(-1, ring.width)
-        for r in rows.tolist():
-            ring.append(r)
-        return [tuple(r) for r in rows.tolist()]
 
     def _drain(self) -> None:
         ring = self._ring

@@ -67,7 +67,6 @@ typedef struct {
     Py_ssize_t capacity; /* rows kept: the oldest is overwritten beyond it */
     Py_ssize_t first;    /* index of the oldest row */
     Py_ssize_t count;    /* rows held */
-    long long appended;  /* rows ever appended */
 } RingBuffer;
 
 /* Append one row (the caller holds the GIL and runs no Python code while here).  Returns -1 on
@@ -105,7 +104,6 @@ ring_push(RingBuffer *r, const long long *v)
         at -= r->alloc;
     memcpy(r->rows + at * r->width, v, r->width * sizeof(long long));
     r->count++;
-    r->appended++;
     return 0;
 }
 
@@ -143,6 +141,8 @@ ring_take(RingBuffer *r, PyObject *unused)
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * r->width * (Py_ssize_t)sizeof(long long));
     if (out == NULL)
         return NULL;
+    if (n == 0)
+        return out;  /* (the buffer may not be allocated yet) */
     char *dst = PyBytes_AS_STRING(out);
     Py_ssize_t tail = r->alloc - r->first;
     if (tail > n)
@@ -195,7 +195,6 @@ static PyMethodDef ring_methods[] = {
 static PyMemberDef ring_members[] = {
     {"capacity", T_PYSSIZET, offsetof(RingBuffer, capacity), READONLY, "rows kept"},
     {"width", T_PYSSIZET, offsetof(RingBuffer, width), READONLY, "values per row"},
-    {"appended", T_LONGLONG, offsetof(RingBuffer, appended), READONLY, "rows ever appended"},
     {NULL},
 };
 
@@ -236,55 +235,75 @@ typedef struct {
     RingBuffer *ndet_ring; /* where the ended records go (11 wide) */
     PyObject *opened;    /* the ring's exec_open / exec_close counters (itertools.count) */
     PyObject *closed;
-    PyObject *nc;        /* the core index (int) */
-    long long nc_v;
+    long long nc_v;      /* the core index */
     long long kind_exec, state_in_flight;
 } ExecWrapper;
 
 static PyObject *str_devprof;
 
-/* Append the record (and hand it to the stats feed); returns 0, or -1 with an exception set. */
-static int
-record(ExecWrapper *self, long long t0, long long t1, long long ret)
+/* A tuple of n ints; NULL with an exception set. */
+static PyObject *
+tuple_of(const long long *v, int n)
 {
-    PyObject *eid = Py_TYPE(self->counter)->tp_iternext(self->counter);
-    if (eid == NULL)
-        return -1;
-    long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, PyLong_AsLongLong(eid), ret, 0, 0};
-    if (v[5] == -1 && PyErr_Occurred()) {
-        Py_DECREF(eid);
-        return -1;
-    }
-    if (ring_push(self->ring, v) < 0) {
-        Py_DECREF(eid);
-        return -1;
-    }
-    if (self->stats == NULL) {
-        Py_DECREF(eid);
-        return 0;
-    }
-    /* neuron-monitor's feed takes the record as the tuple a Python producer would append */
-    PyObject *rec = PyTuple_New(WIDTH);
-    if (rec == NULL) {
-        Py_DECREF(eid);
-        return -1;
-    }
-    for (int i = 0; i < WIDTH; i++) {
-        PyObject *x = i == 5 ? eid : PyLong_FromLongLong(v[i]);
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
         if (x == NULL) {
-            Py_DECREF(rec);
-            if (i < 5)
-                Py_DECREF(eid);
-            return -1;
+            Py_DECREF(t);
+            return NULL;
         }
-        PyTuple_SET_ITEM(rec, i, x);
+        PyTuple_SET_ITEM(t, i, x);
     }
-    PyObject *r = PyObject_CallOneArg(self->stats, rec);
-    Py_DECREF(rec);
+    return t;
+}
+
+/* The next value of an itertools.count (into *out when out is not NULL); -1 with an exception set. */
+static int
+next_id(PyObject *counter, long long *out)
+{
+    PyObject *x = Py_TYPE(counter)->tp_iternext(counter);
+    if (x == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(x);
+    Py_DECREF(x);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (out != NULL)
+        *out = v;
+    return 0;
+}
+
+/* neuron-monitor's feed, when on, takes the record as the tuple a Python producer would append. */
+static int
+feed_stats(ExecWrapper *self, const long long *v)
+{
+    if (self->stats == NULL)
+        return 0;
+    PyObject *t = tuple_of(v, WIDTH);
+    if (t == NULL)
+        return -1;
+    PyObject *r = PyObject_CallOneArg(self->stats, t);
+    Py_DECREF(t);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
     return 0;
+}
+
+/* Take the execution id (when the call has returned), append the record and feed the stats;
+ * returns 0, or -1 with an exception set. */
+static int
+record(ExecWrapper *self, long long t0, long long t1, long long ret)
+{
+    long long eid;
+    if (next_id(self->counter, &eid) < 0)
+        return -1;
+    long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, eid, ret, 0, 0};
+    if (ring_push(self->ring, v) < 0)
+        return -1;
+    return feed_stats(self, v);
 }
 
 /* A successful call's last step: the forward graph looks for its backward until it is found. */
@@ -305,100 +324,42 @@ finish(ExecWrapper *self, PyObject *out)
     return out;
 }
 
-/* An NDET record (11 fields, ndet/format.py RECORD_DTYPE order); NULL with an exception set. */
-static PyObject *
-ndet_record(ExecWrapper *self, long long state, long long ret, long long t0, long long t1, long long eid)
-{
-    long long v[11] = {self->kind_exec, state, 0, ret, t0, t1, self->mid_v, eid, 0, 0, 0};
-    PyObject *rec = PyTuple_New(11);
-    if (rec == NULL)
-        return NULL;
-    for (int i = 0; i < 11; i++) {
-        PyObject *x;
-        if (i == 2) {
-            x = self->nc;
-            Py_INCREF(x);
-        }
-        else if ((x = PyLong_FromLongLong(v[i])) == NULL) {
-            Py_DECREF(rec);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(rec, i, x);
-    }
-    return rec;
-}
-
-static int
-advance(PyObject *counter)
-{
-    PyObject *x = Py_TYPE(counter)->tp_iternext(counter);
-    if (x == NULL)
-        return -1;
-    Py_DECREF(x);
-    return 0;
-}
-
 /* The NDET variant: the execution id is taken before the call (NDET logs the call as in flight
  * while it runs), and the call is bracketed by the ring's open/close counters so an event count
  * taken meanwhile does not count it as an overwritten event -- what run_general does in Python. */
 static PyObject *
 ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    PyObject *eid_obj = Py_TYPE(self->counter)->tp_iternext(self->counter);
-    if (eid_obj == NULL)
+    long long eid;
+    if (next_id(self->counter, &eid) < 0 || next_id(self->opened, NULL) < 0)
         return NULL;
-    long long eid = PyLong_AsLongLong(eid_obj);
-    PyObject *key = NULL, *rec = NULL, *out = NULL;
-    if ((eid == -1 && PyErr_Occurred()) || advance(self->opened) < 0) {
-        Py_DECREF(eid_obj);
-        return NULL;
-    }
     long long t0 = now_ns();
-    key = PyTuple_Pack(2, self->nc, eid_obj);
-    Py_DECREF(eid_obj);
-    if (key == NULL || (rec = ndet_record(self, self->state_in_flight, 0, t0, 0, eid)) == NULL ||
-            PyDict_SetItem(self->inflight, key, rec) < 0)
-        goto fail_before;
-    Py_CLEAR(rec);
-
-    out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    /* in flight while it runs: (kind, state, nc, ret, t0, t1, model, exec id, ...) */
+    long long flight[11] = {self->kind_exec, self->state_in_flight, self->nc_v, 0, t0, 0, self->mid_v, eid, 0, 0, 0};
+    PyObject *out = NULL, *rec = tuple_of(flight, 11);
+    PyObject *key = Py_BuildValue("(LL)", self->nc_v, eid);
+    int ok = rec != NULL && key != NULL && PyDict_SetItem(self->inflight, key, rec) == 0;
+    Py_XDECREF(rec);
+    if (ok)
+        out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    /* from here on the call has ended, or never started (then it counts as a failed call) */
     long long t1 = now_ns();
     long long ret = out == NULL;
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (out == NULL)
         PyErr_Fetch(&et, &ev, &tb);
     long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, eid, ret, 0, 0};
-    int ok = ring_push(self->ring, v) == 0 && advance(self->closed) == 0;
-    if (ok && PyDict_DelItem(self->inflight, key) < 0) {
+    long long done[11] = {self->kind_exec, 0, self->nc_v, ret, t0, t1, self->mid_v, eid, 0, 0, 0};
+    ok = ring_push(self->ring, v) == 0 && next_id(self->closed, NULL) == 0;
+    if (ok && key != NULL && PyDict_DelItem(self->inflight, key) < 0) {
         if (PyErr_ExceptionMatches(PyExc_KeyError))
-            PyErr_Clear();  /* a flush took it meanwhile */
+            PyErr_Clear();  /* never set, or a flush took it meanwhile */
         else
             ok = 0;
     }
-    if (ok) {
-        long long done[11] = {self->kind_exec, 0, self->nc_v, ret, t0, t1, self->mid_v, eid, 0, 0, 0};
-        ok = ring_push(self->ndet_ring, done) == 0;
-    }
-    Py_XDECREF(rec);
-    Py_DECREF(key);
-    if (ok && self->stats != NULL) {
-        PyObject *t = PyTuple_New(WIDTH);
-        ok = t != NULL;
-        for (int i = 0; ok && i < WIDTH; i++) {
-            PyObject *x = PyLong_FromLongLong(v[i]);
-            if (x == NULL)
-                ok = 0;
-            else
-                PyTuple_SET_ITEM(t, i, x);
-        }
-        if (ok) {
-            PyObject *r = PyObject_CallOneArg(self->stats, t);
-            Py_XDECREF(r);
-            ok = r != NULL;
-        }
-        Py_XDECREF(t);
-    }
-    if (out == NULL) {  /* the call's own exception wins over any recording error */
+    Py_XDECREF(key);
+    ok = ok && ring_push(self->ndet_ring, done) == 0 && feed_stats(self, v) == 0;
+    if (out == NULL) {  /* the call's own exception (or the failed set-up's) wins over a recording error */
         if (!ok)
             PyErr_Clear();
         PyErr_Restore(et, ev, tb);
@@ -409,19 +370,6 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
         return NULL;
     }
     return finish(self, out);
-
-fail_before:  /* nothing was called: undo the open bracket, and count the id as a failed call */
-    Py_XDECREF(key);
-    Py_XDECREF(rec);
-    {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        long long v[WIDTH] = {self->head_v, t0, now_ns(), thread_id(), self->mid_v, eid, 1, 0, 0};
-        if (ring_push(self->ring, v) < 0 || advance(self->closed) < 0)
-            PyErr_Clear();
-        PyErr_Restore(et, ev, tb);
-    }
-    return NULL;
 }
 
 static PyObject *
@@ -466,16 +414,16 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLOO|OOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
                                      &counter, &head, &mid, &runtime, &general, &stats, &backward, &ndet))
         return NULL;
-    PyObject *inflight = NULL, *ndet_ring = NULL, *opened = NULL, *closed = NULL, *nc = NULL;
-    long long kind_exec = 0, state_in_flight = 0;
+    PyObject *inflight = NULL, *ndet_ring = NULL, *opened = NULL, *closed = NULL;
+    long long nc = 0, kind_exec = 0, state_in_flight = 0;
     if (((RingBuffer *)ring)->width != WIDTH) {
         PyErr_Format(PyExc_ValueError, "ExecWrapper: the capture ring must be %d wide", WIDTH);
         return NULL;
     }
     if (ndet != Py_None) {
-        if (!PyArg_ParseTuple(ndet, "O!O!OOO!LL:ExecWrapper ndet=(inflight, ring, opened, closed, nc, kind, state)",
-                              &PyDict_Type, &inflight, &RingBufferType, &ndet_ring, &opened, &closed, &PyLong_Type,
-                              &nc, &kind_exec, &state_in_flight))
+        if (!PyArg_ParseTuple(ndet, "O!O!OOLLL:ExecWrapper ndet=(inflight, ring, opened, closed, nc, kind, state)",
+                              &PyDict_Type, &inflight, &RingBufferType, &ndet_ring, &opened, &closed, &nc,
+                              &kind_exec, &state_in_flight))
             return NULL;
         if (Py_TYPE(opened)->tp_iternext == NULL || Py_TYPE(closed)->tp_iternext == NULL ||
                 ((RingBuffer *)ndet_ring)->width != 11) {
@@ -508,10 +456,9 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         KEEP(inflight, inflight);
         Py_INCREF(ndet_ring);
         self->ndet_ring = (RingBuffer *)ndet_ring;
-        self->nc_v = PyLong_AsLongLong(nc);
+        self->nc_v = nc;
         KEEP(opened, opened);
         KEEP(closed, closed);
-        KEEP(nc, nc);
         self->kind_exec = kind_exec;
         self->state_in_flight = state_in_flight;
     }
@@ -534,7 +481,6 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->ndet_ring);
     Py_VISIT(self->opened);
     Py_VISIT(self->closed);
-    Py_VISIT(self->nc);
     return 0;
 }
 
@@ -553,7 +499,6 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->ndet_ring);
     Py_CLEAR(self->opened);
     Py_CLEAR(self->closed);
-    Py_CLEAR(self->nc);
     return 0;
 }
 

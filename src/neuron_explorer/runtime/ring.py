@@ -25,12 +25,14 @@ import numpy as np
 
 from .events import RECORD_WIDTH as W
 
+# The C extension's ring and execution wrapper (runtime/_fastpath.c); both None without the
+# extension or with NEURON_EXPLORER_PURE_PYTHON=1, and the Python versions run instead.
 try:
-    from ._fastpath import RingBuffer as _CRing
+    from ._fastpath import ExecWrapper, RingBuffer as NativeRing
 except ImportError:  # pragma: no cover - a build without a C compiler
-    _CRing = None
+    ExecWrapper = NativeRing = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    _CRing = None
+    ExecWrapper = NativeRing = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples
 # in C (~40% fewer instructions per record than numpy.fromiter over the chained tuples).
@@ -49,15 +51,15 @@ def _count_of(counter: itertools.count) -> int:
 
 class Ring:
     __slots__ = ("nc", "capacity", "buffer", "_q", "append", "_counter", "tick", "exec_counter", "exec_id",
-                 "_opened", "exec_open", "_closed", "exec_close")
+                 "open_counter", "exec_open", "close_counter", "exec_close")
 
     def __init__(self, nc: int, capacity: int, native: bool | None = None) -> None:
         """``native``: use the C buffer (default: when the extension is built)."""
         self.nc = nc
         self.capacity = capacity
-        use_c = _CRing is not None if native is None else native
+        use_c = NativeRing is not None if native is None else native
         if use_c:
-            self.buffer = _CRing(capacity)  # the C wrapper writes here directly
+            self.buffer = NativeRing(capacity)  # the C wrapper writes here directly
             self._q = None
             self.append = self.buffer.append
         else:
@@ -73,10 +75,10 @@ class Ring:
         # and exec_close() so an execution still running is not counted as an overwritten event.
         self.exec_counter = itertools.count()  # the C wrapper advances it directly
         self.exec_id = self.exec_counter.__next__
-        self._opened = itertools.count()
-        self.exec_open = self._opened.__next__
-        self._closed = itertools.count()
-        self.exec_close = self._closed.__next__
+        self.open_counter = itertools.count()  # (the C wrapper's NDET path advances these directly)
+        self.exec_open = self.open_counter.__next__
+        self.close_counter = itertools.count()
+        self.exec_close = self.close_counter.__next__
 
     def executions(self) -> int:
         """Execution ids handed out so far."""
@@ -84,7 +86,7 @@ class Ring:
 
     def produced(self) -> int:
         """Events produced so far: the ticks, plus two per execution that has been recorded."""
-        running = _count_of(self._opened) - _count_of(self._closed)
+        running = _count_of(self.open_counter) - _count_of(self.close_counter)
         return _count_of(self._counter) + 2 * (_count_of(self.exec_counter) - running)
 
     def drain(self) -> np.ndarray:
