@@ -297,6 +297,7 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
             return True
         return False
 
+    devprof_cell = rt.devprof_cell  # [DeviceProfiler or None], read per call without a property
     exec_open = ring.exec_open
     exec_close = ring.exec_close
 
@@ -349,11 +350,11 @@ def _wrap_execution(rt: Runtime, torch, core: CoreState, model, fn, backward_of_
             nd = (inflight, nd_ring, ring.open_counter, ring.close_counter, nc, kind, state)
         # the same lean path in C: no Python frame of its own, rows written straight into the ring;
         # with NDET it also writes NDET's in-flight and ended records (see runtime/_fastpath.c)
-        run = _CWrapper(fn, ring.buffer, ring.exec_counter, PAIR, mid, rt, lambda *a, **k: run_general(a, k),
-                        stats_rec, find_backward if bw_pending else None, nd)
+        run = _CWrapper(fn, ring.buffer, ring.exec_counter, PAIR, mid, rt.devprof_cell,
+                        lambda *a, **k: run_general(a, k), stats_rec, find_backward if bw_pending else None, nd)
     elif ndet is None and not nan_check:
         def run(*args, **kwargs):
-            if rt.devprof is not None:  # a device-profile session is on: it needs the id first
+            if devprof_cell[0] is not None:  # a device-profile session is on: it needs the id first
                 return run_general(args, kwargs)
             t0 = now_ns()
             try:

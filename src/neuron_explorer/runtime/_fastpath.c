@@ -225,7 +225,7 @@ typedef struct {
     PyObject *counter;   /* the ring's execution ids (itertools.count) */
     long long head_v;    /* the record's first field: EXEC_PAIR */
     long long mid_v;     /* the model id */
-    PyObject *runtime;   /* whose ``devprof`` attribute selects the general path */
+    PyObject *devprof;   /* Runtime.devprof_cell: [profiler or None]; a profiler selects the general path */
     PyObject *general;   /* called with the same arguments when devprof is not None */
     PyObject *stats;     /* stats(record) after the append, or NULL */
     PyObject *backward;  /* backward(out) -> true once it need not be called again, or NULL */
@@ -239,7 +239,6 @@ typedef struct {
     long long kind_exec, state_in_flight;
 } ExecWrapper;
 
-static PyObject *str_devprof;
 
 /* A tuple of n ints; NULL with an exception set. */
 static PyObject *
@@ -375,12 +374,7 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
 static PyObject *
 ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    PyObject *dp = PyObject_GetAttr(self->runtime, str_devprof);
-    if (dp == NULL)
-        return NULL;
-    int general = dp != Py_None;
-    Py_DECREF(dp);
-    if (general)
+    if (PyList_GET_ITEM(self->devprof, 0) != Py_None)  /* a device-profile session is on */
         return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
     if (self->inflight != NULL)
         return ew_call_ndet(self, args, nargsf, kwnames);
@@ -407,12 +401,12 @@ ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
 static PyObject *
 ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"fn", "ring", "counter", "head", "mid", "runtime", "general", "stats",
+    static char *kwlist[] = {"fn", "ring", "counter", "head", "mid", "devprof", "general", "stats",
                              "backward", "ndet", NULL};
-    PyObject *fn, *ring, *counter, *runtime, *general, *stats = Py_None, *backward = Py_None, *ndet = Py_None;
+    PyObject *fn, *ring, *counter, *devprof, *general, *stats = Py_None, *backward = Py_None, *ndet = Py_None;
     long long head, mid;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLOO|OOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
-                                     &counter, &head, &mid, &runtime, &general, &stats, &backward, &ndet))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLO!O|OOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
+                                     &counter, &head, &mid, &PyList_Type, &devprof, &general, &stats, &backward, &ndet))
         return NULL;
     PyObject *inflight = NULL, *ndet_ring = NULL, *opened = NULL, *closed = NULL;
     long long nc = 0, kind_exec = 0, state_in_flight = 0;
@@ -431,8 +425,10 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             return NULL;
         }
     }
-    if (Py_TYPE(counter)->tp_iternext == NULL || !PyCallable_Check(fn) || !PyCallable_Check(general)) {
-        PyErr_SetString(PyExc_TypeError, "ExecWrapper: fn and general must be callable and counter an iterator");
+    if (Py_TYPE(counter)->tp_iternext == NULL || !PyCallable_Check(fn) || !PyCallable_Check(general) ||
+            PyList_GET_SIZE(devprof) != 1) {
+        PyErr_SetString(PyExc_TypeError, "ExecWrapper: fn and general must be callable, counter an iterator and "
+                                         "devprof a one-item list");
         return NULL;
     }
     ExecWrapper *self = (ExecWrapper *)type->tp_alloc(type, 0);
@@ -446,7 +442,7 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_INCREF(ring);
     self->ring = (RingBuffer *)ring;
     KEEP(counter, counter);
-    KEEP(runtime, runtime);
+    KEEP(devprof, devprof);
     KEEP(general, general);
     if (stats != Py_None)
         KEEP(stats, stats);
@@ -472,7 +468,7 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->fn);
     Py_VISIT(self->ring);
     Py_VISIT(self->counter);
-    Py_VISIT(self->runtime);
+    Py_VISIT(self->devprof);
     Py_VISIT(self->general);
     Py_VISIT(self->stats);
     Py_VISIT(self->backward);
@@ -490,7 +486,7 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->fn);
     Py_CLEAR(self->ring);
     Py_CLEAR(self->counter);
-    Py_CLEAR(self->runtime);
+    Py_CLEAR(self->devprof);
     Py_CLEAR(self->general);
     Py_CLEAR(self->stats);
     Py_CLEAR(self->backward);
@@ -538,7 +534,7 @@ static PyTypeObject ExecWrapperType = {
     .tp_name = "neuron_explorer.runtime._fastpath.ExecWrapper",
     .tp_basicsize = sizeof(ExecWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, runtime, general, stats=None, backward=None, ndet=None)\n"
+    .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, devprof, general, stats=None, backward=None, ndet=None)\n"
               "Calls fn and appends (head, t0, t1, tid, mid, next(counter), ret, 0, 0) to ring per call.",
     .tp_new = ew_new,
     .tp_dealloc = (destructor)ew_dealloc,
@@ -582,9 +578,6 @@ PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
     if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0)
-        return NULL;
-    str_devprof = PyUnicode_InternFromString("devprof");
-    if (str_devprof == NULL)
         return NULL;
     if (pthread_atfork(NULL, NULL, forget_tid) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");

@@ -72,7 +72,9 @@ class Runtime:
         self.sinks: list[Sink] = []
         self.stats = None  # per-process counters for neuron-monitor (monitor.app_stats.AppStats), when on
         self.ndet = None  # the NDET flight recorder (ndet.recorder.NdetRecorder), when on
-        self.devprof = None  # device profiler (integrations.torch_device.DeviceProfiler), when on
+        # the device profiler (integrations.torch_device.DeviceProfiler) when on, in a one-item list
+        # the C execution wrapper reads without an attribute lookup (see the devprof property)
+        self.devprof_cell: list = [None]
         # where compiled graphs are cached at load time (TORCH_NEURONX_NEFF_CACHE_DIR / NeuronConfig)
         self.neff_cache_dir: str | None = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or None
         self.device_kind = "cpu"
@@ -81,6 +83,14 @@ class Runtime:
         self.failed = False
         self._lock = threading.RLock()
         self._stopped = False
+
+    @property
+    def devprof(self):
+        return self.devprof_cell[0]
+
+    @devprof.setter
+    def devprof(self, profiler) -> None:
+        self.devprof_cell[0] = profiler
 
     # -- tables -------------------------------------------------------------------------------
     def intern(self, s: str) -> int:
