@@ -336,7 +336,8 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
     /* in flight while it runs: (kind, state, nc, ret, t0, t1, model, exec id, ...) */
     long long flight[11] = {self->kind_exec, self->state_in_flight, self->nc_v, 0, t0, 0, self->mid_v, eid, 0, 0, 0};
     PyObject *out = NULL, *rec = tuple_of(flight, 11);
-    PyObject *key = Py_BuildValue("(LL)", self->nc_v, eid);
+    long long k[2] = {self->nc_v, eid};
+    PyObject *key = tuple_of(k, 2);  /* (nc, exec id), as NdetRecorder.exec_begin keys it */
     int ok = rec != NULL && key != NULL && PyDict_SetItem(self->inflight, key, rec) == 0;
     Py_XDECREF(rec);
     if (ok)
