@@ -1,13 +1,18 @@
 """Writes a capture session directory: ntrace.pb, trace_info.pb, cpu_util.pb, host_mem.pb.
 
 Every file is written to a temporary name in the same directory and renamed into place, so a
-reader (or a process killed mid-write) never leaves a torn file behind.
+reader (or a process killed mid-write) never leaves a torn file behind.  ``AtomicFile`` and
+``safe_component`` also serve ``view``'s and ``neuron-det``'s outputs (see their docstrings).
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import platform
+import re
+import stat
 import sys
 import tempfile
 import time
@@ -39,30 +44,115 @@ _FILE_MODE = 0o666 & ~_umask()
 
 class AtomicFile:
     """A file written under a hidden temporary name in its directory and renamed into place by
-    ``commit()`` (``abort()`` removes it): readers see the old file or the whole new one."""
+    ``commit()`` (``abort()`` removes it): readers see the old file or the whole new one.
 
-    def __init__(self, path: str, mode: int | None = None) -> None:
+    ``output=True`` is for a path the user named (``--output-file``, ``neuron-det -o``): the rename
+    then happens only over a regular file or a missing name.  A symlink is followed and its target
+    replaced (the link stays); a character device or FIFO (``/dev/null``, a named pipe) is written
+    through, never replaced; ``-``, ``/dev/stdout`` and ``/proc/self/fd/N`` write to that inherited
+    descriptor.  A directory, block device
+    or socket is refused (``OSError``).  Files we name ourselves (a capture session, NDET logs)
+    keep ``output=False``: a symlink planted at such a name is replaced, never followed.
+    """
+
+    def __init__(self, path: str, mode: int | None = None, *, output: bool = False) -> None:
         self.path = path
+        self.tmp: str | None = None  # None: written through (stdout, a device, a FIFO), nothing to rename
+        if output:
+            kind = output_kind(path)
+            if kind in ("directory", "block device", "socket"):
+                raise OSError(errno.EISDIR if kind == "directory" else errno.EINVAL, f"is a {kind}", path)
+            if kind == "descriptor":
+                self._through(os.dup(fd_alias(path)))
+                return
+            if kind == "special":
+                self._through(os.open(path, os.O_WRONLY | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)))
+                return
+            if kind == "regular" and mode is None:
+                mode = stat.S_IMODE(os.stat(path).st_mode)  # the user's permissions on their file
+            self.path = path = os.path.realpath(path)
         d = os.path.dirname(path) or "."
         fd, self.tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-        os.fchmod(fd, _FILE_MODE if mode is None else mode)  # mkstemp creates 0600
+        try:
+            os.fchmod(fd, _FILE_MODE if mode is None else mode)  # mkstemp creates 0600
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.tmp)
+            raise
+        self.f = os.fdopen(fd, "wb")
+        self.write = self.f.write
+
+    def _through(self, fd: int) -> None:
+        """Write straight to ``fd`` (stdout, a device, a FIFO): there is nothing to rename."""
         self.f = os.fdopen(fd, "wb")
         self.write = self.f.write
 
     def commit(self) -> None:
-        self.f.close()
-        os.replace(self.tmp, self.path)
+        self.f.close()  # (raises ENOSPC etc. from the last buffered write: abort() then cleans up)
+        if self.tmp is not None:
+            os.replace(self.tmp, self.path)
+            self.tmp = None
 
     def abort(self) -> None:
-        self.f.close()
         try:
-            os.unlink(self.tmp)
+            self.f.close()
         except OSError:
-            pass
+            pass  # a write already failed (full disk, closed pipe): the temporary file goes anyway
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            self.tmp = None
 
 
-def atomic_write(path: str, data: bytes | Iterable[bytes | memoryview], mode: int | None = None) -> None:
-    f = AtomicFile(path, mode)
+_FD_ALIAS = re.compile(r"^/(?:proc/self|proc/thread-self|dev)/fd/(\d+)$")
+_STD_ALIAS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def fd_alias(path: str) -> int | None:
+    """The descriptor that ``path`` names (``-``, ``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``, or a symlink to one of them), else None.  Writing through a copy of the
+    descriptor shares its offset and append mode, as a shell redirection does."""
+    if path == "-":
+        return 1
+    for _ in range(40):  # symlink hops, as the kernel allows
+        p = os.path.normpath(path)
+        if p in _STD_ALIAS:
+            return _STD_ALIAS[p]
+        m = _FD_ALIAS.match(p)
+        if m:
+            return int(m.group(1))
+        if not os.path.islink(p):
+            return None
+        path = os.path.join(os.path.dirname(p), os.readlink(p))
+    return None
+
+
+def output_kind(path: str) -> str:
+    """What a user-named output path is: ``descriptor`` (``-``, ``/dev/stdout``, ...: see
+    ``fd_alias``), ``missing``, ``regular``, ``directory``, ``special`` (character device or FIFO:
+    written through), ``block device`` or ``socket`` (refused).  Symlinks are followed."""
+    if fd_alias(path) is not None:
+        return "descriptor"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "missing"
+    m = st.st_mode
+    if stat.S_ISREG(m):
+        return "regular"
+    if stat.S_ISDIR(m):
+        return "directory"
+    if stat.S_ISCHR(m) or stat.S_ISFIFO(m):
+        return "special"
+    return "block device" if stat.S_ISBLK(m) else "socket"
+
+
+def atomic_write(path: str, data: bytes | Iterable[bytes | memoryview], mode: int | None = None, *,
+                 output: bool = False) -> None:
+    """Write ``data`` to ``path`` through an ``AtomicFile`` (see there for ``output``)."""
+    f = AtomicFile(path, mode, output=output)
     try:
         if isinstance(data, (bytes, bytearray, memoryview)):
             f.write(data)
@@ -73,6 +163,36 @@ def atomic_write(path: str, data: bytes | Iterable[bytes | memoryview], mode: in
     except BaseException:
         f.abort()
         raise
+
+
+_SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_MAX_COMPONENT = 120  # encoded bytes kept before the hash; leaves room for prefixes such as "instance="
+
+
+def safe_component(name: str) -> str:
+    """A name read from a file (instance id, profile id, graph hash) as one safe path component.
+
+    Letters, digits, ``.``, ``_`` and ``-`` stay; every other byte of the UTF-8 name becomes
+    ``%XX`` (so ``/``, NUL, ``%`` and spaces cannot survive), and ``.``/``..`` become ``%2E``/``%2E%2E``.
+    Percent-encoding is one-to-one, so two different names never share a directory, and it is what
+    hive-partitioned readers (pyarrow, Spark) decode back.  Names longer than ~120 bytes keep a
+    prefix plus ``~`` and a 64-bit hash of the whole name (``~`` is always encoded otherwise).
+    """
+    if not name:
+        raise ValueError("a path component cannot be empty")
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    try:
+        raw = name.encode("utf-8", "surrogateescape")  # non-UTF-8 directory names arrive as surrogates
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "surrogatepass")
+    out = "".join(chr(b) if chr(b) in _SAFE_CHARS else f"%{b:02X}" for b in raw)
+    if len(out) <= _MAX_COMPONENT:
+        return out
+    cut = out[:_MAX_COMPONENT - 20]
+    if "%" in cut[-2:]:  # do not split a %XX escape
+        cut = cut[:cut.rindex("%")]
+    return cut + "~" + hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
 def session_dir_name(wall_ns: int) -> str:

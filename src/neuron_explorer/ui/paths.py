@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 METADATA_FILE = "ProfileMetadata.parquet"
 _NAME_RE = re.compile(r"^[^/\\\x00]{1,255}$")
@@ -82,7 +83,8 @@ def table_files(workspace: Path, profile_dir: Path, table: str) -> list[tuple[st
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
         dirnames.sort()
         rel = Path(dirpath).relative_to(base)
-        parts = dict(p.split("=", 1) for p in rel.parts if "=" in p)
+        # values are percent-encoded by the Parquet writer (capture.writer.safe_component)
+        parts = {k: unquote(v) for k, v in (p.split("=", 1) for p in rel.parts if "=" in p)}
         for f in sorted(filenames):
             if not f.endswith(".parquet"):
                 continue

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..runtime.config import ConfigError
-from .pipeline import ViewError, ViewOptions, run
+from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
 
@@ -43,14 +43,47 @@ def add_view_parser(sub) -> None:
     v.add_argument("--ignore-system-profile", action="store_true", help="skip system profiles (device-only view)")
     v.add_argument("--data-path", default=None, help="workspace directory for ingested profiles (used with --ingest-only)")
     v.add_argument("--ingest-only", action="store_true", help="ingest into the workspace as Parquet and exit")
-    v.add_argument("--display-name", default="", help="name shown for this ingestion")
+    v.add_argument("--display-name", default="",
+                   help="name of this ingestion: one directory name inside the workspace (no '/', not '.' or '..')")
     v.add_argument("--show-profile-schema", action="store_true", help="print every output table and column, then exit")
     v.add_argument("--jobs", type=int, default=None,
                    help="worker processes for large inputs (default: one per core when the input is large)")
     v.add_argument("--host", default="127.0.0.1", help="UI: address to bind (default 127.0.0.1, loopback only)")
-    v.add_argument("--port", type=int, default=3001, help="UI: port (default 3001)")
+    v.add_argument("--port", type=port_number, default=3001, help="UI: port 1-65535 (default 3001)")
     v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
     v.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
+
+
+def port_number(text: str) -> int:
+    """argparse type for a TCP port: 1..65535 (the OS refuses anything else with a traceback)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (expected 1-65535, e.g. 3001)") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range (expected 1-65535, e.g. 3001)")
+    return n
+
+
+def workspace_entry(display_name: str, directory: str) -> str:
+    """The directory name of an ingestion inside the workspace: ``--display-name`` when given
+    (refused unless it is one plain path component), else derived from the capture directory's
+    name (made safe: ``-d /`` has no name, ``-d 'a b'`` keeps its own)."""
+    from ..capture.writer import safe_component
+    from ..cli import UsageError
+
+    if display_name:
+        bad = ("is empty" if not display_name.strip() else
+               "contains '/'" if "/" in display_name else
+               "contains a NUL byte" if "\0" in display_name else
+               "is '.' or '..'" if display_name in (".", "..") else
+               "is longer than 200 bytes" if len(os.fsencode(display_name)) > 200 else None)
+        if bad:
+            raise UsageError(f"--display-name {display_name!r} {bad}; it names one directory inside the "
+                             "workspace, e.g. --display-name run-a")
+        return display_name
+    base = os.path.basename(os.path.abspath(directory).rstrip("/"))
+    return safe_component(base) if base else "capture"
 
 
 def default_data_path() -> str:
@@ -94,9 +127,8 @@ def view_command(args: argparse.Namespace) -> int:
         if fmt not in (None, "parquet"):
             raise UsageError("--ingest-only writes Parquet into the workspace; drop --output-format " + fmt)
         fmt = "parquet"
-        name = args.display_name or os.path.basename(os.path.abspath(args.directory.rstrip("/")))
-        ws = args.data_path or default_data_path()
-        os.makedirs(ws, exist_ok=True)
+        name = workspace_entry(args.display_name, args.directory)
+        ws = _workspace(args)
         out = os.path.join(ws, name)
     elif fmt is None and out:
         fmt = "parquet"  # an output file with no format: the default format
@@ -112,11 +144,16 @@ def view_command(args: argparse.Namespace) -> int:
         res = run(opts)
     except ViewError as e:
         raise UsageError(str(e)) from None
+    except OutputError as e:
+        return _cannot_write(e)
     if res.text is not None:
         if out:
             from ..capture.writer import atomic_write
 
-            atomic_write(out, res.text.encode())
+            try:
+                atomic_write(out, res.text.encode(), output=True)
+            except OSError as e:
+                return _cannot_write(OutputError(out, os_reason(e)))
         else:
             sys.stdout.write(res.text)
     else:
@@ -130,14 +167,32 @@ def view_command(args: argparse.Namespace) -> int:
     return res.exit_code
 
 
+def _cannot_write(e: OutputError) -> int:
+    """One line for a failed write (full disk, permissions), exit status 1."""
+    from ..cli import _prog_name
+
+    print(f"{_prog_name()}: error: {e}", file=sys.stderr)
+    return 1
+
+
+def _workspace(args: argparse.Namespace) -> str:
+    from ..cli import UsageError
+
+    ws = args.data_path or default_data_path()
+    try:
+        os.makedirs(ws, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--data-path {ws}: cannot create the workspace: {os_reason(e)}") from None
+    return ws
+
+
 def _launch_ui(args: argparse.Namespace, filt) -> int:
     """No output format: ingest -d DIR (if given) into the workspace, then serve the UI."""
     from ..cli import UsageError
 
-    ws = args.data_path or default_data_path()
-    os.makedirs(ws, exist_ok=True)
+    ws = _workspace(args)
     if args.directory:
-        name = args.display_name or os.path.basename(os.path.abspath(args.directory.rstrip("/")))
+        name = workspace_entry(args.display_name, args.directory)
         opts = ViewOptions(directory=args.directory, output_format="parquet", output_file=os.path.join(ws, name),
                            filter=filt, ignore_system_profile=args.ignore_system_profile,
                            ignore_device_profile=args.ignore_device_profile, display_name=name,
@@ -146,6 +201,8 @@ def _launch_ui(args: argparse.Namespace, filt) -> int:
             res = run(opts)
         except ViewError as e:
             raise UsageError(str(e)) from None
+        except OutputError as e:
+            return _cannot_write(e)
         print(f"neuron-explorer: ingested {res.events} events from {res.profiles} profile(s) into {opts.output_file}",
               file=sys.stderr)
     try:

@@ -34,10 +34,11 @@ def footer(metadata: dict, origin_ns: int) -> bytes:
 
 
 def assemble(path: str, pieces: list[str], metadata: dict, origin_ns: int) -> None:
-    """Join per-process pieces (in order) into one Chrome trace file."""
+    """Join per-process pieces (in order) into one Chrome trace file (``path`` is the user's
+    output: see ``AtomicFile(output=True)``)."""
     import shutil
 
-    f = AtomicFile(path)
+    f = AtomicFile(path, output=True)
     try:
         f.write(HEADER)
         first = True
@@ -62,7 +63,7 @@ class JsonWriter:
         self.path = path
         self.origin_ns = origin_ns
         self.piece = piece
-        self.f = AtomicFile(path)
+        self.f = AtomicFile(path, output=not piece)
         if not piece:
             self.f.write(HEADER)
         self.first = True

@@ -6,18 +6,22 @@ framework_stream_id, extra_attributes_json) and adds typed columns for what the 
 Event and counter tables are written one process at a time under
 ``<Table>/instance=<id>/process=<pid>/part-0.parquet`` (hive-style, so DuckDB, pandas or Spark read a
 whole fleet as one dataset without loading it); the small per-profile tables are single files.
+Names read from the capture become path components only through ``safe_component``
+(percent-encoded: a crafted instance id cannot leave the output directory); the data columns keep
+the real values.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..capture.writer import safe_component
+from . import output
 from .events import ProcessEvents
 from .export_perfetto import counter_series
 from .reader import wall_offset_ns
@@ -219,15 +223,12 @@ def events_table(pe: ProcessEvents) -> pa.Table:
 
 class ParquetWriter:
     def __init__(self, out_dir: str, display_name: str = "", root: str | None = None) -> None:
-        """Parts go under ``root`` (shared by the workers of one view run), which ``close``
-        renames to ``out_dir`` once the single-file tables are written."""
+        """Parts go under ``root`` (the work area shared by the workers of one view run); without
+        one, under a fresh work area beside ``out_dir`` that ``close`` renames into place."""
         self.out_dir = out_dir
         self.display_name = display_name
-        self.tmp = root or out_dir.rstrip("/") + ".tmp"
-        if root is None:
-            if os.path.exists(self.tmp):
-                shutil.rmtree(self.tmp)
-            os.makedirs(self.tmp)
+        self._own_root = root is None
+        self.tmp = output.work_area(out_dir) if root is None else root
         self.meta_rows: list[dict] = []
         self.device_rows: list[dict] = []
         self.model_rows: list[dict] = []
@@ -236,7 +237,7 @@ class ParquetWriter:
         self._ev_writer: pq.ParquetWriter | None = None
 
     def _part(self, table: str, pe: ProcessEvents) -> str:
-        d = os.path.join(self.tmp, table, f"instance={pe.instance_id}", f"process={pe.pid}")
+        d = os.path.join(self.tmp, table, f"instance={safe_component(pe.instance_id)}", f"process={pe.pid}")
         os.makedirs(d, exist_ok=True)
         return os.path.join(d, f"part-{pe.index}.parquet")  # one file per profile and table
 
@@ -276,10 +277,11 @@ class ParquetWriter:
         for v in views:
             self.device_rows.append(v.summary)
             if v.n:
-                d = os.path.join(self.tmp, "DeviceProfileEvents", f"instance={v.session.instance_id}",
+                d = os.path.join(self.tmp, "DeviceProfileEvents", f"instance={safe_component(v.session.instance_id)}",
                                  f"process={v.session.pid}")
                 os.makedirs(d, exist_ok=True)
-                pq.write_table(device_table(v, (index + 1) << 40), os.path.join(d, f"{v.profile_id}.parquet"),
+                pq.write_table(device_table(v, (index + 1) << 40),
+                               os.path.join(d, f"{safe_component(v.profile_id)}.parquet"),
                                compression="zstd")
 
     def write_tables(self, warnings: list[tuple[str, str]]) -> None:
@@ -295,18 +297,20 @@ class ParquetWriter:
         write_rows(MODELS, self.model_rows)
         write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
         write_rows("DeviceProfiles", self.device_rows)
+        output.write_marker(self.tmp)  # lets a later run replace this output (and nothing else)
 
     def close(self, warnings: list[tuple[str, str]]) -> None:
-        """Write the single-file tables and move the finished dataset into place."""
+        """Write the single-file tables; a writer with its own work area then moves the finished
+        dataset into place (replacing only an earlier output of ours, see ``view.output``)."""
         self.write_tables(warnings)
-        if os.path.exists(self.out_dir):
-            shutil.rmtree(self.out_dir)
-        os.replace(self.tmp, self.out_dir)
+        if self._own_root:
+            output.replace_dir(self.tmp, self.out_dir)
 
     def abort(self) -> None:
         if self._ev_writer is not None:
             self._ev_writer.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._own_root:
+            output.remove_work_area(self.tmp)
 
 
 def counters_table(pe: ProcessEvents) -> pa.Table:

@@ -611,12 +611,14 @@ class _Stream:
 
 
 class PerfettoWriter:
-    def __init__(self, path: str, origin_ns: int, uuid_base: int = 0, first: bool = True) -> None:
+    def __init__(self, path: str, origin_ns: int, uuid_base: int = 0, first: bool = True,
+                 output: bool = False) -> None:
         """``uuid_base`` keeps track ids unique when pieces written separately are concatenated
-        (Perfetto traces concatenate); ``first`` marks the piece that names the time origin."""
+        (Perfetto traces concatenate); ``first`` marks the piece that names the time origin;
+        ``output``: ``path`` is a user-facing output (see ``AtomicFile``), not a piece."""
         self.path = path
         self.origin_ns = origin_ns
-        self.file = AtomicFile(path)
+        self.file = AtomicFile(path, output=output)
         self.f = _Sink(self.file.f)
         self.next_uuid = uuid_base + 1
         self.events_written = 0
@@ -867,10 +869,11 @@ def _drop_pages(s, lo: int, hi: int) -> None:
 
 
 def assemble(path: str, pieces: list[str]) -> None:
-    """Concatenate per-process pieces into one trace (a Perfetto trace is a sequence of packets)."""
+    """Concatenate per-process pieces into one trace (a Perfetto trace is a sequence of packets);
+    ``path`` is the user's output (see ``AtomicFile(output=True)``)."""
     import shutil
 
-    f = AtomicFile(path)
+    f = AtomicFile(path, output=True)
     try:
         for p in pieces:
             with open(p, "rb") as src:

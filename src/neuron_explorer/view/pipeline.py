@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-import shutil
 from dataclasses import dataclass, field, replace
 
-from . import align, device as device_mod, summary as summary_mod
+from . import align, device as device_mod, output as output_mod, summary as summary_mod
 from .events import build as build_events
 from .filters import ViewFilter
 from .reader import ProfileError, Session, discover, load_session
@@ -19,6 +18,21 @@ from .reader import ProfileError, Session, discover, load_session
 
 class ViewError(Exception):
     """A problem with the view request as a whole (nothing usable to process)."""
+
+
+class OutputError(Exception):
+    """Writing the output failed (full disk, permissions, ...): nothing half-written was left
+    looking complete and an earlier output of ours is intact."""
+
+    def __init__(self, output: str, reason: str) -> None:
+        super().__init__(f"cannot write {output}: {reason}")
+        self.output = output
+        self.reason = reason
+
+
+def os_reason(e: OSError) -> str:
+    """The system's words for an OSError ("No space left on device"), without Arrow's wrapping."""
+    return os.strerror(e.errno) if e.errno else (e.strerror or str(e))
 
 
 GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<timestamp>/ holding "
@@ -97,6 +111,14 @@ def run(opts: ViewOptions) -> ViewResult:
     paths = discover(root)
     if not paths:
         raise ViewError(f"{root}: no profiles found; {GOOD_LAYOUT}")
+    fmt = opts.output_format
+    out = opts.output_file or DEFAULT_OUTPUTS.get(fmt)
+    target = None
+    if out is not None:  # before any work: nothing is written when the output cannot be used
+        try:
+            target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths)
+        except output_mod.OutputRefused as e:
+            raise ViewError(str(e)) from None
     warnings: list[tuple[str, str]] = []
 
     # pass 1: index (instances, collective timings, time origin); damaged profiles are reported here
@@ -134,25 +156,15 @@ def run(opts: ViewOptions) -> ViewResult:
     min_off = min((o.offset_ns for o in offsets.values()), default=0)
     origin = (origin or 0) + min(min_off, 0) - 1_000_000_000
 
-    fmt = opts.output_format
-    out = None
-    if fmt in DEFAULT_OUTPUTS:
-        out = opts.output_file or DEFAULT_OUTPUTS[fmt]
-        parent = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(parent):
-            raise ViewError(f"--output-file {out}: directory {parent} does not exist")
-        if fmt == "parquet" and os.path.exists(out) and not os.path.isdir(out):
-            raise ViewError(f"--output-file {out}: exists and is a file; parquet output is a directory "
-                            "(remove it or choose another name)")
-        if fmt != "parquet" and os.path.isdir(out):
-            raise ViewError(f"--output-file {out}: is a directory; {fmt} output is a single file")
-    work = None
-    if out is not None:
-        work = out.rstrip("/") + ".parts"
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-    jobs = [Job(i, p, fmt, out, work, origin, offsets.get(usable_instances.get(p, "")), opts.filter,
-                opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name)
+    if fmt not in DEFAULT_OUTPUTS:  # summaries: the text is returned, the caller writes it
+        out = target = None
+    try:
+        work = None if target is None else output_mod.work_area(target)
+    except OSError as e:
+        raise OutputError(out, os_reason(e)) from None
+    jobs = [Job(i, p, fmt, target, work, origin, offsets.get(usable_instances.get(p, "")), opts.filter,
+                opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
+                None if target is None else device_dir(target))
             for i, p in enumerate(usable)]
 
     # pass 2: one process at a time per worker
@@ -181,26 +193,28 @@ def run(opts: ViewOptions) -> ViewResult:
         if fmt == "parquet":
             from .export_parquet import ParquetWriter
 
-            pw = ParquetWriter(out, opts.display_name, root=work)
+            pw = ParquetWriter(target, opts.display_name, root=work)
             for r in results:
                 pw.meta_rows.extend(r.get("meta", []))
                 pw.model_rows.extend(r.get("models", []))
                 pw.device_rows.extend(r.get("device", []))
-            pw.close(warnings)
+            pw.write_tables(warnings)
+            output_mod.replace_dir(work, target)
             work = None  # renamed into place
         elif fmt == "json":
             from .export_json import assemble
 
-            assemble(out, [r["piece"] for r in results if r.get("piece")],
+            assemble(target, [r["piece"] for r in results if r.get("piece")],
                      {"clock_offsets": {k: vars(v) for k, v in offsets.items()},
                       "warnings": [m for m, _ in warnings]}, origin)
         elif fmt == "perfetto":
             from .export_perfetto import assemble
 
-            assemble(out, [r["piece"] for r in results if r.get("piece")])
+            assemble(target, [r["piece"] for r in results if r.get("piece")])
+    except OSError as e:
+        raise OutputError(out, os_reason(e)) from None
     finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
+        output_mod.remove_work_area(work)
     text = None
     if out is None:
         summaries = [r["summary"] for r in results if r.get("summary") is not None]
@@ -246,6 +260,17 @@ class Job:
     ignore_device: bool
     ignore_system: bool
     display_name: str
+    device_dir: str | None = None  # where device_profile_model_<id> files go (json, perfetto)
+
+
+def device_dir(out: str) -> str:
+    """Device profiles go beside a file output; for '-', a device or a FIFO, into the current
+    directory (never into /dev)."""
+    from ..capture.writer import output_kind
+
+    if output_kind(out) in ("descriptor", "special"):
+        return os.getcwd()
+    return os.path.dirname(os.path.abspath(out))
 
 
 def _chunks(s: Session, size: int):
@@ -259,7 +284,7 @@ def _chunks(s: Session, size: int):
 
 def convert_process(job: Job) -> dict:
     """Load, filter and convert one process; returns what the parent assembles."""
-    from ..capture.writer import atomic_write
+    from ..capture.writer import atomic_write, safe_component
     from ._alloc import keep_freed_memory
 
     keep_freed_memory()  # every format: reuse freed chunk temporaries instead of faulting them in anew
@@ -286,7 +311,7 @@ def convert_process(job: Job) -> dict:
         res["events"] = s.num_events
         return res
     fmt = job.fmt
-    out_dir = os.path.dirname(os.path.abspath(job.out))
+    out_dir = job.device_dir or device_dir(job.out)
     if fmt == "parquet":
         from .export_parquet import ParquetWriter, meta_row
 
@@ -305,8 +330,8 @@ def convert_process(job: Job) -> dict:
         from .export_json import JsonWriter, _dumps
 
         for v in dviews:
-            f = os.path.join(out_dir, f"device_profile_model_{v.profile_id}.json")
-            atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)))
+            f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.json")
+            atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)), output=True)
             device_files.append(f)
         jw = JsonWriter(piece, job.origin, piece=True)
         for lo, part, last in _chunks(s, JSON_CHUNK):
@@ -318,8 +343,8 @@ def convert_process(job: Job) -> dict:
     from .export_perfetto import PerfettoWriter
 
     for v in dviews:
-        f = os.path.join(out_dir, f"device_profile_model_{v.profile_id}.pftrace")
-        dw = PerfettoWriter(f, job.origin)
+        f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.pftrace")
+        dw = PerfettoWriter(f, job.origin, output=True)
         try:
             dw.add_device(v)
             dw.close()

@@ -1,0 +1,138 @@
+"""Where ``view`` writes, and what it may replace there.
+
+``view`` never deletes or replaces what it did not write:
+
+- the work area (Parquet parts, per-process pieces) is a fresh private directory created with
+  ``mkdtemp`` next to the output, and only that directory is ever removed on failure;
+- an existing Parquet output directory is replaced only when it carries ``MARKER`` (every Parquet
+  output written since has one), is an output of an earlier version (nothing in it but our table
+  names, ``ProfileMetadata.parquet`` among them), or is empty; anything else is refused;
+- the previous output is moved aside, the new one renamed into place, and the old one removed
+  only then (it is put back if the rename fails);
+- an output that is, contains or lies inside one of the input's capture sessions is refused;
+- single-file outputs go through ``AtomicFile(output=True)``: only a regular file is replaced,
+  devices and FIFOs are written through, ``-`` is standard output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+from .. import __version__
+from ..capture.writer import output_kind
+
+MARKER = ".neuron-explorer-view.json"
+# what an output of an earlier version (before the marker) holds at its top level
+LEGACY_ENTRIES = frozenset({"SystemProfileEvents", "SystemProfileCounters", "DeviceProfileEvents",
+                            "ProfileMetadata.parquet", "ProfileModels.parquet", "DeviceProfiles.parquet",
+                            "ViewWarnings.parquet"})
+
+
+class OutputRefused(Exception):
+    """The output path cannot be used (a usage error: nothing was written)."""
+
+
+def write_marker(directory: str, fmt: str = "parquet") -> None:
+    """Mark ``directory`` as a ``view`` output, so that a later run may replace it."""
+    with open(os.path.join(directory, MARKER), "w") as f:
+        json.dump({"written_by": "neuron-explorer view", "format": fmt, "version": __version__}, f)
+        f.write("\n")
+
+
+def is_ours(directory: str) -> bool:
+    """True when ``directory`` is a Parquet output that ``view`` wrote (see the module docstring)."""
+    try:
+        names = set(os.listdir(directory))
+    except OSError:
+        return False
+    if MARKER in names:
+        return os.path.isfile(os.path.join(directory, MARKER)) and not os.path.islink(os.path.join(directory, MARKER))
+    return "ProfileMetadata.parquet" in names and names <= LEGACY_ENTRIES
+
+
+def _is_empty_dir(path: str) -> bool:
+    try:
+        return not os.listdir(path)
+    except OSError:
+        return False
+
+
+def _inside(child: str, parent: str) -> bool:
+    """``child`` is ``parent`` or below it (both real, absolute paths)."""
+    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def check(out: str, fmt: str, sessions: list[str]) -> str:
+    """Check ``--output-file`` before any work; returns the path to write (``-``, a device or FIFO
+    as given, else the real path with symlinks resolved).  Raises ``OutputRefused``."""
+    kind = output_kind(out)
+    if fmt == "parquet":
+        if kind == "descriptor":
+            raise OutputRefused(f"--output-file {out}: parquet output is a directory; '-' (standard output) "
+                                "works for json, perfetto, summary-text and summary-json")
+        if kind not in ("missing", "directory"):
+            what = {"regular": "a file", "special": "a device or FIFO"}.get(kind, f"a {kind}")
+            raise OutputRefused(f"--output-file {out}: exists and is {what}; parquet output is a "
+                                "directory (remove it or choose another name)")
+    elif kind == "directory":
+        raise OutputRefused(f"--output-file {out}: is a directory; {fmt} output is a single file")
+    elif kind in ("block device", "socket"):
+        raise OutputRefused(f"--output-file {out}: is a {kind}; write to a regular file, a FIFO, a character "
+                            "device or - (standard output)")
+    if kind == "descriptor":
+        return out
+    real = os.path.realpath(out)
+    parent = os.path.dirname(real)
+    if not os.path.isdir(parent):
+        raise OutputRefused(f"--output-file {out}: directory {parent} does not exist")
+    for s in sessions:
+        rs = os.path.realpath(s)
+        if _inside(real, rs) or _inside(rs, real):
+            what = "is" if real == rs else "lies inside" if _inside(real, rs) else "contains"
+            raise OutputRefused(f"--output-file {out}: {what} the capture session {s}; write the output "
+                                "outside the captured profiles")
+    if fmt == "parquet" and kind == "directory" and not is_ours(real) and not _is_empty_dir(real):
+        raise OutputRefused(f"--output-file {out}: directory exists and was not written by neuron-explorer view "
+                            f"(no {MARKER}); remove it or choose another name")
+    return out if kind == "special" else real
+
+
+def work_area(target: str) -> str:
+    """A fresh private directory for the parts of ``target``, on the same file system (beside it)
+    so that the finished Parquet dataset is renamed, not copied, into place."""
+    if target == "-" or output_kind(target) in ("special", "descriptor"):
+        return tempfile.mkdtemp(prefix="neuron-explorer-view.", suffix=".tmp")
+    name = os.path.basename(target.rstrip(os.sep)) or "output"
+    return tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=os.path.dirname(target.rstrip(os.sep)))
+
+
+def replace_dir(work: str, target: str) -> None:
+    """Move the finished dataset ``work`` to ``target``: a missing name or an empty directory is
+    taken directly; an earlier output of ours is moved aside, the new one renamed in, and the old
+    one deleted last (restored if the rename fails).  Anything else is refused, even if it
+    appeared after ``check``."""
+    try:
+        os.rename(work, target)  # missing, or an empty directory (rename(2) replaces those only)
+        return
+    except OSError:
+        if not os.path.isdir(target) or os.path.islink(target) or not is_ours(target):
+            raise
+    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target))
+    old = os.path.join(aside, "previous")
+    os.rename(target, old)
+    try:
+        os.rename(work, target)
+    except BaseException:
+        os.rename(old, target)
+        os.rmdir(aside)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove_work_area(work: str | None) -> None:
+    """Remove a work area created by ``work_area`` (never anything else)."""
+    if work is not None:
+        shutil.rmtree(work, ignore_errors=True)
