@@ -13,6 +13,7 @@ import re
 import sys
 import time
 
+from ..capture.writer import AtomicFile
 from . import analysis
 from . import format as fmt
 from . import sources
@@ -107,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = os.path.dirname(out_abs)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
-    tmp = out_abs + ".tmp"
-    with open(tmp, "wb") as f:
-        tw = TraceWriter(f, base, args.show_dependencies, index, max_events=max(0, args.max_trace_events))
+    # the user names the trace file: replace only a regular file; /dev/null or a FIFO is written through
+    af = AtomicFile(out_abs, output=True)
+    try:
+        tw = TraceWriter(af.f, base, args.show_dependencies, index, max_events=max(0, args.max_trace_events))
         tw.ranks_present = {(s.log.source, s.log.rank) for s in summaries}
         for pid, (s, path) in enumerate(zip(summaries, ok_paths), start=1):
             try:
@@ -122,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         tw.close({"tool": "neuron-det", "log_prefix": prefix, "base_wall_ns": base,
                   "logs": [s.log.name for s in summaries], "skipped": skipped,
                   "verdict": [c.text for c in culprits], "clean": clean})
-    os.replace(tmp, out_abs)
+        af.commit()
+    except BaseException:
+        af.abort()
+        raise
 
     # -- the console -----------------------------------------------------------------------------
     out = sys.stdout
