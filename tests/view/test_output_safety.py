@@ -371,3 +371,93 @@ def test_a_bad_port_is_a_one_line_usage_error(tmp_path, port):
     r = cli("view", "--data-path", str(tmp_path / "ws"), "--port", port)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith("(expected 1-65535, e.g. 3001)")
+
+
+# A real full disk: a small tmpfs mounted in a private mount namespace (it disappears with the
+# process, so nothing is left mounted on the machine), filled up with a filler file.
+FULL_DISK_DRIVER = r'''
+import hashlib, json, os, subprocess, sys
+
+cap, mnt, fmt, leave, report, jobs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", mnt]).returncode != 0:
+    sys.exit(77)
+name = {"parquet": "pq", "json": "t.json", "perfetto": "t.pftrace", "summary-text": "summary.txt"}[fmt]
+out = os.path.join(mnt, name)
+filler = os.path.join(mnt, "filler")
+
+
+def view():
+    r = subprocess.run([sys.executable, "-m", "neuron_explorer", "view", "-d", cap, "--output-format", fmt,
+                        "--output-file", out, "--no-progress", "--jobs", jobs], capture_output=True, text=True)
+    return {"rc": r.returncode, "stderr": r.stderr, "tree": tree()}
+
+
+def tree():
+    got = {}
+    for dirpath, dirnames, filenames in os.walk(mnt):
+        for n in dirnames + filenames:
+            p = os.path.join(dirpath, n)
+            if p != filler:
+                got[os.path.relpath(p, mnt)] = "dir" if os.path.isdir(p) else hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return got
+
+
+def fill():
+    st = os.statvfs(mnt)
+    size = st.f_bavail * st.f_frsize - leave
+    with open(filler, "ab") as f:
+        try:
+            while size > 0:
+                n = min(size, 1 << 20)
+                f.write(b"\0" * n)
+                size -= n
+            f.flush()
+        except OSError:
+            pass
+
+
+steps = []
+fill()
+steps.append(view())  # full disk, nothing there before
+os.unlink(filler)
+steps.append(view())  # room: this output is the earlier one below
+fill()
+steps.append(view())  # full again
+json.dump({"out": out, "steps": steps}, open(report, "w"))
+'''
+
+
+def _in_private_mount_namespace(cmd: list[str]) -> list[str]:
+    import shutil as sh
+
+    if sh.which("unshare") is None:
+        pytest.skip("unshare(1) is not installed")
+    return ["unshare", "-m", "--propagation", "private", *cmd] if os.geteuid() == 0 else ["unshare", "-rm", *cmd]
+
+
+@pytest.mark.parametrize("fmt, leave, jobs", [
+    ("parquet", 0, 1), ("parquet", 96 << 10, 1), ("json", 0, 1), ("json", 96 << 10, 1), ("perfetto", 0, 1),
+    ("perfetto", 64 << 10, 1), ("summary-text", 0, 1),
+    pytest.param("parquet", 96 << 10, 2, marks=pytest.mark.slow),  # the error comes back from a worker process
+])
+def test_a_full_disk_is_one_line_and_leaves_the_earlier_output_intact(tmp_path, fmt, leave, jobs):
+    cap = _capture(tmp_path / "cap", events=10_000)
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    driver = tmp_path / "driver.py"
+    driver.write_text(FULL_DISK_DRIVER)
+    report = tmp_path / "report.json"
+    p = subprocess.run(_in_private_mount_namespace([sys.executable, str(driver), str(cap), str(mnt), fmt, str(leave),
+                                                    str(report), str(jobs)]),
+                       capture_output=True, text=True, env=clean_env(), timeout=240)
+    if p.returncode == 77 or (p.returncode != 0 and not report.exists()):
+        pytest.skip(f"cannot mount a small tmpfs here: {p.stderr.strip()[-300:]}")
+    rep = json.loads(report.read_text())
+    line = f"neuron-explorer: error: cannot write {rep['out']}: No space left on device"
+    no_room, room, full_again = rep["steps"]
+    assert room["rc"] == 0 and room["tree"], room["stderr"]
+    for step in (no_room, full_again):
+        assert step["rc"] == 1, step["stderr"]
+        assert step["stderr"].strip().splitlines() == [line]
+    assert no_room["tree"] == {}  # nothing half-written left behind, no work area
+    assert full_again["tree"] == room["tree"]  # the earlier output, byte for byte, and nothing else
