@@ -141,7 +141,8 @@ def test_an_output_of_an_earlier_version_or_an_empty_directory_may_be_replaced(c
 
 
 @pytest.mark.parametrize("name, problem", [("..", "'.' or '..'"), (".", "'.' or '..'"), ("ABS", "'/'"),
-                                           ("a/b", "'/'"), ("   ", "empty")])
+                                           ("a/b", "'/'"), ("   ", "empty"), (".hidden", "starts with '.'"),
+                                           ("a\\b", "'\\'")])
 def test_display_name_must_be_one_component_inside_the_workspace(cap, tmp_path, name, problem):
     if name == "ABS":  # an absolute path (the old code wrote the profile there)
         name = str(tmp_path / "elsewhere")
@@ -162,6 +163,15 @@ def test_display_name_names_a_directory_inside_the_workspace(cap, tmp_path):
     assert sorted(p.name for p in ws.iterdir()) == ["run a%1"]
     rows = duckdb.connect().execute(f"select distinct display_name from '{ws}/run a%1/ProfileMetadata.parquet'").fetchall()
     assert rows == [("run a%1",)]
+
+
+def test_a_name_derived_from_the_capture_directory_is_a_visible_workspace_entry(tmp_path):
+    from neuron_explorer.ui.paths import list_profile_dirs
+
+    cap = _capture(tmp_path / ".hidden cap", events=100)
+    ws = tmp_path / "ws"
+    cli("view", "-d", str(cap), "--ingest-only", "--data-path", str(ws), check=True)
+    assert list_profile_dirs(ws) == ["%2Ehidden%20cap"]
 
 
 # ---------------------------------------------------------------- item 2: special files
@@ -304,12 +314,20 @@ def test_a_crafted_instance_id_cannot_write_outside_the_output(tmp_path):
     parts = sorted((pq / "SystemProfileEvents").iterdir())
     assert len(parts) == len(crafted)  # one directory per id: none collide
     for p in parts:
-        assert p.resolve().parent == (pq / "SystemProfileEvents").resolve() and len(p.name) < 200
+        assert p.resolve().parent == (pq / "SystemProfileEvents").resolve() and len(p.name) < 255
     # the data keeps the real values, and hive readers decode the partition back to them
     rows = duckdb.sql(f"""select instance_id, instance, count(*) from read_parquet('{pq}/SystemProfileEvents/**/*.parquet',
                           hive_partitioning=true) group by all""").fetchall()
     assert sorted(r[0] for r in rows) == sorted(crafted)
-    assert all(inst == iid for iid, inst, _ in rows if len(iid) < 100)
+    assert sum(inst == iid for iid, inst, _ in rows) == len(crafted) - 1
+    # the UI reads partition values from the directory names: they decode to the real ids too
+    from neuron_explorer.ui.paths import table_files
+
+    from neuron_explorer.capture.writer import safe_component
+
+    got = {inst for inst, _, _ in table_files(pq.parent, pq, "SystemProfileEvents")}
+    whole = {c for c in crafted if "~" not in safe_component(c)}  # (too long for a file name: hashed)
+    assert len(whole) == len(crafted) - 1 and whole <= got
     counters = duckdb.sql(f"select distinct instance_id from '{pq}/SystemProfileCounters/**/*.parquet'").fetchall() \
         if (pq / "SystemProfileCounters").exists() else []
     assert {c for (c,) in counters} <= set(crafted)
@@ -348,7 +366,7 @@ def test_safe_component_is_one_component_bounded_and_one_to_one():
     enc = [safe_component(n) for n in names]
     assert len(set(enc)) == len(names)
     for e in enc:
-        assert "/" not in e and "\x00" not in e and e not in (".", "..") and 0 < len(e.encode()) <= 140
+        assert "/" not in e and "\x00" not in e and e not in (".", "..") and 0 < len(e.encode()) <= 200
     assert safe_component("i-0123456789abcdef0") == "i-0123456789abcdef0"  # ordinary ids are unchanged
     with pytest.raises(ValueError):
         safe_component("")

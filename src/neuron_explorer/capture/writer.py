@@ -166,7 +166,9 @@ def atomic_write(path: str, data: bytes | Iterable[bytes | memoryview], mode: in
 
 
 _SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
-_MAX_COMPONENT = 120  # encoded bytes kept before the hash; leaves room for prefixes such as "instance="
+# longest encoded name kept whole: with "device_profile_model_" + ".pftrace" around it, still under
+# the 255-byte limit of a file name
+_MAX_COMPONENT = 200
 
 
 def safe_component(name: str) -> str:
@@ -175,8 +177,9 @@ def safe_component(name: str) -> str:
     Letters, digits, ``.``, ``_`` and ``-`` stay; every other byte of the UTF-8 name becomes
     ``%XX`` (so ``/``, NUL, ``%`` and spaces cannot survive), and ``.``/``..`` become ``%2E``/``%2E%2E``.
     Percent-encoding is one-to-one, so two different names never share a directory, and it is what
-    hive-partitioned readers (pyarrow, Spark) decode back.  Names longer than ~120 bytes keep a
-    prefix plus ``~`` and a 64-bit hash of the whole name (``~`` is always encoded otherwise).
+    hive-partitioned readers (pyarrow, DuckDB, Spark) decode back.  A name whose encoding exceeds
+    200 bytes keeps a prefix plus ``~`` and a 64-bit hash of the whole name (``~`` is always encoded
+    otherwise, so this form cannot collide with a whole name); it no longer decodes to the name.
     """
     if not name:
         raise ValueError("a path component cannot be empty")

@@ -67,23 +67,27 @@ def port_number(text: str) -> int:
 
 def workspace_entry(display_name: str, directory: str) -> str:
     """The directory name of an ingestion inside the workspace: ``--display-name`` when given
-    (refused unless it is one plain path component), else derived from the capture directory's
-    name (made safe: ``-d /`` has no name, ``-d 'a b'`` keeps its own)."""
+    (refused unless it is one plain, visible path component: the UI's rule for profile names),
+    else derived from the capture directory's name (made safe with ``safe_component``: ``-d /``
+    has no name, a hidden directory's name would not be listed)."""
     from ..capture.writer import safe_component
     from ..cli import UsageError
 
     if display_name:
         bad = ("is empty" if not display_name.strip() else
                "contains '/'" if "/" in display_name else
+               "contains '\\'" if "\\" in display_name else
                "contains a NUL byte" if "\0" in display_name else
                "is '.' or '..'" if display_name in (".", "..") else
+               "starts with '.' (hidden: the UI does not list it)" if display_name.startswith(".") else
                "is longer than 200 bytes" if len(os.fsencode(display_name)) > 200 else None)
         if bad:
             raise UsageError(f"--display-name {display_name!r} {bad}; it names one directory inside the "
                              "workspace, e.g. --display-name run-a")
         return display_name
     base = os.path.basename(os.path.abspath(directory).rstrip("/"))
-    return safe_component(base) if base else "capture"
+    name = safe_component(base) if base else "capture"
+    return "%2E" + name[1:] if name.startswith(".") else name  # the UI lists no hidden names
 
 
 def default_data_path() -> str:
