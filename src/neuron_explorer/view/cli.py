@@ -16,6 +16,7 @@ examples:
   neuron-explorer view -d ./output --output-format summary-text
   neuron-profile view -d ./output --output-format perfetto            # system_profile.pftrace
   neuron-explorer view -d ./output --output-format json --output-file run1.json
+  neuron-explorer view -d ./output --output-format json --output-file - | gzip > run1.json.gz
   neuron-explorer view -d ./output --system-trace-filter-neuron-core "0,1" --system-trace-filter-event-type "nrt_execute,cc_running"
   neuron-explorer view -d ./output --system-trace-filter-instance-id "i-abc123,i-def456"
   neuron-explorer view --show-profile-schema
@@ -34,7 +35,8 @@ def add_view_parser(sub) -> None:
                    help="parquet (default), json, perfetto, summary-text or summary-json")
     v.add_argument("--output-file", default=None,
                    help="file to write (directory for parquet); defaults: system_profile_parquet/, "
-                        "system_profile.json, system_profile.pftrace; summaries go to stdout")
+                        "system_profile.json, system_profile.pftrace; summaries go to stdout; '-' is stdout "
+                        "for the single-file formats. An existing directory is replaced only if view wrote it")
     v.add_argument("--system-trace-filter-neuron-core", metavar="CORES", help='cores to keep, e.g. "0" or "0,1,2-3"')
     v.add_argument("--system-trace-filter-event-type", metavar="TYPES",
                    help='event types to keep, e.g. "nrt_execute,nrt_load" (also hardware, software, ^name)')
