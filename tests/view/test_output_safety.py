@@ -244,6 +244,14 @@ def test_dash_streams_single_file_formats_to_stdout_and_is_refused_for_parquet(c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cap"]
 
 
+def test_an_output_path_that_cannot_be_looked_up_is_a_one_line_usage_error(cap, tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for out, reason in ((loop, "Too many levels of symbolic links"), (tmp_path / ("n" * 300), "File name too long")):
+        r = cli("view", "-d", str(cap), "--output-format", "json", "--output-file", str(out))
+        _one_line_error(r, 2, reason)
+
+
 def test_a_socket_output_is_refused(cap, tmp_path):
     path = tmp_path / "sock"
     s = socket.socket(socket.AF_UNIX)

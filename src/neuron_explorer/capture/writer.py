@@ -137,8 +137,8 @@ def output_kind(path: str) -> str:
         return "descriptor"
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        return "missing"
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"  # (creating it then fails with the reason; other errors are raised)
     m = st.st_mode
     if stat.S_ISREG(m):
         return "regular"

@@ -68,7 +68,10 @@ def _inside(child: str, parent: str) -> bool:
 def check(out: str, fmt: str, sessions: list[str]) -> str:
     """Check ``--output-file`` before any work; returns the path to write (``-``, a device or FIFO
     as given, else the real path with symlinks resolved).  Raises ``OutputRefused``."""
-    kind = output_kind(out)
+    try:
+        kind = output_kind(out)
+    except OSError as e:  # a name too long, a symlink loop, no permission to look
+        raise OutputRefused(f"--output-file {out}: {os.strerror(e.errno) if e.errno else e}") from None
     if fmt == "parquet":
         if kind == "descriptor":
             raise OutputRefused(f"--output-file {out}: parquet output is a directory; '-' (standard output) "
