@@ -50,9 +50,9 @@ class AtomicFile:
     then happens only over a regular file or a missing name.  A symlink is followed and its target
     replaced (the link stays); a character device or FIFO (``/dev/null``, a named pipe) is written
     through, never replaced; ``-``, ``/dev/stdout`` and ``/proc/self/fd/N`` write to that inherited
-    descriptor.  A directory, block device
-    or socket is refused (``OSError``).  Files we name ourselves (a capture session, NDET logs)
-    keep ``output=False``: a symlink planted at such a name is replaced, never followed.
+    descriptor.  A directory, block device or socket is refused (``OSError``).  Files we name
+    ourselves (a capture session, NDET logs in a shared /tmp) keep ``output=False``: a symlink
+    planted at such a name is replaced, never followed.
     """
 
     def __init__(self, path: str, mode: int | None = None, *, output: bool = False) -> None:
