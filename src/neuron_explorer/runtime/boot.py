@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import sys
 import threading
 
 from . import config as cfgmod
 from .core import Runtime, get_runtime, set_runtime
+from .signals import SignalExit
 
 
 def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
@@ -149,26 +149,12 @@ def _install_exit_handlers(rt: Runtime) -> None:
 
     threading.excepthook = thread_excepthook
 
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        prev = signal.getsignal(sig)
-        if sig == signal.SIGINT and prev is signal.default_int_handler:
-            # Python raises KeyboardInterrupt; the program may handle it, and atexit flushes.
-            continue
-        if prev is signal.SIG_IGN:
-            continue
-        signal.signal(sig, _make_handler(rt, sig, prev))
-
-
-def _make_handler(rt: Runtime, sig: int, prev):
-    def handler(signum, frame):
+    def on_signal() -> None:
         rt.failed = True
-        stop(f"signal:{signal.Signals(signum).name}")
-        if callable(prev):
-            prev(signum, frame)
-        else:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
 
-    return handler
+    global _SIGNALS
+    _SIGNALS = SignalExit(stop, on_signal, rt.config.final_write_timeout_s)
+    _SIGNALS.install()
+
+
+_SIGNALS: SignalExit | None = None

@@ -33,6 +33,7 @@ INSTANCE_ID = "NEURON_EXPLORER_INSTANCE_ID"
 FLUSH_PERIOD = "NEURON_EXPLORER_FLUSH_PERIOD_MS"
 SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
 NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
+FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
 NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
@@ -144,6 +145,9 @@ class CaptureConfig:
     source_locations: bool = False
     flush_period_s: float = 2.0
     sample_period_s: float = 0.25
+    # how long the final write may hold up the end of a process killed by SIGTERM/SIGHUP (see
+    # runtime/signals.py): well inside the grace period of torchrun, Kubernetes and Slurm (30 s)
+    final_write_timeout_s: float = 5.0
     raw_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -167,6 +171,7 @@ class CaptureConfig:
             source_locations=any(parse_bool(v, g(v), False) for v in SOURCE_DEBUG_VARS),
             flush_period_s=parse_positive_int(FLUSH_PERIOD, g(FLUSH_PERIOD), 2000) / 1000.0,
             sample_period_s=parse_positive_int(SAMPLE_PERIOD, g(SAMPLE_PERIOD), 250) / 1000.0,
+            final_write_timeout_s=parse_positive_int(FINAL_WRITE_TIMEOUT, g(FINAL_WRITE_TIMEOUT), 5000) / 1000.0,
             raw_env=raw,
         )
 
