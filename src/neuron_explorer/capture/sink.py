@@ -40,6 +40,7 @@ class CaptureSink:
         self.mask = enabled_mask([e and (cfg.type_filter is None or t.name in cfg.type_filter)
                                   for e, t in zip(rt.enabled, _EVENT_TYPES)])
         self.written = False
+        self._owner_pid = os.getpid()
         self.start_anchor = rt.anchors[0]
         self.end_reason = "running"
 
@@ -65,6 +66,8 @@ class CaptureSink:
             store.add(st.ring.drain(), self.mask, produced)
 
     def flush(self, rt: Runtime, final: bool, reason: str) -> None:
+        if os.getpid() != self._owner_pid:
+            return  # a forked child: the session directory is its parent's
         with self._io_lock:
             self.drain()
             if final:

@@ -64,6 +64,7 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
     _start_stats(rt)
     _install_integrations(rt)
     _install_exit_handlers(rt)
+    _forget_in_forked_children()
     return rt
 
 
@@ -158,3 +159,27 @@ def _install_exit_handlers(rt: Runtime) -> None:
 
 
 _SIGNALS: SignalExit | None = None
+
+
+_FORK_HOOK = False
+
+
+def _forget_in_forked_children() -> None:
+    """A forked child records nothing and writes nothing (docs/decisions/0008-forked-children.md):
+    it inherits the runtime, its rings, session directory and exit handlers, and writing any of
+    them would replace or duplicate its parent's profile.  Its signal dispositions go back to the
+    program's, so it dies as it would unprofiled.  (A child that execs, like every subprocess,
+    starts afresh and profiles itself.)"""
+    global _FORK_HOOK
+    if _FORK_HOOK or not hasattr(os, "register_at_fork"):
+        return
+    _FORK_HOOK = True
+
+    def after_in_child() -> None:
+        rt = get_runtime()
+        if rt is not None:
+            rt.forget_after_fork()
+        if _SIGNALS is not None:
+            _SIGNALS.reset_in_child()
+
+    os.register_at_fork(after_in_child=after_in_child)
