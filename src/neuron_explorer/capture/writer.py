@@ -11,7 +11,7 @@ import platform
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -72,6 +72,31 @@ def atomic_write(path: str, data: bytes | Iterable[bytes | memoryview], mode: in
         f.commit()
     except BaseException:
         f.abort()
+        raise
+
+
+def atomic_write_all(files: list[tuple[str, Callable[[], bytes | Iterable[bytes | memoryview]]]]) -> None:
+    """Write several files as one: each ``(path, encode)`` is encoded and written under a temporary
+    name, one at a time; only when all are written and flushed are they renamed into place.  On
+    any failure (a full disk) every temporary file is removed and the previous files stay."""
+    pending: list[AtomicFile] = []
+    try:
+        for path, encode in files:
+            f = AtomicFile(path)
+            pending.append(f)
+            data = encode()
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                for part in data:
+                    f.write(part)
+            f.f.flush()  # a full disk fails here, before anything is renamed
+        while pending:
+            pending[0].commit()
+            pending.pop(0)
+    except BaseException:
+        for f in pending:
+            f.abort()
         raise
 
 
