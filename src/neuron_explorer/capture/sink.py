@@ -33,7 +33,8 @@ class CaptureSink:
         self.cores: dict[int, CoreStore] = {}
         self.session_dir: str | None = None
         self.note = ""
-        self.sampler = HostSampler(sampler_pid or rt.ident.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory)
+        self.sampler = HostSampler(sampler_pid or rt.ident.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory,
+                                   max_samples=cfg.max_samples)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._io_lock = threading.Lock()

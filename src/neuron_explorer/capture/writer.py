@@ -223,12 +223,9 @@ def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir:
 
 
 def encode_cpu_util(s: "HostSampler") -> bytes:
-    with s.lock:
-        ts = np.array(s.cpu_ts, dtype=np.int64)
-        pct = np.array(s.cpu_pct, dtype=np.float32).reshape(len(s.cpu_ts), -1) if s.cpu_ts else np.empty(0)
-        proc = np.array(s.proc_pct, dtype=np.float32)
+    ts, pct, proc, dropped = s.cpu_columns()
     msg = pb.CpuUtil(format_version=FORMAT_VERSION, num_cpus=s.ncpu, period_ns=int(s.period_s * 1e9),
-                     monitored_pid=s.pid)
+                     monitored_pid=s.pid, dropped_samples=dropped)
     msg.ts_ns = _col(ts, "i8")
     msg.cpu_percent = _col(pct.ravel(), "f4")
     msg.process_percent = _col(proc, "f4")
@@ -236,10 +233,9 @@ def encode_cpu_util(s: "HostSampler") -> bytes:
 
 
 def encode_host_mem(s: "HostSampler") -> bytes:
-    with s.lock:
-        ts = np.array(s.mem_ts, dtype=np.int64)
-        rows = np.array(s.mem_rows, dtype=np.int64).reshape(-1, 5)
-    msg = pb.HostMem(format_version=FORMAT_VERSION, period_ns=int(s.period_s * 1e9), monitored_pid=s.pid)
+    ts, rows, dropped = s.mem_columns()
+    msg = pb.HostMem(format_version=FORMAT_VERSION, period_ns=int(s.period_s * 1e9), monitored_pid=s.pid,
+                     dropped_samples=dropped)
     msg.ts_ns = _col(ts, "i8")
     for i, name in enumerate(("process_rss", "process_vms", "host_total", "host_used", "host_available")):
         setattr(msg, name, _col(rows[:, i], "i8"))

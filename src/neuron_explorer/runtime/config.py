@@ -34,6 +34,7 @@ FLUSH_PERIOD = "NEURON_EXPLORER_FLUSH_PERIOD_MS"
 SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
 NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
 FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
+MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
 NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
@@ -148,6 +149,9 @@ class CaptureConfig:
     # how long the final write may hold up the end of a process killed by SIGTERM/SIGHUP (see
     # runtime/signals.py): well inside the grace period of torchrun, Kubernetes and Slurm (30 s)
     final_write_timeout_s: float = 5.0
+    # CPU and memory samples kept (the oldest are overwritten and counted); None: within a memory
+    # budget (capture/samplers.py, default_capacity)
+    max_samples: int | None = None
     raw_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -172,6 +176,7 @@ class CaptureConfig:
             flush_period_s=parse_positive_int(FLUSH_PERIOD, g(FLUSH_PERIOD), 2000) / 1000.0,
             sample_period_s=parse_positive_int(SAMPLE_PERIOD, g(SAMPLE_PERIOD), 250) / 1000.0,
             final_write_timeout_s=parse_positive_int(FINAL_WRITE_TIMEOUT, g(FINAL_WRITE_TIMEOUT), 5000) / 1000.0,
+            max_samples=parse_positive_int(MAX_SAMPLES, g(MAX_SAMPLES), 0) or None,
             raw_env=raw,
         )
 
