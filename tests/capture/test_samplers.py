@@ -59,7 +59,7 @@ def test_the_default_capacity_fits_a_memory_budget():
 def test_a_profile_stores_the_bounded_samples_and_the_drop_count(out_dir):
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir),
                     NEURON_EXPLORER_SAMPLE_PERIOD_MS="10", NEURON_EXPLORER_MAX_SAMPLES="8")
-    p = subprocess.run([sys.executable, "-c", "import time; time.sleep(1.0)"], env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-c", "import time, torch; time.sleep(1.0)"], env=env, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     (s,) = sessions(out_dir)

@@ -21,6 +21,9 @@ from ..runtime.events import EVENT_TYPES as _EVENT_TYPES
 from .store import CoreStore, enabled_mask
 
 
+_FRAMEWORKS = ("torch", "jax")
+
+
 class CaptureSink:
     name = "capture"
 
@@ -43,6 +46,9 @@ class CaptureSink:
                                   for e, t in zip(rt.enabled, _EVENT_TYPES)])
         self.written = False
         self._owner_pid = os.getpid()
+        # write only once a framework is imported or a runtime event is recorded (set for the
+        # runtime's own sink when started from the environment, see _has_content)
+        self.require_framework = False
         self.last_write_wall_ns = 0  # when the last complete write finished (wall clock)
         self.write_error: str | None = None  # why the latest write failed, None after a success
         self.final_error: str | None = None  # why the final write failed
@@ -83,6 +89,8 @@ class CaptureSink:
                 return  # capture only when the workload fails
             if _is_launcher():
                 return  # torchrun's agent only spawns the workers, which profile themselves
+            if self.require_framework and not self._has_content():
+                return  # a Python process that ran no framework (a tool, a helper): no profile
             t0 = time.perf_counter()
             try:
                 self.write()
@@ -93,6 +101,14 @@ class CaptureSink:
             took = time.perf_counter() - t0
             # rewriting the files costs ~1 us per stored event: keep it under ~1% of the run
             self._next_write_gap = max(self.cfg.flush_period_s, 100 * took)
+
+    def _has_content(self) -> bool:
+        """Has this process anything to profile?  Every Python process started with the variables
+        set boots the runtime, including the ones a job starts for side tasks (Inductor checking
+        that a kernel loads, build tools): those that never import a framework nor record an
+        event leave no profile directory, as they leave no NDET log."""
+        return (any(m in sys.modules for m in _FRAMEWORKS) or bool(self.rt.models)
+                or any(st.recorded for st in self.cores.values()))
 
     def write(self) -> str:
         """Rewrite the session's files.  They are renamed into place together once all are

@@ -106,13 +106,21 @@ def session_dir_name(wall_ns: int) -> str:
 
 
 def make_session_dir(output_dir: str, instance_id: str, pid: int, wall_ns: int) -> str:
-    base = os.path.join(output_dir, f"{instance_id}_pid_{pid}", session_dir_name(wall_ns))
+    """A new directory ``<out>/<instance>_pid_<pid>/<timestamp>[_<n>]`` that no other process got.
+
+    Processes may race for the same name (pid reuse in containers, a shared volume, sessions in
+    the same millisecond): ``mkdir`` is the arbiter, and the loser takes the next suffix."""
+    parent = os.path.join(output_dir, f"{instance_id}_pid_{pid}")
+    os.makedirs(parent, exist_ok=True)
+    base = os.path.join(parent, session_dir_name(wall_ns))
     path, n = base, 1
-    while os.path.exists(path):
-        path = f"{base}_{n}"
-        n += 1
-    os.makedirs(path, exist_ok=False)
-    return path
+    while True:
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            path = f"{base}_{n}"
+            n += 1
 
 
 def _col(a: np.ndarray, dtype: str) -> bytes:
@@ -187,8 +195,19 @@ def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
     return [msg.SerializeToString(), _len_prefix(_EVENTS_FIELD, sum(len(b) for b in events))] + events
 
 
+def platform_name() -> str:
+    """Like ``platform.platform()`` (``Linux-6.1.0-x86_64``), from ``os.uname()`` alone:
+    ``platform.platform()`` may spawn ``uname -p``, which must never happen from the flush thread
+    (a fork from a thread, in the user's process, upsets multiprocessing's forkserver)."""
+    u = os.uname()
+    return f"{u.sysname}-{u.release}-{u.machine}"
+
+
+_PLATFORM = platform_name()
+
+
 def _versions() -> dict[str, str]:
-    v = {"neuron_explorer": __version__, "python": platform.python_version(), "platform": platform.platform()}
+    v = {"neuron_explorer": __version__, "python": platform.python_version(), "platform": _PLATFORM}
     for mod in ("torch", "jax"):
         m = sys.modules.get(mod)
         if m is not None and hasattr(m, "__version__"):

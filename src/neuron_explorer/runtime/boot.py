@@ -17,7 +17,10 @@ import threading
 
 from . import config as cfgmod
 from .core import Runtime, get_runtime, set_runtime
+from .identity import framework_helper
 from .signals import SignalExit
+
+AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
 
 
 def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
@@ -30,11 +33,18 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
     rt = get_runtime()
     if rt is not None:
         return rt
-    if capture is None:
-        capture = cfgmod.capture_requested() if config is None else True
-    ndet_on = cfgmod.ndet_requested()
+    auto = from_env and config is None  # started by the .pth hook, from the environment
+    if auto and framework_helper() is not None:
+        return None  # multiprocessing's resource tracker, Inductor's compile workers: never profiled
     try:
+        if capture is None:
+            capture = cfgmod.capture_requested() if config is None else True
+        ndet_on = cfgmod.ndet_requested()
+        if auto and not (capture or ndet_on or cfgmod.PROCESS_TAG in os.environ or AUTOSTART in os.environ):
+            return None  # e.g. NEURON_RT_INSPECT_ENABLE=false: the .pth's cheap check let it through
         cfg = config or cfgmod.CaptureConfig.from_env()
+        for w in cfg.warnings:
+            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
         if not capture and not keep_rings:
             # Nothing drains the capture rings without a capture sink: keep them minimal.
             cfg.max_events_per_nc = 1
@@ -56,6 +66,7 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
         from ..capture.sink import CaptureSink
 
         sink = CaptureSink(rt)
+        sink.require_framework = from_env
         rt.add_sink(sink)
         sink.start()
     if rt.ndet is not None:
