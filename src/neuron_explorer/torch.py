@@ -194,6 +194,10 @@ def _end(prof) -> None:
     rt = sink.rt
     synchronize()
     sink.flush(rt, final=True, reason="profiler stop")
+    if sink.final_error is not None:
+        from .capture.sink import report_written
+
+        report_written(sink)  # "profile incomplete: the final write failed (...)"
     with _lock:
         if sink in rt.sinks:
             rt.sinks.remove(sink)
