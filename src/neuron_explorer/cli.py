@@ -154,8 +154,8 @@ def inspect_command(args: argparse.Namespace) -> int:
     else:
         rt.end_reason = "exit" if rc == 0 else f"exit:{rc}"
         sink.end_reason = rt.end_reason
-        sink.note = ("no runtime events were seen: the command started no Python process with "
-                     "neuron-explorer installed (only CPU and memory samples were captured)")
+        sink.note = ("no runtime events were seen: the command ran no framework (torch, jax) in a Python "
+                     "process with neuron-explorer installed (only CPU and memory samples were captured)")
         rt.flush(final=True, reason=rt.end_reason)
         print(f"neuron-explorer: note: {sink.note}", file=sys.stderr)
         print(f"neuron-explorer: profile written to {sink.session_dir}", file=sys.stderr)

@@ -66,9 +66,10 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
                  neff_cache_dir: str | None = None, precache_node_info: bool = True) -> None:
         super().__init__()
         self.modes = _modes(modes)
-        if max_events_per_nc is not None and (not isinstance(max_events_per_nc, int) or max_events_per_nc <= 0):
+        if max_events_per_nc is not None and (not isinstance(max_events_per_nc, int) or
+                                              not 0 < max_events_per_nc <= cfgmod.MAX_EVENTS_LIMIT):
             raise cfgmod.ConfigError(f"NeuronConfig(max_events_per_nc={max_events_per_nc!r}) is not valid; "
-                                     "accepted: a whole number greater than 0")
+                                     f"accepted: a whole number from 1 to {cfgmod.MAX_EVENTS_LIMIT:,}")
         self.max_events_per_nc = max_events_per_nc or cfgmod.DEFAULT_MAX_EVENTS
         self.capture_enabled_for_nc = capture_enabled_for_nc
         self.nc_filter = cfgmod.parse_nc_filter(capture_enabled_for_nc, "NeuronConfig(capture_enabled_for_nc)")
@@ -193,6 +194,10 @@ def _end(prof) -> None:
     rt = sink.rt
     synchronize()
     sink.flush(rt, final=True, reason="profiler stop")
+    if sink.final_error is not None:
+        from .capture.sink import report_written
+
+        report_written(sink)  # "profile incomplete: the final write failed (...)"
     with _lock:
         if sink in rt.sinks:
             rt.sinks.remove(sink)

@@ -1,6 +1,7 @@
 """neuron-explorer inspect, flushing on every way a process ends, and ON_FAIL."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -159,3 +160,39 @@ def test_an_unusable_output_directory_fails_at_start_up(tmp_path):
     p = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True)
     assert p.returncode == 2 and "ran" not in p.stdout
     assert "NEURON_RT_INSPECT_OUTPUT_DIR" in p.stderr and str(blocker / "out") in p.stderr
+
+
+def _unshare_works() -> bool:
+    try:
+        p = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs unshare -rm and a tmpfs mount (a private mount namespace)")
+def test_a_final_write_on_a_full_disk_is_reported_as_incomplete_and_check_says_so(tmp_path):
+    """On a small tmpfs in a private mount namespace: the program fills the disk after the first
+    periodic write, so the final write fails with ENOSPC."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    out = mnt / "out"
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                    NEURON_EXPLORER_FLUSH_PERIOD_MS="200")
+    env.pop("NEURON_EXPLORER_QUIET")
+    script = (f"mount -t tmpfs -o size=4m tmpfs {mnt} || exit 99; "
+              f"{sys.executable} {WORKLOAD.replace('loop.py', 'fill_disk.py')} {mnt}/filler; echo rc=$?; "
+              f"rm -f {mnt}/filler; env -u NEURON_RT_INSPECT_ENABLE {sys.executable} -m neuron_explorer check -d {out}; "
+              "echo check_rc=$?")
+    p = subprocess.run(["unshare", "-rm", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert "rc=0" in p.stdout, p.stdout + p.stderr  # the program itself is untouched
+    err = p.stderr
+    assert "profile written to" not in err, err
+    m = re.search(r"neuron-explorer: profile incomplete: the final write failed \(ENOSPC: No space left on device"
+                  r".*\); the last complete write is from \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, in (\S+)", err)
+    assert m, err
+    # check does not blame the workload: it says the final write did not happen, and fails
+    assert "the final write did not happen" in p.stdout, p.stdout
+    assert "check_rc=1" in p.stdout
+    assert "the process ran no compiled graph" not in p.stdout

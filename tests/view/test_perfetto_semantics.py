@@ -167,17 +167,15 @@ def _write_samples(session_dir, rank):
     import os
 
     from neuron_explorer.capture import writer
-    from neuron_explorer.capture.samplers import HostSampler
+    from neuron_explorer.capture.samplers import HostSampler, SampleRing
 
     hs = HostSampler(os.getpid(), 0.25, cpu=True, mem=True)
     hs.ncpu = 2
+    hs.cpu_ring = SampleRing(100, hs.ncpu + 1, "float32")
     for i in range(40):
         t = 1_000_000_000_000 + i * 250_000_000 + rank * 1_000 + 7
-        hs.cpu_ts.append(t)
-        hs.cpu_pct.append([10.0 + i, 50.5 - i])
-        hs.proc_pct.append(3.25 * i)
-        hs.mem_ts.append(t + 11)
-        hs.mem_rows.append((1_000_000 + i, 2_000_000 + i, 8 << 30, (4 << 30) + i, (4 << 30) - i))
+        hs.record_cpu(t, [10.0 + i, 50.5 - i], 3.25 * i)
+        hs.record_mem(t + 11, (1_000_000 + i, 2_000_000 + i, 8 << 30, (4 << 30) + i, (4 << 30) - i))
     writer.atomic_write(os.path.join(session_dir, "cpu_util.pb"), writer.encode_cpu_util(hs))
     writer.atomic_write(os.path.join(session_dir, "host_mem.pb"), writer.encode_host_mem(hs))
 

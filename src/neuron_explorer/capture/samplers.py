@@ -1,30 +1,93 @@
 """Host samplers: per-CPU utilization and process/host memory, from /proc through psutil.
 
-One daemon thread samples both at a fixed period; samples accumulate in plain lists and become
-arrays only when written.
+One daemon thread samples both at a fixed period.  Samples go into bounded rings of numpy rows
+(like the event rings: the newest ``capacity`` samples are kept, the oldest overwritten and
+counted), so a long job neither grows the process without bound nor makes every periodic write
+re-encode a growing list.
 """
 
 from __future__ import annotations
 
 import threading
 
+import numpy as np
 import psutil
 
 from ..runtime import clock
 
+# The default capacity keeps each sampler's rows under this many bytes (~70 h of samples at the
+# default 250 ms on a small host, ~6 h on a 192-CPU one); NEURON_EXPLORER_MAX_SAMPLES overrides it.
+SAMPLE_MEMORY_BUDGET = 64 << 20
+MAX_DEFAULT_SAMPLES = 1_000_000
+MEM_COLUMNS = ("process_rss", "process_vms", "host_total", "host_used", "host_available")
+
+
+class SampleRing:
+    """The newest ``capacity`` samples: a timestamp and a row of ``width`` values each.
+
+    Storage grows by doubling as samples arrive, up to the capacity (never allocated from the
+    capacity alone); beyond it the oldest sample is overwritten and counted in ``dropped``."""
+
+    def __init__(self, capacity: int, width: int, dtype: str) -> None:
+        if capacity < 1:
+            raise ValueError(f"a sample ring needs a capacity of at least 1, not {capacity}")
+        self.capacity = capacity
+        self.ts = np.empty(0, dtype=np.int64)
+        self.rows = np.empty((0, width), dtype=dtype)
+        self.first = 0  # index of the oldest sample
+        self.count = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def append(self, t: int, row) -> None:
+        n = len(self.ts)
+        if self.count == n:
+            if n < self.capacity:
+                self._grow(min(self.capacity, max(64, 2 * n)))
+            else:  # full: overwrite the oldest
+                self.first = (self.first + 1) % n
+                self.count -= 1
+                self.dropped += 1
+        i = (self.first + self.count) % len(self.ts)
+        self.ts[i] = t
+        self.rows[i] = row
+        self.count += 1
+
+    def _grow(self, n: int) -> None:
+        ts, rows = self.arrays()
+        self.ts = np.empty(n, dtype=np.int64)
+        self.rows = np.empty((n, self.rows.shape[1]), dtype=self.rows.dtype)
+        self.ts[:len(ts)] = ts
+        self.rows[:len(rows)] = rows
+        self.first = 0
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the timestamps and rows, oldest first."""
+        idx = (self.first + np.arange(self.count)) % max(len(self.ts), 1)
+        return self.ts[idx], self.rows[idx]
+
+
+def default_capacity(ncpu: int) -> int:
+    """Samples kept by default: the CPU rows (timestamp, one float per CPU, the process's share)
+    within SAMPLE_MEMORY_BUDGET, and at most MAX_DEFAULT_SAMPLES."""
+    return max(1, min(MAX_DEFAULT_SAMPLES, SAMPLE_MEMORY_BUDGET // (8 + 4 * (ncpu + 1))))
+
 
 class HostSampler:
-    def __init__(self, pid: int, period_s: float, cpu: bool = True, mem: bool = True) -> None:
+    def __init__(self, pid: int, period_s: float, cpu: bool = True, mem: bool = True,
+                 max_samples: int | None = None) -> None:
+        """``max_samples``: samples kept per sampler (default: ``default_capacity``)."""
         self.pid = pid
         self.period_s = period_s
         self.cpu = cpu
         self.mem = mem
         self.ncpu = psutil.cpu_count(logical=True) or 1
-        self.cpu_ts: list[int] = []
-        self.cpu_pct: list[list[float]] = []
-        self.proc_pct: list[float] = []
-        self.mem_ts: list[int] = []
-        self.mem_rows: list[tuple[int, int, int, int, int]] = []
+        cap = max_samples or default_capacity(self.ncpu)
+        # CPU rows: one percentage per logical CPU, then this process's
+        self.cpu_ring = SampleRing(cap, self.ncpu + 1, "float32")
+        self.mem_ring = SampleRing(cap, len(MEM_COLUMNS), "int64")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         try:
@@ -51,32 +114,51 @@ class HostSampler:
         while not self._stop.wait(self.period_s):
             self.sample()
 
+    def record_cpu(self, t: int, per_cpu: list[float], process: float) -> None:
+        """One CPU sample: a percentage per logical CPU and this process's (100 = one CPU)."""
+        row = list(per_cpu[:self.ncpu]) + [0.0] * (self.ncpu - len(per_cpu)) + [process]
+        with self.lock:
+            self.cpu_ring.append(t, row)
+
+    def record_mem(self, t: int, row: tuple[int, int, int, int, int]) -> None:
+        """One memory sample: MEM_COLUMNS in bytes."""
+        with self.lock:
+            self.mem_ring.append(t, row)
+
     def sample(self) -> None:
         t = clock.now_ns()
         proc = self._proc
+        if self.cpu:
+            pct = psutil.cpu_percent(percpu=True)
+            p = 0.0
+            if proc is not None:
+                try:
+                    p = proc.cpu_percent()
+                except psutil.Error:
+                    p = float("nan")
+            self.record_cpu(t, pct, p)
+        if self.mem:
+            vm = psutil.virtual_memory()
+            rss = vms = 0
+            if proc is not None:
+                try:
+                    mi = proc.memory_info()
+                    rss, vms = mi.rss, mi.vms
+                except psutil.Error:
+                    pass
+            self.record_mem(t, (rss, vms, vm.total, vm.total - vm.available, vm.available))
+
+    def cpu_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Timestamps, per-CPU percentages [samples x ncpu], process percentages, samples dropped."""
         with self.lock:
-            if self.cpu:
-                pct = psutil.cpu_percent(percpu=True)
-                p = 0.0
-                if proc is not None:
-                    try:
-                        p = proc.cpu_percent()
-                    except psutil.Error:
-                        p = float("nan")
-                self.cpu_ts.append(t)
-                self.cpu_pct.append(pct)
-                self.proc_pct.append(p)
-            if self.mem:
-                vm = psutil.virtual_memory()
-                rss = vms = 0
-                if proc is not None:
-                    try:
-                        mi = proc.memory_info()
-                        rss, vms = mi.rss, mi.vms
-                    except psutil.Error:
-                        pass
-                self.mem_ts.append(t)
-                self.mem_rows.append((rss, vms, vm.total, vm.total - vm.available, vm.available))
+            ts, rows = self.cpu_ring.arrays()
+            return ts, rows[:, :-1], rows[:, -1], self.cpu_ring.dropped
+
+    def mem_columns(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Timestamps, rows of MEM_COLUMNS, samples dropped."""
+        with self.lock:
+            ts, rows = self.mem_ring.arrays()
+            return ts, rows, self.mem_ring.dropped
 
     def stop(self) -> None:
         self._stop.set()
@@ -84,4 +166,3 @@ class HostSampler:
             self._thread.join(timeout=2 * self.period_s + 1)
         if self.cpu or self.mem:
             self.sample()
-

@@ -7,6 +7,7 @@ large captures, the next periodic write is postponed to at least 20x the duratio
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -18,6 +19,9 @@ from .samplers import HostSampler
 from ..runtime import clock
 from ..runtime.events import EVENT_TYPES as _EVENT_TYPES
 from .store import CoreStore, enabled_mask
+
+
+_FRAMEWORKS = ("torch", "jax")
 
 
 class CaptureSink:
@@ -32,7 +36,8 @@ class CaptureSink:
         self.cores: dict[int, CoreStore] = {}
         self.session_dir: str | None = None
         self.note = ""
-        self.sampler = HostSampler(sampler_pid or rt.ident.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory)
+        self.sampler = HostSampler(sampler_pid or rt.ident.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory,
+                                   max_samples=cfg.max_samples)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._io_lock = threading.Lock()
@@ -40,6 +45,13 @@ class CaptureSink:
         self.mask = enabled_mask([e and (cfg.type_filter is None or t.name in cfg.type_filter)
                                   for e, t in zip(rt.enabled, _EVENT_TYPES)])
         self.written = False
+        self._owner_pid = os.getpid()
+        # write only once a framework is imported or a runtime event is recorded (set for the
+        # runtime's own sink when started from the environment, see _has_content)
+        self.require_framework = False
+        self.last_write_wall_ns = 0  # when the last complete write finished (wall clock)
+        self.write_error: str | None = None  # why the latest write failed, None after a success
+        self.final_error: str | None = None  # why the final write failed
         self.start_anchor = rt.anchors[0]
         self.end_reason = "running"
 
@@ -65,6 +77,8 @@ class CaptureSink:
             store.add(st.ring.drain(), self.mask, produced)
 
     def flush(self, rt: Runtime, final: bool, reason: str) -> None:
+        if os.getpid() != self._owner_pid:
+            return  # a forked child: the session directory is its parent's
         with self._io_lock:
             self.drain()
             if final:
@@ -75,32 +89,69 @@ class CaptureSink:
                 return  # capture only when the workload fails
             if _is_launcher():
                 return  # torchrun's agent only spawns the workers, which profile themselves
+            if self.require_framework and not self._has_content():
+                return  # a Python process that ran no framework (a tool, a helper): no profile
             t0 = time.perf_counter()
-            self.write()
+            try:
+                self.write()
+            except Exception as e:  # noqa: BLE001 - a write must never take the workload down
+                self._write_failed(e, final)
+                return
+            self.write_error = None
             took = time.perf_counter() - t0
             # rewriting the files costs ~1 us per stored event: keep it under ~1% of the run
             self._next_write_gap = max(self.cfg.flush_period_s, 100 * took)
 
+    def _has_content(self) -> bool:
+        """Has this process anything to profile?  Every Python process started with the variables
+        set boots the runtime, including the ones a job starts for side tasks (Inductor checking
+        that a kernel loads, build tools): those that never import a framework nor record an
+        event leave no profile directory, as they leave no NDET log."""
+        return (any(m in sys.modules for m in _FRAMEWORKS) or bool(self.rt.models)
+                or any(st.recorded for st in self.cores.values()))
+
     def write(self) -> str:
+        """Rewrite the session's files.  They are renamed into place together once all are
+        written, so a failed write (a full disk) leaves the previous complete set, not a mix."""
         rt = self.rt
         if self.session_dir is None:
             self.session_dir = writer.make_session_dir(
                 self.cfg.output_dir, rt.ident.instance_id, rt.ident.pid, self.start_anchor[1]
             )
         d = self.session_dir
+        files = []
         if self.cfg.system_profile:
-            writer.atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, self.cores))
-        writer.atomic_write(os.path.join(d, "trace_info.pb"),
-                            writer.encode_trace_info(rt, self.cores, d, self.note, self.cfg, self.start_anchor,
-                                                     self.end_reason))
+            files.append(("ntrace.pb", lambda: writer.encode_system_trace(rt, self.cores)))
+        files.append(("trace_info.pb", lambda: writer.encode_trace_info(
+            rt, self.cores, d, self.note, self.cfg, self.start_anchor, self.end_reason)))
         if self.sampler.cpu:
-            writer.atomic_write(os.path.join(d, "cpu_util.pb"), writer.encode_cpu_util(self.sampler))
+            files.append(("cpu_util.pb", lambda: writer.encode_cpu_util(self.sampler)))
         if self.sampler.mem:
-            writer.atomic_write(os.path.join(d, "host_mem.pb"), writer.encode_host_mem(self.sampler))
+            files.append(("host_mem.pb", lambda: writer.encode_host_mem(self.sampler)))
+        writer.atomic_write_all([(os.path.join(d, name), encode) for name, encode in files])
         if rt.devprof is not None:
             rt.devprof.write(d)
         self.written = True
+        self.last_write_wall_ns = time.time_ns()
         return d
+
+    def _write_failed(self, e: Exception, final: bool) -> None:
+        """Say once per distinct failure that the profile on disk is not current; the final
+        failure is reported by ``report_written`` instead of "profile written"."""
+        msg = describe_error(e)
+        if final:
+            self.final_error = msg
+        elif msg != self.write_error:
+            print(f"neuron-explorer: warning: capture write failed ({msg}); {self.last_complete()}; "
+                  "retrying at the next flush", file=sys.stderr)
+        self.write_error = msg
+
+    def last_complete(self) -> str:
+        """Where and when the last complete write went, in words."""
+        if not self.last_write_wall_ns:
+            return "no complete profile has been written"
+        t = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.last_write_wall_ns / 1e9))
+        return f"the last complete write is from {t} UTC, in {self.session_dir}"
 
 
 def _is_launcher() -> bool:
@@ -120,6 +171,20 @@ def _is_launcher() -> bool:
 
 
 def report_written(sink: CaptureSink) -> None:
-    if sink.session_dir and os.environ.get("NEURON_EXPLORER_QUIET", "") in ("", "0"):
+    """After the final write: where the profile is, or, when that write failed, that the profile
+    is incomplete and what the files on disk hold (always said, even with NEURON_EXPLORER_QUIET)."""
+    if sink.final_error is not None:
+        print(f"neuron-explorer: profile incomplete: the final write failed ({sink.final_error}); "
+              f"{sink.last_complete()}", file=sys.stderr)
+    elif sink.session_dir and sink.written and os.environ.get("NEURON_EXPLORER_QUIET", "") in ("", "0"):
         print(f"neuron-explorer: profile written to {sink.session_dir}", file=sys.stderr)
+
+
+def describe_error(e: BaseException) -> str:
+    """``ENOSPC: No space left on device: '/out/...'`` for an OSError, else the exception's text."""
+    if isinstance(e, OSError) and e.errno is not None:
+        name = errno.errorcode.get(e.errno, f"errno {e.errno}")
+        text = f"{name}: {e.strerror or os.strerror(e.errno)}"
+        return f"{text}: {e.filename!r}" if e.filename else text
+    return f"{type(e).__name__}: {e}"
 

@@ -16,7 +16,7 @@ import stat
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -198,19 +198,52 @@ def safe_component(name: str) -> str:
     return cut + "~" + hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
+def atomic_write_all(files: list[tuple[str, Callable[[], bytes | Iterable[bytes | memoryview]]]]) -> None:
+    """Write several files as one: each ``(path, encode)`` is encoded and written under a temporary
+    name, one at a time; only when all are written and flushed are they renamed into place.  On
+    any failure (a full disk) every temporary file is removed and the previous files stay."""
+    pending: list[AtomicFile] = []
+    try:
+        for path, encode in files:
+            f = AtomicFile(path)
+            pending.append(f)
+            data = encode()
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                for part in data:
+                    f.write(part)
+            f.f.flush()  # a full disk fails here, before anything is renamed
+        while pending:
+            pending[0].commit()
+            pending.pop(0)
+    except BaseException:
+        for f in pending:
+            f.abort()
+        raise
+
+
 def session_dir_name(wall_ns: int) -> str:
     t = time.gmtime(wall_ns / 1e9)
     return time.strftime("%Y%m%dT%H%M%S", t) + f"{(wall_ns // 1_000_000) % 1000:03d}Z"
 
 
 def make_session_dir(output_dir: str, instance_id: str, pid: int, wall_ns: int) -> str:
-    base = os.path.join(output_dir, f"{instance_id}_pid_{pid}", session_dir_name(wall_ns))
+    """A new directory ``<out>/<instance>_pid_<pid>/<timestamp>[_<n>]`` that no other process got.
+
+    Processes may race for the same name (pid reuse in containers, a shared volume, sessions in
+    the same millisecond): ``mkdir`` is the arbiter, and the loser takes the next suffix."""
+    parent = os.path.join(output_dir, f"{instance_id}_pid_{pid}")
+    os.makedirs(parent, exist_ok=True)
+    base = os.path.join(parent, session_dir_name(wall_ns))
     path, n = base, 1
-    while os.path.exists(path):
-        path = f"{base}_{n}"
-        n += 1
-    os.makedirs(path, exist_ok=False)
-    return path
+    while True:
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            path = f"{base}_{n}"
+            n += 1
 
 
 def _col(a: np.ndarray, dtype: str) -> bytes:
@@ -285,8 +318,19 @@ def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
     return [msg.SerializeToString(), _len_prefix(_EVENTS_FIELD, sum(len(b) for b in events))] + events
 
 
+def platform_name() -> str:
+    """Like ``platform.platform()`` (``Linux-6.1.0-x86_64``), from ``os.uname()`` alone:
+    ``platform.platform()`` may spawn ``uname -p``, which must never happen from the flush thread
+    (a fork from a thread, in the user's process, upsets multiprocessing's forkserver)."""
+    u = os.uname()
+    return f"{u.sysname}-{u.release}-{u.machine}"
+
+
+_PLATFORM = platform_name()
+
+
 def _versions() -> dict[str, str]:
-    v = {"neuron_explorer": __version__, "python": platform.python_version(), "platform": platform.platform()}
+    v = {"neuron_explorer": __version__, "python": platform.python_version(), "platform": _PLATFORM}
     for mod in ("torch", "jax"):
         m = sys.modules.get(mod)
         if m is not None and hasattr(m, "__version__"):
@@ -321,12 +365,9 @@ def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir:
 
 
 def encode_cpu_util(s: "HostSampler") -> bytes:
-    with s.lock:
-        ts = np.array(s.cpu_ts, dtype=np.int64)
-        pct = np.array(s.cpu_pct, dtype=np.float32).reshape(len(s.cpu_ts), -1) if s.cpu_ts else np.empty(0)
-        proc = np.array(s.proc_pct, dtype=np.float32)
+    ts, pct, proc, dropped = s.cpu_columns()
     msg = pb.CpuUtil(format_version=FORMAT_VERSION, num_cpus=s.ncpu, period_ns=int(s.period_s * 1e9),
-                     monitored_pid=s.pid)
+                     monitored_pid=s.pid, dropped_samples=dropped)
     msg.ts_ns = _col(ts, "i8")
     msg.cpu_percent = _col(pct.ravel(), "f4")
     msg.process_percent = _col(proc, "f4")
@@ -334,10 +375,9 @@ def encode_cpu_util(s: "HostSampler") -> bytes:
 
 
 def encode_host_mem(s: "HostSampler") -> bytes:
-    with s.lock:
-        ts = np.array(s.mem_ts, dtype=np.int64)
-        rows = np.array(s.mem_rows, dtype=np.int64).reshape(-1, 5)
-    msg = pb.HostMem(format_version=FORMAT_VERSION, period_ns=int(s.period_s * 1e9), monitored_pid=s.pid)
+    ts, rows, dropped = s.mem_columns()
+    msg = pb.HostMem(format_version=FORMAT_VERSION, period_ns=int(s.period_s * 1e9), monitored_pid=s.pid,
+                     dropped_samples=dropped)
     msg.ts_ns = _col(ts, "i8")
     for i, name in enumerate(("process_rss", "process_vms", "host_total", "host_used", "host_available")):
         setattr(msg, name, _col(rows[:, i], "i8"))

@@ -207,7 +207,8 @@ class _Trace:
         if cfg.cpu_util or cfg.host_memory:
             from ..capture.samplers import HostSampler
 
-            self.sampler = HostSampler(self.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory)
+            self.sampler = HostSampler(self.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory,
+                                       max_samples=cfg.max_samples)
             self.sampler.start()
 
     def finish(self) -> None:

@@ -364,6 +364,12 @@ class AppStats:
             }
         return snap
 
+    def forget_after_fork(self) -> None:
+        """In a forked child (which never publishes): new locks, since the parent's publisher
+        thread may have held one at the fork and does not exist here to release it."""
+        self._lock = threading.Lock()
+        self._publish_lock = threading.Lock()
+
     def publish(self) -> Path:
         """Write the snapshot now; the rename makes the new file appear whole or not at all.
 

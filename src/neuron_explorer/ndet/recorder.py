@@ -154,9 +154,18 @@ class NdetRecorder:
         self.path = os.path.join(log_dir, log_file_name(self.start_wall_ns, ident.instance_id, ident.rank,
                                                         ident.world_size, ident.pid))
         self.write_errors = 0
+        self._owner_pid = os.getpid()
         umask = os.umask(0)
         os.umask(umask)
         self._file_mode = 0o666 & ~umask
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: never write the parent's log (the hot path may still run; its
+        records are dropped with the process).  New locks: the parent's flush thread may have held
+        one at the fork."""
+        self._final = True
+        self._intern_lock = threading.Lock()
+        self._io_lock = threading.Lock()
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -328,8 +337,10 @@ class NdetRecorder:
     def write(self, final: bool = False, reason: str = "running") -> str | None:
         """Drain, then rewrite the log atomically.  Returns the path, or None when nothing is written."""
         with self._io_lock:
-            if self._final:
-                return None  # the final state is on disk; a late periodic write must not replace it
+            if self._final or os.getpid() != self._owner_pid:
+                # the final state is on disk (a late periodic write must not replace it), or this
+                # is a forked child, whose parent owns the log
+                return None
             self._drain()
             if not self._should_write():
                 return None

@@ -20,7 +20,10 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -551,6 +554,118 @@ static PyTypeObject ExecWrapperType = {
     .tp_repr = (reprfunc)ew_repr,
 };
 
+/* ---- signals: wake a watcher thread at once (runtime/signals.py) --------------------------- */
+
+/* CPython runs a Python signal handler in the main thread between bytecodes, so a thread blocked in
+ * C (a rank waiting in a gloo all_reduce) never runs it.  forward_signal() puts a C handler in front
+ * of the one installed (Python's own, which keeps its work: trip the Python handler and write the
+ * wakeup fd): it writes the signal number to a pipe a watcher thread reads, then calls the previous
+ * handler with the same arguments.  write() is async-signal-safe and the pipe is non-blocking, so
+ * the handler never waits.  die_by_signal() ends the process as the default disposition does. */
+
+static volatile sig_atomic_t sig_fd = -1;    /* the pipe's write end, -1 when not forwarding */
+static struct sigaction sig_prev[NSIG];      /* the action each forwarded signal had before */
+static volatile sig_atomic_t sig_on[NSIG];   /* 1 while our handler is installed for it */
+
+static void
+sig_forward_handler(int sig, siginfo_t *info, void *uctx)
+{
+    int saved = errno;
+    int fd = sig_fd;
+    if (fd >= 0) {
+        unsigned char b = (unsigned char)sig;
+        ssize_t rc = write(fd, &b, 1);  /* a full pipe already holds a wake-up: dropping is fine */
+        (void)rc;
+    }
+    errno = saved;
+    struct sigaction *p = &sig_prev[sig];
+    if (p->sa_flags & SA_SIGINFO) {
+        if (p->sa_sigaction != NULL)
+            p->sa_sigaction(sig, info, uctx);
+    }
+    else if (p->sa_handler != SIG_DFL && p->sa_handler != SIG_IGN && p->sa_handler != NULL) {
+        p->sa_handler(sig);
+    }
+}
+
+static PyObject *
+fp_forward_signal(PyObject *mod, PyObject *args)
+{
+    int sig, fd;
+    if (!PyArg_ParseTuple(args, "ii:forward_signal", &sig, &fd))
+        return NULL;
+    if (sig <= 0 || sig >= NSIG || fd < 0) {
+        PyErr_Format(PyExc_ValueError, "forward_signal needs 0 < signal < %d and a file descriptor", NSIG);
+        return NULL;
+    }
+    struct sigaction cur, sa;
+    if (sigaction(sig, NULL, &cur) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    if (sig_on[sig] && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == sig_forward_handler) {
+        sig_fd = fd;
+        Py_RETURN_NONE;  /* already in front */
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = sig_forward_handler;
+    sa.sa_mask = cur.sa_mask;
+    sa.sa_flags = (cur.sa_flags & ~SA_RESETHAND) | SA_SIGINFO;
+    sig_prev[sig] = cur;
+    sig_fd = fd;
+    if (sigaction(sig, &sa, NULL) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    sig_on[sig] = 1;
+    Py_RETURN_NONE;
+}
+
+/* Put back the previous action of every forwarded signal that still has ours (one replaced since,
+ * e.g. by signal.signal(), is left alone), and stop writing to the pipe. */
+static PyObject *
+fp_stop_forwarding(PyObject *mod, PyObject *unused)
+{
+    sig_fd = -1;
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (!sig_on[sig])
+            continue;
+        struct sigaction cur;
+        if (sigaction(sig, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == sig_forward_handler)
+            sigaction(sig, &sig_prev[sig], NULL);
+        sig_on[sig] = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+static void
+forget_forwarding(void)
+{
+    sig_fd = -1;  /* a forked child must never wake its parent's watcher through the shared pipe */
+}
+
+/* Default disposition, unblocked in this thread, then raise(): the process ends the way it would
+ * have without us, and its parent sees it killed by `sig`.  Returns only if the default action of
+ * `sig` does not end the process. */
+static PyObject *
+fp_die_by_signal(PyObject *mod, PyObject *arg)
+{
+    long sig = PyLong_AsLong(arg);
+    if (sig == -1 && PyErr_Occurred())
+        return NULL;
+    if (sig <= 0 || sig >= NSIG) {
+        PyErr_Format(PyExc_ValueError, "die_by_signal needs 0 < signal < %d, not %ld", NSIG, sig);
+        return NULL;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction((int)sig, &sa, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, (int)sig);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    raise((int)sig);
+    Py_RETURN_NONE;
+}
+
 /* ---- module ------------------------------------------------------------------------------- */
 
 static PyObject *
@@ -568,6 +683,10 @@ fp_thread_id(PyObject *mod, PyObject *unused)
 static PyMethodDef fp_methods[] = {
     {"now_ns", fp_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (what the wrapper stamps)"},
     {"thread_id", fp_thread_id, METH_NOARGS, "the OS thread id the wrapper records"},
+    {"forward_signal", fp_forward_signal, METH_VARARGS,
+     "forward_signal(sig, fd): a C handler in front of sig's current one writes sig to fd, then chains"},
+    {"stop_forwarding", fp_stop_forwarding, METH_NOARGS, "put back the handlers forward_signal replaced"},
+    {"die_by_signal", fp_die_by_signal, METH_O, "die_by_signal(sig): default disposition, unblock, raise"},
     {NULL},
 };
 
@@ -580,7 +699,7 @@ PyInit__fastpath(void)
 {
     if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0)
         return NULL;
-    if (pthread_atfork(NULL, NULL, forget_tid) != 0) {
+    if (pthread_atfork(NULL, NULL, forget_tid) != 0 || pthread_atfork(NULL, NULL, forget_forwarding) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
         return NULL;
     }

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import sys
 import threading
 
 from . import config as cfgmod
 from .core import Runtime, get_runtime, set_runtime
+from .identity import framework_helper
+from .signals import SignalExit
+
+AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
 
 
 def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
@@ -30,11 +33,18 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
     rt = get_runtime()
     if rt is not None:
         return rt
-    if capture is None:
-        capture = cfgmod.capture_requested() if config is None else True
-    ndet_on = cfgmod.ndet_requested()
+    auto = from_env and config is None  # started by the .pth hook, from the environment
+    if auto and framework_helper() is not None:
+        return None  # multiprocessing's resource tracker, Inductor's compile workers: never profiled
     try:
+        if capture is None:
+            capture = cfgmod.capture_requested() if config is None else True
+        ndet_on = cfgmod.ndet_requested()
+        if auto and not (capture or ndet_on or cfgmod.PROCESS_TAG in os.environ or AUTOSTART in os.environ):
+            return None  # e.g. NEURON_RT_INSPECT_ENABLE=false: the .pth's cheap check let it through
         cfg = config or cfgmod.CaptureConfig.from_env()
+        for w in cfg.warnings:
+            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
         if not capture and not keep_rings:
             # Nothing drains the capture rings without a capture sink: keep them minimal.
             cfg.max_events_per_nc = 1
@@ -56,6 +66,7 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
         from ..capture.sink import CaptureSink
 
         sink = CaptureSink(rt)
+        sink.require_framework = from_env
         rt.add_sink(sink)
         sink.start()
     if rt.ndet is not None:
@@ -64,6 +75,7 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
     _start_stats(rt)
     _install_integrations(rt)
     _install_exit_handlers(rt)
+    _forget_in_forked_children()
     return rt
 
 
@@ -149,26 +161,36 @@ def _install_exit_handlers(rt: Runtime) -> None:
 
     threading.excepthook = thread_excepthook
 
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        prev = signal.getsignal(sig)
-        if sig == signal.SIGINT and prev is signal.default_int_handler:
-            # Python raises KeyboardInterrupt; the program may handle it, and atexit flushes.
-            continue
-        if prev is signal.SIG_IGN:
-            continue
-        signal.signal(sig, _make_handler(rt, sig, prev))
-
-
-def _make_handler(rt: Runtime, sig: int, prev):
-    def handler(signum, frame):
+    def on_signal() -> None:
         rt.failed = True
-        stop(f"signal:{signal.Signals(signum).name}")
-        if callable(prev):
-            prev(signum, frame)
-        else:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
 
-    return handler
+    global _SIGNALS
+    _SIGNALS = SignalExit(stop, on_signal, rt.config.final_write_timeout_s)
+    _SIGNALS.install()
+
+
+_SIGNALS: SignalExit | None = None
+
+
+_FORK_HOOK = False
+
+
+def _forget_in_forked_children() -> None:
+    """A forked child records nothing and writes nothing (docs/decisions/0008-forked-children.md):
+    it inherits the runtime, its rings, session directory and exit handlers, and writing any of
+    them would replace or duplicate its parent's profile.  Its signal dispositions go back to the
+    program's, so it dies as it would unprofiled.  (A child that execs, like every subprocess,
+    starts afresh and profiles itself.)"""
+    global _FORK_HOOK
+    if _FORK_HOOK or not hasattr(os, "register_at_fork"):
+        return
+    _FORK_HOOK = True
+
+    def after_in_child() -> None:
+        rt = get_runtime()
+        if rt is not None:
+            rt.forget_after_fork()
+        if _SIGNALS is not None:
+            _SIGNALS.reset_in_child()
+
+    os.register_at_fork(after_in_child=after_in_child)

@@ -33,12 +33,17 @@ INSTANCE_ID = "NEURON_EXPLORER_INSTANCE_ID"
 FLUSH_PERIOD = "NEURON_EXPLORER_FLUSH_PERIOD_MS"
 SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
 NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
+FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
+MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
 NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
 SOURCE_DEBUG_VARS = ("XLA_IR_DEBUG", "XLA_HLO_DEBUG", "NEURON_FRAMEWORK_DEBUG")
 
 DEFAULT_MAX_EVENTS = 1_000_000
+# Events kept per core, at most: far beyond any memory (~70 TB of rows), and far below where sizes
+# in bytes overflow 64 bits.  Rings are never allocated from this number: they grow by doubling.
+MAX_EVENTS_LIMIT = 10**12
 DEVICE_PROFILE_MODES = {"0": None, "1": "model", "model": "model", "session": "session"}
 
 
@@ -53,6 +58,16 @@ def parse_bool(var: str, value: str | None, default: bool) -> bool:
     raise ConfigError(f"{var}={value!r} is not valid; accepted: 0 or 1")
 
 
+def parse_flag_leniently(var: str, value: str | None, warnings: list[str]) -> bool:
+    """A variable that is not ours to police (another tool reads it too): a value other than a
+    boolean is off, with a warning, and never stops the program."""
+    try:
+        return parse_bool(var, value, False)
+    except ConfigError:
+        warnings.append(f"{var}={value!r} is not 0 or 1; neuron-explorer takes it as off")
+        return False
+
+
 def parse_positive_int(var: str, value: str | None, default: int) -> int:
     if value is None or value.strip() == "":
         return default
@@ -62,6 +77,15 @@ def parse_positive_int(var: str, value: str | None, default: int) -> int:
         n = -1
     if n <= 0:
         raise ConfigError(f"{var}={value!r} is not valid; accepted: a whole number greater than 0, e.g. 1000000")
+    return n
+
+
+def parse_max_events(var: str, value: str | None, default: int = DEFAULT_MAX_EVENTS) -> int:
+    """Events kept per core: a whole number from 1 to MAX_EVENTS_LIMIT."""
+    n = parse_positive_int(var, value, default)
+    if n > MAX_EVENTS_LIMIT:
+        raise ConfigError(f"{var}={value!r} is not valid (too large); accepted: a whole number from 1 to "
+                          f"{MAX_EVENTS_LIMIT:,}, e.g. 1000000")
     return n
 
 
@@ -144,7 +168,14 @@ class CaptureConfig:
     source_locations: bool = False
     flush_period_s: float = 2.0
     sample_period_s: float = 0.25
+    # how long the final write may hold up the end of a process killed by SIGTERM/SIGHUP (see
+    # runtime/signals.py): well inside the grace period of torchrun, Kubernetes and Slurm (30 s)
+    final_write_timeout_s: float = 5.0
+    # CPU and memory samples kept (the oldest are overwritten and counted); None: within a memory
+    # budget (capture/samplers.py, default_capacity)
+    max_samples: int | None = None
     raw_env: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # said once at start-up; nothing stops
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "CaptureConfig":
@@ -152,11 +183,12 @@ class CaptureConfig:
         g = env.get
         raw = {k: v for k, v in env.items() if k.startswith(("NEURON_RT_INSPECT_", "NEURON_EXPLORER_", "NEURON_RT_DBG_NDET_"))
                or k in SOURCE_DEBUG_VARS or k == PROCESS_TAG}
+        warnings: list[str] = []
         return cls(
             output_dir=g(OUTPUT_DIR) or "./output",
             system_profile=parse_bool(SYSTEM_PROFILE, g(SYSTEM_PROFILE), True),
             device_profile=parse_device_profile(g(DEVICE_PROFILE)),
-            max_events_per_nc=parse_positive_int(MAX_EVENTS, g(MAX_EVENTS), DEFAULT_MAX_EVENTS),
+            max_events_per_nc=parse_max_events(MAX_EVENTS, g(MAX_EVENTS)),
             nc_filter=parse_nc_filter(g(FILTER_NC)),
             type_filter=parse_type_filter(g(FILTER_TYPE)),
             cpu_util=parse_bool(CPU_UTIL, g(CPU_UTIL), True),
@@ -164,10 +196,13 @@ class CaptureConfig:
             on_fail=parse_bool(ON_FAIL, g(ON_FAIL), False),
             # NDET catches numerical errors by default; plain capture does not pay for the scan.
             nan_check=parse_bool(NAN_CHECK, g(NAN_CHECK), ndet_requested(env)),
-            source_locations=any(parse_bool(v, g(v), False) for v in SOURCE_DEBUG_VARS),
+            source_locations=any([parse_flag_leniently(v, g(v), warnings) for v in SOURCE_DEBUG_VARS]),
             flush_period_s=parse_positive_int(FLUSH_PERIOD, g(FLUSH_PERIOD), 2000) / 1000.0,
             sample_period_s=parse_positive_int(SAMPLE_PERIOD, g(SAMPLE_PERIOD), 250) / 1000.0,
+            final_write_timeout_s=parse_positive_int(FINAL_WRITE_TIMEOUT, g(FINAL_WRITE_TIMEOUT), 5000) / 1000.0,
+            max_samples=parse_positive_int(MAX_SAMPLES, g(MAX_SAMPLES), 0) or None,
             raw_env=raw,
+            warnings=warnings,
         )
 
     def type_enabled(self, name: str) -> bool:
@@ -178,8 +213,10 @@ class CaptureConfig:
 
 
 def capture_requested(env: Mapping[str, str] | None = None) -> bool:
+    """NEURON_RT_INSPECT_ENABLE as a boolean; any other value raises ConfigError (the .pth hook's
+    check is only a cheap pre-filter: it lets 'banana' through to here)."""
     env = os.environ if env is None else env
-    return env.get(ENABLE, "0").strip() not in ("", "0")
+    return parse_bool(ENABLE, env.get(ENABLE), False)
 
 
 def ndet_requested(env: Mapping[str, str] | None = None) -> bool:

@@ -158,6 +158,21 @@ class Runtime:
     def stopped(self) -> bool:
         return self._stopped
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: record nothing more and never write.  The session directory, NDET
+        log, stats file and exit handlers are the parent's (docs/decisions/0008-forked-children.md).
+        The locks are new ones: a thread of the parent (the flush thread) may have held one at the
+        fork, and it does not exist in the child to release it."""
+        self._lock = threading.RLock()
+        self._stopped = True
+        self.end_reason = "forked"
+        for i in range(len(self.enabled)):
+            self.enabled[i] = False  # in place: the hooks hold this list
+        if self.ndet is not None:
+            self.ndet.forget_after_fork()
+        if self.stats is not None:
+            self.stats.forget_after_fork()
+
 
 _RUNTIME: Runtime | None = None
 

@@ -73,3 +73,43 @@ class ProcessIdentity:
     def default_core(self) -> int:
         """The logical core this process drives when nothing more specific is known (CPU hosts)."""
         return max(self.local_rank, 0)
+
+
+# Processes a framework starts for its own book-keeping.  They inherit the environment, so the
+# capture variables turn the runtime on in them too, but they never run the user's graphs: a
+# profile of one is empty noise beside the real ones (docs/decisions/0008-forked-children.md).
+_HELPER_CODE = (  # python -c CODE
+    "from multiprocessing.resource_tracker import",
+    "from multiprocessing.forkserver import",
+    "from multiprocessing.semaphore_tracker import",
+)
+_HELPER_SCRIPTS = ("torch/_inductor/compile_worker/__main__.py",)  # python SCRIPT
+_HELPER_MODULES = ("torch._inductor.compile_worker",)  # python -m MODULE
+
+
+def framework_helper(argv: list[str] | None = None) -> str | None:
+    """What known framework helper this process is (from its real command line), or None:
+    multiprocessing's resource tracker and fork server, Inductor's compile workers."""
+    if argv is None:
+        import sys
+
+        argv = list(getattr(sys, "orig_argv", None) or sys.argv)  # sys.argv is just ['-m'] at .pth time
+    args = argv[1:]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if a == "-c":
+            code = nxt.lstrip()
+            return next((c.split()[1] for c in _HELPER_CODE if code.startswith(c)), None)
+        if a == "-m":
+            return nxt if nxt in _HELPER_MODULES else None
+        if a in ("-W", "-X"):
+            i += 2  # an interpreter option with its argument
+            continue
+        if a.startswith("-"):
+            i += 1  # an interpreter option (-u, -B, -s, -E, -Wdefault...): the command follows
+            continue
+        norm = a.replace(os.sep, "/")
+        return next((s for s in _HELPER_SCRIPTS if norm.endswith(s)), None)
+    return None

@@ -4,6 +4,7 @@ failed capture in plain words, with what to do about each."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from .reader import ProfileError, discover, load_device_trace, load_session
@@ -59,13 +60,29 @@ def check(root: str) -> list[Finding]:
             out.append(Finding("warning", f"{d} {HINT_NO_NEFF}"))
         if not s.device_paths:
             out.append(Finding("info", f"{d} {HINT_ONLY_PB}"))
+        no_final = s.info is not None and s.info.end_reason == "running"
+        if no_final:
+            out.append(Finding("error", f"{d}: {final_write_missing(s.info)}"))
         if s.info is not None and not s.info.runtime_events_seen:
-            out.append(Finding("warning", f"{d}: no runtime events were recorded ({s.info.note or 'the process ran no compiled graph or collective'})"))
+            if no_final:  # the workload may well have run: the files stop at the last complete write
+                out.append(Finding("warning", f"{d}: no runtime events up to its last complete write"))
+            else:
+                out.append(Finding("warning", f"{d}: no runtime events were recorded ({s.info.note or 'the process ran no compiled graph or collective'})"))
         if not bad_ntff:
             n = s.num_events
             out.append(Finding("ok", f"{d}: {n} system events, {len(s.device_paths)} device trace(s), "
                                      f"{len(s.neff_paths)} NEFF(s)"))
     return out
+
+
+def final_write_missing(info) -> str:
+    """Why a profile whose trace_info.pb still says "running" is incomplete, in words."""
+    when = ""
+    if len(info.anchors):
+        when = time.strftime(" (%Y-%m-%d %H:%M:%S UTC)", time.gmtime(info.anchors[-1].wall_ns / 1e9))
+    return ("the final write did not happen: the process was killed (SIGKILL, out of memory) or its final "
+            "write failed (a full disk: its stderr says 'profile incomplete'); the files hold its last "
+            f"complete periodic write{when}")
 
 
 def render(findings: list[Finding]) -> tuple[str, int]:

@@ -1,5 +1,5 @@
 """Compiles a small function and calls it; prints 'ready N' after the warm-up, then either exits,
-raises, or loops until it is killed (argv[1]: exit | raise | forever)."""
+raises, or loops until it is killed (argv[1]: exit | raise | forever | spin: forever without a pause)."""
 import sys
 import time
 
@@ -26,3 +26,6 @@ if mode == "forever":
         cf(x)
         n += 1
         time.sleep(0.001)
+if mode == "spin":
+    while True:
+        cf(x)

@@ -1,0 +1,232 @@
+"""Ending a profiled process on SIGTERM/SIGHUP exactly as the default disposition would, after a
+bounded final write (docs/decisions/0007-signal-exit.md).
+
+A Python-level handler alone is not enough: CPython runs it in the main thread between bytecodes,
+so a rank blocked in C (a gloo ``all_reduce`` waiting for a peer that never comes) would never run
+it and never die; under torchrun the launcher then waits 30 s and SIGKILLs it, losing the final
+write too.  So a signal also wakes a watcher thread at once:
+
+* with the C extension, ``_fastpath.forward_signal`` puts a C handler in front of Python's own: it
+  writes the signal number to a pipe the watcher reads, then chains to Python's handler;
+* without it (or with ``NEURON_EXPLORER_PURE_PYTHON=1``), the pipe is ``signal.set_wakeup_fd``,
+  which Python's own C handler writes (when nobody else holds the wakeup fd; otherwise only the
+  Python handler runs, as before).
+
+The watcher runs the final write in a separate thread, waits for it at most ``timeout_s``, then
+puts back the default disposition and raises the signal again, so the parent sees the process
+killed by that signal.  The main thread, if it reaches our Python handler meanwhile, waits there
+instead of running more of the program.  A second signal during the write only finds the write
+already under way (torchrun forwards a group SIGTERM within milliseconds).
+
+A program's own handler keeps its exact semantics: installed before us, ours calls it and does
+nothing else (the program decides whether and how to end); installed after us, it replaces ours
+(``signal.signal`` also replaces the C handler) and the watcher ignores the wake-up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Callable
+
+try:
+    from . import _fastpath as _fp
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _fp = None
+if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
+    _fp = None
+
+TIMEOUT_VAR = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
+DEFAULT_TIMEOUT_MS = 5000
+# handled signals: the ones whose default disposition ends the process and that a launcher or a
+# scheduler sends to ask a job to stop
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_OURS = 0x80  # a wake-up byte with this bit comes from our own Python handler: no check needed
+
+
+def _die_by_signal(sig: int) -> None:
+    """End the process as ``sig``'s default disposition would (the parent sees it killed by ``sig``)."""
+    try:
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - nothing may stop the process from ending
+        pass
+    if _fp is not None:
+        _fp.die_by_signal(sig)
+    else:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.signal.restype = ctypes.c_void_p
+            libc.signal(ctypes.c_int(sig), ctypes.c_void_p(0))  # SIG_DFL, from any thread
+        except Exception:  # noqa: BLE001
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        signal.pthread_kill(threading.get_ident(), sig)
+    # only reached if the default action does not end the process (not one of SIGNALS): as a last
+    # resort end with the shell's convention for "killed by a signal"
+    time.sleep(1.0)
+    os._exit(128 + sig)
+
+
+class SignalExit:
+    """The signal handling of one process: ``install()`` once from the main thread."""
+
+    def __init__(self, final_write: Callable[[str], None], on_signal: Callable[[], None], timeout_s: float) -> None:
+        """``final_write(reason)``: the last write; ``on_signal()``: note that the workload got a
+        terminating signal (before the program's own handler or the final write)."""
+        self.final_write = final_write
+        self.on_signal = on_signal
+        self.timeout_s = timeout_s
+        self.prev: dict[int, object] = {}  # signal -> the Python-level handler we found
+        self.handlers: dict[int, Callable] = {}  # signal -> our handler
+        self.mode = "none"  # "c", "wakeup_fd" or "none": what wakes the watcher
+        self._r = self._w = -1
+        self._lock = threading.Lock()
+        self._started = False  # the final write (and the end) is under way
+        self._parked = False  # the main thread waits in our handler
+        self._thread: threading.Thread | None = None
+
+    # -- set-up --------------------------------------------------------------------------------
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal.signal works only there; a runtime started elsewhere flushes at exit
+        for sig in SIGNALS:
+            prev = signal.getsignal(sig)
+            if prev is None or prev is signal.SIG_IGN:
+                continue  # installed outside Python, or ignored: not ours to change
+            if sig == signal.SIGINT and prev is signal.default_int_handler:
+                continue  # Python raises KeyboardInterrupt; the program may handle it; atexit flushes
+            self.prev[sig] = prev
+            self.handlers[sig] = self._make_handler(sig)
+            signal.signal(sig, self.handlers[sig])
+        if not self.handlers:
+            return
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(self._r, True)
+        if _fp is not None:
+            for sig in self.handlers:
+                _fp.forward_signal(sig, self._w)
+            self.mode = "c"
+        else:
+            try:
+                old = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+            except ValueError:
+                old = -2
+            if old == -1:
+                self.mode = "wakeup_fd"
+            elif old >= 0:
+                signal.set_wakeup_fd(old)  # someone else's (an event loop): leave it theirs
+        self._thread = threading.Thread(target=self._watch, name="neuron-explorer-signals", daemon=True)
+        self._thread.start()
+
+    def reset_in_child(self) -> None:
+        """In a forked child: the handlers, pipe and watcher belong to the parent.  Put back the
+        signal dispositions the program had, so the child behaves as it would unprofiled."""
+        if _fp is not None:
+            _fp.stop_forwarding()
+        if self.mode == "wakeup_fd":
+            try:
+                old = signal.set_wakeup_fd(-1)
+                if old not in (-1, self._w):
+                    signal.set_wakeup_fd(old)  # someone else's since (an event loop): keep it
+            except ValueError:
+                pass
+        for sig, h in self.handlers.items():
+            try:
+                if signal.getsignal(sig) is h:
+                    signal.signal(sig, self.prev[sig])
+            except (ValueError, OSError):
+                pass
+        for fd in (self._r, self._w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._r = self._w = -1
+        self.handlers.clear()
+        self.mode = "none"
+        self._thread = None
+
+    # -- the Python-level handler (main thread) ------------------------------------------------
+    def _make_handler(self, sig: int):
+        prev = self.prev[sig]
+
+        def handler(signum, frame):
+            if callable(prev):
+                # the program's own handler decides what the signal means; we only take note
+                self.on_signal()
+                return prev(signum, frame)
+            self._main_thread_default(signum)
+
+        handler.__qualname__ = "neuron_explorer_signal_handler"
+        return handler
+
+    def _main_thread_default(self, sig: int) -> None:
+        if self._parked:
+            return  # a second signal while we wait below: the first one's end is under way
+        if self._thread is None or not self._thread.is_alive():
+            self._terminate(sig)  # no watcher (cannot happen normally): do it here
+            return
+        try:
+            os.write(self._w, bytes([sig | _OURS]))  # the watcher may not have been woken (wakeup fd taken)
+        except OSError:
+            pass
+        self._parked = True
+        # The program must not go on running while the final write is done; the watcher ends the
+        # process.  Should it not (it died), end it here after the same bound.
+        threading.Event().wait(self.timeout_s + 2.0)
+        _die_by_signal(sig)
+
+    # -- the watcher ---------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = os.read(self._r, 64)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            for b in data:
+                sig, ours = b & ~_OURS, bool(b & _OURS)
+                if ours or self._is_default(sig):
+                    self._terminate(sig)
+
+    def _is_default(self, sig: int) -> bool:
+        """Is ``sig`` still handled by us, on behalf of the default disposition?"""
+        h = self.handlers.get(sig)
+        return h is not None and signal.getsignal(sig) is h and not callable(self.prev.get(sig))
+
+    def _terminate(self, sig: int) -> None:
+        """The final write, bounded, then the end by ``sig``; runs once, later calls return."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        name = signal.Signals(sig).name
+        try:
+            self.on_signal()
+        except Exception:  # noqa: BLE001
+            pass
+        writer = threading.Thread(target=self._write, args=(f"signal:{name}",),
+                                  name="neuron-explorer-final-write", daemon=True)
+        writer.start()
+        writer.join(self.timeout_s)
+        if writer.is_alive():
+            print(f"neuron-explorer: profile incomplete: the final write did not finish within {self.timeout_s:g} s "
+                  f"of {name} ({TIMEOUT_VAR}); the files on disk are from the last complete write",
+                  file=sys.stderr)
+        _die_by_signal(sig)
+
+    def _write(self, reason: str) -> None:
+        try:
+            self.final_write(reason)
+        except Exception as e:  # noqa: BLE001 - the process must still end
+            print(f"neuron-explorer: warning: final write failed: {e}", file=sys.stderr)

@@ -1,0 +1,73 @@
+"""The CPU/memory sampler keeps a bounded number of samples, like the event rings, and counts the
+ones it overwrote in cpu_util.pb/host_mem.pb."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from neuron_explorer.capture import writer
+from neuron_explorer.capture.samplers import HostSampler, SampleRing, default_capacity
+from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
+
+from ..conftest import clean_env
+from .helpers import sessions
+
+
+def test_a_sample_ring_keeps_the_newest_samples_and_counts_the_rest():
+    r = SampleRing(5, 2, "int64")
+    for i in range(12):
+        r.append(i, (i, -i))
+    ts, rows = r.arrays()
+    assert ts.tolist() == [7, 8, 9, 10, 11] and rows[:, 1].tolist() == [-7, -8, -9, -10, -11]
+    assert r.dropped == 7 and len(r.ts) == 5  # storage never beyond the capacity
+
+
+def test_storage_grows_with_the_samples_not_with_the_capacity():
+    r = SampleRing(10**12, 3, "float32")  # a capacity far beyond memory costs nothing up front
+    for i in range(100):
+        r.append(i, (1.0, 2.0, 3.0))
+    assert 100 <= len(r.ts) <= 200 and r.dropped == 0
+
+
+def test_a_long_run_keeps_a_constant_size_per_write():
+    hs = HostSampler(os.getpid(), 0.25, max_samples=100)
+    sizes = []
+    for i in range(5000):
+        hs.record_cpu(i, [1.0] * hs.ncpu, 2.0)
+        hs.record_mem(i, (1, 2, 3, 4, 5))
+        if i % 1000 == 999:
+            sizes.append(len(writer.encode_cpu_util(hs)) + len(writer.encode_host_mem(hs)))
+    assert len(set(sizes)) <= 2  # (the varint of the drop count may grow by a byte)
+    cpu = pb.CpuUtil.FromString(writer.encode_cpu_util(hs))
+    mem = pb.HostMem.FromString(writer.encode_host_mem(hs))
+    assert cpu.dropped_samples == mem.dropped_samples == 4900
+    ts = np.frombuffer(cpu.ts_ns, dtype="<i8")
+    assert ts.tolist() == list(range(4900, 5000))
+    assert len(np.frombuffer(cpu.cpu_percent, dtype="<f4")) == 100 * hs.ncpu
+    assert np.frombuffer(mem.host_used, dtype="<i8").tolist() == [4] * 100
+
+
+def test_the_default_capacity_fits_a_memory_budget():
+    assert default_capacity(2) == 1_000_000
+    assert 80_000 < default_capacity(192) < 90_000  # 784 B per sample within 64 MiB
+
+
+def test_a_profile_stores_the_bounded_samples_and_the_drop_count(out_dir):
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir),
+                    NEURON_EXPLORER_SAMPLE_PERIOD_MS="10", NEURON_EXPLORER_MAX_SAMPLES="8")
+    p = subprocess.run([sys.executable, "-c", "import time, torch; time.sleep(1.0)"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    (s,) = sessions(out_dir)
+    assert len(np.frombuffer(s.cpu.ts_ns, dtype="<i8")) == 8 and s.cpu.dropped_samples >= 30
+    assert len(np.frombuffer(s.mem.ts_ns, dtype="<i8")) == 8 and s.mem.dropped_samples >= 30
+
+
+def test_a_bad_sample_bound_stops_the_launch():
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_EXPLORER_MAX_SAMPLES="lots")
+    p = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True)
+    assert p.returncode == 2 and "NEURON_EXPLORER_MAX_SAMPLES='lots' is not valid" in p.stderr

@@ -1,0 +1,115 @@
+"""Start-up from the environment: which values stop the launch, which never do, and which
+processes are not profiled at all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer.runtime import config as cfgmod
+
+from ..conftest import clean_env
+from .helpers import sessions, type_counts
+
+LOOP = Path(__file__).parent / "workloads" / "loop.py"
+LIMIT = 10**12  # the documented largest NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=clean_env(**env), capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("value", ["banana", "2", "enabled"])
+def test_an_invalid_enable_value_stops_the_launch(tmp_path, value):
+    p = _run("print('ran')", NEURON_RT_INSPECT_ENABLE=value, NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"))
+    assert p.returncode == 2 and "ran" not in p.stdout
+    assert f"NEURON_RT_INSPECT_ENABLE={value!r} is not valid; accepted: 0 or 1" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["false", "off", "no"])
+def test_a_false_enable_value_turns_nothing_on(tmp_path, value):
+    p = _run("import neuron_explorer.runtime.core as c; print(c.get_runtime())", NEURON_RT_INSPECT_ENABLE=value,
+             NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"))
+    assert p.returncode == 0 and p.stdout.strip() == "None", p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("var", cfgmod.SOURCE_DEBUG_VARS)
+def test_a_source_debug_variable_never_stops_the_program(out_dir, var):
+    """They belong to other tools too: a value we do not understand is off, with a warning."""
+    p = subprocess.run([sys.executable, str(LOOP), "exit", "3"], capture_output=True, text=True, timeout=120,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir),
+                                     **{var: "x"}))
+    assert p.returncode == 0 and "ready 3" in p.stdout, p.stderr
+    assert f"neuron-explorer: warning: {var}='x' is not 0 or 1; neuron-explorer takes it as off" in p.stderr
+    (s,) = sessions(out_dir)
+    assert type_counts(s)["nc_exec_running"] == 3
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(2**64 + 5), str(LIMIT + 1)])
+def test_a_max_events_value_beyond_the_limit_stops_the_launch(value):
+    """2^63 and beyond used to overflow the ring's size and silently record nothing."""
+    p = _run("print('ran')", NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC=value)
+    assert p.returncode == 2 and "ran" not in p.stdout
+    assert f"NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC={value!r} is not valid (too large)" in p.stderr
+    assert "1,000,000,000,000" in p.stderr
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_the_largest_max_events_records_and_costs_only_what_is_recorded(out_dir, pure):
+    """The rings grow by doubling: the limit itself allocates nothing up front."""
+    code = (f"import runpy, sys, resource; sys.argv = [{str(LOOP)!r}, 'exit', '20']; "
+            f"runpy.run_path({str(LOOP)!r}, run_name='__main__'); "
+            "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    p = _run(code, NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir),
+             NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC=str(LIMIT),
+             NEURON_EXPLORER_PURE_PYTHON=pure)
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout.split("maxrss_kb")[1]) < 2_000_000  # (torch itself is most of it)
+    (s,) = sessions(out_dir)
+    assert type_counts(s)["nc_exec_running"] == 20
+    assert s.info.cores[0].capacity == LIMIT
+
+
+MP_JOB = """
+import multiprocessing as mp, os, sys
+def work():
+    import torch
+    torch.ones(2).sum()
+if __name__ == "__main__":
+    import torch
+    ctx = mp.get_context(sys.argv[1])
+    p = ctx.Process(target=work)
+    p.start()
+    p.join()
+    print(os.getpid(), p.pid)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_multiprocessing_helper_processes_leave_no_profile(tmp_path, out_dir, method):
+    """The resource tracker and the fork server inherit the variables: they must not leave empty
+    profiles beside the real ones.  A spawned worker is a process of its own and profiles itself;
+    a fork server's worker is a fork of an unprofiled process."""
+    job = tmp_path / "job.py"
+    job.write_text(MP_JOB)
+    p = subprocess.run([sys.executable, str(job), method], capture_output=True, text=True, timeout=180,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir)))
+    assert p.returncode == 0, p.stderr
+    parent, child = map(int, p.stdout.split())
+    want = {parent, child} if method == "spawn" else {parent}
+    assert {s.info.pid for s in sessions(out_dir)} == want
+    assert len(list(out_dir.iterdir())) == len(want)  # no other process directory, not even empty
+
+
+def test_a_python_process_that_runs_no_framework_leaves_no_profile(out_dir):
+    """e.g. Inductor's `python -c "...cdll.LoadLibrary(kernel.so)"` checks, build tools."""
+    p = _run("import ctypes; ctypes.CDLL(None); print('ran')", NEURON_RT_INSPECT_ENABLE="1",
+             NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir), NEURON_EXPLORER_FLUSH_PERIOD_MS="50")
+    assert p.returncode == 0 and "ran" in p.stdout
+    assert not out_dir.exists() or not list(out_dir.iterdir())
