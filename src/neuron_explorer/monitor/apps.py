@@ -49,8 +49,12 @@ class ProcessGone(Exception):
 MAX_SNAPSHOT_BYTES = 64 << 20
 #: Bounds on what a snapshot may list; a real application stays far below them.
 MAX_ITEMS = 1 << 16
+MAX_CORES = 4096
 MAX_SUBGRAPHS = 4096
-_MAX_INT = (1 << 63) - 1
+#: Counters and nanoseconds stay below 2^62 and byte figures below 2^48 (256 TiB), so that the sums
+#: a report makes of them (categories x cores) still fit the 64-bit integers of its JSON.
+_MAX_INT = 1 << 62
+MAX_BYTES = 1 << 48
 
 
 def read_snapshot(path: Path) -> dict[str, Any]:
@@ -117,11 +121,11 @@ class _Check:
         if not isinstance(v, list) or len(v) > MAX_ITEMS:
             raise self.bad(key, v, f"an array of at most {MAX_ITEMS} entries")
 
-    def counts(self, key: str, v: Any) -> None:
+    def counts(self, key: str, v: Any, hi: int = _MAX_INT) -> None:
         """A str -> count object (executions, errors, memory categories)."""
         self.dict(key, v)
         for k, n in v.items():
-            self.int(f"{key}.{k}", n)
+            self.int(f"{key}.{k}", n, 0, hi)
 
     def core_key(self, key: str, k: Any) -> None:
         if not (isinstance(k, str) and k.isdigit() and len(k) <= 6):
@@ -152,6 +156,8 @@ class _Check:
         self.counts("errors", snap.get("errors"))
         cores = snap.get("cores")
         self.dict("cores", cores)
+        if len(cores) > MAX_CORES:
+            raise self.bad("cores", f"{len(cores)} entries", f"at most {MAX_CORES} cores")
         for k, c in cores.items():
             self.core_key("cores", k)
             self.dict(f"cores.{k}", c)
@@ -164,12 +170,14 @@ class _Check:
         mem = snap.get("memory", {})
         self.dict("memory", mem)
         if self.dict("memory.host", mem.get("host"), none=True):
-            self.counts("memory.host", mem["host"])
+            self.counts("memory.host", mem["host"], MAX_BYTES)
         per_core = mem.get("per_core", {})
         self.dict("memory.per_core", per_core)
+        if len(per_core) > MAX_CORES:
+            raise self.bad("memory.per_core", f"{len(per_core)} entries", f"at most {MAX_CORES} cores")
         for k, cats in per_core.items():
             self.core_key("memory.per_core", k)
-            self.counts(f"memory.per_core.{k}", cats)
+            self.counts(f"memory.per_core.{k}", cats, MAX_BYTES)
         self.list("models", snap.get("models", []))
         for i, m in enumerate(snap.get("models", [])):
             key = f"models[{i}]"
@@ -181,8 +189,8 @@ class _Check:
             self.int(f"{key}.nc_idx", m.get("nc_idx"), 0, 65535)
             self.int(f"{key}.executions", m.get("executions", 0))
             self.int(f"{key}.subgraphs", m.get("subgraphs", 1), 1, MAX_SUBGRAPHS)
-            self.int(f"{key}.code_bytes", m.get("code_bytes"))
-            self.int(f"{key}.constants_bytes", m.get("constants_bytes"))
+            self.int(f"{key}.code_bytes", m.get("code_bytes"), 0, MAX_BYTES)
+            self.int(f"{key}.constants_bytes", m.get("constants_bytes"), 0, MAX_BYTES)
             self.num(f"{key}.flops", m.get("flops"), none=True)
 
 
@@ -331,6 +339,8 @@ class AppTracker:
             else:
                 util = round(min(100.0, 100.0 * max(0, c["busy_ns"] - o["busy_ns"]) / (dt * 1e9)), 2)
                 flops = (c["flops"] - o["flops"]) / dt if c.get("flops_known") else None
+                if flops is not None and not 0 <= flops < 2.0 ** 62:  # a reset or a damaged file
+                    flops = None
             cores[idx] = {"neuroncore_utilization": util, "flops": None if flops is None else int(round(flops))}
         if dt <= 0:
             error = "the application published no new stats during the period"
