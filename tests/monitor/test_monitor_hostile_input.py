@@ -3,6 +3,7 @@ stdin, a client that connects to the HTTPS exporter and says nothing, impossible
 that are too deep or ask for absurd periods, and snapshot files of the wrong types."""
 
 import json
+import math
 import shutil
 import socket
 import ssl
@@ -250,3 +251,44 @@ def test_a_config_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
     r = subprocess.run([bin_path("neuron-monitor"), "-c", str(tmp_path / "latin1.conf")], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 2 and "not UTF-8" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_fuzz_reports_never_raise_in_the_tracker() -> None:
+    """Seeded mutations of a full report, for a bounded time: the sample builder both companions use
+    must never raise (the companions' catch-all is the last resort, not the plan), and every sample
+    it makes must be finite (the CloudWatch publisher then leaves out what CloudWatch would refuse)."""
+    import os
+    import random
+
+    from neuron_explorer.monitor.metrics import ReportTracker, report_problem
+
+    odd = [None, True, -1, 0, 2 ** 64, 1e308, -1e308, "", "x", [], [1, "a"], {}, {"0": {"a": None}}, [[{}]]]
+    seed = int(os.environ.get("NEURON_EXPLORER_FUZZ_SEED", "1"))
+    rng = random.Random(seed)
+    base = sample_report(3, 1.0)
+    tracker = ReportTracker()
+    deadline = time.monotonic() + float(os.environ.get("NEURON_EXPLORER_FUZZ_SECONDS", "2"))
+    n = 0
+    while time.monotonic() < deadline:
+        rep = json.loads(json.dumps(base))
+        for _ in range(rng.randint(1, 4)):
+            paths, stack = [], [((), rep)]
+            while stack:
+                path, v = stack.pop()
+                if path:
+                    paths.append(path)
+                if isinstance(v, dict):
+                    stack += [(path + (k,), x) for k, x in v.items()]
+                elif isinstance(v, list):
+                    stack += [(path + (i,), x) for i, x in enumerate(v)]
+            path = rng.choice(paths)
+            cur = rep
+            for p in path[:-1]:
+                cur = cur[p]
+            cur[path[-1]] = json.loads(json.dumps(rng.choice(odd)))
+        if report_problem(rep) is None:
+            for s in tracker.samples(rep):
+                assert math.isfinite(s.value), (seed, n, s)
+        n += 1
+    assert n > 50
+
