@@ -6,9 +6,7 @@ it left out.  ``NEURON_EXPLORER_FUZZ_SECONDS`` / ``NEURON_EXPLORER_FUZZ_SEED`` a
 """
 
 import json
-import os
 import random
-import resource
 import subprocess
 import sys
 import time
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.monitor.app_stats import AppStats
+from tests.fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
 
 FAST_S = 4.0
 SLOW_S = 60.0
@@ -38,20 +37,6 @@ sys.exit(m.run(sys.stdout, max_reports=int(sys.argv[2])))
 """
 
 
-def _budget(default: float) -> float:
-    return float(os.environ.get("NEURON_EXPLORER_FUZZ_SECONDS", default))
-
-
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj[:6]):
-            yield from _paths(v, prefix + (i,))
-
-
 def mutate(snap: dict, raw: bytes, rng: random.Random) -> bytes:
     kind = rng.randrange(6)
     if kind == 0:  # bytes flipped
@@ -63,7 +48,7 @@ def mutate(snap: dict, raw: bytes, rng: random.Random) -> bytes:
         return raw[:rng.randrange(len(raw))]
     s = json.loads(json.dumps(snap))
     for _ in range(rng.randint(1, 3)):  # fields of another type, out of range, or gone
-        path = rng.choice([p for p in _paths(s) if p and p[0] not in ("pid", "start_time", "format")])
+        path = rng.choice([p for p in json_paths(s, per_list=6) if p and p[0] not in ("pid", "start_time", "format")])
         cur = s
         for p in path[:-1]:
             cur = cur[p]
@@ -74,10 +59,6 @@ def mutate(snap: dict, raw: bytes, rng: random.Random) -> bytes:
     if kind == 5 and isinstance(snap.get("models"), list) and snap["models"]:
         s["models"] = [dict(snap["models"][0], subgraphs=rng.choice([10 ** 9, 4097, 0]))] * rng.randint(1, 3)
     return json.dumps(s).encode()
-
-
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEM_CAP, MEM_CAP))
 
 
 def _publish(stats: Path, pid: int, tag: str) -> Path:
@@ -95,7 +76,6 @@ def _publish(stats: Path, pid: int, tag: str) -> Path:
 
 def fuzz(work: Path, seconds: float, seed: int) -> int:
     sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(SLEEPERS)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     tried, run = 0, 0
     try:
         deadline = time.monotonic() + seconds
@@ -110,8 +90,7 @@ def fuzz(work: Path, seconds: float, seed: int) -> int:
                 raw = path.read_bytes()
                 path.write_bytes(mutate(json.loads(raw), raw, rng))
                 damaged[p.pid] = path
-            r = subprocess.run([sys.executable, "-c", READER, str(stats), "2"], capture_output=True, text=True,
-                               timeout=120, preexec_fn=_capped, env=env)
+            r = run_capped([sys.executable, "-c", READER, str(stats), "2"], MEM_CAP)
             where = f"(NEURON_EXPLORER_FUZZ_SEED={seed}, run {run}; files in {stats})"
             assert r.returncode == 0, f"exit {r.returncode} {where}\n{r.stderr[-3000:]}"
             assert "Traceback" not in r.stderr, f"{where}\n{r.stderr[-3000:]}"
@@ -138,11 +117,9 @@ def fuzz(work: Path, seconds: float, seed: int) -> int:
 
 
 def test_fuzz_monitor_snapshot_reader_fast(tmp_path: Path) -> None:
-    seed = int(os.environ.get("NEURON_EXPLORER_FUZZ_SEED", "1"))
-    assert fuzz(tmp_path, _budget(FAST_S), seed) >= SLEEPERS - 1
+    assert fuzz(tmp_path, budget(FAST_S), fuzz_seed(1)) >= SLEEPERS - 1
 
 
 @pytest.mark.slow
 def test_fuzz_monitor_snapshot_reader_long(tmp_path: Path) -> None:
-    seed = int(os.environ.get("NEURON_EXPLORER_FUZZ_SEED", "2"))
-    assert fuzz(tmp_path, _budget(SLOW_S), seed) >= SLEEPERS - 1
+    assert fuzz(tmp_path, budget(SLOW_S), fuzz_seed(2)) >= SLEEPERS - 1

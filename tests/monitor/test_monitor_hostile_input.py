@@ -4,7 +4,6 @@ that are too deep or ask for absurd periods, and snapshot files of the wrong typ
 
 import json
 import math
-import shutil
 import socket
 import ssl
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor_helpers import bin_path, free_port
+from monitor_helpers import bin_path, free_port, make_cert
 from neuron_explorer.monitor import metrics
 from neuron_explorer.monitor.prometheus_exporter import ReportState, consume
 from test_monitor_prometheus import sample_report
@@ -171,20 +170,8 @@ def test_a_line_without_end_is_dropped_in_pieces(monkeypatch: pytest.MonkeyPatch
     assert consume(stream, state) == 1 and state.reports == 1
 
 
-def _make_cert(tmp_path: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a test certificate (Debian package 'openssl')")
-    key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
-    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                       capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"openssl could not make a test certificate: {r.stderr.decode()[:200]}")
-    return key, cert
-
-
 def test_a_silent_connection_does_not_stall_https_scrapes(tmp_path: Path) -> None:
-    key, cert = _make_cert(tmp_path)
+    key, cert = make_cert(tmp_path)
     port = free_port()
     p = subprocess.Popen([bin_path("neuron-monitor-prometheus.py"), "--port", str(port), "--cert-file", str(cert),
                           "--key-file", str(key)], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

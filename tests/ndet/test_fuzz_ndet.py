@@ -10,11 +10,8 @@ The mutations that matter most re-seal the checksum after changing the header or
 from __future__ import annotations
 
 import json
-import os
 import random
-import resource
 import struct
-import subprocess
 import sys
 import time
 import zlib
@@ -25,6 +22,7 @@ import pytest
 
 from neuron_explorer.ndet import format as fmt
 
+from ..fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
 from .helpers import JOB_ENV, logs_in, make_recorder, run_job
 
 FAST_S = 4.0
@@ -37,10 +35,6 @@ ODD_VALUES = [None, True, False, -1, 0, 1, 2 ** 31, 2 ** 62, 2 ** 63, -2 ** 63, 
 EXTREMES = [0, -1, 1, 2 ** 31 - 1, 2 ** 62, 2 ** 63 - 1, -2 ** 63, 65535, 255]
 
 
-def _budget(default: float) -> float:
-    return float(os.environ.get("NEURON_EXPLORER_FUZZ_SECONDS", default))
-
-
 def _split(data: bytes) -> tuple[dict, bytes]:
     (hlen,) = struct.unpack_from("<I", data, len(fmt.MAGIC))
     h0 = len(fmt.MAGIC) + 4
@@ -50,16 +44,6 @@ def _split(data: bytes) -> tuple[dict, bytes]:
 def _seal(hb: bytes, records: bytes) -> bytes:
     body = fmt.MAGIC + struct.pack("<I", len(hb)) + hb + records
     return body + fmt.TRAILER + struct.pack("<II", zlib.crc32(body) & 0xFFFFFFFF, 0)
-
-
-def _paths(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj[:8]):
-            yield from _paths(v, prefix + (i,))
 
 
 def _set_path(obj, path, value, delete: bool):
@@ -88,7 +72,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     header, records = _split(data)
     if kind in (3, 4):  # a header field of another type, or gone; checksum re-sealed
         for _ in range(rng.randint(1, 3)):
-            path = rng.choice([p for p in _paths(header) if p])
+            path = rng.choice([p for p in json_paths(header) if p])
             _set_path(header, path, json.loads(json.dumps(rng.choice(ODD_VALUES))), delete=rng.random() < 0.2)
         return _seal(json.dumps(header).encode(), records)
     if kind == 5:  # the header's text damaged, checksum re-sealed
@@ -115,14 +99,9 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return _seal(json.dumps(header).encode(), records)
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEM_CAP, MEM_CAP))
-
-
 def fuzz(corpus: list[Path], work: Path, seconds: float, seed: int) -> int:
     """Run batches until the budget is spent; returns the number of damaged files tried."""
     originals = {p.name: p.read_bytes() for p in corpus}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     deadline = time.monotonic() + seconds
     tried, run = 0, 0
     while time.monotonic() < deadline or run == 0:
@@ -138,8 +117,8 @@ def fuzz(corpus: list[Path], work: Path, seconds: float, seed: int) -> int:
             (d / name).write_bytes(mutate(originals[rng.choice(sorted(originals))], rng))
             fuzzed.append(name)
         trace = work / f"trace{run}.json"
-        r = subprocess.run([sys.executable, "-m", "neuron_explorer.ndet.cli", "--log-prefix", str(d), "-o", str(trace)],
-                           capture_output=True, text=True, timeout=120, preexec_fn=_capped, env=env)
+        r = run_capped([sys.executable, "-m", "neuron_explorer.ndet.cli", "--log-prefix", str(d), "-o", str(trace)],
+                       MEM_CAP)
         where = f"(seed {seed}, run {run}: NEURON_EXPLORER_FUZZ_SEED={seed}; files kept in {d})"
         assert r.returncode in (0, 1), f"exit {r.returncode} {where}\n{r.stderr[-3000:]}"
         assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, f"{where}\n{r.stderr[-3000:]}"
@@ -182,20 +161,20 @@ def _synthetic_job(d: Path) -> list[Path]:
 
 
 def test_fuzz_neuron_det_fast(tmp_path: Path) -> None:
-    seed = int(os.environ.get("NEURON_EXPLORER_FUZZ_SEED", "1"))
+    seed = fuzz_seed(1)
     corpus = _synthetic_job(tmp_path / "corpus")
     assert len(corpus) == 3
     (tmp_path / "work").mkdir()
-    assert fuzz(corpus, tmp_path / "work", _budget(FAST_S), seed) >= BATCH
+    assert fuzz(corpus, tmp_path / "work", budget(FAST_S), seed) >= BATCH
 
 
 @pytest.mark.slow
 def test_fuzz_neuron_det_on_a_real_job(tmp_path: Path) -> None:
-    seed = int(os.environ.get("NEURON_EXPLORER_FUZZ_SEED", "2"))
+    seed = fuzz_seed(2)
     d = tmp_path / "corpus"
     p = run_job(d, "skip", steps=4)  # a real 2-rank torchrun/gloo job with a culprit to find
     assert p.returncode != 0
     corpus = logs_in(d)
     assert len(corpus) == 2
     (tmp_path / "work").mkdir()
-    assert fuzz(corpus, tmp_path / "work", _budget(SLOW_S), seed) >= BATCH
+    assert fuzz(corpus, tmp_path / "work", budget(SLOW_S), seed) >= BATCH
