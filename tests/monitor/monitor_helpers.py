@@ -96,3 +96,18 @@ FULL_RUNTIME_METRICS = [
     {"type": "neuron_runtime_vcpu_usage"},
 ]
 FULL_SYSTEM_METRICS = [{"type": "vcpu_usage"}, {"type": "memory_info"}, {"type": "neuron_hw_counters"}]
+
+
+def make_cert(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed key and certificate for 127.0.0.1 (skips the test without ``openssl``)."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make a test certificate (Debian package 'openssl')")
+    key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"openssl could not make a test certificate: {r.stderr.decode()[:200]}")
+    return key, cert

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import time
@@ -14,7 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor_helpers import FULL_RUNTIME_METRICS, FULL_SYSTEM_METRICS, Apps, bin_path, free_port, write_config
+from monitor_helpers import (FULL_RUNTIME_METRICS, FULL_SYSTEM_METRICS, Apps, bin_path, free_port, make_cert,
+                             write_config)
 from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS
 from neuron_explorer.monitor.prometheus_exporter import ReportState, consume
 
@@ -130,14 +130,7 @@ def _wait_http(url: str, context: ssl.SSLContext | None = None, timeout: float =
 
 
 def test_tls_with_key_and_cert(tmp_path: Path) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a test certificate (Debian package 'openssl')")
-    key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
-    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                       capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"openssl could not make a test certificate: {r.stderr.decode()[:200]}")
+    key, cert = make_cert(tmp_path)
     port = free_port()
     p = subprocess.Popen([bin_path("neuron-monitor-prometheus.py"), "--port", str(port), "--cert-file", str(cert),
                           "--key-file", str(key)], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

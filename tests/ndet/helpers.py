@@ -23,13 +23,17 @@ def ndet_env(log_dir: Path, flush_usec: int = 100000, **extra: str) -> dict[str,
                      **extra)
 
 
-def run_job(log_dir: Path, mode: str, nproc: int = 2, steps: int = 5, timeout: float = 120,
+def job_cmd(mode: str, nproc: int = 2, steps: int = 5, port: int | None = None) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
+            "127.0.0.1", "--master_port", str(port or free_port()), str(JOB), mode, str(steps)]
+
+
+def run_job(log_dir: Path, mode: str, nproc: int = 2, steps: int = 5, timeout: float = 120, port: int | None = None,
             **extra: str) -> subprocess.CompletedProcess:
     """torchrun the test job with one injected fault; returns the (possibly failed) launcher result."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
-           "127.0.0.1", "--master_port", str(free_port()), str(JOB), mode, str(steps)]
-    return subprocess.run(cmd, env=ndet_env(log_dir, **extra), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(job_cmd(mode, nproc, steps, port), env=ndet_env(log_dir, **extra), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def neuron_det(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -45,12 +49,32 @@ def logs_in(d: Path) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.name.startswith("ndet_"))
 
 
+JOB_ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"}
+
+
 def make_recorder(log_dir: Path, rank: int = 0, world: int = 2, num_entries: int = 100, pid: int | None = None,
-                  flush_usec: int = 1_000_000) -> NdetRecorder:
-    """A recorder on a real Runtime with a chosen identity (no framework needed to write)."""
+                  flush_usec: int = 1_000_000, job_env: dict[str, str] | None = None) -> NdetRecorder:
+    """A recorder on a real Runtime with a chosen identity (no framework needed to write).
+
+    ``job_env``: the launcher's variables the log's job id comes from (default: torchrun's on port
+    29500)."""
     ident = ProcessIdentity(instance_id="i-0123456789abcdef0", hostname="test", pid=pid or (40000 + rank),
                             rank=rank, local_rank=rank, world_size=world, node_rank=0, process_tag="t")
     rt = Runtime(CaptureConfig(max_events_per_nc=1), ident=ident)
     rt.add_model(name="step_graph", neff_name="neff_1234", graph_hash="abcd", backend="aot_eager",
                  kind="forward", nc_idx=rank)
-    return NdetRecorder(rt, str(log_dir), flush_usec, num_entries, require_framework=False)
+    return NdetRecorder(rt, str(log_dir), flush_usec, num_entries, require_framework=False,
+                        env=JOB_ENV if job_env is None else job_env)
+
+
+def seal(header: dict, records: bytes = b"", raw_header: bytes | None = None) -> bytes:
+    """An NDET log with a valid checksum around any header (``raw_header``: bytes used as they are),
+    as a crafted or buggy writer could produce: the reader must judge the contents, not the CRC."""
+    import struct
+    import zlib
+
+    from neuron_explorer.ndet import format as fmt
+
+    hb = raw_header if raw_header is not None else json.dumps(header).encode()
+    body = fmt.MAGIC + struct.pack("<I", len(hb)) + hb + records
+    return body + fmt.TRAILER + struct.pack("<II", zlib.crc32(body) & 0xFFFFFFFF, 0)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import load_trace, logs_in, neuron_det, run_job
+from .helpers import WORKLOADS, job_cmd, load_trace, logs_in, ndet_env, neuron_det, run_job
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +118,7 @@ def test_corrupt_log_is_named_and_skipped(clean4: Path, tmp_path: Path) -> None:
     r = neuron_det("--log-prefix", str(d), "-o", str(tmp_path / "t.json"))
     assert victim.name in r.stderr and "truncated" in r.stderr
     assert "no errors detected ✓" in r.stdout
-    assert r.returncode == 3  # clean, but something was skipped
+    assert r.returncode == 1  # clean, but something was skipped
 
 
 FR_JOB = r'''
@@ -159,3 +159,64 @@ def test_flight_recorder_dumps_get_the_same_analysis(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     # Flight Recorder numbers collectives from 1: the 4th all_reduce is #4
     assert "culprit: rank 1 never entered all_reduce #4 of group [0, 1]" in r.stdout, r.stdout
+
+
+def test_two_real_jobs_in_one_directory_are_analysed_apart(tmp_path: Path) -> None:
+    """Two healthy jobs side by side (different ports, overlapping in time), then a third on the first
+    one's port (torchrun's default port is the usual case): one directory, three clean jobs.  Mixed,
+    their different step counts made a false culprit ("mismatched dtype/op/size")."""
+    import subprocess
+
+    from ..conftest import free_port
+
+    d = tmp_path / "ndet"
+    d.mkdir()
+    p1, p2 = free_port(), free_port()
+    a = subprocess.Popen(job_cmd("clean", steps=3, port=p1), env=ndet_env(d), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    b = subprocess.run(job_cmd("clean", steps=6, port=p2), env=ndet_env(d), capture_output=True, timeout=120)
+    assert a.wait(timeout=120) == 0 and b.returncode == 0
+    assert run_job(d, "clean", steps=4, port=p1).returncode == 0
+    assert len(logs_in(d)) == 6
+    r = neuron_det("--log-prefix", str(d), "-o", str(tmp_path / "t.json"), "--show-dependencies")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "culprit" not in r.stdout and r.stdout.count("no errors detected ✓") == 3, r.stdout
+    assert r.stdout.startswith(f"3 jobs found in {d} ")
+    heads = sorted(ln.split(",")[0].split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.startswith("== job"))
+    assert heads == sorted([f"127.0.0.1:{p1}", f"127.0.0.1:{p2}", f"127.0.0.1:{p1}"]), r.stdout
+    r = neuron_det("--log-prefix", str(d), "-o", str(tmp_path / "t.json"), "--ranks", "1")
+    assert r.returncode == 0 and "3 jobs found" in r.stdout and "culprit" not in r.stdout
+
+
+def test_rank_comes_from_torch_distributed_when_rank_is_not_in_the_environment(tmp_path: Path) -> None:
+    """init_process_group(init_method="tcp://...") with no RANK variable: the log still says which rank
+    wrote it (name and header), and its job id is the store's address."""
+    import json
+    import subprocess
+    import sys
+
+    from neuron_explorer.ndet import format as fmt
+
+    from ..conftest import free_port
+
+    d = tmp_path / "ndet"
+    d.mkdir()
+    port = free_port()
+    env = ndet_env(d)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    procs = [subprocess.Popen([sys.executable, str(WORKLOADS / "ndet_tcp_job.py"), str(r), str(port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+    logs = logs_in(d)
+    assert sorted(p.name.split("_gid")[1].split("_")[0] for p in logs) == ["0", "1"], logs  # no "gid-" left
+    for p in logs:
+        h = fmt.read_log(str(p)).header
+        assert h["ident"]["rank"] == int(p.name.split("_gid")[1].split("_")[0]) and h["ident"]["world_size"] == 2
+        assert h["job"]["master"] == f"127.0.0.1:{port}", json.dumps(h["job"])
+    r = neuron_det("--log-prefix", str(d), "-o", str(tmp_path / "t.json"))
+    assert r.returncode == 0 and r.stdout.strip() == "no errors detected ✓", r.stdout + r.stderr
+    procs = [e["args"]["name"] for e in load_trace(tmp_path / "t.json") if e.get("name") == "process_name"]
+    assert sorted(n.split("(")[1].split(",")[0] for n in procs) == ["rank 0", "rank 1"]

@@ -26,6 +26,14 @@ _PAYLOAD_BUDGET = int(MAX_PAYLOAD_BYTES * 0.6)
 MAX_DIMENSIONS = 30
 
 _UNITS = {"Bytes": "Bytes", "Count": "Count", "Seconds": "Seconds", "None": "None"}
+#: CloudWatch refuses a whole PutMetricData request for one value of magnitude outside 2^-360..2^360.
+_MAX_MAGNITUDE = 2.0 ** 360
+_MIN_MAGNITUDE = 2.0 ** -360
+
+
+def accepted_value(v: float) -> bool:
+    """Whether CloudWatch accepts ``v`` (0, or a finite magnitude inside its range)."""
+    return v == 0 or _MIN_MAGNITUDE <= abs(v) <= _MAX_MAGNITUDE
 
 
 def to_datum(sample: Sample, timestamp: _dt.datetime) -> dict[str, Any]:
@@ -71,14 +79,20 @@ class CloudWatchPublisher:
     def publish(self, report: dict[str, Any]) -> int:
         """Send the fresh samples of one report; returns how many datums were accepted."""
         now = _dt.datetime.now(_dt.timezone.utc)
-        datums = [to_datum(s, now) for s in self.tracker.samples(report) if s.fresh]
+        fresh = [s for s in self.tracker.samples(report) if s.fresh]
+        datums = [to_datum(s, now) for s in fresh if accepted_value(s.value)]
+        if len(datums) < len(fresh):
+            print(f"neuron-monitor-cloudwatch: {len(fresh) - len(datums)} value(s) outside CloudWatch's range "
+                  "(magnitude 2^-360 to 2^360) left out of this report", file=self.err, flush=True)
         sent = 0
         for batch in batches(datums, self.max_datums):
             try:
                 self.client.put_metric_data(Namespace=self.namespace, MetricData=batch)
             except Exception as exc:  # noqa: BLE001 - keep streaming; the next period may succeed
                 self.failures += 1
-                print(f"neuron-monitor-cloudwatch: PutMetricData failed ({len(batch)} datums): {exc}", file=self.err, flush=True)
+                why = " ".join(str(exc).split())  # one line, even when the service answers with a page
+                print(f"neuron-monitor-cloudwatch: PutMetricData failed ({len(batch)} datums): "
+                      f"{why[:300]}{'...' if len(why) > 300 else ''}", file=self.err, flush=True)
                 continue
             self.requests += 1
             sent += len(batch)

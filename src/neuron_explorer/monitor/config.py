@@ -9,7 +9,9 @@ stderr ends up in a log that someone reads later.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +30,14 @@ SYSTEM_GROUPS: tuple[str, ...] = ("neuron_hw_counters", "vcpu_usage", "memory_in
 DEFAULT_PERIOD_S = 5.0
 #: Shortest accepted period: below this the monitor would mostly measure itself.
 MIN_PERIOD_S = 0.1
+#: Longest accepted period (a day): longer ones overflow the timers and are surely a typo.
+MAX_PERIOD_S = 86400.0
+#: Larger configuration files are refused unread (a real one is a few hundred bytes).
+MAX_CONFIG_BYTES = 1 << 20
 
 _PERIOD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)\s*$")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-PERIOD_FORMS = 'a number followed by a unit: "500ms", "1s", "1.5s", "2m", "1h" (at least 100ms)'
+PERIOD_FORMS = 'a number followed by a unit: "500ms", "1s", "1.5s", "2m", "1h" (at least 100ms, at most 24h)'
 
 
 class ConfigError(ValueError):
@@ -48,6 +54,9 @@ def parse_period(value: Any, key: str) -> float:
     seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
     if seconds < MIN_PERIOD_S:
         raise ConfigError(f"{key}: period {json.dumps(value)} is too short; expected {PERIOD_FORMS}")
+    if not seconds <= MAX_PERIOD_S:  # also catches inf from a very long digit string
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise ConfigError(f"{key}: period {json.dumps(shown)} is too long; expected {PERIOD_FORMS}")
     return seconds
 
 
@@ -154,13 +163,33 @@ def parse_config(data: Any) -> MonitorConfig:
     return cfg
 
 
+def _read_text(p: Path) -> str:
+    """The file's text; only a regular file of at most MAX_CONFIG_BYTES is read (a FIFO would block,
+    /dev/zero never ends)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read configuration file ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{p}: not a regular file; expected a JSON configuration file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: {st.st_size} bytes; a configuration file is at most {MAX_CONFIG_BYTES} bytes")
+        try:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read configuration file ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); expected a JSON configuration file") from None
+
+
 def load_config(path: str | Path) -> MonitorConfig:
     """Read and validate a configuration file."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read configuration file ({exc.strerror or exc})") from None
+    text = _read_text(p)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -168,4 +197,7 @@ def load_config(path: str | Path) -> MonitorConfig:
             f"{p}: not valid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
             "expected a JSON object with keys period, neuron_runtimes, system_metrics"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"{p}: JSON nested too deeply; expected a JSON object with keys period, "
+                          "neuron_runtimes, system_metrics") from None
     return parse_config(data)

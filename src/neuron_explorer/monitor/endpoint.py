@@ -97,7 +97,8 @@ def list_snapshots(stats_dir: Path) -> list[tuple[int, str]]:
             if not name.endswith(SNAPSHOT_SUFFIX):
                 continue
             stem = name[: -len(SNAPSHOT_SUFFIX)]
-            if stem.isdigit():
+            # a pid: anything longer cannot be one (and would overflow the process calls made with it)
+            if stem.isdigit() and len(stem) <= 10 and 0 < int(stem) < (1 << 31):
                 out.append((int(stem), e.path))
     out.sort()
     return out

@@ -10,6 +10,7 @@ receive duplicate datapoints.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TextIO
@@ -91,12 +92,29 @@ class Sample:
 
 
 def _label(v: Any) -> str:
-    return "" if v is None else str(v)
+    return "" if v is None else str(v)[:1024]
+
+
+# A report comes from a pipe: any field may have any JSON type.  These give the expected container
+# or nothing, so one odd field costs its own samples only, never the report or the exporter.
+def _d(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _l(v: Any) -> list:
+    return v if isinstance(v, list) else []
+
+
+def _pct(v: Any) -> float | None:
+    """A percentage as a 0-1 ratio, or None when it is not a number."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) / 100.0
 
 
 def base_labels(report: dict[str, Any]) -> dict[str, str]:
     """The instance labels from a report's ``instance_info``."""
-    info = report.get("instance_info") or {}
+    info = _d(report.get("instance_info"))
     return {k: _label(info.get(src)) for k, src in _INSTANCE_KEYS.items()}
 
 
@@ -124,80 +142,83 @@ class ReportTracker:
         live: set[tuple[Any, str]] = set()
 
         def mk(name: str, extra: dict[str, str], value: Any, fresh: bool) -> Sample | None:
-            if value is None or isinstance(value, bool):
+            # numbers only, and finite: CloudWatch refuses a whole request for one NaN
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return None
             try:
                 v = float(value)
-            except (TypeError, ValueError):
+            except OverflowError:  # an integer beyond a double's range
+                return None
+            if not math.isfinite(v):
                 return None
             return Sample(name, {**base, **extra}, v, fresh)
 
         out: list[Sample | None] = []
-        for rt in report.get("neuron_runtime_data") or []:
+        for rt in _l(report.get("neuron_runtime_data")):
+            if not isinstance(rt, dict):
+                continue
             tag = _label(rt.get("neuron_runtime_tag"))
-            scope = ("rt", rt.get("pid"), tag)
+            scope = ("rt", _label(rt.get("pid")), tag)
             rl = {"runtime_tag": tag}
-            rep = rt.get("report") or {}
-            for group, data in rep.items():
+            for group, data in _d(rt.get("report")).items():
                 if not isinstance(data, dict):
                     continue
                 live.add((scope, group))
                 fresh = self._fresh(scope, group, data)
                 if group == "neuroncore_counters":
-                    for nc, c in (data.get("neuroncores_in_use") or {}).items():
-                        u = c.get("neuroncore_utilization") if isinstance(c, dict) else None
+                    for nc, c in _d(data.get("neuroncores_in_use")).items():
                         out.append(mk("neuroncore_utilization_ratio", {**rl, "neuroncore": str(nc)},
-                                      None if u is None else float(u) / 100.0, fresh))
+                                      _pct(_d(c).get("neuroncore_utilization")), fresh))
                 elif group == "neuron_runtime_vcpu_usage":
-                    for ut, v in (data.get("vcpu_usage") or {}).items():
-                        out.append(mk("neuron_runtime_vcpu_usage_ratio", {**rl, "usage_type": ut},
-                                      None if v is None else float(v) / 100.0, fresh))
+                    for ut, v in _d(data.get("vcpu_usage")).items():
+                        out.append(mk("neuron_runtime_vcpu_usage_ratio", {**rl, "usage_type": ut}, _pct(v), fresh))
                 elif group == "memory_used":
-                    used = data.get("neuron_runtime_used_bytes") or {}
+                    used = _d(data.get("neuron_runtime_used_bytes"))
                     for loc in ("host", "neuron_device"):
                         out.append(mk("neuron_runtime_memory_used_bytes", {**rl, "memory_location": loc}, used.get(loc), fresh))
-                    per_core = (used.get("usage_breakdown") or {}).get("neuroncore_memory_usage") or {}
+                    per_core = _d(_d(used.get("usage_breakdown")).get("neuroncore_memory_usage"))
                     for nc, cats in per_core.items():
                         for cat in CORE_MEMORY_METRICS:
                             out.append(mk(f"neuroncore_memory_usage_{cat}",
                                           {**rl, "neuroncore": str(nc), "memory_location": "neuron_device"},
-                                          (cats or {}).get(cat), fresh))
+                                          _d(cats).get(cat), fresh))
                 elif group == "execution_stats":
-                    for et, v in (data.get("error_summary") or {}).items():
+                    for et, v in _d(data.get("error_summary")).items():
                         out.append(mk("execution_errors_total", {**rl, "error_type": et}, v, fresh))
-                    for st, v in (data.get("execution_summary") or {}).items():
+                    for st, v in _d(data.get("execution_summary")).items():
                         out.append(mk("execution_status_total", {**rl, "status_type": st}, v, fresh))
-                    total = (data.get("latency_stats") or {}).get("total_latency") or {}
+                    total = _d(_d(data.get("latency_stats")).get("total_latency"))
                     for p in PERCENTILE_KEYS:
                         out.append(mk("execution_latency_seconds", {**rl, "percentile": p}, total.get(p), fresh))
-        sysd = report.get("system_data") or {}
-        for group, data in sysd.items():
+        for group, data in _d(report.get("system_data")).items():
             if not isinstance(data, dict):
                 continue
             live.add(("sys", group))
             fresh = self._fresh("sys", group, data)
             if group == "neuron_hw_counters":
-                for dev in data.get("neuron_devices") or []:
+                for dev in _l(data.get("neuron_devices")):
+                    if not isinstance(dev, dict):
+                        continue
                     idx = _label(dev.get("neuron_device_index"))
                     for k, v in dev.items():
                         if k != "neuron_device_index":
                             out.append(mk("hardware_ecc_events_total", {"event_type": k, "neuron_device_index": idx}, v, fresh))
             elif group == "vcpu_usage":
-                per = data.get("usage_data") or {}
-                if per:
+                per = data.get("usage_data")
+                if isinstance(per, (dict, list)) and per:
                     out.append(mk("system_vcpu_count", {}, len(per), fresh))
-                for ut, v in (data.get("average_usage") or {}).items():
-                    out.append(mk("system_vcpu_usage_ratio", {"usage_type": ut}, None if v is None else float(v) / 100.0, fresh))
+                for ut, v in _d(data.get("average_usage")).items():
+                    out.append(mk("system_vcpu_usage_ratio", {"usage_type": ut}, _pct(v), fresh))
             elif group == "memory_info":
                 out.append(mk("system_memory_total_bytes", {}, data.get("memory_total_bytes"), fresh))
                 out.append(mk("system_memory_used_bytes", {}, data.get("memory_used_bytes"), fresh))
                 out.append(mk("system_swap_total_bytes", {}, data.get("swap_total_bytes"), fresh))
                 out.append(mk("system_swap_used_bytes", {}, data.get("swap_used_bytes"), fresh))
-        info = report.get("instance_info") or {}
+        info = _d(report.get("instance_info"))
         fresh = self._fresh("info", "instance_info", info)
         out.append(mk("instance_info", {"instance_availability_zone_id": _label(info.get("instance_availability_zone_id")),
                                         "ami_id": _label(info.get("ami_id"))}, 1, fresh))
-        hw = report.get("neuron_hardware_info") or {}
+        hw = _d(report.get("neuron_hardware_info"))
         fresh = self._fresh("info", "neuron_hardware_info", hw)
         out.append(mk("neuron_hardware_info", {k: _label(hw.get(k)) for k in METRICS["neuron_hardware_info"].labels}, 1, fresh))
         live.update({("info", "instance_info"), ("info", "neuron_hardware_info")})
@@ -209,17 +230,67 @@ class ReportTracker:
                 yield s
 
 
+_TOP_LEVEL = (("neuron_runtime_data", list, "an array"), ("system_data", dict, "an object"),
+              ("instance_info", dict, "an object"), ("neuron_hardware_info", dict, "an object"))
+
+
+def report_problem(report: dict[str, Any]) -> str | None:
+    """Why a decoded report cannot be used as a whole (a top-level field of the wrong type), or None.
+
+    Such a report is skipped rather than folded in: taken as it is, it would read as "no
+    applications" and make every series vanish until the next report.  Odd values deeper down cost
+    only their own samples (see ``ReportTracker``)."""
+    if not any(key in report for key, _, _ in _TOP_LEVEL):
+        return f"none of the fields {', '.join(k for k, _, _ in _TOP_LEVEL)}"
+    for key, typ, what in _TOP_LEVEL:
+        v = report.get(key)
+        if v is not None and not isinstance(v, typ):
+            shown = repr(v)
+            return f"{key} is {shown[:40]}{'...' if len(shown) > 40 else ''}; expected {what}"
+    return None
+
+
+#: Longer report lines are skipped: a real report is about 1 kB per application.
+MAX_LINE_CHARS = 64 << 20
+
+
+def _lines(stream: Iterable[str]) -> Iterator[str | None]:
+    """The stream's lines, each at most MAX_LINE_CHARS long; None stands for a longer line (read
+    and dropped in pieces, so a writer that never sends a newline cannot grow our memory)."""
+    readline = getattr(stream, "readline", None)
+    if readline is None:
+        yield from stream
+        return
+    while True:
+        line = readline(MAX_LINE_CHARS)
+        if not line:
+            return
+        if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
+            while True:
+                rest = readline(MAX_LINE_CHARS)
+                if not rest or rest.endswith("\n"):
+                    break
+            yield None
+            continue
+        yield line
+
+
 def consume_reports(
     stream: Iterable[str], handle: Callable[[dict[str, Any]], Any], prog: str, err: TextIO = sys.stderr
 ) -> int:
     """Pass every report line of ``stream`` to ``handle``; returns how many lines were skipped.
 
     A line that is not a JSON object (a truncated write, stray output mixed into
-    the pipe) is reported on ``err`` and skipped, so one bad line never stops
-    a long-running exporter.
+    the pipe), is too long, or is an object the handler cannot use is reported
+    in one line on ``err`` and skipped, so one bad line never stops a
+    long-running exporter.
     """
     bad = 0
-    for line in stream:
+    for n, line in enumerate(_lines(stream), start=1):
+        if line is None:
+            bad += 1
+            print(f"{prog}: skipping line {n}: longer than {MAX_LINE_CHARS} characters", file=err, flush=True)
+            continue
         line = line.strip()
         if not line:
             continue
@@ -227,9 +298,17 @@ def consume_reports(
             report = _json.loads(line)
             if not isinstance(report, dict):
                 raise ValueError("not a JSON object")
-        except ValueError as exc:
+            problem = report_problem(report)
+            if problem is not None:
+                raise ValueError(problem)
+        except (ValueError, RecursionError) as exc:
             bad += 1
-            print(f"{prog}: skipping a line that is not a neuron-monitor report ({exc})", file=err, flush=True)
+            print(f"{prog}: skipping line {n}: not a neuron-monitor report ({str(exc)[:200]})", file=err, flush=True)
             continue
-        handle(report)
+        try:
+            handle(report)
+        except Exception as exc:  # noqa: BLE001 - a report of an unexpected shape: skip it, keep serving
+            bad += 1
+            print(f"{prog}: skipping line {n}: unusable report ({type(exc).__name__}: {str(exc)[:200]})",
+                  file=err, flush=True)
     return bad

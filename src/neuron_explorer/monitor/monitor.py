@@ -124,7 +124,7 @@ class Monitor:
                 continue
             except (OSError, SnapshotError) as exc:
                 self._bad[pid] = mtime
-                self.log(1, f"ignoring {path}: {exc}")
+                self.log(1, f"ignoring {exc}" if isinstance(exc, SnapshotError) else f"ignoring {path}: {exc}")
                 continue
             self._bad.pop(pid, None)
             tracker = AppTracker(pid, path, str(snap.get("tag", pid)), snap.get("start_time"), {}, snap)

@@ -122,6 +122,7 @@ def _fmt(v: float) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     state: ReportState  # set on the subclass made by serve()
+    timeout = 30  # a connection that sends nothing is closed (it holds only its own thread meanwhile)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path.split("?", 1)[0] not in ("/", "/metrics"):
@@ -143,17 +144,45 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+#: Seconds a client gets to complete the TLS handshake.
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class _MetricsServer(ThreadingHTTPServer):
+    """One thread per connection; with TLS the handshake happens in that thread, under a timeout.
+
+    Wrapping the listening socket instead would run every handshake inside ``accept`` on the serving
+    thread: one client that connects and sends nothing would stall every scrape behind it."""
+
+    daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request, client_address) -> None:  # runs in the connection's thread
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            conn = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ValueError):  # timeout, not TLS, bad certificate, reset: this client only
+            return
+        try:
+            self.RequestHandlerClass(conn, client_address, self)
+        finally:
+            conn.close()
+
+
 def serve(state: ReportState, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           certfile: str | None = None, keyfile: str | None = None) -> ThreadingHTTPServer:
     """Serve ``state`` on ``/metrics`` from a daemon thread (HTTPS when a certificate is given)."""
     handler = type("MetricsHandler", (_Handler,), {"state": state})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
+    ctx = None
     if certfile:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(certfile, keyfile)
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    server = _MetricsServer((host, port), handler)
+    server.tls = ctx
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 
@@ -161,6 +190,17 @@ def serve(state: ReportState, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
 def consume(stream: Iterable[str], state: ReportState, err: TextIO = sys.stderr) -> int:
     """Feed every JSON line of ``stream`` into ``state``; returns the number of bad lines."""
     return consume_reports(stream, state.update, "neuron-monitor-prometheus", err)
+
+
+def port_number(value: str) -> int:
+    """``--port``: a TCP port, 1-65535 (argparse turns the error into a usage error, exit 2)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if not 0 < n < 65536:
+        raise argparse.ArgumentTypeError(f"{value!r} is not valid; accepted: a TCP port from 1 to 65535")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     p.add_argument("--cert-file", help="PEM certificate: serve HTTPS (needs --key-file)")
     p.add_argument("--key-file", help="PEM private key for --cert-file")
@@ -190,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = ReportState()
     try:
         server = serve(state, args.host, args.port, args.cert_file, args.key_file)
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, OverflowError) as exc:
         print(f"neuron-monitor-prometheus: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     scheme = "https" if args.cert_file else "http"

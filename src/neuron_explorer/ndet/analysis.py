@@ -37,7 +37,10 @@ def status_name(ret: int) -> str:
 
 
 def wall_str(wall_ns: int) -> str:
-    t = _dt.datetime.fromtimestamp(wall_ns / 1e9, tz=_dt.timezone.utc)
+    try:
+        t = _dt.datetime.fromtimestamp(wall_ns / 1e9, tz=_dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # a crafted record's time; say it as it is
+        return f"{wall_ns} ns (out of the calendar's range)"
     return t.strftime("%H:%M:%S.") + f"{t.microsecond // 1000:03d} UTC"
 
 
@@ -279,6 +282,70 @@ def scan(log: RankLog, index: CollectiveIndex, max_findings: int = 50) -> LogSum
                                 (int(r["t1"]) + off) if complete else 0, d, log.rank))
     return LogSummary(log=log, findings=findings, num_errors=int(len(bad)), first_nan=first_nan,
                       first_exec_error=first_exec, num_records=int(len(rec)))
+
+
+# ---------------------------------------------------------------------------------------------
+# jobs: which logs belong together
+
+
+@dataclass
+class Job:
+    """The logs of one run of one job: analysed together, never with another job's logs."""
+
+    key: tuple
+    logs: list[RankLog]
+
+    @property
+    def start_wall_ns(self) -> int:
+        return min(lg.start_wall_ns for lg in self.logs)
+
+    @property
+    def last_wall_ns(self) -> int:
+        return max(lg.last_wall_ns for lg in self.logs)
+
+    def duplicate_ranks(self) -> list[int]:
+        """Ranks claimed by more than one log: jobs the logs could not tell apart."""
+        c = Counter(lg.rank for lg in self.logs if lg.rank >= 0)
+        return sorted(r for r, n in c.items() if n > 1)
+
+    def describe(self) -> str:
+        source, job = self.key
+        if job is None:
+            what = "Flight Recorder dumps" if source == "flight_recorder" else "logs without a job id (older format)"
+        elif not job[0]:
+            what = "no rendezvous address (not started by torchrun or tcp:// init)"
+        else:
+            what = job[0] + (f" run {job[1]}" if job[1] and job[1] != "none" else "") + \
+                (f" restart {job[2]}" if job[2] else "")
+        ranks = sorted({lg.rank for lg in self.logs if lg.rank >= 0})
+        rk = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if ranks else ""
+        n = len(self.logs)
+        return f"{what}, {n} log{'s' if n != 1 else ''}{rk}, {wall_str(self.start_wall_ns)} - {wall_str(self.last_wall_ns)}"
+
+
+def group_jobs(logs: list[RankLog]) -> list[Job]:
+    """Sort logs into jobs: the same job identity (rendezvous address, run id, restart; see
+    ``ndet.recorder.job_identity``), then time.  Two jobs can share an address (torchrun's default
+    port 29500) only one after the other, so a log that starts after every log of the current job
+    has ended, and whose rank that job already has, starts the next job.  (A rank seen once more
+    while the job still runs cannot be told apart: ``Job.duplicate_ranks`` reports it.)  Jobs are
+    returned in start order."""
+    by_key: dict[tuple, list[RankLog]] = {}
+    for lg in logs:
+        by_key.setdefault((lg.source, lg.job), []).append(lg)
+    jobs: list[Job] = []
+    for key, group in by_key.items():
+        group.sort(key=lambda lg: (lg.start_wall_ns, lg.rank))
+        end, ranks = -1, set()
+        for lg in group:
+            if not ranks or (lg.start_wall_ns > end and lg.rank in ranks):
+                jobs.append(Job(key, []))
+                end, ranks = -1, set()
+            jobs[-1].logs.append(lg)
+            end = max(end, lg.last_wall_ns)
+            ranks.add(lg.rank)
+    jobs.sort(key=lambda j: (j.start_wall_ns, str(j.key)))
+    return jobs
 
 
 # ---------------------------------------------------------------------------------------------

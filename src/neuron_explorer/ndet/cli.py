@@ -1,8 +1,9 @@
 """``neuron-det``: read the NDET logs (or Flight Recorder dumps) of a job, say what went wrong and who
 caused it, and write a Chrome trace of the events leading up to it.
 
-Exit status: 0 when no errors were detected; 1 when errors were found; 2 for usage errors or when no
-log could be read; 3 when the logs read were clean but some files were skipped as corrupt.
+Exit status: 0 when no errors were detected; 1 when errors were found or a file was skipped (named on
+stderr); 2 for usage errors or when no log could be read.  Logs of different jobs in one place (the
+default location is /tmp) are grouped by job and each job is analysed on its own.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 
 from ..capture.writer import AtomicFile
+
 from . import analysis
 from . import format as fmt
 from . import sources
@@ -65,6 +68,117 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _warn(msg: str) -> None:
+    print(f"neuron-det: warning: {msg}", file=sys.stderr)
+
+
+def _peek_all(paths: list[str], ranks: set[int] | None, skipped: list[str]) -> list[sources.RankLog]:
+    """Every readable log's identity (headers only), filtered by --ranks; the rest named and skipped."""
+    logs = []
+    for path in paths:
+        try:
+            lg = sources.peek(path)
+        except fmt.LogFormatError as e:
+            skipped.append(str(e))
+            _warn(f"skipping {e}")
+            continue
+        if ranks is None or lg.rank in ranks:
+            logs.append(lg)
+    return logs
+
+
+@dataclass
+class JobResult:
+    job: analysis.Job
+    summaries: list[analysis.LogSummary]
+    index: analysis.CollectiveIndex
+    culprits: list[analysis.Culprit]
+    notes: list[str]
+    clean: bool
+
+
+def _analyse(job: analysis.Job, max_findings: int, skipped: list[str]) -> JobResult | None:
+    """Scan one job's logs (one at a time in memory) and give its verdict; None if none was readable."""
+    index = analysis.CollectiveIndex()
+    summaries: list[analysis.LogSummary] = []
+    for lg in job.logs:
+        try:
+            log = sources.load(lg.path)
+        except fmt.LogFormatError as e:
+            skipped.append(str(e))
+            _warn(f"skipping {e}")
+            continue
+        summaries.append(analysis.scan(log, index, max_findings=max_findings))
+        log.drop_records()
+    if not summaries:
+        return None
+    summaries.sort(key=lambda s: (s.log.rank, s.log.start_wall_ns))
+    culprits, notes = analysis.verdict(summaries, index)
+    return JobResult(job, summaries, index, culprits, notes, analysis.is_clean(summaries, culprits))
+
+
+def _write_trace(out_abs: str, results: list[JobResult], base: int, args: argparse.Namespace,
+                 skipped: list[str]) -> int:
+    """The Chrome trace: a second pass, one log at a time; returns the number of events."""
+    out_dir = os.path.dirname(out_abs)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    many = len(results) > 1
+    # the user names the trace file: replace only a regular file; /dev/null or a FIFO is written through
+    af = AtomicFile(out_abs, output=True)
+    try:
+        tw = TraceWriter(af.f, base, args.show_dependencies, results[0].index, max_events=max(0, args.max_trace_events))
+        pid = 0
+        for n, res in enumerate(results, start=1):
+            tw.index = res.index
+            tw.ranks_present = {(s.log.source, s.log.rank) for s in res.summaries}
+            tw.flow_prefix = f"j{n}" if many else ""
+            tw.process_prefix = f"job {n}: " if many else ""
+            for s in res.summaries:
+                pid += 1
+                try:
+                    log = sources.load(s.log.path)
+                except fmt.LogFormatError as e:  # rewritten or removed since the first pass
+                    _warn(f"{e} (left out of the trace)")
+                    continue
+                tw.add_log(pid, log)
+                log.drop_records()
+        tw.close({"tool": "neuron-det", "log_prefix": args.log_prefix, "base_wall_ns": base,
+                  "logs": [s.log.name for r in results for s in r.summaries], "skipped": skipped,
+                  "jobs": [{"job": n, "describe": r.job.describe(), "logs": [s.log.name for s in r.summaries],
+                            "verdict": [c.text for c in r.culprits], "clean": r.clean}
+                           for n, r in enumerate(results, start=1)],
+                  "verdict": [c.text for r in results for c in r.culprits], "clean": all(r.clean for r in results)})
+        af.commit()
+    except BaseException:
+        af.abort()
+        raise
+    return tw.events
+
+
+def _print_job(res: JobResult, base: int, output_file: str, out) -> None:
+    for s in res.summaries:
+        if not s.findings:
+            continue
+        lg = s.log
+        more = s.num_errors - len(s.findings)
+        print(f"{lg.label} ({lg.name}): {s.num_errors} finding{'s' if s.num_errors != 1 else ''}", file=out)
+        for fd in s.findings:
+            print(fd.line(base), file=out)
+        if more > 0:
+            print(f"... and {more} more (see {output_file})", file=out)
+    if res.culprits:
+        print("root cause (earliest first):", file=out)
+        for c in res.culprits:
+            print(f"  {c.text}", file=out)
+    if res.notes and not res.clean:
+        print("how each process ended:", file=out)
+        for n in res.notes:
+            print(f"  {n}", file=out)
+    if res.clean:
+        print("no errors detected ✓", file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     t_start = time.perf_counter()
@@ -77,87 +191,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neuron-det: error: no NDET logs or Flight Recorder dumps match --log-prefix {prefix!r}", file=sys.stderr)
         return 2
 
-    index = analysis.CollectiveIndex()
-    summaries: list[analysis.LogSummary] = []
     skipped: list[str] = []
-    ok_paths: list[str] = []
-    for path in paths:
-        try:
-            log = sources.load(path)
-        except fmt.LogFormatError as e:
-            skipped.append(str(e))
-            print(f"neuron-det: warning: skipping {e}", file=sys.stderr)
-            continue
-        if args.ranks is not None and log.rank not in args.ranks:
-            continue
-        summaries.append(analysis.scan(log, index, max_findings=args.max_findings))
-        log.drop_records()
-        ok_paths.append(path)
-    if not summaries:
+    jobs = analysis.group_jobs(_peek_all(paths, args.ranks, skipped))
+    results = [r for r in (_analyse(job, args.max_findings, skipped) for job in jobs) if r is not None]
+    if not results:
         what = "no log could be read" if skipped else "no log matches --ranks"
         print(f"neuron-det: error: {what}", file=sys.stderr)
         return 2
-    order = sorted(range(len(summaries)), key=lambda i: (summaries[i].log.rank, summaries[i].log.start_wall_ns))
-    summaries = [summaries[i] for i in order]
-    ok_paths = [ok_paths[i] for i in order]
-    base = min(s.log.start_wall_ns for s in summaries)
-    culprits, notes = analysis.verdict(summaries, index)
-    clean = analysis.is_clean(summaries, culprits)
+    base = min(s.log.start_wall_ns for r in results for s in r.summaries)
+    events = _write_trace(out_abs, results, base, args, skipped)
 
-    # -- the trace: a second pass, one log at a time ------------------------------------------
-    out_dir = os.path.dirname(out_abs)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-    # the user names the trace file: replace only a regular file; /dev/null or a FIFO is written through
-    af = AtomicFile(out_abs, output=True)
-    try:
-        tw = TraceWriter(af.f, base, args.show_dependencies, index, max_events=max(0, args.max_trace_events))
-        tw.ranks_present = {(s.log.source, s.log.rank) for s in summaries}
-        for pid, (s, path) in enumerate(zip(summaries, ok_paths), start=1):
-            try:
-                log = sources.load(path)
-            except fmt.LogFormatError as e:  # rewritten or removed since the first pass
-                print(f"neuron-det: warning: {e} (left out of the trace)", file=sys.stderr)
-                continue
-            tw.add_log(pid, log)
-            log.drop_records()
-        tw.close({"tool": "neuron-det", "log_prefix": prefix, "base_wall_ns": base,
-                  "logs": [s.log.name for s in summaries], "skipped": skipped,
-                  "verdict": [c.text for c in culprits], "clean": clean})
-        af.commit()
-    except BaseException:
-        af.abort()
-        raise
-
-    # -- the console -----------------------------------------------------------------------------
     out = sys.stdout
-    for s in summaries:
-        if not s.findings:
-            continue
-        lg = s.log
-        more = s.num_errors - len(s.findings)
-        print(f"{lg.label} ({lg.name}): {s.num_errors} finding{'s' if s.num_errors != 1 else ''}", file=out)
-        for fd in s.findings:
-            print(fd.line(base), file=out)
-        if more > 0:
-            print(f"... and {more} more (see {args.output_file})", file=out)
-    if culprits:
-        print("root cause (earliest first):", file=out)
-        for c in culprits:
-            print(f"  {c.text}", file=out)
-    if notes and not clean:
-        print("how each process ended:", file=out)
-        for n in notes:
-            print(f"  {n}", file=out)
-    if clean:
-        print("no errors detected ✓", file=out)
+    if len(results) > 1:
+        print(f"{len(results)} jobs found in {prefix} (logs grouped by the job id each process records, then "
+              "by time); each is analysed on its own:", file=out)
+        for n, r in enumerate(results, start=1):
+            print(f"  job {n}: {r.job.describe()}", file=out)
+    for n, r in enumerate(results, start=1):
+        dup = r.job.duplicate_ranks()
+        if dup:
+            _warn(f"job {n} has more than one log for rank{'s' if len(dup) > 1 else ''} "
+                  f"{', '.join(map(str, dup))}: logs of jobs started without MASTER_ADDR/MASTER_PORT at the same "
+                  "time cannot be told apart; give each job its own --log-prefix")
+        if len(results) > 1:
+            print(f"== job {n}: {r.job.describe()}", file=out)
+        _print_job(r, base, args.output_file, out)
+    nlogs = sum(len(r.summaries) for r in results)
     took = time.perf_counter() - t_start
-    print(f"neuron-det: {len(summaries)} log{'s' if len(summaries) != 1 else ''} analysed"
+    print(f"neuron-det: {nlogs} log{'s' if nlogs != 1 else ''} analysed"
+          f"{f' in {len(results)} jobs' if len(results) > 1 else ''}"
           f"{f', {len(skipped)} skipped' if skipped else ''} in {took:.2f} s; trace written to {args.output_file} "
-          f"({tw.events} events)", file=sys.stderr)
-    if not clean:
-        return 1
-    return 3 if skipped else 0
+          f"({events} events)", file=sys.stderr)
+    return 0 if all(r.clean for r in results) and not skipped else 1
 
 
 if __name__ == "__main__":  # pragma: no cover

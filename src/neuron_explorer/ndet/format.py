@@ -26,10 +26,12 @@ write even while the process is still running.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Iterable
 
 import numpy as np
 
@@ -132,45 +134,95 @@ class NdetLog:
 def sniff(path: str) -> bool:
     """True when the file starts with the NDET magic (cheap: reads 8 bytes)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read(len(MAGIC)) == MAGIC
-    except OSError:
+    except (OSError, LogFormatError):
         return False
+
+
+def _int_field(path: str, header: dict, key: str) -> int:
+    v = header.get(key)
+    if type(v) is not int or v < 0:
+        raise LogFormatError(f"{path}: corrupt header: {key} is {v!r}; expected a whole number >= 0")
+    return v
+
+
+def _parse_header(path: str, data: bytes, hstart: int, hlen: int) -> dict:
+    try:
+        header = json.loads(data[hstart:hstart + hlen].decode("utf-8"))
+    except RecursionError:
+        raise LogFormatError(f"{path}: corrupt header: nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise LogFormatError(f"{path}: corrupt header: {e}") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise LogFormatError(f"{path}: corrupt header (not a {FORMAT_NAME} header)")
+    return header
+
+
+def _check_magic(path: str, head: bytes) -> None:
+    if len(head) == 0:
+        raise LogFormatError(f"{path}: empty file")
+    if not head.startswith(MAGIC):
+        if head[:7] == MAGIC[:7] and len(head) >= len(MAGIC):
+            raise LogFormatError(f"{path}: NDET log format version {head[7:8]!r} is not supported (this reader: 1)")
+        raise LogFormatError(f"{path}: not an NDET log (bad magic)")
+    if len(head) < len(MAGIC) + 4:
+        raise LogFormatError(f"{path}: truncated in the header")
+
+
+def open_regular(path: str) -> BinaryIO:
+    """Open for reading, refusing what is not a regular file: a FIFO would hang the reader and
+    ``/dev/zero`` never ends (opened non-blocking, so that opening a FIFO returns at once)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LogFormatError(f"{path}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_header(path: str) -> dict:
+    """The JSON header alone (the records and the checksum are not read): enough to sort logs into
+    jobs before reading any of them in full.  ``read_log`` still validates the whole file."""
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(len(MAGIC) + 4)
+        _check_magic(path, head)
+        (hlen,) = struct.unpack_from("<I", head, len(MAGIC))
+        hstart = len(MAGIC) + 4
+        if hstart + hlen + len(TRAILER) + 8 > size:
+            raise LogFormatError(f"{path}: truncated ({size} bytes; the header alone needs {hstart + hlen})")
+        data = head + f.read(hlen)
+    if len(data) < hstart + hlen:
+        raise LogFormatError(f"{path}: truncated in the header")
+    return _parse_header(path, data, hstart, hlen)
 
 
 def read_log(path: str) -> NdetLog:
     """Read and validate one log; raises LogFormatError with a one-line reason."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read()
     except OSError as e:
         raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(data) == 0:
-        raise LogFormatError(f"{path}: empty file")
-    if not data.startswith(MAGIC):
-        if data[:7] == MAGIC[:7]:
-            raise LogFormatError(f"{path}: NDET log format version {data[7:8]!r} is not supported (this reader: 1)")
-        raise LogFormatError(f"{path}: not an NDET log (bad magic)")
-    if len(data) < len(MAGIC) + 4:
-        raise LogFormatError(f"{path}: truncated in the header")
+    _check_magic(path, data)
     (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
     hstart = len(MAGIC) + 4
     if hstart + hlen + len(TRAILER) + 8 > len(data):
         raise LogFormatError(f"{path}: truncated ({len(data)} bytes; the header alone needs {hstart + hlen})")
-    try:
-        header = json.loads(data[hstart:hstart + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise LogFormatError(f"{path}: corrupt header: {e}") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
-        raise LogFormatError(f"{path}: corrupt header (not a {FORMAT_NAME} header)")
-    rsize = int(header.get("record_size", 0))
-    if rsize != RECORD_DTYPE.itemsize or [list(x) for x in header.get("record_dtype", [])] != dtype_description():
-        raise LogFormatError(f"{path}: unsupported record layout {header.get('record_dtype')!r}")
-    n = int(header.get("record_count", -1))
+    header = _parse_header(path, data, hstart, hlen)
+    rsize = header.get("record_size")
+    if rsize != RECORD_DTYPE.itemsize or type(rsize) is not int or \
+            not isinstance(header.get("record_dtype"), list) or \
+            [list(x) if isinstance(x, list) else x for x in header["record_dtype"]] != dtype_description():
+        raise LogFormatError(f"{path}: unsupported record layout {str(header.get('record_dtype'))[:200]}")
+    n = _int_field(path, header, "record_count")
     rstart = hstart + hlen
     rend = rstart + n * rsize
     expected = rend + len(TRAILER) + 8
-    if n < 0 or len(data) != expected:
+    if len(data) != expected:
         what = "truncated" if len(data) < expected else "has trailing bytes"
         raise LogFormatError(f"{path}: {what} ({len(data)} bytes, expected {expected} for {n} records)")
     if data[rend:rend + len(TRAILER)] != TRAILER:
@@ -180,4 +232,6 @@ def read_log(path: str) -> NdetLog:
         raise LogFormatError(f"{path}: corrupt (checksum mismatch)")
     records = np.frombuffer(data, dtype=RECORD_DTYPE, count=n, offset=rstart)
     strings = header.get("strings", [""])
+    if not isinstance(strings, list) or not all(isinstance(x, str) for x in strings):
+        raise LogFormatError(f"{path}: corrupt header: strings is not a list of strings")
     return NdetLog(path=path, header=header, records=records, strings=list(strings))

@@ -13,6 +13,12 @@ Each is one tuple build plus one deque append or dict operation -- no I/O, no fo
   execution or collective that never returns -- a hang -- is visible in the file even though no end
   record will ever be written.
 
+Every log carries the identity of the job it belongs to (``job`` in the header, see ``job_identity``),
+so that ``neuron-det`` can tell apart the logs of different jobs left in one directory (the default
+location is ``/tmp``).  A process whose rank was not in its environment (``init_process_group`` with a
+``tcp://`` address) takes its rank from ``torch.distributed`` at its first collective, or at the latest
+at a write, and renames its own log to carry it.
+
 A background thread wakes every ``NEURON_RT_DBG_NDET_FLUSH_USEC`` microseconds, drains the ring into
 a numpy history of N records (converting only what is new since the last write) and rewrites the log
 atomically.  The runtime also calls ``flush`` at exit, on SIGTERM/SIGINT/SIGHUP and on an unhandled
@@ -30,7 +36,7 @@ import threading
 import time
 from collections import deque
 from itertools import starmap
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -119,13 +125,64 @@ def log_file_name(start_wall_ns: int, instance_id: str, rank: int, world_size: i
     return f"ndet_{stamp}_{instance_id}_gid{gid}_pid{pid}.log"
 
 
+def _store_address() -> str:
+    """``host:port`` of the default process group's TCP store, or "" (no group yet, another store).
+
+    Read only when ``torch.distributed`` is already imported: the recorder never imports it."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return ""
+        store = dist.distributed_c10d._get_default_store()
+        for _ in range(8):  # PrefixStore(PrefixStore(TCPStore)) under torchrun and tcp:// init
+            inner = getattr(store, "underlying_store", None)
+            if inner is None:
+                break
+            store = inner
+        host, port = getattr(store, "host", ""), getattr(store, "port", 0)
+        return f"{host}:{int(port)}" if host and port else ""
+    except Exception:  # a private helper of torch: its absence must not cost the log
+        return ""
+
+
+def job_identity(env: Mapping[str, str], store_address: str = "") -> dict:
+    """The fields every process of one launch agrees on without talking to the others.
+
+    The rule (``neuron-det`` groups logs by it, docs/ndet.md): the rendezvous address -- the launcher's
+    ``MASTER_ADDR:MASTER_PORT`` when both are set, else the TCP store the default process group was
+    created on (``init_process_group(init_method="tcp://...")``) -- plus torchrun's
+    ``TORCHELASTIC_RUN_ID`` and ``TORCHELASTIC_RESTART_COUNT`` (an elastic restart is a new run of the
+    job).  Two jobs can hold one address only one after the other, so the reader separates logs with
+    the same identity by time; a process outside any distributed job has an empty address.
+    """
+    addr, port = env.get("MASTER_ADDR", "").strip(), env.get("MASTER_PORT", "").strip()
+    master = f"{addr}:{port}" if addr and port else store_address
+    run_id = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    try:
+        restart = max(0, int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    except ValueError:
+        restart = 0
+    return {"master": master[:256], "run_id": run_id[:256], "restart": restart}
+
+
+def _dist_rank() -> tuple[int, int] | None:
+    """(rank, world size) from ``torch.distributed`` once its default process group exists."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:
+        pass
+    return None
+
+
 class NdetRecorder:
     """An NDET sink for the runtime (``name``/``flush``) fed directly by the framework hooks."""
 
     name = "ndet"
 
     def __init__(self, rt: Any, log_dir: str, flush_usec: int, num_entries: int = DEFAULT_NUM_ENTRIES,
-                 *, require_framework: bool = True) -> None:
+                 *, require_framework: bool = True, env: Mapping[str, str] | None = None) -> None:
         self.rt = rt
         self.log_dir = log_dir
         self.flush_usec = flush_usec
@@ -151,8 +208,12 @@ class NdetRecorder:
         ident = rt.ident
         start = rt.anchors[0]
         self.start_mono_ns, self.start_wall_ns = start[0], start[1]
-        self.path = os.path.join(log_dir, log_file_name(self.start_wall_ns, ident.instance_id, ident.rank,
-                                                        ident.world_size, ident.pid))
+        self._env = os.environ if env is None else env  # read at every write: scripts set MASTER_* late
+        self.rank, self.world_size = ident.rank, ident.world_size
+        self._store = ""
+        self._learned = False  # rank and store read from torch.distributed (once its group exists)
+        self.path = self._path_for_rank()
+        self._written: str | None = None  # the file this recorder last wrote
         self.write_errors = 0
         self._owner_pid = os.getpid()
         umask = os.umask(0)
@@ -167,6 +228,23 @@ class NdetRecorder:
         self._intern_lock = threading.Lock()
         self._io_lock = threading.Lock()
 
+    def _path_for_rank(self) -> str:
+        ident = self.rt.ident
+        return os.path.join(self.log_dir, log_file_name(self.start_wall_ns, ident.instance_id, self.rank,
+                                                        self.world_size, ident.pid))
+
+    def _learn_rank(self) -> None:
+        """Take the rank (and the store's address) from torch.distributed when the environment had
+        none: with ``init_process_group(init_method="tcp://...")`` no RANK variable exists."""
+        got = _dist_rank()
+        if got is None:
+            return
+        self._learned = True
+        self._store = _store_address()
+        if self.rank < 0:
+            self.rank, self.world_size = got
+            self.path = self._path_for_rank()
+
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def from_env(cls, rt: Any, env: dict[str, str] | None = None) -> "NdetRecorder":
@@ -175,7 +253,7 @@ class NdetRecorder:
         usec = _parse_usec(env.get(NDET_FLUSH_USEC))
         loc = _parse_location(env.get(NDET_LOG_LOCATION))
         entries = _parse_entries(env.get(NDET_NUM_ENTRIES))
-        return cls(rt, loc, usec, entries)
+        return cls(rt, loc, usec, entries, env=env)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="neuron-explorer-ndet", daemon=True)
@@ -222,6 +300,8 @@ class NdetRecorder:
             return i
 
     def cc_begin(self, nc: int, op: str, seq: int, group: str, nbytes: int, dtype: str, t_ns: int) -> int:
+        if not self._learned:  # the process group exists now (a script may destroy it before the
+            self._learn_rank()  # final write): read once, then one attribute test per call
         sid = self._sid
         o = sid.get(op)
         if o is None:
@@ -319,10 +399,11 @@ class NdetRecorder:
             "kinds": {str(k): v for k, v in fmt.KINDS.items()},
             "clock": "host CLOCK_MONOTONIC ns (time.perf_counter_ns); wall = mono + (flush.wall_ns - flush.mono_ns)",
             "ident": {"instance_id": ident.instance_id, "hostname": getattr(ident, "hostname", ""),
-                      "pid": ident.pid, "rank": ident.rank, "local_rank": ident.local_rank,
-                      "world_size": ident.world_size, "node_rank": getattr(ident, "node_rank", 0),
+                      "pid": ident.pid, "rank": self.rank, "local_rank": ident.local_rank,
+                      "world_size": self.world_size, "node_rank": getattr(ident, "node_rank", 0),
                       "process_tag": getattr(ident, "process_tag", ""), "argv": list(sys.argv[:16])},
             "device": {"kind": getattr(rt, "device_kind", "cpu"), "nd": getattr(rt, "nd_idx", 0)},
+            "job": job_identity(self._env, self._store),
             "start": {"mono_ns": self.start_mono_ns, "wall_ns": self.start_wall_ns},
             "flush": {"seq": self._flush_seq, "mono_ns": flush_mono, "wall_ns": flush_wall, "final": final,
                       "reason": reason},
@@ -344,6 +425,8 @@ class NdetRecorder:
             self._drain()
             if not self._should_write():
                 return None
+            if not self._learned:
+                self._learn_rank()
             inflight = list(self._inflight.values())
             inflight.sort(key=lambda r: r[4])
             blocks = self._ordered_history()
@@ -352,10 +435,21 @@ class NdetRecorder:
             self._flush_seq += 1
             mono, wall, _ = clock.anchor("ndet")
             parts = fmt.encode_parts(self.header(final, reason, mono, wall), blocks)
-            fmt.atomic_write(self.path, parts, mode=self._file_mode)
+            path = self.path  # read once: the hooks may learn the rank meanwhile
+            fmt.atomic_write(path, parts, mode=self._file_mode)
+            if self._written is not None and self._written != path:
+                self._remove_own(self._written)  # our own log, named before the rank was known (gid-)
+            self._written = path
             if final:
                 self._final = True
-            return self.path
+            return path
+
+    @staticmethod
+    def _remove_own(path: str) -> None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
     def stop(self) -> None:
         self._stop.set()

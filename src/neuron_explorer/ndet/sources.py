@@ -46,6 +46,7 @@ class RankLog:
     num_entries: int = 0
     events_recorded: int = 0
     extra: dict = field(default_factory=dict)
+    job: tuple[str, str, int] | None = None  # (rendezvous address, run id, restart); None: not recorded
 
     @property
     def name(self) -> str:
@@ -85,15 +86,21 @@ def _looks_like_fr_name(n: str) -> bool:
     return bool(re.search(r"(fr|flight|nccl_trace|trace_rank|dump)", n, re.I))
 
 
+def _head(path: str) -> bytes:
+    with fmt.open_regular(path) as f:
+        return f.read(16)
+
+
+def _is_ndet(path: str, head: bytes) -> bool:
+    return head[:7] == fmt.MAGIC[:7] or os.path.basename(path).startswith("ndet_")
+
+
 def load(path: str) -> RankLog:
     """Load one file (NDET log or Flight Recorder dump); raises fmt.LogFormatError naming the file."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError as e:
-        raise fmt.LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    if head[:7] == fmt.MAGIC[:7] or os.path.basename(path).startswith("ndet_"):
-        return _load_ndet(path)
+    head = _head(path)
+    if _is_ndet(path, head):
+        log = fmt.read_log(path)
+        return _from_header(path, log.header, log.strings, log.records)
     if head.lstrip()[:1] == b"{" or head[:1] == b"\x80":
         return load_flight_recorder(path)
     if not head:
@@ -101,25 +108,98 @@ def load(path: str) -> RankLog:
     raise fmt.LogFormatError(f"{path}: neither an NDET log nor a Flight Recorder dump")
 
 
-def _load_ndet(path: str) -> RankLog:
-    log = fmt.read_log(path)
-    h = log.header
-    ident = h.get("ident", {})
-    flush = h.get("flush", {})
-    try:
-        offset = int(flush["wall_ns"]) - int(flush["mono_ns"])
-        models = {int(m["id"]): m for m in h.get("models", [])}
-        return RankLog(
-            path=path, source="ndet", rank=int(ident.get("rank", -1)), pid=int(ident.get("pid", 0)),
-            instance_id=str(ident.get("instance_id", "")), world_size=int(ident.get("world_size", 1)),
-            nd=int(h.get("device", {}).get("nd", 0)), start_wall_ns=int(h["start"]["wall_ns"]),
-            last_wall_ns=int(flush["wall_ns"]), final=bool(flush.get("final", False)),
-            reason=str(flush.get("reason", "")), flush_period_ns=int(h.get("flush_period_us", 0)) * 1000,
-            offset_ns=offset, strings=log.strings, models=models, records=log.records,
-            num_entries=int(h.get("num_entries", 0)), events_recorded=int(h.get("events_recorded", 0)),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise fmt.LogFormatError(f"{path}: corrupt header (missing or bad field {e})") from None
+def peek(path: str) -> RankLog:
+    """What ``load`` returns, without the records: for an NDET log only its header is read (the
+    checksum is checked by ``load``).  Enough to sort logs into jobs before analysing any."""
+    head = _head(path)
+    if _is_ndet(path, head) and head[:len(fmt.MAGIC)] == fmt.MAGIC:
+        h = fmt.read_header(path)
+        strings = h.get("strings", [""])
+        if not isinstance(strings, list) or not all(isinstance(x, str) for x in strings):
+            raise fmt.LogFormatError(f"{path}: corrupt header: strings is not a list of strings")
+        return _from_header(path, h, strings, None)
+    log = load(path)
+    log.drop_records()
+    return log
+
+
+MAX_NS = 1 << 62  # header times (ns since boot, ns since 1970) beyond year 2116 are corrupt
+MAX_RANK = (1 << 31) - 1
+_MISSING = object()
+
+
+class _Fields:
+    """Typed, range-checked access to a header: a bad field is a one-line LogFormatError naming the
+    file, the field, its value and what is accepted (a crafted header with a valid checksum must not
+    become a traceback further down)."""
+
+    def __init__(self, path: str, header: dict) -> None:
+        self.path, self.h = path, header
+
+    def _bad(self, key: str, value: object, accepted: str) -> fmt.LogFormatError:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return fmt.LogFormatError(f"{self.path}: bad header field {key}={shown}; accepted: {accepted}")
+
+    def get(self, key: str, default: object = _MISSING) -> object:
+        cur: object = self.h
+        for part in key.split("."):
+            if not isinstance(cur, dict):
+                raise self._bad(key.rsplit(".", 1)[0], cur, "an object")
+            if part not in cur:
+                if default is _MISSING:
+                    raise fmt.LogFormatError(f"{self.path}: bad header: field {key} is missing")
+                return default
+            cur = cur[part]
+        return cur
+
+    def int(self, key: str, lo: int, hi: int, default: object = _MISSING) -> int:
+        v = self.get(key, default)
+        if type(v) is not int or not lo <= v <= hi:
+            raise self._bad(key, v, f"a whole number from {lo} to {hi}")
+        return v
+
+    def str(self, key: str, default: object = _MISSING) -> str:
+        v = self.get(key, default)
+        if not isinstance(v, str):
+            raise self._bad(key, v, "a string")
+        return v
+
+    def bool(self, key: str, default: object = _MISSING) -> bool:
+        v = self.get(key, default)
+        if not isinstance(v, bool):
+            raise self._bad(key, v, "true or false")
+        return v
+
+    def models(self) -> dict[int, dict]:
+        v = self.get("models", [])
+        if not isinstance(v, list):
+            raise self._bad("models", v, "a list of models")
+        out: dict[int, dict] = {}
+        for i, m in enumerate(v):
+            if not isinstance(m, dict) or type(m.get("id")) is not int or \
+                    not all(isinstance(m.get(k, ""), str) for k in ("name", "neff_name")):
+                raise self._bad(f"models[{i}]", m, 'an object with an integer "id" and string "name"/"neff_name"')
+            out[m["id"]] = m
+        return out
+
+
+def _from_header(path: str, h: dict, strings: list[str], records: np.ndarray | None) -> RankLog:
+    f = _Fields(path, h)
+    mono = f.int("flush.mono_ns", 0, MAX_NS)
+    wall = f.int("flush.wall_ns", 0, MAX_NS)
+    job = None
+    if f.get("job", None) is not None:
+        job = (f.str("job.master", ""), f.str("job.run_id", ""), f.int("job.restart", 0, MAX_RANK, 0))
+    return RankLog(
+        path=path, source="ndet", rank=f.int("ident.rank", -1, MAX_RANK, -1), pid=f.int("ident.pid", 0, MAX_RANK, 0),
+        instance_id=f.str("ident.instance_id", ""), world_size=f.int("ident.world_size", 0, MAX_RANK, 1),
+        nd=f.int("device.nd", 0, 1 << 16, 0), start_wall_ns=f.int("start.wall_ns", 0, MAX_NS),
+        last_wall_ns=wall, final=f.bool("flush.final", False), reason=f.str("flush.reason", ""),
+        flush_period_ns=f.int("flush_period_us", 0, MAX_NS // 1000, 0) * 1000, offset_ns=wall - mono,
+        strings=strings, models=f.models(), records=records, num_entries=f.int("num_entries", 0, MAX_NS, 0),
+        events_recorded=f.int("events_recorded", 0, MAX_NS, 0), job=job,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,9 +228,18 @@ def _fr_op(profiling_name: str) -> str:
 
 
 def _numel(shape) -> int:
+    """Elements of a shape, saturating at MAX_NS: a crafted shape must not grow a huge integer."""
     n = 1
     for s in shape:
-        n *= int(s)
+        n = min(n * max(int(s), 0), MAX_NS)
+    return n
+
+
+def _ns(v) -> int:
+    """A time, count or sequence number from a dump: an integer that fits a record field."""
+    n = int(v or 0)
+    if not -MAX_NS <= n <= MAX_NS:
+        raise ValueError(f"{v!r} is out of range")
     return n
 
 
@@ -164,9 +253,9 @@ def _fr_ranks(value) -> list[int]:
 
 
 def load_flight_recorder(path: str) -> RankLog:
+    with fmt.open_regular(path) as f:
+        raw = f.read()
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
         if raw[:1] == b"\x80":
             d = _SafeUnpickler(io.BytesIO(raw)).load()
         else:
@@ -178,8 +267,15 @@ def load_flight_recorder(path: str) -> RankLog:
     rank = d.get("rank")
     if rank is None:
         m = re.search(r"(\d+)(?:\.[A-Za-z]+)?$", os.path.basename(path))
-        rank = int(m.group(1)) if m else -1
+        rank = int(m.group(1)) if m and len(m.group(1)) < 10 else -1
+    pid = d.get("pid", 0) or 0
+    for key, v in (("rank", rank), ("pid", pid)):
+        if type(v) is not int or not -1 <= v <= MAX_RANK:
+            raise fmt.LogFormatError(f"{path}: bad Flight Recorder field {key}={str(v)[:40]!r}; "
+                                     f"accepted: a whole number from -1 to {MAX_RANK}")
     pg_config = d.get("pg_config") or {}
+    if not isinstance(pg_config, dict):
+        pg_config = {}
     strings = [""]
     sid: dict[str, int] = {"": 0}
 
@@ -208,9 +304,9 @@ def load_flight_recorder(path: str) -> RankLog:
             dtypes = e.get("input_dtypes") or []
             nbytes = sum(_numel(s) * _DTYPE_BYTES.get(str(dt), 4) for s, dt in zip(sizes, dtypes))
             dtype = _DTYPE_NAMES.get(str(dtypes[0]), str(dtypes[0]).lower()) if dtypes else ""
-            t0 = int(e.get("time_created_ns") or 0)
-            started = int(e.get("time_discovered_started_ns") or 0)
-            done = int(e.get("time_discovered_completed_ns") or 0)
+            t0 = _ns(e.get("time_created_ns"))
+            started = _ns(e.get("time_discovered_started_ns"))
+            done = _ns(e.get("time_discovered_completed_ns"))
             state = str(e.get("state", ""))
             t0 = started or t0
             if state == "completed":
@@ -221,16 +317,16 @@ def load_flight_recorder(path: str) -> RankLog:
                 # gloo never moves entries past "scheduled"; the entry is only known to have been issued
                 st, t1 = fmt.STATE_COMPLETE, done or t0
             kind = fmt.KIND_CC_BARRIER if "barrier" in op else fmt.KIND_CC_OP
-            seq = int(e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id", 0))
+            seq = _ns(e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id", 0))
             rows.append((kind, st, 0, 0, t0, t1, intern(op), seq, nbytes, intern(dtype), intern(group_of(e.get("process_group")))))
             t_min = t0 if not t_min else min(t_min, t0)
             t_max = max(t_max, t0, t1)
-    except (TypeError, ValueError, AttributeError) as e:
-        raise fmt.LogFormatError(f"{path}: corrupt Flight Recorder entry ({e})") from None
+    except (TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
+        raise fmt.LogFormatError(f"{path}: corrupt Flight Recorder entry ({str(e)[:200]})") from None
     records = np.array(rows, dtype=fmt.RECORD_DTYPE) if rows else np.zeros(0, dtype=fmt.RECORD_DTYPE)
     mtime = int(os.stat(path).st_mtime_ns)
     return RankLog(
-        path=path, source="flight_recorder", rank=int(rank), pid=int(d.get("pid", 0) or 0),
+        path=path, source="flight_recorder", rank=rank, pid=pid,
         instance_id=str(d.get("hostname", "")), world_size=0, nd=0, start_wall_ns=t_min or mtime,
         last_wall_ns=max(t_max, mtime), final=True, reason="dump", flush_period_ns=0, offset_ns=0,
         strings=strings, models={}, records=records, num_entries=len(rows), events_recorded=len(rows),

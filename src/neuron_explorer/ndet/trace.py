@@ -54,6 +54,8 @@ class TraceWriter:
         self.first = True
         self.events = 0
         self.ranks_present: set[tuple[str, int]] = set()
+        self.flow_prefix = ""  # per job when the trace holds several jobs: arrows never cross jobs
+        self.process_prefix = ""
         f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
 
     def _emit(self, evs: list[dict]) -> None:
@@ -74,7 +76,7 @@ class TraceWriter:
         keep |= (rec["state"] != fmt.STATE_COMPLETE) | (rec["ret"] != 0) | (rec["kind"] == fmt.KIND_NUMERICAL_ERROR)
         idx = np.nonzero(keep)[0]
         sub = rec[idx]
-        pname = f"{log.name} ({log.label}, {log.source})"
+        pname = f"{self.process_prefix}{log.name} ({log.label}, {log.source})"
         evs: list[dict] = [
             {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}},
             {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": max(log.rank, 0)}},
@@ -198,10 +200,10 @@ class TraceWriter:
         if last == log.rank:
             for r in group_ranks(group):
                 if r != last and (log.source, r) in self.ranks_present:
-                    evs.append({"ph": "s", "id": f"c{gkey}.{seq}.{r}", "name": "waited for", "cat": "dependency",
+                    evs.append({"ph": "s", "id": f"{self.flow_prefix}c{gkey}.{seq}.{r}", "name": "waited for", "cat": "dependency",
                                 "pid": pid, "tid": nc, "ts": ts})
         elif (log.source, last) in self.ranks_present:
-            evs.append({"ph": "f", "bp": "e", "id": f"c{gkey}.{seq}.{log.rank}", "name": "waited for",
+            evs.append({"ph": "f", "bp": "e", "id": f"{self.flow_prefix}c{gkey}.{seq}.{log.rank}", "name": "waited for",
                         "cat": "dependency", "pid": pid, "tid": nc, "ts": ts})
         return flow_n
 

@@ -8,11 +8,13 @@ thread pool (DuckDB releases the GIL), so a slow window never blocks the event l
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+import duckdb
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -56,16 +58,24 @@ def _ints(s: str | None) -> list[int]:
     return out
 
 
+MAX_PARAM = float(1 << 62)  # ns from a profile's origin, ids, rows: every number a request may need
+
+
 def _num(req: Request, key: str, default: float | None = None) -> float:
+    """A finite number of magnitude at most 2^62: ``inf``/``nan`` or 1e308 would otherwise reach
+    integer conversions and queries and fail there (a 500) instead of here (a 400 naming the value)."""
     v = req.query_params.get(key)
     if v is None:
         if default is None:
             raise BadRequest(f"missing parameter {key}")
         return default
     try:
-        return float(v)
+        x = float(v)
     except ValueError:
-        raise BadRequest(f"{key} must be a number") from None
+        raise BadRequest(f"{key}={v[:40]!r} is not a number") from None
+    if not math.isfinite(x) or abs(x) > MAX_PARAM:
+        raise BadRequest(f"{key}={v[:40]!r} is not valid; accepted: a finite number within +-2^62")
+    return x
 
 
 def create_app(workspace: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
@@ -94,6 +104,16 @@ def create_app(workspace: str | os.PathLike, cache_dir: str | os.PathLike | None
                 return FastJSON({"error": f"not found: {e}"}, status_code=404)
             except (BadRequest, ValueError) as e:
                 return FastJSON({"error": str(e)}, status_code=400)
+            except (duckdb.Error, OSError) as e:
+                # files that vanished under a running query: the profile was removed (404), or is
+                # being rewritten or damaged (500): either way one line, not a traceback page
+                name = req.path_params.get("name")
+                if name is not None and not ws.exists(name):
+                    ws.forget(name)
+                    return FastJSON({"error": f"not found: profile {name!r} is no longer in the workspace"},
+                                    status_code=404)
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                return FastJSON({"error": f"cannot read profile {name!r}: {first}"}, status_code=500)
         return endpoint
 
     def prof(req: Request):

@@ -20,6 +20,90 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
+
+
+def split_host_header(value: str) -> tuple[str, int | None] | None:
+    """``("name", port)`` from a Host header (``name``, ``name:port``, ``[v6]:port``); None if malformed."""
+    v = value.strip().lower()
+    if v.startswith("["):
+        end = v.find("]")
+        if end < 0:
+            return None
+        name, rest = v[1:end], v[end + 1:]
+        if rest and not rest.startswith(":"):
+            return None
+        port_s = rest[1:] if rest else ""
+    else:
+        name, _, port_s = v.partition(":")
+    if port_s:
+        if not port_s.isdigit() or len(port_s) > 5:
+            return None
+        return name.rstrip("."), int(port_s)
+    return name.rstrip("."), None
+
+
+class HostPolicy:
+    """Which Host headers name this server (the defence against DNS rebinding).
+
+    A web page on an attacker's domain can make that domain resolve to 127.0.0.1; the browser then sends
+    the page's requests to this server, but with the attacker's name in Host. So a request is answered
+    only when its Host names the served address and port: on a loopback bind, loopback names and
+    addresses (127.0.0.1, localhost, [::1], the bound address); on a non-loopback bind chosen with
+    ``--host``, also that host and any literal IP address (a rebinding attack always uses a domain name),
+    and, on a wildcard bind (0.0.0.0, ::), this machine's host name and FQDN.
+    """
+
+    def __init__(self, bind_host: str, port: int) -> None:
+        self.port = port
+        b = bind_host.strip("[]").lower()
+        self.loopback = is_loopback(b)
+        self.names = set(LOOPBACK_NAMES) | {b}
+        if b in ("0.0.0.0", "::", ""):
+            self.names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        self.shown = url_for(bind_host, port)
+
+    def allows(self, host_header: str | None) -> bool:
+        parsed = split_host_header(host_header) if host_header else None
+        if parsed is None:
+            return False
+        name, port = parsed
+        if (port if port is not None else 80) != self.port:
+            return False
+        if name in self.names or is_loopback(name):
+            return True
+        return not self.loopback and _is_ip(name)
+
+
+class HostGuard:
+    """ASGI middleware: answer 403 to HTTP requests whose Host is not one ``policy`` allows."""
+
+    def __init__(self, app, policy: HostPolicy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None)
+            if not self.policy.allows(host):
+                body = (f"refused: the Host header {host!r} does not name this server ({self.policy.shown}); "
+                        "open the URL the server printed (see --host in docs/ui.md)\n").encode()
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                await send({"type": "http.response.start", "status": 403,
+                            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 def default_cache_dir() -> str:
     """Pyramids are derived data: they live in the user's cache, never in the (read-only) workspace."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -56,7 +140,8 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
     """Serve the UI for ``workspace`` until interrupted; returns the process exit code.
 
     Binds loopback by default. Any other address exposes every profile in the workspace to whoever
-    can reach it (there is no authentication), so that case prints a warning first.
+    can reach it (there is no authentication), so that case prints a warning first. Requests whose
+    Host header does not name the served address are refused (``HostPolicy``).
     """
     try:
         import uvicorn
@@ -69,10 +154,19 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
     if not os.path.isdir(workspace):
         print(f"neuron-explorer: workspace {workspace} is not a directory", file=sys.stderr)
         return 2
+    if not 0 < port < 65536:
+        print(f"neuron-explorer: error: --port {port} is not valid; accepted: a TCP port from 1 to 65535",
+              file=sys.stderr)
+        return 2
     if not is_loopback(host):
         print(f"neuron-explorer: WARNING: serving on {host}, which is not a loopback address: anyone who can "
               f"reach this machine on port {port} can read every profile in {workspace} (no authentication). "
               "Use --host 127.0.0.1 (the default) and an SSH tunnel instead.", file=sys.stderr)
+    try:
+        policy = HostPolicy(host, port)
+    except OSError as e:
+        print(f"neuron-explorer: cannot serve on --host {host!r}: {e.strerror or e}", file=sys.stderr)
+        return 2
     # bind first so a busy port is a clear error, not a traceback
     sock = listen_socket(host)
     try:
@@ -81,7 +175,7 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
         print(f"neuron-explorer: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
         sock.close()
         return 1
-    app = create_app(workspace, cache_dir=default_cache_dir())
+    app = HostGuard(create_app(workspace, cache_dir=default_cache_dir()), policy)
     print(f"neuron-explorer: System Trace Viewer for {workspace}", file=sys.stderr)
     print(url_for(host, port), flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="off")
@@ -102,7 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m neuron_explorer.ui.server WORKSPACE [HOST] [PORT]", file=sys.stderr)
         return 2
     host = argv[1] if len(argv) > 1 else "127.0.0.1"
-    port = int(argv[2]) if len(argv) > 2 else 3001
+    try:
+        port = int(argv[2]) if len(argv) > 2 else 3001
+    except ValueError:
+        print(f"usage: PORT {argv[2]!r} is not a number", file=sys.stderr)
+        return 2
     return serve(argv[0], host, port)
 
 

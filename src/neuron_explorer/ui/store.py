@@ -171,6 +171,7 @@ class Profile:
         self.prepare_s = 0.0
         self.index_build_s: float | None = None  # None: the index came from the cache (or there are no events)
         self._rows: dict[str, list[Row]] = {}
+        self.stamp = _stamp(self.meta_file)
         self._prepare()
 
     # ---------------------------------------------------------------- preparation
@@ -568,16 +569,18 @@ class Profile:
                 cns.append(cn)
         lo = self.origin + int(t0) - self.counter_gap
         hi = self.origin + math.ceil(t1) + self.counter_gap
+        # every value from the request is a bound parameter, never SQL text
         sql = f"""
-            WITH m AS (SELECT unnest(?::INTEGER[]) AS r, unnest(?::VARCHAR[]) AS inst, unnest(?::BIGINT[]) AS pid,
-                              unnest(?::VARCHAR[]) AS counter)
+            WITH m AS (SELECT unnest($r::INTEGER[]) AS r, unnest($inst::VARCHAR[]) AS inst,
+                              unnest($pid::BIGINT[]) AS pid, unnest($cn::VARCHAR[]) AS counter)
             SELECT r, counter, b, sum(v), sum(vmax) FROM (
-                SELECT m.r, c.counter, c.pid, floor((c.ts - {self.origin} - {t0}) / {npp})::BIGINT AS b,
+                SELECT m.r, c.counter, c.pid, floor((c.ts - $origin - $t0) / $npp)::BIGINT AS b,
                        avg(c.value) AS v, max(c.value) AS vmax
                 FROM {self.tag}_cnt c JOIN m ON c.inst = m.inst AND c.pid = m.pid AND c.counter = m.counter
-                WHERE c.ts >= {lo} AND c.ts <= {hi}
+                WHERE c.ts >= $lo AND c.ts <= $hi
                 GROUP BY ALL) GROUP BY r, counter, b ORDER BY r, counter, b"""
-        data = self._cursor().execute(sql, [rs, insts, pids, cns]).fetchall()
+        data = self._cursor().execute(sql, {"r": rs, "inst": insts, "pid": pids, "cn": cns, "origin": self.origin,
+                                            "t0": t0, "npp": npp, "lo": lo, "hi": hi}).fetchall()
         rows: dict[int, dict[str, list]] = {}
         for r, cn, b, v, vmax in data:
             d = rows.setdefault(r, {}).setdefault(cn, [[], [], []])
@@ -817,14 +820,16 @@ class DeviceProfile:
         maxdur = max(int(self.tracks[i][2] or 0) for i in picked)
         a0, a1 = self.origin + int(t0), self.origin + math.ceil(t1)
         data = self.p._cursor().execute(f"""
-            WITH m AS (SELECT unnest(?::VARCHAR[]) AS track, unnest(?::INTEGER[]) AS r),
-            ev AS (SELECT track, name, start_ts - {self.origin} AS s, end_ts - {self.origin} AS e, duration_ns AS d
+            WITH m AS (SELECT unnest($tracks::VARCHAR[]) AS track, unnest($rows::INTEGER[]) AS r),
+            ev AS (SELECT track, name, start_ts - $origin AS s, end_ts - $origin AS e, duration_ns AS d
                    FROM read_parquet({self.files})
-                   WHERE profile_id::VARCHAR = ? AND start_ts >= {a0 - maxdur} AND start_ts < {a1} AND end_ts >= {a0}),
-            x AS (SELECT m.r, ev.*, CASE WHEN ev.d >= {npp} THEN -1 - row_number() OVER ()
-                                    ELSE floor((ev.s - {t0}) / {npp})::BIGINT END AS k FROM ev JOIN m USING (track))
+                   WHERE profile_id::VARCHAR = $pid AND start_ts >= $lo AND start_ts < $a1 AND end_ts >= $a0),
+            x AS (SELECT m.r, ev.*, CASE WHEN ev.d >= $npp THEN -1 - row_number() OVER ()
+                                    ELSE floor((ev.s - $t0) / $npp)::BIGINT END AS k FROM ev JOIN m USING (track))
             SELECT r, k, count(*)::BIGINT, sum(d)::BIGINT, min(s), max(e), min(s), r, min(name)
-            FROM x GROUP BY r, k ORDER BY r, 5 LIMIT {MAX_WINDOW_ROWS}""", [names, picked, self.profile_id]).fetchall()
+            FROM x GROUP BY r, k ORDER BY r, 5 LIMIT {MAX_WINDOW_ROWS}""",
+            {"tracks": names, "rows": picked, "pid": self.profile_id, "origin": self.origin, "lo": a0 - maxdur,
+             "a0": a0, "a1": a1, "npp": npp, "t0": t0}).fetchall()
         for r, _k, cnt, d, s, e, sid, leaf, name in data:
             res["row"].append(r)
             res["c"].append(cnt)
@@ -858,16 +863,30 @@ class DeviceProfile:
                 "relative": {"start": int(ev["start_ts"]) - self.origin, "end": int(ev["end_ts"]) - self.origin}}
 
 
+MAX_REL_NS = 1 << 62  # times in requests are ns from the profile's origin: +-146 years is plenty
+
+
 def _window_args(t0: float, t1: float, px: int) -> tuple[float, float, int]:
     try:
         t0, t1, px = float(t0), float(t1), int(px)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadRequest("t0, t1 must be numbers and px an integer") from None
     if not (math.isfinite(t0) and math.isfinite(t1)) or t1 <= t0:
         raise BadRequest("need finite t0 < t1")
+    if not (-MAX_REL_NS <= t0 and t1 <= MAX_REL_NS):
+        raise BadRequest(f"t0 and t1 must lie within +-{MAX_REL_NS} ns of the profile's origin")
     if not 1 <= px <= 20000:
         raise BadRequest("px must be in 1..20000")
     return t0, t1, px
+
+
+def _stamp(path: str | None) -> tuple[int, int, int] | None:
+    """Identity of a profile's metadata file: a re-ingested profile gets a new one."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns) if st else None
 
 
 class Workspace:
@@ -919,9 +938,34 @@ class Workspace:
                         "display_name": r[5] or name, "types": ["system", "device"] if has_dev else ["system"]})
         return out
 
+    def exists(self, name: str) -> bool:
+        """Is ``name`` (still) a profile of the workspace?"""
+        try:
+            paths.resolve_profile(self.root, name)
+            return True
+        except (paths.PathRejected, OSError):
+            return False
+
+    def forget(self, name: str) -> None:
+        """Drop a prepared profile (removed or replaced on disk): the next request prepares it anew."""
+        with self._lock:
+            self._profiles.pop(name, None)
+
     def profile(self, name: str) -> Profile:
-        """The prepared profile (prepared once; concurrent first requests wait for the same work)."""
+        """The prepared profile (prepared once; concurrent first requests wait for the same work).
+
+        A profile removed from the workspace while the server runs is NotFound (and forgotten); one
+        re-ingested under the same name is prepared again."""
         paths.check_profile_name(name)
+        with self._lock:
+            p = self._profiles.get(name)
+        if p is not None:
+            if not self.exists(name):
+                self.forget(name)
+                raise NotFound(f"profile {name!r} is no longer in the workspace")
+            if _stamp(p.meta_file) == p.stamp:
+                return p
+            self.forget(name)
         with self._lock:
             p = self._profiles.get(name)
             if p is not None:
