@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from . import align, device as device_mod, summary as summary_mod
 from .events import build as build_events
 from .filters import ViewFilter
-from .reader import ProfileError, Session, discover, load_session
+from .reader import ProfileError, Session, discover, load_session, printable
 
 
 class ViewError(Exception):
@@ -84,9 +84,17 @@ def _load(path: str, warnings: list[tuple[str, str]], opts: ViewOptions) -> Sess
     except ProfileError as e:
         msg = str(e)
         print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
-        warnings.append((msg, path))
+        warnings.append((msg, printable(path)))
         return None
     return s
+
+
+def _failure(path: str, e: Exception) -> str:
+    """The one-line message for a profile that failed after loading: a ProfileError says what is
+    wrong with which file; anything else is a defect of ours, named as such."""
+    if isinstance(e, ProfileError):
+        return str(e)
+    return printable(f"{path}: skipped after an internal error ({type(e).__name__}: {e}); please report it")
 
 
 def run(opts: ViewOptions) -> ViewResult:
@@ -94,10 +102,12 @@ def run(opts: ViewOptions) -> ViewResult:
     root = opts.directory
     if not os.path.isdir(root):
         raise ViewError(f"{root}: no such directory; {GOOD_LAYOUT}")
-    paths = discover(root)
+    warnings: list[tuple[str, str]] = []
+    paths = discover(root, warnings)
+    for msg, _ in warnings:
+        print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
     if not paths:
         raise ViewError(f"{root}: no profiles found; {GOOD_LAYOUT}")
-    warnings: list[tuple[str, str]] = []
 
     # pass 1: index (instances, collective timings, time origin); damaged profiles are reported here
     usable: list[str] = []
@@ -114,12 +124,18 @@ def run(opts: ViewOptions) -> ViewResult:
             continue
         for w in s.warnings:
             print(f"neuron-explorer: warning: {w}", file=sys.stderr)
-            warnings.append((w, p))
+            warnings.append((w, printable(p)))
         if not opts.filter.keeps_instance(s.instance_id):
+            continue
+        try:
+            times = cindex.times(s)
+        except Exception as e:  # a defect of ours on odd data: this profile only
+            msg = _failure(p, e)
+            print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
+            warnings.append((msg, printable(p)))
             continue
         usable.append(p)
         usable_instances[p] = s.instance_id
-        times = cindex.times(s)
         s.release(s.num_events)  # the index keeps only the collective timings
         if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
             times = align.sample(times, align.sample_cap(len(paths)))
@@ -258,17 +274,42 @@ def _chunks(s: Session, size: int):
 
 
 def convert_process(job: Job) -> dict:
-    """Load, filter and convert one process; returns what the parent assembles."""
-    from ..capture.writer import atomic_write
+    """Load, filter and convert one process; returns what the parent assembles.
+
+    A process that fails here (its files changed since the index pass, or damage the checks at
+    load did not catch) becomes one warning naming it, and what it had written so far is removed:
+    the other processes are still converted.  An error writing the output (OSError: a full disk,
+    a vanished directory) is not about this profile and stops the run."""
     from ._alloc import keep_freed_memory
 
     keep_freed_memory()  # every format: reuse freed chunk temporaries instead of faulting them in anew
+    undo: list = []  # callables that remove what this process wrote
+    try:
+        return _convert(job, undo)
+    except OSError:
+        raise
+    except Exception as e:
+        for f in reversed(undo):
+            f()
+        return {"warnings": [(_failure(job.path, e), printable(job.path))], "events": 0}
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _convert(job: Job, undo: list) -> dict:
+    from ..capture.writer import atomic_write
+
     warnings: list[tuple[str, str]] = []
     res: dict = {"warnings": warnings, "events": 0}
     try:
         s = load_session(job.path, load_events=not job.ignore_system)
     except ProfileError as e:  # changed since the index pass
-        warnings.append((str(e), job.path))
+        warnings.append((str(e), printable(job.path)))
         return res
     job.filter.apply(s)
     off = job.offset
@@ -291,6 +332,7 @@ def convert_process(job: Job) -> dict:
         from .export_parquet import ParquetWriter, meta_row
 
         w = ParquetWriter(job.out, job.display_name, root=job.work)
+        undo.append(lambda: _discard_parquet(w, job))
         w.add_device(dviews, index)
         for lo, part, last in _chunks(s, CHUNK):
             pe = build_events(part, index, offset_ns, id_base + lo, links)
@@ -300,6 +342,7 @@ def convert_process(job: Job) -> dict:
         return res
     piece = os.path.join(job.work, f"piece-{index:08d}")
     res["piece"] = piece
+    undo.append(lambda: _remove(piece))
     device_files = res["device_files"] = []
     if fmt == "json":
         from .export_json import JsonWriter, _dumps
@@ -307,6 +350,7 @@ def convert_process(job: Job) -> dict:
         for v in dviews:
             f = os.path.join(out_dir, f"device_profile_model_{v.profile_id}.json")
             atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)))
+            undo.append(lambda f=f: _remove(f))
             device_files.append(f)
         jw = JsonWriter(piece, job.origin, piece=True)
         for lo, part, last in _chunks(s, JSON_CHUNK):
@@ -326,6 +370,7 @@ def convert_process(job: Job) -> dict:
         except BaseException:
             dw.abort()
             raise
+        undo.append(lambda f=f: _remove(f))
         device_files.append(f)
     # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
     pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 16, first=index == 0)
@@ -337,3 +382,17 @@ def convert_process(job: Job) -> dict:
         pw.abort()
         raise
     return res
+
+
+def _discard_parquet(w, job: Job) -> None:
+    """Remove the event and counter parts of a process that failed mid-way (``part-<index>``:
+    the index is unique in the run, whatever the partition directories are called)."""
+    import glob
+
+    if w._ev_writer is not None:
+        try:
+            w._ev_writer.close()
+        except Exception:
+            pass
+    for p in glob.glob(os.path.join(glob.escape(job.work), "*", "*", "*", f"part-{job.index}.parquet")):
+        _remove(p)

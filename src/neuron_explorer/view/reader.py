@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,26 +21,105 @@ from ..proto import neuron_explorer_capture_pb2 as pb
 SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
 
 
+# The time domain every profile must fit, checked at load so that no int64 arithmetic in view can
+# wrap (numpy wraps silently): raw timestamps (monotonic or device clock) and wall-clock times lie in
+# [0, 2**62] ns (1970 to 2116); a process's wall-clock offset (wall - monotonic) in [-2**61, 2**62];
+# the clock offsets estimated between instances within +-2**60 (align.py).  Then a time plus its
+# offsets, minus the output's time origin, stays below 2**63 in magnitude.
+TIME_LIMIT_NS = 1 << 62
+WALL_OFFSET_MIN_NS = -(1 << 61)
+CLOCK_OFFSET_LIMIT_NS = 1 << 60
+
+
+def printable(text: str) -> str:
+    """``text`` fit for a one-line message in any output: control characters and the bytes of a
+    name that is not UTF-8 (which Python keeps as lone surrogates) become ``\\xNN`` escapes."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
+
+
 class ProfileError(Exception):
-    """A profile file that cannot be used; the message names the file and the problem."""
+    """A profile file that cannot be used; the message names the file and the problem (on one
+    printable line, whatever bytes the file's name or contents hold)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
 
 
-def discover(root: str) -> list[str]:
-    """Every session directory under ``root``, sorted for a stable order."""
+def discover(root: str, problems: list[tuple[str, str]] | None = None) -> list[str]:
+    """Every session directory under ``root``, sorted for a stable order.
+
+    A directory that cannot be listed hides whatever profiles it holds, so it is reported in
+    ``problems`` as (message, path) instead of being passed over in silence."""
+
+    def unlisted(e: OSError) -> None:
+        if problems is not None:
+            where = e.filename if e.filename is not None else root
+            problems.append((printable(f"{where}: cannot list directory ({e.strerror}); profiles below it "
+                                       "were skipped"), printable(str(where))))
+
     found = []
-    for d, dirs, files in os.walk(root):
+    for d, dirs, files in os.walk(root, onerror=unlisted):
         dirs.sort()
         if any(m in files for m in SESSION_MARKERS):
             found.append(d)
     return sorted(found)
 
 
-def _parse(path: str, msg_type):
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def open_regular(path: str) -> tuple[int, int]:
+    """(descriptor, size) of ``path`` opened for reading; ProfileError unless it is a regular file.
+
+    Only regular files are read: a FIFO would block the reader forever and ``/dev/zero`` never
+    ends.  The type is checked before opening (a device is never opened) and again on the open
+    descriptor (the file checked is the file read); O_NONBLOCK keeps the open itself from waiting
+    on a FIFO that appears in between."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ProfileError(f"{path}: not a regular file ({_file_kind(mode)})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ProfileError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
+    return fd, st.st_size
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of a regular file: at most its size when opened, never more (it cannot grow
+    without bound under the reader)."""
+    fd, size = open_regular(path)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(size)
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _parse(path: str, msg_type):
+    data = _read_regular(path)
     if not data:
         raise ProfileError(f"{path}: empty file (0 bytes)")
     msg = msg_type()
@@ -75,21 +155,18 @@ def _fields(buf, pos: int, end: int):
         if wt == 0:
             value_start = pos
             _, pos = _varint(buf, pos)
-            yield field_no, wt, value_start, pos, tag_start
-        elif wt == 1:
-            pos += 8
-            yield field_no, wt, pos - 8, pos, tag_start
-        elif wt == 5:
-            pos += 4
-            yield field_no, wt, pos - 4, pos, tag_start
-        elif wt == 2:
-            n, pos = _varint(buf, pos)
-            yield field_no, wt, pos, pos + n, tag_start
-            pos += n
+            start = value_start
+        elif wt in (1, 5, 2):
+            if wt == 2:
+                n, pos = _varint(buf, pos)
+            else:
+                n = 8 if wt == 1 else 4
+            start, pos = pos, pos + n
         else:
             raise ValueError(f"unsupported wire type {wt}")
-        if pos > end:
-            raise ValueError("truncated field")
+        if pos > end:  # checked before the field is handed out: a declared length is not trusted
+            raise ValueError(f"field {field_no} runs past the end of its message")
+        yield field_no, wt, start, pos, tag_start
 
 
 def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int]:
@@ -98,14 +175,15 @@ def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, obj
     The file is memory-mapped; everything but the column message is parsed by protobuf (it is
     small), and the columns come back as (start, end) offsets into the map, ready for
     ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count)."""
+    fd, size = open_regular(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise ProfileError(f"{path}: empty file (0 bytes)")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if size == 0:
+            raise ProfileError(f"{path}: empty file (0 bytes)")
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except OSError as e:
         raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
     rest = bytearray()
     cols: dict[int, tuple[int, int]] = {}
     count = 0
@@ -203,9 +281,11 @@ class Session:
         for name in (os.path.basename(self.path.rstrip("/")), os.path.basename(os.path.dirname(self.path))):
             if "_pid_" in name:
                 try:
-                    return int(name.split("_pid_")[1].split("_")[0])
+                    pid = int(name.split("_pid_")[1].split("_")[0])
                 except ValueError:
-                    pass
+                    continue
+                if 0 <= pid < 1 << 62:  # a directory name is not trusted to fit an int64 column
+                    return pid
         return 0
 
     @property
@@ -228,49 +308,181 @@ class Session:
 
 
 def load_session(path: str, load_events: bool = True) -> Session:
-    """Load one session; raises ProfileError when nothing in it is usable.
+    """Load and validate one session; raises ProfileError when it cannot be used.
 
-    A damaged optional file (cpu_util.pb, host_mem.pb) becomes a warning on the session."""
+    Everything the exporters rely on is checked here, once, and ``check`` calls the same code, so
+    a file that ``view`` skips is one that ``check`` reports: type ids inside the file's type
+    table, string ids inside its string table, column lengths backed by the bytes present, and
+    timestamps that stay on the wall clock (``TIME_LIMIT_NS``) once the clock anchors are applied.
+    A damaged optional file (cpu_util.pb, host_mem.pb, a .neff) becomes a warning on the session
+    and is left out."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProfileError(f"{path}: the directory name is not valid UTF-8 (rename it to convert this profile)") from None
     s = Session(path=path)
     info_p = os.path.join(path, "trace_info.pb")
     trace_p = os.path.join(path, "ntrace.pb")
-    if os.path.exists(info_p):
+    if os.path.lexists(info_p):  # (lexists: a dangling link is reported, not taken for "no file")
         s.info = _parse(info_p, pb.TraceInfo)
-    if os.path.exists(trace_p) and load_events:
-        t, mm, cols, n = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
-        s.trace = t
-        s.type_names = [""] * (max((et.id for et in t.event_types), default=-1) + 1)
-        s.type_args = [[] for _ in s.type_names]
-        for et in t.event_types:
-            s.type_names[et.id] = et.name
-            s.type_args[et.id] = list(et.args)
-        s.strings = list(t.strings)
-        s.models = list(t.models)
-        F = pb.EventColumns.DESCRIPTOR.fields_by_name
-        layout = {}
-        for name, dtype in (("type", "u2"), ("start_ns", "i8"), ("end_ns", "i8"), ("nc_idx", "i4"),
-                            ("thread_id", "i8"), ("a", "i8"), ("b", "i8"), ("c", "i8"), ("d", "i8"), ("e", "i8")):
-            s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
-            layout[name] = (cols.get(F[name].number, (0, 0))[0], np.dtype(dtype).itemsize)
-        s.mapped = (mm, layout)
-        if n and int(s.events["type"].max()) >= len(s.type_names):
-            raise ProfileError(f"{trace_p}: event type id {int(s.events['type'].max())} is not declared in the file")
+        _check_info(s.info, info_p)
+    if os.path.lexists(trace_p) and load_events:
+        _load_trace(s, trace_p)
     if s.info is None and s.trace is None:
         raise ProfileError(f"{path}: no trace_info.pb or ntrace.pb")
     try:
         names = sorted(os.listdir(path))
-    except OSError:
+    except OSError as e:
+        s.warnings.append(printable(f"{path}: cannot list the directory ({e.strerror}); its device traces "
+                                    "and NEFFs were skipped"))
         names = []
-    s.device_paths = [os.path.join(path, n) for n in names if n.endswith(".ntff")]
-    s.neff_paths = [os.path.join(path, n) for n in names if n.endswith(".neff")]
+    for n in names:
+        if n.endswith((".ntff", ".neff")) and not _utf8(n):
+            s.warnings.append(printable(f"{os.path.join(path, n)}: the file name is not valid UTF-8; skipped"))
+    s.device_paths = [os.path.join(path, n) for n in names if n.endswith(".ntff") and _utf8(n)]
+    for n in names:
+        if n.endswith(".neff") and _utf8(n):
+            try:
+                load_neff(os.path.join(path, n))
+            except ProfileError as e:
+                s.warnings.append(str(e))
+                continue
+            s.neff_paths.append(os.path.join(path, n))
+    off = wall_offset_ns(s)
     for name, typ, attr in (("cpu_util.pb", pb.CpuUtil, "cpu"), ("host_mem.pb", pb.HostMem, "mem")):
         p = os.path.join(path, name)
-        if os.path.exists(p):
+        if os.path.lexists(p):
             try:
-                setattr(s, attr, _parse(p, typ))
+                setattr(s, attr, _load_samples(p, typ, off))
             except ProfileError as e:
                 s.warnings.append(str(e))
     return s
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+COUNT_LIMIT = 1 << 48  # per-core event counts: far beyond any ring, small enough to sum without wrapping
+
+
+def _check_info(info: pb.TraceInfo, path: str) -> None:
+    """Fields of trace_info.pb that become paths, offsets or summed counters."""
+    if not info.instance_id.isprintable():
+        raise ProfileError(f"{path}: instance_id {info.instance_id!r} holds control characters (e.g. a NUL)")
+    for a in info.anchors:
+        if not (WALL_OFFSET_MIN_NS <= a.wall_ns - a.monotonic_ns <= TIME_LIMIT_NS):
+            raise ProfileError(f"{path}: clock anchor {a.label!r} (monotonic {a.monotonic_ns} ns, wall {a.wall_ns} ns) "
+                               "is not a plausible clock reading")
+    if not (0 <= info.start_wall_ns <= TIME_LIMIT_NS):
+        raise ProfileError(f"{path}: start_wall_ns {info.start_wall_ns} is not a plausible wall-clock time")
+    for c in info.cores:
+        for name in ("capacity", "recorded", "kept", "dropped"):
+            v = getattr(c, name)
+            if not (0 <= v <= COUNT_LIMIT):
+                raise ProfileError(f"{path}: core {c.nc_idx} has {name} = {v}, not a plausible event count")
+
+
+def _load_trace(s: Session, trace_p: str) -> None:
+    t, mm, cols, n = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
+    s.trace = t
+    # The type table is sized by the types the file declares, never by an id read from it.
+    ntypes = len(t.event_types)
+    for et in t.event_types:
+        if et.id >= ntypes:
+            raise ProfileError(f"{trace_p}: event type {et.name!r} has id {et.id}, outside the file's table of "
+                               f"{ntypes} types")
+    s.type_names = [""] * ntypes
+    s.type_args = [[] for _ in s.type_names]
+    for et in t.event_types:
+        s.type_names[et.id] = et.name
+        s.type_args[et.id] = list(et.args)[:5]
+    s.strings = list(t.strings)
+    s.models = list(t.models)
+    F = pb.EventColumns.DESCRIPTOR.fields_by_name
+    layout = {}
+    for name, dtype in (("type", "u2"), ("start_ns", "i8"), ("end_ns", "i8"), ("nc_idx", "i4"),
+                        ("thread_id", "i8"), ("a", "i8"), ("b", "i8"), ("c", "i8"), ("d", "i8"), ("e", "i8")):
+        s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
+        layout[name] = (cols.get(F[name].number, (0, 0))[0], np.dtype(dtype).itemsize)
+    s.mapped = (mm, layout)
+    _check_events(s, trace_p, wall_offset_ns(s))
+
+
+VALIDATE_CHUNK = 1 << 20  # events checked at a time (their mapped pages are dropped afterwards)
+
+
+def _check_events(s: Session, path: str, wall_off: int) -> None:
+    """Every event's type id, string ids and timestamps, a chunk at a time."""
+    n = s.num_events
+    if not n:
+        return
+    e = s.events
+    nt, ns = len(s.type_names), len(s.strings)
+    str_slots: dict[str, np.ndarray] = {}  # slot -> which type ids hold a string id there
+    for tid, args in enumerate(s.type_args):
+        for slot, arg in zip("abcde", args):
+            if arg.endswith("_str"):
+                str_slots.setdefault(slot, np.zeros(nt, dtype=bool))[tid] = True
+    t_lo, t_hi = None, None
+    for lo in range(0, n, VALIDATE_CHUNK):
+        hi = min(n, lo + VALIDATE_CHUNK)
+        typ = e["type"][lo:hi]
+        tmax = int(typ.max())
+        if tmax >= nt:
+            raise ProfileError(f"{path}: event type id {tmax} is not declared in the file ({nt} types)")
+        for slot, table in str_slots.items():
+            holds = table[typ]
+            if not holds.any():
+                continue
+            v = e[slot][lo:hi]
+            bad = holds & ((v < 0) | (v >= ns))
+            if bad.any():
+                i = int(np.argmax(bad))
+                tid = int(typ[i])
+                arg = s.type_args[tid]["abcde".index(slot)]
+                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to string {int(v[i])}, "
+                                   f"outside the file's table of {ns} strings")
+        for col in ("start_ns", "end_ns"):
+            c = e[col][lo:hi]
+            cmin, cmax = int(c.min()), int(c.max())
+            t_lo = cmin if t_lo is None else min(t_lo, cmin)
+            t_hi = cmax if t_hi is None else max(t_hi, cmax)
+        s.release(hi)
+    check_times(path, "event timestamps", t_lo, t_hi, wall_off)
+
+
+def check_times(path: str, what: str, lo: int, hi: int, offset: int) -> None:
+    """ProfileError unless the raw times ``[lo, hi]`` and the same times plus ``offset`` (their
+    wall-clock offset) lie in the time domain above (exact Python ints: nothing can wrap here)."""
+    if not (0 <= lo and hi <= TIME_LIMIT_NS and WALL_OFFSET_MIN_NS <= offset <= TIME_LIMIT_NS
+            and 0 <= lo + offset and hi + offset <= TIME_LIMIT_NS):
+        raise ProfileError(f"{path}: {what} {lo}..{hi} ns with a wall-clock offset of {offset} ns fall outside "
+                           "1970-2116 (corrupt timestamps or clock anchors)")
+
+
+_SAMPLE_COLUMNS = {  # per file: (column, dtype, values per sample or the field that says how many)
+    "CpuUtil": (("ts_ns", "i8", 1), ("cpu_percent", "f4", "num_cpus"), ("process_percent", "f4", 1)),
+    "HostMem": (("ts_ns", "i8", 1),) + tuple((c, "i8", 1) for c in ("process_rss", "process_vms", "host_total",
+                                                                      "host_used", "host_available")),
+}
+
+
+def _load_samples(path: str, typ, wall_off: int):
+    """cpu_util.pb / host_mem.pb with every column holding one value (or one per CPU) per sample."""
+    msg = _parse(path, typ)
+    cols = _SAMPLE_COLUMNS[typ.__name__]
+    ts = _arr(msg.ts_ns, "i8", path, "ts_ns")
+    for name, dtype, per in cols[1:]:
+        k = getattr(msg, per) if isinstance(per, str) else per
+        _arr(getattr(msg, name), dtype, path, name, len(ts) * k)
+    if len(ts):
+        check_times(path, "sample timestamps", int(ts.min()), int(ts.max()), wall_off)
+    return msg
 
 
 def wall_offset_ns(s: Session) -> int:
@@ -286,15 +498,18 @@ class DeviceProfile:
     path: str
     trace: pb.DeviceTrace
     ops: dict[str, np.ndarray]
+    host_offset_ns: int = 0  # device clock -> host monotonic clock (through the sync points)
 
     @property
     def strings(self) -> list[str]:
         return list(self.trace.strings)
 
 
-def load_device_trace(path: str) -> DeviceProfile:
-    """Load one .ntff; raises ProfileError for an empty, truncated or foreign file."""
-    if os.path.exists(path) and os.path.getsize(path) == 0:
+def load_device_trace(path: str, wall_offset_ns: int = 0) -> DeviceProfile:
+    """Load and validate one .ntff; raises ProfileError for an empty, truncated, foreign or damaged
+    file. ``wall_offset_ns``: the session's (see ``wall_offset_ns``), to check that the ops' times
+    stay on the wall clock."""
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise ProfileError(f"{path}: empty file (0 bytes): device profiling was enabled but no execution was "
                            "captured (likely a warm-up issue)")
     t, mm, cols, n = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
@@ -303,6 +518,8 @@ def load_device_trace(path: str) -> DeviceProfile:
            for name, dtype in (("start_ns", "i8"), ("end_ns", "i8"), ("name", "i4"), ("track", "i4"),
                                ("exec_idx", "i4"), ("flops", "f8"), ("nbytes", "i8"), ("detail", "i4"),
                                ("source", "i4"))}
+    if n >= 1 << 32:
+        raise ProfileError(f"{path}: {n} ops is more than a device trace can declare")
     t.ops.count = n
     ns = len(t.strings)
     for col in ("name", "track", "detail", "source"):
@@ -310,7 +527,28 @@ def load_device_trace(path: str) -> DeviceProfile:
             raise ProfileError(f"{path}: column {col} refers to a string outside the file's table")
     if n and (int(ops["exec_idx"].max()) >= len(t.executions) or int(ops["exec_idx"].min()) < 0):
         raise ProfileError(f"{path}: an op refers to an execution the file does not declare")
-    return DeviceProfile(path, t, ops)
+    host = _device_to_host(t, path)
+    off = wall_offset_ns + host
+    if n:
+        check_times(path, "op timestamps", min(int(ops["start_ns"].min()), int(ops["end_ns"].min())),
+                    max(int(ops["start_ns"].max()), int(ops["end_ns"].max())), off)
+    if t.executions:
+        check_times(path, "execution timestamps", min(min(e.start_ns, e.end_ns) for e in t.executions),
+                    max(max(e.start_ns, e.end_ns) for e in t.executions), off)
+        if sum(max(e.end_ns - e.start_ns, 0) for e in t.executions) > TIME_LIMIT_NS:
+            raise ProfileError(f"{path}: the executions add up to more time than a clock can hold")
+    return DeviceProfile(path, t, ops, host)
+
+
+def _device_to_host(t: pb.DeviceTrace, path: str) -> int:
+    """Device clock -> host monotonic clock: the median over the sync points (0 when there are none)."""
+    if not t.sync:
+        return 0
+    diffs = [p.cpu_timestamp_ns - p.nc_timestamp_ns for p in t.sync]
+    if min(diffs) < -TIME_LIMIT_NS or max(diffs) > TIME_LIMIT_NS:  # (np.median needs int64s)
+        raise ProfileError(f"{path}: a clock sync point pairs times {max(map(abs, diffs))} ns apart, not a "
+                           "plausible clock offset")
+    return int(np.median(diffs))
 
 
 def load_neff(path: str) -> pb.NeffFile:
