@@ -423,11 +423,14 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
         return
     e = s.events
     nt, ns = len(s.type_names), len(s.strings)
-    str_slots: dict[str, np.ndarray] = {}  # slot -> which type ids hold a string id there
+    # slot -> which type ids hold a string id / a model id there, and the size of that table
+    refs: dict[tuple[str, str], np.ndarray] = {}
     for tid, args in enumerate(s.type_args):
         for slot, arg in zip("abcde", args):
-            if arg.endswith("_str"):
-                str_slots.setdefault(slot, np.zeros(nt, dtype=bool))[tid] = True
+            table = "strings" if arg.endswith("_str") else "models" if arg.endswith("model_id") else None
+            if table is not None:
+                refs.setdefault((slot, table), np.zeros(nt, dtype=bool))[tid] = True
+    sizes = {"strings": ns, "models": len(s.models)}
     t_lo, t_hi = None, None
     for lo in range(0, n, VALIDATE_CHUNK):
         hi = min(n, lo + VALIDATE_CHUNK)
@@ -435,18 +438,20 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
         tmax = int(typ.max())
         if tmax >= nt:
             raise ProfileError(f"{path}: event type id {tmax} is not declared in the file ({nt} types)")
-        for slot, table in str_slots.items():
-            holds = table[typ]
+        for (slot, table), holds_by_type in refs.items():
+            holds = holds_by_type[typ]
             if not holds.any():
                 continue
             v = e[slot][lo:hi]
-            bad = holds & ((v < 0) | (v >= ns))
+            # a string id must name a string; a model id a model, or be negative (no model)
+            bad = holds & (((v < 0) if table == "strings" else False) | (v >= sizes[table]))
             if bad.any():
                 i = int(np.argmax(bad))
                 tid = int(typ[i])
                 arg = s.type_args[tid]["abcde".index(slot)]
-                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to string {int(v[i])}, "
-                                   f"outside the file's table of {ns} strings")
+                what = "string" if table == "strings" else "model"
+                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {what} {int(v[i])}, "
+                                   f"outside the file's table of {sizes[table]} {table}")
         for col in ("start_ns", "end_ns"):
             c = e[col][lo:hi]
             cmin, cmax = int(c.min()), int(c.max())
@@ -505,19 +510,24 @@ class DeviceProfile:
         return list(self.trace.strings)
 
 
-def load_device_trace(path: str, wall_offset_ns: int = 0) -> DeviceProfile:
+NO_EXECUTION_HINT = ("device profiling was enabled but no execution was captured (likely a warm-up issue: run 3+ "
+                     "warm-up iterations before the profiled region)")
+
+
+def load_device_trace(path: str, wall_offset: int = 0) -> DeviceProfile:
     """Load and validate one .ntff; raises ProfileError for an empty, truncated, foreign or damaged
-    file. ``wall_offset_ns``: the session's (see ``wall_offset_ns``), to check that the ops' times
-    stay on the wall clock."""
+    file. ``wall_offset``: the session's (``wall_offset_ns(session)``), to check that the ops'
+    times stay on the wall clock."""
     if os.path.isfile(path) and os.path.getsize(path) == 0:
-        raise ProfileError(f"{path}: empty file (0 bytes): device profiling was enabled but no execution was "
-                           "captured (likely a warm-up issue)")
+        raise ProfileError(f"{path} is 0 bytes: {NO_EXECUTION_HINT}")
     t, mm, cols, n = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
     F = pb.DeviceOpColumns.DESCRIPTOR.fields_by_name
     ops = {name: _col_view(mm, cols, F[name].number, dtype, path, name, n)
            for name, dtype in (("start_ns", "i8"), ("end_ns", "i8"), ("name", "i4"), ("track", "i4"),
                                ("exec_idx", "i4"), ("flops", "f8"), ("nbytes", "i8"), ("detail", "i4"),
                                ("source", "i4"))}
+    if n == 0:  # (also what a file cut at a field boundary looks like: protobuf cannot tell)
+        raise ProfileError(f"{path} holds no ops: {NO_EXECUTION_HINT}")
     if n >= 1 << 32:
         raise ProfileError(f"{path}: {n} ops is more than a device trace can declare")
     t.ops.count = n
@@ -528,7 +538,7 @@ def load_device_trace(path: str, wall_offset_ns: int = 0) -> DeviceProfile:
     if n and (int(ops["exec_idx"].max()) >= len(t.executions) or int(ops["exec_idx"].min()) < 0):
         raise ProfileError(f"{path}: an op refers to an execution the file does not declare")
     host = _device_to_host(t, path)
-    off = wall_offset_ns + host
+    off = wall_offset + host
     if n:
         check_times(path, "op timestamps", min(int(ops["start_ns"].min()), int(ops["end_ns"].min())),
                     max(int(ops["start_ns"].max()), int(ops["end_ns"].max())), off)
