@@ -69,6 +69,121 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     return bytes(b), ",".join(done)
 
 
+MESSAGES = {"ntrace.pb": "SystemTrace", "trace_info.pb": "TraceInfo", "cpu_util.pb": "CpuUtil",
+            "host_mem.pb": "HostMem", ".ntff": "DeviceTrace", ".neff": "NeffFile"}
+COLUMN_DTYPES = {  # packed columns (bytes fields) by message and field name
+    "EventColumns": dict(type="<u2", start_ns="<i8", end_ns="<i8", nc_idx="<i4", thread_id="<i8",
+                         **{c: "<i8" for c in "abcde"}),
+    "DeviceOpColumns": dict(start_ns="<i8", end_ns="<i8", name="<i4", track="<i4", exec_idx="<i4", flops="<f8",
+                            nbytes="<i8", detail="<i4", source="<i4"),
+    "CpuUtil": dict(ts_ns="<i8", cpu_percent="<f4", process_percent="<f4"),
+    "HostMem": {c: "<i8" for c in ("ts_ns", "process_rss", "process_vms", "host_total", "host_used",
+                                   "host_available")},
+}
+STRINGS = ["", "\x00", "a\x00b", "../../x", "x/../../y", "\n", "\u00e9\u4e2d", "a" * 5000, "%s%n", "'; drop table"]
+
+
+def _extreme(rng: random.Random, kind: str, bits: int) -> int:
+    lo, hi = (0, (1 << bits) - 1) if kind == "u" else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    return max(lo, min(hi, rng.choice([lo, hi, hi - 1, lo + 1, -1, 0, 1, 200_000_000, 1 << 40, (1 << 62) + 7,
+                                       -(1 << 62), rng.randrange(-1000, 1000)])))
+
+
+_INT_BITS = {"TYPE_INT32": ("i", 32), "TYPE_SINT32": ("i", 32), "TYPE_SFIXED32": ("i", 32), "TYPE_INT64": ("i", 64),
+             "TYPE_SINT64": ("i", 64), "TYPE_SFIXED64": ("i", 64), "TYPE_UINT32": ("u", 32), "TYPE_FIXED32": ("u", 32),
+             "TYPE_UINT64": ("u", 64), "TYPE_FIXED64": ("u", 64)}
+
+
+def _type_names() -> dict[int, str]:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    return {getattr(FieldDescriptor, n): n for n in dir(FieldDescriptor) if n.startswith("TYPE_")}
+
+
+_TYPE_NAMES = _type_names()
+
+
+def _scalars(msg, out: list) -> list:
+    """(message, field, index or None) of every set scalar field, nested messages included."""
+    for fd, value in msg.ListFields():
+        if fd.type == fd.TYPE_MESSAGE:
+            if fd.message_type.GetOptions().map_entry:
+                continue
+            for m in (value if fd.is_repeated else [value]):
+                _scalars(m, out)
+        elif fd.is_repeated:
+            out += [(msg, fd, i) for i in range(len(value))] + [(msg, fd, "all")]
+        else:
+            out.append((msg, fd, None))
+    return out
+
+
+def semantic_mutate(data: bytes, kind: str, rng: random.Random) -> tuple[bytes, str]:
+    """Rewrite one field of a well-formed file through its schema: an int at its type's limits, a
+    hostile string, a non-finite float, or one element of a packed column (a type id, a string id,
+    a timestamp near INT64_MAX, ...).  Byte flips mostly break the framing and are caught early;
+    these reach the checks behind it."""
+    from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
+
+    m = getattr(pb, MESSAGES[kind])()
+    try:
+        m.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - not parseable (a 0-byte file): fall back to bytes
+        return mutate(data, rng)
+    fields = _scalars(m, [])
+    if not fields:
+        return mutate(data, rng)
+    msg, fd, i = rng.choice(fields)
+    name = f"{msg.DESCRIPTOR.name}.{fd.name}"
+    if i == "all":
+        getattr(msg, fd.name)[:] = [] if rng.random() < 0.5 else list(getattr(msg, fd.name)) * 3
+        return m.SerializeToString(), f"{name}:{'cleared' if not getattr(msg, fd.name) else 'tripled'}"
+    get = (lambda: getattr(msg, fd.name)[i]) if i is not None else (lambda: getattr(msg, fd.name))
+
+    def put(v):
+        if i is None:
+            setattr(msg, fd.name, v)
+        else:
+            getattr(msg, fd.name)[i] = v
+
+    tname = _TYPE_NAMES.get(fd.type)
+    if tname in _INT_BITS:
+        v = _extreme(rng, *_INT_BITS[tname])
+        put(v)
+        how = f"{name}={v}"
+    elif tname == "TYPE_BOOL":
+        put(not get())
+        how = f"{name} flipped"
+    elif tname in ("TYPE_DOUBLE", "TYPE_FLOAT"):
+        v = rng.choice([float("nan"), float("inf"), float("-inf"), 1e308, -1.0, 0.0])
+        put(v)
+        how = f"{name}={v}"
+    elif tname == "TYPE_STRING":
+        v = rng.choice(STRINGS)
+        put(v)
+        how = f"{name}={v[:20]!r}"
+    elif tname == "TYPE_BYTES" and fd.name in COLUMN_DTYPES.get(msg.DESCRIPTOR.name, {}):
+        import numpy as np
+
+        dt = np.dtype(COLUMN_DTYPES[msg.DESCRIPTOR.name][fd.name])
+        a = np.frombuffer(get(), dtype=dt).copy() if len(get()) % dt.itemsize == 0 else None
+        if a is None or not len(a) or rng.random() < 0.15:
+            cut = rng.randrange(len(get()) + 1)
+            put(get()[:cut])
+            how = f"{name} cut to {cut} bytes"
+        else:
+            k = rng.randrange(len(a))
+            if dt.kind == "f":
+                a[k] = rng.choice([np.nan, np.inf, -np.inf, 1e38])
+            else:
+                a[k] = _extreme(rng, dt.kind, dt.itemsize * 8)
+            put(a.tobytes())
+            how = f"{name}[{k}]={a[k]}"
+    else:
+        return mutate(data, rng)
+    return m.SerializeToString(), how
+
+
 def victim_file(session: Path, kind: str) -> Path:
     if kind.startswith("."):
         return sorted(session.glob("*" + kind))[0]
@@ -126,10 +241,12 @@ def perfetto_process_names(data: bytes) -> list[str]:
 def one_iteration(pristine: Path, work: Path, kind: str, seed: int, i: int, intact_pid: int) -> list[dict]:
     rng = random.Random(f"{seed}:{kind}:{i}")
     root = work / f"cap{i}"
+    shutil.rmtree(root, ignore_errors=True)  # (left by a run that died)
     shutil.copytree(pristine, root, symlinks=True)
     victim_session = sorted(p.parent for p in root.glob("*/*/trace_info.pb"))[0]
     f = victim_file(victim_session, kind)
-    data, how = mutate(f.read_bytes(), rng)
+    raw = f.read_bytes()
+    data, how = semantic_mutate(raw, kind, rng) if rng.random() < 0.5 else mutate(raw, rng)
     f.write_bytes(data)
     failures = []
 

@@ -367,6 +367,9 @@ def _utf8(name: str) -> bool:
     return True
 
 
+# An EC2 instance id or a host name (at most 253 bytes); it names output directories
+# (``instance=<id>``), whose names may not exceed 255 bytes.
+INSTANCE_ID_MAX_BYTES = 240
 COUNT_LIMIT = 1 << 48  # per-core event counts: far beyond any ring, small enough to sum without wrapping
 
 
@@ -374,6 +377,9 @@ def _check_info(info: pb.TraceInfo, path: str) -> None:
     """Fields of trace_info.pb that become paths, offsets or summed counters."""
     if not info.instance_id.isprintable():
         raise ProfileError(f"{path}: instance_id {info.instance_id!r} holds control characters (e.g. a NUL)")
+    if len(info.instance_id.encode()) > INSTANCE_ID_MAX_BYTES:
+        raise ProfileError(f"{path}: instance_id is {len(info.instance_id.encode())} bytes long, more than a host "
+                           f"name or instance id can be ({INSTANCE_ID_MAX_BYTES})")
     for a in info.anchors:
         if not (WALL_OFFSET_MIN_NS <= a.wall_ns - a.monotonic_ns <= TIME_LIMIT_NS):
             raise ProfileError(f"{path}: clock anchor {a.label!r} (monotonic {a.monotonic_ns} ns, wall {a.wall_ns} ns) "
