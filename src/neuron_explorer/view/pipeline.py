@@ -112,6 +112,7 @@ def run(opts: ViewOptions) -> ViewResult:
     # pass 1: index (instances, collective timings, time origin); damaged profiles are reported here
     usable: list[str] = []
     usable_instances: dict[str, str] = {}
+    checked: dict[str, tuple | None] = {}  # ntrace.pb versions whose events were checked here
     cindex = align.CollectiveIndex()
     times_by_instance: dict[str, list] = {}
     strag_entries = []
@@ -136,6 +137,7 @@ def run(opts: ViewOptions) -> ViewResult:
             continue
         usable.append(p)
         usable_instances[p] = s.instance_id
+        checked[p] = s.events_checked
         s.release(s.num_events)  # the index keeps only the collective timings
         if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
             times = align.sample(times, align.sample_cap(len(paths)))
@@ -168,7 +170,7 @@ def run(opts: ViewOptions) -> ViewResult:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
     jobs = [Job(i, p, fmt, out, work, origin, offsets.get(usable_instances.get(p, "")), opts.filter,
-                opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name)
+                opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name, checked.get(p))
             for i, p in enumerate(usable)]
 
     # pass 2: one process at a time per worker
@@ -262,6 +264,7 @@ class Job:
     ignore_device: bool
     ignore_system: bool
     display_name: str
+    checked: tuple | None = None  # the index pass checked this version of ntrace.pb
 
 
 def _chunks(s: Session, size: int):
@@ -307,7 +310,7 @@ def _convert(job: Job, undo: list) -> dict:
     warnings: list[tuple[str, str]] = []
     res: dict = {"warnings": warnings, "events": 0}
     try:
-        s = load_session(job.path, load_events=not job.ignore_system)
+        s = load_session(job.path, load_events=not job.ignore_system, checked=job.checked)
     except ProfileError as e:  # changed since the index pass
         warnings.append((str(e), printable(job.path)))
         return res

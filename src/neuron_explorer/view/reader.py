@@ -84,8 +84,8 @@ def _file_kind(mode: int) -> str:
     return "a special file"
 
 
-def open_regular(path: str) -> tuple[int, int]:
-    """(descriptor, size) of ``path`` opened for reading; ProfileError unless it is a regular file.
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """(descriptor, status) of ``path`` opened for reading; ProfileError unless it is a regular file.
 
     Only regular files are read: a FIFO would block the reader forever and ``/dev/zero`` never
     ends.  The type is checked before opening (a device is never opened) and again on the open
@@ -102,16 +102,22 @@ def open_regular(path: str) -> tuple[int, int]:
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise ProfileError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
-    return fd, st.st_size
+    return fd, st
+
+
+def file_identity(st: os.stat_result) -> tuple[int, ...]:
+    """What tells one version of a file from another: a replaced file has another inode, a
+    rewritten one another size or times (ctime cannot be set back by the writer)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _read_regular(path: str) -> bytes:
     """The bytes of a regular file: at most its size when opened, never more (it cannot grow
     without bound under the reader)."""
-    fd, size = open_regular(path)
+    fd, st = open_regular(path)
     try:
         with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(size)
+            return f.read(st.st_size)
     except OSError as e:
         raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
     finally:
@@ -169,13 +175,16 @@ def _fields(buf, pos: int, end: int):
         yield field_no, wt, start, pos, tag_start
 
 
-def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int]:
+def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int,
+                                                                   tuple[int, ...]]:
     """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
 
     The file is memory-mapped; everything but the column message is parsed by protobuf (it is
     small), and the columns come back as (start, end) offsets into the map, ready for
-    ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count)."""
-    fd, size = open_regular(path)
+    ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count,
+    the file's identity)."""
+    fd, st = open_regular(path)
+    size = st.st_size
     try:
         if size == 0:
             raise ProfileError(f"{path}: empty file (0 bytes)")
@@ -206,7 +215,7 @@ def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, obj
         raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
     if getattr(msg, "format_version", 1) == 0:
         raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
-    return msg, mm, cols, count
+    return msg, mm, cols, count, file_identity(st)
 
 
 def _col_view(mm, cols: dict[int, tuple[int, int]], field_no: int, dtype: str, path: str, name: str,
@@ -245,6 +254,7 @@ class Session:
     device_paths: list[str] = field(default_factory=list)  # .ntff files of this session
     neff_paths: list[str] = field(default_factory=list)
     mapped: tuple | None = None  # (mmap, {column: (file offset, item size)}) behind ``events``
+    events_checked: tuple | None = None  # (ntrace.pb identity, wall offset) the events were checked with
 
     def release(self, upto: int) -> None:
         """Drop the pages of events ``[0, upto)`` from this process's resident memory (they stay in
@@ -307,7 +317,7 @@ class Session:
         return "abcde"[args.index(arg_name)] if arg_name in args else None
 
 
-def load_session(path: str, load_events: bool = True) -> Session:
+def load_session(path: str, load_events: bool = True, checked: tuple | None = None) -> Session:
     """Load and validate one session; raises ProfileError when it cannot be used.
 
     Everything the exporters rely on is checked here, once, and ``check`` calls the same code, so
@@ -315,7 +325,11 @@ def load_session(path: str, load_events: bool = True) -> Session:
     table, string ids inside its string table, column lengths backed by the bytes present, and
     timestamps that stay on the wall clock (``TIME_LIMIT_NS``) once the clock anchors are applied.
     A damaged optional file (cpu_util.pb, host_mem.pb, a .neff) becomes a warning on the session
-    and is left out."""
+    and is left out.
+
+    ``checked``: the ``events_checked`` of an earlier load of this session in the same run; the
+    event columns (the one check whose cost grows with the events) are not checked again when
+    ntrace.pb is still that file."""
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
@@ -327,7 +341,7 @@ def load_session(path: str, load_events: bool = True) -> Session:
         s.info = _parse(info_p, pb.TraceInfo)
         _check_info(s.info, info_p)
     if os.path.lexists(trace_p) and load_events:
-        _load_trace(s, trace_p)
+        _load_trace(s, trace_p, checked)
     if s.info is None and s.trace is None:
         raise ProfileError(f"{path}: no trace_info.pb or ntrace.pb")
     try:
@@ -393,8 +407,8 @@ def _check_info(info: pb.TraceInfo, path: str) -> None:
                 raise ProfileError(f"{path}: core {c.nc_idx} has {name} = {v}, not a plausible event count")
 
 
-def _load_trace(s: Session, trace_p: str) -> None:
-    t, mm, cols, n = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
+def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
+    t, mm, cols, n, ident = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
     s.trace = t
     # The type table is sized by the types the file declares, never by an id read from it.
     ntypes = len(t.event_types)
@@ -416,27 +430,36 @@ def _load_trace(s: Session, trace_p: str) -> None:
         s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
         layout[name] = (cols.get(F[name].number, (0, 0))[0], np.dtype(dtype).itemsize)
     s.mapped = (mm, layout)
-    _check_events(s, trace_p, wall_offset_ns(s))
+    version = (ident, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
+    if version != checked:  # (checked earlier in this run against the same files: not again)
+        _check_events(s, trace_p, version[1])
+    s.events_checked = version
 
 
 VALIDATE_CHUNK = 1 << 20  # events checked at a time (their mapped pages are dropped afterwards)
 
 
 def _check_events(s: Session, path: str, wall_off: int) -> None:
-    """Every event's type id, string ids and timestamps, a chunk at a time."""
+    """Every event's type id, its string and model ids, and its timestamps, a chunk at a time.
+
+    An argument slot holds ids for some types and plain numbers (bytes, timestamps) for others,
+    so the limit depends on the event's type.  Gathering a per-type limit for every event costs
+    more than the rest of the load; instead one comparison per slot picks the values that could
+    break the smallest limit (negatives included, seen as unsigned), and only those are checked
+    against their own type's limits."""
     n = s.num_events
     if not n:
         return
     e = s.events
-    nt, ns = len(s.type_names), len(s.strings)
-    # slot -> which type ids hold a string id / a model id there, and the size of that table
-    refs: dict[tuple[str, str], np.ndarray] = {}
+    nt, sizes = len(s.type_names), {"string": len(s.strings), "model": len(s.models)}
+    i64 = np.iinfo(np.int64)
+    limits: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # slot -> per type id: (lowest, past-highest) value
     for tid, args in enumerate(s.type_args):
         for slot, arg in zip("abcde", args):
-            table = "strings" if arg.endswith("_str") else "models" if arg.endswith("model_id") else None
-            if table is not None:
-                refs.setdefault((slot, table), np.zeros(nt, dtype=bool))[tid] = True
-    sizes = {"strings": ns, "models": len(s.models)}
+            kind = "string" if arg.endswith("_str") else "model" if arg.endswith("model_id") else None
+            if kind is not None:  # a string id names a string; a model id a model, or is negative (none)
+                low, high = limits.setdefault(slot, (np.full(nt, i64.min), np.full(nt, i64.max)))
+                low[tid], high[tid] = (0 if kind == "string" else i64.min), sizes[kind]
     t_lo, t_hi = None, None
     for lo in range(0, n, VALIDATE_CHUNK):
         hi = min(n, lo + VALIDATE_CHUNK)
@@ -444,20 +467,20 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
         tmax = int(typ.max())
         if tmax >= nt:
             raise ProfileError(f"{path}: event type id {tmax} is not declared in the file ({nt} types)")
-        for (slot, table), holds_by_type in refs.items():
-            holds = holds_by_type[typ]
-            if not holds.any():
-                continue
+        for slot, (low, high) in limits.items():
             v = e[slot][lo:hi]
-            # a string id must name a string; a model id a model, or be negative (no model)
-            bad = holds & (((v < 0) if table == "strings" else False) | (v >= sizes[table]))
+            maybe = np.flatnonzero(v.view(np.uint64) >= np.uint64(high.min()))
+            if not len(maybe):
+                continue
+            t, w = typ[maybe], v[maybe]
+            bad = (w >= high[t]) | (w < low[t])
             if bad.any():
                 i = int(np.argmax(bad))
-                tid = int(typ[i])
+                tid = int(t[i])
                 arg = s.type_args[tid]["abcde".index(slot)]
-                what = "string" if table == "strings" else "model"
-                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {what} {int(v[i])}, "
-                                   f"outside the file's table of {sizes[table]} {table}")
+                kind = "string" if arg.endswith("_str") else "model"
+                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {kind} {int(w[i])}, "
+                                   f"outside the file's table of {sizes[kind]} {kind}s")
         for col in ("start_ns", "end_ns"):
             c = e[col][lo:hi]
             cmin, cmax = int(c.min()), int(c.max())
@@ -526,7 +549,7 @@ def load_device_trace(path: str, wall_offset: int = 0) -> DeviceProfile:
     times stay on the wall clock."""
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise ProfileError(f"{path} is 0 bytes: {NO_EXECUTION_HINT}")
-    t, mm, cols, n = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
+    t, mm, cols, n, _ = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
     F = pb.DeviceOpColumns.DESCRIPTOR.fields_by_name
     ops = {name: _col_view(mm, cols, F[name].number, dtype, path, name, n)
            for name, dtype in (("start_ns", "i8"), ("end_ns", "i8"), ("name", "i4"), ("track", "i4"),
