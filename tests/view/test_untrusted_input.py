@@ -330,3 +330,17 @@ def test_an_unreadable_process_directory_is_a_warning_not_a_silent_skip(small_ca
         assert r.returncode == 1 and f"error: {hidden}: cannot list directory" in r.stdout
     finally:
         hidden.chmod(0o755)
+
+
+def test_a_clock_offset_beyond_decades_is_not_applied():
+    """Item 14: instance offsets are added to every timestamp; one estimated from damaged times
+    (instances 2**61 ns apart) would push them past int64 once the time origin is subtracted."""
+    from neuron_explorer.view import align
+
+    keys = np.arange(8, dtype=np.int64)
+    end = np.full(8, 10**12, dtype=np.int64)
+    times = {"i-a": [(keys, end - 10, end)], "i-b": [(keys, end - 10 - (1 << 61), end - (1 << 61))],
+             "i-c": [(keys, end - 10 - 5_000, end - 5_000)]}
+    offsets = align.estimate_offsets(times)
+    assert offsets["i-b"].method == "none" and offsets["i-b"].offset_ns == 0
+    assert offsets["i-c"].method == "collectives" and offsets["i-c"].offset_ns == 5_000
