@@ -456,8 +456,10 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
     limits: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # slot -> per type id: (lowest, past-highest) value
     for tid, args in enumerate(s.type_args):
         for slot, arg in zip("abcde", args):
-            kind = "string" if arg.endswith("_str") else "model" if arg.endswith("model_id") else None
-            if kind is not None:  # a string id names a string; a model id a model, or is negative (none)
+            # a string id names a string; a model id (it indexes the output's model names) a model,
+            # or is negative (none); other arguments, prev_model_id included, are shown as they are
+            kind = "string" if arg.endswith("_str") else "model" if arg == "model_id" else None
+            if kind is not None:
                 low, high = limits.setdefault(slot, (np.full(nt, i64.min), np.full(nt, i64.max)))
                 low[tid], high[tid] = (0 if kind == "string" else i64.min), sizes[kind]
     t_lo, t_hi = None, None
