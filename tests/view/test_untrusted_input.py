@@ -182,6 +182,17 @@ def test_a_capture_file_linked_to_dev_zero_is_not_read(small_capture, tmp_path, 
     assert r.returncode == 1 and f"{victim / name}: not a regular file" in r.stdout
 
 
+def test_a_huge_file_in_place_of_trace_info_is_not_read_into_memory(small_capture, tmp_path):
+    """A 1 GB regular file (sparse: it costs no disk) is mapped, and rejected from its first bytes."""
+    root, victim, intact = copy_capture(small_capture, tmp_path / "cap")
+    with open(victim / "trace_info.pb", "r+b") as f:
+        f.truncate(1 << 30)
+    r = view(root, "summary-text", tmp_path, address_space=16 << 30, timeout=60)
+    assert r.maxrss < 300 * MB
+    assert_skipped_and_rest_converted(r, "summary-text", tmp_path, str(victim / "trace_info.pb"), pid_of(intact),
+                                      "not a valid TraceInfo protobuf")
+
+
 @pytest.mark.parametrize("name", ["trace_info.pb", "ntrace.pb", "cpu_util.pb", "host_mem.pb", "x.ntff", "x.neff"])
 def test_a_fifo_in_a_profile_does_not_hang_view_or_check(small_capture, tmp_path, name):
     root, victim, intact = copy_capture(small_capture, tmp_path / "cap")

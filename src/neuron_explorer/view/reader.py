@@ -111,23 +111,30 @@ def file_identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _read_regular(path: str) -> bytes:
-    """The bytes of a regular file: at most its size when opened, never more (it cannot grow
-    without bound under the reader)."""
-    fd, st = open_regular(path)
-    try:
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(st.st_size)
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    finally:
-        os.close(fd)
+READ_WHOLE_BYTES = 16 << 20  # larger files are mapped instead: garbage costs only the pages parsed until the error
 
 
 def _parse(path: str, msg_type):
-    data = _read_regular(path)
-    if not data:
-        raise ProfileError(f"{path}: empty file (0 bytes)")
+    """A whole-message capture file (trace_info.pb, cpu_util.pb, host_mem.pb, a .neff), read only
+    if it is a regular file and never past the size it had when opened."""
+    fd, st = open_regular(path)
+    try:
+        if st.st_size == 0:
+            raise ProfileError(f"{path}: empty file (0 bytes)")
+        try:
+            if st.st_size <= READ_WHOLE_BYTES:
+                with os.fdopen(fd, "rb", closefd=False) as f:
+                    return _decode(path, msg_type, f.read(st.st_size))
+            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    with mm, memoryview(mm) as view:
+        return _decode(path, msg_type, view)
+
+
+def _decode(path: str, msg_type, data):
     msg = msg_type()
     try:
         msg.ParseFromString(data)
