@@ -3,6 +3,7 @@ command may cost (memory, time) and measures what it did cost."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -52,12 +53,30 @@ class Run:
     timed_out: bool = False
 
 
+# Measures one command from a small process of its own: Linux keeps the peak RSS of the process
+# that forks across fork and exec, so a child forked from pytest (hundreds of MB) would report
+# pytest's peak, not its own.  The launcher's child starts from the launcher's few MB.
+# (-S: no site-packages, so the launcher itself is never profiled by the autostart .pth.)
+LAUNCHER = """
+import json, os, sys
+report, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as f:
+    json.dump({"status": status, "maxrss": usage.ru_maxrss * 1024}, f)
+"""
+
+
 def run_bounded(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 60,
                 address_space: int = 2 << 30, preexec=None) -> Run:
-    """Run ``cmd`` with its address space capped (a runaway allocation fails in the child instead
+    """Run ``cmd`` with its address space capped (a runaway allocation fails in the command instead
     of taking the machine) and a timeout (a read that blocks is killed), and measure its own peak
-    RSS with ``wait4`` (not ``RUSAGE_CHILDREN``, which keeps the largest child of the whole
-    session)."""
+    RSS (``wait4`` in a small launcher, see ``LAUNCHER``)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
@@ -65,26 +84,24 @@ def run_bounded(cmd: list[str], env: dict[str, str] | None = None, timeout: floa
             preexec()
 
     env = dict(clean_env() if env is None else env)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r", suffix=".json") as report:
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, preexec_fn=limit)
+        p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, report.name, *cmd], env=env, stdout=out, stderr=err,
+                             preexec_fn=limit, start_new_session=True)
         timed_out = False
-        while True:
-            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - t0 > timeout:
-                timed_out = True
-                os.kill(p.pid, signal.SIGKILL)
-                _, status, usage = os.wait4(p.pid, 0)
-                break
-            time.sleep(0.02)
-        p.returncode = os.waitstatus_to_exitcode(status)  # (so Popen does not wait for it again)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(p.pid, signal.SIGKILL)  # the launcher and the command
+            p.wait()
         out.seek(0)
         err.seek(0)
-        return Run(p.returncode, out.read().decode(errors="backslashreplace"),
-                   err.read().decode(errors="backslashreplace"), usage.ru_maxrss * 1024,
-                   time.monotonic() - t0, timed_out)
+        result = json.loads(report.read() or "{}")
+        status = os.waitstatus_to_exitcode(result["status"]) if "status" in result else -signal.SIGKILL
+        return Run(status, out.read().decode(errors="backslashreplace"), err.read().decode(errors="backslashreplace"),
+                   result.get("maxrss", 0), time.monotonic() - t0, timed_out)
 
 
 def neuron_explorer(*args: str, **kw) -> Run:
