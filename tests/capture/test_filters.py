@@ -8,10 +8,10 @@ from neuron_explorer.runtime.config import (CaptureConfig, ConfigError, parse_nc
 
 
 @pytest.mark.parametrize("value,expected", [
-    ("0", {0}), ("0,2,4", {0, 2, 4}), ("0-3", {0, 1, 2, 3}), ("0,1,2-5", {0, 1, 2, 3, 4, 5}), (" 3 ", {3}),
+    ("0", [0]), ("0,2,4", [0, 2, 4]), ("0-3", [0, 1, 2, 3]), ("0,1,2-5", [0, 1, 2, 3, 4, 5]), (" 3 ", [3]),
 ])
 def test_nc_filter_accepts_spec_forms(value, expected):
-    assert parse_nc_filter(value) == expected
+    assert parse_nc_filter(value).members() == expected
 
 
 @pytest.mark.parametrize("value", [None, ""])

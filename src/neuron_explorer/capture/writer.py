@@ -360,8 +360,20 @@ def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir:
     msg.runtime_events_seen = any(st.recorded for st in cores.values()) or bool(rt.models)
     msg.enabled_event_types.extend(t.name for t in ev.EVENT_TYPES if rt.enabled[t.id])
     if cfg.nc_filter is not None:
-        msg.enabled_ncs.extend(sorted(cfg.nc_filter))
+        _record_nc_filter(msg, cfg.nc_filter)
     return msg.SerializeToString()
+
+
+ENABLED_NCS_LISTED = 4096  # a core filter with more members is recorded as text, not expanded
+
+
+def _record_nc_filter(msg: pb.TraceInfo, ncs) -> None:
+    """List the filter's cores in ``enabled_ncs`` (int32) when that is small; a wide range such as
+    ``0-99999999999`` goes into ``config["enabled_ncs"]`` as typed instead of being expanded."""
+    if ncs.size <= ENABLED_NCS_LISTED and ncs.ranges[-1][1] < 2**31:
+        msg.enabled_ncs.extend(ncs.members(ENABLED_NCS_LISTED))
+    else:
+        msg.config["enabled_ncs"] = str(ncs)
 
 
 def encode_cpu_util(s: "HostSampler") -> bytes:

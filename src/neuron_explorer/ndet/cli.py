@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
 
 from ..capture.writer import AtomicFile
 
+from ..runtime.config import IndexRanges
 from . import analysis
 from . import format as fmt
 from . import sources
@@ -31,18 +31,15 @@ examples:
 """
 
 
-def parse_ranks(value: str) -> set[int]:
-    """``0``, ``0,2,4``, ``0-3`` or mixes; raises ArgumentTypeError naming the accepted forms."""
-    out: set[int] = set()
-    for part in value.split(","):
-        p = part.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", p)
-        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            raise argparse.ArgumentTypeError(
-                f"--ranks {value!r}: bad part {p!r}; accepted: a rank (0), a list (0,2,4), a range (0-3) or a mix")
-        lo = int(m.group(1))
-        out.update(range(lo, (int(m.group(2)) if m.group(2) else lo) + 1))
-    return out
+def parse_ranks(value: str) -> IndexRanges:
+    """``0``, ``0,2,4``, ``0-3`` or mixes, kept as ranges (``0-9999999`` costs two numbers, not a set
+    of ten million); raises ArgumentTypeError naming the accepted forms."""
+    try:
+        return IndexRanges.parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"--ranks {value!r}: bad part {str(e)!r}; accepted: a rank (0), a list (0,2,4), a range (0-3) or a mix"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .reader import Session, wall_offset_ns
+from .reader import CLOCK_OFFSET_LIMIT_NS, Session, wall_offset_ns
 
 MIN_SAMPLES = 1
 
@@ -68,8 +68,9 @@ class CollectiveIndex:
         kinds = []
         for tname in ("cc_running", "cc_exec_barrier"):
             tid = s.type_id(tname)
-            if tid is not None:
-                kinds.append((tid, s.arg(tname, "group_str"), s.arg(tname, "op_str"), s.arg(tname, "seq")))
+            cols = (s.arg(tname, "group_str"), s.arg(tname, "op_str"), s.arg(tname, "seq"))
+            if tid is not None and None not in cols:  # (a damaged type table may lack an argument)
+                kinds.append((tid, *cols))
         ks, ss, es = [], [], []
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)
@@ -79,9 +80,10 @@ class CollectiveIndex:
                 if not len(idx):
                     continue
                 idx += lo
-                pairs = e[g_col][idx] * (1 << 20) + e[o_col][idx]
+                # string ids are inside the file's table (checked at load), so below 2**31
+                pairs = (e[g_col][idx] << 32) | e[o_col][idx]
                 uniq, inv = np.unique(pairs, return_inverse=True)
-                lut = np.array([self.pair_id(s.strings[int(u) >> 20], s.strings[int(u) & ((1 << 20) - 1)])
+                lut = np.array([self.pair_id(s.strings[int(u) >> 32], s.strings[int(u) & 0xFFFF_FFFF])
                                 for u in uniq], dtype=np.int64)
                 ks.append((lut[inv] << 40) | e[q_col][idx])
                 ss.append(e["start_ns"][idx] + off)
@@ -165,6 +167,8 @@ def estimate_offsets(times_by_instance: dict[str, list[Times]]) -> dict[str, Ins
                 if len(ia) < MIN_SAMPLES:
                     continue
                 off, unc, n = _robust(ea[ia] - ei[ib])
+                if abs(off + a_off.offset_ns) > CLOCK_OFFSET_LIMIT_NS:  # not a clock error: damaged times
+                    continue
                 cand = InstanceOffset(inst, off + a_off.offset_ns, unc + a_off.uncertainty_ns, n, anchor,
                                       "collectives")
                 if best is None or cand.samples > best.samples:

@@ -7,12 +7,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from .reader import ProfileError, discover, load_device_trace, load_session
+from .reader import ProfileError, discover, load_device_trace, load_session, printable, wall_offset_ns
 
 HINT_EMPTY = ("the output directory is empty: profiling was not enabled (NEURON_RT_INSPECT_ENABLE=1, "
               "'neuron-explorer inspect', or a NeuronConfig with torch.profiler) or the workload did not run")
-HINT_ZERO_NTFF = ("is 0 bytes: device profiling was enabled but no execution was captured "
-                  "(likely a warm-up issue: run 3+ warm-up iterations before the profiled region)")
 HINT_NO_NEFF = ("has device traces but no .neff files: set neff_cache_dir in NeuronConfig or "
                 "TORCH_NEURONX_NEFF_CACHE_DIR before running, so the graphs are copied into the profile")
 HINT_ONLY_PB = ("has only .pb files, no .ntff: a system profile only (fine if intended; set "
@@ -26,52 +24,61 @@ class Finding:
 
 
 def check(root: str) -> list[Finding]:
+    """Findings for every profile under ``root``, from the same loading and validation code that
+    ``view`` runs: a file ``view`` would skip is an error here, so both exit with status 1."""
     out: list[Finding] = []
     if not os.path.isdir(root):
-        return [Finding("error", f"{root}: no such directory")]
-    if not any(os.scandir(root)):
-        return [Finding("error", f"{root}: {HINT_EMPTY}")]
-    sessions = discover(root)
+        return [Finding("error", printable(f"{root}: no such directory"))]
+    try:
+        empty = not any(os.scandir(root))
+    except OSError as e:
+        return [Finding("error", printable(f"{root}: cannot list directory ({e.strerror})"))]
+    if empty:
+        return [Finding("error", printable(f"{root}: {HINT_EMPTY}"))]
+    problems: list[tuple[str, str]] = []
+    sessions = discover(root, problems)
+    out += [Finding("error", msg) for msg, _ in problems]
     if not sessions:
-        return [Finding("error", f"{root}: no profile found (no ntrace.pb or trace_info.pb below it); {HINT_EMPTY}")]
+        return out + [Finding("error", printable(f"{root}: no profile found (no ntrace.pb or trace_info.pb below "
+                                                 f"it); {HINT_EMPTY}"))]
     for d in sessions:
+        out += _check_session(d)
+    return out
+
+
+def _check_session(d: str) -> list[Finding]:
+    out: list[Finding] = []
+    try:
+        s = load_session(d)
+    except ProfileError as e:
+        return [Finding("error", str(e))]
+    shown = printable(d)
+    # damaged optional files: view leaves them out and exits with status 1, so they are errors here
+    out += [Finding("error", w) for w in s.warnings]
+    bad_ntff = False
+    wall = wall_offset_ns(s)
+    for p in s.device_paths:
         try:
-            s = load_session(d)
+            load_device_trace(p, wall)  # (0 bytes, no ops: the warm-up hint is in the message)
         except ProfileError as e:
             out.append(Finding("error", str(e)))
-            continue
-        for w in s.warnings:
-            out.append(Finding("warning", w))
-        bad_ntff = False
-        for p in s.device_paths:
-            if os.path.getsize(p) == 0:
-                out.append(Finding("error", f"{p} {HINT_ZERO_NTFF}"))
-                bad_ntff = True
-                continue
-            try:
-                dp = load_device_trace(p)
-                if dp.trace.ops.count == 0:
-                    out.append(Finding("error", f"{p} holds no ops: {HINT_ZERO_NTFF.split(': ', 1)[1]}"))
-                    bad_ntff = True
-            except ProfileError as e:
-                out.append(Finding("error", str(e)))
-                bad_ntff = True
-        if s.device_paths and not s.neff_paths:
-            out.append(Finding("warning", f"{d} {HINT_NO_NEFF}"))
-        if not s.device_paths:
-            out.append(Finding("info", f"{d} {HINT_ONLY_PB}"))
-        no_final = s.info is not None and s.info.end_reason == "running"
-        if no_final:
-            out.append(Finding("error", f"{d}: {final_write_missing(s.info)}"))
-        if s.info is not None and not s.info.runtime_events_seen:
-            if no_final:  # the workload may well have run: the files stop at the last complete write
-                out.append(Finding("warning", f"{d}: no runtime events up to its last complete write"))
-            else:
-                out.append(Finding("warning", f"{d}: no runtime events were recorded ({s.info.note or 'the process ran no compiled graph or collective'})"))
-        if not bad_ntff:
-            n = s.num_events
-            out.append(Finding("ok", f"{d}: {n} system events, {len(s.device_paths)} device trace(s), "
-                                     f"{len(s.neff_paths)} NEFF(s)"))
+            bad_ntff = True
+    if s.device_paths and not s.neff_paths:
+        out.append(Finding("warning", f"{shown} {HINT_NO_NEFF}"))
+    if not s.device_paths:
+        out.append(Finding("info", f"{shown} {HINT_ONLY_PB}"))
+    no_final = s.info is not None and s.info.end_reason == "running"
+    if no_final:
+        out.append(Finding("error", f"{shown}: {printable(final_write_missing(s.info))}"))
+    if s.info is not None and not s.info.runtime_events_seen:
+        if no_final:  # the workload may well have run: the files stop at the last complete write
+            out.append(Finding("warning", f"{shown}: no runtime events up to its last complete write"))
+        else:
+            note = printable(s.info.note or "the process ran no compiled graph or collective")
+            out.append(Finding("warning", f"{shown}: no runtime events were recorded ({note})"))
+    if not bad_ntff:
+        out.append(Finding("ok", f"{shown}: {s.num_events} system events, {len(s.device_paths)} device trace(s), "
+                                 f"{len(s.neff_paths)} NEFF(s)"))
     return out
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .reader import DeviceProfile, ProfileError, Session, load_device_trace, wall_offset_ns
+from .reader import DeviceProfile, ProfileError, Session, load_device_trace, printable, wall_offset_ns
 
 
 @dataclass
@@ -58,19 +58,19 @@ def _busy(start: np.ndarray, end: np.ndarray) -> int:
 
 def load(s: Session, clock_offset_ns: int, warnings: list[tuple[str, str]]) -> list[DeviceProfileView]:
     out = []
+    wall = wall_offset_ns(s)
     for path in s.device_paths:
         try:
-            dp = load_device_trace(path)
+            dp = load_device_trace(path, wall)
         except ProfileError as e:
             import sys
 
             print(f"neuron-explorer: skipped: {e}", file=sys.stderr)
-            warnings.append((str(e), path))
+            warnings.append((str(e), printable(path)))
             continue
         t = dp.trace
         # device clock -> host monotonic through the sync points (identity when there are none)
-        dev_to_host = int(np.median([p.cpu_timestamp_ns - p.nc_timestamp_ns for p in t.sync])) if t.sync else 0
-        off = wall_offset_ns(s) + clock_offset_ns + dev_to_host
+        off = wall + clock_offset_ns + dp.host_offset_ns
         ex_ids = np.array([e.exec_id for e in t.executions], dtype=np.int64)
         exec_ids = ex_ids[dp.ops["exec_idx"]] if len(ex_ids) else np.zeros(t.ops.count, dtype=np.int64)
         v = DeviceProfileView(_profile_id(s, dp), s, dp, dp.ops["start_ns"] + off, dp.ops["end_ns"] + off, exec_ids,

@@ -27,6 +27,10 @@ FLOW_EXEC_TYPES = ("nrt_execute", "nc_exec_running")
 FLOW_CC_TYPES = ("cc_running", "cc_exec_barrier")
 
 
+def _string(strings: list[str], i: int) -> str:
+    return strings[i] if 0 <= i < len(strings) else ""
+
+
 def collective_flow_ids(group: str, op: str, seq: np.ndarray) -> np.ndarray:
     """Flow ids for collectives of one (group, op): equal on every rank for the same sequence number."""
     h = int.from_bytes(hashlib.blake2b(f"{group}|{op}".encode(), digest_size=8).digest(), "little")
@@ -169,11 +173,12 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         is_cc[cc_ids] = True
         cc_idx = np.flatnonzero(is_cc[typ_c])
         if len(cc_idx):
-            pairs = cols["group"][cc_idx] * (1 << 20) + cols["op"][cc_idx]
+            # string ids: inside the file's table (checked at load) or 0 when the type has no such argument
+            pairs = (cols["group"][cc_idx] << 32) | cols["op"][cc_idx]
             for pair in np.unique(pairs).tolist():
                 sel = cc_idx[pairs == pair]
-                cols["flow_id"][sel] = collective_flow_ids(s.strings[pair >> 20], s.strings[pair & ((1 << 20) - 1)],
-                                                           cols["seq"][sel])
+                cols["flow_id"][sel] = collective_flow_ids(_string(s.strings, pair >> 32),
+                                                           _string(s.strings, pair & 0xFFFF_FFFF), cols["seq"][sel])
     # nc_exec_running -> the device profile that holds its execution
     cols["device_profile"] = np.full(n, -1, dtype=np.int64)
     profiles = sorted(set((device_links or {}).values()))

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.config import ConfigError, parse_nc_filter, parse_type_filter
+from ..runtime.config import ConfigError, IndexRanges, parse_nc_filter, parse_type_filter
 from .reader import Session
 
 
 @dataclass
 class ViewFilter:
-    ncs: frozenset[int] | None = None
+    ncs: IndexRanges | None = None  # ranges, not members: '0-99999999999' costs two numbers
     types: frozenset[str] | None = None
     instances: frozenset[str] | None = None
 
@@ -37,7 +37,7 @@ class ViewFilter:
             return
         keep = np.ones(s.num_events, dtype=bool)
         if self.ncs is not None:
-            keep &= np.isin(s.events["nc_idx"], sorted(self.ncs))
+            keep &= self.ncs.mask(s.events["nc_idx"])
         if self.types is not None:
             ids = [i for i, n in enumerate(s.type_names) if n in self.types]
             keep &= np.isin(s.events["type"], ids)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from . import align, device as device_mod, output as output_mod, summary as summary_mod
 from .events import build as build_events
 from .filters import ViewFilter
-from .reader import ProfileError, Session, discover, load_session
+from .reader import ProfileError, Session, discover, load_session, printable
 
 
 class ViewError(Exception):
@@ -98,9 +98,17 @@ def _load(path: str, warnings: list[tuple[str, str]], opts: ViewOptions) -> Sess
     except ProfileError as e:
         msg = str(e)
         print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
-        warnings.append((msg, path))
+        warnings.append((msg, printable(path)))
         return None
     return s
+
+
+def _failure(path: str, e: Exception) -> str:
+    """The one-line message for a profile that failed after loading: a ProfileError says what is
+    wrong with which file; anything else is a defect of ours, named as such."""
+    if isinstance(e, ProfileError):
+        return str(e)
+    return printable(f"{path}: skipped after an internal error ({type(e).__name__}: {e}); please report it")
 
 
 def run(opts: ViewOptions) -> ViewResult:
@@ -108,7 +116,10 @@ def run(opts: ViewOptions) -> ViewResult:
     root = opts.directory
     if not os.path.isdir(root):
         raise ViewError(f"{root}: no such directory; {GOOD_LAYOUT}")
-    paths = discover(root)
+    warnings: list[tuple[str, str]] = []
+    paths = discover(root, warnings)
+    for msg, _ in warnings:
+        print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
     if not paths:
         raise ViewError(f"{root}: no profiles found; {GOOD_LAYOUT}")
     fmt = opts.output_format
@@ -119,11 +130,11 @@ def run(opts: ViewOptions) -> ViewResult:
             target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths)
         except output_mod.OutputRefused as e:
             raise ViewError(str(e)) from None
-    warnings: list[tuple[str, str]] = []
 
     # pass 1: index (instances, collective timings, time origin); damaged profiles are reported here
     usable: list[str] = []
     usable_instances: dict[str, str] = {}
+    checked: dict[str, tuple | None] = {}  # ntrace.pb versions whose events were checked here
     cindex = align.CollectiveIndex()
     times_by_instance: dict[str, list] = {}
     strag_entries = []
@@ -136,12 +147,19 @@ def run(opts: ViewOptions) -> ViewResult:
             continue
         for w in s.warnings:
             print(f"neuron-explorer: warning: {w}", file=sys.stderr)
-            warnings.append((w, p))
+            warnings.append((w, printable(p)))
         if not opts.filter.keeps_instance(s.instance_id):
+            continue
+        try:
+            times = cindex.times(s)
+        except Exception as e:  # a defect of ours on odd data: this profile only
+            msg = _failure(p, e)
+            print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
+            warnings.append((msg, printable(p)))
             continue
         usable.append(p)
         usable_instances[p] = s.instance_id
-        times = cindex.times(s)
+        checked[p] = s.events_checked
         s.release(s.num_events)  # the index keeps only the collective timings
         if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
             times = align.sample(times, align.sample_cap(len(paths)))
@@ -164,7 +182,7 @@ def run(opts: ViewOptions) -> ViewResult:
         raise OutputError(out, os_reason(e)) from None
     jobs = [Job(i, p, fmt, target, work, origin, offsets.get(usable_instances.get(p, "")), opts.filter,
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
-                None if target is None else device_dir(target))
+                None if target is None else device_dir(target), checked=checked.get(p))
             for i, p in enumerate(usable)]
 
     # pass 2: one process at a time per worker
@@ -261,6 +279,7 @@ class Job:
     ignore_system: bool
     display_name: str
     device_dir: str | None = None  # where device_profile_model_<id> files go (json, perfetto)
+    checked: tuple | None = None  # the index pass checked this version of ntrace.pb
 
 
 def device_dir(out: str) -> str:
@@ -283,17 +302,42 @@ def _chunks(s: Session, size: int):
 
 
 def convert_process(job: Job) -> dict:
-    """Load, filter and convert one process; returns what the parent assembles."""
-    from ..capture.writer import atomic_write, safe_component
+    """Load, filter and convert one process; returns what the parent assembles.
+
+    A process that fails here (its files changed since the index pass, or damage the checks at
+    load did not catch) becomes one warning naming it, and what it had written so far is removed:
+    the other processes are still converted.  An error writing the output (OSError: a full disk,
+    a vanished directory) is not about this profile and stops the run."""
     from ._alloc import keep_freed_memory
 
     keep_freed_memory()  # every format: reuse freed chunk temporaries instead of faulting them in anew
+    undo: list = []  # callables that remove what this process wrote
+    try:
+        return _convert(job, undo)
+    except OSError:
+        raise
+    except Exception as e:
+        for f in reversed(undo):
+            f()
+        return {"warnings": [(_failure(job.path, e), printable(job.path))], "events": 0}
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _convert(job: Job, undo: list) -> dict:
+    from ..capture.writer import atomic_write, safe_component
+
     warnings: list[tuple[str, str]] = []
     res: dict = {"warnings": warnings, "events": 0}
     try:
-        s = load_session(job.path, load_events=not job.ignore_system)
+        s = load_session(job.path, load_events=not job.ignore_system, checked=job.checked)
     except ProfileError as e:  # changed since the index pass
-        warnings.append((str(e), job.path))
+        warnings.append((str(e), printable(job.path)))
         return res
     job.filter.apply(s)
     off = job.offset
@@ -316,6 +360,7 @@ def convert_process(job: Job) -> dict:
         from .export_parquet import ParquetWriter, meta_row
 
         w = ParquetWriter(job.out, job.display_name, root=job.work)
+        undo.append(lambda: _discard_parquet(w, job))
         w.add_device(dviews, index)
         for lo, part, last in _chunks(s, CHUNK):
             pe = build_events(part, index, offset_ns, id_base + lo, links)
@@ -325,6 +370,7 @@ def convert_process(job: Job) -> dict:
         return res
     piece = os.path.join(job.work, f"piece-{index:08d}")
     res["piece"] = piece
+    undo.append(lambda: _remove(piece))
     device_files = res["device_files"] = []
     if fmt == "json":
         from .export_json import JsonWriter, _dumps
@@ -332,6 +378,7 @@ def convert_process(job: Job) -> dict:
         for v in dviews:
             f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.json")
             atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)), output=True)
+            undo.append(lambda f=f: _remove(f))
             device_files.append(f)
         jw = JsonWriter(piece, job.origin, piece=True)
         for lo, part, last in _chunks(s, JSON_CHUNK):
@@ -351,6 +398,7 @@ def convert_process(job: Job) -> dict:
         except BaseException:
             dw.abort()
             raise
+        undo.append(lambda f=f: _remove(f))
         device_files.append(f)
     # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
     pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 16, first=index == 0)
@@ -362,3 +410,17 @@ def convert_process(job: Job) -> dict:
         pw.abort()
         raise
     return res
+
+
+def _discard_parquet(w, job: Job) -> None:
+    """Remove the event and counter parts of a process that failed mid-way (``part-<index>``:
+    the index is unique in the run, whatever the partition directories are called)."""
+    import glob
+
+    if w._ev_writer is not None:
+        try:
+            w._ev_writer.close()
+        except Exception:
+            pass
+    for p in glob.glob(os.path.join(glob.escape(job.work), "*", "*", "*", f"part-{job.index}.parquet")):
+        _remove(p)

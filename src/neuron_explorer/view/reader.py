@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,28 +21,120 @@ from ..proto import neuron_explorer_capture_pb2 as pb
 SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
 
 
+# The time domain every profile must fit, checked at load so that no int64 arithmetic in view can
+# wrap (numpy wraps silently): raw timestamps (monotonic or device clock) and wall-clock times lie in
+# [0, 2**62] ns (1970 to 2116); a process's wall-clock offset (wall - monotonic) in [-2**61, 2**62];
+# the clock offsets estimated between instances within +-2**60 (align.py).  Then a time plus its
+# offsets, minus the output's time origin, stays below 2**63 in magnitude.
+TIME_LIMIT_NS = 1 << 62
+WALL_OFFSET_MIN_NS = -(1 << 61)
+CLOCK_OFFSET_LIMIT_NS = 1 << 60
+
+
+def printable(text: str) -> str:
+    """``text`` fit for a one-line message in any output: control characters and the bytes of a
+    name that is not UTF-8 (which Python keeps as lone surrogates) become ``\\xNN`` escapes."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
+
+
 class ProfileError(Exception):
-    """A profile file that cannot be used; the message names the file and the problem."""
+    """A profile file that cannot be used; the message names the file and the problem (on one
+    printable line, whatever bytes the file's name or contents hold)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
 
 
-def discover(root: str) -> list[str]:
-    """Every session directory under ``root``, sorted for a stable order."""
+def discover(root: str, problems: list[tuple[str, str]] | None = None) -> list[str]:
+    """Every session directory under ``root``, sorted for a stable order.
+
+    A directory that cannot be listed hides whatever profiles it holds, so it is reported in
+    ``problems`` as (message, path) instead of being passed over in silence."""
+
+    def unlisted(e: OSError) -> None:
+        if problems is not None:
+            where = e.filename if e.filename is not None else root
+            problems.append((printable(f"{where}: cannot list directory ({e.strerror}); profiles below it "
+                                       "were skipped"), printable(str(where))))
+
     found = []
-    for d, dirs, files in os.walk(root):
+    for d, dirs, files in os.walk(root, onerror=unlisted):
         dirs.sort()
         if any(m in files for m in SESSION_MARKERS):
             found.append(d)
     return sorted(found)
 
 
-def _parse(path: str, msg_type):
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """(descriptor, status) of ``path`` opened for reading; ProfileError unless it is a regular file.
+
+    Only regular files are read: a FIFO would block the reader forever and ``/dev/zero`` never
+    ends.  The type is checked before opening (a device is never opened) and again on the open
+    descriptor (the file checked is the file read); O_NONBLOCK keeps the open itself from waiting
+    on a FIFO that appears in between."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ProfileError(f"{path}: not a regular file ({_file_kind(mode)})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    if not data:
-        raise ProfileError(f"{path}: empty file (0 bytes)")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ProfileError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
+    return fd, st
+
+
+def file_identity(st: os.stat_result) -> tuple[int, ...]:
+    """What tells one version of a file from another: a replaced file has another inode, a
+    rewritten one another size or times (ctime cannot be set back by the writer)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+READ_WHOLE_BYTES = 16 << 20  # larger files are mapped instead: garbage costs only the pages parsed until the error
+
+
+def _parse(path: str, msg_type):
+    """A whole-message capture file (trace_info.pb, cpu_util.pb, host_mem.pb, a .neff), read only
+    if it is a regular file and never past the size it had when opened."""
+    fd, st = open_regular(path)
+    try:
+        if st.st_size == 0:
+            raise ProfileError(f"{path}: empty file (0 bytes)")
+        try:
+            if st.st_size <= READ_WHOLE_BYTES:
+                with os.fdopen(fd, "rb", closefd=False) as f:
+                    return _decode(path, msg_type, f.read(st.st_size))
+            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    with mm, memoryview(mm) as view:
+        return _decode(path, msg_type, view)
+
+
+def _decode(path: str, msg_type, data):
     msg = msg_type()
     try:
         msg.ParseFromString(data)
@@ -75,37 +168,38 @@ def _fields(buf, pos: int, end: int):
         if wt == 0:
             value_start = pos
             _, pos = _varint(buf, pos)
-            yield field_no, wt, value_start, pos, tag_start
-        elif wt == 1:
-            pos += 8
-            yield field_no, wt, pos - 8, pos, tag_start
-        elif wt == 5:
-            pos += 4
-            yield field_no, wt, pos - 4, pos, tag_start
-        elif wt == 2:
-            n, pos = _varint(buf, pos)
-            yield field_no, wt, pos, pos + n, tag_start
-            pos += n
+            start = value_start
+        elif wt in (1, 5, 2):
+            if wt == 2:
+                n, pos = _varint(buf, pos)
+            else:
+                n = 8 if wt == 1 else 4
+            start, pos = pos, pos + n
         else:
             raise ValueError(f"unsupported wire type {wt}")
-        if pos > end:
-            raise ValueError("truncated field")
+        if pos > end:  # checked before the field is handed out: a declared length is not trusted
+            raise ValueError(f"field {field_no} runs past the end of its message")
+        yield field_no, wt, start, pos, tag_start
 
 
-def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int]:
+def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int,
+                                                                   tuple[int, ...]]:
     """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
 
     The file is memory-mapped; everything but the column message is parsed by protobuf (it is
     small), and the columns come back as (start, end) offsets into the map, ready for
-    ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count)."""
+    ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count,
+    the file's identity)."""
+    fd, st = open_regular(path)
+    size = st.st_size
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise ProfileError(f"{path}: empty file (0 bytes)")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if size == 0:
+            raise ProfileError(f"{path}: empty file (0 bytes)")
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except OSError as e:
         raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
     rest = bytearray()
     cols: dict[int, tuple[int, int]] = {}
     count = 0
@@ -128,7 +222,7 @@ def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, obj
         raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
     if getattr(msg, "format_version", 1) == 0:
         raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
-    return msg, mm, cols, count
+    return msg, mm, cols, count, file_identity(st)
 
 
 def _col_view(mm, cols: dict[int, tuple[int, int]], field_no: int, dtype: str, path: str, name: str,
@@ -167,6 +261,7 @@ class Session:
     device_paths: list[str] = field(default_factory=list)  # .ntff files of this session
     neff_paths: list[str] = field(default_factory=list)
     mapped: tuple | None = None  # (mmap, {column: (file offset, item size)}) behind ``events``
+    events_checked: tuple | None = None  # (ntrace.pb identity, wall offset) the events were checked with
 
     def release(self, upto: int) -> None:
         """Drop the pages of events ``[0, upto)`` from this process's resident memory (they stay in
@@ -203,9 +298,11 @@ class Session:
         for name in (os.path.basename(self.path.rstrip("/")), os.path.basename(os.path.dirname(self.path))):
             if "_pid_" in name:
                 try:
-                    return int(name.split("_pid_")[1].split("_")[0])
+                    pid = int(name.split("_pid_")[1].split("_")[0])
                 except ValueError:
-                    pass
+                    continue
+                if 0 <= pid < 1 << 62:  # a directory name is not trusted to fit an int64 column
+                    return pid
         return 0
 
     @property
@@ -227,50 +324,208 @@ class Session:
         return "abcde"[args.index(arg_name)] if arg_name in args else None
 
 
-def load_session(path: str, load_events: bool = True) -> Session:
-    """Load one session; raises ProfileError when nothing in it is usable.
+def load_session(path: str, load_events: bool = True, checked: tuple | None = None) -> Session:
+    """Load and validate one session; raises ProfileError when it cannot be used.
 
-    A damaged optional file (cpu_util.pb, host_mem.pb) becomes a warning on the session."""
+    Everything the exporters rely on is checked here, once, and ``check`` calls the same code, so
+    a file that ``view`` skips is one that ``check`` reports: type ids inside the file's type
+    table, string ids inside its string table, column lengths backed by the bytes present, and
+    timestamps that stay on the wall clock (``TIME_LIMIT_NS``) once the clock anchors are applied.
+    A damaged optional file (cpu_util.pb, host_mem.pb, a .neff) becomes a warning on the session
+    and is left out.
+
+    ``checked``: the ``events_checked`` of an earlier load of this session in the same run; the
+    event columns (the one check whose cost grows with the events) are not checked again when
+    ntrace.pb is still that file."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProfileError(f"{path}: the directory name is not valid UTF-8 (rename it to convert this profile)") from None
     s = Session(path=path)
     info_p = os.path.join(path, "trace_info.pb")
     trace_p = os.path.join(path, "ntrace.pb")
-    if os.path.exists(info_p):
+    if os.path.lexists(info_p):  # (lexists: a dangling link is reported, not taken for "no file")
         s.info = _parse(info_p, pb.TraceInfo)
-    if os.path.exists(trace_p) and load_events:
-        t, mm, cols, n = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
-        s.trace = t
-        s.type_names = [""] * (max((et.id for et in t.event_types), default=-1) + 1)
-        s.type_args = [[] for _ in s.type_names]
-        for et in t.event_types:
-            s.type_names[et.id] = et.name
-            s.type_args[et.id] = list(et.args)
-        s.strings = list(t.strings)
-        s.models = list(t.models)
-        F = pb.EventColumns.DESCRIPTOR.fields_by_name
-        layout = {}
-        for name, dtype in (("type", "u2"), ("start_ns", "i8"), ("end_ns", "i8"), ("nc_idx", "i4"),
-                            ("thread_id", "i8"), ("a", "i8"), ("b", "i8"), ("c", "i8"), ("d", "i8"), ("e", "i8")):
-            s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
-            layout[name] = (cols.get(F[name].number, (0, 0))[0], np.dtype(dtype).itemsize)
-        s.mapped = (mm, layout)
-        if n and int(s.events["type"].max()) >= len(s.type_names):
-            raise ProfileError(f"{trace_p}: event type id {int(s.events['type'].max())} is not declared in the file")
+        _check_info(s.info, info_p)
+    if os.path.lexists(trace_p) and load_events:
+        _load_trace(s, trace_p, checked)
     if s.info is None and s.trace is None:
         raise ProfileError(f"{path}: no trace_info.pb or ntrace.pb")
     try:
         names = sorted(os.listdir(path))
-    except OSError:
+    except OSError as e:
+        s.warnings.append(printable(f"{path}: cannot list the directory ({e.strerror}); its device traces "
+                                    "and NEFFs were skipped"))
         names = []
-    s.device_paths = [os.path.join(path, n) for n in names if n.endswith(".ntff")]
-    s.neff_paths = [os.path.join(path, n) for n in names if n.endswith(".neff")]
+    for n in names:
+        if n.endswith((".ntff", ".neff")) and not _utf8(n):
+            s.warnings.append(printable(f"{os.path.join(path, n)}: the file name is not valid UTF-8; skipped"))
+    s.device_paths = [os.path.join(path, n) for n in names if n.endswith(".ntff") and _utf8(n)]
+    for n in names:
+        if n.endswith(".neff") and _utf8(n):
+            try:
+                load_neff(os.path.join(path, n))
+            except ProfileError as e:
+                s.warnings.append(str(e))
+                continue
+            s.neff_paths.append(os.path.join(path, n))
+    off = wall_offset_ns(s)
     for name, typ, attr in (("cpu_util.pb", pb.CpuUtil, "cpu"), ("host_mem.pb", pb.HostMem, "mem")):
         p = os.path.join(path, name)
-        if os.path.exists(p):
+        if os.path.lexists(p):
             try:
-                setattr(s, attr, _parse(p, typ))
+                setattr(s, attr, _load_samples(p, typ, off))
             except ProfileError as e:
                 s.warnings.append(str(e))
     return s
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# An EC2 instance id or a host name (at most 253 bytes); it names output directories
+# (``instance=<id>``), whose names may not exceed 255 bytes.
+INSTANCE_ID_MAX_BYTES = 240
+COUNT_LIMIT = 1 << 48  # per-core event counts: far beyond any ring, small enough to sum without wrapping
+
+
+def _check_info(info: pb.TraceInfo, path: str) -> None:
+    """Fields of trace_info.pb that become paths, offsets or summed counters."""
+    if not info.instance_id.isprintable():
+        raise ProfileError(f"{path}: instance_id {info.instance_id!r} holds control characters (e.g. a NUL)")
+    if len(info.instance_id.encode()) > INSTANCE_ID_MAX_BYTES:
+        raise ProfileError(f"{path}: instance_id is {len(info.instance_id.encode())} bytes long, more than a host "
+                           f"name or instance id can be ({INSTANCE_ID_MAX_BYTES})")
+    for a in info.anchors:
+        if not (WALL_OFFSET_MIN_NS <= a.wall_ns - a.monotonic_ns <= TIME_LIMIT_NS):
+            raise ProfileError(f"{path}: clock anchor {a.label!r} (monotonic {a.monotonic_ns} ns, wall {a.wall_ns} ns) "
+                               "is not a plausible clock reading")
+    if not (0 <= info.start_wall_ns <= TIME_LIMIT_NS):
+        raise ProfileError(f"{path}: start_wall_ns {info.start_wall_ns} is not a plausible wall-clock time")
+    for c in info.cores:
+        for name in ("capacity", "recorded", "kept", "dropped"):
+            v = getattr(c, name)
+            if not (0 <= v <= COUNT_LIMIT):
+                raise ProfileError(f"{path}: core {c.nc_idx} has {name} = {v}, not a plausible event count")
+
+
+def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
+    t, mm, cols, n, ident = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
+    s.trace = t
+    # The type table is sized by the types the file declares, never by an id read from it.
+    ntypes = len(t.event_types)
+    for et in t.event_types:
+        if et.id >= ntypes:
+            raise ProfileError(f"{trace_p}: event type {et.name!r} has id {et.id}, outside the file's table of "
+                               f"{ntypes} types")
+    s.type_names = [""] * ntypes
+    s.type_args = [[] for _ in s.type_names]
+    for et in t.event_types:
+        s.type_names[et.id] = et.name
+        s.type_args[et.id] = list(et.args)[:5]
+    s.strings = list(t.strings)
+    s.models = list(t.models)
+    F = pb.EventColumns.DESCRIPTOR.fields_by_name
+    layout = {}
+    for name, dtype in (("type", "u2"), ("start_ns", "i8"), ("end_ns", "i8"), ("nc_idx", "i4"),
+                        ("thread_id", "i8"), ("a", "i8"), ("b", "i8"), ("c", "i8"), ("d", "i8"), ("e", "i8")):
+        s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
+        layout[name] = (cols.get(F[name].number, (0, 0))[0], np.dtype(dtype).itemsize)
+    s.mapped = (mm, layout)
+    version = (ident, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
+    if version != checked:  # (checked earlier in this run against the same files: not again)
+        _check_events(s, trace_p, version[1])
+    s.events_checked = version
+
+
+VALIDATE_CHUNK = 1 << 20  # events checked at a time (their mapped pages are dropped afterwards)
+
+
+def _check_events(s: Session, path: str, wall_off: int) -> None:
+    """Every event's type id, its string and model ids, and its timestamps, a chunk at a time.
+
+    An argument slot holds ids for some types and plain numbers (bytes, timestamps) for others,
+    so the limit depends on the event's type.  Gathering a per-type limit for every event costs
+    more than the rest of the load; instead one comparison per slot picks the values that could
+    break the smallest limit (negatives included, seen as unsigned), and only those are checked
+    against their own type's limits."""
+    n = s.num_events
+    if not n:
+        return
+    e = s.events
+    nt, sizes = len(s.type_names), {"string": len(s.strings), "model": len(s.models)}
+    i64 = np.iinfo(np.int64)
+    limits: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # slot -> per type id: (lowest, past-highest) value
+    for tid, args in enumerate(s.type_args):
+        for slot, arg in zip("abcde", args):
+            # a string id names a string; a model id (it indexes the output's model names) a model,
+            # or is negative (none); other arguments, prev_model_id included, are shown as they are
+            kind = "string" if arg.endswith("_str") else "model" if arg == "model_id" else None
+            if kind is not None:
+                low, high = limits.setdefault(slot, (np.full(nt, i64.min), np.full(nt, i64.max)))
+                low[tid], high[tid] = (0 if kind == "string" else i64.min), sizes[kind]
+    t_lo, t_hi = None, None
+    for lo in range(0, n, VALIDATE_CHUNK):
+        hi = min(n, lo + VALIDATE_CHUNK)
+        typ = e["type"][lo:hi]
+        tmax = int(typ.max())
+        if tmax >= nt:
+            raise ProfileError(f"{path}: event type id {tmax} is not declared in the file ({nt} types)")
+        for slot, (low, high) in limits.items():
+            v = e[slot][lo:hi]
+            maybe = np.flatnonzero(v.view(np.uint64) >= np.uint64(high.min()))
+            if not len(maybe):
+                continue
+            t, w = typ[maybe], v[maybe]
+            bad = (w >= high[t]) | (w < low[t])
+            if bad.any():
+                i = int(np.argmax(bad))
+                tid = int(t[i])
+                arg = s.type_args[tid]["abcde".index(slot)]
+                kind = "string" if arg.endswith("_str") else "model"
+                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {kind} {int(w[i])}, "
+                                   f"outside the file's table of {sizes[kind]} {kind}s")
+        for col in ("start_ns", "end_ns"):
+            c = e[col][lo:hi]
+            cmin, cmax = int(c.min()), int(c.max())
+            t_lo = cmin if t_lo is None else min(t_lo, cmin)
+            t_hi = cmax if t_hi is None else max(t_hi, cmax)
+        s.release(hi)
+    check_times(path, "event timestamps", t_lo, t_hi, wall_off)
+
+
+def check_times(path: str, what: str, lo: int, hi: int, offset: int) -> None:
+    """ProfileError unless the raw times ``[lo, hi]`` and the same times plus ``offset`` (their
+    wall-clock offset) lie in the time domain above (exact Python ints: nothing can wrap here)."""
+    if not (0 <= lo and hi <= TIME_LIMIT_NS and WALL_OFFSET_MIN_NS <= offset <= TIME_LIMIT_NS
+            and 0 <= lo + offset and hi + offset <= TIME_LIMIT_NS):
+        raise ProfileError(f"{path}: {what} {lo}..{hi} ns with a wall-clock offset of {offset} ns fall outside "
+                           "1970-2116 (corrupt timestamps or clock anchors)")
+
+
+_SAMPLE_COLUMNS = {  # per file: (column, dtype, values per sample or the field that says how many)
+    "CpuUtil": (("ts_ns", "i8", 1), ("cpu_percent", "f4", "num_cpus"), ("process_percent", "f4", 1)),
+    "HostMem": (("ts_ns", "i8", 1),) + tuple((c, "i8", 1) for c in ("process_rss", "process_vms", "host_total",
+                                                                      "host_used", "host_available")),
+}
+
+
+def _load_samples(path: str, typ, wall_off: int):
+    """cpu_util.pb / host_mem.pb with every column holding one value (or one per CPU) per sample."""
+    msg = _parse(path, typ)
+    cols = _SAMPLE_COLUMNS[typ.__name__]
+    ts = _arr(msg.ts_ns, "i8", path, "ts_ns")
+    for name, dtype, per in cols[1:]:
+        k = getattr(msg, per) if isinstance(per, str) else per
+        _arr(getattr(msg, name), dtype, path, name, len(ts) * k)
+    if len(ts):
+        check_times(path, "sample timestamps", int(ts.min()), int(ts.max()), wall_off)
+    return msg
 
 
 def wall_offset_ns(s: Session) -> int:
@@ -286,23 +541,33 @@ class DeviceProfile:
     path: str
     trace: pb.DeviceTrace
     ops: dict[str, np.ndarray]
+    host_offset_ns: int = 0  # device clock -> host monotonic clock (through the sync points)
 
     @property
     def strings(self) -> list[str]:
         return list(self.trace.strings)
 
 
-def load_device_trace(path: str) -> DeviceProfile:
-    """Load one .ntff; raises ProfileError for an empty, truncated or foreign file."""
-    if os.path.exists(path) and os.path.getsize(path) == 0:
-        raise ProfileError(f"{path}: empty file (0 bytes): device profiling was enabled but no execution was "
-                           "captured (likely a warm-up issue)")
-    t, mm, cols, n = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
+NO_EXECUTION_HINT = ("device profiling was enabled but no execution was captured (likely a warm-up issue: run 3+ "
+                     "warm-up iterations before the profiled region)")
+
+
+def load_device_trace(path: str, wall_offset: int = 0) -> DeviceProfile:
+    """Load and validate one .ntff; raises ProfileError for an empty, truncated, foreign or damaged
+    file. ``wall_offset``: the session's (``wall_offset_ns(session)``), to check that the ops'
+    times stay on the wall clock."""
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise ProfileError(f"{path} is 0 bytes: {NO_EXECUTION_HINT}")
+    t, mm, cols, n, _ = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
     F = pb.DeviceOpColumns.DESCRIPTOR.fields_by_name
     ops = {name: _col_view(mm, cols, F[name].number, dtype, path, name, n)
            for name, dtype in (("start_ns", "i8"), ("end_ns", "i8"), ("name", "i4"), ("track", "i4"),
                                ("exec_idx", "i4"), ("flops", "f8"), ("nbytes", "i8"), ("detail", "i4"),
                                ("source", "i4"))}
+    if n == 0:  # (also what a file cut at a field boundary looks like: protobuf cannot tell)
+        raise ProfileError(f"{path} holds no ops: {NO_EXECUTION_HINT}")
+    if n >= 1 << 32:
+        raise ProfileError(f"{path}: {n} ops is more than a device trace can declare")
     t.ops.count = n
     ns = len(t.strings)
     for col in ("name", "track", "detail", "source"):
@@ -310,7 +575,28 @@ def load_device_trace(path: str) -> DeviceProfile:
             raise ProfileError(f"{path}: column {col} refers to a string outside the file's table")
     if n and (int(ops["exec_idx"].max()) >= len(t.executions) or int(ops["exec_idx"].min()) < 0):
         raise ProfileError(f"{path}: an op refers to an execution the file does not declare")
-    return DeviceProfile(path, t, ops)
+    host = _device_to_host(t, path)
+    off = wall_offset + host
+    if n:
+        check_times(path, "op timestamps", min(int(ops["start_ns"].min()), int(ops["end_ns"].min())),
+                    max(int(ops["start_ns"].max()), int(ops["end_ns"].max())), off)
+    if t.executions:
+        check_times(path, "execution timestamps", min(min(e.start_ns, e.end_ns) for e in t.executions),
+                    max(max(e.start_ns, e.end_ns) for e in t.executions), off)
+        if sum(max(e.end_ns - e.start_ns, 0) for e in t.executions) > TIME_LIMIT_NS:
+            raise ProfileError(f"{path}: the executions add up to more time than a clock can hold")
+    return DeviceProfile(path, t, ops, host)
+
+
+def _device_to_host(t: pb.DeviceTrace, path: str) -> int:
+    """Device clock -> host monotonic clock: the median over the sync points (0 when there are none)."""
+    if not t.sync:
+        return 0
+    diffs = [p.cpu_timestamp_ns - p.nc_timestamp_ns for p in t.sync]
+    if min(diffs) < -TIME_LIMIT_NS or max(diffs) > TIME_LIMIT_NS:  # (np.median needs int64s)
+        raise ProfileError(f"{path}: a clock sync point pairs times {max(map(abs, diffs))} ns apart, not a "
+                           "plausible clock offset")
+    return int(np.median(diffs))
 
 
 def load_neff(path: str) -> pb.NeffFile:
