@@ -45,6 +45,26 @@ def test_log_keeps_last_n_events_plus_work_in_flight(tmp_path: Path) -> None:
     assert rec.write() is None  # nothing replaces the final state
 
 
+def test_a_huge_num_entries_costs_only_what_is_recorded(tmp_path: Path) -> None:
+    """NEURON_RT_DBG_NDET_NUM_ENTRIES bounds the history; it used to be allocated up front (a
+    setting of 10^10 asked for 10^10 records at start-up)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        rec = make_recorder(tmp_path, num_entries=10**12)
+        for i in range(3000):
+            rec.exec_begin(0, 0, i, 1000 * i)
+            rec.exec_end(0, 0, i, 1000 * i, 1000 * i + 500, 0)
+        path = rec.write()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
+    done = fmt.read_log(path).records
+    assert done[done["state"] == fmt.STATE_COMPLETE]["b"].tolist() == list(range(3000))
+
+
 def test_file_name_has_date_instance_group_and_pid(tmp_path: Path) -> None:
     rec = make_recorder(tmp_path, rank=3, world=4, pid=4242)
     name = Path(rec.write()).name

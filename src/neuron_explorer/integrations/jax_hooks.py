@@ -52,12 +52,22 @@ def _requested(env=None) -> bool:
     """A neuron-explorer profile is wanted from this jax trace."""
     env = os.environ if env is None else env
     dev = env.get("NEURON_RT_INSPECT_DEVICE_PROFILE", "").strip().lower()
-    en = env.get("NEURON_RT_INSPECT_ENABLE", "").strip()
-    return dev not in ("", "0") or en not in ("", "0")
+    return dev not in ("", "0") or _enabled(env)
+
+
+def _enabled(env) -> bool:
+    """NEURON_RT_INSPECT_ENABLE as the runtime reads it ('false'/'off' are off; a bad value was
+    already refused at start-up)."""
+    from ..runtime.config import ConfigError, capture_requested
+
+    try:
+        return capture_requested(env)
+    except ConfigError:
+        return False
 
 
 def _check_conflict() -> None:
-    if os.environ.get("NEURON_RT_INSPECT_ENABLE", "").strip() not in ("", "0"):
+    if _enabled(os.environ):
         _warn_once("enable", "NEURON_RT_INSPECT_ENABLE=1 conflicts with jax.profiler; use one or the other "
                              "(for JAX, set only NEURON_RT_INSPECT_DEVICE_PROFILE and NEURON_RT_INSPECT_OUTPUT_DIR)")
 

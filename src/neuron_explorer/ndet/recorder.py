@@ -46,6 +46,8 @@ from ..runtime.ring import NativeRing
 from . import format as fmt
 
 DEFAULT_NUM_ENTRIES = 20000
+MAX_NUM_ENTRIES = 1 << 40  # a bound on the setting, not an allocation
+HISTORY_START = 1024
 DEFAULT_LOG_LOCATION = "/tmp"
 _pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
 assert struct.calcsize("<BBHi7q") == fmt.RECORD_DTYPE.itemsize
@@ -75,10 +77,10 @@ def _parse_entries(value: str | None) -> int:
         n = int(raw.replace("_", "").replace(",", ""))
     except ValueError:
         n = -1
-    if n <= 0:
+    if n <= 0 or n > MAX_NUM_ENTRIES:
         raise ConfigError(
-            f"{NDET_NUM_ENTRIES}={value!r} is not valid; accepted: a whole number of events greater than 0 "
-            f"(default {DEFAULT_NUM_ENTRIES})"
+            f"{NDET_NUM_ENTRIES}={value!r} is not valid; accepted: a whole number of events from 1 to "
+            f"{MAX_NUM_ENTRIES} (default {DEFAULT_NUM_ENTRIES})"
         )
     return n
 
@@ -198,7 +200,8 @@ class NdetRecorder:
         self._strings: list[str] = [""]
         self._intern_lock = threading.Lock()
         self._io_lock = threading.Lock()
-        self._history = np.zeros(num_entries, dtype=fmt.RECORD_DTYPE)
+        # grows by doubling up to num_entries: the setting bounds memory, it never sizes it up front
+        self._history = np.zeros(min(num_entries, HISTORY_START), dtype=fmt.RECORD_DTYPE)
         self._hist_n = 0  # records ever put into the history
         self._groups: dict[str, None] = {}
         self._flush_seq = 0
@@ -352,12 +355,24 @@ class NdetRecorder:
         cap = self.num_entries
         if len(block) > cap:
             block = block[-cap:]
+        self._reserve(len(block))
         pos = self._hist_n % cap
         first = min(cap - pos, len(block))
         self._history[pos:pos + first] = block[:first]
         if first < len(block):
             self._history[:len(block) - first] = block[first:]
         self._hist_n += len(block)
+
+    def _reserve(self, n: int) -> None:
+        """Grow the history (by doubling, at most to ``num_entries``) so ``n`` more records fit
+        before it wraps.  It only wraps once it has its full size, so until then the records are
+        the first ``_hist_n`` rows."""
+        have, cap = len(self._history), self.num_entries
+        if have >= cap or self._hist_n + n <= have:
+            return
+        grown = np.zeros(min(cap, max(2 * have, self._hist_n + n)), dtype=fmt.RECORD_DTYPE)
+        grown[:self._hist_n] = self._history[:self._hist_n]
+        self._history = grown
 
     def extend_records(self, block: np.ndarray) -> None:
         """Append already-built records (RECORD_DTYPE) to the history, oldest first.
