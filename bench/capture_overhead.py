@@ -16,14 +16,14 @@ periodic flushes and sampler wake-ups are counted); the table shows the median o
 min/max and IQR, and the ratio of medians against ``unprofiled``.
 
 Two further measurements, in their own subprocess with the runtime started programmatically
-(``neuron_explorer.runtime.boot.start(CaptureConfig(...))``):
+(``neuron_explorer.boot.start(CaptureConfig(...))``):
 
 * the cost of one recorded event: ``Ring.append(tuple)`` + ``Ring.tick()``, the full record the
   execution wrapper builds (execution id, two clock reads, cached thread id, tuple, append), and the
   per-call cost
   of the instrumented compiled callable ``run`` against the bare ``run.__wrapped__``;
 * bytes per event on disk: ``ntrace.pb`` size / number of events, from the system-profile runs'
-  sessions read back with ``neuron_explorer.view.reader``.
+  sessions read back with ``neuron_explorer.analysis.reader``.
 
 Usage::
 
@@ -215,8 +215,9 @@ def _per_call_ns(fn, n: int, repeats: int) -> float:
 def worker_micro(out_dir: str, n: int) -> dict:
     import threading
 
-    from neuron_explorer.runtime import boot, clock
-    from neuron_explorer.runtime import events as ev
+    from neuron_explorer import boot
+    from neuron_explorer.runtime import clock
+    from neuron_explorer.contracts import events as ev
     from neuron_explorer.runtime.config import CaptureConfig
 
     cfg = CaptureConfig(output_dir=out_dir, cpu_util=False, host_memory=False, flush_period_s=3600.0,
@@ -291,7 +292,7 @@ def worker_micro(out_dir: str, n: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from neuron_explorer.integrations import torch_hooks
+    from neuron_explorer.integrations.torch import hooks as torch_hooks
 
     captured: list = []
     orig_wrap = torch_hooks._wrap_execution
@@ -468,7 +469,7 @@ def _run_worker(args: list[str], env: dict[str, str], timeout: float = 300) -> d
 
 
 def _session_stats(out_dir: str) -> dict | None:
-    from neuron_explorer.view.reader import discover, load_session
+    from neuron_explorer.analysis.reader import discover, load_session
 
     sessions = discover(out_dir)
     if not sessions:

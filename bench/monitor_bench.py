@@ -157,7 +157,7 @@ def main() -> int:
         cold.append((time.perf_counter() - s) * 1e3)
     server.shutdown()
 
-    from neuron_explorer.monitor import _json
+    from neuron_explorer.util import jsonfast as _json
 
     result = {
         "host": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "machine": platform.machine(),

@@ -32,7 +32,9 @@ import json, resource, sys, time
 mode, src, dst = sys.argv[1], sys.argv[2], sys.argv[3]
 jobs = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 import numpy, pyarrow, pyarrow.parquet, google.protobuf  # the libraries every mode loads
-from neuron_explorer.view import pipeline, export_parquet, export_json, export_perfetto, reader
+from neuron_explorer.view import pipeline
+from neuron_explorer.exporters import parquet as export_parquet, chrome_json as export_json, perfetto as export_perfetto
+from neuron_explorer.analysis import reader
 
 
 def hwm():

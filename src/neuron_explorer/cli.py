@@ -163,7 +163,7 @@ def inspect_command(args: argparse.Namespace) -> int:
 
 
 def _session_dirs(root: str) -> set[str]:
-    from .view.reader import discover
+    from neuron_explorer.analysis.reader import discover
 
     return set(discover(root)) if os.path.isdir(root) else set()
 

@@ -159,7 +159,7 @@ _active: dict[int, object] = {}  # id(profiler) -> CaptureSink
 
 
 def _runtime():
-    from .runtime import boot
+    from neuron_explorer import boot
     from .runtime.core import get_runtime
 
     rt = get_runtime()
@@ -171,7 +171,7 @@ def _runtime():
 def _begin(prof) -> None:
     cfg: NeuronConfig = prof.experimental_config
     from .capture.sink import CaptureSink
-    from .integrations.torch_device import DeviceProfiler
+    from neuron_explorer.integrations.torch.device import DeviceProfiler
 
     rt = _runtime()
     ccfg = cfg.capture_config()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neuron_explorer.view.reader import Session, discover, load_session
+from neuron_explorer.analysis.reader import Session, discover, load_session
 
 
 def sessions(root: Path) -> list[Session]:

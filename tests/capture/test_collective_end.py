@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from neuron_explorer.view.reader import discover, load_session
+from neuron_explorer.analysis.reader import discover, load_session
 
 from ..conftest import clean_env, free_port, run
 
@@ -23,7 +23,7 @@ f.wait()                                    # async, waited only through the fut
 dist.barrier()
 dist.broadcast(x, 0)
 dist.destroy_process_group()
-from neuron_explorer.integrations import torch_hooks
+from neuron_explorer.integrations.torch import hooks as torch_hooks
 print("pending", len(torch_hooks._pending_cc))
 """
 

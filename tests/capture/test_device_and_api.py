@@ -32,7 +32,7 @@ def _run_script(tmp_path, text, **env):
 
 
 def _device_traces(root):
-    from neuron_explorer.view.reader import load_device_trace
+    from neuron_explorer.analysis.reader import load_device_trace
 
     return {os.path.basename(p): load_device_trace(p) for p in glob.glob(f"{root}/*/*/*.ntff")}
 
@@ -53,7 +53,7 @@ def test_model_mode_gives_one_ntff_per_unique_graph_and_core(tmp_path):
     assert flops and min(flops) > 0
     neffs = glob.glob(f"{out}/*/*/neff_*_vnc_0.neff")
     assert len(neffs) == 2
-    from neuron_explorer.view.reader import load_neff
+    from neuron_explorer.analysis.reader import load_neff
 
     assert "def forward" in load_neff(neffs[0]).code
 

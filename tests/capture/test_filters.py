@@ -2,7 +2,7 @@
 
 import pytest
 
-from neuron_explorer.runtime import events as ev
+from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import (CaptureConfig, ConfigError, parse_nc_filter,
                                             parse_type_filter)
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from neuron_explorer.capture import store
-from neuron_explorer.integrations import torch_hooks
-from neuron_explorer.runtime import events as ev
+from neuron_explorer.integrations.torch import hooks as torch_hooks
+from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.ring import Ring, records_to_block

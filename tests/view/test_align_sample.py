@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from neuron_explorer.view import align
+from neuron_explorer.analysis import align
 
 
 def _times(keys: np.ndarray, skew: int, rng) -> align.Times:

@@ -17,7 +17,7 @@ import pytest
 
 from neuron_explorer.capture import writer
 from neuron_explorer.capture.store import CoreStore
-from neuron_explorer.runtime import events as ev
+from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity

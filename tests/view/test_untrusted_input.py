@@ -21,7 +21,7 @@ import pytest
 
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.runtime.config import IndexRanges, parse_nc_filter
-from neuron_explorer.view.reader import printable
+from neuron_explorer.analysis.reader import printable
 
 from ..conftest import clean_env
 from .conftest import copy_capture, neuron_explorer, run_bounded
@@ -346,7 +346,7 @@ def test_an_unreadable_process_directory_is_a_warning_not_a_silent_skip(small_ca
 def test_a_clock_offset_beyond_decades_is_not_applied():
     """Item 14: instance offsets are added to every timestamp; one estimated from damaged times
     (instances 2**61 ns apart) would push them past int64 once the time origin is subtracted."""
-    from neuron_explorer.view import align
+    from neuron_explorer.analysis import align
 
     keys = np.arange(8, dtype=np.int64)
     end = np.full(8, 10**12, dtype=np.int64)

@@ -17,7 +17,7 @@ from ..runtime.core import Runtime
 from . import writer
 from .samplers import HostSampler
 from ..runtime import clock
-from ..runtime.events import EVENT_TYPES as _EVENT_TYPES
+from neuron_explorer.contracts.events import EVENT_TYPES as _EVENT_TYPES
 from .store import CoreStore, enabled_mask
 
 

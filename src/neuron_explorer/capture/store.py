@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import events as ev
+from neuron_explorer.contracts import events as ev
 
 W = ev.RECORD_WIDTH
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from .. import __version__
 from ..proto import neuron_explorer_capture_pb2 as pb
-from ..runtime import events as ev
-from ..view.pbenc import encode_varint_scalar
+from neuron_explorer.contracts import events as ev
+from neuron_explorer.util.pbwire import encode_varint_scalar
 
 if TYPE_CHECKING:
     from ..runtime.core import Runtime

@@ -24,7 +24,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from neuron_explorer.monitor import _json, endpoint, histogram
+from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.monitor import endpoint, histogram
 
 #: Format marker written into every snapshot; the monitor ignores files with another one.
 SNAPSHOT_FORMAT = "neuron-explorer-stats/2"

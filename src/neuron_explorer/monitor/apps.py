@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import psutil
 
-from neuron_explorer.monitor import _json, histogram
+from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.monitor import histogram
 from neuron_explorer.monitor.app_stats import (
     CORE_MEMORY_CATEGORIES,
     ERROR_CLASSES,

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-from neuron_explorer.monitor import _json
+from neuron_explorer.util import jsonfast as _json
 
 #: Labels attached to every metric, taken from ``instance_info``.
 BASE_LABELS: tuple[str, ...] = (

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from neuron_explorer.monitor import _json, endpoint
+from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.monitor import endpoint
 from neuron_explorer.monitor.apps import (
     AppTracker,
     ProcessGone,

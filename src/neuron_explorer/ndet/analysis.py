@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runtime.events import STATUS_CODES
+from neuron_explorer.contracts.events import STATUS_CODES
 from . import format as fmt
 from .sources import RankLog
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from . import events as ev
+from neuron_explorer.contracts import events as ev
 
 
 class ConfigError(ValueError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import clock
-from . import events as ev
+from neuron_explorer.contracts import events as ev
 from .config import CaptureConfig
 from .identity import ProcessIdentity
 from .ring import Ring

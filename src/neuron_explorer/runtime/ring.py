@@ -23,7 +23,7 @@ from itertools import starmap
 
 import numpy as np
 
-from .events import RECORD_WIDTH as W
+from neuron_explorer.contracts.events import RECORD_WIDTH as W
 
 # The C extension's ring and execution wrapper (runtime/_fastpath.c); both None without the
 # extension or with NEURON_EXPLORER_PURE_PYTHON=1, and the Python versions run instead.

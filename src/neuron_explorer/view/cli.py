@@ -98,7 +98,7 @@ def default_data_path() -> str:
 
 
 def show_schema() -> str:
-    from .export_parquet import SCHEMA_DOC
+    from neuron_explorer.exporters.parquet import SCHEMA_DOC
 
     lines = []
     for table, cols in SCHEMA_DOC.items():
@@ -111,7 +111,7 @@ def show_schema() -> str:
 
 def view_command(args: argparse.Namespace) -> int:
     from ..cli import UsageError
-    from .filters import ViewFilter
+    from neuron_explorer.analysis.filters import ViewFilter
 
     if args.show_profile_schema:
         sys.stdout.write(show_schema())

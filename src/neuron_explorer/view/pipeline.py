@@ -10,10 +10,11 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-from . import align, device as device_mod, output as output_mod, summary as summary_mod
-from .events import build as build_events
-from .filters import ViewFilter
-from .reader import ProfileError, Session, discover, load_session, printable
+from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
+from neuron_explorer.view import output as output_mod
+from neuron_explorer.analysis.events import build as build_events
+from neuron_explorer.analysis.filters import ViewFilter
+from neuron_explorer.analysis.reader import ProfileError, Session, discover, load_session, printable
 
 
 class ViewError(Exception):
@@ -209,7 +210,7 @@ def run(opts: ViewOptions) -> ViewResult:
         device_files = [f for r in results for f in r.get("device_files", [])]
         events = sum(r["events"] for r in results)
         if fmt == "parquet":
-            from .export_parquet import ParquetWriter
+            from neuron_explorer.exporters.parquet import ParquetWriter
 
             pw = ParquetWriter(target, opts.display_name, root=work)
             for r in results:
@@ -220,13 +221,13 @@ def run(opts: ViewOptions) -> ViewResult:
             output_mod.replace_dir(work, target)
             work = None  # renamed into place
         elif fmt == "json":
-            from .export_json import assemble
+            from neuron_explorer.exporters.chrome_json import assemble
 
             assemble(target, [r["piece"] for r in results if r.get("piece")],
                      {"clock_offsets": {k: vars(v) for k, v in offsets.items()},
                       "warnings": [m for m, _ in warnings]}, origin)
         elif fmt == "perfetto":
-            from .export_perfetto import assemble
+            from neuron_explorer.exporters.perfetto import assemble
 
             assemble(target, [r["piece"] for r in results if r.get("piece")])
     except OSError as e:
@@ -308,7 +309,7 @@ def convert_process(job: Job) -> dict:
     load did not catch) becomes one warning naming it, and what it had written so far is removed:
     the other processes are still converted.  An error writing the output (OSError: a full disk,
     a vanished directory) is not about this profile and stops the run."""
-    from ._alloc import keep_freed_memory
+    from neuron_explorer.util.alloc import keep_freed_memory
 
     keep_freed_memory()  # every format: reuse freed chunk temporaries instead of faulting them in anew
     undo: list = []  # callables that remove what this process wrote
@@ -357,7 +358,7 @@ def _convert(job: Job, undo: list) -> dict:
     fmt = job.fmt
     out_dir = job.device_dir or device_dir(job.out)
     if fmt == "parquet":
-        from .export_parquet import ParquetWriter, meta_row
+        from neuron_explorer.exporters.parquet import ParquetWriter, meta_row
 
         w = ParquetWriter(job.out, job.display_name, root=job.work)
         undo.append(lambda: _discard_parquet(w, job))
@@ -373,7 +374,7 @@ def _convert(job: Job, undo: list) -> dict:
     undo.append(lambda: _remove(piece))
     device_files = res["device_files"] = []
     if fmt == "json":
-        from .export_json import JsonWriter, _dumps
+        from neuron_explorer.exporters.chrome_json import JsonWriter, _dumps
 
         for v in dviews:
             f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.json")
@@ -387,7 +388,7 @@ def _convert(job: Job, undo: list) -> dict:
             res["events"] += pe.n
         jw.close({})
         return res
-    from .export_perfetto import PerfettoWriter
+    from neuron_explorer.exporters.perfetto import PerfettoWriter
 
     for v in dviews:
         f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.pftrace")

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from . import align
-from .events import collective_flow_ids
-from .filters import ViewFilter
-from .reader import ProfileError, discover, load_session  # noqa: F401  (discover is part of the API)
+from neuron_explorer.analysis import align
+from neuron_explorer.analysis.events import collective_flow_ids
+from neuron_explorer.analysis.filters import ViewFilter
+from neuron_explorer.analysis.reader import ProfileError, discover, load_session  # noqa: F401  (discover is part of the API)
 
 
 def index_session(path: str) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def convert_session(path: str, out_root: str, index: int, plan: dict[str, Any],
 
 def finalize(out_root: str, results: list[dict[str, Any]], display_name: str = "") -> None:
     """Reduce step 2: write the single-file tables (metadata, models, device profiles, warnings)."""
-    from .export_parquet import ParquetWriter
+    from neuron_explorer.exporters.parquet import ParquetWriter
 
     pw = ParquetWriter(out_root, display_name, root=out_root)
     warnings = []

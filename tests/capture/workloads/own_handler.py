@@ -20,7 +20,7 @@ def handler(signum, frame):
 
 signal.signal(signal.SIGTERM, handler)
 if sys.argv[1] == "before" and sys.argv[2] != "-":
-    from neuron_explorer.runtime import boot
+    from neuron_explorer import boot
     from neuron_explorer.runtime.config import CaptureConfig
 
     boot.start(CaptureConfig(output_dir=sys.argv[2]), from_env=False)

@@ -35,11 +35,11 @@ try:  # Intel ISA-L's deflate: the same zlib stream, ~5x less CPU than zlib at l
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     _deflate = zlib
 
-from . import pbenc
-from ..capture.writer import AtomicFile
-from ._alloc import keep_freed_memory
-from .events import ProcessEvents
-from .pbenc import Rows
+from neuron_explorer.util import pbwire as pbenc
+from neuron_explorer.capture.writer import AtomicFile
+from neuron_explorer.util.alloc import keep_freed_memory
+from neuron_explorer.analysis.events import ProcessEvents
+from neuron_explorer.util.pbwire import Rows
 
 # Field numbers (perfetto_trace.proto)
 TRACE_PACKET = 1
@@ -804,7 +804,7 @@ class PerfettoWriter:
 
     def _counters(self, pe: ProcessEvents, seq: int, parent: int) -> None:
         """Counter samples on the process's slot-0 sequence, with absolute trace-clock timestamps."""
-        from .reader import wall_offset_ns
+        from neuron_explorer.analysis.reader import wall_offset_ns
 
         s = pe.session
         off = wall_offset_ns(s) + pe.clock_offset_ns - self.origin_ns
@@ -886,7 +886,7 @@ def assemble(path: str, pieces: list[str]) -> None:
 
 def counter_series(s) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:
     """{counter name: (monotonic ts, values, unit)} from a session's samplers."""
-    from .reader import _arr
+    from neuron_explorer.analysis.reader import _arr
 
     out: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
     if s.cpu is not None:

@@ -15,10 +15,10 @@ import os
 import sys
 import threading
 
-from . import config as cfgmod
-from .core import Runtime, get_runtime, set_runtime
-from .identity import framework_helper
-from .signals import SignalExit
+from neuron_explorer.runtime import config as cfgmod
+from neuron_explorer.runtime.core import Runtime, get_runtime, set_runtime
+from neuron_explorer.runtime.identity import framework_helper
+from neuron_explorer.runtime.signals import SignalExit
 
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
 
@@ -52,7 +52,7 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
             _check_output_dir(cfg.output_dir)
         rt = Runtime(cfg)
         if ndet_on:
-            from ..ndet.recorder import NdetRecorder
+            from neuron_explorer.ndet.recorder import NdetRecorder
 
             rt.ndet = NdetRecorder.from_env(rt)
     except cfgmod.ConfigError as e:
@@ -63,7 +63,7 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
         os._exit(2)
     set_runtime(rt)
     if capture:
-        from ..capture.sink import CaptureSink
+        from neuron_explorer.capture.sink import CaptureSink
 
         sink = CaptureSink(rt)
         sink.require_framework = from_env
@@ -100,7 +100,7 @@ def _start_stats(rt: Runtime) -> None:
     if os.environ.get("NEURON_EXPLORER_STATS", "1") == "0":
         return
     try:
-        from ..monitor.app_stats import AppStats
+        from neuron_explorer.monitor.app_stats import AppStats
 
         # NEURON_EXPLORER_STATS_PERIOD_MS: the publisher's period (default 500 ms); benchmarks that
         # count instructions stretch it so the timer thread stays out of the count
@@ -114,13 +114,13 @@ def _start_stats(rt: Runtime) -> None:
 
 
 def _install_integrations(rt: Runtime) -> None:
-    from ..integrations.importhook import when_imported
+    from neuron_explorer.integrations.importhook import when_imported
 
     def on_torch(torch) -> None:
-        from ..integrations import torch_hooks
+        from neuron_explorer.integrations.torch import hooks as torch_hooks
 
         if rt.config.device_profile and rt.devprof is None and any(s.name == "capture" for s in rt.sinks):
-            from ..integrations.torch_device import DeviceProfiler
+            from neuron_explorer.integrations.torch.device import DeviceProfiler
 
             rt.devprof = DeviceProfiler(rt, rt.config.device_profile)
         torch_hooks.install(rt, torch)
@@ -133,7 +133,7 @@ def stop(reason: str = "exit") -> None:
     if rt is None or rt.stopped:
         return
     rt.flush(final=True, reason=reason)
-    from ..capture.sink import CaptureSink, report_written
+    from neuron_explorer.capture.sink import CaptureSink, report_written
 
     for s in rt.sinks:
         if isinstance(s, CaptureSink):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .reader import DeviceProfile, ProfileError, Session, load_device_trace, printable, wall_offset_ns
+from neuron_explorer.analysis.reader import DeviceProfile, ProfileError, Session, load_device_trace, printable, wall_offset_ns
 
 
 @dataclass

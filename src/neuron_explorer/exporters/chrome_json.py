@@ -11,10 +11,10 @@ import os
 
 import numpy as np
 
-from ..capture.writer import AtomicFile
-from .events import ProcessEvents
-from .export_perfetto import counter_series
-from .reader import wall_offset_ns
+from neuron_explorer.capture.writer import AtomicFile
+from neuron_explorer.analysis.events import ProcessEvents
+from neuron_explorer.exporters.perfetto import counter_series
+from neuron_explorer.analysis.reader import wall_offset_ns
 
 try:
     import orjson

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from ..proto import neuron_explorer_capture_pb2 as pb
+from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 
 SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
 

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime import clock
-from ..runtime import events as ev
-from ..runtime.core import CoreState, Runtime
-from ..runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrapper runs
-from .importhook import when_imported
+from neuron_explorer.runtime import clock
+from neuron_explorer.contracts import events as ev
+from neuron_explorer.runtime.core import CoreState, Runtime
+from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrapper runs
+from neuron_explorer.integrations.importhook import when_imported
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -203,7 +203,7 @@ def _register_graph(rt, torch, core, og, gm, example_inputs, compiled, t_backend
     rt.sync_point(core, core.exec_count - 1)
     _announce_model(rt, model, len(code))
     if rt.neff_cache_dir:
-        from .torch_device import cache_neff
+        from neuron_explorer.integrations.torch.device import cache_neff
 
         cache_neff(rt, model)
     return _wrap_execution(rt, torch, core, model, compiled)
@@ -416,7 +416,7 @@ def _instrument_backward(rt, torch, core, model, out) -> bool:
     )
     _announce_model(rt, bmodel)
     if rt.neff_cache_dir:
-        from .torch_device import cache_neff
+        from neuron_explorer.integrations.torch.device import cache_neff
 
         cache_neff(rt, bmodel)
     wrapped = _wrap_execution(rt, torch, core, bmodel, orig_bw, backward_of_outputs=False)

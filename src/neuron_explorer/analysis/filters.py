@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.config import ConfigError, IndexRanges, parse_nc_filter, parse_type_filter
-from .reader import Session
+from neuron_explorer.runtime.config import ConfigError, IndexRanges, parse_nc_filter, parse_type_filter
+from neuron_explorer.analysis.reader import Session
 
 
 @dataclass

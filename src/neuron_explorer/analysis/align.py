@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .reader import CLOCK_OFFSET_LIMIT_NS, Session, wall_offset_ns
+from neuron_explorer.analysis.reader import CLOCK_OFFSET_LIMIT_NS, Session, wall_offset_ns
 
 MIN_SAMPLES = 1
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .reader import Session
+from neuron_explorer.analysis.reader import Session
 
 
 def _busy_ns(starts: np.ndarray, ends: np.ndarray) -> int:

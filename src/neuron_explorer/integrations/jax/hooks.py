@@ -58,7 +58,7 @@ def _requested(env=None) -> bool:
 def _enabled(env) -> bool:
     """NEURON_RT_INSPECT_ENABLE as the runtime reads it ('false'/'off' are off; a bad value was
     already refused at start-up)."""
-    from ..runtime.config import ConfigError, capture_requested
+    from neuron_explorer.runtime.config import ConfigError, capture_requested
 
     try:
         return capture_requested(env)
@@ -108,7 +108,7 @@ def start_trace(log_dir, *args, **kwargs):
     want = _requested()
     if want:
         _check_conflict()
-        from ..runtime.config import CaptureConfig
+        from neuron_explorer.runtime.config import CaptureConfig
 
         CaptureConfig.from_env()  # a bad value fails here, before the work, naming the variable
     _orig["start"](log_dir, *args, **kwargs)
@@ -144,7 +144,7 @@ class _Trace:
     """What we record while a jax trace runs: clock markers, annotations, host samples."""
 
     def __init__(self) -> None:
-        from ..runtime import clock
+        from neuron_explorer.runtime import clock
 
         self.clock = clock
         self.anchors = [clock.anchor("start")]
@@ -208,14 +208,14 @@ class _Trace:
         self._restore.clear()
 
     def start_sampler(self) -> None:
-        from ..runtime.config import CaptureConfig
+        from neuron_explorer.runtime.config import CaptureConfig
 
         try:
             cfg = CaptureConfig.from_env()
         except Exception:
             return
         if cfg.cpu_util or cfg.host_memory:
-            from ..capture.samplers import HostSampler
+            from neuron_explorer.capture.samplers import HostSampler
 
             self.sampler = HostSampler(self.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory,
                                        max_samples=cfg.max_samples)
@@ -659,15 +659,14 @@ def convert_trace(t: _Trace) -> str | None:
     import hashlib
     import shutil
 
-    from ..capture import writer
-    from ..capture.device import (OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace,
-                                  write_neff)
-    from ..capture.store import CoreStore, enabled_mask
-    from ..runtime.ring import records_to_block
-    from ..runtime import events as ev
-    from ..runtime.config import CaptureConfig, ConfigError
-    from ..runtime.core import Runtime
-    from ..runtime.identity import ProcessIdentity
+    from neuron_explorer.capture import writer
+    from neuron_explorer.capture.device import OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace, write_neff
+    from neuron_explorer.capture.store import CoreStore, enabled_mask
+    from neuron_explorer.runtime.ring import records_to_block
+    from neuron_explorer.contracts import events as ev
+    from neuron_explorer.runtime.config import CaptureConfig, ConfigError
+    from neuron_explorer.runtime.core import Runtime
+    from neuron_explorer.runtime.identity import ProcessIdentity
 
     try:
         cfg = CaptureConfig.from_env()

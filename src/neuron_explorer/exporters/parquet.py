@@ -20,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..capture.writer import safe_component
-from . import output
-from .events import ProcessEvents
-from .export_perfetto import counter_series
-from .reader import wall_offset_ns
+from neuron_explorer.capture.writer import safe_component
+from neuron_explorer.view import output
+from neuron_explorer.analysis.events import ProcessEvents
+from neuron_explorer.exporters.perfetto import counter_series
+from neuron_explorer.analysis.reader import wall_offset_ns
 
 EVENTS = "SystemProfileEvents"
 COUNTERS = "SystemProfileCounters"
@@ -272,7 +272,7 @@ class ParquetWriter:
 
     def add_device(self, views, index: int) -> None:
         """The device profiles of one process (DeviceProfileEvents + DeviceProfiles rows)."""
-        from .device import events_table as device_table
+        from neuron_explorer.analysis.device import events_table as device_table
 
         for v in views:
             self.device_rows.append(v.summary)

@@ -18,8 +18,8 @@ import sys
 import threading
 from typing import Any
 
-from ..capture.device import OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace, write_neff
-from ..runtime import clock
+from neuron_explorer.capture.device import OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace, write_neff
+from neuron_explorer.runtime import clock
 
 now_ns = clock.now_ns
 
@@ -38,7 +38,7 @@ def _nbytes(x) -> int:
 
 
 def _shapes(args) -> str:
-    from .torch_hooks import tensor_summary
+    from neuron_explorer.integrations.torch.hooks import tensor_summary
 
     return ", ".join(tensor_summary(args, include_others=False))
 

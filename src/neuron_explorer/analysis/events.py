@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .reader import Session, wall_offset_ns
+from neuron_explorer.analysis.reader import Session, wall_offset_ns
 
 # argument name in the vocabulary -> output column
 ARG_COLUMNS = {"model_id": "model_id", "exec_id": "exec_id", "ret": "ret", "op_str": "op", "seq": "seq",
