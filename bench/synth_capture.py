@@ -16,6 +16,8 @@ import time
 import numpy as np
 
 from neuron_explorer.capture import writer
+from neuron_explorer.contracts.layout import make_session_dir
+from neuron_explorer.util.atomic import atomic_write
 from neuron_explorer.capture.store import CoreStore
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
@@ -82,10 +84,10 @@ def write_process(out_dir: str, instance: str, rank: int, world: int, pid: int, 
     store.blocks = [rec]
     store.rows = store.produced = len(rec)
     rt.end_reason = "exit"
-    d = writer.make_session_dir(out_dir, instance, pid, rt.anchors[0][1])
+    d = make_session_dir(out_dir, instance, pid, rt.anchors[0][1])
     cores = {rank % 8: store}
-    writer.atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, cores))
-    writer.atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, cores, d))
+    atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, cores))
+    atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, cores, d))
     return d
 
 

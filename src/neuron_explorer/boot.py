@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 
-from neuron_explorer.runtime import config as cfgmod
+from neuron_explorer.contracts import env as cfgmod
+from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime, get_runtime, set_runtime
 from neuron_explorer.runtime.identity import framework_helper
 from neuron_explorer.runtime.signals import SignalExit
@@ -23,7 +24,7 @@ from neuron_explorer.runtime.signals import SignalExit
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
 
 
-def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
+def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
           keep_rings: bool = False) -> Runtime | None:
     """Start the runtime (once per process).
 
@@ -42,7 +43,7 @@ def start(config: cfgmod.CaptureConfig | None = None, *, from_env: bool = True, 
         ndet_on = cfgmod.ndet_requested()
         if auto and not (capture or ndet_on or cfgmod.PROCESS_TAG in os.environ or AUTOSTART in os.environ):
             return None  # e.g. NEURON_RT_INSPECT_ENABLE=false: the .pth's cheap check let it through
-        cfg = config or cfgmod.CaptureConfig.from_env()
+        cfg = config or CaptureConfig.from_env()
         for w in cfg.warnings:
             print(f"neuron-explorer: warning: {w}", file=sys.stderr)
         if not capture and not keep_rings:

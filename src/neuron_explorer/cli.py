@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def inspect_command(args: argparse.Namespace) -> int:
     from .capture.sink import CaptureSink
-    from .runtime import config as cfgmod
+    from neuron_explorer.contracts import env as cfgmod
+    from neuron_explorer.runtime.config import CaptureConfig
     from .runtime.core import Runtime
     from .runtime.identity import ProcessIdentity
 
@@ -117,7 +118,7 @@ def inspect_command(args: argparse.Namespace) -> int:
     if args.num_trace_events is not None:
         env[cfgmod.MAX_EVENTS] = str(args.num_trace_events)
     try:
-        cfg = cfgmod.CaptureConfig.from_env(env)
+        cfg = CaptureConfig.from_env(env)
     except cfgmod.ConfigError as e:
         raise UsageError(str(e)) from None
     before = _session_dirs(out)

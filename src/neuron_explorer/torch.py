@@ -30,7 +30,8 @@ from typing import Iterable
 
 import torch
 
-from .runtime import config as cfgmod
+from neuron_explorer.contracts import env as cfgmod
+from neuron_explorer.runtime.config import CaptureConfig
 
 __all__ = ["NeuronConfig", "ProfileMode", "NeuronProfiler", "synchronize", "Stream", "stream"]
 
@@ -80,8 +81,8 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
         if self.neff_cache_dir:
             _runtime().neff_cache_dir = self.neff_cache_dir  # graphs compiled from now on are cached there
 
-    def capture_config(self) -> cfgmod.CaptureConfig:
-        base = cfgmod.CaptureConfig.from_env({k: v for k, v in os.environ.items() if k.startswith("NEURON_EXPLORER_")})
+    def capture_config(self) -> CaptureConfig:
+        base = CaptureConfig.from_env({k: v for k, v in os.environ.items() if k.startswith("NEURON_EXPLORER_")})
         base.output_dir = self.profile_output_dir
         base.system_profile = ProfileMode.RUNTIME in self.modes
         base.device_profile = "session" if ProfileMode.DEVICE in self.modes else None
@@ -164,7 +165,7 @@ def _runtime():
 
     rt = get_runtime()
     if rt is None:
-        rt = boot.start(cfgmod.CaptureConfig.from_env({}), from_env=False, capture=False, keep_rings=True)
+        rt = boot.start(CaptureConfig.from_env({}), from_env=False, capture=False, keep_rings=True)
     return rt
 
 

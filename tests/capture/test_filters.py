@@ -3,8 +3,8 @@
 import pytest
 
 from neuron_explorer.contracts import events as ev
-from neuron_explorer.runtime.config import (CaptureConfig, ConfigError, parse_nc_filter,
-                                            parse_type_filter)
+from neuron_explorer.runtime.config import CaptureConfig
+from neuron_explorer.contracts.env import ConfigError, parse_nc_filter, parse_type_filter
 
 
 @pytest.mark.parametrize("value,expected", [

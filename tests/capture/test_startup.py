@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.runtime import config as cfgmod
+from neuron_explorer.contracts import env as cfgmod
 
 from ..conftest import clean_env
 from .helpers import sessions, type_counts

@@ -10,7 +10,10 @@ import threading
 
 import pytest
 
-from neuron_explorer.capture import writer
+
+from neuron_explorer.contracts.layout import make_session_dir
+
+from neuron_explorer.util.atomic import atomic_write_all
 
 from ..conftest import clean_env
 from .helpers import sessions
@@ -18,13 +21,13 @@ from .helpers import sessions
 
 def test_a_failed_multi_file_write_leaves_the_previous_complete_set(tmp_path):
     a, b = tmp_path / "ntrace.pb", tmp_path / "trace_info.pb"
-    writer.atomic_write_all([(str(a), lambda: b"old a"), (str(b), lambda: [b"old ", b"b"])])
+    atomic_write_all([(str(a), lambda: b"old a"), (str(b), lambda: [b"old ", b"b"])])
 
     def disk_full():
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError):
-        writer.atomic_write_all([(str(a), lambda: b"new a"), (str(b), disk_full)])
+        atomic_write_all([(str(a), lambda: b"new a"), (str(b), disk_full)])
     # not a new ntrace.pb beside an old trace_info.pb: both old, and no temporary file left
     assert a.read_bytes() == b"old a" and b.read_bytes() == b"old b"
     assert sorted(os.listdir(tmp_path)) == ["ntrace.pb", "trace_info.pb"]
@@ -33,7 +36,7 @@ def test_a_failed_multi_file_write_leaves_the_previous_complete_set(tmp_path):
 def _race(out: str, barrier, n: int, q) -> None:
     barrier.wait()
     try:
-        q.put([writer.make_session_dir(out, "i-0", 4242, 1_700_000_000_000_000_000) for _ in range(n)])
+        q.put([make_session_dir(out, "i-0", 4242, 1_700_000_000_000_000_000) for _ in range(n)])
     except Exception as e:  # noqa: BLE001 - reported to the test
         q.put(repr(e))
 
@@ -63,7 +66,7 @@ def test_threads_racing_for_the_same_session_directory_each_get_their_own(tmp_pa
     def run():
         barrier.wait()
         try:
-            got.extend(writer.make_session_dir(str(tmp_path), "i-0", 7, 1_700_000_000_000_000_000) for _ in range(20))
+            got.extend(make_session_dir(str(tmp_path), "i-0", 7, 1_700_000_000_000_000_000) for _ in range(20))
         except Exception as e:  # noqa: BLE001
             got.append(e)
 

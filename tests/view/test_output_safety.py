@@ -366,7 +366,7 @@ def test_device_profile_files_get_safe_collision_free_names(tmp_path):
 
 
 def test_safe_component_is_one_component_bounded_and_one_to_one():
-    from neuron_explorer.capture.writer import safe_component
+    from neuron_explorer.util.names import safe_component
 
     names = ["i-0123456789abcdef0", "host.example", ".", "..", "...", "a/b", "a_b", "a%2Fb", "a%b", "a\x00b",
              "/", "x/../../etc", "héllo", "h%C3%A9llo", " ", "\udcff", "~", "a" * 500, "a" * 499 + "b", "CON"]
@@ -380,7 +380,7 @@ def test_safe_component_is_one_component_bounded_and_one_to_one():
 
 
 def test_capture_file_names_stay_in_the_session_directory():
-    from neuron_explorer.capture.device import model_ntff_name, neff_file_name
+    from neuron_explorer.contracts.layout import model_ntff_name, neff_file_name
 
     for name in (model_ntff_name("../../x", 0), neff_file_name("a/b", 1)):
         assert "/" not in name and name not in (".", "..")

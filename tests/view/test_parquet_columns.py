@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from neuron_explorer.capture import writer
+from neuron_explorer.contracts.layout import make_session_dir
+from neuron_explorer.util.atomic import atomic_write
 from neuron_explorer.capture.store import CoreStore
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
@@ -54,9 +56,9 @@ def _capture(out: str, n: int, seed: int):
     store = CoreStore(1, n)
     store.blocks = [rec]
     store.rows = store.produced = n
-    d = writer.make_session_dir(out, "i-0123456789abcdef0", 4242, rt.anchors[0][1])
-    writer.atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, {1: store}))
-    writer.atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, {1: store}, d))
+    d = make_session_dir(out, "i-0123456789abcdef0", 4242, rt.anchors[0][1])
+    atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, {1: store}))
+    atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, {1: store}, d))
     return rt, rec
 
 

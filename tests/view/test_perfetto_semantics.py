@@ -167,6 +167,7 @@ def _write_samples(session_dir, rank):
     import os
 
     from neuron_explorer.capture import writer
+    from neuron_explorer.util.atomic import atomic_write
     from neuron_explorer.capture.samplers import HostSampler, SampleRing
 
     hs = HostSampler(os.getpid(), 0.25, cpu=True, mem=True)
@@ -176,8 +177,8 @@ def _write_samples(session_dir, rank):
         t = 1_000_000_000_000 + i * 250_000_000 + rank * 1_000 + 7
         hs.record_cpu(t, [10.0 + i, 50.5 - i], 3.25 * i)
         hs.record_mem(t + 11, (1_000_000 + i, 2_000_000 + i, 8 << 30, (4 << 30) + i, (4 << 30) - i))
-    writer.atomic_write(os.path.join(session_dir, "cpu_util.pb"), writer.encode_cpu_util(hs))
-    writer.atomic_write(os.path.join(session_dir, "host_mem.pb"), writer.encode_host_mem(hs))
+    atomic_write(os.path.join(session_dir, "cpu_util.pb"), writer.encode_cpu_util(hs))
+    atomic_write(os.path.join(session_dir, "host_mem.pb"), writer.encode_host_mem(hs))
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
-from neuron_explorer.runtime.config import IndexRanges, parse_nc_filter
-from neuron_explorer.analysis.reader import printable
+from neuron_explorer.runtime.config import IndexRanges
+from neuron_explorer.contracts.env import parse_nc_filter
+from neuron_explorer.util.names import printable
 
 from ..conftest import clean_env
 from .conftest import copy_capture, neuron_explorer, run_bounded

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.analysis.reader import DeviceProfile, ProfileError, Session, load_device_trace, printable, wall_offset_ns
+from neuron_explorer.analysis.reader import DeviceProfile, ProfileError, Session, load_device_trace, wall_offset_ns
+from neuron_explorer.util.names import printable
 
 
 @dataclass

@@ -17,8 +17,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
-
-SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
+from neuron_explorer.contracts.layout import SESSION_MARKERS
+from neuron_explorer.util.names import printable
 
 
 # The time domain every profile must fit, checked at load so that no int64 arithmetic in view can
@@ -29,23 +29,6 @@ SESSION_MARKERS = ("trace_info.pb", "ntrace.pb")
 TIME_LIMIT_NS = 1 << 62
 WALL_OFFSET_MIN_NS = -(1 << 61)
 CLOCK_OFFSET_LIMIT_NS = 1 << 60
-
-
-def printable(text: str) -> str:
-    """``text`` fit for a one-line message in any output: control characters and the bytes of a
-    name that is not UTF-8 (which Python keeps as lone surrogates) become ``\\xNN`` escapes."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape)
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif ch.isprintable():
-            out.append(ch)
-        else:
-            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
-    return "".join(out)
 
 
 class ProfileError(Exception):

@@ -18,25 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..proto import neuron_explorer_capture_pb2 as pb
-from .writer import FORMAT_VERSION, _col, atomic_write, safe_component
+from neuron_explorer.capture.writer import FORMAT_VERSION, _col
+from neuron_explorer.util.atomic import atomic_write
 
 
 # The names below become files in a session directory (and in ``neff_cache_dir``): the graph hash
 # passes through ``safe_component`` and the indices through int(), so no value can add a path
 # separator or '..' (today they are computed numbers; a converter reading another tool's trace
 # must not be able to change that).
-
-
-def model_ntff_name(graph_hash_decimal: str, nc: int) -> str:
-    return f"{safe_component(str(graph_hash_decimal))}_instid_0_vnc_{int(nc)}.ntff"
-
-
-def session_ntff_name(nc: int, k: int = 0) -> str:
-    return f"profile_nc_{int(nc)}_session_{int(k)}.ntff"
-
-
-def neff_file_name(graph_hash_decimal: str, nc: int) -> str:
-    return f"neff_{safe_component(str(graph_hash_decimal))}_vnc_{int(nc)}.neff"
 
 
 @dataclass

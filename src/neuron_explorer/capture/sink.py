@@ -15,6 +15,8 @@ import time
 
 from ..runtime.core import Runtime
 from . import writer
+from neuron_explorer.contracts.layout import make_session_dir
+from neuron_explorer.util.atomic import atomic_write_all
 from .samplers import HostSampler
 from ..runtime import clock
 from neuron_explorer.contracts.events import EVENT_TYPES as _EVENT_TYPES
@@ -115,7 +117,7 @@ class CaptureSink:
         written, so a failed write (a full disk) leaves the previous complete set, not a mix."""
         rt = self.rt
         if self.session_dir is None:
-            self.session_dir = writer.make_session_dir(
+            self.session_dir = make_session_dir(
                 self.cfg.output_dir, rt.ident.instance_id, rt.ident.pid, self.start_anchor[1]
             )
         d = self.session_dir
@@ -128,7 +130,7 @@ class CaptureSink:
             files.append(("cpu_util.pb", lambda: writer.encode_cpu_util(self.sampler)))
         if self.sampler.mem:
             files.append(("host_mem.pb", lambda: writer.encode_host_mem(self.sampler)))
-        writer.atomic_write_all([(os.path.join(d, name), encode) for name, encode in files])
+        atomic_write_all([(os.path.join(d, name), encode) for name, encode in files])
         if rt.devprof is not None:
             rt.devprof.write(d)
         self.written = True

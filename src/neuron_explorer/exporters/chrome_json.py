@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from neuron_explorer.capture.writer import AtomicFile
+from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.exporters.perfetto import counter_series
 from neuron_explorer.analysis.reader import wall_offset_ns

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from neuron_explorer.capture.writer import safe_component
+from neuron_explorer.util.names import safe_component
 from neuron_explorer.view import output
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.exporters.perfetto import counter_series

@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
     _deflate = zlib
 
 from neuron_explorer.util import pbwire as pbenc
-from neuron_explorer.capture.writer import AtomicFile
+from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.util.alloc import keep_freed_memory
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.util.pbwire import Rows

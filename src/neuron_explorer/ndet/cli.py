@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ..capture.writer import AtomicFile
+from neuron_explorer.util.atomic import AtomicFile
 
 from ..runtime.config import IndexRanges
 from . import analysis

@@ -112,7 +112,7 @@ def encode_parts(header: dict, blocks: Iterable[np.ndarray]) -> list[bytes | mem
 
 def atomic_write(path: str, parts: list[bytes | memoryview], mode: int = 0o644) -> None:
     """Write ``parts`` to ``path`` through a hidden temporary file and a rename (logs are 0644)."""
-    from ..capture.writer import atomic_write as _atomic_write
+    from neuron_explorer.util.atomic import atomic_write as _atomic_write
 
     _atomic_write(path, parts, mode)
 

@@ -27,7 +27,6 @@ exception, so a failing process leaves its final state; a SIGKILLed one keeps it
 
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
 import os
 import struct
@@ -41,64 +40,17 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..runtime import clock
-from ..runtime.config import NDET_FLUSH_USEC, NDET_LOG_LOCATION, NDET_NUM_ENTRIES, ConfigError
+from neuron_explorer.contracts.env import (DEFAULT_NUM_ENTRIES, NDET_FLUSH_USEC, NDET_LOG_LOCATION, NDET_NUM_ENTRIES,
+                                           parse_ndet_flush_usec, parse_ndet_log_location, parse_ndet_num_entries)
+from neuron_explorer.contracts.layout import log_file_name
 from ..runtime.ring import NativeRing
 from . import format as fmt
 
-DEFAULT_NUM_ENTRIES = 20000
-MAX_NUM_ENTRIES = 1 << 40  # a bound on the setting, not an allocation
 HISTORY_START = 1024
-DEFAULT_LOG_LOCATION = "/tmp"
 _pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
 assert struct.calcsize("<BBHi7q") == fmt.RECORD_DTYPE.itemsize
 _BARRIER_OPS = frozenset({"barrier", "monitored_barrier"})
 _FRAMEWORKS = ("torch", "jax")
-
-
-def _parse_usec(value: str | None) -> int:
-    raw = (value or "").strip()
-    try:
-        n = int(raw.replace("_", "").replace(",", "")) if raw else 0
-    except ValueError:
-        n = -1
-    if n <= 0:
-        raise ConfigError(
-            f"{NDET_FLUSH_USEC}={value!r} is not valid; accepted: a whole number of microseconds greater "
-            "than 0 (the flush period, e.g. 5000000), or 0 / unset to turn NDET off"
-        )
-    return n
-
-
-def _parse_entries(value: str | None) -> int:
-    raw = (value or "").strip()
-    if not raw:
-        return DEFAULT_NUM_ENTRIES
-    try:
-        n = int(raw.replace("_", "").replace(",", ""))
-    except ValueError:
-        n = -1
-    if n <= 0 or n > MAX_NUM_ENTRIES:
-        raise ConfigError(
-            f"{NDET_NUM_ENTRIES}={value!r} is not valid; accepted: a whole number of events from 1 to "
-            f"{MAX_NUM_ENTRIES} (default {DEFAULT_NUM_ENTRIES})"
-        )
-    return n
-
-
-def _parse_location(value: str | None) -> str:
-    path = (value or "").strip() or DEFAULT_LOG_LOCATION
-    if not os.path.isdir(path):
-        what = "does not exist" if not os.path.exists(path) else "is not a directory"
-        raise ConfigError(
-            f"{NDET_LOG_LOCATION}={value!r} is not valid ({what}); accepted: the path of an existing, "
-            f"writable directory (default {DEFAULT_LOG_LOCATION})"
-        )
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{NDET_LOG_LOCATION}={value!r} is not valid (not writable); accepted: the path of an existing, "
-            f"writable directory (default {DEFAULT_LOG_LOCATION})"
-        )
-    return os.path.abspath(path)
 
 
 def _is_launcher() -> bool:
@@ -113,18 +65,6 @@ def _is_launcher() -> bool:
     argv0 = sys.argv[0] if sys.argv else ""
     return os.path.basename(argv0) == "torchrun" or name in launchers or \
         (len(orig) > 1 and os.path.basename(orig[1]) == "torchrun")
-
-
-def log_file_name(start_wall_ns: int, instance_id: str, rank: int, world_size: int, pid: int) -> str:
-    """``ndet_<date>T<time>_<instance>_gid<ranks>_pid<pid>.log``.
-
-    The date and time are when tracing started (UTC); ``gid`` lists the global ranks (replica group
-    ids) this process drives -- ``gid-`` for a process outside any distributed job.
-    """
-    t = _dt.datetime.fromtimestamp(start_wall_ns / 1e9, tz=_dt.timezone.utc)
-    stamp = t.strftime("%Y%m%dT%H%M%S") + f"{t.microsecond // 1000:03d}"
-    gid = str(rank) if rank >= 0 else "-"
-    return f"ndet_{stamp}_{instance_id}_gid{gid}_pid{pid}.log"
 
 
 def _store_address() -> str:
@@ -253,9 +193,9 @@ class NdetRecorder:
     def from_env(cls, rt: Any, env: dict[str, str] | None = None) -> "NdetRecorder":
         """Build the recorder from the spec's variables; bad values raise ConfigError (one line)."""
         env = os.environ if env is None else env
-        usec = _parse_usec(env.get(NDET_FLUSH_USEC))
-        loc = _parse_location(env.get(NDET_LOG_LOCATION))
-        entries = _parse_entries(env.get(NDET_NUM_ENTRIES))
+        usec = parse_ndet_flush_usec(env.get(NDET_FLUSH_USEC))
+        loc = parse_ndet_log_location(env.get(NDET_LOG_LOCATION))
+        entries = parse_ndet_num_entries(env.get(NDET_NUM_ENTRIES))
         return cls(rt, loc, usec, entries, env=env)
 
     def start(self) -> None:

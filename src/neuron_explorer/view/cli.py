@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..runtime.config import ConfigError
+from neuron_explorer.contracts.env import ConfigError
 from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
@@ -72,7 +72,7 @@ def workspace_entry(display_name: str, directory: str) -> str:
     (refused unless it is one plain, visible path component: the UI's rule for profile names),
     else derived from the capture directory's name (made safe with ``safe_component``: ``-d /``
     has no name, a hidden directory's name would not be listed)."""
-    from ..capture.writer import safe_component
+    from neuron_explorer.util.names import safe_component
     from ..cli import UsageError
 
     if display_name:
@@ -154,7 +154,7 @@ def view_command(args: argparse.Namespace) -> int:
         return _cannot_write(e)
     if res.text is not None:
         if out:
-            from ..capture.writer import atomic_write
+            from neuron_explorer.util.atomic import atomic_write
 
             try:
                 atomic_write(out, res.text.encode(), output=True)

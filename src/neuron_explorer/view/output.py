@@ -22,7 +22,7 @@ import shutil
 import tempfile
 
 from .. import __version__
-from ..capture.writer import output_kind
+from neuron_explorer.util.atomic import output_kind
 
 MARKER = ".neuron-explorer-view.json"
 # what an output of an earlier version (before the marker) holds at its top level

@@ -14,7 +14,8 @@ from neuron_explorer.analysis import align, device as device_mod, summary as sum
 from neuron_explorer.view import output as output_mod
 from neuron_explorer.analysis.events import build as build_events
 from neuron_explorer.analysis.filters import ViewFilter
-from neuron_explorer.analysis.reader import ProfileError, Session, discover, load_session, printable
+from neuron_explorer.analysis.reader import ProfileError, Session, discover, load_session
+from neuron_explorer.util.names import printable
 
 
 class ViewError(Exception):
@@ -286,7 +287,7 @@ class Job:
 def device_dir(out: str) -> str:
     """Device profiles go beside a file output; for '-', a device or a FIFO, into the current
     directory (never into /dev)."""
-    from ..capture.writer import output_kind
+    from neuron_explorer.util.atomic import output_kind
 
     if output_kind(out) in ("descriptor", "special"):
         return os.getcwd()
@@ -331,7 +332,8 @@ def _remove(path: str) -> None:
 
 
 def _convert(job: Job, undo: list) -> dict:
-    from ..capture.writer import atomic_write, safe_component
+    from neuron_explorer.util.atomic import atomic_write
+    from neuron_explorer.util.names import safe_component
 
     warnings: list[tuple[str, str]] = []
     res: dict = {"warnings": warnings, "events": 0}

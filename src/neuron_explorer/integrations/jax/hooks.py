@@ -58,7 +58,7 @@ def _requested(env=None) -> bool:
 def _enabled(env) -> bool:
     """NEURON_RT_INSPECT_ENABLE as the runtime reads it ('false'/'off' are off; a bad value was
     already refused at start-up)."""
-    from neuron_explorer.runtime.config import ConfigError, capture_requested
+    from neuron_explorer.contracts.env import ConfigError, capture_requested
 
     try:
         return capture_requested(env)
@@ -660,11 +660,15 @@ def convert_trace(t: _Trace) -> str | None:
     import shutil
 
     from neuron_explorer.capture import writer
-    from neuron_explorer.capture.device import OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace, write_neff
+    from neuron_explorer.contracts.layout import make_session_dir
+    from neuron_explorer.util.atomic import atomic_write
+    from neuron_explorer.capture.device import OpTable, write_device_trace, write_neff
+    from neuron_explorer.contracts.layout import model_ntff_name, neff_file_name, session_ntff_name
     from neuron_explorer.capture.store import CoreStore, enabled_mask
     from neuron_explorer.runtime.ring import records_to_block
     from neuron_explorer.contracts import events as ev
-    from neuron_explorer.runtime.config import CaptureConfig, ConfigError
+    from neuron_explorer.runtime.config import CaptureConfig
+    from neuron_explorer.contracts.env import ConfigError
     from neuron_explorer.runtime.core import Runtime
     from neuron_explorer.runtime.identity import ProcessIdentity
 
@@ -863,14 +867,14 @@ def convert_trace(t: _Trace) -> str | None:
         st = cores[nc] = CoreStore(nc, cfg.max_events_per_nc)
         st.add(records_to_block(rows), mask, len(rows))
 
-    d = writer.make_session_dir(cfg.output_dir, rt.ident.instance_id, rt.ident.pid, rt.anchors[0][1])
+    d = make_session_dir(cfg.output_dir, rt.ident.instance_id, rt.ident.pid, rt.anchors[0][1])
     if cfg.system_profile:
-        writer.atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, cores))
+        atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, cores))
     if t.sampler is not None:
         if t.sampler.cpu:
-            writer.atomic_write(os.path.join(d, "cpu_util.pb"), writer.encode_cpu_util(t.sampler))
+            atomic_write(os.path.join(d, "cpu_util.pb"), writer.encode_cpu_util(t.sampler))
         if t.sampler.mem:
-            writer.atomic_write(os.path.join(d, "host_mem.pb"), writer.encode_host_mem(t.sampler))
+            atomic_write(os.path.join(d, "host_mem.pb"), writer.encode_host_mem(t.sampler))
     for tk, table in tables.items():
         nc = tk[1]
         if tk[0] == "session":
@@ -897,5 +901,5 @@ def convert_trace(t: _Trace) -> str | None:
         with gzip.open(tj, "rb") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(tmp, os.path.join(d, "trace.json"))
-    writer.atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, cores, d, "; ".join(note)))
+    atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, cores, d, "; ".join(note)))
     return d

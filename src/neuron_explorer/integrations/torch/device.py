@@ -18,7 +18,8 @@ import sys
 import threading
 from typing import Any
 
-from neuron_explorer.capture.device import OpTable, model_ntff_name, neff_file_name, session_ntff_name, write_device_trace, write_neff
+from neuron_explorer.capture.device import OpTable, write_device_trace, write_neff
+from neuron_explorer.contracts.layout import model_ntff_name, neff_file_name, session_ntff_name
 from neuron_explorer.runtime import clock
 
 now_ns = clock.now_ns

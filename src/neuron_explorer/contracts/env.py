@@ -1,0 +1,214 @@
+"""Capture configuration: the spec's environment variables, parsed and validated once at start-up.
+
+Every parser raises ``ConfigError`` whose message names the variable, the offending value and the
+accepted forms, so a typo fails the launch instead of silently capturing the wrong thing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from neuron_explorer.contracts import events as ev
+from neuron_explorer.util.ranges import IndexRanges
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message is meant for the user."""
+
+
+ENABLE = "NEURON_RT_INSPECT_ENABLE"
+OUTPUT_DIR = "NEURON_RT_INSPECT_OUTPUT_DIR"
+SYSTEM_PROFILE = "NEURON_RT_INSPECT_SYSTEM_PROFILE"
+DEVICE_PROFILE = "NEURON_RT_INSPECT_DEVICE_PROFILE"
+MAX_EVENTS = "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC"
+FILTER_NC = "NEURON_RT_INSPECT_EVENT_FILTER_NC"
+FILTER_TYPE = "NEURON_RT_INSPECT_EVENT_FILTER_TYPE"
+CPU_UTIL = "NEURON_RT_INSPECT_CPU_UTIL"
+HOST_MEMORY = "NEURON_RT_INSPECT_HOST_MEMORY"
+ON_FAIL = "NEURON_RT_INSPECT_ON_FAIL"
+PROCESS_TAG = "NEURON_PROCESS_TAG"
+INSTANCE_ID = "NEURON_EXPLORER_INSTANCE_ID"
+FLUSH_PERIOD = "NEURON_EXPLORER_FLUSH_PERIOD_MS"
+SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
+NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
+FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
+MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
+NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
+NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
+NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
+SOURCE_DEBUG_VARS = ("XLA_IR_DEBUG", "XLA_HLO_DEBUG", "NEURON_FRAMEWORK_DEBUG")
+
+DEFAULT_MAX_EVENTS = 1_000_000
+# Events kept per core, at most: far beyond any memory (~70 TB of rows), and far below where sizes
+# in bytes overflow 64 bits.  Rings are never allocated from this number: they grow by doubling.
+MAX_EVENTS_LIMIT = 10**12
+DEVICE_PROFILE_MODES = {"0": None, "1": "model", "model": "model", "session": "session"}
+
+
+def parse_bool(var: str, value: str | None, default: bool) -> bool:
+    if value is None or value.strip() == "":
+        return default
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{var}={value!r} is not valid; accepted: 0 or 1")
+
+
+def parse_flag_leniently(var: str, value: str | None, warnings: list[str]) -> bool:
+    """A variable that is not ours to police (another tool reads it too): a value other than a
+    boolean is off, with a warning, and never stops the program."""
+    try:
+        return parse_bool(var, value, False)
+    except ConfigError:
+        warnings.append(f"{var}={value!r} is not 0 or 1; neuron-explorer takes it as off")
+        return False
+
+
+def parse_positive_int(var: str, value: str | None, default: int) -> int:
+    if value is None or value.strip() == "":
+        return default
+    try:
+        n = int(value.strip().replace(",", "").replace("_", ""))
+    except ValueError:
+        n = -1
+    if n <= 0:
+        raise ConfigError(f"{var}={value!r} is not valid; accepted: a whole number greater than 0, e.g. 1000000")
+    return n
+
+
+def parse_max_events(var: str, value: str | None, default: int = DEFAULT_MAX_EVENTS) -> int:
+    """Events kept per core: a whole number from 1 to MAX_EVENTS_LIMIT."""
+    n = parse_positive_int(var, value, default)
+    if n > MAX_EVENTS_LIMIT:
+        raise ConfigError(f"{var}={value!r} is not valid (too large); accepted: a whole number from 1 to "
+                          f"{MAX_EVENTS_LIMIT:,}, e.g. 1000000")
+    return n
+
+
+def parse_nc_filter(value: str | None, var: str = FILTER_NC) -> IndexRanges | None:
+    """Parse ``0``, ``0,2,4``, ``0-3`` or mixes such as ``0,1,2-5``; None/empty means every core.
+
+    The result keeps ranges as ranges (``IndexRanges``): its memory does not depend on the numbers."""
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return IndexRanges.parse(value)
+    except ValueError as e:
+        raise ConfigError(
+            f"{var}={value!r} is not valid (bad part {str(e)!r}); accepted: a core index (0), "
+            "a comma-separated list (0,2,4), an ascending range (0-3), or a mix (0,1,2-5)"
+        ) from None
+
+
+def parse_type_filter(value: str | None, var: str = FILTER_TYPE) -> frozenset[str] | None:
+    """Parse the event-type filter; returns the enabled type names, or None for all.
+
+    Items are event names, the groups ``hardware``/``software``, and ``^name`` exclusions.  When
+    only exclusions are given they apply to every type.
+    """
+    if value is None or value.strip() == "":
+        return None
+    include: set[str] = set()
+    exclude: set[str] = set()
+    saw_include = False
+    for part in value.split(","):
+        p = part.strip()
+        neg = p.startswith("^")
+        name = p[1:].strip() if neg else p
+        if name in ev.GROUPS:
+            names = set(ev.GROUPS[name])
+        elif name in ev.BY_NAME or name in ev.ALIASES:
+            names = {ev.ALIASES.get(name, name)}
+        else:
+            accepted = ", ".join(sorted(list(ev.BY_NAME) + list(ev.ALIASES)))
+            raise ConfigError(
+                f"{var}={value!r} is not valid (unknown event type {name!r}); accepted: comma-separated "
+                f"'hardware', 'software', event names, and '^name' exclusions; event names: {accepted}"
+            )
+        if neg:
+            exclude |= names
+        else:
+            saw_include = True
+            include |= names
+    base = include if saw_include else set(ev.BY_NAME)
+    return frozenset(base - exclude)
+
+
+def parse_device_profile(value: str | None) -> str | None:
+    if value is None or value.strip() == "":
+        return None
+    v = value.strip().lower()
+    if v not in DEVICE_PROFILE_MODES:
+        raise ConfigError(f"{DEVICE_PROFILE}={value!r} is not valid; accepted: 0, 1, model, session")
+    return DEVICE_PROFILE_MODES[v]
+
+
+def capture_requested(env: Mapping[str, str] | None = None) -> bool:
+    """NEURON_RT_INSPECT_ENABLE as a boolean; any other value raises ConfigError (the .pth hook's
+    check is only a cheap pre-filter: it lets 'banana' through to here)."""
+    env = os.environ if env is None else env
+    return parse_bool(ENABLE, env.get(ENABLE), False)
+
+
+def ndet_requested(env: Mapping[str, str] | None = None) -> bool:
+    """NDET is on when its flush period is a non-zero number (validated by the recorder)."""
+    env = os.environ if env is None else env
+    return env.get(NDET_FLUSH_USEC, "0").strip() not in ("", "0")
+
+
+DEFAULT_NUM_ENTRIES = 20000
+
+
+MAX_NUM_ENTRIES = 1 << 40  # a bound on the setting, not an allocation
+
+
+DEFAULT_LOG_LOCATION = "/tmp"
+
+
+def parse_ndet_flush_usec(value: str | None) -> int:
+    raw = (value or "").strip()
+    try:
+        n = int(raw.replace("_", "").replace(",", "")) if raw else 0
+    except ValueError:
+        n = -1
+    if n <= 0:
+        raise ConfigError(
+            f"{NDET_FLUSH_USEC}={value!r} is not valid; accepted: a whole number of microseconds greater "
+            "than 0 (the flush period, e.g. 5000000), or 0 / unset to turn NDET off"
+        )
+    return n
+
+
+def parse_ndet_num_entries(value: str | None) -> int:
+    raw = (value or "").strip()
+    if not raw:
+        return DEFAULT_NUM_ENTRIES
+    try:
+        n = int(raw.replace("_", "").replace(",", ""))
+    except ValueError:
+        n = -1
+    if n <= 0 or n > MAX_NUM_ENTRIES:
+        raise ConfigError(
+            f"{NDET_NUM_ENTRIES}={value!r} is not valid; accepted: a whole number of events from 1 to "
+            f"{MAX_NUM_ENTRIES} (default {DEFAULT_NUM_ENTRIES})"
+        )
+    return n
+
+
+def parse_ndet_log_location(value: str | None) -> str:
+    path = (value or "").strip() or DEFAULT_LOG_LOCATION
+    if not os.path.isdir(path):
+        what = "does not exist" if not os.path.exists(path) else "is not a directory"
+        raise ConfigError(
+            f"{NDET_LOG_LOCATION}={value!r} is not valid ({what}); accepted: the path of an existing, "
+            f"writable directory (default {DEFAULT_LOG_LOCATION})"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{NDET_LOG_LOCATION}={value!r} is not valid (not writable); accepted: the path of an existing, "
+            f"writable directory (default {DEFAULT_LOG_LOCATION})"
+        )
+    return os.path.abspath(path)

@@ -1,0 +1,175 @@
+"""Files that appear whole or not at all.
+
+``AtomicFile`` writes under a hidden temporary name beside the target and renames it into place,
+so a reader (or a process killed mid-write) never sees half a file.  With ``output=True`` it is
+also safe for paths a user names: it renames only over regular files and writes through devices,
+FIFOs and inherited descriptors (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import tempfile
+from typing import Callable, Iterable
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
+class AtomicFile:
+    """A file written under a hidden temporary name in its directory and renamed into place by
+    ``commit()`` (``abort()`` removes it): readers see the old file or the whole new one.
+
+    ``output=True`` is for a path the user named (``--output-file``, ``neuron-det -o``): the rename
+    then happens only over a regular file or a missing name.  A symlink is followed and its target
+    replaced (the link stays); a character device or FIFO (``/dev/null``, a named pipe) is written
+    through, never replaced; ``-``, ``/dev/stdout`` and ``/proc/self/fd/N`` write to that inherited
+    descriptor.  A directory, block device or socket is refused (``OSError``).  Files we name
+    ourselves (a capture session, NDET logs in a shared /tmp) keep ``output=False``: a symlink
+    planted at such a name is replaced, never followed.
+    """
+
+    def __init__(self, path: str, mode: int | None = None, *, output: bool = False) -> None:
+        self.path = path
+        self.tmp: str | None = None  # None: written through (stdout, a device, a FIFO), nothing to rename
+        if output:
+            kind = output_kind(path)
+            if kind in ("directory", "block device", "socket"):
+                raise OSError(errno.EISDIR if kind == "directory" else errno.EINVAL, f"is a {kind}", path)
+            if kind == "descriptor":
+                self._through(os.dup(fd_alias(path)))
+                return
+            if kind == "special":
+                self._through(os.open(path, os.O_WRONLY | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)))
+                return
+            if kind == "regular" and mode is None:
+                mode = stat.S_IMODE(os.stat(path).st_mode)  # the user's permissions on their file
+            self.path = path = os.path.realpath(path)
+        d = os.path.dirname(path) or "."
+        fd, self.tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+        try:
+            os.fchmod(fd, _FILE_MODE if mode is None else mode)  # mkstemp creates 0600
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.tmp)
+            raise
+        self.f = os.fdopen(fd, "wb")
+        self.write = self.f.write
+
+    def _through(self, fd: int) -> None:
+        """Write straight to ``fd`` (stdout, a device, a FIFO): there is nothing to rename."""
+        self.f = os.fdopen(fd, "wb")
+        self.write = self.f.write
+
+    def commit(self) -> None:
+        self.f.close()  # (raises ENOSPC etc. from the last buffered write: abort() then cleans up)
+        if self.tmp is not None:
+            os.replace(self.tmp, self.path)
+            self.tmp = None
+
+    def abort(self) -> None:
+        try:
+            self.f.close()
+        except OSError:
+            pass  # a write already failed (full disk, closed pipe): the temporary file goes anyway
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            self.tmp = None
+
+
+_FD_ALIAS = re.compile(r"^/(?:proc/self|proc/thread-self|dev)/fd/(\d+)$")
+
+
+_STD_ALIAS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def fd_alias(path: str) -> int | None:
+    """The descriptor that ``path`` names (``-``, ``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``, or a symlink to one of them), else None.  Writing through a copy of the
+    descriptor shares its offset and append mode, as a shell redirection does."""
+    if path == "-":
+        return 1
+    for _ in range(40):  # symlink hops, as the kernel allows
+        p = os.path.normpath(path)
+        if p in _STD_ALIAS:
+            return _STD_ALIAS[p]
+        m = _FD_ALIAS.match(p)
+        if m:
+            return int(m.group(1))
+        if not os.path.islink(p):
+            return None
+        path = os.path.join(os.path.dirname(p), os.readlink(p))
+    return None
+
+
+def output_kind(path: str) -> str:
+    """What a user-named output path is: ``descriptor`` (``-``, ``/dev/stdout``, ...: see
+    ``fd_alias``), ``missing``, ``regular``, ``directory``, ``special`` (character device or FIFO:
+    written through), ``block device`` or ``socket`` (refused).  Symlinks are followed."""
+    if fd_alias(path) is not None:
+        return "descriptor"
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"  # (creating it then fails with the reason; other errors are raised)
+    m = st.st_mode
+    if stat.S_ISREG(m):
+        return "regular"
+    if stat.S_ISDIR(m):
+        return "directory"
+    if stat.S_ISCHR(m) or stat.S_ISFIFO(m):
+        return "special"
+    return "block device" if stat.S_ISBLK(m) else "socket"
+
+
+def atomic_write(path: str, data: bytes | Iterable[bytes | memoryview], mode: int | None = None, *,
+                 output: bool = False) -> None:
+    """Write ``data`` to ``path`` through an ``AtomicFile`` (see there for ``output``)."""
+    f = AtomicFile(path, mode, output=output)
+    try:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            f.write(data)
+        else:
+            for part in data:
+                f.write(part)
+        f.commit()
+    except BaseException:
+        f.abort()
+        raise
+
+
+def atomic_write_all(files: list[tuple[str, Callable[[], bytes | Iterable[bytes | memoryview]]]]) -> None:
+    """Write several files as one: each ``(path, encode)`` is encoded and written under a temporary
+    name, one at a time; only when all are written and flushed are they renamed into place.  On
+    any failure (a full disk) every temporary file is removed and the previous files stay."""
+    pending: list[AtomicFile] = []
+    try:
+        for path, encode in files:
+            f = AtomicFile(path)
+            pending.append(f)
+            data = encode()
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                for part in data:
+                    f.write(part)
+            f.f.flush()  # a full disk fails here, before anything is renamed
+        while pending:
+            pending[0].commit()
+            pending.pop(0)
+    except BaseException:
+        for f in pending:
+            f.abort()
+        raise

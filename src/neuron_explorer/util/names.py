@@ -1,0 +1,57 @@
+"""Text from files made safe for the places it ends up: path components and one-line messages."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+_SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+
+
+# longest encoded name kept whole: with "device_profile_model_" + ".pftrace" around it, still under
+# the 255-byte limit of a file name
+_MAX_COMPONENT = 200
+
+
+def safe_component(name: str) -> str:
+    """A name read from a file (instance id, profile id, graph hash) as one safe path component.
+
+    Letters, digits, ``.``, ``_`` and ``-`` stay; every other byte of the UTF-8 name becomes
+    ``%XX`` (so ``/``, NUL, ``%`` and spaces cannot survive), and ``.``/``..`` become ``%2E``/``%2E%2E``.
+    Percent-encoding is one-to-one, so two different names never share a directory, and it is what
+    hive-partitioned readers (pyarrow, DuckDB, Spark) decode back.  A name whose encoding exceeds
+    200 bytes keeps a prefix plus ``~`` and a 64-bit hash of the whole name (``~`` is always encoded
+    otherwise, so this form cannot collide with a whole name); it no longer decodes to the name.
+    """
+    if not name:
+        raise ValueError("a path component cannot be empty")
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    try:
+        raw = name.encode("utf-8", "surrogateescape")  # non-UTF-8 directory names arrive as surrogates
+    except UnicodeEncodeError:
+        raw = name.encode("utf-8", "surrogatepass")
+    out = "".join(chr(b) if chr(b) in _SAFE_CHARS else f"%{b:02X}" for b in raw)
+    if len(out) <= _MAX_COMPONENT:
+        return out
+    cut = out[:_MAX_COMPONENT - 20]
+    if "%" in cut[-2:]:  # do not split a %XX escape
+        cut = cut[:cut.rindex("%")]
+    return cut + "~" + hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+def printable(text: str) -> str:
+    """``text`` fit for a one-line message in any output: control characters and the bytes of a
+    name that is not UTF-8 (which Python keeps as lone surrogates) become ``\\xNN`` escapes."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
