@@ -18,7 +18,7 @@ import threading
 from neuron_explorer.contracts import env as cfgmod
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime, get_runtime, set_runtime
-from neuron_explorer.runtime.identity import framework_helper
+from neuron_explorer.util.procs import framework_helper
 from neuron_explorer.runtime.signals import SignalExit
 
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture

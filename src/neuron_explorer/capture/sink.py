@@ -21,6 +21,7 @@ from .samplers import HostSampler
 from ..runtime import clock
 from neuron_explorer.contracts.events import EVENT_TYPES as _EVENT_TYPES
 from .store import CoreStore, enabled_mask
+from neuron_explorer.util.procs import is_launcher
 
 
 _FRAMEWORKS = ("torch", "jax")
@@ -89,7 +90,7 @@ class CaptureSink:
                 self.sampler.stop()
             if self.cfg.on_fail and not rt.failed:
                 return  # capture only when the workload fails
-            if _is_launcher():
+            if is_launcher():
                 return  # torchrun's agent only spawns the workers, which profile themselves
             if self.require_framework and not self._has_content():
                 return  # a Python process that ran no framework (a tool, a helper): no profile
@@ -154,22 +155,6 @@ class CaptureSink:
             return "no complete profile has been written"
         t = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.last_write_wall_ns / 1e9))
         return f"the last complete write is from {t} UTC, in {self.session_dir}"
-
-
-def _is_launcher() -> bool:
-    """True in torchrun's agent (``torchrun`` or ``python -m torch.distributed.run``).
-
-    Reads the real command line: while ``-m`` is still importing, ``sys.argv[0]`` is just '-m'."""
-    try:
-        with open("/proc/self/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        argv = list(sys.argv)
-    launchers = ("torch.distributed.run", "torch.distributed.launch")
-    for i, a in enumerate(argv[:4]):
-        if os.path.basename(a) == "torchrun" or (a == "-m" and i + 1 < len(argv) and argv[i + 1] in launchers):
-            return True
-    return False
 
 
 def report_written(sink: CaptureSink) -> None:

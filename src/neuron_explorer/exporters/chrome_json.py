@@ -16,14 +16,7 @@ from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.exporters.perfetto import counter_series
 from neuron_explorer.analysis.reader import wall_offset_ns
 
-try:
-    import orjson
-
-    def _dumps(obj) -> bytes:
-        return orjson.dumps(obj)
-except ImportError:  # pragma: no cover - orjson is optional
-    def _dumps(obj) -> bytes:
-        return json.dumps(obj, separators=(",", ":")).encode()
+from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
 
 
 HEADER = b'{"displayTimeUnit":"ns","traceEvents":['

@@ -45,26 +45,13 @@ from neuron_explorer.contracts.env import (DEFAULT_NUM_ENTRIES, NDET_FLUSH_USEC,
 from neuron_explorer.contracts.layout import log_file_name
 from ..runtime.ring import NativeRing
 from . import format as fmt
+from neuron_explorer.util.procs import is_launcher
 
 HISTORY_START = 1024
 _pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
 assert struct.calcsize("<BBHi7q") == fmt.RECORD_DTYPE.itemsize
 _BARRIER_OPS = frozenset({"barrier", "monitored_barrier"})
 _FRAMEWORKS = ("torch", "jax")
-
-
-def _is_launcher() -> bool:
-    """torchrun's agent has the variables too but runs no workload; it must not leave a log."""
-    launchers = ("torch.distributed.run", "torch.distributed.launch")
-    main = sys.modules.get("__main__")
-    name = getattr(getattr(main, "__spec__", None), "name", "") or ""
-    orig = list(getattr(sys, "orig_argv", []))
-    for i, a in enumerate(orig[:-1]):
-        if a == "-m" and orig[i + 1] in launchers:
-            return True
-    argv0 = sys.argv[0] if sys.argv else ""
-    return os.path.basename(argv0) == "torchrun" or name in launchers or \
-        (len(orig) > 1 and os.path.basename(orig[1]) == "torchrun")
 
 
 def _store_address() -> str:
@@ -339,7 +326,7 @@ class NdetRecorder:
     def _should_write(self) -> bool:
         if self.require_framework and not any(m in sys.modules for m in _FRAMEWORKS):
             return False  # a process that never ran a framework (shell tools, neuron-det itself) leaves no log
-        return not _is_launcher()
+        return not is_launcher()
 
     def header(self, final: bool, reason: str, flush_mono: int, flush_wall: int) -> dict:
         rt = self.rt

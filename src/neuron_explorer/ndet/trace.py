@@ -16,7 +16,7 @@ its last ``max_events`` records plus every error and in-flight record.
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
@@ -24,16 +24,7 @@ from . import format as fmt
 from .analysis import CollectiveIndex, group_ranks
 from .sources import RankLog
 
-try:  # orjson is several times faster for large traces; the stdlib is the fallback
-    import orjson as _orjson
-
-    def _dumps(obj: Any) -> bytes:
-        return _orjson.dumps(obj)
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
-
-    def _dumps(obj: Any) -> bytes:
-        return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
 
 ERROR_COLOR = "terrible"
 PALETTE = ("thread_state_running", "rail_response", "cq_build_passed", "rail_animation", "good", "yellow",

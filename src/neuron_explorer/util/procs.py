@@ -1,0 +1,76 @@
+"""Facts about the current process read from its real command line: is it a launcher (torchrun's
+agent) or a framework helper (multiprocessing's resource tracker, Inductor's compile workers).
+
+At ``.pth`` time ``sys.argv`` is just ``['-m']`` while a module is being imported, so the command
+line comes from ``sys.orig_argv`` (or ``/proc/self/cmdline``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def command_line() -> list[str]:
+    """The interpreter's real argument list."""
+    orig = getattr(sys, "orig_argv", None)
+    if orig:
+        return list(orig)
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return list(sys.argv)
+
+
+def is_launcher(argv: list[str] | None = None) -> bool:
+    """True in torchrun's agent (``torchrun ...`` or ``python -m torch.distributed.run ...``): it has
+    the capture variables too but runs no workload, so it must leave no profile and no log."""
+    argv = command_line() if argv is None else argv
+    for i, a in enumerate(argv[:4]):
+        if os.path.basename(a) == "torchrun" or (a == "-m" and i + 1 < len(argv) and argv[i + 1] in LAUNCHERS):
+            return True
+    return False
+
+
+_HELPER_CODE if code.startswith(c)), None)
+        if a == "-m":
+            return nxt if nxt in _HELPER_MODULES else None
+        if a in ("-W", "-X"):
+            i += 2  # an interpreter option with its argument
+            continue
+        if a.startswith("-"):
+            i += 1  # an interpreter option (-u, -B, -s, -E, -Wdefault...): the command follows
+            continue
+        norm = a.replace(os.sep, "/")
+        return next((s for s in _HELPER_SCRIPTS if norm.endswith(s)), None)
+    return None
+
+
+# Processes a framework starts for its own book-keeping.  They inherit the environment, so the
+# capture variables turn the runtime on in them too, but they never run the user's graphs: a
+# profile of one is empty noise beside the real ones (docs/decisions/0008-forked-children.md).
+_HELPER_CODE = (  # python -c CODE
+    "from multiprocessing.resource_tracker import",
+    "from multiprocessing.forkserver import",
+    "from multiprocessing.semaphore_tracker import",
+)
+_HELPER_SCRIPTS = ("torch/_inductor/compile_worker/__main__.py",)  # python SCRIPT
+_HELPER_MODULES = ("torch._inductor.compile_worker",)  # python -m MODULE
+
+
+def framework_helper(argv: list[str] | None = None) -> str | None:
+    """What known framework helper this process is (from its real command line), or None:
+    multiprocessing's resource tracker and fork server, Inductor's compile workers."""
+    if argv is None:
+        argv = command_line()
+    args = argv[1:]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else ""
+        if a == "-c":
+            code = nxt.lstrip()
+            return next((c.split()[1] for c in
