@@ -17,6 +17,7 @@ import numpy as np
 
 from neuron_explorer.analysis.reader import DeviceProfile, ProfileError, Session, load_device_trace, wall_offset_ns
 from neuron_explorer.util.names import printable
+from neuron_explorer.util.intervals import union_length
 
 
 @dataclass
@@ -46,15 +47,6 @@ def _profile_id(s: Session, dp: DeviceProfile) -> str:
     return f"{s.pid}_nc{dp.trace.nc_idx}_{tag}"
 
 
-def _busy(start: np.ndarray, end: np.ndarray) -> int:
-    if not len(start):
-        return 0
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], np.maximum.accumulate(end[o])
-    new = np.r_[True, s[1:] > e[:-1]]
-    idx = np.flatnonzero(new)
-    ends = np.r_[e[idx[1:] - 1], e[-1]]
-    return int((ends - s[idx]).sum())
 
 
 def load(s: Session, clock_offset_ns: int, warnings: list[tuple[str, str]]) -> list[DeviceProfileView]:
@@ -91,7 +83,7 @@ def summarize(v: DeviceProfileView) -> dict:
     tracks = {}
     for tid in np.unique(ops["track"]).tolist():
         m = ops["track"] == tid
-        busy = _busy(ops["start_ns"][m], ops["end_ns"][m])
+        busy = union_length(ops["start_ns"][m], ops["end_ns"][m])
         tracks[strings[tid] or "?"] = 100.0 * busy / exec_time if exec_time else None
     achieved = flops / (exec_time / 1e9) if exec_time and flops else None
     models = sorted({e.model_name for e in ex})

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.contracts.layout import SESSION_MARKERS
 from neuron_explorer.util.names import printable
+from neuron_explorer.util.pbwire import decode_varint, iter_fields
 
 
 # The time domain every profile must fit, checked at load so that no int64 arithmetic in view can
@@ -128,43 +129,6 @@ def _decode(path: str, msg_type, data):
     return msg
 
 
-def _varint(buf, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _fields(buf, pos: int, end: int):
-    """(field number, wire type, start, end, tag start) of each field in buf[pos:end]: start..end is
-    the payload (the varint itself for wire type 0); the whole field is ``tag_start..end``."""
-    while pos < end:
-        tag_start = pos
-        key, pos = _varint(buf, pos)
-        field_no, wt = key >> 3, key & 7
-        if wt == 0:
-            value_start = pos
-            _, pos = _varint(buf, pos)
-            start = value_start
-        elif wt in (1, 5, 2):
-            if wt == 2:
-                n, pos = _varint(buf, pos)
-            else:
-                n = 8 if wt == 1 else 4
-            start, pos = pos, pos + n
-        else:
-            raise ValueError(f"unsupported wire type {wt}")
-        if pos > end:  # checked before the field is handed out: a declared length is not trusted
-            raise ValueError(f"field {field_no} runs past the end of its message")
-        yield field_no, wt, start, pos, tag_start
-
-
 def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int,
                                                                    tuple[int, ...]]:
     """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
@@ -187,11 +151,11 @@ def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, obj
     cols: dict[int, tuple[int, int]] = {}
     count = 0
     try:
-        for fno, wt, a, b, tag_start in _fields(mm, 0, size):
+        for fno, wt, a, b, tag_start in iter_fields(mm, 0, size):
             if fno == column_field and wt == 2:
-                for cf, cwt, ca, cb, _ in _fields(mm, a, b):
+                for cf, cwt, ca, cb, _ in iter_fields(mm, a, b):
                     if cf == 1 and cwt == 0:
-                        count = _varint(mm, ca)[0]
+                        count = decode_varint(mm, ca)[0]
                     elif cwt == 2:
                         cols[cf] = (ca, cb)
             else:

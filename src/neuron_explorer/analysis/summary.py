@@ -8,23 +8,9 @@ from typing import Any
 import numpy as np
 
 from neuron_explorer.analysis.reader import Session
+from neuron_explorer.util.intervals import union_length
 
 
-def _busy_ns(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Length of the union of [start, end) intervals."""
-    if len(starts) == 0:
-        return 0
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    # a new run starts where a start is beyond every earlier end
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    run_starts = s[idx]
-    run_ends = np.append(run_end[idx[1:] - 1], run_end[-1])
-    return int((run_ends - run_starts).sum())
 
 
 def _pct(a: np.ndarray, q: float) -> float | None:
@@ -50,10 +36,10 @@ def core_summary(s: Session, nc: int, top: int = 5) -> dict[str, Any]:
 
     ex = types == (s.type_id("nc_exec_running") if s.type_id("nc_exec_running") is not None else -1)
     ex_dur = (end[ex] - start[ex]).astype(np.int64)
-    busy = _busy_ns(start[ex], end[ex])
+    busy = union_length(start[ex], end[ex])
     cc_ids = [i for i in (s.type_id("cc_running"), s.type_id("cc_exec_barrier")) if i is not None]
     cc = np.isin(types, cc_ids) if cc_ids else np.zeros(len(types), dtype=bool)
-    cc_busy = _busy_ns(start[cc], end[cc])
+    cc_busy = union_length(start[cc], end[cc])
 
     graphs = []
     col = s.arg("nc_exec_running", "model_id")

@@ -1,4 +1,7 @@
-"""Vectorized protobuf encoding: N messages of the same shape, built column by column with numpy.
+"""Protobuf wire format: a vectorized encoder, and the small scalar helpers every reader and writer
+shares (varints, tags, walking the fields of a message).
+
+Vectorized encoding: N messages of the same shape, built column by column with numpy.
 
 Building one protobuf object per trace event costs microseconds in Python; a profile has millions.
 Here ``Rows`` describes the fields of N messages as *pieces*: a piece is a run of bytes that every
@@ -312,3 +315,40 @@ def length_delimited(field: int, payload: bytes) -> bytes:
 
 def varint_field(field: int, value: int) -> bytes:
     return _tag(field, VARINT) + encode_varint_scalar(value)
+
+
+def decode_varint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def iter_fields(buf, pos: int, end: int):
+    """(field number, wire type, start, end, tag start) of each field in buf[pos:end]: start..end is
+    the payload (the varint itself for wire type 0); the whole field is ``tag_start..end``."""
+    while pos < end:
+        tag_start = pos
+        key, pos = decode_varint(buf, pos)
+        field_no, wt = key >> 3, key & 7
+        if wt == 0:
+            value_start = pos
+            _, pos = decode_varint(buf, pos)
+            start = value_start
+        elif wt in (1, 5, 2):
+            if wt == 2:
+                n, pos = decode_varint(buf, pos)
+            else:
+                n = 8 if wt == 1 else 4
+            start, pos = pos, pos + n
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+        if pos > end:  # checked before the field is handed out: a declared length is not trusted
+            raise ValueError(f"field {field_no} runs past the end of its message")
+        yield field_no, wt, start, pos, tag_start

@@ -32,6 +32,7 @@ import os
 import sys
 import threading
 import time
+from neuron_explorer.util.pbwire import decode_varint, iter_fields
 
 _MARK_START = "neuron_explorer_clock_sync_start"
 _MARK_STOP = "neuron_explorer_clock_sync_stop"
@@ -426,34 +427,12 @@ def _module_id(hlo_module) -> int | None:
         raw = hlo_module.as_serialized_hlo_module_proto()
     except Exception:
         return None
-    i, n = 0, len(raw)
-
-    def varint(i):
-        r = s = 0
-        while True:
-            c = raw[i]
-            i += 1
-            r |= (c & 0x7F) << s
-            s += 7
-            if c < 0x80:
-                return r, i
-
-    while i < n:
-        key, i = varint(i)
-        fn, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = varint(i)
-            if fn == 5:
-                return v
-        elif wt == 2:
-            ln, i = varint(i)
-            i += ln
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-        else:
-            return None
+    try:
+        for fn, wt, a, _b, _tag in iter_fields(raw, 0, len(raw)):
+            if fn == 5 and wt == 0:
+                return decode_varint(raw, a)[0]
+    except (ValueError, IndexError):
+        return None
     return 0
 
 
