@@ -17,6 +17,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
+from neuron_explorer.contracts.columns import DEVICE_TRACE_OPS_FIELD, EVENT_COLUMNS, OP_COLUMNS, SYSTEM_TRACE_EVENTS_FIELD
 from neuron_explorer.contracts.layout import SESSION_MARKERS
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.pbwire import decode_varint, iter_fields
@@ -154,7 +155,7 @@ def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, obj
         for fno, wt, a, b, tag_start in iter_fields(mm, 0, size):
             if fno == column_field and wt == 2:
                 for cf, cwt, ca, cb, _ in iter_fields(mm, a, b):
-                    if cf == 1 and cwt == 0:
+                    if cf == 1 and cwt == 0:  # the count field of EventColumns and DeviceOpColumns
                         count = decode_varint(mm, ca)[0]
                     elif cwt == 2:
                         cols[cf] = (ca, cb)
@@ -362,7 +363,7 @@ def _check_info(info: pb.TraceInfo, path: str) -> None:
 
 
 def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
-    t, mm, cols, n, ident = _parse_columnar(trace_p, pb.SystemTrace, 5)  # 5: SystemTrace.events
+    t, mm, cols, n, ident = _parse_columnar(trace_p, pb.SystemTrace, SYSTEM_TRACE_EVENTS_FIELD)
     s.trace = t
     # The type table is sized by the types the file declares, never by an id read from it.
     ntypes = len(t.event_types)
@@ -377,12 +378,10 @@ def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
         s.type_args[et.id] = list(et.args)[:5]
     s.strings = list(t.strings)
     s.models = list(t.models)
-    F = pb.EventColumns.DESCRIPTOR.fields_by_name
     layout = {}
-    for name, dtype in (("type", "u2"), ("start_ns", "i8"), ("end_ns", "i8"), ("nc_idx", "i4"),
-                        ("thread_id", "i8"), ("a", "i8"), ("b", "i8"), ("c", "i8"), ("d", "i8"), ("e", "i8")):
-        s.events[name] = _col_view(mm, cols, F[name].number, dtype, trace_p, name, n)
-        layout[name] = (cols.get(F[name].number, (0, 0))[0], np.dtype(dtype).itemsize)
+    for c in EVENT_COLUMNS:
+        s.events[c.name] = _col_view(mm, cols, c.field, c.dtype, trace_p, c.name, n)
+        layout[c.name] = (cols.get(c.field, (0, 0))[0], np.dtype(c.dtype).itemsize)
     s.mapped = (mm, layout)
     version = (ident, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
     if version != checked:  # (checked earlier in this run against the same files: not again)
@@ -505,12 +504,8 @@ def load_device_trace(path: str, wall_offset: int = 0) -> DeviceProfile:
     times stay on the wall clock."""
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise ProfileError(f"{path} is 0 bytes: {NO_EXECUTION_HINT}")
-    t, mm, cols, n, _ = _parse_columnar(path, pb.DeviceTrace, 9)  # 9: DeviceTrace.ops
-    F = pb.DeviceOpColumns.DESCRIPTOR.fields_by_name
-    ops = {name: _col_view(mm, cols, F[name].number, dtype, path, name, n)
-           for name, dtype in (("start_ns", "i8"), ("end_ns", "i8"), ("name", "i4"), ("track", "i4"),
-                               ("exec_idx", "i4"), ("flops", "f8"), ("nbytes", "i8"), ("detail", "i4"),
-                               ("source", "i4"))}
+    t, mm, cols, n, _ = _parse_columnar(path, pb.DeviceTrace, DEVICE_TRACE_OPS_FIELD)
+    ops = {c.name: _col_view(mm, cols, c.field, c.dtype, path, c.name, n) for c in OP_COLUMNS}
     if n == 0:  # (also what a file cut at a field boundary looks like: protobuf cannot tell)
         raise ProfileError(f"{path} holds no ops: {NO_EXECUTION_HINT}")
     if n >= 1 << 32:

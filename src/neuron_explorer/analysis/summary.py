@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from neuron_explorer.analysis.reader import Session
+from neuron_explorer.contracts.columns import EVENT_COLUMNS
 from neuron_explorer.util.intervals import union_length
 
 
@@ -17,8 +18,7 @@ def _pct(a: np.ndarray, q: float) -> float | None:
     return float(np.percentile(a, q)) if len(a) else None
 
 
-_EMPTY = {k: np.empty(0, dtype=np.int64) for k in ("type", "start_ns", "end_ns", "nc_idx", "thread_id",
-                                                   "a", "b", "c", "d", "e")}
+_EMPTY = {c.name: np.empty(0, dtype=np.int64) for c in EVENT_COLUMNS}
 
 
 def core_summary(s: Session, nc: int, top: int = 5) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import numpy as np
 from ..proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.capture.writer import FORMAT_VERSION, _col
 from neuron_explorer.util.atomic import atomic_write
+from neuron_explorer.contracts.columns import OP_COLUMNS
 
 
 # The names below become files in a session directory (and in ``neff_cache_dir``): the graph hash
@@ -84,15 +85,8 @@ def write_device_trace(path: str, table: OpTable, *, instance_id: str, pid: int,
     msg.executions.extend(table.executions)
     ops = msg.ops
     ops.count = len(table)
-    ops.start_ns = _col(np.asarray(table.start_ns, dtype=np.int64), "i8")
-    ops.end_ns = _col(np.asarray(table.end_ns, dtype=np.int64), "i8")
-    ops.name = _col(np.asarray(table.name, dtype=np.int32), "i4")
-    ops.track = _col(np.asarray(table.track, dtype=np.int32), "i4")
-    ops.exec_idx = _col(np.asarray(table.exec_idx, dtype=np.int32), "i4")
-    ops.flops = _col(np.asarray(table.flops, dtype=np.float64), "f8")
-    ops.nbytes = _col(np.asarray(table.nbytes, dtype=np.int64), "i8")
-    ops.detail = _col(np.asarray(table.detail, dtype=np.int32), "i4")
-    ops.source = _col(np.asarray(table.source, dtype=np.int32), "i4")
+    for c in OP_COLUMNS:  # the table's lists are named after the columns
+        setattr(ops, c.name, _col(np.asarray(getattr(table, c.name), dtype=c.dtype), c.dtype))
     for cpu, dev, eid in sync:
         msg.sync.add(cpu_timestamp_ns=cpu, nc_timestamp_ns=dev, exec_id=eid)
     atomic_write(path, msg.SerializeToString())

@@ -17,6 +17,7 @@ import numpy as np
 from .. import __version__
 from ..proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.columns import EVENT_COLUMNS, EVENT_COUNT_FIELD, SYSTEM_TRACE_EVENTS_FIELD
 from neuron_explorer.util.pbwire import encode_varint_scalar
 
 if TYPE_CHECKING:
@@ -51,12 +52,7 @@ def _stored_rows(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarray]
 
 # EventColumns' columns: (field number from the schema, row of the stored records or None for
 # nc_idx, little-endian dtype on the wire)
-_EC = pb.EventColumns.DESCRIPTOR.fields_by_name
-_COLUMNS = [(_EC[name].number, row, dtype) for name, row, dtype in
-            [("type", 0, "<u2"), ("start_ns", 1, "<i8"), ("end_ns", 2, "<i8"), ("nc_idx", None, "<i4"),
-             ("thread_id", 3, "<i8")] + [(name, 4 + i, "<i8") for i, name in enumerate("abcde")]]
-_COUNT_TAG = encode_varint_scalar(_EC["count"].number << 3)  # a varint field
-_EVENTS_FIELD = pb.SystemTrace.DESCRIPTOR.fields_by_name["events"].number
+_COUNT_TAG = encode_varint_scalar(EVENT_COUNT_FIELD << 3)  # a varint field
 
 
 _TRANSPOSE_ROWS = 4096
@@ -72,12 +68,12 @@ def encode_events(cores: dict[int, "CoreStore"]) -> list:
     for lo in range(0, len(arr), _TRANSPOSE_ROWS):
         cols[:, lo:lo + _TRANSPOSE_ROWS] = arr[lo:lo + _TRANSPOSE_ROWS].T
     out = [_COUNT_TAG + encode_varint_scalar(len(arr))]
-    for field, row, dtype in _COLUMNS:
-        col = nc if row is None else cols[row]
-        if col.dtype != np.dtype(dtype):
-            col = col.astype(dtype)
+    for c in EVENT_COLUMNS:
+        col = nc if c.row is None else cols[c.row]
+        if col.dtype != np.dtype(c.dtype):
+            col = col.astype(c.dtype)
         data = memoryview(col).cast("B")
-        out += [_len_prefix(field, len(data)), data]
+        out += [_len_prefix(c.field, len(data)), data]
     return out
 
 
@@ -96,7 +92,7 @@ def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
             constants_bytes=m.constants_bytes, signature=m.signature,
         )
     events = encode_events(cores)
-    return [msg.SerializeToString(), _len_prefix(_EVENTS_FIELD, sum(len(b) for b in events))] + events
+    return [msg.SerializeToString(), _len_prefix(SYSTEM_TRACE_EVENTS_FIELD, sum(len(b) for b in events))] + events
 
 
 def platform_name() -> str:

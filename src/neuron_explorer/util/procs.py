@@ -35,20 +35,6 @@ def is_launcher(argv: list[str] | None = None) -> bool:
     return False
 
 
-_HELPER_CODE if code.startswith(c)), None)
-        if a == "-m":
-            return nxt if nxt in _HELPER_MODULES else None
-        if a in ("-W", "-X"):
-            i += 2  # an interpreter option with its argument
-            continue
-        if a.startswith("-"):
-            i += 1  # an interpreter option (-u, -B, -s, -E, -Wdefault...): the command follows
-            continue
-        norm = a.replace(os.sep, "/")
-        return next((s for s in _HELPER_SCRIPTS if norm.endswith(s)), None)
-    return None
-
-
 # Processes a framework starts for its own book-keeping.  They inherit the environment, so the
 # capture variables turn the runtime on in them too, but they never run the user's graphs: a
 # profile of one is empty noise beside the real ones (docs/decisions/0008-forked-children.md).
@@ -73,4 +59,15 @@ def framework_helper(argv: list[str] | None = None) -> str | None:
         nxt = args[i + 1] if i + 1 < len(args) else ""
         if a == "-c":
             code = nxt.lstrip()
-            return next((c.split()[1] for c in
+            return next((c.split()[1] for c in _HELPER_CODE if code.startswith(c)), None)
+        if a == "-m":
+            return nxt if nxt in _HELPER_MODULES else None
+        if a in ("-W", "-X"):
+            i += 2  # an interpreter option with its argument
+            continue
+        if a.startswith("-"):
+            i += 1  # an interpreter option (-u, -B, -s, -E, -Wdefault...): the command follows
+            continue
+        norm = a.replace(os.sep, "/")
+        return next((s for s in _HELPER_SCRIPTS if norm.endswith(s)), None)
+    return None
