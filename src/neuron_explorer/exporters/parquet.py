@@ -21,92 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from neuron_explorer.util.names import safe_component
-from neuron_explorer.view import output
+from neuron_explorer.contracts import dataset
+from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.exporters.perfetto import counter_series
 from neuron_explorer.analysis.reader import wall_offset_ns
-
-EVENTS = "SystemProfileEvents"
-COUNTERS = "SystemProfileCounters"
-METADATA = "ProfileMetadata"
-MODELS = "ProfileModels"
-WARNINGS = "ViewWarnings"
-
-SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
-    EVENTS: [
-        ("id", "unique id of the event in this output"),
-        ("name", "event type, e.g. nc_exec_running, nrt_execute, cc_running"),
-        ("start_ts", "start, Unix epoch ns, clock-aligned across instances"),
-        ("end_ts", "end, Unix epoch ns"),
-        ("duration_ns", "end_ts - start_ts"),
-        ("trace_event_source", "neuron_rt, neuron_hw or framework"),
-        ("instance_id", "host the process ran on (EC2 instance id or hostname)"),
-        ("process_id", "OS pid of the profiled process"),
-        ("thread_id", "OS thread id that recorded the event"),
-        ("nc_idx", "logical core (NeuronCore) index: CUDA device or local rank"),
-        ("pcore_idx", "physical core index (same as nc_idx here)"),
-        ("worker_gid", "global rank of the process (-1 when not distributed)"),
-        ("flow_id", "flows the event belongs to (host call <-> core execution; the ranks of one collective): "
-                    "unnest(flow_id) joins them"),
-        ("framework_stream_id", "framework stream (null: not recorded)"),
-        ("extra_attributes_json", "type-specific attributes not in a column, as JSON"),
-        ("event_group", "hardware or software"),
-        ("model_name", "compiled graph executed or loaded"),
-        ("exec_id", "execution number on the core"),
-        ("op", "collective operation (all_reduce, broadcast, barrier, ...)"),
-        ("seq", "per-process-group sequence number of a collective (same on every rank)"),
-        ("bytes", "bytes moved by a collective or copy"),
-        ("dtype", "element type of a collective"),
-        ("group_ranks", "global ranks of the collective's process group"),
-        ("ret", "runtime status code (0 success, 1003 NaN, 5 timeout, ...)"),
-        ("device_profile_id", "nc_exec_running: the device profile holding this execution (DeviceProfiles)"),
-    ],
-    "DeviceProfileEvents": [
-        ("profile_id", "DeviceProfiles.profile_id"), ("instance_id", "host"), ("process_id", "pid"),
-        ("nc_idx", "core"), ("model_name", "graph the op belongs to"), ("exec_id", "execution (nc_exec_running.exec_id)"),
-        ("name", "op or kernel (aten::mm, cpp_fused_..., XLA op)"), ("track", "engine or stream the op ran on"),
-        ("start_ts", "start, Unix epoch ns"), ("end_ts", "end, Unix epoch ns"), ("duration_ns", "end - start"),
-        ("flops", "floating-point operations (null: unknown)"), ("bytes", "bytes read and written (null: unknown)"),
-        ("detail", "shapes / dtypes"), ("source_location", "user file:line when captured"),
-        ("flow_id", "same flow as the execution's nrt_execute/nc_exec_running"),
-    ],
-    "DeviceProfiles": [
-        ("profile_id", "<pid>_nc<nc>_<graph hash or sessionK>; files device_profile_model_<profile_id>.*"),
-        ("file", ".ntff path"), ("instance_id", "host"), ("process_id", "pid"), ("nc_idx", "core"),
-        ("mode", "model or session"), ("device_kind", "cpu, cuda:<name>, ..."), ("source", "torch or jax"),
-        ("model_name", "graph(s)"), ("executions", "executions in the profile"),
-        ("exec_id_first", "first exec_id"), ("exec_id_last", "last exec_id"), ("ops", "op events"),
-        ("total_time_ns", "sum of execution times"), ("flops", "sum of known op flops"),
-        ("achieved_flops_per_s", "flops / total_time"), ("track_active_pct_json", "per track: % of execution time busy"),
-        ("peak_flops_per_s", "device peak (null: unknown)"), ("mfu", "achieved / peak (null: peak unknown)"),
-    ],
-    COUNTERS: [
-        ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
-        ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..."),
-        ("value", "sample value"), ("unit", "percent or bytes"),
-    ],
-    METADATA: [
-        ("instance_id", "host"), ("process_id", "pid"), ("process_tag", "NEURON_PROCESS_TAG or pid"),
-        ("rank", "global rank"), ("local_rank", "local rank"), ("world_size", "ranks in the job"),
-        ("display_name", "--display-name of this ingestion"), ("device_kind", "cpu or cuda:<name>"),
-        ("nd_idx", "device index"), ("start_wall_ns", "capture start"), ("end_reason", "how the capture ended"),
-        ("events", "events in this output for the process"), ("dropped_events", "events overwritten at capture"),
-        ("wall_offset_ns", "monotonic -> wall-clock offset of the process (median of anchors)"),
-        ("clock_offset_ns", "instance clock correction applied (from collectives)"),
-        ("clock_offset_uncertainty_ns", "spread (scaled MAD) of that correction"),
-        ("clock_offset_samples", "collectives used"), ("clock_offset_method", "reference, collectives or none"),
-        ("session_path", "capture directory"), ("versions_json", "tool and framework versions"),
-        ("config_json", "capture configuration"),
-    ],
-    MODELS: [
-        ("instance_id", "host"), ("process_id", "pid"), ("model_id", "id within the process"),
-        ("model_name", "graph name"), ("neff_name", "neff_<hash>"), ("graph_hash", "hash of backend + graph code"),
-        ("backend", "torch.compile backend"), ("kind", "forward or backward"), ("compile_ns", "compile time"),
-        ("nc_idx", "core"), ("source_location", "user file:line"), ("module_path", "module path"),
-        ("num_nodes", "FX nodes"), ("signature", "input shapes and dtypes"),
-    ],
-    WARNINGS: [("message", "one line naming the file and the problem"), ("path", "file or directory")],
-}
 
 
 # Encodings chosen per column by measuring write time and size (docs/decisions/0004-parquet-write-path.md):
@@ -228,7 +147,7 @@ class ParquetWriter:
         self.out_dir = out_dir
         self.display_name = display_name
         self._own_root = root is None
-        self.tmp = output.work_area(out_dir) if root is None else root
+        self.tmp = dataset.work_area(out_dir) if root is None else root
         self.meta_rows: list[dict] = []
         self.device_rows: list[dict] = []
         self.model_rows: list[dict] = []
@@ -277,7 +196,7 @@ class ParquetWriter:
         for v in views:
             self.device_rows.append(v.summary)
             if v.n:
-                d = os.path.join(self.tmp, "DeviceProfileEvents", f"instance={safe_component(v.session.instance_id)}",
+                d = os.path.join(self.tmp, DEVICE_EVENTS, f"instance={safe_component(v.session.instance_id)}",
                                  f"process={v.session.pid}")
                 os.makedirs(d, exist_ok=True)
                 pq.write_table(device_table(v, (index + 1) << 40),
@@ -291,26 +210,26 @@ class ParquetWriter:
             cols = [c for c, _ in SCHEMA_DOC[name]]
             data = {c: [r.get(c) for r in rows] for c in cols}
             pq.write_table(pa.table(data) if rows else pa.table({c: pa.array([], type=pa.string()) for c in cols}),
-                           os.path.join(self.tmp, f"{name}.parquet"))
+                           os.path.join(self.tmp, dataset.table_file(name)))
 
         write_rows(METADATA, self.meta_rows)
         write_rows(MODELS, self.model_rows)
         write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
-        write_rows("DeviceProfiles", self.device_rows)
-        output.write_marker(self.tmp)  # lets a later run replace this output (and nothing else)
+        write_rows(DEVICE_PROFILES, self.device_rows)
+        dataset.write_marker(self.tmp)  # lets a later run replace this output (and nothing else)
 
     def close(self, warnings: list[tuple[str, str]]) -> None:
         """Write the single-file tables; a writer with its own work area then moves the finished
         dataset into place (replacing only an earlier output of ours, see ``view.output``)."""
         self.write_tables(warnings)
         if self._own_root:
-            output.replace_dir(self.tmp, self.out_dir)
+            dataset.replace_dir(self.tmp, self.out_dir)
 
     def abort(self) -> None:
         if self._ev_writer is not None:
             self._ev_writer.close()
         if self._own_root:
-            output.remove_work_area(self.tmp)
+            dataset.remove_work_area(self.tmp)
 
 
 def counters_table(pe: ProcessEvents) -> pa.Table:

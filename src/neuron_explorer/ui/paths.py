@@ -15,7 +15,9 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-METADATA_FILE = "ProfileMetadata.parquet"
+from neuron_explorer.contracts.dataset import METADATA, table_file
+
+METADATA_FILE = table_file(METADATA)
 _NAME_RE = re.compile(r"^[^/\\\x00]{1,255}$")
 
 

@@ -46,11 +46,10 @@ import duckdb
 import numpy as np
 
 from . import index, paths
+from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
+                                             WARNINGS, table_file)
 
-EVENTS = "SystemProfileEvents"
-COUNTERS = "SystemProfileCounters"
-DEVICE_EVENTS = "DeviceProfileEvents"
-DEVICE_PROFILES = "DeviceProfiles.parquet"
+DEVICE_PROFILES_FILE = table_file(DEVICE_PROFILES)
 
 MODES: dict[str, str] = {
     "cpu_device": "CPU vs Device",
@@ -163,10 +162,10 @@ class Profile:
         self.ev_files = paths.table_files(workspace, self.dir, EVENTS)
         self.cnt_files = paths.table_files(workspace, self.dir, COUNTERS)
         self.dev_files = paths.table_files(workspace, self.dir, DEVICE_EVENTS)
-        self.meta_file = paths.single_file(workspace, self.dir, paths.METADATA_FILE)
-        self.models_file = paths.single_file(workspace, self.dir, "ProfileModels.parquet")
-        self.warn_file = paths.single_file(workspace, self.dir, "ViewWarnings.parquet")
-        self.devprof_file = paths.single_file(workspace, self.dir, DEVICE_PROFILES)
+        self.meta_file = paths.single_file(workspace, self.dir, table_file(METADATA))
+        self.models_file = paths.single_file(workspace, self.dir, table_file(MODELS))
+        self.warn_file = paths.single_file(workspace, self.dir, table_file(WARNINGS))
+        self.devprof_file = paths.single_file(workspace, self.dir, DEVICE_PROFILES_FILE)
         self.levels: list[int] = []  # bucket width (ns) of each pyramid level
         self.prepare_s = 0.0
         self.index_build_s: float | None = None  # None: the index came from the cache (or there are no events)
@@ -916,7 +915,7 @@ class Workspace:
         out = []
         for name in paths.list_profile_dirs(self.root):
             d = self.root / name
-            meta = paths.single_file(self.root, d, paths.METADATA_FILE)
+            meta = paths.single_file(self.root, d, table_file(METADATA))
             if not meta:
                 continue
             try:
@@ -926,7 +925,7 @@ class Workspace:
                     FROM read_parquet({_q(meta)})""").fetchall()[0]
             except duckdb.Error:
                 continue
-            dev = paths.single_file(self.root, d, DEVICE_PROFILES)
+            dev = paths.single_file(self.root, d, DEVICE_PROFILES_FILE)
             try:
                 has_dev = bool(dev) and self.con.cursor().execute(
                     f"SELECT count(*) FROM read_parquet({_q(dev)})").fetchall()[0][0] > 0

@@ -98,7 +98,7 @@ def default_data_path() -> str:
 
 
 def show_schema() -> str:
-    from neuron_explorer.exporters.parquet import SCHEMA_DOC
+    from neuron_explorer.contracts.dataset import SCHEMA_DOC
 
     lines = []
     for table, cols in SCHEMA_DOC.items():

@@ -16,41 +16,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 
-from .. import __version__
 from neuron_explorer.util.atomic import output_kind
-
-MARKER = ".neuron-explorer-view.json"
-# what an output of an earlier version (before the marker) holds at its top level
-LEGACY_ENTRIES = frozenset({"SystemProfileEvents", "SystemProfileCounters", "DeviceProfileEvents",
-                            "ProfileMetadata.parquet", "ProfileModels.parquet", "DeviceProfiles.parquet",
-                            "ViewWarnings.parquet"})
+from neuron_explorer.contracts.dataset import MARKER, is_ours
 
 
 class OutputRefused(Exception):
     """The output path cannot be used (a usage error: nothing was written)."""
-
-
-def write_marker(directory: str, fmt: str = "parquet") -> None:
-    """Mark ``directory`` as a ``view`` output, so that a later run may replace it."""
-    with open(os.path.join(directory, MARKER), "w") as f:
-        json.dump({"written_by": "neuron-explorer view", "format": fmt, "version": __version__}, f)
-        f.write("\n")
-
-
-def is_ours(directory: str) -> bool:
-    """True when ``directory`` is a Parquet output that ``view`` wrote (see the module docstring)."""
-    try:
-        names = set(os.listdir(directory))
-    except OSError:
-        return False
-    if MARKER in names:
-        return os.path.isfile(os.path.join(directory, MARKER)) and not os.path.islink(os.path.join(directory, MARKER))
-    return "ProfileMetadata.parquet" in names and names <= LEGACY_ENTRIES
 
 
 def _is_empty_dir(path: str) -> bool:
@@ -103,39 +76,3 @@ def check(out: str, fmt: str, sessions: list[str]) -> str:
     return out if kind == "special" else real
 
 
-def work_area(target: str) -> str:
-    """A fresh private directory for the parts of ``target``, on the same file system (beside it)
-    so that the finished Parquet dataset is renamed, not copied, into place."""
-    if target == "-" or output_kind(target) in ("special", "descriptor"):
-        return tempfile.mkdtemp(prefix="neuron-explorer-view.", suffix=".tmp")
-    name = os.path.basename(target.rstrip(os.sep)) or "output"
-    return tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=os.path.dirname(target.rstrip(os.sep)))
-
-
-def replace_dir(work: str, target: str) -> None:
-    """Move the finished dataset ``work`` to ``target``: a missing name or an empty directory is
-    taken directly; an earlier output of ours is moved aside, the new one renamed in, and the old
-    one deleted last (restored if the rename fails).  Anything else is refused, even if it
-    appeared after ``check``."""
-    try:
-        os.rename(work, target)  # missing, or an empty directory (rename(2) replaces those only)
-        return
-    except OSError:
-        if not os.path.isdir(target) or os.path.islink(target) or not is_ours(target):
-            raise
-    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target))
-    old = os.path.join(aside, "previous")
-    os.rename(target, old)
-    try:
-        os.rename(work, target)
-    except BaseException:
-        os.rename(old, target)
-        os.rmdir(aside)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def remove_work_area(work: str | None) -> None:
-    """Remove a work area created by ``work_area`` (never anything else)."""
-    if work is not None:
-        shutil.rmtree(work, ignore_errors=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
 from neuron_explorer.view import output as output_mod
+from neuron_explorer.contracts import dataset
 from neuron_explorer.analysis.events import build as build_events
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.reader import ProfileError, Session, discover, load_session
@@ -179,7 +180,7 @@ def run(opts: ViewOptions) -> ViewResult:
     if fmt not in DEFAULT_OUTPUTS:  # summaries: the text is returned, the caller writes it
         out = target = None
     try:
-        work = None if target is None else output_mod.work_area(target)
+        work = None if target is None else dataset.work_area(target)
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
     jobs = [Job(i, p, fmt, target, work, origin, offsets.get(usable_instances.get(p, "")), opts.filter,
@@ -219,7 +220,7 @@ def run(opts: ViewOptions) -> ViewResult:
                 pw.model_rows.extend(r.get("models", []))
                 pw.device_rows.extend(r.get("device", []))
             pw.write_tables(warnings)
-            output_mod.replace_dir(work, target)
+            dataset.replace_dir(work, target)
             work = None  # renamed into place
         elif fmt == "json":
             from neuron_explorer.exporters.chrome_json import assemble
@@ -234,7 +235,7 @@ def run(opts: ViewOptions) -> ViewResult:
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
     finally:
-        output_mod.remove_work_area(work)
+        dataset.remove_work_area(work)
     text = None
     if out is None:
         summaries = [r["summary"] for r in results if r.get("summary") is not None]

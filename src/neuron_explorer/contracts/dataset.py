@@ -1,0 +1,176 @@
+"""The Parquet dataset ``view`` writes and the UI reads: table names, their columns, the layout.
+
+A dataset directory holds partitioned tables (``<Table>/instance=<id>/process=<pid>/part-N.parquet``,
+hive-style, with ``<id>`` percent-encoded by ``util.names.safe_component``), single-file tables
+(``<Table>.parquet``) and a marker file that says ``view`` wrote it (so a later run may replace it,
+and nothing else is ever replaced).  ``SCHEMA_DOC`` is what ``--show-profile-schema`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+from neuron_explorer import __version__
+from neuron_explorer.util.atomic import output_kind
+
+
+EVENTS = "SystemProfileEvents"
+COUNTERS = "SystemProfileCounters"
+METADATA = "ProfileMetadata"
+MODELS = "ProfileModels"
+WARNINGS = "ViewWarnings"
+DEVICE_EVENTS = "DeviceProfileEvents"
+DEVICE_PROFILES = "DeviceProfiles"
+
+# tables written one process at a time, hive-partitioned: <Table>/instance=<id>/process=<pid>/part-<n>.parquet
+PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS)
+# tables written as one file each: <Table>.parquet
+SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES)
+
+
+def table_file(table: str) -> str:
+    """The file name of a single-file table."""
+    return table + ".parquet"
+
+
+SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
+    EVENTS: [
+        ("id", "unique id of the event in this output"),
+        ("name", "event type, e.g. nc_exec_running, nrt_execute, cc_running"),
+        ("start_ts", "start, Unix epoch ns, clock-aligned across instances"),
+        ("end_ts", "end, Unix epoch ns"),
+        ("duration_ns", "end_ts - start_ts"),
+        ("trace_event_source", "neuron_rt, neuron_hw or framework"),
+        ("instance_id", "host the process ran on (EC2 instance id or hostname)"),
+        ("process_id", "OS pid of the profiled process"),
+        ("thread_id", "OS thread id that recorded the event"),
+        ("nc_idx", "logical core (NeuronCore) index: CUDA device or local rank"),
+        ("pcore_idx", "physical core index (same as nc_idx here)"),
+        ("worker_gid", "global rank of the process (-1 when not distributed)"),
+        ("flow_id", "flows the event belongs to (host call <-> core execution; the ranks of one collective): "
+                    "unnest(flow_id) joins them"),
+        ("framework_stream_id", "framework stream (null: not recorded)"),
+        ("extra_attributes_json", "type-specific attributes not in a column, as JSON"),
+        ("event_group", "hardware or software"),
+        ("model_name", "compiled graph executed or loaded"),
+        ("exec_id", "execution number on the core"),
+        ("op", "collective operation (all_reduce, broadcast, barrier, ...)"),
+        ("seq", "per-process-group sequence number of a collective (same on every rank)"),
+        ("bytes", "bytes moved by a collective or copy"),
+        ("dtype", "element type of a collective"),
+        ("group_ranks", "global ranks of the collective's process group"),
+        ("ret", "runtime status code (0 success, 1003 NaN, 5 timeout, ...)"),
+        ("device_profile_id", "nc_exec_running: the device profile holding this execution (DeviceProfiles)"),
+    ],
+    DEVICE_EVENTS: [
+        ("profile_id", "DeviceProfiles.profile_id"), ("instance_id", "host"), ("process_id", "pid"),
+        ("nc_idx", "core"), ("model_name", "graph the op belongs to"), ("exec_id", "execution (nc_exec_running.exec_id)"),
+        ("name", "op or kernel (aten::mm, cpp_fused_..., XLA op)"), ("track", "engine or stream the op ran on"),
+        ("start_ts", "start, Unix epoch ns"), ("end_ts", "end, Unix epoch ns"), ("duration_ns", "end - start"),
+        ("flops", "floating-point operations (null: unknown)"), ("bytes", "bytes read and written (null: unknown)"),
+        ("detail", "shapes / dtypes"), ("source_location", "user file:line when captured"),
+        ("flow_id", "same flow as the execution's nrt_execute/nc_exec_running"),
+    ],
+    DEVICE_PROFILES: [
+        ("profile_id", "<pid>_nc<nc>_<graph hash or sessionK>; files device_profile_model_<profile_id>.*"),
+        ("file", ".ntff path"), ("instance_id", "host"), ("process_id", "pid"), ("nc_idx", "core"),
+        ("mode", "model or session"), ("device_kind", "cpu, cuda:<name>, ..."), ("source", "torch or jax"),
+        ("model_name", "graph(s)"), ("executions", "executions in the profile"),
+        ("exec_id_first", "first exec_id"), ("exec_id_last", "last exec_id"), ("ops", "op events"),
+        ("total_time_ns", "sum of execution times"), ("flops", "sum of known op flops"),
+        ("achieved_flops_per_s", "flops / total_time"), ("track_active_pct_json", "per track: % of execution time busy"),
+        ("peak_flops_per_s", "device peak (null: unknown)"), ("mfu", "achieved / peak (null: peak unknown)"),
+    ],
+    COUNTERS: [
+        ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
+        ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..."),
+        ("value", "sample value"), ("unit", "percent or bytes"),
+    ],
+    METADATA: [
+        ("instance_id", "host"), ("process_id", "pid"), ("process_tag", "NEURON_PROCESS_TAG or pid"),
+        ("rank", "global rank"), ("local_rank", "local rank"), ("world_size", "ranks in the job"),
+        ("display_name", "--display-name of this ingestion"), ("device_kind", "cpu or cuda:<name>"),
+        ("nd_idx", "device index"), ("start_wall_ns", "capture start"), ("end_reason", "how the capture ended"),
+        ("events", "events in this output for the process"), ("dropped_events", "events overwritten at capture"),
+        ("wall_offset_ns", "monotonic -> wall-clock offset of the process (median of anchors)"),
+        ("clock_offset_ns", "instance clock correction applied (from collectives)"),
+        ("clock_offset_uncertainty_ns", "spread (scaled MAD) of that correction"),
+        ("clock_offset_samples", "collectives used"), ("clock_offset_method", "reference, collectives or none"),
+        ("session_path", "capture directory"), ("versions_json", "tool and framework versions"),
+        ("config_json", "capture configuration"),
+    ],
+    MODELS: [
+        ("instance_id", "host"), ("process_id", "pid"), ("model_id", "id within the process"),
+        ("model_name", "graph name"), ("neff_name", "neff_<hash>"), ("graph_hash", "hash of backend + graph code"),
+        ("backend", "torch.compile backend"), ("kind", "forward or backward"), ("compile_ns", "compile time"),
+        ("nc_idx", "core"), ("source_location", "user file:line"), ("module_path", "module path"),
+        ("num_nodes", "FX nodes"), ("signature", "input shapes and dtypes"),
+    ],
+    WARNINGS: [("message", "one line naming the file and the problem"), ("path", "file or directory")],
+}
+
+
+MARKER = ".neuron-explorer-view.json"
+
+
+# what an output of an earlier version (before the marker) holds at its top level
+LEGACY_ENTRIES = frozenset(PARTITIONED) | {table_file(t) for t in SINGLE_FILE}
+
+
+def write_marker(directory: str, fmt: str = "parquet") -> None:
+    """Mark ``directory`` as a ``view`` output, so that a later run may replace it."""
+    with open(os.path.join(directory, MARKER), "w") as f:
+        json.dump({"written_by": "neuron-explorer view", "format": fmt, "version": __version__}, f)
+        f.write("\n")
+
+
+def is_ours(directory: str) -> bool:
+    """True when ``directory`` is a Parquet output that ``view`` wrote (see the module docstring)."""
+    try:
+        names = set(os.listdir(directory))
+    except OSError:
+        return False
+    if MARKER in names:
+        return os.path.isfile(os.path.join(directory, MARKER)) and not os.path.islink(os.path.join(directory, MARKER))
+    return table_file(METADATA) in names and names <= LEGACY_ENTRIES
+
+
+def work_area(target: str) -> str:
+    """A fresh private directory for the parts of ``target``, on the same file system (beside it)
+    so that the finished Parquet dataset is renamed, not copied, into place."""
+    if target == "-" or output_kind(target) in ("special", "descriptor"):
+        return tempfile.mkdtemp(prefix="neuron-explorer-view.", suffix=".tmp")
+    name = os.path.basename(target.rstrip(os.sep)) or "output"
+    return tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=os.path.dirname(target.rstrip(os.sep)))
+
+
+def replace_dir(work: str, target: str) -> None:
+    """Move the finished dataset ``work`` to ``target``: a missing name or an empty directory is
+    taken directly; an earlier output of ours is moved aside, the new one renamed in, and the old
+    one deleted last (restored if the rename fails).  Anything else is refused, even if it
+    appeared after ``check``."""
+    try:
+        os.rename(work, target)  # missing, or an empty directory (rename(2) replaces those only)
+        return
+    except OSError:
+        if not os.path.isdir(target) or os.path.islink(target) or not is_ours(target):
+            raise
+    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target))
+    old = os.path.join(aside, "previous")
+    os.rename(target, old)
+    try:
+        os.rename(work, target)
+    except BaseException:
+        os.rename(old, target)
+        os.rmdir(aside)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove_work_area(work: str | None) -> None:
+    """Remove a work area created by ``work_area`` (never anything else)."""
+    if work is not None:
+        shutil.rmtree(work, ignore_errors=True)
