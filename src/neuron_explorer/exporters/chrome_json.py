@@ -17,6 +17,7 @@ from neuron_explorer.exporters.perfetto import counter_series
 from neuron_explorer.analysis.reader import wall_offset_ns
 
 from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
+from neuron_explorer.contracts.tracks import HOST, kinds_of_types, process_label, track_name
 
 
 HEADER = b'{"displayTimeUnit":"ns","traceEvents":['
@@ -74,25 +75,23 @@ class JsonWriter:
     def add(self, pe: ProcessEvents, first: bool = True, last: bool = True) -> None:
         """Add a chunk of a process's events (``first``/``last`` mark the process's chunks)."""
         pid = pe.index + 1
-        rank = f" rank {pe.rank}" if pe.rank >= 0 else ""
         items: list[dict] = []
         if first:
             items.append({"name": "process_name", "ph": "M", "pid": pid,
-                          "args": {"name": f"{pe.instance_id} pid {pe.pid}{rank}"}})
+                          "args": {"name": process_label(pe.pid, pe.rank, pe.instance_id)}})
             self._named_tracks: set = set()
         c = pe.cols
         n = pe.n
         if n:
-            hw = np.array([g == "hardware" for g in pe.type_groups], dtype=bool)[c["type"]]
+            kind = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]]
             names = np.array(pe.type_names, dtype=object)[c["type"]]
-            is_cc = np.isin(names, ["cc_running", "cc_exec_barrier"])
-            tid = np.where(is_cc, 2_000_000 + c["nc_idx"], np.where(hw, 1_000_000 + c["nc_idx"], c["thread_id"]))
+            # a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
+            tid = np.where(kind == HOST, c["thread_id"], kind * 1_000_000 + c["nc_idx"])
             for t in np.unique(tid).tolist():
                 if t in self._named_tracks:
                     continue
                 self._named_tracks.add(t)
-                label = (f"nc_{t - 2_000_000}/cc" if t >= 2_000_000 else
-                         f"nc_{t - 1_000_000}/neuron_hw" if t >= 1_000_000 else f"{t}/neuron_rt")
+                label = track_name(HOST, t) if t < 1_000_000 else track_name(t // 1_000_000, t % 1_000_000)
                 items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
             ts = ((c["start_ts"] - self.origin_ns) / 1000.0).tolist()
             dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()

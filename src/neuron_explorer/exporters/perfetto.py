@@ -40,6 +40,7 @@ from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.util.alloc import keep_freed_memory
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.util.pbwire import Rows
+from neuron_explorer.contracts.tracks import COLLECTIVE, HOST, TRACK_NAMES, kinds_of_types, process_label
 
 # Field numbers (perfetto_trace.proto)
 TRACE_PACKET = 1
@@ -651,16 +652,13 @@ class PerfettoWriter:
     def _open(self, pe: ProcessEvents) -> "_Stream":
         """Declare the process and return the stream its events are pushed to."""
         pid_uuid = self._uuid()
-        rank = f" rank {pe.rank}" if pe.rank >= 0 else ""
-        pname = f"{pe.instance_id} pid {pe.pid}{rank}"
+        pname = process_label(pe.pid, pe.rank, pe.instance_id)
         if self._first:
             pname += f" [t0 {time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(self.origin_ns / 1e9))}Z]"
             self._first = False
         self._track(pid_uuid, pname, pid=pe.index + 1, pname=pname)
         st = _Stream(self, pe.index, pid_uuid, list(pe.type_names))
-        hw = np.array([g == "hardware" for g in pe.type_groups] + [False], dtype=bool)
-        is_cc = np.isin(np.array(list(pe.type_names) + [""], dtype=object), ["cc_running", "cc_exec_barrier"])
-        kind_of_type = np.where(is_cc, 2, np.where(hw, 1, 0)).astype(np.int64)
+        kind_of_type = np.r_[kinds_of_types(pe.type_names, pe.type_groups), HOST]
         st.kind_of_type = kind_of_type
         st.str_iid = np.zeros(len(pe.strings) + 1, dtype=np.int64)  # string id -> iid (0: none yet)
         st.model_iid = np.zeros(1, dtype=np.int64)  # model id -> iid of its name
@@ -682,7 +680,7 @@ class PerfettoWriter:
             for name in ("op", "seq", "bytes", "group", "dtype", "ret"):
                 v = ev[name][e]
                 if name == "seq":
-                    pr = (v >= 0) & (kind_of_type[ev["typ"][e]] == 2)
+                    pr = (v >= 0) & (kind_of_type[ev["typ"][e]] == COLLECTIVE)
                 else:
                     pr = v > 0 if name != "bytes" else v >= 0
                 if pr.any():
@@ -702,8 +700,8 @@ class PerfettoWriter:
         c = pe.cols
         typ = c["type"]
         kind = st.kind_of_type[typ]
-        kk = np.where(kind == 0, c["thread_id"], c["nc_idx"]) * 4 + kind
-        names = ("{}/neuron_rt", "nc_{}/neuron_hw", "nc_{}/cc")
+        kk = np.where(kind == HOST, c["thread_id"], c["nc_idx"]) * 4 + kind
+        names = TRACK_NAMES
         lo, hi = int(kk.min()), int(kk.max())
         if hi - lo < 4 * n + 4096:  # few groups: a table over the key's range
             uk = np.flatnonzero(np.bincount(kk - lo)) + lo
