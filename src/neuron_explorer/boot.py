@@ -17,7 +17,7 @@ import threading
 
 from neuron_explorer.contracts import env as cfgmod
 from neuron_explorer.runtime.config import CaptureConfig
-from neuron_explorer.runtime.core import Runtime, get_runtime, set_runtime
+from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime, get_runtime, set_runtime
 from neuron_explorer.util.procs import framework_helper
 from neuron_explorer.runtime.signals import SignalExit
 
@@ -55,7 +55,7 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         if ndet_on:
             from neuron_explorer.ndet.recorder import NdetRecorder
 
-            rt.ndet = NdetRecorder.from_env(rt)
+            rt.register(NDET, NdetRecorder.from_env(rt))
     except cfgmod.ConfigError as e:
         if not from_env:
             raise
@@ -109,7 +109,7 @@ def _start_stats(rt: Runtime) -> None:
         stats = AppStats(instance_id=rt.ident.instance_id, nc_indices=[rt.ident.default_core],
                          interval_s=period_ms / 1000.0)
         stats.start()
-        rt.stats = stats
+        rt.register(STATS, stats)
     except Exception as e:
         print(f"neuron-explorer: warning: neuron-monitor counters disabled: {e}", file=sys.stderr)
 
@@ -123,7 +123,7 @@ def _install_integrations(rt: Runtime) -> None:
         if rt.config.device_profile and rt.devprof is None and any(s.name == "capture" for s in rt.sinks):
             from neuron_explorer.integrations.torch.device import DeviceProfiler
 
-            rt.devprof = DeviceProfiler(rt, rt.config.device_profile)
+            rt.register(DEVICE_PROFILER, DeviceProfiler(rt, rt.config.device_profile))
         torch_hooks.install(rt, torch)
 
     when_imported("torch", on_torch)

@@ -173,6 +173,7 @@ def _begin(prof) -> None:
     cfg: NeuronConfig = prof.experimental_config
     from .capture.sink import CaptureSink
     from neuron_explorer.integrations.torch.device import DeviceProfiler
+    from neuron_explorer.runtime.core import DEVICE_PROFILER
 
     rt = _runtime()
     ccfg = cfg.capture_config()
@@ -181,7 +182,7 @@ def _begin(prof) -> None:
             st.ring.drain()
         sink = CaptureSink(rt, config=ccfg)
         if ccfg.device_profile:
-            rt.devprof = DeviceProfiler(rt, ccfg.device_profile)
+            rt.register(DEVICE_PROFILER, DeviceProfiler(rt, ccfg.device_profile))
         rt.add_sink(sink)
         _active[id(prof)] = sink
         sink.start()
@@ -199,11 +200,12 @@ def _end(prof) -> None:
         from .capture.sink import report_written
 
         report_written(sink)  # "profile incomplete: the final write failed (...)"
+    from neuron_explorer.runtime.core import DEVICE_PROFILER
+
     with _lock:
-        if sink in rt.sinks:
-            rt.sinks.remove(sink)
+        rt.remove_sink(sink)
         if not _active:
-            rt.devprof = None
+            rt.unregister(DEVICE_PROFILER)
     if sink.session_dir:
         prof.experimental_config.session_dirs.append(sink.session_dir)
 

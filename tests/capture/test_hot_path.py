@@ -13,7 +13,7 @@ from neuron_explorer.capture import store
 from neuron_explorer.integrations.torch import hooks as torch_hooks
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
-from neuron_explorer.runtime.core import Runtime
+from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime
 from neuron_explorer.runtime.ring import Ring, records_to_block
 
 
@@ -172,7 +172,7 @@ class _FakeNdet:
 def test_running_call_is_not_counted_until_recorded(tmp_path, with_ndet, wrapper_impl):
     rt = _runtime(tmp_path)
     if with_ndet:
-        rt.ndet = _FakeNdet()  # takes the general wrapper, which needs the id before the call
+        rt.register(NDET, _FakeNdet())  # takes the general wrapper, which needs the id before the call
     core = rt.core()
     model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
     base = core.ring.produced()
@@ -208,7 +208,7 @@ def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tm
         def runtime_feed(self, nc):
             return fed.append
 
-    rt.stats = _Stats()
+    rt.register(STATS, _Stats())
     core = rt.core()
     model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
     looked = []
@@ -239,9 +239,9 @@ def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tm
             return fn(*args, **kwargs)
 
     fn_calls = []
-    rt.devprof = _DevProf()
+    rt.register(DEVICE_PROFILER, _DevProf())
     assert run(5, scale=2) == 10  # a device-profile session takes the general path, which needs the id first
-    rt.devprof = None
+    rt.unregister(DEVICE_PROFILER)
     assert fn_calls == [3]
     recs = core.ring.drain()
     assert [r[5] for r in recs] == [0, 1, 2, 3]
@@ -277,7 +277,7 @@ def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrappe
     from neuron_explorer.ndet.recorder import NdetRecorder
 
     rt = _runtime(tmp_path)
-    rt.ndet = NdetRecorder(rt, str(tmp_path), 10**12, require_framework=False)
+    rt.register(NDET, NdetRecorder(rt, str(tmp_path), 10**12, require_framework=False))
     core = rt.core()
     model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
     base = core.ring.produced()

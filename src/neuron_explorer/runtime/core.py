@@ -38,6 +38,12 @@ class Model:
     artifacts: dict = field(default_factory=dict)  # extra data for device profiles (graph code, ...)
 
 
+# Names under which the layers above register their consumers (see Runtime.register).
+STATS = "stats"  # per-process counters for neuron-monitor (monitor.app_stats.AppStats)
+NDET = "ndet"  # the NDET flight recorder (ndet.recorder.NdetRecorder)
+DEVICE_PROFILER = "devprof"  # device profiles (integrations.torch.device.DeviceProfiler)
+
+
 class Sink(Protocol):
     name: str
 
@@ -69,11 +75,10 @@ class Runtime:
         self.cores: dict[int, CoreState] = {}
         self.enabled = [config.type_enabled(t.name) for t in ev.EVENT_TYPES]
         self.anchors: list[tuple[int, int, str]] = [clock.anchor("start")]
-        self.sinks: list[Sink] = []
-        self.stats = None  # per-process counters for neuron-monitor (monitor.app_stats.AppStats), when on
-        self.ndet = None  # the NDET flight recorder (ndet.recorder.NdetRecorder), when on
-        # the device profiler (integrations.torch_device.DeviceProfiler) when on, in a one-item list
-        # the C execution wrapper reads without an attribute lookup (see the devprof property)
+        self.sinks: list[Sink] = []  # what flush() drives, in the order added
+        self._consumers: dict[str, object] = {}  # named consumers (see register)
+        # the device profiler, when on, in a one-item list the C execution wrapper reads per call
+        # without a lookup (kept in step by register/unregister)
         self.devprof_cell: list = [None]
         # where compiled graphs are cached at load time (TORCH_NEURONX_NEFF_CACHE_DIR / NeuronConfig)
         self.neff_cache_dir: str | None = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or None
@@ -84,13 +89,34 @@ class Runtime:
         self._lock = threading.RLock()
         self._stopped = False
 
+    # -- consumers ----------------------------------------------------------------------------
+    def register(self, name: str, consumer: object) -> None:
+        """Make ``consumer`` known under ``name`` (``STATS``, ``NDET``, ``DEVICE_PROFILER``): the
+        runtime knows its consumers by name only, never by type, so it imports none of them."""
+        self._consumers[name] = consumer
+        if name == DEVICE_PROFILER:
+            self.devprof_cell[0] = consumer
+
+    def unregister(self, name: str) -> None:
+        self._consumers.pop(name, None)
+        if name == DEVICE_PROFILER:
+            self.devprof_cell[0] = None
+
+    def consumer(self, name: str):
+        """The consumer registered under ``name``, or None."""
+        return self._consumers.get(name)
+
+    @property
+    def ndet(self):
+        return self._consumers.get(NDET)
+
+    @property
+    def stats(self):
+        return self._consumers.get(STATS)
+
     @property
     def devprof(self):
         return self.devprof_cell[0]
-
-    @devprof.setter
-    def devprof(self, profiler) -> None:
-        self.devprof_cell[0] = profiler
 
     # -- tables -------------------------------------------------------------------------------
     def intern(self, s: str) -> int:
@@ -127,7 +153,12 @@ class Runtime:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def add_sink(self, sink: Sink) -> None:
+        """Have ``flush`` drive ``sink`` (periodic and final writes)."""
         self.sinks.append(sink)
+
+    def remove_sink(self, sink: Sink) -> None:
+        if sink in self.sinks:
+            self.sinks.remove(sink)
 
     def sync_point(self, core: CoreState, exec_id: int = -1) -> None:
         """Record a host/device clock pair.  On the CPU both clocks are the host monotonic clock."""
