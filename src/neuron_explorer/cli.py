@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from . import __version__
+from neuron_explorer.util.cliargs import UsageError, positive_int, prog_name
 
 EXAMPLES = """\
 examples:
@@ -20,28 +21,11 @@ examples:
 """
 
 
-class UsageError(Exception):
-    pass
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected e.g. 1000000)") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-    return n
-
-
-def _prog_name() -> str:
-    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return name if name in ("neuron-explorer", "neuron-profile") else "neuron-explorer"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=_prog_name(),
+        prog=prog_name(),
         description="Capture and view system profiles of PyTorch and JAX workloads (Neuron Explorer command set).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -56,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ins.add_argument("-o", "--output-dir", default=".", help="output directory for inspection results (default: .)")
-    ins.add_argument("-n", "--num-trace-events", type=_positive_int, default=None,
+    ins.add_argument("-n", "--num-trace-events", type=positive_int, default=None,
                      help="maximum number of trace events per core before old ones are dropped")
     ins.add_argument("userscript", nargs=argparse.REMAINDER, help="command that launches the workload")
 

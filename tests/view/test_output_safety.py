@@ -395,7 +395,7 @@ def test_capture_file_names_stay_in_the_session_directory():
 def test_a_bad_port_is_a_one_line_usage_error(tmp_path, port):
     r = cli("view", "--data-path", str(tmp_path / "ws"), "--port", port)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.strip().splitlines()[-1].endswith("(expected 1-65535, e.g. 3001)")
+    assert r.stderr.strip().splitlines()[-1].endswith("accepted: a TCP port from 1 to 65535, e.g. 3001")
 
 
 # A real full disk: a small tmpfs mounted in a private mount namespace (it disappears with the

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_explorer.contracts.env import ConfigError, parse_nc_filter, parse_type_filter
-from neuron_explorer.runtime.config import IndexRanges
+from neuron_explorer.util.ranges import IndexRanges
 from neuron_explorer.analysis.reader import Session
 
 

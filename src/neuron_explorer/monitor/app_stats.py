@@ -26,31 +26,10 @@ from typing import Any
 
 from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.monitor import endpoint, histogram
+from neuron_explorer.monitor.endpoint import (CORE_MEMORY_CATEGORIES, ERROR_CLASSES, EXECUTION_STATUSES,
+                                              HOST_MEMORY_CATEGORIES, SNAPSHOT_FORMAT)
 
-#: Format marker written into every snapshot; the monitor ignores files with another one.
-SNAPSHOT_FORMAT = "neuron-explorer-stats/2"
 
-#: Execution outcomes, as named by the report's ``execution_summary``.
-EXECUTION_STATUSES: tuple[str, ...] = (
-    "completed",
-    "completed_with_err",
-    "completed_with_num_err",
-    "timed_out",
-    "incorrect_input",
-    "failed_to_queue",
-)
-#: Error classes, as named by the report's ``error_summary``.
-ERROR_CLASSES: tuple[str, ...] = ("generic", "numerical", "transient", "model", "runtime", "hardware")
-#: Host memory categories (``usage_breakdown.host``).
-HOST_MEMORY_CATEGORIES: tuple[str, ...] = ("application_memory", "constants", "dma_buffers", "tensors")
-#: Per-core device memory categories (``neuroncore_memory_usage``).
-CORE_MEMORY_CATEGORIES: tuple[str, ...] = (
-    "constants",
-    "model_code",
-    "model_shared_scratchpad",
-    "runtime_memory",
-    "tensors",
-)
 #: Outcomes for which the execution actually ran, so its latency is meaningful.
 _TIMED_STATUSES = frozenset({"completed", "completed_with_err", "completed_with_num_err", "timed_out"})
 

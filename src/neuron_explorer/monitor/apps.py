@@ -20,7 +20,7 @@ import psutil
 
 from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.monitor import histogram
-from neuron_explorer.monitor.app_stats import (
+from neuron_explorer.monitor.endpoint import (
     CORE_MEMORY_CATEGORIES,
     ERROR_CLASSES,
     EXECUTION_STATUSES,

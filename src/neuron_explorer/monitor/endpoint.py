@@ -1,4 +1,4 @@
-"""Where applications publish their stats, and how that place is kept private.
+"""Where applications publish their stats, what a snapshot holds, and how that place is kept private.
 
 Each monitored process owns one snapshot file, ``<pid>.json``, in a directory
 that only its user can enter (mode 0700).  A file rather than a socket keeps
@@ -102,3 +102,36 @@ def list_snapshots(stats_dir: Path) -> list[tuple[int, str]]:
                 out.append((int(stem), e.path))
     out.sort()
     return out
+
+
+#: Format marker written into every snapshot; the monitor ignores files with another one.
+SNAPSHOT_FORMAT = "neuron-explorer-stats/2"
+
+
+#: Execution outcomes, as named by the report's ``execution_summary``.
+EXECUTION_STATUSES: tuple[str, ...] = (
+    "completed",
+    "completed_with_err",
+    "completed_with_num_err",
+    "timed_out",
+    "incorrect_input",
+    "failed_to_queue",
+)
+
+
+#: Error classes, as named by the report's ``error_summary``.
+ERROR_CLASSES: tuple[str, ...] = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+
+
+#: Host memory categories (``usage_breakdown.host``).
+HOST_MEMORY_CATEGORIES: tuple[str, ...] = ("application_memory", "constants", "dma_buffers", "tensors")
+
+
+#: Per-core device memory categories (``neuroncore_memory_usage``).
+CORE_MEMORY_CATEGORIES: tuple[str, ...] = (
+    "constants",
+    "model_code",
+    "model_shared_scratchpad",
+    "runtime_memory",
+    "tensors",
+)

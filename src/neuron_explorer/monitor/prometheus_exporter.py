@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS, ReportTracker, Sample, consume_reports
+from neuron_explorer.util.cliargs import port_number
 
 DEFAULT_PORT = 8000
 #: What ``render`` produces: the classic text format every Prometheus version understands.
@@ -191,16 +192,6 @@ def consume(stream: Iterable[str], state: ReportState, err: TextIO = sys.stderr)
     """Feed every JSON line of ``stream`` into ``state``; returns the number of bad lines."""
     return consume_reports(stream, state.update, "neuron-monitor-prometheus", err)
 
-
-def port_number(value: str) -> int:
-    """``--port``: a TCP port, 1-65535 (argparse turns the error into a usage error, exit 2)."""
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if not 0 < n < 65536:
-        raise argparse.ArgumentTypeError(f"{value!r} is not valid; accepted: a TCP port from 1 to 65535")
-    return n
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from neuron_explorer.util.atomic import AtomicFile
 
-from ..runtime.config import IndexRanges
+from neuron_explorer.util.ranges import IndexRanges
 from . import analysis
 from . import format as fmt
 from . import sources

@@ -8,6 +8,7 @@ import sys
 
 from neuron_explorer.contracts.env import ConfigError
 from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
+from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
 
@@ -56,16 +57,6 @@ def add_view_parser(sub) -> None:
     v.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
 
 
-def port_number(text: str) -> int:
-    """argparse type for a TCP port: 1..65535 (the OS refuses anything else with a traceback)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (expected 1-65535, e.g. 3001)") from None
-    if not 1 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range (expected 1-65535, e.g. 3001)")
-    return n
-
 
 def workspace_entry(display_name: str, directory: str) -> str:
     """The directory name of an ingestion inside the workspace: ``--display-name`` when given
@@ -73,8 +64,6 @@ def workspace_entry(display_name: str, directory: str) -> str:
     else derived from the capture directory's name (made safe with ``safe_component``: ``-d /``
     has no name, a hidden directory's name would not be listed)."""
     from neuron_explorer.util.names import safe_component
-    from ..cli import UsageError
-
     if display_name:
         bad = ("is empty" if not display_name.strip() else
                "contains '/'" if "/" in display_name else
@@ -110,7 +99,6 @@ def show_schema() -> str:
 
 
 def view_command(args: argparse.Namespace) -> int:
-    from ..cli import UsageError
     from neuron_explorer.analysis.filters import ViewFilter
 
     if args.show_profile_schema:
@@ -175,15 +163,11 @@ def view_command(args: argparse.Namespace) -> int:
 
 def _cannot_write(e: OutputError) -> int:
     """One line for a failed write (full disk, permissions), exit status 1."""
-    from ..cli import _prog_name
-
-    print(f"{_prog_name()}: error: {e}", file=sys.stderr)
+    print(f"{prog_name()}: error: {e}", file=sys.stderr)
     return 1
 
 
 def _workspace(args: argparse.Namespace) -> str:
-    from ..cli import UsageError
-
     ws = args.data_path or default_data_path()
     try:
         os.makedirs(ws, exist_ok=True)
@@ -194,8 +178,6 @@ def _workspace(args: argparse.Namespace) -> str:
 
 def _launch_ui(args: argparse.Namespace, filt) -> int:
     """No output format: ingest -d DIR (if given) into the workspace, then serve the UI."""
-    from ..cli import UsageError
-
     ws = _workspace(args)
     if args.directory:
         name = workspace_entry(args.display_name, args.directory)

@@ -1,0 +1,192 @@
+"""The import rule of docs/architecture.md, checked on every run.
+
+Every ``import`` in ``src/neuron_explorer`` (function-level ones included) is resolved to the module
+it names and checked against the layer table below: a module may import its own package and the
+packages its layer allows, never a higher layer, never another package's underscore names, and
+packages never import each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+ROOT = "neuron_explorer"
+
+# module (or package) -> layer; the longest matching prefix wins
+LAYER_OF = {
+    "neuron_explorer": "util",  # the package root holds only __version__
+    "neuron_explorer.util": "util",
+    "neuron_explorer.contracts": "contracts",
+    "neuron_explorer.proto": "contracts",
+    "neuron_explorer.ndet.format": "contracts",
+    "neuron_explorer.monitor.endpoint": "contracts",
+    "neuron_explorer.monitor.histogram": "contracts",
+    "neuron_explorer.runtime": "runtime",
+    "neuron_explorer.capture": "consumers",
+    "neuron_explorer.ndet.recorder": "consumers",
+    "neuron_explorer.monitor.app_stats": "consumers",
+    "neuron_explorer.integrations": "integrations",
+    "neuron_explorer.boot": "composition",
+    "neuron_explorer.torch": "composition",
+    "neuron_explorer.analysis": "analysis",
+    "neuron_explorer.exporters": "exporters",
+    "neuron_explorer.view": "tools",
+    "neuron_explorer.ndet": "tools",
+    "neuron_explorer.monitor": "tools",
+    "neuron_explorer.ui": "ui",
+    "neuron_explorer.cli": "entry",
+    "neuron_explorer.__main__": "entry",
+}
+
+# what each layer may import besides itself
+ALLOWED = {
+    "util": set(),
+    "contracts": {"util", "contracts"},  # the contracts share their vocabulary and the protobuf schema
+    "runtime": {"util", "contracts"},
+    "consumers": {"util", "contracts", "runtime"},
+    "integrations": {"util", "contracts", "runtime", "consumers"},
+    "composition": {"util", "contracts", "runtime", "consumers", "integrations", "composition"},
+    "analysis": {"util", "contracts"},
+    "exporters": {"util", "contracts", "analysis"},
+    "tools": {"util", "contracts", "analysis", "exporters"},
+    "ui": {"util", "contracts"},
+    "entry": {"util", "contracts", "runtime", "consumers", "integrations", "composition", "analysis",
+              "exporters", "tools", "ui", "entry"},
+}
+
+# imports the layers alone would refuse (importer package -> imported package)
+EXCEPTIONS = {
+    ("neuron_explorer.view", "neuron_explorer.ui"),  # `view` with no output format serves the UI
+}
+
+
+def layer(module: str) -> str:
+    best = max((p for p in LAYER_OF if module == p or module.startswith(p + ".")), key=len)
+    return LAYER_OF[best]
+
+
+def package(module: str) -> str:
+    """The unit that may import itself freely: a top-level subpackage, or a module the layer table
+    names on its own (``ndet.recorder`` is not part of ``ndet``'s tools)."""
+    best = max((p for p in LAYER_OF if module == p or module.startswith(p + ".")), key=len)
+    parts = module.split(".")
+    return best if best != ROOT and len(best.split(".")) > 2 else ".".join(parts[:2])
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted((SRC / ROOT).rglob("*.py")):
+        rel = p.relative_to(SRC).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
+    return out
+
+
+def imports(name: str, path: Path) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import of our package in the file."""
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None, node.lineno) for a in node.names if a.name.split(".")[0] == ROOT]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                mod = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != ROOT:
+                continue
+            for a in node.names:
+                found.append((mod, a.name, node.lineno))
+    return found
+
+
+def resolve(mod: str, name: str | None, known: dict[str, Path]) -> str:
+    """``from pkg import sub`` imports the module ``pkg.sub`` when that module exists."""
+    if name is not None and f"{mod}.{name}" in known:
+        return f"{mod}.{name}"
+    return mod
+
+
+def violations(known: dict[str, Path], edges: list[tuple[str, str, str | None, int]]) -> list[str]:
+    out = []
+    for src, dst, name, line in edges:
+        where = f"{known[src].relative_to(SRC)}:{line}" if src in known else f"{src}:{line}"
+        ls, ld = layer(src), layer(dst)
+        ps, pd = package(src), package(dst)
+        if ps != pd:
+            if (ps, pd) in EXCEPTIONS:
+                pass
+            elif ld == ls:
+                if ls not in ALLOWED[ls]:
+                    out.append(f"{where}: {src} ({ls}) imports {dst}, another package of the same layer")
+            elif ld not in ALLOWED[ls]:
+                out.append(f"{where}: {src} ({ls}) imports {dst} ({ld}): not allowed by docs/architecture.md")
+            if name is not None and name.startswith("_") and not name.startswith("__"):
+                out.append(f"{where}: {src} imports the private name {name} of {dst}")
+    return out
+
+
+def package_cycles(edges) -> list[list[str]]:
+    graph = defaultdict(set)
+    for src, dst, _, _ in edges:
+        if package(src) != package(dst):
+            graph[package(src)].add(package(dst))
+    cycles, state = [], {}
+
+    def visit(n, stack):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                cycles.append(stack[stack.index(m):] + [m])
+            elif m not in state:
+                visit(m, stack)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [])
+    return cycles
+
+
+def all_edges(known):
+    edges = []
+    for name, path in known.items():
+        for mod, imported, line in imports(name, path):
+            edges.append((name, resolve(mod, imported, known), imported, line))
+    return edges
+
+
+def test_every_module_has_a_layer():
+    known = modules()
+    assert all(layer(m) for m in known)
+
+
+def test_imports_follow_the_layers():
+    known = modules()
+    assert violations(known, all_edges(known)) == []
+
+
+def test_no_import_cycles_between_packages():
+    known = modules()
+    assert package_cycles(all_edges(known)) == []
+
+
+@pytest.mark.parametrize("src,dst,name,expect", [
+    ("neuron_explorer.runtime.core", "neuron_explorer.capture.sink", "CaptureSink", "not allowed"),
+    ("neuron_explorer.analysis.reader", "neuron_explorer.exporters.parquet", "ParquetWriter", "not allowed"),
+    ("neuron_explorer.ui.store", "neuron_explorer.analysis.reader", "Session", "not allowed"),
+    ("neuron_explorer.capture.sink", "neuron_explorer.ndet.recorder", "NdetRecorder", "same layer"),
+    ("neuron_explorer.view.pipeline", "neuron_explorer.analysis.reader", "_arr", "private name"),
+])
+def test_the_checker_catches_an_upward_or_sideways_import(src, dst, name, expect):
+    (msg,) = violations({}, [(src, dst, name, 1)])
+    assert expect in msg
