@@ -14,8 +14,8 @@ from neuron_explorer.monitor.app_stats import AppStats
 def test_snapshot_file_is_private_and_holds_the_counters(stats_dir: Path) -> None:
     s = AppStats("train_x", None, "i-test", [0, 1], interval_s=60)
     s.on_model_load(7, "mlp", 1, flops=1e6, code_bytes=10, constants_bytes=20)
-    s.on_execution(7, 1, 2_000_000, 1_500_000, "completed")
-    s.on_execution(7, 1, 3_000_000, 2_500_000, "completed_with_num_err")
+    s.on_execution(7, 1, 2_000_000, 1_500_000, "completed", end_ns=10_000_000)
+    s.on_execution(7, 1, 3_000_000, 2_500_000, "completed_with_num_err", end_ns=20_000_000)
     s.on_execution(7, 1, 100, -1, "failed_to_queue")
     s.on_error("numerical")
     s.set_memory({"tensors": 5}, {1: {"constants": 20, "model_code": 10}})
@@ -41,6 +41,19 @@ def test_snapshot_file_is_private_and_holds_the_counters(stats_dir: Path) -> Non
     finally:
         s.stop()
     assert not path.exists()
+
+
+def test_busy_time_is_the_union_of_execution_intervals(stats_dir: Path) -> None:
+    """Overlapping executions on a core count once, as in view's summaries (one definition of busy
+    time): also when the overlap spans two snapshots."""
+    s = AppStats("t", None, "i-test", [0], interval_s=60)
+    s.on_execution(1, 0, 4_000_000, 4_000_000, "completed", end_ns=14_000_000)  # [10, 14] ms
+    s.on_execution(1, 0, 4_000_000, 4_000_000, "completed", end_ns=16_000_000)  # [12, 16] ms
+    assert s.snapshot()["cores"]["0"]["busy_ns"] == 6_000_000
+    s.on_execution(1, 0, 3_000_000, 3_000_000, "completed", end_ns=17_000_000)  # [14, 17]: 1 ms new
+    s.on_execution(1, 0, 1_000_000, -1, "completed", end_ns=30_000_000)  # host time when unmeasured
+    snap = s.snapshot()
+    assert snap["cores"]["0"]["busy_ns"] == 8_000_000 and snap["cores"]["0"]["executions"] == 4
 
 
 def test_tag_defaults_to_env_then_pid(stats_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

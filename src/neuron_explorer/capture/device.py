@@ -12,7 +12,6 @@ profile (every execution on a core) and ``neff_<hash>_vnc_<nc>.neff`` for the gr
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,6 +103,3 @@ def write_neff(path: str, *, neff_name: str, graph_hash: str, model_name: str, b
     atomic_write(path, msg.SerializeToString())
 
 
-def ensure_dir(path: str) -> str:
-    os.makedirs(path, exist_ok=True)
-    return path

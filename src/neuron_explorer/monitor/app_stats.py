@@ -55,14 +55,37 @@ _publishers: dict[str, "AppStats"] = {}  # snapshot path -> the AppStats publish
 _registry_lock = threading.Lock()
 
 
+# Busy time is the union of the core's execution intervals (util.intervals, as in ``view``):
+# overlapping executions count once.  Each batch is merged with the runs of the batches before it
+# that ended within TAIL_NS of the latest end (at most TAIL_RUNS of them), so an execution that
+# overlaps one counted in an earlier snapshot is not counted twice.
+TAIL_NS = 10_000_000_000
+TAIL_RUNS = 4096
+
+
 class _Core:
-    __slots__ = ("busy_ns", "flops", "flops_known", "executions")
+    __slots__ = ("busy_ns", "flops", "flops_known", "executions", "tail_s", "tail_e")
 
     def __init__(self) -> None:
         self.busy_ns = 0
         self.flops = 0.0
         self.flops_known = False
         self.executions = 0
+        self.tail_s = self.tail_e = None  # merged runs already counted in busy_ns
+
+    def add_busy(self, starts, ends) -> None:
+        """Add the union of ``[start, end)`` intervals (monotonic ns) to the busy time."""
+        import numpy as np  # (not at import: the runtime starts this publisher in every process)
+
+        from neuron_explorer.util import intervals
+
+        if self.tail_s is not None:
+            starts, ends = np.r_[self.tail_s, starts], np.r_[self.tail_e, ends]
+        counted = 0 if self.tail_s is None else int((self.tail_e - self.tail_s).sum())
+        rs, re_ = intervals.merge(starts, ends)
+        self.busy_ns += int((re_ - rs).sum()) - counted
+        keep = re_ > re_[-1] - TAIL_NS
+        self.tail_s, self.tail_e = rs[keep][-TAIL_RUNS:], re_[keep][-TAIL_RUNS:]
 
 
 class AppStats:
@@ -118,10 +141,9 @@ class AppStats:
         self._models: dict[int, dict[str, Any]] = {}
         self._seq = 0
 
-        # Hot-path feed: the runtime appends (model_id, nc_idx, host_ns, device_ns, status) tuples
-        # here (one C-level append); the publisher thread applies them before each snapshot.
+        # executions counted through on_execution, applied with the runtime's records before each
+        # snapshot: (model_id, nc_idx, host_ns, device_ns, status, busy_start, busy_end)
         self._pending: deque = deque(maxlen=1_000_000)
-        self.record_execution = self._pending.append
         self._raw: dict[int, deque] = {}  # per core: the runtime's own execution records
 
         self._stop = threading.Event()
@@ -159,40 +181,20 @@ class AppStats:
             if int(nc_idx) not in self._cores:
                 self._cores[int(nc_idx)] = _Core()
 
-    def on_model_unload(self, model_id: int) -> None:
-        """Forget a graph that the runtime released."""
-        with self._lock:
-            self._models.pop(int(model_id), None)
-
-    def on_execution(self, model_id: int, nc_idx: int, host_ns: int, device_ns: int, status: str) -> None:
+    def on_execution(self, model_id: int, nc_idx: int, host_ns: int, device_ns: int, status: str,
+                     end_ns: int | None = None) -> None:
         """Count one execution: its outcome, latencies, busy time and flops on its core.
 
-        ``device_ns`` is the time the core was busy; a negative value means the
-        substrate could not measure it, and the host time is used for busy time.
-        """
-        with self._lock:
-            try:
-                self._executions[status] += 1
-            except KeyError:
-                raise ValueError(
-                    f"unknown execution status {status!r}; expected one of {', '.join(EXECUTION_STATUSES)}"
-                ) from None
-            core = self._cores.get(nc_idx)
-            if core is None:
-                core = self._cores[nc_idx] = _Core()
-            model = self._models.get(model_id)
-            if model is not None:
-                model["executions"] += 1
-            if status in _TIMED_STATUSES:
-                busy = device_ns if device_ns >= 0 else host_ns
-                core.busy_ns += busy
-                core.executions += 1
-                self._lat_total[histogram.bucket_index(host_ns)] += 1
-                if device_ns >= 0:
-                    self._lat_device[histogram.bucket_index(device_ns)] += 1
-                if model is not None and model["flops"] is not None:
-                    core.flops += model["flops"]
-                    core.flops_known = True
+        ``device_ns`` is the time the core was busy; a negative value means the substrate could
+        not measure it, and the host time is used for busy time.  ``end_ns`` is when the core's
+        work ended (``time.monotonic_ns()``; default: now), which places the busy interval so
+        overlapping executions count once.  Applied with the runtime's records before each
+        snapshot."""
+        if status not in self._executions:
+            raise ValueError(f"unknown execution status {status!r}; expected one of {', '.join(EXECUTION_STATUSES)}")
+        end = time.monotonic_ns() if end_ns is None else int(end_ns)
+        busy = device_ns if device_ns >= 0 else host_ns
+        self._pending.append((int(model_id), int(nc_idx), int(host_ns), int(device_ns), status, end - busy, end))
 
     def on_error(self, err_class: str) -> None:
         """Count one error of a class from the report's ``error_summary``."""
@@ -243,13 +245,14 @@ class AppStats:
             for _ in range(len(q)):
                 r = pop()
                 host = r[2] - r[1]
-                dev = r[8] - r[7] if r[8] > 0 else host
-                out.append((r[4], nc, host, dev, _RET_STATUS.get(r[6], "completed_with_err")))
+                on_dev = r[8] > 0  # the core's own span measured (CUDA events), else the host call's
+                s, e = (r[7], r[8]) if on_dev else (r[1], r[2])
+                out.append((r[4], nc, host, e - s, _RET_STATUS.get(r[6], "completed_with_err"), s, e))
         return out
 
     def drain_pending(self) -> int:
-        """Apply the executions queued through :attr:`record_execution` and :meth:`runtime_feed`,
-        in one batch; returns how many.
+        """Apply the executions counted through :meth:`on_execution` and :meth:`runtime_feed`, in
+        one batch; returns how many.
 
         The hot path only appended tuples; counting them here with numpy keeps the publisher's
         cost per execution well under a microsecond."""
@@ -263,17 +266,13 @@ class AppStats:
         n = len(recs)
         if not n:
             return 0
-        mids, ncs, host, dev, status = zip(*recs)
-        unknown = set(status) - set(EXECUTION_STATUSES)
-        if unknown:
-            raise ValueError(f"unknown execution status {sorted(unknown)[0]!r}; "
-                             f"expected one of {', '.join(EXECUTION_STATUSES)}")
+        mids, ncs, host, dev, status, b_start, b_end = zip(*recs)
         host_a = np.asarray(host, dtype=np.int64)
         dev_a = np.asarray(dev, dtype=np.int64)
         timed = np.fromiter((st in _TIMED_STATUSES for st in status), dtype=bool, count=n)
         nc_a = np.asarray(ncs, dtype=np.int64)
         mid_a = np.asarray(mids, dtype=np.int64)
-        busy = np.where(dev_a >= 0, dev_a, host_a)
+        bs, be = np.asarray(b_start, dtype=np.int64), np.asarray(b_end, dtype=np.int64)
         lat_total = np.bincount(histogram.bucket_indices(host_a[timed]), minlength=histogram.NUM_BUCKETS)
         measured = timed & (dev_a >= 0)
         lat_dev = np.bincount(histogram.bucket_indices(dev_a[measured]), minlength=histogram.NUM_BUCKETS)
@@ -289,7 +288,7 @@ class AppStats:
                 if core is None:
                     core = self._cores[nc] = _Core()
                 sel = timed & (nc_a == nc)
-                core.busy_ns += int(busy[sel].sum())
+                core.add_busy(bs[sel], be[sel])
                 core.executions += int(sel.sum())
                 for mid, c in zip(*np.unique(mid_a[sel], return_counts=True)):
                     m = self._models.get(int(mid))
@@ -383,10 +382,6 @@ class AppStats:
                 self.last_error = f"{type(exc).__name__}: {exc}"
             self._wake.wait(self.interval_s)
             self._wake.clear()
-
-    def request_publish(self) -> None:
-        """Ask the publisher thread to write a fresh snapshot without waiting for its timer."""
-        self._wake.set()
 
     def start(self) -> "AppStats":
         """Start the publisher thread and arrange for the snapshot to be removed at exit.
