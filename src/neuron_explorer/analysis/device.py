@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.analysis.reader import DeviceProfile, ProfileError, Session, load_device_trace, wall_offset_ns
+from neuron_explorer.analysis.reader import DeviceProfile, Session, load_device_trace, wall_offset_ns
+from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.intervals import union_length
 

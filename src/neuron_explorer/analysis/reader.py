@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 from dataclasses import dataclass, field
 
 import numpy as np
-from google.protobuf.message import DecodeError
 
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.contracts.columns import DEVICE_TRACE_OPS_FIELD, EVENT_COLUMNS, OP_COLUMNS, SYSTEM_TRACE_EVENTS_FIELD
 from neuron_explorer.contracts.layout import SESSION_MARKERS
 from neuron_explorer.util.names import printable
-from neuron_explorer.util.pbwire import decode_varint, iter_fields
+from neuron_explorer.analysis.pbfile import (ProfileError, column_view, packed_array,
+                                             parse_columnar, parse_message)
 
 
 # The time domain every profile must fit, checked at load so that no int64 arithmetic in view can
@@ -31,14 +30,6 @@ from neuron_explorer.util.pbwire import decode_varint, iter_fields
 TIME_LIMIT_NS = 1 << 62
 WALL_OFFSET_MIN_NS = -(1 << 61)
 CLOCK_OFFSET_LIMIT_NS = 1 << 60
-
-
-class ProfileError(Exception):
-    """A profile file that cannot be used; the message names the file and the problem (on one
-    printable line, whatever bytes the file's name or contents hold)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(printable(message))
 
 
 def discover(root: str, problems: list[tuple[str, str]] | None = None) -> list[str]:
@@ -59,138 +50,6 @@ def discover(root: str, problems: list[tuple[str, str]] | None = None) -> list[s
         if any(m in files for m in SESSION_MARKERS):
             found.append(d)
     return sorted(found)
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "a special file"
-
-
-def open_regular(path: str) -> tuple[int, os.stat_result]:
-    """(descriptor, status) of ``path`` opened for reading; ProfileError unless it is a regular file.
-
-    Only regular files are read: a FIFO would block the reader forever and ``/dev/zero`` never
-    ends.  The type is checked before opening (a device is never opened) and again on the open
-    descriptor (the file checked is the file read); O_NONBLOCK keeps the open itself from waiting
-    on a FIFO that appears in between."""
-    try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise ProfileError(f"{path}: not a regular file ({_file_kind(mode)})")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise ProfileError(f"{path}: not a regular file ({_file_kind(st.st_mode)})")
-    return fd, st
-
-
-def file_identity(st: os.stat_result) -> tuple[int, ...]:
-    """What tells one version of a file from another: a replaced file has another inode, a
-    rewritten one another size or times (ctime cannot be set back by the writer)."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-READ_WHOLE_BYTES = 16 << 20  # larger files are mapped instead: garbage costs only the pages parsed until the error
-
-
-def _parse(path: str, msg_type):
-    """A whole-message capture file (trace_info.pb, cpu_util.pb, host_mem.pb, a .neff), read only
-    if it is a regular file and never past the size it had when opened."""
-    fd, st = open_regular(path)
-    try:
-        if st.st_size == 0:
-            raise ProfileError(f"{path}: empty file (0 bytes)")
-        try:
-            if st.st_size <= READ_WHOLE_BYTES:
-                with os.fdopen(fd, "rb", closefd=False) as f:
-                    return _decode(path, msg_type, f.read(st.st_size))
-            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
-        except OSError as e:
-            raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    finally:
-        os.close(fd)
-    with mm, memoryview(mm) as view:
-        return _decode(path, msg_type, view)
-
-
-def _decode(path: str, msg_type, data):
-    msg = msg_type()
-    try:
-        msg.ParseFromString(data)
-    except (DecodeError, ValueError) as e:
-        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
-    if getattr(msg, "format_version", 1) == 0:
-        raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
-    return msg
-
-
-def _parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int,
-                                                                   tuple[int, ...]]:
-    """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
-
-    The file is memory-mapped; everything but the column message is parsed by protobuf (it is
-    small), and the columns come back as (start, end) offsets into the map, ready for
-    ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count,
-    the file's identity)."""
-    fd, st = open_regular(path)
-    size = st.st_size
-    try:
-        if size == 0:
-            raise ProfileError(f"{path}: empty file (0 bytes)")
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    finally:
-        os.close(fd)
-    rest = bytearray()
-    cols: dict[int, tuple[int, int]] = {}
-    count = 0
-    try:
-        for fno, wt, a, b, tag_start in iter_fields(mm, 0, size):
-            if fno == column_field and wt == 2:
-                for cf, cwt, ca, cb, _ in iter_fields(mm, a, b):
-                    if cf == 1 and cwt == 0:  # the count field of EventColumns and DeviceOpColumns
-                        count = decode_varint(mm, ca)[0]
-                    elif cwt == 2:
-                        cols[cf] = (ca, cb)
-            else:
-                rest += mm[tag_start:b]
-    except (ValueError, IndexError) as e:
-        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
-    msg = msg_type()
-    try:
-        msg.ParseFromString(bytes(rest))
-    except (DecodeError, ValueError) as e:
-        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
-    if getattr(msg, "format_version", 1) == 0:
-        raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
-    return msg, mm, cols, count, file_identity(st)
-
-
-def _col_view(mm, cols: dict[int, tuple[int, int]], field_no: int, dtype: str, path: str, name: str,
-              count: int) -> np.ndarray:
-    a, b = cols.get(field_no, (0, 0))
-    dt = np.dtype(dtype).newbyteorder("<")
-    if (b - a) != count * dt.itemsize:
-        raise ProfileError(f"{path}: column {name} has {(b - a)} bytes, expected {count} values of {dt.itemsize}")
-    arr = np.frombuffer(mm, dtype=dt, count=count, offset=a) if count else np.empty(0, dtype=dt)
-    return arr.astype(dt.newbyteorder("="), copy=False)
-
-
-def _arr(b: bytes, dtype: str, path: str, field_name: str, count: int | None = None) -> np.ndarray:
-    dt = np.dtype(dtype).newbyteorder("<")
-    if len(b) % dt.itemsize:
-        raise ProfileError(f"{path}: column {field_name} has {len(b)} bytes, not a multiple of {dt.itemsize}")
-    a = np.frombuffer(b, dtype=dt)
-    if count is not None and len(a) != count:
-        raise ProfileError(f"{path}: column {field_name} has {len(a)} values, expected {count}")
-    return a.astype(dt.newbyteorder("="), copy=False)
 
 
 @dataclass
@@ -293,7 +152,7 @@ def load_session(path: str, load_events: bool = True, checked: tuple | None = No
     info_p = os.path.join(path, "trace_info.pb")
     trace_p = os.path.join(path, "ntrace.pb")
     if os.path.lexists(info_p):  # (lexists: a dangling link is reported, not taken for "no file")
-        s.info = _parse(info_p, pb.TraceInfo)
+        s.info = parse_message(info_p, pb.TraceInfo)
         _check_info(s.info, info_p)
     if os.path.lexists(trace_p) and load_events:
         _load_trace(s, trace_p, checked)
@@ -363,7 +222,7 @@ def _check_info(info: pb.TraceInfo, path: str) -> None:
 
 
 def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
-    t, mm, cols, n, ident = _parse_columnar(trace_p, pb.SystemTrace, SYSTEM_TRACE_EVENTS_FIELD)
+    t, mm, cols, n, ident = parse_columnar(trace_p, pb.SystemTrace, SYSTEM_TRACE_EVENTS_FIELD)
     s.trace = t
     # The type table is sized by the types the file declares, never by an id read from it.
     ntypes = len(t.event_types)
@@ -380,7 +239,7 @@ def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
     s.models = list(t.models)
     layout = {}
     for c in EVENT_COLUMNS:
-        s.events[c.name] = _col_view(mm, cols, c.field, c.dtype, trace_p, c.name, n)
+        s.events[c.name] = column_view(mm, cols, c.field, c.dtype, trace_p, c.name, n)
         layout[c.name] = (cols.get(c.field, (0, 0))[0], np.dtype(c.dtype).itemsize)
     s.mapped = (mm, layout)
     version = (ident, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
@@ -463,12 +322,12 @@ _SAMPLE_COLUMNS = {  # per file: (column, dtype, values per sample or the field 
 
 def _load_samples(path: str, typ, wall_off: int):
     """cpu_util.pb / host_mem.pb with every column holding one value (or one per CPU) per sample."""
-    msg = _parse(path, typ)
+    msg = parse_message(path, typ)
     cols = _SAMPLE_COLUMNS[typ.__name__]
-    ts = _arr(msg.ts_ns, "i8", path, "ts_ns")
+    ts = packed_array(msg.ts_ns, "i8", path, "ts_ns")
     for name, dtype, per in cols[1:]:
         k = getattr(msg, per) if isinstance(per, str) else per
-        _arr(getattr(msg, name), dtype, path, name, len(ts) * k)
+        packed_array(getattr(msg, name), dtype, path, name, len(ts) * k)
     if len(ts):
         check_times(path, "sample timestamps", int(ts.min()), int(ts.max()), wall_off)
     return msg
@@ -504,8 +363,8 @@ def load_device_trace(path: str, wall_offset: int = 0) -> DeviceProfile:
     times stay on the wall clock."""
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise ProfileError(f"{path} is 0 bytes: {NO_EXECUTION_HINT}")
-    t, mm, cols, n, _ = _parse_columnar(path, pb.DeviceTrace, DEVICE_TRACE_OPS_FIELD)
-    ops = {c.name: _col_view(mm, cols, c.field, c.dtype, path, c.name, n) for c in OP_COLUMNS}
+    t, mm, cols, n, _ = parse_columnar(path, pb.DeviceTrace, DEVICE_TRACE_OPS_FIELD)
+    ops = {c.name: column_view(mm, cols, c.field, c.dtype, path, c.name, n) for c in OP_COLUMNS}
     if n == 0:  # (also what a file cut at a field boundary looks like: protobuf cannot tell)
         raise ProfileError(f"{path} holds no ops: {NO_EXECUTION_HINT}")
     if n >= 1 << 32:
@@ -542,4 +401,4 @@ def _device_to_host(t: pb.DeviceTrace, path: str) -> int:
 
 
 def load_neff(path: str) -> pb.NeffFile:
-    return _parse(path, pb.NeffFile)
+    return parse_message(path, pb.NeffFile)

@@ -884,7 +884,7 @@ def assemble(path: str, pieces: list[str]) -> None:
 
 def counter_series(s) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:
     """{counter name: (monotonic ts, values, unit)} from a session's samplers."""
-    from neuron_explorer.analysis.reader import _arr
+    from neuron_explorer.analysis.pbfile import packed_array as _arr
 
     out: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
     if s.cpu is not None:

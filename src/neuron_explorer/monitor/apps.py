@@ -20,6 +20,7 @@ import psutil
 
 from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.monitor import histogram
+from neuron_explorer.util import files
 from neuron_explorer.monitor.endpoint import (
     CORE_MEMORY_CATEGORIES,
     ERROR_CLASSES,
@@ -62,17 +63,12 @@ def read_snapshot(path: Path) -> dict[str, Any]:
     """Load one snapshot file; raises FileNotFoundError when the app removed it meanwhile, and
     SnapshotError (naming the file and the field) for anything but a valid snapshot."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise SnapshotError(f"{path}: not a regular file")
-        if st.st_size > MAX_SNAPSHOT_BYTES:
-            raise SnapshotError(f"{path}: {st.st_size} bytes, larger than a stats snapshot can be "
-                                f"({MAX_SNAPSHOT_BYTES} bytes)")
-        raw = f.read(MAX_SNAPSHOT_BYTES + 1)
+        raw = files.read_regular(path, MAX_SNAPSHOT_BYTES)
+    except files.NotRegularFile:
+        raise SnapshotError(f"{path}: not a regular file") from None
+    except files.FileTooLarge as exc:
+        raise SnapshotError(f"{path}: {exc.size} bytes, larger than a stats snapshot can be "
+                            f"({MAX_SNAPSHOT_BYTES} bytes)") from None
     try:
         snap = _json.loads(raw)
     except (ValueError, RecursionError) as exc:

@@ -9,12 +9,12 @@ stderr ends up in a log that someone reads later.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from neuron_explorer.util import files
 
 #: Application-level metric groups, in report order.
 RUNTIME_GROUPS: tuple[str, ...] = (
@@ -167,19 +167,13 @@ def _read_text(p: Path) -> str:
     """The file's text; only a regular file of at most MAX_CONFIG_BYTES is read (a FIFO would block,
     /dev/zero never ends)."""
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        raw = files.read_regular(p, MAX_CONFIG_BYTES)
+    except files.NotRegularFile:
+        raise ConfigError(f"{p}: not a regular file; expected a JSON configuration file") from None
+    except files.FileTooLarge as exc:
+        raise ConfigError(f"{p}: {exc.size} bytes; a configuration file is at most {MAX_CONFIG_BYTES} bytes") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read configuration file ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{p}: not a regular file; expected a JSON configuration file")
-        if st.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{p}: {st.st_size} bytes; a configuration file is at most {MAX_CONFIG_BYTES} bytes")
-        try:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-        except OSError as exc:
-            raise ConfigError(f"{p}: cannot read configuration file ({exc.strerror or exc})") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

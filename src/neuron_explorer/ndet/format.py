@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable
 
 import numpy as np
+
+from neuron_explorer.util import files
 
 MAGIC = b"NDETLOG1"
 TRAILER = b"NDETEND1"
@@ -171,15 +172,14 @@ def _check_magic(path: str, head: bytes) -> None:
 
 
 def open_regular(path: str) -> BinaryIO:
-    """Open for reading, refusing what is not a regular file: a FIFO would hang the reader and
-    ``/dev/zero`` never ends (opened non-blocking, so that opening a FIFO returns at once)."""
+    """Open for reading, refusing what is not a regular file (util.files: a FIFO would hang the
+    reader and ``/dev/zero`` never ends)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd, _ = files.open_regular(path)
+    except files.NotRegularFile:
+        raise LogFormatError(f"{path}: not a regular file") from None
     except OSError as e:
         raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise LogFormatError(f"{path}: not a regular file")
     return os.fdopen(fd, "rb")
 
 

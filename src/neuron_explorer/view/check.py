@@ -7,7 +7,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from neuron_explorer.analysis.reader import ProfileError, discover, load_device_trace, load_session, wall_offset_ns
+from neuron_explorer.analysis.pbfile import ProfileError
+from neuron_explorer.analysis.reader import discover, load_device_trace, load_session, wall_offset_ns
 from neuron_explorer.util.names import printable
 
 HINT_EMPTY = ("the output directory is empty: profiling was not enabled (NEURON_RT_INSPECT_ENABLE=1, "

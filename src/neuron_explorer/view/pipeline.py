@@ -15,7 +15,8 @@ from neuron_explorer.view import output as output_mod
 from neuron_explorer.contracts import dataset
 from neuron_explorer.analysis.events import build as build_events
 from neuron_explorer.analysis.filters import ViewFilter
-from neuron_explorer.analysis.reader import ProfileError, Session, discover, load_session
+from neuron_explorer.analysis.pbfile import ProfileError
+from neuron_explorer.analysis.reader import Session, discover, load_session
 from neuron_explorer.util.names import printable
 
 

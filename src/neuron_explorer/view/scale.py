@@ -25,7 +25,8 @@ import numpy as np
 from neuron_explorer.analysis import align
 from neuron_explorer.analysis.events import collective_flow_ids
 from neuron_explorer.analysis.filters import ViewFilter
-from neuron_explorer.analysis.reader import ProfileError, discover, load_session  # noqa: F401  (discover is part of the API)
+from neuron_explorer.analysis.pbfile import ProfileError
+from neuron_explorer.analysis.reader import discover, load_session  # noqa: F401  (discover is part of the API)
 
 
 def index_session(path: str) -> dict[str, Any]:
