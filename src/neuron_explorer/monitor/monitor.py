@@ -18,12 +18,11 @@ from typing import Any, Callable, TextIO
 
 from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.monitor import endpoint
+from neuron_explorer.monitor.snapshot import SnapshotError, read_snapshot
 from neuron_explorer.monitor.apps import (
     AppTracker,
     ProcessGone,
-    SnapshotError,
     process_start_time,
-    read_snapshot,
     remove_stale,
 )
 from neuron_explorer.monitor.config import DEFAULT_PERIOD_S, RUNTIME_GROUPS, SYSTEM_GROUPS, MonitorConfig
