@@ -140,94 +140,112 @@ class ReportTracker:
     def _iter(self, report: dict[str, Any]) -> Iterator[Sample]:
         base = base_labels(report)
         live: set[tuple[Any, str]] = set()
-
-        def mk(name: str, extra: dict[str, str], value: Any, fresh: bool) -> Sample | None:
-            # numbers only, and finite: CloudWatch refuses a whole request for one NaN
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return None
-            try:
-                v = float(value)
-            except OverflowError:  # an integer beyond a double's range
-                return None
-            if not math.isfinite(v):
-                return None
-            return Sample(name, {**base, **extra}, v, fresh)
-
-        out: list[Sample | None] = []
+        groups: list[tuple[Any, str, Any, dict, dict]] = []  # (scope, group, data, extra labels, samplers)
         for rt in _l(report.get("neuron_runtime_data")):
-            if not isinstance(rt, dict):
-                continue
-            tag = _label(rt.get("neuron_runtime_tag"))
-            scope = ("rt", _label(rt.get("pid")), tag)
-            rl = {"runtime_tag": tag}
-            for group, data in _d(rt.get("report")).items():
-                if not isinstance(data, dict):
-                    continue
-                live.add((scope, group))
-                fresh = self._fresh(scope, group, data)
-                if group == "neuroncore_counters":
-                    for nc, c in _d(data.get("neuroncores_in_use")).items():
-                        out.append(mk("neuroncore_utilization_ratio", {**rl, "neuroncore": str(nc)},
-                                      _pct(_d(c).get("neuroncore_utilization")), fresh))
-                elif group == "neuron_runtime_vcpu_usage":
-                    for ut, v in _d(data.get("vcpu_usage")).items():
-                        out.append(mk("neuron_runtime_vcpu_usage_ratio", {**rl, "usage_type": ut}, _pct(v), fresh))
-                elif group == "memory_used":
-                    used = _d(data.get("neuron_runtime_used_bytes"))
-                    for loc in ("host", "neuron_device"):
-                        out.append(mk("neuron_runtime_memory_used_bytes", {**rl, "memory_location": loc}, used.get(loc), fresh))
-                    per_core = _d(_d(used.get("usage_breakdown")).get("neuroncore_memory_usage"))
-                    for nc, cats in per_core.items():
-                        for cat in CORE_MEMORY_METRICS:
-                            out.append(mk(f"neuroncore_memory_usage_{cat}",
-                                          {**rl, "neuroncore": str(nc), "memory_location": "neuron_device"},
-                                          _d(cats).get(cat), fresh))
-                elif group == "execution_stats":
-                    for et, v in _d(data.get("error_summary")).items():
-                        out.append(mk("execution_errors_total", {**rl, "error_type": et}, v, fresh))
-                    for st, v in _d(data.get("execution_summary")).items():
-                        out.append(mk("execution_status_total", {**rl, "status_type": st}, v, fresh))
-                    total = _d(_d(data.get("latency_stats")).get("total_latency"))
-                    for p in PERCENTILE_KEYS:
-                        out.append(mk("execution_latency_seconds", {**rl, "percentile": p}, total.get(p), fresh))
-        for group, data in _d(report.get("system_data")).items():
+            if isinstance(rt, dict):
+                tag = _label(rt.get("neuron_runtime_tag"))
+                scope = ("rt", _label(rt.get("pid")), tag)
+                groups += [(scope, g, d, {"runtime_tag": tag}, _RUNTIME_SAMPLES) for g, d in _d(rt.get("report")).items()]
+        groups += [("sys", g, d, {}, _SYSTEM_SAMPLES) for g, d in _d(report.get("system_data")).items()]
+        for scope, group, data, extra, table in groups:
+            samples = table.get(group)
             if not isinstance(data, dict):
                 continue
-            live.add(("sys", group))
-            fresh = self._fresh("sys", group, data)
-            if group == "neuron_hw_counters":
-                for dev in _l(data.get("neuron_devices")):
-                    if not isinstance(dev, dict):
-                        continue
-                    idx = _label(dev.get("neuron_device_index"))
-                    for k, v in dev.items():
-                        if k != "neuron_device_index":
-                            out.append(mk("hardware_ecc_events_total", {"event_type": k, "neuron_device_index": idx}, v, fresh))
-            elif group == "vcpu_usage":
-                per = data.get("usage_data")
-                if isinstance(per, (dict, list)) and per:
-                    out.append(mk("system_vcpu_count", {}, len(per), fresh))
-                for ut, v in _d(data.get("average_usage")).items():
-                    out.append(mk("system_vcpu_usage_ratio", {"usage_type": ut}, _pct(v), fresh))
-            elif group == "memory_info":
-                out.append(mk("system_memory_total_bytes", {}, data.get("memory_total_bytes"), fresh))
-                out.append(mk("system_memory_used_bytes", {}, data.get("memory_used_bytes"), fresh))
-                out.append(mk("system_swap_total_bytes", {}, data.get("swap_total_bytes"), fresh))
-                out.append(mk("system_swap_used_bytes", {}, data.get("swap_used_bytes"), fresh))
-        info = _d(report.get("instance_info"))
-        fresh = self._fresh("info", "instance_info", info)
-        out.append(mk("instance_info", {"instance_availability_zone_id": _label(info.get("instance_availability_zone_id")),
-                                        "ami_id": _label(info.get("ami_id"))}, 1, fresh))
-        hw = _d(report.get("neuron_hardware_info"))
-        fresh = self._fresh("info", "neuron_hardware_info", hw)
-        out.append(mk("neuron_hardware_info", {k: _label(hw.get(k)) for k in METRICS["neuron_hardware_info"].labels}, 1, fresh))
-        live.update({("info", "instance_info"), ("info", "neuron_hardware_info")})
+            live.add((scope, group))
+            fresh = self._fresh(scope, group, data)
+            if samples is not None:
+                for name, labels, value in samples(data):
+                    s = _sample(name, {**base, **extra, **labels}, value, fresh)
+                    if s is not None:
+                        yield s
+        for group, labels in (("instance_info", _instance_labels), ("neuron_hardware_info", _hardware_labels)):
+            info = _d(report.get(group))
+            live.add(("info", group))
+            s = _sample(group, {**base, **labels(info)}, 1, self._fresh("info", group, info))
+            if s is not None:
+                yield s
         # forget groups of applications that left, so a returning pid starts fresh
         for key in [k for k in self._last if k not in live]:
             del self._last[key]
-        for s in out:
-            if s is not None:
-                yield s
+
+
+def _sample(name: str, labels: dict[str, str], value: Any, fresh: bool) -> Sample | None:
+    """A sample of a finite number, else None (CloudWatch refuses a whole request for one NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond a double's range
+        return None
+    return Sample(name, labels, v, fresh) if math.isfinite(v) else None
+
+
+# The samples of each metric group of a report: (metric, its own labels, value).
+
+def _neuroncore_counters(data: dict) -> Iterator[tuple[str, dict, Any]]:
+    for nc, c in _d(data.get("neuroncores_in_use")).items():
+        yield "neuroncore_utilization_ratio", {"neuroncore": str(nc)}, _pct(_d(c).get("neuroncore_utilization"))
+
+
+def _runtime_vcpu(data: dict) -> Iterator[tuple[str, dict, Any]]:
+    for ut, v in _d(data.get("vcpu_usage")).items():
+        yield "neuron_runtime_vcpu_usage_ratio", {"usage_type": ut}, _pct(v)
+
+
+def _memory_used(data: dict) -> Iterator[tuple[str, dict, Any]]:
+    used = _d(data.get("neuron_runtime_used_bytes"))
+    for loc in ("host", "neuron_device"):
+        yield "neuron_runtime_memory_used_bytes", {"memory_location": loc}, used.get(loc)
+    for nc, cats in _d(_d(used.get("usage_breakdown")).get("neuroncore_memory_usage")).items():
+        for cat in CORE_MEMORY_METRICS:
+            yield (f"neuroncore_memory_usage_{cat}", {"neuroncore": str(nc), "memory_location": "neuron_device"},
+                   _d(cats).get(cat))
+
+
+def _execution_stats(data: dict) -> Iterator[tuple[str, dict, Any]]:
+    for et, v in _d(data.get("error_summary")).items():
+        yield "execution_errors_total", {"error_type": et}, v
+    for st, v in _d(data.get("execution_summary")).items():
+        yield "execution_status_total", {"status_type": st}, v
+    total = _d(_d(data.get("latency_stats")).get("total_latency"))
+    for p in PERCENTILE_KEYS:
+        yield "execution_latency_seconds", {"percentile": p}, total.get(p)
+
+
+def _hw_counters(data: dict) -> Iterator[tuple[str, dict, Any]]:
+    for dev in _l(data.get("neuron_devices")):
+        if isinstance(dev, dict):
+            idx = _label(dev.get("neuron_device_index"))
+            for k, v in dev.items():
+                if k != "neuron_device_index":
+                    yield "hardware_ecc_events_total", {"event_type": k, "neuron_device_index": idx}, v
+
+
+def _vcpu_usage(data: dict) -> Iterator[tuple[str, dict, Any]]:
+    per = data.get("usage_data")
+    if isinstance(per, (dict, list)) and per:
+        yield "system_vcpu_count", {}, len(per)
+    for ut, v in _d(data.get("average_usage")).items():
+        yield "system_vcpu_usage_ratio", {"usage_type": ut}, _pct(v)
+
+
+def _memory_info(data: dict) -> Iterator[tuple[str, dict, Any]]:
+    for what in ("memory_total", "memory_used", "swap_total", "swap_used"):
+        yield f"system_{what}_bytes", {}, data.get(f"{what}_bytes")
+
+
+_RUNTIME_SAMPLES = {"neuroncore_counters": _neuroncore_counters, "neuron_runtime_vcpu_usage": _runtime_vcpu,
+                    "memory_used": _memory_used, "execution_stats": _execution_stats}
+_SYSTEM_SAMPLES = {"neuron_hw_counters": _hw_counters, "vcpu_usage": _vcpu_usage, "memory_info": _memory_info}
+
+
+def _instance_labels(info: dict) -> dict[str, str]:
+    return {"instance_availability_zone_id": _label(info.get("instance_availability_zone_id")),
+            "ami_id": _label(info.get("ami_id"))}
+
+
+def _hardware_labels(hw: dict) -> dict[str, str]:
+    return {k: _label(hw.get(k)) for k in METRICS["neuron_hardware_info"].labels}
 
 
 _TOP_LEVEL = (("neuron_runtime_data", list, "an array"), ("system_data", dict, "an object"),
