@@ -7,7 +7,7 @@ execution and the ranks of one collective; CPU and memory samples are counter tr
 encoded column-wise (``pbenc``), not one protobuf object per event.
 
 Every track's events are written on their own packet sequence, whose defaults name the track and a
-sequence-scoped incremental clock (see docs/decisions/perfetto-incremental-timestamps.md): a packet
+sequence-scoped incremental clock (see docs/decisions/0017-perfetto-incremental-timestamps.md): a packet
 carries the nanoseconds since the previous packet of its sequence, not the absolute time, and no
 track id.  A clock snapshot ties each sequence's clock to the trace clock at its first event, so
 absolute times are that instant plus the deltas: nanoseconds since ``origin_ns`` (a wall-clock
@@ -17,7 +17,7 @@ argument names and string values are interned per sequence.  Packets are deflate
 
 A process is read a chunk at a time (``add_session``) and written a window at a time (``_Stream``):
 lanes, clocks and interned state carry over, and an event that arrives after its sequence's clock
-has passed it is written with an absolute time (docs/decisions/perfetto-chunked-writer.md), so
+has passed it is written with an absolute time (docs/decisions/0019-perfetto-chunked-writer.md), so
 memory does not grow with the events of a process.
 """
 

@@ -1,5 +1,5 @@
 """The window index: every event of a profile as compact arrays sorted by (leaf, start), plus the
-level-of-detail pyramid as arrays of the same shape. See docs/decisions/ui-event-index.md.
+level-of-detail pyramid as arrays of the same shape. See docs/decisions/0016-ui-event-index.md.
 
 Why: a zoomed-in window asks for a few thousand events out of tens of millions. Reading them from
 the Parquet store means scanning the start column of every visible process (a part often holds one

@@ -3,7 +3,7 @@
 A worker's numpy and Arrow temporaries are a few MB each. glibc's defaults return such blocks to
 the kernel at each free (it trims the heap top and maps every block above a threshold that only
 grows with use), so every chunk faulted its working memory in anew: page faults were about a
-quarter of a Perfetto worker's CPU time (docs/decisions/perfetto-chunked-writer.md) and most of
+quarter of a Perfetto worker's CPU time (docs/decisions/0019-perfetto-chunked-writer.md) and most of
 the JSON writer's system time (docs/decisions/0004-parquet-write-path.md).
 """
 
