@@ -3,7 +3,7 @@
 A session is a directory holding ``trace_info.pb`` and/or ``ntrace.pb`` (plus the optional
 ``cpu_util.pb``/``host_mem.pb``, device traces and NEFFs), at any depth under the directory given to
 ``view``: ``<out>/<instance>_pid_<pid>/<timestamp>/`` as the capture writes it, or the flat
-``<out>/<instance>_pid_<pid>/`` layout.  Loading turns each column into a numpy array with one copy.
+``<out>/<instance>_pid_<pid>/`` layout.  Loading maps the files and views each column in place (no copy).
 """
 
 from __future__ import annotations

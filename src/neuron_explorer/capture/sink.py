@@ -2,7 +2,8 @@
 directory, periodically (so a SIGKILL loses at most one period) and at stop.
 
 Periodic writes rewrite the files atomically.  To keep that from competing with the workload on
-large captures, the next periodic write is postponed to at least 20x the duration of the last one.
+large captures, the next periodic write is postponed to at least 100x the duration of the last one
+(about 1% of the run).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def native_tid() -> int:
 
 
 def anchor(label: str) -> tuple[int, int, str]:
-    """A (monotonic, wall) pair taken as close together as possible (the tighter of two tries)."""
+    """A (monotonic, wall) pair taken as close together as possible (the tightest of three tries)."""
     best = None
     for _ in range(3):
         m0 = now_ns()
