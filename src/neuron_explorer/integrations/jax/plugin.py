@@ -20,7 +20,11 @@ import threading
 import time
 from typing import Mapping
 
-from neuron_explorer.integrations.jax.xplane import MARK_START, MARK_STOP
+# Marker events emitted right after the trace starts and right before it stops, each bracketed by
+# two host monotonic reads; ``xplane.clock_map`` finds them in the trace to map its clock.
+MARK_PREFIX = "neuron_explorer_clock_sync"
+MARK_START = MARK_PREFIX + "_start"
+MARK_STOP = MARK_PREFIX + "_stop"
 
 _installed = False
 _warned: set[str] = set()
@@ -110,7 +114,7 @@ def start_trace(log_dir, *args, **kwargs) -> None:
             _warn_once("begin", f"JAX profile conversion disabled: {e}")
 
 
-def stop_trace():
+def stop_trace() -> None:
     """``jax.profiler.stop_trace``; a recording in progress is then converted (after JAX has
     written its trace)."""
     global _active

@@ -14,13 +14,13 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-# Marker events the plugin emits right after the trace starts and right before it stops, each
-# bracketed by two host monotonic reads (see clock_map).
-MARK_START = "neuron_explorer_clock_sync_start"
-MARK_STOP = "neuron_explorer_clock_sync_stop"
-_MARK_PREFIX = "neuron_explorer_clock_sync"
+from neuron_explorer.integrations.jax.plugin import MARK_PREFIX, MARK_START, MARK_STOP
+
+if TYPE_CHECKING:
+    from jax.profiler import ProfileData
+
 # host events that are the call into a compiled computation
 _EXEC_NAME = ("LoadedExecutable::Execute", "LoadedExecutable::ExecuteHelper")
 # how much older than the trace's start an xplane.pb may look (file systems' mtime granularity)
@@ -93,7 +93,7 @@ class Execution:
         return (self.module, self.program_id)
 
 
-def load(path: str):
+def load(path: str) -> "ProfileData":
     """The trace at ``path`` as a ``jax.profiler.ProfileData``."""
     from jax.profiler import ProfileData
 
@@ -194,7 +194,7 @@ def collect(pd) -> TraceEvents:
             continue
         for line in plane.lines:
             for e in line.events:
-                if not e.name.startswith("$") and not e.name.startswith(_MARK_PREFIX):
+                if not e.name.startswith("$") and not e.name.startswith(MARK_PREFIX):
                     _add_event(out, e, plane.name, line.name, host, dev_from_plane)
     return out
 
