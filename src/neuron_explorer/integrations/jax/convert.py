@@ -45,6 +45,8 @@ from neuron_explorer.runtime.ring import records_to_block
 from neuron_explorer.util.atomic import atomic_write
 
 if TYPE_CHECKING:
+    from jax.profiler import ProfileData
+
     from neuron_explorer.integrations.jax.plugin import TraceRecording
 
 _COPY_CHUNK = 1 << 20
@@ -198,7 +200,8 @@ class _Conversion:
         for t0, t1, tid, label in annotations:
             self.rec(nc, (ev.FRAMEWORK_OP, t0, t1, tid, self.rt.intern(label), 0, 0, 0, 0))
 
-    def add_trace(self, pd, marks: dict[str, tuple[int, int]], anchor: tuple[int, int, str]) -> list[str]:
+    def add_trace(self, pd: "ProfileData", marks: dict[str, tuple[int, int]],
+                  anchor: tuple[int, int, str]) -> list[str]:
         """Executions, compilations and device ops of the trace; returns the notes to keep."""
         off, cnote = xplane.clock_map(pd, marks, anchor)
         labels = xplane.line_labels(pd)

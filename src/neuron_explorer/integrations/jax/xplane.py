@@ -127,7 +127,7 @@ def find_xplane(log_dir: str | None, since_wall_ns: int, pid: int) -> tuple[str 
     return None, None
 
 
-def clock_map(pd, marks: dict[str, tuple[int, int]], anchor: tuple[int, int, str]) -> tuple[int, str]:
+def clock_map(pd: "ProfileData", marks: dict[str, tuple[int, int]], anchor: tuple[int, int, str]) -> tuple[int, str]:
     """(offset, note): host monotonic ns = trace ns + offset.
 
     ``marks``: the host monotonic reads around each marker the plugin emitted; ``anchor``: the
@@ -162,7 +162,7 @@ def clock_map(pd, marks: dict[str, tuple[int, int]], anchor: tuple[int, int, str
     return anchor[0], "clock: no marker and no trace start time; trace times assumed to start at the trace start"
 
 
-def line_labels(pd) -> dict[tuple[str, str], tuple[str, int]]:
+def line_labels(pd: "ProfileData") -> dict[tuple[str, str], tuple[str, int]]:
     """Readable track names and synthetic thread ids per (plane, line)."""
     out = {}
     counts: dict[str, int] = {}
@@ -181,7 +181,7 @@ def line_labels(pd) -> dict[tuple[str, str], tuple[str, int]]:
     return out
 
 
-def collect(pd) -> TraceEvents:
+def collect(pd: "ProfileData") -> TraceEvents:
     """Pull XLA ops, host execute calls and compilations out of the trace's host and device planes."""
     out = TraceEvents()
     for plane in pd.planes:
