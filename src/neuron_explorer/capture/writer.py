@@ -176,13 +176,14 @@ def encode_host_mem(s: "HostSampler") -> bytes:
     return msg.SerializeToString()
 
 
-def session_files(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir: str, sampler: "HostSampler | None" = None,
-                  *, note: str = "", cfg: "CaptureConfig | None" = None,
-                  start_anchor: tuple[int, int, str] | None = None, end_reason: str | None = None
-                  ) -> list[tuple[str, Callable[[], bytes | Iterable]]]:
-    """The session's files as (name, encode) pairs, encoded only when called: ``ntrace.pb`` when
-    the system profile is on, ``trace_info.pb``, and the host samples the sampler took.  ``cfg``,
-    ``start_anchor`` and ``end_reason`` default to the runtime's (see ``encode_trace_info``)."""
+def write_session(session_dir: str, rt: "Runtime", cores: dict[int, "CoreStore"],
+                  sampler: "HostSampler | None" = None, *, note: str = "", cfg: "CaptureConfig | None" = None,
+                  start_anchor: tuple[int, int, str] | None = None, end_reason: str | None = None) -> None:
+    """Write (or rewrite) a session's files as one: ``ntrace.pb`` when the system profile is on,
+    ``trace_info.pb``, and the host samples the sampler took.  All are renamed into place together
+    once all are written, so a failed write (a full disk) raises and leaves the previous complete
+    set, not a mix.  ``cfg``, ``start_anchor`` and ``end_reason`` default to the runtime's (see
+    ``encode_trace_info``); device profiles (``.ntff``, ``.neff``) are their writers' business."""
     cfg = cfg or rt.config
     files: list[tuple[str, Callable[[], bytes | Iterable]]] = []
     if cfg.system_profile:
@@ -193,15 +194,4 @@ def session_files(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir: str
         files.append(("cpu_util.pb", lambda: encode_cpu_util(sampler)))
     if sampler is not None and sampler.mem:
         files.append(("host_mem.pb", lambda: encode_host_mem(sampler)))
-    return files
-
-
-def write_session(session_dir: str, rt: "Runtime", cores: dict[int, "CoreStore"], sampler: "HostSampler | None" = None,
-                  *, note: str = "", cfg: "CaptureConfig | None" = None,
-                  start_anchor: tuple[int, int, str] | None = None, end_reason: str | None = None) -> None:
-    """Write (or rewrite) a session's files as one: all are renamed into place together once all
-    are written, so a failed write (a full disk) leaves the previous complete set, not a mix, and
-    raises.  Device profiles (``.ntff``, ``.neff``) are their writers' business."""
-    files = session_files(rt, cores, session_dir, sampler, note=note, cfg=cfg, start_anchor=start_anchor,
-                          end_reason=end_reason)
     atomic_write_all([(os.path.join(session_dir, name), encode) for name, encode in files])
