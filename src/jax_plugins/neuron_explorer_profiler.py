@@ -9,6 +9,6 @@ JAX pay nothing, and JAX programs pay one small import.  We register no backend:
 
 
 def initialize() -> None:
-    from neuron_explorer.integrations.jax import hooks as jax_hooks
+    from neuron_explorer.integrations.jax.plugin import install
 
-    jax_hooks.install()
+    install()

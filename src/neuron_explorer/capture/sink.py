@@ -16,8 +16,8 @@ import time
 
 from ..runtime.core import Runtime
 from . import writer
+from neuron_explorer.contracts.env import quiet
 from neuron_explorer.contracts.layout import make_session_dir
-from neuron_explorer.util.atomic import atomic_write_all
 from .samplers import HostSampler
 from ..runtime import clock
 from neuron_explorer.contracts.events import EVENT_TYPES as _EVENT_TYPES
@@ -123,16 +123,8 @@ class CaptureSink:
                 self.cfg.output_dir, rt.ident.instance_id, rt.ident.pid, self.start_anchor[1]
             )
         d = self.session_dir
-        files = []
-        if self.cfg.system_profile:
-            files.append(("ntrace.pb", lambda: writer.encode_system_trace(rt, self.cores)))
-        files.append(("trace_info.pb", lambda: writer.encode_trace_info(
-            rt, self.cores, d, self.note, self.cfg, self.start_anchor, self.end_reason)))
-        if self.sampler.cpu:
-            files.append(("cpu_util.pb", lambda: writer.encode_cpu_util(self.sampler)))
-        if self.sampler.mem:
-            files.append(("host_mem.pb", lambda: writer.encode_host_mem(self.sampler)))
-        atomic_write_all([(os.path.join(d, name), encode) for name, encode in files])
+        writer.write_session(d, rt, self.cores, self.sampler, note=self.note, cfg=self.cfg,
+                             start_anchor=self.start_anchor, end_reason=self.end_reason)
         if rt.devprof is not None:
             rt.devprof.write(d)
         self.written = True
@@ -164,8 +156,15 @@ def report_written(sink: CaptureSink) -> None:
     if sink.final_error is not None:
         print(f"neuron-explorer: profile incomplete: the final write failed ({sink.final_error}); "
               f"{sink.last_complete()}", file=sys.stderr)
-    elif sink.session_dir and sink.written and os.environ.get("NEURON_EXPLORER_QUIET", "") in ("", "0"):
-        print(f"neuron-explorer: profile written to {sink.session_dir}", file=sys.stderr)
+    elif sink.session_dir and sink.written:
+        say_written(sink.session_dir)
+
+
+def say_written(session_dir: str) -> None:
+    """"profile written to DIR" on stderr, unless NEURON_EXPLORER_QUIET is set (also said by
+    the JAX conversion, which writes its session without a sink)."""
+    if not quiet():
+        print(f"neuron-explorer: profile written to {session_dir}", file=sys.stderr)
 
 
 def describe_error(e: BaseException) -> str:

@@ -1,8 +1,9 @@
 """Writes a capture session directory: ntrace.pb, trace_info.pb, cpu_util.pb, host_mem.pb.
 
 Every file is written to a temporary name in the same directory and renamed into place, so a
-reader (or a process killed mid-write) never leaves a torn file behind.  ``AtomicFile`` and
-``safe_component`` also serve ``view``'s and ``neuron-det``'s outputs (see their docstrings).
+reader (or a process killed mid-write) never leaves a torn file behind (``util.atomic``).
+``write_session`` is the one place that decides which files a session has; the capture sink and
+the JAX conversion both call it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
@@ -18,9 +19,11 @@ from .. import __version__
 from ..proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.columns import EVENT_COLUMNS, EVENT_COUNT_FIELD, SYSTEM_TRACE_EVENTS_FIELD
+from neuron_explorer.util.atomic import atomic_write_all
 from neuron_explorer.util.pbwire import encode_varint_scalar
 
 if TYPE_CHECKING:
+    from ..runtime.config import CaptureConfig
     from ..runtime.core import Runtime
     from .samplers import HostSampler
     from .store import CoreStore
@@ -171,3 +174,24 @@ def encode_host_mem(s: "HostSampler") -> bytes:
     for i, name in enumerate(("process_rss", "process_vms", "host_total", "host_used", "host_available")):
         setattr(msg, name, _col(rows[:, i], "i8"))
     return msg.SerializeToString()
+
+
+def write_session(session_dir: str, rt: "Runtime", cores: dict[int, "CoreStore"],
+                  sampler: "HostSampler | None" = None, *, note: str = "", cfg: "CaptureConfig | None" = None,
+                  start_anchor: tuple[int, int, str] | None = None, end_reason: str | None = None) -> None:
+    """Write (or rewrite) a session's files as one: ``ntrace.pb`` when the system profile is on,
+    ``trace_info.pb``, and the host samples the sampler took.  All are renamed into place together
+    once all are written, so a failed write (a full disk) raises and leaves the previous complete
+    set, not a mix.  ``cfg``, ``start_anchor`` and ``end_reason`` default to the runtime's (see
+    ``encode_trace_info``); device profiles (``.ntff``, ``.neff``) are their writers' business."""
+    cfg = cfg or rt.config
+    files: list[tuple[str, Callable[[], bytes | Iterable]]] = []
+    if cfg.system_profile:
+        files.append(("ntrace.pb", lambda: encode_system_trace(rt, cores)))
+    files.append(("trace_info.pb", lambda: encode_trace_info(
+        rt, cores, session_dir, note, cfg, start_anchor, end_reason)))
+    if sampler is not None and sampler.cpu:
+        files.append(("cpu_util.pb", lambda: encode_cpu_util(sampler)))
+    if sampler is not None and sampler.mem:
+        files.append(("host_mem.pb", lambda: encode_host_mem(sampler)))
+    atomic_write_all([(os.path.join(session_dir, name), encode) for name, encode in files])

@@ -34,6 +34,7 @@ SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
 NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
 FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
 MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
+QUIET = "NEURON_EXPLORER_QUIET"
 NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
@@ -151,6 +152,12 @@ def capture_requested(env: Mapping[str, str] | None = None) -> bool:
     check is only a cheap pre-filter: it lets 'banana' through to here)."""
     env = os.environ if env is None else env
     return parse_bool(ENABLE, env.get(ENABLE), False)
+
+
+def quiet(env: Mapping[str, str] | None = None) -> bool:
+    """NEURON_EXPLORER_QUIET: leave out the "profile written to" line (any value but empty or 0)."""
+    env = os.environ if env is None else env
+    return env.get(QUIET, "") not in ("", "0")
 
 
 def ndet_requested(env: Mapping[str, str] | None = None) -> bool:
