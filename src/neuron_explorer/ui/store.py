@@ -45,7 +45,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from . import index, paths
+from . import index, index_build, paths
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
                                              WARNINGS, table_file)
 
@@ -292,7 +292,7 @@ class Profile:
         leaves = self.leaves
         base = min(lf.mn for lf in leaves)
         ext = max(lf.mx for lf in leaves) - base
-        levels = index.pyramid_levels(max(ext, 1), len(leaves), self.total_events) \
+        levels = index_build.pyramid_levels(max(ext, 1), len(leaves), self.total_events) \
             if self.total_events >= self.pyramid_min_events else []
         parts: dict[tuple[str, int], list[str]] = {}
         for inst, pid, f in self.ev_files:
