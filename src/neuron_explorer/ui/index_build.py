@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-FORMAT = 2  # bump when the layout changes: old cache directories are then ignored (2: flows)
+FORMAT = 3  # bump when the layout changes: old cache directories are then ignored (2: flows, 3: leaf groups)
 BLOCK = 128
 PYRAMID_FACTOR = 4
 PYRAMID_TOP_BUCKETS = 512  # the coarsest level spans the profile in about this many buckets

@@ -143,17 +143,20 @@ class Profile:
         return h.hexdigest()[:16]
 
     def _scan_leaves(self) -> list[Leaf]:
-        """The leaf table from one aggregate over the events (the index is not cached yet)."""
+        """The leaf table from one aggregate over the events (the index is not cached yet).
+
+        The event group is an attribute of a leaf, not part of its key: a name has one group (the
+        capture's type table), and the join that numbers events by leaf stays on the key's columns."""
         if not self.ev_files:
             return []
         rows = self.cursor().execute(f"""
             SELECT instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
                    coalesce(trace_event_source, ''), name, count(*), min(start_ts), max(end_ts),
-                   max(duration_ns)
+                   max(duration_ns), max(coalesce(event_group, ''))
             FROM read_parquet({files_sql([f for _, _, f in self.ev_files])})
             GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6""").fetchall()
         return [Leaf(i, str(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]), int(r[6]),
-                     int(r[7]), int(r[8]), int(r[9] or 0)) for i, r in enumerate(rows)]
+                     int(r[7]), int(r[8]), int(r[9] or 0), str(r[10])) for i, r in enumerate(rows)]
 
     def _store_leaves(self) -> None:
         """The leaf table in DuckDB, for the join that numbers events by leaf while the index is built."""

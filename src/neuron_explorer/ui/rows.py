@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from neuron_explorer.contracts.tracks import on_device, process_label, track_kind
 from neuron_explorer.ui.params import BadRequest
 
 # Preferred order of event rows inside a group: host calls above the core work they cause.
@@ -28,7 +29,7 @@ def name_key(name: str) -> tuple[int, str]:
 
 @dataclass
 class Leaf:
-    """One (instance, process, thread, core, source, name) combination and its extent."""
+    """One (instance, process, thread, core, source, name) combination, its extent and its event group."""
 
     leaf: int
     inst: str
@@ -41,15 +42,18 @@ class Leaf:
     mn: int
     mx: int
     maxdur: int
+    group: str  # event_group of its events (hardware / software): with the name, it places the leaf's track
 
     def to_list(self) -> list[Any]:
         """The leaf without its number (stored with the cached index: the number is the position)."""
-        return [self.inst, self.pid, self.tid, self.nc, self.src, self.name, self.n, self.mn, self.mx, self.maxdur]
+        return [self.inst, self.pid, self.tid, self.nc, self.src, self.name, self.n, self.mn, self.mx, self.maxdur,
+                self.group]
 
     @property
     def on_device(self) -> bool:
-        """Drawn with the device's tracks (by core) rather than the host's (by thread)."""
-        return self.src == "neuron_hw"
+        """Drawn with the device's tracks (by core) rather than the host's (by thread): the rule of
+        ``contracts.tracks``, so the UI splits host and device exactly as the Perfetto and JSON outputs do."""
+        return on_device(track_kind(self.name, self.group))
 
 
 @dataclass
@@ -90,9 +94,9 @@ class Proc:
 
 
 def proc_of(rank_of: dict[tuple[str, int], int], inst: str, pid: int) -> Proc:
+    """The process's label (``contracts.tracks.process_label``; the instance is the group above it)."""
     rank = rank_of.get((inst, pid), -1)
-    label = f"rank {rank} · pid {pid}" if rank >= 0 else f"pid {pid}"
-    return Proc(label, (rank if rank >= 0 else LAST, pid))
+    return Proc(process_label(pid, rank), (rank if rank >= 0 else LAST, pid))
 
 
 # where a leaf goes in a mode: (row key, group path, label, sort key)
