@@ -59,6 +59,26 @@ def test_every_grouping_mode_covers_every_event(client: TestClient) -> None:
     assert all(g[-1].startswith("thread ") for g in groups["thread"])
 
 
+def test_cpu_and_device_split_and_process_labels_follow_the_track_contract(client: TestClient,
+                                                                            ui_workspace: Path) -> None:
+    """CPU vs Device puts an event type where the Perfetto and JSON outputs put its track (core vs
+    host thread, ``contracts.tracks``), and names processes with the same label."""
+    import duckdb
+
+    from neuron_explorer.contracts.tracks import on_device, process_label, track_kind
+
+    types = duckdb.connect().execute(f"""SELECT DISTINCT name, event_group
+        FROM read_parquet('{ui_workspace / 'run-a'}/SystemProfileEvents/**/*.parquet')""").fetchall()
+    device = {n for n, g in types if on_device(track_kind(n, g))}
+    assert device and device != {n for n, _ in types}, "the capture has both host and device events"
+    rows = [r for r in all_rows(client, "run-a", "cpu_device") if r["kind"] == "events"]
+    assert {r["name"] for r in rows if r["group"][-1] == "Device"} == device
+    assert {r["name"] for r in rows if r["group"][-1] == "CPU"} == {n for n, _ in types} - device
+    procs = client.get("/api/profiles/run-a").json()["processes"]
+    labels = {process_label(int(p["process_id"]), int(p["rank"])) for p in procs}
+    assert {r["group"][1] for r in rows} == labels and all(" rank " in x for x in labels)
+
+
 def test_window_is_aggregated_to_screen_resolution(client: TestClient) -> None:
     ov = client.get("/api/profiles/run-a").json()
     rows = [r for r in all_rows(client, "run-a", "process") if r["kind"] == "events"]
