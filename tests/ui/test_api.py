@@ -14,7 +14,8 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.ui.server import is_loopback, url_for  # noqa: E402
-from neuron_explorer.ui.store import MODES  # noqa: E402
+from neuron_explorer.ui import queries  # noqa: E402
+from neuron_explorer.ui.rows import MODES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,26 @@ def test_every_grouping_mode_covers_every_event(client: TestClient) -> None:
     assert {g[-1] for g in groups["neuroncore"]} == {"NC 0", "NC 1"}
     assert len(groups["process"]) == 2 and len(groups["instance"]) == 1
     assert all(g[-1].startswith("thread ") for g in groups["thread"])
+
+
+def test_cpu_and_device_split_and_process_labels_follow_the_track_contract(client: TestClient,
+                                                                            ui_workspace: Path) -> None:
+    """CPU vs Device puts an event type where the Perfetto and JSON outputs put its track (core vs
+    host thread, ``contracts.tracks``), and names processes with the same label."""
+    import duckdb
+
+    from neuron_explorer.contracts.tracks import on_device, process_label, track_kind
+
+    types = duckdb.connect().execute(f"""SELECT DISTINCT name, event_group
+        FROM read_parquet('{ui_workspace / 'run-a'}/SystemProfileEvents/**/*.parquet')""").fetchall()
+    device = {n for n, g in types if on_device(track_kind(n, g))}
+    assert device and device != {n for n, _ in types}, "the capture has both host and device events"
+    rows = [r for r in all_rows(client, "run-a", "cpu_device") if r["kind"] == "events"]
+    assert {r["name"] for r in rows if r["group"][-1] == "Device"} == device
+    assert {r["name"] for r in rows if r["group"][-1] == "CPU"} == {n for n, _ in types} - device
+    procs = client.get("/api/profiles/run-a").json()["processes"]
+    labels = {process_label(int(p["process_id"]), int(p["rank"])) for p in procs}
+    assert {r["group"][1] for r in rows} == labels and all(" rank " in x for x in labels)
 
 
 def test_window_is_aggregated_to_screen_resolution(client: TestClient) -> None:
@@ -326,7 +347,7 @@ def test_flows_match_the_flow_ids_in_parquet(client: TestClient, ui_workspace: P
                 checked += len(want)
                 for limit in (0, 1, 3):
                     want, trunc = brute_force_flows(ui_workspace, "run-a", origin, leaf_of, t0, t1, limit)
-                    got = prof.flows("cpu_device", t0, t1, limit)
+                    got = queries.flows(prof, "cpu_device", t0, t1, limit)
                     assert got == {"flows": want, "truncated": trunc}, (how, limit, t0, t1)
     finally:
         prof.flow_strategy = "auto"

@@ -1,0 +1,22 @@
+"""The System Trace Viewer: a read-only web UI over a workspace of Parquet profiles (``view`` output).
+
+It imports only ``neuron_explorer.contracts`` and ``neuron_explorer.util`` of this project: it reads
+the Parquet dataset, never a capture. Modules, from the request inwards:
+
+- ``server``: ``serve`` (bind, host checks, uvicorn) and ``python -m neuron_explorer.ui.server``.
+- ``app``: ``create_app``, the JSON API's routes and error mapping.
+- ``params``: request parameters, their limits, and ``BadRequest`` / ``NotFound``.
+- ``workspace``: ``Workspace``, the profiles of a directory, prepared once each.
+- ``profile``: ``Profile``, one prepared profile (leaves, counters, the cached window index).
+- ``rows``: the grouping modes as a table, and the rows (tracks) of each.
+- ``queries``: overview, windows, counters, flows, event details, summary, search.
+- ``device``: device profiles and their windows.
+- ``index`` / ``index_build``: the window index (queries / building).
+- ``paths``: confinement of every path to the workspace; ``sql``: DuckDB helpers.
+
+Submodules are imported on use (the package itself loads nothing: ``view`` imports ``ui.paths``
+without Starlette installed).
+"""
+
+__all__ = ["app", "device", "index", "index_build", "params", "paths", "profile", "queries", "rows", "server",
+           "sql", "workspace"]

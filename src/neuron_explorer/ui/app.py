@@ -8,7 +8,6 @@ thread pool (DuckDB releases the GIL), so a slow window never blocks the event l
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from pathlib import Path
@@ -23,8 +22,13 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from . import paths
-from .store import BadRequest, NotFound, Workspace
+from neuron_explorer.ui import paths, queries
+from neuron_explorer.ui.device import device_profiles as list_device_profiles
+from neuron_explorer.ui.device import DeviceProfile, open_device
+from neuron_explorer.ui.params import BadRequest, NotFound, number, parse_rows
+from neuron_explorer.ui.profile import Profile
+from neuron_explorer.ui.rows import DEFAULT_MODE
+from neuron_explorer.ui.workspace import Workspace
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -36,46 +40,151 @@ class FastJSON(JSONResponse):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 
-def _ints(s: str | None) -> list[int]:
-    """Row lists as ``1,2,5-9``: compact for the hundreds of rows of a tall screen."""
-    out: list[int] = []
-    if not s:
-        return out
-    for part in s.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part[1:]:
-            a, b = part.split("-", 1)
-            lo, hi = int(a), int(b)
-            if hi < lo or hi - lo > 100_000:
-                raise BadRequest("bad row range")
-            out.extend(range(lo, hi + 1))
-        else:
-            out.append(int(part))
-        if len(out) > 100_000:
-            raise BadRequest("too many rows")
-    return out
+Handler = Callable[[Workspace, Request], Any]
 
 
-MAX_PARAM = float(1 << 62)  # ns from a profile's origin, ids, rows: every number a request may need
+def _timed(ws: Workspace, fn: Handler, req: Request) -> tuple[bytes, str]:
+    """The answer's JSON and a Server-Timing header: where a slow answer went (shown by browser dev
+    tools; bench/ui_bench.py reads it)."""
+    t = time.perf_counter()
+    data = fn(ws, req)
+    t1 = time.perf_counter()
+    body = FastJSON(data).body
+    t2 = time.perf_counter()
+    return body, f"query;dur={(t1 - t) * 1e3:.1f}, json;dur={(t2 - t1) * 1e3:.1f}"
+
+
+def _api(ws: Workspace, fn: Handler) -> Callable[[Request], Any]:
+    """An endpoint running ``fn`` in the thread pool, with every failure as one JSON line and a status."""
+    async def endpoint(req: Request) -> Response:
+        try:
+            body, timing = await run_in_threadpool(_timed, ws, fn, req)
+            return Response(body, media_type="application/json", headers={"Server-Timing": timing})
+        except paths.PathRejected as e:
+            return FastJSON({"error": str(e)}, status_code=403)
+        except (NotFound, FileNotFoundError) as e:
+            return FastJSON({"error": f"not found: {e}"}, status_code=404)
+        except (BadRequest, ValueError) as e:
+            return FastJSON({"error": str(e)}, status_code=400)
+        except (duckdb.Error, OSError) as e:
+            # files that vanished under a running query: the profile was removed (404), or is
+            # being rewritten or damaged (500): either way one line, not a traceback page
+            name = req.path_params.get("name")
+            if name is not None and not ws.exists(name):
+                ws.forget(name)
+                return FastJSON({"error": f"not found: profile {name!r} is no longer in the workspace"},
+                                status_code=404)
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            return FastJSON({"error": f"cannot read profile {name!r}: {first}"}, status_code=500)
+    return endpoint
+
+
+# ---------------------------------------------------------------- request parts
+def _prof(ws: Workspace, req: Request) -> Profile:
+    return ws.profile(req.path_params["name"])
+
+
+def _mode(req: Request) -> str:
+    return req.query_params.get("mode", DEFAULT_MODE)
+
+
+def _rows(req: Request) -> list[int]:
+    return parse_rows(req.query_params.get("rows"))
 
 
 def _num(req: Request, key: str, default: float | None = None) -> float:
-    """A finite number of magnitude at most 2^62: ``inf``/``nan`` or 1e308 would otherwise reach
-    integer conversions and queries and fail there (a 500) instead of here (a 400 naming the value)."""
-    v = req.query_params.get(key)
-    if v is None:
-        if default is None:
-            raise BadRequest(f"missing parameter {key}")
-        return default
-    try:
-        x = float(v)
-    except ValueError:
-        raise BadRequest(f"{key}={v[:40]!r} is not a number") from None
-    if not math.isfinite(x) or abs(x) > MAX_PARAM:
-        raise BadRequest(f"{key}={v[:40]!r} is not valid; accepted: a finite number within +-2^62")
-    return x
+    return number(req.query_params, key, default)
+
+
+def _range(req: Request) -> tuple[float, float, int]:
+    """t0, t1 and px of a window request."""
+    return _num(req, "t0"), _num(req, "t1"), int(_num(req, "px", 1000))
+
+
+def _device(ws: Workspace, req: Request) -> DeviceProfile:
+    return open_device(_prof(ws, req), req.path_params["pid"])
+
+
+# ---------------------------------------------------------------- handlers
+def profiles(ws: Workspace, req: Request) -> Any:
+    return {"workspace": str(ws.root), "profiles": ws.list()}
+
+
+def overview(ws: Workspace, req: Request) -> Any:
+    return queries.overview(_prof(ws, req))
+
+
+def tracks(ws: Workspace, req: Request) -> Any:
+    m = _mode(req)
+    return {"mode": m, "rows": [r.to_json(i) for i, r in enumerate(_prof(ws, req).rows(m))]}
+
+
+def window(ws: Workspace, req: Request) -> Any:
+    return queries.window(_prof(ws, req), _mode(req), _rows(req), *_range(req))
+
+
+def counters(ws: Workspace, req: Request) -> Any:
+    return queries.counters(_prof(ws, req), _mode(req), _rows(req), *_range(req))
+
+
+def flows(ws: Workspace, req: Request) -> Any:
+    return queries.flows(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"))
+
+
+def event(ws: Workspace, req: Request) -> Any:
+    leaf = req.query_params.get("leaf")
+    return queries.event(_prof(ws, req), int(_num(req, "id")), int(leaf) if leaf not in (None, "") else None)
+
+
+def summary(ws: Workspace, req: Request) -> Any:
+    return queries.summary(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"), _rows(req) or None)
+
+
+def search(ws: Workspace, req: Request) -> Any:
+    return queries.search(_prof(ws, req), _mode(req), req.query_params.get("q", "")[:200])
+
+
+def search_next(ws: Workspace, req: Request) -> Any:
+    return queries.search_next(_prof(ws, req), req.query_params.get("q", "")[:200], _num(req, "after"),
+                               int(_num(req, "dir", 1)))
+
+
+def device_profiles(ws: Workspace, req: Request) -> Any:
+    return {"device_profiles": list_device_profiles(_prof(ws, req))}
+
+
+def device_overview(ws: Workspace, req: Request) -> Any:
+    return _device(ws, req).overview()
+
+
+def device_window(ws: Workspace, req: Request) -> Any:
+    return _device(ws, req).window(_rows(req), *_range(req))
+
+
+def device_event(ws: Workspace, req: Request) -> Any:
+    return _device(ws, req).event(int(_num(req, "row")), int(_num(req, "start")))
+
+
+async def index_page(req: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+API: list[tuple[str, Handler]] = [
+    ("/api/profiles", profiles),
+    ("/api/profiles/{name}", overview),
+    ("/api/profiles/{name}/tracks", tracks),
+    ("/api/profiles/{name}/window", window),
+    ("/api/profiles/{name}/counters", counters),
+    ("/api/profiles/{name}/flows", flows),
+    ("/api/profiles/{name}/event", event),
+    ("/api/profiles/{name}/summary", summary),
+    ("/api/profiles/{name}/search", search),
+    ("/api/profiles/{name}/search/next", search_next),
+    ("/api/profiles/{name}/device-profiles", device_profiles),
+    ("/api/profiles/{name}/device/{pid}", device_overview),
+    ("/api/profiles/{name}/device/{pid}/window", device_window),
+    ("/api/profiles/{name}/device/{pid}/event", device_event),
+]
 
 
 def create_app(workspace: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
@@ -83,118 +192,8 @@ def create_app(workspace: str | os.PathLike, cache_dir: str | os.PathLike | None
     """The app for one workspace. ``cache_dir`` holds rebuildable pyramids (never the workspace)."""
     ws = Workspace(workspace, cache_dir=cache_dir, pyramid_min_events=pyramid_min_events,
                    **({"raw_budget": raw_budget} if raw_budget is not None else {}))
-
-    def api(fn: Callable[..., Any]) -> Callable[[Request], Any]:
-        def timed(req: Request) -> tuple[bytes, str]:
-            t = time.perf_counter()
-            data = fn(req)
-            t1 = time.perf_counter()
-            body = FastJSON(data).body
-            t2 = time.perf_counter()
-            # Server-Timing: where a slow answer went (shown by browser dev tools; bench/ui_bench.py reads it)
-            return body, f"query;dur={(t1 - t) * 1e3:.1f}, json;dur={(t2 - t1) * 1e3:.1f}"
-
-        async def endpoint(req: Request) -> Response:
-            try:
-                body, timing = await run_in_threadpool(timed, req)
-                return Response(body, media_type="application/json", headers={"Server-Timing": timing})
-            except paths.PathRejected as e:
-                return FastJSON({"error": str(e)}, status_code=403)
-            except (NotFound, FileNotFoundError) as e:
-                return FastJSON({"error": f"not found: {e}"}, status_code=404)
-            except (BadRequest, ValueError) as e:
-                return FastJSON({"error": str(e)}, status_code=400)
-            except (duckdb.Error, OSError) as e:
-                # files that vanished under a running query: the profile was removed (404), or is
-                # being rewritten or damaged (500): either way one line, not a traceback page
-                name = req.path_params.get("name")
-                if name is not None and not ws.exists(name):
-                    ws.forget(name)
-                    return FastJSON({"error": f"not found: profile {name!r} is no longer in the workspace"},
-                                    status_code=404)
-                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-                return FastJSON({"error": f"cannot read profile {name!r}: {first}"}, status_code=500)
-        return endpoint
-
-    def prof(req: Request):
-        return ws.profile(req.path_params["name"])
-
-    def mode(req: Request) -> str:
-        return req.query_params.get("mode", "cpu_device")
-
-    def profiles(req: Request) -> Any:
-        return {"workspace": str(ws.root), "profiles": ws.list()}
-
-    def overview(req: Request) -> Any:
-        return prof(req).overview()
-
-    def tracks(req: Request) -> Any:
-        p = prof(req)
-        m = mode(req)
-        return {"mode": m, "rows": [r.to_json(i) for i, r in enumerate(p.rows(m))]}
-
-    def window(req: Request) -> Any:
-        return prof(req).window(mode(req), _ints(req.query_params.get("rows")), _num(req, "t0"), _num(req, "t1"),
-                                int(_num(req, "px", 1000)))
-
-    def counters(req: Request) -> Any:
-        return prof(req).counters(mode(req), _ints(req.query_params.get("rows")), _num(req, "t0"), _num(req, "t1"),
-                                  int(_num(req, "px", 1000)))
-
-    def flows(req: Request) -> Any:
-        return prof(req).flows(mode(req), _num(req, "t0"), _num(req, "t1"))
-
-    def event(req: Request) -> Any:
-        leaf = req.query_params.get("leaf")
-        return prof(req).event(int(_num(req, "id")), int(leaf) if leaf not in (None, "") else None)
-
-    def summary(req: Request) -> Any:
-        rows = _ints(req.query_params.get("rows")) or None
-        return prof(req).summary(mode(req), _num(req, "t0"), _num(req, "t1"), rows)
-
-    def search(req: Request) -> Any:
-        return prof(req).search(mode(req), req.query_params.get("q", "")[:200])
-
-    def search_next(req: Request) -> Any:
-        return prof(req).search_next(req.query_params.get("q", "")[:200], _num(req, "after"),
-                                     int(_num(req, "dir", 1)))
-
-    def device_profiles(req: Request) -> Any:
-        return {"device_profiles": prof(req).device_profiles()}
-
-    def device_overview(req: Request) -> Any:
-        return prof(req).device(req.path_params["pid"]).overview()
-
-    def device_window(req: Request) -> Any:
-        d = prof(req).device(req.path_params["pid"])
-        return d.window(_ints(req.query_params.get("rows")), _num(req, "t0"), _num(req, "t1"),
-                        int(_num(req, "px", 1000)))
-
-    def device_event(req: Request) -> Any:
-        d = prof(req).device(req.path_params["pid"])
-        return d.event(int(_num(req, "row")), int(_num(req, "start")))
-
-    async def index(req: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
-
-    routes = [
-        Route("/", index),
-        Route("/api/profiles", api(profiles)),
-        Route("/api/profiles/{name}", api(overview)),
-        Route("/api/profiles/{name}/tracks", api(tracks)),
-        Route("/api/profiles/{name}/window", api(window)),
-        Route("/api/profiles/{name}/counters", api(counters)),
-        Route("/api/profiles/{name}/flows", api(flows)),
-        Route("/api/profiles/{name}/event", api(event)),
-        Route("/api/profiles/{name}/summary", api(summary)),
-        Route("/api/profiles/{name}/search", api(search)),
-        Route("/api/profiles/{name}/search/next", api(search_next)),
-        Route("/api/profiles/{name}/device-profiles", api(device_profiles)),
-        Route("/api/profiles/{name}/device/{pid}", api(device_overview)),
-        Route("/api/profiles/{name}/device/{pid}/window", api(device_window)),
-        Route("/api/profiles/{name}/device/{pid}/event", api(device_event)),
-        Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
-    ]
+    routes = [Route("/", index_page), *(Route(path, _api(ws, fn)) for path, fn in API),
+              Mount("/static", StaticFiles(directory=str(STATIC)), name="static")]
     app = Starlette(routes=routes)
     app.state.workspace = ws
     return app

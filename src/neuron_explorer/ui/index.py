@@ -1,5 +1,6 @@
 """The window index: every event of a profile as compact arrays sorted by (leaf, start), plus the
-level-of-detail pyramid as arrays of the same shape. See docs/decisions/0016-ui-event-index.md.
+level-of-detail pyramid as arrays of the same shape, and the queries over them (building them is
+:mod:`neuron_explorer.ui.index_build`). See docs/decisions/0016-ui-event-index.md.
 
 Why: a zoomed-in window asks for a few thousand events out of tens of millions. Reading them from
 the Parquet store means scanning the start column of every visible process (a part often holds one
@@ -46,23 +47,10 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-FORMAT = 2  # bump when the layout changes: old cache directories are then ignored (2: flows)
-BLOCK = 128
-PYRAMID_FACTOR = 4
-PYRAMID_TOP_BUCKETS = 512  # the coarsest level spans the profile in about this many buckets
-U32_MAX = (1 << 32) - 1
+from neuron_explorer.ui.index_build import BLOCK, FORMAT, build_arrays
+
 # a flow query over a window holding more events than this tries the walk in flow-id order first
 FLOW_WALK_MIN_EVENTS = 200_000
-
-
-def pyramid_levels(duration: int, n_leaves: int, n_events: int) -> list[int]:
-    """Bucket widths W_0 * 4^k; W_0 (a power of two, >= 1 us) gives ~4 events per bucket per leaf."""
-    w0 = max(1000, int(4 * duration * max(n_leaves, 1) / max(n_events, 1)))
-    w0 = 1 << max(10, math.ceil(math.log2(w0)))
-    levels = [w0]
-    while duration / levels[-1] > PYRAMID_TOP_BUCKETS:
-        levels.append(levels[-1] * PYRAMID_FACTOR)
-    return levels
 
 
 class EventIndex:
@@ -93,126 +81,9 @@ class EventIndex:
     def build(cls, counts: list[int], maxdur: list[int], base: int, levels: list[int],
               chunks: Iterable[tuple[np.ndarray, ...]],
               out_dir: Path | None, extra: dict[str, Any] | None = None) -> "EventIndex":
-        """Build from ``chunks`` of (leaf, start_abs, duration, id[, flow id]), each sorted by (leaf, start).
-
-        ``counts[i]`` is the number of events of leaf ``i``. A leaf spread over several chunks is
-        re-sorted at the end. A chunk without flow ids (4 arrays) means none of its events has one (0).
-        With ``out_dir`` the arrays are written there as .npy files. ``extra`` is
-        stored with the metadata (the profile keeps its leaf table there).
-        """
-        nl = len(counts)
-        off = np.zeros(nl + 1, dtype=np.int64)
-        np.cumsum(np.asarray(counts, dtype=np.int64), out=off[1:])
-        n = int(off[-1])
-        ddtype = np.uint32 if max(maxdur, default=0) <= U32_MAX else np.int64
-
-        def alloc(name: str, shape: int, dtype: Any) -> np.ndarray:
-            if out_dir is None:
-                return np.zeros(shape, dtype=dtype)
-            return np.lib.format.open_memmap(out_dir / f"{name}.npy", mode="w+", dtype=dtype, shape=(shape,))
-
-        s = alloc("s", n, np.int64)
-        d = alloc("d", n, ddtype)
-        ids = alloc("id", n, np.int64)
-        # the flow ids themselves are only needed until the flow table is made: a scratch array
-        fl = alloc("flow_ids.tmp", n, np.int64)
-        fill = off[:-1].copy()
-        seen = np.zeros(nl, dtype=np.int32)
-        for chunk in chunks:
-            leaf, start, dur, eid = chunk[:4]
-            flow = chunk[4] if len(chunk) > 4 else None
-            if not len(leaf):
-                continue
-            cut = np.flatnonzero(leaf[1:] != leaf[:-1]) + 1
-            for a, b in zip(np.concatenate(([0], cut)), np.concatenate((cut, [len(leaf)]))):
-                lf = int(leaf[a])
-                p = int(fill[lf])
-                q = p + int(b - a)
-                if q > off[lf + 1]:
-                    raise ValueError(f"leaf {lf}: more events than counted")
-                s[p:q] = start[a:b] - base
-                d[p:q] = dur[a:b]
-                ids[p:q] = eid[a:b]
-                fl[p:q] = 0 if flow is None else flow[a:b]
-                fill[lf] = q
-                seen[lf] += 1
-        if not np.array_equal(fill, off[1:]):
-            raise ValueError("the events read do not match the leaf counts")
-        for lf in np.flatnonzero(seen > 1):  # a leaf spread over several parts: sort its slice
-            a, b = int(off[lf]), int(off[lf + 1])
-            o = np.argsort(s[a:b], kind="stable")
-            s[a:b], d[a:b], ids[a:b], fl[a:b] = s[a:b][o], d[a:b][o], ids[a:b][o], fl[a:b][o]
-        # running maximum of ends, per block
-        nblocks = [(int(c) + BLOCK - 1) // BLOCK for c in counts]
-        boff = np.zeros(nl + 1, dtype=np.int64)
-        np.cumsum(np.asarray(nblocks, dtype=np.int64), out=boff[1:])
-        bmax = alloc("bmax", int(boff[-1]), np.int64)
-        for lf in range(nl):
-            a, b = int(off[lf]), int(off[lf + 1])
-            if b > a:
-                e = s[a:b] + d[a:b].astype(np.int64)
-                bmax[boff[lf]:boff[lf + 1]] = np.maximum.accumulate(np.maximum.reduceat(e, np.arange(0, b - a, BLOCK)))
-        arrays: dict[str, np.ndarray] = {"s": s, "d": d, "id": ids, "bmax": bmax, "off": off, "boff": boff}
-        fx_id, fx_off, fx_pos, flow_leaves = _flow_table(fl, off)
-        del fl
-        if out_dir is not None:
-            (out_dir / "flow_ids.tmp.npy").unlink()
-        fn = alloc("fn", n, np.int32 if len(fx_id) < (1 << 31) else np.int64)
-        fn[:] = -1
-        fn[fx_pos] = np.repeat(np.arange(len(fx_id), dtype=fn.dtype), np.diff(fx_off))
-        arrays.update(fn=fn, fx_id=fx_id, fx_off=fx_off, fx_pos=fx_pos)
-        # pyramid: level 0 from the events, level k from level k-1 (widths are powers of two, so
-        # floor(s / w_k) of a bucket's first start is the bucket it falls in at level k)
-        prev: dict[str, np.ndarray] | None = None
-        for k, w in enumerate(levels):
-            src = prev
-            parts: dict[str, list[np.ndarray]] = {x: [] for x in ("s", "e", "c", "d", "id")}
-            poff = np.zeros(nl + 1, dtype=np.int64)
-            for lf in range(nl):
-                if src is None:
-                    a, b = int(off[lf]), int(off[lf + 1])
-                    ls = s[a:b]
-                    ld = d[a:b].astype(np.int64)
-                    le, lc, lid = ls + ld, None, ids[a:b]
-                else:
-                    a, b = int(src["off"][lf]), int(src["off"][lf + 1])
-                    ls, ld, le, lc, lid = src["s"][a:b], src["d"][a:b], src["e"][a:b], src["c"][a:b], src["id"][a:b]
-                if b <= a:
-                    poff[lf + 1] = poff[lf]
-                    continue
-                bk = ls // w
-                st = np.concatenate(([0], np.flatnonzero(bk[1:] != bk[:-1]) + 1))
-                parts["s"].append(ls[st])
-                parts["e"].append(np.maximum.reduceat(le, st))
-                parts["c"].append(np.diff(np.append(st, b - a)).astype(np.int32) if lc is None
-                                  else np.add.reduceat(lc, st).astype(np.int32))
-                parts["d"].append(np.add.reduceat(ld, st))
-                parts["id"].append(np.minimum.reduceat(lid, st))
-                poff[lf + 1] = poff[lf] + len(st)
-            lvl: dict[str, np.ndarray] = {"off": poff}
-            for x, dt in (("s", np.int64), ("e", np.int64), ("c", np.int32), ("d", np.int64), ("id", np.int64)):
-                v = alloc(f"p{k}_{x}", int(poff[-1]), dt)
-                pos = 0
-                pending = parts[x][::-1]
-                parts[x].clear()
-                while pending:  # copy leaf by leaf, freeing as we go: no second full-size copy
-                    part = pending.pop()
-                    v[pos:pos + len(part)] = part
-                    pos += len(part)
-                lvl[x] = v
-            for x, v in lvl.items():
-                arrays[f"p{k}_{x}"] = v
-            prev = lvl
-        meta = {"format": FORMAT, "base": int(base), "levels": list(levels), "maxdur": [int(x) for x in maxdur],
-                "events": n, "flow_leaves": flow_leaves, **(extra or {})}
-        if out_dir is not None:
-            for name in ("off", "boff", "fx_id", "fx_off", "fx_pos") + tuple(f"p{k}_off" for k in range(len(levels))):
-                np.save(out_dir / f"{name}.npy", arrays[name])
-            for v in arrays.values():
-                if isinstance(v, np.memmap):
-                    v.flush()
-            (out_dir / "meta.json").write_text(json.dumps(meta))
-        return cls(arrays, meta)
+        """Build from ``chunks`` of (leaf, start_abs, duration, id[, flow id]), each sorted by (leaf, start)
+        (see :func:`neuron_explorer.ui.index_build.build_arrays`)."""
+        return cls(*build_arrays(counts, maxdur, base, levels, chunks, out_dir, extra))
 
     @classmethod
     def load(cls, d: Path) -> "EventIndex | None":
@@ -498,36 +369,6 @@ def _ramp(cnt: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     starts = np.cumsum(cnt) - cnt
     return np.arange(total, dtype=np.int64) - np.repeat(starts, cnt)
-
-
-def _flow_table(fl: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
-    """(flow ids, offsets, positions, leaves holding them) of the flows with >= 2 events, by flow id.
-
-    ``fl`` holds each event's flow id (0: none). Positions (and offsets) are int32 while they fit.
-    """
-    n = len(fl)
-    pdt = np.int32 if n < (1 << 31) else np.int64
-    pos = np.flatnonzero(np.asarray(fl)).astype(pdt)
-    if not len(pos):
-        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=pdt), np.zeros(0, dtype=pdt), []
-    f = np.asarray(fl[pos])
-    o = np.argsort(f, kind="stable")
-    f = f[o]
-    pos = pos[o]
-    del o
-    st = np.concatenate(([0], np.flatnonzero(f[1:] != f[:-1]) + 1))
-    cnt = np.diff(np.append(st, len(f)))
-    multi = cnt >= 2
-    fx_id = f[st[multi]].astype(np.int64)
-    del f
-    fx_pos = pos[np.repeat(multi, cnt)]
-    del pos
-    fx_off = np.zeros(len(fx_id) + 1, dtype=pdt)
-    np.cumsum(cnt[multi], out=fx_off[1:])
-    has = np.zeros(len(off) - 1, dtype=bool)
-    if len(fx_pos):
-        has[np.searchsorted(off, fx_pos, "right") - 1] = True
-    return fx_id, fx_off, fx_pos, [int(x) for x in np.flatnonzero(has)]
 
 
 def _empty() -> dict[str, np.ndarray]:

@@ -85,7 +85,7 @@ def table_files(workspace: Path, profile_dir: Path, table: str) -> list[tuple[st
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
         dirnames.sort()
         rel = Path(dirpath).relative_to(base)
-        # values are percent-encoded by the Parquet writer (capture.writer.safe_component)
+        # values are percent-encoded by the Parquet writer (util.names.safe_component, see contracts.dataset)
         parts = {k: unquote(v) for k, v in (p.split("=", 1) for p in rel.parts if "=" in p)}
         for f in sorted(filenames):
             if not f.endswith(".parquet"):

@@ -146,7 +146,7 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
     try:
         import uvicorn
 
-        from .app import create_app
+        from neuron_explorer.ui.app import create_app
     except ImportError as e:  # the 'ui' extra is not installed
         print(f"neuron-explorer: the UI needs the 'ui' extra (pip install 'neuron-explorer[ui]'): {e}",
               file=sys.stderr)

@@ -1,0 +1,286 @@
+"""One ingested profile directory, prepared for window queries: its files, leaves, counters and index.
+
+Why this shape: a 100M-event profile cannot be shipped to a browser (Chrome JSON of that size is tens
+of GB), and it cannot be scanned per pan either (a DuckDB scan of 100M rows on two cores takes
+seconds). So the server keeps, per profile:
+
+* a *leaf* table: one row per (instance, process, thread, core, source, event name) with counts and
+  time bounds. Every grouping mode is a coarsening of that key, so track lists for any mode are built
+  from the leaves in Python without touching the events (:mod:`neuron_explorer.ui.rows`).
+* a *window index* (:mod:`neuron_explorer.ui.index`): every event as (start, duration, id, flow id),
+  sorted by start within its leaf, with a running maximum of ends per block of 128 events. A window's
+  events are then one contiguous slice per visible leaf, found by binary search: a zoomed-in window
+  costs what it returns (milliseconds), where a Parquet scan with a start-time predicate cost ~250 ms
+  at 20M events because a process's part often holds a single row group.
+* a *level-of-detail pyramid* (only for large profiles), stored the same way: per leaf, per time bucket
+  of width ``W_k = W_0 * 4^k``, the count, total duration, first start, last end and (when the bucket
+  holds one event) its id. A zoomed-out window reads the level whose buckets are just under a pixel
+  wide, so the items read are about (visible tracks x screen pixels), whatever the profile size.
+
+Both are built by one pass over the events when a profile is first opened and cached (memory-mapped
+``.npy`` files under the user's cache directory, keyed by the event files' sizes and mtimes), with the
+leaf table, so reopening a 100M-event profile reads no event at all. The queries over a prepared
+profile are in :mod:`neuron_explorer.ui.queries`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import numpy as np
+
+from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
+                                             WARNINGS, table_file)
+from neuron_explorer.ui import index, index_build, paths
+from neuron_explorer.ui.rows import Leaf, Row, build_rows
+from neuron_explorer.ui.sql import files_sql, quote, records
+
+RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
+
+
+class Profile:
+    """One ingested profile directory, prepared for window queries.
+
+    Preparation reads the events once (leaves, the window index and, for large profiles, the pyramid)
+    and keeps the small tables (leaves, counters) in an in-memory DuckDB. The index is written to a
+    cache directory keyed by the profile's files, with the leaf table, so reopening a 100M-event
+    profile reads no event at all.
+    """
+
+    def __init__(self, workspace: Path, name: str, con: duckdb.DuckDBPyConnection, cache_dir: Path | None,
+                 pyramid_min_events: int, raw_budget: int = RAW_BUDGET) -> None:
+        self.workspace = workspace
+        self.raw_budget = raw_budget
+        self.flow_strategy = "auto"  # index.EventIndex.flows: "auto", or (tests) "gather" / "walk"
+        self.name = name
+        self.dir = paths.resolve_profile(workspace, name)
+        self.con = con
+        self.cache_dir = cache_dir
+        self.pyramid_min_events = pyramid_min_events
+        self.tag = "p" + hashlib.sha1(str(self.dir).encode()).hexdigest()[:12]
+        self.ev_files = paths.table_files(workspace, self.dir, EVENTS)
+        self.cnt_files = paths.table_files(workspace, self.dir, COUNTERS)
+        self.dev_files = paths.table_files(workspace, self.dir, DEVICE_EVENTS)
+        self.meta_file = paths.single_file(workspace, self.dir, table_file(METADATA))
+        self.models_file = paths.single_file(workspace, self.dir, table_file(MODELS))
+        self.warn_file = paths.single_file(workspace, self.dir, table_file(WARNINGS))
+        self.devprof_file = paths.single_file(workspace, self.dir, table_file(DEVICE_PROFILES))
+        self.levels: list[int] = []  # bucket width (ns) of each pyramid level
+        self.prepare_s = 0.0
+        self.index_build_s: float | None = None  # None: the index came from the cache (or there are no events)
+        self._rows: dict[str, list[Row]] = {}
+        self.stamp = stamp(self.meta_file)
+        self._prepare()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of the workspace's connection (one per query: requests run on several threads)."""
+        return self.con.cursor()
+
+    def rows(self, mode: str) -> list[Row]:
+        """The tracks of a grouping mode, in drawing order (cached: leaves never change)."""
+        if mode not in self._rows:
+            self._rows[mode] = build_rows(mode, self.leaves, self.counter_list, self.rank_of, self.nd_of)
+        return self._rows[mode]
+
+    def process(self, inst: str, pid: int) -> dict[str, Any] | None:
+        """The ProfileMetadata row of a process."""
+        return next((m for m in self.meta if (m["instance_id"], int(m["process_id"])) == (inst, pid)), None)
+
+    # ---------------------------------------------------------------- preparation
+    def _prepare(self) -> None:
+        t = time.perf_counter()
+        self._read_metadata()
+        cache = self._cache_path()
+        idx = index.EventIndex.load(cache) if cache is not None else None
+        # the leaf table travels with the cached index: no scan at all
+        self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])] if idx is not None else self._scan_leaves()
+        self.total_events = sum(lf.n for lf in self.leaves)
+        self._store_leaves()
+        cstats = self._load_counters()
+        starts = [lf.mn for lf in self.leaves] + ([int(cstats[0])] if cstats[0] is not None else [])
+        ends = [lf.mx for lf in self.leaves] + ([int(cstats[1])] if cstats[1] is not None else [])
+        self.origin = min(starts) if starts else 0
+        self.end = max(ends) if ends else self.origin
+        self.duration = max(self.end - self.origin, 1)
+        self.index: index.EventIndex | None = None
+        if self.leaves:
+            if idx is None:
+                idx = index.EventIndex.cached(cache, self._build_index)
+                self._prune_cache(cache)
+            self.index = idx
+        self.levels = list(self.index.levels) if self.index is not None else []
+        # index times are relative to the earliest event start; responses to the profile origin
+        self.shift = (self.index.base - self.origin) if self.index is not None else 0
+        self.prepare_s = time.perf_counter() - t
+
+    def _read_metadata(self) -> None:
+        c = self.cursor()
+        self.meta = records(c.execute(f"SELECT * FROM read_parquet({quote(self.meta_file)})")) if self.meta_file else []
+        self.rank_of = {(m["instance_id"], int(m["process_id"])): int(m.get("rank", -1) if m.get("rank") is not None else -1)
+                        for m in self.meta}
+        self.nd_of = {(m["instance_id"], int(m["process_id"])): int(m.get("nd_idx") or 0) for m in self.meta}
+        self.display_name = next((m.get("display_name") for m in self.meta if m.get("display_name")), self.name)
+
+    def _cache_path(self) -> Path | None:
+        if self.cache_dir is None or not self.ev_files:
+            return None
+        return self.cache_dir / f"{self.tag}-{self._fingerprint()}.idx"
+
+    def _fingerprint(self) -> str:
+        """The cache key: every event file's path, size and mtime, and what shapes the index."""
+        h = hashlib.sha1()
+        for _, _, f in self.ev_files:
+            st = os.stat(f)
+            h.update(f"{f}:{st.st_size}:{st.st_mtime_ns};".encode())
+        h.update(f"{self.pyramid_min_events}:{index_build.FORMAT}".encode())
+        return h.hexdigest()[:16]
+
+    def _scan_leaves(self) -> list[Leaf]:
+        """The leaf table from one aggregate over the events (the index is not cached yet).
+
+        The event group is an attribute of a leaf, not part of its key: a name has one group (the
+        capture's type table), and the join that numbers events by leaf stays on the key's columns."""
+        if not self.ev_files:
+            return []
+        rows = self.cursor().execute(f"""
+            SELECT instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
+                   coalesce(trace_event_source, ''), name, count(*), min(start_ts), max(end_ts),
+                   max(duration_ns), max(coalesce(event_group, ''))
+            FROM read_parquet({files_sql([f for _, _, f in self.ev_files])})
+            GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6""").fetchall()
+        return [Leaf(i, str(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]), int(r[6]),
+                     int(r[7]), int(r[8]), int(r[9] or 0), str(r[10])) for i, r in enumerate(rows)]
+
+    def _store_leaves(self) -> None:
+        """The leaf table in DuckDB, for the join that numbers events by leaf while the index is built."""
+        c = self.cursor()
+        tag = self.tag
+        c.execute(f"DROP TABLE IF EXISTS {tag}_leaves")
+        c.execute(f"""CREATE TABLE {tag}_leaves (leaf INTEGER, inst VARCHAR, pid BIGINT, tid BIGINT, nc INTEGER,
+                      src VARCHAR, name VARCHAR, maxdur BIGINT)""")
+        if self.leaves:
+            c.executemany(f"INSERT INTO {tag}_leaves VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(lf.leaf, lf.inst, lf.pid, lf.tid, lf.nc, lf.src, lf.name, lf.maxdur) for lf in self.leaves])
+
+    def _load_counters(self) -> tuple:
+        """Counters are small (samples every ~10-100 ms): kept in memory. Returns (min ts, max ts, count)."""
+        c = self.cursor()
+        tag = self.tag
+        c.execute(f"DROP TABLE IF EXISTS {tag}_cnt")
+        if self.cnt_files:
+            c.execute(f"""CREATE TABLE {tag}_cnt AS SELECT instance_id AS inst, process_id AS pid, ts, counter, value, unit
+                          FROM read_parquet({files_sql([f for _, _, f in self.cnt_files])}) ORDER BY counter, inst, pid, ts""")
+        else:
+            c.execute(f"CREATE TABLE {tag}_cnt (inst VARCHAR, pid BIGINT, ts BIGINT, counter VARCHAR, value DOUBLE, unit VARCHAR)")
+        cstats = c.execute(f"SELECT min(ts), max(ts), count(*) FROM {tag}_cnt").fetchall()[0]
+        self.counter_list = c.execute(f"SELECT DISTINCT inst, pid, counter, unit FROM {tag}_cnt ORDER BY ALL").fetchall()
+        gap = c.execute(f"""SELECT max(d) FROM (SELECT ts - lag(ts) OVER (PARTITION BY inst, pid, counter ORDER BY ts) AS d
+                            FROM {tag}_cnt)""").fetchall()[0][0] if cstats[2] else 0
+        self.counter_gap = int(gap or 0)
+        return cstats
+
+    def _prune_cache(self, keep: Path | None) -> None:
+        """Remove this profile's caches for older versions of its files (or of the cache format):
+        at 100M events each is gigabytes. Unlinking files another server still maps is safe."""
+        if keep is None or self.cache_dir is None:
+            return
+        try:
+            stale = [x for x in self.cache_dir.iterdir() if x.name.startswith(self.tag + "-") and x != keep
+                     and (x.name.endswith(".idx") or x.name.endswith(".parquet"))]  # .parquet: pre-index pyramids
+        except OSError:
+            return
+        for x in stale:
+            if x.is_dir() and not x.is_symlink():
+                shutil.rmtree(x, ignore_errors=True)
+            else:
+                try:
+                    x.unlink()
+                except OSError:
+                    pass
+
+    # ---------------------------------------------------------------- the index build
+    def _flow_sql(self, part: str) -> str:
+        """SQL for an event's flow id (0: none) from ``SystemProfileEvents.flow_id`` of a process's part.
+
+        The column is a list with zero or one id per system event (a host call and its core execution
+        share one, as do the ranks of one collective); a plain integer column is read as is, and parts
+        without the column have no flows.
+        """
+        try:
+            desc = self.cursor().execute(f"DESCRIBE SELECT * FROM read_parquet({quote(part)})").fetchall()
+        except duckdb.Error:
+            return "0::BIGINT"
+        typ = next((str(r[1]).upper() for r in desc if r[0] == "flow_id"), None)
+        if typ is None:
+            return "0::BIGINT"
+        if typ.endswith("[]"):
+            return "coalesce(ev.flow_id[1], 0)::BIGINT"
+        return "coalesce(ev.flow_id, 0)::BIGINT"
+
+    def _read_events(self, files: list[str]) -> tuple[np.ndarray, ...]:
+        """(leaf, start, duration, id, flow id) of one process's events, sorted by leaf, start."""
+        cols = self.cursor().execute(f"""
+            SELECT l.leaf::INTEGER AS leaf, ev.start_ts AS s, (ev.end_ts - ev.start_ts)::BIGINT AS d,
+                   coalesce(ev.id, -1)::BIGINT AS id, {self._flow_sql(files[0])} AS f
+            FROM read_parquet({files_sql(files)}) ev
+            JOIN {self.tag}_leaves l ON l.inst = ev.instance_id AND l.pid = ev.process_id
+                 AND l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
+                 AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").fetchnumpy()
+        leaf = np.asarray(cols["leaf"])
+        s = np.asarray(cols["s"], dtype=np.int64)
+        # sorting here beats ORDER BY in the query (~1.6x); parts are usually sorted by start already,
+        # so a stable sort by leaf alone is often enough
+        o = np.argsort(leaf, kind="stable")
+        leaf, s = leaf[o], s[o]
+        if bool(((s[1:] < s[:-1]) & (leaf[1:] == leaf[:-1])).any()):
+            o2 = np.lexsort((s, leaf))
+            o, leaf, s = o[o2], leaf[o2], s[o2]
+        return (leaf, s, np.asarray(cols["d"], dtype=np.int64)[o], np.asarray(cols["id"], dtype=np.int64)[o],
+                np.asarray(cols["f"], dtype=np.int64)[o])
+
+    def _event_chunks(self) -> Iterator[tuple[np.ndarray, ...]]:
+        """Every process's events, read a few processes at a time.
+
+        A process's part is often one row group, which DuckDB scans on one thread: read as many
+        processes at once as there are cores, keeping at most that many answers in memory."""
+        parts: dict[tuple[str, int], list[str]] = {}
+        for inst, pid, f in self.ev_files:
+            parts.setdefault((inst, pid), []).append(f)
+        workers = max(1, min(os.cpu_count() or 1, 4))
+        with ThreadPoolExecutor(workers) as pool:
+            pending: list = []
+            for files in parts.values():
+                pending.append(pool.submit(self._read_events, files))
+                if len(pending) >= workers:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+
+    def _build_index(self, out_dir: Path | None) -> index.EventIndex:
+        """One pass over the events, one process at a time (see ``_event_chunks``)."""
+        leaves = self.leaves
+        base = min(lf.mn for lf in leaves)
+        ext = max(lf.mx for lf in leaves) - base
+        levels = index_build.pyramid_levels(max(ext, 1), len(leaves), self.total_events) \
+            if self.total_events >= self.pyramid_min_events else []
+        t = time.perf_counter()
+        idx = index.EventIndex.build([lf.n for lf in leaves], [lf.maxdur for lf in leaves], base, levels,
+                                     self._event_chunks(), out_dir, extra={"leaves": [lf.to_list() for lf in leaves]})
+        self.index_build_s = time.perf_counter() - t
+        return idx
+
+
+def stamp(path: str | None) -> tuple[int, int, int] | None:
+    """Identity of a profile's metadata file: a re-ingested profile gets a new one."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns) if st else None

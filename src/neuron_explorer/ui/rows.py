@@ -1,0 +1,234 @@
+"""The drawn rows of each grouping mode, built from a profile's leaves and counter list.
+
+Why a table: every grouping mode is a coarsening of the leaf key (instance, process, thread, core,
+source, event name), so a mode is fully described by one small function that places a leaf (its row
+key, group path, label and sort key) and by whether per-process counter tracks belong in it. Adding
+a mode is one entry in ``MODE_TABLE``; the track lists are built from the leaves in Python without
+touching the events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from neuron_explorer.contracts.tracks import on_device, process_label, track_kind
+from neuron_explorer.ui.params import BadRequest
+
+# Preferred order of event rows inside a group: host calls above the core work they cause.
+NAME_ORDER = ["nrt_load", "model_load", "nrt_execute", "runtime_execute", "kmgr_exec_core", "kbl_exec_wait",
+              "nrt_tensor_read", "nrt_tensor_write", "device_exec", "nc_exec_running", "cc_exec_barrier",
+              "cc_running", "nrt_model_switch", "timestamp_sync_point"]
+LAST = 1 << 30  # sorts after every rank and core
+
+
+def name_key(name: str) -> tuple[int, str]:
+    """Sort key of an event name: ``NAME_ORDER`` first, then the others alphabetically."""
+    return (NAME_ORDER.index(name) if name in NAME_ORDER else len(NAME_ORDER), name)
+
+
+@dataclass
+class Leaf:
+    """One (instance, process, thread, core, source, name) combination, its extent and its event group."""
+
+    leaf: int
+    inst: str
+    pid: int
+    tid: int
+    nc: int
+    src: str
+    name: str
+    n: int
+    mn: int
+    mx: int
+    maxdur: int
+    group: str  # event_group of its events (hardware / software): with the name, it places the leaf's track
+
+    def to_list(self) -> list[Any]:
+        """The leaf without its number (stored with the cached index: the number is the position)."""
+        return [self.inst, self.pid, self.tid, self.nc, self.src, self.name, self.n, self.mn, self.mx, self.maxdur,
+                self.group]
+
+    @property
+    def on_device(self) -> bool:
+        """Drawn with the device's tracks (by core) rather than the host's (by thread): the rule of
+        ``contracts.tracks``, so the UI splits host and device exactly as the Perfetto and JSON outputs do."""
+        return on_device(track_kind(self.name, self.group))
+
+
+@dataclass
+class Row:
+    """One drawn track of a grouping mode: its group path, label and what feeds it."""
+
+    key: str
+    kind: str  # "events" | "counter"
+    group: list[str]
+    label: str
+    leaves: list[int] = field(default_factory=list)
+    series: list[tuple[str, int, str]] = field(default_factory=list)  # (instance, pid, counter)
+    style: str = "line"  # counters: "line" | "stack"
+    unit: str = ""
+    count: int = 0
+    name: str = ""
+    sort: tuple = ()  # drawing order among the rows of a mode (not sent)
+
+    def to_json(self, idx: int) -> dict[str, Any]:
+        d: dict[str, Any] = {"idx": idx, "key": self.key, "kind": self.kind, "group": self.group,
+                             "label": self.label, "count": self.count}
+        if self.kind == "events":
+            d["leaves"] = self.leaves
+            d["name"] = self.name
+        else:
+            d["series"] = sorted({s[2] for s in self.series})
+            d["style"] = self.style
+            d["unit"] = self.unit
+        return d
+
+
+@dataclass(frozen=True)
+class Proc:
+    """How a process is shown: its label, and its place (by rank, then pid) among the processes."""
+
+    label: str
+    sort: tuple[int, int]
+
+
+def proc_of(rank_of: dict[tuple[str, int], int], inst: str, pid: int) -> Proc:
+    """The process's label (``contracts.tracks.process_label``; the instance is the group above it)."""
+    rank = rank_of.get((inst, pid), -1)
+    return Proc(process_label(pid, rank), (rank if rank >= 0 else LAST, pid))
+
+
+# where a leaf goes in a mode: (row key, group path, label, sort key)
+Placement = tuple[tuple, list[str], str, tuple]
+
+
+def _cpu_device(lf: Leaf, proc: Proc) -> Placement:
+    dev = lf.on_device
+    cls = "Device" if dev else "CPU"
+    sub = lf.nc if dev else lf.tid
+    label = f"{lf.name} · NC {lf.nc}" if dev else f"{lf.name} · tid {lf.tid}"
+    return ((lf.inst, lf.pid, cls, sub, lf.name), [lf.inst, proc.label, cls], label,
+            (lf.inst, 1, *proc.sort, 1 if dev else 0, sub, name_key(lf.name)))
+
+
+def _neuroncore(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst, lf.nc, lf.name), [lf.inst, f"NC {lf.nc}" if lf.nc >= 0 else "no core"], lf.name,
+            (lf.inst, 1, lf.nc if lf.nc >= 0 else LAST, name_key(lf.name)))
+
+
+def _thread(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst, lf.pid, lf.tid, lf.name), [lf.inst, proc.label, f"thread {lf.tid}"], lf.name,
+            (lf.inst, 1, *proc.sort, lf.tid, name_key(lf.name)))
+
+
+def _process(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst, lf.pid, lf.name), [lf.inst, proc.label], lf.name, (lf.inst, 1, *proc.sort, 0, name_key(lf.name)))
+
+
+def _instance(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst, lf.name), [lf.inst], lf.name, (lf.inst, 1, name_key(lf.name)))
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A grouping mode: its title, where it puts a leaf, and whether it shows per-process counters."""
+
+    title: str
+    place: Callable[[Leaf, Proc], Placement]
+    process_counters: bool
+
+
+MODE_TABLE: dict[str, Mode] = {
+    "cpu_device": Mode("CPU vs Device", _cpu_device, True),
+    "neuroncore": Mode("NeuronCore", _neuroncore, False),
+    "thread": Mode("Thread", _thread, True),
+    "process": Mode("Process", _process, True),
+    "instance": Mode("Instance", _instance, False),
+}
+MODES: dict[str, str] = {k: m.title for k, m in MODE_TABLE.items()}
+DEFAULT_MODE = "cpu_device"
+
+
+def check_mode(mode: str) -> Mode:
+    if mode not in MODE_TABLE:
+        raise BadRequest(f"unknown grouping mode {mode!r}; one of {', '.join(MODES)}")
+    return MODE_TABLE[mode]
+
+
+def build_rows(mode: str, leaves: list[Leaf], counter_list: list[tuple], rank_of: dict[tuple[str, int], int],
+               nd_of: dict[tuple[str, int], int]) -> list[Row]:
+    """The rows of a grouping mode in drawing order: counter tracks above each group's event rows."""
+    m = check_mode(mode)
+    rows = _instance_counter_rows(counter_list, nd_of)
+    if m.process_counters:
+        rows += _process_counter_rows(counter_list, rank_of)
+    rows += _event_rows(m, leaves, rank_of)
+    rows.sort(key=lambda r: r.sort)
+    return rows
+
+
+def _event_rows(m: Mode, leaves: list[Leaf], rank_of: dict[tuple[str, int], int]) -> list[Row]:
+    rows: dict[tuple, Row] = {}
+    for lf in leaves:
+        key, group, label, sort = m.place(lf, proc_of(rank_of, lf.inst, lf.pid))
+        r = rows.get(key)
+        if r is None:
+            r = rows[key] = Row("|".join(map(str, key)), "events", group, label, name=lf.name, sort=sort)
+        r.leaves.append(lf.leaf)
+        r.count += lf.n
+    return list(rows.values())
+
+
+def _instance_counter_rows(counter_list: list[tuple], nd_of: dict[tuple[str, int], int]) -> list[Row]:
+    """CPU utilization and host memory per instance; device memory per device.
+
+    Host-level counters are recorded by every process of an instance; one process (the lowest pid)
+    speaks for the instance. ``device_mem.<category>`` counters (none are captured yet) form one
+    stacked track per (instance, device), summed over the processes using that device.
+    """
+    by_inst: dict[str, dict[str, list[tuple[int, str]]]] = {}
+    for inst, pid, counter, unit in counter_list:
+        by_inst.setdefault(inst, {}).setdefault(counter, []).append((int(pid), unit))
+    out: list[Row] = []
+    for inst, counters in sorted(by_inst.items()):
+        def first(cn: str) -> tuple[str, int, str]:
+            return (inst, min(p for p, _ in counters[cn]), cn)
+        group = [inst, "Counters"]
+        cpu = [first(cn) for cn in counters if cn == "cpu_util.host_mean" or
+               (cn.startswith("cpu_util.cpu") and cn[12:].isdigit())]
+        if cpu:
+            out.append(Row(f"{inst}|cpu", "counter", group, "CPU utilization (host)", series=cpu, style="line",
+                           unit="percent", sort=(inst, 0, 0)))
+        mem = [first(cn) for cn in ("host_mem.host_used", "host_mem.host_available") if cn in counters]
+        if mem:
+            out.append(Row(f"{inst}|mem", "counter", group, "Host memory (used / available)", series=mem,
+                           style="stack", unit="bytes", sort=(inst, 0, 1)))
+        devs: dict[int, list[tuple[str, int, str]]] = {}
+        for cn, plist in counters.items():
+            if cn.startswith("device_mem."):
+                for pid, _ in plist:
+                    devs.setdefault(nd_of.get((inst, pid), 0), []).append((inst, pid, cn))
+        for nd, series in sorted(devs.items()):
+            out.append(Row(f"{inst}|devmem|{nd}", "counter", group, f"Device memory · nd {nd}", series=series,
+                           style="stack", unit="bytes", sort=(inst, 0, 2, nd)))
+    return out
+
+
+def _process_counter_rows(counter_list: list[tuple], rank_of: dict[tuple[str, int], int]) -> list[Row]:
+    """CPU utilization and memory of each process, drawn above the process's event rows."""
+    per_proc: dict[tuple[str, int], set[str]] = {}
+    for inst, pid, counter, _unit in counter_list:
+        per_proc.setdefault((inst, int(pid)), set()).add(counter)
+    out: list[Row] = []
+    for (inst, pid), names in sorted(per_proc.items()):
+        proc = proc_of(rank_of, inst, pid)
+        if "cpu_util.process" in names:
+            out.append(Row(f"{inst}|{pid}|cpu", "counter", [inst, proc.label], "CPU utilization (process)",
+                           series=[(inst, pid, "cpu_util.process")], style="line", unit="percent",
+                           sort=(inst, 1, *proc.sort, -1, 0)))
+        mem = [(inst, pid, cn) for cn in ("host_mem.process_rss", "host_mem.process_vms") if cn in names]
+        if mem:
+            out.append(Row(f"{inst}|{pid}|mem", "counter", [inst, proc.label], "Host memory (process RSS / VMS)",
+                           series=mem, style="line", unit="bytes", sort=(inst, 1, *proc.sort, -1, 1)))
+    return out

@@ -1,0 +1,114 @@
+"""The profiles of one workspace directory, opened lazily and shared by all requests.
+
+Why a registry: preparing a profile (its leaf scan and window index) is the one expensive step, so it
+happens once per profile however many requests arrive at the same time, and again only when the
+profile is re-ingested (its metadata file changes) or removed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from neuron_explorer.contracts.dataset import DEVICE_PROFILES, METADATA, table_file
+from neuron_explorer.ui import paths
+from neuron_explorer.ui.params import NotFound
+from neuron_explorer.ui.profile import RAW_BUDGET, Profile, stamp
+from neuron_explorer.ui.sql import quote
+
+
+class Workspace:
+    """The profiles of one workspace directory, opened lazily and shared by all requests."""
+
+    def __init__(self, root: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
+                 pyramid_min_events: int = 2_000_000, threads: int | None = None,
+                 raw_budget: int = RAW_BUDGET) -> None:
+        self.root = Path(root).resolve()
+        self.raw_budget = raw_budget
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.pyramid_min_events = pyramid_min_events
+        self.con = duckdb.connect(":memory:")
+        if threads:
+            self.con.execute(f"SET threads = {int(threads)}")
+        for opt in ("SET parquet_metadata_cache = true", "SET enable_object_cache = true"):
+            try:
+                self.con.execute(opt)
+            except duckdb.Error:
+                pass
+        self._profiles: dict[str, Profile] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def list(self) -> list[dict[str, Any]]:
+        """Profiles in the workspace, from their metadata only (cheap: nothing is prepared)."""
+        out = []
+        for name in paths.list_profile_dirs(self.root):
+            d = self.root / name
+            meta = paths.single_file(self.root, d, table_file(METADATA))
+            if not meta:
+                continue
+            try:
+                r = self.con.cursor().execute(f"""
+                    SELECT count(*), count(DISTINCT instance_id), max(world_size), sum(events), min(start_wall_ns),
+                           any_value(display_name)
+                    FROM read_parquet({quote(meta)})""").fetchall()[0]
+            except duckdb.Error:
+                continue
+            out.append({"name": name, "processes": int(r[0]), "instances": int(r[1]),
+                        "world_size": int(r[2] or 0), "events": int(r[3] or 0),
+                        "start_wall_ns": str(r[4]) if r[4] is not None else None,
+                        "display_name": r[5] or name,
+                        "types": ["system", "device"] if self._has_device_profiles(d) else ["system"]})
+        return out
+
+    def _has_device_profiles(self, profile_dir: Path) -> bool:
+        dev = paths.single_file(self.root, profile_dir, table_file(DEVICE_PROFILES))
+        try:
+            return bool(dev) and self.con.cursor().execute(f"SELECT count(*) FROM read_parquet({quote(dev)})").fetchall()[0][0] > 0
+        except duckdb.Error:
+            return False
+
+    def exists(self, name: str) -> bool:
+        """Is ``name`` (still) a profile of the workspace?"""
+        try:
+            paths.resolve_profile(self.root, name)
+            return True
+        except (paths.PathRejected, OSError):
+            return False
+
+    def forget(self, name: str) -> None:
+        """Drop a prepared profile (removed or replaced on disk): the next request prepares it anew."""
+        with self._lock:
+            self._profiles.pop(name, None)
+
+    def profile(self, name: str) -> Profile:
+        """The prepared profile (prepared once; concurrent first requests wait for the same work).
+
+        A profile removed from the workspace while the server runs is NotFound (and forgotten); one
+        re-ingested under the same name is prepared again."""
+        paths.check_profile_name(name)
+        with self._lock:
+            p = self._profiles.get(name)
+        if p is not None:
+            if not self.exists(name):
+                self.forget(name)
+                raise NotFound(f"profile {name!r} is no longer in the workspace")
+            if stamp(p.meta_file) == p.stamp:
+                return p
+            self.forget(name)
+        with self._lock:
+            p = self._profiles.get(name)
+            if p is not None:
+                return p
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            p = self._profiles.get(name)
+            if p is None:
+                p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events, self.raw_budget)
+                with self._lock:
+                    self._profiles[name] = p
+        return p
