@@ -6,7 +6,7 @@
 - ``hlo``: per-op facts from the optimized HLO of the process's live executables;
 - ``convert``: the trace as a capture session, written by ``capture.writer``.
 
-See docs/jax.md and docs/decisions/jax-plugin-hook.md.
+See docs/jax.md and docs/decisions/0013-jax-plugin-hook.md.
 """
 
 from neuron_explorer.integrations.jax.plugin import install
