@@ -31,6 +31,15 @@ PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS)
 SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES)
 
 
+# Device memory over time (SystemProfileCounters, unit bytes): one counter per core and category, the
+# categories of neuron-monitor's memory_used breakdown (monitor.endpoint.CORE_MEMORY_CATEGORIES).
+DEVICE_MEMORY_PREFIX = "device_mem."
+
+
+def device_memory_counter(nc: int, category: str) -> str:
+    return f"{DEVICE_MEMORY_PREFIX}nc{int(nc)}.{category}"
+
+
 def table_file(table: str) -> str:
     """The file name of a single-file table."""
     return table + ".parquet"
@@ -86,7 +95,8 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
     ],
     COUNTERS: [
         ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
-        ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..."),
+        ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..., "
+                    "device_mem.nc<N>.<category>"),
         ("value", "sample value"), ("unit", "percent or bytes"),
     ],
     METADATA: [
