@@ -13,8 +13,7 @@ import numpy as np
 
 from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.exporters.perfetto import counter_series
-from neuron_explorer.analysis.reader import wall_offset_ns
+from neuron_explorer.analysis.counters import process_counters
 
 from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
 from neuron_explorer.contracts.tracks import HOST, kinds_of_types, process_label, track_name
@@ -131,9 +130,8 @@ class JsonWriter:
                 else:
                     ev["s"] = "t"
                 items.append(ev)
-        off = wall_offset_ns(pe.session) + pe.clock_offset_ns - self.origin_ns
-        for name, (tsc, vals, _unit) in (counter_series(pe.session).items() if last else ()):
-            for t, v in zip(((tsc + off) / 1000.0).tolist(), np.asarray(vals, dtype=np.float64).tolist()):
+        for name, (tsc, vals, _unit) in (process_counters(pe).items() if last else ()):
+            for t, v in zip(((tsc - self.origin_ns) / 1000.0).tolist(), np.asarray(vals, dtype=np.float64).tolist()):
                 items.append({"name": name, "ph": "C", "pid": pid, "ts": t, "args": {"value": v}})
         self._emit(items)
         self.events_written += n

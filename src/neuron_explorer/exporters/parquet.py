@@ -24,7 +24,7 @@ from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.exporters.perfetto import counter_series
+from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.reader import wall_offset_ns
 
 
@@ -233,15 +233,13 @@ class ParquetWriter:
 
 
 def counters_table(pe: ProcessEvents) -> pa.Table:
-    s = pe.session
-    off = wall_offset_ns(s) + pe.clock_offset_ns
     parts = []
-    for name, (ts, vals, unit) in counter_series(s).items():
+    for name, (ts, vals, unit) in process_counters(pe).items():
         k = len(ts)
         parts.append(pa.table({
             "instance_id": pa.array([pe.instance_id] * k, type=pa.string()),
             "process_id": pa.array(np.full(k, pe.pid, dtype=np.int64)),
-            "ts": pa.array(ts + off, type=pa.int64()),
+            "ts": pa.array(ts, type=pa.int64()),
             "counter": pa.array([name] * k, type=pa.string()),
             "value": pa.array(np.asarray(vals, dtype=np.float64)),
             "unit": pa.array([unit] * k, type=pa.string()),

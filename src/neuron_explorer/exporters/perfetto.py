@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
 from neuron_explorer.util import pbwire as pbenc
 from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.util.alloc import keep_freed_memory
+from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.util.pbwire import Rows
 from neuron_explorer.contracts.tracks import COLLECTIVE, HOST, TRACK_NAMES, kinds_of_types, process_label
@@ -802,12 +803,7 @@ class PerfettoWriter:
 
     def _counters(self, pe: ProcessEvents, seq: int, parent: int) -> None:
         """Counter samples on the process's slot-0 sequence, with absolute trace-clock timestamps."""
-        from neuron_explorer.analysis.reader import wall_offset_ns
-
-        s = pe.session
-        off = wall_offset_ns(s) + pe.clock_offset_ns - self.origin_ns
-        series = counter_series(s)
-        for name, (ts, vals, unit) in series.items():
+        for name, (ts, vals, unit) in process_counters(pe).items():
             if not len(ts):
                 continue
             u = self._uuid()
@@ -816,7 +812,7 @@ class PerfettoWriter:
             m = len(ts)
             te = Rows(m).field_varint(TE_TYPE, COUNTER).field_varint(TE_TRACK_UUID, u)
             te.field_fixed64(TE_DOUBLE_COUNTER, np.asarray(vals, dtype=np.float64).view(np.uint64))
-            pk = Rows(m).field_varint(P_TIMESTAMP, ts + off).field_varint(P_SEQ_ID, seq).message(P_TRACK_EVENT, te)
+            pk = Rows(m).field_varint(P_TIMESTAMP, ts - self.origin_ns).field_varint(P_SEQ_ID, seq).message(P_TRACK_EVENT, te)
             self.f.write(memoryview(Rows(m).message(TRACE_PACKET, pk).encode()))
 
     def close(self) -> None:
@@ -880,28 +876,3 @@ def assemble(path: str, pieces: list[str]) -> None:
     except BaseException:
         f.abort()
         raise
-
-
-def counter_series(s) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:
-    """{counter name: (monotonic ts, values, unit)} from a session's samplers."""
-    from neuron_explorer.analysis.reader import _arr
-
-    out: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
-    if s.cpu is not None:
-        ts = _arr(s.cpu.ts_ns, "i8", s.path, "cpu_util.ts_ns")
-        pct = _arr(s.cpu.cpu_percent, "f4", s.path, "cpu_util.cpu_percent")
-        ncpu = max(int(s.cpu.num_cpus), 1)
-        if len(ts) and len(pct) == len(ts) * ncpu:
-            pct = pct.reshape(len(ts), ncpu)
-            out["cpu_util.process"] = (ts, _arr(s.cpu.process_percent, "f4", s.path, "process_percent")[: len(ts)],
-                                       "percent")
-            out["cpu_util.host_mean"] = (ts, pct.mean(axis=1), "percent")
-            for i in range(ncpu):
-                out[f"cpu_util.cpu{i}"] = (ts, pct[:, i], "percent")
-    if s.mem is not None:
-        ts = _arr(s.mem.ts_ns, "i8", s.path, "host_mem.ts_ns")
-        for name in ("process_rss", "process_vms", "host_used", "host_available"):
-            v = _arr(getattr(s.mem, name), "i8", s.path, name)
-            if len(v) == len(ts) and len(ts):
-                out[f"host_mem.{name}"] = (ts, v, "bytes")
-    return out
