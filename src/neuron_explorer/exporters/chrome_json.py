@@ -12,38 +12,24 @@ import os
 import numpy as np
 
 from neuron_explorer.util.atomic import AtomicFile
+from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.counters import process_counters
 
-from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
+from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
 from neuron_explorer.contracts.tracks import HOST, kinds_of_types, process_label, track_name
-
-
-HEADER = b'{"displayTimeUnit":"ns","traceEvents":['
-
-
-def footer(metadata: dict, origin_ns: int) -> bytes:
-    return b'],"metadata":' + _dumps(dict(metadata, origin_ns=origin_ns)) + b"}"
 
 
 def assemble(path: str, pieces: list[str], metadata: dict, origin_ns: int) -> None:
     """Join per-process pieces (in order) into one Chrome trace file (``path`` is the user's
     output: see ``AtomicFile(output=True)``)."""
-    import shutil
-
     f = AtomicFile(path, output=True)
     try:
-        f.write(HEADER)
-        first = True
+        trace = ChromeTraceWriter(f.f)
         for p in pieces:
-            if os.path.getsize(p) == 0:
-                continue
-            if not first:
-                f.write(b",")
             with open(p, "rb") as src:
-                shutil.copyfileobj(src, f.f, 1 << 20)
-            first = False
-        f.write(footer(metadata, origin_ns))
+                trace.copy(src, os.path.getsize(p))
+        trace.close(dict(metadata, origin_ns=origin_ns))
         f.commit()
     except BaseException:
         f.abort()
@@ -57,19 +43,11 @@ class JsonWriter:
         self.origin_ns = origin_ns
         self.piece = piece
         self.f = AtomicFile(path, output=not piece)
-        if not piece:
-            self.f.write(HEADER)
-        self.first = True
+        self.trace = ChromeTraceWriter(self.f.f, fragment=piece)
         self.events_written = 0
 
     def _emit(self, items: list[dict]) -> None:
-        if not items:
-            return
-        chunk = b",".join(_dumps(x) for x in items)
-        if not self.first:
-            self.f.write(b",")
-        self.f.write(chunk)
-        self.first = False
+        self.trace.add(items)
 
     def add(self, pe: ProcessEvents, first: bool = True, last: bool = True) -> None:
         """Add a chunk of a process's events (``first``/``last`` mark the process's chunks)."""
@@ -137,9 +115,52 @@ class JsonWriter:
         self.events_written += n
 
     def close(self, metadata: dict) -> None:
-        if not self.piece:
-            self.f.write(footer(metadata, self.origin_ns))
+        self.trace.close(dict(metadata, origin_ns=self.origin_ns))
         self.f.commit()
 
     def abort(self) -> None:
         self.f.abort()
+
+
+def device_events(v: DeviceProfileView, origin_ns: int) -> list[dict]:
+    """A device profile's events: one process whose threads are the profile's tracks (engines,
+    streams), its executions on thread 0, its ops as complete events."""
+    t = v.dp.trace
+    strings = list(t.strings)
+    ops = v.dp.ops
+    track_ids = {tid: i + 1 for i, tid in enumerate(np.unique(ops["track"]).tolist())}
+    evs: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1,
+                        "args": {"name": f"device profile {v.profile_id} ({t.device_kind})"}}]
+    for tid, i in track_ids.items():
+        evs.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": strings[tid]}})
+    for e in t.executions:
+        evs.append({"name": e.model_name, "ph": "X", "pid": 1, "tid": 0, "cat": "execution",
+                    "ts": (e.start_ns + v.offset_ns - origin_ns) / 1000.0,
+                    "dur": max(e.end_ns - e.start_ns, 0) / 1000.0, "args": {"exec_id": e.exec_id, "neff": e.neff_name}})
+    st = ((v.start_ts - origin_ns) / 1000.0).tolist()
+    du = ((v.end_ts - v.start_ts) / 1000.0).tolist()
+    fl = ops["flops"].tolist()
+    nb = ops["nbytes"].tolist()
+    for i in range(v.n):
+        args = {"exec_id": int(v.exec_ids[i]), "detail": strings[ops["detail"][i]]}
+        if fl[i] == fl[i]:
+            args["flops"] = fl[i]
+        if nb[i] >= 0:
+            args["bytes"] = nb[i]
+        evs.append({"name": strings[ops["name"][i]], "ph": "X", "pid": 1, "tid": track_ids[int(ops["track"][i])],
+                    "ts": st[i], "dur": du[i], "args": args})
+    return evs
+
+
+def write_device(path: str, v: DeviceProfileView, origin_ns: int) -> None:
+    """A device profile as its own Chrome trace (``device_profile_model_<id>.json``), its summary as
+    the metadata."""
+    f = AtomicFile(path, output=True)
+    try:
+        trace = ChromeTraceWriter(f.f)
+        trace.add(device_events(v, origin_ns))
+        trace.close(dict(v.summary, origin_ns=origin_ns))
+        f.commit()
+    except BaseException:
+        f.abort()
+        raise

@@ -24,7 +24,7 @@ from . import format as fmt
 from .analysis import CollectiveIndex, group_ranks
 from .sources import RankLog
 
-from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
+from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
 
 ERROR_COLOR = "terrible"
 PALETTE = ("thread_state_running", "rail_response", "cq_build_passed", "rail_animation", "good", "yellow",
@@ -33,30 +33,22 @@ PALETTE = ("thread_state_running", "rail_response", "cq_build_passed", "rail_ani
 
 
 class TraceWriter:
-    """Streams ``{"traceEvents": [...]}`` to a binary file, one log at a time."""
+    """Streams ``{"traceEvents": [...]}`` to a binary file, one log at a time (one event a line)."""
 
     def __init__(self, f: IO[bytes], base_wall_ns: int, show_dependencies: bool, index: CollectiveIndex,
                  max_events: int = 20000) -> None:
-        self.f = f
+        self.out = ChromeTraceWriter(f, lines=True)
         self.base = base_wall_ns
         self.deps = show_dependencies
         self.index = index
         self.max_events = max_events
-        self.first = True
         self.events = 0
         self.ranks_present: set[tuple[str, int]] = set()
         self.flow_prefix = ""  # per job when the trace holds several jobs: arrows never cross jobs
         self.process_prefix = ""
-        f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
 
     def _emit(self, evs: list[dict]) -> None:
-        if not evs:
-            return
-        parts = b",\n".join(_dumps(e) for e in evs)
-        if not self.first:
-            self.f.write(b",\n")
-        self.f.write(parts)
-        self.first = False
+        self.out.add(evs)
         self.events += len(evs)
 
     def add_log(self, pid: int, log: RankLog) -> None:
@@ -166,7 +158,7 @@ class TraceWriter:
                     flow_n = self._cc_flows(evs, pid, log, nc, t0, ts, group, b, exec_marks, off, flow_n)
         self._emit(evs)
         if fast:
-            self.f.write(b",\n" + b",\n".join(fast))
+            self.out.add_encoded(fast)
             self.events += sum(3 if x.startswith(b'{"name":"nrt_execute"') else 1 for x in fast)
 
     def _cc_flows(self, evs: list[dict], pid: int, log: RankLog, nc: int, t0: int, ts: float, group: str,
@@ -199,6 +191,4 @@ class TraceWriter:
         return flow_n
 
     def close(self, metadata: dict) -> None:
-        self.f.write(b'\n],"metadata":')
-        self.f.write(_dumps(metadata))
-        self.f.write(b"}\n")
+        self.out.close(metadata)

@@ -333,7 +333,6 @@ def _remove(path: str) -> None:
 
 
 def _convert(job: Job, undo: list) -> dict:
-    from neuron_explorer.util.atomic import atomic_write
     from neuron_explorer.util.names import safe_component
 
     warnings: list[tuple[str, str]] = []
@@ -377,11 +376,11 @@ def _convert(job: Job, undo: list) -> dict:
     undo.append(lambda: _remove(piece))
     device_files = res["device_files"] = []
     if fmt == "json":
-        from neuron_explorer.exporters.chrome_json import JsonWriter, _dumps
+        from neuron_explorer.exporters.chrome_json import JsonWriter, write_device
 
         for v in dviews:
             f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.json")
-            atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)), output=True)
+            write_device(f, v, job.origin)
             undo.append(lambda f=f: _remove(f))
             device_files.append(f)
         jw = JsonWriter(piece, job.origin, piece=True)
