@@ -24,6 +24,8 @@ from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity
 from neuron_explorer.view import pipeline
+from neuron_explorer.exporters.chrome_json import JsonProcess
+from neuron_explorer.exporters.parquet import ParquetProcess
 
 COLUMN_OF = {"model_id": None, "exec_id": "exec_id", "ret": "ret", "op_str": "op", "seq": "seq", "bytes": "bytes",
              "dtype_str": "dtype", "group_str": "group_ranks"}
@@ -65,7 +67,7 @@ def _capture(out: str, n: int, seed: int):
 def test_every_column_matches_the_records(tmp_path, monkeypatch):
     n = 5000
     rt, rec = _capture(str(tmp_path / "cap"), n, seed=3)
-    monkeypatch.setattr(pipeline, "CHUNK", 1024)  # several chunks per process
+    monkeypatch.setattr(ParquetProcess, "chunk", 1024)  # several chunks per process
     out = str(tmp_path / "out_parquet")
     res = pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_file=out, jobs=1))
     assert res.events == n and not res.warnings
@@ -115,7 +117,7 @@ def test_every_column_matches_the_records(tmp_path, monkeypatch):
 @pytest.mark.parametrize("fmt", ["json"])
 def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt, monkeypatch):
     rt, rec = _capture(str(tmp_path / "cap"), 500, seed=5)
-    monkeypatch.setattr(pipeline, "JSON_CHUNK", 128)
+    monkeypatch.setattr(JsonProcess, "chunk", 128)
     out = str(tmp_path / "t.json")
     pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_format=fmt, output_file=out, jobs=1))
     evs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") in ("X", "i") and e.get("name") == "nrt_tensor_read"]

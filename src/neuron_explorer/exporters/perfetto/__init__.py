@@ -6,7 +6,8 @@
 """
 
 from neuron_explorer.exporters.perfetto.wire import CLOCK_BOOTTIME, SHARED_SLOT, sequence_id
-from neuron_explorer.exporters.perfetto.writer import READ_EVENTS, PerfettoWriter, SessionFeed
-from neuron_explorer.exporters.perfetto.writer import assemble_files as assemble
+from neuron_explorer.exporters.perfetto.writer import (
+    READ_EVENTS, PerfettoProcess, PerfettoWriter, SessionFeed, assemble, open_process)
 
-__all__ = ["CLOCK_BOOTTIME", "READ_EVENTS", "SHARED_SLOT", "PerfettoWriter", "SessionFeed", "assemble", "sequence_id"]
+__all__ = ["CLOCK_BOOTTIME", "READ_EVENTS", "SHARED_SLOT", "PerfettoProcess", "PerfettoWriter", "SessionFeed",
+           "assemble", "open_process", "sequence_id"]

@@ -15,6 +15,7 @@ interned per sequence.
 from __future__ import annotations
 
 import mmap
+import os
 import shutil
 import time
 from dataclasses import replace
@@ -30,6 +31,7 @@ from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.reader import Session
 from neuron_explorer.contracts.tracks import COLLECTIVE, HOST, TRACK_NAMES, kinds_of_types, process_label
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo, remove_file
 from neuron_explorer.exporters.perfetto.compress import CompressedSink
 from neuron_explorer.exporters.perfetto.lanes import Stream, distinct
 from neuron_explorer.exporters.perfetto.wire import (
@@ -321,15 +323,67 @@ def drop_pages(s: Session, lo: int, hi: int) -> None:
                 return
 
 
-def assemble_files(path: str, pieces: list[str]) -> None:
-    """Concatenate per-process pieces into one trace (a Perfetto trace is a sequence of packets);
+def open_process(target: ProcessTarget) -> "PerfettoProcess":
+    return PerfettoProcess(target)
+
+
+def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
+    """Concatenate the processes' pieces into one trace (a Perfetto trace is a sequence of packets);
     ``path`` is the user's output (see ``AtomicFile(output=True)``)."""
     f = AtomicFile(path, output=True)
     try:
         for p in pieces:
-            with open(p, "rb") as src:
-                shutil.copyfileobj(src, f.f, 1 << 20)
+            if p.path is not None:
+                with open(p.path, "rb") as src:
+                    shutil.copyfileobj(src, f.f, 1 << 20)
         f.commit()
     except BaseException:
         f.abort()
         raise
+
+
+class PerfettoProcess(ProcessWriter):
+    """One process as a piece of the trace, read in the core-runs order (``SessionFeed``); its
+    device profiles become traces of their own (``device_profile_model_<id>.pftrace``).  The
+    Perfetto trace shows no extra_attributes_json."""
+
+    chunk = READ_EVENTS
+    with_extra = False
+
+    def __init__(self, target: ProcessTarget) -> None:
+        super().__init__(target)
+        self.path = os.path.join(target.work, f"piece-{target.index:08d}")
+        # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
+        self.w = PerfettoWriter(self.path, target.origin_ns, uuid_base=(target.index + 1) << 16,
+                                first=target.index == 0)
+        self.feed = SessionFeed(self.w, self.chunk)
+
+    def add_devices(self, views: list[DeviceProfileView]) -> None:
+        for v in views:
+            f = self.device_path(v, "pftrace")
+            dw = PerfettoWriter(f, self.target.origin_ns, output=True)
+            try:
+                dw.add_device(v)
+                dw.close()
+            except BaseException:
+                dw.abort()
+                raise
+            self.device_files.append(f)
+
+    def chunks(self, s: Session) -> Iterator[tuple[int, Session]]:
+        return self.feed.chunks(s)
+
+    def add(self, pe: ProcessEvents) -> None:
+        self.feed.add(pe)
+
+    def close(self) -> Piece:
+        self.feed.finish()
+        self.w.close()
+        return Piece(path=self.path, device_files=self.device_files)
+
+    def abort(self) -> None:
+        self.w.abort()
+
+    def discard(self) -> None:
+        super().discard()
+        remove_file(self.path)
