@@ -19,7 +19,7 @@ from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.contracts.tracks import HOST, kinds_of_types, process_label, track_name
 from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
-from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo, remove_file
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 
 # a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
 CORE_TID = 1_000_000
@@ -59,7 +59,7 @@ class JsonProcess(ProcessWriter):
 
     def __init__(self, target: ProcessTarget) -> None:
         super().__init__(target)
-        self.path = os.path.join(target.work, f"piece-{target.index:08d}")
+        self.path = self.piece_path()
         self.file = AtomicFile(self.path)
         self.trace = ChromeTraceWriter(self.file.f, fragment=True)
         self.named: set[int] = set()  # tids whose name is written
@@ -126,10 +126,6 @@ class JsonProcess(ProcessWriter):
 
     def abort(self) -> None:
         self.file.abort()
-
-    def discard(self) -> None:
-        super().discard()
-        remove_file(self.path)
 
 
 def _args(pe: ProcessEvents, cols: dict[str, list], extra: list, i: int) -> dict:

@@ -75,7 +75,8 @@ class ProcessWriter:
 
     def __init__(self, target: ProcessTarget) -> None:
         self.target = target
-        self.device_files: list[str] = []
+        self.device_files: list[str] = []  # device_profile_model_<id> files written
+        self.written: list[str] = []  # pieces and parts this process writes in the work area
 
     def chunks(self, s: Session) -> Iterator[tuple[int, Session]]:
         """(first event, session restricted to the piece) over the process, ``chunk`` events at a
@@ -100,8 +101,14 @@ class ProcessWriter:
 
     def discard(self) -> None:
         """Remove what this process wrote (after ``abort``): the run goes on without it."""
-        for f in self.device_files:
+        for f in self.device_files + self.written:
             remove_file(f)
+
+    def piece_path(self) -> str:
+        """The file of this process's piece of a single-file output, in the work area."""
+        path = os.path.join(self.target.work, f"piece-{self.target.index:08d}")
+        self.written.append(path)
+        return path
 
     def device_path(self, v: DeviceProfileView, ext: str) -> str:
         """The file of one device profile, beside the output."""

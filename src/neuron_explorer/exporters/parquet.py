@@ -25,7 +25,7 @@ from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
 from neuron_explorer.analysis.device import DeviceProfileView, events_table as device_table
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo, remove_file
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.reader import wall_offset_ns
 
@@ -153,7 +153,6 @@ class ParquetProcess(ProcessWriter):
     def __init__(self, target: ProcessTarget) -> None:
         super().__init__(target)
         self.tables: dict[str, list[dict]] = {METADATA: [], MODELS: [], DEVICE_PROFILES: []}
-        self.parts: list[str] = []  # files written (removed by ``discard``)
         self.events = 0
         self.last: ProcessEvents | None = None
         self._ev_writer: pq.ParquetWriter | None = None
@@ -162,7 +161,7 @@ class ParquetProcess(ProcessWriter):
         d = os.path.join(self.target.work, table, f"instance={safe_component(instance_id)}", f"process={pid}")
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, name)
-        self.parts.append(path)
+        self.written.append(path)
         return path
 
     def add_devices(self, views: list[DeviceProfileView]) -> None:
@@ -209,11 +208,6 @@ class ParquetProcess(ProcessWriter):
             self._close_events()
         except Exception:  # (the error that stopped the process is the one reported)
             pass
-
-    def discard(self) -> None:
-        super().discard()
-        for p in self.parts:
-            remove_file(p)
 
 
 def model_rows(pe: ProcessEvents) -> list[dict]:

@@ -276,13 +276,11 @@ class Stream:
         clk = self.clock[b.slot]
         late = self.declared[b.slot] & (b.start < clk)
         n = len(b.start)
-        if n and not late.any():
-            plan = self._in_order(b, og, before)
-            if plan is not None:
-                self._write_in_order(b, *plan)
-                self.w.events_written += n
-                return
-        self._write_merged(b, og, late, clk, before)
+        plan = self._in_order(b, og, before) if n and not late.any() else None
+        if plan is not None:
+            self._write_in_order(b, *plan)
+        else:
+            self._write_merged(b, og, late, clk, before)
         self.w.events_written += n
 
     def _in_order(self, b: _Batch, ob: np.ndarray, before: int | None):

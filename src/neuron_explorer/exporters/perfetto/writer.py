@@ -15,7 +15,6 @@ interned per sequence.
 from __future__ import annotations
 
 import mmap
-import os
 import shutil
 import time
 from dataclasses import replace
@@ -31,7 +30,7 @@ from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.reader import Session
 from neuron_explorer.contracts.tracks import COLLECTIVE, HOST, TRACK_NAMES, kinds_of_types, process_label
-from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo, remove_file
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 from neuron_explorer.exporters.perfetto.compress import CompressedSink
 from neuron_explorer.exporters.perfetto.lanes import Stream, distinct
 from neuron_explorer.exporters.perfetto.wire import (
@@ -352,7 +351,7 @@ class PerfettoProcess(ProcessWriter):
 
     def __init__(self, target: ProcessTarget) -> None:
         super().__init__(target)
-        self.path = os.path.join(target.work, f"piece-{target.index:08d}")
+        self.path = self.piece_path()
         # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
         self.w = PerfettoWriter(self.path, target.origin_ns, uuid_base=(target.index + 1) << 16,
                                 first=target.index == 0)
@@ -383,7 +382,3 @@ class PerfettoProcess(ProcessWriter):
 
     def abort(self) -> None:
         self.w.abort()
-
-    def discard(self) -> None:
-        super().discard()
-        remove_file(self.path)
