@@ -138,3 +138,26 @@ def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and what in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert (tmp_path / "taken.json").read_text() == "keep me"
+
+
+def test_json_names_tracks_of_large_thread_ids_and_core_indexes(tmp_path):
+    """Host threads get tids of their own id and cores 1_000_000 (+ 1_000_000 for collectives) plus
+    their index; a thread id or core index past that range is still named from its own kind
+    (decoding the tid named a thread 3_500_000 as a fourth kind of track and failed)."""
+    from neuron_explorer.analysis.events import build
+    from neuron_explorer.analysis.reader import discover, load_session
+    from neuron_explorer.exporters.interface import ProcessTarget
+
+    _capture(str(tmp_path / "cap"), 300, seed=11)
+    s = load_session(discover(str(tmp_path / "cap"))[0])
+    s.events = {k: np.array(v) for k, v in s.events.items()}
+    s.mapped = None
+    s.events["thread_id"][s.events["thread_id"] == 11] = 3_500_000
+    s.events["nc_idx"][:] = 2_000_000
+    w = JsonProcess(ProcessTarget(0, 0, str(tmp_path / "t.json"), str(tmp_path), str(tmp_path)))
+    w.add(build(s, 0, 0, 0, {}))
+    piece = w.close()
+    names = {e["tid"]: e["args"]["name"] for e in json.loads(b"[" + open(piece.path, "rb").read() + b"]")
+             if e["name"] == "thread_name"}
+    assert names == {12: "12/neuron_rt", 3_500_000: "3500000/neuron_rt", 3_000_000: "nc_2000000/neuron_hw",
+                     4_000_000: "nc_2000000/cc"}

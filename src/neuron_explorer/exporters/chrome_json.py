@@ -88,11 +88,15 @@ class JsonProcess(ProcessWriter):
         c = pe.cols
         items: list[dict] = []
         kind = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]]
-        tid = np.where(kind == HOST, c["thread_id"], kind * CORE_TID + c["nc_idx"])
-        for t in np.unique(tid).tolist():
+        key = np.where(kind == HOST, c["thread_id"], c["nc_idx"])
+        tid = np.where(kind == HOST, key, kind * CORE_TID + key)
+        # (a track is named from its first event's kind and key: a tid is ambiguous once a thread
+        # id or core index reaches CORE_TID, and decoding it failed past 3 * CORE_TID)
+        uniq, first = np.unique(tid, return_index=True)
+        for t, i in zip(uniq.tolist(), first.tolist()):
             if t not in self.named:
                 self.named.add(t)
-                label = track_name(HOST, t) if t < CORE_TID else track_name(t // CORE_TID, t % CORE_TID)
+                label = track_name(int(kind[i]), int(key[i]))
                 items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
         origin = self.target.origin_ns
         ts = ((c["start_ts"] - origin) / 1000.0).tolist()

@@ -169,6 +169,8 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
 
 
 def run(opts: ViewOptions) -> ViewResult:
+    """Convert every profile under ``opts.directory`` to the chosen output (or a summary text):
+    the output is checked before any work, written beside itself and put in place only whole."""
     t_start = time.perf_counter()
     root = opts.directory
     if not os.path.isdir(root):
@@ -327,6 +329,8 @@ def convert_process(job: Job) -> ProcessResult:
 
 
 def _convert(job: Job, undo: list) -> ProcessResult:
+    """One process through its format's writer (or its summary): device profiles first, then the
+    events in the pieces and order the writer asks for."""
     res = ProcessResult()
     try:
         s = load_session(job.path, load_events=not job.ignore_system, checked=job.checked)
