@@ -24,6 +24,8 @@ from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity
 from neuron_explorer.view import pipeline
+from neuron_explorer.exporters.chrome_json import JsonProcess
+from neuron_explorer.exporters.parquet import ParquetProcess
 
 COLUMN_OF = {"model_id": None, "exec_id": "exec_id", "ret": "ret", "op_str": "op", "seq": "seq", "bytes": "bytes",
              "dtype_str": "dtype", "group_str": "group_ranks"}
@@ -65,7 +67,7 @@ def _capture(out: str, n: int, seed: int):
 def test_every_column_matches_the_records(tmp_path, monkeypatch):
     n = 5000
     rt, rec = _capture(str(tmp_path / "cap"), n, seed=3)
-    monkeypatch.setattr(pipeline, "CHUNK", 1024)  # several chunks per process
+    monkeypatch.setattr(ParquetProcess, "chunk", 1024)  # several chunks per process
     out = str(tmp_path / "out_parquet")
     res = pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_file=out, jobs=1))
     assert res.events == n and not res.warnings
@@ -115,7 +117,7 @@ def test_every_column_matches_the_records(tmp_path, monkeypatch):
 @pytest.mark.parametrize("fmt", ["json"])
 def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt, monkeypatch):
     rt, rec = _capture(str(tmp_path / "cap"), 500, seed=5)
-    monkeypatch.setattr(pipeline, "JSON_CHUNK", 128)
+    monkeypatch.setattr(JsonProcess, "chunk", 128)
     out = str(tmp_path / "t.json")
     pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_format=fmt, output_file=out, jobs=1))
     evs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") in ("X", "i") and e.get("name") == "nrt_tensor_read"]
@@ -136,3 +138,26 @@ def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and what in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert (tmp_path / "taken.json").read_text() == "keep me"
+
+
+def test_json_names_tracks_of_large_thread_ids_and_core_indexes(tmp_path):
+    """Host threads get tids of their own id and cores 1_000_000 (+ 1_000_000 for collectives) plus
+    their index; a thread id or core index past that range is still named from its own kind
+    (decoding the tid named a thread 3_500_000 as a fourth kind of track and failed)."""
+    from neuron_explorer.analysis.events import build
+    from neuron_explorer.analysis.reader import discover, load_session
+    from neuron_explorer.exporters.interface import ProcessTarget
+
+    _capture(str(tmp_path / "cap"), 300, seed=11)
+    s = load_session(discover(str(tmp_path / "cap"))[0])
+    s.events = {k: np.array(v) for k, v in s.events.items()}
+    s.mapped = None
+    s.events["thread_id"][s.events["thread_id"] == 11] = 3_500_000
+    s.events["nc_idx"][:] = 2_000_000
+    w = JsonProcess(ProcessTarget(0, 0, str(tmp_path / "t.json"), str(tmp_path), str(tmp_path)))
+    w.add(build(s, 0, 0, 0, {}))
+    piece = w.close()
+    names = {e["tid"]: e["args"]["name"] for e in json.loads(b"[" + open(piece.path, "rb").read() + b"]")
+             if e["name"] == "thread_name"}
+    assert names == {12: "12/neuron_rt", 3_500_000: "3500000/neuron_rt", 3_000_000: "nc_2000000/neuron_hw",
+                     4_000_000: "nc_2000000/cc"}

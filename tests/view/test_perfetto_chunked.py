@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from neuron_explorer.exporters import perfetto as ep
+from neuron_explorer.exporters.perfetto import lanes, writer
 from neuron_explorer.analysis.events import build
 from neuron_explorer.exporters.perfetto import PerfettoWriter
 from neuron_explorer.analysis.reader import load_session, wall_offset_ns
@@ -84,18 +85,18 @@ def _check(tmp_path, s, chunk=CHUNK):
 
 def test_a_process_of_many_chunks_gives_the_same_events_as_converting_it_whole(tmp_path, session_dir):
     held = []
-    orig = ep._Stream.release
+    orig = lanes.Stream.release
 
     def spy(self, before=None):
         if before is not None:  # (chunked conversion only)
             held.append(sum(len(p["start"]) for p in self.parts) + len(self.end_t))
         orig(self, before)
 
-    ep._Stream.release = spy
+    lanes.Stream.release = spy
     try:
         late = _check(tmp_path, _load(session_dir))
     finally:
-        ep._Stream.release = orig
+        lanes.Stream.release = orig
     assert late == 0
     assert len(held) > 10 and max(held) <= 2 * CHUNK  # a chunk and what it holds back, not the process
 
@@ -131,7 +132,7 @@ def test_cores_one_after_the_other_and_slices_spanning_many_chunks(tmp_path, ses
         return both
 
     s = _load(session_dir, edit)
-    assert ep._core_runs(s, CHUNK) == [(0, s.num_events // 2), (s.num_events // 2, s.num_events)]
+    assert writer.core_runs(s, CHUNK) == [(0, s.num_events // 2), (s.num_events // 2, s.num_events)]
     _check(tmp_path, s)
 
 
@@ -162,12 +163,12 @@ def test_more_tracks_than_sequences_pushed_in_pieces_out_of_order(tmp_path):
         events[a], events[b] = events[b], events[a]
     pe = _process(events)
     w = PerfettoWriter(str(tmp_path / "t.pftrace"), ORIGIN, uuid_base=1 << 16)
-    st = w._open(pe)
+    st = w.open_process(pe)
     for lo in range(0, pe.n, 97):
         part = replace(pe, n=min(97, pe.n - lo), cols={k: v[lo:lo + 97] for k, v in pe.cols.items()})
-        w._push(st, part)
+        w.push(st, part)
         st.release(int(part.cols["start_ts"].max()) - ORIGIN + 1)  # all so far: later ones come late
-    w._close_stream(st, pe)
+    w.close_process(st, pe)
     w.close()
     d = decode((tmp_path / "t.pftrace").read_bytes())
     assert _got(d) == _want(events)

@@ -142,32 +142,3 @@ def events_table(v: DeviceProfileView, flow_base: int):
         "source_location": pa.DictionaryArray.from_arrays(pa.array(ops["source"], type=pa.int32()), pa.array(strings)),
         "flow_id": pa.array(flows),
     })
-
-
-def chrome_json(v: DeviceProfileView, origin_ns: int) -> dict:
-    """A device profile as its own Chrome trace (device_profile_model_<id>.json)."""
-    t = v.dp.trace
-    strings = list(t.strings)
-    ops = v.dp.ops
-    track_ids = {tid: i + 1 for i, tid in enumerate(np.unique(ops["track"]).tolist())}
-    evs: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1,
-                        "args": {"name": f"device profile {v.profile_id} ({t.device_kind})"}}]
-    for tid, i in track_ids.items():
-        evs.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": strings[tid]}})
-    for e in t.executions:
-        evs.append({"name": e.model_name, "ph": "X", "pid": 1, "tid": 0, "cat": "execution",
-                    "ts": (e.start_ns + v.offset_ns - origin_ns) / 1000.0,
-                    "dur": max(e.end_ns - e.start_ns, 0) / 1000.0, "args": {"exec_id": e.exec_id, "neff": e.neff_name}})
-    st = ((v.start_ts - origin_ns) / 1000.0).tolist()
-    du = ((v.end_ts - v.start_ts) / 1000.0).tolist()
-    fl = ops["flops"].tolist()
-    nb = ops["nbytes"].tolist()
-    for i in range(v.n):
-        args = {"exec_id": int(v.exec_ids[i]), "detail": strings[ops["detail"][i]]}
-        if fl[i] == fl[i]:
-            args["flops"] = fl[i]
-        if nb[i] >= 0:
-            args["bytes"] = nb[i]
-        evs.append({"name": strings[ops["name"][i]], "ph": "X", "pid": 1, "tid": track_ids[int(ops["track"][i])],
-                    "ts": st[i], "dur": du[i], "args": args})
-    return {"traceEvents": evs, "displayTimeUnit": "ns", "metadata": dict(v.summary, origin_ns=origin_ns)}

@@ -1,0 +1,13 @@
+"""Output formats of ``view``, behind one interface (``interface``): Parquet (``parquet``), Chrome
+trace-event JSON (``chrome_json``, written through the one Chrome-trace writer ``chrome_trace``
+that ``neuron-det`` uses too) and Perfetto (``perfetto``).
+
+Importing this package loads only the interface; each format's module is imported when a run
+asks for it (``exporter(fmt)``), so Parquet output never loads the Perfetto writer and
+``neuron-det`` loads only ``chrome_trace``.
+"""
+
+from neuron_explorer.exporters.interface import (
+    FORMATS, Exporter, Piece, ProcessTarget, ProcessWriter, RunInfo, exporter)
+
+__all__ = ["FORMATS", "Exporter", "Piece", "ProcessTarget", "ProcessWriter", "RunInfo", "exporter"]

@@ -1,7 +1,9 @@
 """``system_profile.json``: the system events as Chrome trace-event JSON (chrome://tracing, Perfetto UI).
 
-Streamed one process at a time.  Timestamps are microseconds since ``origin_ns`` (stored in the
-file's ``metadata``) so that they keep sub-microsecond precision.
+Streamed one process at a time: each process writes a piece (its comma-separated events) that
+``assemble`` joins into one trace.  Timestamps are microseconds since ``origin_ns`` (stored in the
+file's ``metadata``) so that they keep sub-microsecond precision.  Device profiles become files of
+their own (``device_profile_model_<id>.json``).
 """
 
 from __future__ import annotations
@@ -12,136 +14,187 @@ import os
 import numpy as np
 
 from neuron_explorer.util.atomic import AtomicFile
+from neuron_explorer.analysis.counters import process_counters
+from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.exporters.perfetto import counter_series
-from neuron_explorer.analysis.reader import wall_offset_ns
-
-from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
 from neuron_explorer.contracts.tracks import HOST, kinds_of_types, process_label, track_name
+from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
+
+# a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
+CORE_TID = 1_000_000
+_INT_ARGS = ("exec_id", "seq", "bytes", "ret")
+_STRING_ARGS = ("op", "group", "dtype")
 
 
-HEADER = b'{"displayTimeUnit":"ns","traceEvents":['
+def open_process(target: ProcessTarget) -> "JsonProcess":
+    return JsonProcess(target)
 
 
-def footer(metadata: dict, origin_ns: int) -> bytes:
-    return b'],"metadata":' + _dumps(dict(metadata, origin_ns=origin_ns)) + b"}"
-
-
-def assemble(path: str, pieces: list[str], metadata: dict, origin_ns: int) -> None:
-    """Join per-process pieces (in order) into one Chrome trace file (``path`` is the user's
-    output: see ``AtomicFile(output=True)``)."""
-    import shutil
-
+def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
+    """Join the processes' pieces (in order) into one Chrome trace file (``path`` is the user's
+    output: see ``AtomicFile(output=True)``); the metadata records the clock offsets and warnings."""
+    metadata = {"clock_offsets": {k: vars(v) for k, v in run.offsets.items()},
+                "warnings": [m for m, _ in run.warnings], "origin_ns": run.origin_ns}
     f = AtomicFile(path, output=True)
     try:
-        f.write(HEADER)
-        first = True
+        trace = ChromeTraceWriter(f.f)
         for p in pieces:
-            if os.path.getsize(p) == 0:
-                continue
-            if not first:
-                f.write(b",")
-            with open(p, "rb") as src:
-                shutil.copyfileobj(src, f.f, 1 << 20)
-            first = False
-        f.write(footer(metadata, origin_ns))
+            if p.path is not None:
+                with open(p.path, "rb") as src:
+                    trace.copy(src, os.path.getsize(p.path))
+        trace.close(metadata)
         f.commit()
     except BaseException:
         f.abort()
         raise
 
 
-class JsonWriter:
-    def __init__(self, path: str, origin_ns: int, piece: bool = False) -> None:
-        """``piece``: write only the comma-separated events (a part that ``assemble`` joins)."""
-        self.path = path
-        self.origin_ns = origin_ns
-        self.piece = piece
-        self.f = AtomicFile(path, output=not piece)
-        if not piece:
-            self.f.write(HEADER)
-        self.first = True
-        self.events_written = 0
+class JsonProcess(ProcessWriter):
+    """One process's events as a piece of the trace: its name, its tracks' names as they appear,
+    its events (one Python object per event, so a chunk is a quarter of the Parquet writer's),
+    then its counters."""
 
-    def _emit(self, items: list[dict]) -> None:
-        if not items:
-            return
-        chunk = b",".join(_dumps(x) for x in items)
-        if not self.first:
-            self.f.write(b",")
-        self.f.write(chunk)
-        self.first = False
+    chunk = 65_536  # the writer holds one Python object per event of a chunk (~1 KB each)
 
-    def add(self, pe: ProcessEvents, first: bool = True, last: bool = True) -> None:
-        """Add a chunk of a process's events (``first``/``last`` mark the process's chunks)."""
+    def __init__(self, target: ProcessTarget) -> None:
+        super().__init__(target)
+        self.path = self.piece_path()
+        self.file = AtomicFile(self.path)
+        self.trace = ChromeTraceWriter(self.file.f, fragment=True)
+        self.named: set[int] = set()  # tids whose name is written
+        self.last: ProcessEvents | None = None
+
+    def add_devices(self, views: list[DeviceProfileView]) -> None:
+        for v in views:
+            f = self.device_path(v, "json")
+            write_device(f, v, self.target.origin_ns)
+            self.device_files.append(f)
+
+    def add(self, pe: ProcessEvents) -> None:
+        """A chunk of the process's events (the first one names the process)."""
         pid = pe.index + 1
         items: list[dict] = []
-        if first:
+        if self.last is None:
             items.append({"name": "process_name", "ph": "M", "pid": pid,
                           "args": {"name": process_label(pe.pid, pe.rank, pe.instance_id)}})
-            self._named_tracks: set = set()
-        c = pe.cols
-        n = pe.n
-        if n:
-            kind = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]]
-            names = np.array(pe.type_names, dtype=object)[c["type"]]
-            # a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
-            tid = np.where(kind == HOST, c["thread_id"], kind * 1_000_000 + c["nc_idx"])
-            for t in np.unique(tid).tolist():
-                if t in self._named_tracks:
-                    continue
-                self._named_tracks.add(t)
-                label = track_name(HOST, t) if t < 1_000_000 else track_name(t // 1_000_000, t % 1_000_000)
-                items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
-            ts = ((c["start_ts"] - self.origin_ns) / 1000.0).tolist()
-            dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()
-            strings = pe.strings
-            mnames = pe.model_names
-            cols = {k: c[k].tolist() for k in ("model_id", "exec_id", "op", "seq", "bytes", "group", "dtype",
-                                                "ret", "flow_id")}
-            srcs = pe.type_sources
-            typ = c["type"].tolist()
-            names_l = names.tolist()
-            tid_l = tid.tolist()
-            extra = pe.extra_json.to_pylist()
-            dprof = c["device_profile"].tolist()
-            for i in range(n):
-                args: dict = {}
-                mid = cols["model_id"][i]
-                if mid >= 0:
-                    args["model_name"] = mnames.get(mid, f"model_{mid}")
-                for k in ("exec_id", "seq", "bytes", "ret"):
-                    v = cols[k][i]
-                    if v >= 0:
-                        args[k] = v
-                for k in ("op", "group", "dtype"):
-                    v = cols[k][i]
-                    if v > 0:
-                        args[k] = strings[v]
-                if cols["flow_id"][i]:
-                    args["flow_id"] = cols["flow_id"][i]
-                if extra[i] is not None:
-                    args.update(json.loads(extra[i]))
-                if dprof[i] >= 0:
-                    args["device_profile"] = pe.device_profiles[dprof[i]]
-                ev = {"name": names_l[i], "cat": srcs[typ[i]], "ph": "X" if dur[i] > 0 else "i", "pid": pid,
-                      "tid": tid_l[i], "ts": ts[i], "args": args}
-                if dur[i] > 0:
-                    ev["dur"] = dur[i]
-                else:
-                    ev["s"] = "t"
-                items.append(ev)
-        off = wall_offset_ns(pe.session) + pe.clock_offset_ns - self.origin_ns
-        for name, (tsc, vals, _unit) in (counter_series(pe.session).items() if last else ()):
-            for t, v in zip(((tsc + off) / 1000.0).tolist(), np.asarray(vals, dtype=np.float64).tolist()):
-                items.append({"name": name, "ph": "C", "pid": pid, "ts": t, "args": {"value": v}})
-        self._emit(items)
-        self.events_written += n
+        self.last = pe
+        if pe.n:
+            items += self._events(pe, pid)
+        self.trace.add(items)
 
-    def close(self, metadata: dict) -> None:
-        if not self.piece:
-            self.f.write(footer(metadata, self.origin_ns))
-        self.f.commit()
+    def _events(self, pe: ProcessEvents, pid: int) -> list[dict]:
+        """The names of tracks not seen before, then the chunk's events."""
+        c = pe.cols
+        items: list[dict] = []
+        kind = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]]
+        key = np.where(kind == HOST, c["thread_id"], c["nc_idx"])
+        tid = np.where(kind == HOST, key, kind * CORE_TID + key)
+        # (a track is named from its first event's kind and key: a tid is ambiguous once a thread
+        # id or core index reaches CORE_TID, and decoding it failed past 3 * CORE_TID)
+        uniq, first = np.unique(tid, return_index=True)
+        for t, i in zip(uniq.tolist(), first.tolist()):
+            if t not in self.named:
+                self.named.add(t)
+                label = track_name(int(kind[i]), int(key[i]))
+                items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
+        origin = self.target.origin_ns
+        ts = ((c["start_ts"] - origin) / 1000.0).tolist()
+        dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()
+        names = np.array(pe.type_names, dtype=object)[c["type"]].tolist()
+        cols = {k: c[k].tolist() for k in ("model_id", "flow_id", "device_profile") + _INT_ARGS + _STRING_ARGS}
+        srcs, typ, tid_l = pe.type_sources, c["type"].tolist(), tid.tolist()
+        extra = pe.extra_json.to_pylist()
+        for i in range(pe.n):
+            ev = {"name": names[i], "cat": srcs[typ[i]], "ph": "X" if dur[i] > 0 else "i", "pid": pid,
+                  "tid": tid_l[i], "ts": ts[i], "args": _args(pe, cols, extra, i)}
+            if dur[i] > 0:
+                ev["dur"] = dur[i]
+            else:
+                ev["s"] = "t"
+            items.append(ev)
+        return items
+
+    def close(self) -> Piece:
+        """The process's counters end its piece."""
+        pe = self.last
+        if pe is not None:
+            pid = pe.index + 1
+            origin = self.target.origin_ns
+            self.trace.add([{"name": name, "ph": "C", "pid": pid, "ts": t, "args": {"value": v}}
+                            for name, (tsc, vals, _unit) in process_counters(pe).items()
+                            for t, v in zip(((tsc - origin) / 1000.0).tolist(),
+                                            np.asarray(vals, dtype=np.float64).tolist())])
+        self.file.commit()
+        return Piece(path=self.path, device_files=self.device_files)
 
     def abort(self) -> None:
-        self.f.abort()
+        self.file.abort()
+
+
+def _args(pe: ProcessEvents, cols: dict[str, list], extra: list, i: int) -> dict:
+    """The args of event ``i``: its argument columns that have a value, its extra attributes and
+    the device profile that holds its execution."""
+    args: dict = {}
+    mid = cols["model_id"][i]
+    if mid >= 0:
+        args["model_name"] = pe.model_names.get(mid, f"model_{mid}")
+    for k in _INT_ARGS:
+        v = cols[k][i]
+        if v >= 0:
+            args[k] = v
+    for k in _STRING_ARGS:
+        v = cols[k][i]
+        if v > 0:
+            args[k] = pe.strings[v]
+    if cols["flow_id"][i]:
+        args["flow_id"] = cols["flow_id"][i]
+    if extra[i] is not None:
+        args.update(json.loads(extra[i]))
+    if cols["device_profile"][i] >= 0:
+        args["device_profile"] = pe.device_profiles[cols["device_profile"][i]]
+    return args
+
+
+def device_events(v: DeviceProfileView, origin_ns: int) -> list[dict]:
+    """A device profile's events: one process whose threads are the profile's tracks (engines,
+    streams), its executions on thread 0, its ops as complete events."""
+    t = v.dp.trace
+    strings = list(t.strings)
+    ops = v.dp.ops
+    track_ids = {tid: i + 1 for i, tid in enumerate(np.unique(ops["track"]).tolist())}
+    evs: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1,
+                        "args": {"name": f"device profile {v.profile_id} ({t.device_kind})"}}]
+    for tid, i in track_ids.items():
+        evs.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": strings[tid]}})
+    for e in t.executions:
+        evs.append({"name": e.model_name, "ph": "X", "pid": 1, "tid": 0, "cat": "execution",
+                    "ts": (e.start_ns + v.offset_ns - origin_ns) / 1000.0,
+                    "dur": max(e.end_ns - e.start_ns, 0) / 1000.0, "args": {"exec_id": e.exec_id, "neff": e.neff_name}})
+    st = ((v.start_ts - origin_ns) / 1000.0).tolist()
+    du = ((v.end_ts - v.start_ts) / 1000.0).tolist()
+    fl = ops["flops"].tolist()
+    nb = ops["nbytes"].tolist()
+    for i in range(v.n):
+        args = {"exec_id": int(v.exec_ids[i]), "detail": strings[ops["detail"][i]]}
+        if fl[i] == fl[i]:
+            args["flops"] = fl[i]
+        if nb[i] >= 0:
+            args["bytes"] = nb[i]
+        evs.append({"name": strings[ops["name"][i]], "ph": "X", "pid": 1, "tid": track_ids[int(ops["track"][i])],
+                    "ts": st[i], "dur": du[i], "args": args})
+    return evs
+
+
+def write_device(path: str, v: DeviceProfileView, origin_ns: int) -> None:
+    """A device profile as its own Chrome trace (``device_profile_model_<id>.json``), its summary as
+    the metadata."""
+    f = AtomicFile(path, output=True)
+    try:
+        trace = ChromeTraceWriter(f.f)
+        trace.add(device_events(v, origin_ns))
+        trace.close(dict(v.summary, origin_ns=origin_ns))
+        f.commit()
+    except BaseException:
+        f.abort()
+        raise

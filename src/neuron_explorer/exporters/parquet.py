@@ -23,8 +23,10 @@ import pyarrow.parquet as pq
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
+from neuron_explorer.analysis.device import DeviceProfileView, events_table as device_table
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.exporters.perfetto import counter_series
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
+from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.reader import wall_offset_ns
 
 
@@ -140,108 +142,115 @@ def events_table(pe: ProcessEvents) -> pa.Table:
     return pa.table(cols)
 
 
-class ParquetWriter:
-    def __init__(self, out_dir: str, display_name: str = "", root: str | None = None) -> None:
-        """Parts go under ``root`` (the work area shared by the workers of one view run); without
-        one, under a fresh work area beside ``out_dir`` that ``close`` renames into place."""
-        self.out_dir = out_dir
-        self.display_name = display_name
-        self._own_root = root is None
-        self.tmp = dataset.work_area(out_dir) if root is None else root
-        self.meta_rows: list[dict] = []
-        self.device_rows: list[dict] = []
-        self.model_rows: list[dict] = []
-        self.events_written = 0
-        self._process_events = 0
+def open_process(target: ProcessTarget) -> "ParquetProcess":
+    return ParquetProcess(target)
+
+
+class ParquetProcess(ProcessWriter):
+    """One process's partition files (events, counters, device events) under the run's work area,
+    and its rows of the single-file tables, which ``assemble`` writes once for the run."""
+
+    def __init__(self, target: ProcessTarget) -> None:
+        super().__init__(target)
+        self.tables: dict[str, list[dict]] = {METADATA: [], MODELS: [], DEVICE_PROFILES: []}
+        self.events = 0
+        self.last: ProcessEvents | None = None
         self._ev_writer: pq.ParquetWriter | None = None
 
-    def _part(self, table: str, pe: ProcessEvents) -> str:
-        d = os.path.join(self.tmp, table, f"instance={safe_component(pe.instance_id)}", f"process={pe.pid}")
+    def _part(self, table: str, instance_id: str, pid: int, name: str) -> str:
+        d = os.path.join(self.target.work, table, f"instance={safe_component(instance_id)}", f"process={pid}")
         os.makedirs(d, exist_ok=True)
-        return os.path.join(d, f"part-{pe.index}.parquet")  # one file per profile and table
+        path = os.path.join(d, name)
+        self.written.append(path)
+        return path
 
-    def add(self, pe: ProcessEvents, meta: dict | None = None) -> None:
-        """Add one chunk of a process's events; ``meta`` (given with the process's last chunk)
-        closes the process: its counters, models and metadata row are written then."""
+    def add_devices(self, views: list[DeviceProfileView]) -> None:
+        """The device profiles of the process (DeviceProfileEvents + DeviceProfiles rows)."""
+        for v in views:
+            self.tables[DEVICE_PROFILES].append(v.summary)
+            if v.n:
+                path = self._part(DEVICE_EVENTS, v.session.instance_id, v.session.pid,
+                                  f"{safe_component(v.profile_id)}.parquet")
+                pq.write_table(device_table(v, (self.target.index + 1) << 40), path, compression="zstd")
+
+    def add(self, pe: ProcessEvents) -> None:
+        """A chunk of the process's events (one file per process and table, a row group a chunk)."""
         if pe.n:
             t = events_table(pe)
             if self._ev_writer is None:
-                self._ev_writer = pq.ParquetWriter(self._part(EVENTS, pe), t.schema, **WRITE_OPTIONS)
+                path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
+                self._ev_writer = pq.ParquetWriter(path, t.schema, **WRITE_OPTIONS)
             self._ev_writer.write_table(t, row_group_size=1 << 20)
-        self.events_written += pe.n
-        self._process_events += pe.n
-        if meta is None:
-            return
-        if self._ev_writer is not None:
-            self._ev_writer.close()
-        self._ev_writer = None
-        ct = counters_table(pe)
-        if ct.num_rows:
-            pq.write_table(ct, self._part(COUNTERS, pe), compression="zstd")
-        self.meta_rows.append(dict(meta, display_name=self.display_name, events=self._process_events))
-        self._process_events = 0
-        s = pe.session
-        for m in s.models:
-            self.model_rows.append({
-                "instance_id": pe.instance_id, "process_id": pe.pid, "model_id": int(m.id), "model_name": m.name,
-                "neff_name": m.neff_name, "graph_hash": m.graph_hash, "backend": m.backend, "kind": m.kind,
-                "compile_ns": int(m.compile_ns), "nc_idx": int(m.nc_idx), "source_location": m.source_location,
-                "module_path": m.module_path, "num_nodes": int(m.num_nodes), "signature": m.signature,
-            })
+        self.events += pe.n
+        self.last = pe
 
-    def add_device(self, views, index: int) -> None:
-        """The device profiles of one process (DeviceProfileEvents + DeviceProfiles rows)."""
-        from neuron_explorer.analysis.device import events_table as device_table
-
-        for v in views:
-            self.device_rows.append(v.summary)
-            if v.n:
-                d = os.path.join(self.tmp, DEVICE_EVENTS, f"instance={safe_component(v.session.instance_id)}",
-                                 f"process={v.session.pid}")
-                os.makedirs(d, exist_ok=True)
-                pq.write_table(device_table(v, (index + 1) << 40),
-                               os.path.join(d, f"{safe_component(v.profile_id)}.parquet"),
+    def close(self) -> Piece:
+        """The process's counters, models and metadata row."""
+        self._close_events()
+        pe = self.last
+        if pe is not None:
+            ct = counters_table(pe)
+            if ct.num_rows:
+                pq.write_table(ct, self._part(COUNTERS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet"),
                                compression="zstd")
+            self.tables[METADATA].append(dict(meta_row(pe, self.target.offset),
+                                              display_name=self.target.display_name, events=self.events))
+            self.tables[MODELS] += model_rows(pe)
+        return Piece(tables=self.tables)
 
-    def write_tables(self, warnings: list[tuple[str, str]]) -> None:
-        """The single-file tables, from the rows collected for every process."""
-
-        def write_rows(name: str, rows: list[dict]) -> None:
-            cols = [c for c, _ in SCHEMA_DOC[name]]
-            data = {c: [r.get(c) for r in rows] for c in cols}
-            pq.write_table(pa.table(data) if rows else pa.table({c: pa.array([], type=pa.string()) for c in cols}),
-                           os.path.join(self.tmp, dataset.table_file(name)))
-
-        write_rows(METADATA, self.meta_rows)
-        write_rows(MODELS, self.model_rows)
-        write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
-        write_rows(DEVICE_PROFILES, self.device_rows)
-        dataset.write_marker(self.tmp)  # lets a later run replace this output (and nothing else)
-
-    def close(self, warnings: list[tuple[str, str]]) -> None:
-        """Write the single-file tables; a writer with its own work area then moves the finished
-        dataset into place (replacing only an earlier output of ours, see ``view.output``)."""
-        self.write_tables(warnings)
-        if self._own_root:
-            dataset.replace_dir(self.tmp, self.out_dir)
+    def _close_events(self) -> None:
+        w, self._ev_writer = self._ev_writer, None
+        if w is not None:
+            w.close()
 
     def abort(self) -> None:
-        if self._ev_writer is not None:
-            self._ev_writer.close()
-        if self._own_root:
-            dataset.remove_work_area(self.tmp)
+        try:
+            self._close_events()
+        except Exception:  # (the error that stopped the process is the one reported)
+            pass
+
+
+def model_rows(pe: ProcessEvents) -> list[dict]:
+    """ProfileModels rows: the graphs a process compiled and loaded."""
+    return [{"instance_id": pe.instance_id, "process_id": pe.pid, "model_id": int(m.id), "model_name": m.name,
+             "neff_name": m.neff_name, "graph_hash": m.graph_hash, "backend": m.backend, "kind": m.kind,
+             "compile_ns": int(m.compile_ns), "nc_idx": int(m.nc_idx), "source_location": m.source_location,
+             "module_path": m.module_path, "num_nodes": int(m.num_nodes), "signature": m.signature}
+            for m in pe.session.models]
+
+
+def write_tables(root: str, pieces: list[Piece], warnings: list[tuple[str, str]]) -> None:
+    """The single-file tables under ``root``, from the rows of every process (in order), and the
+    marker that lets a later run replace this output (and nothing else)."""
+
+    def write_rows(name: str, rows: list[dict]) -> None:
+        cols = [c for c, _ in SCHEMA_DOC[name]]
+        data = {c: [r.get(c) for r in rows] for c in cols}
+        pq.write_table(pa.table(data) if rows else pa.table({c: pa.array([], type=pa.string()) for c in cols}),
+                       os.path.join(root, dataset.table_file(name)))
+
+    for name in (METADATA, MODELS):
+        write_rows(name, [r for p in pieces for r in p.tables.get(name, [])])
+    write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
+    write_rows(DEVICE_PROFILES, [r for p in pieces for r in p.tables.get(DEVICE_PROFILES, [])])
+    dataset.write_marker(root)
+
+
+def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
+    """Finish the dataset in the work area and move it into place (replacing only an earlier
+    output of ours, see ``view.output``)."""
+    write_tables(run.work, pieces, run.warnings)
+    dataset.replace_dir(run.work, path)
 
 
 def counters_table(pe: ProcessEvents) -> pa.Table:
-    s = pe.session
-    off = wall_offset_ns(s) + pe.clock_offset_ns
     parts = []
-    for name, (ts, vals, unit) in counter_series(s).items():
+    for name, (ts, vals, unit) in process_counters(pe).items():
         k = len(ts)
         parts.append(pa.table({
             "instance_id": pa.array([pe.instance_id] * k, type=pa.string()),
             "process_id": pa.array(np.full(k, pe.pid, dtype=np.int64)),
-            "ts": pa.array(ts + off, type=pa.int64()),
+            "ts": pa.array(ts, type=pa.int64()),
             "counter": pa.array([name] * k, type=pa.string()),
             "value": pa.array(np.asarray(vals, dtype=np.float64)),
             "unit": pa.array([unit] * k, type=pa.string()),

@@ -24,7 +24,7 @@ from . import format as fmt
 from .analysis import CollectiveIndex, group_ranks
 from .sources import RankLog
 
-from neuron_explorer.util.jsonfast import dumps_bytes as _dumps
+from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
 
 ERROR_COLOR = "terrible"
 PALETTE = ("thread_state_running", "rail_response", "cq_build_passed", "rail_animation", "good", "yellow",
@@ -33,40 +33,32 @@ PALETTE = ("thread_state_running", "rail_response", "cq_build_passed", "rail_ani
 
 
 class TraceWriter:
-    """Streams ``{"traceEvents": [...]}`` to a binary file, one log at a time."""
+    """Streams ``{"traceEvents": [...]}`` to a binary file, one log at a time (one event a line)."""
 
     def __init__(self, f: IO[bytes], base_wall_ns: int, show_dependencies: bool, index: CollectiveIndex,
                  max_events: int = 20000) -> None:
-        self.f = f
+        self.out = ChromeTraceWriter(f, lines=True)
         self.base = base_wall_ns
         self.deps = show_dependencies
         self.index = index
         self.max_events = max_events
-        self.first = True
         self.events = 0
         self.ranks_present: set[tuple[str, int]] = set()
         self.flow_prefix = ""  # per job when the trace holds several jobs: arrows never cross jobs
         self.process_prefix = ""
-        f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
 
     def _emit(self, evs: list[dict]) -> None:
-        if not evs:
-            return
-        parts = b",\n".join(_dumps(e) for e in evs)
-        if not self.first:
-            self.f.write(b",\n")
-        self.f.write(parts)
-        self.first = False
+        self.out.add(evs)
         self.events += len(evs)
 
     def add_log(self, pid: int, log: RankLog) -> None:
+        """One log as one process: its last ``max_events`` records plus every error and in-flight one."""
         rec = log.records if log.records is not None else np.zeros(0, fmt.RECORD_DTYPE)
         n = len(rec)
         keep = np.zeros(n, bool)
         keep[max(0, n - self.max_events):] = True
         keep |= (rec["state"] != fmt.STATE_COMPLETE) | (rec["ret"] != 0) | (rec["kind"] == fmt.KIND_NUMERICAL_ERROR)
-        idx = np.nonzero(keep)[0]
-        sub = rec[idx]
+        sub = rec[np.nonzero(keep)[0]]
         pname = f"{self.process_prefix}{log.name} ({log.label}, {log.source})"
         evs: list[dict] = [
             {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}},
@@ -76,108 +68,45 @@ class TraceWriter:
             evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(nc), "args": {"name": f"NC {nc}"}})
         off = log.offset_ns - self.base
         S = log.strings
-        models = log.models
         cols = [sub[c].tolist() for c in ("kind", "state", "nc", "ret", "t0", "t1", "a", "b", "c", "d", "e")]
-        exec_marks: dict[int, tuple[list[int], list[int]]] = {}  # nc -> (t0 list, flow ids) for deps
+        exec_marks: dict[int, list[int]] = {}  # nc -> starts of its executions, for deps
         flow_n = 0
-        fast: list[bytes] = []  # pre-rendered JSON of the common case (successful complete records)
-        exec_tpl: dict[int, str] = {}
-        cc_tpl: dict[tuple[int, int, int, int], str] = {}
+        fast = _Templates(pid, log)  # the common case (successful complete records) pre-rendered
         for kind, state, nc, ret, t0, t1, a, b, c, d, e in zip(*cols):
             ts = (t0 + off) / 1000.0
             complete = state == fmt.STATE_COMPLETE
             dur = (t1 - t0) / 1000.0 if complete else 0.0
-            if complete and ret == 0 and kind == fmt.KIND_EXEC and not self.deps:
-                tpl = exec_tpl.get(a)
-                if tpl is None:
-                    m = models.get(a) or {}
-                    neff = m.get("neff_name", f"model_{a}")
-                    common = (f'"ph":"X","ts":%.3f,"dur":%.3f,"pid":{pid},"tid":%d,"args":{{"nd":{log.nd},'
-                              f'"nc":%d,"exec_id":%d,"model_id":{a},"graph":{json.dumps(m.get("name", ""))},'
-                              f'"neff":{json.dumps(neff)},"rank":{log.rank},"ret":0}}}}')
-                    tpl = exec_tpl[a] = ",\n".join((
-                        '{"name":"nrt_execute","cat":"exec",' + common,
-                        '{"name":' + json.dumps(f"sync_exec {neff}") + ',"cat":"exec","cname":"'
-                        + PALETTE[a % len(PALETTE)] + '",' + common,
-                        '{"name":"nc_exec","cat":"exec",' + common))
-                v = (ts, dur, nc, nc, b)
-                fast.append((tpl % (v + v + v)).encode())
-                continue
-            if complete and ret == 0 and kind in fmt.CC_KINDS and not self.deps:
-                key = (kind, a, d, e)
-                tpl = cc_tpl.get(key)
-                if tpl is None:
-                    group = S[e] if 0 <= e < len(S) else ""
-                    gr = group_ranks(group)
-                    tpl = cc_tpl[key] = (
-                        '{"name":"' + fmt.KINDS.get(kind, {}).get("name", "cc_op_exec") + '","cat":"cc","ph":"X",'
-                        f'"ts":%.3f,"dur":%.3f,"pid":{pid},"tid":%d,"args":{{"op":{json.dumps(S[a] if 0 <= a < len(S) else "?")},'
-                        f'"seq":%d,"group":{json.dumps(gr)},"peers":{json.dumps([r for r in gr if r != log.rank])},'
-                        f'"bytes":%d,"dtype":{json.dumps(S[d] if 0 <= d < len(S) else "")},"nd":{log.nd},"nc":%d,'
-                        f'"rank":{log.rank},"ret":0}}}}')
-                fast.append((tpl % (ts, dur, nc, b, c, nc)).encode())
+            if complete and ret == 0 and not self.deps and fast.add(kind, ts, dur, nc, a, b, c, d, e):
                 continue
             if kind == fmt.KIND_EXEC:
-                m = models.get(a) or {}
-                neff = m.get("neff_name", f"model_{a}")
-                args = {"nd": log.nd, "nc": nc, "exec_id": b, "model_id": a, "graph": m.get("name", ""), "neff": neff,
-                        "rank": log.rank}
-                if complete:
-                    args["ret"] = ret
-                for name in ("nrt_execute", "sync_exec", "nc_exec"):
-                    ev = {"name": name, "cat": "exec", "ph": "X" if complete else "B", "ts": ts, "pid": pid,
-                          "tid": nc, "args": args}
-                    if complete:
-                        ev["dur"] = dur
-                    if ret != 0:
-                        ev["cname"] = ERROR_COLOR
-                    elif name == "sync_exec":
-                        ev["cname"] = PALETTE[a % len(PALETTE)]
-                        ev["name"] = f"sync_exec {neff}"
-                    if not complete:
-                        ev["args"] = {**args, "state": "in flight at the last write (never ended)"}
-                    evs.append(ev)
+                evs += _exec_events(pid, log, ts, dur, complete, nc, ret, a, b)
                 if self.deps:
-                    exec_marks.setdefault(nc, ([], []))[0].append(t0)
-                    exec_marks[nc][1].append(len(evs) - 3)
+                    exec_marks.setdefault(nc, []).append(t0)
             elif kind == fmt.KIND_NUMERICAL_ERROR:
-                m = models.get(a) or {}
+                m = log.models.get(a) or {}
                 evs.append({"name": "numerical_error", "cat": "error", "ph": "X", "ts": ts, "dur": dur, "pid": pid,
                             "tid": nc, "cname": ERROR_COLOR,
                             "args": {"nd": log.nd, "nc": nc, "exec_id": b, "ret": ret, "graph": m.get("name", ""),
                                      "neff": m.get("neff_name", ""), "nan_count": c, "inf_count": d, "rank": log.rank}})
             else:
-                op = S[a] if 0 <= a < len(S) else "?"
                 group = S[e] if 0 <= e < len(S) else ""
-                peers = [r for r in group_ranks(group) if r != log.rank]
-                args = {"op": op, "seq": b, "group": group_ranks(group), "peers": peers, "bytes": c,
-                        "dtype": S[d] if 0 <= d < len(S) else "", "nd": log.nd, "nc": nc, "rank": log.rank}
-                ev = {"name": fmt.KINDS.get(kind, {}).get("name", "cc_op_exec"), "cat": "cc",
-                      "ph": "X" if complete else "B", "ts": ts, "pid": pid, "tid": nc, "args": args}
-                if complete:
-                    ev["dur"] = dur
-                    args["ret"] = ret
-                else:
-                    args["state"] = "in flight at the last write (never ended)"
-                if ret != 0:
-                    ev["cname"] = ERROR_COLOR
-                evs.append(ev)
+                evs.append(_cc_event(pid, log, ts, dur, complete, kind, nc, ret, a, b, c, d, group))
                 if self.deps:
                     flow_n = self._cc_flows(evs, pid, log, nc, t0, ts, group, b, exec_marks, off, flow_n)
         self._emit(evs)
-        if fast:
-            self.f.write(b",\n" + b",\n".join(fast))
-            self.events += sum(3 if x.startswith(b'{"name":"nrt_execute"') else 1 for x in fast)
+        if fast.rendered:
+            self.out.add_encoded(fast.rendered)
+            self.events += fast.events
 
     def _cc_flows(self, evs: list[dict], pid: int, log: RankLog, nc: int, t0: int, ts: float, group: str,
                   seq: int, exec_marks: dict, off: int, flow_n: int) -> int:
         marks = exec_marks.get(nc)
-        if marks and marks[0] and marks[0][-1] <= t0:
+        if marks and marks[-1] <= t0:
             # the latest execution begun on this core before the collective issued it
             fid = f"x{pid}.{flow_n}"
             flow_n += 1
             evs.append({"ph": "s", "id": fid, "name": "issues", "cat": "dependency", "pid": pid, "tid": nc,
-                        "ts": (marks[0][-1] + off) / 1000.0})
+                        "ts": (marks[-1] + off) / 1000.0})
             evs.append({"ph": "f", "bp": "e", "id": fid, "name": "issues", "cat": "dependency", "pid": pid,
                         "tid": nc, "ts": ts})
         gi = self.index.groups.get((log.source, group))
@@ -199,6 +128,108 @@ class TraceWriter:
         return flow_n
 
     def close(self, metadata: dict) -> None:
-        self.f.write(b'\n],"metadata":')
-        self.f.write(_dumps(metadata))
-        self.f.write(b"}\n")
+        self.out.close(metadata)
+
+
+class _Templates:
+    """Successful complete executions and collectives rendered from per-graph (per-collective)
+    templates: JSON encoding one event at a time is most of the trace's cost, and these records
+    differ only in times, core and a few numbers."""
+
+    def __init__(self, pid: int, log: RankLog) -> None:
+        self.pid = pid
+        self.log = log
+        self.rendered: list[bytes] = []
+        self.events = 0
+        self.exec_tpl: dict[int, str] = {}
+        self.cc_tpl: dict[tuple[int, int, int, int], str] = {}
+
+    def add(self, kind: int, ts: float, dur: float, nc: int, a: int, b: int, c: int, d: int, e: int) -> bool:
+        """Render the record if it is of a templated kind; False when it is not."""
+        if kind == fmt.KIND_EXEC:
+            tpl = self.exec_tpl.get(a)
+            if tpl is None:
+                tpl = self.exec_tpl[a] = self._exec(a)
+            v = (ts, dur, nc, nc, b)
+            self.rendered.append((tpl % (v + v + v)).encode())
+            self.events += 3
+            return True
+        if kind in fmt.CC_KINDS:
+            key = (kind, a, d, e)
+            tpl = self.cc_tpl.get(key)
+            if tpl is None:
+                tpl = self.cc_tpl[key] = self._cc(kind, a, d, e)
+            self.rendered.append((tpl % (ts, dur, nc, b, c, nc)).encode())
+            self.events += 1
+            return True
+        return False
+
+    def _exec(self, a: int) -> str:
+        """nrt_execute, sync_exec and nc_exec of graph ``a`` (ts, dur, tid, nc, exec_id each)."""
+        log = self.log
+        m = log.models.get(a) or {}
+        neff = m.get("neff_name", f"model_{a}")
+        common = (f'"ph":"X","ts":%.3f,"dur":%.3f,"pid":{self.pid},"tid":%d,"args":{{"nd":{log.nd},'
+                  f'"nc":%d,"exec_id":%d,"model_id":{a},"graph":{json.dumps(m.get("name", ""))},'
+                  f'"neff":{json.dumps(neff)},"rank":{log.rank},"ret":0}}}}')
+        return ",\n".join((
+            '{"name":"nrt_execute","cat":"exec",' + common,
+            '{"name":' + json.dumps(f"sync_exec {neff}") + ',"cat":"exec","cname":"'
+            + PALETTE[a % len(PALETTE)] + '",' + common,
+            '{"name":"nc_exec","cat":"exec",' + common))
+
+    def _cc(self, kind: int, a: int, d: int, e: int) -> str:
+        """A collective of one kind, op, dtype and group (ts, dur, tid, seq, bytes, nc)."""
+        log, S = self.log, self.log.strings
+        gr = group_ranks(S[e] if 0 <= e < len(S) else "")
+        return ('{"name":"' + fmt.KINDS.get(kind, {}).get("name", "cc_op_exec") + '","cat":"cc","ph":"X",'
+                f'"ts":%.3f,"dur":%.3f,"pid":{self.pid},"tid":%d,"args":{{"op":{json.dumps(S[a] if 0 <= a < len(S) else "?")},'
+                f'"seq":%d,"group":{json.dumps(gr)},"peers":{json.dumps([r for r in gr if r != log.rank])},'
+                f'"bytes":%d,"dtype":{json.dumps(S[d] if 0 <= d < len(S) else "")},"nd":{log.nd},"nc":%d,'
+                f'"rank":{log.rank},"ret":0}}}}')
+
+
+def _exec_events(pid: int, log: RankLog, ts: float, dur: float, complete: bool, nc: int, ret: int, a: int,
+                 b: int) -> list[dict]:
+    """An execution record that failed or never ended: nrt_execute, sync_exec and nc_exec."""
+    m = log.models.get(a) or {}
+    neff = m.get("neff_name", f"model_{a}")
+    args = {"nd": log.nd, "nc": nc, "exec_id": b, "model_id": a, "graph": m.get("name", ""), "neff": neff,
+            "rank": log.rank}
+    if complete:
+        args["ret"] = ret
+    evs = []
+    for name in ("nrt_execute", "sync_exec", "nc_exec"):
+        ev = {"name": name, "cat": "exec", "ph": "X" if complete else "B", "ts": ts, "pid": pid, "tid": nc,
+              "args": args}
+        if complete:
+            ev["dur"] = dur
+        if ret != 0:
+            ev["cname"] = ERROR_COLOR
+        elif name == "sync_exec":
+            ev["cname"] = PALETTE[a % len(PALETTE)]
+            ev["name"] = f"sync_exec {neff}"
+        if not complete:
+            ev["args"] = {**args, "state": "in flight at the last write (never ended)"}
+        evs.append(ev)
+    return evs
+
+
+def _cc_event(pid: int, log: RankLog, ts: float, dur: float, complete: bool, kind: int, nc: int, ret: int, a: int,
+              b: int, c: int, d: int, group: str) -> dict:
+    """A collective record that failed or never ended (or any, with dependencies shown)."""
+    S = log.strings
+    op = S[a] if 0 <= a < len(S) else "?"
+    peers = [r for r in group_ranks(group) if r != log.rank]
+    args = {"op": op, "seq": b, "group": group_ranks(group), "peers": peers, "bytes": c,
+            "dtype": S[d] if 0 <= d < len(S) else "", "nd": log.nd, "nc": nc, "rank": log.rank}
+    ev = {"name": fmt.KINDS.get(kind, {}).get("name", "cc_op_exec"), "cat": "cc",
+          "ph": "X" if complete else "B", "ts": ts, "pid": pid, "tid": nc, "args": args}
+    if complete:
+        ev["dur"] = dur
+        args["ret"] = ret
+    else:
+        args["state"] = "in flight at the last write (never ended)"
+    if ret != 0:
+        ev["cname"] = ERROR_COLOR
+    return ev

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
 from neuron_explorer.view import output as output_mod
@@ -17,6 +17,7 @@ from neuron_explorer.analysis.events import build as build_events
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, discover, load_session
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, RunInfo, exporter
 from neuron_explorer.util.names import printable
 
 
@@ -41,9 +42,6 @@ def os_reason(e: OSError) -> str:
 
 GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<timestamp>/ holding "
                "ntrace.pb and trace_info.pb (written by NEURON_RT_INSPECT_ENABLE=1 or 'neuron-explorer inspect')")
-
-CHUNK = 262_144  # events converted at a time: bounds memory beyond the loaded process itself (~50 MB)
-JSON_CHUNK = 65_536  # the JSON writer holds one Python object per event of a chunk (~1 KB each)
 
 DEFAULT_OUTPUTS = {"parquet": "system_profile_parquet", "json": "system_profile.json",
                    "perfetto": "system_profile.pftrace"}
@@ -115,7 +113,65 @@ def _failure(path: str, e: Exception) -> str:
     return printable(f"{path}: skipped after an internal error ({type(e).__name__}: {e}); please report it")
 
 
+@dataclass
+class RunIndex:
+    """What the index pass learns: the usable profiles, the clock offsets and the time origin."""
+
+    usable: list[str]
+    instances: dict[str, str]  # path -> instance id
+    checked: dict[str, tuple | None]  # ntrace.pb versions whose events were checked here
+    offsets: dict[str, align.InstanceOffset]
+    origin: int
+    collectives: align.CollectiveIndex
+    stragglers: list  # (rank, instance id, collective times) per profile
+
+
+def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]]) -> RunIndex:
+    """Pass 1: instances, collective timings and the time origin; damaged profiles are reported
+    here, and only the collective timings stay in memory."""
+    ix = RunIndex([], {}, {}, {}, 0, align.CollectiveIndex(), [])
+    times_by_instance: dict[str, list] = {}
+    origin = None
+    prog = Progress(len(paths), "indexing", opts.progress)
+    for p in paths:
+        s = _load(p, warnings, opts)
+        prog.step()
+        if s is None:
+            continue
+        for w in s.warnings:
+            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
+            warnings.append((w, printable(p)))
+        if not opts.filter.keeps_instance(s.instance_id):
+            continue
+        try:
+            times = ix.collectives.times(s)
+        except Exception as e:  # a defect of ours on odd data: this profile only
+            msg = _failure(p, e)
+            print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
+            warnings.append((msg, printable(p)))
+            continue
+        ix.usable.append(p)
+        ix.instances[p] = s.instance_id
+        ix.checked[p] = s.events_checked
+        s.release(s.num_events)  # the index keeps only the collective timings
+        if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
+            times = align.sample(times, align.sample_cap(len(paths)))
+        times_by_instance.setdefault(s.instance_id, []).append(times)
+        rank = int(s.info.rank) if s.info is not None else -1
+        ix.stragglers.append((rank, s.instance_id, times))
+        start = int(s.info.start_wall_ns) if s.info is not None and s.info.start_wall_ns else None
+        if start is not None:
+            origin = start if origin is None else min(origin, start)
+    ix.offsets = align.estimate_offsets(times_by_instance)
+    # keep relative timestamps short but never negative after a correction
+    min_off = min((o.offset_ns for o in ix.offsets.values()), default=0)
+    ix.origin = (origin or 0) + min(min_off, 0) - 1_000_000_000
+    return ix
+
+
 def run(opts: ViewOptions) -> ViewResult:
+    """Convert every profile under ``opts.directory`` to the chosen output (or a summary text):
+    the output is checked before any work, written beside itself and put in place only whole."""
     t_start = time.perf_counter()
     root = opts.directory
     if not os.path.isdir(root):
@@ -134,117 +190,57 @@ def run(opts: ViewOptions) -> ViewResult:
             target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths)
         except output_mod.OutputRefused as e:
             raise ViewError(str(e)) from None
-
-    # pass 1: index (instances, collective timings, time origin); damaged profiles are reported here
-    usable: list[str] = []
-    usable_instances: dict[str, str] = {}
-    checked: dict[str, tuple | None] = {}  # ntrace.pb versions whose events were checked here
-    cindex = align.CollectiveIndex()
-    times_by_instance: dict[str, list] = {}
-    strag_entries = []
-    origin = None
-    prog = Progress(len(paths), "indexing", opts.progress)
-    for p in paths:
-        s = _load(p, warnings, opts)
-        prog.step()
-        if s is None:
-            continue
-        for w in s.warnings:
-            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
-            warnings.append((w, printable(p)))
-        if not opts.filter.keeps_instance(s.instance_id):
-            continue
-        try:
-            times = cindex.times(s)
-        except Exception as e:  # a defect of ours on odd data: this profile only
-            msg = _failure(p, e)
-            print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
-            warnings.append((msg, printable(p)))
-            continue
-        usable.append(p)
-        usable_instances[p] = s.instance_id
-        checked[p] = s.events_checked
-        s.release(s.num_events)  # the index keeps only the collective timings
-        if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
-            times = align.sample(times, align.sample_cap(len(paths)))
-        times_by_instance.setdefault(s.instance_id, []).append(times)
-        rank = int(s.info.rank) if s.info is not None else -1
-        strag_entries.append((rank, s.instance_id, times))
-        start = int(s.info.start_wall_ns) if s.info is not None and s.info.start_wall_ns else None
-        if start is not None:
-            origin = start if origin is None else min(origin, start)
-    offsets = align.estimate_offsets(times_by_instance)
-    # keep relative timestamps short but never negative after a correction
-    min_off = min((o.offset_ns for o in offsets.values()), default=0)
-    origin = (origin or 0) + min(min_off, 0) - 1_000_000_000
-
+    ix = _index(paths, opts, warnings)
     if fmt not in DEFAULT_OUTPUTS:  # summaries: the text is returned, the caller writes it
         out = target = None
     try:
         work = None if target is None else dataset.work_area(target)
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
-    jobs = [Job(i, p, fmt, target, work, origin, offsets.get(usable_instances.get(p, "")), opts.filter,
+    jobs = [Job(i, p, fmt, target, work, ix.origin, ix.offsets.get(ix.instances.get(p, "")), opts.filter,
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
-                None if target is None else device_dir(target), checked=checked.get(p))
-            for i, p in enumerate(usable)]
-
-    # pass 2: one process at a time per worker
-    n_workers = _workers(opts.jobs, usable)
-    prog = Progress(len(jobs), f"writing {fmt}", opts.progress)
-    results: list[dict] = []
+                None if target is None else device_dir(target), checked=ix.checked.get(p))
+            for i, p in enumerate(ix.usable)]
+    # pass 2: one process at a time per worker, then the pieces joined in process order
     try:
-        if n_workers > 1:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp.get_context("spawn")) as ex:
-                for r in ex.map(convert_process, jobs):
-                    results.append(r)
-                    prog.step()
-        else:
-            for j in jobs:
-                results.append(convert_process(j))
-                prog.step()
+        results = _convert_all(jobs, _workers(opts.jobs, ix.usable), Progress(len(jobs), f"writing {fmt}", opts.progress))
         for r in results:
-            for w in r["warnings"]:
+            for w in r.warnings:
                 print(f"neuron-explorer: skipped: {w[0]}", file=sys.stderr)
-            warnings.extend(r["warnings"])
-        device_files = [f for r in results for f in r.get("device_files", [])]
-        events = sum(r["events"] for r in results)
-        if fmt == "parquet":
-            from neuron_explorer.exporters.parquet import ParquetWriter
-
-            pw = ParquetWriter(target, opts.display_name, root=work)
-            for r in results:
-                pw.meta_rows.extend(r.get("meta", []))
-                pw.model_rows.extend(r.get("models", []))
-                pw.device_rows.extend(r.get("device", []))
-            pw.write_tables(warnings)
-            dataset.replace_dir(work, target)
-            work = None  # renamed into place
-        elif fmt == "json":
-            from neuron_explorer.exporters.chrome_json import assemble
-
-            assemble(target, [r["piece"] for r in results if r.get("piece")],
-                     {"clock_offsets": {k: vars(v) for k, v in offsets.items()},
-                      "warnings": [m for m, _ in warnings]}, origin)
-        elif fmt == "perfetto":
-            from neuron_explorer.exporters.perfetto import assemble
-
-            assemble(target, [r["piece"] for r in results if r.get("piece")])
+            warnings.extend(r.warnings)
+        if target is not None:
+            exporter(fmt).assemble(target, [r.piece for r in results if r.piece is not None],
+                                   RunInfo(ix.origin, ix.offsets, warnings, work, opts.display_name))
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
     finally:
-        dataset.remove_work_area(work)
+        dataset.remove_work_area(work)  # (a Parquet dataset was renamed into place from it)
     text = None
     if out is None:
-        summaries = [r["summary"] for r in results if r.get("summary") is not None]
-        summ = summary_mod.build(summaries, [m for m, _ in warnings], offsets,
-                                 align.stragglers(strag_entries, offsets, cindex))
+        summ = summary_mod.build([r.summary for r in results if r.summary is not None], [m for m, _ in warnings],
+                                 ix.offsets, align.stragglers(ix.stragglers, ix.offsets, ix.collectives))
         text = summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
-    return ViewResult(out, warnings, offsets, len(usable), events, time.perf_counter() - t_start, text,
-                      device_files)
+    return ViewResult(out, warnings, ix.offsets, len(ix.usable), sum(r.events for r in results),
+                      time.perf_counter() - t_start, text,
+                      [f for r in results if r.piece is not None for f in r.piece.device_files])
+
+
+def _convert_all(jobs: list["Job"], n_workers: int, prog: Progress) -> list["ProcessResult"]:
+    """Every job's result, in job order: in this process, or on ``n_workers`` spawned workers."""
+    results: list[ProcessResult] = []
+    if n_workers > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp.get_context("spawn")) as ex:
+            for r in ex.map(convert_process, jobs):
+                results.append(r)
+                prog.step()
+    else:
+        for j in jobs:
+            results.append(convert_process(j))
+            prog.step()
+    return results
 
 
 # Below this much ntrace.pb, starting workers (~0.5 s of imports each) costs more than it saves:
@@ -274,7 +270,7 @@ class Job:
     index: int
     path: str
     fmt: str
-    out: str | None
+    out: str | None  # None: a summary
     work: str | None  # where parts/pieces go before they are assembled
     origin: int
     offset: align.InstanceOffset | None
@@ -284,6 +280,22 @@ class Job:
     display_name: str
     device_dir: str | None = None  # where device_profile_model_<id> files go (json, perfetto)
     checked: tuple | None = None  # the index pass checked this version of ntrace.pb
+
+    def target(self) -> ProcessTarget:
+        """Where the exporter writes this process."""
+        assert self.out is not None and self.work is not None
+        return ProcessTarget(self.index, self.origin, self.out, self.work, self.device_dir or device_dir(self.out),
+                             self.display_name, self.offset)
+
+
+@dataclass
+class ProcessResult:
+    """What a worker hands back for one process (picklable)."""
+
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (message, path)
+    events: int = 0
+    piece: Piece | None = None  # an output format's: what ``assemble`` joins
+    summary: dict | None = None  # the summaries'
 
 
 def device_dir(out: str) -> str:
@@ -296,16 +308,7 @@ def device_dir(out: str) -> str:
     return os.path.dirname(os.path.abspath(out))
 
 
-def _chunks(s: Session, size: int):
-    """(first event, session restricted to the chunk, is last) over a process; each chunk's mapped
-    pages leave resident memory once the caller is done with it."""
-    n = s.num_events
-    for lo in range(0, max(n, 1), size):
-        yield lo, (s if n <= size else replace(s, events={k: v[lo:lo + size] for k, v in s.events.items()})), lo + size >= n
-        s.release(lo + size)
-
-
-def convert_process(job: Job) -> dict:
+def convert_process(job: Job) -> ProcessResult:
     """Load, filter and convert one process; returns what the parent assembles.
 
     A process that fails here (its files changed since the index pass, or damage the checks at
@@ -323,109 +326,40 @@ def convert_process(job: Job) -> dict:
     except Exception as e:
         for f in reversed(undo):
             f()
-        return {"warnings": [(_failure(job.path, e), printable(job.path))], "events": 0}
+        return ProcessResult([(_failure(job.path, e), printable(job.path))])
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _convert(job: Job, undo: list) -> dict:
-    from neuron_explorer.util.atomic import atomic_write
-    from neuron_explorer.util.names import safe_component
-
-    warnings: list[tuple[str, str]] = []
-    res: dict = {"warnings": warnings, "events": 0}
+def _convert(job: Job, undo: list) -> ProcessResult:
+    """One process through its format's writer (or its summary): device profiles first, then the
+    events in the pieces and order the writer asks for."""
+    res = ProcessResult()
     try:
         s = load_session(job.path, load_events=not job.ignore_system, checked=job.checked)
     except ProfileError as e:  # changed since the index pass
-        warnings.append((str(e), printable(job.path)))
+        res.warnings.append((str(e), printable(job.path)))
         return res
     job.filter.apply(s)
-    off = job.offset
-    offset_ns = off.offset_ns if off else 0
-    dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, warnings)
+    offset_ns = job.offset.offset_ns if job.offset else 0
+    dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
     if job.filter.ncs is not None:
         dviews = [v for v in dviews if v.dp.trace.nc_idx in job.filter.ncs]
-    links = device_mod.exec_links(dviews)
-    index = job.index
-    id_base = index << 32  # ids unique across processes without coordination
     if job.out is None:  # summaries
-        ps = summary_mod.session_summary(s, off)
-        ps["device_profiles"] = [v.summary for v in dviews]
-        res["summary"] = ps
-        res["events"] = s.num_events
+        res.summary = summary_mod.session_summary(s, job.offset)
+        res.summary["device_profiles"] = [v.summary for v in dviews]
+        res.events = s.num_events
         return res
-    fmt = job.fmt
-    out_dir = job.device_dir or device_dir(job.out)
-    if fmt == "parquet":
-        from neuron_explorer.exporters.parquet import ParquetWriter, meta_row
-
-        w = ParquetWriter(job.out, job.display_name, root=job.work)
-        undo.append(lambda: _discard_parquet(w, job))
-        w.add_device(dviews, index)
-        for lo, part, last in _chunks(s, CHUNK):
-            pe = build_events(part, index, offset_ns, id_base + lo, links)
-            w.add(pe, meta_row(pe, off) if last else None)
-            res["events"] += pe.n
-        res.update(meta=w.meta_rows, models=w.model_rows, device=w.device_rows)
-        return res
-    piece = os.path.join(job.work, f"piece-{index:08d}")
-    res["piece"] = piece
-    undo.append(lambda: _remove(piece))
-    device_files = res["device_files"] = []
-    if fmt == "json":
-        from neuron_explorer.exporters.chrome_json import JsonWriter, _dumps
-
-        for v in dviews:
-            f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.json")
-            atomic_write(f, _dumps(device_mod.chrome_json(v, job.origin)), output=True)
-            undo.append(lambda f=f: _remove(f))
-            device_files.append(f)
-        jw = JsonWriter(piece, job.origin, piece=True)
-        for lo, part, last in _chunks(s, JSON_CHUNK):
-            pe = build_events(part, index, offset_ns, id_base + lo, links)
-            jw.add(pe, first=lo == 0, last=last)
-            res["events"] += pe.n
-        jw.close({})
-        return res
-    from neuron_explorer.exporters.perfetto import PerfettoWriter
-
-    for v in dviews:
-        f = os.path.join(out_dir, f"device_profile_model_{safe_component(v.profile_id)}.pftrace")
-        dw = PerfettoWriter(f, job.origin, output=True)
-        try:
-            dw.add_device(v)
-            dw.close()
-        except BaseException:
-            dw.abort()
-            raise
-        undo.append(lambda f=f: _remove(f))
-        device_files.append(f)
-    # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
-    pw = PerfettoWriter(piece, job.origin, uuid_base=(index + 1) << 16, first=index == 0)
-    try:  # read a chunk at a time (READ_EVENTS); the Perfetto writer shows no extra_attributes_json
-        res["events"] = pw.add_session(s, lambda part, lo: build_events(part, index, offset_ns, id_base + lo, links,
-                                                                        with_extra=False))
-        pw.close()
+    w = exporter(job.fmt).open_process(job.target())
+    undo.append(w.discard)
+    links = device_mod.exec_links(dviews)
+    id_base = job.index << 32  # ids unique across processes without coordination
+    try:
+        w.add_devices(dviews)
+        for lo, part in w.chunks(s):
+            pe = build_events(part, job.index, offset_ns, id_base + lo, links, with_extra=w.with_extra)
+            w.add(pe)
+            res.events += pe.n
+        res.piece = w.close()
     except BaseException:
-        pw.abort()
+        w.abort()
         raise
     return res
-
-
-def _discard_parquet(w, job: Job) -> None:
-    """Remove the event and counter parts of a process that failed mid-way (``part-<index>``:
-    the index is unique in the run, whatever the partition directories are called)."""
-    import glob
-
-    if w._ev_writer is not None:
-        try:
-            w._ev_writer.close()
-        except Exception:
-            pass
-    for p in glob.glob(os.path.join(glob.escape(job.work), "*", "*", "*", f"part-{job.index}.parquet")):
-        _remove(p)

@@ -18,7 +18,7 @@ independent; the reduce steps handle a few numbers per process.  See ``examples/
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from neuron_explorer.analysis.events import collective_flow_ids
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import discover, load_session  # noqa: F401  (discover is part of the API)
+
+if TYPE_CHECKING:
+    from neuron_explorer.view.pipeline import ProcessResult
 
 
 def index_session(path: str) -> dict[str, Any]:
@@ -78,11 +81,12 @@ def plan_offsets(indexes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def convert_session(path: str, out_root: str, index: int, plan: dict[str, Any],
-                    view_filter: ViewFilter | None = None, display_name: str = "") -> dict[str, Any]:
-    """Map step 2: write one session's partition files (Parquet) under ``out_root``.
+                    view_filter: ViewFilter | None = None, display_name: str = "") -> ProcessResult:
+    """Map step 2: write one session's partition files (Parquet) under ``out_root``; returns its
+    rows of the single-file tables and its warnings (picklable, for ``finalize``).
 
     ``index`` must be unique per session in one dataset (it keeps event ids and file names apart)."""
-    from .pipeline import Job, convert_process
+    from neuron_explorer.view.pipeline import Job, convert_process
 
     os.makedirs(out_root, exist_ok=True)
     inst = plan["instances"].get(path, "")
@@ -91,15 +95,11 @@ def convert_session(path: str, out_root: str, index: int, plan: dict[str, Any],
     return convert_process(job)
 
 
-def finalize(out_root: str, results: list[dict[str, Any]], display_name: str = "") -> None:
-    """Reduce step 2: write the single-file tables (metadata, models, device profiles, warnings)."""
-    from neuron_explorer.exporters.parquet import ParquetWriter
+def finalize(out_root: str, results: list[ProcessResult], display_name: str = "") -> None:
+    """Reduce step 2: write the single-file tables (metadata, models, device profiles, warnings).
+    (``display_name`` is recorded by ``convert_session``; it is accepted here for callers that
+    pass it to both.)"""
+    from neuron_explorer.exporters.parquet import write_tables
 
-    pw = ParquetWriter(out_root, display_name, root=out_root)
-    warnings = []
-    for r in results:
-        pw.meta_rows.extend(r.get("meta", []))
-        pw.model_rows.extend(r.get("models", []))
-        pw.device_rows.extend(r.get("device", []))
-        warnings.extend(r.get("warnings", []))
-    pw.write_tables(warnings)
+    write_tables(out_root, [r.piece for r in results if r.piece is not None],
+                 [w for r in results for w in r.warnings])

@@ -1,0 +1,46 @@
+"""Counter series of a process: its CPU and memory samplers as (time, value, unit) columns.
+
+Every output shows the same counters (Parquet's ``SystemProfileCounters``, Chrome JSON's ``C``
+events, Perfetto's counter tracks), so they are read and placed on the wall clock here, once; the
+exporters only encode them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuron_explorer.analysis.events import ProcessEvents
+from neuron_explorer.analysis.pbfile import packed_array
+from neuron_explorer.analysis.reader import Session, wall_offset_ns
+
+Series = dict[str, tuple[np.ndarray, np.ndarray, str]]  # counter name -> (ts, values, unit)
+
+
+def counter_series(s: Session) -> Series:
+    """{counter name: (monotonic ts, values, unit)} from a session's samplers."""
+    out: Series = {}
+    if s.cpu is not None:
+        ts = packed_array(s.cpu.ts_ns, "i8", s.path, "cpu_util.ts_ns")
+        pct = packed_array(s.cpu.cpu_percent, "f4", s.path, "cpu_util.cpu_percent")
+        ncpu = max(int(s.cpu.num_cpus), 1)
+        if len(ts) and len(pct) == len(ts) * ncpu:
+            pct = pct.reshape(len(ts), ncpu)
+            out["cpu_util.process"] = (ts, packed_array(s.cpu.process_percent, "f4", s.path, "process_percent")[: len(ts)],
+                                       "percent")
+            out["cpu_util.host_mean"] = (ts, pct.mean(axis=1), "percent")
+            for i in range(ncpu):
+                out[f"cpu_util.cpu{i}"] = (ts, pct[:, i], "percent")
+    if s.mem is not None:
+        ts = packed_array(s.mem.ts_ns, "i8", s.path, "host_mem.ts_ns")
+        for name in ("process_rss", "process_vms", "host_used", "host_available"):
+            v = packed_array(getattr(s.mem, name), "i8", s.path, name)
+            if len(v) == len(ts) and len(ts):
+                out[f"host_mem.{name}"] = (ts, v, "bytes")
+    return out
+
+
+def process_counters(pe: ProcessEvents) -> Series:
+    """The process's counter series with their times on the events' clock (the wall clock plus the
+    instance's alignment offset), so samples and events line up in every output."""
+    off = wall_offset_ns(pe.session) + pe.clock_offset_ns
+    return {name: (ts + off, vals, unit) for name, (ts, vals, unit) in counter_series(pe.session).items()}

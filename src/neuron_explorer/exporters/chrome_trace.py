@@ -1,0 +1,61 @@
+"""The one Chrome trace-event writer: ``{"displayTimeUnit":"ns","traceEvents":[...],"metadata":{...}}``
+streamed a batch of events at a time.
+
+``view``'s JSON output, its device-profile files and ``neuron-det``'s trace all write this
+document; they differ only in the events they put in it.  Events are encoded as they come, so
+memory holds one batch, never the trace.  ``lines`` puts each event on its own line (``neuron-det``
+keeps its trace greppable); ``fragment`` writes only the comma-separated events, a piece that
+another writer's ``copy`` joins into a whole trace later.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import IO
+
+from neuron_explorer.util.jsonfast import dumps_bytes
+
+HEADER = b'{"displayTimeUnit":"ns","traceEvents":['
+
+
+class ChromeTraceWriter:
+    """Writes a Chrome trace to the binary file ``f`` (the caller opens, commits or aborts it)."""
+
+    def __init__(self, f: IO[bytes], lines: bool = False, fragment: bool = False) -> None:
+        self.f = f
+        self.lines = lines
+        self.fragment = fragment
+        self.sep = b",\n" if lines else b","
+        self.empty = True  # no event written yet (the next one needs no separator)
+        if not fragment:
+            f.write(HEADER + b"\n" if lines else HEADER)
+
+    def add(self, events: list[dict]) -> None:
+        """Encode and write a batch of events."""
+        if events:
+            self.add_encoded([dumps_bytes(e) for e in events])
+
+    def add_encoded(self, events: list[bytes]) -> None:
+        """Write events already encoded as JSON objects (a caller's pre-rendered templates)."""
+        if not events:
+            return
+        if not self.empty:
+            self.f.write(self.sep)
+        self.f.write(self.sep.join(events))
+        self.empty = False
+
+    def copy(self, src: IO[bytes], size: int) -> None:
+        """Append a fragment of ``size`` bytes (the events another writer wrote with ``fragment``)."""
+        if size == 0:
+            return
+        if not self.empty:
+            self.f.write(self.sep)
+        shutil.copyfileobj(src, self.f, 1 << 20)
+        self.empty = False
+
+    def close(self, metadata: dict) -> None:
+        """End the event list and write ``metadata`` (a fragment has neither: nothing is written)."""
+        if self.fragment:
+            return
+        nl = b"\n" if self.lines else b""
+        self.f.write(nl + b'],"metadata":' + dumps_bytes(metadata) + b"}" + nl)
