@@ -224,14 +224,23 @@ def unnamed_early_stops(ev: Evidence) -> list[Culprit]:
         for s in ev.summaries if id(s) in ev.early and id(s) not in ev.named_dead]
 
 
+def _earliest(ev: Evidence, attr: str) -> tuple[int, LogSummary, dict, list[LogSummary]] | None:
+    """The earliest of the logs' first records of one kind (``attr``: ``first_nan`` or
+    ``first_exec_error``): (wall time, its log's summary, its details, every log that has one)."""
+    found = [(getattr(s, attr)[0], s) for s in ev.summaries if getattr(s, attr)]
+    if not found:
+        return None
+    t, s = min(found, key=lambda x: x[0])
+    return t, s, getattr(s, attr)[1], [x for _, x in found]
+
+
 def first_numerical_error(ev: Evidence) -> list[Culprit]:
     """The first NaN/Inf of the job: the rank and graph that produced it."""
-    nans = [(s.first_nan[0], s) for s in ev.summaries if s.first_nan]
-    if not nans:
+    first = _earliest(ev, "first_nan")
+    if first is None:
         return []
-    t, s = min(nans, key=lambda x: x[0])
-    d = s.first_nan[1]
-    others = sorted({x.log.rank for _, x in nans if x is not s})
+    t, s, d, having = first
+    others = sorted({x.log.rank for x in having if x is not s})
     also = f"; later also on {_plural(others)}" if others else ""
     return [Culprit(t, [s.log.rank], (
         f"culprit: {s.log.label}: first numerical error (NaN {d['nan']}, Inf {d['inf']}) in graph {d['graph']} "
@@ -241,11 +250,10 @@ def first_numerical_error(ev: Evidence) -> list[Culprit]:
 
 def first_execution_error(ev: Evidence) -> list[Culprit]:
     """The first failed graph execution of the job."""
-    execs = [(s.first_exec_error[0], s) for s in ev.summaries if s.first_exec_error]
-    if not execs:
+    first = _earliest(ev, "first_exec_error")
+    if first is None:
         return []
-    t, s = min(execs, key=lambda x: x[0])
-    d = s.first_exec_error[1]
+    t, s, d, _ = first
     return [Culprit(t, [s.log.rank], (
         f"culprit: {s.log.label}: execution of graph {d['graph']} ({d['neff']}) on NC {d['nc']} failed, "
         f"exec_id {d['exec_id']}, at {wall_str(t)} (ret {d['ret']} {status_name(d['ret'])})"))]
