@@ -30,7 +30,7 @@ from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
 
-__all__ = ["wrap_execution"]
+__all__ = ["BackwardFinder", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
