@@ -387,8 +387,11 @@ def worker_micro(out_dir: str, n: int) -> dict:
         def nop_grad(*a):
             return with_grad
 
-        w_plain = orig_wrap(rt, torch, core, model, nop_plain)
-        w_grad = orig_wrap(rt, torch, core, model, nop_grad)
+        from neuron_explorer.integrations.torch import Installed, installed
+
+        inst = installed() or Installed(rt)
+        w_plain = orig_wrap(inst, torch, core, model, nop_plain)
+        w_grad = orig_wrap(inst, torch, core, model, nop_grad)
         w_grad()
 
         def c(fn):
