@@ -28,6 +28,9 @@ __all__ = ["Culprit", "GROUP_RULES", "JOB_RULES", "is_clean", "verdict"]
 
 @dataclass
 class Culprit:
+    """One cause the verdict names: when it happened, the ranks to blame (none for a hang) and the
+    line printed under "root cause"."""
+
     t_wall: int
     ranks: list[int]
     text: str
