@@ -292,17 +292,17 @@ def worker_micro(out_dir: str, n: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from neuron_explorer.integrations.torch import hooks as torch_hooks
+    from neuron_explorer.integrations.torch import graphs as torch_graphs
 
     captured: list = []
-    orig_wrap = torch_hooks._wrap_execution
+    orig_wrap = torch_graphs.wrap_graph
 
     def spy(*a, **kw):
         r = orig_wrap(*a, **kw)
         captured.append(r)
         return r
 
-    torch_hooks._wrap_execution = spy
+    torch_graphs.wrap_graph = spy
     try:
         x = torch.ones(4)
         xg = torch.ones(4, requires_grad=True)
@@ -317,7 +317,7 @@ def worker_micro(out_dir: str, n: int) -> dict:
         ctrain(xg)
         ctrain(xg)
     finally:
-        torch_hooks._wrap_execution = orig_wrap
+        torch_graphs.wrap_graph = orig_wrap
 
     m = max(2000, n // 20)
     if captured and hasattr(captured[0], "__wrapped__"):
@@ -369,7 +369,7 @@ def worker_micro(out_dir: str, n: int) -> dict:
             res["train_wrapper_overhead_ns"] = min(wr) - min(br)
     else:
         res["wrapper_overhead_ns"] = None
-        res["note"] = "could not capture the instrumented callable (torch_hooks._wrap_execution changed?)"
+        res["note"] = "could not capture the instrumented callable (integrations.torch.graphs.wrap_graph changed?)"
 
     # 3. the wrapper around a trivial function, with and without a grad_fn on its output.  A graph
     # whose outputs carry no grad_fn (backward graphs, inference graphs) retries the backward
@@ -387,8 +387,11 @@ def worker_micro(out_dir: str, n: int) -> dict:
         def nop_grad(*a):
             return with_grad
 
-        w_plain = orig_wrap(rt, torch, core, model, nop_plain)
-        w_grad = orig_wrap(rt, torch, core, model, nop_grad)
+        from neuron_explorer.integrations.torch import Installed, installed
+
+        inst = installed() or Installed(rt)
+        w_plain = orig_wrap(inst, torch, core, model, nop_plain)
+        w_grad = orig_wrap(inst, torch, core, model, nop_grad)
         w_grad()
 
         def c(fn):

@@ -118,13 +118,13 @@ def _install_integrations(rt: Runtime) -> None:
     from neuron_explorer.integrations.importhook import when_imported
 
     def on_torch(torch) -> None:
-        from neuron_explorer.integrations.torch import hooks as torch_hooks
+        from neuron_explorer.integrations import torch as torch_integration
 
         if rt.config.device_profile and rt.devprof is None and any(s.name == "capture" for s in rt.sinks):
             from neuron_explorer.integrations.torch.device import DeviceProfiler
 
             rt.register(DEVICE_PROFILER, DeviceProfiler(rt, rt.config.device_profile))
-        torch_hooks.install(rt, torch)
+        torch_integration.install(rt, torch)
 
     when_imported("torch", on_torch)
 

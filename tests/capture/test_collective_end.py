@@ -23,8 +23,8 @@ f.wait()                                    # async, waited only through the fut
 dist.barrier()
 dist.broadcast(x, 0)
 dist.destroy_process_group()
-from neuron_explorer.integrations.torch import hooks as torch_hooks
-print("pending", len(torch_hooks._pending_cc))
+from neuron_explorer.integrations.torch import installed
+print("pending", len(installed().pending_cc))
 """
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from neuron_explorer.capture import store
-from neuron_explorer.integrations.torch import hooks as torch_hooks
+from neuron_explorer.integrations.torch import execution, graphs
+from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime
@@ -18,7 +19,7 @@ from neuron_explorer.runtime.ring import Ring, records_to_block
 
 
 @pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.skipif(
-    torch_hooks._CWrapper is None, reason="C extension not built or disabled")), False], ids=["c", "python"])
+    execution._CWrapper is None, reason="C extension not built or disabled")), False], ids=["c", "python"])
 def test_ring_counts_two_events_per_execution_id(native):
     r = Ring(0, 4, native=native)
     assert (r.exec_id(), r.exec_id(), r.exec_id()) == (0, 1, 2)
@@ -34,7 +35,7 @@ def test_ring_counts_two_events_per_execution_id(native):
     assert r.drain().shape == (0, ev.RECORD_WIDTH)
 
 
-@pytest.mark.skipif(torch_hooks._CWrapper is None, reason="C extension not built")
+@pytest.mark.skipif(execution._CWrapper is None, reason="C extension not built")
 def test_c_ring_grows_wraps_and_refuses_bad_records():
     r = Ring(0, 1000, native=True)
     for i in range(130):  # grows past its first allocation
@@ -74,10 +75,10 @@ class _NoGradTorch:
 def wrapper_impl(request, monkeypatch):
     """Run a test against the C wrapper (runtime/_fastpath.c) and the pure-Python one."""
     if request.param == "python":
-        monkeypatch.setattr(torch_hooks, "_CWrapper", None)
+        monkeypatch.setattr(execution, "_CWrapper", None)
     elif os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
         pytest.skip("NEURON_EXPLORER_PURE_PYTHON is set")
-    elif torch_hooks._CWrapper is None:
+    elif execution._CWrapper is None:
         # the extension is built by the install (hatch_build.py); its absence is a build failure
         pytest.fail("neuron_explorer.runtime._fastpath is not built (pip install -e . compiles it)")
     return request.param
@@ -98,7 +99,7 @@ def test_wrapper_records_one_execution_per_call(tmp_path, wrapper_impl):
             raise ValueError("bad input")
         return a + b
 
-    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, graph)
+    run = graphs.wrap_graph(Installed(rt), _NoGradTorch, core, model, graph)
     assert (type(run).__name__ == "ExecWrapper") == (wrapper_impl == "c")
     assert run.__wrapped__ is graph
     assert run(1) == 2
@@ -182,7 +183,7 @@ def test_running_call_is_not_counted_until_recorded(tmp_path, with_ndet, wrapper
         inside.append(core.ring.produced() - base)
         return x
 
-    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, graph)
+    run = graphs.wrap_graph(Installed(rt), _NoGradTorch, core, model, graph)
     run(1)
     run(2)
     assert inside == [0, 2]  # a flush during the call would not count it as an overwritten event
@@ -212,13 +213,13 @@ def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tm
     core = rt.core()
     model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
     looked = []
-    monkeypatch.setattr(torch_hooks, "_instrument_backward", lambda rt_, torch_, core_, model_, out: looked.append(out))
+    monkeypatch.setattr(graphs, "instrument_backward", lambda inst_, torch_, core_, model_, out: looked.append(out))
 
     def graph(x, *, scale=1):
         return x * scale
 
     graph._boxed_call = True
-    run = torch_hooks._wrap_execution(rt, _GradTorch, core, model, graph)
+    run = graphs.wrap_graph(Installed(rt), _GradTorch, core, model, graph)
     assert run._boxed_call is True  # AOTAutograd reads it off the callable it is given
     _GradTorch.grad = False
     assert run(2, scale=3) == 6  # gradients off: nothing to look for yet
@@ -254,7 +255,7 @@ def test_forked_child_records_its_own_thread_id(tmp_path, wrapper_impl):
     rt = _runtime(tmp_path)
     core = rt.core()
     model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
-    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, lambda: None)
+    run = graphs.wrap_graph(Installed(rt), _NoGradTorch, core, model, lambda: None)
     run()  # the parent's thread id is now cached
     r, w = os.pipe()
     pid = os.fork()
@@ -289,7 +290,7 @@ def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrappe
             raise KeyError("bad")  # the wrapper's own dict KeyError handling must not swallow it
         return x
 
-    run = torch_hooks._wrap_execution(rt, _NoGradTorch, core, model, graph)
+    run = graphs.wrap_graph(Installed(rt), _NoGradTorch, core, model, graph)
     assert (type(run).__name__ == "ExecWrapper") == (wrapper_impl == "c")
     assert run(7) == 7
     with pytest.raises(KeyError, match="bad"):

@@ -4,10 +4,10 @@ Two stages, so memory holds one log's records at a time:
 
 1. ``scan(log)`` (per log, vectorized): the spec-form findings of that log (errors, numerical errors,
    work still in flight) and its contribution to the ``CollectiveIndex``.
-2. ``verdict(...)`` (across logs): match collectives across ranks by process group and sequence
-   number and name the culprits -- ranks missing from a collective others are waiting in, ranks
-   whose op/size/dtype differ, ranks whose log stops early (crashed or killed), the first rank and
-   graph that produced a NaN.
+2. ``verdict.verdict(...)`` (across logs): match collectives across ranks by process group and
+   sequence number and name the culprits -- ranks missing from a collective others are waiting in,
+   ranks whose op/size/dtype differ, ranks whose log stops early (crashed or killed), the first
+   rank and graph that produced a NaN.  One function per rule, in ``verdict.py``.
 
 The collective index keeps, per group, one reference row per sequence number (op, bytes, dtype,
 how many ranks reached it, the latest arrival) rather than one row per rank, plus a small per-rank
@@ -27,6 +27,9 @@ import numpy as np
 from neuron_explorer.contracts.events import STATUS_CODES
 from . import format as fmt
 from .sources import RankLog
+
+__all__ = ["CCProblem", "CollectiveIndex", "Finding", "GroupIndex", "Job", "LogSummary", "RankGroup", "group_jobs",
+           "group_ranks", "group_str", "scan", "status_name", "wall_str"]
 
 MAX_MISMATCHES = 10000
 MAX_PROBLEMS_PER_RANK = 1000
@@ -346,195 +349,3 @@ def group_jobs(logs: list[RankLog]) -> list[Job]:
             ranks.add(lg.rank)
     jobs.sort(key=lambda j: (j.start_wall_ns, str(j.key)))
     return jobs
-
-
-# ---------------------------------------------------------------------------------------------
-# the cross-rank verdict
-
-
-@dataclass
-class Culprit:
-    t_wall: int
-    ranks: list[int]
-    text: str
-
-
-def _stopped_early(summaries: list[LogSummary]) -> dict[int, LogSummary]:
-    """Logs with no final write while the job went on: their process crashed or was killed."""
-    ndet = [s for s in summaries if s.log.source == "ndet"]
-    out: dict[int, LogSummary] = {}
-    any_final = any(s.log.final for s in ndet)
-    latest = max((s.log.last_wall_ns for s in ndet), default=0)
-    for s in ndet:
-        if s.log.final:
-            continue
-        margin = max(2 * s.log.flush_period_ns, 1_000_000_000)
-        if any_final or latest - s.log.last_wall_ns > margin:
-            out[id(s)] = s
-    return out
-
-
-def verdict(summaries: list[LogSummary], index: CollectiveIndex) -> tuple[list[Culprit], list[str]]:
-    """The culprits (earliest first) and notes about how each process ended."""
-    culprits: list[Culprit] = []
-    notes: list[str] = []
-    by_rank: dict[tuple[str, int], LogSummary] = {}
-    for s in summaries:
-        by_rank[(s.log.source, s.log.rank)] = s
-    early = _stopped_early(summaries)
-    named_dead: set[int] = set()
-    names = index.names
-
-    for (source, group), gi in sorted(index.groups.items()):
-        gdesc = group_str(group)
-        # 1. op/size/dtype disagreements: the first sequence number where ranks disagree
-        if gi.mismatches:
-            seq = min(gi.mismatches)
-            i = gi.lookup(seq)
-            entries = gi.mismatches[seq]
-            odd = {r for r, *_ in entries}
-            n_ref = int(gi.count[i]) - len(entries)
-            sigs: dict[tuple[int, int, int], list[int]] = {}
-            for r, o, nb, dt in entries:
-                sigs.setdefault((o, nb, dt), []).append(r)
-            ref_key = (int(gi.op[i]), int(gi.nbytes[i]), int(gi.dtype[i]))
-            ref_ranks = [r for r in gi.ranks if r not in odd and gi.ranks[r].min_seq <= seq <= gi.ranks[r].max_seq]
-            sigs.setdefault(ref_key, [])
-            sigs[ref_key] = sorted(set(sigs[ref_key]) | set(ref_ranks)) if ref_ranks else sigs[ref_key] or [int(gi.ref_rank[i])]
-            sizes = {k: len(v) for k, v in sigs.items()}
-            best = max(sigs, key=lambda k: (sizes[k], -min(sigs[k])))
-            bad = sorted(r for k, v in sigs.items() if k != best for r in v)
-            desc = "; ".join(f"rank{'s' if len(v) > 1 else ''} {', '.join(map(str, sorted(v)))}: "
-                             f"{names.get(k[0], '?')} {k[1]} B {names.get(k[2], '') or '-'}"
-                             for k, v in sorted(sigs.items(), key=lambda kv: min(kv[1]) if kv[1] else -1))
-            tie = " (tie: the group of the lowest rank is taken as the reference)" if \
-                sum(1 for k in sigs if sizes[k] == sizes[best]) > 1 else ""
-            kinds = set()
-            for k in sigs:
-                if k == best:
-                    continue
-                if k[0] != best[0]:
-                    kinds.add("op")
-                if k[1] != best[1]:
-                    kinds.add("size")
-                if k[2] != best[2]:
-                    kinds.add("dtype")
-            dead = []
-            for r in sorted({r for v in sigs.values() for r in v}):
-                sr = by_rank.get((source, r))
-                if sr is not None and id(sr) in early:
-                    named_dead.add(id(sr))
-                    dead.append(f"rank {r}'s log stops at {wall_str(sr.log.last_wall_ns)} with no final write "
-                                f"(it crashed or was killed, e.g. aborted by the transport on the mismatch)")
-            culprits.append(Culprit(int(gi.max_t0[i]), bad, (
-                f"culprit: rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}: mismatched "
-                f"{'/'.join(sorted(kinds)) or 'signature'} in {names.get(best[0], '?')} #{seq} of group {gdesc}: "
-                f"{desc}{tie}" + "".join("; " + d for d in dead))))
-        # 2. ranks missing from a collective that others entered
-        members = group_ranks(group) or sorted(gi.ranks)
-        present = {r: gi.ranks.get(r) for r in members if (source, r) in by_rank}
-        if not present:
-            continue
-        top = max(rg.max_seq for rg in present.values() if rg is not None) if any(present.values()) else -1
-        behind: dict[int, list[int]] = {}
-        for r, rg in present.items():
-            mx = rg.max_seq if rg is not None else -1
-            if mx < top:
-                behind.setdefault(mx + 1, []).append(r)
-        if behind:
-            seq = min(behind)
-            i = gi.lookup(seq)
-            op = names.get(int(gi.op[i]), "collective") if i >= 0 else "collective"
-            entered = [r for r, rg in present.items() if rg is not None and rg.max_seq >= seq]
-            waits = []
-            t_event = int(gi.max_t0[i]) if i >= 0 else 0
-            for r in sorted(entered):
-                p = present[r].problems.get(seq)
-                if p is None:
-                    continue
-                t_event = min(t_event, p.t0) if t_event else p.t0
-                if p.state != fmt.STATE_COMPLETE:
-                    last = by_rank[(source, r)].log.last_wall_ns
-                    waits.append(f"rank {r} stuck in it since {wall_str(p.t0)} "
-                                 f"({(last - p.t0) / 1e9:.1f} s at its last write)")
-                else:
-                    waits.append(f"rank {r} waited {(p.t1 - p.t0) / 1e9:.1f} s (ret {p.ret} {status_name(p.ret)})")
-            missing = sorted(behind[seq])
-            parts = []
-            for r in missing:
-                s = by_rank[(source, r)]
-                if id(s) in early:
-                    named_dead.add(id(s))
-                    parts.append(f"rank {r} never entered {op} #{seq} of group {gdesc}: its log stops at "
-                                 f"{wall_str(s.log.last_wall_ns)} with no final write (crashed or killed)")
-                else:
-                    parts.append(f"rank {r} never entered {op} #{seq} of group {gdesc}")
-            tail = "; " + "; ".join(waits) if waits else (
-                f"; rank{'s' if len(entered) > 1 else ''} {', '.join(map(str, sorted(entered)))} entered it")
-            culprits.append(Culprit(t_event, missing, "culprit: " + "; ".join(parts) + tail))
-            # later sequence numbers that other ranks are missing are consequences; not listed
-        else:
-            stuck = [(r, rg.problems[rg.max_seq]) for r, rg in present.items()
-                     if rg is not None and rg.max_seq in rg.problems and rg.problems[rg.max_seq].state != fmt.STATE_COMPLETE]
-            if stuck and len(stuck) == len(present):
-                seq = top
-                p0 = min(p.t0 for _, p in stuck)
-                culprits.append(Culprit(p0, [], (
-                    f"hang: every rank of group {gdesc} is in {stuck[0][1].op} #{seq} and none finished "
-                    f"(since {wall_str(p0)}); no rank is missing: suspect the transport or the network")))
-            failed = [(r, rg.problems[s2]) for r, rg in present.items() if rg is not None
-                      for s2 in rg.problems if rg.problems[s2].state == fmt.STATE_COMPLETE and rg.problems[s2].ret]
-            if failed and not stuck:
-                r, p = min(failed, key=lambda x: x[1].t0)
-                culprits.append(Culprit(p.t0, [r], (
-                    f"culprit: rank {r}: {p.op} of group {gdesc} failed with ret {p.ret} {status_name(p.ret)} "
-                    f"after {(p.t1 - p.t0) / 1e9:.1f} s")))
-
-    for s in summaries:
-        if id(s) in early and id(s) not in named_dead:
-            culprits.append(Culprit(s.log.last_wall_ns, [s.log.rank], (
-                f"culprit: {s.log.label}: its log stops at {wall_str(s.log.last_wall_ns)} with no final write "
-                f"while other ranks went on (crashed or killed)")))
-    nans = [(s.first_nan[0], s) for s in summaries if s.first_nan]
-    if nans:
-        t, s = min(nans, key=lambda x: x[0])
-        d = s.first_nan[1]
-        others = sorted({x.log.rank for _, x in nans if x is not s})
-        also = f"; later also on rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
-        culprits.append(Culprit(t, [s.log.rank], (
-            f"culprit: {s.log.label}: first numerical error (NaN {d['nan']}, Inf {d['inf']}) in graph {d['graph']} "
-            f"({d['neff']}) on NC {d['nc']}, exec_id {d['exec_id']}, at {wall_str(t)} "
-            f"(ret 1003 {status_name(1003)}){also}")))
-    execs = [(s.first_exec_error[0], s) for s in summaries if s.first_exec_error]
-    if execs:
-        t, s = min(execs, key=lambda x: x[0])
-        d = s.first_exec_error[1]
-        culprits.append(Culprit(t, [s.log.rank], (
-            f"culprit: {s.log.label}: execution of graph {d['graph']} ({d['neff']}) on NC {d['nc']} failed, "
-            f"exec_id {d['exec_id']}, at {wall_str(t)} (ret {d['ret']} {status_name(d['ret'])})")))
-    culprits.sort(key=lambda c: c.t_wall)
-    for s in summaries:
-        lg = s.log
-        if lg.source != "ndet":
-            continue
-        if not lg.final:
-            what = "no final write (crashed or killed)" if id(s) in early else "no final write yet (still running, or killed with the rest of the job)"
-            notes.append(f"{lg.label} ({lg.name}): {what}; last write at {wall_str(lg.last_wall_ns)}")
-        elif lg.reason != "exit":
-            notes.append(f"{lg.label} ({lg.name}): ended by {lg.reason} at {wall_str(lg.last_wall_ns)}")
-    return culprits, notes
-
-
-def is_clean(summaries: list[LogSummary], culprits: list[Culprit]) -> bool:
-    if culprits:
-        return False
-    for s in summaries:
-        if s.num_errors:
-            return False
-        if s.log.source == "ndet" and s.log.final and s.log.reason != "exit":
-            return False
-    return True
-
-
-def rank_counter(summaries: list[LogSummary]) -> Counter:
-    return Counter(s.log.rank for s in summaries)

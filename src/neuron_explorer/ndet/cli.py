@@ -20,6 +20,7 @@ from neuron_explorer.util.ranges import IndexRanges
 from . import analysis
 from . import format as fmt
 from . import sources
+from . import verdict as rules
 from .trace import TraceWriter
 
 EXAMPLES = """\
@@ -89,7 +90,7 @@ class JobResult:
     job: analysis.Job
     summaries: list[analysis.LogSummary]
     index: analysis.CollectiveIndex
-    culprits: list[analysis.Culprit]
+    culprits: list[rules.Culprit]
     notes: list[str]
     clean: bool
 
@@ -110,8 +111,8 @@ def _analyse(job: analysis.Job, max_findings: int, skipped: list[str]) -> JobRes
     if not summaries:
         return None
     summaries.sort(key=lambda s: (s.log.rank, s.log.start_wall_ns))
-    culprits, notes = analysis.verdict(summaries, index)
-    return JobResult(job, summaries, index, culprits, notes, analysis.is_clean(summaries, culprits))
+    culprits, notes = rules.verdict(summaries, index)
+    return JobResult(job, summaries, index, culprits, notes, rules.is_clean(summaries, culprits))
 
 
 def _write_trace(out_abs: str, results: list[JobResult], base: int, args: argparse.Namespace,

@@ -1,0 +1,55 @@
+"""PyTorch instrumentation, installed without code changes (``boot`` calls ``install`` when torch
+is imported).
+
+* ``graphs``: ``torch.compile`` graphs (Dynamo's compile hooks, graph registration, the backward);
+* ``execution``: the wrapper that records each call of a compiled graph (the hot path);
+* ``collectives``: c10d collectives, from Python and from C++ callers such as DDP;
+* ``copies``: host/device copies on CUDA hosts;
+* ``device``: device profiles (the ops inside an execution), ``neffs``: the graphs' ``.neff`` files;
+* ``tensors``: what the others read off tensors; ``state``: what the hooks keep between calls.
+"""
+
+from __future__ import annotations
+
+import os
+
+from neuron_explorer.contracts import events as ev
+from neuron_explorer.integrations.importhook import when_imported
+from neuron_explorer.integrations.torch.collectives import install_collectives
+from neuron_explorer.integrations.torch.copies import install_copies
+from neuron_explorer.integrations.torch.graphs import install_compile_start, install_dynamo
+from neuron_explorer.integrations.torch.state import Installed
+from neuron_explorer.runtime.core import Runtime
+
+__all__ = ["Installed", "install", "installed"]
+
+_installed: Installed | None = None  # the one installation of this process
+
+
+def installed() -> Installed | None:
+    """The state of the hooks ``install`` set up in this process (None before)."""
+    return _installed
+
+
+def install(rt: Runtime, torch) -> None:
+    """Install the hooks the enabled event types need; once per process."""
+    global _installed
+    if _installed is not None:
+        return
+    inst = _installed = Installed(rt, os.path.dirname(torch.__file__) + os.sep)
+    if torch.cuda.is_available():
+        rt.device_kind = "cuda:" + torch.cuda.get_device_name(max(rt.ident.local_rank, 0) % torch.cuda.device_count())
+        rt.nd_idx = max(rt.ident.local_rank, 0)
+    core = rt.core()
+    if core is None:
+        return  # this process's core is filtered out at capture time
+    rt.sync_point(core)
+    if rt.enabled[ev.CC_RUNNING] or rt.enabled[ev.CC_EXEC_BARRIER]:
+        install_collectives(inst, torch, core)
+    if rt.enabled[ev.NC_EXEC_RUNNING] or rt.enabled[ev.NRT_EXECUTE] or rt.enabled[ev.MODEL_LOAD] or \
+            rt.enabled[ev.NRT_LOAD] or rt.enabled[ev.NUMERICAL_ERR]:
+        when_imported("torch._dynamo.trace_rules", lambda m: m.add("neuron_explorer"))  # never trace our hooks
+        when_imported("torch._dynamo.callback", lambda m: install_compile_start(inst, m))
+        when_imported("torch._dynamo.output_graph", lambda m: install_dynamo(inst, torch, core, m))
+    if torch.cuda.is_available() and (rt.enabled[ev.NRT_TENSOR_READ] or rt.enabled[ev.NRT_TENSOR_WRITE]):
+        install_copies(rt, torch, core)

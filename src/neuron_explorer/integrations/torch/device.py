@@ -18,29 +18,20 @@ import sys
 import threading
 from typing import Any
 
-from neuron_explorer.capture.device import OpTable, write_device_trace, write_neff
-from neuron_explorer.contracts.layout import model_ntff_name, neff_file_name, session_ntff_name
+from neuron_explorer.capture.device import OpTable, write_device_trace
+from neuron_explorer.contracts.layout import model_ntff_name, session_ntff_name
+from neuron_explorer.integrations.torch.neffs import write_neffs
+from neuron_explorer.integrations.torch.tensors import tensor_bytes, tensor_summary
 from neuron_explorer.runtime import clock
+from neuron_explorer.runtime.core import Model, Runtime
+
+__all__ = ["DeviceProfiler"]
 
 now_ns = clock.now_ns
 
 
-def _nbytes(x) -> int:
-    n = 0
-    if isinstance(x, (list, tuple)):
-        for y in x:
-            n += _nbytes(y)
-    elif hasattr(x, "untyped_storage") and hasattr(x, "element_size"):
-        try:
-            n += x.numel() * x.element_size()
-        except Exception:
-            pass
-    return n
-
-
 def _shapes(args) -> str:
-    from neuron_explorer.integrations.torch.hooks import tensor_summary
-
+    """The input shapes shown in an op's detail column (tensors only)."""
     return ", ".join(tensor_summary(args, include_others=False))
 
 
@@ -76,10 +67,10 @@ class _Recorder:
             except Exception:
                 flops = None
         self.table.add_op(t0, t1, str(func.name()), "aten", self.exec_idx, flops=flops,
-                          nbytes=_nbytes(args) + _nbytes(out), detail=_shapes(args))
+                          nbytes=tensor_bytes(args) + tensor_bytes(out), detail=_shapes(args))
 
     def kernel(self, name: str, t0: int, t1: int, args) -> None:
-        self.table.add_op(t0, t1, name, "inductor", self.exec_idx, nbytes=_nbytes(args), detail=_shapes(args))
+        self.table.add_op(t0, t1, name, "inductor", self.exec_idx, nbytes=tensor_bytes(args), detail=_shapes(args))
 
 
 _KERNEL_PREFIXES = ("cpp_fused", "triton_", "cpp_")
@@ -115,7 +106,7 @@ def _inductor_kernels(fn) -> tuple[Any, list[str]] | None:
 class DeviceProfiler:
     """Decides which executions to profile and keeps their op tables until they are written."""
 
-    def __init__(self, rt, mode: str) -> None:
+    def __init__(self, rt: Runtime, mode: str) -> None:
         self.rt = rt
         self.mode = mode  # "model" or "session"
         self.lock = threading.Lock()
@@ -126,11 +117,12 @@ class DeviceProfiler:
         self.active = True
 
     def wants(self, nc: int, model_id: int) -> bool:
+        """Profile this execution?  Every one in session mode, a graph's first on a core in model mode."""
         if not self.active:
             return False
         return self.mode == "session" or (nc, model_id) not in self.done
 
-    def run(self, torch, nc: int, model, exec_id: int, fn, args, kwargs):
+    def run(self, torch, nc: int, model: Model, exec_id: int, fn, args, kwargs):
         """Run one execution under the op recorder."""
         key = (nc, -1) if self.mode == "session" else (nc, model.id)
         with self.lock:
@@ -167,6 +159,8 @@ class DeviceProfiler:
             table.executions[idx].end_ns = now_ns()
 
     def write(self, session_dir: str) -> None:
+        """Write the op tables as ``.ntff`` files and the graphs as ``.neff`` files (the capture sink
+        calls this when it writes the session)."""
         rt = self.rt
         with self.lock:
             tables = dict(self.tables)
@@ -180,41 +174,3 @@ class DeviceProfiler:
                                pid=rt.ident.pid, nc_idx=nc, mode=self.mode, device_kind=rt.device_kind,
                                source="torch", sync=[])
         write_neffs(rt, session_dir, self.written_neffs)
-
-
-def write_neffs(rt, session_dir: str, written: set[str]) -> None:
-    """Save each graph once as neff_<hash>_vnc_<nc>.neff (graph code, signature, backend, sources).
-
-    With a NEFF cache directory, graphs were saved there when they were loaded; they are copied
-    into the session directory instead of being written again."""
-    import shutil
-
-    for m in list(rt.models):
-        fname = neff_file_name(m.neff_name.replace("neff_", ""), m.nc_idx)
-        if fname in written:
-            continue
-        written.add(fname)
-        cached = os.path.join(rt.neff_cache_dir, fname) if rt.neff_cache_dir else None
-        if cached and os.path.exists(cached):
-            shutil.copyfile(cached, os.path.join(session_dir, fname))
-        else:
-            save_neff(m, os.path.join(session_dir, fname))
-
-
-def save_neff(m, path: str) -> None:
-    write_neff(path, neff_name=m.neff_name, graph_hash=m.graph_hash, model_name=m.name, backend=m.backend,
-               kind=m.kind, signature=m.signature, code=m.artifacts.get("code", ""), framework="torch",
-               compile_ns=m.compile_ns, nodes=m.artifacts.get("nodes", ()))
-
-
-def cache_neff(rt, m) -> None:
-    """At load time: keep the graph in the NEFF cache directory, when one is configured."""
-    if not rt.neff_cache_dir:
-        return
-    try:
-        os.makedirs(rt.neff_cache_dir, exist_ok=True)
-        path = os.path.join(rt.neff_cache_dir, neff_file_name(m.neff_name.replace("neff_", ""), m.nc_idx))
-        if not os.path.exists(path):
-            save_neff(m, path)
-    except OSError as e:
-        print(f"neuron-explorer: warning: NEFF cache {rt.neff_cache_dir}: {e.strerror}", file=sys.stderr)

@@ -1,0 +1,184 @@
+"""Recording the executions of one compiled graph: the hot path (docs/decisions/0006-c-hot-path.md).
+
+``wrap_execution`` returns the callable that runs a graph in place of the backend's, and records
+one execution per call.  Everything that can be decided when the graph is loaded is decided there,
+so each variant carries no branch it does not need:
+
+* the C ``ExecWrapper`` (``runtime/_fastpath.c``) when the extension is built and there is no NaN
+  check: no Python frame of its own, rows written straight into the core's ring, and with NDET on
+  also NDET's in-flight and ended records;
+* the lean Python wrapper, the same without the extension (and without NDET);
+* the general path, for what the lean ones hand over: NDET's begin/end records without a C ring,
+  the NaN check, and device profiles (the lean wrappers yield to it per call while a profiler is
+  set, read from ``Runtime.devprof_cell``).
+
+The hot path is two clock reads, an inline thread-id lookup, an execution id (a C counter that
+also counts the record's two events) and one append; graph switches and the
+nrt_execute/nc_exec_running split are derived when the rings are drained.  Execution ids number
+the executions of a core in the order they complete (the order they start for a wrapper that needs
+the id up front); on one thread that is the same thing.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from neuron_explorer.contracts import events as ev
+from neuron_explorer.integrations.torch.tensors import nan_scanner
+from neuron_explorer.runtime import clock
+from neuron_explorer.runtime.core import CoreState, Model, Runtime
+from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
+
+__all__ = ["BackwardFinder", "wrap_execution"]
+
+now_ns = clock.now_ns
+native_tid = clock.native_tid
+
+# ``find_backward(out) -> bool``: called with a successful call's outputs until it returns True
+BackwardFinder = Callable[[Any], bool]
+
+
+def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable,
+                   find_backward: BackwardFinder | None = None) -> Callable:
+    """Return a callable that runs ``fn`` and records one execution per call (see the module)."""
+    # Forward outputs only: a NaN anywhere shows up in the loss (a forward output) at the step it
+    # appears, while scanning every gradient of the backward graph would cost a kernel per tensor.
+    nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR] and model.kind != "backward"
+    stats_rec = rt.stats.runtime_feed(core.nc) if rt.stats is not None else None
+    ndet = rt.ndet
+    general = _general_path(rt, torch, core, model, fn, nan_check, stats_rec, find_backward)
+    # NDET's record targets for the C wrapper (None: NDET is off, or its ring is not a C ring)
+    nd_hooks = ndet.exec_hooks() if ndet is not None and hasattr(ndet, "exec_hooks") else None
+    if not nan_check and _CWrapper is not None and core.ring.buffer is not None and (ndet is None or nd_hooks):
+        run = _c_wrapper(rt, core, model, fn, general, stats_rec, find_backward, nd_hooks)
+    elif ndet is None and not nan_check:
+        run = _lean_wrapper(rt, core, model, fn, general, stats_rec, find_backward)
+    else:
+        def run(*args, **kwargs):
+            return general(args, kwargs)
+    return _stand_in_for(run, fn)
+
+
+def _stand_in_for(run: Callable, fn: Callable) -> Callable:
+    """Give the wrapper what callers read off the callable it replaces (AOTAutograd reads
+    ``_boxed_call``), and ``__wrapped__``."""
+    for attr in ("_boxed_call", "zero_grad"):
+        if hasattr(fn, attr):
+            try:
+                setattr(run, attr, getattr(fn, attr))
+            except AttributeError:
+                pass
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run
+
+
+def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general: Callable, stats_rec,
+               find_backward: BackwardFinder | None, nd_hooks) -> Callable:
+    """The lean path in C: no Python frame of its own, rows written straight into the ring; with
+    NDET it also writes NDET's in-flight and ended records (see runtime/_fastpath.c)."""
+    ring = core.ring
+    nd = None
+    if nd_hooks is not None:
+        inflight, nd_ring, kind, state = nd_hooks
+        nd = (inflight, nd_ring, ring.open_counter, ring.close_counter, core.nc, kind, state)
+    return _CWrapper(fn, ring.buffer, ring.exec_counter, ev.EXEC_PAIR, model.id, rt.devprof_cell,
+                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd)
+
+
+def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general: Callable, stats_rec,
+                  find_backward: BackwardFinder | None) -> Callable:
+    """The lean path in Python (no NDET, no NaN check): what the C wrapper does, one frame more."""
+    append = core.ring.append
+    next_eid = core.ring.exec_id
+    mid = model.id
+    PAIR = ev.EXEC_PAIR
+    tids = clock.native_ids
+    get_ident = threading.get_ident
+    devprof_cell = rt.devprof_cell  # [DeviceProfiler or None], read per call without a property
+    look = find_backward
+
+    def run(*args, **kwargs):
+        nonlocal look
+        if devprof_cell[0] is not None:  # a device-profile session is on: it needs the id first
+            return general(args, kwargs)
+        t0 = now_ns()
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException:
+            rec = (PAIR, t0, now_ns(), native_tid(), mid, next_eid(), 1, 0, 0)
+            append(rec)
+            if stats_rec is not None:
+                stats_rec(rec)
+            raise
+        t1 = now_ns()
+        try:
+            tid = tids[get_ident()]
+        except KeyError:
+            tid = native_tid()
+        # the id is taken when the call has returned, next to the append, so the event count
+        # never includes a call still running
+        rec = (PAIR, t0, t1, tid, mid, next_eid(), 0, 0, 0)
+        append(rec)
+        if stats_rec is not None:
+            stats_rec(rec)  # the same tuple: neuron-monitor counts it off the hot path
+        if look and look(out):
+            look = None
+        return out
+
+    return run
+
+
+def _general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable, nan_check: bool, stats_rec,
+                  find_backward: BackwardFinder | None) -> Callable:
+    """``run_general(args, kwargs)``: every feature (NDET begin/end records, the NaN check, device
+    profiles).  The execution id is needed before the call, so the call is bracketed as running
+    for the event count."""
+    ring = core.ring
+    append, tick = ring.append, ring.tick
+    next_eid, exec_open, exec_close = ring.exec_id, ring.exec_open, ring.exec_close
+    mid, nc, PAIR = model.id, core.nc, ev.EXEC_PAIR
+    ndet = rt.ndet
+    scan = nan_scanner(torch) if nan_check else None
+    look = find_backward
+
+    def run_general(args, kwargs):
+        nonlocal look
+        eid = next_eid()
+        exec_open()
+        t0 = now_ns()
+        if ndet is not None:
+            ndet.exec_begin(nc, mid, eid, t0)
+        ret = 0
+        try:
+            dp = rt.devprof
+            if dp is not None and dp.wants(nc, mid):
+                out = dp.run(torch, nc, model, eid, fn, args, kwargs)
+            else:
+                out = fn(*args, **kwargs)
+        except BaseException:
+            ret = 1
+            raise
+        finally:
+            t1 = now_ns()
+            tid = native_tid()
+            if ret == 0 and nan_check:
+                nan, inf = scan(out)
+                if nan or inf:
+                    ret = ev.RET_NUM_ERR
+                    append((ev.NUMERICAL_ERR, t0, t1, tid, mid, eid, ret, nan, inf))
+                    tick()
+                    if ndet is not None:
+                        ndet.numerical_error(nc, mid, eid, t0, t1, nan, inf)
+            rec = (PAIR, t0, t1, tid, mid, eid, ret, 0, 0)
+            append(rec)
+            exec_close()
+            if ndet is not None:
+                ndet.exec_end(nc, mid, eid, t0, t1, ret)
+            if stats_rec is not None:
+                stats_rec(rec)
+        if look and look(out):
+            look = None
+        return out
+
+    return run_general

@@ -1,0 +1,44 @@
+"""The state of the PyTorch hooks in this process, on one object.
+
+``install`` makes one ``Installed`` per process and hands it to the graph and collective hooks, so
+what they share across calls (the compile in progress, the collectives whose end is not recorded
+yet, the warnings already printed) is visible in one place instead of module globals.  Nothing on
+the execution hot path reads it: the wrappers capture what they need when a graph is wrapped.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from neuron_explorer.runtime.core import Runtime
+
+__all__ = ["Installed"]
+
+
+class Installed:
+    """What ``install`` set up, and the state its hooks keep between calls."""
+
+    def __init__(self, rt: Runtime, torch_dir: str = "") -> None:
+        self.rt = rt
+        # PyTorch's own source directory (with a trailing separator): frames below it are not the
+        # user's code when a graph is named after its source line
+        self.torch_dir = torch_dir
+        # when Dynamo's start callback ran for the compile in progress (0: none seen)
+        self.compile_start = 0
+        # the c10d ``torch.library.Library``: kernel registrations live as long as it does
+        self.lib = None
+        # id(Work) -> (Work, finish(t1, status)) for collectives whose end is not recorded yet
+        self.pending_cc: dict[int, tuple] = {}
+        self.warned: set[str] = set()
+
+    def warn_once(self, key: str, msg: str) -> None:
+        """Print a warning the first time ``key`` is seen: recording problems repeat per call."""
+        if key not in self.warned:
+            self.warned.add(key)
+            print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
+
+    def cc_complete(self, key: int, t1: int, status: int) -> None:
+        """Record the end of the collective whose Work has id ``key``, unless it was recorded."""
+        p = self.pending_cc.pop(key, None)  # atomic under the GIL: the first of wait/callback records
+        if p is not None:
+            p[1](t1, status)
