@@ -190,3 +190,51 @@ def test_no_import_cycles_between_packages():
 def test_the_checker_catches_an_upward_or_sideways_import(src, dst, name, expect):
     (msg,) = violations({}, [(src, dst, name, 1)])
     assert expect in msg
+
+
+def public_surface(known: dict[str, Path]) -> dict[str, set[str]]:
+    """{package: the names its ``__init__`` lists in ``__all__``} for every package of ours."""
+    out = {}
+    for name, path in known.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+                out[name] = set(ast.literal_eval(node.value))
+    return out
+
+
+def surface_violations(known, edges, surface) -> list[str]:
+    """Imports from another package of a module or name its ``__all__`` does not list."""
+    out = []
+    for src, dst, name, line in edges:
+        pd = package(dst)
+        if package(src) == pd or pd not in surface:
+            continue
+        first = dst[len(pd) + 1:].split(".")[0] if dst != pd else name
+        if first and first not in surface[pd]:
+            where = f"{known[src].relative_to(SRC)}:{line}" if src in known else f"{src}:{line}"
+            out.append(f"{where}: {src} imports {dst}{'.' + name if name else ''}, outside {pd}.__all__")
+    return out
+
+
+def test_every_package_declares_its_public_surface():
+    known = modules()
+    surface = public_surface(known)
+    missing = [m for m, p in known.items() if p.name == "__init__.py" and m not in surface]
+    assert missing == []
+    for pkg, names in surface.items():
+        for n in names:
+            assert n == "__version__" or f"{pkg}.{n}" in known or n.isidentifier(), (pkg, n)
+
+
+def test_packages_are_used_through_their_public_surface():
+    known = modules()
+    assert surface_violations(known, all_edges(known), public_surface(known)) == []
+
+
+def test_the_surface_check_catches_an_unlisted_module():
+    surface = {"neuron_explorer.exporters": {"interface"}}
+    (msg,) = surface_violations({}, [("neuron_explorer.view.pipeline", "neuron_explorer.exporters.parquet", "X", 1)],
+                                surface)
+    assert "outside neuron_explorer.exporters.__all__" in msg

@@ -1,0 +1,8 @@
+"""The capture consumer: the sink that drains the runtime's ring (``sink``), the column blocks it keeps
+(``store``), the session files it writes (``writer``), host samplers (``samplers``) and device
+profiles (``device``).
+
+Submodules are imported on use; the package itself loads nothing.
+"""
+
+__all__ = ["device", "samplers", "sink", "store", "writer"]

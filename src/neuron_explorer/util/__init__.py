@@ -1,0 +1,11 @@
+"""Leaf utilities that import nothing else of this project: atomic and special-file-safe writes
+(``atomic``), bounded file reads (``files``), JSON encoding (``jsonfast``), interval union
+(``intervals``), protobuf wire helpers (``pbwire``), range parsing with bounds (``ranges``),
+path-safe names (``names``), launcher and helper-process detection (``procs``), allocator tuning for
+workers (``alloc``) and the shared command-line error type (``cliargs``).
+
+Submodules are imported on use; the package itself loads nothing.
+"""
+
+__all__ = ["alloc", "atomic", "cliargs", "files", "intervals", "jsonfast", "names", "pbwire", "procs",
+           "ranges"]
