@@ -134,12 +134,9 @@ def view_command(args: argparse.Namespace) -> int:
                        ignore_system_profile=args.ignore_system_profile,
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
                        progress=args.progress, jobs=args.jobs)
-    try:
-        res = run(opts)
-    except ViewError as e:
-        raise UsageError(str(e)) from None
-    except OutputError as e:
-        return _cannot_write(e)
+    res = _run(opts)
+    if isinstance(res, int):
+        return res
     if res.text is not None:
         if out:
             from neuron_explorer.util.atomic import atomic_write
@@ -159,6 +156,17 @@ def view_command(args: argparse.Namespace) -> int:
                 print(f"neuron-explorer: clock offset {inst}: {o.offset_ns / 1e6:+.3f} ms "
                       f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}, {o.samples} samples)", file=sys.stderr)
     return res.exit_code
+
+
+def _run(opts: ViewOptions):
+    """The run's result, or the exit status when the output cannot be written (a bad option is a
+    usage error)."""
+    try:
+        return run(opts)
+    except ViewError as e:
+        raise UsageError(str(e)) from None
+    except OutputError as e:
+        return _cannot_write(e)
 
 
 def _cannot_write(e: OutputError) -> int:
@@ -185,12 +193,9 @@ def _launch_ui(args: argparse.Namespace, filt) -> int:
                            filter=filt, ignore_system_profile=args.ignore_system_profile,
                            ignore_device_profile=args.ignore_device_profile, display_name=name,
                            progress=True if args.progress is None else args.progress)
-        try:
-            res = run(opts)
-        except ViewError as e:
-            raise UsageError(str(e)) from None
-        except OutputError as e:
-            return _cannot_write(e)
+        res = _run(opts)
+        if isinstance(res, int):
+            return res
         print(f"neuron-explorer: ingested {res.events} events from {res.profiles} profile(s) into {opts.output_file}",
               file=sys.stderr)
     try:
