@@ -30,6 +30,7 @@ FIND_ITEM = """([profile, rowName, groupPart, single]) => {
     const it = single ? items.find((i) => i.c === 1) : items[0];
     if (!it) continue;
     const x0 = Math.max(tl.xOf(it.s), 230), x1 = Math.min(Math.max(tl.xOf(it.e), x0 + 1), tl.w - 10);
+    if (26 + e.y - tl.scrollY < 26 || 26 + e.y + e.h - tl.scrollY > tl.h) tl.scrollToRow(e.row.idx);
     const y = 26 + e.y - tl.scrollY + e.h / 2;
     return {x: (x0 + x1) / 2, y, c: it.c, s: it.s, e: it.e, visible: y > 26 && y < tl.h};
   }
@@ -189,9 +190,21 @@ def test_drill_down_from_nc_exec_running(page) -> None:
                       [it["s"], it["e"]])
         wait_fetch_after(page, before)
     assert it and it["c"] == 1
-    page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
+    # click until the drill-down widget is mounted: under load a click can land while the window is
+    # being redrawn, and the row may have been scrolled out of the canvas by the previous test
+    for _ in range(4):
+        page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-a] canvas").scroll_into_view_if_needed()
+        box = canvas_box(page)
+        it = page.evaluate(FIND_ITEM, ["run-a", "nc_exec_running", "rank 0", False])
+        assert it and it["c"] == 1 and it["visible"], it
+        page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
+        try:
+            page.wait_for_selector("[data-testid=widget][data-type=device-trace]", timeout=15000)
+            break
+        except Exception:  # playwright's TimeoutError: the click did not open an event; find the item again
+            continue
     page.wait_for_selector("[data-testid=widget][data-type=device-trace] [data-testid=device-timeline][data-ready='1']",
-                           timeout=20000)
+                           timeout=60000)
     page.wait_for_function("document.querySelector('[data-testid=event-name]')?.textContent === 'nc_exec_running'")
     # click a PE op in the device trace: its details list the device columns
     page.locator("[data-testid=device-timeline]").scroll_into_view_if_needed()
