@@ -199,7 +199,11 @@ def test_spec_allgather_example_on_two_cpu_devices(tmp_path):
     assert {f"my_label{i}" for i in range(10)} <= set(_labels(s))
     ex = s.events["type"] == s.type_id("nc_exec_running")
     assert sorted(set(s.events["nc_idx"][ex].tolist())) == [0, 1]
-    assert Counter(s.events["nc_idx"][ex].tolist()) == {0: 11, 1: 11}
+    # 11 calls; JAX dispatches asynchronously and the spec's example leaves the trace without waiting
+    # for the last result, so on a loaded machine the last execution can still be running when the
+    # trace stops (JAX records it then in neither XPlane nor trace.json)
+    per_core = Counter(s.events["nc_idx"][ex].tolist())
+    assert set(per_core) == {0, 1} and all(n in (10, 11) for n in per_core.values()), per_core
     ntffs = sorted(f for f in os.listdir(d) if f.endswith(".ntff"))
     assert len(ntffs) == 2 and ntffs[0].endswith("_vnc_0.ntff") and ntffs[1].endswith("_vnc_1.ntff")
     for f in ntffs:
