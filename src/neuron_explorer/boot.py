@@ -131,8 +131,18 @@ def _install_integrations(rt: Runtime) -> None:
 
             rt.register(DEVICE_PROFILER, DeviceProfiler(rt, rt.config.device_profile))
         torch_integration.install(rt, torch)
+        _install_memory(rt, torch)
 
     when_imported("torch", on_torch)
+
+
+def _install_memory(rt: Runtime, torch) -> None:
+    """Device memory by category for the profile's counters and the monitor's memory_used."""
+    from neuron_explorer.integrations.torch.memory import install_memory
+
+    src = install_memory(rt, torch)
+    if src is not None and rt.stats is not None:
+        rt.stats.set_memory_source(src)
 
 
 def stop(reason: str = "exit") -> None:
