@@ -76,7 +76,48 @@ def _check(framework: str) -> None:
 def _start() -> None:
     from neuron_explorer import boot
 
-    boot.start(for_monitor=True)
+    rt = boot.start(for_monitor=True)
+    if rt is not None and "torch" in sys.modules:
+        adopt_compiled_graphs(rt, sys.modules["torch"])
+
+
+#: Dynamo keeps each compiled graph's callable in its frame's module globals under this prefix.
+COMPILED_FN_PREFIX = "__compiled_fn_"
+
+
+def adopt_compiled_graphs(rt, torch) -> int:
+    """Instrument graphs compiled before the runtime started (a monitor that appeared later): the
+    callables Dynamo stored in module globals are replaced by recording wrappers of the same
+    graphs, so their next calls count.  Returns how many were adopted."""
+    import hashlib
+
+    from neuron_explorer.integrations import torch as torch_integration
+    from neuron_explorer.integrations.torch.graphs import announce_model, wrap_graph
+
+    inst = torch_integration.installed()
+    core = rt.core()
+    if inst is None or core is None:
+        return 0
+    n = 0
+    for mod in list(sys.modules.values()):
+        g = getattr(mod, "__dict__", None)
+        if not isinstance(g, dict):
+            continue
+        for key in [k for k in list(g) if isinstance(k, str) and k.startswith(COMPILED_FN_PREFIX)]:
+            fn = g[key]
+            inner = getattr(fn, "_torchdynamo_orig_callable", None)
+            if inner is None or getattr(fn, "_neuron_explorer_adopted", False):
+                continue  # not Dynamo's disable wrapper, or already ours
+            hval = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+            name = f"{getattr(mod, '__name__', 'graph')}.{key[len(COMPILED_FN_PREFIX):].split('_')[0]}"
+            model = rt.add_model(name=f"graph_{name}"[:64], neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}",
+                                 backend="adopted", kind="forward", nc_idx=core.nc)
+            announce_model(inst, model)
+            new = torch._dynamo.disable(wrap_graph(inst, torch, core, model, inner))
+            new._neuron_explorer_adopted = True
+            g[key] = new
+            n += 1
+    return n
 
 
 def _watch() -> None:
