@@ -33,6 +33,7 @@ LAYER_OF = {
     "neuron_explorer.integrations": "integrations",
     "neuron_explorer.boot": "composition",
     "neuron_explorer.torch": "composition",
+    "neuron_explorer.discovery": "composition",
     "neuron_explorer.analysis": "analysis",
     "neuron_explorer.exporters": "exporters",
     "neuron_explorer.view": "tools",

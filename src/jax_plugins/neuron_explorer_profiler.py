@@ -9,6 +9,8 @@ JAX pay nothing, and JAX programs pay one small import.  We register no backend:
 
 
 def initialize() -> None:
+    from neuron_explorer.discovery import on_framework_import
     from neuron_explorer.integrations.jax.plugin import install
 
+    on_framework_import("jax")  # neuron-monitor discovery (docs/decisions/0030-monitor-discovery.md)
     install()

@@ -25,12 +25,14 @@ AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor co
 
 
 def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
-          keep_rings: bool = False) -> Runtime | None:
+          keep_rings: bool = False, for_monitor: bool = False) -> Runtime | None:
     """Start the runtime (once per process).
 
     ``capture``: attach the capture sink (default: as the environment says, or True when a config
     is given).  ``keep_rings``: full-size rings even without a capture sink, for sessions that a
-    framework API starts later (``neuron_explorer.torch``)."""
+    framework API starts later (``neuron_explorer.torch``).  ``for_monitor``: started because a
+    neuron-monitor runs (``discovery``), with no variable set: the counters only, and no signal
+    handlers (nothing needs a final write; the monitor removes a dead process's snapshot)."""
     rt = get_runtime()
     if rt is not None:
         return rt
@@ -41,7 +43,8 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         if capture is None:
             capture = cfgmod.capture_requested() if config is None else True
         ndet_on = cfgmod.ndet_requested()
-        if auto and not (capture or ndet_on or cfgmod.PROCESS_TAG in os.environ or AUTOSTART in os.environ):
+        if auto and not (capture or ndet_on or for_monitor or cfgmod.PROCESS_TAG in os.environ
+                         or AUTOSTART in os.environ):
             return None  # e.g. NEURON_RT_INSPECT_ENABLE=false: the .pth's cheap check let it through
         cfg = config or CaptureConfig.from_env()
         for w in cfg.warnings:
@@ -75,7 +78,10 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         rt.ndet.start()
     _start_stats(rt)
     _install_integrations(rt)
-    _install_exit_handlers(rt)
+    if for_monitor and not (capture or ndet_on):
+        atexit.register(stop, "exit")
+    else:
+        _install_exit_handlers(rt)
     _forget_in_forked_children()
     return rt
 
@@ -125,8 +131,18 @@ def _install_integrations(rt: Runtime) -> None:
 
             rt.register(DEVICE_PROFILER, DeviceProfiler(rt, rt.config.device_profile))
         torch_integration.install(rt, torch)
+        _install_memory(rt, torch)
 
     when_imported("torch", on_torch)
+
+
+def _install_memory(rt: Runtime, torch) -> None:
+    """Device memory by category for the profile's counters and the monitor's memory_used."""
+    from neuron_explorer.integrations.torch.memory import install_memory
+
+    src = install_memory(rt, torch)
+    if src is not None and rt.stats is not None:
+        rt.stats.set_memory_source(src)
 
 
 def stop(reason: str = "exit") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuron_explorer.analysis.events import ProcessEvents
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 from neuron_explorer.analysis.pbfile import packed_array
 from neuron_explorer.analysis.reader import Session, wall_offset_ns
 
@@ -36,6 +37,25 @@ def counter_series(s: Session) -> Series:
             v = packed_array(getattr(s.mem, name), "i8", s.path, name)
             if len(v) == len(ts) and len(ts):
                 out[f"host_mem.{name}"] = (ts, v, "bytes")
+        out.update(device_memory_series(s))
+    return out
+
+
+def device_memory_series(s: Session) -> Series:
+    """``device_mem.nc<N>.<category>`` series (bytes) from host_mem.pb; samples where a series was
+    not known (-1) are left out.  The reader checked the shape (reader._check_device_memory)."""
+    m = s.mem
+    names = list(m.device_mem_names) if m is not None else []
+    if not names:
+        return {}
+    ts = packed_array(m.device_mem_ts_ns, "i8", s.path, "device_mem_ts_ns")
+    vals = packed_array(m.device_mem_values, "i8", s.path, "device_mem_values", len(ts) * len(names))
+    vals = vals.reshape(len(ts), len(names))
+    out: Series = {}
+    for j, name in enumerate(names):
+        keep = vals[:, j] >= 0
+        if keep.any():
+            out[DEVICE_MEMORY_PREFIX + name] = (ts[keep], vals[keep, j], "bytes")
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -330,7 +331,28 @@ def _load_samples(path: str, typ, wall_off: int):
         packed_array(getattr(msg, name), dtype, path, name, len(ts) * k)
     if len(ts):
         check_times(path, "sample timestamps", int(ts.min()), int(ts.max()), wall_off)
+    if typ.__name__ == "HostMem" and (msg.device_mem_names or msg.device_mem_ts_ns or msg.device_mem_values):
+        _check_device_memory(path, msg, wall_off)
     return msg
+
+
+# device memory series names: nc<N>.<category> (docs/decisions/0031-device-memory-by-category.md)
+_DEVICE_MEM_NAME = re.compile(r"nc\d{1,9}\.[a-z_]{1,32}")
+DEVICE_MEM_MAX_SERIES = 4096
+
+
+def _check_device_memory(path: str, msg, wall_off: int) -> None:
+    """The device memory block of host_mem.pb: names well formed, values [samples x names]."""
+    names = list(msg.device_mem_names)
+    if len(names) > DEVICE_MEM_MAX_SERIES:
+        raise ProfileError(f"{path}: {len(names)} device memory series, more than {DEVICE_MEM_MAX_SERIES}")
+    for n in names:
+        if not _DEVICE_MEM_NAME.fullmatch(n):
+            raise ProfileError(f"{path}: device memory series name {n[:80]!r} is not nc<N>.<category>")
+    ts = packed_array(msg.device_mem_ts_ns, "i8", path, "device_mem_ts_ns")
+    packed_array(msg.device_mem_values, "i8", path, "device_mem_values", len(ts) * len(names))
+    if len(ts):
+        check_times(path, "device memory timestamps", int(ts.min()), int(ts.max()), wall_off)
 
 
 def wall_offset_ns(s: Session) -> int:

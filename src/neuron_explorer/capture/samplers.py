@@ -1,4 +1,5 @@
-"""Host samplers: per-CPU utilization and process/host memory, from /proc through psutil.
+"""Host samplers: per-CPU utilization and process/host memory, from /proc through psutil, and device
+memory by category from the runtime's memory source.
 
 One daemon thread samples both at a fixed period.  Samples go into bounded rings of numpy rows
 (like the event rings: the newest ``capacity`` samples are kept, the oldest overwritten and
@@ -13,13 +14,16 @@ import threading
 import numpy as np
 import psutil
 
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_CATEGORIES, DEVICE_MEMORY_SOURCE
 from ..runtime import clock
+from ..runtime.core import get_runtime
 
 # The default capacity keeps each sampler's rows under this many bytes (~70 h of samples at the
 # default 250 ms on a small host, ~6 h on a 192-CPU one); NEURON_EXPLORER_MAX_SAMPLES overrides it.
 SAMPLE_MEMORY_BUDGET = 64 << 20
 MAX_DEFAULT_SAMPLES = 1_000_000
 MEM_COLUMNS = ("process_rss", "process_vms", "host_total", "host_used", "host_available")
+_DEV_COL = {c: i for i, c in enumerate(DEVICE_MEMORY_CATEGORIES)}
 
 
 class SampleRing:
@@ -88,6 +92,11 @@ class HostSampler:
         # CPU rows: one percentage per logical CPU, then this process's
         self.cpu_ring = SampleRing(cap, self.ncpu + 1, "float32")
         self.mem_ring = SampleRing(cap, len(MEM_COLUMNS), "int64")
+        # device memory by category (docs/decisions/0031-device-memory-by-category.md): one ring per
+        # core, a column per category, -1 where the source did not know it
+        self.capacity = cap
+        self.dev_rings: dict[int, SampleRing] = {}
+        self.dev_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         try:
@@ -147,6 +156,55 @@ class HostSampler:
                 except psutil.Error:
                     pass
             self.record_mem(t, (rss, vms, vm.total, vm.total - vm.available, vm.available))
+            self.sample_device_memory(t)
+
+    def sample_device_memory(self, t: int) -> None:
+        """Ask the runtime's memory source (an integration registers it) for bytes by core and
+        category; a source that fails is remembered once and not asked again."""
+        rt = get_runtime()
+        src = rt.consumer(DEVICE_MEMORY_SOURCE) if rt is not None and self.dev_error is None else None
+        if src is None:
+            return
+        try:
+            values = src()
+        except Exception as e:  # noqa: BLE001 - a sampler never takes the process down
+            self.dev_error = f"{type(e).__name__}: {e}"
+            return
+        self.record_device_memory(t, values)
+
+    def record_device_memory(self, t: int, values: dict[tuple[int, str], int]) -> None:
+        """One device memory sample: ``{(nc, category): bytes}``; unknown categories are ignored."""
+        rows: dict[int, list[int]] = {}
+        for (nc, cat), v in values.items():
+            if cat in _DEV_COL:
+                rows.setdefault(int(nc), [-1] * len(DEVICE_MEMORY_CATEGORIES))[_DEV_COL[cat]] = int(v)
+        with self.lock:
+            for nc, row in rows.items():
+                ring = self.dev_rings.get(nc)
+                if ring is None:
+                    ring = self.dev_rings[nc] = SampleRing(self.capacity, len(DEVICE_MEMORY_CATEGORIES), "int64")
+                ring.append(t, row)
+
+    def device_memory_columns(self) -> tuple[np.ndarray, list[str], np.ndarray, int]:
+        """Timestamps, series names (``nc<N>.<category>``), values [samples x names] with -1 where a
+        series has no sample at that time, and samples dropped."""
+        with self.lock:
+            parts = [(nc, *r.arrays(), r.dropped) for nc, r in sorted(self.dev_rings.items())]
+        if not parts:
+            return np.empty(0, np.int64), [], np.empty((0, 0), np.int64), 0
+        ts = np.unique(np.concatenate([p[1] for p in parts]))
+        names: list[str] = []
+        cols: list[np.ndarray] = []
+        for nc, pts, rows, _ in parts:
+            at = np.searchsorted(ts, pts)
+            for j, cat in enumerate(DEVICE_MEMORY_CATEGORIES):
+                if (rows[:, j] >= 0).any():
+                    col = np.full(len(ts), -1, np.int64)
+                    col[at] = rows[:, j]
+                    names.append(f"nc{nc}.{cat}")
+                    cols.append(col)
+        values = np.stack(cols, axis=1) if cols else np.empty((len(ts), 0), np.int64)
+        return ts, names, values, sum(p[3] for p in parts)
 
     def cpu_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """Timestamps, per-CPU percentages [samples x ncpu], process percentages, samples dropped."""

@@ -173,6 +173,12 @@ def encode_host_mem(s: "HostSampler") -> bytes:
     msg.ts_ns = _col(ts, "i8")
     for i, name in enumerate(("process_rss", "process_vms", "host_total", "host_used", "host_available")):
         setattr(msg, name, _col(rows[:, i], "i8"))
+    dts, names, values, dev_dropped = s.device_memory_columns()
+    if names:  # device memory by category (docs/decisions/0031-device-memory-by-category.md)
+        msg.device_mem_ts_ns = _col(dts, "i8")
+        msg.device_mem_names.extend(names)
+        msg.device_mem_values = _col(values.ravel(), "i8")
+        msg.dropped_samples = max(dropped, dev_dropped)
     return msg.SerializeToString()
 
 

@@ -31,9 +31,26 @@ PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS)
 SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES)
 
 
-# Device memory over time (SystemProfileCounters, unit bytes): one counter per core and category, the
-# categories of neuron-monitor's memory_used breakdown (monitor.endpoint.CORE_MEMORY_CATEGORIES).
+# Device memory over time (SystemProfileCounters, unit bytes): one counter per core and category
+# (docs/decisions/0031-device-memory-by-category.md).  The categories are finer than neuron-monitor's
+# memory_used breakdown; DEVICE_MEMORY_TO_MONITOR says which monitor category each one adds to, so
+# both tools show the same bytes.  Together they are the core's memory: a viewer may stack them.
 DEVICE_MEMORY_PREFIX = "device_mem."
+DEVICE_MEMORY_CATEGORIES: tuple[str, ...] = (
+    "parameters",       # the weights (module parameters and buffers the runtime knows of)
+    "gradients",        # .grad of those parameters
+    "optimizer_state",  # tensors held in optimizers' state (moments, step counters)
+    "tensors",          # activations and every other tensor the allocator holds
+    "model_code",       # the compiled graphs' code
+    "allocator_cache",  # memory the allocator reserved but holds no tensor (CUDA caching allocator)
+)
+DEVICE_MEMORY_TO_MONITOR: dict[str, str] = {
+    "parameters": "constants", "gradients": "tensors", "optimizer_state": "tensors", "tensors": "tensors",
+    "model_code": "model_code", "allocator_cache": "runtime_memory",
+}
+# the runtime consumer name under which an integration registers its memory source: a callable
+# returning {(nc, category): bytes} (see integrations.torch.memory)
+DEVICE_MEMORY_SOURCE = "device_memory"
 
 
 def device_memory_counter(nc: int, category: str) -> str:

@@ -24,6 +24,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_TO_MONITOR
 from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.monitor import endpoint, histogram
 from neuron_explorer.monitor.endpoint import (CORE_MEMORY_CATEGORIES, ERROR_CLASSES, EXECUTION_STATUSES,
@@ -138,6 +139,7 @@ class AppStats:
         self._lat_device = [0] * histogram.NUM_BUCKETS
         self._host_mem: dict[str, int] | None = None
         self._core_mem: dict[int, dict[str, int]] = {}
+        self._memory_source = None  # see set_memory_source
         self._models: dict[int, dict[str, Any]] = {}
         self._seq = 0
 
@@ -225,6 +227,31 @@ class AppStats:
             self._host_mem = h
             self._core_mem = pc
 
+    def set_memory_source(self, source) -> None:
+        """Take the per-core memory from ``source()`` -> ``{(nc, category): bytes}`` (categories of
+        ``contracts.dataset.DEVICE_MEMORY_CATEGORIES``) at every snapshot, mapped onto the report's
+        categories: the same numbers a capture's ``device_mem`` counters show."""
+        self._memory_source = source
+
+    def _sample_memory(self) -> None:
+        src = self._memory_source
+        if src is None:
+            return
+        try:
+            values = src()
+        except Exception as exc:  # noqa: BLE001 - a failing source is dropped, never fatal
+            self._memory_source = None
+            self.last_error = f"memory source: {type(exc).__name__}: {exc}"
+            return
+        per_core: dict[int, dict[str, int]] = {}
+        for (nc, cat), v in values.items():
+            key = DEVICE_MEMORY_TO_MONITOR.get(cat)
+            if key is not None:
+                c = per_core.setdefault(int(nc), dict.fromkeys(CORE_MEMORY_CATEGORIES, 0))
+                c[key] += int(v)
+        with self._lock:
+            self._core_mem = per_core
+
     # ------------------------------------------------------------------ publishing
 
     def runtime_feed(self, nc_idx: int):
@@ -304,6 +331,7 @@ class AppStats:
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready copy of every counter; taken under the lock so it is consistent."""
         self.drain_pending()
+        self._sample_memory()
         with self._lock:
             self._seq += 1
             cores = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 #: Environment variable that overrides the stats directory (shared host path in containers).
@@ -102,6 +103,64 @@ def list_snapshots(stats_dir: Path) -> list[tuple[int, str]]:
                 out.append((int(stem), e.path))
     out.sort()
     return out
+
+
+#: The file a running neuron-monitor keeps fresh in the stats directory, so that applications know
+#: someone is reading (docs/decisions/0030-monitor-discovery.md).  Not a snapshot name (not ``<pid>.json``).
+MONITOR_FILE = "monitor.alive"
+#: How often a monitor touches :data:`MONITOR_FILE`, and how old it may be before applications
+#: take the monitor for gone (a monitor killed by SIGKILL cannot remove it).
+MONITOR_HEARTBEAT_S = 5.0
+MONITOR_FRESH_S = 30.0
+
+
+def monitor_file(stats_dir: Path | None = None) -> Path:
+    """Where monitors announce themselves: beside the snapshots they read."""
+    return Path(stats_dir if stats_dir is not None else default_stats_dir()) / MONITOR_FILE
+
+
+def announce_monitor(stats_dir: Path) -> Path:
+    """Create or refresh the announcement (the directory made private first); returns its path.
+
+    The file holds the pid of the monitor that wrote it last, so a monitor that exits removes it
+    only when no other monitor refreshed it since (:func:`withdraw_monitor`)."""
+    ensure_private_dir(stats_dir)
+    path = monitor_file(stats_dir)
+    tmp = path.with_name(f".{MONITOR_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def withdraw_monitor(stats_dir: Path) -> None:
+    """Remove the announcement if this monitor wrote it last (another live monitor keeps it)."""
+    path = monitor_file(stats_dir)
+    try:
+        with open(path, "rb") as f:
+            owner = f.read(16)
+        if owner == str(os.getpid()).encode():
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def monitor_present(stats_dir: Path | None = None, now: float | None = None) -> bool:
+    """True when a monitor of this user announced itself recently: one ``stat`` call.
+
+    The file must be a regular file owned by this user and refreshed within
+    :data:`MONITOR_FRESH_S`; anything else (missing, planted by someone else, left by a killed
+    monitor) means no monitor, and the application stays silent."""
+    try:
+        st = os.stat(monitor_file(stats_dir), follow_symlinks=False)
+    except (OSError, ValueError):
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    return (time.time() if now is None else now) - st.st_mtime <= MONITOR_FRESH_S
 
 
 #: Format marker written into every snapshot; the monitor ignores files with another one.

@@ -216,19 +216,36 @@ class Monitor:
         """Print reports until ``stop`` is set, stdout closes, or ``max_reports`` were written."""
         stop = stop or threading.Event()
         written = 0
-        while not stop.is_set():
-            wait = self.next_due() - time.monotonic()
-            if wait > 0:
-                if stop.wait(wait):
+        next_beat = self.announce()
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = self.announce()
+                wait = min(self.next_due(), next_beat) - now
+                if wait > 0:
+                    if stop.wait(wait):
+                        break
+                if not self.collect_due():
+                    continue
+                try:
+                    out.write(_json.dumps_line(self.report()) + "\n")
+                    out.flush()
+                except BrokenPipeError:
+                    return 0
+                written += 1
+                if max_reports is not None and written >= max_reports:
                     break
-            if not self.collect_due():
-                continue
-            try:
-                out.write(_json.dumps_line(self.report()) + "\n")
-                out.flush()
-            except BrokenPipeError:
-                return 0
-            written += 1
-            if max_reports is not None and written >= max_reports:
-                break
+        finally:
+            endpoint.withdraw_monitor(self.stats_dir)
         return 0
+
+    def announce(self) -> float:
+        """Tell applications a monitor is reading (they start publishing when they see it, see
+        docs/decisions/0030-monitor-discovery.md); returns when to refresh the announcement."""
+        try:
+            endpoint.announce_monitor(self.stats_dir)
+        except (OSError, endpoint.EndpointError) as exc:
+            self.log(1, f"cannot announce this monitor in {self.stats_dir}: {exc}; "
+                        "only applications that publish on their own are seen")
+        return time.monotonic() + endpoint.MONITOR_HEARTBEAT_S

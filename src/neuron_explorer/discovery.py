@@ -1,0 +1,145 @@
+"""Making every PyTorch/JAX process visible to neuron-monitor, with no variable set.
+
+A running ``neuron-monitor`` keeps a small file fresh in the private stats directory
+(``monitor.endpoint.MONITOR_FILE``).  Applications look for it when their framework is imported,
+through the framework's own plugin hooks, so no other Python process runs any of our code:
+
+* PyTorch imports every ``torch.backends`` entry point at the end of ``import torch``
+  (:func:`on_torch_import`; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off);
+* JAX imports its ``jax_plugins`` when it first initializes a backend (the plugin calls
+  :func:`on_framework_import`).
+
+If a monitor is there, the runtime starts with only the neuron-monitor counters
+(``boot.start(for_monitor=True)``).  If not, a daemon thread looks again every
+:data:`WATCH_PERIOD_S` (one ``stat`` call) and starts it when a monitor appears, so a monitor
+started after the job still sees it.  Without a monitor the process pays one small import and a
+``stat`` per second.  See docs/decisions/0030-monitor-discovery.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+__all__ = ["WATCH_PERIOD_S", "on_framework_import", "on_torch_import", "watching"]
+
+#: How often a framework process without a monitor looks for one (seconds).
+WATCH_PERIOD_S = 1.0
+#: ``NEURON_EXPLORER_STATS=0`` keeps a process out of neuron-monitor altogether.
+STATS_SWITCH = "NEURON_EXPLORER_STATS"
+
+_watcher: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def on_torch_import() -> None:
+    """The ``torch.backends`` entry point: torch calls it once, at the end of its import."""
+    on_framework_import("torch")
+
+
+def on_framework_import(framework: str) -> None:
+    """Start the monitor counters now if a monitor runs, else watch for one.  Never raises: an
+    error here must not break the framework's import."""
+    try:
+        _check(framework)
+    except Exception as e:  # noqa: BLE001 - the user's import comes first
+        print(f"neuron-explorer: warning: neuron-monitor discovery off ({framework}): {e}", file=sys.stderr)
+
+
+def watching() -> bool:
+    """True while this process looks for a monitor."""
+    w = _watcher
+    return w is not None and w.is_alive()
+
+
+def _runtime_started() -> bool:
+    core = sys.modules.get("neuron_explorer.runtime.core")  # not imported: no runtime (and no cost)
+    return core is not None and core.get_runtime() is not None
+
+
+def _check(framework: str) -> None:
+    if os.environ.get(STATS_SWITCH, "1") == "0" or _runtime_started():
+        return
+    from neuron_explorer.util.procs import framework_helper, is_launcher
+
+    if framework_helper() is not None or is_launcher():
+        return  # Inductor's compile workers, torchrun's agent: they run none of the user's graphs
+    from neuron_explorer.monitor.endpoint import monitor_present
+
+    if monitor_present():
+        _start()
+    else:
+        _watch()
+
+
+def _start() -> None:
+    from neuron_explorer import boot
+
+    rt = boot.start(for_monitor=True)
+    if rt is not None and "torch" in sys.modules:
+        adopt_compiled_graphs(rt, sys.modules["torch"])
+
+
+#: Dynamo keeps each compiled graph's callable in its frame's module globals under this prefix.
+COMPILED_FN_PREFIX = "__compiled_fn_"
+
+
+def adopt_compiled_graphs(rt, torch) -> int:
+    """Instrument graphs compiled before the runtime started (a monitor that appeared later): the
+    callables Dynamo stored in module globals are replaced by recording wrappers of the same
+    graphs, so their next calls count.  Returns how many were adopted."""
+    import hashlib
+
+    from neuron_explorer.integrations import torch as torch_integration
+    from neuron_explorer.integrations.torch.graphs import announce_model, wrap_graph
+
+    inst = torch_integration.installed()
+    core = rt.core()
+    if inst is None or core is None:
+        return 0
+    n = 0
+    for mod in list(sys.modules.values()):
+        g = getattr(mod, "__dict__", None)
+        if not isinstance(g, dict):
+            continue
+        for key in [k for k in list(g) if isinstance(k, str) and k.startswith(COMPILED_FN_PREFIX)]:
+            fn = g[key]
+            inner = getattr(fn, "_torchdynamo_orig_callable", None)
+            if inner is None or getattr(fn, "_neuron_explorer_adopted", False):
+                continue  # not Dynamo's disable wrapper, or already ours
+            hval = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+            name = f"{getattr(mod, '__name__', 'graph')}.{key[len(COMPILED_FN_PREFIX):].split('_')[0]}"
+            model = rt.add_model(name=f"graph_{name}"[:64], neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}",
+                                 backend="adopted", kind="forward", nc_idx=core.nc)
+            announce_model(inst, model)
+            new = torch._dynamo.disable(wrap_graph(inst, torch, core, model, inner))
+            new._neuron_explorer_adopted = True
+            g[key] = new
+            n += 1
+    return n
+
+
+def _watch() -> None:
+    global _watcher
+    with _lock:
+        if _watcher is not None:
+            return
+        _watcher = threading.Thread(target=_watch_loop, name="neuron-explorer-monitor-watch", daemon=True)
+        _watcher.start()
+
+
+def _watch_loop() -> None:
+    from neuron_explorer.monitor.endpoint import monitor_present
+
+    stop = threading.Event()  # never set: the thread ends when a monitor is found or with the process
+    owner = os.getpid()
+    while not stop.wait(WATCH_PERIOD_S):
+        if os.getpid() != owner or _runtime_started():
+            return
+        if monitor_present():
+            try:
+                _start()
+            except Exception as e:  # noqa: BLE001 - never take the application down
+                print(f"neuron-explorer: warning: neuron-monitor counters not started: {e}", file=sys.stderr)
+            return

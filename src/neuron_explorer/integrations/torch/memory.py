@@ -1,0 +1,171 @@
+"""Device memory by category, as PyTorch lets the runtime attribute it (docs/decisions/0031-device-memory-by-category.md).
+
+``install_memory`` registers a memory source with the runtime (``contracts.dataset.DEVICE_MEMORY_SOURCE``):
+a callable that returns ``{(nc, category): bytes}``.  The capture sampler calls it at its cadence and
+the neuron-monitor counters at theirs, so the profile's ``device_mem.nc<N>.<category>`` counters and
+the monitor's ``memory_used`` breakdown are the same numbers.
+
+What is attributed, per core (the tensor's CUDA device, or this process's core on the CPU):
+
+* ``parameters``: parameters and buffers of every module built after torch was instrumented (the
+  global registration hooks) and every parameter an optimizer stepped;
+* ``gradients``: their ``.grad``; ``optimizer_state``: tensors in the stepped optimizers' ``state``;
+* ``tensors``: on CUDA, the caching allocator's allocated bytes minus the three above; on the CPU,
+  the C heap in use (glibc ``mallinfo2``: arena bytes in use plus mmapped blocks) beyond what it
+  was when torch was instrumented, minus the three above -- activations and other tensors, plus
+  whatever else the process allocated since (an estimate: the CPU allocator keeps no statistics);
+* ``model_code``: the compiled graphs' code the runtime keeps (``Model.artifacts["code"]``);
+* ``allocator_cache`` (CUDA): reserved but not allocated by the caching allocator.
+
+Storages are counted once however many tensors view them.  Nothing here runs per step except one
+dictionary store when an optimizer steps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any, Callable
+
+from neuron_explorer.contracts import dataset as ds
+from neuron_explorer.runtime.core import Runtime
+
+__all__ = ["MemorySource", "heap_in_use", "install_memory"]
+
+Sample = dict[tuple[int, str], int]
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None  # not glibc >= 2.33: no heap figure, no CPU "tensors" category
+    fn.restype = _MallInfo2
+    fn.argtypes = []
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_in_use() -> int | None:
+    """Bytes the C heap has handed out and not got back (arenas plus mmapped blocks), or None."""
+    if _MALLINFO2 is None:
+        return None
+    mi = _MALLINFO2()
+    return int(mi.uordblks) + int(mi.hblkhd)
+
+
+class MemorySource:
+    """Tracks the tensors the runtime can name and attributes memory to categories on request."""
+
+    def __init__(self, rt: Runtime, torch) -> None:
+        self.rt = rt
+        self.torch = torch
+        self.params: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
+        self.optimizers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> optimizer
+        self.heap_baseline = heap_in_use()
+        self.cuda = bool(torch.cuda.is_available())
+
+    # -- hooks (model construction and once per optimizer step) -------------------------------
+    def on_tensor_registered(self, _module, _name, tensor):
+        if tensor is not None:
+            self.params[id(tensor)] = tensor
+
+    def on_optimizer_step(self, optimizer, _args, _kwargs):
+        self.optimizers[id(optimizer)] = optimizer
+
+    # -- sampling (sampler and publisher threads) --------------------------------------------
+    def _core_of(self, t) -> int:
+        dev = t.device
+        return int(dev.index or 0) if dev.type == "cuda" else self.rt.ident.default_core
+
+    def _add(self, out: Sample, seen: set[int], cat: str, t) -> None:
+        if t is None or not isinstance(t, self.torch.Tensor):
+            return
+        try:
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if key in seen or key == 0:
+                return
+            seen.add(key)
+            k = (self._core_of(t), cat)
+            out[k] = out.get(k, 0) + int(st.nbytes())
+        except (RuntimeError, NotImplementedError):
+            pass  # a meta, sparse or fake tensor: no storage of its own to count
+
+    def _attributed(self) -> Sample:
+        out: Sample = {}
+        seen: set[int] = set()
+        opts = [r() for r in self.optimizers.valuerefs()]
+        params = [r() for r in self.params.valuerefs()]
+        for opt in opts:
+            if opt is None:
+                continue
+            for g in list(getattr(opt, "param_groups", ())):
+                params.extend(g.get("params", ()))
+        for p in params:
+            self._add(out, seen, "parameters", p)
+        for p in params:
+            if p is not None:
+                self._add(out, seen, "gradients", getattr(p, "grad", None))
+        for opt in opts:
+            for state in list(getattr(opt, "state", {}).values()) if opt is not None else ():
+                for v in list(state.values()) if isinstance(state, dict) else ():
+                    self._add(out, seen, "optimizer_state", v)
+        return out
+
+    def __call__(self) -> Sample:
+        """``{(nc, category): bytes}`` now (categories: ``contracts.dataset.DEVICE_MEMORY_CATEGORIES``)."""
+        out = self._attributed()
+        cores = {self.rt.ident.default_core} | {nc for nc, _ in out}
+        named = {nc: sum(v for (c, cat), v in out.items() if c == nc) for nc in cores}
+        if self.cuda:
+            self._cuda(out, named)
+        else:
+            heap = heap_in_use()
+            if heap is not None and self.heap_baseline is not None:
+                nc = self.rt.ident.default_core
+                out[(nc, "tensors")] = max(0, heap - self.heap_baseline - named.get(nc, 0))
+        for m in list(self.rt.models):
+            code = m.artifacts.get("code") if isinstance(m.artifacts, dict) else None
+            if isinstance(code, str):
+                k = (m.nc_idx, "model_code")
+                out[k] = out.get(k, 0) + len(code.encode())
+        return out
+
+    def _cuda(self, out: Sample, named: dict[int, int]) -> None:
+        cuda = self.torch.cuda
+        for nc in range(cuda.device_count()):
+            if not cuda.is_initialized():
+                return  # never initialise CUDA from a sampler thread
+            st: dict[str, Any] = cuda.memory_stats(nc)
+            alloc = int(st.get("allocated_bytes.all.current", 0))
+            reserved = int(st.get("reserved_bytes.all.current", 0))
+            if alloc or reserved or nc in named:
+                out[(nc, "tensors")] = max(0, alloc - named.get(nc, 0))
+                out[(nc, "allocator_cache")] = max(0, reserved - alloc)
+
+
+def install_memory(rt: Runtime, torch) -> MemorySource | None:
+    """Register the memory source with the runtime and the hooks that feed it; once per runtime."""
+    if rt.consumer(ds.DEVICE_MEMORY_SOURCE) is not None:
+        return rt.consumer(ds.DEVICE_MEMORY_SOURCE)
+    import importlib
+
+    src = MemorySource(rt, torch)
+    mod = importlib.import_module("torch.nn.modules.module")
+    for name in ("register_module_parameter_registration_hook", "register_module_buffer_registration_hook"):
+        reg = getattr(mod, name, None)
+        if reg is not None:
+            reg(src.on_tensor_registered)
+    reg = getattr(importlib.import_module("torch.optim.optimizer"), "register_optimizer_step_post_hook", None)
+    if reg is not None:
+        reg(src.on_optimizer_step)
+    rt.register(ds.DEVICE_MEMORY_SOURCE, src)
+    return src

@@ -1,0 +1,96 @@
+"""Device memory over time by category (docs/decisions/0031-device-memory-by-category.md): a real
+PyTorch training job captured without code changes gives ``device_mem.nc<N>.<category>`` counters
+in Parquet (SystemProfileCounters) and Perfetto counter tracks, with the bytes the model holds."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuron_explorer.capture import writer
+from neuron_explorer.capture.samplers import HostSampler
+from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
+
+from ..conftest import clean_env, cli, run
+
+WORKLOAD = Path(__file__).parent / "workloads" / "train_memory.py"
+PARAM_BYTES = (256 * 512 + 512 + 512 * 10 + 10) * 4
+ADAM_BYTES = 2 * PARAM_BYTES + 4 * 4  # exp_avg and exp_avg_sq per parameter, a float32 step each
+
+
+def test_samples_of_several_cores_are_stored_on_one_timeline_with_gaps():
+    hs = HostSampler(os.getpid(), 0.25, max_samples=100)
+    hs.record_device_memory(10, {(0, "parameters"): 100, (0, "tensors"): 7})
+    hs.record_device_memory(20, {(0, "parameters"): 100, (1, "tensors"): 5, (0, "bogus"): 1})
+    ts, names, values, dropped = hs.device_memory_columns()
+    assert ts.tolist() == [10, 20] and dropped == 0
+    assert names == ["nc0.parameters", "nc0.tensors", "nc1.tensors"]
+    assert values.tolist() == [[100, 7, -1], [100, -1, 5]]
+    msg = pb.HostMem.FromString(writer.encode_host_mem(hs))
+    assert list(msg.device_mem_names) == names
+    assert np.frombuffer(msg.device_mem_values, "<i8").tolist() == [100, 7, -1, 100, -1, 5]
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("devmem") / "out"
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                    NEURON_EXPLORER_SAMPLE_PERIOD_MS="40")
+    run([sys.executable, str(WORKLOAD)], env)
+    return out
+
+
+@pytest.mark.slow
+def test_a_training_job_writes_device_memory_by_category_to_parquet(captured, tmp_path):
+    import duckdb
+
+    pq = tmp_path / "pq"
+    r = cli("view", "-d", str(captured), "--output-format", "parquet", "--output-file", str(pq))
+    assert r.returncode == 0, r.stderr
+    rows = duckdb.sql(f"""select counter, unit, min(value), max(value), count(*)
+                          from read_parquet('{pq}/SystemProfileCounters/**/*.parquet', hive_partitioning=true)
+                          where counter like 'device_mem.%' group by 1, 2""").fetchall()
+    got = {r[0]: r[1:] for r in rows}
+    assert set(got) >= {f"device_mem.nc0.{c}" for c in
+                        ("parameters", "gradients", "optimizer_state", "tensors", "model_code")}, got
+    assert all(unit == "bytes" for unit, *_ in got.values())
+    assert got["device_mem.nc0.parameters"][1:3] == (PARAM_BYTES, PARAM_BYTES)  # from the first sample on
+    assert got["device_mem.nc0.gradients"][2] == PARAM_BYTES  # once backward ran
+    assert got["device_mem.nc0.optimizer_state"][2] == ADAM_BYTES  # once the optimizer stepped
+    assert got["device_mem.nc0.model_code"][1] > 0  # the forward graph's code
+    assert got["device_mem.nc0.tensors"][3] >= 10  # sampled at the sampler's cadence
+
+
+@pytest.mark.slow
+def test_the_perfetto_trace_has_a_counter_track_per_category(captured, tmp_path):
+    from tests.view.test_perfetto_semantics import decode
+
+    pf = tmp_path / "t.pftrace"
+    r = cli("view", "-d", str(captured), "--output-format", "perfetto", "--output-file", str(pf))
+    assert r.returncode == 0, r.stderr
+    d = decode(pf.read_bytes())
+    tracks = {d.tracks[u].name: s for u, s in d.counters.items()}
+    params = [v for _, v in tracks["device_mem.nc0.parameters"]]
+    assert params and set(params) == {PARAM_BYTES}
+    assert max(v for _, v in tracks["device_mem.nc0.optimizer_state"]) == ADAM_BYTES
+
+
+@pytest.mark.slow
+def test_a_damaged_device_memory_block_is_one_line_naming_the_file(captured, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(captured, copy)
+    hm = next(copy.rglob("host_mem.pb"))
+    msg = pb.HostMem.FromString(hm.read_bytes())
+    msg.device_mem_names.append("../../etc")
+    hm.write_bytes(msg.SerializeToString())
+    r = cli("view", "-d", str(copy), "--output-format", "parquet", "--output-file", str(tmp_path / "pq"))
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if "host_mem.pb" in ln]
+    assert len(lines) == 1 and "nc<N>.<category>" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
