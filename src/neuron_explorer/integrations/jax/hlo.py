@@ -274,3 +274,24 @@ def hlo_text_and_flops(exe) -> tuple[str, float]:
         except Exception:
             flops = 0.0
     return text, flops
+
+
+def newest_executable(module: str):
+    """The most recently compiled live executable whose HLO module is named ``module`` (None when
+    the backend does not list its executables)."""
+    from jax._src import xla_bridge
+
+    found = None
+    for b in xla_bridge.backends().values():
+        try:
+            exes = b.live_executables()
+        except Exception:
+            continue
+        for e in exes:
+            try:
+                mods = e.hlo_modules()
+            except Exception:
+                continue
+            if mods and mods[0].name == module:
+                found = e
+    return found
