@@ -276,11 +276,18 @@ def hlo_text_and_flops(exe) -> tuple[str, float]:
     return text, flops
 
 
+def _plain(name: str) -> str:
+    """A computation name as both JAX's compile events (``jit(<lambda>)``) and the HLO module
+    (``jit__lambda``) can be compared."""
+    return re.sub(r"[^0-9A-Za-z]+", "_", name).strip("_")
+
+
 def newest_executable(module: str):
     """The most recently compiled live executable whose HLO module is named ``module`` (None when
     the backend does not list its executables)."""
     from jax._src import xla_bridge
 
+    module = _plain(module)
     found = None
     for b in xla_bridge.backends().values():
         try:
@@ -292,6 +299,6 @@ def newest_executable(module: str):
                 mods = e.hlo_modules()
             except Exception:
                 continue
-            if mods and mods[0].name == module:
+            if mods and _plain(mods[0].name) == module:
                 found = e
     return found

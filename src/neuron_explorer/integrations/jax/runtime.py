@@ -178,9 +178,12 @@ class JaxRuntime:
         """The model of a jitted function on this process's core (made at its first call)."""
         name, h, loc = model_name_for(fun)
         hval = int(h, 16)
-        return self.rt.add_model(name=name, neff_name=f"neff_{hval}", graph_hash=h, backend="xla",
-                                 kind="jit", nc_idx=self.core.nc, source_location=loc,
-                                 artifacts={"fun_name": getattr(fun, "__name__", "")})
+        m = self.rt.add_model(name=name, neff_name=f"neff_{hval}", graph_hash=h, backend="xla",
+                              kind="jit", nc_idx=self.core.nc, source_location=loc,
+                              artifacts={"fun_name": getattr(fun, "__name__", "")})
+        if self.devprof is not None:
+            self.devprof.add_model(m)
+        return m
 
     def gate_for(self, model: Model):
         """None when the model's calls may take the lean path, else a value that keeps them on
