@@ -22,6 +22,7 @@ executions: ``wants``/``run``/``write`` hand its models to it.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 
@@ -89,6 +90,8 @@ class JaxDeviceProfiler:
             except Exception:
                 pass  # e.g. an output donated meanwhile: the host call is all we know
             t_ready = now_ns()
+            if self.jx.compiles:  # a first call compiled: its HLO gives the ops their flops
+                self.jx.take_compiles(model, t0, t_ready)
             self.pending.append((eid, model, t0, t_ready))
             if self.mode == "model" or len(self.pending) >= _SESSION_BATCH:
                 self.harvest()
@@ -149,11 +152,9 @@ class JaxDeviceProfiler:
         off, _note = xplane.clock_map(pd, self.marks, clock.anchor("devprof"))
         labels = xplane.line_labels(pd)
         found = xplane.executions(xplane.collect(pd).ops)
-        slack = 200_000
         rows: dict[int, int] = {}  # exec id -> its row in its table
         for g in found:
-            s = g.start + off
-            hit = next((p for p in pending if p[2] - slack <= s <= p[3] + slack), None)
+            hit = _execution_at(pending, g.start + off)
             if hit is None:
                 continue
             eid, model, t0, t_ready = hit
@@ -194,6 +195,21 @@ class JaxDeviceProfiler:
             _write_neff(session_dir, m, self.written_neffs)
         if self.prev is not None:
             self.prev.write(session_dir)
+
+
+def _execution_at(pending: list[tuple[int, Model, int, int]], t: int, slack: int = 200_000):
+    """The recorded execution whose span holds ``t`` (XLA's start of an execution), else the
+    nearest one within ``slack`` (the clock mapping is good to microseconds; executions run
+    back to back, so the nearest wins over the first)."""
+    i = bisect.bisect_right(pending, t, key=lambda p: p[2])  # pending is in start order
+    best, dist = None, slack + 1
+    for p in pending[max(i - 2, 0):i + 2]:
+        d = 0 if p[2] <= t <= p[3] else min(abs(t - p[2]), abs(t - p[3]))
+        if d < dist:
+            best, dist = p, d
+            if d == 0:
+                break
+    return best
 
 
 def _facts(model: Model) -> dict:
