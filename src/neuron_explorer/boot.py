@@ -135,6 +135,13 @@ def _install_integrations(rt: Runtime) -> None:
 
     when_imported("torch", on_torch)
 
+    def on_jax(jax) -> None:
+        from neuron_explorer.integrations.jax.runtime import install as install_jax
+
+        install_jax(rt, jax)
+
+    when_imported("jax", on_jax)
+
 
 def _install_memory(rt: Runtime, torch) -> None:
     """Device memory by category for the profile's counters and the monitor's memory_used."""

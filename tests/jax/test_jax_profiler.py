@@ -138,7 +138,7 @@ def test_model_mode_ntff_holds_the_xla_ops_and_neff_the_hlo(basic):
     assert {n.name for n in neff.nodes} >= set(_op_names(t))
 
 
-def test_view_reads_the_profile_and_shows_the_labels(basic, tmp_path):
+def test_view_reads_the_profile_and_names_regions_by_label(basic, tmp_path):
     cwd, _ = basic
     p = cli("view", "-d", str(cwd / "output"), "--output-format", "summary-json")
     assert p.returncode == 0, p.stderr
@@ -150,9 +150,12 @@ def test_view_reads_the_profile_and_shows_the_labels(basic, tmp_path):
     import pyarrow.dataset as ds
 
     tbl = ds.dataset(str(pq / "SystemProfileEvents"), format="parquet", partitioning="hive").to_table()
-    rows = tbl.filter(ds.field("name") == "framework_op").column("extra_attributes_json").to_pylist()
-    labels = {json.loads(r).get("name") for r in rows}
-    assert {f"my_label{i}" for i in range(3)} <= labels
+    # a TraceAnnotation is a framework event named by its label (never "framework_op")
+    fw = tbl.filter(ds.field("trace_event_source") == "framework")
+    labels = set(fw.column("name").to_pylist())
+    assert {f"my_label{i}" for i in range(3)} <= labels and "framework_op" not in labels
+    rows = tbl.filter(ds.field("name") == "my_label1").column("extra_attributes_json").to_pylist()
+    assert [json.loads(r)["name"] for r in rows] == ["my_label1"]
 
 
 def test_session_mode_writes_one_ntff_per_core(tmp_path):

@@ -189,5 +189,29 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         links = device_links or {}
         cols["device_profile"][m] = [pidx.get(links.get(e, ""), -1) for e in cols["exec_id"][m].tolist()]
     model_names = {int(m.id): m.name for m in s.models}
-    return ProcessEvents(s, index, clock_offset_ns, n, cols, list(s.type_names), groups, sources,
+    names = list(s.type_names)
+    _name_regions_by_label(s, cols, names, groups, sources)
+    return ProcessEvents(s, index, clock_offset_ns, n, cols, names, groups, sources,
                          s.strings, model_names, extra, profiles)
+
+
+def _name_regions_by_label(s: Session, cols: dict[str, np.ndarray], names: list[str], groups: list[str],
+                           sources: list[str]) -> None:
+    """A labelled framework region (``framework_op``: a ``TraceAnnotation``, a ``record_function``)
+    is named by its label: each distinct label becomes a type of this process's table (group and
+    source of ``framework_op``), so every writer that names events by type names it by label."""
+    tid = s.type_id("framework_op")
+    if tid is None or not len(cols["type"]):
+        return
+    sel = np.flatnonzero(cols["type"] == tid)
+    if not len(sel):
+        return
+    labels = s.events["a"][sel]
+    labels = np.where((labels > 0) & (labels < len(s.strings)), labels, 0)
+    uniq, inv = np.unique(labels, return_inverse=True)
+    base = len(names)
+    for sid in uniq.tolist():
+        names.append(s.strings[sid] if sid else "framework_op")
+        groups.append(groups[tid])
+        sources.append(sources[tid])
+    cols["type"][sel] = base + inv

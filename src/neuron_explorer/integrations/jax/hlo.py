@@ -233,16 +233,14 @@ def module_id(hlo_module) -> int | None:
     return 0
 
 
-def executables(names: set[str]) -> dict[tuple[str, int | None], object]:
-    """Live compiled executables of the process by (module name, module id); each is also listed
-    under (module name, None) for a trace that gives no ``program_id``."""
-    out = {}
+def _live_executables():
+    """(first HLO module, executable) of every live compiled executable of the process's backends."""
     try:
         from jax._src import xla_bridge
 
         backends = xla_bridge.backends()
     except Exception:
-        return out
+        return
     for b in backends.values():
         try:
             exes = b.live_executables()
@@ -253,9 +251,18 @@ def executables(names: set[str]) -> dict[tuple[str, int | None], object]:
                 mods = e.hlo_modules()
             except Exception:
                 continue
-            if mods and mods[0].name in names:
-                out[(mods[0].name, module_id(mods[0]))] = e
-                out.setdefault((mods[0].name, None), e)
+            if mods:
+                yield mods[0], e
+
+
+def executables(names: set[str]) -> dict[tuple[str, int | None], object]:
+    """Live compiled executables of the process by (module name, module id); each is also listed
+    under (module name, None) for a trace that gives no ``program_id``."""
+    out = {}
+    for mod, e in _live_executables():
+        if mod.name in names:
+            out[(mod.name, module_id(mod))] = e
+            out.setdefault((mod.name, None), e)
     return out
 
 
@@ -274,3 +281,20 @@ def hlo_text_and_flops(exe) -> tuple[str, float]:
         except Exception:
             flops = 0.0
     return text, flops
+
+
+def _plain(name: str) -> str:
+    """A computation name as both JAX's compile events (``jit(<lambda>)``) and the HLO module
+    (``jit__lambda``) can be compared."""
+    return re.sub(r"[^0-9A-Za-z]+", "_", name).strip("_")
+
+
+def newest_executable(module: str):
+    """The most recently compiled live executable whose HLO module is named ``module`` (None when
+    the backend does not list its executables)."""
+    module = _plain(module)
+    found = None
+    for mod, e in _live_executables():
+        if _plain(mod.name) == module:
+            found = e
+    return found

@@ -106,12 +106,25 @@ def start_trace(log_dir, *args, **kwargs) -> None:
         from neuron_explorer.runtime.config import CaptureConfig
 
         CaptureConfig.from_env()  # a bad value fails here, before the work, naming the variable
+    _yield_device_profile()
     _orig["start"](log_dir, *args, **kwargs)
     if want and _active is None:
         try:
             _begin(in_start=False)
         except Exception as e:
             _warn_once("begin", f"JAX profile conversion disabled: {e}")
+
+
+def _yield_device_profile() -> None:
+    """Only one XLA profiler session may run: the runtime's device profile (session mode) hands
+    over to the program's own trace, and starts no new session while that trace runs."""
+    rt_mod = sys.modules.get("neuron_explorer.integrations.jax.runtime")
+    jx = rt_mod.installed() if rt_mod is not None else None
+    if jx is not None and jx.devprof is not None:
+        try:
+            jx.devprof.harvest()
+        except Exception:
+            pass
 
 
 def stop_trace() -> None:
