@@ -185,3 +185,19 @@ def stat_mode(p: Path) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_a_broken_install_never_breaks_import_torch(python, env, tmp_path):
+    """torch fails its own import when a ``torch.backends`` entry point cannot be loaded; ours
+    points at a module that swallows every error, so a damaged or mismatched neuron_explorer (here
+    one whose discovery module raises) leaves ``import torch`` working and silent."""
+    broken = tmp_path / "broken" / "neuron_explorer"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("")
+    (broken / "discovery.py").write_text("raise ImportError('half-installed')\n")
+    env = dict(env, PYTHONPATH=str(broken.parent))
+    p = subprocess.run([python, "-c", "import torch, neuron_explorer; print(torch.tensor([2]).item(), neuron_explorer.__file__)"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[0] == "2" and str(broken) in p.stdout  # the broken package was the one seen
+    assert "Failed to load the backend extension" not in p.stderr
