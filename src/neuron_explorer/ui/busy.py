@@ -1,0 +1,172 @@
+"""How busy tracks are over time: summary tracks of collapsed groups, the activity histogram behind
+"zoom to activity", and which rows have any event in view.
+
+Why summary tracks show utilization: zoomed out, every rank's row is a solid band of merged buckets
+and all 64 look alike, so an idle gap or a straggler cannot be seen. A collapsed group (an instance,
+a process, a CPU / Device group) instead draws, per pixel, the share of the pixel's time its busiest
+track is running (``busy``) and, apart, the share spent in collectives (``cc``): a rank that computes
+longer while the others wait for it in collectives is darker on the first and lighter on the second.
+
+Per track (leaf) the share is exact when the window holds few events (the union of their intervals,
+as ``util.intervals``), and from the finest pyramid level no wider than a pixel otherwise (each
+bucket's total duration spread over its extent). A group takes the largest share among its tracks,
+so a host call and the core execution it waits for are not counted twice; the two estimates agree
+to within a bucket's width at the switch.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+import numpy as np
+
+from neuron_explorer.ui.params import BadRequest, ns_per_px, parse_rows, window_args
+from neuron_explorer.ui.profile import Profile
+from neuron_explorer.ui.queries import count_starting, pick_rows
+from neuron_explorer.util.intervals import merge
+
+MAX_GROUPS = 4096
+ACTIVITY_BINS = 1024
+
+
+def parse_groups(s: str | None) -> list[list[int]]:
+    """Groups as row lists separated by ``;`` (``0-5;6-11``): a collapsed node's rows are contiguous."""
+    groups = [parse_rows(g) for g in (s or "").split(";") if g.strip()]
+    if len(groups) > MAX_GROUPS:
+        raise BadRequest(f"at most {MAX_GROUPS} groups")
+    return groups
+
+
+def _ramp(starts: np.ndarray, ends: np.ndarray, rho: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """sum_i rho_i * clip(b - s_i, 0, e_i - s_i) at each boundary b: time covered up to b."""
+    so = np.argsort(starts, kind="stable")
+    eo = np.argsort(ends, kind="stable")
+    ss, rs = starts[so], rho[so]
+    es, re_ = ends[eo], rho[eo]
+    c_rs = np.concatenate(([0.0], np.cumsum(rs)))
+    c_rss = np.concatenate(([0.0], np.cumsum(rs * ss)))
+    c_re = np.concatenate(([0.0], np.cumsum(re_)))
+    c_ree = np.concatenate(([0.0], np.cumsum(re_ * es)))
+    i = np.searchsorted(ss, bounds, "left")  # starts before b
+    j = np.searchsorted(es, bounds, "left")  # ends before b
+    return (bounds * c_rs[i] - c_rss[i]) - (bounds * c_re[j] - c_ree[j])
+
+
+def leaf_coverage(p: Profile, leaf: int, t0i: float, t1i: float, px: int, level: int | None) -> np.ndarray:
+    """Share of each pixel's time (index time [t0i, t1i), ``px`` pixels) that ``leaf`` is busy."""
+    idx = p.index
+    assert idx is not None
+    bounds = t0i + (t1i - t0i) * np.arange(px + 1, dtype=np.float64) / px
+    if level is None:
+        sl = idx.raw_slices([leaf], t0i, t1i)
+        if not sl:
+            return np.zeros(px)
+        _, a, b = sl[0]
+        s = idx.s[a:b].astype(np.int64)
+        e = s + idx.d[a:b].astype(np.int64)
+        rs, re_ = merge(s, e)
+        rho = np.ones(len(rs))
+    else:
+        g = idx.gather_level(level, [leaf], [0], t0i, t1i)
+        rs, re_ = g["s"], g["e"]
+        rho = g["d"] / np.maximum(re_ - rs, 1)
+    keep = re_ > rs
+    if not keep.any():
+        return np.zeros(px)
+    cov = _ramp(rs[keep].astype(np.float64), re_[keep].astype(np.float64), rho[keep].astype(np.float64), bounds)
+    return np.clip(np.diff(cov) / max((t1i - t0i) / px, 1e-9), 0.0, 1.0)
+
+
+def _level(p: Profile, leaves: list[int], t0: float, t1: float, npp: float) -> int | None:
+    if not p.levels or count_starting(p, leaves, t0, t1) <= p.raw_budget:
+        return None
+    level = 0
+    for k, w in enumerate(p.levels):
+        if w <= npp:
+            level = k
+    return level
+
+
+def _b64(v: np.ndarray) -> str:
+    """Shares 0..1 as bytes 0..255, base64: 1.3 kB per group at 1300 px instead of ~6 kB of JSON."""
+    return base64.b64encode(np.round(v * 255).astype(np.uint8).tobytes()).decode()
+
+
+def is_collective(name: str) -> bool:
+    return name.startswith("cc_")
+
+
+def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float, t1: float,
+         px: int) -> dict[str, Any]:
+    """Per group (a list of rows), per pixel: ``busy`` (largest share of any non-collective track) and
+    ``cc`` (largest share of any collective track), each base64 of bytes 0..255; ``mean_busy`` too."""
+    t0, t1, px = window_args(t0, t1, px)
+    npp = ns_per_px(t0, t1, px)
+    out: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "groups": []}
+    t0i, t1i = t0 - p.shift, t1 - p.shift
+    for rows in groups:
+        leaves = [lf for _, r in pick_rows(p, mode, rows, layout) if r.kind == "events" for lf in r.leaves]
+        work = np.zeros(px)
+        cc = np.zeros(px)
+        level = _level(p, leaves, t0, t1, npp) if leaves and p.index is not None else None
+        for lf in (leaves if p.index is not None else []):
+            cov = leaf_coverage(p, lf, t0i, t1i, px, level)
+            tgt = cc if is_collective(p.leaves[lf].name) else work
+            np.maximum(tgt, cov, out=tgt)
+        out["groups"].append({"busy": _b64(work), "cc": _b64(cc), "mean_busy": round(float(work.mean()), 4),
+                              "mean_cc": round(float(cc.mean()), 4), "level": "raw" if level is None else level})
+    return out
+
+
+def activity(p: Profile) -> dict[str, Any]:
+    """Event starts per bin over the profile, and the range holding all but the first and last 0.5% of
+    them (``t0``, ``t1``, relative ns): "zoom to activity" for captures that are mostly start-up."""
+    got = getattr(p, "_activity", None)
+    if got is not None:
+        return got
+    dur = max(p.duration, 1)
+    bounds = np.linspace(0, dur, ACTIVITY_BINS + 1)
+    hist = np.zeros(ACTIVITY_BINS, dtype=np.int64)
+    idx = p.index
+    if idx is not None:
+        bi = np.ceil(bounds - p.shift).astype(np.int64)
+        for lf in range(len(p.leaves)):
+            a, b = int(idx.off[lf]), int(idx.off[lf + 1])
+            hist += np.diff(np.searchsorted(idx.s[a:b], bi, "left"))
+    total = int(hist.sum())
+    t0, t1 = 0.0, float(dur)
+    if total:
+        cum = np.cumsum(hist)
+        lo = int(np.searchsorted(cum, total * 0.005, "left"))
+        hi = int(np.searchsorted(cum, total * 0.995, "left"))
+        t0, t1 = float(bounds[lo]), float(bounds[min(hi + 1, ACTIVITY_BINS)])
+        pad = (t1 - t0) * 0.02
+        t0, t1 = max(0.0, t0 - pad), min(float(dur), t1 + pad)
+    got = {"bins": hist.tolist(), "bin_ns": dur / ACTIVITY_BINS, "t0": t0, "t1": max(t1, t0 + 1), "events": total}
+    p._activity = got  # type: ignore[attr-defined]
+    return got
+
+
+def rows_with_events(p: Profile, mode: str, layout: str, t0: float, t1: float) -> list[int]:
+    """The event rows with at least one event overlapping [t0, t1) (the others can be hidden)."""
+    t0, t1, _ = window_args(t0, t1, 1)
+    idx = p.index
+    if idx is None:
+        return []
+    t0i, t1i = t0 - p.shift, t1 - p.shift
+    lo_t = math.ceil(t0i)
+    out = []
+    for i, r in enumerate(p.rows(mode, layout)):
+        if r.kind != "events":
+            continue
+        if any(hi > lo for _, lo, hi in idx.count_starting(r.leaves, t0i, t1i)):
+            out.append(i)
+            continue
+        # nothing starts inside: an event starting earlier may still cover the window
+        for lf, a, b in idx.raw_slices(r.leaves, t0i, t0i + 1):
+            if bool((idx.s[a:b] + idx.d[a:b].astype(np.int64) >= lo_t).any()):
+                out.append(i)
+                break
+    return out
