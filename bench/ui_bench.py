@@ -53,8 +53,13 @@ def _dict(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), pa.array(values, type=pa.string()))
 
 
-def write_store(out: Path, instances: int, per_instance: int, events: int, seed: int = 0) -> int:
-    """A Parquet store with the `view` layout: ~events in total over instances x per_instance ranks."""
+def write_store(out: Path, instances: int, per_instance: int, events: int, seed: int = 0,
+                straggler: int | None = None) -> int:
+    """A Parquet store with the `view` layout: ~events in total over instances x per_instance ranks.
+
+    ``straggler``: the rank whose executions take longer (150-190 us instead of 20-150 us of each 200 us
+    step) and that enters every collective 30 us after the others: busier on its summary track, last
+    to arrive in the per-collective table."""
     rng = np.random.default_rng(seed)
     ranks = instances * per_instance
     per = events // ranks
@@ -76,8 +81,9 @@ def write_store(out: Path, instances: int, per_instance: int, events: int, seed:
             n_cc = int(per * 0.15)
             n_sw = per - 2 * n_exec - n_cc
             starts = t0 + np.arange(n_exec, dtype=np.int64) * step + rng.integers(0, 5_000, n_exec)
-            durs = rng.integers(20_000, 150_000, n_exec)
-            cc_s = t0 + np.arange(n_cc, dtype=np.int64) * (step * n_exec // max(n_cc, 1)) + 170_000
+            slow = rank == straggler
+            durs = rng.integers(150_000, 190_000, n_exec) if slow else rng.integers(20_000, 150_000, n_exec)
+            cc_s = t0 + np.arange(n_cc, dtype=np.int64) * (step * n_exec // max(n_cc, 1)) + 170_000 + (30_000 if slow else 0)
             cc_d = 25_000 + rng.integers(0, 2_000, n_cc)
             sw_s = starts[:n_sw]
             s = np.concatenate([starts, starts, cc_s, sw_s])
