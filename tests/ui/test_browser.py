@@ -47,6 +47,7 @@ def click_item(page, profile: str, name: str, group: str | None, single: bool = 
     into merged buckets, scroll its track into view, click, and retry until the timeline has selected
     it (waits on state, never on time)."""
     tl = TL.format(p=profile)
+    seen = []
     for _ in range(tries):
         page.wait_for_function(FIND_ITEM, arg=[profile, name, group, False], timeout=20000)
         it = page.evaluate(FIND_ITEM, [profile, name, group, single])
@@ -66,11 +67,14 @@ def click_item(page, profile: str, name: str, group: str | None, single: bool = 
         box = canvas_box(page, profile)
         page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
         try:
-            page.wait_for_function(f"(id) => String({tl}.selected?.id) === id", arg=it["id"], timeout=3000)
+            page.wait_for_function(f"(id) => String({tl}.selected?.id) === id", arg=it["id"], timeout=10000)
             return it
         except Exception:  # noqa: BLE001 - the window changed under the click: look again
+            seen.append((it, box, page.evaluate(f"""([x, y]) => {{ const t = {tl}; const h = t.itemAt(x, y);
+                return {{sel: t.selected, hit: h && h.item, w: t.w, scrollY: t.scrollY, top: t.top,
+                         winY: window.scrollY}}; }}""", [it["x"], it["y"]])))
             continue
-    raise AssertionError(f"could not click {name} in {profile}")
+    raise AssertionError(f"could not click {name} in {profile}: {seen[-2:]}")
 
 
 @pytest.fixture(scope="module")

@@ -284,3 +284,104 @@ def test_straggler_stands_out_at_whole_profile_zoom_and_is_named(browser, synth_
         assert pg.console_errors == []
     finally:
         pg.close()
+
+
+# ---------------------------------------------------------------- track tree, search, side by side
+def test_pin_a_track_and_scroll(browser, synth_served: str) -> None:
+    pg = new_page(browser, synth_served + f"#/p/{SYNTH}")
+    try:
+        tl = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
+        # expand rank 5 and pin its device track by the dot at the right of its label
+        pg.evaluate(f"""() => {{ const t = {tl}; const e = t.layout.find((x) => x.type === 'group' && x.text.endsWith('rank 5'));
+                        t.toggleGroup(e.key); }}""")
+        row = pg.evaluate(f"""() => {{ const t = {tl}; const e = t.layout.find((x) => x.type === 'row' && x.row.kind === 'events'
+                              && x.path.some((g) => g.endsWith('rank 5')) && x.path.includes('Device'));
+                              return {{idx: e.row.idx, y: 26 + e.y - t.scrollY + 9}}; }}""")
+        box = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
+        pg.mouse.move(box["x"] + 220, box["y"] + row["y"])
+        pg.mouse.click(box["x"] + 220, box["y"] + row["y"])
+        pg.wait_for_selector("[data-testid=system-timeline][data-pinned='1']")
+        before = fetches(pg, SYNTH)
+        pg.evaluate(f"() => {{ const t = {tl}; t.scrollBy(t.height); }}")
+        wait_fetch_after(pg, before, SYNTH)
+        got = pg.evaluate(f"""(idx) => {{ const t = {tl}; const e = t.entryAt(26 + 5);
+                              return {{pinned: e && e.pinned && e.row.idx === idx, scrolled: t.scrollY > 0,
+                                       events: (t.events.get(idx) || []).length}}; }}""", row["idx"])
+        assert got["pinned"] and got["scrolled"] and got["events"] > 0, got
+        shot(pg, "v2-06-pinned-track")
+    finally:
+        pg.close()
+
+
+def test_search_names_and_arguments_k_of_n(browser, synth_served: str) -> None:
+    pg = new_page(browser, synth_served + f"#/p/{SYNTH}")
+    try:
+        pg.keyboard.press("Control+f")
+        pg.keyboard.type("fwd_graph")
+        pg.keyboard.press("Enter")
+        pg.wait_for_function("/^1 of [\\d,]+$/.test(document.querySelector('[data-testid=search-k]').textContent)")
+        n = int(pg.inner_text("[data-testid=search-k]").split(" of ")[1].replace(",", ""))
+        assert n > 1000
+        pg.keyboard.press("Enter")
+        pg.wait_for_function("document.querySelector('[data-testid=search-k]').textContent.startsWith('2 of ')")
+        pg.wait_for_function("document.querySelector('[data-testid=event-details] [data-testid=event-name]') !== null")
+        assert "fwd_graph" in pg.inner_text("[data-testid=event-details]")
+        pg.keyboard.press("Shift+Enter")
+        pg.wait_for_function("document.querySelector('[data-testid=search-k]').textContent.startsWith('1 of ')")
+        shot(pg, "v2-07-search-k-of-n")
+    finally:
+        pg.close()
+
+
+def test_two_profiles_side_by_side_with_synchronised_time(page) -> None:
+    page.click("[data-testid=add-widget]")
+    page.select_option("[data-testid=add-widget-profile]", "run-b")
+    page.click("[data-testid=tile-system-trace]")
+    page.wait_for_selector("[data-testid=widget][data-type=system-trace][data-profile=run-b] [data-testid=system-timeline][data-ready='1']",
+                           timeout=30000)
+    a = page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-a]").bounding_box()
+    b = page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-b]").bounding_box()
+    assert abs(a["y"] - b["y"]) < 2 and b["x"] > a["x"] + a["width"] - 2  # one row, side by side
+    page.click("[data-testid=widget][data-profile=run-a] [data-testid=settings]")
+    page.check("[data-testid=widget][data-profile=run-a] [data-testid=sync-time]")
+    page.mouse.click(5, 5)
+    set_view(page, 1_000_000, 3_000_000)
+    page.wait_for_function(f"() => {{ const t = {TL.format(p='run-b')}; return t.t0 === 1000000 && t.t1 === 3000000; }}")
+    shot(page, "v2-08-side-by-side")
+    # reload keeps both, side by side, synchronised
+    page.wait_for_function("decodeURIComponent(location.hash).includes('sync=1') && decodeURIComponent(location.hash).includes('system-trace@run-b~h')")
+    page.reload()
+    page.wait_for_selector("[data-testid=widget][data-type=system-trace][data-profile=run-b] [data-testid=system-timeline][data-ready='1']",
+                           timeout=30000)
+    b2 = page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-b]").bounding_box()
+    assert abs(b2["y"] - a["y"]) < 2
+
+
+def test_reorder_widgets_by_dragging(page) -> None:
+    page.click("[data-testid=add-widget]")
+    page.click("[data-testid=tile-profile-info]")
+    page.wait_for_selector("[data-testid=widget][data-type=profile-info]")
+    page.locator("[data-testid=widget][data-type=profile-info] [data-testid=widget-grip]").scroll_into_view_if_needed()
+    grip = page.locator("[data-testid=widget][data-type=profile-info] [data-testid=widget-grip]").bounding_box()
+    dst = page.locator("[data-testid=widget][data-type=system-trace] [data-testid=dock]").bounding_box()
+    assert dst["y"] + dst["height"] / 2 > 0
+    page.mouse.move(grip["x"] + 3, grip["y"] + 3)
+    page.mouse.down()
+    page.mouse.move(dst["x"] + 300, dst["y"] + dst["height"] / 2, steps=5)
+    page.mouse.up()
+    page.wait_for_function("window.__nx.state.widgets[0].type === 'profile-info'")
+    order = page.evaluate("() => [...document.querySelectorAll('#widgets > [data-testid=widget]')].map((e) => e.dataset.type)")
+    assert order == ["profile-info", "system-trace"]
+    page.wait_for_function("decodeURIComponent(location.hash).includes('w=profile-info,system-trace&')")
+
+
+def test_hide_tracks_empty_in_view(page) -> None:
+    n0 = page.evaluate(f"() => {TL.format(p='run-a')}.layout.filter((e) => e.type === 'row').length")
+    set_view(page, 0, 1_000_000)  # the first millisecond: start-up, few tracks have events
+    page.click("[data-testid=settings]")
+    page.click("[data-testid=hide-empty]")
+    page.wait_for_function(f"(n) => {TL.format(p='run-a')}.layout.filter((e) => e.type === 'row').length < n", arg=n0)
+    shown = page.evaluate(f"""() => {{ const t = {TL.format(p='run-a')};
+        return t.layout.filter((e) => e.type === 'row' && e.row.kind === 'events').map((e) => e.row.idx); }}""")
+    for r in shown:  # every event track still shown has an event in view
+        page.wait_for_function(f"(r) => ({TL.format(p='run-a')}.events.get(r) || []).length > 0", arg=r)

@@ -53,6 +53,9 @@ function addWidget(type, profile, deviceProfile = null, opts = {}) {
   const w = { id: state.nextId++, type, profile, deviceProfile, ...opts.init };
   state.widgets.push(w);
   mountWidget(w, opts.dock);
+  // a second System Trace Viewer goes side by side with the first (each half the width)
+  const traces = state.widgets.filter((x) => x.type === "system-trace" && !x.dockedIn);
+  if (type === "system-trace" && traces.length === 2 && !state.restoring) traces.forEach((x) => setHalf(x, true));
   saveUrl();
   return w;
 }
@@ -72,14 +75,16 @@ function profileOptions(selected) {
 function mountWidget(w, dock) {
   const def = WIDGETS[w.type];
   const el = h(`<section class="widget ${def.wide ? "wide" : ""}" data-testid="widget" data-type="${w.type}" data-profile="${esc(w.profile)}">
-    <header><span class="grip" title="Drag to reorder" draggable="true" data-testid="widget-grip">⠿</span><span class="title">${def.title}</span>
+    <header><span class="grip" title="Drag onto another widget to reorder" data-testid="widget-grip">⠿</span><span class="title">${def.title}</span>
       <select class="profile-select" data-testid="profile-select" title="Profile">${profileOptions(w.profile)}</select>
       <span class="extra toolbar"></span><span class="spacer"></span>
+      ${def.wide ? `<button class="half" title="Half width (side by side) / full width" data-testid="side-by-side">⇔</button>` : ""}
       <button class="close" title="Close widget" data-testid="close-widget">×</button></header>
     <div class="body"></div></section>`);
   w.el = el;
   if (dock) { dock.dock.add(w); w.dockedIn = dock; } else $("#widgets").appendChild(el);
   $(".close", el).onclick = () => removeWidget(w);
+  if (def.wide) { $(".half", el).onclick = () => { setHalf(w, !w.half); saveUrl(); }; if (w.half) setHalf(w, true); }
   $(".profile-select", el).onchange = (ev) => {
     const p = ev.target.value;
     if (findDuplicate(w.type, p, w.deviceProfile, w.id)) { refuseDuplicate(w.type, p); ev.target.value = w.profile; return; }
@@ -89,18 +94,34 @@ function mountWidget(w, dock) {
     render(w);
     saveUrl();
   };
-  // reorder: drag a widget's grip onto another widget
-  const grip = $(".grip", el);
-  grip.addEventListener("dragstart", (ev) => { ev.dataTransfer.setData("text/nx-widget", String(w.id)); });
-  el.addEventListener("dragover", (ev) => { if (ev.dataTransfer.types.includes("text/nx-widget")) ev.preventDefault(); });
-  el.addEventListener("drop", (ev) => {
-    const id = Number(ev.dataTransfer.getData("text/nx-widget"));
-    const src = state.widgets.find((x) => x.id === id);
-    if (!src || src === w || src.dockedIn || w.dockedIn) return;
+  // reorder: drag a widget's grip and drop it on another widget (it goes before that one)
+  $(".grip", el).addEventListener("mousedown", (ev) => {
+    if (w.dockedIn) return;
     ev.preventDefault();
-    moveWidget(src, w);
+    document.body.classList.add("reordering");
+    let over = null;
+    const target = (e) => document.elementFromPoint(e.clientX, e.clientY)?.closest("#widgets > [data-testid=widget]");
+    const mv = (e) => { const t = target(e); if (over && over !== t) over.classList.remove("drop-target"); over = t && t !== el ? t : null; over?.classList.add("drop-target"); };
+    const up = (e) => {
+      window.removeEventListener("mousemove", mv);
+      window.removeEventListener("mouseup", up);
+      document.body.classList.remove("reordering");
+      over?.classList.remove("drop-target");
+      const t = target(e);
+      const dst = t && state.widgets.find((x) => x.el === t);
+      if (dst && dst !== w) moveWidget(w, dst);
+    };
+    window.addEventListener("mousemove", mv);
+    window.addEventListener("mouseup", up);
   });
   render(w);
+}
+
+/** Half width: two widgets side by side (the grid puts them on one row when the window is wide enough). */
+function setHalf(w, half) {
+  w.half = half;
+  w.el.classList.toggle("wide", !half);
+  w.el.classList.toggle("half", half);
 }
 
 /** Put widget ``src`` before ``before`` (the page order and the URL's order). */
@@ -128,7 +149,7 @@ function saveUrl() {
   clearTimeout(urlTimer);
   urlTimer = setTimeout(() => {
     const q = new URLSearchParams();
-    q.set("w", state.widgets.filter((w) => !w.dockedIn).map((w) => w.type + (w.profile !== state.home ? `@${w.profile}` : "")).join(","));
+    q.set("w", state.widgets.filter((w) => !w.dockedIn).map((w) => w.type + (w.profile !== state.home ? `@${w.profile}` : "") + (w.half ? "~h" : "")).join(","));
     const st = state.widgets.find((w) => w.type === "system-trace" && w.profile === state.home && w.timeline);
     if (st) {
       const tl = st.timeline;
@@ -331,14 +352,14 @@ async function renderSystemTrace(w, body, extra) {
     $(".search-info", status).textContent = what.length ? `search "${q}": ${fmtCount(r.n)} events (${what.slice(0, 6).join(", ")}${what.length > 6 ? ", …" : ""})` : `search "${q}": nothing matches`;
   };
   input.addEventListener("keydown", (ev) => { if (ev.key === "Enter") (q === input.value.trim() && q ? jump(ev.shiftKey ? -1 : 1) : runSearch().then(() => jump(1))); if (ev.key === "Escape") input.blur(); ev.stopPropagation(); });
-  input.addEventListener("search", runSearch);
+  input.addEventListener("search", () => { if (!input.value) runSearch(); }); // the clear button
   const jump = async (dir) => {
     if (!q) await runSearch();
     if (!q) return;
     const cur = tl.selected;
     const r = cur && cur.leaf !== null && cur.leaf !== undefined
       ? await api.searchNext(w.profile, q, cur.s, dir, cur.leaf, cur.id)
-      : await api.searchNext(w.profile, q, dir > 0 ? tl.t0 : tl.t1, dir);
+      : await api.searchNext(w.profile, q, dir > 0 ? tl.t0 - 1 : tl.t1 + 1, dir); // matches starting at t0 count
     if (!r.found) { toast(`no ${dir > 0 ? "later" : "earlier"} "${q}" event`); return; }
     $(".search-k", extra).textContent = `${fmtCount(r.k)} of ${fmtCount(r.n)}`;
     goToEvent(w, { id: r.id, leaf: r.leaf, s: r.s, e: r.e, name: r.name });
@@ -366,6 +387,7 @@ async function renderSystemTrace(w, body, extra) {
       <label><input type="checkbox" data-opt="counters" ${tl.showCounters ? "checked" : ""}> Counter tracks (CPU, memory)</label>
       <label><input type="checkbox" data-opt="sync" data-testid="sync-time" ${state.sync ? "checked" : ""}> Synchronise the time axis of every System Trace Viewer</label>
       <button data-act="expand">Expand all</button> <button data-act="collapse">Collapse processes</button>
+      <div style="margin-top:6px"><button data-act="hide-empty" data-testid="hide-empty">Hide tracks empty in this view</button> <button data-act="show-all">Show all tracks</button></div>
       <div class="hint">Keys: ? lists them all</div></div>`);
     w.el.appendChild(pop);
     pop.addEventListener("click", (e) => e.stopPropagation());
@@ -385,6 +407,12 @@ async function renderSystemTrace(w, body, extra) {
     pop.querySelector("[data-opt=allflows]").onchange = (e) => { tl.flowMode = e.target.checked ? "all" : "selected"; tl.refresh(); renderFlowsPane(); };
     pop.querySelector("[data-opt=counters]").onchange = (e) => { tl.showCounters = e.target.checked; tl.relayout(); tl.refresh(); };
     pop.querySelector("[data-opt=sync]").onchange = (e) => { state.sync = e.target.checked; syncViews(w, tl.t0, tl.t1); saveUrl(); };
+    pop.querySelector("[data-act=hide-empty]").onclick = async () => {
+      const r = await api.nonempty(w.profile, w.mode, w.layout, tl.t0, tl.t1);
+      tl.hideExcept(r.rows);
+      $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${tl.rows.length - tl.hidden.size} of ${tl.rows.length} tracks shown · ${fmtCount(ov.events)} events`;
+    };
+    pop.querySelector("[data-act=show-all]").onclick = () => tl.hideExcept(null);
     pop.querySelector("[data-act=expand]").onclick = () => { tl.collapsed.clear(); tl.relayout(); tl.refresh(); };
     pop.querySelector("[data-act=collapse]").onclick = () => {
       for (const [k, d] of tl.groupKeys()) if (d === 1) tl.collapsed.add(k);
@@ -748,10 +776,11 @@ async function showDashboard(name, url) {
   state.restoring = url;
   try {
     for (const item of list) {
-      const [type, prof] = item.split("@");
+      const [head, half] = item.split("~");
+      const [type, prof] = head.split("@");
       if (!WIDGETS[type] || type === "device-trace") continue;
       const p = prof && state.profiles.some((x) => x.name === prof) ? prof : name;
-      const w = addWidget(type, p);
+      const w = addWidget(type, p, null, { init: { half: half === "h" } });
       if (w && type === "system-trace" && p === name) await waitFor(() => w.timeline && w.timeline.painted);
     }
   } finally {

@@ -93,6 +93,10 @@ export class Timeline {
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
     this.collapsed = new Set(); // group keys
+    this.pinned = []; // row idx pinned under the ruler (they do not scroll)
+    this.pinLayout = [];
+    this.pinH = 0;
+    this.hidden = new Set(); // row idx hidden ("hide tracks empty in this view")
     this.showCounters = true;
     this.hover = null;
     this.ticks = [];
@@ -159,6 +163,7 @@ export class Timeline {
     const groupEntry = new Map();
     for (const r of this.rows) {
       if (r.kind === "counter" && !this.showCounters) continue;
+      if (this.hidden.has(r.idx)) continue;
       const g = r.group || [];
       if (hiddenUnder !== null) {
         const k = g.slice(0, hiddenUnder.depth + 1).join("\u0001");
@@ -200,7 +205,35 @@ export class Timeline {
     this.rowHome = new Map();
     for (const e of out) if (e.type === "group" && e.collapsed) for (const r of e.rows) this.rowHome.set(r, e);
     this.height = y;
+    let py = 0;
+    this.pinLayout = [];
+    for (const idx of this.pinned) {
+      const r = this.rows.find((x) => x.idx === idx);
+      if (!r) continue;
+      const h = r.kind === "counter" ? CNT_H : ROW_H * Math.max(1, this.lanes.get(r.idx) || 1);
+      this.pinLayout.push({ type: "row", row: r, depth: 0, y: py, h, path: r.group || [], pinned: true });
+      py += h;
+    }
+    this.pinH = py ? py + 3 : 0;
     this.clampScroll();
+  }
+
+  /** Pin a track under the ruler (it stays while the others scroll), or unpin it. */
+  togglePin(idx) {
+    const i = this.pinned.indexOf(idx);
+    if (i >= 0) this.pinned.splice(i, 1);
+    else this.pinned.push(idx);
+    this.host.dataset.pinned = String(this.pinned.length);
+    this.relayout();
+    this.refresh();
+    this.cb.onLayout?.();
+  }
+
+  /** Hide the event tracks not in ``keep`` (an answer of ``/nonempty``); ``null`` shows every track again. */
+  hideExcept(keep) {
+    this.hidden = new Set(keep ? this.rows.filter((r) => r.kind === "events" && !keep.includes(r.idx)).map((r) => r.idx) : []);
+    this.relayout();
+    this.refresh();
   }
 
   resize() {
@@ -215,22 +248,25 @@ export class Timeline {
     this.refresh();
   }
 
+  /** Canvas y where the scrolling tracks begin: under the ruler and the pinned tracks. */
+  get top() { return RULER + this.pinH; }
   get areaW() { return this.w - LABEL_W; }
   get npp() { return (this.t1 - this.t0) / this.areaW; }
   xOf(t) { return LABEL_W + (t - this.t0) / this.npp; }
   tOf(x) { return this.t0 + (x - LABEL_W) * this.npp; }
 
   clampScroll() {
-    const maxS = Math.max(0, this.height - (this.h - RULER));
+    const maxS = Math.max(0, this.height - (this.h - this.top));
     this.scrollY = Math.min(Math.max(0, this.scrollY), maxS);
   }
 
   visibleRows() {
     const top = this.scrollY;
-    const bot = this.scrollY + this.h - RULER;
+    const bot = this.scrollY + this.h - this.top;
     const ev = [];
     const cn = [];
     const groups = [];
+    for (const e of this.pinLayout) (e.row.kind === "counter" ? cn : ev).push(e.row.idx);
     for (const e of this.layout) {
       if (e.y + e.h < top || e.y > bot) continue;
       if (e.type === "group") { if (e.collapsed && e.rows.length) groups.push(e); continue; }
@@ -241,7 +277,7 @@ export class Timeline {
 
   /** Event rows drawn between canvas y0 and y1 (an area selection's tracks), collapsed groups' rows included. */
   rowsBetween(y0, y1) {
-    const a = Math.min(y0, y1) - RULER + this.scrollY, b = Math.max(y0, y1) - RULER + this.scrollY;
+    const a = Math.min(y0, y1) - this.top + this.scrollY, b = Math.max(y0, y1) - this.top + this.scrollY;
     const out = [];
     for (const e of this.layout) {
       if (e.y + e.h <= a || e.y >= b) continue;
@@ -309,7 +345,7 @@ export class Timeline {
     }
     const e = this.rowY.get(idx);
     if (!e) return;
-    const vis = this.h - RULER;
+    const vis = this.h - this.top;
     const sticky = GROUP_H * (e.depth || 0);
     if (e.y - sticky < this.scrollY || e.y + e.h > this.scrollY + vis) this.scrollY = e.y - vis / 3;
     this.clampScroll();
@@ -321,7 +357,7 @@ export class Timeline {
     const e = this.rowY.get(idx) || this.rowHome?.get(idx);
     if (!e) return null;
     const h = e.type === "row" && e.row.kind === "events" ? ROW_H : e.h;
-    return RULER + e.y - this.scrollY + lane * ROW_H + h / 2;
+    return this.top + e.y - this.scrollY + lane * ROW_H + h / 2;
   }
 
   refresh() {
@@ -431,11 +467,11 @@ export class Timeline {
     const top = this.scrollY;
     ctx.save();
     ctx.beginPath();
-    ctx.rect(0, RULER, W, H - RULER);
+    ctx.rect(0, this.top, W, H - this.top);
     ctx.clip();
     for (const e of this.layout) {
-      const y = RULER + e.y - top;
-      if (y + e.h < RULER || y > H) continue;
+      const y = this.top + e.y - top;
+      if (y + e.h < this.top || y > H) continue;
       if (e.type === "group") { this.drawGroup(e, y); continue; }
       const r = e.row;
       const dim = this.match && r.kind === "events" && !this.match.has(r.idx);
@@ -456,9 +492,11 @@ export class Timeline {
       if (r.kind === "counter") this.drawCounter(r, y, e.h);
       else this.drawEvents(r, y, e.h, dim);
       ctx.restore();
+      this.drawPin(r, y);
     }
     this.drawSticky();
     ctx.restore();
+    this.drawPinned();
     // gutter separator
     ctx.strokeStyle = "#d9dde3";
     ctx.beginPath();
@@ -530,6 +568,46 @@ export class Timeline {
     ctx.fillText(`${Math.round(b.mean * 100)}% busy`, LABEL_W - 62, y + e.h / 2);
   }
 
+  /** The pin toggle at the right of a track's label: a filled dot when pinned, a ring under the mouse. */
+  drawPin(r, y) {
+    const on = this.pinned.includes(r.idx);
+    const hov = this.hover && this.hover.x < LABEL_W && this.hover.y >= y && this.hover.y < y + ROW_H;
+    if (!on && !hov) return;
+    const ctx = this.ctx;
+    ctx.beginPath();
+    ctx.arc(LABEL_W - 10, y + ROW_H / 2, 3.5, 0, Math.PI * 2);
+    ctx.strokeStyle = "#7a3bd1";
+    ctx.fillStyle = "#7a3bd1";
+    if (on) ctx.fill(); else ctx.stroke();
+  }
+
+  /** Pinned tracks: a band under the ruler that does not scroll, each label with its group path. */
+  drawPinned() {
+    if (!this.pinLayout.length) return;
+    const ctx = this.ctx;
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, RULER, this.w, this.pinH);
+    for (const e of this.pinLayout) {
+      const y = RULER + e.y;
+      const r = e.row;
+      ctx.fillStyle = "#f7f3fd";
+      ctx.fillRect(0, y, LABEL_W, e.h);
+      ctx.fillStyle = "#374151";
+      const path = [...(r.group || []).slice(1), r.label].join(" › ");
+      ctx.fillText(path.length > 36 ? "…" + path.slice(-35) : path, 6, y + (r.kind === "counter" ? 10 : ROW_H / 2));
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(LABEL_W, y, this.areaW, e.h);
+      ctx.clip();
+      if (r.kind === "counter") this.drawCounter(r, y, e.h);
+      else this.drawEvents(r, y, e.h, false);
+      ctx.restore();
+      this.drawPin(r, y);
+    }
+    ctx.fillStyle = "#7a3bd1";
+    ctx.fillRect(0, this.top - 3, this.w, 2);
+  }
+
   /** The group headers of the first row on screen, pinned under the ruler (sticky headers). */
   drawSticky() {
     const topY = this.scrollY;
@@ -541,7 +619,7 @@ export class Timeline {
       const key = path.slice(0, d + 1).join("\u0001");
       const ge = this.groupEntry.get(key);
       if (!ge) continue;
-      const y = RULER + d * GROUP_H;
+      const y = this.top + d * GROUP_H;
       ctx.fillStyle = d === 0 ? "#dfe4ea" : d === 1 ? "#eaeef2" : "#f3f5f7";
       ctx.fillRect(0, y, LABEL_W, GROUP_H);
       ctx.fillStyle = "#1d2430";
@@ -844,22 +922,29 @@ export class Timeline {
   }
 
   drawScrollbar() {
-    const vis = this.h - RULER;
+    const vis = this.h - this.top;
     if (this.height <= vis) return;
     const ctx = this.ctx;
     const hBar = Math.max(20, (vis * vis) / this.height);
-    const yBar = RULER + (this.scrollY / (this.height - vis)) * (vis - hBar);
+    const yBar = this.top + (this.scrollY / (this.height - vis)) * (vis - hBar);
     ctx.fillStyle = "rgba(0,0,0,0.22)";
     ctx.fillRect(this.w - 7, yBar, 5, hBar);
   }
 
   // ------------------------------------------------------------------ hit testing
   entryAt(y) {
-    const yy = y - RULER + this.scrollY;
     if (y < RULER) return null;
+    if (y < this.top) {
+      for (const e of this.pinLayout) if (y - RULER >= e.y && y - RULER < e.y + e.h) return e;
+      return null;
+    }
+    const yy = y - this.top + this.scrollY;
     for (const e of this.layout) if (yy >= e.y && yy < e.y + e.h) return e;
     return null;
   }
+
+  /** Canvas y of an entry's top (pinned entries do not scroll). */
+  entryY(e) { return e.pinned ? RULER + e.y : this.top + e.y - this.scrollY; }
 
   itemAt(x, y) {
     const e = this.entryAt(y);
@@ -868,7 +953,7 @@ export class Timeline {
     if (e.row.kind === "counter") return { counter: true, row: e.row, entry: e };
     const items = this.events.get(e.row.idx);
     if (!items) return null;
-    const lane = Math.floor((y - RULER + this.scrollY - e.y) / ROW_H);
+    const lane = Math.floor((y - this.entryY(e)) / ROW_H);
     let best = null;
     let bestW = Infinity;
     for (const it of items) {
@@ -924,7 +1009,7 @@ export class Timeline {
     if (this.cb.onKey?.(ev)) return;
     if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const k = ev.key.toLowerCase();
-    const vis = this.h - RULER;
+    const vis = this.h - this.top;
     if (k === "w" || k === "arrowup" && !ev.shiftKey) this.zoom(0.8);
     else if (k === "s" || k === "arrowdown" && !ev.shiftKey) this.zoom(1.25);
     else if (k === "a" || k === "arrowleft") this.pan(-0.15);
@@ -1038,6 +1123,7 @@ export class Timeline {
         if (p.x < LABEL_W && p.y >= RULER) {
           const e = this.entryAt(p.y);
           if (e && e.type === "group") { this.toggleGroup(e.key); return; }
+          if (e && e.type === "row" && p.x >= LABEL_W - 20) { this.togglePin(e.row.idx); return; }
         }
         const hit = this.itemAt(p.x, p.y);
         if (hit && hit.summary) { this.toggleGroup(hit.entry.key); return; }
