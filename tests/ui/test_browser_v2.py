@@ -385,3 +385,27 @@ def test_hide_tracks_empty_in_view(page) -> None:
         return t.layout.filter((e) => e.type === 'row' && e.row.kind === 'events').map((e) => e.row.idx); }}""")
     for r in shown:  # every event track still shown has an event in view
         page.wait_for_function(f"(r) => ({TL.format(p='run-a')}.events.get(r) || []).length > 0", arg=r)
+
+
+def test_cold_open_shows_index_build_progress(browser, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A profile never opened before: a progress bar (phase, fraction) instead of a blank widget, then the
+    timeline. The first /status of a cold profile always answers "preparing" (it starts the build)."""
+    from bench.ui_bench import write_store
+
+    ws = tmp_path_factory.mktemp("cold-ws")
+    write_store(ws / "cold", 2, 4, 300_000, seed=9)
+    p, url = _served(ws, tmp_path_factory)
+    try:
+        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
+        errors: list[str] = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.goto(url + "#/p/cold")
+        pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=120000)
+        got = pg.evaluate("() => ({shown: window.__nxStats.progressShownMs, fr: window.__nxStats.progress})")
+        assert got["shown"] is not None and got["fr"], got
+        assert got["fr"] == sorted(got["fr"]) and all(0 <= f < 1 for f in got["fr"]), got
+        assert pg.locator("[data-testid=prepare-progress]").count() == 0  # gone once ready
+        assert errors == []
+        pg.close()
+    finally:
+        stop_server(p)
