@@ -11,7 +11,8 @@ async function get(path, params = {}, signal) {
   const res = await fetch(url, { signal });
   const body = await res.json();
   stats.requests += 1;
-  if (path.endsWith("/window")) stats.windowMs.push(performance.now() - t);
+  // what a pan or zoom waits for: event windows, and the busy shading of collapsed groups
+  if (path.endsWith("/window") || path.endsWith("/busy")) stats.windowMs.push(performance.now() - t);
   if (!res.ok) throw new Error(body.error || `${res.status} ${res.statusText}`);
   return body;
 }
