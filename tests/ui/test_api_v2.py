@@ -341,3 +341,23 @@ def test_device_profiles_list_leads_with_model_core_executions_flops(client: Tes
     keys = list(dps[0])
     assert keys[:2] == ["model_name", "nc_idx"]
     assert keys.index("model_name") < keys.index("profile_id") and keys.index("nc_idx") < keys.index("instance_id")
+
+
+def test_coverage_matches_a_per_pixel_reference() -> None:
+    """busy.coverage (vectorized over keys) against clipping each interval to each pixel, at absolute
+    times like a real profile's and at nanosecond pixels."""
+    from neuron_explorer.ui.busy import coverage
+
+    rng = np.random.default_rng(4)
+    for t0, span, px in ((3.6e12, 1e9, 97), (5e12, 2_000.0, 40), (0.0, 1e11, 300)):
+        n = 3
+        s = t0 - span * 0.2 + rng.uniform(0, span * 1.3, 200)
+        e = s + rng.exponential(span / 30, 200)
+        rho = rng.uniform(0.1, 1, 200)
+        key = rng.integers(0, n, 200)
+        got = coverage(s, e, rho, key, n, t0, t0 + span, px)
+        edges = t0 + span * np.arange(px + 1) / px
+        want = np.zeros((n, px))
+        for a, b, r, k in zip(s, e, rho, key):
+            want[k] += r * np.clip(np.minimum(b, edges[1:]) - np.maximum(a, edges[:-1]), 0, None) / (span / px)
+        assert np.allclose(got, np.clip(want, 0, 1), atol=1e-6), (t0, span)

@@ -39,44 +39,69 @@ def parse_groups(s: str | None) -> list[list[int]]:
     return groups
 
 
-def _ramp(starts: np.ndarray, ends: np.ndarray, rho: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """sum_i rho_i * clip(b - s_i, 0, e_i - s_i) at each boundary b: time covered up to b."""
-    so = np.argsort(starts, kind="stable")
-    eo = np.argsort(ends, kind="stable")
-    ss, rs = starts[so], rho[so]
-    es, re_ = ends[eo], rho[eo]
-    c_rs = np.concatenate(([0.0], np.cumsum(rs)))
-    c_rss = np.concatenate(([0.0], np.cumsum(rs * ss)))
-    c_re = np.concatenate(([0.0], np.cumsum(re_)))
-    c_ree = np.concatenate(([0.0], np.cumsum(re_ * es)))
-    i = np.searchsorted(ss, bounds, "left")  # starts before b
-    j = np.searchsorted(es, bounds, "left")  # ends before b
-    return (bounds * c_rs[i] - c_rss[i]) - (bounds * c_re[j] - c_ree[j])
+def coverage(s: np.ndarray, e: np.ndarray, rho: np.ndarray, key: np.ndarray, n: int, t0: float, t1: float,
+             px: int) -> np.ndarray:
+    """Share of each pixel's time covered, per key: an (n, px) array from intervals (s, e) of weight
+    ``rho`` (1 for exact intervals; a bucket's duration / extent for pyramid buckets) keyed 0..n-1.
+
+    One pass over every interval of every key (no per-key loop): a partly covered first and last
+    pixel each, and a difference array for the pixels in between. Times stay local to the window, so
+    the sums keep their precision at any zoom."""
+    out = np.zeros((n, px + 2))
+    if not len(s):
+        return out[:, :px]
+    npp = (t1 - t0) / px
+    a = (np.clip(s.astype(np.float64), t0, t1) - t0) / npp  # in pixels
+    b = (np.clip(e.astype(np.float64), t0, t1) - t0) / npp
+    keep = b > a
+    a, b, rho, key = a[keep], b[keep], rho[keep].astype(np.float64), key[keep].astype(np.int64)
+    p0 = np.minimum(np.floor(a).astype(np.int64), px - 1)
+    p1 = np.minimum(np.floor(b).astype(np.int64), px - 1)
+    w = px + 2
+    size = n * w
+    same = p0 == p1
+    m = ~same
+    k, q0, q1, ra = key[m], p0[m], p1[m], rho[m]
+    # partly covered pixels: a whole interval inside one pixel; the first and last pixel of the others
+    idx = np.concatenate([key[same] * w + p0[same], k * w + q0, k * w + q1])
+    val = np.concatenate([rho[same] * (b[same] - a[same]), ra * (q0 + 1 - a[m]), ra * (b[m] - q1)])
+    out += np.bincount(idx, val, minlength=size).reshape(n, w)
+    # whole pixels q0+1 .. q1-1: a difference array
+    diff = np.bincount(np.concatenate([k * w + q0 + 1, k * w + q1]), np.concatenate([ra, -ra]),
+                       minlength=size).reshape(n, w)
+    out += np.cumsum(diff, axis=1)
+    return np.clip(out[:, :px], 0.0, 1.0)
+
+
+def leaves_coverage(p: Profile, leaves: list[int], t0i: float, t1i: float, px: int,
+                    level: int | None) -> np.ndarray:
+    """Share of each pixel's time (index time [t0i, t1i), ``px`` pixels) each of ``leaves`` is busy:
+    exact (the union of its events' intervals) at ``level`` None, else from that pyramid level (each
+    bucket's total duration spread over its extent)."""
+    idx = p.index
+    assert idx is not None
+    n = len(leaves)
+    if level is None:
+        ss, es, ks = [], [], []
+        for k, (_lf, a, b) in enumerate(idx.raw_slices(leaves, t0i, t1i)):
+            st = idx.s[a:b].astype(np.int64)
+            rs, re_ = merge(st, st + idx.d[a:b].astype(np.int64))
+            ss.append(rs)
+            es.append(re_)
+            ks.append(np.full(len(rs), k, dtype=np.int64))
+        if not ss:
+            return np.zeros((n, px))
+        s, e, key = np.concatenate(ss), np.concatenate(es), np.concatenate(ks)
+        return coverage(s, e, np.ones(len(s)), key, n, t0i, t1i, px)
+    g = idx.gather_level(level, leaves, list(range(n)), t0i, t1i)
+    s, e = g["s"], g["e"]
+    rho = g["d"] / np.maximum(e - s, 1)
+    return coverage(s, e, rho, g["row"], n, t0i, t1i, px)
 
 
 def leaf_coverage(p: Profile, leaf: int, t0i: float, t1i: float, px: int, level: int | None) -> np.ndarray:
-    """Share of each pixel's time (index time [t0i, t1i), ``px`` pixels) that ``leaf`` is busy."""
-    idx = p.index
-    assert idx is not None
-    bounds = t0i + (t1i - t0i) * np.arange(px + 1, dtype=np.float64) / px
-    if level is None:
-        sl = idx.raw_slices([leaf], t0i, t1i)
-        if not sl:
-            return np.zeros(px)
-        _, a, b = sl[0]
-        s = idx.s[a:b].astype(np.int64)
-        e = s + idx.d[a:b].astype(np.int64)
-        rs, re_ = merge(s, e)
-        rho = np.ones(len(rs))
-    else:
-        g = idx.gather_level(level, [leaf], [0], t0i, t1i)
-        rs, re_ = g["s"], g["e"]
-        rho = g["d"] / np.maximum(re_ - rs, 1)
-    keep = re_ > rs
-    if not keep.any():
-        return np.zeros(px)
-    cov = _ramp(rs[keep].astype(np.float64), re_[keep].astype(np.float64), rho[keep].astype(np.float64), bounds)
-    return np.clip(np.diff(cov) / max((t1i - t0i) / px, 1e-9), 0.0, 1.0)
+    """Share of each pixel's time that ``leaf`` is busy (see ``leaves_coverage``)."""
+    return leaves_coverage(p, [leaf], t0i, t1i, px, level)[0]
 
 
 def _level(p: Profile, leaves: list[int], t0: float, t1: float, npp: float) -> int | None:
@@ -106,15 +131,18 @@ def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float,
     npp = ns_per_px(t0, t1, px)
     out: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "groups": []}
     t0i, t1i = t0 - p.shift, t1 - p.shift
-    for rows in groups:
-        leaves = [lf for _, r in pick_rows(p, mode, rows, layout) if r.kind == "events" for lf in r.leaves]
+    per_group = [[lf for _, r in pick_rows(p, mode, rows, layout) if r.kind == "events" for lf in r.leaves]
+                 for rows in groups]
+    every = sorted({lf for g in per_group for lf in g})
+    level = _level(p, every, t0, t1, npp) if every and p.index is not None else None
+    cov = leaves_coverage(p, every, t0i, t1i, px, level) if every and p.index is not None else np.zeros((0, px))
+    where = {lf: k for k, lf in enumerate(every)}
+    for leaves in per_group:
         work = np.zeros(px)
         cc = np.zeros(px)
-        level = _level(p, leaves, t0, t1, npp) if leaves and p.index is not None else None
-        for lf in (leaves if p.index is not None else []):
-            cov = leaf_coverage(p, lf, t0i, t1i, px, level)
+        for lf in leaves:
             tgt = cc if is_collective(p.leaves[lf].name) else work
-            np.maximum(tgt, cov, out=tgt)
+            np.maximum(tgt, cov[where[lf]], out=tgt)
         out["groups"].append({"busy": _b64(work), "cc": _b64(cc), "mean_busy": round(float(work.mean()), 4),
                               "mean_cc": round(float(cc.mean()), 4), "level": "raw" if level is None else level})
     return out

@@ -254,7 +254,6 @@ async function renderSystemTrace(w, body, extra) {
     removed: () => { $("[data-tab=device]", dockEl).hidden = true; showTab("details"); },
     showTab,
   };
-  const names = ov.names.map((x) => x[0]);
   let leafName = [];
   const src = {
     duration: ov.duration_ns,
@@ -264,7 +263,6 @@ async function renderSystemTrace(w, body, extra) {
     busy: (groups, t0, t1, px, sig) => api.busy(w.profile, w.mode, w.layout, groups, t0, t1, px, sig),
     flows: (t0, t1, sig) => api.flows(w.profile, w.mode, t0, t1, sig),
   };
-  void names;
   const tl = new Timeline(tlHost, src, {
     onStatus: (s) => { $(".st", status).textContent = s; },
     onEventClick: (it) => { openEvent(w, it); saveUrl(); },
@@ -294,7 +292,7 @@ async function renderSystemTrace(w, body, extra) {
     const d = e.detail;
     if (d.source !== w) return;
     showTab("details");
-    renderDetailsInto(panes("details"), d, w);
+    renderDetailsInto(panes("details"), d);
     renderFlowsPane();
   };
   bus.addEventListener("event", onBusEvent);
@@ -532,7 +530,7 @@ function bindFlowLinks(root, w) {
 }
 
 /** One event's details (or a merged bucket's), with full-precision times and links along its flows. */
-function renderDetailsInto(box, d, w, from = "") {
+function renderDetailsInto(box, d, from = "") {
   if (d.merged) {
     const m = d.merged;
     box.innerHTML = `${from}<h3>${esc(m.name)} — ${fmtCount(m.c)} merged events</h3>
@@ -558,7 +556,6 @@ function renderDetailsInto(box, d, w, from = "") {
     ${ev.model ? `<h3>Model</h3>${propsTable(ev.model)}` : ""}
     ${ev.process ? `<h3>Process</h3>${propsTable(ev.process)}` : ""}`;
   bindFlowLinks(box, d.source);
-  void w;
 }
 
 function renderEventDetails(w, body) {
@@ -570,7 +567,7 @@ function renderEventDetails(w, body) {
     const anyMine = state.widgets.some((x) => x.type === "event-details" && x.profile === d.profile);
     if (!mine && anyMine) return;
     const from = mine ? "" : `<div class="note">From profile "${esc(d.profile)}" (no Event Details widget is open for it).</div>`;
-    renderDetailsInto(box, d, w, from);
+    renderDetailsInto(box, d, from);
   };
   bus.addEventListener("event", onEvent);
   w.destroy = () => bus.removeEventListener("event", onEvent);
