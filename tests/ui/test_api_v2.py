@@ -361,3 +361,49 @@ def test_coverage_matches_a_per_pixel_reference() -> None:
         for a, b, r, k in zip(s, e, rho, key):
             want[k] += r * np.clip(np.minimum(b, edges[1:]) - np.maximum(a, edges[:-1]), 0, None) / (span / px)
         assert np.allclose(got, np.clip(want, 0, 1), atol=1e-6), (t0, span)
+
+
+# ---------------------------------------------------------------- the new endpoints keep the old guarantees
+NEW_ENDPOINTS = ["/status", "/busy?groups=0&t0=0&t1=10&px=5", "/activity", "/nonempty?t0=0&t1=10",
+                 "/area?t0=0&t1=10", "/collectives?t0=0&t1=10", "/event/flows?id=1&leaf=0"]
+
+
+@pytest.mark.parametrize("ep", NEW_ENDPOINTS)
+@pytest.mark.parametrize("name", ["..", "..%2F..%2Fetc", "%2Fetc%2Fpasswd", ".hidden", "%2E%2E", "run-a%00"])
+def test_new_endpoints_cannot_escape_the_workspace(client: TestClient, name: str, ep: str) -> None:
+    r = client.get(f"/api/profiles/{name}{ep}")
+    assert r.status_code in (400, 403, 404), (name, ep, r.status_code)
+    assert "ProfileMetadata" not in r.text and "root:" not in r.text
+
+
+def test_new_endpoints_refuse_symlinked_profiles(ui_workspace: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    outside = tmp_path / "outside"
+    shutil.copytree(ui_workspace / "run-b", outside)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.symlink(outside, ws / "linked")
+    c = TestClient(create_app(ws, cache_dir=tmp_path / "cache"))
+    for ep in NEW_ENDPOINTS:
+        assert c.get(f"/api/profiles/linked{ep}").status_code == 403, ep
+
+
+def test_new_endpoints_bad_parameters_are_400(client: TestClient) -> None:
+    base = "/api/profiles/run-a"
+    bad = [("/busy", {"groups": "0", "t0": 0, "t1": 10, "px": 5, "layout": "lanes"}),
+           ("/busy", {"groups": "999999", "t0": 0, "t1": 10, "px": 5}),
+           ("/busy", {"groups": ";".join(["0"] * 5000), "t0": 0, "t1": 10, "px": 5}),
+           ("/busy", {"groups": "0", "t0": 10, "t1": 0, "px": 5}),
+           ("/area", {"t0": 0, "t1": "nan"}), ("/area", {"t0": 0, "t1": 10, "mode": "nope"}),
+           ("/collectives", {"t0": 0, "t1": 10, "rows": "a-b"}),
+           ("/nonempty", {"t0": "x", "t1": 10}),
+           ("/event/flows", {"id": "x", "leaf": 0}), ("/event/flows", {"id": 1}),
+           ("/search/next", {"q": "nrt", "after": 0, "dir": 1, "leaf": "x", "id": 1})]
+    for ep, params in bad:
+        r = client.get(base + ep, params=params)
+        assert r.status_code == 400, (ep, params, r.status_code, r.text)
+        assert "error" in r.json()
+    r = client.get(base + "/event/flows", params={"id": 1, "leaf": 10 ** 6})
+    assert r.status_code == 404

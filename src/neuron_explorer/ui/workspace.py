@@ -127,8 +127,10 @@ class Workspace:
         never seen before shows a progress bar within a request's time instead of a blank page for
         the minutes a 100M-event index build takes."""
         paths.check_profile_name(name)
-        if not self.exists(name):
-            raise NotFound(f"profile {name!r}")
+        try:
+            paths.resolve_profile(self.root, name)  # a link out of the workspace: PathRejected, as for the others
+        except OSError:
+            raise NotFound(f"profile {name!r}") from None
         with self._lock:
             p = self._profiles.get(name)
             prog = self._progress.get(name)
