@@ -296,7 +296,7 @@ def test_status_shows_progress_then_ready(synth_ws: Path, tmp_path: Path) -> Non
     assert seen[-1]["state"] == "ready" and seen[-1]["fraction"] == 1.0
     fr = [s["fraction"] for s in seen]
     assert fr == sorted(fr)  # never goes back
-    assert c.get(f"/api/profiles/nope/status").status_code == 404
+    assert c.get("/api/profiles/nope/status").status_code == 404
 
 
 def test_tracks_layout_places_every_leaf_once(client: TestClient) -> None:

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import REPO, clean_env, free_port
 
 from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
-from .test_browser import FIND_ITEM, TL, canvas_box, click_item, fetches, wait_fetch_after
+from .test_browser import TL, canvas_box, click_item, fetches, wait_fetch_after
 
 pytestmark = pytest.mark.slow
 
