@@ -34,7 +34,8 @@ FIND_ITEM = """([profile, name, groupPart, single]) => {
     const x0 = Math.max(tl.xOf(it.s), 230), x1 = Math.min(Math.max(tl.xOf(it.e), x0 + 1), tl.w - 10);
     const y = 26 + e.y - tl.scrollY + it.lane * 18 + 9;
     return {x: (x0 + x1) / 2, y, c: it.c, s: it.s, e: it.e, id: String(it.id), leaf: it.leaf, row: e.row.idx,
-            visible: y > 26 + (e.depth || 0) * 18 + 4 && y < tl.h - 4 && x1 > 231};
+            visible: y > 26 + (e.depth || 0) * 18 + 4 && y < tl.h - 4,
+            inside: x1 - x0 >= 4};  // at least 4 px of it inside the canvas: its centre is on the event
   }
   return null;
 }"""
@@ -55,6 +56,11 @@ def click_item(page, profile: str, name: str, group: str | None, single: bool = 
             it = page.evaluate(FIND_ITEM, [profile, name, group, False])
             before = fetches(page, profile)
             page.evaluate(f"([s, e]) => {tl}.zoomTo(s, e)", [it["s"], it["e"]])
+            wait_fetch_after(page, before, profile)
+            continue
+        if not it["inside"]:  # (partly) off the canvas's sides: bring the whole event into view
+            before = fetches(page, profile)
+            page.evaluate(f"([s, e]) => {tl}.zoomTo(s, e, 0.5)", [it["s"], it["e"]])
             wait_fetch_after(page, before, profile)
             continue
         if not it["visible"]:

@@ -409,3 +409,22 @@ def test_cold_open_shows_index_build_progress(browser, tmp_path_factory: pytest.
         pg.close()
     finally:
         stop_server(p)
+
+
+def test_a_click_on_an_event_is_not_taken_by_an_instant_event_next_to_it(page) -> None:
+    """Regression: hit testing took the narrowest event within 3 px, so a click near the edge of a long
+    execution selected the instant sync point next to it (tests/ui/test_browser.py flaked on this)."""
+    got = page.evaluate(f"""() => {{
+      const t = {TL.format(p='run-a')};
+      const row = t.layout.find((e) => e.type === 'row' && e.row.kind === 'events');
+      const npp = t.npp, x = 700;
+      const s = t.tOf(x - 1);  // the long event starts 1 px left of x; an instant event sits 2 px right
+      t.events.set(row.row.idx, [
+        {{row: row.row.idx, s, e: s + 200 * npp, c: 1, d: 200 * npp, id: 'long', leaf: 0, name: 'a', lane: 0}},
+        {{row: row.row.idx, s: t.tOf(x + 2), e: t.tOf(x + 2), c: 1, d: 0, id: 'instant', leaf: 0, name: 'b', lane: 0}}]);
+      const y = 26 + row.y - t.scrollY + 9;
+      return [t.itemAt(x, y)?.item.id, t.itemAt(x + 2, y)?.item.id, t.itemAt(x - 3, y)?.item.id];
+    }}""")
+    # on the long event, 2 px from the instant one: the long event; exactly on the instant one: it
+    assert got[0] == "long" and got[1] == "instant"
+    assert got[2] == "long"  # 2 px left of the long event: within tolerance, nothing else near

@@ -954,12 +954,16 @@ export class Timeline {
     const items = this.events.get(e.row.idx);
     if (!items) return null;
     const lane = Math.floor((y - this.entryY(e)) / ROW_H);
+    // an event under the mouse beats one within the 3 px tolerance (an instant event next to a long
+    // one must not steal its clicks); among equals, the narrowest
     let best = null;
-    let bestW = Infinity;
+    let bestKey = [2, Infinity];
     for (const it of items) {
       if (it.lane !== lane) continue;
       const x0 = this.xOf(it.s), x1 = Math.max(this.xOf(it.e), x0 + 1);
-      if (x >= x0 - 3 && x <= x1 + 3 && x1 - x0 < bestW) { best = it; bestW = x1 - x0; }
+      if (x < x0 - 3 || x > x1 + 3) continue;
+      const key = [x >= x0 && x <= x1 ? 0 : 1, x1 - x0];
+      if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) { best = it; bestKey = key; }
     }
     return best ? { item: best, row: e.row } : null;
   }
