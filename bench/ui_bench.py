@@ -53,8 +53,13 @@ def _dict(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), pa.array(values, type=pa.string()))
 
 
-def write_store(out: Path, instances: int, per_instance: int, events: int, seed: int = 0) -> int:
-    """A Parquet store with the `view` layout: ~events in total over instances x per_instance ranks."""
+def write_store(out: Path, instances: int, per_instance: int, events: int, seed: int = 0,
+                straggler: int | None = None) -> int:
+    """A Parquet store with the `view` layout: ~events in total over instances x per_instance ranks.
+
+    ``straggler``: the rank whose executions take longer (150-190 us instead of 20-150 us of each 200 us
+    step) and that enters every collective 30 us after the others: busier on its summary track, last
+    to arrive in the per-collective table."""
     rng = np.random.default_rng(seed)
     ranks = instances * per_instance
     per = events // ranks
@@ -76,8 +81,9 @@ def write_store(out: Path, instances: int, per_instance: int, events: int, seed:
             n_cc = int(per * 0.15)
             n_sw = per - 2 * n_exec - n_cc
             starts = t0 + np.arange(n_exec, dtype=np.int64) * step + rng.integers(0, 5_000, n_exec)
-            durs = rng.integers(20_000, 150_000, n_exec)
-            cc_s = t0 + np.arange(n_cc, dtype=np.int64) * (step * n_exec // max(n_cc, 1)) + 170_000
+            slow = rank == straggler
+            durs = rng.integers(150_000, 190_000, n_exec) if slow else rng.integers(20_000, 150_000, n_exec)
+            cc_s = t0 + np.arange(n_cc, dtype=np.int64) * (step * n_exec // max(n_cc, 1)) + 170_000 + (30_000 if slow else 0)
             cc_d = 25_000 + rng.integers(0, 2_000, n_cc)
             sw_s = starts[:n_sw]
             s = np.concatenate([starts, starts, cc_s, sw_s])
@@ -182,6 +188,21 @@ def format_sizes(work: Path, ranks: int, per_rank: int) -> dict:
     return out
 
 
+def cold_open(url: str, name: str) -> dict:
+    """Open a profile the server has not prepared: ms (after navigation) until the progress bar shows,
+    and until the timeline's first paint."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = b.new_page(viewport={"width": 1600, "height": 1000})
+        pg.goto(f"{url}#/p/{name}")
+        pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=3_600_000)
+        got = pg.evaluate("() => ({p: window.__nxStats.progressShownMs, f: window.__nxStats.firstPaintMs})")
+        b.close()
+    return {"progress_shown_ms": None if got["p"] is None else round(got["p"], 1), "first_paint_ms": round(got["f"], 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", type=int, default=8)
@@ -222,10 +243,16 @@ def main() -> None:
     try:
         import httpx
 
+        if not args.no_browser:
+            # a cold open in the browser: how soon the index-build progress shows, and the timeline's
+            # first paint once the index is built (the server has never prepared this profile)
+            res["cold_open"] = cold_open(url, store.name)
+            print(f"cold open: progress shown {res['cold_open']['progress_shown_ms']} ms after navigation, "
+                  f"timeline painted after {res['cold_open']['first_paint_ms']} ms", flush=True)
         cl = httpx.Client(base_url=url, timeout=600)
         t = time.perf_counter()
         ov = cl.get(f"/api/profiles/{store.name}").json()
-        res["prepare_s"] = round(time.perf_counter() - t, 2)
+        res["prepare_s"] = ov["prepare_s"] if not args.no_browser else round(time.perf_counter() - t, 2)
         res["pyramid_levels_ns"] = ov["levels"]
         ix = ov.get("index") or {}
         res["index"] = {"bytes": ix.get("bytes"), "build_s": ix.get("build_s"),
@@ -280,6 +307,28 @@ def main() -> None:
             print(f"window span {k} of the profile: p50 {v['p50']} ms, p95 {v['p95']} ms (n={v['n']}); "
                   f"in the server (query + JSON): p50 {s.get('p50')} ms, p95 {s.get('p95')} ms; "
                   f"with the client's json(): p50 {w.get('p50')} ms, p95 {w.get('p95')} ms", flush=True)
+        # busy shading of collapsed processes (the track tree's summary tracks): one screenful of groups
+        trows = cl.get(f"/api/profiles/{store.name}/tracks", params={"mode": "cpu_device", "layout": "tracks"}).json()["rows"]
+        procs: dict[tuple, list[int]] = {}
+        for r in trows:
+            if r["kind"] == "events" and len(r["group"]) >= 2:
+                procs.setdefault(tuple(r["group"][:2]), []).append(r["idx"])
+        groups = ";".join(",".join(map(str, v)) for v in list(procs.values())[:40])
+        busy_ms: dict[str, list[float]] = {}
+        for span_frac in SPANS:
+            span = dur * span_frac
+            for _ in range(max(2, args.repeat // 2)):
+                a = float(rng.uniform(0, max(dur - span, 1)))
+                t = time.perf_counter()
+                cl.get(f"/api/profiles/{store.name}/busy", params={"mode": "cpu_device", "layout": "tracks",
+                                                                    "groups": groups, "t0": a, "t1": a + span, "px": 1300})
+                busy_ms.setdefault(f"1/{round(1 / span_frac)}", []).append((time.perf_counter() - t) * 1000)
+                busy_ms.setdefault("all", []).append(busy_ms[f"1/{round(1 / span_frac)}"][-1])
+        res["busy_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
+                                for k, v in busy_ms.items()}
+        for k, v in res["busy_query_ms"].items():
+            print(f"busy shading of 40 collapsed ranks, span {k}: p50 {v['p50']} ms, p95 {v['p95']} ms (n={v['n']})",
+                  flush=True)
         # flow arrows: /flows over the same kind of walk (the browser asks for them whenever a window
         # shows individual events; the answer covers every row, not only the visible ones)
         flow_ms: dict[str, list[float]] = {}
@@ -332,10 +381,10 @@ def main() -> None:
 
                 ops = ["w"] * 14 + ["d", "a", "ArrowRight", "ArrowLeft"] * 3 + ["s"] * 6 + ["wheel+", "wheel-"] * 4 + ["PageDown", "PageUp"] * 2
                 for op in ops:
-                    if op == "wheel+":
-                        pg.mouse.wheel(0, -240)
-                    elif op == "wheel-":
-                        pg.mouse.wheel(0, 240)
+                    if op in ("wheel+", "wheel-"):  # Ctrl+wheel zooms at the mouse (a plain wheel scrolls)
+                        pg.keyboard.down("Control")
+                        pg.mouse.wheel(0, -240 if op == "wheel+" else 240)
+                        pg.keyboard.up("Control")
                     else:
                         pg.keyboard.press(op)
                     pg.wait_for_timeout(160)
@@ -388,6 +437,9 @@ def main() -> None:
         s = res["window_server_ms_by_span"].get(k, {})
         print(f"| window query, span {k} p50 / p95 (in the server) | {v['p50']} / {v['p95']} ms "
               f"({s.get('p50')} / {s.get('p95')} ms) (n={v['n']}) |")
+    bq = res.get("busy_query_ms", {}).get("all")
+    if bq:
+        print(f"| busy shading, 40 collapsed ranks (summary tracks) p50 / p95 | {bq['p50']} / {bq['p95']} ms (n={bq['n']}) |")
     for k in ("zoomed_in", "zoomed_out"):
         v = res["flows_query_ms"].get(k)
         if v:
@@ -396,6 +448,9 @@ def main() -> None:
     print(f"| client json() of a window answer (not counted above) p50 / p95 | {cp['p50']} / {cp['p95']} ms |")
     print(f"| server RSS after the walk | {res['server_rss_bytes'] / 1e6:.0f} MB |")
     if not args.no_browser:
+        co = res.get("cold_open") or {}
+        print(f"| cold open: progress shown / timeline painted (after navigation) | {co.get('progress_shown_ms')} ms / "
+              f"{co.get('first_paint_ms')} ms |")
         print(f"| first paint after load event / after navigation | {res['first_paint_ms_after_load_event']} ms / "
               f"{res['first_paint_ms_after_navigation']} ms |")
         bw = res["browser_window_fetch_ms"]

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.ui.server import is_loopback, url_for  # noqa: E402
-from neuron_explorer.ui import queries  # noqa: E402
+from neuron_explorer.ui import flows as flows_q  # noqa: E402
 from neuron_explorer.ui.rows import MODES  # noqa: E402
 
 
@@ -347,7 +347,7 @@ def test_flows_match_the_flow_ids_in_parquet(client: TestClient, ui_workspace: P
                 checked += len(want)
                 for limit in (0, 1, 3):
                     want, trunc = brute_force_flows(ui_workspace, "run-a", origin, leaf_of, t0, t1, limit)
-                    got = queries.flows(prof, "cpu_device", t0, t1, limit)
+                    got = flows_q.flows(prof, "cpu_device", t0, t1, limit)
                     assert got == {"flows": want, "truncated": trunc}, (how, limit, t0, t1)
     finally:
         prof.flow_strategy = "auto"

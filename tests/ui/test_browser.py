@@ -19,23 +19,68 @@ pytestmark = pytest.mark.slow
 
 ARTIFACTS = REPO / "test-artifacts" / "ui"
 
-# JS: locate an event item of the first system trace widget whose row matches, in canvas coordinates
-FIND_ITEM = """([profile, rowName, groupPart, single]) => {
+# JS: locate an event item of the first system trace widget by its name (any layout: one row per name, or
+# one track per thread/core with lanes), in canvas coordinates; "visible" when below the ruler and the
+# sticky group headers and above the canvas's bottom
+FIND_ITEM = """([profile, name, groupPart, single]) => {
   const w = window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === profile);
   const tl = w.timeline;
   for (const e of tl.layout) {
-    if (e.type !== 'row' || e.row.name !== rowName) continue;
+    if (e.type !== 'row' || e.row.kind !== 'events') continue;
     if (groupPart && !e.row.group.some((g) => g.includes(groupPart))) continue;
-    const items = tl.events.get(e.row.idx) || [];
+    const items = (tl.events.get(e.row.idx) || []).filter((i) => (i.name || e.row.name) === name);
     const it = single ? items.find((i) => i.c === 1) : items[0];
     if (!it) continue;
     const x0 = Math.max(tl.xOf(it.s), 230), x1 = Math.min(Math.max(tl.xOf(it.e), x0 + 1), tl.w - 10);
-    if (26 + e.y - tl.scrollY < 26 || 26 + e.y + e.h - tl.scrollY > tl.h) tl.scrollToRow(e.row.idx);
-    const y = 26 + e.y - tl.scrollY + e.h / 2;
-    return {x: (x0 + x1) / 2, y, c: it.c, s: it.s, e: it.e, visible: y > 26 && y < tl.h};
+    const y = 26 + e.y - tl.scrollY + it.lane * 18 + 9;
+    return {x: (x0 + x1) / 2, y, c: it.c, s: it.s, e: it.e, id: String(it.id), leaf: it.leaf, row: e.row.idx,
+            visible: y > 26 + (e.depth || 0) * 18 + 4 && y < tl.h - 4,
+            inside: x1 - x0 >= 4};  // at least 4 px of it inside the canvas: its centre is on the event
   }
   return null;
 }"""
+
+TL = "window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === '{p}').timeline"
+
+
+def click_item(page, profile: str, name: str, group: str | None, single: bool = True, tries: int = 12) -> dict:
+    """Click an event on the timeline the way a user does, robustly: wait until its row is drawn, zoom
+    into merged buckets, scroll its track into view, click, and retry until the timeline has selected
+    it (waits on state, never on time)."""
+    tl = TL.format(p=profile)
+    seen = []
+    for _ in range(tries):
+        page.wait_for_function(FIND_ITEM, arg=[profile, name, group, False], timeout=20000)
+        it = page.evaluate(FIND_ITEM, [profile, name, group, single])
+        if it is None or (single and it["c"] != 1):
+            it = page.evaluate(FIND_ITEM, [profile, name, group, False])
+            before = fetches(page, profile)
+            page.evaluate(f"([s, e]) => {tl}.zoomTo(s, e)", [it["s"], it["e"]])
+            wait_fetch_after(page, before, profile)
+            continue
+        if not it["inside"]:  # (partly) off the canvas's sides: bring the whole event into view
+            before = fetches(page, profile)
+            page.evaluate(f"([s, e]) => {tl}.zoomTo(s, e, 0.5)", [it["s"], it["e"]])
+            wait_fetch_after(page, before, profile)
+            continue
+        if not it["visible"]:
+            before = fetches(page, profile)
+            page.evaluate(f"(r) => {{ const t = {tl}; t.scrollY = Math.max(0, t.rowY.get(r).y - 80); t.clampScroll(); t.refresh(); }}",
+                          it["row"])
+            wait_fetch_after(page, before, profile)
+            continue
+        page.locator(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] [data-testid=system-timeline]").scroll_into_view_if_needed()
+        box = canvas_box(page, profile)
+        page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
+        try:
+            page.wait_for_function(f"(id) => String({tl}.selected?.id) === id", arg=it["id"], timeout=10000)
+            return it
+        except Exception:  # noqa: BLE001 - the window changed under the click: look again
+            seen.append((it, box, page.evaluate(f"""([x, y]) => {{ const t = {tl}; const h = t.itemAt(x, y);
+                return {{sel: t.selected, hit: h && h.item, w: t.w, scrollY: t.scrollY, top: t.top,
+                         winY: window.scrollY}}; }}""", [it["x"], it["y"]])))
+            continue
+    raise AssertionError(f"could not click {name} in {profile}: {seen[-2:]}")
 
 
 @pytest.fixture(scope="module")
@@ -69,18 +114,18 @@ def shot(page, name: str) -> None:
 
 
 def fetches(page, profile: str = "run-a") -> int:
-    v = page.get_attribute(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] .timeline", "data-fetches")
+    v = page.get_attribute(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] [data-testid=system-timeline]", "data-fetches")
     return int(v or 0)
 
 
 def wait_fetch_after(page, before: int, profile: str = "run-a") -> None:
     page.wait_for_function(
-        """([p, n]) => Number(document.querySelector(`[data-testid=widget][data-type=system-trace][data-profile=${p}] .timeline`)?.dataset.fetches || 0) > n""",
+        """([p, n]) => Number(document.querySelector(`[data-testid=widget][data-type=system-trace][data-profile=${p}] [data-testid=system-timeline]`)?.dataset.fetches || 0) > n""",
         arg=[profile, before], timeout=20000)
 
 
 def canvas_box(page, profile: str = "run-a") -> dict:
-    return page.locator(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] canvas").bounding_box()
+    return page.locator(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] [data-testid=system-timeline] canvas").bounding_box()
 
 
 def test_profiles_page_lists_the_workspace(page) -> None:
@@ -93,7 +138,9 @@ def test_profiles_page_lists_the_workspace(page) -> None:
 def test_open_profile_draws_the_timeline(page) -> None:
     page.click("[data-testid=profile-row][data-name=run-a]")
     page.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=30000)
-    assert page.locator("[data-testid=widget][data-type=event-details]").count() == 1
+    # details, area summary and flows are docked under the timeline (no separate widget by default)
+    assert page.locator("[data-testid=dock] [data-testid=event-details]").count() == 1
+    assert page.locator("[data-testid=widget][data-type=event-details]").count() == 0
     assert "CPU vs Device" in page.inner_text(".statusbar")
     shot(page, "02-system-trace")
 
@@ -135,17 +182,15 @@ def test_range_selection_summary(page) -> None:
 
 
 def test_hover_and_click_event_details(page) -> None:
+    it = click_item(page, "run-a", "nrt_load", "rank 0")
     box = canvas_box(page)
-    it = page.evaluate(FIND_ITEM, ["run-a", "nrt_load", "rank 0", True])
-    assert it and it["visible"], it
-    page.mouse.move(box["x"] + it["x"], box["y"] + it["y"])
+    page.mouse.move(box["x"] + it["x"], box["y"] + it["y"] + 1)
     page.wait_for_selector("#tooltip", state="visible")
     assert "nrt_load" in page.inner_text("#tooltip")
-    page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
     page.wait_for_function("document.querySelector('[data-testid=event-name]')?.textContent === 'nrt_load'")
     details = page.inner_text("[data-testid=event-details]")
     for prop in ("start_ts", "end_ts", "duration_ns", "trace_event_source", "thread_id", "nc_idx", "worker_gid",
-                 "model_name", "extra_attributes_json" if False else "flow_id"):
+                 "model_name", "flow_id"):
         assert prop in details, prop
     assert "Process" in details and "rank" in details
     shot(page, "05-event-details")
@@ -165,7 +210,10 @@ def test_keyboard_and_wheel_zoom_pan(page) -> None:
     assert c0 > b0 and abs((c1 - c0) - (b1 - b0)) < 1e-3 * (b1 - b0)
     box = canvas_box(page)
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 200)
+    page.keyboard.down("Control")  # Ctrl+wheel zooms (a plain wheel scrolls the tracks)
     page.mouse.wheel(0, 400)
+    page.keyboard.up("Control")
+    page.wait_for_function(f"(w) => {{ const t = {TL.format(p='run-a')}; return t.t1 - t.t0 > w; }}", arg=c1 - c0)
     d0, d1 = page.evaluate(view)
     assert d1 - d0 > c1 - c0
     before = fetches(page)
@@ -176,36 +224,23 @@ def test_keyboard_and_wheel_zoom_pan(page) -> None:
 
 
 def test_drill_down_from_nc_exec_running(page) -> None:
-    box = canvas_box(page)
-    it = None
-    for _ in range(12):
-        # the row is drawn once the window fetched by the previous test's last action has arrived
-        page.wait_for_function(FIND_ITEM, arg=["run-a", "nc_exec_running", "rank 0", False], timeout=15000)
-        it = page.evaluate(FIND_ITEM, ["run-a", "nc_exec_running", "rank 0", False])
-        assert it, "nc_exec_running row of rank 0"
-        if it["c"] == 1:
-            break
-        before = fetches(page)
-        page.evaluate("""([s, e]) => window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline.zoomTo(s, e)""",
-                      [it["s"], it["e"]])
-        wait_fetch_after(page, before)
-    assert it and it["c"] == 1
-    # click until the drill-down widget is mounted: under load a click can land while the window is
-    # being redrawn, and the row may have been scrolled out of the canvas by the previous test
-    for _ in range(4):
-        page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-a] canvas").scroll_into_view_if_needed()
-        box = canvas_box(page)
-        it = page.evaluate(FIND_ITEM, ["run-a", "nc_exec_running", "rank 0", False])
-        assert it and it["c"] == 1 and it["visible"], it
-        page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
-        try:
-            page.wait_for_selector("[data-testid=widget][data-type=device-trace]", timeout=15000)
-            break
-        except Exception:  # playwright's TimeoutError: the click did not open an event; find the item again
-            continue
+    click_item(page, "run-a", "nc_exec_running", "rank 0")
     page.wait_for_selector("[data-testid=widget][data-type=device-trace] [data-testid=device-timeline][data-ready='1']",
-                           timeout=60000)
+                           timeout=20000)
     page.wait_for_function("document.querySelector('[data-testid=event-name]')?.textContent === 'nc_exec_running'")
+    # the drill-down opens in view (the docked panel under the timeline), without any scrolling by the user
+    vp = page.viewport_size
+    dbox = page.locator("[data-testid=device-timeline]").bounding_box()
+    assert dbox["y"] >= 0 and dbox["y"] + 60 <= vp["height"], (dbox, vp)
+    # ... on the system timeline's time axis, zoomed to the execution, which the system timeline shades
+    al = page.evaluate("""() => {
+      const d = window.__nx.state.widgets.find((x) => x.type === 'device-trace').timeline;
+      const s = window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-a').timeline;
+      return {d0: d.t0, d1: d.t1, a: s.highlight.a, b: s.highlight.b, sel: s.selected.s};
+    }""")
+    assert al["a"] == al["sel"] and al["d0"] <= al["a"] < al["b"] <= al["d1"], al
+    assert al["d1"] - al["d0"] < (al["b"] - al["a"]) * 1.2, al
+    shot(page, "06a-drill-down-in-view")
     # click a PE op in the device trace: its details list the device columns
     page.locator("[data-testid=device-timeline]").scroll_into_view_if_needed()
     dev = page.locator("[data-testid=device-timeline] canvas").bounding_box()
@@ -237,25 +272,25 @@ def test_drill_down_from_nc_exec_running(page) -> None:
 
 
 def test_flow_arrows_join_the_execution_and_its_host_call(page) -> None:
-    """With individual events on screen (this small capture shows them even zoomed out), the timeline
-    holds the window's flows from /flows and has rows for both ends of at least one host call ->
-    execution flow, so an arrow is drawn between two different rows."""
+    """The execution selected by the drill-down shows its own flow only: the arrow from its host call
+    (nrt_execute) to it (nc_exec_running), between two different tracks."""
     got = page.evaluate("""() => {
       const tl = window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-a').timeline;
-      const names = new Map(tl.rows.map((r) => [r.idx, r.name]));
       const drawn = [];
-      for (const f of tl.flowData) {
+      for (const f of tl.drawnFlows()) {
         const rows = f.ends.map((e) => tl.leafToRow.get(e[1]));
-        if (rows.every((r) => tl.rowY.get(r)) && new Set(rows).size > 1) drawn.push(rows.map((r) => names.get(r)));
+        drawn.push({names: f.ends.map((e) => tl.source.nameOf(e[1])), ids: f.ends.map((e) => String(e[0])),
+                    rows: new Set(rows).size, shown: rows.every((r) => tl.rowMidY(r) !== null)});
       }
-      return {level: tl.level, show: tl.showFlows, n: tl.flowData.length, ends: tl.flowData.map((f) => f.ends.length),
-              drawn};
+      return {mode: tl.flowMode, all: tl.flowData.length, sel: String(tl.selected.id), drawn};
     }""")
-    assert got["level"] == "raw" and got["show"], got
-    assert got["n"] >= 1 and min(got["ends"]) >= 2, got
-    assert any("nrt_execute" in d and "nc_exec_running" in d for d in got["drawn"]), got
+    assert got["mode"] == "selected" and got["all"] == 0, got
+    assert got["drawn"] and all(got["sel"] in d["ids"] for d in got["drawn"]), got
+    assert any("nrt_execute" in d["names"] and "nc_exec_running" in d["names"] and d["rows"] > 1 and d["shown"]
+               for d in got["drawn"]), got
     page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-a]").scroll_into_view_if_needed()
     shot(page, "06b-flow-arrows")
+
 
 def test_device_profiles_list(page) -> None:
     page.click("[data-testid=widget][data-type=system-trace][data-profile=run-a] [data-testid=device-profiles-list]")
@@ -304,25 +339,11 @@ def test_second_profile_side_by_side_and_duplicate_refused(page) -> None:
 
 
 def test_run_b_execution_has_no_device_profile(page) -> None:
-    box = canvas_box(page, "run-b")
-    page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-b]").scroll_into_view_if_needed()
-    box = canvas_box(page, "run-b")
     page.click("[data-testid=add-widget]")
     page.select_option("[data-testid=add-widget-profile]", "run-b")
     page.click("[data-testid=tile-event-details]")
     page.wait_for_selector("[data-testid=widget][data-type=event-details][data-profile=run-b]")
-    it = None
-    for _ in range(12):
-        it = page.evaluate(FIND_ITEM, ["run-b", "nc_exec_running", "rank 0", False])
-        if it["c"] == 1:
-            break
-        before = fetches(page, "run-b")
-        page.evaluate("""([s, e]) => window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-b').timeline.zoomTo(s, e)""",
-                      [it["s"], it["e"]])
-        wait_fetch_after(page, before, "run-b")
-    page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-b]").scroll_into_view_if_needed()
-    box = canvas_box(page, "run-b")
-    page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
+    click_item(page, "run-b", "nc_exec_running", "rank 0")
     page.locator("[data-testid=widget][data-type=event-details][data-profile=run-b]").scroll_into_view_if_needed()
     note = page.locator("[data-testid=widget][data-type=event-details][data-profile=run-b] [data-testid=device-note]")
     note.wait_for()

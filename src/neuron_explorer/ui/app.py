@@ -22,12 +22,16 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from neuron_explorer.ui import area as area_q
+from neuron_explorer.ui import busy as busy_q
+from neuron_explorer.ui import flows as flows_q
 from neuron_explorer.ui import paths, queries
+from neuron_explorer.ui import search as search_q
 from neuron_explorer.ui.device import device_profiles as list_device_profiles
 from neuron_explorer.ui.device import DeviceProfile, open_device
-from neuron_explorer.ui.params import BadRequest, NotFound, number, parse_rows
+from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, parse_rows
 from neuron_explorer.ui.profile import Profile
-from neuron_explorer.ui.rows import DEFAULT_MODE
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, DEFAULT_MODE, check_layout, check_mode
 from neuron_explorer.ui.workspace import Workspace
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -88,6 +92,15 @@ def _mode(req: Request) -> str:
     return req.query_params.get("mode", DEFAULT_MODE)
 
 
+def _layout(req: Request) -> str:
+    return check_layout(req.query_params.get("layout", DEFAULT_LAYOUT))
+
+
+def _opt_int(req: Request, key: str) -> int | None:
+    v = req.query_params.get(key)
+    return integer(req.query_params, key) if v not in (None, "") else None
+
+
 def _rows(req: Request) -> list[int]:
     return parse_rows(req.query_params.get("rows"))
 
@@ -102,7 +115,7 @@ def _range(req: Request) -> tuple[float, float, int]:
 
 
 def _device(ws: Workspace, req: Request) -> DeviceProfile:
-    return open_device(_prof(ws, req), req.path_params["pid"])
+    return open_device(_prof(ws, req), req.path_params["pid"], req.query_params.get("frame", "device"))
 
 
 # ---------------------------------------------------------------- handlers
@@ -114,39 +127,79 @@ def overview(ws: Workspace, req: Request) -> Any:
     return queries.overview(_prof(ws, req))
 
 
+def status(ws: Workspace, req: Request) -> Any:
+    return ws.status(req.path_params["name"])
+
+
 def tracks(ws: Workspace, req: Request) -> Any:
-    m = _mode(req)
-    return {"mode": m, "rows": [r.to_json(i) for i, r in enumerate(_prof(ws, req).rows(m))]}
+    m, lay = _mode(req), _layout(req)
+    p = _prof(ws, req)
+    return {"mode": m, "layout": lay, "rows": [r.to_json(i) for i, r in enumerate(p.rows(m, lay))],
+            "names": p.names, "leaf_name": p.leaf_name, "leaf_rank": [p.rank(i) for i in range(len(p.leaves))]}
 
 
 def window(ws: Workspace, req: Request) -> Any:
-    return queries.window(_prof(ws, req), _mode(req), _rows(req), *_range(req))
+    return queries.window(_prof(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
 
 
 def counters(ws: Workspace, req: Request) -> Any:
-    return queries.counters(_prof(ws, req), _mode(req), _rows(req), *_range(req))
+    return queries.counters(_prof(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
 
 
 def flows(ws: Workspace, req: Request) -> Any:
-    return queries.flows(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"))
+    return flows_q.flows(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"))
 
 
 def event(ws: Workspace, req: Request) -> Any:
-    leaf = req.query_params.get("leaf")
-    return queries.event(_prof(ws, req), int(_num(req, "id")), int(leaf) if leaf not in (None, "") else None)
+    return queries.event(_prof(ws, req), integer(req.query_params, "id"), _opt_int(req, "leaf"))
+
+
+def event_flows(ws: Workspace, req: Request) -> Any:
+    s = req.query_params.get("s")
+    return flows_q.event_flows(_prof(ws, req), integer(req.query_params, "id"), integer(req.query_params, "leaf"),
+                               _num(req, "s") if s not in (None, "") else None)
 
 
 def summary(ws: Workspace, req: Request) -> Any:
-    return queries.summary(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"), _rows(req) or None)
+    return queries.summary(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"), _rows(req) or None,
+                           _layout(req))
+
+
+def busy(ws: Workspace, req: Request) -> Any:
+    check_mode(_mode(req))
+    return busy_q.busy(_prof(ws, req), _mode(req), _layout(req), busy_q.parse_groups(req.query_params.get("groups")),
+                       *_range(req))
+
+
+def activity(ws: Workspace, req: Request) -> Any:
+    return busy_q.activity(_prof(ws, req))
+
+
+def nonempty(ws: Workspace, req: Request) -> Any:
+    check_mode(_mode(req))
+    return {"rows": busy_q.rows_with_events(_prof(ws, req), _mode(req), _layout(req), _num(req, "t0"),
+                                            _num(req, "t1"))}
+
+
+def area(ws: Workspace, req: Request) -> Any:
+    check_mode(_mode(req))
+    return area_q.area(_prof(ws, req), _mode(req), _layout(req), _rows(req) or None, _num(req, "t0"), _num(req, "t1"))
+
+
+def collectives(ws: Workspace, req: Request) -> Any:
+    check_mode(_mode(req))
+    return area_q.collectives(_prof(ws, req), _mode(req), _layout(req), _rows(req) or None, _num(req, "t0"),
+                              _num(req, "t1"))
 
 
 def search(ws: Workspace, req: Request) -> Any:
-    return queries.search(_prof(ws, req), _mode(req), req.query_params.get("q", "")[:200])
+    check_mode(_mode(req))
+    return search_q.search(_prof(ws, req), _mode(req), req.query_params.get("q", "")[:200], _layout(req))
 
 
 def search_next(ws: Workspace, req: Request) -> Any:
-    return queries.search_next(_prof(ws, req), req.query_params.get("q", "")[:200], _num(req, "after"),
-                               int(_num(req, "dir", 1)))
+    return search_q.search_next(_prof(ws, req), req.query_params.get("q", "")[:200], _num(req, "after"),
+                                int(_num(req, "dir", 1)), _opt_int(req, "leaf"), _opt_int(req, "id"))
 
 
 def device_profiles(ws: Workspace, req: Request) -> Any:
@@ -172,12 +225,19 @@ async def index_page(req: Request) -> Response:
 API: list[tuple[str, Handler]] = [
     ("/api/profiles", profiles),
     ("/api/profiles/{name}", overview),
+    ("/api/profiles/{name}/status", status),
     ("/api/profiles/{name}/tracks", tracks),
     ("/api/profiles/{name}/window", window),
     ("/api/profiles/{name}/counters", counters),
     ("/api/profiles/{name}/flows", flows),
     ("/api/profiles/{name}/event", event),
+    ("/api/profiles/{name}/event/flows", event_flows),
     ("/api/profiles/{name}/summary", summary),
+    ("/api/profiles/{name}/busy", busy),
+    ("/api/profiles/{name}/activity", activity),
+    ("/api/profiles/{name}/nonempty", nonempty),
+    ("/api/profiles/{name}/area", area),
+    ("/api/profiles/{name}/collectives", collectives),
     ("/api/profiles/{name}/search", search),
     ("/api/profiles/{name}/search/next", search_next),
     ("/api/profiles/{name}/device-profiles", device_profiles),

@@ -11,9 +11,14 @@ import json
 import math
 from typing import Any
 
-from neuron_explorer.ui.params import MAX_WINDOW_ROWS, NotFound, ns_per_px, window_args
+from neuron_explorer.ui import wire
+from neuron_explorer.ui.params import MAX_WINDOW_ROWS, BadRequest, NotFound, ns_per_px, window_args
 from neuron_explorer.ui.profile import Profile
-from neuron_explorer.ui.sql import files_sql, plain, quote, records
+from neuron_explorer.ui.sql import files_sql, quote, records
+
+# Columns the Device Profiles List leads with (what a user picks a device profile by); the others follow.
+LIST_FIRST = ("model_name", "nc_idx", "executions", "flops", "achieved_flops_per_s", "mfu", "total_time_ns", "ops",
+              "instance_id", "process_id", "mode", "device_kind", "source")
 
 def device_profiles(p: Profile) -> list[dict[str, Any]]:
     """Rows of DeviceProfiles.parquet (none when the profile has no device profiles)."""
@@ -21,7 +26,11 @@ def device_profiles(p: Profile) -> list[dict[str, Any]]:
         return []
     c = p.cursor()
     c.execute(f"SELECT * FROM read_parquet({quote(p.devprof_file)}) ORDER BY ALL")
-    return [{k: plain(v) for k, v in r.items()} for r in records(c)]
+    out = []
+    for r in records(c):
+        first = {k: r[k] for k in LIST_FIRST if k in r}
+        out.append(wire.record({**first, **{k: v for k, v in r.items() if k not in first}}))
+    return out
 
 
 def _int_or(v: Any, default: int) -> int:
@@ -49,18 +58,29 @@ def device_profile_for(p: Profile, ev: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def open_device(p: Profile, profile_id: str) -> "DeviceProfile":
+def open_device(p: Profile, profile_id: str, frame: str = "device") -> "DeviceProfile":
     """The device profile ``profile_id`` of ``p`` (NotFound when it has no events)."""
     if not p.dev_files:
         raise NotFound("no device profiles were captured for this profile")
     dp = next((d for d in device_profiles(p) if str(d.get("profile_id")) == str(profile_id)), None)
-    return DeviceProfile(p, str(profile_id), dp)
+    return DeviceProfile(p, str(profile_id), dp, frame)
+
+
+FRAMES = ("device", "system")
+
+
+def check_frame(frame: str) -> str:
+    """Times of device answers: relative to the device profile's first op ("device", the default) or
+    to the system profile's origin ("system": the device trace on the system timeline's time axis)."""
+    if frame not in FRAMES:
+        raise BadRequest(f"unknown frame {frame!r}; one of {', '.join(FRAMES)}")
+    return frame
 
 
 class DeviceProfile:
     """One device profile (the op/kernel events of an execution range on one core)."""
 
-    def __init__(self, prof: Profile, profile_id: str, info: dict[str, Any] | None) -> None:
+    def __init__(self, prof: Profile, profile_id: str, info: dict[str, Any] | None, frame: str = "device") -> None:
         self.p = prof
         self.profile_id = profile_id
         self.info = info
@@ -72,12 +92,15 @@ class DeviceProfile:
         if not r[2]:
             raise NotFound(f"device profile {profile_id}")
         self.origin, self.end, self.n = int(r[0]), int(r[1]), int(r[2])
+        # answers relative to this origin; the device's own first op stays self.origin
+        self.frame_origin = prof.origin if check_frame(frame) == "system" else self.origin
         self.tracks = c.execute(f"""SELECT track, count(*), max(duration_ns) FROM read_parquet({self.files})
                                     WHERE profile_id::VARCHAR = ? GROUP BY track ORDER BY track""",
                                 [profile_id]).fetchall()
 
     def overview(self) -> dict[str, Any]:
-        return {"profile_id": self.profile_id, "info": self.info, "origin_ns": str(self.origin),
+        return {"profile_id": self.profile_id, "info": self.info, "origin_ns": str(self.frame_origin),
+                "start_ns": self.origin - self.frame_origin, "system_origin_ns": str(self.p.origin),
                 "duration_ns": max(self.end - self.origin, 1), "events": self.n,
                 "rows": [{"idx": i, "key": t, "kind": "events", "group": ["Device"], "label": t, "count": int(n),
                           "name": t, "leaves": [i]} for i, (t, n, _) in enumerate(self.tracks)]}
@@ -93,7 +116,7 @@ class DeviceProfile:
             return res
         names = [self.tracks[i][0] for i in picked]
         maxdur = max(int(self.tracks[i][2] or 0) for i in picked)
-        a0, a1 = self.origin + int(t0), self.origin + math.ceil(t1)
+        a0, a1 = self.frame_origin + int(t0), self.frame_origin + math.ceil(t1)
         data = self.p.cursor().execute(f"""
             WITH m AS (SELECT unnest($tracks::VARCHAR[]) AS track, unnest($rows::INTEGER[]) AS r),
             ev AS (SELECT track, name, start_ts - $origin AS s, end_ts - $origin AS e, duration_ns AS d
@@ -103,7 +126,7 @@ class DeviceProfile:
                                     ELSE floor((ev.s - $t0) / $npp)::BIGINT END AS k FROM ev JOIN m USING (track))
             SELECT r, k, count(*)::BIGINT, sum(d)::BIGINT, min(s), max(e), min(s), r, min(name)
             FROM x GROUP BY r, k ORDER BY r, 5 LIMIT {MAX_WINDOW_ROWS}""",
-            {"tracks": names, "rows": picked, "pid": self.profile_id, "origin": self.origin, "lo": a0 - maxdur,
+            {"tracks": names, "rows": picked, "pid": self.profile_id, "origin": self.frame_origin, "lo": a0 - maxdur,
              "a0": a0, "a1": a1, "npp": npp, "t0": t0}).fetchall()
         for r, _k, cnt, d, s, e, sid, leaf, name in data:
             res["row"].append(r)
@@ -122,7 +145,7 @@ class DeviceProfile:
             raise NotFound("no such track")
         c = self.p.cursor()
         c.execute(f"SELECT * FROM read_parquet({self.files}) WHERE profile_id::VARCHAR = ? AND track = ? "
-                  "AND start_ts = ? LIMIT 1", [self.profile_id, self.tracks[row][0], self.origin + int(start)])
+                  "AND start_ts = ? LIMIT 1", [self.profile_id, self.tracks[row][0], self.frame_origin + int(start)])
         rows = records(c)
         if not rows:
             raise NotFound("device event")
@@ -131,6 +154,6 @@ class DeviceProfile:
             attrs = json.loads(ev.pop("extra_attributes_json", None) or "{}")
         except ValueError:
             attrs = {}
-        props = {k: (str(v) if k in ("start_ts", "end_ts") else plain(v)) for k, v in ev.items()}
-        return {"name": ev.get("name"), "properties": props, "attributes": attrs,
-                "relative": {"start": int(ev["start_ts"]) - self.origin, "end": int(ev["end_ts"]) - self.origin}}
+        return {"name": ev.get("name"), "properties": wire.record(ev), "attributes": attrs,
+                "origin_ns": str(self.frame_origin),
+                "relative": {"start": int(ev["start_ts"]) - self.frame_origin, "end": int(ev["end_ts"]) - self.frame_origin}}

@@ -37,7 +37,8 @@ def pyramid_levels(duration: int, n_leaves: int, n_events: int) -> list[int]:
 
 def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[int],
                  chunks: Iterable[tuple[np.ndarray, ...]], out_dir: Path | None,
-                 extra: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                 extra: dict[str, Any] | None = None,
+                 on_level: Callable[[int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The index's arrays and metadata from ``chunks`` of (leaf, start_abs, duration, id[, flow id]),
     each sorted by (leaf, start).
 
@@ -71,6 +72,8 @@ def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[i
     # floor(s / w_k) of a bucket's first start is the bucket it falls in at level k)
     prev: dict[str, np.ndarray] | None = None
     for k, w in enumerate(levels):
+        if on_level is not None:
+            on_level(k)  # progress: the levels are the build's last phase
         prev = _pyramid_level(k, w, prev, off, s, d, ids, alloc)
         for x, v in prev.items():
             arrays[f"p{k}_{x}"] = v

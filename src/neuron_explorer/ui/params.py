@@ -65,6 +65,28 @@ def number(params: Mapping[str, str], key: str, default: float | None = None) ->
     return x
 
 
+def integer(params: Mapping[str, str], key: str, default: int | None = None) -> int:
+    """An exact 64-bit integer (event ids: a double would round ids beyond 2^53)."""
+    v = params.get(key)
+    if v is None or v == "":
+        if default is None:
+            raise BadRequest(f"missing parameter {key}")
+        return default
+    try:
+        x = int(v.strip())
+    except ValueError:
+        try:  # "12.0" from a client that sent a number as a float
+            f = float(v)
+        except ValueError:
+            raise BadRequest(f"{key}={v[:40]!r} is not an integer") from None
+        if not math.isfinite(f) or abs(f) > MAX_PARAM or f != int(f):
+            raise BadRequest(f"{key}={v[:40]!r} is not valid; accepted: an integer within +-2^62") from None
+        x = int(f)
+    if abs(x) >= 1 << 63:
+        raise BadRequest(f"{key}={v[:40]!r} is not valid; accepted: a 64-bit integer")
+    return x
+
+
 def window_args(t0: float, t1: float, px: int) -> tuple[float, float, int]:
     """A time range (ns from the profile's origin) and a pixel width a window query can use."""
     try:

@@ -39,10 +39,42 @@ import numpy as np
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
                                              WARNINGS, table_file)
 from neuron_explorer.ui import index, index_build, paths
-from neuron_explorer.ui.rows import Leaf, Row, build_rows
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows
 from neuron_explorer.ui.sql import files_sql, quote, records
 
 RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
+
+# share of the whole preparation each phase stands for, for one progress bar: (start, end)
+PHASES = {"reading metadata": (0.0, 0.02), "scanning events": (0.02, 0.3), "loading counters": (0.3, 0.33),
+          "building index": (0.33, 0.85), "building pyramid": (0.85, 0.99), "ready": (1.0, 1.0)}
+
+
+class Progress:
+    """How far a profile's preparation has got: written by the preparing thread, read by ``/status``.
+
+    Why: preparing a 100M-event profile the first time takes minutes (one scan, the index build);
+    the browser shows this instead of a blank widget. Plain attribute writes, no lock: a reader may
+    see a phase one step stale, never a torn value that matters."""
+
+    def __init__(self) -> None:
+        self.phase = "starting"
+        self.done = 0
+        self.total = 0
+        self.started = time.time()
+        self.error: str | None = None
+
+    def step(self, phase: str, done: int = 0, total: int = 0) -> None:
+        self.phase, self.done, self.total = phase, done, total
+
+    def fraction(self) -> float:
+        a, b = PHASES.get(self.phase, (0.0, 0.0))
+        return a + (b - a) * (self.done / self.total if self.total else 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        state = "error" if self.error else ("ready" if self.phase == "ready" else "preparing")
+        return {"state": state, "phase": self.phase, "done": self.done, "total": self.total,
+                "fraction": round(self.fraction(), 4), "elapsed_s": round(time.time() - self.started, 2),
+                **({"error": self.error} if self.error else {})}
 
 
 class Profile:
@@ -55,8 +87,9 @@ class Profile:
     """
 
     def __init__(self, workspace: Path, name: str, con: duckdb.DuckDBPyConnection, cache_dir: Path | None,
-                 pyramid_min_events: int, raw_budget: int = RAW_BUDGET) -> None:
+                 pyramid_min_events: int, raw_budget: int = RAW_BUDGET, progress: Progress | None = None) -> None:
         self.workspace = workspace
+        self.progress = progress if progress is not None else Progress()
         self.raw_budget = raw_budget
         self.flow_strategy = "auto"  # index.EventIndex.flows: "auto", or (tests) "gather" / "walk"
         self.name = name
@@ -75,7 +108,7 @@ class Profile:
         self.levels: list[int] = []  # bucket width (ns) of each pyramid level
         self.prepare_s = 0.0
         self.index_build_s: float | None = None  # None: the index came from the cache (or there are no events)
-        self._rows: dict[str, list[Row]] = {}
+        self._rows: dict[tuple[str, str], list[Row]] = {}
         self.stamp = stamp(self.meta_file)
         self._prepare()
 
@@ -83,11 +116,22 @@ class Profile:
         """A cursor of the workspace's connection (one per query: requests run on several threads)."""
         return self.con.cursor()
 
-    def rows(self, mode: str) -> list[Row]:
-        """The tracks of a grouping mode, in drawing order (cached: leaves never change)."""
-        if mode not in self._rows:
-            self._rows[mode] = build_rows(mode, self.leaves, self.counter_list, self.rank_of, self.nd_of)
-        return self._rows[mode]
+    def rows(self, mode: str, layout: str = DEFAULT_LAYOUT) -> list[Row]:
+        """The tracks of a grouping mode and layout, in drawing order (cached: leaves never change)."""
+        if (mode, layout) not in self._rows:
+            self._rows[(mode, layout)] = build_rows(mode, self.leaves, self.counter_list, self.rank_of, self.nd_of,
+                                                    layout)
+        return self._rows[(mode, layout)]
+
+    @property
+    def names(self) -> list[str]:
+        """The profile's event names; ``leaf_name`` numbers each leaf's name in this list."""
+        return self._names
+
+    def rank(self, leaf: int) -> int:
+        """The global rank of a leaf's process (-1 when not distributed)."""
+        lf = self.leaves[leaf]
+        return self.rank_of.get((lf.inst, lf.pid), -1)
 
     def process(self, inst: str, pid: int) -> dict[str, Any] | None:
         """The ProfileMetadata row of a process."""
@@ -96,13 +140,18 @@ class Profile:
     # ---------------------------------------------------------------- preparation
     def _prepare(self) -> None:
         t = time.perf_counter()
+        self.progress.step("reading metadata")
         self._read_metadata()
         cache = self._cache_path()
         idx = index.EventIndex.load(cache) if cache is not None else None
         # the leaf table travels with the cached index: no scan at all
         self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])] if idx is not None else self._scan_leaves()
         self.total_events = sum(lf.n for lf in self.leaves)
+        self._names = sorted({lf.name for lf in self.leaves})
+        pos = {n: i for i, n in enumerate(self._names)}
+        self.leaf_name = np.array([pos[lf.name] for lf in self.leaves], dtype=np.int64)
         self._store_leaves()
+        self.progress.step("loading counters")
         cstats = self._load_counters()
         starts = [lf.mn for lf in self.leaves] + ([int(cstats[0])] if cstats[0] is not None else [])
         ends = [lf.mx for lf in self.leaves] + ([int(cstats[1])] if cstats[1] is not None else [])
@@ -119,6 +168,7 @@ class Profile:
         # index times are relative to the earliest event start; responses to the profile origin
         self.shift = (self.index.base - self.origin) if self.index is not None else 0
         self.prepare_s = time.perf_counter() - t
+        self.progress.step("ready")
 
     def _read_metadata(self) -> None:
         c = self.cursor()
@@ -149,14 +199,33 @@ class Profile:
         capture's type table), and the join that numbers events by leaf stays on the key's columns."""
         if not self.ev_files:
             return []
-        rows = self.cursor().execute(f"""
+        parts = self._parts()
+        rows: list[tuple] = []
+        self.progress.step("scanning events", 0, len(parts))
+        # one aggregate per process, a few at a time: the same rows as one query over every file,
+        # with progress to show on a cold open
+        with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
+            for i, got in enumerate(pool.map(self._scan_part, parts.values())):
+                rows.extend(got)
+                self.progress.step("scanning events", i + 1, len(parts))
+        rows.sort(key=lambda r: r[:6])
+        return [Leaf(i, str(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]), int(r[6]),
+                     int(r[7]), int(r[8]), int(r[9] or 0), str(r[10])) for i, r in enumerate(rows)]
+
+    def _parts(self) -> dict[tuple[str, int], list[str]]:
+        """The event files of each process."""
+        parts: dict[tuple[str, int], list[str]] = {}
+        for inst, pid, f in self.ev_files:
+            parts.setdefault((inst, pid), []).append(f)
+        return parts
+
+    def _scan_part(self, files: list[str]) -> list[tuple]:
+        return self.cursor().execute(f"""
             SELECT instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
                    coalesce(trace_event_source, ''), name, count(*), min(start_ts), max(end_ts),
                    max(duration_ns), max(coalesce(event_group, ''))
-            FROM read_parquet({files_sql([f for _, _, f in self.ev_files])})
-            GROUP BY ALL ORDER BY 1, 2, 3, 4, 5, 6""").fetchall()
-        return [Leaf(i, str(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]), int(r[6]),
-                     int(r[7]), int(r[8]), int(r[9] or 0), str(r[10])) for i, r in enumerate(rows)]
+            FROM read_parquet({files_sql(files)})
+            GROUP BY ALL""").fetchall()
 
     def _store_leaves(self) -> None:
         """The leaf table in DuckDB, for the join that numbers events by leaf while the index is built."""
@@ -250,18 +319,22 @@ class Profile:
 
         A process's part is often one row group, which DuckDB scans on one thread: read as many
         processes at once as there are cores, keeping at most that many answers in memory."""
-        parts: dict[tuple[str, int], list[str]] = {}
-        for inst, pid, f in self.ev_files:
-            parts.setdefault((inst, pid), []).append(f)
+        parts = self._parts()
         workers = max(1, min(os.cpu_count() or 1, 4))
+        done = 0
+        self.progress.step("building index", 0, len(parts))
         with ThreadPoolExecutor(workers) as pool:
             pending: list = []
             for files in parts.values():
                 pending.append(pool.submit(self._read_events, files))
                 if len(pending) >= workers:
                     yield pending.pop(0).result()
+                    done += 1
+                    self.progress.step("building index", done, len(parts))
             while pending:
                 yield pending.pop(0).result()
+                done += 1
+                self.progress.step("building index", done, len(parts))
 
     def _build_index(self, out_dir: Path | None) -> index.EventIndex:
         """One pass over the events, one process at a time (see ``_event_chunks``)."""
@@ -272,7 +345,8 @@ class Profile:
             if self.total_events >= self.pyramid_min_events else []
         t = time.perf_counter()
         idx = index.EventIndex.build([lf.n for lf in leaves], [lf.maxdur for lf in leaves], base, levels,
-                                     self._event_chunks(), out_dir, extra={"leaves": [lf.to_list() for lf in leaves]})
+                                     self._event_chunks(), out_dir, extra={"leaves": [lf.to_list() for lf in leaves]},
+                                     on_level=lambda k: self.progress.step("building pyramid", k, len(levels)))
         self.index_build_s = time.perf_counter() - t
         return idx
 

@@ -18,12 +18,12 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from neuron_explorer.ui import index
+from neuron_explorer.ui import index, wire
 from neuron_explorer.ui.device import device_profile_for, device_profiles
 from neuron_explorer.ui.params import MAX_WINDOW_ROWS, BadRequest, NotFound, ns_per_px, window_args
 from neuron_explorer.ui.profile import Profile
-from neuron_explorer.ui.rows import DEFAULT_MODE, MODES, Row, check_mode, name_key
-from neuron_explorer.ui.sql import files_sql, plain, quote, records
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, DEFAULT_MODE, MODES, Row, name_key
+from neuron_explorer.ui.sql import files_sql, quote, records
 
 SUMMARY_EXACT_MAX = 3_000_000  # events: above this a summary adds up pyramid buckets instead
 NO_DEVICE_PROFILE = ("No device profile was captured for this execution (device profiles are "
@@ -40,7 +40,7 @@ def overview(p: Profile) -> dict[str, Any]:
         "name": p.name, "display_name": p.display_name, "origin_ns": str(p.origin),
         "duration_ns": p.duration, "events": p.total_events, "modes": MODES, "default_mode": DEFAULT_MODE,
         "names": sorted(names.items(), key=lambda kv: name_key(kv[0])),
-        "processes": [{k: plain(v) for k, v in m.items()} for m in p.meta],
+        "processes": [wire.record(m) for m in p.meta],
         "instances": sorted({lf.inst for lf in p.leaves} | {m["instance_id"] for m in p.meta}),
         "levels": p.levels, "prepare_s": round(p.prepare_s, 3),
         "index": {"bytes": p.index.nbytes() if p.index is not None else 0,
@@ -61,9 +61,9 @@ def warnings(p: Profile) -> list[str]:
 
 
 # ---------------------------------------------------------------- rows and leaves
-def pick_rows(p: Profile, mode: str, idxs: list[int]) -> list[tuple[int, Row]]:
+def pick_rows(p: Profile, mode: str, idxs: list[int], layout: str = DEFAULT_LAYOUT) -> list[tuple[int, Row]]:
     """The requested rows of a mode (BadRequest for an index out of range)."""
-    rows = p.rows(mode)
+    rows = p.rows(mode, layout)
     out = []
     for i in idxs:
         if i < 0 or i >= len(rows):
@@ -90,10 +90,14 @@ def count_starting(p: Profile, leaves: list[int], t0: float, t1: float) -> int:
 
 
 # ---------------------------------------------------------------- windows
-def window(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: int) -> dict[str, Any]:
-    """Events of the given rows in [t0, t1) (relative ns) aggregated to ``px`` pixel columns."""
+def window(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: int,
+           layout: str = DEFAULT_LAYOUT) -> dict[str, Any]:
+    """Events of the given rows in [t0, t1) (relative ns) aggregated to ``px`` pixel columns.
+
+    In the "tracks" layout a row holds several event names: short events are merged per pixel *and
+    name*, so a bucket says which name it stands for and the browser can stack the names in lanes."""
     t0, t1, px = window_args(t0, t1, px)
-    picked = [(i, r) for i, r in pick_rows(p, mode, row_idx) if r.kind == "events"]
+    picked = [(i, r) for i, r in pick_rows(p, mode, row_idx, layout) if r.kind == "events"]
     npp = ns_per_px(t0, t1, px)
     first_row: dict[int, int] = {}
     for lf, r in zip(*leaf_map(picked)):
@@ -114,12 +118,19 @@ def window(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: 
         items = idx.gather_raw(leaves, ridx, t0 - sh, t1 - sh)
         single = items["d"] >= npp
         res["level"] = "raw"
-    out = index.aggregate(items, t0 - sh, npp, single, MAX_WINDOW_ROWS)
+    if layout == "tracks" and len(items["row"]):
+        nn = max(len(p.names), 1)
+        items["row"] = items["row"] * nn + p.leaf_name[items["leaf"]]
+        out = index.aggregate(items, t0 - sh, npp, single, MAX_WINDOW_ROWS)
+        out["row"] = out["row"] // nn
+    else:
+        out = index.aggregate(items, t0 - sh, npp, single, MAX_WINDOW_ROWS)
     if sh:
         out["s"] = out["s"] + sh
         out["e"] = out["e"] + sh
-    for k in ("row", "c", "d", "s", "e", "id", "leaf"):
+    for k in ("row", "c", "d", "s", "e", "leaf"):
         res[k] = out[k]  # int64 arrays: orjson writes them directly (OPT_SERIALIZE_NUMPY)
+    res["id"] = wire.ids(out["id"])
     return res
 
 
@@ -136,10 +147,11 @@ def _level_for(p: Profile, leaves: list[int], t0: float, t1: float, npp: float) 
     return level
 
 
-def counters(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: int) -> dict[str, Any]:
+def counters(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: int,
+             layout: str = DEFAULT_LAYOUT) -> dict[str, Any]:
     """Counter tracks in the window, averaged per pixel (per process first, then summed)."""
     t0, t1, px = window_args(t0, t1, px)
-    picked = [(i, r) for i, r in pick_rows(p, mode, row_idx) if r.kind == "counter"]
+    picked = [(i, r) for i, r in pick_rows(p, mode, row_idx, layout) if r.kind == "counter"]
     npp = ns_per_px(t0, t1, px)
     out: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "ns_per_px": npp, "rows": {}}
     if not picked:
@@ -176,35 +188,6 @@ def counters(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px
     return out
 
 
-def flows(p: Profile, mode: str, t0: float, t1: float, limit: int = 2000) -> dict[str, Any]:
-    """Flows (events sharing a ``SystemProfileEvents.flow_id``) with at least two events overlapping
-    [t0, t1) (relative ns: the events a window shows), the ``limit`` smallest flow ids.
-
-    Per flow: its id (a string: 64-bit) and its endpoints ``[event id, leaf, start, end]`` ordered by
-    start (then event id). ``leaf`` is the profile's leaf number, the same in every grouping mode: the
-    browser maps leaves to the rows of its mode (each row lists its leaves) and draws an arrow
-    between consecutive endpoints. Answered from the event index (flow ids are stored with the
-    events), without reading Parquet; a ``SystemProfileFlows`` table of older stores is ignored.
-    """
-    check_mode(mode)
-    t0, t1, _ = window_args(t0, t1, 1)
-    out: dict[str, Any] = {"flows": [], "truncated": False}
-    idx = p.index
-    if idx is None:
-        return out
-    sh = p.shift
-    r = idx.flows(t0 - sh, t1 - sh, limit, p.flow_strategy)
-    out["truncated"] = r["truncated"]
-    pos = r["pos"]
-    if not len(pos):
-        return out
-    s = idx.s[pos] + sh
-    ends = np.stack([idx.id[pos], idx.leaf_of(pos), s, s + idx.d[pos]], axis=1).tolist()
-    off = r["off"].tolist()
-    out["flows"] = [{"flow_id": str(fid), "ends": ends[off[j]:off[j + 1]]} for j, fid in enumerate(r["fid"].tolist())]
-    return out
-
-
 # ---------------------------------------------------------------- details
 def event(p: Profile, event_id: int, leaf: int | None = None) -> dict[str, Any]:
     """Every column of one event, its attributes, flows, process and model, and its device link."""
@@ -227,9 +210,10 @@ def event(p: Profile, event_id: int, leaf: int | None = None) -> dict[str, Any]:
     inst, pid = ev.get("instance_id"), int(ev.get("process_id") or 0)
     proc = p.process(inst, pid)
     out: dict[str, Any] = {
-        "id": int(ev["id"]), "name": ev.get("name"), "properties": _event_properties(ev), "attributes": attrs,
+        "id": wire.id_value(int(ev["id"])), "name": ev.get("name"), "properties": _event_properties(ev),
+        "attributes": attrs, "origin_ns": str(p.origin),
         "relative": {"start": int(ev["start_ts"]) - p.origin, "end": int(ev["end_ts"]) - p.origin},
-        "process": {k: plain(v) for k, v in proc.items()} if proc else None,
+        "process": wire.record(proc) if proc else None,
         "model": _model(p, inst, pid, ev.get("model_name")),
     }
     if ev.get("name") == "nc_exec_running":
@@ -241,18 +225,14 @@ def event(p: Profile, event_id: int, leaf: int | None = None) -> dict[str, Any]:
 
 
 def _event_properties(ev: dict[str, Any]) -> dict[str, Any]:
-    """An event's columns for display: 64-bit times and list items as strings (JavaScript numbers
-    are doubles), without the attributes (shown apart) and the hive partition echoes."""
+    """An event's columns for display (``wire``: times, ids and list items as strings, since
+    JavaScript numbers are doubles), without the attributes (shown apart) and the hive partition
+    echoes."""
     props: dict[str, Any] = {}
     for k, v in ev.items():
         if k == "extra_attributes_json" or k in ("instance", "process"):
             continue
-        if k in ("start_ts", "end_ts") and v is not None:
-            props[k] = str(v)
-        elif isinstance(v, list):
-            props[k] = [str(x) for x in v]
-        else:
-            props[k] = v
+        props[k] = [str(x) for x in v] if isinstance(v, list) else wire.value(v, k)
     return props
 
 
@@ -264,19 +244,20 @@ def _model(p: Profile, inst: Any, pid: int, model_name: Any) -> dict[str, Any] |
     mc.execute(f"SELECT * FROM read_parquet({quote(p.models_file)}) WHERE instance_id = ? AND process_id = ? "
                "AND model_name = ? LIMIT 1", [inst, pid, model_name])
     rows = records(mc)
-    return rows[0] if rows else None
+    return wire.record(rows[0]) if rows else None
 
 
-# ---------------------------------------------------------------- summary and search
-def summary(p: Profile, mode: str, t0: float, t1: float, row_idx: list[int] | None = None) -> dict[str, Any]:
+# ---------------------------------------------------------------- summary
+def summary(p: Profile, mode: str, t0: float, t1: float, row_idx: list[int] | None = None,
+            layout: str = DEFAULT_LAYOUT) -> dict[str, Any]:
     """Count, total and mean duration by event name of events starting in [t0, t1).
 
     Exact from the events when the range holds few enough of them; from the finest pyramid level
     otherwise (exact except for the two boundary buckets, flagged ``approximate``).
     """
     t0, t1, _ = window_args(t0, t1, 1)
-    rows = p.rows(mode)
-    picked = pick_rows(p, mode, row_idx) if row_idx else list(enumerate(rows))
+    rows = p.rows(mode, layout)
+    picked = pick_rows(p, mode, row_idx, layout) if row_idx else list(enumerate(rows))
     leaves, _ = leaf_map([(i, r) for i, r in picked if r.kind == "events"])
     out: dict[str, Any] = {"t0": t0, "t1": t1, "by_name": [], "count": 0, "approximate": False}
     if not leaves or p.index is None:
@@ -310,31 +291,3 @@ def _totals_by_name(p: Profile, leaves: list[int], t0i: float, t1i: float) -> tu
         x[0] += hi - lo
         x[1] += int(idx.d[lo:hi].sum(dtype=np.int64))
     return agg, False
-
-
-def search(p: Profile, mode: str, q: str) -> dict[str, Any]:
-    """Event names containing ``q`` (case-insensitive), their counts and the rows showing them."""
-    ql = q.strip().lower()
-    if not ql:
-        return {"q": q, "names": [], "rows": []}
-    names: dict[str, int] = {}
-    for lf in p.leaves:
-        if ql in lf.name.lower():
-            names[lf.name] = names.get(lf.name, 0) + lf.n
-    rows = [i for i, r in enumerate(p.rows(mode)) if r.kind == "events" and ql in r.name.lower()]
-    return {"q": q, "names": sorted(names.items(), key=lambda kv: -kv[1]), "rows": rows}
-
-
-def search_next(p: Profile, q: str, after: float, direction: int) -> dict[str, Any]:
-    """The first matching event starting after (or, backwards, before) ``after`` relative ns."""
-    ql = q.strip().lower()
-    leaves = [lf.leaf for lf in p.leaves if ql and ql in lf.name.lower()]
-    if not leaves or p.index is None:
-        return {"found": False}
-    hit = p.index.next_start(leaves, after - p.shift, direction >= 0)
-    if hit is None:
-        return {"found": False}
-    leaf, i = hit
-    s = int(p.index.s[i]) + p.shift
-    return {"found": True, "id": int(p.index.id[i]), "s": s, "e": s + int(p.index.d[i]),
-            "leaf": leaf, "name": p.leaves[leaf].name}

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import re
+
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 from neuron_explorer.contracts.tracks import on_device, process_label, track_kind
 from neuron_explorer.ui.params import BadRequest
 
@@ -20,6 +23,7 @@ NAME_ORDER = ["nrt_load", "model_load", "nrt_execute", "runtime_execute", "kmgr_
               "nrt_tensor_read", "nrt_tensor_write", "device_exec", "nc_exec_running", "cc_exec_barrier",
               "cc_running", "nrt_model_switch", "timestamp_sync_point"]
 LAST = 1 << 30  # sorts after every rank and core
+_CORE_MEM = re.compile(r"^" + re.escape(DEVICE_MEMORY_PREFIX) + r"nc(\d+)\.(.+)$")
 
 
 def name_key(name: str) -> tuple[int, str]:
@@ -102,6 +106,13 @@ def proc_of(rank_of: dict[tuple[str, int], int], inst: str, pid: int) -> Proc:
 # where a leaf goes in a mode: (row key, group path, label, sort key)
 Placement = tuple[tuple, list[str], str, tuple]
 
+# The two layouts of a mode's event rows. "names": one row per event name inside each group (the
+# first version's rows; still the API's default). "tracks": one track per thread or core (or per
+# process / instance in the coarser modes) holding every event name, drawn in lanes where events
+# overlap or nest, as Perfetto does; the track tree of the browser is built on these.
+LAYOUTS = ("names", "tracks")
+DEFAULT_LAYOUT = "names"
+
 
 def _cpu_device(lf: Leaf, proc: Proc) -> Placement:
     dev = lf.on_device
@@ -130,6 +141,32 @@ def _instance(lf: Leaf, proc: Proc) -> Placement:
     return ((lf.inst, lf.name), [lf.inst], lf.name, (lf.inst, 1, name_key(lf.name)))
 
 
+# track placements: the same groups one level up, the thread / core / process as the track
+def _cpu_device_track(lf: Leaf, proc: Proc) -> Placement:
+    dev = lf.on_device
+    cls = "Device" if dev else "CPU"
+    sub = lf.nc if dev else lf.tid
+    return ((lf.inst, lf.pid, cls, sub), [lf.inst, proc.label, cls], f"NC {lf.nc}" if dev else f"thread {lf.tid}",
+            (lf.inst, 1, *proc.sort, 1 if dev else 0, sub))
+
+
+def _neuroncore_track(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst, lf.nc), [lf.inst], f"NC {lf.nc}" if lf.nc >= 0 else "no core",
+            (lf.inst, 1, lf.nc if lf.nc >= 0 else LAST))
+
+
+def _thread_track(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst, lf.pid, lf.tid), [lf.inst, proc.label], f"thread {lf.tid}", (lf.inst, 1, *proc.sort, lf.tid))
+
+
+def _process_track(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst, lf.pid), [lf.inst, proc.label], "events", (lf.inst, 1, *proc.sort, 0))
+
+
+def _instance_track(lf: Leaf, proc: Proc) -> Placement:
+    return ((lf.inst,), [lf.inst], "events", (lf.inst, 1))
+
+
 @dataclass(frozen=True)
 class Mode:
     """A grouping mode: its title, where it puts a leaf, and whether it shows per-process counters."""
@@ -137,14 +174,15 @@ class Mode:
     title: str
     place: Callable[[Leaf, Proc], Placement]
     process_counters: bool
+    track: Callable[[Leaf, Proc], Placement]  # the "tracks" layout
 
 
 MODE_TABLE: dict[str, Mode] = {
-    "cpu_device": Mode("CPU vs Device", _cpu_device, True),
-    "neuroncore": Mode("NeuronCore", _neuroncore, False),
-    "thread": Mode("Thread", _thread, True),
-    "process": Mode("Process", _process, True),
-    "instance": Mode("Instance", _instance, False),
+    "cpu_device": Mode("CPU vs Device", _cpu_device, True, _cpu_device_track),
+    "neuroncore": Mode("NeuronCore", _neuroncore, False, _neuroncore_track),
+    "thread": Mode("Thread", _thread, True, _thread_track),
+    "process": Mode("Process", _process, True, _process_track),
+    "instance": Mode("Instance", _instance, False, _instance_track),
 }
 MODES: dict[str, str] = {k: m.title for k, m in MODE_TABLE.items()}
 DEFAULT_MODE = "cpu_device"
@@ -156,25 +194,35 @@ def check_mode(mode: str) -> Mode:
     return MODE_TABLE[mode]
 
 
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise BadRequest(f"unknown layout {layout!r}; one of {', '.join(LAYOUTS)}")
+    return layout
+
+
 def build_rows(mode: str, leaves: list[Leaf], counter_list: list[tuple], rank_of: dict[tuple[str, int], int],
-               nd_of: dict[tuple[str, int], int]) -> list[Row]:
+               nd_of: dict[tuple[str, int], int], layout: str = DEFAULT_LAYOUT) -> list[Row]:
     """The rows of a grouping mode in drawing order: counter tracks above each group's event rows."""
     m = check_mode(mode)
+    check_layout(layout)
     rows = _instance_counter_rows(counter_list, nd_of)
     if m.process_counters:
         rows += _process_counter_rows(counter_list, rank_of)
-    rows += _event_rows(m, leaves, rank_of)
+    rows += _core_memory_rows(mode, counter_list, rank_of)
+    rows += _event_rows(m.place if layout == "names" else m.track, leaves, rank_of, layout == "tracks")
     rows.sort(key=lambda r: r.sort)
     return rows
 
 
-def _event_rows(m: Mode, leaves: list[Leaf], rank_of: dict[tuple[str, int], int]) -> list[Row]:
+def _event_rows(place: Callable[[Leaf, Proc], Placement], leaves: list[Leaf], rank_of: dict[tuple[str, int], int],
+                tracks: bool) -> list[Row]:
     rows: dict[tuple, Row] = {}
     for lf in leaves:
-        key, group, label, sort = m.place(lf, proc_of(rank_of, lf.inst, lf.pid))
+        key, group, label, sort = place(lf, proc_of(rank_of, lf.inst, lf.pid))
         r = rows.get(key)
         if r is None:
-            r = rows[key] = Row("|".join(map(str, key)), "events", group, label, name=lf.name, sort=sort)
+            r = rows[key] = Row("|".join(map(str, key)), "events", group, label, name="" if tracks else lf.name,
+                                sort=sort)
         r.leaves.append(lf.leaf)
         r.count += lf.n
     return list(rows.values())
@@ -202,16 +250,49 @@ def _instance_counter_rows(counter_list: list[tuple], nd_of: dict[tuple[str, int
                            unit="percent", sort=(inst, 0, 0)))
         mem = [first(cn) for cn in ("host_mem.host_used", "host_mem.host_available") if cn in counters]
         if mem:
+            # drawn as used against a total line (used + available), not stacked
             out.append(Row(f"{inst}|mem", "counter", group, "Host memory (used / available)", series=mem,
-                           style="stack", unit="bytes", sort=(inst, 0, 1)))
+                           style="used_total", unit="bytes", sort=(inst, 0, 1)))
         devs: dict[int, list[tuple[str, int, str]]] = {}
         for cn, plist in counters.items():
-            if cn.startswith("device_mem."):
+            if cn.startswith(DEVICE_MEMORY_PREFIX) and core_memory(cn) is None:
                 for pid, _ in plist:
                     devs.setdefault(nd_of.get((inst, pid), 0), []).append((inst, pid, cn))
         for nd, series in sorted(devs.items()):
             out.append(Row(f"{inst}|devmem|{nd}", "counter", group, f"Device memory · nd {nd}", series=series,
                            style="stack", unit="bytes", sort=(inst, 0, 2, nd)))
+    return out
+
+
+def core_memory(counter: str) -> tuple[int, str] | None:
+    """(core, category) of a ``device_mem.nc<N>.<category>`` counter (``contracts.dataset``), else None."""
+    m = _CORE_MEM.match(counter)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[str, int], int]) -> list[Row]:
+    """Device memory of each core by category: one stacked track per (process, core), placed with the
+    core's tracks (the process's Device group, or the NC group), the categories' sum being the used
+    memory and hover giving the breakdown."""
+    cores: dict[tuple[str, int, int], list[tuple[str, int, str]]] = {}
+    for inst, pid, counter, _unit in counter_list:
+        cm = core_memory(counter)
+        if cm is not None:
+            cores.setdefault((inst, int(pid), cm[0]), []).append((inst, int(pid), counter))
+    out: list[Row] = []
+    for (inst, pid, nc), series in sorted(cores.items()):
+        proc = proc_of(rank_of, inst, pid)
+        label = f"Device memory · NC {nc}"
+        if mode == "cpu_device":
+            group, sort = [inst, proc.label, "Device"], (inst, 1, *proc.sort, 1, -1, nc)
+        elif mode in ("thread", "process"):
+            group, sort = [inst, proc.label], (inst, 1, *proc.sort, -1, 2, nc)
+        elif mode == "neuroncore":
+            group, sort = [inst, f"NC {nc}"], (inst, 1, nc, (-1,))
+        else:
+            group, sort, label = [inst, "Counters"], (inst, 0, 3, *proc.sort, nc), f"{label} · {proc.label}"
+        out.append(Row(f"{inst}|{pid}|devmem|{nc}", "counter", group, label, series=series, style="stack",
+                       unit="bytes", sort=sort))
     return out
 
 

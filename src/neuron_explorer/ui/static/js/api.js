@@ -11,7 +11,8 @@ async function get(path, params = {}, signal) {
   const res = await fetch(url, { signal });
   const body = await res.json();
   stats.requests += 1;
-  if (path.endsWith("/window")) stats.windowMs.push(performance.now() - t);
+  // what a pan or zoom waits for: event windows, and the busy shading of collapsed groups
+  if (path.endsWith("/window") || path.endsWith("/busy")) stats.windowMs.push(performance.now() - t);
   if (!res.ok) throw new Error(body.error || `${res.status} ${res.statusText}`);
   return body;
 }
@@ -34,19 +35,63 @@ export function encodeRows(idx) {
 export const api = {
   profiles: () => get("/api/profiles"),
   overview: (name) => get(P(name)),
-  tracks: (name, mode) => get(`${P(name)}/tracks`, { mode }),
-  window: (name, mode, rows, t0, t1, px, signal) => get(`${P(name)}/window`, { mode, rows: encodeRows(rows), t0, t1, px }, signal),
-  counters: (name, mode, rows, t0, t1, px, signal) => get(`${P(name)}/counters`, { mode, rows: encodeRows(rows), t0, t1, px }, signal),
+  status: (name) => get(`${P(name)}/status`),
+  tracks: (name, mode, layout) => get(`${P(name)}/tracks`, { mode, layout }),
+  window: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/window`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
+  counters: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/counters`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
+  busy: (name, mode, layout, groups, t0, t1, px, signal) => get(`${P(name)}/busy`, { mode, layout, groups: groups.map(encodeRows).join(";"), t0, t1, px }, signal),
+  activity: (name) => get(`${P(name)}/activity`),
+  nonempty: (name, mode, layout, t0, t1) => get(`${P(name)}/nonempty`, { mode, layout, t0, t1 }),
   flows: (name, mode, t0, t1, signal) => get(`${P(name)}/flows`, { mode, t0, t1 }, signal),
   event: (name, id, leaf) => get(`${P(name)}/event`, { id, leaf }),
+  eventFlows: (name, id, leaf, s, signal) => get(`${P(name)}/event/flows`, { id, leaf, s }, signal),
   summary: (name, mode, t0, t1) => get(`${P(name)}/summary`, { mode, t0, t1 }),
-  search: (name, mode, q) => get(`${P(name)}/search`, { mode, q }),
-  searchNext: (name, q, after, dir) => get(`${P(name)}/search/next`, { q, after, dir }),
+  area: (name, mode, layout, rows, t0, t1) => get(`${P(name)}/area`, { mode, layout, rows: rows ? encodeRows(rows) : undefined, t0, t1 }),
+  collectives: (name, mode, layout, rows, t0, t1) => get(`${P(name)}/collectives`, { mode, layout, rows: rows ? encodeRows(rows) : undefined, t0, t1 }),
+  search: (name, mode, layout, q) => get(`${P(name)}/search`, { mode, layout, q }),
+  searchNext: (name, q, after, dir, leaf, id) => get(`${P(name)}/search/next`, { q, after, dir, leaf, id }),
   deviceProfiles: (name) => get(`${P(name)}/device-profiles`),
-  deviceOverview: (name, pid) => get(`${P(name)}/device/${encodeURIComponent(pid)}`),
-  deviceWindow: (name, pid, rows, t0, t1, px, signal) => get(`${P(name)}/device/${encodeURIComponent(pid)}/window`, { rows: encodeRows(rows), t0, t1, px }, signal),
-  deviceEvent: (name, pid, row, start) => get(`${P(name)}/device/${encodeURIComponent(pid)}/event`, { row, start }),
+  deviceOverview: (name, pid, frame) => get(`${P(name)}/device/${encodeURIComponent(pid)}`, { frame }),
+  deviceWindow: (name, pid, frame, rows, t0, t1, px, signal) => get(`${P(name)}/device/${encodeURIComponent(pid)}/window`, { frame, rows: encodeRows(rows), t0, t1, px }, signal),
+  deviceEvent: (name, pid, frame, row, start) => get(`${P(name)}/device/${encodeURIComponent(pid)}/event`, { frame, row, start }),
 };
+
+// ---- time you can trust ----
+// Relative times (ns from the profile's origin) are JS numbers: exact integers up to 2^53 ns (104 days).
+// Absolute times come from the server as decimal strings and are added as BigInt, never as doubles.
+
+/** Thin-space groups of three digits: 723456789 -> "723 456 789". */
+function group3(digits) { return digits.replace(/\B(?=(\d{3})+(?!\d))/g, " "); }
+
+/** A relative time in seconds with every nanosecond: 11723456789 -> "11.723 456 789 s". */
+export function fmtNs(ns) {
+  const v = Math.round(Number(ns));
+  const neg = v < 0;
+  const a = Math.abs(v);
+  const sec = Math.floor(a / 1e9);
+  const frac = String(a - sec * 1e9).padStart(9, "0");
+  return `${neg ? "-" : ""}${sec}.${frac.slice(0, 3)} ${frac.slice(3, 6)} ${frac.slice(6)} s`;
+}
+
+/** origin (decimal string) + relative ns, as the exact absolute nanosecond timestamp (a string). */
+export function absNs(originStr, rel) {
+  return (BigInt(originStr) + BigInt(Math.round(Number(rel)))).toString();
+}
+
+/** A duration with its exact nanoseconds: "12.345 ms (12 345 678 ns)". */
+export function fmtDurExact(ns) {
+  const v = Math.round(Number(ns));
+  return Math.abs(v) < 1000 ? `${v} ns` : `${fmtDur(v)} (${group3(String(Math.abs(v)))}${v < 0 ? " negative" : ""} ns)`;
+}
+
+/** A tick offset with just the digits its step needs: (30000, 10000) -> "+30 µs", (1500, 500) -> "+1.5 µs". */
+export function fmtTick(dt, step) {
+  const units = [[1e9, "s"], [1e6, "ms"], [1e3, "µs"], [1, "ns"]];
+  const [u, name] = units.find(([f]) => Math.abs(step) >= f || f === 1) || [1, "ns"];
+  let decimals = 0;
+  while (decimals < 9 && Math.abs(Math.round((step / u) * 10 ** decimals) - (step / u) * 10 ** decimals) > 1e-6) decimals++;
+  return `+${(dt / u).toFixed(decimals)} ${name}`;
+}
 
 // ---- formatting shared by widgets ----
 export function fmtDur(ns) {

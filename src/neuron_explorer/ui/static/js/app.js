@@ -1,9 +1,10 @@
 // Application shell: the profile list, the widget dashboard, the Add Widget and Device Profiles
-// List modals, and the widgets themselves (System Trace Viewer, Event Details, Profile Overview,
-// Device Trace Viewer). Widgets talk through a small event bus so Event Details can follow clicks in
-// any trace viewer of its profile.
+// List modals, and the widgets themselves (System Trace Viewer with its docked panel, Event Details,
+// Profile Overview, Device Trace Viewer). Widgets talk through a small event bus so Event Details can
+// follow clicks in any trace viewer of its profile. The dashboard's state (widgets, view range, area
+// and selected event) lives in the URL, so a view survives a reload and can be shared.
 
-import { api, esc, fmtBytes, fmtCount, fmtDur } from "./api.js";
+import { absNs, api, esc, fmtBytes, fmtCount, fmtDur, fmtDurExact, fmtNs, stats } from "./api.js";
 import { Timeline } from "./timeline.js";
 
 const bus = new EventTarget();
@@ -20,7 +21,7 @@ function toast(msg, error = false) {
   toastTimer = setTimeout(() => { t.style.display = "none"; }, 5000);
 }
 
-const state = { profiles: [], widgets: [], nextId: 1, home: null };
+const state = { profiles: [], widgets: [], nextId: 1, home: null, restoring: null, sync: false };
 
 // ---------------------------------------------------------------- widget registry
 const WIDGETS = {
@@ -31,7 +32,7 @@ const WIDGETS = {
   "profile-info": { title: "Profile Overview", category: "System", tags: ["system"],
     desc: "Processes, ranks, clocks and event counts of the profile." },
   "device-trace": { title: "Device Trace Viewer", category: "Device", tags: ["device"], wide: true,
-    desc: "Op and kernel events of one device profile, by engine." },
+    desc: "Op and kernel events of one device profile, by engine, on the system timeline's time axis." },
 };
 
 function widgetKey(w) { return `${w.type}|${w.profile}|${w.deviceProfile ?? ""}`; }
@@ -44,13 +45,18 @@ function refuseDuplicate(type, profile) {
   toast(`A ${WIDGETS[type].title} for profile "${profile}" is already open. Adding duplicate widgets for the same profile is not supported.`, true);
 }
 
-/** Add a widget unless one of the same type already shows that profile. Returns the widget or null. */
-function addWidget(type, profile, deviceProfile = null) {
+/** Add a widget unless one of the same type already shows that profile. Returns the widget or null.
+ * ``opts.dock``: a system trace widget whose docked panel holds the new widget (the drill-down). */
+function addWidget(type, profile, deviceProfile = null, opts = {}) {
   const dup = findDuplicate(type, profile, deviceProfile);
   if (dup) { refuseDuplicate(type, profile); dup.el.scrollIntoView({ block: "nearest" }); return null; }
-  const w = { id: state.nextId++, type, profile, deviceProfile };
+  const w = { id: state.nextId++, type, profile, deviceProfile, ...opts.init };
   state.widgets.push(w);
-  mountWidget(w);
+  mountWidget(w, opts.dock);
+  // a second System Trace Viewer goes side by side with the first (each half the width)
+  const traces = state.widgets.filter((x) => x.type === "system-trace" && !x.dockedIn);
+  if (type === "system-trace" && traces.length === 2 && !state.restoring) traces.forEach((x) => setHalf(x, true));
+  saveUrl();
   return w;
 }
 
@@ -58,23 +64,27 @@ function removeWidget(w) {
   w.destroy?.();
   w.el.remove();
   state.widgets = state.widgets.filter((x) => x !== w);
+  if (w.dockedIn) w.dockedIn.dock?.removed(w);
+  saveUrl();
 }
 
 function profileOptions(selected) {
   return state.profiles.map((p) => `<option value="${esc(p.name)}" ${p.name === selected ? "selected" : ""}>${esc(p.display_name || p.name)}</option>`).join("");
 }
 
-function mountWidget(w) {
+function mountWidget(w, dock) {
   const def = WIDGETS[w.type];
   const el = h(`<section class="widget ${def.wide ? "wide" : ""}" data-testid="widget" data-type="${w.type}" data-profile="${esc(w.profile)}">
-    <header><span class="title">${def.title}</span>
+    <header><span class="grip" title="Drag onto another widget to reorder" data-testid="widget-grip">⠿</span><span class="title">${def.title}</span>
       <select class="profile-select" data-testid="profile-select" title="Profile">${profileOptions(w.profile)}</select>
       <span class="extra toolbar"></span><span class="spacer"></span>
+      ${def.wide ? `<button class="half" title="Half width (side by side) / full width" data-testid="side-by-side">⇔</button>` : ""}
       <button class="close" title="Close widget" data-testid="close-widget">×</button></header>
     <div class="body"></div></section>`);
   w.el = el;
-  $("#widgets").appendChild(el);
+  if (dock) { dock.dock.add(w); w.dockedIn = dock; } else $("#widgets").appendChild(el);
   $(".close", el).onclick = () => removeWidget(w);
+  if (def.wide) { $(".half", el).onclick = () => { setHalf(w, !w.half); saveUrl(); }; if (w.half) setHalf(w, true); }
   $(".profile-select", el).onchange = (ev) => {
     const p = ev.target.value;
     if (findDuplicate(w.type, p, w.deviceProfile, w.id)) { refuseDuplicate(w.type, p); ev.target.value = w.profile; return; }
@@ -82,8 +92,44 @@ function mountWidget(w) {
     w.profile = p;
     el.dataset.profile = p;
     render(w);
+    saveUrl();
   };
+  // reorder: drag a widget's grip and drop it on another widget (it goes before that one)
+  $(".grip", el).addEventListener("mousedown", (ev) => {
+    if (w.dockedIn) return;
+    ev.preventDefault();
+    document.body.classList.add("reordering");
+    let over = null;
+    const target = (e) => document.elementFromPoint(e.clientX, e.clientY)?.closest("#widgets > [data-testid=widget]");
+    const mv = (e) => { const t = target(e); if (over && over !== t) over.classList.remove("drop-target"); over = t && t !== el ? t : null; over?.classList.add("drop-target"); };
+    const up = (e) => {
+      window.removeEventListener("mousemove", mv);
+      window.removeEventListener("mouseup", up);
+      document.body.classList.remove("reordering");
+      over?.classList.remove("drop-target");
+      const t = target(e);
+      const dst = t && state.widgets.find((x) => x.el === t);
+      if (dst && dst !== w) moveWidget(w, dst);
+    };
+    window.addEventListener("mousemove", mv);
+    window.addEventListener("mouseup", up);
+  });
   render(w);
+}
+
+/** Half width: two widgets side by side (the grid puts them on one row when the window is wide enough). */
+function setHalf(w, half) {
+  w.half = half;
+  w.el.classList.toggle("wide", !half);
+  w.el.classList.toggle("half", half);
+}
+
+/** Put widget ``src`` before ``before`` (the page order and the URL's order). */
+function moveWidget(src, before) {
+  before.el.before(src.el);
+  state.widgets = state.widgets.filter((x) => x !== src);
+  state.widgets.splice(state.widgets.indexOf(before), 0, src);
+  saveUrl();
 }
 
 function render(w) {
@@ -95,111 +141,328 @@ function render(w) {
      "device-trace": renderDeviceTrace })[w.type](w, body, extra);
 }
 
+// ---------------------------------------------------------------- URL state
+// #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start
+let urlTimer = 0;
+function saveUrl() {
+  if (state.restoring || !state.home) return;
+  clearTimeout(urlTimer);
+  urlTimer = setTimeout(() => {
+    const q = new URLSearchParams();
+    q.set("w", state.widgets.filter((w) => !w.dockedIn).map((w) => w.type + (w.profile !== state.home ? `@${w.profile}` : "") + (w.half ? "~h" : "")).join(","));
+    const st = state.widgets.find((w) => w.type === "system-trace" && w.profile === state.home && w.timeline);
+    if (st) {
+      const tl = st.timeline;
+      q.set("mode", st.mode);
+      q.set("layout", st.layout);
+      q.set("t0", String(Math.round(tl.t0)));
+      q.set("t1", String(Math.round(tl.t1)));
+      if (tl.sel) { q.set("a0", String(Math.round(tl.sel.a))); q.set("a1", String(Math.round(tl.sel.b))); if (tl.sel.rows) q.set("rows", tl.sel.rows.join(".")); }
+      if (tl.selected && tl.selected.leaf !== null && tl.selected.leaf !== undefined) q.set("ev", `${tl.selected.leaf}:${tl.selected.id}:${tl.selected.s}`);
+      if (st.dockH) q.set("dock", String(st.dockH));
+    }
+    if (state.sync) q.set("sync", "1");
+    history.replaceState(null, "", `#/p/${encodeURIComponent(state.home)}?${q}`);
+  }, 150);
+}
+
+function readUrl() {
+  const hsh = location.hash;
+  const i = hsh.indexOf("?");
+  return new URLSearchParams(i >= 0 ? hsh.slice(i + 1) : "");
+}
+
 // ---------------------------------------------------------------- System Trace Viewer
+async function waitReady(w, body) {
+  // a cold open builds the profile's index first: show its progress instead of a blank widget
+  let st = await api.status(w.profile);
+  if (st.state === "ready") return true;
+  const bar = h(`<div class="progress pad" data-testid="prepare-progress"><div>Preparing "${esc(w.profile)}" (first open builds the index; cached afterwards)…</div>
+    <div class="bar"><span></span></div><div class="muted phase"></div></div>`);
+  body.append(bar);
+  stats.progressShownMs = stats.progressShownMs ?? performance.now(); // (bench: progress within 0.5 s of a cold open)
+  stats.progress = stats.progress || [];
+  while (st.state === "preparing") {
+    stats.progress.push(st.fraction);
+    $(".bar span", bar).style.width = `${Math.round(st.fraction * 100)}%`;
+    $(".phase", bar).textContent = `${st.phase}${st.total ? ` ${st.done}/${st.total}` : ""} · ${Math.round(st.fraction * 100)}% · ${st.elapsed_s ?? 0} s`;
+    bar.dataset.fraction = String(st.fraction);
+    await new Promise((r) => setTimeout(r, 250));
+    st = await api.status(w.profile);
+  }
+  bar.remove();
+  if (st.state === "error") { body.innerHTML = `<p class="pad">${esc(st.error)}</p>`; return false; }
+  return true;
+}
+
 async function renderSystemTrace(w, body, extra) {
+  if (!(await waitReady(w, body))) return;
   const ov = await api.overview(w.profile).catch((e) => { body.innerHTML = `<p class="pad">${esc(e.message)}</p>`; });
   if (!ov) return;
-  let mode = w.mode || ov.default_mode;
+  w.overview = ov;
+  const url = state.restoring && w.profile === state.home ? state.restoring : null;
+  w.mode = w.mode || url?.get("mode") || ov.default_mode;
+  w.layout = w.layout || url?.get("layout") || "tracks";
   extra.innerHTML = `
-    <input type="search" placeholder="Search event name…" data-testid="search" />
+    <input type="search" placeholder="Search names, model, op… (Ctrl+F)" data-testid="search" />
     <button data-act="prev" title="Previous match">◀</button><button data-act="next" title="Next match">▶</button>
-    <button data-act="select" title="Range selection tool (or Shift+drag)" data-testid="select-tool">Select range</button>
+    <span class="search-k" data-testid="search-k"></span>
+    <button data-act="select" title="Area selection tool (or Shift+drag)" data-testid="select-tool">Select area</button>
+    <button data-act="activity" title="Zoom to where the events are (skips start-up)" data-testid="zoom-activity">Zoom to activity</button>
     <button data-act="reset" title="Show the whole profile (0)">Reset zoom</button>
     <button data-act="settings" data-testid="settings">Settings</button>
-    <button data-act="devices" data-testid="device-profiles-list">Device Profiles List</button>`;
-  const tlHost = h(`<div class="timeline" data-testid="system-timeline"></div>`);
+    <button data-act="devices" data-testid="device-profiles-list">Device Profiles List</button>
+    <button data-act="help" title="Keys (?)" data-testid="help-button">?</button>`;
+  const tlHost = h(`<div class="timeline fill" data-testid="system-timeline"></div>`);
   const status = h(`<div class="statusbar"><span class="st">preparing…</span><span class="search-info"></span><span class="mode-info"></span></div>`);
-  const summary = h(`<div class="selection-summary" data-testid="selection-summary"><span class="muted">Shift+drag (or drag in the time ruler, or the Select range tool) to summarize a time range.</span></div>`);
-  body.append(tlHost, status, summary);
+  const dockEl = h(`<div class="dock" data-testid="dock">
+      <div class="splitter" data-testid="dock-splitter" title="Drag to resize"></div>
+      <div class="dock-tabs"><button data-tab="details" class="on" data-testid="tab-details">Details</button><button data-tab="range" data-testid="tab-range">Area</button><button data-tab="flows" data-testid="tab-flows">Flows</button><button data-tab="device" data-testid="tab-device-trace" hidden>Device trace</button></div>
+      <div class="dock-body">
+        <div class="pane details" data-pane="details" data-testid="event-details"><p class="muted">Click an event to see its properties; its flows are drawn on the timeline.</p></div>
+        <div class="pane selection-summary" data-pane="range" data-testid="selection-summary" hidden><span class="muted">Shift+drag over tracks (or drag in the time ruler for every track) to summarize an area.</span></div>
+        <div class="pane" data-pane="flows" data-testid="flows-pane" hidden></div>
+        <div class="pane" data-pane="device" data-testid="device-pane" hidden></div>
+      </div></div>`);
+  body.append(tlHost, status, dockEl);
+  w.dockH = w.dockH || Number(url?.get("dock")) || 280;
+  body.style.setProperty("--dock-h", `${w.dockH}px`);
+  const panes = (name) => $(`[data-pane=${name}]`, dockEl);
+  const showTab = (name) => {
+    dockEl.querySelectorAll(".dock-tabs button").forEach((b) => b.classList.toggle("on", b.dataset.tab === name));
+    dockEl.querySelectorAll(".pane").forEach((p) => { p.hidden = p.dataset.pane !== name; });
+  };
+  dockEl.querySelectorAll(".dock-tabs button").forEach((b) => b.onclick = () => showTab(b.dataset.tab));
+  // the docked panel: resizable by its splitter, and home of drilled-down device traces
+  const split = $(".splitter", dockEl);
+  split.addEventListener("mousedown", (ev) => {
+    ev.preventDefault();
+    const y0 = ev.clientY, h0 = w.dockH;
+    const mv = (e) => { w.dockH = Math.max(120, Math.min(window.innerHeight - 260, h0 - (e.clientY - y0))); body.style.setProperty("--dock-h", `${w.dockH}px`); };
+    const up = () => { window.removeEventListener("mousemove", mv); window.removeEventListener("mouseup", up); saveUrl(); };
+    window.addEventListener("mousemove", mv);
+    window.addEventListener("mouseup", up);
+  });
+  w.dock = {
+    add: (child) => {
+      const pane = panes("device");
+      pane.innerHTML = "";
+      pane.appendChild(child.el);
+      $("[data-tab=device]", dockEl).hidden = false;
+      showTab("device");
+    },
+    removed: () => { $("[data-tab=device]", dockEl).hidden = true; showTab("details"); },
+    showTab,
+  };
+  let leafName = [];
   const src = {
     duration: ov.duration_ns,
-    window: (rows, t0, t1, px, sig) => api.window(w.profile, mode, rows, t0, t1, px, sig),
-    counters: (rows, t0, t1, px, sig) => api.counters(w.profile, mode, rows, t0, t1, px, sig),
-    flows: (t0, t1, sig) => api.flows(w.profile, mode, t0, t1, sig),
+    nameOf: (leaf) => leafName[leaf],
+    window: (rows, t0, t1, px, sig) => api.window(w.profile, w.mode, w.layout, rows, t0, t1, px, sig),
+    counters: (rows, t0, t1, px, sig) => api.counters(w.profile, w.mode, w.layout, rows, t0, t1, px, sig),
+    busy: (groups, t0, t1, px, sig) => api.busy(w.profile, w.mode, w.layout, groups, t0, t1, px, sig),
+    flows: (t0, t1, sig) => api.flows(w.profile, w.mode, t0, t1, sig),
   };
   const tl = new Timeline(tlHost, src, {
     onStatus: (s) => { $(".st", status).textContent = s; },
-    onEventClick: (it) => openEvent(w, it),
-    onSelect: (r) => showSummary(r),
+    onEventClick: (it) => { openEvent(w, it); saveUrl(); },
+    onSelect: (r) => { showArea(r); saveUrl(); },
+    onView: (t0, t1) => { saveUrl(); syncViews(w, t0, t1); },
+    onLayout: () => saveUrl(),
   });
   w.timeline = tl;
-  w.destroy = () => tl.destroy();
+  w.destroy = () => { tl.destroy(); bus.removeEventListener("event", onBusEvent); };
   const loadRows = async () => {
-    const t = await api.tracks(w.profile, mode);
-    tl.setRows(t.rows);
-    $(".mode-info", status).textContent = `grouping: ${ov.modes[mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
-    w.el.dataset.mode = mode;
+    const t = await api.tracks(w.profile, w.mode, w.layout);
+    leafName = t.leaf_name.map((i) => t.names[i]);
+    // many processes: start with each process collapsed to its summary track (utilization over time)
+    const keys = new Map();
+    for (const r of t.rows) { const g = r.group || []; if (g.length >= 2) keys.set(g.slice(0, 2).join("\u0001"), 1); }
+    const collapse = keys.size > 8 ? [...keys.keys()] : [];
+    tl.setRows(t.rows, collapse);
+    $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
+    w.el.dataset.mode = w.mode;
+    w.el.dataset.layout = w.layout;
   };
   await loadRows();
+  if (url) restoreView(w, url);
 
-  async function showSummary(r) {
-    if (!r) { summary.innerHTML = `<span class="muted">No range selected.</span>`; return; }
-    summary.innerHTML = `<span class="muted">Summarizing…</span>`;
-    const s = await api.summary(w.profile, mode, r.a, r.b);
-    summary.innerHTML = `<div><b data-testid="summary-count">${fmtCount(s.count)}</b> events starting in ${fmtDur(r.b - r.a)}
-      (${fmtDur(r.a)} – ${fmtDur(r.b)})${s.approximate ? " · approximate at the range edges" : ""}</div>
-      <table data-testid="summary-table"><thead><tr><th>Event name</th><th class="num">Count</th><th class="num">Total duration</th><th class="num">Mean duration</th></tr></thead>
-      <tbody>${s.by_name.map((x) => `<tr><td>${esc(x.name)}</td><td class="num">${fmtCount(x.count)}</td><td class="num">${fmtDur(x.total_ns)}</td><td class="num">${fmtDur(x.mean_ns)}</td></tr>`).join("")}</tbody></table>`;
+  // ---- details in the dock
+  const onBusEvent = (e) => {
+    const d = e.detail;
+    if (d.source !== w) return;
+    showTab("details");
+    renderDetailsInto(panes("details"), d);
+    renderFlowsPane();
+  };
+  bus.addEventListener("event", onBusEvent);
+
+  function renderFlowsPane() {
+    const pane = panes("flows");
+    const f = tl.selFlows;
+    pane.innerHTML = `<div class="flow-mode">Draw: ${[["selected", "the selected event's flows"], ["all", "all flows in view"], ["none", "no flows"]].map(([k, l]) =>
+      `<label><input type="radio" name="fm-${w.id}" value="${k}" data-testid="flow-mode-${k}" ${tl.flowMode === k ? "checked" : ""}> ${l}</label>`).join(" ")}</div>
+      ${f ? flowsHtml(f, w) : `<p class="muted">Select an event to list its flows.</p>`}`;
+    pane.querySelectorAll("input[type=radio]").forEach((r) => r.onchange = () => { tl.flowMode = r.value; tl.refresh(); });
+    bindFlowLinks(pane, w);
   }
+  renderFlowsPane();
+  w.renderFlowsPane = renderFlowsPane;
 
-  // search
+  // ---- area selection: per-track / per-rank / per-name statistics and the collectives' stragglers
+  async function showArea(r) {
+    const summary = panes("range");
+    showTab("range");
+    if (!r) { summary.innerHTML = `<span class="muted">No area selected.</span>`; return; }
+    summary.innerHTML = `<span class="muted">Summarizing…</span>`;
+    const rows = r.rows && r.rows.length ? r.rows : null;
+    const [s, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, rows, r.a, r.b),
+                                       api.collectives(w.profile, w.mode, w.layout, rows, r.a, r.b)]);
+    const span = r.b - r.a;
+    const pct = (x) => (x === null || x === undefined ? "—" : `${x.toFixed(1)}%`);
+    const d = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
+    const statCols = [["count", "Count", fmtCount], ["busy_pct", "Busy %", pct], ["busy_ns", "Busy time", d], ["min_ns", "Min", d], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]];
+    const table = (id, lead, items) => sortable(id, [...lead, ...statCols], items);
+    const sm = cc.summary;
+    summary.innerHTML = `<div class="area-head" data-testid="area-head"><b data-testid="summary-count">${fmtCount(s.count)}</b> events on ${rows ? `${rows.length} tracks` : "every track"} from <b>${fmtNs(r.a)}</b> to <b>${fmtNs(r.b)}</b> (${fmtDurExact(span)})${s.approximate ? " · approximate: the area holds too many events for exact figures" : ""}</div>
+      <div class="area-grid">
+      <div><h4>By rank</h4>${table("area-ranks", [["rank", "Rank", String], ["instance", "Instance", esc], ["pid", "PID", String]], s.ranks)}</div>
+      <div><h4>By event name</h4>${sortable("summary-table", [["name", "Event name", esc], ["count", "Count", fmtCount], ["total_in_range_ns", "Total duration", d], ["mean_ns", "Mean duration", d], ["busy_pct", "Busy %", pct], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]],
+        s.names.map((x) => ({ ...x, mean_ns: x.count ? (x.total_in_range_ns ?? x.busy_ns) / x.count : null })))}</div>
+      <div><h4>By track</h4>${table("area-tracks", [["label", "Track", (v, x) => esc([...(x.group || []).slice(1), v].join(" › "))]], s.tracks)}</div>
+      <div><h4>Collectives: who arrived last</h4>
+        <div class="muted" data-testid="straggler-summary">${sm.collectives_compared ? `${fmtCount(sm.collectives_compared)} collectives compared · slowest rank <b data-testid="slowest-rank">${sm.slowest_rank}</b> (last to enter ${sm.last_to_enter[String(sm.slowest_rank)]}×) · median spread ${fmtDur(sm.spread_ns_median)} · largest ${fmtDur(sm.spread_ns_max)}` : "no collective in this area is seen on two ranks"}</div>
+        ${sortable("collectives-table", [["name", "Collective", esc], ["ranks", "Ranks", String], ["last_rank", "Last rank", String], ["spread_ns", "Arrived late by", d], ["first_rank", "First rank", String], ["last_start", "Last start", (v) => fmtNs(v)]], cc.collectives.slice(0, 200))}</div>
+      </div>`;
+    bindSortable(summary);
+  }
+  w.showArea = showArea;
+
+  // ---- search over names and arguments, stepped "k of N"
   const input = $("input[type=search]", extra);
   let q = "";
   const runSearch = async () => {
     q = input.value.trim();
-    if (!q) { tl.match = null; tl.queueDraw(); $(".search-info", status).textContent = ""; return; }
-    const r = await api.search(w.profile, mode, q);
+    if (!q) { tl.match = null; tl.queueDraw(); $(".search-info", status).textContent = ""; $(".search-k", extra).textContent = ""; return; }
+    const r = await api.search(w.profile, w.mode, w.layout, q);
     tl.match = new Set(r.rows);
     tl.queueDraw();
-    const total = r.names.reduce((a, [, n]) => a + n, 0);
-    $(".search-info", status).textContent = r.names.length ? `search "${q}": ${fmtCount(total)} events in ${r.names.map(([n]) => n).join(", ")}` : `search "${q}": no event names match`;
-    if (r.rows.length) tl.scrollToRow(r.rows[0]);
+    w.searchN = r.n;
+    $(".search-k", extra).textContent = r.n ? `– of ${fmtCount(r.n)}` : "0 of 0";
+    const what = [...r.names.map(([n]) => n), ...r.args.map((a) => `${a.column}=${a.value}`)];
+    $(".search-info", status).textContent = what.length ? `search "${q}": ${fmtCount(r.n)} events (${what.slice(0, 6).join(", ")}${what.length > 6 ? ", …" : ""})` : `search "${q}": nothing matches`;
   };
-  input.addEventListener("keydown", (ev) => { if (ev.key === "Enter") runSearch(); ev.stopPropagation(); });
-  input.addEventListener("search", runSearch);
+  input.addEventListener("keydown", (ev) => { if (ev.key === "Enter") (q === input.value.trim() && q ? jump(ev.shiftKey ? -1 : 1) : runSearch().then(() => jump(1))); if (ev.key === "Escape") input.blur(); ev.stopPropagation(); });
+  input.addEventListener("search", () => { if (!input.value) runSearch(); }); // the clear button
   const jump = async (dir) => {
     if (!q) await runSearch();
     if (!q) return;
-    const center = tl.selected?.s ?? (dir > 0 ? tl.t0 : tl.t1);
-    const r = await api.searchNext(w.profile, q, center, dir);
+    const cur = tl.selected;
+    const r = cur && cur.leaf !== null && cur.leaf !== undefined
+      ? await api.searchNext(w.profile, q, cur.s, dir, cur.leaf, cur.id)
+      : await api.searchNext(w.profile, q, dir > 0 ? tl.t0 - 1 : tl.t1 + 1, dir); // matches starting at t0 count
     if (!r.found) { toast(`no ${dir > 0 ? "later" : "earlier"} "${q}" event`); return; }
-    const span = tl.t1 - tl.t0;
-    const span2 = Math.max(span, (r.e - r.s) * 3);
-    tl.setView(r.s - span2 / 2, r.s + span2 / 2);
-    const row = tl.leafToRow.get(r.leaf);
-    if (row !== undefined) tl.scrollToRow(row);
-    tl.selected = { id: r.id, row, s: r.s };
-    openEvent(w, { id: r.id, leaf: r.leaf, c: 1, name: r.name });
+    $(".search-k", extra).textContent = `${fmtCount(r.k)} of ${fmtCount(r.n)}`;
+    goToEvent(w, { id: r.id, leaf: r.leaf, s: r.s, e: r.e, name: r.name });
   };
   extra.querySelector("[data-act=next]").onclick = () => jump(1);
   extra.querySelector("[data-act=prev]").onclick = () => jump(-1);
+  w.focusSearch = () => { input.focus(); input.select(); };
   const selBtn = extra.querySelector("[data-act=select]");
   selBtn.onclick = () => { tl.selectMode = !tl.selectMode; selBtn.classList.toggle("on", tl.selectMode); };
   extra.querySelector("[data-act=reset]").onclick = () => tl.resetView();
-  extra.querySelector("[data-act=devices]").onclick = () => openDeviceProfilesList(w.profile);
+  extra.querySelector("[data-act=activity]").onclick = async () => { const a = await api.activity(w.profile); tl.setView(a.t0, a.t1); };
+  extra.querySelector("[data-act=devices]").onclick = () => openDeviceProfilesList(w.profile, w);
+  extra.querySelector("[data-act=help]").onclick = () => toggleHelp();
   extra.querySelector("[data-act=settings]").onclick = (ev) => {
     ev.stopPropagation();
     const old = $(".popover", w.el);
     if (old) { old.remove(); return; }
     const pop = h(`<div class="popover" data-testid="settings-popover"><h4>Grouping</h4>
-      ${Object.entries(ov.modes).map(([k, label]) => `<label><input type="radio" name="grp-${w.id}" value="${k}" data-testid="mode-${k}" ${k === mode ? "checked" : ""}> ${esc(label)}${k === ov.default_mode ? " (default)" : ""}</label>`).join("")}
+      ${Object.entries(ov.modes).map(([k, label]) => `<label><input type="radio" name="grp-${w.id}" value="${k}" data-testid="mode-${k}" ${k === w.mode ? "checked" : ""}> ${esc(label)}${k === ov.default_mode ? " (default)" : ""}</label>`).join("")}
+      <h4 style="margin-top:8px">Tracks</h4>
+      <label><input type="radio" name="lay-${w.id}" value="tracks" data-testid="layout-tracks" ${w.layout === "tracks" ? "checked" : ""}> One track per thread / core, overlapping events in lanes</label>
+      <label><input type="radio" name="lay-${w.id}" value="names" data-testid="layout-names" ${w.layout === "names" ? "checked" : ""}> One row per event name</label>
       <h4 style="margin-top:8px">Display</h4>
-      <label><input type="checkbox" data-opt="flows" ${tl.showFlows ? "checked" : ""}> Flow arrows</label>
+      <label><input type="checkbox" data-opt="allflows" data-testid="all-flows" ${tl.flowMode === "all" ? "checked" : ""}> All flows in view (default: the selected event's)</label>
       <label><input type="checkbox" data-opt="counters" ${tl.showCounters ? "checked" : ""}> Counter tracks (CPU, memory)</label>
-      <div class="hint">Keys: W/S or ↑/↓ zoom · A/D or ←/→ pan · 0 reset · Esc clears the selection</div></div>`);
+      <label><input type="checkbox" data-opt="sync" data-testid="sync-time" ${state.sync ? "checked" : ""}> Synchronise the time axis of every System Trace Viewer</label>
+      <button data-act="expand">Expand all</button> <button data-act="collapse">Collapse processes</button>
+      <div style="margin-top:6px"><button data-act="hide-empty" data-testid="hide-empty">Hide tracks empty in this view</button> <button data-act="show-all">Show all tracks</button></div>
+      <div class="hint">Keys: ? lists them all</div></div>`);
     w.el.appendChild(pop);
     pop.addEventListener("click", (e) => e.stopPropagation());
-    pop.querySelectorAll("input[type=radio]").forEach((r) => r.addEventListener("change", async () => {
-      mode = r.value;
-      w.mode = mode;
+    pop.querySelectorAll("input[name^=grp-]").forEach((r) => r.addEventListener("change", async () => {
+      w.mode = r.value;
       await loadRows();
       if (q) runSearch();
-      if (tl.sel) showSummary(tl.sel);
+      if (tl.sel) showArea(tl.sel);
+      saveUrl();
     }));
-    pop.querySelector("[data-opt=flows]").onchange = (e) => { tl.showFlows = e.target.checked; tl.refresh(); };
+    pop.querySelectorAll("input[name^=lay-]").forEach((r) => r.addEventListener("change", async () => {
+      w.layout = r.value;
+      await loadRows();
+      if (q) runSearch();
+      saveUrl();
+    }));
+    pop.querySelector("[data-opt=allflows]").onchange = (e) => { tl.flowMode = e.target.checked ? "all" : "selected"; tl.refresh(); renderFlowsPane(); };
     pop.querySelector("[data-opt=counters]").onchange = (e) => { tl.showCounters = e.target.checked; tl.relayout(); tl.refresh(); };
+    pop.querySelector("[data-opt=sync]").onchange = (e) => { state.sync = e.target.checked; syncViews(w, tl.t0, tl.t1); saveUrl(); };
+    pop.querySelector("[data-act=hide-empty]").onclick = async () => {
+      const r = await api.nonempty(w.profile, w.mode, w.layout, tl.t0, tl.t1);
+      tl.hideExcept(r.rows);
+      $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${tl.rows.length - tl.hidden.size} of ${tl.rows.length} tracks shown · ${fmtCount(ov.events)} events`;
+    };
+    pop.querySelector("[data-act=show-all]").onclick = () => tl.hideExcept(null);
+    pop.querySelector("[data-act=expand]").onclick = () => { tl.collapsed.clear(); tl.relayout(); tl.refresh(); };
+    pop.querySelector("[data-act=collapse]").onclick = () => {
+      for (const [k, d] of tl.groupKeys()) if (d === 1) tl.collapsed.add(k);
+      tl.relayout(); tl.refresh();
+    };
     setTimeout(() => document.addEventListener("click", () => pop.remove(), { once: true }));
   };
+}
+
+/** With "synchronise", every other System Trace Viewer follows this one's view range. */
+let syncing = false;
+function syncViews(from, t0, t1) {
+  if (!state.sync || syncing) return;
+  syncing = true;
+  try {
+    for (const o of state.widgets) if (o !== from && o.type === "system-trace" && o.timeline) o.timeline.setView(t0, t1);
+  } finally { syncing = false; }
+}
+
+function restoreView(w, url) {
+  const tl = w.timeline;
+  const t0 = Number(url.get("t0")), t1 = Number(url.get("t1"));
+  if (url.get("t0") !== null && url.get("t1") !== null && t1 > t0) tl.setView(t0, t1);
+  const a0 = Number(url.get("a0")), a1 = Number(url.get("a1"));
+  if (url.get("a0") !== null && a1 > a0) {
+    const rows = url.get("rows") ? url.get("rows").split(".").map(Number) : null;
+    tl.sel = { a: a0, b: a1, rows };
+    w.showArea(tl.sel);
+  }
+  const ev = url.get("ev");
+  if (ev) {
+    const [leaf, id, s] = ev.split(":");
+    const row = tl.leafToRow.get(Number(leaf));
+    tl.selected = { id: /^\d+$/.test(id) && Number(id) <= Number.MAX_SAFE_INTEGER ? Number(id) : id, leaf: Number(leaf), row, s: Number(s) };
+    openEvent(w, { id, leaf: Number(leaf), c: 1, s: Number(s) });
+  }
+}
+
+/** Jump to an event: keep the zoom if it fits, centre it, show its track, select it and open its details. */
+function goToEvent(w, it) {
+  const tl = w.timeline;
+  const span = tl.t1 - tl.t0;
+  const span2 = Math.max(Math.min(span, Math.max((it.e - it.s) * 40, 2000)), (it.e - it.s) * 3);
+  tl.setView(it.s - span2 / 2, it.s + span2 / 2);
+  const row = tl.leafToRow.get(it.leaf);
+  if (row !== undefined) tl.scrollToRow(row);
+  tl.selected = { id: it.id, row, s: it.s, e: it.e, leaf: it.leaf, c: 1 };
+  openEvent(w, { id: it.id, leaf: it.leaf, c: 1, name: it.name, s: it.s, e: it.e });
+  saveUrl();
 }
 
 async function openEvent(w, it) {
@@ -208,22 +471,91 @@ async function openEvent(w, it) {
     return;
   }
   try {
-    const ev = await api.event(w.profile, it.id, it.leaf);
-    bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, event: ev, source: w } }));
-    if (ev.name === "nc_exec_running" && ev.device_profile) {
-      const dp = ev.device_profile.profile_id;
-      const open = findDuplicate("device-trace", w.profile, String(dp));
-      if (open) open.el.scrollIntoView({ block: "nearest" });
-      else addWidget("device-trace", w.profile, String(dp));
+    const [ev, fl] = await Promise.all([api.event(w.profile, it.id, it.leaf),
+      it.leaf !== null && it.leaf !== undefined ? api.eventFlows(w.profile, it.id, it.leaf, it.s).catch(() => null) : null]);
+    const tl = w.timeline;
+    if (tl && fl) {
+      tl.setSelectedFlows({ ...fl, chainIds: new Set(fl.chain.map((c) => `${c[1]}:${c[0]}`)) });
+      if (tl.selected) tl.selected.e = ev.relative.end;
     }
+    bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, event: ev, flows: fl, source: w } }));
+    if (ev.name === "nc_exec_running" && ev.device_profile) drillDown(w, ev);
   } catch (e) {
     toast(e.message, true);
   }
 }
 
+/** Open the execution's device trace in the docked panel (in view), on system time, zoomed to the
+ * execution, and shade the execution on the system timeline. */
+function drillDown(w, ev) {
+  const dp = String(ev.device_profile.profile_id);
+  const exec = { a: ev.relative.start, b: ev.relative.end };
+  if (w.timeline) { w.timeline.highlight = exec; w.timeline.queueDraw(); }
+  let dw = findDuplicate("device-trace", w.profile, dp);
+  if (dw) {
+    dw.focusRange?.(exec.a, exec.b);
+    if (dw.dockedIn) dw.dockedIn.dock.showTab("device");
+  } else {
+    dw = addWidget("device-trace", w.profile, dp, { dock: w.dock ? w : null, init: { frame: "system", initial: exec } });
+  }
+  dw?.el.scrollIntoView({ block: "nearest" });
+  w.el.querySelector("[data-testid=dock]")?.scrollIntoView({ block: "nearest" });
+}
+
 // ---------------------------------------------------------------- Event Details
 function propsTable(obj) {
   return `<table>${Object.entries(obj).map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(typeof v === "object" && v !== null ? JSON.stringify(v) : v ?? "—")}</td></tr>`).join("")}</table>`;
+}
+
+function flowsHtml(f, w) {
+  if (!f.flows.length && !f.chain.length) return `<p class="muted">This event has no flow.</p>`;
+  const tl = w.timeline;
+  const label = (e) => {
+    const row = tl?.rows.find((r) => r.idx === tl.leafToRow.get(e[1]));
+    const where = row ? [...(row.group || []), row.label].join(" › ") : `leaf ${e[1]}`;
+    return `${esc(tl?.source.nameOf?.(e[1]) || row?.name || "event")} · ${esc(where)} · ${fmtNs(e[2])}`;
+  };
+  const me = f.event;
+  const link = (e) => `<li><a href="#" data-testid="flow-end" data-leaf="${e[1]}" data-id="${esc(e[0])}" data-s="${e[2]}" data-e="${e[3]}">${label(e)}</a>${String(e[0]) === String(me[0]) && e[1] === me[1] ? " <span class=\"tag\">this event</span>" : ""}</li>`;
+  return `${f.flows.map((fl) => `<h3>Flow ${esc(fl.flow_id)} · ${esc(fl.kind)} · ${fl.ends.length} events${fl.truncated ? " (first shown)" : ""}</h3><ol class="flow-ends">${fl.ends.map(link).join("")}</ol>`).join("")}
+    ${f.chain.length ? `<h3>Framework chain (enclosing events)</h3><ol class="flow-ends">${f.chain.map(link).join("")}</ol>` : ""}`;
+}
+
+function bindFlowLinks(root, w) {
+  root.querySelectorAll("[data-testid=flow-end]").forEach((a) => a.onclick = (ev) => {
+    ev.preventDefault();
+    const id = /^\d+$/.test(a.dataset.id) && Number(a.dataset.id) <= Number.MAX_SAFE_INTEGER ? Number(a.dataset.id) : a.dataset.id;
+    goToEvent(w, { id, leaf: Number(a.dataset.leaf), s: Number(a.dataset.s), e: Number(a.dataset.e) });
+  });
+}
+
+/** One event's details (or a merged bucket's), with full-precision times and links along its flows. */
+function renderDetailsInto(box, d, from = "") {
+  if (d.merged) {
+    const m = d.merged;
+    box.innerHTML = `${from}<h3>${esc(m.name)} — ${fmtCount(m.c)} merged events</h3>
+      <table><tr><th>span</th><td>${fmtNs(m.s)} – ${fmtNs(m.e)}</td></tr><tr><th>total duration</th><td>${fmtDurExact(m.d)}</td></tr>
+      <tr><th>mean duration</th><td>${fmtDur(m.d / m.c)}</td></tr></table>
+      <p><button data-testid="zoom-bucket">Zoom to these events</button></p>`;
+    $("button", box).onclick = () => d.source.timeline?.zoomTo(m.s, m.e);
+    return;
+  }
+  const ev = d.event;
+  const dev = ev.name === "nc_exec_running"
+    ? (ev.device_profile
+      ? `<div class="note">Device profile <b>${esc(ev.device_profile.profile_id)}</b> covers this execution; it opened in the Device trace tab, on this timeline's time axis.</div>`
+      : `<div class="note" data-testid="device-note">${esc(ev.device_note || "No device profile was captured for this execution.")}</div>`)
+    : "";
+  box.innerHTML = `${from}<h3 data-testid="event-name">${esc(ev.name)}</h3>${dev}
+    <table><tr><th>start (from profile start)</th><td data-testid="event-start">${fmtNs(ev.relative.start)}</td></tr>
+    <tr><th>start (absolute, ns)</th><td data-testid="event-start-abs">${esc(absNs(ev.origin_ns, ev.relative.start))}</td></tr>
+    <tr><th>duration</th><td>${fmtDurExact(ev.relative.end - ev.relative.start)}</td></tr></table>
+    ${d.flows ? `<div class="flows-in-details">${flowsHtml(d.flows, d.source)}</div>` : ""}
+    <h3>Properties</h3>${propsTable(ev.properties)}
+    ${Object.keys(ev.attributes || {}).length ? `<h3>Attributes</h3>${propsTable(ev.attributes)}` : ""}
+    ${ev.model ? `<h3>Model</h3>${propsTable(ev.model)}` : ""}
+    ${ev.process ? `<h3>Process</h3>${propsTable(ev.process)}` : ""}`;
+  bindFlowLinks(box, d.source);
 }
 
 function renderEventDetails(w, body) {
@@ -235,37 +567,38 @@ function renderEventDetails(w, body) {
     const anyMine = state.widgets.some((x) => x.type === "event-details" && x.profile === d.profile);
     if (!mine && anyMine) return;
     const from = mine ? "" : `<div class="note">From profile "${esc(d.profile)}" (no Event Details widget is open for it).</div>`;
-    if (d.merged) {
-      const m = d.merged;
-      box.innerHTML = `${from}<h3>${esc(m.name)} — ${fmtCount(m.c)} merged events</h3>
-        <table><tr><th>span</th><td>${fmtDur(m.s)} – ${fmtDur(m.e)}</td></tr><tr><th>total duration</th><td>${fmtDur(m.d)}</td></tr>
-        <tr><th>mean duration</th><td>${fmtDur(m.d / m.c)}</td></tr></table>
-        <p><button data-testid="zoom-bucket">Zoom to these events</button></p>`;
-      $("button", box).onclick = () => d.source.timeline?.zoomTo(m.s, m.e);
-      return;
-    }
-    const ev = d.event;
-    const dev = ev.name === "nc_exec_running"
-      ? (ev.device_profile
-        ? `<div class="note">Device profile <b>${esc(ev.device_profile.profile_id)}</b> covers this execution; it opened in a Device Trace Viewer.</div>`
-        : `<div class="note" data-testid="device-note">${esc(ev.device_note || "No device profile was captured for this execution.")}</div>`)
-      : "";
-    box.innerHTML = `${from}<h3 data-testid="event-name">${esc(ev.name)}</h3>${dev}
-      <table><tr><th>start (from profile start)</th><td>${fmtDur(ev.relative.start)}</td></tr><tr><th>duration</th><td>${fmtDur(ev.relative.end - ev.relative.start)}</td></tr></table>
-      <h3>Properties</h3>${propsTable(ev.properties)}
-      ${Object.keys(ev.attributes || {}).length ? `<h3>Attributes</h3>${propsTable(ev.attributes)}` : ""}
-      ${ev.model ? `<h3>Model</h3>${propsTable(ev.model)}` : ""}
-      ${ev.process ? `<h3>Process</h3>${propsTable(ev.process)}` : ""}`;
+    renderDetailsInto(box, d, from);
   };
   bus.addEventListener("event", onEvent);
   w.destroy = () => bus.removeEventListener("event", onEvent);
+}
+
+// ---------------------------------------------------------------- sortable tables
+function sortable(id, cols, items) {
+  return `<table class="sortable" data-testid="${id}"><thead><tr>${cols.map(([k, l], i) => `<th data-col="${i}" class="${i ? "num" : ""}" title="Sort">${esc(l)}</th>`).join("")}</tr></thead>
+    <tbody>${items.map((x) => `<tr>${cols.map(([k, , f], i) => `<td class="${i ? "num" : ""}" data-v="${esc(x[k] ?? "")}">${f(x[k], x)}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
+}
+
+function bindSortable(root) {
+  root.querySelectorAll("table.sortable th").forEach((th) => th.onclick = () => {
+    const table = th.closest("table");
+    const i = Number(th.dataset.col);
+    const dir = th.dataset.dir === "asc" ? "desc" : "asc";
+    table.querySelectorAll("th").forEach((x) => delete x.dataset.dir);
+    th.dataset.dir = dir;
+    const rows = [...table.tBodies[0].rows];
+    const key = (r) => { const v = r.cells[i].dataset.v; const n = Number(v); return v !== "" && !Number.isNaN(n) ? n : v; };
+    rows.sort((a, b) => { const x = key(a), y = key(b); const c = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y)); return dir === "asc" ? c : -c; });
+    table.tBodies[0].append(...rows);
+  });
 }
 
 // ---------------------------------------------------------------- Profile Overview
 async function renderProfileInfo(w, body) {
   const ov = await api.overview(w.profile);
   body.innerHTML = `<div class="details" data-testid="profile-info">
-    <table><tr><th>events</th><td>${fmtCount(ov.events)}</td></tr><tr><th>duration</th><td>${fmtDur(ov.duration_ns)}</td></tr>
+    <table><tr><th>events</th><td>${fmtCount(ov.events)}</td></tr><tr><th>duration</th><td>${fmtDurExact(ov.duration_ns)}</td></tr>
+    <tr><th>origin (ns)</th><td>${esc(ov.origin_ns)}</td></tr>
     <tr><th>instances</th><td>${ov.instances.map(esc).join(", ")}</td></tr><tr><th>device profiles</th><td>${ov.device_profiles}</td></tr></table>
     <h3>Processes</h3><table><tr><th>instance / pid</th><td><b>rank · device · events · clock offset</b></td></tr>
     ${ov.processes.map((p) => `<tr><th>${esc(p.instance_id)} / ${esc(p.process_id)}</th><td>${esc(p.rank)} · ${esc(p.device_kind)} · ${fmtCount(p.events ?? 0)} · ${fmtDur(p.clock_offset_ns ?? 0)} (${esc(p.clock_offset_method)})</td></tr>`).join("")}</table>
@@ -281,36 +614,44 @@ async function renderDeviceTrace(w, body, extra) {
     return;
   }
   if (w.deviceProfile === null || !list.some((d) => String(d.profile_id) === String(w.deviceProfile))) w.deviceProfile = String(list[0].profile_id);
-  extra.innerHTML = `<select data-testid="device-profile-select">${list.map((d) => `<option value="${esc(d.profile_id)}" ${String(d.profile_id) === w.deviceProfile ? "selected" : ""}>${esc(d.profile_id)} · ${esc(d.model_name ?? "")} · NC ${esc(d.nc_idx)}</option>`).join("")}</select>
+  w.frame = w.frame || "system";
+  extra.innerHTML = `<select data-testid="device-profile-select">${list.map((d) => `<option value="${esc(d.profile_id)}" ${String(d.profile_id) === w.deviceProfile ? "selected" : ""}>${esc(d.model_name ?? "")} · NC ${esc(d.nc_idx)} · ${esc(d.profile_id)}</option>`).join("")}</select>
     <button data-act="reset">Reset zoom</button>`;
   $("select", extra).onchange = (ev) => {
     const v = ev.target.value;
     if (findDuplicate("device-trace", w.profile, v, w.id)) { refuseDuplicate("device-trace", `${w.profile}/${v}`); ev.target.value = w.deviceProfile; return; }
     w.destroy?.();
     w.deviceProfile = v;
+    w.initial = null;
     render(w);
   };
-  const ov = await api.deviceOverview(w.profile, w.deviceProfile);
-  const tlHost = h(`<div class="timeline" style="height:360px" data-testid="device-timeline"></div>`);
-  const status = h(`<div class="statusbar"><span class="st"></span><span>${fmtCount(ov.events)} device events · ${ov.rows.length} engines</span></div>`);
+  const ov = await api.deviceOverview(w.profile, w.deviceProfile, w.frame);
+  const tlHost = h(`<div class="timeline" style="height:${w.dockedIn ? 220 : 360}px" data-testid="device-timeline"></div>`);
+  const status = h(`<div class="statusbar"><span class="st"></span><span>${fmtCount(ov.events)} device events · ${ov.rows.length} engines · time axis: ${w.frame === "system" ? "system profile (same as the System Trace Viewer)" : "from the first op"}</span></div>`);
   const details = h(`<div class="details" data-testid="device-event-details" style="border-top:1px solid var(--line)"><span class="muted">Click an op or kernel for its details.</span></div>`);
   body.append(tlHost, status, details);
   const pid = w.deviceProfile;
+  const start = ov.start_ns || 0;
   const tl = new Timeline(tlHost, {
-    duration: ov.duration_ns,
-    window: (rows, t0, t1, px, sig) => api.deviceWindow(w.profile, pid, rows, t0, t1, px, sig),
+    duration: start + ov.duration_ns,
+    window: (rows, t0, t1, px, sig) => api.deviceWindow(w.profile, pid, w.frame, rows, t0, t1, px, sig),
   }, {
     onStatus: (s) => { $(".st", status).textContent = s; },
     onEventClick: async (it) => {
       if (it.c > 1) { tl.zoomTo(it.s, it.e); return; }
-      const ev = await api.deviceEvent(w.profile, pid, it.row, it.s);
-      details.innerHTML = `<h3 data-testid="device-event-name">${esc(ev.name)}</h3><h3>Properties</h3>${propsTable(ev.properties)}${Object.keys(ev.attributes).length ? `<h3>Attributes</h3>${propsTable(ev.attributes)}` : ""}`;
+      const ev = await api.deviceEvent(w.profile, pid, w.frame, it.row, it.s);
+      details.innerHTML = `<h3 data-testid="device-event-name">${esc(ev.name)}</h3>
+        <table><tr><th>start (system time)</th><td>${fmtNs(ev.relative.start)}</td></tr><tr><th>duration</th><td>${fmtDurExact(ev.relative.end - ev.relative.start)}</td></tr></table>
+        <h3>Properties</h3>${propsTable(ev.properties)}${Object.keys(ev.attributes).length ? `<h3>Attributes</h3>${propsTable(ev.attributes)}` : ""}`;
     },
   });
   w.timeline = tl;
   w.destroy = () => tl.destroy();
   tl.setRows(ov.rows);
-  $("[data-act=reset]", extra).onclick = () => tl.resetView();
+  w.focusRange = (a, b) => tl.zoomTo(a, b, 0.03);
+  const home = () => (w.initial ? tl.zoomTo(w.initial.a, w.initial.b, 0.03) : tl.zoomTo(start, start + ov.duration_ns, 0.03));
+  home();
+  $("[data-act=reset]", extra).onclick = home;
   w.el.dataset.deviceProfile = pid;
 }
 
@@ -357,24 +698,59 @@ function openAddWidget() {
   draw();
 }
 
-async function openDeviceProfilesList(profile) {
+const DP_COLS = [["model_name", "Model"], ["nc_idx", "Core"], ["executions", "Executions"], ["flops", "FLOPs"], ["achieved_flops_per_s", "FLOP/s"], ["mfu", "MFU"], ["total_time_ns", "Time"]];
+
+async function openDeviceProfilesList(profile, sw) {
   const list = (await api.deviceProfiles(profile)).device_profiles;
   if (!list.length) {
     modal("Device Profiles", `<p data-testid="device-profiles-empty">No device profiles were captured for "${esc(profile)}". Device profiles hold the op and kernel events of executions on a NeuronCore; they are captured with the device profiling mode.</p>`);
     return;
   }
-  const cols = Object.keys(list[0]);
-  const content = h(`<div><table class="grid dp-list" style="margin:0" data-testid="device-profiles-table"><thead><tr><th></th>${cols.map((c) => `<th>${esc(c)}</th>`).join("")}</tr></thead>
-    <tbody>${list.map((d, i) => `<tr><td><input type="radio" name="dp" value="${esc(d.profile_id)}" ${i ? "" : "checked"}></td>${cols.map((c) => `<td>${esc(d[c])}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`);
+  // lead with what a user picks a device profile by; ids and paths follow, smaller
+  const lead = DP_COLS.filter(([k]) => list.some((d) => d[k] !== undefined && d[k] !== null));
+  const rest = Object.keys(list[0]).filter((k) => !lead.some(([c]) => c === k));
+  const fmtv = (k, v) => (v === null || v === undefined ? "—" : k === "total_time_ns" ? fmtDur(Number(v)) : k.includes("flops") ? Number(v).toExponential(3) : k === "mfu" ? `${(Number(v) * 100).toFixed(1)}%` : esc(v));
+  const content = h(`<div><table class="grid dp-list" style="margin:0" data-testid="device-profiles-table"><thead><tr><th></th>${lead.map(([, l]) => `<th>${esc(l)}</th>`).join("")}${rest.map((c) => `<th class="minor">${esc(c)}</th>`).join("")}</tr></thead>
+    <tbody>${list.map((d, i) => `<tr><td><input type="radio" name="dp" value="${esc(d.profile_id)}" ${i ? "" : "checked"}></td>${lead.map(([k]) => `<td>${fmtv(k, d[k])}</td>`).join("")}${rest.map((c) => `<td class="minor">${esc(d[c])}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`);
   const m = modal("Device Profiles", content, `<button class="primary" data-act="submit" data-testid="device-profiles-submit">Submit</button>`);
   $("[data-act=submit]", m.el).onclick = () => {
     const v = $("input[name=dp]:checked", m.el).value;
-    if (addWidget("device-trace", profile, String(v))) m.close();
+    if (addWidget("device-trace", profile, String(v), { dock: sw && sw.dock ? sw : null, init: { frame: "system" } })) m.close();
   };
 }
 
+// ---------------------------------------------------------------- keys and help
+const KEYS = [["W / S", "zoom in / out at the mouse"], ["A / D", "pan left / right"], ["wheel", "scroll tracks"], ["Ctrl + wheel", "zoom at the mouse"],
+  ["Shift + wheel", "pan"], ["drag", "pan (and scroll)"], ["Shift + drag", "select an area (tracks × time)"], ["drag in the ruler", "select a time range over every track"],
+  ["click a group name", "collapse / expand (collapsed: utilization summary)"], ["F", "focus: zoom to the selected event or area"], ["M", "mark the selected event's (or area's) time range"],
+  ["Ctrl + F", "search names and arguments"], ["Enter / Shift+Enter", "next / previous match (in the search box)"], ["0", "whole profile"], ["PgUp / PgDn", "scroll a page of tracks"],
+  ["Esc", "clear the area selection; close this help"], ["?", "this help"]];
+
+function toggleHelp(force) {
+  const old = $("[data-testid=help-overlay]");
+  if (old) { old.remove(); if (force !== true) return; }
+  if (force === false) return;
+  const el = h(`<div class="help-back" data-testid="help-overlay"><div class="help"><h2>Keys</h2><table>${KEYS.map(([k, d]) => `<tr><th><kbd>${esc(k)}</kbd></th><td>${esc(d)}</td></tr>`).join("")}</table><p class="muted">Keys act on the timeline under the mouse (else the last one used) as soon as the page has focus.</p></div></div>`);
+  el.onclick = () => el.remove();
+  document.body.appendChild(el);
+}
+
+document.addEventListener("keydown", (ev) => {
+  const t = ev.target;
+  const typing = t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT");
+  if ((ev.ctrlKey || ev.metaKey) && ev.key.toLowerCase() === "f") {
+    const w = state.widgets.find((x) => x.type === "system-trace" && x.focusSearch);
+    if (w) { ev.preventDefault(); w.focusSearch(); }
+    return;
+  }
+  if (typing) return;
+  if (ev.key === "?") { ev.preventDefault(); toggleHelp(); return; }
+  if (ev.key === "Escape" && $("[data-testid=help-overlay]")) { toggleHelp(false); }
+}, true);
+
 // ---------------------------------------------------------------- pages
 async function showHome() {
+  state.home = null;
   $("#crumb").textContent = "";
   $("#actions").innerHTML = "";
   const r = await api.profiles();
@@ -386,26 +762,52 @@ async function showHome() {
   document.querySelectorAll("tr.link").forEach((tr) => tr.onclick = () => { location.hash = `#/p/${encodeURIComponent(tr.dataset.name)}`; });
 }
 
-async function showDashboard(name) {
+async function showDashboard(name, url) {
   for (const w of [...state.widgets]) removeWidget(w);
   if (!state.profiles.length) state.profiles = (await api.profiles()).profiles;
   if (!state.profiles.some((p) => p.name === name)) { $("#main").innerHTML = `<p class="pad">Profile "${esc(name)}" not found. <a href="#/">All profiles</a></p>`; return; }
   state.home = name;
+  state.sync = url.get("sync") === "1";
   $("#crumb").textContent = `› ${name}`;
   $("#actions").innerHTML = `<button class="primary" data-testid="add-widget">Add Widget</button>`;
   $("[data-testid=add-widget]").onclick = openAddWidget;
   $("#main").innerHTML = `<div id="widgets"></div>`;
-  addWidget("system-trace", name);
-  addWidget("event-details", name);
+  const list = (url.get("w") || "system-trace").split(",").filter(Boolean);
+  state.restoring = url;
+  try {
+    for (const item of list) {
+      const [head, half] = item.split("~");
+      const [type, prof] = head.split("@");
+      if (!WIDGETS[type] || type === "device-trace") continue;
+      const p = prof && state.profiles.some((x) => x.name === prof) ? prof : name;
+      const w = addWidget(type, p, null, { init: { half: half === "h" } });
+      if (w && type === "system-trace" && p === name) await waitFor(() => w.timeline && w.timeline.painted);
+    }
+  } finally {
+    state.restoring = null;
+  }
+  saveUrl();
 }
 
+function waitFor(cond, ms = 60000) {
+  return new Promise((resolve) => {
+    const t0 = performance.now();
+    const tick = () => (cond() || performance.now() - t0 > ms ? resolve() : setTimeout(tick, 50));
+    tick();
+  });
+}
+
+let lastRoute = null;
 function route() {
-  const m = location.hash.match(/^#\/p\/(.+)$/);
-  const go = m ? showDashboard(decodeURIComponent(m[1])) : showHome();
+  const m = location.hash.match(/^#\/p\/([^?]+)(\?.*)?$/);
+  const key = m ? decodeURIComponent(m[1]) : "";
+  if (m && key === lastRoute && state.home === key) return; // our own URL updates
+  lastRoute = key;
+  const go = m ? showDashboard(key, readUrl()) : showHome();
   go.catch((e) => { $("#main").innerHTML = `<p class="pad">Error: ${esc(e.message)}</p>`; });
 }
 
 window.addEventListener("hashchange", route);
 route();
-window.__nx = { state, addWidget, WIDGETS };
+window.__nx = { state, addWidget, WIDGETS, goToEvent };
 void fmtBytes;

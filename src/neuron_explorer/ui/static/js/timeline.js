@@ -5,15 +5,23 @@
 // with events at least a pixel long plus per-pixel buckets (with counts) for everything shorter.
 // Until the answer arrives the previous answer is redrawn at the new scale, so interaction stays
 // smooth while the query runs.
+//
+// Rows sit in a tree of groups (instance > process > CPU/Device ...). A collapsed group is one
+// summary track: per pixel, how busy its tracks are (``/busy``), shaded from white to dark, so at
+// whole-profile zoom a rank that works longer than the others stands out. Events that overlap or
+// nest on one track are drawn in lanes. Times are relative ns (exact in a double); the ruler shows a
+// base time with every nanosecond and ticks relative to it, at any zoom.
 
-import { fmtDur, fmtBytes, fmtCount, stats } from "./api.js";
+import { fmtDur, fmtDurExact, fmtBytes, fmtCount, fmtNs, fmtTick, stats } from "./api.js";
 
-const RULER = 26;
-const LABEL_W = 230;
+export const RULER = 26;
+export const LABEL_W = 230;
 const ROW_H = 18;
 const CNT_H = 42;
 const GROUP_H = 18;
-const MIN_SPAN = 200; // ns
+const SUMMARY_H = 22;
+const MAX_LANES = 12;
+const MIN_SPAN = 100; // ns
 
 const SERIES_COLORS = ["#2f7ed8", "#f28f43", "#8bbc21", "#910000", "#1aadce", "#492970", "#77a1e5", "#c42525", "#a6c96a", "#0d233a"];
 
@@ -24,16 +32,37 @@ export function colorFor(name) {
 }
 
 function niceStep(raw) {
+  if (raw <= 1) return 1;
   const p = Math.pow(10, Math.floor(Math.log10(raw)));
-  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
-  return 10 * p;
+  for (const m of [1, 2, 5, 10]) if (m * p >= raw) return Math.round(m * p);
+  return Math.round(10 * p);
 }
+
+function b64bytes(s) {
+  const bin = atob(s);
+  const a = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) a[i] = bin.charCodeAt(i);
+  return a;
+}
+
+// ---------------------------------------------------------------- keyboard: the page, not the canvas
+// Perfetto's habit: W/A/S/D act as soon as the page has focus. Keys go to the timeline under the
+// mouse, else the one last used, else the first on the page; never while typing in a field.
+const all = new Set();
+let active = null;
+document.addEventListener("keydown", (ev) => {
+  const t = ev.target;
+  if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable)) return;
+  const tl = (active && all.has(active)) ? active : [...all][0];
+  if (tl) tl.onKey(ev);
+});
 
 export class Timeline {
   /**
    * @param {HTMLElement} host element to fill
-   * @param {object} source {duration, rows(mode), window(rows,t0,t1,px,signal), counters?, flows?, itemName(row,item,i)}
-   * @param {object} cb callbacks {onEventClick(item), onSelect(range|null), onStatus(text)}
+   * @param {object} source {duration, window(rows,t0,t1,px,signal), counters?, flows?, busy?, nameOf?(leaf)}
+   * @param {object} cb callbacks {onEventClick(item), onSelect(area|null), onStatus(text), onView(t0,t1),
+   *                    onKey(ev) -> handled, onFlowsChanged()}
    */
   constructor(host, source, cb = {}) {
     this.host = host;
@@ -50,27 +79,43 @@ export class Timeline {
     this.scrollY = 0;
     this.t0 = 0;
     this.t1 = Math.max(source.duration, 1);
-    this.events = new Map(); // row idx -> {s,e,c,d,id,leaf,name} arrays
+    this.events = new Map(); // row idx -> items {s,e,c,d,id,leaf,name,lane}
+    this.lanes = new Map(); // row idx -> lanes drawn (only grows: rows do not jump while panning)
     this.counterData = new Map();
+    this.busyData = new Map(); // group key -> {busy, cc, mean}
     this.flowData = [];
+    this.flowMode = "selected"; // "selected": the selected event's flows; "all": every flow in view; "none"
+    this.selFlows = null; // {flows, chain} of the selected event
     this.level = null;
-    this.sel = null; // {a, b}
-    this.selected = null; // {row, s, id}
+    this.sel = null; // area: {a, b, rows: [row idx] | null}
+    this.selected = null; // {row, s, id, leaf}
+    this.marks = []; // [{a, b}] (M)
+    this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
-    this.showFlows = true;
+    this.collapsed = new Set(); // group keys
+    this.pinned = []; // row idx pinned under the ruler (they do not scroll)
+    this.pinLayout = [];
+    this.pinH = 0;
+    this.hidden = new Set(); // row idx hidden ("hide tracks empty in this view")
     this.showCounters = true;
     this.hover = null;
+    this.ticks = [];
     this.ctrl = null;
     this.painted = false;
     this.fetchTimer = 0;
     this.drawQueued = false;
     this._bind();
+    all.add(this);
     this.resizeObs = new ResizeObserver(() => this.resize());
     this.resizeObs.observe(host);
     this.resize();
   }
 
+  get showFlows() { return this.flowMode !== "none"; }
+
   destroy() {
+    all.delete(this);
+    if (active === this) active = null;
     this.resizeObs.disconnect();
     if (this.ctrl) this.ctrl.abort();
     window.removeEventListener("mouseup", this._up);
@@ -78,39 +123,117 @@ export class Timeline {
   }
 
   // ------------------------------------------------------------------ rows and layout
-  setRows(rows) {
+  setRows(rows, collapsed = null) {
     this.rows = rows;
     this.leafToRow = new Map();
     for (const r of rows) for (const lf of r.leaves || []) this.leafToRow.set(lf, r.idx);
     this.events.clear();
+    this.lanes.clear();
     this.counterData.clear();
+    this.busyData.clear();
     this.flowData = [];
+    if (collapsed) this.collapsed = new Set(collapsed);
     this.relayout();
     this.refresh();
+  }
+
+  /** Group keys ("inst\u0001proc\u0001...") of every group node, with their depth. */
+  groupKeys() {
+    const out = new Map();
+    for (const r of this.rows) {
+      const g = r.group || [];
+      for (let d = 0; d < g.length; d++) out.set(g.slice(0, d + 1).join("\u0001"), d);
+    }
+    return out;
+  }
+
+  toggleGroup(key) {
+    if (this.collapsed.has(key)) this.collapsed.delete(key);
+    else this.collapsed.add(key);
+    this.relayout();
+    this.refresh();
+    this.cb.onLayout?.();
   }
 
   relayout() {
     const out = [];
     let prev = [];
     let y = 0;
+    let hiddenUnder = null; // key of the collapsed group being skipped
+    const groupEntry = new Map();
     for (const r of this.rows) {
       if (r.kind === "counter" && !this.showCounters) continue;
+      if (this.hidden.has(r.idx)) continue;
       const g = r.group || [];
+      if (hiddenUnder !== null) {
+        const k = g.slice(0, hiddenUnder.depth + 1).join("\u0001");
+        if (k === hiddenUnder.key) {
+          if (r.kind === "events") hiddenUnder.entry.rows.push(r.idx);
+          for (const lf of r.leaves || []) hiddenUnder.entry.leaves.push(lf);
+          continue;
+        }
+        hiddenUnder = null;
+      }
       let d = 0;
       while (d < g.length && d < prev.length && g[d] === prev[d]) d++;
+      let collapsedHere = null;
       for (let k = d; k < g.length; k++) {
-        out.push({ type: "group", depth: k, text: g[k], y, h: GROUP_H });
-        y += GROUP_H;
+        const key = g.slice(0, k + 1).join("\u0001");
+        const col = this.collapsed.has(key);
+        const e = { type: "group", depth: k, text: g[k], key, path: g.slice(0, k + 1), y, h: col ? SUMMARY_H : GROUP_H, collapsed: col, rows: [], leaves: [] };
+        out.push(e);
+        groupEntry.set(key, e);
+        y += e.h;
+        if (col) { collapsedHere = e; break; }
+      }
+      if (collapsedHere) {
+        if (r.kind === "events") collapsedHere.rows.push(r.idx);
+        for (const lf of r.leaves || []) collapsedHere.leaves.push(lf);
+        hiddenUnder = { key: collapsedHere.key, depth: collapsedHere.depth, entry: collapsedHere };
+        prev = g.slice(0, collapsedHere.depth + 1);
+        continue;
       }
       prev = g;
-      const h = r.kind === "counter" ? CNT_H : ROW_H;
-      out.push({ type: "row", row: r, depth: g.length, y, h });
+      const h = r.kind === "counter" ? CNT_H : ROW_H * Math.max(1, this.lanes.get(r.idx) || 1);
+      out.push({ type: "row", row: r, depth: g.length, y, h, path: g });
       y += h;
     }
     this.layout = out;
+    this.groupEntry = groupEntry;
     this.rowY = new Map(out.filter((e) => e.type === "row").map((e) => [e.row.idx, e]));
+    // where a hidden row's events are drawn: its collapsed group's summary track
+    this.rowHome = new Map();
+    for (const e of out) if (e.type === "group" && e.collapsed) for (const r of e.rows) this.rowHome.set(r, e);
     this.height = y;
+    let py = 0;
+    this.pinLayout = [];
+    for (const idx of this.pinned) {
+      const r = this.rows.find((x) => x.idx === idx);
+      if (!r) continue;
+      const h = r.kind === "counter" ? CNT_H : ROW_H * Math.max(1, this.lanes.get(r.idx) || 1);
+      this.pinLayout.push({ type: "row", row: r, depth: 0, y: py, h, path: r.group || [], pinned: true });
+      py += h;
+    }
+    this.pinH = py ? py + 3 : 0;
     this.clampScroll();
+  }
+
+  /** Pin a track under the ruler (it stays while the others scroll), or unpin it. */
+  togglePin(idx) {
+    const i = this.pinned.indexOf(idx);
+    if (i >= 0) this.pinned.splice(i, 1);
+    else this.pinned.push(idx);
+    this.host.dataset.pinned = String(this.pinned.length);
+    this.relayout();
+    this.refresh();
+    this.cb.onLayout?.();
+  }
+
+  /** Hide the event tracks not in ``keep`` (an answer of ``/nonempty``); ``null`` shows every track again. */
+  hideExcept(keep) {
+    this.hidden = new Set(keep ? this.rows.filter((r) => r.kind === "events" && !keep.includes(r.idx)).map((r) => r.idx) : []);
+    this.relayout();
+    this.refresh();
   }
 
   resize() {
@@ -125,26 +248,43 @@ export class Timeline {
     this.refresh();
   }
 
+  /** Canvas y where the scrolling tracks begin: under the ruler and the pinned tracks. */
+  get top() { return RULER + this.pinH; }
   get areaW() { return this.w - LABEL_W; }
   get npp() { return (this.t1 - this.t0) / this.areaW; }
   xOf(t) { return LABEL_W + (t - this.t0) / this.npp; }
   tOf(x) { return this.t0 + (x - LABEL_W) * this.npp; }
 
   clampScroll() {
-    const maxS = Math.max(0, this.height - (this.h - RULER));
+    const maxS = Math.max(0, this.height - (this.h - this.top));
     this.scrollY = Math.min(Math.max(0, this.scrollY), maxS);
   }
 
   visibleRows() {
     const top = this.scrollY;
-    const bot = this.scrollY + this.h - RULER;
+    const bot = this.scrollY + this.h - this.top;
     const ev = [];
     const cn = [];
+    const groups = [];
+    for (const e of this.pinLayout) (e.row.kind === "counter" ? cn : ev).push(e.row.idx);
     for (const e of this.layout) {
-      if (e.type !== "row" || e.y + e.h < top || e.y > bot) continue;
+      if (e.y + e.h < top || e.y > bot) continue;
+      if (e.type === "group") { if (e.collapsed && e.rows.length) groups.push(e); continue; }
       (e.row.kind === "counter" ? cn : ev).push(e.row.idx);
     }
-    return { ev, cn };
+    return { ev, cn, groups };
+  }
+
+  /** Event rows drawn between canvas y0 and y1 (an area selection's tracks), collapsed groups' rows included. */
+  rowsBetween(y0, y1) {
+    const a = Math.min(y0, y1) - this.top + this.scrollY, b = Math.max(y0, y1) - this.top + this.scrollY;
+    const out = [];
+    for (const e of this.layout) {
+      if (e.y + e.h <= a || e.y >= b) continue;
+      if (e.type === "group") { if (e.collapsed) out.push(...e.rows); continue; }
+      if (e.row.kind === "events") out.push(e.row.idx);
+    }
+    return out;
   }
 
   // ------------------------------------------------------------------ view changes
@@ -158,10 +298,12 @@ export class Timeline {
     this.t0 = a;
     this.t1 = a + span;
     this.refresh();
+    this.cb.onView?.(this.t0, this.t1);
   }
 
+  /** Zoom by ``factor`` keeping the time under canvas x ``atX`` (default: the mouse, else the centre) still. */
   zoom(factor, atX) {
-    const x = atX ?? LABEL_W + this.areaW / 2;
+    const x = atX ?? (this.hover && this.hover.x >= LABEL_W ? this.hover.x : LABEL_W + this.areaW / 2);
     const t = this.tOf(x);
     const span = (this.t1 - this.t0) * factor;
     const frac = (x - LABEL_W) / this.areaW;
@@ -180,13 +322,42 @@ export class Timeline {
 
   resetView() { this.setView(0, Math.max(this.source.duration, 1)); }
 
+  scrollBy(dy) {
+    const before = this.scrollY;
+    this.scrollY += dy;
+    this.clampScroll();
+    if (this.scrollY !== before) this.refresh();
+    return this.scrollY !== before;
+  }
+
+  /** Make row ``idx`` visible: expand its collapsed ancestors, scroll it to the upper third if off screen. */
   scrollToRow(idx) {
+    if (!this.rowY.get(idx)) {
+      const r = this.rows.find((x) => x.idx === idx);
+      if (!r) return;
+      const g = r.group || [];
+      let changed = false;
+      for (let d = 0; d < g.length; d++) {
+        const k = g.slice(0, d + 1).join("\u0001");
+        if (this.collapsed.delete(k)) changed = true;
+      }
+      if (changed) { this.relayout(); this.cb.onLayout?.(); }
+    }
     const e = this.rowY.get(idx);
     if (!e) return;
-    const vis = this.h - RULER;
-    if (e.y < this.scrollY || e.y + e.h > this.scrollY + vis) this.scrollY = e.y - vis / 3;
+    const vis = this.h - this.top;
+    const sticky = GROUP_H * (e.depth || 0);
+    if (e.y - sticky < this.scrollY || e.y + e.h > this.scrollY + vis) this.scrollY = e.y - vis / 3;
     this.clampScroll();
     this.refresh();
+  }
+
+  /** Canvas y of the middle of row ``idx`` (or of the summary track holding it); null when hidden. */
+  rowMidY(idx, lane = 0) {
+    const e = this.rowY.get(idx) || this.rowHome?.get(idx);
+    if (!e) return null;
+    const h = e.type === "row" && e.row.kind === "events" ? ROW_H : e.h;
+    return this.top + e.y - this.scrollY + lane * ROW_H + h / 2;
   }
 
   refresh() {
@@ -205,27 +376,30 @@ export class Timeline {
     if (!this.rows.length) { this.draw(); return; }
     if (this.ctrl) this.ctrl.abort();
     const ctrl = (this.ctrl = new AbortController());
-    const { ev, cn } = this.visibleRows();
+    const { ev, cn, groups } = this.visibleRows();
     const t0 = this.t0, t1 = this.t1, px = Math.round(this.areaW);
     const jobs = [];
     const began = performance.now();
     if (ev.length) jobs.push(this.source.window(ev, t0, t1, px, ctrl.signal).then((w) => ["w", w]));
     if (cn.length && this.source.counters) jobs.push(this.source.counters(cn, t0, t1, px, ctrl.signal).then((c) => ["c", c]));
+    if (groups.length && this.source.busy) jobs.push(this.source.busy(groups.map((g) => g.rows), t0, t1, px, ctrl.signal).then((b) => ["b", b]));
     try {
       const results = await Promise.all(jobs);
       if (ctrl.signal.aborted) return;
+      const busy = new Map();
       for (const [kind, data] of results) {
         if (kind === "w") this.ingestWindow(data);
-        else this.counterData = new Map(Object.entries(data.rows).map(([k, v]) => [Number(k), v]));
+        else if (kind === "c") this.counterData = new Map(Object.entries(data.rows).map(([k, v]) => [Number(k), v]));
+        else data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: b64bytes(g.busy), cc: b64bytes(g.cc), mean: g.mean_busy, meanCc: g.mean_cc, t0, t1 }));
       }
+      this.busyData = busy;
       if (!ev.length) this.events.clear();
-      this.flowData = [];
-      if (this.showFlows && this.source.flows && this.level === "raw") {
+      if (this.flowMode === "all" && this.source.flows && this.level === "raw") {
         const f = await this.source.flows(t0 - (t1 - t0) * 0.1, t1 + (t1 - t0) * 0.1, ctrl.signal);
         if (ctrl.signal.aborted) return;
         this.flowData = f.flows;
         this.flowsTruncated = f.truncated;
-      }
+      } else if (this.flowMode !== "all") this.flowData = [];
       const ms = performance.now() - began;
       this.draw();
       if (!this.painted) {
@@ -247,13 +421,38 @@ export class Timeline {
     this.level = w.level;
     const by = new Map();
     const n = w.row.length;
+    const nameOf = this.source.nameOf;
     for (let i = 0; i < n; i++) {
       const r = w.row[i];
       let a = by.get(r);
       if (!a) by.set(r, (a = []));
-      a.push({ row: r, s: w.s[i], e: w.e[i], c: w.c[i], d: w.d[i], id: w.id[i], leaf: w.leaf ? w.leaf[i] : null, name: w.name ? w.name[i] : null });
+      const leaf = w.leaf ? w.leaf[i] : null;
+      a.push({ row: r, s: w.s[i], e: w.e[i], c: w.c[i], d: w.d[i], id: w.id[i], leaf,
+               name: w.name ? w.name[i] : (nameOf && leaf !== null ? nameOf(leaf) : null), lane: 0 });
+    }
+    // lanes: an event that starts before the previous one on its lane ends goes one lane down, so
+    // overlapping events sit side by side and a nested event sits under the one enclosing it
+    let grew = false;
+    for (const [r, items] of by) {
+      items.sort((x, y) => x.s - y.s || y.e - x.e);
+      const ends = [];
+      for (const it of items) {
+        let k = 0;
+        while (k < ends.length && ends[k] > it.s) k++;
+        if (k >= MAX_LANES) k = MAX_LANES - 1;
+        ends[k] = Math.max(ends[k] ?? -Infinity, it.e);
+        it.lane = k;
+      }
+      if (ends.length > (this.lanes.get(r) || 1)) { this.lanes.set(r, ends.length); grew = true; }
     }
     this.events = by;
+    if (grew) this.relayout();
+  }
+
+  /** The selected event's flows and framework chain (``/event/flows``), drawn in "selected" mode. */
+  setSelectedFlows(f) {
+    this.selFlows = f;
+    this.queueDraw();
   }
 
   // ------------------------------------------------------------------ drawing
@@ -268,20 +467,12 @@ export class Timeline {
     const top = this.scrollY;
     ctx.save();
     ctx.beginPath();
-    ctx.rect(0, RULER, W, H - RULER);
+    ctx.rect(0, this.top, W, H - this.top);
     ctx.clip();
     for (const e of this.layout) {
-      const y = RULER + e.y - top;
-      if (y + e.h < RULER || y > H) continue;
-      if (e.type === "group") {
-        ctx.fillStyle = e.depth === 0 ? "#dfe4ea" : e.depth === 1 ? "#eaeef2" : "#f3f5f7";
-        ctx.fillRect(0, y, W, e.h);
-        ctx.fillStyle = "#1d2430";
-        ctx.font = e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
-        ctx.fillText(e.text, 6 + e.depth * 12, y + e.h / 2);
-        ctx.font = "11px system-ui, sans-serif";
-        continue;
-      }
+      const y = this.top + e.y - top;
+      if (y + e.h < this.top || y > H) continue;
+      if (e.type === "group") { this.drawGroup(e, y); continue; }
       const r = e.row;
       const dim = this.match && r.kind === "events" && !this.match.has(r.idx);
       ctx.fillStyle = r.idx % 2 ? "#fbfbfc" : "#fff";
@@ -293,7 +484,7 @@ export class Timeline {
       ctx.stroke();
       ctx.fillStyle = dim ? "#b3b9c2" : "#374151";
       const label = r.label.length > 34 ? r.label.slice(0, 33) + "…" : r.label;
-      ctx.fillText(label, 8 + e.depth * 12, y + (r.kind === "counter" ? 10 : e.h / 2));
+      ctx.fillText(label, 8 + e.depth * 12, y + (r.kind === "counter" ? 10 : ROW_H / 2));
       ctx.save();
       ctx.beginPath();
       ctx.rect(LABEL_W, y, this.areaW, e.h);
@@ -301,14 +492,18 @@ export class Timeline {
       if (r.kind === "counter") this.drawCounter(r, y, e.h);
       else this.drawEvents(r, y, e.h, dim);
       ctx.restore();
+      this.drawPin(r, y);
     }
+    this.drawSticky();
     ctx.restore();
+    this.drawPinned();
     // gutter separator
     ctx.strokeStyle = "#d9dde3";
     ctx.beginPath();
     ctx.moveTo(LABEL_W - 0.5, 0);
     ctx.lineTo(LABEL_W - 0.5, H);
     ctx.stroke();
+    this.drawMarks();
     if (this.showFlows) this.drawFlows();
     this.drawSelection();
     this.drawRuler();
@@ -317,6 +512,127 @@ export class Timeline {
       ctx.fillStyle = "#6b7280";
       ctx.fillText("No events in this profile", LABEL_W + 20, RULER + 30);
     }
+  }
+
+  drawGroup(e, y) {
+    const ctx = this.ctx;
+    ctx.fillStyle = e.depth === 0 ? "#dfe4ea" : e.depth === 1 ? "#eaeef2" : "#f3f5f7";
+    ctx.fillRect(0, y, this.w, e.h);
+    ctx.fillStyle = "#1d2430";
+    ctx.font = e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
+    const text = e.text.length > 30 ? e.text.slice(0, 29) + "…" : e.text;
+    ctx.fillText(`${e.collapsed ? "▸" : "▾"} ${text}`, 4 + e.depth * 12, y + Math.min(e.h, GROUP_H) / 2);
+    ctx.font = "11px system-ui, sans-serif";
+    if (e.collapsed) this.drawSummary(e, y);
+    ctx.strokeStyle = "#d3d8de";
+    ctx.beginPath();
+    ctx.moveTo(0, y + e.h - 0.5);
+    ctx.lineTo(this.w, y + e.h - 0.5);
+    ctx.stroke();
+  }
+
+  /** A collapsed group's summary track: busy share per pixel, white (idle) to dark blue (always busy);
+   * the share spent in collectives as an orange strip underneath. */
+  drawSummary(e, y) {
+    const b = this.busyData.get(e.key);
+    if (!b) return;
+    const n = b.busy.length;
+    if (!this._strip || this._strip.width !== n) {
+      this._strip = document.createElement("canvas");
+      this._strip.width = n;
+      this._strip.height = 2;
+    }
+    const sctx = this._strip.getContext("2d");
+    const img = sctx.createImageData(n, 2);
+    for (let i = 0; i < n; i++) {
+      const v = b.busy[i] / 255, c = b.cc[i] / 255;
+      // row 0: busy (white -> #1f4e9a); row 1: collectives (white -> #e07b00)
+      img.data[i * 4] = 255 - v * (255 - 31); img.data[i * 4 + 1] = 255 - v * (255 - 78); img.data[i * 4 + 2] = 255 - v * (255 - 154); img.data[i * 4 + 3] = 255;
+      const j = (n + i) * 4;
+      img.data[j] = 255 - c * (255 - 224); img.data[j + 1] = 255 - c * (255 - 123); img.data[j + 2] = 255 - c * 255; img.data[j + 3] = 255;
+    }
+    sctx.putImageData(img, 0, 0);
+    const ctx = this.ctx;
+    // the answer covers [b.t0, b.t1]: place it at the current scale until the next answer arrives
+    const x0 = this.xOf(b.t0), x1 = this.xOf(b.t1);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LABEL_W, y, this.areaW, e.h);
+    ctx.clip();
+    ctx.imageSmoothingEnabled = false;
+    const hb = e.h - 7;
+    ctx.drawImage(this._strip, 0, 0, n, 1, x0, y + 1, x1 - x0, hb);
+    ctx.drawImage(this._strip, 0, 1, n, 1, x0, y + 1 + hb, x1 - x0, 5);
+    ctx.restore();
+    ctx.fillStyle = "#4b5563";
+    ctx.fillText(`${Math.round(b.mean * 100)}% busy`, LABEL_W - 62, y + e.h / 2);
+  }
+
+  /** The pin toggle at the right of a track's label: a filled dot when pinned, a ring under the mouse. */
+  drawPin(r, y) {
+    const on = this.pinned.includes(r.idx);
+    const hov = this.hover && this.hover.x < LABEL_W && this.hover.y >= y && this.hover.y < y + ROW_H;
+    if (!on && !hov) return;
+    const ctx = this.ctx;
+    ctx.beginPath();
+    ctx.arc(LABEL_W - 10, y + ROW_H / 2, 3.5, 0, Math.PI * 2);
+    ctx.strokeStyle = "#7a3bd1";
+    ctx.fillStyle = "#7a3bd1";
+    if (on) ctx.fill(); else ctx.stroke();
+  }
+
+  /** Pinned tracks: a band under the ruler that does not scroll, each label with its group path. */
+  drawPinned() {
+    if (!this.pinLayout.length) return;
+    const ctx = this.ctx;
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, RULER, this.w, this.pinH);
+    for (const e of this.pinLayout) {
+      const y = RULER + e.y;
+      const r = e.row;
+      ctx.fillStyle = "#f7f3fd";
+      ctx.fillRect(0, y, LABEL_W, e.h);
+      ctx.fillStyle = "#374151";
+      const path = [...(r.group || []).slice(1), r.label].join(" › ");
+      ctx.fillText(path.length > 36 ? "…" + path.slice(-35) : path, 6, y + (r.kind === "counter" ? 10 : ROW_H / 2));
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(LABEL_W, y, this.areaW, e.h);
+      ctx.clip();
+      if (r.kind === "counter") this.drawCounter(r, y, e.h);
+      else this.drawEvents(r, y, e.h, false);
+      ctx.restore();
+      this.drawPin(r, y);
+    }
+    ctx.fillStyle = "#7a3bd1";
+    ctx.fillRect(0, this.top - 3, this.w, 2);
+  }
+
+  /** The group headers of the first row on screen, pinned under the ruler (sticky headers). */
+  drawSticky() {
+    const topY = this.scrollY;
+    const first = this.layout.find((e) => e.y + e.h > topY);
+    if (!first || first.y >= topY) return;
+    const path = first.type === "group" ? first.path.slice(0, first.depth) : first.path;
+    const ctx = this.ctx;
+    for (let d = 0; d < path.length; d++) {
+      const key = path.slice(0, d + 1).join("\u0001");
+      const ge = this.groupEntry.get(key);
+      if (!ge) continue;
+      const y = this.top + d * GROUP_H;
+      ctx.fillStyle = d === 0 ? "#dfe4ea" : d === 1 ? "#eaeef2" : "#f3f5f7";
+      ctx.fillRect(0, y, LABEL_W, GROUP_H);
+      ctx.fillStyle = "#1d2430";
+      ctx.font = d === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
+      ctx.fillText(`▾ ${path[d].length > 30 ? path[d].slice(0, 29) + "…" : path[d]}`, 4 + d * 12, y + GROUP_H / 2);
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.strokeStyle = "#c9cfd6";
+      ctx.beginPath();
+      ctx.moveTo(0, y + GROUP_H - 0.5);
+      ctx.lineTo(LABEL_W, y + GROUP_H - 0.5);
+      ctx.stroke();
+    }
+    this.stickyH = path.length * GROUP_H;
   }
 
   drawEvents(r, y, h, dim) {
@@ -329,15 +645,17 @@ export class Timeline {
       const name = it.name || r.name || r.label;
       const x0 = LABEL_W + (it.s - this.t0) / npp;
       const x1 = LABEL_W + (it.e - this.t0) / npp;
+      const ly = y + it.lane * ROW_H;
+      const lh = ROW_H;
       const col = colorFor(name);
       if (it.c === 1 && it.d === 0 && it.e === it.s) {
         // instant event: a small diamond
         ctx.fillStyle = col;
         ctx.beginPath();
-        ctx.moveTo(x0, y + 3);
-        ctx.lineTo(x0 + 4, y + h / 2);
-        ctx.lineTo(x0, y + h - 3);
-        ctx.lineTo(x0 - 4, y + h / 2);
+        ctx.moveTo(x0, ly + 3);
+        ctx.lineTo(x0 + 4, ly + lh / 2);
+        ctx.lineTo(x0, ly + lh - 3);
+        ctx.lineTo(x0 - 4, ly + lh / 2);
         ctx.fill();
         continue;
       }
@@ -346,15 +664,17 @@ export class Timeline {
       if (it.c > 1) {
         // merged bucket: lighter, height shows that it is an aggregate
         ctx.globalAlpha = (dim ? 0.25 : 1) * 0.55;
-        ctx.fillRect(x0, y + 4, w, h - 8);
+        ctx.fillRect(x0, ly + 4, w, lh - 8);
         ctx.globalAlpha = dim ? 0.25 : 1;
       } else {
-        ctx.fillRect(x0, y + 2, w, h - 4);
+        ctx.fillRect(x0, ly + 2, w, lh - 4);
       }
-      if (this.selected && it.c === 1 && this.selected.id === it.id && this.selected.row === r.idx) {
-        ctx.strokeStyle = "#111";
+      const sel = this.selected && it.c === 1 && String(this.selected.id) === String(it.id) && this.selected.row === r.idx;
+      const chained = this.flowMode === "selected" && it.c === 1 && this.selFlows?.chainIds?.has(`${it.leaf}:${it.id}`);
+      if (sel || chained) {
+        ctx.strokeStyle = sel ? "#111" : "#7a3bd1";
         ctx.lineWidth = 2;
-        ctx.strokeRect(x0 - 1, y + 1, w + 2, h - 2);
+        ctx.strokeRect(x0 - 1, ly + 1, w + 2, lh - 2);
         ctx.lineWidth = 1;
       }
       if (w > 36) {
@@ -365,7 +685,7 @@ export class Timeline {
         if (maxW > 20) {
           let t = text;
           while (t.length > 2 && ctx.measureText(t).width > maxW) t = t.slice(0, -2);
-          ctx.fillText(t === text ? t : t + "…", tx, y + h / 2);
+          ctx.fillText(t === text ? t : t + "…", tx, ly + lh / 2);
         }
       }
     }
@@ -390,16 +710,22 @@ export class Timeline {
       const sums = new Map();
       for (const n of names) data[n].t.forEach((t, i) => sums.set(t, (sums.get(t) || 0) + data[n].v[i]));
       for (const v of sums.values()) maxV = Math.max(maxV, v);
+    } else if (r.style === "used_total") {
+      // used against a total line: total = used + available at each sample
+      const tot = this.usedTotal(data, names);
+      for (const v of tot.total.v) maxV = Math.max(maxV, v);
     } else if (r.unit !== "percent") {
       for (const n of names) for (const v of data[n].v) maxV = Math.max(maxV, v);
     }
     maxV = maxV || 1;
     const ys = (v) => bot - (v / maxV) * hh;
+    const legend = [];
     if (r.style === "stack") {
       const base = new Map();
       names.forEach((n, k) => {
         const s = data[n];
         ctx.fillStyle = SERIES_COLORS[k % SERIES_COLORS.length];
+        legend.push([n, ctx.fillStyle]);
         ctx.globalAlpha = 0.55;
         ctx.beginPath();
         const pts = s.t.map((t, i) => [this.xOf(t), base.get(t) || 0, (base.get(t) || 0) + s.v[i]]);
@@ -412,10 +738,31 @@ export class Timeline {
         s.t.forEach((t, i) => base.set(t, (base.get(t) || 0) + s.v[i]));
       });
       ctx.globalAlpha = 1;
+    } else if (r.style === "used_total") {
+      const { used, total } = this.usedTotal(data, names);
+      ctx.fillStyle = SERIES_COLORS[0];
+      ctx.globalAlpha = 0.5;
+      ctx.beginPath();
+      if (used.t.length) {
+        ctx.moveTo(this.xOf(used.t[0]), bot);
+        used.t.forEach((t, i) => ctx.lineTo(this.xOf(t), ys(used.v[i])));
+        ctx.lineTo(this.xOf(used.t[used.t.length - 1]), bot);
+        ctx.closePath();
+        ctx.fill();
+      }
+      ctx.globalAlpha = 1;
+      ctx.strokeStyle = "#111";
+      ctx.setLineDash([4, 3]);
+      ctx.beginPath();
+      total.t.forEach((t, i) => (i ? ctx.lineTo(this.xOf(t), ys(total.v[i])) : ctx.moveTo(this.xOf(t), ys(total.v[i]))));
+      ctx.stroke();
+      ctx.setLineDash([]);
+      legend.push(["used", SERIES_COLORS[0]], ["total", "#111"]);
     } else {
       names.forEach((n, k) => {
         const s = data[n];
         ctx.strokeStyle = SERIES_COLORS[k % SERIES_COLORS.length];
+        legend.push([n, ctx.strokeStyle]);
         ctx.lineWidth = n.endsWith("host_mean") || n.endsWith(".process") || n.endsWith("rss") ? 1.6 : 0.8;
         ctx.beginPath();
         s.t.forEach((t, i) => (i ? ctx.lineTo(this.xOf(t), ys(s.v[i])) : ctx.moveTo(this.xOf(t), ys(s.v[i]))));
@@ -423,27 +770,57 @@ export class Timeline {
       });
       ctx.lineWidth = 1;
     }
+    // axis: the top value; legend: one swatch per series (first few)
     ctx.fillStyle = "#6b7280";
     ctx.fillText(r.unit === "percent" ? "100%" : fmtBytes(maxV), LABEL_W + 4, top + 2);
+    ctx.fillText("0", LABEL_W + 4, bot - 5);
+    let lx = LABEL_W + 70;
+    for (const [n, c] of legend.slice(0, 6)) {
+      const short = n.split(".").slice(-1)[0];
+      ctx.fillStyle = c;
+      ctx.fillRect(lx, top - 9, 8, 8);
+      ctx.fillStyle = "#4b5563";
+      ctx.fillText(short, lx + 11, top - 5);
+      lx += 18 + ctx.measureText(short).width;
+    }
+  }
+
+  usedTotal(data, names) {
+    const used = data[names.find((n) => n.endsWith("host_used")) ?? names[0]] || { t: [], v: [] };
+    const avail = data[names.find((n) => n.endsWith("host_available"))] || { t: [], v: [] };
+    const av = new Map(avail.t.map((t, i) => [t, avail.v[i]]));
+    const total = { t: [], v: [] };
+    used.t.forEach((t, i) => { if (av.has(t)) { total.t.push(t); total.v.push(used.v[i] + av.get(t)); } });
+    return { used, total };
+  }
+
+  /** Flows to draw: the selected event's (default), or every flow in view. */
+  drawnFlows() {
+    if (this.flowMode === "all") return this.flowData;
+    if (this.flowMode === "selected" && this.selFlows) return this.selFlows.flows;
+    return [];
   }
 
   drawFlows() {
-    if (!this.flowData.length) return;
+    const flows = this.drawnFlows();
+    if (!flows.length) return;
     const ctx = this.ctx;
     ctx.save();
     ctx.beginPath();
     ctx.rect(LABEL_W, RULER, this.areaW, this.h - RULER);
     ctx.clip();
-    ctx.strokeStyle = "rgba(30, 40, 60, 0.75)";
-    ctx.fillStyle = "rgba(30, 40, 60, 0.75)";
-    for (const f of this.flowData) {
+    const strong = this.flowMode === "selected";
+    ctx.strokeStyle = strong ? "rgba(122, 59, 209, 0.95)" : "rgba(30, 40, 60, 0.75)";
+    ctx.fillStyle = ctx.strokeStyle;
+    ctx.lineWidth = strong ? 1.6 : 1;
+    for (const f of flows) {
       const ends = f.ends;
       for (let i = 0; i + 1 < ends.length; i++) {
         const a = ends[i], b = ends[i + 1];
-        const ra = this.rowY.get(this.leafToRow.get(a[1])), rb = this.rowY.get(this.leafToRow.get(b[1]));
-        if (!ra || !rb || ra === rb) continue;
+        const ra = this.leafToRow.get(a[1]), rb = this.leafToRow.get(b[1]);
+        const y0 = this.rowMidY(ra, this.laneOf(ra, a)), y1 = this.rowMidY(rb, this.laneOf(rb, b));
+        if (y0 === null || y1 === null || (ra === rb && y0 === y1)) continue;
         const x0 = this.xOf(a[2]), x1 = this.xOf(b[2]);
-        const y0 = RULER + ra.y - this.scrollY + ra.h / 2, y1 = RULER + rb.y - this.scrollY + rb.h / 2;
         ctx.beginPath();
         ctx.moveTo(x0, y0);
         const mx = Math.max(x0, x1) + 18;
@@ -456,7 +833,30 @@ export class Timeline {
         ctx.fill();
       }
     }
+    ctx.lineWidth = 1;
     ctx.restore();
+  }
+
+  laneOf(row, end) {
+    const it = (this.events.get(row) || []).find((x) => x.c === 1 && String(x.id) === String(end[0]));
+    return it ? it.lane : 0;
+  }
+
+  drawMarks() {
+    const ctx = this.ctx;
+    const bands = [...this.marks.map((m) => [m, "rgba(255, 153, 0, 0.16)", "#e88b00"]),
+                   ...(this.highlight ? [[this.highlight, "rgba(122, 59, 209, 0.10)", "#7a3bd1"]] : [])];
+    for (const [m, fill, edge] of bands) {
+      const a = Math.max(LABEL_W, this.xOf(m.a)), b = Math.min(this.w, Math.max(this.xOf(m.b), this.xOf(m.a) + 1));
+      if (b <= a) continue;
+      ctx.fillStyle = fill;
+      ctx.fillRect(a, RULER, b - a, this.h - RULER);
+      ctx.strokeStyle = edge;
+      ctx.beginPath();
+      ctx.moveTo(a + 0.5, RULER); ctx.lineTo(a + 0.5, this.h);
+      ctx.moveTo(b - 0.5, RULER); ctx.lineTo(b - 0.5, this.h);
+      ctx.stroke();
+    }
   }
 
   drawSelection() {
@@ -465,17 +865,20 @@ export class Timeline {
     const a = Math.max(LABEL_W, this.xOf(Math.min(this.sel.a, this.sel.b)));
     const b = Math.min(this.w, this.xOf(Math.max(this.sel.a, this.sel.b)));
     if (b <= a) return;
+    let y0 = RULER, y1 = this.h;
+    if (this.sel.y0 !== undefined && this.sel.y1 !== undefined && this.sel.rows) {
+      y0 = Math.max(RULER, Math.min(this.sel.y0, this.sel.y1) - this.scrollY);
+      y1 = Math.min(this.h, Math.max(this.sel.y0, this.sel.y1) - this.scrollY);
+    }
     ctx.fillStyle = "rgba(35, 110, 210, 0.14)";
-    ctx.fillRect(a, 0, b - a, this.h);
+    ctx.fillRect(a, y0, b - a, y1 - y0);
     ctx.strokeStyle = "#236ed2";
-    ctx.beginPath();
-    ctx.moveTo(a + 0.5, 0); ctx.lineTo(a + 0.5, this.h);
-    ctx.moveTo(b - 0.5, 0); ctx.lineTo(b - 0.5, this.h);
-    ctx.stroke();
+    ctx.strokeRect(a + 0.5, y0 + 0.5, b - a - 1, y1 - y0 - 1);
     ctx.fillStyle = "#236ed2";
-    ctx.fillText(fmtDur(Math.abs(this.sel.b - this.sel.a)), a + 4, RULER + 8);
+    ctx.fillText(fmtDur(Math.abs(this.sel.b - this.sel.a)), a + 4, Math.max(RULER + 8, y0 + 8));
   }
 
+  /** The ruler: a base time with every nanosecond at the left, ticks as offsets from it. */
   drawRuler() {
     const ctx = this.ctx;
     ctx.fillStyle = "#f3f5f7";
@@ -486,18 +889,29 @@ export class Timeline {
     ctx.lineTo(this.w, RULER - 0.5);
     ctx.stroke();
     const step = niceStep((this.t1 - this.t0) / Math.max(2, this.areaW / 110));
+    const base = Math.floor(this.t0 / step) * step; // exact: step is an integer number of ns
     ctx.fillStyle = "#4b5563";
     ctx.strokeStyle = "#c4c9d1";
-    for (let t = Math.ceil(this.t0 / step) * step; t <= this.t1; t += step) {
+    const ticks = [];
+    for (let k = Math.ceil((this.t0 - base) / step); base + k * step <= this.t1; k++) {
+      const t = base + k * step;
       const x = this.xOf(t);
+      const label = fmtTick(k * step, step);
+      ticks.push({ t, x, label });
       ctx.beginPath();
       ctx.moveTo(x + 0.5, RULER - 8);
       ctx.lineTo(x + 0.5, RULER);
       ctx.stroke();
-      ctx.fillText(fmtDur(t), x + 3, 10);
+      if (x > LABEL_W - 2) ctx.fillText(label, x + 3, 10);
     }
+    this.ticks = ticks;
+    this.rulerBase = base;
+    ctx.fillStyle = "#1d2430";
+    ctx.font = "600 11px system-ui, sans-serif";
+    ctx.fillText(fmtNs(base), 6, 8);
+    ctx.font = "11px system-ui, sans-serif";
     ctx.fillStyle = "#6b7280";
-    ctx.fillText(`${fmtDur(this.t1 - this.t0)} shown`, 8, 13);
+    ctx.fillText(`${fmtDur(this.t1 - this.t0)} shown`, 6, 19);
     if (this.hover && this.hover.x >= LABEL_W) {
       ctx.strokeStyle = "rgba(0,0,0,0.25)";
       ctx.beginPath();
@@ -508,34 +922,48 @@ export class Timeline {
   }
 
   drawScrollbar() {
-    const vis = this.h - RULER;
+    const vis = this.h - this.top;
     if (this.height <= vis) return;
     const ctx = this.ctx;
     const hBar = Math.max(20, (vis * vis) / this.height);
-    const yBar = RULER + (this.scrollY / (this.height - vis)) * (vis - hBar);
+    const yBar = this.top + (this.scrollY / (this.height - vis)) * (vis - hBar);
     ctx.fillStyle = "rgba(0,0,0,0.22)";
     ctx.fillRect(this.w - 7, yBar, 5, hBar);
   }
 
   // ------------------------------------------------------------------ hit testing
   entryAt(y) {
-    const yy = y - RULER + this.scrollY;
     if (y < RULER) return null;
+    if (y < this.top) {
+      for (const e of this.pinLayout) if (y - RULER >= e.y && y - RULER < e.y + e.h) return e;
+      return null;
+    }
+    const yy = y - this.top + this.scrollY;
     for (const e of this.layout) if (yy >= e.y && yy < e.y + e.h) return e;
     return null;
   }
 
+  /** Canvas y of an entry's top (pinned entries do not scroll). */
+  entryY(e) { return e.pinned ? RULER + e.y : this.top + e.y - this.scrollY; }
+
   itemAt(x, y) {
     const e = this.entryAt(y);
-    if (!e || e.type !== "row" || x < LABEL_W) return null;
+    if (!e || x < LABEL_W) return null;
+    if (e.type === "group") return e.collapsed ? { summary: true, entry: e } : null;
     if (e.row.kind === "counter") return { counter: true, row: e.row, entry: e };
     const items = this.events.get(e.row.idx);
     if (!items) return null;
+    const lane = Math.floor((y - this.entryY(e)) / ROW_H);
+    // an event under the mouse beats one within the 3 px tolerance (an instant event next to a long
+    // one must not steal its clicks); among equals, the narrowest
     let best = null;
-    let bestW = Infinity;
+    let bestKey = [2, Infinity];
     for (const it of items) {
+      if (it.lane !== lane) continue;
       const x0 = this.xOf(it.s), x1 = Math.max(this.xOf(it.e), x0 + 1);
-      if (x >= x0 - 3 && x <= x1 + 3 && x1 - x0 < bestW) { best = it; bestW = x1 - x0; }
+      if (x < x0 - 3 || x > x1 + 3) continue;
+      const key = [x >= x0 && x <= x1 ? 0 : 1, x1 - x0];
+      if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) { best = it; bestKey = key; }
     }
     return best ? { item: best, row: e.row } : null;
   }
@@ -559,23 +987,84 @@ export class Timeline {
       lines.push(`${short}: ${row.unit === "percent" ? v.toFixed(1) + " %" : fmtBytes(v)}`);
     }
     if (row.style === "stack") lines.push(`total: ${fmtBytes(total)}`);
-    if (when !== null) lines.splice(1, 0, `at ${fmtDur(when)}`);
+    if (when !== null) lines.splice(1, 0, `at ${fmtNs(when)}`);
     return lines.join("\n");
   }
 
+  summaryTooltip(e, x) {
+    const b = this.busyData.get(e.key);
+    if (!b) return e.path.join(" › ");
+    const i = Math.floor(((x - this.xOf(b.t0)) / Math.max(1, this.xOf(b.t1) - this.xOf(b.t0))) * b.busy.length);
+    const v = b.busy[Math.min(Math.max(i, 0), b.busy.length - 1)], c = b.cc[Math.min(Math.max(i, 0), b.cc.length - 1)];
+    return `${e.path.join(" › ")} (collapsed: click the name to expand)\nat ${fmtNs(this.tOf(x))}\nbusy ${Math.round((v / 255) * 100)}% · in collectives ${Math.round((c / 255) * 100)}%\nwhole view: busy ${Math.round(b.mean * 100)}% · collectives ${Math.round(b.meanCc * 100)}%`;
+  }
+
+  itemTooltip(hit) {
+    const it = hit.item;
+    const name = it.name || hit.row.name || hit.row.label;
+    return it.c > 1
+      ? `${name}\n${fmtCount(it.c)} events merged (zoom in to separate)\nspan ${fmtNs(it.s)} – ${fmtNs(it.e)}\ntotal ${fmtDur(it.d)} · mean ${fmtDur(it.d / it.c)}`
+      : `${name}\nstart ${fmtNs(it.s)}\nduration ${fmtDurExact(it.e - it.s)}\n${[...(hit.row.group || []), hit.row.label].join(" › ")}`;
+  }
+
   // ------------------------------------------------------------------ input
+  /** Keys (from the page-wide handler): W/S zoom at the mouse, A/D pan, F focus, M mark, arrows, PgUp/PgDn. */
+  onKey(ev) {
+    if (this.cb.onKey?.(ev)) return;
+    if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    const k = ev.key.toLowerCase();
+    const vis = this.h - this.top;
+    if (k === "w" || k === "arrowup" && !ev.shiftKey) this.zoom(0.8);
+    else if (k === "s" || k === "arrowdown" && !ev.shiftKey) this.zoom(1.25);
+    else if (k === "a" || k === "arrowleft") this.pan(-0.15);
+    else if (k === "d" || k === "arrowright") this.pan(0.15);
+    else if (k === "pagedown") this.scrollBy(vis * 0.9);
+    else if (k === "pageup") this.scrollBy(-vis * 0.9);
+    else if (k === "f") this.focusSelection();
+    else if (k === "m") this.markSelection();
+    else if (k === "escape") { this.sel = null; this.cb.onSelect?.(null); this.queueDraw(); }
+    else if (k === "0" || k === "home") this.resetView();
+    else return;
+    ev.preventDefault();
+  }
+
+  /** F: zoom to the selected event, else to the area selection. */
+  focusSelection() {
+    if (this.selected && this.selected.e !== undefined) this.zoomTo(this.selected.s, this.selected.e, 0.15);
+    else if (this.sel) this.zoomTo(Math.min(this.sel.a, this.sel.b), Math.max(this.sel.a, this.sel.b), 0.02);
+  }
+
+  /** M: mark the selected event's (or the area's) time range on every track; again to remove it. */
+  markSelection() {
+    const r = this.selected && this.selected.e !== undefined ? { a: this.selected.s, b: this.selected.e }
+      : this.sel ? { a: Math.min(this.sel.a, this.sel.b), b: Math.max(this.sel.a, this.sel.b) } : null;
+    if (!r) return;
+    const i = this.marks.findIndex((m) => m.a === r.a && m.b === r.b);
+    if (i >= 0) this.marks.splice(i, 1);
+    else this.marks.push(r);
+    this.host.dataset.marks = String(this.marks.length);
+    this.queueDraw();
+  }
+
   _bind() {
     const c = this.canvas;
     const tip = document.getElementById("tooltip");
     const pos = (ev) => { const r = c.getBoundingClientRect(); return { x: ev.clientX - r.left, y: ev.clientY - r.top }; };
     let drag = null;
+    c.addEventListener("mouseenter", () => { active = this; });
     c.addEventListener("mousedown", (ev) => {
       if (ev.button !== 0) return;
-      this.host.focus({ preventScroll: true });
+      active = this;
       const p = pos(ev);
       const selecting = ev.shiftKey || this.selectMode || p.y < RULER;
+      const onTrack = p.y >= RULER && !(ev.shiftKey && ev.altKey);
       drag = { x: p.x, y: p.y, t0: this.t0, t1: this.t1, sy: this.scrollY, selecting, moved: false, gutter: p.x < LABEL_W };
-      if (selecting) { this.sel = { a: this.tOf(p.x), b: this.tOf(p.x) }; c.classList.add("selecting"); }
+      if (selecting) {
+        // an area: tracks under the drag x time; a drag in the ruler selects time over every track
+        this.sel = { a: this.tOf(p.x), b: this.tOf(p.x), rows: p.y >= RULER && onTrack ? [] : null,
+                     y0: p.y + this.scrollY, y1: p.y + this.scrollY };
+        c.classList.add("selecting");
+      }
       ev.preventDefault();
     });
     this._move = (ev) => {
@@ -584,6 +1073,7 @@ export class Timeline {
         if (Math.abs(p.x - drag.x) + Math.abs(p.y - drag.y) > 3) drag.moved = true;
         if (drag.selecting) {
           this.sel.b = this.tOf(Math.max(LABEL_W, Math.min(this.w, p.x)));
+          this.sel.y1 = Math.max(RULER, Math.min(this.h, p.y)) + this.scrollY;
           this.queueDraw();
         } else if (drag.moved) {
           c.classList.add("dragging");
@@ -601,13 +1091,8 @@ export class Timeline {
       const hit = this.itemAt(p.x, p.y);
       let text = null;
       if (hit?.counter) text = this.counterTooltip(hit.row, p.x);
-      else if (hit) {
-        const it = hit.item;
-        const name = it.name || hit.row.name || hit.row.label;
-        text = it.c > 1
-          ? `${name}\n${fmtCount(it.c)} events merged (zoom in to separate)\nspan ${fmtDur(it.s)} – ${fmtDur(it.e)}\ntotal ${fmtDur(it.d)} · mean ${fmtDur(it.d / it.c)}`
-          : `${name}\nstart ${fmtDur(it.s)}\nduration ${fmtDur(it.e - it.s)}\n${hit.row.label}`;
-      }
+      else if (hit?.summary) text = this.summaryTooltip(hit.entry, p.x);
+      else if (hit) text = this.itemTooltip(hit);
       if (text) {
         tip.textContent = text;
         tip.style.display = "block";
@@ -624,15 +1109,31 @@ export class Timeline {
       if (d.selecting) {
         const a = Math.min(this.sel.a, this.sel.b), b = Math.max(this.sel.a, this.sel.b);
         if ((b - a) / this.npp < 3) { this.sel = null; this.cb.onSelect?.(null); }
-        else { this.sel = { a, b }; this.cb.onSelect?.({ a, b }); }
+        else {
+          let rows = null;
+          if (this.sel.rows) {
+            const y0 = this.sel.y0 - this.scrollY, y1 = this.sel.y1 - this.scrollY;
+            // a drag of a few pixels vertically means "every track": a time range
+            rows = Math.abs(y1 - y0) < 6 ? null : this.rowsBetween(y0, y1);
+          }
+          this.sel = { ...this.sel, a, b, rows };
+          this.cb.onSelect?.({ a, b, rows });
+        }
         this.queueDraw();
         return;
       }
       if (!d.moved) {
         const p = pos(ev);
+        if (p.x < LABEL_W && p.y >= RULER) {
+          const e = this.entryAt(p.y);
+          if (e && e.type === "group") { this.toggleGroup(e.key); return; }
+          if (e && e.type === "row" && p.x >= LABEL_W - 20) { this.togglePin(e.row.idx); return; }
+        }
         const hit = this.itemAt(p.x, p.y);
+        if (hit && hit.summary) { this.toggleGroup(hit.entry.key); return; }
         if (hit && !hit.counter) {
-          this.selected = { id: hit.item.id, row: hit.row.idx, s: hit.item.s };
+          this.selected = { id: hit.item.id, row: hit.row.idx, s: hit.item.s, e: hit.item.e, leaf: hit.item.leaf, c: hit.item.c };
+          this.selFlows = null;
           this.cb.onEventClick?.({ ...hit.item, rowInfo: hit.row, name: hit.item.name || hit.row.name });
           this.queueDraw();
         }
@@ -641,32 +1142,19 @@ export class Timeline {
     window.addEventListener("mousemove", this._move);
     window.addEventListener("mouseup", this._up);
     c.addEventListener("mouseleave", () => { tip.style.display = "none"; this.hover = null; this.queueDraw(); });
+    // Perfetto's wheel: plain wheel scrolls the tracks (the page when they all fit), Ctrl+wheel zooms
+    // at the mouse, Shift+wheel or a horizontal swipe pans
     c.addEventListener("wheel", (ev) => {
-      ev.preventDefault();
       const p = pos(ev);
-      if (p.x < LABEL_W) {
-        this.scrollY += ev.deltaY;
-        this.clampScroll();
-        this.refresh();
+      if (ev.ctrlKey || ev.metaKey) {
+        ev.preventDefault();
+        this.zoom(Math.exp(ev.deltaY * 0.0015), Math.max(p.x, LABEL_W));
       } else if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {
+        ev.preventDefault();
         this.pan((ev.deltaX || ev.deltaY) / this.areaW);
-      } else {
-        this.zoom(Math.exp(ev.deltaY * 0.0015), p.x);
+      } else if (this.scrollBy(ev.deltaY)) {
+        ev.preventDefault();
       }
     }, { passive: false });
-    this.host.addEventListener("keydown", (ev) => {
-      const k = ev.key.toLowerCase();
-      const vis = this.h - RULER;
-      if (k === "w" || k === "arrowup") this.zoom(0.8);
-      else if (k === "s" || k === "arrowdown") this.zoom(1.25);
-      else if (k === "a" || k === "arrowleft") this.pan(-0.15);
-      else if (k === "d" || k === "arrowright") this.pan(0.15);
-      else if (k === "pagedown") { this.scrollY += vis * 0.9; this.clampScroll(); this.refresh(); }
-      else if (k === "pageup") { this.scrollY -= vis * 0.9; this.clampScroll(); this.refresh(); }
-      else if (k === "escape") { this.sel = null; this.cb.onSelect?.(null); this.queueDraw(); }
-      else if (k === "0" || k === "home") this.resetView();
-      else return;
-      ev.preventDefault();
-    });
   }
 }
