@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_explorer.analysis.reader import CLOCK_OFFSET_LIMIT_NS, Session, wall_offset_ns
+from neuron_explorer.util.stragglers import arrivals, summarize
 
 MIN_SAMPLES = 1
 
@@ -195,31 +196,11 @@ def stragglers(entries: list[tuple[int, str, Times]], offsets: dict[str, Instanc
         ks.append(keys)
         st.append(start + off)
         rk.append(np.full(len(keys), rank, dtype=np.int64))
-    empty = {"collectives_compared": 0, "last_to_enter": {}, "slowest_rank": None, "spread_ns_median": None,
-             "spread_ns_max": None, "worst": None}
     if not ks:
-        return empty
-    keys, start, ranks = np.concatenate(ks), np.concatenate(st), np.concatenate(rk)
-    order = np.lexsort((start, keys))
-    keys, start, ranks = keys[order], start[order], ranks[order]
-    bounds = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    sizes = np.diff(np.r_[bounds, len(keys)])
-    multi = sizes >= 2
-    if not multi.any():
-        return empty
-    first = bounds[multi]
-    last = (bounds + sizes - 1)[multi]
-    spread = start[last] - start[first]
-    last_rank = ranks[last]
-    ur, cnt = np.unique(last_rank, return_counts=True)
-    counts = {int(r): int(c) for r, c in zip(ur, cnt)}
-    w = int(np.argmax(spread))
-    g, q, o = index.describe(int(keys[last[w]]))
-    return {
-        "collectives_compared": int(multi.sum()),
-        "last_to_enter": {str(r): c for r, c in sorted(counts.items())},
-        "slowest_rank": max(counts, key=lambda r: (counts[r], -r)),
-        "spread_ns_median": float(np.median(spread)),
-        "spread_ns_max": int(spread.max()),
-        "worst": {"group": g, "seq": int(q), "op": o, "last_rank": int(last_rank[w]), "spread_ns": int(spread[w])},
-    }
+        return summarize(arrivals(np.zeros(0), np.zeros(0), np.zeros(0)))
+
+    def describe(key: int) -> dict:
+        g, q, o = index.describe(key)
+        return {"group": g, "seq": int(q), "op": o}
+
+    return summarize(arrivals(np.concatenate(ks), np.concatenate(st), np.concatenate(rk)), describe)

@@ -9,7 +9,10 @@ the Parquet dataset, never a capture. Modules, from the request inwards:
 - ``workspace``: ``Workspace``, the profiles of a directory, prepared once each.
 - ``profile``: ``Profile``, one prepared profile (leaves, counters, the cached window index).
 - ``rows``: the grouping modes as a table, and the rows (tracks) of each.
-- ``queries``: overview, windows, counters, flows, event details, summary, search.
+- ``queries``: overview, windows, counters, event details, summary.
+- ``flows`` (an event's flows), ``busy`` (busy shading of collapsed groups), ``area`` (area selection
+  and per-collective stragglers), ``search`` (names and arguments, k of N).
+- ``wire``: 64-bit values as strings on the wire.
 - ``device``: device profiles and their windows.
 - ``index`` / ``index_build``: the window index (queries / building).
 - ``paths``: confinement of every path to the workspace; ``sql``: DuckDB helpers.
@@ -18,5 +21,5 @@ Submodules are imported on use (the package itself loads nothing: ``view`` impor
 without Starlette installed).
 """
 
-__all__ = ["app", "device", "index", "index_build", "params", "paths", "profile", "queries", "rows", "server",
-           "sql", "workspace"]
+__all__ = ["app", "area", "busy", "device", "flows", "index", "index_build", "params", "paths", "profile", "queries",
+           "rows", "search", "server", "sql", "wire", "workspace"]

@@ -2,10 +2,11 @@
 (``atomic``), bounded file reads (``files``), JSON encoding (``jsonfast``), interval union
 (``intervals``), protobuf wire helpers (``pbwire``), range parsing with bounds (``ranges``),
 path-safe names (``names``), launcher and helper-process detection (``procs``), allocator tuning for
-workers (``alloc``) and the shared command-line error type (``cliargs``).
+workers (``alloc``) and the shared command-line error type (``cliargs``), and the straggler rule over
+collective arrivals that the CLI summary and the UI share (``stragglers``).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
 __all__ = ["alloc", "atomic", "cliargs", "files", "intervals", "jsonfast", "names", "pbwire", "procs",
-           "ranges"]
+           "ranges", "stragglers"]
