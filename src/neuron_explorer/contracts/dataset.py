@@ -111,6 +111,12 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("clock_offset_samples", "collectives used"), ("clock_offset_method", "reference, collectives or none"),
         ("session_path", "capture directory"), ("versions_json", "tool and framework versions"),
         ("config_json", "capture configuration"),
+        ("system_trace_primary_group", "--system-trace-primary-group of this output (fields that make a "
+                                       "process row, e.g. instance_id,process_id)"),
+        ("system_trace_secondary_group", "--system-trace-secondary-group (fields that make a track; "
+                                         "cpu_vs_device: host threads, core tracks)"),
+        ("group_pid", "pid of the process's row in Perfetto/JSON: the real pid, + k*4194304 where "
+                      "instances share it; the group number when not grouped by process"),
     ],
     MODELS: [
         ("instance_id", "host"), ("process_id", "pid"), ("model_id", "id within the process"),

@@ -17,7 +17,8 @@ from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.contracts.tracks import HOST, kinds_of_types, process_label, track_name
+from neuron_explorer.contracts.tracks import (
+    HOST, kinds_of_types, label_tid, process_label, secondary_labels, track_name)
 from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 
@@ -73,20 +74,32 @@ class JsonProcess(ProcessWriter):
 
     def add(self, pe: ProcessEvents) -> None:
         """A chunk of the process's events (the first one names the process)."""
-        pid = pe.index + 1
+        pid = self.target.shown_pid
         items: list[dict] = []
         if self.last is None:
-            items.append({"name": "process_name", "ph": "M", "pid": pid,
-                          "args": {"name": process_label(pe.pid, pe.rank, pe.instance_id)}})
+            label = self.target.group_label or process_label(pe.pid, pe.rank, pe.instance_id)
+            items.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
         self.last = pe
         if pe.n:
             items += self._events(pe, pid)
         self.trace.add(items)
 
-    def _events(self, pe: ProcessEvents, pid: int) -> list[dict]:
-        """The names of tracks not seen before, then the chunk's events."""
+    def _tracks(self, pe: ProcessEvents, pid: int, items: list[dict]) -> np.ndarray:
+        """The thread id of each event of the chunk; names the tracks not seen before (``items``).
+        By default host events go on their OS thread, hardware events and collectives on their
+        core's tracks; a custom secondary grouping puts each distinct combination of its fields on
+        a track whose id follows from its label (``label_tid``)."""
         c = pe.cols
-        items: list[dict] = []
+        sec = self.target.grouping.secondary
+        if sec is not None:
+            srcs = np.array(pe.type_sources, dtype=object)[c["type"]].tolist()
+            idx, labels = secondary_labels(sec, pe.instance_id, pe.pid, c["thread_id"], c["nc_idx"], srcs)
+            tids = [label_tid(lb) for lb in labels]
+            for t, lb in zip(tids, labels):
+                if t not in self.named:
+                    self.named.add(t)
+                    items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": lb}})
+            return np.asarray(tids, dtype=np.int64)[idx]
         kind = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]]
         key = np.where(kind == HOST, c["thread_id"], c["nc_idx"])
         tid = np.where(kind == HOST, key, kind * CORE_TID + key)
@@ -98,6 +111,13 @@ class JsonProcess(ProcessWriter):
                 self.named.add(t)
                 label = track_name(int(kind[i]), int(key[i]))
                 items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
+        return tid
+
+    def _events(self, pe: ProcessEvents, pid: int) -> list[dict]:
+        """The names of tracks not seen before, then the chunk's events."""
+        c = pe.cols
+        items: list[dict] = []
+        tid = self._tracks(pe, pid, items)
         origin = self.target.origin_ns
         ts = ((c["start_ts"] - origin) / 1000.0).tolist()
         dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()
@@ -119,7 +139,7 @@ class JsonProcess(ProcessWriter):
         """The process's counters end its piece."""
         pe = self.last
         if pe is not None:
-            pid = pe.index + 1
+            pid = self.target.shown_pid
             origin = self.target.origin_ns
             self.trace.add([{"name": name, "ph": "C", "pid": pid, "ts": t, "args": {"value": v}}
                             for name, (tsc, vals, _unit) in process_counters(pe).items()

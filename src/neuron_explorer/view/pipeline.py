@@ -10,6 +10,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
 from neuron_explorer.view import output as output_mod
 from neuron_explorer.contracts import dataset
@@ -17,6 +19,7 @@ from neuron_explorer.analysis.events import build as build_events
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, discover, load_session
+from neuron_explorer.contracts.tracks import Grouping, group_pids
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, RunInfo, exporter
 from neuron_explorer.util.names import printable
 
@@ -58,6 +61,7 @@ class ViewOptions:
     display_name: str = ""
     progress: bool | None = None  # None: when stderr is a terminal
     jobs: int | None = None  # worker processes; None = one per core (used when the input is large)
+    grouping: Grouping = field(default_factory=Grouping)  # --system-trace-primary/secondary-group
 
 
 @dataclass
@@ -124,6 +128,9 @@ class RunIndex:
     origin: int
     collectives: align.CollectiveIndex
     stragglers: list  # (rank, instance id, collective times) per profile
+    procs: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # path -> (instance, pid, rank)
+    all_instances: set[str] = field(default_factory=set)  # every instance read, before the filter
+    devices: dict[str, list] = field(default_factory=dict)  # path -> its device profiles' facts
 
 
 def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]]) -> RunIndex:
@@ -141,6 +148,7 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
         for w in s.warnings:
             print(f"neuron-explorer: warning: {w}", file=sys.stderr)
             warnings.append((w, printable(p)))
+        ix.all_instances.add(s.instance_id)
         if not opts.filter.keeps_instance(s.instance_id):
             continue
         try:
@@ -153,6 +161,7 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
         ix.usable.append(p)
         ix.instances[p] = s.instance_id
         ix.checked[p] = s.events_checked
+        ix.procs[p] = (s.instance_id, int(s.pid), int(s.info.rank) if s.info is not None else -1)
         s.release(s.num_events)  # the index keeps only the collective timings
         if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
             times = align.sample(times, align.sample_cap(len(paths)))
@@ -190,16 +199,24 @@ def run(opts: ViewOptions) -> ViewResult:
             target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths)
         except output_mod.OutputRefused as e:
             raise ViewError(str(e)) from None
+        if target not in ("-",) and output_mod.output_kind(target) not in ("descriptor", "special"):
+            try:
+                output_mod.make_parents(target)
+            except OSError as e:
+                raise OutputError(out, f"cannot create its directory: {os_reason(e)}") from None
     ix = _index(paths, opts, warnings)
+    _warn(warnings, root, unmatched_instances(opts.filter, ix.all_instances))
     if fmt not in DEFAULT_OUTPUTS:  # summaries: the text is returned, the caller writes it
         out = target = None
     try:
         work = None if target is None else dataset.work_area(target)
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
+    shown = group_pids([ix.procs[p] for p in ix.usable], opts.grouping)
     jobs = [Job(i, p, fmt, target, work, ix.origin, ix.offsets.get(ix.instances.get(p, "")), opts.filter,
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
-                None if target is None else device_dir(target), checked=ix.checked.get(p))
+                None if target is None else device_dir(target), checked=ix.checked.get(p),
+                grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1])
             for i, p in enumerate(ix.usable)]
     # pass 2: one process at a time per worker, then the pieces joined in process order
     try:
@@ -208,6 +225,8 @@ def run(opts: ViewOptions) -> ViewResult:
             for w in r.warnings:
                 print(f"neuron-explorer: skipped: {w[0]}", file=sys.stderr)
             warnings.extend(r.warnings)
+        if not opts.ignore_system_profile:
+            _warn(warnings, root, unmatched_filters(opts.filter, results))
         if target is not None:
             exporter(fmt).assemble(target, [r.piece for r in results if r.piece is not None],
                                    RunInfo(ix.origin, ix.offsets, warnings, work, opts.display_name))
@@ -223,6 +242,43 @@ def run(opts: ViewOptions) -> ViewResult:
     return ViewResult(out, warnings, ix.offsets, len(ix.usable), sum(r.events for r in results),
                       time.perf_counter() - t_start, text,
                       [f for r in results if r.piece is not None for f in r.piece.device_files])
+
+
+def _warn(warnings: list[tuple[str, str]], root: str, messages: list[str]) -> None:
+    for m in messages:
+        print(f"neuron-explorer: warning: {m}", file=sys.stderr)
+        warnings.append((m, printable(root)))
+
+
+def _listing(values, limit: int = 20) -> str:
+    vals = [printable(str(v)) for v in values]
+    more = f" (and {len(vals) - limit} more)" if len(vals) > limit else ""
+    return ", ".join(vals[:limit]) + more if vals else "none"
+
+
+def unmatched_instances(filt: ViewFilter, seen: set[str]) -> list[str]:
+    """A warning for each --system-trace-filter-instance-id id that names no instance read, with
+    the ids that exist (a typo must not pass for an empty workload)."""
+    if filt.instances is None:
+        return []
+    return [f"--system-trace-filter-instance-id: {printable(i)} matches no instance; instances in the "
+            f"capture: {_listing(sorted(seen))}" for i in sorted(filt.instances - seen)]
+
+
+def unmatched_filters(filt: ViewFilter, results: list["ProcessResult"]) -> list[str]:
+    """A warning when the core or event-type filter keeps no event of any process, naming the cores
+    or types that the capture holds."""
+    out = []
+    if filt.ncs is not None:
+        cores = sorted({c for r in results for c in r.present_cores})
+        if not any(bool(filt.ncs.mask(np.asarray([c]))[0]) for c in cores):
+            out.append(f"--system-trace-filter-neuron-core matches no event; cores in the capture: {_listing(cores)}")
+    if filt.types is not None:
+        types = sorted({t for r in results for t in r.present_types})
+        if not set(types) & filt.types:
+            out.append(f"--system-trace-filter-event-type matches no event; event types in the capture: "
+                       f"{_listing(types)}")
+    return out
 
 
 def _convert_all(jobs: list["Job"], n_workers: int, prog: Progress) -> list["ProcessResult"]:
@@ -280,12 +336,16 @@ class Job:
     display_name: str
     device_dir: str | None = None  # where device_profile_model_<id> files go (json, perfetto)
     checked: tuple | None = None  # the index pass checked this version of ntrace.pb
+    grouping: Grouping = field(default_factory=Grouping)
+    group_pid: int = 0  # the pid of the process's group in the track tree (0: index + 1)
+    group_label: str = ""
 
     def target(self) -> ProcessTarget:
         """Where the exporter writes this process."""
         assert self.out is not None and self.work is not None
         return ProcessTarget(self.index, self.origin, self.out, self.work, self.device_dir or device_dir(self.out),
-                             self.display_name, self.offset)
+                             self.display_name, self.offset, self.grouping, self.group_pid or self.index + 1,
+                             self.group_label)
 
 
 @dataclass
@@ -296,6 +356,8 @@ class ProcessResult:
     events: int = 0
     piece: Piece | None = None  # an output format's: what ``assemble`` joins
     summary: dict | None = None  # the summaries'
+    present_cores: list[int] = field(default_factory=list)  # before the filters (when one is set)
+    present_types: list[str] = field(default_factory=list)
 
 
 def device_dir(out: str) -> str:
@@ -338,6 +400,7 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     except ProfileError as e:  # changed since the index pass
         res.warnings.append((str(e), printable(job.path)))
         return res
+    _present(job.filter, s, res)
     job.filter.apply(s)
     offset_ns = job.offset.offset_ns if job.offset else 0
     dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
@@ -363,3 +426,16 @@ def _convert(job: Job, undo: list) -> ProcessResult:
         w.abort()
         raise
     return res
+
+
+def _present(filt: ViewFilter, s: Session, res: ProcessResult) -> None:
+    """The cores and event types of the process before filtering, when a filter may keep none."""
+    n = s.num_events
+    if not n:
+        return
+    if filt.ncs is not None:
+        res.present_cores = np.unique(s.events["nc_idx"]).tolist()
+    if filt.types is not None:
+        ids = np.flatnonzero(np.bincount(np.clip(s.events["type"], 0, len(s.type_names)),
+                                         minlength=len(s.type_names) + 1)[:len(s.type_names)])
+        res.present_types = [s.type_names[i] for i in ids.tolist()]
