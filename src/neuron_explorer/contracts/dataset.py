@@ -84,7 +84,9 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("flow_id", "same flow as the execution's nrt_execute/nc_exec_running"),
     ],
     DEVICE_PROFILES: [
-        ("profile_id", "<pid>_nc<nc>_<graph hash or sessionK>; files device_profile_model_<profile_id>.*"),
+        ("profile_id", "the model id (ProfileModels.model_id) or session<k>, with _nc<n>, _pid<pid>, "
+                        "_<instance> added only where two profiles would share it; files "
+                        "device_profile_model_<profile_id>.*"),
         ("file", ".ntff path"), ("instance_id", "host"), ("process_id", "pid"), ("nc_idx", "core"),
         ("mode", "model or session"), ("device_kind", "cpu, cuda:<name>, ..."), ("source", "torch or jax"),
         ("model_name", "graph(s)"), ("executions", "executions in the profile"),

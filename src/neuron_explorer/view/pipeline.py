@@ -14,6 +14,7 @@ import numpy as np
 
 from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
 from neuron_explorer.view import output as output_mod
+from neuron_explorer.view.devices import profile_ids
 from neuron_explorer.contracts import dataset
 from neuron_explorer.analysis.events import build as build_events
 from neuron_explorer.analysis.filters import ViewFilter
@@ -162,6 +163,8 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
         ix.instances[p] = s.instance_id
         ix.checked[p] = s.events_checked
         ix.procs[p] = (s.instance_id, int(s.pid), int(s.info.rank) if s.info is not None else -1)
+        ix.devices[p] = [] if opts.ignore_device_profile else [(s.instance_id, int(s.pid), list(s.device_paths),
+                                                                 [(m.id, m.neff_name) for m in s.models])]
         s.release(s.num_events)  # the index keeps only the collective timings
         if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
             times = align.sample(times, align.sample_cap(len(paths)))
@@ -213,10 +216,14 @@ def run(opts: ViewOptions) -> ViewResult:
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
     shown = group_pids([ix.procs[p] for p in ix.usable], opts.grouping)
+    ncs = opts.filter.ncs
+    dev_ids = profile_ids([d for p in ix.usable for d in ix.devices.get(p, [])],
+                          None if ncs is None else lambda nc: bool(ncs.mask(np.asarray([nc]))[0]))
     jobs = [Job(i, p, fmt, target, work, ix.origin, ix.offsets.get(ix.instances.get(p, "")), opts.filter,
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
                 None if target is None else device_dir(target), checked=ix.checked.get(p),
-                grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1])
+                grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1],
+                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids})
             for i, p in enumerate(ix.usable)]
     # pass 2: one process at a time per worker, then the pieces joined in process order
     try:
@@ -339,6 +346,7 @@ class Job:
     grouping: Grouping = field(default_factory=Grouping)
     group_pid: int = 0  # the pid of the process's group in the track tree (0: index + 1)
     group_label: str = ""
+    device_ids: dict[str, str] = field(default_factory=dict)  # .ntff path -> device profile id (view.devices)
 
     def target(self) -> ProcessTarget:
         """Where the exporter writes this process."""
@@ -404,6 +412,8 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     job.filter.apply(s)
     offset_ns = job.offset.offset_ns if job.offset else 0
     dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
+    for v in dviews:  # the run's ids: device_profile_model_<model id>, unique across processes
+        v.profile_id = v.summary["profile_id"] = job.device_ids.get(v.dp.path, v.profile_id)
     if job.filter.ncs is not None:
         dviews = [v for v in dviews if v.dp.trace.nc_idx in job.filter.ncs]
     if job.out is None:  # summaries
