@@ -61,6 +61,8 @@ class Piece:
     path: str | None = None  # the process's piece of a single-file output
     device_files: list[str] = field(default_factory=list)  # device_profile_model_<id> files written
     tables: dict[str, list[dict]] = field(default_factory=dict)  # dataset table -> rows (Parquet)
+    flows: str | None = None  # JSON: the process's collective slices (flow id, start, end, tid), .npy
+    flow_pid: int = 0  # JSON: the pid those slices are shown under
 
 
 @dataclass
