@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from neuron_explorer.contracts.env import ConfigError
+from neuron_explorer.contracts.env import ConfigError, progress_delay
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
 from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
@@ -122,7 +122,8 @@ def view_command(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     try:
         grouping = Grouping.parse(args.system_trace_primary_group, args.system_trace_secondary_group)
-    except GroupingError as e:
+        delay = progress_delay()
+    except (GroupingError, ConfigError) as e:
         raise UsageError(str(e)) from None
     fmt = args.output_format
     out = args.output_file
@@ -149,7 +150,8 @@ def view_command(args: argparse.Namespace) -> int:
     opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
                        ignore_system_profile=args.ignore_system_profile,
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
-                       progress=args.progress, jobs=args.jobs, grouping=grouping)
+                       progress=args.progress, jobs=args.jobs, grouping=grouping,
+                       progress_delay=delay)
     res = _run(opts)
     if isinstance(res, int):
         return res

@@ -63,6 +63,7 @@ class ViewOptions:
     progress: bool | None = None  # None: when stderr is a terminal
     jobs: int | None = None  # worker processes; None = one per core (used when the input is large)
     grouping: Grouping = field(default_factory=Grouping)  # --system-trace-primary/secondary-group
+    progress_delay: float = 1.0  # seconds before the progress bar shows (NEURON_EXPLORER_PROGRESS_DELAY_S)
 
 
 @dataclass
@@ -82,21 +83,53 @@ class ViewResult:
 
 
 class Progress:
-    def __init__(self, total: int, label: str, enabled: bool | None) -> None:
+    """A progress bar on stderr for runs long enough to wonder about: shown only when enabled
+    (default: stderr is a terminal) and once ``delay`` seconds have passed, redrawn at most ten
+    times a second, ended with a newline when it was shown.  ``step`` counts a process done;
+    ``within`` the share done of the current one (single worker: chunk by chunk)."""
+
+    def __init__(self, total: int, label: str, enabled: bool | None, delay: float = 1.0) -> None:
         self.total = total
         self.label = label
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.delay = delay
         self.done = 0
+        self.part = 0.0
+        self.t0 = time.monotonic()
+        self.last = -1.0
+        self.shown = False
 
     def step(self) -> None:
         self.done += 1
-        if self.enabled and self.total > 1:
-            w = 30
-            k = int(w * self.done / self.total)
-            sys.stderr.write(f"\r{self.label} [{'#' * k}{' ' * (w - k)}] {self.done}/{self.total} processes")
-            if self.done == self.total:
+        self.part = 0.0
+        self._draw(final=self.done >= self.total)
+
+    def within(self, fraction: float) -> None:
+        self.part = min(max(fraction, 0.0), 1.0)
+        self._draw()
+
+    def _draw(self, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.t0 < self.delay or (not final and now - self.last < 0.1):
+            if final and self.shown:
                 sys.stderr.write("\n")
-            sys.stderr.flush()
+            return
+        self.last = now
+        frac = (self.done + self.part) / self.total if self.total else 1.0
+        w = 30
+        k = int(w * frac)
+        sys.stderr.write(f"\rneuron-explorer: {self.label} [{'#' * k}{'.' * (w - k)}] {self.done}/{self.total} "
+                         f"processes {100 * frac:3.0f}% {now - self.t0:.1f} s")
+        self.shown = True
+        if final:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+# the single-worker conversion reports its progress inside a process here (chunk by chunk)
+_within: list = [None]
 
 
 def _load(path: str, warnings: list[tuple[str, str]], opts: ViewOptions) -> Session | None:
@@ -140,7 +173,7 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
     ix = RunIndex([], {}, {}, {}, 0, align.CollectiveIndex(), [])
     times_by_instance: dict[str, list] = {}
     origin = None
-    prog = Progress(len(paths), "indexing", opts.progress)
+    prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
     for p in paths:
         s = _load(p, warnings, opts)
         prog.step()
@@ -227,7 +260,8 @@ def run(opts: ViewOptions) -> ViewResult:
             for i, p in enumerate(ix.usable)]
     # pass 2: one process at a time per worker, then the pieces joined in process order
     try:
-        results = _convert_all(jobs, _workers(opts.jobs, ix.usable), Progress(len(jobs), f"writing {fmt}", opts.progress))
+        results = _convert_all(jobs, _workers(opts.jobs, ix.usable), Progress(len(jobs), f"writing {fmt}", opts.progress,
+                                                                     opts.progress_delay))
         for r in results:
             for w in r.warnings:
                 print(f"neuron-explorer: skipped: {w[0]}", file=sys.stderr)
@@ -300,9 +334,13 @@ def _convert_all(jobs: list["Job"], n_workers: int, prog: Progress) -> list["Pro
                 results.append(r)
                 prog.step()
     else:
-        for j in jobs:
-            results.append(convert_process(j))
-            prog.step()
+        _within[0] = prog.within
+        try:
+            for j in jobs:
+                results.append(convert_process(j))
+                prog.step()
+        finally:
+            _within[0] = None
     return results
 
 
@@ -427,10 +465,13 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     id_base = job.index << 32  # ids unique across processes without coordination
     try:
         w.add_devices(dviews)
+        report = _within[0]
         for lo, part in w.chunks(s):
             pe = build_events(part, job.index, offset_ns, id_base + lo, links, with_extra=w.with_extra)
             w.add(pe)
             res.events += pe.n
+            if report is not None:
+                report(res.events / max(s.num_events, 1))
         res.piece = w.close()
     except BaseException:
         w.abort()
