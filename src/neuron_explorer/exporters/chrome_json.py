@@ -74,18 +74,13 @@ def _collective_flows(trace: ChromeTraceWriter, pieces: list[Piece], origin_ns: 
     first = np.r_[True, flow[1:] != flow[:-1]]
     last = np.r_[flow[1:] != flow[:-1], True]
     keep = ~(first & last)  # a flow needs two slices
-    ph = np.where(first, "s", np.where(last, "f", "t"))[keep].tolist()
+    ph = np.where(first, '"s"', np.where(last, '"f","bp":"e"', '"t"'))[keep].tolist()
     ts = ((start + np.minimum((end - start) // 2, 1) - origin_ns) / 1000.0)[keep].tolist()
     ids, tids, pids = flow[keep].tolist(), a[keep, 3].tolist(), a[keep, 4].tolist()
-    for lo in range(0, len(ph), 65_536):
-        batch = []
-        for i in range(lo, min(lo + 65_536, len(ph))):
-            ev = {"name": "collective", "cat": "flow", "ph": ph[i], "id": f"0x{ids[i]:x}", "pid": pids[i],
-                  "tid": tids[i], "ts": ts[i]}
-            if ph[i] == "f":
-                ev["bp"] = "e"
-            batch.append(ev)
-        trace.add(batch)
+    for lo in range(0, len(ph), 65_536):  # rendered from a template: ~40% of the events' encoding
+        hi = min(lo + 65_536, len(ph))
+        trace.add_encoded([f'{{"name":"collective","cat":"flow","ph":{ph[i]},"id":"0x{ids[i]:x}","pid":{pids[i]},'
+                           f'"tid":{tids[i]},"ts":{ts[i]!r}}}'.encode() for i in range(lo, hi)])
 
 
 class JsonProcess(ProcessWriter):
