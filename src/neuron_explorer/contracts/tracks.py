@@ -132,12 +132,20 @@ def group_pids(processes: list[tuple[str, int, int]], grouping: Grouping) -> lis
     shown: dict[tuple, int] = {}
     if grouping.by_process:
         pos = grouping.primary.index("process_id")
-        seen: dict[int, int] = {}
-        for k in distinct:
-            pid = int(k[pos])
-            n = seen.get(pid, 0)
-            seen[pid] = n + 1
-            shown[k] = pid + n * PID_SPACE
+        later = []
+        used: set[int] = set()
+        for k in distinct:  # the first group of each pid shows it as it is
+            if int(k[pos]) in used:
+                later.append(k)
+            else:
+                shown[k] = int(k[pos])
+                used.add(shown[k])
+        for k in later:  # the others: + k * PID_SPACE, past any pid shown (a crafted pid >= 2**22)
+            n = int(k[pos])
+            while n in used:
+                n += PID_SPACE
+            shown[k] = n
+            used.add(n)
     else:
         shown = {k: i + 1 for i, k in enumerate(distinct)}
     return [(shown[k], grouping.group_label(inst, pid, rank)) for k, (inst, pid, rank) in zip(keys, processes)]

@@ -32,7 +32,8 @@ def _token(path: str, models: list[tuple[int, str]]) -> tuple[str, int | None]:
     m = _SESSION.match(name)
     if m:
         return f"session{int(m.group(2))}", int(m.group(1))
-    return name[:-len(".ntff")] if name.endswith(".ntff") else name, None
+    stem = name[:-len(".ntff")] if name.endswith(".ntff") else name
+    return stem or "unnamed", None
 
 
 def _names(token: str, nc: int | None, instance: str, pid: int) -> list[str]:
