@@ -253,3 +253,18 @@ def test_output_file_that_cannot_become_a_directory_is_one_line(cap, tmp_path):
     assert (tmp_path / "plain").read_text() == "keep"
     r = cli("view", "-d", str(cap), "--output-format", "summary-text", "--output-file", f"{tmp_path}/d/")
     _one_line(r, 2, "summary-text writes one file")
+
+
+def test_scale_out_steps_name_device_profiles_and_pids_as_view_does(tmp_path):
+    from neuron_explorer.view.scale import convert_session, discover, finalize, index_session, plan_offsets
+
+    cap = _capture(tmp_path / "cap", devices=True)  # pids collide across the two instances
+    assert cli("view", "-d", str(cap), "--output-file", str(tmp_path / "pq")).returncode == 0
+    paths = discover(str(cap), [])
+    plan = plan_offsets([index_session(p) for p in paths])
+    finalize(str(tmp_path / "mr"), [convert_session(p, str(tmp_path / "mr"), i, plan) for i, p in enumerate(paths)])
+    q = "select {} from '{}/{}.parquet' order by all"
+    for cols, table in (("instance_id, process_id, group_pid", "ProfileMetadata"),
+                        ("instance_id, process_id, profile_id", "DeviceProfiles")):
+        want = duckdb.sql(q.format(cols, tmp_path / "pq", table)).fetchall()
+        assert duckdb.sql(q.format(cols, tmp_path / "mr", table)).fetchall() == want and len(want) >= 4
