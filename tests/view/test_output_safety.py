@@ -358,10 +358,11 @@ def test_device_profile_files_get_safe_collision_free_names(tmp_path):
     for ext in ("json", "pftrace"):
         files = sorted(p.name for p in out.glob(f"device_profile_model_*.{ext}"))
         assert len(files) == len(stems), files
-        assert f"device_profile_model_5000_nc0_a%20b%25.{ext}" in files
-        assert f"device_profile_model_5000_nc0_a%2520b%2525.{ext}" in files
+        # (no graph of the process has these hashes: the file's own stem stands for the model id)
+        assert f"device_profile_model_a%20b%25.{ext}" in files
+        assert f"device_profile_model_a%2520b%2525.{ext}" in files
     ids = {r[0] for r in duckdb.sql(f"select profile_id from '{out}/pq/DeviceProfiles.parquet'").fetchall()}
-    assert ids == {f"5000_nc0_{s}" for s in stems}  # the table keeps the real ids
+    assert ids == set(stems)  # the table keeps the real ids
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cap", "views"]
 
 

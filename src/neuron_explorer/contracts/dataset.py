@@ -101,7 +101,9 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("flow_id", "same flow as the execution's nrt_execute/nc_exec_running"),
     ],
     DEVICE_PROFILES: [
-        ("profile_id", "<pid>_nc<nc>_<graph hash or sessionK>; files device_profile_model_<profile_id>.*"),
+        ("profile_id", "the model id (ProfileModels.model_id) or session<k>, with _nc<n>, _pid<pid>, "
+                        "_<instance> added only where two profiles would share it; files "
+                        "device_profile_model_<profile_id>.*"),
         ("file", ".ntff path"), ("instance_id", "host"), ("process_id", "pid"), ("nc_idx", "core"),
         ("mode", "model or session"), ("device_kind", "cpu, cuda:<name>, ..."), ("source", "torch or jax"),
         ("model_name", "graph(s)"), ("executions", "executions in the profile"),
@@ -128,6 +130,12 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("clock_offset_samples", "collectives used"), ("clock_offset_method", "reference, collectives or none"),
         ("session_path", "capture directory"), ("versions_json", "tool and framework versions"),
         ("config_json", "capture configuration"),
+        ("system_trace_primary_group", "--system-trace-primary-group of this output (fields that make a "
+                                       "process row, e.g. instance_id,process_id)"),
+        ("system_trace_secondary_group", "--system-trace-secondary-group (fields that make a track; "
+                                         "cpu_vs_device: host threads, core tracks)"),
+        ("group_pid", "pid of the process's row in Perfetto/JSON: the real pid, + k*4194304 where "
+                      "instances share it; the group number when not grouped by process"),
     ],
     MODELS: [
         ("instance_id", "host"), ("process_id", "pid"), ("model_id", "id within the process"),

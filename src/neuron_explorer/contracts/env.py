@@ -35,6 +35,7 @@ NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
 FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
 MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
 QUIET = "NEURON_EXPLORER_QUIET"
+PROGRESS_DELAY = "NEURON_EXPLORER_PROGRESS_DELAY_S"  # view: seconds before a progress bar shows (1)
 NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
@@ -158,6 +159,22 @@ def quiet(env: Mapping[str, str] | None = None) -> bool:
     """NEURON_EXPLORER_QUIET: leave out the "profile written to" line (any value but empty or 0)."""
     env = os.environ if env is None else env
     return env.get(QUIET, "") not in ("", "0")
+
+
+def progress_delay(env: Mapping[str, str] | None = None) -> float:
+    """NEURON_EXPLORER_PROGRESS_DELAY_S: how long ``view`` runs before its progress bar shows on a
+    terminal (default 1 s: a quick run prints no bar); a number of seconds from 0 to 3600."""
+    env = os.environ if env is None else env
+    raw = env.get(PROGRESS_DELAY, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        v = float(raw)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v <= 3600.0:
+        raise ConfigError(f"{PROGRESS_DELAY}={raw!r} is not valid; accepted: seconds from 0 to 3600, e.g. 1")
+    return v
 
 
 def ndet_requested(env: Mapping[str, str] | None = None) -> bool:

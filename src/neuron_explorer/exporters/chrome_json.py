@@ -17,7 +17,8 @@ from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.contracts.tracks import HOST, kinds_of_types, process_label, track_name
+from neuron_explorer.contracts.tracks import (
+    HOST, kinds_of_types, label_tid, process_label, secondary_labels, track_name)
 from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 
@@ -25,6 +26,10 @@ from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWri
 CORE_TID = 1_000_000
 _INT_ARGS = ("exec_id", "seq", "bytes", "ret")
 _STRING_ARGS = ("op", "group", "dtype")
+# flow ids with this bit link a collective's slices on every rank (analysis.events.collective_flow_ids);
+# the others link a host call and its core execution inside one process
+COLLECTIVE_FLOW = 1 << 62
+_ROLES = (None, "flow_out", "flow_in")
 
 
 def open_process(target: ProcessTarget) -> "JsonProcess":
@@ -43,11 +48,39 @@ def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
             if p.path is not None:
                 with open(p.path, "rb") as src:
                     trace.copy(src, os.path.getsize(p.path))
+        _collective_flows(trace, pieces, run.origin_ns)
         trace.close(metadata)
         f.commit()
     except BaseException:
         f.abort()
         raise
+
+
+def _collective_flows(trace: ChromeTraceWriter, pieces: list[Piece], origin_ns: int) -> None:
+    """Each collective's slices on every rank chained in time order by flow events v1: ``s`` on
+    the first, ``t`` on the middle ones, ``f`` (``bp: e``) on the last, each placed just inside its
+    slice (1 ns after its start) on the slice's thread, so it binds to that slice as its enclosing
+    one.  Memory: 40 bytes per collective slice of the run."""
+    parts = []
+    for p in pieces:
+        if p.flows is not None:
+            a = np.load(p.flows)
+            parts.append(np.concatenate([a, np.full((len(a), 1), p.flow_pid, dtype=np.int64)], axis=1))
+    if not parts:
+        return
+    a = np.concatenate(parts)
+    a = a[np.lexsort((a[:, 4], a[:, 1], a[:, 0]))]  # by flow, then start, then pid
+    flow, start, end = a[:, 0], a[:, 1], a[:, 2]
+    first = np.r_[True, flow[1:] != flow[:-1]]
+    last = np.r_[flow[1:] != flow[:-1], True]
+    keep = ~(first & last)  # a flow needs two slices
+    ph = np.where(first, '"s"', np.where(last, '"f","bp":"e"', '"t"'))[keep].tolist()
+    ts = ((start + np.minimum((end - start) // 2, 1) - origin_ns) / 1000.0)[keep].tolist()
+    ids, tids, pids = flow[keep].tolist(), a[keep, 3].tolist(), a[keep, 4].tolist()
+    for lo in range(0, len(ph), 65_536):  # rendered from a template: ~40% of the events' encoding
+        hi = min(lo + 65_536, len(ph))
+        trace.add_encoded([f'{{"name":"collective","cat":"flow","ph":{ph[i]},"id":"0x{ids[i]:x}","pid":{pids[i]},'
+                           f'"tid":{tids[i]},"ts":{ts[i]!r}}}'.encode() for i in range(lo, hi)])
 
 
 class JsonProcess(ProcessWriter):
@@ -63,6 +96,7 @@ class JsonProcess(ProcessWriter):
         self.file = AtomicFile(self.path)
         self.trace = ChromeTraceWriter(self.file.f, fragment=True)
         self.named: set[int] = set()  # tids whose name is written
+        self.cc_flows: list[np.ndarray] = []  # (flow id, start, end, tid) of collective slices
         self.last: ProcessEvents | None = None
 
     def add_devices(self, views: list[DeviceProfileView]) -> None:
@@ -73,20 +107,32 @@ class JsonProcess(ProcessWriter):
 
     def add(self, pe: ProcessEvents) -> None:
         """A chunk of the process's events (the first one names the process)."""
-        pid = pe.index + 1
+        pid = self.target.shown_pid
         items: list[dict] = []
         if self.last is None:
-            items.append({"name": "process_name", "ph": "M", "pid": pid,
-                          "args": {"name": process_label(pe.pid, pe.rank, pe.instance_id)}})
+            label = self.target.group_label or process_label(pe.pid, pe.rank, pe.instance_id)
+            items.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
         self.last = pe
         if pe.n:
             items += self._events(pe, pid)
         self.trace.add(items)
 
-    def _events(self, pe: ProcessEvents, pid: int) -> list[dict]:
-        """The names of tracks not seen before, then the chunk's events."""
+    def _tracks(self, pe: ProcessEvents, pid: int, items: list[dict]) -> np.ndarray:
+        """The thread id of each event of the chunk; names the tracks not seen before (``items``).
+        By default host events go on their OS thread, hardware events and collectives on their
+        core's tracks; a custom secondary grouping puts each distinct combination of its fields on
+        a track whose id follows from its label (``label_tid``)."""
         c = pe.cols
-        items: list[dict] = []
+        sec = self.target.grouping.secondary
+        if sec is not None:
+            srcs = np.array(pe.type_sources, dtype=object)[c["type"]].tolist()
+            idx, labels = secondary_labels(sec, pe.instance_id, pe.pid, c["thread_id"], c["nc_idx"], srcs)
+            tids = [label_tid(lb) for lb in labels]
+            for t, lb in zip(tids, labels):
+                if t not in self.named:
+                    self.named.add(t)
+                    items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": lb}})
+            return np.asarray(tids, dtype=np.int64)[idx]
         kind = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]]
         key = np.where(kind == HOST, c["thread_id"], c["nc_idx"])
         tid = np.where(kind == HOST, key, kind * CORE_TID + key)
@@ -98,6 +144,13 @@ class JsonProcess(ProcessWriter):
                 self.named.add(t)
                 label = track_name(int(kind[i]), int(key[i]))
                 items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
+        return tid
+
+    def _events(self, pe: ProcessEvents, pid: int) -> list[dict]:
+        """The names of tracks not seen before, then the chunk's events."""
+        c = pe.cols
+        items: list[dict] = []
+        tid = self._tracks(pe, pid, items)
         origin = self.target.origin_ns
         ts = ((c["start_ts"] - origin) / 1000.0).tolist()
         dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()
@@ -105,28 +158,61 @@ class JsonProcess(ProcessWriter):
         cols = {k: c[k].tolist() for k in ("model_id", "flow_id", "device_profile") + _INT_ARGS + _STRING_ARGS}
         srcs, typ, tid_l = pe.type_sources, c["type"].tolist(), tid.tolist()
         extra = pe.extra_json.to_pylist()
-        for i in range(pe.n):
+        code = self._flows(pe, tid)
+        role = code.tolist()
+        # in time order, and a host call before the core execution it starts when they start
+        # together, so that a reader meets each flow's start first (docs/decisions/0034)
+        order = np.lexsort((code != 1, c["start_ts"])).tolist()
+        for i in order:
             ev = {"name": names[i], "cat": srcs[typ[i]], "ph": "X" if dur[i] > 0 else "i", "pid": pid,
                   "tid": tid_l[i], "ts": ts[i], "args": _args(pe, cols, extra, i)}
             if dur[i] > 0:
                 ev["dur"] = dur[i]
+                if role[i]:
+                    ev["bind_id"] = f"0x{cols['flow_id'][i]:x}"
+                    ev[_ROLES[role[i]]] = True
             else:
                 ev["s"] = "t"
             items.append(ev)
         return items
 
+    def _flows(self, pe: ProcessEvents, tid: np.ndarray) -> np.ndarray:
+        """Flow arrows (docs/decisions/0034-json-flow-arrows.md).  A flow inside the process (a host
+        call and its core execution) is bound to its slices directly, flow events v2: the host
+        side's slice has ``flow_out``, the core side's ``flow_in``; returns that role per event
+        (an index of ``_ROLES``).  A collective's flow spans processes, so its slices are kept aside (flow id,
+        start, end, thread) for ``assemble`` to chain in time order."""
+        c = pe.cols
+        flow = c["flow_id"]
+        sliced = c["end_ts"] > c["start_ts"]
+        cc = ((flow & COLLECTIVE_FLOW) != 0) & sliced
+        if cc.any():
+            self.cc_flows.append(np.stack([flow[cc], c["start_ts"][cc], c["end_ts"][cc], tid[cc]], axis=1))
+        local = (flow != 0) & ~cc & sliced
+        code = np.zeros(pe.n, dtype=np.int8)
+        if local.any():
+            dev = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]] != HOST
+            code[local] = np.where(dev[local], 2, 1)
+        return code
+
     def close(self) -> Piece:
         """The process's counters end its piece."""
         pe = self.last
         if pe is not None:
-            pid = pe.index + 1
+            pid = self.target.shown_pid
             origin = self.target.origin_ns
             self.trace.add([{"name": name, "ph": "C", "pid": pid, "ts": t, "args": {"value": v}}
                             for name, (tsc, vals, _unit) in process_counters(pe).items()
                             for t, v in zip(((tsc - origin) / 1000.0).tolist(),
                                             np.asarray(vals, dtype=np.float64).tolist())])
         self.file.commit()
-        return Piece(path=self.path, device_files=self.device_files)
+        flows = None
+        if self.cc_flows:
+            flows = self.path + ".flows.npy"
+            self.written.append(flows)
+            np.save(flows, np.concatenate(self.cc_flows))
+        return Piece(path=self.path, device_files=self.device_files, flows=flows,
+                     flow_pid=self.target.shown_pid)
 
     def abort(self) -> None:
         self.file.abort()

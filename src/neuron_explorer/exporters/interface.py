@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterator, Protocol
 
+from neuron_explorer.contracts.tracks import Grouping
 from neuron_explorer.util.names import safe_component
 
 if TYPE_CHECKING:
@@ -44,6 +45,13 @@ class ProcessTarget:
     device_dir: str  # where device_profile_model_<id> files go
     display_name: str = ""
     offset: InstanceOffset | None = None  # the instance's clock alignment (recorded in metadata)
+    grouping: Grouping = field(default_factory=Grouping)  # how the track tree groups events
+    group_pid: int = 0  # pid of the process's group in the track tree (0: index + 1)
+    group_label: str = ""  # name of that group ("": the process's own label)
+
+    @property
+    def shown_pid(self) -> int:
+        return self.group_pid or self.index + 1
 
 
 @dataclass
@@ -53,6 +61,8 @@ class Piece:
     path: str | None = None  # the process's piece of a single-file output
     device_files: list[str] = field(default_factory=list)  # device_profile_model_<id> files written
     tables: dict[str, list[dict]] = field(default_factory=dict)  # dataset table -> rows (Parquet)
+    flows: str | None = None  # JSON: the process's collective slices (flow id, start, end, tid), .npy
+    flow_pid: int = 0  # JSON: the pid those slices are shown under
 
 
 @dataclass

@@ -193,8 +193,12 @@ class ParquetProcess(ProcessWriter):
             if ct.num_rows:
                 pq.write_table(ct, self._part(COUNTERS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet"),
                                compression="zstd")
+            g = self.target.grouping
             self.tables[METADATA].append(dict(meta_row(pe, self.target.offset),
-                                              display_name=self.target.display_name, events=self.events))
+                                              display_name=self.target.display_name, events=self.events,
+                                              system_trace_primary_group=g.primary_text,
+                                              system_trace_secondary_group=g.secondary_text,
+                                              group_pid=self.target.shown_pid))
             self.tables[MODELS] += model_rows(pe)
         return Piece(tables=self.tables)
 

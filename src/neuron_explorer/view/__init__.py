@@ -4,4 +4,4 @@ naming and safety (``output``), multi-process finalisation (``scale``) and ``che
 Submodules are imported on use; the package itself loads nothing.
 """
 
-__all__ = ["check", "cli", "output", "pipeline", "scale"]
+__all__ = ["check", "cli", "devices", "output", "pipeline", "scale"]

@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from neuron_explorer.contracts.env import ConfigError
+from neuron_explorer.contracts.env import ConfigError, progress_delay
+from neuron_explorer.contracts.tracks import Grouping, GroupingError
 from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
 
@@ -20,6 +21,8 @@ examples:
   neuron-explorer view -d ./output --output-format json --output-file - | gzip > run1.json.gz
   neuron-explorer view -d ./output --system-trace-filter-neuron-core "0,1" --system-trace-filter-event-type "nrt_execute,cc_running"
   neuron-explorer view -d ./output --system-trace-filter-instance-id "i-abc123,i-def456"
+  neuron-explorer view -d ./output --output-format perfetto --system-trace-primary-group instance_id \
+      --system-trace-secondary-group nc_idx                           # one row per instance, a track per core
   neuron-explorer view --show-profile-schema
 """
 
@@ -42,6 +45,12 @@ def add_view_parser(sub) -> None:
     v.add_argument("--system-trace-filter-event-type", metavar="TYPES",
                    help='event types to keep, e.g. "nrt_execute,nrt_load" (also hardware, software, ^name)')
     v.add_argument("--system-trace-filter-instance-id", metavar="IDS", help='instances to keep, e.g. "i-abc123,i-def456"')
+    v.add_argument("--system-trace-primary-group", metavar="FIELDS", default=None,
+                   help="fields whose values make a process row in the track tree (Perfetto, JSON, UI): "
+                        "instance_id, process_id (default instance_id,process_id)")
+    v.add_argument("--system-trace-secondary-group", metavar="FIELDS", default=None,
+                   help="fields whose values make a track inside a row: instance_id, process_id, thread_id, "
+                        "nc_idx, trace_event_source (default: host events by thread, device events by core)")
     v.add_argument("--ignore-device-profile", action="store_true", help="skip device profiles (system-only view)")
     v.add_argument("--ignore-system-profile", action="store_true", help="skip system profiles (device-only view)")
     v.add_argument("--data-path", default=None, help="workspace directory for ingested profiles (used with --ingest-only)")
@@ -111,12 +120,20 @@ def view_command(args: argparse.Namespace) -> int:
                                 args.system_trace_filter_instance_id)
     except ConfigError as e:
         raise UsageError(str(e)) from None
+    try:
+        grouping = Grouping.parse(args.system_trace_primary_group, args.system_trace_secondary_group)
+        delay = progress_delay()
+    except (GroupingError, ConfigError) as e:
+        raise UsageError(str(e)) from None
     fmt = args.output_format
     out = args.output_file
-    if out:
-        parent = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(parent):
-            raise UsageError(f"--output-file {out}: directory {parent} does not exist")
+    if out and out.endswith(os.sep) and fmt in ("summary-text", "summary-json"):
+        raise UsageError(f"--output-file {out}: {fmt} writes one file; name it, e.g. {out}summary.txt")
+    if out and fmt:
+        from .output import in_directory
+        from .pipeline import DEFAULT_OUTPUTS
+
+        out = in_directory(out, DEFAULT_OUTPUTS.get(fmt) if fmt != "parquet" else None)
     if args.ingest_only:
         if fmt not in (None, "parquet"):
             raise UsageError("--ingest-only writes Parquet into the workspace; drop --output-format " + fmt)
@@ -127,13 +144,14 @@ def view_command(args: argparse.Namespace) -> int:
     elif fmt is None and out:
         fmt = "parquet"  # an output file with no format: the default format
     elif fmt is None:
-        return _launch_ui(args, filt)
+        return _launch_ui(args, filt, grouping)
     if args.ignore_system_profile and args.ignore_device_profile:
         raise UsageError("--ignore-system-profile and --ignore-device-profile together leave nothing to view")
     opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
                        ignore_system_profile=args.ignore_system_profile,
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
-                       progress=args.progress, jobs=args.jobs)
+                       progress=args.progress, jobs=args.jobs, grouping=grouping,
+                       progress_delay=delay)
     res = _run(opts)
     if isinstance(res, int):
         return res
@@ -184,7 +202,7 @@ def _workspace(args: argparse.Namespace) -> str:
     return ws
 
 
-def _launch_ui(args: argparse.Namespace, filt) -> int:
+def _launch_ui(args: argparse.Namespace, filt, grouping: Grouping) -> int:
     """No output format: ingest -d DIR (if given) into the workspace, then serve the UI."""
     ws = _workspace(args)
     if args.directory:
@@ -192,7 +210,7 @@ def _launch_ui(args: argparse.Namespace, filt) -> int:
         opts = ViewOptions(directory=args.directory, output_format="parquet", output_file=os.path.join(ws, name),
                            filter=filt, ignore_system_profile=args.ignore_system_profile,
                            ignore_device_profile=args.ignore_device_profile, display_name=name,
-                           progress=True if args.progress is None else args.progress)
+                           progress=True if args.progress is None else args.progress, grouping=grouping)
         res = _run(opts)
         if isinstance(res, int):
             return res

@@ -61,9 +61,9 @@ def check(out: str, fmt: str, sessions: list[str]) -> str:
     if kind == "descriptor":
         return out
     real = os.path.realpath(out)
-    parent = os.path.dirname(real)
+    parent = _existing_ancestor(os.path.dirname(real))
     if not os.path.isdir(parent):
-        raise OutputRefused(f"--output-file {out}: directory {parent} does not exist")
+        raise OutputRefused(f"--output-file {out}: {parent} is not a directory")
     for s in sessions:
         rs = os.path.realpath(s)
         if _inside(real, rs) or _inside(rs, real):
@@ -76,3 +76,24 @@ def check(out: str, fmt: str, sessions: list[str]) -> str:
     return out if kind == "special" else real
 
 
+
+
+def _existing_ancestor(path: str) -> str:
+    """``path`` or its nearest ancestor that exists (missing directories are created later)."""
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def in_directory(out: str, default_name: str | None) -> str:
+    """``--output-file DIR/`` (a trailing slash) for a single-file format means the format's default
+    file name inside DIR; other names are kept as given."""
+    if out.endswith(os.sep) and default_name is not None and out != os.sep:
+        return os.path.join(out, default_name)
+    return out
+
+
+def make_parents(path: str) -> None:
+    """Create the missing directories above an output (``mkdir -p``); raises OSError."""
+    parent = os.path.dirname(os.path.abspath(path.rstrip(os.sep) or path))
+    os.makedirs(parent, exist_ok=True)

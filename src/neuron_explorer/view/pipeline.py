@@ -10,13 +10,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
 from neuron_explorer.view import output as output_mod
+from neuron_explorer.view.devices import profile_ids
 from neuron_explorer.contracts import dataset
 from neuron_explorer.analysis.events import build as build_events
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, discover, load_session
+from neuron_explorer.contracts.tracks import Grouping, group_pids
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, RunInfo, exporter
 from neuron_explorer.util.names import printable
 
@@ -58,6 +62,8 @@ class ViewOptions:
     display_name: str = ""
     progress: bool | None = None  # None: when stderr is a terminal
     jobs: int | None = None  # worker processes; None = one per core (used when the input is large)
+    grouping: Grouping = field(default_factory=Grouping)  # --system-trace-primary/secondary-group
+    progress_delay: float = 1.0  # seconds before the progress bar shows (NEURON_EXPLORER_PROGRESS_DELAY_S)
 
 
 @dataclass
@@ -77,21 +83,53 @@ class ViewResult:
 
 
 class Progress:
-    def __init__(self, total: int, label: str, enabled: bool | None) -> None:
+    """A progress bar on stderr for runs long enough to wonder about: shown only when enabled
+    (default: stderr is a terminal) and once ``delay`` seconds have passed, redrawn at most ten
+    times a second, ended with a newline when it was shown.  ``step`` counts a process done;
+    ``within`` the share done of the current one (single worker: chunk by chunk)."""
+
+    def __init__(self, total: int, label: str, enabled: bool | None, delay: float = 1.0) -> None:
         self.total = total
         self.label = label
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.delay = delay
         self.done = 0
+        self.part = 0.0
+        self.t0 = time.monotonic()
+        self.last = -1.0
+        self.shown = False
 
     def step(self) -> None:
         self.done += 1
-        if self.enabled and self.total > 1:
-            w = 30
-            k = int(w * self.done / self.total)
-            sys.stderr.write(f"\r{self.label} [{'#' * k}{' ' * (w - k)}] {self.done}/{self.total} processes")
-            if self.done == self.total:
+        self.part = 0.0
+        self._draw(final=self.done >= self.total)
+
+    def within(self, fraction: float) -> None:
+        self.part = min(max(fraction, 0.0), 1.0)
+        self._draw()
+
+    def _draw(self, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.t0 < self.delay or (not final and now - self.last < 0.1):
+            if final and self.shown:
                 sys.stderr.write("\n")
-            sys.stderr.flush()
+            return
+        self.last = now
+        frac = (self.done + self.part) / self.total if self.total else 1.0
+        w = 30
+        k = int(w * frac)
+        sys.stderr.write(f"\rneuron-explorer: {self.label} [{'#' * k}{'.' * (w - k)}] {self.done}/{self.total} "
+                         f"processes {100 * frac:3.0f}% {now - self.t0:.1f} s")
+        self.shown = True
+        if final:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+# the single-worker conversion reports its progress inside a process here (chunk by chunk)
+_within: list = [None]
 
 
 def _load(path: str, warnings: list[tuple[str, str]], opts: ViewOptions) -> Session | None:
@@ -124,6 +162,9 @@ class RunIndex:
     origin: int
     collectives: align.CollectiveIndex
     stragglers: list  # (rank, instance id, collective times) per profile
+    procs: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # path -> (instance, pid, rank)
+    all_instances: set[str] = field(default_factory=set)  # every instance read, before the filter
+    devices: dict[str, list] = field(default_factory=dict)  # path -> its device profiles' facts
 
 
 def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]]) -> RunIndex:
@@ -132,7 +173,7 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
     ix = RunIndex([], {}, {}, {}, 0, align.CollectiveIndex(), [])
     times_by_instance: dict[str, list] = {}
     origin = None
-    prog = Progress(len(paths), "indexing", opts.progress)
+    prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
     for p in paths:
         s = _load(p, warnings, opts)
         prog.step()
@@ -141,6 +182,7 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
         for w in s.warnings:
             print(f"neuron-explorer: warning: {w}", file=sys.stderr)
             warnings.append((w, printable(p)))
+        ix.all_instances.add(s.instance_id)
         if not opts.filter.keeps_instance(s.instance_id):
             continue
         try:
@@ -153,6 +195,9 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
         ix.usable.append(p)
         ix.instances[p] = s.instance_id
         ix.checked[p] = s.events_checked
+        ix.procs[p] = (s.instance_id, int(s.pid), int(s.info.rank) if s.info is not None else -1)
+        ix.devices[p] = [] if opts.ignore_device_profile else [(s.instance_id, int(s.pid), list(s.device_paths),
+                                                                 [(m.id, m.neff_name) for m in s.models])]
         s.release(s.num_events)  # the index keeps only the collective timings
         if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
             times = align.sample(times, align.sample_cap(len(paths)))
@@ -190,24 +235,39 @@ def run(opts: ViewOptions) -> ViewResult:
             target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths)
         except output_mod.OutputRefused as e:
             raise ViewError(str(e)) from None
+        if target not in ("-",) and output_mod.output_kind(target) not in ("descriptor", "special"):
+            try:
+                output_mod.make_parents(target)
+            except OSError as e:
+                raise OutputError(out, f"cannot create its directory: {os_reason(e)}") from None
     ix = _index(paths, opts, warnings)
+    _warn(warnings, root, unmatched_instances(opts.filter, ix.all_instances))
     if fmt not in DEFAULT_OUTPUTS:  # summaries: the text is returned, the caller writes it
         out = target = None
     try:
         work = None if target is None else dataset.work_area(target)
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
+    shown = group_pids([ix.procs[p] for p in ix.usable], opts.grouping)
+    ncs = opts.filter.ncs
+    dev_ids = profile_ids([d for p in ix.usable for d in ix.devices.get(p, [])],
+                          None if ncs is None else lambda nc: bool(ncs.mask(np.asarray([nc]))[0]))
     jobs = [Job(i, p, fmt, target, work, ix.origin, ix.offsets.get(ix.instances.get(p, "")), opts.filter,
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
-                None if target is None else device_dir(target), checked=ix.checked.get(p))
+                None if target is None else device_dir(target), checked=ix.checked.get(p),
+                grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1],
+                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids})
             for i, p in enumerate(ix.usable)]
     # pass 2: one process at a time per worker, then the pieces joined in process order
     try:
-        results = _convert_all(jobs, _workers(opts.jobs, ix.usable), Progress(len(jobs), f"writing {fmt}", opts.progress))
+        results = _convert_all(jobs, _workers(opts.jobs, ix.usable), Progress(len(jobs), f"writing {fmt}", opts.progress,
+                                                                     opts.progress_delay))
         for r in results:
             for w in r.warnings:
                 print(f"neuron-explorer: skipped: {w[0]}", file=sys.stderr)
             warnings.extend(r.warnings)
+        if not opts.ignore_system_profile:
+            _warn(warnings, root, unmatched_filters(opts.filter, results))
         if target is not None:
             exporter(fmt).assemble(target, [r.piece for r in results if r.piece is not None],
                                    RunInfo(ix.origin, ix.offsets, warnings, work, opts.display_name))
@@ -225,6 +285,43 @@ def run(opts: ViewOptions) -> ViewResult:
                       [f for r in results if r.piece is not None for f in r.piece.device_files])
 
 
+def _warn(warnings: list[tuple[str, str]], root: str, messages: list[str]) -> None:
+    for m in messages:
+        print(f"neuron-explorer: warning: {m}", file=sys.stderr)
+        warnings.append((m, printable(root)))
+
+
+def _listing(values, limit: int = 20) -> str:
+    vals = [printable(str(v)) for v in values]
+    more = f" (and {len(vals) - limit} more)" if len(vals) > limit else ""
+    return ", ".join(vals[:limit]) + more if vals else "none"
+
+
+def unmatched_instances(filt: ViewFilter, seen: set[str]) -> list[str]:
+    """A warning for each --system-trace-filter-instance-id id that names no instance read, with
+    the ids that exist (a typo must not pass for an empty workload)."""
+    if filt.instances is None:
+        return []
+    return [f"--system-trace-filter-instance-id: {printable(i)} matches no instance; instances in the "
+            f"capture: {_listing(sorted(seen))}" for i in sorted(filt.instances - seen)]
+
+
+def unmatched_filters(filt: ViewFilter, results: list["ProcessResult"]) -> list[str]:
+    """A warning when the core or event-type filter keeps no event of any process, naming the cores
+    or types that the capture holds."""
+    out = []
+    if filt.ncs is not None:
+        cores = sorted({c for r in results for c in r.present_cores})
+        if not any(bool(filt.ncs.mask(np.asarray([c]))[0]) for c in cores):
+            out.append(f"--system-trace-filter-neuron-core matches no event; cores in the capture: {_listing(cores)}")
+    if filt.types is not None:
+        types = sorted({t for r in results for t in r.present_types})
+        if not set(types) & filt.types:
+            out.append(f"--system-trace-filter-event-type matches no event; event types in the capture: "
+                       f"{_listing(types)}")
+    return out
+
+
 def _convert_all(jobs: list["Job"], n_workers: int, prog: Progress) -> list["ProcessResult"]:
     """Every job's result, in job order: in this process, or on ``n_workers`` spawned workers."""
     results: list[ProcessResult] = []
@@ -237,9 +334,13 @@ def _convert_all(jobs: list["Job"], n_workers: int, prog: Progress) -> list["Pro
                 results.append(r)
                 prog.step()
     else:
-        for j in jobs:
-            results.append(convert_process(j))
-            prog.step()
+        _within[0] = prog.within
+        try:
+            for j in jobs:
+                results.append(convert_process(j))
+                prog.step()
+        finally:
+            _within[0] = None
     return results
 
 
@@ -280,12 +381,17 @@ class Job:
     display_name: str
     device_dir: str | None = None  # where device_profile_model_<id> files go (json, perfetto)
     checked: tuple | None = None  # the index pass checked this version of ntrace.pb
+    grouping: Grouping = field(default_factory=Grouping)
+    group_pid: int = 0  # the pid of the process's group in the track tree (0: index + 1)
+    group_label: str = ""
+    device_ids: dict[str, str] = field(default_factory=dict)  # .ntff path -> device profile id (view.devices)
 
     def target(self) -> ProcessTarget:
         """Where the exporter writes this process."""
         assert self.out is not None and self.work is not None
         return ProcessTarget(self.index, self.origin, self.out, self.work, self.device_dir or device_dir(self.out),
-                             self.display_name, self.offset)
+                             self.display_name, self.offset, self.grouping, self.group_pid or self.index + 1,
+                             self.group_label)
 
 
 @dataclass
@@ -296,6 +402,8 @@ class ProcessResult:
     events: int = 0
     piece: Piece | None = None  # an output format's: what ``assemble`` joins
     summary: dict | None = None  # the summaries'
+    present_cores: list[int] = field(default_factory=list)  # before the filters (when one is set)
+    present_types: list[str] = field(default_factory=list)
 
 
 def device_dir(out: str) -> str:
@@ -338,9 +446,12 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     except ProfileError as e:  # changed since the index pass
         res.warnings.append((str(e), printable(job.path)))
         return res
+    _present(job.filter, s, res)
     job.filter.apply(s)
     offset_ns = job.offset.offset_ns if job.offset else 0
     dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
+    for v in dviews:  # the run's ids: device_profile_model_<model id>, unique across processes
+        v.profile_id = v.summary["profile_id"] = job.device_ids.get(v.dp.path, v.profile_id)
     if job.filter.ncs is not None:
         dviews = [v for v in dviews if v.dp.trace.nc_idx in job.filter.ncs]
     if job.out is None:  # summaries
@@ -354,12 +465,28 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     id_base = job.index << 32  # ids unique across processes without coordination
     try:
         w.add_devices(dviews)
+        report = _within[0]
         for lo, part in w.chunks(s):
             pe = build_events(part, job.index, offset_ns, id_base + lo, links, with_extra=w.with_extra)
             w.add(pe)
             res.events += pe.n
+            if report is not None:
+                report(res.events / max(s.num_events, 1))
         res.piece = w.close()
     except BaseException:
         w.abort()
         raise
     return res
+
+
+def _present(filt: ViewFilter, s: Session, res: ProcessResult) -> None:
+    """The cores and event types of the process before filtering, when a filter may keep none."""
+    n = s.num_events
+    if not n:
+        return
+    if filt.ncs is not None:
+        res.present_cores = np.unique(s.events["nc_idx"]).tolist()
+    if filt.types is not None:
+        ids = np.flatnonzero(np.bincount(np.clip(s.events["type"], 0, len(s.type_names)),
+                                         minlength=len(s.type_names) + 1)[:len(s.type_names)])
+        res.present_types = [s.type_names[i] for i in ids.tolist()]

@@ -27,6 +27,8 @@ from neuron_explorer.analysis.events import collective_flow_ids
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import discover, load_session  # noqa: F401  (discover is part of the API)
+from neuron_explorer.contracts.tracks import Grouping, group_pids
+from neuron_explorer.view.devices import profile_ids
 
 if TYPE_CHECKING:
     from neuron_explorer.view.pipeline import ProcessResult
@@ -51,9 +53,10 @@ def index_session(path: str) -> dict[str, Any]:
     for i, (g, o) in pairs.items():
         m = (keys >> 40) == i
         groups[(g, o)] = (keys[m] & ((1 << 40) - 1), start[m], end[m])
-    return {"path": path, "instance_id": s.instance_id,
+    return {"path": path, "instance_id": s.instance_id, "pid": int(s.pid),
             "rank": int(s.info.rank) if s.info is not None else -1,
-            "start_wall_ns": int(s.info.start_wall_ns) if s.info is not None else 0, "collectives": groups}
+            "start_wall_ns": int(s.info.start_wall_ns) if s.info is not None else 0, "collectives": groups,
+            "devices": (list(s.device_paths), [(int(m.id), m.neff_name) for m in s.models])}
 
 
 def plan_offsets(indexes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -76,8 +79,13 @@ def plan_offsets(indexes: list[dict[str, Any]]) -> dict[str, Any]:
             origin = ix["start_wall_ns"] if origin is None else min(origin, ix["start_wall_ns"])
     offsets = align.estimate_offsets(by_instance)
     min_off = min((o.offset_ns for o in offsets.values()), default=0)
+    good = [ix for ix in indexes if "error" not in ix]
+    shown = group_pids([(ix["instance_id"], ix.get("pid", 0), ix["rank"]) for ix in good], Grouping())
     return {"offsets": offsets, "origin": (origin or 0) + min(min_off, 0) - 1_000_000_000,
-            "instances": {ix["path"]: ix.get("instance_id", "") for ix in indexes}}
+            "instances": {ix["path"]: ix.get("instance_id", "") for ix in indexes},
+            "group_pids": {ix["path"]: sh for ix, sh in zip(good, shown)},  # (pid shown, label)
+            "device_ids": profile_ids([(ix["instance_id"], ix.get("pid", 0), *ix["devices"])
+                                       for ix in good if "devices" in ix])}
 
 
 def convert_session(path: str, out_root: str, index: int, plan: dict[str, Any],
@@ -90,8 +98,11 @@ def convert_session(path: str, out_root: str, index: int, plan: dict[str, Any],
 
     os.makedirs(out_root, exist_ok=True)
     inst = plan["instances"].get(path, "")
+    shown, label = plan.get("group_pids", {}).get(path, (0, ""))
+    dev = plan.get("device_ids", {})
     job = Job(index, path, "parquet", out_root, out_root, plan["origin"], plan["offsets"].get(inst),
-              view_filter or ViewFilter(), False, False, display_name)
+              view_filter or ViewFilter(), False, False, display_name, group_pid=shown, group_label=label,
+              device_ids={p: i for p, i in dev.items() if os.path.dirname(p) == path.rstrip(os.sep)})
     return convert_process(job)
 
 

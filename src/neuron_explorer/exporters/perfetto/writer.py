@@ -29,7 +29,8 @@ from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.reader import Session
-from neuron_explorer.contracts.tracks import COLLECTIVE, HOST, TRACK_NAMES, kinds_of_types, process_label
+from neuron_explorer.contracts.tracks import (
+    COLLECTIVE, HOST, TRACK_NAMES, kinds_of_types, process_label, secondary_labels)
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 from neuron_explorer.exporters.perfetto.compress import CompressedSink
 from neuron_explorer.exporters.perfetto.lanes import Stream, distinct
@@ -118,6 +119,9 @@ class PerfettoWriter:
         self.next_uuid = uuid_base + 1
         self.events_written = 0
         self._first = first
+        self.shown_pid: int | None = None  # the process's pid in the trace (None: index + 1)
+        self.label: str = ""  # the process's name in the trace ("": its own label)
+        self.secondary: tuple[str, ...] | None = None  # custom secondary grouping of the tracks
 
     def new_track(self, name: str, parent: int | None = None, **kw) -> int:
         """Declare a track (``track_descriptor``'s keywords: a process, a counter); returns its uuid."""
@@ -129,11 +133,12 @@ class PerfettoWriter:
     # ---- system events
     def open_process(self, pe: ProcessEvents) -> Stream:
         """Declare the process and return the stream its events are pushed to."""
-        pname = process_label(pe.pid, pe.rank, pe.instance_id)
+        pname = self.label or process_label(pe.pid, pe.rank, pe.instance_id)
         if self._first:
             pname += f" [t0 {time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(self.origin_ns / 1e9))}Z]"
             self._first = False
-        pid_uuid = self.new_track(pname, pid=pe.index + 1, pname=pname)
+        pid = self.shown_pid if self.shown_pid is not None else pe.index + 1
+        pid_uuid = self.new_track(pname, pid=pid, pname=pname)
         return Stream(self, pe.index, pid_uuid, list(pe.type_names), _SystemAnnotations(pe))
 
     def push(self, st: Stream, pe: ProcessEvents) -> None:
@@ -145,7 +150,25 @@ class PerfettoWriter:
         c = pe.cols
         ann: _SystemAnnotations = st.annotate  # type: ignore[assignment]
         typ = c["type"]
-        kind = ann.kind_of_type[typ]
+        if self.secondary is not None:
+            gid = self._custom_groups(st, pe)
+        else:
+            gid = self._kind_groups(st, ann.kind_of_type[typ], c, n)
+        ann.intern(st, pe)
+        cols = {k: c[k] for k in ("model_id", "exec_id", "op", "seq", "bytes", "group", "dtype", "ret")}
+        cols.update(start=c["start_ts"] - self.origin_ns, end=c["end_ts"] - self.origin_ns, gid=gid, typ=typ,
+                    flow=c["flow_id"])
+        st.push(cols)
+
+    def _custom_groups(self, st: Stream, pe: ProcessEvents) -> np.ndarray:
+        """The track group of each event under a custom secondary grouping (one per label)."""
+        c = pe.cols
+        srcs = np.array(pe.type_sources, dtype=object)[c["type"]].tolist()
+        idx, labels = secondary_labels(self.secondary, pe.instance_id, pe.pid, c["thread_id"], c["nc_idx"], srcs)
+        return np.array([st.group(("custom", lb), lb) for lb in labels], dtype=np.int64)[idx]
+
+    def _kind_groups(self, st: Stream, kind: np.ndarray, c: dict, n: int) -> np.ndarray:
+        """The track group of each event by default: host thread, core, core collectives."""
         kk = np.where(kind == HOST, c["thread_id"], c["nc_idx"]) * 4 + kind
         names = TRACK_NAMES
         lo, hi = int(kk.min()), int(kk.max())
@@ -157,11 +180,7 @@ class PerfettoWriter:
         else:
             uk, inv = np.unique(kk, return_inverse=True)
             gid = np.array([st.group(k, names[k & 3].format(k >> 2)) for k in uk.tolist()], dtype=np.int64)[inv]
-        ann.intern(st, pe)
-        cols = {k: c[k] for k in ("model_id", "exec_id", "op", "seq", "bytes", "group", "dtype", "ret")}
-        cols.update(start=c["start_ts"] - self.origin_ns, end=c["end_ts"] - self.origin_ns, gid=gid, typ=typ,
-                    flow=c["flow_id"])
-        st.push(cols)
+        return gid
 
     def close_process(self, st: Stream, pe: ProcessEvents) -> None:
         """Write what the stream still holds, then the process's counters."""
@@ -355,6 +374,9 @@ class PerfettoProcess(ProcessWriter):
         # 2**16 track ids per process keeps uuids at 3-4 bytes on the wire
         self.w = PerfettoWriter(self.path, target.origin_ns, uuid_base=(target.index + 1) << 16,
                                 first=target.index == 0)
+        self.w.shown_pid = target.shown_pid
+        self.w.label = target.group_label
+        self.w.secondary = target.grouping.secondary
         self.feed = SessionFeed(self.w, self.chunk)
 
     def add_devices(self, views: list[DeviceProfileView]) -> None:
