@@ -315,7 +315,13 @@ def test_memory_counters_used_against_total_and_device_memory_by_category(ui_wor
     meta = duckdb.connect().execute(f"SELECT instance_id, process_id FROM read_parquet('{ws / 'mem' / 'ProfileMetadata.parquet'}')").fetchall()
     inst, pid = meta[0]
     ov_ts = duckdb.connect().execute(f"SELECT min(ts) FROM read_parquet('{ws / 'mem'}/SystemProfileCounters/**/*.parquet')").fetchall()[0][0]
+    # the capture already samples device memory by category (parameters, gradients, ...): the synthetic
+    # categories are added to that process's own series
+    own = {r[0] for r in duckdb.connect().execute(
+        f"SELECT DISTINCT counter FROM read_parquet('{ws / 'mem'}/SystemProfileCounters/**/*.parquet') "
+        f"WHERE counter LIKE 'device_mem.nc0.%' AND process_id = {int(pid)}").fetchall()}
     cats = ["weights", "activations", "collectives"]
+    want = own | {f"device_mem.nc0.{c}" for c in cats}
     n = 5
     tbl = pa.table({"instance_id": [inst] * (n * 3), "process_id": np.full(n * 3, pid, dtype=np.int64),
                     "ts": np.tile(ov_ts + np.arange(n, dtype=np.int64) * 1000, 3),
@@ -329,11 +335,11 @@ def test_memory_counters_used_against_total_and_device_memory_by_category(ui_wor
     host = next(r for r in rows if r["label"].startswith("Host memory (used"))
     assert host["style"] == "used_total"  # used against a total line, not stacked
     dm = [r for r in rows if r["label"].startswith("Device memory · NC 0")]
-    assert len(dm) == 1 and dm[0]["series"] == sorted(f"device_mem.nc0.{x}" for x in cats)
+    assert len(dm) == 1 and dm[0]["series"] == sorted(want)
     assert dm[0]["group"][-1] == "Device"  # with the core's tracks
     got = c.get("/api/profiles/mem/counters", params={"mode": "cpu_device", "rows": str(dm[0]["idx"]), "t0": 0,
                                                        "t1": 10 ** 12, "px": 1000}).json()["rows"][str(dm[0]["idx"])]
-    assert set(got) == {f"device_mem.nc0.{x}" for x in cats}
+    assert set(got) == want
 
 
 def test_device_profiles_list_leads_with_model_core_executions_flops(client: TestClient) -> None:
