@@ -175,13 +175,18 @@ def announce_model(inst: Installed, model: Model, code_bytes: int = 0) -> None:
 # naming a graph
 
 
+# this package's own directory: its frames (the eager hooks' Module.__call__) are not the user's code
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
 def _user_frame(stack_trace: str, torch_dir: str) -> tuple[str, str] | None:
-    """The innermost (file, line) of a node's stack trace that is not inside PyTorch itself."""
+    """The innermost (file, line) of a node's stack trace that is not inside PyTorch or this package."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', stack_trace)
     for f, line in reversed(frames):
-        if not f.startswith(torch_dir):
+        if not f.startswith(torch_dir) and not f.startswith(_OWN_DIR):
             return f, line
-    return frames[-1] if frames else None
+    theirs = [fr for fr in frames if not fr[0].startswith(_OWN_DIR)]
+    return theirs[-1] if theirs else None
 
 
 def _graph_facts(gm, with_source: bool, torch_dir: str) -> tuple[str, str, list[tuple[str, str, str, str, str]], str]:

@@ -30,6 +30,7 @@ class Installed:
         # id(Work) -> (Work, finish(t1, status)) for collectives whose end is not recorded yet
         self.pending_cc: dict[int, tuple] = {}
         self.warned: set[str] = set()
+        self.eager = None  # the eager hooks (integrations.torch.eager.Eager), when installed
 
     def warn_once(self, key: str, msg: str) -> None:
         """Print a warning the first time ``key`` is seen: recording problems repeat per call."""
