@@ -209,7 +209,7 @@ def _framework(s: Session, cols: dict[str, np.ndarray], typ_c: np.ndarray, nt: i
         is_fw = tab[typ_c]
         g, src = groups[fw_types[0]], sources[fw_types[0]]
         base = len(type_names)  # a type per string: the same ids in every chunk of the process
-        type_names += list(s.strings)
+        type_names += [x or type_names[fw_types[0]] for x in s.strings]  # no label: the type's name
         groups += [g] * len(s.strings)
         sources += [src] * len(s.strings)
         labels = s.events["a"][is_fw] if n else np.empty(0, dtype=np.int64)
