@@ -81,8 +81,11 @@ class Eager:
         return ex
 
     def _register_module(self, mod, args) -> _Exec:
-        if hasattr(mod, "_orig_mod") or getattr(mod, "_compiled_call_impl", None) is not None:
-            return _Exec(None, skip=True)  # torch.compile'd: Dynamo's graphs are the executions
+        if hasattr(mod, "_orig_mod") or getattr(mod, "_compiled_call_impl", None) is not None or \
+                isinstance(mod, self.torch.fx.GraphModule):
+            # torch.compile'd, or an FX graph that a compiled graph runs (AOTAutograd's backends
+            # call theirs as modules): Dynamo's graphs are the executions
+            return _Exec(None, skip=True)
         t0 = now_ns()
         cls = type(mod)
         parts = [f"{cls.__module__}.{cls.__qualname__}"]
