@@ -212,9 +212,19 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
     def record(ex: _Exec, fn, args, kwargs):
         if ex.skip or not enabled[ev.NRT_EXECUTE]:
             return fn(*args, **kwargs)
-        if ex.known and (ndet is not None or devprof_cell[0] is not None):
+        dp = devprof_cell[0]
+        if ex.known and (ndet is not None or dp is not None):
             return general(ex, fn, args, kwargs)
         first = not ex.known
+        if first and dp is not None and dp.wants(nc, ex.model.id):
+            # profiled from its first call (model mode profiles only that one); should compiled
+            # graphs run inside, this one call is recorded besides them, then never again
+            c0 = executions()
+            try:
+                return general(ex, fn, args, kwargs)
+            finally:
+                ex.known = True
+                ex.skip = executions() - c0 > 1
         c0 = executions()
         t0 = now_ns()
         ret = 1
