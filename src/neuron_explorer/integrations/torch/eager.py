@@ -300,7 +300,7 @@ def _polyfill_for(inner: Callable) -> Callable:
 
 def _patch_backward(eg: Eager, torch) -> None:
     ag = torch.autograd
-    tl, record = eg.tl, eg.record
+    tl, record, pending = eg.tl, eg.record, eg.inst.pending_cc
 
     def wrap(orig):
         @functools.wraps(orig)
@@ -314,11 +314,28 @@ def _patch_backward(eg: Eager, torch) -> None:
                 return record(eg.backward_exec(ex), orig, args, kwargs)
             finally:
                 tl.depth = 0
+                if pending:
+                    _end_waited_collectives(eg.inst)
 
         return run
 
     ag.backward = wrap(ag.backward)
     ag.grad = wrap(ag.grad)
+
+
+def _end_waited_collectives(inst: Installed) -> None:
+    """Record the end of collectives the backward waited for whose completion callback has not
+    run yet: DDP's reducer waits for its buckets before the backward returns, but the callback
+    needs the GIL from the backend's thread and may come too late for the process's final write
+    (the last step's all-reduce went missing).  Their end is then the backward's end, an upper
+    bound; those whose callback ran keep its exact time."""
+    t1 = now_ns()
+    for key, (work, _finish) in list(inst.pending_cc.items()):
+        try:
+            if work.is_completed():
+                inst.cc_complete(key, t1, 0 if work.is_success() else 1)
+        except Exception:
+            continue
 
 
 def _patch_optimizer(eg: Eager, torch) -> None:
