@@ -177,6 +177,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
     ndet = rt.ndet
     devprof_cell = rt.devprof_cell
     enabled = rt.enabled
+    NRT_EXECUTE = ev.NRT_EXECUTE
 
     def finish(mid: int, eid: int, t0: int, t1: int, ret: int, begun: bool) -> None:
         rec = (PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0)
@@ -209,23 +210,44 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
             exec_close()
         return out
 
+    tids, get_ident = clock.native_ids, threading.get_ident
+
     def record(ex: _Exec, fn, args, kwargs):
-        if ex.skip or not enabled[ev.NRT_EXECUTE]:
+        if ex.skip or not enabled[NRT_EXECUTE]:
             return fn(*args, **kwargs)
-        dp = devprof_cell[0]
-        if ex.known and (ndet is not None or dp is not None):
+        if not ex.known:
+            return first(ex, fn, args, kwargs)
+        if ndet is not None or devprof_cell[0] is not None:
             return general(ex, fn, args, kwargs)
-        first = not ex.known
-        if first and dp is not None and dp.wants(nc, ex.model.id):
+        t0 = now_ns()  # the lean path: what execution._lean_wrapper does
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException:
+            finish(ex.model.id, next_eid(), t0, now_ns(), 1, False)
+            raise
+        t1 = now_ns()
+        try:
+            tid = tids[get_ident()]
+        except KeyError:
+            tid = native_tid()
+        rec = (PAIR, t0, t1, tid, ex.model.id, next_eid(), 0, 0, 0)
+        append(rec)
+        if stats_rec is not None:
+            stats_rec(rec)
+        return out
+
+    def first(ex: _Exec, fn, args, kwargs):
+        """A graph's first call: recorded unless compiled graphs ran inside it."""
+        c0 = executions()
+        dp = devprof_cell[0]
+        if dp is not None and dp.wants(nc, ex.model.id):
             # profiled from its first call (model mode profiles only that one); should compiled
             # graphs run inside, this one call is recorded besides them, then never again
-            c0 = executions()
             try:
                 return general(ex, fn, args, kwargs)
             finally:
                 ex.known = True
                 ex.skip = executions() - c0 > 1
-        c0 = executions()
         t0 = now_ns()
         ret = 1
         try:
@@ -233,7 +255,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
             ret = 0
         finally:
             t1 = now_ns()
-            if first and executions() != c0:
+            if executions() != c0:
                 ex.skip = True  # compiled graphs ran inside: they are the executions
             else:
                 finish(ex.model.id, next_eid(), t0, t1, ret, False)

@@ -51,6 +51,7 @@ def install_regions(rt: Runtime, torch, core: CoreState) -> None:
             tick()
         return out
 
+    __enter__.__wrapped__, __exit__.__wrapped__ = enter, exit_  # type: ignore[attr-defined]
     rf.__enter__, rf.__exit__ = __enter__, __exit__
     rf._neuron_explorer_wrapped = True
 
