@@ -4,10 +4,13 @@ recorded like compiled graphs (executions, loads, device profiles, NEFFs, NDET, 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
 from collections import Counter
+
+import pytest
 
 from neuron_explorer.analysis.reader import load_device_trace, load_neff
 from neuron_explorer.ndet import format as ndet_fmt
@@ -153,3 +156,45 @@ def test_eager_executions_can_be_turned_off(tmp_path):
     assert type_counts(s)["nrt_execute"] == 0
     r = cli("check", "-d", str(out))
     assert "NEURON_EXPLORER_EAGER=0" in r.stdout and "no module, compiled graph or collective ran" in r.stdout
+
+
+@pytest.mark.slow
+def test_neuron_monitor_counts_eager_executions_and_their_graphs(tmp_path):
+    """A tagged eager training job (no code changes) is reported with executions and its graphs."""
+    stats = tmp_path / "stats"
+    app = tmp_path / "app.py"
+    app.write_text(TRAIN_EAGER.format(steps=1) + """
+import time
+print("ready", flush=True)
+end = time.time() + 30
+while time.time() < end:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    time.sleep(0.002)
+""")
+    env = clean_env(NEURON_EXPLORER_STATS_DIR=str(stats))
+    p = subprocess.Popen([sys.executable, str(app)], env=dict(env, NEURON_PROCESS_TAG="eager_job"),
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        conf = tmp_path / "monitor.conf"
+        conf.write_text(json.dumps({"period": "1s", "neuron_runtimes": [{"tag_filter": "^eager_", "metrics": [
+            {"type": "neuroncore_counters"}, {"type": "memory_used"}, {"type": "execution_stats"}]}]}))
+        exe = os.path.join(os.path.dirname(sys.executable), "neuron-monitor")
+        mon = subprocess.Popen([exe if os.path.exists(exe) else "neuron-monitor", "-c", str(conf)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            reports = [json.loads(mon.stdout.readline()) for _ in range(3)]
+        finally:
+            mon.terminate()
+            mon.wait(timeout=10)
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    (rt,) = reports[-1]["neuron_runtime_data"]
+    assert rt["pid"] == p.pid
+    assert rt["report"]["execution_stats"]["execution_summary"]["completed"] > 0
+    names = {m["name"] for m in rt["report"]["memory_used"]["loaded_models"]}
+    assert any(n.startswith("Sequential_") for n in names) and any(n.startswith("SGD_") for n in names)
+    assert rt["report"]["neuroncore_counters"]["neuroncores_in_use"]["0"]["neuroncore_utilization"] > 0
