@@ -17,6 +17,7 @@ from neuron_explorer.ndet import format as ndet_fmt
 
 from ..conftest import cli, clean_env
 from .helpers import events_of, sessions, type_counts
+from .test_device_and_api import _run_script
 
 # the spec's basic PyTorch example, with only the import line changed and an eager model
 SPEC_BASIC_EAGER = """
@@ -62,12 +63,7 @@ for _ in range({steps}):
 
 
 def _run(tmp_path, text: str, **env) -> subprocess.CompletedProcess:
-    script = tmp_path / "job.py"
-    script.write_text(text)
-    p = subprocess.run([sys.executable, str(script)], env=clean_env(**env), cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p
+    return _run_script(tmp_path, text, **env)
 
 
 def _executions(s) -> list[str]:

@@ -150,9 +150,11 @@ def test_view_reads_the_profile_and_shows_the_labels(basic, tmp_path):
     import pyarrow.dataset as ds
 
     tbl = ds.dataset(str(pq / "SystemProfileEvents"), format="parquet", partitioning="hive").to_table()
-    rows = tbl.filter(ds.field("name") == "framework_op").column("extra_attributes_json").to_pylist()
-    labels = {json.loads(r).get("name") for r in rows}
+    fw = tbl.filter(ds.field("trace_event_source") == "framework")
+    labels = set(fw.column("name").to_pylist())  # a region is named by its label
     assert {f"my_label{i}" for i in range(3)} <= labels
+    assert all(json.loads(r)["name"] == n for r, n in zip(fw.column("extra_attributes_json").to_pylist(),
+                                                          fw.column("name").to_pylist()))
 
 
 def test_session_mode_writes_one_ntff_per_core(tmp_path):

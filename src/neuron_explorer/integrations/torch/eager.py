@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Callable
 
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
-from neuron_explorer.integrations.torch.graphs import announce_model
+from neuron_explorer.integrations.torch.execution import general_path
+from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
-from neuron_explorer.integrations.torch.state import Installed
+from neuron_explorer.integrations.torch.state import Installed, env_switch
 from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
@@ -51,7 +52,7 @@ class _Local(threading.local):
 class _Exec:
     """One eager graph: its model, and whether its calls are recorded."""
 
-    __slots__ = ("model", "known", "skip", "bwd", "make_bwd")
+    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general")
 
     def __init__(self, model: Model | None, skip: bool = False) -> None:
         self.model = model
@@ -59,6 +60,7 @@ class _Exec:
         self.skip = skip  # compiled graphs run inside: they are the executions
         self.bwd: _Exec | None = None
         self.make_bwd: Callable[[], "_Exec"] | None = None
+        self.general: Callable | None = None  # its execution.general_path, once one is needed
 
 
 class Eager:
@@ -136,13 +138,7 @@ class Eager:
                              backend="eager", kind=kind, nc_idx=core.nc, compile_ns=t1 - t0, source_location=src,
                              module_path="", num_nodes=len(nodes), constants_bytes=consts, signature=sig,
                              artifacts={"code": code, "nodes": nodes})
-        tid = native_tid()
-        if rt.enabled[ev.MODEL_LOAD]:
-            core.ring.append((ev.MODEL_LOAD, t0, t1, tid, model.id, t1 - t0, 0, 0, 0))
-            core.ring.tick()
-        if rt.enabled[ev.NRT_LOAD]:
-            core.ring.append((ev.NRT_LOAD, t0, t1, tid, model.id, 0, 0, 0, 0))
-            core.ring.tick()
+        record_load(rt, core, model, t0, t0, t1)
         announce_model(self.inst, model, len(code))
         cache_neff(rt, model)
         return model
@@ -172,7 +168,6 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
     or a device profile is on, and the lean one otherwise."""
     ring, nc, PAIR = core.ring, core.nc, ev.EXEC_PAIR
     append, next_eid, executions = ring.append, ring.exec_id, ring.executions
-    exec_open, exec_close = ring.exec_open, ring.exec_close
     stats_rec = rt.stats.runtime_feed(nc) if rt.stats is not None else None
     ndet = rt.ndet
     devprof_cell = rt.devprof_cell
@@ -190,25 +185,12 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
             stats_rec(rec)
 
     def general(ex: _Exec, fn, args, kwargs):
-        model = ex.model
-        mid = model.id
-        eid = next_eid()
-        exec_open()
-        t0 = now_ns()
-        if ndet is not None:
-            ndet.exec_begin(nc, mid, eid, t0)
-        ret = 1
-        try:
-            dp = devprof_cell[0]
-            if dp is not None and dp.wants(nc, mid):
-                out = dp.run(torch, nc, model, eid, fn, args, kwargs)
-            else:
-                out = fn(*args, **kwargs)
-            ret = 0
-        finally:
-            finish(mid, eid, t0, now_ns(), ret, True)
-            exec_close()
-        return out
+        """Id first, NDET begin/end, device profiles: the compiled graphs' general path, made once
+        per graph (its callable is the same at every call of one graph)."""
+        run = ex.general
+        if run is None:
+            run = ex.general = general_path(rt, torch, core, ex.model, fn, False, stats_rec, None)
+        return run(args, kwargs)
 
     tids, get_ident = clock.native_ids, threading.get_ident
 
@@ -379,12 +361,6 @@ def _patch_optimizer(eg: Eager, torch) -> None:
     Optimizer.profile_hook_step = staticmethod(profile_hook_step)
 
 
-def eager_enabled(environ: Any = os.environ) -> bool:
+def eager_enabled() -> bool:
     """``NEURON_EXPLORER_EAGER=0`` turns the eager hooks off (compiled graphs are still recorded)."""
-    from neuron_explorer.contracts.env import EAGER, ConfigError, parse_bool
-
-    try:
-        return parse_bool(EAGER, environ.get(EAGER), True)
-    except ConfigError as e:  # read at torch's import, too late to stop the launch: say so, keep on
-        print(f"neuron-explorer: warning: {e}; eager executions stay on", file=sys.stderr)
-        return True
+    return env_switch(EAGER, "eager executions")

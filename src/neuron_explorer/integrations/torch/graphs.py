@@ -26,7 +26,8 @@ from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model
 
-__all__ = ["backward_finder", "install_compile_start", "install_dynamo", "instrument_backward", "wrap_graph"]
+__all__ = ["backward_finder", "install_compile_start", "install_dynamo", "instrument_backward", "record_load",
+           "wrap_graph"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -80,6 +81,16 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
         artifacts={"code": code, "nodes": nodes},
     )
     inst.compile_start = 0
+    record_load(rt, core, model, start, t_backend, t_end)
+    rt.sync_point(core, core.exec_count - 1)
+    announce_model(inst, model, len(code))
+    cache_neff(rt, model)
+    return model
+
+
+def record_load(rt, core: CoreState, model: Model, start: int, t_backend: int, t_end: int) -> None:
+    """``model_load`` (``start``..``t_end``: the whole compile) and ``nrt_load`` (the backend's
+    share, from ``t_backend``), each when its type is enabled."""
     tid = native_tid()
     if rt.enabled[ev.MODEL_LOAD]:
         core.ring.append((ev.MODEL_LOAD, start, t_end, tid, model.id, t_end - start, 0, 0, 0))
@@ -87,10 +98,6 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
     if rt.enabled[ev.NRT_LOAD]:
         core.ring.append((ev.NRT_LOAD, t_backend, t_end, tid, model.id, 0, 0, 0, 0))
         core.ring.tick()
-    rt.sync_point(core, core.exec_count - 1)
-    announce_model(inst, model, len(code))
-    cache_neff(rt, model)
-    return model
 
 
 def wrap_graph(inst: Installed, torch, core: CoreState, model: Model, compiled: Callable) -> Callable:

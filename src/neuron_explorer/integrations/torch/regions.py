@@ -11,11 +11,9 @@ the label and one append on top of PyTorch's own ``_record_function_enter_new`` 
 
 from __future__ import annotations
 
-import os
-import sys
-from typing import Any
-
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.env import FRAMEWORK_REGIONS
+from neuron_explorer.integrations.torch.state import env_switch
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Runtime
 
@@ -56,12 +54,6 @@ def install_regions(rt: Runtime, torch, core: CoreState) -> None:
     rf._neuron_explorer_wrapped = True
 
 
-def regions_enabled(environ: Any = os.environ) -> bool:
+def regions_enabled() -> bool:
     """``NEURON_EXPLORER_FRAMEWORK_REGIONS=0`` leaves ``record_function`` alone."""
-    from neuron_explorer.contracts.env import FRAMEWORK_REGIONS, ConfigError, parse_bool
-
-    try:
-        return parse_bool(FRAMEWORK_REGIONS, environ.get(FRAMEWORK_REGIONS), True)
-    except ConfigError as e:  # read at torch's import, too late to stop the launch: say so, keep on
-        print(f"neuron-explorer: warning: {e}; framework regions stay on", file=sys.stderr)
-        return True
+    return env_switch(FRAMEWORK_REGIONS, "framework regions")
