@@ -135,16 +135,16 @@ def instructions(workload: str, config: str, steps: int, warmup: int) -> int:
     raise SystemExit("no instruction total in the callgrind output")
 
 
-def main_instructions(short: int, long: int) -> dict:
+def main_instructions(short: int, long: int, workloads: list[str], configs: list[str]) -> dict:
     out: dict = {}
-    for workload, (_steps, warmup) in WORKLOADS.items():
-        warmup = min(warmup, 5)
+    for workload in workloads:
+        warmup = min(WORKLOADS[workload][1], 5)
         per = {c: (instructions(workload, c, long, warmup) - instructions(workload, c, short, warmup)) / (long - short)
-               for c in CONFIGS}
+               for c in configs}
         out[workload] = {"short": short, "long": long, "instructions_per_step": per,
-                         "ratio_to_plain": {c: per[c] / per["plain"] for c in CONFIGS}}
+                         "ratio_to_plain": {c: per[c] / per["plain"] for c in configs}}
         print(f"\n{workload}: instructions per step (callgrind, slope between {short} and {long} steps)")
-        for c in CONFIGS:
+        for c in configs:
             print(f"  {c:15s} {per[c] / 1e6:10.3f} M   x{per[c] / per['plain']:.4f}   (+{(per[c] - per['plain']) / 1e3:9.1f} k)")
     return out
 
@@ -156,26 +156,31 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true", help="count instructions with callgrind instead")
     ap.add_argument("--short", type=int, default=10)
     ap.add_argument("--long", type=int, default=40)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="e.g. mlp")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="(plain is always run)")
     args = ap.parse_args()
+    workloads = args.workloads.split(",")
+    configs = ["plain"] + [c for c in args.configs.split(",") if c != "plain"]
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     if args.instructions:
-        res = main_instructions(args.short, args.long)
+        res = main_instructions(args.short, args.long, workloads, configs)
         res["when"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
         with open(os.path.join(HERE, "results", "eager_instructions.json"), "w") as f:
             json.dump(res, f, indent=1)
         return
     results: dict = {}
-    for workload, (steps, warmup) in WORKLOADS.items():
+    for workload in workloads:
+        steps, warmup = WORKLOADS[workload]
         steps = args.steps or steps
-        runs: dict[str, list[float]] = {c: [] for c in CONFIGS}
+        runs: dict[str, list[float]] = {c: [] for c in configs}
         for _ in range(args.rounds):
-            for c in CONFIGS:
+            for c in configs:
                 runs[c].append(run_one(workload, c, steps, warmup))
         med = {c: statistics.median(v) for c, v in runs.items()}
         results[workload] = {"steps": steps, "rounds": args.rounds, "runs_ns": runs, "median_ns": med,
-                             "ratio_to_plain": {c: med[c] / med["plain"] for c in CONFIGS}}
+                             "ratio_to_plain": {c: med[c] / med["plain"] for c in configs}}
         print(f"\n{workload}: median process CPU time per step over {args.rounds} interleaved runs of {steps} steps")
-        for c in CONFIGS:
+        for c in configs:
             print(f"  {c:15s} {med[c] / 1e6:8.3f} ms   x{med[c] / med['plain']:.4f}   "
                   f"(+{(med[c] - med['plain']) / 1e3:7.1f} us)")
     results["when"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
