@@ -194,3 +194,34 @@ while time.time() < end:
     names = {m["name"] for m in rt["report"]["memory_used"]["loaded_models"]}
     assert any(n.startswith("Sequential_") for n in names) and any(n.startswith("SGD_") for n in names)
     assert rt["report"]["neuroncore_counters"]["neuroncores_in_use"]["0"]["neuroncore_utilization"] > 0
+
+
+def test_a_module_that_cannot_be_registered_runs_as_before_unrecorded(tmp_path):
+    """A repr that raises or an unhashable module never makes the user's call fail."""
+    out = tmp_path / "out"
+    p = _run(tmp_path, """
+import torch
+class Bad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(2, 2)
+    def extra_repr(self):
+        raise RuntimeError("no repr for you")
+    def forward(self, x):
+        return self.l(x)
+class Eq(torch.nn.Linear):
+    def __eq__(self, other):
+        return False
+for m in (Bad(), Eq(2, 2), torch.nn.Linear(2, 2)):
+    print(type(m).__name__, tuple(m(torch.randn(1, 2)).shape))
+try:
+    Bad()(None)
+except TypeError as e:
+    print("the user's own error:", e)
+""", NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
+    assert p.stdout.splitlines()[:3] == ["Bad (1, 2)", "Eq (1, 2)", "Linear (1, 2)"]
+    assert "the user's own error:" in p.stdout
+    assert "Bad calls not recorded as executions: no repr for you" in p.stderr
+    assert "Eq calls not recorded as executions: unhashable type" in p.stderr
+    (s,) = sessions(out)
+    assert [n.split("_")[0] for n in _executions(s)] == ["Linear"]

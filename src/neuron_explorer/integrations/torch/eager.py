@@ -63,6 +63,9 @@ class _Exec:
         self.general: Callable | None = None  # its execution.general_path, once one is needed
 
 
+_SKIP = _Exec(None, skip=True)  # what cannot be registered runs unrecorded
+
+
 class Eager:
     """The eager hooks of one process: the model registry and the recording function."""
 
@@ -76,11 +79,18 @@ class Eager:
 
     # -- models -------------------------------------------------------------------------------
     def module_exec(self, mod, args) -> _Exec:
-        """The graph of root module ``mod``: registered at its first call (``model_load``)."""
-        ex = self.by_module.get(mod)
-        if ex is None:
-            ex = self.by_module[mod] = self._register_module(mod, args)
-        return ex
+        """The graph of root module ``mod``: registered at its first call (``model_load``).  A
+        module that cannot be registered (unhashable, a ``repr`` that raises) is not recorded: the
+        user's call must never fail because of us."""
+        try:
+            ex = self.by_module.get(mod)
+            if ex is None:
+                ex = self.by_module[mod] = self._register_module(mod, args)
+            return ex
+        except Exception as e:
+            self.inst.warn_once(f"eager:{type(mod).__qualname__}",
+                                f"{type(mod).__qualname__} calls not recorded as executions: {e}")
+            return _SKIP
 
     def _register_module(self, mod, args) -> _Exec:
         if hasattr(mod, "_orig_mod") or getattr(mod, "_compiled_call_impl", None) is not None or \
@@ -110,7 +120,16 @@ class Eager:
         return ex
 
     def optimizer_exec(self, opt) -> _Exec:
-        """The graph of an optimizer's ``step`` (class and parameter shapes)."""
+        """The graph of an optimizer's ``step`` (class and parameter shapes); not recorded when it
+        cannot be registered."""
+        try:
+            return self._optimizer_exec(opt)
+        except Exception as e:
+            self.inst.warn_once(f"eager:{type(opt).__qualname__}",
+                                f"{type(opt).__qualname__} steps not recorded as executions: {e}")
+            return _SKIP
+
+    def _optimizer_exec(self, opt) -> _Exec:
         ex = self.by_optimizer.get(opt)
         if ex is None:
             t0 = now_ns()
