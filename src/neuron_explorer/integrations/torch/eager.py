@@ -30,6 +30,7 @@ from typing import Callable
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
+from neuron_explorer.integrations.torch.collectives import future_status
 from neuron_explorer.integrations.torch.execution import general_path
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
@@ -52,7 +53,7 @@ class _Local(threading.local):
 class _Exec:
     """One eager graph: its model, and whether its calls are recorded."""
 
-    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general")
+    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register")
 
     def __init__(self, model: Model | None, skip: bool = False) -> None:
         self.model = model
@@ -61,6 +62,14 @@ class _Exec:
         self.bwd: _Exec | None = None
         self.make_bwd: Callable[[], "_Exec"] | None = None
         self.general: Callable | None = None  # its execution.general_path, once one is needed
+        # registers the model (model_load, .neff, monitor) once a first call is recorded: a module
+        # whose compiled graphs are the executions leaves no graph of its own
+        self.register: Callable[[], Model] | None = None
+
+    def materialize(self) -> Model:
+        if self.model is None and self.register is not None:
+            self.model, self.register = self.register(), None
+        return self.model
 
 
 _SKIP = _Exec(None, skip=True)  # what cannot be registered runs unrecorded
@@ -113,10 +122,11 @@ class Eager:
         nodes = [(n or "<root>", "call_module", f"{type(m).__module__}.{type(m).__qualname__}", _source_of(type(m)), n)
                  for n, m in mod.named_modules()]
         code = f"# eager module {parts[0]}\n{mod!r}\n"
-        model = self._add(cls.__name__, key, "forward", code, nodes, consts, signature(args), _source_of(cls), t0)
-        ex = self.by_hash[key] = _Exec(model)
-        ex.make_bwd = lambda: _Exec(self._add(model.name, key + "\0bwd", "backward", code, nodes, 0,
-                                              "(grad_outputs)", model.source_location, now_ns(), "_bwd"))
+        sig, src, t1 = signature(args), _source_of(cls), now_ns()
+        ex = self.by_hash[key] = _Exec(None)
+        ex.register = lambda: self._add(cls.__name__, key, "forward", code, nodes, consts, sig, src, t0, t1=t1)
+        ex.make_bwd = lambda: _Exec(self._add(ex.model.name, key + "\0bwd", "backward", code, nodes, 0,
+                                              "(grad_outputs)", src, now_ns(), "_bwd"))
         return ex
 
     def optimizer_exec(self, opt) -> _Exec:
@@ -146,12 +156,12 @@ class Eager:
         return ex
 
     def _add(self, base: str, key: str, kind: str, code: str, nodes: list, consts: int, sig: str, src: str,
-             t0: int, suffix: str = "") -> Model:
+             t0: int, suffix: str = "", t1: int = 0) -> Model:
         """Register a graph: ``base`` names it (``Sequential`` -> ``Sequential_<hash>``; a
         backward is its forward's name plus ``suffix``)."""
         rt, core = self.rt, self.core
         hval = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-        t1 = now_ns()
+        t1 = t1 or now_ns()
         name = base + suffix if suffix else f"{base}_{hval:016x}"[:64]
         model = rt.add_model(name=name, neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}",
                              backend="eager", kind=kind, nc_idx=core.nc, compile_ns=t1 - t0, source_location=src,
@@ -164,7 +174,7 @@ class Eager:
 
     def backward_exec(self, ex: _Exec) -> _Exec:
         if ex.bwd is None:
-            ex.bwd = ex.make_bwd() if ex.make_bwd is not None else _Exec(None, skip=True)
+            ex.bwd = ex.make_bwd() if ex.make_bwd is not None and ex.model is not None else _Exec(None, skip=True)
         return ex.bwd
 
 
@@ -241,7 +251,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
         """A graph's first call: recorded unless compiled graphs ran inside it."""
         c0 = executions()
         dp = devprof_cell[0]
-        if dp is not None and dp.wants(nc, ex.model.id):
+        if dp is not None and dp.wants(nc, ex.materialize().id):
             # profiled from its first call (model mode profiles only that one); should compiled
             # graphs run inside, this one call is recorded besides them, then never again
             try:
@@ -259,7 +269,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
             if executions() != c0:
                 ex.skip = True  # compiled graphs ran inside: they are the executions
             else:
-                finish(ex.model.id, next_eid(), t0, t1, ret, False)
+                finish(ex.materialize().id, next_eid(), t0, t1, ret, False)
             ex.known = True
         return out
 
@@ -354,9 +364,10 @@ def _end_waited_collectives(inst: Installed) -> None:
     bound; those whose callback ran keep its exact time."""
     t1 = now_ns()
     for key, (work, _finish) in list(inst.pending_cc.items()):
-        try:
-            if work.is_completed():
-                inst.cc_complete(key, t1, 0 if work.is_success() else 1)
+        try:  # (its future completes before the Work's own flag is set: DDP waited on the future)
+            fut = work.get_future()
+            if fut.done():
+                inst.cc_complete(key, t1, future_status(fut))
         except Exception:
             continue
 
