@@ -139,8 +139,8 @@ def _no_device_trace(s, shown: str, no_final: bool) -> Finding:
     if s.trace is None:
         cause = "the system profile was off, so what ran is not known"
     elif execs:
-        cause = (f"none of its {execs} execution(s) was profiled (in model mode only a graph's first "
-                 "execution is, and graphs first run before the capture started are not)")
+        cause = (f"none of its {execs} execution(s) has a device trace here (only executions that ran while "
+                 "the capture was on are profiled, in model mode only a graph's first; or the .ntff was removed)")
     else:
         cause = printable(nothing_ran(s.info))
     return Finding("warning", f"{shown}: device profiling was on ({how}) but no device trace was written: {cause}")
