@@ -61,7 +61,7 @@ class _Exec:
         self.skip = skip  # compiled graphs run inside: they are the executions
         self.bwd: _Exec | None = None
         self.make_bwd: Callable[[], "_Exec"] | None = None
-        self.general: Callable | None = None  # its execution.general_path, once one is needed
+        self.general: dict | None = None  # callable -> its execution.general_path, once needed
         # registers the model (model_load, .neff, monitor) once a first call is recorded: a module
         # whose compiled graphs are the executions leaves no graph of its own
         self.register: Callable[[], Model] | None = None
@@ -215,10 +215,13 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
 
     def general(ex: _Exec, fn, args, kwargs):
         """Id first, NDET begin/end, device profiles: the compiled graphs' general path, made once
-        per graph (its callable is the same at every call of one graph)."""
-        run = ex.general
+        per graph and callable (a backward runs ``autograd.backward`` or ``autograd.grad``)."""
+        paths = ex.general
+        if paths is None:
+            paths = ex.general = {}
+        run = paths.get(fn)
         if run is None:
-            run = ex.general = general_path(rt, torch, core, ex.model, fn, False, stats_rec, None)
+            run = paths[fn] = general_path(rt, torch, core, ex.model, fn, False, stats_rec, None)
         return run(args, kwargs)
 
     tids, get_ident = clock.native_ids, threading.get_ident
