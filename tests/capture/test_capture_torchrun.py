@@ -34,16 +34,16 @@ def test_two_rank_compiled_job_gives_one_profile_per_rank_with_real_counts(out_d
     assert sorted(s.info.rank for s in ss) == [0, 1]
     for s in ss:
         c = type_counts(s)
-        # forward and backward graphs run once per step
-        assert c["nc_exec_running"] == 2 * steps and c["nrt_execute"] == 2 * steps
+        # forward and backward graphs, and the (eager) optimizer step, run once per step
+        assert c["nc_exec_running"] == 3 * steps and c["nrt_execute"] == 3 * steps
         assert c["cc_running"] == explicit[s.info.rank]
         assert c["cc_exec_barrier"] == 1
-        assert c["model_load"] == 1 and c["nrt_load"] == 1
-        # forward and backward alternate on the core: every execution after the first is a switch
-        assert c["nrt_model_switch"] == 2 * steps - 1
+        assert c["model_load"] == 2 and c["nrt_load"] == 2  # the compiled graph and the optimizer
+        # forward, backward and step alternate on the core: every execution after the first is a switch
+        assert c["nrt_model_switch"] == 3 * steps - 1
         assert c["timestamp_sync_point"] >= 2
         kinds = sorted(m.kind for m in s.models)
-        assert kinds == ["backward", "forward"]
+        assert kinds == ["backward", "forward", "optimizer"]
         cc = events_of(s, "cc_running")
         col_seq, col_bytes = s.arg("cc_running", "seq"), s.arg("cc_running", "bytes")
         assert sorted(cc[col_seq].tolist()) == list(range(explicit[s.info.rank]))
@@ -59,7 +59,7 @@ def test_two_rank_compiled_job_gives_one_profile_per_rank_with_real_counts(out_d
         assert f"rank {rank}/2" in r.stdout
     rows = re.findall(r"^\s+(\d+)\s+0\s+[\d.]+ s\s+(\d+)\s+[\d.]+\s+\S+ ms\s+\S+ ms\s+(\d+)", r.stdout, re.M)
     assert sorted((int(nc), int(ex), int(cc)) for nc, ex, cc in rows) == [
-        (0, 2 * steps, explicit[0] + 1), (1, 2 * steps, explicit[1] + 1)]
+        (0, 3 * steps, explicit[0] + 1), (1, 3 * steps, explicit[1] + 1)]
     assert "top graph" in r.stdout
 
 
@@ -73,7 +73,7 @@ def test_ddp_gradient_all_reduces_issued_from_cpp_are_captured(out_dir):
         # DDP's reducer all-reduces one bucket per step (the model fits one bucket), plus the final explicit one
         assert ops.count("all_reduce") == steps + 1
         assert "broadcast" in ops  # DDP's initial parameter sync
-        assert type_counts(s)["nc_exec_running"] == 2 * steps
+        assert type_counts(s)["nc_exec_running"] == 3 * steps  # compiled forward and backward, eager SGD step
 
 
 def test_capture_time_filters_remove_what_they_name(out_dir):

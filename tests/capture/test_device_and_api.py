@@ -177,5 +177,7 @@ def test_check_reports_the_failure_signs(tmp_path):
     assert r.returncode == 1
     assert "0 bytes" in r.stdout and "warm-up" in r.stdout and "TORCH_NEURONX_NEFF_CACHE_DIR" in r.stdout
     os.unlink(ntff)
-    r = cli("check", "-d", str(out))
-    assert "only .pb files" in r.stdout
+    r = cli("check", "-d", str(out))  # device profiling was on: said so, not advised (decision 0027)
+    assert "only .pb files" not in r.stdout
+    assert ("device profiling was on (NEURON_RT_INSPECT_DEVICE_PROFILE=session) but no device trace was written: "
+            "none of its 4 execution(s) has a device trace here") in r.stdout

@@ -158,8 +158,8 @@ def test_flows_counters_summary_search(client: TestClient) -> None:
     s = client.get("/api/profiles/run-a/summary", params={"mode": "cpu_device", "t0": 0, "t1": dur + 1}).json()
     assert s["count"] == ov["events"]
     by = {x["name"]: x for x in s["by_name"]}
-    assert by["nc_exec_running"]["count"] == 20
-    assert by["nc_exec_running"]["mean_ns"] == pytest.approx(by["nc_exec_running"]["total_ns"] / 20)
+    assert by["nc_exec_running"]["count"] == 30  # 2 ranks x 5 steps x (forward, backward, optimizer step)
+    assert by["nc_exec_running"]["mean_ns"] == pytest.approx(by["nc_exec_running"]["total_ns"] / 30)
     q = client.get("/api/profiles/run-a/search", params={"q": "EXEC_run", "mode": "process"}).json()
     assert [n for n, _ in q["names"]] == ["nc_exec_running"] and len(q["rows"]) == 2
     nx = client.get("/api/profiles/run-a/search/next", params={"q": "nc_exec", "after": 0, "dir": 1}).json()
@@ -298,13 +298,15 @@ def test_windows_match_the_events_in_parquet(client: TestClient, ui_workspace: P
 def brute_force_flows(workspace: Path, profile: str, origin: int, leaf_of: dict, t0: float, t1: float,
                       limit: int) -> tuple[list[dict], bool]:
     """Flows from SystemProfileEvents.flow_id alone: events overlapping [t0, t1) (start < t1, end >= t0),
-    grouped by flow id, flows with >= 2 such events, smallest ids first, endpoints by start then id."""
+    grouped by flow id, flows with >= 2 such events, smallest ids first, endpoints by start then id.
+    The index reads each event's first flow id (docs/decisions/0018-ui-flows.md): a host call's
+    second one, its framework region's flow (docs/decisions/0026), is not drawn yet."""
     import duckdb
 
     ev = duckdb.connect().execute(f"""
         SELECT f, id, instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
                coalesce(trace_event_source, ''), name, s, e
-        FROM (SELECT unnest(flow_id) AS f, *, start_ts - {origin} AS s, end_ts - {origin} AS e
+        FROM (SELECT flow_id[1] AS f, *, start_ts - {origin} AS s, end_ts - {origin} AS e
               FROM read_parquet('{workspace / profile}/SystemProfileEvents/**/*.parquet'))
         WHERE f IS NOT NULL AND f <> 0 AND s < ? AND e >= ?""", [t1, t0]).fetchall()
     by: dict[int, list] = {}

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from neuron_explorer.analysis.framework import label_types, link_regions
 from neuron_explorer.analysis.reader import Session, wall_offset_ns
 
 # argument name in the vocabulary -> output column
@@ -188,30 +189,35 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         m = np.flatnonzero(typ == tid_exec)
         links = device_links or {}
         cols["device_profile"][m] = [pidx.get(links.get(e, ""), -1) for e in cols["exec_id"][m].tolist()]
+    type_names = list(s.type_names)
+    _framework(s, cols, typ_c, nt, index, type_names, groups, sources)
     model_names = {int(m.id): m.name for m in s.models}
-    names = list(s.type_names)
-    _name_regions_by_label(s, cols, names, groups, sources)
-    return ProcessEvents(s, index, clock_offset_ns, n, cols, names, groups, sources,
+    return ProcessEvents(s, index, clock_offset_ns, n, cols, type_names, groups, sources,
                          s.strings, model_names, extra, profiles)
 
 
-def _name_regions_by_label(s: Session, cols: dict[str, np.ndarray], names: list[str], groups: list[str],
-                           sources: list[str]) -> None:
-    """A labelled framework region (``framework_op``: a ``TraceAnnotation``, a ``record_function``)
-    is named by its label: each distinct label becomes a type of this process's table (group and
-    source of ``framework_op``), so every writer that names events by type names it by label."""
-    tid = s.type_id("framework_op")
-    if tid is None or not len(cols["type"]):
-        return
-    sel = np.flatnonzero(cols["type"] == tid)
-    if not len(sel):
-        return
-    labels = s.events["a"][sel]
-    labels = np.where((labels > 0) & (labels < len(s.strings)), labels, 0)
-    uniq, inv = np.unique(labels, return_inverse=True)
-    base = len(names)
-    for sid in uniq.tolist():
-        names.append(s.strings[sid] if sid else "framework_op")
-        groups.append(groups[tid])
-        sources.append(sources[tid])
-    cols["type"][sel] = base + inv
+def _framework(s: Session, cols: dict[str, np.ndarray], typ_c: np.ndarray, nt: int, index: int,
+               type_names: list[str], groups: list[str], sources: list[str]) -> None:
+    """Framework events named by their label, and linked to the calls they issued
+    (``analysis.framework``): extends the type lists in place, retypes the events."""
+    fw_types = label_types(s.type_names, s.type_args, sources)
+    n = len(typ_c)
+    is_fw = np.zeros(n, dtype=bool)
+    if fw_types:
+        tab = np.zeros(nt + 1, dtype=bool)
+        tab[fw_types] = True
+        is_fw = tab[typ_c]
+        g, src = groups[fw_types[0]], sources[fw_types[0]]
+        base = len(type_names)  # a type per string: the same ids in every chunk of the process
+        type_names += [x or type_names[fw_types[0]] for x in s.strings]  # no label: the type's name
+        groups += [g] * len(s.strings)
+        sources += [src] * len(s.strings)
+        labels = s.events["a"][is_fw] if n else np.empty(0, dtype=np.int64)
+        cols["type"] = cols["type"].copy()
+        cols["type"][is_fw] = base + np.clip(labels, 0, len(s.strings) - 1)
+
+    def of(name: str) -> np.ndarray:
+        t = s.type_id(name)
+        return typ_c == t if t is not None else np.zeros(n, dtype=bool)
+
+    link_regions(cols, is_fw, of("nrt_execute"), of("nc_exec_running"), index)

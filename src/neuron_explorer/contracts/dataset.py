@@ -76,9 +76,10 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("nc_idx", "logical core (NeuronCore) index: CUDA device or local rank"),
         ("pcore_idx", "physical core index (same as nc_idx here)"),
         ("worker_gid", "global rank of the process (-1 when not distributed)"),
-        ("flow_id", "flows the event belongs to (host call <-> core execution; the ranks of one collective): "
-                    "unnest(flow_id) joins them"),
-        ("framework_stream_id", "framework stream (null: not recorded)"),
+        ("flow_id", "flows the event belongs to (host call <-> core execution; the ranks of one collective; "
+                    "a framework region <-> the host calls it issued): unnest(flow_id) joins them"),
+        ("framework_stream_id", "a framework region's event id, on the region and on the nrt_execute / "
+                                "nc_exec_running it issued (null: none)"),
         ("extra_attributes_json", "type-specific attributes not in a column, as JSON"),
         ("event_group", "hardware or software"),
         ("model_name", "compiled graph executed or loaded"),

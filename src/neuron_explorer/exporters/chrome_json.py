@@ -156,6 +156,8 @@ class JsonProcess(ProcessWriter):
         dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()
         names = np.array(pe.type_names, dtype=object)[c["type"]].tolist()
         cols = {k: c[k].tolist() for k in ("model_id", "flow_id", "device_profile") + _INT_ARGS + _STRING_ARGS}
+        cols["framework_stream_id"] = (c["framework_stream_id"] if "framework_stream_id" in c
+                                       else np.full(pe.n, -1, dtype=np.int64)).tolist()
         srcs, typ, tid_l = pe.type_sources, c["type"].tolist(), tid.tolist()
         extra = pe.extra_json.to_pylist()
         code = self._flows(pe, tid)
@@ -174,6 +176,7 @@ class JsonProcess(ProcessWriter):
             else:
                 ev["s"] = "t"
             items.append(ev)
+        items += _framework_flows(pe, pid, tid, ts)
         return items
 
     def _flows(self, pe: ProcessEvents, tid: np.ndarray) -> np.ndarray:
@@ -218,6 +221,29 @@ class JsonProcess(ProcessWriter):
         self.file.abort()
 
 
+def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[float]) -> list[dict]:
+    """Flow arrows from a framework region to each host call it issued (``analysis.framework``):
+    a start bound to the region, a finish bound to the call (Chrome's flow events)."""
+    c = pe.cols
+    f2 = c.get("flow_id2")
+    if f2 is None or not f2.any():
+        return []
+    fsid, ids = c["framework_stream_id"], c["id"]
+    regions = np.flatnonzero((f2 != 0) & (fsid == ids))
+    region_of = dict(zip(fsid[regions].tolist(), regions.tolist()))
+    out: list[dict] = []
+    for i in np.flatnonzero((f2 != 0) & (fsid != ids)).tolist():
+        r = region_of.get(int(fsid[i]))
+        if r is None:  # the region is in another chunk of the process
+            continue
+        fid = f"{int(f2[i])}.{int(ids[i])}"
+        out.append({"name": "issued", "cat": "framework", "ph": "s", "id": fid, "pid": pid,
+                    "tid": int(tid[r]), "ts": ts[r]})
+        out.append({"name": "issued", "cat": "framework", "ph": "f", "bp": "e", "id": fid, "pid": pid,
+                    "tid": int(tid[i]), "ts": ts[i]})
+    return out
+
+
 def _args(pe: ProcessEvents, cols: dict[str, list], extra: list, i: int) -> dict:
     """The args of event ``i``: its argument columns that have a value, its extra attributes and
     the device profile that holds its execution."""
@@ -235,6 +261,8 @@ def _args(pe: ProcessEvents, cols: dict[str, list], extra: list, i: int) -> dict
             args[k] = pe.strings[v]
     if cols["flow_id"][i]:
         args["flow_id"] = cols["flow_id"][i]
+    if cols["framework_stream_id"][i] >= 0:
+        args["framework_stream_id"] = cols["framework_stream_id"][i]
     if extra[i] is not None:
         args.update(json.loads(extra[i]))
     if cols["device_profile"][i] >= 0:

@@ -99,6 +99,22 @@ def _remap_strings(ids: np.ndarray, strings: list[str]) -> pa.DictionaryArray:
     return _dict_array(lut[ids], vals, empty)
 
 
+def _flow_lists(flow: np.ndarray, flow2: np.ndarray | None) -> pa.ListArray:
+    """``flow_id`` as a list per event: its flow, then its framework flow (0 = none; left out)."""
+    n = len(flow)
+    has = flow != 0
+    if flow2 is not None and flow2.any():
+        both = np.stack([flow, flow2], axis=1).ravel()
+        keep = both != 0
+        counts = keep.reshape(n, 2).sum(axis=1)
+        values = both[keep]
+    else:
+        counts, values = has, flow[has]
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int64()))
+
+
 def events_table(pe: ProcessEvents) -> pa.Table:
     c = pe.cols
     n = pe.n
@@ -107,10 +123,7 @@ def events_table(pe: ProcessEvents) -> pa.Table:
     mids = c["model_id"]
     n_models = int(mids.max()) + 1 if n and mids.max() >= 0 else 0
     model_dict = [""] + [pe.model_names.get(i, f"model_{i}") for i in range(n_models)]
-    has_flow = c["flow_id"] != 0
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(has_flow, out=offsets[1:])
-    flows = pa.ListArray.from_arrays(pa.array(offsets), pa.array(c["flow_id"][has_flow], type=pa.int64()))
+    flows = _flow_lists(c["flow_id"], c.get("flow_id2"))
     nc = pa.array(c["nc_idx"].astype(np.int32))
     cols = {
         "id": pa.array(c["id"], type=pa.int64()),
@@ -126,7 +139,8 @@ def events_table(pe: ProcessEvents) -> pa.Table:
         "pcore_idx": nc,
         "worker_gid": pa.array(np.full(n, pe.rank, dtype=np.int32)),
         "flow_id": flows,
-        "framework_stream_id": pa.nulls(n, type=pa.int64()),
+        "framework_stream_id": _nullable(c["framework_stream_id"]) if "framework_stream_id" in c
+        else pa.nulls(n, type=pa.int64()),
         "extra_attributes_json": pa.array(pe.extra_json, type=pa.string()),
         "event_group": _dict_array(typ, pe.type_groups),
         "model_name": _dict_array((mids + 1).astype(np.int32), model_dict, 0),

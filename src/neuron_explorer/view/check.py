@@ -7,8 +7,11 @@ import os
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import discover, load_device_trace, load_session, wall_offset_ns
+from neuron_explorer.contracts.env import DEVICE_PROFILE, EAGER, ConfigError, parse_device_profile
 from neuron_explorer.util.names import printable
 
 HINT_EMPTY = ("the output directory is empty: profiling was not enabled (NEURON_RT_INSPECT_ENABLE=1, "
@@ -67,21 +70,80 @@ def _check_session(d: str) -> list[Finding]:
             bad_ntff = True
     if s.device_paths and not s.neff_paths:
         out.append(Finding("warning", f"{shown} {HINT_NO_NEFF}"))
-    if not s.device_paths:
-        out.append(Finding("info", f"{shown} {HINT_ONLY_PB}"))
     no_final = s.info is not None and s.info.end_reason == "running"
+    if not s.device_paths:
+        out.append(_no_device_trace(s, shown, no_final))
     if no_final:
         out.append(Finding("error", f"{shown}: {printable(final_write_missing(s.info))}"))
     if s.info is not None and not s.info.runtime_events_seen:
         if no_final:  # the workload may well have run: the files stop at the last complete write
             out.append(Finding("warning", f"{shown}: no runtime events up to its last complete write"))
         else:
-            note = printable(s.info.note or "the process ran no compiled graph or collective")
+            note = printable(s.info.note or nothing_ran(s.info))
             out.append(Finding("warning", f"{shown}: no runtime events were recorded ({note})"))
+    elif s.info is not None and not no_final and s.trace is not None and not _count(s, *_RAN):
+        # other events only (framework regions, loads, clock samples): still nothing executed
+        out.append(Finding("warning", f"{shown}: no execution or collective was recorded "
+                                      f"({printable(s.info.note or nothing_ran(s.info))})"))
     if not bad_ntff:
         out.append(Finding("ok", f"{shown}: {s.num_events} system events, {len(s.device_paths)} device trace(s), "
                                  f"{len(s.neff_paths)} NEFF(s)"))
     return out
+
+
+def device_profile_requested(info) -> str:
+    """How the capture asked for device profiles ("" when it did not), from its recorded config."""
+    if info is None:
+        return ""
+    cfg = dict(info.config)
+    if "DEVICE" in cfg.get("modes", "").split(","):
+        return "ProfileMode.DEVICE"
+    value = cfg.get(DEVICE_PROFILE, "")
+    try:
+        mode = parse_device_profile(value)
+    except ConfigError:
+        mode = None
+    return f"{DEVICE_PROFILE}={value}" if mode else ""
+
+
+def nothing_ran(info) -> str:
+    """Why a capture that was on recorded no execution, in words."""
+    when = ("between the torch.profiler start and stop" if info is not None and info.end_reason == "profiler stop"
+            else "while the runtime was on")
+    cause = f"no module, compiled graph or collective ran {when}"
+    if info is not None and dict(info.config).get(EAGER, "1").strip().lower() in ("0", "false", "no", "off"):
+        cause += f" ({EAGER}=0: eager modules were not recorded)"
+    return cause
+
+
+_RAN = ("nrt_execute", "cc_running", "cc_exec_barrier")  # what a workload that ran records
+
+
+def _count(s, *names: str) -> int:
+    """Events of these types in a session."""
+    ids = [t for t in (s.type_id(n) for n in names) if t is not None]
+    if not ids or not s.num_events:
+        return 0
+    return int(np.isin(s.events["type"], ids).sum())
+
+
+def _no_device_trace(s, shown: str, no_final: bool) -> Finding:
+    """No .ntff: advise device profiling only when it was off; otherwise say why none was written."""
+    how = device_profile_requested(s.info)
+    if not how:
+        return Finding("info", f"{shown} {HINT_ONLY_PB}")
+    if no_final:
+        return Finding("warning", f"{shown}: device profiling was on ({how}) but the final write, which "
+                                  "writes the device traces, did not happen")
+    execs = _count(s, "nrt_execute")
+    if s.trace is None:
+        cause = "the system profile was off, so what ran is not known"
+    elif execs:
+        cause = (f"none of its {execs} execution(s) has a device trace here (only executions that ran while "
+                 "the capture was on are profiled, in model mode only a graph's first; or the .ntff was removed)")
+    else:
+        cause = printable(nothing_ran(s.info))
+    return Finding("warning", f"{shown}: device profiling was on ({how}) but no device trace was written: {cause}")
 
 
 def final_write_missing(info) -> str:

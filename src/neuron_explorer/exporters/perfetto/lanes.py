@@ -142,7 +142,7 @@ class Stream:
 
     def push(self, cols: dict[str, np.ndarray]) -> None:
         """Events to hold until released: "start", "end" (relative to the origin), "gid" (group),
-        "typ", "flow" and the columns ``annotate`` reads."""
+        "typ", "flow" (optionally "flow2", a second flow id) and the columns ``annotate`` reads."""
         n = len(cols["start"])
         if n:
             self.parts.append(cols)
@@ -482,6 +482,10 @@ class Stream:
                 te.message(TE_DEBUG, da, pr)
             fl = ev["flow"][e]
             te.field_fixed64(TE_FLOW_IDS, fl, fl != 0)
+            if "flow2" in ev:  # a framework region's flow (analysis.framework): a second id
+                fl = ev["flow2"][e]
+                if fl.any():
+                    te.field_fixed64(TE_FLOW_IDS, fl, fl != 0)
             sh = s_r == SHARED_SLOT
             shared = bool(sh.any())
             if shared:

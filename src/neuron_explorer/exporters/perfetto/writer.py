@@ -157,7 +157,7 @@ class PerfettoWriter:
         ann.intern(st, pe)
         cols = {k: c[k] for k in ("model_id", "exec_id", "op", "seq", "bytes", "group", "dtype", "ret")}
         cols.update(start=c["start_ts"] - self.origin_ns, end=c["end_ts"] - self.origin_ns, gid=gid, typ=typ,
-                    flow=c["flow_id"])
+                    flow=c["flow_id"], flow2=c["flow_id2"] if "flow_id2" in c else np.zeros(n, dtype=np.int64))
         st.push(cols)
 
     def _custom_groups(self, st: Stream, pe: ProcessEvents) -> np.ndarray:

@@ -1,6 +1,8 @@
 """PyTorch instrumentation, installed without code changes (``boot`` calls ``install`` when torch
 is imported).
 
+* ``eager``: eager executions (root modules, their backward, optimizer steps);
+* ``regions``: ``record_function`` regions as framework events;
 * ``graphs``: ``torch.compile`` graphs (Dynamo's compile hooks, graph registration, the backward);
 * ``execution``: the wrapper that records each call of a compiled graph (the hot path);
 * ``collectives``: c10d collectives, from Python and from C++ callers such as DDP;
@@ -16,7 +18,9 @@ import os
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import install_collectives
+from neuron_explorer.integrations.torch.eager import eager_enabled, install_eager
 from neuron_explorer.integrations.torch.copies import install_copies
+from neuron_explorer.integrations.torch.regions import install_regions, regions_enabled
 from neuron_explorer.integrations.torch.graphs import install_compile_start, install_dynamo
 from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.runtime.core import Runtime
@@ -51,5 +55,9 @@ def install(rt: Runtime, torch) -> None:
         when_imported("torch._dynamo.trace_rules", lambda m: m.add("neuron_explorer"))  # never trace our hooks
         when_imported("torch._dynamo.callback", lambda m: install_compile_start(inst, m))
         when_imported("torch._dynamo.output_graph", lambda m: install_dynamo(inst, torch, core, m))
+        if eager_enabled():
+            inst.eager = install_eager(inst, torch, core)
+    if rt.enabled[ev.FRAMEWORK_OP] and regions_enabled():
+        install_regions(rt, torch, core)
     if torch.cuda.is_available() and (rt.enabled[ev.NRT_TENSOR_READ] or rt.enabled[ev.NRT_TENSOR_WRITE]):
         install_copies(rt, torch, core)

@@ -19,7 +19,7 @@ from neuron_explorer.integrations.torch.tensors import tensors_in
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState
 
-__all__ = ["install_collectives"]
+__all__ = ["future_status", "install_collectives"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -166,7 +166,7 @@ class _KernelSite:
                     pending[key] = (work, finish)  # keeps the Python wrapper (and its id) alive
                     if not _blocking_caller(sys._getframe(1)):
                         work.get_future().add_done_callback(
-                            lambda fut, key=key: complete(key, now_ns(), _future_status(fut)))
+                            lambda fut, key=key: complete(key, now_ns(), future_status(fut)))
                 except Exception as e:
                     warn_once("cc", f"collective completion not recorded: {e}")
             return result
@@ -210,7 +210,7 @@ def _error_status(e: BaseException) -> int:
     return 5 if "timed out" in text or "timeout" in text else 1
 
 
-def _future_status(fut) -> int:
+def future_status(fut) -> int:
     """The runtime status code of a completed collective: 0 or that of its error."""
     try:
         fut.value()

@@ -30,7 +30,7 @@ from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
 
-__all__ = ["BackwardFinder", "wrap_execution"]
+__all__ = ["BackwardFinder", "general_path", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -47,7 +47,7 @@ def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callab
     nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR] and model.kind != "backward"
     stats_rec = rt.stats.runtime_feed(core.nc) if rt.stats is not None else None
     ndet = rt.ndet
-    general = _general_path(rt, torch, core, model, fn, nan_check, stats_rec, find_backward)
+    general = general_path(rt, torch, core, model, fn, nan_check, stats_rec, find_backward)
     # NDET's record targets for the C wrapper (None: NDET is off, or its ring is not a C ring)
     nd_hooks = ndet.exec_hooks() if ndet is not None and hasattr(ndet, "exec_hooks") else None
     if not nan_check and _CWrapper is not None and core.ring.buffer is not None and (ndet is None or nd_hooks):
@@ -129,7 +129,7 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
     return run
 
 
-def _general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable, nan_check: bool, stats_rec,
+def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable, nan_check: bool, stats_rec,
                   find_backward: BackwardFinder | None) -> Callable:
     """``run_general(args, kwargs)``: every feature (NDET begin/end records, the NaN check, device
     profiles).  The execution id is needed before the call, so the call is bracketed as running

@@ -26,7 +26,8 @@ from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model
 
-__all__ = ["backward_finder", "install_compile_start", "install_dynamo", "instrument_backward", "wrap_graph"]
+__all__ = ["backward_finder", "install_compile_start", "install_dynamo", "instrument_backward", "record_load",
+           "wrap_graph"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -80,6 +81,16 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
         artifacts={"code": code, "nodes": nodes},
     )
     inst.compile_start = 0
+    record_load(rt, core, model, start, t_backend, t_end)
+    rt.sync_point(core, core.exec_count - 1)
+    announce_model(inst, model, len(code))
+    cache_neff(rt, model)
+    return model
+
+
+def record_load(rt, core: CoreState, model: Model, start: int, t_backend: int, t_end: int) -> None:
+    """``model_load`` (``start``..``t_end``: the whole compile) and ``nrt_load`` (the backend's
+    share, from ``t_backend``), each when its type is enabled."""
     tid = native_tid()
     if rt.enabled[ev.MODEL_LOAD]:
         core.ring.append((ev.MODEL_LOAD, start, t_end, tid, model.id, t_end - start, 0, 0, 0))
@@ -87,10 +98,6 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
     if rt.enabled[ev.NRT_LOAD]:
         core.ring.append((ev.NRT_LOAD, t_backend, t_end, tid, model.id, 0, 0, 0, 0))
         core.ring.tick()
-    rt.sync_point(core, core.exec_count - 1)
-    announce_model(inst, model, len(code))
-    cache_neff(rt, model)
-    return model
 
 
 def wrap_graph(inst: Installed, torch, core: CoreState, model: Model, compiled: Callable) -> Callable:
@@ -175,13 +182,18 @@ def announce_model(inst: Installed, model: Model, code_bytes: int = 0) -> None:
 # naming a graph
 
 
+# this package's own directory: its frames (the eager hooks' Module.__call__) are not the user's code
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
 def _user_frame(stack_trace: str, torch_dir: str) -> tuple[str, str] | None:
-    """The innermost (file, line) of a node's stack trace that is not inside PyTorch itself."""
+    """The innermost (file, line) of a node's stack trace that is not inside PyTorch or this package."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', stack_trace)
     for f, line in reversed(frames):
-        if not f.startswith(torch_dir):
+        if not f.startswith(torch_dir) and not f.startswith(_OWN_DIR):
             return f, line
-    return frames[-1] if frames else None
+    theirs = [fr for fr in frames if not fr[0].startswith(_OWN_DIR)]
+    return theirs[-1] if theirs else None
 
 
 def _graph_facts(gm, with_source: bool, torch_dir: str) -> tuple[str, str, list[tuple[str, str, str, str, str]], str]:

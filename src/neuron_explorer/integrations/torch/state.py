@@ -8,11 +8,12 @@ the execution hot path reads it: the wrappers capture what they need when a grap
 
 from __future__ import annotations
 
+import os
 import sys
 
 from neuron_explorer.runtime.core import Runtime
 
-__all__ = ["Installed"]
+__all__ = ["Installed", "env_switch"]
 
 
 class Installed:
@@ -30,6 +31,7 @@ class Installed:
         # id(Work) -> (Work, finish(t1, status)) for collectives whose end is not recorded yet
         self.pending_cc: dict[int, tuple] = {}
         self.warned: set[str] = set()
+        self.eager = None  # the eager hooks (integrations.torch.eager.Eager), when installed
 
     def warn_once(self, key: str, msg: str) -> None:
         """Print a warning the first time ``key`` is seen: recording problems repeat per call."""
@@ -42,3 +44,15 @@ class Installed:
         p = self.pending_cc.pop(key, None)  # atomic under the GIL: the first of wait/callback records
         if p is not None:
             p[1](t1, status)
+
+
+def env_switch(var: str, what: str) -> bool:
+    """An on/off variable of the hooks, default on.  Read at torch's import, too late to stop the
+    launch: a bad value is said once and leaves the feature on."""
+    from neuron_explorer.contracts.env import ConfigError, parse_bool
+
+    try:
+        return parse_bool(var, os.environ.get(var), True)
+    except ConfigError as e:
+        print(f"neuron-explorer: warning: {e}; {what} stay on", file=sys.stderr)
+        return True

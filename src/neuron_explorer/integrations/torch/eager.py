@@ -1,0 +1,399 @@
+"""Eager PyTorch as executions (docs/decisions/0025-eager-executions.md).
+
+Most programs never call ``torch.compile``; their "graphs" are modules run op by op.  The unit
+recorded here:
+
+* a call of a **root module** (an ``nn.Module`` called while no module's forward runs on this
+  thread) is one execution of the graph ``<ModuleClass>_<structure hash>``;
+* the autograd backward that follows is one execution of ``<that name>_bwd`` (the first root run
+  with gradients on since the previous backward names it);
+* ``optimizer.step()`` is one execution of ``<OptimizerClass>_<hash>``.
+
+Each gets what a compiled graph gets: ``model_load``/``nrt_load`` at its first call, the
+``EXEC_PAIR`` record (``nrt_execute`` + ``nc_exec_running``), device profiles through the same op
+recorder, a ``.neff`` describing it, NDET records and the neuron-monitor feed.
+
+``Module.__call__`` is replaced once; a call inside a root costs one thread-local read and one extra
+frame.  A root whose first call ran compiled graphs (``torch.compile`` inside it, or a compiled
+module) is not recorded from then on: the compiled graphs are its executions, never both.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+import threading
+import weakref
+from typing import Callable
+
+from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.env import EAGER
+from neuron_explorer.integrations.importhook import when_imported
+from neuron_explorer.integrations.torch.collectives import future_status
+from neuron_explorer.integrations.torch.execution import general_path
+from neuron_explorer.integrations.torch.graphs import announce_model, record_load
+from neuron_explorer.integrations.torch.neffs import cache_neff
+from neuron_explorer.integrations.torch.state import Installed, env_switch
+from neuron_explorer.integrations.torch.tensors import signature
+from neuron_explorer.runtime import clock
+from neuron_explorer.runtime.core import CoreState, Model, Runtime
+
+__all__ = ["Eager", "install_eager"]
+
+now_ns = clock.now_ns
+native_tid = clock.native_tid
+
+
+class _Local(threading.local):
+    depth = 0  # > 0 while a root module (or a recorded backward) runs on this thread
+    grad_root = None  # the _Exec of the first root run with gradients on since the last backward
+
+
+class _Exec:
+    """One eager graph: its model, and whether its calls are recorded."""
+
+    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register")
+
+    def __init__(self, model: Model | None, skip: bool = False) -> None:
+        self.model = model
+        self.known = skip  # a first call decided whether compiled graphs run inside
+        self.skip = skip  # compiled graphs run inside: they are the executions
+        self.bwd: _Exec | None = None
+        self.make_bwd: Callable[[], "_Exec"] | None = None
+        self.general: dict | None = None  # callable -> its execution.general_path, once needed
+        # registers the model (model_load, .neff, monitor) once a first call is recorded: a module
+        # whose compiled graphs are the executions leaves no graph of its own
+        self.register: Callable[[], Model] | None = None
+
+    def materialize(self) -> Model:
+        if self.model is None and self.register is not None:
+            self.model, self.register = self.register(), None
+        return self.model
+
+
+_SKIP = _Exec(None, skip=True)  # what cannot be registered runs unrecorded
+
+
+class Eager:
+    """The eager hooks of one process: the model registry and the recording function."""
+
+    def __init__(self, inst: Installed, torch, core: CoreState) -> None:
+        self.inst, self.rt, self.torch, self.core = inst, inst.rt, torch, core
+        self.tl = _Local()
+        self.by_hash: dict[str, _Exec] = {}
+        self.by_module: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.by_optimizer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.record = _recorder(self.rt, torch, core)
+
+    # -- models -------------------------------------------------------------------------------
+    def module_exec(self, mod, args) -> _Exec:
+        """The graph of root module ``mod``: registered at its first call (``model_load``).  A
+        module that cannot be registered (unhashable, a ``repr`` that raises) is not recorded: the
+        user's call must never fail because of us."""
+        try:
+            ex = self.by_module.get(mod)
+            if ex is None:
+                ex = self.by_module[mod] = self._register_module(mod, args)
+            return ex
+        except Exception as e:
+            self.inst.warn_once(f"eager:{type(mod).__qualname__}",
+                                f"{type(mod).__qualname__} calls not recorded as executions: {e}")
+            return _SKIP
+
+    def _register_module(self, mod, args) -> _Exec:
+        if hasattr(mod, "_orig_mod") or getattr(mod, "_compiled_call_impl", None) is not None or \
+                isinstance(mod, self.torch.fx.GraphModule):
+            # torch.compile'd, or an FX graph that a compiled graph runs (AOTAutograd's backends
+            # call theirs as modules): Dynamo's graphs are the executions
+            return _Exec(None, skip=True)
+        t0 = now_ns()
+        cls = type(mod)
+        parts = [f"{cls.__module__}.{cls.__qualname__}"]
+        parts += [f"{n}:{type(m).__qualname__}" for n, m in mod.named_modules()]
+        consts = 0
+        for n, p in list(mod.named_parameters()) + list(mod.named_buffers()):
+            parts.append(f"{n}:{tuple(p.shape)}:{p.dtype}")
+            consts += p.numel() * p.element_size()
+        key = "\n".join(parts)
+        ex = self.by_hash.get(key)
+        if ex is not None:
+            return ex
+        nodes = [(n or "<root>", "call_module", f"{type(m).__module__}.{type(m).__qualname__}", _source_of(type(m)), n)
+                 for n, m in mod.named_modules()]
+        code = f"# eager module {parts[0]}\n{mod!r}\n"
+        sig, src, t1 = signature(args), _source_of(cls), now_ns()
+        ex = self.by_hash[key] = _Exec(None)
+        ex.register = lambda: self._add(cls.__name__, key, "forward", code, nodes, consts, sig, src, t0, t1=t1)
+        ex.make_bwd = lambda: _Exec(self._add(ex.model.name, key + "\0bwd", "backward", code, nodes, 0,
+                                              "(grad_outputs)", src, now_ns(), "_bwd"))
+        return ex
+
+    def optimizer_exec(self, opt) -> _Exec:
+        """The graph of an optimizer's ``step`` (class and parameter shapes); not recorded when it
+        cannot be registered."""
+        try:
+            return self._optimizer_exec(opt)
+        except Exception as e:
+            self.inst.warn_once(f"eager:{type(opt).__qualname__}",
+                                f"{type(opt).__qualname__} steps not recorded as executions: {e}")
+            return _SKIP
+
+    def _optimizer_exec(self, opt) -> _Exec:
+        ex = self.by_optimizer.get(opt)
+        if ex is None:
+            t0 = now_ns()
+            cls = type(opt)
+            shapes = [tuple(p.shape) for g in opt.param_groups for p in g["params"]]
+            key = f"{cls.__module__}.{cls.__qualname__}\n{shapes}"
+            ex = self.by_hash.get(key)
+            if ex is None:
+                code = f"# optimizer {cls.__qualname__}.step over {len(shapes)} parameters\n"
+                nodes = [(f"param_{i}", "optimizer_step", str(list(s)), "", "") for i, s in enumerate(shapes)]
+                ex = self.by_hash[key] = _Exec(self._add(cls.__name__, key, "optimizer", code, nodes, 0,
+                                                         f"({len(shapes)} parameters)", _source_of(cls), t0))
+            self.by_optimizer[opt] = ex
+        return ex
+
+    def _add(self, base: str, key: str, kind: str, code: str, nodes: list, consts: int, sig: str, src: str,
+             t0: int, suffix: str = "", t1: int = 0) -> Model:
+        """Register a graph: ``base`` names it (``Sequential`` -> ``Sequential_<hash>``; a
+        backward is its forward's name plus ``suffix``)."""
+        rt, core = self.rt, self.core
+        hval = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+        t1 = t1 or now_ns()
+        name = base + suffix if suffix else f"{base}_{hval:016x}"[:64]
+        model = rt.add_model(name=name, neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}",
+                             backend="eager", kind=kind, nc_idx=core.nc, compile_ns=t1 - t0, source_location=src,
+                             module_path="", num_nodes=len(nodes), constants_bytes=consts, signature=sig,
+                             artifacts={"code": code, "nodes": nodes})
+        record_load(rt, core, model, t0, t0, t1)
+        announce_model(self.inst, model, len(code))
+        cache_neff(rt, model)
+        return model
+
+    def backward_exec(self, ex: _Exec) -> _Exec:
+        if ex.bwd is None:
+            ex.bwd = ex.make_bwd() if ex.make_bwd is not None and ex.model is not None else _Exec(None, skip=True)
+        return ex.bwd
+
+
+def _source_of(cls) -> str:
+    """``file:line`` of a class's ``forward`` (or ``step``), from its code object: no source read."""
+    for attr in ("forward", "step"):
+        code = getattr(getattr(cls, attr, None), "__code__", None)
+        if code is not None:
+            return f"{code.co_filename}:{code.co_firstlineno}"
+    mod = sys.modules.get(cls.__module__)
+    return getattr(mod, "__file__", "") or ""
+
+
+def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
+    """``record(ex, fn, args, kwargs)``: run ``fn`` as one execution of ``ex`` (see the module).
+
+    The first call of a graph is timed without an id up front, so whether compiled graphs ran
+    inside (the core's execution counter moved) decides if it is recorded at all; later calls of
+    a recorded graph take the general path (id first, NDET begin/end, device profiles) when NDET
+    or a device profile is on, and the lean one otherwise."""
+    ring, nc, PAIR = core.ring, core.nc, ev.EXEC_PAIR
+    append, next_eid, executions = ring.append, ring.exec_id, ring.executions
+    stats_rec = rt.stats.runtime_feed(nc) if rt.stats is not None else None
+    ndet = rt.ndet
+    devprof_cell = rt.devprof_cell
+    enabled = rt.enabled
+    NRT_EXECUTE = ev.NRT_EXECUTE
+
+    def finish(mid: int, eid: int, t0: int, t1: int, ret: int, begun: bool) -> None:
+        rec = (PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0)
+        append(rec)
+        if ndet is not None:
+            if not begun:
+                ndet.exec_begin(nc, mid, eid, t0)
+            ndet.exec_end(nc, mid, eid, t0, t1, ret)
+        if stats_rec is not None:
+            stats_rec(rec)
+
+    def general(ex: _Exec, fn, args, kwargs):
+        """Id first, NDET begin/end, device profiles: the compiled graphs' general path, made once
+        per graph and callable (a backward runs ``autograd.backward`` or ``autograd.grad``)."""
+        paths = ex.general
+        if paths is None:
+            paths = ex.general = {}
+        run = paths.get(fn)
+        if run is None:
+            run = paths[fn] = general_path(rt, torch, core, ex.model, fn, False, stats_rec, None)
+        return run(args, kwargs)
+
+    tids, get_ident = clock.native_ids, threading.get_ident
+
+    def record(ex: _Exec, fn, args, kwargs):
+        if ex.skip or not enabled[NRT_EXECUTE]:
+            return fn(*args, **kwargs)
+        if not ex.known:
+            return first(ex, fn, args, kwargs)
+        if ndet is not None or devprof_cell[0] is not None:
+            return general(ex, fn, args, kwargs)
+        t0 = now_ns()  # the lean path: what execution._lean_wrapper does
+        try:
+            out = fn(*args, **kwargs)
+        except BaseException:
+            finish(ex.model.id, next_eid(), t0, now_ns(), 1, False)
+            raise
+        t1 = now_ns()
+        try:
+            tid = tids[get_ident()]
+        except KeyError:
+            tid = native_tid()
+        rec = (PAIR, t0, t1, tid, ex.model.id, next_eid(), 0, 0, 0)
+        append(rec)
+        if stats_rec is not None:
+            stats_rec(rec)
+        return out
+
+    def first(ex: _Exec, fn, args, kwargs):
+        """A graph's first call: recorded unless compiled graphs ran inside it."""
+        c0 = executions()
+        dp = devprof_cell[0]
+        if dp is not None and dp.wants(nc, ex.materialize().id):
+            # profiled from its first call (model mode profiles only that one); should compiled
+            # graphs run inside, this one call is recorded besides them, then never again
+            try:
+                return general(ex, fn, args, kwargs)
+            finally:
+                ex.known = True
+                ex.skip = executions() - c0 > 1
+        t0 = now_ns()
+        ret = 1
+        try:
+            out = fn(*args, **kwargs)
+            ret = 0
+        finally:
+            t1 = now_ns()
+            if executions() != c0:
+                ex.skip = True  # compiled graphs ran inside: they are the executions
+            else:
+                finish(ex.materialize().id, next_eid(), t0, t1, ret, False)
+            ex.known = True
+        return out
+
+    return record
+
+
+def install_eager(inst: Installed, torch, core: CoreState) -> Eager:
+    """Replace ``Module.__call__``, ``torch.autograd.backward`` and the optimizers' step wrapper."""
+    eg = Eager(inst, torch, core)
+    _patch_module_call(eg, torch)
+    _patch_backward(eg, torch)
+    _patch_optimizer(eg, torch)
+    return eg
+
+
+def _patch_module_call(eg: Eager, torch) -> None:
+    Module = torch.nn.Module
+    inner = Module.__call__  # _wrapped_call_impl
+    tl = eg.tl
+    record, module_exec, grad_on = eg.record, eg.module_exec, torch.is_grad_enabled
+
+    def __call__(self, *args, **kwargs):
+        if tl.depth:
+            return inner(self, *args, **kwargs)
+        ex = module_exec(self, args)
+        if tl.grad_root is None and not ex.skip and grad_on():
+            tl.grad_root = ex
+        tl.depth = 1
+        try:
+            return record(ex, inner, (self,) + args, kwargs)
+        finally:
+            tl.depth = 0
+
+    __call__.__wrapped__ = inner  # type: ignore[attr-defined]
+    Module.__call__ = __call__
+    # Dynamo short-cuts a module call to its forward only when __call__ is the one it saw at its
+    # import, and must not trace our frame: give it ours as that one, and Module's own to inline.
+    # (once the package is imported: importing Dynamo's modules from inside its import breaks it)
+    when_imported("torch._dynamo", lambda m: _tell_dynamo(__call__, inner))
+
+
+def _tell_dynamo(ours: Callable, inner: Callable) -> None:
+    for name in ("torch._dynamo.utils", "torch._dynamo.variables.nn_module"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "unpatched_nn_module_call", None) in (inner, ours):
+            mod.unpatched_nn_module_call = ours
+    try:
+        from torch._dynamo.decorators import substitute_in_graph
+
+        substitute_in_graph(ours, skip_signature_check=True)(_polyfill_for(inner))
+    except Exception:  # an older or newer Dynamo: it traces our frame (a graph break at worst)
+        pass
+
+
+def _polyfill_for(inner: Callable) -> Callable:
+    def module_call(self, *args, **kwargs):
+        return inner(self, *args, **kwargs)
+
+    return module_call
+
+
+def _patch_backward(eg: Eager, torch) -> None:
+    ag = torch.autograd
+    tl, record, pending = eg.tl, eg.record, eg.inst.pending_cc
+
+    def wrap(orig):
+        @functools.wraps(orig)
+        def run(*args, **kwargs):
+            ex = tl.grad_root
+            if ex is None or tl.depth:
+                return orig(*args, **kwargs)
+            tl.grad_root = None
+            tl.depth = 1  # recomputed forwards (activation checkpointing) are part of it
+            try:
+                return record(eg.backward_exec(ex), orig, args, kwargs)
+            finally:
+                tl.depth = 0
+                if pending:
+                    _end_waited_collectives(eg.inst)
+
+        return run
+
+    ag.backward = wrap(ag.backward)
+    ag.grad = wrap(ag.grad)
+
+
+def _end_waited_collectives(inst: Installed) -> None:
+    """Record the end of collectives the backward waited for whose completion callback has not
+    run yet: DDP's reducer waits for its buckets before the backward returns, but the callback
+    needs the GIL from the backend's thread and may come too late for the process's final write
+    (the last step's all-reduce went missing).  Their end is then the backward's end, an upper
+    bound; those whose callback ran keep its exact time."""
+    t1 = now_ns()
+    for key, (work, _finish) in list(inst.pending_cc.items()):
+        try:  # (its future completes before the Work's own flag is set: DDP waited on the future)
+            fut = work.get_future()
+            if fut.done():
+                inst.cc_complete(key, t1, future_status(fut))
+        except Exception:
+            continue
+
+
+def _patch_optimizer(eg: Eager, torch) -> None:
+    Optimizer = torch.optim.Optimizer
+    orig = Optimizer.profile_hook_step
+    tl, record, optimizer_exec = eg.tl, eg.record, eg.optimizer_exec
+
+    def profile_hook_step(func):
+        hooked = orig(func)
+
+        @functools.wraps(hooked)
+        def step(*args, **kwargs):
+            if tl.depth or not args:
+                return hooked(*args, **kwargs)
+            return record(optimizer_exec(args[0]), hooked, args, kwargs)
+
+        return step
+
+    Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+
+
+def eager_enabled() -> bool:
+    """``NEURON_EXPLORER_EAGER=0`` turns the eager hooks off (compiled graphs are still recorded)."""
+    return env_switch(EAGER, "eager executions")

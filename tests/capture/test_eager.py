@@ -1,0 +1,227 @@
+"""Eager PyTorch is a first-class execution: root modules, their backward and optimizer steps are
+recorded like compiled graphs (executions, loads, device profiles, NEFFs, NDET, check)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from neuron_explorer.analysis.reader import load_device_trace, load_neff
+from neuron_explorer.ndet import format as ndet_fmt
+
+from ..conftest import cli, clean_env
+from .helpers import events_of, sessions, type_counts
+from .test_device_and_api import _run_script
+
+# the spec's basic PyTorch example, with only the import line changed and an eager model
+SPEC_BASIC_EAGER = """
+import torch
+from torch.profiler import profile, ProfilerActivity
+from neuron_explorer.torch import NeuronConfig, ProfileMode, NeuronProfiler
+
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+x = torch.randn(32, 64)
+
+neuron_config = NeuronConfig(
+    modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME],
+    profile_output_dir="./profile_output",
+)
+exporter = NeuronProfiler(neuron_config)
+
+with torch.no_grad():
+    for _ in range(3):
+        model(x)
+
+with profile(
+    activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+    experimental_config=neuron_config,
+    on_trace_ready=exporter.export_trace,
+) as prof:
+    with torch.no_grad():
+        model(x)
+        torch.neuron.synchronize()
+"""
+
+TRAIN_EAGER = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 16), torch.randn(8, 4)
+for _ in range({steps}):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def _run(tmp_path, text: str, **env) -> subprocess.CompletedProcess:
+    return _run_script(tmp_path, text, **env)
+
+
+def _executions(s) -> list[str]:
+    """Model names of the nrt_execute events, in time order."""
+    e = events_of(s, "nrt_execute")
+    return [s.models[int(m)].name for m in e["a"][e["start_ns"].argsort(kind="stable")]]
+
+
+def test_the_spec_basic_example_with_an_eager_model_writes_an_execution_an_ntff_and_a_neff(tmp_path):
+    _run(tmp_path, SPEC_BASIC_EAGER)
+    (session,) = glob.glob(f"{tmp_path}/profile_output/*_pid_*/*")
+    (s,) = sessions(tmp_path / "profile_output")
+    assert type_counts(s)["nc_exec_running"] == 1  # the profiled call only, not the warm-up
+    (name,) = _executions(s)
+    assert name.startswith("Sequential_") and len(name) == len("Sequential_") + 16
+    (ntff,) = glob.glob(f"{session}/*.ntff")
+    dp = load_device_trace(ntff)
+    ops = {dp.strings[i] for i in dp.ops["name"]}
+    assert os.path.getsize(ntff) > 0 and {"aten::addmm", "aten::relu"} <= ops
+    (neff,) = glob.glob(f"{session}/neff_*_vnc_0.neff")
+    n = load_neff(neff)
+    assert n.backend == "eager" and "Linear(in_features=64, out_features=128" in n.code
+    r = cli("check", "-d", str(tmp_path / "profile_output"))
+    assert r.returncode == 0 and "0 warning(s)" in r.stdout, r.stdout
+
+
+def test_an_eager_training_loop_gives_a_forward_a_backward_and_an_optimizer_execution_per_step(tmp_path):
+    out = tmp_path / "out"
+    _run(tmp_path, TRAIN_EAGER.format(steps=4), NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+         NEURON_RT_INSPECT_DEVICE_PROFILE="model")
+    (s,) = sessions(out)
+    names = _executions(s)
+    fwd = names[0]
+    assert fwd.startswith("Sequential_") and names[2].startswith("SGD_")
+    assert names == [fwd, fwd + "_bwd", names[2]] * 4
+    c = type_counts(s)
+    assert c["nc_exec_running"] == 12 and c["model_load"] == 3 and c["nrt_model_switch"] == 11
+    kinds = {m.name: m.kind for m in s.models}
+    assert kinds == {fwd: "forward", fwd + "_bwd": "backward", names[2]: "optimizer"}
+    # model mode: one device trace per graph, of its first execution
+    traces = [load_device_trace(p) for p in s.device_paths]
+    assert len(traces) == 3 and all(len(t.trace.executions) == 1 and t.trace.ops.count > 0 for t in traces)
+    assert len(s.neff_paths) == 3
+
+
+def test_a_compiled_graph_inside_an_eager_module_is_counted_once(tmp_path):
+    out = tmp_path / "out"
+    _run(tmp_path, """
+import torch
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.compile(torch.nn.Linear(8, 8), backend="aot_eager")
+        self.head = torch.nn.Linear(8, 2)
+    def forward(self, x):
+        return self.head(self.inner(x))
+m, x = Outer(), torch.randn(4, 8)
+for _ in range(3):
+    m(x).sum().backward()
+whole = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backend="aot_eager")
+for _ in range(2):
+    whole(x).sum().backward()
+""", NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
+    (s,) = sessions(out)
+    counts = Counter(_executions(s))
+    # the compiled graphs are the executions: no Outer_/Sequential_ eager execution around them
+    assert sorted(counts.values()) == [2, 2, 3, 3], counts
+    assert all(m.backend == "aot_eager" for m in s.models if m.name in counts)
+
+
+def test_ndet_logs_eager_executions(tmp_path):
+    ndet = tmp_path / "ndet"
+    ndet.mkdir()
+    _run(tmp_path, TRAIN_EAGER.format(steps=3), NEURON_RT_DBG_NDET_FLUSH_USEC="5000000",
+         NEURON_RT_DBG_NDET_LOG_LOCATION=str(ndet))
+    (log,) = list(ndet.iterdir())
+    rec = ndet_fmt.read_log(str(log)).records
+    assert int((rec["kind"] == ndet_fmt.KIND_EXEC).sum()) == 9  # 3 steps x (forward, backward, step)
+
+
+def test_eager_executions_can_be_turned_off(tmp_path):
+    out = tmp_path / "out"
+    _run(tmp_path, TRAIN_EAGER.format(steps=2), NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+         NEURON_EXPLORER_EAGER="0")
+    (s,) = sessions(out)
+    assert type_counts(s)["nrt_execute"] == 0
+    r = cli("check", "-d", str(out))
+    assert "NEURON_EXPLORER_EAGER=0" in r.stdout and "no module, compiled graph or collective ran" in r.stdout
+
+
+@pytest.mark.slow
+def test_neuron_monitor_counts_eager_executions_and_their_graphs(tmp_path):
+    """A tagged eager training job (no code changes) is reported with executions and its graphs."""
+    stats = tmp_path / "stats"
+    app = tmp_path / "app.py"
+    app.write_text(TRAIN_EAGER.format(steps=1) + """
+import time
+print("ready", flush=True)
+end = time.time() + 30
+while time.time() < end:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    time.sleep(0.002)
+""")
+    env = clean_env(NEURON_EXPLORER_STATS_DIR=str(stats))
+    p = subprocess.Popen([sys.executable, str(app)], env=dict(env, NEURON_PROCESS_TAG="eager_job"),
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        conf = tmp_path / "monitor.conf"
+        conf.write_text(json.dumps({"period": "1s", "neuron_runtimes": [{"tag_filter": "^eager_", "metrics": [
+            {"type": "neuroncore_counters"}, {"type": "memory_used"}, {"type": "execution_stats"}]}]}))
+        exe = os.path.join(os.path.dirname(sys.executable), "neuron-monitor")
+        mon = subprocess.Popen([exe if os.path.exists(exe) else "neuron-monitor", "-c", str(conf)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            reports = [json.loads(mon.stdout.readline()) for _ in range(3)]
+        finally:
+            mon.terminate()
+            mon.wait(timeout=10)
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    (rt,) = reports[-1]["neuron_runtime_data"]
+    assert rt["pid"] == p.pid
+    assert rt["report"]["execution_stats"]["execution_summary"]["completed"] > 0
+    names = {m["name"] for m in rt["report"]["memory_used"]["loaded_models"]}
+    assert any(n.startswith("Sequential_") for n in names) and any(n.startswith("SGD_") for n in names)
+    assert rt["report"]["neuroncore_counters"]["neuroncores_in_use"]["0"]["neuroncore_utilization"] > 0
+
+
+def test_a_module_that_cannot_be_registered_runs_as_before_unrecorded(tmp_path):
+    """A repr that raises or an unhashable module never makes the user's call fail."""
+    out = tmp_path / "out"
+    p = _run(tmp_path, """
+import torch
+class Bad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(2, 2)
+    def extra_repr(self):
+        raise RuntimeError("no repr for you")
+    def forward(self, x):
+        return self.l(x)
+class Eq(torch.nn.Linear):
+    def __eq__(self, other):
+        return False
+for m in (Bad(), Eq(2, 2), torch.nn.Linear(2, 2)):
+    print(type(m).__name__, tuple(m(torch.randn(1, 2)).shape))
+try:
+    Bad()(None)
+except TypeError as e:
+    print("the user's own error:", e)
+""", NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
+    assert p.stdout.splitlines()[:3] == ["Bad (1, 2)", "Eq (1, 2)", "Linear (1, 2)"]
+    assert "the user's own error:" in p.stdout
+    assert "Bad calls not recorded as executions: no repr for you" in p.stderr
+    assert "Eq calls not recorded as executions: unhashable type" in p.stderr
+    (s,) = sessions(out)
+    assert [n.split("_")[0] for n in _executions(s)] == ["Linear"]

@@ -1,0 +1,172 @@
+"""`record_function` regions are framework events named by their label, on the thread that ran
+them, linked (framework_stream_id, flows) to the executions they issued, in Parquet, Perfetto and
+JSON; and the done-when DDP job: eager executions per step with DDP's collectives between them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+import duckdb
+import pytest
+
+from ..conftest import cli, clean_env, torchrun
+from ..view.test_perfetto_semantics import decode
+from .helpers import sessions, type_counts
+
+REGIONS = """
+import threading
+import torch
+from torch.profiler import record_function
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+x = torch.randn(4, 8)
+with torch.no_grad():
+    with record_function("outer"):
+        with record_function("inner"):
+            model(x)
+        model(x)
+
+    def worker():
+        with record_function("on_thread"):
+            model(x)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    model(x)  # outside any region
+"""
+
+
+def _events(pq: str, where: str = "true") -> list[dict]:
+    con = duckdb.connect()
+    cur = con.execute(f"""select id, name, trace_event_source, thread_id, start_ts, flow_id, framework_stream_id,
+                          worker_gid from read_parquet('{pq}/SystemProfileEvents/**/*.parquet', hive_partitioning=true)
+                          where {where} order by start_ts, id""")
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def _views(tmp_path, out) -> tuple[str, dict, object]:
+    """Parquet directory, JSON document and decoded Perfetto trace of a capture."""
+    pq = str(tmp_path / "pq")
+    cli("view", "-d", str(out), "--output-file", pq, check=True)
+    for fmt, ext in (("json", "json"), ("perfetto", "pftrace")):
+        (tmp_path / fmt).mkdir()
+        cli("view", "-d", str(out), "--output-format", fmt, "--output-file",
+            str(tmp_path / fmt / f"system_profile.{ext}"), check=True)
+    doc = json.loads((tmp_path / "json" / "system_profile.json").read_text())
+    pf = decode((tmp_path / "perfetto" / "system_profile.pftrace").read_bytes())
+    return pq, doc, pf
+
+
+def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp_path):
+    out = tmp_path / "out"
+    script = tmp_path / "job.py"
+    script.write_text(REGIONS)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    pq, doc, pf = _views(tmp_path, out)
+
+    evs = _events(pq)
+    regions = {e["name"]: e for e in evs if e["trace_event_source"] == "framework"}
+    assert set(regions) == {"outer", "inner", "on_thread"}
+    calls = [e for e in evs if e["name"] == "nrt_execute"]
+    cores = [e for e in evs if e["name"] == "nc_exec_running"]
+    assert len(calls) == len(cores) == 4
+    # each call carries the id of the innermost region around it on its own thread; the last none
+    assert [c["framework_stream_id"] for c in calls] == [regions[n]["id"] for n in ("inner", "outer", "on_thread")] + [None]
+    assert [c["framework_stream_id"] for c in cores] == [c["framework_stream_id"] for c in calls]
+    assert regions["on_thread"]["thread_id"] == calls[2]["thread_id"] != calls[0]["thread_id"]
+    assert all(r["framework_stream_id"] == r["id"] for r in regions.values())
+    # flows: region <-> its call (a flow of their own), call <-> core execution (the execution's)
+    members = defaultdict(list)
+    for e in evs:
+        for f in e["flow_id"]:
+            members[f].append(e["name"])
+    chains = sorted(sorted(v) for v in members.values())
+    assert chains == sorted([["inner", "nrt_execute"], ["nrt_execute", "outer"], ["nrt_execute", "on_thread"]]
+                            + [["nc_exec_running", "nrt_execute"]] * 4)
+
+    # JSON: named by label, with the stream id and an arrow from each region to its call
+    js = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    assert {"outer", "inner", "on_thread"} <= {e["name"] for e in js}
+    (inner,) = [e for e in js if e["name"] == "inner"]
+    assert inner["cat"] == "framework" and inner["args"]["framework_stream_id"] == regions["inner"]["id"]
+    arrows = [e for e in doc["traceEvents"] if e.get("cat") == "framework" and e.get("ph") in ("s", "f")]
+    assert Counter(e["ph"] for e in arrows) == {"s": 3, "f": 3}
+    starts = {e["id"]: e for e in arrows if e["ph"] == "s"}
+    for f in (e for e in arrows if e["ph"] == "f"):
+        assert f["bp"] == "e" and starts[f["id"]]["ts"] <= f["ts"] and starts[f["id"]]["tid"] == f["tid"]
+
+    # Perfetto: the same chains through the slices' flow ids
+    flows = defaultdict(list)
+    for s in pf.slices:
+        for f in s.flows:
+            flows[f].append(s.name)
+    assert sorted(sorted(v) for v in flows.values()) == chains
+
+
+@pytest.mark.slow
+def test_an_eager_ddp_job_gives_per_rank_executions_collectives_and_linked_regions(tmp_path):
+    """The done-when: eager DDP under NEURON_RT_INSPECT_ENABLE=1 torchrun, no code changes."""
+    script = tmp_path / "ddp.py"
+    script.write_text("""
+import torch, torch.distributed as dist
+from torch.profiler import record_function
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 32), torch.randn(16, 8)
+for step in range(3):
+    with record_function("forward"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer"):
+        opt.step()
+        opt.zero_grad()
+dist.destroy_process_group()
+""")
+    out = tmp_path / "out"
+    torchrun(2, script, [], clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)),
+             cwd=tmp_path)
+    ss = sessions(out)
+    assert sorted(s.info.rank for s in ss) == [0, 1]
+    for s in ss:
+        c = type_counts(s)
+        assert c["nrt_execute"] == c["nc_exec_running"] == 9 and c["cc_running"] >= 3
+    pq, doc, pf = _views(tmp_path, out)
+    for rank in (0, 1):
+        evs = _events(pq, f"worker_gid = {rank}")
+        con = duckdb.connect()
+        names = [r[0] for r in con.execute(f"""select model_name from read_parquet('{pq}/SystemProfileEvents/**/*.parquet',
+                 hive_partitioning=true) where worker_gid = {rank} and name = 'nrt_execute' order by start_ts""").fetchall()]
+        fwd = names[0]
+        assert fwd.startswith("DistributedDataParallel_") and names[2].startswith("SGD_")
+        assert names == [fwd, fwd + "_bwd", names[2]] * 3
+        # DDP's gradient all-reduce runs inside each backward, between its forward and optimizer step
+        calls = [e for e in evs if e["name"] == "nrt_execute"]
+        cc = [e for e in evs if e["name"] == "cc_running"]
+        for k in range(3):
+            fwd_start, opt_start = calls[3 * k]["start_ts"], calls[3 * k + 2]["start_ts"]
+            assert any(fwd_start < e["start_ts"] < opt_start for e in cc), (rank, k)
+        # regions by label, each linked to the execution it issued, by stream id and by a flow
+        by_id = {e["id"]: e for e in evs}
+        for call in calls:
+            region = by_id[call["framework_stream_id"]]
+            want = {fwd: "forward", fwd + "_bwd": "backward"}.get(names[calls.index(call)], "optimizer")
+            assert region["name"] == want and region["trace_event_source"] == "framework"
+            assert set(region["flow_id"]) & set(call["flow_id"])
+    js = {e["name"] for e in doc["traceEvents"] if e.get("ph") == "X"}
+    assert {"forward", "backward", "optimizer", "Optimizer.step#SGD.step"} <= js
+    linked = defaultdict(set)
+    for s in pf.slices:
+        for f in s.flows:
+            linked[f].add(s.name)
+    assert sum(v == {"backward", "nrt_execute"} for v in linked.values()) == 6  # 3 steps x 2 ranks
