@@ -21,14 +21,20 @@ ARTIFACTS = REPO / "test-artifacts" / "ui"
 
 # JS: locate an event item of the first system trace widget by its name (any layout: one row per name, or
 # one track per thread/core with lanes), in canvas coordinates; "visible" when below the ruler and the
-# sticky group headers and above the canvas's bottom
+# sticky group headers and above the canvas's bottom. The timeline fetches only the tracks on screen, so
+# when no drawn track holds the name, the answer is {off: row} for the first matching track off screen
+# (the one to scroll to, as a user would), or null while nothing matches yet.
 FIND_ITEM = """([profile, name, groupPart, single]) => {
   const w = window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === profile);
   const tl = w.timeline;
+  const fetched = new Set(tl.visibleRows().ev);
+  let off = null, any = false;
   for (const e of tl.layout) {
     if (e.type !== 'row' || e.row.kind !== 'events') continue;
     if (groupPart && !e.row.group.some((g) => g.includes(groupPart))) continue;
+    if (!fetched.has(e.row.idx)) { if (off === null) off = e.row.idx; continue; }
     const items = (tl.events.get(e.row.idx) || []).filter((i) => (i.name || e.row.name) === name);
+    any = any || items.length > 0;
     const it = single ? items.find((i) => i.c === 1) : items[0];
     if (!it) continue;
     const x0 = Math.max(tl.xOf(it.s), 230), x1 = Math.min(Math.max(tl.xOf(it.e), x0 + 1), tl.w - 10);
@@ -37,21 +43,27 @@ FIND_ITEM = """([profile, name, groupPart, single]) => {
             visible: y > 26 + (e.depth || 0) * 18 + 4 && y < tl.h - 4,
             inside: x1 - x0 >= 4};  // at least 4 px of it inside the canvas: its centre is on the event
   }
-  return null;
+  return !any && off !== null ? {off} : null;
 }"""
 
 TL = "window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === '{p}').timeline"
 
 
 def click_item(page, profile: str, name: str, group: str | None, single: bool = True, tries: int = 12) -> dict:
-    """Click an event on the timeline the way a user does, robustly: wait until its row is drawn, zoom
-    into merged buckets, scroll its track into view, click, and retry until the timeline has selected
-    it (waits on state, never on time)."""
+    """Click an event on the timeline the way a user does, robustly: scroll to its track when that is off
+    the canvas (tracks off screen are not fetched; zooming in can push a track down there, as the lanes
+    of the tracks above grow), zoom into merged buckets, scroll its track into view, click, and retry
+    until the timeline has selected it (waits on state, never on time)."""
     tl = TL.format(p=profile)
     seen = []
     for _ in range(tries):
         page.wait_for_function(FIND_ITEM, arg=[profile, name, group, False], timeout=20000)
         it = page.evaluate(FIND_ITEM, [profile, name, group, single])
+        if it is not None and "off" in it:  # its track is off the canvas (not fetched): scroll to it
+            before = fetches(page, profile)
+            page.evaluate(f"(r) => {tl}.scrollToRow(r)", it["off"])
+            wait_fetch_after(page, before, profile)
+            continue
         if it is None or (single and it["c"] != 1):
             it = page.evaluate(FIND_ITEM, [profile, name, group, False])
             before = fetches(page, profile)

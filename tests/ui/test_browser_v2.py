@@ -72,8 +72,8 @@ def synth_served(synth_workspace: Path, tmp_path_factory: pytest.TempPathFactory
     stop_server(p)
 
 
-def new_page(browser, url: str):
-    pg = browser.new_page(viewport={"width": 1600, "height": 1000})
+def new_page(browser, url: str, height: int = 1000):
+    pg = browser.new_page(viewport={"width": 1600, "height": height})
     pg.console_errors = []  # type: ignore[attr-defined]
     pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
@@ -178,6 +178,25 @@ def test_selecting_an_event_shows_only_its_flows_and_details_jump_along_them(pag
     page.click("[data-testid=settings]")
     page.check("[data-testid=all-flows]")
     page.wait_for_function(f"() => {tl}.flowMode === 'all' && {tl}.flowData.length > 0")
+
+
+def test_an_event_on_a_track_below_the_canvas_is_reached_by_scrolling_to_it(browser, served: str) -> None:
+    """The timeline fetches only the tracks on screen: rank 1's core track, below the per-core device memory
+    and the other tracks (and pushed further down as their lanes grow when zooming in), has no events until
+    it is scrolled to. Clicking one of its events goes through that scroll, as a user's would; the test
+    helper once waited for those events forever (the selected-flows test timed out on it)."""
+    pg = new_page(browser, served + "#/p/run-a", height=700)
+    tl = TL.format(p="run-a")
+    off = pg.evaluate(f"""() => {{ const t = {tl}; const shown = t.visibleRows().ev;
+      const r = t.rows.find((x) => x.kind === 'events' && x.group.some((g) => g.includes('rank 1')) && x.group.includes('Device'));
+      return [r.idx, shown.includes(r.idx), t.scrollY, (t.events.get(r.idx) || []).length]; }}""")
+    assert off[1:] == [False, 0, 0], off  # off screen at load: nothing of it fetched
+    it = click_item(pg, "run-a", "nc_exec_running", "rank 1")
+    assert it["row"] == off[0]
+    assert pg.evaluate(f"() => {tl}.scrollY") > 0
+    pg.wait_for_function("document.querySelector('[data-testid=event-name]')?.textContent === 'nc_exec_running'")
+    assert pg.console_errors == []
+    pg.close()
 
 
 def test_reload_restores_widgets_range_and_selection(page) -> None:
