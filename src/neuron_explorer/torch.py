@@ -129,9 +129,24 @@ class NeuronProfiler:
 
 
 def synchronize(device=None) -> None:
-    """Wait for the device to finish queued work (CUDA); a no-op on the CPU, which is synchronous."""
+    """Wait for the device to finish queued work (CUDA; the CPU is synchronous and returns at
+    once).  Recorded as a ``kbl_exec_wait`` when a runtime is on (on CUDA hosts through the
+    recorded ``torch.cuda.synchronize``)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize(device)
+        return
+    from neuron_explorer.integrations.torch import record_sync
+    from neuron_explorer.runtime.clock import now_ns
+    from neuron_explorer.runtime.core import get_runtime
+
+    t = now_ns()
+    record_sync(get_runtime(), t, t)
+
+
+def _sync_device() -> None:
+    """synchronize() for our own use: not the program's wait, so not recorded on a CPU host."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 class Stream:
@@ -194,7 +209,7 @@ def _end(prof) -> None:
     if sink is None:
         return
     rt = sink.rt
-    synchronize()
+    _sync_device()
     sink.flush(rt, final=True, reason="profiler stop")
     if sink.final_error is not None:
         from .capture.sink import report_written
