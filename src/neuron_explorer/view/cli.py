@@ -111,6 +111,8 @@ def view_command(args: argparse.Namespace) -> int:
                                 args.system_trace_filter_instance_id)
     except ConfigError as e:
         raise UsageError(str(e)) from None
+    for w in filt.warnings:
+        print(f"neuron-explorer: warning: {w}", file=sys.stderr)
     fmt = args.output_format
     out = args.output_file
     if out:
