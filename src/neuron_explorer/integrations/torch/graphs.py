@@ -77,7 +77,7 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
         name=_model_name(co_name, label, hval), neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
         kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
         num_nodes=len(nodes), constants_bytes=consts, signature=signature(example_inputs),
-        artifacts={"code": code, "nodes": nodes},
+        artifacts={"code": code, "nodes": nodes}, load_span=(start, t_backend, t_end),
     )
     inst.compile_start = 0
     tid = native_tid()
