@@ -92,7 +92,8 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
         base.nc_filter = self.nc_filter
         base.raw_env = dict(base.raw_env, modes=",".join(m.name for m in self.modes),
                             capture_enabled_for_nc=self.capture_enabled_for_nc or "",
-                            neff_cache_dir=self.neff_cache_dir or "")
+                            neff_cache_dir=self.neff_cache_dir or "",
+                            precache_node_info="1" if self.precache_node_info else "0")
         return base
 
 
@@ -197,7 +198,7 @@ def _begin(prof) -> None:
             st.ring.drain()
         sink = CaptureSink(rt, config=ccfg)
         if ccfg.device_profile:
-            rt.register(DEVICE_PROFILER, DeviceProfiler(rt, ccfg.device_profile))
+            rt.register(DEVICE_PROFILER, DeviceProfiler(rt, ccfg.device_profile, precache=cfg.precache_node_info))
         rt.add_sink(sink)
         _active[id(prof)] = sink
         sink.start()

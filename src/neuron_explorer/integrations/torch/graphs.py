@@ -103,6 +103,10 @@ def wrap_graph(inst: Installed, torch, core: CoreState, model: Model, compiled: 
     while getattr(fn, "_torchdynamo_orig_callable", None) is not None and \
             getattr(fn, "_torchdynamo_wrapper_id", None) == id(fn):
         fn = fn._torchdynamo_orig_callable
+    model.artifacts["callable"] = fn  # what a device profiler precaches node info from
+    dp = inst.rt.devprof
+    if dp is not None and hasattr(dp, "precache"):
+        dp.precache(model)  # a graph loaded while device profiles are on
     return wrap_execution(inst.rt, torch, core, model, fn, backward_finder(inst, torch, core, model))
 
 
@@ -149,6 +153,7 @@ def instrument_backward(inst: Installed, torch, core: CoreState, model: Model, o
     )
     announce_model(inst, bmodel)
     cache_neff(rt, bmodel)
+    bmodel.artifacts["callable"] = orig_bw
     wrapped = wrap_execution(rt, torch, core, bmodel, orig_bw)
     fcls.backward = staticmethod(wrapped)
     fcls._neuron_explorer_wrapped = True
