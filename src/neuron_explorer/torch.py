@@ -92,7 +92,8 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
         base.nc_filter = self.nc_filter
         base.raw_env = dict(base.raw_env, modes=",".join(m.name for m in self.modes),
                             capture_enabled_for_nc=self.capture_enabled_for_nc or "",
-                            neff_cache_dir=self.neff_cache_dir or "")
+                            neff_cache_dir=self.neff_cache_dir or "",
+                            precache_node_info="1" if self.precache_node_info else "0")
         return base
 
 
@@ -129,9 +130,24 @@ class NeuronProfiler:
 
 
 def synchronize(device=None) -> None:
-    """Wait for the device to finish queued work (CUDA); a no-op on the CPU, which is synchronous."""
+    """Wait for the device to finish queued work (CUDA; the CPU is synchronous and returns at
+    once).  Recorded as a ``kbl_exec_wait`` when a runtime is on (on CUDA hosts through the
+    recorded ``torch.cuda.synchronize``)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize(device)
+        return
+    from neuron_explorer.integrations.torch import record_sync
+    from neuron_explorer.runtime.clock import now_ns
+    from neuron_explorer.runtime.core import get_runtime
+
+    t = now_ns()
+    record_sync(get_runtime(), t, t)
+
+
+def _sync_device() -> None:
+    """synchronize() for our own use: not the program's wait, so not recorded on a CPU host."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 class Stream:
@@ -182,7 +198,7 @@ def _begin(prof) -> None:
             st.ring.drain()
         sink = CaptureSink(rt, config=ccfg)
         if ccfg.device_profile:
-            rt.register(DEVICE_PROFILER, DeviceProfiler(rt, ccfg.device_profile))
+            rt.register(DEVICE_PROFILER, DeviceProfiler(rt, ccfg.device_profile, precache=cfg.precache_node_info))
         rt.add_sink(sink)
         _active[id(prof)] = sink
         sink.start()
@@ -194,7 +210,7 @@ def _end(prof) -> None:
     if sink is None:
         return
     rt = sink.rt
-    synchronize()
+    _sync_device()
     sink.flush(rt, final=True, reason="profiler stop")
     if sink.final_error is not None:
         from .capture.sink import report_written

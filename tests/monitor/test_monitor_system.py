@@ -1,5 +1,6 @@
 """System-level groups and the info objects, read from real or staged local files."""
 
+import os
 import socket
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def test_hardware_info_without_gpu_reports_cpu_device() -> None:
         pytest.skip("a GPU is present; the CPU fallback is not used here")
     assert info["neuron_device_type"] == "cpu" and info["neuron_device_count"] == 1
     assert info["neuron_device_memory_size"] > 0
-    assert info["neuroncore_per_device_count"] is None and "no NVIDIA GPU" in info["error"]
+    assert info["neuroncore_per_device_count"] == os.cpu_count() and "no NVIDIA GPU" in info["error"]
 
 
 class _FakeMemInfo:

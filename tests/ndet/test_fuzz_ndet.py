@@ -142,14 +142,16 @@ def fuzz(corpus: list[Path], work: Path, seconds: float, seed: int) -> int:
 
 
 def _synthetic_job(d: Path) -> list[Path]:
-    """Logs of a 3-rank job through the real writer: executions, collectives, a barrier, a NaN,
-    a collective still in flight (the begin record) and a model table."""
+    """Logs of a 3-rank job through the real writer: executions, collectives (one run inside an
+    execution, as a compiled collective is), a barrier, a NaN, a collective still in flight (the
+    begin record) and a model table with the graph's load times."""
     d.mkdir(parents=True, exist_ok=True)
     recs = [make_recorder(d, rank=r, world=3, pid=500 + r, job_env=JOB_ENV) for r in range(3)]
     for rank, rec in enumerate(recs):
+        rec.rt.models[0].load_span = (10, 400, 900)
         for step in range(8):
             t = 1_000_000 * step
-            rec.exec_end(rank, 0, step, t, t + 100, 0)
+            rec.exec_end(rank, 0, step, t, t + (400 if step == 2 else 100), 0)
             tok = rec.cc_begin(rank, "all_reduce", step, "0,1,2", 64 * (step + 1), "float32", t + 200)
             if step < 7 or rank == 2:
                 rec.cc_end(tok, t + 300, 0 if step != 5 else 5)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_explorer.contracts.env import ConfigError, parse_nc_filter, parse_type_filter
+from neuron_explorer.contracts.env import ConfigError, named_types, parse_nc_filter, parse_type_filter
+from neuron_explorer.contracts.events import unproducible
 from neuron_explorer.util.ranges import IndexRanges
 from neuron_explorer.analysis.reader import Session
 
@@ -17,6 +18,9 @@ class ViewFilter:
     ncs: IndexRanges | None = None  # ranges, not members: '0-99999999999' costs two numbers
     types: frozenset[str] | None = None
     instances: frozenset[str] | None = None
+    # event types the filter names that no capture can hold (the captures may come from GPU hosts,
+    # so only types no host produces): one line each, said before any work
+    warnings: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, nc: str | None, types: str | None, instances: str | None) -> "ViewFilter":
@@ -26,8 +30,9 @@ class ViewFilter:
             if not insts:
                 raise ConfigError(f"--system-trace-filter-instance-id={instances!r} is not valid; "
                                   "accepted: comma-separated instance ids, e.g. i-abc123,i-def456")
+        notes = tuple(f"--system-trace-filter-event-type: {w}" for w in unproducible(named_types(types), True))
         return cls(parse_nc_filter(nc, "--system-trace-filter-neuron-core"),
-                   parse_type_filter(types, "--system-trace-filter-event-type"), insts)
+                   parse_type_filter(types, "--system-trace-filter-event-type"), insts, notes)
 
     def keeps_instance(self, instance_id: str) -> bool:
         return self.instances is None or instance_id in self.instances

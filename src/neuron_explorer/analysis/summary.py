@@ -12,8 +12,6 @@ from neuron_explorer.contracts.columns import EVENT_COLUMNS
 from neuron_explorer.util.intervals import union_length
 
 
-
-
 def _pct(a: np.ndarray, q: float) -> float | None:
     return float(np.percentile(a, q)) if len(a) else None
 
@@ -121,7 +119,41 @@ def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f} ms"
 
 
+def _flops(v: float | None) -> str:
+    if not v:
+        return "-"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.2f} {unit}"
+    return f"{v:.0f} "
+
+
+# the per-core table: (heading, width); the order is the README's and never changes
+_CORE_COLUMNS = (("nc_idx", 6), ("nd_idx", 6), ("total_time", 11), ("executions", 10), ("busy %", 7),
+                 ("p50", 11), ("p99", 11), ("collectives", 11), ("cc_time", 10), ("cc %", 6),
+                 ("idle_time", 10), ("idle_max", 11), ("num_err", 7))
+
+
+def _core_row(c: dict[str, Any]) -> str:
+    gaps = c["idle_gaps"]
+    cells = (c["nc_idx"], c["nd_idx"], f"{c['total_time']:.3f} s", c["executions"], f"{c['busy_pct']:.2f}",
+             _ms(c["latency_ns"]["p50"]), _ms(c["latency_ns"]["p99"]), c["collectives"],
+             f"{c['collective_time']:.3f} s", f"{c['collective_pct']:.2f}", f"{gaps['total_s']:.3f} s",
+             _ms(gaps["max_ns"]), c["numerical_errors"])
+    return "  " + " ".join(f"{v!s:>{w}}" for v, (_, w) in zip(cells, _CORE_COLUMNS))
+
+
+def _device_line(d: dict[str, Any]) -> str:
+    """One device profile's figures: what summary-json lists under ``device_profiles``."""
+    mfu = f"{100 * d['mfu']:.1f}%" if d.get("mfu") else "- (peak unknown)"
+    return (f"         device profile {d['profile_id']} ({d['mode']}, {d['model_name']}): "
+            f"{d['executions']} executions, {d['ops']} ops, {d['total_time_ns'] / 1e6:.3f} ms, "
+            f"{_flops(d['flops'])}FLOP, {_flops(d['achieved_flops_per_s'])}FLOP/s, MFU {mfu}")
+
+
 def render_text(summary: dict[str, Any]) -> str:
+    """The summary as text: per process, one row per core in the README's fixed order (then its
+    dropped events, top graphs and device profiles), then clock offsets, stragglers, warnings."""
     lines = [f"neuron-explorer summary: {summary['num_profiles']} profile(s) on "
              f"{len(summary['instances'])} instance(s)"]
     for p in summary["profiles"]:
@@ -133,21 +165,20 @@ def render_text(summary: dict[str, Any]) -> str:
             lines.append(f"  note: {p['note']}")
         if not p["cores"]:
             lines.append("  no runtime events were recorded")
-            continue
-        lines.append(f"  {'nc_idx':>6} {'nd_idx':>6} {'total_time':>11} {'executions':>10} {'busy %':>7} "
-                     f"{'p50':>11} {'p99':>11} {'collectives':>11} {'cc_time':>10} {'num_err':>7}")
+        else:
+            lines.append("  " + " ".join(f"{h:>{w}}" for h, w in _CORE_COLUMNS))
+        devs = p.get("device_profiles") or []
         for c in p["cores"]:
-            lines.append(
-                f"  {c['nc_idx']:>6} {c['nd_idx']:>6} {c['total_time']:>9.3f} s {c['executions']:>10} "
-                f"{c['busy_pct']:>7.2f} {_ms(c['latency_ns']['p50']):>11} {_ms(c['latency_ns']['p99']):>11} "
-                f"{c['collectives']:>11} {c['collective_time']:>8.3f} s {c['numerical_errors']:>7}"
-            )
+            lines.append(_core_row(c))
             dropped = p["dropped_events"].get(c["nc_idx"], 0)
             if dropped:
                 lines.append(f"         {dropped} oldest event(s) were overwritten (per-core limit)")
             for g in c["top_graphs"]:
                 lines.append(f"         top graph {g['model_name']}: {g['executions']} executions, "
                              f"{g['time_ns'] / 1e6:.3f} ms total, {g['mean_ns'] / 1e6:.3f} ms mean")
+            lines.extend(_device_line(d) for d in devs if d["nc_idx"] == c["nc_idx"])
+        cores = {c["nc_idx"] for c in p["cores"]}
+        lines.extend(_device_line(d) for d in devs if d["nc_idx"] not in cores)
     offs = summary.get("clock_offsets") or {}
     if len(offs) > 1:
         lines.append("")

@@ -1,7 +1,7 @@
 """Turns drained ring records into compact column blocks, keeping at most N events per core.
 
 Records are converted in batches (one ``numpy.array`` call per drain), execution pairs are
-expanded into ``nrt_execute`` + ``nc_exec_running``, the capture-time type filter is applied, and
+expanded into ``nrt_execute`` + ``runtime_execute`` + ``nc_exec_running``, the capture-time type filter is applied, and
 the oldest rows are dropped once a core holds more than its limit.
 """
 
@@ -37,7 +37,7 @@ def model_switches(pairs: np.ndarray, last_model: int) -> tuple[np.ndarray, int]
     return rows, int(mids[-1])
 
 
-def _expand_ordered_pairs(pairs: np.ndarray, last_model: int) -> tuple[np.ndarray, int]:
+def _expand_ordered_pairs(pairs: np.ndarray, last_model: int, runtime_rows: bool) -> tuple[np.ndarray, int]:
     """expand_exec_pairs for the common drain: only EXEC_PAIR rows, host spans only, starts strictly
     increasing.  The output is built in place (one repeat and a few column writes) instead of
     concatenating and sorting; it is row for row what the general path produces."""
@@ -47,23 +47,40 @@ def _expand_ordered_pairs(pairs: np.ndarray, last_model: int) -> tuple[np.ndarra
     prev[1:] = mids[:-1]
     sw = (mids != prev) & (prev >= 0)
     per = sw.astype(np.int64)
-    per += 2
-    out = np.repeat(pairs, per, axis=0)  # per execution: [switch], host, device
+    per += 3 if runtime_rows else 2
+    out = np.repeat(pairs, per, axis=0)  # per execution: [switch], host, [runtime], device
     ends = np.cumsum(per)
-    out[ends - 2, 0] = ev.NRT_EXECUTE
+    out[ends - per + sw, 0] = ev.NRT_EXECUTE
+    if runtime_rows:
+        out[ends - 2, 0] = ev.RUNTIME_EXECUTE
     out[ends - 1, 0] = ev.NC_EXEC_RUNNING
     out[:, 7:9] = 0
     if sw.any():
-        si = ends[sw] - 3
+        si = (ends - per)[sw]
         out[si, 0] = ev.NRT_MODEL_SWITCH
         out[si, 2] = out[si, 1]
         out[si, 6] = prev[sw]
     return out, int(mids[-1])
 
 
-def expand_exec_pairs(block: np.ndarray, last_model: int = -1) -> tuple[np.ndarray, int]:
-    """Replace each EXEC_PAIR row by an nrt_execute row and an nc_exec_running row (in that order),
-    and add the nrt_model_switch rows they imply.  Returns the rows and the core's last model."""
+def runtime_share(pairs: np.ndarray) -> np.ndarray:
+    """``runtime_execute`` rows of EXEC_PAIR rows: the runtime's own share of each host call.  A
+    graph run synchronously by the calling thread (a CPU) is the runtime's work from call to
+    return; where the core's span was measured apart (JAX, a device queue) the share ends where
+    the core starts, or at the call's return if that comes first."""
+    rows = pairs.copy()
+    rows[:, 0] = ev.RUNTIME_EXECUTE
+    dev_start = pairs[:, 7]
+    handed = (pairs[:, 8] > 0) & (dev_start > pairs[:, 1])
+    rows[handed, 2] = np.minimum(pairs[handed, 2], dev_start[handed])
+    rows[:, 6:9] = 0
+    return rows
+
+
+def expand_exec_pairs(block: np.ndarray, last_model: int = -1, runtime_rows: bool = False) -> tuple[np.ndarray, int]:
+    """Replace each EXEC_PAIR row by an nrt_execute row, with ``runtime_rows`` a runtime_execute
+    row, and an nc_exec_running row (in that order), and add the nrt_model_switch rows they imply.
+    Returns the rows and the core's last model."""
     types = block[:, 0]
     is_pair = types == ev.EXEC_PAIR
     n_pairs = int(np.count_nonzero(is_pair))
@@ -72,7 +89,7 @@ def expand_exec_pairs(block: np.ndarray, last_model: int = -1) -> tuple[np.ndarr
     if n_pairs == len(block) and not block[:, 8].any():
         starts = block[:, 1]
         if n_pairs == 1 or bool((starts[1:] > starts[:-1]).all()):
-            return _expand_ordered_pairs(block, last_model)
+            return _expand_ordered_pairs(block, last_model, runtime_rows)
     pairs = block[is_pair]
     switches, last_model = model_switches(pairs, last_model)
     host = pairs.copy()
@@ -85,11 +102,12 @@ def expand_exec_pairs(block: np.ndarray, last_model: int = -1) -> tuple[np.ndarr
     dev[has_dev, 2] = pairs[has_dev, 8]
     dev[:, 7:9] = 0
     rest = block[~is_pair]
-    inter = np.empty((len(pairs) * 2, W), dtype=np.int64)
-    inter[0::2] = host
-    inter[1::2] = dev
+    parts = [host, runtime_share(pairs), dev] if runtime_rows else [host, dev]
+    inter = np.empty((len(pairs) * len(parts), W), dtype=np.int64)
+    for i, part in enumerate(parts):
+        inter[i::len(parts)] = part
     out = np.concatenate([switches, rest, inter])
-    # keep time order (stable: switch, then host, then device for the same start)
+    # keep time order (stable: switch, then host, runtime and device for the same start)
     return out[np.argsort(out[:, 1], kind="stable")], last_model
 
 
@@ -104,7 +122,7 @@ class CoreStore:
         self.produced = 0  # events the hooks produced (the ring's tick count)
         self.filtered = 0  # events removed by the capture-time type filter
         self.last_model = -1  # graph of the core's latest execution (for nrt_model_switch)
-        self.derived = 0  # events derived at drain time (nrt_model_switch), not counted by the ring
+        self.derived = 0  # events derived at drain time (switches, runtime shares), not counted by the ring
 
     def add(self, block: np.ndarray, enabled: np.ndarray, produced: int) -> None:
         """``block``: a drained ring, (n, W) int64 rows."""
@@ -112,8 +130,8 @@ class CoreStore:
         if not len(block):
             return
         n_before = len(block) + int(np.count_nonzero(block[:, 0] == ev.EXEC_PAIR))  # events the hooks counted
-        block, self.last_model = expand_exec_pairs(block, self.last_model)
-        k = len(block) - n_before  # derived switch events
+        block, self.last_model = expand_exec_pairs(block, self.last_model, bool(enabled[ev.RUNTIME_EXECUTE]))
+        k = len(block) - n_before  # derived events (nrt_model_switch, runtime_execute)
         self.derived += k
         self.produced += k
         keep = enabled[block[:, 0]]

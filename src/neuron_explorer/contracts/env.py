@@ -143,6 +143,15 @@ def parse_type_filter(value: str | None, var: str = FILTER_TYPE) -> frozenset[st
     return frozenset(base - exclude)
 
 
+def named_types(value: str | None) -> list[str]:
+    """The event names a type filter names itself (not through a group, not excluded): what a
+    warning about types that cannot be recorded looks at.  Assumes ``parse_type_filter`` accepted it."""
+    if not value:
+        return []
+    return [p.strip() for p in value.split(",")
+            if p.strip() and not p.strip().startswith("^") and p.strip() not in ev.GROUPS]
+
+
 def parse_device_profile(value: str | None) -> str | None:
     if value is None or value.strip() == "":
         return None

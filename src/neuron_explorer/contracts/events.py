@@ -51,8 +51,8 @@ _DEFS: list[tuple[str, str, str, tuple[str, ...], str]] = [
      "the core switched to another graph"),
     ("timestamp_sync_point", HARDWARE, SOURCE_HW, ("cpu_timestamp_ns", "nc_timestamp_ns", "exec_id", "", ""),
      "paired host and device clock samples"),
-    ("hw_notify", HARDWARE, SOURCE_HW, ("code", "", "", "", ""),
-     "a hardware notification"),
+    ("hw_notify", HARDWARE, SOURCE_HW, ("ret", "op_str", "seq", "", "group_str"),
+     "a completion notification from asynchronous work (a collective's Work completing)"),
     ("nrt_load", SOFTWARE, SOURCE_RT, ("model_id", "", "", "", ""),
      "loading a compiled graph onto a core"),
     ("model_load", SOFTWARE, SOURCE_RT, ("model_id", "compile_ns", "", "", ""),
@@ -60,15 +60,15 @@ _DEFS: list[tuple[str, str, str, tuple[str, ...], str]] = [
     ("nrt_execute", SOFTWARE, SOURCE_RT, ("model_id", "exec_id", "ret", "", ""),
      "the host-side call into a compiled graph"),
     ("runtime_execute", SOFTWARE, SOURCE_RT, ("model_id", "exec_id", "", "", ""),
-     "the runtime's share of an execution request"),
+     "the runtime's own share of an execution request (before the work runs on the core)"),
     ("nrt_tensor_read", SOFTWARE, SOURCE_RT, ("bytes", "src_device", "dst_device", "", ""),
      "a device-to-host copy"),
     ("nrt_tensor_write", SOFTWARE, SOURCE_RT, ("bytes", "src_device", "dst_device", "", ""),
      "a host-to-device copy"),
     ("device_exec", SOFTWARE, SOURCE_RT, ("model_id", "exec_id", "", "", ""),
-     "an execution handed to the device queue"),
-    ("kbl_exec_wait", SOFTWARE, SOURCE_RT, ("model_id", "exec_id", "", "", ""),
-     "the host waiting for the core to finish"),
+     "a kernel of an execution running on a device stream (GPU hosts)"),
+    ("kbl_exec_wait", SOFTWARE, SOURCE_RT, ("model_id", "exec_id", "op_str", "seq", "group_str"),
+     "the host blocked waiting for results: a graph's (model_id) or a collective's (op, seq, group)"),
     ("kmgr_exec_core", SOFTWARE, SOURCE_RT, ("model_id", "exec_id", "", "", ""),
      "dispatch of an execution to a core"),
     ("framework_op", SOFTWARE, SOURCE_FRAMEWORK, ("name_str", "", "", "", ""),
@@ -110,9 +110,33 @@ NRT_EXECUTE = type_id("nrt_execute")
 NRT_TENSOR_READ = type_id("nrt_tensor_read")
 NRT_TENSOR_WRITE = type_id("nrt_tensor_write")
 FRAMEWORK_OP = type_id("framework_op")
+RUNTIME_EXECUTE = type_id("runtime_execute")
+KBL_EXEC_WAIT = type_id("kbl_exec_wait")
+HW_NOTIFY = type_id("hw_notify")
+DEVICE_EXEC = type_id("device_exec")
+
+# Event types no mechanism produces on some hosts (the README's event vocabulary): name ->
+# (what a host needs for it, or "" when no host here has it; why).  A filter that names one of
+# them gets a one-line warning instead of silently matching nothing.
+HOST_LIMITS: dict[str, tuple[str, str]] = {
+    "kmgr_exec_core": ("", "no host here dispatches an execution to a core as a step of its own (on a CPU the "
+                           "graph runs on the calling thread; on CUDA the launch is part of nrt_execute)"),
+    "device_exec": ("gpu", "it is recorded from device streams (JAX traces on GPU hosts), and this host has no GPU"),
+}
+
+
+def unproducible(names, has_gpu: bool) -> list[str]:
+    """One warning per named type that cannot be recorded on a host with (or without) a GPU."""
+    out = []
+    for n in sorted(set(ALIASES.get(x, x) for x in names)):
+        need, why = HOST_LIMITS.get(n, (None, ""))
+        if need == "" or (need == "gpu" and not has_gpu):
+            out.append(f"event type {n} is never recorded here: {why}")
+    return out
 
 # A compact record that stands for one execution: the writer expands it into ``nrt_execute``
-# (host call) and ``nc_exec_running`` (core), which share one span on a synchronous device.
+# (host call), ``runtime_execute`` (the runtime's share of it) and ``nc_exec_running`` (core),
+# which share one span on a synchronous device.
 # It is never written as itself.  Args: model_id, exec_id, ret, device_start_ns, device_end_ns
 # (0 = same as the host span).
 EXEC_PAIR = 255

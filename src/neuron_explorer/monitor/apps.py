@@ -320,7 +320,7 @@ class AppTracker:
         """This application's element of ``neuron_runtime_data``."""
         return {
             "pid": self.pid,
-            "address": str(self.path),
+            "address": os.path.abspath(self.path),  # where this application is read: its stats file
             "neuron_runtime_tag": self.tag,
             "error": self.error,
             "report": {g: self.results[g] for g in group_order if g in self.results},

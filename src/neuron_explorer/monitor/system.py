@@ -300,7 +300,10 @@ def instance_info(dmi_root: str | os.PathLike[str] = "/sys/class/dmi/id") -> dic
 
 
 def hardware_info(nvml: Nvml | None) -> dict[str, Any]:
-    """Describe the devices the monitored runtimes use: GPUs through NVML, else the CPU as device 0."""
+    """Describe the devices the monitored runtimes use: GPUs through NVML, else the CPU as device 0.
+
+    ``neuroncore_per_device_count`` keeps the spec's meaning, the cores a device offers to run
+    graphs: one per GPU (a CUDA device is one core here), and on a CPU host its logical CPUs."""
     if nvml is not None and nvml.available:
         try:
             devs = nvml.devices()
@@ -321,9 +324,9 @@ def hardware_info(nvml: Nvml | None) -> dict[str, Any]:
         "neuroncore_version": platform.machine() or None,
         "neuron_device_count": 1,
         "neuron_device_memory_size": int(psutil.virtual_memory().total),
-        "neuroncore_per_device_count": None,
+        "neuroncore_per_device_count": psutil.cpu_count(logical=True),
         "error": (
-            f"no NVIDIA GPU ({reason}); the host CPU is Neuron device 0 and its NeuronCores are "
-            "process ranks, so the per-device core count is not a hardware property"
+            f"no NVIDIA GPU ({reason}); the host CPU is Neuron device 0, offering one NeuronCore per "
+            "logical CPU (processes take core indices by local rank)"
         ),
     }

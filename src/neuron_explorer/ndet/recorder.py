@@ -332,7 +332,8 @@ class NdetRecorder:
         rt = self.rt
         ident = rt.ident
         models = [{"id": m.id, "name": m.name, "neff_name": m.neff_name, "graph_hash": m.graph_hash,
-                   "backend": m.backend, "kind": m.kind, "nc": m.nc_idx} for m in list(rt.models)]
+                   "backend": m.backend, "kind": m.kind, "nc": m.nc_idx, "load": list(m.load_span)}
+                  for m in list(rt.models)]
         return {
             "format": fmt.FORMAT_NAME,
             "version": fmt.FORMAT_VERSION,

@@ -180,6 +180,12 @@ class _Fields:
             if not isinstance(m, dict) or type(m.get("id")) is not int or \
                     not all(isinstance(m.get(k, ""), str) for k in ("name", "neff_name")):
                 raise self._bad(f"models[{i}]", m, 'an object with an integer "id" and string "name"/"neff_name"')
+            load = m.get("load", [])
+            if not (isinstance(load, list) and len(load) in (0, 3) and all(type(t) is int and 0 <= t <= MAX_NS
+                                                                           for t in load) and load == sorted(load)):
+                raise self._bad(f"models[{i}].load", load, "[] or three ascending monotonic times in ns")
+            if type(m.get("nc", 0)) is not int or not 0 <= m.get("nc", 0) < 1 << 16:
+                raise self._bad(f"models[{i}].nc", m.get("nc"), "a core index from 0 to 65535")
             out[m["id"]] = m
         return out
 

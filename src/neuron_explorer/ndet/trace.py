@@ -3,7 +3,9 @@
 One process per log, named from its file name (start date and time, instance id, group ids) and its
 rank; one thread (track) per NeuronCore.  An execution record becomes ``nrt_execute`` (the host
 request), ``sync_exec`` (the NEFF being run, coloured per graph) and ``nc_exec`` (the core); a
-collective becomes ``cc_op_exec`` or ``cc_exec_barrier``.  Errors are red (``cname: terrible``) with
+collective becomes ``cc_op_exec`` or ``cc_exec_barrier``, nested under the ``nc_exec`` it ran
+inside when a graph ran it (``in_exec`` names that execution); each graph's load is a
+``model_load`` (with the backend's ``nrt_load`` inside it) on its core's row.  Errors are red (``cname: terrible``) with
 ``ret`` in their args; work still in flight is a begin (``B``) event with no end, which the viewer
 draws to the end of the trace -- the hang.  ``--show-dependencies`` adds flow arrows from each
 execution to the collectives it issued and, for every collective, from the rank that arrived last
@@ -64,19 +66,26 @@ class TraceWriter:
             {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}},
             {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": max(log.rank, 0)}},
         ]
-        for nc in sorted(set(sub["nc"].tolist())):
-            evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(nc), "args": {"name": f"NC {nc}"}})
         off = log.offset_ns - self.base
+        loads = _load_events(pid, log, off)
+        for nc in sorted(set(sub["nc"].tolist()) | {ev["tid"] for ev in loads}):
+            evs.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(nc), "args": {"name": f"NC {nc}"}})
+        evs += loads
         S = log.strings
         cols = [sub[c].tolist() for c in ("kind", "state", "nc", "ret", "t0", "t1", "a", "b", "c", "d", "e")]
+        cols += [v.tolist() for v in enclosing_executions(sub)]
         exec_marks: dict[int, list[int]] = {}  # nc -> starts of its executions, for deps
         flow_n = 0
         fast = _Templates(pid, log)  # the common case (successful complete records) pre-rendered
-        for kind, state, nc, ret, t0, t1, a, b, c, d, e in zip(*cols):
+        for kind, state, nc, ret, t0, t1, a, b, c, d, e, in_exec, exec_end in zip(*cols):
             ts = (t0 + off) / 1000.0
             complete = state == fmt.STATE_COMPLETE
             dur = (t1 - t0) / 1000.0 if complete else 0.0
-            if complete and ret == 0 and not self.deps and fast.add(kind, ts, dur, nc, a, b, c, d, e):
+            over = t1 - exec_end if complete and in_exec >= 0 and exec_end and t1 > exec_end else 0
+            if over:  # drawn inside its execution (the viewer nests by time); the overrun is in args
+                dur = (exec_end - t0) / 1000.0
+            if complete and ret == 0 and not over and not self.deps and \
+                    fast.add(kind, ts, dur, nc, a, b, c, d, e, in_exec):
                 continue
             if kind == fmt.KIND_EXEC:
                 evs += _exec_events(pid, log, ts, dur, complete, nc, ret, a, b)
@@ -90,7 +99,11 @@ class TraceWriter:
                                      "neff": m.get("neff_name", ""), "nan_count": c, "inf_count": d, "rank": log.rank}})
             else:
                 group = S[e] if 0 <= e < len(S) else ""
-                evs.append(_cc_event(pid, log, ts, dur, complete, kind, nc, ret, a, b, c, d, group))
+                ev = _cc_event(pid, log, ts, dur, complete, kind, nc, ret, a, b, c, d, group)
+                ev["args"]["in_exec"] = in_exec if in_exec >= 0 else None
+                if over:
+                    ev["args"]["ended_after_its_execution_us"] = over / 1000.0
+                evs.append(ev)
                 if self.deps:
                     flow_n = self._cc_flows(evs, pid, log, nc, t0, ts, group, b, exec_marks, off, flow_n)
         self._emit(evs)
@@ -144,7 +157,8 @@ class _Templates:
         self.exec_tpl: dict[int, str] = {}
         self.cc_tpl: dict[tuple[int, int, int, int], str] = {}
 
-    def add(self, kind: int, ts: float, dur: float, nc: int, a: int, b: int, c: int, d: int, e: int) -> bool:
+    def add(self, kind: int, ts: float, dur: float, nc: int, a: int, b: int, c: int, d: int, e: int,
+            in_exec: int = -1) -> bool:
         """Render the record if it is of a templated kind; False when it is not."""
         if kind == fmt.KIND_EXEC:
             tpl = self.exec_tpl.get(a)
@@ -159,7 +173,7 @@ class _Templates:
             tpl = self.cc_tpl.get(key)
             if tpl is None:
                 tpl = self.cc_tpl[key] = self._cc(kind, a, d, e)
-            self.rendered.append((tpl % (ts, dur, nc, b, c, nc)).encode())
+            self.rendered.append((tpl % (ts, dur, nc, b, c, nc, in_exec if in_exec >= 0 else "null")).encode())
             self.events += 1
             return True
         return False
@@ -179,14 +193,58 @@ class _Templates:
             '{"name":"nc_exec","cat":"exec",' + common))
 
     def _cc(self, kind: int, a: int, d: int, e: int) -> str:
-        """A collective of one kind, op, dtype and group (ts, dur, tid, seq, bytes, nc)."""
+        """A collective of one kind, op, dtype and group (ts, dur, tid, seq, bytes, nc, in_exec)."""
         log, S = self.log, self.log.strings
         gr = group_ranks(S[e] if 0 <= e < len(S) else "")
         return ('{"name":"' + fmt.KINDS.get(kind, {}).get("name", "cc_op_exec") + '","cat":"cc","ph":"X",'
                 f'"ts":%.3f,"dur":%.3f,"pid":{self.pid},"tid":%d,"args":{{"op":{json.dumps(S[a] if 0 <= a < len(S) else "?")},'
                 f'"seq":%d,"group":{json.dumps(gr)},"peers":{json.dumps([r for r in gr if r != log.rank])},'
                 f'"bytes":%d,"dtype":{json.dumps(S[d] if 0 <= d < len(S) else "")},"nd":{log.nd},"nc":%d,'
-                f'"rank":{log.rank},"ret":0}}}}')
+                f'"rank":{log.rank},"ret":0,"in_exec":%s}}}}')
+
+
+def enclosing_executions(rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each record, the execution of its core it started inside (a collective run by a graph,
+    as compiled collectives are): that execution's id and end (0: still in flight), -1 and 0 when
+    none.  Executions of one core do not overlap, so the latest one started at or before the
+    record's start is the only candidate."""
+    n = len(rec)
+    in_exec, exec_end = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    is_exec = rec["kind"] == fmt.KIND_EXEC
+    cc = np.isin(rec["kind"], fmt.CC_KINDS)
+    if not (is_exec.any() and cc.any()):
+        return in_exec, exec_end
+    for nc in np.unique(rec["nc"][cc]).tolist():
+        ex = np.flatnonzero(is_exec & (rec["nc"] == nc))
+        if not len(ex):
+            continue
+        ex = ex[np.argsort(rec["t0"][ex], kind="stable")]
+        mine = np.flatnonzero(cc & (rec["nc"] == nc))
+        j = np.searchsorted(rec["t0"][ex], rec["t0"][mine], side="right") - 1
+        ok = j >= 0
+        cand = ex[np.maximum(j, 0)]
+        end = rec["t1"][cand]
+        ok &= (rec["state"][cand] != fmt.STATE_COMPLETE) | (rec["t0"][mine] < end)
+        in_exec[mine[ok]] = rec["b"][cand[ok]]
+        exec_end[mine[ok]] = np.where(rec["state"][cand[ok]] == fmt.STATE_COMPLETE, end[ok], 0)
+    return in_exec, exec_end
+
+
+def _load_events(pid: int, log: RankLog, off: int) -> list[dict]:
+    """Each graph's load on its core's row: ``model_load`` (the whole compile and load) with the
+    backend's ``nrt_load`` nested in it, from the load times the log's models carry."""
+    evs = []
+    for mid, m in sorted(log.models.items()):
+        load = m.get("load") or []
+        if len(load) != 3:
+            continue
+        nc = int(m.get("nc", 0))
+        args = {"nd": log.nd, "nc": nc, "model_id": mid, "graph": m.get("name", ""),
+                "neff": m.get("neff_name", ""), "backend": m.get("backend", ""), "rank": log.rank}
+        for name, t0 in (("model_load", load[0]), ("nrt_load", load[1])):
+            evs.append({"name": name, "cat": "load", "ph": "X", "ts": (t0 + off) / 1000.0,
+                        "dur": (load[2] - t0) / 1000.0, "pid": pid, "tid": nc, "args": args})
+    return evs
 
 
 def _exec_events(pid: int, log: RankLog, ts: float, dur: float, complete: bool, nc: int, ret: int, a: int,

@@ -14,7 +14,8 @@ from neuron_explorer.contracts.env import (
     CPU_UTIL, DEFAULT_MAX_EVENTS, DEVICE_PROFILE, FILTER_NC, FILTER_TYPE, FINAL_WRITE_TIMEOUT, FLUSH_PERIOD,
     HOST_MEMORY, MAX_EVENTS, MAX_SAMPLES, NAN_CHECK, ON_FAIL, OUTPUT_DIR, PROCESS_TAG, SAMPLE_PERIOD,
     SOURCE_DEBUG_VARS, SYSTEM_PROFILE, ndet_requested, parse_bool, parse_device_profile, parse_flag_leniently,
-    parse_max_events, parse_nc_filter, parse_positive_int, parse_type_filter)
+    named_types, parse_max_events, parse_nc_filter, parse_positive_int, parse_type_filter)
+from neuron_explorer.contracts.events import unproducible
 from neuron_explorer.util.ranges import IndexRanges
 
 
@@ -51,13 +52,15 @@ class CaptureConfig:
         raw = {k: v for k, v in env.items() if k.startswith(("NEURON_RT_INSPECT_", "NEURON_EXPLORER_", "NEURON_RT_DBG_NDET_"))
                or k in SOURCE_DEBUG_VARS or k == PROCESS_TAG}
         warnings: list[str] = []
+        type_filter = parse_type_filter(g(FILTER_TYPE))
+        warnings += [f"{FILTER_TYPE}: {w}" for w in unproducible(named_types(g(FILTER_TYPE)), host_has_gpu())]
         return cls(
             output_dir=g(OUTPUT_DIR) or "./output",
             system_profile=parse_bool(SYSTEM_PROFILE, g(SYSTEM_PROFILE), True),
             device_profile=parse_device_profile(g(DEVICE_PROFILE)),
             max_events_per_nc=parse_max_events(MAX_EVENTS, g(MAX_EVENTS)),
             nc_filter=parse_nc_filter(g(FILTER_NC)),
-            type_filter=parse_type_filter(g(FILTER_TYPE)),
+            type_filter=type_filter,
             cpu_util=parse_bool(CPU_UTIL, g(CPU_UTIL), True),
             host_memory=parse_bool(HOST_MEMORY, g(HOST_MEMORY), True),
             on_fail=parse_bool(ON_FAIL, g(ON_FAIL), False),
@@ -77,3 +80,9 @@ class CaptureConfig:
 
     def nc_enabled(self, nc: int) -> bool:
         return self.nc_filter is None or nc in self.nc_filter
+
+
+def host_has_gpu() -> bool:
+    """Does this host have an NVIDIA GPU driver loaded?  (Checked without importing a framework:
+    the filter is parsed at start-up, before torch or jax is imported.)"""
+    return os.path.exists("/proc/driver/nvidia/version")

@@ -36,6 +36,9 @@ class Model:
     constants_bytes: int = 0
     signature: str = ""
     artifacts: dict = field(default_factory=dict)  # extra data for device profiles (graph code, ...)
+    # (model_load start, nrt_load start, end) on the host monotonic clock, when the load was seen;
+    # NDET's log carries it so that neuron-det draws the load on the core's row
+    load_span: tuple[int, int, int] | tuple[()] = ()
 
 
 # Names under which the layers above register their consumers (see Runtime.register).

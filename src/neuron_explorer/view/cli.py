@@ -125,6 +125,8 @@ def view_command(args: argparse.Namespace) -> int:
         delay = progress_delay()
     except (GroupingError, ConfigError) as e:
         raise UsageError(str(e)) from None
+    for w in filt.warnings:
+        print(f"neuron-explorer: warning: {w}", file=sys.stderr)
     fmt = args.output_format
     out = args.output_file
     if out and out.endswith(os.sep) and fmt in ("summary-text", "summary-json"):

@@ -6,6 +6,9 @@ What the trace holds becomes the capture's vocabulary:
 - each execution of a jitted computation on a device -> ``nrt_execute`` + ``nc_exec_running``
   (the host call and the device span), one ``Model`` per computation and core;
 - each compilation seen in the trace -> ``model_load``;
+- each ``block_until_ready`` -> ``kbl_exec_wait`` (timed on the host clock by the plugin); each
+  kernel on a device stream (GPU hosts) -> ``device_exec``; the PjRt execute call's share before
+  the core starts -> ``runtime_execute`` (derived with the execution pair when the rows are stored);
 - the XLA ops inside each execution -> a device profile (``.ntff``), one per computation and core
   in ``model`` mode (first execution only) or one per core in ``session`` mode;
 - each computation's optimized HLO -> ``neff_<hash>_vnc_<nc>.neff``; JAX's Chrome trace ->
@@ -22,6 +25,7 @@ has exactly the files and encoding of any other.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import hashlib
 import os
@@ -69,6 +73,7 @@ def convert_trace(t: "TraceRecording") -> str | None:
         note.append("no xplane.pb from this process found under the trace directory: annotations only")
     else:
         note += conv.add_trace(xplane.load(xp), t.marks, t.anchors[0])
+    conv.add_waits(getattr(t, "waits", []))
     conv.add_sync_points(t.anchors[-1][0])
     cores = conv.core_stores()
     d = make_session_dir(cfg.output_dir, rt.ident.instance_id, rt.ident.pid, rt.anchors[0][1])
@@ -190,6 +195,7 @@ class _Conversion:
         self.exec_ids: dict[int, int] = {}  # next execution id per core
         self.first_done: set[tuple] = set()  # (computation, core) with a model-mode profile
         self.host_tid = threading.get_native_id()
+        self.started: list[tuple[int, int, int]] = []  # executions: (host start, core, execution id)
 
     def rec(self, nc: int, row: tuple) -> None:
         if self.cfg.nc_enabled(nc):
@@ -225,6 +231,8 @@ class _Conversion:
             else:
                 hs, he, htid = ds, de, self.host_tid
             self.rec(nc, (ev.EXEC_PAIR, hs, he, htid, m.id, eid, 0, ds, max(de, ds + 1)))
+            self.started.append((hs, nc, eid))
+            self._device_kernels(g, m, eid, labels, off)
             self._device_ops(g, m, eid, ds, de, comps[g.key].facts, labels, off)
         return [cnote, f"executions: {len(execs)}, computations: {len(comps)}, xla ops: "
                        f"{sum(len(g.ops) for g in execs)}"]
@@ -275,6 +283,28 @@ class _Conversion:
             track = labels.get((row.plane, row.line), (row.line, 0))[0]
             table.add_op(row.start + off, row.end + off, row.name, track, xi, flops=fl, nbytes=nb,
                          detail=detail, source=src)
+
+    def _device_kernels(self, g: xplane.Execution, m: Model, eid: int, labels: dict, off: int) -> None:
+        """``device_exec``: each kernel the execution ran on a device stream (a ``/device:`` plane,
+        as on GPU hosts; a CPU's ops run on host threads and are not kernels on a stream)."""
+        if not self.rt.enabled[ev.DEVICE_EXEC]:
+            return
+        for row in g.ops:
+            if row.plane.startswith("/device:"):
+                tid = labels.get((row.plane, row.line), ("", self.host_tid))[1]
+                self.rec(g.dev, (ev.DEVICE_EXEC, row.start + off, row.end + off, tid, m.id, eid, 0, 0, 0))
+
+    def add_waits(self, waits: list[tuple[int, int, int]]) -> None:
+        """``kbl_exec_wait`` for each ``block_until_ready``, on the core of the latest execution
+        started before the wait ended (its id in the event), else on the process's core."""
+        if not self.rt.enabled[ev.KBL_EXEC_WAIT]:
+            return
+        started = sorted(self.started)
+        starts = [s[0] for s in started]
+        for t0, t1, tid in waits:
+            i = bisect.bisect_right(starts, t1) - 1
+            nc, eid = (started[i][1], started[i][2]) if i >= 0 else (self.rt.ident.default_core, -1)
+            self.rec(nc, (ev.KBL_EXEC_WAIT, t0, t1, tid, -1, eid, 0, -1, 0))
 
     def add_sync_points(self, t_sync: int) -> None:
         """One sync point per core at the stop anchor: both clocks are the host monotonic clock

@@ -160,6 +160,7 @@ class TraceRecording:
         self.anchors = [clock.anchor("start")]
         self.marks: dict[str, tuple[int, int]] = {}
         self.annotations: list[tuple[int, int, int, str]] = []  # (start, end, thread id, label)
+        self.waits: list[tuple[int, int, int]] = []  # block_until_ready calls: (start, end, thread id)
         self.log_dir: str | None = None
         self.start_wall = time.time_ns()
         self.pid = os.getpid()
@@ -213,9 +214,45 @@ class TraceRecording:
         cls.__init__, cls.__enter__, cls.__exit__ = __init__, __enter__, __exit__
         self._restore.append((cls, orig_init, orig_enter, orig_exit))
 
+    def patch_waits(self) -> None:
+        """Time each ``block_until_ready`` (the method and ``jax.block_until_ready``; a call inside
+        another counts once) on the host monotonic clock: the host blocked on the device's results,
+        ``kbl_exec_wait`` (restored by ``unpatch``)."""
+        import jax
+        from jax._src import api, array
+
+        rec = self.waits.append
+        now = time.perf_counter_ns
+        tid = threading.get_native_id
+        inside = threading.local()
+
+        def timed(orig):
+            def wait(*a, **kw):
+                if getattr(inside, "on", False):
+                    return orig(*a, **kw)
+                inside.on = True
+                t0 = now()
+                try:
+                    return orig(*a, **kw)
+                finally:
+                    inside.on = False
+                    rec((t0, now(), tid()))
+            return wait
+
+        for owner, name in ((array.ArrayImpl, "block_until_ready"), (api, "block_until_ready"),
+                            (jax, "block_until_ready")):
+            orig = getattr(owner, name, None)
+            if orig is not None:
+                setattr(owner, name, timed(orig))
+                self._restore.append((owner, name, orig))
+
     def unpatch(self) -> None:
-        for cls, i, en, ex in self._restore:
-            cls.__init__, cls.__enter__, cls.__exit__ = i, en, ex
+        for r in self._restore:
+            if len(r) == 3:
+                setattr(*r)
+            else:
+                cls, i, en, ex = r
+                cls.__init__, cls.__enter__, cls.__exit__ = i, en, ex
         self._restore.clear()
 
     def start_sampler(self) -> None:
@@ -225,6 +262,8 @@ class TraceRecording:
             cfg = CaptureConfig.from_env()
         except Exception:
             return
+        for w in cfg.warnings:
+            _warn_once(w, w)
         if cfg.cpu_util or cfg.host_memory:
             from neuron_explorer.capture.samplers import HostSampler
 
@@ -253,6 +292,10 @@ def _begin(in_start: bool) -> None:
     global _active
     t = TraceRecording()
     t.patch_annotations()
+    try:
+        t.patch_waits()
+    except Exception as e:  # a JAX without these names: no waits, the rest still recorded
+        _warn_once("waits", f"block_until_ready not timed: {e}")
     t.start_sampler()
     if not in_start:
         t.mark(MARK_START)

@@ -8,6 +8,7 @@ is imported).
 * ``collectives``: c10d collectives, from Python and from C++ callers such as DDP;
 * ``copies``: host/device copies on CUDA hosts;
 * ``device``: device profiles (the ops inside an execution), ``neffs``: the graphs' ``.neff`` files;
+* ``waits``: the host blocked on handed-off work (``Work.wait``, synchronize) as ``kbl_exec_wait``;
 * ``tensors``: what the others read off tensors; ``state``: what the hooks keep between calls.
 """
 
@@ -23,9 +24,10 @@ from neuron_explorer.integrations.torch.copies import install_copies
 from neuron_explorer.integrations.torch.regions import install_regions, regions_enabled
 from neuron_explorer.integrations.torch.graphs import install_compile_start, install_dynamo
 from neuron_explorer.integrations.torch.state import Installed
+from neuron_explorer.integrations.torch.waits import install_waits, record_sync
 from neuron_explorer.runtime.core import Runtime
 
-__all__ = ["Installed", "install", "installed"]
+__all__ = ["Installed", "install", "installed", "record_sync"]
 
 _installed: Installed | None = None  # the one installation of this process
 
@@ -61,3 +63,4 @@ def install(rt: Runtime, torch) -> None:
         install_regions(rt, torch, core)
     if torch.cuda.is_available() and (rt.enabled[ev.NRT_TENSOR_READ] or rt.enabled[ev.NRT_TENSOR_WRITE]):
         install_copies(rt, torch, core)
+    install_waits(rt, torch)

@@ -5,7 +5,8 @@ and for the C++ callers such as DDP's reducer alike.  A kernel registered for th
 ``BackendSelect`` key (always in the key set, even under inference mode) sees every call,
 re-dispatches below itself to the real backend, and records the span when the ``Work`` completes:
 when it is waited on (``Work.wait``, patched) or, for work waited on elsewhere, when its future's
-callback runs, whichever comes first.
+callback runs, whichever comes first.  That moment is also a ``hw_notify`` (the completion reaching
+the host), and a ``Work.wait`` called from Python is a ``kbl_exec_wait`` (the host blocked on it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.integrations.torch.tensors import tensors_in
+from neuron_explorer.integrations.torch.waits import wait_recorder
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState
 
@@ -43,7 +45,7 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
     if c10d is None:
         return
     rt = inst.rt
-    _patch_work_wait(c10d.Work, inst.cc_complete)
+    _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core))
     lib = torch.library.Library("c10d", "IMPL")
     inst.lib = lib  # registrations live as long as the library object
     site = _KernelSite(inst, torch, c10d, core, _group_info(inst, torch))
@@ -115,6 +117,7 @@ class _KernelSite:
             self.PG, self.Work, self.keys_of, self.below, self.seqs, self.group_info
         append, tick = self.core.ring.append, self.core.ring.tick
         pending, complete, warn_once = inst.pending_cc, inst.cc_complete, inst.warn_once
+        notify = rt.enabled[ev.HW_NOTIFY]
 
         def kernel(*args, **kwargs):
             t0 = now_ns()
@@ -151,6 +154,9 @@ class _KernelSite:
                            token=token):
                     append((etype, t0, t1, tid, op_sid, seq, nbytes, dtype_sid, gsid))
                     tick()
+                    if notify:  # the completion reaching the host, on the thread that saw it
+                        append((ev.HW_NOTIFY, t1, t1, native_tid(), status, op_sid, seq, 0, gsid))
+                        tick()
                     if ndet is not None:
                         ndet.cc_end(token, t1, status)
 
@@ -163,7 +169,7 @@ class _KernelSite:
                     # the callback runs on the backend's thread and taking the GIL from it cost
                     # ~80 us per call.
                     key = id(work)
-                    pending[key] = (work, finish)  # keeps the Python wrapper (and its id) alive
+                    pending[key] = (work, finish, op_sid, seq, gsid)  # keeps the Python wrapper (and its id) alive
                     if not _blocking_caller(sys._getframe(1)):
                         work.get_future().add_done_callback(
                             lambda fut, key=key: complete(key, now_ns(), future_status(fut)))
@@ -184,19 +190,27 @@ def _blocking_caller(frame) -> bool:
         return False
 
 
-def _patch_work_wait(Work, complete: Callable[[int, int, int], None]) -> None:
-    """Record a collective's end when its Work is waited on, on the waiting thread."""
+def _patch_work_wait(Work, inst: Installed, waited: Callable | None) -> None:
+    """Record a collective's end when its Work is waited on, on the waiting thread, and the wait
+    itself (``kbl_exec_wait``) through ``waited``."""
     orig = Work.wait
     if getattr(orig, "_neuron_explorer", False):
         return
+    pending, complete = inst.pending_cc, inst.cc_complete
 
     def wait(self, *args, **kwargs):
+        key = id(self)
+        p = pending.get(key)  # taken before a completion callback can pop it
+        t0 = now_ns()
         try:
             r = orig(self, *args, **kwargs)
         except BaseException as e:
-            complete(id(self), now_ns(), _error_status(e))
+            complete(key, now_ns(), _error_status(e))
             raise
-        complete(id(self), now_ns(), 0)
+        t1 = now_ns()
+        complete(key, t1, 0)
+        if waited is not None:
+            waited(t0, t1, key, p)
         return r
 
     wait._neuron_explorer = True

@@ -106,7 +106,10 @@ def _inductor_kernels(fn) -> tuple[Any, list[str]] | None:
 class DeviceProfiler:
     """Decides which executions to profile and keeps their op tables until they are written."""
 
-    def __init__(self, rt: Runtime, mode: str) -> None:
+    def __init__(self, rt: Runtime, mode: str, precache: bool = True) -> None:
+        """``precache`` (``NeuronConfig(precache_node_info=True)``, the default): find what the op
+        recorder needs of each graph loaded so far now, and of each graph loaded later at its load,
+        instead of inside the graph's first profiled execution."""
         self.rt = rt
         self.mode = mode  # "model" or "session"
         self.lock = threading.Lock()
@@ -115,7 +118,22 @@ class DeviceProfiler:
         self.written_neffs: set[str] = set()
         self.inductor: dict[int, tuple[Any, list[str]] | None] = {}
         self.active = True
+        self.precaching = precache
+        if precache:
+            for m in list(rt.models):
+                self.precache(m)
 
+    def precache(self, model: Model) -> None:
+        """Per-graph metadata ahead of the graph's first profiled execution: an Inductor graph's
+        generated module and kernel names (a walk over the compiled callable's closures).  A graph
+        whose code is not there yet (a backward is compiled at its first call) is looked up when
+        it is first profiled, as without precaching."""
+        fn = model.artifacts.get("callable")
+        if not self.precaching or fn is None or model.backend != "inductor" or model.id in self.inductor:
+            return
+        kinfo = _inductor_kernels(fn)
+        if kinfo is not None:
+            self.inductor[model.id] = kinfo
     def wants(self, nc: int, model_id: int) -> bool:
         """Profile this execution?  Every one in session mode, a graph's first on a core in model mode."""
         if not self.active:

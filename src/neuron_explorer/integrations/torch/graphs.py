@@ -78,7 +78,7 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
         name=_model_name(co_name, label, hval), neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
         kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
         num_nodes=len(nodes), constants_bytes=consts, signature=signature(example_inputs),
-        artifacts={"code": code, "nodes": nodes},
+        artifacts={"code": code, "nodes": nodes}, load_span=(start, t_backend, t_end),
     )
     inst.compile_start = 0
     record_load(rt, core, model, start, t_backend, t_end)
@@ -110,6 +110,10 @@ def wrap_graph(inst: Installed, torch, core: CoreState, model: Model, compiled: 
     while getattr(fn, "_torchdynamo_orig_callable", None) is not None and \
             getattr(fn, "_torchdynamo_wrapper_id", None) == id(fn):
         fn = fn._torchdynamo_orig_callable
+    model.artifacts["callable"] = fn  # what a device profiler precaches node info from
+    dp = inst.rt.devprof
+    if dp is not None and hasattr(dp, "precache"):
+        dp.precache(model)  # a graph loaded while device profiles are on
     return wrap_execution(inst.rt, torch, core, model, fn, backward_finder(inst, torch, core, model))
 
 
@@ -156,6 +160,7 @@ def instrument_backward(inst: Installed, torch, core: CoreState, model: Model, o
     )
     announce_model(inst, bmodel)
     cache_neff(rt, bmodel)
+    bmodel.artifacts["callable"] = orig_bw
     wrapped = wrap_execution(rt, torch, core, bmodel, orig_bw)
     fcls.backward = staticmethod(wrapped)
     fcls._neuron_explorer_wrapped = True

@@ -15,6 +15,8 @@ from neuron_explorer.runtime.core import Runtime
 
 __all__ = ["Installed", "env_switch"]
 
+DONE_CC_KEPT = 64  # completed collectives remembered for a later Work.wait
+
 
 class Installed:
     """What ``install`` set up, and the state its hooks keep between calls."""
@@ -30,6 +32,11 @@ class Installed:
         self.lib = None
         # id(Work) -> (Work, finish(t1, status)) for collectives whose end is not recorded yet
         self.pending_cc: dict[int, tuple] = {}
+        # id(Work) -> (Work, op, seq, group) of collectives completed but not waited on yet (what a
+        # later Work.wait names).  The Work is kept so that its id stays its own: a completion before
+        # the op has returned to Python would otherwise free the wrapper, and Python would get a new
+        # one.  Bounded, since work waited on in C++ (DDP's buckets) is never waited on here.
+        self.done_cc: dict[int, tuple] | None = None
         self.warned: set[str] = set()
         self.eager = None  # the eager hooks (integrations.torch.eager.Eager), when installed
 
@@ -43,6 +50,11 @@ class Installed:
         """Record the end of the collective whose Work has id ``key``, unless it was recorded."""
         p = self.pending_cc.pop(key, None)  # atomic under the GIL: the first of wait/callback records
         if p is not None:
+            done = self.done_cc
+            if done is not None:  # before the record: a waiter on another thread looks here next
+                done[key] = p[:1] + p[2:]
+                if len(done) > DONE_CC_KEPT:
+                    done.pop(next(iter(done)), None)
             p[1](t1, status)
 
 
