@@ -351,7 +351,10 @@ def _patch_backward(eg: Eager, torch) -> None:
             finally:
                 tl.depth = 0
                 if pending:
-                    _end_waited_collectives(eg.inst)
+                    try:  # never turn the user's backward into our error
+                        _end_waited_collectives(eg.inst)
+                    except Exception as e:  # noqa: BLE001
+                        eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
 
         return run
 
@@ -366,9 +369,9 @@ def _end_waited_collectives(inst: Installed) -> None:
     (the last step's all-reduce went missing).  Their end is then the backward's end, an upper
     bound; those whose callback ran keep its exact time."""
     t1 = now_ns()
-    for key, (work, _finish) in list(inst.pending_cc.items()):
+    for key, entry in list(inst.pending_cc.items()):
         try:  # (its future completes before the Work's own flag is set: DDP waited on the future)
-            fut = work.get_future()
+            fut = entry[0].get_future()  # entry: (Work, finish, ...): see Installed.pending_cc
             if fut.done():
                 inst.cc_complete(key, t1, future_status(fut))
         except Exception:
