@@ -177,7 +177,7 @@ class _Fields:
             raise self._bad("models", v, "a list of models")
         out: dict[int, dict] = {}
         for i, m in enumerate(v):
-            if not isinstance(m, dict) or type(m.get("id")) is not int or \
+            if not isinstance(m, dict) or type(m.get("id")) is not int or not 0 <= m["id"] < 1 << 63 or \
                     not all(isinstance(m.get(k, ""), str) for k in ("name", "neff_name")):
                 raise self._bad(f"models[{i}]", m, 'an object with an integer "id" and string "name"/"neff_name"')
             load = m.get("load", [])
