@@ -92,6 +92,7 @@ def adopt_compiled_graphs(rt, torch) -> int:
     import hashlib
 
     from neuron_explorer.integrations import torch as torch_integration
+    from neuron_explorer.integrations.torch.flops import count_first_call
     from neuron_explorer.integrations.torch.graphs import announce_model, wrap_graph
 
     inst = torch_integration.installed()
@@ -113,7 +114,7 @@ def adopt_compiled_graphs(rt, torch) -> int:
             model = rt.add_model(name=f"graph_{name}"[:64], neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}",
                                  backend="adopted", kind="forward", nc_idx=core.nc)
             announce_model(inst, model)
-            new = torch._dynamo.disable(wrap_graph(inst, torch, core, model, inner))
+            new = torch._dynamo.disable(wrap_graph(inst, torch, core, model, count_first_call(torch, rt, model, inner)))
             new._neuron_explorer_adopted = True
             g[key] = new
             n += 1

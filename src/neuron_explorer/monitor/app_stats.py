@@ -183,6 +183,14 @@ class AppStats:
             if int(nc_idx) not in self._cores:
                 self._cores[int(nc_idx)] = _Core()
 
+    def set_model_flops(self, model_id: int, flops: float) -> None:
+        """A graph's flop count learned after its load (an eager graph counts its first call);
+        executions counted from now on add them."""
+        with self._lock:
+            m = self._models.get(int(model_id))
+            if m is not None:
+                m["flops"] = float(flops)
+
     def on_execution(self, model_id: int, nc_idx: int, host_ns: int, device_ns: int, status: str,
                      end_ns: int | None = None) -> None:
         """Count one execution: its outcome, latencies, busy time and flops on its core.

@@ -20,6 +20,7 @@ from typing import Any
 
 from neuron_explorer.capture.device import OpTable, write_device_trace
 from neuron_explorer.contracts.layout import model_ntff_name, session_ntff_name
+from neuron_explorer.integrations.torch.flops import op_flops
 from neuron_explorer.integrations.torch.neffs import write_neffs
 from neuron_explorer.integrations.torch.tensors import tensor_bytes, tensor_summary
 from neuron_explorer.runtime import clock
@@ -45,6 +46,10 @@ class _Recorder:
         recorder = self
 
         class Mode(TorchDispatchMode):
+            @classmethod
+            def ignore_compile_internals(cls) -> bool:
+                return True  # a torch.compile inside an eager graph compiles as without us
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 t0 = now_ns()
@@ -59,13 +64,7 @@ class _Recorder:
         self.flops_of = flop_registry
 
     def op(self, func, args, kwargs, out, t0: int, t1: int) -> None:
-        flops = None
-        f = self.flops_of.get(getattr(func, "overloadpacket", None))
-        if f is not None:
-            try:
-                flops = float(f(*args, **kwargs, out_val=out))
-            except Exception:
-                flops = None
+        flops = op_flops(self.flops_of, func, args, kwargs, out)
         self.table.add_op(t0, t1, str(func.name()), "aten", self.exec_idx, flops=flops,
                           nbytes=tensor_bytes(args) + tensor_bytes(out), detail=_shapes(args))
 

@@ -32,6 +32,7 @@ from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import future_status
 from neuron_explorer.integrations.torch.execution import general_path
+from neuron_explorer.integrations.torch.flops import FlopCounter, learn_flops
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
 from neuron_explorer.integrations.torch.state import Installed, env_switch
@@ -251,21 +252,26 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
         return out
 
     def first(ex: _Exec, fn, args, kwargs):
-        """A graph's first call: recorded unless compiled graphs ran inside it."""
+        """A graph's first call: recorded unless compiled graphs ran inside it; its flops are
+        counted on the way (integrations/torch/flops.py)."""
         c0 = executions()
         dp = devprof_cell[0]
+        fc = FlopCounter(torch)
         if dp is not None and dp.wants(nc, ex.materialize().id):
             # profiled from its first call (model mode profiles only that one); should compiled
             # graphs run inside, this one call is recorded besides them, then never again
             try:
-                return general(ex, fn, args, kwargs)
+                with fc:
+                    return general(ex, fn, args, kwargs)
             finally:
                 ex.known = True
                 ex.skip = executions() - c0 > 1
+                learn_flops(rt, ex.model, fc.flops)
         t0 = now_ns()
         ret = 1
         try:
-            out = fn(*args, **kwargs)
+            with fc:
+                out = fn(*args, **kwargs)
             ret = 0
         finally:
             t1 = now_ns()
@@ -273,6 +279,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
                 ex.skip = True  # compiled graphs ran inside: they are the executions
             else:
                 finish(ex.materialize().id, next_eid(), t0, t1, ret, False)
+                learn_flops(rt, ex.model, fc.flops)
             ex.known = True
         return out
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.integrations.torch.execution import BackwardFinder, wrap_execution
+from neuron_explorer.integrations.torch.flops import graph_flops
 from neuron_explorer.integrations.torch.neffs import cache_neff
 from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.integrations.torch.tensors import signature
@@ -74,11 +75,13 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
     for p in list(gm.parameters()) + list(gm.buffers()):
         consts += p.numel() * p.element_size()
     start = inst.compile_start or t_backend
+    fwd_flops, bwd_flops = graph_flops(gm, example_inputs)
     model = rt.add_model(
         name=_model_name(co_name, label, hval), neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
         kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
         num_nodes=len(nodes), constants_bytes=consts, signature=signature(example_inputs),
-        artifacts={"code": code, "nodes": nodes}, load_span=(start, t_backend, t_end),
+        artifacts={"code": code, "nodes": nodes, "bwd_flops": bwd_flops}, load_span=(start, t_backend, t_end),
+        flops=fwd_flops or 0.0,
     )
     inst.compile_start = 0
     record_load(rt, core, model, start, t_backend, t_end)
@@ -156,7 +159,7 @@ def instrument_backward(inst: Installed, torch, core: CoreState, model: Model, o
     bmodel = rt.add_model(
         name=model.name + "_bwd", neff_name=f"neff_{bh}", graph_hash=f"{bh:016x}",
         backend=model.backend, kind="backward", nc_idx=core.nc, source_location=model.source_location,
-        module_path=model.module_path, signature="(grad_outputs)",
+        module_path=model.module_path, signature="(grad_outputs)", flops=model.artifacts.get("bwd_flops") or 0.0,
     )
     announce_model(inst, bmodel)
     cache_neff(rt, bmodel)
@@ -174,7 +177,7 @@ def announce_model(inst: Installed, model: Model, code_bytes: int = 0) -> None:
     if stats is None:
         return
     try:
-        stats.on_model_load(model.id, model.name, model.nc_idx, None, code_bytes=code_bytes,
+        stats.on_model_load(model.id, model.name, model.nc_idx, model.flops or None, code_bytes=code_bytes,
                             constants_bytes=model.constants_bytes)
         consts = sum(m.constants_bytes for m in rt.models)
         code = sum(len(m.artifacts.get("code", "")) for m in rt.models)

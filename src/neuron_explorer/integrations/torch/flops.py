@@ -1,0 +1,171 @@
+"""Flop counts of PyTorch graphs: what neuron-monitor's ``flops`` and a model's ``ModelInfo.flops``
+come from (docs/decisions/0049-graph-flops.md).
+
+Both ways use PyTorch's own per-operator formulas (``torch.utils.flop_counter.flop_registry``):
+an operator without a formula adds nothing, and a graph in which no operator has one has no known
+flop count (``None``), never 0.
+
+* **Compiled graphs** (``graph_flops``): right after the backend compiled a Dynamo graph, the
+  graph is run once more on *fake* tensors of the example inputs' shapes, in a fresh
+  ``FakeTensorMode``, and its backward too when an output needs gradients.  Nothing real is
+  computed or mutated (fake tensors have no data; a parameter or buffer the graph updates in
+  place is updated only in its fake copy), and the user's code is not run again: a Dynamo graph
+  holds only tensor operations.
+* **Eager graphs** (``FlopCounter``): a root module's, backward's or optimizer step's *first*
+  call runs with a light dispatch mode that adds the formulas up.  It declares
+  ``ignore_compile_internals`` so that a ``torch.compile`` inside the call compiles exactly as
+  without it (Dynamo otherwise skips, for good, frames first seen while a dispatch mode is active).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+__all__ = ["FlopCounter", "count_first_call", "graph_flops", "learn_flops", "op_flops"]
+
+
+def op_flops(registry: dict, func, args, kwargs: dict, out) -> float | None:
+    """One ATen call's flops by PyTorch's formula; None when the op has none or it fails."""
+    f = registry.get(getattr(func, "overloadpacket", None))
+    if f is None:
+        return None
+    try:
+        v = float(f(*args, **kwargs, out_val=out))
+    except Exception:  # a formula that does not take these arguments: unknown, not an error
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _counter_mode(torch):
+    """The dispatch mode class (made once per process: importing it costs ~10 ms)."""
+    global _MODE
+    if _MODE is None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
+
+        class _Mode(TorchDispatchMode):
+            @classmethod
+            def ignore_compile_internals(cls) -> bool:
+                return True  # torch.compile inside compiles as it would without us
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.total = 0.0
+                self.known = False
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                v = op_flops(flop_registry, func, args, kwargs, out)
+                if v is not None:
+                    self.total += v
+                    self.known = True
+                return out
+
+        _MODE = _Mode
+    return _MODE
+
+
+_MODE = None
+
+
+class FlopCounter:
+    """``with FlopCounter(torch) as fc: ...`` then ``fc.flops`` (None when no op had a formula).
+    Failing to set up counts nothing and never stops the code inside from running."""
+
+    def __init__(self, torch) -> None:
+        self.mode = None
+        self.flops: float | None = None
+        try:
+            self.mode = _counter_mode(torch)()
+        except Exception:
+            self.mode = None
+
+    def __enter__(self) -> "FlopCounter":
+        if self.mode is not None:
+            try:
+                self.mode.__enter__()
+            except Exception:
+                self.mode = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        m = self.mode
+        if m is None:
+            return
+        m.__exit__(None, None, None)
+        self.flops = m.total if m.known else None
+
+
+def graph_flops(gm, example_inputs) -> tuple[float | None, float | None]:
+    """(forward, backward) flops of one execution of a Dynamo graph, counted on fake tensors of
+    ``example_inputs``' shapes; backward is None for an inference graph.  Any failure (an op
+    without a fake kernel, a data-dependent shape) leaves the count unknown: (None, None)."""
+    try:
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fm = FakeTensorMode(allow_non_fake_inputs=True)
+        with fm:
+            fakes = [_fake_like(torch, e) for e in example_inputs]
+        with fm, FlopCounter(torch) as fc:
+            mode = fc.mode
+            if mode is None:
+                return None, None
+            out = gm.forward(*fakes)  # the graph itself: no module hooks (ours or the user's)
+            fwd, known = mode.total, mode.known
+            ran = _backward(torch, out, fakes)
+            bwd = mode.total - fwd if ran and mode.total > fwd else None
+        return (fwd if known else None), bwd
+    except Exception:
+        return None, None
+
+
+def _fake_like(torch, e: Any):
+    if not isinstance(e, torch.Tensor):
+        return e
+    return torch.empty_strided(tuple(e.shape), tuple(e.stride()), dtype=e.dtype, device=e.device,
+                               requires_grad=bool(e.requires_grad))
+
+
+def _backward(torch, out, inputs: list) -> bool:
+    """Run the backward of ``out`` (ones as gradients) w.r.t. the inputs that need gradients;
+    False when nothing needs one (an inference graph)."""
+    outs = [o for o in (out if isinstance(out, (list, tuple)) else (out,))
+            if isinstance(o, torch.Tensor) and o.requires_grad]
+    ins = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    if not outs or not ins or not torch.is_grad_enabled():
+        return False
+    torch.autograd.grad(outs, ins, [torch.ones_like(o) for o in outs], allow_unused=True)
+    return True
+
+
+def learn_flops(rt, model, flops: float | None) -> None:
+    """Give a graph the flops counted after its load (``ModelInfo.flops``, the monitor's
+    ``flops``); never raises into the user's call."""
+    if flops is None or model is None or model.flops:
+        return
+    model.flops = flops
+    if rt.stats is not None:
+        try:
+            rt.stats.set_model_flops(model.id, flops)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def count_first_call(torch, rt, model, fn: Callable) -> Callable:
+    """``fn`` whose first call counts the graph's flops (a graph compiled before the runtime
+    started has no Dynamo graph left to count on fake tensors); later calls pay one flag test."""
+    pending = [True]
+
+    def run(*args, **kwargs):
+        if pending[0]:
+            pending[0] = False
+            with FlopCounter(torch) as fc:
+                out = fn(*args, **kwargs)
+            learn_flops(rt, model, fc.flops)
+            return out
+        return fn(*args, **kwargs)
+
+    return run

@@ -1,0 +1,90 @@
+"""Each graph's flop count (``ModelInfo.flops``, neuron-monitor's ``flops``), compiled and eager,
+and the promise that counting it changes nothing in the user's program
+(docs/decisions/0049-graph-flops.md)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .helpers import sessions
+from .test_device_and_api import _run_script
+
+# Linear(16, 32) -> ReLU -> Linear(32, 4) on a batch of 8, by PyTorch's formulas:
+FWD = 2 * 8 * (16 * 32 + 32 * 4)  # two addmm
+BWD = 2 * 8 * 32 * 4 + 2 * 32 * 4 * 8 + 2 * 16 * 32 * 8  # grad input of layer 2, grad weights of both
+
+STEP = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+run = {wrap}
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 16), torch.randn(8, 4)
+for _ in range(3):
+    loss = torch.nn.functional.mse_loss(run(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def _flops_by_kind(out) -> dict[str, float]:
+    (s,) = sessions(out)
+    return {m.kind: m.flops for m in s.models}
+
+
+@pytest.mark.parametrize("wrap", ["model", 'torch.compile(model, backend="aot_eager")'])
+def test_a_graph_knows_its_forward_and_backward_flops(tmp_path, wrap):
+    out = tmp_path / "out"
+    _run_script(tmp_path, STEP.format(wrap=wrap), NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
+    flops = _flops_by_kind(out)
+    assert flops["forward"] == FWD and flops["backward"] == BWD, flops
+    if "optimizer" in flops:
+        assert flops["optimizer"] == 0  # SGD's foreach ops have no formula: unknown, stored as 0
+
+
+PROBE = """
+import json, torch
+calls = []
+def counting(gm, example_inputs):
+    calls.append(len(gm.graph.nodes))
+    return gm.forward
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8),
+                                                       torch.nn.Dropout(0.5)), backend=counting)
+        self.head = torch.nn.Linear(8, 2)
+    def forward(self, x):
+        return self.head(self.inner(x))
+torch.manual_seed(0)
+m, x = Outer(), torch.randn(4, 8)
+sums = []
+for _ in range(3):
+    out = m(x)
+    out.sum().backward()
+    sums.append(float(out.sum()))
+    after_first = len(calls) if not sums[:-1] else after_first
+bn = m.inner._orig_mod[1]
+print(json.dumps({"compiles_after_first_call": after_first, "compiles": len(calls), "sums": sums,
+                  "batches": int(bn.num_batches_tracked), "mean": bn.running_mean.tolist(),
+                  "rng": torch.random.get_rng_state().sum().item()}))
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"NEURON_RT_INSPECT_DEVICE_PROFILE": "model"}, {"NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}],
+                         ids=["system", "device-model", "device-session"])
+def test_counting_flops_changes_nothing_in_the_program(tmp_path, env):
+    """A torch.compile inside an eager module still compiles on its first call, once, while the first
+    call's flops are counted (and while a device profile records it); the fake run that counts a
+    compiled graph's flops leaves BatchNorm's buffers and the random number generator alone."""
+    plain = json.loads(_run_script(tmp_path, PROBE).stdout)
+    out = tmp_path / "out"
+    seen = json.loads(_run_script(tmp_path, PROBE, NEURON_RT_INSPECT_ENABLE="1",
+                                  NEURON_RT_INSPECT_OUTPUT_DIR=str(out), **env).stdout)
+    assert plain["compiles_after_first_call"] >= 1
+    assert seen == plain
+    (s,) = sessions(out)
+    compiled = [m for m in s.models if m.backend != "eager"]
+    assert compiled and compiled[0].flops == 2 * 4 * 8 * 8  # the inner Linear's addmm, on fake tensors
