@@ -3,7 +3,9 @@
 PyTorch imports every ``torch.backends`` entry point at the end of ``import torch`` and fails the
 user's import when one cannot be loaded.  This module imports nothing at load time and swallows
 every error of the real hook (``neuron_explorer.discovery``), so a damaged, partial or mismatched
-install of neuron-explorer can never stop ``import torch``.
+install of neuron-explorer can never stop ``import torch``.  It is a single file that the wheel
+places at the root of site-packages (pyproject's force-include), a real file even in an editable
+install, so that deleting or moving the checkout an editable install points at leaves it working.
 """
 
 __all__ = ["on_torch_import"]
