@@ -186,33 +186,12 @@ class TraceRecording:
         """Time each ``TraceAnnotation`` on the host monotonic clock (restored by ``unpatch``)."""
         import jax.profiler as jprof
 
-        cls = jprof.TraceAnnotation
-        orig_init = cls.__init__
-        orig_enter = cls.__enter__
-        orig_exit = cls.__exit__
+        from neuron_explorer.integrations.jax.regions import time_annotations
+
         rec = self.annotations.append
-        now = time.perf_counter_ns
         tid = threading.get_native_id
-
-        def __init__(self_, name, *a, **kw):
-            orig_init(self_, name, *a, **kw)
-            self_._nx_name = str(name)
-
-        def __enter__(self_):
-            r = orig_enter(self_)
-            self_._nx_t0 = now()
-            return r
-
-        def __exit__(self_, *exc):
-            t1 = now()
-            r = orig_exit(self_, *exc)
-            t0 = getattr(self_, "_nx_t0", None)
-            if t0 is not None:
-                rec((t0, t1, tid(), getattr(self_, "_nx_name", "")))
-            return r
-
-        cls.__init__, cls.__enter__, cls.__exit__ = __init__, __enter__, __exit__
-        self._restore.append((cls, orig_init, orig_enter, orig_exit))
+        self._restore.append(time_annotations(jprof.TraceAnnotation, lambda t0, t1, name: rec((t0, t1, tid(), name)),
+                                              "_nx_trace", time.perf_counter_ns))
 
     def patch_waits(self) -> None:
         """Time each ``block_until_ready`` (the method and ``jax.block_until_ready``; a call inside

@@ -19,7 +19,7 @@ import threading
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime import clock
 
-__all__ = ["install_regions"]
+__all__ = ["install_regions", "time_annotations"]
 
 now_ns = clock.now_ns
 
@@ -50,27 +50,37 @@ def _patch_trace_annotation(record) -> None:
     cls = jp.TraceAnnotation
     if getattr(cls, "_nx_regions", False):
         return
+    time_annotations(cls, record, "_nx_region", now_ns)
+    cls._nx_regions = True
+
+
+def time_annotations(cls, on_exit, attr: str, now) -> tuple:
+    """Patch ``TraceAnnotation``-like ``cls`` so each ``with`` calls ``on_exit(t0, t1, label)``
+    (``now`` the clock); ``attr`` prefixes the attributes kept on the instance, so that two
+    patches (the regions here, the plugin's trace) stack without sharing them.  Returns
+    ``(cls, __init__, __enter__, __exit__)`` as they were, to restore."""
     orig_init, orig_enter, orig_exit = cls.__init__, cls.__enter__, cls.__exit__
+    a_label, a_t0 = attr + "_label", attr + "_t0"
 
     def __init__(self, name, *a, **kw):
         orig_init(self, name, *a, **kw)
-        self._nx_label = str(name)
+        setattr(self, a_label, str(name))
 
     def __enter__(self):
         r = orig_enter(self)
-        self._nx_t0 = now_ns()
+        setattr(self, a_t0, now())
         return r
 
     def __exit__(self, *exc):
-        t1 = now_ns()
+        t1 = now()
         r = orig_exit(self, *exc)
-        t0 = getattr(self, "_nx_t0", None)
+        t0 = getattr(self, a_t0, None)
         if t0 is not None:
-            record(t0, t1, getattr(self, "_nx_label", ""))
+            on_exit(t0, t1, getattr(self, a_label, ""))
         return r
 
     cls.__init__, cls.__enter__, cls.__exit__ = __init__, __enter__, __exit__
-    cls._nx_regions = True
+    return cls, orig_init, orig_enter, orig_exit
 
 
 def _patch_named_scope(jx, record) -> None:
