@@ -66,15 +66,20 @@ class Apps:
             assert time.monotonic() < deadline
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(self.procs)
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every process still running, then wait (SIGKILL after 10 s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from installed import make_installed_python
-from monitor_helpers import write_config
+from monitor_helpers import stop_all, write_config
 
 from neuron_explorer.monitor import endpoint
 
@@ -51,15 +51,7 @@ class Procs:
         return p
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(self.procs)
 
 
 @pytest.fixture
