@@ -9,7 +9,10 @@ What is attributed, per core (the tensor's CUDA device, or this process's core o
 
 * ``parameters``: parameters and buffers of every module built after torch was instrumented (the
   global registration hooks) and every parameter an optimizer stepped;
-* ``gradients``: their ``.grad``; ``optimizer_state``: tensors in the stepped optimizers' ``state``;
+* ``gradients``: their ``.grad``, as it was at the latest optimizer step (read on the training thread
+  just before the step, at most every ``GRAD_SNAPSHOT_S``: the autograd engine assigns ``.grad``
+  without holding the GIL, so reading it from the sampler thread during a backward races with that
+  write and crashed the process); ``optimizer_state``: tensors in the stepped optimizers' ``state``;
 * ``tensors``: on CUDA, the caching allocator's allocated bytes minus the three above; on the CPU,
   the C heap in use (glibc ``mallinfo2``: arena bytes in use plus mmapped blocks) beyond what it
   was when torch was instrumented, minus the three above -- activations and other tensors, plus
@@ -17,13 +20,15 @@ What is attributed, per core (the tensor's CUDA device, or this process's core o
 * ``model_code``: the compiled graphs' code the runtime keeps (``Model.artifacts["code"]``);
 * ``allocator_cache`` (CUDA): reserved but not allocated by the caching allocator.
 
-Storages are counted once however many tensors view them.  Nothing here runs per step except one
-dictionary store when an optimizer steps.
+Storages are counted once however many tensors view them.  Per step, nothing here runs but one
+dictionary store and a clock read when an optimizer steps (plus the gradient snapshot, at most
+every ``GRAD_SNAPSHOT_S``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 import weakref
 from typing import Any, Callable
 
@@ -33,6 +38,9 @@ from neuron_explorer.runtime.core import Runtime
 __all__ = ["MemorySource", "heap_in_use", "install_memory"]
 
 Sample = dict[tuple[int, str], int]
+
+#: The gradients are read again at most this often (seconds), on the thread that steps.
+GRAD_SNAPSHOT_S = 0.1
 
 
 class _MallInfo2(ctypes.Structure):
@@ -71,6 +79,8 @@ class MemorySource:
         self.optimizers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> optimizer
         self.heap_baseline = heap_in_use()
         self.cuda = bool(torch.cuda.is_available())
+        # optimizer id -> ((storage key, core, bytes) of its gradients, when read): see the module
+        self.grads: dict[int, tuple[list[tuple[int, int, int]], float]] = {}
 
     # -- hooks (model construction and once per optimizer step) -------------------------------
     def on_tensor_registered(self, _module, _name, tensor):
@@ -79,6 +89,30 @@ class MemorySource:
 
     def on_optimizer_step(self, optimizer, _args, _kwargs):
         self.optimizers[id(optimizer)] = optimizer
+
+    def before_optimizer_step(self, optimizer, _args, _kwargs):
+        """Read the gradients the step is about to use, on the thread that steps (the backward
+        that wrote them is over)."""
+        key = id(optimizer)
+        now = time.monotonic()
+        old = self.grads.get(key)
+        if old is not None and now - old[1] < GRAD_SNAPSHOT_S:
+            return
+        try:
+            snap = []
+            for g in list(getattr(optimizer, "param_groups", ())):
+                for p in g.get("params", ()):
+                    t = getattr(p, "grad", None)
+                    if isinstance(t, self.torch.Tensor):
+                        st = t.untyped_storage()
+                        snap.append((st.data_ptr(), self._core_of(t), int(st.nbytes())))
+            self.grads[key] = (snap, now)
+            if len(self.grads) > len(self.optimizers) + 8:  # optimizers gone: keep the live ones
+                live = set(self.optimizers.keys()) | {key}
+                for k in [k for k in self.grads if k not in live]:
+                    del self.grads[k]
+        except (RuntimeError, NotImplementedError):
+            pass  # a meta, sparse or fake gradient: nothing to count
 
     # -- sampling (sampler and publisher threads) --------------------------------------------
     def _core_of(self, t) -> int:
@@ -111,9 +145,11 @@ class MemorySource:
                 params.extend(g.get("params", ()))
         for p in params:
             self._add(out, seen, "parameters", p)
-        for p in params:
-            if p is not None:
-                self._add(out, seen, "gradients", getattr(p, "grad", None))
+        for snap, _ in list(self.grads.values()):
+            for key, nc, nbytes in snap:
+                if key and key not in seen:
+                    seen.add(key)
+                    out[(nc, "gradients")] = out.get((nc, "gradients"), 0) + nbytes
         for opt in opts:
             for state in list(getattr(opt, "state", {}).values()) if opt is not None else ():
                 for v in list(state.values()) if isinstance(state, dict) else ():
@@ -164,8 +200,12 @@ def install_memory(rt: Runtime, torch) -> MemorySource | None:
         reg = getattr(mod, name, None)
         if reg is not None:
             reg(src.on_tensor_registered)
-    reg = getattr(importlib.import_module("torch.optim.optimizer"), "register_optimizer_step_post_hook", None)
+    opt_mod = importlib.import_module("torch.optim.optimizer")
+    reg = getattr(opt_mod, "register_optimizer_step_post_hook", None)
     if reg is not None:
         reg(src.on_optimizer_step)
+    reg = getattr(opt_mod, "register_optimizer_step_pre_hook", None)
+    if reg is not None:
+        reg(src.before_optimizer_step)
     rt.register(ds.DEVICE_MEMORY_SOURCE, src)
     return src
