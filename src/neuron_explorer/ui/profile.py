@@ -276,34 +276,36 @@ class Profile:
 
     # ---------------------------------------------------------------- the index build
     def _flow_sql(self, part: str) -> str:
-        """SQL for an event's flow id (0: none) from ``SystemProfileEvents.flow_id`` of a process's part.
+        """SQL for the flow ids of an event from ``SystemProfileEvents.flow_id`` of a process's part.
 
-        The column is a list with zero or one id per system event (a host call and its core execution
-        share one, as do the ranks of one collective); a plain integer column is read as is, and parts
-        without the column have no flows.
+        The column is a list (a host call is in its core execution's flow and, when a framework region
+        issued it, in the region's; the ranks of one collective share one); a plain integer column is
+        read as a one-element list, and parts without the column have no flows.
         """
         try:
             desc = self.cursor().execute(f"DESCRIBE SELECT * FROM read_parquet({quote(part)})").fetchall()
         except duckdb.Error:
-            return "0::BIGINT"
+            return "[]::BIGINT[]"
         typ = next((str(r[1]).upper() for r in desc if r[0] == "flow_id"), None)
         if typ is None:
-            return "0::BIGINT"
+            return "[]::BIGINT[]"
         if typ.endswith("[]"):
-            return "coalesce(ev.flow_id[1], 0)::BIGINT"
-        return "coalesce(ev.flow_id, 0)::BIGINT"
+            return "ev.flow_id::BIGINT[]"
+        return "CASE WHEN ev.flow_id IS NULL THEN []::BIGINT[] ELSE [ev.flow_id::BIGINT] END"
 
     def _read_events(self, files: list[str]) -> tuple[np.ndarray, ...]:
-        """(leaf, start, duration, id, flow id) of one process's events, sorted by leaf, start."""
-        cols = self.cursor().execute(f"""
+        """(leaf, start, duration, id, first flow id, extra rows, extra flow ids) of one process's events,
+        sorted by leaf, start (see :func:`neuron_explorer.ui.index_build.build_arrays`)."""
+        tab = self.cursor().sql(f"""
             SELECT l.leaf::INTEGER AS leaf, ev.start_ts AS s, (ev.end_ts - ev.start_ts)::BIGINT AS d,
                    coalesce(ev.id, -1)::BIGINT AS id, {self._flow_sql(files[0])} AS f
             FROM read_parquet({files_sql(files)}) ev
             JOIN {self.tag}_leaves l ON l.inst = ev.instance_id AND l.pid = ev.process_id
                  AND l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
-                 AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").fetchnumpy()
-        leaf = np.asarray(cols["leaf"])
-        s = np.asarray(cols["s"], dtype=np.int64)
+                 AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").to_arrow_table()
+        leaf = _np(tab.column("leaf"), np.int32)
+        s = _np(tab.column("s"), np.int64)
+        first, xrow, xflow = split_flows(tab.column("f"))
         # sorting here beats ORDER BY in the query (~1.6x); parts are usually sorted by start already,
         # so a stable sort by leaf alone is often enough
         o = np.argsort(leaf, kind="stable")
@@ -311,8 +313,11 @@ class Profile:
         if bool(((s[1:] < s[:-1]) & (leaf[1:] == leaf[:-1])).any()):
             o2 = np.lexsort((s, leaf))
             o, leaf, s = o[o2], leaf[o2], s[o2]
-        return (leaf, s, np.asarray(cols["d"], dtype=np.int64)[o], np.asarray(cols["id"], dtype=np.int64)[o],
-                np.asarray(cols["f"], dtype=np.int64)[o])
+        if len(xrow):  # the rows of further flow ids, renumbered in the sorted order
+            inv = np.empty(len(o), dtype=np.int64)
+            inv[o] = np.arange(len(o))
+            xrow = inv[xrow]
+        return (leaf, s, _np(tab.column("d"), np.int64)[o], _np(tab.column("id"), np.int64)[o], first[o], xrow, xflow)
 
     def _event_chunks(self) -> Iterator[tuple[np.ndarray, ...]]:
         """Every process's events, read a few processes at a time.
@@ -349,6 +354,38 @@ class Profile:
                                      on_level=lambda k: self.progress.step("building pyramid", k, len(levels)))
         self.index_build_s = time.perf_counter() - t
         return idx
+
+
+def _np(col: Any, dtype: Any) -> np.ndarray:
+    """A non-null Arrow column as a numpy array."""
+    return np.asarray(col.to_numpy(), dtype=dtype)
+
+
+def split_flows(col: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first id per row, 0 when none; rows with further ids; those ids) of an Arrow list column of flow
+    ids, without a Python object per row (null lists and null or 0 ids count as none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(arr)
+    first = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
+    starts = np.asarray(arr.offsets.to_numpy()[:-1], dtype=np.int64)
+    vals = np.asarray(pc.fill_null(arr.values, 0).to_numpy(), dtype=np.int64)
+    has = lens > 0
+    first[has] = vals[starts[has]]
+    many = np.flatnonzero(lens > 1)
+    if not len(many):
+        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    extra = lens[many] - 1
+    xrow = np.repeat(many, extra)
+    ramp = np.arange(int(extra.sum()), dtype=np.int64) - np.repeat(np.cumsum(extra) - extra, extra)
+    xflow = vals[starts[xrow] + 1 + ramp]
+    keep = xflow != 0
+    return first, xrow[keep], xflow[keep]
 
 
 def stamp(path: str | None) -> tuple[int, int, int] | None:
