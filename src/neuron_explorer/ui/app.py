@@ -88,6 +88,12 @@ def _prof(ws: Workspace, req: Request) -> Profile:
     return ws.profile(req.path_params["name"])
 
 
+def _early(ws: Workspace, req: Request) -> Profile:
+    """The profile without waiting for its index: what a first paint asks (overview, tracks, windows,
+    busy shares, counters) is answered from the coarse level while the index builds."""
+    return ws.profile(req.path_params["name"], wait=False)
+
+
 def _mode(req: Request) -> str:
     return req.query_params.get("mode", DEFAULT_MODE)
 
@@ -124,7 +130,9 @@ def profiles(ws: Workspace, req: Request) -> Any:
 
 
 def overview(ws: Workspace, req: Request) -> Any:
-    return queries.overview(_prof(ws, req))
+    # ?wait=0: during a cold open's index build (the browser's coarse first paint); else wait for it
+    early = req.query_params.get("wait") == "0"
+    return queries.overview(_early(ws, req) if early else _prof(ws, req))
 
 
 def status(ws: Workspace, req: Request) -> Any:
@@ -133,17 +141,17 @@ def status(ws: Workspace, req: Request) -> Any:
 
 def tracks(ws: Workspace, req: Request) -> Any:
     m, lay = _mode(req), _layout(req)
-    p = _prof(ws, req)
+    p = _early(ws, req)
     return {"mode": m, "layout": lay, "rows": [r.to_json(i) for i, r in enumerate(p.rows(m, lay))],
             "names": p.names, "leaf_name": p.leaf_name, "leaf_rank": [p.rank(i) for i in range(len(p.leaves))]}
 
 
 def window(ws: Workspace, req: Request) -> Any:
-    return queries.window(_prof(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
+    return queries.window(_early(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
 
 
 def counters(ws: Workspace, req: Request) -> Any:
-    return queries.counters(_prof(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
+    return queries.counters(_early(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
 
 
 def flows(ws: Workspace, req: Request) -> Any:
@@ -167,7 +175,7 @@ def summary(ws: Workspace, req: Request) -> Any:
 
 def busy(ws: Workspace, req: Request) -> Any:
     check_mode(_mode(req))
-    return busy_q.busy(_prof(ws, req), _mode(req), _layout(req), busy_q.parse_groups(req.query_params.get("groups")),
+    return busy_q.busy(_early(ws, req), _mode(req), _layout(req), busy_q.parse_groups(req.query_params.get("groups")),
                        *_range(req))
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,7 +39,7 @@ import numpy as np
 
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
                                              WARNINGS, table_file)
-from neuron_explorer.ui import index, index_build, paths
+from neuron_explorer.ui import coarse, index, index_build, paths
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows
 from neuron_explorer.ui.sql import files_sql, quote, records
 
@@ -62,6 +63,7 @@ class Progress:
         self.total = 0
         self.started = time.time()
         self.error: str | None = None
+        self.coarse = False  # the coarse level is served while the index builds
 
     def step(self, phase: str, done: int = 0, total: int = 0) -> None:
         self.phase, self.done, self.total = phase, done, total
@@ -74,7 +76,7 @@ class Progress:
         state = "error" if self.error else ("ready" if self.phase == "ready" else "preparing")
         return {"state": state, "phase": self.phase, "done": self.done, "total": self.total,
                 "fraction": round(self.fraction(), 4), "elapsed_s": round(time.time() - self.started, 2),
-                **({"error": self.error} if self.error else {})}
+                "coarse": self.coarse and state == "preparing", **({"error": self.error} if self.error else {})}
 
 
 class Profile:
@@ -87,7 +89,8 @@ class Profile:
     """
 
     def __init__(self, workspace: Path, name: str, con: duckdb.DuckDBPyConnection, cache_dir: Path | None,
-                 pyramid_min_events: int, raw_budget: int = RAW_BUDGET, progress: Progress | None = None) -> None:
+                 pyramid_min_events: int, raw_budget: int = RAW_BUDGET, progress: Progress | None = None,
+                 index_gate: threading.Event | None = None) -> None:
         self.workspace = workspace
         self.progress = progress if progress is not None else Progress()
         self.raw_budget = raw_budget
@@ -110,7 +113,24 @@ class Profile:
         self.index_build_s: float | None = None  # None: the index came from the cache (or there are no events)
         self._rows: dict[tuple[str, str], list[Row]] = {}
         self.stamp = stamp(self.meta_file)
+        self.index: index.EventIndex | None = None
+        self.coarse: coarse.CoarseLevel | None = None  # served until the index is ready
+        self.index_error: str | None = None
+        self._index_ready = threading.Event()
+        self._index_gate = index_gate  # tests: hold the background build until set
         self._prepare()
+
+    def wait_index(self) -> "Profile":
+        """Wait until the index is built (at once when it came from the cache); a failed build is one
+        line (OSError: a 500 answer)."""
+        self._index_ready.wait()
+        if self.index_error is not None:
+            raise OSError(f"building the event index failed: {self.index_error}")
+        return self
+
+    @property
+    def index_ready(self) -> bool:
+        return self._index_ready.is_set() and self.index_error is None
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of the workspace's connection (one per query: requests run on several threads)."""
@@ -139,13 +159,18 @@ class Profile:
 
     # ---------------------------------------------------------------- preparation
     def _prepare(self) -> None:
+        """The part a first paint needs (metadata, leaves, counters and, on a cold open, the coarse
+        level); the index is then loaded from the cache or built in a background thread."""
         t = time.perf_counter()
         self.progress.step("reading metadata")
         self._read_metadata()
         cache = self._cache_path()
         idx = index.EventIndex.load(cache) if cache is not None else None
         # the leaf table travels with the cached index: no scan at all
-        self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])] if idx is not None else self._scan_leaves()
+        if idx is not None:
+            self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])]
+        else:
+            self.leaves, self.coarse = self._scan_leaves()
         self.total_events = sum(lf.n for lf in self.leaves)
         self._names = sorted({lf.name for lf in self.leaves})
         pos = {n: i for i, n in enumerate(self._names)}
@@ -158,17 +183,35 @@ class Profile:
         self.origin = min(starts) if starts else 0
         self.end = max(ends) if ends else self.origin
         self.duration = max(self.end - self.origin, 1)
-        self.index: index.EventIndex | None = None
-        if self.leaves:
-            if idx is None:
-                idx = index.EventIndex.cached(cache, self._build_index)
-                self._prune_cache(cache)
-            self.index = idx
-        self.levels = list(self.index.levels) if self.index is not None else []
         # index times are relative to the earliest event start; responses to the profile origin
-        self.shift = (self.index.base - self.origin) if self.index is not None else 0
+        self.base = min(lf.mn for lf in self.leaves) if self.leaves else self.origin
+        self.shift = self.base - self.origin
         self.prepare_s = time.perf_counter() - t
+        if idx is not None or not self.leaves:
+            self._set_index(idx)
+        else:
+            self.progress.coarse = True
+            threading.Thread(target=self._build_in_background, args=(cache,), daemon=True,
+                             name=f"index-{self.name}").start()
+
+    def _set_index(self, idx: index.EventIndex | None) -> None:
+        self.levels = list(idx.levels) if idx is not None else []
+        self.index = idx
         self.progress.step("ready")
+        self._index_ready.set()
+
+    def _build_in_background(self, cache: Path | None) -> None:
+        """Build (or load, when another server just wrote it) the index, then switch to it."""
+        try:
+            if self._index_gate is not None:
+                self._index_gate.wait()
+            idx = index.EventIndex.cached(cache, self._build_index)
+            self._prune_cache(cache)
+            self._set_index(idx)
+        except Exception as e:  # noqa: BLE001 - reported by /status and by the requests that wait
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            self.index_error = self.progress.error = first
+            self._index_ready.set()
 
     def _read_metadata(self) -> None:
         c = self.cursor()
@@ -192,25 +235,32 @@ class Profile:
         h.update(f"{self.pyramid_min_events}:{index_build.FORMAT}".encode())
         return h.hexdigest()[:16]
 
-    def _scan_leaves(self) -> list[Leaf]:
-        """The leaf table from one aggregate over the events (the index is not cached yet).
+    def _scan_leaves(self) -> tuple[list[Leaf], "coarse.CoarseLevel | None"]:
+        """The leaf table and the coarse level from one aggregate per process (the index is not cached).
 
         The event group is an attribute of a leaf, not part of its key: a name has one group (the
         capture's type table), and the join that numbers events by leaf stays on the key's columns."""
         if not self.ev_files:
-            return []
+            return [], None
+        ext = coarse.extent(self.cursor(), [f for _, _, f in self.ev_files])
+        if ext is None:
+            return [], None
+        base, w = ext[0], coarse.bucket_width(max(ext[1] - ext[0], 1))
         parts = self._parts()
-        rows: list[tuple] = []
+        got: list = []
         self.progress.step("scanning events", 0, len(parts))
         # one aggregate per process, a few at a time: the same rows as one query over every file,
         # with progress to show on a cold open
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
-            for i, got in enumerate(pool.map(self._scan_part, parts.values())):
-                rows.extend(got)
+            for i, part in enumerate(pool.map(lambda fs: self._scan_part(fs, base, w), parts.values())):
+                got.extend(part)
                 self.progress.step("scanning events", i + 1, len(parts))
-        rows.sort(key=lambda r: r[:6])
-        return [Leaf(i, str(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]), int(r[6]),
-                     int(r[7]), int(r[8]), int(r[9] or 0), str(r[10])) for i, r in enumerate(rows)]
+        got.sort(key=lambda x: x[0][:6])
+        leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
+        return leaves, coarse.build(got, base, w)
+
+    def _scan_part(self, files: list[str], base: int, w: int) -> list:
+        return coarse.split_part(self.cursor().execute(coarse.scan_sql(files, base, w)).fetchnumpy())
 
     def _parts(self) -> dict[tuple[str, int], list[str]]:
         """The event files of each process."""
@@ -218,14 +268,6 @@ class Profile:
         for inst, pid, f in self.ev_files:
             parts.setdefault((inst, pid), []).append(f)
         return parts
-
-    def _scan_part(self, files: list[str]) -> list[tuple]:
-        return self.cursor().execute(f"""
-            SELECT instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
-                   coalesce(trace_event_source, ''), name, count(*), min(start_ts), max(end_ts),
-                   max(duration_ns), max(coalesce(event_group, ''))
-            FROM read_parquet({files_sql(files)})
-            GROUP BY ALL""").fetchall()
 
     def _store_leaves(self) -> None:
         """The leaf table in DuckDB, for the join that numbers events by leaf while the index is built."""

@@ -43,6 +43,7 @@ class Workspace:
         self._locks: dict[str, threading.Lock] = {}
         self._progress: dict[str, Progress] = {}
         self._lock = threading.Lock()
+        self.index_gate: threading.Event | None = None  # tests: hold every background index build until set
 
     def list(self) -> list[dict[str, Any]]:
         """Profiles in the workspace, from their metadata only (cheap: nothing is prepared)."""
@@ -86,11 +87,18 @@ class Workspace:
         with self._lock:
             self._profiles.pop(name, None)
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str, wait: bool = True) -> Profile:
         """The prepared profile (prepared once; concurrent first requests wait for the same work).
 
+        With ``wait`` (the default) it also waits for the event index; without, a cold open returns
+        as soon as the leaves and the coarse level are ready (``p.index`` is None until the background
+        build is done: windows, busy shares and track lists are answered from the coarse level).
         A profile removed from the workspace while the server runs is NotFound (and forgotten); one
-        re-ingested under the same name is prepared again."""
+        re-ingested under the same name, or whose index build failed, is prepared again."""
+        p = self._prepared(name)
+        return p.wait_index() if wait else p
+
+    def _prepared(self, name: str) -> Profile:
         paths.check_profile_name(name)
         with self._lock:
             p = self._profiles.get(name)
@@ -98,9 +106,11 @@ class Workspace:
             if not self.exists(name):
                 self.forget(name)
                 raise NotFound(f"profile {name!r} is no longer in the workspace")
-            if stamp(p.meta_file) == p.stamp:
+            if stamp(p.meta_file) == p.stamp and p.index_error is None:
                 return p
             self.forget(name)
+            if p.index_error is not None:
+                p.wait_index()  # raise the failure once; the next request prepares the profile again
         with self._lock:
             p = self._profiles.get(name)
             if p is not None:
@@ -112,7 +122,7 @@ class Workspace:
                 prog = self._progress[name] = Progress()
                 try:
                     p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events, self.raw_budget,
-                                progress=prog)
+                                progress=prog, index_gate=self.index_gate)
                 except Exception as e:
                     prog.error = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
                     raise
@@ -135,7 +145,10 @@ class Workspace:
             p = self._profiles.get(name)
             prog = self._progress.get(name)
         if p is not None and stamp(p.meta_file) == p.stamp:
-            return {"state": "ready", "phase": "ready", "fraction": 1.0}
+            if p.index_ready:
+                return {"state": "ready", "phase": "ready", "fraction": 1.0}
+            if p.index_error is None:
+                return p.progress.to_json()  # coarse: the timeline can paint while the index builds
         if prog is None or prog.error or prog.phase == "ready":
             prog = Progress()
             with self._lock:
@@ -148,6 +161,6 @@ class Workspace:
         """Prepare in the background; a failure is recorded in the progress (and raised again to the
         next request that needs the profile)."""
         try:
-            self.profile(name)
+            self.profile(name, wait=False)
         except Exception:  # noqa: BLE001 - reported through status() and the next request
             pass
