@@ -103,3 +103,46 @@ def test_requests_that_need_the_index_wait_for_it(ui_workspace: Path, tmp_path: 
     gate.set()
     t.join(120)
     assert got["r"].status_code == 200 and got["r"].json()["flows"]
+
+
+@pytest.mark.slow
+def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace: Path, tmp_path: Path) -> None:
+    """In Chromium: the timeline paints (and says detail is still loading) while the index build is
+    held, then fetches its view again from the index once it is ready, without a reload."""
+    import uvicorn
+
+    from tests.conftest import free_port
+
+    from .test_browser_v2 import CHROMIUM, CHROMIUM_ARGS
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    app = create_app(ui_workspace, cache_dir=tmp_path / "cache")
+    gate = app.state.workspace.index_gate = threading.Event()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    tl = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        with sync_api.sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            pg = b.new_page(viewport={"width": 1600, "height": 1000})
+            errors: list[str] = []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.goto(f"http://127.0.0.1:{port}/#/p/{P}")
+            pg.wait_for_selector("[data-testid=system-timeline][data-ready='1'][data-detail='coarse']", timeout=120000)
+            assert pg.locator("[data-testid=detail-loading]").is_visible()
+            assert pg.evaluate(f"() => {tl}.level") == "coarse"
+            assert app.state.workspace.profile(P, wait=False).index is None  # painted before the index
+            gate.set()
+            pg.wait_for_selector("[data-testid=system-timeline][data-detail='1']", timeout=120000)
+            pg.wait_for_function(f"() => {tl}.level !== 'coarse'", timeout=120000)
+            assert pg.locator("[data-testid=detail-loading]").count() == 0
+            assert errors == []
+            b.close()
+    finally:
+        gate.set()
+        server.should_exit = True
+        th.join(10)

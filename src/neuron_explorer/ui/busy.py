@@ -134,6 +134,8 @@ def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float,
             np.maximum(tgt, cov[where[lf]], out=tgt)
         out["groups"].append({"busy": _b64(work), "cc": _b64(cc), "mean_busy": round(float(work.mean()), 4),
                               "mean_cc": round(float(cc.mean()), 4), "level": "raw" if level is None else level})
+    if level == "coarse":
+        p.first_paint.set()  # the index build may start (see Profile._build_in_background)
     return out
 
 

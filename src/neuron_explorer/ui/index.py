@@ -84,7 +84,7 @@ class EventIndex:
     @classmethod
     def build(cls, counts: list[int], maxdur: list[int], base: int, levels: list[int],
               chunks: Iterable[tuple[np.ndarray, ...]],
-              out_dir: Path | None, extra: dict[str, Any] | None = None,
+              out_dir: Path | None, extra: dict[str, Any] | Callable[[list[int]], dict[str, Any]] | None = None,
               on_level: Callable[[int], None] | None = None) -> "EventIndex":
         """Build from ``chunks`` of (leaf, start_abs, duration, id[, flow id]), each sorted by (leaf, start)
         (see :func:`neuron_explorer.ui.index_build.build_arrays`)."""

@@ -38,13 +38,15 @@ def pyramid_levels(duration: int, n_leaves: int, n_events: int) -> list[int]:
 
 def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[int],
                  chunks: Iterable[tuple[np.ndarray, ...]], out_dir: Path | None,
-                 extra: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | Callable[[list[int]], dict[str, Any]] | None = None,
                  on_level: Callable[[int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The index's arrays and metadata from ``chunks`` of (leaf, start_abs, duration, id[, flow id[,
     extra rows, extra flow ids]]), each sorted by (leaf, start).
 
     ``counts[i]`` is the number of events of leaf ``i``. A leaf spread over several chunks is
     re-sorted at the end. A chunk without flow ids (4 arrays) means none of its events has one (0).
+    ``maxdur[i]`` may be an upper bound of leaf ``i``'s longest duration (its maximum picks the type
+    of the duration array); the metadata keeps the exact values, which a callable ``extra`` receives.
     An event in several flows (a host call is in its framework region's flow and in its execution's)
     has its first id in ``flow id`` and each further one as a pair (its row in the chunk, the id).
     With ``out_dir`` the arrays are written there as .npy files. ``extra`` is stored with the
@@ -61,6 +63,7 @@ def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[i
     # the flow ids themselves are only needed until the flow table is made: a scratch array
     fl = alloc("flow_ids.tmp", n, np.int64)
     xpos, xflow = _fill_events(chunks, off, base, s, d, ids, fl)
+    maxdur = _leaf_maxdur(off, d)
     bmax, boff = _block_maxima(counts, off, s, d, alloc)
     arrays: dict[str, np.ndarray] = {"s": s, "d": d, "id": ids, "bmax": bmax, "off": off, "boff": boff}
     fx_id, fx_off, fx_pos, flow_leaves = _flow_table(fl, off, xpos, xflow)
@@ -80,8 +83,9 @@ def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[i
         prev = _pyramid_level(k, w, prev, off, s, d, ids, alloc)
         for x, v in prev.items():
             arrays[f"p{k}_{x}"] = v
-    meta = {"format": FORMAT, "base": int(base), "levels": list(levels), "maxdur": [int(x) for x in maxdur],
-            "events": n, "flow_leaves": flow_leaves, **(extra or {})}
+    more = extra(maxdur) if callable(extra) else (extra or {})
+    meta = {"format": FORMAT, "base": int(base), "levels": list(levels), "maxdur": maxdur,
+            "events": n, "flow_leaves": flow_leaves, **more}
     if out_dir is not None:
         _save(out_dir, arrays, meta, len(levels))
     return arrays, meta
@@ -145,6 +149,16 @@ def _fill_events(chunks: Iterable[tuple[np.ndarray, ...]], off: np.ndarray, base
             inv[o] = np.arange(b - a)
             xp[moved] = a + inv[xp[moved] - a]
     return xp, (np.concatenate(xflow) if xflow else np.zeros(0, dtype=np.int64))
+
+
+def _leaf_maxdur(off: np.ndarray, d: np.ndarray) -> list[int]:
+    """Each leaf's longest duration (0 for a leaf without events)."""
+    cnt = np.diff(off)
+    out = np.zeros(len(cnt), dtype=np.int64)
+    some = np.flatnonzero(cnt > 0)
+    if len(some):
+        out[some] = np.maximum.reduceat(np.asarray(d), off[:-1][some])
+    return [int(x) for x in out]
 
 
 def _block_maxima(counts: list[int], off: np.ndarray, s: np.ndarray, d: np.ndarray,

@@ -25,6 +25,7 @@ profile are in :mod:`neuron_explorer.ui.queries`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -44,6 +45,7 @@ from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows
 from neuron_explorer.ui.sql import files_sql, quote, records
 
 RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
+FIRST_PAINT_GRACE_S = 3.0  # a cold open's index build waits at most this long for the first coarse answer
 
 # share of the whole preparation each phase stands for, for one progress bar: (start, end)
 PHASES = {"reading metadata": (0.0, 0.02), "scanning events": (0.02, 0.3), "loading counters": (0.3, 0.33),
@@ -118,11 +120,13 @@ class Profile:
         self.index_error: str | None = None
         self._index_ready = threading.Event()
         self._index_gate = index_gate  # tests: hold the background build until set
+        self.first_paint = threading.Event()  # set once a coarse window or busy answer went out
         self._prepare()
 
     def wait_index(self) -> "Profile":
         """Wait until the index is built (at once when it came from the cache); a failed build is one
         line (OSError: a 500 answer)."""
+        self.first_paint.set()  # someone needs the index now: no grace for a first paint
         self._index_ready.wait()
         if self.index_error is not None:
             raise OSError(f"building the event index failed: {self.index_error}")
@@ -195,6 +199,8 @@ class Profile:
                              name=f"index-{self.name}").start()
 
     def _set_index(self, idx: index.EventIndex | None) -> None:
+        if idx is not None and not self.index_ready:  # the leaves with their exact longest durations
+            self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])]
         self.levels = list(idx.levels) if idx is not None else []
         self.index = idx
         self.progress.step("ready")
@@ -205,6 +211,10 @@ class Profile:
         try:
             if self._index_gate is not None:
                 self._index_gate.wait()
+            # let the first paint's requests (overview, tracks, windows, busy shares) have the cores
+            # before the build takes them: they wait behind it otherwise, on a loaded 2-core machine
+            # several seconds (a client asking nothing delays the build by the grace at most)
+            self.first_paint.wait(FIRST_PAINT_GRACE_S)
             idx = index.EventIndex.cached(cache, self._build_index)
             self._prune_cache(cache)
             self._set_index(idx)
@@ -252,15 +262,17 @@ class Profile:
         # one aggregate per process, a few at a time: the same rows as one query over every file,
         # with progress to show on a cold open
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
-            for i, part in enumerate(pool.map(lambda fs: self._scan_part(fs, base, w), parts.values())):
+            for i, part in enumerate(pool.map(lambda kv: self._scan_part(*kv[0], kv[1], base, w, ext[2]),
+                                              parts.items())):
                 got.extend(part)
                 self.progress.step("scanning events", i + 1, len(parts))
         got.sort(key=lambda x: x[0][:6])
         leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
         return leaves, coarse.build(got, base, w)
 
-    def _scan_part(self, files: list[str], base: int, w: int) -> list:
-        return coarse.split_part(self.cursor().execute(coarse.scan_sql(files, base, w)).fetchnumpy())
+    def _scan_part(self, inst: str, pid: int, files: list[str], base: int, w: int, max_duration: int) -> list:
+        got = self.cursor().execute(coarse.scan_sql(files, base, w)).fetchnumpy()
+        return coarse.split_part(inst, pid, got, max_duration)
 
     def _parts(self) -> dict[tuple[str, int], list[str]]:
         """The event files of each process."""
@@ -335,15 +347,16 @@ class Profile:
             return "ev.flow_id::BIGINT[]"
         return "CASE WHEN ev.flow_id IS NULL THEN []::BIGINT[] ELSE [ev.flow_id::BIGINT] END"
 
-    def _read_events(self, files: list[str]) -> tuple[np.ndarray, ...]:
+    def _read_events(self, inst: str, pid: int, files: list[str]) -> tuple[np.ndarray, ...]:
         """(leaf, start, duration, id, first flow id, extra rows, extra flow ids) of one process's events,
-        sorted by leaf, start (see :func:`neuron_explorer.ui.index_build.build_arrays`)."""
+        sorted by leaf, start (see :func:`neuron_explorer.ui.index_build.build_arrays`). The process is
+        the part's (its directory), as in the leaf scan."""
         tab = self.cursor().sql(f"""
             SELECT l.leaf::INTEGER AS leaf, ev.start_ts AS s, (ev.end_ts - ev.start_ts)::BIGINT AS d,
                    coalesce(ev.id, -1)::BIGINT AS id, {self._flow_sql(files[0])} AS f
             FROM read_parquet({files_sql(files)}) ev
-            JOIN {self.tag}_leaves l ON l.inst = ev.instance_id AND l.pid = ev.process_id
-                 AND l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
+            JOIN (SELECT * FROM {self.tag}_leaves WHERE inst = {quote(inst)} AND pid = {int(pid)}) l
+                 ON l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
                  AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").to_arrow_table()
         leaf = _np(tab.column("leaf"), np.int32)
         s = _np(tab.column("s"), np.int64)
@@ -372,8 +385,8 @@ class Profile:
         self.progress.step("building index", 0, len(parts))
         with ThreadPoolExecutor(workers) as pool:
             pending: list = []
-            for files in parts.values():
-                pending.append(pool.submit(self._read_events, files))
+            for (inst, pid), files in parts.items():
+                pending.append(pool.submit(self._read_events, inst, pid, files))
                 if len(pending) >= workers:
                     yield pending.pop(0).result()
                     done += 1
@@ -391,8 +404,15 @@ class Profile:
         levels = index_build.pyramid_levels(max(ext, 1), len(leaves), self.total_events) \
             if self.total_events >= self.pyramid_min_events else []
         t = time.perf_counter()
+        exact: list[Leaf] = []
+
+        def with_maxdur(md: list[int]) -> dict[str, Any]:
+            # the scan gave each leaf's longest duration as a bound: the index build knows it exactly
+            exact.extend(dataclasses.replace(lf, maxdur=m) for lf, m in zip(leaves, md))
+            return {"leaves": [lf.to_list() for lf in exact]}
+
         idx = index.EventIndex.build([lf.n for lf in leaves], [lf.maxdur for lf in leaves], base, levels,
-                                     self._event_chunks(), out_dir, extra={"leaves": [lf.to_list() for lf in leaves]},
+                                     self._event_chunks(), out_dir, extra=with_maxdur,
                                      on_level=lambda k: self.progress.step("building pyramid", k, len(levels)))
         self.index_build_s = time.perf_counter() - t
         return idx

@@ -120,6 +120,8 @@ def window(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: 
         single = items["d"] >= npp
         res["level"] = "raw"
     res["coarse"] = src is not p.index  # the index is still building: the browser asks again later
+    if res["coarse"]:
+        p.first_paint.set()  # the index build may start (see Profile._build_in_background)
     if layout == "tracks" and len(items["row"]):
         nn = max(len(p.names), 1)
         items["row"] = items["row"] * nn + p.leaf_name[items["leaf"]]

@@ -492,7 +492,7 @@ function goToEvent(w, it) {
 }
 
 async function openEvent(w, it) {
-  if (it.c > 1) {
+  if (it.c > 1 || (w.coarse && String(it.id) === "-1")) { // coarse buckets carry no event id
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, merged: it, source: w } }));
     return;
   }
