@@ -41,7 +41,7 @@ import numpy as np
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
                                              WARNINGS, table_file)
 from neuron_explorer.ui import coarse, index, index_build, paths
-from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
 
 RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
@@ -230,6 +230,11 @@ class Profile:
                         for m in self.meta}
         self.nd_of = {(m["instance_id"], int(m["process_id"])): int(m.get("nd_idx") or 0) for m in self.meta}
         self.display_name = next((m.get("display_name") for m in self.meta if m.get("display_name")), self.name)
+        # the grouping `view` was asked for (stored per process; one ingestion has one): the default mode
+        prim = next((m.get("system_trace_primary_group") for m in self.meta if m.get("system_trace_primary_group")), None)
+        sec = next((m.get("system_trace_secondary_group") for m in self.meta if m.get("system_trace_secondary_group")), None)
+        self.stored_grouping = {"primary": prim, "secondary": sec}
+        self.default_mode = mode_of_grouping(prim, sec)
 
     def _cache_path(self) -> Path | None:
         if self.cache_dir is None or not self.ev_files:

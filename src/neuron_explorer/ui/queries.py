@@ -22,7 +22,7 @@ from neuron_explorer.ui import coarse, index, wire
 from neuron_explorer.ui.device import device_profile_for, device_profiles
 from neuron_explorer.ui.params import MAX_WINDOW_ROWS, BadRequest, NotFound, ns_per_px, window_args
 from neuron_explorer.ui.profile import Profile
-from neuron_explorer.ui.rows import DEFAULT_LAYOUT, DEFAULT_MODE, MODES, Row, name_key
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, MODES, Row, name_key
 from neuron_explorer.ui.sql import files_sql, quote, records
 
 SUMMARY_EXACT_MAX = 3_000_000  # events: above this a summary adds up pyramid buckets instead
@@ -38,7 +38,8 @@ def overview(p: Profile) -> dict[str, Any]:
         names[lf.name] = names.get(lf.name, 0) + lf.n
     return {
         "name": p.name, "display_name": p.display_name, "origin_ns": str(p.origin),
-        "duration_ns": p.duration, "events": p.total_events, "modes": MODES, "default_mode": DEFAULT_MODE,
+        "duration_ns": p.duration, "events": p.total_events, "modes": MODES, "default_mode": p.default_mode,
+        "stored_grouping": {**p.stored_grouping, "mode": p.default_mode},
         "names": sorted(names.items(), key=lambda kv: name_key(kv[0])),
         "processes": [wire.record(m) for m in p.meta],
         "instances": sorted({lf.inst for lf in p.leaves} | {m["instance_id"] for m in p.meta}),

@@ -188,6 +188,25 @@ MODES: dict[str, str] = {k: m.title for k, m in MODE_TABLE.items()}
 DEFAULT_MODE = "cpu_device"
 
 
+def mode_of_grouping(primary: str | None, secondary: str | None) -> str:
+    """The grouping mode that shows a view's stored ``--system-trace-primary-group`` /
+    ``--system-trace-secondary-group`` (ProfileMetadata), so the viewer opens grouped as the user asked
+    at ingestion. The modes are the spec's five: a secondary group with ``thread_id`` is Thread, with
+    ``nc_idx`` NeuronCore, the default (``cpu_vs_device``) CPU vs Device, process or instance fields
+    alone Process (or Instance when neither group names ``process_id``). A primary group without
+    ``process_id`` only changes the mode when the secondary group names process-level fields; every
+    other combination has no mode of its own and opens in the nearest one (docs/ui.md)."""
+    sec = {f.strip() for f in (secondary or "").split(",") if f.strip()}
+    prim = {f.strip() for f in (primary or "").split(",") if f.strip()}
+    if not sec or sec == {"cpu_vs_device"}:
+        return DEFAULT_MODE
+    if "thread_id" in sec:
+        return "thread"
+    if "nc_idx" in sec:
+        return "neuroncore"
+    return "process" if "process_id" in sec | prim else "instance"
+
+
 def check_mode(mode: str) -> Mode:
     if mode not in MODE_TABLE:
         raise BadRequest(f"unknown grouping mode {mode!r}; one of {', '.join(MODES)}")

@@ -405,7 +405,7 @@ async function renderSystemTrace(w, body, extra) {
     const old = $(".popover", w.el);
     if (old) { old.remove(); return; }
     const pop = h(`<div class="popover" data-testid="settings-popover"><h4>Grouping</h4>
-      ${Object.entries(ov.modes).map(([k, label]) => `<label><input type="radio" name="grp-${w.id}" value="${k}" data-testid="mode-${k}" ${k === w.mode ? "checked" : ""}> ${esc(label)}${k === ov.default_mode ? " (default)" : ""}</label>`).join("")}
+      ${Object.entries(ov.modes).map(([k, label]) => `<label><input type="radio" name="grp-${w.id}" value="${k}" data-testid="mode-${k}" ${k === w.mode ? "checked" : ""}> ${esc(label)}${k === ov.default_mode ? (ov.stored_grouping?.secondary ? ` (default: the view's --system-trace-secondary-group ${esc(ov.stored_grouping.secondary)})` : " (default)") : ""}</label>`).join("")}
       <h4 style="margin-top:8px">Tracks</h4>
       <label><input type="radio" name="lay-${w.id}" value="tracks" data-testid="layout-tracks" ${w.layout === "tracks" ? "checked" : ""}> One track per thread / core, overlapping events in lanes</label>
       <label><input type="radio" name="lay-${w.id}" value="names" data-testid="layout-names" ${w.layout === "names" ? "checked" : ""}> One row per event name</label>
