@@ -146,3 +146,30 @@ def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace:
         gate.set()
         server.should_exit = True
         th.join(10)
+
+
+def test_a_failed_background_build_is_one_line_and_the_next_open_retries(ui_workspace: Path, tmp_path: Path) -> None:
+    """Event files damaged between the scan and the index build: /status says error, a request that
+    needs the index gets one line (500), and once the files are whole again the profile opens."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ui_workspace / P, ws / P)
+    app = create_app(ws, cache_dir=tmp_path / "cache")
+    gate = app.state.workspace.index_gate = threading.Event()
+    c = TestClient(app)
+    _until(c, lambda s: s.get("coarse"), "the coarse level")
+    parts = sorted((ws / P / "SystemProfileEvents").rglob("*.parquet"))
+    saved = {f: f.read_bytes() for f in parts}
+    for f in parts:
+        f.write_bytes(b"PAR1 not a parquet file PAR1")
+    gate.set()
+    st = _until(c, lambda s: s["state"] == "error", "the failed build")
+    assert "\n" not in st["error"] and st["error"]
+    r = c.get(f"/api/profiles/{P}/activity")
+    assert r.status_code == 500 and "\n" not in r.json()["error"], r.text
+    for f, b in saved.items():
+        f.write_bytes(b)
+    app.state.workspace.index_gate = None
+    assert c.get(f"/api/profiles/{P}/activity").status_code == 200
+    assert c.get(f"/api/profiles/{P}/status").json()["state"] == "ready"

@@ -66,6 +66,7 @@ class Progress:
         self.started = time.time()
         self.error: str | None = None
         self.coarse = False  # the coarse level is served while the index builds
+        self.reported = False  # the error went out once in /status
 
     def step(self, phase: str, done: int = 0, total: int = 0) -> None:
         self.phase, self.done, self.total = phase, done, total

@@ -108,9 +108,7 @@ class Workspace:
                 raise NotFound(f"profile {name!r} is no longer in the workspace")
             if stamp(p.meta_file) == p.stamp and p.index_error is None:
                 return p
-            self.forget(name)
-            if p.index_error is not None:
-                p.wait_index()  # raise the failure once; the next request prepares the profile again
+            self.forget(name)  # re-ingested, or its index build failed: prepare it again
         with self._lock:
             p = self._profiles.get(name)
             if p is not None:
@@ -149,6 +147,9 @@ class Workspace:
                 return {"state": "ready", "phase": "ready", "fraction": 1.0}
             if p.index_error is None:
                 return p.progress.to_json()  # coarse: the timeline can paint while the index builds
+        if prog is not None and prog.error and not prog.reported:
+            prog.reported = True  # say it once (the browser shows it); the next call tries again
+            return prog.to_json()
         if prog is None or prog.error or prog.phase == "ready":
             prog = Progress()
             with self._lock:
