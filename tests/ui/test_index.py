@@ -311,3 +311,32 @@ def test_listening_socket_disables_nagle_for_accepted_connections() -> None:
             cl.close()
     finally:
         srv.close()
+
+
+def test_split_flows_matches_a_python_reference_on_random_lists() -> None:
+    """Fuzz: flow-id list columns with null lists, null and 0 ids, slices and several chunks."""
+    import pyarrow as pa
+
+    from neuron_explorer.ui.profile import split_flows
+
+    rng = np.random.default_rng(21)
+    for trial in range(200):
+        rows = []
+        for _ in range(int(rng.integers(0, 40))):
+            k = rng.random()
+            if k < 0.1:
+                rows.append(None)
+            else:
+                n = int(rng.integers(0, 5))
+                rows.append([None if rng.random() < 0.1 else int(rng.integers(-3, 1 << 62)) * int(rng.random() > 0.1)
+                             for _ in range(n)])
+        arr = pa.array(rows, type=pa.list_(pa.int64()))
+        if len(rows) > 2 and trial % 3 == 0:
+            arr = arr.slice(1, len(rows) - 2)
+            rows = rows[1:-1]
+        col = pa.chunked_array([arr[: len(rows) // 2], arr[len(rows) // 2:]], type=arr.type) if trial % 2 else arr
+        first, xrow, xflow = split_flows(col)
+        want_first = [(r[0] or 0) if r else 0 for r in rows]
+        want_x = [(i, f) for i, r in enumerate(rows) if r for f in r[1:] if f]
+        assert first.tolist() == want_first, rows
+        assert list(zip(xrow.tolist(), xflow.tolist())) == want_x, rows
