@@ -113,7 +113,7 @@ def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace:
 
     from tests.conftest import free_port
 
-    from .test_browser_v2 import CHROMIUM, CHROMIUM_ARGS
+    from .test_browser_v2 import CHROMIUM, CHROMIUM_ARGS, new_page
 
     sync_api = pytest.importorskip("playwright.sync_api")
     app = create_app(ui_workspace, cache_dir=tmp_path / "cache")
@@ -128,11 +128,8 @@ def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace:
             time.sleep(0.05)
         with sync_api.sync_playwright() as pw:
             b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            pg = b.new_page(viewport={"width": 1600, "height": 1000})
-            errors: list[str] = []
-            pg.on("pageerror", lambda e: errors.append(str(e)))
-            pg.goto(f"http://127.0.0.1:{port}/#/p/{P}")
-            pg.wait_for_selector("[data-testid=system-timeline][data-ready='1'][data-detail='coarse']", timeout=120000)
+            pg = new_page(b, f"http://127.0.0.1:{port}/#/p/{P}")  # waits for the first paint
+            assert pg.evaluate("document.querySelector('[data-testid=system-timeline]').dataset.detail") == "coarse"
             assert pg.locator("[data-testid=detail-loading]").is_visible()
             assert pg.evaluate(f"() => {tl}.level") == "coarse"
             assert app.state.workspace.profile(P, wait=False).index is None  # painted before the index
@@ -140,7 +137,7 @@ def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace:
             pg.wait_for_selector("[data-testid=system-timeline][data-detail='1']", timeout=120000)
             pg.wait_for_function(f"() => {tl}.level !== 'coarse'", timeout=120000)
             assert pg.locator("[data-testid=detail-loading]").count() == 0
-            assert errors == []
+            assert pg.console_errors == []
             b.close()
     finally:
         gate.set()
