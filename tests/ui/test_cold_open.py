@@ -51,6 +51,7 @@ def test_cold_open_answers_coarse_before_the_index_then_the_indexed_answer(ui_wo
 
     app = create_app(ui_workspace, cache_dir=tmp_path / "cold")
     gate = app.state.workspace.index_gate = threading.Event()
+    app.state.workspace.coarse_min_events = 0  # the small capture takes the large profiles' path
     cold = TestClient(app)
     try:
         st = _until(cold, lambda s: s.get("coarse"), "the coarse level")
@@ -91,6 +92,7 @@ def test_requests_that_need_the_index_wait_for_it(ui_workspace: Path, tmp_path: 
     """Event details, flows and areas are answered from the index: asked during the build, they wait."""
     app = create_app(ui_workspace, cache_dir=tmp_path / "c")
     gate = app.state.workspace.index_gate = threading.Event()
+    app.state.workspace.coarse_min_events = 0  # the small capture takes the large profiles' path
     cold = TestClient(app)
     _until(cold, lambda s: s.get("coarse"), "the coarse level")
     ov = cold.get(f"/api/profiles/{P}", params={"wait": 0}).json()
@@ -118,6 +120,7 @@ def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace:
     sync_api = pytest.importorskip("playwright.sync_api")
     app = create_app(ui_workspace, cache_dir=tmp_path / "cache")
     gate = app.state.workspace.index_gate = threading.Event()
+    app.state.workspace.coarse_min_events = 0  # the small capture takes the large profiles' path
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     th = threading.Thread(target=server.run, daemon=True)
@@ -154,6 +157,7 @@ def test_a_failed_background_build_is_one_line_and_the_next_open_retries(ui_work
     shutil.copytree(ui_workspace / P, ws / P)
     app = create_app(ws, cache_dir=tmp_path / "cache")
     gate = app.state.workspace.index_gate = threading.Event()
+    app.state.workspace.coarse_min_events = 0  # the small capture takes the large profiles' path
     c = TestClient(app)
     _until(c, lambda s: s.get("coarse"), "the coarse level")
     parts = sorted((ws / P / "SystemProfileEvents").rglob("*.parquet"))

@@ -46,6 +46,7 @@ from neuron_explorer.ui.sql import files_sql, quote, records
 
 RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
 FIRST_PAINT_GRACE_S = 3.0  # a cold open's index build waits at most this long for the first coarse answer
+COARSE_MIN_EVENTS = 1_000_000  # below this a cold open builds the index before the first paint (~1 s)
 
 # share of the whole preparation each phase stands for, for one progress bar: (start, end)
 PHASES = {"reading metadata": (0.0, 0.02), "scanning events": (0.02, 0.3), "loading counters": (0.3, 0.33),
@@ -93,7 +94,7 @@ class Profile:
 
     def __init__(self, workspace: Path, name: str, con: duckdb.DuckDBPyConnection, cache_dir: Path | None,
                  pyramid_min_events: int, raw_budget: int = RAW_BUDGET, progress: Progress | None = None,
-                 index_gate: threading.Event | None = None) -> None:
+                 index_gate: threading.Event | None = None, coarse_min_events: int = COARSE_MIN_EVENTS) -> None:
         self.workspace = workspace
         self.progress = progress if progress is not None else Progress()
         self.raw_budget = raw_budget
@@ -121,6 +122,7 @@ class Profile:
         self.index_error: str | None = None
         self._index_ready = threading.Event()
         self._index_gate = index_gate  # tests: hold the background build until set
+        self.coarse_min_events = coarse_min_events
         self.first_paint = threading.Event()  # set once a coarse window or busy answer went out
         self._prepare()
 
@@ -192,6 +194,11 @@ class Profile:
         self.base = min(lf.mn for lf in self.leaves) if self.leaves else self.origin
         self.shift = self.base - self.origin
         self.prepare_s = time.perf_counter() - t
+        if idx is None and self.leaves and self.total_events < self.coarse_min_events:
+            # small: the index takes about as long as the coarse paint would, so no coarse phase
+            self.coarse = None
+            idx = index.EventIndex.cached(cache, self._build_index)
+            self._prune_cache(cache)
         if idx is not None or not self.leaves:
             self._set_index(idx)
         else:

@@ -17,7 +17,7 @@ import duckdb
 from neuron_explorer.contracts.dataset import DEVICE_PROFILES, METADATA, table_file
 from neuron_explorer.ui import paths
 from neuron_explorer.ui.params import NotFound
-from neuron_explorer.ui.profile import RAW_BUDGET, Profile, Progress, stamp
+from neuron_explorer.ui.profile import COARSE_MIN_EVENTS, RAW_BUDGET, Profile, Progress, stamp
 from neuron_explorer.ui.sql import quote
 
 
@@ -44,6 +44,7 @@ class Workspace:
         self._progress: dict[str, Progress] = {}
         self._lock = threading.Lock()
         self.index_gate: threading.Event | None = None  # tests: hold every background index build until set
+        self.coarse_min_events = COARSE_MIN_EVENTS  # smaller profiles build their index before the first paint
 
     def list(self) -> list[dict[str, Any]]:
         """Profiles in the workspace, from their metadata only (cheap: nothing is prepared)."""
@@ -120,7 +121,7 @@ class Workspace:
                 prog = self._progress[name] = Progress()
                 try:
                     p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events, self.raw_budget,
-                                progress=prog, index_gate=self.index_gate)
+                                progress=prog, index_gate=self.index_gate, coarse_min_events=self.coarse_min_events)
                 except Exception as e:
                     prog.error = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
                     raise
