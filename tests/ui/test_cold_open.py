@@ -66,6 +66,9 @@ def test_cold_open_answers_coarse_before_the_index_then_the_indexed_answer(ui_wo
             {k: want_ov[k] for k in ("origin_ns", "duration_ns", "names", "events")}
         # the busy shares are close to the exact ones already (a bucket's duration over its extent)
         assert len(b["groups"]) == len(want_b["groups"])
+        diffs = [abs(g["mean_busy"] - h["mean_busy"]) for g, h in zip(b["groups"], want_b["groups"])]
+        assert max(diffs) <= 0.02, diffs
+        assert {g["level"] for g in b["groups"]} == {"coarse"}
     finally:
         gate.set()
     _until(cold, lambda s: s["state"] == "ready", "the index")
