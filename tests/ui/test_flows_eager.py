@@ -96,6 +96,11 @@ def test_selecting_the_region_draws_its_arrow_to_the_host_call(eager_workspace: 
                            flows: t.drawnFlows().map((f) => f.ends.map((e) => t.source.nameOf(e[1])).sort())}}; }}""")
                 assert sorted(got["flows"]) == want, name
                 assert got["drawn"] == len(want), name
+                # Event Details and the Flows tab list every flow, each endpoint a link
+                page.wait_for_function(f"""() => [...document.querySelectorAll('[data-testid=event-details] .flows-in-details h3')]
+                  .filter((h) => h.textContent.startsWith('Flow ')).length === {len(want)}""")
+                links = page.locator("[data-testid=event-details] [data-testid=flow-end]").all_inner_texts()
+                assert sum("my_region" in x for x in links) == 1 and sum("nrt_execute" in x for x in links) == len(want)
                 page.keyboard.press("Escape")
             assert page.console_errors == []
             b.close()
