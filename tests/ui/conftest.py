@@ -35,3 +35,38 @@ def device_ref(ui_workspace: Path) -> dict:
         f"SELECT instance_id, process_id, nc_idx, model_name, exec_id_first FROM "
         f"read_parquet('{ui_workspace / 'run-a' / 'DeviceProfiles.parquet'}')").fetchall()[0]
     return dict(zip(("instance_id", "process_id", "nc_idx", "model_name", "exec_id"), r))
+
+
+EAGER_REGIONS = """
+import torch
+from torch.profiler import record_function
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+x = torch.randn(4, 8)
+with torch.no_grad():
+    for _ in range(3):
+        with record_function("my_region"):
+            model(x)
+"""
+
+
+@pytest.fixture(scope="session")
+def eager_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real eager capture (NEURON_RT_INSPECT_ENABLE=1, no code change) whose forwards run inside a
+    ``record_function("my_region")``, ingested as profile ``eager``: each ``nrt_execute`` is in two
+    flows, its region's and its ``nc_exec_running``'s."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("starlette")
+    base = tmp_path_factory.mktemp("eager-ui")
+    out = base / "capture"
+    script = base / "job.py"
+    script.write_text(EAGER_REGIONS)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=base,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    ws = base / "workspace"
+    p = cli("view", "-d", str(out), "--ingest-only", "--data-path", str(ws), "--display-name", "eager", check=True)
+    assert (ws / "eager" / "ProfileMetadata.parquet").is_file(), p.stderr
+    return ws

@@ -413,3 +413,59 @@ def test_new_endpoints_bad_parameters_are_400(client: TestClient) -> None:
         assert "error" in r.json()
     r = client.get(base + "/event/flows", params={"id": 1, "leaf": 10 ** 6})
     assert r.status_code == 404
+
+
+def test_each_cores_device_memory_track_sits_with_that_core(ui_workspace: Path, tmp_path: Path) -> None:
+    """A process with two cores: its Device group reads NC 0's tracks, NC 0's memory, NC 1's tracks,
+    NC 1's memory (the memory rows once all came before the first core), in both layouts; in the
+    NeuronCore mode each core's memory is in that core's group, after its events."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ui_workspace / "run-a", ws / "cores")
+    inst, pid = duckdb.connect().execute(
+        f"SELECT instance_id, process_id FROM read_parquet('{ws / 'cores' / 'ProfileMetadata.parquet'}') "
+        "ORDER BY process_id LIMIT 1").fetchall()[0]
+    (part,) = (ws / "cores" / "SystemProfileEvents" / f"instance={inst}" / f"process={pid}").glob("*.parquet")
+    ev = pq.read_table(part)
+    # the process's core executions again on NC 1 (new ids): a second core with its own tracks
+    import pyarrow.compute as pc
+
+    more = ev.filter(pc.equal(ev["name"], "nc_exec_running"))
+    more = more.set_column(more.schema.get_field_index("nc_idx"), "nc_idx",
+                           pa.array([1] * more.num_rows, type=ev.schema.field("nc_idx").type))
+    more = more.set_column(more.schema.get_field_index("id"), "id", pc.add(more["id"], 10_000_000))
+    pq.write_table(pa.concat_tables([ev, more]), part)
+    ts = duckdb.connect().execute(f"SELECT min(ts) FROM read_parquet('{ws / 'cores'}/SystemProfileCounters/**/*.parquet')").fetchall()[0][0]
+    names = [f"device_mem.nc{nc}.{c}" for nc in (0, 1) for c in ("weights", "activations")]
+    tbl = pa.table({"instance_id": [inst] * 4, "process_id": np.full(4, pid, dtype=np.int64),
+                    "ts": np.full(4, ts, dtype=np.int64), "counter": names,
+                    "value": np.arange(4, dtype=np.float64), "unit": ["bytes"] * 4})
+    d = ws / "cores" / "SystemProfileCounters" / f"instance={inst}" / f"process={pid}"
+    d.mkdir(parents=True, exist_ok=True)
+    pq.write_table(tbl, d / "devmem2.parquet")
+    c = TestClient(create_app(ws, cache_dir=tmp_path / "cache"))
+
+    def core_of(r: dict) -> int:
+        text = r["label"] if r["kind"] == "counter" or r["label"].startswith("NC") else r["label"].split(" · ")[-1]
+        return int(text.split("NC ")[1].split()[0])
+
+    for layout in ("tracks", "names"):
+        rows = c.get("/api/profiles/cores/tracks", params={"mode": "cpu_device", "layout": layout}).json()["rows"]
+        dev = [r for r in rows if r["group"][:3] == [inst, rows_proc_label(rows, pid), "Device"]]
+        seq = [(core_of(r), r["kind"]) for r in dev]
+        assert [k for _, k in seq].count("counter") == 2, seq
+        # cores ascend, and each core's memory row is the last of that core's rows
+        assert [nc for nc, _ in seq] == sorted(nc for nc, _ in seq), seq
+        for nc in (0, 1):
+            mine = [k for n, k in seq if n == nc]
+            assert mine[-1] == "counter" and mine.count("counter") == 1 and len(mine) >= 2, (layout, seq)
+    rows = c.get("/api/profiles/cores/tracks", params={"mode": "neuroncore", "layout": "tracks"}).json()["rows"]
+    for nc in (0, 1):  # the core's track, then its memory
+        (track,) = [i for i, r in enumerate(rows) if r["kind"] == "events" and r["label"] == f"NC {nc}"]
+        mem = [i for i, r in enumerate(rows) if r["kind"] == "counter" and r["group"] == [inst, f"NC {nc}"]]
+        assert mem and mem[0] == track + 1, (nc, track, mem)
+
+
+def rows_proc_label(rows: list[dict], pid: int) -> str:
+    return next(r["group"][1] for r in rows if len(r["group"]) > 1 and r["group"][1].startswith(f"pid {pid}"))

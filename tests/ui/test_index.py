@@ -40,11 +40,19 @@ def chunks_of(ev: dict, split: bool):
     two interleaved parts (as when one leaf's events sit in two Parquet parts)."""
     out = []
     flows = ev.get("flows")
+    extra = ev.get("extra")
     for lf, ((s, d), ids) in enumerate(zip(ev["leaves"], ev["ids"])):
         sels = (slice(0, None, 2), slice(1, None, 2)) if split and lf == 0 else (slice(None),)
         for sel in sels:
             ch = (np.full(len(s[sel]), lf, dtype=np.int32), s[sel] + BASE, d[sel], ids[sel])
-            out.append(ch + (flows[lf][sel],) if flows is not None else ch)
+            if flows is not None:
+                ch += (flows[lf][sel],)
+            if extra is not None:  # (row in this chunk, further flow id) of the chunk's events
+                rows = np.arange(len(s))[sel]
+                xr, xf = extra[lf]
+                inside = np.isin(xr, rows)
+                ch += (np.searchsorted(rows, xr[inside]), xf[inside])
+            out.append(ch)
     return out
 
 
@@ -196,20 +204,49 @@ def with_flows(ev: dict, seed: int) -> dict:
     return {**ev, "flows": flows}
 
 
+def with_more_flows(ev: dict, seed: int) -> dict:
+    """Besides its first flow id, about a quarter of the events get one or two further ids (as a host
+    call is in its framework region's flow and its execution's), some repeating the first or 0."""
+    rng = np.random.default_rng(seed)
+    pool = np.concatenate([rng.integers(1, 1 << 62, 400), [0]])
+    extra = []
+    for (s, _), f in zip(ev["leaves"], ev["flows"]):
+        rows = np.flatnonzero(rng.random(len(s)) < 0.25)
+        rows = np.sort(np.concatenate([rows, rows[::3]]))  # every third of them twice
+        ids = pool[rng.integers(0, len(pool), len(rows))]
+        ids[::7] = f[rows[::7]]  # the event's first id again: still one flow
+        extra.append((rows.astype(np.int64), ids.astype(np.int64)))
+    return {**ev, "extra": extra}
+
+
+def flow_sets(ev: dict, lf: int) -> list[set[int]]:
+    """Every flow id of each event of leaf ``lf`` (0: none)."""
+    got = [{int(f)} - {0} for f in ev["flows"][lf]]
+    for r, f in zip(*ev.get("extra", [(np.zeros(0, dtype=np.int64),) * 2] * len(ev["leaves"]))[lf]):
+        if f:
+            got[int(r)].add(int(f))
+    return got
+
+
 def brute_flows(ev: dict, t0: float, t1: float, limit: int) -> tuple[list, bool]:
     by: dict[int, list[tuple[int, int, int]]] = {}
-    for lf, ((s, d), ids, fl) in enumerate(zip(ev["leaves"], ev["ids"], ev["flows"])):
-        for si, di, ii, fi in zip(s.tolist(), d.tolist(), ids.tolist(), fl.tolist()):
-            if fi and si < t1 and si + di >= t0:
-                by.setdefault(fi, []).append((si, ii, lf))
+    for lf, ((s, d), ids) in enumerate(zip(ev["leaves"], ev["ids"])):
+        for si, di, ii, fs in zip(s.tolist(), d.tolist(), ids.tolist(), flow_sets(ev, lf)):
+            for fi in fs:
+                if si < t1 and si + di >= t0:
+                    by.setdefault(fi, []).append((si, ii, lf))
     multi = sorted(k for k, v in by.items() if len(v) >= 2)
     return [(k, sorted(by[k])) for k in multi[:limit]], len(multi) > limit
 
 
 @pytest.mark.parametrize("split", [False, True])
-def test_flows_match_brute_force(tmp_path: Path, split: bool) -> None:
-    """Both ways of answering a flow query (gather the window's ids / walk flows in id order) are exact."""
+@pytest.mark.parametrize("more", [False, True])
+def test_flows_match_brute_force(tmp_path: Path, split: bool, more: bool) -> None:
+    """Both ways of answering a flow query (gather the window's ids / walk flows in id order) are exact,
+    with every flow of an event counted (``more``: events in two or three flows)."""
     ev = with_flows(make_events(11), 12)
+    if more:
+        ev = with_more_flows(ev, 14)
     out = None
     if split:
         out = tmp_path / "idx"
@@ -240,6 +277,21 @@ def test_flows_match_brute_force(tmp_path: Path, split: bool) -> None:
             seen_truncated += trunc
             seen_flows += len(want)
     assert seen_truncated > 10 and seen_flows > 1000
+    # each event's flow numbers name exactly its flows with >= 2 events in the profile
+    members: dict[int, int] = {}
+    for lf in range(len(ev["leaves"])):
+        for fs in flow_sets(ev, lf):
+            for f in fs:
+                members[f] = members.get(f, 0) + 1
+    multi_events = 0
+    for lf in range(len(ev["leaves"])):
+        a = int(idx.off[lf])
+        by_id = {int(i): a + j for j, i in enumerate(idx.id[a:int(idx.off[lf + 1])].tolist())}
+        for i, fs in zip(ev["ids"][lf].tolist(), flow_sets(ev, lf)):
+            got = [int(idx.fx_id[x]) for x in idx.flow_numbers(by_id[i])]
+            assert got == sorted(f for f in fs if members[f] >= 2), (lf, i)
+            multi_events += len(got) >= 2
+    assert (multi_events > 100) == more
     # without flow ids in the chunks, no flows
     assert len(build(make_events(11), None).flows(-1e9, 2e10, 10)["fid"]) == 0
 
@@ -259,3 +311,32 @@ def test_listening_socket_disables_nagle_for_accepted_connections() -> None:
             cl.close()
     finally:
         srv.close()
+
+
+def test_split_flows_matches_a_python_reference_on_random_lists() -> None:
+    """Fuzz: flow-id list columns with null lists, null and 0 ids, slices and several chunks."""
+    import pyarrow as pa
+
+    from neuron_explorer.ui.profile import split_flows
+
+    rng = np.random.default_rng(21)
+    for trial in range(200):
+        rows = []
+        for _ in range(int(rng.integers(0, 40))):
+            k = rng.random()
+            if k < 0.1:
+                rows.append(None)
+            else:
+                n = int(rng.integers(0, 5))
+                rows.append([None if rng.random() < 0.1 else int(rng.integers(-3, 1 << 62)) * int(rng.random() > 0.1)
+                             for _ in range(n)])
+        arr = pa.array(rows, type=pa.list_(pa.int64()))
+        if len(rows) > 2 and trial % 3 == 0:
+            arr = arr.slice(1, len(rows) - 2)
+            rows = rows[1:-1]
+        col = pa.chunked_array([arr[: len(rows) // 2], arr[len(rows) // 2:]], type=arr.type) if trial % 2 else arr
+        first, xrow, xflow = split_flows(col)
+        want_first = [(r[0] or 0) if r else 0 for r in rows]
+        want_x = [(i, f) for i, r in enumerate(rows) if r for f in r[1:] if f]
+        assert first.tolist() == want_first, rows
+        assert list(zip(xrow.tolist(), xflow.tolist())) == want_x, rows

@@ -88,8 +88,19 @@ def _prof(ws: Workspace, req: Request) -> Profile:
     return ws.profile(req.path_params["name"])
 
 
-def _mode(req: Request) -> str:
-    return req.query_params.get("mode", DEFAULT_MODE)
+def _early(ws: Workspace, req: Request) -> Profile:
+    """The profile without waiting for its index: what a first paint asks (overview, tracks, windows,
+    busy shares, counters) is answered from the coarse level while the index builds."""
+    return ws.profile(req.path_params["name"], wait=False)
+
+
+def _mode(req: Request, ws: Workspace | None = None) -> str:
+    """The request's grouping mode; without one, the profile's (the grouping its view stored)."""
+    m = req.query_params.get("mode")
+    if m is not None:
+        return m
+    name = req.path_params.get("name")
+    return ws.profile(name, wait=False).default_mode if ws is not None and name is not None else DEFAULT_MODE
 
 
 def _layout(req: Request) -> str:
@@ -124,7 +135,9 @@ def profiles(ws: Workspace, req: Request) -> Any:
 
 
 def overview(ws: Workspace, req: Request) -> Any:
-    return queries.overview(_prof(ws, req))
+    # ?wait=0: during a cold open's index build (the browser's coarse first paint); else wait for it
+    early = req.query_params.get("wait") == "0"
+    return queries.overview(_early(ws, req) if early else _prof(ws, req))
 
 
 def status(ws: Workspace, req: Request) -> Any:
@@ -132,22 +145,22 @@ def status(ws: Workspace, req: Request) -> Any:
 
 
 def tracks(ws: Workspace, req: Request) -> Any:
-    m, lay = _mode(req), _layout(req)
-    p = _prof(ws, req)
+    m, lay = _mode(req, ws), _layout(req)
+    p = _early(ws, req)
     return {"mode": m, "layout": lay, "rows": [r.to_json(i) for i, r in enumerate(p.rows(m, lay))],
             "names": p.names, "leaf_name": p.leaf_name, "leaf_rank": [p.rank(i) for i in range(len(p.leaves))]}
 
 
 def window(ws: Workspace, req: Request) -> Any:
-    return queries.window(_prof(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
+    return queries.window(_early(ws, req), _mode(req, ws), _rows(req), *_range(req), _layout(req))
 
 
 def counters(ws: Workspace, req: Request) -> Any:
-    return queries.counters(_prof(ws, req), _mode(req), _rows(req), *_range(req), _layout(req))
+    return queries.counters(_early(ws, req), _mode(req, ws), _rows(req), *_range(req), _layout(req))
 
 
 def flows(ws: Workspace, req: Request) -> Any:
-    return flows_q.flows(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"))
+    return flows_q.flows(_prof(ws, req), _mode(req, ws), _num(req, "t0"), _num(req, "t1"))
 
 
 def event(ws: Workspace, req: Request) -> Any:
@@ -161,13 +174,13 @@ def event_flows(ws: Workspace, req: Request) -> Any:
 
 
 def summary(ws: Workspace, req: Request) -> Any:
-    return queries.summary(_prof(ws, req), _mode(req), _num(req, "t0"), _num(req, "t1"), _rows(req) or None,
+    return queries.summary(_prof(ws, req), _mode(req, ws), _num(req, "t0"), _num(req, "t1"), _rows(req) or None,
                            _layout(req))
 
 
 def busy(ws: Workspace, req: Request) -> Any:
-    check_mode(_mode(req))
-    return busy_q.busy(_prof(ws, req), _mode(req), _layout(req), busy_q.parse_groups(req.query_params.get("groups")),
+    check_mode(_mode(req, ws))
+    return busy_q.busy(_early(ws, req), _mode(req, ws), _layout(req), busy_q.parse_groups(req.query_params.get("groups")),
                        *_range(req))
 
 
@@ -176,25 +189,25 @@ def activity(ws: Workspace, req: Request) -> Any:
 
 
 def nonempty(ws: Workspace, req: Request) -> Any:
-    check_mode(_mode(req))
-    return {"rows": busy_q.rows_with_events(_prof(ws, req), _mode(req), _layout(req), _num(req, "t0"),
+    check_mode(_mode(req, ws))
+    return {"rows": busy_q.rows_with_events(_prof(ws, req), _mode(req, ws), _layout(req), _num(req, "t0"),
                                             _num(req, "t1"))}
 
 
 def area(ws: Workspace, req: Request) -> Any:
-    check_mode(_mode(req))
-    return area_q.area(_prof(ws, req), _mode(req), _layout(req), _rows(req) or None, _num(req, "t0"), _num(req, "t1"))
+    check_mode(_mode(req, ws))
+    return area_q.area(_prof(ws, req), _mode(req, ws), _layout(req), _rows(req) or None, _num(req, "t0"), _num(req, "t1"))
 
 
 def collectives(ws: Workspace, req: Request) -> Any:
-    check_mode(_mode(req))
-    return area_q.collectives(_prof(ws, req), _mode(req), _layout(req), _rows(req) or None, _num(req, "t0"),
+    check_mode(_mode(req, ws))
+    return area_q.collectives(_prof(ws, req), _mode(req, ws), _layout(req), _rows(req) or None, _num(req, "t0"),
                               _num(req, "t1"))
 
 
 def search(ws: Workspace, req: Request) -> Any:
-    check_mode(_mode(req))
-    return search_q.search(_prof(ws, req), _mode(req), req.query_params.get("q", "")[:200], _layout(req))
+    check_mode(_mode(req, ws))
+    return search_q.search(_prof(ws, req), _mode(req, ws), req.query_params.get("q", "")[:200], _layout(req))
 
 
 def search_next(ws: Workspace, req: Request) -> Any:

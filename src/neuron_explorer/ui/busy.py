@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from neuron_explorer.ui.params import BadRequest, ns_per_px, parse_rows, window_args
+from neuron_explorer.ui.params import BadRequest, parse_rows, window_args
 from neuron_explorer.ui.profile import Profile
-from neuron_explorer.ui.queries import count_starting, pick_rows
+from neuron_explorer.ui.queries import pick_rows, source_level
 from neuron_explorer.util.intervals import merge
 
 MAX_GROUPS = 4096
@@ -76,15 +76,19 @@ def coverage(s: np.ndarray, e: np.ndarray, rho: np.ndarray, key: np.ndarray, n: 
     return np.clip(out[:, :px], 0.0, 1.0)
 
 
-def leaves_coverage(p: Profile, leaves: list[int], t0i: float, t1i: float, px: int,
-                    level: int | None) -> np.ndarray:
-    """Share of each pixel's time (index time [t0i, t1i), ``px`` pixels) each of ``leaves`` is busy:
-    exact (the union of its events' intervals) at ``level`` None, else from that pyramid level (each
-    bucket's total duration spread over its extent)."""
-    idx = p.index
-    assert idx is not None
+def leaves_coverage(p: Profile, leaves: list[int], t0: float, t1: float, px: int) -> tuple[np.ndarray, Any]:
+    """Share of each pixel's time (relative [t0, t1), ``px`` pixels) each of ``leaves`` is busy, and the
+    level it came from: exact (the union of its events' intervals) when few events are in view, else
+    from a pyramid level or, while the index builds, the coarse level (each bucket's total duration
+    spread over its extent). The level is chosen as for windows (``queries.source_level``)."""
     n = len(leaves)
+    src, level = source_level(p, leaves, t0, t1, (t1 - t0) / px)
+    if src is None or not n:
+        return np.zeros((n, px)), level
+    sh = src.base - p.origin
+    t0i, t1i = t0 - sh, t1 - sh
     if level is None:
+        idx = p.index
         ss, es, ks = [], [], []
         for k, (_lf, a, b) in enumerate(idx.raw_slices(leaves, t0i, t1i)):
             st = idx.s[a:b].astype(np.int64)
@@ -93,23 +97,13 @@ def leaves_coverage(p: Profile, leaves: list[int], t0i: float, t1i: float, px: i
             es.append(re_)
             ks.append(np.full(len(rs), k, dtype=np.int64))
         if not ss:
-            return np.zeros((n, px))
+            return np.zeros((n, px)), level
         s, e, key = np.concatenate(ss), np.concatenate(es), np.concatenate(ks)
-        return coverage(s, e, np.ones(len(s)), key, n, t0i, t1i, px)
-    g = idx.gather_level(level, leaves, list(range(n)), t0i, t1i)
+        return coverage(s, e, np.ones(len(s)), key, n, t0i, t1i, px), level
+    g = src.gather_level(level, leaves, list(range(n)), t0i, t1i)
     s, e = g["s"], g["e"]
     rho = g["d"] / np.maximum(e - s, 1)
-    return coverage(s, e, rho, g["row"], n, t0i, t1i, px)
-
-
-def _level(p: Profile, leaves: list[int], t0: float, t1: float, npp: float) -> int | None:
-    if not p.levels or count_starting(p, leaves, t0, t1) <= p.raw_budget:
-        return None
-    level = 0
-    for k, w in enumerate(p.levels):
-        if w <= npp:
-            level = k
-    return level
+    return coverage(s, e, rho, g["row"], n, t0i, t1i, px), level if src is p.index else "coarse"
 
 
 def _b64(v: np.ndarray) -> str:
@@ -126,14 +120,11 @@ def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float,
     """Per group (a list of rows), per pixel: ``busy`` (largest share of any non-collective track) and
     ``cc`` (largest share of any collective track), each base64 of bytes 0..255; ``mean_busy`` too."""
     t0, t1, px = window_args(t0, t1, px)
-    npp = ns_per_px(t0, t1, px)
-    out: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "groups": []}
-    t0i, t1i = t0 - p.shift, t1 - p.shift
+    out: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "groups": [], "coarse": not p.index_ready}
     per_group = [[lf for _, r in pick_rows(p, mode, rows, layout) if r.kind == "events" for lf in r.leaves]
                  for rows in groups]
     every = sorted({lf for g in per_group for lf in g})
-    level = _level(p, every, t0, t1, npp) if every and p.index is not None else None
-    cov = leaves_coverage(p, every, t0i, t1i, px, level) if every and p.index is not None else np.zeros((0, px))
+    cov, level = leaves_coverage(p, every, t0, t1, px)
     where = {lf: k for k, lf in enumerate(every)}
     for leaves in per_group:
         work = np.zeros(px)
@@ -143,6 +134,8 @@ def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float,
             np.maximum(tgt, cov[where[lf]], out=tgt)
         out["groups"].append({"busy": _b64(work), "cc": _b64(cc), "mean_busy": round(float(work.mean()), 4),
                               "mean_cc": round(float(cc.mean()), 4), "level": "raw" if level is None else level})
+    if level == "coarse":
+        p.first_paint.set()  # the index build may start (see Profile._build_in_background)
     return out
 
 

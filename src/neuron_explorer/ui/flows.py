@@ -119,16 +119,17 @@ def _enclosing(p: Profile, pos: int) -> list[int]:
 def event_flows(p: Profile, event_id: int, leaf: int, start: float | None = None) -> dict[str, Any]:
     """The flows of one event and its framework chain (see the module docstring).
 
-    ``flows``: the event's flow (``kind`` execution, collective or flow) with every endpoint in start
-    order; ``chain``: the events enclosing the selected event on its thread, and those enclosing the
+    ``flows``: the event's flows, by flow id (``kind`` execution, collective or flow; a host call issued
+    inside a framework region is in that region's flow and in its core execution's), each with every
+    endpoint in start order; ``chain``: the events enclosing the selected event on its thread, and those enclosing the
     flow's endpoints of the same process (its host call's framework regions), outermost first."""
     pos = locate(p, event_id, leaf, start)
     idx = p.index
     assert idx is not None
     out: dict[str, Any] = {"event": ends(p, np.array([pos]))[0], "flows": [], "chain": []}
     members = [pos]
-    f = int(idx.fn[pos])
-    if f >= 0:
+    me = p.leaves[leaf]
+    for f in idx.flow_numbers(pos):  # every flow of the event: a host call is in two
         a, b = int(idx.fx_off[f]), int(idx.fx_off[f + 1])
         fpos = np.asarray(idx.fx_pos[a:b], dtype=np.int64)
         fpos = fpos[np.lexsort((idx.id[fpos], idx.s[fpos]))]
@@ -136,9 +137,8 @@ def event_flows(p: Profile, event_id: int, leaf: int, start: float | None = None
         fl = ends(p, fpos[:FLOW_ENDS_MAX])
         out["flows"].append({"flow_id": str(int(idx.fx_id[f])), "kind": _kind(p, [e[1] for e in fl]),
                              "ends": fl, "truncated": truncated})
-        me = p.leaves[leaf]
         members += [int(q) for q, e in zip(fpos.tolist(), fl)
-                    if (p.leaves[e[1]].inst, p.leaves[e[1]].pid) == (me.inst, me.pid) and int(q) != pos]
+                    if (p.leaves[e[1]].inst, p.leaves[e[1]].pid) == (me.inst, me.pid) and int(q) not in members]
     chain: list[int] = []
     for q in members:
         for c in _enclosing(p, q):

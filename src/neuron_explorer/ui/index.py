@@ -16,7 +16,10 @@ Layout (``n`` events, ``L`` leaves; leaf ``i`` owns positions ``off[i]:off[i+1]`
 * ``fn``  int32   the event's *flow number* ``j`` (its flow id is ``fx_id[j]``), -1 when the event has no
   flow id or no other event of the profile shares it. Flow ids come from ``SystemProfileEvents.flow_id``
   (host call <-> core execution, the ranks of one collective); numbers follow ids, so ordering by number
-  is ordering by id, and 4 bytes per event do where the 64-bit id would take 8.
+  is ordering by id, and 4 bytes per event do where the 64-bit id would take 8. An event in several
+  flows (a host call is in its framework region's flow and in its core execution's) has its smallest
+  number here and the others in ``xp`` / ``xo`` / ``xf``: event ``xp[i]`` (positions, ascending) is
+  also in flows ``xf[xo[i]:xo[i+1]]``. The overflow is empty when no event is in two flows.
 * ``fx_id`` (int64) / ``fx_off`` / ``fx_pos``: the flows with at least two events in the profile, ordered
   by flow id: flow ``j`` is ``fx_id[j]`` and its events are at positions ``fx_pos[fx_off[j]:fx_off[j+1]]``
   of the arrays above (int32 while positions fit). A wide window's flows are found by walking this table
@@ -67,6 +70,7 @@ class EventIndex:
         self.s, self.d, self.id, self.bmax = arrays["s"], arrays["d"], arrays["id"], arrays["bmax"]
         self.fn = arrays["fn"]
         self.fx_id, self.fx_off, self.fx_pos = arrays["fx_id"], arrays["fx_off"], arrays["fx_pos"]
+        self.xp, self.xo, self.xf = arrays["xp"], arrays["xo"], arrays["xf"]
         self.flow_leaves: list[int] = list(meta.get("flow_leaves", []))
 
     @property
@@ -80,7 +84,7 @@ class EventIndex:
     @classmethod
     def build(cls, counts: list[int], maxdur: list[int], base: int, levels: list[int],
               chunks: Iterable[tuple[np.ndarray, ...]],
-              out_dir: Path | None, extra: dict[str, Any] | None = None,
+              out_dir: Path | None, extra: dict[str, Any] | Callable[[list[int]], dict[str, Any]] | None = None,
               on_level: Callable[[int], None] | None = None) -> "EventIndex":
         """Build from ``chunks`` of (leaf, start_abs, duration, id[, flow id]), each sorted by (leaf, start)
         (see :func:`neuron_explorer.ui.index_build.build_arrays`)."""
@@ -93,7 +97,7 @@ class EventIndex:
             meta = json.loads((d / "meta.json").read_text())
             if meta.get("format") != FORMAT:
                 return None
-            names = ["s", "d", "id", "bmax", "off", "boff", "fn", "fx_id", "fx_off", "fx_pos"]
+            names = ["s", "d", "id", "bmax", "off", "boff", "fn", "fx_id", "fx_off", "fx_pos", "xp", "xo", "xf"]
             for k in range(len(meta["levels"])):
                 names += [f"p{k}_{x}" for x in ("s", "e", "c", "d", "id", "off")]
             # plain ndarray views of the maps: slicing a np.memmap costs a Python-level hook per slice
@@ -282,6 +286,31 @@ class EventIndex:
                 return got
         return self._flows_gather(sl, lo_t, limit)
 
+    def flow_numbers(self, pos: int) -> list[int]:
+        """Every flow number of the event at ``pos`` (smallest first; empty when it is in no flow)."""
+        first = int(self.fn[pos])
+        if first < 0:
+            return []
+        i = int(np.searchsorted(self.xp, pos, "left"))
+        if i < len(self.xp) and int(self.xp[i]) == pos:
+            return [first] + [int(x) for x in self.xf[int(self.xo[i]):int(self.xo[i + 1])]]
+        return [first]
+
+    def _overflow(self, sl: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, flow numbers) of the further flows of the events in slices ``sl``."""
+        if not len(self.xp):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        ps, fs = [], []
+        for _, a, b in sl:
+            i0, i1 = (int(x) for x in np.searchsorted(self.xp, [a, b], "left"))
+            if i1 > i0:
+                o0, o1 = int(self.xo[i0]), int(self.xo[i1])
+                ps.append(np.repeat(np.asarray(self.xp[i0:i1], dtype=np.int64), np.diff(self.xo[i0:i1 + 1])))
+                fs.append(np.asarray(self.xf[o0:o1], dtype=np.int64))
+        if not ps:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(ps), np.concatenate(fs)
+
     def _flows_gather(self, sl: list[tuple[int, int, int]], lo_t: int, limit: int) -> dict[str, Any]:
         f = np.concatenate([self.fn[a:b] for _, a, b in sl])  # flow numbers: order = flow id order
         keep = f >= 0
@@ -290,6 +319,10 @@ class EventIndex:
             keep &= e >= lo_t
         pos = np.concatenate([np.arange(a, b, dtype=np.int64) for _, a, b in sl])[keep]
         f = f[keep]
+        xpos, xf = self._overflow(sl)  # the further flows of events in several
+        if len(xpos):
+            xk = self.s[xpos] + self.d[xpos] >= lo_t
+            f, pos = np.concatenate((f.astype(np.int64), xf[xk])), np.concatenate((pos, xpos[xk]))
         if not len(f):
             return _no_flows()
         o = np.argsort(f, kind="stable")

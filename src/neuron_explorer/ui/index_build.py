@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-FORMAT = 3  # bump when the layout changes: old cache directories are then ignored (2: flows, 3: leaf groups)
+FORMAT = 4  # bump when the layout changes: old cache directories are then ignored (2: flows, 3: leaf groups,
+# 4: every flow of an event, not only its first)
 BLOCK = 128
 PYRAMID_FACTOR = 4
 PYRAMID_TOP_BUCKETS = 512  # the coarsest level spans the profile in about this many buckets
@@ -37,13 +38,17 @@ def pyramid_levels(duration: int, n_leaves: int, n_events: int) -> list[int]:
 
 def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[int],
                  chunks: Iterable[tuple[np.ndarray, ...]], out_dir: Path | None,
-                 extra: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | Callable[[list[int]], dict[str, Any]] | None = None,
                  on_level: Callable[[int], None] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The index's arrays and metadata from ``chunks`` of (leaf, start_abs, duration, id[, flow id]),
-    each sorted by (leaf, start).
+    """The index's arrays and metadata from ``chunks`` of (leaf, start_abs, duration, id[, flow id[,
+    extra rows, extra flow ids]]), each sorted by (leaf, start).
 
     ``counts[i]`` is the number of events of leaf ``i``. A leaf spread over several chunks is
     re-sorted at the end. A chunk without flow ids (4 arrays) means none of its events has one (0).
+    ``maxdur[i]`` may be an upper bound of leaf ``i``'s longest duration (its maximum picks the type
+    of the duration array); the metadata keeps the exact values, which a callable ``extra`` receives.
+    An event in several flows (a host call is in its framework region's flow and in its execution's)
+    has its first id in ``flow id`` and each further one as a pair (its row in the chunk, the id).
     With ``out_dir`` the arrays are written there as .npy files. ``extra`` is stored with the
     metadata (the profile keeps its leaf table there).
     """
@@ -57,17 +62,18 @@ def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[i
     ids = alloc("id", n, np.int64)
     # the flow ids themselves are only needed until the flow table is made: a scratch array
     fl = alloc("flow_ids.tmp", n, np.int64)
-    _fill_events(chunks, off, base, s, d, ids, fl)
+    xpos, xflow = _fill_events(chunks, off, base, s, d, ids, fl)
+    maxdur = _leaf_maxdur(off, d)
     bmax, boff = _block_maxima(counts, off, s, d, alloc)
     arrays: dict[str, np.ndarray] = {"s": s, "d": d, "id": ids, "bmax": bmax, "off": off, "boff": boff}
-    fx_id, fx_off, fx_pos, flow_leaves = _flow_table(fl, off)
+    fx_id, fx_off, fx_pos, flow_leaves = _flow_table(fl, off, xpos, xflow)
     del fl  # before the flow numbers are allocated: at 100M events the scratch ids are 800 MB
     if out_dir is not None:
         (out_dir / "flow_ids.tmp.npy").unlink()
     fn = alloc("fn", n, np.int32 if len(fx_id) < (1 << 31) else np.int64)
     fn[:] = -1
-    fn[fx_pos] = np.repeat(np.arange(len(fx_id), dtype=fn.dtype), np.diff(fx_off))
-    arrays.update(fn=fn, fx_id=fx_id, fx_off=fx_off, fx_pos=fx_pos)
+    arrays.update(fx_id=fx_id, fx_off=fx_off, fx_pos=fx_pos)
+    arrays.update(fn=fn, **_event_flows(fn, fx_off, fx_pos, multi=len(xpos) > 0))
     # pyramid: level 0 from the events, level k from level k-1 (widths are powers of two, so
     # floor(s / w_k) of a bucket's first start is the bucket it falls in at level k)
     prev: dict[str, np.ndarray] | None = None
@@ -77,8 +83,9 @@ def build_arrays(counts: list[int], maxdur: list[int], base: int, levels: list[i
         prev = _pyramid_level(k, w, prev, off, s, d, ids, alloc)
         for x, v in prev.items():
             arrays[f"p{k}_{x}"] = v
-    meta = {"format": FORMAT, "base": int(base), "levels": list(levels), "maxdur": [int(x) for x in maxdur],
-            "events": n, "flow_leaves": flow_leaves, **(extra or {})}
+    more = extra(maxdur) if callable(extra) else (extra or {})
+    meta = {"format": FORMAT, "base": int(base), "levels": list(levels), "maxdur": maxdur,
+            "events": n, "flow_leaves": flow_leaves, **more}
     if out_dir is not None:
         _save(out_dir, arrays, meta, len(levels))
     return arrays, meta
@@ -94,18 +101,24 @@ def _allocator(out_dir: Path | None) -> Alloc:
 
 
 def _fill_events(chunks: Iterable[tuple[np.ndarray, ...]], off: np.ndarray, base: int, s: np.ndarray,
-                 d: np.ndarray, ids: np.ndarray, fl: np.ndarray) -> None:
+                 d: np.ndarray, ids: np.ndarray, fl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Copy each chunk's runs of one leaf to that leaf's next free positions; then sort the slices of
-    leaves that came in several chunks (each chunk is sorted, their concatenation need not be)."""
+    leaves that came in several chunks (each chunk is sorted, their concatenation need not be).
+
+    Returns the events' further flow ids as (position, flow id) pairs."""
     nl = len(off) - 1
     fill = off[:-1].copy()
     seen = np.zeros(nl, dtype=np.int32)
+    xpos: list[np.ndarray] = []
+    xflow: list[np.ndarray] = []
     for chunk in chunks:
         leaf, start, dur, eid = chunk[:4]
         flow = chunk[4] if len(chunk) > 4 else None
+        xrow = chunk[5] if len(chunk) > 6 and len(chunk[5]) else None
         if not len(leaf):
             continue
         cut = np.flatnonzero(leaf[1:] != leaf[:-1]) + 1
+        rowpos = np.empty(len(leaf), dtype=np.int64) if xrow is not None else None
         for a, b in zip(np.concatenate(([0], cut)), np.concatenate((cut, [len(leaf)]))):
             lf = int(leaf[a])
             p = int(fill[lf])
@@ -116,14 +129,36 @@ def _fill_events(chunks: Iterable[tuple[np.ndarray, ...]], off: np.ndarray, base
             d[p:q] = dur[a:b]
             ids[p:q] = eid[a:b]
             fl[p:q] = 0 if flow is None else flow[a:b]
+            if rowpos is not None:
+                rowpos[a:b] = np.arange(p, q)
             fill[lf] = q
             seen[lf] += 1
+        if rowpos is not None:
+            xpos.append(rowpos[np.asarray(xrow, dtype=np.int64)])
+            xflow.append(np.asarray(chunk[6], dtype=np.int64))
     if not np.array_equal(fill, off[1:]):
         raise ValueError("the events read do not match the leaf counts")
+    xp = np.concatenate(xpos) if xpos else np.zeros(0, dtype=np.int64)
     for lf in np.flatnonzero(seen > 1):  # a leaf spread over several parts: sort its slice
         a, b = int(off[lf]), int(off[lf + 1])
         o = np.argsort(s[a:b], kind="stable")
         s[a:b], d[a:b], ids[a:b], fl[a:b] = s[a:b][o], d[a:b][o], ids[a:b][o], fl[a:b][o]
+        moved = (xp >= a) & (xp < b)
+        if bool(moved.any()):  # the further flow ids follow their events
+            inv = np.empty(b - a, dtype=np.int64)
+            inv[o] = np.arange(b - a)
+            xp[moved] = a + inv[xp[moved] - a]
+    return xp, (np.concatenate(xflow) if xflow else np.zeros(0, dtype=np.int64))
+
+
+def _leaf_maxdur(off: np.ndarray, d: np.ndarray) -> list[int]:
+    """Each leaf's longest duration (0 for a leaf without events)."""
+    cnt = np.diff(off)
+    out = np.zeros(len(cnt), dtype=np.int64)
+    some = np.flatnonzero(cnt > 0)
+    if len(some):
+        out[some] = np.maximum.reduceat(np.asarray(d), off[:-1][some])
+    return [int(x) for x in out]
 
 
 def _block_maxima(counts: list[int], off: np.ndarray, s: np.ndarray, d: np.ndarray,
@@ -142,21 +177,31 @@ def _block_maxima(counts: list[int], off: np.ndarray, s: np.ndarray, d: np.ndarr
     return bmax, boff
 
 
-def _flow_table(fl: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+def _flow_table(fl: np.ndarray, off: np.ndarray, xpos: np.ndarray,
+                xflow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
     """(flow ids, offsets, positions, leaves holding them) of the flows with >= 2 events, by flow id.
 
-    ``fl`` holds each event's flow id (0: none). Positions (and offsets) are int32 while they fit.
+    ``fl`` holds each event's first flow id (0: none), (``xpos``, ``xflow``) its further ones.
+    Positions (and offsets) are int32 while they fit.
     """
     n = len(fl)
     pdt = np.int32 if n < (1 << 31) else np.int64
     pos = np.flatnonzero(np.asarray(fl)).astype(pdt)
+    f = np.asarray(fl[pos])
+    if len(xpos):  # every (event, flow) pair once, ordered by flow then position
+        keep = xflow != 0
+        pos = np.concatenate((pos, xpos[keep].astype(pdt)))
+        f = np.concatenate((f, xflow[keep]))
+        pairs = np.unique(np.stack((f, pos.astype(np.int64))), axis=1)
+        f, pos = pairs[0], pairs[1].astype(pdt)
+        del pairs
     if not len(pos):
         return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=pdt), np.zeros(0, dtype=pdt), []
-    f = np.asarray(fl[pos])
-    o = np.argsort(f, kind="stable")
-    f = f[o]
-    pos = pos[o]
-    del o
+    if not len(xpos):
+        o = np.argsort(f, kind="stable")
+        f = f[o]
+        pos = pos[o]
+        del o
     st = np.concatenate(([0], np.flatnonzero(f[1:] != f[:-1]) + 1))
     cnt = np.diff(np.append(st, len(f)))
     multi = cnt >= 2
@@ -170,6 +215,27 @@ def _flow_table(fl: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray
     if len(fx_pos):
         has[np.searchsorted(off, fx_pos, "right") - 1] = True
     return fx_id, fx_off, fx_pos, [int(x) for x in np.flatnonzero(has)]
+
+
+def _event_flows(fn: np.ndarray, fx_off: np.ndarray, fx_pos: np.ndarray, multi: bool) -> dict[str, np.ndarray]:
+    """Fill ``fn`` (each event's smallest flow number, -1: none) and return the events' further flows,
+    ``xp`` (their positions, ascending), ``xo`` (offsets) and ``xf`` (flow numbers): event ``xp[i]`` is
+    also in flows ``xf[xo[i]:xo[i+1]]``. Empty when no event is in two flows (a rare overflow kept apart
+    so that one flow per event stays 4 bytes per event)."""
+    num = np.repeat(np.arange(len(fx_off) - 1, dtype=fn.dtype), np.diff(fx_off))
+    if not multi:
+        fn[fx_pos] = num
+        return {"xp": np.zeros(0, dtype=fx_pos.dtype), "xo": np.zeros(1, dtype=np.int64), "xf": np.zeros(0, dtype=fn.dtype)}
+    o = np.lexsort((num, fx_pos))
+    pos, num = np.asarray(fx_pos)[o], num[o]
+    first = np.ones(len(pos), dtype=bool)
+    first[1:] = pos[1:] != pos[:-1]
+    fn[pos[first]] = num[first]
+    rest_pos, rest_num = pos[~first], num[~first]
+    xp, cnt = np.unique(rest_pos, return_counts=True)
+    xo = np.zeros(len(xp) + 1, dtype=np.int64)
+    np.cumsum(cnt, out=xo[1:])
+    return {"xp": xp.astype(fx_pos.dtype), "xo": xo, "xf": rest_num}
 
 
 def _pyramid_level(k: int, w: int, src: dict[str, np.ndarray] | None, off: np.ndarray, s: np.ndarray,
@@ -215,7 +281,7 @@ def _pyramid_level(k: int, w: int, src: dict[str, np.ndarray] | None, off: np.nd
 
 def _save(out_dir: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any], n_levels: int) -> None:
     """Write the arrays not allocated as files, flush the mapped ones, and the metadata last."""
-    for name in ("off", "boff", "fx_id", "fx_off", "fx_pos") + tuple(f"p{k}_off" for k in range(n_levels)):
+    for name in ("off", "boff", "fx_id", "fx_off", "fx_pos", "xp", "xo", "xf") + tuple(f"p{k}_off" for k in range(n_levels)):
         np.save(out_dir / f"{name}.npy", arrays[name])
     for v in arrays.values():
         if isinstance(v, np.memmap):

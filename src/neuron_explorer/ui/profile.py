@@ -25,9 +25,11 @@ profile are in :mod:`neuron_explorer.ui.queries`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,11 +40,13 @@ import numpy as np
 
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
                                              WARNINGS, table_file)
-from neuron_explorer.ui import index, index_build, paths
-from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows
+from neuron_explorer.ui import coarse, index, index_build, paths
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
 
 RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
+FIRST_PAINT_GRACE_S = 3.0  # a cold open's index build waits at most this long for the first coarse answer
+COARSE_MIN_EVENTS = 1_000_000  # below this a cold open builds the index before the first paint (~1 s)
 
 # share of the whole preparation each phase stands for, for one progress bar: (start, end)
 PHASES = {"reading metadata": (0.0, 0.02), "scanning events": (0.02, 0.3), "loading counters": (0.3, 0.33),
@@ -62,6 +66,8 @@ class Progress:
         self.total = 0
         self.started = time.time()
         self.error: str | None = None
+        self.coarse = False  # the coarse level is served while the index builds
+        self.reported = False  # the error went out once in /status
 
     def step(self, phase: str, done: int = 0, total: int = 0) -> None:
         self.phase, self.done, self.total = phase, done, total
@@ -74,7 +80,7 @@ class Progress:
         state = "error" if self.error else ("ready" if self.phase == "ready" else "preparing")
         return {"state": state, "phase": self.phase, "done": self.done, "total": self.total,
                 "fraction": round(self.fraction(), 4), "elapsed_s": round(time.time() - self.started, 2),
-                **({"error": self.error} if self.error else {})}
+                "coarse": self.coarse and state == "preparing", **({"error": self.error} if self.error else {})}
 
 
 class Profile:
@@ -87,7 +93,8 @@ class Profile:
     """
 
     def __init__(self, workspace: Path, name: str, con: duckdb.DuckDBPyConnection, cache_dir: Path | None,
-                 pyramid_min_events: int, raw_budget: int = RAW_BUDGET, progress: Progress | None = None) -> None:
+                 pyramid_min_events: int, raw_budget: int = RAW_BUDGET, progress: Progress | None = None,
+                 index_gate: threading.Event | None = None, coarse_min_events: int = COARSE_MIN_EVENTS) -> None:
         self.workspace = workspace
         self.progress = progress if progress is not None else Progress()
         self.raw_budget = raw_budget
@@ -110,7 +117,27 @@ class Profile:
         self.index_build_s: float | None = None  # None: the index came from the cache (or there are no events)
         self._rows: dict[tuple[str, str], list[Row]] = {}
         self.stamp = stamp(self.meta_file)
+        self.index: index.EventIndex | None = None
+        self.coarse: coarse.CoarseLevel | None = None  # served until the index is ready
+        self.index_error: str | None = None
+        self._index_ready = threading.Event()
+        self._index_gate = index_gate  # tests: hold the background build until set
+        self.coarse_min_events = coarse_min_events
+        self.first_paint = threading.Event()  # set once a coarse window or busy answer went out
         self._prepare()
+
+    def wait_index(self) -> "Profile":
+        """Wait until the index is built (at once when it came from the cache); a failed build is one
+        line (OSError: a 500 answer)."""
+        self.first_paint.set()  # someone needs the index now: no grace for a first paint
+        self._index_ready.wait()
+        if self.index_error is not None:
+            raise OSError(f"building the event index failed: {self.index_error}")
+        return self
+
+    @property
+    def index_ready(self) -> bool:
+        return self._index_ready.is_set() and self.index_error is None
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of the workspace's connection (one per query: requests run on several threads)."""
@@ -139,18 +166,22 @@ class Profile:
 
     # ---------------------------------------------------------------- preparation
     def _prepare(self) -> None:
+        """The part a first paint needs (metadata, leaves, counters and, on a cold open, the coarse
+        level); the index is then loaded from the cache or built in a background thread."""
         t = time.perf_counter()
         self.progress.step("reading metadata")
         self._read_metadata()
         cache = self._cache_path()
         idx = index.EventIndex.load(cache) if cache is not None else None
         # the leaf table travels with the cached index: no scan at all
-        self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])] if idx is not None else self._scan_leaves()
+        if idx is not None:
+            self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])]
+        else:
+            self.leaves, self.coarse = self._scan_leaves()
         self.total_events = sum(lf.n for lf in self.leaves)
         self._names = sorted({lf.name for lf in self.leaves})
         pos = {n: i for i, n in enumerate(self._names)}
         self.leaf_name = np.array([pos[lf.name] for lf in self.leaves], dtype=np.int64)
-        self._store_leaves()
         self.progress.step("loading counters")
         cstats = self._load_counters()
         starts = [lf.mn for lf in self.leaves] + ([int(cstats[0])] if cstats[0] is not None else [])
@@ -158,17 +189,46 @@ class Profile:
         self.origin = min(starts) if starts else 0
         self.end = max(ends) if ends else self.origin
         self.duration = max(self.end - self.origin, 1)
-        self.index: index.EventIndex | None = None
-        if self.leaves:
-            if idx is None:
-                idx = index.EventIndex.cached(cache, self._build_index)
-                self._prune_cache(cache)
-            self.index = idx
-        self.levels = list(self.index.levels) if self.index is not None else []
         # index times are relative to the earliest event start; responses to the profile origin
-        self.shift = (self.index.base - self.origin) if self.index is not None else 0
+        self.base = min(lf.mn for lf in self.leaves) if self.leaves else self.origin
+        self.shift = self.base - self.origin
         self.prepare_s = time.perf_counter() - t
+        if idx is None and self.leaves and self.total_events < self.coarse_min_events:
+            # small: the index takes about as long as the coarse paint would, so no coarse phase
+            self.coarse = None
+            idx = index.EventIndex.cached(cache, self._build_index)
+            self._prune_cache(cache)
+        if idx is not None or not self.leaves:
+            self._set_index(idx)
+        else:
+            self.progress.coarse = True
+            threading.Thread(target=self._build_in_background, args=(cache,), daemon=True,
+                             name=f"index-{self.name}").start()
+
+    def _set_index(self, idx: index.EventIndex | None) -> None:
+        if idx is not None and not self.index_ready:  # the leaves with their exact longest durations
+            self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])]
+        self.levels = list(idx.levels) if idx is not None else []
+        self.index = idx
         self.progress.step("ready")
+        self._index_ready.set()
+
+    def _build_in_background(self, cache: Path | None) -> None:
+        """Build (or load, when another server just wrote it) the index, then switch to it."""
+        try:
+            if self._index_gate is not None:
+                self._index_gate.wait()
+            # let the first paint's requests (overview, tracks, windows, busy shares) have the cores
+            # before the build takes them: they wait behind it otherwise, on a loaded 2-core machine
+            # several seconds (a client asking nothing delays the build by the grace at most)
+            self.first_paint.wait(FIRST_PAINT_GRACE_S)
+            idx = index.EventIndex.cached(cache, self._build_index)
+            self._prune_cache(cache)
+            self._set_index(idx)
+        except Exception as e:  # noqa: BLE001 - reported by /status and by the requests that wait
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            self.index_error = self.progress.error = first
+            self._index_ready.set()
 
     def _read_metadata(self) -> None:
         c = self.cursor()
@@ -177,6 +237,11 @@ class Profile:
                         for m in self.meta}
         self.nd_of = {(m["instance_id"], int(m["process_id"])): int(m.get("nd_idx") or 0) for m in self.meta}
         self.display_name = next((m.get("display_name") for m in self.meta if m.get("display_name")), self.name)
+        # the grouping `view` was asked for (stored per process; one ingestion has one): the default mode
+        prim = next((m.get("system_trace_primary_group") for m in self.meta if m.get("system_trace_primary_group")), None)
+        sec = next((m.get("system_trace_secondary_group") for m in self.meta if m.get("system_trace_secondary_group")), None)
+        self.stored_grouping = {"primary": prim, "secondary": sec}
+        self.default_mode = mode_of_grouping(prim, sec)
 
     def _cache_path(self) -> Path | None:
         if self.cache_dir is None or not self.ev_files:
@@ -192,25 +257,34 @@ class Profile:
         h.update(f"{self.pyramid_min_events}:{index_build.FORMAT}".encode())
         return h.hexdigest()[:16]
 
-    def _scan_leaves(self) -> list[Leaf]:
-        """The leaf table from one aggregate over the events (the index is not cached yet).
+    def _scan_leaves(self) -> tuple[list[Leaf], "coarse.CoarseLevel | None"]:
+        """The leaf table and the coarse level from one aggregate per process (the index is not cached).
 
         The event group is an attribute of a leaf, not part of its key: a name has one group (the
         capture's type table), and the join that numbers events by leaf stays on the key's columns."""
         if not self.ev_files:
-            return []
+            return [], None
+        ext = coarse.extent(self.cursor(), [f for _, _, f in self.ev_files])
+        if ext is None:
+            return [], None
+        base, w = ext[0], coarse.bucket_width(max(ext[1] - ext[0], 1))
         parts = self._parts()
-        rows: list[tuple] = []
+        got: list = []
         self.progress.step("scanning events", 0, len(parts))
         # one aggregate per process, a few at a time: the same rows as one query over every file,
         # with progress to show on a cold open
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
-            for i, got in enumerate(pool.map(self._scan_part, parts.values())):
-                rows.extend(got)
+            for i, part in enumerate(pool.map(lambda kv: self._scan_part(*kv[0], kv[1], base, w, ext[2]),
+                                              parts.items())):
+                got.extend(part)
                 self.progress.step("scanning events", i + 1, len(parts))
-        rows.sort(key=lambda r: r[:6])
-        return [Leaf(i, str(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]), int(r[6]),
-                     int(r[7]), int(r[8]), int(r[9] or 0), str(r[10])) for i, r in enumerate(rows)]
+        got.sort(key=lambda x: x[0][:6])
+        leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
+        return leaves, coarse.build(got, base, w)
+
+    def _scan_part(self, inst: str, pid: int, files: list[str], base: int, w: int, max_duration: int) -> list:
+        got = self.cursor().execute(coarse.scan_sql(files, base, w)).fetchnumpy()
+        return coarse.split_part(inst, pid, got, max_duration)
 
     def _parts(self) -> dict[tuple[str, int], list[str]]:
         """The event files of each process."""
@@ -219,24 +293,21 @@ class Profile:
             parts.setdefault((inst, pid), []).append(f)
         return parts
 
-    def _scan_part(self, files: list[str]) -> list[tuple]:
-        return self.cursor().execute(f"""
-            SELECT instance_id, process_id, coalesce(thread_id, -1), coalesce(nc_idx, -1),
-                   coalesce(trace_event_source, ''), name, count(*), min(start_ts), max(end_ts),
-                   max(duration_ns), max(coalesce(event_group, ''))
-            FROM read_parquet({files_sql(files)})
-            GROUP BY ALL""").fetchall()
-
     def _store_leaves(self) -> None:
-        """The leaf table in DuckDB, for the join that numbers events by leaf while the index is built."""
+        """The leaf table in DuckDB, for the join that numbers events by leaf while the index is built
+        (built with it, not before the first paint: row-by-row inserts took ~0.2 CPU-s there)."""
+        import pyarrow as pa
+
         c = self.cursor()
         tag = self.tag
-        c.execute(f"DROP TABLE IF EXISTS {tag}_leaves")
-        c.execute(f"""CREATE TABLE {tag}_leaves (leaf INTEGER, inst VARCHAR, pid BIGINT, tid BIGINT, nc INTEGER,
-                      src VARCHAR, name VARCHAR, maxdur BIGINT)""")
-        if self.leaves:
-            c.executemany(f"INSERT INTO {tag}_leaves VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                          [(lf.leaf, lf.inst, lf.pid, lf.tid, lf.nc, lf.src, lf.name, lf.maxdur) for lf in self.leaves])
+        cols = ("leaf", "inst", "pid", "tid", "nc", "src", "name")
+        types = (pa.int32(), pa.string(), pa.int64(), pa.int64(), pa.int32(), pa.string(), pa.string())
+        tbl = pa.table({k: pa.array([getattr(lf, k) for lf in self.leaves], type=t) for k, t in zip(cols, types)})
+        c.register(f"{tag}_leaves_in", tbl)
+        try:
+            c.execute(f"CREATE OR REPLACE TABLE {tag}_leaves AS SELECT * FROM {tag}_leaves_in")
+        finally:
+            c.unregister(f"{tag}_leaves_in")
 
     def _load_counters(self) -> tuple:
         """Counters are small (samples every ~10-100 ms): kept in memory. Returns (min ts, max ts, count)."""
@@ -276,34 +347,37 @@ class Profile:
 
     # ---------------------------------------------------------------- the index build
     def _flow_sql(self, part: str) -> str:
-        """SQL for an event's flow id (0: none) from ``SystemProfileEvents.flow_id`` of a process's part.
+        """SQL for the flow ids of an event from ``SystemProfileEvents.flow_id`` of a process's part.
 
-        The column is a list with zero or one id per system event (a host call and its core execution
-        share one, as do the ranks of one collective); a plain integer column is read as is, and parts
-        without the column have no flows.
+        The column is a list (a host call is in its core execution's flow and, when a framework region
+        issued it, in the region's; the ranks of one collective share one); a plain integer column is
+        read as a one-element list, and parts without the column have no flows.
         """
         try:
             desc = self.cursor().execute(f"DESCRIBE SELECT * FROM read_parquet({quote(part)})").fetchall()
         except duckdb.Error:
-            return "0::BIGINT"
+            return "[]::BIGINT[]"
         typ = next((str(r[1]).upper() for r in desc if r[0] == "flow_id"), None)
         if typ is None:
-            return "0::BIGINT"
+            return "[]::BIGINT[]"
         if typ.endswith("[]"):
-            return "coalesce(ev.flow_id[1], 0)::BIGINT"
-        return "coalesce(ev.flow_id, 0)::BIGINT"
+            return "ev.flow_id::BIGINT[]"
+        return "CASE WHEN ev.flow_id IS NULL THEN []::BIGINT[] ELSE [ev.flow_id::BIGINT] END"
 
-    def _read_events(self, files: list[str]) -> tuple[np.ndarray, ...]:
-        """(leaf, start, duration, id, flow id) of one process's events, sorted by leaf, start."""
-        cols = self.cursor().execute(f"""
+    def _read_events(self, inst: str, pid: int, files: list[str]) -> tuple[np.ndarray, ...]:
+        """(leaf, start, duration, id, first flow id, extra rows, extra flow ids) of one process's events,
+        sorted by leaf, start (see :func:`neuron_explorer.ui.index_build.build_arrays`). The process is
+        the part's (its directory), as in the leaf scan."""
+        tab = self.cursor().sql(f"""
             SELECT l.leaf::INTEGER AS leaf, ev.start_ts AS s, (ev.end_ts - ev.start_ts)::BIGINT AS d,
                    coalesce(ev.id, -1)::BIGINT AS id, {self._flow_sql(files[0])} AS f
             FROM read_parquet({files_sql(files)}) ev
-            JOIN {self.tag}_leaves l ON l.inst = ev.instance_id AND l.pid = ev.process_id
-                 AND l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
-                 AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").fetchnumpy()
-        leaf = np.asarray(cols["leaf"])
-        s = np.asarray(cols["s"], dtype=np.int64)
+            JOIN (SELECT * FROM {self.tag}_leaves WHERE inst = {quote(inst)} AND pid = {int(pid)}) l
+                 ON l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
+                 AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").to_arrow_table()
+        leaf = _np(tab.column("leaf"), np.int32)
+        s = _np(tab.column("s"), np.int64)
+        first, xrow, xflow = split_flows(tab.column("f"))
         # sorting here beats ORDER BY in the query (~1.6x); parts are usually sorted by start already,
         # so a stable sort by leaf alone is often enough
         o = np.argsort(leaf, kind="stable")
@@ -311,8 +385,11 @@ class Profile:
         if bool(((s[1:] < s[:-1]) & (leaf[1:] == leaf[:-1])).any()):
             o2 = np.lexsort((s, leaf))
             o, leaf, s = o[o2], leaf[o2], s[o2]
-        return (leaf, s, np.asarray(cols["d"], dtype=np.int64)[o], np.asarray(cols["id"], dtype=np.int64)[o],
-                np.asarray(cols["f"], dtype=np.int64)[o])
+        if len(xrow):  # the rows of further flow ids, renumbered in the sorted order
+            inv = np.empty(len(o), dtype=np.int64)
+            inv[o] = np.arange(len(o))
+            xrow = inv[xrow]
+        return (leaf, s, _np(tab.column("d"), np.int64)[o], _np(tab.column("id"), np.int64)[o], first[o], xrow, xflow)
 
     def _event_chunks(self) -> Iterator[tuple[np.ndarray, ...]]:
         """Every process's events, read a few processes at a time.
@@ -325,8 +402,8 @@ class Profile:
         self.progress.step("building index", 0, len(parts))
         with ThreadPoolExecutor(workers) as pool:
             pending: list = []
-            for files in parts.values():
-                pending.append(pool.submit(self._read_events, files))
+            for (inst, pid), files in parts.items():
+                pending.append(pool.submit(self._read_events, inst, pid, files))
                 if len(pending) >= workers:
                     yield pending.pop(0).result()
                     done += 1
@@ -338,17 +415,57 @@ class Profile:
 
     def _build_index(self, out_dir: Path | None) -> index.EventIndex:
         """One pass over the events, one process at a time (see ``_event_chunks``)."""
+        self._store_leaves()
         leaves = self.leaves
         base = min(lf.mn for lf in leaves)
         ext = max(lf.mx for lf in leaves) - base
         levels = index_build.pyramid_levels(max(ext, 1), len(leaves), self.total_events) \
             if self.total_events >= self.pyramid_min_events else []
         t = time.perf_counter()
+        exact: list[Leaf] = []
+
+        def with_maxdur(md: list[int]) -> dict[str, Any]:
+            # the scan gave each leaf's longest duration as a bound: the index build knows it exactly
+            exact.extend(dataclasses.replace(lf, maxdur=m) for lf, m in zip(leaves, md))
+            return {"leaves": [lf.to_list() for lf in exact]}
+
         idx = index.EventIndex.build([lf.n for lf in leaves], [lf.maxdur for lf in leaves], base, levels,
-                                     self._event_chunks(), out_dir, extra={"leaves": [lf.to_list() for lf in leaves]},
+                                     self._event_chunks(), out_dir, extra=with_maxdur,
                                      on_level=lambda k: self.progress.step("building pyramid", k, len(levels)))
         self.index_build_s = time.perf_counter() - t
         return idx
+
+
+def _np(col: Any, dtype: Any) -> np.ndarray:
+    """A non-null Arrow column as a numpy array."""
+    return np.asarray(col.to_numpy(), dtype=dtype)
+
+
+def split_flows(col: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first id per row, 0 when none; rows with further ids; those ids) of an Arrow list column of flow
+    ids, without a Python object per row (null lists and null or 0 ids count as none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(arr)
+    first = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
+    starts = np.asarray(arr.offsets.to_numpy()[:-1], dtype=np.int64)
+    vals = np.asarray(pc.fill_null(arr.values, 0).to_numpy(), dtype=np.int64)
+    has = lens > 0
+    first[has] = vals[starts[has]]
+    many = np.flatnonzero(lens > 1)
+    if not len(many):
+        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    extra = lens[many] - 1
+    xrow = np.repeat(many, extra)
+    ramp = np.arange(int(extra.sum()), dtype=np.int64) - np.repeat(np.cumsum(extra) - extra, extra)
+    xflow = vals[starts[xrow] + 1 + ramp]
+    keep = xflow != 0
+    return first, xrow[keep], xflow[keep]
 
 
 def stamp(path: str | None) -> tuple[int, int, int] | None:

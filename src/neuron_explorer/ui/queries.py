@@ -18,11 +18,11 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from neuron_explorer.ui import index, wire
+from neuron_explorer.ui import coarse, index, wire
 from neuron_explorer.ui.device import device_profile_for, device_profiles
 from neuron_explorer.ui.params import MAX_WINDOW_ROWS, BadRequest, NotFound, ns_per_px, window_args
 from neuron_explorer.ui.profile import Profile
-from neuron_explorer.ui.rows import DEFAULT_LAYOUT, DEFAULT_MODE, MODES, Row, name_key
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, MODES, Row, name_key
 from neuron_explorer.ui.sql import files_sql, quote, records
 
 SUMMARY_EXACT_MAX = 3_000_000  # events: above this a summary adds up pyramid buckets instead
@@ -38,11 +38,12 @@ def overview(p: Profile) -> dict[str, Any]:
         names[lf.name] = names.get(lf.name, 0) + lf.n
     return {
         "name": p.name, "display_name": p.display_name, "origin_ns": str(p.origin),
-        "duration_ns": p.duration, "events": p.total_events, "modes": MODES, "default_mode": DEFAULT_MODE,
+        "duration_ns": p.duration, "events": p.total_events, "modes": MODES, "default_mode": p.default_mode,
+        "stored_grouping": {**p.stored_grouping, "mode": p.default_mode},
         "names": sorted(names.items(), key=lambda kv: name_key(kv[0])),
         "processes": [wire.record(m) for m in p.meta],
         "instances": sorted({lf.inst for lf in p.leaves} | {m["instance_id"] for m in p.meta}),
-        "levels": p.levels, "prepare_s": round(p.prepare_s, 3),
+        "levels": p.levels, "prepare_s": round(p.prepare_s, 3), "index_ready": p.index_ready,
         "index": {"bytes": p.index.nbytes() if p.index is not None else 0,
                   "build_s": round(p.index_build_s, 3) if p.index_build_s is not None else None},
         "device_profiles": len(device_profiles(p)),
@@ -105,19 +106,23 @@ def window(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: 
     leaves, ridx = list(first_row), list(first_row.values())
     res: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "ns_per_px": npp, "level": None,
                            "row": [], "s": [], "e": [], "c": [], "d": [], "id": [], "leaf": []}
-    if not leaves or p.index is None:
+    if not leaves:
         return res
-    level = _level_for(p, leaves, t0, t1, npp)
-    idx = p.index
-    sh = p.shift  # index time = response time - shift
+    src, level = source_level(p, leaves, t0, t1, npp)
+    if src is None:
+        return res
+    sh = src.base - p.origin  # index (or coarse) time = response time - sh
     if level is not None:
-        items = idx.gather_level(level, leaves, ridx, t0 - sh, t1 - sh)
+        items = src.gather_level(level, leaves, ridx, t0 - sh, t1 - sh)
         single = (items["c"] == 1) & (items["e"] - items["s"] >= npp)
-        res["level"] = level
+        res["level"] = level if src is p.index else "coarse"
     else:
-        items = idx.gather_raw(leaves, ridx, t0 - sh, t1 - sh)
+        items = p.index.gather_raw(leaves, ridx, t0 - sh, t1 - sh)
         single = items["d"] >= npp
         res["level"] = "raw"
+    res["coarse"] = src is not p.index  # the index is still building: the browser asks again later
+    if res["coarse"]:
+        p.first_paint.set()  # the index build may start (see Profile._build_in_background)
     if layout == "tracks" and len(items["row"]):
         nn = max(len(p.names), 1)
         items["row"] = items["row"] * nn + p.leaf_name[items["leaf"]]
@@ -132,6 +137,16 @@ def window(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: 
         res[k] = out[k]  # int64 arrays: orjson writes them directly (OPT_SERIALIZE_NUMPY)
     res["id"] = wire.ids(out["id"])
     return res
+
+
+def source_level(p: Profile, leaves: list[int], t0: float, t1: float,
+                 npp: float) -> tuple["index.EventIndex | coarse.CoarseLevel | None", int | None]:
+    """Where a window (or busy shares) over ``leaves`` is answered from: (the index, a pyramid level or
+    None for the events themselves), or, while the index builds, (the coarse level, its level 0).
+    (None, None) for a profile without events. One rule for windows and busy shares."""
+    if p.index is None:
+        return (p.coarse, coarse.LEVEL) if p.coarse is not None else (None, None)
+    return p.index, _level_for(p, leaves, t0, t1, npp)
 
 
 def _level_for(p: Profile, leaves: list[int], t0: float, t1: float, npp: float) -> int | None:

@@ -188,6 +188,25 @@ MODES: dict[str, str] = {k: m.title for k, m in MODE_TABLE.items()}
 DEFAULT_MODE = "cpu_device"
 
 
+def mode_of_grouping(primary: str | None, secondary: str | None) -> str:
+    """The grouping mode that shows a view's stored ``--system-trace-primary-group`` /
+    ``--system-trace-secondary-group`` (ProfileMetadata), so the viewer opens grouped as the user asked
+    at ingestion. The modes are the spec's five: a secondary group with ``thread_id`` is Thread, with
+    ``nc_idx`` NeuronCore, the default (``cpu_vs_device``) CPU vs Device, process or instance fields
+    alone Process (or Instance when neither group names ``process_id``). A primary group without
+    ``process_id`` only changes the mode when the secondary group names process-level fields; every
+    other combination has no mode of its own and opens in the nearest one (docs/ui.md)."""
+    sec = {f.strip() for f in (secondary or "").split(",") if f.strip()}
+    prim = {f.strip() for f in (primary or "").split(",") if f.strip()}
+    if not sec or sec == {"cpu_vs_device"}:
+        return DEFAULT_MODE
+    if "thread_id" in sec:
+        return "thread"
+    if "nc_idx" in sec:
+        return "neuroncore"
+    return "process" if "process_id" in sec | prim else "instance"
+
+
 def check_mode(mode: str) -> Mode:
     if mode not in MODE_TABLE:
         raise BadRequest(f"unknown grouping mode {mode!r}; one of {', '.join(MODES)}")
@@ -272,8 +291,9 @@ def core_memory(counter: str) -> tuple[int, str] | None:
 
 def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[str, int], int]) -> list[Row]:
     """Device memory of each core by category: one stacked track per (process, core), placed with the
-    core's tracks (the process's Device group, or the NC group), the categories' sum being the used
-    memory and hover giving the breakdown."""
+    core's tracks (the process's Device group, or the NC group) right after that core's own rows (so
+    with several cores each memory track sits under its core, not all before the first core), the
+    categories' sum being the used memory and hover giving the breakdown."""
     cores: dict[tuple[str, int, int], list[tuple[str, int, str]]] = {}
     for inst, pid, counter, _unit in counter_list:
         cm = core_memory(counter)
@@ -283,12 +303,13 @@ def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[
     for (inst, pid, nc), series in sorted(cores.items()):
         proc = proc_of(rank_of, inst, pid)
         label = f"Device memory · NC {nc}"
+        after_core = (LAST, "")  # sorts after the core's rows: (..., nc) in tracks, (..., nc, name_key) in names
         if mode == "cpu_device":
-            group, sort = [inst, proc.label, "Device"], (inst, 1, *proc.sort, 1, -1, nc)
+            group, sort = [inst, proc.label, "Device"], (inst, 1, *proc.sort, 1, nc, after_core)
         elif mode in ("thread", "process"):
             group, sort = [inst, proc.label], (inst, 1, *proc.sort, -1, 2, nc)
         elif mode == "neuroncore":
-            group, sort = [inst, f"NC {nc}"], (inst, 1, nc, (-1,))
+            group, sort = [inst, f"NC {nc}"], (inst, 1, nc, after_core, *proc.sort)
         else:
             group, sort, label = [inst, "Counters"], (inst, 0, 3, *proc.sort, nc), f"{label} · {proc.label}"
         out.append(Row(f"{inst}|{pid}|devmem|{nc}", "counter", group, label, series=series, style="stack",

@@ -17,7 +17,7 @@ import duckdb
 from neuron_explorer.contracts.dataset import DEVICE_PROFILES, METADATA, table_file
 from neuron_explorer.ui import paths
 from neuron_explorer.ui.params import NotFound
-from neuron_explorer.ui.profile import RAW_BUDGET, Profile, Progress, stamp
+from neuron_explorer.ui.profile import COARSE_MIN_EVENTS, RAW_BUDGET, Profile, Progress, stamp
 from neuron_explorer.ui.sql import quote
 
 
@@ -43,6 +43,8 @@ class Workspace:
         self._locks: dict[str, threading.Lock] = {}
         self._progress: dict[str, Progress] = {}
         self._lock = threading.Lock()
+        self.index_gate: threading.Event | None = None  # tests: hold every background index build until set
+        self.coarse_min_events = COARSE_MIN_EVENTS  # smaller profiles build their index before the first paint
 
     def list(self) -> list[dict[str, Any]]:
         """Profiles in the workspace, from their metadata only (cheap: nothing is prepared)."""
@@ -86,11 +88,18 @@ class Workspace:
         with self._lock:
             self._profiles.pop(name, None)
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str, wait: bool = True) -> Profile:
         """The prepared profile (prepared once; concurrent first requests wait for the same work).
 
+        With ``wait`` (the default) it also waits for the event index; without, a cold open returns
+        as soon as the leaves and the coarse level are ready (``p.index`` is None until the background
+        build is done: windows, busy shares and track lists are answered from the coarse level).
         A profile removed from the workspace while the server runs is NotFound (and forgotten); one
-        re-ingested under the same name is prepared again."""
+        re-ingested under the same name, or whose index build failed, is prepared again."""
+        p = self._prepared(name)
+        return p.wait_index() if wait else p
+
+    def _prepared(self, name: str) -> Profile:
         paths.check_profile_name(name)
         with self._lock:
             p = self._profiles.get(name)
@@ -98,9 +107,9 @@ class Workspace:
             if not self.exists(name):
                 self.forget(name)
                 raise NotFound(f"profile {name!r} is no longer in the workspace")
-            if stamp(p.meta_file) == p.stamp:
+            if stamp(p.meta_file) == p.stamp and p.index_error is None:
                 return p
-            self.forget(name)
+            self.forget(name)  # re-ingested, or its index build failed: prepare it again
         with self._lock:
             p = self._profiles.get(name)
             if p is not None:
@@ -112,7 +121,7 @@ class Workspace:
                 prog = self._progress[name] = Progress()
                 try:
                     p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events, self.raw_budget,
-                                progress=prog)
+                                progress=prog, index_gate=self.index_gate, coarse_min_events=self.coarse_min_events)
                 except Exception as e:
                     prog.error = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
                     raise
@@ -135,7 +144,13 @@ class Workspace:
             p = self._profiles.get(name)
             prog = self._progress.get(name)
         if p is not None and stamp(p.meta_file) == p.stamp:
-            return {"state": "ready", "phase": "ready", "fraction": 1.0}
+            if p.index_ready:
+                return {"state": "ready", "phase": "ready", "fraction": 1.0}
+            if p.index_error is None:
+                return p.progress.to_json()  # coarse: the timeline can paint while the index builds
+        if prog is not None and prog.error and not prog.reported:
+            prog.reported = True  # say it once (the browser shows it); the next call tries again
+            return prog.to_json()
         if prog is None or prog.error or prog.phase == "ready":
             prog = Progress()
             with self._lock:
@@ -148,6 +163,6 @@ class Workspace:
         """Prepare in the background; a failure is recorded in the progress (and raised again to the
         next request that needs the profile)."""
         try:
-            self.profile(name)
+            self.profile(name, wait=False)
         except Exception:  # noqa: BLE001 - reported through status() and the next request
             pass

@@ -34,7 +34,7 @@ export function encodeRows(idx) {
 
 export const api = {
   profiles: () => get("/api/profiles"),
-  overview: (name) => get(P(name)),
+  overview: (name, early) => get(P(name), early ? { wait: 0 } : undefined),
   status: (name) => get(`${P(name)}/status`),
   tracks: (name, mode, layout) => get(`${P(name)}/tracks`, { mode, layout }),
   window: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/window`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),

@@ -173,16 +173,41 @@ function readUrl() {
 }
 
 // ---------------------------------------------------------------- System Trace Viewer
+/** While the event index builds, the timeline shows the coarse level: say so, follow the build, and
+ *  fetch the view again from the index once it is ready (no reload). */
+async function detailLoading(w, tl, statusEl) {
+  const note = h(`<span class="detail-loading" data-testid="detail-loading">Detail is still loading (coarse view)…</span>`);
+  statusEl.prepend(note);
+  tl.host.dataset.detail = "coarse";
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 400));
+    if (!tl.host.isConnected) return;
+    const st = await api.status(w.profile).catch(() => null);
+    if (!st) continue;
+    if (st.state === "error") { note.textContent = `Detail failed to load: ${st.error}`; return; }
+    if (st.state === "ready") break;
+    note.textContent = `Detail is still loading (coarse view): ${st.phase} · ${Math.round(st.fraction * 100)}%`;
+  }
+  note.remove();
+  w.coarse = false;
+  const ov = await api.overview(w.profile).catch(() => null);
+  if (ov) w.overview = ov;
+  tl.host.dataset.detail = "1";
+  tl.refresh();
+}
+
 async function waitReady(w, body) {
-  // a cold open builds the profile's index first: show its progress instead of a blank widget
+  // a cold open scans the profile first (its tracks and a coarse view): show its progress instead of a
+  // blank widget; the event index then builds in the background while the coarse timeline is shown
   let st = await api.status(w.profile);
-  if (st.state === "ready") return true;
+  w.coarse = st.state === "preparing";
+  if (st.state === "ready" || st.coarse) return true;
   const bar = h(`<div class="progress pad" data-testid="prepare-progress"><div>Preparing "${esc(w.profile)}" (first open builds the index; cached afterwards)…</div>
     <div class="bar"><span></span></div><div class="muted phase"></div></div>`);
   body.append(bar);
   stats.progressShownMs = stats.progressShownMs ?? performance.now(); // (bench: progress within 0.5 s of a cold open)
   stats.progress = stats.progress || [];
-  while (st.state === "preparing") {
+  while (st.state === "preparing" && !st.coarse) {
     stats.progress.push(st.fraction);
     $(".bar span", bar).style.width = `${Math.round(st.fraction * 100)}%`;
     $(".phase", bar).textContent = `${st.phase}${st.total ? ` ${st.done}/${st.total}` : ""} · ${Math.round(st.fraction * 100)}% · ${st.elapsed_s ?? 0} s`;
@@ -197,7 +222,7 @@ async function waitReady(w, body) {
 
 async function renderSystemTrace(w, body, extra) {
   if (!(await waitReady(w, body))) return;
-  const ov = await api.overview(w.profile).catch((e) => { body.innerHTML = `<p class="pad">${esc(e.message)}</p>`; });
+  const ov = await api.overview(w.profile, w.coarse).catch((e) => { body.innerHTML = `<p class="pad">${esc(e.message)}</p>`; });
   if (!ov) return;
   w.overview = ov;
   const url = state.restoring && w.profile === state.home ? state.restoring : null;
@@ -286,6 +311,7 @@ async function renderSystemTrace(w, body, extra) {
   };
   await loadRows();
   if (url) restoreView(w, url);
+  if (w.coarse) detailLoading(w, tl, status);
 
   // ---- details in the dock
   const onBusEvent = (e) => {
@@ -379,7 +405,7 @@ async function renderSystemTrace(w, body, extra) {
     const old = $(".popover", w.el);
     if (old) { old.remove(); return; }
     const pop = h(`<div class="popover" data-testid="settings-popover"><h4>Grouping</h4>
-      ${Object.entries(ov.modes).map(([k, label]) => `<label><input type="radio" name="grp-${w.id}" value="${k}" data-testid="mode-${k}" ${k === w.mode ? "checked" : ""}> ${esc(label)}${k === ov.default_mode ? " (default)" : ""}</label>`).join("")}
+      ${Object.entries(ov.modes).map(([k, label]) => `<label><input type="radio" name="grp-${w.id}" value="${k}" data-testid="mode-${k}" ${k === w.mode ? "checked" : ""}> ${esc(label)}${k === ov.default_mode ? (ov.stored_grouping?.secondary ? ` (default: the view's --system-trace-secondary-group ${esc(ov.stored_grouping.secondary)})` : " (default)") : ""}</label>`).join("")}
       <h4 style="margin-top:8px">Tracks</h4>
       <label><input type="radio" name="lay-${w.id}" value="tracks" data-testid="layout-tracks" ${w.layout === "tracks" ? "checked" : ""}> One track per thread / core, overlapping events in lanes</label>
       <label><input type="radio" name="lay-${w.id}" value="names" data-testid="layout-names" ${w.layout === "names" ? "checked" : ""}> One row per event name</label>
@@ -466,7 +492,7 @@ function goToEvent(w, it) {
 }
 
 async function openEvent(w, it) {
-  if (it.c > 1) {
+  if (it.c > 1 || (w.coarse && String(it.id) === "-1")) { // coarse buckets carry no event id
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, merged: it, source: w } }));
     return;
   }
