@@ -3,7 +3,11 @@ worker processes on 127.0.0.1): the same dataset, warnings and exit code as a lo
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +80,79 @@ def test_bad_scheduler_addresses_are_one_line(tmp_path):
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and words in lines[0] and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def big_capture(tmp_path_factory) -> tuple[Path, Path]:
+    """Four processes of 1M events (about a second each to convert): long enough to kill a worker
+    mid-conversion; and the local run's dataset to compare with."""
+    root = tmp_path_factory.mktemp("big")
+    src = synth(root, 1_000_000)
+    local = cli("view", "-d", str(src), "--output-file", str(root / "local"), "--jobs", "1", timeout=600)
+    assert local.returncode == 0, local.stderr[-3000:]
+    return src, root / "local"
+
+
+def executing(dask_worker) -> list[str]:
+    return [str(ts.key) for ts in dask_worker.state.executing]
+
+
+def kill_mid_conversion(c: Cluster, view: subprocess.Popen, after: float = 0.3) -> str:
+    """SIGKILL the worker process that is converting a profile, ``after`` seconds into it (partial
+    files written); returns the task's key ("" if the run ended first)."""
+    with c.client() as client:
+        pids = client.run(os.getpid)
+        deadline = time.monotonic() + 300
+        while view.poll() is None and time.monotonic() < deadline:
+            for addr, keys in client.run(executing).items():
+                conv = [k for k in keys if k.startswith("neuron-explorer-convert-")]
+                if conv:
+                    time.sleep(after)
+                    os.kill(pids[addr], signal.SIGKILL)
+                    return conv[0]
+            time.sleep(0.02)
+    return ""
+
+
+def start_view(src: Path, out: Path, address: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "neuron_explorer", "view", "-d", str(src), "--output-file", str(out),
+                             "--scheduler", address], env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_worker_killed_mid_conversion_is_retried(tmp_path, big_capture):
+    src, local = big_capture
+    c = Cluster(2, log_dir=tmp_path)
+    try:
+        view = start_view(src, tmp_path / "cluster", c.address)
+        killed = kill_mid_conversion(c, view)
+        _, err = view.communicate(timeout=600)
+    finally:
+        c.close()
+    assert killed, "the run ended before a conversion could be interrupted"
+    assert c.workers[0].returncode == -signal.SIGKILL or c.workers[1].returncode == -signal.SIGKILL
+    assert view.returncode == 0, err[-3000:]
+    assert dataset_facts(str(tmp_path / "cluster")) == dataset_facts(str(local))
+    assert files_under(tmp_path / "cluster") == files_under(local)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.slow
+def test_lost_run_leaves_no_output(tmp_path, big_capture):
+    """With no retries allowed, the killed task fails the run: one line, exit 1, and neither an
+    output nor its work area is left (an earlier output of ours would be left as it was)."""
+    src, _ = big_capture
+    c = Cluster(2, env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}, log_dir=tmp_path)
+    try:
+        view = start_view(src, tmp_path / "cluster", c.address)
+        killed = kill_mid_conversion(c, view)
+        _, err = view.communicate(timeout=600)
+    finally:
+        c.close()
+    assert killed
+    assert view.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "a worker died too many times" in errors[0] and "Traceback" not in err, err
+    assert not (tmp_path / "cluster").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
