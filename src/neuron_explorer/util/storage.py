@@ -168,15 +168,24 @@ def delete(fs: Any, loc: Location) -> None:
         raise StorageError(f"{loc.url}: cannot delete: {_reason(e)}") from None
 
 
-def upload_tree(fs: Any, local_dir: str, loc: Location, last: tuple[str, ...] = ()) -> list[str]:
-    """Upload every file under ``local_dir`` to ``loc`` keeping relative paths; the names in
-    ``last`` (relative) go after all others, so an object that says "complete" is written last.
-    Returns the relative keys written."""
+def upload_tree(fs: Any, local_dir: str, loc: Location, skip: tuple[str, ...] = ()) -> list[str]:
+    """Upload every file under ``local_dir`` to ``loc`` keeping relative paths, but the relative
+    names in ``skip`` (a caller writes those itself, e.g. a marker that must come last).  Returns
+    the relative keys written."""
     rels = []
     for d, _dirs, files in os.walk(local_dir):
         for f in files:
             rels.append(os.path.relpath(os.path.join(d, f), local_dir).replace(os.sep, "/"))
-    rels.sort(key=lambda r: (r in last, last.index(r) if r in last else 0, r))
+    rels = sorted(r for r in rels if r not in skip)
     for rel in rels:
         upload(fs, os.path.join(local_dir, *rel.split("/")), loc.child(rel))
     return rels
+
+
+def bucket_exists(fs: Any, bucket: str) -> bool:
+    from pyarrow import fs as pafs
+
+    try:
+        return fs.get_file_info(bucket).type != pafs.FileType.NotFound
+    except OSError:
+        return False

@@ -55,7 +55,7 @@ def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None) -
     if is_url(out):
         from . import remote
 
-        return remote.prepare_output(out, endpoint), None
+        return remote.prepare_output(out, endpoint, paths), None
     from neuron_explorer.contracts import dataset
     from . import output as output_mod
 
