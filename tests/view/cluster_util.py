@@ -90,3 +90,48 @@ def files_under(root: Path) -> list[str]:
 
 
 __all__ = ["Cluster", "dataset_facts", "files_under"]
+
+
+class MotoS3:
+    """moto's S3 server on 127.0.0.1 (a free port), fake credentials, nothing else contacted (the
+    instance metadata lookup is off)."""
+
+    def __init__(self, tmp: Path) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        self.vars = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
+                     "AWS_ENDPOINT_URL": self.endpoint, "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
+                     "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials")}
+        import boto3
+
+        self.s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                               aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(**self.vars, **extra)
+
+    def upload_dir(self, local: Path, bucket: str, prefix: str) -> None:
+        for p in sorted(local.rglob("*")):
+            if p.is_file():
+                self.s3.upload_file(str(p), bucket, f"{prefix}/{p.relative_to(local).as_posix()}")
+
+    def keys(self, bucket: str, prefix: str) -> list[str]:
+        out = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+            out += [o["Key"][len(prefix) + 1:] for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        return sorted(out)
+
+    def download_dir(self, bucket: str, prefix: str, local: Path) -> Path:
+        for k in self.keys(bucket, prefix):
+            dst = local / k
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            self.s3.download_file(bucket, f"{prefix}/{k}", str(dst))
+        return local
+
+    def close(self) -> None:
+        self.server.stop()

@@ -114,9 +114,9 @@ def kill_mid_conversion(c: Cluster, view: subprocess.Popen, after: float = 0.3) 
     return ""
 
 
-def start_view(src: Path, out: Path, address: str) -> subprocess.Popen:
+def start_view(src: Path | str, out: Path | str, address: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "neuron_explorer", "view", "-d", str(src), "--output-file", str(out),
-                             "--scheduler", address], env=clean_env(), stdout=subprocess.PIPE,
+                             "--scheduler", address], env=env or clean_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
