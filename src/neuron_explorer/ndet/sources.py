@@ -350,6 +350,8 @@ def stage_url(url: str, dest: str, endpoint: str | None) -> tuple[str, bool]:
 
     fs = storage.filesystem(endpoint)
     loc = storage.parse(url)
+    if not storage.bucket_exists(fs, loc.bucket):
+        raise storage.StorageError(f"{url}: no such bucket, or no permission to read it")
     inside = [r for r, _ in storage.list_files(fs, loc)] if loc.prefix or url.endswith("/") else []
     if url.endswith("/") or inside or not loc.prefix:
         if not inside and not loc.prefix:
