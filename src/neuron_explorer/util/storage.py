@@ -51,16 +51,21 @@ class Location:
 
 def parse(url: str) -> Location:
     """``s3://bucket/prefix`` as a Location; raises StorageError naming what is wrong."""
+    from neuron_explorer.util.names import printable
+
+    shown = printable(url)
     if not is_url(url):
-        raise StorageError(f"{url}: not an s3:// URL")
+        raise StorageError(f"{shown}: not an s3:// URL")
     rest = url[len(SCHEME):]
     bucket, _, prefix = rest.partition("/")
     if not _BUCKET.match(bucket):
-        raise StorageError(f"{url}: {bucket!r} is not a valid bucket name (3-63 lowercase letters, digits, '.' or '-')")
+        raise StorageError(f"{shown}: {bucket!r} is not a valid bucket name (3-63 lowercase letters, digits, '.' or '-')")
     prefix = prefix.strip("/")
     parts = prefix.split("/") if prefix else []
-    if any(p in ("", ".", "..") for p in parts) or "\0" in prefix:
-        raise StorageError(f"{url}: the key prefix has an empty, '.' or '..' component")
+    if any(p in ("", ".", "..") for p in parts):
+        raise StorageError(f"{shown}: the key prefix has an empty, '.' or '..' component")
+    if "\0" in prefix:
+        raise StorageError(f"{shown}: the key prefix has a component with a NUL byte")
     return Location(bucket, prefix)
 
 
