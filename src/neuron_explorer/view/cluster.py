@@ -85,11 +85,15 @@ class DaskEngine:
 
         futs = [self.client.submit(fn, it, *args, pure=False, key=f"neuron-explorer-{fn.__name__}-{i:07d}-{self.token}")
                 for i, it in enumerate(items)]
-        for f in as_completed(futs, loop=self.client.loop):
-            if f.status == "error":
-                _result(f.result)
-            prog.step()
-        return _result(lambda: self.client.gather(futs))
+        try:
+            for f in as_completed(futs, loop=self.client.loop):
+                if f.status == "error":
+                    _result(f.result)
+                prog.step()
+            return _result(lambda: self.client.gather(futs))
+        except BaseException:  # the run is over: free the cluster of the rest
+            self.client.cancel(futs)
+            raise
 
     def close(self) -> None:
         try:
