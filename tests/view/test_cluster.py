@@ -56,6 +56,10 @@ def test_cluster_run_matches_local_run(tmp_path):
     c = Cluster(2, log_dir=tmp_path)
     try:
         remote = cli("view", "-d", str(src), "--output-file", str(tmp_path / "cluster"), "--scheduler", c.address)
+        other = {fmt: (cli("view", "-d", str(src), "--output-format", fmt, *out("c"), "--scheduler", c.address),
+                       cli("view", "-d", str(src), "--output-format", fmt, *out("l")))
+                 for fmt, out in (("json", lambda k: ["--output-file", str(tmp_path / f"{k}.json")]),
+                                  ("summary-text", lambda k: []))}
         with c.client() as client:  # the tasks really ran on both worker processes
             executed = client.run(executed_count)
     finally:
@@ -66,6 +70,10 @@ def test_cluster_run_matches_local_run(tmp_path):
     assert dataset_facts(str(tmp_path / "cluster")) == dataset_facts(str(tmp_path / "local"))
     assert files_under(tmp_path / "cluster") == files_under(tmp_path / "local")
     assert "wrote " + str(tmp_path / "cluster") in remote.stderr
+    # the other formats too: the same bytes, the same summary
+    for fmt, (c_run, l_run) in other.items():
+        assert (c_run.returncode, c_run.stdout) == (l_run.returncode, l_run.stdout), (fmt, c_run.stderr[-2000:])
+    assert (tmp_path / "c.json").read_bytes() == (tmp_path / "l.json").read_bytes()
     # nothing but the output beside it: the work area is gone
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
