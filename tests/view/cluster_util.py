@@ -5,6 +5,7 @@ comparison the cluster and object-storage tests share."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ class Cluster:
         self.procs: list[subprocess.Popen] = []
         self.scheduler = self._start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                       "--port", str(self.port), "--no-dashboard"], "scheduler")
+        self._wait_listening()  # before any worker takes a port: the scheduler's could be taken
         self.workers = [self._start([sys.executable, "-m", "distributed.cli.dask_worker", self.address,
                                      "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny", "--no-dashboard",
                                      "--name", f"w{i}"], f"worker{i}") for i in range(workers)]
@@ -35,6 +37,19 @@ class Cluster:
         p = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
+
+    def _wait_listening(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.scheduler.poll() is not None:
+                raise RuntimeError(f"the dask scheduler exited with {self.scheduler.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def client(self):
         from distributed import Client
@@ -49,7 +64,7 @@ class Cluster:
                     c.wait_for_workers(n, timeout=max(1.0, deadline - time.monotonic()))
                     return
             except OSError:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or self.scheduler.poll() is not None:
                     raise
                 time.sleep(0.5)
 
