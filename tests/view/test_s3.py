@@ -74,8 +74,10 @@ def test_view_from_and_to_s3(tmp_path, s3, capture):
     # a local output from s3 input, and s3 output from local input
     loc = cli("view", "-d", "s3://caps/fleet", "--output-file", str(tmp_path / "l"), env=s3.env())
     assert loc.returncode == 1 and dataset_facts(str(tmp_path / "l")) == as_url(dataset_facts(str(local)), src)
-    up = cli("view", "-d", str(src), "--output-file", "s3://caps/out2", env=s3.env())
-    assert up.returncode == 1 and s3.keys("caps", "out2") == files_under(local)
+    up = cli("view", "-d", str(src), "--output-file", "s3://caps/out2", "--jobs", "2", env=s3.env())
+    assert up.returncode == 1 and s3.keys("caps", "out2") == files_under(local), up.stderr[-3000:]
+    got2 = s3.download_dir("caps", "out2", tmp_path / "got2")
+    assert dataset_facts(str(got2)) == dataset_facts(str(local))
 
 
 def test_check_on_s3(s3, capture):

@@ -216,7 +216,7 @@ def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str 
     except ConfigError as e:
         raise UsageError(str(e)) from None
     try:
-        engine = cluster.engine_for(scheduler)
+        engine = cluster.engine_for(scheduler, opts.jobs)
     except cluster.ClusterError as e:
         print(f"{prog_name()}: error: {e}", file=sys.stderr)
         return 1

@@ -37,13 +37,27 @@ SCHEMES = ("tcp://", "tls://", "ucx://", "inproc://")
 
 
 class LocalEngine:
-    """The tasks in this process, in order (object storage without a cluster)."""
+    """The tasks on this machine (object storage without a cluster): in this process, or the
+    per-profile ones on ``jobs`` spawned worker processes (``--jobs``, as a local run)."""
+
+    def __init__(self, jobs: int | None = None) -> None:
+        self.jobs = jobs or 1
 
     def call(self, fn: Callable, *args: Any) -> Any:
         return fn(*args)
 
     def map(self, fn: Callable, items: list, prog: Progress, *args: Any) -> list:
         out = []
+        if self.jobs > 1 and len(items) > 1:
+            import functools
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=min(self.jobs, len(items)), mp_context=mp.get_context("spawn")) as ex:
+                for r in ex.map(functools.partial(_apply, fn, args), items):
+                    out.append(r)
+                    prog.step()
+            return out
         for it in items:
             out.append(fn(it, *args))
             prog.step()
@@ -51,6 +65,10 @@ class LocalEngine:
 
     def close(self) -> None:
         pass
+
+
+def _apply(fn: Callable, args: tuple, item: Any) -> Any:
+    return fn(item, *args)
 
 
 class DaskEngine:
@@ -119,8 +137,8 @@ def _result(get: Callable[[], Any]) -> Any:
         raise ClusterError(f"the cluster run failed: {what}") from None
 
 
-def engine_for(scheduler: str | None) -> LocalEngine | DaskEngine:
-    return DaskEngine(scheduler) if scheduler else LocalEngine()
+def engine_for(scheduler: str | None, jobs: int | None = None) -> LocalEngine | DaskEngine:
+    return DaskEngine(scheduler) if scheduler else LocalEngine(jobs)
 
 
 def run(opts: ViewOptions, engine: LocalEngine | DaskEngine, endpoint: str | None = None) -> ViewResult:
