@@ -118,10 +118,16 @@ class MotoS3:
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
+        # moto's state lives in this process, shared by every server it starts: begin empty
+        import urllib.request
+
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 only, never a proxy
+        direct.open(urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST"), timeout=30).close()
         self.vars = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                      "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
                      "AWS_ENDPOINT_URL": self.endpoint, "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
-                     "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials")}
+                     "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials"),
+                     "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
         import boto3
 
         self.s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
