@@ -148,21 +148,6 @@ def put_bytes(fs: Any, loc: Location, data: bytes) -> None:
         raise StorageError(f"{loc.url}: cannot write: {_reason(e)}") from None
 
 
-def get_bytes(fs: Any, loc: Location, limit: int) -> bytes | None:
-    """The object's bytes, None when missing; refuses one larger than ``limit`` (never sized by
-    what the store says alone: the read itself stops at ``limit + 1``)."""
-    try:
-        with fs.open_input_stream(loc.path) as src:
-            data = src.read(limit + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise StorageError(f"{loc.url}: cannot read: {_reason(e)}") from None
-    if len(data) > limit:
-        raise StorageError(f"{loc.url}: larger than {limit} bytes")
-    return data
-
-
 def delete(fs: Any, loc: Location) -> None:
     """Remove one object (missing is fine)."""
     try:
