@@ -124,8 +124,10 @@ def kill_mid_conversion(c: Cluster, view: subprocess.Popen, after: float = 0.3) 
 
 
 def start_view(src: Path | str, out: Path | str, address: str, env: dict | None = None) -> subprocess.Popen:
+    """The view command on the cluster, with its progress bar on (shown at once)."""
+    env = dict(env or clean_env(), NEURON_EXPLORER_PROGRESS_DELAY_S="0")
     return subprocess.Popen([sys.executable, "-m", "neuron_explorer", "view", "-d", str(src), "--output-file", str(out),
-                             "--scheduler", address], env=env or clean_env(), stdout=subprocess.PIPE,
+                             "--scheduler", address, "--progress"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -149,6 +151,9 @@ def test_worker_killed_mid_conversion_is_retried(tmp_path, big_capture):
     assert killed, "the run ended before a conversion could be interrupted"
     assert -signal.SIGKILL in (c.workers[0].returncode, c.workers[1].returncode)
     assert rc == 0, err[-3000:]
+    # the progress bar of a local run, counting the cluster's tasks as they finish
+    assert "neuron-explorer: indexing [" in err and "4/4 processes 100%" in err, err[-2000:]
+    assert "neuron-explorer: writing parquet [##############################] 4/4 processes 100%" in err
     assert dataset_facts(str(tmp_path / "cluster")) == dataset_facts(str(local))
     assert files_under(tmp_path / "cluster") == files_under(local)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
