@@ -3,8 +3,12 @@ dataset with DuckDB.  The output is the same Parquet dataset `neuron-explorer vi
 
     python examples/scale_out_dask.py ./output ./fleet_parquet [--workers 8]
 
-On a cluster, point Dask at it (dask.distributed.Client("scheduler:8786")) and put ./output and
-./fleet_parquet on shared storage; nothing else changes.
+The command line does the same on a Dask distributed cluster, with view's progress bar, warnings
+and exit codes (docs/scale-out.md):
+
+    neuron-explorer view -d /shared/output --output-file /shared/fleet_parquet --scheduler tcp://head:8786
+
+This script shows the steps for driving them from your own code or another engine.
 """
 import argparse
 

@@ -150,6 +150,9 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
 
 
 MARKER = ".neuron-explorer-view.json"
+# on object storage (no rename): written before anything else and removed after ``MARKER`` is
+# written last, so an output being written, or left by a failed run, never looks complete
+PENDING_MARKER = ".neuron-explorer-view.pending.json"
 
 
 # what an output of an earlier version (before the marker) holds at its top level

@@ -190,6 +190,25 @@ def progress_delay(env: Mapping[str, str] | None = None) -> float:
     return v
 
 
+# object storage (view -d/--output-file s3://, check -d s3://, neuron-det --log-prefix s3://): the AWS
+# SDKs' own variables, read here so that every command resolves the endpoint the same way
+AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
+AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
+
+
+def s3_endpoint(flag: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The S3 endpoint: ``--endpoint-url``, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else
+    None (AWS itself).  Only http:// and https:// URLs are accepted."""
+    env = os.environ if env is None else env
+    for name, value in (("--endpoint-url", flag), (AWS_ENDPOINT_URL_S3, env.get(AWS_ENDPOINT_URL_S3)),
+                        (AWS_ENDPOINT_URL, env.get(AWS_ENDPOINT_URL))):
+        if value:
+            if not value.startswith(("http://", "https://")) or len(value) > 2048 or any(c.isspace() for c in value):
+                raise ConfigError(f"{name}={value[:200]!r} is not valid; accepted: http://HOST:PORT or https://HOST")
+            return value.rstrip("/")
+    return None
+
+
 def ndet_requested(env: Mapping[str, str] | None = None) -> bool:
     """NDET is on when its flush period is a non-zero number (validated by the recorder)."""
     env = os.environ if env is None else env

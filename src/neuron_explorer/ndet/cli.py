@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _warn(msg: str) -> None:
+    if _SHOWN:
+        msg = msg.replace(_SHOWN[0], _SHOWN[1])
     print(f"neuron-det: warning: {msg}", file=sys.stderr)
 
 
@@ -179,14 +181,46 @@ def _print_job(res: JobResult, base: int, output_file: str, out) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.log_prefix.startswith("s3://"):
+        return _run(args, args.log_prefix, os.path.isdir(args.log_prefix), time.perf_counter())
+    return _run_url(args)
+
+
+def _run_url(args: argparse.Namespace) -> int:
+    """``--log-prefix s3://bucket/prefix``: the matching objects copied to a private directory
+    (endpoint: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL), analysed there, named by their URLs."""
+    import shutil
+    import tempfile
+
+    from neuron_explorer.contracts.env import ConfigError, s3_endpoint
+    from neuron_explorer.util.storage import StorageError
+
     t_start = time.perf_counter()
-    prefix = args.log_prefix
-    from_dir = os.path.isdir(prefix)
+    tmp = tempfile.mkdtemp(prefix="neuron-det-s3.")
+    try:
+        try:
+            local, from_dir = sources.stage_url(args.log_prefix, tmp, s3_endpoint())
+        except (StorageError, ConfigError) as e:
+            print(f"neuron-det: error: {e}", file=sys.stderr)
+            return 2
+        _SHOWN[:] = [tmp, args.log_prefix.rstrip("/") if from_dir else args.log_prefix.rpartition("/")[0]]
+        return _run(args, local, from_dir, t_start)
+    finally:
+        _SHOWN[:] = []
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# while reading object storage: (staging directory, the URL it stands for) in what is printed
+_SHOWN: list[str] = []
+
+
+def _run(args: argparse.Namespace, prefix: str, from_dir: bool, t_start: float) -> int:
     paths = [p for p in sources.discover(prefix) if sources.is_candidate(p, from_dir)]
     out_abs = os.path.abspath(args.output_file)
     paths = [p for p in paths if os.path.abspath(p) != out_abs]
     if not paths:
-        print(f"neuron-det: error: no NDET logs or Flight Recorder dumps match --log-prefix {prefix!r}", file=sys.stderr)
+        print(f"neuron-det: error: no NDET logs or Flight Recorder dumps match --log-prefix {args.log_prefix!r}",
+              file=sys.stderr)
         return 2
 
     skipped: list[str] = []
@@ -201,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = sys.stdout
     if len(results) > 1:
-        print(f"{len(results)} jobs found in {prefix} (logs grouped by the job id each process records, then "
+        print(f"{len(results)} jobs found in {args.log_prefix} (logs grouped by the job id each process records, then "
               "by time); each is analysed on its own:", file=out)
         for n, r in enumerate(results, start=1):
             print(f"  job {n}: {r.job.describe()}", file=out)

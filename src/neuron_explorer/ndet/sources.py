@@ -338,3 +338,29 @@ def load_flight_recorder(path: str) -> RankLog:
         strings=strings, models={}, records=records, num_entries=len(rows), events_recorded=len(rows),
         extra={"version": d.get("version"), "pg_status": d.get("pg_status")},
     )
+
+
+def stage_url(url: str, dest: str, endpoint: str | None) -> tuple[str, bool]:
+    """``--log-prefix s3://bucket/prefix``: copy the matching objects into the local directory
+    ``dest`` and return the local prefix that matches the same files, and whether the URL named a
+    directory.  As for a local prefix: a "directory" (the URL ends with '/', or objects lie below
+    it) means the objects directly in it, else the objects of its parent whose name starts with its
+    last component; hidden names never.  Raises ``util.storage.StorageError``."""
+    from neuron_explorer.util import storage
+
+    fs = storage.filesystem(endpoint)
+    loc = storage.parse(url)
+    if not storage.bucket_exists(fs, loc.bucket):
+        raise storage.StorageError(f"{url}: no such bucket, or no permission to read it")
+    inside = [r for r, _ in storage.list_files(fs, loc)] if loc.prefix or url.endswith("/") else []
+    if url.endswith("/") or inside or not loc.prefix:
+        if not inside and not loc.prefix:
+            inside = [r for r, _ in storage.list_files(fs, loc)]
+        names = [r for r in inside if "/" not in r and not r.startswith(".")]
+        storage.download(fs, loc, names, dest)
+        return dest, True
+    parent = storage.Location(loc.bucket, loc.prefix.rpartition("/")[0])
+    base = loc.prefix.rpartition("/")[2]
+    names = [r for r, _ in storage.list_files(fs, parent) if "/" not in r and r.startswith(base) and not r.startswith(".")]
+    storage.download(fs, parent, names, dest)
+    return os.path.join(dest, base), False

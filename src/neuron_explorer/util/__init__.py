@@ -3,10 +3,11 @@
 (``intervals``), protobuf wire helpers (``pbwire``), range parsing with bounds (``ranges``),
 path-safe names (``names``), launcher and helper-process detection (``procs``), allocator tuning for
 workers (``alloc``) and the shared command-line error type (``cliargs``), and the straggler rule over
-collective arrivals that the CLI summary and the UI share (``stragglers``).
+collective arrivals that the CLI summary and the UI share (``stragglers``), and object storage
+(``storage``: s3:// URLs through pyarrow's S3 file system).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
 __all__ = ["alloc", "atomic", "cliargs", "files", "intervals", "jsonfast", "names", "pbwire", "procs",
-           "ranges", "stragglers"]
+           "ranges", "storage", "stragglers"]

@@ -13,6 +13,7 @@ from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import discover, load_device_trace, load_session, wall_offset_ns
 from neuron_explorer.contracts.env import DEVICE_PROFILE, EAGER, ConfigError, parse_device_profile
 from neuron_explorer.util.names import printable
+from neuron_explorer.util.storage import is_url
 
 HINT_EMPTY = ("the output directory is empty: profiling was not enabled (NEURON_RT_INSPECT_ENABLE=1, "
               "'neuron-explorer inspect', or a NeuronConfig with torch.profiler) or the workload did not run")
@@ -32,6 +33,8 @@ def check(root: str) -> list[Finding]:
     """Findings for every profile under ``root``, from the same loading and validation code that
     ``view`` runs: a file ``view`` would skip is an error here, so both exit with status 1."""
     out: list[Finding] = []
+    if is_url(root):
+        return _check_url(root)
     if not os.path.isdir(root):
         return [Finding("error", printable(f"{root}: no such directory"))]
     try:
@@ -49,6 +52,23 @@ def check(root: str) -> list[Finding]:
     for d in sessions:
         out += _check_session(d)
     return out
+
+
+def _check_url(url: str) -> list[Finding]:
+    """``check -d s3://bucket/prefix``: each session copied here in turn and checked like a local
+    one (the endpoint from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL; ``view.remote``)."""
+    from neuron_explorer.contracts.env import s3_endpoint
+    from neuron_explorer.util.storage import StorageError
+    from . import remote
+
+    try:
+        endpoint = s3_endpoint()
+        if not remote.discover(url, endpoint):
+            return [Finding("error", printable(f"{url}: no profile found (no ntrace.pb or trace_info.pb below "
+                                               f"it); {HINT_EMPTY}"))]
+        return remote.check_sessions(url, endpoint, _check_session)
+    except (StorageError, ConfigError) as e:
+        return [Finding("error", printable(str(e)))]
 
 
 def _check_session(d: str) -> list[Finding]:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from neuron_explorer.contracts.env import ConfigError, progress_delay
+from neuron_explorer.contracts.env import ConfigError, progress_delay, s3_endpoint
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
 from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
@@ -23,6 +23,8 @@ examples:
   neuron-explorer view -d ./output --system-trace-filter-instance-id "i-abc123,i-def456"
   neuron-explorer view -d ./output --output-format perfetto --system-trace-primary-group instance_id \
       --system-trace-secondary-group nc_idx                           # one row per instance, a track per core
+  neuron-explorer view -d /shared/output --output-file /shared/fleet_parquet --scheduler tcp://head:8786
+  neuron-explorer view -d s3://bucket/captures --output-file s3://bucket/fleet_parquet
   neuron-explorer view --show-profile-schema
 """
 
@@ -60,6 +62,11 @@ def add_view_parser(sub) -> None:
     v.add_argument("--show-profile-schema", action="store_true", help="print every output table and column, then exit")
     v.add_argument("--jobs", type=int, default=None,
                    help="worker processes for large inputs (default: one per core when the input is large)")
+    v.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="run on a Dask distributed cluster, e.g. tcp://HOST:8786: its workers read the captures "
+                        "and write the output, so both must be on storage they all see (a shared mount or s3://)")
+    v.add_argument("--endpoint-url", default=None,
+                   help="S3 endpoint for s3:// paths (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS)")
     v.add_argument("--host", default="127.0.0.1", help="UI: address to bind (default 127.0.0.1, loopback only)")
     v.add_argument("--port", type=port_number, default=3001, help="UI: port 1-65535 (default 3001)")
     v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
@@ -154,7 +161,7 @@ def view_command(args: argparse.Namespace) -> int:
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
                        progress=args.progress, jobs=args.jobs, grouping=grouping,
                        progress_delay=delay)
-    res = _run(opts)
+    res = _run(opts, args)
     if isinstance(res, int):
         return res
     if res.text is not None:
@@ -178,15 +185,48 @@ def view_command(args: argparse.Namespace) -> int:
     return res.exit_code
 
 
-def _run(opts: ViewOptions):
-    """The run's result, or the exit status when the output cannot be written (a bad option is a
-    usage error)."""
+def _run(opts: ViewOptions, args: argparse.Namespace | None = None):
+    """The run's result, or the exit status when the output cannot be written or the cluster or
+    object storage fails (a bad option is a usage error)."""
+    scheduler = getattr(args, "scheduler", None)
     try:
+        if scheduler or _is_url(opts.directory) or _is_url(opts.output_file):
+            return _run_elsewhere(opts, scheduler, getattr(args, "endpoint_url", None))
         return run(opts)
     except ViewError as e:
         raise UsageError(str(e)) from None
     except OutputError as e:
         return _cannot_write(e)
+
+
+def _is_url(path: str | None) -> bool:
+    from neuron_explorer.util.storage import is_url
+
+    return is_url(path)
+
+
+def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str | None):
+    """A cluster run or one reading or writing object storage (``view.cluster``, imported only
+    here: a plain run loads neither Dask nor the AWS SDK)."""
+    from neuron_explorer.util.storage import StorageError
+    from . import cluster
+
+    try:
+        endpoint = s3_endpoint(endpoint_flag)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    try:
+        engine = cluster.engine_for(scheduler, opts.jobs)
+    except cluster.ClusterError as e:
+        print(f"{prog_name()}: error: {e}", file=sys.stderr)
+        return 1
+    try:
+        return cluster.run(opts, engine, endpoint)
+    except (cluster.ClusterError, StorageError) as e:
+        print(f"{prog_name()}: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        engine.close()
 
 
 def _cannot_write(e: OutputError) -> int:
@@ -213,7 +253,7 @@ def _launch_ui(args: argparse.Namespace, filt, grouping: Grouping) -> int:
                            filter=filt, ignore_system_profile=args.ignore_system_profile,
                            ignore_device_profile=args.ignore_device_profile, display_name=name,
                            progress=True if args.progress is None else args.progress, grouping=grouping)
-        res = _run(opts)
+        res = _run(opts, args)
         if isinstance(res, int):
             return res
         print(f"neuron-explorer: ingested {res.events} events from {res.profiles} profile(s) into {opts.output_file}",

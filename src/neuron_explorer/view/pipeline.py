@@ -132,17 +132,6 @@ class Progress:
 _within: list = [None]
 
 
-def _load(path: str, warnings: list[tuple[str, str]], opts: ViewOptions) -> Session | None:
-    try:
-        s = load_session(path, load_events=not opts.ignore_system_profile)
-    except ProfileError as e:
-        msg = str(e)
-        print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
-        warnings.append((msg, printable(path)))
-        return None
-    return s
-
-
 def _failure(path: str, e: Exception) -> str:
     """The one-line message for a profile that failed after loading: a ProfileError says what is
     wrong with which file; anything else is a defect of ours, named as such."""
@@ -167,51 +156,100 @@ class RunIndex:
     devices: dict[str, list] = field(default_factory=dict)  # path -> its device profiles' facts
 
 
-def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]]) -> RunIndex:
-    """Pass 1: instances, collective timings and the time origin; damaged profiles are reported
-    here, and only the collective timings stay in memory."""
-    ix = RunIndex([], {}, {}, {}, 0, align.CollectiveIndex(), [])
-    times_by_instance: dict[str, list] = {}
-    origin = None
-    prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
-    for p in paths:
-        s = _load(p, warnings, opts)
-        prog.step()
-        if s is None:
-            continue
-        for w in s.warnings:
-            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
-            warnings.append((w, printable(p)))
-        ix.all_instances.add(s.instance_id)
-        if not opts.filter.keeps_instance(s.instance_id):
-            continue
-        try:
-            times = ix.collectives.times(s)
-        except Exception as e:  # a defect of ours on odd data: this profile only
-            msg = _failure(p, e)
-            print(f"neuron-explorer: skipped: {msg}", file=sys.stderr)
-            warnings.append((msg, printable(p)))
-            continue
-        ix.usable.append(p)
-        ix.instances[p] = s.instance_id
-        ix.checked[p] = s.events_checked
-        ix.procs[p] = (s.instance_id, int(s.pid), int(s.info.rank) if s.info is not None else -1)
-        ix.devices[p] = [] if opts.ignore_device_profile else [(s.instance_id, int(s.pid), list(s.device_paths),
-                                                                 [(m.id, m.neff_name) for m in s.models])]
-        s.release(s.num_events)  # the index keeps only the collective timings
-        if opts.output_format not in ("summary-text", "summary-json"):  # stragglers need them all
-            times = align.sample(times, align.sample_cap(len(paths)))
-        times_by_instance.setdefault(s.instance_id, []).append(times)
-        rank = int(s.info.rank) if s.info is not None else -1
-        ix.stragglers.append((rank, s.instance_id, times))
-        start = int(s.info.start_wall_ns) if s.info is not None and s.info.start_wall_ns else None
-        if start is not None:
-            origin = start if origin is None else min(origin, start)
+SUMMARIES = ("summary-text", "summary-json")
+
+
+def index_one(path: str, opts: ViewOptions, n_paths: int) -> dict:
+    """Pass 1 for one profile: what the run needs to know of it, as plain picklable data (a
+    cluster run computes it on a worker).  ``collectives`` keys are numbered by this profile's own
+    ``pairs`` (``absorb`` renumbers them for the run); nothing is printed here."""
+    rec: dict = {"path": path, "instance": None, "skipped": None, "warnings": [], "usable": False}
+    try:
+        s = load_session(path, load_events=not opts.ignore_system_profile)
+    except ProfileError as e:
+        rec["skipped"] = str(e)
+        return rec
+    rec["warnings"] = list(s.warnings)
+    rec["instance"] = s.instance_id
+    if not opts.filter.keeps_instance(s.instance_id):
+        return rec
+    ci = align.CollectiveIndex()
+    try:
+        times = ci.times(s)
+    except Exception as e:  # a defect of ours on odd data: this profile only
+        rec["skipped"] = _failure(path, e)
+        return rec
+    s.release(s.num_events)  # the index keeps only the collective timings
+    if opts.output_format not in SUMMARIES:  # stragglers need them all
+        times = align.sample(times, align.sample_cap(n_paths))
+    rank = int(s.info.rank) if s.info is not None else -1
+    rec.update(usable=True, checked=s.events_checked, proc=(s.instance_id, int(s.pid), rank), times=times,
+               pairs=list(ci.pairs.items()),
+               devices=[] if opts.ignore_device_profile else [(s.instance_id, int(s.pid), list(s.device_paths),
+                                                               [(m.id, m.neff_name) for m in s.models])],
+               start=int(s.info.start_wall_ns) if s.info is not None and s.info.start_wall_ns else None)
+    return rec
+
+
+def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_instance: dict[str, list]) -> None:
+    """Add one profile's ``index_one`` record to the run's index, printing its warnings in the
+    order a single pass would (the records are absorbed in path order)."""
+    p = rec["path"]
+    if rec["instance"] is None:
+        print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
+        warnings.append((rec["skipped"], printable(p)))
+        return
+    for w in rec["warnings"]:
+        print(f"neuron-explorer: warning: {w}", file=sys.stderr)
+        warnings.append((w, printable(p)))
+    ix.all_instances.add(rec["instance"])
+    if rec["skipped"] is not None:
+        print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
+        warnings.append((rec["skipped"], printable(p)))
+        return
+    if not rec["usable"]:
+        return
+    keys, start, end = rec["times"]
+    if len(keys):  # the profile's pair numbers -> the run's
+        remap = np.zeros(max(i for _, i in rec["pairs"]) + 1, dtype=np.int64)
+        for (g, o), i in rec["pairs"]:
+            remap[i] = ix.collectives.pair_id(g, o)
+        keys = (remap[keys >> 40] << 40) | (keys & ((1 << 40) - 1))
+    ix.usable.append(p)
+    ix.instances[p] = rec["instance"]
+    ix.checked[p] = rec["checked"]
+    ix.procs[p] = rec["proc"]
+    ix.devices[p] = rec["devices"]
+    times_by_instance.setdefault(rec["instance"], []).append((keys, start, end))
+    ix.stragglers.append((rec["proc"][2], rec["instance"], (keys, start, end)))
+    if rec["start"] is not None:
+        ix.origin = rec["start"] if not ix.origin else min(ix.origin, rec["start"])
+
+
+def finish_index(ix: RunIndex, times_by_instance: dict[str, list]) -> RunIndex:
+    """The clock offsets and the time origin, once every profile is absorbed."""
     ix.offsets = align.estimate_offsets(times_by_instance)
     # keep relative timestamps short but never negative after a correction
     min_off = min((o.offset_ns for o in ix.offsets.values()), default=0)
-    ix.origin = (origin or 0) + min(min_off, 0) - 1_000_000_000
+    ix.origin = (ix.origin or 0) + min(min_off, 0) - 1_000_000_000
     return ix
+
+
+def new_index() -> RunIndex:
+    return RunIndex([], {}, {}, {}, 0, align.CollectiveIndex(), [])
+
+
+def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]]) -> RunIndex:
+    """Pass 1: instances, collective timings and the time origin; damaged profiles are reported
+    here, and only the collective timings stay in memory."""
+    ix = new_index()
+    times_by_instance: dict[str, list] = {}
+    prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
+    for p in paths:
+        rec = index_one(p, opts, len(paths))
+        prog.step()
+        absorb(ix, rec, warnings, times_by_instance)
+    return finish_index(ix, times_by_instance)
 
 
 def run(opts: ViewOptions) -> ViewResult:
@@ -248,16 +286,7 @@ def run(opts: ViewOptions) -> ViewResult:
         work = None if target is None else dataset.work_area(target)
     except OSError as e:
         raise OutputError(out, os_reason(e)) from None
-    shown = group_pids([ix.procs[p] for p in ix.usable], opts.grouping)
-    ncs = opts.filter.ncs
-    dev_ids = profile_ids([d for p in ix.usable for d in ix.devices.get(p, [])],
-                          None if ncs is None else lambda nc: bool(ncs.mask(np.asarray([nc]))[0]))
-    jobs = [Job(i, p, fmt, target, work, ix.origin, ix.offsets.get(ix.instances.get(p, "")), opts.filter,
-                opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
-                None if target is None else device_dir(target), checked=ix.checked.get(p),
-                grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1],
-                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids})
-            for i, p in enumerate(ix.usable)]
+    jobs = make_jobs(ix, opts, target, work)
     # pass 2: one process at a time per worker, then the pieces joined in process order
     try:
         results = _convert_all(jobs, _workers(opts.jobs, ix.usable), Progress(len(jobs), f"writing {fmt}", opts.progress,
@@ -283,6 +312,21 @@ def run(opts: ViewOptions) -> ViewResult:
     return ViewResult(out, warnings, ix.offsets, len(ix.usable), sum(r.events for r in results),
                       time.perf_counter() - t_start, text,
                       [f for r in results if r.piece is not None for f in r.piece.device_files])
+
+
+def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | None) -> list["Job"]:
+    """One Job per usable profile, in path order (for a summary ``target`` is None)."""
+    fmt = opts.output_format
+    shown = group_pids([ix.procs[p] for p in ix.usable], opts.grouping)
+    ncs = opts.filter.ncs
+    dev_ids = profile_ids([d for p in ix.usable for d in ix.devices.get(p, [])],
+                          None if ncs is None else lambda nc: bool(ncs.mask(np.asarray([nc]))[0]))
+    return [Job(i, p, fmt, target, work, ix.origin, ix.offsets.get(ix.instances.get(p, "")), opts.filter,
+                opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
+                None if target is None else device_dir(target), checked=ix.checked.get(p),
+                grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1],
+                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids})
+            for i, p in enumerate(ix.usable)]
 
 
 def _warn(warnings: list[tuple[str, str]], root: str, messages: list[str]) -> None:
