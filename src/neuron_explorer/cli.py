@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "no NEFF, only .pb files, damaged files) and what to do.",
                          epilog="example:\n  neuron-explorer check -d ./profile_output",
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    chk.add_argument("-d", "--directory", required=True, help="capture directory")
+    chk.add_argument("-d", "--directory", required=True, help="capture directory, or s3://bucket/prefix")
+    chk.add_argument("--endpoint-url", default=None,
+                     help="S3 endpoint for s3:// paths (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS)")
     return p
 
 
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             from .view.check import check, render
 
-            text, rc = render(check(args.directory))
+            text, rc = render(check(args.directory, args.endpoint_url))
             sys.stdout.write(text)
             return rc
         if args.command == "view":

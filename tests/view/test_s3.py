@@ -94,6 +94,16 @@ def test_check_on_s3(s3, capture):
     assert nob.returncode == 1 and "no such bucket" in nob.stdout and "Traceback" not in nob.stderr
 
 
+def test_check_takes_the_endpoint_flag_over_the_environment(s3, capture):
+    src, _, _ = capture
+    s3.s3.create_bucket(Bucket="caps2")
+    s3.upload_dir(src, "caps2", "fleet")
+    env = s3.env()
+    env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"  # nothing listens there: the flag must win
+    p = cli("check", "-d", "s3://caps2/fleet", "--endpoint-url", s3.endpoint, env=env)
+    assert p.stdout.count("ok: s3://caps2/fleet/i-0") == 4, p.stdout + p.stderr
+
+
 def test_bad_urls_and_endpoints_are_one_line(s3, tmp_path):
     for args, words in ((["-d", "s3://Bad_Bucket/x"], "not a valid bucket name"),
                         (["-d", "s3://caps/a/../b"], "'.' or '..'"),

@@ -29,12 +29,12 @@ class Finding:
     message: str
 
 
-def check(root: str) -> list[Finding]:
+def check(root: str, endpoint_url: str | None = None) -> list[Finding]:
     """Findings for every profile under ``root``, from the same loading and validation code that
     ``view`` runs: a file ``view`` would skip is an error here, so both exit with status 1."""
     out: list[Finding] = []
     if is_url(root):
-        return _check_url(root)
+        return _check_url(root, endpoint_url)
     if not os.path.isdir(root):
         return [Finding("error", printable(f"{root}: no such directory"))]
     try:
@@ -54,15 +54,16 @@ def check(root: str) -> list[Finding]:
     return out
 
 
-def _check_url(url: str) -> list[Finding]:
+def _check_url(url: str, endpoint_url: str | None) -> list[Finding]:
     """``check -d s3://bucket/prefix``: each session copied here in turn and checked like a local
-    one (the endpoint from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL; ``view.remote``)."""
+    one (the endpoint from ``--endpoint-url``, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL;
+    ``view.remote``)."""
     from neuron_explorer.contracts.env import s3_endpoint
     from neuron_explorer.util.storage import StorageError
     from . import remote
 
     try:
-        endpoint = s3_endpoint()
+        endpoint = s3_endpoint(endpoint_url)
         if not remote.discover(url, endpoint):
             return [Finding("error", printable(f"{url}: no profile found (no ntrace.pb or trace_info.pb below "
                                                f"it); {HINT_EMPTY}"))]
