@@ -121,14 +121,15 @@ def _bit_width(v: int) -> int:
 
 def _def_levels(null: np.ndarray | None, n: int) -> bytes:
     """Definition levels (bit width 1) of an optional flat column, with their 4-byte length."""
-    if null is None or not null.any():
+    if null is None:
         body = _varint(n << 1) + b"\x01"
     else:
         body = _pqenc.rle_hybrid(np.logical_not(null).view(np.uint8), 1)
     return struct.pack("<I", len(body)) + body
 
 
-def _int_stats(leaf: Leaf, v: np.ndarray, nulls: int) -> bytes:
+def int_stats(leaf: Leaf, v: np.ndarray, nulls: int) -> bytes:
+    """Statistics of the non-null values ``v`` of an integer column (Thrift ``Statistics``)."""
     if not len(v):
         return tstruct((3, _I64, nulls))
     fmt = "<q" if leaf.ptype == INT64 else "<i"
@@ -147,23 +148,24 @@ def _str_stats(values: list[str], used: np.ndarray, nulls: int) -> bytes:
 class Encoded:
     """One column chunk, ready to write: its pages (headers included) and what its metadata needs."""
 
-    pages: list[bytes]
-    dict_pages: int  # how many of ``pages`` come first as the dictionary page
+    pages: list[bytes]  # the pieces of the pages, in order
+    dict_pages: int  # how many of ``pages`` come first: the dictionary page
     num_values: int
     uncompressed: int
     encodings: list[int]
     stats: bytes | None
 
 
-def _page(leaf: Leaf, kind: int, body: bytes, sub: bytes) -> tuple[bytes, int]:
-    """A page: header + (compressed) body; returns it and its uncompressed size (header included)."""
+def _page(leaf: Leaf, kind: int, body: bytes, sub: bytes) -> tuple[list[bytes], int]:
+    """A page: [header, (compressed) body] (written one after the other, not joined: a copy less);
+    returns it and its uncompressed size (header included)."""
     data = _SNAPPY.compress(body, asbytes=True) if leaf.snappy else body
     field = 5 if kind == _DATA_PAGE else 7
     head = tstruct((1, _I32, kind), (2, _I32, len(body)), (3, _I32, len(data)), (field, _STRUCT, sub))
-    return head + data, len(head) + len(body)
+    return [head, data], len(head) + len(body)
 
 
-def _data_page(leaf: Leaf, body: bytes, num_values: int, encoding: int) -> tuple[bytes, int]:
+def _data_page(leaf: Leaf, body: bytes, num_values: int, encoding: int) -> tuple[list[bytes], int]:
     return _page(leaf, _DATA_PAGE, body, tstruct((1, _I32, num_values), (2, _I32, encoding), (3, _I32, RLE),
                                                  (4, _I32, RLE)))
 
@@ -174,13 +176,29 @@ def encode_int(leaf: Leaf, values: np.ndarray, null: np.ndarray | None = None) -
     dtype = np.int64 if leaf.ptype == INT64 else np.int32
     v = np.ascontiguousarray(values, dtype=dtype)
     nulls = int(np.count_nonzero(null)) if null is not None else 0
-    if nulls:
-        v = v[~null]
-    enc = DELTA_BINARY_PACKED if leaf.delta else PLAIN
-    vals = _pqenc.delta_binary_packed(v) if leaf.delta else v.tobytes()
-    page, size = _data_page(leaf, _def_levels(null if nulls else None, n) + vals, n, enc)
-    stats = _int_stats(leaf, v, nulls) if leaf.stats else None
-    return Encoded([page], 0, n, size, [RLE, enc], stats)
+    valid = np.logical_not(null) if nulls else None
+    levels = _def_levels(null if nulls else None, n)
+    if leaf.delta:
+        enc, body = DELTA_BINARY_PACKED, _pqenc.delta_binary_packed(v, None if valid is None else valid.view(np.uint8),
+                                                                    levels)
+    else:
+        enc, body = PLAIN, levels + (v if valid is None else v[valid]).tobytes()
+    page, size = _data_page(leaf, body, n, enc)
+    stats = None
+    if leaf.stats:
+        stats = int_stats(leaf, v if valid is None else v[valid], nulls)
+    return Encoded(page, 0, n, size, [RLE, enc], stats)
+
+
+def encode_const(leaf: Leaf, value: int, n: int) -> Encoded:
+    """An INT32/INT64 column of one value in every row, without building the column (delta-coded:
+    every delta is 0, so each block is its min delta and four zero bit widths)."""
+    blocks = (n - 1 + 127) // 128 if n > 1 else 0
+    body = (_def_levels(None, n) + _varint(128) + _varint(4) + _varint(n) + _varint(_zz(int(value)))
+            + b"\x00" * (5 * blocks))
+    page, size = _data_page(leaf, body, n, DELTA_BINARY_PACKED)
+    stats = int_stats(leaf, np.array([value] if n else [], dtype=np.int64), 0) if leaf.stats else None
+    return Encoded(page, 0, n, size, [RLE, DELTA_BINARY_PACKED], stats)
 
 
 def _plain_strings(values: list[str]) -> bytes:
@@ -197,12 +215,12 @@ def encode_dict(leaf: Leaf, indices: np.ndarray, values: list[str], null: np.nda
     dpage, dsize = _page(leaf, _DICTIONARY_PAGE, _plain_strings(values), tstruct((1, _I32, len(values)),
                                                                                  (2, _I32, PLAIN)))
     w = _bit_width(len(values) - 1)
-    body = _def_levels(null if nulls else None, n) + bytes([w]) + _pqenc.rle_hybrid(idx, w)
+    body = _pqenc.rle_hybrid(idx, w, _def_levels(null if nulls else None, n) + bytes([w]))
     page, size = _data_page(leaf, body, n, RLE_DICTIONARY)
     stats = None
     if leaf.stats:
         stats = _str_stats(values, np.bincount(idx, minlength=len(values)) if len(idx) else np.zeros(0), nulls)
-    return Encoded([dpage, page], 1, n, dsize + size, [PLAIN, RLE, RLE_DICTIONARY], stats)
+    return Encoded(dpage + page, 2, n, dsize + size, [PLAIN, RLE, RLE_DICTIONARY], stats)
 
 
 def encode_strings(leaf: Leaf, arr: pa.Array) -> Encoded:
@@ -217,9 +235,9 @@ def encode_strings(leaf: Leaf, arr: pa.Array) -> Encoded:
     if arr.null_count:
         null = arr.is_null().to_numpy(zero_copy_only=False)
     valid = None if null is None else np.logical_not(null).view(np.uint8)
-    vals = _pqenc.plain_byte_array(off, data, valid)
-    page, size = _data_page(leaf, _def_levels(null, n) + vals, n, PLAIN)
-    return Encoded([page], 0, n, size, [RLE, PLAIN], None)
+    body = _pqenc.plain_byte_array(off, data, valid, _def_levels(null, n))
+    page, size = _data_page(leaf, body, n, PLAIN)
+    return Encoded(page, 0, n, size, [RLE, PLAIN], None)
 
 
 def encode_list(leaf: Leaf, offsets: np.ndarray, values: np.ndarray) -> Encoded:
@@ -241,10 +259,10 @@ def encode_list(leaf: Leaf, offsets: np.ndarray, values: np.ndarray) -> Encoded:
         defs[starts[counts == 0]] = 1
         rep_body = _pqenc.rle_hybrid(rep, 1)
     def_body = _pqenc.rle_hybrid(defs, 2)
-    vals = _pqenc.delta_binary_packed(np.ascontiguousarray(values, dtype=np.int64))
-    body = struct.pack("<I", len(rep_body)) + rep_body + struct.pack("<I", len(def_body)) + def_body + vals
+    levels = struct.pack("<I", len(rep_body)) + rep_body + struct.pack("<I", len(def_body)) + def_body
+    body = _pqenc.delta_binary_packed(np.ascontiguousarray(values, dtype=np.int64), None, levels)
     page, size = _data_page(leaf, body, total, DELTA_BINARY_PACKED)
-    return Encoded([page], 0, total, size, [RLE, DELTA_BINARY_PACKED], None)
+    return Encoded(page, 0, total, size, [RLE, DELTA_BINARY_PACKED], None)
 
 
 # ----- the file ----------------------------------------------------------------------------------
