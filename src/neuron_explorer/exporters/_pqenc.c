@@ -147,7 +147,10 @@ static uint8_t *delta_blocks32(const int32_t *v, Py_ssize_t n, uint8_t *p) {
     uint64_t d[BLOCK];
     for (Py_ssize_t i = 1; i < n; i += BLOCK) {
         int k = (int)(n - i < BLOCK ? n - i : BLOCK);
-        for (int j = 0; j < k; j++) d[j] = (uint64_t)((int64_t)v[i + j] - (int64_t)v[i + j - 1]);
+        /* 32-bit wrapping deltas, sign-extended: readers decode INT32 columns in 32 bits and refuse
+         * bit widths over 32, so a delta such as INT32_MAX - INT32_MIN must wrap here too */
+        for (int j = 0; j < k; j++)
+            d[j] = (uint64_t)(int64_t)(int32_t)((uint32_t)v[i + j] - (uint32_t)v[i + j - 1]);
         p = delta_block(d, k, p);
     }
     return p;

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from neuron_explorer.contracts.env import parquet_writer
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
@@ -271,7 +272,7 @@ class ParquetProcess(ProcessWriter):
         self.last: ProcessEvents | None = None
         self._ev_writer: pq.ParquetWriter | None = None
         self._own = None  # our writer (parquet_file.ParquetFileWriter), when the encoders are built
-        self._leaves = _leaves() if own is not None else None
+        self._leaves = _leaves() if own is not None and parquet_writer() == "own" else None
 
     def _part(self, table: str, instance_id: str, pid: int, name: str) -> str:
         d = os.path.join(self.target.work, table, f"instance={safe_component(instance_id)}", f"process={pid}")
