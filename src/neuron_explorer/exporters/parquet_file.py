@@ -33,6 +33,7 @@ UNCOMPRESSED, SNAPPY = 0, 1
 REQUIRED, OPTIONAL, REPEATED = 0, 1, 2
 _DATA_PAGE, _DICTIONARY_PAGE = 0, 2
 MAGIC = b"PAR1"
+_MAX_PAGE = 1 << 30  # page sizes are i32; Snappy may grow a page by 1/6
 _SNAPPY = pa.Codec("snappy")
 
 
@@ -159,6 +160,8 @@ class Encoded:
 def _page(leaf: Leaf, kind: int, body: bytes, sub: bytes) -> tuple[list[bytes], int]:
     """A page: [header, (compressed) body] (written one after the other, not joined: a copy less);
     returns it and its uncompressed size (header included)."""
+    if len(body) > _MAX_PAGE:  # page sizes are i32 in the header: refuse rather than write a bad file
+        raise ValueError(f"column {leaf.name}: a page of {len(body)} bytes is over this writer's 1 GiB a page")
     data = _SNAPPY.compress(body, asbytes=True) if leaf.snappy else body
     field = 5 if kind == _DATA_PAGE else 7
     head = tstruct((1, _I32, kind), (2, _I32, len(body)), (3, _I32, len(data)), (field, _STRUCT, sub))
