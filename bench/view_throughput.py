@@ -215,7 +215,8 @@ def main() -> None:
                 if k in result:
                     print(f"{m} speed vs {peer}: {result[k]:.1f}x")
         os.makedirs(RESULTS, exist_ok=True)
-        with open(os.path.join(RESULTS, "view_throughput.json"), "w") as f:
+        name = "view_throughput.json" if not a.only else f"view_throughput_{a.only}{'_paired' if a.before else ''}.json"
+        with open(os.path.join(RESULTS, name), "w") as f:  # (a partial run keeps the full run's file)
             json.dump(result, f, indent=2)
     finally:
         if not a.keep:
