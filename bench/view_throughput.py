@@ -10,6 +10,11 @@ measured by the same wrapper on an empty run), output sizes, and Perfetto's size
 JSON.  Prints a table and writes bench/results/view_throughput.json.
 
     python -m bench.view_throughput [--instances 2 --processes 2 --events 1000000]
+    python -m bench.view_throughput --only parquet --before /path/to/main/src --pairs 5
+
+``--before SRC`` adds paired Parquet runs of another checkout (its ``src``, e.g. main's) in the same
+run: before and after alternate in fresh processes, and the medians of events/CPU-s and peak RSS
+are reported (the shared VM's load moves single runs by +-20%; pairs move together).
 """
 
 from __future__ import annotations
@@ -94,10 +99,36 @@ def _size(path: str) -> int:
     return os.path.getsize(path) if os.path.exists(path) else 0
 
 
-def run_mode(mode: str, src: str, dst: str, jobs: int = 1) -> dict:
+def run_mode(mode: str, src: str, dst: str, jobs: int = 1, pythonpath: str | None = None) -> dict:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     p = subprocess.run([sys.executable, "-c", WRAPPER, mode, src, dst, str(jobs)], capture_output=True, text=True,
-                       check=True)
+                       check=True, env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def paired_parquet(src: str, work: str, before: str, pairs: int, base_rss: int, events: int) -> dict:
+    """Parquet with ``before`` (a src directory) and with this checkout, alternating, ``pairs`` times."""
+    import statistics
+
+    after = os.path.join(os.path.dirname(HERE), "src")
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for i in range(pairs):
+        for name, path in (("before", before), ("after", after)):
+            dst = os.path.join(work, f"pq-{name}")
+            shutil.rmtree(dst, ignore_errors=True)
+            runs[name].append(run_mode("parquet", src, dst, pythonpath=path))
+    out = {"before_src": before, "pairs": pairs}
+    for name, rs in runs.items():
+        out[name] = {"events_per_cpu_s_median": statistics.median(r["events"] / r["cpu_seconds"] for r in rs),
+                     "events_per_cpu_s_best": max(r["events"] / r["cpu_seconds"] for r in rs),
+                     "cpu_seconds": [r["cpu_seconds"] for r in rs],
+                     "peak_rss_median": statistics.median(r["peak_rss"] for r in rs),
+                     "net_rss_per_event_largest_process": max(0, statistics.median(r["peak_rss"] for r in rs)
+                                                              - base_rss) / events}
+    out["speedup_median"] = out["after"]["events_per_cpu_s_median"] / out["before"]["events_per_cpu_s_median"]
+    return out
 
 
 def main() -> None:
@@ -107,6 +138,9 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000, help="events per process")
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the generated capture and outputs")
+    ap.add_argument("--only", choices=["parquet", "perfetto", "json"], help="run this format only (and no peers)")
+    ap.add_argument("--before", metavar="SRC", help="also run Parquet with this src directory (e.g. main's), paired")
+    ap.add_argument("--pairs", type=int, default=3, help="paired runs with --before (default 3)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(HERE))
     from bench.synth_capture import generate
@@ -121,7 +155,9 @@ def main() -> None:
         rows = []
         base = run_mode("baseline", src, os.path.join(work, "none"))
         outs = {"parquet": "pq", "perfetto": "system_profile.pftrace", "json": "system_profile.json"}
-        if not a.skip_naive:
+        if a.only:
+            outs = {a.only: outs[a.only]}
+        elif not a.skip_naive:
             outs["naive-json"] = "naive.json"
         for mode, name in outs.items():
             dst = os.path.join(work, name)
@@ -131,7 +167,7 @@ def main() -> None:
             r["events_per_cpu_s"] = r["events"] / r["cpu_seconds"] if r["cpu_seconds"] else 0.0
             r["net_rss_per_event_largest_process"] = max(0, r["peak_rss"] - base["peak_rss"]) / a.events
             rows.append(r)
-        for mode in ("load-json", "load-orjson"):  # reading the Chrome JSON that `view` just wrote
+        for mode in ("load-json", "load-orjson") if "json" in outs else ():  # the Chrome JSON `view` just wrote
             r = run_mode(mode, os.path.join(work, outs["json"]), "")
             r["events_per_s"] = r["events"] / r["seconds"] if r["seconds"] else 0.0
             r["events_per_cpu_s"] = r["events"] / r["cpu_seconds"] if r["cpu_seconds"] else 0.0
@@ -146,12 +182,16 @@ def main() -> None:
                         "events_per_process": a.events, "events": total, "bytes_on_disk": capture_bytes,
                         "bytes_per_event": capture_bytes / total, "generate_s": gen_s},
             "baseline_rss": base["peak_rss"], "modes": rows,
-            "perfetto_vs_chrome_json_size": by["perfetto"]["output_bytes"] / by["json"]["output_bytes"],
         }
+        if "perfetto" in by and "json" in by:
+            result["perfetto_vs_chrome_json_size"] = by["perfetto"]["output_bytes"] / by["json"]["output_bytes"]
+        if a.before:
+            result["parquet_paired"] = paired_parquet(src, work, a.before, a.pairs, base["peak_rss"], a.events)
         for peer in ("naive-json", "load-json", "load-orjson"):
             if peer in by:
                 for m in ("parquet", "perfetto", "json"):
-                    result[f"{m}_speed_vs_{peer}"] = by[m]["events_per_s"] / by[peer]["events_per_s"]
+                    if m in by:
+                        result[f"{m}_speed_vs_{peer}"] = by[m]["events_per_s"] / by[peer]["events_per_s"]
         print(f"capture: {total:,} events in {a.instances * a.processes} processes, "
               f"{capture_bytes / total:.1f} bytes/event on disk")
         print(f"{'format':<12}{'events/s':>14}{'events/CPU-s':>14}{'seconds':>10}{'peak RSS':>12}{'net B/event':>13}"
@@ -160,14 +200,23 @@ def main() -> None:
             print(f"{r['mode']:<12}{r['events_per_s']:>14,.0f}{r['events_per_cpu_s']:>14,.0f}{r['seconds']:>10.2f}"
                   f"{r['peak_rss'] / 2**20:>10.0f}MB{r['net_rss_per_event_largest_process']:>13.1f}"
                   f"{r['output_bytes'] / 2**20:>12.1f}MB")
-        print(f"perfetto size / chrome json size: {result['perfetto_vs_chrome_json_size']:.3f}")
+        if "perfetto_vs_chrome_json_size" in result:
+            print(f"perfetto size / chrome json size: {result['perfetto_vs_chrome_json_size']:.3f}")
+        pp = result.get("parquet_paired")
+        if pp:
+            print(f"parquet, {pp['pairs']} pairs, events/CPU-s median (best), peak RSS median: before "
+                  f"{pp['before']['events_per_cpu_s_median']:,.0f} ({pp['before']['events_per_cpu_s_best']:,.0f}), "
+                  f"{pp['before']['peak_rss_median'] / 2**20:.0f} MB; after "
+                  f"{pp['after']['events_per_cpu_s_median']:,.0f} ({pp['after']['events_per_cpu_s_best']:,.0f}), "
+                  f"{pp['after']['peak_rss_median'] / 2**20:.0f} MB; x{pp['speedup_median']:.2f}")
         for peer in ("naive-json", "load-json", "load-orjson"):
             for m in ("parquet", "perfetto", "json"):
                 k = f"{m}_speed_vs_{peer}"
                 if k in result:
                     print(f"{m} speed vs {peer}: {result[k]:.1f}x")
         os.makedirs(RESULTS, exist_ok=True)
-        with open(os.path.join(RESULTS, "view_throughput.json"), "w") as f:
+        name = "view_throughput.json" if not a.only else f"view_throughput_{a.only}{'_paired' if a.before else ''}.json"
+        with open(os.path.join(RESULTS, name), "w") as f:  # (a partial run keeps the full run's file)
             json.dump(result, f, indent=2)
     finally:
         if not a.keep:

@@ -40,6 +40,7 @@ FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
 MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
 QUIET = "NEURON_EXPLORER_QUIET"
 PROGRESS_DELAY = "NEURON_EXPLORER_PROGRESS_DELAY_S"  # view: seconds before a progress bar shows (1)
+PARQUET_WRITER = "NEURON_EXPLORER_PARQUET_WRITER"  # view: "own" (default) or "arrow" for SystemProfileEvents
 NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
@@ -268,3 +269,16 @@ def parse_ndet_log_location(value: str | None) -> str:
             f"writable directory (default {DEFAULT_LOG_LOCATION})"
         )
     return os.path.abspath(path)
+
+
+def parquet_writer(env: Mapping[str, str] | None = None) -> str:
+    """NEURON_EXPLORER_PARQUET_WRITER: which writer ``view`` uses for ``SystemProfileEvents``:
+    "own" (the default; docs/decisions/0040-own-parquet-encoder.md) or "arrow" (Arrow's writer, as
+    before; also used when the C encoders are not built).  Same columns and values either way."""
+    env = os.environ if env is None else env
+    raw = env.get(PARQUET_WRITER, "").strip().lower()
+    if raw in ("", "own"):
+        return "own"
+    if raw == "arrow":
+        return "arrow"
+    raise ConfigError(f"{PARQUET_WRITER}={env.get(PARQUET_WRITER)!r} is not valid; accepted: own, arrow")

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from neuron_explorer.contracts.env import parquet_writer
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
@@ -44,6 +45,9 @@ WRITE_OPTIONS = dict(compression="snappy", use_dictionary=DICT_COLUMNS, write_ba
                      write_statistics=STATS_COLUMNS,
                      column_encoding={c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS})
 
+CREATED_BY = "neuron-explorer (own Parquet writer)"
+
+
 def _with_nulls(a: np.ndarray, typ: pa.DataType, null: np.ndarray | None) -> pa.Array:
     """An Arrow array over ``a``'s buffer with the validity bitmap built directly from ``null``
     (``pa.array(..., mask=)`` costs 3-4x more for the same result)."""
@@ -55,13 +59,15 @@ def _with_nulls(a: np.ndarray, typ: pa.DataType, null: np.ndarray | None) -> pa.
     return pa.Array.from_buffers(typ, len(a), [pa.py_buffer(valid), pa.py_buffer(a)], null_count=nulls)
 
 
-def _dict_array(idx: np.ndarray, values: list[str], null_index: int | None = None) -> pa.DictionaryArray:
-    """Dictionary column from int32 indices (in range by construction, so not re-checked);
-    entries equal to ``null_index`` become nulls.
+def _dict_parts(idx: np.ndarray, values: list[str], null_index: int | None = None
+                ) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+    """(int32 indices, distinct values, null mask) of a dictionary column from indices into
+    ``values``, whose entries equal to ``null_index`` are nulls.
 
     Repeated values (e.g. the source or group of each event type) are merged first: Arrow's
     Parquet writer cannot keep a dictionary with duplicates and falls back to plain strings,
-    for the whole column chunk (docs/decisions/0004-parquet-write-path.md).
+    for the whole column chunk (docs/decisions/0004-parquet-write-path.md), and a dictionary
+    page must not repeat a value either.
     """
     idx = idx.astype(np.int32, copy=False)
     null = None if null_index is None else idx == null_index
@@ -70,16 +76,18 @@ def _dict_array(idx: np.ndarray, values: list[str], null_index: int | None = Non
         lut = np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int32)
         values = list(first)
         idx = lut[idx]  # (a null slot's index stays in range; the validity bitmap hides it)
+    return idx, values, null
+
+
+def _dict_array(parts: tuple[np.ndarray, list[str], np.ndarray | None]) -> pa.DictionaryArray:
+    """Dictionary column from ``_dict_parts`` (indices in range by construction, so not re-checked)."""
+    idx, values, null = parts
     indices = _with_nulls(idx, pa.int32(), null)
     return pa.DictionaryArray.from_arrays(indices, pa.array(values, type=pa.string()), safe=False)
 
 
-def _nullable(a: np.ndarray, typ=pa.int64()) -> pa.Array:
-    return _with_nulls(a.astype(typ.to_pandas_dtype(), copy=False), typ, a < 0)
-
-
-def _remap_strings(ids: np.ndarray, strings: list[str]) -> pa.DictionaryArray:
-    """String ids of the capture's table -> a dictionary of the strings present (id 0 / "" -> null).
+def _remap_strings(ids: np.ndarray, strings: list[str]) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+    """String ids of the capture's table -> dictionary parts of the strings present (id 0 / "" -> null).
 
     A presence count and a lookup table instead of ``np.unique``: linear, no sort.
     """
@@ -96,11 +104,12 @@ def _remap_strings(ids: np.ndarray, strings: list[str]) -> pa.DictionaryArray:
     lut[present] = np.arange(len(present), dtype=np.int32)
     vals = [strings[i] if i < len(strings) else "" for i in present.tolist()]
     empty = vals.index("") if "" in vals else None
-    return _dict_array(lut[ids], vals, empty)
+    return _dict_parts(lut[ids], vals, empty)
 
 
-def _flow_lists(flow: np.ndarray, flow2: np.ndarray | None) -> pa.ListArray:
-    """``flow_id`` as a list per event: its flow, then its framework flow (0 = none; left out)."""
+def _flow_offsets(flow: np.ndarray, flow2: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``flow_id`` as (int32 offsets, values) of a list per event: its flow, then its framework
+    flow (0 = none; left out)."""
     n = len(flow)
     has = flow != 0
     if flow2 is not None and flow2.any():
@@ -112,48 +121,140 @@ def _flow_lists(flow: np.ndarray, flow2: np.ndarray | None) -> pa.ListArray:
         counts, values = has, flow[has]
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int64()))
+    return offsets, values.astype(np.int64, copy=False)
 
 
-def events_table(pe: ProcessEvents) -> pa.Table:
+_DICT = pa.dictionary(pa.int32(), pa.string())
+_I64, _I32 = pa.int64(), pa.int32()
+EVENTS_SCHEMA = pa.schema([
+    ("id", _I64), ("name", _DICT), ("start_ts", _I64), ("end_ts", _I64), ("duration_ns", _I64),
+    ("trace_event_source", _DICT), ("instance_id", _DICT), ("process_id", _I64), ("thread_id", _I64),
+    ("nc_idx", _I32), ("pcore_idx", _I32), ("worker_gid", _I32), ("flow_id", pa.list_(_I64)),
+    ("framework_stream_id", _I64), ("extra_attributes_json", pa.string()), ("event_group", _DICT),
+    ("model_name", _DICT), ("exec_id", _I64), ("op", _DICT), ("seq", _I64), ("bytes", _I64), ("dtype", _DICT),
+    ("group_ranks", _DICT), ("ret", _I32), ("device_profile_id", _DICT)])
+
+
+def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
+    """Each column of ``SystemProfileEvents`` for one chunk, in schema order, as numpy parts both
+    writers take: ("int", values, null mask | None), ("dict", (indices, values, null mask)),
+    ("str", Arrow string array), ("list", (int32 offsets, int64 values)), ("const", value, rows)."""
     c = pe.cols
     n = pe.n
     typ = c["type"].astype(np.int32)
-    zeros = np.zeros(n, dtype=np.int32)
     mids = c["model_id"]
     n_models = int(mids.max()) + 1 if n and mids.max() >= 0 else 0
     model_dict = [""] + [pe.model_names.get(i, f"model_{i}") for i in range(n_models)]
-    flows = _flow_lists(c["flow_id"], c.get("flow_id2"))
-    nc = pa.array(c["nc_idx"].astype(np.int32))
-    cols = {
-        "id": pa.array(c["id"], type=pa.int64()),
-        "name": _dict_array(typ, pe.type_names),
-        "start_ts": pa.array(c["start_ts"], type=pa.int64()),
-        "end_ts": pa.array(c["end_ts"], type=pa.int64()),
-        "duration_ns": pa.array(c["end_ts"] - c["start_ts"], type=pa.int64()),
-        "trace_event_source": _dict_array(typ, pe.type_sources),
-        "instance_id": _dict_array(zeros, [pe.instance_id]),
-        "process_id": pa.array(np.full(n, pe.pid, dtype=np.int64)),
-        "thread_id": pa.array(c["thread_id"], type=pa.int64()),
-        "nc_idx": nc,
-        "pcore_idx": nc,
-        "worker_gid": pa.array(np.full(n, pe.rank, dtype=np.int32)),
-        "flow_id": flows,
-        "framework_stream_id": _nullable(c["framework_stream_id"]) if "framework_stream_id" in c
-        else pa.nulls(n, type=pa.int64()),
-        "extra_attributes_json": pa.array(pe.extra_json, type=pa.string()),
-        "event_group": _dict_array(typ, pe.type_groups),
-        "model_name": _dict_array((mids + 1).astype(np.int32), model_dict, 0),
-        "exec_id": _nullable(c["exec_id"]),
-        "op": _remap_strings(c["op"], pe.strings),
-        "seq": _nullable(c["seq"]),
-        "bytes": _nullable(c["bytes"]),
-        "dtype": _remap_strings(c["dtype"], pe.strings),
-        "group_ranks": _remap_strings(c["group"], pe.strings),
-        "ret": _nullable(c["ret"], pa.int32()),
-        "device_profile_id": _dict_array((c["device_profile"] + 1).astype(np.int32), [""] + list(pe.device_profiles), 0),
+    nc = c["nc_idx"].astype(np.int32)
+    fsid = c.get("framework_stream_id")
+
+    def opt(a: np.ndarray) -> tuple:  # negative = none
+        return ("int", a, a < 0)
+
+    return {
+        "id": ("int", c["id"], None),
+        "name": ("dict", _dict_parts(typ, pe.type_names)),
+        "start_ts": ("int", c["start_ts"], None),
+        "end_ts": ("int", c["end_ts"], None),
+        "duration_ns": ("int", c["end_ts"] - c["start_ts"], None),
+        "trace_event_source": ("dict", _dict_parts(typ, pe.type_sources)),
+        "instance_id": ("dict", _dict_parts(np.zeros(n, dtype=np.int32), [pe.instance_id])),
+        "process_id": ("const", pe.pid, n),
+        "thread_id": ("int", c["thread_id"], None),
+        "nc_idx": ("int", nc, None),
+        "pcore_idx": ("int", nc, None),
+        "worker_gid": ("const", pe.rank, n),
+        "flow_id": ("list", _flow_offsets(c["flow_id"], c.get("flow_id2"))),
+        "framework_stream_id": opt(fsid) if fsid is not None else
+        ("int", np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)),
+        "extra_attributes_json": ("str", pe.extra_json),
+        "event_group": ("dict", _dict_parts(typ, pe.type_groups)),
+        "model_name": ("dict", _dict_parts((mids + 1).astype(np.int32), model_dict, 0)),
+        "exec_id": opt(c["exec_id"]),
+        "op": ("dict", _remap_strings(c["op"], pe.strings)),
+        "seq": opt(c["seq"]),
+        "bytes": opt(c["bytes"]),
+        "dtype": ("dict", _remap_strings(c["dtype"], pe.strings)),
+        "group_ranks": ("dict", _remap_strings(c["group"], pe.strings)),
+        "ret": opt(c["ret"]),
+        "device_profile_id": ("dict", _dict_parts((c["device_profile"] + 1).astype(np.int32),
+                                                  [""] + list(pe.device_profiles), 0)),
     }
-    return pa.table(cols)
+
+
+def events_table(pe: ProcessEvents) -> pa.Table:
+    """The chunk as an Arrow table (Arrow's writer: the fallback without the C encoders)."""
+    arrays = []
+    for f, (kind, *parts) in zip(EVENTS_SCHEMA, event_columns(pe).values()):
+        if kind == "int":
+            a, null = parts
+            arrays.append(_with_nulls(a.astype(f.type.to_pandas_dtype(), copy=False), f.type, null))
+        elif kind == "const":
+            value, rows = parts
+            arrays.append(_with_nulls(np.full(rows, value, dtype=f.type.to_pandas_dtype()), f.type, None))
+        elif kind == "dict":
+            arrays.append(_dict_array(parts[0]))
+        elif kind == "list":
+            offsets, values = parts[0]
+            arrays.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int64())))
+        else:
+            arrays.append(parts[0])
+    return pa.Table.from_arrays(arrays, schema=EVENTS_SCHEMA)
+
+
+try:
+    from neuron_explorer.exporters import parquet_file as own
+except ImportError:  # the C encoders are not built: Arrow's writer
+    own = None
+
+
+def _leaves() -> list:
+    """The columns of ``EVENTS_SCHEMA`` for our writer, with the encodings of WRITE_OPTIONS
+    (docs/decisions/0040-own-parquet-encoder.md: the small integer columns are delta-coded too)."""
+    out = []
+    for f in EVENTS_SCHEMA:
+        if pa.types.is_dictionary(f.type):
+            kind, ptype = "dict", own.BYTE_ARRAY
+        elif pa.types.is_list(f.type):
+            kind, ptype = "list", own.INT64
+        elif pa.types.is_string(f.type):
+            kind, ptype = "str", own.BYTE_ARRAY
+        else:
+            kind, ptype = "int", own.INT64 if f.type == pa.int64() else own.INT32
+        out.append(own.Leaf(f.name, kind, ptype, delta=True, stats=f.name in STATS_COLUMNS,
+                            snappy=f.name not in SNAPPY_OFF))
+    return out
+
+
+# delta-coded timestamps: Snappy shrinks their pages by <6% (measured), for ~40% of its time
+SNAPPY_OFF = {"start_ts", "end_ts", "duration_ns"}
+
+
+def encode_chunk(leaves: list, pe: ProcessEvents) -> list:
+    """The chunk's column chunks, encoded by our writer.  A column that is the same array as an
+    earlier one (``pcore_idx`` is ``nc_idx``) reuses its pages; only the statistics differ."""
+    out = []
+    done: dict[int, tuple] = {}
+    for leaf, (kind, *parts) in zip(leaves, event_columns(pe).values()):
+        if kind == "int":
+            key = (id(parts[0]), leaf.ptype, leaf.snappy)
+            if key in done and parts[1] is None:
+                first, prev = done[key]
+                out.append(own.Encoded(prev.pages, prev.dict_pages, prev.num_values, prev.uncompressed,
+                                       prev.encodings, own.int_stats(leaf, first, 0) if leaf.stats else None))
+                continue
+            out.append(own.encode_int(leaf, *parts))
+            if parts[1] is None:
+                done[key] = (parts[0], out[-1])
+        elif kind == "const":
+            out.append(own.encode_const(leaf, *parts))
+        elif kind == "dict":
+            out.append(own.encode_dict(leaf, *parts[0]))
+        elif kind == "list":
+            out.append(own.encode_list(leaf, *parts[0]))
+        else:
+            out.append(own.encode_strings(leaf, parts[0]))
+    return out
 
 
 def open_process(target: ProcessTarget) -> "ParquetProcess":
@@ -170,6 +271,8 @@ class ParquetProcess(ProcessWriter):
         self.events = 0
         self.last: ProcessEvents | None = None
         self._ev_writer: pq.ParquetWriter | None = None
+        self._own = None  # our writer (parquet_file.ParquetFileWriter), when the encoders are built
+        self._leaves = _leaves() if own is not None and parquet_writer() == "own" else None
 
     def _part(self, table: str, instance_id: str, pid: int, name: str) -> str:
         d = os.path.join(self.target.work, table, f"instance={safe_component(instance_id)}", f"process={pid}")
@@ -189,7 +292,12 @@ class ParquetProcess(ProcessWriter):
 
     def add(self, pe: ProcessEvents) -> None:
         """A chunk of the process's events (one file per process and table, a row group a chunk)."""
-        if pe.n:
+        if pe.n and self._leaves is not None:
+            if self._own is None:
+                path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
+                self._own = own.ParquetFileWriter(path, self._leaves, EVENTS_SCHEMA, CREATED_BY)
+            self._own.write_row_group(pe.n, encode_chunk(self._leaves, pe))
+        elif pe.n:
             t = events_table(pe)
             if self._ev_writer is None:
                 path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
@@ -220,6 +328,9 @@ class ParquetProcess(ProcessWriter):
         w, self._ev_writer = self._ev_writer, None
         if w is not None:
             w.close()
+        o, self._own = self._own, None
+        if o is not None:
+            o.close()
 
     def abort(self) -> None:
         try:

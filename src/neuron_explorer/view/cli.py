@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from neuron_explorer.contracts.env import ConfigError, progress_delay, s3_endpoint
+from neuron_explorer.contracts.env import ConfigError, parquet_writer, progress_delay, s3_endpoint
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
 from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
@@ -130,6 +130,7 @@ def view_command(args: argparse.Namespace) -> int:
     try:
         grouping = Grouping.parse(args.system_trace_primary_group, args.system_trace_secondary_group)
         delay = progress_delay()
+        parquet_writer()  # (checked here: a bad value is one line, not an error in every worker)
     except (GroupingError, ConfigError) as e:
         raise UsageError(str(e)) from None
     for w in filt.warnings:
