@@ -314,6 +314,7 @@ typedef struct {
     long long head_v;    /* the record's first field: EXEC_PAIR */
     long long mid_v;     /* the model id */
     PyObject *devprof;   /* Runtime.devprof_cell: [profiler or None]; a profiler selects the general path */
+    PyObject *settled;   /* [the profiler that wants no more of this graph's calls], or NULL */
     PyObject *general;   /* called with the same arguments when devprof is not None */
     PyObject *stats;     /* stats(record) after the append, or NULL */
     PyObject *backward;  /* backward(out) -> true once it need not be called again, or NULL */
@@ -500,7 +501,9 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
 static PyObject *
 ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (PyList_GET_ITEM(self->devprof, 0) != Py_None)  /* a device-profile session is on */
+    PyObject *dp = PyList_GET_ITEM(self->devprof, 0);
+    /* a device profiler is on, and may want this call (model mode wants a graph's first only) */
+    if (dp != Py_None && (self->settled == NULL || dp != PyList_GET_ITEM(self->settled, 0)))
         return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
     if (self->inflight != NULL)
         return ew_call_ndet(self, args, nargsf, kwnames);
@@ -537,14 +540,18 @@ static PyObject *
 ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fn", "ring", "counter", "head", "mid", "devprof", "general", "stats",
-                             "backward", "ndet", "scan", NULL};
+                             "backward", "ndet", "scan", "settled", NULL};
     PyObject *fn, *ring, *counter, *devprof, *general, *stats = Py_None, *backward = Py_None, *ndet = Py_None;
-    PyObject *scan = Py_None, *scanner = NULL, *numerr = NULL;
+    PyObject *scan = Py_None, *scanner = NULL, *numerr = NULL, *settled = Py_None;
     long long head, mid, ret_numerr = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLO!O|OOOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLO!O|OOOOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
                                      &counter, &head, &mid, &PyList_Type, &devprof, &general, &stats, &backward, &ndet,
-                                     &scan))
+                                     &scan, &settled))
         return NULL;
+    if (settled != Py_None && (!PyList_CheckExact(settled) || PyList_GET_SIZE(settled) != 1)) {
+        PyErr_SetString(PyExc_TypeError, "ExecWrapper: settled must be a one-item list or None");
+        return NULL;
+    }
     if (scan != Py_None) {
         if (!PyArg_ParseTuple(scan, "O!OL:ExecWrapper scan=(scanner, numerr, ret)", &NanScannerType, &scanner,
                               &numerr, &ret_numerr))
@@ -593,6 +600,8 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->ring = (RingBuffer *)ring;
     KEEP(counter, counter);
     KEEP(devprof, devprof);
+    if (settled != Py_None)
+        KEEP(settled, settled);
     KEEP(general, general);
     if (stats != Py_None)
         KEEP(stats, stats);
@@ -629,6 +638,7 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->ring);
     Py_VISIT(self->counter);
     Py_VISIT(self->devprof);
+    Py_VISIT(self->settled);
     Py_VISIT(self->general);
     Py_VISIT(self->stats);
     Py_VISIT(self->backward);
@@ -650,6 +660,7 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->ring);
     Py_CLEAR(self->counter);
     Py_CLEAR(self->devprof);
+    Py_CLEAR(self->settled);
     Py_CLEAR(self->general);
     Py_CLEAR(self->stats);
     Py_CLEAR(self->backward);
@@ -701,7 +712,7 @@ static PyTypeObject ExecWrapperType = {
     .tp_basicsize = sizeof(ExecWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, devprof, general, stats=None, backward=None, ndet=None, "
-              "scan=None)\n"
+              "scan=None, settled=None)\n"
               "Calls fn and appends (head, t0, t1, tid, mid, next(counter), ret, 0, 0) to ring per call.",
     .tp_new = ew_new,
     .tp_dealloc = (destructor)ew_dealloc,

@@ -51,14 +51,17 @@ def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callab
     stats_rec = rt.stats.runtime_feed(core.nc) if rt.stats is not None else None
     ndet = rt.ndet
     scan = nan_scanner(torch) if nan_check else None
-    general = general_path(rt, torch, core, model, fn, scan, stats_rec, find_backward)
+    # [the device profiler that no longer wants this graph's calls] (model mode, once profiled):
+    # the lean wrappers then stay on their path while that profiler is on
+    settled: list = [None]
+    general = general_path(rt, torch, core, model, fn, scan, stats_rec, find_backward, settled)
     # NDET's record targets for the C wrapper (None: NDET is off, or its ring is not a C ring)
     nd_hooks = ndet.exec_hooks() if ndet is not None and hasattr(ndet, "exec_hooks") else None
     c_scan = scan is None or (_CScanner is not None and isinstance(scan, _CScanner))
     if c_scan and _CWrapper is not None and core.ring.buffer is not None and (ndet is None or nd_hooks):
-        run = _c_wrapper(rt, core, model, fn, general, stats_rec, find_backward, nd_hooks, scan)
+        run = _c_wrapper(rt, core, model, fn, general, stats_rec, find_backward, nd_hooks, scan, settled)
     elif ndet is None and not nan_check:
-        run = _lean_wrapper(rt, core, model, fn, general, stats_rec, find_backward)
+        run = _lean_wrapper(rt, core, model, fn, general, stats_rec, find_backward, settled)
     else:
         def run(*args, **kwargs):
             return general(args, kwargs)
@@ -79,7 +82,7 @@ def _stand_in_for(run: Callable, fn: Callable) -> Callable:
 
 
 def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general: Callable, stats_rec,
-               find_backward: BackwardFinder | None, nd_hooks, scan) -> Callable:
+               find_backward: BackwardFinder | None, nd_hooks, scan, settled: list) -> Callable:
     """The lean path in C: no Python frame of its own, rows written straight into the ring; with
     NDET it also writes NDET's in-flight and ended records, and with the NaN check it scans the
     outputs in C and calls back only when something is not finite (see runtime/_fastpath.c)."""
@@ -92,7 +95,7 @@ def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general
     if scan is not None:
         scan_args = (scan, _numerical_error(rt, core, model), ev.RET_NUM_ERR)
     return _CWrapper(fn, ring.buffer, ring.exec_counter, ev.EXEC_PAIR, model.id, rt.devprof_cell,
-                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd, scan_args)
+                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd, scan_args, settled)
 
 
 def _numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
@@ -110,7 +113,7 @@ def _numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
 
 
 def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general: Callable, stats_rec,
-                  find_backward: BackwardFinder | None) -> Callable:
+                  find_backward: BackwardFinder | None, settled: list) -> Callable:
     """The lean path in Python (no NDET, no NaN check): what the C wrapper does, one frame more."""
     append = core.ring.append
     next_eid = core.ring.exec_id
@@ -123,7 +126,8 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
 
     def run(*args, **kwargs):
         nonlocal look
-        if devprof_cell[0] is not None:  # a device-profile session is on: it needs the id first
+        dp = devprof_cell[0]
+        if dp is not None and dp is not settled[0]:  # a device profiler wants the call: id first
             return general(args, kwargs)
         t0 = now_ns()
         try:
@@ -153,10 +157,14 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
 
 
 def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable, scan, stats_rec,
-                  find_backward: BackwardFinder | None) -> Callable:
+                  find_backward: BackwardFinder | None, settled: list | None = None) -> Callable:
     """``run_general(args, kwargs)``: every feature (NDET begin/end records, the NaN check with
     ``scan(outs) -> (nan, inf)`` unless ``scan`` is None, device profiles).  The execution id is
-    needed before the call, so the call is bracketed as running for the event count."""
+    needed before the call, so the call is bracketed as running for the event count.
+
+    ``settled``: a one-item list the lean wrappers read per call; once the device profiler on
+    will never want this graph's calls again (``model`` mode, the graph profiled on its core),
+    it is put there, and they stop handing calls over while that profiler is on."""
     ring = core.ring
     append, tick = ring.append, ring.tick
     next_eid, exec_open, exec_close = ring.exec_id, ring.exec_open, ring.exec_close
@@ -180,6 +188,8 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
                 out = dp.run(torch, nc, model, eid, fn, args, kwargs)
             else:
                 out = fn(*args, **kwargs)
+            if settled is not None and dp is not None and hasattr(dp, "settled") and dp.settled(nc, mid):
+                settled[0] = dp
         except BaseException:
             ret = 1
             raise
