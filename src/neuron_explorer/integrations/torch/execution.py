@@ -33,7 +33,7 @@ from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
 from neuron_explorer.runtime.ring import NanScanner as _CScanner
 
-__all__ = ["BackwardFinder", "general_path", "wrap_execution"]
+__all__ = ["BackwardFinder", "general_path", "profiler_settled", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -156,6 +156,13 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
     return run
 
 
+def profiler_settled(dp, nc: int, model_id: int) -> bool:
+    """Will device profiler ``dp`` never want this graph's calls on core ``nc`` again (``model``
+    mode, the graph profiled there)?  False for a profiler that cannot say."""
+    settled = getattr(dp, "settled", None)
+    return settled is not None and settled(nc, model_id)
+
+
 def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable, scan, stats_rec,
                   find_backward: BackwardFinder | None, settled: list | None = None) -> Callable:
     """``run_general(args, kwargs)``: every feature (NDET begin/end records, the NaN check with
@@ -188,7 +195,7 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
                 out = dp.run(torch, nc, model, eid, fn, args, kwargs)
             else:
                 out = fn(*args, **kwargs)
-            if settled is not None and dp is not None and hasattr(dp, "settled") and dp.settled(nc, mid):
+            if settled is not None and dp is not None and profiler_settled(dp, nc, mid):
                 settled[0] = dp
         except BaseException:
             ret = 1
