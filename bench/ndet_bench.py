@@ -110,7 +110,7 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
                 p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
                                    capture_output=True, text=True, timeout=600)
                 if p.returncode != 0:
-                    raise RuntimeError(f"worker {t}{c} failed:\n{p.stderr[-3000:]}")
+                    raise RuntimeError(f"worker {t}{c} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
                 got = json.loads(p.stdout.strip().splitlines()[-1])
                 wall[(t, c)].append(got["step_ns"])
                 cpu[(t, c)].append(got["cpu_ns"])
