@@ -107,8 +107,12 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
                 env = _env(c, d)
                 if trees[t]:
                     env["PYTHONPATH"] = trees[t]
-                p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
-                                   capture_output=True, text=True, timeout=600)
+                for _attempt in range(2):  # a worker killed by a signal is run once more, and said so
+                    p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
+                                       capture_output=True, text=True, timeout=600)
+                    if p.returncode >= 0:
+                        break
+                    print(f"warning: worker {t}{c} died by signal {-p.returncode}; run again", file=sys.stderr)
                 if p.returncode != 0:
                     raise RuntimeError(f"worker {t}{c} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
                 got = json.loads(p.stdout.strip().splitlines()[-1])
