@@ -22,6 +22,8 @@ Usage::
 
     python bench/ndet_bench.py            # ~4 minutes on a 2-core machine
     python bench/ndet_bench.py --quick    # fewer runs, smaller logs
+    python bench/ndet_bench.py --skip-analysis --runs 7 --steps 6000 \
+        --trees before=/path/to/main/src,after=src       # both trees interleaved in one run
 
 Results go to ``bench/results/ndet.json``.
 """
@@ -80,37 +82,55 @@ def worker(warmup: int, steps: int) -> None:
 
     for _ in range(warmup):
         step()
-    t0 = time.perf_counter_ns()
+    t0, c0 = time.perf_counter_ns(), time.process_time_ns()
     for _ in range(steps):
         step()
-    dt = time.perf_counter_ns() - t0
-    print(json.dumps({"step_ns": dt / steps}))
+    dt, dc = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+    print(json.dumps({"step_ns": dt / steps, "cpu_ns": dc / steps}))
 
 
-def overhead(runs: int, warmup: int, steps: int) -> dict:
-    samples: dict[str, list[float]] = {c: [] for c in CONFIGS}
+def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = None) -> dict:
+    """Interleaved runs of every configuration (and, with ``trees``, of every source tree: the
+    same configurations run with ``PYTHONPATH`` set to each, e.g. before and after a change).
+    Each run reports its mean wall time and process CPU time per step; the CPU time barely moves
+    when other work shares the machine, so it is the figure to compare on a busy VM."""
+    trees = trees or {"": os.environ.get("PYTHONPATH", "")}
+    keys = [(t, c) for t in trees for c in CONFIGS]
+    wall: dict = {k: [] for k in keys}
+    cpu: dict = {k: [] for k in keys}
     tmp = tempfile.mkdtemp(prefix="ndet-bench-")
     try:
         for i in range(runs):
-            for c in CONFIGS:
-                d = os.path.join(tmp, f"{c}-{i}")
+            for t, c in keys:
+                d = os.path.join(tmp, f"{t}{c}-{i}")
                 os.makedirs(d)
-                p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=_env(c, d),
-                                   capture_output=True, text=True, timeout=600)
+                env = _env(c, d)
+                if trees[t]:
+                    env["PYTHONPATH"] = trees[t]
+                for _attempt in range(2):  # a worker killed by a signal is run once more, and said so
+                    p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
+                                       capture_output=True, text=True, timeout=600)
+                    if p.returncode >= 0:
+                        break
+                    print(f"warning: worker {t}{c} died by signal {-p.returncode}; run again", file=sys.stderr)
                 if p.returncode != 0:
-                    raise RuntimeError(f"worker {c} failed:\n{p.stderr[-3000:]}")
-                samples[c].append(json.loads(p.stdout.strip().splitlines()[-1])["step_ns"])
+                    raise RuntimeError(f"worker {t}{c} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+                got = json.loads(p.stdout.strip().splitlines()[-1])
+                wall[(t, c)].append(got["step_ns"])
+                cpu[(t, c)].append(got["cpu_ns"])
                 if c != "off" and not any(n.startswith("ndet_") for n in os.listdir(d)):
-                    raise RuntimeError(f"{c}: no NDET log was written")
+                    raise RuntimeError(f"{t}{c}: no NDET log was written")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    base = statistics.median(samples["off"])
     out = {}
-    for c in CONFIGS:
-        med = statistics.median(samples[c])
-        out[c] = {"label": LABELS[c], "median_step_us": med / 1000, "min_step_us": min(samples[c]) / 1000,
-                  "max_step_us": max(samples[c]) / 1000, "runs": len(samples[c]),
-                  "overhead_pct": 100.0 * (med - base) / base}
+    for t, c in keys:
+        base, base_cpu = statistics.median(wall[(t, "off")]), statistics.median(cpu[(t, "off")])
+        med, med_cpu = statistics.median(wall[(t, c)]), statistics.median(cpu[(t, c)])
+        out[f"{t}:{c}" if t else c] = {
+            "label": LABELS[c] + (f" [{t}]" if t else ""), "median_step_us": med / 1000,
+            "min_step_us": min(wall[(t, c)]) / 1000, "max_step_us": max(wall[(t, c)]) / 1000,
+            "runs": len(wall[(t, c)]), "overhead_pct": 100.0 * (med - base) / base,
+            "median_cpu_us": med_cpu / 1000, "cpu_overhead_pct": 100.0 * (med_cpu - base_cpu) / base_cpu}
     return out
 
 
@@ -207,6 +227,11 @@ def main() -> None:
     ap.add_argument("--worker", nargs=2, type=int, help=argparse.SUPPRESS)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--skip-analysis", action="store_true")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per run")
+    ap.add_argument("--trees", default=None,
+                    help="NAME=SRC,NAME=SRC: run every configuration with PYTHONPATH=SRC of each (same run)")
+    ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
     if args.worker:
         worker(*args.worker)
@@ -215,11 +240,18 @@ def main() -> None:
     res: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                  "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
     if not args.skip_overhead:
-        res["overhead"] = overhead(runs, warmup=300, steps=1500 if args.quick else 4000)
-        print(f"{'configuration':52s} {'median step':>12s} {'min':>9s} {'max':>9s} {'overhead':>9s}")
+        trees = dict(kv.split("=", 1) for kv in args.trees.split(",")) if args.trees else None
+        steps = args.steps or (1500 if args.quick else 4000)
+        res["overhead"] = overhead(runs, warmup=300, steps=steps, trees=trees)
+        print(f"{'configuration':60s} {'median step':>12s} {'min':>9s} {'max':>9s} {'overhead':>9s} "
+              f"{'CPU/step':>10s} {'CPU ovh':>8s}")
         for c, r in res["overhead"].items():
-            print(f"{r['label']:52s} {r['median_step_us']:10.1f}us {r['min_step_us']:7.1f}us {r['max_step_us']:7.1f}us "
-                  f"{r['overhead_pct']:+8.2f}%")
+            print(f"{r['label']:60s} {r['median_step_us']:10.1f}us {r['min_step_us']:7.1f}us {r['max_step_us']:7.1f}us "
+                  f"{r['overhead_pct']:+8.2f}% {r['median_cpu_us']:8.1f}us {r['cpu_overhead_pct']:+7.2f}%")
+    if args.skip_analysis:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=2)
+        return
     nlogs, records = (16, 65536) if args.quick else (64, 327_680)
     a = res["analysis"] = analysis(nlogs, records)
     print()
@@ -233,9 +265,9 @@ def main() -> None:
                         ("verdict_names_culprits", "verdict names the NaN and the missing rank", "{}")):
         print(f"{label:52s} {f.format(a[k]):>14s}")
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
+    with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
-    print(f"\nwritten to {RESULTS}")
+    print(f"\nwritten to {args.out}")
 
 
 if __name__ == "__main__":

@@ -285,7 +285,7 @@ def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrappe
     during = []
 
     def graph(x):
-        during.append((list(rt.ndet._inflight.values()), core.ring.produced() - base))
+        during.append((rt.ndet.in_flight(), core.ring.produced() - base))
         if x < 0:
             raise KeyError("bad")  # the wrapper's own dict KeyError handling must not swallow it
         return x
@@ -300,7 +300,7 @@ def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrappe
     assert count0 == 0 and count1 == 2  # a running call is not counted
     assert [r[:4] + r[5:] for r in flight0] == [(fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT, nc, 0, 0, model.id, 0, 0, 0, 0)]
     assert flight1[0][7] == 1
-    assert rt.ndet._inflight == {}
+    assert rt.ndet.in_flight() == []
     rt.ndet._drain()
     ended = [tuple(r) for r in rt.ndet._ordered_history()[0].tolist()]
     assert [(r[0], r[1], r[2], r[3], r[6], r[7]) for r in ended] == \

@@ -9,9 +9,10 @@ Each is one tuple build plus one deque append or dict operation -- no I/O, no fo
   extension): once more than N events happened the oldest fall out, which is exactly the "last N
   events" the log promises.  Both appends are single C calls, atomic under the GIL.
 * Work that has begun but not ended lives in ``_inflight`` (keyed by ``(nc, exec_id)`` for executions,
-  by an integer token for collectives).  Every write copies these begin records into the log, so an
-  execution or collective that never returns -- a hang -- is visible in the file even though no end
-  record will ever be written.
+  by an integer token for collectives), and, for the executions the C wrapper runs, in ``_slots``
+  (a small C table: a slot costs two stores where a dict entry cost two tuples and a hash).  Every
+  write copies these begin records into the log, so an execution or collective that never returns
+  -- a hang -- is visible in the file even though no end record will ever be written.
 
 Every log carries the identity of the job it belongs to (``job`` in the header, see ``job_identity``),
 so that ``neuron-det`` can tell apart the logs of different jobs left in one directory (the default
@@ -43,7 +44,7 @@ from ..runtime import clock
 from neuron_explorer.contracts.env import (DEFAULT_NUM_ENTRIES, NDET_FLUSH_USEC, NDET_LOG_LOCATION, NDET_NUM_ENTRIES,
                                            parse_ndet_flush_usec, parse_ndet_log_location, parse_ndet_num_entries)
 from neuron_explorer.contracts.layout import log_file_name
-from ..runtime.ring import NativeRing
+from ..runtime.ring import NativeRing, SlotTable
 from . import format as fmt
 from neuron_explorer.util.procs import is_launcher
 
@@ -122,6 +123,7 @@ class NdetRecorder:
         self._ring = NativeRing(num_entries, len(fmt.RECORD_DTYPE.names)) if NativeRing is not None else \
             deque(maxlen=num_entries)
         self._inflight: dict = {}
+        self._slots = SlotTable() if SlotTable is not None else None  # the C wrapper's in-flight records
         self._tokens = itertools.count(1)
         self._sid: dict[str, int] = {"": 0}
         self._strings: list[str] = [""]
@@ -209,11 +211,20 @@ class NdetRecorder:
 
     def exec_hooks(self) -> tuple | None:
         """What the C execution wrapper needs to do exec_begin/exec_end itself (runtime/_fastpath.c):
-        the in-flight dict, the C ring of ended records and the record constants; it writes the
-        same records as those two methods.  None when the ring is a deque (no C extension)."""
+        the in-flight dict, the C ring of ended records, the record constants and the in-flight
+        slot table (the dict is its overflow); it writes the same records as those two methods.
+        None when the ring is a deque (no C extension)."""
         if isinstance(self._ring, deque):
             return None
-        return self._inflight, self._ring, fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT
+        return self._inflight, self._ring, fmt.KIND_EXEC, fmt.STATE_IN_FLIGHT, self._slots
+
+    def in_flight(self) -> list[tuple]:
+        """The begin records of the executions and collectives running now, oldest first."""
+        recs = list(self._inflight.values())
+        if self._slots is not None:
+            recs += self._slots.records()
+        recs.sort(key=lambda r: r[4])
+        return recs
 
     def numerical_error(self, nc: int, model_id: int, exec_id: int, t0_ns: int, t1_ns: int,
                         nan_count: int, inf_count: int) -> None:
@@ -370,8 +381,7 @@ class NdetRecorder:
                 return None
             if not self._learned:
                 self._learn_rank()
-            inflight = list(self._inflight.values())
-            inflight.sort(key=lambda r: r[4])
+            inflight = self.in_flight()
             blocks = self._ordered_history()
             if inflight:
                 blocks.append(np.array(inflight, dtype=fmt.RECORD_DTYPE))

@@ -218,6 +218,91 @@ static PyTypeObject RingBufferType = {
     .tp_as_sequence = &ring_as_sequence,
 };
 
+/* ---- NDET's in-flight records: a small table of C slots ------------------------------------ */
+
+/* While an execution runs, NDET keeps its begin record where a write can copy it into the log (a
+ * hang shows as that record).  The C wrapper puts it in a slot of this table: two stores and a
+ * flag, where a dict entry cost two tuples, eleven ints, a hash and a delete per call.  The table
+ * is shared by every wrapper of a recorder; when all slots are taken (more executions running at
+ * once than NE_SLOTS) the wrapper falls back to the recorder's dict. */
+
+#define NE_SLOTS 32
+#define NE_SLOT_WIDTH 11  /* NDET's record width */
+
+typedef struct {
+    PyObject_HEAD
+    long long rows[NE_SLOTS][NE_SLOT_WIDTH];
+    unsigned char used[NE_SLOTS];
+} SlotTable;
+
+/* A free slot holding `row` now, or -1 when all are taken (the caller holds the GIL). */
+static int
+slot_take(SlotTable *t, const long long *row)
+{
+    for (int i = 0; i < NE_SLOTS; i++) {
+        if (!t->used[i]) {
+            memcpy(t->rows[i], row, sizeof t->rows[i]);
+            t->used[i] = 1;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The records held, as a list of tuples (what the recorder's dict holds as values). */
+static PyObject *
+slots_records(SlotTable *t, PyObject *unused)
+{
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out != NULL && i < NE_SLOTS; i++) {
+        if (!t->used[i])
+            continue;
+        PyObject *row = PyTuple_New(NE_SLOT_WIDTH);
+        for (int j = 0; row != NULL && j < NE_SLOT_WIDTH; j++) {
+            PyObject *x = PyLong_FromLongLong(t->rows[i][j]);
+            if (x == NULL)
+                Py_CLEAR(row);
+            else
+                PyTuple_SET_ITEM(row, j, x);
+        }
+        if (row == NULL || PyList_Append(out, row) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(row);
+    }
+    return out;
+}
+
+static Py_ssize_t
+slots_len(SlotTable *t)
+{
+    Py_ssize_t n = 0;
+    for (int i = 0; i < NE_SLOTS; i++)
+        n += t->used[i];
+    return n;
+}
+
+static PyMethodDef slots_methods[] = {
+    {"records", (PyCFunction)slots_records, METH_NOARGS, "the in-flight records held, as tuples of 11 ints"},
+    {NULL},
+};
+
+static PySequenceMethods slots_as_sequence = {
+    .sq_length = (lenfunc)slots_len,
+};
+
+static PyTypeObject SlotTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "neuron_explorer.runtime._fastpath.SlotTable",
+    .tp_basicsize = sizeof(SlotTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SlotTable(): NDET's in-flight execution records, written by the C execution wrapper",
+    .tp_new = PyType_GenericNew,
+    .tp_methods = slots_methods,
+    .tp_as_sequence = &slots_as_sequence,
+};
+
+#include "_finite.h"
+
 /* ---- the wrapper ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -229,6 +314,7 @@ typedef struct {
     long long head_v;    /* the record's first field: EXEC_PAIR */
     long long mid_v;     /* the model id */
     PyObject *devprof;   /* Runtime.devprof_cell: [profiler or None]; a profiler selects the general path */
+    PyObject *settled;   /* [the profiler that wants no more of this graph's calls], or NULL */
     PyObject *general;   /* called with the same arguments when devprof is not None */
     PyObject *stats;     /* stats(record) after the append, or NULL */
     PyObject *backward;  /* backward(out) -> true once it need not be called again, or NULL */
@@ -240,6 +326,12 @@ typedef struct {
     PyObject *closed;
     long long nc_v;      /* the core index */
     long long kind_exec, state_in_flight;
+    SlotTable *slots;    /* where the in-flight record goes (the dict when every slot is taken) */
+    /* the NaN/Inf check of the outputs (NULL when off) */
+    NanScanner *scan;
+    PyObject *numerr;    /* numerr(eid, t0, t1, tid, nan, inf) records a numerical error */
+    long long ret_numerr;  /* the execution's ret then (RET_NUM_ERR) */
+    int scan_failed;     /* a scan raised once: reported once, then the outputs count as finite */
 } ExecWrapper;
 
 
@@ -294,18 +386,40 @@ feed_stats(ExecWrapper *self, const long long *v)
     return 0;
 }
 
-/* Take the execution id (when the call has returned), append the record and feed the stats;
- * returns 0, or -1 with an exception set. */
+/* Append the record of execution `eid` and feed the stats; returns 0, or -1 with an exception set. */
 static int
-record(ExecWrapper *self, long long t0, long long t1, long long ret)
+record(ExecWrapper *self, long long t0, long long t1, long long ret, long long eid)
 {
-    long long eid;
-    if (next_id(self->counter, &eid) < 0)
-        return -1;
     long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, eid, ret, 0, 0};
     if (ring_push(self->ring, v) < 0)
         return -1;
     return feed_stats(self, v);
+}
+
+/* The NaN/Inf check of a successful call's outputs: the execution's ret (0, or ret_numerr after
+ * numerr has recorded the numerical error).  It never fails the call: a scan or a numerr that
+ * raises is reported once (as an unraisable exception) and the outputs count as finite. */
+static long long
+check_outputs(ExecWrapper *self, PyObject *out, long long eid, long long t0, long long t1)
+{
+    long long nan, inf;
+    if (self->scan == NULL)
+        return 0;
+    if (scan_outputs(self->scan, out, &nan, &inf) == 0) {
+        if (nan == 0 && inf == 0)
+            return 0;
+        PyObject *r = PyObject_CallFunction(self->numerr, "LLLLLL", eid, t0, t1, (long long)thread_id(), nan, inf);
+        if (r != NULL) {
+            Py_DECREF(r);
+            return self->ret_numerr;
+        }
+    }
+    if (!self->scan_failed) {
+        self->scan_failed = 1;
+        PyErr_WriteUnraisable(self->fn);
+    }
+    PyErr_Clear();
+    return 0;
 }
 
 /* A successful call's last step: the forward graph looks for its backward until it is found. */
@@ -338,11 +452,16 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
     long long t0 = now_ns();
     /* in flight while it runs: (kind, state, nc, ret, t0, t1, model, exec id, ...) */
     long long flight[11] = {self->kind_exec, self->state_in_flight, self->nc_v, 0, t0, 0, self->mid_v, eid, 0, 0, 0};
-    PyObject *out = NULL, *rec = tuple_of(flight, 11);
-    long long k[2] = {self->nc_v, eid};
-    PyObject *key = tuple_of(k, 2);  /* (nc, exec id), as NdetRecorder.exec_begin keys it */
-    int ok = rec != NULL && key != NULL && PyDict_SetItem(self->inflight, key, rec) == 0;
-    Py_XDECREF(rec);
+    PyObject *out = NULL, *key = NULL;
+    int slot = self->slots != NULL ? slot_take(self->slots, flight) : -1;
+    int ok = 1;
+    if (slot < 0) {  /* every slot taken: the recorder's dict, keyed as NdetRecorder.exec_begin keys it */
+        long long k[2] = {self->nc_v, eid};
+        PyObject *rec = tuple_of(flight, 11);
+        key = tuple_of(k, 2);
+        ok = rec != NULL && key != NULL && PyDict_SetItem(self->inflight, key, rec) == 0;
+        Py_XDECREF(rec);
+    }
     if (ok)
         out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     /* from here on the call has ended, or never started (then it counts as a failed call) */
@@ -351,6 +470,10 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (out == NULL)
         PyErr_Fetch(&et, &ev, &tb);
+    else
+        ret = check_outputs(self, out, eid, t0, t1);
+    if (slot >= 0)
+        self->slots->used[slot] = 0;
     long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, eid, ret, 0, 0};
     long long done[11] = {self->kind_exec, 0, self->nc_v, ret, t0, t1, self->mid_v, eid, 0, 0, 0};
     ok = ring_push(self->ring, v) == 0 && next_id(self->closed, NULL) == 0;
@@ -378,24 +501,35 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
 static PyObject *
 ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (PyList_GET_ITEM(self->devprof, 0) != Py_None)  /* a device-profile session is on */
+    PyObject *dp = PyList_GET_ITEM(self->devprof, 0);
+    /* a device profiler is on, and may want this call (model mode wants a graph's first only) */
+    if (dp != Py_None && (self->settled == NULL || dp != PyList_GET_ITEM(self->settled, 0)))
         return PyObject_Vectorcall(self->general, args, nargsf, kwnames);
     if (self->inflight != NULL)
         return ew_call_ndet(self, args, nargsf, kwnames);
 
     long long t0 = now_ns();
     PyObject *out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    long long eid;
     if (out == NULL) {
         /* record the failed call, then let its exception through unchanged */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        if (record(self, t0, now_ns(), 1) < 0)
+        long long t1 = now_ns();
+        if (next_id(self->counter, &eid) < 0 || record(self, t0, t1, 1, eid) < 0)
             PyErr_Clear();
         PyErr_Restore(et, ev, tb);
         return NULL;
     }
     long long t1 = now_ns();
-    if (record(self, t0, t1, 0) < 0) {
+    /* the id is taken when the call has returned, next to the append, so the event count never
+     * includes a call still running */
+    if (next_id(self->counter, &eid) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    long long ret = check_outputs(self, out, eid, t0, t1);
+    if (record(self, t0, t1, ret, eid) < 0) {
         Py_DECREF(out);
         return NULL;
     }
@@ -406,23 +540,42 @@ static PyObject *
 ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fn", "ring", "counter", "head", "mid", "devprof", "general", "stats",
-                             "backward", "ndet", NULL};
+                             "backward", "ndet", "scan", "settled", NULL};
     PyObject *fn, *ring, *counter, *devprof, *general, *stats = Py_None, *backward = Py_None, *ndet = Py_None;
-    long long head, mid;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLO!O|OOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
-                                     &counter, &head, &mid, &PyList_Type, &devprof, &general, &stats, &backward, &ndet))
+    PyObject *scan = Py_None, *scanner = NULL, *numerr = NULL, *settled = Py_None;
+    long long head, mid, ret_numerr = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLO!O|OOOOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
+                                     &counter, &head, &mid, &PyList_Type, &devprof, &general, &stats, &backward, &ndet,
+                                     &scan, &settled))
         return NULL;
-    PyObject *inflight = NULL, *ndet_ring = NULL, *opened = NULL, *closed = NULL;
+    if (settled != Py_None && (!PyList_CheckExact(settled) || PyList_GET_SIZE(settled) != 1)) {
+        PyErr_SetString(PyExc_TypeError, "ExecWrapper: settled must be a one-item list or None");
+        return NULL;
+    }
+    if (scan != Py_None) {
+        if (!PyArg_ParseTuple(scan, "O!OL:ExecWrapper scan=(scanner, numerr, ret)", &NanScannerType, &scanner,
+                              &numerr, &ret_numerr))
+            return NULL;
+        if (!PyCallable_Check(numerr)) {
+            PyErr_SetString(PyExc_TypeError, "ExecWrapper: numerr must be callable");
+            return NULL;
+        }
+    }
+    PyObject *inflight = NULL, *ndet_ring = NULL, *opened = NULL, *closed = NULL, *slots = Py_None;
     long long nc = 0, kind_exec = 0, state_in_flight = 0;
     if (((RingBuffer *)ring)->width != WIDTH) {
         PyErr_Format(PyExc_ValueError, "ExecWrapper: the capture ring must be %d wide", WIDTH);
         return NULL;
     }
     if (ndet != Py_None) {
-        if (!PyArg_ParseTuple(ndet, "O!O!OOLLL:ExecWrapper ndet=(inflight, ring, opened, closed, nc, kind, state)",
+        if (!PyArg_ParseTuple(ndet, "O!O!OOLLL|O:ExecWrapper ndet=(inflight, ring, opened, closed, nc, kind, state, slots)",
                               &PyDict_Type, &inflight, &RingBufferType, &ndet_ring, &opened, &closed, &nc,
-                              &kind_exec, &state_in_flight))
+                              &kind_exec, &state_in_flight, &slots))
             return NULL;
+        if (slots != Py_None && !PyObject_TypeCheck(slots, &SlotTableType)) {
+            PyErr_SetString(PyExc_TypeError, "ExecWrapper: ndet slots must be a SlotTable or None");
+            return NULL;
+        }
         if (Py_TYPE(opened)->tp_iternext == NULL || Py_TYPE(closed)->tp_iternext == NULL ||
                 ((RingBuffer *)ndet_ring)->width != 11) {
             PyErr_SetString(PyExc_TypeError, "ExecWrapper: ndet needs an 11-wide ring and opened/closed iterators");
@@ -447,6 +600,8 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->ring = (RingBuffer *)ring;
     KEEP(counter, counter);
     KEEP(devprof, devprof);
+    if (settled != Py_None)
+        KEEP(settled, settled);
     KEEP(general, general);
     if (stats != Py_None)
         KEEP(stats, stats);
@@ -461,6 +616,16 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         KEEP(closed, closed);
         self->kind_exec = kind_exec;
         self->state_in_flight = state_in_flight;
+        if (slots != Py_None) {
+            Py_INCREF(slots);
+            self->slots = (SlotTable *)slots;
+        }
+    }
+    if (scanner != NULL) {
+        Py_INCREF(scanner);
+        self->scan = (NanScanner *)scanner;
+        KEEP(numerr, numerr);
+        self->ret_numerr = ret_numerr;
     }
 #undef KEEP
     return (PyObject *)self;
@@ -473,6 +638,7 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->ring);
     Py_VISIT(self->counter);
     Py_VISIT(self->devprof);
+    Py_VISIT(self->settled);
     Py_VISIT(self->general);
     Py_VISIT(self->stats);
     Py_VISIT(self->backward);
@@ -481,6 +647,9 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->ndet_ring);
     Py_VISIT(self->opened);
     Py_VISIT(self->closed);
+    Py_VISIT(self->slots);
+    Py_VISIT(self->scan);
+    Py_VISIT(self->numerr);
     return 0;
 }
 
@@ -491,6 +660,7 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->ring);
     Py_CLEAR(self->counter);
     Py_CLEAR(self->devprof);
+    Py_CLEAR(self->settled);
     Py_CLEAR(self->general);
     Py_CLEAR(self->stats);
     Py_CLEAR(self->backward);
@@ -499,6 +669,9 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->ndet_ring);
     Py_CLEAR(self->opened);
     Py_CLEAR(self->closed);
+    Py_CLEAR(self->slots);
+    Py_CLEAR(self->scan);
+    Py_CLEAR(self->numerr);
     return 0;
 }
 
@@ -538,7 +711,8 @@ static PyTypeObject ExecWrapperType = {
     .tp_name = "neuron_explorer.runtime._fastpath.ExecWrapper",
     .tp_basicsize = sizeof(ExecWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, devprof, general, stats=None, backward=None, ndet=None)\n"
+    .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, devprof, general, stats=None, backward=None, ndet=None, "
+              "scan=None, settled=None)\n"
               "Calls fn and appends (head, t0, t1, tid, mid, next(counter), ret, 0, 0) to ring per call.",
     .tp_new = ew_new,
     .tp_dealloc = (destructor)ew_dealloc,
@@ -697,7 +871,8 @@ static struct PyModuleDef fp_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0)
+    if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0 ||
+            PyType_Ready(&SlotTableType) < 0 || PyType_Ready(&NanScannerType) < 0)
         return NULL;
     if (pthread_atfork(NULL, NULL, forget_tid) != 0 || pthread_atfork(NULL, NULL, forget_forwarding) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
@@ -715,6 +890,18 @@ PyInit__fastpath(void)
     Py_INCREF(&RingBufferType);
     if (PyModule_AddObject(m, "RingBuffer", (PyObject *)&RingBufferType) < 0) {
         Py_DECREF(&RingBufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SlotTableType);
+    if (PyModule_AddObject(m, "SlotTable", (PyObject *)&SlotTableType) < 0) {
+        Py_DECREF(&SlotTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&NanScannerType);
+    if (PyModule_AddObject(m, "NanScanner", (PyObject *)&NanScannerType) < 0) {
+        Py_DECREF(&NanScannerType);
         Py_DECREF(m);
         return NULL;
     }

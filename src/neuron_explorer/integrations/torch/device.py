@@ -133,11 +133,18 @@ class DeviceProfiler:
         kinfo = _inductor_kernels(fn)
         if kinfo is not None:
             self.inductor[model.id] = kinfo
+
     def wants(self, nc: int, model_id: int) -> bool:
         """Profile this execution?  Every one in session mode, a graph's first on a core in model mode."""
         if not self.active:
             return False
         return self.mode == "session" or (nc, model_id) not in self.done
+
+    def settled(self, nc: int, model_id: int) -> bool:
+        """Will this profiler never want this graph's calls on this core again?  True in ``model``
+        mode once the graph has been profiled there: the execution wrappers then keep to their
+        lean path while it is on, so steady state costs what the system profile costs."""
+        return self.mode == "model" and (nc, model_id) in self.done
 
     def run(self, torch, nc: int, model: Model, exec_id: int, fn, args, kwargs):
         """Run one execution under the op recorder."""

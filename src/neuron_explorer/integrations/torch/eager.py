@@ -31,7 +31,7 @@ from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import future_status
-from neuron_explorer.integrations.torch.execution import general_path
+from neuron_explorer.integrations.torch.execution import general_path, profiler_settled
 from neuron_explorer.integrations.torch.flops import FlopCounter, learn_flops
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
@@ -232,7 +232,8 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
             return fn(*args, **kwargs)
         if not ex.known:
             return first(ex, fn, args, kwargs)
-        if ndet is not None or devprof_cell[0] is not None:
+        dp = devprof_cell[0]  # (model mode: once the graph is profiled, the lean path again)
+        if ndet is not None or (dp is not None and not profiler_settled(dp, nc, ex.model.id)):
             return general(ex, fn, args, kwargs)
         t0 = now_ns()  # the lean path: what execution._lean_wrapper does
         try:

@@ -4,13 +4,15 @@
 one execution per call.  Everything that can be decided when the graph is loaded is decided there,
 so each variant carries no branch it does not need:
 
-* the C ``ExecWrapper`` (``runtime/_fastpath.c``) when the extension is built and there is no NaN
-  check: no Python frame of its own, rows written straight into the core's ring, and with NDET on
-  also NDET's in-flight and ended records;
-* the lean Python wrapper, the same without the extension (and without NDET);
+* the C ``ExecWrapper`` (``runtime/_fastpath.c``) when the extension is built: no Python frame of
+  its own, rows written straight into the core's ring, with NDET on also NDET's in-flight (a C
+  slot) and ended records, and with the NaN check the C scanner's pass over the outputs
+  (``runtime/_finite.h``);
+* the lean Python wrapper, the same without the extension (and without NDET or the NaN check);
 * the general path, for what the lean ones hand over: NDET's begin/end records without a C ring,
-  the NaN check, and device profiles (the lean wrappers yield to it per call while a profiler is
-  set, read from ``Runtime.devprof_cell``).
+  the NaN check without the C scanner, and device profiles (the lean wrappers yield to it per call
+  while a profiler wants the call: every call in ``session`` mode, until the graph has been
+  profiled on its core in ``model`` mode).
 
 The hot path is two clock reads, an inline thread-id lookup, an execution id (a C counter that
 also counts the record's two events) and one append; graph switches and the
@@ -29,8 +31,9 @@ from neuron_explorer.integrations.torch.tensors import nan_scanner
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
+from neuron_explorer.runtime.ring import NanScanner as _CScanner
 
-__all__ = ["BackwardFinder", "general_path", "wrap_execution"]
+__all__ = ["BackwardFinder", "general_path", "profiler_settled", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -47,13 +50,18 @@ def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callab
     nan_check = rt.config.nan_check and rt.enabled[ev.NUMERICAL_ERR] and model.kind != "backward"
     stats_rec = rt.stats.runtime_feed(core.nc) if rt.stats is not None else None
     ndet = rt.ndet
-    general = general_path(rt, torch, core, model, fn, nan_check, stats_rec, find_backward)
+    scan = nan_scanner(torch) if nan_check else None
+    # [the device profiler that no longer wants this graph's calls] (model mode, once profiled):
+    # the lean wrappers then stay on their path while that profiler is on
+    settled: list = [None]
+    general = general_path(rt, torch, core, model, fn, scan, stats_rec, find_backward, settled)
     # NDET's record targets for the C wrapper (None: NDET is off, or its ring is not a C ring)
     nd_hooks = ndet.exec_hooks() if ndet is not None and hasattr(ndet, "exec_hooks") else None
-    if not nan_check and _CWrapper is not None and core.ring.buffer is not None and (ndet is None or nd_hooks):
-        run = _c_wrapper(rt, core, model, fn, general, stats_rec, find_backward, nd_hooks)
+    c_scan = scan is None or (_CScanner is not None and isinstance(scan, _CScanner))
+    if c_scan and _CWrapper is not None and core.ring.buffer is not None and (ndet is None or nd_hooks):
+        run = _c_wrapper(rt, core, model, fn, general, stats_rec, find_backward, nd_hooks, scan, settled)
     elif ndet is None and not nan_check:
-        run = _lean_wrapper(rt, core, model, fn, general, stats_rec, find_backward)
+        run = _lean_wrapper(rt, core, model, fn, general, stats_rec, find_backward, settled)
     else:
         def run(*args, **kwargs):
             return general(args, kwargs)
@@ -74,20 +82,38 @@ def _stand_in_for(run: Callable, fn: Callable) -> Callable:
 
 
 def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general: Callable, stats_rec,
-               find_backward: BackwardFinder | None, nd_hooks) -> Callable:
+               find_backward: BackwardFinder | None, nd_hooks, scan, settled: list) -> Callable:
     """The lean path in C: no Python frame of its own, rows written straight into the ring; with
-    NDET it also writes NDET's in-flight and ended records (see runtime/_fastpath.c)."""
+    NDET it also writes NDET's in-flight and ended records, and with the NaN check it scans the
+    outputs in C and calls back only when something is not finite (see runtime/_fastpath.c)."""
     ring = core.ring
     nd = None
     if nd_hooks is not None:
-        inflight, nd_ring, kind, state = nd_hooks
-        nd = (inflight, nd_ring, ring.open_counter, ring.close_counter, core.nc, kind, state)
+        inflight, nd_ring, kind, state, slots = nd_hooks
+        nd = (inflight, nd_ring, ring.open_counter, ring.close_counter, core.nc, kind, state, slots)
+    scan_args = None
+    if scan is not None:
+        scan_args = (scan, _numerical_error(rt, core, model), ev.RET_NUM_ERR)
     return _CWrapper(fn, ring.buffer, ring.exec_counter, ev.EXEC_PAIR, model.id, rt.devprof_cell,
-                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd)
+                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd, scan_args, settled)
+
+
+def _numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
+    """``record(eid, t0, t1, tid, nan, inf)``: what the C wrapper calls when an execution's outputs
+    hold NaN or Inf (rare), before it appends the execution itself with ``ret`` RET_NUM_ERR."""
+    append, tick, mid, nc, ndet = core.ring.append, core.ring.tick, model.id, core.nc, rt.ndet
+
+    def record(eid: int, t0: int, t1: int, tid: int, nan: int, inf: int) -> None:
+        append((ev.NUMERICAL_ERR, t0, t1, tid, mid, eid, ev.RET_NUM_ERR, nan, inf))
+        tick()
+        if ndet is not None:
+            ndet.numerical_error(nc, mid, eid, t0, t1, nan, inf)
+
+    return record
 
 
 def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general: Callable, stats_rec,
-                  find_backward: BackwardFinder | None) -> Callable:
+                  find_backward: BackwardFinder | None, settled: list) -> Callable:
     """The lean path in Python (no NDET, no NaN check): what the C wrapper does, one frame more."""
     append = core.ring.append
     next_eid = core.ring.exec_id
@@ -100,7 +126,8 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
 
     def run(*args, **kwargs):
         nonlocal look
-        if devprof_cell[0] is not None:  # a device-profile session is on: it needs the id first
+        dp = devprof_cell[0]
+        if dp is not None and dp is not settled[0]:  # a device profiler wants the call: id first
             return general(args, kwargs)
         t0 = now_ns()
         try:
@@ -129,17 +156,29 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
     return run
 
 
-def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable, nan_check: bool, stats_rec,
-                  find_backward: BackwardFinder | None) -> Callable:
-    """``run_general(args, kwargs)``: every feature (NDET begin/end records, the NaN check, device
-    profiles).  The execution id is needed before the call, so the call is bracketed as running
-    for the event count."""
+def profiler_settled(dp, nc: int, model_id: int) -> bool:
+    """Will device profiler ``dp`` never want this graph's calls on core ``nc`` again (``model``
+    mode, the graph profiled there)?  False for a profiler that cannot say."""
+    settled = getattr(dp, "settled", None)
+    return settled is not None and settled(nc, model_id)
+
+
+def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable, scan, stats_rec,
+                  find_backward: BackwardFinder | None, settled: list | None = None) -> Callable:
+    """``run_general(args, kwargs)``: every feature (NDET begin/end records, the NaN check with
+    ``scan(outs) -> (nan, inf)`` unless ``scan`` is None, device profiles).  The execution id is
+    needed before the call, so the call is bracketed as running for the event count.
+
+    ``settled``: a one-item list the lean wrappers read per call; once the device profiler on
+    will never want this graph's calls again (``model`` mode, the graph profiled on its core),
+    it is put there, and they stop handing calls over while that profiler is on."""
     ring = core.ring
     append, tick = ring.append, ring.tick
     next_eid, exec_open, exec_close = ring.exec_id, ring.exec_open, ring.exec_close
     mid, nc, PAIR = model.id, core.nc, ev.EXEC_PAIR
     ndet = rt.ndet
-    scan = nan_scanner(torch) if nan_check else None
+    scan = scan if callable(scan) else None  # (callers without a check pass None or False)
+    nan_check = scan is not None
     look = find_backward
 
     def run_general(args, kwargs):
@@ -156,6 +195,8 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
                 out = dp.run(torch, nc, model, eid, fn, args, kwargs)
             else:
                 out = fn(*args, **kwargs)
+            if settled is not None and dp is not None and profiler_settled(dp, nc, mid):
+                settled[0] = dp
         except BaseException:
             ret = 1
             raise

@@ -1,0 +1,211 @@
+"""The NaN/Inf check of graph outputs: exact counts in every float type and layout, and what a user
+sees when a compiled graph produces NaN or Inf under NDET (the log's records, neuron-det's verdict).
+
+The C scanner (``_fastpath.NanScanner``, reached through ``nan_scanner``) and the Python scan
+without the extension are both checked against torch's own ``isnan``/``isinf`` counts."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from neuron_explorer.integrations.torch import tensors  # noqa: E402
+from neuron_explorer.ndet.format import KIND_EXEC, KIND_NUMERICAL_ERROR, read_log  # noqa: E402
+
+from .helpers import logs_in, ndet_env, neuron_det  # noqa: E402
+
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _truth(outs) -> tuple[int, int]:
+    nan = inf = 0
+    for t in outs if isinstance(outs, (list, tuple)) else (outs,):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            nan += int(torch.isnan(t).sum())
+            inf += int(torch.isinf(t).sum())
+    return nan, inf
+
+
+@pytest.fixture(params=["c", "python"])
+def scan(request):
+    """The scanner the execution wrapper uses, and the Python one (no extension)."""
+    if request.param == "c":
+        s = tensors.nan_scanner(torch)
+        if not getattr(s, "reads_memory", False):
+            pytest.skip("the C scanner is not built")
+        return s
+    return tensors._python_scanner(torch, tensors._slow_check(torch))
+
+
+def _poisoned(dtype, shape=(6, 9)) -> torch.Tensor:
+    t = torch.randn(*shape).to(dtype)
+    t[1, 2] = float("nan")
+    t[3, 4] = float("inf")
+    t[0, 0] = -float("inf")
+    t[5, 8] = float("nan")
+    t[2, 7] = -float("nan")
+    return t
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_nan_and_both_infinities_are_counted_in_every_layout(scan, dtype) -> None:
+    t = _poisoned(dtype)
+    views = {"contiguous": t, "transposed": t.t(), "column step": t[:, ::2], "row step": t[::2],
+             "expanded": t[:, 2:3].expand(6, 5), "scalar": t[1, 2], "3-d permuted": t.reshape(3, 2, 9).permute(2, 0, 1),
+             "negative-stride free narrow": t.narrow(1, 3, 4)}
+    for name, v in views.items():
+        assert scan(v) == _truth(v), name
+    assert scan(t) == (3, 2)
+    assert scan([t, t.t()]) == (6, 4)  # a list of outputs: summed
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_finite_empty_and_grad_tensors_count_nothing(scan, dtype) -> None:
+    big = torch.finfo(dtype).max
+    t = torch.tensor([big, -big, torch.finfo(dtype).tiny, 0.0, -0.0], dtype=dtype)
+    assert scan(t) == (0, 0)  # the largest finite values are not Inf
+    assert scan(torch.empty(0, 4, dtype=dtype)) == (0, 0)
+    assert scan(torch.empty(3, 0, dtype=dtype).t()) == (0, 0)
+    w = torch.ones(4, dtype=dtype, requires_grad=True) * float("inf")  # a graph's output needs grad
+    assert scan(w) == (0, 4)
+
+
+def test_other_types_are_skipped_or_checked_by_torch(scan) -> None:
+    outs = (torch.arange(5), torch.zeros(3, dtype=torch.bool), torch.full((2,), complex("nan+0j")), 7, None,
+            "x", torch.full((3,), float("nan"), dtype=torch.float8_e5m2),
+            torch.nn.Parameter(torch.tensor([float("inf"), 1.0])))
+    assert scan(outs) == (3, 1)  # float8 (torch's ops) and a Tensor subclass count; ints/bool/complex do not
+    assert scan([[torch.tensor(float("nan"))]]) == (0, 0)  # one level of outputs, as graphs return them
+
+
+def test_random_layouts_match_torch(scan) -> None:
+    """Fuzz: random dtypes, shapes, strides, offsets and poison positions against torch's counts."""
+    rng = random.Random(1804)
+    for _ in range(300):
+        dtype = rng.choice(FLOATS)
+        shape = [rng.randint(0, 5) for _ in range(rng.randint(0, 4))]
+        t = torch.randn(*shape).to(dtype) if shape else torch.randn(()).to(dtype)
+        flat = t.view(-1)
+        for _ in range(rng.randint(0, 4)):
+            if flat.numel():
+                flat[rng.randrange(flat.numel())] = rng.choice([float("nan"), float("inf"), -float("inf")])
+        if t.dim() >= 2 and rng.random() < 0.5:
+            t = t.transpose(0, t.dim() - 1)
+        if t.dim() >= 1 and t.shape[0] > 1 and rng.random() < 0.5:
+            t = t[rng.randint(0, 1)::rng.randint(1, 2)]
+        assert scan(t) == _truth(t), (dtype, tuple(t.shape), t.stride())
+
+
+NAN_SCRIPT = """
+import sys, torch
+dtype = getattr(torch, sys.argv[1])
+def f(x):
+    y = torch.log(x) * 2
+    return y, y + 1
+cf = torch.compile(f, backend='aot_eager')
+x = torch.ones(4, 6, dtype=dtype)
+cf(x)
+x[0, 0] = -1.0   # log -> NaN
+x[1, 1] = 0.0    # log -> -Inf
+x[2, 0] = 0.0
+cf(x)
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_graph_that_returns_nan_and_inf_is_logged_as_a_numerical_error(tmp_path: Path, dtype: str) -> None:
+    """What the user sees: the second call's record in the NDET log and neuron-det's culprit line,
+    with the counts over both outputs (NaN 1 + 1, -Inf 2 + 2)."""
+    script = tmp_path / "nan.py"
+    script.write_text(NAN_SCRIPT)
+    logs = tmp_path / "ndet"
+    logs.mkdir()
+    p = subprocess.run([sys.executable, str(script), dtype], env=ndet_env(logs), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    (log,) = logs_in(logs)
+    r = read_log(str(log)).records
+    errs = r[r["kind"] == KIND_NUMERICAL_ERROR]
+    assert len(errs) == 1 and errs["ret"][0] == 1003
+    assert int(errs["b"][0]) == 1  # exec_id 1: the second call
+    assert (int(errs["c"][0]), int(errs["d"][0])) == (2, 4)
+    execs = r[r["kind"] == KIND_EXEC]
+    assert execs["ret"].tolist() == [0, 1003]
+    out = neuron_det("--log-prefix", str(logs), "-o", str(tmp_path / "trace.json"))
+    assert out.returncode == 1
+    assert "first numerical error (NaN 2, Inf 4)" in out.stdout
+
+
+def _wrapped(tmp_path: Path, graph, c: bool):
+    """``graph`` wrapped as a compiled graph's execution on a runtime with NDET and the NaN check on."""
+    from neuron_explorer.integrations.torch import execution, graphs
+    from neuron_explorer.integrations.torch.state import Installed
+    from neuron_explorer.ndet.recorder import NdetRecorder
+    from neuron_explorer.runtime.config import CaptureConfig
+    from neuron_explorer.runtime.core import NDET, Runtime
+
+    if c and execution._CWrapper is None:
+        pytest.skip("the C extension is not built")
+    rt = Runtime(CaptureConfig(output_dir=str(tmp_path), cpu_util=False, host_memory=False, nan_check=True))
+    rt.register(NDET, NdetRecorder(rt, str(tmp_path), 10**12, require_framework=False))
+    core = rt.core()
+    model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
+    run = graphs.wrap_graph(Installed(rt), torch, core, model, graph)
+    assert (type(run).__name__ == "ExecWrapper") == c
+    return rt, core, model, run
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+def test_the_wrapper_records_a_numerical_error_in_both_logs(tmp_path: Path, monkeypatch, c: bool) -> None:
+    from neuron_explorer.contracts import events as ev
+    from neuron_explorer.integrations.torch import execution
+
+    if not c:
+        monkeypatch.setattr(execution, "_CWrapper", None)
+
+    def graph(x):
+        return (x.log(), x + 1)
+
+    rt, core, model, run = _wrapped(tmp_path, graph, c)
+    with torch.no_grad():
+        run(torch.ones(3))
+        x = torch.tensor([-1.0, 0.0, 2.0, 0.0], dtype=torch.bfloat16)
+        out = run(x)
+    assert torch.isnan(out[0][0]) and out[1].tolist() == [0.0, 1.0, 3.0, 1.0]  # outputs untouched
+    recs = core.ring.drain()
+    assert recs[:, 0].tolist() == [ev.EXEC_PAIR, ev.NUMERICAL_ERR, ev.EXEC_PAIR]
+    assert recs[:, 6].tolist() == [0, 1003, 1003] and recs[1, 7:].tolist() == [1, 2]
+    assert recs[1, 5] == recs[2, 5] == 1  # the error names the execution
+    nd = rt.ndet
+    nd._drain()
+    h = nd._ordered_history()[0]
+    assert h["kind"].tolist() == [KIND_EXEC, KIND_NUMERICAL_ERROR, KIND_EXEC]
+    assert h["ret"].tolist() == [0, 1003, 1003] and (h["c"][1], h["d"][1]) == (1, 2)
+    assert nd.in_flight() == []
+
+
+def test_in_flight_slots_overflow_into_the_dict_and_all_end(tmp_path: Path) -> None:
+    """More executions running at once than the C table has slots (recursion here): each is in
+    flight while it runs, and none is left once they have returned."""
+    seen = []
+    depth = 40
+    box = {}
+
+    def graph(n):
+        seen.append(len(box["rt"].ndet.in_flight()))
+        if n > 1:
+            box["run"](n - 1)
+        return torch.zeros(1)
+
+    rt, core, model, run = _wrapped(tmp_path, graph, True)
+    box.update(rt=rt, run=run)
+    run(depth)
+    assert seen == list(range(1, depth + 1))
+    assert rt.ndet.in_flight() == []
+    rt.ndet._drain()
+    assert len(rt.ndet._ordered_history()[0]) == depth
