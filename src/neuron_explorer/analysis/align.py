@@ -86,7 +86,8 @@ class CollectiveIndex:
                 uniq, inv = np.unique(pairs, return_inverse=True)
                 lut = np.array([self.pair_id(s.strings[int(u) >> 32], s.strings[int(u) & 0xFFFF_FFFF])
                                 for u in uniq], dtype=np.int64)
-                ks.append((lut[inv] << 40) | e[q_col][idx])
+                # a sequence number is kept to its 40 bits: a damaged one must not reach the pair's bits
+                ks.append((lut[inv] << 40) | (e[q_col][idx] & _LOW40))
                 ss.append(e["start_ns"][idx] + off)
                 es.append(e["end_ns"][idx] + off)
             s.release(hi)
@@ -95,6 +96,7 @@ class CollectiveIndex:
         return np.concatenate(ks), np.concatenate(ss), np.concatenate(es)
 
 
+_LOW40 = (1 << 40) - 1
 ALIGN_SAMPLES = 1 << 16  # collectives per process kept for clock alignment (file outputs)
 ALIGN_SAMPLES_TOTAL = 1 << 22  # ... and across all processes (~100 MB of timings)
 
