@@ -20,7 +20,9 @@ import os
 import sys
 import tempfile
 
-from bench import interleave
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import interleave  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
