@@ -40,7 +40,8 @@ def clean_env(**extra: str) -> dict[str, str]:
     """The parent's environment with every profiler variable removed, one intra-op thread."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(PROFILER_PREFIXES) and k != "NEURON_PROCESS_TAG"}
-    env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", NEURON_EXPLORER_QUIET="1")
+    # faulthandler: a worker that crashes leaves its stack in the results (all configurations alike)
+    env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", NEURON_EXPLORER_QUIET="1", PYTHONFAULTHANDLER="1")
     env.update(extra)
     return env
 
@@ -98,6 +99,14 @@ def report(result: dict) -> None:
 # parent side
 
 
+class WorkerFailed(RuntimeError):
+    """A worker process exited with an error or a signal."""
+
+    def __init__(self, returncode: int, stderr: str) -> None:
+        super().__init__(f"worker failed ({returncode}):\n{stderr}")
+        self.returncode, self.stderr = returncode, stderr
+
+
 def run_one(argv: list[str], env: dict[str, str], *, cwd: str | None = None, timeout: float = 1800) -> dict:
     """One fresh process; its result dict plus ``exit_cpu_ns`` from the child's rusage."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -116,7 +125,7 @@ def run_one(argv: list[str], env: dict[str, str], *, cwd: str | None = None, tim
         err.seek(0)
         text, etext = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     if p.returncode != 0:
-        raise RuntimeError(f"worker {argv[-6:]} failed ({p.returncode}):\n{etext[-3000:]}")
+        raise WorkerFailed(p.returncode, etext[-3000:])
     for line in reversed(text.splitlines()):
         if line.startswith(PREFIX):
             r = json.loads(line[len(PREFIX):])
@@ -134,17 +143,26 @@ def run_interleaved(jobs: dict[str, Callable[[int], tuple[list[str], dict[str, s
     """Run each configuration ``rounds`` times, interleaved; ``jobs[config](round)`` gives the
     command and environment. Returns {"runs": {config: [result, ...]}, "load_average": ...}."""
     load0 = os.getloadavg()
-    runs: dict[str, list[dict]] = {c: [] for c in jobs}
+    runs: dict[str, list[dict | None]] = {c: [] for c in jobs}
+    failures: list[dict] = []
     for i in range(rounds):
         for config, make in jobs.items():
             argv, env = make(i)
-            r = run_one(argv, env, cwd=cwd)
+            try:
+                r = run_one(argv, env, cwd=cwd)
+            except WorkerFailed as e:
+                # a crashed run is a finding, not noise: kept in the results, left out of the medians
+                failures.append({"config": config, "round": i, "returncode": e.returncode, "stderr": e.stderr})
+                runs[config].append(None)
+                print(f"  {label} round {i + 1}/{rounds} {config:<18} FAILED ({e.returncode})", file=sys.stderr)
+                continue
             if check is not None:
                 check(config, r)
             runs[config].append(r)
             print(f"  {label} round {i + 1}/{rounds} {config:<18} {r['cpu_step_ns'] / 1e3:9.2f} us CPU/step",
                   file=sys.stderr, flush=True)
-    return {"runs": runs, "load_average": {"start": list(load0), "end": list(os.getloadavg())}}
+    return {"runs": runs, "failures": failures,
+            "load_average": {"start": list(load0), "end": list(os.getloadavg())}}
 
 
 def spread(xs: list[float]) -> dict:
@@ -157,22 +175,27 @@ def spread(xs: list[float]) -> dict:
 ONE_TIME = ("startup_cpu_ns", "first_step_cpu_ns", "exit_cpu_ns")
 
 
-def summarize(runs: dict[str, list[dict]], base: str = "plain") -> dict:
+def summarize(runs: dict[str, list[dict | None]], base: str = "plain") -> dict:
     """Per configuration: per-step CPU median, its ratio to ``base`` (medians and paired runs),
-    and the one-time costs' medians and their difference from ``base``."""
-    med = {c: statistics.median(r["cpu_step_ns"] for r in rs) for c, rs in runs.items()}
+    and the one-time costs' medians and their difference from ``base``. Failed runs (``None``) are
+    counted in ``failed_runs`` and left out of the medians and of the paired ratios."""
+    ok = {c: [r for r in rs if r is not None] for c, rs in runs.items()}
+    med = {c: statistics.median(r["cpu_step_ns"] for r in rs) for c, rs in ok.items()}
     out: dict = {}
-    for c, rs in runs.items():
-        paired = [r["cpu_step_ns"] / b["cpu_step_ns"] for r, b in zip(rs, runs[base])]
+    for c, all_runs in runs.items():
+        rs = ok[c]
+        paired = [r["cpu_step_ns"] / b["cpu_step_ns"] for r, b in zip(all_runs, runs[base])
+                  if r is not None and b is not None]
         d = {"cpu_step_ns": spread([r["cpu_step_ns"] for r in rs]), "ratio": med[c] / med[base],
              "paired_ratio": spread(paired), "overhead_ns_per_step": med[c] - med[base],
              "wall_step_ns": spread([r["wall_step_ns"] for r in rs]), "one_time_ns": {}}
         for k in ONE_TIME:
             xs = [r[k] for r in rs if k in r]
-            bs = [r[k] for r in runs[base] if k in r]
+            bs = [r[k] for r in ok[base] if k in r]
             if xs and bs:
                 d["one_time_ns"][k] = {"median": statistics.median(xs),
                                        "extra": statistics.median(xs) - statistics.median(bs)}
+        d["failed_runs"] = len(all_runs) - len(rs)
         out[c] = d
     return out
 
@@ -186,5 +209,6 @@ def print_summary(title: str, summary: dict) -> None:
         ot = d["one_time_ns"]
         extras = [f"{ot[k]['extra'] / 1e6:+.0f}" if k in ot else "-" for k in ONE_TIME]
         pr = d["paired_ratio"]
+        failed = f"  ({d['failed_runs']} runs failed)" if d.get("failed_runs") else ""
         print(f"  {c:<18}{d['cpu_step_ns']['median'] / 1e3:>12.2f}{d['ratio']:>8.3f}x"
-              f"{pr['min']:>8.3f}..{pr['max']:.3f}{extras[0]:>11}{extras[1]:>11}{extras[2]:>9}")
+              f"{pr['min']:>8.3f}..{pr['max']:.3f}{extras[0]:>11}{extras[1]:>11}{extras[2]:>9}{failed}")

@@ -88,7 +88,7 @@ def _cpu_view(results: dict, fname: str, key: str | None) -> dict | None:
         summ = _get(block, "summary")
         if not summ:
             return None
-        conf = {c: {"ratio": v.get("ratio"), "paired": v.get("paired_ratio"),
+        conf = {c: {"ratio": v.get("ratio"), "paired": v.get("paired_ratio"), "failed": v.get("failed_runs"),
                     "step_ns": _get(v, "cpu_step_ns", "median"), "one_time": v.get("one_time_ns") or {}}
                 for c, v in summ.items()}
         load = _get(block, "load_average", "start")
@@ -139,7 +139,8 @@ def _capture_rows(results: dict) -> list[dict]:
         notes = [f"paired {pr['min']:.3f}..{pr['max']:.3f} over {pr['n']} runs" if pr else "",
                  f"unprofiled step {conf['plain']['step_ns'] / 1e6:.3f} ms CPU" if conf["plain"].get("step_ns") else "",
                  f"{cpu['steps']} steps a run" if cpu.get("steps") else "",
-                 f"load {cpu['load'][0]:.1f}" if cpu.get("load") else ""]
+                 f"load {cpu['load'][0]:.1f}" if cpu.get("load") else "",
+                 f"{sysc['failed']} runs crashed" if sysc.get("failed") else ""]
         value = f"{sysc['ratio']:.3f}x ({'; '.join(n for n in notes if n)})"
         rows.append(_row(f"capture, {label}: process CPU per step (interleaved runs)", value,
                          f"{PEER_NAME[peer]} {conf[peer]['ratio']:.3f}x" if peer else "",
