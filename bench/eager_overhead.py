@@ -13,6 +13,9 @@ configurations, each a fresh interpreter, interleaved by ``bench/interleave.py``
 * ``system``         -- ``NEURON_RT_INSPECT_ENABLE=1`` as a user sets it (samplers, periodic flush
                         and monitor discovery running: what the user pays per step);
 * ``system_noreg``   -- the same with ``NEURON_EXPLORER_FRAMEWORK_REGIONS=0`` (optional);
+* ``system_nomem``   -- the same with ``NEURON_RT_INSPECT_HOST_MEMORY=0`` (optional): no host and
+                        device memory sampling (the device-memory sampler reads ``.grad`` from its
+                        thread; with it on, this bench's system runs crashed, see the results);
 * ``torch_profiler`` -- ``torch.profiler.profile(activities=[CPU])`` around the timed steps (the peer).
 
 The figure per run is the process CPU time per step over a timed window of several seconds; the
@@ -45,9 +48,9 @@ from bench import interleave  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONFIGS = ("plain", "system", "torch_profiler")
-OPTIONAL = ("system_noreg",)
+OPTIONAL = ("system_noreg", "system_nomem")
 # timed steps (a window of ~5 s unprofiled on the reference VM), warm-up steps
-WORKLOADS = {"block": (800, 20), "mlp": (10000, 200)}
+WORKLOADS = {"block": (400, 20), "mlp": (10000, 200)}
 
 
 def build_step(torch, workload: str):
@@ -108,8 +111,9 @@ def _job(workload: str, config: str, steps: int, warmup: int, tmp: str):
     def make(i: int):
         out = os.path.join(tmp, f"{workload}_{config}_{i}")
         if config.startswith("system"):
-            env = interleave.system_env(out, **({"NEURON_EXPLORER_FRAMEWORK_REGIONS": "0"}
-                                                if config == "system_noreg" else {}))
+            extra = {"system_noreg": {"NEURON_EXPLORER_FRAMEWORK_REGIONS": "0"},
+                     "system_nomem": {"NEURON_RT_INSPECT_HOST_MEMORY": "0"}}.get(config, {})
+            env = interleave.system_env(out, **extra)
         else:
             env = interleave.clean_env()
         argv = [sys.executable, "-m", "bench.eager_overhead", "--worker", workload, "--config", config,
