@@ -76,17 +76,7 @@ BATCH, D_IN, HIDDEN, D_OUT, LAYERS = 16, 32, 64, 10, 2
 
 def _clean_env() -> dict[str, str]:
     """The parent's environment without anything that would turn a profiler on."""
-    env = {}
-    for k, v in os.environ.items():
-        if k.startswith(("NEURON_RT_INSPECT_", "NEURON_RT_DBG_NDET_", "NEURON_EXPLORER_")):
-            continue
-        if k in ("NEURON_PROCESS_TAG",):
-            continue
-        env[k] = v
-    env["PYTHONHASHSEED"] = "0"
-    env["OMP_NUM_THREADS"] = "1"
-    env["NEURON_EXPLORER_QUIET"] = "1"
-    return env
+    return interleave.clean_env()
 
 
 def _config_env(config: str, out_dir: str) -> dict[str, str]:
@@ -578,15 +568,22 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="ne_bench_")
     per_config: dict[str, list[dict]] = {c: [] for c in configs}
     sessions: list[dict] = []
+    failures: list[dict] = []
     print(f"capture_overhead: backend={a.backend} runs={runs} x {len(configs)} configs, "
           f"warmup={warmup}, timed steps={steps}", file=sys.stderr)
     try:
         for i in range(runs):
             for c in configs:
                 out_dir = os.path.join(tmp, f"{c}_{i}")
-                r = interleave.run_one([sys.executable, os.path.abspath(__file__), "--worker", "train", "--config", c,
-                                        "--backend", a.backend, "--steps", str(steps), "--warmup", str(warmup)],
-                                       _config_env(c, out_dir))
+                try:
+                    r = interleave.run_one([sys.executable, os.path.abspath(__file__), "--worker", "train", "--config",
+                                            c, "--backend", a.backend, "--steps", str(steps), "--warmup", str(warmup)],
+                                           _config_env(c, out_dir))
+                except interleave.WorkerFailed as e:  # a crash is a finding: kept, left out of the medians
+                    failures.append({"config": c, "round": i, "returncode": e.returncode, "stderr": e.stderr})
+                    per_config[c].append(None)
+                    print(f"  run {i + 1}/{runs} {c:<26} FAILED ({e.returncode})", file=sys.stderr)
+                    continue
                 if c.startswith("system_profile"):
                     if not r["runtime_active"]:
                         raise RuntimeError("the system-profile run did not start the runtime (is the .pth installed?)")
@@ -608,7 +605,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"profiles kept in {tmp}", file=sys.stderr)
 
-    cpu_summary = interleave.summarize(per_config, base="unprofiled")
+    all_runs = per_config
+    configs = [c for c in configs if any(r is not None for r in all_runs[c])]
+    if "unprofiled" not in configs:
+        raise RuntimeError(f"every unprofiled run failed: {failures[-1]}")
+    all_runs = {c: all_runs[c] for c in configs}
+    cpu_summary = interleave.summarize(all_runs, base="unprofiled")
+    per_config = {c: [r for r in rs if r is not None] for c, rs in all_runs.items()}
     summary: dict[str, dict] = {}
     base_med = statistics.median(r["step_ns"] for r in per_config["unprofiled"])
     cpu_base_med = statistics.median(r["cpu_step_ns"] for r in per_config["unprofiled"])
@@ -616,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         xs = [r["step_ns"] for r in per_config[c]]
         sp = _spread(xs)
         # paired ratios: run i of this config against run i of unprofiled (same slot in the interleave)
-        paired = [x / u["step_ns"] for x, u in zip(xs, per_config["unprofiled"])]
+        paired = [r["step_ns"] / u["step_ns"] for r, u in zip(all_runs[c], all_runs["unprofiled"]) if r and u]
         cpu = _spread([r["cpu_step_ns"] for r in per_config[c]])
         summary[c] = {
             "step_ns": sp,
@@ -628,18 +631,20 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_overhead_ns_per_step": cpu["median"] - cpu_base_med,
             "cpu_paired_ratio": cpu_summary[c]["paired_ratio"],
             "one_time_ns": cpu_summary[c]["one_time_ns"],
+            "failed_runs": cpu_summary[c]["failed_runs"],
         }
 
     ses = sessions[0] if sessions else {}
     bpe = statistics.median(s["bytes_per_event"] for s in sessions) if sessions else None
-    sp_runs = per_config["system_profile"]
+    main_sys = next((c for c in ("system_profile", "system_profile_nosamplers") if c in summary), None)
+    sp_runs = per_config.get(main_sys) or []
     timed_calls_per_step = None
-    if ses:
+    if ses and sp_runs:
         # compiled calls (forward + backward graphs) per step, from the events really recorded
         execs = ses["event_counts"].get("nrt_execute", 0)
         total_steps = sp_runs[0]["steps"] + sp_runs[0]["warmup"] + 1
         timed_calls_per_step = execs / total_steps
-    ovh = summary["system_profile"]["overhead_ns_per_step"]
+    ovh = summary[main_sys]["overhead_ns_per_step"] if main_sys else None
     result = {
         "benchmark": "capture_overhead",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -660,11 +665,12 @@ def main(argv: list[str] | None = None) -> int:
         },
         "derived": {
             "overhead_ns_per_compiled_call": (ovh / timed_calls_per_step) if timed_calls_per_step else None,
-            "cpu_overhead_ns_per_compiled_call": (summary["system_profile"]["cpu_overhead_ns_per_step"]
+            "cpu_overhead_ns_per_compiled_call": (summary[main_sys]["cpu_overhead_ns_per_step"]
                                                   / timed_calls_per_step) if timed_calls_per_step else None,
             "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         },
         "wall_s": round(time.time() - t_start, 1),
+        "failures": failures,
         "command": "python bench/capture_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "load_average_at_start": load0,
     }

@@ -180,10 +180,13 @@ def summarize(runs: dict[str, list[dict | None]], base: str = "plain") -> dict:
     and the one-time costs' medians and their difference from ``base``. Failed runs (``None``) are
     counted in ``failed_runs`` and left out of the medians and of the paired ratios."""
     ok = {c: [r for r in rs if r is not None] for c, rs in runs.items()}
-    med = {c: statistics.median(r["cpu_step_ns"] for r in rs) for c, rs in ok.items()}
+    med = {c: statistics.median(r["cpu_step_ns"] for r in rs) for c, rs in ok.items() if rs}
     out: dict = {}
     for c, all_runs in runs.items():
         rs = ok[c]
+        if not rs or base not in med:  # every run failed: only the count is a figure
+            out[c] = {"failed_runs": len(all_runs), "ratio": None, "one_time_ns": {}}
+            continue
         paired = [r["cpu_step_ns"] / b["cpu_step_ns"] for r, b in zip(all_runs, runs[base])
                   if r is not None and b is not None]
         d = {"cpu_step_ns": spread([r["cpu_step_ns"] for r in rs]), "ratio": med[c] / med[base],
@@ -206,6 +209,9 @@ def print_summary(title: str, summary: dict) -> None:
     print(f"  {'configuration':<18}{'CPU us/step':>12}{'ratio':>9}{'paired':>16}"
           f"{'start-up':>11}{'1st step':>11}{'exit':>9}  (one-time: extra ms vs plain)")
     for c, d in summary.items():
+        if d.get("ratio") is None:
+            print(f"  {c:<18}every run failed ({d['failed_runs']})")
+            continue
         ot = d["one_time_ns"]
         extras = [f"{ot[k]['extra'] / 1e6:+.0f}" if k in ot else "-" for k in ONE_TIME]
         pr = d["paired_ratio"]

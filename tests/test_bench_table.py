@@ -64,3 +64,11 @@ def test_summarize_reports_one_time_costs_apart_from_the_step():
     assert s["system"]["ratio"] == pytest.approx(103 / 102)
     assert s["system"]["one_time_ns"]["exit_cpu_ns"]["extra"] == pytest.approx(20)
     assert s["system"]["paired_ratio"]["max"] == pytest.approx(1.01)
+
+
+def test_summarize_keeps_crashed_runs_out_of_the_figures_but_counts_them():
+    ok = {"cpu_step_ns": 100, "wall_step_ns": 100}
+    s = interleave.summarize({"plain": [ok, ok], "system": [None, dict(ok, cpu_step_ns=110)], "other": [None, None]})
+    assert s["system"]["failed_runs"] == 1 and s["system"]["ratio"] == pytest.approx(1.1)
+    assert s["system"]["paired_ratio"]["n"] == 1
+    assert s["other"] == {"failed_runs": 2, "ratio": None, "one_time_ns": {}}
