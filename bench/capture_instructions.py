@@ -94,7 +94,15 @@ def _python() -> str:
     return os.path.realpath(sys.executable)
 
 
-def _env(config: str, out_dir: str) -> dict[str, str]:
+# JAX runs its computations on XLA's thread pools, asynchronously to the caller; under valgrind the
+# threads are serialised and the pool's spinning and work stealing follow the scheduler, so two
+# identical runs differed by +1.06M and -62k instructions per call.  Counting runs them on the
+# calling thread, single-threaded (CPU-time figures keep JAX's defaults).
+JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+              "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
+
+
+def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str]:
     env = {}
     for k, v in os.environ.items():
         if k.startswith(("NEURON_RT_INSPECT_", "NEURON_RT_DBG_NDET_", "NEURON_EXPLORER_")) or \
@@ -102,6 +110,8 @@ def _env(config: str, out_dir: str) -> dict[str, str]:
             continue
         env[k] = v
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1")
+    if workload == "jax":
+        env.update(JAX_SERIAL)
     if config.endswith("_profiler"):
         env["PEER_TRACE_DIR"] = out_dir
     elif config.startswith("ndet"):
@@ -204,7 +214,7 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
         # CPython's type-attribute cache is indexed by the attribute name's address: with address
         # randomisation its hit rate, and so the count, moves by up to ~2% between identical runs
         cmd = ["setarch", os.uname().machine, "-R"] + cmd
-    env = _env(config, out_dir)
+    env = _env(config, out_dir, workload)
     env["NE_CG_GO"] = go
     t0 = time.time()
     with tempfile.TemporaryFile() as err:
