@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = per_step[c] - base
         print(f"  {c:15s} {per_step[c]:14,.0f}   ratio {per_step[c] / base:.4f}   {extra:+12,.0f}/step")
     for c in configs:
-        if c != "plain" and not runs[(c, a.long)].get("profile_written"):
+        if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):
             print(f"  warning: {c} wrote no profile", file=sys.stderr)
     if a.annotate:
         for c in configs:

@@ -13,9 +13,11 @@ configurations, each a fresh interpreter, interleaved by ``bench/interleave.py``
 * ``system``         -- ``NEURON_RT_INSPECT_ENABLE=1`` as a user sets it (samplers, periodic flush
                         and monitor discovery running: what the user pays per step);
 * ``system_noreg``   -- the same with ``NEURON_EXPLORER_FRAMEWORK_REGIONS=0`` (optional);
-* ``system_nomem``   -- the same with ``NEURON_RT_INSPECT_HOST_MEMORY=0`` (optional): no host and
-                        device memory sampling (the device-memory sampler reads ``.grad`` from its
-                        thread; with it on, this bench's system runs crashed, see the results);
+* ``system_nomem``   -- the same with ``NEURON_RT_INSPECT_HOST_MEMORY=0 NEURON_EXPLORER_STATS=0``:
+                        nothing asks the torch memory source for its figures.  That source reads
+                        parameters' ``.grad`` from the sampler's or the monitor publisher's thread
+                        while the main thread runs a backward; with it on, runs of this bench die
+                        with SIGSEGV/SIGABRT ("double free or corruption"), see the results;
 * ``torch_profiler`` -- ``torch.profiler.profile(activities=[CPU])`` around the timed steps (the peer).
 
 The figure per run is the process CPU time per step over a timed window of several seconds; the
@@ -112,7 +114,7 @@ def _job(workload: str, config: str, steps: int, warmup: int, tmp: str):
         out = os.path.join(tmp, f"{workload}_{config}_{i}")
         if config.startswith("system"):
             extra = {"system_noreg": {"NEURON_EXPLORER_FRAMEWORK_REGIONS": "0"},
-                     "system_nomem": {"NEURON_RT_INSPECT_HOST_MEMORY": "0"}}.get(config, {})
+                     "system_nomem": {"NEURON_RT_INSPECT_HOST_MEMORY": "0", "NEURON_EXPLORER_STATS": "0"}}.get(config, {})
             env = interleave.system_env(out, **extra)
         else:
             env = interleave.clean_env()
