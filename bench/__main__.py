@@ -40,7 +40,7 @@ BENCHES = {
     "instructions_aot_eager": (_CG + ["compiled"], None, []),
     "instructions_inductor": (_CG + ["compiled", "--backend", "inductor"], None, []),
     "instructions_eager_mlp": (_CG + ["eager_mlp", "--short", "50", "--long", "150"], None, []),
-    "instructions_eager_block": (_CG + ["eager_block", "--short", "6", "--long", "18"], None, []),
+    "instructions_eager_block": (_CG + ["eager_block", "--short", "4", "--long", "12"], None, []),
     "instructions_jax": (_CG + ["jax"], None, []),
     "view_throughput": (["-m", "bench.view_throughput"],
                         ["--instances", "2", "--processes", "2", "--events", "500000"], ["--events", "1000000"]),

@@ -43,6 +43,14 @@ COMMANDS = {
 }
 
 
+_CI = "python bench/capture_instructions.py --peer "
+INSTR_COMMANDS = {"compiled_aot_eager": _CI + "--workload compiled",
+                  "compiled_inductor": _CI + "--workload compiled --backend inductor",
+                  "eager_mlp": _CI + "--workload eager_mlp --short 50 --long 150",
+                  "eager_block": _CI + "--workload eager_block --short 6 --long 18",
+                  "jax": _CI + "--workload jax --short 50 --long 150"}
+
+
 def load_results(res_dir: str = RES) -> dict[str, dict]:
     """Every ``*.json`` result file but the summary, by file name (unreadable files skipped)."""
     out = {}
@@ -123,6 +131,9 @@ def _capture_rows(results: dict) -> list[dict]:
     for tag, label, cpu_file, key, instr_file in PATHS:
         target = TARGET.get(tag, DEFAULT_TARGET)
         ins = results.get(instr_file) or {}
+        if not isinstance((ins.get("ratio") or {}).get("system"), (int, float)):
+            rows.append(_row(f"capture, {label}: instructions per step (callgrind)", "not measured yet", "", target,
+                             INSTR_COMMANDS[tag]))
         ratio = ins.get("ratio") or {}
         peer = ins.get("peer") or next((p for p in PEER_NAME if p in ratio), None)
         if isinstance(ratio.get("system"), (int, float)):
@@ -138,6 +149,9 @@ def _capture_rows(results: dict) -> list[dict]:
         cpu = _cpu_view(results, cpu_file, key)
         if cpu is not None:
             rows += _cpu_rows(tag, label, target, cpu)
+        else:
+            rows.append(_row(f"capture, {label}: process CPU per step (interleaved runs)", "not measured yet", "",
+                             target, COMMANDS[cpu_file]))
     return rows
 
 
