@@ -39,7 +39,7 @@ BENCHES = {
     "jax_overhead": (["-m", "bench.jax_overhead"], ["--rounds", "3"], []),
     "instructions_aot_eager": (_CG + ["compiled"], None, []),
     "instructions_inductor": (_CG + ["compiled", "--backend", "inductor"], None, []),
-    "instructions_eager_mlp": (_CG + ["eager_mlp", "--short", "50", "--long", "150"], None, []),
+    "instructions_eager_mlp": (_CG + ["eager_mlp", "--short", "20", "--long", "60"], None, []),
     "instructions_eager_block": (_CG + ["eager_block", "--short", "4", "--long", "12"], None, []),
     "instructions_jax": (_CG + ["jax"], None, []),
     "view_throughput": (["-m", "bench.view_throughput"],
