@@ -1,9 +1,14 @@
-"""Run every benchmark and print one table: ``python -m bench [--full]``.
+"""Run the benchmarks and print one table: ``python -m bench [--full] [--only a,b] [--collect] [--readme]``.
 
 Each benchmark runs in its own process and writes ``bench/results/<name>.json``; this runner then
-collects the headline figures, each a same-run ratio against its peer or a stated absolute with
-its target, into one table and ``bench/results/summary.json``.  Default: quick settings (about 10
-minutes on a 2-core machine); ``--full`` uses each benchmark's full settings.
+builds every figure, with its same-run peer, its target and its command (``bench/table.py``),
+prints them as one table and stores them in ``bench/results/summary.json``. ``--collect`` skips the
+runs and rebuilds the table from the result files already there; ``--readme`` rewrites the README's
+performance table (between its ``bench:table`` markers) from ``summary.json``.
+
+Default: quick settings (about 15 minutes on a 2-core machine, the callgrind counts not included);
+``--full`` uses each benchmark's full settings and counts instructions on every execution path
+(about an hour more).
 """
 
 from __future__ import annotations
@@ -16,122 +21,103 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RES = os.path.join(HERE, "results")
+from bench import table
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RES = table.RES
+SUMMARY = os.path.join(RES, "summary.json")
+README = os.path.join(ROOT, "README.md")
+
+_CG = ["bench/capture_instructions.py", "--peer", "--workload"]
 BENCHES = {
-    # name: (quick args, full args)
-    "capture_overhead": (["--quick"], []),
-    "view_throughput": (["--instances", "2", "--processes", "2", "--events", "500000"], ["--events", "1000000"]),
-    "hook_costs": (["--runs", "3", "--calls", "2000"], []),
-    "view_scaling": (["--events", "1e6,4e6", "--processes", "2,16", "--out", "view_scaling_quick.json"], []),
-    "ndet_bench": (["--quick"], []),
-    "monitor_bench": (["--seconds", "10"], []),
-    "ui_bench": (["--events", "4000000"], []),
+    # name: (command, quick extra args or None to skip in quick mode, full extra args)
+    "capture_overhead": (["bench/capture_overhead.py"], ["--quick"], []),
+    "capture_overhead_inductor": (["bench/capture_overhead.py", "--backend", "inductor", "--out",
+                                   "bench/results/capture_overhead_inductor.json"], ["--quick"], []),
+    "eager_overhead": (["-m", "bench.eager_overhead"], ["--rounds", "3"], []),
+    "jax_overhead": (["-m", "bench.jax_overhead"], ["--rounds", "3"], []),
+    "instructions_aot_eager": (_CG + ["compiled"], None, []),
+    "instructions_inductor": (_CG + ["compiled", "--backend", "inductor"], None, []),
+    "instructions_eager_mlp": (_CG + ["eager_mlp", "--short", "20", "--long", "60"], None, []),
+    "instructions_eager_block": (_CG + ["eager_block", "--short", "4", "--long", "12"], None, []),
+    "instructions_jax": (_CG + ["jax"], None, []),
+    "view_throughput": (["-m", "bench.view_throughput"],
+                        ["--instances", "2", "--processes", "2", "--events", "500000"], ["--events", "1000000"]),
+    "hook_costs": (["-m", "bench.hook_costs"], ["--runs", "3", "--calls", "2000"], []),
+    "view_scaling": (["-m", "bench.view_scaling"],
+                     ["--events", "1e6,4e6", "--processes", "2,16", "--out", "view_scaling_quick.json"], []),
+    "ndet_bench": (["-m", "bench.ndet_bench"], ["--quick"], []),
+    "monitor_bench": (["-m", "bench.monitor_bench"], ["--seconds", "10"], []),
+    "ui_bench": (["-m", "bench.ui_bench"], ["--events", "4000000"], []),
 }
 
 
-def _load(name: str, full: bool = False) -> dict:
-    fname = {"ndet_bench": "ndet.json", "monitor_bench": "monitor.json", "ui_bench": "ui.json",
-             "view_scaling": "view_scaling.json" if full else "view_scaling_quick.json"}.get(name, name + ".json")
-    try:
-        with open(os.path.join(RES, fname)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
-def _get(d: dict, *path, default=None):
-    for p in path:
-        if isinstance(d, dict) and p in d:
-            d = d[p]
-        else:
-            return default
-    return d
-
-
-def _flatten(d, prefix: str = ""):
-    """(dotted key, number) for the numeric leaves of nested dicts."""
-    if isinstance(d, dict):
-        for k, v in d.items():
-            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(d, (int, float)) and not isinstance(d, bool):
-        yield prefix, float(d)
-
-
-def headline(results: dict[str, dict]) -> list[tuple[str, str, str, str]]:
-    """(figure, value, peer / target, benchmark) rows."""
-    rows = []
-    co = results.get("capture_overhead", {})
-    for cfg, d in (co.get("configs") or {}).items():
-        if cfg == "unprofiled":
-            continue
-        for key, label in (("ratio_vs_unprofiled", "wall"), ("cpu_ratio_vs_unprofiled", "CPU")):
-            v = d.get(key)
-            if isinstance(v, (int, float)):
-                rows.append((f"capture {cfg} step time ({label})", f"{v:.3f}x",
-                             "vs unprofiled, same run; target <= 1.01x (system profile)", "capture_overhead"))
-    vt = results.get("view_throughput", {})
-    for m in vt.get("modes", []):
-        ours = m["mode"] in ("parquet", "perfetto", "json")
-        rows.append((f"view {m['mode']} events/s", f"{m['events_per_s']:,.0f}",
-                     "target 5M/s/core (parquet), 2M/s (perfetto)" if ours else "peer (same events, same run)",
-                     "view_throughput"))
-        if "events_per_cpu_s" in m and m["mode"] in ("parquet", "perfetto"):
-            rows.append((f"view {m['mode']} events/CPU-second", f"{m['events_per_cpu_s']:,.0f}",
-                         "per core (one worker)", "view_throughput"))
-    for peer in ("load-orjson", "load-json"):
-        if f"parquet_speed_vs_{peer}" in vt:
-            rows.append((f"view parquet speed vs {peer}", f"{vt[f'parquet_speed_vs_{peer}']:.1f}x",
-                         "peer: loading the Chrome JSON of the same events", "view_throughput"))
-    if "perfetto_vs_chrome_json_size" in vt:
-        rows.append(("perfetto size / chrome json", f"{vt['perfetto_vs_chrome_json_size']:.3f}", "target <= 0.2", "view_throughput"))
-    for name, keys, target in (
-        ("ndet_bench", ("overhead", "analysis"), "logging <= 1% (1 s flush); 64 x 20 MB logs < 20 s"),
-        ("monitor_bench", ("monitor_cpu_pct_of_one_core", "exporter_http_scrape_ms_p95",
-                           "exporter_first_scrape_after_report_ms_max"), "CPU < 1% of a core; scrape < 20 ms"),
-        ("ui_bench", ("first_paint_ms_after_load_event", "window_query_ms", "browser_memory"),
-         "first paint < 2 s; window p95 < 150 ms; browser < 500 MB"),
-    ):
-        for path, v in _flatten({k: results.get(name, {}).get(k) for k in keys}):
-            rows.append((f"{name.replace('_bench', '')} {path}"[:44], f"{v:.3f}", target, name))
-    for op, d in (results.get("hook_costs", {}).get("ops") or {}).items():
-        rows.append((f"hook {op} per call", f"{d['hook_ns'] / 1000:+.1f} us ({d['ratio']:.2f}x)",
-                     "vs the same call unprofiled, same run", "hook_costs"))
-    vs = results.get("view_scaling", {})
-    for k in ("time_exponent_events", "memory_exponent_processes"):
-        if vs.get(k) is not None:
-            rows.append((f"view scaling {k}", f"{vs[k]:.2f}", "1.0 = linear; 0 = flat", "view_scaling"))
-    return rows
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--full", action="store_true")
-    ap.add_argument("--only", default=None, help="comma-separated benchmark names")
-    a = ap.parse_args()
-    names = a.only.split(",") if a.only else list(BENCHES)
+def run(names: list[str], full: bool) -> dict:
+    """Run the named benchmarks one after the other; their wall time and exit status."""
     timings = {}
     for name in names:
-        args = BENCHES[name][1 if a.full else 0]
+        cmd, quick, full_args = BENCHES[name]
+        args = full_args if full else quick
+        if args is None:
+            continue
         t = time.perf_counter()
-        print(f"== {name} {' '.join(args)}", flush=True)
-        p = subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=os.path.dirname(HERE))
-        timings[name] = {"seconds": time.perf_counter() - t, "returncode": p.returncode}
-    results = {n: _load(n, a.full) for n in BENCHES}
-    rows = headline(results)
-    print()
-    print(f"{'figure':<44}{'value':>14}  {'peer / target':<44}{'benchmark'}")
-    for fig, val, peer, b in rows:
-        print(f"{fig:<44}{val:>14}  {peer:<44}{b}")
-    summary = {"date": time.strftime("%Y-%m-%d"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                                              "python": platform.python_version()},
-               "runs": timings, "headline": [dict(zip(("figure", "value", "peer_or_target", "benchmark"), r)) for r in rows],
-               "results": results}
-    os.makedirs(RES, exist_ok=True)
-    with open(os.path.join(RES, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2, default=str)
+        print(f"== {name}: python {' '.join(cmd + args)}", flush=True)
+        p = subprocess.run([sys.executable, *cmd, *args], cwd=ROOT)
+        timings[name] = {"seconds": round(time.perf_counter() - t, 1), "returncode": p.returncode}
+    return timings
+
+
+def collect(timings: dict) -> dict:
+    """summary.json's contents from the result files now in bench/results."""
+    results = table.load_results()
+    return {"date": time.strftime("%Y-%m-%d"),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+            "runs": timings, "sources": {n: d.get("date", "") for n, d in results.items()},
+            "headline": table.headline(results)}
+
+
+def write_readme(summary: dict, path: str = README) -> bool:
+    """Rewrite the README block from ``summary``; True when the file changed."""
+    with open(path) as f:
+        text = f.read()
+    new = table.replace_block(text, table.render_readme(summary))
+    if new != text:
+        with open(path, "w") as f:
+            f.write(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true", help="each benchmark's full settings, callgrind included")
+    ap.add_argument("--only", default=None, help=f"comma-separated, from {', '.join(BENCHES)}")
+    ap.add_argument("--collect", action="store_true", help="no runs: rebuild the table from bench/results")
+    ap.add_argument("--readme", action="store_true", help="rewrite the README's table from summary.json")
+    a = ap.parse_args(argv)
+    names = a.only.split(",") if a.only else list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        ap.error(f"unknown benchmark {unknown[0]!r}")
+    if a.readme and not a.collect and a.only is None and not a.full:
+        summary = _read_summary()  # --readme alone: only regenerate the README from summary.json
+    else:
+        timings = {} if a.collect else run(names, a.full)
+        summary = collect(timings)
+        os.makedirs(RES, exist_ok=True)
+        with open(SUMMARY, "w") as f:
+            json.dump(summary, f, indent=1)
+            f.write("\n")
+    print(table.render_terminal(summary["headline"]))
+    if a.readme:
+        print(f"\n{'updated' if write_readme(summary) else 'unchanged'}: {README}")
+    return 0
+
+
+def _read_summary() -> dict:
+    with open(SUMMARY) as f:
+        return json.load(f)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -32,14 +32,24 @@ Configurations (each a fresh interpreter, started as a user starts it):
   capture's), with its default NaN/Inf scan of graph outputs; ``ndet_nonan`` -- the same with
   ``NEURON_EXPLORER_NAN_CHECK=0``: the logging alone.
 
+* ``torch_profiler`` / ``jax_profiler`` (``--peer``) -- the same-run peer: ``torch.profiler``
+  (CPU activities) or ``jax.profiler.trace`` entered before counting starts and left at the end,
+  so its stop and export are counted.
+
+``--workload`` picks the execution path: ``compiled`` (this step, ``--backend aot_eager`` or
+``inductor``), ``eager_mlp`` / ``eager_block`` (the eager steps of ``bench/eager_overhead.py``) or
+``jax`` (the ``jax.jit`` step of ``bench/jax_overhead.py``).
+
 Usage::
 
     python bench/capture_instructions.py                 # plain + system, 200/600 steps (~6 min)
+    python bench/capture_instructions.py --workload eager_block --short 10 --long 30 --peer
     python bench/capture_instructions.py --configs plain,system,system_stats
     python bench/capture_instructions.py --annotate      # also keep and diff callgrind_annotate output
     python bench/capture_instructions.py --short 100 --long 300 --jobs 1
 
-Results go to ``bench/results/capture_instructions.json``.
+Results go to ``bench/results/capture_instructions.json`` (the compiled ``aot_eager`` step) or
+``bench/results/capture_instructions_<path>.json``.
 """
 
 from __future__ import annotations
@@ -60,7 +70,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
 
-CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan")
+CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan", "torch_profiler", "jax_profiler")
+# execution paths: the compiled step (--backend aot_eager or inductor), the eager steps of
+# bench/eager_overhead.py, the jax.jit step of bench/jax_overhead.py
+WORKLOADS = ("compiled", "eager_mlp", "eager_block", "jax")
+PEER = {"compiled": "torch_profiler", "eager_mlp": "torch_profiler", "eager_block": "torch_profiler",
+        "jax": "jax_profiler"}
+
+
+def tag(workload: str, backend: str) -> str:
+    """The name of a workload's figures: ``compiled_aot_eager``, ``eager_mlp``, ``jax``, ..."""
+    return f"compiled_{backend}" if workload == "compiled" else workload
+
+
+def results_path(workload: str, backend: str) -> str:
+    """``capture_instructions.json`` for the original compiled aot_eager step, else one per path."""
+    t = tag(workload, backend)
+    return RESULTS if t == "compiled_aot_eager" else RESULTS.replace(".json", f"_{t}.json")
 
 
 def _python() -> str:
@@ -68,7 +94,15 @@ def _python() -> str:
     return os.path.realpath(sys.executable)
 
 
-def _env(config: str, out_dir: str) -> dict[str, str]:
+# JAX runs its computations on XLA's thread pools, asynchronously to the caller; under valgrind the
+# threads are serialised and the pool's spinning and work stealing follow the scheduler, so two
+# identical runs differed by +1.06M and -62k instructions per call.  Counting runs them on the
+# calling thread, single-threaded (CPU-time figures keep JAX's defaults).
+JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+              "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
+
+
+def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str]:
     env = {}
     for k, v in os.environ.items():
         if k.startswith(("NEURON_RT_INSPECT_", "NEURON_RT_DBG_NDET_", "NEURON_EXPLORER_")) or \
@@ -76,7 +110,11 @@ def _env(config: str, out_dir: str) -> dict[str, str]:
             continue
         env[k] = v
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1")
-    if config.startswith("ndet"):
+    if workload == "jax":
+        env.update(JAX_SERIAL)
+    if config.endswith("_profiler"):
+        env["PEER_TRACE_DIR"] = out_dir
+    elif config.startswith("ndet"):
         # NDET alone, its flush thread stretched like the capture's periodic flush (see above)
         env.update(NEURON_RT_DBG_NDET_FLUSH_USEC="100000000000", NEURON_RT_DBG_NDET_LOG_LOCATION=out_dir,
                    NEURON_EXPLORER_STATS="0", NEURON_EXPLORER_INSTANCE_ID="bench")
@@ -101,33 +139,68 @@ def _env(config: str, out_dir: str) -> dict[str, str]:
     return env
 
 
-def worker(steps: int, backend: str) -> None:
-    """Compile, then run ``steps`` training steps (what callgrind counts)."""
-    sys.path.insert(0, ROOT)
+def _build(workload: str, backend: str):
+    """(step, sync) of a workload; sync waits for asynchronous work (JAX) to finish."""
+    if workload == "jax":
+        from bench.jax_overhead import build_step
+
+        return build_step(int(os.environ.get("NE_JAX_SIZE", "128")))
     import torch
 
-    from bench.capture_overhead import _build_step
-
     torch.set_num_threads(1)
-    step = _build_step(torch, backend)
-    for _ in range(10):  # compile, and let every lazily built path settle
+    if workload == "compiled":
+        from bench.capture_overhead import _build_step
+
+        return _build_step(torch, backend), None
+    from bench.eager_overhead import build_step
+
+    return build_step(torch, workload.split("_", 1)[1]), None
+
+
+def _peer(config: str):
+    """The same-run peer profiler as a context manager (a null context for the other configs)."""
+    import contextlib
+
+    if config == "torch_profiler":
+        from torch.profiler import ProfilerActivity, profile
+
+        return profile(activities=[ProfilerActivity.CPU])
+    if config == "jax_profiler":
+        import jax
+
+        return jax.profiler.trace(os.environ["PEER_TRACE_DIR"])
+    return contextlib.nullcontext()
+
+
+def worker(steps: int, backend: str, workload: str = "compiled", config: str = "plain") -> None:
+    """Compile, then run ``steps`` training steps (what callgrind counts)."""
+    sys.path.insert(0, ROOT)
+    step, sync = _build(workload, backend)
+    for _ in range(3 if workload == "eager_block" else 10):  # compile, let lazily built paths settle
         step()
-    go = os.environ.get("NE_CG_GO")
-    if go:
-        # instrumentation is off until here (--instr-atstart=no): say so, and keep running code
-        # (callgrind takes callgrind_control's request only while the program executes) until the
-        # parent has switched it on
-        print("ready", flush=True)
-        while not os.path.exists(go):
-            time.sleep(0.002)
-    for _ in range(steps):
+    with _peer(config):
+        # the peer's start is a one-time cost: it runs before counting starts; its stop and
+        # export grow with the steps recorded and are counted
         step()
+        go = os.environ.get("NE_CG_GO")
+        if go:
+            # instrumentation is off until here (--instr-atstart=no): say so, and keep running code
+            # (callgrind takes callgrind_control's request only while the program executes) until
+            # the parent has switched it on
+            print("ready", flush=True)
+            while not os.path.exists(go):
+                time.sleep(0.002)
+        for _ in range(steps):
+            step()
+        if sync is not None:
+            sync()
 
 
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.M)
 
 
-def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool, aslr_off: bool) -> dict:
+def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool, aslr_off: bool,
+               workload: str = "compiled") -> dict:
     out_dir = os.path.join(work, f"{config}_{steps}")
     os.makedirs(out_dir, exist_ok=True)
     cg = os.path.join(work, f"cg.{config}.{steps}")
@@ -135,12 +208,13 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
     # Start-up, imports and compilation run uninstrumented (5-10x faster under valgrind); counting
     # starts after the warm-up steps and runs to the end of the process, so the exit write is in.
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", "--instr-atstart=no",
-           _python(), os.path.abspath(__file__), "--worker", str(steps), "--backend", backend]
+           _python(), os.path.abspath(__file__), "--worker", str(steps), "--backend", backend,
+           "--workload", workload, "--config", config]
     if aslr_off:
         # CPython's type-attribute cache is indexed by the attribute name's address: with address
         # randomisation its hit rate, and so the count, moves by up to ~2% between identical runs
         cmd = ["setarch", os.uname().machine, "-R"] + cmd
-    env = _env(config, out_dir)
+    env = _env(config, out_dir, workload)
     env["NE_CG_GO"] = go
     t0 = time.time()
     with tempfile.TemporaryFile() as err:
@@ -160,7 +234,7 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
     if m is None:
         raise RuntimeError(f"no total in {cg}")
     res = {"config": config, "steps": steps, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1), "file": cg}
-    if config.startswith("ndet"):
+    if config.startswith("ndet") or config.endswith("_profiler"):
         res["profile_written"] = any(fs for _, _, fs in os.walk(out_dir))
     elif config != "plain":
         res["profile_written"] = any("ntrace.pb" in fs for _, _, fs in os.walk(out_dir))
@@ -213,12 +287,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=40, help="functions shown with --annotate")
     ap.add_argument("--aslr", action="store_true", help="leave address-space randomisation on (noisier)")
     ap.add_argument("--keep", default=None, help="directory to keep the callgrind files in")
-    ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--workload", default="compiled", choices=WORKLOADS,
+                    help="execution path: compiled (--backend), eager_mlp, eager_block, jax")
+    ap.add_argument("--peer", action="store_true", help="add the same-run peer profiler (torch/jax.profiler)")
+    ap.add_argument("--out", default=None, help="default: results/capture_instructions[_<path>].json")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--config", default="plain", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
-        worker(a.worker, a.backend)
+        worker(a.worker, a.backend, a.workload, a.config)
         return 0
+    a.out = a.out or results_path(a.workload, a.backend)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
@@ -229,24 +308,26 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown configuration {bad[0]!r}")
     if "plain" not in configs:
         configs.insert(0, "plain")
+    if a.peer and PEER[a.workload] not in configs:
+        configs.append(PEER[a.workload])
     work = a.keep or tempfile.mkdtemp(prefix="ne-cg-")
     os.makedirs(work, exist_ok=True)
     jobs = [(c, n) for n in (a.long, a.short) for c in configs]
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futs = {j: pool.submit(_callgrind, j[0], j[1], a.backend, work, a.annotate, aslr_off) for j in jobs}
+        futs = {j: pool.submit(_callgrind, j[0], j[1], a.backend, work, a.annotate, aslr_off,
+                                 a.workload) for j in jobs}
         runs = {j: f.result() for j, f in futs.items()}
     span = a.long - a.short
     per_step = {c: (runs[(c, a.long)]["ir"] - runs[(c, a.short)]["ir"]) / span for c in configs}
     base = per_step["plain"]
-    print(f"instructions per step (callgrind slope, {a.short} -> {a.long} steps, backend {a.backend}):")
+    print(f"instructions per step (callgrind slope, {a.short} -> {a.long} steps, {tag(a.workload, a.backend)}):")
     for c in configs:
         extra = per_step[c] - base
-        print(f"  {c:13s} {per_step[c]:12,.0f}   ratio {per_step[c] / base:.4f}   "
-              f"+{extra:9,.0f}/step  (+{extra / 2:,.0f} per compiled call)")
+        print(f"  {c:15s} {per_step[c]:14,.0f}   ratio {per_step[c] / base:.4f}   {extra:+12,.0f}/step")
     for c in configs:
-        if c != "plain" and not runs[(c, a.long)].get("profile_written"):
-            print(f"  warning: {c} wrote no ntrace.pb", file=sys.stderr)
+        if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):
+            print(f"  warning: {c} wrote no profile", file=sys.stderr)
     if a.annotate:
         for c in configs:
             if c == "plain":
@@ -256,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {v:+10,.0f}  {name}")
     res = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python bench/capture_instructions.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "workload": tag(a.workload, a.backend), "peer": PEER[a.workload] if PEER[a.workload] in configs else None,
+        "load_average_at_end": list(os.getloadavg()),
         "python": _python(), "backend": a.backend, "aslr_off": aslr_off, "short": a.short, "long": a.long,
         "per_step": per_step, "ratio": {c: per_step[c] / base for c in configs},
         "runs": [{k: v for k, v in r.items() if k != "file"} for r in runs.values()],

@@ -48,6 +48,10 @@ import sys
 import tempfile
 import time
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import interleave  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "capture_overhead.json")
 
@@ -55,7 +59,7 @@ CONFIGS = ("unprofiled", "system_profile", "torch_profiler")
 LABELS = {
     "unprofiled": "unprofiled",
     "system_profile": "system profile (NEURON_RT_INSPECT_ENABLE=1)",
-    "system_profile_nosamplers": "system profile, CPU/mem samplers off",
+    "system_profile_nosamplers": "system profile, samplers + monitor feed off",
     "system_profile_device_model": "system + device profile, model mode",
     "system_profile_device_session": "system + device profile, session mode",
     "torch_profiler": "torch.profiler (CPU)",
@@ -72,17 +76,7 @@ BATCH, D_IN, HIDDEN, D_OUT, LAYERS = 16, 32, 64, 10, 2
 
 def _clean_env() -> dict[str, str]:
     """The parent's environment without anything that would turn a profiler on."""
-    env = {}
-    for k, v in os.environ.items():
-        if k.startswith(("NEURON_RT_INSPECT_", "NEURON_RT_DBG_NDET_", "NEURON_EXPLORER_")):
-            continue
-        if k in ("NEURON_PROCESS_TAG",):
-            continue
-        env[k] = v
-    env["PYTHONHASHSEED"] = "0"
-    env["OMP_NUM_THREADS"] = "1"
-    env["NEURON_EXPLORER_QUIET"] = "1"
-    return env
+    return interleave.clean_env()
 
 
 def _config_env(config: str, out_dir: str) -> dict[str, str]:
@@ -92,8 +86,11 @@ def _config_env(config: str, out_dir: str) -> dict[str, str]:
         env["NEURON_RT_INSPECT_OUTPUT_DIR"] = out_dir
         env["NEURON_EXPLORER_INSTANCE_ID"] = "bench"
         if config == "system_profile_nosamplers":
+            # no CPU/memory samplers and no neuron-monitor publisher: nothing asks the torch
+            # memory source, whose reads of .grad from those threads crash runs (see failures)
             env["NEURON_RT_INSPECT_CPU_UTIL"] = "0"
             env["NEURON_RT_INSPECT_HOST_MEMORY"] = "0"
+            env["NEURON_EXPLORER_STATS"] = "0"
         if config.startswith("system_profile_device_"):
             env["NEURON_RT_INSPECT_DEVICE_PROFILE"] = config.rsplit("_", 1)[1]
     return env
@@ -156,10 +153,11 @@ def worker_train(config: str, backend: str, warmup: int, steps: int) -> dict:
             for _ in range(per):
                 step()
             chunks.append(time.perf_counter_ns() - t0)
-        cpu[0] = time.process_time_ns() - c0
+        c1 = time.process_time_ns()
+        cpu[:] = [c1 - c0, c0, c1]
         return chunks, per
 
-    cpu = [0]
+    cpu = [0, 0, 0]
     prof_events = None
     if config == "torch_profiler":
         from torch.profiler import ProfilerActivity, profile
@@ -181,6 +179,8 @@ def worker_train(config: str, backend: str, warmup: int, steps: int) -> dict:
         "config": config,
         "step_ns": total / n,
         "cpu_step_ns": cpu[0] / n,  # process CPU time (all threads) per step: robust to a busy machine
+        "wall_step_ns": total / n,
+        "window_start_cpu_ns": cpu[1], "end_cpu_ns": cpu[2],  # one-time costs (bench/interleave.py)
         "chunk_step_ns": [c / per for c in chunks],
         "steps": n,
         "warmup": warmup,
@@ -529,8 +529,9 @@ def _machine() -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="aot_eager", help="torch.compile backend (aot_eager, inductor, ...)")
-    ap.add_argument("--runs", type=int, default=None, help="runs per configuration (default 6; --quick 5)")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps per run (default 3000; --quick 1000)")
+    ap.add_argument("--runs", type=int, default=None, help="runs per configuration (default 5; --quick 3)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="timed steps per run (default 10000, a ~5 s window; --quick 3000)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps per run (default 300; --quick 100)")
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs (~1 minute)")
     ap.add_argument("--no-samplers-config", action="store_true",
@@ -546,14 +547,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
-    runs = a.runs or (5 if a.quick else 6)
-    steps = a.steps or (1000 if a.quick else 3000)
+    runs = a.runs or (3 if a.quick else 5)
+    steps = a.steps or (3000 if a.quick else 10000)
     warmup = a.warmup if a.warmup is not None else (100 if a.quick else 300)
     micro_n = a.micro_n or (50_000 if a.quick else 200_000)
 
     if a.worker == "train":
-        r = worker_train(a.config, a.backend, warmup, steps)
-        print("BENCH_RESULT " + json.dumps(r), flush=True)
+        interleave.mark_start()
+        interleave.report(worker_train(a.config, a.backend, warmup, steps))
         return 0
     if a.worker == "micro":
         r = worker_micro(a.dir, micro_n)
@@ -566,17 +567,26 @@ def main(argv: list[str] | None = None) -> int:
     if a.device_configs:
         configs[2:2] = ["system_profile_device_model", "system_profile_device_session"]
     t_start = time.time()
+    load0 = list(os.getloadavg())
     tmp = tempfile.mkdtemp(prefix="ne_bench_")
     per_config: dict[str, list[dict]] = {c: [] for c in configs}
     sessions: list[dict] = []
+    failures: list[dict] = []
     print(f"capture_overhead: backend={a.backend} runs={runs} x {len(configs)} configs, "
           f"warmup={warmup}, timed steps={steps}", file=sys.stderr)
     try:
         for i in range(runs):
             for c in configs:
                 out_dir = os.path.join(tmp, f"{c}_{i}")
-                r = _run_worker(["--worker", "train", "--config", c, "--backend", a.backend,
-                                 "--steps", str(steps), "--warmup", str(warmup)], _config_env(c, out_dir))
+                try:
+                    r = interleave.run_one([sys.executable, os.path.abspath(__file__), "--worker", "train", "--config",
+                                            c, "--backend", a.backend, "--steps", str(steps), "--warmup", str(warmup)],
+                                           _config_env(c, out_dir))
+                except interleave.WorkerFailed as e:  # a crash is a finding: kept, left out of the medians
+                    failures.append({"config": c, "round": i, "returncode": e.returncode, "stderr": e.stderr})
+                    per_config[c].append(None)
+                    print(f"  run {i + 1}/{runs} {c:<26} FAILED ({e.returncode})", file=sys.stderr)
+                    continue
                 if c.startswith("system_profile"):
                     if not r["runtime_active"]:
                         raise RuntimeError("the system-profile run did not start the runtime (is the .pth installed?)")
@@ -598,6 +608,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"profiles kept in {tmp}", file=sys.stderr)
 
+    all_runs = per_config
+    configs = [c for c in configs if any(r is not None for r in all_runs[c])]
+    if "unprofiled" not in configs:
+        raise RuntimeError(f"every unprofiled run failed: {failures[-1]}")
+    all_runs = {c: all_runs[c] for c in configs}
+    cpu_summary = interleave.summarize(all_runs, base="unprofiled")
+    per_config = {c: [r for r in rs if r is not None] for c, rs in all_runs.items()}
     summary: dict[str, dict] = {}
     base_med = statistics.median(r["step_ns"] for r in per_config["unprofiled"])
     cpu_base_med = statistics.median(r["cpu_step_ns"] for r in per_config["unprofiled"])
@@ -605,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         xs = [r["step_ns"] for r in per_config[c]]
         sp = _spread(xs)
         # paired ratios: run i of this config against run i of unprofiled (same slot in the interleave)
-        paired = [x / u["step_ns"] for x, u in zip(xs, per_config["unprofiled"])]
+        paired = [r["step_ns"] / u["step_ns"] for r, u in zip(all_runs[c], all_runs["unprofiled"]) if r and u]
         cpu = _spread([r["cpu_step_ns"] for r in per_config[c]])
         summary[c] = {
             "step_ns": sp,
@@ -615,18 +632,22 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_step_ns": cpu,
             "cpu_ratio_vs_unprofiled": cpu["median"] / cpu_base_med,
             "cpu_overhead_ns_per_step": cpu["median"] - cpu_base_med,
+            "cpu_paired_ratio": cpu_summary[c]["paired_ratio"],
+            "one_time_ns": cpu_summary[c]["one_time_ns"],
+            "failed_runs": cpu_summary[c]["failed_runs"],
         }
 
     ses = sessions[0] if sessions else {}
     bpe = statistics.median(s["bytes_per_event"] for s in sessions) if sessions else None
-    sp_runs = per_config["system_profile"]
+    main_sys = next((c for c in ("system_profile", "system_profile_nosamplers") if c in summary), None)
+    sp_runs = per_config.get(main_sys) or []
     timed_calls_per_step = None
-    if ses:
+    if ses and sp_runs:
         # compiled calls (forward + backward graphs) per step, from the events really recorded
         execs = ses["event_counts"].get("nrt_execute", 0)
         total_steps = sp_runs[0]["steps"] + sp_runs[0]["warmup"] + 1
         timed_calls_per_step = execs / total_steps
-    ovh = summary["system_profile"]["overhead_ns_per_step"]
+    ovh = summary[main_sys]["overhead_ns_per_step"] if main_sys else None
     result = {
         "benchmark": "capture_overhead",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -647,11 +668,14 @@ def main(argv: list[str] | None = None) -> int:
         },
         "derived": {
             "overhead_ns_per_compiled_call": (ovh / timed_calls_per_step) if timed_calls_per_step else None,
-            "cpu_overhead_ns_per_compiled_call": (summary["system_profile"]["cpu_overhead_ns_per_step"]
+            "cpu_overhead_ns_per_compiled_call": (summary[main_sys]["cpu_overhead_ns_per_step"]
                                                   / timed_calls_per_step) if timed_calls_per_step else None,
             "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         },
         "wall_s": round(time.time() - t_start, 1),
+        "failures": failures,
+        "command": "python bench/capture_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "load_average_at_start": load0,
     }
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
@@ -684,6 +708,11 @@ def _print_table(r: dict, configs: list[str]) -> None:
               f"{s['cpu_ratio_vs_unprofiled']:>8.3f}x")
     print("(ratio: median step time / unprofiled median; paired: run i / unprofiled run i; CPU: process CPU time of "
           "all threads per step, insensitive to other load on the machine)")
+    print("one-time costs, median extra CPU ms vs unprofiled (start-up / first step / exit incl. final flush):")
+    for c in configs:
+        ot = r["configs"][c].get("one_time_ns", {})
+        print(f"  {LABELS[c]:<44} " + " / ".join(f"{ot[k]['extra'] / 1e6:+.0f}" if k in ot else "-"
+                                                 for k in interleave.ONE_TIME))
     print(f"\ntarget: system profile <= {r['target']['system_profile_ratio_max']:.2f}x of unprofiled")
     hp = r["hot_path"]
 

@@ -1,0 +1,76 @@
+"""The README's performance table is generated from bench/results/summary.json, never edited by
+hand: these checks fail when the block, the summary and the result files drift apart."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+
+from bench import interleave, table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _summary() -> dict:
+    with open(os.path.join(ROOT, "bench", "results", "summary.json")) as f:
+        return json.load(f)
+
+
+def test_readme_block_is_what_the_generator_writes_from_summary_json():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        block = table.readme_block(f.read())
+    assert block is not None, "README.md lost its bench:table markers"
+    assert block == table.render_readme(_summary()), \
+        "README's performance table differs from bench/results/summary.json: run `python -m bench --readme`"
+
+
+def test_summary_rows_are_the_committed_result_files_figures():
+    rows = table.headline(table.load_results())
+    assert _summary()["headline"] == rows, \
+        "summary.json is stale against bench/results/*.json: run `python -m bench --collect --readme`"
+
+
+def test_every_capture_path_has_instruction_and_cpu_rows_measured_with_a_peer_or_said_missing():
+    rows = _summary()["headline"]
+    for _tag, label, *_ in table.PATHS:
+        for kind in ("instructions per step (callgrind)", "process CPU per step (interleaved runs)"):
+            # the system profile as a user starts it, or its variants (``, `system_nomem```)
+            row = next((r for r in rows if r["figure"].startswith(f"capture, {label}: {kind}")), None)
+            assert row is not None, f"no {kind} row for {label}"
+            assert row["command"], row
+            assert row["peer"] or row["value"] == "not measured yet", row
+
+
+def test_a_changed_figure_changes_the_block_and_bad_markers_are_named():
+    s = _summary()
+    t = copy.deepcopy(s)
+    t["headline"][0]["value"] = "9.999x"
+    assert table.render_readme(s) != table.render_readme(t)
+    with pytest.raises(ValueError, match="markers"):
+        table.replace_block("# a README without the table\n", table.render_readme(s))
+    text = f"before\n{table.BEGIN}\nold\n{table.END}\nafter\n"
+    assert table.replace_block(text, "X") == "before\nX\nafter\n"
+
+
+def test_summarize_reports_one_time_costs_apart_from_the_step():
+    def run(step, start, first, exit_):
+        return {"cpu_step_ns": step, "wall_step_ns": step, "startup_cpu_ns": start,
+                "first_step_cpu_ns": first, "exit_cpu_ns": exit_}
+
+    runs = {"plain": [run(100, 10, 50, 5), run(104, 12, 52, 6)],
+            "system": [run(101, 20, 60, 25), run(105, 22, 62, 26)]}
+    s = interleave.summarize(runs)
+    assert s["system"]["ratio"] == pytest.approx(103 / 102)
+    assert s["system"]["one_time_ns"]["exit_cpu_ns"]["extra"] == pytest.approx(20)
+    assert s["system"]["paired_ratio"]["max"] == pytest.approx(1.01)
+
+
+def test_summarize_keeps_crashed_runs_out_of_the_figures_but_counts_them():
+    ok = {"cpu_step_ns": 100, "wall_step_ns": 100}
+    s = interleave.summarize({"plain": [ok, ok], "system": [None, dict(ok, cpu_step_ns=110)], "other": [None, None]})
+    assert s["system"]["failed_runs"] == 1 and s["system"]["ratio"] == pytest.approx(1.1)
+    assert s["system"]["paired_ratio"]["n"] == 1
+    assert s["other"] == {"failed_runs": 2, "ratio": None, "one_time_ns": {}}
