@@ -76,6 +76,13 @@ class _Exec:
 _SKIP = _Exec(None, skip=True)  # what cannot be registered runs unrecorded
 
 
+class _Nothing:
+    pass
+
+
+_dead_ref = weakref.ref(_Nothing())  # a reference whose object is gone: it matches no module
+
+
 class Eager:
     """The eager hooks of one process: the model registry and the recording function."""
 
@@ -86,16 +93,25 @@ class Eager:
         self.by_module: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.by_optimizer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.record = _recorder(self.rt, torch, core)
+        # the last module / optimizer looked up and its graph: a training loop calls the same root
+        # and steps the same optimizer every step, and a WeakKeyDictionary lookup makes a weakref
+        # and runs Python code each time (a one-entry cache checked by identity costs a call)
+        self._last_mod: tuple = (_dead_ref, None)
+        self._last_opt: tuple = (_dead_ref, None)
 
     # -- models -------------------------------------------------------------------------------
     def module_exec(self, mod, args) -> _Exec:
         """The graph of root module ``mod``: registered at its first call (``model_load``).  A
         module that cannot be registered (unhashable, a ``repr`` that raises) is not recorded: the
         user's call must never fail because of us."""
+        last = self._last_mod
+        if last[0]() is mod:
+            return last[1]
         try:
             ex = self.by_module.get(mod)
             if ex is None:
                 ex = self.by_module[mod] = self._register_module(mod, args)
+            self._last_mod = (weakref.ref(mod), ex)
             return ex
         except Exception as e:
             self.inst.warn_once(f"eager:{type(mod).__qualname__}",
@@ -133,8 +149,13 @@ class Eager:
     def optimizer_exec(self, opt) -> _Exec:
         """The graph of an optimizer's ``step`` (class and parameter shapes); not recorded when it
         cannot be registered."""
+        last = self._last_opt
+        if last[0]() is opt:
+            return last[1]
         try:
-            return self._optimizer_exec(opt)
+            ex = self._optimizer_exec(opt)
+            self._last_opt = (weakref.ref(opt), ex)
+            return ex
         except Exception as e:
             self.inst.warn_once(f"eager:{type(opt).__qualname__}",
                                 f"{type(opt).__qualname__} steps not recorded as executions: {e}")
@@ -306,10 +327,12 @@ def _patch_module_call(eg: Eager, torch) -> None:
         if tl.depth:
             return inner(self, *args, **kwargs)
         ex = module_exec(self, args)
-        if tl.grad_root is None and not ex.skip and grad_on():
-            tl.grad_root = ex
         tl.depth = 1
         try:
+            if ex.skip:  # a compiled module: its graphs are the executions
+                return inner(self, *args, **kwargs)
+            if tl.grad_root is None and grad_on():
+                tl.grad_root = ex
             return record(ex, inner, (self,) + args, kwargs)
         finally:
             tl.depth = 0

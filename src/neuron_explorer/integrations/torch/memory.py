@@ -88,7 +88,9 @@ class MemorySource:
             self.params[id(tensor)] = tensor
 
     def on_optimizer_step(self, optimizer, _args, _kwargs):
-        self.optimizers[id(optimizer)] = optimizer
+        r = self.optimizers.data.get(id(optimizer))  # known already (every step but the first)?
+        if r is None or r() is not optimizer:
+            self.optimizers[id(optimizer)] = optimizer
 
     def before_optimizer_step(self, optimizer, _args, _kwargs):
         """Read the gradients the step is about to use, on the thread that steps (the backward
