@@ -144,7 +144,10 @@ def _install_integrations(rt: Runtime) -> None:
 
 
 def _install_memory(rt: Runtime, torch) -> None:
-    """Device memory by category for the profile's counters and the monitor's memory_used."""
+    """Device memory by category for the profile's counters and the monitor's memory_used; not
+    installed when neither reads it (host memory sampling off and no monitor counters)."""
+    if rt.stats is None and not (rt.config.host_memory and any(s.name == "capture" for s in rt.sinks)):
+        return
     from neuron_explorer.integrations.torch.memory import install_memory
 
     src = install_memory(rt, torch)

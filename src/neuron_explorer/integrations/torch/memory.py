@@ -39,8 +39,11 @@ __all__ = ["MemorySource", "heap_in_use", "install_memory"]
 
 Sample = dict[tuple[int, str], int]
 
-#: The gradients are read again at most this often (seconds), on the thread that steps.
+#: The gradients are read again at most this often (seconds), on the thread that steps, and only
+#: once ``GRAD_SNAPSHOT_STEPS`` steps have passed too unless a whole second has (reading them costs
+#: a few microseconds per parameter: on a short step the time bound alone may fall every few steps).
 GRAD_SNAPSHOT_S = 0.1
+GRAD_SNAPSHOT_STEPS = 16
 
 
 class _MallInfo2(ctypes.Structure):
@@ -81,6 +84,7 @@ class MemorySource:
         self.cuda = bool(torch.cuda.is_available())
         # optimizer id -> ((storage key, core, bytes) of its gradients, when read): see the module
         self.grads: dict[int, tuple[list[tuple[int, int, int]], float]] = {}
+        self.steps_since = 0
 
     # -- hooks (model construction and once per optimizer step) -------------------------------
     def on_tensor_registered(self, _module, _name, tensor):
@@ -96,10 +100,14 @@ class MemorySource:
         """Read the gradients the step is about to use, on the thread that steps (the backward
         that wrote them is over)."""
         key = id(optimizer)
+        self.steps_since += 1
         now = time.monotonic()
         old = self.grads.get(key)
-        if old is not None and now - old[1] < GRAD_SNAPSHOT_S:
-            return
+        if old is not None:
+            age = now - old[1]
+            if age < GRAD_SNAPSHOT_S or (age < 1.0 and self.steps_since < GRAD_SNAPSHOT_STEPS):
+                return
+        self.steps_since = 0
         try:
             snap = []
             for g in list(getattr(optimizer, "param_groups", ())):
