@@ -74,6 +74,8 @@ def test_ddp_gradient_all_reduces_issued_from_cpp_are_captured(out_dir):
         assert ops.count("all_reduce") == steps + 1
         assert "broadcast" in ops  # DDP's initial parameter sync
         assert type_counts(s)["nc_exec_running"] == 3 * steps  # compiled forward and backward, eager SGD step
+        # the user's backend, seen through DDPOptimizer's compile_fn wrapper (was reported as "compile_fn")
+        assert sorted(m.backend for m in s.models) == ["aot_eager", "aot_eager", "eager"]
 
 
 def test_capture_time_filters_remove_what_they_name(out_dir):

@@ -249,10 +249,16 @@ def _model_name(co_name: str, label: str, hval: int) -> str:
 
 
 def _backend_name(compiler_fn: Any) -> str:
-    """The name of the user's backend (``inductor``, ``aot_eager``, a function's name)."""
-    inner = getattr(compiler_fn, "compiler_fn", None) or compiler_fn
-    for c in (compiler_fn, inner):
+    """The name of the user's backend (``inductor``, ``aot_eager``, a function's name), seen
+    through Dynamo's wrappers: the debug wrapper's ``compiler_fn`` and, for a module wrapped in
+    DDP, DDPOptimizer's ``compile_fn`` around the real backend."""
+    c = compiler_fn
+    for _ in range(4):
         name = getattr(c, "compiler_name", None)
         if isinstance(name, str):
             return name
-    return getattr(inner, "__name__", type(inner).__name__)
+        inner = getattr(c, "compiler_fn", None) or getattr(getattr(c, "__self__", None), "backend_compile_fn", None)
+        if inner is None:
+            break
+        c = inner
+    return getattr(c, "__name__", type(c).__name__)
