@@ -76,11 +76,9 @@ class _Exec:
 _SKIP = _Exec(None, skip=True)  # what cannot be registered runs unrecorded
 
 
-class _Nothing:
-    pass
-
-
-_dead_ref = weakref.ref(_Nothing())  # a reference whose object is gone: it matches no module
+def _dead_ref() -> None:
+    """An empty one-entry cache's reference: it matches no module or optimizer."""
+    return None
 
 
 class Eager:
