@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from neuron_explorer.ndet import sources
+
 from .helpers import WORKLOADS, job_cmd, load_trace, logs_in, ndet_env, neuron_det, run_job
 
 pytestmark = pytest.mark.slow
@@ -74,7 +76,13 @@ def test_rank_killed_with_sigkill_mid_run(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     culprit = next(ln for ln in r.stdout.splitlines() if "culprit" in ln)
     assert culprit.strip().startswith("culprit: rank 1 never entered all_reduce #3 of group [0, 1]"), culprit
-    assert "no final write (crashed or killed)" in culprit
+    # rank 1 is called killed once the job's other log shows the job went on: a final write, or
+    # writes more than a second after rank 1's last. On a loaded machine torchrun's SIGTERM can end
+    # rank 0 before its final write and within that second; the verdict then rightly does not guess.
+    logs = {sources.load(str(p)).rank: sources.load(str(p)) for p in logs_in(tmp_path)}
+    went_on = logs[0].final or logs[0].last_wall_ns - logs[1].last_wall_ns > 1_000_000_000
+    assert not logs[1].final
+    assert ("no final write (crashed or killed)" in culprit) == went_on, (culprit, logs[0].final)
 
 
 def test_clean_four_rank_run_is_reported_clean(clean4: Path, tmp_path: Path) -> None:

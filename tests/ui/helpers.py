@@ -80,3 +80,18 @@ def stop_server(p: subprocess.Popen) -> None:
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 CHROMIUM = os.environ.get("NEURON_EXPLORER_CHROMIUM", "/usr/bin/chromium")
+
+
+def watch_errors(pg) -> None:
+    """Collects what the page reports as errors in ``pg.console_errors``: console errors, uncaught
+    exceptions, and every answer of 400 or more with its URL (a bare "status of 400" console line does
+    not say which request failed)."""
+    pg.console_errors = []
+
+    def on_response(r) -> None:
+        if r.status >= 400:
+            pg.console_errors.append(f"HTTP {r.status} {r.url}")
+
+    pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+    pg.on("response", on_response)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO, clean_env, free_port
 
-from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
+from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server, watch_errors
 
 pytestmark = pytest.mark.slow
 
@@ -113,9 +113,7 @@ def page(served: str):
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         pg = browser.new_page(viewport={"width": 1500, "height": 1050})
-        pg.console_errors = []  # type: ignore[attr-defined]
-        pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
-        pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+        watch_errors(pg)
         pg.goto(served)
         yield pg
         browser.close()

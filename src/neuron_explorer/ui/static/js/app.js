@@ -297,8 +297,18 @@ async function renderSystemTrace(w, body, extra) {
   });
   w.timeline = tl;
   w.destroy = () => { tl.destroy(); bus.removeEventListener("event", onBusEvent); };
+  // w.mode and w.layout always describe the rows the timeline holds: every request sends them with
+  // row numbers. A new grouping is committed with its rows, and an answer overtaken by a later
+  // choice (two clicks in quick succession) is dropped.
+  let rowsAsked = 0;
+  const wanted = { mode: w.mode, layout: w.layout };
   const loadRows = async () => {
-    const t = await api.tracks(w.profile, w.mode, w.layout);
+    const ask = ++rowsAsked;
+    const { mode, layout } = wanted;
+    const t = await api.tracks(w.profile, mode, layout);
+    if (ask !== rowsAsked) return false;
+    w.mode = mode;
+    w.layout = layout;
     leafName = t.leaf_name.map((i) => t.names[i]);
     // many processes: start with each process collapsed to its summary track (utilization over time)
     const keys = new Map();
@@ -308,6 +318,7 @@ async function renderSystemTrace(w, body, extra) {
     $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
     w.el.dataset.mode = w.mode;
     w.el.dataset.layout = w.layout;
+    return true;
   };
   await loadRows();
   if (url) restoreView(w, url);
@@ -419,15 +430,15 @@ async function renderSystemTrace(w, body, extra) {
     w.el.appendChild(pop);
     pop.addEventListener("click", (e) => e.stopPropagation());
     pop.querySelectorAll("input[name^=grp-]").forEach((r) => r.addEventListener("change", async () => {
-      w.mode = r.value;
-      await loadRows();
+      wanted.mode = r.value;
+      if (!(await loadRows())) return;
       if (q) runSearch();
       if (tl.sel) showArea(tl.sel);
       saveUrl();
     }));
     pop.querySelectorAll("input[name^=lay-]").forEach((r) => r.addEventListener("change", async () => {
-      w.layout = r.value;
-      await loadRows();
+      wanted.layout = r.value;
+      if (!(await loadRows())) return;
       if (q) runSearch();
       saveUrl();
     }));

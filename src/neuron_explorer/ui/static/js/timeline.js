@@ -124,6 +124,8 @@ export class Timeline {
 
   // ------------------------------------------------------------------ rows and layout
   setRows(rows, collapsed = null) {
+    // an answer still on its way was asked for the previous rows: its row numbers mean other tracks
+    if (this.ctrl) { this.ctrl.abort(); this.ctrl = null; }
     this.rows = rows;
     this.leafToRow = new Map();
     for (const r of rows) for (const lf of r.leaves || []) this.leafToRow.set(lf, r.idx);
