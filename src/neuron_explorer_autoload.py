@@ -1,4 +1,5 @@
-"""The target of neuron-explorer's ``torch.backends`` entry point, kept apart from the package.
+"""The targets of neuron-explorer's start-up hooks, kept apart from the package: the
+``torch.backends`` entry point and the ``neuron_explorer_autostart.pth`` line.
 
 PyTorch imports every ``torch.backends`` entry point at the end of ``import torch`` and fails the
 user's import when one cannot be loaded.  This module imports nothing at load time and swallows
@@ -8,7 +9,25 @@ places at the root of site-packages (pyproject's force-include), a real file eve
 install, so that deleting or moving the checkout an editable install points at leaves it working.
 """
 
-__all__ = ["on_torch_import"]
+__all__ = ["autostart", "on_torch_import"]
+
+
+def autostart() -> None:
+    """The ``.pth`` line's body, run at interpreter start-up when a variable of the spec is set.
+
+    When the package cannot be imported (a dependency not on the path yet, as in a virtual
+    environment whose numpy lives in the system site-packages, processed after the venv's), the
+    process runs unprofiled with one line saying why, instead of the interpreter's many-line
+    "Error processing line 1" traceback. A bad setting still ends the launch with status 2 and one
+    line: ``boot.start`` runs outside the ``try``."""
+    try:
+        from neuron_explorer import boot
+    except Exception as e:  # noqa: BLE001 - any failure to import: say so once, run the program as is
+        import sys
+        print(f"neuron-explorer: warning: not started, this process runs unprofiled: cannot import "
+              f"neuron_explorer ({type(e).__name__}: {e})", file=sys.stderr)
+        return
+    boot.start()
 
 
 def on_torch_import() -> None:

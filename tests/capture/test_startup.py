@@ -113,3 +113,24 @@ def test_a_python_process_that_runs_no_framework_leaves_no_profile(out_dir):
              NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir), NEURON_EXPLORER_FLUSH_PERIOD_MS="50")
     assert p.returncode == 0 and "ran" in p.stdout
     assert not out_dir.exists() or not list(out_dir.iterdir())
+
+
+def test_a_package_that_cannot_be_imported_leaves_one_line_and_an_unprofiled_run(tmp_path):
+    """The .pth line of an install whose package cannot be imported at start-up (here a package that
+    fails on a missing module, as numpy is missing when a venv's .pth runs before the system
+    site-packages are on the path): one warning line, the program runs and exits as without us."""
+    repo = Path(__file__).resolve().parents[2]
+    site = tmp_path / "site"
+    (site / "neuron_explorer").mkdir(parents=True)
+    (site / "neuron_explorer" / "__init__.py").write_text("import a_module_that_is_not_installed\n")
+    for name in ("neuron_explorer_autostart.pth", "neuron_explorer_autoload.py"):
+        (site / name).write_bytes((repo / "src" / name).read_bytes())
+    code = f"import site; site.addsitedir({str(site)!r}); print('ran')"
+    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out")))
+    assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("neuron-explorer: warning: not started, this process runs unprofiled")
+    assert "a_module_that_is_not_installed" in lines[0]
+    assert not (tmp_path / "out").exists()

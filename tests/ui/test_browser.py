@@ -233,7 +233,24 @@ def test_keyboard_and_wheel_zoom_pan(page) -> None:
     assert e0 == 0
 
 
-def test_drill_down_from_nc_exec_running(page) -> None:
+def show_profiled_execution(page, ui_workspace: Path, device_ref: dict) -> None:
+    """Zoom run-a's timeline onto the one execution with a device profile (rank 0's first): at a wider
+    zoom, the first unmerged nc_exec_running found may be any later execution, which has none."""
+    import duckdb
+
+    s, e = duckdb.connect().execute(
+        f"SELECT start_ts, end_ts FROM read_parquet('{ui_workspace / 'run-a'}/SystemProfileEvents/**/*.parquet') "
+        "WHERE name = 'nc_exec_running' AND exec_id = ? AND process_id = ? ORDER BY start_ts LIMIT 1",
+        [device_ref["exec_id"], device_ref["process_id"]]).fetchall()[0]
+    origin = int(page.evaluate("() => window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-a').overview.origin_ns"))
+    span = max(e - s, 1000)
+    before = fetches(page)
+    page.evaluate(f"([a, b]) => {TL.format(p='run-a')}.setView(a, b)", [s - origin - span, e - origin + span])
+    wait_fetch_after(page, before)
+
+
+def test_drill_down_from_nc_exec_running(page, ui_workspace: Path, device_ref: dict) -> None:
+    show_profiled_execution(page, ui_workspace, device_ref)
     click_item(page, "run-a", "nc_exec_running", "rank 0")
     page.wait_for_selector("[data-testid=widget][data-type=device-trace] [data-testid=device-timeline][data-ready='1']",
                            timeout=20000)
