@@ -56,8 +56,9 @@ def extent(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[int, int, 
 
 
 def scan_sql(files: list[str], base: int, w: int) -> str:
-    """Per leaf key and bucket: count, first start, last end, total duration; ordered by key then
-    bucket (one process's files). Only what a first paint needs: the process comes from the part, the
+    """Per leaf key and bucket (of width ``w`` counted from ``base``, a multiple of ``w`` so that
+    buckets are aligned as the summaries' are): count, first start, last end, total duration; ordered
+    by key then bucket (one process's files). Only what a first paint needs: the process comes from the part, the
     event ids and each leaf's exact longest duration from the index build (reading them here made the
     scan ~1.7x slower)."""
     return f"""

@@ -38,9 +38,9 @@ from typing import Any, Iterator
 import duckdb
 import numpy as np
 
-from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
-                                             WARNINGS, table_file)
-from neuron_explorer.ui import coarse, index, index_build, paths
+from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
+                                             MODELS, WARNINGS, table_file)
+from neuron_explorer.ui import coarse, index, index_build, ingest_summary, paths
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
 
@@ -258,33 +258,47 @@ class Profile:
         return h.hexdigest()[:16]
 
     def _scan_leaves(self) -> tuple[list[Leaf], "coarse.CoarseLevel | None"]:
-        """The leaf table and the coarse level from one aggregate per process (the index is not cached).
+        """The leaf table and the coarse level from one aggregate per process (the index is not cached):
+        over the summaries ``view`` wrote beside the events when they are the events files' (a few kB
+        per process), else over the events (``ingest_summary``).
 
         The event group is an attribute of a leaf, not part of its key: a name has one group (the
         capture's type table), and the join that numbers events by leaf stays on the key's columns."""
         if not self.ev_files:
             return [], None
-        ext = coarse.extent(self.cursor(), [f for _, _, f in self.ev_files])
+        cur = self.cursor()
+        sums = ingest_summary.matching(cur, self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY))
+        if len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
+            ext4 = ingest_summary.extent(cur, list(sums.values()))
+            ext, shift = (ext4[:3], ext4[3]) if ext4 is not None else (None, 0)
+        else:
+            ext, shift = coarse.extent(cur, [f for _, _, f in self.ev_files]), ingest_summary.max_shift(cur, list(sums.values()))
         if ext is None:
             return [], None
-        base, w = ext[0], coarse.bucket_width(max(ext[1] - ext[0], 1))
+        # buckets aligned to multiples of their width: whole summary buckets merge into them exactly
+        w = max(coarse.bucket_width(max(ext[1] - ext[0], 1)), 1 << shift)
+        aligned = ext[0] - ext[0] % w
         parts = self._parts()
         got: list = []
         self.progress.step("scanning events", 0, len(parts))
         # one aggregate per process, a few at a time: the same rows as one query over every file,
         # with progress to show on a cold open
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
-            for i, part in enumerate(pool.map(lambda kv: self._scan_part(*kv[0], kv[1], base, w, ext[2]),
+            for i, part in enumerate(pool.map(lambda kv: self._scan_part(*kv[0], kv[1], sums, aligned, w, ext[2]),
                                               parts.items())):
                 got.extend(part)
                 self.progress.step("scanning events", i + 1, len(parts))
         got.sort(key=lambda x: x[0][:6])
         leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
-        return leaves, coarse.build(got, base, w)
+        return leaves, coarse.build(got, ext[0], w)
 
-    def _scan_part(self, inst: str, pid: int, files: list[str], base: int, w: int, max_duration: int) -> list:
-        got = self.cursor().execute(coarse.scan_sql(files, base, w)).fetchnumpy()
-        return coarse.split_part(inst, pid, got, max_duration)
+    def _scan_part(self, inst: str, pid: int, files: list[str], sums: dict[str, str], aligned: int, w: int,
+                   max_duration: int) -> list:
+        if all(f in sums for f in files):
+            sql = ingest_summary.scan_sql([sums[f] for f in files], aligned, w.bit_length() - 1)
+        else:
+            sql = coarse.scan_sql(files, aligned, w)
+        return coarse.split_part(inst, pid, self.cursor().execute(sql).fetchnumpy(), max_duration)
 
     def _parts(self) -> dict[tuple[str, int], list[str]]:
         """The event files of each process."""

@@ -1,0 +1,78 @@
+"""Reading the events summaries ``view`` writes (``contracts.dataset.EVENT_SUMMARY``) for a cold open.
+
+Why: a cold open's first paint needs the leaves and the coarse level; scanning the events for them
+costs ~3 CPU-s at 20M events. ``view`` writes, beside each events file, per row group, per (thread,
+core, event type) and aligned time bucket, what that scan computes (count, first start, last end,
+total and longest duration), in a few kB per process. Merging whole buckets into the coarse width
+gives the scan's answer exactly (same rows, same order), so everything after it is unchanged
+(docs/decisions/0054-ui-event-summary.md).
+
+A summary is used only when it is the events file's: its footer holds the events file's size and row
+count, checked against the file on disk. A profile written before summaries existed, a process whose
+summary is missing, damaged or stale, falls back to the scan of its events (``coarse.scan_sql``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from neuron_explorer.contracts.dataset import SUMMARY_EVENTS_BYTES, SUMMARY_EVENTS_ROWS
+from neuron_explorer.ui.sql import files_sql
+
+
+def matching(con: duckdb.DuckDBPyConnection, ev_files: list[tuple[str, int, str]],
+             sum_files: list[tuple[str, int, str]]) -> dict[str, str]:
+    """{events file: its summary file} for the events files whose summary is there and theirs: same
+    instance, process and file name; the footer's size and row count equal the events file's."""
+    by_key = {(inst, pid, Path(f).name): f for inst, pid, f in sum_files}
+    cand = {f: by_key[(inst, pid, Path(f).name)] for inst, pid, f in ev_files if (inst, pid, Path(f).name) in by_key}
+    if not cand:
+        return {}
+    try:
+        kv = con.execute(f"""SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata({files_sql(list(cand.values()))})
+                             WHERE decode(key) IN ('{SUMMARY_EVENTS_BYTES}', '{SUMMARY_EVENTS_ROWS}')""").fetchall()
+        rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files_sql(list(cand))})").fetchall())
+    except (duckdb.Error, UnicodeDecodeError):
+        return {}  # a damaged summary: every process is scanned (as for an old workspace)
+    meta: dict[str, dict[str, str]] = {}
+    for f, k, v in kv:
+        meta.setdefault(f, {})[k] = v
+    out = {}
+    for ev, sm in cand.items():
+        m = meta.get(sm, {})
+        try:
+            ok = int(m[SUMMARY_EVENTS_BYTES]) == os.stat(ev).st_size and int(m[SUMMARY_EVENTS_ROWS]) == int(rows[ev])
+        except (KeyError, ValueError, OSError):
+            ok = False
+        if ok:
+            out[ev] = sm
+    return out
+
+
+def extent(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[int, int, int, int] | None:
+    """(earliest start, latest end, longest duration, widest bucket shift) over summary files; None
+    when they hold no event."""
+    r = con.execute(f"""SELECT min(first_start), max(last_end), max(max_ns), max(shift)
+                        FROM read_parquet({files_sql(files)})""").fetchall()[0]
+    return None if r[0] is None else (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
+
+
+def max_shift(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
+    """The widest bucket shift of some summary files (0 without any)."""
+    if not files:
+        return 0
+    return int(con.execute(f"SELECT coalesce(max(shift), 0) FROM read_parquet({files_sql(files)})").fetchall()[0][0])
+
+
+def scan_sql(files: list[str], aligned_base: int, shift: int) -> str:
+    """The coarse scan's rows (``coarse.scan_sql``: per leaf key and bucket of ``2**shift`` counted
+    from ``aligned_base``, a multiple of it) from one process's summary files."""
+    return f"""
+        SELECT thread_id AS tid, nc_idx AS nc, trace_event_source AS src, name, event_group AS g,
+               (bucket >> ({int(shift)} - shift)::BIGINT) - {int(aligned_base) >> int(shift)} AS b,
+               sum(events)::BIGINT AS c, min(first_start) AS s, max(last_end) AS e, sum(total_ns)::BIGINT AS d
+        FROM read_parquet({files_sql(files)})
+        GROUP BY ALL ORDER BY tid, nc, src, name, b, s"""
