@@ -198,11 +198,12 @@ def format_sizes(work: Path, ranks: int, per_rank: int) -> dict:
     return out
 
 
-def cold_open(url: str, name: str, server_pid: int | None = None) -> dict:
+def cold_open(url: str, name: str, server_pid: int | None = None, timings: bool = False) -> dict:
     """Open a profile the server has not prepared: ms (after navigation) until the progress bar shows,
     until the timeline's first paint (the coarse view, while the event index builds), and until the
     detail (the index) is drawn; with ``server_pid``, the server's CPU seconds at the first paint (the
-    figure a loaded machine does not distort: what a first paint costs on an idle one)."""
+    figure a loaded machine does not distort: what a first paint costs on an idle one). With
+    ``timings``, when each API request of the first paint was answered (ms after navigation)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -217,12 +218,16 @@ def cold_open(url: str, name: str, server_pid: int | None = None) -> dict:
             ct = psutil.Process(server_pid).cpu_times()
             cpu = round(ct.user + ct.system, 2)
         got = pg.evaluate("() => ({p: window.__nxStats.progressShownMs, f: window.__nxStats.firstPaintMs})")
+        reqs = pg.evaluate("""() => performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/'))
+            .map((e) => [new URL(e.name).pathname.split('/').pop(), Math.round(e.startTime), Math.round(e.responseEnd)])""") \
+            if timings else None
         pg.wait_for_function("() => document.querySelector('[data-testid=system-timeline]').dataset.detail !== 'coarse'",
                              timeout=3_600_000)
         detail = pg.evaluate("performance.now()")
         b.close()
     return {"progress_shown_ms": None if got["p"] is None else round(got["p"], 1), "first_paint_ms": round(got["f"], 1),
-            "detail_ready_ms": round(detail, 1), "server_cpu_s_at_first_paint": cpu, "loadavg": list(os.getloadavg())}
+            "detail_ready_ms": round(detail, 1), "server_cpu_s_at_first_paint": cpu, "loadavg": list(os.getloadavg()),
+            **({"requests": [r for r in reqs if r[2] <= got["f"]]} if reqs is not None else {})}
 
 
 def main() -> None:

@@ -108,9 +108,14 @@ def split_part(inst: str, pid: int, cols: dict[str, Any], max_duration: int) -> 
             bs = _merge_buckets(b[i:j], bs)
         row = (inst, pid, int(key[0][i]), int(key[1][i]), str(key[2][i]), str(key[3][i]), int(c[i:j].sum()),
                int(s[i:j].min()), int(e[i:j].max()), min(int((e[i:j] - s[i:j]).max()), int(max_duration)),
-               max(str(x) for x in cols["g"][i:j]))
+               _group(cols["g"][i:j]))
         out.append((row, bs))
     return out
+
+
+def _group(g: np.ndarray) -> str:
+    """A leaf's event group: its buckets' (one, but for a name in two groups: the greatest)."""
+    return str(g[0]) if bool((g == g[0]).all()) else max(str(x) for x in g)
 
 
 def _merge_buckets(b: np.ndarray, bs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -18,9 +18,10 @@ import os
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from neuron_explorer.contracts.dataset import SUMMARY_EVENTS_BYTES, SUMMARY_EVENTS_ROWS
-from neuron_explorer.ui.sql import files_sql
+from neuron_explorer.ui.sql import files_sql, quote
 
 
 def matching(con: duckdb.DuckDBPyConnection, ev_files: list[tuple[str, int, str]],
@@ -67,12 +68,32 @@ def max_shift(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
     return int(con.execute(f"SELECT coalesce(max(shift), 0) FROM read_parquet({files_sql(files)})").fetchall()[0][0])
 
 
-def scan_sql(files: list[str], aligned_base: int, shift: int) -> str:
+def scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: int, shift: int) -> list[dict[str, np.ndarray]]:
     """The coarse scan's rows (``coarse.scan_sql``: per leaf key and bucket of ``2**shift`` counted
-    from ``aligned_base``, a multiple of it) from one process's summary files."""
-    return f"""
-        SELECT thread_id AS tid, nc_idx AS nc, trace_event_source AS src, name, event_group AS g,
+    from ``aligned_base``, a multiple of it, ordered by key, bucket and start) of each process from its
+    summary files (``parts[i]``: process i's), in one query over them all.
+
+    The rows' keys are fetched once per key, not per row (a Python string per row and column cost
+    more than the query), and spread over the rows by numpy indexing."""
+    files = [f for fs in parts for f in fs]
+    which = ", ".join(f"({quote(f)}, {i})" for i, fs in enumerate(parts) for f in fs)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE nx_summary_rows AS
+        SELECT m.part, thread_id AS tid, nc_idx AS nc, trace_event_source AS src, name, event_group AS g,
                (bucket >> ({int(shift)} - shift)::BIGINT) - {int(aligned_base) >> int(shift)} AS b,
                sum(events)::BIGINT AS c, min(first_start) AS s, max(last_end) AS e, sum(total_ns)::BIGINT AS d
-        FROM read_parquet({files_sql(files)})
-        GROUP BY ALL ORDER BY tid, nc, src, name, b, s"""
+        FROM read_parquet({files_sql(files)}, filename = true) x JOIN (VALUES {which}) m(f, part) ON m.f = x.filename
+        GROUP BY ALL""")
+    try:  # the keys with their row counts, then the rows in the same order: row i's key is a repeat
+        keys = con.execute("""SELECT part, tid, nc, src, name, max(g) AS g, count(*) AS n FROM nx_summary_rows
+                              GROUP BY ALL ORDER BY part, tid, nc, src, name""").fetchnumpy()
+        rows = con.sql("""SELECT b, c, s, e, d FROM nx_summary_rows
+                              ORDER BY part, tid, nc, src, name, b, s""").to_arrow_table()
+    finally:
+        con.execute("DROP TABLE IF EXISTS nx_summary_rows")
+    k = np.repeat(np.arange(len(keys["n"]), dtype=np.int64), np.asarray(keys["n"], dtype=np.int64))
+    cols = {x: np.asarray(keys[x])[k] for x in ("tid", "nc", "src", "name", "g")}
+    cols.update({x: rows.column(x).to_numpy() for x in ("b", "c", "s", "e", "d")})
+    part = np.asarray(keys["part"], dtype=np.int64)[k]
+    cut = np.searchsorted(part, np.arange(len(parts) + 1))
+    return [{x: v[cut[i]:cut[i + 1]] for x, v in cols.items()} for i in range(len(parts))]

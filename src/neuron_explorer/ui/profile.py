@@ -278,27 +278,31 @@ class Profile:
         # buckets aligned to multiples of their width: whole summary buckets merge into them exactly
         w = max(coarse.bucket_width(max(ext[1] - ext[0], 1)), 1 << shift)
         aligned = ext[0] - ext[0] % w
-        parts = self._parts()
+        parts = list(self._parts().items())
+        summarised = [i for i, (_, files) in enumerate(parts) if all(f in sums for f in files)]
+        rest = [i for i in range(len(parts)) if i not in set(summarised)]
         got: list = []
         self.progress.step("scanning events", 0, len(parts))
-        # one aggregate per process, a few at a time: the same rows as one query over every file,
-        # with progress to show on a cold open
+        if summarised:  # one query over every summary
+            got_parts = ingest_summary.scan(cur, [[sums[f] for f in parts[i][1]] for i in summarised], aligned,
+                                            w.bit_length() - 1)
+            for i, cols in zip(summarised, got_parts):
+                got.extend(coarse.split_part(*parts[i][0], cols, ext[2]))
+            self.progress.step("scanning events", len(summarised), len(parts))
+        # the others: one aggregate of the events per process, a few at a time (the same rows as one
+        # query over every file, with progress to show on a cold open)
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
-            for i, part in enumerate(pool.map(lambda kv: self._scan_part(*kv[0], kv[1], sums, aligned, w, ext[2]),
-                                              parts.items())):
+            for k, part in enumerate(pool.map(lambda i: self._scan_part(*parts[i][0], parts[i][1], aligned, w, ext[2]),
+                                              rest)):
                 got.extend(part)
-                self.progress.step("scanning events", i + 1, len(parts))
+                self.progress.step("scanning events", len(summarised) + k + 1, len(parts))
         got.sort(key=lambda x: x[0][:6])
         leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
         return leaves, coarse.build(got, ext[0], w)
 
-    def _scan_part(self, inst: str, pid: int, files: list[str], sums: dict[str, str], aligned: int, w: int,
-                   max_duration: int) -> list:
-        if all(f in sums for f in files):
-            sql = ingest_summary.scan_sql([sums[f] for f in files], aligned, w.bit_length() - 1)
-        else:
-            sql = coarse.scan_sql(files, aligned, w)
-        return coarse.split_part(inst, pid, self.cursor().execute(sql).fetchnumpy(), max_duration)
+    def _scan_part(self, inst: str, pid: int, files: list[str], aligned: int, w: int, max_duration: int) -> list:
+        got = self.cursor().execute(coarse.scan_sql(files, aligned, w)).fetchnumpy()
+        return coarse.split_part(inst, pid, got, max_duration)
 
     def _parts(self) -> dict[tuple[str, int], list[str]]:
         """The event files of each process."""
