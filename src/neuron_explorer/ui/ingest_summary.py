@@ -87,13 +87,13 @@ def scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: i
     try:  # the keys with their row counts, then the rows in the same order: row i's key is a repeat
         keys = con.execute("""SELECT part, tid, nc, src, name, max(g) AS g, count(*) AS n FROM nx_summary_rows
                               GROUP BY ALL ORDER BY part, tid, nc, src, name""").fetchnumpy()
-        rows = con.sql("""SELECT b, c, s, e, d FROM nx_summary_rows
-                              ORDER BY part, tid, nc, src, name, b, s""").to_arrow_table()
+        rows = con.execute("""SELECT b, c, s, e, d FROM nx_summary_rows
+                              ORDER BY part, tid, nc, src, name, b, s""").fetchnumpy()  # (no pyarrow import)
     finally:
         con.execute("DROP TABLE IF EXISTS nx_summary_rows")
     k = np.repeat(np.arange(len(keys["n"]), dtype=np.int64), np.asarray(keys["n"], dtype=np.int64))
     cols = {x: np.asarray(keys[x])[k] for x in ("tid", "nc", "src", "name", "g")}
-    cols.update({x: rows.column(x).to_numpy() for x in ("b", "c", "s", "e", "d")})
+    cols.update({x: np.asarray(rows[x]) for x in ("b", "c", "s", "e", "d")})
     part = np.asarray(keys["part"], dtype=np.int64)[k]
     cut = np.searchsorted(part, np.arange(len(parts) + 1))
     return [{x: v[cut[i]:cut[i + 1]] for x, v in cols.items()} for i in range(len(parts))]

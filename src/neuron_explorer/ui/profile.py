@@ -68,6 +68,7 @@ class Progress:
         self.error: str | None = None
         self.coarse = False  # the coarse level is served while the index builds
         self.reported = False  # the error went out once in /status
+        self.settled = threading.Event()  # set once coarse, ready or failed: what a waiting /status waits for
 
     def step(self, phase: str, done: int = 0, total: int = 0) -> None:
         self.phase, self.done, self.total = phase, done, total
@@ -202,6 +203,7 @@ class Profile:
             self._set_index(idx)
         else:
             self.progress.coarse = True
+            self.progress.settled.set()
             threading.Thread(target=self._build_in_background, args=(cache,), daemon=True,
                              name=f"index-{self.name}").start()
 
@@ -211,6 +213,7 @@ class Profile:
         self.levels = list(idx.levels) if idx is not None else []
         self.index = idx
         self.progress.step("ready")
+        self.progress.settled.set()
         self._index_ready.set()
 
     def _build_in_background(self, cache: Path | None) -> None:
@@ -228,6 +231,7 @@ class Profile:
         except Exception as e:  # noqa: BLE001 - reported by /status and by the requests that wait
             first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
             self.index_error = self.progress.error = first
+            self.progress.settled.set()
             self._index_ready.set()
 
     def _read_metadata(self) -> None:
