@@ -64,13 +64,14 @@ def device_memory_counter(nc: int, category: str) -> str:
 # is that file's: its footer holds the events file's size and row count under these keys
 SUMMARY_EVENTS_BYTES = "neuron_explorer.events_file_bytes"
 SUMMARY_EVENTS_ROWS = "neuron_explorer.events_file_rows"
-SUMMARY_MAX_BUCKETS = 2048  # per row group and key: a bucket width 2**shift >= 1 us giving at most this many
+SUMMARY_MAX_BUCKETS = 1024  # per row group and key: a bucket width 2**shift >= 1 us giving at most this many
 
 
 def summary_shift(span_ns: int) -> int:
     """The shift of the summary's buckets over a row group spanning ``span_ns``: the smallest
-    ``k >= 10`` with ``span_ns >> k`` below ``SUMMARY_MAX_BUCKETS`` (so a viewer wanting about 1024
-    buckets over the whole profile merges whole summary buckets)."""
+    ``k >= 10`` with ``span_ns >> k`` below ``SUMMARY_MAX_BUCKETS``. A viewer wanting about 1024
+    buckets over the whole profile merges whole summary buckets (a row group spanning the whole
+    profile may have buckets twice as wide as it wants: it takes those)."""
     k = 10
     while (max(int(span_ns), 0) >> k) >= SUMMARY_MAX_BUCKETS:
         k += 1
