@@ -8,9 +8,9 @@ open); here it is a by-product of writing them, while the columns are in memory:
 and longest duration. Buckets are aligned to multiples of their width, so the viewer merges whole
 buckets into its own coarser width exactly (docs/decisions/0054-ui-event-summary.md).
 
-The cost is kept to a few passes of numpy over integer columns (no sort in the common case: a
-bincount over a dense (key, bucket) number); a row group with so many distinct keys that the dense
-numbering would be large falls back to ``np.unique``.
+The cost is kept to a few passes of numpy over integer columns (no sort and no hashing in the
+common case: bincounts over dense numbers); keys or (key, bucket) pairs spread too wide for a dense
+numbering fall back to ``np.unique``.
 """
 
 from __future__ import annotations
@@ -32,20 +32,26 @@ _I64_MIN = np.iinfo(np.int64).min
 
 
 def _key_codes(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A dense number per row for its (thread, core, type), and those keys as an (n_keys, 3) array."""
-    if int(tid.min()) >= 0 and int(tid.max()) < (1 << 39) and -1 <= int(nc.min()) and int(nc.max()) < 4095 \
-            and int(typ.min()) >= 0 and int(typ.max()) < 4096:
-        key = tid.astype(np.int64) << 24  # one int64 per row, distinct per (thread, core, type)
-        key |= (nc.astype(np.int64) + 1) << 12
-        key |= typ
-        import pyarrow.compute as pc
+    """A dense number per row for its (thread, core, type), and those keys as an (n_keys, 3) array.
 
-        enc = pc.dictionary_encode(pa.array(key))  # hashing: no sort
-        k = np.asarray(enc.dictionary.to_numpy(), dtype=np.int64)
-        keys = np.stack([k >> 24, ((k >> 12) & 0xFFF) - 1, k & 0xFFF], axis=1)
-        return np.asarray(enc.indices.to_numpy(), dtype=np.int64), keys
-    rec = np.rec.fromarrays([tid.astype(np.int64), nc.astype(np.int64), typ.astype(np.int64)])
-    u, codes = np.unique(rec, return_inverse=True)  # values outside those ranges (never seen): sort them
+    A process's thread ids lie close together (the OS numbers them near the pid) and cores and types
+    are small numbers, so the three usually fit a small dense range: numbered there with a bincount
+    (no sort, no hashing). Keys spread wider are numbered by ``np.unique`` (a sort)."""
+    tid, nc, typ = (np.asarray(a, dtype=np.int64) for a in (tid, nc, typ))
+    lo = (int(tid.min()), int(nc.min()), int(typ.min()))
+    span = (int(tid.max()) - lo[0] + 1, int(nc.max()) - lo[1] + 1, int(typ.max()) - lo[2] + 1)
+    if span[0] * span[1] * span[2] <= 4 * len(tid) + 65536:
+        key = (tid - lo[0]) * (span[1] * span[2])
+        key += (nc - lo[1]) * span[2]
+        key += typ - lo[2]
+        present = np.flatnonzero(np.bincount(key, minlength=span[0] * span[1] * span[2]))
+        number = np.zeros(span[0] * span[1] * span[2], dtype=np.int64)
+        number[present] = np.arange(len(present), dtype=np.int64)
+        keys = np.stack([present // (span[1] * span[2]) + lo[0], present // span[2] % span[1] + lo[1],
+                         present % span[2] + lo[2]], axis=1)
+        return number[key], keys
+    rec = np.rec.fromarrays([tid, nc, typ])
+    u, codes = np.unique(rec, return_inverse=True)
     keys = np.stack([u.f0, u.f1, u.f2], axis=1).astype(np.int64)
     return np.asarray(codes, dtype=np.int64).reshape(-1), keys
 
@@ -62,7 +68,10 @@ def chunk(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, start: np.ndarray, e
     n = len(start)
     if n == 0:
         return SCHEMA.empty_table()
-    tid, nc, typ, start, end = (np.asarray(a) for a in (tid, nc, typ, start, end))
+    tid, nc, typ = (np.asarray(a) for a in (tid, nc, typ))
+    # contiguous int64: numpy's ufunc.at takes its fast path only then (a strided column took ~60 ns
+    # per event and call instead of ~2)
+    start, end = (np.ascontiguousarray(a, dtype=np.int64) for a in (start, end))
     lo = int(start.min())
     shift = summary_shift(int(start.max()) - lo)
     b0 = lo >> shift
