@@ -27,7 +27,9 @@ from neuron_explorer.ui.sql import files_sql, quote
 def matching(con: duckdb.DuckDBPyConnection, ev_files: list[tuple[str, int, str]],
              sum_files: list[tuple[str, int, str]]) -> dict[str, str]:
     """{events file: its summary file} for the events files whose summary is there and theirs: same
-    instance, process and file name; the footer's size and row count equal the events file's."""
+    instance, process and file name; the footer's size and row count equal the events file's; its
+    events add up to that row count, its extent is the events' (their row-group statistics) and its
+    bucket shifts are sane. Anything else, a damaged file included, is scanned instead."""
     by_key = {(inst, pid, Path(f).name): f for inst, pid, f in sum_files}
     cand = {f: by_key[(inst, pid, Path(f).name)] for inst, pid, f in ev_files if (inst, pid, Path(f).name) in by_key}
     if not cand:
@@ -36,21 +38,33 @@ def matching(con: duckdb.DuckDBPyConnection, ev_files: list[tuple[str, int, str]
         kv = con.execute(f"""SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata({files_sql(list(cand.values()))})
                              WHERE decode(key) IN ('{SUMMARY_EVENTS_BYTES}', '{SUMMARY_EVENTS_ROWS}')""").fetchall()
         rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files_sql(list(cand))})").fetchall())
+        stats = {r[0]: r[1:] for r in con.execute(f"""
+            SELECT file_name, min(TRY_CAST(stats_min_value AS BIGINT)) FILTER (WHERE path_in_schema = 'start_ts'),
+                   max(TRY_CAST(stats_max_value AS BIGINT)) FILTER (WHERE path_in_schema = 'end_ts')
+            FROM parquet_metadata({files_sql(list(cand))}) GROUP BY file_name""").fetchall()}
+        got = {r[0]: r[1:] for r in con.execute(f"""
+            SELECT filename, sum(events)::BIGINT, min(first_start), max(last_end), min(shift), max(shift),
+                   count(*) FILTER (WHERE events < 1 OR last_end < first_start OR total_ns < 0 OR max_ns < 0)
+            FROM read_parquet({files_sql(list(cand.values()))}, filename = true) GROUP BY filename""").fetchall()}
     except (duckdb.Error, UnicodeDecodeError):
         return {}  # a damaged summary: every process is scanned (as for an old workspace)
     meta: dict[str, dict[str, str]] = {}
     for f, k, v in kv:
         meta.setdefault(f, {})[k] = v
-    out = {}
-    for ev, sm in cand.items():
-        m = meta.get(sm, {})
-        try:
-            ok = int(m[SUMMARY_EVENTS_BYTES]) == os.stat(ev).st_size and int(m[SUMMARY_EVENTS_ROWS]) == int(rows[ev])
-        except (KeyError, ValueError, OSError):
-            ok = False
-        if ok:
-            out[ev] = sm
-    return out
+    return {ev: sm for ev, sm in cand.items() if _consistent(ev, meta.get(sm, {}), rows.get(ev), stats.get(ev), got.get(sm))}
+
+
+def _consistent(ev: str, meta: dict[str, str], rows: int | None, stats: tuple | None, got: tuple | None) -> bool:
+    """Is a summary (its footer ``meta``, its totals ``got``) the one of events file ``ev``?"""
+    try:
+        if int(meta[SUMMARY_EVENTS_BYTES]) != os.stat(ev).st_size or rows is None or int(meta[SUMMARY_EVENTS_ROWS]) != rows:
+            return False
+    except (KeyError, ValueError, OSError):
+        return False
+    if got is None or got[0] != rows or got[5] or not (10 <= got[3] <= got[4] <= 62):
+        return False
+    # the events' own statistics, where the file has them (view writes them for start_ts and end_ts)
+    return stats is None or ((stats[0] is None or stats[0] == got[1]) and (stats[1] is None or stats[1] == got[2]))
 
 
 def extent(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[int, int, int, int] | None:

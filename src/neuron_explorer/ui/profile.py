@@ -125,6 +125,9 @@ class Profile:
         self._index_gate = index_gate  # tests: hold the background build until set
         self.coarse_min_events = coarse_min_events
         self.first_paint = threading.Event()  # set once a coarse window or busy answer went out
+        # what the tracks and the first paint were read from: "index" (the cache), "summary" (what view
+        # wrote beside the events), "events" (a scan), "events+summary" (some processes each way), "none"
+        self.first_paint_from = "index"
         self._prepare()
 
     def wait_index(self) -> "Profile":
@@ -268,6 +271,7 @@ class Profile:
 
         The event group is an attribute of a leaf, not part of its key: a name has one group (the
         capture's type table), and the join that numbers events by leaf stays on the key's columns."""
+        self.first_paint_from = "none"
         if not self.ev_files:
             return [], None
         cur = self.cursor()
@@ -285,6 +289,7 @@ class Profile:
         parts = list(self._parts().items())
         summarised = [i for i, (_, files) in enumerate(parts) if all(f in sums for f in files)]
         rest = [i for i in range(len(parts)) if i not in set(summarised)]
+        self.first_paint_from = "+".join(x for x, n in (("events", rest), ("summary", summarised)) if n)
         got: list = []
         self.progress.step("scanning events", 0, len(parts))
         if summarised:  # one query over every summary
@@ -397,9 +402,9 @@ class Profile:
             JOIN (SELECT * FROM {self.tag}_leaves WHERE inst = {quote(inst)} AND pid = {int(pid)}) l
                  ON l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
                  AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").to_arrow_table()
-        leaf = _np(tab.column("leaf"), np.int32)
-        s = _np(tab.column("s"), np.int64)
-        first, xrow, xflow = split_flows(tab.column("f"))
+        leaf = index_build.column_np(tab.column("leaf"), np.int32)
+        s = index_build.column_np(tab.column("s"), np.int64)
+        first, xrow, xflow = index_build.split_flows(tab.column("f"))
         # sorting here beats ORDER BY in the query (~1.6x); parts are usually sorted by start already,
         # so a stable sort by leaf alone is often enough
         o = np.argsort(leaf, kind="stable")
@@ -411,7 +416,8 @@ class Profile:
             inv = np.empty(len(o), dtype=np.int64)
             inv[o] = np.arange(len(o))
             xrow = inv[xrow]
-        return (leaf, s, _np(tab.column("d"), np.int64)[o], _np(tab.column("id"), np.int64)[o], first[o], xrow, xflow)
+        col = index_build.column_np
+        return (leaf, s, col(tab.column("d"), np.int64)[o], col(tab.column("id"), np.int64)[o], first[o], xrow, xflow)
 
     def _event_chunks(self) -> Iterator[tuple[np.ndarray, ...]]:
         """Every process's events, read a few processes at a time.
@@ -456,38 +462,6 @@ class Profile:
                                      on_level=lambda k: self.progress.step("building pyramid", k, len(levels)))
         self.index_build_s = time.perf_counter() - t
         return idx
-
-
-def _np(col: Any, dtype: Any) -> np.ndarray:
-    """A non-null Arrow column as a numpy array."""
-    return np.asarray(col.to_numpy(), dtype=dtype)
-
-
-def split_flows(col: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first id per row, 0 when none; rows with further ids; those ids) of an Arrow list column of flow
-    ids, without a Python object per row (null lists and null or 0 ids count as none)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    n = len(arr)
-    first = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
-    starts = np.asarray(arr.offsets.to_numpy()[:-1], dtype=np.int64)
-    vals = np.asarray(pc.fill_null(arr.values, 0).to_numpy(), dtype=np.int64)
-    has = lens > 0
-    first[has] = vals[starts[has]]
-    many = np.flatnonzero(lens > 1)
-    if not len(many):
-        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    extra = lens[many] - 1
-    xrow = np.repeat(many, extra)
-    ramp = np.arange(int(extra.sum()), dtype=np.int64) - np.repeat(np.cumsum(extra) - extra, extra)
-    xflow = vals[starts[xrow] + 1 + ramp]
-    keep = xflow != 0
-    return first, xrow[keep], xflow[keep]
 
 
 def stamp(path: str | None) -> tuple[int, int, int] | None:
