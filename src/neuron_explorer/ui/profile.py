@@ -179,28 +179,17 @@ class Profile:
         idx = index.EventIndex.load(cache) if cache is not None else None
         # the leaf table travels with the cached index: no scan at all
         if idx is not None:
-            self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])]
+            self._set_leaves([Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])])
         else:
-            self.leaves, self.coarse = self._scan_leaves()
-        self.total_events = sum(lf.n for lf in self.leaves)
-        self._names = sorted({lf.name for lf in self.leaves})
-        pos = {n: i for i, n in enumerate(self._names)}
-        self.leaf_name = np.array([pos[lf.name] for lf in self.leaves], dtype=np.int64)
+            self._set_leaves(*self._scan_leaves())
         self.progress.step("loading counters")
-        cstats = self._load_counters()
-        starts = [lf.mn for lf in self.leaves] + ([int(cstats[0])] if cstats[0] is not None else [])
-        ends = [lf.mx for lf in self.leaves] + ([int(cstats[1])] if cstats[1] is not None else [])
-        self.origin = min(starts) if starts else 0
-        self.end = max(ends) if ends else self.origin
-        self.duration = max(self.end - self.origin, 1)
-        # index times are relative to the earliest event start; responses to the profile origin
-        self.base = min(lf.mn for lf in self.leaves) if self.leaves else self.origin
-        self.shift = self.base - self.origin
+        self._cstats = self._load_counters()
+        self._set_extent()
         self.prepare_s = time.perf_counter() - t
         if idx is None and self.leaves and self.total_events < self.coarse_min_events:
             # small: the index takes about as long as the coarse paint would, so no coarse phase
             self.coarse = None
-            idx = index.EventIndex.cached(cache, self._build_index)
+            idx = self._build_checked(cache)
             self._prune_cache(cache)
         if idx is not None or not self.leaves:
             self._set_index(idx)
@@ -209,6 +198,40 @@ class Profile:
             self.progress.settled.set()
             threading.Thread(target=self._build_in_background, args=(cache,), daemon=True,
                              name=f"index-{self.name}").start()
+
+    def _set_leaves(self, leaves: list[Leaf], coarse_level: "coarse.CoarseLevel | None" = None) -> None:
+        self.leaves, self.coarse = leaves, coarse_level
+        self.total_events = sum(lf.n for lf in leaves)
+        self._names = sorted({lf.name for lf in leaves})
+        pos = {n: i for i, n in enumerate(self._names)}
+        self.leaf_name = np.array([pos[lf.name] for lf in leaves], dtype=np.int64)
+        self._rows = {}
+
+    def _set_extent(self) -> None:
+        """The profile's origin and end (events and counters) and the index's base."""
+        cstats = self._cstats
+        starts = [lf.mn for lf in self.leaves] + ([int(cstats[0])] if cstats[0] is not None else [])
+        ends = [lf.mx for lf in self.leaves] + ([int(cstats[1])] if cstats[1] is not None else [])
+        self.origin = min(starts) if starts else 0
+        self.end = max(ends) if ends else self.origin
+        self.duration = max(self.end - self.origin, 1)
+        # index times are relative to the earliest event start; responses to the profile origin
+        self.base = min(lf.mn for lf in self.leaves) if self.leaves else self.origin
+        self.shift = self.base - self.origin
+
+    def _build_checked(self, cache: Path | None) -> index.EventIndex:
+        """The index from the cache or built. A summary that passed its checks but whose tracks are not
+        the events' (damaged inside a page the checks do not read) fails the build's count check: the
+        leaves are then read from the events and the build runs again (the browser's next tracks
+        request sees them)."""
+        try:
+            return index.EventIndex.cached(cache, self._build_index)
+        except ValueError:
+            if "summary" not in self.first_paint_from:
+                raise
+        self._set_leaves(*self._scan_leaves(use_summary=False))
+        self._set_extent()
+        return index.EventIndex.cached(cache, self._build_index)
 
     def _set_index(self, idx: index.EventIndex | None) -> None:
         if idx is not None and not self.index_ready:  # the leaves with their exact longest durations
@@ -228,7 +251,7 @@ class Profile:
             # before the build takes them: they wait behind it otherwise, on a loaded 2-core machine
             # several seconds (a client asking nothing delays the build by the grace at most)
             self.first_paint.wait(FIRST_PAINT_GRACE_S)
-            idx = index.EventIndex.cached(cache, self._build_index)
+            idx = self._build_checked(cache)
             self._prune_cache(cache)
             self._set_index(idx)
         except Exception as e:  # noqa: BLE001 - reported by /status and by the requests that wait
@@ -264,7 +287,7 @@ class Profile:
         h.update(f"{self.pyramid_min_events}:{index_build.FORMAT}".encode())
         return h.hexdigest()[:16]
 
-    def _scan_leaves(self) -> tuple[list[Leaf], "coarse.CoarseLevel | None"]:
+    def _scan_leaves(self, use_summary: bool = True) -> tuple[list[Leaf], "coarse.CoarseLevel | None"]:
         """The leaf table and the coarse level from one aggregate per process (the index is not cached):
         over the summaries ``view`` wrote beside the events when they are the events files' (a few kB
         per process), else over the events (``ingest_summary``).
@@ -275,7 +298,8 @@ class Profile:
         if not self.ev_files:
             return [], None
         cur = self.cursor()
-        sums = ingest_summary.matching(cur, self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY))
+        sums = ingest_summary.matching(cur, self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY)) \
+            if use_summary else {}
         if len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
             ext4 = ingest_summary.extent(cur, list(sums.values()))
             ext, shift = (ext4[:3], ext4[3]) if ext4 is not None else (None, 0)
@@ -288,16 +312,19 @@ class Profile:
         aligned = ext[0] - ext[0] % w
         parts = list(self._parts().items())
         summarised = [i for i, (_, files) in enumerate(parts) if all(f in sums for f in files)]
-        rest = [i for i in range(len(parts)) if i not in set(summarised)]
-        self.first_paint_from = "+".join(x for x, n in (("events", rest), ("summary", summarised)) if n)
         got: list = []
         self.progress.step("scanning events", 0, len(parts))
         if summarised:  # one query over every summary
-            got_parts = ingest_summary.scan(cur, [[sums[f] for f in parts[i][1]] for i in summarised], aligned,
-                                            w.bit_length() - 1)
+            try:
+                got_parts = ingest_summary.scan(cur, [[sums[f] for f in parts[i][1]] for i in summarised], aligned,
+                                                w.bit_length() - 1)
+            except duckdb.Error:  # a summary damaged where the checks did not read: scan the events instead
+                summarised, got_parts = [], []
             for i, cols in zip(summarised, got_parts):
                 got.extend(coarse.split_part(*parts[i][0], cols, ext[2]))
             self.progress.step("scanning events", len(summarised), len(parts))
+        rest = [i for i in range(len(parts)) if i not in set(summarised)]
+        self.first_paint_from = "+".join(x for x, n in (("events", rest), ("summary", summarised)) if n)
         # the others: one aggregate of the events per process, a few at a time (the same rows as one
         # query over every file, with progress to show on a cold open)
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
