@@ -31,29 +31,32 @@ _I64_MAX = np.iinfo(np.int64).max
 _I64_MIN = np.iinfo(np.int64).min
 
 
-def _key_codes(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A dense number per row for its (thread, core, type), and those keys as an (n_keys, 3) array.
-
-    A process's thread ids lie close together (the OS numbers them near the pid) and cores and types
-    are small numbers, so the three usually fit a small dense range: numbered there with a bincount
-    (no sort, no hashing). Keys spread wider are numbered by ``np.unique`` (a sort)."""
-    tid, nc, typ = (np.asarray(a, dtype=np.int64) for a in (tid, nc, typ))
+def _dense_key(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, key: np.ndarray, tmp: np.ndarray
+               ) -> tuple[np.ndarray, tuple, tuple] | None:
+    """(key, lows, spans): each row's (thread, core, type) as one number in their dense range, when
+    that range is small (a process's thread ids lie close together, the OS numbers them near the pid;
+    cores and types are small numbers); None when it is not. A constant column costs no pass.
+    ``key`` and ``tmp`` are scratch arrays of the rows' length (written, returned as ``key``)."""
+    n = len(key)
     lo = (int(tid.min()), int(nc.min()), int(typ.min()))
     span = (int(tid.max()) - lo[0] + 1, int(nc.max()) - lo[1] + 1, int(typ.max()) - lo[2] + 1)
-    if span[0] * span[1] * span[2] <= 4 * len(tid) + 65536:
-        key = (tid - lo[0]) * (span[1] * span[2])
-        key += (nc - lo[1]) * span[2]
-        key += typ - lo[2]
-        present = np.flatnonzero(np.bincount(key, minlength=span[0] * span[1] * span[2]))
-        number = np.zeros(span[0] * span[1] * span[2], dtype=np.int64)
-        number[present] = np.arange(len(present), dtype=np.int64)
-        keys = np.stack([present // (span[1] * span[2]) + lo[0], present // span[2] % span[1] + lo[1],
-                         present % span[2] + lo[2]], axis=1)
-        return number[key], keys
-    rec = np.rec.fromarrays([tid, nc, typ])
+    if span[0] * span[1] * span[2] > 4 * n + 65536:
+        return None
+    np.subtract(typ, lo[2], out=key, casting="unsafe")
+    for col, low, mult, used in ((nc, lo[1], span[2], span[1] > 1), (tid, lo[0], span[1] * span[2], span[0] > 1)):
+        if used:
+            np.subtract(col, low, out=tmp, casting="unsafe")
+            tmp *= mult
+            key += tmp
+    return key, lo, span
+
+
+def _unique_keys(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A number per row for its (thread, core, type) and those keys as an (n_keys, 3) array, by
+    ``np.unique`` (a sort: keys spread too wide for ``_dense_key``)."""
+    rec = np.rec.fromarrays([np.asarray(a, dtype=np.int64) for a in (tid, nc, typ)])
     u, codes = np.unique(rec, return_inverse=True)
-    keys = np.stack([u.f0, u.f1, u.f2], axis=1).astype(np.int64)
-    return np.asarray(codes, dtype=np.int64).reshape(-1), keys
+    return np.asarray(codes, dtype=np.int64).reshape(-1), np.stack([u.f0, u.f1, u.f2], axis=1).astype(np.int64)
 
 
 def _strings(idx: np.ndarray, values: Sequence[str | None]) -> pa.Array:
@@ -62,9 +65,23 @@ def _strings(idx: np.ndarray, values: Sequence[str | None]) -> pa.Array:
                                           pa.array([v or "" for v in values], type=pa.string()))
 
 
+def _scratch(scratch: dict[str, np.ndarray] | None, name: str, n: int) -> np.ndarray:
+    """An int64 array of ``n`` to write into, reused from chunk to chunk when ``scratch`` is given:
+    fresh arrays of a chunk's length cost more in page faults (on this VM ~1.5 ms per 2 MB) than
+    the arithmetic written into them."""
+    if scratch is None:
+        return np.empty(n, dtype=np.int64)
+    a = scratch.get(name)
+    if a is None or len(a) < n:
+        a = scratch[name] = np.empty(n, dtype=np.int64)
+    return a[:n]
+
+
 def chunk(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, start: np.ndarray, end: np.ndarray,
-          names: Sequence[str], sources: Sequence[str | None], groups: Sequence[str | None]) -> pa.Table:
-    """The summary rows of one row group: ``typ`` indexes ``names``/``sources``/``groups``."""
+          names: Sequence[str], sources: Sequence[str | None], groups: Sequence[str | None],
+          scratch: dict[str, np.ndarray] | None = None) -> pa.Table:
+    """The summary rows of one row group: ``typ`` indexes ``names``/``sources``/``groups``.
+    ``scratch``: a dict kept by the caller from chunk to chunk (work arrays reused)."""
     n = len(start)
     if n == 0:
         return SCHEMA.empty_table()
@@ -75,18 +92,25 @@ def chunk(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, start: np.ndarray, e
     lo = int(start.min())
     shift = summary_shift(int(start.max()) - lo)
     b0 = lo >> shift
-    b = (start >> shift) - b0
+    b = np.right_shift(start, shift, out=_scratch(scratch, "b", n))
+    b -= b0
     nb = int(b.max()) + 1
-    codes, keys = _key_codes(tid, nc, typ)
-    gid = codes * nb + b
-    size = len(keys) * nb
+    dense = _dense_key(tid, nc, typ, _scratch(scratch, "key", n), _scratch(scratch, "tmp", n))
+    if dense is not None:  # the (key, bucket) number straight from the dense key: no renumbering pass
+        gid, lo_k, span = dense
+        size = span[0] * span[1] * span[2] * nb
+    else:
+        gid, keys = _unique_keys(tid, nc, typ)
+        size = len(keys) * nb
+    gid *= nb
+    gid += b
     used = None
-    if size > 4 * n + 4096:  # many keys: number the (key, bucket) pairs that occur instead
+    if size > 4 * n + 4096:  # many keys or buckets: number the (key, bucket) pairs that occur instead
         used, gid = np.unique(gid, return_inverse=True)
         gid = np.asarray(gid, dtype=np.int64).reshape(-1)
         size = len(used)
     count = np.bincount(gid, minlength=size)
-    dur = end - start
+    dur = np.subtract(end, start, out=_scratch(scratch, "tmp", n))
     total = np.zeros(size, dtype=np.int64)
     np.add.at(total, gid, dur)
     first = np.full(size, _I64_MAX, dtype=np.int64)
@@ -97,7 +121,12 @@ def chunk(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, start: np.ndarray, e
     np.maximum.at(longest, gid, dur)
     keep = np.flatnonzero(count)
     g = used[keep] if used is not None else keep
-    k = keys[g // nb]
+    if dense is not None:
+        kk = g // nb
+        k = np.stack([kk // (span[1] * span[2]) + lo_k[0], kk // span[2] % span[1] + lo_k[1], kk % span[2] + lo_k[2]],
+                     axis=1)
+    else:
+        k = keys[g // nb]
     return pa.Table.from_arrays([
         pa.array(k[:, 0]), pa.array(k[:, 1].astype(np.int32)), _strings(k[:, 2], sources),
         _strings(k[:, 2], names), _strings(k[:, 2], groups), pa.array(np.full(len(keep), shift, dtype=np.int32)),

@@ -277,6 +277,7 @@ class ParquetProcess(ProcessWriter):
         self._leaves = _leaves() if own is not None and parquet_writer() == "own" else None
         self._ev_path: str | None = None
         self._summary: list[pa.Table] = []  # per row group: the viewer's summary of it (event_summary)
+        self._summary_scratch: dict[str, np.ndarray] = {}  # its work arrays, reused from chunk to chunk
 
     def _part(self, table: str, instance_id: str, pid: int, name: str) -> str:
         d = os.path.join(self.target.work, table, f"instance={safe_component(instance_id)}", f"process={pid}")
@@ -310,7 +311,8 @@ class ParquetProcess(ProcessWriter):
         if pe.n:
             c = pe.cols
             self._summary.append(event_summary.chunk(c["thread_id"], c["nc_idx"], c["type"], c["start_ts"], c["end_ts"],
-                                                     pe.type_names, pe.type_sources, pe.type_groups))
+                                                     pe.type_names, pe.type_sources, pe.type_groups,
+                                                     self._summary_scratch))
         self.events += pe.n
         self.last = pe
 
@@ -321,6 +323,7 @@ class ParquetProcess(ProcessWriter):
         if self._ev_path is not None and pe is not None:
             event_summary.write(self._part(EVENT_SUMMARY, pe.instance_id, pe.pid, os.path.basename(self._ev_path)),
                                 self._summary, os.path.getsize(self._ev_path), self.events)
+            self._summary_scratch.clear()
         if pe is not None:
             ct = counters_table(pe)
             if ct.num_rows:
