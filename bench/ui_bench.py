@@ -36,6 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from neuron_explorer.contracts.dataset import EVENT_SUMMARY
+from neuron_explorer.exporters import event_summary
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "ui.json"
 CHROMIUM = os.environ.get("NEURON_EXPLORER_CHROMIUM", "/usr/bin/chromium")
@@ -54,12 +57,13 @@ def _dict(idx: np.ndarray, values: list[str]) -> pa.DictionaryArray:
 
 
 def write_store(out: Path, instances: int, per_instance: int, events: int, seed: int = 0,
-                straggler: int | None = None) -> int:
+                straggler: int | None = None, summary: bool = True) -> int:
     """A Parquet store with the `view` layout: ~events in total over instances x per_instance ranks.
 
     ``straggler``: the rank whose executions take longer (150-190 us instead of 20-150 us of each 200 us
     step) and that enters every collective 30 us after the others: busier on its summary track, last
-    to arrive in the per-collective table."""
+    to arrive in the per-collective table. ``summary``: write the events summary `view` writes
+    (without: a workspace of an older `view`, whose first open scans the events)."""
     rng = np.random.default_rng(seed)
     ranks = instances * per_instance
     per = events // ranks
@@ -123,6 +127,12 @@ def write_store(out: Path, instances: int, per_instance: int, events: int, seed:
             d = out / "SystemProfileEvents" / f"instance={iid}" / f"process={pid}"
             d.mkdir(parents=True, exist_ok=True)
             pq.write_table(tbl, d / "part-0.parquet", row_group_size=1 << 20, compression="zstd")
+            if summary:  # what `view` writes beside the events for the viewer's first paint
+                sd = out / EVENT_SUMMARY / f"instance={iid}" / f"process={pid}"
+                sd.mkdir(parents=True, exist_ok=True)
+                event_summary.write(str(sd / "part-0.parquet"), [event_summary.chunk(
+                    tid, np.full(n, lp, dtype=np.int32), typ, s, e, NAMES, SOURCES, GROUPS)],
+                    (d / "part-0.parquet").stat().st_size, n)
             total += n
             # 10 Hz CPU / memory samples over the span
             ts = np.arange(s[0], e.max(), 100_000_000, dtype=np.int64)
@@ -188,11 +198,12 @@ def format_sizes(work: Path, ranks: int, per_rank: int) -> dict:
     return out
 
 
-def cold_open(url: str, name: str, server_pid: int | None = None) -> dict:
+def cold_open(url: str, name: str, server_pid: int | None = None, timings: bool = False) -> dict:
     """Open a profile the server has not prepared: ms (after navigation) until the progress bar shows,
     until the timeline's first paint (the coarse view, while the event index builds), and until the
     detail (the index) is drawn; with ``server_pid``, the server's CPU seconds at the first paint (the
-    figure a loaded machine does not distort: what a first paint costs on an idle one)."""
+    figure a loaded machine does not distort: what a first paint costs on an idle one). With
+    ``timings``, when each API request of the first paint was answered (ms after navigation)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -207,12 +218,16 @@ def cold_open(url: str, name: str, server_pid: int | None = None) -> dict:
             ct = psutil.Process(server_pid).cpu_times()
             cpu = round(ct.user + ct.system, 2)
         got = pg.evaluate("() => ({p: window.__nxStats.progressShownMs, f: window.__nxStats.firstPaintMs})")
+        reqs = pg.evaluate("""() => performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/'))
+            .map((e) => [new URL(e.name).pathname.split('/').pop(), Math.round(e.startTime), Math.round(e.responseEnd)])""") \
+            if timings else None
         pg.wait_for_function("() => document.querySelector('[data-testid=system-timeline]').dataset.detail !== 'coarse'",
                              timeout=3_600_000)
         detail = pg.evaluate("performance.now()")
         b.close()
     return {"progress_shown_ms": None if got["p"] is None else round(got["p"], 1), "first_paint_ms": round(got["f"], 1),
-            "detail_ready_ms": round(detail, 1), "server_cpu_s_at_first_paint": cpu, "loadavg": list(os.getloadavg())}
+            "detail_ready_ms": round(detail, 1), "server_cpu_s_at_first_paint": cpu, "loadavg": list(os.getloadavg()),
+            **({"requests": [r for r in reqs if r[2] <= got["f"]]} if reqs is not None else {})}
 
 
 def main() -> None:

@@ -317,7 +317,7 @@ def test_split_flows_matches_a_python_reference_on_random_lists() -> None:
     """Fuzz: flow-id list columns with null lists, null and 0 ids, slices and several chunks."""
     import pyarrow as pa
 
-    from neuron_explorer.ui.profile import split_flows
+    from neuron_explorer.ui.index_build import split_flows
 
     rng = np.random.default_rng(21)
     for trial in range(200):

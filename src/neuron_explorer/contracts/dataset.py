@@ -24,9 +24,12 @@ MODELS = "ProfileModels"
 WARNINGS = "ViewWarnings"
 DEVICE_EVENTS = "DeviceProfileEvents"
 DEVICE_PROFILES = "DeviceProfiles"
+# per events file, the events counted per track key and time bucket: what a viewer draws before it has
+# read any event (docs/decisions/0054-ui-event-summary.md); written beside SystemProfileEvents
+EVENT_SUMMARY = "SystemProfileEventSummary"
 
 # tables written one process at a time, hive-partitioned: <Table>/instance=<id>/process=<pid>/part-<n>.parquet
-PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS)
+PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS, EVENT_SUMMARY)
 # tables written as one file each: <Table>.parquet
 SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES)
 
@@ -55,6 +58,24 @@ DEVICE_MEMORY_SOURCE = "device_memory"
 
 def device_memory_counter(nc: int, category: str) -> str:
     return f"{DEVICE_MEMORY_PREFIX}nc{int(nc)}.{category}"
+
+
+# the summary of one events file (same instance, process and file name) and how a reader checks it
+# is that file's: its footer holds the events file's size and row count under these keys
+SUMMARY_EVENTS_BYTES = "neuron_explorer.events_file_bytes"
+SUMMARY_EVENTS_ROWS = "neuron_explorer.events_file_rows"
+SUMMARY_MAX_BUCKETS = 1024  # per row group and key: a bucket width 2**shift >= 1 us giving at most this many
+
+
+def summary_shift(span_ns: int) -> int:
+    """The shift of the summary's buckets over a row group spanning ``span_ns``: the smallest
+    ``k >= 10`` with ``span_ns >> k`` below ``SUMMARY_MAX_BUCKETS``. A viewer wanting about 1024
+    buckets over the whole profile merges whole summary buckets (a row group spanning the whole
+    profile may have buckets twice as wide as it wants: it takes those)."""
+    k = 10
+    while (max(int(span_ns), 0) >> k) >= SUMMARY_MAX_BUCKETS:
+        k += 1
+    return k
 
 
 def table_file(table: str) -> str:
@@ -146,6 +167,15 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("num_nodes", "FX nodes"), ("signature", "input shapes and dtypes"),
     ],
     WARNINGS: [("message", "one line naming the file and the problem"), ("path", "file or directory")],
+    EVENT_SUMMARY: [
+        ("thread_id", "as in SystemProfileEvents"), ("nc_idx", "as in SystemProfileEvents (-1: none)"),
+        ("trace_event_source", "as in SystemProfileEvents ('': none)"), ("name", "event name"),
+        ("event_group", "as in SystemProfileEvents ('': none)"),
+        ("shift", "the bucket width is 2**shift ns (one width per row group of the events file)"),
+        ("bucket", "start_ts >> shift"), ("events", "events of this key starting in the bucket"),
+        ("first_start", "earliest start_ts"), ("last_end", "latest end_ts"),
+        ("total_ns", "sum of durations"), ("max_ns", "longest duration"),
+    ],
 }
 
 

@@ -23,7 +23,9 @@ import pyarrow.parquet as pq
 from neuron_explorer.contracts.env import parquet_writer
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
-from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
+from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
+                                             MODELS, SCHEMA_DOC, WARNINGS)
+from neuron_explorer.exporters import event_summary
 from neuron_explorer.analysis.device import DeviceProfileView, events_table as device_table
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
@@ -273,6 +275,9 @@ class ParquetProcess(ProcessWriter):
         self._ev_writer: pq.ParquetWriter | None = None
         self._own = None  # our writer (parquet_file.ParquetFileWriter), when the encoders are built
         self._leaves = _leaves() if own is not None and parquet_writer() == "own" else None
+        self._ev_path: str | None = None
+        self._summary: list[pa.Table] = []  # per row group: the viewer's summary of it (event_summary)
+        self._summary_scratch: dict[str, np.ndarray] = {}  # its work arrays, reused from chunk to chunk
 
     def _part(self, table: str, instance_id: str, pid: int, name: str) -> str:
         d = os.path.join(self.target.work, table, f"instance={safe_component(instance_id)}", f"process={pid}")
@@ -292,17 +297,22 @@ class ParquetProcess(ProcessWriter):
 
     def add(self, pe: ProcessEvents) -> None:
         """A chunk of the process's events (one file per process and table, a row group a chunk)."""
+        if pe.n and self._ev_path is None:
+            self._ev_path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
         if pe.n and self._leaves is not None:
             if self._own is None:
-                path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
-                self._own = own.ParquetFileWriter(path, self._leaves, EVENTS_SCHEMA, CREATED_BY)
+                self._own = own.ParquetFileWriter(self._ev_path, self._leaves, EVENTS_SCHEMA, CREATED_BY)
             self._own.write_row_group(pe.n, encode_chunk(self._leaves, pe))
         elif pe.n:
             t = events_table(pe)
             if self._ev_writer is None:
-                path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
-                self._ev_writer = pq.ParquetWriter(path, t.schema, **WRITE_OPTIONS)
+                self._ev_writer = pq.ParquetWriter(self._ev_path, t.schema, **WRITE_OPTIONS)
             self._ev_writer.write_table(t, row_group_size=1 << 20)
+        if pe.n:
+            c = pe.cols
+            self._summary.append(event_summary.chunk(c["thread_id"], c["nc_idx"], c["type"], c["start_ts"], c["end_ts"],
+                                                     pe.type_names, pe.type_sources, pe.type_groups,
+                                                     self._summary_scratch))
         self.events += pe.n
         self.last = pe
 
@@ -310,6 +320,10 @@ class ParquetProcess(ProcessWriter):
         """The process's counters, models and metadata row."""
         self._close_events()
         pe = self.last
+        if self._ev_path is not None and pe is not None:
+            event_summary.write(self._part(EVENT_SUMMARY, pe.instance_id, pe.pid, os.path.basename(self._ev_path)),
+                                self._summary, os.path.getsize(self._ev_path), self.events)
+            self._summary_scratch.clear()
         if pe is not None:
             ct = counters_table(pe)
             if ct.num_rows:

@@ -141,7 +141,8 @@ def overview(ws: Workspace, req: Request) -> Any:
 
 
 def status(ws: Workspace, req: Request) -> Any:
-    return ws.status(req.path_params["name"])
+    # ?wait_ms=: answer once the first paint can start, or after that long (at most 1 s)
+    return ws.status(req.path_params["name"], min(max(_num(req, "wait_ms", 0), 0.0), 1000.0) / 1000)
 
 
 def tracks(ws: Workspace, req: Request) -> Any:

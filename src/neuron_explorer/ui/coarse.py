@@ -56,8 +56,9 @@ def extent(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[int, int, 
 
 
 def scan_sql(files: list[str], base: int, w: int) -> str:
-    """Per leaf key and bucket: count, first start, last end, total duration; ordered by key then
-    bucket (one process's files). Only what a first paint needs: the process comes from the part, the
+    """Per leaf key and bucket (of width ``w`` counted from ``base``, a multiple of ``w`` so that
+    buckets are aligned as the summaries' are): count, first start, last end, total duration; ordered
+    by key then bucket (one process's files). Only what a first paint needs: the process comes from the part, the
     event ids and each leaf's exact longest duration from the index build (reading them here made the
     scan ~1.7x slower)."""
     return f"""
@@ -107,9 +108,14 @@ def split_part(inst: str, pid: int, cols: dict[str, Any], max_duration: int) -> 
             bs = _merge_buckets(b[i:j], bs)
         row = (inst, pid, int(key[0][i]), int(key[1][i]), str(key[2][i]), str(key[3][i]), int(c[i:j].sum()),
                int(s[i:j].min()), int(e[i:j].max()), min(int((e[i:j] - s[i:j]).max()), int(max_duration)),
-               max(str(x) for x in cols["g"][i:j]))
+               _group(cols["g"][i:j]))
         out.append((row, bs))
     return out
+
+
+def _group(g: np.ndarray) -> str:
+    """A leaf's event group: its buckets' (one, but for a name in two groups: the greatest)."""
+    return str(g[0]) if bool((g == g[0]).all()) else max(str(x) for x in g)
 
 
 def _merge_buckets(b: np.ndarray, bs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -287,3 +287,35 @@ def _save(out_dir: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any], n_
         if isinstance(v, np.memmap):
             v.flush()
     (out_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def column_np(col: Any, dtype: Any) -> np.ndarray:
+    """A non-null Arrow column as a numpy array."""
+    return np.asarray(col.to_numpy(), dtype=dtype)
+
+
+def split_flows(col: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first id per row, 0 when none; rows with further ids; those ids) of an Arrow list column of flow
+    ids, without a Python object per row (null lists and null or 0 ids count as none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(arr)
+    first = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
+    starts = np.asarray(arr.offsets.to_numpy()[:-1], dtype=np.int64)
+    vals = np.asarray(pc.fill_null(arr.values, 0).to_numpy(), dtype=np.int64)
+    has = lens > 0
+    first[has] = vals[starts[has]]
+    many = np.flatnonzero(lens > 1)
+    if not len(many):
+        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    extra = lens[many] - 1
+    xrow = np.repeat(many, extra)
+    ramp = np.arange(int(extra.sum()), dtype=np.int64) - np.repeat(np.cumsum(extra) - extra, extra)
+    xflow = vals[starts[xrow] + 1 + ramp]
+    keep = xflow != 0
+    return first, xrow[keep], xflow[keep]

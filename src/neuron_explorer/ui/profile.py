@@ -38,9 +38,9 @@ from typing import Any, Iterator
 import duckdb
 import numpy as np
 
-from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS,
-                                             WARNINGS, table_file)
-from neuron_explorer.ui import coarse, index, index_build, paths
+from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
+                                             MODELS, WARNINGS, table_file)
+from neuron_explorer.ui import coarse, index, index_build, ingest_summary, paths
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
 
@@ -68,6 +68,7 @@ class Progress:
         self.error: str | None = None
         self.coarse = False  # the coarse level is served while the index builds
         self.reported = False  # the error went out once in /status
+        self.settled = threading.Event()  # set once coarse, ready or failed: what a waiting /status waits for
 
     def step(self, phase: str, done: int = 0, total: int = 0) -> None:
         self.phase, self.done, self.total = phase, done, total
@@ -124,6 +125,9 @@ class Profile:
         self._index_gate = index_gate  # tests: hold the background build until set
         self.coarse_min_events = coarse_min_events
         self.first_paint = threading.Event()  # set once a coarse window or busy answer went out
+        # what the tracks and the first paint were read from: "index" (the cache), "summary" (what view
+        # wrote beside the events), "events" (a scan), "events+summary" (some processes each way), "none"
+        self.first_paint_from = "index"
         self._prepare()
 
     def wait_index(self) -> "Profile":
@@ -175,15 +179,37 @@ class Profile:
         idx = index.EventIndex.load(cache) if cache is not None else None
         # the leaf table travels with the cached index: no scan at all
         if idx is not None:
-            self.leaves = [Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])]
+            self._set_leaves([Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])])
         else:
-            self.leaves, self.coarse = self._scan_leaves()
-        self.total_events = sum(lf.n for lf in self.leaves)
-        self._names = sorted({lf.name for lf in self.leaves})
-        pos = {n: i for i, n in enumerate(self._names)}
-        self.leaf_name = np.array([pos[lf.name] for lf in self.leaves], dtype=np.int64)
+            self._set_leaves(*self._scan_leaves())
         self.progress.step("loading counters")
-        cstats = self._load_counters()
+        self._cstats = self._load_counters()
+        self._set_extent()
+        self.prepare_s = time.perf_counter() - t
+        if idx is None and self.leaves and self.total_events < self.coarse_min_events:
+            # small: the index takes about as long as the coarse paint would, so no coarse phase
+            self.coarse = None
+            idx = self._build_checked(cache)
+            self._prune_cache(cache)
+        if idx is not None or not self.leaves:
+            self._set_index(idx)
+        else:
+            self.progress.coarse = True
+            self.progress.settled.set()
+            threading.Thread(target=self._build_in_background, args=(cache,), daemon=True,
+                             name=f"index-{self.name}").start()
+
+    def _set_leaves(self, leaves: list[Leaf], coarse_level: "coarse.CoarseLevel | None" = None) -> None:
+        self.leaves, self.coarse = leaves, coarse_level
+        self.total_events = sum(lf.n for lf in leaves)
+        self._names = sorted({lf.name for lf in leaves})
+        pos = {n: i for i, n in enumerate(self._names)}
+        self.leaf_name = np.array([pos[lf.name] for lf in leaves], dtype=np.int64)
+        self._rows = {}
+
+    def _set_extent(self) -> None:
+        """The profile's origin and end (events and counters) and the index's base."""
+        cstats = self._cstats
         starts = [lf.mn for lf in self.leaves] + ([int(cstats[0])] if cstats[0] is not None else [])
         ends = [lf.mx for lf in self.leaves] + ([int(cstats[1])] if cstats[1] is not None else [])
         self.origin = min(starts) if starts else 0
@@ -192,18 +218,20 @@ class Profile:
         # index times are relative to the earliest event start; responses to the profile origin
         self.base = min(lf.mn for lf in self.leaves) if self.leaves else self.origin
         self.shift = self.base - self.origin
-        self.prepare_s = time.perf_counter() - t
-        if idx is None and self.leaves and self.total_events < self.coarse_min_events:
-            # small: the index takes about as long as the coarse paint would, so no coarse phase
-            self.coarse = None
-            idx = index.EventIndex.cached(cache, self._build_index)
-            self._prune_cache(cache)
-        if idx is not None or not self.leaves:
-            self._set_index(idx)
-        else:
-            self.progress.coarse = True
-            threading.Thread(target=self._build_in_background, args=(cache,), daemon=True,
-                             name=f"index-{self.name}").start()
+
+    def _build_checked(self, cache: Path | None) -> index.EventIndex:
+        """The index from the cache or built. A summary that passed its checks but whose tracks are not
+        the events' (damaged inside a page the checks do not read) fails the build's count check: the
+        leaves are then read from the events and the build runs again (the browser's next tracks
+        request sees them)."""
+        try:
+            return index.EventIndex.cached(cache, self._build_index)
+        except ValueError:
+            if "summary" not in self.first_paint_from:
+                raise
+        self._set_leaves(*self._scan_leaves(use_summary=False))
+        self._set_extent()
+        return index.EventIndex.cached(cache, self._build_index)
 
     def _set_index(self, idx: index.EventIndex | None) -> None:
         if idx is not None and not self.index_ready:  # the leaves with their exact longest durations
@@ -211,6 +239,7 @@ class Profile:
         self.levels = list(idx.levels) if idx is not None else []
         self.index = idx
         self.progress.step("ready")
+        self.progress.settled.set()
         self._index_ready.set()
 
     def _build_in_background(self, cache: Path | None) -> None:
@@ -222,12 +251,13 @@ class Profile:
             # before the build takes them: they wait behind it otherwise, on a loaded 2-core machine
             # several seconds (a client asking nothing delays the build by the grace at most)
             self.first_paint.wait(FIRST_PAINT_GRACE_S)
-            idx = index.EventIndex.cached(cache, self._build_index)
+            idx = self._build_checked(cache)
             self._prune_cache(cache)
             self._set_index(idx)
         except Exception as e:  # noqa: BLE001 - reported by /status and by the requests that wait
             first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
             self.index_error = self.progress.error = first
+            self.progress.settled.set()
             self._index_ready.set()
 
     def _read_metadata(self) -> None:
@@ -257,33 +287,57 @@ class Profile:
         h.update(f"{self.pyramid_min_events}:{index_build.FORMAT}".encode())
         return h.hexdigest()[:16]
 
-    def _scan_leaves(self) -> tuple[list[Leaf], "coarse.CoarseLevel | None"]:
-        """The leaf table and the coarse level from one aggregate per process (the index is not cached).
+    def _scan_leaves(self, use_summary: bool = True) -> tuple[list[Leaf], "coarse.CoarseLevel | None"]:
+        """The leaf table and the coarse level from one aggregate per process (the index is not cached):
+        over the summaries ``view`` wrote beside the events when they are the events files' (a few kB
+        per process), else over the events (``ingest_summary``).
 
         The event group is an attribute of a leaf, not part of its key: a name has one group (the
         capture's type table), and the join that numbers events by leaf stays on the key's columns."""
+        self.first_paint_from = "none"
         if not self.ev_files:
             return [], None
-        ext = coarse.extent(self.cursor(), [f for _, _, f in self.ev_files])
+        cur = self.cursor()
+        sums = ingest_summary.matching(cur, self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY)) \
+            if use_summary else {}
+        if len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
+            ext4 = ingest_summary.extent(cur, list(sums.values()))
+            ext, shift = (ext4[:3], ext4[3]) if ext4 is not None else (None, 0)
+        else:
+            ext, shift = coarse.extent(cur, [f for _, _, f in self.ev_files]), ingest_summary.max_shift(cur, list(sums.values()))
         if ext is None:
             return [], None
-        base, w = ext[0], coarse.bucket_width(max(ext[1] - ext[0], 1))
-        parts = self._parts()
+        # buckets aligned to multiples of their width: whole summary buckets merge into them exactly
+        w = max(coarse.bucket_width(max(ext[1] - ext[0], 1)), 1 << shift)
+        aligned = ext[0] - ext[0] % w
+        parts = list(self._parts().items())
+        summarised = [i for i, (_, files) in enumerate(parts) if all(f in sums for f in files)]
         got: list = []
         self.progress.step("scanning events", 0, len(parts))
-        # one aggregate per process, a few at a time: the same rows as one query over every file,
-        # with progress to show on a cold open
+        if summarised:  # one query over every summary
+            try:
+                got_parts = ingest_summary.scan(cur, [[sums[f] for f in parts[i][1]] for i in summarised], aligned,
+                                                w.bit_length() - 1)
+            except duckdb.Error:  # a summary damaged where the checks did not read: scan the events instead
+                summarised, got_parts = [], []
+            for i, cols in zip(summarised, got_parts):
+                got.extend(coarse.split_part(*parts[i][0], cols, ext[2]))
+            self.progress.step("scanning events", len(summarised), len(parts))
+        rest = [i for i in range(len(parts)) if i not in set(summarised)]
+        self.first_paint_from = "+".join(x for x, n in (("events", rest), ("summary", summarised)) if n)
+        # the others: one aggregate of the events per process, a few at a time (the same rows as one
+        # query over every file, with progress to show on a cold open)
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 4))) as pool:
-            for i, part in enumerate(pool.map(lambda kv: self._scan_part(*kv[0], kv[1], base, w, ext[2]),
-                                              parts.items())):
+            for k, part in enumerate(pool.map(lambda i: self._scan_part(*parts[i][0], parts[i][1], aligned, w, ext[2]),
+                                              rest)):
                 got.extend(part)
-                self.progress.step("scanning events", i + 1, len(parts))
+                self.progress.step("scanning events", len(summarised) + k + 1, len(parts))
         got.sort(key=lambda x: x[0][:6])
         leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
-        return leaves, coarse.build(got, base, w)
+        return leaves, coarse.build(got, ext[0], w)
 
-    def _scan_part(self, inst: str, pid: int, files: list[str], base: int, w: int, max_duration: int) -> list:
-        got = self.cursor().execute(coarse.scan_sql(files, base, w)).fetchnumpy()
+    def _scan_part(self, inst: str, pid: int, files: list[str], aligned: int, w: int, max_duration: int) -> list:
+        got = self.cursor().execute(coarse.scan_sql(files, aligned, w)).fetchnumpy()
         return coarse.split_part(inst, pid, got, max_duration)
 
     def _parts(self) -> dict[tuple[str, int], list[str]]:
@@ -375,9 +429,9 @@ class Profile:
             JOIN (SELECT * FROM {self.tag}_leaves WHERE inst = {quote(inst)} AND pid = {int(pid)}) l
                  ON l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
                  AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").to_arrow_table()
-        leaf = _np(tab.column("leaf"), np.int32)
-        s = _np(tab.column("s"), np.int64)
-        first, xrow, xflow = split_flows(tab.column("f"))
+        leaf = index_build.column_np(tab.column("leaf"), np.int32)
+        s = index_build.column_np(tab.column("s"), np.int64)
+        first, xrow, xflow = index_build.split_flows(tab.column("f"))
         # sorting here beats ORDER BY in the query (~1.6x); parts are usually sorted by start already,
         # so a stable sort by leaf alone is often enough
         o = np.argsort(leaf, kind="stable")
@@ -389,7 +443,8 @@ class Profile:
             inv = np.empty(len(o), dtype=np.int64)
             inv[o] = np.arange(len(o))
             xrow = inv[xrow]
-        return (leaf, s, _np(tab.column("d"), np.int64)[o], _np(tab.column("id"), np.int64)[o], first[o], xrow, xflow)
+        col = index_build.column_np
+        return (leaf, s, col(tab.column("d"), np.int64)[o], col(tab.column("id"), np.int64)[o], first[o], xrow, xflow)
 
     def _event_chunks(self) -> Iterator[tuple[np.ndarray, ...]]:
         """Every process's events, read a few processes at a time.
@@ -434,38 +489,6 @@ class Profile:
                                      on_level=lambda k: self.progress.step("building pyramid", k, len(levels)))
         self.index_build_s = time.perf_counter() - t
         return idx
-
-
-def _np(col: Any, dtype: Any) -> np.ndarray:
-    """A non-null Arrow column as a numpy array."""
-    return np.asarray(col.to_numpy(), dtype=dtype)
-
-
-def split_flows(col: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first id per row, 0 when none; rows with further ids; those ids) of an Arrow list column of flow
-    ids, without a Python object per row (null lists and null or 0 ids count as none)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    n = len(arr)
-    first = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(), dtype=np.int64)
-    starts = np.asarray(arr.offsets.to_numpy()[:-1], dtype=np.int64)
-    vals = np.asarray(pc.fill_null(arr.values, 0).to_numpy(), dtype=np.int64)
-    has = lens > 0
-    first[has] = vals[starts[has]]
-    many = np.flatnonzero(lens > 1)
-    if not len(many):
-        return first, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    extra = lens[many] - 1
-    xrow = np.repeat(many, extra)
-    ramp = np.arange(int(extra.sum()), dtype=np.int64) - np.repeat(np.cumsum(extra) - extra, extra)
-    xflow = vals[starts[xrow] + 1 + ramp]
-    keep = xflow != 0
-    return first, xrow[keep], xflow[keep]
 
 
 def stamp(path: str | None) -> tuple[int, int, int] | None:

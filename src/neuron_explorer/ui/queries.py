@@ -44,6 +44,7 @@ def overview(p: Profile) -> dict[str, Any]:
         "processes": [wire.record(m) for m in p.meta],
         "instances": sorted({lf.inst for lf in p.leaves} | {m["instance_id"] for m in p.meta}),
         "levels": p.levels, "prepare_s": round(p.prepare_s, 3), "index_ready": p.index_ready,
+        "first_paint_from": p.first_paint_from,
         "index": {"bytes": p.index.nbytes() if p.index is not None else 0,
                   "build_s": round(p.index_build_s, 3) if p.index_build_s is not None else None},
         "device_profiles": len(device_profiles(p)),

@@ -118,23 +118,37 @@ class Workspace:
         with lock:
             p = self._profiles.get(name)
             if p is None:
-                prog = self._progress[name] = Progress()
+                prog = self._progress.get(name)
+                if prog is None or prog.error or prog.settled.is_set():  # else: status()'s, for this preparation
+                    prog = self._progress[name] = Progress()
                 try:
                     p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events, self.raw_budget,
                                 progress=prog, index_gate=self.index_gate, coarse_min_events=self.coarse_min_events)
                 except Exception as e:
                     prog.error = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                    prog.settled.set()
                     raise
                 with self._lock:
                     self._profiles[name] = p
         return p
 
-    def status(self, name: str) -> dict[str, Any]:
-        """How far ``name``'s preparation has got, without waiting for it (``/status``).
+    def status(self, name: str, wait_s: float = 0.0) -> dict[str, Any]:
+        """How far ``name``'s preparation has got (``/status``); with ``wait_s`` (at most 1 s), the answer
+        waits until the first paint can start (coarse, ready or failed) or that long, whichever is first.
 
         The first call starts the preparation in a background thread, so a browser opening a profile
         never seen before shows a progress bar within a request's time instead of a blank page for
-        the minutes a 100M-event index build takes."""
+        the minutes a 100M-event index build takes. The wait spares a cold open the polling interval:
+        the answer goes out as soon as the summary is read (docs/decisions/0055-ui-cold-open-requests.md)."""
+        st = self._status(name)
+        if wait_s > 0 and st.get("state") == "preparing" and not st.get("coarse"):
+            with self._lock:
+                prog = self._progress.get(name)
+            if prog is not None and prog.settled.wait(min(float(wait_s), 1.0)):
+                st = self._status(name)
+        return st
+
+    def _status(self, name: str) -> dict[str, Any]:
         paths.check_profile_name(name)
         try:
             paths.resolve_profile(self.root, name)  # a link out of the workspace: PathRejected, as for the others

@@ -35,7 +35,8 @@ export function encodeRows(idx) {
 export const api = {
   profiles: () => get("/api/profiles"),
   overview: (name, early) => get(P(name), early ? { wait: 0 } : undefined),
-  status: (name) => get(`${P(name)}/status`),
+  // waitMs: the server answers as soon as the first paint can start, or after that long
+  status: (name, waitMs) => get(`${P(name)}/status`, waitMs ? { wait_ms: waitMs } : undefined),
   tracks: (name, mode, layout) => get(`${P(name)}/tracks`, { mode, layout }),
   window: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/window`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
   counters: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/counters`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),

@@ -199,7 +199,8 @@ async function detailLoading(w, tl, statusEl) {
 async function waitReady(w, body) {
   // a cold open scans the profile first (its tracks and a coarse view): show its progress instead of a
   // blank widget; the event index then builds in the background while the coarse timeline is shown
-  let st = await api.status(w.profile);
+  // the server holds each answer until the timeline can paint (or 250 ms): no polling interval to wait out
+  let st = await api.status(w.profile, 250);
   w.coarse = st.state === "preparing";
   if (st.state === "ready" || st.coarse) return true;
   const bar = h(`<div class="progress pad" data-testid="prepare-progress"><div>Preparing "${esc(w.profile)}" (first open builds the index; cached afterwards)…</div>
@@ -212,8 +213,7 @@ async function waitReady(w, body) {
     $(".bar span", bar).style.width = `${Math.round(st.fraction * 100)}%`;
     $(".phase", bar).textContent = `${st.phase}${st.total ? ` ${st.done}/${st.total}` : ""} · ${Math.round(st.fraction * 100)}% · ${st.elapsed_s ?? 0} s`;
     bar.dataset.fraction = String(st.fraction);
-    await new Promise((r) => setTimeout(r, 250));
-    st = await api.status(w.profile);
+    st = await api.status(w.profile, 250);
   }
   bar.remove();
   if (st.state === "error") { body.innerHTML = `<p class="pad">${esc(st.error)}</p>`; return false; }
