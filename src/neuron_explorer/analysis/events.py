@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from neuron_explorer.analysis.framework import label_types, link_regions
 from neuron_explorer.analysis.reader import Session, wall_offset_ns
+from neuron_explorer.util.arrays import numeric, strings
 
 # argument name in the vocabulary -> output column
 ARG_COLUMNS = {"model_id": "model_id", "exec_id": "exec_id", "ret": "ret", "op_str": "op", "seq": "seq",
@@ -83,6 +84,8 @@ def _extra_json(s: Session, typ: np.ndarray, present: list[int]) -> pa.Array:
     """Per event, the attributes that have no column, as a JSON object (null when there are none).
 
     Built with Arrow's string kernels over the events of each type, then scattered by one ``take``.
+    Every Arrow input is made from buffers (``util.arrays``; literals as scalars taken from such an
+    array): ``pa.array``/``pa.scalar`` would import pandas (decision 0050).
     """
     n = len(typ)
     e = s.events
@@ -99,15 +102,18 @@ def _extra_json(s: Session, typ: np.ndarray, present: list[int]) -> pa.Array:
             v = e[slot][idx]
             if arg.endswith("_str"):
                 if quoted is None:
-                    quoted = pa.array([json.dumps(x) for x in s.strings] + ["null"], type=pa.string())
-                val = quoted.take(pa.array(np.where((v >= 0) & (v < len(s.strings)), v, len(s.strings))))
+                    quoted = strings([json.dumps(x) for x in s.strings] + ["null"])
+                val = quoted.take(numeric(np.where((v >= 0) & (v < len(s.strings)), v, len(s.strings)), pa.int64()))
                 key = arg[:-4]
             else:
-                val = pc.cast(pa.array(v, type=pa.int64()), pa.string())
+                val = pc.cast(numeric(v, pa.int64()), pa.string())
                 key = arg
             parts += [("{" if k == 0 else ",") + json.dumps(key) + ":", val]
         parts.append("}")
-        pieces.append(pc.binary_join_element_wise(*parts, ""))
+        lits = strings([p for p in parts if isinstance(p, str)] + [""])
+        it = iter(range(len(lits)))
+        parts = [lits[next(it)] if isinstance(p, str) else p for p in parts]
+        pieces.append(pc.binary_join_element_wise(*parts, lits[len(lits) - 1]))
         rows.append(idx)
     if not pieces:
         return pa.nulls(n, type=pa.string())
@@ -117,7 +123,7 @@ def _extra_json(s: Session, typ: np.ndarray, present: list[int]) -> pa.Array:
     for idx in rows:
         take[idx] = np.arange(pos, pos + len(idx))
         pos += len(idx)
-    return values.take(pa.array(take))
+    return values.take(numeric(take))
 
 
 def build(s: Session, index: int, clock_offset_ns: int, id_base: int,

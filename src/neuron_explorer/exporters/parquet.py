@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from neuron_explorer.contracts.env import parquet_writer
+from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.dataset import COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENTS, METADATA, MODELS, SCHEMA_DOC, WARNINGS
@@ -83,7 +84,7 @@ def _dict_array(parts: tuple[np.ndarray, list[str], np.ndarray | None]) -> pa.Di
     """Dictionary column from ``_dict_parts`` (indices in range by construction, so not re-checked)."""
     idx, values, null = parts
     indices = _with_nulls(idx, pa.int32(), null)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(values, type=pa.string()), safe=False)
+    return pa.DictionaryArray.from_arrays(indices, strings(values, null_is_none=False), safe=False)
 
 
 def _remap_strings(ids: np.ndarray, strings: list[str]) -> tuple[np.ndarray, list[str], np.ndarray | None]:
@@ -196,7 +197,7 @@ def events_table(pe: ProcessEvents) -> pa.Table:
             arrays.append(_dict_array(parts[0]))
         elif kind == "list":
             offsets, values = parts[0]
-            arrays.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int64())))
+            arrays.append(pa.ListArray.from_arrays(numeric(offsets), numeric(values, pa.int64())))
         else:
             arrays.append(parts[0])
     return pa.Table.from_arrays(arrays, schema=EVENTS_SCHEMA)
@@ -354,9 +355,8 @@ def write_tables(root: str, pieces: list[Piece], warnings: list[tuple[str, str]]
 
     def write_rows(name: str, rows: list[dict]) -> None:
         cols = [c for c, _ in SCHEMA_DOC[name]]
-        data = {c: [r.get(c) for r in rows] for c in cols}
-        pq.write_table(pa.table(data) if rows else pa.table({c: pa.array([], type=pa.string()) for c in cols}),
-                       os.path.join(root, dataset.table_file(name)))
+        t = rows_table(rows, cols) if rows else pa.Table.from_arrays([strings([]) for _ in cols], names=cols)
+        pq.write_table(t, os.path.join(root, dataset.table_file(name)))
 
     for name in (METADATA, MODELS):
         write_rows(name, [r for p in pieces for r in p.tables.get(name, [])])
@@ -376,16 +376,12 @@ def counters_table(pe: ProcessEvents) -> pa.Table:
     parts = []
     for name, (ts, vals, unit) in process_counters(pe).items():
         k = len(ts)
-        parts.append(pa.table({
-            "instance_id": pa.array([pe.instance_id] * k, type=pa.string()),
-            "process_id": pa.array(np.full(k, pe.pid, dtype=np.int64)),
-            "ts": pa.array(ts, type=pa.int64()),
-            "counter": pa.array([name] * k, type=pa.string()),
-            "value": pa.array(np.asarray(vals, dtype=np.float64)),
-            "unit": pa.array([unit] * k, type=pa.string()),
-        }))
+        parts.append(pa.Table.from_arrays([  # from buffers: pa.array would import pandas (decision 0050)
+            repeated(pe.instance_id, k), numeric(np.full(k, pe.pid, dtype=np.int64)), numeric(ts, pa.int64()),
+            repeated(name, k), numeric(np.asarray(vals, dtype=np.float64)), repeated(unit, k)],
+            names=["instance_id", "process_id", "ts", "counter", "value", "unit"]))
     if not parts:
-        return pa.table({"ts": pa.array([], type=pa.int64())})
+        return pa.Table.from_arrays([numeric(np.zeros(0, dtype=np.int64))], names=["ts"])
     return pa.concat_tables(parts)
 
 

@@ -235,8 +235,9 @@ def encode_strings(leaf: Leaf, arr: pa.Array) -> Encoded:
         np.zeros(n + 1, dtype=np.int32)
     data = bufs[2] if bufs[2] is not None else b""
     null = None
-    if arr.null_count:
-        null = arr.is_null().to_numpy(zero_copy_only=False)
+    if arr.null_count:  # from the validity bitmap (a boolean ``to_numpy`` would import pandas)
+        bits = np.frombuffer(bufs[0], dtype=np.uint8)
+        null = np.unpackbits(bits, count=arr.offset + n, bitorder="little")[arr.offset:] == 0
     valid = None if null is None else np.logical_not(null).view(np.uint8)
     body = _pqenc.plain_byte_array(off, data, valid, _def_levels(null, n))
     page, size = _data_page(leaf, body, n, PLAIN)
