@@ -44,6 +44,32 @@ def _null(rng, n: int) -> np.ndarray | None:
     return None if p == 0 else rng.random(n) < p
 
 
+def _dict_ids(rng, n: int, leaf) -> tuple:
+    """A dictionary column from per-row ids through a lookup table (``encode_dict_ids``, the C
+    ``dict_page``): ids of either width with an offset, a table whose entries may be the null
+    sentinel, ids outside the table (null when the column has nulls)."""
+    k = int(rng.integers(1, len(WORDS) + 1))
+    values = list(rng.permutation(WORDS)[:k])
+    lut = rng.integers(0, k, int(rng.integers(1, 40))).astype(np.int32)
+    offset = int(rng.integers(-3, 4))
+    nullable = rng.random() < 0.6
+    null_pos = k if nullable else -1  # a sentinel past the dictionary
+    if nullable:
+        lut[rng.random(len(lut)) < rng.choice([0.0, 0.3, 1.0])] = null_pos
+        ids = rng.integers(-offset - 3, len(lut) - offset + 3, n)
+    else:
+        ids = rng.integers(-offset, len(lut) - offset, n)
+    ids = ids.astype(rng.choice([np.int64, np.int32]))
+    chunk = own.encode_dict_ids(leaf, ids, lut, values, offset, null_pos)
+    key = ids.astype(np.int64) + offset
+    inside = (key >= 0) & (key < len(lut))
+    pos = np.where(inside, lut[np.where(inside, key, 0)], null_pos)
+    null = pos == null_pos
+    arr = pa.DictionaryArray.from_arrays(pa.array(np.where(null, 0, pos).astype(np.int32), mask=null),
+                                         pa.array(values, pa.string()))
+    return chunk, arr
+
+
 def _group(rng, n: int) -> tuple[list, list]:
     """One row group: (the own writer's column chunks, the Arrow arrays of the same data)."""
     leaves, arrays, chunks = LEAVES, [], []
@@ -54,6 +80,10 @@ def _group(rng, n: int) -> tuple[list, list]:
             arrays.append(pa.array(v, mask=null))
         elif leaf.kind == "const":
             pass
+        elif leaf.kind == "dict" and rng.random() < 0.5:
+            chunk, arr = _dict_ids(rng, n, leaf)
+            chunks.append(chunk)
+            arrays.append(arr)
         elif leaf.kind == "dict":
             k = int(rng.integers(1, len(WORDS) + 1))
             values = list(rng.permutation(WORDS)[:k])
@@ -145,6 +175,15 @@ def test_own_writer_round_trips_random_columns(tmp_path):
     lambda: _pqenc.plain_byte_array(np.array([0, 5], np.int32), b"abc", None),
     lambda: _pqenc.plain_byte_array(np.array([2, 1], np.int32), b"abc", None),
     lambda: _pqenc.plain_byte_array(np.array([0, 1, 2], np.int32), b"abc", np.zeros(1, np.uint8)),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int16), np.zeros(2, np.int32), 0, -1, 1, 1),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int64), 0, -1, 1, 1),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int32), 0, -1, 1, 33),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int32), 0, -1, -1, 1),
+    lambda: _pqenc.dict_page(np.array([0, 2]), np.zeros(2, np.int32), 0, -1, 1, 1),  # id past the table
+    lambda: _pqenc.dict_page(np.array([0, -5]), np.zeros(2, np.int32), 0, -1, 1, 1),  # id before it
+    lambda: _pqenc.dict_page(np.array([0, 1]), np.array([0, 4], np.int32), 0, -1, 4, 3),  # past the dictionary
+    lambda: _pqenc.dict_page(np.array([0, 1]), np.array([0, 1], np.int32), 0, -1, 2, 0),  # over the bit width
+    lambda: _pqenc.dict_page(np.array([0, 1]), np.array([0, -2], np.int32), 0, -1, 2, 1),  # a negative position
 ])
 def test_encoders_refuse_bad_arguments(call):
     with pytest.raises(ValueError):

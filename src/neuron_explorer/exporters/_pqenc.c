@@ -10,6 +10,8 @@
  *       dictionary indices)
  *   plain_byte_array(int32 offsets, data, uint8 valid or None[, prefix]) -> bytes   PLAIN BYTE_ARRAY of the
  *       valid values
+ *   dict_page(int32/int64 ids, int32 lut, offset, null_pos, nvalues, bit_width) -> (bytes, nulls, used)   a dictionary
+ *       column's data page body (levels and positions) straight from per-row ids
  * Each writes ``prefix`` (the page's levels) first, which saves a copy of the page.
  *
  * Output sizes are bounded from the input lengths only (never from a value read from the input);
@@ -263,35 +265,14 @@ static int same8(const Py_buffer *b, Py_ssize_t i) {
 }
 
 /* Runs are looked for at multiples of 8 values from the last run: a run shorter than 16 values
- * may be bit-packed instead, which costs a little space and keeps the scan to one test a group. */
-static PyObject *rle_hybrid(PyObject *self, PyObject *args) {
-    PyObject *arr;
-    int w;
-    const char *prefix = "";
-    Py_ssize_t plen = 0;
-    if (!PyArg_ParseTuple(args, "Oi|y#", &arr, &w, &prefix, &plen)) return NULL;
-    if (w < 0 || w > 32) {
-        PyErr_SetString(PyExc_ValueError, "rle_hybrid bit width must be 0..32");
-        return NULL;
-    }
-    Py_buffer b;
-    if (get_buffer(arr, &b) < 0) return NULL;
-    if (b.itemsize != 1 && b.itemsize != 4) {
-        PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "rle_hybrid takes 1- or 4-byte integers");
-        return NULL;
-    }
+ * may be bit-packed instead, which costs a little space and keeps the scan to one test a group.
+ * Writes the encoding of b's values at p, which has room for rle_bound(n, w) bytes. */
+static Py_ssize_t rle_bound(Py_ssize_t n, int w) { return (n / 8 + 2) * (w + 20) + 32; }
+
+static uint8_t *rle_encode(const Py_buffer *bp, int w, uint8_t *p) {
+    const Py_buffer b = *bp;
     Py_ssize_t n = b.len / b.itemsize;
     int vbytes = (w + 7) / 8;
-    /* worst case: every 8 values cost an RLE run (10 + vbytes) or a literal group (w) plus a header */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, plen + (n / 8 + 2) * (w + 20) + 32);
-    if (out == NULL) {
-        PyBuffer_Release(&b);
-        return NULL;
-    }
-    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(out), *p = start;
-    memcpy(p, prefix, plen);
-    p += plen;
     const uint8_t *u8 = (const uint8_t *)b.buf;
     const int32_t *i32 = (const int32_t *)b.buf;
 #define AT(i) (b.itemsize == 1 ? (uint32_t)u8[i] : (uint32_t)i32[i])
@@ -311,8 +292,134 @@ static PyObject *rle_hybrid(PyObject *self, PyObject *args) {
     }
     if (lit < n) p = literal_run(&b, lit, n, w, p);
 #undef AT
+    return p;
+}
+
+static PyObject *rle_hybrid(PyObject *self, PyObject *args) {
+    PyObject *arr;
+    int w;
+    const char *prefix = "";
+    Py_ssize_t plen = 0;
+    if (!PyArg_ParseTuple(args, "Oi|y#", &arr, &w, &prefix, &plen)) return NULL;
+    if (w < 0 || w > 32) {
+        PyErr_SetString(PyExc_ValueError, "rle_hybrid bit width must be 0..32");
+        return NULL;
+    }
+    Py_buffer b;
+    if (get_buffer(arr, &b) < 0) return NULL;
+    if (b.itemsize != 1 && b.itemsize != 4) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "rle_hybrid takes 1- or 4-byte integers");
+        return NULL;
+    }
+    /* worst case: every 8 values cost an RLE run (10 + vbytes) or a literal group (w) plus a header */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, plen + rle_bound(b.len / b.itemsize, w));
+    if (out == NULL) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(out), *p = start;
+    memcpy(p, prefix, plen);
+    p = rle_encode(&b, w, p + plen);
     PyBuffer_Release(&b);
     return finish(out, start, p);
+}
+
+/* dict_page(ids, lut, offset, null_pos, nvalues, bit_width) -> (body, nulls, used)
+ *
+ * A dictionary-encoded data page body of an optional flat column, from per-row ids (int32/int64)
+ * and ``lut`` (int32: the dictionary position of id + offset; ids outside it are null when
+ * null_pos >= 0, else an error).  A row whose position is ``null_pos`` is null (it may lie past the
+ * dictionary: a sentinel).  ``body``: the
+ * definition levels (4-byte length, RLE hybrid at width 1), the bit width byte, the positions of
+ * the non-null rows (RLE hybrid).  ``used``: one byte per dictionary value (``nvalues``), 1 when a
+ * non-null row has it (min/max statistics).  One pass gathers; two encode.  Replaces a gather, a null
+ * mask, a compaction and two level passes in numpy (docs/decisions/0051). */
+static PyObject *dict_page(PyObject *self, PyObject *args) {
+    PyObject *oids, *olut;
+    long long offset;
+    int null_pos, w;
+    Py_ssize_t nvalues;
+    if (!PyArg_ParseTuple(args, "OOLini", &oids, &olut, &offset, &null_pos, &nvalues, &w)) return NULL;
+    if (w < 0 || w > 32 || nvalues < 0) {
+        PyErr_SetString(PyExc_ValueError, "dict_page bit width must be 0..32 (and the value count >= 0)");
+        return NULL;
+    }
+    Py_buffer ids, lut;
+    if (get_buffer(oids, &ids) < 0) return NULL;
+    if (get_buffer(olut, &lut) < 0) {
+        PyBuffer_Release(&ids);
+        return NULL;
+    }
+    PyObject *out = NULL, *used = NULL, *body = NULL;
+    int32_t *pos = NULL;
+    uint8_t *defs = NULL;
+    if ((ids.itemsize != 4 && ids.itemsize != 8) || lut.itemsize != 4) {
+        PyErr_SetString(PyExc_ValueError, "dict_page takes int32/int64 ids and an int32 lut");
+        goto done;
+    }
+    Py_ssize_t n = ids.len / ids.itemsize, nl = lut.len / 4, nv = 0;
+    const int32_t *L = (const int32_t *)lut.buf;
+    pos = PyMem_Malloc(n ? n * 4 : 1);
+    defs = PyMem_Malloc(n ? n : 1);
+    used = PyBytes_FromStringAndSize(NULL, nvalues);
+    if (pos == NULL || defs == NULL || used == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *u = (uint8_t *)PyBytes_AS_STRING(used);
+    memset(u, 0, nvalues);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t k = (ids.itemsize == 8 ? ((const int64_t *)ids.buf)[i] : ((const int32_t *)ids.buf)[i]) + offset;
+        int32_t v;
+        if (k >= 0 && k < nl) {
+            v = L[k];
+        } else if (null_pos >= 0) {
+            v = null_pos;
+        } else {
+            PyErr_Format(PyExc_ValueError, "dict_page: id %lld outside the table of %zd", (long long)(k - offset), nl);
+            goto done;
+        }
+        if (v == null_pos) {
+            defs[i] = 0;
+            continue;
+        }
+        if (v < 0 || v >= nvalues || (w < 32 && (uint32_t)v >> w)) {
+            PyErr_SetString(PyExc_ValueError, "dict_page: a position outside the dictionary or the bit width");
+            goto done;
+        }
+        defs[i] = 1;
+        pos[nv++] = v;
+        u[v] = 1;
+    }
+    Py_ssize_t nulls = n - nv;
+    body = PyBytes_FromStringAndSize(NULL, 4 + 16 + rle_bound(n, 1) + 1 + rle_bound(nv, w));
+    if (body == NULL) goto done;
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body), *p = start + 4;
+    if (nulls) {
+        Py_buffer d = {0};
+        d.buf = defs, d.len = n, d.itemsize = 1;
+        p = rle_encode(&d, 1, p);
+    } else { /* one run of 1s */
+        p = put_varint(p, (uint64_t)n << 1);
+        *p++ = 1;
+    }
+    uint32_t dlen = (uint32_t)(p - start - 4);
+    memcpy(start, &dlen, 4);
+    *p++ = (uint8_t)w;
+    Py_buffer q = {0};
+    q.buf = pos, q.len = nv * 4, q.itemsize = 4;
+    p = rle_encode(&q, w, p);
+    body = finish(body, start, p);
+    if (body != NULL) out = Py_BuildValue("(OnO)", body, nulls, used);
+done:
+    Py_XDECREF(body);
+    Py_XDECREF(used);
+    PyMem_Free(pos);
+    PyMem_Free(defs);
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&lut);
+    return out;
 }
 
 static PyObject *plain_byte_array(PyObject *self, PyObject *args) {
@@ -370,6 +477,7 @@ static PyMethodDef methods[] = {
     {"delta_binary_packed", delta_binary_packed, METH_VARARGS, "prefix + DELTA_BINARY_PACKED encoding of the valid values of an int64/int32 buffer."},
     {"rle_hybrid", rle_hybrid, METH_VARARGS, "RLE/bit-packed hybrid encoding of a uint8/int32 buffer at a bit width."},
     {"plain_byte_array", plain_byte_array, METH_VARARGS, "PLAIN BYTE_ARRAY encoding of the valid strings."},
+    {"dict_page", dict_page, METH_VARARGS, "Dictionary data page body (levels, bit width, positions) from ids and a lut."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -226,6 +226,28 @@ def encode_dict(leaf: Leaf, indices: np.ndarray, values: list[str], null: np.nda
     return Encoded(dpage + page, 2, n, dsize + size, [PLAIN, RLE, RLE_DICTIONARY], stats)
 
 
+def encode_dict_ids(leaf: Leaf, ids: np.ndarray, lut: np.ndarray, values: list[str], offset: int = 0,
+                    null_pos: int = -1) -> Encoded:
+    """A dictionary-string column straight from per-row ``ids``: row i holds
+    ``values[lut[ids[i] + offset]]``, null where that position is ``null_pos`` (and where the id
+    falls outside ``lut``, when ``null_pos`` >= 0).  One C pass instead of the numpy gathers
+    ``encode_dict`` needs (docs/decisions/0051)."""
+    n = len(ids)
+    ids = np.ascontiguousarray(ids)
+    if ids.dtype not in (np.int64, np.int32):
+        ids = ids.astype(np.int64)
+    w = _bit_width(len(values) - 1)
+    body, nulls, used = _pqenc.dict_page(ids, np.ascontiguousarray(lut, dtype=np.int32), offset, null_pos,
+                                         len(values), w)
+    dpage, dsize = _page(leaf, _DICTIONARY_PAGE, _plain_strings(values), tstruct((1, _I32, len(values)),
+                                                                                 (2, _I32, PLAIN)))
+    page, size = _data_page(leaf, body, n, RLE_DICTIONARY)
+    stats = None
+    if leaf.stats:
+        stats = _str_stats(values, np.frombuffer(used, dtype=np.uint8), nulls)
+    return Encoded(dpage + page, 2, n, dsize + size, [PLAIN, RLE, RLE_DICTIONARY], stats)
+
+
 def encode_strings(leaf: Leaf, arr: pa.Array) -> Encoded:
     """A plain string column from an Arrow string array (nulls kept)."""
     arr = arr.cast(pa.string()) if arr.type != pa.string() else arr
