@@ -10,6 +10,8 @@
  *       dictionary indices)
  *   plain_byte_array(int32 offsets, data, uint8 valid or None[, prefix]) -> bytes   PLAIN BYTE_ARRAY of the
  *       valid values
+ *   delta_nonneg(int64/int32 buffer) -> (bytes, nulls)   an optional integer column's data page body
+ *       (levels and DELTA_BINARY_PACKED values) where the negative values are the nulls
  *   dict_page(int32/int64 ids, int32 lut, offset, null_pos, nvalues, bit_width) -> (bytes, nulls, used)   a dictionary
  *       column's data page body (levels and positions) straight from per-row ids
  * Each writes ``prefix`` (the page's levels) first, which saves a copy of the page.
@@ -158,6 +160,22 @@ static uint8_t *delta_blocks32(const int32_t *v, Py_ssize_t n, uint8_t *p) {
     return p;
 }
 
+static Py_ssize_t delta_bound(Py_ssize_t n) {
+    Py_ssize_t blocks = n > 1 ? (n - 1 + BLOCK - 1) / BLOCK : 0;
+    return 40 + blocks * (10 + MINIBLOCKS + BLOCK * 8);
+}
+
+/* The header and blocks of n contiguous 8- or 4-byte values at p (room: delta_bound(n)). */
+static uint8_t *delta_encode(const void *vals, Py_ssize_t n, int itemsize, uint8_t *p) {
+    int64_t first = n == 0 ? 0 : itemsize == 8 ? ((const int64_t *)vals)[0] : ((const int32_t *)vals)[0];
+    p = put_varint(p, BLOCK);
+    p = put_varint(p, MINIBLOCKS);
+    p = put_varint(p, (uint64_t)n);
+    p = put_varint(p, zigzag(first));
+    if (n > 1) p = itemsize == 8 ? delta_blocks64((const int64_t *)vals, n, p) : delta_blocks32((const int32_t *)vals, n, p);
+    return p;
+}
+
 /* delta_binary_packed(values, valid, prefix): ``prefix`` (bytes: the page's levels) then the
  * encoding of the values whose ``valid`` byte is non-zero (all of them when valid is None). */
 static PyObject *delta_binary_packed(PyObject *self, PyObject *args) {
@@ -198,18 +216,11 @@ static PyObject *delta_binary_packed(PyObject *self, PyObject *args) {
         vals = packed;
         n = nv;
     }
-    Py_ssize_t blocks = n > 1 ? (n - 1 + BLOCK - 1) / BLOCK : 0;
-    out = PyBytes_FromStringAndSize(NULL, plen + 40 + blocks * (10 + MINIBLOCKS + BLOCK * 8));
+    out = PyBytes_FromStringAndSize(NULL, plen + delta_bound(n));
     if (out == NULL) goto done;
     uint8_t *start = (uint8_t *)PyBytes_AS_STRING(out), *p = start;
     memcpy(p, prefix, plen);
-    p += plen;
-    int64_t first = n == 0 ? 0 : b.itemsize == 8 ? ((const int64_t *)vals)[0] : ((const int32_t *)vals)[0];
-    p = put_varint(p, BLOCK);
-    p = put_varint(p, MINIBLOCKS);
-    p = put_varint(p, (uint64_t)n);
-    p = put_varint(p, zigzag(first));
-    if (n > 1) p = b.itemsize == 8 ? delta_blocks64((const int64_t *)vals, n, p) : delta_blocks32((const int32_t *)vals, n, p);
+    p = delta_encode(vals, n, (int)b.itemsize, p + plen);
     out = finish(out, start, p);
 done:
     PyMem_Free(packed);
@@ -325,23 +336,60 @@ static PyObject *rle_hybrid(PyObject *self, PyObject *args) {
     return finish(out, start, p);
 }
 
+/* The rows of dict_page: positions through ``map`` (every entry checked: a position, nvalues for a
+ * null, nvalues + 1 for an entry no row may hold), ids outside it to nvalues (null) when
+ * ``nullable``; returns the non-null count, or -1 - i for the first bad row i.  Branch-free but for
+ * ids outside the table: the common case is one load, one store, two adds per row. */
+#define DICT_ROWS(T)                                                                                  \
+    static Py_ssize_t dict_rows_##T(const T *ids, Py_ssize_t n, int64_t offset, const int32_t *map,  \
+                                    Py_ssize_t nl, int32_t nvalues, int nullable, uint8_t *defs,      \
+                                    int32_t *pos, uint8_t *used) {                                   \
+        Py_ssize_t nv = 0;                                                                            \
+        int32_t worst = 0;                                                                            \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                          \
+            uint64_t k = (uint64_t)(int64_t)ids[i] + (uint64_t)offset; /* (wraps: outside the table) */ \
+            int32_t v;                                                                                \
+            if (k < (uint64_t)nl) {                                                                   \
+                v = map[k];                                                                           \
+            } else if (nullable) {                                                                    \
+                v = nvalues;                                                                          \
+            } else {                                                                                  \
+                return -1 - i;                                                                        \
+            }                                                                                         \
+            int ok = v != nvalues;                                                                    \
+            defs[i] = (uint8_t)ok;                                                                    \
+            pos[nv] = v;                                                                              \
+            nv += ok;                                                                                 \
+            used[v] = 1;                                                                              \
+            worst = v > worst ? v : worst;                                                            \
+        }                                                                                             \
+        if (worst > nvalues)                                                                          \
+            for (Py_ssize_t i = 0; i < n; i++) {                                                      \
+                uint64_t k = (uint64_t)(int64_t)ids[i] + (uint64_t)offset;                           \
+                if (k < (uint64_t)nl && map[k] > nvalues) return -1 - i;                              \
+            }                                                                                         \
+        return nv;                                                                                    \
+    }
+DICT_ROWS(int64_t)
+DICT_ROWS(int32_t)
+
 /* dict_page(ids, lut, offset, null_pos, nvalues, bit_width) -> (body, nulls, used)
  *
  * A dictionary-encoded data page body of an optional flat column, from per-row ids (int32/int64)
  * and ``lut`` (int32: the dictionary position of id + offset; ids outside it are null when
  * null_pos >= 0, else an error).  A row whose position is ``null_pos`` is null (it may lie past the
- * dictionary: a sentinel).  ``body``: the
- * definition levels (4-byte length, RLE hybrid at width 1), the bit width byte, the positions of
- * the non-null rows (RLE hybrid).  ``used``: one byte per dictionary value (``nvalues``), 1 when a
- * non-null row has it (min/max statistics).  One pass gathers; two encode.  Replaces a gather, a null
- * mask, a compaction and two level passes in numpy (docs/decisions/0051). */
+ * dictionary: a sentinel).  ``body``: the definition levels (4-byte length, RLE hybrid at width 1),
+ * the bit width byte, the positions of the non-null rows (RLE hybrid).  ``used``: one byte per
+ * dictionary value (``nvalues``), 1 when a non-null row has it (min/max statistics).  One pass
+ * gathers; two encode.  Replaces a gather, a null mask, a compaction and two level passes in numpy
+ * (docs/decisions/0051). */
 static PyObject *dict_page(PyObject *self, PyObject *args) {
     PyObject *oids, *olut;
     long long offset;
     int null_pos, w;
     Py_ssize_t nvalues;
     if (!PyArg_ParseTuple(args, "OOLini", &oids, &olut, &offset, &null_pos, &nvalues, &w)) return NULL;
-    if (w < 0 || w > 32 || nvalues < 0) {
+    if (w < 0 || w > 32 || nvalues < 0 || nvalues >= INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "dict_page bit width must be 0..32 (and the value count >= 0)");
         return NULL;
     }
@@ -352,49 +400,46 @@ static PyObject *dict_page(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *out = NULL, *used = NULL, *body = NULL;
-    int32_t *pos = NULL;
-    uint8_t *defs = NULL;
+    int32_t *pos = NULL, *map = NULL;
+    uint8_t *defs = NULL, *u = NULL;
     if ((ids.itemsize != 4 && ids.itemsize != 8) || lut.itemsize != 4) {
         PyErr_SetString(PyExc_ValueError, "dict_page takes int32/int64 ids and an int32 lut");
         goto done;
     }
-    Py_ssize_t n = ids.len / ids.itemsize, nl = lut.len / 4, nv = 0;
+    Py_ssize_t n = ids.len / ids.itemsize, nl = lut.len / 4, nv;
     const int32_t *L = (const int32_t *)lut.buf;
     pos = PyMem_Malloc(n ? n * 4 : 1);
     defs = PyMem_Malloc(n ? n : 1);
-    used = PyBytes_FromStringAndSize(NULL, nvalues);
-    if (pos == NULL || defs == NULL || used == NULL) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
+    map = PyMem_Malloc(nl ? nl * 4 : 1);
+    u = PyMem_Calloc(nvalues + 2, 1); /* (entries nvalues, nvalues + 1: the nulls', the bad rows') */
+    if (pos == NULL || defs == NULL || map == NULL || u == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
-    uint8_t *u = (uint8_t *)PyBytes_AS_STRING(used);
-    memset(u, 0, nvalues);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t k = (ids.itemsize == 8 ? ((const int64_t *)ids.buf)[i] : ((const int32_t *)ids.buf)[i]) + offset;
-        int32_t v;
-        if (k >= 0 && k < nl) {
-            v = L[k];
-        } else if (null_pos >= 0) {
-            v = null_pos;
+    for (Py_ssize_t k = 0; k < nl; k++) { /* a position within the dictionary and the width, a null or bad */
+        int32_t v = L[k];
+        if (null_pos >= 0 && v == null_pos) {
+            map[k] = (int32_t)nvalues;
+        } else if (v < 0 || v >= nvalues || (w < 32 && (uint32_t)v >> w)) {
+            map[k] = (int32_t)nvalues + 1; /* an error if a row holds it */
         } else {
-            PyErr_Format(PyExc_ValueError, "dict_page: id %lld outside the table of %zd", (long long)(k - offset), nl);
-            goto done;
+            map[k] = v;
         }
-        if (v == null_pos) {
-            defs[i] = 0;
-            continue;
-        }
-        if (v < 0 || v >= nvalues || (w < 32 && (uint32_t)v >> w)) {
-            PyErr_SetString(PyExc_ValueError, "dict_page: a position outside the dictionary or the bit width");
-            goto done;
-        }
-        defs[i] = 1;
-        pos[nv++] = v;
-        u[v] = 1;
     }
+    nv = ids.itemsize == 8
+             ? dict_rows_int64_t((const int64_t *)ids.buf, n, offset, map, nl, (int32_t)nvalues, null_pos >= 0, defs, pos, u)
+             : dict_rows_int32_t((const int32_t *)ids.buf, n, offset, map, nl, (int32_t)nvalues, null_pos >= 0, defs, pos, u);
+    if (nv < 0) {
+        Py_ssize_t i = -1 - nv;
+        long long id = ids.itemsize == 8 ? (long long)((const int64_t *)ids.buf)[i] : (long long)((const int32_t *)ids.buf)[i];
+        PyErr_Format(PyExc_ValueError, "dict_page: id %lld is outside the table of %zd or its position outside "
+                     "the dictionary or the bit width", id, nl);
+        goto done;
+    }
+    used = PyBytes_FromStringAndSize((const char *)u, nvalues);
     Py_ssize_t nulls = n - nv;
     body = PyBytes_FromStringAndSize(NULL, 4 + 16 + rle_bound(n, 1) + 1 + rle_bound(nv, w));
-    if (body == NULL) goto done;
+    if (body == NULL || used == NULL) goto done;
     uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body), *p = start + 4;
     if (nulls) {
         Py_buffer d = {0};
@@ -417,8 +462,90 @@ done:
     Py_XDECREF(used);
     PyMem_Free(pos);
     PyMem_Free(defs);
+    PyMem_Free(map);
+    PyMem_Free(u);
     PyBuffer_Release(&ids);
     PyBuffer_Release(&lut);
+    return out;
+}
+
+/* delta_nonneg(values[, as32]) -> (body, nulls): the data page body of an optional int64/int32 column
+ * whose negative values are nulls (``view``'s "none" for ids, sizes, return codes): the definition
+ * levels (4-byte length, RLE hybrid at width 1) then DELTA_BINARY_PACKED of the other values.
+ * ``as32``: int64 input written as an INT32 column (each value truncated to 32 bits, as numpy's
+ * cast does; the nulls are the negative int64 values).
+ * One pass finds the nulls and gathers the values; replaces a mask, its count, its negation and
+ * the level pass in numpy (docs/decisions/0051). */
+static PyObject *delta_nonneg(PyObject *self, PyObject *args) {
+    PyObject *ovals;
+    int as32 = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &ovals, &as32)) return NULL;
+    Py_buffer b;
+    if (get_buffer(ovals, &b) < 0) return NULL;
+    PyObject *out = NULL, *body = NULL;
+    void *packed = NULL;
+    uint8_t *defs = NULL;
+    int outsize = as32 ? 4 : (int)b.itemsize;
+    if (b.itemsize != 8 && b.itemsize != 4) {
+        PyErr_SetString(PyExc_ValueError, "delta_nonneg takes 4- or 8-byte integers");
+        goto done;
+    }
+    Py_ssize_t n = b.len / b.itemsize, nv = 0;
+    packed = PyMem_Malloc(n ? n * b.itemsize : 1);
+    defs = PyMem_Malloc(n ? n : 1);
+    if (packed == NULL || defs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (b.itemsize == 8 && outsize == 4) {
+        const int64_t *v = (const int64_t *)b.buf;
+        int32_t *q = (int32_t *)packed;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int ok = v[i] >= 0;
+            defs[i] = (uint8_t)ok;
+            q[nv] = (int32_t)(uint32_t)(uint64_t)v[i];
+            nv += ok;
+        }
+    } else if (b.itemsize == 8) {
+        const int64_t *v = (const int64_t *)b.buf;
+        int64_t *q = (int64_t *)packed;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int ok = v[i] >= 0;
+            defs[i] = (uint8_t)ok;
+            q[nv] = v[i];
+            nv += ok;
+        }
+    } else {
+        const int32_t *v = (const int32_t *)b.buf;
+        int32_t *q = (int32_t *)packed;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int ok = v[i] >= 0;
+            defs[i] = (uint8_t)ok;
+            q[nv] = v[i];
+            nv += ok;
+        }
+    }
+    body = PyBytes_FromStringAndSize(NULL, 4 + 16 + rle_bound(n, 1) + delta_bound(nv));
+    if (body == NULL) goto done;
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body), *p = start + 4;
+    if (nv < n) {
+        Py_buffer d = {0};
+        d.buf = defs, d.len = n, d.itemsize = 1;
+        p = rle_encode(&d, 1, p);
+    } else {
+        p = put_varint(p, (uint64_t)n << 1);
+        *p++ = 1;
+    }
+    uint32_t dlen = (uint32_t)(p - start - 4);
+    memcpy(start, &dlen, 4);
+    p = delta_encode(packed, nv, outsize, p);
+    body = finish(body, start, p);
+    if (body != NULL) out = Py_BuildValue("(On)", body, n - nv);
+done:
+    Py_XDECREF(body);
+    PyMem_Free(packed);
+    PyMem_Free(defs);
+    PyBuffer_Release(&b);
     return out;
 }
 
@@ -477,6 +604,7 @@ static PyMethodDef methods[] = {
     {"delta_binary_packed", delta_binary_packed, METH_VARARGS, "prefix + DELTA_BINARY_PACKED encoding of the valid values of an int64/int32 buffer."},
     {"rle_hybrid", rle_hybrid, METH_VARARGS, "RLE/bit-packed hybrid encoding of a uint8/int32 buffer at a bit width."},
     {"plain_byte_array", plain_byte_array, METH_VARARGS, "PLAIN BYTE_ARRAY encoding of the valid strings."},
+    {"delta_nonneg", delta_nonneg, METH_VARARGS, "Levels + DELTA_BINARY_PACKED of an int column whose negatives are nulls."},
     {"dict_page", dict_page, METH_VARARGS, "Dictionary data page body (levels, bit width, positions) from ids and a lut."},
     {NULL, NULL, 0, NULL},
 };

@@ -175,7 +175,7 @@ EVENTS_SCHEMA = pa.schema([
 
 def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
     """Each column of ``SystemProfileEvents`` for one chunk, in schema order, as numpy parts both
-    writers take: ("int", values, null mask | None), ("dict", DictIds),
+    writers take: ("int", values, null mask | None), ("opt", values: null where negative), ("dict", DictIds),
     ("str", Arrow string array), ("list", (int32 offsets, int64 values)), ("const", value, rows)."""
     c = pe.cols
     n = pe.n
@@ -186,8 +186,8 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
     nc = c["nc_idx"].astype(np.int32)
     fsid = c.get("framework_stream_id")
 
-    def opt(a: np.ndarray) -> tuple:  # negative = none
-        return ("int", a, a < 0)
+    def opt(a: np.ndarray) -> tuple:  # negative = none (the mask is made by the writer that needs it)
+        return ("opt", a)
 
     return {
         "id": ("int", c["id"], None),
@@ -203,8 +203,7 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
         "pcore_idx": ("int", nc, None),
         "worker_gid": ("const", pe.rank, n),
         "flow_id": ("list", _flow_offsets(c["flow_id"], c.get("flow_id2"))),
-        "framework_stream_id": opt(fsid) if fsid is not None else
-        ("int", np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)),
+        "framework_stream_id": opt(fsid if fsid is not None else np.full(n, -1, dtype=np.int64)),
         "extra_attributes_json": ("str", pe.extra_json),
         "event_group": ("dict", _dict_ids(typ, pe.type_groups)),
         "model_name": ("dict", _dict_ids(mids, model_dict, 0, offset=1)),
@@ -224,6 +223,8 @@ def events_table(pe: ProcessEvents) -> pa.Table:
     """The chunk as an Arrow table (Arrow's writer: the fallback without the C encoders)."""
     arrays = []
     for f, (kind, *parts) in zip(EVENTS_SCHEMA, event_columns(pe).values()):
+        if kind == "opt":
+            kind, parts = "int", [parts[0], parts[0] < 0]
         if kind == "int":
             a, null = parts
             arrays.append(_with_nulls(a.astype(f.type.to_pandas_dtype(), copy=False), f.type, null))
@@ -284,6 +285,8 @@ def encode_chunk(leaves: list, pe: ProcessEvents) -> list:
             out.append(own.encode_int(leaf, *parts))
             if parts[1] is None:
                 done[key] = (parts[0], out[-1])
+        elif kind == "opt":
+            out.append(own.encode_int_nonneg(leaf, parts[0]))
         elif kind == "const":
             out.append(own.encode_const(leaf, *parts))
         elif kind == "dict":

@@ -193,6 +193,20 @@ def encode_int(leaf: Leaf, values: np.ndarray, null: np.ndarray | None = None) -
     return Encoded(page, 0, n, size, [RLE, enc], stats)
 
 
+def encode_int_nonneg(leaf: Leaf, values: np.ndarray) -> Encoded:
+    """A delta-coded INT32/INT64 column whose negative values are the nulls, in one C pass
+    (``encode_int`` with ``null=values < 0`` gives the same page, from four numpy passes more)."""
+    if not leaf.delta or leaf.stats:  # (the C pass is for the plain case: no statistics)
+        return encode_int(leaf, values, values < 0)
+    n = len(values)
+    v = np.ascontiguousarray(values)
+    if v.dtype not in (np.int64, np.int32) or (v.dtype == np.int32 and leaf.ptype == INT64):
+        v = v.astype(np.int64)
+    body, _nulls = _pqenc.delta_nonneg(v, leaf.ptype == INT32)
+    page, size = _data_page(leaf, body, n, DELTA_BINARY_PACKED)
+    return Encoded(page, 0, n, size, [RLE, DELTA_BINARY_PACKED], None)
+
+
 def encode_const(leaf: Leaf, value: int, n: int) -> Encoded:
     """An INT32/INT64 column of one value in every row, without building the column (delta-coded:
     every delta is 0, so each block is its min delta and four zero bit widths)."""
