@@ -226,7 +226,9 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         is_exec[exec_ids] = True
         m = _type_mask(typ_c, is_exec, counts)
         m = cols["exec_id"] >= 0 if m is None else m & (cols["exec_id"] >= 0)
-        np.copyto(cols["flow_id"], ((index + 1) << 40) | (cols["exec_id"] & ((1 << 40) - 1)), where=m)
+        flow = cols["exec_id"] & ((1 << 40) - 1)
+        flow |= (index + 1) << 40
+        cols["flow_id"] = np.where(m, flow, np.int64(0))
     cc_ids = [s.type_id(t) for t in FLOW_CC_TYPES if s.type_id(t) is not None]
     if cc_ids and n:
         is_cc = np.zeros(nt + 1, dtype=bool)

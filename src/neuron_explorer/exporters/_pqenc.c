@@ -339,56 +339,66 @@ static PyObject *rle_hybrid(PyObject *self, PyObject *args) {
 /* The rows of dict_page: positions through ``map`` (every entry checked: a position, nvalues for a
  * null, nvalues + 1 for an entry no row may hold), ids outside it to nvalues (null) when
  * ``nullable``; returns the non-null count, or -1 - i for the first bad row i.  Branch-free but for
- * ids outside the table: the common case is one load, one store, two adds per row. */
+ * ids outside the table (a predictable branch): one load of the map, two stores, an add per row. */
 #define DICT_ROWS(T)                                                                                  \
     static Py_ssize_t dict_rows_##T(const T *ids, Py_ssize_t n, int64_t offset, const int32_t *map,  \
                                     Py_ssize_t nl, int32_t nvalues, int nullable, uint8_t *defs,      \
-                                    int32_t *pos, uint8_t *used) {                                   \
+                                    int32_t *pos) {                                                  \
         Py_ssize_t nv = 0;                                                                            \
-        int32_t worst = 0;                                                                            \
+        int32_t bad = 0;                                                                              \
+        const uint64_t lim = (uint64_t)nl, off = (uint64_t)offset;                                   \
+        if (!nullable) { /* no nulls (a map without null entries): a bounds check and a gather */     \
+            for (Py_ssize_t i = 0; i < n; i++) {                                                      \
+                uint64_t k = (uint64_t)(int64_t)ids[i] + off;                                        \
+                if (__builtin_expect(k >= lim, 0)) return -1 - i;                                     \
+                int32_t v = map[k];                                                                   \
+                pos[i] = v;                                                                           \
+                bad |= v >= nvalues;                                                                  \
+            }                                                                                         \
+            nv = n;                                                                                   \
+        } else                                                                                        \
         for (Py_ssize_t i = 0; i < n; i++) {                                                          \
-            uint64_t k = (uint64_t)(int64_t)ids[i] + (uint64_t)offset; /* (wraps: outside the table) */ \
+            uint64_t k = (uint64_t)(int64_t)ids[i] + off; /* (wraps: outside the table) */            \
             int32_t v;                                                                                \
-            if (k < (uint64_t)nl) {                                                                   \
+            if (__builtin_expect(k < lim, 1)) {                                                       \
                 v = map[k];                                                                           \
             } else if (nullable) {                                                                    \
                 v = nvalues;                                                                          \
             } else {                                                                                  \
                 return -1 - i;                                                                        \
             }                                                                                         \
-            int ok = v != nvalues;                                                                    \
-            defs[i] = (uint8_t)ok;                                                                    \
+            defs[i] = (uint8_t)(v != nvalues);                                                        \
             pos[nv] = v;                                                                              \
-            nv += ok;                                                                                 \
-            used[v] = 1;                                                                              \
-            worst = v > worst ? v : worst;                                                            \
+            nv += v != nvalues;                                                                       \
+            bad |= v > nvalues;                                                                       \
         }                                                                                             \
-        if (worst > nvalues)                                                                          \
+        if (bad)                                                                                      \
             for (Py_ssize_t i = 0; i < n; i++) {                                                      \
-                uint64_t k = (uint64_t)(int64_t)ids[i] + (uint64_t)offset;                           \
-                if (k < (uint64_t)nl && map[k] > nvalues) return -1 - i;                              \
+                uint64_t k = (uint64_t)(int64_t)ids[i] + off;                                        \
+                if (k < lim && map[k] > nvalues - !nullable) return -1 - i;                           \
             }                                                                                         \
         return nv;                                                                                    \
     }
 DICT_ROWS(int64_t)
 DICT_ROWS(int32_t)
 
-/* dict_page(ids, lut, offset, null_pos, nvalues, bit_width) -> (body, nulls, used)
+/* dict_page(ids, lut, offset, null_pos, nvalues, bit_width[, want_used]) -> (body, nulls, used)
  *
  * A dictionary-encoded data page body of an optional flat column, from per-row ids (int32/int64)
  * and ``lut`` (int32: the dictionary position of id + offset; ids outside it are null when
  * null_pos >= 0, else an error).  A row whose position is ``null_pos`` is null (it may lie past the
  * dictionary: a sentinel).  ``body``: the definition levels (4-byte length, RLE hybrid at width 1),
  * the bit width byte, the positions of the non-null rows (RLE hybrid).  ``used``: one byte per
- * dictionary value (``nvalues``), 1 when a non-null row has it (min/max statistics).  One pass
- * gathers; two encode.  Replaces a gather, a null mask, a compaction and two level passes in numpy
- * (docs/decisions/0051). */
+ * dictionary value (``nvalues``), 1 when a non-null row has it (min/max statistics; all 0 unless
+ * ``want_used``).  One pass gathers; two encode.  Replaces a gather, a null mask, a compaction and
+ * two level passes in numpy (docs/decisions/0051). */
 static PyObject *dict_page(PyObject *self, PyObject *args) {
     PyObject *oids, *olut;
     long long offset;
     int null_pos, w;
     Py_ssize_t nvalues;
-    if (!PyArg_ParseTuple(args, "OOLini", &oids, &olut, &offset, &null_pos, &nvalues, &w)) return NULL;
+    int want_used = 1;
+    if (!PyArg_ParseTuple(args, "OOLini|p", &oids, &olut, &offset, &null_pos, &nvalues, &w, &want_used)) return NULL;
     if (w < 0 || w > 32 || nvalues < 0 || nvalues >= INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "dict_page bit width must be 0..32 (and the value count >= 0)");
         return NULL;
@@ -411,7 +421,7 @@ static PyObject *dict_page(PyObject *self, PyObject *args) {
     pos = PyMem_Malloc(n ? n * 4 : 1);
     defs = PyMem_Malloc(n ? n : 1);
     map = PyMem_Malloc(nl ? nl * 4 : 1);
-    u = PyMem_Calloc(nvalues + 2, 1); /* (entries nvalues, nvalues + 1: the nulls', the bad rows') */
+    u = PyMem_Calloc(nvalues + 1, 1);
     if (pos == NULL || defs == NULL || map == NULL || u == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -427,8 +437,8 @@ static PyObject *dict_page(PyObject *self, PyObject *args) {
         }
     }
     nv = ids.itemsize == 8
-             ? dict_rows_int64_t((const int64_t *)ids.buf, n, offset, map, nl, (int32_t)nvalues, null_pos >= 0, defs, pos, u)
-             : dict_rows_int32_t((const int32_t *)ids.buf, n, offset, map, nl, (int32_t)nvalues, null_pos >= 0, defs, pos, u);
+             ? dict_rows_int64_t((const int64_t *)ids.buf, n, offset, map, nl, (int32_t)nvalues, null_pos >= 0, defs, pos)
+             : dict_rows_int32_t((const int32_t *)ids.buf, n, offset, map, nl, (int32_t)nvalues, null_pos >= 0, defs, pos);
     if (nv < 0) {
         Py_ssize_t i = -1 - nv;
         long long id = ids.itemsize == 8 ? (long long)((const int64_t *)ids.buf)[i] : (long long)((const int32_t *)ids.buf)[i];
@@ -436,6 +446,8 @@ static PyObject *dict_page(PyObject *self, PyObject *args) {
                      "the dictionary or the bit width", id, nl);
         goto done;
     }
+    if (want_used)
+        for (Py_ssize_t j = 0; j < nv; j++) u[pos[j]] = 1; /* (positions checked: < nvalues) */
     used = PyBytes_FromStringAndSize((const char *)u, nvalues);
     Py_ssize_t nulls = n - nv;
     body = PyBytes_FromStringAndSize(NULL, 4 + 16 + rle_bound(n, 1) + 1 + rle_bound(nv, w));

@@ -173,9 +173,19 @@ EVENTS_SCHEMA = pa.schema([
     ("group_ranks", _DICT), ("ret", _I32), ("device_profile_id", _DICT)])
 
 
+def _ids(ids: np.ndarray) -> tuple:
+    """The ``id`` column: consecutive by construction (``events.build``), so our writer encodes it
+    from its first value (``encode_const`` with step 1) unless the ends say otherwise."""
+    n = len(ids)
+    if n and int(ids[-1]) - int(ids[0]) == n - 1:
+        return ("range", ids, int(ids[0]))
+    return ("int", ids, None)
+
+
 def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
     """Each column of ``SystemProfileEvents`` for one chunk, in schema order, as numpy parts both
-    writers take: ("int", values, null mask | None), ("opt", values: null where negative), ("dict", DictIds),
+    writers take: ("int", values, null mask | None), ("opt", values: null where negative),
+    ("range", consecutive values, first), ("dict", DictIds),
     ("str", Arrow string array), ("list", (int32 offsets, int64 values)), ("const", value, rows)."""
     c = pe.cols
     n = pe.n
@@ -190,7 +200,7 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
         return ("opt", a)
 
     return {
-        "id": ("int", c["id"], None),
+        "id": _ids(c["id"]),
         "name": ("dict", _dict_ids(typ, pe.type_names)),
         "start_ts": ("int", c["start_ts"], None),
         "end_ts": ("int", c["end_ts"], None),
@@ -225,6 +235,8 @@ def events_table(pe: ProcessEvents) -> pa.Table:
     for f, (kind, *parts) in zip(EVENTS_SCHEMA, event_columns(pe).values()):
         if kind == "opt":
             kind, parts = "int", [parts[0], parts[0] < 0]
+        elif kind == "range":
+            kind, parts = "int", [parts[0], None]
         if kind == "int":
             a, null = parts
             arrays.append(_with_nulls(a.astype(f.type.to_pandas_dtype(), copy=False), f.type, null))
@@ -287,6 +299,8 @@ def encode_chunk(leaves: list, pe: ProcessEvents) -> list:
                 done[key] = (parts[0], out[-1])
         elif kind == "opt":
             out.append(own.encode_int_nonneg(leaf, parts[0]))
+        elif kind == "range":
+            out.append(own.encode_const(leaf, parts[1], len(parts[0]), step=1))
         elif kind == "const":
             out.append(own.encode_const(leaf, *parts))
         elif kind == "dict":

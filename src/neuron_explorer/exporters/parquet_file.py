@@ -207,14 +207,16 @@ def encode_int_nonneg(leaf: Leaf, values: np.ndarray) -> Encoded:
     return Encoded(page, 0, n, size, [RLE, DELTA_BINARY_PACKED], None)
 
 
-def encode_const(leaf: Leaf, value: int, n: int) -> Encoded:
-    """An INT32/INT64 column of one value in every row, without building the column (delta-coded:
-    every delta is 0, so each block is its min delta and four zero bit widths)."""
+def encode_const(leaf: Leaf, value: int, n: int, step: int = 0) -> Encoded:
+    """An INT32/INT64 column ``value, value + step, ...`` (n rows) without building the column
+    (delta-coded: every delta is ``step``, so each block is its min delta and four zero bit
+    widths).  ``step`` 0: one value in every row; 1: consecutive ids."""
     blocks = (n - 1 + 127) // 128 if n > 1 else 0
     body = (_def_levels(None, n) + _varint(128) + _varint(4) + _varint(n) + _varint(_zz(int(value)))
-            + b"\x00" * (5 * blocks))
+            + (_varint(_zz(int(step))) + b"\x00" * 4) * blocks)
     page, size = _data_page(leaf, body, n, DELTA_BINARY_PACKED)
-    stats = int_stats(leaf, np.array([value] if n else [], dtype=np.int64), 0) if leaf.stats else None
+    ends = [value, value + step * (n - 1)] if n else []
+    stats = int_stats(leaf, np.array(ends, dtype=np.int64), 0) if leaf.stats else None
     return Encoded(page, 0, n, size, [RLE, DELTA_BINARY_PACKED], stats)
 
 
@@ -252,7 +254,7 @@ def encode_dict_ids(leaf: Leaf, ids: np.ndarray, lut: np.ndarray, values: list[s
         ids = ids.astype(np.int64)
     w = _bit_width(len(values) - 1)
     body, nulls, used = _pqenc.dict_page(ids, np.ascontiguousarray(lut, dtype=np.int32), offset, null_pos,
-                                         len(values), w)
+                                         len(values), w, leaf.stats)
     dpage, dsize = _page(leaf, _DICTIONARY_PAGE, _plain_strings(values), tstruct((1, _I32, len(values)),
                                                                                  (2, _I32, PLAIN)))
     page, size = _data_page(leaf, body, n, RLE_DICTIONARY)
