@@ -99,6 +99,14 @@ def _group(rng, n: int) -> tuple[list, list]:
                 s = pa.concat_arrays([s, pa.array([None], pa.string())])
             chunks.append(own.encode_strings(leaf, s))
             arrays.append(s)
+        elif rng.random() < 0.4:  # flow_id's shape: one or two flows a row, 0 = none (encode_flows)
+            first = np.where(rng.random(n) < rng.random(), 0, _ints(rng, n, True))
+            second = np.where(rng.random(n) < rng.choice([0.0, 0.9, 1.0]), 0, _ints(rng, n, True))
+            second = None if rng.random() < 0.3 else second
+            chunks.append(own.encode_flows(leaf, first, second))
+            rows = [[x for x in (a, b) if x] for a, b in zip(first.tolist(), (second if second is not None
+                                                                            else np.zeros(n, np.int64)).tolist())]
+            arrays.append(pa.array(rows, pa.list_(pa.int64())))
         else:
             counts = rng.choice([0, 1, 1, 2, 5], n) if rng.random() < 0.7 else rng.integers(0, 2, n)
             offsets = np.zeros(n + 1, dtype=np.int32)
@@ -175,6 +183,8 @@ def test_own_writer_round_trips_random_columns(tmp_path):
     lambda: _pqenc.plain_byte_array(np.array([0, 5], np.int32), b"abc", None),
     lambda: _pqenc.plain_byte_array(np.array([2, 1], np.int32), b"abc", None),
     lambda: _pqenc.plain_byte_array(np.array([0, 1, 2], np.int32), b"abc", np.zeros(1, np.uint8)),
+    lambda: _pqenc.list_page(np.zeros(3, np.int32), None),
+    lambda: _pqenc.list_page(np.zeros(3, np.int64), np.zeros(2, np.int64)),
     lambda: _pqenc.dict_page(np.zeros(3, np.int16), np.zeros(2, np.int32), 0, -1, 1, 1),
     lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int64), 0, -1, 1, 1),
     lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int32), 0, -1, 1, 33),

@@ -12,6 +12,8 @@
  *       valid values
  *   delta_nonneg(int64/int32 buffer) -> (bytes, nulls)   an optional integer column's data page body
  *       (levels and DELTA_BINARY_PACKED values) where the negative values are the nulls
+ *   list_page(int64 first, int64 second or None) -> (bytes, level count)   ``flow_id``'s data page body
+ *       (repetition and definition levels, values) from its one or two flows a row (0 = none)
  *   dict_page(int32/int64 ids, int32 lut, offset, null_pos, nvalues, bit_width) -> (bytes, nulls, used)   a dictionary
  *       column's data page body (levels and positions) straight from per-row ids
  * Each writes ``prefix`` (the page's levels) first, which saves a copy of the page.
@@ -561,6 +563,96 @@ done:
     return out;
 }
 
+/* list_page(first, second or None) -> (body, level_count): the data page body of ``flow_id``
+ * (an optional list of optional int64, written as never-null lists of never-null values): row i is
+ * the list of first[i] and second[i] without the zeros (0 = none), in that order.  Repetition
+ * levels (4-byte length, width 1; one run when no row has two values), definition levels (width
+ * 2: 1 an empty list, 3 a value), DELTA_BINARY_PACKED values.  One pass builds levels and values;
+ * replaces the offsets, counts, masks and level arrays made in numpy (docs/decisions/0051). */
+static PyObject *list_page(PyObject *self, PyObject *args) {
+    PyObject *oa, *ob;
+    if (!PyArg_ParseTuple(args, "OO", &oa, &ob)) return NULL;
+    Py_buffer a, b = {0};
+    if (get_buffer(oa, &a) < 0) return NULL;
+    int has_b = ob != Py_None;
+    if (has_b && get_buffer(ob, &b) < 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    PyObject *out = NULL, *body = NULL;
+    int64_t *vals = NULL;
+    uint8_t *reps = NULL, *defs = NULL;
+    Py_ssize_t n = a.len / (a.itemsize ? a.itemsize : 1);
+    if (a.itemsize != 8 || (has_b && (b.itemsize != 8 || b.len != a.len))) {
+        PyErr_SetString(PyExc_ValueError, "list_page takes one or two int64 buffers of the same length");
+        goto done;
+    }
+    Py_ssize_t cap = has_b ? 2 * n : n, nv = 0, t = 0;
+    vals = PyMem_Malloc(cap ? cap * 8 : 8);
+    reps = PyMem_Malloc(cap ? cap : 1);
+    defs = PyMem_Malloc(cap ? cap : 1);
+    if (vals == NULL || reps == NULL || defs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t *A = (const int64_t *)a.buf, *B = (const int64_t *)b.buf;
+    int two = 0;
+    if (!has_b) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t x = A[i];
+            vals[nv] = x;
+            nv += x != 0;
+            defs[i] = (uint8_t)(1 + 2 * (x != 0));
+        }
+        t = n;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t x = A[i], y = B[i];
+            int k = (x != 0) + (y != 0);
+            reps[t] = 0;
+            defs[t++] = (uint8_t)(k ? 3 : 1);
+            if (k == 2) {
+                reps[t] = 1;
+                defs[t++] = 3;
+                two = 1;
+            }
+            if (x) vals[nv++] = x;
+            if (y) vals[nv++] = y;
+        }
+    }
+    body = PyBytes_FromStringAndSize(NULL, 8 + 16 + rle_bound(t, 1) + rle_bound(t, 2) + delta_bound(nv));
+    if (body == NULL) goto done;
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body), *p = start + 4;
+    if (two) {
+        Py_buffer r = {0};
+        r.buf = reps, r.len = t, r.itemsize = 1;
+        p = rle_encode(&r, 1, p);
+    } else { /* one run of 0s */
+        p = put_varint(p, (uint64_t)t << 1);
+        *p++ = 0;
+    }
+    uint32_t len = (uint32_t)(p - start - 4);
+    memcpy(start, &len, 4);
+    uint8_t *dstart = p;
+    p += 4;
+    Py_buffer d = {0};
+    d.buf = defs, d.len = t, d.itemsize = 1;
+    p = rle_encode(&d, 2, p);
+    len = (uint32_t)(p - dstart - 4);
+    memcpy(dstart, &len, 4);
+    p = delta_encode(vals, nv, 8, p);
+    body = finish(body, start, p);
+    if (body != NULL) out = Py_BuildValue("(On)", body, t);
+done:
+    Py_XDECREF(body);
+    PyMem_Free(vals);
+    PyMem_Free(reps);
+    PyMem_Free(defs);
+    PyBuffer_Release(&a);
+    if (has_b) PyBuffer_Release(&b);
+    return out;
+}
+
 static PyObject *plain_byte_array(PyObject *self, PyObject *args) {
     PyObject *ooff, *odata, *ovalid;
     const char *prefix = "";
@@ -617,6 +709,7 @@ static PyMethodDef methods[] = {
     {"rle_hybrid", rle_hybrid, METH_VARARGS, "RLE/bit-packed hybrid encoding of a uint8/int32 buffer at a bit width."},
     {"plain_byte_array", plain_byte_array, METH_VARARGS, "PLAIN BYTE_ARRAY encoding of the valid strings."},
     {"delta_nonneg", delta_nonneg, METH_VARARGS, "Levels + DELTA_BINARY_PACKED of an int column whose negatives are nulls."},
+    {"list_page", list_page, METH_VARARGS, "Levels + DELTA_BINARY_PACKED of a list column of up to two non-zero int64 a row."},
     {"dict_page", dict_page, METH_VARARGS, "Dictionary data page body (levels, bit width, positions) from ids and a lut."},
     {NULL, NULL, 0, NULL},
 };

@@ -185,7 +185,8 @@ def _ids(ids: np.ndarray) -> tuple:
 def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
     """Each column of ``SystemProfileEvents`` for one chunk, in schema order, as numpy parts both
     writers take: ("int", values, null mask | None), ("opt", values: null where negative),
-    ("range", consecutive values, first), ("dict", DictIds),
+    ("range", consecutive values, first), ("flows", flow, second flow | None: a list of the non-zero
+    ones a row), ("dict", DictIds),
     ("str", Arrow string array), ("list", (int32 offsets, int64 values)), ("const", value, rows)."""
     c = pe.cols
     n = pe.n
@@ -212,7 +213,7 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
         "nc_idx": ("int", nc, None),
         "pcore_idx": ("int", nc, None),
         "worker_gid": ("const", pe.rank, n),
-        "flow_id": ("list", _flow_offsets(c["flow_id"], c.get("flow_id2"))),
+        "flow_id": ("flows", c["flow_id"], c.get("flow_id2")),
         "framework_stream_id": opt(fsid if fsid is not None else np.full(n, -1, dtype=np.int64)),
         "extra_attributes_json": ("str", pe.extra_json),
         "event_group": ("dict", _dict_ids(typ, pe.type_groups)),
@@ -237,6 +238,8 @@ def events_table(pe: ProcessEvents) -> pa.Table:
             kind, parts = "int", [parts[0], parts[0] < 0]
         elif kind == "range":
             kind, parts = "int", [parts[0], None]
+        elif kind == "flows":
+            kind, parts = "list", [_flow_offsets(*parts)]
         if kind == "int":
             a, null = parts
             arrays.append(_with_nulls(a.astype(f.type.to_pandas_dtype(), copy=False), f.type, null))
@@ -301,6 +304,8 @@ def encode_chunk(leaves: list, pe: ProcessEvents) -> list:
             out.append(own.encode_int_nonneg(leaf, parts[0]))
         elif kind == "range":
             out.append(own.encode_const(leaf, parts[1], len(parts[0]), step=1))
+        elif kind == "flows":
+            out.append(own.encode_flows(leaf, *parts))
         elif kind == "const":
             out.append(own.encode_const(leaf, *parts))
         elif kind == "dict":
