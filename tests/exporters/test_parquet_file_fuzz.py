@@ -198,3 +198,29 @@ def test_own_writer_round_trips_random_columns(tmp_path):
 def test_encoders_refuse_bad_arguments(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_presence_is_bincounts_nonzero():
+    """``_pqenc.present`` (the string columns' presence pass) against ``np.bincount``, ids inside and
+    outside the table, int64 extremes included."""
+    rng = np.random.default_rng(seed(3))
+    for _ in range(300):
+        k = int(rng.integers(0, 50))
+        n = int(rng.integers(0, 2000))
+        ids = rng.integers(0, max(k, 1), n)
+        if rng.random() < 0.3 and n:  # one id outside [0, k)
+            ids[rng.integers(0, n)] = rng.choice([-1, k, I64.min, I64.max])
+        got = _pqenc.present(ids, k)
+        inside = ((ids >= 0) & (ids < k)).all()
+        if not inside:
+            assert got is None
+            continue
+        want = (np.bincount(ids, minlength=k) > 0).astype(np.uint8).tobytes()
+        assert got == want
+
+
+@pytest.mark.parametrize("call", [lambda: _pqenc.present(np.zeros(3, np.int32), 4),
+                                  lambda: _pqenc.present(np.zeros(3, np.int64), -1)])
+def test_presence_refuses_bad_arguments(call):
+    with pytest.raises(ValueError):
+        call()

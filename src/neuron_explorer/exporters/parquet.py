@@ -117,17 +117,27 @@ def _dict_ids(ids: np.ndarray, values: list[str], null_index: int | None = None,
     return DictIds(ids, table, merged, offset, null_pos, max(null_value, 0))
 
 
+def _presence(ids: np.ndarray, k: int) -> np.ndarray | None:
+    """Non-zero where some id equals the index (0..k-1); None when an id is outside: the C
+    presence pass when the encoders are built, else ``np.bincount``."""
+    if own is not None and ids.dtype == np.int64:
+        flags = own.presence(ids, k)
+        return None if flags is None else np.frombuffer(flags, dtype=np.uint8)
+    try:
+        counts = np.bincount(ids, minlength=k)  # (raises on negative ids)
+    except ValueError:
+        return None
+    return None if len(counts) > k else counts
+
+
 def _remap_strings(ids: np.ndarray, strings: list[str]) -> DictIds:
     """String ids of the capture's table -> a dictionary of the strings present (id 0 / "" -> null).
 
     A presence count and a lookup table instead of ``np.unique``: linear, no sort.
     """
     k = len(strings) + 1
-    try:
-        counts = np.bincount(ids, minlength=k)  # (raises on negative ids)
-    except ValueError:
-        counts = None
-    if counts is None or len(counts) > k:  # out-of-range ids (damaged input) -> the "" slot
+    counts = _presence(ids, k)
+    if counts is None:  # out-of-range ids (damaged input) -> the "" slot
         ids = np.clip(ids, 0, len(strings))
         counts = np.bincount(ids, minlength=k)
     present = np.flatnonzero(counts)

@@ -318,6 +318,12 @@ def encode_flows(leaf: Leaf, first: np.ndarray, second: np.ndarray | None = None
     return Encoded(page, 0, total, size, [RLE, DELTA_BINARY_PACKED], None)
 
 
+def presence(ids: np.ndarray, k: int) -> bytes | None:
+    """One byte per value 0..k-1 of int64 ``ids``: 1 where some id equals it; None when an id is
+    outside [0, k) (``_pqenc.present``)."""
+    return _pqenc.present(np.ascontiguousarray(ids, dtype=np.int64), k)
+
+
 # ----- the file ----------------------------------------------------------------------------------
 
 
