@@ -339,6 +339,24 @@ static PyObject *rle_hybrid(PyObject *self, PyObject *args) {
     return finish(out, start, p);
 }
 
+/* A level section of a v1 data page at p: its 4-byte length, then the n levels (bytes) RLE
+ * hybrid at width w (1 or 2), or one run of ``value`` when ``uniform`` (every level is it). */
+static uint8_t *level_section(const uint8_t *levels, Py_ssize_t n, int w, int uniform, uint8_t value, uint8_t *p) {
+    uint8_t *start = p;
+    p += 4;
+    if (uniform) {
+        p = put_varint(p, (uint64_t)n << 1);
+        *p++ = value;
+    } else {
+        Py_buffer d = {0};
+        d.buf = (void *)levels, d.len = n, d.itemsize = 1;
+        p = rle_encode(&d, w, p);
+    }
+    uint32_t len = (uint32_t)(p - start - 4);
+    memcpy(start, &len, 4);
+    return p;
+}
+
 /* The rows of dict_page: positions through ``map`` (every entry checked: a position, nvalues for a
  * null, nvalues + 1 for an entry no row may hold; map[nl] = nvalues), ids outside it to map[nl]
  * (null) when ``nullable``, else an error; returns the non-null count, or -1 - i for the first bad
@@ -452,17 +470,8 @@ static PyObject *dict_page(PyObject *self, PyObject *args) {
     Py_ssize_t nulls = n - nv;
     body = PyBytes_FromStringAndSize(NULL, 4 + 16 + rle_bound(n, 1) + 1 + rle_bound(nv, w));
     if (body == NULL || used == NULL) goto done;
-    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body), *p = start + 4;
-    if (nulls) {
-        Py_buffer d = {0};
-        d.buf = defs, d.len = n, d.itemsize = 1;
-        p = rle_encode(&d, 1, p);
-    } else { /* one run of 1s */
-        p = put_varint(p, (uint64_t)n << 1);
-        *p++ = 1;
-    }
-    uint32_t dlen = (uint32_t)(p - start - 4);
-    memcpy(start, &dlen, 4);
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body);
+    uint8_t *p = level_section(defs, n, 1, nulls == 0, 1, start);
     *p++ = (uint8_t)w;
     Py_buffer q = {0};
     q.buf = pos, q.len = nv * 4, q.itemsize = 4;
@@ -539,17 +548,8 @@ static PyObject *delta_nonneg(PyObject *self, PyObject *args) {
     }
     body = PyBytes_FromStringAndSize(NULL, 4 + 16 + rle_bound(n, 1) + delta_bound(nv));
     if (body == NULL) goto done;
-    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body), *p = start + 4;
-    if (nv < n) {
-        Py_buffer d = {0};
-        d.buf = defs, d.len = n, d.itemsize = 1;
-        p = rle_encode(&d, 1, p);
-    } else {
-        p = put_varint(p, (uint64_t)n << 1);
-        *p++ = 1;
-    }
-    uint32_t dlen = (uint32_t)(p - start - 4);
-    memcpy(start, &dlen, 4);
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body);
+    uint8_t *p = level_section(defs, n, 1, nv == n, 1, start);
     p = delta_encode(packed, nv, outsize, p);
     body = finish(body, start, p);
     if (body != NULL) out = Py_BuildValue("(On)", body, n - nv);
@@ -657,24 +657,9 @@ static PyObject *list_page(PyObject *self, PyObject *args) {
     }
     body = PyBytes_FromStringAndSize(NULL, 8 + 16 + rle_bound(t, 1) + rle_bound(t, 2) + delta_bound(nv));
     if (body == NULL) goto done;
-    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body), *p = start + 4;
-    if (two) {
-        Py_buffer r = {0};
-        r.buf = reps, r.len = t, r.itemsize = 1;
-        p = rle_encode(&r, 1, p);
-    } else { /* one run of 0s */
-        p = put_varint(p, (uint64_t)t << 1);
-        *p++ = 0;
-    }
-    uint32_t len = (uint32_t)(p - start - 4);
-    memcpy(start, &len, 4);
-    uint8_t *dstart = p;
-    p += 4;
-    Py_buffer d = {0};
-    d.buf = defs, d.len = t, d.itemsize = 1;
-    p = rle_encode(&d, 2, p);
-    len = (uint32_t)(p - dstart - 4);
-    memcpy(dstart, &len, 4);
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(body);
+    uint8_t *p = level_section(reps, t, 1, !two, 0, start); /* (no row of two: one run of 0s) */
+    p = level_section(defs, t, 2, 0, 0, p);
     p = delta_encode(vals, nv, 8, p);
     body = finish(body, start, p);
     if (body != NULL) out = Py_BuildValue("(On)", body, t);
