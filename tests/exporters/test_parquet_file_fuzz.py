@@ -44,6 +44,32 @@ def _null(rng, n: int) -> np.ndarray | None:
     return None if p == 0 else rng.random(n) < p
 
 
+def _dict_ids(rng, n: int, leaf) -> tuple:
+    """A dictionary column from per-row ids through a lookup table (``encode_dict_ids``, the C
+    ``dict_page``): ids of either width with an offset, a table whose entries may be the null
+    sentinel, ids outside the table (null when the column has nulls)."""
+    k = int(rng.integers(1, len(WORDS) + 1))
+    values = list(rng.permutation(WORDS)[:k])
+    lut = rng.integers(0, k, int(rng.integers(1, 40))).astype(np.int32)
+    offset = int(rng.integers(-3, 4))
+    nullable = rng.random() < 0.6
+    null_pos = k if nullable else -1  # a sentinel past the dictionary
+    if nullable:
+        lut[rng.random(len(lut)) < rng.choice([0.0, 0.3, 1.0])] = null_pos
+        ids = rng.integers(-offset - 3, len(lut) - offset + 3, n)
+    else:
+        ids = rng.integers(-offset, len(lut) - offset, n)
+    ids = ids.astype(rng.choice([np.int64, np.int32]))
+    chunk = own.encode_dict_ids(leaf, ids, lut, values, offset, null_pos)
+    key = ids.astype(np.int64) + offset
+    inside = (key >= 0) & (key < len(lut))
+    pos = np.where(inside, lut[np.where(inside, key, 0)], null_pos)
+    null = pos == null_pos
+    arr = pa.DictionaryArray.from_arrays(pa.array(np.where(null, 0, pos).astype(np.int32), mask=null),
+                                         pa.array(values, pa.string()))
+    return chunk, arr
+
+
 def _group(rng, n: int) -> tuple[list, list]:
     """One row group: (the own writer's column chunks, the Arrow arrays of the same data)."""
     leaves, arrays, chunks = LEAVES, [], []
@@ -54,6 +80,10 @@ def _group(rng, n: int) -> tuple[list, list]:
             arrays.append(pa.array(v, mask=null))
         elif leaf.kind == "const":
             pass
+        elif leaf.kind == "dict" and rng.random() < 0.5:
+            chunk, arr = _dict_ids(rng, n, leaf)
+            chunks.append(chunk)
+            arrays.append(arr)
         elif leaf.kind == "dict":
             k = int(rng.integers(1, len(WORDS) + 1))
             values = list(rng.permutation(WORDS)[:k])
@@ -69,6 +99,14 @@ def _group(rng, n: int) -> tuple[list, list]:
                 s = pa.concat_arrays([s, pa.array([None], pa.string())])
             chunks.append(own.encode_strings(leaf, s))
             arrays.append(s)
+        elif rng.random() < 0.4:  # flow_id's shape: one or two flows a row, 0 = none (encode_flows)
+            first = np.where(rng.random(n) < rng.random(), 0, _ints(rng, n, True))
+            second = np.where(rng.random(n) < rng.choice([0.0, 0.9, 1.0]), 0, _ints(rng, n, True))
+            second = None if rng.random() < 0.3 else second
+            chunks.append(own.encode_flows(leaf, first, second))
+            rows = [[x for x in (a, b) if x] for a, b in zip(first.tolist(), (second if second is not None
+                                                                            else np.zeros(n, np.int64)).tolist())]
+            arrays.append(pa.array(rows, pa.list_(pa.int64())))
         else:
             counts = rng.choice([0, 1, 1, 2, 5], n) if rng.random() < 0.7 else rng.integers(0, 2, n)
             offsets = np.zeros(n + 1, dtype=np.int32)
@@ -145,7 +183,44 @@ def test_own_writer_round_trips_random_columns(tmp_path):
     lambda: _pqenc.plain_byte_array(np.array([0, 5], np.int32), b"abc", None),
     lambda: _pqenc.plain_byte_array(np.array([2, 1], np.int32), b"abc", None),
     lambda: _pqenc.plain_byte_array(np.array([0, 1, 2], np.int32), b"abc", np.zeros(1, np.uint8)),
+    lambda: _pqenc.list_page(np.zeros(3, np.int32), None),
+    lambda: _pqenc.list_page(np.zeros(3, np.int64), np.zeros(2, np.int64)),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int16), np.zeros(2, np.int32), 0, -1, 1, 1),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int64), 0, -1, 1, 1),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int32), 0, -1, 1, 33),
+    lambda: _pqenc.dict_page(np.zeros(3, np.int64), np.zeros(2, np.int32), 0, -1, -1, 1),
+    lambda: _pqenc.dict_page(np.array([0, 2]), np.zeros(2, np.int32), 0, -1, 1, 1),  # id past the table
+    lambda: _pqenc.dict_page(np.array([0, -5]), np.zeros(2, np.int32), 0, -1, 1, 1),  # id before it
+    lambda: _pqenc.dict_page(np.array([0, 1]), np.array([0, 4], np.int32), 0, -1, 4, 3),  # past the dictionary
+    lambda: _pqenc.dict_page(np.array([0, 1]), np.array([0, 1], np.int32), 0, -1, 2, 0),  # over the bit width
+    lambda: _pqenc.dict_page(np.array([0, 1]), np.array([0, -2], np.int32), 0, -1, 2, 1),  # a negative position
 ])
 def test_encoders_refuse_bad_arguments(call):
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_presence_is_bincounts_nonzero():
+    """``_pqenc.present`` (the string columns' presence pass) against ``np.bincount``, ids inside and
+    outside the table, int64 extremes included."""
+    rng = np.random.default_rng(seed(3))
+    for _ in range(300):
+        k = int(rng.integers(0, 50))
+        n = int(rng.integers(0, 2000))
+        ids = rng.integers(0, max(k, 1), n)
+        if rng.random() < 0.3 and n:  # one id outside [0, k)
+            ids[rng.integers(0, n)] = rng.choice([-1, k, I64.min, I64.max])
+        got = _pqenc.present(ids, k)
+        inside = ((ids >= 0) & (ids < k)).all()
+        if not inside:
+            assert got is None
+            continue
+        want = (np.bincount(ids, minlength=k) > 0).astype(np.uint8).tobytes()
+        assert got == want
+
+
+@pytest.mark.parametrize("call", [lambda: _pqenc.present(np.zeros(3, np.int32), 4),
+                                  lambda: _pqenc.present(np.zeros(3, np.int64), -1)])
+def test_presence_refuses_bad_arguments(call):
     with pytest.raises(ValueError):
         call()

@@ -111,34 +111,35 @@ def exec_links(views: list[DeviceProfileView]) -> dict[int, str]:
 
 
 def events_table(v: DeviceProfileView, flow_base: int):
-    """The profile's ops as an Arrow table (DeviceProfileEvents)."""
+    """The profile's ops as an Arrow table (DeviceProfileEvents), every column built from buffers
+    (``util.arrays``: ``pa.array`` would import pandas, decision 0050)."""
     import pyarrow as pa
+
+    from neuron_explorer.util.arrays import dictionary, numeric, repeated
 
     t = v.dp.trace
     ops = v.dp.ops
     strings = list(t.strings)
     n = v.n
-    names = pa.DictionaryArray.from_arrays(pa.array(ops["name"], type=pa.int32()), pa.array(strings))
-    tracks = pa.DictionaryArray.from_arrays(pa.array(ops["track"], type=pa.int32()), pa.array(strings))
     ex = t.executions
     model_names = [e.model_name for e in ex]
-    mdict = pa.DictionaryArray.from_arrays(pa.array(ops["exec_idx"], type=pa.int32()), pa.array(model_names or [""]))
     flows = flow_base | (v.exec_ids & ((1 << 40) - 1))
-    return pa.table({
-        "profile_id": pa.array([v.profile_id] * n, type=pa.string()),
-        "instance_id": pa.array([v.session.instance_id] * n, type=pa.string()),
-        "process_id": pa.array(np.full(n, v.session.pid, dtype=np.int64)),
-        "nc_idx": pa.array(np.full(n, t.nc_idx, dtype=np.int32)),
-        "model_name": mdict,
-        "exec_id": pa.array(v.exec_ids),
-        "name": names,
-        "track": tracks,
-        "start_ts": pa.array(v.start_ts),
-        "end_ts": pa.array(v.end_ts),
-        "duration_ns": pa.array(v.end_ts - v.start_ts),
-        "flops": pa.array(ops["flops"], mask=np.isnan(ops["flops"])),
-        "bytes": pa.array(ops["nbytes"], mask=ops["nbytes"] < 0),
-        "detail": pa.DictionaryArray.from_arrays(pa.array(ops["detail"], type=pa.int32()), pa.array(strings)),
-        "source_location": pa.DictionaryArray.from_arrays(pa.array(ops["source"], type=pa.int32()), pa.array(strings)),
-        "flow_id": pa.array(flows),
-    })
+    cols = {
+        "profile_id": repeated(v.profile_id, n),
+        "instance_id": repeated(v.session.instance_id, n),
+        "process_id": numeric(np.full(n, v.session.pid, dtype=np.int64)),
+        "nc_idx": numeric(np.full(n, t.nc_idx, dtype=np.int32)),
+        "model_name": dictionary(ops["exec_idx"], model_names or [""]),
+        "exec_id": numeric(v.exec_ids),
+        "name": dictionary(ops["name"], strings),
+        "track": dictionary(ops["track"], strings),
+        "start_ts": numeric(v.start_ts),
+        "end_ts": numeric(v.end_ts),
+        "duration_ns": numeric(v.end_ts - v.start_ts),
+        "flops": numeric(ops["flops"], null=np.isnan(ops["flops"])),
+        "bytes": numeric(ops["nbytes"], null=ops["nbytes"] < 0),
+        "detail": dictionary(ops["detail"], strings),
+        "source_location": dictionary(ops["source"], strings),
+        "flow_id": numeric(flows),
+    }
+    return pa.Table.from_arrays(list(cols.values()), names=list(cols))

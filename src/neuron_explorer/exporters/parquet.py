@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from neuron_explorer.contracts.env import parquet_writer
+from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
@@ -61,52 +63,98 @@ def _with_nulls(a: np.ndarray, typ: pa.DataType, null: np.ndarray | None) -> pa.
     return pa.Array.from_buffers(typ, len(a), [pa.py_buffer(valid), pa.py_buffer(a)], null_count=nulls)
 
 
-def _dict_parts(idx: np.ndarray, values: list[str], null_index: int | None = None
-                ) -> tuple[np.ndarray, list[str], np.ndarray | None]:
-    """(int32 indices, distinct values, null mask) of a dictionary column from indices into
-    ``values``, whose entries equal to ``null_index`` are nulls.
+@dataclass
+class DictIds:
+    """A dictionary-string column as per-row ids and a lookup table, not yet gathered: our writer
+    encodes it from the ids in one C pass (``_pqenc.dict_page``), Arrow's writer takes ``arrays()``.
+
+    ``lut[id + offset]`` is the row's position in ``values`` (distinct strings); rows whose
+    position is ``null_pos`` are null (a sentinel past ``values``; -1: no nulls), and so are ids
+    outside ``lut`` when the column has nulls.  ``null_value``: the position Arrow's indices hold
+    under a null slot (in range, hidden by the validity bitmap)."""
+
+    ids: np.ndarray
+    lut: np.ndarray
+    values: list[str]
+    offset: int = 0
+    null_pos: int = -1
+    null_value: int = 0
+
+    def arrays(self) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+        """(int32 positions, values, null mask or None), as Arrow's writer takes them."""
+        k = self.ids + self.offset if self.offset else self.ids
+        inside = (k >= 0) & (k < len(self.lut))
+        if inside.all():
+            idx = self.lut[k]
+        elif self.null_pos >= 0:
+            idx = np.where(inside, self.lut[np.where(inside, k, 0)], self.null_pos)
+        else:
+            raise ValueError(f"dictionary id outside its table of {len(self.lut)}")
+        if self.null_pos < 0:
+            return idx.astype(np.int32, copy=False), self.values, None
+        null = idx == self.null_pos
+        return np.where(null, self.null_value, idx).astype(np.int32), self.values, null
+
+
+def _dict_ids(ids: np.ndarray, values: list[str], null_index: int | None = None, lut: np.ndarray | None = None,
+              offset: int = 0) -> DictIds:
+    """The ``DictIds`` of rows holding ``ids`` (+ ``offset``) into ``values`` (through ``lut`` when
+    given, else directly); rows at ``null_index`` of ``values`` are null.
 
     Repeated values (e.g. the source or group of each event type) are merged first: Arrow's
     Parquet writer cannot keep a dictionary with duplicates and falls back to plain strings,
     for the whole column chunk (docs/decisions/0004-parquet-write-path.md), and a dictionary
-    page must not repeat a value either.
+    page must not repeat a value either.  Only rows at ``null_index`` itself are null, not
+    other rows with the same string.
     """
-    idx = idx.astype(np.int32, copy=False)
-    null = None if null_index is None else idx == null_index
-    if len(set(values)) < len(values):
-        first: dict[str, int] = {}
-        lut = np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int32)
-        values = list(first)
-        idx = lut[idx]  # (a null slot's index stays in range; the validity bitmap hides it)
-    return idx, values, null
+    first: dict[str, int] = {}
+    remap = [first.setdefault(v, len(first)) for v in values]
+    merged = list(first)
+    table = np.array(remap + [-1], dtype=np.int32)
+    null_pos = null_value = -1
+    if null_index is not None:
+        null_pos, null_value = len(merged), remap[null_index]
+        table[null_index] = null_pos
+    table = table[:len(values)] if lut is None else table[lut]
+    return DictIds(ids, table, merged, offset, null_pos, max(null_value, 0))
 
 
-def _dict_array(parts: tuple[np.ndarray, list[str], np.ndarray | None]) -> pa.DictionaryArray:
-    """Dictionary column from ``_dict_parts`` (indices in range by construction, so not re-checked)."""
-    idx, values, null = parts
-    indices = _with_nulls(idx, pa.int32(), null)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(values, type=pa.string()), safe=False)
+def _presence(ids: np.ndarray, k: int) -> np.ndarray | None:
+    """Non-zero where some id equals the index (0..k-1); None when an id is outside: the C
+    presence pass when the encoders are built, else ``np.bincount``."""
+    if own is not None and ids.dtype == np.int64:
+        flags = own.presence(ids, k)
+        return None if flags is None else np.frombuffer(flags, dtype=np.uint8)
+    try:
+        counts = np.bincount(ids, minlength=k)  # (raises on negative ids)
+    except ValueError:
+        return None
+    return None if len(counts) > k else counts
 
 
-def _remap_strings(ids: np.ndarray, strings: list[str]) -> tuple[np.ndarray, list[str], np.ndarray | None]:
-    """String ids of the capture's table -> dictionary parts of the strings present (id 0 / "" -> null).
+def _remap_strings(ids: np.ndarray, strings: list[str]) -> DictIds:
+    """String ids of the capture's table -> a dictionary of the strings present (id 0 / "" -> null).
 
     A presence count and a lookup table instead of ``np.unique``: linear, no sort.
     """
     k = len(strings) + 1
-    try:
-        counts = np.bincount(ids, minlength=k)  # (raises on negative ids)
-    except ValueError:
-        counts = None
-    if counts is None or len(counts) > k:  # out-of-range ids (damaged input) -> the "" slot
+    counts = _presence(ids, k)
+    if counts is None:  # out-of-range ids (damaged input) -> the "" slot
         ids = np.clip(ids, 0, len(strings))
         counts = np.bincount(ids, minlength=k)
     present = np.flatnonzero(counts)
-    lut = np.zeros(k, dtype=np.int32)
+    lut = np.full(k, len(present), dtype=np.int32)  # (ids never present: the -1 entry)
     lut[present] = np.arange(len(present), dtype=np.int32)
     vals = [strings[i] if i < len(strings) else "" for i in present.tolist()]
     empty = vals.index("") if "" in vals else None
-    return _dict_parts(lut[ids], vals, empty)
+    return _dict_ids(ids, vals, empty, lut)
+
+
+def _dict_array(d: DictIds) -> pa.DictionaryArray:
+    """Dictionary column from ``DictIds`` (indices in range by construction, so not re-checked)."""
+    idx, values, null = d.arrays()
+    indices = _with_nulls(idx, pa.int32(), null)
+    return pa.DictionaryArray.from_arrays(indices, strings(values, null_is_none=False), safe=False)
 
 
 def _flow_offsets(flow: np.ndarray, flow2: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -137,41 +185,51 @@ EVENTS_SCHEMA = pa.schema([
     ("group_ranks", _DICT), ("ret", _I32), ("device_profile_id", _DICT)])
 
 
+def _ids(ids: np.ndarray) -> tuple:
+    """The ``id`` column: consecutive by construction (``events.build``), so our writer encodes it
+    from its first value (``encode_const`` with step 1) unless the ends say otherwise."""
+    n = len(ids)
+    if n and int(ids[-1]) - int(ids[0]) == n - 1:
+        return ("range", ids, int(ids[0]))
+    return ("int", ids, None)
+
+
 def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
     """Each column of ``SystemProfileEvents`` for one chunk, in schema order, as numpy parts both
-    writers take: ("int", values, null mask | None), ("dict", (indices, values, null mask)),
+    writers take: ("int", values, null mask | None), ("opt", values: null where negative),
+    ("range", consecutive values, first), ("flows", flow, second flow | None: a list of the non-zero
+    ones a row), ("dict", DictIds),
     ("str", Arrow string array), ("list", (int32 offsets, int64 values)), ("const", value, rows)."""
     c = pe.cols
     n = pe.n
-    typ = c["type"].astype(np.int32)
+    typ = c["type"]
     mids = c["model_id"]
     n_models = int(mids.max()) + 1 if n and mids.max() >= 0 else 0
     model_dict = [""] + [pe.model_names.get(i, f"model_{i}") for i in range(n_models)]
     nc = c["nc_idx"].astype(np.int32)
     fsid = c.get("framework_stream_id")
 
-    def opt(a: np.ndarray) -> tuple:  # negative = none
-        return ("int", a, a < 0)
+    def opt(a: np.ndarray) -> tuple:  # negative = none (the mask is made by the writer that needs it)
+        return ("opt", a)
 
     return {
-        "id": ("int", c["id"], None),
-        "name": ("dict", _dict_parts(typ, pe.type_names)),
+        "id": _ids(c["id"]),
+        "name": ("dict", _dict_ids(typ, pe.type_names)),
         "start_ts": ("int", c["start_ts"], None),
         "end_ts": ("int", c["end_ts"], None),
         "duration_ns": ("int", c["end_ts"] - c["start_ts"], None),
-        "trace_event_source": ("dict", _dict_parts(typ, pe.type_sources)),
-        "instance_id": ("dict", _dict_parts(np.zeros(n, dtype=np.int32), [pe.instance_id])),
+        "trace_event_source": ("dict", _dict_ids(typ, pe.type_sources)),
+        "instance_id": ("dict", _dict_ids(np.zeros(n, dtype=np.int32), [pe.instance_id])),
         "process_id": ("const", pe.pid, n),
         "thread_id": ("int", c["thread_id"], None),
         "nc_idx": ("int", nc, None),
         "pcore_idx": ("int", nc, None),
         "worker_gid": ("const", pe.rank, n),
-        "flow_id": ("list", _flow_offsets(c["flow_id"], c.get("flow_id2"))),
-        "framework_stream_id": opt(fsid) if fsid is not None else
-        ("int", np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)),
+        "flow_id": ("flows", c["flow_id"], c.get("flow_id2")),
+        "framework_stream_id": opt(fsid if fsid is not None else np.full(n, -1, dtype=np.int64)),
         "extra_attributes_json": ("str", pe.extra_json),
-        "event_group": ("dict", _dict_parts(typ, pe.type_groups)),
-        "model_name": ("dict", _dict_parts((mids + 1).astype(np.int32), model_dict, 0)),
+        "event_group": ("dict", _dict_ids(typ, pe.type_groups)),
+        "model_name": ("dict", _dict_ids(mids, model_dict, 0, offset=1)),
         "exec_id": opt(c["exec_id"]),
         "op": ("dict", _remap_strings(c["op"], pe.strings)),
         "seq": opt(c["seq"]),
@@ -179,8 +237,8 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
         "dtype": ("dict", _remap_strings(c["dtype"], pe.strings)),
         "group_ranks": ("dict", _remap_strings(c["group"], pe.strings)),
         "ret": opt(c["ret"]),
-        "device_profile_id": ("dict", _dict_parts((c["device_profile"] + 1).astype(np.int32),
-                                                  [""] + list(pe.device_profiles), 0)),
+        "device_profile_id": ("dict", _dict_ids(c["device_profile"], [""] + list(pe.device_profiles), 0,
+                                                offset=1)),
     }
 
 
@@ -188,6 +246,12 @@ def events_table(pe: ProcessEvents) -> pa.Table:
     """The chunk as an Arrow table (Arrow's writer: the fallback without the C encoders)."""
     arrays = []
     for f, (kind, *parts) in zip(EVENTS_SCHEMA, event_columns(pe).values()):
+        if kind == "opt":
+            kind, parts = "int", [parts[0], parts[0] < 0]
+        elif kind == "range":
+            kind, parts = "int", [parts[0], None]
+        elif kind == "flows":
+            kind, parts = "list", [_flow_offsets(*parts)]
         if kind == "int":
             a, null = parts
             arrays.append(_with_nulls(a.astype(f.type.to_pandas_dtype(), copy=False), f.type, null))
@@ -198,7 +262,7 @@ def events_table(pe: ProcessEvents) -> pa.Table:
             arrays.append(_dict_array(parts[0]))
         elif kind == "list":
             offsets, values = parts[0]
-            arrays.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=pa.int64())))
+            arrays.append(pa.ListArray.from_arrays(numeric(offsets), numeric(values, pa.int64())))
         else:
             arrays.append(parts[0])
     return pa.Table.from_arrays(arrays, schema=EVENTS_SCHEMA)
@@ -248,10 +312,17 @@ def encode_chunk(leaves: list, pe: ProcessEvents) -> list:
             out.append(own.encode_int(leaf, *parts))
             if parts[1] is None:
                 done[key] = (parts[0], out[-1])
+        elif kind == "opt":
+            out.append(own.encode_int_nonneg(leaf, parts[0]))
+        elif kind == "range":
+            out.append(own.encode_const(leaf, parts[1], len(parts[0]), step=1))
+        elif kind == "flows":
+            out.append(own.encode_flows(leaf, *parts))
         elif kind == "const":
             out.append(own.encode_const(leaf, *parts))
         elif kind == "dict":
-            out.append(own.encode_dict(leaf, *parts[0]))
+            d = parts[0]
+            out.append(own.encode_dict_ids(leaf, d.ids, d.lut, d.values, d.offset, d.null_pos))
         elif kind == "list":
             out.append(own.encode_list(leaf, *parts[0]))
         else:
@@ -368,9 +439,8 @@ def write_tables(root: str, pieces: list[Piece], warnings: list[tuple[str, str]]
 
     def write_rows(name: str, rows: list[dict]) -> None:
         cols = [c for c, _ in SCHEMA_DOC[name]]
-        data = {c: [r.get(c) for r in rows] for c in cols}
-        pq.write_table(pa.table(data) if rows else pa.table({c: pa.array([], type=pa.string()) for c in cols}),
-                       os.path.join(root, dataset.table_file(name)))
+        t = rows_table(rows, cols) if rows else pa.Table.from_arrays([strings([]) for _ in cols], names=cols)
+        pq.write_table(t, os.path.join(root, dataset.table_file(name)))
 
     for name in (METADATA, MODELS):
         write_rows(name, [r for p in pieces for r in p.tables.get(name, [])])
@@ -390,16 +460,12 @@ def counters_table(pe: ProcessEvents) -> pa.Table:
     parts = []
     for name, (ts, vals, unit) in process_counters(pe).items():
         k = len(ts)
-        parts.append(pa.table({
-            "instance_id": pa.array([pe.instance_id] * k, type=pa.string()),
-            "process_id": pa.array(np.full(k, pe.pid, dtype=np.int64)),
-            "ts": pa.array(ts, type=pa.int64()),
-            "counter": pa.array([name] * k, type=pa.string()),
-            "value": pa.array(np.asarray(vals, dtype=np.float64)),
-            "unit": pa.array([unit] * k, type=pa.string()),
-        }))
+        parts.append(pa.Table.from_arrays([  # from buffers: pa.array would import pandas (decision 0050)
+            repeated(pe.instance_id, k), numeric(np.full(k, pe.pid, dtype=np.int64)), numeric(ts, pa.int64()),
+            repeated(name, k), numeric(np.asarray(vals, dtype=np.float64)), repeated(unit, k)],
+            names=["instance_id", "process_id", "ts", "counter", "value", "unit"]))
     if not parts:
-        return pa.table({"ts": pa.array([], type=pa.int64())})
+        return pa.Table.from_arrays([numeric(np.zeros(0, dtype=np.int64))], names=["ts"])
     return pa.concat_tables(parts)
 
 

@@ -193,14 +193,30 @@ def encode_int(leaf: Leaf, values: np.ndarray, null: np.ndarray | None = None) -
     return Encoded(page, 0, n, size, [RLE, enc], stats)
 
 
-def encode_const(leaf: Leaf, value: int, n: int) -> Encoded:
-    """An INT32/INT64 column of one value in every row, without building the column (delta-coded:
-    every delta is 0, so each block is its min delta and four zero bit widths)."""
+def encode_int_nonneg(leaf: Leaf, values: np.ndarray) -> Encoded:
+    """A delta-coded INT32/INT64 column whose negative values are the nulls, in one C pass
+    (``encode_int`` with ``null=values < 0`` gives the same page, from four numpy passes more)."""
+    if not leaf.delta or leaf.stats:  # (the C pass is for the plain case: no statistics)
+        return encode_int(leaf, values, values < 0)
+    n = len(values)
+    v = np.ascontiguousarray(values)
+    if v.dtype not in (np.int64, np.int32) or (v.dtype == np.int32 and leaf.ptype == INT64):
+        v = v.astype(np.int64)
+    body, _nulls = _pqenc.delta_nonneg(v, leaf.ptype == INT32)
+    page, size = _data_page(leaf, body, n, DELTA_BINARY_PACKED)
+    return Encoded(page, 0, n, size, [RLE, DELTA_BINARY_PACKED], None)
+
+
+def encode_const(leaf: Leaf, value: int, n: int, step: int = 0) -> Encoded:
+    """An INT32/INT64 column ``value, value + step, ...`` (n rows) without building the column
+    (delta-coded: every delta is ``step``, so each block is its min delta and four zero bit
+    widths).  ``step`` 0: one value in every row; 1: consecutive ids."""
     blocks = (n - 1 + 127) // 128 if n > 1 else 0
     body = (_def_levels(None, n) + _varint(128) + _varint(4) + _varint(n) + _varint(_zz(int(value)))
-            + b"\x00" * (5 * blocks))
+            + (_varint(_zz(int(step))) + b"\x00" * 4) * blocks)
     page, size = _data_page(leaf, body, n, DELTA_BINARY_PACKED)
-    stats = int_stats(leaf, np.array([value] if n else [], dtype=np.int64), 0) if leaf.stats else None
+    ends = [value, value + step * (n - 1)] if n else []
+    stats = int_stats(leaf, np.array(ends, dtype=np.int64), 0) if leaf.stats else None
     return Encoded(page, 0, n, size, [RLE, DELTA_BINARY_PACKED], stats)
 
 
@@ -226,6 +242,28 @@ def encode_dict(leaf: Leaf, indices: np.ndarray, values: list[str], null: np.nda
     return Encoded(dpage + page, 2, n, dsize + size, [PLAIN, RLE, RLE_DICTIONARY], stats)
 
 
+def encode_dict_ids(leaf: Leaf, ids: np.ndarray, lut: np.ndarray, values: list[str], offset: int = 0,
+                    null_pos: int = -1) -> Encoded:
+    """A dictionary-string column straight from per-row ``ids``: row i holds
+    ``values[lut[ids[i] + offset]]``, null where that position is ``null_pos`` (and where the id
+    falls outside ``lut``, when ``null_pos`` >= 0).  One C pass instead of the numpy gathers
+    ``encode_dict`` needs (docs/decisions/0051)."""
+    n = len(ids)
+    ids = np.ascontiguousarray(ids)
+    if ids.dtype not in (np.int64, np.int32):
+        ids = ids.astype(np.int64)
+    w = _bit_width(len(values) - 1)
+    body, nulls, used = _pqenc.dict_page(ids, np.ascontiguousarray(lut, dtype=np.int32), offset, null_pos,
+                                         len(values), w, leaf.stats)
+    dpage, dsize = _page(leaf, _DICTIONARY_PAGE, _plain_strings(values), tstruct((1, _I32, len(values)),
+                                                                                 (2, _I32, PLAIN)))
+    page, size = _data_page(leaf, body, n, RLE_DICTIONARY)
+    stats = None
+    if leaf.stats:
+        stats = _str_stats(values, np.frombuffer(used, dtype=np.uint8), nulls)
+    return Encoded(dpage + page, 2, n, dsize + size, [PLAIN, RLE, RLE_DICTIONARY], stats)
+
+
 def encode_strings(leaf: Leaf, arr: pa.Array) -> Encoded:
     """A plain string column from an Arrow string array (nulls kept)."""
     arr = arr.cast(pa.string()) if arr.type != pa.string() else arr
@@ -235,8 +273,9 @@ def encode_strings(leaf: Leaf, arr: pa.Array) -> Encoded:
         np.zeros(n + 1, dtype=np.int32)
     data = bufs[2] if bufs[2] is not None else b""
     null = None
-    if arr.null_count:
-        null = arr.is_null().to_numpy(zero_copy_only=False)
+    if arr.null_count:  # from the validity bitmap (a boolean ``to_numpy`` would import pandas)
+        bits = np.frombuffer(bufs[0], dtype=np.uint8)
+        null = np.unpackbits(bits, count=arr.offset + n, bitorder="little")[arr.offset:] == 0
     valid = None if null is None else np.logical_not(null).view(np.uint8)
     body = _pqenc.plain_byte_array(off, data, valid, _def_levels(null, n))
     page, size = _data_page(leaf, body, n, PLAIN)
@@ -266,6 +305,23 @@ def encode_list(leaf: Leaf, offsets: np.ndarray, values: np.ndarray) -> Encoded:
     body = _pqenc.delta_binary_packed(np.ascontiguousarray(values, dtype=np.int64), None, levels)
     page, size = _data_page(leaf, body, total, DELTA_BINARY_PACKED)
     return Encoded(page, 0, total, size, [RLE, DELTA_BINARY_PACKED], None)
+
+
+def encode_flows(leaf: Leaf, first: np.ndarray, second: np.ndarray | None = None) -> Encoded:
+    """A list<int64> column whose row i lists first[i] and second[i] without the zeros, in one C
+    pass (``encode_list`` over the same lists gives the same values, from offsets and level arrays
+    built in numpy)."""
+    a = np.ascontiguousarray(first, dtype=np.int64)
+    b = None if second is None or not second.any() else np.ascontiguousarray(second, dtype=np.int64)
+    body, total = _pqenc.list_page(a, b)
+    page, size = _data_page(leaf, body, total, DELTA_BINARY_PACKED)
+    return Encoded(page, 0, total, size, [RLE, DELTA_BINARY_PACKED], None)
+
+
+def presence(ids: np.ndarray, k: int) -> bytes | None:
+    """One byte per value 0..k-1 of int64 ``ids``: 1 where some id equals it; None when an id is
+    outside [0, k) (``_pqenc.present``)."""
+    return _pqenc.present(np.ascontiguousarray(ids, dtype=np.int64), k)
 
 
 # ----- the file ----------------------------------------------------------------------------------
