@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from neuron_explorer.contracts.dataset import SUMMARY_EVENTS_BYTES, SUMMARY_EVENTS_ROWS, summary_shift
+from neuron_explorer.util import arrays
 
 _STR = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema([("thread_id", pa.int64()), ("nc_idx", pa.int32()), ("trace_event_source", _STR),
@@ -61,8 +62,7 @@ def _unique_keys(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray) -> tuple[np.n
 
 def _strings(idx: np.ndarray, values: Sequence[str | None]) -> pa.Array:
     """``values[idx]`` as a dictionary column (no Python object per row; None is '')."""
-    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)),
-                                          pa.array([v or "" for v in values], type=pa.string()))
+    return arrays.dictionary(idx, [v or "" for v in values])
 
 
 def _scratch(scratch: dict[str, np.ndarray] | None, name: str, n: int) -> np.ndarray:
@@ -127,11 +127,13 @@ def chunk(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, start: np.ndarray, e
                      axis=1)
     else:
         k = keys[g // nb]
+    i64 = pa.int64()
     return pa.Table.from_arrays([
-        pa.array(k[:, 0]), pa.array(k[:, 1].astype(np.int32)), _strings(k[:, 2], sources),
-        _strings(k[:, 2], names), _strings(k[:, 2], groups), pa.array(np.full(len(keep), shift, dtype=np.int32)),
-        pa.array(g % nb + b0), pa.array(count[keep].astype(np.int64)), pa.array(first[keep]),
-        pa.array(last[keep]), pa.array(total[keep]), pa.array(longest[keep])], schema=SCHEMA)
+        arrays.numeric(k[:, 0], i64), arrays.numeric(k[:, 1], pa.int32()), _strings(k[:, 2], sources),
+        _strings(k[:, 2], names), _strings(k[:, 2], groups), arrays.numeric(np.full(len(keep), shift, dtype=np.int32)),
+        arrays.numeric(g % nb + b0, i64), arrays.numeric(count[keep], i64), arrays.numeric(first[keep], i64),
+        arrays.numeric(last[keep], i64), arrays.numeric(total[keep], i64), arrays.numeric(longest[keep], i64)],
+        schema=SCHEMA)
 
 
 def footer(events_bytes: int, events_rows: int) -> dict[bytes, bytes]:
