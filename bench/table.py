@@ -232,7 +232,7 @@ CURATED = (
     ("view_throughput_parquet_paired.json", "parquet_paired.after.events_per_cpu_s_median", "`view` parquet, "
      "events/CPU-s, paired runs (this tree)", "/CPU-s", ">= 5M/CPU-s (one worker)", _VT_P),
     ("view_throughput_parquet_paired.json", "parquet_paired.before.events_per_cpu_s_median", "`view` parquet, "
-     "events/CPU-s, paired runs (Arrow's writer, before)", "/CPU-s", "", _VT_P),
+     "events/CPU-s, paired runs (the --before checkout)", "/CPU-s", "", _VT_P),
 )
 
 
