@@ -425,10 +425,11 @@ def _end_waited_collectives(inst: Installed) -> None:
 
 def _patch_optimizer(eg: Eager, torch) -> None:
     """Wrap what ``Optimizer.profile_hook_step`` returns (torch puts it in place of each optimizer
-    class's ``step``).  With the extension the wrapper is ``_fastpath.EagerStep`` (runtime/_step.h):
-    the Python ``step`` below records an optimizer's first steps, then hands the C object a C
-    wrapper for that optimizer, which records its later steps with no Python frame (the step of a
-    compiled training loop is usually eager: in Python it cost ~1% of a small step)."""
+    class's ``step``).  With the extension the wrapper calls ``_fastpath.EagerStep``
+    (runtime/_step.h): the Python ``step`` below records an optimizer's first steps, then hands the
+    C object a C wrapper for that optimizer, which records its later steps with no Python frame of
+    ours but the one calling it (the step of a compiled training loop is usually eager: in Python
+    it cost ~1% of a small step)."""
     Optimizer = torch.optim.Optimizer
     orig = Optimizer.profile_hook_step
     tl, record, optimizer_exec, c_run = eg.tl, eg.record, eg.optimizer_exec, eg.c_run
@@ -451,8 +452,16 @@ def _patch_optimizer(eg: Eager, torch) -> None:
 
         if EagerStep is None:
             return step
-        fast = functools.update_wrapper(EagerStep(hooked, tl, enabled, NRT_EXECUTE, step), hooked)
-        return fast
+        fast = EagerStep(hooked, tl, enabled, NRT_EXECUTE, step)
+
+        # A Python function in the class, as torch's own: Dynamo, tracing a compiled function that
+        # calls opt.step(), called a C object standing there without the optimizer.  One frame.
+        @functools.wraps(hooked)
+        def c_step(*args, **kwargs):
+            return fast(*args, **kwargs)
+
+        c_step._neuron_explorer_recorder = fast  # type: ignore[attr-defined]
+        return c_step
 
     Optimizer.profile_hook_step = staticmethod(profile_hook_step)
 
