@@ -4,11 +4,12 @@
  * each step as one execution of the optimizer's graph (integrations/torch/eager.py).  Done in
  * Python, that took four to six Python frames per step (the step wrapper, the graph lookup, the
  * recorder, and with NDET its general path with exec_begin/exec_end): about 1% of a small
- * compiled step's instructions.  EagerStep replaces the Python step wrapper: it stands where
- * torch's ``Optimizer.step`` stands (a method: it binds like a function), and once the Python
- * path has recorded an optimizer's first step it is handed an ExecWrapper for that optimizer
- * (``settle``), which records every later step without a Python frame -- the same records, ids and
- * NDET in-flight slots as a compiled graph's calls.
+ * compiled step's instructions.  EagerStep takes the Python step wrapper's place: the class's
+ * ``step`` is a one-line Python function calling it (Dynamo must see a function there; the object
+ * also binds like a method), and once the Python path has recorded an optimizer's first step it is
+ * handed an ExecWrapper for that optimizer (``settle``), which records every later step without a
+ * Python frame of ours -- the same records, ids and NDET in-flight slots as a compiled graph's
+ * calls (docs/decisions/0052-eager-optimizer-step-in-c.md).
  *
  * Per call: no positional argument, another optimizer than the settled one, or an optimizer that
  * died -> the Python path (``slow``), which does everything as before and may settle again.
