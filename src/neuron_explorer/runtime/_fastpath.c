@@ -728,6 +728,8 @@ static PyTypeObject ExecWrapperType = {
     .tp_repr = (reprfunc)ew_repr,
 };
 
+#include "_step.h"
+
 /* ---- signals: wake a watcher thread at once (runtime/signals.py) --------------------------- */
 
 /* CPython runs a Python signal handler in the main thread between bytecodes, so a thread blocked in
@@ -872,7 +874,12 @@ PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
     if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0 ||
-            PyType_Ready(&SlotTableType) < 0 || PyType_Ready(&NanScannerType) < 0)
+            PyType_Ready(&SlotTableType) < 0 || PyType_Ready(&NanScannerType) < 0 ||
+            PyType_Ready(&EagerStepType) < 0)
+        return NULL;
+    str_depth = PyUnicode_InternFromString("depth");
+    int_zero = PyLong_FromLong(0);
+    if (str_depth == NULL || int_zero == NULL)
         return NULL;
     if (pthread_atfork(NULL, NULL, forget_tid) != 0 || pthread_atfork(NULL, NULL, forget_forwarding) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
@@ -902,6 +909,12 @@ PyInit__fastpath(void)
     Py_INCREF(&NanScannerType);
     if (PyModule_AddObject(m, "NanScanner", (PyObject *)&NanScannerType) < 0) {
         Py_DECREF(&NanScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&EagerStepType);
+    if (PyModule_AddObject(m, "EagerStep", (PyObject *)&EagerStepType) < 0) {
+        Py_DECREF(&EagerStepType);
         Py_DECREF(m);
         return NULL;
     }

@@ -25,15 +25,15 @@ import numpy as np
 
 from neuron_explorer.contracts.events import RECORD_WIDTH as W
 
-# The C extension's ring, execution wrapper, NDET in-flight slots and NaN/Inf scanner
-# (runtime/_fastpath.c, _finite.h); all None without the extension or with
+# The C extension's ring, execution wrapper, NDET in-flight slots, NaN/Inf scanner and eager
+# optimizer step (runtime/_fastpath.c, _finite.h, _step.h); all None without the extension or with
 # NEURON_EXPLORER_PURE_PYTHON=1, and the Python versions run instead.
 try:
-    from ._fastpath import ExecWrapper, NanScanner, RingBuffer as NativeRing, SlotTable
+    from ._fastpath import EagerStep, ExecWrapper, NanScanner, RingBuffer as NativeRing, SlotTable
 except ImportError:  # pragma: no cover - a build without a C compiler
-    ExecWrapper = NanScanner = NativeRing = SlotTable = None
+    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    ExecWrapper = NanScanner = NativeRing = SlotTable = None
+    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples
 # in C (~40% fewer instructions per record than numpy.fromiter over the chained tuples).

@@ -31,7 +31,7 @@ from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import future_status
-from neuron_explorer.integrations.torch.execution import general_path, profiler_settled
+from neuron_explorer.integrations.torch.execution import c_execution, general_path, profiler_settled
 from neuron_explorer.integrations.torch.flops import FlopCounter, learn_flops
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
@@ -39,6 +39,7 @@ from neuron_explorer.integrations.torch.state import Installed, env_switch
 from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
+from neuron_explorer.runtime.ring import EagerStep
 
 __all__ = ["Eager", "install_eager"]
 
@@ -54,7 +55,7 @@ class _Local(threading.local):
 class _Exec:
     """One eager graph: its model, and whether its calls are recorded."""
 
-    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register")
+    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register", "settled", "c_run")
 
     def __init__(self, model: Model | None, skip: bool = False) -> None:
         self.model = model
@@ -66,6 +67,10 @@ class _Exec:
         # registers the model (model_load, .neff, monitor) once a first call is recorded: a module
         # whose compiled graphs are the executions leaves no graph of its own
         self.register: Callable[[], Model] | None = None
+        # [the device profiler done with this graph], filled by its general path (see
+        # execution.general_path), read by its C wrapper; and (callable, that C wrapper) once made
+        self.settled: list = [None]
+        self.c_run: tuple | None = None
 
     def materialize(self) -> Model:
         if self.model is None and self.register is not None:
@@ -90,7 +95,7 @@ class Eager:
         self.by_hash: dict[str, _Exec] = {}
         self.by_module: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.by_optimizer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self.record = _recorder(self.rt, torch, core)
+        self.record, self.c_run = _recorder(self.rt, torch, core)
         # the last module / optimizer looked up and its graph: a training loop calls the same root
         # and steps the same optimizer every step, and a WeakKeyDictionary lookup makes a weakref
         # and runs Python code each time (a one-entry cache checked by identity costs a call)
@@ -208,8 +213,10 @@ def _source_of(cls) -> str:
     return getattr(mod, "__file__", "") or ""
 
 
-def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
-    """``record(ex, fn, args, kwargs)``: run ``fn`` as one execution of ``ex`` (see the module).
+def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
+    """``record(ex, fn, args, kwargs)``: run ``fn`` as one execution of ``ex`` (see the module);
+    and ``c_run(ex, fn)``: the C wrapper that records ``fn``'s calls as ``ex``'s steady state (None
+    while the graph's first call is to come, when it is not recorded, or without the extension).
 
     The first call of a graph is timed without an id up front, so whether compiled graphs ran
     inside (the core's execution counter moved) decides if it is recorded at all; later calls of
@@ -241,8 +248,17 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
             paths = ex.general = {}
         run = paths.get(fn)
         if run is None:
-            run = paths[fn] = general_path(rt, torch, core, ex.model, fn, False, stats_rec, None)
+            run = paths[fn] = general_path(rt, torch, core, ex.model, fn, False, stats_rec, None, ex.settled)
         return run(args, kwargs)
+
+    def c_run(ex: _Exec, fn):
+        if not ex.known or ex.skip or ex.model is None:
+            return None
+        made = ex.c_run
+        if made is None or made[0] is not fn:
+            made = ex.c_run = (fn, c_execution(rt, core, ex.model, fn, lambda *a, **k: general(ex, fn, a, k),
+                                               stats_rec, ex.settled))
+        return made[1]
 
     tids, get_ident = clock.native_ids, threading.get_ident
 
@@ -303,7 +319,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> Callable:
             ex.known = True
         return out
 
-    return record
+    return record, c_run
 
 
 def install_eager(inst: Installed, torch, core: CoreState) -> Eager:
@@ -408,22 +424,59 @@ def _end_waited_collectives(inst: Installed) -> None:
 
 
 def _patch_optimizer(eg: Eager, torch) -> None:
+    """Wrap what ``Optimizer.profile_hook_step`` returns (torch puts it in place of each optimizer
+    class's ``step``).  With the extension the wrapper calls ``_fastpath.EagerStep``
+    (runtime/_step.h): the Python ``step`` below records an optimizer's first steps, then hands the
+    C object a C wrapper for that optimizer, which records its later steps with no Python frame of
+    ours but the one calling it (the step of a compiled training loop is usually eager: in Python
+    it cost ~1% of a small step)."""
     Optimizer = torch.optim.Optimizer
     orig = Optimizer.profile_hook_step
-    tl, record, optimizer_exec = eg.tl, eg.record, eg.optimizer_exec
+    tl, record, optimizer_exec, c_run = eg.tl, eg.record, eg.optimizer_exec, eg.c_run
+    enabled, NRT_EXECUTE = eg.rt.enabled, ev.NRT_EXECUTE
 
     def profile_hook_step(func):
         hooked = orig(func)
+        fast = None
 
         @functools.wraps(hooked)
         def step(*args, **kwargs):
             if tl.depth or not args:
                 return hooked(*args, **kwargs)
-            return record(optimizer_exec(args[0]), hooked, args, kwargs)
+            ex = optimizer_exec(args[0])
+            try:
+                return record(ex, hooked, args, kwargs)
+            finally:
+                if fast is not None:
+                    _settle(eg, fast, args[0], c_run(ex, hooked))
 
-        return step
+        if EagerStep is None:
+            return step
+        fast = EagerStep(hooked, tl, enabled, NRT_EXECUTE, step)
+
+        # A Python function in the class, as torch's own: Dynamo, tracing a compiled function that
+        # calls opt.step(), called a C object standing there without the optimizer.  One frame.
+        @functools.wraps(hooked)
+        def c_step(*args, **kwargs):
+            return fast(*args, **kwargs)
+
+        c_step._neuron_explorer_recorder = fast  # type: ignore[attr-defined]
+        return c_step
 
     Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+
+
+def _settle(eg: Eager, fast, opt, run) -> None:
+    """Let ``fast`` (an EagerStep) record ``opt``'s next steps with ``run`` (a C wrapper), or
+    forget the optimizer it had when ``run`` is None (its steps then stay on the Python path)."""
+    try:
+        if run is None:
+            if fast.settled is not None:
+                fast.settle(None, None)
+        elif fast.settled is not opt:
+            fast.settle(opt, run)
+    except Exception as e:  # noqa: BLE001 - an optimizer without weak references: Python path
+        eg.inst.warn_once("eager-step", f"optimizer steps recorded on the Python path: {e}")
 
 
 def eager_enabled() -> bool:

@@ -33,7 +33,7 @@ from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
 from neuron_explorer.runtime.ring import NanScanner as _CScanner
 
-__all__ = ["BackwardFinder", "general_path", "profiler_settled", "wrap_execution"]
+__all__ = ["BackwardFinder", "c_execution", "general_path", "profiler_settled", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -66,6 +66,19 @@ def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callab
         def run(*args, **kwargs):
             return general(args, kwargs)
     return _stand_in_for(run, fn)
+
+
+def c_execution(rt: Runtime, core: CoreState, model: Model, fn: Callable, run_general: Callable, stats_rec,
+                settled: list) -> Callable | None:
+    """The C wrapper recording ``fn``'s calls as executions of ``model`` (no NaN check, no backward
+    search), yielding to ``run_general(args, kwargs)`` (made with the same ``settled`` list) while a
+    device profiler wants the call; None when it cannot run here (no extension, a Python ring, or
+    NDET without its C hooks).  The eager optimizer step's steady state (integrations/torch/eager.py)."""
+    ndet = rt.ndet
+    nd_hooks = ndet.exec_hooks() if ndet is not None and hasattr(ndet, "exec_hooks") else None
+    if _CWrapper is None or core.ring.buffer is None or (ndet is not None and not nd_hooks):
+        return None
+    return _c_wrapper(rt, core, model, fn, run_general, stats_rec, None, nd_hooks, None, settled)
 
 
 def _stand_in_for(run: Callable, fn: Callable) -> Callable:
