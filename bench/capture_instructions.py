@@ -58,6 +58,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -109,9 +110,19 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
                 k == "NEURON_PROCESS_TAG":
             continue
         env[k] = v
-    env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1")
+    # NEURON_EXPLORER_STATS=0 in every run but system_stats: without it, the plain and peer runs start
+    # neuron-monitor discovery's watcher thread (torch's entry point), which the profiled runs do not
+    # have; under valgrind its polling costs ~7k instructions per step, and a monitor running on the
+    # host makes the plain run record its executions (found by the ndet2 branch)
+    env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1",
+               NEURON_EXPLORER_STATS="0")
     if workload == "jax":
         env.update(JAX_SERIAL)
+    if platform.machine() in ("x86_64", "AMD64"):
+        # valgrind cannot decode AVX-512: Inductor compiles its kernels with -march=native (gcc runs
+        # outside valgrind and sees the host's AVX-512); AVX2 is what valgrind's CPU offers to ATen too
+        env.setdefault("TORCHINDUCTOR_CPP_MARCH", "x86-64-v3")
+        env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
     if config.endswith("_profiler"):
         env["PEER_TRACE_DIR"] = out_dir
     elif config.startswith("ndet"):
@@ -132,10 +143,9 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
         if config == "system_py":
             env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
         if config == "system_stats":
+            del env["NEURON_EXPLORER_STATS"]
             env["NEURON_EXPLORER_STATS_PERIOD_MS"] = "100000000"
             env["NEURON_EXPLORER_STATS_DIR"] = os.path.join(out_dir, "stats")
-        else:
-            env["NEURON_EXPLORER_STATS"] = "0"
     return env
 
 
