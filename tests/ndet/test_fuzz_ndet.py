@@ -180,3 +180,20 @@ def test_fuzz_neuron_det_on_a_real_job(tmp_path: Path) -> None:
     assert len(corpus) == 2
     (tmp_path / "work").mkdir()
     assert fuzz(corpus, tmp_path / "work", budget(SLOW_S), seed) >= BATCH
+
+
+def test_a_group_of_ranks_beyond_any_int_is_shown_as_written(tmp_path: Path) -> None:
+    """A collective whose group string is a 60-digit "rank" (found by the slow fuzz, seed 2): the trace
+    is written, the group shown as its text, not as a rank list the JSON writer cannot encode."""
+    from .helpers import load_trace, neuron_det
+
+    (tmp_path / "logs").mkdir()
+    rec = make_recorder(tmp_path / "logs", rank=0)
+    tok = rec.cc_begin(0, "all_reduce", 0, "9" * 60, 64, "float32", 1_000)
+    rec.cc_end(tok, 2_000, 5)
+    rec.write(final=True, reason="exit")
+    r = neuron_det("--log-prefix", str(tmp_path / "logs"), "-o", str(tmp_path / "t.json"))
+    assert r.returncode in (0, 1), r.stderr
+    assert "Traceback" not in r.stderr
+    ccs = [e for e in load_trace(tmp_path / "t.json") if e.get("args", {}).get("op") == "all_reduce"]
+    assert ccs and all(e["args"]["group"] in ("9" * 60, []) for e in ccs), ccs

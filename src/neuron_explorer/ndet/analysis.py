@@ -47,12 +47,18 @@ def wall_str(wall_ns: int) -> str:
     return t.strftime("%H:%M:%S.") + f"{t.microsecond // 1000:03d} UTC"
 
 
+MAX_RANK = 2**31 - 1  # ranks are C ints in torch.distributed; a log's group string is untrusted
+
+
 def group_ranks(group: str) -> list[int]:
+    """The ranks of a group string ("0,1" for the default group, "0,1#<name>" for other groups over
+    the same ranks); [] when it is not one (a damaged log: a rank beyond MAX_RANK, e.g. 60 digits,
+    would reach the JSON writer as an integer it cannot encode)."""
     try:
-        # "0,1" for the default group, "0,1#<name>" for other groups over the same ranks
-        return [int(x) for x in group.split("#")[0].split(",") if x.strip() != ""]
+        ranks = [int(x) for x in group.split("#")[0].split(",") if x.strip() != ""]
     except ValueError:
         return []
+    return ranks if all(0 <= r <= MAX_RANK for r in ranks) else []
 
 
 def group_str(group: str) -> str:
