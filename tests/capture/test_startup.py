@@ -126,8 +126,9 @@ def test_a_package_that_cannot_be_imported_leaves_one_line_and_an_unprofiled_run
     for name in ("neuron_explorer_autostart.pth", "neuron_explorer_autoload.py"):
         (site / name).write_bytes((repo / "src" / name).read_bytes())
     code = f"import site; site.addsitedir({str(site)!r}); print('ran')"
-    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
-                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out")))
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"))
+    env.pop("PYTHONPATH", None)  # only the broken package may be found
+    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
