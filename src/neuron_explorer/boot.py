@@ -16,6 +16,7 @@ import sys
 import threading
 
 from neuron_explorer.contracts import env as cfgmod
+from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime, get_runtime, set_runtime
 from neuron_explorer.util.procs import framework_helper
@@ -55,6 +56,11 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         if capture:
             _check_output_dir(cfg.output_dir)
         rt = Runtime(cfg)
+        if not capture and not keep_rings:
+            # Framework regions (record_function) only ever reach the capture: an NDET-only or
+            # monitor-only process does not hook them (torch's optimizer step alone enters two
+            # regions a step, six Python frames)
+            rt.enabled[ev.FRAMEWORK_OP] = False
         if ndet_on:
             from neuron_explorer.ndet.recorder import NdetRecorder
 

@@ -135,3 +135,14 @@ def test_a_package_that_cannot_be_imported_leaves_one_line_and_an_unprofiled_run
     assert lines[0].startswith("neuron-explorer: warning: not started, this process runs unprofiled")
     assert "a_module_that_is_not_installed" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_record_function_is_hooked_only_when_a_capture_can_read_its_regions(tmp_path):
+    """Regions reach only the capture: an NDET-only process leaves ``record_function`` as torch has it
+    (its optimizer steps would pay six Python frames a step for nothing); a capture wraps it."""
+    code = ("import torch, torch.distributed; "
+            "print(getattr(torch.autograd.profiler.record_function, '_neuron_explorer_wrapped', False))")
+    ndet = _run(code, NEURON_RT_DBG_NDET_FLUSH_USEC="1000000", NEURON_RT_DBG_NDET_LOG_LOCATION=str(tmp_path))
+    assert ndet.returncode == 0 and ndet.stdout.strip() == "False", ndet.stderr
+    cap = _run(code, NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"))
+    assert cap.returncode == 0 and cap.stdout.strip() == "True", cap.stderr
