@@ -336,9 +336,15 @@ def _patch_module_call(eg: Eager, torch) -> None:
     inner = Module.__call__  # _wrapped_call_impl
     tl = eg.tl
     record, module_exec, grad_on = eg.record, eg.module_exec, torch.is_grad_enabled
+    # FX graph modules are never roots (_register_module skips them: the compiled graph that runs
+    # them is the execution). AOTAutograd's backward graph module is called from the autograd
+    # engine, outside any root, every step: a type check here keeps it out of the one-entry cache,
+    # which would otherwise alternate between it and the compiled root (a WeakKeyDictionary lookup
+    # each call)
+    GraphModule = torch.fx.GraphModule
 
     def __call__(self, *args, **kwargs):
-        if tl.depth:
+        if tl.depth or isinstance(self, GraphModule):
             return inner(self, *args, **kwargs)
         ex = module_exec(self, args)
         tl.depth = 1
