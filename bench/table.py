@@ -223,9 +223,9 @@ CURATED = (
     ("ui.json", "cold_open.server_cpu_s_at_first_paint", "UI cold open, server CPU at the first paint", " CPU-s",
      "", _UI),
     ("ndet_instructions_ndet.json", "ratio.ndet", "NDET with its default NaN/Inf check, instructions per step "
-     "(compiled step)", "x", "<= 1.01x", _NDET_I + " --configs plain,system,ndet,ndet_nonan --short 100 --long 300"),
+     "(compiled step)", "x", "<= 1.01x", _NDET_I + " --configs plain,system,ndet,ndet_nonan --short 100 --long 300 --out bench/results/ndet_instructions_ndet.json"),
     ("ndet_instructions_ndet.json", "ratio.ndet_nonan", "NDET logging alone, instructions per step (compiled step)",
-     "x", "<= 1.01x", _NDET_I + " --configs plain,system,ndet,ndet_nonan --short 100 --long 300"),
+     "x", "<= 1.01x", _NDET_I + " --configs plain,system,ndet,ndet_nonan --short 100 --long 300 --out bench/results/ndet_instructions_ndet.json"),
     ("ndet_instructions.json", "ratio_over_system.system_devmodel", "device profile `model` mode over the system "
      "profile, steady state, instructions", "x", "<= 1.02x", _NDET_I + " --configs plain,system,system_devmodel "
      "--short 100 --long 300"),
