@@ -128,7 +128,7 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
     elif config.startswith("ndet"):
         # NDET alone, its flush thread stretched like the capture's periodic flush (see above)
         env.update(NEURON_RT_DBG_NDET_FLUSH_USEC="100000000000", NEURON_RT_DBG_NDET_LOG_LOCATION=out_dir,
-                   NEURON_EXPLORER_STATS="0", NEURON_EXPLORER_INSTANCE_ID="bench")
+                   NEURON_EXPLORER_INSTANCE_ID="bench")
         if config == "ndet_nonan":
             env["NEURON_EXPLORER_NAN_CHECK"] = "0"
     elif config != "plain":

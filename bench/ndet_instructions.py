@@ -36,13 +36,7 @@ _base_env = ci._env
 
 def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str]:
     """capture_instructions' environments, plus the device-profile ones (system + a mode)."""
-    if config == "plain":
-        # truly unprofiled: with NEURON_EXPLORER_STATS unset, a neuron-monitor running on the host
-        # (another job's) is discovered at `import torch` and the plain run records its executions
-        env = _base_env(config, out_dir, workload)
-        env["NEURON_EXPLORER_STATS"] = "0"
-        return env
-    if config not in DEVICE:
+    if config not in DEVICE:  # (every base environment has NEURON_EXPLORER_STATS=0: see ci._env)
         return _base_env(config, out_dir, workload)
     env = _base_env("system", out_dir, workload)
     env["NEURON_RT_INSPECT_DEVICE_PROFILE"] = DEVICE[config]

@@ -79,7 +79,7 @@ def test_rank_killed_with_sigkill_mid_run(tmp_path: Path) -> None:
     # rank 1 is called killed once the job's other log shows the job went on: a final write, or
     # writes more than a second after rank 1's last. On a loaded machine torchrun's SIGTERM can end
     # rank 0 before its final write and within that second; the verdict then rightly does not guess.
-    logs = {sources.load(str(p)).rank: sources.load(str(p)) for p in logs_in(tmp_path)}
+    logs = {log.rank: log for log in (sources.load(str(p)) for p in logs_in(tmp_path))}
     went_on = logs[0].final or logs[0].last_wall_ns - logs[1].last_wall_ns > 1_000_000_000
     assert not logs[1].final
     assert ("no final write (crashed or killed)" in culprit) == went_on, (culprit, logs[0].final)
