@@ -170,3 +170,50 @@ dist.destroy_process_group()
         for f in s.flows:
             linked[f].add(s.name)
     assert sum(v == {"backward", "nrt_execute"} for v in linked.values()) == 6  # 3 steps x 2 ranks
+
+
+REGIONS_EDGES = """
+import torch
+from torch.profiler import record_function
+
+@record_function("decorated")
+def work(x):
+    return x * 2
+
+with record_function("outer") as rf:
+    assert isinstance(rf, record_function)
+    work(torch.ones(2))
+    try:
+        with record_function("raises"):
+            raise KeyError("mine")
+    except KeyError as e:
+        assert e.args == ("mine",)
+    else:
+        raise SystemExit("the region swallowed the exception")
+ctx = record_function("manual")
+ctx.__enter__()
+ctx.__exit__(None, None, None)
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_regions_record_around_exceptions_decorators_and_manual_calls_on_both_paths(tmp_path, pure):
+    """The C methods (runtime/_hooks.h) and the Python ones record the same regions, nested in
+    time, and leave record_function's own behaviour (its return value, the body's exception)."""
+    out = tmp_path / "out"
+    script = tmp_path / "job.py"
+    script.write_text(REGIONS_EDGES)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                                     NEURON_EXPLORER_PURE_PYTHON=pure))
+    assert p.returncode == 0, p.stderr[-3000:]
+    pq = str(tmp_path / "pq")
+    cli("view", "-d", str(out), "--output-file", pq, check=True)
+    regions = {e["name"]: e for e in _events(pq, "trace_event_source = 'framework'")}
+    assert set(regions) == {"outer", "decorated", "raises", "manual"}
+    con = duckdb.connect()
+    span = dict(con.execute(f"""select name, [start_ts, end_ts] from read_parquet('{pq}/SystemProfileEvents/**/*.parquet',
+                                 hive_partitioning=true) where trace_event_source = 'framework'""").fetchall())
+    for inner in ("decorated", "raises"):
+        assert span["outer"][0] <= span[inner][0] <= span[inner][1] <= span["outer"][1]
+    assert span["outer"][1] <= span["manual"][0] <= span["manual"][1]

@@ -34,12 +34,12 @@ typedef struct {
 static PyObject *str_depth;  /* "depth", interned at module init */
 static PyObject *int_zero;   /* 0: CPython keeps one object for it, so `depth == 0` is a pointer test */
 
-/* 1 when the step runs inside a root module or a recorded backward, 0 when not, -1 when the
- * thread-local cannot say (the Python path then decides). */
+/* 1 when the eager thread-local ``tl`` says a root module or a recorded backward is running on
+ * this thread (``tl.depth`` > 0), 0 when not, -1 when it cannot say (the Python path then decides). */
 static int
-es_nested(EagerStep *self)
+tl_nested(PyObject *tl)
 {
-    PyObject *d = PyObject_GetAttr(self->tl, str_depth);
+    PyObject *d = PyObject_GetAttr(tl, str_depth);
     if (d == NULL) {
         PyErr_Clear();
         return -1;
@@ -59,7 +59,7 @@ es_call(EagerStep *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
         return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
     if (self->index >= PyList_GET_SIZE(self->enabled) || PyList_GET_ITEM(self->enabled, self->index) != Py_True)
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
-    int nested = es_nested(self);
+    int nested = tl_nested(self->tl);
     if (nested != 0)
         return PyObject_Vectorcall(nested > 0 ? self->fn : self->slow, args, nargsf, kwnames);
     return PyObject_Vectorcall(self->run, args, nargsf, kwnames);

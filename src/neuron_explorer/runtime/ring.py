@@ -25,15 +25,19 @@ import numpy as np
 
 from neuron_explorer.contracts.events import RECORD_WIDTH as W
 
-# The C extension's ring, execution wrapper, NDET in-flight slots, NaN/Inf scanner and eager
-# optimizer step (runtime/_fastpath.c, _finite.h, _step.h); all None without the extension or with
-# NEURON_EXPLORER_PURE_PYTHON=1, and the Python versions run instead.
+# The C extension's ring, execution wrapper, NDET in-flight slots, NaN/Inf scanner, eager
+# optimizer step and the eager hooks' and regions' gates (runtime/_fastpath.c, _finite.h, _step.h,
+# _hooks.h); all None without the extension or with NEURON_EXPLORER_PURE_PYTHON=1, and the Python
+# versions run instead.
 try:
     from ._fastpath import EagerStep, ExecWrapper, NanScanner, RingBuffer as NativeRing, SlotTable
+    from ._fastpath import backward_gate, region_methods
 except ImportError:  # pragma: no cover - a build without a C compiler
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
+    backward_gate = region_methods = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
+    backward_gate = region_methods = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples
 # in C (~40% fewer instructions per record than numpy.fromiter over the chained tuples).

@@ -39,7 +39,7 @@ from neuron_explorer.integrations.torch.state import Installed, env_switch
 from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
-from neuron_explorer.runtime.ring import EagerStep
+from neuron_explorer.runtime.ring import EagerStep, backward_gate
 
 __all__ = ["Eager", "install_eager"]
 
@@ -379,10 +379,15 @@ def _tell_dynamo(ours: Callable, inner: Callable) -> None:
 
 
 def _polyfill_for(inner: Callable) -> Callable:
-    def module_call(self, *args, **kwargs):
-        return inner(self, *args, **kwargs)
-
-    return module_call
+    """What Dynamo traces in place of our ``__call__`` when it does not short-cut a module call to
+    its forward (a module with hooks, ``nn.Module.__call__(m, x)``): Module's own.  Its code must
+    not come from a file of this package, which Dynamo is told to skip (it would then refuse to
+    inline the polyfill: "'SkipFunctionVariable' object has no attribute 'get_code'", and the
+    user's ``torch.compile`` failed on any model with a forward hook)."""
+    ns: dict = {"inner": inner}
+    exec(compile("def module_call(self, *args, **kwargs):\n    return inner(self, *args, **kwargs)\n",
+                 "<neuron-explorer: Module.__call__ for Dynamo>", "exec"), ns)
+    return ns["module_call"]
 
 
 def _patch_backward(eg: Eager, torch) -> None:
@@ -407,7 +412,11 @@ def _patch_backward(eg: Eager, torch) -> None:
                     except Exception as e:  # noqa: BLE001
                         eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
 
-        return run
+        if backward_gate is None:
+            return run
+        # in C (runtime/_hooks.h): torch's own function when no eager root is waiting for its
+        # backward (a compiled training step), ``run`` otherwise
+        return backward_gate(orig.__name__, tl, orig, run)
 
     ag.backward = wrap(ag.backward)
     ag.grad = wrap(ag.grad)

@@ -2,7 +2,8 @@
 
 A region is recorded on the thread that ran it, named by its label (the string table holds the
 label; ``view`` names the event after it), whether or not ``torch.profiler`` is running.  The
-context manager's own ``__enter__``/``__exit__`` are wrapped: they are what ``with
+context manager's own ``__enter__``/``__exit__`` are wrapped (in C with the extension:
+``runtime/_hooks.h``, the Python functions below otherwise): they are what ``with
 record_function(...)`` and its decorator form call, and what PyTorch's Python code (the optimizers'
 ``Optimizer.step#...``, DDP's forward) uses.  The cost is two clock reads, a dictionary lookup for
 the label and one append on top of PyTorch's own ``_record_function_enter_new`` dispatcher call
@@ -16,6 +17,7 @@ from neuron_explorer.contracts.env import FRAMEWORK_REGIONS
 from neuron_explorer.integrations.torch.state import env_switch
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Runtime
+from neuron_explorer.runtime.ring import region_methods
 
 __all__ = ["install_regions", "regions_enabled"]
 
@@ -32,6 +34,14 @@ def install_regions(rt: Runtime, torch, core: CoreState) -> None:
     append, tick, intern, strings = core.ring.append, core.ring.tick, rt.intern, rt.strings
     enabled = rt.enabled
     FW = ev.FRAMEWORK_OP
+    made = None
+    if region_methods is not None and core.ring.buffer is not None:
+        # the same two methods in C (runtime/_hooks.h): no Python frame of ours per region
+        made = region_methods(rf, enter, exit_, core.ring.buffer, tick, strings, intern, enabled, FW)
+    if made is not None:
+        rf.__enter__, rf.__exit__ = made
+        rf._neuron_explorer_wrapped = True
+        return
 
     def __enter__(self):
         self._neuron_explorer_t0 = now_ns()

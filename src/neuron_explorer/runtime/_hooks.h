@@ -1,0 +1,222 @@
+/* The backward hook's and the regions' per-call gates in C (included by _fastpath.c, after _step.h).
+ *
+ * Every step of a compiled training loop calls ``torch.autograd.backward``, which the eager hooks
+ * wrap but which has nothing to record when no eager root ran with gradients; with a capture it
+ * also opens the two ``record_function`` regions of torch's optimizer.  As Python functions the
+ * wrappers were a frame each per call, ~1.5-2k instructions, 0.1-0.15% of a small compiled step
+ * each.  Here they decide in C and call the Python path (integrations/torch/eager.py,
+ * regions.py) only when there is something to do (docs/decisions/0058-hook-gates-in-c.md):
+ *
+ * - ``backward_gate(name, tl, orig, slow)``: a builtin function for ``torch.autograd.backward`` /
+ *   ``grad``: ``orig`` when ``tl.grad_root`` is None or ``tl.depth`` > 0, else ``slow``.
+ * - ``region_methods(cls, enter, exit, ring, tick, strings, intern, enabled, index)``: the
+ *   ``__enter__``/``__exit__`` method descriptors of ``record_function``: enter stamps the start on
+ *   the instance, exit appends the framework event to the ring (``strings``/``intern``: the label's
+ *   id).  One per process, as ``install_regions`` wraps the class once.
+ *
+ * Our bookkeeping never fails the user's call: an error in it is cleared and that call goes
+ * unrecorded (or takes the Python path, which decides as before). */
+
+static PyObject *str_grad_root;  /* "grad_root" */
+static PyObject *str_t0_attr;    /* "_neuron_explorer_t0" */
+static PyObject *str_name;       /* "name" */
+
+/* fn(first, *args, **kwargs) for a vectorcall argument array (kwnames' values follow args). */
+static PyObject *
+call_with_first(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t total = nargs + nkw;
+    PyObject *small[8];
+    PyObject **stack = small;
+    if (total + 2 > (Py_ssize_t)(sizeof(small) / sizeof(small[0]))) {
+        stack = PyMem_Malloc((size_t)(total + 2) * sizeof(PyObject *));
+        if (stack == NULL)
+            return PyErr_NoMemory();
+    }
+    stack[1] = first;  /* stack[0] is free for the callee (PY_VECTORCALL_ARGUMENTS_OFFSET) */
+    if (total)
+        memcpy(stack + 2, args, (size_t)total * sizeof(PyObject *));
+    PyObject *r = PyObject_Vectorcall(fn, stack + 1, (size_t)(nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+    if (stack != small)
+        PyMem_Free(stack);
+    return r;
+}
+
+/* ---- torch.autograd.backward / grad ------------------------------------------------------- */
+
+static PyObject *
+bw_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *tl = PyTuple_GET_ITEM(state, 0), *orig = PyTuple_GET_ITEM(state, 1), *slow = PyTuple_GET_ITEM(state, 2);
+    PyObject *root = PyObject_GetAttr(tl, str_grad_root);
+    if (root == NULL) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(slow, args, (size_t)nargs, kwnames);
+    }
+    int none = root == Py_None;
+    Py_DECREF(root);
+    if (none || tl_nested(tl) > 0)
+        return PyObject_Vectorcall(orig, args, (size_t)nargs, kwnames);
+    return PyObject_Vectorcall(slow, args, (size_t)nargs, kwnames);
+}
+
+static PyMethodDef bw_defs[] = {
+    {"backward", (PyCFunction)(void (*)(void))bw_call, METH_FASTCALL | METH_KEYWORDS,
+     "torch.autograd.backward with neuron-explorer's eager hooks (runtime/_hooks.h)"},
+    {"grad", (PyCFunction)(void (*)(void))bw_call, METH_FASTCALL | METH_KEYWORDS,
+     "torch.autograd.grad with neuron-explorer's eager hooks (runtime/_hooks.h)"},
+};
+
+static PyObject *
+fp_backward_gate(PyObject *mod, PyObject *args)
+{
+    const char *name;
+    PyObject *tl, *orig, *slow;
+    if (!PyArg_ParseTuple(args, "sOOO:backward_gate", &name, &tl, &orig, &slow))
+        return NULL;
+    PyMethodDef *def = strcmp(name, "backward") == 0 ? &bw_defs[0] : strcmp(name, "grad") == 0 ? &bw_defs[1] : NULL;
+    if (def == NULL || !PyCallable_Check(orig) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "backward_gate: name is backward or grad, orig and slow callable");
+        return NULL;
+    }
+    PyObject *state = PyTuple_Pack(3, tl, orig, slow);
+    if (state == NULL)
+        return NULL;
+    PyObject *f = PyCFunction_NewEx(def, state, NULL);
+    Py_DECREF(state);
+    return f;
+}
+
+/* ---- record_function regions --------------------------------------------------------------- */
+
+static struct {
+    PyObject *enter, *exit, *tick, *strings, *intern, *enabled;
+    RingBuffer *ring;
+    Py_ssize_t index;
+} rg;
+
+static PyObject *
+rg_enter(PyObject *self, PyObject *unused)
+{
+    PyObject *t = PyLong_FromLongLong(now_ns());
+    if (t == NULL || PyObject_SetAttr(self, str_t0_attr, t) < 0)
+        PyErr_Clear();
+    Py_XDECREF(t);
+    return PyObject_CallOneArg(rg.enter, self);
+}
+
+/* The label's string id: strings[name], else intern(name as a str); -1 when it cannot be had. */
+static long long
+rg_label(PyObject *name)
+{
+    PyObject *sid = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(rg.strings, name) : NULL;
+    if (sid != NULL)
+        return PyLong_AsLongLong(sid);
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *s = PyObject_Str(name);
+    if (s == NULL)
+        return -1;
+    PyObject *got = PyObject_CallOneArg(rg.intern, s);
+    Py_DECREF(s);
+    if (got == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    return v;
+}
+
+static void
+rg_record(PyObject *self, long long t1)
+{
+    if (rg.index >= PyList_GET_SIZE(rg.enabled) || PyList_GET_ITEM(rg.enabled, rg.index) != Py_True)
+        return;
+    PyObject *t = PyObject_GetAttr(self, str_t0_attr);
+    if (t == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    long long t0 = PyLong_AsLongLong(t);
+    Py_DECREF(t);
+    if (t0 <= 0) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject *name = PyObject_GetAttr(self, str_name);
+    if (name == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    long long sid = rg_label(name);
+    Py_DECREF(name);
+    if (sid < 0) {
+        PyErr_Clear();
+        return;
+    }
+    long long v[WIDTH] = {0};
+    v[0] = rg.index;
+    v[1] = t0;
+    v[2] = t1;
+    v[3] = thread_id();
+    v[4] = sid;
+    if (ring_push(rg.ring, v) < 0) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject *r = PyObject_CallNoArgs(rg.tick);
+    if (r == NULL)
+        PyErr_Clear();
+    Py_XDECREF(r);
+}
+
+static PyObject *
+rg_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *out = call_with_first(rg.exit, self, args, nargs, NULL);
+    if (out != NULL)
+        rg_record(self, now_ns());
+    return out;
+}
+
+static PyMethodDef rg_defs[] = {
+    {"__enter__", (PyCFunction)rg_enter, METH_NOARGS, "record_function.__enter__, timed (runtime/_hooks.h)"},
+    {"__exit__", (PyCFunction)(void (*)(void))rg_exit, METH_FASTCALL,
+     "record_function.__exit__, appending the region's framework event (runtime/_hooks.h)"},
+};
+
+static PyObject *
+fp_region_methods(PyObject *mod, PyObject *args)
+{
+    PyObject *cls, *enter, *exit_, *ring, *tick, *strings, *intern, *enabled;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "O!OOO!OO!OO!n:region_methods", &PyType_Type, &cls, &enter, &exit_, &RingBufferType,
+                          &ring, &tick, &PyDict_Type, &strings, &intern, &PyList_Type, &enabled, &index))
+        return NULL;
+    if (rg.enter != NULL)
+        Py_RETURN_NONE;  /* one per process */
+    if (((RingBuffer *)ring)->width != WIDTH || index < 0 || !PyCallable_Check(enter) || !PyCallable_Check(exit_) ||
+            !PyCallable_Check(tick) || !PyCallable_Check(intern)) {
+        PyErr_SetString(PyExc_TypeError, "region_methods: a capture ring, callables and an index >= 0");
+        return NULL;
+    }
+    PyObject *e = PyDescr_NewMethod((PyTypeObject *)cls, &rg_defs[0]);
+    PyObject *x = e != NULL ? PyDescr_NewMethod((PyTypeObject *)cls, &rg_defs[1]) : NULL;
+    PyObject *pair = x != NULL ? PyTuple_Pack(2, e, x) : NULL;
+    Py_XDECREF(e);
+    Py_XDECREF(x);
+    if (pair == NULL)
+        return NULL;
+    PyObject *objs[] = {enter, exit_, tick, strings, intern, enabled, ring};
+    for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++)
+        Py_INCREF(objs[i]);
+    rg.enter = enter;
+    rg.exit = exit_;
+    rg.tick = tick;
+    rg.strings = strings;
+    rg.intern = intern;
+    rg.enabled = enabled;
+    rg.ring = (RingBuffer *)ring;
+    rg.index = index;
+    return pair;
+}
