@@ -8,7 +8,8 @@
  * regions.py) only when there is something to do (docs/decisions/0058-hook-gates-in-c.md):
  *
  * - ``backward_gate(name, tl, orig, slow)``: a builtin function for ``torch.autograd.backward`` /
- *   ``grad``: ``orig`` when ``tl.grad_root`` is None or ``tl.depth`` > 0, else ``slow``.
+ *   ``grad`` (named ``name``, with ``orig``'s docstring): ``orig`` when ``tl.grad_root`` is None
+ *   or ``tl.depth`` > 0, else ``slow``.
  * - ``region_methods(cls, enter, exit, ring, tick, strings, intern, enabled, index)``: the
  *   ``__enter__``/``__exit__`` method descriptors of ``record_function``: enter stamps the start on
  *   the instance, exit appends the framework event to the ring (``strings``/``intern``: the label's
@@ -61,13 +62,8 @@ bw_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
     return PyObject_Vectorcall(slow, args, (size_t)nargs, kwnames);
 }
 
-static PyMethodDef bw_defs[] = {
-    {"backward", (PyCFunction)(void (*)(void))bw_call, METH_FASTCALL | METH_KEYWORDS,
-     "torch.autograd.backward with neuron-explorer's eager hooks (runtime/_hooks.h)"},
-    {"grad", (PyCFunction)(void (*)(void))bw_call, METH_FASTCALL | METH_KEYWORDS,
-     "torch.autograd.grad with neuron-explorer's eager hooks (runtime/_hooks.h)"},
-};
-
+/* backward_gate(name, tl, orig, slow): the method definition is made per gate (two a process) and
+ * kept for the process's life, so the builtin carries torch's own name and docstring for help(). */
 static PyObject *
 fp_backward_gate(PyObject *mod, PyObject *args)
 {
@@ -75,14 +71,36 @@ fp_backward_gate(PyObject *mod, PyObject *args)
     PyObject *tl, *orig, *slow;
     if (!PyArg_ParseTuple(args, "sOOO:backward_gate", &name, &tl, &orig, &slow))
         return NULL;
-    PyMethodDef *def = strcmp(name, "backward") == 0 ? &bw_defs[0] : strcmp(name, "grad") == 0 ? &bw_defs[1] : NULL;
-    if (def == NULL || !PyCallable_Check(orig) || !PyCallable_Check(slow)) {
-        PyErr_SetString(PyExc_TypeError, "backward_gate: name is backward or grad, orig and slow callable");
+    if (!PyCallable_Check(orig) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "backward_gate: orig and slow must be callable");
         return NULL;
     }
+    const char *doc = NULL;
+    PyObject *d = PyObject_GetAttrString(orig, "__doc__");
+    if (d != NULL && PyUnicode_Check(d))
+        doc = PyUnicode_AsUTF8(d);
+    if (doc == NULL)
+        PyErr_Clear();
+    PyMethodDef *def = PyMem_RawCalloc(1, sizeof(PyMethodDef));
+    char *name_copy = PyMem_RawMalloc(strlen(name) + 1);
+    char *doc_copy = doc != NULL ? PyMem_RawMalloc(strlen(doc) + 1) : NULL;
+    Py_XDECREF(d);
+    if (def == NULL || name_copy == NULL || (doc != NULL && doc_copy == NULL)) {
+        PyMem_RawFree(def);
+        PyMem_RawFree(name_copy);
+        PyMem_RawFree(doc_copy);
+        return PyErr_NoMemory();
+    }
+    strcpy(name_copy, name);
+    if (doc_copy != NULL)
+        strcpy(doc_copy, doc);
+    def->ml_name = name_copy;
+    def->ml_meth = (PyCFunction)(void (*)(void))bw_call;
+    def->ml_flags = METH_FASTCALL | METH_KEYWORDS;
+    def->ml_doc = doc_copy;
     PyObject *state = PyTuple_Pack(3, tl, orig, slow);
     if (state == NULL)
-        return NULL;
+        return NULL;  /* (the definition is a few bytes, kept) */
     PyObject *f = PyCFunction_NewEx(def, state, NULL);
     Py_DECREF(state);
     return f;
