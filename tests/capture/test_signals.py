@@ -179,8 +179,11 @@ def test_sighup_kills_a_profiled_process_by_sighup_after_the_final_write(out_dir
                     NEURON_EXPLORER_FLUSH_PERIOD_MS="600000")
     if pure:
         env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
+    # SIGHUP's default disposition in the job, even when the tests run under nohup (which ignores
+    # it, and an ignored SIGHUP is inherited and rightly kept by the profiled process)
     p = subprocess.Popen([sys.executable, str(LOOP), "forever", "5"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     assert p.stdout.readline().startswith("ready")
     p.send_signal(signal.SIGHUP)
     p.wait(timeout=60)
