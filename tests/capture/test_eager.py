@@ -109,7 +109,10 @@ def test_an_eager_training_loop_gives_a_forward_a_backward_and_an_optimizer_exec
     assert len(s.neff_paths) == 3
 
 
-def test_a_compiled_graph_inside_an_eager_module_is_counted_once(tmp_path):
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_a_compiled_graph_inside_an_eager_module_is_counted_once(tmp_path, pure):
+    """(Nested calls, graph modules and the compiled root's later calls take the C gate of
+    Module.__call__, runtime/_hooks.h; the Python path decides the same.)"""
     out = tmp_path / "out"
     _run(tmp_path, """
 import torch
@@ -126,7 +129,7 @@ for _ in range(3):
 whole = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backend="aot_eager")
 for _ in range(2):
     whole(x).sum().backward()
-""", NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
+""", NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), NEURON_EXPLORER_PURE_PYTHON=pure)
     (s,) = sessions(out)
     counts = Counter(_executions(s))
     # the compiled graphs are the executions: no Outer_/Sequential_ eager execution around them
@@ -170,6 +173,32 @@ def test_a_compiled_model_with_a_forward_hook_compiles_as_unprofiled(tmp_path, e
     got = json.loads(_run(tmp_path, HOOKED_COMPILED, **env).stdout.strip().splitlines()[-1])
     assert got["same"] and len(got["graphs"]) == 1, got  # one graph: no break at the hooked call
 
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_a_compiled_root_that_raises_leaves_the_next_eager_root_recorded(tmp_path, pure):
+    """A compiled root's calls run with the thread marked nested (what runs eagerly inside is not
+    a root); an exception out of one must clear the mark, or every later root would go unrecorded."""
+    out = tmp_path / "out"
+    _run(tmp_path, """
+import torch
+m, x = torch.compile(torch.nn.Linear(8, 8), backend="aot_eager"), torch.randn(4, 8)
+m(x); m(x)  # the second call takes the compiled root's short cut
+for _ in range(2):
+    try:
+        m(torch.randn(4, 3))
+    except Exception:
+        pass
+    else:
+        raise SystemExit("expected a shape error")
+head = torch.nn.Linear(8, 2)
+with torch.no_grad():
+    head(x)
+""", NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), NEURON_EXPLORER_PURE_PYTHON=pure)
+    (s,) = sessions(out)
+    names = _executions(s)
+    backend = {m.name: m.backend for m in s.models}
+    assert [backend[n] for n in names] == ["aot_eager", "aot_eager", "eager"], names  # head: an eager root
 
 def test_ndet_logs_eager_executions(tmp_path):
     ndet = tmp_path / "ndet"

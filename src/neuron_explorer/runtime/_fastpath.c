@@ -864,6 +864,9 @@ static PyMethodDef fp_methods[] = {
      "forward_signal(sig, fd): a C handler in front of sig's current one writes sig to fd, then chains"},
     {"stop_forwarding", fp_stop_forwarding, METH_NOARGS, "put back the handlers forward_signal replaced"},
     {"die_by_signal", fp_die_by_signal, METH_O, "die_by_signal(sig): default disposition, unblock, raise"},
+    {"module_call_gate", fp_module_call_gate, METH_VARARGS,
+     "module_call_gate(func, tl, inner, graph_type): a C vectorcall for the Python Module.__call__ func (_hooks.h)"},
+    {"module_call_skip", fp_module_call_skip, METH_O, "module_call_skip(mod): mod is a compiled root (_hooks.h)"},
     {"backward_gate", fp_backward_gate, METH_VARARGS,
      "backward_gate(name, tl, orig, slow): torch.autograd.backward/grad as a builtin function (_hooks.h)"},
     {"region_methods", fp_region_methods, METH_VARARGS,
@@ -884,10 +887,11 @@ PyInit__fastpath(void)
         return NULL;
     str_depth = PyUnicode_InternFromString("depth");
     int_zero = PyLong_FromLong(0);
+    int_one = PyLong_FromLong(1);
     str_grad_root = PyUnicode_InternFromString("grad_root");
     str_t0_attr = PyUnicode_InternFromString("_neuron_explorer_t0");
     str_name = PyUnicode_InternFromString("name");
-    if (str_depth == NULL || int_zero == NULL || str_grad_root == NULL || str_t0_attr == NULL ||
+    if (str_depth == NULL || int_zero == NULL || int_one == NULL || str_grad_root == NULL || str_t0_attr == NULL ||
             str_name == NULL)
         return NULL;
     if (pthread_atfork(NULL, NULL, forget_tid) != 0 || pthread_atfork(NULL, NULL, forget_forwarding) != 0) {

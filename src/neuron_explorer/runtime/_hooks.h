@@ -1,12 +1,16 @@
-/* The backward hook's and the regions' per-call gates in C (included by _fastpath.c, after _step.h).
+/* The eager hooks' and the regions' per-call gates in C (included by _fastpath.c, after _step.h).
  *
  * Every step of a compiled training loop calls ``torch.autograd.backward``, which the eager hooks
  * wrap but which has nothing to record when no eager root ran with gradients; with a capture it
  * also opens the two ``record_function`` regions of torch's optimizer.  As Python functions the
  * wrappers were a frame each per call, ~1.5-2k instructions, 0.1-0.15% of a small compiled step
- * each.  Here they decide in C and call the Python path (integrations/torch/eager.py,
- * regions.py) only when there is something to do (docs/decisions/0058-hook-gates-in-c.md):
+ * each; so was ``Module.__call__`` for every nested module call, every FX graph module call
+ * (AOTAutograd's graphs under ``aot_eager``) and every call of a compiled root.  Here they decide
+ * in C and run the Python path (integrations/torch/eager.py, regions.py) only when there is
+ * something to do (docs/decisions/0058-hook-gates-in-c.md):
  *
+ * - ``module_call_gate(func, tl, inner, graph_type)`` and ``module_call_skip(mod)``: a C
+ *   vectorcall for the Python ``Module.__call__`` (see its section below).
  * - ``backward_gate(name, tl, orig, slow)``: a builtin function for ``torch.autograd.backward`` /
  *   ``grad`` (named ``name``, with ``orig``'s docstring): ``orig`` when ``tl.grad_root`` is None
  *   or ``tl.depth`` > 0, else ``slow``.
@@ -21,6 +25,7 @@
 static PyObject *str_grad_root;  /* "grad_root" */
 static PyObject *str_t0_attr;    /* "_neuron_explorer_t0" */
 static PyObject *str_name;       /* "name" */
+static PyObject *int_one;        /* 1 */
 
 /* fn(first, *args, **kwargs) for a vectorcall argument array (kwnames' values follow args). */
 static PyObject *
@@ -42,6 +47,88 @@ call_with_first(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t
     if (stack != small)
         PyMem_Free(stack);
     return r;
+}
+
+/* ---- Module.__call__ ------------------------------------------------------------------------ */
+
+/* The eager hooks' ``Module.__call__`` stays a Python function: Dynamo short-cuts a module call to
+ * its forward only when ``type(mod).__call__`` is the function it saw (a bound Python method), and
+ * traces its polyfill in place of ours.  But the calls that reach it from C -- ``mod(x)`` (the
+ * type's call slot), ``super().__call__`` from an FX graph module -- go through the function's
+ * vectorcall, and ``module_call_gate`` puts one there that answers the calls with nothing to
+ * record without running the Python frame: nested calls (``tl.depth`` > 0) and FX graph modules go
+ * straight to ``inner`` (Module's own), and the compiled root last marked with
+ * ``module_call_skip(mod)`` runs ``inner`` with ``tl.depth`` 1 (its graphs are its executions).
+ * Everything else runs the function's own code, as before.  One function per process has the gate
+ * (a later one takes it over; the earlier then runs its own code). */
+
+static struct {
+    PyObject *func, *tl, *inner, *graph_type;
+    PyObject *skip;  /* a weak reference to the compiled root last seen, or NULL */
+} mg;
+
+static PyObject *
+mg_vectorcall(PyObject *func, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (func == mg.func && PyVectorcall_NARGS(nargsf) >= 1) {
+        PyObject *self = args[0];
+        int nested = tl_nested(mg.tl);
+        if (nested > 0 || (nested == 0 && PyObject_TypeCheck(self, (PyTypeObject *)mg.graph_type)))
+            return PyObject_Vectorcall(mg.inner, args, nargsf, kwnames);
+        if (nested == 0 && mg.skip != NULL && PyWeakref_GET_OBJECT(mg.skip) == self) {
+            if (PyObject_SetAttr(mg.tl, str_depth, int_one) == 0) {
+                PyObject *r = PyObject_Vectorcall(mg.inner, args, nargsf, kwnames);
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                if (PyObject_SetAttr(mg.tl, str_depth, int_zero) < 0)
+                    PyErr_Clear();
+                PyErr_Restore(et, ev, tb);
+                return r;
+            }
+            PyErr_Clear();
+        }
+    }
+    return _PyFunction_Vectorcall(func, args, nargsf, kwnames);
+}
+
+static PyObject *
+fp_module_call_gate(PyObject *mod, PyObject *args)
+{
+    PyObject *func, *tl, *inner, *graph_type;
+    if (!PyArg_ParseTuple(args, "O!OOO!:module_call_gate", &PyFunction_Type, &func, &tl, &inner, &PyType_Type,
+                          &graph_type))
+        return NULL;
+    if (!PyCallable_Check(inner)) {
+        PyErr_SetString(PyExc_TypeError, "module_call_gate: inner must be callable");
+        return NULL;
+    }
+    Py_INCREF(func);
+    Py_INCREF(tl);
+    Py_INCREF(inner);
+    Py_INCREF(graph_type);
+    Py_XSETREF(mg.func, func);
+    Py_XSETREF(mg.tl, tl);
+    Py_XSETREF(mg.inner, inner);
+    Py_XSETREF(mg.graph_type, graph_type);
+    Py_CLEAR(mg.skip);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyFunction_SetVectorcall((PyFunctionObject *)func, mg_vectorcall);
+#else
+    ((PyFunctionObject *)func)->vectorcall = mg_vectorcall;
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+fp_module_call_skip(PyObject *mod, PyObject *obj)
+{
+    if (mg.func == NULL)
+        Py_RETURN_NONE;
+    PyObject *ref = PyWeakref_NewRef(obj, NULL);
+    if (ref == NULL)
+        PyErr_Clear();  /* no weak references: its calls keep running the Python code */
+    Py_XSETREF(mg.skip, ref);
+    Py_RETURN_NONE;
 }
 
 /* ---- torch.autograd.backward / grad ------------------------------------------------------- */

@@ -31,13 +31,13 @@ from neuron_explorer.contracts.events import RECORD_WIDTH as W
 # versions run instead.
 try:
     from ._fastpath import EagerStep, ExecWrapper, NanScanner, RingBuffer as NativeRing, SlotTable
-    from ._fastpath import backward_gate, region_methods
+    from ._fastpath import backward_gate, module_call_gate, module_call_skip, region_methods
 except ImportError:  # pragma: no cover - a build without a C compiler
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
-    backward_gate = region_methods = None
+    backward_gate = module_call_gate = module_call_skip = region_methods = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
-    backward_gate = region_methods = None
+    backward_gate = module_call_gate = module_call_skip = region_methods = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples
 # in C (~40% fewer instructions per record than numpy.fromiter over the chained tuples).

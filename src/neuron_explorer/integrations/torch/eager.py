@@ -39,7 +39,7 @@ from neuron_explorer.integrations.torch.state import Installed, env_switch
 from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
-from neuron_explorer.runtime.ring import EagerStep, backward_gate
+from neuron_explorer.runtime.ring import EagerStep, backward_gate, module_call_gate, module_call_skip
 
 __all__ = ["Eager", "install_eager"]
 
@@ -350,6 +350,8 @@ def _patch_module_call(eg: Eager, torch) -> None:
         tl.depth = 1
         try:
             if ex.skip:  # a compiled module: its graphs are the executions
+                if gate_skip is not None:
+                    gate_skip(self)  # its next calls take the C gate's short cut (runtime/_hooks.h)
                 return inner(self, *args, **kwargs)
             if tl.grad_root is None and grad_on():
                 tl.grad_root = ex
@@ -358,6 +360,12 @@ def _patch_module_call(eg: Eager, torch) -> None:
             tl.depth = 0
 
     __call__.__wrapped__ = inner  # type: ignore[attr-defined]
+    # the calls that reach it through its vectorcall (``mod(x)``, an FX graph module's super call)
+    # and have nothing to record are answered in C, the others run the code above (_hooks.h)
+    gate_skip = None
+    if module_call_gate is not None:
+        module_call_gate(__call__, tl, inner, GraphModule)
+        gate_skip = module_call_skip
     Module.__call__ = __call__
     # Dynamo short-cuts a module call to its forward only when __call__ is the one it saw at its
     # import, and must not trace our frame: give it ours as that one, and Module's own to inline.
