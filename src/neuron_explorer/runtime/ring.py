@@ -31,9 +31,11 @@ from neuron_explorer.contracts.events import RECORD_WIDTH as W
 # versions run instead.
 try:
     from ._fastpath import EagerStep, ExecWrapper, NanScanner, RingBuffer as NativeRing, SlotTable
-    from ._fastpath import backward_gate, module_call_gate, module_call_skip, region_methods
 except ImportError:  # pragma: no cover - a build without a C compiler
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
+try:  # (apart: an extension built before the gates existed keeps the rest of the C path)
+    from ._fastpath import backward_gate, module_call_gate, module_call_skip, region_methods
+except ImportError:  # pragma: no cover - no extension, or one built from older sources
     backward_gate = module_call_gate = module_call_skip = region_methods = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
