@@ -13,7 +13,11 @@ per-step cost stays in -- the hooks' hot path and also the share of the final pr
 grows with the number of recorded events.  Start-up runs uninstrumented (``--instr-atstart=no``;
 ``callgrind_control -i on`` after the warm-up steps), and address-space randomisation is off
 (``setarch -R``): CPython's type-attribute cache is indexed by addresses, and with randomisation
-identical runs differ by up to ~2%.
+identical runs differ by up to ~2%.  Without it, repetitions in one batch usually agree to tens of
+instructions a step (once by ~4k), but a different build or install path (another memory layout,
+and so, most likely, another hit rate of that cache) moves a configuration's slope by up to ~5k a
+step: compare configurations within one batch (``--repeat N`` gives the median of N slopes and
+their range).
 
 Configurations (each a fresh interpreter, started as a user starts it):
 
@@ -47,6 +51,7 @@ Usage::
     python bench/capture_instructions.py --configs plain,system,system_stats
     python bench/capture_instructions.py --annotate      # also keep and diff callgrind_annotate output
     python bench/capture_instructions.py --short 100 --long 300 --jobs 1
+    python bench/capture_instructions.py --configs plain,ndet --repeat 3   # median of 3 slopes
 
 Results go to ``bench/results/capture_instructions.json`` (the compiled ``aot_eager`` step) or
 ``bench/results/capture_instructions_<path>.json``.
@@ -61,6 +66,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -210,11 +216,12 @@ _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.M)
 
 
 def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool, aslr_off: bool,
-               workload: str = "compiled") -> dict:
-    out_dir = os.path.join(work, f"{config}_{steps}")
+               workload: str = "compiled", rep: int = 0) -> dict:
+    sfx = f"{steps}" if rep == 0 else f"{steps}.r{rep}"
+    out_dir = os.path.join(work, f"{config}_{sfx}")
     os.makedirs(out_dir, exist_ok=True)
-    cg = os.path.join(work, f"cg.{config}.{steps}")
-    go = os.path.join(work, f"go.{config}.{steps}")
+    cg = os.path.join(work, f"cg.{config}.{sfx}")
+    go = os.path.join(work, f"go.{config}.{sfx}")
     # Start-up, imports and compilation run uninstrumented (5-10x faster under valgrind); counting
     # starts after the warm-up steps and runs to the end of the process, so the exit write is in.
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", "--instr-atstart=no",
@@ -243,7 +250,7 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
         m = _TOTAL.search(f.read())
     if m is None:
         raise RuntimeError(f"no total in {cg}")
-    res = {"config": config, "steps": steps, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1), "file": cg}
+    res = {"config": config, "steps": steps, "rep": rep, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1), "file": cg}
     if config.startswith("ndet") or config.endswith("_profiler"):
         res["profile_written"] = any(fs for _, _, fs in os.walk(out_dir))
     elif config != "plain":
@@ -293,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long", type=int, default=600, help="steps of the long run")
     ap.add_argument("--backend", default="aot_eager")
     ap.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="count each (configuration, length) this many times; the slope is the median of the "
+                         "repetitions' slopes (a run's count moves by up to ~1M instructions between identical runs)")
     ap.add_argument("--annotate", action="store_true", help="print the per-function difference against plain")
     ap.add_argument("--top", type=int, default=40, help="functions shown with --annotate")
     ap.add_argument("--aslr", action="store_true", help="leave address-space randomisation on (noisier)")
@@ -322,19 +332,26 @@ def main(argv: list[str] | None = None) -> int:
         configs.append(PEER[a.workload])
     work = a.keep or tempfile.mkdtemp(prefix="ne-cg-")
     os.makedirs(work, exist_ok=True)
-    jobs = [(c, n) for n in (a.long, a.short) for c in configs]
+    reps = max(1, a.repeat)
+    # repetition-major, so a run cut short still has whole repetitions of every configuration
+    jobs = [(c, n, r) for r in range(reps) for n in (a.long, a.short) for c in configs]
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         futs = {j: pool.submit(_callgrind, j[0], j[1], a.backend, work, a.annotate, aslr_off,
-                                 a.workload) for j in jobs}
-        runs = {j: f.result() for j, f in futs.items()}
+                                 a.workload, j[2]) for j in jobs}
+        all_runs = {j: f.result() for j, f in futs.items()}
+    runs = {(c, n): v for (c, n, r), v in all_runs.items() if r == 0}
     span = a.long - a.short
-    per_step = {c: (runs[(c, a.long)]["ir"] - runs[(c, a.short)]["ir"]) / span for c in configs}
+    slopes = {c: [(all_runs[(c, a.long, r)]["ir"] - all_runs[(c, a.short, r)]["ir"]) / span for r in range(reps)]
+              for c in configs}
+    per_step = {c: statistics.median(v) for c, v in slopes.items()}
     base = per_step["plain"]
-    print(f"instructions per step (callgrind slope, {a.short} -> {a.long} steps, {tag(a.workload, a.backend)}):")
+    print(f"instructions per step (callgrind slope, {a.short} -> {a.long} steps, {tag(a.workload, a.backend)}"
+          + (f", median of {reps} repetitions" if reps > 1 else "") + "):")
     for c in configs:
         extra = per_step[c] - base
-        print(f"  {c:15s} {per_step[c]:14,.0f}   ratio {per_step[c] / base:.4f}   {extra:+12,.0f}/step")
+        spread = f"   repetitions {min(slopes[c]):,.0f}..{max(slopes[c]):,.0f}" if reps > 1 else ""
+        print(f"  {c:15s} {per_step[c]:14,.0f}   ratio {per_step[c] / base:.4f}   {extra:+12,.0f}/step{spread}")
     for c in configs:
         if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):
             print(f"  warning: {c} wrote no profile", file=sys.stderr)
@@ -352,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": list(os.getloadavg()),
         "python": _python(), "backend": a.backend, "aslr_off": aslr_off, "short": a.short, "long": a.long,
         "per_step": per_step, "ratio": {c: per_step[c] / base for c in configs},
-        "runs": [{k: v for k, v in r.items() if k != "file"} for r in runs.values()],
+        "repeat": reps, "per_step_repetitions": slopes,
+        "runs": [{k: v for k, v in r.items() if k != "file"} for r in all_runs.values()],
         "seconds": round(time.time() - t0, 1),
     }
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

@@ -9,7 +9,10 @@
    * ``ndet_nonan`` -- the same with NEURON_EXPLORER_NAN_CHECK=0: the cost of the logging alone.
 
    Each run times N steps after a warm-up (mean step time over the window, so flushes are counted);
-   the table shows medians over runs and the ratio against ``off``.
+   the table shows medians over runs and the ratio against ``off``, and the range of the paired
+   CPU ratios (round i against round i; each round starts one configuration further on).  On this
+   shared VM identical runs differ by several percent, more than the 1% budget: the instruction
+   counts of ``bench/ndet_instructions.py`` are the figures to compare with it.
 
 2. Analysis.  64 synthetic logs of ~20 MB each (327,680 records of 64 bytes) written by the real
    recorder's write path (records built with numpy and handed to ``NdetRecorder.extend_records``):
@@ -101,7 +104,10 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
     tmp = tempfile.mkdtemp(prefix="ndet-bench-")
     try:
         for i in range(runs):
-            for t, c in keys:
+            # each round starts one configuration further on: a process started right after
+            # another ran a few percent slower or faster on this VM, and a fixed order turned that
+            # into a bias of the ratios
+            for t, c in keys[i % len(keys):] + keys[:i % len(keys)]:
                 d = os.path.join(tmp, f"{t}{c}-{i}")
                 os.makedirs(d)
                 env = _env(c, d)
@@ -126,7 +132,9 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
     for t, c in keys:
         base, base_cpu = statistics.median(wall[(t, "off")]), statistics.median(cpu[(t, "off")])
         med, med_cpu = statistics.median(wall[(t, c)]), statistics.median(cpu[(t, c)])
+        paired = [a / b for a, b in zip(cpu[(t, c)], cpu[(t, "off")])]  # round i against round i
         out[f"{t}:{c}" if t else c] = {
+            "paired_cpu": {"min": min(paired), "max": max(paired), "n": len(paired)},
             "label": LABELS[c] + (f" [{t}]" if t else ""), "median_step_us": med / 1000,
             "min_step_us": min(wall[(t, c)]) / 1000, "max_step_us": max(wall[(t, c)]) / 1000,
             "runs": len(wall[(t, c)]), "overhead_pct": 100.0 * (med - base) / base,

@@ -74,3 +74,21 @@ def test_summarize_keeps_crashed_runs_out_of_the_figures_but_counts_them():
     assert s["system"]["failed_runs"] == 1 and s["system"]["ratio"] == pytest.approx(1.1)
     assert s["system"]["paired_ratio"]["n"] == 1
     assert s["other"] == {"failed_runs": 2, "ratio": None, "one_time_ns": {}}
+
+
+def test_repeated_counts_and_ndet_cpu_runs_show_their_range_and_a_verdict_only_when_resolved():
+    ins = {"ratio": {"plain": 1.0, "system": 1.012}, "per_step": {"plain": 1000.0, "system": 1012.0},
+           "per_step_repetitions": {"plain": [1000.0, 1000.0, 1001.0], "system": [1012.0, 1005.0, 1014.0]},
+           "command": "python bench/capture_instructions.py --repeat 3"}
+    rows = table._capture_rows({"capture_instructions.json": ins})
+    (row,) = [r for r in rows if r["figure"] == "capture, compiled step, `aot_eager`: instructions per step (callgrind)"]
+    assert "3 repetitions 1.0050..1.0130" in row["value"] and row["target"].endswith("(not met)")
+
+    def ndet(lo, hi):
+        d = {"overhead": {"ndet": {"cpu_overhead_pct": 0.5, "overhead_pct": 0.7,
+                                   "paired_cpu": {"min": lo, "max": hi, "n": 7}}}}
+        (r,) = [r for r in table._other_rows({"ndet.json": d}) if r["figure"].startswith("NDET with")]
+        return r
+
+    assert ndet(0.99, 1.04)["target"] == "<= 1% (not resolved: the paired ratios span the target)"
+    assert ndet(0.99, 1.005)["target"] == "<= 1% (met)" and "paired 0.990..1.005 over 7 runs" in ndet(0.99, 1.005)["value"]
