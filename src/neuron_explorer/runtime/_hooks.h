@@ -27,28 +27,6 @@ static PyObject *str_t0_attr;    /* "_neuron_explorer_t0" */
 static PyObject *str_name;       /* "name" */
 static PyObject *int_one;        /* 1 */
 
-/* fn(first, *args, **kwargs) for a vectorcall argument array (kwnames' values follow args). */
-static PyObject *
-call_with_first(PyObject *fn, PyObject *first, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
-    Py_ssize_t total = nargs + nkw;
-    PyObject *small[8];
-    PyObject **stack = small;
-    if (total + 2 > (Py_ssize_t)(sizeof(small) / sizeof(small[0]))) {
-        stack = PyMem_Malloc((size_t)(total + 2) * sizeof(PyObject *));
-        if (stack == NULL)
-            return PyErr_NoMemory();
-    }
-    stack[1] = first;  /* stack[0] is free for the callee (PY_VECTORCALL_ARGUMENTS_OFFSET) */
-    if (total)
-        memcpy(stack + 2, args, (size_t)total * sizeof(PyObject *));
-    PyObject *r = PyObject_Vectorcall(fn, stack + 1, (size_t)(nargs + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
-    if (stack != small)
-        PyMem_Free(stack);
-    return r;
-}
-
 /* ---- Module.__call__ ------------------------------------------------------------------------ */
 
 /* The eager hooks' ``Module.__call__`` stays a Python function: Dynamo short-cuts a module call to
@@ -171,7 +149,9 @@ fp_backward_gate(PyObject *mod, PyObject *args)
     PyMethodDef *def = PyMem_RawCalloc(1, sizeof(PyMethodDef));
     char *name_copy = PyMem_RawMalloc(strlen(name) + 1);
     char *doc_copy = doc != NULL ? PyMem_RawMalloc(strlen(doc) + 1) : NULL;
-    Py_XDECREF(d);
+    if (doc_copy != NULL)
+        strcpy(doc_copy, doc);
+    Py_XDECREF(d);  /* (doc points into it: copied first) */
     if (def == NULL || name_copy == NULL || (doc != NULL && doc_copy == NULL)) {
         PyMem_RawFree(def);
         PyMem_RawFree(name_copy);
@@ -179,8 +159,6 @@ fp_backward_gate(PyObject *mod, PyObject *args)
         return PyErr_NoMemory();
     }
     strcpy(name_copy, name);
-    if (doc_copy != NULL)
-        strcpy(doc_copy, doc);
     def->ml_name = name_copy;
     def->ml_meth = (PyCFunction)(void (*)(void))bw_call;
     def->ml_flags = METH_FASTCALL | METH_KEYWORDS;
@@ -237,48 +215,44 @@ rg_record(PyObject *self, long long t1)
 {
     if (rg.index >= PyList_GET_SIZE(rg.enabled) || PyList_GET_ITEM(rg.enabled, rg.index) != Py_True)
         return;
-    PyObject *t = PyObject_GetAttr(self, str_t0_attr);
-    if (t == NULL) {
-        PyErr_Clear();
-        return;
+    long long t0 = -1, sid = -1;
+    PyObject *t = PyObject_GetAttr(self, str_t0_attr);  /* 0 or missing: entered before we hooked */
+    if (t != NULL) {
+        t0 = PyLong_AsLongLong(t);
+        Py_DECREF(t);
     }
-    long long t0 = PyLong_AsLongLong(t);
-    Py_DECREF(t);
-    if (t0 <= 0) {
-        PyErr_Clear();
-        return;
+    if (t0 > 0) {
+        PyObject *name = PyObject_GetAttr(self, str_name);
+        if (name != NULL) {
+            sid = rg_label(name);
+            Py_DECREF(name);
+        }
     }
-    PyObject *name = PyObject_GetAttr(self, str_name);
-    if (name == NULL) {
-        PyErr_Clear();
-        return;
+    if (t0 > 0 && sid >= 0) {
+        long long v[WIDTH] = {0};
+        v[0] = rg.index;  /* the framework event's type, which is also its index in `enabled` */
+        v[1] = t0;
+        v[2] = t1;
+        v[3] = thread_id();
+        v[4] = sid;
+        if (ring_push(rg.ring, v) == 0)
+            Py_XDECREF(PyObject_CallNoArgs(rg.tick));
     }
-    long long sid = rg_label(name);
-    Py_DECREF(name);
-    if (sid < 0) {
+    if (PyErr_Occurred())
         PyErr_Clear();
-        return;
-    }
-    long long v[WIDTH] = {0};
-    v[0] = rg.index;
-    v[1] = t0;
-    v[2] = t1;
-    v[3] = thread_id();
-    v[4] = sid;
-    if (ring_push(rg.ring, v) < 0) {
-        PyErr_Clear();
-        return;
-    }
-    PyObject *r = PyObject_CallNoArgs(rg.tick);
-    if (r == NULL)
-        PyErr_Clear();
-    Py_XDECREF(r);
 }
 
 static PyObject *
 rg_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *out = call_with_first(rg.exit, self, args, nargs, NULL);
+    /* record_function.__exit__(self, exc_type, exc_value, traceback): three arguments */
+    PyObject *stack[4] = {self};
+    if (nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "__exit__ takes 3 arguments after self (%zd given)", nargs);
+        return NULL;
+    }
+    memcpy(stack + 1, args, (size_t)nargs * sizeof(PyObject *));
+    PyObject *out = PyObject_Vectorcall(rg.exit, stack, (size_t)nargs + 1, NULL);
     if (out != NULL)
         rg_record(self, now_ns());
     return out;
