@@ -29,7 +29,7 @@ from neuron_explorer.ui import paths, queries
 from neuron_explorer.ui import search as search_q
 from neuron_explorer.ui.device import device_profiles as list_device_profiles
 from neuron_explorer.ui.device import DeviceProfile, open_device
-from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, parse_rows
+from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, one_line, parse_rows
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, DEFAULT_MODE, check_layout, check_mode
 from neuron_explorer.ui.workspace import Workspace
@@ -68,18 +68,21 @@ def _api(ws: Workspace, fn: Handler) -> Callable[[Request], Any]:
             return FastJSON({"error": str(e)}, status_code=403)
         except (NotFound, FileNotFoundError) as e:
             return FastJSON({"error": f"not found: {e}"}, status_code=404)
-        except (BadRequest, ValueError) as e:
-            return FastJSON({"error": str(e)}, status_code=400)
-        except (duckdb.Error, OSError) as e:
+        except (duckdb.Error, OSError, UnicodeDecodeError) as e:
             # files that vanished under a running query: the profile was removed (404), or is
-            # being rewritten or damaged (500): either way one line, not a traceback page
+            # being rewritten or damaged (500): either way one line, not a traceback page. (DuckDB's
+            # message quoting a damaged column name is not UTF-8: a UnicodeDecodeError, not a bad request.)
+            if isinstance(e, duckdb.Error):
+                ws.revive()  # a damaged file may have invalidated the database: the next request has one
             name = req.path_params.get("name")
             if name is not None and not ws.exists(name):
                 ws.forget(name)
                 return FastJSON({"error": f"not found: profile {name!r} is no longer in the workspace"},
                                 status_code=404)
-            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            first = one_line(e)
             return FastJSON({"error": f"cannot read profile {name!r}: {first}"}, status_code=500)
+        except (BadRequest, ValueError) as e:
+            return FastJSON({"error": str(e)}, status_code=400)
     return endpoint
 
 

@@ -14,8 +14,10 @@ summary is missing, damaged or stale, falls back to the scan of its events (``co
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import numpy as np
@@ -23,31 +25,60 @@ import numpy as np
 from neuron_explorer.contracts.dataset import SUMMARY_EVENTS_BYTES, SUMMARY_EVENTS_ROWS
 from neuron_explorer.ui.sql import files_sql, quote
 
+# what reading a damaged summary raises: DuckDB's errors, and a UnicodeDecodeError when its message
+# quotes a damaged column name (the binding decodes the message as UTF-8)
+DAMAGED = (duckdb.Error, UnicodeDecodeError)
 
-def matching(con: duckdb.DuckDBPyConnection, ev_files: list[tuple[str, int, str]],
-             sum_files: list[tuple[str, int, str]]) -> dict[str, str]:
+
+@contextlib.contextmanager
+def _own_database() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A database for one read of summaries: DuckDB answers some damaged Parquet files with an
+    internal error that invalidates the database it ran on, and the workspace's must live on."""
+    con = duckdb.connect(":memory:")
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def matching(ev_files: list[tuple[str, int, str]], sum_files: list[tuple[str, int, str]]) -> dict[str, str]:
     """{events file: its summary file} for the events files whose summary is there and theirs: same
     instance, process and file name; the footer's size and row count equal the events file's; its
     events add up to that row count, its extent is the events' (their row-group statistics) and its
-    bucket shifts are sane. Anything else, a damaged file included, is scanned instead."""
+    bucket shifts are sane. Anything else, a damaged file included, is scanned instead.
+
+    The checks read every summary in one query, on a database of their own (DuckDB answers some
+    damaged files with an internal error that invalidates the database it ran on); when that query
+    fails, each summary is checked alone, so one damaged file costs only its own process the scan."""
     by_key = {(inst, pid, Path(f).name): f for inst, pid, f in sum_files}
     cand = {f: by_key[(inst, pid, Path(f).name)] for inst, pid, f in ev_files if (inst, pid, Path(f).name) in by_key}
+    got = _checked(cand)
+    if got is None:
+        got = {}
+        for ev, sm in cand.items() if len(cand) > 1 else ():
+            got.update(_checked({ev: sm}) or {})
+    return got
+
+
+def _checked(cand: dict[str, str]) -> dict[str, str] | None:
+    """``matching`` over some candidates (None: reading them failed)."""
     if not cand:
         return {}
-    try:
-        kv = con.execute(f"""SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata({files_sql(list(cand.values()))})
-                             WHERE decode(key) IN ('{SUMMARY_EVENTS_BYTES}', '{SUMMARY_EVENTS_ROWS}')""").fetchall()
-        rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files_sql(list(cand))})").fetchall())
-        stats = {r[0]: r[1:] for r in con.execute(f"""
-            SELECT file_name, min(TRY_CAST(stats_min_value AS BIGINT)) FILTER (WHERE path_in_schema = 'start_ts'),
-                   max(TRY_CAST(stats_max_value AS BIGINT)) FILTER (WHERE path_in_schema = 'end_ts')
-            FROM parquet_metadata({files_sql(list(cand))}) GROUP BY file_name""").fetchall()}
-        got = {r[0]: r[1:] for r in con.execute(f"""
-            SELECT filename, sum(events)::BIGINT, min(first_start), max(last_end), min(shift), max(shift),
-                   count(*) FILTER (WHERE events < 1 OR last_end < first_start OR total_ns < 0 OR max_ns < 0)
-            FROM read_parquet({files_sql(list(cand.values()))}, filename = true) GROUP BY filename""").fetchall()}
-    except (duckdb.Error, UnicodeDecodeError):
-        return {}  # a damaged summary: every process is scanned (as for an old workspace)
+    with _own_database() as con:
+        try:
+            kv = con.execute(f"""SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata({files_sql(list(cand.values()))})
+                                 WHERE decode(key) IN ('{SUMMARY_EVENTS_BYTES}', '{SUMMARY_EVENTS_ROWS}')""").fetchall()
+            rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files_sql(list(cand))})").fetchall())
+            stats = {r[0]: r[1:] for r in con.execute(f"""
+                SELECT file_name, min(TRY_CAST(stats_min_value AS BIGINT)) FILTER (WHERE path_in_schema = 'start_ts'),
+                       max(TRY_CAST(stats_max_value AS BIGINT)) FILTER (WHERE path_in_schema = 'end_ts')
+                FROM parquet_metadata({files_sql(list(cand))}) GROUP BY file_name""").fetchall()}
+            got = {r[0]: r[1:] for r in con.execute(f"""
+                SELECT filename, sum(events)::BIGINT, min(first_start), max(last_end), min(shift), max(shift),
+                       count(*) FILTER (WHERE events < 1 OR last_end < first_start OR total_ns < 0 OR max_ns < 0)
+                FROM read_parquet({files_sql(list(cand.values()))}, filename = true) GROUP BY filename""").fetchall()}
+        except DAMAGED:
+            return None
     meta: dict[str, dict[str, str]] = {}
     for f, k, v in kv:
         meta.setdefault(f, {})[k] = v
@@ -67,28 +98,41 @@ def _consistent(ev: str, meta: dict[str, str], rows: int | None, stats: tuple | 
     return stats is None or ((stats[0] is None or stats[0] == got[1]) and (stats[1] is None or stats[1] == got[2]))
 
 
-def extent(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[int, int, int, int] | None:
+def extent(files: list[str]) -> tuple[int, int, int, int] | None:
     """(earliest start, latest end, longest duration, widest bucket shift) over summary files; None
-    when they hold no event."""
-    r = con.execute(f"""SELECT min(first_start), max(last_end), max(max_ns), max(shift)
-                        FROM read_parquet({files_sql(files)})""").fetchall()[0]
+    when they hold no event (raises ``DAMAGED``)."""
+    with _own_database() as con:
+        r = con.execute(f"""SELECT min(first_start), max(last_end), max(max_ns), max(shift)
+                            FROM read_parquet({files_sql(files)})""").fetchall()[0]
     return None if r[0] is None else (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
 
 
-def max_shift(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
-    """The widest bucket shift of some summary files (0 without any)."""
+def max_shift(files: list[str]) -> int:
+    """The widest bucket shift of some summary files (0 without any; raises ``DAMAGED``)."""
     if not files:
         return 0
-    return int(con.execute(f"SELECT coalesce(max(shift), 0) FROM read_parquet({files_sql(files)})").fetchall()[0][0])
+    with _own_database() as con:
+        return int(con.execute(f"SELECT coalesce(max(shift), 0) FROM read_parquet({files_sql(files)})").fetchall()[0][0])
 
 
-def scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: int, shift: int) -> list[dict[str, np.ndarray]]:
+def scan(parts: list[list[str]], aligned_base: int, shift: int) -> list[dict[str, np.ndarray] | None]:
     """The coarse scan's rows (``coarse.scan_sql``: per leaf key and bucket of ``2**shift`` counted
     from ``aligned_base``, a multiple of it, ordered by key, bucket and start) of each process from its
-    summary files (``parts[i]``: process i's), in one query over them all.
+    summary files (``parts[i]``: process i's), in one query over them all; None for a process whose
+    summary turned out damaged (a column the checks did not read: when the query over all fails,
+    each process is read alone)."""
+    try:
+        with _own_database() as con:
+            return list(_scan(con, parts, aligned_base, shift))
+    except DAMAGED:
+        if len(parts) == 1:
+            return [None]
+    return [scan([fs], aligned_base, shift)[0] for fs in parts]
 
-    The rows' keys are fetched once per key, not per row (a Python string per row and column cost
-    more than the query), and spread over the rows by numpy indexing."""
+
+def _scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: int, shift: int) -> list[dict[str, np.ndarray]]:
+    """``scan`` in one query (the keys of the rows are fetched once per key, not per row: a Python
+    string per row and column cost more than the query; numpy indexing spreads them over the rows)."""
     files = [f for fs in parts for f in fs]
     which = ", ".join(f"({quote(f)}, {i})" for i, fs in enumerate(parts) for f in fs)
     con.execute(f"""
@@ -98,13 +142,11 @@ def scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: i
                sum(events)::BIGINT AS c, min(first_start) AS s, max(last_end) AS e, sum(total_ns)::BIGINT AS d
         FROM read_parquet({files_sql(files)}, filename = true) x JOIN (VALUES {which}) m(f, part) ON m.f = x.filename
         GROUP BY ALL""")
-    try:  # the keys with their row counts, then the rows in the same order: row i's key is a repeat
-        keys = con.execute("""SELECT part, tid, nc, src, name, max(g) AS g, count(*) AS n FROM nx_summary_rows
-                              GROUP BY ALL ORDER BY part, tid, nc, src, name""").fetchnumpy()
-        rows = con.execute("""SELECT b, c, s, e, d FROM nx_summary_rows
-                              ORDER BY part, tid, nc, src, name, b, s""").fetchnumpy()  # (no pyarrow import)
-    finally:
-        con.execute("DROP TABLE IF EXISTS nx_summary_rows")
+    # the keys with their row counts, then the rows in the same order: row i's key is a repeat
+    keys = con.execute("""SELECT part, tid, nc, src, name, max(g) AS g, count(*) AS n FROM nx_summary_rows
+                          GROUP BY ALL ORDER BY part, tid, nc, src, name""").fetchnumpy()
+    rows = con.execute("""SELECT b, c, s, e, d FROM nx_summary_rows
+                          ORDER BY part, tid, nc, src, name, b, s""").fetchnumpy()  # (no pyarrow import)
     k = np.repeat(np.arange(len(keys["n"]), dtype=np.int64), np.asarray(keys["n"], dtype=np.int64))
     cols = {x: np.asarray(keys[x])[k] for x in ("tid", "nc", "src", "name", "g")}
     cols.update({x: np.asarray(rows[x]) for x in ("b", "c", "s", "e", "d")})

@@ -19,6 +19,16 @@ class BadRequest(ValueError):
     """The request's parameters are malformed."""
 
 
+def one_line(e: BaseException) -> str:
+    """A failure as the one line a browser shows: the first line of its message (at most 300
+    characters), or its type's name. DuckDB's message quoting a damaged column name is not UTF-8:
+    its binding raises a UnicodeDecodeError holding the message's bytes, shown with the bad ones
+    replaced."""
+    msg = e.object.decode("utf-8", "replace") if isinstance(e, UnicodeDecodeError) and isinstance(e.object, bytes) \
+        else str(e)
+    return msg.strip().splitlines()[0][:300] if msg.strip() else type(e).__name__
+
+
 MAX_PARAM = float(1 << 62)  # ns from a profile's origin, ids, rows: every number a request may need
 MAX_REL_NS = 1 << 62  # times in requests are ns from the profile's origin: +-146 years is plenty
 MAX_PX = 20000

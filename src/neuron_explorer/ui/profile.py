@@ -41,6 +41,7 @@ import numpy as np
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
                                              MODELS, WARNINGS, table_file)
 from neuron_explorer.ui import coarse, index, index_build, ingest_summary, paths
+from neuron_explorer.ui.params import one_line
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
 
@@ -255,7 +256,7 @@ class Profile:
             self._prune_cache(cache)
             self._set_index(idx)
         except Exception as e:  # noqa: BLE001 - reported by /status and by the requests that wait
-            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            first = one_line(e)
             self.index_error = self.progress.error = first
             self.progress.settled.set()
             self._index_ready.set()
@@ -298,13 +299,16 @@ class Profile:
         if not self.ev_files:
             return [], None
         cur = self.cursor()
-        sums = ingest_summary.matching(cur, self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY)) \
+        sums = ingest_summary.matching(self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY)) \
             if use_summary else {}
-        if len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
-            ext4 = ingest_summary.extent(cur, list(sums.values()))
-            ext, shift = (ext4[:3], ext4[3]) if ext4 is not None else (None, 0)
-        else:
-            ext, shift = coarse.extent(cur, [f for _, _, f in self.ev_files]), ingest_summary.max_shift(cur, list(sums.values()))
+        ext4 = None
+        try:  # (the columns matching's checks read: a failure means the files changed under us)
+            if sums and len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
+                ext4 = ingest_summary.extent(list(sums.values()))
+            shift = ingest_summary.max_shift(list(sums.values())) if ext4 is None else ext4[3]
+        except ingest_summary.DAMAGED:
+            sums, shift = {}, 0
+        ext = ext4[:3] if ext4 is not None else coarse.extent(cur, [f for _, _, f in self.ev_files])
         if ext is None:
             return [], None
         # buckets aligned to multiples of their width: whole summary buckets merge into them exactly
@@ -314,14 +318,14 @@ class Profile:
         summarised = [i for i, (_, files) in enumerate(parts) if all(f in sums for f in files)]
         got: list = []
         self.progress.step("scanning events", 0, len(parts))
-        if summarised:  # one query over every summary
-            try:
-                got_parts = ingest_summary.scan(cur, [[sums[f] for f in parts[i][1]] for i in summarised], aligned,
-                                                w.bit_length() - 1)
-            except duckdb.Error:  # a summary damaged where the checks did not read: scan the events instead
-                summarised, got_parts = [], []
+        if summarised:  # one query over every summary; a process whose summary is damaged where the
+            # checks did not read gets None, and its events are scanned instead
+            got_parts = ingest_summary.scan([[sums[f] for f in parts[i][1]] for i in summarised], aligned,
+                                            w.bit_length() - 1)
             for i, cols in zip(summarised, got_parts):
-                got.extend(coarse.split_part(*parts[i][0], cols, ext[2]))
+                if cols is not None:
+                    got.extend(coarse.split_part(*parts[i][0], cols, ext[2]))
+            summarised = [i for i, cols in zip(summarised, got_parts) if cols is not None]
             self.progress.step("scanning events", len(summarised), len(parts))
         rest = [i for i in range(len(parts)) if i not in set(summarised)]
         self.first_paint_from = "+".join(x for x, n in (("events", rest), ("summary", summarised)) if n)

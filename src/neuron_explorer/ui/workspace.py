@@ -16,7 +16,7 @@ import duckdb
 
 from neuron_explorer.contracts.dataset import DEVICE_PROFILES, METADATA, table_file
 from neuron_explorer.ui import paths
-from neuron_explorer.ui.params import NotFound
+from neuron_explorer.ui.params import NotFound, one_line
 from neuron_explorer.ui.profile import COARSE_MIN_EVENTS, RAW_BUDGET, Profile, Progress, stamp
 from neuron_explorer.ui.sql import quote
 
@@ -31,20 +31,42 @@ class Workspace:
         self.raw_budget = raw_budget
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.pyramid_min_events = pyramid_min_events
-        self.con = duckdb.connect(":memory:")
-        if threads:
-            self.con.execute(f"SET threads = {int(threads)}")
-        for opt in ("SET parquet_metadata_cache = true", "SET enable_object_cache = true"):
-            try:
-                self.con.execute(opt)
-            except duckdb.Error:
-                pass
+        self.threads = threads
+        self.con = self._connect()
         self._profiles: dict[str, Profile] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._progress: dict[str, Progress] = {}
         self._lock = threading.Lock()
         self.index_gate: threading.Event | None = None  # tests: hold every background index build until set
         self.coarse_min_events = COARSE_MIN_EVENTS  # smaller profiles build their index before the first paint
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(":memory:")
+        if self.threads:
+            con.execute(f"SET threads = {int(self.threads)}")
+        for opt in ("SET parquet_metadata_cache = true", "SET enable_object_cache = true"):
+            try:
+                con.execute(opt)
+            except duckdb.Error:
+                pass
+        return con
+
+    def revive(self) -> bool:
+        """Replace the workspace's database when it no longer answers (True then).
+
+        Why: DuckDB meets some damaged Parquet files with an internal error that invalidates the whole
+        database it ran on; every later query, of any profile, fails from then on. Called after a
+        failed query: the profiles prepared on the dead database (their counters and leaf tables
+        lived there) are forgotten and prepared again by their next request."""
+        with self._lock:
+            try:
+                self.con.cursor().execute("SELECT 1").fetchall()
+                return False
+            except duckdb.Error:
+                pass
+            self.con = self._connect()
+            self._profiles.clear()
+            return True
 
     def list(self) -> list[dict[str, Any]]:
         """Profiles in the workspace, from their metadata only (cheap: nothing is prepared)."""
@@ -60,6 +82,7 @@ class Workspace:
                            any_value(display_name)
                     FROM read_parquet({quote(meta)})""").fetchall()[0]
             except duckdb.Error:
+                self.revive()  # the damaged file may have taken the database with it: the others still list
                 continue
             out.append({"name": name, "processes": int(r[0]), "instances": int(r[1]),
                         "world_size": int(r[2] or 0), "events": int(r[3] or 0),
@@ -73,6 +96,7 @@ class Workspace:
         try:
             return bool(dev) and self.con.cursor().execute(f"SELECT count(*) FROM read_parquet({quote(dev)})").fetchall()[0][0] > 0
         except duckdb.Error:
+            self.revive()
             return False
 
     def exists(self, name: str) -> bool:
@@ -107,9 +131,11 @@ class Workspace:
             if not self.exists(name):
                 self.forget(name)
                 raise NotFound(f"profile {name!r} is no longer in the workspace")
-            if stamp(p.meta_file) == p.stamp and p.index_error is None:
+            if stamp(p.meta_file) == p.stamp and p.index_error is None and p.con is self.con:
                 return p
-            self.forget(name)  # re-ingested, or its index build failed: prepare it again
+            if p.index_error is not None:
+                self.revive()  # the build may have failed because the database died under it
+            self.forget(name)  # re-ingested, its index build failed, or its database was replaced: prepare it again
         with self._lock:
             p = self._profiles.get(name)
             if p is not None:
@@ -125,7 +151,9 @@ class Workspace:
                     p = Profile(self.root, name, self.con, self.cache_dir, self.pyramid_min_events, self.raw_budget,
                                 progress=prog, index_gate=self.index_gate, coarse_min_events=self.coarse_min_events)
                 except Exception as e:
-                    prog.error = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                    if isinstance(e, duckdb.Error):
+                        self.revive()  # so that the next attempt, and the other profiles, have a database
+                    prog.error = one_line(e)
                     prog.settled.set()
                     raise
                 with self._lock:
