@@ -213,10 +213,21 @@ def worker(steps: int, backend: str, workload: str = "compiled", config: str = "
 
 
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.M)
+_TOTALS = re.compile(rb"^(?:summary|totals):((?:\s+\d+)+)", re.M)
+_EVENTS = re.compile(rb"^events:\s*(.+)$", re.M)
+
+
+def cycle_estimate(ev: dict[str, float]) -> float:
+    """Valgrind's cache simulation turned into one number (KCachegrind's "cycle estimation"):
+    instructions, plus 10 per first-level miss and 100 per last-level miss. A model, not this CPU:
+    it says whether a difference in instructions understates a difference in time."""
+    l1 = ev.get("I1mr", 0) + ev.get("D1mr", 0) + ev.get("D1mw", 0)
+    ll = ev.get("ILmr", 0) + ev.get("DLmr", 0) + ev.get("DLmw", 0)
+    return ev.get("Ir", 0) + 10 * l1 + 100 * ll
 
 
 def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool, aslr_off: bool,
-               workload: str = "compiled", rep: int = 0) -> dict:
+               workload: str = "compiled", rep: int = 0, cache_sim: bool = False) -> dict:
     sfx = f"{steps}" if rep == 0 else f"{steps}.r{rep}"
     out_dir = os.path.join(work, f"{config}_{sfx}")
     os.makedirs(out_dir, exist_ok=True)
@@ -225,6 +236,7 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
     # Start-up, imports and compilation run uninstrumented (5-10x faster under valgrind); counting
     # starts after the warm-up steps and runs to the end of the process, so the exit write is in.
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", "--instr-atstart=no",
+           *(["--cache-sim=yes"] if cache_sim else []),
            _python(), os.path.abspath(__file__), "--worker", str(steps), "--backend", backend,
            "--workload", workload, "--config", config]
     if aslr_off:
@@ -247,10 +259,14 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
             err.seek(0)
             raise RuntimeError(f"{config} {steps}: exit {rc}\n{err.read().decode(errors='replace')[-3000:]}")
     with open(cg, "rb") as f:
-        m = _TOTAL.search(f.read())
+        data = f.read()
+    m = _TOTAL.search(data)
     if m is None:
         raise RuntimeError(f"no total in {cg}")
     res = {"config": config, "steps": steps, "rep": rep, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1), "file": cg}
+    names, vals = _EVENTS.search(data), _TOTALS.search(data)
+    if cache_sim and names and vals:
+        res["events"] = dict(zip(names.group(1).decode().split(), map(int, vals.group(1).split())))
     if config.startswith("ndet") or config.endswith("_profiler"):
         res["profile_written"] = any(fs for _, _, fs in os.walk(out_dir))
     elif config != "plain":
@@ -293,6 +309,23 @@ def _diff(runs: dict, short: int, long_: int, config: str, top: int) -> list[tup
     return sorted(((k, v) for k, v in d.items() if abs(v) >= 1), key=lambda kv: -abs(kv[1]))[:top]
 
 
+def _cache_slopes(all_runs: dict, configs: list[str], short: int, long_: int, reps: int) -> dict | None:
+    """Per configuration, the median per-step slope of each simulated cache event and of the cycle
+    estimate (None when a run has no cache events)."""
+    out = {}
+    for c in configs:
+        per_rep = []
+        for r in range(reps):
+            a, b = all_runs[(c, short, r)].get("events"), all_runs[(c, long_, r)].get("events")
+            if not a or not b:
+                return None
+            d = {k: (b[k] - a.get(k, 0)) / (long_ - short) for k in b}
+            d["cycle_estimate"] = cycle_estimate(d)
+            per_rep.append(d)
+        out[c] = {k: statistics.median(x[k] for x in per_rep) for k in per_rep[0]}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", default="plain,system", help=f"comma-separated, from {', '.join(CONFIGS)}")
@@ -310,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", default="compiled", choices=WORKLOADS,
                     help="execution path: compiled (--backend), eager_mlp, eager_block, jax")
     ap.add_argument("--peer", action="store_true", help="add the same-run peer profiler (torch/jax.profiler)")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="also simulate the caches (valgrind --cache-sim=yes): misses per step and a cycle estimate")
     ap.add_argument("--out", default=None, help="default: results/capture_instructions[_<path>].json")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--config", default="plain", help=argparse.SUPPRESS)
@@ -338,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         futs = {j: pool.submit(_callgrind, j[0], j[1], a.backend, work, a.annotate, aslr_off,
-                                 a.workload, j[2]) for j in jobs}
+                                 a.workload, j[2], a.cache_sim) for j in jobs}
         all_runs = {j: f.result() for j, f in futs.items()}
     runs = {(c, n): v for (c, n, r), v in all_runs.items() if r == 0}
     span = a.long - a.short
@@ -352,6 +387,14 @@ def main(argv: list[str] | None = None) -> int:
         extra = per_step[c] - base
         spread = f"   repetitions {min(slopes[c]):,.0f}..{max(slopes[c]):,.0f}" if reps > 1 else ""
         print(f"  {c:15s} {per_step[c]:14,.0f}   ratio {per_step[c] / base:.4f}   {extra:+12,.0f}/step{spread}")
+    cache = _cache_slopes(all_runs, configs, a.short, a.long, reps) if a.cache_sim else None
+    if cache:
+        print("simulated caches per step (median; cycle estimate = Ir + 10 x L1 misses + 100 x LL misses):")
+        for c in configs:
+            ev = cache[c]
+            print(f"  {c:15s} L1 misses {ev['I1mr'] + ev['D1mr'] + ev['D1mw']:10,.0f}   "
+                  f"LL misses {ev['ILmr'] + ev['DLmr'] + ev['DLmw']:8,.0f}   cycle estimate {ev['cycle_estimate']:14,.0f}"
+                  f"   ratio {ev['cycle_estimate'] / cache['plain']['cycle_estimate']:.4f}")
     for c in configs:
         if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):
             print(f"  warning: {c} wrote no profile", file=sys.stderr)
@@ -370,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": _python(), "backend": a.backend, "aslr_off": aslr_off, "short": a.short, "long": a.long,
         "per_step": per_step, "ratio": {c: per_step[c] / base for c in configs},
         "repeat": reps, "per_step_repetitions": slopes,
+        **({"cache_per_step": cache} if cache else {}),
         "runs": [{k: v for k, v in r.items() if k != "file"} for r in all_runs.values()],
         "seconds": round(time.time() - t0, 1),
     }

@@ -7,7 +7,8 @@ slope between a short and a long run), with the configurations that file does no
 * ``system_devmodel`` -- the system profile plus ``NEURON_RT_INSPECT_DEVICE_PROFILE=model``: the
   op recorder runs on the first execution of each graph (during the warm-up, which is not
   counted), so the slope is the steady-state cost, to compare with ``system``;
-* ``system_devsession`` -- the same in ``session`` mode (every execution recorded).
+* ``system_devsession`` -- the same in ``session`` mode (every execution recorded);
+* ``ndet_stats`` -- ``ndet`` with neuron-monitor's counters on, as a user's default has them.
 
 Usage::
 
@@ -35,7 +36,14 @@ _base_env = ci._env
 
 
 def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str]:
-    """capture_instructions' environments, plus the device-profile ones (system + a mode)."""
+    """capture_instructions' environments, plus the device-profile ones (system + a mode) and
+    ``ndet_stats``: NDET as a user runs it, with neuron-monitor's counters on (their publisher's
+    period stretched like the flush: the per-step part is what is counted)."""
+    if config == "ndet_stats":
+        env = _base_env("ndet", out_dir, workload)
+        del env["NEURON_EXPLORER_STATS"]
+        env.update(NEURON_EXPLORER_STATS_PERIOD_MS="100000000", NEURON_EXPLORER_STATS_DIR=os.path.join(out_dir, "stats"))
+        return env
     if config not in DEVICE:  # (every base environment has NEURON_EXPLORER_STATS=0: see ci._env)
         return _base_env(config, out_dir, workload)
     env = _base_env("system", out_dir, workload)
@@ -45,7 +53,7 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ci.CONFIGS = tuple(ci.CONFIGS) + tuple(DEVICE)
+    ci.CONFIGS = tuple(ci.CONFIGS) + tuple(DEVICE) + ("ndet_stats",)
     ci._env = _env
     if "--out" not in argv and "--worker" not in argv:
         argv += ["--out", RESULTS]

@@ -15,7 +15,7 @@ from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime
-from neuron_explorer.runtime.ring import Ring, records_to_block
+from neuron_explorer.runtime.ring import NativeRing, Ring, records_to_block
 
 
 @pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.skipif(
@@ -201,13 +201,19 @@ class _GradTorch:
         return cls.grad
 
 
-def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tmp_path, wrapper_impl, monkeypatch):
+@pytest.mark.parametrize("feed", ["callable", pytest.param("ring", marks=pytest.mark.skipif(
+    NativeRing is None, reason="C extension not built or disabled"))])
+def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tmp_path, wrapper_impl, monkeypatch,
+                                                                              feed):
+    """The stats feed is any callable, or (what neuron-monitor's counters give) a C ring's append,
+    which the C wrapper pushes the row into without making a tuple: the same rows either way."""
     rt = _runtime(tmp_path)
     fed = []
+    ring = NativeRing(100, ev.RECORD_WIDTH) if feed == "ring" else None
 
     class _Stats:
         def runtime_feed(self, nc):
-            return fed.append
+            return ring.append if ring is not None else fed.append
 
     rt.register(STATS, _Stats())
     core = rt.core()
@@ -246,6 +252,8 @@ def test_wrapper_feeds_stats_looks_for_backward_and_yields_to_device_profiles(tm
     assert fn_calls == [3]
     recs = core.ring.drain()
     assert [r[5] for r in recs] == [0, 1, 2, 3]
+    if ring is not None:
+        fed = [tuple(r) for r in np.frombuffer(ring.take(), dtype=np.int64).reshape(-1, ev.RECORD_WIDTH).tolist()]
     assert fed == [tuple(r) for r in recs.tolist()]  # neuron-monitor sees each record as appended
 
 

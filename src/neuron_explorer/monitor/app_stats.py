@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_TO_MONITOR
+from neuron_explorer.contracts.events import RECORD_WIDTH
+from neuron_explorer.runtime.ring import NativeRing
 from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.monitor import endpoint, histogram
 from neuron_explorer.monitor.endpoint import (CORE_MEMORY_CATEGORIES, ERROR_CLASSES, EXECUTION_STATUSES,
@@ -62,6 +64,8 @@ _registry_lock = threading.Lock()
 # overlaps one counted in an earlier snapshot is not counted twice.
 TAIL_NS = 10_000_000_000
 TAIL_RUNS = 4096
+# executions held per core between two publisher runs (the oldest are dropped beyond it)
+RAW_CAPACITY = 1_000_000
 
 
 class _Core:
@@ -146,7 +150,7 @@ class AppStats:
         # executions counted through on_execution, applied with the runtime's records before each
         # snapshot: (model_id, nc_idx, host_ns, device_ns, status, busy_start, busy_end)
         self._pending: deque = deque(maxlen=1_000_000)
-        self._raw: dict[int, deque] = {}  # per core: the runtime's own execution records
+        self._raw: dict[int, Any] = {}  # per core: the runtime's own execution records (a C ring or a deque)
 
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -270,15 +274,23 @@ class AppStats:
         -- so counting an execution adds no allocation to its hot path."""
         q = self._raw.get(nc_idx)
         if q is None:
-            q = self._raw[nc_idx] = deque(maxlen=1_000_000)
+            # the C ring when there is one: the C execution wrapper then pushes the row itself (no
+            # tuple per execution); a Python producer's append converts its tuple
+            q = self._raw[nc_idx] = NativeRing(RAW_CAPACITY, RECORD_WIDTH) if NativeRing is not None \
+                else deque(maxlen=RAW_CAPACITY)
         return q.append
 
     def _raw_records(self) -> list[tuple]:
         out = []
         for nc, q in list(self._raw.items()):
-            pop = q.popleft
-            for _ in range(len(q)):
-                r = pop()
+            if isinstance(q, deque):
+                pop = q.popleft
+                rows = [pop() for _ in range(len(q))]
+            else:
+                import numpy as np
+
+                rows = np.frombuffer(q.take(), dtype=np.int64).reshape(-1, RECORD_WIDTH).tolist()
+            for r in rows:
                 host = r[2] - r[1]
                 on_dev = r[8] > 0  # the core's own span measured (CUDA events), else the host call's
                 s, e = (r[7], r[8]) if on_dev else (r[1], r[2])

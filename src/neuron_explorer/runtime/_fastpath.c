@@ -317,6 +317,7 @@ typedef struct {
     PyObject *settled;   /* [the profiler that wants no more of this graph's calls], or NULL */
     PyObject *general;   /* called with the same arguments when devprof is not None */
     PyObject *stats;     /* stats(record) after the append, or NULL */
+    RingBuffer *stats_ring; /* stats' ring when stats is a 9-wide RingBuffer's append (borrowed: stats holds it) */
     PyObject *backward;  /* backward(out) -> true once it need not be called again, or NULL */
     PyObject *dict;      /* attributes set by the integration (__wrapped__, _boxed_call, ...) */
     /* NDET (all NULL when it is off); see NdetRecorder.exec_hooks */
@@ -375,6 +376,8 @@ feed_stats(ExecWrapper *self, const long long *v)
 {
     if (self->stats == NULL)
         return 0;
+    if (self->stats_ring != NULL)  /* the row itself, no tuple: nothing allocated per execution */
+        return ring_push(self->stats_ring, v);
     PyObject *t = tuple_of(v, WIDTH);
     if (t == NULL)
         return -1;
@@ -603,8 +606,13 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (settled != Py_None)
         KEEP(settled, settled);
     KEEP(general, general);
-    if (stats != Py_None)
+    if (stats != Py_None) {
         KEEP(stats, stats);
+        PyObject *owner = PyCFunction_Check(stats) ? PyCFunction_GET_SELF(stats) : NULL;
+        if (owner != NULL && PyCFunction_GET_FUNCTION(stats) == (PyCFunction)ring_append &&
+                PyObject_TypeCheck(owner, &RingBufferType) && ((RingBuffer *)owner)->width == WIDTH)
+            self->stats_ring = (RingBuffer *)owner;
+    }
     if (backward != Py_None)
         KEEP(backward, backward);
     if (inflight != NULL) {

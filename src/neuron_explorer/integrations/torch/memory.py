@@ -21,8 +21,8 @@ What is attributed, per core (the tensor's CUDA device, or this process's core o
 * ``allocator_cache`` (CUDA): reserved but not allocated by the caching allocator.
 
 Storages are counted once however many tensors view them.  Per step, nothing here runs but one
-dictionary store and a clock read when an optimizer steps (plus the gradient snapshot, at most
-every ``GRAD_SNAPSHOT_S``).
+optimizer pre-hook (a dictionary lookup and a clock read; the gradient snapshot at most every
+``GRAD_SNAPSHOT_S``).
 """
 
 from __future__ import annotations
@@ -91,15 +91,14 @@ class MemorySource:
         if tensor is not None:
             self.params[id(tensor)] = tensor
 
-    def on_optimizer_step(self, optimizer, _args, _kwargs):
-        r = self.optimizers.data.get(id(optimizer))  # known already (every step but the first)?
-        if r is None or r() is not optimizer:
-            self.optimizers[id(optimizer)] = optimizer
-
     def before_optimizer_step(self, optimizer, _args, _kwargs):
-        """Read the gradients the step is about to use, on the thread that steps (the backward
-        that wrote them is over)."""
+        """Note the optimizer (its parameters and state are counted) and read the gradients the
+        step is about to use, on the thread that steps (the backward that wrote them is over).
+        One pre-hook does both: a hook is a Python call on every step."""
         key = id(optimizer)
+        r = self.optimizers.data.get(key)  # known already (every step but the first)?
+        if r is None or r() is not optimizer:
+            self.optimizers[key] = optimizer
         self.steps_since += 1
         now = time.monotonic()
         old = self.grads.get(key)
@@ -211,9 +210,6 @@ def install_memory(rt: Runtime, torch) -> MemorySource | None:
         if reg is not None:
             reg(src.on_tensor_registered)
     opt_mod = importlib.import_module("torch.optim.optimizer")
-    reg = getattr(opt_mod, "register_optimizer_step_post_hook", None)
-    if reg is not None:
-        reg(src.on_optimizer_step)
     reg = getattr(opt_mod, "register_optimizer_step_pre_hook", None)
     if reg is not None:
         reg(src.before_optimizer_step)
