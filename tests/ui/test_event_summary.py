@@ -31,6 +31,21 @@ def _copy(src: Path, dst_ws: Path, keep_summary: bool = True) -> Path:
     return dst_ws
 
 
+def _fuzzed_copy(src: Path, dst_ws: Path, rnd: random.Random, truncate: bool) -> Path:
+    """A copy of profile ``src`` whose one summary file (chosen by ``rnd``) is truncated, or has 1 to
+    8 random bytes changed."""
+    ws = _copy(src, dst_ws)
+    f = rnd.choice(sorted((ws / P / EVENT_SUMMARY).rglob("*.parquet")))
+    data = bytearray(f.read_bytes())
+    if truncate:
+        data = data[: rnd.randrange(len(data))]
+    else:
+        for _ in range(rnd.randint(1, 8)):
+            data[rnd.randrange(len(data))] = rnd.randrange(256)
+    f.write_bytes(bytes(data))
+    return ws
+
+
 def _cold(ws: Path, cache: Path) -> tuple[TestClient, threading.Event]:
     """A server on ``ws`` whose index build is held (the coarse path even for the small capture)."""
     app = create_app(ws, cache_dir=cache)
@@ -176,15 +191,7 @@ def test_fuzzed_summaries_never_break_an_open(ui_workspace: Path, tmp_path: Path
     want = _queries(ref)
     rnd = random.Random(18)
     for i in range(32):
-        ws = _copy(ui_workspace / P, tmp_path / f"fz{i}")
-        f = rnd.choice(sorted((ws / P / EVENT_SUMMARY).rglob("*.parquet")))
-        data = bytearray(f.read_bytes())
-        if i % 4 == 3:
-            data = data[: rnd.randrange(len(data))]
-        else:
-            for _ in range(rnd.randint(1, 8)):
-                data[rnd.randrange(len(data))] = rnd.randrange(256)
-        f.write_bytes(bytes(data))
+        ws = _fuzzed_copy(ui_workspace / P, tmp_path / f"fz{i}", rnd, truncate=i % 4 == 3)
         c, g = _cold(ws, tmp_path / f"fc{i}")
         ov, w, _ = _queries(c)
         assert ov["events"] == want[0]["events"] and sum(w["c"]) == want[0]["events"], (i, ov["first_paint_from"])
@@ -221,15 +228,7 @@ def test_many_fuzzed_summaries_each_open_with_every_event(ui_workspace: Path, tm
     want = None
     rnd = random.Random(59)
     for i in range(300):
-        ws = _copy(ui_workspace / P, tmp_path / f"fz{i}")
-        f = rnd.choice(sorted((ws / P / EVENT_SUMMARY).rglob("*.parquet")))
-        data = bytearray(f.read_bytes())
-        if i % 4 == 3:
-            data = data[: rnd.randrange(len(data))]
-        else:
-            for _ in range(rnd.randint(1, 8)):
-                data[rnd.randrange(len(data))] = rnd.randrange(256)
-        f.write_bytes(bytes(data))
+        ws = _fuzzed_copy(ui_workspace / P, tmp_path / f"fz{i}", rnd, truncate=i % 4 == 3)
         wsp = create_app(ws, cache_dir=tmp_path / f"c{i}").state.workspace
         wsp.index_gate, wsp.coarse_min_events = threading.Event(), 0
         try:
@@ -239,4 +238,5 @@ def test_many_fuzzed_summaries_each_open_with_every_event(ui_workspace: Path, tm
             assert wsp.con.execute("SELECT 1").fetchall() == [(1,)]
         finally:
             wsp.index_gate.set()
+        wsp.profile(P)  # the background build done before its files go (and before the interpreter exits)
         shutil.rmtree(ws)

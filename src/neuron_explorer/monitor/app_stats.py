@@ -282,9 +282,11 @@ class AppStats:
                 else deque(maxlen=RAW_CAPACITY)
         return q.append
 
-    def _raw_columns(self, np) -> list[tuple]:
+    def _raw_columns(self) -> list[tuple]:
         """The runtime's records taken since the last call, per core as columns (model id, core,
         host ns, device ns, status index into EXECUTION_STATUSES, busy start, busy end)."""
+        import numpy as np
+
         out = []
         for nc, q in list(self._raw.items()):
             if isinstance(q, deque):
@@ -314,7 +316,7 @@ class AppStats:
         q = self._pending
         pop = q.popleft
         recs = [pop() for _ in range(len(q))]
-        parts = self._raw_columns(np) if self._raw else []
+        parts = self._raw_columns() if self._raw else []
         if recs:
             mids, ncs, host, dev, status, b_start, b_end = zip(*recs)
             parts.append(tuple(np.asarray(c, dtype=np.int64) for c in (mids, ncs, host, dev))

@@ -53,11 +53,10 @@ def matching(ev_files: list[tuple[str, int, str]], sum_files: list[tuple[str, in
     by_key = {(inst, pid, Path(f).name): f for inst, pid, f in sum_files}
     cand = {f: by_key[(inst, pid, Path(f).name)] for inst, pid, f in ev_files if (inst, pid, Path(f).name) in by_key}
     got = _checked(cand)
-    if got is None:
-        got = {}
-        for ev, sm in cand.items() if len(cand) > 1 else ():
-            got.update(_checked({ev: sm}) or {})
-    return got
+    if got is not None:
+        return got
+    alone = [_checked({ev: sm}) for ev, sm in cand.items()] if len(cand) > 1 else []
+    return {ev: sm for one in alone if one for ev, sm in one.items()}
 
 
 def _checked(cand: dict[str, str]) -> dict[str, str] | None:
