@@ -49,9 +49,12 @@ def add_device_profile(profile_dir: Path) -> dict:
     return {"instance_id": inst, "process_id": pid, "nc_idx": nc, "model_name": model, "exec_id": exec_id}
 
 
-def start_server(workspace: Path, port: int, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """Run the real ``serve()`` in a child process; return it and the URL it printed."""
-    p = subprocess.Popen([sys.executable, "-m", "neuron_explorer.ui.server", str(workspace), "127.0.0.1", str(port)],
+def start_server(workspace: Path, port: int, env: dict[str, str],
+                 argv: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Run the real ``serve()`` in a child process (``argv``: another command than ``python -m
+    neuron_explorer.ui.server``, given the same arguments); return it and the URL it printed."""
+    argv = argv or [sys.executable, "-m", "neuron_explorer.ui.server"]
+    p = subprocess.Popen([*argv, str(workspace), "127.0.0.1", str(port)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     url = p.stdout.readline().strip()
     if not url.startswith("http://"):

@@ -15,6 +15,7 @@ the Parquet dataset, never a capture. Modules, from the request inwards:
 - ``wire``: 64-bit values as strings on the wire.
 - ``device``: device profiles and their windows.
 - ``index`` / ``index_build``: the window index (queries / building).
+- ``background``: the preparations and index builds running in threads, waited for at shutdown.
 - ``paths``: confinement of every path to the workspace; ``sql``: DuckDB helpers.
 
 Submodules are imported on use (the package itself loads nothing: ``view`` imports ``ui.paths``

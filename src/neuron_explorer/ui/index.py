@@ -106,6 +106,23 @@ class EventIndex:
             return None
         return cls(arrays, meta)
 
+    @staticmethod
+    def orphaned_build(path: Path) -> bool:
+        """Whether ``path`` is the temporary directory of a build whose process has ended."""
+        name = path.name
+        if not name.endswith(".tmp") or ".idx." not in name:
+            return False
+        pid = name.rsplit(".idx.", 1)[1].split(".", 1)[0]
+        if not pid.isdigit() or not path.is_dir() or path.is_symlink():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except (OSError, OverflowError):
+            return False  # alive (another user's), or not a pid: keep it
+        return False
+
     @classmethod
     def cached(cls, cache: Path | None, make: Callable[[Path | None], "EventIndex"]) -> "EventIndex":
         """Load the index from ``cache`` or build it there (atomically: a temp dir, then a rename)."""
@@ -119,7 +136,9 @@ class EventIndex:
             shutil.rmtree(cache, ignore_errors=True)
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=cache.name + ".", suffix=".tmp", dir=cache.parent))
+            # the builder's pid in the name: a build cut short by its process's end is removed later
+            # (``orphaned_build``), one still running elsewhere is not
+            tmp = Path(tempfile.mkdtemp(prefix=f"{cache.name}.{os.getpid()}.", suffix=".tmp", dir=cache.parent))
         except OSError:
             return make(None)  # an unwritable cache only means building in memory every time
         try:

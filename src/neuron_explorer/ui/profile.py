@@ -40,7 +40,7 @@ import numpy as np
 
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
                                              MODELS, WARNINGS, table_file)
-from neuron_explorer.ui import coarse, index, index_build, ingest_summary, paths
+from neuron_explorer.ui import background, coarse, index, index_build, ingest_summary, paths
 from neuron_explorer.ui.params import one_line
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
@@ -181,6 +181,7 @@ class Profile:
         # the leaf table travels with the cached index: no scan at all
         if idx is not None:
             self._set_leaves([Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])])
+            self._prune_cache(cache)
         else:
             self._set_leaves(*self._scan_leaves())
         self.progress.step("loading counters")
@@ -197,8 +198,8 @@ class Profile:
         else:
             self.progress.coarse = True
             self.progress.settled.set()
-            threading.Thread(target=self._build_in_background, args=(cache,), daemon=True,
-                             name=f"index-{self.name}").start()
+            background.start(self._build_in_background, cache, name=f"index-{self.name}",
+                             what=f"the index of {self.name}")
 
     def _set_leaves(self, leaves: list[Leaf], coarse_level: "coarse.CoarseLevel | None" = None) -> None:
         self.leaves, self.coarse = leaves, coarse_level
@@ -385,13 +386,14 @@ class Profile:
         return cstats
 
     def _prune_cache(self, keep: Path | None) -> None:
-        """Remove this profile's caches for older versions of its files (or of the cache format):
-        at 100M events each is gigabytes. Unlinking files another server still maps is safe."""
+        """Remove this profile's caches for older versions of its files (or of the cache format), and
+        the temporary directories of its builds whose process ended: at 100M events each is gigabytes. Unlinking files another server still maps is safe."""
         if keep is None or self.cache_dir is None:
             return
         try:
             stale = [x for x in self.cache_dir.iterdir() if x.name.startswith(self.tag + "-") and x != keep
-                     and (x.name.endswith(".idx") or x.name.endswith(".parquet"))]  # .parquet: pre-index pyramids
+                     and (x.name.endswith(".idx") or x.name.endswith(".parquet")  # .parquet: pre-index pyramids
+                          or index.EventIndex.orphaned_build(x))]  # a build its server's exit cut short
         except OSError:
             return
         for x in stale:

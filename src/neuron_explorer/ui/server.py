@@ -7,6 +7,8 @@ import os
 import socket
 import sys
 
+from neuron_explorer.ui import background
+
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
@@ -136,6 +138,9 @@ def listen_socket(host: str) -> socket.socket:
     return sock
 
 
+SHUTDOWN_WAIT_S = 2.0  # at exit, how long the server waits for a background preparation or index build
+
+
 def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
     """Serve the UI for ``workspace`` until interrupted; returns the process exit code.
 
@@ -186,6 +191,16 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
         pass
     finally:
         sock.close()
+    left = background.wait(SHUTDOWN_WAIT_S)
+    if left:
+        # A thread still inside DuckDB's C++ code aborts the process when the interpreter finalises
+        # (docs/decisions/0061): leave without finalising. Nothing is lost: an index is renamed into
+        # the cache only when complete, and the next open removes this build's temporary directory.
+        print(f"neuron-explorer: stopping without waiting for {', '.join(left)}; "
+              "it is built again at the next open", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

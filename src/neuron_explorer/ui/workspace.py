@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 
 from neuron_explorer.contracts.dataset import DEVICE_PROFILES, METADATA, table_file
-from neuron_explorer.ui import paths
+from neuron_explorer.ui import background, paths
 from neuron_explorer.ui.params import NotFound, one_line
 from neuron_explorer.ui.profile import COARSE_MIN_EVENTS, RAW_BUDGET, Profile, Progress, stamp
 from neuron_explorer.ui.sql import quote
@@ -197,8 +197,7 @@ class Workspace:
             prog = Progress()
             with self._lock:
                 self._progress[name] = prog  # until the thread's own Progress replaces it
-            threading.Thread(target=self._prepare_quietly, args=(name,), daemon=True,
-                             name=f"prepare-{name}").start()
+            background.start(self._prepare_quietly, name, name=f"prepare-{name}", what=f"the preparation of {name}")
         return prog.to_json()
 
     def _prepare_quietly(self, name: str) -> None:
