@@ -219,11 +219,15 @@ _EVENTS = re.compile(rb"^events:\s*(.+)$", re.M)
 
 def cycle_estimate(ev: dict[str, float]) -> float:
     """Valgrind's cache simulation turned into one number (KCachegrind's "cycle estimation"):
-    instructions, plus 10 per first-level miss and 100 per last-level miss. A model, not this CPU:
+    instructions, plus 10 per first-level miss and 100 per last-level miss (and, with the branch
+    simulation, 15 per mispredicted conditional or indirect branch). A model, not this CPU:
     it says whether a difference in instructions understates a difference in time."""
     l1 = ev.get("I1mr", 0) + ev.get("D1mr", 0) + ev.get("D1mw", 0)
     ll = ev.get("ILmr", 0) + ev.get("DLmr", 0) + ev.get("DLmw", 0)
-    return ev.get("Ir", 0) + 10 * l1 + 100 * ll
+    return ev.get("Ir", 0) + 10 * l1 + 100 * ll + BRANCH_MISS_CYCLES * (ev.get("Bcm", 0) + ev.get("Bim", 0))
+
+
+BRANCH_MISS_CYCLES = 15  # a mispredicted branch (--branch-sim): a pipeline refill on current x86 cores
 
 
 def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool, aslr_off: bool,
@@ -236,7 +240,7 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
     # Start-up, imports and compilation run uninstrumented (5-10x faster under valgrind); counting
     # starts after the warm-up steps and runs to the end of the process, so the exit write is in.
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", "--instr-atstart=no",
-           *(["--cache-sim=yes"] if cache_sim else []),
+           *(["--cache-sim=yes", "--branch-sim=yes"] if cache_sim else []),
            _python(), os.path.abspath(__file__), "--worker", str(steps), "--backend", backend,
            "--workload", workload, "--config", config]
     if aslr_off:
@@ -344,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="execution path: compiled (--backend), eager_mlp, eager_block, jax")
     ap.add_argument("--peer", action="store_true", help="add the same-run peer profiler (torch/jax.profiler)")
     ap.add_argument("--cache-sim", action="store_true",
-                    help="also simulate the caches (valgrind --cache-sim=yes): misses per step and a cycle estimate")
+                    help="also simulate the caches and the branch predictor (valgrind --cache-sim=yes "
+                         "--branch-sim=yes): misses and mispredictions per step, and a cycle estimate")
     ap.add_argument("--out", default=None, help="default: results/capture_instructions[_<path>].json")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--config", default="plain", help=argparse.SUPPRESS)
@@ -389,11 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {c:15s} {per_step[c]:14,.0f}   ratio {per_step[c] / base:.4f}   {extra:+12,.0f}/step{spread}")
     cache = _cache_slopes(all_runs, configs, a.short, a.long, reps) if a.cache_sim else None
     if cache:
-        print("simulated caches per step (median; cycle estimate = Ir + 10 x L1 misses + 100 x LL misses):")
+        print("simulated caches and branches per step (median; cycle estimate = Ir + 10 x L1 misses + 100 x LL "
+              f"misses + {BRANCH_MISS_CYCLES} x mispredictions):")
         for c in configs:
             ev = cache[c]
             print(f"  {c:15s} L1 misses {ev['I1mr'] + ev['D1mr'] + ev['D1mw']:10,.0f}   "
-                  f"LL misses {ev['ILmr'] + ev['DLmr'] + ev['DLmw']:8,.0f}   cycle estimate {ev['cycle_estimate']:14,.0f}"
+                  f"LL misses {ev['ILmr'] + ev['DLmr'] + ev['DLmw']:8,.0f}   "
+                  f"mispredicted {ev.get('Bcm', 0) + ev.get('Bim', 0):9,.0f}   cycle estimate {ev['cycle_estimate']:14,.0f}"
                   f"   ratio {ev['cycle_estimate'] / cache['plain']['cycle_estimate']:.4f}")
     for c in configs:
         if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):

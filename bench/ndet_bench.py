@@ -6,7 +6,18 @@
    * ``off``        -- no NDET variables;
    * ``ndet``       -- NEURON_RT_DBG_NDET_FLUSH_USEC=1000000 (a 1 s flush), everything else default,
                        which includes the NaN/Inf scan of graph outputs NDET turns on;
-   * ``ndet_nonan`` -- the same with NEURON_EXPLORER_NAN_CHECK=0: the cost of the logging alone.
+   * ``ndet_nonan`` -- the same with NEURON_EXPLORER_NAN_CHECK=0: the cost of the logging alone;
+   * ``ndet_nostats`` -- ``ndet`` with NEURON_EXPLORER_STATS=0 (no neuron-monitor counters): the
+                       configuration ``bench/ndet_instructions.py`` counts as ``ndet``;
+   * ``loaded``     -- no NDET, but the process imports what an NDET process imports (numpy,
+                       neuron-explorer's runtime, recorder and monitor modules) and runs two idle
+                       threads waking every 0.5 s and 1 s, like the flusher and the publisher; it
+                       installs no hook.  Against ``off`` it is the cost of a bigger process that
+                       does no per-step work: a difference ``ndet`` shows and ``loaded`` shows too is
+                       not NDET's per-step work.
+
+   ``--configs`` picks some of them (``off`` always runs); ``--no-aslr`` runs every worker under
+   ``setarch -R`` (one fixed address-space layout per configuration, as the callgrind counts have).
 
    Each run times N steps after a warm-up (mean step time over the window, so flushes are counted);
    the table shows medians over runs and the ratio against ``off``, and the range of the paired
@@ -48,20 +59,44 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "ndet.json")
 CONFIGS = ("off", "ndet", "ndet_nonan")
+ALL_CONFIGS = CONFIGS + ("ndet_nostats", "loaded")
 LABELS = {"off": "NDET off", "ndet": "NDET on, 1 s flush (default NaN check)",
-          "ndet_nonan": "NDET on, 1 s flush, NaN check off (logging only)"}
+          "ndet_nonan": "NDET on, 1 s flush, NaN check off (logging only)",
+          "ndet_nostats": "NDET on, 1 s flush, no monitor counters",
+          "loaded": "NDET off, neuron-explorer loaded, 2 idle threads, no hooks"}
 
 
 def _env(config: str, log_dir: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("NEURON_RT_", "NEURON_EXPLORER_", "NEURON_PROCESS_TAG"))}
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", NEURON_EXPLORER_QUIET="1")
-    if config != "off":
+    if config == "loaded":
+        env["NE_BENCH_LOADED"] = "1"
+    elif config != "off":
         env["NEURON_RT_DBG_NDET_FLUSH_USEC"] = "1000000"
         env["NEURON_RT_DBG_NDET_LOG_LOCATION"] = log_dir
     if config == "ndet_nonan":
         env["NEURON_EXPLORER_NAN_CHECK"] = "0"
+    if config == "ndet_nostats":
+        env["NEURON_EXPLORER_STATS"] = "0"
     return env
+
+
+def _load_without_hooks() -> None:
+    """The ``loaded`` configuration: what an NDET process imports and its two timed threads, idle."""
+    import threading
+
+    import numpy  # noqa: F401
+
+    import neuron_explorer.monitor.app_stats  # noqa: F401
+    import neuron_explorer.ndet.recorder  # noqa: F401
+    import neuron_explorer.runtime.core  # noqa: F401
+
+    for period in (0.5, 1.0):
+        def idle(p=period, ev=threading.Event()):
+            while not ev.wait(p):
+                pass
+        threading.Thread(target=idle, daemon=True).start()
 
 
 def worker(warmup: int, steps: int) -> None:
@@ -83,24 +118,30 @@ def worker(warmup: int, steps: int) -> None:
         loss.backward()
         opt.step()
 
+    if os.environ.get("NE_BENCH_LOADED"):
+        _load_without_hooks()
     for _ in range(warmup):
         step()
-    t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+    t0, c0, m0 = time.perf_counter_ns(), time.process_time_ns(), time.thread_time_ns()
     for _ in range(steps):
         step()
-    dt, dc = time.perf_counter_ns() - t0, time.process_time_ns() - c0
-    print(json.dumps({"step_ns": dt / steps, "cpu_ns": dc / steps}))
+    dt, dc, dm = time.perf_counter_ns() - t0, time.process_time_ns() - c0, time.thread_time_ns() - m0
+    print(json.dumps({"step_ns": dt / steps, "cpu_ns": dc / steps, "main_cpu_ns": dm / steps}))
 
 
-def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = None) -> dict:
+def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = None,
+             configs: tuple[str, ...] = CONFIGS, aslr: bool = True) -> dict:
     """Interleaved runs of every configuration (and, with ``trees``, of every source tree: the
     same configurations run with ``PYTHONPATH`` set to each, e.g. before and after a change).
     Each run reports its mean wall time and process CPU time per step; the CPU time barely moves
     when other work shares the machine, so it is the figure to compare on a busy VM."""
     trees = trees or {"": os.environ.get("PYTHONPATH", "")}
-    keys = [(t, c) for t in trees for c in CONFIGS]
+    configs = ("off",) + tuple(c for c in configs if c != "off")
+    keys = [(t, c) for t in trees for c in configs]
+    setarch = [] if aslr else ["setarch", os.uname().machine, "-R"]
     wall: dict = {k: [] for k in keys}
     cpu: dict = {k: [] for k in keys}
+    main_cpu: dict = {k: [] for k in keys}  # the training thread's own CPU time (the rest: our threads)
     tmp = tempfile.mkdtemp(prefix="ndet-bench-")
     try:
         for i in range(runs):
@@ -114,7 +155,7 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
                 if trees[t]:
                     env["PYTHONPATH"] = trees[t]
                 for _attempt in range(2):  # a worker killed by a signal is run once more, and said so
-                    p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
+                    p = subprocess.run([*setarch, sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
                                        capture_output=True, text=True, timeout=600)
                     if p.returncode >= 0:
                         break
@@ -124,7 +165,8 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
                 got = json.loads(p.stdout.strip().splitlines()[-1])
                 wall[(t, c)].append(got["step_ns"])
                 cpu[(t, c)].append(got["cpu_ns"])
-                if c != "off" and not any(n.startswith("ndet_") for n in os.listdir(d)):
+                main_cpu[(t, c)].append(got["main_cpu_ns"])
+                if c.startswith("ndet") and not any(n.startswith("ndet_") for n in os.listdir(d)):
                     raise RuntimeError(f"{t}{c}: no NDET log was written")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -138,8 +180,18 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
             "label": LABELS[c] + (f" [{t}]" if t else ""), "median_step_us": med / 1000,
             "min_step_us": min(wall[(t, c)]) / 1000, "max_step_us": max(wall[(t, c)]) / 1000,
             "runs": len(wall[(t, c)]), "overhead_pct": 100.0 * (med - base) / base,
-            "median_cpu_us": med_cpu / 1000, "cpu_overhead_pct": 100.0 * (med_cpu - base_cpu) / base_cpu}
+            "median_cpu_us": med_cpu / 1000, "cpu_overhead_pct": 100.0 * (med_cpu - base_cpu) / base_cpu,
+            "main_thread": _over(main_cpu[(t, c)], main_cpu[(t, "off")]),
+            "other_threads_us": statistics.median(a - b for a, b in zip(cpu[(t, c)], main_cpu[(t, c)])) / 1000}
     return out
+
+
+def _over(xs: list[float], base: list[float]) -> dict:
+    """Median of ``xs`` over the median of ``base`` in percent, and the range of the paired ratios."""
+    paired = [a / b for a, b in zip(xs, base)]
+    return {"median_us": statistics.median(xs) / 1000,
+            "overhead_pct": 100.0 * (statistics.median(xs) / statistics.median(base) - 1),
+            "paired": {"min": min(paired), "max": max(paired), "n": len(paired)}}
 
 
 def make_logs(d: str, nlogs: int, records: int) -> int:
@@ -239,6 +291,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="timed steps per run")
     ap.add_argument("--trees", default=None,
                     help="NAME=SRC,NAME=SRC: run every configuration with PYTHONPATH=SRC of each (same run)")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(ALL_CONFIGS)}")
+    ap.add_argument("--no-aslr", action="store_true", help="run every worker under setarch -R")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
     if args.worker:
@@ -250,12 +304,18 @@ def main() -> None:
     if not args.skip_overhead:
         trees = dict(kv.split("=", 1) for kv in args.trees.split(",")) if args.trees else None
         steps = args.steps or (1500 if args.quick else 4000)
-        res["overhead"] = overhead(runs, warmup=300, steps=steps, trees=trees)
+        configs = tuple(args.configs.split(","))
+        bad = [c for c in configs if c not in ALL_CONFIGS]
+        if bad:
+            ap.error(f"--configs: unknown {', '.join(bad)}; accepted: {', '.join(ALL_CONFIGS)}")
+        res["aslr"] = not args.no_aslr
+        res["overhead"] = overhead(runs, warmup=300, steps=steps, trees=trees, configs=configs, aslr=not args.no_aslr)
         print(f"{'configuration':60s} {'median step':>12s} {'min':>9s} {'max':>9s} {'overhead':>9s} "
-              f"{'CPU/step':>10s} {'CPU ovh':>8s}")
+              f"{'CPU/step':>10s} {'CPU ovh':>8s} {'main thr':>9s} {'others':>8s}")
         for c, r in res["overhead"].items():
             print(f"{r['label']:60s} {r['median_step_us']:10.1f}us {r['min_step_us']:7.1f}us {r['max_step_us']:7.1f}us "
-                  f"{r['overhead_pct']:+8.2f}% {r['median_cpu_us']:8.1f}us {r['cpu_overhead_pct']:+7.2f}%")
+                  f"{r['overhead_pct']:+8.2f}% {r['median_cpu_us']:8.1f}us {r['cpu_overhead_pct']:+7.2f}% "
+                  f"{r['main_thread']['overhead_pct']:+8.2f}% {r['other_threads_us']:6.2f}us")
     if args.skip_analysis:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=2)
