@@ -100,7 +100,14 @@ def _load_without_hooks() -> None:
 
 
 def worker(warmup: int, steps: int) -> None:
-    """Runs in the subprocess: prints the mean step time in ns as JSON."""
+    """Runs in the subprocess: prints the mean step time in ns as JSON.
+
+    With ``NE_BENCH_SAME_PROCESS=B`` (an NDET configuration): the timed steps run in blocks of B,
+    in groups of four -- wrappers on, paused, paused, on -- with the execution wrappers paused
+    (``_fastpath.pause_executions``) in the paused blocks, and it prints the training thread's CPU
+    time per step of each kind."""
+    if os.environ.get("NE_BENCH_LOADED"):
+        _load_without_hooks()  # at start-up, before torch, as the .pth autostart loads the package
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -118,10 +125,24 @@ def worker(warmup: int, steps: int) -> None:
         loss.backward()
         opt.step()
 
-    if os.environ.get("NE_BENCH_LOADED"):
-        _load_without_hooks()
     for _ in range(warmup):
         step()
+    block = int(os.environ.get("NE_BENCH_SAME_PROCESS") or 0)
+    if block:
+        from neuron_explorer.runtime import _fastpath
+
+        spent = {True: 0, False: 0}
+        for i in range(max(1, steps // (4 * block)) * 4):
+            paused = i % 4 in (1, 2)  # on, paused, paused, on: a drift in time cancels
+            _fastpath.pause_executions(paused)
+            m0 = time.thread_time_ns()
+            for _ in range(block):
+                step()
+            spent[paused] += time.thread_time_ns() - m0
+        _fastpath.pause_executions(False)
+        n = max(1, steps // (4 * block)) * 2 * block
+        print(json.dumps({"on_ns": spent[False] / n, "paused_ns": spent[True] / n}))
+        return
     t0, c0, m0 = time.perf_counter_ns(), time.process_time_ns(), time.thread_time_ns()
     for _ in range(steps):
         step()
@@ -183,6 +204,43 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
             "median_cpu_us": med_cpu / 1000, "cpu_overhead_pct": 100.0 * (med_cpu - base_cpu) / base_cpu,
             "main_thread": _over(main_cpu[(t, c)], main_cpu[(t, "off")]),
             "other_threads_us": statistics.median(a - b for a, b in zip(cpu[(t, c)], main_cpu[(t, c)])) / 1000}
+    return out
+
+
+def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[str, ...]) -> dict:
+    """Per NDET configuration, ``runs`` processes that each time their steps with the execution
+    wrappers working and paused (``worker``): the wrappers' per-step cost at one memory layout.
+
+    Why: which of the toy step's small tensors share an address modulo 4096 (and so stall each
+    other's loads and stores) depends on everything allocated before them; importing numpy or
+    neuron-explorer before torch, with no hook at all, moved plain ATen ops by 1.5-4% on this VM.
+    Separate processes therefore differ by a few percent whatever they record; one process
+    measured both ways does not (docs/decisions/0062)."""
+    out = {}
+    ratios: dict[str, list[float]] = {c: [] for c in configs}
+    on_us: dict[str, list[float]] = {c: [] for c in configs}
+    tmp = tempfile.mkdtemp(prefix="ndet-bench-")
+    try:
+        for i in range(runs):
+            for c in configs[i % len(configs):] + configs[:i % len(configs)]:
+                d = os.path.join(tmp, f"{c}-{i}")
+                os.makedirs(d)
+                env = _env(c, d)
+                env["NE_BENCH_SAME_PROCESS"] = str(block)
+                p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
+                                   capture_output=True, text=True, timeout=600)
+                if p.returncode != 0:
+                    raise RuntimeError(f"worker {c} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+                got = json.loads(p.stdout.strip().splitlines()[-1])
+                ratios[c].append(got["on_ns"] / got["paused_ns"])
+                on_us[c].append(got["on_ns"] / 1000)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for c in configs:
+        r = ratios[c]
+        out[c] = {"label": LABELS[c], "median_ratio": statistics.median(r), "min": min(r), "max": max(r),
+                  "n": len(r), "median_step_us": statistics.median(on_us[c]),
+                  "overhead_pct": 100.0 * (statistics.median(r) - 1)}
     return out
 
 
@@ -293,6 +351,10 @@ def main() -> None:
                     help="NAME=SRC,NAME=SRC: run every configuration with PYTHONPATH=SRC of each (same run)")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(ALL_CONFIGS)}")
     ap.add_argument("--no-aslr", action="store_true", help="run every worker under setarch -R")
+    ap.add_argument("--same-process", type=int, default=None, metavar="RUNS",
+                    help="also time NDET's wrappers on and paused in one process, RUNS processes per NDET "
+                         "configuration (0: skip; default 5, 3 with --quick)")
+    ap.add_argument("--block", type=int, default=250, help="steps per block of --same-process")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
     if args.worker:
@@ -316,6 +378,14 @@ def main() -> None:
             print(f"{r['label']:60s} {r['median_step_us']:10.1f}us {r['min_step_us']:7.1f}us {r['max_step_us']:7.1f}us "
                   f"{r['overhead_pct']:+8.2f}% {r['median_cpu_us']:8.1f}us {r['cpu_overhead_pct']:+7.2f}% "
                   f"{r['main_thread']['overhead_pct']:+8.2f}% {r['other_threads_us']:6.2f}us")
+    sp_runs = args.same_process if args.same_process is not None else (3 if args.quick else 5)
+    if not args.skip_overhead and sp_runs:
+        ndet_configs = tuple(c for c in args.configs.split(",") if c.startswith("ndet"))
+        sp = res["same_process"] = same_process(sp_runs, warmup=300, steps=args.steps or (1500 if args.quick else 4000),
+                                                block=args.block, configs=ndet_configs)
+        print(f"\n{'same process: wrappers working over paused':60s} {'median':>9s} {'min':>8s} {'max':>8s} {'runs':>5s}")
+        for r in sp.values():
+            print(f"{r['label']:60s} {r['median_ratio']:9.4f} {r['min']:8.4f} {r['max']:8.4f} {r['n']:5d}")
     if args.skip_analysis:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=2)

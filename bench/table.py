@@ -271,6 +271,26 @@ def _other_rows(results: dict) -> list[dict]:
             rows.append(_row(f"{label}, process CPU per step (interleaved runs)",
                              f"{d['cpu_overhead_pct']:+.1f}%{note}; wall {d['overhead_pct']:+.1f}%", "",
                              "<= 1%" + verdict, _NDET))
+    nd = results.get("ndet.json") or {}
+    for c, d in (nd.get("same_process") or {}).items():
+        if isinstance(d, dict) and "median_ratio" in d:
+            verdict = " (met)" if d["median_ratio"] <= 1.01 else " (not met)"
+            rows.append(_row(f"{d['label']}: its wrappers' work, training-thread CPU per step, measured on and paused "
+                             "in one process", f"{d['median_ratio']:.4f}x ({d['min']:.4f}..{d['max']:.4f} over "
+                             f"{d['n']} processes)", "the same process with the wrappers paused", "<= 1.01x" + verdict,
+                             _NDET))
+    for c, d in (nd.get("overhead") or {}).items():
+        if c.startswith("ndet") and isinstance(d, dict) and "other_threads_us" in d:
+            rows.append(_row(f"{d['label']}: its threads (flush, monitor counters), CPU per training step",
+                             f"{d['other_threads_us']:.2f} us ({100 * d['other_threads_us'] / d['median_cpu_us']:.2f}%"
+                             " of the step)", "", "", _NDET))
+    io = results.get("import_order.json") or {}
+    for c in ("numpy_first", "ne_first", "both_first"):
+        d = _get(io, "configs", c)
+        if isinstance(d, dict):
+            rows.append(_row(f"plain ATen ops, `{c}` imported before torch, no hook (memory layout alone)",
+                             f"{d['ratio']:.4f}x (paired {d['paired_min']:.3f}..{d['paired_max']:.3f})",
+                             "`import torch` first", "", "python -m bench.import_order"))
     for fname, path, label, unit, target, cmd in CURATED:
         v = _get(results.get(fname) or {}, *path.split("."))
         if isinstance(v, (int, float)) and not isinstance(v, bool):

@@ -318,3 +318,23 @@ def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrappe
     assert recs[:, 5].tolist() == [0, 1] and recs[:, 6].tolist() == [0, 1]
     assert recs[:, 1].tolist() == [r[4] for r in ended] and recs[:, 2].tolist() == [r[5] for r in ended]
     assert core.ring.produced() - base == 4
+
+
+def test_paused_wrappers_call_the_graph_and_record_nothing(tmp_path):
+    """``pause_executions`` (bench/ndet_bench.py --same-process only) makes the C wrapper a plain call."""
+    if execution._CWrapper is None:
+        pytest.skip("the C wrapper is not in use")
+    from neuron_explorer.runtime import _fastpath
+
+    rt = _runtime(tmp_path)
+    core = rt.core()
+    model = rt.add_model(name="g", neff_name="n", graph_hash="0", backend="b", kind="forward", nc_idx=core.nc)
+    run = graphs.wrap_graph(Installed(rt), _NoGradTorch, core, model, lambda a: a + 1)
+    assert _fastpath.pause_executions(True) is False
+    try:
+        assert run(1) == 2
+        assert len(core.ring.drain()) == 0
+    finally:
+        assert _fastpath.pause_executions(False) is True
+    assert run(2) == 3
+    assert [r[5] for r in core.ring.drain()] == [0]  # the paused call took no execution id

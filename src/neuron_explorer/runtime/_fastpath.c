@@ -501,9 +501,16 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
     return finish(self, out);
 }
 
+/* Benchmarks only (bench/ndet_bench.py --same-process): while set, every wrapper calls its graph
+ * and records nothing, so one process can time its steps with and without the wrappers' work at
+ * the same memory layout.  Never set by the runtime. */
+static int ew_paused = 0;
+
 static PyObject *
 ew_call(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    if (ew_paused)
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     PyObject *dp = PyList_GET_ITEM(self->devprof, 0);
     /* a device profiler is on, and may want this call (model mode wants a graph's first only) */
     if (dp != Py_None && (self->settled == NULL || dp != PyList_GET_ITEM(self->settled, 0)))
@@ -865,7 +872,20 @@ fp_thread_id(PyObject *mod, PyObject *unused)
     return PyLong_FromLong(thread_id());
 }
 
+static PyObject *
+fp_pause_executions(PyObject *mod, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    int was = ew_paused;
+    ew_paused = on;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef fp_methods[] = {
+    {"pause_executions", fp_pause_executions, METH_O,
+     "pause_executions(flag) -> previous: benchmarks only; while true, execution wrappers record nothing"},
     {"now_ns", fp_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (what the wrapper stamps)"},
     {"thread_id", fp_thread_id, METH_NOARGS, "the OS thread id the wrapper records"},
     {"forward_signal", fp_forward_signal, METH_VARARGS,
