@@ -106,6 +106,9 @@ def _check_output_dir(path: str) -> None:
 
 
 STATS_PERIOD = "NEURON_EXPLORER_STATS_PERIOD_MS"
+# with no neuron-monitor announced, the counters are published this often only (decision 0063): a
+# monitor that starts reads a snapshot at most this old, then one per period from its next check
+STATS_IDLE_PERIOD_S = 5.0
 
 
 def _start_stats(rt: Runtime) -> None:
@@ -119,7 +122,7 @@ def _start_stats(rt: Runtime) -> None:
         # count instructions stretch it so the timer thread stays out of the count
         period_ms = cfgmod.parse_positive_int(STATS_PERIOD, os.environ.get(STATS_PERIOD), 500)
         stats = AppStats(instance_id=rt.ident.instance_id, nc_indices=[rt.ident.default_core],
-                         interval_s=period_ms / 1000.0)
+                         interval_s=period_ms / 1000.0, idle_interval_s=STATS_IDLE_PERIOD_S)
         stats.start()
         rt.register(STATS, stats)
     except Exception as e:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_explorer.monitor import endpoint
 from neuron_explorer.ndet import format as ndet_fmt
 
 from ..conftest import clean_env
@@ -27,6 +28,7 @@ FORK_CHILD = Path(__file__).parent / "workloads" / "fork_child.py"
 def test_a_forked_child_leaves_the_parents_profile_log_and_stats_alone(tmp_path, mode, flush_ms):
     out, ndet, stats = tmp_path / "out", tmp_path / "ndet", tmp_path / "stats"
     ndet.mkdir()
+    endpoint.announce_monitor(stats)  # a monitor present: the parent publishes every 50 ms (decision 0063)
     done = tmp_path / "child_done"
     n, m = 13, 5
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),

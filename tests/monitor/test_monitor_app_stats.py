@@ -114,3 +114,41 @@ def test_forked_child_neither_overwrites_nor_removes_the_parents_snapshot(stats_
         assert snap["executions"]["completed"] == 1 and snap["executions"]["timed_out"] == 0
     finally:
         s.stop()
+
+
+def _seq(path: Path) -> int:
+    return json.loads(path.read_text())["seq"]
+
+
+def test_without_a_monitor_the_publisher_backs_off_until_one_announces_itself(stats_dir: Path) -> None:
+    import time
+
+    s = AppStats("idle", None, "i", [0], interval_s=0.05, idle_interval_s=3600).start()
+    try:
+        path = stats_dir / f"{os.getpid()}.json"
+        first = _seq(path)  # start() publishes once, monitor or not
+        time.sleep(0.4)  # eight periods: none publishes, nobody reads
+        assert _seq(path) == first
+        endpoint.announce_monitor(stats_dir)
+        deadline = time.monotonic() + 10
+        while _seq(path) < first + 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _seq(path) >= first + 3  # one per period now
+    finally:
+        s.stop()
+
+
+def test_without_a_monitor_the_snapshot_is_still_rewritten_every_idle_interval(stats_dir: Path) -> None:
+    import time
+
+    s = AppStats("slow", None, "i", [0], interval_s=0.05, idle_interval_s=0.3).start()
+    try:
+        path = stats_dir / f"{os.getpid()}.json"
+        first = _seq(path)
+        deadline = time.monotonic() + 10
+        while _seq(path) == first and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _seq(path) == first + 1
+        assert time.monotonic() < deadline
+    finally:
+        s.stop()
