@@ -122,3 +122,32 @@ def test_an_open_removes_only_the_build_directories_of_ended_processes(ui_worksp
     Workspace(ui_workspace, cache_dir=cache).profile(P).wait_index()  # loaded from the cache
     assert not orphan.exists()
     assert running.is_dir() and other_user.is_dir() and not_ours.is_dir() and idx.is_dir()
+
+
+def test_build_directory_names_are_parsed_safely(tmp_path: Path) -> None:
+    """``orphaned_build`` reads a pid out of a directory name: any name gives an answer, never an error."""
+    import random
+
+    from neuron_explorer.ui.index import EventIndex
+
+    rng = random.Random(7)
+    alphabet = "ab.-_x0123456789idxtmp\u00e9\u00b2\u0663 "
+    names = ["p-1.idx.999999999.a.tmp", "p-1.idx.99999999999999999999999999.a.tmp", "p-1.idx..tmp",
+             "p-1.idx.0.a.tmp", "p-1.idx.\u00b2.a.tmp", "p-1.idx.\u0663.a.tmp", ".idx.1.tmp", "x.tmp", "p-1.idx", "p-1.idx.12.a.tmp.tmp"]
+    names += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) + rng.choice(["", ".tmp"])
+              for _ in range(300)]
+    for name in names:
+        d = tmp_path / name
+        try:
+            d.mkdir()
+        except (OSError, ValueError):
+            continue
+        got = EventIndex.orphaned_build(d)
+        assert isinstance(got, bool)
+        if got:  # only <...>.idx.<pid>.<...>.tmp of a pid that does not exist
+            pid = name.rsplit(".idx.", 1)[1].split(".", 1)[0]
+            assert name.endswith(".tmp") and pid.isascii() and pid.isdigit() and not os.path.exists(f"/proc/{int(pid)}")
+    assert EventIndex.orphaned_build(tmp_path / "p-1.idx.999999999.a.tmp") is True  # pid_max is far below
+    assert EventIndex.orphaned_build(tmp_path / "p-1.idx.99999999999999999999999999.a.tmp") is False
+    (tmp_path / "f.idx.999999999.b.tmp").write_text("a file, not a build directory")
+    assert EventIndex.orphaned_build(tmp_path / "f.idx.999999999.b.tmp") is False

@@ -113,7 +113,7 @@ class EventIndex:
         if not name.endswith(".tmp") or ".idx." not in name:
             return False
         pid = name.rsplit(".idx.", 1)[1].split(".", 1)[0]
-        if not pid.isdigit() or not path.is_dir() or path.is_symlink():
+        if not (pid.isascii() and pid.isdigit()) or not path.is_dir() or path.is_symlink():
             return False
         try:
             os.kill(int(pid), 0)
