@@ -47,7 +47,11 @@ def _run(tmp_path, text: str, check: bool = True, **env) -> subprocess.Completed
 
 
 def _ndet_log(d) -> ndet_fmt.NdetLog:
-    (log,) = list(d.iterdir())
+    """The one NDET log in ``d``. A process killed by SIGKILL in the middle of a periodic rewrite
+    leaves that write's hidden temporary file beside the log (CI hit it once): the log is then the
+    previous complete flush, and the temporary file is not a log (``neuron-det`` never reads it)."""
+    logs = [f for f in d.iterdir() if not (f.name.startswith(".") and f.name.endswith(".tmp"))]
+    (log,) = logs
     return ndet_fmt.read_log(str(log))
 
 
