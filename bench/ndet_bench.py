@@ -148,7 +148,8 @@ def worker(warmup: int, steps: int) -> None:
                     table[k] = f
 
         spent = {True: 0, False: 0}
-        for i in range(max(1, steps // (4 * block)) * 4):
+        quads = max(1, steps // (4 * block))
+        for i in range(4 * quads):
             paused = i % 4 in (1, 2)  # on, paused, paused, on: a drift in time cancels
             pause(paused)
             m0 = time.thread_time_ns()
@@ -156,7 +157,7 @@ def worker(warmup: int, steps: int) -> None:
                 step()
             spent[paused] += time.thread_time_ns() - m0
         pause(False)
-        n = max(1, steps // (4 * block)) * 2 * block
+        n = quads * 2 * block  # steps of each kind
         print(json.dumps({"on_ns": spent[False] / n, "paused_ns": spent[True] / n}))
         return
     t0, c0, m0 = time.perf_counter_ns(), time.process_time_ns(), time.thread_time_ns()
@@ -164,6 +165,20 @@ def worker(warmup: int, steps: int) -> None:
         step()
     dt, dc, dm = time.perf_counter_ns() - t0, time.process_time_ns() - c0, time.thread_time_ns() - m0
     print(json.dumps({"step_ns": dt / steps, "cpu_ns": dc / steps, "main_cpu_ns": dm / steps}))
+
+
+def _run_worker(label: str, env: dict[str, str], warmup: int, steps: int, prefix: list[str] | None = None) -> dict:
+    """One worker process (``prefix``: e.g. ``setarch -R``); its JSON line. A worker killed by a
+    signal is run once more, and said so."""
+    for _attempt in range(2):
+        p = subprocess.run([*(prefix or []), sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode >= 0:
+            break
+        print(f"warning: worker {label} died by signal {-p.returncode}; run again", file=sys.stderr)
+    if p.returncode != 0:
+        raise RuntimeError(f"worker {label} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = None,
@@ -191,15 +206,7 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
                 env = _env(c, d)
                 if trees[t]:
                     env["PYTHONPATH"] = trees[t]
-                for _attempt in range(2):  # a worker killed by a signal is run once more, and said so
-                    p = subprocess.run([*setarch, sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
-                                       capture_output=True, text=True, timeout=600)
-                    if p.returncode >= 0:
-                        break
-                    print(f"warning: worker {t}{c} died by signal {-p.returncode}; run again", file=sys.stderr)
-                if p.returncode != 0:
-                    raise RuntimeError(f"worker {t}{c} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
-                got = json.loads(p.stdout.strip().splitlines()[-1])
+                got = _run_worker(f"{t}{c}", env, warmup, steps, setarch)
                 wall[(t, c)].append(got["step_ns"])
                 cpu[(t, c)].append(got["cpu_ns"])
                 main_cpu[(t, c)].append(got["main_cpu_ns"])
@@ -209,15 +216,13 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
         shutil.rmtree(tmp, ignore_errors=True)
     out = {}
     for t, c in keys:
-        base, base_cpu = statistics.median(wall[(t, "off")]), statistics.median(cpu[(t, "off")])
-        med, med_cpu = statistics.median(wall[(t, c)]), statistics.median(cpu[(t, c)])
-        paired = [a / b for a, b in zip(cpu[(t, c)], cpu[(t, "off")])]  # round i against round i
+        w, proc = _over(wall[(t, c)], wall[(t, "off")]), _over(cpu[(t, c)], cpu[(t, "off")])
         out[f"{t}:{c}" if t else c] = {
-            "paired_cpu": {"min": min(paired), "max": max(paired), "n": len(paired)},
-            "label": LABELS[c] + (f" [{t}]" if t else ""), "median_step_us": med / 1000,
+            "paired_cpu": proc["paired"],  # round i against round i
+            "label": LABELS[c] + (f" [{t}]" if t else ""), "median_step_us": w["median_us"],
             "min_step_us": min(wall[(t, c)]) / 1000, "max_step_us": max(wall[(t, c)]) / 1000,
-            "runs": len(wall[(t, c)]), "overhead_pct": 100.0 * (med - base) / base,
-            "median_cpu_us": med_cpu / 1000, "cpu_overhead_pct": 100.0 * (med_cpu - base_cpu) / base_cpu,
+            "runs": len(wall[(t, c)]), "overhead_pct": w["overhead_pct"],
+            "median_cpu_us": proc["median_us"], "cpu_overhead_pct": proc["overhead_pct"],
             "main_thread": _over(main_cpu[(t, c)], main_cpu[(t, "off")]),
             "other_threads_us": statistics.median(a - b for a, b in zip(cpu[(t, c)], main_cpu[(t, c)])) / 1000}
     return out
@@ -243,11 +248,7 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
                 os.makedirs(d)
                 env = _env(c, d)
                 env["NE_BENCH_SAME_PROCESS"] = str(block)
-                p = subprocess.run([sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
-                                   capture_output=True, text=True, timeout=600)
-                if p.returncode != 0:
-                    raise RuntimeError(f"worker {c} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
-                got = json.loads(p.stdout.strip().splitlines()[-1])
+                got = _run_worker(c, env, warmup, steps)
                 ratios[c].append(got["on_ns"] / got["paused_ns"])
                 on_us[c].append(got["on_ns"] / 1000)
     finally:

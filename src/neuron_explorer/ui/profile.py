@@ -387,7 +387,8 @@ class Profile:
 
     def _prune_cache(self, keep: Path | None) -> None:
         """Remove this profile's caches for older versions of its files (or of the cache format), and
-        the temporary directories of its builds whose process ended: at 100M events each is gigabytes. Unlinking files another server still maps is safe."""
+        the temporary directories of its builds whose process ended: at 100M events each is
+        gigabytes. Unlinking files another server still maps is safe."""
         if keep is None or self.cache_dir is None:
             return
         try:
