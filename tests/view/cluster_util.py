@@ -17,7 +17,8 @@ from ..conftest import clean_env, free_port
 
 
 class Cluster:
-    def __init__(self, workers: int = 2, env: dict[str, str] | None = None, log_dir: Path | None = None) -> None:
+    def __init__(self, workers: int = 2, env: dict[str, str] | None = None, log_dir: Path | None = None,
+                 preload: Path | None = None) -> None:
         self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.env = clean_env(**(env or {}))
@@ -29,7 +30,8 @@ class Cluster:
         self._wait_listening()  # before any worker takes a port: the scheduler's could be taken
         self.workers = [self._start([sys.executable, "-m", "distributed.cli.dask_worker", self.address,
                                      "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                                     "--name", f"w{i}"], f"worker{i}") for i in range(workers)]
+                                     "--name", f"w{i}", *(["--preload", str(preload)] if preload else [])],
+                                    f"worker{i}") for i in range(workers)]
         self.wait_workers(workers)
 
     def _start(self, cmd: list[str], name: str) -> subprocess.Popen:

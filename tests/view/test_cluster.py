@@ -133,8 +133,10 @@ def start_view(src: Path | str, out: Path | str, address: str, env: dict | None 
 
 def run_and_kill(src: Path | str, out: Path | str, log_dir: Path, cluster_env: dict | None = None,
                  view_env: dict | None = None, after: float = 0.3) -> tuple[str, int, str, Cluster]:
-    """A cluster run whose converting worker is killed: (killed task, exit status, stderr, cluster)."""
-    c = Cluster(2, env=cluster_env, log_dir=log_dir)
+    """A cluster run whose converting worker is killed: (killed task, exit status, stderr, cluster).
+    The workers hold every conversion open a while after its files are written (``hold_convert``),
+    so the kill, ``after`` seconds into one, always lands while it runs."""
+    c = Cluster(2, env=cluster_env, log_dir=log_dir, preload=Path(__file__).with_name("hold_convert.py"))
     try:
         view = start_view(src, out, c.address, env=view_env)
         killed = kill_mid_conversion(c, view, after)
