@@ -63,7 +63,8 @@ ALL_CONFIGS = CONFIGS + ("ndet_nostats", "loaded")
 LABELS = {"off": "NDET off", "ndet": "NDET on, 1 s flush (default NaN check)",
           "ndet_nonan": "NDET on, 1 s flush, NaN check off (logging only)",
           "ndet_nostats": "NDET on, 1 s flush, no monitor counters",
-          "loaded": "NDET off, neuron-explorer loaded, 2 idle threads, no hooks"}
+          "loaded": "NDET off, neuron-explorer loaded, 2 idle threads, no hooks",
+          "null": "A/A control: NDET on, nothing paused (the method's noise floor)"}
 
 
 def _env(config: str, log_dir: str) -> dict[str, str]:
@@ -105,7 +106,9 @@ def worker(warmup: int, steps: int) -> None:
     With ``NE_BENCH_SAME_PROCESS=B`` (an NDET configuration): the timed steps run in blocks of B,
     in groups of four -- on, paused, paused, on -- with the execution wrappers paused
     (``_fastpath.pause_executions``) and the device-memory optimizer pre-hook taken out in the
-    paused blocks, and it prints the training thread's CPU time per step of each kind."""
+    paused blocks, and it prints the training thread's CPU time per step of each kind.  With
+    ``NE_BENCH_NULL=1`` too, nothing is paused: both kinds of block do the same work (the A/A
+    control, whose ratio is the method's noise floor)."""
     if os.environ.get("NE_BENCH_LOADED"):
         _load_without_hooks()  # at start-up, before torch, as the .pth autostart loads the package
     import torch
@@ -139,7 +142,11 @@ def worker(warmup: int, steps: int) -> None:
         ours = [(k, f) for k, f in list(table.items())
                 if getattr(f, "__qualname__", "").endswith("before_optimizer_step")]
 
+        null = bool(os.environ.get("NE_BENCH_NULL"))
+
         def pause(flag: bool) -> None:
+            if null:
+                return
             _fastpath.pause_executions(flag)
             for k, f in ours:
                 if flag:
@@ -236,8 +243,12 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
     other's loads and stores) depends on everything allocated before them; importing numpy or
     neuron-explorer before torch, with no hook at all, moved plain ATen ops by 1.5-4% on this VM.
     Separate processes therefore differ by a few percent whatever they record; one process
-    measured both ways does not (docs/decisions/0062)."""
+    measured both ways does not (docs/decisions/0062).
+
+    ``null`` is the A/A control, interleaved with the rest: NDET with its defaults, nothing paused,
+    timed the same way; how far its ratio strays from 1 is how far this method can be trusted."""
     out = {}
+    configs = tuple(configs) + ("null",)
     ratios: dict[str, list[float]] = {c: [] for c in configs}
     on_us: dict[str, list[float]] = {c: [] for c in configs}
     tmp = tempfile.mkdtemp(prefix="ndet-bench-")
@@ -246,8 +257,10 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
             for c in configs[i % len(configs):] + configs[:i % len(configs)]:
                 d = os.path.join(tmp, f"{c}-{i}")
                 os.makedirs(d)
-                env = _env(c, d)
+                env = _env("ndet" if c == "null" else c, d)
                 env["NE_BENCH_SAME_PROCESS"] = str(block)
+                if c == "null":
+                    env["NE_BENCH_NULL"] = "1"
                 got = _run_worker(c, env, warmup, steps)
                 ratios[c].append(got["on_ns"] / got["paused_ns"])
                 on_us[c].append(got["on_ns"] / 1000)

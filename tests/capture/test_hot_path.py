@@ -36,6 +36,26 @@ def test_ring_counts_two_events_per_execution_id(native):
 
 
 @pytest.mark.skipif(execution._CWrapper is None, reason="C extension not built")
+def test_c_counter_is_an_itertools_count_the_wrapper_advances_in_place():
+    from neuron_explorer.runtime._fastpath import Counter
+    from neuron_explorer.runtime.ring import _count_of
+
+    r = Ring(0, 4, native=True)
+    assert type(r.exec_counter) is Counter and type(r.open_counter) is Counter
+    c = Counter(5)
+    assert (next(c), next(c), c.value, repr(c), iter(c) is c) == (5, 6, 7, "count(7)", True)
+    assert _count_of(c) == 7 and _count_of(Counter()) == 0
+    last = Counter(2**63 - 2)
+    assert next(last) == 2**63 - 2
+    with pytest.raises(OverflowError, match="no ids left"):
+        next(last)  # never wraps to a negative id
+    assert last.value == 2**63 - 1
+    for bad in ("1", 1.5, 2**63):
+        with pytest.raises((TypeError, OverflowError)):
+            Counter(bad)
+
+
+@pytest.mark.skipif(execution._CWrapper is None, reason="C extension not built")
 def test_c_ring_grows_wraps_and_refuses_bad_records():
     r = Ring(0, 1000, native=True)
     for i in range(130):  # grows past its first allocation

@@ -21,6 +21,7 @@
 #include <structmember.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -310,7 +311,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *fn;        /* the compiled graph */
     RingBuffer *ring;    /* where the records go */
-    PyObject *counter;   /* the ring's execution ids (itertools.count) */
+    PyObject *counter;   /* the ring's execution ids (a Counter, or itertools.count) */
     long long head_v;    /* the record's first field: EXEC_PAIR */
     long long mid_v;     /* the model id */
     PyObject *devprof;   /* Runtime.devprof_cell: [profiler or None]; a profiler selects the general path */
@@ -323,7 +324,7 @@ typedef struct {
     /* NDET (all NULL when it is off); see NdetRecorder.exec_hooks */
     PyObject *inflight;  /* dict: (nc, exec id) -> in-flight record while the call runs */
     RingBuffer *ndet_ring; /* where the ended records go (11 wide) */
-    PyObject *opened;    /* the ring's exec_open / exec_close counters (itertools.count) */
+    PyObject *opened;    /* the ring's exec_open / exec_close counters (as counter) */
     PyObject *closed;
     long long nc_v;      /* the core index */
     long long kind_exec, state_in_flight;
@@ -354,14 +355,95 @@ tuple_of(const long long *v, int n)
     return t;
 }
 
-/* The next value of an itertools.count (into *out when out is not NULL); -1 with an exception set. */
+/* ---- ids ------------------------------------------------------------------------------------ */
+
+/* An itertools.count(start) that the wrapper advances without making an int: the ring's execution
+ * ids and NDET's open/close counts are taken on every execution, and three int objects made and
+ * freed a call were most of NDET's instructions per execution.  Python code takes ids with
+ * next(), reads the next one with .value (its repr is itertools.count's, "count(N)"). */
+typedef struct {
+    PyObject_HEAD
+    long long next;  /* what the next id is */
+} Counter;
+
+static int
+counter_take(Counter *c, long long *out)
+{
+    if (c->next == LLONG_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "Counter: no ids left");
+        return -1;
+    }
+    *out = c->next++;
+    return 0;
+}
+
+static PyObject *
+counter_next(Counter *c)
+{
+    long long v;
+    return counter_take(c, &v) < 0 ? NULL : PyLong_FromLongLong(v);
+}
+
+static PyObject *
+counter_repr(Counter *c)
+{
+    return PyUnicode_FromFormat("count(%lld)", c->next);
+}
+
+static PyObject *
+counter_value(Counter *c, void *closure)
+{
+    return PyLong_FromLongLong(c->next);
+}
+
+static PyObject *
+counter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"start", NULL};
+    long long start = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|L:Counter", kwlist, &start))
+        return NULL;
+    Counter *c = (Counter *)type->tp_alloc(type, 0);
+    if (c != NULL)
+        c->next = start;
+    return (PyObject *)c;
+}
+
+static PyGetSetDef counter_getset[] = {
+    {"value", (getter)counter_value, NULL, "the id next() hands out next", NULL},
+    {NULL},
+};
+
+static PyTypeObject CounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "neuron_explorer.runtime._fastpath.Counter",
+    .tp_basicsize = sizeof(Counter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Counter(start=0): itertools.count(start) that the C execution wrapper advances in place",
+    .tp_new = counter_new,
+    .tp_repr = (reprfunc)counter_repr,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)counter_next,
+    .tp_getset = counter_getset,
+};
+
+/* The next value of a Counter or any other iterator of ints such as itertools.count (into *out
+ * when out is not NULL); -1 with an exception set. */
 static int
 next_id(PyObject *counter, long long *out)
 {
+    long long v;
+    if (Py_IS_TYPE(counter, &CounterType)) {
+        if (counter_take((Counter *)counter, &v) < 0)
+            return -1;
+        if (out != NULL)
+            *out = v;
+        return 0;
+    }
     PyObject *x = Py_TYPE(counter)->tp_iternext(counter);
     if (x == NULL)
         return -1;
-    long long v = PyLong_AsLongLong(x);
+    v = PyLong_AsLongLong(x);
     Py_DECREF(x);
     if (v == -1 && PyErr_Occurred())
         return -1;
@@ -911,7 +993,7 @@ PyInit__fastpath(void)
 {
     if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0 ||
             PyType_Ready(&SlotTableType) < 0 || PyType_Ready(&NanScannerType) < 0 ||
-            PyType_Ready(&EagerStepType) < 0)
+            PyType_Ready(&EagerStepType) < 0 || PyType_Ready(&CounterType) < 0)
         return NULL;
     str_depth = PyUnicode_InternFromString("depth");
     int_zero = PyLong_FromLong(0);
@@ -929,35 +1011,17 @@ PyInit__fastpath(void)
     PyObject *m = PyModule_Create(&fp_module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&ExecWrapperType);
-    if (PyModule_AddObject(m, "ExecWrapper", (PyObject *)&ExecWrapperType) < 0) {
-        Py_DECREF(&ExecWrapperType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&RingBufferType);
-    if (PyModule_AddObject(m, "RingBuffer", (PyObject *)&RingBufferType) < 0) {
-        Py_DECREF(&RingBufferType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SlotTableType);
-    if (PyModule_AddObject(m, "SlotTable", (PyObject *)&SlotTableType) < 0) {
-        Py_DECREF(&SlotTableType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&NanScannerType);
-    if (PyModule_AddObject(m, "NanScanner", (PyObject *)&NanScannerType) < 0) {
-        Py_DECREF(&NanScannerType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&EagerStepType);
-    if (PyModule_AddObject(m, "EagerStep", (PyObject *)&EagerStepType) < 0) {
-        Py_DECREF(&EagerStepType);
-        Py_DECREF(m);
-        return NULL;
+    struct { const char *name; PyTypeObject *type; } types[] = {
+        {"ExecWrapper", &ExecWrapperType}, {"RingBuffer", &RingBufferType}, {"SlotTable", &SlotTableType},
+        {"NanScanner", &NanScannerType}, {"EagerStep", &EagerStepType}, {"Counter", &CounterType},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        Py_INCREF(types[i].type);
+        if (PyModule_AddObject(m, types[i].name, (PyObject *)types[i].type) < 0) {
+            Py_DECREF(types[i].type);
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     PyModule_AddIntConstant(m, "WIDTH", WIDTH);
     return m;

@@ -37,8 +37,12 @@ try:  # (apart: an extension built before the gates existed keeps the rest of th
     from ._fastpath import backward_gate, module_call_gate, module_call_skip, region_methods
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     backward_gate = module_call_gate = module_call_skip = region_methods = None
+try:  # ids the C wrapper takes without making an int (itertools.count otherwise)
+    from ._fastpath import Counter
+except ImportError:  # pragma: no cover - no extension, or one built from older sources
+    Counter = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = None
+    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = None
     backward_gate = module_call_gate = module_call_skip = region_methods = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples
@@ -51,9 +55,10 @@ def records_to_block(records: list[tuple]) -> np.ndarray:
     return np.frombuffer(b"".join(starmap(_pack, records)), dtype=np.int64).reshape(-1, W)
 
 
-def _count_of(counter: itertools.count) -> int:
-    """The next value of an ``itertools.count`` without advancing it."""
-    return int(repr(counter)[6:-1])  # "count(N)"
+def _count_of(counter) -> int:
+    """The next value of a ``Counter`` or an ``itertools.count`` without advancing it."""
+    value = getattr(counter, "value", None)
+    return value if value is not None else int(repr(counter)[6:-1])  # "count(N)"
 
 
 class Ring:
@@ -75,16 +80,17 @@ class Ring:
             self.append = self._q.append
         self._counter = itertools.count()
         self.tick = self._counter.__next__
+        ids = Counter if use_c and Counter is not None else itertools.count
         # Execution ids of this core.  Whoever takes an id must append exactly one EXEC_PAIR record
         # for it (also when the execution fails): produced() counts two events per id.  The common
         # wrapper takes the id when the call has returned, right before the append; a wrapper that
         # needs the id before the call (NDET, device profiles) brackets the call with exec_open()
         # and exec_close() so an execution still running is not counted as an overwritten event.
-        self.exec_counter = itertools.count()  # the C wrapper advances it directly
+        self.exec_counter = ids()  # the C wrapper advances it directly
         self.exec_id = self.exec_counter.__next__
-        self.open_counter = itertools.count()  # (the C wrapper's NDET path advances these directly)
+        self.open_counter = ids()  # (the C wrapper's NDET path advances these directly)
         self.exec_open = self.open_counter.__next__
-        self.close_counter = itertools.count()
+        self.close_counter = ids()
         self.exec_close = self.close_counter.__next__
 
     def executions(self) -> int:
