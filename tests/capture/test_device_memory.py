@@ -116,3 +116,51 @@ def test_sampling_memory_during_backward_never_crashes_the_job(tmp_path):
     vals = np.frombuffer(s.mem.device_mem_values, "<i8").reshape(-1, len(names))
     grads = vals[:, names.index("nc0.gradients")]
     assert grads.max() == 40 * (64 * 64 + 64) * 4  # every layer's gradients, read at a step
+
+
+@pytest.mark.skipif(__import__("neuron_explorer.runtime.ring", fromlist=["RateGate"]).RateGate is None,
+                    reason="C extension not built or disabled")
+def test_the_optimizer_hook_reads_gradients_at_most_as_often_as_its_gate_says():
+    """The device-memory pre-hook is a C rate gate in front of the Python snapshot: per optimizer,
+    the first step and then a step once the period (or, after `calls` steps, a shorter one) has
+    passed; other optimizers have their own turns; a failing snapshot reaches the step."""
+    import time
+    import weakref
+
+    from neuron_explorer.runtime.ring import RateGate
+
+    class Opt:  # stands for an optimizer (weak references, as torch's)
+        pass
+
+    got = []
+    gate = RateGate(lambda o, a, k: got.append(o), 0.2, 3, 0.5)
+    a, b = Opt(), Opt()
+    for _ in range(5):
+        assert gate(a, (), {}) is None
+    assert got == [a]  # the first step only, within the period
+    gate(b, (), {}), gate(b, (), {})
+    assert got == [a, b]  # another optimizer has its own turn
+    time.sleep(0.25)
+    gate(a, (), {})
+    assert got == [a, b, a]  # the period passed
+    gate(a, (), {}), gate(a, (), {})
+    assert got == [a, b, a]
+    time.sleep(0.05)
+    gate(a, (), {})
+    assert got == [a, b, a]  # neither the period nor max_s passed
+    five = [Opt() for _ in range(5)]  # more optimizers than it remembers: each still goes through once
+    for o in five:
+        gate(o, (), {})
+    assert got[-5:] == five
+    gone = weakref.ref(five[0])
+    del five, got[:]  # the gate holds no optimizer alive
+    assert gone() is None
+
+    def boom(o, a, k):
+        raise ValueError("snapshot failed")
+
+    with pytest.raises(ValueError, match="snapshot failed"):
+        RateGate(boom, 1.0, 16, 1.0)(Opt(), (), {})
+    for bad in ((1, 1.0, 1, 1.0), (print, -1.0, 1, 1.0), (print, 1.0, 1, float("nan"))):
+        with pytest.raises((TypeError, ValueError)):
+            RateGate(*bad)

@@ -427,6 +427,142 @@ static PyTypeObject CounterType = {
     .tp_getset = counter_getset,
 };
 
+/* ---- a rate gate ---------------------------------------------------------------------------- */
+
+/* RateGate(fn, period_s, calls, max_s): gate(obj, *rest) calls fn(obj, *rest) unless the last
+ * call for obj that went through was less than period_s ago, or less than max_s ago with fewer
+ * than `calls` calls since.  It stands for a Python hook that runs on every step and does its
+ * work only now and then (the device-memory source's optimizer pre-hook): a step with nothing to
+ * do costs a clock read and a weak reference's lookup, not a Python frame.  It remembers up to
+ * RG_OBJS objects (optimizers: a GAN steps two); a further one replaces the oldest entry. */
+#define RG_OBJS 4
+
+typedef struct {
+    PyObject *ref;       /* weak reference to the object, or NULL */
+    long long last_ns;   /* when its last call went through */
+    long long held;      /* its calls held back since */
+} RateEntry;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fn;
+    long long period_ns, max_ns, calls;
+    RateEntry seen[RG_OBJS];
+    int next;            /* the entry a new object takes when none is free */
+} RateGate;
+
+static PyObject *
+rg8_call(RateGate *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    long long now = now_ns();
+    RateEntry *e = NULL;
+    for (int i = 0; n >= 1 && i < RG_OBJS; i++) {
+        if (self->seen[i].ref != NULL && PyWeakref_GET_OBJECT(self->seen[i].ref) == args[0]) {
+            e = &self->seen[i];
+            break;
+        }
+    }
+    if (e != NULL) {
+        long long age = now - e->last_ns;
+        e->held++;
+        if (age >= 0 && (age < self->period_ns || (age < self->max_ns && e->held < self->calls)))
+            Py_RETURN_NONE;
+    }
+    PyObject *out = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    if (out == NULL || n < 1)
+        return out;
+    if (e == NULL) {  /* a free entry (never used, or its object is gone), else the next in turn */
+        for (int i = 0; e == NULL && i < RG_OBJS; i++) {
+            if (self->seen[i].ref == NULL || PyWeakref_GET_OBJECT(self->seen[i].ref) == Py_None)
+                e = &self->seen[i];
+        }
+        if (e == NULL) {
+            e = &self->seen[self->next];
+            self->next = (self->next + 1) % RG_OBJS;
+        }
+        PyObject *ref = PyWeakref_NewRef(args[0], NULL);
+        if (ref == NULL)
+            PyErr_Clear();  /* an object without weak references: its every call goes through */
+        Py_XSETREF(e->ref, ref);
+    }
+    e->last_ns = now;
+    e->held = 0;
+    return out;
+}
+
+static PyObject *
+rg8_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fn", "period_s", "calls", "max_s", NULL};
+    PyObject *fn;
+    double period_s, max_s;
+    long long calls;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdLd:RateGate", kwlist, &fn, &period_s, &calls, &max_s))
+        return NULL;
+    if (!PyCallable_Check(fn) || !(period_s >= 0 && period_s <= 1e6) || !(max_s >= 0 && max_s <= 1e6)) {
+        PyErr_SetString(PyExc_ValueError, "RateGate: fn must be callable, period_s and max_s in [0, 1e6] seconds");
+        return NULL;
+    }
+    RateGate *self = (RateGate *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)rg8_call;
+    Py_INCREF(fn);
+    self->fn = fn;
+    self->period_ns = (long long)(period_s * 1e9);
+    self->max_ns = (long long)(max_s * 1e9);
+    self->calls = calls;
+    return (PyObject *)self;
+}
+
+static int
+rg8_traverse(RateGate *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fn);
+    for (int i = 0; i < RG_OBJS; i++)
+        Py_VISIT(self->seen[i].ref);
+    return 0;
+}
+
+static int
+rg8_clear(RateGate *self)
+{
+    Py_CLEAR(self->fn);
+    for (int i = 0; i < RG_OBJS; i++)
+        Py_CLEAR(self->seen[i].ref);
+    return 0;
+}
+
+static void
+rg8_dealloc(RateGate *self)
+{
+    PyObject_GC_UnTrack(self);
+    rg8_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef rg8_members[] = {
+    {"fn", T_OBJECT, offsetof(RateGate, fn), READONLY, "what the gate calls"},
+    {NULL},
+};
+
+static PyTypeObject RateGateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "neuron_explorer.runtime._fastpath.RateGate",
+    .tp_basicsize = sizeof(RateGate),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "RateGate(fn, period_s, calls, max_s): calls fn(obj, ...) at most as often as it says (see _fastpath.c)",
+    .tp_new = rg8_new,
+    .tp_traverse = (traverseproc)rg8_traverse,
+    .tp_clear = (inquiry)rg8_clear,
+    .tp_dealloc = (destructor)rg8_dealloc,
+    .tp_vectorcall_offset = offsetof(RateGate, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_members = rg8_members,
+};
+
 /* The next value of a Counter or any other iterator of ints such as itertools.count (into *out
  * when out is not NULL); -1 with an exception set. */
 static int
@@ -993,7 +1129,8 @@ PyInit__fastpath(void)
 {
     if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0 ||
             PyType_Ready(&SlotTableType) < 0 || PyType_Ready(&NanScannerType) < 0 ||
-            PyType_Ready(&EagerStepType) < 0 || PyType_Ready(&CounterType) < 0)
+            PyType_Ready(&EagerStepType) < 0 || PyType_Ready(&CounterType) < 0 ||
+            PyType_Ready(&RateGateType) < 0)
         return NULL;
     str_depth = PyUnicode_InternFromString("depth");
     int_zero = PyLong_FromLong(0);
@@ -1014,6 +1151,7 @@ PyInit__fastpath(void)
     struct { const char *name; PyTypeObject *type; } types[] = {
         {"ExecWrapper", &ExecWrapperType}, {"RingBuffer", &RingBufferType}, {"SlotTable", &SlotTableType},
         {"NanScanner", &NanScannerType}, {"EagerStep", &EagerStepType}, {"Counter", &CounterType},
+        {"RateGate", &RateGateType},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         Py_INCREF(types[i].type);

@@ -37,12 +37,12 @@ try:  # (apart: an extension built before the gates existed keeps the rest of th
     from ._fastpath import backward_gate, module_call_gate, module_call_skip, region_methods
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     backward_gate = module_call_gate = module_call_skip = region_methods = None
-try:  # ids the C wrapper takes without making an int (itertools.count otherwise)
-    from ._fastpath import Counter
+try:  # ids the C wrapper takes without making an int (itertools.count otherwise); a hook's rate gate
+    from ._fastpath import Counter, RateGate
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
-    Counter = None
+    Counter = RateGate = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = None
+    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = RateGate = None
     backward_gate = module_call_gate = module_call_skip = region_methods = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples

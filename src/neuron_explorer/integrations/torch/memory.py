@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from neuron_explorer.contracts import dataset as ds
 from neuron_explorer.runtime.core import Runtime
+from neuron_explorer.runtime.ring import RateGate
 
 __all__ = ["MemorySource", "heap_in_use", "install_memory"]
 
@@ -94,18 +95,26 @@ class MemorySource:
     def before_optimizer_step(self, optimizer, _args, _kwargs):
         """Note the optimizer (its parameters and state are counted) and read the gradients the
         step is about to use, on the thread that steps (the backward that wrote them is over).
-        One pre-hook does both: a hook is a Python call on every step."""
+        One pre-hook does both: a hook is a Python call on every step.  With the C extension,
+        ``step_hook`` registers a ``RateGate`` in front of ``snapshot_step`` instead, which makes
+        the same decision without this frame."""
+        self.steps_since += 1
+        old = self.grads.get(id(optimizer))
+        if old is not None:
+            age = time.monotonic() - old[1]
+            if age < GRAD_SNAPSHOT_S or (age < 1.0 and self.steps_since < GRAD_SNAPSHOT_STEPS):
+                r = self.optimizers.data.get(id(optimizer))  # known already (every step but the first)?
+                if r is None or r() is not optimizer:
+                    self.optimizers[id(optimizer)] = optimizer
+                return
+        self.snapshot_step(optimizer, _args, _kwargs)
+
+    def snapshot_step(self, optimizer, _args=None, _kwargs=None):
+        """Note the optimizer and read its gradients now (what the pre-hook does when it is due)."""
         key = id(optimizer)
-        r = self.optimizers.data.get(key)  # known already (every step but the first)?
+        r = self.optimizers.data.get(key)
         if r is None or r() is not optimizer:
             self.optimizers[key] = optimizer
-        self.steps_since += 1
-        now = time.monotonic()
-        old = self.grads.get(key)
-        if old is not None:
-            age = now - old[1]
-            if age < GRAD_SNAPSHOT_S or (age < 1.0 and self.steps_since < GRAD_SNAPSHOT_STEPS):
-                return
         self.steps_since = 0
         try:
             snap = []
@@ -115,13 +124,20 @@ class MemorySource:
                     if isinstance(t, self.torch.Tensor):
                         st = t.untyped_storage()
                         snap.append((st.data_ptr(), self._core_of(t), int(st.nbytes())))
-            self.grads[key] = (snap, now)
+            self.grads[key] = (snap, time.monotonic())
             if len(self.grads) > len(self.optimizers) + 8:  # optimizers gone: keep the live ones
                 live = set(self.optimizers.keys()) | {key}
                 for k in [k for k in self.grads if k not in live]:
                     del self.grads[k]
         except (RuntimeError, NotImplementedError):
             pass  # a meta, sparse or fake gradient: nothing to count
+
+    def step_hook(self):
+        """The optimizer pre-hook to register: the C gate in front of ``snapshot_step``, or the
+        Python ``before_optimizer_step`` without the extension."""
+        if RateGate is None:
+            return self.before_optimizer_step
+        return RateGate(self.snapshot_step, GRAD_SNAPSHOT_S, GRAD_SNAPSHOT_STEPS, 1.0)
 
     # -- sampling (sampler and publisher threads) --------------------------------------------
     def _core_of(self, t) -> int:
@@ -212,6 +228,6 @@ def install_memory(rt: Runtime, torch) -> MemorySource | None:
     opt_mod = importlib.import_module("torch.optim.optimizer")
     reg = getattr(opt_mod, "register_optimizer_step_pre_hook", None)
     if reg is not None:
-        reg(src.before_optimizer_step)
+        reg(src.step_hook())
     rt.register(ds.DEVICE_MEMORY_SOURCE, src)
     return src
