@@ -21,8 +21,8 @@ What is attributed, per core (the tensor's CUDA device, or this process's core o
 * ``allocator_cache`` (CUDA): reserved but not allocated by the caching allocator.
 
 Storages are counted once however many tensors view them.  Per step, nothing here runs but one
-optimizer pre-hook (a dictionary lookup and a clock read; the gradient snapshot at most every
-``GRAD_SNAPSHOT_S``).
+optimizer pre-hook: with the C extension a ``RateGate`` (a clock read and a weak-reference
+compare, no Python frame) that calls the gradient snapshot at most every ``GRAD_SNAPSHOT_S``.
 """
 
 from __future__ import annotations
