@@ -118,16 +118,20 @@ def test_sampling_memory_during_backward_never_crashes_the_job(tmp_path):
     assert grads.max() == 40 * (64 * 64 + 64) * 4  # every layer's gradients, read at a step
 
 
-@pytest.mark.skipif(__import__("neuron_explorer.runtime.ring", fromlist=["RateGate"]).RateGate is None,
-                    reason="C extension not built or disabled")
-def test_the_optimizer_hook_reads_gradients_at_most_as_often_as_its_gate_says():
-    """The device-memory pre-hook is a C rate gate in front of the Python snapshot: per optimizer,
-    the first step and then a step once the period (or, after `calls` steps, a shorter one) has
-    passed; other optimizers have their own turns; a failing snapshot reaches the step."""
+@pytest.mark.parametrize("impl", ["c", "python"])
+def test_the_optimizer_hook_reads_gradients_at_most_as_often_as_its_gate_says(impl):
+    """The device-memory pre-hook is a rate gate in front of the Python snapshot (in C, and the
+    same rule in Python without the extension): per optimizer, the first step and then a step
+    once the period (or, after `calls` steps, a shorter one) has passed; other optimizers have
+    their own turns; a failing snapshot reaches the step."""
     import time
     import weakref
 
-    from neuron_explorer.runtime.ring import RateGate
+    from neuron_explorer.runtime import ring
+
+    if impl == "c" and ring.RateGate is ring.PyRateGate:
+        pytest.skip("C extension not built or disabled")
+    RateGate = ring.RateGate if impl == "c" else ring.PyRateGate
 
     class Opt:  # stands for an optimizer (weak references, as torch's)
         pass

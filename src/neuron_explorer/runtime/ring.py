@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import time
+import weakref
 from collections import deque
 from itertools import starmap
 
@@ -37,12 +39,53 @@ try:  # (apart: an extension built before the gates existed keeps the rest of th
     from ._fastpath import backward_gate, module_call_gate, module_call_skip, region_methods
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     backward_gate = module_call_gate = module_call_skip = region_methods = None
+
+
+class PyRateGate:
+    """``RateGate`` without the extension, the same rule in Python (see ``_fastpath.c``):
+    ``gate(obj, *rest)`` calls ``fn(obj, *rest)`` unless the last call for ``obj`` that went
+    through was less than ``period_s`` ago, or less than ``max_s`` ago with fewer than ``calls``
+    calls since; up to four objects are remembered by weak reference."""
+
+    __slots__ = ("fn", "_period", "_calls", "_max", "_seen", "_next")
+
+    def __init__(self, fn, period_s: float, calls: int, max_s: float) -> None:
+        if not callable(fn) or not 0 <= period_s <= 1e6 or not 0 <= max_s <= 1e6:
+            raise ValueError("RateGate: fn must be callable, period_s and max_s in [0, 1e6] seconds")
+        self.fn, self._period, self._calls, self._max = fn, period_s, int(calls), max_s
+        self._seen: list[list | None] = [None] * 4  # [weak reference, when it went through, calls held]
+        self._next = 0
+
+    def __call__(self, obj, *rest, **kwargs):
+        now = time.monotonic()
+        e = next((e for e in self._seen if e is not None and e[0]() is obj), None)
+        if e is not None:
+            age, e[2] = now - e[1], e[2] + 1
+            if age >= 0 and (age < self._period or (age < self._max and e[2] < self._calls)):
+                return None
+        out = self.fn(obj, *rest, **kwargs)
+        if e is None:
+            try:
+                e = [weakref.ref(obj), now, 0]
+            except TypeError:  # an object without weak references: its every call goes through
+                return out
+            free = [i for i, old in enumerate(self._seen) if old is None or old[0]() is None]
+            if free:
+                self._seen[free[0]] = e
+            else:
+                self._seen[self._next] = e
+                self._next = (self._next + 1) % len(self._seen)
+        e[1], e[2] = now, 0
+        return out
+
+
 try:  # ids the C wrapper takes without making an int (itertools.count otherwise); a hook's rate gate
     from ._fastpath import Counter, RateGate
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
-    Counter = RateGate = None
+    Counter, RateGate = None, PyRateGate
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = RateGate = None
+    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = None
+    RateGate = PyRateGate
     backward_gate = module_call_gate = module_call_skip = region_methods = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples

@@ -21,8 +21,8 @@ What is attributed, per core (the tensor's CUDA device, or this process's core o
 * ``allocator_cache`` (CUDA): reserved but not allocated by the caching allocator.
 
 Storages are counted once however many tensors view them.  Per step, nothing here runs but one
-optimizer pre-hook: with the C extension a ``RateGate`` (a clock read and a weak-reference
-compare, no Python frame) that calls the gradient snapshot at most every ``GRAD_SNAPSHOT_S``.
+optimizer pre-hook: a ``RateGate`` (in C, a clock read and a weak-reference compare, no Python
+frame) that calls the gradient snapshot at most every ``GRAD_SNAPSHOT_S``.
 """
 
 from __future__ import annotations
@@ -85,37 +85,20 @@ class MemorySource:
         self.cuda = bool(torch.cuda.is_available())
         # optimizer id -> ((storage key, core, bytes) of its gradients, when read): see the module
         self.grads: dict[int, tuple[list[tuple[int, int, int]], float]] = {}
-        self.steps_since = 0
 
     # -- hooks (model construction and once per optimizer step) -------------------------------
     def on_tensor_registered(self, _module, _name, tensor):
         if tensor is not None:
             self.params[id(tensor)] = tensor
 
-    def before_optimizer_step(self, optimizer, _args, _kwargs):
+    def snapshot_step(self, optimizer, _args=None, _kwargs=None):
         """Note the optimizer (its parameters and state are counted) and read the gradients the
         step is about to use, on the thread that steps (the backward that wrote them is over).
-        One pre-hook does both: a hook is a Python call on every step.  With the C extension,
-        ``step_hook`` registers a ``RateGate`` in front of ``snapshot_step`` instead, which makes
-        the same decision without this frame."""
-        self.steps_since += 1
-        old = self.grads.get(id(optimizer))
-        if old is not None:
-            age = time.monotonic() - old[1]
-            if age < GRAD_SNAPSHOT_S or (age < 1.0 and self.steps_since < GRAD_SNAPSHOT_STEPS):
-                r = self.optimizers.data.get(id(optimizer))  # known already (every step but the first)?
-                if r is None or r() is not optimizer:
-                    self.optimizers[id(optimizer)] = optimizer
-                return
-        self.snapshot_step(optimizer, _args, _kwargs)
-
-    def snapshot_step(self, optimizer, _args=None, _kwargs=None):
-        """Note the optimizer and read its gradients now (what the pre-hook does when it is due)."""
+        ``step_hook`` calls it at most every ``GRAD_SNAPSHOT_S``."""
         key = id(optimizer)
         r = self.optimizers.data.get(key)
         if r is None or r() is not optimizer:
             self.optimizers[key] = optimizer
-        self.steps_since = 0
         try:
             snap = []
             for g in list(getattr(optimizer, "param_groups", ())):
@@ -133,10 +116,8 @@ class MemorySource:
             pass  # a meta, sparse or fake gradient: nothing to count
 
     def step_hook(self):
-        """The optimizer pre-hook to register: the C gate in front of ``snapshot_step``, or the
-        Python ``before_optimizer_step`` without the extension."""
-        if RateGate is None:
-            return self.before_optimizer_step
+        """The optimizer pre-hook to register: a ``RateGate`` in front of ``snapshot_step`` (the
+        C one: a step with nothing to read costs a clock read, not a Python frame)."""
         return RateGate(self.snapshot_step, GRAD_SNAPSHOT_S, GRAD_SNAPSHOT_STEPS, 1.0)
 
     # -- sampling (sampler and publisher threads) --------------------------------------------
