@@ -81,8 +81,7 @@ def write_process(out_dir: str, instance: str, rank: int, world: int, pid: int, 
     dtype = rt.intern("bfloat16")
     rec = _process_records(n_events, rank, world, rng, base + 1_000_000, ops, group, dtype)
     store = CoreStore(rank % 8, max(n_events, 1))
-    store.blocks = [rec]
-    store.rows = store.produced = len(rec)
+    store.hold(rec)
     rt.end_reason = "exit"
     d = make_session_dir(out_dir, instance, pid, rt.anchors[0][1])
     cores = {rank % 8: store}

@@ -22,3 +22,11 @@ def events_of(s: Session, name: str) -> dict[str, np.ndarray]:
     tid = s.type_id(name)
     mask = s.events["type"] == tid
     return {k: v[mask] for k, v in s.events.items()}
+
+
+def expand_rows(rows: np.ndarray, last_model: int, **kw) -> tuple[np.ndarray, int]:
+    """``store.expand_exec_pairs`` on drained rows, its event columns turned back into rows."""
+    from neuron_explorer.capture import store
+
+    cols, last = store.expand_exec_pairs(rows, last_model, **kw)
+    return cols.T, last

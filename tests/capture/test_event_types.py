@@ -10,7 +10,7 @@ import numpy as np
 
 from neuron_explorer.capture import store
 from neuron_explorer.contracts import events as ev
-from tests.capture.helpers import events_of, sessions, type_counts
+from tests.capture.helpers import events_of, expand_rows, sessions, type_counts
 from tests.conftest import clean_env, free_port, run
 
 WORKLOAD = Path(__file__).parent / "workloads" / "waits.py"
@@ -76,7 +76,7 @@ def _pairs(starts, mids, dev=None):
     rows = []
     for i, (s, m) in enumerate(zip(starts, mids)):
         d0, d1 = dev[i] if dev is not None else (0, 0)
-        rows.append((ev.EXEC_PAIR, s, s + 10, 9, m, i, 0, d0, d1))
+        rows.append((ev.EXEC_PAIR, s, s + 10, 9, m, i, i % 2, d0, d1))  # ret: a runtime share has none
     return np.array(rows, dtype=np.int64).reshape(-1, ev.RECORD_WIDTH)
 
 
@@ -85,22 +85,22 @@ def test_runtime_rows_expand_the_same_on_the_fast_and_general_paths():
     starts = np.cumsum(rng.integers(20, 30, 100))
     mids = rng.integers(0, 3, 100)
     block = _pairs(starts, mids)
-    fast, _ = store.expand_exec_pairs(block, 0, runtime_rows=True)
-    slow, _ = store.expand_exec_pairs(block[::-1].copy(), 0, runtime_rows=True)
+    fast, _ = expand_rows(block, 0, runtime_rows=True)
+    slow, _ = expand_rows(block[::-1].copy(), 0, runtime_rows=True)
     np.testing.assert_array_equal(fast, slow)
     kinds = fast[:, 0]
     assert (kinds == ev.RUNTIME_EXECUTE).sum() == (kinds == ev.NRT_EXECUTE).sum() == 100
     # each execution reads nrt_execute, runtime_execute, nc_exec_running
     i = np.flatnonzero(kinds == ev.NRT_EXECUTE)
     assert (kinds[i + 1] == ev.RUNTIME_EXECUTE).all() and (kinds[i + 2] == ev.NC_EXEC_RUNNING).all()
-    plain, _ = store.expand_exec_pairs(block, 0)
+    plain, _ = expand_rows(block, 0)
     assert not (plain[:, 0] == ev.RUNTIME_EXECUTE).any()
 
 
 def test_the_runtime_share_ends_where_a_separately_measured_core_span_starts():
     # host call [s, s+10]; the core starts 4 ns in (JAX, a device queue), or not at all measured
     block = _pairs([100, 200, 300], [0, 0, 0], dev=[(104, 130), (0, 0), (195, 230)])
-    out, _ = store.expand_exec_pairs(block, 0, runtime_rows=True)
+    out, _ = expand_rows(block, 0, runtime_rows=True)
     share = out[out[:, 0] == ev.RUNTIME_EXECUTE]
     assert share[:, 1].tolist() == [100, 200, 300]
     # handed to the core 4 ns in; synchronous; the core started before the call (no share cut)

@@ -15,7 +15,8 @@ from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime
-from neuron_explorer.runtime.ring import NativeRing, Ring, records_to_block
+from neuron_explorer.runtime.ring import NativeRing, Ring, expand_pairs, records_to_block
+from tests.capture.helpers import expand_rows
 
 
 @pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.skipif(
@@ -152,15 +153,16 @@ def _pairs(starts, mids, ret=0):
                     dtype=np.int64).reshape(-1, ev.RECORD_WIDTH)
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("last_model", [-1, 0, 1])
-def test_ordered_pairs_expand_like_the_general_path(last_model):
+def test_ordered_pairs_expand_like_the_general_path(last_model, native):
     rng = np.random.default_rng(7)
     starts = np.cumsum(rng.integers(1, 10, 200))
     mids = rng.integers(0, 3, 200)
     block = _pairs(starts, mids)
-    fast, last_fast = store.expand_exec_pairs(block, last_model)
+    fast, last_fast = expand_rows(block, last_model, native=native)
     # reversed rows have decreasing starts, which sends them through the general (sorting) path
-    slow, last_slow = store.expand_exec_pairs(block[::-1].copy(), last_model)
+    slow, last_slow = expand_rows(block[::-1].copy(), last_model, native=native)
     np.testing.assert_array_equal(fast, slow)
     assert last_fast == int(mids[-1])
     # every execution became nrt_execute + nc_exec_running, plus one switch per change of graph
@@ -169,6 +171,56 @@ def test_ordered_pairs_expand_like_the_general_path(last_model):
     assert len(fast) == 2 * len(block) + n_sw
     assert (fast[:, 0] == ev.NRT_MODEL_SWITCH).sum() == n_sw
     assert not (fast[:, 0] == ev.EXEC_PAIR).any()
+
+
+def _random_drain(rng, n: int, order: str) -> np.ndarray:
+    """A drain as the hooks could leave it: pairs among other events, starts in order, reversed,
+    mostly in order or full of ties, some core spans measured apart."""
+    rows = np.zeros((n, ev.RECORD_WIDTH), dtype=np.int64)
+    rows[:, 0] = rng.choice([ev.EXEC_PAIR, ev.EXEC_PAIR, 16, 3], n)
+    starts = np.sort(rng.integers(0, 10**6, n))
+    if order == "reversed":
+        starts = starts[::-1]
+    elif order == "mostly":
+        out = rng.integers(0, n, max(1, n // 20))
+        starts[out] = rng.integers(0, 10**6, len(out))
+    elif order == "ties":
+        starts = rng.integers(0, 20, n)
+    rows[:, 1] = starts
+    rows[:, 2] = starts + rng.integers(0, 10, n)
+    rows[:, 3:7] = rng.integers(-2, 4, (n, 4))
+    if rng.random() < 0.5:
+        rows[:, 7] = starts + rng.integers(-5, 30, n)
+        rows[:, 8] = (rows[:, 7] + rng.integers(0, 30, n)) * (rng.random(n) < 0.5)
+    return rows
+
+
+@pytest.mark.skipif(expand_pairs is None, reason="no C extension")
+@pytest.mark.parametrize("order", ["sorted", "reversed", "mostly", "ties"])
+def test_the_c_expansion_writes_what_numpy_writes(order):
+    """Fuzzed drains, small ones and ones past the C sort's runs of 32 (merges), with and
+    without runtime rows: the C pass and the numpy reference agree event for event."""
+    rng = np.random.default_rng(11)
+    for trial in range(120):
+        rows = _random_drain(rng, int(rng.integers(0, 40 if trial % 2 else 2000)), order)
+        last, runtime_rows = int(rng.integers(-1, 3)), bool(trial % 3)
+        c_cols, c_last = store.expand_exec_pairs(rows, last, runtime_rows)
+        np_cols, np_last = store.expand_exec_pairs(rows, last, runtime_rows, native=False)
+        np.testing.assert_array_equal(c_cols, np_cols)
+        assert c_last == np_last
+        assert c_cols.flags.c_contiguous and c_cols.shape[0] == ev.RECORD_WIDTH
+
+
+@pytest.mark.skipif(expand_pairs is None, reason="no C extension")
+def test_the_c_expansion_refuses_torn_rows_and_a_short_output():
+    types = (ev.EXEC_PAIR, ev.NRT_EXECUTE, ev.RUNTIME_EXECUTE, ev.NC_EXEC_RUNNING, ev.NRT_MODEL_SWITCH)
+    rows = _pairs([1, 2, 3], [0, 1, 0])
+    with pytest.raises(ValueError, match="whole number of records"):
+        expand_pairs(rows.tobytes()[:-8], np.empty(100, dtype=np.int64), -1, False, types)
+    with pytest.raises(ValueError, match="too small"):
+        expand_pairs(rows, np.empty(ev.RECORD_WIDTH * 5, dtype=np.int64), -1, False, types)
+    out = np.empty(ev.RECORD_WIDTH * 8, dtype=np.int64)
+    assert expand_pairs(rows, out, -1, False, types) == (8, 0)  # 3 x 2 events and 2 switches
 
 
 def test_records_to_block_round_trips():

@@ -56,8 +56,7 @@ def _capture(out: str, n: int, seed: int):
             elif arg == "model_id":
                 rec[m, 4 + slot] = rng.integers(0, 2, int(m.sum()))
     store = CoreStore(1, n)
-    store.blocks = [rec]
-    store.rows = store.produced = n
+    store.hold(rec)
     d = make_session_dir(out, "i-0123456789abcdef0", 4242, rt.anchors[0][1])
     atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, {1: store}))
     atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, {1: store}, d))

@@ -1,8 +1,9 @@
 """Turns drained ring records into compact column blocks, keeping at most N events per core.
 
-Records are converted in batches (one ``numpy.array`` call per drain), execution pairs are
-expanded into ``nrt_execute`` + ``runtime_execute`` + ``nc_exec_running``, the capture-time type filter is applied, and
-the oldest rows are dropped once a core holds more than its limit.
+A drain's records (rows) are turned into columns once, execution pairs are expanded into
+``nrt_execute`` + ``runtime_execute`` + ``nc_exec_running``, the capture-time type filter is
+applied, and the oldest events are dropped once a core holds more than its limit.  The store keeps
+columns because that is what ``ntrace.pb`` holds: the final write copies no row.
 """
 
 from __future__ import annotations
@@ -10,37 +11,47 @@ from __future__ import annotations
 import numpy as np
 
 from neuron_explorer.contracts import events as ev
+from ..runtime.ring import expand_pairs as _c_expand
 
 W = ev.RECORD_WIDTH
+# the type ids the C expansion writes (runtime/_expand.h)
+_TYPES = (ev.EXEC_PAIR, ev.NRT_EXECUTE, ev.RUNTIME_EXECUTE, ev.NC_EXEC_RUNNING, ev.NRT_MODEL_SWITCH)
 
 
-def model_switches(pairs: np.ndarray, last_model: int) -> tuple[np.ndarray, int]:
-    """nrt_model_switch rows where a core's execution runs another graph than the one before it.
+def expand_exec_pairs(block: np.ndarray, last_model: int = -1, runtime_rows: bool = False,
+                      native: bool = True) -> tuple[np.ndarray, int]:
+    """Replace each EXEC_PAIR row of ``block`` (a drain: (n, W) int64 rows) by an nrt_execute
+    event, with ``runtime_rows`` a runtime_execute event, and an nc_exec_running event (in that
+    order), add the nrt_model_switch events they imply, and keep start order (stable: a switch,
+    then the other rows in ring order, then each pair's events, for equal starts).  Returns the
+    events as columns, (W, m) int64, and the core's last model.
 
-    ``pairs`` are EXEC_PAIR rows of one core; returns the rows and the last model id seen."""
-    if not len(pairs):
-        return np.empty((0, W), dtype=np.int64), last_model
-    order = np.argsort(pairs[:, 1], kind="stable")
-    mids = pairs[order, 4]
-    prev = np.empty_like(mids)
-    prev[0] = last_model
-    prev[1:] = mids[:-1]
-    sw = (mids != prev) & (prev >= 0)
-    rows = np.zeros((int(sw.sum()), W), dtype=np.int64)
-    src = pairs[order][sw]
-    rows[:, 0] = ev.NRT_MODEL_SWITCH
-    rows[:, 1] = rows[:, 2] = src[:, 1]
-    rows[:, 3] = src[:, 3]
-    rows[:, 4] = src[:, 4]
-    rows[:, 5] = src[:, 5]
-    rows[:, 6] = prev[sw]
-    return rows, int(mids[-1])
+    With the C extension (``native``) one pass writes every event's columns in place; without it
+    numpy does the same (the tests hold the two to each other)."""
+    block = np.ascontiguousarray(block, dtype=np.int64)
+    is_pair = block[:, 0] == ev.EXEC_PAIR
+    n_pairs = int(np.count_nonzero(is_pair))
+    if not n_pairs:
+        return np.ascontiguousarray(block.T), last_model
+    if native and _c_expand is not None:
+        m_max = len(block) + n_pairs * (3 if runtime_rows else 2)
+        out = np.empty(W * m_max, dtype=np.int64)
+        m, last_model = _c_expand(block, out, last_model, runtime_rows, _TYPES)
+        out.resize(W * m, refcheck=False)  # fewer switches than pairs: shrunk in place, not copied
+        return out.reshape(W, m), last_model
+    if n_pairs == len(block) and not block[:, 8].any():
+        starts = block[:, 1]
+        if n_pairs == 1 or bool((starts[1:] > starts[:-1]).all()):
+            rows, last_model = _expand_ordered_pairs(block, last_model, runtime_rows)
+            return np.ascontiguousarray(rows.T), last_model
+    rows, last_model = _expand_general(block, is_pair, last_model, runtime_rows)
+    return np.ascontiguousarray(rows.T), last_model
 
 
 def _expand_ordered_pairs(pairs: np.ndarray, last_model: int, runtime_rows: bool) -> tuple[np.ndarray, int]:
-    """expand_exec_pairs for the common drain: only EXEC_PAIR rows, host spans only, starts strictly
-    increasing.  The output is built in place (one repeat and a few column writes) instead of
-    concatenating and sorting; it is row for row what the general path produces."""
+    """The numpy expansion of a drain of only EXEC_PAIR rows, host spans only, starts strictly
+    increasing: built in place (one repeat and a few column writes) instead of gathered and
+    sorted; it is row for row what the general path produces."""
     mids = pairs[:, 4]
     prev = np.empty_like(mids)
     prev[0] = last_model
@@ -53,6 +64,7 @@ def _expand_ordered_pairs(pairs: np.ndarray, last_model: int, runtime_rows: bool
     out[ends - per + sw, 0] = ev.NRT_EXECUTE
     if runtime_rows:
         out[ends - 2, 0] = ev.RUNTIME_EXECUTE
+        out[ends - 2, 6] = 0  # runtime_execute has no ret
     out[ends - 1, 0] = ev.NC_EXEC_RUNNING
     out[:, 7:9] = 0
     if sw.any():
@@ -63,62 +75,68 @@ def _expand_ordered_pairs(pairs: np.ndarray, last_model: int, runtime_rows: bool
     return out, int(mids[-1])
 
 
-def runtime_share(pairs: np.ndarray) -> np.ndarray:
-    """``runtime_execute`` rows of EXEC_PAIR rows: the runtime's own share of each host call.  A
-    graph run synchronously by the calling thread (a CPU) is the runtime's work from call to
-    return; where the core's span was measured apart (JAX, a device queue) the share ends where
-    the core starts, or at the call's return if that comes first."""
-    rows = pairs.copy()
-    rows[:, 0] = ev.RUNTIME_EXECUTE
-    dev_start = pairs[:, 7]
-    handed = (pairs[:, 8] > 0) & (dev_start > pairs[:, 1])
-    rows[handed, 2] = np.minimum(pairs[handed, 2], dev_start[handed])
-    rows[:, 6:9] = 0
-    return rows
-
-
-def expand_exec_pairs(block: np.ndarray, last_model: int = -1, runtime_rows: bool = False) -> tuple[np.ndarray, int]:
-    """Replace each EXEC_PAIR row by an nrt_execute row, with ``runtime_rows`` a runtime_execute
-    row, and an nc_exec_running row (in that order), and add the nrt_model_switch rows they imply.
-    Returns the rows and the core's last model."""
-    types = block[:, 0]
-    is_pair = types == ev.EXEC_PAIR
-    n_pairs = int(np.count_nonzero(is_pair))
-    if not n_pairs:
-        return block, last_model
-    if n_pairs == len(block) and not block[:, 8].any():
-        starts = block[:, 1]
-        if n_pairs == 1 or bool((starts[1:] > starts[:-1]).all()):
-            return _expand_ordered_pairs(block, last_model, runtime_rows)
-    pairs = block[is_pair]
-    switches, last_model = model_switches(pairs, last_model)
-    host = pairs.copy()
-    host[:, 0] = ev.NRT_EXECUTE
-    host[:, 7:9] = 0
-    dev = pairs.copy()
+def _expand_general(block: np.ndarray, is_pair: np.ndarray, last_model: int,
+                    runtime_rows: bool) -> tuple[np.ndarray, int]:
+    """The numpy expansion of any drain, as rows: the switch rows, then the other rows, then each
+    pair's host, [runtime,] device rows, stably sorted by start.  Rows are gathered with ``take``
+    (a copy a row; fancy indexing a 2-D array by rows costs several times more) and edited
+    column-wise."""
+    pidx = np.flatnonzero(is_pair)
+    pairs = block.take(pidx, axis=0)
+    order = np.argsort(pairs[:, 1], kind="stable")
+    mids = pairs[:, 4].take(order)
+    prev = np.empty_like(mids)
+    prev[0] = last_model
+    prev[1:] = mids[:-1]
+    sw = (mids != prev) & (prev >= 0)
+    k = 3 if runtime_rows else 2
+    sw_src = pidx.take(order[sw])
+    n_head = len(sw_src) + (len(block) - len(pidx))
+    src = np.concatenate([sw_src, np.flatnonzero(~is_pair), np.repeat(pidx, k)])
+    out = block.take(src, axis=0)
+    switches = out[:len(sw_src)]
+    switches[:, 0] = ev.NRT_MODEL_SWITCH
+    switches[:, 2] = switches[:, 1]
+    switches[:, 6] = prev[sw]
+    switches[:, 7:] = 0
+    inter = out[n_head:]
+    inter[0::k, 0] = ev.NRT_EXECUTE
+    dev = inter[k - 1::k]
     dev[:, 0] = ev.NC_EXEC_RUNNING
     has_dev = pairs[:, 8] > 0  # device span measured separately (e.g. CUDA events)
-    dev[has_dev, 1] = pairs[has_dev, 7]
-    dev[has_dev, 2] = pairs[has_dev, 8]
-    dev[:, 7:9] = 0
-    rest = block[~is_pair]
-    parts = [host, runtime_share(pairs), dev] if runtime_rows else [host, dev]
-    inter = np.empty((len(pairs) * len(parts), W), dtype=np.int64)
-    for i, part in enumerate(parts):
-        inter[i::len(parts)] = part
-    out = np.concatenate([switches, rest, inter])
-    # keep time order (stable: switch, then host, runtime and device for the same start)
-    return out[np.argsort(out[:, 1], kind="stable")], last_model
+    if has_dev.any():
+        dev[has_dev, 1] = pairs[has_dev, 7]
+        dev[has_dev, 2] = pairs[has_dev, 8]
+    if runtime_rows:
+        # the runtime's own share of each host call: a graph run synchronously by the calling
+        # thread (a CPU) is the runtime's work from call to return; where the core's span was
+        # measured apart (JAX, a device queue) the share ends where the core starts, or at the
+        # call's return if that comes first
+        share = inter[1::3]
+        share[:, 0] = ev.RUNTIME_EXECUTE
+        dev_start = pairs[:, 7]
+        handed = has_dev & (dev_start > pairs[:, 1])
+        if handed.any():
+            share[handed, 2] = np.minimum(pairs[handed, 2], dev_start[handed])
+        share[:, 6] = 0
+    inter[:, 7:9] = 0
+    starts = out[:, 1]
+    if len(out) > 1 and not bool((starts[1:] >= starts[:-1]).all()):
+        out = out.take(np.argsort(starts, kind="stable"), axis=0)
+    return out, int(mids[-1])
 
 
 class CoreStore:
+    """A core's events as column blocks: (W, n) int64 arrays, one row per record slot, oldest
+    first; at most ``capacity`` events in all."""
+
     __slots__ = ("nc", "capacity", "blocks", "rows", "produced", "filtered", "last_model", "derived")
 
     def __init__(self, nc: int, capacity: int) -> None:
         self.nc = nc
         self.capacity = capacity
         self.blocks: list[np.ndarray] = []
-        self.rows = 0
+        self.rows = 0  # events held
         self.produced = 0  # events the hooks produced (the ring's tick count)
         self.filtered = 0  # events removed by the capture-time type filter
         self.last_model = -1  # graph of the core's latest execution (for nrt_model_switch)
@@ -130,34 +148,42 @@ class CoreStore:
         if not len(block):
             return
         n_before = len(block) + int(np.count_nonzero(block[:, 0] == ev.EXEC_PAIR))  # events the hooks counted
-        block, self.last_model = expand_exec_pairs(block, self.last_model, bool(enabled[ev.RUNTIME_EXECUTE]))
-        k = len(block) - n_before  # derived events (nrt_model_switch, runtime_execute)
+        cols, self.last_model = expand_exec_pairs(block, self.last_model, bool(enabled[ev.RUNTIME_EXECUTE]))
+        n = cols.shape[1]
+        k = n - n_before  # derived events (nrt_model_switch, runtime_execute)
         self.derived += k
         self.produced += k
-        keep = enabled[block[:, 0]]
+        keep = enabled.take(cols[0])
         n_keep = int(np.count_nonzero(keep))
-        if n_keep < len(block):
-            self.filtered += len(block) - n_keep
-            block = block[keep]
-        if len(block) > self.capacity:
-            block = block[-self.capacity:]
-        self.blocks.append(block)
-        self.rows += len(block)
+        if n_keep < n:
+            self.filtered += n - n_keep
+            cols = cols.compress(keep, axis=1)
+        if cols.shape[1] > self.capacity:
+            cols = cols[:, -self.capacity:]
+        self.blocks.append(cols)
+        self.rows += cols.shape[1]
         while self.rows > self.capacity:
             excess = self.rows - self.capacity
             first = self.blocks[0]
-            if len(first) <= excess:
+            if first.shape[1] <= excess:
                 self.blocks.pop(0)
-                self.rows -= len(first)
+                self.rows -= first.shape[1]
             else:
-                self.blocks[0] = first[excess:]
+                self.blocks[0] = first[:, excess:]
                 self.rows -= excess
 
-    def array(self) -> np.ndarray:
+    def hold(self, rows: np.ndarray) -> None:
+        """Hold ``rows`` ((n, W) int64 events, already expanded: synthesized captures) as the
+        core's events, replacing what it held."""
+        self.blocks = [np.ascontiguousarray(np.asarray(rows, dtype=np.int64).T)]
+        self.rows = self.produced = len(rows)
+
+    def columns(self) -> np.ndarray:
+        """The events held, as one (W, n) block of columns."""
         if not self.blocks:
-            return np.empty((0, W), dtype=np.int64)
+            return np.empty((W, 0), dtype=np.int64)
         if len(self.blocks) > 1:
-            self.blocks = [np.concatenate(self.blocks)]
+            self.blocks = [np.concatenate(self.blocks, axis=1)]
         return self.blocks[0]
 
     @property

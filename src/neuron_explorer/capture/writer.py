@@ -40,17 +40,18 @@ def _len_prefix(field: int, nbytes: int) -> bytes:
     return encode_varint_scalar((field << 3) | 2) + encode_varint_scalar(nbytes)
 
 
-def _stored_rows(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarray]:
+def _stored_columns(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarray]:
+    """The events of every core as one (W, n) block of columns, and their cores."""
     parts, ncs = [], []
     for nc, store in sorted(cores.items()):
-        arr = store.array()
-        parts.append(arr)
-        ncs.append(np.full(len(arr), nc, dtype="<i4"))
+        cols = store.columns()
+        parts.append(cols)
+        ncs.append(np.full(cols.shape[1], nc, dtype="<i4"))
     if not parts:
-        return np.empty((0, ev.RECORD_WIDTH), dtype=np.int64), np.empty(0, dtype="<i4")
+        return np.empty((ev.RECORD_WIDTH, 0), dtype=np.int64), np.empty(0, dtype="<i4")
     if len(parts) == 1:
         return parts[0], ncs[0]
-    return np.concatenate(parts), np.concatenate(ncs)
+    return np.concatenate(parts, axis=1), np.concatenate(ncs)
 
 
 # EventColumns' columns: (field number from the schema, row of the stored records or None for
@@ -58,23 +59,14 @@ def _stored_rows(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarray]
 _COUNT_TAG = encode_varint_scalar(EVENT_COUNT_FIELD << 3)  # a varint field
 
 
-_TRANSPOSE_ROWS = 4096
-
-
 def encode_events(cores: dict[int, "CoreStore"]) -> list:
     """The serialized ``EventColumns`` message as a list of buffers (column arrays are not copied
     into a protobuf object: the tags and lengths are written around the raw column bytes)."""
-    arr, nc = _stored_rows(cores)
-    # rows -> contiguous columns, a cache-sized block of rows at a time (a plain transposed copy
-    # streams through all rows once per column)
-    cols = np.empty((arr.shape[1], len(arr)), dtype=np.int64)
-    for lo in range(0, len(arr), _TRANSPOSE_ROWS):
-        cols[:, lo:lo + _TRANSPOSE_ROWS] = arr[lo:lo + _TRANSPOSE_ROWS].T
-    out = [_COUNT_TAG + encode_varint_scalar(len(arr))]
+    cols, nc = _stored_columns(cores)
+    out = [_COUNT_TAG + encode_varint_scalar(cols.shape[1])]
     for c in EVENT_COLUMNS:
         col = nc if c.row is None else cols[c.row]
-        if col.dtype != np.dtype(c.dtype):
-            col = col.astype(c.dtype)
+        col = np.ascontiguousarray(col, dtype=c.dtype)  # (a view of a core's trimmed block: no copy)
         data = memoryview(col).cast("B")
         out += [_len_prefix(c.field, len(data)), data]
     return out

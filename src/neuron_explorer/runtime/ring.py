@@ -79,12 +79,13 @@ class PyRateGate:
         return out
 
 
-try:  # ids the C wrapper takes without making an int (itertools.count otherwise); a hook's rate gate
-    from ._fastpath import Counter, RateGate
+try:  # ids the C wrapper takes without making an int (itertools.count otherwise); a hook's rate gate;
+    # a drain's execution pairs expanded into columns (capture.store, numpy otherwise)
+    from ._fastpath import Counter, RateGate, expand_pairs
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
-    Counter, RateGate = None, PyRateGate
+    Counter, RateGate, expand_pairs = None, PyRateGate, None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = None
+    EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = expand_pairs = None
     RateGate = PyRateGate
     backward_gate = module_call_gate = module_call_skip = region_methods = None
 
