@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from neuron_explorer.analysis.reader import Session, discover, load_session
+from neuron_explorer.capture import store
 
 
 def sessions(root: Path) -> list[Session]:
@@ -26,7 +27,5 @@ def events_of(s: Session, name: str) -> dict[str, np.ndarray]:
 
 def expand_rows(rows: np.ndarray, last_model: int, **kw) -> tuple[np.ndarray, int]:
     """``store.expand_exec_pairs`` on drained rows, its event columns turned back into rows."""
-    from neuron_explorer.capture import store
-
     cols, last = store.expand_exec_pairs(rows, last_model, **kw)
     return cols.T, last

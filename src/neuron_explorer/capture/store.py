@@ -39,45 +39,13 @@ def expand_exec_pairs(block: np.ndarray, last_model: int = -1, runtime_rows: boo
         m, last_model = _c_expand(block, out, last_model, runtime_rows, _TYPES)
         out.resize(W * m, refcheck=False)  # fewer switches than pairs: shrunk in place, not copied
         return out.reshape(W, m), last_model
-    if n_pairs == len(block) and not block[:, 8].any():
-        starts = block[:, 1]
-        if n_pairs == 1 or bool((starts[1:] > starts[:-1]).all()):
-            rows, last_model = _expand_ordered_pairs(block, last_model, runtime_rows)
-            return np.ascontiguousarray(rows.T), last_model
-    rows, last_model = _expand_general(block, is_pair, last_model, runtime_rows)
+    rows, last_model = _expand_rows(block, is_pair, last_model, runtime_rows)
     return np.ascontiguousarray(rows.T), last_model
 
 
-def _expand_ordered_pairs(pairs: np.ndarray, last_model: int, runtime_rows: bool) -> tuple[np.ndarray, int]:
-    """The numpy expansion of a drain of only EXEC_PAIR rows, host spans only, starts strictly
-    increasing: built in place (one repeat and a few column writes) instead of gathered and
-    sorted; it is row for row what the general path produces."""
-    mids = pairs[:, 4]
-    prev = np.empty_like(mids)
-    prev[0] = last_model
-    prev[1:] = mids[:-1]
-    sw = (mids != prev) & (prev >= 0)
-    per = sw.astype(np.int64)
-    per += 3 if runtime_rows else 2
-    out = np.repeat(pairs, per, axis=0)  # per execution: [switch], host, [runtime], device
-    ends = np.cumsum(per)
-    out[ends - per + sw, 0] = ev.NRT_EXECUTE
-    if runtime_rows:
-        out[ends - 2, 0] = ev.RUNTIME_EXECUTE
-        out[ends - 2, 6] = 0  # runtime_execute has no ret
-    out[ends - 1, 0] = ev.NC_EXEC_RUNNING
-    out[:, 7:9] = 0
-    if sw.any():
-        si = (ends - per)[sw]
-        out[si, 0] = ev.NRT_MODEL_SWITCH
-        out[si, 2] = out[si, 1]
-        out[si, 6] = prev[sw]
-    return out, int(mids[-1])
-
-
-def _expand_general(block: np.ndarray, is_pair: np.ndarray, last_model: int,
-                    runtime_rows: bool) -> tuple[np.ndarray, int]:
-    """The numpy expansion of any drain, as rows: the switch rows, then the other rows, then each
+def _expand_rows(block: np.ndarray, is_pair: np.ndarray, last_model: int,
+                 runtime_rows: bool) -> tuple[np.ndarray, int]:
+    """The numpy expansion, as rows: the switch rows, then the other rows, then each
     pair's host, [runtime,] device rows, stably sorted by start.  Rows are gathered with ``take``
     (a copy a row; fancy indexing a 2-D array by rows costs several times more) and edited
     column-wise."""

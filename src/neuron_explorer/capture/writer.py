@@ -54,8 +54,6 @@ def _stored_columns(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(parts, axis=1), np.concatenate(ncs)
 
 
-# EventColumns' columns: (field number from the schema, row of the stored records or None for
-# nc_idx, little-endian dtype on the wire)
 _COUNT_TAG = encode_varint_scalar(EVENT_COUNT_FIELD << 3)  # a varint field
 
 
@@ -66,7 +64,7 @@ def encode_events(cores: dict[int, "CoreStore"]) -> list:
     out = [_COUNT_TAG + encode_varint_scalar(cols.shape[1])]
     for c in EVENT_COLUMNS:
         col = nc if c.row is None else cols[c.row]
-        col = np.ascontiguousarray(col, dtype=c.dtype)  # (a view of a core's trimmed block: no copy)
+        col = np.ascontiguousarray(col, dtype=c.dtype)  # a copy only where the wire type is narrower
         data = memoryview(col).cast("B")
         out += [_len_prefix(c.field, len(data)), data]
     return out
