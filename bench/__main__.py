@@ -42,6 +42,7 @@ BENCHES = {
     "instructions_eager_mlp": (_CG + ["eager_mlp", "--short", "20", "--long", "60"], None, []),
     "instructions_eager_block": (_CG + ["eager_block", "--short", "4", "--long", "12"], None, []),
     "instructions_jax": (_CG + ["jax"], None, []),
+    "store_instructions": (["bench/store_instructions.py"], None, []),
     "view_throughput": (["-m", "bench.view_throughput"],
                         ["--instances", "2", "--processes", "2", "--events", "500000"], ["--events", "1000000"]),
     "hook_costs": (["-m", "bench.hook_costs"], ["--runs", "3", "--calls", "2000"], []),

@@ -240,6 +240,10 @@ CURATED = (
     ("ndet_instructions.json", "ratio_over_system.system_devmodel", "device profile `model` mode over the system "
      "profile, steady state, instructions", "x", "<= 1.02x", _NDET_I + " --configs plain,system,system_devmodel "
      "--short 100 --long 300"),
+    ("store_instructions.json", "instructions_per_step.c", "capture drain expansion + final write of the compiled "
+     "step's 14 events, instructions per step (C)", "", "", "python bench/store_instructions.py"),
+    ("store_instructions.json", "instructions_per_step.numpy", "capture drain expansion + final write of the "
+     "compiled step's 14 events, instructions per step (numpy fallback)", "", "", "python bench/store_instructions.py"),
     ("view_throughput_parquet_paired.json", "parquet_paired.after.events_per_cpu_s_median", "`view` parquet, "
      "events/CPU-s, paired runs (this tree)", "/CPU-s", ">= 5M/CPU-s (one worker)", _VT_P),
     ("view_throughput_parquet_paired.json", "parquet_paired.before.events_per_cpu_s_median", "`view` parquet, "
