@@ -101,6 +101,28 @@ def test_random_layouts_match_torch(scan) -> None:
         assert scan(t) == _truth(t), (dtype, tuple(t.shape), t.stride())
 
 
+def test_long_contiguous_runs_find_one_bad_value_anywhere(scan) -> None:
+    """Fuzz the wide pass over contiguous memory: lengths past several blocks, starts at any
+    element (unaligned), one or no NaN/Inf at any position (the first, the last, a tail byte), and
+    the finite values nearest the exponent's edge (the largest finite, subnormals, -0.0)."""
+    rng = random.Random(2511)
+    for _ in range(400):
+        dtype = rng.choice(FLOATS)
+        fi = torch.finfo(dtype)
+        n, start = rng.randint(0, 3000), rng.randint(0, 7)
+        base = torch.randn(n + start).to(dtype)
+        edge = torch.tensor([fi.max, -fi.max, fi.tiny / 2, -0.0]).to(dtype)
+        for _ in range(rng.randint(0, 6)):
+            if n:
+                base[start + rng.randrange(n)] = edge[rng.randrange(4)]
+        t = base[start:]
+        if n and rng.random() < 0.7:
+            i = rng.choice([0, n - 1, rng.randrange(n)])
+            t[i] = rng.choice([float("nan"), float("inf"), -float("inf")])
+        assert t.is_contiguous()
+        assert scan(t) == _truth(t), (dtype, n, start)
+
+
 NAN_SCRIPT = """
 import sys, torch
 dtype = getattr(torch, sys.argv[1])
