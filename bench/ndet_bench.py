@@ -34,7 +34,7 @@
 
 Usage::
 
-    python bench/ndet_bench.py            # ~4 minutes on a 2-core machine
+    python bench/ndet_bench.py            # ~7 minutes on a 2-core machine
     python bench/ndet_bench.py --quick    # fewer runs, smaller logs
     python bench/ndet_bench.py --skip-analysis --runs 7 --steps 6000 \
         --trees before=/path/to/main/src,after=src       # both trees interleaved in one run
@@ -411,7 +411,9 @@ def main() -> None:
     sp_runs = args.same_process if args.same_process is not None else (3 if args.quick else 5)
     if not args.skip_overhead and sp_runs:
         ndet_configs = tuple(c for c in args.configs.split(",") if c.startswith("ndet"))
-        sp = res["same_process"] = same_process(sp_runs, warmup=300, steps=args.steps or (1500 if args.quick else 4000),
+        # a timed window of ~5 s a process: at 4,000 steps (1.6 s) the A/A control's median strayed
+        # 1.6% from 1 in one run and 0.4% in the next
+        sp = res["same_process"] = same_process(sp_runs, warmup=300, steps=args.steps or (3000 if args.quick else 12000),
                                                 block=args.block, configs=ndet_configs)
         print(f"\n{'same process: wrappers working over paused':60s} {'median':>9s} {'min':>8s} {'max':>8s} {'runs':>5s}")
         for r in sp.values():

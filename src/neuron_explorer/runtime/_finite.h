@@ -11,7 +11,7 @@
  * A value is NaN or Inf exactly when all its exponent bits are set (IEEE 754 binary16/32/64 and
  * bfloat16 alike); it is NaN when its mantissa is also non-zero.  So the check reads each element
  * as an unsigned integer of its width: a branch-free pass finds whether anything is non-finite
- * (over contiguous memory, 16 bytes at a time), and only then a second pass counts NaNs and Infs.  Elements are visited logically (an expanded
+ * (over contiguous memory, 64 bytes at a time), and only then a second pass counts NaNs and Infs.  Elements are visited logically (an expanded
  * tensor's repeated element counts once per position), as torch.isnan(t).sum() counts them.
  *
  * Anything the C pass does not read -- another device, a tensor subclass, a float type other than
@@ -83,12 +83,13 @@ layout_of(ne_dl_dtype t, fp_layout *l)
 /* Whether any of n contiguous elements is NaN or Inf, read as 64-bit words of 8/width elements
  * each.  In every one of these formats the exponent sits right below the sign bit, so adding the
  * exponent's lowest bit to (x & exp) reaches the sign bit exactly when all exponent bits are set,
- * and never carries into the next element.  Only ands, adds and ors, two words at a time in a
- * GCC/Clang vector type (SSE2 on any x86-64, NEON on arm64): the element-wise compare loop stayed
- * scalar at -O2 and read one element a cycle.  The last n*width % 16 bytes are read into a zeroed
- * word (a zero element is finite). */
+ * and never carries into the next element.  Only ands, adds and ors, 64 bytes at a time into four
+ * accumulators of a GCC/Clang vector type (SSE2 registers on any x86-64, NEON on arm64): the
+ * element-wise compare loop stayed scalar at -O2 and read one element a cycle.  The last
+ * n*width % 64 bytes are read a word at a time, the final partial word into a zeroed one (a zero
+ * element is finite). */
 typedef uint64_t ne_u64x2 __attribute__((vector_size(16)));
-#define NE_VECS_PER_BLOCK 16
+#define NE_CHUNKS_PER_BLOCK 8 /* 512 bytes between looks at the accumulators */
 
 static int
 any_nonfinite(const char *p, int64_t n, const fp_layout *l)
@@ -100,21 +101,28 @@ any_nonfinite(const char *p, int64_t n, const fp_layout *l)
         top |= top << (8 * k);
     }
     const ne_u64x2 ve = {e, e}, vl = {lsb, lsb};
-    const int64_t bytes = n * l->width, vecs = bytes / 16;
+    const int64_t bytes = n * l->width, chunks = bytes / 64;
     int64_t i = 0;
-    ne_u64x2 acc = {0, 0};
-    while (i < vecs) {
-        const int64_t end = vecs - i < NE_VECS_PER_BLOCK ? vecs : i + NE_VECS_PER_BLOCK;
+    ne_u64x2 a0 = {0, 0}, a1 = a0, a2 = a0, a3 = a0, x0, x1, x2, x3;
+    while (i < chunks) {
+        const int64_t end = chunks - i < NE_CHUNKS_PER_BLOCK ? chunks : i + NE_CHUNKS_PER_BLOCK;
         for (; i < end; i++) {
-            ne_u64x2 x;
-            memcpy(&x, p + i * 16, 16);
-            acc |= (x & ve) + vl;
+            const char *q = p + i * 64;
+            memcpy(&x0, q, 16);
+            memcpy(&x1, q + 16, 16);
+            memcpy(&x2, q + 32, 16);
+            memcpy(&x3, q + 48, 16);
+            a0 |= (x0 & ve) + vl;
+            a1 |= (x1 & ve) + vl;
+            a2 |= (x2 & ve) + vl;
+            a3 |= (x3 & ve) + vl;
         }
-        if ((acc[0] | acc[1]) & top)
+        const ne_u64x2 a = a0 | a1 | a2 | a3;
+        if ((a[0] | a[1]) & top)
             return 1;
     }
     uint64_t rest = 0;
-    for (int64_t off = vecs * 16; off < bytes; off += 8) {
+    for (int64_t off = chunks * 64; off < bytes; off += 8) {
         uint64_t x = 0;
         memcpy(&x, p + off, (size_t)(bytes - off < 8 ? bytes - off : 8));
         rest |= (x & e) + lsb;
