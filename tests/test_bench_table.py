@@ -92,3 +92,19 @@ def test_repeated_counts_and_ndet_cpu_runs_show_their_range_and_a_verdict_only_w
 
     assert ndet(0.99, 1.04)["target"] == "<= 1% (not resolved: the paired ratios span the target)"
     assert ndet(0.99, 1.005)["target"] == "<= 1% (met)" and "paired 0.990..1.005 over 7 runs" in ndet(0.99, 1.005)["value"]
+
+
+def test_a_same_process_ratio_over_the_target_by_less_than_the_a_a_control_is_not_resolved():
+    def verdict(ratio, control):
+        sp = {"ndet": {"label": "NDET on", "median_ratio": ratio, "min": ratio - 0.01, "max": ratio + 0.01, "n": 7}}
+        if control is not None:
+            sp["null"] = {"label": "A/A control", "median_ratio": control, "min": 0.99, "max": 1.03, "n": 7}
+        (r,) = [r for r in table._other_rows({"ndet.json": {"same_process": sp}})
+                if r["figure"].startswith("NDET on") and "paused" in r["figure"]]
+        return r["target"]
+
+    assert verdict(1.0095, 1.02) == "<= 1.01x (met)"
+    assert verdict(1.0105, 1.0014) == "<= 1.01x (not resolved: 0.05% over, the A/A control strays 0.14%)"
+    assert verdict(1.0105, 0.9980) == "<= 1.01x (not resolved: 0.05% over, the A/A control strays 0.20%)"
+    assert verdict(1.0200, 1.0014) == "<= 1.01x (not met)"
+    assert verdict(1.0105, None) == "<= 1.01x (not met)"
