@@ -539,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device-configs", action="store_true",
                     help="add system + device profile runs (model and session modes)")
     ap.add_argument("--micro-n", type=int, default=None, help="iterations of the hot-path microbenchmarks")
+    ap.add_argument("--same-process", type=int, default=None, metavar="RUNS",
+                    help="also time the system profile's hooks working and paused in one process, RUNS processes "
+                         "(beside an A/A control; 0: skip; default 5, 3 with --quick)")
     ap.add_argument("--out", default=RESULTS, help="where to write the JSON results")
     ap.add_argument("--keep", action="store_true", help="keep the temporary profile directories")
     # worker modes (internal)
@@ -602,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  run {i + 1}/{runs} {c:<26} {r['step_ns'] / 1e3:8.2f} us/step", file=sys.stderr)
         micro = _run_worker(["--worker", "micro", "--dir", os.path.join(tmp, "micro"),
                              "--micro-n", str(micro_n)], _clean_env())
+        sp_runs = a.same_process if a.same_process is not None else (3 if a.quick else 5)
+        same = _same_process(sp_runs, a.backend, warmup, 3000 if a.quick else 12000) if sp_runs else None
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -662,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         "configs": summary,
         "runs": per_config,
         "hot_path": micro,
+        "same_process": same,
         "on_disk": {
             "bytes_per_event": bpe,
             "example_session": ses,
@@ -684,6 +690,29 @@ def main(argv: list[str] | None = None) -> int:
     _print_table(result, configs)
     print(f"\nwrote {a.out} ({result['wall_s']} s)")
     return 0
+
+
+def _same_process(runs: int, backend: str, warmup: int, steps: int) -> dict:
+    """The system profile's per-step work at one memory layout: ``bench/ndet_bench.py``'s
+    working-over-paused worker (execution wrappers and record_function regions paused, and the
+    device-memory optimizer pre-hook out of torch's table, in alternate blocks of one process)
+    run with a user's system profile, beside its A/A control (nothing paused).  What it does not
+    pause runs in both kinds of block: the compiled root's Module.__call__ gate, the backward gate,
+    the samplers' and the flush's threads (those are in the interleaved rows)."""
+    from bench import ndet_bench
+
+    def env_for(config: str, out_dir: str) -> dict[str, str]:
+        return interleave.system_env(out_dir, NE_BENCH_BACKEND=backend)
+
+    labels = {"system_profile": f"{LABELS['system_profile']}, {backend}",
+              "null": "A/A control: system profile on, nothing paused (the method's noise floor)"}
+    out = ndet_bench.same_process(runs, warmup=warmup, steps=steps, block=250, configs=("system_profile",),
+                                  env_for=env_for, labels=labels)
+    print(f"\n{'same process: hooks working over paused':60s} {'median':>9s} {'min':>8s} {'max':>8s} {'runs':>5s}",
+          file=sys.stderr)
+    for r in out.values():
+        print(f"{r['label']:60s} {r['median_ratio']:9.4f} {r['min']:8.4f} {r['max']:8.4f} {r['n']:5d}", file=sys.stderr)
+    return out
 
 
 def _print_table(r: dict, configs: list[str]) -> None:

@@ -103,10 +103,11 @@ def _load_without_hooks() -> None:
 def worker(warmup: int, steps: int) -> None:
     """Runs in the subprocess: prints the mean step time in ns as JSON.
 
-    With ``NE_BENCH_SAME_PROCESS=B`` (an NDET configuration): the timed steps run in blocks of B,
-    in groups of four -- on, paused, paused, on -- with the execution wrappers paused
-    (``_fastpath.pause_executions``) and the device-memory optimizer pre-hook taken out in the
-    paused blocks, and it prints the training thread's CPU time per step of each kind.  With
+    With ``NE_BENCH_SAME_PROCESS=B`` (NDET or a system profile): the timed steps run in blocks of
+    B, in groups of four -- on, paused, paused, on -- with the execution wrappers and
+    record_function regions paused (``_fastpath.pause_executions``) and the device-memory
+    optimizer pre-hook taken out in the paused blocks, and it prints the training thread's CPU
+    time per step of each kind.  ``NE_BENCH_BACKEND`` picks torch.compile's backend.  With
     ``NE_BENCH_NULL=1`` too, nothing is paused: both kinds of block do the same work (the A/A
     control, whose ratio is the method's noise floor)."""
     if os.environ.get("NE_BENCH_LOADED"):
@@ -120,7 +121,8 @@ def worker(warmup: int, steps: int) -> None:
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=True)
     x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
-    closs = torch.compile(lambda x, y: F.cross_entropy(model(x), y), backend="aot_eager")
+    backend = os.environ.get("NE_BENCH_BACKEND", "aot_eager")
+    closs = torch.compile(lambda x, y: F.cross_entropy(model(x), y), backend=backend)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -235,7 +237,8 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
     return out
 
 
-def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[str, ...]) -> dict:
+def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[str, ...],
+                 env_for=_env, labels: dict[str, str] = LABELS) -> dict:
     """Per NDET configuration, ``runs`` processes that each time their steps with the execution
     wrappers working and paused (``worker``): the wrappers' per-step cost at one memory layout.
 
@@ -245,9 +248,12 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
     Separate processes therefore differ by a few percent whatever they record; one process
     measured both ways does not (docs/decisions/0062).
 
-    ``null`` is the A/A control, interleaved with the rest: NDET with its defaults, nothing paused,
-    timed the same way; how far its ratio strays from 1 is how far this method can be trusted."""
+    ``null`` is the A/A control, interleaved with the rest: the first configuration, nothing paused,
+    timed the same way; how far its ratio strays from 1 is how far this method can be trusted.
+    ``env_for(config, dir)`` makes a worker's environment (``bench/capture_overhead.py`` passes
+    the system profile's), ``labels`` names the configurations."""
     out = {}
+    control = configs[0] if configs else "ndet"  # what the A/A control runs
     configs = tuple(configs) + ("null",)
     ratios: dict[str, list[float]] = {c: [] for c in configs}
     on_us: dict[str, list[float]] = {c: [] for c in configs}
@@ -257,7 +263,7 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
             for c in configs[i % len(configs):] + configs[:i % len(configs)]:
                 d = os.path.join(tmp, f"{c}-{i}")
                 os.makedirs(d)
-                env = _env("ndet" if c == "null" else c, d)
+                env = env_for(control if c == "null" else c, d)
                 env["NE_BENCH_SAME_PROCESS"] = str(block)
                 if c == "null":
                     env["NE_BENCH_NULL"] = "1"
@@ -268,7 +274,7 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
         shutil.rmtree(tmp, ignore_errors=True)
     for c in configs:
         r = ratios[c]
-        out[c] = {"label": LABELS[c], "median_ratio": statistics.median(r), "min": min(r), "max": max(r),
+        out[c] = {"label": labels.get(c, LABELS.get(c, c)), "median_ratio": statistics.median(r), "min": min(r), "max": max(r),
                   "n": len(r), "median_step_us": statistics.median(on_us[c]),
                   "overhead_pct": 100.0 * (statistics.median(r) - 1)}
     return out

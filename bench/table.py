@@ -147,6 +147,26 @@ def _met_beside_control(ratio: float, control: float | None) -> str:
     return " (not met)"
 
 
+def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, target: str, command: str) -> list[dict]:
+    """The working-over-paused rows of one process each (``ndet_bench.same_process``), the A/A
+    control's first, each verdict beside it."""
+    rows: list[dict] = []
+    control = (sp or {}).get("null")
+    for c, d in sorted((sp or {}).items(), key=lambda kv: kv[0] != "null"):
+        if not isinstance(d, dict) or "median_ratio" not in d:
+            continue
+        value = f"{d['median_ratio']:.4f}x ({d['min']:.4f}..{d['max']:.4f} over {d['n']} processes)"
+        if c == "null":
+            rows.append(_row(f"{prefix}{d['label']}: training-thread CPU per step, the same two kinds of block",
+                             value, "itself", "", command))
+        else:
+            verdict = _met_beside_control(d["median_ratio"], (control or {}).get("median_ratio"))
+            rows.append(_row(f"{prefix}{d['label']}: {what}, training-thread CPU per step, measured on and paused in "
+                             "one process", value, f"the same process with the {paused} paused", target + verdict,
+                             command))
+    return rows
+
+
 def _reps(ins: dict, c: str) -> str:
     """'; N repetitions a..b': the range of a configuration's paired per-repetition ratios to plain."""
     reps = ins.get("per_step_repetitions") or {}
@@ -180,6 +200,8 @@ def _capture_rows(results: dict) -> list[dict]:
         cpu = _cpu_view(results, cpu_file, key)
         if cpu is not None:
             rows += _cpu_rows(tag, label, target, cpu)
+            rows += _same_process_rows((results.get(cpu_file) or {}).get("same_process"), f"capture, {label}: ",
+                                       "its hooks' work", "hooks", target, cpu["command"])
         else:
             rows.append(_row(f"capture, {label}: process CPU per step (interleaved runs)", "not measured yet", "",
                              target, COMMANDS[cpu_file]))
@@ -286,17 +308,7 @@ def _other_rows(results: dict) -> list[dict]:
                              f"{d['cpu_overhead_pct']:+.1f}%{note}; wall {d['overhead_pct']:+.1f}%", "",
                              "<= 1%" + verdict, _NDET))
     nd = results.get("ndet.json") or {}
-    for c, d in (nd.get("same_process") or {}).items():
-        if c == "null" and isinstance(d, dict) and "median_ratio" in d:
-            rows.append(_row(f"{d['label']}: training-thread CPU per step, the same two kinds of block",
-                             f"{d['median_ratio']:.4f}x ({d['min']:.4f}..{d['max']:.4f} over {d['n']} processes)",
-                             "itself", "", _NDET))
-        elif isinstance(d, dict) and "median_ratio" in d:
-            verdict = _met_beside_control(d["median_ratio"], (nd["same_process"].get("null") or {}).get("median_ratio"))
-            rows.append(_row(f"{d['label']}: its wrappers' work, training-thread CPU per step, measured on and paused "
-                             "in one process", f"{d['median_ratio']:.4f}x ({d['min']:.4f}..{d['max']:.4f} over "
-                             f"{d['n']} processes)", "the same process with the wrappers paused", "<= 1.01x" + verdict,
-                             _NDET))
+    rows += _same_process_rows(nd.get("same_process"), "", "its wrappers' work", "wrappers", "<= 1.01x", _NDET)
     for c, d in (nd.get("overhead") or {}).items():
         if c.startswith("ndet") and isinstance(d, dict) and "other_threads_us" in d:
             rows.append(_row(f"{d['label']}: its threads (flush, monitor counters), CPU per training step",

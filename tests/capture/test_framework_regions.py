@@ -110,6 +110,45 @@ def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp
     assert sorted(sorted(v) for v in flows.values()) == chains
 
 
+PAUSED = """
+import torch
+from torch.profiler import record_function
+from neuron_explorer.runtime import _fastpath
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+x = torch.randn(4, 8)
+with torch.no_grad():
+    with record_function("kept"):
+        model(x)
+    _fastpath.pause_executions(True)
+    with record_function("paused"):
+        model(x)
+    _fastpath.pause_executions(False)
+    with record_function("after"):
+        model(x)
+"""
+
+
+def test_paused_hooks_leave_regions_and_executions_out_of_the_capture(tmp_path):
+    """``pause_executions`` (the benchmarks' working-over-paused blocks only) pauses record_function
+    regions as well as the compiled graphs' execution wrappers."""
+    out = tmp_path / "out"
+    script = tmp_path / "job.py"
+    script.write_text(PAUSED)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    pq = str(tmp_path / "pq")
+    cli("view", "-d", str(out), "--output-file", pq, check=True)
+    evs = _events(pq)
+    regions = [e for e in evs if e["trace_event_source"] == "framework"]
+    assert [e["name"] for e in regions] == ["kept", "after"]
+    # eager calls are not paused (their entry points run in both kinds of block): the paused
+    # block's call is there, in no region
+    calls = [e for e in evs if e["name"] == "nrt_execute"]
+    assert [c["framework_stream_id"] for c in calls] == [regions[0]["id"], None, regions[1]["id"]]
+
+
 @pytest.mark.slow
 def test_an_eager_ddp_job_gives_per_rank_executions_collectives_and_linked_regions(tmp_path):
     """The done-when: eager DDP under NEURON_RT_INSPECT_ENABLE=1 torchrun, no code changes."""

@@ -719,9 +719,10 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
     return finish(self, out);
 }
 
-/* Benchmarks only (bench/ndet_bench.py --same-process): while set, every wrapper calls its graph
- * and records nothing, so one process can time its steps with and without the wrappers' work at
- * the same memory layout.  Never set by the runtime. */
+/* Benchmarks only (bench/ndet_bench.py, capture_overhead.py --same-process): while set, every
+ * wrapper calls its graph and records nothing, and record_function regions run torch's own
+ * methods only (_hooks.h), so one process can time its steps with and without that work at the
+ * same memory layout.  Never set by the runtime. */
 static int ew_paused = 0;
 
 static PyObject *
@@ -1104,7 +1105,7 @@ fp_pause_executions(PyObject *mod, PyObject *flag)
 
 static PyMethodDef fp_methods[] = {
     {"pause_executions", fp_pause_executions, METH_O,
-     "pause_executions(flag) -> previous: benchmarks only; while true, execution wrappers record nothing"},
+     "pause_executions(flag) -> previous: benchmarks only; while true, execution wrappers and regions record nothing"},
     {"now_ns", fp_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (what the wrapper stamps)"},
     {"thread_id", fp_thread_id, METH_NOARGS, "the OS thread id the wrapper records"},
     {"forward_signal", fp_forward_signal, METH_VARARGS,
