@@ -40,6 +40,17 @@ with torch.no_grad():
 """
 
 
+def _profiled(tmp_path, source: str):
+    """Run ``source`` as a script under a user's system profile; the capture's output directory."""
+    out = tmp_path / "out"
+    script = tmp_path / "job.py"
+    script.write_text(source)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
 def _events(pq: str, where: str = "true") -> list[dict]:
     con = duckdb.connect()
     cur = con.execute(f"""select id, name, trace_event_source, thread_id, start_ts, flow_id, framework_stream_id,
@@ -63,12 +74,7 @@ def _views(tmp_path, out) -> tuple[str, dict, object]:
 
 
 def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp_path):
-    out = tmp_path / "out"
-    script = tmp_path / "job.py"
-    script.write_text(REGIONS)
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
-    assert p.returncode == 0, p.stderr[-3000:]
+    out = _profiled(tmp_path, REGIONS)
     pq, doc, pf = _views(tmp_path, out)
 
     evs = _events(pq)
@@ -132,12 +138,7 @@ with torch.no_grad():
 def test_paused_hooks_leave_regions_and_executions_out_of_the_capture(tmp_path):
     """``pause_executions`` (the benchmarks' working-over-paused blocks only) pauses record_function
     regions as well as the compiled graphs' execution wrappers."""
-    out = tmp_path / "out"
-    script = tmp_path / "job.py"
-    script.write_text(PAUSED)
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
-    assert p.returncode == 0, p.stderr[-3000:]
+    out = _profiled(tmp_path, PAUSED)
     pq = str(tmp_path / "pq")
     cli("view", "-d", str(out), "--output-file", pq, check=True)
     evs = _events(pq)
