@@ -10,9 +10,11 @@ setup:
 demo: setup
 	bash scripts/demo.sh
 
-# One command: set up, then run the whole test suite (slow end-to-end tests included).
+# One command: set up, then run the whole test suite (slow end-to-end tests included), on two
+# pytest-xdist workers (TEST_WORKERS=0 runs it in one process).
+TEST_WORKERS ?= 2
 test: setup
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -n $(TEST_WORKERS) --dist worksteal
 
 test-fast:
 	$(PYTHON) -m pytest -q -m "not slow"

@@ -34,6 +34,20 @@ def _files(d: str) -> list[str]:
     return sorted(os.path.relpath(f, d) for f in glob.glob(f"{d}/SystemProfileEvents/**/*.parquet", recursive=True))
 
 
+def assert_same_frame(fa, fb) -> None:
+    """``pd.testing.assert_frame_equal``, with categorical columns compared by their categories (in
+    order) and codes: the same verdict, where pandas' own comparison of a categorical column takes ~4 s
+    per 300k rows (this module's frames have eight)."""
+    assert list(fa.columns) == list(fb.columns) and fa.index.equals(fb.index)
+    cats = [c for c in fa.columns if isinstance(fa[c].dtype, pd.CategoricalDtype)]
+    for c in cats:
+        assert isinstance(fb[c].dtype, pd.CategoricalDtype) and fa[c].dtype == fb[c].dtype, c
+        assert fa[c].cat.categories.equals(fb[c].cat.categories), c
+        assert fa[c].cat.categories.dtype == fb[c].cat.categories.dtype, c
+        assert (fa[c].cat.codes.to_numpy() == fb[c].cat.codes.to_numpy()).all(), c
+    pd.testing.assert_frame_equal(fa.drop(columns=cats), fb.drop(columns=cats))
+
+
 def assert_same_dataset(a: str, b: str) -> None:
     """Every events file of ``b`` reads back as the one of ``a``: Arrow schema and columns, pandas
     frame, statistics of the filtered columns; and DuckDB sees the same rows over the dataset."""
@@ -45,7 +59,7 @@ def assert_same_dataset(a: str, b: str) -> None:
         assert ta.num_rows == tb.num_rows
         for c in ta.column_names:
             assert ta[c].equals(tb[c]), f"{f}: column {c} differs"
-        pd.testing.assert_frame_equal(pd.read_parquet(os.path.join(a, f)), pd.read_parquet(os.path.join(b, f)))
+        assert_same_frame(pd.read_parquet(os.path.join(a, f)), pd.read_parquet(os.path.join(b, f)))
         ma, mb = pq.ParquetFile(os.path.join(a, f)).metadata, pq.ParquetFile(os.path.join(b, f)).metadata
         assert mb.num_row_groups == ma.num_row_groups
         for g in range(ma.num_row_groups):

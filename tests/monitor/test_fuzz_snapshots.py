@@ -18,7 +18,7 @@ from neuron_explorer.monitor.app_stats import AppStats
 from tests.fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
 
 FAST_S = 4.0
-SLOW_S = 60.0
+SLOW_S = 30.0
 MEM_CAP = 768 << 20
 SLEEPERS = 6  # live processes the damaged snapshots claim to be (one intact, the rest damaged)
 

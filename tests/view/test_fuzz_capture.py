@@ -2,8 +2,9 @@
 mutations of one profile next to an intact one, ``view`` in every format and ``check`` on each,
 in a subprocess whose address space is capped at 2 GB (``fuzz_driver.py`` says what is checked).
 
-The fast suite runs a few seconds per file kind with a fixed seed; the slow test runs 30 s per
-kind with a fresh seed (or ``NEURON_EXPLORER_FUZZ_SEED``).  A failure prints the seed, the
+The fast suite runs a few seconds per file kind with a fixed seed; the slow test runs 20 s per
+kind with a fresh seed (or ``NEURON_EXPLORER_FUZZ_SEED``; ``NEURON_EXPLORER_FUZZ_SECONDS`` sets both
+budgets, as for every fuzz test).  A failure prints the seed, the
 iteration and the command that replays it.
 """
 
@@ -16,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fuzzing import budget
 
 from .conftest import run_bounded
 
@@ -48,7 +51,7 @@ def fuzz(capture: Path, work: Path, kind: str, seed: int, seconds: float) -> Non
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_mutated_capture_files_are_skipped_or_converted_never_crash(small_capture, tmp_path, kind):
-    fuzz(small_capture, tmp_path, kind, FAST_SEED, seconds=3)
+    fuzz(small_capture, tmp_path, kind, FAST_SEED, seconds=budget(3))
 
 
 @pytest.mark.slow
@@ -56,4 +59,4 @@ def test_mutated_capture_files_are_skipped_or_converted_never_crash(small_captur
 def test_mutated_capture_files_long_run(small_capture, tmp_path, kind):
     seed = int(os.environ.get("NEURON_EXPLORER_FUZZ_SEED") or random.SystemRandom().randrange(1 << 31))
     print(f"fuzz seed {seed}")
-    fuzz(small_capture, tmp_path, kind, seed, seconds=30)
+    fuzz(small_capture, tmp_path, kind, seed, seconds=budget(20))

@@ -30,41 +30,74 @@ from neuron_explorer.ui.sql import files_sql, quote
 DAMAGED = (duckdb.Error, UnicodeDecodeError)
 
 
-@contextlib.contextmanager
-def _own_database() -> Iterator[duckdb.DuckDBPyConnection]:
-    """A database for one read of summaries: DuckDB answers some damaged Parquet files with an
-    internal error that invalidates the database it ran on, and the workspace's must live on."""
-    con = duckdb.connect(":memory:")
-    try:
-        yield con
-    finally:
-        con.close()
+class Scratch:
+    """The in-memory database one open reads its summaries on, apart from the workspace's: DuckDB
+    answers some damaged Parquet files with an internal error that invalidates the database it ran
+    on, and the workspace's must live on. A fresh database costs 20-35 ms (most of it DuckDB's
+    catalog), so the reads of one open share one; after a read that failed it is kept only if it
+    still answers ``SELECT 1`` (the workspace's own test, decision 0059), so no read runs on a
+    database a damaged file killed. One thread at a time; ``close`` when the open is done (or use it
+    as a context manager)."""
+
+    def __init__(self) -> None:
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self.opened = 0  # databases made (tests: a clean open makes one)
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._con is None:
+            self._con = duckdb.connect(":memory:")
+            self.opened += 1
+        try:
+            yield self._con
+        except BaseException:
+            if not self._alive():
+                self.close()
+            raise
+
+    def _alive(self) -> bool:
+        try:
+            return self._con is not None and self._con.execute("SELECT 1").fetchall() == [(1,)]
+        except DAMAGED:
+            return False
+
+    def close(self) -> None:
+        con, self._con = self._con, None
+        if con is not None:
+            with contextlib.suppress(*DAMAGED):
+                con.close()
+
+    def __enter__(self) -> "Scratch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def matching(ev_files: list[tuple[str, int, str]], sum_files: list[tuple[str, int, str]]) -> dict[str, str]:
+def matching(ev_files: list[tuple[str, int, str]], sum_files: list[tuple[str, int, str]], db: Scratch) -> dict[str, str]:
     """{events file: its summary file} for the events files whose summary is there and theirs: same
     instance, process and file name; the footer's size and row count equal the events file's; its
     events add up to that row count, its extent is the events' (their row-group statistics) and its
     bucket shifts are sane. Anything else, a damaged file included, is scanned instead.
 
-    The checks read every summary in one query, on a database of their own (DuckDB answers some
-    damaged files with an internal error that invalidates the database it ran on); when that query
-    fails, each summary is checked alone, so one damaged file costs only its own process the scan."""
+    The checks read every summary in one query, on ``db`` (a failed read replaces it); when that
+    query fails, each summary is checked alone, so one damaged file costs only its own process the
+    scan."""
     by_key = {(inst, pid, Path(f).name): f for inst, pid, f in sum_files}
     cand = {f: by_key[(inst, pid, Path(f).name)] for inst, pid, f in ev_files if (inst, pid, Path(f).name) in by_key}
-    got = _checked(cand)
+    got = _checked(cand, db)
     if got is not None:
         return got
-    alone = [_checked({ev: sm}) for ev, sm in cand.items()] if len(cand) > 1 else []
+    alone = [_checked({ev: sm}, db) for ev, sm in cand.items()] if len(cand) > 1 else []
     return {ev: sm for one in alone if one for ev, sm in one.items()}
 
 
-def _checked(cand: dict[str, str]) -> dict[str, str] | None:
+def _checked(cand: dict[str, str], db: Scratch) -> dict[str, str] | None:
     """``matching`` over some candidates (None: reading them failed)."""
     if not cand:
         return {}
-    with _own_database() as con:
-        try:
+    try:
+        with db.use() as con:
             kv = con.execute(f"""SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata({files_sql(list(cand.values()))})
                                  WHERE decode(key) IN ('{SUMMARY_EVENTS_BYTES}', '{SUMMARY_EVENTS_ROWS}')""").fetchall()
             rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files_sql(list(cand))})").fetchall())
@@ -76,8 +109,8 @@ def _checked(cand: dict[str, str]) -> dict[str, str] | None:
                 SELECT filename, sum(events)::BIGINT, min(first_start), max(last_end), min(shift), max(shift),
                        count(*) FILTER (WHERE events < 1 OR last_end < first_start OR total_ns < 0 OR max_ns < 0)
                 FROM read_parquet({files_sql(list(cand.values()))}, filename = true) GROUP BY filename""").fetchall()}
-        except DAMAGED:
-            return None
+    except DAMAGED:
+        return None
     meta: dict[str, dict[str, str]] = {}
     for f, k, v in kv:
         meta.setdefault(f, {})[k] = v
@@ -97,36 +130,36 @@ def _consistent(ev: str, meta: dict[str, str], rows: int | None, stats: tuple | 
     return stats is None or ((stats[0] is None or stats[0] == got[1]) and (stats[1] is None or stats[1] == got[2]))
 
 
-def extent(files: list[str]) -> tuple[int, int, int, int] | None:
+def extent(files: list[str], db: Scratch) -> tuple[int, int, int, int] | None:
     """(earliest start, latest end, longest duration, widest bucket shift) over summary files; None
     when they hold no event (raises ``DAMAGED``)."""
-    with _own_database() as con:
+    with db.use() as con:
         r = con.execute(f"""SELECT min(first_start), max(last_end), max(max_ns), max(shift)
                             FROM read_parquet({files_sql(files)})""").fetchall()[0]
     return None if r[0] is None else (int(r[0]), int(r[1]), int(r[2]), int(r[3]))
 
 
-def max_shift(files: list[str]) -> int:
+def max_shift(files: list[str], db: Scratch) -> int:
     """The widest bucket shift of some summary files (0 without any; raises ``DAMAGED``)."""
     if not files:
         return 0
-    with _own_database() as con:
+    with db.use() as con:
         return int(con.execute(f"SELECT coalesce(max(shift), 0) FROM read_parquet({files_sql(files)})").fetchall()[0][0])
 
 
-def scan(parts: list[list[str]], aligned_base: int, shift: int) -> list[dict[str, np.ndarray] | None]:
+def scan(parts: list[list[str]], aligned_base: int, shift: int, db: Scratch) -> list[dict[str, np.ndarray] | None]:
     """The coarse scan's rows (``coarse.scan_sql``: per leaf key and bucket of ``2**shift`` counted
     from ``aligned_base``, a multiple of it, ordered by key, bucket and start) of each process from its
     summary files (``parts[i]``: process i's), in one query over them all; None for a process whose
     summary turned out damaged (a column the checks did not read: when the query over all fails,
     each process is read alone)."""
     try:
-        with _own_database() as con:
+        with db.use() as con:
             return list(_scan(con, parts, aligned_base, shift))
     except DAMAGED:
         if len(parts) == 1:
             return [None]
-    return [scan([fs], aligned_base, shift)[0] for fs in parts]
+    return [scan([fs], aligned_base, shift, db)[0] for fs in parts]
 
 
 def _scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: int, shift: int) -> list[dict[str, np.ndarray]]:

@@ -299,35 +299,12 @@ class Profile:
         self.first_paint_from = "none"
         if not self.ev_files:
             return [], None
-        cur = self.cursor()
-        sums = ingest_summary.matching(self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY)) \
-            if use_summary else {}
-        ext4 = None
-        try:  # (the columns matching's checks read: a failure means the files changed under us)
-            if sums and len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
-                ext4 = ingest_summary.extent(list(sums.values()))
-            shift = ingest_summary.max_shift(list(sums.values())) if ext4 is None else ext4[3]
-        except ingest_summary.DAMAGED:
-            sums, shift = {}, 0
-        ext = ext4[:3] if ext4 is not None else coarse.extent(cur, [f for _, _, f in self.ev_files])
+        with ingest_summary.Scratch() as db:  # one database for this open's reads of summaries
+            got, summarised, ext = self._from_summaries(db, use_summary)
         if ext is None:
             return [], None
-        # buckets aligned to multiples of their width: whole summary buckets merge into them exactly
-        w = max(coarse.bucket_width(max(ext[1] - ext[0], 1)), 1 << shift)
-        aligned = ext[0] - ext[0] % w
+        w, aligned = ext[3], ext[4]
         parts = list(self._parts().items())
-        summarised = [i for i, (_, files) in enumerate(parts) if all(f in sums for f in files)]
-        got: list = []
-        self.progress.step("scanning events", 0, len(parts))
-        if summarised:  # one query over every summary; a process whose summary is damaged where the
-            # checks did not read gets None, and its events are scanned instead
-            got_parts = ingest_summary.scan([[sums[f] for f in parts[i][1]] for i in summarised], aligned,
-                                            w.bit_length() - 1)
-            for i, cols in zip(summarised, got_parts):
-                if cols is not None:
-                    got.extend(coarse.split_part(*parts[i][0], cols, ext[2]))
-            summarised = [i for i, cols in zip(summarised, got_parts) if cols is not None]
-            self.progress.step("scanning events", len(summarised), len(parts))
         rest = [i for i in range(len(parts)) if i not in set(summarised)]
         self.first_paint_from = "+".join(x for x, n in (("events", rest), ("summary", summarised)) if n)
         # the others: one aggregate of the events per process, a few at a time (the same rows as one
@@ -340,6 +317,41 @@ class Profile:
         got.sort(key=lambda x: x[0][:6])
         leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
         return leaves, coarse.build(got, ext[0], w)
+
+    def _from_summaries(self, db: "ingest_summary.Scratch", use_summary: bool) -> tuple[list, list[int], tuple | None]:
+        """The coarse rows of the processes whose summaries are their events', the indices of those
+        processes, and (earliest start, latest end, longest duration, bucket width, aligned base);
+        that last is None when there is no event."""
+        cur = self.cursor()
+        sums = ingest_summary.matching(self.ev_files, paths.table_files(self.workspace, self.dir, EVENT_SUMMARY), db) \
+            if use_summary else {}
+        ext4 = None
+        try:  # (the columns matching's checks read: a failure means the files changed under us)
+            if sums and len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
+                ext4 = ingest_summary.extent(list(sums.values()), db)
+            shift = ingest_summary.max_shift(list(sums.values()), db) if ext4 is None else ext4[3]
+        except ingest_summary.DAMAGED:
+            sums, shift = {}, 0
+        ext = ext4[:3] if ext4 is not None else coarse.extent(cur, [f for _, _, f in self.ev_files])
+        if ext is None:
+            return [], [], None
+        # buckets aligned to multiples of their width: whole summary buckets merge into them exactly
+        w = max(coarse.bucket_width(max(ext[1] - ext[0], 1)), 1 << shift)
+        aligned = ext[0] - ext[0] % w
+        parts = list(self._parts().items())
+        summarised = [i for i, (_, files) in enumerate(parts) if all(f in sums for f in files)]
+        got: list = []
+        self.progress.step("scanning events", 0, len(parts))
+        if summarised:  # one query over every summary; a process whose summary is damaged where the
+            # checks did not read gets None, and its events are scanned instead
+            got_parts = ingest_summary.scan([[sums[f] for f in parts[i][1]] for i in summarised], aligned,
+                                            w.bit_length() - 1, db)
+            for i, cols in zip(summarised, got_parts):
+                if cols is not None:
+                    got.extend(coarse.split_part(*parts[i][0], cols, ext[2]))
+            summarised = [i for i, cols in zip(summarised, got_parts) if cols is not None]
+            self.progress.step("scanning events", len(summarised), len(parts))
+        return got, summarised, (*ext, w, aligned)
 
     def _scan_part(self, inst: str, pid: int, files: list[str], aligned: int, w: int, max_duration: int) -> list:
         got = self.cursor().execute(coarse.scan_sql(files, aligned, w)).fetchnumpy()
