@@ -19,6 +19,9 @@ from ..conftest import clean_env, cli, run
 
 WORKLOAD = Path(__file__).parent / "workloads" / "train_memory.py"
 PARAM_BYTES = (256 * 512 + 512 + 512 * 10 + 10) * 4
+# what a sample can see of the parameters while the model is being built (one tensor after another);
+# a sampler tick that falls in the workload's construction is right to see part of them
+PARAM_PREFIXES = {4 * sum((256 * 512, 512, 512 * 10, 10)[:k]) for k in range(5)}
 ADAM_BYTES = 2 * PARAM_BYTES + 4 * 4  # exp_avg and exp_avg_sq per parameter, a float32 step each
 
 
@@ -58,7 +61,8 @@ def test_a_training_job_writes_device_memory_by_category_to_parquet(captured, tm
     assert set(got) >= {f"device_mem.nc0.{c}" for c in
                         ("parameters", "gradients", "optimizer_state", "tensors", "model_code")}, got
     assert all(unit == "bytes" for unit, *_ in got.values())
-    assert got["device_mem.nc0.parameters"][1:3] == (PARAM_BYTES, PARAM_BYTES)  # from the first sample on
+    lo, hi = got["device_mem.nc0.parameters"][1:3]
+    assert hi == PARAM_BYTES and lo in PARAM_PREFIXES  # lo < hi: the first sample fell in the model's construction
     assert got["device_mem.nc0.gradients"][2] == PARAM_BYTES  # once backward ran
     assert got["device_mem.nc0.optimizer_state"][2] == ADAM_BYTES  # once the optimizer stepped
     assert got["device_mem.nc0.model_code"][1] > 0  # the forward graph's code
@@ -74,8 +78,9 @@ def test_the_perfetto_trace_has_a_counter_track_per_category(captured, tmp_path)
     assert r.returncode == 0, r.stderr
     d = decode(pf.read_bytes())
     tracks = {d.tracks[u].name: s for u, s in d.counters.items()}
-    params = [v for _, v in tracks["device_mem.nc0.parameters"]]
-    assert params and set(params) == {PARAM_BYTES}
+    params = [v for _, v in sorted(tracks["device_mem.nc0.parameters"])]
+    assert params and params[-1] == PARAM_BYTES and set(params) <= PARAM_PREFIXES
+    assert params == sorted(params)  # built one tensor after another, never fewer later
     assert max(v for _, v in tracks["device_mem.nc0.optimizer_state"]) == ADAM_BYTES
 
 
