@@ -398,7 +398,8 @@ def main() -> None:
         return
     runs = args.runs or (3 if args.quick else 7)
     res: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
+                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+                 "command": " ".join(["python -m bench.ndet_bench", *sys.argv[1:]])}
     if not args.skip_overhead:
         trees = dict(kv.split("=", 1) for kv in args.trees.split(",")) if args.trees else None
         steps = args.steps or (1500 if args.quick else 4000)

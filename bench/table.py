@@ -298,22 +298,23 @@ def _other_rows(results: dict) -> list[dict]:
     if "perfetto_vs_chrome_json_size" in vt:
         rows.append(_row("`.pftrace` size / Chrome JSON size", f"{vt['perfetto_vs_chrome_json_size']:.3f}", "",
                          "<= 0.2", "python -m bench.view_throughput"))
+    nd = results.get("ndet.json") or {}
+    ndet_cmd = nd.get("command") or _NDET  # (files from before the bench recorded its command: the defaults)
     for c, label in (("ndet", "NDET with its default NaN/Inf check, 1 s flush"), ("ndet_nonan", "NDET logging alone, 1 s flush")):
-        d = _get(results.get("ndet.json") or {}, "overhead", c)
+        d = _get(nd, "overhead", c)
         if isinstance(d, dict) and "cpu_overhead_pct" in d:
             pr = d.get("paired_cpu")
             note = f" (paired {pr['min']:.3f}..{pr['max']:.3f} over {pr['n']} runs)" if pr else ""
             verdict = _met_paired(1 + d["cpu_overhead_pct"] / 100, pr, c) if pr else ""
             rows.append(_row(f"{label}, process CPU per step (interleaved runs)",
                              f"{d['cpu_overhead_pct']:+.1f}%{note}; wall {d['overhead_pct']:+.1f}%", "",
-                             "<= 1%" + verdict, _NDET))
-    nd = results.get("ndet.json") or {}
-    rows += _same_process_rows(nd.get("same_process"), "", "its wrappers' work", "wrappers", "<= 1.01x", _NDET)
+                             "<= 1%" + verdict, ndet_cmd))
+    rows += _same_process_rows(nd.get("same_process"), "", "its wrappers' work", "wrappers", "<= 1.01x", ndet_cmd)
     for c, d in (nd.get("overhead") or {}).items():
         if c.startswith("ndet") and isinstance(d, dict) and "other_threads_us" in d:
             rows.append(_row(f"{d['label']}: its threads (flush, monitor counters), CPU per training step",
                              f"{d['other_threads_us']:.2f} us ({100 * d['other_threads_us'] / d['median_cpu_us']:.2f}%"
-                             " of the step)", "", "", _NDET))
+                             " of the step)", "", "", ndet_cmd))
     io = results.get("import_order.json") or {}
     for c in ("numpy_first", "ne_first", "both_first"):
         d = _get(io, "configs", c)
