@@ -276,7 +276,7 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
         r = ratios[c]
         out[c] = {"label": labels.get(c, LABELS.get(c, c)), "median_ratio": statistics.median(r), "min": min(r), "max": max(r),
                   "n": len(r), "median_step_us": statistics.median(on_us[c]),
-                  "overhead_pct": 100.0 * (statistics.median(r) - 1)}
+                  "overhead_pct": 100.0 * (statistics.median(r) - 1), "ratios": r}
     return out
 
 

@@ -147,6 +147,29 @@ def _met_beside_control(ratio: float, control: float | None) -> str:
     return " (not met)"
 
 
+def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of ``xs``: order statistics j and n+1-j, with j the
+    largest whose coverage 1 - 2 P(Binomial(n, 1/2) < j) is at least ``level`` (j = 1, the whole
+    range, when n is too small for it); and that coverage."""
+    from math import comb
+
+    x, n = sorted(xs), len(xs)
+    below = lambda j: sum(comb(n, i) for i in range(j)) / 2 ** n  # noqa: E731 - P(Binomial(n, 1/2) < j)
+    j = 1
+    while j + 1 <= (n + 1) // 2 and 1 - 2 * below(j + 1) >= level:
+        j += 1
+    return x[j - 1], x[n - j], 1 - 2 * below(j)
+
+
+def _met_interval(lo: float, hi: float, cover: float) -> str:
+    """A same-process verdict from the interval of the median of the processes' ratios."""
+    if hi <= 1.01:
+        return " (met)"
+    if lo > 1.01:
+        return " (not met)"
+    return f" (not resolved: the median's {100 * cover:.0f}% interval {lo:.4f}..{hi:.4f} spans the target)"
+
+
 def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, target: str, command: str) -> list[dict]:
     """The working-over-paused rows of one process each (``ndet_bench.same_process``), the A/A
     control's first, each verdict beside it."""
@@ -156,11 +179,15 @@ def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, tar
         if not isinstance(d, dict) or "median_ratio" not in d:
             continue
         value = f"{d['median_ratio']:.4f}x ({d['min']:.4f}..{d['max']:.4f} over {d['n']} processes)"
+        interval = median_interval(d["ratios"]) if len(d.get("ratios") or ()) >= 3 else None
+        if interval is not None:
+            value = value[:-1] + f"; the median's {100 * interval[2]:.0f}% interval {interval[0]:.4f}..{interval[1]:.4f})"
         if c == "null":
             rows.append(_row(f"{prefix}{d['label']}: training-thread CPU per step, the same two kinds of block",
                              value, "itself", "", command))
         else:
-            verdict = _met_beside_control(d["median_ratio"], (control or {}).get("median_ratio"))
+            verdict = _met_interval(*interval) if interval is not None else \
+                _met_beside_control(d["median_ratio"], (control or {}).get("median_ratio"))
             rows.append(_row(f"{prefix}{d['label']}: {what}, training-thread CPU per step, measured on and paused in "
                              "one process", value, f"the same process with the {paused} paused", target + verdict,
                              command))

@@ -108,3 +108,23 @@ def test_a_same_process_ratio_over_the_target_by_less_than_the_a_a_control_is_no
     assert verdict(1.0105, 0.9980) == "<= 1.01x (not resolved: 0.05% over, the A/A control strays 0.20%)"
     assert verdict(1.0200, 1.0014) == "<= 1.01x (not met)"
     assert verdict(1.0105, None) == "<= 1.01x (not met)"
+
+
+def test_a_same_process_verdict_with_every_process_ratio_comes_from_the_median_s_interval():
+    """With the processes' ratios recorded, the verdict is the one a distribution-free 95% interval
+    for their median gives: under the target, over it, or spanning it (whatever the median alone
+    says)."""
+    def row(ratios):
+        sp = {"ndet": {"label": "NDET on", "median_ratio": sorted(ratios)[len(ratios) // 2], "min": min(ratios),
+                       "max": max(ratios), "n": len(ratios), "ratios": ratios}}
+        (r,) = [r for r in table._other_rows({"ndet.json": {"same_process": sp}})
+                if r["figure"].startswith("NDET on") and "paused" in r["figure"]]
+        return r
+
+    tight_under = [1.002, 1.004, 1.005, 1.006, 1.007, 1.008, 1.009, 1.003, 1.0095]
+    assert row(tight_under)["target"] == "<= 1.01x (met)"
+    assert "interval 1.0030..1.0090)" in row(tight_under)["value"]  # the 2nd and 8th of 9: 96% coverage
+    assert row([1.02, 1.03, 1.025, 1.04, 1.021, 1.05, 1.022, 1.019, 1.033])["target"] == "<= 1.01x (not met)"
+    wide = [0.96, 0.98, 1.0, 1.005, 1.008, 1.02, 1.03, 1.04, 1.05]  # median 1.008 under the target
+    assert row(wide)["target"] == "<= 1.01x (not resolved: the median's 96% interval 0.9800..1.0400 spans the target)"
+    assert table.median_interval([3.0, 1.0, 2.0, 5.0, 4.0])[:2] == (1.0, 5.0)  # n=5: the whole range (94%)
