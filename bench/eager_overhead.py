@@ -53,6 +53,8 @@ CONFIGS = ("plain", "system", "torch_profiler")
 OPTIONAL = ("system_noreg", "system_nomem")
 # timed steps (a window of ~5 s unprofiled on the reference VM), warm-up steps
 WORKLOADS = {"block": (400, 20), "mlp": (10000, 200)}
+# --same-process: steps per process and steps per block (~0.2-0.3 s a block)
+SAME_PROCESS = {"block": (800, 25), "mlp": (12000, 250)}
 
 
 def build_step(torch, workload: str):
@@ -99,6 +101,15 @@ def worker(workload: str, config: str, steps: int, warmup: int) -> None:
     torch.set_num_threads(1)
     step = build_step(torch, workload)
     step()
+    block = int(os.environ.get("NE_BENCH_SAME_PROCESS") or 0)
+    if block:  # --same-process: hooks working and paused in blocks of this one process
+        from bench import ndet_bench
+
+        for _ in range(warmup):
+            step()
+        pause = ndet_bench.pauser(torch, bool(os.environ.get("NE_BENCH_NULL")), module_call=True)
+        print(json.dumps(ndet_bench.time_blocks(step, steps, block, pause)))
+        return
     ctx = contextlib.nullcontext()
     if config == "torch_profiler":
         from torch.profiler import ProfilerActivity, profile
@@ -129,6 +140,31 @@ def _check(config: str, r: dict) -> None:
         raise RuntimeError(f"{config}: runtime_active={r.get('runtime_active')} (is the .pth hook installed?)")
 
 
+def _same_process(workload: str, runs: int, warmup: int) -> dict:
+    """The system profile's per-step work at one memory layout (``ndet_bench.same_process``, as
+    ``capture_overhead.py --same-process`` does for the compiled step): in the paused blocks the
+    execution wrappers and regions record nothing and ``nn.Module.__call__`` is torch's own, so
+    what still runs in both kinds of block is the backward and optimizer gates (in C) and our
+    threads (those are in the interleaved rows)."""
+    from bench import ndet_bench
+
+    steps, block = SAME_PROCESS[workload]
+    labels = {"system": f"system profile (NEURON_RT_INSPECT_ENABLE=1), eager {workload}",
+              "null": "A/A control: system profile on, nothing paused (the method's noise floor)"}
+
+    def run(label: str, env: dict[str, str], warmup_: int, steps_: int) -> dict:
+        argv = [sys.executable, "-m", "bench.eager_overhead", "--worker", workload, "--config", "system",
+                "--steps", str(steps_), "--warmup", str(warmup_)]
+        return ndet_bench._run_worker(label, env, warmup_, steps_, argv=argv, cwd=ROOT)
+
+    out = ndet_bench.same_process(runs, warmup=warmup, steps=steps, block=block, configs=("system",),
+                                  env_for=lambda config, d: interleave.system_env(d), labels=labels, run=run)
+    for r in out.values():
+        print(f"  same process, {r['label']}: {r['median_ratio']:.4f}x ({r['min']:.4f}..{r['max']:.4f}, "
+              f"{r['n']} processes)", file=sys.stderr)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -136,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="e.g. mlp")
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"(plain is always run; optional: {OPTIONAL})")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "eager_overhead.json"))
+    ap.add_argument("--same-process", type=int, default=0, metavar="RUNS",
+                    help="also time the system profile's hooks working and paused in one process, RUNS processes "
+                         "per workload, beside an A/A control (default 0: skip)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--warmup", type=int, default=0, help=argparse.SUPPRESS)
@@ -158,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                                               "summary": summary, **res}
             interleave.print_summary(f"eager {workload}: median process CPU time per step, {a.rounds} interleaved "
                                      f"runs x {steps} steps (load {res['load_average']['start'][0]:.2f})", summary)
+            if a.same_process:
+                results["workloads"][workload]["same_process"] = _same_process(workload, a.same_process, warmup)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(results, f, indent=1)

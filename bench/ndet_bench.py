@@ -104,9 +104,7 @@ def worker(warmup: int, steps: int) -> None:
     """Runs in the subprocess: prints the mean step time in ns as JSON.
 
     With ``NE_BENCH_SAME_PROCESS=B`` (NDET or a system profile): the timed steps run in blocks of
-    B, in groups of four -- on, paused, paused, on -- with the execution wrappers and
-    record_function regions paused (``_fastpath.pause_executions``) and the device-memory
-    optimizer pre-hook taken out in the paused blocks, and it prints the training thread's CPU
+    B, working and paused (``time_blocks``, ``pauser``), and it prints the training thread's CPU
     time per step of each kind.  ``NE_BENCH_BACKEND`` picks torch.compile's backend.  With
     ``NE_BENCH_NULL=1`` too, nothing is paused: both kinds of block do the same work (the A/A
     control, whose ratio is the method's noise floor)."""
@@ -134,40 +132,7 @@ def worker(warmup: int, steps: int) -> None:
         step()
     block = int(os.environ.get("NE_BENCH_SAME_PROCESS") or 0)
     if block:
-        from neuron_explorer.runtime import _fastpath
-
-        # neuron-monitor's device-memory source steps in as a global optimizer pre-hook: taken out
-        # of torch's table in the paused blocks, so they hold nothing of ours but the C gates
-        import torch.optim.optimizer as optmod
-
-        table = getattr(optmod, "_global_optimizer_pre_hooks", {})
-        ours = [(k, f) for k, f in list(table.items())
-                if getattr(getattr(f, "fn", None), "__qualname__", "").endswith("snapshot_step")]
-
-        null = bool(os.environ.get("NE_BENCH_NULL"))
-
-        def pause(flag: bool) -> None:
-            if null:
-                return
-            _fastpath.pause_executions(flag)
-            for k, f in ours:
-                if flag:
-                    table.pop(k, None)
-                else:
-                    table[k] = f
-
-        spent = {True: 0, False: 0}
-        quads = max(1, steps // (4 * block))
-        for i in range(4 * quads):
-            paused = i % 4 in (1, 2)  # on, paused, paused, on: a drift in time cancels
-            pause(paused)
-            m0 = time.thread_time_ns()
-            for _ in range(block):
-                step()
-            spent[paused] += time.thread_time_ns() - m0
-        pause(False)
-        n = quads * 2 * block  # steps of each kind
-        print(json.dumps({"on_ns": spent[False] / n, "paused_ns": spent[True] / n}))
+        print(json.dumps(time_blocks(step, steps, block, pauser(torch, bool(os.environ.get("NE_BENCH_NULL"))))))
         return
     t0, c0, m0 = time.perf_counter_ns(), time.process_time_ns(), time.thread_time_ns()
     for _ in range(steps):
@@ -176,12 +141,62 @@ def worker(warmup: int, steps: int) -> None:
     print(json.dumps({"step_ns": dt / steps, "cpu_ns": dc / steps, "main_cpu_ns": dm / steps}))
 
 
-def _run_worker(label: str, env: dict[str, str], warmup: int, steps: int, prefix: list[str] | None = None) -> dict:
-    """One worker process (``prefix``: e.g. ``setarch -R``); its JSON line. A worker killed by a
-    signal is run once more, and said so."""
+def pauser(torch, null: bool, module_call: bool = False):
+    """``pause(flag)`` for ``time_blocks``: while set, the execution wrappers and record_function
+    regions record nothing (``_fastpath.pause_executions``) and neuron-monitor's device-memory
+    optimizer pre-hook is out of torch's table; with ``module_call``, ``nn.Module.__call__`` is
+    torch's own too (the eager hooks record a root module's call in Python, which the pause does
+    not reach).  With ``null`` (the A/A control) it does nothing."""
+    from neuron_explorer.runtime import _fastpath
+
+    import torch.optim.optimizer as optmod
+
+    table = getattr(optmod, "_global_optimizer_pre_hooks", {})
+    ours = [(k, f) for k, f in list(table.items())
+            if getattr(getattr(f, "fn", None), "__qualname__", "").endswith("snapshot_step")]
+    Module = torch.nn.Module
+    hooked = Module.__call__
+    own = getattr(hooked, "__wrapped__", hooked) if module_call else hooked
+
+    def pause(flag: bool) -> None:
+        if null:
+            return
+        _fastpath.pause_executions(flag)
+        if own is not hooked:
+            Module.__call__ = own if flag else hooked
+        for k, f in ours:
+            if flag:
+                table.pop(k, None)
+            else:
+                table[k] = f
+
+    return pause
+
+
+def time_blocks(step, steps: int, block: int, pause) -> dict:
+    """Run ``step`` in blocks of ``block``, in groups of four -- on, paused, paused, on, so that a
+    drift in time cancels -- and return the training thread's CPU time per step of each kind."""
+    spent = {True: 0, False: 0}
+    quads = max(1, steps // (4 * block))
+    for i in range(4 * quads):
+        paused = i % 4 in (1, 2)
+        pause(paused)
+        m0 = time.thread_time_ns()
+        for _ in range(block):
+            step()
+        spent[paused] += time.thread_time_ns() - m0
+    pause(False)
+    n = quads * 2 * block  # steps of each kind
+    return {"on_ns": spent[False] / n, "paused_ns": spent[True] / n}
+
+
+def _run_worker(label: str, env: dict[str, str], warmup: int, steps: int, prefix: list[str] | None = None,
+                argv: list[str] | None = None, cwd: str | None = None) -> dict:
+    """One worker process (``prefix``: e.g. ``setarch -R``; ``argv``: another worker's command line
+    than this file's); its JSON line. A worker killed by a signal is run once more, and said so."""
+    argv = argv or [sys.executable, __file__, "--worker", str(warmup), str(steps)]
     for _attempt in range(2):
-        p = subprocess.run([*(prefix or []), sys.executable, __file__, "--worker", str(warmup), str(steps)], env=env,
-                           capture_output=True, text=True, timeout=600)
+        p = subprocess.run([*(prefix or []), *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
         if p.returncode >= 0:
             break
         print(f"warning: worker {label} died by signal {-p.returncode}; run again", file=sys.stderr)
@@ -238,7 +253,7 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
 
 
 def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[str, ...],
-                 env_for=_env, labels: dict[str, str] = LABELS) -> dict:
+                 env_for=_env, labels: dict[str, str] = LABELS, run=None) -> dict:
     """Per NDET configuration, ``runs`` processes that each time their steps with the execution
     wrappers working and paused (``worker``): the wrappers' per-step cost at one memory layout.
 
@@ -251,7 +266,9 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
     ``null`` is the A/A control, interleaved with the rest: the first configuration, nothing paused,
     timed the same way; how far its ratio strays from 1 is how far this method can be trusted.
     ``env_for(config, dir)`` makes a worker's environment (``bench/capture_overhead.py`` passes
-    the system profile's), ``labels`` names the configurations."""
+    the system profile's), ``labels`` names the configurations, and ``run(label, env, warmup,
+    steps)`` runs one worker (default: this file's compiled step; ``bench/eager_overhead.py``
+    passes its eager steps)."""
     out = {}
     control = configs[0] if configs else "ndet"  # what the A/A control runs
     configs = tuple(configs) + ("null",)
@@ -267,7 +284,7 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
                 env["NE_BENCH_SAME_PROCESS"] = str(block)
                 if c == "null":
                     env["NE_BENCH_NULL"] = "1"
-                got = _run_worker(c, env, warmup, steps)
+                got = (run or _run_worker)(c, env, warmup, steps)
                 ratios[c].append(got["on_ns"] / got["paused_ns"])
                 on_us[c].append(got["on_ns"] / 1000)
     finally:

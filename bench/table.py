@@ -170,9 +170,10 @@ def _met_interval(lo: float, hi: float, cover: float) -> str:
     return f" (not resolved: the median's {100 * cover:.0f}% interval {lo:.4f}..{hi:.4f} spans the target)"
 
 
-def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, target: str, command: str) -> list[dict]:
+def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, target: str, command: str,
+                       judged: bool = True) -> list[dict]:
     """The working-over-paused rows of one process each (``ndet_bench.same_process``), the A/A
-    control's first, each verdict beside it."""
+    control's first, each verdict beside it (none when not ``judged``: a path with no target)."""
     rows: list[dict] = []
     control = (sp or {}).get("null")
     for c, d in sorted((sp or {}).items(), key=lambda kv: kv[0] != "null"):
@@ -186,7 +187,7 @@ def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, tar
             rows.append(_row(f"{prefix}{d['label']}: training-thread CPU per step, the same two kinds of block",
                              value, "itself", "", command))
         else:
-            verdict = _met_interval(*interval) if interval is not None else \
+            verdict = "" if not judged else _met_interval(*interval) if interval is not None else \
                 _met_beside_control(d["median_ratio"], (control or {}).get("median_ratio"))
             rows.append(_row(f"{prefix}{d['label']}: {what}, training-thread CPU per step, measured on and paused in "
                              "one process", value, f"the same process with the {paused} paused", target + verdict,
@@ -227,8 +228,11 @@ def _capture_rows(results: dict) -> list[dict]:
         cpu = _cpu_view(results, cpu_file, key)
         if cpu is not None:
             rows += _cpu_rows(tag, label, target, cpu)
-            rows += _same_process_rows((results.get(cpu_file) or {}).get("same_process"), f"capture, {label}: ",
-                                       "its hooks' work", "hooks", target, cpu["command"])
+            src = results.get(cpu_file) or {}
+            if key is not None:  # a file of several workloads (eager_overhead.json): that workload's
+                src = (src.get("workloads") or {}).get(key) or {}
+            rows += _same_process_rows(src.get("same_process"), f"capture, {label}: ",
+                                       "its hooks' work", "hooks", target, cpu["command"], judged=tag not in TARGET)
         else:
             rows.append(_row(f"capture, {label}: process CPU per step (interleaved runs)", "not measured yet", "",
                              target, COMMANDS[cpu_file]))

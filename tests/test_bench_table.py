@@ -128,3 +128,31 @@ def test_a_same_process_verdict_with_every_process_ratio_comes_from_the_median_s
     wide = [0.96, 0.98, 1.0, 1.005, 1.008, 1.02, 1.03, 1.04, 1.05]  # median 1.008 under the target
     assert row(wide)["target"] == "<= 1.01x (not resolved: the median's 96% interval 0.9800..1.0400 spans the target)"
     assert table.median_interval([3.0, 1.0, 2.0, 5.0, 4.0])[:2] == (1.0, 5.0)  # n=5: the whole range (94%)
+
+
+def test_an_eager_workload_s_same_process_ratios_come_out_under_its_own_path():
+    """``eager_overhead.py --same-process`` stores its one-process ratios per workload: the MLP's
+    appear under the eager MLP path (with that path's target), not under the transformer block's."""
+    summary = {"plain": {"ratio": 1.0, "cpu_step_ns": {"median": 7e5}},
+               "system": {"ratio": 1.05, "paired_ratio": {"min": 1.0, "max": 1.1, "n": 3},
+                          "cpu_step_ns": {"median": 7.3e5}}}
+    ratios = [1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08, 1.09]
+    sp = {"system": {"label": "system profile, eager mlp", "median_ratio": 1.05, "min": 1.01, "max": 1.09, "n": 9,
+                     "ratios": ratios},
+          "null": {"label": "A/A control", "median_ratio": 1.0, "min": 0.98, "max": 1.02, "n": 9,
+                   "ratios": [0.98, 0.99, 1.0, 1.0, 1.0, 1.0, 1.01, 1.01, 1.02]}}
+    eager = {"command": "python -m bench.eager_overhead --same-process 9",
+             "workloads": {"mlp": {"summary": summary, "steps": 10000, "same_process": sp},
+                           "block": {"summary": summary, "steps": 400}}}
+    rows = table._capture_rows({"eager_overhead.json": eager})
+    mlp = [r for r in rows if "paused in one process" in r["figure"]]
+    assert [r["figure"].split(":")[0] for r in mlp] == ["capture, eager MLP step"]
+    assert mlp[0]["value"].startswith("1.0500x (1.0100..1.0900 over 9 processes")
+    assert mlp[0]["target"] == table.TARGET["eager_mlp"]  # no target of 1%, so no verdict
+    assert mlp[0]["peer"] == "the same process with the hooks paused"
+    control = [r for r in rows if r["figure"].startswith("capture, eager MLP step: A/A control")]
+    assert control and control[0]["peer"] == "itself"
+    eager["workloads"]["block"]["same_process"] = sp  # a path with the 1% target gets its verdict
+    (blk,) = [r for r in table._capture_rows({"eager_overhead.json": eager})
+              if r["figure"].startswith("capture, eager transformer-block step") and "paused in one" in r["figure"]]
+    assert blk["target"] == "system profile <= 1.01x (not met)"
