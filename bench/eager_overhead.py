@@ -29,6 +29,11 @@ Usage::
 
     python -m bench.eager_overhead                    # 5 rounds, both workloads (~8 minutes)
     python -m bench.eager_overhead --rounds 3 --workloads mlp --steps 4000
+    python -m bench.eager_overhead --rounds 3 --same-process 9   # + one-process ratios (~10 minutes more)
+
+``--same-process RUNS`` also runs, per workload, RUNS processes that time the system profile's
+per-step work with the hooks working and paused in alternate blocks of one process (one memory
+layout; ``ndet_bench.same_process``), beside an A/A control that pauses nothing.
 
 Results go to ``bench/results/eager_overhead.json``.
 """
