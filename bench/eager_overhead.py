@@ -160,7 +160,7 @@ def _same_process(workload: str, runs: int, warmup: int) -> dict:
     def run(label: str, env: dict[str, str], warmup_: int, steps_: int) -> dict:
         argv = [sys.executable, "-m", "bench.eager_overhead", "--worker", workload, "--config", "system",
                 "--steps", str(steps_), "--warmup", str(warmup_)]
-        return ndet_bench._run_worker(label, env, warmup_, steps_, argv=argv, cwd=ROOT)
+        return ndet_bench.run_worker(label, env, warmup_, steps_, argv=argv, cwd=ROOT)
 
     out = ndet_bench.same_process(runs, warmup=warmup, steps=steps, block=block, configs=("system",),
                                   env_for=lambda config, d: interleave.system_env(d), labels=labels, run=run)

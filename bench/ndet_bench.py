@@ -190,7 +190,7 @@ def time_blocks(step, steps: int, block: int, pause) -> dict:
     return {"on_ns": spent[False] / n, "paused_ns": spent[True] / n}
 
 
-def _run_worker(label: str, env: dict[str, str], warmup: int, steps: int, prefix: list[str] | None = None,
+def run_worker(label: str, env: dict[str, str], warmup: int, steps: int, prefix: list[str] | None = None,
                 argv: list[str] | None = None, cwd: str | None = None) -> dict:
     """One worker process (``prefix``: e.g. ``setarch -R``; ``argv``: another worker's command line
     than this file's); its JSON line. A worker killed by a signal is run once more, and said so."""
@@ -230,7 +230,7 @@ def overhead(runs: int, warmup: int, steps: int, trees: dict[str, str] | None = 
                 env = _env(c, d)
                 if trees[t]:
                     env["PYTHONPATH"] = trees[t]
-                got = _run_worker(f"{t}{c}", env, warmup, steps, setarch)
+                got = run_worker(f"{t}{c}", env, warmup, steps, setarch)
                 wall[(t, c)].append(got["step_ns"])
                 cpu[(t, c)].append(got["cpu_ns"])
                 main_cpu[(t, c)].append(got["main_cpu_ns"])
@@ -284,7 +284,7 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
                 env["NE_BENCH_SAME_PROCESS"] = str(block)
                 if c == "null":
                     env["NE_BENCH_NULL"] = "1"
-                got = (run or _run_worker)(c, env, warmup, steps)
+                got = (run or run_worker)(c, env, warmup, steps)
                 ratios[c].append(got["on_ns"] / got["paused_ns"])
                 on_us[c].append(got["on_ns"] / 1000)
     finally:

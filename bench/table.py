@@ -137,16 +137,6 @@ def _met_paired(ratio: float, paired: dict, tag: str) -> str:
     return " (not resolved: the paired ratios span the target)"
 
 
-def _met_beside_control(ratio: float, control: float | None) -> str:
-    """A same-process verdict: over the target by less than the A/A control strays from 1 (the
-    method's own offset in that run) is not resolved either way."""
-    if ratio <= 1.01:
-        return " (met)"
-    if control is not None and ratio - 1.01 <= abs(control - 1):
-        return f" (not resolved: {100 * (ratio - 1.01):.2f}% over, the A/A control strays {100 * abs(control - 1):.2f}%)"
-    return " (not met)"
-
-
 def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
     """A distribution-free interval for the median of ``xs``: order statistics j and n+1-j, with j the
     largest whose coverage 1 - 2 P(Binomial(n, 1/2) < j) is at least ``level`` (j = 1, the whole
@@ -175,7 +165,6 @@ def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, tar
     """The working-over-paused rows of one process each (``ndet_bench.same_process``), the A/A
     control's first, each verdict beside it (none when not ``judged``: a path with no target)."""
     rows: list[dict] = []
-    control = (sp or {}).get("null")
     for c, d in sorted((sp or {}).items(), key=lambda kv: kv[0] != "null"):
         if not isinstance(d, dict) or "median_ratio" not in d:
             continue
@@ -188,7 +177,7 @@ def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, tar
                              value, "itself", "", command))
         else:
             verdict = "" if not judged else _met_interval(*interval) if interval is not None else \
-                _met_beside_control(d["median_ratio"], (control or {}).get("median_ratio"))
+                " (not resolved: fewer than 3 processes' ratios)"
             rows.append(_row(f"{prefix}{d['label']}: {what}, training-thread CPU per step, measured on and paused in "
                              "one process", value, f"the same process with the {paused} paused", target + verdict,
                              command))
