@@ -9,7 +9,8 @@ when any of them is kept, not only when one particular type is (docs/decisions/0
 These tests run a deterministic 2-rank gloo job (``workloads/filter_ddp.py``: an eager DDP phase
 and a compiled ``aot_eager`` phase) once unfiltered per path (the C extension, the pure-Python
 fallback) and once per filter, each filter on one path to keep the launches few, and a plain JAX
-jit loop the same way; the filter logic itself is tested in process in ``test_filters.py``.  The counts are keyed finer
+jit loop the same way; the filter logic itself is tested in process in ``test_filters.py``.  NDET,
+another tool, keeps what it records whatever the capture's filter.  The counts are keyed finer
 than the name where the event says more: by the graph's backend and kind for events naming a model
 (an eager optimizer step is not a compiled forward), by the operation for collectives.
 """
@@ -26,7 +27,8 @@ import pytest
 
 from neuron_explorer.contracts.env import parse_type_filter
 
-from ..conftest import clean_env, run, torchrun
+from ..conftest import clean_env, free_port, run, torchrun
+from ..ndet.helpers import load_trace, ndet_env
 from .helpers import sessions
 
 pytestmark = pytest.mark.slow
@@ -139,3 +141,19 @@ def test_a_filtered_jax_capture_is_the_unfiltered_one_restricted_to_the_kept_typ
     assert c["nc_exec_running [xla jit]"] > 0 and c["nrt_model_switch [xla jit]"] > 0, full
     for value in ("hardware", "runtime_execute", "nrt_model_switch"):
         assert capture(value) == _restricted(full, parse_type_filter(value)), value
+
+
+def test_ndet_keeps_every_collective_whatever_the_capture_filter_keeps(tmp_path):
+    """NDET's flight recorder is another tool: a capture filter with no collective type in it
+    (``nrt_execute``) once left the collectives unhooked, and NDET's log without them."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = ndet_env(logs, NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"),
+                   NEURON_RT_INSPECT_EVENT_FILTER_TYPE="nrt_execute", MASTER_PORT=str(free_port()))
+    run([sys.executable, str(Path(__file__).parent / "workloads" / "waits.py")], env)
+    (s,) = sessions(tmp_path / "out")
+    assert set(_keyed_counts(tmp_path / "out")[s.info.rank]) == {"nrt_execute [aot_eager forward]"}
+    run([sys.executable, "-m", "neuron_explorer.ndet.cli", "--log-prefix", str(logs), "-o",
+         str(tmp_path / "t.json")], clean_env())
+    cats = Counter(e.get("cat") for e in load_trace(tmp_path / "t.json"))
+    assert cats["cc"] == 2 and cats["exec"] >= 3, cats  # waits.py: two all_reduces, three calls of its graph
