@@ -28,7 +28,7 @@ from typing import Any, Callable
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.integrations.jax.jit import make_jitted, model_name_for
 from neuron_explorer.runtime import clock
-from neuron_explorer.runtime.core import DEVICE_PROFILER, CoreState, Model, Runtime
+from neuron_explorer.runtime.core import DEVICE_PROFILER, EXECUTIONS, CoreState, Model, Runtime
 
 __all__ = ["JaxRuntime", "install", "installed"]
 
@@ -59,8 +59,7 @@ def install(rt: Runtime, jax) -> "JaxRuntime | None":
         return None  # this process's core is filtered out at capture time
     jx = _installed = JaxRuntime(rt, core)
     rt.sync_point(core)
-    if rt.enabled[ev.NRT_EXECUTE] or rt.enabled[ev.NC_EXEC_RUNNING] or rt.enabled[ev.MODEL_LOAD] or \
-            rt.enabled[ev.NRT_LOAD]:
+    if rt.enabled[EXECUTIONS]:  # any type an execution produces is kept, or NDET or the monitor counts them
         jx.install_jit(jax)
         jx.install_compile_listener()
     if rt.enabled[ev.FRAMEWORK_OP]:
