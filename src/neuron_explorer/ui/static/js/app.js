@@ -1,8 +1,8 @@
 // Application shell: the profile list, the widget dashboard, the Add Widget and Device Profiles
 // List modals, and the widgets themselves (System Trace Viewer with its docked panel, Event Details,
 // Profile Overview, Device Trace Viewer). Widgets talk through a small event bus so Event Details can
-// follow clicks in any trace viewer of its profile. The dashboard's state (widgets, view range, area
-// and selected event) lives in the URL, so a view survives a reload and can be shared.
+// follow clicks in any trace viewer of its profile. The dashboard's state (widgets, view range, area,
+// selected event and search) lives in the URL, so a view survives a reload or a restart and can be shared.
 
 import { absNs, api, esc, fmtBytes, fmtCount, fmtDur, fmtDurExact, fmtNs, stats } from "./api.js";
 import { Timeline } from "./timeline.js";
@@ -142,7 +142,7 @@ function render(w) {
 }
 
 // ---------------------------------------------------------------- URL state
-// #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start
+// #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start&q=search
 let urlTimer = 0;
 function saveUrl() {
   if (state.restoring || !state.home) return;
@@ -160,6 +160,7 @@ function saveUrl() {
       if (tl.sel) { q.set("a0", String(Math.round(tl.sel.a))); q.set("a1", String(Math.round(tl.sel.b))); if (tl.sel.rows) q.set("rows", tl.sel.rows.join(".")); }
       if (tl.selected && tl.selected.leaf !== null && tl.selected.leaf !== undefined) q.set("ev", `${tl.selected.leaf}:${tl.selected.id}:${tl.selected.s}`);
       if (st.dockH) q.set("dock", String(st.dockH));
+      if (st.query) q.set("q", st.query);
     }
     if (state.sync) q.set("sync", "1");
     history.replaceState(null, "", `#/p/${encodeURIComponent(state.home)}?${q}`);
@@ -321,7 +322,6 @@ async function renderSystemTrace(w, body, extra) {
     return true;
   };
   await loadRows();
-  if (url) restoreView(w, url);
   if (w.coarse) detailLoading(w, tl, status);
 
   // ---- details in the dock
@@ -380,6 +380,8 @@ async function renderSystemTrace(w, body, extra) {
   let q = "";
   const runSearch = async () => {
     q = input.value.trim();
+    w.query = q;
+    saveUrl();
     if (!q) { tl.match = null; tl.queueDraw(); $(".search-info", status).textContent = ""; $(".search-k", extra).textContent = ""; return; }
     const r = await api.search(w.profile, w.mode, w.layout, q);
     tl.match = new Set(r.rows);
@@ -405,6 +407,7 @@ async function renderSystemTrace(w, body, extra) {
   extra.querySelector("[data-act=next]").onclick = () => jump(1);
   extra.querySelector("[data-act=prev]").onclick = () => jump(-1);
   w.focusSearch = () => { input.focus(); input.select(); };
+  w.search = (text) => { input.value = text; return runSearch(); };
   const selBtn = extra.querySelector("[data-act=select]");
   selBtn.onclick = () => { tl.selectMode = !tl.selectMode; selBtn.classList.toggle("on", tl.selectMode); };
   extra.querySelector("[data-act=reset]").onclick = () => tl.resetView();
@@ -458,6 +461,13 @@ async function renderSystemTrace(w, body, extra) {
     };
     setTimeout(() => document.addEventListener("click", () => pop.remove(), { once: true }));
   };
+  // the URL's view, area, selected event and search are restored last: they use this widget's area
+  // summary and search, defined above (restored before them, an area threw and lost the event too)
+  if (url) restoreView(w, url);
+  else if (state.sync) { // synchronised: a viewer opened (or restored) after another joins its view
+    const o = state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
+    if (o) tl.setView(o.timeline.t0, o.timeline.t1);
+  }
 }
 
 /** With "synchronise", every other System Trace Viewer follows this one's view range. */
@@ -477,7 +487,8 @@ function restoreView(w, url) {
   const a0 = Number(url.get("a0")), a1 = Number(url.get("a1"));
   if (url.get("a0") !== null && a1 > a0) {
     const rows = url.get("rows") ? url.get("rows").split(".").map(Number) : null;
-    tl.sel = { a: a0, b: a1, rows };
+    tl.sel = { a: a0, b: a1, rows, ...tl.rowsExtent(rows) };
+    tl.queueDraw();
     w.showArea(tl.sel);
   }
   const ev = url.get("ev");
@@ -487,6 +498,8 @@ function restoreView(w, url) {
     tl.selected = { id: /^\d+$/.test(id) && Number(id) <= Number.MAX_SAFE_INTEGER ? Number(id) : id, leaf: Number(leaf), row, s: Number(s) };
     openEvent(w, { id, leaf: Number(leaf), c: 1, s: Number(s) });
   }
+  const q = url.get("q");
+  if (q) w.search(q);
 }
 
 /** Jump to an event: keep the zoom if it fits, centre it, show its track, select it and open its details. */
