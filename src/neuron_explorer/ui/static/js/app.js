@@ -142,6 +142,7 @@ function render(w) {
 }
 
 // ---------------------------------------------------------------- URL state
+const LAYOUTS = ["tracks", "names"];
 // #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start&q=search
 let urlTimer = 0;
 function saveUrl() {
@@ -227,8 +228,12 @@ async function renderSystemTrace(w, body, extra) {
   if (!ov) return;
   w.overview = ov;
   const url = state.restoring && w.profile === state.home ? state.restoring : null;
-  w.mode = w.mode || url?.get("mode") || ov.default_mode;
-  w.layout = w.layout || url?.get("layout") || "tracks";
+  // a link's grouping and layout only when this server knows them (else the widget could not paint)
+  const urlMode = url?.get("mode"), urlLayout = url?.get("layout");
+  w.mode = w.mode || (urlMode && Object.hasOwn(ov.modes, urlMode) ? urlMode : null) || ov.default_mode;
+  w.layout = w.layout || (LAYOUTS.includes(urlLayout) ? urlLayout : null) || "tracks";
+  w.urlDropped = [urlMode && urlMode !== w.mode ? `grouping "${urlMode}"` : null,
+                  urlLayout && urlLayout !== w.layout ? `layout "${urlLayout}"` : null].filter(Boolean);
   extra.innerHTML = `
     <input type="search" placeholder="Search names, model, op… (Ctrl+F)" data-testid="search" />
     <button data-act="prev" title="Previous match">◀</button><button data-act="next" title="Next match">▶</button>
@@ -353,8 +358,14 @@ async function renderSystemTrace(w, body, extra) {
     if (!r) { summary.innerHTML = `<span class="muted">No area selected.</span>`; return; }
     summary.innerHTML = `<span class="muted">Summarizing…</span>`;
     const rows = r.rows && r.rows.length ? r.rows : null;
-    const [s, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, rows, r.a, r.b),
-                                       api.collectives(w.profile, w.mode, w.layout, rows, r.a, r.b)]);
+    let s, cc;
+    try {
+      [s, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, rows, r.a, r.b),
+                                   api.collectives(w.profile, w.mode, w.layout, rows, r.a, r.b)]);
+    } catch (e) {
+      summary.innerHTML = `<p class="muted" data-testid="area-error">Cannot summarize this area: ${esc(e.message)}</p>`;
+      return;
+    }
     const span = r.b - r.a;
     const pct = (x) => (x === null || x === undefined ? "—" : `${x.toFixed(1)}%`);
     const d = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
@@ -480,26 +491,40 @@ function syncViews(from, t0, t1) {
   } finally { syncing = false; }
 }
 
+/** The URL's view, area, selected event and search. What the profile no longer has (a link made before
+ *  it was ingested again, or from another workspace: its tracks and events are numbered anew) is left
+ *  out, with one note, rather than asked for and failing. */
 function restoreView(w, url) {
   const tl = w.timeline;
+  const dropped = [...(w.urlDropped || [])];
   const t0 = Number(url.get("t0")), t1 = Number(url.get("t1"));
   if (url.get("t0") !== null && url.get("t1") !== null && t1 > t0) tl.setView(t0, t1);
   const a0 = Number(url.get("a0")), a1 = Number(url.get("a1"));
   if (url.get("a0") !== null && a1 > a0) {
     const rows = url.get("rows") ? url.get("rows").split(".").map(Number) : null;
-    tl.sel = { a: a0, b: a1, rows, ...tl.rowsExtent(rows) };
-    tl.queueDraw();
-    w.showArea(tl.sel);
+    if (rows && !rows.every((r) => Number.isInteger(r) && r >= 0 && r < tl.rows.length)) dropped.push("area");
+    else {
+      tl.sel = { a: a0, b: a1, rows, ...tl.rowsExtent(rows) };
+      tl.queueDraw();
+      w.showArea(tl.sel);
+    }
   }
   const ev = url.get("ev");
   if (ev) {
     const [leaf, id, s] = ev.split(":");
     const row = tl.leafToRow.get(Number(leaf));
-    tl.selected = { id: /^\d+$/.test(id) && Number(id) <= Number.MAX_SAFE_INTEGER ? Number(id) : id, leaf: Number(leaf), row, s: Number(s) };
-    openEvent(w, { id, leaf: Number(leaf), c: 1, s: Number(s) });
+    if (row === undefined || !/^-?\d+$/.test(id || "")) dropped.push("selected event");
+    else {
+      const sel = { id: /^\d+$/.test(id) && Number(id) <= Number.MAX_SAFE_INTEGER ? Number(id) : id, leaf: Number(leaf), row, s: Number(s) };
+      tl.selected = sel;
+      openEvent(w, { id, leaf: Number(leaf), c: 1, s: Number(s) }).then((ok) => {
+        if (!ok && tl.selected === sel) { tl.selected = null; tl.queueDraw(); saveUrl(); } // not in this profile
+      });
+    }
   }
   const q = url.get("q");
   if (q) w.search(q);
+  if (dropped.length) toast(`Left out of this link: its ${dropped.join(", ")} (not in profile "${w.profile}" as it is now).`, true);
 }
 
 /** Jump to an event: keep the zoom if it fits, centre it, show its track, select it and open its details. */
@@ -515,10 +540,11 @@ function goToEvent(w, it) {
   saveUrl();
 }
 
+/** Show an event's details and flows (a merged bucket's summary); false when the event could not be read. */
 async function openEvent(w, it) {
   if (it.c > 1 || (w.coarse && String(it.id) === "-1")) { // coarse buckets carry no event id
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, merged: it, source: w } }));
-    return;
+    return true;
   }
   try {
     const [ev, fl] = await Promise.all([api.event(w.profile, it.id, it.leaf),
@@ -530,8 +556,10 @@ async function openEvent(w, it) {
     }
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, event: ev, flows: fl, source: w } }));
     if (ev.name === "nc_exec_running" && ev.device_profile) drillDown(w, ev);
+    return true;
   } catch (e) {
     toast(e.message, true);
+    return false;
   }
 }
 

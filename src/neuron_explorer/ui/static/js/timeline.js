@@ -1125,7 +1125,8 @@ export class Timeline {
       drag = null;
       c.classList.remove("dragging", "selecting");
       if (d.selecting) {
-        const a = Math.min(this.sel.a, this.sel.b), b = Math.max(this.sel.a, this.sel.b);
+        // whole nanoseconds: the area the URL keeps (and a restart restores) is then this very one
+        const a = Math.round(Math.min(this.sel.a, this.sel.b)), b = Math.round(Math.max(this.sel.a, this.sel.b));
         if ((b - a) / this.npp < 3) { this.sel = null; this.cb.onSelect?.(null); }
         else {
           let rows = null;
