@@ -130,13 +130,19 @@ def _every_answer(c: TestClient) -> dict[Any, Any]:
     return out
 
 
-def test_every_answer_of_a_restarted_server_is_the_first_servers(ui_workspace: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pyramid", [False, True], ids=["events", "pyramid"])
+def test_every_answer_of_a_restarted_server_is_the_first_servers(ui_workspace: Path, tmp_path: Path,
+                                                                 pyramid: bool) -> None:
     """Windows, tracks, counters, busy shares, areas, collectives, flows, search (names and arguments),
-    events and device traces, in every grouping mode and layout: the same from the cache as built."""
+    events and device traces, in every grouping mode and layout: the same from the cache as built
+    (with the pyramid: windows answered from its levels, as for large profiles)."""
     cache = tmp_path / "cache"
-    first = _every_answer(TestClient(create_app(ui_workspace, cache_dir=cache)))
+    opts = {"pyramid_min_events": 0, "raw_budget": 0} if pyramid else {}
+    first = _every_answer(TestClient(create_app(ui_workspace, cache_dir=cache, **opts)))
     assert list(cache.glob("*.idx"))
-    second = _every_answer(TestClient(create_app(ui_workspace, cache_dir=cache)))
+    if pyramid:
+        assert list(cache.glob("*.idx/p0_s.npy"))
+    second = _every_answer(TestClient(create_app(ui_workspace, cache_dir=cache, **opts)))
     bad = sorted((str(k), v) for k, v in second.items() if v[0] != 200)
     assert not bad, bad[:3]
     assert first.keys() == second.keys()
