@@ -225,3 +225,57 @@ def test_a_url_the_profile_no_longer_matches_paints_and_says_what_it_left_out(br
         pg.close()
     finally:
         stop_server(proc)
+
+
+def test_other_profiles_and_device_traces_come_back_after_a_restart(browser, ui_workspace: Path, tmp_path: Path) -> None:
+    """The widgets of another profile whose name holds the URL's separators (``@``, ``~``, ``,``: any
+    one path component is a valid --display-name) and a Device Trace Viewer added from Add Widget come
+    back on a restarted server; a profile gone from the workspace is named, not replaced by another's
+    widget. (Before: the odd name was cut at its ``@`` and the widget refused as a duplicate of the
+    page's own; a Device Trace Viewer was never restored.)"""
+    import shutil
+
+    ws = tmp_path / "ws"
+    odd = "b@v2~1,x"
+    shutil.copytree(ui_workspace / P, ws / P)
+    shutil.copytree(ui_workspace / "run-b", ws / odd)
+    shutil.copytree(ui_workspace / "run-b", ws / "gone-later")
+    env = clean_env(XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    proc, url = start_server(ws, free_port(), env)
+    try:
+        pg = _open(browser, url + f"#/p/{P}")
+        for prof in (odd, "gone-later"):
+            pg.click("[data-testid=add-widget]")
+            pg.select_option("[data-testid=add-widget-profile]", prof)
+            pg.click("[data-testid=tile-system-trace]")
+            pg.wait_for_selector(f'[data-testid=widget][data-type=system-trace][data-profile="{prof}"] '
+                                 "[data-testid=system-timeline][data-ready='1']", timeout=30000)
+        pg.click("[data-testid=add-widget]")
+        pg.click("[data-testid=tab-device]")
+        pg.click("[data-testid=tile-device-trace]")
+        pg.wait_for_selector("[data-testid=widget][data-type=device-trace] [data-testid=device-timeline]")
+        dp = pg.get_attribute("[data-testid=widget][data-type=device-trace]", "data-device-profile")
+        assert dp
+        want = [["system-trace", P, True], ["system-trace", odd, True], ["system-trace", "gone-later", False],
+                ["device-trace", P, False]]
+        assert pg.evaluate(STATE)["widgets"] == want
+        _wait(pg, "() => new URLSearchParams(location.hash.split('?')[1]).get('w').includes('device-trace!')")
+        frag = pg.evaluate("location.hash")
+        assert pg.console_errors == []
+        pg.close()
+
+        shutil.rmtree(ws / "gone-later")
+        proc, url = _restarted(ws, env, proc)
+        pg = _open(browser, url + frag)
+        _wait(pg, f"(n) => window.__nx.state.widgets.length === n", arg=len(want) - 1)
+        pg.wait_for_selector(f'[data-testid=widget][data-type=system-trace][data-profile="{odd}"] '
+                             "[data-testid=system-timeline][data-ready='1']", timeout=30000)
+        pg.wait_for_selector("[data-testid=widget][data-type=device-trace] [data-testid=device-timeline]")
+        assert pg.evaluate(STATE)["widgets"] == [w for w in want if w[1] != "gone-later"]
+        assert pg.get_attribute("[data-testid=widget][data-type=device-trace]", "data-device-profile") == dp
+        _wait(pg, "() => document.querySelector('#toast').style.display === 'block'")
+        assert '"gone-later"' in pg.inner_text("#toast") and "no longer in the workspace" in pg.inner_text("#toast")
+        assert pg.console_errors == []
+        pg.close()
+    finally:
+        stop_server(proc)

@@ -143,6 +143,26 @@ function render(w) {
 
 // ---------------------------------------------------------------- URL state
 const LAYOUTS = ["tracks", "names"];
+
+// A widget in the URL: TYPE[@PROFILE][!DEVICE_PROFILE][~h] (another profile than the page's, the device
+// profile a Device Trace Viewer shows, half width). Names are percent-encoded, the separators and the
+// list's comma included (encodeURIComponent keeps ! ~ ' ( ) *), so that any profile name comes back.
+const encPart = (x) => encodeURIComponent(x).replace(/[!'()*~]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+const decPart = (x) => { try { return decodeURIComponent(x); } catch { return x; } };
+
+function widgetItem(w) {
+  return w.type + (w.profile !== state.home ? `@${encPart(w.profile)}` : "")
+    + (w.type === "device-trace" && w.deviceProfile !== null && w.deviceProfile !== undefined ? `!${encPart(String(w.deviceProfile))}` : "")
+    + (w.half ? "~h" : "");
+}
+
+function parseWidgetItem(item) {
+  const [head, half] = item.split("~");
+  const [rest, dev] = head.split("!");
+  const [type, prof] = rest.split("@");
+  return { type, profile: prof === undefined ? null : decPart(prof), deviceProfile: dev === undefined ? null : decPart(dev),
+           half: half === "h" };
+}
 // #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start&q=search
 let urlTimer = 0;
 function saveUrl() {
@@ -150,7 +170,7 @@ function saveUrl() {
   clearTimeout(urlTimer);
   urlTimer = setTimeout(() => {
     const q = new URLSearchParams();
-    q.set("w", state.widgets.filter((w) => !w.dockedIn).map((w) => w.type + (w.profile !== state.home ? `@${w.profile}` : "") + (w.half ? "~h" : "")).join(","));
+    q.set("w", state.widgets.filter((w) => !w.dockedIn).map(widgetItem).join(","));
     const st = state.widgets.find((w) => w.type === "system-trace" && w.profile === state.home && w.timeline);
     if (st) {
       const tl = st.timeline;
@@ -852,15 +872,19 @@ async function showDashboard(name, url) {
   $("#main").innerHTML = `<div id="widgets"></div>`;
   const list = (url.get("w") || "system-trace").split(",").filter(Boolean);
   state.restoring = url;
+  const gone = new Set();
   try {
     for (const item of list) {
-      const [head, half] = item.split("~");
-      const [type, prof] = head.split("@");
-      if (!WIDGETS[type] || type === "device-trace") continue;
-      const p = prof && state.profiles.some((x) => x.name === prof) ? prof : name;
-      const w = addWidget(type, p, null, { init: { half: half === "h" } });
-      if (w && type === "system-trace" && p === name) await waitFor(() => w.timeline && w.timeline.painted);
+      const it = parseWidgetItem(item);
+      if (!WIDGETS[it.type]) continue;
+      if (it.profile !== null && !state.profiles.some((x) => x.name === it.profile)) { gone.add(it.profile); continue; }
+      const p = it.profile ?? name;
+      // already open: the selected execution's device trace, drilled down into while restoring
+      if (findDuplicate(it.type, p, it.deviceProfile)) continue;
+      const w = addWidget(it.type, p, it.deviceProfile, { init: { half: it.half } });
+      if (w && it.type === "system-trace" && p === name) await waitFor(() => w.timeline && w.timeline.painted);
     }
+    if (gone.size) toast(`Left out of this link: the widgets of ${[...gone].map((x) => `"${x}"`).join(", ")} (no longer in the workspace).`, true);
   } finally {
     state.restoring = null;
   }
