@@ -87,7 +87,7 @@ def test_check_on_s3(s3, capture):
     p = cli("check", "-d", "s3://caps/fleet", env=s3.env())
     assert p.returncode == 1
     assert p.stdout.count("ok: s3://caps/fleet/i-0") == 4, p.stdout
-    assert "error: s3://caps/fleet/i-damaged_pid_4242/20260101T000000Z/trace_info.pb: not a valid TraceInfo" in p.stdout
+    assert "error: s3://caps/fleet/i-damaged_pid_4242/20260101T000000Z/trace_info.pb: not a valid capture file (no TraceInfo header" in p.stdout
     empty = cli("check", "-d", "s3://caps/nothing", env=s3.env())
     assert empty.returncode == 1 and "no profile found" in empty.stdout
     nob = cli("check", "-d", "s3://no-such-bucket/x", env=s3.env())

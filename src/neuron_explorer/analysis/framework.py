@@ -12,6 +12,14 @@
 * **Flows.**  ``flow_id2`` gives a region and each ``nrt_execute`` it issued one more flow, so the
   chain region -> ``nrt_execute`` -> ``nc_exec_running`` is two flows joined at the host call
   (the execution's own flow links the call to the core).
+* **Regions inside an execution.**  PyTorch opens its own regions inside the execution they
+  belong to (``Optimizer.step#SGD.step`` inside the optimizer step we record around
+  ``opt.step()``, ``DistributedDataParallel.forward`` inside the root module's call).  Such a
+  region (the innermost ``nrt_execute`` around it, same thread) takes that execution's flow as its
+  ``flow_id``: it, the host call and the core execution are one flow.  ``framework_stream_id``
+  keeps its meaning (a call's is the region around it), so the two links never compete for one
+  value: a user's region around ``opt.step()`` still owns the call, and PyTorch's region inside it
+  is linked too (docs/decisions/0084-regions-inside-executions.md).
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ def framework_flow_ids(index: int, event_ids: np.ndarray) -> np.ndarray:
 
 def link_regions(cols: dict[str, np.ndarray], is_fw: np.ndarray, is_call: np.ndarray, is_core: np.ndarray,
                  index: int) -> None:
-    """Fill ``cols["framework_stream_id"]`` and ``cols["flow_id2"]`` (see the module).
+    """Fill ``cols["framework_stream_id"]`` and ``cols["flow_id2"]``, and put each region that runs
+    inside an execution into that execution's flow (``cols["flow_id"]``; see the module).
 
     ``is_fw``/``is_call``/``is_core``: per event, a framework region, an ``nrt_execute``, an
     ``nc_exec_running``."""
@@ -54,21 +63,14 @@ def link_regions(cols: dict[str, np.ndarray], is_fw: np.ndarray, is_call: np.nda
     calls = np.flatnonzero(is_call)
     if not len(calls):
         return
-    start, end, tid = cols["start_ts"], cols["end_ts"], cols["thread_id"]
-    owner = np.full(len(calls), -1, dtype=np.int64)
-    for t in np.intersect1d(tid[fw], tid[calls]).tolist():
-        regs = fw[tid[fw] == t]
-        regs = regs[np.lexsort((-end[regs], start[regs]))]  # by start, the longer first
-        parent = _parents(end[regs])
-        sel = np.flatnonzero(tid[calls] == t)
-        cs, ce = start[calls[sel]], end[calls[sel]]
-        r = np.searchsorted(start[regs], cs, side="right") - 1  # the last region started by then
-        for _ in range(len(regs) + 1):  # climb to the innermost region that contains the call
-            out = (r >= 0) & (end[regs[np.maximum(r, 0)]] < ce)
-            if not out.any():
-                break
-            r = np.where(out, parent[np.maximum(r, 0)], r)
-        owner[sel] = np.where(r >= 0, regs[np.maximum(r, 0)], -1)
+    # a region inside an execution (PyTorch's own ``Optimizer.step#SGD.step`` inside the optimizer
+    # step, ``DistributedDataParallel.forward`` inside the module call) joins the flow the host
+    # call shares with its core execution: region -> nrt_execute -> nc_exec_running is one flow
+    host = _innermost(cols, calls, fw)
+    inside = host >= 0
+    if inside.any():
+        cols["flow_id"][fw[inside]] = cols["flow_id"][host[inside]]
+    owner = _innermost(cols, fw, calls)
     linked = owner >= 0
     if not linked.any():
         return
@@ -87,6 +89,28 @@ def link_regions(cols: dict[str, np.ndarray], is_fw: np.ndarray, is_call: np.nda
         k = np.minimum(np.searchsorted(ck[order], key(core)), len(order) - 1)
         hit = ck[order[k]] == key(core)
         fsid[core[hit]] = fsid[c_idx[order[k[hit]]]]
+
+
+def _innermost(cols: dict[str, np.ndarray], outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """For each event of ``inner``: the innermost event of ``outer`` on the same thread whose span
+    contains it (its event index), or -1.  Spans on one thread nest: the last ``outer`` event
+    started by then, climbed to the enclosing ones until one ends no earlier (vectorised)."""
+    start, end, tid = cols["start_ts"], cols["end_ts"], cols["thread_id"]
+    found = np.full(len(inner), -1, dtype=np.int64)
+    for t in np.intersect1d(tid[outer], tid[inner]).tolist():
+        outs = outer[tid[outer] == t]
+        outs = outs[np.lexsort((-end[outs], start[outs]))]  # by start, the longer first
+        parent = _parents(end[outs])
+        sel = np.flatnonzero(tid[inner] == t)
+        s_in, e_in = start[inner[sel]], end[inner[sel]]
+        r = np.searchsorted(start[outs], s_in, side="right") - 1  # the last one started by then
+        for _ in range(len(outs) + 1):  # climb to the innermost one that contains the event
+            out = (r >= 0) & (end[outs[np.maximum(r, 0)]] < e_in)
+            if not out.any():
+                break
+            r = np.where(out, parent[np.maximum(r, 0)], r)
+        found[sel] = np.where(r >= 0, outs[np.maximum(r, 0)], -1)
+    return found
 
 
 def _parents(ends: np.ndarray) -> np.ndarray:

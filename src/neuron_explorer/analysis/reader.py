@@ -222,8 +222,12 @@ def _check_info(info: pb.TraceInfo, path: str) -> None:
                 raise ProfileError(f"{path}: core {c.nc_idx} has {name} = {v}, not a plausible event count")
 
 
+_EVENT_ROW_BYTES = sum(np.dtype(c.dtype).itemsize for c in EVENT_COLUMNS)
+_OP_ROW_BYTES = sum(np.dtype(c.dtype).itemsize for c in OP_COLUMNS)
+
+
 def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
-    t, mm, cols, n, ident = parse_columnar(trace_p, pb.SystemTrace, SYSTEM_TRACE_EVENTS_FIELD)
+    t, mm, cols, n, ident = parse_columnar(trace_p, pb.SystemTrace, SYSTEM_TRACE_EVENTS_FIELD, _EVENT_ROW_BYTES)
     s.trace = t
     # The type table is sized by the types the file declares, never by an id read from it.
     ntypes = len(t.event_types)
@@ -385,7 +389,7 @@ def load_device_trace(path: str, wall_offset: int = 0) -> DeviceProfile:
     times stay on the wall clock."""
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise ProfileError(f"{path} is 0 bytes: {NO_EXECUTION_HINT}")
-    t, mm, cols, n, _ = parse_columnar(path, pb.DeviceTrace, DEVICE_TRACE_OPS_FIELD)
+    t, mm, cols, n, _ = parse_columnar(path, pb.DeviceTrace, DEVICE_TRACE_OPS_FIELD, _OP_ROW_BYTES)
     ops = {c.name: column_view(mm, cols, c.field, c.dtype, path, c.name, n) for c in OP_COLUMNS}
     if n == 0:  # (also what a file cut at a field boundary looks like: protobuf cannot tell)
         raise ProfileError(f"{path} holds no ops: {NO_EXECUTION_HINT}")

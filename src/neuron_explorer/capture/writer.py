@@ -18,7 +18,8 @@ import numpy as np
 from .. import __version__
 from ..proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.contracts import events as ev
-from neuron_explorer.contracts.columns import EVENT_COLUMNS, EVENT_COUNT_FIELD, SYSTEM_TRACE_EVENTS_FIELD
+from neuron_explorer.contracts.columns import (EVENT_COLUMNS, EVENT_COUNT_FIELD, FORMAT_VERSION,
+                                               SYSTEM_TRACE_EVENTS_FIELD)
 from neuron_explorer.util.atomic import atomic_write_all
 from neuron_explorer.util.pbwire import encode_varint_scalar
 
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from ..runtime.core import Runtime
     from .samplers import HostSampler
     from .store import CoreStore
-
-FORMAT_VERSION = 1
 
 
 def _col(a: np.ndarray, dtype: str) -> bytes:

@@ -176,7 +176,7 @@ class JsonProcess(ProcessWriter):
             else:
                 ev["s"] = "t"
             items.append(ev)
-        items += _framework_flows(pe, pid, tid, ts)
+        items += _framework_flows(pe, pid, tid, ts, code)
         return items
 
     def _flows(self, pe: ProcessEvents, tid: np.ndarray) -> np.ndarray:
@@ -192,6 +192,9 @@ class JsonProcess(ProcessWriter):
         if cc.any():
             self.cc_flows.append(np.stack([flow[cc], c["start_ts"][cc], c["end_ts"][cc], tid[cc]], axis=1))
         local = (flow != 0) & ~cc & sliced
+        fsid = c.get("framework_stream_id")
+        if fsid is not None:  # a region in its execution's flow: an arrow of its own (_framework_flows)
+            local &= fsid != c["id"]
         code = np.zeros(pe.n, dtype=np.int8)
         if local.any():
             dev = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]] != HOST
@@ -221,26 +224,43 @@ class JsonProcess(ProcessWriter):
         self.file.abort()
 
 
-def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[float]) -> list[dict]:
-    """Flow arrows from a framework region to each host call it issued (``analysis.framework``):
-    a start bound to the region, a finish bound to the call (Chrome's flow events)."""
+def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[float], role: np.ndarray) -> list[dict]:
+    """Flow arrows between framework regions and host calls (``analysis.framework``), as Chrome's
+    flow events v1: ``issued`` from a region to each host call it issued (start bound to the region,
+    finish to the call), and ``ran`` from a host call to each region that ran inside its execution
+    (start bound to the call, finish to the region).  Each arrow's id is the hex event id of the one
+    event it exists for (the importers key v1 flows by id, category and name, and read "0x" ids as
+    numbers).  ``role``: ``_flows``'s, 1 on host calls."""
     c = pe.cols
-    f2 = c.get("flow_id2")
-    if f2 is None or not f2.any():
+    fsid = c.get("framework_stream_id")
+    if fsid is None:
         return []
-    fsid, ids = c["framework_stream_id"], c["id"]
-    regions = np.flatnonzero((f2 != 0) & (fsid == ids))
-    region_of = dict(zip(fsid[regions].tolist(), regions.tolist()))
+    ids = c["id"]
     out: list[dict] = []
-    for i in np.flatnonzero((f2 != 0) & (fsid != ids)).tolist():
-        r = region_of.get(int(fsid[i]))
-        if r is None:  # the region is in another chunk of the process
-            continue
-        fid = f"{int(f2[i])}.{int(ids[i])}"
-        out.append({"name": "issued", "cat": "framework", "ph": "s", "id": fid, "pid": pid,
-                    "tid": int(tid[r]), "ts": ts[r]})
-        out.append({"name": "issued", "cat": "framework", "ph": "f", "bp": "e", "id": fid, "pid": pid,
-                    "tid": int(tid[i]), "ts": ts[i]})
+
+    def arrow(name: str, fid: str, a: int, b: int) -> None:
+        out.append({"name": name, "cat": "framework", "ph": "s", "id": fid, "pid": pid, "tid": int(tid[a]),
+                    "ts": ts[a]})
+        out.append({"name": name, "cat": "framework", "ph": "f", "bp": "e", "id": fid, "pid": pid,
+                    "tid": int(tid[b]), "ts": ts[b]})
+
+    f2 = c.get("flow_id2")
+    if f2 is not None and f2.any():
+        regions = np.flatnonzero((f2 != 0) & (fsid == ids))
+        region_of = dict(zip(fsid[regions].tolist(), regions.tolist()))
+        for i in np.flatnonzero((f2 != 0) & (fsid != ids)).tolist():
+            r = region_of.get(int(fsid[i]))
+            if r is not None:  # (else the region is in another chunk of the process)
+                arrow("issued", f"0x{int(ids[i]):x}", r, i)  # (one a call: its event id)
+    flow = c["flow_id"]
+    ran = np.flatnonzero((flow != 0) & (fsid == ids))
+    if len(ran):
+        hosts = np.flatnonzero(role == 1)
+        host_of = dict(zip(flow[hosts].tolist(), hosts.tolist()))
+        for r in ran.tolist():
+            h = host_of.get(int(flow[r]))
+            if h is not None:
+                arrow("ran", f"0x{int(ids[r]):x}", h, r)  # (one a region: its event id)
     return out
 
 
