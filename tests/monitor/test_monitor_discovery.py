@@ -239,3 +239,70 @@ def test_import_torch_survives_the_checkout_of_an_editable_install_being_deleted
 def venv_site(py: str) -> Path:
     return Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
+
+
+RACE = r"""
+import importlib.abc, importlib.util, sys, threading
+
+NAME = "neuron_explorer.runtime.core"
+entered, release = threading.Event(), threading.Event()
+
+
+class Paused(importlib.abc.Loader):
+    '''The real loader, paused after the module is in sys.modules and before its body runs.'''
+    def __init__(self, inner):
+        self.inner = inner
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+    def exec_module(self, module):
+        entered.set()
+        release.wait()
+        self.inner.exec_module(module)
+
+
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != NAME:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        spec.loader = Paused(spec.loader)
+        return spec
+
+
+from neuron_explorer import discovery
+
+sys.meta_path.insert(0, Finder())
+importer = threading.Thread(target=lambda: __import__(NAME))
+importer.start()
+entered.wait()
+assert NAME in sys.modules  # half-made: its body has not run
+result = []
+
+
+def watch():
+    try:
+        result.append(discovery._runtime_started())
+    except Exception as e:  # what the watch thread met before the fix
+        result.append(f"{type(e).__name__}: {e}")
+
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+watcher.join(0.5)  # (fixed: it waits for the import; before the fix it has already failed)
+release.set()
+importer.join()
+watcher.join()
+print(result)
+"""
+
+
+def test_the_watch_thread_never_reads_a_runtime_module_another_thread_is_importing():
+    """The watch thread's check for a started runtime, made while the program's thread is halfway
+    through importing ``runtime.core`` (the spec's JAX example starts a capture while the watcher
+    runs): it waits for the import and answers, instead of meeting a half-made module (issue 29:
+    ``partially initialized module 'neuron_explorer.runtime.core' has no attribute 'get_runtime'``)."""
+    r = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if not k.startswith("NEURON_")})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[False]", r.stdout + r.stderr
