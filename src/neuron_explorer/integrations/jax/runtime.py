@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable
 
 from neuron_explorer.contracts import events as ev
-from neuron_explorer.integrations.jax.jit import make_jitted, model_name_for
+from neuron_explorer.integrations.jax.jit import PJIT_TYPE, make_jitted, model_name_for
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import DEVICE_PROFILER, CoreState, Model, Runtime
 
@@ -102,6 +102,7 @@ class JaxRuntime:
         self.devprof = None  # devprof.JaxDeviceProfiler when a device profile is requested
         self.warned: set[str] = set()
         self.orig_jit: Callable | None = None
+        self.public_jit: Callable | None = None
 
     def warn_once(self, key: str, msg: str) -> None:
         if key not in self.warned:
@@ -115,38 +116,24 @@ class JaxRuntime:
     def install_jit(self, jax) -> None:
         """Replace ``jax.jit`` (the public name only: JAX's own modules keep theirs)."""
         orig = jax.jit
-        if getattr(orig, "_nx_orig", None) is not None:
+        if orig in _OUR_JITS:
             return
         self.orig_jit = orig
-        try:
-            from jaxlib._jax import PjitFunction
-        except Exception:  # a jaxlib that moved it: wrap whatever jit returns that is callable
-            PjitFunction = None
-        jx = self
-
-        def wrap(res, fun):
-            if PjitFunction is not None and not isinstance(res, PjitFunction):
-                return res
-            try:
-                return make_jitted(jx, res, fun)
-            except Exception as e:  # never break the user's jit
-                jx.warn_once("jit", f"jitted function not instrumented: {e}")
-                return res
-
-        @_wraps(orig)
-        def jit(*args, **kwargs):
-            res = orig(*args, **kwargs)
-            if args and callable(args[0]):
-                return wrap(res, args[0])
-            if callable(res):  # ``jax.jit(static_argnums=...)`` used as a decorator factory
-                def decorate(fun, *a, **k):
-                    return wrap(res(fun, *a, **k), fun)
-                return decorate
-            return res
-
-        jit._nx_orig = orig  # type: ignore[attr-defined]
+        jit = self.public_jit = _public_jit(self, orig)
+        _OUR_JITS.append(jit)
         jax.jit = jit
         self._maybe_devprof()
+
+    def wrap_pjit(self, res, fun, jit_kwargs: dict | None):
+        """The recording stand-in of the PjitFunction ``res`` made from ``fun`` (anything else, or
+        a stand-in that cannot be made, is given back as it is)."""
+        if PJIT_TYPE is not None and type(res) is not PJIT_TYPE:
+            return res
+        try:
+            return make_jitted(self, res, fun, jit_kwargs, self.public_jit)
+        except Exception as e:  # never break the user's jit
+            self.warn_once("jit", f"jitted function not instrumented: {e}")
+            return res
 
     def _maybe_devprof(self) -> None:
         rt = self.rt
@@ -301,7 +288,33 @@ class JaxRuntime:
         return out
 
 
-def _wraps(orig: Callable) -> Callable:
+#: the ``jax.jit`` replacements made in this process (so a second install wraps nothing twice)
+_OUR_JITS: list[Callable] = []
+
+
+def _public_jit(jx: "JaxRuntime", orig: Callable) -> Callable:
+    """The function that stands for ``jax.jit``: the original's result, made a recording stand-in.
+
+    It must look like ``jax.jit`` to the program: the original's name, docstring, ``__dict__`` and
+    ``__wrapped__`` (so ``inspect.signature`` and ``inspect.unwrap`` give what they give without
+    us).  Its ``__module__`` is ``jax``, where it is installed: pickle stores a function as a
+    reference to its module's attribute and checks that the attribute is that very function, so
+    ``pickle.dumps(jax.jit)`` and ``functools.partial(jax.jit, ...)`` pickle as ``jax.jit`` (the
+    receiving process's own ``jax.jit``, ours or JAX's), where ``jax._src.api.jit`` (JAX's, kept for
+    JAX's own modules) would refuse it."""
     import functools
 
-    return functools.wraps(orig)
+    def jit(*args, **kwargs):
+        res = orig(*args, **kwargs)
+        if args and callable(args[0]):
+            return jx.wrap_pjit(res, args[0], kwargs if len(args) == 1 else None)
+        if callable(res):  # ``jax.jit(static_argnums=...)`` used as a decorator factory
+            def decorate(fun, *a, **k):
+                return jx.wrap_pjit(res(fun, *a, **k), fun, None if a or k else kwargs)
+            return decorate
+        return res
+
+    functools.update_wrapper(jit, orig)
+    jit.__wrapped__ = vars(orig).get("__wrapped__", orig)  # type: ignore[attr-defined]
+    jit.__module__ = "jax"
+    return jit
