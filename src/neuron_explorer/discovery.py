@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 
-__all__ = ["WATCH_PERIOD_S", "on_framework_import", "on_torch_import", "watching"]
+__all__ = ["WATCH_PERIOD_S", "adopt_jitted_functions", "on_framework_import", "on_torch_import", "watching"]
 
 #: How often a framework process without a monitor looks for one (seconds).
 WATCH_PERIOD_S = 1.0
@@ -94,6 +94,20 @@ def _start() -> None:
         import torch  # (not sys.modules["torch"]: the import statement waits for a half-made module)
 
         adopt_compiled_graphs(rt, torch)
+    if rt is not None and "jax" in sys.modules:
+        adopt_jitted_functions()
+
+
+def adopt_jitted_functions() -> int:
+    """Instrument the functions the program jitted before the runtime started: JAX loads our
+    plugin when it first initialises a backend, usually after a module's ``@jax.jit`` functions
+    were made with JAX's own ``jit`` (``integrations.jax.runtime.JaxRuntime.adopt``)."""
+    import jax  # noqa: F401 - (waits if another thread is still importing it)
+
+    from neuron_explorer.integrations.jax.runtime import installed
+
+    jx = installed()
+    return 0 if jx is None else jx.adopt()
 
 
 #: Dynamo keeps each compiled graph's callable in its frame's module globals under this prefix.

@@ -135,6 +135,60 @@ class JaxRuntime:
             self.warn_once("jit", f"jitted function not instrumented: {e}")
             return res
 
+    def adopt(self) -> int:
+        """Instrument what the program made with ``jax.jit`` before the runtime started (a
+        neuron-monitor found after the program's first steps: JAX loads our plugin only when it
+        first initialises a backend, after a module's ``@jax.jit`` functions exist).
+
+        In the module globals and the classes of every module but JAX's and ours, a PjitFunction
+        becomes its recording stand-in, JAX's ``jit`` itself (``from jax import jit``) becomes ours,
+        and so does the function of a ``functools.partial`` of it.  Jitted functions held only in
+        local variables, closures or other objects are not reached.  Returns how many were
+        replaced."""
+        import functools
+
+        orig, public = self.orig_jit, self.public_jit
+        if orig is None or public is None:
+            return 0
+        made: dict[int, Any] = {}
+
+        def replacement(v):
+            t = type(v)
+            if t is PJIT_TYPE:
+                new = made.get(id(v))
+                if new is None:
+                    fun = vars(v).get("__wrapped__") or getattr(v, "_fun", None)
+                    new = made[id(v)] = self.wrap_pjit(v, fun, None) if fun is not None else v
+                return new if new is not v else None
+            if v is orig:
+                return public
+            if t is functools.partial and v.func is orig:
+                return functools.partial(public, *v.args, **v.keywords)
+            return None
+
+        n = 0
+        for name, mod in list(sys.modules.items()):
+            if name.partition(".")[0] in _NOT_ADOPTED:
+                continue
+            g = getattr(mod, "__dict__", None)
+            if not isinstance(g, dict):
+                continue
+            for key, v in list(g.items()):
+                new = replacement(v)
+                if new is not None:
+                    g[key] = new
+                    n += 1
+                elif isinstance(v, type) and getattr(v, "__module__", None) == name:
+                    for attr, cv in list(vars(v).items()):
+                        new = replacement(cv)
+                        if new is not None:
+                            try:
+                                setattr(v, attr, new)
+                                n += 1
+                            except (AttributeError, TypeError):
+                                pass
+        return n
+
     def _maybe_devprof(self) -> None:
         rt = self.rt
         if rt.config.device_profile and any(s.name == "capture" for s in rt.sinks):
@@ -287,6 +341,9 @@ class JaxRuntime:
             j.gate[0] = self.gate_for(model)
         return out
 
+
+#: top-level packages whose ``jax.jit`` uses stay JAX's (eager ``jnp`` ops are not executions) or ours
+_NOT_ADOPTED = frozenset({"jax", "jaxlib", "neuron_explorer", "jax_plugins"})
 
 #: the ``jax.jit`` replacements made in this process (so a second install wraps nothing twice)
 _OUR_JITS: list[Callable] = []
