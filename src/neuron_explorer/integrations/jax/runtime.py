@@ -20,6 +20,7 @@ the capture ring, ``NdetRecorder.exec_begin/exec_end`` and ``AppStats.runtime_fe
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -140,12 +141,17 @@ class JaxRuntime:
         neuron-monitor found after the program's first steps: JAX loads our plugin only when it
         first initialises a backend, after a module's ``@jax.jit`` functions exist).
 
-        In the module globals and the classes of every module but JAX's and ours, a PjitFunction
-        becomes its recording stand-in, JAX's ``jit`` itself (``from jax import jit``) becomes ours,
-        and so does the function of a ``functools.partial`` of it.  Jitted functions held only in
-        local variables, closures or other objects are not reached.  Returns how many were
-        replaced."""
+        In the module globals of every module but the standard library's, JAX's and ours, and in
+        the plain classes of the program's own modules (not installed in the interpreter's
+        library directories), a PjitFunction becomes its recording stand-in, JAX's ``jit`` itself
+        (``from jax import jit``) becomes ours, and so does the function of a
+        ``functools.partial`` of it.  Jitted functions held only in local variables, closures or
+        other objects are not reached.  Nothing is read but types and dictionaries (no attribute
+        of the program's objects is looked up: a deprecated name would warn, a lazy module load).
+        Returns how many were replaced (docs/decisions/0076-jax-jit-unseen-and-adopted.md)."""
+        import abc
         import functools
+        import types
 
         orig, public = self.orig_jit, self.public_jit
         if orig is None or public is None:
@@ -157,7 +163,7 @@ class JaxRuntime:
             if t is PJIT_TYPE:
                 new = made.get(id(v))
                 if new is None:
-                    fun = vars(v).get("__wrapped__") or getattr(v, "_fun", None)
+                    fun = vars(v).get("__wrapped__") or vars(v).get("_fun")
                     new = made[id(v)] = self.wrap_pjit(v, fun, None) if fun is not None else v
                 return new if new is not v else None
             if v is orig:
@@ -166,19 +172,24 @@ class JaxRuntime:
                 return functools.partial(public, *v.args, **v.keywords)
             return None
 
+        skip = _NOT_ADOPTED | sys.stdlib_module_names
+        libs = _library_dirs()
         n = 0
         for name, mod in list(sys.modules.items()):
-            if name.partition(".")[0] in _NOT_ADOPTED:
+            if name.partition(".")[0] in skip or not issubclass(type(mod), types.ModuleType):
                 continue
-            g = getattr(mod, "__dict__", None)
-            if not isinstance(g, dict):
+            try:
+                g = object.__getattribute__(mod, "__dict__")  # (a lazy module is not loaded)
+            except AttributeError:
                 continue
+            file = g.get("__file__")
+            own = name == "__main__" or (type(file) is str and not file.startswith(libs))
             for key, v in list(g.items()):
                 new = replacement(v)
                 if new is not None:
                     g[key] = new
                     n += 1
-                elif isinstance(v, type) and getattr(v, "__module__", None) == name:
+                elif own and type(v) in (type, abc.ABCMeta) and vars(v).get("__module__") == name:
                     for attr, cv in list(vars(v).items()):
                         new = replacement(cv)
                         if new is not None:
@@ -344,6 +355,20 @@ class JaxRuntime:
 
 #: top-level packages whose ``jax.jit`` uses stay JAX's (eager ``jnp`` ops are not executions) or ours
 _NOT_ADOPTED = frozenset({"jax", "jaxlib", "neuron_explorer", "jax_plugins"})
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where the interpreter's installed packages and standard library live: modules outside are
+    the program's own."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:  # (a virtualenv's old site module)
+        pass
+    return tuple(sorted(os.path.join(d, "") for d in dirs if d))
+
 
 #: the ``jax.jit`` replacements made in this process (so a second install wraps nothing twice)
 _OUR_JITS: list[Callable] = []
