@@ -258,9 +258,13 @@ class JaxRuntime:
         except Exception as e:
             self.warn_once("stats", f"monitor counters not updated: {e}")
 
-    def take_compiles(self, model: Model | None, t0: int, t1: int) -> None:
+    def take_compiles(self, model: Model | None, t0: int, t1: int) -> int:
         """Turn the compile spans this thread reported during the call [t0, t1] into the model's
-        ``model_load`` (trace start to compiled) and ``nrt_load`` (the backend compile)."""
+        ``model_load`` (trace start to compiled) and ``nrt_load`` (the backend compile).  Returns
+        where the execution proper starts: when the compile ended, or ``t0`` if there was none.
+
+        Compiling is loading a graph, not running it: the call's span is split at the end of the
+        compile, so no execution holds one (docs/decisions/0077-jax-compile-apart.md)."""
         me = threading.get_ident()
         mine, keep = [], []
         for c in list(self.compiles):
@@ -271,11 +275,12 @@ class JaxRuntime:
                 keep.append(c)
         self.compiles[:] = keep
         if model is None or not any(c[1] == _BACKEND_EVENT for c in mine):
-            return
+            return t0
         start = min(c[2] for c in mine)
         backend = [c for c in mine if c[1] == _BACKEND_EVENT]
         end = max(c[3] for c in backend)
         self._loaded(model, start, end, backend[-1])
+        return min(max(t0, end), t1)
 
     def _loaded(self, model: Model, start: int, end: int, backend: tuple) -> None:
         rt, ring, tid = self.rt, self.core.ring, native_tid()
@@ -336,6 +341,10 @@ class JaxRuntime:
             raise
         finally:
             t1 = t_ret or now_ns()
+            if self.compiles:  # the compile in this call is the model's load, not the execution
+                t0 = self.take_compiles(model, t0, t1)
+                if ds:
+                    ds = max(ds, t0)
             rec = (ev.EXEC_PAIR, t0, t1, native_tid(), mid, eid, ret, ds, max(de, ds + 1) if de else 0)
             ring.append(rec)
             ring.exec_close()
@@ -343,8 +352,6 @@ class JaxRuntime:
                 ndet.exec_end(nc, mid, eid, t0, de or t1, ret)
             if self.stats_rec is not None:
                 self.stats_rec(rec)
-            if self.compiles:
-                self.take_compiles(model, t0, t1)
             if mid not in self.announced:
                 self.announced.add(mid)
                 if not model.compile_ns:
