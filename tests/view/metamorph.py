@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..conftest import REPO, cli
+from ..conftest import REPO, clean_env, cli
 
 # the columns of SystemProfileEvents that do not depend on which other processes are in the run
 # (``id``, ``flow_id`` and ``framework_stream_id`` number events and processes within one run; they
@@ -39,19 +39,20 @@ SOFTWARE_TYPES = ("nrt_load", "model_load", "nrt_execute", "runtime_execute", "n
 
 # ---------------------------------------------------------------------------------------- running
 
-def view(src: Path, fmt: str, out: Path | None, *flags: str) -> tuple[int, str, str]:
+def view(src: Path, fmt: str, out: Path | None, *flags: str, **env: str) -> tuple[int, str, str]:
     """``neuron-explorer view`` as a user runs it (always with ``--output-format``: the default is
-    changing); (exit status, stdout, stderr).  A traceback is never an answer."""
+    changing), ``env`` added to a clean environment; (exit status, stdout, stderr).  A traceback
+    is never an answer."""
     args = ["view", "-d", str(src), "--output-format", fmt, "--no-progress", *flags]
     if out is not None:
         args += ["--output-file", str(out)]
-    r = cli(*args, timeout=300)
+    r = cli(*args, env=clean_env(**env), timeout=300)
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, r.stdout, r.stderr
 
 
-def view_ok(src: Path, fmt: str, out: Path | None, *flags: str) -> str:
-    code, stdout, stderr = view(src, fmt, out, *flags)
+def view_ok(src: Path, fmt: str, out: Path | None, *flags: str, **env: str) -> str:
+    code, stdout, stderr = view(src, fmt, out, *flags, **env)
     assert code == 0, stderr
     return stdout
 
@@ -115,6 +116,12 @@ class ParquetOutput:
     device_events: list[dict]  # DeviceProfileEvents
     warnings: list[dict]
     profile_file: dict = field(default_factory=dict)  # profile_id -> _profile_key(file)
+    models: list[dict] = field(default_factory=list)  # ProfileModels
+    event_summary: list[dict] = field(default_factory=list)  # SystemProfileEventSummary, + instance, process
+
+    def model_keys(self, keep=None) -> Counter:
+        """ProfileModels rows (``keep``: a predicate over the instance id)."""
+        return Counter(tuple(sorted(m.items())) for m in self.models if keep is None or keep(m["instance_id"]))
 
     def key(self, r: dict, devices: bool = True, timed: bool = True) -> tuple:
         """An event as the columns that are the same in every run that holds it (its device
@@ -190,6 +197,55 @@ def _is_region(r: dict) -> bool:
     return r["trace_event_source"] == "framework"
 
 
+def _partitioned(root: Path) -> list[dict]:
+    """Rows of a dataset whose files hold no instance and process columns: those from the
+    ``instance=<id>/process=<pid>/`` directories."""
+    out = []
+    for f in sorted(root.rglob("*.parquet")) if root.is_dir() else []:
+        inst = f.parent.parent.name.split("=", 1)[1]
+        pid = int(f.parent.name.split("=", 1)[1])
+        out += [dict(r, instance=inst, process=pid) for r in _rows([f])]
+    return out
+
+
+def summary_of_events(events: list[dict], shifts: dict) -> Counter:
+    """SystemProfileEventSummary computed from the events: per (instance, process, thread, core,
+    source, name, group, shift, bucket) the count, first start, last end, total and longest
+    duration (``shifts``: the bucket width of each process's file)."""
+    acc: dict = {}
+    for r in events:
+        p = (r["instance_id"], r["process_id"])
+        sh = shifts[p]
+        k = p + (r["thread_id"], -1 if r["nc_idx"] is None else r["nc_idx"], r["trace_event_source"] or "",
+                 r["name"], r["event_group"] or "", sh, r["start_ts"] >> sh)
+        a = acc.setdefault(k, [0, r["start_ts"], r["end_ts"], 0, 0])
+        a[0] += 1
+        a[1] = min(a[1], r["start_ts"])
+        a[2] = max(a[2], r["end_ts"])
+        a[3] += r["duration_ns"]
+        a[4] = max(a[4], r["duration_ns"])
+    return Counter({k + tuple(v): 1 for k, v in acc.items()})
+
+
+def event_summary_problem(out: ParquetOutput) -> str:
+    """'' when SystemProfileEventSummary is exactly what the events give (one bucket width per
+    process: these captures have one row group per events file)."""
+    shifts: dict = defaultdict(set)
+    for r in out.event_summary:
+        shifts[(r["instance"], r["process"])].add(r["shift"])
+    if any(len(v) != 1 for v in shifts.values()):
+        return f"more than one bucket width in a process: {dict(shifts)}"
+    want = summary_of_events(out.events, {k: min(v) for k, v in shifts.items()}) if out.events else Counter()
+    got = summary_table(out.event_summary)
+    return "" if got == want else _diff(got, want, "event summary rows", lambda k: k[5])
+
+
+def summary_table(rows: list[dict]) -> Counter:
+    return Counter((r["instance"], r["process"], r["thread_id"], r["nc_idx"], r["trace_event_source"], r["name"],
+                    r["event_group"], r["shift"], r["bucket"], r["events"], r["first_start"], r["last_end"],
+                    r["total_ns"], r["max_ns"]) for r in rows)
+
+
 def read_parquet(d: Path) -> ParquetOutput:
     def table(name: str) -> list[dict]:
         return _rows([d / f"{name}.parquet"]) if (d / f"{name}.parquet").exists() else []
@@ -198,7 +254,8 @@ def read_parquet(d: Path) -> ParquetOutput:
         return _rows((d / name).rglob("*.parquet")) if (d / name).is_dir() else []
 
     out = ParquetOutput(dataset("SystemProfileEvents"), table("ProfileMetadata"), dataset("SystemProfileCounters"),
-                        table("DeviceProfiles"), dataset("DeviceProfileEvents"), table("ViewWarnings"))
+                        table("DeviceProfiles"), dataset("DeviceProfileEvents"), table("ViewWarnings"),
+                        models=table("ProfileModels"), event_summary=_partitioned(d / "SystemProfileEventSummary"))
     out.profile_file = {p["profile_id"]: _profile_key(p["file"]) for p in out.profiles}
     for r in out.events:  # (the partition columns are not SystemProfileEvents' own)
         r.pop("instance", None)
@@ -336,9 +393,10 @@ class Filter:
     instances: tuple[str, ...] | None = None
     ignore_device: bool = False
     ignore_system: bool = False
+    jobs: int | None = None  # --jobs: worker processes, which must change nothing
 
     def flags(self) -> list[str]:
-        f: list[str] = []
+        f: list[str] = [] if self.jobs is None else ["--jobs", str(self.jobs)]
         if self.cores is not None:
             f += ["--system-trace-filter-neuron-core", self.cores[0]]
         if self.types is not None:
@@ -439,6 +497,8 @@ def draw_filter(rng: random.Random, out: ParquetOutput) -> Filter:
         f.instances = tuple(rng.sample(insts, rng.randint(1, len(insts))))
     if "device" in kinds:
         f.ignore_device = True
+    if rng.random() < 0.3:
+        f.jobs = 2
     return f
 
 
@@ -467,9 +527,10 @@ def _shifts(got: Counter, want: Counter, inst: int, start: int, width: int = 2) 
 
 def compare_filtered(unfiltered: ParquetOutput, filtered: ParquetOutput, f: Filter, code: int) -> dict[str, str]:
     """What differs between a filtered run's Parquet and the unfiltered one's filtered by ``f``'s
-    predicate, per aspect ('' for none): the exit status, the events (every stable column but their
+    predicate, per aspect (none: {}): the exit status, the events (every stable column but their
     times), the times of events, device ops and counter samples, the flows, the region links, the
-    device ops, the counter samples, ProfileMetadata."""
+    device ops, the counter samples, ProfileModels, ProfileMetadata, and the filtered output's
+    SystemProfileEventSummary against its own events."""
     U, F = unfiltered, filtered
     dev = not f.ignore_device
     p: dict[str, str] = {}
@@ -486,6 +547,18 @@ def compare_filtered(unfiltered: ParquetOutput, filtered: ParquetOutput, f: Filt
             p[what] = _diff(got, want, what, (lambda k: k[0][0] if isinstance(k[0], tuple) else k[0])
                             if what in ("flows", "region links") else
                             (lambda k: k[6]) if what == "device ops" else (lambda k: k[0]))
+    if F.model_keys() != U.model_keys(f.keeps_instance):
+        p["models"] = _diff(F.model_keys(), U.model_keys(f.keeps_instance), "ProfileModels rows",
+                            lambda k: dict(k)["model_name"])
+    if all(f.keeps_profile(q) for q in U.profiles):  # the same profiles: the same names (decision 0033)
+        ids_u = {U.profile_file[q["profile_id"]]: q["profile_id"] for q in U.profiles}
+        ids_f = {F.profile_file[q["profile_id"]]: q["profile_id"] for q in F.profiles}
+        if ids_f != ids_u:
+            p["device profile ids"] = (f"device profiles named {sorted(ids_f.values())[:4]}..., unfiltered "
+                                       f"{sorted(ids_u.values())[:4]}...")
+    es = event_summary_problem(F)
+    if es:
+        p["event summary"] = es
     times = []
     if "events" not in p and F.keys(None, dev) != U.keys(f.keeps, dev):
         times.append(f"events shifted per instance {_shifts(F.keys(None, dev), U.keys(f.keeps, dev), 6, 1)}")
@@ -523,7 +596,14 @@ def _ignores_system_on_many_hosts(f: Filter, U: ParquetOutput) -> bool:
     return f.ignore_system and any(U.offsets().values())
 
 
+IGNORE_SYSTEM_NO_MODELS = (
+    "--ignore-system-profile does not read ntrace.pb at all (analysis.reader.load_session(load_events=False)), "
+    "so the process's model table is missing too: ProfileModels is empty and device profiles are named by the neff "
+    "hash (device_profile_model_<hash>_nc0.json) instead of the model id (device_profile_model_0_nc0.json)")
+
 KNOWN = {
+    "models": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
+    "device profile ids": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
     "region links": (_keeps_regions_and_executions_not_calls,
                      "an event-type filter that keeps framework regions and nc_exec_running but drops nrt_execute "
                      "unlinks every execution from its region: link_regions runs after the filter and finds an "

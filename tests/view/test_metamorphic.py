@@ -21,6 +21,7 @@ Every run passes ``--output-format``: the default output is not what these check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -183,6 +184,25 @@ def test_summary_json_totals_are_the_parquet_counts(capture):
     assert {(m["instance_id"], m["process_id"]): m["events"] for m in c.pq.metadata} == per_proc
 
 
+def test_the_event_summary_table_counts_the_events(capture):
+    """SystemProfileEventSummary (what the UI paints a cold profile from) is exactly the events'
+    counts, first starts, last ends, total and longest durations per track key and time bucket."""
+    name, c = capture
+    assert c.pq.event_summary
+    assert mm.event_summary_problem(c.pq) == ""
+
+
+def test_both_parquet_writers_write_the_same_rows(capture):
+    """Our own SystemProfileEvents writer and Arrow's (NEURON_EXPLORER_PARQUET_WRITER=arrow) give
+    the same rows, values and flows."""
+    name, c = capture
+    out = c.work / "pq-arrow"
+    mm.view_ok(c.src, "parquet", out, NEURON_EXPLORER_PARQUET_WRITER="arrow")
+    arrow = mm.read_parquet(out)
+    assert sorted(map(repr, arrow.events)) == sorted(map(repr, c.pq.events))
+    assert arrow.flow_groups() == c.pq.flow_groups() and arrow.region_links() == c.pq.region_links()
+
+
 # ---------------------------------------------------------------------------------------- 1: filters
 
 def _run_filter(c: Converted, f: mm.Filter, tag: str) -> dict[str, str]:
@@ -281,6 +301,12 @@ def test_ignore_system_profile_keeps_device_profiles_and_counters_aligned(synth)
     assert _run_filter(c, mm.Filter(ignore_system=True), "no-system") == {}
 
 
+@pytest.mark.xfail(strict=True, reason=mm.IGNORE_SYSTEM_NO_MODELS)
+def test_ignore_system_profile_keeps_the_graphs_and_the_device_profile_names(real):
+    c = converted(real["compiled"])
+    assert _run_filter(c, mm.Filter(ignore_system=True), "no-system-models") == {}
+
+
 # ---------------------------------------------------------------------------------------- 3: union
 
 def _together(tmp: Path, *srcs: Path) -> Converted:
@@ -296,9 +322,8 @@ def _shifted(out: mm.ParquetOutput, shift: dict[str, int]) -> mm.ParquetOutput:
     def mv(rows, cols):
         return [dict(r, **{k: r[k] + shift.get(r["instance_id"], 0) for k in cols}) for r in rows]
 
-    return mm.ParquetOutput(mv(out.events, ("start_ts", "end_ts")), out.metadata, mv(out.counters, ("ts",)),
-                            out.profiles, mv(out.device_events, ("start_ts", "end_ts")), out.warnings,
-                            out.profile_file)
+    return dataclasses.replace(out, events=mv(out.events, ("start_ts", "end_ts")), counters=mv(out.counters, ("ts",)),
+                               device_events=mv(out.device_events, ("start_ts", "end_ts")), event_summary=[])
 
 
 def _assert_union(together: Converted, parts: list[mm.ParquetOutput], flows: bool = True) -> None:
@@ -309,6 +334,8 @@ def _assert_union(together: Converted, parts: list[mm.ParquetOutput], flows: boo
     assert T.device_keys() == sum((p.device_keys() for p in parts), Counter())
     assert T.counter_keys() == sum((p.counter_keys() for p in parts), Counter())
     assert T.region_links() == sum((p.region_links() for p in parts), Counter())
+    assert T.model_keys() == sum((p.model_keys() for p in parts), Counter())
+    assert mm.event_summary_problem(T) == ""
     if flows:
         assert T.flow_groups() == sum((p.flow_groups() for p in parts), Counter())
 
@@ -372,4 +399,6 @@ def test_one_job_captured_apart_on_two_hosts_converted_together_is_the_union_ali
 def test_two_jobs_on_different_hosts_converted_together_keep_their_times(synth, tmp_path):
     a, b = converted(synth["multihost"]), converted(synth["later"])
     t = _together(tmp_path, synth["multihost"], synth["later"])
+    apart = {**a.pq.offsets(), **b.pq.offsets()}
+    assert t.pq.offsets() == apart, f"clock offsets together {t.pq.offsets()}, apart {apart}"
     _assert_union(t, [a.pq, b.pq], flows=False)
