@@ -239,7 +239,7 @@ def test_spec_filters_give_the_unfiltered_output_filtered(capture):
     assert not bad, f"{name}: " + json.dumps(bad, indent=1)
 
 
-DRAWS = 5
+DRAWS = 6
 OTHER_FORMATS = ("json", "perfetto", "summary-json")
 
 
@@ -261,14 +261,19 @@ def test_random_filters_give_the_unfiltered_output_filtered_in_every_format(capt
         assert code == f.expected_exit(c.pq), err
         summ = json.loads(out)
         assert mm.summary_counts(summ) == mm.parquet_counts(kept), f"{name}: {f}"
-        want_dev = Counter(k for k in mm.parquet_devices(c.pq).elements()
-                           if f.keeps_profile(next(p for p in c.pq.profiles if p["profile_id"] == k[0])))
+        filtered_pq = c.work / f"filtered-random{draw}"  # (the same run to Parquet: its device profile names)
+        names = {k[0]: k[1] for k in mm.parquet_devices(mm.read_parquet(filtered_pq))}
+        want_dev = Counter((k[0], names.get(k[0]), *k[2:]) for k in mm.parquet_devices(c.pq, f.keeps_profile).elements())
         assert mm.summary_devices(summ) == want_dev, f"{name}: {f}"
         return
     path = c.work / f"random{draw}-{fmt}" / ("t.json" if fmt == "json" else "t.pftrace")
     code, _, err = mm.view(c.src, fmt, path, *f.flags())
     assert code == f.expected_exit(c.pq), err
     want = mm.projected(kept)
+    # the device profiles beside it: the ones the same run writes to Parquet, under the same names
+    written = {q["profile_id"] for q in mm.read_parquet(c.work / f"filtered-random{draw}").profiles}
+    beside = {p.name for p in path.parent.iterdir()} - {path.name}
+    assert beside == {f"device_profile_model_{n}{path.suffix}" for n in written}, f"{name}: {f}: {fmt}"
     if fmt == "json":
         got = mm.read_json(path).events
     else:  # the run's time origin depends on the processes kept: line the first events up
