@@ -318,8 +318,8 @@ def read_json(path: Path) -> TraceOutput:
     evs = doc["traceEvents"]
     for e in evs:
         if e.get("ph") == "M" and e["name"] == "process_name":
-            assert e["pid"] not in procs, f"pid {e['pid']} names two processes"
-            procs[e["pid"]] = _process(e["args"]["name"])
+            proc = _process(e["args"]["name"])
+            assert procs.setdefault(e["pid"], proc) == proc, f"pid {e['pid']} names {procs[e['pid']]} and {proc}"
         elif e.get("ph") == "M" and e["name"] == "thread_name":
             threads[(e["pid"], e["tid"])] = e["args"]["name"]
     out = TraceOutput(Counter(), Counter(), {v: k for k, v in procs.items()}, origin)
