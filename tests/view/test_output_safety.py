@@ -141,8 +141,8 @@ def test_an_output_of_an_earlier_version_or_an_empty_directory_may_be_replaced(c
 
 
 @pytest.mark.parametrize("name, problem", [("..", "'.' or '..'"), (".", "'.' or '..'"), ("ABS", "'/'"),
-                                           ("a/b", "'/'"), ("   ", "empty"), (".hidden", "starts with '.'"),
-                                           ("a\\b", "'\\'")])
+                                           ("a/b", "'/'"), ("   ", "empty"), ("", "empty"),
+                                           (".hidden", "starts with '.'"), ("a\\b", "'\\'")])
 def test_display_name_must_be_one_component_inside_the_workspace(cap, tmp_path, name, problem):
     if name == "ABS":  # an absolute path (the old code wrote the profile there)
         name = str(tmp_path / "elsewhere")

@@ -190,14 +190,16 @@ def _run_url(args: argparse.Namespace) -> int:
     """``--log-prefix s3://bucket/prefix``: the matching objects copied to a private directory
     (endpoint: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL), analysed there, named by their URLs."""
     import shutil
-    import tempfile
 
     from neuron_explorer.contracts.env import ConfigError, s3_endpoint
+    from neuron_explorer.util.atomic import staging_dir
     from neuron_explorer.util.storage import StorageError
 
     t_start = time.perf_counter()
-    tmp = tempfile.mkdtemp(prefix="neuron-det-s3.")
+    root = staging_dir("neuron-det-s3.")  # (removed by the next run if this one is killed)
+    tmp = os.path.join(root, "logs")  # (only the logs: the owner file stays outside)
     try:
+        os.mkdir(tmp)
         try:
             local, from_dir = sources.stage_url(args.log_prefix, tmp, s3_endpoint())
         except (StorageError, ConfigError) as e:
@@ -207,7 +209,7 @@ def _run_url(args: argparse.Namespace) -> int:
         return _run(args, local, from_dir, t_start)
     finally:
         _SHOWN[:] = []
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # while reading object storage: (staging directory, the URL it stands for) in what is printed

@@ -57,8 +57,9 @@ def add_view_parser(sub) -> None:
     v.add_argument("--ignore-system-profile", action="store_true", help="skip system profiles (device-only view)")
     v.add_argument("--data-path", default=None, help="workspace directory for ingested profiles (used with --ingest-only)")
     v.add_argument("--ingest-only", action="store_true", help="ingest into the workspace as Parquet and exit")
-    v.add_argument("--display-name", default="",
-                   help="name of this ingestion: one directory name inside the workspace (no '/', not '.' or '..')")
+    v.add_argument("--display-name", default=None,
+                   help="name of this ingestion: one directory name inside the workspace (not empty, no '/', "
+                        "not '.' or '..')")
     v.add_argument("--show-profile-schema", action="store_true", help="print every output table and column, then exit")
     v.add_argument("--jobs", type=int, default=None,
                    help="worker processes for large inputs (default: one per core when the input is large)")
@@ -74,24 +75,29 @@ def add_view_parser(sub) -> None:
 
 
 
-def workspace_entry(display_name: str, directory: str) -> str:
+def check_display_name(display_name: str) -> str:
+    """``--display-name`` as given, refused (UsageError) unless it is one plain, visible path
+    component: the UI's rule for profile names.  An empty name is refused like the others."""
+    bad = ("is empty" if not display_name.strip() else
+           "contains '/'" if "/" in display_name else
+           "contains '\\'" if "\\" in display_name else
+           "contains a NUL byte" if "\0" in display_name else
+           "is '.' or '..'" if display_name in (".", "..") else
+           "starts with '.' (hidden: the UI does not list it)" if display_name.startswith(".") else
+           "is longer than 200 bytes" if len(os.fsencode(display_name)) > 200 else None)
+    if bad:
+        raise UsageError(f"--display-name {display_name!r} {bad}; it names one directory inside the "
+                         "workspace, e.g. --display-name run-a")
+    return display_name
+
+
+def workspace_entry(display_name: str | None, directory: str) -> str:
     """The directory name of an ingestion inside the workspace: ``--display-name`` when given
-    (refused unless it is one plain, visible path component: the UI's rule for profile names),
-    else derived from the capture directory's name (made safe with ``safe_component``: ``-d /``
-    has no name, a hidden directory's name would not be listed)."""
+    (``check_display_name``), else derived from the capture directory's name (made safe with
+    ``safe_component``: ``-d /`` has no name, a hidden directory's name would not be listed)."""
     from neuron_explorer.util.names import safe_component
-    if display_name:
-        bad = ("is empty" if not display_name.strip() else
-               "contains '/'" if "/" in display_name else
-               "contains '\\'" if "\\" in display_name else
-               "contains a NUL byte" if "\0" in display_name else
-               "is '.' or '..'" if display_name in (".", "..") else
-               "starts with '.' (hidden: the UI does not list it)" if display_name.startswith(".") else
-               "is longer than 200 bytes" if len(os.fsencode(display_name)) > 200 else None)
-        if bad:
-            raise UsageError(f"--display-name {display_name!r} {bad}; it names one directory inside the "
-                             "workspace, e.g. --display-name run-a")
-        return display_name
+    if display_name is not None:
+        return check_display_name(display_name)
     base = os.path.basename(os.path.abspath(directory).rstrip("/"))
     name = safe_component(base) if base else "capture"
     return "%2E" + name[1:] if name.startswith(".") else name  # the UI lists no hidden names
@@ -122,6 +128,8 @@ def view_command(args: argparse.Namespace) -> int:
         return 0
     if not args.directory and (args.output_format or args.ingest_only or args.output_file):
         raise UsageError("view needs -d DIR, the directory holding captured profiles")
+    if args.display_name is not None:
+        check_display_name(args.display_name)
     try:
         filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
                                 args.system_trace_filter_instance_id)
@@ -159,7 +167,7 @@ def view_command(args: argparse.Namespace) -> int:
         raise UsageError("--ignore-system-profile and --ignore-device-profile together leave nothing to view")
     opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
                        ignore_system_profile=args.ignore_system_profile,
-                       ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
+                       ignore_device_profile=args.ignore_device_profile, display_name=args.display_name or "",
                        progress=args.progress, jobs=args.jobs, grouping=grouping,
                        progress_delay=delay)
     res = _run(opts, args)
