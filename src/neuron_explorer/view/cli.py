@@ -130,6 +130,13 @@ def view_command(args: argparse.Namespace) -> int:
         raise UsageError("view needs -d DIR, the directory holding captured profiles")
     if args.display_name is not None:
         check_display_name(args.display_name)
+    if args.scheduler is not None:
+        from .cluster import ClusterUsageError, check_scheduler
+
+        try:
+            check_scheduler(args.scheduler)
+        except ClusterUsageError as e:
+            raise UsageError(str(e)) from None
     try:
         filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
                                 args.system_trace_filter_instance_id)
