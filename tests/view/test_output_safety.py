@@ -394,7 +394,7 @@ def test_capture_file_names_stay_in_the_session_directory():
 
 @pytest.mark.parametrize("port", ["70000", "0", "-1", "http"])
 def test_a_bad_port_is_a_one_line_usage_error(tmp_path, port):
-    r = cli("view", "--data-path", str(tmp_path / "ws"), "--port", port)
+    r = cli("view", "--ui", "--data-path", str(tmp_path / "ws"), "--port", port)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith("accepted: a TCP port from 1 to 65535, e.g. 3001")
 
