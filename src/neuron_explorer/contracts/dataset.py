@@ -214,7 +214,7 @@ def foreign_entry(rel: str, is_dir: bool = False) -> bool:
     dirs, leaf = (parts[1:], None) if is_dir else (parts[1:-1], parts[-1])
     if len(dirs) > 2 or not all(_PARTITION.match(d) for d in dirs):
         return True
-    return leaf is not None and (len(dirs) != 2 or not leaf.endswith(".parquet") or leaf.startswith("."))
+    return leaf is not None and (len(dirs) != 2 or not leaf.endswith(".parquet"))
 
 
 FOREIGN_LIMIT = 1000
