@@ -213,7 +213,8 @@ def test_a_parquet_run_killed_before_the_rename_leaves_its_work_area_only_until_
 
 def test_the_sweep_removes_only_staging_of_dead_runs_we_wrote(cap, tmp_path):
     """Named like ours but not removable: no owner file, a live owner (this test), another host's
-    owner, a symlink to a dead run's directory, a plain file; only the dead run's own goes."""
+    owner, another pid namespace's (a container sharing the directory), a symlink to a dead run's
+    directory, a plain file; only the dead run's own goes."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -225,13 +226,15 @@ def test_the_sweep_removes_only_staging_of_dead_runs_we_wrote(cap, tmp_path):
         (d / "piece").write_text(name)
         if owner is not None:
             (d / OWNER).write_text(json.dumps({"written_by": "neuron-explorer", "host": socket.gethostname(),
-                                               "boot": "", "start": "", **owner}))
+                                               "boot": "", "pidns": os.readlink("/proc/self/ns/pid"), "start": "",
+                                               **owner}))
         return d
 
     gone = staged("neuron-explorer-view.dead.tmp", {"pid": int(dead)})
     kept = [staged("neuron-explorer-view.noowner.tmp", None),
             staged("neuron-explorer-view.live.tmp", {"pid": os.getpid()}),
             staged("neuron-explorer-view.elsewhere.tmp", {"pid": int(dead), "host": "another-host"}),
+            staged("neuron-explorer-view.container.tmp", {"pid": int(dead), "pidns": "pid:[1]"}),
             staged("neuron-explorer-view.bad.tmp", {"pid": "x"}),
             staged("other-tool.dead.tmp", {"pid": int(dead)})]
     target = staged("target-of-link", {"pid": int(dead)})

@@ -218,10 +218,19 @@ def _start_time(pid: int) -> str:
     return fields[19].decode() if len(fields) > 19 else ""
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (``pid:[4026531836]``): pids mean something only inside it
+    (containers sharing a /tmp and a host name have their own); '' where unknown."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def _owner() -> dict:
     pid = os.getpid()
-    return {"written_by": "neuron-explorer", "host": socket.gethostname(), "boot": _boot_id(), "pid": pid,
-            "start": _start_time(pid)}
+    return {"written_by": "neuron-explorer", "host": socket.gethostname(), "boot": _boot_id(),
+            "pidns": _pid_namespace(), "pid": pid, "start": _start_time(pid)}
 
 
 def staging_dir(prefix: str, suffix: str = ".tmp", dir: str | None = None) -> str:
@@ -276,13 +285,16 @@ def _read_owner(path: str) -> dict | None:
 
 def _dead(owner: dict) -> bool:
     """Whether the run that wrote ``owner`` is certainly over: it ran on this host, and the machine
-    rebooted since, or its pid is gone or now belongs to a process started later.  A run on another
-    host (a shared file system) is never judged from here."""
+    rebooted since, or (in this pid namespace) its pid is gone or now belongs to a process started
+    later.  A run on another host (a shared file system) or in another pid namespace (a container
+    sharing this /tmp) is never judged from here."""
     if owner.get("host") != socket.gethostname():
         return False
     boot = _boot_id()
     if boot and owner.get("boot") and owner["boot"] != boot:
         return True
+    if owner.get("pidns", "") != _pid_namespace():
+        return False
     pid = owner["pid"]
     if pid == os.getpid():
         return False
