@@ -213,8 +213,9 @@ def test_a_parquet_run_killed_before_the_rename_leaves_its_work_area_only_until_
 
 def test_the_sweep_removes_only_staging_of_dead_runs_we_wrote(cap, tmp_path):
     """Named like ours but not removable: no owner file, a live owner (this test), another host's
-    owner, another pid namespace's (a container sharing the directory), a symlink to a dead run's
-    directory, a plain file; only the dead run's own goes."""
+    owner, another boot's (another machine of the same name, or before a reboot), another pid
+    namespace's (a container sharing the directory), a symlink to a dead run's directory, a plain
+    file; only the dead run's own goes."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -226,8 +227,8 @@ def test_the_sweep_removes_only_staging_of_dead_runs_we_wrote(cap, tmp_path):
         (d / "piece").write_text(name)
         if owner is not None:
             (d / OWNER).write_text(json.dumps({"written_by": "neuron-explorer", "host": socket.gethostname(),
-                                               "boot": "", "pidns": os.readlink("/proc/self/ns/pid"), "start": "",
-                                               **owner}))
+                                               "boot": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                                               "pidns": os.readlink("/proc/self/ns/pid"), "start": "", **owner}))
         return d
 
     gone = staged("neuron-explorer-view.dead.tmp", {"pid": int(dead)})
@@ -235,6 +236,7 @@ def test_the_sweep_removes_only_staging_of_dead_runs_we_wrote(cap, tmp_path):
             staged("neuron-explorer-view.live.tmp", {"pid": os.getpid()}),
             staged("neuron-explorer-view.elsewhere.tmp", {"pid": int(dead), "host": "another-host"}),
             staged("neuron-explorer-view.container.tmp", {"pid": int(dead), "pidns": "pid:[1]"}),
+            staged("neuron-explorer-view.otherboot.tmp", {"pid": int(dead), "boot": "another-boot"}),
             staged("neuron-explorer-view.bad.tmp", {"pid": "x"}),
             staged("other-tool.dead.tmp", {"pid": int(dead)})]
     target = staged("target-of-link", {"pid": int(dead)})

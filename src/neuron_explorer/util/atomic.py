@@ -284,16 +284,13 @@ def _read_owner(path: str) -> dict | None:
 
 
 def _dead(owner: dict) -> bool:
-    """Whether the run that wrote ``owner`` is certainly over: it ran on this host, and the machine
-    rebooted since, or (in this pid namespace) its pid is gone or now belongs to a process started
-    later.  A run on another host (a shared file system) or in another pid namespace (a container
-    sharing this /tmp) is never judged from here."""
-    if owner.get("host") != socket.gethostname():
-        return False
-    boot = _boot_id()
-    if boot and owner.get("boot") and owner["boot"] != boot:
-        return True
-    if owner.get("pidns", "") != _pid_namespace():
+    """Whether the run that wrote ``owner`` is certainly over: it ran on this machine since its last
+    boot, in this pid namespace, and its pid is gone or now belongs to a process started at another
+    time.  A run elsewhere is never judged from here: another host, or another boot id (a machine
+    sharing the file system under the same host name, or a run before a reboot: left alone, as
+    /tmp is usually emptied at boot), or another pid namespace (a container sharing this /tmp)."""
+    if (owner.get("host") != socket.gethostname() or owner.get("boot", "") != _boot_id()
+            or owner.get("pidns", "") != _pid_namespace()):
         return False
     pid = owner["pid"]
     if pid == os.getpid():
