@@ -300,7 +300,7 @@ def _dead(owner: dict) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:
-        pass  # alive, another user's: then not ours to judge by start time either
+        pass  # a process of another user has the pid: ours may have ended since (the start time tells)
     start = _start_time(pid)
     return bool(start and owner.get("start") and start != owner["start"])
 
