@@ -13,9 +13,9 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import tempfile
 from typing import Any, Iterator
 
+from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import is_url
 from .pipeline import (GOOD_LAYOUT, Job, ProcessResult, ViewError, ViewOptions, convert_process,
                        index_one, os_reason)
@@ -79,7 +79,7 @@ def staged(path: str, endpoint: str | None) -> Iterator[str]:
         return
     from . import remote
 
-    tmp = tempfile.mkdtemp(prefix="neuron-explorer-stage.")
+    tmp = staging_dir("neuron-explorer-stage.")  # (a killed worker's copy goes at the next task)
     try:
         yield remote.stage_session(path, endpoint, tmp)
     finally:
@@ -138,9 +138,11 @@ def _out_area(job: Job) -> Iterator[tuple[str, str | None]]:
     if job.out is None or not is_url(job.out):
         yield "", None
         return
-    tmp = tempfile.mkdtemp(prefix="neuron-explorer-out.")
+    tmp = staging_dir("neuron-explorer-out.")
+    out = os.path.join(tmp, "out")  # (everything in it is uploaded: the owner file stays outside)
     try:
-        yield tmp, job.out
+        os.mkdir(out)
+        yield out, job.out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
