@@ -1,0 +1,250 @@
+"""The promises the matrix checks, one small function each, and when each applies.
+
+Every function takes the cell's results and the results it is compared with (``Ctx``) and raises
+``AssertionError`` with what differs.  The event groups used to judge a type filter are the
+README's event vocabulary table (its "group" column), written out here rather than taken from the
+code under test: a filter must keep exactly the types the documentation says it keeps."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from .cells import Program, Setting
+
+# README "Event vocabulary": the group of every event type (a region is `framework_op` in ntrace.pb)
+HARDWARE = {"nc_exec_running", "nrt_model_switch", "cc_running", "cc_exec_barrier", "numerical_err",
+            "timestamp_sync_point", "hw_notify"}
+SOFTWARE = {"model_load", "nrt_load", "nrt_execute", "framework_op", "nrt_tensor_read", "nrt_tensor_write",
+            "runtime_execute", "kbl_exec_wait", "device_exec", "kmgr_exec_core"}
+ALIASES = {"tensor_read": "nrt_tensor_read", "tensor_write": "nrt_tensor_write", "cc_exec": "cc_running"}
+
+
+def kept_types(value: str) -> set[str]:
+    """The event types ``NEURON_RT_INSPECT_EVENT_FILTER_TYPE=value`` keeps, as the README states it."""
+    keep, drop = set(), set()
+    for item in (i.strip() for i in value.split(",") if i.strip()):
+        target = drop if item.startswith("^") else keep
+        name = item.lstrip("^")
+        target |= HARDWARE if name == "hardware" else SOFTWARE if name == "software" else {ALIASES.get(name, name)}
+    if not keep:
+        keep = HARDWARE | SOFTWARE
+    return keep - drop
+
+
+@dataclass
+class Ctx:
+    program: Program
+    setting: Setting
+    cell: dict
+    base: dict  # the unprofiled run
+    reference: dict | None = None  # the unfiltered capture (``cells.REFERENCE_SETTING``)
+
+
+def _diff(a: str, b: str, what: str) -> str:
+    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), f"{what} unprofiled", f"{what} here",
+                                      lineterm="", n=1))
+    return "\n".join(lines[:60])
+
+
+def _stderr_tail(c: dict) -> str:
+    return "\n--- stderr (tail) ---\n" + c["stderr"][-3000:]
+
+
+def expected_executions(ctx: Ctx) -> dict[str, dict[str, int]]:
+    """The program's own count of what it ran, per process and model kind."""
+    gt = ctx.base["ground_truth"]
+    assert gt is not None, "the unprofiled run printed no GROUND_TRUTH line" + _stderr_tail(ctx.base)
+    return {k: dict(v) for k, v in gt.items()}
+
+
+def _procs(summary: dict | None) -> dict[str, dict]:
+    return (summary or {}).get("processes", {})
+
+
+# ------------------------------------------------------------------------------------ checks
+
+
+def check_stdout(ctx: Ctx) -> None:
+    a, b = ctx.base["stdout"], ctx.cell["stdout"]
+    if ctx.program.mask:
+        a, b = re.sub(ctx.program.mask, "<masked>", a), re.sub(ctx.program.mask, "<masked>", b)
+    assert a == b, "stdout differs from the unprofiled run:\n" + _diff(a, b, "stdout") + _stderr_tail(ctx.cell)
+
+
+def check_exit_status(ctx: Ctx) -> None:
+    assert ctx.cell["returncode"] == ctx.base["returncode"], (
+        f"exit status {ctx.cell['returncode']}, unprofiled {ctx.base['returncode']}" + _stderr_tail(ctx.cell))
+
+
+def check_traceback(ctx: Ctx) -> None:
+    a, b = ctx.base["tracebacks"], ctx.cell["tracebacks"]
+    assert a, "the unprofiled run printed no traceback" + _stderr_tail(ctx.base)
+    assert a == b, "the traceback differs from the unprofiled one:\n" + _diff("\n".join(a), "\n".join(b), "traceback")
+
+
+def check_executions(ctx: Ctx) -> None:
+    """Executions per process and model kind, from nrt_execute and from nc_exec_running alike,
+    equal the program's ground truth; every recorded session is one of its processes."""
+    want = expected_executions(ctx)
+    cap = ctx.cell["capture"]
+    assert not cap["errors"], f"sessions that cannot be read: {cap['errors']}"
+    got = {k: p["executions_by_type"] for k, p in _procs(cap).items()}
+    problems = []
+    for key in sorted(set(want) | set(got)):
+        for typ in ("nrt_execute", "nc_exec_running"):
+            g = (got.get(key) or {}).get(typ, {}) if key in got else None
+            if g != want.get(key):
+                problems.append(f"{key} {typ}: recorded {g}, ground truth {want.get(key)}")
+        if key in _procs(cap):
+            failed = _procs(cap)[key]["failed"]
+            if failed != (1 if ctx.program.raises and key == "main" else 0):
+                problems.append(f"{key}: {failed} executions recorded as failed")
+    assert not problems, "executions differ from the ground truth:\n" + "\n".join(problems)
+
+
+def check_capture_usable(ctx: Ctx) -> None:
+    """``neuron-explorer check`` finds no error and no warning in the capture."""
+    f = ctx.cell["capture"]["findings"]
+    assert not f, "check reports:\n" + "\n".join(f"{lvl}: {msg}" for lvl, msg in f)
+
+
+def check_device_files(ctx: Ctx) -> None:
+    """``model``: one .ntff per graph executed (per core), ``session``: one per core; a .neff per graph."""
+    problems = []
+    for key, p in _procs(ctx.cell["capture"]).items():
+        graphs = len({m for m in p["models"]})
+        executed = sum(p["executions"].values())
+        if not executed:
+            continue
+        if ctx.setting.device == "model":
+            ok = len(p["ntff"]) == graphs and all(n.endswith(".ntff") and "_instid_" in n for n in p["ntff"])
+        else:
+            ok = len(p["ntff"]) == 1 and re.fullmatch(r"profile_nc_\d+_session_0\.ntff", p["ntff"][0]) is not None
+        if not ok:
+            problems.append(f"{key}: {graphs} graphs, device traces {p['ntff']}")
+        if p["neff"] != graphs:
+            problems.append(f"{key}: {graphs} graphs, {p['neff']} .neff files")
+    assert not problems, "\n".join(problems)
+
+
+def check_filtered(ctx: Ctx) -> None:
+    """A filtered capture holds exactly the unfiltered capture's events of the kept types, per
+    type and process."""
+    keep = kept_types(ctx.setting.type_filter)
+    ref, got = _procs(ctx.reference["capture"]), _procs(ctx.cell["capture"])
+    ref_keys = {k: k for k in ref}
+    problems = []
+    for key in sorted(set(ref_keys) | set(got)):
+        want = {t: n for t, n in (ref.get(key) or {}).get("types", {}).items() if t in keep}
+        have = (got.get(key) or {}).get("types", {})
+        if want != have:
+            lost = {t: f"{have.get(t, 0)} of {n}" for t, n in want.items() if have.get(t, 0) != n}
+            extra = {t: n for t, n in have.items() if t not in want}
+            problems.append(f"{key}: kept types differ; lost {lost}, not expected {extra}")
+    assert not problems, f"filter {ctx.setting.type_filter!r} keeps {sorted(keep)}:\n" + "\n".join(problems)
+
+
+def check_same_as_c(ctx: Ctx) -> None:
+    """The pure-Python path records what the C path records (same types and counts per process)."""
+    ref, got = _procs(ctx.reference["capture"]), _procs(ctx.cell["capture"])
+    a = {k: p["types"] for k, p in ref.items()}
+    b = {k: p["types"] for k, p in got.items()}
+    assert a == b, f"C path {a}\npure Python {b}"
+
+
+def _capture_by_pid(ctx: Ctx) -> dict[int, dict[str, int]]:
+    return {p["pid"]: p["executions"] for p in _procs(ctx.cell["capture"]).values()}
+
+
+def check_ndet(ctx: Ctx) -> None:
+    """NDET's executions per process and kind equal the capture's (when there is one) and the
+    ground truth; each log has its final write and nothing left in flight (clean programs)."""
+    logs = _procs(ctx.cell["ndet"])
+    assert logs, "no NDET log was written"
+    problems = []
+    want = expected_executions(ctx)
+    got = {k: v["executions"] for k, v in logs.items()}
+    if got != want:
+        problems.append(f"NDET {got}, ground truth {want}")
+    if ctx.cell["capture"] is not None:
+        cap = _capture_by_pid(ctx)
+        for key, log in logs.items():
+            if cap.get(log["pid"]) != log["executions"]:
+                problems.append(f"{key} (pid {log['pid']}): NDET {log['executions']}, capture {cap.get(log['pid'])}")
+    for key, log in logs.items():
+        if not log["final"]:
+            problems.append(f"{key}: no final write ({log['reason']})")
+        if not ctx.program.raises and log["in_flight"]:
+            problems.append(f"{key}: {log['in_flight']} records in flight after a clean exit")
+        if log["numerical_errors"]:
+            problems.append(f"{key}: {log['numerical_errors']} numerical errors in a program that has none")
+    assert not problems, "\n".join(problems)
+
+
+def check_ndet_verdict(ctx: Ctx) -> None:
+    """``neuron-det`` on a clean program's logs: ``no errors detected``, exit 0; on a program that
+    died of its exception: exit 1, and it names the exception."""
+    cli = ctx.cell["ndet"]["cli"]
+    assert cli is not None, "no NDET log was written"
+    if ctx.program.raises:
+        assert cli["returncode"] == 1 and "BadBatch" in cli["stdout"], cli
+    else:
+        assert cli["returncode"] == 0 and "no errors detected" in cli["stdout"], cli
+
+
+def check_monitor(ctx: Ctx) -> None:
+    """neuron-monitor counted every execution of each process (the sum of its reports), and
+    reported only the program's processes."""
+    mon = ctx.cell["monitor"]
+    problems = []
+    if mon["returncode"] not in (0, -15):
+        problems.append(f"neuron-monitor exited with {mon['returncode']}: {mon['stderr']}")
+    by_pid = {int(k): v for k, v in mon["executions_by_pid"].items()}
+    if mon.get("monitor_pid") in by_pid:
+        problems.append(f"neuron-monitor reports itself (pid {mon['monitor_pid']}) as an application")
+        by_pid.pop(mon["monitor_pid"])
+    want = expected_executions(ctx)
+    if len(by_pid) != len(want):
+        problems.append(f"{len(by_pid)} applications reported (pids {sorted(by_pid)}), the program has "
+                        f"{len(want)} processes that run a framework ({sorted(want)})")
+    totals = sorted(v for v in by_pid.values() if v)
+    if totals != sorted(sum(c.values()) for c in want.values()):
+        problems.append(f"executions per process: monitor {sorted(by_pid.items())}, ground truth "
+                        f"{ {k: sum(c.values()) for k, c in want.items()} }")
+    if ctx.cell["capture"] is not None:
+        for pid, ex in _capture_by_pid(ctx).items():
+            if by_pid.get(pid, 0) != sum(ex.values()):
+                problems.append(f"pid {pid}: monitor {by_pid.get(pid, 0)}, capture {sum(ex.values())}")
+    assert not problems, "\n".join(problems) + f"\n({mon['reports']} reports)"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    applies: Callable[[Program, Setting], bool]
+    run: Callable[[Ctx], None]
+    needs_reference: bool = False
+
+
+def _capture(p: Program, s: Setting) -> bool:
+    return s.capture and not s.type_filter
+
+
+CHECKS = [
+    Check("stdout", lambda p, s: True, check_stdout),
+    Check("exit_status", lambda p, s: True, check_exit_status),
+    Check("traceback", lambda p, s: p.raises, check_traceback),
+    Check("executions", _capture, check_executions),
+    Check("capture_usable", _capture, check_capture_usable),
+    Check("device_files", lambda p, s: _capture(p, s) and s.device is not None, check_device_files),
+    Check("filtered", lambda p, s: s.type_filter is not None, check_filtered, needs_reference=True),
+    Check("same_as_c", lambda p, s: s.env.get("NEURON_EXPLORER_PURE_PYTHON") == "1", check_same_as_c,
+          needs_reference=True),
+    Check("ndet", lambda p, s: s.ndet, check_ndet),
+    Check("ndet_verdict", lambda p, s: s.ndet, check_ndet_verdict),
+    Check("monitor", lambda p, s: s.monitor, check_monitor),
+]
