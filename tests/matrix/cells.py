@@ -129,10 +129,10 @@ _TORCH = _TORCH_OPT + " lstm raise"
 _RUNTIME_ON = "system device_* ndet monitor* all* filter_* pure_python"
 
 KNOWN: list[Known] = [
-    Known(_TORCH_OPT, "device_session all", "stdout exit_status executions ndet ndet_verdict", 1,
+    Known(_TORCH_OPT, "device_session all", "stdout stderr exit_status executions ndet ndet_verdict", 1,
           "a session-mode device profile crashes the second optimizer.step() (AttributeError: 'tuple' object "
           "has no attribute '_optimizer_step_pre_hooks')"),
-    Known("raise", "device_session all", "stdout traceback executions ndet ndet_verdict", 1,
+    Known("raise", "device_session all", "stdout stderr traceback executions ndet ndet_verdict", 1,
           "a session-mode device profile crashes the second optimizer.step()"),
     Known(_TORCH, "filter_hardware filter_hardware_not_cc", "filtered", 2,
           "a hardware filter keeps no eager execution (nc_exec_running, nrt_model_switch), and no optimizer step "
@@ -143,12 +143,12 @@ KNOWN: list[Known] = [
           "neuron-monitor misses what a process did after its last publication (its stats file is removed at "
           "exit), and JAX executions without a variable; whether a count is lost depends on timing",
           strict=False),
-    Known("jax", _RUNTIME_ON, "stdout exit_status executions ndet ndet_verdict monitor", 4,
+    Known("jax", _RUNTIME_ON, "stdout stderr exit_status executions ndet ndet_verdict monitor", 4,
           "pickling functools.partial(jax.jit, static_argnames=...) for the spawn worker raises PicklingError"),
     Known("own_profiler", "system device_* ndet monitor monitor_untagged all all_model filter_software pure_python",
           "stdout", 6, "the program's own torch.profiler records our PythonDispatchMode and extra aten ops at each "
           "root module's first call"),
-    Known("raise", _RUNTIME_ON, "traceback", 7, "the user's traceback gains frames of integrations/torch/eager.py"),
+    Known("raise", _RUNTIME_ON, "traceback stderr", 7, "the user's traceback gains frames of integrations/torch/eager.py"),
     Known("*", "monitor all all_model", "monitor", "monitor-lists-helpers",
           "with NEURON_PROCESS_TAG set, neuron-monitor reports processes that run no workload as applications: "
           "neuron-monitor itself, torchrun's agent, Inductor's .so load-check subprocesses "

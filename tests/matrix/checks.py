@@ -80,6 +80,23 @@ def check_exit_status(ctx: Ctx) -> None:
         f"exit status {ctx.cell['returncode']}, unprofiled {ctx.base['returncode']}" + _stderr_tail(ctx.cell))
 
 
+# what our tools may add to stderr: where a profile went (README: "prints where the profile was
+# written"; torchrun prefixes a rank's lines with "[rank<r>]: ")
+OUR_NOTES = re.compile(r"^(\[rank\d+\]: )?neuron-explorer: profile written to ")
+
+
+def _stderr_lines(text: str) -> set[str]:
+    """stderr's lines with numbers (times, pids, addresses) made alike, as a set: the ranks of a
+    torchrun job interleave their lines in any order."""
+    return {re.sub(r"0x[0-9a-f]+|\d+", "N", line) for line in text.splitlines() if not OUR_NOTES.match(line)}
+
+
+def check_stderr(ctx: Ctx) -> None:
+    """Nothing new on stderr: no warning, error or thread traceback of ours."""
+    new = sorted(_stderr_lines(ctx.cell["stderr"]) - _stderr_lines(ctx.base["stderr"]))
+    assert not new, "stderr has lines the unprofiled run does not print:\n" + "\n".join(new[:40])
+
+
 def check_traceback(ctx: Ctx) -> None:
     a, b = ctx.base["tracebacks"], ctx.cell["tracebacks"]
     assert a, "the unprofiled run printed no traceback" + _stderr_tail(ctx.base)
@@ -110,6 +127,18 @@ def check_capture_usable(ctx: Ctx) -> None:
     """``neuron-explorer check`` finds no error and no warning in the capture."""
     f = ctx.cell["capture"]["findings"]
     assert not f, "check reports:\n" + "\n".join(f"{lvl}: {msg}" for lvl, msg in f)
+
+
+def check_view_summary(ctx: Ctx) -> None:
+    """``view --output-format summary-json`` reads the capture without a warning and counts the
+    same executions per process, with no numerical error."""
+    v = ctx.cell["capture"]["view"]
+    assert v["returncode"] == 0 and not v["warnings"], f"view exited {v['returncode']}: {v['warnings']} {v['stderr']}"
+    want = {str(p["pid"]): sum(p["executions"].values()) for p in _procs(ctx.cell["capture"]).values()}
+    got = {pid: p["executions"] for pid, p in v["processes"].items()}
+    assert got == want, f"executions per pid: summary {got}, capture {want}"
+    errs = {pid: p["numerical_errors"] for pid, p in v["processes"].items() if p["numerical_errors"]}
+    assert not errs, f"numerical errors reported: {errs}"
 
 
 def check_device_files(ctx: Ctx) -> None:
@@ -237,9 +266,11 @@ def _capture(p: Program, s: Setting) -> bool:
 CHECKS = [
     Check("stdout", lambda p, s: True, check_stdout),
     Check("exit_status", lambda p, s: True, check_exit_status),
+    Check("stderr", lambda p, s: True, check_stderr),
     Check("traceback", lambda p, s: p.raises, check_traceback),
     Check("executions", _capture, check_executions),
     Check("capture_usable", _capture, check_capture_usable),
+    Check("view_summary", _capture, check_view_summary),
     Check("device_files", lambda p, s: _capture(p, s) and s.device is not None, check_device_files),
     Check("filtered", lambda p, s: s.type_filter is not None, check_filtered, needs_reference=True),
     Check("same_as_c", lambda p, s: s.env.get("NEURON_EXPLORER_PURE_PYTHON") == "1", check_same_as_c,

@@ -207,7 +207,26 @@ def summarize_capture(root: Path) -> dict:
             "neff": len(s.neff_paths),
         })
     findings = [[f.level, f.message] for f in check(str(root)) if f.level in ("error", "warning")]
-    return {"processes": _keyed(items), "findings": findings, "errors": errors}
+    return {"processes": _keyed(items), "findings": findings, "errors": errors, "view": view_summary(root)}
+
+
+def view_summary(root: Path) -> dict:
+    """What ``neuron-explorer view --output-format summary-json`` says of the capture: exit status,
+    stderr, warnings, and per process (by pid) its executions and numerical errors."""
+    out = root.parent / "summary.json"
+    p = subprocess.run([sys.executable, "-m", "neuron_explorer", "view", "-d", str(root), "--output-format",
+                        "summary-json", "--output-file", str(out)], capture_output=True, text=True, timeout=120,
+                       env=base_env(root.parent))
+    res: dict = {"returncode": p.returncode, "stderr": p.stderr[-3000:], "processes": {}, "warnings": None}
+    if p.returncode in (0, 1) and out.exists():
+        doc = json.loads(out.read_text())
+        res["warnings"] = doc.get("warnings")
+        for prof in doc.get("profiles", []):
+            cores = prof.get("cores", [])
+            res["processes"][str(prof["pid"])] = {
+                "executions": sum(c.get("executions", 0) for c in cores),
+                "numerical_errors": sum(c.get("numerical_errors", 0) for c in cores)}
+    return res
 
 
 def summarize_ndet(log_dir: Path) -> dict:
