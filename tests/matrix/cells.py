@@ -67,6 +67,8 @@ PROGRAMS = [
     Program("jax", "jax_train.py"),
     Program("jax_in_process", "jax_train.py", ("--in-process",)),
     Program("fork", "fork_child.py"),
+    Program("threads", "threads.py"),
+    Program("nan", "nan_diverge.py"),
     Program("raise", "raise_in_forward.py", raises=True),
 ]
 
@@ -124,7 +126,7 @@ class Known:
                    for v, pats in ((program, self.programs), (setting, self.settings), (check, self.checks)))
 
 
-_TORCH_OPT = "cnn transformer ddp compiled_* own_profiler fork"  # torch programs with an optimizer (+ raise)
+_TORCH_OPT = "cnn transformer ddp compiled_* own_profiler fork threads nan"  # torch programs with an optimizer (+ raise)
 _TORCH = _TORCH_OPT + " lstm raise"
 _RUNTIME_ON = "system device_* ndet monitor* all* filter_* pure_python"
 
@@ -143,12 +145,27 @@ KNOWN: list[Known] = [
           "neuron-monitor misses what a process did after its last publication (its stats file is removed at "
           "exit), and JAX executions without a variable; whether a count is lost depends on timing",
           strict=False),
-    Known("jax", _RUNTIME_ON, "stdout stderr exit_status executions ndet ndet_verdict monitor", 4,
+    Known("threads", "system device_* all all_model pure_python", "executions", 5,
+          "two threads training at once: most root-module calls and backwards are not recorded"),
+    Known("threads", "ndet all all_model", "ndet", 5, "two threads training at once: NDET misses executions"),
+    Known("threads", "monitor* all all_model", "monitor", 5, "two threads training at once: executions are lost"),
+    Known("jax", _RUNTIME_ON, "stdout stderr exit_status executions model_names ndet ndet_verdict monitor", 4,
           "pickling functools.partial(jax.jit, static_argnames=...) for the spawn worker raises PicklingError"),
     Known("own_profiler", "system device_* ndet monitor monitor_untagged all all_model filter_software pure_python",
           "stdout", 6, "the program's own torch.profiler records our PythonDispatchMode and extra aten ops at each "
           "root module's first call"),
-    Known("raise", _RUNTIME_ON, "traceback stderr", 7, "the user's traceback gains frames of integrations/torch/eager.py"),
+    Known("compiled_*", "system device_* all all_model pure_python", "model_names", 11,
+          "torch.compile(MLP()) graphs are named inner@compiled.py:<line>_<hash>; the README says MLP_<hash>"),
+    Known("raise", _RUNTIME_ON, "traceback stderr", 7,
+          "the user's traceback gains frames of integrations/torch/eager.py"),
+    Known("jax", "ndet all all_model", "ndet_verdict", "ndet-pool-sigterm",
+          "neuron-det calls a clean program erroneous (exit 1, no 'no errors detected') when it used "
+          "'with multiprocessing.Pool()': Pool.__exit__ ends its idle workers with SIGTERM, and a log that "
+          "ended by a signal is never clean (ndet/verdict.py is_clean)"),
+    Known("nan", "ndet all all_model", "ndet ndet_verdict executions", "eager-nan-check",
+          "the NaN/Inf check never runs on an eager root module's outputs: a diverging eager model gives no "
+          "numerical_err, no NDET numerical_error, and neuron-det says 'no errors detected' (the same model "
+          "under torch.compile reports each one)"),
     Known("*", "monitor all all_model", "monitor", "monitor-lists-helpers",
           "with NEURON_PROCESS_TAG set, neuron-monitor reports processes that run no workload as applications: "
           "neuron-monitor itself, torchrun's agent, Inductor's .so load-check subprocesses "

@@ -58,7 +58,24 @@ def expected_executions(ctx: Ctx) -> dict[str, dict[str, int]]:
     """The program's own count of what it ran, per process and model kind."""
     gt = ctx.base["ground_truth"]
     assert gt is not None, "the unprofiled run printed no GROUND_TRUTH line" + _stderr_tail(ctx.base)
-    return {k: dict(v) for k, v in gt.items()}
+    return {k: dict(v["counts"]) for k, v in gt.items()}
+
+
+def expected_numerical(ctx: Ctx, nan_check: bool = True) -> dict[str, int]:
+    """Numerical errors per process the NaN check must report (0 where the check is off)."""
+    gt = ctx.base["ground_truth"] or {}
+    return {k: (v.get("numerical", 0) if nan_check else 0) for k, v in gt.items()}
+
+
+def _nan_check_on(s: Setting) -> bool:
+    """README: NEURON_EXPLORER_NAN_CHECK=1, which NDET turns on by default (docs/ndet.md)."""
+    return s.env.get("NEURON_EXPLORER_NAN_CHECK", "1" if s.ndet else "0") == "1"
+
+
+def graph_name(name: str) -> str:
+    """A model name without its hash and line: ``Net_9219bedba6d7d298_bwd`` -> ``Net_bwd``,
+    ``train_step@jax_train.py:60_f0cab710808ae4a8`` -> ``train_step@jax_train.py``."""
+    return re.sub(r"_[0-9a-f]{16}(?=_bwd$|$)", "", re.sub(r":\d+(?=_[0-9a-f]{16})", "", name))
 
 
 def _procs(summary: dict | None) -> dict[str, dict]:
@@ -120,7 +137,21 @@ def check_executions(ctx: Ctx) -> None:
             failed = _procs(cap)[key]["failed"]
             if failed != (1 if ctx.program.raises and key == "main" else 0):
                 problems.append(f"{key}: {failed} executions recorded as failed")
+            num = _procs(cap)[key]["types"].get("numerical_err", 0)
+            want_num = expected_numerical(ctx, _nan_check_on(ctx.setting)).get(key, 0)
+            if num != want_num:
+                problems.append(f"{key}: {num} numerical_err events, expected {want_num}")
     assert not problems, "executions differ from the ground truth:\n" + "\n".join(problems)
+
+
+def check_model_names(ctx: Ctx) -> None:
+    """Graphs are named as the README says: ``<ModuleClass>_<hash>`` (a compiled module too),
+    ``_bwd`` for its backward, ``<OptimizerClass>_<hash>``, ``<function>@<file>:<line>_<hash>``."""
+    want = {k: sorted(v["models"]) for k, v in ctx.base["ground_truth"].items() if v["models"] is not None}
+    got = {k: sorted({graph_name(m.split(":", 1)[1]) for m in p["models"]})
+           for k, p in _procs(ctx.cell["capture"]).items()}
+    got = {k: v for k, v in got.items() if k in want}
+    assert got == want, f"graph names {got}, expected {want}"
 
 
 def check_capture_usable(ctx: Ctx) -> None:
@@ -131,14 +162,15 @@ def check_capture_usable(ctx: Ctx) -> None:
 
 def check_view_summary(ctx: Ctx) -> None:
     """``view --output-format summary-json`` reads the capture without a warning and counts the
-    same executions per process, with no numerical error."""
+    same executions and numerical errors per process."""
     v = ctx.cell["capture"]["view"]
     assert v["returncode"] == 0 and not v["warnings"], f"view exited {v['returncode']}: {v['warnings']} {v['stderr']}"
     want = {str(p["pid"]): sum(p["executions"].values()) for p in _procs(ctx.cell["capture"]).values()}
     got = {pid: p["executions"] for pid, p in v["processes"].items()}
     assert got == want, f"executions per pid: summary {got}, capture {want}"
-    errs = {pid: p["numerical_errors"] for pid, p in v["processes"].items() if p["numerical_errors"]}
-    assert not errs, f"numerical errors reported: {errs}"
+    want_num = {str(p["pid"]): p["types"].get("numerical_err", 0) for p in _procs(ctx.cell["capture"]).values()}
+    got_num = {pid: p["numerical_errors"] for pid, p in v["processes"].items()}
+    assert got_num == want_num, f"numerical errors per pid: summary {got_num}, capture's numerical_err {want_num}"
 
 
 def check_device_files(ctx: Ctx) -> None:
@@ -191,7 +223,8 @@ def _capture_by_pid(ctx: Ctx) -> dict[int, dict[str, int]]:
 
 def check_ndet(ctx: Ctx) -> None:
     """NDET's executions per process and kind equal the capture's (when there is one) and the
-    ground truth; each log has its final write and nothing left in flight (clean programs)."""
+    ground truth, and so do its collectives and numerical errors; each log has its final write
+    and nothing left in flight (clean programs)."""
     logs = _procs(ctx.cell["ndet"])
     assert logs, "no NDET log was written"
     problems = []
@@ -201,26 +234,35 @@ def check_ndet(ctx: Ctx) -> None:
         problems.append(f"NDET {got}, ground truth {want}")
     if ctx.cell["capture"] is not None:
         cap = _capture_by_pid(ctx)
+        cc = {p["pid"]: p["types"].get("cc_running", 0) + p["types"].get("cc_exec_barrier", 0)
+              for p in _procs(ctx.cell["capture"]).values()}
         for key, log in logs.items():
             if cap.get(log["pid"]) != log["executions"]:
                 problems.append(f"{key} (pid {log['pid']}): NDET {log['executions']}, capture {cap.get(log['pid'])}")
+            if cc.get(log["pid"]) != log["collectives"]:
+                problems.append(f"{key} (pid {log['pid']}): NDET {log['collectives']} collectives and barriers, "
+                                f"capture {cc.get(log['pid'])}")
     for key, log in logs.items():
         if not log["final"]:
             problems.append(f"{key}: no final write ({log['reason']})")
         if not ctx.program.raises and log["in_flight"]:
             problems.append(f"{key}: {log['in_flight']} records in flight after a clean exit")
-        if log["numerical_errors"]:
-            problems.append(f"{key}: {log['numerical_errors']} numerical errors in a program that has none")
+        want_num = expected_numerical(ctx).get(key, 0)
+        if log["numerical_errors"] != want_num:
+            problems.append(f"{key}: {log['numerical_errors']} numerical errors, the program had {want_num}")
     assert not problems, "\n".join(problems)
 
 
 def check_ndet_verdict(ctx: Ctx) -> None:
     """``neuron-det`` on a clean program's logs: ``no errors detected``, exit 0; on a program that
-    died of its exception: exit 1, and it names the exception."""
+    died of its exception: exit 1, and it names the exception; on one whose outputs went NaN:
+    exit 1, naming the first numerical error."""
     cli = ctx.cell["ndet"]["cli"]
     assert cli is not None, "no NDET log was written"
     if ctx.program.raises:
         assert cli["returncode"] == 1 and "BadBatch" in cli["stdout"], cli
+    elif any(expected_numerical(ctx).values()):
+        assert cli["returncode"] == 1 and "first numerical error" in cli["stdout"], cli
     else:
         assert cli["returncode"] == 0 and "no errors detected" in cli["stdout"], cli
 
@@ -269,6 +311,7 @@ CHECKS = [
     Check("stderr", lambda p, s: True, check_stderr),
     Check("traceback", lambda p, s: p.raises, check_traceback),
     Check("executions", _capture, check_executions),
+    Check("model_names", _capture, check_model_names),
     Check("capture_usable", _capture, check_capture_usable),
     Check("view_summary", _capture, check_view_summary),
     Check("device_files", lambda p, s: _capture(p, s) and s.device is not None, check_device_files),

@@ -38,16 +38,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ground_truth(stdout: str) -> dict[str, dict[str, int]] | None:
-    """The program's own count: ``{process key: {model kind: executions}}`` (None: not printed)."""
+def ground_truth(stdout: str) -> dict[str, dict] | None:
+    """The program's own account, per process key: ``counts`` (model kind -> executions),
+    ``models`` (the graph names it expects, without hash or line; None: not given) and
+    ``numerical`` (forward calls whose outputs hold a NaN or Inf).  None: no GROUND_TRUTH line."""
     found = GROUND_TRUTH.findall(stdout)
     if not found:
         return None
     out = {}
     for proc in json.loads(found[-1])["processes"]:
         proc = dict(proc)
-        key = proc.pop("key")
-        out[key] = {k: v for k, v in proc.items() if v}
+        key, models, numerical = proc.pop("key"), proc.pop("models", None), proc.pop("numerical", 0)
+        out[key] = {"counts": {k: v for k, v in proc.items() if v}, "models": models, "numerical": numerical}
     return out
 
 
@@ -143,7 +145,8 @@ class Monitor:
                 ex = (app.get("report") or {}).get("execution_stats") or {}
                 per_pid[app["pid"]] += sum((ex.get("execution_summary") or {}).values())
                 tags[app["pid"]] = app.get("neuron_runtime_tag")
-        return {"executions_by_pid": {str(k): v for k, v in per_pid.items()}, "tags": {str(k): v for k, v in tags.items()},
+        return {"executions_by_pid": {str(k): v for k, v in per_pid.items()},
+                "tags": {str(k): v for k, v in tags.items()},
                 "reports": len(self.reports), "returncode": self.proc.returncode, "monitor_pid": self.proc.pid,
                 "stderr": self.err_path.read_text()[-3000:]}
 

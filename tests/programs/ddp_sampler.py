@@ -60,7 +60,8 @@ def main():
     if rank == 0:
         w = sum(p.detach().sum().item() for p in model.parameters())
         print(f"weights sum {w:.6f}")
-        per_rank = [{"key": f"rank:{r}", "forward": steps, "backward": steps, "optimizer": steps}
+        names = ["DistributedDataParallel", "DistributedDataParallel_bwd", "SGD"]
+        per_rank = [{"key": f"rank:{r}", "models": names, "forward": steps, "backward": steps, "optimizer": steps}
                     for r in range(world)]
         print("GROUND_TRUTH " + json.dumps({"processes": per_rank}))
     del ddp_model  # the reducer goes before its process group (else gloo can hang at exit)

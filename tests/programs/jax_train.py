@@ -77,7 +77,7 @@ def run_in_worker(jit_with_static_k, data):
     """Runs in the spawn worker: build the jitted function from the pickled partial, call it."""
     f = jit_with_static_k(power_sum)
     out = [float(f(jnp.asarray(data), k=k)) for k in (1, 2, 3, 2)]
-    return out, {"key": "worker", "jit": 4}
+    return out, {"key": "worker", "models": ["power_sum@jax_train.py"], "jit": 4}
 
 
 def main():
@@ -88,7 +88,7 @@ def main():
     y = jnp.sin(x.sum(axis=1, keepdims=True))
     params = init_mlp(kp, [8, 32, 32, 1])
     state = opt_init(params)
-    counts = {"key": "main", "jit": 0}
+    counts = {"key": "main", "models": ["train_step@jax_train.py", "loss_fn@jax_train.py"], "jit": 0}
     for activation in ("tanh", "relu"):
         for step in range(5):
             params, state, loss = train_step(params, state, x, y, activation)
@@ -109,6 +109,7 @@ def main():
     print("power sums", " ".join(f"{v:.1f}" for v in out))
     if in_process:
         counts["jit"] += 4
+        counts["models"].append("power_sum@jax_train.py")
     print("GROUND_TRUTH " + json.dumps({"processes": procs}))
 
 

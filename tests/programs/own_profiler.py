@@ -15,6 +15,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 
+# the graphs the runtime should name (README: <ModuleClass>_<hash>, its _bwd, <OptimizerClass>_<hash>)
+MODELS = ["Sequential", "Sequential_bwd", "SGD"]
+
 
 def main():
     torch.manual_seed(0)
@@ -40,7 +43,7 @@ def main():
     print(f"loss {loss:.6f}")
     for e in sorted(prof.key_averages(), key=lambda e: e.key):
         print(f"{e.key} {e.count}")
-    print("GROUND_TRUTH " + json.dumps({"processes": [dict(key="main", **counts)]}))
+    print("GROUND_TRUTH " + json.dumps({"processes": [dict(key="main", models=MODELS, **counts)]}))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ import torch.nn as nn
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 
+# the graphs the runtime should name (README: <ModuleClass>_<hash>, its _bwd, <OptimizerClass>_<hash>)
+MODELS = ["Checked", "Checked_bwd", "SGD"]
+
 FAIL_AT = 3
 
 
@@ -41,7 +44,7 @@ def main():
     for step in range(5):
         if step == FAIL_AT:
             counts["forward"] += 1
-            print("GROUND_TRUTH " + json.dumps({"processes": [dict(key="main", **counts)]}), flush=True)
+            print("GROUND_TRUTH " + json.dumps({"processes": [dict(key="main", models=MODELS, **counts)]}), flush=True)
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(x, step), y)
         counts["forward"] += 1
