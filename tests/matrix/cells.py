@@ -145,10 +145,15 @@ KNOWN: list[Known] = [
           "neuron-monitor misses what a process did after its last publication (its stats file is removed at "
           "exit), and JAX executions without a variable; whether a count is lost depends on timing",
           strict=False),
+    # how many executions two threads lose depends on how they interleave: not strict
     Known("threads", "system device_* all all_model pure_python", "executions", 5,
-          "two threads training at once: most root-module calls and backwards are not recorded"),
-    Known("threads", "ndet all all_model", "ndet", 5, "two threads training at once: NDET misses executions"),
-    Known("threads", "monitor* all all_model", "monitor", 5, "two threads training at once: executions are lost"),
+          "two threads training at once: most root-module calls and backwards are not recorded", strict=False),
+    Known("threads", "filter_* pure_python", "filtered same_as_c", 5,
+          "two threads training at once: each run loses a different number of executions", strict=False),
+    Known("threads", "ndet all all_model", "ndet", 5, "two threads training at once: NDET misses executions",
+          strict=False),
+    Known("threads", "monitor* all all_model", "monitor", 5, "two threads training at once: executions are lost",
+          strict=False),
     Known("jax", _RUNTIME_ON, "stdout stderr exit_status executions model_names ndet ndet_verdict monitor", 4,
           "pickling functools.partial(jax.jit, static_argnames=...) for the spawn worker raises PicklingError"),
     Known("own_profiler", "system device_* ndet monitor monitor_untagged all all_model filter_software pure_python",
