@@ -126,7 +126,8 @@ class Known:
                    for v, pats in ((program, self.programs), (setting, self.settings), (check, self.checks)))
 
 
-_TORCH_OPT = "cnn transformer ddp compiled_* own_profiler fork threads nan"  # torch programs with an optimizer (+ raise)
+# torch programs with an optimizer (and raise, whose failure changes other checks)
+_TORCH_OPT = "cnn transformer ddp compiled_* own_profiler fork threads nan"
 _TORCH = _TORCH_OPT + " lstm raise"
 _RUNTIME_ON = "system device_* ndet monitor* all* filter_* pure_python"
 
