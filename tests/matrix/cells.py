@@ -137,15 +137,6 @@ KNOWN: list[Known] = [
           "has no attribute '_optimizer_step_pre_hooks')"),
     Known("raise", "device_session all", "stdout stderr traceback executions ndet ndet_verdict", 1,
           "a session-mode device profile crashes the second optimizer.step()"),
-    Known(_TORCH, "filter_hardware filter_hardware_not_cc", "filtered", 2,
-          "a hardware filter keeps no eager execution (nc_exec_running, nrt_model_switch), and no optimizer step "
-          "of a compiled program"),
-    Known("ddp", "filter_hardware_not_cc", "filtered", 2, "'hardware,^cc_exec' keeps 1 of 18 hw_notify"),
-    Known("ddp", "filter_software", "filtered", 2, "'software' keeps no kbl_exec_wait"),
-    Known("*", "monitor monitor_untagged all all_model", "monitor", 3,
-          "neuron-monitor misses what a process did after its last publication (its stats file is removed at "
-          "exit), and JAX executions without a variable; whether a count is lost depends on timing",
-          strict=False),
     # how many executions two threads lose depends on how they interleave: not strict
     Known("threads", "system device_* all all_model pure_python", "executions", 5,
           "two threads training at once: most root-module calls and backwards are not recorded", strict=False),
@@ -155,8 +146,6 @@ KNOWN: list[Known] = [
           strict=False),
     Known("threads", "monitor* all all_model", "monitor", 5, "two threads training at once: executions are lost",
           strict=False),
-    Known("jax", _RUNTIME_ON, "stdout stderr exit_status executions model_names ndet ndet_verdict monitor", 4,
-          "pickling functools.partial(jax.jit, static_argnames=...) for the spawn worker raises PicklingError"),
     Known("own_profiler", "system device_* ndet monitor monitor_untagged all all_model filter_software pure_python",
           "stdout", 6, "the program's own torch.profiler records our PythonDispatchMode and extra aten ops at each "
           "root module's first call"),
