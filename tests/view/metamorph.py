@@ -137,7 +137,9 @@ class ParquetOutput:
     def flow_groups(self, keep=None, devices: bool = True, timed: bool = True) -> Counter:
         """Each flow as the multiset of its events' keys, restricted to ``keep``: a flow joins the
         events that remain of it (two or more: a flow with one end shows no arrow), but a framework
-        region's flow to the calls it issued exists only with the region."""
+        region's flow to the calls it issued exists only with the region.  An execution's flow (the
+        one holding its ``nc_exec_running``) is the execution's even when a region that ran inside
+        it joined it (decision 0084): it stays when that region is dropped."""
         groups: dict = defaultdict(list)
         for r in self.events:
             for f in r["flow_id"] or []:
@@ -145,7 +147,8 @@ class ParquetOutput:
         out: Counter = Counter()
         for g in groups.values():
             if keep is not None:
-                if any(_is_region(r) and not keep(r) for r in g):
+                if (any(_is_region(r) and not keep(r) for r in g)
+                        and not any(r["name"] == "nc_exec_running" for r in g)):
                     continue
                 g = [r for r in g if keep(r)]
             if len(g) >= 2:
@@ -586,13 +589,6 @@ def compare_filtered(unfiltered: ParquetOutput, filtered: ParquetOutput, f: Filt
 # Disagreements found by these checks and not fixed yet: aspect -> (when it shows, why).  A test of
 # random filters excuses exactly these (each has a strict xfail test of its own that names it);
 # delete an entry when its test passes.
-def _keeps_regions_and_executions_not_calls(f: Filter, U: ParquetOutput) -> bool:
-    probe = {"trace_event_source": "framework", "name": "x", "event_group": "software"}
-    return (f.types is not None and any(map(_is_region, U.events)) and f.keeps_type(probe) and f.keeps_type(dict(probe, trace_event_source="neuron_hw",
-                                                                              name="nc_exec_running", event_group="hardware"))
-            and not f.keeps_type(dict(probe, trace_event_source="neuron_rt", name="nrt_execute")))
-
-
 def _drops_the_reference_instance(f: Filter, U: ParquetOutput) -> bool:
     offs = U.offsets()
     return (f.instances is not None and len(offs) > 1 and min(offs) not in f.instances
@@ -611,10 +607,6 @@ IGNORE_SYSTEM_NO_MODELS = (
 KNOWN = {
     "models": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
     "device profile ids": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
-    "region links": (_keeps_regions_and_executions_not_calls,
-                     "an event-type filter that keeps framework regions and nc_exec_running but drops nrt_execute "
-                     "unlinks every execution from its region: link_regions runs after the filter and finds an "
-                     "execution's region only through its nrt_execute"),
     "times": (lambda f, U: _drops_the_reference_instance(f, U) or _ignores_system_on_many_hosts(f, U),
               "clock offsets are estimated from the collectives of the run as filtered: "
               "--system-trace-filter-instance-id without the reference instance makes another one the reference "

@@ -287,7 +287,6 @@ def test_random_filters_give_the_unfiltered_output_filtered_in_every_format(capt
 
 # Known-broken cases: each names its cause (see metamorph.KNOWN), strict so that a fix shows.
 
-@pytest.mark.xfail(strict=True, reason=mm.KNOWN["region links"][1])
 @pytest.mark.parametrize("types", ["framework_op,nc_exec_running", "^nrt_execute"])
 def test_a_type_filter_without_nrt_execute_keeps_executions_linked_to_their_regions(real, types):
     c = converted(real["eager"])

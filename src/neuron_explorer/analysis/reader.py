@@ -53,6 +53,10 @@ def discover(root: str, problems: list[tuple[str, str]] | None = None) -> list[s
     return sorted(found)
 
 
+# a filtered session's column of each kept event's index in the capture (analysis.filters)
+EVENT_INDEX = "event_index"
+
+
 @dataclass
 class Session:
     path: str
@@ -70,6 +74,7 @@ class Session:
     neff_paths: list[str] = field(default_factory=list)
     mapped: tuple | None = None  # (mmap, {column: (file offset, item size)}) behind ``events``
     events_checked: tuple | None = None  # (ntrace.pb identity, wall offset) the events were checked with
+    region_links: object | None = None  # analysis.framework.RegionLinks, found before the filters
 
     def release(self, upto: int) -> None:
         """Drop the pages of events ``[0, upto)`` from this process's resident memory (they stay in

@@ -16,7 +16,7 @@ from neuron_explorer.analysis import align, device as device_mod, summary as sum
 from neuron_explorer.view import output as output_mod
 from neuron_explorer.view.devices import profile_ids
 from neuron_explorer.contracts import dataset
-from neuron_explorer.analysis.events import build as build_events
+from neuron_explorer.analysis.events import build as build_events, region_links
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, discover, load_session
@@ -491,7 +491,11 @@ def _convert(job: Job, undo: list) -> ProcessResult:
         res.warnings.append((str(e), printable(job.path)))
         return res
     _present(job.filter, s, res)
-    job.filter.apply(s)
+    if job.out is not None:  # region links: found on the whole process, then filtered with it
+        s.region_links = region_links(s, job.index)
+    keep = job.filter.apply(s)
+    if keep is not None and s.region_links is not None:
+        s.region_links = s.region_links.restrict(keep)
     offset_ns = job.offset.offset_ns if job.offset else 0
     dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
     for v in dviews:  # the run's ids: device_profile_model_<model id>, unique across processes
@@ -511,7 +515,7 @@ def _convert(job: Job, undo: list) -> ProcessResult:
         w.add_devices(dviews)
         report = _within[0]
         for lo, part in w.chunks(s):
-            pe = build_events(part, job.index, offset_ns, id_base + lo, links, with_extra=w.with_extra)
+            pe = build_events(part, job.index, offset_ns, id_base, links, with_extra=w.with_extra, first=lo)
             w.add(pe)
             res.events += pe.n
             if report is not None:
