@@ -589,30 +589,7 @@ def compare_filtered(unfiltered: ParquetOutput, filtered: ParquetOutput, f: Filt
 # Disagreements found by these checks and not fixed yet: aspect -> (when it shows, why).  A test of
 # random filters excuses exactly these (each has a strict xfail test of its own that names it);
 # delete an entry when its test passes.
-def _drops_the_reference_instance(f: Filter, U: ParquetOutput) -> bool:
-    offs = U.offsets()
-    return (f.instances is not None and len(offs) > 1 and min(offs) not in f.instances
-            and any(offs[i] for i in f.instances if i in offs))
-
-
-def _ignores_system_on_many_hosts(f: Filter, U: ParquetOutput) -> bool:
-    return f.ignore_system and any(U.offsets().values())
-
-
-IGNORE_SYSTEM_NO_MODELS = (
-    "--ignore-system-profile does not read ntrace.pb at all (analysis.reader.load_session(load_events=False)), "
-    "so the process's model table is missing too: ProfileModels is empty and device profiles are named by the neff "
-    "hash (device_profile_model_<hash>_nc0.json) instead of the model id (device_profile_model_0_nc0.json)")
-
-KNOWN = {
-    "models": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
-    "device profile ids": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
-    "times": (lambda f, U: _drops_the_reference_instance(f, U) or _ignores_system_on_many_hosts(f, U),
-              "clock offsets are estimated from the collectives of the run as filtered: "
-              "--system-trace-filter-instance-id without the reference instance makes another one the reference "
-              "(its events move by its offset), and --ignore-system-profile reads no collectives (device profiles "
-              "and counters of the other instances are not aligned)"),
-}
+KNOWN: dict = {}
 
 
 def unexplained(problems: dict[str, str], f: Filter, U: ParquetOutput) -> dict[str, str]:

@@ -294,20 +294,17 @@ def test_a_type_filter_without_nrt_execute_keeps_executions_linked_to_their_regi
     assert _run_filter(c, f, f"links-{types}") == {}
 
 
-@pytest.mark.xfail(strict=True, reason=mm.KNOWN["times"][1])
 def test_an_instance_filter_keeps_the_clock_alignment_of_the_whole_capture(synth):
     c = converted(synth["multihost"])
     assert c.pq.offsets()[HOST_B] != 0  # (the unfiltered run aligned host B)
     assert _run_filter(c, mm.Filter(instances=(HOST_B,)), "instance-b") == {}
 
 
-@pytest.mark.xfail(strict=True, reason=mm.KNOWN["times"][1])
 def test_ignore_system_profile_keeps_device_profiles_and_counters_aligned(synth):
     c = converted(synth["multihost"])
     assert _run_filter(c, mm.Filter(ignore_system=True), "no-system") == {}
 
 
-@pytest.mark.xfail(strict=True, reason=mm.IGNORE_SYSTEM_NO_MODELS)
 def test_ignore_system_profile_keeps_the_graphs_and_the_device_profile_names(real):
     c = converted(real["compiled"])
     assert _run_filter(c, mm.Filter(ignore_system=True), "no-system-models") == {}

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_explorer.analysis.reader import CLOCK_OFFSET_LIMIT_NS, Session, wall_offset_ns
+from neuron_explorer.analysis.pbfile import ProfileError
+from neuron_explorer.analysis.reader import CLOCK_OFFSET_LIMIT_NS, Session, check_times, wall_offset_ns
 from neuron_explorer.util.stragglers import arrivals, summarize
 
 MIN_SAMPLES = 1
@@ -59,7 +60,10 @@ class CollectiveIndex:
         """(keys, start, end) in wall-clock ns for the collectives of one session.
 
         Reads the events a chunk at a time and drops each chunk's mapped pages afterwards, so a
-        large process costs its collectives' timings, not its whole event columns."""
+        large process costs its collectives' timings, not its whole event columns.  The rows read
+        are checked here (their string ids inside the file's table, their times on the wall
+        clock): a run that writes no system events maps ntrace.pb unchecked
+        (``load_session(events="unchecked")``); ProfileError when one is damaged."""
         empty = np.empty(0, dtype=np.int64)
         n = s.num_events
         if not n:
@@ -81,8 +85,9 @@ class CollectiveIndex:
                 if not len(idx):
                     continue
                 idx += lo
-                # string ids are inside the file's table (checked at load), so below 2**31
-                pairs = (e[g_col][idx] << 32) | e[o_col][idx]
+                g_ids, o_ids = e[g_col][idx], e[o_col][idx]
+                _check_rows(s, g_ids, o_ids, e["start_ns"][idx], e["end_ns"][idx], off)
+                pairs = (g_ids << 32) | o_ids  # (string ids: inside the file's table, so below 2**31)
                 uniq, inv = np.unique(pairs, return_inverse=True)
                 lut = np.array([self.pair_id(s.strings[int(u) >> 32], s.strings[int(u) & 0xFFFF_FFFF])
                                 for u in uniq], dtype=np.int64)
@@ -97,6 +102,25 @@ class CollectiveIndex:
 
 
 _LOW40 = (1 << 40) - 1
+
+
+def _check_rows(s: Session, g_ids: np.ndarray, o_ids: np.ndarray, start: np.ndarray, end: np.ndarray,
+                off: int) -> None:
+    """The checks ``load_session`` makes on every event, made on the collectives read."""
+    ns = len(s.strings)
+    for ids, what in ((g_ids, "group_str"), (o_ids, "op_str")):
+        if int(ids.min()) < 0 or int(ids.max()) >= ns:
+            raise ProfileError(f"{s.path}/ntrace.pb: argument {what} of a collective refers to a string outside "
+                               f"the file's table of {ns} strings")
+    check_times(f"{s.path}/ntrace.pb", "collective timestamps", min(int(start.min()), int(end.min())),
+                max(int(start.max()), int(end.max())), off)
+
+
+def no_times() -> "Times":
+    empty = np.empty(0, dtype=np.int64)
+    return empty, empty, empty
+
+
 ALIGN_SAMPLES = 1 << 16  # collectives per process kept for clock alignment (file outputs)
 ALIGN_SAMPLES_TOTAL = 1 << 22  # ... and across all processes (~100 MB of timings)
 

@@ -162,29 +162,39 @@ SUMMARIES = ("summary-text", "summary-json")
 def index_one(path: str, opts: ViewOptions, n_paths: int) -> dict:
     """Pass 1 for one profile: what the run needs to know of it, as plain picklable data (a
     cluster run computes it on a worker).  ``collectives`` keys are numbered by this profile's own
-    ``pairs`` (``absorb`` renumbers them for the run); nothing is printed here."""
+    ``pairs`` (``absorb`` renumbers them for the run); nothing is printed here.
+
+    Clock alignment is a fact of the whole capture, not of what a run writes: the collectives of
+    every profile are read, those of instances the filter drops and those of a run that writes no
+    system events (whose ntrace.pb is then mapped unchecked: ``CollectiveIndex.times`` checks the
+    rows it reads), so a filter never moves the events it keeps."""
     rec: dict = {"path": path, "instance": None, "skipped": None, "warnings": [], "usable": False}
+    writes_events = not opts.ignore_system_profile
     try:
-        s = load_session(path, load_events=not opts.ignore_system_profile)
+        s = load_session(path, events="checked" if writes_events else "unchecked")
     except ProfileError as e:
         rec["skipped"] = str(e)
         return rec
     rec["warnings"] = list(s.warnings)
     rec["instance"] = s.instance_id
-    if not opts.filter.keeps_instance(s.instance_id):
-        return rec
+    kept = opts.filter.keeps_instance(s.instance_id)
     ci = align.CollectiveIndex()
     try:
         times = ci.times(s)
-    except Exception as e:  # a defect of ours on odd data: this profile only
-        rec["skipped"] = _failure(path, e)
-        return rec
+    except Exception as e:  # damage the unchecked read found, or a defect of ours on odd data: this profile only
+        if kept and writes_events:
+            rec["skipped"] = _failure(path, e)
+            return rec
+        rec["warnings"].append(f"{_failure(path, e)}; its collectives were left out of the clock alignment")
+        times, ci = align.no_times(), align.CollectiveIndex()
     s.release(s.num_events)  # the index keeps only the collective timings
     if opts.output_format not in SUMMARIES:  # stragglers need them all
         times = align.sample(times, align.sample_cap(n_paths))
+    rec.update(times=times, pairs=list(ci.pairs.items()))
+    if not kept:
+        return rec
     rank = int(s.info.rank) if s.info is not None else -1
-    rec.update(usable=True, checked=s.events_checked, proc=(s.instance_id, int(s.pid), rank), times=times,
-               pairs=list(ci.pairs.items()),
+    rec.update(usable=True, checked=s.events_checked, proc=(s.instance_id, int(s.pid), rank),
                devices=[] if opts.ignore_device_profile else [(s.instance_id, int(s.pid), list(s.device_paths),
                                                                [(m.id, m.neff_name) for m in s.models])],
                start=int(s.info.start_wall_ns) if s.info is not None and s.info.start_wall_ns else None)
@@ -193,7 +203,8 @@ def index_one(path: str, opts: ViewOptions, n_paths: int) -> dict:
 
 def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_instance: dict[str, list]) -> None:
     """Add one profile's ``index_one`` record to the run's index, printing its warnings in the
-    order a single pass would (the records are absorbed in path order)."""
+    order a single pass would (the records are absorbed in path order).  Every profile read
+    feeds the clock alignment; only those the filter keeps are converted."""
     p = rec["path"]
     if rec["instance"] is None:
         print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
@@ -207,7 +218,7 @@ def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_in
         print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
         warnings.append((rec["skipped"], printable(p)))
         return
-    if not rec["usable"]:
+    if "times" not in rec:
         return
     keys, start, end = rec["times"]
     if len(keys):  # the profile's pair numbers -> the run's
@@ -215,20 +226,25 @@ def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_in
         for (g, o), i in rec["pairs"]:
             remap[i] = ix.collectives.pair_id(g, o)
         keys = (remap[keys >> 40] << 40) | (keys & ((1 << 40) - 1))
+    times_by_instance.setdefault(rec["instance"], []).append((keys, start, end))
+    if not rec["usable"]:
+        return
     ix.usable.append(p)
     ix.instances[p] = rec["instance"]
     ix.checked[p] = rec["checked"]
     ix.procs[p] = rec["proc"]
     ix.devices[p] = rec["devices"]
-    times_by_instance.setdefault(rec["instance"], []).append((keys, start, end))
     ix.stragglers.append((rec["proc"][2], rec["instance"], (keys, start, end)))
     if rec["start"] is not None:
         ix.origin = rec["start"] if not ix.origin else min(ix.origin, rec["start"])
 
 
 def finish_index(ix: RunIndex, times_by_instance: dict[str, list]) -> RunIndex:
-    """The clock offsets and the time origin, once every profile is absorbed."""
-    ix.offsets = align.estimate_offsets(times_by_instance)
+    """The clock offsets and the time origin, once every profile is absorbed: estimated from
+    every instance read, reported for the instances the output holds."""
+    every = align.estimate_offsets(times_by_instance)
+    written = set(ix.instances.values())
+    ix.offsets = {i: o for i, o in every.items() if i in written}
     # keep relative timestamps short but never negative after a correction
     min_off = min((o.offset_ns for o in ix.offsets.values()), default=0)
     ix.origin = (ix.origin or 0) + min(min_off, 0) - 1_000_000_000
@@ -486,7 +502,7 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     events in the pieces and order the writer asks for."""
     res = ProcessResult()
     try:
-        s = load_session(job.path, load_events=not job.ignore_system, checked=job.checked)
+        s = load_session(job.path, events="none" if job.ignore_system else "checked", checked=job.checked)
     except ProfileError as e:  # changed since the index pass
         res.warnings.append((str(e), printable(job.path)))
         return res
