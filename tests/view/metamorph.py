@@ -60,10 +60,12 @@ def view_ok(src: Path, fmt: str, out: Path | None, *flags: str, **env: str) -> s
 # ---------------------------------------------------------------------------------------- captures
 
 def synth_capture(root: Path, instances: tuple[tuple[str, int], ...], pids: tuple[int, ...], events: int,
-                  world: int | None = None, first_rank: int = 0) -> Path:
+                  world: int | None = None, first_rank: int = 0, job: dict[str, str] | None = None) -> Path:
     """A multi-host capture written by the real capture writer (``bench.synth_capture``): on each
     (instance, clock skew) one process per pid (the same pids on every instance: they collide in
-    the track tree), each with CPU/memory samples and a model-mode device profile per graph."""
+    the track tree), each with CPU/memory samples and a model-mode device profile per graph.
+    ``job``: the launcher's variables every process records (its rendezvous; default a master on
+    the first instance's port 29500)."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from bench.synth_capture import write_process
@@ -73,10 +75,11 @@ def synth_capture(root: Path, instances: tuple[tuple[str, int], ...], pids: tupl
     from .test_perfetto_semantics import _write_samples
 
     world = world or len(instances) * len(pids)
+    job = job if job is not None else {"MASTER_ADDR": instances[0][0], "MASTER_PORT": "29500", "WORLD_SIZE": str(world)}
     rank = first_rank
     for inst, skew in instances:
         for pid in pids:
-            d = write_process(str(root), inst, rank, world, pid, events, skew, seed=rank)
+            d = write_process(str(root), inst, rank, world, pid, events, skew, seed=rank, job=job)
             _write_samples(d, rank)
             for mid, name, neff in ((0, "train_step_forward", "neff_1234567"), (1, "train_step_backward", "neff_1234568")):
                 t = OpTable()

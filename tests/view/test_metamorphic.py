@@ -66,12 +66,13 @@ def synth(tmp_path_factory) -> dict[str, Path]:
     the same pids (``rerun``: pids repeat across runs in containers); and two more hosts running
     another job an hour later (``later``)."""
     root = tmp_path_factory.mktemp("metamorph_synth")
-    a = mm.synth_capture(root / "host_a", ((HOST_A, 0),), PIDS, SYNTH_EVENTS, world=4)
-    b = mm.synth_capture(root / "host_b", ((HOST_B, SKEW_B),), PIDS, SYNTH_EVENTS, world=4, first_rank=2)
+    job = {"MASTER_ADDR": HOST_A, "MASTER_PORT": "29500", "WORLD_SIZE": "4"}  # the job's rendezvous, on host A
+    a = mm.synth_capture(root / "host_a", ((HOST_A, 0),), PIDS, SYNTH_EVENTS, world=4, job=job)
+    b = mm.synth_capture(root / "host_b", ((HOST_B, SKEW_B),), PIDS, SYNTH_EVENTS, world=4, first_rank=2, job=job)
     both = root / "multihost"
     shutil.copytree(a, both, dirs_exist_ok=True)
     shutil.copytree(b, both, dirs_exist_ok=True)
-    rerun = mm.synth_capture(root / "rerun", ((HOST_A, HOUR), (HOST_B, HOUR + SKEW_B)), PIDS, SYNTH_EVENTS)
+    rerun = mm.synth_capture(root / "rerun", ((HOST_A, HOUR), (HOST_B, HOUR + SKEW_B)), PIDS, SYNTH_EVENTS, job=job)
     later = mm.synth_capture(root / "later", (("i-0ccccccccccccccc3", HOUR), ("i-0ddddddddddddddd4", HOUR + 1_000_000)),
                              (6000, 6001), SYNTH_EVENTS)
     return {"host_a": a, "host_b": b, "multihost": both, "later": later, "rerun": rerun}
@@ -364,9 +365,6 @@ def test_two_jobs_on_one_host_converted_together_are_the_union(real, tmp_path):
     assert mm.summary_counts(t.summary) == mm.parquet_counts(parts[0].pq.events + parts[1].pq.events)
 
 
-@pytest.mark.xfail(strict=True, reason="a collective's flow id is a hash of (group ranks, op, sequence number) only "
-                   "(analysis.events.collective_flow_ids), so the k-th all_reduce of two different jobs converted "
-                   "together share one flow: Parquet flow_id, Perfetto and JSON arrows join the two jobs")
 def test_collective_flows_never_join_two_jobs(real, tmp_path):
     t = _together(tmp_path, real["eager"], real["compiled"])
     pids = {m: {mm_["process_id"] for mm_ in converted(real[m]).pq.metadata} for m in ("eager", "compiled")}
@@ -394,11 +392,6 @@ def test_one_job_captured_apart_on_two_hosts_converted_together_is_the_union_ali
     assert t.pq.keys() == converted(synth["multihost"]).pq.keys()
 
 
-@pytest.mark.xfail(strict=True, reason="clock alignment matches collectives by (group ranks, op, sequence number) "
-                   "across every capture of the run (analysis.align.CollectiveIndex), so a job on two other hosts an "
-                   "hour later is 'aligned' onto the first job: its events move by -1 h; and an instance with no "
-                   "collective in common with the reference gets offset 0 ('none') even when it shares them with "
-                   "another instance (estimate_offsets aligns only the reference's component)")
 def test_two_jobs_on_different_hosts_converted_together_keep_their_times(synth, tmp_path):
     a, b = converted(synth["multihost"]), converted(synth["later"])
     t = _together(tmp_path, synth["multihost"], synth["later"])

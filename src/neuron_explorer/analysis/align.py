@@ -38,22 +38,25 @@ class CollectiveIndex:
     """Collective timings as arrays keyed by one int64 per collective.
 
     A key packs (group, op) -- numbered in this index, so the same pair gets the same number for
-    every process -- with the per-group sequence number: ``pair << 40 | seq``."""
+    every process -- with the per-group sequence number: ``pair << 40 | seq``.  The run's index
+    numbers (group, op, job) instead (``analysis.jobs``): the k-th all_reduce of two jobs is two
+    collectives."""
 
     def __init__(self) -> None:
-        self.pairs: dict[tuple[str, str], int] = {}
+        self.pairs: dict[tuple, int] = {}
 
-    def pair_id(self, group: str, op: str) -> int:
-        i = self.pairs.get((group, op))
+    def pair_id(self, group: str, op: str, job: str | None = None) -> int:
+        k = (group, op) if job is None else (group, op, job)
+        i = self.pairs.get(k)
         if i is None:
-            i = self.pairs[(group, op)] = len(self.pairs)
+            i = self.pairs[k] = len(self.pairs)
         return i
 
     def describe(self, key: int) -> tuple[str, int, str]:
         pair = key >> 40
-        for (g, o), i in self.pairs.items():
+        for k, i in self.pairs.items():
             if i == pair:
-                return g, key & ((1 << 40) - 1), o
+                return k[0], key & ((1 << 40) - 1), k[1]
         return "?", key & ((1 << 40) - 1), "?"
 
     def times(self, s: Session, chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,41 +175,72 @@ def _per_key_mean_end(parts: list[Times]) -> tuple[np.ndarray, np.ndarray]:
 def estimate_offsets(times_by_instance: dict[str, list[Times]]) -> dict[str, InstanceOffset]:
     """Per-instance offsets from collective end times (one (keys, start, end) per process).
 
-    Ranks of one instance that took part in the same collective are averaged first."""
+    Ranks of one instance that took part in the same collective are averaged first.  Instances
+    linked by shared collectives (directly or through others) are aligned together, to the first
+    of them in name order (``reference``); a group that shares nothing with another keeps its own
+    clock (two jobs on different hosts: each is aligned within itself, neither moves onto the
+    other); an instance that shares no collective with any other is not shifted (``none``)."""
     merged = {inst: _per_key_mean_end(parts) for inst, parts in times_by_instance.items()}
     instances = sorted(merged)
-    if not instances:
-        return {}
-    ref = instances[0]
-    result = {ref: InstanceOffset(ref, 0, 0, 0, ref, "reference")}
-    pending = instances[1:]
-    progress = True
-    while pending and progress:
-        progress = False
-        for inst in list(pending):
-            best = None
-            ki, ei = merged[inst]
-            for anchor, a_off in result.items():
-                if a_off.method == "none":
-                    continue
-                ka, ea = merged[anchor]
-                _, ia, ib = np.intersect1d(ka, ki, assume_unique=True, return_indices=True)
-                if len(ia) < MIN_SAMPLES:
-                    continue
-                off, unc, n = _robust(ea[ia] - ei[ib])
-                if abs(off + a_off.offset_ns) > CLOCK_OFFSET_LIMIT_NS:  # not a clock error: damaged times
-                    continue
-                cand = InstanceOffset(inst, off + a_off.offset_ns, unc + a_off.uncertainty_ns, n, anchor,
-                                      "collectives")
-                if best is None or cand.samples > best.samples:
-                    best = cand
-            if best is not None:
-                result[inst] = best
-                pending.remove(inst)
-                progress = True
-    for inst in pending:
-        result[inst] = InstanceOffset(inst, 0, 0, 0, ref, "none")
+    result: dict[str, InstanceOffset] = {}
+    pending = list(instances)
+    while pending:
+        ref = pending.pop(0)  # the first instance not aligned yet: the reference of its group
+        result[ref] = InstanceOffset(ref, 0, 0, 0, ref, "reference")
+        group = [ref]
+        progress = True
+        while pending and progress:
+            progress = False
+            for inst in list(pending):
+                best = _best_anchor(inst, group, merged, result)
+                if best is not None:
+                    result[inst] = best
+                    pending.remove(inst)
+                    group.append(inst)
+                    progress = True
+        if len(group) == 1 and len(instances) > 1:
+            result[ref] = InstanceOffset(ref, 0, 0, 0, ref, "none")
     return result
+
+
+def _best_anchor(inst: str, group: list[str], merged: dict, result: dict[str, InstanceOffset]) -> InstanceOffset | None:
+    """``inst``'s offset through the aligned instance of ``group`` it shares most collectives with."""
+    best = None
+    ki, ei = merged[inst]
+    for anchor in group:
+        a_off = result[anchor]
+        ka, ea = merged[anchor]
+        _, ia, ib = np.intersect1d(ka, ki, assume_unique=True, return_indices=True)
+        if len(ia) < MIN_SAMPLES:
+            continue
+        off, unc, n = _robust(ea[ia] - ei[ib])
+        if abs(off + a_off.offset_ns) > CLOCK_OFFSET_LIMIT_NS:  # not a clock error: damaged times
+            continue
+        cand = InstanceOffset(inst, off + a_off.offset_ns, unc + a_off.uncertainty_ns, n, anchor, "collectives")
+        if best is None or cand.samples > best.samples:
+            best = cand
+    return best
+
+
+def clock_groups(offsets: dict[str, InstanceOffset]) -> list[list[str]]:
+    """The instances aligned together, one list per group (its reference first), when there is
+    more than one: their times are not aligned with each other's."""
+    ref_of: dict[str, str] = {}
+
+    def root(i: str) -> str:
+        seen = set()
+        while offsets[i].method == "collectives" and offsets[i].reference in offsets and i not in seen:
+            seen.add(i)
+            i = offsets[i].reference
+        return i
+
+    for i in offsets:
+        ref_of[i] = root(i)
+    groups: dict[str, list[str]] = {}
+    for i in sorted(offsets, key=lambda i: (ref_of[i] != i, i)):
+        groups.setdefault(ref_of[i], []).append(i)
+    out = [groups[r] for r in sorted(groups)]
+    return out if len(out) > 1 else []
 
 
 def stragglers(entries: list[tuple[int, str, Times]], offsets: dict[str, InstanceOffset],

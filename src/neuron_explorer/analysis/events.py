@@ -98,9 +98,10 @@ def _string(strings: list[str], i: int) -> str:
     return strings[i] if 0 <= i < len(strings) else ""
 
 
-def collective_flow_ids(group: str, op: str, seq: np.ndarray) -> np.ndarray:
-    """Flow ids for collectives of one (group, op): equal on every rank for the same sequence number."""
-    h = int.from_bytes(hashlib.blake2b(f"{group}|{op}".encode(), digest_size=8).digest(), "little")
+def collective_flow_ids(group: str, op: str, seq: np.ndarray, job: str = "") -> np.ndarray:
+    """Flow ids for collectives of one (group, op) of one job (``analysis.jobs``): equal on every
+    rank of the job for the same sequence number, different in another job."""
+    h = int.from_bytes(hashlib.blake2b(f"{job}\x1d{group}|{op}".encode(), digest_size=8).digest(), "little")
     mixed = (np.uint64(h) ^ (seq.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))) & np.uint64(0x3FFF_FFFF_FFFF_FFFF)
     return (mixed | np.uint64(1 << 62)).astype(np.int64)
 
@@ -255,11 +256,13 @@ def _spread_strings(piece: pa.Array, rows: np.ndarray, n: int) -> pa.Array:
 
 
 def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
-          device_links: dict[int, str] | None = None, with_extra: bool = True, first: int = 0) -> ProcessEvents:
+          device_links: dict[int, str] | None = None, with_extra: bool = True, first: int = 0,
+          job: str = "") -> ProcessEvents:
     """An event's id is ``id_base`` plus its index in the capture (``event_indices``; ``first``:
     the index of the first event of ``s``, a chunk of the process), so a filtered output's
     events keep the ids they have unfiltered.  ``with_extra=False`` leaves ``extra_json`` null
-    (for writers that do not show it)."""
+    (for writers that do not show it).  ``job``: the process's job (``analysis.jobs``), part of
+    its collectives' flow ids."""
     e = s.events
     n = s.num_events
     off = wall_offset_ns(s) + clock_offset_ns
@@ -302,7 +305,8 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
             for pair in np.unique(pairs).tolist():
                 sel = cc_idx[pairs == pair]
                 cols["flow_id"][sel] = collective_flow_ids(_string(s.strings, pair >> 32),
-                                                           _string(s.strings, pair & 0xFFFF_FFFF), cols["seq"][sel])
+                                                           _string(s.strings, pair & 0xFFFF_FFFF), cols["seq"][sel],
+                                                           job)
     # nc_exec_running -> the device profile that holds its execution
     cols["device_profile"] = np.full(n, -1, dtype=np.int64)
     profiles = sorted(set((device_links or {}).values()))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
+from neuron_explorer.analysis import align, device as device_mod, jobs, summary as summary_mod
 from neuron_explorer.view import output as output_mod
 from neuron_explorer.view.devices import profile_ids
 from neuron_explorer.contracts import dataset
@@ -154,6 +154,10 @@ class RunIndex:
     procs: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # path -> (instance, pid, rank)
     all_instances: set[str] = field(default_factory=set)  # every instance read, before the filter
     devices: dict[str, list] = field(default_factory=dict)  # path -> its device profiles' facts
+    jobs: dict[str, str] = field(default_factory=dict)  # path -> its job (analysis.jobs)
+    # (path or None when not written, instance, jobs.ProcessLife, times, pairs, rank) per profile read,
+    # until finish_index
+    timings: list = field(default_factory=list)
 
 
 SUMMARIES = ("summary-text", "summary-json")
@@ -188,6 +192,8 @@ def index_one(path: str, opts: ViewOptions, n_paths: int) -> dict:
         rec["warnings"].append(f"{_failure(path, e)}; its collectives were left out of the clock alignment")
         times, ci = align.no_times(), align.CollectiveIndex()
     s.release(s.num_events)  # the index keeps only the collective timings
+    last = int(times[2].max()) if len(times[2]) else None
+    rec["life"] = jobs.life_of(s.info, s.instance_id, last)
     if opts.output_format not in SUMMARIES:  # stragglers need them all
         times = align.sample(times, align.sample_cap(n_paths))
     rec.update(times=times, pairs=list(ci.pairs.items()))
@@ -201,7 +207,7 @@ def index_one(path: str, opts: ViewOptions, n_paths: int) -> dict:
     return rec
 
 
-def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_instance: dict[str, list]) -> None:
+def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]]) -> None:
     """Add one profile's ``index_one`` record to the run's index, printing its warnings in the
     order a single pass would (the records are absorbed in path order).  Every profile read
     feeds the clock alignment; only those the filter keeps are converted."""
@@ -220,28 +226,37 @@ def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_in
         return
     if "times" not in rec:
         return
-    keys, start, end = rec["times"]
-    if len(keys):  # the profile's pair numbers -> the run's
-        remap = np.zeros(max(i for _, i in rec["pairs"]) + 1, dtype=np.int64)
-        for (g, o), i in rec["pairs"]:
-            remap[i] = ix.collectives.pair_id(g, o)
-        keys = (remap[keys >> 40] << 40) | (keys & ((1 << 40) - 1))
-    times_by_instance.setdefault(rec["instance"], []).append((keys, start, end))
-    if not rec["usable"]:
+    usable = rec["usable"]
+    ix.timings.append((p if usable else None, rec["instance"], rec["life"], rec["times"], rec["pairs"],
+                       rec["proc"][2] if usable else -1))
+    if not usable:
         return
     ix.usable.append(p)
     ix.instances[p] = rec["instance"]
     ix.checked[p] = rec["checked"]
     ix.procs[p] = rec["proc"]
     ix.devices[p] = rec["devices"]
-    ix.stragglers.append((rec["proc"][2], rec["instance"], (keys, start, end)))
     if rec["start"] is not None:
         ix.origin = rec["start"] if not ix.origin else min(ix.origin, rec["start"])
 
 
-def finish_index(ix: RunIndex, times_by_instance: dict[str, list]) -> RunIndex:
-    """The clock offsets and the time origin, once every profile is absorbed: estimated from
-    every instance read, reported for the instances the output holds."""
+def finish_index(ix: RunIndex) -> RunIndex:
+    """The jobs, clock offsets and the time origin, once every profile is absorbed: the
+    collectives are told apart by job (``analysis.jobs``), the offsets estimated from every
+    instance read and reported for the instances the output holds."""
+    job_of = jobs.assign([t[2] for t in ix.timings])
+    times_by_instance: dict[str, list] = {}
+    for (path, inst, _, (keys, start, end), pairs, rank), job in zip(ix.timings, job_of):
+        if len(keys):  # the profile's pair numbers -> the run's (group, op, job)
+            remap = np.zeros(max(i for _, i in pairs) + 1, dtype=np.int64)
+            for (g, o), i in pairs:
+                remap[i] = ix.collectives.pair_id(g, o, job)
+            keys = (remap[keys >> 40] << 40) | (keys & ((1 << 40) - 1))
+        times_by_instance.setdefault(inst, []).append((keys, start, end))
+        if path is not None:
+            ix.jobs[path] = job
+            ix.stragglers.append((rank, inst, (keys, start, end)))
+    ix.timings = []
     every = align.estimate_offsets(times_by_instance)
     written = set(ix.instances.values())
     ix.offsets = {i: o for i, o in every.items() if i in written}
@@ -259,13 +274,12 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
     """Pass 1: instances, collective timings and the time origin; damaged profiles are reported
     here, and only the collective timings stay in memory."""
     ix = new_index()
-    times_by_instance: dict[str, list] = {}
     prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
     for p in paths:
         rec = index_one(p, opts, len(paths))
         prog.step()
-        absorb(ix, rec, warnings, times_by_instance)
-    return finish_index(ix, times_by_instance)
+        absorb(ix, rec, warnings)
+    return finish_index(ix)
 
 
 def run(opts: ViewOptions) -> ViewResult:
@@ -341,7 +355,8 @@ def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | N
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
                 None if target is None else device_dir(target), checked=ix.checked.get(p),
                 grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1],
-                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids})
+                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids},
+                job=ix.jobs.get(p, ""))
             for i, p in enumerate(ix.usable)]
 
 
@@ -445,6 +460,7 @@ class Job:
     group_pid: int = 0  # the pid of the process's group in the track tree (0: index + 1)
     group_label: str = ""
     device_ids: dict[str, str] = field(default_factory=dict)  # .ntff path -> device profile id (view.devices)
+    job: str = ""  # the process's job: part of its collectives' flow ids (analysis.jobs)
 
     def target(self) -> ProcessTarget:
         """Where the exporter writes this process."""
@@ -531,7 +547,8 @@ def _convert(job: Job, undo: list) -> ProcessResult:
         w.add_devices(dviews)
         report = _within[0]
         for lo, part in w.chunks(s):
-            pe = build_events(part, job.index, offset_ns, id_base, links, with_extra=w.with_extra, first=lo)
+            pe = build_events(part, job.index, offset_ns, id_base, links, with_extra=w.with_extra, first=lo,
+                              job=job.job)
             w.add(pe)
             res.events += pe.n
             if report is not None:
