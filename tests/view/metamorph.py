@@ -298,7 +298,7 @@ def per_name_track(c: Counter) -> Counter:
 
 # ---------------------------------------------------------------------------------------- JSON, Perfetto
 
-_LABEL = re.compile(r"^(\S+) pid (\d+)(?: rank (-?\d+))?")
+_LABEL = re.compile(r"^(\S+) pid (\d+)(?: rank (-?\d+))?(?: \(session ([^)\s]+)\))?")
 
 
 def _process(label: str) -> tuple[str, int]:
@@ -308,11 +308,19 @@ def _process(label: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def _process_key(label: str) -> tuple:
+    """The process a row stands for: (instance, pid), and its session when the name gives one
+    (``... (session <name>)``: two sessions of one pid on one instance, decision 0092)."""
+    m = _LABEL.match(label)
+    assert m, f"process name {label!r} does not read '<instance> pid <pid> rank <r>'"
+    return (m.group(1), int(m.group(2))) + ((m.group(4),) if m.group(4) else ())
+
+
 @dataclass
 class TraceOutput:
     events: Counter  # projected
     counters: Counter  # (instance, pid, counter, ts) -> samples
-    pids: dict  # (instance, pid) -> the pid shown in the trace
+    pids: dict  # (instance, pid[, session]) -> the pid shown in the trace
     origin_ns: int = 0
 
 
@@ -320,15 +328,17 @@ def read_json(path: Path) -> TraceOutput:
     doc = json.loads(path.read_text())
     origin = doc["metadata"]["origin_ns"]
     procs: dict[int, tuple[str, int]] = {}
+    keys: dict[int, tuple] = {}
     threads: dict[tuple[int, int], str] = {}
     evs = doc["traceEvents"]
     for e in evs:
         if e.get("ph") == "M" and e["name"] == "process_name":
             proc = _process(e["args"]["name"])
             assert procs.setdefault(e["pid"], proc) == proc, f"pid {e['pid']} names {procs[e['pid']]} and {proc}"
+            keys[e["pid"]] = _process_key(e["args"]["name"])
         elif e.get("ph") == "M" and e["name"] == "thread_name":
             threads[(e["pid"], e["tid"])] = e["args"]["name"]
-    out = TraceOutput(Counter(), Counter(), {v: k for k, v in procs.items()}, origin)
+    out = TraceOutput(Counter(), Counter(), {v: k for k, v in keys.items()}, origin)
     for e in evs:
         ph = e.get("ph")
         if ph in ("X", "i"):
@@ -352,7 +362,7 @@ def read_perfetto(path: Path, origin_ns: int) -> TraceOutput:
     procs = {u: td for u, td in d.tracks.items() if td.HasField("process")}
     out = TraceOutput(Counter(), Counter(), {}, origin_ns)
     for u, td in procs.items():
-        out.pids[_process(td.name)] = td.process.pid
+        out.pids[_process_key(td.name)] = td.process.pid
     for s in d.slices:
         inst, pid = _process(procs[d.process_of(s.track)].name)
         name = d.track_name(s.track).split(" #")[0]  # lanes of one track: 'name #2', ...

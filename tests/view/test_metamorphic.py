@@ -400,13 +400,16 @@ def test_two_jobs_on_different_hosts_converted_together_keep_their_times(synth, 
     _assert_union(t, [a.pq, b.pq], flows=False)
 
 
-@pytest.mark.xfail(strict=True, reason="two runs that reused a pid on one host (containers start their processes under "
-                   "the same pids) are one process row in Perfetto and JSON: the track tree's group key is (instance_id, "
-                   "process_id) (contracts.tracks.group_pids), so both runs' events share its tracks; SystemProfileEvents "
-                   "has no column that tells the two sessions' events apart either")
 def test_two_runs_that_reused_pids_stay_apart_in_every_format(synth, tmp_path):
     t = _together(tmp_path, synth["multihost"], synth["rerun"])
     sessions = len(t.pq.metadata)
     assert sessions == 8 and len(t.pq.events) == 2 * len(converted(synth["multihost"]).pq.events)
     assert len(set(t.json.pids.values())) == sessions, f"JSON process rows {t.json.pids}"
     assert len(set(t.perfetto.pids.values())) == sessions, f"Perfetto process rows {t.perfetto.pids}"
+    assert t.json.pids == t.perfetto.pids == {(m["instance_id"], m["process_id"], m["session"]): m["group_pid"]
+                                              for m in t.pq.metadata}
+    # Parquet (decision 0092): an event's session is its id >> 32 (ProfileMetadata.process_index);
+    # counter samples and graphs name their session
+    assert Counter(r["id"] >> 32 for r in t.pq.events) == {m["process_index"]: m["events"] for m in t.pq.metadata}
+    assert len({(r["instance_id"], r["process_id"], r["session"]) for r in t.pq.counters}) == sessions
+    assert len({(r["instance_id"], r["process_id"], r["session"]) for r in t.pq.models}) == sessions

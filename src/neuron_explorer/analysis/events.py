@@ -268,9 +268,9 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
     off = wall_offset_ns(s) + clock_offset_ns
     empty = np.empty(0, dtype=np.int64)
     typ = e["type"].astype(np.int64) if n else empty
-    orig = event_indices(s, first)
+    kept = e.get(EVENT_INDEX)
     cols: dict[str, np.ndarray] = {
-        "id": orig + id_base,
+        "id": kept + id_base if kept is not None else np.arange(id_base + first, id_base + first + n, dtype=np.int64),
         "type": typ,
         "start_ts": e["start_ns"] + off if n else empty,
         "end_ts": e["end_ns"] + off if n else empty,
@@ -317,15 +317,14 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         links = device_links or {}
         cols["device_profile"][m] = [pidx.get(links.get(e, ""), -1) for e in cols["exec_id"][m].tolist()]
     type_names = list(s.type_names)
-    _framework(s, cols, typ_c, counts, index, type_names, groups, sources, orig, id_base, first)
+    _framework(s, cols, typ_c, counts, index, type_names, groups, sources, id_base, first)
     model_names = {int(m.id): m.name for m in s.models}
     return ProcessEvents(s, index, clock_offset_ns, n, cols, type_names, groups, sources,
                          s.strings, model_names, extra, profiles)
 
 
 def _framework(s: Session, cols: dict[str, np.ndarray], typ_c: np.ndarray, counts: np.ndarray, index: int,
-               type_names: list[str], groups: list[str], sources: list[str], orig: np.ndarray, id_base: int,
-               first: int) -> None:
+               type_names: list[str], groups: list[str], sources: list[str], id_base: int, first: int) -> None:
     """Framework events named by their label, and linked to the calls they issued
     (``analysis.framework``): extends the type lists in place (in every chunk, so the ids are the
     same), retypes the events, and fills ``framework_stream_id`` and ``flow_id2`` from the
@@ -353,7 +352,7 @@ def _framework(s: Session, cols: dict[str, np.ndarray], typ_c: np.ndarray, count
     if links is None:
         links = region_links(s, index, first) if fw_types and counts[fw_types].any() else RegionLinks.none()
     if len(links.events) and n:
-        stream, with_region, flow = links.lookup(orig)
+        stream, with_region, flow = links.lookup(cols["id"] - id_base)  # (each event's index in the capture)
         has = stream >= 0
         fsid[has] = stream[has] + id_base
         has = with_region >= 0

@@ -347,7 +347,7 @@ def run(opts: ViewOptions) -> ViewResult:
 def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | None) -> list["Job"]:
     """One Job per usable profile, in path order (for a summary ``target`` is None)."""
     fmt = opts.output_format
-    shown = group_pids([ix.procs[p] for p in ix.usable], opts.grouping)
+    shown = group_pids([ix.procs[p] + (p,) for p in ix.usable], opts.grouping)  # (a session: its path)
     ncs = opts.filter.ncs
     dev_ids = profile_ids([d for p in ix.usable for d in ix.devices.get(p, [])],
                           None if ncs is None else lambda nc: bool(ncs.mask(np.asarray([nc]))[0]))

@@ -80,7 +80,7 @@ def plan_offsets(indexes: list[dict[str, Any]]) -> dict[str, Any]:
             origin = ix["start_wall_ns"] if origin is None else min(origin, ix["start_wall_ns"])
     offsets = align.estimate_offsets(by_instance)
     min_off = min((o.offset_ns for o in offsets.values()), default=0)
-    shown = group_pids([(ix["instance_id"], ix.get("pid", 0), ix["rank"]) for ix in good], Grouping())
+    shown = group_pids([(ix["instance_id"], ix.get("pid", 0), ix["rank"], ix["path"]) for ix in good], Grouping())
     return {"offsets": offsets, "origin": (origin or 0) + min(min_off, 0) - 1_000_000_000,
             "instances": {ix["path"]: ix.get("instance_id", "") for ix in indexes},
             "group_pids": {ix["path"]: sh for ix, sh in zip(good, shown)},  # (pid shown, label)
