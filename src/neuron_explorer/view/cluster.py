@@ -195,7 +195,7 @@ def run(opts: ViewOptions, engine: LocalEngine | DaskEngine, endpoint: str | Non
         print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
     target = work = None
     if out is not None and fmt not in SUMMARIES:
-        target, work = engine.call(tasks.prepare_output, out, fmt, paths, endpoint)
+        target, work = engine.call(tasks.prepare_output, out, fmt, paths, endpoint, opts.output_file is None)
     try:
         return _convert(opts, engine, endpoint, paths, warnings, target, work, t_start)
     finally:

@@ -300,7 +300,8 @@ def run(opts: ViewOptions) -> ViewResult:
     target = None
     if out is not None:  # before any work: nothing is written when the output cannot be used
         try:
-            target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths)
+            target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths,
+                                      default=opts.output_file is None)
         except output_mod.OutputRefused as e:
             raise ViewError(str(e)) from None
         if target not in ("-",) and output_mod.output_kind(target) not in ("descriptor", "special"):
