@@ -286,7 +286,8 @@ def test_random_filters_give_the_unfiltered_output_filtered_in_every_format(capt
         assert got == want, f"{name}: {f}: {fmt}: " + mm._diff(got, want, "events", lambda k: k[3])
 
 
-# Known-broken cases: each names its cause (see metamorph.KNOWN), strict so that a fix shows.
+# Cases these checks found broken (decision 0089), fixed by decisions 0090-0092. A case found
+# broken later is a strict xfail naming its cause, with its entry in metamorph.KNOWN.
 
 @pytest.mark.parametrize("types", ["framework_op,nc_exec_running", "^nrt_execute"])
 def test_a_type_filter_without_nrt_execute_keeps_executions_linked_to_their_regions(real, types):
