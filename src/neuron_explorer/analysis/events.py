@@ -74,6 +74,15 @@ def region_links(s: Session, index: int, first: int = 0, chunk: int = 1 << 20) -
     if core is not None:
         kind[core] = 3
     e = s.events
+    fw_set = np.zeros(nt + 1, dtype=bool)
+    fw_set[fw_types] = True
+    present = np.zeros(nt + 1, dtype=np.int64)
+    for lo in range(0, n, chunk):  # which types the process holds: most hold no region at all
+        hi = min(n, lo + chunk)
+        present += np.bincount(e["type"][lo:hi], minlength=nt + 1)[:nt + 1]
+        s.release(hi)
+    if not present[fw_set].any():
+        return RegionLinks.none()
     parts = []
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
@@ -81,8 +90,6 @@ def region_links(s: Session, index: int, first: int = 0, chunk: int = 1 << 20) -
         s.release(hi)
     idx = np.concatenate(parts)
     k = kind[np.minimum(e["type"][idx], nt)]
-    if not (k == 1).any():
-        return RegionLinks.none()
     exec_id = np.full(len(idx), -1, dtype=np.int64)
     for name, code in (("nrt_execute", 2), ("nc_exec_running", 3)):
         col = s.arg(name, "exec_id")
