@@ -116,6 +116,22 @@ def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp
     assert sorted(sorted(v) for v in flows.values()) == chains
 
 
+@pytest.mark.parametrize("types", ["framework_op,nc_exec_running", "^nrt_execute"])
+def test_a_type_filter_that_drops_the_calls_keeps_regions_linked_to_their_core_executions(tmp_path, types):
+    """The links are found before the filter: without the nrt_execute between them, each core
+    execution still names its region, and every kept event keeps the id it has unfiltered."""
+    out = _profiled(tmp_path, REGIONS)
+    cli("view", "-d", str(out), "--output-format", "parquet", "--output-file", str(tmp_path / "all"), check=True)
+    cli("view", "-d", str(out), "--output-format", "parquet", "--output-file", str(tmp_path / "some"),
+        "--system-trace-filter-event-type", types, check=True)
+    every = {e["id"]: e for e in _events(str(tmp_path / "all"))}
+    kept = _events(str(tmp_path / "some"))
+    assert kept and all(every[e["id"]] == e for e in kept)  # ids, flows and stream ids as unfiltered
+    cores = [e for e in kept if e["name"] == "nc_exec_running"]
+    regions = {e["id"]: e["name"] for e in kept if e["trace_event_source"] == "framework"}
+    assert [regions.get(c["framework_stream_id"]) for c in cores] == ["inner", "outer", "on_thread", None]
+
+
 PAUSED = """
 import torch
 from torch.profiler import record_function

@@ -60,10 +60,12 @@ def view_ok(src: Path, fmt: str, out: Path | None, *flags: str, **env: str) -> s
 # ---------------------------------------------------------------------------------------- captures
 
 def synth_capture(root: Path, instances: tuple[tuple[str, int], ...], pids: tuple[int, ...], events: int,
-                  world: int | None = None, first_rank: int = 0) -> Path:
+                  world: int | None = None, first_rank: int = 0, job: dict[str, str] | None = None) -> Path:
     """A multi-host capture written by the real capture writer (``bench.synth_capture``): on each
     (instance, clock skew) one process per pid (the same pids on every instance: they collide in
-    the track tree), each with CPU/memory samples and a model-mode device profile per graph."""
+    the track tree), each with CPU/memory samples and a model-mode device profile per graph.
+    ``job``: the launcher's variables every process records (its rendezvous; default a master on
+    the first instance's port 29500)."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from bench.synth_capture import write_process
@@ -73,10 +75,11 @@ def synth_capture(root: Path, instances: tuple[tuple[str, int], ...], pids: tupl
     from .test_perfetto_semantics import _write_samples
 
     world = world or len(instances) * len(pids)
+    job = job if job is not None else {"MASTER_ADDR": instances[0][0], "MASTER_PORT": "29500", "WORLD_SIZE": str(world)}
     rank = first_rank
     for inst, skew in instances:
         for pid in pids:
-            d = write_process(str(root), inst, rank, world, pid, events, skew, seed=rank)
+            d = write_process(str(root), inst, rank, world, pid, events, skew, seed=rank, job=job)
             _write_samples(d, rank)
             for mid, name, neff in ((0, "train_step_forward", "neff_1234567"), (1, "train_step_backward", "neff_1234568")):
                 t = OpTable()
@@ -137,7 +140,9 @@ class ParquetOutput:
     def flow_groups(self, keep=None, devices: bool = True, timed: bool = True) -> Counter:
         """Each flow as the multiset of its events' keys, restricted to ``keep``: a flow joins the
         events that remain of it (two or more: a flow with one end shows no arrow), but a framework
-        region's flow to the calls it issued exists only with the region."""
+        region's flow to the calls it issued exists only with the region.  An execution's flow (the
+        one holding its ``nc_exec_running``) is the execution's even when a region that ran inside
+        it joined it (decision 0084): it stays when that region is dropped."""
         groups: dict = defaultdict(list)
         for r in self.events:
             for f in r["flow_id"] or []:
@@ -145,7 +150,8 @@ class ParquetOutput:
         out: Counter = Counter()
         for g in groups.values():
             if keep is not None:
-                if any(_is_region(r) and not keep(r) for r in g):
+                if (any(_is_region(r) and not keep(r) for r in g)
+                        and not any(r["name"] == "nc_exec_running" for r in g)):
                     continue
                 g = [r for r in g if keep(r)]
             if len(g) >= 2:
@@ -292,7 +298,7 @@ def per_name_track(c: Counter) -> Counter:
 
 # ---------------------------------------------------------------------------------------- JSON, Perfetto
 
-_LABEL = re.compile(r"^(\S+) pid (\d+)(?: rank (-?\d+))?")
+_LABEL = re.compile(r"^(\S+) pid (\d+)(?: rank (-?\d+))?(?: \(session ([^)\s]+)\))?")
 
 
 def _process(label: str) -> tuple[str, int]:
@@ -302,11 +308,19 @@ def _process(label: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def _process_key(label: str) -> tuple:
+    """The process a row stands for: (instance, pid), and its session when the name gives one
+    (``... (session <name>)``: two sessions of one pid on one instance, decision 0092)."""
+    m = _LABEL.match(label)
+    assert m, f"process name {label!r} does not read '<instance> pid <pid> rank <r>'"
+    return (m.group(1), int(m.group(2))) + ((m.group(4),) if m.group(4) else ())
+
+
 @dataclass
 class TraceOutput:
     events: Counter  # projected
     counters: Counter  # (instance, pid, counter, ts) -> samples
-    pids: dict  # (instance, pid) -> the pid shown in the trace
+    pids: dict  # (instance, pid[, session]) -> the pid shown in the trace
     origin_ns: int = 0
 
 
@@ -314,15 +328,17 @@ def read_json(path: Path) -> TraceOutput:
     doc = json.loads(path.read_text())
     origin = doc["metadata"]["origin_ns"]
     procs: dict[int, tuple[str, int]] = {}
+    keys: dict[int, tuple] = {}
     threads: dict[tuple[int, int], str] = {}
     evs = doc["traceEvents"]
     for e in evs:
         if e.get("ph") == "M" and e["name"] == "process_name":
             proc = _process(e["args"]["name"])
             assert procs.setdefault(e["pid"], proc) == proc, f"pid {e['pid']} names {procs[e['pid']]} and {proc}"
+            keys[e["pid"]] = _process_key(e["args"]["name"])
         elif e.get("ph") == "M" and e["name"] == "thread_name":
             threads[(e["pid"], e["tid"])] = e["args"]["name"]
-    out = TraceOutput(Counter(), Counter(), {v: k for k, v in procs.items()}, origin)
+    out = TraceOutput(Counter(), Counter(), {v: k for k, v in keys.items()}, origin)
     for e in evs:
         ph = e.get("ph")
         if ph in ("X", "i"):
@@ -346,7 +362,7 @@ def read_perfetto(path: Path, origin_ns: int) -> TraceOutput:
     procs = {u: td for u, td in d.tracks.items() if td.HasField("process")}
     out = TraceOutput(Counter(), Counter(), {}, origin_ns)
     for u, td in procs.items():
-        out.pids[_process(td.name)] = td.process.pid
+        out.pids[_process_key(td.name)] = td.process.pid
     for s in d.slices:
         inst, pid = _process(procs[d.process_of(s.track)].name)
         name = d.track_name(s.track).split(" #")[0]  # lanes of one track: 'name #2', ...
@@ -586,41 +602,7 @@ def compare_filtered(unfiltered: ParquetOutput, filtered: ParquetOutput, f: Filt
 # Disagreements found by these checks and not fixed yet: aspect -> (when it shows, why).  A test of
 # random filters excuses exactly these (each has a strict xfail test of its own that names it);
 # delete an entry when its test passes.
-def _keeps_regions_and_executions_not_calls(f: Filter, U: ParquetOutput) -> bool:
-    probe = {"trace_event_source": "framework", "name": "x", "event_group": "software"}
-    return (f.types is not None and any(map(_is_region, U.events)) and f.keeps_type(probe) and f.keeps_type(dict(probe, trace_event_source="neuron_hw",
-                                                                              name="nc_exec_running", event_group="hardware"))
-            and not f.keeps_type(dict(probe, trace_event_source="neuron_rt", name="nrt_execute")))
-
-
-def _drops_the_reference_instance(f: Filter, U: ParquetOutput) -> bool:
-    offs = U.offsets()
-    return (f.instances is not None and len(offs) > 1 and min(offs) not in f.instances
-            and any(offs[i] for i in f.instances if i in offs))
-
-
-def _ignores_system_on_many_hosts(f: Filter, U: ParquetOutput) -> bool:
-    return f.ignore_system and any(U.offsets().values())
-
-
-IGNORE_SYSTEM_NO_MODELS = (
-    "--ignore-system-profile does not read ntrace.pb at all (analysis.reader.load_session(load_events=False)), "
-    "so the process's model table is missing too: ProfileModels is empty and device profiles are named by the neff "
-    "hash (device_profile_model_<hash>_nc0.json) instead of the model id (device_profile_model_0_nc0.json)")
-
-KNOWN = {
-    "models": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
-    "device profile ids": (lambda f, U: f.ignore_system and bool(U.models), IGNORE_SYSTEM_NO_MODELS),
-    "region links": (_keeps_regions_and_executions_not_calls,
-                     "an event-type filter that keeps framework regions and nc_exec_running but drops nrt_execute "
-                     "unlinks every execution from its region: link_regions runs after the filter and finds an "
-                     "execution's region only through its nrt_execute"),
-    "times": (lambda f, U: _drops_the_reference_instance(f, U) or _ignores_system_on_many_hosts(f, U),
-              "clock offsets are estimated from the collectives of the run as filtered: "
-              "--system-trace-filter-instance-id without the reference instance makes another one the reference "
-              "(its events move by its offset), and --ignore-system-profile reads no collectives (device profiles "
-              "and counters of the other instances are not aligned)"),
-}
+KNOWN: dict = {}
 
 
 def unexplained(problems: dict[str, str], f: Filter, U: ParquetOutput) -> dict[str, str]:

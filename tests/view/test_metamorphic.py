@@ -66,12 +66,13 @@ def synth(tmp_path_factory) -> dict[str, Path]:
     the same pids (``rerun``: pids repeat across runs in containers); and two more hosts running
     another job an hour later (``later``)."""
     root = tmp_path_factory.mktemp("metamorph_synth")
-    a = mm.synth_capture(root / "host_a", ((HOST_A, 0),), PIDS, SYNTH_EVENTS, world=4)
-    b = mm.synth_capture(root / "host_b", ((HOST_B, SKEW_B),), PIDS, SYNTH_EVENTS, world=4, first_rank=2)
+    job = {"MASTER_ADDR": HOST_A, "MASTER_PORT": "29500", "WORLD_SIZE": "4"}  # the job's rendezvous, on host A
+    a = mm.synth_capture(root / "host_a", ((HOST_A, 0),), PIDS, SYNTH_EVENTS, world=4, job=job)
+    b = mm.synth_capture(root / "host_b", ((HOST_B, SKEW_B),), PIDS, SYNTH_EVENTS, world=4, first_rank=2, job=job)
     both = root / "multihost"
     shutil.copytree(a, both, dirs_exist_ok=True)
     shutil.copytree(b, both, dirs_exist_ok=True)
-    rerun = mm.synth_capture(root / "rerun", ((HOST_A, HOUR), (HOST_B, HOUR + SKEW_B)), PIDS, SYNTH_EVENTS)
+    rerun = mm.synth_capture(root / "rerun", ((HOST_A, HOUR), (HOST_B, HOUR + SKEW_B)), PIDS, SYNTH_EVENTS, job=job)
     later = mm.synth_capture(root / "later", (("i-0ccccccccccccccc3", HOUR), ("i-0ddddddddddddddd4", HOUR + 1_000_000)),
                              (6000, 6001), SYNTH_EVENTS)
     return {"host_a": a, "host_b": b, "multihost": both, "later": later, "rerun": rerun}
@@ -285,9 +286,9 @@ def test_random_filters_give_the_unfiltered_output_filtered_in_every_format(capt
         assert got == want, f"{name}: {f}: {fmt}: " + mm._diff(got, want, "events", lambda k: k[3])
 
 
-# Known-broken cases: each names its cause (see metamorph.KNOWN), strict so that a fix shows.
+# Cases these checks found broken (decision 0089), fixed by decisions 0090-0092. A case found
+# broken later is a strict xfail naming its cause, with its entry in metamorph.KNOWN.
 
-@pytest.mark.xfail(strict=True, reason=mm.KNOWN["region links"][1])
 @pytest.mark.parametrize("types", ["framework_op,nc_exec_running", "^nrt_execute"])
 def test_a_type_filter_without_nrt_execute_keeps_executions_linked_to_their_regions(real, types):
     c = converted(real["eager"])
@@ -295,20 +296,17 @@ def test_a_type_filter_without_nrt_execute_keeps_executions_linked_to_their_regi
     assert _run_filter(c, f, f"links-{types}") == {}
 
 
-@pytest.mark.xfail(strict=True, reason=mm.KNOWN["times"][1])
 def test_an_instance_filter_keeps_the_clock_alignment_of_the_whole_capture(synth):
     c = converted(synth["multihost"])
     assert c.pq.offsets()[HOST_B] != 0  # (the unfiltered run aligned host B)
     assert _run_filter(c, mm.Filter(instances=(HOST_B,)), "instance-b") == {}
 
 
-@pytest.mark.xfail(strict=True, reason=mm.KNOWN["times"][1])
 def test_ignore_system_profile_keeps_device_profiles_and_counters_aligned(synth):
     c = converted(synth["multihost"])
     assert _run_filter(c, mm.Filter(ignore_system=True), "no-system") == {}
 
 
-@pytest.mark.xfail(strict=True, reason=mm.IGNORE_SYSTEM_NO_MODELS)
 def test_ignore_system_profile_keeps_the_graphs_and_the_device_profile_names(real):
     c = converted(real["compiled"])
     assert _run_filter(c, mm.Filter(ignore_system=True), "no-system-models") == {}
@@ -368,9 +366,6 @@ def test_two_jobs_on_one_host_converted_together_are_the_union(real, tmp_path):
     assert mm.summary_counts(t.summary) == mm.parquet_counts(parts[0].pq.events + parts[1].pq.events)
 
 
-@pytest.mark.xfail(strict=True, reason="a collective's flow id is a hash of (group ranks, op, sequence number) only "
-                   "(analysis.events.collective_flow_ids), so the k-th all_reduce of two different jobs converted "
-                   "together share one flow: Parquet flow_id, Perfetto and JSON arrows join the two jobs")
 def test_collective_flows_never_join_two_jobs(real, tmp_path):
     t = _together(tmp_path, real["eager"], real["compiled"])
     pids = {m: {mm_["process_id"] for mm_ in converted(real[m]).pq.metadata} for m in ("eager", "compiled")}
@@ -398,11 +393,6 @@ def test_one_job_captured_apart_on_two_hosts_converted_together_is_the_union_ali
     assert t.pq.keys() == converted(synth["multihost"]).pq.keys()
 
 
-@pytest.mark.xfail(strict=True, reason="clock alignment matches collectives by (group ranks, op, sequence number) "
-                   "across every capture of the run (analysis.align.CollectiveIndex), so a job on two other hosts an "
-                   "hour later is 'aligned' onto the first job: its events move by -1 h; and an instance with no "
-                   "collective in common with the reference gets offset 0 ('none') even when it shares them with "
-                   "another instance (estimate_offsets aligns only the reference's component)")
 def test_two_jobs_on_different_hosts_converted_together_keep_their_times(synth, tmp_path):
     a, b = converted(synth["multihost"]), converted(synth["later"])
     t = _together(tmp_path, synth["multihost"], synth["later"])
@@ -411,13 +401,16 @@ def test_two_jobs_on_different_hosts_converted_together_keep_their_times(synth, 
     _assert_union(t, [a.pq, b.pq], flows=False)
 
 
-@pytest.mark.xfail(strict=True, reason="two runs that reused a pid on one host (containers start their processes under "
-                   "the same pids) are one process row in Perfetto and JSON: the track tree's group key is (instance_id, "
-                   "process_id) (contracts.tracks.group_pids), so both runs' events share its tracks; SystemProfileEvents "
-                   "has no column that tells the two sessions' events apart either")
 def test_two_runs_that_reused_pids_stay_apart_in_every_format(synth, tmp_path):
     t = _together(tmp_path, synth["multihost"], synth["rerun"])
     sessions = len(t.pq.metadata)
     assert sessions == 8 and len(t.pq.events) == 2 * len(converted(synth["multihost"]).pq.events)
     assert len(set(t.json.pids.values())) == sessions, f"JSON process rows {t.json.pids}"
     assert len(set(t.perfetto.pids.values())) == sessions, f"Perfetto process rows {t.perfetto.pids}"
+    assert t.json.pids == t.perfetto.pids == {(m["instance_id"], m["process_id"], m["session"]): m["group_pid"]
+                                              for m in t.pq.metadata}
+    # Parquet (decision 0092): an event's session is its id >> 32 (ProfileMetadata.process_index);
+    # counter samples and graphs name their session
+    assert Counter(r["id"] >> 32 for r in t.pq.events) == {m["process_index"]: m["events"] for m in t.pq.metadata}
+    assert len({(r["instance_id"], r["process_id"], r["session"]) for r in t.pq.counters}) == sessions
+    assert len({(r["instance_id"], r["process_id"], r["session"]) for r in t.pq.models}) == sessions

@@ -252,3 +252,45 @@ def test_the_sweep_removes_only_staging_of_dead_runs_we_wrote(cap, tmp_path):
     assert {p.name for p in tmp.iterdir()} == before - {gone.name}
     for d in kept + [target]:
         assert (d / "piece").read_text() == d.name
+
+
+# ---------------------------------------------------------------- a trace at the default name
+
+PYTORCH_TRACE = b'{\n  "schemaVersion": 1,\n  "traceEvents": []\n}\n'
+
+
+@pytest.mark.parametrize("fmt,name", [("json", "system_profile.json"), ("perfetto", "system_profile.pftrace")])
+def test_a_trace_at_the_default_name_is_replaced_only_when_view_wrote_it(cap, tmp_path, fmt, name):
+    """No --output-file: ``./system_profile.json`` (``.pftrace``) may be another program's trace;
+    it is refused, named, with nothing written; a trace ``view`` wrote there is replaced, and a name
+    the user gives is the user's choice (decision 0093)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    theirs = work / name
+    theirs.write_bytes(PYTORCH_TRACE)
+    from neuron_explorer.exporters import chrome_json, perfetto
+
+    ours = chrome_json.ours if fmt == "json" else perfetto.ours
+    r = _view("-d", str(cap), "--output-format", fmt, cwd=work)
+    _one_line_error(r, 2, f"{name} exists and was not written by neuron-explorer view", "--output-file")
+    assert theirs.read_bytes() == PYTORCH_TRACE
+    assert sorted(p.name for p in work.iterdir()) == [name]  # no device profile written either
+    theirs.unlink()
+    assert _view("-d", str(cap), "--output-format", fmt, cwd=work).returncode == 0 and ours(str(theirs))
+    r = _view("-d", str(cap), "--output-format", fmt, cwd=work)  # ours: replaced
+    assert r.returncode == 0 and ours(str(theirs)), r.stderr
+    (work / "mine").write_bytes(PYTORCH_TRACE)
+    assert _view("-d", str(cap), "--output-format", fmt, "--output-file", str(work / "mine")).returncode == 0
+    assert ours(str(work / "mine"))
+
+
+def test_a_json_trace_of_an_earlier_view_is_recognised_as_ours(tmp_path):
+    """Traces written before the metadata named the tool opened it with ``clock_offsets``."""
+    from neuron_explorer.exporters import chrome_json
+
+    old = tmp_path / "old.json"
+    old.write_bytes(b'{"displayTimeUnit":"ns","traceEvents":[{"ph":"X"}],"metadata":{"clock_offsets":{},"warnings":[]}}')
+    assert chrome_json.ours(str(old))
+    other = tmp_path / "other.json"
+    other.write_bytes(b'{"displayTimeUnit":"ns","traceEvents":[],"metadata":{"tool":"neuron-det","x":1}}')
+    assert not chrome_json.ours(str(other))

@@ -86,7 +86,8 @@ def table_file(table: str) -> str:
 
 SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
     EVENTS: [
-        ("id", "unique id of the event in this output"),
+        ("id", "unique id of the event in this output: its process's ProfileMetadata.process_index << 32 + its "
+               "index in the capture (the same with and without a filter)"),
         ("name", "event type, e.g. nc_exec_running, nrt_execute, cc_running"),
         ("start_ts", "start, Unix epoch ns, clock-aligned across instances"),
         ("end_ts", "end, Unix epoch ns"),
@@ -134,12 +135,14 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("total_time_ns", "sum of execution times"), ("flops", "sum of known op flops"),
         ("achieved_flops_per_s", "flops / total_time"), ("track_active_pct_json", "per track: % of execution time busy"),
         ("peak_flops_per_s", "device peak (null: unknown)"), ("mfu", "achieved / peak (null: peak unknown)"),
+        ("session", "the process's capture session (ProfileMetadata.session)"),
     ],
     COUNTERS: [
         ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
         ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..., "
                     "device_mem.nc<N>.<category>"),
         ("value", "sample value"), ("unit", "percent or bytes"),
+        ("session", "the process's capture session (ProfileMetadata.session)"),
     ],
     METADATA: [
         ("instance_id", "host"), ("process_id", "pid"), ("process_tag", "NEURON_PROCESS_TAG or pid"),
@@ -151,17 +154,23 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("clock_offset_ns", "instance clock correction applied (from collectives)"),
         ("clock_offset_uncertainty_ns", "spread (scaled MAD) of that correction"),
         ("clock_offset_samples", "collectives used"), ("clock_offset_method", "reference, collectives or none"),
-        ("session_path", "capture directory"), ("versions_json", "tool and framework versions"),
+        ("session_path", "capture directory"),
+        ("session", "the capture directory's name (its start time): a process is its instance, pid and session "
+                    "(two runs that reused a pid on one host, e.g. in containers, are two rows)"),
+        ("process_index", "the process in this output: id >> 32 of its SystemProfileEvents rows (which of two "
+                          "sessions of one pid an event belongs to: SystemProfileEvents.id >> 32 = process_index)"),
+        ("versions_json", "tool and framework versions"),
         ("config_json", "capture configuration"),
         ("system_trace_primary_group", "--system-trace-primary-group of this output (fields that make a "
                                        "process row, e.g. instance_id,process_id)"),
         ("system_trace_secondary_group", "--system-trace-secondary-group (fields that make a track; "
                                          "cpu_vs_device: host threads, core tracks)"),
         ("group_pid", "pid of the process's row in Perfetto/JSON: the real pid, + k*4194304 where "
-                      "instances share it; the group number when not grouped by process"),
+                      "instances or sessions share it; the group number when not grouped by process"),
     ],
     MODELS: [
-        ("instance_id", "host"), ("process_id", "pid"), ("model_id", "id within the process"),
+        ("instance_id", "host"), ("process_id", "pid"),
+        ("session", "the process's capture session (ProfileMetadata.session)"), ("model_id", "id within the process"),
         ("model_name", "graph name"), ("neff_name", "neff_<hash>"), ("graph_hash", "hash of backend + graph code"),
         ("backend", "torch.compile backend"), ("kind", "forward or backward"), ("compile_ns", "compile time"),
         ("nc_idx", "core"), ("source_location", "user file:line"), ("module_path", "module path"),

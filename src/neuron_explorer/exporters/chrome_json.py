@@ -19,7 +19,7 @@ from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.contracts.tracks import (
     HOST, kinds_of_types, label_tid, process_label, secondary_labels, track_name)
-from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
+from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter, written_by
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 
 # a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
@@ -36,10 +36,19 @@ def open_process(target: ProcessTarget) -> "JsonProcess":
     return JsonProcess(target)
 
 
+TOOL = "neuron-explorer view"  # the first key of the trace's metadata: the file's mark (``ours``)
+
+
+def ours(path: str) -> bool:
+    """Whether ``path`` is a ``view`` JSON trace (``chrome_trace.written_by``; a trace written
+    before the mark opened its metadata with ``clock_offsets``)."""
+    return written_by(path, TOOL, legacy_key="clock_offsets")
+
+
 def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
     """Join the processes' pieces (in order) into one Chrome trace file (``path`` is the user's
     output: see ``AtomicFile(output=True)``); the metadata records the clock offsets and warnings."""
-    metadata = {"clock_offsets": {k: vars(v) for k, v in run.offsets.items()},
+    metadata = {"tool": TOOL, "clock_offsets": {k: vars(v) for k, v in run.offsets.items()},
                 "warnings": [m for m, _ in run.warnings], "origin_ns": run.origin_ns}
     f = AtomicFile(path, output=True)
     try:

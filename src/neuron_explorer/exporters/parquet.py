@@ -25,6 +25,7 @@ from neuron_explorer.contracts.env import parquet_writer
 from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
+from neuron_explorer.contracts.tracks import session_name
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
                                              MODELS, SCHEMA_DOC, WARNINGS)
 from neuron_explorer.exporters import event_summary
@@ -374,7 +375,7 @@ class ParquetProcess(ProcessWriter):
     def add_devices(self, views: list[DeviceProfileView]) -> None:
         """The device profiles of the process (DeviceProfileEvents + DeviceProfiles rows)."""
         for v in views:
-            self.tables[DEVICE_PROFILES].append(v.summary)
+            self.tables[DEVICE_PROFILES].append(dict(v.summary, session=session_name(v.session.path)))
             if v.n:
                 path = self._part(DEVICE_EVENTS, v.session.instance_id, v.session.pid,
                                   f"{safe_component(v.profile_id)}.parquet")
@@ -419,7 +420,7 @@ class ParquetProcess(ProcessWriter):
                                               display_name=self.target.display_name, events=self.events,
                                               system_trace_primary_group=g.primary_text,
                                               system_trace_secondary_group=g.secondary_text,
-                                              group_pid=self.target.shown_pid))
+                                              group_pid=self.target.shown_pid, process_index=pe.index))
             self.tables[MODELS] += model_rows(pe)
         return Piece(tables=self.tables)
 
@@ -440,7 +441,9 @@ class ParquetProcess(ProcessWriter):
 
 def model_rows(pe: ProcessEvents) -> list[dict]:
     """ProfileModels rows: the graphs a process compiled and loaded."""
-    return [{"instance_id": pe.instance_id, "process_id": pe.pid, "model_id": int(m.id), "model_name": m.name,
+    session = session_name(pe.session.path)
+    return [{"instance_id": pe.instance_id, "process_id": pe.pid, "session": session, "model_id": int(m.id),
+             "model_name": m.name,
              "neff_name": m.neff_name, "graph_hash": m.graph_hash, "backend": m.backend, "kind": m.kind,
              "compile_ns": int(m.compile_ns), "nc_idx": int(m.nc_idx), "source_location": m.source_location,
              "module_path": m.module_path, "num_nodes": int(m.num_nodes), "signature": m.signature}
@@ -472,12 +475,13 @@ def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
 
 def counters_table(pe: ProcessEvents) -> pa.Table:
     parts = []
+    session = session_name(pe.session.path)
     for name, (ts, vals, unit) in process_counters(pe).items():
         k = len(ts)
         parts.append(pa.Table.from_arrays([  # from buffers: pa.array would import pandas (decision 0050)
             repeated(pe.instance_id, k), numeric(np.full(k, pe.pid, dtype=np.int64)), numeric(ts, pa.int64()),
-            repeated(name, k), numeric(np.asarray(vals, dtype=np.float64)), repeated(unit, k)],
-            names=["instance_id", "process_id", "ts", "counter", "value", "unit"]))
+            repeated(name, k), numeric(np.asarray(vals, dtype=np.float64)), repeated(unit, k), repeated(session, k)],
+            names=["instance_id", "process_id", "ts", "counter", "value", "unit", "session"]))
     if not parts:
         return pa.Table.from_arrays([numeric(np.zeros(0, dtype=np.int64))], names=["ts"])
     return pa.concat_tables(parts)
@@ -497,6 +501,6 @@ def meta_row(pe: ProcessEvents, offset) -> dict:
         "clock_offset_uncertainty_ns": offset.uncertainty_ns if offset else 0,
         "clock_offset_samples": offset.samples if offset else 0,
         "clock_offset_method": offset.method if offset else "none",
-        "session_path": s.path, "versions_json": json.dumps(dict(info.versions)) if info else "{}",
+        "session_path": s.path, "session": session_name(s.path), "versions_json": json.dumps(dict(info.versions)) if info else "{}",
         "config_json": json.dumps(dict(info.config)) if info else "{}",
     }

@@ -204,9 +204,16 @@ def view_command(args: argparse.Namespace) -> int:
         print(f"neuron-explorer: wrote {res.output} ({res.events} events from {res.profiles} profile(s), "
               f"{res.seconds:.2f} s, {rate / 1e6:.2f}M events/s)", file=sys.stderr)
         if len(res.offsets) > 1:
+            from neuron_explorer.analysis.align import clock_groups
+            from neuron_explorer.analysis.summary import groups_note
+
             for inst, o in sorted(res.offsets.items()):
+                vs = f" vs {o.reference}" if o.method == "collectives" else ""
                 print(f"neuron-explorer: clock offset {inst}: {o.offset_ns / 1e6:+.3f} ms "
-                      f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}, {o.samples} samples)", file=sys.stderr)
+                      f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}{vs}, {o.samples} samples)", file=sys.stderr)
+            groups = clock_groups(res.offsets)
+            if groups:
+                print(f"neuron-explorer: clock offsets: {groups_note(groups)}", file=sys.stderr)
     return res.exit_code
 
 

@@ -195,7 +195,7 @@ def run(opts: ViewOptions, engine: LocalEngine | DaskEngine, endpoint: str | Non
         print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
     target = work = None
     if out is not None and fmt not in SUMMARIES:
-        target, work = engine.call(tasks.prepare_output, out, fmt, paths, endpoint)
+        target, work = engine.call(tasks.prepare_output, out, fmt, paths, endpoint, opts.output_file is None)
     try:
         return _convert(opts, engine, endpoint, paths, warnings, target, work, t_start)
     finally:
@@ -211,12 +211,11 @@ def _convert(opts: ViewOptions, engine: Any, endpoint: str | None, paths: list[s
     """Index, plan, convert and finalize (the part of ``run`` after the output is prepared)."""
     fmt = opts.output_format
     ix = new_index()
-    times: dict[str, list] = {}
     recs = engine.map(tasks.index, paths, Progress(len(paths), "indexing", opts.progress, opts.progress_delay),
                       opts, len(paths), endpoint)
     for rec in recs:
-        absorb(ix, rec, warnings, times)
-    finish_index(ix, times)
+        absorb(ix, rec, warnings)
+    finish_index(ix)
     _warn(warnings, opts.directory, unmatched_instances(opts.filter, ix.all_instances))
     jobs = make_jobs(ix, opts, target, work)
     done = engine.map(tasks.convert, jobs, Progress(len(jobs), f"writing {fmt}", opts.progress, opts.progress_delay),

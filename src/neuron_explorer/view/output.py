@@ -41,9 +41,13 @@ def _inside(child: str, parent: str) -> bool:
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def check(out: str, fmt: str, sessions: list[str]) -> str:
+def check(out: str, fmt: str, sessions: list[str], default: bool = False) -> str:
     """Check ``--output-file`` before any work; returns the path to write (``-``, a device or FIFO
-    as given, else the real path with symlinks resolved).  Raises ``OutputRefused``."""
+    as given, else the real path with symlinks resolved).  Raises ``OutputRefused``.
+
+    ``default``: ``out`` is the format's default name, which no one chose (no ``--output-file``):
+    a file there is replaced only when ``view`` wrote it (``default_refusal``), as ``neuron-det``
+    treats its ``trace.json``.  A name the user gave is the user's choice."""
     try:
         kind = output_kind(out)
     except OSError as e:  # a name too long, a symlink loop, no permission to look
@@ -75,7 +79,28 @@ def check(out: str, fmt: str, sessions: list[str]) -> str:
                                 "outside the captured profiles")
     if fmt == "parquet" and not replaceable(real, lambda p: _is_empty_dir(p) or is_ours(p)):
         raise OutputRefused(not_ours(out, real))
+    if default and kind == "regular":
+        refusal = default_refusal(out, real, fmt)
+        if refusal:
+            raise OutputRefused(refusal)
     return out if kind == "special" else real
+
+
+def default_refusal(out: str, real: str, fmt: str) -> str | None:
+    """Why the regular file ``real`` at a single-file format's default name must not be replaced:
+    another program may well have written ``system_profile.json`` in the current directory.  It is
+    replaced only when it carries the mark of a trace ``view`` wrote (the JSON metadata's
+    ``tool``, the Perfetto trace's first packet)."""
+    if fmt == "json":
+        from neuron_explorer.exporters.chrome_json import ours
+    elif fmt == "perfetto":
+        from neuron_explorer.exporters.perfetto import ours
+    else:
+        return None
+    if replaceable(real, ours):
+        return None
+    return (f"{out} exists and was not written by neuron-explorer view (another tool's trace?); name the "
+            f"output with --output-file FILE, or move {out} away")
 
 
 def not_ours(out: str, real: str) -> str:

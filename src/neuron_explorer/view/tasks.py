@@ -49,9 +49,11 @@ def discover(root: str, endpoint: str | None) -> tuple[list[str], list[tuple[str
     return paths, problems
 
 
-def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None) -> tuple[str, str | None]:
+def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None,
+                   default: bool = False) -> tuple[str, str | None]:
     """Check the output before any work (``view.output`` rules, or ``view.remote`` on object
-    storage) and make its work area; returns (target, work area)."""
+    storage) and make its work area; returns (target, work area).  ``default``: ``out`` is the
+    format's default name (``output.check``)."""
     if is_url(out):
         from . import remote
 
@@ -60,7 +62,7 @@ def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None) -
     from . import output as output_mod
 
     try:
-        target = output_mod.check(out, fmt, paths)
+        target = output_mod.check(out, fmt, paths, default=default)
     except output_mod.OutputRefused as e:
         raise ViewError(str(e)) from None
     try:
