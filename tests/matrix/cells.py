@@ -157,6 +157,10 @@ KNOWN: list[Known] = [
           "neuron-det calls a clean program erroneous (exit 1, no 'no errors detected') when it used "
           "'with multiprocessing.Pool()': Pool.__exit__ ends its idle workers with SIGTERM, and a log that "
           "ended by a signal is never clean (ndet/verdict.py is_clean)"),
+    Known("jax", "monitor_untagged", "monitor", "jax-late-start",
+          "documented limit (decision 0076, docs/jax.md): with no variable set, JAX starts our runtime only at "
+          "its backend's first use, so the spawn worker's jitted function, made before that and held in a "
+          "local variable, is never counted (its first call is the one that starts the backend)"),
     Known("nan", "ndet all all_model", "ndet ndet_verdict executions", "eager-nan-check",
           "the NaN/Inf check never runs on an eager root module's outputs: a diverging eager model gives no "
           "numerical_err, no NDET numerical_error, and neuron-det says 'no errors detected' (the same model "
