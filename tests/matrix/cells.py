@@ -164,10 +164,6 @@ KNOWN: list[Known] = [
           "torch.compile(MLP()) graphs are named inner@compiled.py:<line>_<hash>; the README says MLP_<hash>"),
     Known("raise", _RUNTIME_ON, "traceback stderr", 7,
           "the user's traceback gains frames of integrations/torch/eager.py"),
-    Known("jax", "ndet all all_model", "ndet_verdict", "ndet-pool-sigterm",
-          "neuron-det calls a clean program erroneous (exit 1, no 'no errors detected') when it used "
-          "'with multiprocessing.Pool()': Pool.__exit__ ends its idle workers with SIGTERM, and a log that "
-          "ended by a signal is never clean (ndet/verdict.py is_clean)"),
     Known("nan", "ndet all all_model", "ndet ndet_verdict executions", "eager-nan-check",
           "the NaN/Inf check never runs on an eager root module's outputs: a diverging eager model gives no "
           "numerical_err, no NDET numerical_error, and neuron-det says 'no errors detected' (the same model "
