@@ -168,10 +168,6 @@ KNOWN: list[Known] = [
           "the NaN/Inf check never runs on an eager root module's outputs: a diverging eager model gives no "
           "numerical_err, no NDET numerical_error, and neuron-det says 'no errors detected' (the same model "
           "under torch.compile reports each one)"),
-    Known("*", "monitor all all_model", "monitor", "monitor-lists-helpers",
-          "with NEURON_PROCESS_TAG set, neuron-monitor reports processes that run no workload as applications: "
-          "neuron-monitor itself, torchrun's agent, Inductor's .so load-check subprocesses "
-          "(python -c '...cdll.LoadLibrary(...)'); capture and NDET leave them out"),
 ]
 
 

@@ -1,0 +1,31 @@
+"""An unmodified job for the tests of which processes neuron-monitor lists (run with
+NEURON_PROCESS_TAG set): ``tagged_job.py ranks|inductor``.
+
+  ranks     a rank of a torchrun job: a compiled (aot_eager) step and an all_reduce, three times
+  inductor  a model compiled by Inductor (the default backend), called three times; Inductor starts
+            short ``python -c "...cdll.LoadLibrary(...)"`` subprocesses to check its kernels load
+
+Each process that runs the workload prints ``APP <pid>`` before it exits."""
+import os
+import sys
+
+import torch
+
+mode = sys.argv[1]
+torch.set_num_threads(1)
+if mode == "ranks":
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    step = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
+    for _ in range(3):
+        step(torch.randn(8, 8))
+        dist.all_reduce(torch.ones(4))
+    dist.barrier()
+    dist.destroy_process_group()
+else:
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)))
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(4, 16))
+os.write(1, f"APP {os.getpid()}\n".encode())  # one write: torchrun's ranks share the pipe
