@@ -188,6 +188,16 @@ def stop(reason: str = "exit") -> None:
             report_written(s)
 
 
+def _stop_on_signal(reason: str) -> None:
+    """The last write of a process that a signal ends (``runtime.signals``): the flush, then its
+    final counters for neuron-monitor, which ``atexit`` leaves on a normal exit but never runs
+    here (a pool's workers all end that way: docs/decisions/0096-final-counts-on-a-signal.md)."""
+    stop(reason)
+    rt = get_runtime()
+    if rt is not None and rt.stats is not None:
+        rt.stats.stop()
+
+
 def _install_exit_handlers(rt: Runtime) -> None:
     atexit.register(stop, "exit")
 
@@ -213,7 +223,7 @@ def _install_exit_handlers(rt: Runtime) -> None:
         rt.failed = True
 
     global _SIGNALS
-    _SIGNALS = SignalExit(stop, on_signal, rt.config.final_write_timeout_s)
+    _SIGNALS = SignalExit(_stop_on_signal, on_signal, rt.config.final_write_timeout_s)
     _SIGNALS.install()
 
 

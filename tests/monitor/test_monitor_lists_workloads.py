@@ -104,3 +104,18 @@ def test_a_tagged_inductor_program_is_the_only_process_listed(tmp_path: Path) ->
     (app,) = _apps(p.stdout)
     assert set(listed) == {app}, f"listed {listed}; the program is pid {app} (Inductor's load checks are not)"
     assert listed[app] > 0
+
+
+def test_pool_workers_that_their_pool_ends_with_sigterm_leave_every_execution(tmp_path: Path) -> None:
+    """``with Pool()`` ends its workers with SIGTERM: each still leaves its final counts, so every
+    step it ran is reported (docs/decisions/0096-final-counts-on-a-signal.md)."""
+    mon = TaggedMonitor(tmp_path)
+    try:
+        p = _run([sys.executable, str(APP), "pool"], mon.env, tmp_path)
+    finally:
+        listed = mon.stop()
+    steps: dict[int, int] = {}
+    for pid in re.findall(r"^APP (\d+)$", p.stdout, re.M):
+        steps[int(pid)] = steps.get(int(pid), 0) + 3
+    assert sum(steps.values()) == 6, p.stdout
+    assert {pid: listed.get(pid) for pid in steps} == steps, f"listed {listed}, steps run {steps}"

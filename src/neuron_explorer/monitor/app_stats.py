@@ -145,6 +145,7 @@ class AppStats:
         self.pid = int(pid) if pid is not None else os.getpid()
         self.workload = bool(workload)
         self._publish_soon = False  # the workload has just begun: publish at the next wake-up
+        self._ended = False  # stop() has left the final snapshot or removed the file
         if tag is None:
             tag = os.environ.get(TAG_ENV) or str(self.pid)
         self.tag = str(tag)[:MAX_TAG_LEN]
@@ -517,6 +518,7 @@ class AppStats:
         if prev is not None and prev is not self:
             prev.stop(remove=False)
         endpoint.ensure_private_dir(self.stats_dir)
+        self._ended = False
         if self.workload:
             self.publish()
         self._stop.clear()
@@ -550,9 +552,10 @@ class AppStats:
                     _publishers.pop(str(self.path), None)
             return  # never published: nothing to end
         with _registry_lock:
-            if _publishers.get(str(self.path)) not in (None, self):
-                return  # another publisher owns the file now
+            if _publishers.get(str(self.path)) not in (None, self) or self._ended:
+                return  # another publisher owns the file now, or it was ended already (one final)
             _publishers.pop(str(self.path), None)
+            self._ended = True
         try:
             if endpoint.monitor_present(self.stats_dir):
                 self.publish(final=True)
