@@ -19,7 +19,7 @@ from neuron_explorer.contracts import env as cfgmod
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime, get_runtime, set_runtime
-from neuron_explorer.util.procs import framework_helper
+from neuron_explorer.util.procs import framework_helper, is_launcher
 from neuron_explorer.runtime.signals import SignalExit
 
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
@@ -121,8 +121,10 @@ def _start_stats(rt: Runtime) -> None:
         # NEURON_EXPLORER_STATS_PERIOD_MS: the publisher's period (default 500 ms); benchmarks that
         # count instructions stretch it so the timer thread stays out of the count
         period_ms = cfgmod.parse_positive_int(STATS_PERIOD, os.environ.get(STATS_PERIOD), 500)
+        # published only once the process runs a workload (_workload_began): a tagged process that
+        # never hooks a framework (a shell tool, neuron-monitor itself, a helper) is no application
         stats = AppStats(instance_id=rt.ident.instance_id, nc_indices=[rt.ident.default_core],
-                         interval_s=period_ms / 1000.0, idle_interval_s=STATS_IDLE_PERIOD_S)
+                         interval_s=period_ms / 1000.0, idle_interval_s=STATS_IDLE_PERIOD_S, workload=False)
         stats.start()
         rt.register(STATS, stats)
     except Exception as e:
@@ -135,6 +137,7 @@ def _install_integrations(rt: Runtime) -> None:
     def on_torch(torch) -> None:
         from neuron_explorer.integrations import torch as torch_integration
 
+        _workload_began(rt)  # (first: the process runs PyTorch even should a hook fail to install)
         if rt.config.device_profile and rt.devprof is None and any(s.name == "capture" for s in rt.sinks):
             from neuron_explorer.integrations.torch.device import DeviceProfiler
 
@@ -147,9 +150,18 @@ def _install_integrations(rt: Runtime) -> None:
     def on_jax(jax) -> None:
         from neuron_explorer.integrations.jax.runtime import install as install_jax
 
+        _workload_began(rt)
         install_jax(rt, jax)
 
     when_imported("jax", on_jax)
+
+
+def _workload_began(rt: Runtime) -> None:
+    """The runtime is live in a framework: from now on neuron-monitor lists this process as an
+    application (docs/decisions/0095-monitor-lists-workloads.md).  Never torchrun's agent, which
+    imports torch only to start the ranks (they are the applications)."""
+    if rt.stats is not None and not is_launcher():
+        rt.stats.begin_workload()
 
 
 def _install_memory(rt: Runtime, torch) -> None:
@@ -174,6 +186,16 @@ def stop(reason: str = "exit") -> None:
     for s in rt.sinks:
         if isinstance(s, CaptureSink):
             report_written(s)
+
+
+def _stop_on_signal(reason: str) -> None:
+    """The last write of a process that a signal ends (``runtime.signals``): the flush, then its
+    final counters for neuron-monitor, which ``atexit`` leaves on a normal exit but never runs
+    here (a pool's workers all end that way: docs/decisions/0096-final-counts-on-a-signal.md)."""
+    stop(reason)
+    rt = get_runtime()
+    if rt is not None and rt.stats is not None:
+        rt.stats.stop()
 
 
 def _install_exit_handlers(rt: Runtime) -> None:
@@ -201,7 +223,7 @@ def _install_exit_handlers(rt: Runtime) -> None:
         rt.failed = True
 
     global _SIGNALS
-    _SIGNALS = SignalExit(stop, on_signal, rt.config.final_write_timeout_s)
+    _SIGNALS = SignalExit(_stop_on_signal, on_signal, rt.config.final_write_timeout_s)
     _SIGNALS.install()
 
 

@@ -153,10 +153,6 @@ KNOWN: list[Known] = [
           "torch.compile(MLP()) graphs are named inner@compiled.py:<line>_<hash>; the README says MLP_<hash>"),
     Known("raise", _RUNTIME_ON, "traceback stderr", 7,
           "the user's traceback gains frames of integrations/torch/eager.py"),
-    Known("jax", "ndet all all_model", "ndet_verdict", "ndet-pool-sigterm",
-          "neuron-det calls a clean program erroneous (exit 1, no 'no errors detected') when it used "
-          "'with multiprocessing.Pool()': Pool.__exit__ ends its idle workers with SIGTERM, and a log that "
-          "ended by a signal is never clean (ndet/verdict.py is_clean)"),
     Known("jax", "monitor_untagged", "monitor", "jax-late-start",
           "documented limit (decision 0076, docs/jax.md): with no variable set, JAX starts our runtime only at "
           "its backend's first use, so the spawn worker's jitted function, made before that and held in a "
@@ -165,10 +161,6 @@ KNOWN: list[Known] = [
           "the NaN/Inf check never runs on an eager root module's outputs: a diverging eager model gives no "
           "numerical_err, no NDET numerical_error, and neuron-det says 'no errors detected' (the same model "
           "under torch.compile reports each one)"),
-    Known("*", "monitor all all_model", "monitor", "monitor-lists-helpers",
-          "with NEURON_PROCESS_TAG set, neuron-monitor reports processes that run no workload as applications: "
-          "neuron-monitor itself, torchrun's agent, Inductor's .so load-check subprocesses "
-          "(python -c '...cdll.LoadLibrary(...)'); capture and NDET leave them out"),
 ]
 
 

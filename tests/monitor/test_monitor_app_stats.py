@@ -152,3 +152,29 @@ def test_without_a_monitor_the_snapshot_is_still_rewritten_every_idle_interval(s
         assert time.monotonic() < deadline
     finally:
         s.stop()
+
+
+def test_counters_publish_nothing_until_the_process_runs_a_workload(stats_dir: Path) -> None:
+    """The runtime's counters (``workload=False``): no snapshot and no final one while the process
+    runs no framework, even with a monitor watching; published at once when the workload begins."""
+    import time
+
+    endpoint.announce_monitor(stats_dir)
+    path = stats_dir / f"{os.getpid()}.json"
+    idle = AppStats("tool", None, "i", [0], interval_s=0.05, workload=False).start()
+    time.sleep(0.3)  # six periods
+    assert not path.exists()
+    idle.stop()  # a monitor is announced: a workload would leave its final snapshot here
+    assert not path.exists()
+
+    s = AppStats("job", None, "i", [0], interval_s=3600, workload=False).start()
+    try:
+        assert not path.exists()
+        s.begin_workload()  # (the publisher thread, not the caller, writes: long period, yet at once)
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert json.loads(path.read_text())["tag"] == "job"
+    finally:
+        s.stop()
+    assert endpoint.is_final_head(endpoint.read_head(path))  # its counters at exit, for the monitor

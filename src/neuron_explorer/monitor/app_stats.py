@@ -122,6 +122,11 @@ class AppStats:
             ``interval_s``); the runtime sets it (docs/decisions/0063).
         device_kind: ``"cuda"`` when cores are GPUs (device index == core index), ``"cpu"``
             when the CPU is Neuron device 0.
+        workload: whether the process already runs a workload.  False: nothing is published (no
+            snapshot, no final one) until :meth:`begin_workload`; the runtime starts its counters
+            so in every process that has one of the variables set, and marks the workload when a
+            framework is hooked (docs/decisions/0095-monitor-lists-workloads.md).  A hand-made
+            AppStats feeds counters of its own: a workload from the start.
     """
 
     def __init__(
@@ -135,8 +140,12 @@ class AppStats:
         interval_s: float = 0.5,
         idle_interval_s: float | None = None,
         device_kind: str = "cpu",
+        workload: bool = True,
     ) -> None:
         self.pid = int(pid) if pid is not None else os.getpid()
+        self.workload = bool(workload)
+        self._publish_soon = False  # the workload has just begun: publish at the next wake-up
+        self._ended = False  # stop() has left the final snapshot or removed the file
         if tag is None:
             tag = os.environ.get(TAG_ENV) or str(self.pid)
         self.tag = str(tag)[:MAX_TAG_LEN]
@@ -466,14 +475,28 @@ class AppStats:
             return True
         return endpoint.monitor_present(self.stats_dir)
 
+    def begin_workload(self) -> None:
+        """The process runs a workload from now on (its runtime is live in a framework): it
+        becomes an application for the monitors, published at once by the publisher thread.
+        Cheap (called while the framework is being imported)."""
+        if self.workload:
+            return
+        self._publish_soon = True
+        self.workload = True
+        self._wake.set()
+
     def _run(self) -> None:
-        last = time.monotonic()  # start() has just published
+        last = time.monotonic()  # start() has just published (if there was a workload)
         while True:
             self._wake.wait(self.interval_s)
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if not self._due(last):
+            if not self.workload:
+                continue  # nothing to show: a process that runs no workload is no application
+            if self._publish_soon:
+                self._publish_soon = False
+            elif not self._due(last):
                 continue
             try:
                 self.publish()
@@ -495,7 +518,9 @@ class AppStats:
         if prev is not None and prev is not self:
             prev.stop(remove=False)
         endpoint.ensure_private_dir(self.stats_dir)
-        self.publish()
+        self._ended = False
+        if self.workload:
+            self.publish()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="neuron-explorer-stats", daemon=True)
         self._thread.start()
@@ -521,10 +546,16 @@ class AppStats:
         self._thread = None
         if os.getpid() != self._owner_pid or not remove:
             return
+        if not self.workload:
+            with _registry_lock:
+                if _publishers.get(str(self.path)) is self:
+                    _publishers.pop(str(self.path), None)
+            return  # never published: nothing to end
         with _registry_lock:
-            if _publishers.get(str(self.path)) not in (None, self):
-                return  # another publisher owns the file now
+            if _publishers.get(str(self.path)) not in (None, self) or self._ended:
+                return  # another publisher owns the file now, or it was ended already (one final)
             _publishers.pop(str(self.path), None)
+            self._ended = True
         try:
             if endpoint.monitor_present(self.stats_dir):
                 self.publish(final=True)

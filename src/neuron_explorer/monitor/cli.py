@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import signal
 import sys
 import threading
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    monitor = Monitor(cfg, log=log)
+    monitor = Monitor(cfg, log=log, exclude_pids=(os.getpid(),))
     # start-up objects (imports, config) never die: keep the cyclic GC from rescanning them every period
     gc.freeze()
     log(3, f"reading application stats from {monitor.stats_dir}")

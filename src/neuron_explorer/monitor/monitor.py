@@ -50,6 +50,8 @@ class Monitor:
         stats_dir: where applications publish snapshots.
         log: a :class:`Logger`.
         use_nvml: try NVML for GPU info and ECC (off in tests that must not depend on a GPU).
+        exclude_pids: processes never reported (the ``neuron-monitor`` command passes its own pid:
+            the monitor is no application, whatever its environment says).
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class Monitor:
         use_nvml: bool = True,
         dmi_root: str = "/sys/class/dmi/id",
         edac_root: str = "/sys/devices/system/edac",
+        exclude_pids: tuple[int, ...] = (),
     ) -> None:
         self.config = config
+        self.exclude_pids = frozenset(exclude_pids)
         self.stats_dir = Path(stats_dir) if stats_dir is not None else endpoint.default_stats_dir()
         self.log = log or Logger(0)
         self.nvml = Nvml() if use_nvml else None
@@ -102,7 +106,7 @@ class Monitor:
         seen: set[int] = set()
         for pid, path in endpoint.list_snapshots(self.stats_dir):
             seen.add(pid)
-            if pid in self.apps:
+            if pid in self.apps or pid in self.exclude_pids:
                 continue
             path = Path(path)
             if pid in self._finals_seen:

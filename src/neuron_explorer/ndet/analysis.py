@@ -230,6 +230,7 @@ class LogSummary:
     first_nan: tuple[int, dict] | None  # (wall ns, details)
     first_exec_error: tuple[int, dict] | None
     num_records: int
+    num_in_flight: int = 0  # begin records of work still running at the last write
 
 
 def _model_desc(log: RankLog, mid: int) -> tuple[str, str]:
@@ -290,7 +291,8 @@ def scan(log: RankLog, index: CollectiveIndex, max_findings: int = 50) -> LogSum
         findings.append(Finding(ename, "X" if complete else "B", nc, int(r["t0"]) + off,
                                 (int(r["t1"]) + off) if complete else 0, d, log.rank))
     return LogSummary(log=log, findings=findings, num_errors=int(len(bad)), first_nan=first_nan,
-                      first_exec_error=first_exec, num_records=int(len(rec)))
+                      first_exec_error=first_exec, num_records=int(len(rec)),
+                      num_in_flight=int((state != fmt.STATE_COMPLETE).sum()))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,7 +39,10 @@ from neuron_explorer.util import files
 MAGIC = b"NDETLOG1"
 TRAILER = b"NDETEND1"
 FORMAT_NAME = "neuron-explorer-ndet"
-FORMAT_VERSION = 1
+# the header's version (the layout of the records and the magic's major digit are unchanged):
+# 2 added ``process`` (role and parent, docs/decisions/0094-ndet-process-roles.md); readers take a
+# version-1 header's missing fields as unknown
+FORMAT_VERSION = 2
 
 RECORD_DTYPE = np.dtype([
     ("kind", "u1"),    # KIND_* below
@@ -78,6 +81,12 @@ KINDS: dict[int, dict[str, Any]] = {
                       "args": {"a": "op_str", "b": "seq", "c": "bytes", "d": "dtype_str", "e": "group_str"}},
 }
 CC_KINDS = (KIND_CC_OP, KIND_CC_BARRIER)
+
+# ``process.role`` in the header (version 2): a rank of a distributed job, a child that
+# ``multiprocessing`` started (a pool worker), or a process of its own
+ROLE_RANK = "rank"
+ROLE_CHILD = "multiprocessing-child"
+ROLE_MAIN = "main"
 
 
 class LogFormatError(ValueError):

@@ -20,6 +20,12 @@ location is ``/tmp``).  A process whose rank was not in its environment (``init_
 ``tcp://`` address) takes its rank from ``torch.distributed`` at its first collective, or at the latest
 at a write, and renames its own log to carry it.
 
+Every log also says what role its process plays (``process`` in the header, see ``process_facts``):
+a rank of a distributed job, a child that ``multiprocessing`` started (a pool worker), or a process of
+its own; and whether its parent was still alive at the write.  ``neuron-det`` needs it to tell a rank
+killed by its launcher (worth reporting) from an idle pool worker that its pool ended with SIGTERM on
+``Pool.__exit__`` (not an error, docs/decisions/0094-ndet-process-roles.md).
+
 A background thread wakes every ``NEURON_RT_DBG_NDET_FLUSH_USEC`` microseconds, drains the ring into
 a numpy history of N records (converting only what is new since the last write) and rewrites the log
 atomically.  The runtime also calls ``flush`` at exit, on SIGTERM/SIGINT/SIGHUP and on an unhandled
@@ -46,7 +52,7 @@ from neuron_explorer.contracts.env import (DEFAULT_NUM_ENTRIES, NDET_FLUSH_USEC,
 from neuron_explorer.contracts.layout import log_file_name
 from ..runtime.ring import NativeRing, SlotTable
 from . import format as fmt
-from neuron_explorer.util.procs import is_launcher
+from neuron_explorer.util.procs import is_launcher, multiprocessing_child
 
 HISTORY_START = 1024
 _pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
@@ -106,6 +112,36 @@ def _dist_rank() -> tuple[int, int] | None:
     return None
 
 
+def process_facts(rank: int, had_group: bool, ppid: int, spawned: bool = False) -> dict:
+    """The ``process`` header object: the role of this process and what is known of its parent.
+
+    ``role``: ``rank`` when this process made a ``torch.distributed`` process group (``had_group``)
+    or has a rank and is not a ``multiprocessing`` child; ``multiprocessing-child`` for a process that
+    ``multiprocessing`` started (a ``Pool`` worker, a ``Process``), which also inherits its parent's
+    ``RANK`` when the parent is a rank -- the inherited rank is the parent's, not its own; else
+    ``main``.  ``ppid`` is the parent's pid when the recorder started, ``parent_alive`` whether that
+    process is still this one's parent now (an orphan is re-parented), and ``name`` the
+    ``multiprocessing`` process name (``SpawnPoolWorker-1``; "" outside multiprocessing).
+    ``spawned``: the command line says ``multiprocessing`` spawned this process (``util.procs``).
+    """
+    name, child = "", spawned
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        try:
+            child = child or mp.parent_process() is not None
+            if child:
+                name = str(mp.current_process().name)[:128]
+        except Exception:  # never cost the log
+            pass
+    if had_group or (rank >= 0 and not child):
+        role = fmt.ROLE_RANK
+    elif child:
+        role = fmt.ROLE_CHILD
+    else:
+        role = fmt.ROLE_MAIN
+    return {"role": role, "name": name, "ppid": ppid, "parent_alive": os.getppid() == ppid}
+
+
 class NdetRecorder:
     """An NDET sink for the runtime (``name``/``flush``) fed directly by the framework hooks."""
 
@@ -141,13 +177,17 @@ class NdetRecorder:
         start = rt.anchors[0]
         self.start_mono_ns, self.start_wall_ns = start[0], start[1]
         self._env = os.environ if env is None else env  # read at every write: scripts set MASTER_* late
-        self.rank, self.world_size = ident.rank, ident.world_size
+        # a spawned multiprocessing child (a pool worker) inherits its parent's RANK: not its own
+        # rank, which it has only once it makes a process group of its own (``_learn_rank``)
+        self._spawned = multiprocessing_child()
+        self.rank, self.world_size = (-1, 1) if self._spawned else (ident.rank, ident.world_size)
         self._store = ""
         self._learned = False  # rank and store read from torch.distributed (once its group exists)
         self.path = self._path_for_rank()
         self._written: str | None = None  # the file this recorder last wrote
         self.write_errors = 0
         self._owner_pid = os.getpid()
+        self._ppid = os.getppid()
         umask = os.umask(0)
         os.umask(umask)
         self._file_mode = 0o666 & ~umask
@@ -358,6 +398,7 @@ class NdetRecorder:
                       "process_tag": getattr(ident, "process_tag", ""), "argv": list(sys.argv[:16])},
             "device": {"kind": getattr(rt, "device_kind", "cpu"), "nd": getattr(rt, "nd_idx", 0)},
             "job": job_identity(self._env, self._store),
+            "process": process_facts(self.rank, self._learned, self._ppid, self._spawned),
             "start": {"mono_ns": self.start_mono_ns, "wall_ns": self.start_wall_ns},
             "flush": {"seq": self._flush_seq, "mono_ns": flush_mono, "wall_ns": flush_wall, "final": final,
                       "reason": reason},

@@ -47,6 +47,13 @@ class RankLog:
     events_recorded: int = 0
     extra: dict = field(default_factory=dict)
     job: tuple[str, str, int] | None = None  # (rendezvous address, run id, restart); None: not recorded
+    # the process's role ("rank", "multiprocessing-child", "main"; "" when not recorded: logs of header
+    # version 1 and Flight Recorder dumps), its multiprocessing name, its parent's pid and whether that
+    # parent was alive at the last write (recorder.process_facts)
+    role: str = ""
+    process_name: str = ""
+    ppid: int = 0
+    parent_alive: bool = False
 
     @property
     def name(self) -> str:
@@ -197,6 +204,10 @@ def _from_header(path: str, h: dict, strings: list[str], records: np.ndarray | N
     job = None
     if f.get("job", None) is not None:
         job = (f.str("job.master", ""), f.str("job.run_id", ""), f.int("job.restart", 0, MAX_RANK, 0))
+    role, pname, ppid, parent_alive = "", "", 0, False
+    if f.get("process", None) is not None:  # header version 2 on
+        role, pname = f.str("process.role", ""), f.str("process.name", "")
+        ppid, parent_alive = f.int("process.ppid", 0, MAX_RANK, 0), f.bool("process.parent_alive", False)
     return RankLog(
         path=path, source="ndet", rank=f.int("ident.rank", -1, MAX_RANK, -1), pid=f.int("ident.pid", 0, MAX_RANK, 0),
         instance_id=f.str("ident.instance_id", ""), world_size=f.int("ident.world_size", 0, MAX_RANK, 1),
@@ -205,6 +216,7 @@ def _from_header(path: str, h: dict, strings: list[str], records: np.ndarray | N
         flush_period_ns=f.int("flush_period_us", 0, MAX_NS // 1000, 0) * 1000, offset_ns=wall - mono,
         strings=strings, models=f.models(), records=records, num_entries=f.int("num_entries", 0, MAX_NS, 0),
         events_recorded=f.int("events_recorded", 0, MAX_NS, 0), job=job,
+        role=role[:64], process_name=pname[:128], ppid=ppid, parent_alive=parent_alive,
     )
 
 

@@ -12,6 +12,10 @@ the job's log summaries and collective index and returns its culprits:
 
 ``verdict`` runs them in that order and sorts the culprits by time (a stable sort, so culprits of
 the same instant keep the rule order).
+
+A log whose process ended by a signal makes the job unclean, with one exception
+(``ended_by_its_parent``): an idle ``multiprocessing`` child, not a rank, that got SIGTERM while its
+parent lived -- what ``Pool.__exit__`` does to its workers (docs/decisions/0094-ndet-process-roles.md).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from . import format as fmt
 from .analysis import CCProblem, CollectiveIndex, GroupIndex, LogSummary, RankGroup, group_ranks, group_str, \
     status_name, wall_str
 
-__all__ = ["Culprit", "GROUP_RULES", "JOB_RULES", "is_clean", "verdict"]
+__all__ = ["Culprit", "GROUP_RULES", "JOB_RULES", "ended_by_its_parent", "is_clean", "verdict"]
 
 
 @dataclass
@@ -286,6 +290,22 @@ def verdict(summaries: list[LogSummary], index: CollectiveIndex) -> tuple[list[C
     return culprits, ending_notes(ev)
 
 
+# what ``multiprocessing``'s ``Process.terminate`` sends (``Pool.terminate`` and ``Pool.__exit__`` call it)
+PARENT_END = "signal:SIGTERM"
+
+
+def ended_by_its_parent(s: LogSummary) -> bool:
+    """Did this process end the way a pool ends an idle worker, so that its signal is no error?
+
+    All of: its log's final write is for SIGTERM; its process was a ``multiprocessing`` child and
+    not a rank (it made no process group; a rank killed by its launcher, e.g. on a hang, stays an
+    error); nothing was in flight (no execution or collective cut short); and its parent was still
+    alive when it wrote.  Logs that do not record the role (header version 1) never qualify."""
+    lg = s.log
+    return (lg.source == "ndet" and lg.final and lg.reason == PARENT_END and lg.role == fmt.ROLE_CHILD
+            and lg.parent_alive and s.num_in_flight == 0)
+
+
 def ending_notes(ev: Evidence) -> list[str]:
     """How each NDET log ended, where that was not a normal exit."""
     notes = []
@@ -297,18 +317,23 @@ def ending_notes(ev: Evidence) -> list[str]:
             what = "no final write (crashed or killed)" if id(s) in ev.early else \
                 "no final write yet (still running, or killed with the rest of the job)"
             notes.append(f"{lg.label} ({lg.name}): {what}; last write at {wall_str(lg.last_wall_ns)}")
+        elif ended_by_its_parent(s):
+            notes.append(f"{lg.label} ({lg.name}): {lg.process_name or 'a multiprocessing child'} of pid {lg.ppid}, "
+                         f"ended idle by {lg.reason} while its parent ran (as a pool ends its workers: not an "
+                         f"error) at {wall_str(lg.last_wall_ns)}")
         elif lg.reason != "exit":
             notes.append(f"{lg.label} ({lg.name}): ended by {lg.reason} at {wall_str(lg.last_wall_ns)}")
     return notes
 
 
 def is_clean(summaries: list[LogSummary], culprits: list[Culprit]) -> bool:
-    """No culprit, no error record and no log ended by anything but a normal exit."""
+    """No culprit, no error record and no log ended by anything but a normal exit (or, for an idle
+    pool worker, by its parent: ``ended_by_its_parent``)."""
     if culprits:
         return False
     for s in summaries:
         if s.num_errors:
             return False
-        if s.log.source == "ndet" and s.log.final and s.log.reason != "exit":
+        if s.log.source == "ndet" and s.log.final and s.log.reason != "exit" and not ended_by_its_parent(s):
             return False
     return True

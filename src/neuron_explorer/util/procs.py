@@ -1,5 +1,6 @@
 """Facts about the current process read from its real command line: is it a launcher (torchrun's
-agent) or a framework helper (multiprocessing's resource tracker, Inductor's compile workers).
+agent), a framework helper (multiprocessing's resource tracker, Inductor's compile workers), or a
+child that ``multiprocessing`` spawned (a pool worker).
 
 At ``.pth`` time ``sys.argv`` is just ``['-m']`` while a module is being imported, so the command
 line comes from ``sys.orig_argv`` (or ``/proc/self/cmdline``).
@@ -71,3 +72,21 @@ def framework_helper(argv: list[str] | None = None) -> str | None:
         norm = a.replace(os.sep, "/")
         return next((s for s in _HELPER_SCRIPTS if norm.endswith(s)), None)
     return None
+
+
+_SPAWN_CODE = "from multiprocessing.spawn import spawn_main"
+
+
+def multiprocessing_child(argv: list[str] | None = None) -> bool:
+    """True in a process that ``multiprocessing`` (or ``torch.multiprocessing``) started with the
+    ``spawn`` method: ``python -c "from multiprocessing.spawn import spawn_main; ..." --multiprocessing-fork``.
+    Known from the first line of start-up, before ``multiprocessing.parent_process()`` is set.  Such
+    a process inherits its parent's environment, ``RANK`` included: that rank is the parent's."""
+    if argv is None:
+        argv = command_line()
+    if "--multiprocessing-fork" not in argv[1:]:
+        return False
+    for i, a in enumerate(argv[1:-1], start=1):
+        if a == "-c":
+            return argv[i + 1].lstrip().startswith(_SPAWN_CODE)
+    return False
