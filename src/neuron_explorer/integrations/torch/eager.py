@@ -256,7 +256,8 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             return None
         made = ex.c_run
         if made is None or made[0] is not fn:
-            made = ex.c_run = (fn, c_execution(rt, core, ex.model, fn, lambda *a, **k: general(ex, fn, a, k),
+            # c_execution's general path is called as run_general(args, kwargs): one tuple, one dict
+            made = ex.c_run = (fn, c_execution(rt, core, ex.model, fn, lambda a, k: general(ex, fn, a, k),
                                                stats_rec, ex.settled))
         return made[1]
 
