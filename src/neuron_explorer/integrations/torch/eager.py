@@ -74,11 +74,17 @@ class _Exec:
 
     def materialize(self) -> Model:
         if self.model is None and self.register is not None:
-            self.model, self.register = self.register(), None
+            with _registering:
+                if self.model is None and self.register is not None:
+                    self.model, self.register = self.register(), None
         return self.model
 
 
 _SKIP = _Exec(None, skip=True)  # what cannot be registered runs unrecorded
+# Held while a graph is registered: two threads calling modules of one structure for the first time
+# at once (registration reads parameters and writes a .neff, so the GIL changes hands) would
+# otherwise register the graph twice.  Only first calls take it.
+_registering = threading.RLock()
 
 
 def _dead_ref() -> None:
@@ -113,7 +119,10 @@ class Eager:
         try:
             ex = self.by_module.get(mod)
             if ex is None:
-                ex = self.by_module[mod] = self._register_module(mod, args)
+                with _registering:
+                    ex = self.by_module.get(mod)
+                    if ex is None:
+                        ex = self.by_module[mod] = self._register_module(mod, args)
             self._last_mod = (weakref.ref(mod), ex)
             return ex
         except Exception as e:
@@ -156,7 +165,10 @@ class Eager:
         if last[0]() is opt:
             return last[1]
         try:
-            ex = self._optimizer_exec(opt)
+            ex = self.by_optimizer.get(opt)
+            if ex is None:
+                with _registering:
+                    ex = self._optimizer_exec(opt)
             self._last_opt = (weakref.ref(opt), ex)
             return ex
         except Exception as e:
@@ -199,7 +211,10 @@ class Eager:
 
     def backward_exec(self, ex: _Exec) -> _Exec:
         if ex.bwd is None:
-            ex.bwd = ex.make_bwd() if ex.make_bwd is not None and ex.model is not None else _Exec(None, skip=True)
+            with _registering:
+                if ex.bwd is None:
+                    ex.bwd = ex.make_bwd() if ex.make_bwd is not None and ex.model is not None \
+                        else _Exec(None, skip=True)
         return ex.bwd
 
 
@@ -223,7 +238,8 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
     a recorded graph take the general path (id first, NDET begin/end, device profiles) when NDET
     or a device profile is on, and the lean one otherwise."""
     ring, nc, PAIR = core.ring, core.nc, ev.EXEC_PAIR
-    append, next_eid, executions = ring.append, ring.exec_id, ring.executions
+    append, next_eid = ring.append, ring.exec_id
+    watch_thread, unwatch_thread = ring.watch_thread, ring.unwatch_thread
     stats_rec = rt.stats.runtime_feed(nc) if rt.stats is not None else None
     ndet = rt.ndet
     devprof_cell = rt.devprof_cell
@@ -289,21 +305,24 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
         return out
 
     def first(ex: _Exec, fn, args, kwargs):
-        """A graph's first call: recorded unless compiled graphs ran inside it; its flops are
-        counted on the way (integrations/torch/flops.py)."""
-        c0 = executions()
+        """A graph's first call: recorded unless compiled graphs ran inside it, on this thread
+        (``Ring.watch``: the core's execution counter also moves with other threads' calls);
+        its flops are counted on the way (integrations/torch/flops.py)."""
         dp = devprof_cell[0]
         fc = FlopCounter(torch)
         if dp is not None and dp.wants(nc, ex.materialize().id):
             # profiled from its first call (model mode profiles only that one); should compiled
             # graphs run inside, this one call is recorded besides them, then never again
+            watched = watch_thread()
             try:
                 with fc:
                     return general(ex, fn, args, kwargs)
             finally:
+                ran = unwatch_thread(*watched)  # (its own execution is one of them)
                 ex.known = True
-                ex.skip = executions() - c0 > 1
+                ex.skip = ran > 1
                 learn_flops(rt, ex.model, fc.flops)
+        watched = watch_thread()
         t0 = now_ns()
         ret = 1
         try:
@@ -312,7 +331,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             ret = 0
         finally:
             t1 = now_ns()
-            if executions() != c0:
+            if unwatch_thread(*watched):
                 ex.skip = True  # compiled graphs ran inside: they are the executions
             else:
                 finish(ex.materialize().id, next_eid(), t0, t1, ret, False)

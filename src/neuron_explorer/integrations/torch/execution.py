@@ -33,7 +33,7 @@ from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
 from neuron_explorer.runtime.ring import NanScanner as _CScanner
 
-__all__ = ["BackwardFinder", "c_execution", "general_path", "profiler_settled", "wrap_execution"]
+__all__ = ["BackwardFinder", "c_execution", "count_watched", "general_path", "profiler_settled", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -108,7 +108,7 @@ def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general
     if scan is not None:
         scan_args = (scan, _numerical_error(rt, core, model), ev.RET_NUM_ERR)
     return _CWrapper(fn, ring.buffer, ring.exec_counter, ev.EXEC_PAIR, model.id, rt.devprof_cell,
-                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd, scan_args, settled)
+                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd, scan_args, settled, ring.watch)
 
 
 def _numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
@@ -136,6 +136,7 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
     get_ident = threading.get_ident
     devprof_cell = rt.devprof_cell  # [DeviceProfiler or None], read per call without a property
     look = find_backward
+    watch = core.ring.watch
 
     def run(*args, **kwargs):
         nonlocal look
@@ -148,6 +149,8 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
         except BaseException:
             rec = (PAIR, t0, now_ns(), native_tid(), mid, next_eid(), 1, 0, 0)
             append(rec)
+            if watch:
+                count_watched(watch)
             if stats_rec is not None:
                 stats_rec(rec)
             raise
@@ -160,6 +163,8 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
         # never includes a call still running
         rec = (PAIR, t0, t1, tid, mid, next_eid(), 0, 0, 0)
         append(rec)
+        if watch:
+            count_watched(watch)
         if stats_rec is not None:
             stats_rec(rec)  # the same tuple: neuron-monitor counts it off the hot path
         if look and look(out):
@@ -167,6 +172,14 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
         return out
 
     return run
+
+
+def count_watched(watch: dict) -> None:
+    """Count one execution for this thread when it is watched (``Ring.watch``: an eager root's
+    first call asks whether compiled graphs ran inside it; the C wrapper does the same)."""
+    cell = watch.get(threading.get_ident())
+    if cell is not None:
+        cell[0] += 1
 
 
 def profiler_settled(dp, nc: int, model_id: int) -> bool:
@@ -193,6 +206,7 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
     scan = scan if callable(scan) else None  # (callers without a check pass None or False)
     nan_check = scan is not None
     look = find_backward
+    watch = ring.watch
 
     def run_general(args, kwargs):
         nonlocal look
@@ -227,6 +241,8 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
             rec = (PAIR, t0, t1, tid, mid, eid, ret, 0, 0)
             append(rec)
             exec_close()
+            if watch:
+                count_watched(watch)
             if ndet is not None:
                 ndet.exec_end(nc, mid, eid, t0, t1, ret)
             if stats_rec is not None:
