@@ -307,7 +307,8 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
     def first(ex: _Exec, fn, args, kwargs):
         """A graph's first call: recorded unless compiled graphs ran inside it, on this thread
         (``Ring.watch``: the core's execution counter also moves with other threads' calls);
-        its flops are counted on the way (integrations/torch/flops.py)."""
+        its flops are counted on the way (integrations/torch/flops.py), or, while the program's
+        own profiler or dispatch mode watches, on the first call made when none does."""
         dp = devprof_cell[0]
         fc = FlopCounter(torch)
         if dp is not None and dp.wants(nc, ex.materialize().id):
@@ -319,7 +320,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
                     return general(ex, fn, args, kwargs)
             finally:
                 ran = unwatch_thread(*watched)  # (its own execution is one of them)
-                ex.known = True
+                ex.known = not fc.deferred
                 ex.skip = ran > 1
                 learn_flops(rt, ex.model, fc.flops)
         watched = watch_thread()
@@ -336,7 +337,9 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             else:
                 finish(ex.materialize().id, next_eid(), t0, t1, ret, False)
                 learn_flops(rt, ex.model, fc.flops)
-            ex.known = True
+            # the program's own profiler watched the call: no flops counted, the next call is a
+            # first call again (it records the same; flops/0069)
+            ex.known = not fc.deferred
         return out
 
     return record, c_run
