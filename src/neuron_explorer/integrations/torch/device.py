@@ -21,6 +21,7 @@ from typing import Any
 from neuron_explorer.capture.device import OpTable, write_device_trace
 from neuron_explorer.contracts.layout import model_ntff_name, session_ntff_name
 from neuron_explorer.integrations.torch.flops import op_flops
+from neuron_explorer.integrations.torch.frames import dispatch_handler, hide_redispatch
 from neuron_explorer.integrations.torch.neffs import write_neffs
 from neuron_explorer.integrations.torch.tensors import tensor_bytes, tensor_summary
 from neuron_explorer.runtime import clock
@@ -50,10 +51,15 @@ class _Recorder:
             def ignore_compile_internals(cls) -> bool:
                 return True  # a torch.compile inside an eager graph compiles as without us
 
+            @dispatch_handler
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 t0 = now_ns()
-                out = func(*args, **kwargs)
+                try:
+                    out = func(*args, **kwargs)
+                except BaseException as e:  # the op's error as the program sees it (frames.py)
+                    hide_redispatch(e)
+                    raise
                 t1 = now_ns()
                 recorder.op(func, args, kwargs, out, t0, t1)
                 return out

@@ -33,6 +33,7 @@ from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import future_status
 from neuron_explorer.integrations.torch.execution import c_execution, general_path, profiler_settled
 from neuron_explorer.integrations.torch.flops import FlopCounter, learn_flops
+from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
 from neuron_explorer.integrations.torch.state import Installed, env_switch
@@ -367,22 +368,29 @@ def _patch_module_call(eg: Eager, torch) -> None:
     GraphModule = torch.fx.GraphModule
 
     def __call__(self, *args, **kwargs):
-        if tl.depth or isinstance(self, GraphModule):
-            return inner(self, *args, **kwargs)
-        ex = module_exec(self, args)
-        tl.depth = 1
         try:
-            if ex.skip:  # a compiled module: its graphs are the executions
-                if gate_skip is not None:
-                    gate_skip(self)  # its next calls take the C gate's short cut (runtime/_hooks.h)
+            if tl.depth or isinstance(self, GraphModule):
                 return inner(self, *args, **kwargs)
-            if tl.grad_root is None and grad_on():
-                tl.grad_root = ex
-            return record(ex, inner, (self,) + args, kwargs)
-        finally:
-            tl.depth = 0
+            ex = module_exec(self, args)
+            tl.depth = 1
+            try:
+                if ex.skip:  # a compiled module: its graphs are the executions
+                    if gate_skip is not None:
+                        gate_skip(self)  # its next calls take the C gate's short cut (runtime/_hooks.h)
+                    return inner(self, *args, **kwargs)
+                if tl.grad_root is None and grad_on():
+                    tl.grad_root = ex
+                return record(ex, inner, (self,) + args, kwargs)
+            finally:
+                tl.depth = 0
+        except BaseException as e:  # the program's traceback, without our frames (frames.py)
+            hide_our_frames(e)
+            raise
 
     __call__.__wrapped__ = inner  # type: ignore[attr-defined]
+    # torch's own names: Dynamo wraps a compiled module's call in an extra frame unless the
+    # callable is named _wrapped_call_impl (its errors then showed that frame and our polyfill)
+    __call__.__name__, __call__.__qualname__ = inner.__name__, inner.__qualname__
     # the calls that reach it through its vectorcall (``mod(x)``, an FX graph module's super call)
     # and have nothing to record are answered in C, the others run the code above (_hooks.h)
     gate_skip = None
@@ -428,20 +436,24 @@ def _patch_backward(eg: Eager, torch) -> None:
     def wrap(orig):
         @functools.wraps(orig)
         def run(*args, **kwargs):
-            ex = tl.grad_root
-            if ex is None or tl.depth:
-                return orig(*args, **kwargs)
-            tl.grad_root = None
-            tl.depth = 1  # recomputed forwards (activation checkpointing) are part of it
             try:
-                return record(eg.backward_exec(ex), orig, args, kwargs)
-            finally:
-                tl.depth = 0
-                if pending:
-                    try:  # never turn the user's backward into our error
-                        _end_waited_collectives(eg.inst)
-                    except Exception as e:  # noqa: BLE001
-                        eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
+                ex = tl.grad_root
+                if ex is None or tl.depth:
+                    return orig(*args, **kwargs)
+                tl.grad_root = None
+                tl.depth = 1  # recomputed forwards (activation checkpointing) are part of it
+                try:
+                    return record(eg.backward_exec(ex), orig, args, kwargs)
+                finally:
+                    tl.depth = 0
+                    if pending:
+                        try:  # never turn the user's backward into our error
+                            _end_waited_collectives(eg.inst)
+                        except Exception as e:  # noqa: BLE001
+                            eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
 
         if backward_gate is None:
             return run
@@ -487,14 +499,18 @@ def _patch_optimizer(eg: Eager, torch) -> None:
 
         @functools.wraps(hooked)
         def step(*args, **kwargs):
-            if tl.depth or not args:
-                return hooked(*args, **kwargs)
-            ex = optimizer_exec(args[0])
             try:
-                return record(ex, hooked, args, kwargs)
-            finally:
-                if fast is not None:
-                    _settle(eg, fast, args[0], c_run(ex, hooked))
+                if tl.depth or not args:
+                    return hooked(*args, **kwargs)
+                ex = optimizer_exec(args[0])
+                try:
+                    return record(ex, hooked, args, kwargs)
+                finally:
+                    if fast is not None:
+                        _settle(eg, fast, args[0], c_run(ex, hooked))
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
 
         if EagerStep is None:
             return step
@@ -504,7 +520,11 @@ def _patch_optimizer(eg: Eager, torch) -> None:
         # calls opt.step(), called a C object standing there without the optimizer.  One frame.
         @functools.wraps(hooked)
         def c_step(*args, **kwargs):
-            return fast(*args, **kwargs)
+            try:
+                return fast(*args, **kwargs)
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
 
         c_step._neuron_explorer_recorder = fast  # type: ignore[attr-defined]
         return c_step

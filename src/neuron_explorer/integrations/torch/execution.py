@@ -27,6 +27,7 @@ import threading
 from typing import Any, Callable
 
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.tensors import nan_scanner
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
@@ -64,7 +65,11 @@ def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callab
         run = _lean_wrapper(rt, core, model, fn, general, stats_rec, find_backward, settled)
     else:
         def run(*args, **kwargs):
-            return general(args, kwargs)
+            try:
+                return general(args, kwargs)
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
     return _stand_in_for(run, fn)
 
 
@@ -107,8 +112,16 @@ def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general
     scan_args = None
     if scan is not None:
         scan_args = (scan, _numerical_error(rt, core, model), ev.RET_NUM_ERR)
+
+    def run_general(*args, **kwargs):  # what the C wrapper yields to (a device profile wants the call)
+        try:
+            return general(args, kwargs)
+        except BaseException as e:  # the program's traceback, without our frames (frames.py)
+            hide_our_frames(e)
+            raise
+
     return _CWrapper(fn, ring.buffer, ring.exec_counter, ev.EXEC_PAIR, model.id, rt.devprof_cell,
-                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd, scan_args, settled, ring.watch)
+                     run_general, stats_rec, find_backward, nd, scan_args, settled, ring.watch)
 
 
 def _numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
@@ -142,17 +155,22 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
         nonlocal look
         dp = devprof_cell[0]
         if dp is not None and dp is not settled[0]:  # a device profiler wants the call: id first
-            return general(args, kwargs)
+            try:
+                return general(args, kwargs)
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
         t0 = now_ns()
         try:
             out = fn(*args, **kwargs)
-        except BaseException:
+        except BaseException as e:
             rec = (PAIR, t0, now_ns(), native_tid(), mid, next_eid(), 1, 0, 0)
             append(rec)
             if watch:
                 count_watched(watch)
             if stats_rec is not None:
                 stats_rec(rec)
+            hide_our_frames(e)  # the program's traceback, without our frames (frames.py)
             raise
         t1 = now_ns()
         try:

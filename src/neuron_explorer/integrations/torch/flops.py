@@ -30,6 +30,8 @@ import math
 import threading
 from typing import Any, Callable
 
+from neuron_explorer.integrations.torch.frames import dispatch_handler, hide_redispatch
+
 __all__ = ["FlopCounter", "count_first_call", "graph_flops", "learn_flops", "op_flops", "watched_by"]
 
 
@@ -62,9 +64,14 @@ def _counter_mode(torch):
                 self.total = 0.0
                 self.known = False
 
+            @dispatch_handler
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                out = func(*args, **kwargs)
+                try:
+                    out = func(*args, **kwargs)
+                except BaseException as e:  # the op's error as the program sees it (frames.py)
+                    hide_redispatch(e)
+                    raise
                 v = op_flops(flop_registry, func, args, kwargs, out)
                 if v is not None:
                     self.total += v
