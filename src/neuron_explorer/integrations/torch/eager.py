@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
+import os
 import sys
 import threading
 import weakref
@@ -188,8 +190,9 @@ class Eager:
             if ex is None:
                 code = f"# optimizer {cls.__qualname__}.step over {len(shapes)} parameters\n"
                 nodes = [(f"param_{i}", "optimizer_step", str(list(s)), "", "") for i, s in enumerate(shapes)]
+                src = _call_site(self.inst.torch_dir) or _source_of(cls)
                 ex = self.by_hash[key] = _Exec(self._add(cls.__name__, key, "optimizer", code, nodes, 0,
-                                                         f"({len(shapes)} parameters)", _source_of(cls), t0))
+                                                         f"({len(shapes)} parameters)", src, t0))
             self.by_optimizer[opt] = ex
         return ex
 
@@ -219,10 +222,26 @@ class Eager:
         return ex.bwd
 
 
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def _call_site(torch_dir: str) -> str:
+    """``file:line`` of the innermost frame on this thread that is neither ours nor PyTorch's: the
+    user's ``opt.step()`` (or ``scaler.step(opt)``) of an optimizer's first step; "" when none."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(_OWN_DIR) and not (torch_dir and name.startswith(torch_dir)):
+            return f"{name}:{f.f_lineno}"
+        f = f.f_back
+    return ""
+
+
 def _source_of(cls) -> str:
-    """``file:line`` of a class's ``forward`` (or ``step``), from its code object: no source read."""
+    """``file:line`` of a class's ``forward`` (or ``step``, as the optimizer's class defines it:
+    not the wrappers around it), from its code object: no source read."""
     for attr in ("forward", "step"):
-        code = getattr(getattr(cls, attr, None), "__code__", None)
+        code = getattr(inspect.unwrap(getattr(cls, attr, None)), "__code__", None)
         if code is not None:
             return f"{code.co_filename}:{code.co_firstlineno}"
     mod = sys.modules.get(cls.__module__)
