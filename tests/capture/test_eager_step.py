@@ -273,3 +273,42 @@ def test_a_session_device_profile_records_every_optimizer_step_and_changes_no_lo
     names = Counter(e.model_name.split("_")[0] for e in dp.trace.executions)
     assert names["SGD"] == (2 if variant == "api" else 3), names  # every profiled step, the second one too
     assert dp.trace.ops.count > 0
+
+
+
+LATE_IMPORT = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)  # torch wraps SGD.step here, before our hooks exist
+x = torch.randn(8, 4)
+
+def train():
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+if {api}:
+    from torch.profiler import profile, ProfilerActivity
+    from neuron_explorer.torch import NeuronConfig, ProfileMode, NeuronProfiler
+    cfg = NeuronConfig(modes=[ProfileMode.RUNTIME], profile_output_dir="{out}")
+    with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg,
+                 on_trace_ready=NeuronProfiler(cfg).export_trace):
+        train()
+else:
+    train()
+print(type(opt).step.hooked, round(model.weight.sum().item(), 6))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_an_optimizer_built_before_the_api_is_imported_has_its_steps_recorded(tmp_path, pure):
+    out = tmp_path / "out"
+    plain = _run(tmp_path, LATE_IMPORT.format(api=False, out=out))
+    p = _run(tmp_path, LATE_IMPORT.format(api=True, out=out), NEURON_EXPLORER_PURE_PYTHON=pure)
+    assert p.stdout.splitlines()[-1] == plain.stdout.splitlines()[-1]  # torch's flag, the same weights
+    (s,) = sessions(out)
+    e = events_of(s, "nrt_execute")
+    names = Counter(s.models[int(m)].name.split("_")[0] for m in e["a"])
+    assert names["SGD"] == 2 and sum(names.values()) == 6, names

@@ -531,6 +531,7 @@ def _patch_optimizer(eg: Eager, torch) -> None:
                 hide_our_frames(e)
                 raise
 
+        step._neuron_explorer_step = True  # type: ignore[attr-defined]
         if EagerStep is None:
             return step
         fast = EagerStep(hooked, tl, enabled, NRT_EXECUTE, step)
@@ -546,9 +547,33 @@ def _patch_optimizer(eg: Eager, torch) -> None:
                 raise
 
         c_step._neuron_explorer_recorder = fast  # type: ignore[attr-defined]
+        c_step._neuron_explorer_step = True  # type: ignore[attr-defined]
         return c_step
 
     Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+    _rehook_built(Optimizer, profile_hook_step)
+
+
+def _rehook_built(Optimizer, profile_hook_step) -> None:
+    """Optimizer classes whose first instance was built before the hooks were installed (a program
+    that imports ``neuron_explorer.torch`` after making its optimizer) already have torch's step
+    wrapper: wrap their step as the hooks would have.  Their steps were missed otherwise."""
+    seen, todo = set(), list(Optimizer.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        step = cls.__dict__.get("step")
+        func = getattr(step, "__wrapped__", None)
+        if not getattr(step, "hooked", False) or getattr(step, "_neuron_explorer_step", False) or func is None:
+            continue
+        try:
+            cls.step = profile_hook_step(func)
+            cls.step.hooked = True  # as Optimizer._patch_step_function marks it
+        except Exception:  # noqa: BLE001 - a class that refuses: its steps stay unrecorded
+            pass
 
 
 def _settle(eg: Eager, fast, opt, run) -> None:
