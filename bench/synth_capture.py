@@ -65,7 +65,9 @@ def _process_records(n: int, rank: int, world: int, rng: np.random.Generator, t0
 
 
 def write_process(out_dir: str, instance: str, rank: int, world: int, pid: int, n_events: int,
-                  skew_ns: int, seed: int) -> str:
+                  skew_ns: int, seed: int, job: dict[str, str] | None = None) -> str:
+    """One process's session; ``job``: the launcher variables its trace_info.pb records (what
+    tells its job from another, ``contracts.env.JOB_VARIABLES``; default none)."""
     rng = np.random.default_rng(seed)
     cfg = CaptureConfig(output_dir=out_dir, max_events_per_nc=max(n_events, 1))
     ident = ProcessIdentity(instance, instance, pid, rank, rank % 8, world, rank // 8, f"synthetic_{rank}")
@@ -86,7 +88,7 @@ def write_process(out_dir: str, instance: str, rank: int, world: int, pid: int, 
     d = make_session_dir(out_dir, instance, pid, rt.anchors[0][1])
     cores = {rank % 8: store}
     atomic_write(os.path.join(d, "ntrace.pb"), writer.encode_system_trace(rt, cores))
-    atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, cores, d))
+    atomic_write(os.path.join(d, "trace_info.pb"), writer.encode_trace_info(rt, cores, d, job=job or {}))
     return d
 
 

@@ -57,11 +57,10 @@ def per_process_costs(src: str, tmp: str) -> dict:
     opts = pipeline.ViewOptions(directory=src, output_file=os.path.join(tmp, "pp"))
     t0 = time.process_time()
     ix = pipeline.new_index()
-    times: dict = {}
     for p in paths:
-        pipeline.absorb(ix, tasks.index(p, opts, len(paths), None), [], times)
+        pipeline.absorb(ix, tasks.index(p, opts, len(paths), None), [])
     t_index = time.process_time() - t0
-    pipeline.finish_index(ix, times)
+    pipeline.finish_index(ix)
     work = tempfile.mkdtemp(dir=tmp)
     jobs = pipeline.make_jobs(ix, opts, os.path.join(tmp, "pp"), work)
     t0 = time.process_time()

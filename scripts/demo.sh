@@ -14,3 +14,5 @@ echo "== files written:"
 find "$OUT" -type f | sort
 echo "== neuron-explorer view -d $OUT --output-format summary-text"
 "$PY" -m neuron_explorer view -d "$OUT" --output-format summary-text
+echo "== next: 'neuron-explorer view -d $OUT' writes the Parquet dataset (system_profile_parquet/);"
+echo "   'neuron-explorer view --ui -d $OUT' opens it in the System Trace Viewer (http://127.0.0.1:3001/)"

@@ -15,7 +15,9 @@ EXAMPLES = """\
 examples:
   neuron-explorer inspect -o ./inspect-output python train.py
   neuron-explorer inspect -o out -n 5 torchrun --nproc_per_node 2 train.py
+  neuron-explorer view -d ./output                      # Parquet: system_profile_parquet/
   neuron-explorer view -d ./output --output-format summary-text
+  neuron-explorer view --ui -d ./output                 # the System Trace Viewer (web UI)
   neuron-explorer view -d ./output --output-format summary-json --output-file summary.json
   neuron-explorer check -d ./output
 """

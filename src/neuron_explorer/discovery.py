@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 
-__all__ = ["WATCH_PERIOD_S", "on_framework_import", "on_torch_import", "watching"]
+__all__ = ["WATCH_PERIOD_S", "adopt_jitted_functions", "on_framework_import", "on_torch_import", "watching"]
 
 #: How often a framework process without a monitor looks for one (seconds).
 WATCH_PERIOD_S = 1.0
@@ -53,9 +53,22 @@ def watching() -> bool:
     return w is not None and w.is_alive()
 
 
+_CORE = "neuron_explorer.runtime.core"
+
+
 def _runtime_started() -> bool:
-    core = sys.modules.get("neuron_explorer.runtime.core")  # not imported: no runtime (and no cost)
-    return core is not None and core.get_runtime() is not None
+    """Whether this process's runtime runs, without importing the runtime when nothing did.
+
+    The watch thread runs beside the program, which may be importing the runtime at this very
+    moment (the spec's JAX pattern starts a capture from ``jax.profiler.trace``): a module is in
+    ``sys.modules`` before its body has run, so reading it from there can meet a half-made
+    module.  The ``import`` statement waits for the importing thread to finish it; so the module
+    is only ever read through it."""
+    if _CORE not in sys.modules:
+        return False  # never imported: no runtime (and no import cost)
+    from neuron_explorer.runtime.core import get_runtime  # waits while another thread imports it
+
+    return get_runtime() is not None
 
 
 def _check(framework: str) -> None:
@@ -78,7 +91,23 @@ def _start() -> None:
 
     rt = boot.start(for_monitor=True)
     if rt is not None and "torch" in sys.modules:
-        adopt_compiled_graphs(rt, sys.modules["torch"])
+        import torch  # (not sys.modules["torch"]: the import statement waits for a half-made module)
+
+        adopt_compiled_graphs(rt, torch)
+    if rt is not None and "jax" in sys.modules:
+        adopt_jitted_functions()
+
+
+def adopt_jitted_functions() -> int:
+    """Instrument the functions the program jitted before the runtime started: JAX loads our
+    plugin when it first initialises a backend, usually after a module's ``@jax.jit`` functions
+    were made with JAX's own ``jit`` (``integrations.jax.runtime.JaxRuntime.adopt``)."""
+    import jax  # noqa: F401 - (waits if another thread is still importing it)
+
+    from neuron_explorer.integrations.jax.runtime import installed
+
+    jx = installed()
+    return 0 if jx is None else jx.adopt()
 
 
 #: Dynamo keeps each compiled graph's callable in its frame's module globals under this prefix.

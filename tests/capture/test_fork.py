@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,5 +55,8 @@ def test_a_forked_child_leaves_the_parents_profile_log_and_stats_alone(tmp_path,
     (log,) = list(ndet.iterdir())
     rec = ndet_fmt.read_log(str(log)).records
     assert int((rec["kind"] == ndet_fmt.KIND_EXEC).sum()) == n
-    # the parent removed its stats file at exit; the child never (re)wrote one
-    assert not stats.exists() or not [f.name for f in stats.iterdir() if f.suffix == ".json"]
+    # the parent left its final counters at exit, a monitor being announced (decision 0075): its own
+    # n executions; the child never (re)wrote a stats file
+    (left,) = [f for f in stats.iterdir() if f.suffix == ".json"]
+    assert endpoint.is_final_head(endpoint.read_head(left))
+    assert json.loads(left.read_bytes())["executions"]["completed"] == n

@@ -116,6 +116,22 @@ def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp
     assert sorted(sorted(v) for v in flows.values()) == chains
 
 
+@pytest.mark.parametrize("types", ["framework_op,nc_exec_running", "^nrt_execute"])
+def test_a_type_filter_that_drops_the_calls_keeps_regions_linked_to_their_core_executions(tmp_path, types):
+    """The links are found before the filter: without the nrt_execute between them, each core
+    execution still names its region, and every kept event keeps the id it has unfiltered."""
+    out = _profiled(tmp_path, REGIONS)
+    cli("view", "-d", str(out), "--output-format", "parquet", "--output-file", str(tmp_path / "all"), check=True)
+    cli("view", "-d", str(out), "--output-format", "parquet", "--output-file", str(tmp_path / "some"),
+        "--system-trace-filter-event-type", types, check=True)
+    every = {e["id"]: e for e in _events(str(tmp_path / "all"))}
+    kept = _events(str(tmp_path / "some"))
+    assert kept and all(every[e["id"]] == e for e in kept)  # ids, flows and stream ids as unfiltered
+    cores = [e for e in kept if e["name"] == "nc_exec_running"]
+    regions = {e["id"]: e["name"] for e in kept if e["trace_event_source"] == "framework"}
+    assert [regions.get(c["framework_stream_id"]) for c in cores] == ["inner", "outer", "on_thread", None]
+
+
 PAUSED = """
 import torch
 from torch.profiler import record_function
@@ -257,3 +273,93 @@ def test_regions_record_around_exceptions_decorators_and_manual_calls_on_both_pa
     for inner in ("decorated", "raises"):
         assert span["outer"][0] <= span[inner][0] <= span[inner][1] <= span["outer"][1]
     assert span["outer"][1] <= span["manual"][0] <= span["manual"][1]
+
+
+ORDINARY = """
+import sys
+import torch, torch.distributed as dist
+from torch.profiler import record_function
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(4, 8), torch.randn(4, 2)
+for step in range(3):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    if step == 2:
+        with record_function("my_step"):  # a user's region around the step: both links hold
+            opt.step()
+    else:
+        opt.step()
+    opt.zero_grad()
+    print(f"step {step} loss {loss.item():.4f}")
+dist.destroy_process_group()
+"""
+
+
+def readme_region_query() -> str:
+    """The README's region -> execution query, as the README prints it."""
+    import re
+
+    from ..conftest import REPO
+
+    blocks = re.findall(r"```sql\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    (q,) = [b for b in blocks if "trace_event_source = 'framework'" in b]
+    return q
+
+
+def test_the_readmes_region_query_returns_the_executions_of_an_ordinary_training_program(tmp_path, monkeypatch):
+    """Issue 29, item 11e: PyTorch's own regions (``Optimizer.step#SGD.step``,
+    ``DistributedDataParallel.forward``) open inside the execution they belong to, so the README's
+    query (calls inside regions only) returned no rows on a program without regions of its own."""
+    from ..conftest import free_port
+
+    out = tmp_path / "out"
+    script = tmp_path / "train.py"
+    script.write_text(ORDINARY)
+    p = subprocess.run([sys.executable, str(script), str(free_port())], capture_output=True, text=True, timeout=300,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    cli("view", "-d", str(out), "--output-format", "parquet", "--output-file",
+        str(tmp_path / "system_profile_parquet"), check=True)
+    monkeypatch.chdir(tmp_path)  # (the README's path is view's default output directory)
+    con = duckdb.connect()
+    for stmt in [x for x in readme_region_query().split(";") if x.strip()]:
+        rows = con.execute(stmt).fetchall()
+    got = Counter((region, model.split("_")[0]) for region, model, _ in rows)
+    assert got == {("DistributedDataParallel.forward", "DistributedDataParallel"): 3,
+                   ("Optimizer.step#SGD.step", "SGD"): 3, ("my_step", "SGD"): 1}, rows
+    assert all(d > 0 for _, _, d in rows)
+
+    # the model: a region inside an execution is in the flow of its host call and core execution;
+    # framework_stream_id keeps its meaning (the user's region around the third step owns the call)
+    evs = _events(str(tmp_path / "system_profile_parquet"))
+    by_flow = defaultdict(list)
+    for e in evs:
+        for f in e["flow_id"]:
+            by_flow[f].append(e["name"])
+    inner = [e for e in evs if e["name"] in ("Optimizer.step#SGD.step", "DistributedDataParallel.forward")]
+    assert len(inner) == 6
+    for r in inner:
+        assert r["framework_stream_id"] == r["id"] and len(r["flow_id"]) == 1
+        assert sorted(by_flow[r["flow_id"][0]]) == sorted([r["name"], "nrt_execute", "nc_exec_running"])
+    calls = [e for e in evs if e["name"] == "nrt_execute"]
+    mine = next(e for e in evs if e["name"] == "my_step")
+    assert [c["framework_stream_id"] for c in calls] == [None] * 8 + [mine["id"]]
+    zero_grad = [e for e in evs if e["name"].startswith("Optimizer.zero_grad")]
+    assert len(zero_grad) == 3 and all(not e["flow_id"] for e in zero_grad)  # outside every execution
+
+    # JSON: a "ran" arrow from each call to the region inside its execution; Perfetto: the flows
+    (tmp_path / "views").mkdir()
+    _, doc, pf = _views(tmp_path / "views", out)
+    ran = [e for e in doc["traceEvents"] if e.get("cat") == "framework" and e.get("name") == "ran"]
+    assert Counter(e["ph"] for e in ran) == {"s": 6, "f": 6}
+    binds = Counter(e["bind_id"] for e in doc["traceEvents"] if "bind_id" in e)
+    assert set(binds.values()) == {2}  # each execution flow binds its call and its core only
+    flows = defaultdict(set)
+    for s in pf.slices:
+        for f in s.flows:
+            flows[f].add(s.name)
+    assert sum(v == {"Optimizer.step#SGD.step", "nrt_execute", "nc_exec_running"} for v in flows.values()) == 3

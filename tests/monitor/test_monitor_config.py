@@ -1,6 +1,7 @@
 """Configuration parsing and the one-line errors for bad configurations."""
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -89,3 +90,32 @@ def test_cli_invalid_json_and_missing_file(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not valid JSON at line 1" in r.stderr
     r = subprocess.run([bin_path("neuron-monitor"), "-c", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "cannot read configuration file" in r.stderr
+
+
+@pytest.mark.parametrize("doc,problem", [
+    ({"period": "1s"}, "no metric group is enabled"),
+    ({"neuron_runtimes": [{"tag_filter": "^a"}]}, "no metric group is enabled"),
+    ({"neuron_runtimes": [{"tag_filter": "^a", "metrics": [{"type": "memory_used"}]}, {"tag_filter": "^b"}],
+      "system_metrics": [{"type": "vcpu_usage"}]}, "neuron_runtimes[1] has no metrics"),
+])
+def test_a_config_that_collects_nothing_is_warned_about_in_one_line_and_the_monitor_runs(
+        tmp_path: Path, doc: dict, problem: str) -> None:
+    """Issue 29: a file holding only {"period": "1s"} reported no metric for a whole run, silently."""
+    conf = tmp_path / "monitor.conf"
+    conf.write_text(json.dumps(doc))
+    p = subprocess.Popen([bin_path("neuron-monitor"), "-c", str(conf)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, NEURON_EXPLORER_STATS_DIR=str(tmp_path / "s")))
+    try:
+        report = json.loads(p.stdout.readline())  # it runs: reports keep coming
+        assert "instance_info" in report
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("neuron-monitor: warning: ") and problem in lines[0], err
+    assert str(conf) in lines[0]
+
+
+def test_a_config_that_collects_something_gives_no_warning() -> None:
+    assert parse_config({"period": "1s", "system_metrics": [{"type": "vcpu_usage"}]}).warnings() == []
+    assert default_config().warnings() == []

@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from ..conftest import clean_env
 from .helpers import neuron_det
 from .test_recorder import _job
 
@@ -63,3 +66,59 @@ def test_a_device_trace_output_stays_a_device(tmp_path: Path) -> None:
     r = neuron_det("--log-prefix", str(logs), "-o", str(dev))
     assert r.returncode in (0, 1), r.stderr
     assert stat.S_ISCHR(os.lstat(dev).st_mode)
+
+
+# ---------------------------------------------------------------- issue 29 item 10: the default trace.json
+
+TORCH_TRACE = '{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "traceEvents": [\n  ]\n}\n'
+
+
+def _det_in(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "neuron_explorer.ndet.cli", *args], env=clean_env(), cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_without_o_a_trace_json_another_tool_wrote_is_refused_and_kept(tmp_path: Path) -> None:
+    logs = _logs(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "trace.json").write_text(TORCH_TRACE)  # what torch.profiler's export_chrome_trace names it
+    r = _det_in(work, "--log-prefix", str(logs))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "trace.json" in lines[0] and "not written by neuron-det" in lines[0] and "-o" in lines[0], lines[0]
+    assert (work / "trace.json").read_text() == TORCH_TRACE
+    assert sorted(p.name for p in work.iterdir()) == ["trace.json"]  # no temporary file either
+    # named with -o, the same file is the user's choice: replaced
+    r = _det_in(work, "--log-prefix", str(logs), "-o", "trace.json")
+    assert r.returncode in (0, 1), r.stderr
+    assert json.loads((work / "trace.json").read_text())["metadata"]["tool"] == "neuron-det"
+
+
+def test_without_o_a_trace_json_neuron_det_wrote_is_replaced(tmp_path: Path) -> None:
+    logs = _logs(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    r = _det_in(work, "--log-prefix", str(logs))
+    assert r.returncode in (0, 1), r.stderr
+    first = json.loads((work / "trace.json").read_text())
+    (work / "trace.json").write_text(json.dumps(first, indent=1))  # the same trace, rewritten by another program
+    assert _det_in(work, "--log-prefix", str(logs)).returncode == 2
+    (work / "trace.json").unlink()
+    assert _det_in(work, "--log-prefix", str(logs)).returncode in (0, 1)
+    r = _det_in(work, "--log-prefix", str(logs))  # its own earlier trace: replaced
+    assert r.returncode in (0, 1), r.stderr
+    assert json.loads((work / "trace.json").read_text())["traceEvents"] == first["traceEvents"]
+    assert sorted(p.name for p in work.iterdir()) == ["trace.json"]
+
+
+def test_without_o_a_view_json_trace_named_trace_json_is_not_taken_for_ours(tmp_path: Path) -> None:
+    from neuron_explorer.exporters.chrome_trace import HEADER
+
+    logs = _logs(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = HEADER + b'],"metadata":{"clock_offsets":{}}}'  # the same writer, for view: no "tool" of ours
+    (work / "trace.json").write_bytes(doc)
+    assert _det_in(work, "--log-prefix", str(logs)).returncode == 2
+    assert (work / "trace.json").read_bytes() == doc

@@ -10,7 +10,11 @@ a skip or warning is printed with status 0 (or status 1 without one), ``view`` b
 an output.  Failures are printed as JSON lines; before each iteration its identity is written to
 ``--progress`` so that one that kills the process (a signal, the memory cap) can still be named.
 
-Replay one iteration: ``python tests/view/fuzz_driver.py --capture DIR --kind ntrace.pb --seed S --only I``.
+``--foreign`` replaces the mutations by foreign files (``foreign_mutate``): zeros, sparse tails,
+newer format versions, cut headers, counts the columns cannot hold.
+
+Replay one iteration: ``python tests/view/fuzz_driver.py --capture DIR --kind ntrace.pb --seed S --only I``
+(with ``--foreign`` for an iteration of the foreign-file test).
 """
 
 from __future__ import annotations
@@ -184,6 +188,36 @@ def semantic_mutate(data: bytes, kind: str, rng: random.Random) -> tuple[bytes, 
     return m.SerializeToString(), how
 
 
+FOREIGN_GROWTH = (1 << 20, 64 << 20, 256 << 20)  # sparse tails: no disk, and mappable under the 2 GB cap
+
+
+def foreign_mutate(data: bytes, kind: str, rng: random.Random) -> tuple[bytes, str, int | None]:
+    """What a foreign or hostile file looks like from its first bytes (issue 29, item 9): zeros in
+    place of the file, a real start followed by a sparse tail of zeros, a newer format version, a
+    header cut short, or a column count the file cannot hold.  Returns (bytes, description, the
+    size to extend the file to with a sparse hole, or None)."""
+    from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
+
+    op = rng.choice(("zeros", "sparse-tail", "newer", "cut-header", "count"))
+    if op == "zeros":
+        grow = rng.choice((None,) + FOREIGN_GROWTH)
+        return bytes(len(data)), f"zeros{'' if grow is None else f' + sparse to {grow}'}", grow
+    if op == "sparse-tail":
+        grow = len(data) + rng.choice(FOREIGN_GROWTH)
+        return data, f"sparse tail to {grow}", grow
+    if op == "cut-header":
+        k = rng.randrange(0, 3)
+        return data[:k] + b"\xff" * rng.randrange(0, 12), f"header cut to {k} bytes", None
+    m = getattr(pb, MESSAGES[kind])()
+    m.ParseFromString(data)
+    if op == "count" and kind in ("ntrace.pb", ".ntff"):
+        cols = m.events if kind == "ntrace.pb" else m.ops
+        cols.count = rng.choice((cols.count + 1, 1 << 31, (1 << 32) - 1))
+        return m.SerializeToString(), f"count={cols.count}", None
+    m.format_version = rng.choice((2, 99, (1 << 32) - 1))
+    return m.SerializeToString(), f"format_version={m.format_version}", None
+
+
 def victim_file(session: Path, kind: str) -> Path:
     if kind.startswith("."):
         return sorted(session.glob("*" + kind))[0]
@@ -238,7 +272,8 @@ def perfetto_process_names(data: bytes) -> list[str]:
     return names
 
 
-def one_iteration(pristine: Path, work: Path, kind: str, seed: int, i: int, intact_pid: int) -> list[dict]:
+def one_iteration(pristine: Path, work: Path, kind: str, seed: int, i: int, intact_pid: int,
+                  foreign: bool = False) -> list[dict]:
     rng = random.Random(f"{seed}:{kind}:{i}")
     root = work / f"cap{i}"
     shutil.rmtree(root, ignore_errors=True)  # (left by a run that died)
@@ -246,8 +281,14 @@ def one_iteration(pristine: Path, work: Path, kind: str, seed: int, i: int, inta
     victim_session = sorted(p.parent for p in root.glob("*/*/trace_info.pb"))[0]
     f = victim_file(victim_session, kind)
     raw = f.read_bytes()
-    data, how = semantic_mutate(raw, kind, rng) if rng.random() < 0.5 else mutate(raw, rng)
+    grow = None
+    if foreign:
+        data, how, grow = foreign_mutate(raw, kind, rng)
+    else:
+        data, how = semantic_mutate(raw, kind, rng) if rng.random() < 0.5 else mutate(raw, rng)
     f.write_bytes(data)
+    if grow is not None:
+        os.truncate(f, grow)
     failures = []
 
     def fail(what: str, detail: str = "") -> None:
@@ -320,6 +361,7 @@ def main() -> int:
     ap.add_argument("--only", type=int, default=None, help="replay this iteration only")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--progress", type=Path, default=None)
+    ap.add_argument("--foreign", action="store_true", help="foreign files only (zeros, sparse tails, newer formats)")
     args = ap.parse_args()
     signal.signal(signal.SIGALRM, _hang)
     work = args.work or Path(os.environ.get("TMPDIR", "/tmp")) / f"fuzz-{os.getpid()}"
@@ -342,7 +384,7 @@ def main() -> int:
             break
         if args.progress is not None:
             args.progress.write_text(json.dumps({"seed": args.seed, "kind": args.kind, "iteration": i}))
-        for f in one_iteration(args.capture, work, args.kind, args.seed, i, intact_pid):
+        for f in one_iteration(args.capture, work, args.kind, args.seed, i, intact_pid, args.foreign):
             print(json.dumps(f), flush=True)
         i += 1
         n += 1

@@ -78,16 +78,33 @@ def test_cluster_run_matches_local_run(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
-def test_bad_scheduler_addresses_are_one_line(tmp_path):
+@pytest.mark.parametrize("addr, words", [
+    ("ray://head:10001", "Ray is not supported"), ("http://head:8786", "tcp://HOST:8786"),
+    ("tcp://127.0.0.1:abc", "port 'abc' is not a TCP port from 1 to 65535"),  # issue 29 item 10
+    ("tcp://[::1", "unclosed '['"), ("tcp://::1:8786", "IPv6 host goes in brackets"),
+    ("tcp://head", "no port"), ("tcp://head:0", "port '0'"), ("tcp://:8786", "not a host name"),
+    ("", "expected a Dask scheduler address")])
+def test_a_malformed_scheduler_address_is_a_one_line_usage_error(tmp_path, addr, words):
+    """Checked before Dask is imported: a malformed address made distributed.Client raise a
+    40-line traceback from its constructor, then block in its finalizer (60 s at the default
+    connect timeout), and exit 1."""
     src = tmp_path / "cap"
     src.mkdir()
-    for addr, words in (("ray://head:10001", "Ray is not supported"), ("http://head:8786", "tcp://HOST:8786"),
-                        ("tcp://127.0.0.1:1", "cannot connect")):
-        p = cli("view", "-d", str(src), "--output-file", str(tmp_path / "o"), "--scheduler", addr, timeout=120,
-                env=clean_env(DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s"))
-        assert p.returncode == 1, p.stderr
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and words in lines[0] and "Traceback" not in p.stderr, p.stderr
+    p = cli("view", "-d", str(src), "--output-file", str(tmp_path / "o"), "--scheduler", addr, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "--scheduler" in lines[0], p.stderr
+    assert not (tmp_path / "o").exists() and sorted(q.name for q in tmp_path.iterdir()) == ["cap"]
+
+
+def test_a_scheduler_that_does_not_answer_is_one_line_and_exit_1(tmp_path):
+    src = tmp_path / "cap"
+    src.mkdir()
+    p = cli("view", "-d", str(src), "--output-file", str(tmp_path / "o"), "--scheduler", "tcp://127.0.0.1:1",
+            timeout=120, env=clean_env(DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s"))
+    assert p.returncode == 1, p.stderr  # (the address is right: the cluster is not there)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot connect" in lines[0] and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "o").exists()
 
 

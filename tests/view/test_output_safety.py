@@ -141,8 +141,8 @@ def test_an_output_of_an_earlier_version_or_an_empty_directory_may_be_replaced(c
 
 
 @pytest.mark.parametrize("name, problem", [("..", "'.' or '..'"), (".", "'.' or '..'"), ("ABS", "'/'"),
-                                           ("a/b", "'/'"), ("   ", "empty"), (".hidden", "starts with '.'"),
-                                           ("a\\b", "'\\'")])
+                                           ("a/b", "'/'"), ("   ", "empty"), ("", "empty"),
+                                           (".hidden", "starts with '.'"), ("a\\b", "'\\'")])
 def test_display_name_must_be_one_component_inside_the_workspace(cap, tmp_path, name, problem):
     if name == "ABS":  # an absolute path (the old code wrote the profile there)
         name = str(tmp_path / "elsewhere")
@@ -394,7 +394,7 @@ def test_capture_file_names_stay_in_the_session_directory():
 
 @pytest.mark.parametrize("port", ["70000", "0", "-1", "http"])
 def test_a_bad_port_is_a_one_line_usage_error(tmp_path, port):
-    r = cli("view", "--data-path", str(tmp_path / "ws"), "--port", port)
+    r = cli("view", "--ui", "--data-path", str(tmp_path / "ws"), "--port", port)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1].endswith("accepted: a TCP port from 1 to 65535, e.g. 3001")
 

@@ -62,9 +62,14 @@ def test_view_from_and_to_s3(tmp_path, s3, capture):
 
     # an object we did not write: refused before anything is written or deleted
     s3.s3.put_object(Bucket="caps", Key="out/notes.txt", Body=b"mine")
+    # (below a table's name too: the old check looked at the first component only, and finalize
+    # deleted what it did not write below our table names; issue 29 item 8)
+    s3.s3.put_object(Bucket="caps", Key="out/SystemProfileEvents/README.md", Body=b"mine")
     before = s3.keys("caps", "out")
     refused = cli("view", "-d", "s3://caps/fleet", "--output-file", "s3://caps/out", env=s3.env())
-    assert refused.returncode == 2 and "not written by neuron-explorer view (notes.txt)" in refused.stderr, refused.stderr
+    assert refused.returncode == 2, refused.stderr
+    assert ("2 files not written by neuron-explorer view (SystemProfileEvents/README.md, notes.txt)"
+            in refused.stderr), refused.stderr
     assert s3.keys("caps", "out") == before
     # nor over the captures
     inside = cli("view", "-d", "s3://caps/fleet", "--output-file", "s3://caps/fleet/i-00000000000000000_pid_10000",
@@ -87,7 +92,7 @@ def test_check_on_s3(s3, capture):
     p = cli("check", "-d", "s3://caps/fleet", env=s3.env())
     assert p.returncode == 1
     assert p.stdout.count("ok: s3://caps/fleet/i-0") == 4, p.stdout
-    assert "error: s3://caps/fleet/i-damaged_pid_4242/20260101T000000Z/trace_info.pb: not a valid TraceInfo" in p.stdout
+    assert "error: s3://caps/fleet/i-damaged_pid_4242/20260101T000000Z/trace_info.pb: not a valid capture file (no TraceInfo header" in p.stdout
     empty = cli("check", "-d", "s3://caps/nothing", env=s3.env())
     assert empty.returncode == 1 and "no profile found" in empty.stdout
     nob = cli("check", "-d", "s3://no-such-bucket/x", env=s3.env())

@@ -268,3 +268,94 @@ def test_scale_out_steps_name_device_profiles_and_pids_as_view_does(tmp_path):
                         ("instance_id, process_id, profile_id", "DeviceProfiles")):
         want = duckdb.sql(q.format(cols, tmp_path / "pq", table)).fetchall()
         assert duckdb.sql(q.format(cols, tmp_path / "mr", table)).fetchall() == want and len(want) >= 4
+
+
+# ---- issue 29 item 12: Parquet is the default output; the UI starts with --ui
+
+
+def _isolated_env(tmp_path: Path) -> dict[str, str]:
+    """HOME and XDG_DATA_HOME inside the test, so that an ingestion into the default workspace
+    would show (and touch nothing of the machine's)."""
+    from ..conftest import clean_env
+
+    return clean_env(HOME=str(tmp_path / "home"), XDG_DATA_HOME=str(tmp_path / "data"))
+
+
+def test_view_as_the_spec_writes_it_writes_parquet_and_starts_no_server(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    shutil.copytree(_capture(tmp_path / "c", instances=("i-aaa",)), work / "output")
+    try:  # the spec's line, run in the directory holding ./output
+        r = subprocess.run([sys.executable, "-m", "neuron_explorer", "view", "-d", "./output",
+                            "--system-trace-filter-neuron-core", "0"], cwd=work, env=_isolated_env(tmp_path),
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:  # (the old default: the web server, serving until stopped)
+        raise AssertionError(f"view started a server instead of writing Parquet: {e.stdout!r} {e.stderr!r}")
+    assert r.returncode == 0, r.stderr
+    assert "http://" not in r.stdout + r.stderr and "wrote system_profile_parquet" in r.stderr, r.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["output", "system_profile_parquet"]
+    assert not (tmp_path / "data").exists() and not (tmp_path / "home").exists()  # no workspace ingestion
+    pq = work / "system_profile_parquet"
+    cores = duckdb.sql(f"select distinct nc_idx from '{pq}/SystemProfileEvents/**/*.parquet' "
+                       "where nc_idx >= 0").fetchall()
+    assert cores == [(0,)]  # the filter applied
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-d", "CAP", "--port", "3002"], "--port is for the System Trace Viewer: add --ui"),
+    (["-d", "CAP", "--host", "0.0.0.0"], "--host is for the System Trace Viewer: add --ui"),
+    (["-d", "CAP", "--data-path", "WS"], "--data-path names the UI's workspace"),
+    (["--ui", "-d", "CAP", "--output-format", "json"], "--ui serves the workspace"),
+    (["--ui", "-d", "CAP", "--output-file", "OUT"], "drop --output-file"),
+    (["--ui", "--ingest-only", "-d", "CAP"], "drop --ingest-only"),
+    ([], "view needs -d DIR"),
+])
+def test_ui_flags_without_ui_and_outputs_with_ui_are_one_line_usage_errors(cap, tmp_path, args, words):
+    args = [str(cap) if a == "CAP" else str(tmp_path / "ws") if a == "WS" else str(tmp_path / "o") if a == "OUT" else a
+            for a in args]
+    r = cli("view", *args, env=_isolated_env(tmp_path), timeout=60)
+    line = _one_line(r, 2, words)
+    assert "--ui" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_view_ui_ingests_the_capture_and_serves_it(cap, tmp_path):
+    """The UI started the way the README says (`view --ui -d DIR`): the capture is ingested into the
+    workspace and served at the URL printed."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    from ..conftest import free_port
+    from ..ui.helpers import stop_server
+
+    ws = tmp_path / "ws"
+    env = dict(_isolated_env(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    p = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "view", "--ui", "-d", str(cap), "--data-path",
+                          str(ws), "--display-name", "run-a", "--port", str(free_port())],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = p.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), (url, p.stderr.read() if p.poll() is not None else "")
+        for _ in range(100):
+            try:
+                profiles = json.loads(urllib.request.urlopen(url + "api/profiles", timeout=5).read())["profiles"]
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.1)
+        assert [q["name"] for q in profiles] == ["run-a"] and profiles[0]["processes"] == 4
+    finally:
+        stop_server(p)
+    assert (ws / "run-a" / "ProfileMetadata.parquet").is_file()
+
+
+def test_help_says_parquet_is_the_default_and_ui_starts_the_viewer():
+    text = " ".join(cli("view", "--help", check=True).stdout.split())
+    assert "Parquet unless --output-format says otherwise" in text and "parquet (default)" in text
+    assert "--ui start the System Trace Viewer" in text
+    assert "neuron-explorer view --ui -d ./output" in text

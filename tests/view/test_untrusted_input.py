@@ -197,6 +197,100 @@ def test_a_huge_file_in_place_of_trace_info_is_not_read_into_memory(small_captur
                                       "not a valid TraceInfo protobuf")
 
 
+# -- issue 29 item 9: foreign files fail at their first bytes; newer formats are refused ------------
+
+GB = 1 << 30
+
+
+def _sparse_zeros(path: Path) -> None:
+    """6 GB of nothing (a sparse file: it costs no disk)."""
+    path.unlink()
+    with open(path, "wb") as f:
+        f.truncate(6 * GB)
+
+
+def _zeros(path: Path) -> None:
+    path.write_bytes(bytes(10 * MB))
+
+
+def _real_header_then_sparse(path: Path) -> None:
+    """A real ntrace.pb grown to 6 GB: a valid start, then zeros (what a disk-full or a copy that
+    preallocated its target leaves)."""
+    with open(path, "r+b") as f:
+        f.truncate(6 * GB)
+
+
+def _huge_string_table(path: Path) -> None:
+    """A valid header and one string declared 1 GB long, its bytes a sparse hole: the tables are
+    bounded before anything is copied or parsed."""
+    head = path.read_bytes()[:2]  # format_version
+    n = GB
+    length = bytearray()
+    while True:
+        length.append((n & 0x7F) | (0x80 if n >> 7 else 0))
+        n >>= 7
+        if not n:
+            break
+    path.write_bytes(head + b"\x1a" + bytes(length))
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size + GB)
+
+
+FOREIGN = {"sparse 6 GB of zeros": (_sparse_zeros, "not a valid capture file (no SystemTrace header"),
+           "10 MB of zeros": (_zeros, "not a valid capture file (no SystemTrace header"),
+           "a real start then a sparse 6 GB": (_real_header_then_sparse, "field number 0"),
+           "a 1 GB string table": (_huge_string_table, "tables take more than 256 MB")}
+
+
+@pytest.mark.parametrize("foreign", list(FOREIGN))
+def test_a_foreign_ntrace_file_is_refused_at_once_and_the_rest_converted(small_capture, tmp_path, foreign):
+    """A 6 GB sparse ntrace.pb was still being read after 10 minutes at 1.4 GB RSS (10 MB of zeros:
+    18 s): each is now refused from its first bytes.  (The address space is left large enough to
+    map the file, as a user's is, so that nothing but the check stops the read; the timeout is a
+    hang guard, not a measure of speed.)"""
+    root, victim, intact = copy_capture(small_capture, tmp_path / "cap")
+    damage, why = FOREIGN[foreign]
+    damage(victim / "ntrace.pb")
+    for fmt in ("summary-text", "parquet"):
+        out = tmp_path / f"out.{fmt}"
+        r = view(root, fmt, out, address_space=16 * GB, timeout=120)
+        assert r.maxrss < 300 * MB, r.maxrss
+        assert_skipped_and_rest_converted(r, fmt, out, str(victim / "ntrace.pb"), pid_of(intact), why)
+    r = neuron_explorer("check", "-d", str(root), address_space=16 * GB, timeout=120)
+    assert r.returncode == 1 and not r.timed_out and r.maxrss < 300 * MB, r.stderr
+    assert f"error: {victim / 'ntrace.pb'}: " in r.stdout and why in r.stdout
+
+
+NEWER = 99
+
+
+def _newer(path: Path, msg_type) -> None:
+    edit(path, msg_type, lambda m: setattr(m, "format_version", NEWER))
+
+
+@pytest.mark.parametrize("name,msg_type", [("ntrace.pb", pb.SystemTrace), ("trace_info.pb", pb.TraceInfo),
+                                           ("cpu_util.pb", pb.CpuUtil), ("host_mem.pb", pb.HostMem),
+                                           ("*.ntff", pb.DeviceTrace), ("*.neff", pb.NeffFile)])
+def test_a_newer_format_version_is_refused_naming_both_versions(small_capture, tmp_path, name, msg_type):
+    """``format_version: 99`` was read silently as the current format."""
+    from neuron_explorer.capture.writer import FORMAT_VERSION  # (also where the version was before issue 29)
+
+    root, victim, intact = copy_capture(small_capture, tmp_path / "cap")
+    path = sorted(victim.glob(name))[0]
+    _newer(path, msg_type)
+    why = f"{msg_type.__name__} format version {NEWER} is newer than this neuron-explorer reads (version {FORMAT_VERSION})"
+    r = view(root, "summary-json", tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if str(path) in ln]
+    assert len(lines) == 1 and why in lines[0], r.stderr
+    converted = {p["pid"] for p in json.loads(r.stdout)["profiles"]}
+    # a newer trace costs the profile; a newer optional file only itself
+    assert converted == ({pid_of(intact)} if name in ("trace_info.pb", "ntrace.pb") else
+                         {pid_of(intact), pid_of(victim)})
+    r = neuron_explorer("check", "-d", str(root))
+    assert r.returncode == 1 and f"error: {path}: {why}" in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("name", ["trace_info.pb", "ntrace.pb", "cpu_util.pb", "host_mem.pb", "x.ntff", "x.neff"])
 def test_a_fifo_in_a_profile_does_not_hang_view_or_check(small_capture, tmp_path, name):
     root, victim, intact = copy_capture(small_capture, tmp_path / "cap")

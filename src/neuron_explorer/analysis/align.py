@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_explorer.analysis.reader import CLOCK_OFFSET_LIMIT_NS, Session, wall_offset_ns
+from neuron_explorer.analysis.pbfile import ProfileError
+from neuron_explorer.analysis.reader import CLOCK_OFFSET_LIMIT_NS, Session, check_times, wall_offset_ns
 from neuron_explorer.util.stragglers import arrivals, summarize
 
 MIN_SAMPLES = 1
@@ -37,29 +38,35 @@ class CollectiveIndex:
     """Collective timings as arrays keyed by one int64 per collective.
 
     A key packs (group, op) -- numbered in this index, so the same pair gets the same number for
-    every process -- with the per-group sequence number: ``pair << 40 | seq``."""
+    every process -- with the per-group sequence number: ``pair << 40 | seq``.  The run's index
+    numbers (group, op, job) instead (``analysis.jobs``): the k-th all_reduce of two jobs is two
+    collectives."""
 
     def __init__(self) -> None:
-        self.pairs: dict[tuple[str, str], int] = {}
+        self.pairs: dict[tuple, int] = {}
 
-    def pair_id(self, group: str, op: str) -> int:
-        i = self.pairs.get((group, op))
+    def pair_id(self, group: str, op: str, job: str | None = None) -> int:
+        k = (group, op) if job is None else (group, op, job)
+        i = self.pairs.get(k)
         if i is None:
-            i = self.pairs[(group, op)] = len(self.pairs)
+            i = self.pairs[k] = len(self.pairs)
         return i
 
     def describe(self, key: int) -> tuple[str, int, str]:
         pair = key >> 40
-        for (g, o), i in self.pairs.items():
+        for k, i in self.pairs.items():
             if i == pair:
-                return g, key & ((1 << 40) - 1), o
+                return k[0], key & ((1 << 40) - 1), k[1]
         return "?", key & ((1 << 40) - 1), "?"
 
     def times(self, s: Session, chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(keys, start, end) in wall-clock ns for the collectives of one session.
 
         Reads the events a chunk at a time and drops each chunk's mapped pages afterwards, so a
-        large process costs its collectives' timings, not its whole event columns."""
+        large process costs its collectives' timings, not its whole event columns.  The rows read
+        are checked here (their string ids inside the file's table, their times on the wall
+        clock): a run that writes no system events maps ntrace.pb unchecked
+        (``load_session(events="unchecked")``); ProfileError when one is damaged."""
         empty = np.empty(0, dtype=np.int64)
         n = s.num_events
         if not n:
@@ -81,8 +88,9 @@ class CollectiveIndex:
                 if not len(idx):
                     continue
                 idx += lo
-                # string ids are inside the file's table (checked at load), so below 2**31
-                pairs = (e[g_col][idx] << 32) | e[o_col][idx]
+                g_ids, o_ids = e[g_col][idx], e[o_col][idx]
+                _check_rows(s, g_ids, o_ids, e["start_ns"][idx], e["end_ns"][idx], off)
+                pairs = (g_ids << 32) | o_ids  # (string ids: inside the file's table, so below 2**31)
                 uniq, inv = np.unique(pairs, return_inverse=True)
                 lut = np.array([self.pair_id(s.strings[int(u) >> 32], s.strings[int(u) & 0xFFFF_FFFF])
                                 for u in uniq], dtype=np.int64)
@@ -97,6 +105,25 @@ class CollectiveIndex:
 
 
 _LOW40 = (1 << 40) - 1
+
+
+def _check_rows(s: Session, g_ids: np.ndarray, o_ids: np.ndarray, start: np.ndarray, end: np.ndarray,
+                off: int) -> None:
+    """The checks ``load_session`` makes on every event, made on the collectives read."""
+    ns = len(s.strings)
+    for ids, what in ((g_ids, "group_str"), (o_ids, "op_str")):
+        if int(ids.min()) < 0 or int(ids.max()) >= ns:
+            raise ProfileError(f"{s.path}/ntrace.pb: argument {what} of a collective refers to a string outside "
+                               f"the file's table of {ns} strings")
+    check_times(f"{s.path}/ntrace.pb", "collective timestamps", min(int(start.min()), int(end.min())),
+                max(int(start.max()), int(end.max())), off)
+
+
+def no_times() -> "Times":
+    empty = np.empty(0, dtype=np.int64)
+    return empty, empty, empty
+
+
 ALIGN_SAMPLES = 1 << 16  # collectives per process kept for clock alignment (file outputs)
 ALIGN_SAMPLES_TOTAL = 1 << 22  # ... and across all processes (~100 MB of timings)
 
@@ -148,41 +175,72 @@ def _per_key_mean_end(parts: list[Times]) -> tuple[np.ndarray, np.ndarray]:
 def estimate_offsets(times_by_instance: dict[str, list[Times]]) -> dict[str, InstanceOffset]:
     """Per-instance offsets from collective end times (one (keys, start, end) per process).
 
-    Ranks of one instance that took part in the same collective are averaged first."""
+    Ranks of one instance that took part in the same collective are averaged first.  Instances
+    linked by shared collectives (directly or through others) are aligned together, to the first
+    of them in name order (``reference``); a group that shares nothing with another keeps its own
+    clock (two jobs on different hosts: each is aligned within itself, neither moves onto the
+    other); an instance that shares no collective with any other is not shifted (``none``)."""
     merged = {inst: _per_key_mean_end(parts) for inst, parts in times_by_instance.items()}
     instances = sorted(merged)
-    if not instances:
-        return {}
-    ref = instances[0]
-    result = {ref: InstanceOffset(ref, 0, 0, 0, ref, "reference")}
-    pending = instances[1:]
-    progress = True
-    while pending and progress:
-        progress = False
-        for inst in list(pending):
-            best = None
-            ki, ei = merged[inst]
-            for anchor, a_off in result.items():
-                if a_off.method == "none":
-                    continue
-                ka, ea = merged[anchor]
-                _, ia, ib = np.intersect1d(ka, ki, assume_unique=True, return_indices=True)
-                if len(ia) < MIN_SAMPLES:
-                    continue
-                off, unc, n = _robust(ea[ia] - ei[ib])
-                if abs(off + a_off.offset_ns) > CLOCK_OFFSET_LIMIT_NS:  # not a clock error: damaged times
-                    continue
-                cand = InstanceOffset(inst, off + a_off.offset_ns, unc + a_off.uncertainty_ns, n, anchor,
-                                      "collectives")
-                if best is None or cand.samples > best.samples:
-                    best = cand
-            if best is not None:
-                result[inst] = best
-                pending.remove(inst)
-                progress = True
-    for inst in pending:
-        result[inst] = InstanceOffset(inst, 0, 0, 0, ref, "none")
+    result: dict[str, InstanceOffset] = {}
+    pending = list(instances)
+    while pending:
+        ref = pending.pop(0)  # the first instance not aligned yet: the reference of its group
+        result[ref] = InstanceOffset(ref, 0, 0, 0, ref, "reference")
+        group = [ref]
+        progress = True
+        while pending and progress:
+            progress = False
+            for inst in list(pending):
+                best = _best_anchor(inst, group, merged, result)
+                if best is not None:
+                    result[inst] = best
+                    pending.remove(inst)
+                    group.append(inst)
+                    progress = True
+        if len(group) == 1 and len(instances) > 1:
+            result[ref] = InstanceOffset(ref, 0, 0, 0, ref, "none")
     return result
+
+
+def _best_anchor(inst: str, group: list[str], merged: dict, result: dict[str, InstanceOffset]) -> InstanceOffset | None:
+    """``inst``'s offset through the aligned instance of ``group`` it shares most collectives with."""
+    best = None
+    ki, ei = merged[inst]
+    for anchor in group:
+        a_off = result[anchor]
+        ka, ea = merged[anchor]
+        _, ia, ib = np.intersect1d(ka, ki, assume_unique=True, return_indices=True)
+        if len(ia) < MIN_SAMPLES:
+            continue
+        off, unc, n = _robust(ea[ia] - ei[ib])
+        if abs(off + a_off.offset_ns) > CLOCK_OFFSET_LIMIT_NS:  # not a clock error: damaged times
+            continue
+        cand = InstanceOffset(inst, off + a_off.offset_ns, unc + a_off.uncertainty_ns, n, anchor, "collectives")
+        if best is None or cand.samples > best.samples:
+            best = cand
+    return best
+
+
+def clock_groups(offsets: dict[str, InstanceOffset]) -> list[list[str]]:
+    """The instances aligned together, one list per group (its reference first), when there is
+    more than one: their times are not aligned with each other's."""
+    ref_of: dict[str, str] = {}
+
+    def root(i: str) -> str:
+        seen = set()
+        while offsets[i].method == "collectives" and offsets[i].reference in offsets and i not in seen:
+            seen.add(i)
+            i = offsets[i].reference
+        return i
+
+    for i in offsets:
+        ref_of[i] = root(i)
+    groups: dict[str, list[str]] = {}
+    for i in sorted(offsets, key=lambda i: (ref_of[i] != i, i)):
+        groups.setdefault(ref_of[i], []).append(i)
+    out = [groups[r] for r in sorted(groups)]
+    return out if len(out) > 1 else []
 
 
 def stragglers(entries: list[tuple[int, str, Times]], offsets: dict[str, InstanceOffset],

@@ -51,15 +51,14 @@ def _profile_id(s: Session, dp: DeviceProfile) -> str:
 
 
 def load(s: Session, clock_offset_ns: int, warnings: list[tuple[str, str]]) -> list[DeviceProfileView]:
+    """The session's device profiles; a damaged one is left out and added to ``warnings`` as
+    (message, path), which the caller prints (printing here too showed each one twice)."""
     out = []
     wall = wall_offset_ns(s)
     for path in s.device_paths:
         try:
             dp = load_device_trace(path, wall)
         except ProfileError as e:
-            import sys
-
-            print(f"neuron-explorer: skipped: {e}", file=sys.stderr)
             warnings.append((str(e), printable(path)))
             continue
         t = dp.trace

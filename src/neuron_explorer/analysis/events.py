@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from neuron_explorer.analysis.framework import label_types, link_regions
-from neuron_explorer.analysis.reader import Session, wall_offset_ns
+from neuron_explorer.analysis.framework import RegionLinks, find_links, framework_flow_ids, label_types
+from neuron_explorer.analysis.reader import EVENT_INDEX, Session, wall_offset_ns
 from neuron_explorer.util.arrays import numeric, strings
 
 # argument name in the vocabulary -> output column
@@ -27,15 +27,88 @@ INT_COLUMNS = ("model_id", "exec_id", "ret", "seq", "bytes")
 STR_COLUMNS = ("op", "dtype", "group")
 FLOW_EXEC_TYPES = ("nrt_execute", "nc_exec_running")
 FLOW_CC_TYPES = ("cc_running", "cc_exec_barrier")
+_LOW40 = (1 << 40) - 1
+
+
+def exec_flow_ids(index: int, exec_id: np.ndarray) -> np.ndarray:
+    """The flow joining a host call to its core execution: process index and execution id."""
+    return (exec_id & _LOW40) | ((index + 1) << 40)
+
+
+def _type_infos(s: Session) -> list:
+    tinfo = {et.id: et for et in s.trace.event_types} if s.trace is not None else {}
+    return [tinfo.get(tid) for tid in range(len(s.type_names))]
+
+
+def type_groups(s: Session) -> list[str]:
+    """Each type id's group ("" when the file does not declare it)."""
+    return [et.group if et is not None else "" for et in _type_infos(s)]
+
+
+def type_sources(s: Session) -> list[str]:
+    """Each type id's source ("" when the file does not declare it)."""
+    return [et.source if et is not None else "" for et in _type_infos(s)]
+
+
+def event_indices(s: Session, first: int = 0) -> np.ndarray:
+    """Each event's index in the capture: its ``EVENT_INDEX`` column when a filter dropped events,
+    else ``first`` (the index of the session's first event: a chunk's start) plus its position."""
+    idx = s.events.get(EVENT_INDEX)
+    return idx if idx is not None else np.arange(first, first + s.num_events, dtype=np.int64)
+
+
+def region_links(s: Session, index: int, first: int = 0, chunk: int = 1 << 20) -> RegionLinks:
+    """The framework region links of ``s`` (``analysis.framework``), found on the events it holds:
+    ``view`` calls it on the whole process before the filters.  Only regions, ``nrt_execute`` and
+    ``nc_exec_running`` events are gathered (the type column read a chunk at a time), so a process
+    without regions costs one pass over its types."""
+    n = s.num_events
+    call, core = s.type_id("nrt_execute"), s.type_id("nc_exec_running")
+    fw_types = label_types(s.type_names, s.type_args, type_sources(s))
+    if not n or not fw_types or call is None:
+        return RegionLinks.none()
+    nt = len(s.type_names)
+    kind = np.zeros(nt + 1, dtype=np.int8)  # 1 region, 2 call, 3 core execution
+    kind[fw_types] = 1
+    kind[call] = 2
+    if core is not None:
+        kind[core] = 3
+    e = s.events
+    fw_set = np.zeros(nt + 1, dtype=bool)
+    fw_set[fw_types] = True
+    present = np.zeros(nt + 1, dtype=np.int64)
+    for lo in range(0, n, chunk):  # which types the process holds: most hold no region at all
+        hi = min(n, lo + chunk)
+        present += np.bincount(e["type"][lo:hi], minlength=nt + 1)[:nt + 1]
+        s.release(hi)
+    if not present[fw_set].any():
+        return RegionLinks.none()
+    parts = []
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        parts.append(np.flatnonzero(kind[np.minimum(e["type"][lo:hi], nt)]) + lo)
+        s.release(hi)
+    idx = np.concatenate(parts)
+    k = kind[np.minimum(e["type"][idx], nt)]
+    exec_id = np.full(len(idx), -1, dtype=np.int64)
+    for name, code in (("nrt_execute", 2), ("nc_exec_running", 3)):
+        col = s.arg(name, "exec_id")
+        if col is not None:
+            sel = np.flatnonzero(k == code)
+            exec_id[sel] = e[col][idx[sel]]
+    flow = np.where(exec_id >= 0, exec_flow_ids(index, exec_id), 0)
+    return find_links(e["start_ns"][idx], e["end_ns"][idx], e["thread_id"][idx], e["nc_idx"][idx].astype(np.int64),
+                      exec_id, k == 1, k == 2, k == 3, flow, event_indices(s, first)[idx])
 
 
 def _string(strings: list[str], i: int) -> str:
     return strings[i] if 0 <= i < len(strings) else ""
 
 
-def collective_flow_ids(group: str, op: str, seq: np.ndarray) -> np.ndarray:
-    """Flow ids for collectives of one (group, op): equal on every rank for the same sequence number."""
-    h = int.from_bytes(hashlib.blake2b(f"{group}|{op}".encode(), digest_size=8).digest(), "little")
+def collective_flow_ids(group: str, op: str, seq: np.ndarray, job: str = "") -> np.ndarray:
+    """Flow ids for collectives of one (group, op) of one job (``analysis.jobs``): equal on every
+    rank of the job for the same sequence number, different in another job."""
+    h = int.from_bytes(hashlib.blake2b(f"{job}\x1d{group}|{op}".encode(), digest_size=8).digest(), "little")
     mixed = (np.uint64(h) ^ (seq.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))) & np.uint64(0x3FFF_FFFF_FFFF_FFFF)
     return (mixed | np.uint64(1 << 62)).astype(np.int64)
 
@@ -190,15 +263,21 @@ def _spread_strings(piece: pa.Array, rows: np.ndarray, n: int) -> pa.Array:
 
 
 def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
-          device_links: dict[int, str] | None = None, with_extra: bool = True) -> ProcessEvents:
-    """``with_extra=False`` leaves ``extra_json`` null (for writers that do not show it)."""
+          device_links: dict[int, str] | None = None, with_extra: bool = True, first: int = 0,
+          job: str = "") -> ProcessEvents:
+    """An event's id is ``id_base`` plus its index in the capture (``event_indices``; ``first``:
+    the index of the first event of ``s``, a chunk of the process), so a filtered output's
+    events keep the ids they have unfiltered.  ``with_extra=False`` leaves ``extra_json`` null
+    (for writers that do not show it).  ``job``: the process's job (``analysis.jobs``), part of
+    its collectives' flow ids."""
     e = s.events
     n = s.num_events
     off = wall_offset_ns(s) + clock_offset_ns
     empty = np.empty(0, dtype=np.int64)
     typ = e["type"].astype(np.int64) if n else empty
+    kept = e.get(EVENT_INDEX)
     cols: dict[str, np.ndarray] = {
-        "id": np.arange(id_base, id_base + n, dtype=np.int64),
+        "id": kept + id_base if kept is not None else np.arange(id_base + first, id_base + first + n, dtype=np.int64),
         "type": typ,
         "start_ts": e["start_ns"] + off if n else empty,
         "end_ts": e["end_ns"] + off if n else empty,
@@ -210,13 +289,7 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
     counts = np.bincount(typ_c, minlength=nt + 1)[:nt] if n else np.zeros(nt, dtype=np.int64)
     _spread_args(s, cols, typ_c, counts)
     cols["flow_id"] = np.zeros(n, dtype=np.int64)
-    groups, sources = [], []
-    trace = s.trace
-    tinfo = {et.id: et for et in trace.event_types} if trace is not None else {}
-    for tid, name in enumerate(s.type_names):
-        et = tinfo.get(tid)
-        groups.append(et.group if et is not None else "")
-        sources.append(et.source if et is not None else "")
+    groups, sources = type_groups(s), type_sources(s)
     present = np.flatnonzero(counts).tolist()
     extra = _extra_json(s, typ, present) if with_extra else pa.nulls(n, type=pa.string())
     # flows: host call <-> core execution (same process, same exec id), and collectives across ranks
@@ -226,9 +299,7 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         is_exec[exec_ids] = True
         m = _type_mask(typ_c, is_exec, counts)
         m = cols["exec_id"] >= 0 if m is None else m & (cols["exec_id"] >= 0)
-        flow = cols["exec_id"] & ((1 << 40) - 1)
-        flow |= (index + 1) << 40
-        cols["flow_id"] = np.where(m, flow, np.int64(0))
+        cols["flow_id"] = np.where(m, exec_flow_ids(index, cols["exec_id"]), np.int64(0))
     cc_ids = [s.type_id(t) for t in FLOW_CC_TYPES if s.type_id(t) is not None]
     if cc_ids and n:
         is_cc = np.zeros(nt + 1, dtype=bool)
@@ -241,7 +312,8 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
             for pair in np.unique(pairs).tolist():
                 sel = cc_idx[pairs == pair]
                 cols["flow_id"][sel] = collective_flow_ids(_string(s.strings, pair >> 32),
-                                                           _string(s.strings, pair & 0xFFFF_FFFF), cols["seq"][sel])
+                                                           _string(s.strings, pair & 0xFFFF_FFFF), cols["seq"][sel],
+                                                           job)
     # nc_exec_running -> the device profile that holds its execution
     cols["device_profile"] = np.full(n, -1, dtype=np.int64)
     profiles = sorted(set((device_links or {}).values()))
@@ -252,17 +324,18 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
         links = device_links or {}
         cols["device_profile"][m] = [pidx.get(links.get(e, ""), -1) for e in cols["exec_id"][m].tolist()]
     type_names = list(s.type_names)
-    _framework(s, cols, typ_c, counts, index, type_names, groups, sources)
+    _framework(s, cols, typ_c, counts, index, type_names, groups, sources, id_base, first)
     model_names = {int(m.id): m.name for m in s.models}
     return ProcessEvents(s, index, clock_offset_ns, n, cols, type_names, groups, sources,
                          s.strings, model_names, extra, profiles)
 
 
 def _framework(s: Session, cols: dict[str, np.ndarray], typ_c: np.ndarray, counts: np.ndarray, index: int,
-               type_names: list[str], groups: list[str], sources: list[str]) -> None:
+               type_names: list[str], groups: list[str], sources: list[str], id_base: int, first: int) -> None:
     """Framework events named by their label, and linked to the calls they issued
     (``analysis.framework``): extends the type lists in place (in every chunk, so the ids are the
-    same), retypes the events.  A chunk without framework events skips the per-event work."""
+    same), retypes the events, and fills ``framework_stream_id`` and ``flow_id2`` from the
+    process's links (``s.region_links``, found before the filters; else found on ``s`` itself)."""
     fw_types = label_types(s.type_names, s.type_args, sources)
     n = len(typ_c)
     nt = len(counts)
@@ -280,12 +353,18 @@ def _framework(s: Session, cols: dict[str, np.ndarray], typ_c: np.ndarray, count
         labels = s.events["a"][is_fw] if n else np.empty(0, dtype=np.int64)
         cols["type"] = cols["type"].copy()
         cols["type"][is_fw] = base + np.clip(labels, 0, len(s.strings) - 1)
-
-    def of(name: str) -> np.ndarray:
-        t = s.type_id(name)
-        return typ_c == t if t is not None else np.zeros(n, dtype=bool)
-
-    if not is_fw.any():  # (link_regions reads the calls only when there are framework events)
-        link_regions(cols, is_fw, is_fw, is_fw, index)
-        return
-    link_regions(cols, is_fw, of("nrt_execute"), of("nc_exec_running"), index)
+    fsid = cols["framework_stream_id"] = np.full(n, -1, dtype=np.int64)
+    flow2 = cols["flow_id2"] = np.zeros(n, dtype=np.int64)
+    links = s.region_links
+    if links is None:
+        links = region_links(s, index, first) if fw_types and counts[fw_types].any() else RegionLinks.none()
+    if len(links.events) and n:
+        stream, with_region, flow = links.lookup(cols["id"] - id_base)  # (each event's index in the capture)
+        has = stream >= 0
+        fsid[has] = stream[has] + id_base
+        has = with_region >= 0
+        flow2[has] = framework_flow_ids(index, with_region[has] + id_base)
+        has = flow != 0
+        if has.any():
+            cols["flow_id"][has] = flow[has]
+    fsid[is_fw] = cols["id"][is_fw]

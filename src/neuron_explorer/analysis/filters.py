@@ -10,7 +10,7 @@ import numpy as np
 from neuron_explorer.contracts.env import ConfigError, named_types, parse_nc_filter, parse_type_filter
 from neuron_explorer.contracts.events import unproducible
 from neuron_explorer.util.ranges import IndexRanges
-from neuron_explorer.analysis.reader import Session
+from neuron_explorer.analysis.reader import EVENT_INDEX, Session
 
 
 @dataclass
@@ -37,15 +37,21 @@ class ViewFilter:
     def keeps_instance(self, instance_id: str) -> bool:
         return self.instances is None or instance_id in self.instances
 
-    def apply(self, s: Session) -> None:
-        """Drop the events of ``s`` that the filters exclude (in place)."""
+    def apply(self, s: Session) -> np.ndarray | None:
+        """Drop the events of ``s`` that the filters exclude (in place); the kept ones keep their
+        index in the capture (``EVENT_INDEX`` column: their ids and region links are the ones they
+        have unfiltered).  Returns which events were kept, or None when all were."""
         if not s.num_events or (self.ncs is None and self.types is None):
-            return
+            return None
         keep = np.ones(s.num_events, dtype=bool)
         if self.ncs is not None:
             keep &= self.ncs.mask(s.events["nc_idx"])
         if self.types is not None:
             ids = [i for i, n in enumerate(s.type_names) if n in self.types]
             keep &= np.isin(s.events["type"], ids)
-        if not keep.all():
-            s.events = {k: v[keep] for k, v in s.events.items()}
+        if keep.all():
+            return None
+        index = np.flatnonzero(keep) if EVENT_INDEX not in s.events else s.events[EVENT_INDEX][keep]
+        s.events = {k: v[keep] for k, v in s.events.items()}
+        s.events[EVENT_INDEX] = index
+        return keep

@@ -1,6 +1,12 @@
 """Reading capture files without trusting them: regular files only, protobuf messages parsed with
 their sizes checked against the bytes present, packed columns mapped rather than copied.
 
+A file is judged by its first bytes before anything else is read or mapped: every capture message
+starts with its format version (``contracts.columns.FORMAT_VERSION``), so a file of zeros, a sparse
+file, or anything that is not a capture is refused in microseconds whatever its size, and a file of
+a newer format is refused by name instead of being misread as this one.  Nothing is ever sized by
+a number read from a file: a count must be backed by the bytes present before it is used.
+
 Every error is a ``ProfileError`` whose message names the file and what is wrong with it.
 """
 
@@ -12,6 +18,7 @@ import os
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from neuron_explorer.contracts.columns import FORMAT_VERSION
 from neuron_explorer.util import files
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.pbwire import decode_varint, iter_fields
@@ -43,15 +50,53 @@ def file_identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 READ_WHOLE_BYTES = 16 << 20  # larger files are mapped instead: garbage costs only the pages parsed until the error
+HEADER_BYTES = 16  # the format version field: a one-byte tag and a varint (at most 10 bytes)
+_VERSION_TAG = 0x08  # field 1 (format_version), wire type 0 (varint)
+
+
+def check_header(path: str, msg_type, head: bytes) -> int:
+    """The format version ``head`` (a file's first bytes) starts with; ProfileError when the file
+    does not start like a capture file of ``msg_type`` or holds a newer format than this reader's.
+
+    Every writer of capture files serializes ``format_version`` (field 1) first, so this needs a
+    few bytes however large the file is."""
+    name = msg_type.__name__
+    shown = head[:8].hex(" ")
+    if not head or head[0] != _VERSION_TAG:
+        raise ProfileError(f"{path}: not a valid capture file (no {name} header: it starts with bytes {shown})")
+    try:
+        version = decode_varint(head, 1)[0]
+    except (ValueError, IndexError):
+        raise ProfileError(f"{path}: not a valid capture file (the {name} format version is cut or malformed: "
+                           f"{shown})") from None
+    check_version(path, msg_type, version)
+    return version
+
+
+def check_version(path: str, msg_type, version: int) -> None:
+    if version == 0:
+        raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
+    if version > FORMAT_VERSION:
+        raise ProfileError(f"{path}: {msg_type.__name__} format version {version} is newer than this neuron-explorer "
+                           f"reads (version {FORMAT_VERSION}): convert it with the neuron-explorer that wrote it")
+
+
+def _read_head(fd: int, path: str) -> bytes:
+    try:
+        return os.pread(fd, HEADER_BYTES, 0)
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
 
 
 def parse_message(path: str, msg_type):
     """A whole-message capture file (trace_info.pb, cpu_util.pb, host_mem.pb, a .neff), read only
-    if it is a regular file and never past the size it had when opened."""
+    if it is a regular file, starts with a format version this reader knows (``check_header``),
+    and never past the size it had when opened."""
     fd, st = open_regular(path)
     try:
         if st.st_size == 0:
             raise ProfileError(f"{path}: empty file (0 bytes)")
+        check_header(path, msg_type, _read_head(fd, path))
         try:
             if st.st_size <= READ_WHOLE_BYTES:
                 with os.fdopen(fd, "rb", closefd=False) as f:
@@ -71,51 +116,76 @@ def _decode(path: str, msg_type, data):
         msg.ParseFromString(data)
     except (DecodeError, ValueError) as e:
         raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
-    if getattr(msg, "format_version", 1) == 0:
-        raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
+    check_version(path, msg_type, getattr(msg, "format_version", 1))  # (a repeated field 1: the last counts)
     return msg
 
 
-def parse_columnar(path: str, msg_type, column_field: int) -> tuple[object, object, dict[int, tuple[int, int]], int,
-                                                                   tuple[int, ...]]:
+# The tables of a columnar file (everything but its columns: strings, models, event types, the
+# device trace's executions) are parsed into Python objects, so they are bounded: far beyond what a
+# capture holds (a million 100-byte strings is 100 MB), far below what would exhaust memory.
+TABLES_LIMIT_BYTES = 256 << 20
+COLUMN_FIELDS_LIMIT = 64  # fields of the column message: a count and a dozen columns are written
+
+
+def parse_columnar(path: str, msg_type, column_field: int, row_bytes: int = 0) -> tuple[
+        object, object, dict[int, tuple[int, int]], int, tuple[int, ...]]:
     """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
 
-    The file is memory-mapped; everything but the column message is parsed by protobuf (it is
-    small), and the columns come back as (start, end) offsets into the map, ready for
-    ``numpy.frombuffer``.  Returns (message, map, {column field number: (start, end)}, count,
-    the file's identity)."""
+    The file is checked before it is mapped (``check_header``); then the fields are walked once:
+    everything but the column message (the tables, bounded by ``TABLES_LIMIT_BYTES``) is parsed by
+    protobuf, and the columns come back as (start, end) offsets into the map, ready for
+    ``numpy.frombuffer``.  ``row_bytes``: the bytes one row takes in all columns together; a
+    declared count that the column message cannot hold is refused before any column is looked at.
+    Returns (message, map, {column field number: (start, end)}, count, the file's identity)."""
+    name = msg_type.__name__
     fd, st = open_regular(path)
     size = st.st_size
     try:
         if size == 0:
             raise ProfileError(f"{path}: empty file (0 bytes)")
+        check_header(path, msg_type, _read_head(fd, path))
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except OSError as e:
         raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
     finally:
         os.close(fd)
-    rest = bytearray()
+    spans: list[tuple[int, int]] = []  # the tables' fields, as runs of the file
+    tables = 0
     cols: dict[int, tuple[int, int]] = {}
     count = 0
+    block = 0  # bytes of the column message
     try:
         for fno, wt, a, b, tag_start in iter_fields(mm, 0, size):
             if fno == column_field and wt == 2:
-                for cf, cwt, ca, cb, _ in iter_fields(mm, a, b):
+                block = b - a
+                for k, (cf, cwt, ca, cb, _) in enumerate(iter_fields(mm, a, b)):
+                    if k >= COLUMN_FIELDS_LIMIT:
+                        raise ProfileError(f"{path}: not a valid capture file (its {name} column message has more "
+                                           f"than {COLUMN_FIELDS_LIMIT} fields)")
                     if cf == 1 and cwt == 0:  # the count field of EventColumns and DeviceOpColumns
                         count = decode_varint(mm, ca)[0]
                     elif cwt == 2:
                         cols[cf] = (ca, cb)
+                continue
+            tables += b - tag_start
+            if tables > TABLES_LIMIT_BYTES:
+                raise ProfileError(f"{path}: not a valid capture file (its {name} tables take more than "
+                                   f"{TABLES_LIMIT_BYTES >> 20} MB, beyond what a capture writes)")
+            if spans and spans[-1][1] == tag_start:
+                spans[-1] = (spans[-1][0], b)
             else:
-                rest += mm[tag_start:b]
+                spans.append((tag_start, b))
     except (ValueError, IndexError) as e:
-        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
+        raise ProfileError(f"{path}: not a valid {name} protobuf (corrupt or truncated: {e})") from None
+    if row_bytes and count * row_bytes > block:
+        raise ProfileError(f"{path}: not a valid capture file (it declares {count} rows, {count * row_bytes} bytes "
+                           f"of columns, but holds {block} bytes of columns in a file of {size})")
     msg = msg_type()
     try:
-        msg.ParseFromString(bytes(rest))
+        msg.ParseFromString(b"".join(mm[a:b] for a, b in spans))
     except (DecodeError, ValueError) as e:
-        raise ProfileError(f"{path}: not a valid {msg_type.__name__} protobuf (corrupt or truncated: {e})") from None
-    if getattr(msg, "format_version", 1) == 0:
-        raise ProfileError(f"{path}: not a neuron-explorer {msg_type.__name__} file (no format version)")
+        raise ProfileError(f"{path}: not a valid {name} protobuf (corrupt or truncated: {e})") from None
+    check_version(path, msg_type, getattr(msg, "format_version", 1))  # (a repeated field 1: the last counts)
     return msg, mm, cols, count, file_identity(st)
 
 

@@ -53,6 +53,10 @@ def discover(root: str, problems: list[tuple[str, str]] | None = None) -> list[s
     return sorted(found)
 
 
+# a filtered session's column of each kept event's index in the capture (analysis.filters)
+EVENT_INDEX = "event_index"
+
+
 @dataclass
 class Session:
     path: str
@@ -70,6 +74,7 @@ class Session:
     neff_paths: list[str] = field(default_factory=list)
     mapped: tuple | None = None  # (mmap, {column: (file offset, item size)}) behind ``events``
     events_checked: tuple | None = None  # (ntrace.pb identity, wall offset) the events were checked with
+    region_links: object | None = None  # analysis.framework.RegionLinks, found before the filters
 
     def release(self, upto: int) -> None:
         """Drop the pages of events ``[0, upto)`` from this process's resident memory (they stay in
@@ -132,8 +137,18 @@ class Session:
         return "abcde"[args.index(arg_name)] if arg_name in args else None
 
 
-def load_session(path: str, load_events: bool = True, checked: tuple | None = None) -> Session:
+EVENT_MODES = ("checked", "unchecked", "none")
+
+
+def load_session(path: str, events: str = "checked", checked: tuple | None = None) -> Session:
     """Load and validate one session; raises ProfileError when it cannot be used.
+
+    ``events``: "checked" maps ntrace.pb's event columns and checks them (below); "unchecked" maps
+    them unchecked, for a reader that checks the few rows it reads (``align.CollectiveIndex``:
+    the clock alignment of a run that writes no system events); "none" reads only ntrace.pb's
+    tables (event types, strings, the models a run that writes no system events still names its
+    graphs and device profiles by).  Unless "checked", a damaged ntrace.pb is a warning on the
+    session, and the rest of it (device profiles, samples) is still used.
 
     Everything the exporters rely on is checked here, once, and ``check`` calls the same code, so
     a file that ``view`` skips is one that ``check`` reports: type ids inside the file's type
@@ -155,8 +170,17 @@ def load_session(path: str, load_events: bool = True, checked: tuple | None = No
     if os.path.lexists(info_p):  # (lexists: a dangling link is reported, not taken for "no file")
         s.info = parse_message(info_p, pb.TraceInfo)
         _check_info(s.info, info_p)
-    if os.path.lexists(trace_p) and load_events:
-        _load_trace(s, trace_p, checked)
+    if events not in EVENT_MODES:
+        raise ValueError(f"events={events!r}: one of {EVENT_MODES}")
+    if os.path.lexists(trace_p):
+        try:
+            _load_trace(s, trace_p, checked, events)
+        except ProfileError as e:
+            if events == "checked" or s.info is None:
+                raise
+            s.trace, s.events, s.type_names, s.type_args, s.strings, s.models = None, {}, [], [], [], []
+            s.mapped = None
+            s.warnings.append(f"{e}; its system events and graph names were left out")
     if s.info is None and s.trace is None:
         raise ProfileError(f"{path}: no trace_info.pb or ntrace.pb")
     try:
@@ -222,8 +246,12 @@ def _check_info(info: pb.TraceInfo, path: str) -> None:
                 raise ProfileError(f"{path}: core {c.nc_idx} has {name} = {v}, not a plausible event count")
 
 
-def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
-    t, mm, cols, n, ident = parse_columnar(trace_p, pb.SystemTrace, SYSTEM_TRACE_EVENTS_FIELD)
+_EVENT_ROW_BYTES = sum(np.dtype(c.dtype).itemsize for c in EVENT_COLUMNS)
+_OP_ROW_BYTES = sum(np.dtype(c.dtype).itemsize for c in OP_COLUMNS)
+
+
+def _load_trace(s: Session, trace_p: str, checked: tuple | None, events: str = "checked") -> None:
+    t, mm, cols, n, ident = parse_columnar(trace_p, pb.SystemTrace, SYSTEM_TRACE_EVENTS_FIELD, _EVENT_ROW_BYTES)
     s.trace = t
     # The type table is sized by the types the file declares, never by an id read from it.
     ntypes = len(t.event_types)
@@ -238,11 +266,15 @@ def _load_trace(s: Session, trace_p: str, checked: tuple | None) -> None:
         s.type_args[et.id] = list(et.args)[:5]
     s.strings = list(t.strings)
     s.models = list(t.models)
+    if events == "none":
+        return
     layout = {}
     for c in EVENT_COLUMNS:
         s.events[c.name] = column_view(mm, cols, c.field, c.dtype, trace_p, c.name, n)
         layout[c.name] = (cols.get(c.field, (0, 0))[0], np.dtype(c.dtype).itemsize)
     s.mapped = (mm, layout)
+    if events == "unchecked":
+        return
     version = (ident, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
     if version != checked:  # (checked earlier in this run against the same files: not again)
         _check_events(s, trace_p, version[1])
@@ -385,7 +417,7 @@ def load_device_trace(path: str, wall_offset: int = 0) -> DeviceProfile:
     times stay on the wall clock."""
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise ProfileError(f"{path} is 0 bytes: {NO_EXECUTION_HINT}")
-    t, mm, cols, n, _ = parse_columnar(path, pb.DeviceTrace, DEVICE_TRACE_OPS_FIELD)
+    t, mm, cols, n, _ = parse_columnar(path, pb.DeviceTrace, DEVICE_TRACE_OPS_FIELD, _OP_ROW_BYTES)
     ops = {c.name: column_view(mm, cols, c.field, c.dtype, path, c.name, n) for c in OP_COLUMNS}
     if n == 0:  # (also what a file cut at a field boundary looks like: protobuf cannot tell)
         raise ProfileError(f"{path} holds no ops: {NO_EXECUTION_HINT}")

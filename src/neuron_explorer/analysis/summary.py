@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from neuron_explorer.analysis.align import clock_groups
 from neuron_explorer.analysis.reader import Session
 from neuron_explorer.contracts.columns import EVENT_COLUMNS
 from neuron_explorer.util.intervals import union_length
@@ -112,6 +113,7 @@ def build(procs: list[dict[str, Any]], warnings: list[str], offsets: dict | None
             "clock_offsets": {k: {"offset_ns": v.offset_ns, "uncertainty_ns": v.uncertainty_ns,
                                   "samples": v.samples, "reference": v.reference, "method": v.method}
                               for k, v in sorted((offsets or {}).items())},
+            "clock_groups": clock_groups(offsets or {}),
             "stragglers": stragglers or {}, "warnings": warnings}
 
 
@@ -187,6 +189,8 @@ def render_text(summary: dict[str, Any]) -> str:
             how = {"reference": "reference clock", "none": "no shared collectives: not shifted"}.get(
                 o["method"], f"{o['samples']} collectives vs {o['reference']}")
             lines.append(f"  {inst}: {o['offset_ns'] / 1e6:+.3f} ms ± {o['uncertainty_ns'] / 1e6:.3f} ms ({how})")
+        if summary.get("clock_groups"):
+            lines.append(f"  {groups_note(summary['clock_groups'])}")
     st = summary.get("stragglers") or {}
     if st.get("collectives_compared"):
         lines.append("")
@@ -202,6 +206,13 @@ def render_text(summary: dict[str, Any]) -> str:
         lines.append(f"warnings ({len(summary['warnings'])}):")
         lines.extend(f"  {w}" for w in summary["warnings"])
     return "\n".join(lines) + "\n"
+
+
+def groups_note(groups: list[list[str]]) -> str:
+    """One line saying that the groups of instances were aligned apart (``align.clock_groups``)."""
+    shown = "; ".join(", ".join(g) for g in groups)
+    return (f"{len(groups)} groups of instances share no collective (other jobs, or hosts captured apart): "
+            f"each is aligned to its first instance, not to the others: {shown}")
 
 
 def render_json(summary: dict[str, Any]) -> str:

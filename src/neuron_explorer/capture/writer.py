@@ -18,7 +18,9 @@ import numpy as np
 from .. import __version__
 from ..proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.contracts import events as ev
-from neuron_explorer.contracts.columns import EVENT_COLUMNS, EVENT_COUNT_FIELD, SYSTEM_TRACE_EVENTS_FIELD
+from neuron_explorer.contracts.env import job_environment
+from neuron_explorer.contracts.columns import (EVENT_COLUMNS, EVENT_COUNT_FIELD, FORMAT_VERSION,
+                                               SYSTEM_TRACE_EVENTS_FIELD)
 from neuron_explorer.util.atomic import atomic_write_all
 from neuron_explorer.util.pbwire import encode_varint_scalar
 
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
     from ..runtime.core import Runtime
     from .samplers import HostSampler
     from .store import CoreStore
-
-FORMAT_VERSION = 1
 
 
 def _col(a: np.ndarray, dtype: str) -> bytes:
@@ -109,7 +109,10 @@ def _versions() -> dict[str, str]:
 
 
 def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir: str, note: str = "",
-                      cfg=None, start_anchor=None, end_reason: str | None = None) -> bytes:
+                      cfg=None, start_anchor=None, end_reason: str | None = None,
+                      job: dict[str, str] | None = None) -> bytes:
+    """trace_info.pb.  ``job``: what names the process's job (default: the launcher's variables in
+    this process's environment now, ``contracts.env.job_environment``)."""
     ident = rt.ident
     cfg = cfg or rt.config
     start_anchor = start_anchor or rt.anchors[0]
@@ -123,6 +126,7 @@ def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir:
     for mono, wall, label in rt.anchors:
         msg.anchors.add(monotonic_ns=mono, wall_ns=wall, label=label)
     msg.config.update(cfg.raw_env)
+    msg.job.update(job_environment() if job is None else job)
     for nc, st in sorted(cores.items()):
         msg.cores.add(nc_idx=nc, capacity=st.capacity, recorded=st.recorded, kept=st.rows, dropped=st.dropped)
     msg.versions.update(_versions())

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 
+# The version of the capture files' format: every capture message (SystemTrace, TraceInfo, CpuUtil,
+# HostMem, DeviceTrace, NeffFile) starts with it (field 1, the first field serialized).  Readers
+# refuse a newer version than this one instead of reading it as if it were this one.
+FORMAT_VERSION = 1
+
 
 @dataclass(frozen=True)
 class Column:

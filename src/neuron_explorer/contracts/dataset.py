@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-import tempfile
+import stat
 
 from neuron_explorer import __version__
-from neuron_explorer.util.atomic import output_kind
+from neuron_explorer.util.atomic import DIR_MODE, output_kind, release_staging, staging_dir
 
 
 EVENTS = "SystemProfileEvents"
@@ -85,7 +86,8 @@ def table_file(table: str) -> str:
 
 SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
     EVENTS: [
-        ("id", "unique id of the event in this output"),
+        ("id", "unique id of the event in this output: its process's ProfileMetadata.process_index << 32 + its "
+               "index in the capture (the same with and without a filter)"),
         ("name", "event type, e.g. nc_exec_running, nrt_execute, cc_running"),
         ("start_ts", "start, Unix epoch ns, clock-aligned across instances"),
         ("end_ts", "end, Unix epoch ns"),
@@ -133,12 +135,14 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("total_time_ns", "sum of execution times"), ("flops", "sum of known op flops"),
         ("achieved_flops_per_s", "flops / total_time"), ("track_active_pct_json", "per track: % of execution time busy"),
         ("peak_flops_per_s", "device peak (null: unknown)"), ("mfu", "achieved / peak (null: peak unknown)"),
+        ("session", "the process's capture session (ProfileMetadata.session)"),
     ],
     COUNTERS: [
         ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
         ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.host_mean, host_mem.process_rss, ..., "
                     "device_mem.nc<N>.<category>"),
         ("value", "sample value"), ("unit", "percent or bytes"),
+        ("session", "the process's capture session (ProfileMetadata.session)"),
     ],
     METADATA: [
         ("instance_id", "host"), ("process_id", "pid"), ("process_tag", "NEURON_PROCESS_TAG or pid"),
@@ -150,17 +154,23 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("clock_offset_ns", "instance clock correction applied (from collectives)"),
         ("clock_offset_uncertainty_ns", "spread (scaled MAD) of that correction"),
         ("clock_offset_samples", "collectives used"), ("clock_offset_method", "reference, collectives or none"),
-        ("session_path", "capture directory"), ("versions_json", "tool and framework versions"),
+        ("session_path", "capture directory"),
+        ("session", "the capture directory's name (its start time): a process is its instance, pid and session "
+                    "(two runs that reused a pid on one host, e.g. in containers, are two rows)"),
+        ("process_index", "the process in this output: id >> 32 of its SystemProfileEvents rows (which of two "
+                          "sessions of one pid an event belongs to: SystemProfileEvents.id >> 32 = process_index)"),
+        ("versions_json", "tool and framework versions"),
         ("config_json", "capture configuration"),
         ("system_trace_primary_group", "--system-trace-primary-group of this output (fields that make a "
                                        "process row, e.g. instance_id,process_id)"),
         ("system_trace_secondary_group", "--system-trace-secondary-group (fields that make a track; "
                                          "cpu_vs_device: host threads, core tracks)"),
         ("group_pid", "pid of the process's row in Perfetto/JSON: the real pid, + k*4194304 where "
-                      "instances share it; the group number when not grouped by process"),
+                      "instances or sessions share it; the group number when not grouped by process"),
     ],
     MODELS: [
-        ("instance_id", "host"), ("process_id", "pid"), ("model_id", "id within the process"),
+        ("instance_id", "host"), ("process_id", "pid"),
+        ("session", "the process's capture session (ProfileMetadata.session)"), ("model_id", "id within the process"),
         ("model_name", "graph name"), ("neff_name", "neff_<hash>"), ("graph_hash", "hash of backend + graph code"),
         ("backend", "torch.compile backend"), ("kind", "forward or backward"), ("compile_ns", "compile time"),
         ("nc_idx", "core"), ("source_location", "user file:line"), ("module_path", "module path"),
@@ -187,6 +197,8 @@ PENDING_MARKER = ".neuron-explorer-view.pending.json"
 
 # what an output of an earlier version (before the marker) holds at its top level
 LEGACY_ENTRIES = frozenset(PARTITIONED) | {table_file(t) for t in SINGLE_FILE}
+_TOP_FILES = frozenset(table_file(t) for t in SINGLE_FILE) | {MARKER, PENDING_MARKER}
+_PARTITION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^/]+$")  # hive: instance=<id>, process=<pid>
 
 
 def write_marker(directory: str, fmt: str = "parquet") -> None:
@@ -196,45 +208,125 @@ def write_marker(directory: str, fmt: str = "parquet") -> None:
         f.write("\n")
 
 
+def foreign_entry(rel: str, is_dir: bool = False) -> bool:
+    """Whether ``rel`` (a path inside a dataset, '/'-separated) is something ``view`` never writes
+    there: ours are the markers and single-file tables at the top, and below a partitioned table
+    only ``key=value`` partition directories holding ``.parquet`` files."""
+    parts = rel.split("/")
+    top = parts[0]
+    if len(parts) == 1:
+        if top in PARTITIONED:
+            return not is_dir
+        return is_dir or top not in _TOP_FILES
+    if top not in PARTITIONED or any(p == "" for p in parts):
+        return True
+    dirs, leaf = (parts[1:], None) if is_dir else (parts[1:-1], parts[-1])
+    if len(dirs) > 2 or not all(_PARTITION.match(d) for d in dirs):
+        return True
+    return leaf is not None and (len(dirs) != 2 or not leaf.endswith(".parquet"))
+
+
+FOREIGN_LIMIT = 1000
+
+
+def foreign_entries(directory: str, limit: int = FOREIGN_LIMIT) -> list[str]:
+    """What ``directory`` holds that ``view`` did not write, as sorted relative paths: files, and
+    directories only when they hold nothing (a foreign directory is named by its files).  Symlinks
+    and special files are never ours.  An unreadable subdirectory counts as foreign.  The walk
+    stops once more than ``limit`` are found (a home directory named by mistake is not read whole)."""
+    out: list[str] = []
+
+    def walk(path: str, rel: str) -> None:
+        if len(out) > limit:
+            return
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            out.append(rel + "/")
+            return
+        if not entries and rel and foreign_entry(rel, is_dir=True):
+            out.append(rel + "/")
+        for e in entries:
+            r = f"{rel}/{e.name}" if rel else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+                is_file = e.is_file(follow_symlinks=False)
+            except OSError:
+                is_dir = is_file = False
+            if is_dir:
+                walk(e.path, r)
+            elif not is_file or foreign_entry(r):
+                out.append(r)
+
+    walk(directory, "")
+    return sorted(out)
+
+
+def describe_foreign(names: list[str], shown: int = 5, limit: int = FOREIGN_LIMIT) -> str:
+    """How many foreign names there are and a few of them: ``2 files not written by neuron-explorer
+    view (analysis/r.csv, notes.txt)``; ``7 files ... (a, b, c, d, e and 2 more)``; past ``limit``
+    (where ``foreign_entries`` stopped looking) ``more than 1000 files``."""
+    n = len(names)
+    count = f"more than {limit} files" if n > limit else f"{n} file{'s' if n != 1 else ''}"
+    head = ", ".join(names[:shown]) + (f" and {n - shown} more" if shown < n <= limit else
+                                       " and more" if n > limit else "")
+    return f"{count} not written by neuron-explorer view ({head})"
+
+
 def is_ours(directory: str) -> bool:
-    """True when ``directory`` is a Parquet output that ``view`` wrote (see the module docstring)."""
+    """True when ``directory`` is a Parquet output that ``view`` wrote and holds nothing else: it
+    carries ``MARKER`` (or, written by an earlier version, ``ProfileMetadata.parquet``) and
+    ``foreign_entries`` finds nothing."""
     try:
         names = set(os.listdir(directory))
     except OSError:
         return False
     if MARKER in names:
-        return os.path.isfile(os.path.join(directory, MARKER)) and not os.path.islink(os.path.join(directory, MARKER))
-    return table_file(METADATA) in names and names <= LEGACY_ENTRIES
+        m = os.path.join(directory, MARKER)
+        if not os.path.isfile(m) or os.path.islink(m):
+            return False
+    elif table_file(METADATA) not in names:
+        return False
+    return not foreign_entries(directory)
 
 
 def work_area(target: str) -> str:
     """A fresh private directory for the parts of ``target``, on the same file system (beside it)
-    so that the finished Parquet dataset is renamed, not copied, into place."""
+    so that the finished Parquet dataset is renamed, not copied, into place.  For ``-``, a device
+    or a FIFO it is in the temporary directory.  Work areas that killed runs left in either place
+    are removed here (``util.atomic.staging_dir``)."""
     if target == "-" or output_kind(target) in ("special", "descriptor"):
-        return tempfile.mkdtemp(prefix="neuron-explorer-view.", suffix=".tmp")
+        return staging_dir("neuron-explorer-view.", ".tmp")
     name = os.path.basename(target.rstrip(os.sep)) or "output"
-    return tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=os.path.dirname(target.rstrip(os.sep)))
+    return staging_dir(f".{name}.", ".tmp", os.path.dirname(target.rstrip(os.sep)))
 
 
 def replace_dir(work: str, target: str) -> None:
     """Move the finished dataset ``work`` to ``target``: a missing name or an empty directory is
     taken directly; an earlier output of ours is moved aside, the new one renamed in, and the old
     one deleted last (restored if the rename fails).  Anything else is refused, even if it
-    appeared after ``check``."""
+    appeared after ``check``.  The dataset gets the permissions of the directory it replaces (a
+    new one: what ``mkdir`` gives under the umask), not the work area's 0700."""
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode) if os.path.isdir(target) else DIR_MODE
+    except OSError:
+        mode = DIR_MODE
+    os.chmod(work, mode)
+    release_staging(work)
     try:
         os.rename(work, target)  # missing, or an empty directory (rename(2) replaces those only)
         return
     except OSError:
         if not os.path.isdir(target) or os.path.islink(target) or not is_ours(target):
             raise
-    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target))
+    aside = staging_dir(f".{os.path.basename(target)}.", ".old", os.path.dirname(target))
     old = os.path.join(aside, "previous")
     os.rename(target, old)
     try:
         os.rename(work, target)
     except BaseException:
         os.rename(old, target)
-        os.rmdir(aside)
+        shutil.rmtree(aside, ignore_errors=True)
         raise
     shutil.rmtree(aside, ignore_errors=True)
 

@@ -45,6 +45,22 @@ NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
 SOURCE_DEBUG_VARS = ("XLA_IR_DEBUG", "XLA_HLO_DEBUG", "NEURON_FRAMEWORK_DEBUG")
+# What launchers put in every rank's environment that names their job: torch.distributed's env://
+# rendezvous and torchrun's run id and restart count, Slurm's job and step, PMIx's namespace (Open
+# MPI, mpirun), JAX's coordinator.  The capture records them in trace_info.pb's ``job`` map when it
+# writes the file (a program may set MASTER_ADDR itself before init_process_group); view tells one
+# job's collectives from another's by them (analysis.jobs).
+JOB_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+                 "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_CLUSTER_NAME", "PMIX_NAMESPACE", "OMPI_MCA_orte_jobid",
+                 "JAX_COORDINATOR_ADDRESS")
+JOB_VALUE_MAX = 256  # characters of a value recorded (an environment value is not trusted to be short)
+
+
+def job_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``JOB_VARIABLES`` set in ``env`` (default: this process's environment), each value cut
+    to ``JOB_VALUE_MAX`` characters."""
+    env = os.environ if env is None else env
+    return {k: env[k][:JOB_VALUE_MAX] for k in JOB_VARIABLES if env.get(k)}
 
 DEFAULT_MAX_EVENTS = 1_000_000
 # Events kept per core, at most: far beyond any memory (~70 TB of rows), and far below where sizes

@@ -92,6 +92,20 @@ GROUPS: dict[str, tuple[str, ...]] = {
     SOFTWARE: tuple(t.name for t in EVENT_TYPES if t.group == SOFTWARE),
 }
 
+# What each recording mechanism produces, whatever group each type is in.  A mechanism runs when
+# the capture keeps ANY of its types, never only when one of them is kept: the capture-time filter
+# then drops the others, and a filtered capture is the unfiltered one restricted to the kept types
+# (docs/decisions/0073-type-filters-gate-mechanisms.md).
+# - an execution (compiled graph, eager root, backward, optimizer step, jitted call): one record
+#   that becomes nrt_execute, runtime_execute, nc_exec_running and the nrt_model_switch it implies;
+#   its graph's first call gives model_load and nrt_load, a graph load a timestamp_sync_point, the
+#   NaN check numerical_err;
+# - a collective: cc_running (or cc_exec_barrier), the hw_notify of its completion, and the
+#   kbl_exec_wait of a Work.wait on it.
+EXECUTION_TYPES: tuple[str, ...] = ("nrt_execute", "runtime_execute", "nc_exec_running", "nrt_model_switch",
+                                    "model_load", "nrt_load", "timestamp_sync_point", "numerical_err")
+COLLECTIVE_TYPES: tuple[str, ...] = ("cc_running", "cc_exec_barrier", "hw_notify", "kbl_exec_wait")
+
 
 def type_id(name: str) -> int:
     return BY_NAME[ALIASES.get(name, name)].id

@@ -7,6 +7,8 @@ everything the host does a track per OS thread (``<tid>/neuron_rt``, framework r
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from neuron_explorer.contracts.events import HARDWARE
@@ -112,9 +114,19 @@ class Grouping:
         """Each group is one process (the default): its pid can be the real one."""
         return "process_id" in self.primary
 
-    def group_key(self, instance_id: str, pid: int) -> tuple:
+    def group_key(self, instance_id: str, pid: int, session: str = "") -> tuple:
+        """The group of a process.  Grouped by instance and pid (the default), a process is also
+        its capture session: two runs that reused a pid on one host (containers start their
+        processes under the same pids) are two processes, so ``session`` (unique per session in
+        the run) joins the key."""
         values = {"instance_id": instance_id, "process_id": int(pid)}
-        return tuple(values[f] for f in self.primary)
+        key = tuple(values[f] for f in self.primary)
+        return key + (session,) if self.per_session else key
+
+    @property
+    def per_session(self) -> bool:
+        """Whether each capture session is a group of its own (grouped by instance and pid)."""
+        return "process_id" in self.primary and "instance_id" in self.primary
 
     def group_label(self, instance_id: str, pid: int, rank: int) -> str:
         if self.by_process:
@@ -122,12 +134,15 @@ class Grouping:
         return instance_id
 
 
-def group_pids(processes: list[tuple[str, int, int]], grouping: Grouping) -> list[tuple[int, str]]:
-    """(pid shown, label) of each process (instance id, real pid, rank) in the track tree: processes
-    of one group share it.  Grouped by process, a group shows its real pid; where groups share a pid
-    (the same pid on two instances), the first in instance order keeps it and the k-th after it
-    shows pid + k * PID_SPACE.  Grouped by instance only, groups are numbered 1, 2, ... in order."""
-    keys = [grouping.group_key(inst, pid) for inst, pid, _ in processes]
+def group_pids(processes: list[tuple], grouping: Grouping) -> list[tuple[int, str]]:
+    """(pid shown, label) of each process (instance id, real pid, rank[, session]) in the track
+    tree: processes of one group share it.  Grouped by process, a group shows its real pid; where
+    groups share a pid (the same pid on two instances, or on one instance in two sessions), the
+    first in instance order keeps it and the k-th after it shows pid + k * PID_SPACE.  Sessions of
+    one instance and pid are told apart in their labels too: ``... (session <name>)``, with the
+    session directory's name.  Grouped by instance only, groups are numbered 1, 2, ... in order."""
+    procs = [tuple(p) + ("",) * (4 - len(p)) for p in processes]
+    keys = [grouping.group_key(inst, pid, session) for inst, pid, _, session in procs]
     distinct = sorted(set(keys), key=lambda k: tuple(str(x) for x in k))
     shown: dict[tuple, int] = {}
     if grouping.by_process:
@@ -148,7 +163,22 @@ def group_pids(processes: list[tuple[str, int, int]], grouping: Grouping) -> lis
             used.add(n)
     else:
         shown = {k: i + 1 for i, k in enumerate(distinct)}
-    return [(shown[k], grouping.group_label(inst, pid, rank)) for k, (inst, pid, rank) in zip(keys, processes)]
+    sessions: dict[tuple, set] = {}
+    for inst, pid, _, session in procs:
+        sessions.setdefault((inst, int(pid)), set()).add(session)
+    out = []
+    for k, (inst, pid, rank, session) in zip(keys, procs):
+        label = grouping.group_label(inst, pid, rank)
+        if grouping.per_session and len(sessions[(inst, int(pid))]) > 1:
+            label += f" (session {session_name(session)})"
+        out.append((shown[k], label))
+    return out
+
+
+def session_name(path: str) -> str:
+    """A capture session's name: its directory's (the start time in the capture's layout,
+    ``<instance>_pid_<pid>/<timestamp>/``)."""
+    return os.path.basename(path.rstrip("/")) or path
 
 
 _SOURCE_SHORT = {"": "unknown"}

@@ -19,7 +19,7 @@ from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.contracts.tracks import (
     HOST, kinds_of_types, label_tid, process_label, secondary_labels, track_name)
-from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
+from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter, written_by
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 
 # a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
@@ -36,10 +36,19 @@ def open_process(target: ProcessTarget) -> "JsonProcess":
     return JsonProcess(target)
 
 
+TOOL = "neuron-explorer view"  # the first key of the trace's metadata: the file's mark (``ours``)
+
+
+def ours(path: str) -> bool:
+    """Whether ``path`` is a ``view`` JSON trace (``chrome_trace.written_by``; a trace written
+    before the mark opened its metadata with ``clock_offsets``)."""
+    return written_by(path, TOOL, legacy_key="clock_offsets")
+
+
 def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
     """Join the processes' pieces (in order) into one Chrome trace file (``path`` is the user's
     output: see ``AtomicFile(output=True)``); the metadata records the clock offsets and warnings."""
-    metadata = {"clock_offsets": {k: vars(v) for k, v in run.offsets.items()},
+    metadata = {"tool": TOOL, "clock_offsets": {k: vars(v) for k, v in run.offsets.items()},
                 "warnings": [m for m, _ in run.warnings], "origin_ns": run.origin_ns}
     f = AtomicFile(path, output=True)
     try:
@@ -176,7 +185,7 @@ class JsonProcess(ProcessWriter):
             else:
                 ev["s"] = "t"
             items.append(ev)
-        items += _framework_flows(pe, pid, tid, ts)
+        items += _framework_flows(pe, pid, tid, ts, code)
         return items
 
     def _flows(self, pe: ProcessEvents, tid: np.ndarray) -> np.ndarray:
@@ -192,6 +201,9 @@ class JsonProcess(ProcessWriter):
         if cc.any():
             self.cc_flows.append(np.stack([flow[cc], c["start_ts"][cc], c["end_ts"][cc], tid[cc]], axis=1))
         local = (flow != 0) & ~cc & sliced
+        fsid = c.get("framework_stream_id")
+        if fsid is not None:  # a region in its execution's flow: an arrow of its own (_framework_flows)
+            local &= fsid != c["id"]
         code = np.zeros(pe.n, dtype=np.int8)
         if local.any():
             dev = kinds_of_types(pe.type_names, pe.type_groups)[c["type"]] != HOST
@@ -221,26 +233,43 @@ class JsonProcess(ProcessWriter):
         self.file.abort()
 
 
-def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[float]) -> list[dict]:
-    """Flow arrows from a framework region to each host call it issued (``analysis.framework``):
-    a start bound to the region, a finish bound to the call (Chrome's flow events)."""
+def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[float], role: np.ndarray) -> list[dict]:
+    """Flow arrows between framework regions and host calls (``analysis.framework``), as Chrome's
+    flow events v1: ``issued`` from a region to each host call it issued (start bound to the region,
+    finish to the call), and ``ran`` from a host call to each region that ran inside its execution
+    (start bound to the call, finish to the region).  Each arrow's id is the hex event id of the one
+    event it exists for (the importers key v1 flows by id, category and name, and read "0x" ids as
+    numbers).  ``role``: ``_flows``'s, 1 on host calls."""
     c = pe.cols
-    f2 = c.get("flow_id2")
-    if f2 is None or not f2.any():
+    fsid = c.get("framework_stream_id")
+    if fsid is None:
         return []
-    fsid, ids = c["framework_stream_id"], c["id"]
-    regions = np.flatnonzero((f2 != 0) & (fsid == ids))
-    region_of = dict(zip(fsid[regions].tolist(), regions.tolist()))
+    ids = c["id"]
     out: list[dict] = []
-    for i in np.flatnonzero((f2 != 0) & (fsid != ids)).tolist():
-        r = region_of.get(int(fsid[i]))
-        if r is None:  # the region is in another chunk of the process
-            continue
-        fid = f"{int(f2[i])}.{int(ids[i])}"
-        out.append({"name": "issued", "cat": "framework", "ph": "s", "id": fid, "pid": pid,
-                    "tid": int(tid[r]), "ts": ts[r]})
-        out.append({"name": "issued", "cat": "framework", "ph": "f", "bp": "e", "id": fid, "pid": pid,
-                    "tid": int(tid[i]), "ts": ts[i]})
+
+    def arrow(name: str, fid: str, a: int, b: int) -> None:
+        out.append({"name": name, "cat": "framework", "ph": "s", "id": fid, "pid": pid, "tid": int(tid[a]),
+                    "ts": ts[a]})
+        out.append({"name": name, "cat": "framework", "ph": "f", "bp": "e", "id": fid, "pid": pid,
+                    "tid": int(tid[b]), "ts": ts[b]})
+
+    f2 = c.get("flow_id2")
+    if f2 is not None and f2.any():
+        regions = np.flatnonzero((f2 != 0) & (fsid == ids))
+        region_of = dict(zip(fsid[regions].tolist(), regions.tolist()))
+        for i in np.flatnonzero((f2 != 0) & (fsid != ids)).tolist():
+            r = region_of.get(int(fsid[i]))
+            if r is not None:  # (else the region is in another chunk of the process)
+                arrow("issued", f"0x{int(ids[i]):x}", r, i)  # (one a call: its event id)
+    flow = c["flow_id"]
+    ran = np.flatnonzero((flow != 0) & (fsid == ids))
+    if len(ran):
+        hosts = np.flatnonzero(role == 1)
+        host_of = dict(zip(flow[hosts].tolist(), hosts.tolist()))
+        for r in ran.tolist():
+            h = host_of.get(int(flow[r]))
+            if h is not None:
+                arrow("ran", f"0x{int(ids[r]):x}", h, r)  # (one a region: its event id)
     return out
 
 

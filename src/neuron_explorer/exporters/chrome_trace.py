@@ -10,12 +10,42 @@ another writer's ``copy`` joins into a whole trace later.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from typing import IO
 
 from neuron_explorer.util.jsonfast import dumps_bytes
 
 HEADER = b'{"displayTimeUnit":"ns","traceEvents":['
+TAIL_LIMIT = 16 << 20  # how far from the end ``written_by`` looks for the metadata
+
+
+def written_by(path: str, tool: str, legacy_key: str | None = None) -> bool:
+    """Whether ``path`` is a trace this writer wrote for ``tool``: it opens with ``HEADER`` and its
+    metadata, near the end, opens with ``{"tool": tool`` (or, for a trace written before the tool
+    was named, with ``legacy_key``).  Both are compact JSON a trace of another program does not
+    write (a PyTorch trace opens with ``{\n  "schemaVersion"``).  This is the file's mark, as
+    ``.neuron-explorer-view.json`` is a dataset's: ``neuron-det`` and ``view`` replace a trace at
+    their default name only when it carries it.  Reads at most ``TAIL_LIMIT`` bytes."""
+    closings = [b'],"metadata":' + dumps_bytes({"tool": tool})[:-1] + b","]
+    if legacy_key is not None:
+        closings.append(b'],"metadata":' + dumps_bytes({legacy_key: 0})[:-2])
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.pread(fd, len(HEADER), 0) != HEADER:
+            return False
+        start = max(0, size - TAIL_LIMIT)
+        tail = os.pread(fd, size - start, start)
+        return any(c in tail for c in closings)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class ChromeTraceWriter:

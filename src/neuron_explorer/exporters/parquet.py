@@ -25,6 +25,7 @@ from neuron_explorer.contracts.env import parquet_writer
 from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
 from neuron_explorer.util.names import safe_component
 from neuron_explorer.contracts import dataset
+from neuron_explorer.contracts.tracks import session_name
 from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
                                              MODELS, SCHEMA_DOC, WARNINGS)
 from neuron_explorer.exporters import event_summary
@@ -97,26 +98,35 @@ class DictIds:
 
 
 def _dict_ids(ids: np.ndarray, values: list[str], null_index: int | None = None, lut: np.ndarray | None = None,
-              offset: int = 0) -> DictIds:
+              offset: int = 0, used: np.ndarray | None = None) -> DictIds:
     """The ``DictIds`` of rows holding ``ids`` (+ ``offset``) into ``values`` (through ``lut`` when
     given, else directly); rows at ``null_index`` of ``values`` are null.
+
+    ``used`` (direct case): per entry of ``values``, non-zero when some row holds it.  Only those
+    values enter the dictionary: readers take a column's dictionary for its set of values (pandas
+    makes each a category, ``value_counts`` lists them all), so a ``name`` column over the whole
+    vocabulary and string table showed dozens of names no event had.  None: every entry is held.
 
     Repeated values (e.g. the source or group of each event type) are merged first: Arrow's
     Parquet writer cannot keep a dictionary with duplicates and falls back to plain strings,
     for the whole column chunk (docs/decisions/0004-parquet-write-path.md), and a dictionary
     page must not repeat a value either.  Only rows at ``null_index`` itself are null, not
-    other rows with the same string.
+    other rows with the same string; the null entry's own value is in the dictionary only when
+    another held entry has it.  Entries no row holds map to -1 (an error if a row held one).
     """
+    keys = range(len(values)) if used is None else np.flatnonzero(used[:len(values)]).tolist()
     first: dict[str, int] = {}
-    remap = [first.setdefault(v, len(first)) for v in values]
+    table = np.full(len(values) + 1, -1, dtype=np.int32)  # (the last entry: a spare no row holds)
+    for i in keys:
+        if i != null_index:
+            table[i] = first.setdefault(values[i], len(first))
     merged = list(first)
-    table = np.array(remap + [-1], dtype=np.int32)
-    null_pos = null_value = -1
+    null_pos = -1
     if null_index is not None:
-        null_pos, null_value = len(merged), remap[null_index]
+        null_pos = len(merged)
         table[null_index] = null_pos
     table = table[:len(values)] if lut is None else table[lut]
-    return DictIds(ids, table, merged, offset, null_pos, max(null_value, 0))
+    return DictIds(ids, table, merged, offset, null_pos, 0)
 
 
 def _presence(ids: np.ndarray, k: int) -> np.ndarray | None:
@@ -208,17 +218,22 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
     model_dict = [""] + [pe.model_names.get(i, f"model_{i}") for i in range(n_models)]
     nc = c["nc_idx"].astype(np.int32)
     fsid = c.get("framework_stream_id")
+    # the types, models and device profiles the chunk's rows hold: their columns' dictionaries
+    types = _presence(typ, len(pe.type_names))
+    models = _presence(np.maximum(mids, -1) + 1, len(model_dict))
+    dprof = c["device_profile"]
+    profiles = _presence(np.maximum(dprof, -1) + 1, len(pe.device_profiles) + 1)
 
     def opt(a: np.ndarray) -> tuple:  # negative = none (the mask is made by the writer that needs it)
         return ("opt", a)
 
     return {
         "id": _ids(c["id"]),
-        "name": ("dict", _dict_ids(typ, pe.type_names)),
+        "name": ("dict", _dict_ids(typ, pe.type_names, used=types)),
         "start_ts": ("int", c["start_ts"], None),
         "end_ts": ("int", c["end_ts"], None),
         "duration_ns": ("int", c["end_ts"] - c["start_ts"], None),
-        "trace_event_source": ("dict", _dict_ids(typ, pe.type_sources)),
+        "trace_event_source": ("dict", _dict_ids(typ, pe.type_sources, used=types)),
         "instance_id": ("dict", _dict_ids(np.zeros(n, dtype=np.int32), [pe.instance_id])),
         "process_id": ("const", pe.pid, n),
         "thread_id": ("int", c["thread_id"], None),
@@ -228,8 +243,8 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
         "flow_id": ("flows", c["flow_id"], c.get("flow_id2")),
         "framework_stream_id": opt(fsid if fsid is not None else np.full(n, -1, dtype=np.int64)),
         "extra_attributes_json": ("str", pe.extra_json),
-        "event_group": ("dict", _dict_ids(typ, pe.type_groups)),
-        "model_name": ("dict", _dict_ids(mids, model_dict, 0, offset=1)),
+        "event_group": ("dict", _dict_ids(typ, pe.type_groups, used=types)),
+        "model_name": ("dict", _dict_ids(mids, model_dict, 0, offset=1, used=models)),
         "exec_id": opt(c["exec_id"]),
         "op": ("dict", _remap_strings(c["op"], pe.strings)),
         "seq": opt(c["seq"]),
@@ -237,8 +252,8 @@ def event_columns(pe: ProcessEvents) -> dict[str, tuple]:
         "dtype": ("dict", _remap_strings(c["dtype"], pe.strings)),
         "group_ranks": ("dict", _remap_strings(c["group"], pe.strings)),
         "ret": opt(c["ret"]),
-        "device_profile_id": ("dict", _dict_ids(c["device_profile"], [""] + list(pe.device_profiles), 0,
-                                                offset=1)),
+        "device_profile_id": ("dict", _dict_ids(dprof, [""] + list(pe.device_profiles), 0, offset=1,
+                                                used=profiles)),
     }
 
 
@@ -360,7 +375,7 @@ class ParquetProcess(ProcessWriter):
     def add_devices(self, views: list[DeviceProfileView]) -> None:
         """The device profiles of the process (DeviceProfileEvents + DeviceProfiles rows)."""
         for v in views:
-            self.tables[DEVICE_PROFILES].append(v.summary)
+            self.tables[DEVICE_PROFILES].append(dict(v.summary, session=session_name(v.session.path)))
             if v.n:
                 path = self._part(DEVICE_EVENTS, v.session.instance_id, v.session.pid,
                                   f"{safe_component(v.profile_id)}.parquet")
@@ -405,7 +420,7 @@ class ParquetProcess(ProcessWriter):
                                               display_name=self.target.display_name, events=self.events,
                                               system_trace_primary_group=g.primary_text,
                                               system_trace_secondary_group=g.secondary_text,
-                                              group_pid=self.target.shown_pid))
+                                              group_pid=self.target.shown_pid, process_index=pe.index))
             self.tables[MODELS] += model_rows(pe)
         return Piece(tables=self.tables)
 
@@ -426,7 +441,9 @@ class ParquetProcess(ProcessWriter):
 
 def model_rows(pe: ProcessEvents) -> list[dict]:
     """ProfileModels rows: the graphs a process compiled and loaded."""
-    return [{"instance_id": pe.instance_id, "process_id": pe.pid, "model_id": int(m.id), "model_name": m.name,
+    session = session_name(pe.session.path)
+    return [{"instance_id": pe.instance_id, "process_id": pe.pid, "session": session, "model_id": int(m.id),
+             "model_name": m.name,
              "neff_name": m.neff_name, "graph_hash": m.graph_hash, "backend": m.backend, "kind": m.kind,
              "compile_ns": int(m.compile_ns), "nc_idx": int(m.nc_idx), "source_location": m.source_location,
              "module_path": m.module_path, "num_nodes": int(m.num_nodes), "signature": m.signature}
@@ -458,12 +475,13 @@ def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
 
 def counters_table(pe: ProcessEvents) -> pa.Table:
     parts = []
+    session = session_name(pe.session.path)
     for name, (ts, vals, unit) in process_counters(pe).items():
         k = len(ts)
         parts.append(pa.Table.from_arrays([  # from buffers: pa.array would import pandas (decision 0050)
             repeated(pe.instance_id, k), numeric(np.full(k, pe.pid, dtype=np.int64)), numeric(ts, pa.int64()),
-            repeated(name, k), numeric(np.asarray(vals, dtype=np.float64)), repeated(unit, k)],
-            names=["instance_id", "process_id", "ts", "counter", "value", "unit"]))
+            repeated(name, k), numeric(np.asarray(vals, dtype=np.float64)), repeated(unit, k), repeated(session, k)],
+            names=["instance_id", "process_id", "ts", "counter", "value", "unit", "session"]))
     if not parts:
         return pa.Table.from_arrays([numeric(np.zeros(0, dtype=np.int64))], names=["ts"])
     return pa.concat_tables(parts)
@@ -483,6 +501,6 @@ def meta_row(pe: ProcessEvents, offset) -> dict:
         "clock_offset_uncertainty_ns": offset.uncertainty_ns if offset else 0,
         "clock_offset_samples": offset.samples if offset else 0,
         "clock_offset_method": offset.method if offset else "none",
-        "session_path": s.path, "versions_json": json.dumps(dict(info.versions)) if info else "{}",
+        "session_path": s.path, "session": session_name(s.path), "versions_json": json.dumps(dict(info.versions)) if info else "{}",
         "config_json": json.dumps(dict(info.config)) if info else "{}",
     }

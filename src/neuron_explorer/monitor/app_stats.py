@@ -50,6 +50,18 @@ def _process_start_time(pid: int) -> float | None:
         return None
 
 
+def _exit_facts() -> dict[str, Any]:
+    """This process's CPU times and resident memory, for its final snapshot."""
+    t = os.times()
+    facts: dict[str, Any] = {"cpu_times": [round(t.user, 6), round(t.system, 6)]}
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            facts["rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    return facts
+
+
 # runtime status code -> execution outcome; outcomes are counted as indices into EXECUTION_STATUSES
 _RET_STATUS = {0: "completed", 1003: "completed_with_num_err", 5: "timed_out", 1002: "incorrect_input",
                7: "failed_to_queue"}
@@ -361,10 +373,15 @@ class AppStats:
                 self._lat_device[i] += int(lat_dev[i])
         return n
 
-    def snapshot(self) -> dict[str, Any]:
-        """A JSON-ready copy of every counter; taken under the lock so it is consistent."""
+    def snapshot(self, final: bool = False) -> dict[str, Any]:
+        """A JSON-ready copy of every counter; taken under the lock so it is consistent.
+
+        ``final``: the process's last one, written as it exits (see :meth:`stop`): marked
+        ``"final": true`` right after the format, with the process's own CPU times and resident
+        memory, which the monitor can no longer read from ``/proc`` once the process is gone."""
         self.drain_pending()
         self._sample_memory()
+        exit_facts = _exit_facts() if final else None
         with self._lock:
             self._seq += 1
             cores = {
@@ -378,6 +395,7 @@ class AppStats:
             }
             snap = {
                 "format": SNAPSHOT_FORMAT,
+                **({"final": True} if final else {}),  # (second key: endpoint.is_final_head reads it)
                 "pid": self.pid,
                 "tag": self.tag,
                 "instance_id": self.instance_id,
@@ -402,6 +420,8 @@ class AppStats:
                 },
                 "models": [dict(m) for m in self._models.values()],
             }
+            if exit_facts:
+                snap.update(exit_facts)
         return snap
 
     def forget_after_fork(self) -> None:
@@ -410,8 +430,9 @@ class AppStats:
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()
 
-    def publish(self) -> Path:
+    def publish(self, final: bool = False) -> Path:
         """Write the snapshot now; the rename makes the new file appear whole or not at all.
+        ``final``: the last one, left behind at exit (:meth:`stop`).
 
         Raises :class:`~neuron_explorer.monitor.endpoint.EndpointError` or OSError when the
         stats directory cannot be used; does nothing in a forked child.
@@ -421,7 +442,7 @@ class AppStats:
         # one publisher at a time: a snapshot taken earlier must never replace a newer one,
         # or the monitor would see counters go backwards
         with self._publish_lock:
-            data = _json.dumps_bytes(self.snapshot())
+            data = _json.dumps_bytes(self.snapshot(final=final))
             endpoint.ensure_private_dir(self.stats_dir)
             tmp = self.path.with_name(f".{self.pid}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -484,8 +505,14 @@ class AppStats:
         return self
 
     def stop(self, remove: bool = True) -> None:
-        """Stop publishing and remove the snapshot, so the monitor drops this application at once
-        (``remove=False``: leave the file to the publisher that superseded this one)."""
+        """Stop publishing, and end the snapshot file (``remove=False``: leave the file to the
+        publisher that superseded this one).
+
+        While a monitor is announced, the last counters are published once more, marked final, and
+        left for the monitors to report (an execution of the last moments is never lost); the
+        monitors forget the process after that, and old final snapshots are removed by age and
+        count (``endpoint.prune_final_snapshots``, docs/decisions/0075-final-snapshots.md).  With no
+        monitor the file is removed."""
         self._stop.set()
         self._wake.set()
         t = self._thread
@@ -498,6 +525,13 @@ class AppStats:
             if _publishers.get(str(self.path)) not in (None, self):
                 return  # another publisher owns the file now
             _publishers.pop(str(self.path), None)
+        try:
+            if endpoint.monitor_present(self.stats_dir):
+                self.publish(final=True)
+                endpoint.prune_final_snapshots(self.stats_dir)
+                return
+        except Exception as exc:  # noqa: BLE001 - never in the way of the exit; remove the file
+            self.last_error = f"final snapshot: {type(exc).__name__}: {exc}"
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import psutil
 
-from neuron_explorer.monitor import histogram
+from neuron_explorer.monitor import endpoint, histogram
 from neuron_explorer.monitor.endpoint import (
     CORE_MEMORY_CATEGORIES,
     ERROR_CLASSES,
@@ -58,6 +58,10 @@ class AppTracker:
     mem_last_t: float = 0.0
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str = ""
+    # the process has exited and ``latest`` is the final snapshot it left (reported once, then the
+    # tracker is retired: docs/decisions/0075-final-snapshots.md)
+    exited: bool = False
+    final_reported: bool = False
     _proc: psutil.Process | None = None
     _stat: tuple[bytes, float, float, float, int] | None = None
     _model_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -93,6 +97,11 @@ class AppTracker:
         )
 
     def _cpu_times(self) -> tuple[float, float]:
+        if self.exited:
+            ct = self.latest.get("cpu_times")
+            if ct is None:
+                raise ProcessGone(self.pid)
+            return float(ct[0]), float(ct[1])
         st = self._stat if self._stat is not None else self._proc_stat()
         if st is not None:
             return st[1], st[2]
@@ -100,6 +109,10 @@ class AppTracker:
         return ct.user, ct.system
 
     def _rss(self) -> int:
+        if self.exited:
+            if "rss_bytes" not in self.latest:
+                raise OSError("the process has exited")
+            return int(self.latest["rss_bytes"])
         st = self._stat if self._stat is not None else self._proc_stat()
         if st is not None:
             return st[4]
@@ -139,13 +152,47 @@ class AppTracker:
         age = (time.monotonic_ns() - snap["mono_ns"]) / 1e9
         self.error = f"stats snapshot is {age:.1f}s old: the application's publisher is not running" if age > STALE_AFTER_S else ""
 
+    def update(self) -> None:
+        """Take the newest snapshot before a collection: a live process's current one, or the
+        final one an exited process left (``exited`` is then set).  Raises ProcessGone when the
+        process is gone without a final snapshot."""
+        if self.exited:
+            return  # the final snapshot is read; the file may be gone since
+        try:
+            self.check_alive()
+        except ProcessGone:
+            if not self.take_final():
+                raise
+            return
+        self.refresh()
+        if self.latest.get("final"):  # written in its last moments: the process is exiting
+            self.exited = True
+            self.error = ""
+
+    def take_final(self) -> bool:
+        """Read the final snapshot the process left as it exited; False when there is none (it
+        was killed, or the file is another process's now)."""
+        if self.exited:
+            return True
+        try:
+            snap = read_snapshot(self.path)
+        except (OSError, SnapshotError):
+            return False
+        if not snap.get("final") or snap.get("start_time") != self.start_time or snap.get("pid") != self.pid:
+            return False
+        self.latest = snap
+        self.exited = True
+        self.error = ""
+        return True
+
     def prime(self, from_start: bool) -> None:
         """Set every group's baseline: the current snapshot, or the app's start for late arrivals."""
         base = zero_snapshot(self.latest) if from_start else self.latest
         for g in ("neuroncore_counters", "execution_stats", "memory_used"):
             self.baselines[g] = base
         now = time.monotonic()
-        self.mem_last_t = now
+        # (an application seen first in its final snapshot: its memory period runs from its start)
+        self.mem_last_t = self.latest["created_mono_ns"] / 1e9 if from_start and self.exited else now
         try:
             user, system = self._cpu_times()
             if from_start and self.start_time is not None:
@@ -200,8 +247,8 @@ class AppTracker:
     def memory_used(self) -> dict[str, Any]:
         new, old = self.latest, self.baselines["memory_used"]
         self.baselines["memory_used"] = new
-        now = time.monotonic()
-        period = round(now - self.mem_last_t, 9)
+        now = new["mono_ns"] / 1e9 if self.exited else time.monotonic()  # an exited one: until its exit
+        period = round(max(0.0, now - self.mem_last_t), 9)
         self.mem_last_t = now
         errors: list[str] = []
         mem = new.get("memory", {})
@@ -286,10 +333,15 @@ class AppTracker:
         return subgraphs
 
     def neuron_runtime_vcpu_usage(self) -> dict[str, Any]:
-        """User and system CPU of the application's process, as a percentage of all host vCPUs."""
-        now = time.monotonic()
+        """User and system CPU of the application's process, as a percentage of all host vCPUs
+        (of an exited one: from its final snapshot, up to its exit)."""
+        now = self.latest["mono_ns"] / 1e9 if self.exited else time.monotonic()
         try:
             user, system = self._cpu_times()
+        except ProcessGone:
+            if not self.exited:
+                raise
+            return {"period": None, "vcpu_usage": None, "error": "the application exited without its CPU times"}
         except psutil.NoSuchProcess:
             raise ProcessGone(self.pid) from None
         except psutil.Error as exc:
@@ -345,8 +397,12 @@ def process_start_time(pid: int) -> float | None:
 
 
 def remove_stale(path: Path, pid: int) -> bool:
-    """Delete the snapshot of a process that no longer exists; never touches a live process's file."""
+    """Delete the snapshot of a process that no longer exists; never touches a live process's file,
+    nor a final snapshot other monitors may still have to read (those go by age and count:
+    ``endpoint.prune_final_snapshots``)."""
     try:
+        if endpoint.is_final_head(endpoint.read_head(path)):
+            return False
         if psutil.pid_exists(pid):
             snap = read_snapshot(path)
             if snap.get("start_time") is not None:

@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"neuron-monitor: configuration error: {exc}", file=sys.stderr)
         return 2
+    for w in cfg.warnings():  # (whatever --verbose says: it is about the file the user wrote)
+        print(f"neuron-monitor: warning: {args.config_file}: {w}", file=sys.stderr, flush=True)
     log = Logger(args.verbose)
     stop = threading.Event()
 

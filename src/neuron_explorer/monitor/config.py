@@ -79,6 +79,16 @@ class MonitorConfig:
     runtimes: list[RuntimeSelector] = field(default_factory=list)
     system_groups: dict[str, float] = field(default_factory=dict)
 
+    def warnings(self) -> list[str]:
+        """Valid settings that collect nothing, one line each: the monitor still runs (a config
+        being written, a deliberate heartbeat), but it must not do so silently (issue 29: a file
+        holding only ``{"period": "1s"}`` reported no metric for a whole run)."""
+        if not self.system_groups and not any(sel.groups for sel in self.runtimes):
+            return ["no metric group is enabled (neither neuron_runtimes entries with metrics nor "
+                    "system_metrics): reports will hold only instance_info and neuron_hardware_info"]
+        return [f"neuron_runtimes[{i}] has no metrics: the applications it selects are not reported"
+                for i, sel in enumerate(self.runtimes) if not sel.groups]
+
     def groups_for(self, tag: str) -> dict[str, float] | None:
         """Groups (and their periods) enabled for an application, or None when no entry selects it.
 

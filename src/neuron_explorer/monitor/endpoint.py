@@ -11,6 +11,7 @@ and cleans up.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 import time
@@ -165,6 +166,77 @@ def monitor_present(stats_dir: Path | None = None, now: float | None = None) -> 
 
 #: Format marker written into every snapshot; the monitor ignores files with another one.
 SNAPSHOT_FORMAT = "neuron-explorer-stats/2"
+
+
+# -- final snapshots (docs/decisions/0075-final-snapshots.md) -------------------------------------
+#
+# A process that exits while a monitor is announced leaves its last counters behind, in its own
+# ``<pid>.json`` marked ``"final": true`` (the key written right after ``format``), instead of
+# removing the file: the executions of its last moments reach every monitor.  Each monitor reports
+# a final snapshot once and then forgets the process; none removes it at once, since other monitors
+# may not have read it yet.  Monitors read them within one heartbeat, so they are kept
+# ``FINAL_KEEP_S`` and at most ``MAX_FINAL_SNAPSHOTS`` of them; older ones are removed by any
+# monitor and by every process that leaves a final snapshot, so they never pile up, watched or not.
+
+#: How long a final snapshot is kept for the monitors that have not read it yet (seconds).
+FINAL_KEEP_S = 300.0
+#: At most this many final snapshots are kept (the oldest go first).
+MAX_FINAL_SNAPSHOTS = 256
+#: Bytes read from the start of a snapshot file to tell a final one (the marker is its second key).
+FINAL_HEAD_BYTES = 128
+_FINAL_MARK = re.compile(rb'^\{\s*"format"\s*:\s*"' + re.escape(SNAPSHOT_FORMAT.encode())
+                         + rb'"\s*,\s*"final"\s*:\s*true\b')
+
+
+def is_final_head(head: bytes) -> bool:
+    """Whether the first bytes of a snapshot file are those of a final snapshot."""
+    return _FINAL_MARK.match(head) is not None
+
+
+def read_head(path: str | os.PathLike[str], size: int = FINAL_HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of a regular file of this user (b"" for anything else: a FIFO is
+    never opened for reading, another user's file never trusted)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return b""
+        return os.read(fd, size)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def prune_final_snapshots(stats_dir: Path, now: float | None = None, keep_s: float = FINAL_KEEP_S,
+                          max_files: int = MAX_FINAL_SNAPSHOTS) -> list[int]:
+    """Remove the final snapshots older than ``keep_s`` and the oldest beyond ``max_files``;
+    returns their pids.  Only ``<pid>.json`` files of this user that start as a final snapshot are
+    ever removed: a live process's snapshot, or a file we did not write, is never touched."""
+    now = time.time() if now is None else now
+    finals: list[tuple[float, int, str]] = []
+    for pid, path in list_snapshots(stats_dir):
+        try:
+            mtime = os.stat(path, follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if is_final_head(read_head(path)):
+            finals.append((mtime, pid, path))
+    finals.sort()
+    excess = len(finals) - max_files
+    removed = []
+    for i, (mtime, pid, path) in enumerate(finals):
+        if i < excess or now - mtime > keep_s:
+            try:
+                if is_final_head(read_head(path)):  # (still that final: not a new process's file)
+                    os.unlink(path)
+                    removed.append(pid)
+            except OSError:
+                pass
+    return removed
 
 
 #: Execution outcomes, as named by the report's ``execution_summary``.

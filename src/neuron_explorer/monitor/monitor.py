@@ -81,6 +81,8 @@ class Monitor:
         self.apps: dict[int, AppTracker] = {}
         self._ignored: dict[int, float | None] = {}  # pid -> start_time of apps no entry selects
         self._bad: dict[int, int] = {}  # pid -> mtime of snapshot files that could not be used
+        # pid -> mtime of final snapshots this monitor reported, or found at its start: not again
+        self._finals_seen: dict[int, int] = {}
         now = time.monotonic()
         self.timers: dict[tuple[str, str, float], float] = {}
         for g, p in config.system_groups.items():
@@ -103,6 +105,13 @@ class Monitor:
             if pid in self.apps:
                 continue
             path = Path(path)
+            if pid in self._finals_seen:
+                try:
+                    if os.stat(path).st_mtime_ns == self._finals_seen[pid]:
+                        continue  # reported already (it goes by age: endpoint.prune_final_snapshots)
+                except OSError:
+                    continue
+                del self._finals_seen[pid]  # a new process with that pid
             if pid in self._ignored:
                 # an application no entry selects: check it is the same live process, without parsing
                 started = process_start_time(pid)
@@ -131,11 +140,21 @@ class Monitor:
             try:
                 tracker.check_alive()
             except ProcessGone:
-                if remove_stale(path, pid):
-                    self.log(2, f"removed stale snapshot of exited pid {pid}")
-                continue
+                if not snap.get("final"):
+                    if remove_stale(path, pid):
+                        self.log(2, f"removed stale snapshot of exited pid {pid}")
+                    continue
+            if snap.get("final"):
+                if initial:  # it ended before this monitor started: not this monitor's to report
+                    self._finals_seen[pid] = mtime
+                    continue
+                # it started and ended between two looks: its whole life is reported once
+                tracker.exited = True
             groups = self.config.groups_for(tracker.tag)
             if groups is None:
+                if tracker.exited:
+                    self._finals_seen[pid] = mtime
+                    continue
                 self._ignored[pid] = snap.get("start_time")
                 self.log(4, f"pid {pid} tag {tracker.tag!r} matches no tag_filter")
                 continue
@@ -143,16 +162,52 @@ class Monitor:
             tracker.prime(from_start=not initial)
             self.apps[pid] = tracker
             self.log(3, f"monitoring pid {pid} tag {tracker.tag!r} groups {sorted(groups)}")
-        for pid in list(self.apps):
-            if pid not in seen:
+        for pid, tracker in list(self.apps.items()):
+            if pid not in seen and not tracker.exited:  # (an exited one's final snapshot is read)
                 self.log(3, f"pid {pid} stopped publishing; dropped")
                 del self.apps[pid]
+        for pid in list(self._finals_seen):
+            if pid not in seen:
+                del self._finals_seen[pid]
         for pid in list(self._ignored):
             if pid not in seen:
                 del self._ignored[pid]
         for pid in list(self._bad):
             if pid not in seen:
                 del self._bad[pid]
+
+    def watch_exits(self) -> None:
+        """Between collections (at every heartbeat, whatever the periods): read the final snapshot
+        of each application that exited, so that it is reported at the next collection even when
+        that is long after the final snapshot was pruned; and prune old final snapshots."""
+        self.discover()
+        for pid, tracker in list(self.apps.items()):
+            if tracker.exited:
+                continue
+            try:
+                tracker.check_alive()
+                if endpoint.is_final_head(endpoint.read_head(tracker.path)):
+                    tracker.take_final()  # written in its last moments: it is exiting
+            except ProcessGone:
+                if not tracker.take_final():
+                    self._drop(pid, "exited")
+        try:
+            for pid in endpoint.prune_final_snapshots(self.stats_dir):
+                self.log(3, f"removed the final snapshot of pid {pid} (older than "
+                            f"{endpoint.FINAL_KEEP_S:.0f} s, or beyond {endpoint.MAX_FINAL_SNAPSHOTS} of them)")
+        except OSError as exc:
+            self.log(1, f"cannot prune final snapshots in {self.stats_dir}: {exc}")
+
+    def _retire(self) -> None:
+        """Forget the applications whose final report was made: they are in that report and in
+        no later one."""
+        for pid, tracker in list(self.apps.items()):
+            if tracker.final_reported:
+                del self.apps[pid]
+                try:
+                    self._finals_seen[pid] = os.stat(tracker.path).st_mtime_ns
+                except OSError:
+                    pass
 
     def _drop(self, pid: int, why: str) -> None:
         tracker = self.apps.pop(pid, None)
@@ -173,6 +228,7 @@ class Monitor:
         if not due:
             return False
         t0 = time.perf_counter()
+        self._retire()
         self.discover()
         refreshed: set[int] = set()
         for key in due:
@@ -183,14 +239,20 @@ class Monitor:
                 self.system_results[group] = self._system[group]()
             else:
                 for pid, tracker in list(self.apps.items()):
-                    if tracker.groups.get(group) != period:
+                    if tracker.groups.get(group) != period or tracker.final_reported:
                         continue
                     try:
                         if pid not in refreshed:
-                            tracker.check_alive()
-                            tracker.refresh()
+                            tracker.update()
                             refreshed.add(pid)
-                        tracker.collect(group)
+                        if tracker.exited:
+                            # its final report: every group at once, from the final snapshot
+                            for g in tracker.groups:
+                                tracker.collect(g)
+                            tracker.final_reported = True
+                            self.log(3, f"pid {pid} ({tracker.tag}) exited; final report")
+                        else:
+                            tracker.collect(group)
                     except ProcessGone:
                         self._drop(pid, "exited")
                     except SnapshotError as exc:
@@ -222,6 +284,7 @@ class Monitor:
                 now = time.monotonic()
                 if now >= next_beat:
                     next_beat = self.announce()
+                    self.watch_exits()
                 wait = min(self.next_due(), next_beat) - now
                 if wait > 0:
                     if stop.wait(wait):

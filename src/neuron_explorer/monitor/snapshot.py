@@ -165,6 +165,19 @@ class _Check:
             self.int(f"{key}.code_bytes", m.get("code_bytes"), 0, MAX_BYTES)
             self.int(f"{key}.constants_bytes", m.get("constants_bytes"), 0, MAX_BYTES)
             self.num(f"{key}.flops", m.get("flops"), none=True)
+        # a final snapshot (left by a process as it exited): its own CPU times and resident memory
+        if not isinstance(snap.get("final", False), bool):
+            raise self.bad("final", snap.get("final"), "true or false")
+        if "cpu_times" in snap:
+            ct = snap["cpu_times"]
+            if not (isinstance(ct, list) and len(ct) == 2):
+                raise self.bad("cpu_times", ct, "[user seconds, system seconds]")
+            for i, v in enumerate(ct):
+                self.num(f"cpu_times[{i}]", v)
+                if v < 0:
+                    raise self.bad(f"cpu_times[{i}]", v, "a number of seconds, at least 0")
+        if "rss_bytes" in snap:
+            self.int("rss_bytes", snap["rss_bytes"], 0, MAX_BYTES)
 
 
 def zero_snapshot(snap: dict[str, Any]) -> dict[str, Any]:

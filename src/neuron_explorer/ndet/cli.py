@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass
 
-from neuron_explorer.util.atomic import AtomicFile
+from neuron_explorer.util.atomic import AtomicFile, replaceable
 
 from neuron_explorer.util.ranges import IndexRanges
 from . import analysis
@@ -30,6 +31,30 @@ examples:
   neuron-det --log-prefix /shared/ndet/ndet_20260102 --ranks 0-3,7 --show-dependencies
   neuron-det --log-prefix /tmp/fr_dumps/fr_     # PyTorch Flight Recorder dumps fr_0 ... fr_N
 """
+
+
+DEFAULT_OUTPUT = "trace.json"
+
+
+def default_output_refusal(path: str) -> str | None:
+    """Why the default trace file ``path`` (no ``-o``) must not be replaced: a ``trace.json`` in
+    the current directory may well be another tool's (``torch.profiler`` writes that name). It is
+    replaced only when it is missing, not a regular file (a FIFO is written through), or carries
+    the mark of a trace neuron-det wrote: the rule ``view`` applies to an existing output
+    (``util.atomic.replaceable``).  A name given with ``-o`` is the user's choice."""
+    from neuron_explorer.exporters.chrome_trace import written_by
+
+    def ours(p: str) -> bool:
+        try:
+            regular = stat.S_ISREG(os.stat(p).st_mode)
+        except OSError:
+            return False  # a dangling symlink: not ours to write through
+        return not regular or written_by(p, "neuron-det")
+
+    if replaceable(path, ours):
+        return None
+    return (f"{path} exists and was not written by neuron-det (another tool's trace?); name the trace with "
+            f"-o FILE, or move {path} away")
 
 
 def parse_ranks(value: str) -> IndexRanges:
@@ -52,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-prefix", required=True,
                    help="the directory or file-name prefix of the NDET logs (e.g. $NEURON_RT_DBG_NDET_LOG_LOCATION "
                         "or $NEURON_RT_DBG_NDET_LOG_LOCATION/ndet), or of Flight Recorder dumps")
-    p.add_argument("-o", "--output-file", default="trace.json", help="Chrome trace JSON to write (default trace.json)")
+    p.add_argument("-o", "--output-file", default=None,
+                   help=f"Chrome trace JSON to write (default {DEFAULT_OUTPUT}: replaced only if neuron-det wrote it)")
     p.add_argument("--ranks", type=parse_ranks, default=None,
                    help="keep only these collective ranks, e.g. 0,1 or 0-3,8")
     p.add_argument("--show-dependencies", action="store_true",
@@ -181,6 +207,9 @@ def _print_job(res: JobResult, base: int, output_file: str, out) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.default_output = args.output_file is None
+    if args.default_output:
+        args.output_file = DEFAULT_OUTPUT
     if not args.log_prefix.startswith("s3://"):
         return _run(args, args.log_prefix, os.path.isdir(args.log_prefix), time.perf_counter())
     return _run_url(args)
@@ -190,14 +219,16 @@ def _run_url(args: argparse.Namespace) -> int:
     """``--log-prefix s3://bucket/prefix``: the matching objects copied to a private directory
     (endpoint: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL), analysed there, named by their URLs."""
     import shutil
-    import tempfile
 
     from neuron_explorer.contracts.env import ConfigError, s3_endpoint
+    from neuron_explorer.util.atomic import staging_dir
     from neuron_explorer.util.storage import StorageError
 
     t_start = time.perf_counter()
-    tmp = tempfile.mkdtemp(prefix="neuron-det-s3.")
+    root = staging_dir("neuron-det-s3.")  # (removed by the next run if this one is killed)
+    tmp = os.path.join(root, "logs")  # (only the logs: the owner file stays outside)
     try:
+        os.mkdir(tmp)
         try:
             local, from_dir = sources.stage_url(args.log_prefix, tmp, s3_endpoint())
         except (StorageError, ConfigError) as e:
@@ -207,7 +238,7 @@ def _run_url(args: argparse.Namespace) -> int:
         return _run(args, local, from_dir, t_start)
     finally:
         _SHOWN[:] = []
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # while reading object storage: (staging directory, the URL it stands for) in what is printed
@@ -221,6 +252,10 @@ def _run(args: argparse.Namespace, prefix: str, from_dir: bool, t_start: float) 
     if not paths:
         print(f"neuron-det: error: no NDET logs or Flight Recorder dumps match --log-prefix {args.log_prefix!r}",
               file=sys.stderr)
+        return 2
+    refusal = default_output_refusal(args.output_file) if getattr(args, "default_output", False) else None
+    if refusal is not None:  # (before any log is read: nothing is written)
+        print(f"neuron-det: error: {refusal}", file=sys.stderr)
         return 2
 
     skipped: list[str] = []

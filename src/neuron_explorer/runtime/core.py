@@ -46,6 +46,14 @@ STATS = "stats"  # per-process counters for neuron-monitor (monitor.app_stats.Ap
 NDET = "ndet"  # the NDET flight recorder (ndet.recorder.NdetRecorder)
 DEVICE_PROFILER = "devprof"  # device profiles (integrations.torch.device.DeviceProfiler)
 
+# ``Runtime.enabled`` holds one flag per event type (indexed by type id), then this one: are
+# executions recorded at all?  True when the capture keeps any type an execution produces
+# (``events.EXECUTION_TYPES``) or a consumer that counts executions is registered (NDET, the
+# monitor's counters); the execution hooks check it, never one type of their own
+# (docs/decisions/0073-type-filters-gate-mechanisms.md).  A list slot, so that the C gates read it
+# by index and a forked child's ``forget_after_fork`` clears it with the others.
+EXECUTIONS = len(ev.EVENT_TYPES)
+
 
 class Sink(Protocol):
     name: str
@@ -77,6 +85,7 @@ class Runtime:
         self.models: list[Model] = []
         self.cores: dict[int, CoreState] = {}
         self.enabled = [config.type_enabled(t.name) for t in ev.EVENT_TYPES]
+        self.enabled.append(self.keeps_any(ev.EXECUTION_TYPES))  # [EXECUTIONS]
         self.anchors: list[tuple[int, int, str]] = [clock.anchor("start")]
         self.sinks: list[Sink] = []  # what flush() drives, in the order added
         self._consumers: dict[str, object] = {}  # named consumers (see register)
@@ -99,11 +108,18 @@ class Runtime:
         self._consumers[name] = consumer
         if name == DEVICE_PROFILER:
             self.devprof_cell[0] = consumer
+        if name in (NDET, STATS) and not self._stopped:
+            # they count every execution, whatever the capture's type filter keeps
+            self.enabled[EXECUTIONS] = True
 
     def unregister(self, name: str) -> None:
         self._consumers.pop(name, None)
         if name == DEVICE_PROFILER:
             self.devprof_cell[0] = None
+
+    def keeps_any(self, names) -> bool:
+        """Is any of the event types ``names`` recorded (not removed by the type filter)?"""
+        return any(self.enabled[ev.type_id(n)] for n in names)
 
     def consumer(self, name: str):
         """The consumer registered under ``name``, or None."""

@@ -118,6 +118,8 @@ class Profile:
         self.prepare_s = 0.0
         self.index_build_s: float | None = None  # None: the index came from the cache (or there are no events)
         self._rows: dict[tuple[str, str], list[Row]] = {}
+        self._leaf_lock = threading.Lock()
+        self._leaf_table_of: list[Leaf] | None = None  # the leaves the DuckDB leaf table holds
         self.stamp = stamp(self.meta_file)
         self.index: index.EventIndex | None = None
         self.coarse: coarse.CoarseLevel | None = None  # served until the index is ready
@@ -364,9 +366,23 @@ class Profile:
             parts.setdefault((inst, pid), []).append(f)
         return parts
 
+    def leaf_table(self) -> str:
+        """The name of this profile's leaf table in DuckDB (leaf, inst, pid, tid, nc, src, name), for the
+        joins that number events by leaf: the index build's and argument search's.
+
+        Why made on first use and not by the build: a profile reopened from a cached index (every
+        restart of the server) builds nothing, and argument search then failed with "Table ... _leaves
+        does not exist". Made again whenever the leaves were replaced (a damaged summary's leaves are
+        read again from the events), so a join never sees another leaf numbering than the index's."""
+        with self._leaf_lock:
+            if self._leaf_table_of is not self.leaves:
+                self._store_leaves()
+                self._leaf_table_of = self.leaves
+        return f"{self.tag}_leaves"
+
     def _store_leaves(self) -> None:
-        """The leaf table in DuckDB, for the join that numbers events by leaf while the index is built
-        (built with it, not before the first paint: row-by-row inserts took ~0.2 CPU-s there)."""
+        """The leaf table in DuckDB, from an Arrow table (row-by-row inserts took ~0.2 CPU-s: it is
+        made when a join first needs it, not before the first paint)."""
         import pyarrow as pa
 
         c = self.cursor()
@@ -445,7 +461,7 @@ class Profile:
             SELECT l.leaf::INTEGER AS leaf, ev.start_ts AS s, (ev.end_ts - ev.start_ts)::BIGINT AS d,
                    coalesce(ev.id, -1)::BIGINT AS id, {self._flow_sql(files[0])} AS f
             FROM read_parquet({files_sql(files)}) ev
-            JOIN (SELECT * FROM {self.tag}_leaves WHERE inst = {quote(inst)} AND pid = {int(pid)}) l
+            JOIN (SELECT * FROM {self.leaf_table()} WHERE inst = {quote(inst)} AND pid = {int(pid)}) l
                  ON l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
                  AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name""").to_arrow_table()
         leaf = index_build.column_np(tab.column("leaf"), np.int32)
@@ -489,7 +505,7 @@ class Profile:
 
     def _build_index(self, out_dir: Path | None) -> index.EventIndex:
         """One pass over the events, one process at a time (see ``_event_chunks``)."""
-        self._store_leaves()
+        self.leaf_table()
         leaves = self.leaves
         base = min(lf.mn for lf in leaves)
         ext = max(lf.mx for lf in leaves) - base

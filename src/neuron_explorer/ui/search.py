@@ -95,7 +95,7 @@ def _arg_matches(p: Profile, m: Matches, vals: dict[str, list[str]]) -> None:
     rows = p.cursor().execute(f"""
         SELECT l.leaf::BIGINT AS leaf, ev.start_ts AS s, ev.id AS id
         FROM read_parquet({files_sql([f for _, _, f in p.ev_files])}, union_by_name = true) ev
-        JOIN {p.tag}_leaves l ON l.inst = ev.instance_id AND l.pid = ev.process_id
+        JOIN {p.leaf_table()} l ON l.inst = ev.instance_id AND l.pid = ev.process_id
              AND l.tid = coalesce(ev.thread_id, -1) AND l.nc = coalesce(ev.nc_idx, -1)
              AND l.src = coalesce(ev.trace_event_source, '') AND l.name = ev.name
         WHERE ({cond}) AND NOT list_contains($skip::BIGINT[], l.leaf::BIGINT)

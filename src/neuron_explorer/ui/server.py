@@ -1,4 +1,4 @@
-"""``neuron-explorer view`` (no output format): serve the System Trace Viewer over a workspace."""
+"""``neuron-explorer view --ui`` (decision 0081): serve the System Trace Viewer over a workspace."""
 
 from __future__ import annotations
 

@@ -4,13 +4,21 @@
 so a reader (or a process killed mid-write) never sees half a file.  With ``output=True`` it is
 also safe for paths a user names: it renames only over regular files and writes through devices,
 FIFOs and inherited descriptors (see docs/reliability.md).
+
+``staging_dir`` makes the private directories that outputs are built in; each carries an owner
+file (host, boot, pid and its start time), so that the next run removes those a killed run left
+behind, and nothing else (docs/decisions/0079-view-output-ownership.md).  ``replaceable`` is the
+one rule for replacing an existing output: only when it is missing or carries our mark.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
+import shutil
+import socket
 import stat
 import tempfile
 from typing import Callable, Iterable
@@ -23,6 +31,8 @@ def _umask() -> int:
 
 
 _FILE_MODE = 0o666 & ~_umask()
+# the mode a new directory gets from mkdir(2) under this process's umask (mkdtemp makes 0700)
+DIR_MODE = 0o777 & ~_umask()
 
 
 class AtomicFile:
@@ -173,3 +183,150 @@ def atomic_write_all(files: list[tuple[str, Callable[[], bytes | Iterable[bytes 
         for f in pending:
             f.abort()
         raise
+
+
+def replaceable(path: str, ours: Callable[[str], bool]) -> bool:
+    """Whether an output at ``path`` may be replaced: it does not exist, or ``ours(path)`` finds the
+    mark we leave in what we write (``view``'s dataset marker, ``neuron-det``'s trace header).  A
+    dangling symlink exists: it is not ours."""
+    return not os.path.lexists(path) or ours(path)
+
+
+# ---------------------------------------------------------------- staging directories
+
+OWNER_FILE = ".neuron-explorer-owner.json"
+_OWNER_MAX = 4096
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22): with
+    the boot id it tells a live process from a later one that reuses the pid; '' where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return ""
+    fields = data[data.rfind(b")") + 2:].split()  # (the command name may hold spaces and parentheses)
+    return fields[19].decode() if len(fields) > 19 else ""
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace (``pid:[4026531836]``): pids mean something only inside it
+    (containers sharing a /tmp and a host name have their own); '' where unknown."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _owner() -> dict:
+    pid = os.getpid()
+    return {"written_by": "neuron-explorer", "host": socket.gethostname(), "boot": _boot_id(),
+            "pidns": _pid_namespace(), "pid": pid, "start": _start_time(pid)}
+
+
+def staging_dir(prefix: str, suffix: str = ".tmp", dir: str | None = None) -> str:
+    """A fresh private directory (``mkdtemp``: mode 0700) named ``<prefix><random><suffix>`` in
+    ``dir`` (default: the temporary directory), holding ``OWNER_FILE``.  Stale ones that a killed
+    run left there under the same prefix and suffix are removed first (``sweep_stale``)."""
+    parent = dir if dir is not None else tempfile.gettempdir()
+    sweep_stale(parent, prefix, suffix)
+    path = tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent)
+    try:
+        fd = os.open(os.path.join(path, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(_owner(), f)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path
+
+
+def release_staging(path: str) -> None:
+    """Remove the owner file before a staging directory becomes an output itself (renamed into
+    place): from then on it is the output, not a leftover."""
+    try:
+        os.unlink(os.path.join(path, OWNER_FILE))
+    except FileNotFoundError:
+        pass
+
+
+def _read_owner(path: str) -> dict | None:
+    """The owner file of the staging directory ``path``, or None when it has none we wrote (a
+    symlink, not a regular file, too large, not our JSON)."""
+    try:
+        fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _OWNER_MAX + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(data) if len(data) <= _OWNER_MAX else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("written_by") != "neuron-explorer" or not isinstance(doc.get("pid"), int):
+        return None
+    return doc
+
+
+def _dead(owner: dict) -> bool:
+    """Whether the run that wrote ``owner`` is certainly over: it ran on this machine since its last
+    boot, in this pid namespace, and its pid is gone or now belongs to a process started at another
+    time.  A run elsewhere is never judged from here: another host, or another boot id (a machine
+    sharing the file system under the same host name, or a run before a reboot: left alone, as
+    /tmp is usually emptied at boot), or another pid namespace (a container sharing this /tmp)."""
+    if (owner.get("host") != socket.gethostname() or owner.get("boot", "") != _boot_id()
+            or owner.get("pidns", "") != _pid_namespace()):
+        return False
+    pid = owner["pid"]
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # a process of another user has the pid: ours may have ended since (the start time tells)
+    start = _start_time(pid)
+    return bool(start and owner.get("start") and start != owner["start"])
+
+
+def sweep_stale(parent: str, prefix: str, suffix: str) -> list[str]:
+    """Remove the staging directories in ``parent`` named ``<prefix>...<suffix>`` whose owner file
+    says a run on this host wrote them and that run is over; returns what was removed.  Anything
+    else (no owner file, a symlink, another user's directory, a live run's) is left alone."""
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    uid = os.getuid()
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) <= len(prefix) + len(suffix):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            continue
+        owner = _read_owner(path)
+        if owner is not None and _dead(owner):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed

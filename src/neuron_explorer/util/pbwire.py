@@ -332,11 +332,16 @@ def decode_varint(buf, pos: int) -> tuple[int, int]:
 
 def iter_fields(buf, pos: int, end: int):
     """(field number, wire type, start, end, tag start) of each field in buf[pos:end]: start..end is
-    the payload (the varint itself for wire type 0); the whole field is ``tag_start..end``."""
+    the payload (the varint itself for wire type 0); the whole field is ``tag_start..end``.
+
+    Field number 0 is invalid in protobuf, and it is what a run of zero bytes decodes to (two bytes
+    a field): it ends the walk at once instead of after a gigabyte of zeros."""
     while pos < end:
         tag_start = pos
         key, pos = decode_varint(buf, pos)
         field_no, wt = key >> 3, key & 7
+        if field_no == 0:
+            raise ValueError(f"field number 0 at byte {tag_start}")
         if wt == 0:
             value_start = pos
             _, pos = decode_varint(buf, pos)

@@ -15,7 +15,10 @@ FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
 
 EPILOG = """\
 examples:
+  neuron-explorer view -d ./output                                    # Parquet: system_profile_parquet/
   neuron-explorer view -d ./output --output-format summary-text
+  neuron-explorer view --ui -d ./output                               # the System Trace Viewer UI
+  neuron-explorer view --ui --data-path ~/ws --port 8080              # the UI over a workspace
   neuron-profile view -d ./output --output-format perfetto            # system_profile.pftrace
   neuron-explorer view -d ./output --output-format json --output-file run1.json
   neuron-explorer view -d ./output --output-format json --output-file - | gzip > run1.json.gz
@@ -31,9 +34,11 @@ examples:
 
 def add_view_parser(sub) -> None:
     v = sub.add_parser(
-        "view", help="process captured profiles (parquet, json, perfetto, summaries)",
+        "view", help="process captured profiles (parquet, json, perfetto, summaries) or start the UI (--ui)",
         description="Read every profile under DIR (many instances, processes and sessions), align their clocks, "
-                    "and write the chosen output.", epilog=EPILOG,
+                    "and write the chosen output (Parquet unless --output-format says otherwise). --ui starts "
+                    "the System Trace Viewer instead, after ingesting DIR (if given) into its workspace.",
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     v.add_argument("-d", "--directory", dest="directory", help="directory holding captured profiles")
@@ -55,10 +60,16 @@ def add_view_parser(sub) -> None:
                         "nc_idx, trace_event_source (default: host events by thread, device events by core)")
     v.add_argument("--ignore-device-profile", action="store_true", help="skip device profiles (system-only view)")
     v.add_argument("--ignore-system-profile", action="store_true", help="skip system profiles (device-only view)")
-    v.add_argument("--data-path", default=None, help="workspace directory for ingested profiles (used with --ingest-only)")
+    v.add_argument("--ui", action="store_true",
+                   help="start the System Trace Viewer (web UI) over the workspace, ingesting -d DIR into it first "
+                        "when given; prints the URL (http://127.0.0.1:3001/)")
+    v.add_argument("--data-path", default=None,
+                   help="workspace directory for ingested profiles (with --ui or --ingest-only; default "
+                        "~/.local/share/neuron-explorer/workspace)")
     v.add_argument("--ingest-only", action="store_true", help="ingest into the workspace as Parquet and exit")
-    v.add_argument("--display-name", default="",
-                   help="name of this ingestion: one directory name inside the workspace (no '/', not '.' or '..')")
+    v.add_argument("--display-name", default=None,
+                   help="name of this ingestion: one directory name inside the workspace (not empty, no '/', "
+                        "not '.' or '..')")
     v.add_argument("--show-profile-schema", action="store_true", help="print every output table and column, then exit")
     v.add_argument("--jobs", type=int, default=None,
                    help="worker processes for large inputs (default: one per core when the input is large)")
@@ -67,31 +78,36 @@ def add_view_parser(sub) -> None:
                         "and write the output, so both must be on storage they all see (a shared mount or s3://)")
     v.add_argument("--endpoint-url", default=None,
                    help="S3 endpoint for s3:// paths (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS)")
-    v.add_argument("--host", default="127.0.0.1", help="UI: address to bind (default 127.0.0.1, loopback only)")
-    v.add_argument("--port", type=port_number, default=3001, help="UI: port 1-65535 (default 3001)")
+    v.add_argument("--host", default=None, help="with --ui: address to bind (default 127.0.0.1, loopback only)")
+    v.add_argument("--port", type=port_number, default=None, help="with --ui: port 1-65535 (default 3001)")
     v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
     v.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
 
 
 
-def workspace_entry(display_name: str, directory: str) -> str:
+def check_display_name(display_name: str) -> str:
+    """``--display-name`` as given, refused (UsageError) unless it is one plain, visible path
+    component: the UI's rule for profile names.  An empty name is refused like the others."""
+    bad = ("is empty" if not display_name.strip() else
+           "contains '/'" if "/" in display_name else
+           "contains '\\'" if "\\" in display_name else
+           "contains a NUL byte" if "\0" in display_name else
+           "is '.' or '..'" if display_name in (".", "..") else
+           "starts with '.' (hidden: the UI does not list it)" if display_name.startswith(".") else
+           "is longer than 200 bytes" if len(os.fsencode(display_name)) > 200 else None)
+    if bad:
+        raise UsageError(f"--display-name {display_name!r} {bad}; it names one directory inside the "
+                         "workspace, e.g. --display-name run-a")
+    return display_name
+
+
+def workspace_entry(display_name: str | None, directory: str) -> str:
     """The directory name of an ingestion inside the workspace: ``--display-name`` when given
-    (refused unless it is one plain, visible path component: the UI's rule for profile names),
-    else derived from the capture directory's name (made safe with ``safe_component``: ``-d /``
-    has no name, a hidden directory's name would not be listed)."""
+    (``check_display_name``), else derived from the capture directory's name (made safe with
+    ``safe_component``: ``-d /`` has no name, a hidden directory's name would not be listed)."""
     from neuron_explorer.util.names import safe_component
-    if display_name:
-        bad = ("is empty" if not display_name.strip() else
-               "contains '/'" if "/" in display_name else
-               "contains '\\'" if "\\" in display_name else
-               "contains a NUL byte" if "\0" in display_name else
-               "is '.' or '..'" if display_name in (".", "..") else
-               "starts with '.' (hidden: the UI does not list it)" if display_name.startswith(".") else
-               "is longer than 200 bytes" if len(os.fsencode(display_name)) > 200 else None)
-        if bad:
-            raise UsageError(f"--display-name {display_name!r} {bad}; it names one directory inside the "
-                             "workspace, e.g. --display-name run-a")
-        return display_name
+    if display_name is not None:
+        return check_display_name(display_name)
     base = os.path.basename(os.path.abspath(directory).rstrip("/"))
     name = safe_component(base) if base else "capture"
     return "%2E" + name[1:] if name.startswith(".") else name  # the UI lists no hidden names
@@ -120,8 +136,16 @@ def view_command(args: argparse.Namespace) -> int:
     if args.show_profile_schema:
         sys.stdout.write(show_schema())
         return 0
-    if not args.directory and (args.output_format or args.ingest_only or args.output_file):
-        raise UsageError("view needs -d DIR, the directory holding captured profiles")
+    _check_modes(args)
+    if args.display_name is not None:
+        check_display_name(args.display_name)
+    if args.scheduler is not None:
+        from .cluster import ClusterUsageError, check_scheduler
+
+        try:
+            check_scheduler(args.scheduler)
+        except ClusterUsageError as e:
+            raise UsageError(str(e)) from None
     try:
         filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
                                 args.system_trace_filter_instance_id)
@@ -151,15 +175,15 @@ def view_command(args: argparse.Namespace) -> int:
         name = workspace_entry(args.display_name, args.directory)
         ws = _workspace(args)
         out = os.path.join(ws, name)
-    elif fmt is None and out:
-        fmt = "parquet"  # an output file with no format: the default format
-    elif fmt is None:
+    elif args.ui:
         return _launch_ui(args, filt, grouping)
+    elif fmt is None:
+        fmt = "parquet"  # the spec's default format (decision 0081)
     if args.ignore_system_profile and args.ignore_device_profile:
         raise UsageError("--ignore-system-profile and --ignore-device-profile together leave nothing to view")
     opts = ViewOptions(directory=args.directory, output_format=fmt, output_file=out, filter=filt,
                        ignore_system_profile=args.ignore_system_profile,
-                       ignore_device_profile=args.ignore_device_profile, display_name=args.display_name,
+                       ignore_device_profile=args.ignore_device_profile, display_name=args.display_name or "",
                        progress=args.progress, jobs=args.jobs, grouping=grouping,
                        progress_delay=delay)
     res = _run(opts, args)
@@ -180,10 +204,42 @@ def view_command(args: argparse.Namespace) -> int:
         print(f"neuron-explorer: wrote {res.output} ({res.events} events from {res.profiles} profile(s), "
               f"{res.seconds:.2f} s, {rate / 1e6:.2f}M events/s)", file=sys.stderr)
         if len(res.offsets) > 1:
+            from neuron_explorer.analysis.align import clock_groups
+            from neuron_explorer.analysis.summary import groups_note
+
             for inst, o in sorted(res.offsets.items()):
+                vs = f" vs {o.reference}" if o.method == "collectives" else ""
                 print(f"neuron-explorer: clock offset {inst}: {o.offset_ns / 1e6:+.3f} ms "
-                      f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}, {o.samples} samples)", file=sys.stderr)
+                      f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}{vs}, {o.samples} samples)", file=sys.stderr)
+            groups = clock_groups(res.offsets)
+            if groups:
+                print(f"neuron-explorer: clock offsets: {groups_note(groups)}", file=sys.stderr)
     return res.exit_code
+
+
+_UI_ONLY = (("host", "--host"), ("port", "--port"))
+
+
+def _check_modes(args: argparse.Namespace) -> None:
+    """The flags that choose what ``view`` does agree: ``--ui`` serves the workspace (so no output
+    format or file), the UI's own flags need ``--ui``, and anything but ``--ui`` needs ``-d``."""
+    if args.ui:
+        for flag, given in (("--output-format", args.output_format), ("--output-file", args.output_file),
+                            ("--ingest-only", args.ingest_only)):
+            if given:
+                raise UsageError(f"--ui serves the workspace and writes no other output; drop {flag} "
+                                 "(or drop --ui to write the output)")
+        return
+    for attr, flag in _UI_ONLY:
+        if getattr(args, attr) is not None:
+            raise UsageError(f"{flag} is for the System Trace Viewer: add --ui "
+                             f"(neuron-explorer view --ui -d DIR {flag} ...)")
+    if args.data_path is not None and not args.ingest_only:
+        raise UsageError("--data-path names the UI's workspace: add --ui to serve it or --ingest-only to ingest "
+                         "into it")
+    if not args.directory:
+        raise UsageError("view needs -d DIR, the directory holding captured profiles (or --ui to start the "
+                         "System Trace Viewer)")
 
 
 def _run(opts: ViewOptions, args: argparse.Namespace | None = None):
@@ -246,7 +302,7 @@ def _workspace(args: argparse.Namespace) -> str:
 
 
 def _launch_ui(args: argparse.Namespace, filt, grouping: Grouping) -> int:
-    """No output format: ingest -d DIR (if given) into the workspace, then serve the UI."""
+    """``--ui``: ingest -d DIR (if given) into the workspace, then serve the UI."""
     ws = _workspace(args)
     if args.directory:
         name = workspace_entry(args.display_name, args.directory)
@@ -263,4 +319,4 @@ def _launch_ui(args: argparse.Namespace, filt, grouping: Grouping) -> int:
         from ..ui.server import serve
     except ImportError as e:
         raise UsageError(f"the UI needs the 'ui' extra (pip install 'neuron-explorer[ui]'): {e}") from None
-    return serve(ws, host=args.host, port=args.port)
+    return serve(ws, host=args.host or "127.0.0.1", port=args.port or 3001)

@@ -17,6 +17,7 @@ completion marker is written last (``view.remote``).  See docs/scale-out.md and 
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import uuid
@@ -33,7 +34,49 @@ class ClusterError(Exception):
     """The cluster could not be used or lost the run (one line for the user; exit status 1)."""
 
 
+class ClusterUsageError(ClusterError):
+    """``--scheduler`` names no address a Dask client can use (a usage error: exit status 2)."""
+
+
 SCHEMES = ("tcp://", "tls://", "ucx://", "inproc://")
+_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+(?:%[\w.-]+)?\]|[A-Za-z0-9_.-]+)$")
+EXAMPLE = "tcp://HOST:8786, e.g. tcp://10.0.0.5:8786 or tcp://[::1]:8786"
+
+
+def check_scheduler(address: str) -> str:
+    """``address`` when a Dask client can connect to it (``scheme://host:port``, an IPv6 host in
+    brackets, port 1-65535), else ClusterUsageError naming what is wrong.  Checked before Dask is
+    imported: a malformed address makes ``distributed.Client`` raise from its constructor and then
+    block for a minute in its finalizer (distributed 2026.8)."""
+    if address.startswith("ray://"):
+        raise ClusterUsageError(f"--scheduler {address}: Ray is not supported; start a Dask scheduler "
+                                "(dask scheduler) and pass tcp://HOST:8786 (docs/decisions/0047-dask-not-ray.md)")
+    if not address.startswith(SCHEMES):
+        raise ClusterUsageError(f"--scheduler {address!r}: expected a Dask scheduler address such as {EXAMPLE} "
+                                "(or tls://...)")
+    scheme, _, loc = address.partition("://")
+    if scheme == "inproc":
+        if not loc:
+            raise ClusterUsageError(f"--scheduler {address}: an inproc:// address names a scheduler in this process")
+        return address
+    if loc.startswith("["):
+        end = loc.find("]")
+        if end < 0:
+            raise ClusterUsageError(f"--scheduler {address}: unclosed '[' in the host; an IPv6 host goes in "
+                                    f"brackets, {EXAMPLE}")
+        host, sep, port = loc[:end + 1], loc[end + 1:end + 2], loc[end + 2:]
+    elif loc.count(":") > 1:
+        raise ClusterUsageError(f"--scheduler {address}: an IPv6 host goes in brackets, {EXAMPLE}")
+    else:
+        host, sep, port = loc.partition(":")
+    if sep != ":":
+        raise ClusterUsageError(f"--scheduler {address}: no port; expected {EXAMPLE}")
+    if not host or not _HOST.match(host):
+        raise ClusterUsageError(f"--scheduler {address}: {host!r} is not a host name or address; expected {EXAMPLE}")
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ClusterUsageError(f"--scheduler {address}: port {port!r} is not a TCP port from 1 to 65535; "
+                                f"expected {EXAMPLE}")
+    return address
 
 
 class LocalEngine:
@@ -76,12 +119,7 @@ class DaskEngine:
     so the scheduler's dashboard names what runs; ``pure=False``: every run computes anew."""
 
     def __init__(self, address: str) -> None:
-        if address.startswith("ray://"):
-            raise ClusterError(f"--scheduler {address}: Ray is not supported; start a Dask scheduler "
-                               "(dask scheduler) and pass tcp://HOST:8786 (docs/decisions/0047-dask-not-ray.md)")
-        if not address.startswith(SCHEMES):
-            raise ClusterError(f"--scheduler {address}: expected a Dask scheduler address such as "
-                               "tcp://HOST:8786 (or tls://...)")
+        check_scheduler(address)
         try:
             from distributed import Client
         except ImportError as e:
@@ -157,7 +195,7 @@ def run(opts: ViewOptions, engine: LocalEngine | DaskEngine, endpoint: str | Non
         print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
     target = work = None
     if out is not None and fmt not in SUMMARIES:
-        target, work = engine.call(tasks.prepare_output, out, fmt, paths, endpoint)
+        target, work = engine.call(tasks.prepare_output, out, fmt, paths, endpoint, opts.output_file is None)
     try:
         return _convert(opts, engine, endpoint, paths, warnings, target, work, t_start)
     finally:
@@ -173,12 +211,11 @@ def _convert(opts: ViewOptions, engine: Any, endpoint: str | None, paths: list[s
     """Index, plan, convert and finalize (the part of ``run`` after the output is prepared)."""
     fmt = opts.output_format
     ix = new_index()
-    times: dict[str, list] = {}
     recs = engine.map(tasks.index, paths, Progress(len(paths), "indexing", opts.progress, opts.progress_delay),
                       opts, len(paths), endpoint)
     for rec in recs:
-        absorb(ix, rec, warnings, times)
-    finish_index(ix, times)
+        absorb(ix, rec, warnings)
+    finish_index(ix)
     _warn(warnings, opts.directory, unmatched_instances(opts.filter, ix.all_instances))
     jobs = make_jobs(ix, opts, target, work)
     done = engine.map(tasks.convert, jobs, Progress(len(jobs), f"writing {fmt}", opts.progress, opts.progress_delay),

@@ -4,9 +4,12 @@
 
 - the work area (Parquet parts, per-process pieces) is a fresh private directory created with
   ``mkdtemp`` next to the output, and only that directory is ever removed on failure;
-- an existing Parquet output directory is replaced only when it carries ``MARKER`` (every Parquet
-  output written since has one), is an output of an earlier version (nothing in it but our table
-  names, ``ProfileMetadata.parquet`` among them), or is empty; anything else is refused;
+- an existing Parquet output directory is replaced only when it is empty, or carries ``MARKER``
+  (every Parquet output written since has one; an output of an earlier version has
+  ``ProfileMetadata.parquet`` instead) and holds nothing but what ``view`` writes
+  (``dataset.foreign_entries``): a file a user added to it (notes, an analysis) makes it refused,
+  naming a few of them, as on object storage;
+- the new dataset takes the permissions of the directory it replaces;
 - the previous output is moved aside, the new one renamed into place, and the old one removed
   only then (it is put back if the rename fails);
 - an output that is, contains or lies inside one of the input's capture sessions is refused;
@@ -18,8 +21,8 @@ from __future__ import annotations
 
 import os
 
-from neuron_explorer.util.atomic import output_kind
-from neuron_explorer.contracts.dataset import MARKER, is_ours
+from neuron_explorer.util.atomic import output_kind, replaceable
+from neuron_explorer.contracts.dataset import MARKER, describe_foreign, foreign_entries, is_ours
 
 
 class OutputRefused(Exception):
@@ -38,9 +41,13 @@ def _inside(child: str, parent: str) -> bool:
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def check(out: str, fmt: str, sessions: list[str]) -> str:
+def check(out: str, fmt: str, sessions: list[str], default: bool = False) -> str:
     """Check ``--output-file`` before any work; returns the path to write (``-``, a device or FIFO
-    as given, else the real path with symlinks resolved).  Raises ``OutputRefused``."""
+    as given, else the real path with symlinks resolved).  Raises ``OutputRefused``.
+
+    ``default``: ``out`` is the format's default name, which no one chose (no ``--output-file``):
+    a file there is replaced only when ``view`` wrote it (``default_refusal``), as ``neuron-det``
+    treats its ``trace.json``.  A name the user gave is the user's choice."""
     try:
         kind = output_kind(out)
     except OSError as e:  # a name too long, a symlink loop, no permission to look
@@ -70,10 +77,40 @@ def check(out: str, fmt: str, sessions: list[str]) -> str:
             what = "is" if real == rs else "lies inside" if _inside(real, rs) else "contains"
             raise OutputRefused(f"--output-file {out}: {what} the capture session {s}; write the output "
                                 "outside the captured profiles")
-    if fmt == "parquet" and kind == "directory" and not is_ours(real) and not _is_empty_dir(real):
-        raise OutputRefused(f"--output-file {out}: directory exists and was not written by neuron-explorer view "
-                            f"(no {MARKER}); remove it or choose another name")
+    if fmt == "parquet" and not replaceable(real, lambda p: _is_empty_dir(p) or is_ours(p)):
+        raise OutputRefused(not_ours(out, real))
+    if default and kind == "regular":
+        refusal = default_refusal(out, real, fmt)
+        if refusal:
+            raise OutputRefused(refusal)
     return out if kind == "special" else real
+
+
+def default_refusal(out: str, real: str, fmt: str) -> str | None:
+    """Why the regular file ``real`` at a single-file format's default name must not be replaced:
+    another program may well have written ``system_profile.json`` in the current directory.  It is
+    replaced only when it carries the mark of a trace ``view`` wrote (the JSON metadata's
+    ``tool``, the Perfetto trace's first packet)."""
+    if fmt == "json":
+        from neuron_explorer.exporters.chrome_json import ours
+    elif fmt == "perfetto":
+        from neuron_explorer.exporters.perfetto import ours
+    else:
+        return None
+    if replaceable(real, ours):
+        return None
+    return (f"{out} exists and was not written by neuron-explorer view (another tool's trace?); name the "
+            f"output with --output-file FILE, or move {out} away")
+
+
+def not_ours(out: str, real: str) -> str:
+    """Why the existing directory ``real`` (``--output-file out``) is not replaced: the files in it
+    that ``view`` did not write (a few, and how many), else its missing marker."""
+    foreign = foreign_entries(real)
+    if foreign:
+        return f"--output-file {out}: holds {describe_foreign(foreign)}; move them out or choose another name"
+    return (f"--output-file {out}: directory exists and was not written by neuron-explorer view "
+            f"(no {MARKER}); remove it or choose another name")
 
 
 

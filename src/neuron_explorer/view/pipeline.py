@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.analysis import align, device as device_mod, summary as summary_mod
+from neuron_explorer.analysis import align, device as device_mod, jobs, summary as summary_mod
 from neuron_explorer.view import output as output_mod
 from neuron_explorer.view.devices import profile_ids
 from neuron_explorer.contracts import dataset
-from neuron_explorer.analysis.events import build as build_events
+from neuron_explorer.analysis.events import build as build_events, region_links
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, discover, load_session
@@ -154,6 +154,10 @@ class RunIndex:
     procs: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # path -> (instance, pid, rank)
     all_instances: set[str] = field(default_factory=set)  # every instance read, before the filter
     devices: dict[str, list] = field(default_factory=dict)  # path -> its device profiles' facts
+    jobs: dict[str, str] = field(default_factory=dict)  # path -> its job (analysis.jobs)
+    # (path or None when not written, instance, jobs.ProcessLife, times, pairs, rank) per profile read,
+    # until finish_index
+    timings: list = field(default_factory=list)
 
 
 SUMMARIES = ("summary-text", "summary-json")
@@ -162,38 +166,51 @@ SUMMARIES = ("summary-text", "summary-json")
 def index_one(path: str, opts: ViewOptions, n_paths: int) -> dict:
     """Pass 1 for one profile: what the run needs to know of it, as plain picklable data (a
     cluster run computes it on a worker).  ``collectives`` keys are numbered by this profile's own
-    ``pairs`` (``absorb`` renumbers them for the run); nothing is printed here."""
+    ``pairs`` (``absorb`` renumbers them for the run); nothing is printed here.
+
+    Clock alignment is a fact of the whole capture, not of what a run writes: the collectives of
+    every profile are read, those of instances the filter drops and those of a run that writes no
+    system events (whose ntrace.pb is then mapped unchecked: ``CollectiveIndex.times`` checks the
+    rows it reads), so a filter never moves the events it keeps."""
     rec: dict = {"path": path, "instance": None, "skipped": None, "warnings": [], "usable": False}
+    writes_events = not opts.ignore_system_profile
     try:
-        s = load_session(path, load_events=not opts.ignore_system_profile)
+        s = load_session(path, events="checked" if writes_events else "unchecked")
     except ProfileError as e:
         rec["skipped"] = str(e)
         return rec
     rec["warnings"] = list(s.warnings)
     rec["instance"] = s.instance_id
-    if not opts.filter.keeps_instance(s.instance_id):
-        return rec
+    kept = opts.filter.keeps_instance(s.instance_id)
     ci = align.CollectiveIndex()
     try:
         times = ci.times(s)
-    except Exception as e:  # a defect of ours on odd data: this profile only
-        rec["skipped"] = _failure(path, e)
-        return rec
+    except Exception as e:  # damage the unchecked read found, or a defect of ours on odd data: this profile only
+        if kept and writes_events:
+            rec["skipped"] = _failure(path, e)
+            return rec
+        rec["warnings"].append(f"{_failure(path, e)}; its collectives were left out of the clock alignment")
+        times, ci = align.no_times(), align.CollectiveIndex()
     s.release(s.num_events)  # the index keeps only the collective timings
+    last = int(times[2].max()) if len(times[2]) else None
+    rec["life"] = jobs.life_of(s.info, s.instance_id, last)
     if opts.output_format not in SUMMARIES:  # stragglers need them all
         times = align.sample(times, align.sample_cap(n_paths))
+    rec.update(times=times, pairs=list(ci.pairs.items()))
+    if not kept:
+        return rec
     rank = int(s.info.rank) if s.info is not None else -1
-    rec.update(usable=True, checked=s.events_checked, proc=(s.instance_id, int(s.pid), rank), times=times,
-               pairs=list(ci.pairs.items()),
+    rec.update(usable=True, checked=s.events_checked, proc=(s.instance_id, int(s.pid), rank),
                devices=[] if opts.ignore_device_profile else [(s.instance_id, int(s.pid), list(s.device_paths),
                                                                [(m.id, m.neff_name) for m in s.models])],
                start=int(s.info.start_wall_ns) if s.info is not None and s.info.start_wall_ns else None)
     return rec
 
 
-def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_instance: dict[str, list]) -> None:
+def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]]) -> None:
     """Add one profile's ``index_one`` record to the run's index, printing its warnings in the
-    order a single pass would (the records are absorbed in path order)."""
+    order a single pass would (the records are absorbed in path order).  Every profile read
+    feeds the clock alignment; only those the filter keeps are converted."""
     p = rec["path"]
     if rec["instance"] is None:
         print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
@@ -207,28 +224,42 @@ def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]], times_by_in
         print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
         warnings.append((rec["skipped"], printable(p)))
         return
-    if not rec["usable"]:
+    if "times" not in rec:
         return
-    keys, start, end = rec["times"]
-    if len(keys):  # the profile's pair numbers -> the run's
-        remap = np.zeros(max(i for _, i in rec["pairs"]) + 1, dtype=np.int64)
-        for (g, o), i in rec["pairs"]:
-            remap[i] = ix.collectives.pair_id(g, o)
-        keys = (remap[keys >> 40] << 40) | (keys & ((1 << 40) - 1))
+    usable = rec["usable"]
+    ix.timings.append((p if usable else None, rec["instance"], rec["life"], rec["times"], rec["pairs"],
+                       rec["proc"][2] if usable else -1))
+    if not usable:
+        return
     ix.usable.append(p)
     ix.instances[p] = rec["instance"]
     ix.checked[p] = rec["checked"]
     ix.procs[p] = rec["proc"]
     ix.devices[p] = rec["devices"]
-    times_by_instance.setdefault(rec["instance"], []).append((keys, start, end))
-    ix.stragglers.append((rec["proc"][2], rec["instance"], (keys, start, end)))
     if rec["start"] is not None:
         ix.origin = rec["start"] if not ix.origin else min(ix.origin, rec["start"])
 
 
-def finish_index(ix: RunIndex, times_by_instance: dict[str, list]) -> RunIndex:
-    """The clock offsets and the time origin, once every profile is absorbed."""
-    ix.offsets = align.estimate_offsets(times_by_instance)
+def finish_index(ix: RunIndex) -> RunIndex:
+    """The jobs, clock offsets and the time origin, once every profile is absorbed: the
+    collectives are told apart by job (``analysis.jobs``), the offsets estimated from every
+    instance read and reported for the instances the output holds."""
+    job_of = jobs.assign([t[2] for t in ix.timings])
+    times_by_instance: dict[str, list] = {}
+    for (path, inst, _, (keys, start, end), pairs, rank), job in zip(ix.timings, job_of):
+        if len(keys):  # the profile's pair numbers -> the run's (group, op, job)
+            remap = np.zeros(max(i for _, i in pairs) + 1, dtype=np.int64)
+            for (g, o), i in pairs:
+                remap[i] = ix.collectives.pair_id(g, o, job)
+            keys = (remap[keys >> 40] << 40) | (keys & ((1 << 40) - 1))
+        times_by_instance.setdefault(inst, []).append((keys, start, end))
+        if path is not None:
+            ix.jobs[path] = job
+            ix.stragglers.append((rank, inst, (keys, start, end)))
+    ix.timings = []
+    every = align.estimate_offsets(times_by_instance)
+    written = set(ix.instances.values())
+    ix.offsets = {i: o for i, o in every.items() if i in written}
     # keep relative timestamps short but never negative after a correction
     min_off = min((o.offset_ns for o in ix.offsets.values()), default=0)
     ix.origin = (ix.origin or 0) + min(min_off, 0) - 1_000_000_000
@@ -243,13 +274,12 @@ def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]])
     """Pass 1: instances, collective timings and the time origin; damaged profiles are reported
     here, and only the collective timings stay in memory."""
     ix = new_index()
-    times_by_instance: dict[str, list] = {}
     prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
     for p in paths:
         rec = index_one(p, opts, len(paths))
         prog.step()
-        absorb(ix, rec, warnings, times_by_instance)
-    return finish_index(ix, times_by_instance)
+        absorb(ix, rec, warnings)
+    return finish_index(ix)
 
 
 def run(opts: ViewOptions) -> ViewResult:
@@ -270,7 +300,8 @@ def run(opts: ViewOptions) -> ViewResult:
     target = None
     if out is not None:  # before any work: nothing is written when the output cannot be used
         try:
-            target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths)
+            target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths,
+                                      default=opts.output_file is None)
         except output_mod.OutputRefused as e:
             raise ViewError(str(e)) from None
         if target not in ("-",) and output_mod.output_kind(target) not in ("descriptor", "special"):
@@ -317,7 +348,7 @@ def run(opts: ViewOptions) -> ViewResult:
 def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | None) -> list["Job"]:
     """One Job per usable profile, in path order (for a summary ``target`` is None)."""
     fmt = opts.output_format
-    shown = group_pids([ix.procs[p] for p in ix.usable], opts.grouping)
+    shown = group_pids([ix.procs[p] + (p,) for p in ix.usable], opts.grouping)  # (a session: its path)
     ncs = opts.filter.ncs
     dev_ids = profile_ids([d for p in ix.usable for d in ix.devices.get(p, [])],
                           None if ncs is None else lambda nc: bool(ncs.mask(np.asarray([nc]))[0]))
@@ -325,7 +356,8 @@ def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | N
                 opts.ignore_device_profile, opts.ignore_system_profile, opts.display_name,
                 None if target is None else device_dir(target), checked=ix.checked.get(p),
                 grouping=opts.grouping, group_pid=shown[i][0], group_label=shown[i][1],
-                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids})
+                device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids},
+                job=ix.jobs.get(p, ""))
             for i, p in enumerate(ix.usable)]
 
 
@@ -429,6 +461,7 @@ class Job:
     group_pid: int = 0  # the pid of the process's group in the track tree (0: index + 1)
     group_label: str = ""
     device_ids: dict[str, str] = field(default_factory=dict)  # .ntff path -> device profile id (view.devices)
+    job: str = ""  # the process's job: part of its collectives' flow ids (analysis.jobs)
 
     def target(self) -> ProcessTarget:
         """Where the exporter writes this process."""
@@ -486,12 +519,16 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     events in the pieces and order the writer asks for."""
     res = ProcessResult()
     try:
-        s = load_session(job.path, load_events=not job.ignore_system, checked=job.checked)
+        s = load_session(job.path, events="none" if job.ignore_system else "checked", checked=job.checked)
     except ProfileError as e:  # changed since the index pass
         res.warnings.append((str(e), printable(job.path)))
         return res
     _present(job.filter, s, res)
-    job.filter.apply(s)
+    if job.out is not None:  # region links: found on the whole process, then filtered with it
+        s.region_links = region_links(s, job.index)
+    keep = job.filter.apply(s)
+    if keep is not None and s.region_links is not None:
+        s.region_links = s.region_links.restrict(keep)
     offset_ns = job.offset.offset_ns if job.offset else 0
     dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
     for v in dviews:  # the run's ids: device_profile_model_<model id>, unique across processes
@@ -511,7 +548,8 @@ def _convert(job: Job, undo: list) -> ProcessResult:
         w.add_devices(dviews)
         report = _within[0]
         for lo, part in w.chunks(s):
-            pe = build_events(part, job.index, offset_ns, id_base + lo, links, with_extra=w.with_extra)
+            pe = build_events(part, job.index, offset_ns, id_base, links, with_extra=w.with_extra, first=lo,
+                              job=job.job)
             w.add(pe)
             res.events += pe.n
             if report is not None:

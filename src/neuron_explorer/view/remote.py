@@ -7,8 +7,9 @@ reads it and removes the copy.
 
 Writing a Parquet dataset, with no rename to make it appear whole (decision 0048):
 
-1. the prefix is checked like a local output: empty, or holding only our table names and one of
-   our markers; anything else is refused and nothing is written;
+1. the prefix is checked like a local output: empty, or holding one of our markers and only what
+   ``view`` writes (``dataset.foreign_entry``, the local rule); anything else is refused, naming
+   a few of the foreign keys, and nothing is written;
 2. ``PENDING_MARKER`` is written and the old ``MARKER`` deleted: from here on the prefix says
    "being written", and a failed run leaves it so (the next run may replace it);
 3. each conversion task uploads its process's partition files (a retried task overwrites them);
@@ -22,15 +23,14 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-import tempfile
 
-from neuron_explorer.contracts.dataset import LEGACY_ENTRIES, MARKER, PENDING_MARKER
+from neuron_explorer.contracts.dataset import (LEGACY_ENTRIES, MARKER, PENDING_MARKER, describe_foreign,
+                                               foreign_entry)
 from neuron_explorer.contracts.layout import SESSION_MARKERS
 from neuron_explorer.util import storage
+from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import Location, StorageError
 from .pipeline import ViewError
-
-OURS = LEGACY_ENTRIES | {MARKER, PENDING_MARKER}
 
 
 def _open(url: str, endpoint: str | None) -> tuple[object, Location]:
@@ -78,11 +78,13 @@ def prepare_output(url: str, endpoint: str | None, sessions: list[str] = ()) -> 
         if storage.is_url(s) and _overlaps(storage.parse(s), loc):
             raise ViewError(f"--output-file {url}: overlaps the capture session {s}; write the output "
                             "outside the captured profiles")
-    names = {rel.split("/", 1)[0] for rel, _ in _listing(fs, loc)}
-    if names and not ((MARKER in names or PENDING_MARKER in names) and names <= OURS):
-        strange = sorted(names - OURS)[:5]
-        raise ViewError(f"--output-file {url}: holds objects not written by neuron-explorer view "
-                        f"({', '.join(strange) if strange else 'no ' + MARKER}); remove them or choose another prefix")
+    keys = [rel for rel, _ in _listing(fs, loc)]
+    foreign = sorted(rel for rel in keys if foreign_entry(rel))
+    if foreign:
+        raise ViewError(f"--output-file {url}: holds {describe_foreign(foreign)}; remove them or choose another prefix")
+    if keys and not {MARKER, PENDING_MARKER} & set(keys):
+        raise ViewError(f"--output-file {url}: holds objects not written by neuron-explorer view (no {MARKER}); "
+                        "remove them or choose another prefix")
     storage.put_bytes(fs, loc.child(PENDING_MARKER), b'{"written_by": "neuron-explorer view", "state": "pending"}\n')
     storage.delete(fs, loc.child(MARKER))
     return loc.url
@@ -106,7 +108,7 @@ def finalize(url: str, pieces: list, warnings: list[tuple[str, str]], keys: list
     from neuron_explorer.exporters.interface import RunInfo, exporter
 
     fs, loc = _open(url, endpoint)
-    tmp = tempfile.mkdtemp(prefix="neuron-explorer-final.")
+    tmp = staging_dir("neuron-explorer-final.")
     try:
         work = os.path.join(tmp, "work")
         os.mkdir(work)
@@ -130,7 +132,7 @@ def check_sessions(url: str, endpoint: str | None, check_one) -> list:
     sessions = discover(url, endpoint)
     out = []
     for s in sessions:
-        tmp = tempfile.mkdtemp(prefix="neuron-explorer-check.")
+        tmp = staging_dir("neuron-explorer-check.")
         try:
             local = stage_session(s, endpoint, tmp)
             for f in check_one(local):

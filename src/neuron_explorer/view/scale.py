@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neuron_explorer.analysis import align
+from neuron_explorer.analysis import align, jobs
 from neuron_explorer.analysis.events import collective_flow_ids
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.pbfile import ProfileError
@@ -42,6 +42,7 @@ def index_session(path: str) -> dict[str, Any]:
         return {"path": path, "error": str(e)}
     ci = align.CollectiveIndex()
     keys, start, end = ci.times(s)
+    life = jobs.life_of(s.info, s.instance_id, int(end.max()) if len(end) else None)
     pairs = {i: g_o for g_o, i in ci.pairs.items()}
     if len(keys) > align.ALIGN_SAMPLES:  # sample by an id every session gives the same collective
         ids = np.zeros(len(keys), dtype=np.int64)
@@ -53,7 +54,7 @@ def index_session(path: str) -> dict[str, Any]:
     for i, (g, o) in pairs.items():
         m = (keys >> 40) == i
         groups[(g, o)] = (keys[m] & ((1 << 40) - 1), start[m], end[m])
-    return {"path": path, "instance_id": s.instance_id, "pid": int(s.pid),
+    return {"path": path, "instance_id": s.instance_id, "pid": int(s.pid), "life": life,
             "rank": int(s.info.rank) if s.info is not None else -1,
             "start_wall_ns": int(s.info.start_wall_ns) if s.info is not None else 0, "collectives": groups,
             "devices": (list(s.device_paths), [(int(m.id), m.neff_name) for m in s.models])}
@@ -64,12 +65,12 @@ def plan_offsets(indexes: list[dict[str, Any]]) -> dict[str, Any]:
     ci = align.CollectiveIndex()
     by_instance: dict[str, list] = {}
     origin = None
-    for ix in indexes:
-        if "error" in ix:
-            continue
+    good = [ix for ix in indexes if "error" not in ix]
+    job_of = dict(zip((ix["path"] for ix in good), jobs.assign([ix["life"] for ix in good])))
+    for ix in good:
         ks, ss, es = [], [], []
         for (g, o), (seq, st, en) in ix["collectives"].items():
-            ks.append((np.int64(ci.pair_id(g, o)) << 40) | seq)
+            ks.append((np.int64(ci.pair_id(g, o, job_of[ix["path"]])) << 40) | seq)
             ss.append(st)
             es.append(en)
         times = (np.concatenate(ks), np.concatenate(ss), np.concatenate(es)) if ks else \
@@ -79,11 +80,11 @@ def plan_offsets(indexes: list[dict[str, Any]]) -> dict[str, Any]:
             origin = ix["start_wall_ns"] if origin is None else min(origin, ix["start_wall_ns"])
     offsets = align.estimate_offsets(by_instance)
     min_off = min((o.offset_ns for o in offsets.values()), default=0)
-    good = [ix for ix in indexes if "error" not in ix]
-    shown = group_pids([(ix["instance_id"], ix.get("pid", 0), ix["rank"]) for ix in good], Grouping())
+    shown = group_pids([(ix["instance_id"], ix.get("pid", 0), ix["rank"], ix["path"]) for ix in good], Grouping())
     return {"offsets": offsets, "origin": (origin or 0) + min(min_off, 0) - 1_000_000_000,
             "instances": {ix["path"]: ix.get("instance_id", "") for ix in indexes},
             "group_pids": {ix["path"]: sh for ix, sh in zip(good, shown)},  # (pid shown, label)
+            "jobs": job_of,
             "device_ids": profile_ids([(ix["instance_id"], ix.get("pid", 0), *ix["devices"])
                                        for ix in good if "devices" in ix])}
 
@@ -102,7 +103,8 @@ def convert_session(path: str, out_root: str, index: int, plan: dict[str, Any],
     dev = plan.get("device_ids", {})
     job = Job(index, path, "parquet", out_root, out_root, plan["origin"], plan["offsets"].get(inst),
               view_filter or ViewFilter(), False, False, display_name, group_pid=shown, group_label=label,
-              device_ids={p: i for p, i in dev.items() if os.path.dirname(p) == path.rstrip(os.sep)})
+              device_ids={p: i for p, i in dev.items() if os.path.dirname(p) == path.rstrip(os.sep)},
+              job=plan.get("jobs", {}).get(path, ""))
     return convert_process(job)
 
 

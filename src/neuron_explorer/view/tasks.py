@@ -13,9 +13,9 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import tempfile
 from typing import Any, Iterator
 
+from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import is_url
 from .pipeline import (GOOD_LAYOUT, Job, ProcessResult, ViewError, ViewOptions, convert_process,
                        index_one, os_reason)
@@ -49,9 +49,11 @@ def discover(root: str, endpoint: str | None) -> tuple[list[str], list[tuple[str
     return paths, problems
 
 
-def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None) -> tuple[str, str | None]:
+def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None,
+                   default: bool = False) -> tuple[str, str | None]:
     """Check the output before any work (``view.output`` rules, or ``view.remote`` on object
-    storage) and make its work area; returns (target, work area)."""
+    storage) and make its work area; returns (target, work area).  ``default``: ``out`` is the
+    format's default name (``output.check``)."""
     if is_url(out):
         from . import remote
 
@@ -60,7 +62,7 @@ def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None) -
     from . import output as output_mod
 
     try:
-        target = output_mod.check(out, fmt, paths)
+        target = output_mod.check(out, fmt, paths, default=default)
     except output_mod.OutputRefused as e:
         raise ViewError(str(e)) from None
     try:
@@ -79,7 +81,7 @@ def staged(path: str, endpoint: str | None) -> Iterator[str]:
         return
     from . import remote
 
-    tmp = tempfile.mkdtemp(prefix="neuron-explorer-stage.")
+    tmp = staging_dir("neuron-explorer-stage.")  # (a killed worker's copy goes at the next task)
     try:
         yield remote.stage_session(path, endpoint, tmp)
     finally:
@@ -138,9 +140,11 @@ def _out_area(job: Job) -> Iterator[tuple[str, str | None]]:
     if job.out is None or not is_url(job.out):
         yield "", None
         return
-    tmp = tempfile.mkdtemp(prefix="neuron-explorer-out.")
+    tmp = staging_dir("neuron-explorer-out.")
+    out = os.path.join(tmp, "out")  # (everything in it is uploaded: the owner file stays outside)
     try:
-        yield tmp, job.out
+        os.mkdir(out)
+        yield out, job.out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -74,6 +74,15 @@ def packet(body: bytes) -> bytes:
     return pbwire.length_delimited(TRACE_PACKET, body)
 
 
+P_TRACE_CONFIG, TC_UNIQUE_SESSION_NAME = 33, 22  # TracePacket.trace_config, TraceConfig.unique_session_name
+# The first packet of every .pftrace ``view`` writes: a trace config naming the session
+# "neuron-explorer-view", as Perfetto's service records the config of the session it traced.  It
+# is the file's mark (``writer.ours``): ``view`` replaces a trace at its default name only when the
+# file opens with these bytes.
+MARK = b"neuron-explorer-view"
+MARK_PACKET = packet(pbwire.length_delimited(P_TRACE_CONFIG, pbwire.length_delimited(TC_UNIQUE_SESSION_NAME, MARK)))
+
+
 def interned(kind: int, items) -> bytes:
     """InternedData entries of one kind from (string, iid) pairs."""
     return b"".join(pbwire.length_delimited(kind, pbwire.varint_field(1, i) + pbwire.length_delimited(2, s.encode()))

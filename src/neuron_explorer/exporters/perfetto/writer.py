@@ -15,7 +15,9 @@ interned per sequence.
 from __future__ import annotations
 
 import mmap
+import os
 import shutil
+import stat
 import time
 from dataclasses import replace
 from typing import Iterator
@@ -35,8 +37,8 @@ from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWri
 from neuron_explorer.exporters.perfetto.compress import CompressedSink
 from neuron_explorer.exporters.perfetto.lanes import Stream, distinct
 from neuron_explorer.exporters.perfetto.wire import (
-    ANNOTATION_IID, COUNTER, DA_INT, DA_STRING_IID, P_SEQ_ID, P_TIMESTAMP, P_TRACK_EVENT, TE_DOUBLE_COUNTER,
-    TE_TRACK_UUID, TE_TYPE, TRACE_PACKET, sequence_id, track_descriptor)
+    ANNOTATION_IID, COUNTER, DA_INT, DA_STRING_IID, MARK_PACKET, P_SEQ_ID, P_TIMESTAMP, P_TRACK_EVENT,
+    TE_DOUBLE_COUNTER, TE_TRACK_UUID, TE_TYPE, TRACE_PACKET, sequence_id, track_descriptor)
 
 # events read from a capture at a time: memory stays flat, and a quarter of the Parquet writer's
 # chunk halves the page faults of a fresh worker (its temporaries are reused, not faulted in) for
@@ -115,6 +117,8 @@ class PerfettoWriter:
         self.path = path
         self.origin_ns = origin_ns
         self.file = AtomicFile(path, output=output)
+        if output:  # a whole trace of ours: its mark first (a piece gets it from ``assemble``)
+            self.file.f.write(MARK_PACKET)
         self.sink = CompressedSink(self.file.f)
         self.next_uuid = uuid_base + 1
         self.events_written = 0
@@ -341,6 +345,21 @@ def drop_pages(s: Session, lo: int, hi: int) -> None:
                 return
 
 
+def ours(path: str) -> bool:
+    """Whether ``path`` is a regular file opening with the mark every trace ``view`` writes
+    (``wire.MARK_PACKET``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(MARK_PACKET), 0) == MARK_PACKET
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def open_process(target: ProcessTarget) -> "PerfettoProcess":
     return PerfettoProcess(target)
 
@@ -350,6 +369,7 @@ def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
     ``path`` is the user's output (see ``AtomicFile(output=True)``)."""
     f = AtomicFile(path, output=True)
     try:
+        f.f.write(MARK_PACKET)
         for p in pieces:
             if p.path is not None:
                 with open(p.path, "rb") as src:

@@ -53,11 +53,32 @@ def model_name_for(fn: Callable) -> tuple[str, str, str]:
     return f"{label}_{h}"[:64], h, loc
 
 
+try:  # the type a jitted function has without us: what ``isinstance`` checks of a stand-in see
+    from jaxlib._jax import PjitFunction as PJIT_TYPE
+except Exception:  # noqa: BLE001 - a jaxlib that moved it: isinstance sees the stand-in's own class
+    PJIT_TYPE = None
+
+
 class JitProxy:
-    """Base of the per-function stand-ins: everything but ``__call__`` is the PjitFunction's."""
+    """Base of the per-function stand-ins: everything but ``__call__`` is the PjitFunction's.
+
+    The program must not see the difference (issue 29): the class is named ``PjitFunction`` (of
+    ``jaxlib._jax``), ``__class__`` and so ``isinstance`` answer the real type, the instance holds
+    the PjitFunction's own attributes (``__wrapped__``, ``_fun``, ``__signature__`` through it), and
+    a stand-in pickles (plain pickle, cloudpickle, copy) as a call of ``jax.jit`` on the function
+    with the same arguments: the receiving process makes its own jitted function, which its own
+    runtime instruments when it runs one.  Our state lives on the per-function class, not in
+    ``vars()``."""
+
+    _nx_pjit: Callable
+    _nx_state: "_Jit"
+    # the keyword arguments ``jax.jit`` was called with, or None for a PjitFunction made before
+    # the runtime started (adopted), which pickles as the PjitFunction itself does
+    _nx_jit_kwargs: dict | None = None
+    _nx_public_jit: Callable | None = None
 
     def __getattr__(self, item: str) -> Any:
-        return getattr(object.__getattribute__(self, "_nx_pjit"), item)
+        return getattr(type(self)._nx_pjit, item)
 
     def __get__(self, obj, objtype=None):
         """A jitted function stored on a class binds like a method, as the PjitFunction does."""
@@ -66,22 +87,47 @@ class JitProxy:
         return functools.partial(self, obj)
 
     def __repr__(self) -> str:
-        return repr(object.__getattribute__(self, "_nx_pjit"))
+        return repr(type(self)._nx_pjit)
+
+    @property
+    def __class__(self):  # noqa: D401 - what ``x.__class__`` and ``isinstance`` see
+        return PJIT_TYPE if PJIT_TYPE is not None else type(self)
+
+    def __reduce_ex__(self, protocol: int):
+        cls = type(self)
+        kwargs, jit = cls._nx_jit_kwargs, cls._nx_public_jit
+        if kwargs is None or jit is None:
+            return cls._nx_pjit.__reduce_ex__(protocol)
+        return functools.partial(jit, **kwargs) if kwargs else jit, (cls._nx_state.fun,)
+
+    def __reduce__(self):
+        return self.__reduce_ex__(2)
 
 
-def make_jitted(jx, pjit_fn: Callable, fun: Callable) -> Callable:
-    """The stand-in for ``pjit_fn`` (the PjitFunction made from ``fun``) that records its calls."""
+def make_jitted(jx, pjit_fn: Callable, fun: Callable, jit_kwargs: dict | None = None,
+                public_jit: Callable | None = None) -> Callable:
+    """The stand-in for ``pjit_fn`` (the PjitFunction made from ``fun``) that records its calls.
+
+    ``jit_kwargs``: what ``jax.jit`` was given besides ``fun``, and ``public_jit`` the ``jax.jit``
+    the program calls: a pickled stand-in is that call, made again where it is unpickled (None:
+    pickled as the PjitFunction)."""
     state = _Jit(jx, pjit_fn, fun)
-    cls = type(getattr(fun, "__name__", "jitted"), (JitProxy,), {"__call__": staticmethod(state.make_call())})
-    proxy = cls()
+    cls = type("PjitFunction", (JitProxy,), {
+        "__call__": staticmethod(state.make_call()), "__module__": getattr(PJIT_TYPE, "__module__", __name__),
+        "__qualname__": "PjitFunction",
+        "_nx_pjit": pjit_fn, "_nx_state": state, "_nx_jit_kwargs": jit_kwargs, "_nx_public_jit": public_jit})
+    proxy = cls.__new__(cls)
+    try:
+        vars(proxy).update(vars(pjit_fn))  # __name__, __qualname__, __doc__, __wrapped__, _fun, ...
+    except TypeError:
+        pass
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-        try:
-            object.__setattr__(proxy, attr, getattr(pjit_fn, attr))
-        except (AttributeError, TypeError):
-            pass
-    object.__setattr__(proxy, "__wrapped__", fun)
-    object.__setattr__(proxy, "_nx_pjit", pjit_fn)
-    object.__setattr__(proxy, "_nx_state", state)
+        if attr not in vars(proxy):
+            try:
+                vars(proxy)[attr] = getattr(pjit_fn, attr)
+            except AttributeError:
+                pass
+    vars(proxy).setdefault("__wrapped__", fun)
     return proxy
 
 
@@ -116,9 +162,15 @@ class _Jit:
             try:
                 out = fn(*args, **kwargs)
             except BaseException:
-                self.record(t0, now_ns(), 1, 0, 0)
+                if compiles:
+                    self.record_compiled(t0, now_ns(), 1)
+                else:
+                    self.record(t0, now_ns(), 1, 0, 0)
                 raise
             t1 = now_ns()
+            if compiles:  # JAX compiled in this call (new shapes): the compile is not the execution
+                self.record_compiled(t0, t1, 0)
+                return out
             try:
                 tid = tids[get_ident()]
             except KeyError:
@@ -128,8 +180,6 @@ class _Jit:
             stats = jx.stats_rec
             if stats is not None:
                 stats(rec)
-            if compiles:
-                jx.take_compiles(self.model, t0, t1)
             return out
 
         return call
@@ -144,6 +194,19 @@ class _Jit:
         if jx.stats_rec is not None:
             jx.stats_rec(rec)
         return eid
+
+    def record_compiled(self, t0: int, t1: int, ret: int) -> int:
+        """Record a call [t0, t1] in which JAX may have compiled: the compile becomes the model's
+        ``model_load``/``nrt_load`` and the execution starts where it ended (issue 29: a first
+        execution that held its 4.7 s compile made the mean step look 50 ms long)."""
+        ring = self.jx.core.ring
+        ring.exec_open()  # (the id is taken before the load records: the sync point names it)
+        try:
+            eid = ring.exec_id()
+            start = self.jx.take_compiles(self.model, t0, t1)
+            return self.record(start, t1, ret, 0, 0, eid)
+        finally:
+            ring.exec_close()
 
     def slow(self, args: tuple, kwargs: dict):
         """Everything the lean path hands over: calls while JAX traces (passed through), the first

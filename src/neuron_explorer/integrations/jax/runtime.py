@@ -20,15 +20,16 @@ the capture ring, ``NdetRecorder.exec_begin/exec_end`` and ``AppStats.runtime_fe
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from typing import Any, Callable
 
 from neuron_explorer.contracts import events as ev
-from neuron_explorer.integrations.jax.jit import make_jitted, model_name_for
+from neuron_explorer.integrations.jax.jit import PJIT_TYPE, make_jitted, model_name_for
 from neuron_explorer.runtime import clock
-from neuron_explorer.runtime.core import DEVICE_PROFILER, CoreState, Model, Runtime
+from neuron_explorer.runtime.core import DEVICE_PROFILER, EXECUTIONS, CoreState, Model, Runtime
 
 __all__ = ["JaxRuntime", "install", "installed"]
 
@@ -59,8 +60,7 @@ def install(rt: Runtime, jax) -> "JaxRuntime | None":
         return None  # this process's core is filtered out at capture time
     jx = _installed = JaxRuntime(rt, core)
     rt.sync_point(core)
-    if rt.enabled[ev.NRT_EXECUTE] or rt.enabled[ev.NC_EXEC_RUNNING] or rt.enabled[ev.MODEL_LOAD] or \
-            rt.enabled[ev.NRT_LOAD]:
+    if rt.enabled[EXECUTIONS]:  # any type an execution produces is kept, or NDET or the monitor counts them
         jx.install_jit(jax)
         jx.install_compile_listener()
     if rt.enabled[ev.FRAMEWORK_OP]:
@@ -102,6 +102,7 @@ class JaxRuntime:
         self.devprof = None  # devprof.JaxDeviceProfiler when a device profile is requested
         self.warned: set[str] = set()
         self.orig_jit: Callable | None = None
+        self.public_jit: Callable | None = None
 
     def warn_once(self, key: str, msg: str) -> None:
         if key not in self.warned:
@@ -115,38 +116,88 @@ class JaxRuntime:
     def install_jit(self, jax) -> None:
         """Replace ``jax.jit`` (the public name only: JAX's own modules keep theirs)."""
         orig = jax.jit
-        if getattr(orig, "_nx_orig", None) is not None:
+        if orig in _OUR_JITS:
             return
         self.orig_jit = orig
-        try:
-            from jaxlib._jax import PjitFunction
-        except Exception:  # a jaxlib that moved it: wrap whatever jit returns that is callable
-            PjitFunction = None
-        jx = self
-
-        def wrap(res, fun):
-            if PjitFunction is not None and not isinstance(res, PjitFunction):
-                return res
-            try:
-                return make_jitted(jx, res, fun)
-            except Exception as e:  # never break the user's jit
-                jx.warn_once("jit", f"jitted function not instrumented: {e}")
-                return res
-
-        @_wraps(orig)
-        def jit(*args, **kwargs):
-            res = orig(*args, **kwargs)
-            if args and callable(args[0]):
-                return wrap(res, args[0])
-            if callable(res):  # ``jax.jit(static_argnums=...)`` used as a decorator factory
-                def decorate(fun, *a, **k):
-                    return wrap(res(fun, *a, **k), fun)
-                return decorate
-            return res
-
-        jit._nx_orig = orig  # type: ignore[attr-defined]
+        jit = self.public_jit = _public_jit(self, orig)
+        _OUR_JITS.append(jit)
         jax.jit = jit
         self._maybe_devprof()
+
+    def wrap_pjit(self, res, fun, jit_kwargs: dict | None):
+        """The recording stand-in of the PjitFunction ``res`` made from ``fun`` (anything else, or
+        a stand-in that cannot be made, is given back as it is)."""
+        if PJIT_TYPE is not None and type(res) is not PJIT_TYPE:
+            return res
+        try:
+            return make_jitted(self, res, fun, jit_kwargs, self.public_jit)
+        except Exception as e:  # never break the user's jit
+            self.warn_once("jit", f"jitted function not instrumented: {e}")
+            return res
+
+    def adopt(self) -> int:
+        """Instrument what the program made with ``jax.jit`` before the runtime started (a
+        neuron-monitor found after the program's first steps: JAX loads our plugin only when it
+        first initialises a backend, after a module's ``@jax.jit`` functions exist).
+
+        In the module globals of every module but the standard library's, JAX's and ours, and in
+        the plain classes of the program's own modules (not installed in the interpreter's
+        library directories), a PjitFunction becomes its recording stand-in, JAX's ``jit`` itself
+        (``from jax import jit``) becomes ours, and so does the function of a
+        ``functools.partial`` of it.  Jitted functions held only in local variables, closures or
+        other objects are not reached.  Nothing is read but types and dictionaries (no attribute
+        of the program's objects is looked up: a deprecated name would warn, a lazy module load).
+        Returns how many were replaced (docs/decisions/0076-jax-jit-unseen-and-adopted.md)."""
+        import abc
+        import functools
+        import types
+
+        orig, public = self.orig_jit, self.public_jit
+        if orig is None or public is None:
+            return 0
+        made: dict[int, Any] = {}
+
+        def replacement(v):
+            t = type(v)
+            if t is PJIT_TYPE:
+                new = made.get(id(v))
+                if new is None:
+                    fun = vars(v).get("__wrapped__") or vars(v).get("_fun")
+                    new = made[id(v)] = self.wrap_pjit(v, fun, None) if fun is not None else v
+                return new if new is not v else None
+            if v is orig:
+                return public
+            if t is functools.partial and v.func is orig:
+                return functools.partial(public, *v.args, **v.keywords)
+            return None
+
+        skip = _NOT_ADOPTED | sys.stdlib_module_names
+        libs = _library_dirs()
+        n = 0
+        for name, mod in list(sys.modules.items()):
+            if name.partition(".")[0] in skip or not issubclass(type(mod), types.ModuleType):
+                continue
+            try:
+                g = object.__getattribute__(mod, "__dict__")  # (a lazy module is not loaded)
+            except AttributeError:
+                continue
+            file = g.get("__file__")
+            own = name == "__main__" or (type(file) is str and not file.startswith(libs))
+            for key, v in list(g.items()):
+                new = replacement(v)
+                if new is not None:
+                    g[key] = new
+                    n += 1
+                elif own and type(v) in (type, abc.ABCMeta) and vars(v).get("__module__") == name:
+                    for attr, cv in list(vars(v).items()):
+                        new = replacement(cv)
+                        if new is not None:
+                            try:
+                                setattr(v, attr, new)
+                                n += 1
+                            except (AttributeError, TypeError):
+                                pass
+        return n
 
     def _maybe_devprof(self) -> None:
         rt = self.rt
@@ -206,9 +257,13 @@ class JaxRuntime:
         except Exception as e:
             self.warn_once("stats", f"monitor counters not updated: {e}")
 
-    def take_compiles(self, model: Model | None, t0: int, t1: int) -> None:
+    def take_compiles(self, model: Model | None, t0: int, t1: int) -> int:
         """Turn the compile spans this thread reported during the call [t0, t1] into the model's
-        ``model_load`` (trace start to compiled) and ``nrt_load`` (the backend compile)."""
+        ``model_load`` (trace start to compiled) and ``nrt_load`` (the backend compile).  Returns
+        where the execution proper starts: when the compile ended, or ``t0`` if there was none.
+
+        Compiling is loading a graph, not running it: the call's span is split at the end of the
+        compile, so no execution holds one (docs/decisions/0077-jax-compile-apart.md)."""
         me = threading.get_ident()
         mine, keep = [], []
         for c in list(self.compiles):
@@ -219,11 +274,12 @@ class JaxRuntime:
                 keep.append(c)
         self.compiles[:] = keep
         if model is None or not any(c[1] == _BACKEND_EVENT for c in mine):
-            return
+            return t0
         start = min(c[2] for c in mine)
         backend = [c for c in mine if c[1] == _BACKEND_EVENT]
         end = max(c[3] for c in backend)
         self._loaded(model, start, end, backend[-1])
+        return min(max(t0, end), t1)
 
     def _loaded(self, model: Model, start: int, end: int, backend: tuple) -> None:
         rt, ring, tid = self.rt, self.core.ring, native_tid()
@@ -284,6 +340,10 @@ class JaxRuntime:
             raise
         finally:
             t1 = t_ret or now_ns()
+            if self.compiles:  # the compile in this call is the model's load, not the execution
+                t0 = self.take_compiles(model, t0, t1)
+                if ds:
+                    ds = max(ds, t0)
             rec = (ev.EXEC_PAIR, t0, t1, native_tid(), mid, eid, ret, ds, max(de, ds + 1) if de else 0)
             ring.append(rec)
             ring.exec_close()
@@ -291,8 +351,6 @@ class JaxRuntime:
                 ndet.exec_end(nc, mid, eid, t0, de or t1, ret)
             if self.stats_rec is not None:
                 self.stats_rec(rec)
-            if self.compiles:
-                self.take_compiles(model, t0, t1)
             if mid not in self.announced:
                 self.announced.add(mid)
                 if not model.compile_ns:
@@ -301,7 +359,50 @@ class JaxRuntime:
         return out
 
 
-def _wraps(orig: Callable) -> Callable:
+#: top-level packages whose ``jax.jit`` uses stay JAX's (eager ``jnp`` ops are not executions) or ours
+_NOT_ADOPTED = frozenset({"jax", "jaxlib", "neuron_explorer", "jax_plugins"})
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where the interpreter's installed packages and standard library live: modules outside are
+    the program's own."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:  # (a virtualenv's old site module)
+        pass
+    return tuple(sorted(os.path.join(d, "") for d in dirs if d))
+
+
+#: the ``jax.jit`` replacements made in this process (so a second install wraps nothing twice)
+_OUR_JITS: list[Callable] = []
+
+
+def _public_jit(jx: "JaxRuntime", orig: Callable) -> Callable:
+    """The function that stands for ``jax.jit``: the original's result, made a recording stand-in.
+
+    It must look like ``jax.jit`` to the program: the original's name, docstring, ``__dict__`` and
+    ``__wrapped__`` (so ``inspect.signature`` and ``inspect.unwrap`` give what they give without
+    us).  Its ``__module__`` is ``jax``, where it is installed: pickle stores a function as a
+    reference to its module's attribute and checks that the attribute is that very function, so
+    ``pickle.dumps(jax.jit)`` and ``functools.partial(jax.jit, ...)`` pickle as ``jax.jit`` (the
+    receiving process's own ``jax.jit``, ours or JAX's), where ``jax._src.api.jit`` (JAX's, kept for
+    JAX's own modules) would refuse it."""
     import functools
 
-    return functools.wraps(orig)
+    def jit(*args, **kwargs):
+        res = orig(*args, **kwargs)
+        if args and callable(args[0]):
+            return jx.wrap_pjit(res, args[0], kwargs if len(args) == 1 else None)
+        if callable(res):  # ``jax.jit(static_argnums=...)`` used as a decorator factory
+            def decorate(fun, *a, **k):
+                return jx.wrap_pjit(res(fun, *a, **k), fun, None if a or k else kwargs)
+            return decorate
+        return res
+
+    functools.update_wrapper(jit, orig)
+    jit.__wrapped__ = vars(orig).get("__wrapped__", orig)  # type: ignore[attr-defined]
+    jit.__module__ = "jax"
+    return jit

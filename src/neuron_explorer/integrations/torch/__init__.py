@@ -26,7 +26,7 @@ from neuron_explorer.integrations.torch.regions import install_regions, regions_
 from neuron_explorer.integrations.torch.graphs import install_compile_start, install_dynamo
 from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.integrations.torch.waits import install_waits, record_sync
-from neuron_explorer.runtime.core import Runtime
+from neuron_explorer.runtime.core import EXECUTIONS, Runtime
 
 __all__ = ["Installed", "install", "installed", "record_sync"]
 
@@ -51,10 +51,10 @@ def install(rt: Runtime, torch) -> None:
     if core is None:
         return  # this process's core is filtered out at capture time
     rt.sync_point(core)
-    if rt.enabled[ev.CC_RUNNING] or rt.enabled[ev.CC_EXEC_BARRIER]:
+    # each mechanism when any type it produces is kept (contracts.events), or NDET needs it
+    if rt.keeps_any(ev.COLLECTIVE_TYPES) or rt.ndet is not None:
         install_collectives(inst, torch, core)
-    if rt.enabled[ev.NC_EXEC_RUNNING] or rt.enabled[ev.NRT_EXECUTE] or rt.enabled[ev.MODEL_LOAD] or \
-            rt.enabled[ev.NRT_LOAD] or rt.enabled[ev.NUMERICAL_ERR]:
+    if rt.enabled[EXECUTIONS]:
         when_imported("torch._dynamo.trace_rules", lambda m: m.add("neuron_explorer"))  # never trace our hooks
         when_imported("torch._dynamo.callback", lambda m: install_compile_start(inst, m))
         when_imported("torch._dynamo.output_graph", lambda m: install_dynamo(inst, torch, core, m))

@@ -40,7 +40,10 @@ _COLLECTIVE_OPS = {
 
 
 def install_collectives(inst: Installed, torch, core: CoreState) -> None:
-    """Register a recording kernel for each c10d operator whose event type is enabled."""
+    """Register a recording kernel for every c10d operator.  Each records the types of
+    ``events.COLLECTIVE_TYPES`` the capture keeps: a kernel whose own type is filtered out still
+    gives its ``hw_notify``, the ``kbl_exec_wait`` of a wait on it (named by op, sequence number and
+    group) and NDET's record, and the sequence numbers stay those of an unfiltered run."""
     c10d = torch._C._distributed_c10d if hasattr(torch._C, "_distributed_c10d") else None
     if c10d is None:
         return
@@ -59,8 +62,6 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
             continue
         is_barrier = "barrier" in opname
         etype = ev.CC_EXEC_BARRIER if is_barrier else ev.CC_RUNNING
-        if not rt.enabled[etype]:
-            continue
         lib.impl(opname, site.kernel(op, names.index("process_group"), etype, rt.intern(shown), is_barrier),
                  "BackendSelect")
 
@@ -117,7 +118,7 @@ class _KernelSite:
             self.PG, self.Work, self.keys_of, self.below, self.seqs, self.group_info
         append, tick = self.core.ring.append, self.core.ring.tick
         pending, complete, warn_once = inst.pending_cc, inst.cc_complete, inst.warn_once
-        notify = rt.enabled[ev.HW_NOTIFY]
+        span, notify = rt.enabled[etype], rt.enabled[ev.HW_NOTIFY]
 
         def kernel(*args, **kwargs):
             t0 = now_ns()
@@ -152,8 +153,9 @@ class _KernelSite:
 
                 def finish(t1, status, t0=t0, tid=tid, seq=seq, nbytes=nbytes, dtype_sid=dtype_sid, gsid=gsid,
                            token=token):
-                    append((etype, t0, t1, tid, op_sid, seq, nbytes, dtype_sid, gsid))
-                    tick()
+                    if span:
+                        append((etype, t0, t1, tid, op_sid, seq, nbytes, dtype_sid, gsid))
+                        tick()
                     if notify:  # the completion reaching the host, on the thread that saw it
                         append((ev.HW_NOTIFY, t1, t1, native_tid(), status, op_sid, seq, 0, gsid))
                         tick()

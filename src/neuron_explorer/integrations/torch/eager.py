@@ -41,7 +41,7 @@ from neuron_explorer.integrations.torch.neffs import cache_neff
 from neuron_explorer.integrations.torch.state import Installed, env_switch
 from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
-from neuron_explorer.runtime.core import CoreState, Model, Runtime
+from neuron_explorer.runtime.core import EXECUTIONS, CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import EagerStep, backward_gate, module_call_gate, module_call_skip
 
 __all__ = ["Eager", "install_eager"]
@@ -264,7 +264,6 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
     ndet = rt.ndet
     devprof_cell = rt.devprof_cell
     enabled = rt.enabled
-    NRT_EXECUTE = ev.NRT_EXECUTE
 
     def finish(mid: int, eid: int, t0: int, t1: int, ret: int, begun: bool) -> None:
         rec = (PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0)
@@ -300,7 +299,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
     tids, get_ident = clock.native_ids, threading.get_ident
 
     def record(ex: _Exec, fn, args, kwargs):
-        if ex.skip or not enabled[NRT_EXECUTE]:
+        if ex.skip or not enabled[EXECUTIONS]:
             return fn(*args, **kwargs)
         if not ex.known:
             return first(ex, fn, args, kwargs)
@@ -510,7 +509,7 @@ def _patch_optimizer(eg: Eager, torch) -> None:
     Optimizer = torch.optim.Optimizer
     orig = Optimizer.profile_hook_step
     tl, record, optimizer_exec, c_run = eg.tl, eg.record, eg.optimizer_exec, eg.c_run
-    enabled, NRT_EXECUTE = eg.rt.enabled, ev.NRT_EXECUTE
+    enabled = eg.rt.enabled
 
     def profile_hook_step(func):
         hooked = orig(func)
@@ -534,7 +533,7 @@ def _patch_optimizer(eg: Eager, torch) -> None:
         step._neuron_explorer_step = True  # type: ignore[attr-defined]
         if EagerStep is None:
             return step
-        fast = EagerStep(hooked, tl, enabled, NRT_EXECUTE, step)
+        fast = EagerStep(hooked, tl, enabled, EXECUTIONS, step)
 
         # A Python function in the class, as torch's own: Dynamo, tracing a compiled function that
         # calls opt.step(), called a C object standing there without the optimizer.  One frame.

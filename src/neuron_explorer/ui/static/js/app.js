@@ -1,8 +1,8 @@
 // Application shell: the profile list, the widget dashboard, the Add Widget and Device Profiles
 // List modals, and the widgets themselves (System Trace Viewer with its docked panel, Event Details,
 // Profile Overview, Device Trace Viewer). Widgets talk through a small event bus so Event Details can
-// follow clicks in any trace viewer of its profile. The dashboard's state (widgets, view range, area
-// and selected event) lives in the URL, so a view survives a reload and can be shared.
+// follow clicks in any trace viewer of its profile. The dashboard's state (widgets, view range, area,
+// selected event and search) lives in the URL, so a view survives a reload or a restart and can be shared.
 
 import { absNs, api, esc, fmtBytes, fmtCount, fmtDur, fmtDurExact, fmtNs, stats } from "./api.js";
 import { Timeline } from "./timeline.js";
@@ -142,14 +142,35 @@ function render(w) {
 }
 
 // ---------------------------------------------------------------- URL state
-// #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start
+const LAYOUTS = ["tracks", "names"];
+
+// A widget in the URL: TYPE[@PROFILE][!DEVICE_PROFILE][~h] (another profile than the page's, the device
+// profile a Device Trace Viewer shows, half width). Names are percent-encoded, the separators and the
+// list's comma included (encodeURIComponent keeps ! ~ ' ( ) *), so that any profile name comes back.
+const encPart = (x) => encodeURIComponent(x).replace(/[!'()*~]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+const decPart = (x) => { try { return decodeURIComponent(x); } catch { return x; } };
+
+function widgetItem(w) {
+  return w.type + (w.profile !== state.home ? `@${encPart(w.profile)}` : "")
+    + (w.type === "device-trace" && w.deviceProfile !== null && w.deviceProfile !== undefined ? `!${encPart(String(w.deviceProfile))}` : "")
+    + (w.half ? "~h" : "");
+}
+
+function parseWidgetItem(item) {
+  const [head, half] = item.split("~");
+  const [rest, dev] = head.split("!");
+  const [type, prof] = rest.split("@");
+  return { type, profile: prof === undefined ? null : decPart(prof), deviceProfile: dev === undefined ? null : decPart(dev),
+           half: half === "h" };
+}
+// #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start&q=search
 let urlTimer = 0;
 function saveUrl() {
   if (state.restoring || !state.home) return;
   clearTimeout(urlTimer);
   urlTimer = setTimeout(() => {
     const q = new URLSearchParams();
-    q.set("w", state.widgets.filter((w) => !w.dockedIn).map((w) => w.type + (w.profile !== state.home ? `@${w.profile}` : "") + (w.half ? "~h" : "")).join(","));
+    q.set("w", state.widgets.filter((w) => !w.dockedIn).map(widgetItem).join(","));
     const st = state.widgets.find((w) => w.type === "system-trace" && w.profile === state.home && w.timeline);
     if (st) {
       const tl = st.timeline;
@@ -160,6 +181,7 @@ function saveUrl() {
       if (tl.sel) { q.set("a0", String(Math.round(tl.sel.a))); q.set("a1", String(Math.round(tl.sel.b))); if (tl.sel.rows) q.set("rows", tl.sel.rows.join(".")); }
       if (tl.selected && tl.selected.leaf !== null && tl.selected.leaf !== undefined) q.set("ev", `${tl.selected.leaf}:${tl.selected.id}:${tl.selected.s}`);
       if (st.dockH) q.set("dock", String(st.dockH));
+      if (st.query) q.set("q", st.query);
     }
     if (state.sync) q.set("sync", "1");
     history.replaceState(null, "", `#/p/${encodeURIComponent(state.home)}?${q}`);
@@ -226,8 +248,12 @@ async function renderSystemTrace(w, body, extra) {
   if (!ov) return;
   w.overview = ov;
   const url = state.restoring && w.profile === state.home ? state.restoring : null;
-  w.mode = w.mode || url?.get("mode") || ov.default_mode;
-  w.layout = w.layout || url?.get("layout") || "tracks";
+  // a link's grouping and layout only when this server knows them (else the widget could not paint)
+  const urlMode = url?.get("mode"), urlLayout = url?.get("layout");
+  w.mode = w.mode || (urlMode && Object.hasOwn(ov.modes, urlMode) ? urlMode : null) || ov.default_mode;
+  w.layout = w.layout || (LAYOUTS.includes(urlLayout) ? urlLayout : null) || "tracks";
+  w.urlDropped = [urlMode && urlMode !== w.mode ? `grouping "${urlMode}"` : null,
+                  urlLayout && urlLayout !== w.layout ? `layout "${urlLayout}"` : null].filter(Boolean);
   extra.innerHTML = `
     <input type="search" placeholder="Search names, model, op… (Ctrl+F)" data-testid="search" />
     <button data-act="prev" title="Previous match">◀</button><button data-act="next" title="Next match">▶</button>
@@ -321,7 +347,6 @@ async function renderSystemTrace(w, body, extra) {
     return true;
   };
   await loadRows();
-  if (url) restoreView(w, url);
   if (w.coarse) detailLoading(w, tl, status);
 
   // ---- details in the dock
@@ -353,8 +378,14 @@ async function renderSystemTrace(w, body, extra) {
     if (!r) { summary.innerHTML = `<span class="muted">No area selected.</span>`; return; }
     summary.innerHTML = `<span class="muted">Summarizing…</span>`;
     const rows = r.rows && r.rows.length ? r.rows : null;
-    const [s, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, rows, r.a, r.b),
-                                       api.collectives(w.profile, w.mode, w.layout, rows, r.a, r.b)]);
+    let s, cc;
+    try {
+      [s, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, rows, r.a, r.b),
+                                   api.collectives(w.profile, w.mode, w.layout, rows, r.a, r.b)]);
+    } catch (e) {
+      summary.innerHTML = `<p class="muted" data-testid="area-error">Cannot summarize this area: ${esc(e.message)}</p>`;
+      return;
+    }
     const span = r.b - r.a;
     const pct = (x) => (x === null || x === undefined ? "—" : `${x.toFixed(1)}%`);
     const d = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
@@ -380,6 +411,8 @@ async function renderSystemTrace(w, body, extra) {
   let q = "";
   const runSearch = async () => {
     q = input.value.trim();
+    w.query = q;
+    saveUrl();
     if (!q) { tl.match = null; tl.queueDraw(); $(".search-info", status).textContent = ""; $(".search-k", extra).textContent = ""; return; }
     const r = await api.search(w.profile, w.mode, w.layout, q);
     tl.match = new Set(r.rows);
@@ -405,6 +438,7 @@ async function renderSystemTrace(w, body, extra) {
   extra.querySelector("[data-act=next]").onclick = () => jump(1);
   extra.querySelector("[data-act=prev]").onclick = () => jump(-1);
   w.focusSearch = () => { input.focus(); input.select(); };
+  w.search = (text) => { input.value = text; return runSearch(); };
   const selBtn = extra.querySelector("[data-act=select]");
   selBtn.onclick = () => { tl.selectMode = !tl.selectMode; selBtn.classList.toggle("on", tl.selectMode); };
   extra.querySelector("[data-act=reset]").onclick = () => tl.resetView();
@@ -458,6 +492,13 @@ async function renderSystemTrace(w, body, extra) {
     };
     setTimeout(() => document.addEventListener("click", () => pop.remove(), { once: true }));
   };
+  // the URL's view, area, selected event and search are restored last: they use this widget's area
+  // summary and search, defined above (restored before them, an area threw and lost the event too)
+  if (url) restoreView(w, url);
+  else if (state.sync) { // synchronised: a viewer opened (or restored) after another joins its view
+    const o = state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
+    if (o) tl.setView(o.timeline.t0, o.timeline.t1);
+  }
 }
 
 /** With "synchronise", every other System Trace Viewer follows this one's view range. */
@@ -470,23 +511,40 @@ function syncViews(from, t0, t1) {
   } finally { syncing = false; }
 }
 
+/** The URL's view, area, selected event and search. What the profile no longer has (a link made before
+ *  it was ingested again, or from another workspace: its tracks and events are numbered anew) is left
+ *  out, with one note, rather than asked for and failing. */
 function restoreView(w, url) {
   const tl = w.timeline;
+  const dropped = [...(w.urlDropped || [])];
   const t0 = Number(url.get("t0")), t1 = Number(url.get("t1"));
   if (url.get("t0") !== null && url.get("t1") !== null && t1 > t0) tl.setView(t0, t1);
   const a0 = Number(url.get("a0")), a1 = Number(url.get("a1"));
   if (url.get("a0") !== null && a1 > a0) {
     const rows = url.get("rows") ? url.get("rows").split(".").map(Number) : null;
-    tl.sel = { a: a0, b: a1, rows };
-    w.showArea(tl.sel);
+    if (rows && !rows.every((r) => Number.isInteger(r) && r >= 0 && r < tl.rows.length)) dropped.push("area");
+    else {
+      tl.sel = { a: a0, b: a1, rows, ...tl.rowsExtent(rows) };
+      tl.queueDraw();
+      w.showArea(tl.sel);
+    }
   }
   const ev = url.get("ev");
   if (ev) {
     const [leaf, id, s] = ev.split(":");
     const row = tl.leafToRow.get(Number(leaf));
-    tl.selected = { id: /^\d+$/.test(id) && Number(id) <= Number.MAX_SAFE_INTEGER ? Number(id) : id, leaf: Number(leaf), row, s: Number(s) };
-    openEvent(w, { id, leaf: Number(leaf), c: 1, s: Number(s) });
+    if (row === undefined || !/^-?\d+$/.test(id || "")) dropped.push("selected event");
+    else {
+      const sel = { id: /^\d+$/.test(id) && Number(id) <= Number.MAX_SAFE_INTEGER ? Number(id) : id, leaf: Number(leaf), row, s: Number(s) };
+      tl.selected = sel;
+      openEvent(w, { id, leaf: Number(leaf), c: 1, s: Number(s) }).then((ok) => {
+        if (!ok && tl.selected === sel) { tl.selected = null; tl.queueDraw(); saveUrl(); } // not in this profile
+      });
+    }
   }
+  const q = url.get("q");
+  if (q) w.search(q);
+  if (dropped.length) toast(`Left out of this link: its ${dropped.join(", ")} (not in profile "${w.profile}" as it is now).`, true);
 }
 
 /** Jump to an event: keep the zoom if it fits, centre it, show its track, select it and open its details. */
@@ -502,10 +560,11 @@ function goToEvent(w, it) {
   saveUrl();
 }
 
+/** Show an event's details and flows (a merged bucket's summary); false when the event could not be read. */
 async function openEvent(w, it) {
   if (it.c > 1 || (w.coarse && String(it.id) === "-1")) { // coarse buckets carry no event id
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, merged: it, source: w } }));
-    return;
+    return true;
   }
   try {
     const [ev, fl] = await Promise.all([api.event(w.profile, it.id, it.leaf),
@@ -517,8 +576,10 @@ async function openEvent(w, it) {
     }
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, event: ev, flows: fl, source: w } }));
     if (ev.name === "nc_exec_running" && ev.device_profile) drillDown(w, ev);
+    return true;
   } catch (e) {
     toast(e.message, true);
+    return false;
   }
 }
 
@@ -811,15 +872,19 @@ async function showDashboard(name, url) {
   $("#main").innerHTML = `<div id="widgets"></div>`;
   const list = (url.get("w") || "system-trace").split(",").filter(Boolean);
   state.restoring = url;
+  const gone = new Set();
   try {
     for (const item of list) {
-      const [head, half] = item.split("~");
-      const [type, prof] = head.split("@");
-      if (!WIDGETS[type] || type === "device-trace") continue;
-      const p = prof && state.profiles.some((x) => x.name === prof) ? prof : name;
-      const w = addWidget(type, p, null, { init: { half: half === "h" } });
-      if (w && type === "system-trace" && p === name) await waitFor(() => w.timeline && w.timeline.painted);
+      const it = parseWidgetItem(item);
+      if (!WIDGETS[it.type]) continue;
+      if (it.profile !== null && !state.profiles.some((x) => x.name === it.profile)) { gone.add(it.profile); continue; }
+      const p = it.profile ?? name;
+      // already open: the selected execution's device trace, drilled down into while restoring
+      if (findDuplicate(it.type, p, it.deviceProfile)) continue;
+      const w = addWidget(it.type, p, it.deviceProfile, { init: { half: it.half } });
+      if (w && it.type === "system-trace" && p === name) await waitFor(() => w.timeline && w.timeline.painted);
     }
+    if (gone.size) toast(`Left out of this link: the widgets of ${[...gone].map((x) => `"${x}"`).join(", ")} (no longer in the workspace).`, true);
   } finally {
     state.restoring = null;
   }

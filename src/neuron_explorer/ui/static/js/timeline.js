@@ -289,6 +289,20 @@ export class Timeline {
     return out;
   }
 
+  /** The vertical extent of tracks ``rows`` in an area's coordinates (canvas y + scroll), so that an
+   *  area restored from the URL is drawn over its tracks, as the drag that made it was; {} when none
+   *  of them is laid out (it is then drawn over every track). */
+  rowsExtent(rows) {
+    if (!rows || !rows.length) return {};
+    const want = new Set(rows);
+    let y0 = Infinity, y1 = -Infinity;
+    for (const e of this.layout) {
+      const hit = e.type === "row" ? want.has(e.row.idx) : e.collapsed && e.rows.some((r) => want.has(r));
+      if (hit) { y0 = Math.min(y0, e.y); y1 = Math.max(y1, e.y + e.h); }
+    }
+    return y1 > y0 ? { y0: this.top + y0, y1: this.top + y1 } : {};
+  }
+
   // ------------------------------------------------------------------ view changes
   setView(t0, t1) {
     const dur = Math.max(this.source.duration, 1);
@@ -1111,7 +1125,8 @@ export class Timeline {
       drag = null;
       c.classList.remove("dragging", "selecting");
       if (d.selecting) {
-        const a = Math.min(this.sel.a, this.sel.b), b = Math.max(this.sel.a, this.sel.b);
+        // whole nanoseconds: the area the URL keeps (and a restart restores) is then this very one
+        const a = Math.round(Math.min(this.sel.a, this.sel.b)), b = Math.round(Math.max(this.sel.a, this.sel.b));
         if ((b - a) / this.npp < 3) { this.sel = null; this.cb.onSelect?.(null); }
         else {
           let rows = null;

@@ -1,0 +1,176 @@
+"""The matrix as data: the programs (tests/programs/), the settings they run under, and the cells
+known to be broken (issue 29), each a line.
+
+A new program is one ``Program`` line, a new setting one ``Setting`` line; the checks that apply
+to a cell follow from the setting's fields (``checks.CHECKS``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+PROGRAMS_DIR = Path(__file__).resolve().parent.parent / "programs"
+
+
+@dataclass(frozen=True)
+class Program:
+    """One program of the corpus and how it is launched."""
+
+    name: str
+    script: str
+    args: tuple[str, ...] = ()
+    ranks: int = 0  # >0: launched by ``torchrun --nproc_per_node ranks``
+    raises: bool = False  # dies of the user's own exception: its traceback is compared
+    mask: str | None = None  # a regex for what may differ between runs in stdout (timings); best: print none
+    timeout: float = 300.0
+
+    @property
+    def path(self) -> Path:
+        return PROGRAMS_DIR / self.script
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Environment variables a user sets (``{out}``, ``{ndet}``: the cell's directories) and
+    whether a real neuron-monitor runs beside the program."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    monitor: bool = False
+
+    @property
+    def capture(self) -> bool:
+        return self.env.get("NEURON_RT_INSPECT_ENABLE") == "1"
+
+    @property
+    def type_filter(self) -> str | None:
+        return self.env.get("NEURON_RT_INSPECT_EVENT_FILTER_TYPE")
+
+    @property
+    def device(self) -> str | None:
+        return self.env.get("NEURON_RT_INSPECT_DEVICE_PROFILE")
+
+    @property
+    def ndet(self) -> bool:
+        return "NEURON_RT_DBG_NDET_FLUSH_USEC" in self.env
+
+
+PROGRAMS = [
+    Program("cnn", "cnn_adadelta.py"),
+    Program("lstm", "lstm_lm.py"),
+    Program("transformer", "transformer_amp.py"),
+    Program("ddp", "ddp_sampler.py", ranks=2),
+    Program("compiled_inductor", "compiled.py", ("inductor",)),
+    Program("compiled_aot_eager", "compiled.py", ("aot_eager",)),
+    Program("own_profiler", "own_profiler.py"),
+    Program("jax", "jax_train.py"),
+    Program("jax_in_process", "jax_train.py", ("--in-process",)),
+    Program("fork", "fork_child.py"),
+    Program("threads", "threads.py"),
+    Program("nan", "nan_diverge.py"),
+    Program("raise", "raise_in_forward.py", raises=True),
+]
+
+#: the one program whose every cell runs in the default (not slow) suite
+DEFAULT_PROGRAM = "cnn"
+
+_CAPTURE = {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": "{out}"}
+_NDET = {"NEURON_RT_DBG_NDET_FLUSH_USEC": "200000", "NEURON_RT_DBG_NDET_LOG_LOCATION": "{ndet}",
+         "NEURON_EXPLORER_NAN_CHECK": "1"}
+_TAG = {"NEURON_PROCESS_TAG": "matrix"}
+
+SETTINGS = [
+    Setting("off"),
+    Setting("system", _CAPTURE),
+    Setting("device_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model"}),
+    Setting("device_session", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}),
+    Setting("ndet", _NDET),
+    Setting("monitor", _TAG, monitor=True),
+    Setting("monitor_untagged", {}, monitor=True),  # nothing set: found by discovery alone
+    Setting("all", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session", **_NDET, **_TAG}, monitor=True),
+    Setting("all_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model", **_NDET, **_TAG}, monitor=True),
+    Setting("filter_hardware", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware"}),
+    Setting("filter_software", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "software"}),
+    Setting("filter_hardware_not_cc", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware,^cc_exec"}),
+    Setting("pure_python", {**_CAPTURE, "NEURON_EXPLORER_PURE_PYTHON": "1"}),
+]
+
+#: the unfiltered capture a filtered one is compared with
+REFERENCE_SETTING = "system"
+
+
+@dataclass(frozen=True)
+class Known:
+    """Cells expected to fail until an item of issue 29 is fixed (glob patterns over program,
+    setting and check names). Marked ``xfail(strict=True)``: a fix makes them pass, and the
+    unexpected pass tells the lead to delete the line.  ``item`` is the issue 29 item number, or a
+    short tag for a problem found by the matrix beyond the issue's list."""
+
+    programs: str
+    settings: str
+    checks: str
+    item: int | str
+    why: str
+    strict: bool = True  # False only where the failure is a race that sometimes passes
+
+    @property
+    def reason(self) -> str:
+        if isinstance(self.item, int):
+            return f"issue 29 item {self.item}: {self.why}"
+        return f"found by the matrix, not in issue 29 ({self.item}): {self.why}"
+
+    def matches(self, program: str, setting: str, check: str) -> bool:
+        """Each field is a space-separated list of glob patterns."""
+        return all(any(fnmatchcase(v, p) for p in pats.split())
+                   for v, pats in ((program, self.programs), (setting, self.settings), (check, self.checks)))
+
+
+# torch programs with an optimizer (and raise, whose failure changes other checks)
+_TORCH_OPT = "cnn transformer ddp compiled_* own_profiler fork threads nan"
+_TORCH = _TORCH_OPT + " lstm raise"
+_RUNTIME_ON = "system device_* ndet monitor* all* filter_* pure_python"
+
+KNOWN: list[Known] = [
+    Known(_TORCH_OPT, "device_session all", "stdout stderr exit_status executions ndet ndet_verdict", 1,
+          "a session-mode device profile crashes the second optimizer.step() (AttributeError: 'tuple' object "
+          "has no attribute '_optimizer_step_pre_hooks')"),
+    Known("raise", "device_session all", "stdout stderr traceback executions ndet ndet_verdict", 1,
+          "a session-mode device profile crashes the second optimizer.step()"),
+    # how many executions two threads lose depends on how they interleave: not strict
+    Known("threads", "system device_* all all_model pure_python", "executions", 5,
+          "two threads training at once: most root-module calls and backwards are not recorded", strict=False),
+    Known("threads", "filter_* pure_python", "filtered same_as_c", 5,
+          "two threads training at once: each run loses a different number of executions", strict=False),
+    Known("threads", "ndet all all_model", "ndet", 5, "two threads training at once: NDET misses executions",
+          strict=False),
+    Known("threads", "monitor* all all_model", "monitor", 5, "two threads training at once: executions are lost",
+          strict=False),
+    Known("own_profiler", "system device_* ndet monitor monitor_untagged all all_model filter_software pure_python",
+          "stdout", 6, "the program's own torch.profiler records our PythonDispatchMode and extra aten ops at each "
+          "root module's first call"),
+    Known("compiled_*", "system device_* all all_model pure_python", "model_names", 11,
+          "torch.compile(MLP()) graphs are named inner@compiled.py:<line>_<hash>; the README says MLP_<hash>"),
+    Known("raise", _RUNTIME_ON, "traceback stderr", 7,
+          "the user's traceback gains frames of integrations/torch/eager.py"),
+    Known("jax", "ndet all all_model", "ndet_verdict", "ndet-pool-sigterm",
+          "neuron-det calls a clean program erroneous (exit 1, no 'no errors detected') when it used "
+          "'with multiprocessing.Pool()': Pool.__exit__ ends its idle workers with SIGTERM, and a log that "
+          "ended by a signal is never clean (ndet/verdict.py is_clean)"),
+    Known("jax", "monitor_untagged", "monitor", "jax-late-start",
+          "documented limit (decision 0076, docs/jax.md): with no variable set, JAX starts our runtime only at "
+          "its backend's first use, so the spawn worker's jitted function, made before that and held in a "
+          "local variable, is never counted (its first call is the one that starts the backend)"),
+    Known("nan", "ndet all all_model", "ndet ndet_verdict executions", "eager-nan-check",
+          "the NaN/Inf check never runs on an eager root module's outputs: a diverging eager model gives no "
+          "numerical_err, no NDET numerical_error, and neuron-det says 'no errors detected' (the same model "
+          "under torch.compile reports each one)"),
+    Known("*", "monitor all all_model", "monitor", "monitor-lists-helpers",
+          "with NEURON_PROCESS_TAG set, neuron-monitor reports processes that run no workload as applications: "
+          "neuron-monitor itself, torchrun's agent, Inductor's .so load-check subprocesses "
+          "(python -c '...cdll.LoadLibrary(...)'); capture and NDET leave them out"),
+]
+
+
+def known_failures(program: str, setting: str, check: str) -> list[Known]:
+    return [k for k in KNOWN if k.matches(program, setting, check)]
