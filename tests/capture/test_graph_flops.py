@@ -135,3 +135,29 @@ def test_the_programs_own_profiler_sees_the_same_events_with_capture_on(tmp_path
         assert not any(name == "PythonDispatchMode" for name, _ in seen["events"])
     flops = _flops_by_kind(out)
     assert flops["forward"] == FWD and flops["backward"] == BWD, flops
+
+
+API_STEP = """
+import torch
+from torch.profiler import profile, ProfilerActivity
+from neuron_explorer.torch import NeuronConfig, ProfileMode, NeuronProfiler
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 16), torch.randn(8, 4)
+cfg = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir="{out}")
+with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg, on_trace_ready=NeuronProfiler(cfg).export_trace):
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+"""
+
+
+def test_eager_graphs_profiled_through_the_api_know_their_flops(tmp_path):
+    """Every call the API records runs under its torch.profiler: an eager graph's first call is
+    counted by the device profile's op recorder (the same formulas), not deferred for ever."""
+    out = tmp_path / "out"
+    _run_script(tmp_path, API_STEP.format(out=out))
+    flops = _flops_by_kind(out)
+    assert flops["forward"] == FWD and flops["backward"] == BWD, flops

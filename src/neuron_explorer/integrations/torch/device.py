@@ -68,9 +68,12 @@ class _Recorder:
         self.table = table
         self.exec_idx = exec_idx
         self.flops_of = flop_registry
+        self.flops: float | None = None  # the execution's, where an op had a formula
 
     def op(self, func, args, kwargs, out, t0: int, t1: int) -> None:
         flops = op_flops(self.flops_of, func, args, kwargs, out)
+        if flops is not None:
+            self.flops = (self.flops or 0.0) + flops
         self.table.add_op(t0, t1, str(func.name()), "aten", self.exec_idx, flops=flops,
                           nbytes=tensor_bytes(args) + tensor_bytes(out), detail=_shapes(args))
 
@@ -124,6 +127,7 @@ class DeviceProfiler:
         self.inductor: dict[int, tuple[Any, list[str]] | None] = {}
         self.active = True
         self.precaching = precache
+        self._last = threading.local()  # .flops: those of the last execution profiled on the thread
         if precache:
             for m in list(rt.models):
                 self.precache(m)
@@ -151,6 +155,12 @@ class DeviceProfiler:
         mode once the graph has been profiled there: the execution wrappers then keep to their
         lean path while it is on, so steady state costs what the system profile costs."""
         return self.mode == "model" and (nc, model_id) in self.done
+
+    def last_flops(self) -> float | None:
+        """The flops of the last execution this thread profiled (None: no op had a formula): an
+        eager graph's first call, profiled, learns its count here rather than under a second
+        dispatch mode (integrations/torch/flops.py)."""
+        return getattr(self._last, "flops", None)
 
     def run(self, torch, nc: int, model: Model, exec_id: int, fn, args, kwargs):
         """Run one execution under the op recorder."""
@@ -187,6 +197,7 @@ class DeviceProfiler:
             for n, orig in restore:
                 setattr(kinfo[0], n, orig)
             table.executions[idx].end_ns = now_ns()
+            self._last.flops = rec.flops
 
     def write(self, session_dir: str) -> None:
         """Write the op tables as ``.ntff`` files and the graphs as ``.neff`` files (the capture sink

@@ -329,19 +329,19 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
         its flops are counted on the way (integrations/torch/flops.py), or, while the program's
         own profiler or dispatch mode watches, on the first call made when none does."""
         dp = devprof_cell[0]
-        fc = FlopCounter(torch)
         if dp is not None and dp.wants(nc, ex.materialize().id):
             # profiled from its first call (model mode profiles only that one); should compiled
-            # graphs run inside, this one call is recorded besides them, then never again
+            # graphs run inside, this one call is recorded besides them, then never again.  The
+            # op recorder counts its flops with the same formulas: no second dispatch mode
             watched = watch_thread()
             try:
-                with fc:
-                    return general(ex, fn, args, kwargs)
+                return general(ex, fn, args, kwargs)
             finally:
                 ran = unwatch_thread(*watched)  # (its own execution is one of them)
-                ex.known = not fc.deferred
+                ex.known = True
                 ex.skip = ran > 1
-                learn_flops(rt, ex.model, fc.flops)
+                learn_flops(rt, ex.model, getattr(dp, "last_flops", lambda: None)())
+        fc = FlopCounter(torch)
         watched = watch_thread()
         t0 = now_ns()
         ret = 1
