@@ -291,3 +291,53 @@ except TypeError as e:
     assert "Eq calls not recorded as executions: unhashable type" in p.stderr
     (s,) = sessions(out)
     assert [n.split("_")[0] for n in _executions(s)] == ["Linear"]
+
+
+# Two threads calling their own modules at the same time (the GIL handed over every microsecond,
+# so each thread's first call overlaps the other's calls): the inference phase, then training
+THREADS = """
+import sys, threading, torch
+torch.set_num_threads(1)
+sys.setswitchinterval(1e-6)
+N = {n}
+
+def infer(i, barrier):
+    m, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
+    barrier.wait()
+    with torch.no_grad():
+        for _ in range(N):
+            m(x)
+
+def train(i, barrier):
+    torch.manual_seed(i)
+    m, x = torch.nn.Linear(6, 3), torch.randn(3, 6)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    barrier.wait()
+    for _ in range(N):
+        opt.zero_grad()
+        m(x).sum().backward()
+        opt.step()
+
+for work in (infer, train):
+    barrier = threading.Barrier(2)
+    threads = [threading.Thread(target=work, args=(i, barrier)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_modules_called_by_threads_at_the_same_time_are_each_an_execution(tmp_path, pure):
+    """Depth is per thread (docs/decisions/0025): a root's first call on one thread is not taken
+    for a container of compiled graphs because another thread's executions ran meanwhile."""
+    out = tmp_path / "out"
+    _run(tmp_path, THREADS.format(n=50), NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+         NEURON_EXPLORER_PURE_PYTHON=pure)
+    (s,) = sessions(out)
+    counts = Counter(_executions(s))
+    kinds = Counter(m.kind for m in s.models)
+    # each graph registered once, though both threads met it at the same time
+    assert kinds == {"forward": 2, "backward": 1, "optimizer": 1} and type_counts(s)["model_load"] == 4
+    assert sorted(counts.values()) == [100] * 4, counts  # 2 threads x 50 calls of each

@@ -212,3 +212,103 @@ def test_a_compiled_function_that_steps_the_optimizer_runs_as_without_the_profil
     assert got.stdout.strip().splitlines()[-1] == plain  # the same losses: every step ran
     rec = _ndet_log(nd).records
     assert int((rec["kind"] == ndet_fmt.KIND_EXEC).sum()) >= 8  # the compiled graphs' calls at least
+
+
+# A training loop whose every optimizer step goes through the device profiler in session mode:
+# ``{model}`` makes the model, ``{around}`` wraps the profiled steps (the API variant)
+SESSION_LOOP = """
+import torch
+{head}
+torch.manual_seed(0)
+model = {model}
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+
+def train(steps):
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        print("loss", round(loss.item(), 6))
+
+{around}
+"""
+
+LINEAR = "torch.nn.Linear(4, 2)"
+COMPILED = 'torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)), backend="aot_eager")'
+ENV_AROUND = "train(3)"
+API_HEAD = """
+from torch.profiler import profile, ProfilerActivity
+from neuron_explorer.torch import NeuronConfig, ProfileMode, NeuronProfiler
+"""
+API_AROUND = """
+cfg = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir="{out}")
+train(1)  # warm-up
+with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg, on_trace_ready=NeuronProfiler(cfg).export_trace):
+    train(2)
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+@pytest.mark.parametrize("variant", ["eager"] + [pytest.param(v, marks=pytest.mark.slow)
+                                                  for v in ("compiled", "no-system-profile", "api")])
+def test_a_session_device_profile_records_every_optimizer_step_and_changes_no_loss(tmp_path, variant, pure):
+    out = tmp_path / "out"
+    model = COMPILED if variant == "compiled" else LINEAR
+    around = API_AROUND.format(out=out) if variant == "api" else ENV_AROUND
+    text = SESSION_LOOP.format(head=API_HEAD if variant == "api" else "", model=model, around=around)
+    env = {} if variant == "api" else dict(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                                           NEURON_RT_INSPECT_DEVICE_PROFILE="session")
+    if variant == "no-system-profile":
+        env["NEURON_RT_INSPECT_SYSTEM_PROFILE"] = "0"
+    plain = _run(tmp_path, SESSION_LOOP.format(head="", model=model, around=ENV_AROUND))  # the same 3 steps, unprofiled
+    p = _run(tmp_path, text, NEURON_EXPLORER_PURE_PYTHON=pure, **env)
+    losses = [ln for ln in p.stdout.splitlines() if ln.startswith("loss")]
+    assert losses == [ln for ln in plain.stdout.splitlines() if ln.startswith("loss")] and len(losses) == 3
+    from neuron_explorer.analysis.reader import load_device_trace
+
+    (ntff,) = out.glob("*/*/profile_nc_0_session_0.ntff")
+    dp = load_device_trace(str(ntff))
+    names = Counter(e.model_name.split("_")[0] for e in dp.trace.executions)
+    assert names["SGD"] == (2 if variant == "api" else 3), names  # every profiled step, the second one too
+    assert dp.trace.ops.count > 0
+
+
+
+LATE_IMPORT = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)  # torch wraps SGD.step here, before our hooks exist
+x = torch.randn(8, 4)
+
+def train():
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+if {api}:
+    from torch.profiler import profile, ProfilerActivity
+    from neuron_explorer.torch import NeuronConfig, ProfileMode, NeuronProfiler
+    cfg = NeuronConfig(modes=[ProfileMode.RUNTIME], profile_output_dir="{out}")
+    with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg,
+                 on_trace_ready=NeuronProfiler(cfg).export_trace):
+        train()
+else:
+    train()
+print(type(opt).step.hooked, round(model.weight.sum().item(), 6))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_an_optimizer_built_before_the_api_is_imported_has_its_steps_recorded(tmp_path, pure):
+    out = tmp_path / "out"
+    plain = _run(tmp_path, LATE_IMPORT.format(api=False, out=out))
+    p = _run(tmp_path, LATE_IMPORT.format(api=True, out=out), NEURON_EXPLORER_PURE_PYTHON=pure)
+    assert p.stdout.splitlines()[-1] == plain.stdout.splitlines()[-1]  # torch's flag, the same weights
+    (s,) = sessions(out)
+    e = events_of(s, "nrt_execute")
+    names = Counter(s.models[int(m)].name.split("_")[0] for m in e["a"])
+    assert names["SGD"] == 2 and sum(names.values()) == 6, names

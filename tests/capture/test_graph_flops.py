@@ -88,3 +88,76 @@ def test_counting_flops_changes_nothing_in_the_program(tmp_path, env):
     (s,) = sessions(out)
     compiled = [m for m in s.models if m.backend != "eager"]
     assert compiled and compiled[0].flops == 2 * 4 * 8 * 8  # the inner Linear's addmm, on fake tensors
+
+
+# The program profiles its own steps with torch.profiler (and, at the end, counts flops with its own
+# dispatch mode), then runs one step unwatched; it prints what its tools saw
+OWN_PROFILER = """
+import json, torch
+from torch.profiler import profile, ProfilerActivity
+from torch.utils.flop_counter import FlopCounterMode
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+run = {wrap}
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 16), torch.randn(8, 4)
+
+def step():
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(run(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    for _ in range(5):
+        step()
+events = sorted((e.key, e.count) for e in prof.key_averages())
+with FlopCounterMode(display=False) as fcm:
+    step()
+step()  # unwatched: an eager graph's flops are counted here
+print(json.dumps({{"events": events, "flops": fcm.get_total_flops()}}))
+"""
+
+
+@pytest.mark.parametrize("wrap", ["model", pytest.param('torch.compile(model, backend="aot_eager")', marks=pytest.mark.slow)],
+                         ids=["eager", "compiled"])
+def test_the_programs_own_profiler_sees_the_same_events_with_capture_on(tmp_path, wrap):
+    """The first calls' flop counting (a dispatch mode) is not seen by the program's torch.profiler
+    or its own dispatch modes; the graphs still get their flops (docs/decisions/0069)."""
+    text = OWN_PROFILER.format(wrap=wrap)
+    plain = json.loads(_run_script(tmp_path, text).stdout.strip().splitlines()[-1])
+    out = tmp_path / "out"
+    seen = json.loads(_run_script(tmp_path, text, NEURON_RT_INSPECT_ENABLE="1",
+                                  NEURON_RT_INSPECT_OUTPUT_DIR=str(out)).stdout.strip().splitlines()[-1])
+    assert seen == plain
+    if wrap == "model":  # (a compile's own fake tensors are dispatch-mode events of the program's)
+        assert not any(name == "PythonDispatchMode" for name, _ in seen["events"])
+    flops = _flops_by_kind(out)
+    assert flops["forward"] == FWD and flops["backward"] == BWD, flops
+
+
+API_STEP = """
+import torch
+from torch.profiler import profile, ProfilerActivity
+from neuron_explorer.torch import NeuronConfig, ProfileMode, NeuronProfiler
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 16), torch.randn(8, 4)
+cfg = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir="{out}")
+with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg, on_trace_ready=NeuronProfiler(cfg).export_trace):
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+"""
+
+
+def test_eager_graphs_profiled_through_the_api_know_their_flops(tmp_path):
+    """Every call the API records runs under its torch.profiler: an eager graph's first call is
+    counted by the device profile's op recorder (the same formulas), not deferred for ever."""
+    out = tmp_path / "out"
+    _run_script(tmp_path, API_STEP.format(out=out))
+    flops = _flops_by_kind(out)
+    assert flops["forward"] == FWD and flops["backward"] == BWD, flops

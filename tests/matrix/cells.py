@@ -23,6 +23,9 @@ class Program:
     ranks: int = 0  # >0: launched by ``torchrun --nproc_per_node ranks``
     raises: bool = False  # dies of the user's own exception: its traceback is compared
     mask: str | None = None  # a regex for what may differ between runs in stdout (timings); best: print none
+    # event types whose count depends on how the program's threads interleave (two threads' executions
+    # on one core: where the graph switches), compared between two runs by presence only
+    scheduled: tuple[str, ...] = ()
     timeout: float = 300.0
 
     @property
@@ -67,7 +70,7 @@ PROGRAMS = [
     Program("jax", "jax_train.py"),
     Program("jax_in_process", "jax_train.py", ("--in-process",)),
     Program("fork", "fork_child.py"),
-    Program("threads", "threads.py"),
+    Program("threads", "threads.py", scheduled=("nrt_model_switch",)),
     Program("nan", "nan_diverge.py"),
     Program("raise", "raise_in_forward.py", raises=True),
 ]
@@ -126,33 +129,11 @@ class Known:
                    for v, pats in ((program, self.programs), (setting, self.settings), (check, self.checks)))
 
 
-# torch programs with an optimizer (and raise, whose failure changes other checks)
-_TORCH_OPT = "cnn transformer ddp compiled_* own_profiler fork threads nan"
-_TORCH = _TORCH_OPT + " lstm raise"
-_RUNTIME_ON = "system device_* ndet monitor* all* filter_* pure_python"
-
 KNOWN: list[Known] = [
-    Known(_TORCH_OPT, "device_session all", "stdout stderr exit_status executions ndet ndet_verdict", 1,
-          "a session-mode device profile crashes the second optimizer.step() (AttributeError: 'tuple' object "
-          "has no attribute '_optimizer_step_pre_hooks')"),
-    Known("raise", "device_session all", "stdout stderr traceback executions ndet ndet_verdict", 1,
-          "a session-mode device profile crashes the second optimizer.step()"),
-    # how many executions two threads lose depends on how they interleave: not strict
-    Known("threads", "system device_* all all_model pure_python", "executions", 5,
-          "two threads training at once: most root-module calls and backwards are not recorded", strict=False),
-    Known("threads", "filter_* pure_python", "filtered same_as_c", 5,
-          "two threads training at once: each run loses a different number of executions", strict=False),
-    Known("threads", "ndet all all_model", "ndet", 5, "two threads training at once: NDET misses executions",
-          strict=False),
-    Known("threads", "monitor* all all_model", "monitor", 5, "two threads training at once: executions are lost",
-          strict=False),
-    Known("own_profiler", "system device_* ndet monitor monitor_untagged all all_model filter_software pure_python",
-          "stdout", 6, "the program's own torch.profiler records our PythonDispatchMode and extra aten ops at each "
-          "root module's first call"),
-    Known("compiled_*", "system device_* all all_model pure_python", "model_names", 11,
-          "torch.compile(MLP()) graphs are named inner@compiled.py:<line>_<hash>; the README says MLP_<hash>"),
-    Known("raise", _RUNTIME_ON, "traceback stderr", 7,
-          "the user's traceback gains frames of integrations/torch/eager.py"),
+    Known("own_profiler", "device_* all all_model", "stdout", "own-profiler-device-profile",
+          "documented limit (decision 0069): a device profile asked for while the program's own torch.profiler "
+          "records is recorded by a dispatch mode, which that profiler sees (PythonDispatchMode and each op "
+          "of the profiled executions twice); without a device profile the program's profile is unchanged"),
     Known("jax", "monitor_untagged", "monitor", "jax-late-start",
           "documented limit (decision 0076, docs/jax.md): with no variable set, JAX starts our runtime only at "
           "its backend's first use, so the spawn worker's jitted function, made before that and held in a "

@@ -162,9 +162,11 @@ def report_written(sink: CaptureSink) -> None:
 
 def say_written(session_dir: str) -> None:
     """"profile written to DIR" on stderr, unless NEURON_EXPLORER_QUIET is set (also said by
-    the JAX conversion, which writes its session without a sink)."""
+    the JAX conversion, which writes its session without a sink).  One write with its newline:
+    ``print`` writes the newline apart, and the ranks of a torchrun job, sharing one stderr, ran
+    two such lines together and left an empty line."""
     if not quiet():
-        print(f"neuron-explorer: profile written to {session_dir}", file=sys.stderr)
+        sys.stderr.write(f"neuron-explorer: profile written to {session_dir}\n")
 
 
 def describe_error(e: BaseException) -> str:

@@ -334,6 +334,7 @@ typedef struct {
     PyObject *numerr;    /* numerr(eid, t0, t1, tid, nan, inf) records a numerical error */
     long long ret_numerr;  /* the execution's ret then (RET_NUM_ERR) */
     int scan_failed;     /* a scan raised once: reported once, then the outputs count as finite */
+    PyObject *watch;     /* Ring.watch: thread ident -> [executions recorded on it], or NULL */
 } ExecWrapper;
 
 
@@ -607,6 +608,27 @@ feed_stats(ExecWrapper *self, const long long *v)
     return 0;
 }
 
+/* Count an execution for the thread that ran it when that thread is watched (Ring.watch: an
+ * eager root's first call asks whether compiled graphs ran inside it, on its own thread).  The
+ * dict is empty but during first calls: the common cost is reading its size.  Never fails. */
+static void
+watch_count(ExecWrapper *self)
+{
+    if (self->watch == NULL || PyDict_GET_SIZE(self->watch) == 0)
+        return;
+    PyObject *k = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    PyObject *cell = k != NULL ? PyDict_GetItemWithError(self->watch, k) : NULL;
+    Py_XDECREF(k);
+    if (cell != NULL && PyList_CheckExact(cell) && PyList_GET_SIZE(cell) == 1) {
+        long long c = PyLong_AsLongLong(PyList_GET_ITEM(cell, 0));
+        PyObject *n = c == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(c + 1);
+        if (n != NULL)
+            PyList_SetItem(cell, 0, n);  /* (steals n) */
+    }
+    if (PyErr_Occurred())
+        PyErr_Clear();
+}
+
 /* Append the record of execution `eid` and feed the stats; returns 0, or -1 with an exception set. */
 static int
 record(ExecWrapper *self, long long t0, long long t1, long long ret, long long eid)
@@ -614,6 +636,7 @@ record(ExecWrapper *self, long long t0, long long t1, long long ret, long long e
     long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, eid, ret, 0, 0};
     if (ring_push(self->ring, v) < 0)
         return -1;
+    watch_count(self);
     return feed_stats(self, v);
 }
 
@@ -698,6 +721,8 @@ ew_call_ndet(ExecWrapper *self, PyObject *const *args, size_t nargsf, PyObject *
     long long v[WIDTH] = {self->head_v, t0, t1, thread_id(), self->mid_v, eid, ret, 0, 0};
     long long done[11] = {self->kind_exec, 0, self->nc_v, ret, t0, t1, self->mid_v, eid, 0, 0, 0};
     ok = ring_push(self->ring, v) == 0 && next_id(self->closed, NULL) == 0;
+    if (ok)
+        watch_count(self);
     if (ok && key != NULL && PyDict_DelItem(self->inflight, key) < 0) {
         if (PyErr_ExceptionMatches(PyExc_KeyError))
             PyErr_Clear();  /* never set, or a flush took it meanwhile */
@@ -769,14 +794,18 @@ static PyObject *
 ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"fn", "ring", "counter", "head", "mid", "devprof", "general", "stats",
-                             "backward", "ndet", "scan", "settled", NULL};
+                             "backward", "ndet", "scan", "settled", "watch", NULL};
     PyObject *fn, *ring, *counter, *devprof, *general, *stats = Py_None, *backward = Py_None, *ndet = Py_None;
-    PyObject *scan = Py_None, *scanner = NULL, *numerr = NULL, *settled = Py_None;
+    PyObject *scan = Py_None, *scanner = NULL, *numerr = NULL, *settled = Py_None, *watch = Py_None;
     long long head, mid, ret_numerr = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLO!O|OOOOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OLLO!O|OOOOOO:ExecWrapper", kwlist, &fn, &RingBufferType, &ring,
                                      &counter, &head, &mid, &PyList_Type, &devprof, &general, &stats, &backward, &ndet,
-                                     &scan, &settled))
+                                     &scan, &settled, &watch))
         return NULL;
+    if (watch != Py_None && !PyDict_CheckExact(watch)) {
+        PyErr_SetString(PyExc_TypeError, "ExecWrapper: watch must be a dict or None");
+        return NULL;
+    }
     if (settled != Py_None && (!PyList_CheckExact(settled) || PyList_GET_SIZE(settled) != 1)) {
         PyErr_SetString(PyExc_TypeError, "ExecWrapper: settled must be a one-item list or None");
         return NULL;
@@ -841,6 +870,8 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (backward != Py_None)
         KEEP(backward, backward);
+    if (watch != Py_None)
+        KEEP(watch, watch);
     if (inflight != NULL) {
         KEEP(inflight, inflight);
         Py_INCREF(ndet_ring);
@@ -884,6 +915,7 @@ ew_traverse(ExecWrapper *self, visitproc visit, void *arg)
     Py_VISIT(self->slots);
     Py_VISIT(self->scan);
     Py_VISIT(self->numerr);
+    Py_VISIT(self->watch);
     return 0;
 }
 
@@ -906,6 +938,7 @@ ew_clear(ExecWrapper *self)
     Py_CLEAR(self->slots);
     Py_CLEAR(self->scan);
     Py_CLEAR(self->numerr);
+    Py_CLEAR(self->watch);
     return 0;
 }
 
@@ -946,7 +979,7 @@ static PyTypeObject ExecWrapperType = {
     .tp_basicsize = sizeof(ExecWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "ExecWrapper(fn, ring, counter, head, mid, devprof, general, stats=None, backward=None, ndet=None, "
-              "scan=None, settled=None)\n"
+              "scan=None, settled=None, watch=None)\n"
               "Calls fn and appends (head, t0, t1, tid, mid, next(counter), ret, 0, 0) to ring per call.",
     .tp_new = ew_new,
     .tp_dealloc = (destructor)ew_dealloc,

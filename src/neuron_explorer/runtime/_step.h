@@ -62,7 +62,12 @@ es_call(EagerStep *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
     int nested = tl_nested(self->tl);
     if (nested != 0)
         return PyObject_Vectorcall(nested > 0 ? self->fn : self->slow, args, nargsf, kwnames);
-    return PyObject_Vectorcall(self->run, args, nargsf, kwnames);
+    /* held for the call: another thread's step may settle another optimizer meanwhile */
+    PyObject *run = self->run;
+    Py_INCREF(run);
+    PyObject *r = PyObject_Vectorcall(run, args, nargsf, kwnames);
+    Py_DECREF(run);
+    return r;
 }
 
 /* settle(optimizer, run): record this optimizer's later steps with `run` (an ExecWrapper);

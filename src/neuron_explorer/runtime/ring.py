@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import threading
 import time
 import weakref
 from collections import deque
@@ -107,7 +108,7 @@ def _count_of(counter) -> int:
 
 class Ring:
     __slots__ = ("nc", "capacity", "buffer", "_q", "append", "_counter", "tick", "exec_counter", "exec_id",
-                 "open_counter", "exec_open", "close_counter", "exec_close")
+                 "open_counter", "exec_open", "close_counter", "exec_close", "watch")
 
     def __init__(self, nc: int, capacity: int, native: bool | None = None) -> None:
         """``native``: use the C buffer (default: when the extension is built)."""
@@ -136,6 +137,29 @@ class Ring:
         self.exec_open = self.open_counter.__next__
         self.close_counter = ids()
         self.exec_close = self.close_counter.__next__
+        # Threads being watched: thread ident -> [executions recorded on that thread since].  An
+        # eager root's first call watches its own thread to learn whether compiled graphs ran
+        # inside it (another thread's executions on the same core must not count); every
+        # execution wrapper counts here while the dict is not empty (see watch_thread).
+        self.watch: dict[int, list[int]] = {}
+
+    def watch_thread(self) -> tuple[int, list[int] | None, list[int]]:
+        """Start counting the executions recorded on this thread: ``(ident, previous, cell)``;
+        ``cell[0]`` counts them until ``unwatch_thread`` (a watch inside a watch keeps counting
+        for the outer one too)."""
+        ident = threading.get_ident()
+        prev = self.watch.get(ident)
+        cell = self.watch[ident] = [0]
+        return ident, prev, cell
+
+    def unwatch_thread(self, ident: int, prev: list[int] | None, cell: list[int]) -> int:
+        """Stop the watch ``watch_thread`` started; the executions it counted."""
+        if prev is None:
+            self.watch.pop(ident, None)
+        else:
+            prev[0] += cell[0]
+            self.watch[ident] = prev
+        return cell[0]
 
     def executions(self) -> int:
         """Execution ids handed out so far."""

@@ -9,7 +9,8 @@ is imported).
 * ``copies``: host/device copies on CUDA hosts;
 * ``device``: device profiles (the ops inside an execution), ``neffs``: the graphs' ``.neff`` files;
 * ``waits``: the host blocked on handed-off work (``Work.wait``, synchronize) as ``kbl_exec_wait``;
-* ``tensors``: what the others read off tensors; ``state``: what the hooks keep between calls.
+* ``tensors``: what the others read off tensors; ``state``: what the hooks keep between calls;
+* ``frames``: our frames out of the tracebacks of the program's exceptions.
 """
 
 from __future__ import annotations

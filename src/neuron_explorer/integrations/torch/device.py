@@ -21,6 +21,7 @@ from typing import Any
 from neuron_explorer.capture.device import OpTable, write_device_trace
 from neuron_explorer.contracts.layout import model_ntff_name, session_ntff_name
 from neuron_explorer.integrations.torch.flops import op_flops
+from neuron_explorer.integrations.torch.frames import dispatch_handler, hide_redispatch
 from neuron_explorer.integrations.torch.neffs import write_neffs
 from neuron_explorer.integrations.torch.tensors import tensor_bytes, tensor_summary
 from neuron_explorer.runtime import clock
@@ -50,10 +51,15 @@ class _Recorder:
             def ignore_compile_internals(cls) -> bool:
                 return True  # a torch.compile inside an eager graph compiles as without us
 
+            @dispatch_handler
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 t0 = now_ns()
-                out = func(*args, **kwargs)
+                try:
+                    out = func(*args, **kwargs)
+                except BaseException as e:  # the op's error as the program sees it (frames.py)
+                    hide_redispatch(e)
+                    raise
                 t1 = now_ns()
                 recorder.op(func, args, kwargs, out, t0, t1)
                 return out
@@ -62,9 +68,12 @@ class _Recorder:
         self.table = table
         self.exec_idx = exec_idx
         self.flops_of = flop_registry
+        self.flops: float | None = None  # the execution's, where an op had a formula
 
     def op(self, func, args, kwargs, out, t0: int, t1: int) -> None:
         flops = op_flops(self.flops_of, func, args, kwargs, out)
+        if flops is not None:
+            self.flops = (self.flops or 0.0) + flops
         self.table.add_op(t0, t1, str(func.name()), "aten", self.exec_idx, flops=flops,
                           nbytes=tensor_bytes(args) + tensor_bytes(out), detail=_shapes(args))
 
@@ -118,6 +127,7 @@ class DeviceProfiler:
         self.inductor: dict[int, tuple[Any, list[str]] | None] = {}
         self.active = True
         self.precaching = precache
+        self._last = threading.local()  # .flops: those of the last execution profiled on the thread
         if precache:
             for m in list(rt.models):
                 self.precache(m)
@@ -145,6 +155,12 @@ class DeviceProfiler:
         mode once the graph has been profiled there: the execution wrappers then keep to their
         lean path while it is on, so steady state costs what the system profile costs."""
         return self.mode == "model" and (nc, model_id) in self.done
+
+    def last_flops(self) -> float | None:
+        """The flops of the last execution this thread profiled (None: no op had a formula): an
+        eager graph's first call, profiled, learns its count here rather than under a second
+        dispatch mode (integrations/torch/flops.py)."""
+        return getattr(self._last, "flops", None)
 
     def run(self, torch, nc: int, model: Model, exec_id: int, fn, args, kwargs):
         """Run one execution under the op recorder."""
@@ -181,6 +197,7 @@ class DeviceProfiler:
             for n, orig in restore:
                 setattr(kinfo[0], n, orig)
             table.executions[idx].end_ns = now_ns()
+            self._last.flops = rec.flops
 
     def write(self, session_dir: str) -> None:
         """Write the op tables as ``.ntff`` files and the graphs as ``.neff`` files (the capture sink

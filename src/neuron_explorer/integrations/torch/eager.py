@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
+import os
 import sys
 import threading
 import weakref
@@ -33,6 +35,7 @@ from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import future_status
 from neuron_explorer.integrations.torch.execution import c_execution, general_path, profiler_settled
 from neuron_explorer.integrations.torch.flops import FlopCounter, learn_flops
+from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
 from neuron_explorer.integrations.torch.state import Installed, env_switch
@@ -74,11 +77,17 @@ class _Exec:
 
     def materialize(self) -> Model:
         if self.model is None and self.register is not None:
-            self.model, self.register = self.register(), None
+            with _registering:
+                if self.model is None and self.register is not None:
+                    self.model, self.register = self.register(), None
         return self.model
 
 
 _SKIP = _Exec(None, skip=True)  # what cannot be registered runs unrecorded
+# Held while a graph is registered: two threads calling modules of one structure for the first time
+# at once (registration reads parameters and writes a .neff, so the GIL changes hands) would
+# otherwise register the graph twice.  Only first calls take it.
+_registering = threading.RLock()
 
 
 def _dead_ref() -> None:
@@ -113,7 +122,10 @@ class Eager:
         try:
             ex = self.by_module.get(mod)
             if ex is None:
-                ex = self.by_module[mod] = self._register_module(mod, args)
+                with _registering:
+                    ex = self.by_module.get(mod)
+                    if ex is None:
+                        ex = self.by_module[mod] = self._register_module(mod, args)
             self._last_mod = (weakref.ref(mod), ex)
             return ex
         except Exception as e:
@@ -156,7 +168,10 @@ class Eager:
         if last[0]() is opt:
             return last[1]
         try:
-            ex = self._optimizer_exec(opt)
+            ex = self.by_optimizer.get(opt)
+            if ex is None:
+                with _registering:
+                    ex = self._optimizer_exec(opt)
             self._last_opt = (weakref.ref(opt), ex)
             return ex
         except Exception as e:
@@ -175,8 +190,9 @@ class Eager:
             if ex is None:
                 code = f"# optimizer {cls.__qualname__}.step over {len(shapes)} parameters\n"
                 nodes = [(f"param_{i}", "optimizer_step", str(list(s)), "", "") for i, s in enumerate(shapes)]
+                src = _call_site(self.inst.torch_dir) or _source_of(cls)
                 ex = self.by_hash[key] = _Exec(self._add(cls.__name__, key, "optimizer", code, nodes, 0,
-                                                         f"({len(shapes)} parameters)", _source_of(cls), t0))
+                                                         f"({len(shapes)} parameters)", src, t0))
             self.by_optimizer[opt] = ex
         return ex
 
@@ -199,14 +215,33 @@ class Eager:
 
     def backward_exec(self, ex: _Exec) -> _Exec:
         if ex.bwd is None:
-            ex.bwd = ex.make_bwd() if ex.make_bwd is not None and ex.model is not None else _Exec(None, skip=True)
+            with _registering:
+                if ex.bwd is None:
+                    ex.bwd = ex.make_bwd() if ex.make_bwd is not None and ex.model is not None \
+                        else _Exec(None, skip=True)
         return ex.bwd
 
 
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def _call_site(torch_dir: str) -> str:
+    """``file:line`` of the innermost frame on this thread that is neither ours nor PyTorch's: the
+    user's ``opt.step()`` (or ``scaler.step(opt)``) of an optimizer's first step; "" when none."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(_OWN_DIR) and not (torch_dir and name.startswith(torch_dir)):
+            return f"{name}:{f.f_lineno}"
+        f = f.f_back
+    return ""
+
+
 def _source_of(cls) -> str:
-    """``file:line`` of a class's ``forward`` (or ``step``), from its code object: no source read."""
+    """``file:line`` of a class's ``forward`` (or ``step``, as the optimizer's class defines it:
+    not the wrappers around it), from its code object: no source read."""
     for attr in ("forward", "step"):
-        code = getattr(getattr(cls, attr, None), "__code__", None)
+        code = getattr(inspect.unwrap(getattr(cls, attr, None)), "__code__", None)
         if code is not None:
             return f"{code.co_filename}:{code.co_firstlineno}"
     mod = sys.modules.get(cls.__module__)
@@ -223,7 +258,8 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
     a recorded graph take the general path (id first, NDET begin/end, device profiles) when NDET
     or a device profile is on, and the lean one otherwise."""
     ring, nc, PAIR = core.ring, core.nc, ev.EXEC_PAIR
-    append, next_eid, executions = ring.append, ring.exec_id, ring.executions
+    append, next_eid = ring.append, ring.exec_id
+    watch_thread, unwatch_thread = ring.watch_thread, ring.unwatch_thread
     stats_rec = rt.stats.runtime_feed(nc) if rt.stats is not None else None
     ndet = rt.ndet
     devprof_cell = rt.devprof_cell
@@ -255,7 +291,8 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             return None
         made = ex.c_run
         if made is None or made[0] is not fn:
-            made = ex.c_run = (fn, c_execution(rt, core, ex.model, fn, lambda *a, **k: general(ex, fn, a, k),
+            # c_execution's general path is called as run_general(args, kwargs): one tuple, one dict
+            made = ex.c_run = (fn, c_execution(rt, core, ex.model, fn, lambda a, k: general(ex, fn, a, k),
                                                stats_rec, ex.settled))
         return made[1]
 
@@ -287,21 +324,25 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
         return out
 
     def first(ex: _Exec, fn, args, kwargs):
-        """A graph's first call: recorded unless compiled graphs ran inside it; its flops are
-        counted on the way (integrations/torch/flops.py)."""
-        c0 = executions()
+        """A graph's first call: recorded unless compiled graphs ran inside it, on this thread
+        (``Ring.watch``: the core's execution counter also moves with other threads' calls);
+        its flops are counted on the way (integrations/torch/flops.py), or, while the program's
+        own profiler or dispatch mode watches, on the first call made when none does."""
         dp = devprof_cell[0]
-        fc = FlopCounter(torch)
         if dp is not None and dp.wants(nc, ex.materialize().id):
             # profiled from its first call (model mode profiles only that one); should compiled
-            # graphs run inside, this one call is recorded besides them, then never again
+            # graphs run inside, this one call is recorded besides them, then never again.  The
+            # op recorder counts its flops with the same formulas: no second dispatch mode
+            watched = watch_thread()
             try:
-                with fc:
-                    return general(ex, fn, args, kwargs)
+                return general(ex, fn, args, kwargs)
             finally:
+                ran = unwatch_thread(*watched)  # (its own execution is one of them)
                 ex.known = True
-                ex.skip = executions() - c0 > 1
-                learn_flops(rt, ex.model, fc.flops)
+                ex.skip = ran > 1
+                learn_flops(rt, ex.model, getattr(dp, "last_flops", lambda: None)())
+        fc = FlopCounter(torch)
+        watched = watch_thread()
         t0 = now_ns()
         ret = 1
         try:
@@ -310,12 +351,14 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             ret = 0
         finally:
             t1 = now_ns()
-            if executions() != c0:
+            if unwatch_thread(*watched):
                 ex.skip = True  # compiled graphs ran inside: they are the executions
             else:
                 finish(ex.materialize().id, next_eid(), t0, t1, ret, False)
                 learn_flops(rt, ex.model, fc.flops)
-            ex.known = True
+            # the program's own profiler watched the call: no flops counted, the next call is a
+            # first call again (it records the same; flops/0069)
+            ex.known = not fc.deferred
         return out
 
     return record, c_run
@@ -343,22 +386,29 @@ def _patch_module_call(eg: Eager, torch) -> None:
     GraphModule = torch.fx.GraphModule
 
     def __call__(self, *args, **kwargs):
-        if tl.depth or isinstance(self, GraphModule):
-            return inner(self, *args, **kwargs)
-        ex = module_exec(self, args)
-        tl.depth = 1
         try:
-            if ex.skip:  # a compiled module: its graphs are the executions
-                if gate_skip is not None:
-                    gate_skip(self)  # its next calls take the C gate's short cut (runtime/_hooks.h)
+            if tl.depth or isinstance(self, GraphModule):
                 return inner(self, *args, **kwargs)
-            if tl.grad_root is None and grad_on():
-                tl.grad_root = ex
-            return record(ex, inner, (self,) + args, kwargs)
-        finally:
-            tl.depth = 0
+            ex = module_exec(self, args)
+            tl.depth = 1
+            try:
+                if ex.skip:  # a compiled module: its graphs are the executions
+                    if gate_skip is not None:
+                        gate_skip(self)  # its next calls take the C gate's short cut (runtime/_hooks.h)
+                    return inner(self, *args, **kwargs)
+                if tl.grad_root is None and grad_on():
+                    tl.grad_root = ex
+                return record(ex, inner, (self,) + args, kwargs)
+            finally:
+                tl.depth = 0
+        except BaseException as e:  # the program's traceback, without our frames (frames.py)
+            hide_our_frames(e)
+            raise
 
     __call__.__wrapped__ = inner  # type: ignore[attr-defined]
+    # torch's own names: Dynamo wraps a compiled module's call in an extra frame unless the
+    # callable is named _wrapped_call_impl (its errors then showed that frame and our polyfill)
+    __call__.__name__, __call__.__qualname__ = inner.__name__, inner.__qualname__
     # the calls that reach it through its vectorcall (``mod(x)``, an FX graph module's super call)
     # and have nothing to record are answered in C, the others run the code above (_hooks.h)
     gate_skip = None
@@ -404,20 +454,24 @@ def _patch_backward(eg: Eager, torch) -> None:
     def wrap(orig):
         @functools.wraps(orig)
         def run(*args, **kwargs):
-            ex = tl.grad_root
-            if ex is None or tl.depth:
-                return orig(*args, **kwargs)
-            tl.grad_root = None
-            tl.depth = 1  # recomputed forwards (activation checkpointing) are part of it
             try:
-                return record(eg.backward_exec(ex), orig, args, kwargs)
-            finally:
-                tl.depth = 0
-                if pending:
-                    try:  # never turn the user's backward into our error
-                        _end_waited_collectives(eg.inst)
-                    except Exception as e:  # noqa: BLE001
-                        eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
+                ex = tl.grad_root
+                if ex is None or tl.depth:
+                    return orig(*args, **kwargs)
+                tl.grad_root = None
+                tl.depth = 1  # recomputed forwards (activation checkpointing) are part of it
+                try:
+                    return record(eg.backward_exec(ex), orig, args, kwargs)
+                finally:
+                    tl.depth = 0
+                    if pending:
+                        try:  # never turn the user's backward into our error
+                            _end_waited_collectives(eg.inst)
+                        except Exception as e:  # noqa: BLE001
+                            eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
 
         if backward_gate is None:
             return run
@@ -463,15 +517,20 @@ def _patch_optimizer(eg: Eager, torch) -> None:
 
         @functools.wraps(hooked)
         def step(*args, **kwargs):
-            if tl.depth or not args:
-                return hooked(*args, **kwargs)
-            ex = optimizer_exec(args[0])
             try:
-                return record(ex, hooked, args, kwargs)
-            finally:
-                if fast is not None:
-                    _settle(eg, fast, args[0], c_run(ex, hooked))
+                if tl.depth or not args:
+                    return hooked(*args, **kwargs)
+                ex = optimizer_exec(args[0])
+                try:
+                    return record(ex, hooked, args, kwargs)
+                finally:
+                    if fast is not None:
+                        _settle(eg, fast, args[0], c_run(ex, hooked))
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
 
+        step._neuron_explorer_step = True  # type: ignore[attr-defined]
         if EagerStep is None:
             return step
         fast = EagerStep(hooked, tl, enabled, EXECUTIONS, step)
@@ -480,12 +539,40 @@ def _patch_optimizer(eg: Eager, torch) -> None:
         # calls opt.step(), called a C object standing there without the optimizer.  One frame.
         @functools.wraps(hooked)
         def c_step(*args, **kwargs):
-            return fast(*args, **kwargs)
+            try:
+                return fast(*args, **kwargs)
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
 
         c_step._neuron_explorer_recorder = fast  # type: ignore[attr-defined]
+        c_step._neuron_explorer_step = True  # type: ignore[attr-defined]
         return c_step
 
     Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+    _rehook_built(Optimizer, profile_hook_step)
+
+
+def _rehook_built(Optimizer, profile_hook_step) -> None:
+    """Optimizer classes whose first instance was built before the hooks were installed (a program
+    that imports ``neuron_explorer.torch`` after making its optimizer) already have torch's step
+    wrapper: wrap their step as the hooks would have.  Their steps were missed otherwise."""
+    seen, todo = set(), list(Optimizer.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        step = cls.__dict__.get("step")
+        func = getattr(step, "__wrapped__", None)
+        if not getattr(step, "hooked", False) or getattr(step, "_neuron_explorer_step", False) or func is None:
+            continue
+        try:
+            cls.step = profile_hook_step(func)
+            cls.step.hooked = True  # as Optimizer._patch_step_function marks it
+        except Exception:  # noqa: BLE001 - a class that refuses: its steps stay unrecorded
+            pass
 
 
 def _settle(eg: Eager, fast, opt, run) -> None:

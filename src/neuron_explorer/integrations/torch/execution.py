@@ -27,13 +27,14 @@ import threading
 from typing import Any, Callable
 
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.tensors import nan_scanner
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
 from neuron_explorer.runtime.ring import NanScanner as _CScanner
 
-__all__ = ["BackwardFinder", "c_execution", "general_path", "profiler_settled", "wrap_execution"]
+__all__ = ["BackwardFinder", "c_execution", "count_watched", "general_path", "profiler_settled", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -64,7 +65,11 @@ def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callab
         run = _lean_wrapper(rt, core, model, fn, general, stats_rec, find_backward, settled)
     else:
         def run(*args, **kwargs):
-            return general(args, kwargs)
+            try:
+                return general(args, kwargs)
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
     return _stand_in_for(run, fn)
 
 
@@ -107,8 +112,16 @@ def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general
     scan_args = None
     if scan is not None:
         scan_args = (scan, _numerical_error(rt, core, model), ev.RET_NUM_ERR)
+
+    def run_general(*args, **kwargs):  # what the C wrapper yields to (a device profile wants the call)
+        try:
+            return general(args, kwargs)
+        except BaseException as e:  # the program's traceback, without our frames (frames.py)
+            hide_our_frames(e)
+            raise
+
     return _CWrapper(fn, ring.buffer, ring.exec_counter, ev.EXEC_PAIR, model.id, rt.devprof_cell,
-                     lambda *a, **k: general(a, k), stats_rec, find_backward, nd, scan_args, settled)
+                     run_general, stats_rec, find_backward, nd, scan_args, settled, ring.watch)
 
 
 def _numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
@@ -136,20 +149,28 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
     get_ident = threading.get_ident
     devprof_cell = rt.devprof_cell  # [DeviceProfiler or None], read per call without a property
     look = find_backward
+    watch = core.ring.watch
 
     def run(*args, **kwargs):
         nonlocal look
         dp = devprof_cell[0]
         if dp is not None and dp is not settled[0]:  # a device profiler wants the call: id first
-            return general(args, kwargs)
+            try:
+                return general(args, kwargs)
+            except BaseException as e:  # the program's traceback, without our frames (frames.py)
+                hide_our_frames(e)
+                raise
         t0 = now_ns()
         try:
             out = fn(*args, **kwargs)
-        except BaseException:
+        except BaseException as e:
             rec = (PAIR, t0, now_ns(), native_tid(), mid, next_eid(), 1, 0, 0)
             append(rec)
+            if watch:
+                count_watched(watch)
             if stats_rec is not None:
                 stats_rec(rec)
+            hide_our_frames(e)  # the program's traceback, without our frames (frames.py)
             raise
         t1 = now_ns()
         try:
@@ -160,6 +181,8 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
         # never includes a call still running
         rec = (PAIR, t0, t1, tid, mid, next_eid(), 0, 0, 0)
         append(rec)
+        if watch:
+            count_watched(watch)
         if stats_rec is not None:
             stats_rec(rec)  # the same tuple: neuron-monitor counts it off the hot path
         if look and look(out):
@@ -167,6 +190,14 @@ def _lean_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, gene
         return out
 
     return run
+
+
+def count_watched(watch: dict) -> None:
+    """Count one execution for this thread when it is watched (``Ring.watch``: an eager root's
+    first call asks whether compiled graphs ran inside it; the C wrapper does the same)."""
+    cell = watch.get(threading.get_ident())
+    if cell is not None:
+        cell[0] += 1
 
 
 def profiler_settled(dp, nc: int, model_id: int) -> bool:
@@ -193,6 +224,7 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
     scan = scan if callable(scan) else None  # (callers without a check pass None or False)
     nan_check = scan is not None
     look = find_backward
+    watch = ring.watch
 
     def run_general(args, kwargs):
         nonlocal look
@@ -227,6 +259,8 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
             rec = (PAIR, t0, t1, tid, mid, eid, ret, 0, 0)
             append(rec)
             exec_close()
+            if watch:
+                count_watched(watch)
             if ndet is not None:
                 ndet.exec_end(nc, mid, eid, t0, t1, ret)
             if stats_rec is not None:

@@ -15,14 +15,24 @@ flop count (``None``), never 0.
   call runs with a light dispatch mode that adds the formulas up.  It declares
   ``ignore_compile_internals`` so that a ``torch.compile`` inside the call compiles exactly as
   without it (Dynamo otherwise skips, for good, frames first seen while a dispatch mode is active).
+
+The program's own tools must not see us (docs/decisions/0069-flops-unseen-by-user-profilers.md).
+A dispatch mode is seen by a ``torch.profiler`` that records (a ``PythonDispatchMode`` event and
+every op twice) and by the program's own dispatch modes (ours would run under theirs).  So while
+one of them is on (``watched_by``), an eager graph's count waits for a call made when none is
+(``FlopCounter.deferred``), and a compiled graph is counted on a helper thread, where neither the
+profiler's callbacks nor the dispatch mode stack (both thread-local) reach.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Callable
 
-__all__ = ["FlopCounter", "count_first_call", "graph_flops", "learn_flops", "op_flops"]
+from neuron_explorer.integrations.torch.frames import dispatch_handler, hide_redispatch
+
+__all__ = ["FlopCounter", "count_first_call", "graph_flops", "learn_flops", "op_flops", "watched_by"]
 
 
 def op_flops(registry: dict, func, args, kwargs: dict, out) -> float | None:
@@ -54,9 +64,14 @@ def _counter_mode(torch):
                 self.total = 0.0
                 self.known = False
 
+            @dispatch_handler
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                out = func(*args, **kwargs)
+                try:
+                    out = func(*args, **kwargs)
+                except BaseException as e:  # the op's error as the program sees it (frames.py)
+                    hide_redispatch(e)
+                    raise
                 v = op_flops(flop_registry, func, args, kwargs, out)
                 if v is not None:
                     self.total += v
@@ -70,13 +85,33 @@ def _counter_mode(torch):
 _MODE = None
 
 
+def watched_by(torch) -> str:
+    """What of the program's own would see a dispatch mode of ours on this thread ("" for
+    nothing): a recording ``torch.profiler`` (or any autograd profiler: NVTX, ITT), or a
+    dispatch mode of its own (``FlopCounterMode``, ``FakeTensorMode``, ...).  Both are
+    thread-local in PyTorch."""
+    try:
+        if torch._C._autograd._profiler_enabled():
+            return "the program's torch.profiler is recording"
+        if torch._C._len_torch_dispatch_stack() > 0:
+            return "a dispatch mode of the program is active"
+    except Exception:  # an older or newer torch without these: take it as watched, count nothing
+        return "cannot tell whether the program's profiler is on"
+    return ""
+
+
 class FlopCounter:
     """``with FlopCounter(torch) as fc: ...`` then ``fc.flops`` (None when no op had a formula).
-    Failing to set up counts nothing and never stops the code inside from running."""
+    Failing to set up counts nothing and never stops the code inside from running.  While the
+    program's own profiler or dispatch mode watches (``watched_by``) it counts nothing and says
+    why in ``deferred``: the caller counts a later call instead."""
 
     def __init__(self, torch) -> None:
         self.mode = None
         self.flops: float | None = None
+        self.deferred = watched_by(torch)
+        if self.deferred:
+            return
         try:
             self.mode = _counter_mode(torch)()
         except Exception:
@@ -101,18 +136,40 @@ class FlopCounter:
 def graph_flops(gm, example_inputs) -> tuple[float | None, float | None]:
     """(forward, backward) flops of one execution of a Dynamo graph, counted on fake tensors of
     ``example_inputs``' shapes; backward is None for an inference graph.  Any failure (an op
-    without a fake kernel, a data-dependent shape) leaves the count unknown: (None, None)."""
+    without a fake kernel, a data-dependent shape) leaves the count unknown: (None, None).
+    While the program's profiler or dispatch mode watches this thread, counted on a helper
+    thread (with this thread's grad mode) that they do not reach."""
     try:
         import torch
+    except Exception:
+        return None, None
+    if not watched_by(torch):
+        return _graph_flops(torch, gm, example_inputs)
+    got: list = [(None, None)]
+    grad = torch.is_grad_enabled()
+
+    def count() -> None:
+        with torch.set_grad_enabled(grad):
+            got[0] = _graph_flops(torch, gm, example_inputs)
+
+    try:
+        t = threading.Thread(target=count, name="neuron-explorer-flops", daemon=True)
+        t.start()
+        t.join()
+    except Exception:  # no thread to be had: unknown
+        return None, None
+    return got[0]
+
+
+def _graph_flops(torch, gm, example_inputs) -> tuple[float | None, float | None]:
+    try:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fm = FakeTensorMode(allow_non_fake_inputs=True)
         with fm:
             fakes = [_fake_like(torch, e) for e in example_inputs]
-        with fm, FlopCounter(torch) as fc:
-            mode = fc.mode
-            if mode is None:
-                return None, None
+        mode = _counter_mode(torch)()  # (under our own fake mode: not FlopCounter, which would defer)
+        with fm, mode:
             out = gm.forward(*fakes)  # the graph itself: no module hooks (ours or the user's)
             fwd, known = mode.total, mode.known
             ran = _backward(torch, out, fakes)
@@ -161,10 +218,11 @@ def count_first_call(torch, rt, model, fn: Callable) -> Callable:
 
     def run(*args, **kwargs):
         if pending[0]:
-            pending[0] = False
             with FlopCounter(torch) as fc:
                 out = fn(*args, **kwargs)
-            learn_flops(rt, model, fc.flops)
+            if not fc.deferred:  # (the program's profiler watched this call: count a later one)
+                pending[0] = False
+                learn_flops(rt, model, fc.flops)
             return out
         return fn(*args, **kwargs)
 

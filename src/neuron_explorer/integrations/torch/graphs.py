@@ -70,6 +70,7 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
     digest = hashlib.blake2b((backend + "\0" + code).encode(), digest_size=8).digest()
     hval = int.from_bytes(digest, "little")
     co_name = getattr(getattr(getattr(og, "root_tx", None), "f_code", None), "co_name", "graph")
+    module = _compiled_module(og)
     src, modpath, nodes, label = _graph_facts(gm, rt.config.source_locations, inst.torch_dir)
     consts = 0
     for p in list(gm.parameters()) + list(gm.buffers()):
@@ -77,7 +78,7 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
     start = inst.compile_start or t_backend
     fwd_flops, bwd_flops = graph_flops(gm, example_inputs)
     model = rt.add_model(
-        name=_model_name(co_name, label, hval), neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
+        name=_model_name(module or co_name, label if module is None else "", hval), neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
         kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
         num_nodes=len(nodes), constants_bytes=consts, signature=signature(example_inputs),
         artifacts={"code": code, "nodes": nodes, "bwd_flops": bwd_flops}, load_span=(start, t_backend, t_end),
@@ -237,8 +238,34 @@ def _graph_facts(gm, with_source: bool, torch_dir: str) -> tuple[str, str, list[
     return src, mod, nodes, label
 
 
+# the frames Dynamo starts in when it compiles a module's call: a compiled module's forward (or
+# Module's call methods), the graphs after a graph break in them, and ``torch.compile(module)``'s
+# wrapper frame around a module (external_utils.wrap_inline: the module is its ``fn``)
+_MODULE_FRAMES = re.compile(r"(torch_dynamo_resume_in_)?(forward|_call_impl|_wrapped_call_impl)(_at_\d+)?")
+
+
+def _compiled_module(og) -> str | None:
+    """The class name of the module whose call Dynamo compiled into this graph (``Net`` for
+    ``torch.compile(Net())``), None for a function."""
+    tx = getattr(og, "root_tx", None)
+    co_name = getattr(getattr(tx, "f_code", None), "co_name", "")
+    try:
+        local = getattr(tx, "f_locals", None) or {}
+        if _MODULE_FRAMES.fullmatch(co_name):
+            mod = local.get("self")
+        elif co_name == "inner":
+            mod = local.get("fn")
+        else:
+            return None
+    except Exception:  # a Dynamo whose translator keeps other locals: named as a function
+        return None
+    torch = sys.modules.get("torch")
+    return type(mod).__name__ if torch is not None and isinstance(mod, torch.nn.Module) else None
+
+
 def _model_name(co_name: str, label: str, hval: int) -> str:
-    """``f@train.py:41_<hash>`` for a function, ``Sequential_<hash>`` for a module."""
+    """``f@train.py:41_<hash>`` for a function, ``Net_<hash>`` for a module (``co_name`` is then
+    the module's class and ``label`` empty)."""
     if co_name in ("inner", "_call_impl", "_wrapped_call_impl", "forward") and label and ":" not in label:
         base = label
     elif label:
