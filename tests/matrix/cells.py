@@ -138,10 +138,6 @@ KNOWN: list[Known] = [
           "documented limit (decision 0076, docs/jax.md): with no variable set, JAX starts our runtime only at "
           "its backend's first use, so the spawn worker's jitted function, made before that and held in a "
           "local variable, is never counted (its first call is the one that starts the backend)"),
-    Known("nan", "ndet all all_model", "ndet ndet_verdict executions", "eager-nan-check",
-          "the NaN/Inf check never runs on an eager root module's outputs: a diverging eager model gives no "
-          "numerical_err, no NDET numerical_error, and neuron-det says 'no errors detected' (the same model "
-          "under torch.compile reports each one)"),
 ]
 
 

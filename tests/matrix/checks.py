@@ -141,6 +141,9 @@ def check_executions(ctx: Ctx) -> None:
             want_num = expected_numerical(ctx, _nan_check_on(ctx.setting)).get(key, 0)
             if num != want_num:
                 problems.append(f"{key}: {num} numerical_err events, expected {want_num}")
+            num_ret = _procs(cap)[key].get("num_err_executions", 0)
+            if num_ret != want_num:
+                problems.append(f"{key}: {num_ret} executions ended with ret 1003, expected {want_num}")
     assert not problems, "executions differ from the ground truth:\n" + "\n".join(problems)
 
 

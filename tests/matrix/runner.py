@@ -19,6 +19,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from neuron_explorer.contracts.events import RET_NUM_ERR
+
 from .cells import Program, Setting
 
 # what a program prints last: its own count of what it ran, per process
@@ -185,7 +187,7 @@ def summarize_capture(root: Path) -> dict:
             continue
         types = [s.type_names[t] for t in s.events["type"]] if s.num_events else []
         by_kind: dict[str, dict[str, int]] = {}
-        failed = 0
+        failed = num_err = 0
         for name in ("nrt_execute", "nc_exec_running"):
             col = s.arg(name, "model_id")
             tid = s.type_id(name)
@@ -195,7 +197,11 @@ def summarize_capture(root: Path) -> dict:
                 for m in s.events[col][mask]:
                     c[s.models[int(m)].kind if 0 <= int(m) < len(s.models) else f"model?{int(m)}"] += 1
                 if name == "nrt_execute" and s.arg(name, "ret"):
-                    failed = int((s.events[s.arg(name, "ret")][mask] != 0).sum())
+                    # ret 1003 (NRT_EXEC_COMPLETED_WITH_NUM_ERR): the call completed, its outputs
+                    # hold NaN/Inf; counted apart from the executions that failed
+                    rets = s.events[s.arg(name, "ret")][mask]
+                    num_err = int((rets == RET_NUM_ERR).sum())
+                    failed = int((rets != 0).sum()) - num_err
             by_kind[name] = dict(c)
         info = s.info
         items.append({
@@ -204,7 +210,7 @@ def summarize_capture(root: Path) -> dict:
             "end_reason": info.end_reason if info is not None else "",
             "types": dict(Counter(types)),
             "executions": by_kind.get("nrt_execute") or by_kind.get("nc_exec_running") or {},
-            "executions_by_type": by_kind, "failed": failed,
+            "executions_by_type": by_kind, "failed": failed, "num_err_executions": num_err,
             "models": sorted({f"{m.kind}:{m.name}" for m in s.models}),
             "ntff": sorted(os.path.basename(p) for p in s.device_paths),
             "neff": len(s.neff_paths),

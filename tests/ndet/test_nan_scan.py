@@ -1,5 +1,6 @@
-"""The NaN/Inf check of graph outputs: exact counts in every float type and layout, and what a user
-sees when a compiled graph produces NaN or Inf under NDET (the log's records, neuron-det's verdict).
+"""The NaN/Inf check of graph outputs: exact counts in every float type and layout (and in nested
+outputs), and what a user sees when a compiled graph or an eager root module produces NaN or Inf
+(the capture's events, the NDET log's records, neuron-det's verdict).
 
 The C scanner (``_fastpath.NanScanner``, reached through ``nan_scanner``) and the Python scan
 without the extension are both checked against torch's own ``isnan``/``isinf`` counts."""
@@ -80,7 +81,29 @@ def test_other_types_are_skipped_or_checked_by_torch(scan) -> None:
             "x", torch.full((3,), float("nan"), dtype=torch.float8_e5m2),
             torch.nn.Parameter(torch.tensor([float("inf"), 1.0])))
     assert scan(outs) == (3, 1)  # float8 (torch's ops) and a Tensor subclass count; ints/bool/complex do not
-    assert scan([[torch.tensor(float("nan"))]]) == (0, 0)  # one level of outputs, as graphs return them
+
+
+def test_tensors_nested_in_tuples_lists_and_dicts_are_counted(scan) -> None:
+    """An eager module returns anything: a tuple of tuples (an LSTM's ``out, (h, c)``), a dict or a
+    dict subclass (a Hugging Face ``ModelOutput``), a named tuple.  Every tensor in it counts, once
+    per place it holds; other values are skipped; a self-containing list ends at the depth limit."""
+    import collections
+
+    nan, inf = torch.tensor([float("nan"), 1.0]), torch.tensor([float("inf"), -float("inf")]).to(torch.bfloat16)
+    Out = collections.namedtuple("Out", "logits hidden")
+    assert scan([[nan]]) == (1, 0)
+    assert scan((nan, (inf, [nan, {"a": inf}]))) == (2, 4)
+    assert scan({"loss": nan, "extra": {"hidden": (inf, inf), "n": 3, "s": "x"}}) == (1, 4)
+    assert scan(collections.OrderedDict(logits=inf, past=((nan, nan),))) == (2, 2)
+    assert scan(Out(nan, [inf, None])) == (1, 2)
+    assert scan(({}, [], ())) == (0, 0)
+    deep = nan
+    for _ in range(tensors.SCAN_DEPTH):
+        deep = [deep]
+    assert scan(deep) == (1, 0) and scan([deep]) == (0, 0)  # 32 levels of containers are read, not 33
+    loop: list = [nan]
+    loop.append(loop)
+    assert scan(loop) == (tensors.SCAN_DEPTH, 0)  # the walk stops; the user's call is not hung
 
 
 def test_random_layouts_match_torch(scan) -> None:
@@ -231,3 +254,96 @@ def test_in_flight_slots_overflow_into_the_dict_and_all_end(tmp_path: Path) -> N
     assert rt.ndet.in_flight() == []
     rt.ndet._drain()
     assert len(rt.ndet._ordered_history()[0]) == depth
+
+
+EAGER_NAN_SCRIPT = """
+import torch
+torch.manual_seed(0)
+nan, inf = float("nan"), float("inf")
+# step -> what the module's nested extra output holds: (NaN count, Inf count) in the comment
+POISON = {0: [nan, nan, 1.0],      # (2, 0): the graph's first call, recorded on its own path
+          3: [inf, -inf, 1.0],     # (0, 2)
+          5: [nan, inf, -inf]}     # (1, 2), half of it in bfloat16
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, step):
+        y = self.lin(x)
+        p = torch.tensor(POISON.get(step, [0.0, 0.0, 0.0]))
+        return y, {"aux": [p[:1], (p[1:].to(torch.bfloat16), torch.arange(3))], "step": step}
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(8, 4)
+for step in range(8):
+    y, extra = model(x, step)
+    y.square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+# the forward executions (in call order) that hold NaN/Inf, and their (NaN, Inf) counts
+EAGER_BAD = {0: (2, 0), 3: (0, 2), 5: (1, 2)}
+
+
+@pytest.mark.parametrize("setting", ["ndet", "capture"])
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_an_eager_root_module_returning_nan_is_a_numerical_error_at_exactly_those_steps(
+        tmp_path: Path, pure: str, setting: str) -> None:
+    """An eager model (no ``torch.compile``) whose nested outputs hold NaN/Inf at steps 0, 3 and 5
+    of 8: each of those forward executions, and no other, has a ``numerical_err`` event in the
+    capture and a ``numerical_error`` record in the NDET log with its exec id and counts, its
+    execution ends with ret 1003, and neuron-det names the first.  ``ndet``: NDET and a capture,
+    the check on by NDET's default; ``capture``: a capture with ``NEURON_EXPLORER_NAN_CHECK=1``."""
+    from neuron_explorer.analysis.reader import discover, load_session
+
+    script = tmp_path / "eager_nan.py"
+    script.write_text(EAGER_NAN_SCRIPT)
+    logs, out = tmp_path / "ndet", tmp_path / "out"
+    logs.mkdir()
+    env = dict(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), NEURON_EXPLORER_PURE_PYTHON=pure)
+    if setting == "ndet":
+        env = ndet_env(logs, **env)
+    else:
+        from ..conftest import clean_env
+
+        env = clean_env(NEURON_EXPLORER_NAN_CHECK="1", **env)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+    (path,) = discover(str(out))
+    s = load_session(path)
+    ev = s.events
+    names = [s.type_names[t] for t in ev["type"]]
+    execs = [i for i, n in enumerate(names) if n == "nrt_execute"]
+    model_of = {i: s.models[int(ev["a"][i])].name for i in execs}
+    fwd = sorted((i for i in execs if model_of[i].startswith("Net_") and not model_of[i].endswith("_bwd")),
+                 key=lambda i: int(ev["b"][i]))
+    assert len(fwd) == 8 and len(execs) == 24, sorted(set(model_of.values()))
+    fwd_ids = [int(ev["b"][i]) for i in fwd]
+    want = {fwd_ids[k]: v for k, v in EAGER_BAD.items()}
+    errs = [i for i, n in enumerate(names) if n == "numerical_err"]
+    got = {int(ev["b"][i]): (int(ev["d"][i]), int(ev["e"][i])) for i in errs}
+    assert got == want and len(errs) == 3
+    assert {int(ev["c"][i]) for i in errs} == {1003}
+    rets = {int(ev["b"][i]): int(ev["c"][i]) for i in execs}
+    assert {k for k, r in rets.items() if r} == set(want) and {rets[k] for k in want} == {1003}
+
+    if setting != "ndet":
+        assert not list(logs.iterdir())
+        return
+    (log,) = logs_in(logs)
+    r = read_log(str(log)).records
+    nerr = r[r["kind"] == KIND_NUMERICAL_ERROR]
+    assert {int(b): (int(c), int(d)) for b, c, d in zip(nerr["b"], nerr["c"], nerr["d"])} == want
+    assert len(nerr) == 3 and set(nerr["ret"].tolist()) == {1003}
+    ex = r[r["kind"] == KIND_EXEC]
+    assert len(ex) == 24 and sorted(int(b) for b in ex["b"][ex["ret"] == 1003]) == sorted(want)
+    det = neuron_det("--log-prefix", str(logs), "-o", str(tmp_path / "trace.json"))
+    assert det.returncode == 1
+    assert "first numerical error (NaN 2, Inf 0) in graph Net_" in det.stdout, det.stdout

@@ -279,27 +279,46 @@ scan_one(NanScanner *s, PyObject *t, long long *nan, long long *inf)
     return 0;  /* not a tensor */
 }
 
-/* The NaN and Inf counts over a graph's outputs: a tensor, or a list/tuple of them (one level,
- * as the outputs of a compiled graph are); 0, or -1 with an exception set. */
+/* How far the scan walks nested containers: deeper levels, and containers past the budget (a
+ * list holding itself, a huge tree), are not read.  A module's outputs are a few levels at most. */
+#define NE_SCAN_DEPTH 32
+#define NE_SCAN_CONTAINERS 4096
+
+/* The counts over `o` and what it holds: a tensor, or tuples, lists and dict values nested to
+ * NE_SCAN_DEPTH levels (*budget: the containers still allowed).  Items are read through a new
+ * reference each: the slow path runs Python code, which may change a list or dict meanwhile. */
+static int
+scan_tree(NanScanner *s, PyObject *o, long long *nan, long long *inf, int depth, int *budget)
+{
+    int is_dict = PyDict_Check(o);
+    if (!is_dict && !PyList_Check(o) && !PyTuple_Check(o))
+        return scan_one(s, o, nan, inf);
+    if (depth >= NE_SCAN_DEPTH || *budget <= 0)
+        return 0;
+    (*budget)--;
+    PyObject *items = is_dict ? PyDict_Values(o) : (Py_INCREF(o), o);  /* (values: a new list) */
+    if (items == NULL)
+        return -1;
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(items); i++) {
+        PyObject *x = PySequence_Fast_GET_ITEM(items, i);
+        Py_INCREF(x);
+        rc = scan_tree(s, x, nan, inf, depth + 1, budget);
+        Py_DECREF(x);
+    }
+    Py_DECREF(items);
+    return rc;
+}
+
+/* The NaN and Inf counts over a graph's outputs: a tensor, or tensors in tuples, lists and dicts
+ * (a compiled graph returns a flat list or tuple; an eager module anything, such as a tuple of
+ * tuples or a dict of tensors); 0, or -1 with an exception set. */
 static int
 scan_outputs(NanScanner *s, PyObject *outs, long long *nan, long long *inf)
 {
+    int budget = NE_SCAN_CONTAINERS;
     *nan = *inf = 0;
-    if (PyList_Check(outs) || PyTuple_Check(outs)) {
-        PyObject *seq = PySequence_Fast(outs, "");  /* a new reference: the list may change */
-        if (seq == NULL)
-            return -1;
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (scan_one(s, PySequence_Fast_GET_ITEM(seq, i), nan, inf) < 0) {
-                Py_DECREF(seq);
-                return -1;
-            }
-        }
-        Py_DECREF(seq);
-        return 0;
-    }
-    return scan_one(s, outs, nan, inf);
+    return scan_tree(s, outs, nan, inf, 0, &budget);
 }
 
 static PyObject *

@@ -33,13 +33,14 @@ from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import future_status
-from neuron_explorer.integrations.torch.execution import c_execution, general_path, profiler_settled
+from neuron_explorer.integrations.torch.execution import (c_execution, general_path, numerical_error,
+                                                          profiler_settled, report_scan_failure)
 from neuron_explorer.integrations.torch.flops import FlopCounter, learn_flops
 from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
 from neuron_explorer.integrations.torch.neffs import cache_neff
 from neuron_explorer.integrations.torch.state import Installed, env_switch
-from neuron_explorer.integrations.torch.tensors import signature
+from neuron_explorer.integrations.torch.tensors import nan_scanner, signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import EXECUTIONS, CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import EagerStep, backward_gate, module_call_gate, module_call_skip
@@ -58,7 +59,7 @@ class _Local(threading.local):
 class _Exec:
     """One eager graph: its model, and whether its calls are recorded."""
 
-    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register", "settled", "c_run")
+    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register", "settled", "c_run", "check")
 
     def __init__(self, model: Model | None, skip: bool = False) -> None:
         self.model = model
@@ -74,6 +75,9 @@ class _Exec:
         # execution.general_path), read by its C wrapper; and (callable, that C wrapper) once made
         self.settled: list = [None]
         self.c_run: tuple | None = None
+        # the NaN/Inf scanner of its outputs (a root module's, with the check on), set at its first
+        # recorded call; None: not checked
+        self.check = None
 
     def materialize(self) -> Model:
         if self.model is None and self.register is not None:
@@ -255,8 +259,15 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
 
     The first call of a graph is timed without an id up front, so whether compiled graphs ran
     inside (the core's execution counter moved) decides if it is recorded at all; later calls of
-    a recorded graph take the general path (id first, NDET begin/end, device profiles) when NDET
-    or a device profile is on, and the lean one otherwise."""
+    a recorded graph, when NDET is on or its outputs are checked, take the C wrapper (as a
+    compiled graph's calls: NDET's records and the scan in C, the general path while a device
+    profiler wants the call) or without the extension the general path (id first, NDET
+    begin/end, the check, device profiles); otherwise the general path while a device profiler
+    wants the call, and the lean one.
+
+    The NaN/Inf check (``NEURON_EXPLORER_NAN_CHECK``, on by default with NDET) reads a root
+    module's outputs, as a compiled forward graph's: a NaN shows up there at the step it appears.
+    A backward's gradients and an optimizer's parameters are not read (decision 0097)."""
     ring, nc, PAIR = core.ring, core.nc, ev.EXEC_PAIR
     append, next_eid = ring.append, ring.exec_id
     watch_thread, unwatch_thread = ring.watch_thread, ring.unwatch_thread
@@ -264,6 +275,25 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
     ndet = rt.ndet
     devprof_cell = rt.devprof_cell
     enabled = rt.enabled
+    scan = nan_scanner(torch) if rt.config.nan_check and enabled[ev.NUMERICAL_ERR] else None
+
+    def checker(model: Model):
+        """The scanner of ``model``'s outputs, or None (only forward graphs are checked)."""
+        return scan if model.kind == "forward" else None
+
+    def check_first(ex: _Exec, out, eid: int, t0: int, t1: int) -> int:
+        """The NaN check of a first call's outputs (later calls are checked by the C wrapper or
+        the general path): its ret, after recording the numerical error if there is one.  A check
+        that raises leaves the outputs counted as finite."""
+        try:
+            nan, inf = ex.check(out)
+        except Exception as e:  # noqa: BLE001 - never the user's error
+            report_scan_failure(ex.model, e)
+            return 0
+        if not (nan or inf):
+            return 0
+        numerical_error(rt, core, ex.model)(eid, t0, t1, native_tid(), nan, inf)
+        return ev.RET_NUM_ERR
 
     def finish(mid: int, eid: int, t0: int, t1: int, ret: int, begun: bool) -> None:
         rec = (PAIR, t0, t1, native_tid(), mid, eid, ret, 0, 0)
@@ -283,7 +313,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             paths = ex.general = {}
         run = paths.get(fn)
         if run is None:
-            run = paths[fn] = general_path(rt, torch, core, ex.model, fn, False, stats_rec, None, ex.settled)
+            run = paths[fn] = general_path(rt, torch, core, ex.model, fn, ex.check, stats_rec, None, ex.settled)
         return run(args, kwargs)
 
     def c_run(ex: _Exec, fn):
@@ -293,7 +323,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
         if made is None or made[0] is not fn:
             # c_execution's general path is called as run_general(args, kwargs): one tuple, one dict
             made = ex.c_run = (fn, c_execution(rt, core, ex.model, fn, lambda a, k: general(ex, fn, a, k),
-                                               stats_rec, ex.settled))
+                                               stats_rec, ex.settled, ex.check))
         return made[1]
 
     tids, get_ident = clock.native_ids, threading.get_ident
@@ -303,8 +333,16 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             return fn(*args, **kwargs)
         if not ex.known:
             return first(ex, fn, args, kwargs)
+        if ndet is not None or ex.check is not None:
+            # the C wrapper (which yields to the general path while a device profiler wants the
+            # call), else the general path itself
+            made = ex.c_run
+            run = made[1] if made is not None and made[0] is fn else c_run(ex, fn)
+            if run is not None:
+                return run(*args, **kwargs)
+            return general(ex, fn, args, kwargs)
         dp = devprof_cell[0]  # (model mode: once the graph is profiled, the lean path again)
-        if ndet is not None or (dp is not None and not profiler_settled(dp, nc, ex.model.id)):
+        if dp is not None and not profiler_settled(dp, nc, ex.model.id):
             return general(ex, fn, args, kwargs)
         t0 = now_ns()  # the lean path: what execution._lean_wrapper does
         try:
@@ -330,6 +368,7 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
         own profiler or dispatch mode watches, on the first call made when none does."""
         dp = devprof_cell[0]
         if dp is not None and dp.wants(nc, ex.materialize().id):
+            ex.check = checker(ex.model)  # (before its general path is made)
             # profiled from its first call (model mode profiles only that one); should compiled
             # graphs run inside, this one call is recorded besides them, then never again.  The
             # op recorder counts its flops with the same formulas: no second dispatch mode
@@ -354,7 +393,11 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             if unwatch_thread(*watched):
                 ex.skip = True  # compiled graphs ran inside: they are the executions
             else:
-                finish(ex.materialize().id, next_eid(), t0, t1, ret, False)
+                mid, eid = ex.materialize().id, next_eid()
+                ex.check = checker(ex.model)
+                if ret == 0 and ex.check is not None:
+                    ret = check_first(ex, out, eid, t0, t1)
+                finish(mid, eid, t0, t1, ret, False)
                 learn_flops(rt, ex.model, fc.flops)
             # the program's own profiler watched the call: no flops counted, the next call is a
             # first call again (it records the same; flops/0069)

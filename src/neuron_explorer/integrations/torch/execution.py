@@ -23,6 +23,7 @@ the id up front); on one thread that is the same thing.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable
 
@@ -34,7 +35,8 @@ from neuron_explorer.runtime.core import CoreState, Model, Runtime
 from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
 from neuron_explorer.runtime.ring import NanScanner as _CScanner
 
-__all__ = ["BackwardFinder", "c_execution", "count_watched", "general_path", "profiler_settled", "wrap_execution"]
+__all__ = ["BackwardFinder", "c_execution", "count_watched", "general_path", "numerical_error", "profiler_settled",
+           "report_scan_failure", "wrap_execution"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -74,16 +76,19 @@ def wrap_execution(rt: Runtime, torch, core: CoreState, model: Model, fn: Callab
 
 
 def c_execution(rt: Runtime, core: CoreState, model: Model, fn: Callable, run_general: Callable, stats_rec,
-                settled: list) -> Callable | None:
-    """The C wrapper recording ``fn``'s calls as executions of ``model`` (no NaN check, no backward
-    search), yielding to ``run_general(args, kwargs)`` (made with the same ``settled`` list) while a
-    device profiler wants the call; None when it cannot run here (no extension, a Python ring, or
-    NDET without its C hooks).  The eager optimizer step's steady state (integrations/torch/eager.py)."""
+                settled: list, scan=None) -> Callable | None:
+    """The C wrapper recording ``fn``'s calls as executions of ``model`` (no backward search; the
+    NaN check of its outputs with ``scan``, a ``nan_scanner``, unless None), yielding to
+    ``run_general(args, kwargs)`` (made with the same ``settled`` list and ``scan``) while a device
+    profiler wants the call; None when it cannot run here (no extension, a Python ring, NDET
+    without its C hooks, or a scanner that is not the C one).  The steady state of eager root
+    modules, backwards and optimizer steps with NDET or the NaN check on (integrations/torch/eager.py)."""
     ndet = rt.ndet
     nd_hooks = ndet.exec_hooks() if ndet is not None and hasattr(ndet, "exec_hooks") else None
-    if _CWrapper is None or core.ring.buffer is None or (ndet is not None and not nd_hooks):
+    if _CWrapper is None or core.ring.buffer is None or (ndet is not None and not nd_hooks) or \
+            (scan is not None and not isinstance(scan, _CScanner)):
         return None
-    return _c_wrapper(rt, core, model, fn, run_general, stats_rec, None, nd_hooks, None, settled)
+    return _c_wrapper(rt, core, model, fn, run_general, stats_rec, None, nd_hooks, scan, settled)
 
 
 def _stand_in_for(run: Callable, fn: Callable) -> Callable:
@@ -111,7 +116,7 @@ def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general
         nd = (inflight, nd_ring, ring.open_counter, ring.close_counter, core.nc, kind, state, slots)
     scan_args = None
     if scan is not None:
-        scan_args = (scan, _numerical_error(rt, core, model), ev.RET_NUM_ERR)
+        scan_args = (scan, numerical_error(rt, core, model), ev.RET_NUM_ERR)
 
     def run_general(*args, **kwargs):  # what the C wrapper yields to (a device profile wants the call)
         try:
@@ -124,7 +129,7 @@ def _c_wrapper(rt: Runtime, core: CoreState, model: Model, fn: Callable, general
                      run_general, stats_rec, find_backward, nd, scan_args, settled, ring.watch)
 
 
-def _numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
+def numerical_error(rt: Runtime, core: CoreState, model: Model) -> Callable:
     """``record(eid, t0, t1, tid, nan, inf)``: what the C wrapper calls when an execution's outputs
     hold NaN or Inf (rare), before it appends the execution itself with ``ret`` RET_NUM_ERR."""
     append, tick, mid, nc, ndet = core.ring.append, core.ring.tick, model.id, core.nc, rt.ndet
@@ -225,9 +230,10 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
     nan_check = scan is not None
     look = find_backward
     watch = ring.watch
+    scan_failed = False  # reported once (report_scan_failure)
 
     def run_general(args, kwargs):
-        nonlocal look
+        nonlocal look, scan_failed
         eid = next_eid()
         exec_open()
         t0 = now_ns()
@@ -249,7 +255,13 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
             t1 = now_ns()
             tid = native_tid()
             if ret == 0 and nan_check:
-                nan, inf = scan(out)
+                try:  # a check must never change how the user's step behaves
+                    nan, inf = scan(out)
+                except Exception as e:  # noqa: BLE001
+                    nan = inf = 0
+                    if not scan_failed:
+                        scan_failed = True
+                        report_scan_failure(model, e)
                 if nan or inf:
                     ret = ev.RET_NUM_ERR
                     append((ev.NUMERICAL_ERR, t0, t1, tid, mid, eid, ret, nan, inf))
@@ -270,3 +282,10 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
         return out
 
     return run_general
+
+
+def report_scan_failure(model: Model, e: BaseException) -> None:
+    """Say once per graph (the caller keeps the flag) that its NaN/Inf check raised: the outputs
+    then count as finite, as the C wrapper treats its scan's errors (decision 0042)."""
+    print(f"neuron-explorer: warning: the NaN/Inf check of {model.name} failed, its outputs count as finite: "
+          f"{type(e).__name__}: {e}", file=sys.stderr)

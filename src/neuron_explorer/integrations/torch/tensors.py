@@ -14,7 +14,10 @@ import numpy as np
 
 from neuron_explorer.runtime.ring import NanScanner
 
-__all__ = ["nan_scanner", "signature", "tensor_bytes", "tensor_summary", "tensors_in"]
+__all__ = [
+    "SCAN_CONTAINERS", "SCAN_DEPTH", "nan_scanner", "output_leaves", "signature", "tensor_bytes", "tensor_summary",
+    "tensors_in",
+]
 
 
 def tensor_summary(xs, include_others: bool = True) -> list[str]:
@@ -57,9 +60,41 @@ def tensor_bytes(x: Any) -> int:
     return n
 
 
+# How far the NaN scan walks nested outputs (as runtime/_finite.h's NE_SCAN_DEPTH and
+# NE_SCAN_CONTAINERS): deeper levels, and containers past the budget, are not read
+SCAN_DEPTH = 32
+SCAN_CONTAINERS = 4096
+
+
+def output_leaves(outs: Any) -> list:
+    """What a graph or module returned, as the list of its non-container parts: tuples, lists and
+    dict values walked to ``SCAN_DEPTH`` levels, at most ``SCAN_CONTAINERS`` containers, in the
+    order the C scanner reads them."""
+    leaves: list = []
+    budget = [SCAN_CONTAINERS]
+
+    def walk(o: Any, depth: int) -> None:
+        if isinstance(o, dict):
+            items = list(o.values())
+        elif isinstance(o, (list, tuple)):
+            items = list(o)
+        else:
+            leaves.append(o)
+            return
+        if depth >= SCAN_DEPTH or budget[0] <= 0:
+            return
+        budget[0] -= 1
+        for x in items:
+            walk(x, depth + 1)
+
+    walk(outs, 0)
+    return leaves
+
+
 def nan_scanner(torch) -> Callable[[Any], tuple[int, int]]:
-    """``scan(outs) -> (NaN count, Inf count)`` of a graph's floating-point outputs (a tensor, or a
-    list/tuple of them).
+    """``scan(outs) -> (NaN count, Inf count)`` of a graph's floating-point outputs: a tensor, or
+    tensors in tuples, lists and dicts (a compiled graph returns a flat list or tuple, an eager
+    module anything; ``output_leaves``).
 
     With the C extension this is ``_fastpath.NanScanner``: one pass over each CPU float16,
     bfloat16, float32 or float64 tensor's memory, reached through DLPack's C exchange API (no
@@ -99,7 +134,7 @@ def _python_scanner(torch, slow: Callable[[Any], tuple[int, int]]) -> Callable[[
 
     def scan(outs) -> tuple[int, int]:
         nan = inf = 0
-        for t in outs if isinstance(outs, (list, tuple)) else (outs,):
+        for t in output_leaves(outs):
             if not isinstance(t, Tensor) or not t.is_floating_point() or not t.numel():
                 continue
             if t.dtype in numpy_floats and t.device.type == "cpu" and t.layout == strided:
