@@ -150,7 +150,8 @@ class AppTracker:
             raise ProcessGone(self.pid)
         self.latest = snap
         age = (time.monotonic_ns() - snap["mono_ns"]) / 1e9
-        self.error = f"stats snapshot is {age:.1f}s old: the application's publisher is not running" if age > STALE_AFTER_S else ""
+        stale = age > STALE_AFTER_S
+        self.error = f"stats snapshot is {age:.1f}s old: the application's publisher is not running" if stale else ""
 
     def update(self) -> None:
         """Take the newest snapshot before a collection: a live process's current one, or the
@@ -238,8 +239,8 @@ class AppTracker:
             "error_summary": _counter_delta(new["errors"], old["errors"], ERROR_CLASSES),
             "execution_summary": _counter_delta(new["executions"], old["executions"], EXECUTION_STATUSES),
             "latency_stats": {
-                "total_latency": histogram.percentiles_seconds(histogram.delta(lat_new["total"], lat_old.get("total"))),
-                "device_latency": histogram.percentiles_seconds(histogram.delta(lat_new["device"], lat_old.get("device"))),
+                f"{k}_latency": histogram.percentiles_seconds(histogram.delta(lat_new[k], lat_old.get(k)))
+                for k in ("total", "device")
             },
             "error": "" if dt > 0 else "the application published no new stats during the period",
         }

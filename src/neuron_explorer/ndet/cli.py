@@ -16,12 +16,9 @@ import time
 from dataclasses import dataclass
 
 from neuron_explorer.util.atomic import AtomicFile, replaceable
-
 from neuron_explorer.util.ranges import IndexRanges
-from . import analysis
-from . import format as fmt
-from . import sources
-from . import verdict as rules
+
+from . import analysis, format as fmt, sources, verdict as rules
 from .trace import TraceWriter
 
 EXAMPLES = """\

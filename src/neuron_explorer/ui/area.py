@@ -127,7 +127,8 @@ def collectives(p: Profile, mode: str, layout: str, row_idx: list[int] | None, t
     the CLI's straggler summary over them."""
     t0, t1, _ = window_args(t0, t1, 1)
     idx = p.index
-    out: dict[str, Any] = {"t0": t0, "t1": t1, "collectives": [], "summary": summarize(arrivals([], [], [])),
+    none = np.zeros(0, dtype=np.int64)
+    out: dict[str, Any] = {"t0": t0, "t1": t1, "collectives": [], "summary": summarize(arrivals(none, none, none)),
                            "compared_capped": False}
     if idx is None:
         return out
