@@ -89,15 +89,23 @@ _NDET = {"NEURON_RT_DBG_NDET_FLUSH_USEC": "200000", "NEURON_RT_DBG_NDET_LOG_LOCA
          "NEURON_EXPLORER_NAN_CHECK": "1"}
 _TAG = {"NEURON_PROCESS_TAG": "matrix"}
 
+# the programs whose events span every kind of recording (eager and compiled graphs, collectives,
+# threads, JAX): what a type filter splits
 _FILTERED = ("cnn", "ddp", "compiled_aot_eager", "threads", "jax")
+# the programs whose graphs a device profile records differently (eager, Inductor, aot_eager, DDP,
+# JAX, under the program's own torch.profiler)
+_DEVICE = ("cnn", "ddp", "compiled_inductor", "compiled_aot_eager", "own_profiler", "jax")
 
-# Each tool alone where it takes a path of its own (the capture; NDET without a capture; the
-# monitor with nothing set; the pure-Python path), and all of them at once in either device mode.
-# A device profile alone and the tagged monitor alone are parts of ``all``/``all_model`` and have
-# their own feature tests; the matrix is about combinations (decision 0087).
+# Every program runs each tool alone where the tool takes a path of its own (the capture; NDET
+# without a capture; the monitor with nothing set; the pure-Python path) and all of them at once
+# in either device mode.  A device profile over the system profile and the type filters run on the
+# programs where they record something different; the tagged monitor alone is part of
+# ``all``/``all_model`` (decision 0087's amendment: the suite's time, issue 30).
 SETTINGS = [
     Setting("off"),
     Setting("system", _CAPTURE),
+    Setting("device_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model"}, programs=_DEVICE),
+    Setting("device_session", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}, programs=_DEVICE),
     Setting("ndet", _NDET),
     Setting("monitor_untagged", {}, monitor=True),  # nothing set: found by discovery alone
     Setting("all", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session", **_NDET, **_TAG}, monitor=True),
@@ -140,7 +148,7 @@ class Known:
 
 
 KNOWN: list[Known] = [
-    Known("own_profiler", "all all_model", "stdout", "own-profiler-device-profile",
+    Known("own_profiler", "device_* all all_model", "stdout", "own-profiler-device-profile",
           "documented limit (decision 0069): a device profile asked for while the program's own torch.profiler "
           "records is recorded by a dispatch mode, which that profiler sees (PythonDispatchMode and each op "
           "of the profiled executions twice); without a device profile the program's profile is unchanged"),
