@@ -3,7 +3,8 @@
 Every ``import`` in ``src/neuron_explorer`` (function-level ones included) is resolved to the module
 it names and checked against the layer table below: a module may import its own package and the
 packages its layer allows, never a higher layer, never another package's underscore names;
-packages never import each other in a cycle, and neither do files, within a package too.
+packages never import each other in a cycle, and neither do files, within a package too.  Each
+layer is a top-level package or module of its own, so the tree shows the layers.
 """
 
 from __future__ import annotations
@@ -17,19 +18,15 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 ROOT = "neuron_explorer"
 
-# module (or package) -> layer; the longest matching prefix wins
+# top-level package (or module) -> layer: the layer of everything under it
 LAYER_OF = {
     "neuron_explorer": "util",  # the package root holds only __version__
     "neuron_explorer.util": "util",
     "neuron_explorer.contracts": "contracts",
     "neuron_explorer.proto": "contracts",
-    "neuron_explorer.ndet.format": "contracts",
-    "neuron_explorer.monitor.endpoint": "contracts",
-    "neuron_explorer.monitor.histogram": "contracts",
     "neuron_explorer.runtime": "runtime",
     "neuron_explorer.capture": "consumers",
-    "neuron_explorer.ndet.recorder": "consumers",
-    "neuron_explorer.monitor.app_stats": "consumers",
+    "neuron_explorer.recorders": "consumers",
     "neuron_explorer.integrations": "integrations",
     "neuron_explorer.boot": "composition",
     "neuron_explorer.torch": "composition",
@@ -72,11 +69,8 @@ def layer(module: str) -> str:
 
 
 def package(module: str) -> str:
-    """The unit that may import itself freely: a top-level subpackage, or a module the layer table
-    names on its own (``ndet.recorder`` is not part of ``ndet``'s tools)."""
-    best = max((p for p in LAYER_OF if module == p or module.startswith(p + ".")), key=len)
-    parts = module.split(".")
-    return best if best != ROOT and len(best.split(".")) > 2 else ".".join(parts[:2])
+    """The unit that may import itself freely: a top-level subpackage (or module)."""
+    return ".".join(module.split(".")[:2])
 
 
 def modules() -> dict[str, Path]:
@@ -215,11 +209,16 @@ def test_the_checker_catches_a_circle_of_files_in_one_package(circle):
     assert package_cycles(ring) == []  # one package: only the file check sees it
 
 
+def test_every_layer_is_a_top_level_package_or_module():
+    """The tree shows the layers: no module inside a package belongs to another layer."""
+    assert [p for p in LAYER_OF if len(p.split(".")) > 2] == []
+
+
 @pytest.mark.parametrize("src,dst,name,expect", [
     ("neuron_explorer.runtime.core", "neuron_explorer.capture.sink", "CaptureSink", "not allowed"),
     ("neuron_explorer.analysis.reader", "neuron_explorer.exporters.parquet", "ParquetWriter", "not allowed"),
     ("neuron_explorer.ui.store", "neuron_explorer.analysis.reader", "Session", "not allowed"),
-    ("neuron_explorer.capture.sink", "neuron_explorer.ndet.recorder", "NdetRecorder", "same layer"),
+    ("neuron_explorer.capture.sink", "neuron_explorer.recorders.ndet", "NdetRecorder", "same layer"),
     ("neuron_explorer.view.pipeline", "neuron_explorer.analysis.reader", "_arr", "private name"),
 ])
 def test_the_checker_catches_an_upward_or_sideways_import(src, dst, name, expect):

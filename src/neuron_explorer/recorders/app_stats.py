@@ -28,8 +28,8 @@ from neuron_explorer.contracts.dataset import DEVICE_MEMORY_TO_MONITOR
 from neuron_explorer.contracts.events import RECORD_WIDTH
 from neuron_explorer.runtime.ring import NativeRing
 from neuron_explorer.util import jsonfast as _json
-from neuron_explorer.monitor import endpoint, histogram
-from neuron_explorer.monitor.endpoint import (CORE_MEMORY_CATEGORIES, ERROR_CLASSES, EXECUTION_STATUSES,
+from neuron_explorer.contracts import stats_files, stats_histogram
+from neuron_explorer.contracts.stats_files import (CORE_MEMORY_CATEGORIES, ERROR_CLASSES, EXECUTION_STATUSES,
                                               HOST_MEMORY_CATEGORIES, SNAPSHOT_FORMAT)
 
 
@@ -115,10 +115,10 @@ class AppStats:
         pid: the process id (defaults to the current process).
         instance_id: the instance this process runs on (EC2 id or host name).
         nc_indices: the NeuronCores (CUDA devices, or the local rank on CPU) this process uses.
-        stats_dir: directory for the snapshot; defaults to :func:`endpoint.default_stats_dir`.
+        stats_dir: directory for the snapshot; defaults to :func:`stats_files.default_stats_dir`.
         interval_s: how often the publisher thread rewrites the snapshot.
         idle_interval_s: when set, the snapshot is rewritten this often only, while no monitor
-            has announced itself in ``stats_dir`` (``endpoint.monitor_present``, checked every
+            has announced itself in ``stats_dir`` (``stats_files.monitor_present``, checked every
             ``interval_s``); the runtime sets it (docs/decisions/0063).
         device_kind: ``"cuda"`` when cores are GPUs (device index == core index), ``"cpu"``
             when the CPU is Neuron device 0.
@@ -152,10 +152,10 @@ class AppStats:
         self.instance_id = instance_id or socket.gethostname()
         self.nc_indices = sorted(set(int(i) for i in (nc_indices if nc_indices is not None else [0])))
         self.device_kind = device_kind
-        self.stats_dir = Path(stats_dir) if stats_dir is not None else endpoint.default_stats_dir()
+        self.stats_dir = Path(stats_dir) if stats_dir is not None else stats_files.default_stats_dir()
         self.interval_s = float(interval_s)
         self.idle_interval_s = None if idle_interval_s is None else max(float(idle_interval_s), self.interval_s)
-        self.path = endpoint.snapshot_path(self.stats_dir, self.pid)
+        self.path = stats_files.snapshot_path(self.stats_dir, self.pid)
 
         # the process that owns the snapshot file: a forked child inherits this object but must
         # neither overwrite nor delete its parent's file
@@ -167,8 +167,8 @@ class AppStats:
         self._executions = dict.fromkeys(EXECUTION_STATUSES, 0)
         self._errors = dict.fromkeys(ERROR_CLASSES, 0)
         self._cores: dict[int, _Core] = {i: _Core() for i in self.nc_indices}
-        self._lat_total = [0] * histogram.NUM_BUCKETS
-        self._lat_device = [0] * histogram.NUM_BUCKETS
+        self._lat_total = [0] * stats_histogram.NUM_BUCKETS
+        self._lat_device = [0] * stats_histogram.NUM_BUCKETS
         self._host_mem: dict[str, int] | None = None
         self._core_mem: dict[int, dict[str, int]] = {}
         self._memory_source = None  # see set_memory_source
@@ -353,9 +353,9 @@ class AppStats:
         mid_a, nc_a, host_a, dev_a, st_a, bs, be = (np.concatenate(c) for c in zip(*parts))
         n = len(mid_a)
         timed = np.isin(st_a, _TIMED_INDICES)
-        lat_total = np.bincount(histogram.bucket_indices(host_a[timed]), minlength=histogram.NUM_BUCKETS)
+        lat_total = np.bincount(stats_histogram.bucket_indices(host_a[timed]), minlength=stats_histogram.NUM_BUCKETS)
         measured = timed & (dev_a >= 0)
-        lat_dev = np.bincount(histogram.bucket_indices(dev_a[measured]), minlength=histogram.NUM_BUCKETS)
+        lat_dev = np.bincount(stats_histogram.bucket_indices(dev_a[measured]), minlength=stats_histogram.NUM_BUCKETS)
         by_status = np.bincount(st_a, minlength=len(EXECUTION_STATUSES))
         with self._lock:
             for k in np.flatnonzero(by_status).tolist():
@@ -404,7 +404,7 @@ class AppStats:
             }
             snap = {
                 "format": SNAPSHOT_FORMAT,
-                **({"final": True} if final else {}),  # (second key: endpoint.is_final_head reads it)
+                **({"final": True} if final else {}),  # (second key: stats_files.is_final_head reads it)
                 "pid": self.pid,
                 "tag": self.tag,
                 "instance_id": self.instance_id,
@@ -419,9 +419,9 @@ class AppStats:
                 "errors": dict(self._errors),
                 "cores": cores,
                 "latency": {
-                    "layout": [histogram.MIN_NS, histogram.BUCKETS_PER_DECADE, histogram.DECADES],
-                    "total": histogram.to_run(self._lat_total),
-                    "device": histogram.to_run(self._lat_device),
+                    "layout": [stats_histogram.MIN_NS, stats_histogram.BUCKETS_PER_DECADE, stats_histogram.DECADES],
+                    "total": stats_histogram.to_run(self._lat_total),
+                    "device": stats_histogram.to_run(self._lat_device),
                 },
                 "memory": {
                     "host": dict(self._host_mem) if self._host_mem is not None else None,
@@ -443,7 +443,7 @@ class AppStats:
         """Write the snapshot now; the rename makes the new file appear whole or not at all.
         ``final``: the last one, left behind at exit (:meth:`stop`).
 
-        Raises :class:`~neuron_explorer.monitor.endpoint.EndpointError` or OSError when the
+        Raises :class:`~neuron_explorer.contracts.stats_files.EndpointError` or OSError when the
         stats directory cannot be used; does nothing in a forked child.
         """
         if os.getpid() != self._owner_pid:
@@ -452,7 +452,7 @@ class AppStats:
         # or the monitor would see counters go backwards
         with self._publish_lock:
             data = _json.dumps_bytes(self.snapshot(final=final))
-            endpoint.ensure_private_dir(self.stats_dir)
+            stats_files.ensure_private_dir(self.stats_dir)
             tmp = self.path.with_name(f".{self.pid}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
@@ -473,7 +473,7 @@ class AppStats:
         second, mostly for no reader. One ``stat`` tells whether someone reads."""
         if self.idle_interval_s is None or time.monotonic() - last >= self.idle_interval_s:
             return True
-        return endpoint.monitor_present(self.stats_dir)
+        return stats_files.monitor_present(self.stats_dir)
 
     def begin_workload(self) -> None:
         """The process runs a workload from now on (its runtime is live in a framework): it
@@ -517,7 +517,7 @@ class AppStats:
             _publishers[str(self.path)] = self
         if prev is not None and prev is not self:
             prev.stop(remove=False)
-        endpoint.ensure_private_dir(self.stats_dir)
+        stats_files.ensure_private_dir(self.stats_dir)
         self._ended = False
         if self.workload:
             self.publish()
@@ -536,7 +536,7 @@ class AppStats:
         While a monitor is announced, the last counters are published once more, marked final, and
         left for the monitors to report (an execution of the last moments is never lost); the
         monitors forget the process after that, and old final snapshots are removed by age and
-        count (``endpoint.prune_final_snapshots``, docs/decisions/0075-final-snapshots.md).  With no
+        count (``stats_files.prune_final_snapshots``, docs/decisions/0075-final-snapshots.md).  With no
         monitor the file is removed."""
         self._stop.set()
         self._wake.set()
@@ -557,9 +557,9 @@ class AppStats:
             _publishers.pop(str(self.path), None)
             self._ended = True
         try:
-            if endpoint.monitor_present(self.stats_dir):
+            if stats_files.monitor_present(self.stats_dir):
                 self.publish(final=True)
-                endpoint.prune_final_snapshots(self.stats_dir)
+                stats_files.prune_final_snapshots(self.stats_dir)
                 return
         except Exception as exc:  # noqa: BLE001 - never in the way of the exit; remove the file
             self.last_error = f"final snapshot: {type(exc).__name__}: {exc}"
