@@ -8,10 +8,10 @@
 
 What applications publish and where is a contract (``contracts.stats_files``, with the latency
 buckets of ``contracts.stats_histogram``); the per-process counters are a runtime consumer
-(``recorders.app_stats``).
+(``recorders.app_stats``); ``app_stats`` keeps the import path 0.1.0 documented for ``AppStats``.
 
 See docs/monitor.md.
 """
 
-__all__ = ["apps", "cli", "cloudwatch_exporter", "config", "gpu", "metrics", "monitor",
+__all__ = ["app_stats", "apps", "cli", "cloudwatch_exporter", "config", "gpu", "metrics", "monitor",
            "prometheus_exporter", "snapshot", "system"]
