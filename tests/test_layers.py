@@ -10,12 +10,14 @@ layer is a top-level package or module of its own, so the tree shows the layers.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 ROOT = "neuron_explorer"
 
 # top-level package (or module) -> layer: the layer of everything under it
@@ -304,3 +306,30 @@ def test_the_documented_import_paths_still_import():
 
     assert read_log is ndet_log.read_log and KIND_EXEC == ndet_log.KIND_EXEC
     assert AppStats is app_stats.AppStats
+
+
+def module_index(text: str) -> set[str]:
+    """The modules the "Every module" section of docs/architecture.md lists (``- `name`: ...``)."""
+    section = text.split("\n## Every module", 1)[1].split("\n## ", 1)[0]
+    return {f"{ROOT}.{m}" for m in re.findall(r"^- `([\w.]+)`:", section, flags=re.M)}
+
+
+def index_mismatch(listed: set[str], known: dict[str, Path]) -> list[str]:
+    """Modules of the tree the index leaves out, and names it lists that are no module."""
+    files = {m for m, p in known.items() if p.name != "__init__.py"}
+    return [f"not in docs/architecture.md: {m}" for m in sorted(files - listed)] + \
+           [f"listed in docs/architecture.md, not in src: {m}" for m in sorted(listed - files)]
+
+
+def test_architecture_lists_every_module():
+    assert index_mismatch(module_index(ARCHITECTURE.read_text()), modules()) == []
+
+
+def test_the_index_check_catches_a_missing_and_a_stale_module():
+    known = {"neuron_explorer.util.atomic": Path("atomic.py"), "neuron_explorer.util.alloc": Path("alloc.py"),
+             "neuron_explorer.util": Path("__init__.py")}
+    listed = module_index("# Architecture\n## Every module\n- `util.atomic`: files\n- `util.stragglers`: gone\n"
+                          "## Decisions\n- `util.alloc`: outside the section\n")
+    assert index_mismatch(listed, known) == ["not in docs/architecture.md: neuron_explorer.util.alloc",
+                                             "listed in docs/architecture.md, not in src: "
+                                             "neuron_explorer.util.stragglers"]
