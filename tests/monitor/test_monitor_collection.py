@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from monitor_helpers import Apps
-from neuron_explorer.monitor.app_stats import AppStats
+from neuron_explorer.recorders.app_stats import AppStats
 from neuron_explorer.monitor.config import parse_config
 from neuron_explorer.monitor.monitor import Monitor
 

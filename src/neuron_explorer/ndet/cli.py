@@ -19,7 +19,7 @@ from neuron_explorer.util.atomic import AtomicFile, replaceable
 
 from neuron_explorer.util.ranges import IndexRanges
 from . import analysis
-from . import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 from . import sources
 from . import verdict as rules
 from .trace import TraceWriter

@@ -22,7 +22,7 @@ from typing import IO
 
 import numpy as np
 
-from . import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 from .analysis import CollectiveIndex, group_ranks
 from .sources import RankLog
 

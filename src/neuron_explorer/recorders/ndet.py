@@ -51,7 +51,7 @@ from neuron_explorer.contracts.env import (DEFAULT_NUM_ENTRIES, NDET_FLUSH_USEC,
                                            parse_ndet_flush_usec, parse_ndet_log_location, parse_ndet_num_entries)
 from neuron_explorer.contracts.layout import log_file_name
 from ..runtime.ring import NativeRing, SlotTable
-from . import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.util.procs import is_launcher, multiprocessing_child
 
 HISTORY_START = 1024
