@@ -18,10 +18,10 @@ check:
 	$(PYTHON) -m mypy
 
 # One command: set up, then run the whole test suite (slow end-to-end tests included), on two
-# pytest-xdist workers (TEST_WORKERS=0 runs it in one process).
+# pytest-xdist workers (TEST_WORKERS=0 runs it in one process); it ends with the 30 slowest tests.
 TEST_WORKERS ?= 2
 test: setup
-	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -n $(TEST_WORKERS) --dist worksteal
+	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -n $(TEST_WORKERS) --dist worksteal --durations=30
 
 test-fast:
 	$(PYTHON) -m pytest -q -m "not slow"

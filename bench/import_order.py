@@ -36,8 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "import_order.json")
 CONFIGS = ("none", "numpy_first", "ne_first", "both_first")
 FIRST = {"none": (), "numpy_first": ("numpy",), "ne_first": ("neuron_explorer.runtime.core",),
-         "both_first": ("numpy", "neuron_explorer.runtime.core", "neuron_explorer.ndet.recorder",
-                        "neuron_explorer.monitor.app_stats")}
+         "both_first": ("numpy", "neuron_explorer.runtime.core", "neuron_explorer.recorders.ndet",
+                        "neuron_explorer.recorders.app_stats")}
 
 
 def worker(config: str) -> None:

@@ -32,7 +32,7 @@ import psutil
 
 APP = r"""
 import os, random, sys, time
-from neuron_explorer.monitor.app_stats import AppStats
+from neuron_explorer.recorders.app_stats import AppStats
 s = AppStats(sys.argv[1], None, None, [0, 1])
 for m in range(4):
     s.on_model_load(m, f"graph_{m}", m % 2, flops=1e9 * (m + 1), subgraphs=2, code_bytes=1 << 20,

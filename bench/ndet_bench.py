@@ -89,8 +89,8 @@ def _load_without_hooks() -> None:
 
     import numpy  # noqa: F401
 
-    import neuron_explorer.monitor.app_stats  # noqa: F401
-    import neuron_explorer.ndet.recorder  # noqa: F401
+    import neuron_explorer.recorders.app_stats  # noqa: F401
+    import neuron_explorer.recorders.ndet  # noqa: F401
     import neuron_explorer.runtime.core  # noqa: F401
 
     for period in (0.5, 1.0):
@@ -311,8 +311,8 @@ def make_logs(d: str, nlogs: int, records: int) -> int:
     """Write ``nlogs`` synthetic logs of ``records`` records each; returns total bytes."""
     import numpy as np
 
-    from neuron_explorer.ndet import format as fmt
-    from neuron_explorer.ndet.recorder import NdetRecorder
+    from neuron_explorer.contracts import ndet_log as fmt
+    from neuron_explorer.recorders.ndet import NdetRecorder
     from neuron_explorer.runtime.config import CaptureConfig
     from neuron_explorer.runtime.core import Runtime
     from neuron_explorer.runtime.identity import ProcessIdentity

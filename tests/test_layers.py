@@ -2,34 +2,33 @@
 
 Every ``import`` in ``src/neuron_explorer`` (function-level ones included) is resolved to the module
 it names and checked against the layer table below: a module may import its own package and the
-packages its layer allows, never a higher layer, never another package's underscore names, and
-packages never import each other in a cycle.
+packages its layer allows, never a higher layer, never another package's underscore names;
+packages never import each other in a cycle, and neither do files, within a package too.  Each
+layer is a top-level package or module of its own, so the tree shows the layers.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 ROOT = "neuron_explorer"
 
-# module (or package) -> layer; the longest matching prefix wins
+# top-level package (or module) -> layer: the layer of everything under it
 LAYER_OF = {
     "neuron_explorer": "util",  # the package root holds only __version__
     "neuron_explorer.util": "util",
     "neuron_explorer.contracts": "contracts",
     "neuron_explorer.proto": "contracts",
-    "neuron_explorer.ndet.format": "contracts",
-    "neuron_explorer.monitor.endpoint": "contracts",
-    "neuron_explorer.monitor.histogram": "contracts",
     "neuron_explorer.runtime": "runtime",
     "neuron_explorer.capture": "consumers",
-    "neuron_explorer.ndet.recorder": "consumers",
-    "neuron_explorer.monitor.app_stats": "consumers",
+    "neuron_explorer.recorders": "consumers",
     "neuron_explorer.integrations": "integrations",
     "neuron_explorer.boot": "composition",
     "neuron_explorer.torch": "composition",
@@ -65,6 +64,14 @@ EXCEPTIONS = {
     ("neuron_explorer.view", "neuron_explorer.ui"),  # `view` with no output format serves the UI
 }
 
+# import paths that 0.1.0's user documentation gave, kept as aliases of the module that replaced
+# them (docs/decisions/0100-layers-named-by-the-tree.md): shim -> the one module it may import.
+# Nothing in the package imports a shim.
+SHIMS = {
+    "neuron_explorer.ndet.format": "neuron_explorer.contracts.ndet_log",  # docs/ndet.md, read_log
+    "neuron_explorer.monitor.app_stats": "neuron_explorer.recorders.app_stats",  # docs/monitor.md, AppStats
+}
+
 
 def layer(module: str) -> str:
     best = max((p for p in LAYER_OF if module == p or module.startswith(p + ".")), key=len)
@@ -72,11 +79,8 @@ def layer(module: str) -> str:
 
 
 def package(module: str) -> str:
-    """The unit that may import itself freely: a top-level subpackage, or a module the layer table
-    names on its own (``ndet.recorder`` is not part of ``ndet``'s tools)."""
-    best = max((p for p in LAYER_OF if module == p or module.startswith(p + ".")), key=len)
-    parts = module.split(".")
-    return best if best != ROOT and len(best.split(".")) > 2 else ".".join(parts[:2])
+    """The unit that may import itself freely: a top-level subpackage (or module)."""
+    return ".".join(module.split(".")[:2])
 
 
 def modules() -> dict[str, Path]:
@@ -119,10 +123,13 @@ def violations(known: dict[str, Path], edges: list[tuple[str, str, str | None, i
     out = []
     for src, dst, name, line in edges:
         where = f"{known[src].relative_to(SRC)}:{line}" if src in known else f"{src}:{line}"
+        if dst in SHIMS:
+            out.append(f"{where}: {src} imports {dst}, kept only for users: import {SHIMS[dst]}")
+            continue
         ls, ld = layer(src), layer(dst)
         ps, pd = package(src), package(dst)
         if ps != pd:
-            if (ps, pd) in EXCEPTIONS:
+            if (ps, pd) in EXCEPTIONS or SHIMS.get(src) == dst:
                 pass
             elif ld == ls:
                 if ls not in ALLOWED[ls]:
@@ -135,18 +142,31 @@ def violations(known: dict[str, Path], edges: list[tuple[str, str, str | None, i
 
 
 def package_cycles(edges) -> list[list[str]]:
+    """Cycles of imports between packages."""
+    return cycles(edges, package)
+
+
+def file_cycles(edges) -> list[list[str]]:
+    """Cycles of imports between files, within a package too: a module-level import or one inside
+    a function alike (a deferred import hides a circle, it does not break it)."""
+    return cycles(edges, lambda m: m)
+
+
+def cycles(edges, unit) -> list[list[str]]:
+    """Each cycle of the graph of imports between ``unit(module)`` nodes, found by a depth-first
+    search (one cycle per back edge, so every circle has at least one)."""
     graph = defaultdict(set)
     for src, dst, _, _ in edges:
-        if package(src) != package(dst):
-            graph[package(src)].add(package(dst))
-    cycles, state = [], {}
+        if unit(src) != unit(dst):
+            graph[unit(src)].add(unit(dst))
+    found, state = [], {}
 
     def visit(n, stack):
         state[n] = 1
         stack.append(n)
         for m in sorted(graph[n]):
             if state.get(m) == 1:
-                cycles.append(stack[stack.index(m):] + [m])
+                found.append(stack[stack.index(m):] + [m])
             elif m not in state:
                 visit(m, stack)
         stack.pop()
@@ -155,7 +175,7 @@ def package_cycles(edges) -> list[list[str]]:
     for n in sorted(graph):
         if n not in state:
             visit(n, [])
-    return cycles
+    return found
 
 
 def all_edges(known):
@@ -181,12 +201,48 @@ def test_no_import_cycles_between_packages():
     assert package_cycles(all_edges(known)) == []
 
 
+def test_no_import_cycles_between_files():
+    known = modules()
+    assert file_cycles(all_edges(known)) == []
+
+
+@pytest.mark.parametrize("circle", [
+    ["neuron_explorer.exporters.perfetto.lanes", "neuron_explorer.exporters.perfetto.writer"],
+    ["neuron_explorer.integrations.jax.convert", "neuron_explorer.integrations.jax.xplane",
+     "neuron_explorer.integrations.jax.plugin"],
+])
+def test_the_checker_catches_a_circle_of_files_in_one_package(circle):
+    """Two and three files of one package importing each other in a ring (the two circles the tree
+    had), next to an import that closes no ring: each ring is reported, the rest is not."""
+    ring = [(a, b, None, 1) for a, b in zip(circle, circle[1:] + circle[:1])]
+    bystander = [("neuron_explorer.view.pipeline", circle[0], None, 1)]
+    (found,) = file_cycles(bystander + ring)
+    assert found[0] == found[-1] and set(found) == set(circle)
+    assert file_cycles(bystander + ring[:-1]) == []
+    assert package_cycles(ring) == []  # one package: only the file check sees it
+
+
+def test_every_layer_is_a_top_level_package_or_module():
+    """The tree shows the layers: no module inside a package belongs to another layer."""
+    assert [p for p in LAYER_OF if len(p.split(".")) > 2] == []
+
+
+def test_shims_are_aliases_nothing_of_ours_imports():
+    known = modules()
+    edges = all_edges(known)
+    for shim, target in SHIMS.items():
+        assert shim in known, shim
+        assert {d for s, d, _, _ in edges if s == shim} == {target}
+    assert [e for e in edges if e[1] in SHIMS] == []
+
+
 @pytest.mark.parametrize("src,dst,name,expect", [
     ("neuron_explorer.runtime.core", "neuron_explorer.capture.sink", "CaptureSink", "not allowed"),
     ("neuron_explorer.analysis.reader", "neuron_explorer.exporters.parquet", "ParquetWriter", "not allowed"),
     ("neuron_explorer.ui.store", "neuron_explorer.analysis.reader", "Session", "not allowed"),
-    ("neuron_explorer.capture.sink", "neuron_explorer.ndet.recorder", "NdetRecorder", "same layer"),
+    ("neuron_explorer.capture.sink", "neuron_explorer.recorders.ndet", "NdetRecorder", "same layer"),
     ("neuron_explorer.view.pipeline", "neuron_explorer.analysis.reader", "_arr", "private name"),
+    ("neuron_explorer.ndet.cli", "neuron_explorer.ndet.format", "read_log", "kept only for users"),
 ])
 def test_the_checker_catches_an_upward_or_sideways_import(src, dst, name, expect):
     (msg,) = violations({}, [(src, dst, name, 1)])
@@ -239,3 +295,41 @@ def test_the_surface_check_catches_an_unlisted_module():
     (msg,) = surface_violations({}, [("neuron_explorer.view.pipeline", "neuron_explorer.exporters.parquet", "X", 1)],
                                 surface)
     assert "outside neuron_explorer.exporters.__all__" in msg
+
+
+def test_the_documented_import_paths_still_import():
+    """docs/ndet.md and docs/monitor.md of 0.1.0 showed these imports: they give the same objects."""
+    from neuron_explorer.contracts import ndet_log
+    from neuron_explorer.monitor.app_stats import AppStats
+    from neuron_explorer.ndet.format import KIND_EXEC, read_log
+    from neuron_explorer.recorders import app_stats
+
+    assert read_log is ndet_log.read_log and KIND_EXEC == ndet_log.KIND_EXEC
+    assert AppStats is app_stats.AppStats
+
+
+def module_index(text: str) -> set[str]:
+    """The modules the "Every module" section of docs/architecture.md lists (``- `name`: ...``)."""
+    section = text.split("\n## Every module", 1)[1].split("\n## ", 1)[0]
+    return {f"{ROOT}.{m}" for m in re.findall(r"^- `([\w.]+)`:", section, flags=re.M)}
+
+
+def index_mismatch(listed: set[str], known: dict[str, Path]) -> list[str]:
+    """Modules of the tree the index leaves out, and names it lists that are no module."""
+    files = {m for m, p in known.items() if p.name != "__init__.py"}
+    return [f"not in docs/architecture.md: {m}" for m in sorted(files - listed)] + \
+           [f"listed in docs/architecture.md, not in src: {m}" for m in sorted(listed - files)]
+
+
+def test_architecture_lists_every_module():
+    assert index_mismatch(module_index(ARCHITECTURE.read_text()), modules()) == []
+
+
+def test_the_index_check_catches_a_missing_and_a_stale_module():
+    known = {"neuron_explorer.util.atomic": Path("atomic.py"), "neuron_explorer.util.alloc": Path("alloc.py"),
+             "neuron_explorer.util": Path("__init__.py")}
+    listed = module_index("# Architecture\n## Every module\n- `util.atomic`: files\n- `util.stragglers`: gone\n"
+                          "## Decisions\n- `util.alloc`: outside the section\n")
+    assert index_mismatch(listed, known) == ["not in docs/architecture.md: neuron_explorer.util.alloc",
+                                             "listed in docs/architecture.md, not in src: "
+                                             "neuron_explorer.util.stragglers"]

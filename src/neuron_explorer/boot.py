@@ -61,7 +61,7 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
             # regions a step, six Python frames)
             rt.enabled[ev.FRAMEWORK_OP] = False
         if ndet_on:
-            from neuron_explorer.ndet.recorder import NdetRecorder
+            from neuron_explorer.recorders.ndet import NdetRecorder
 
             rt.register(NDET, NdetRecorder.from_env(rt))
     except cfgmod.ConfigError as e:
@@ -115,7 +115,7 @@ def _start_stats(rt: Runtime) -> None:
     if os.environ.get("NEURON_EXPLORER_STATS", "1") == "0":
         return
     try:
-        from neuron_explorer.monitor.app_stats import AppStats
+        from neuron_explorer.recorders.app_stats import AppStats
 
         # NEURON_EXPLORER_STATS_PERIOD_MS: the publisher's period (default 500 ms); benchmarks that
         # count instructions stretch it so the timer thread stays out of the count

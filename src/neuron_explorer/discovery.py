@@ -1,7 +1,7 @@
 """Making every PyTorch/JAX process visible to neuron-monitor, with no variable set.
 
 A running ``neuron-monitor`` keeps a small file fresh in the private stats directory
-(``monitor.endpoint.MONITOR_FILE``).  Applications look for it when their framework is imported,
+(``contracts.stats_files.MONITOR_FILE``).  Applications look for it when their framework is imported,
 through the framework's own plugin hooks, so no other Python process runs any of our code:
 
 * PyTorch imports every ``torch.backends`` entry point at the end of ``import torch``
@@ -78,7 +78,7 @@ def _check(framework: str) -> None:
 
     if framework_helper() is not None or is_launcher():
         return  # Inductor's compile workers, torchrun's agent: they run none of the user's graphs
-    from neuron_explorer.monitor.endpoint import monitor_present
+    from neuron_explorer.contracts.stats_files import monitor_present
 
     if monitor_present():
         _start()
@@ -160,7 +160,7 @@ def _watch() -> None:
 
 
 def _watch_loop() -> None:
-    from neuron_explorer.monitor.endpoint import monitor_present
+    from neuron_explorer.contracts.stats_files import monitor_present
 
     stop = threading.Event()  # never set: the thread ends when a monitor is found or with the process
     owner = os.getpid()

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from neuron_explorer.analysis.reader import load_device_trace, load_neff
-from neuron_explorer.ndet import format as ndet_fmt
+from neuron_explorer.contracts import ndet_log as ndet_fmt
 
 from ..conftest import clean_env, cli
 from .helpers import events_of, sessions, type_counts

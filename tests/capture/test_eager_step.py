@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from neuron_explorer.ndet import format as ndet_fmt
+from neuron_explorer.contracts import ndet_log as ndet_fmt
 
 from ..conftest import clean_env
 from .helpers import events_of, sessions

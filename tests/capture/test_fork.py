@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.monitor import endpoint
-from neuron_explorer.ndet import format as ndet_fmt
+from neuron_explorer.contracts import ndet_log as ndet_fmt, stats_files
 
 from ..conftest import clean_env
 from .helpers import sessions, type_counts
@@ -29,7 +28,7 @@ FORK_CHILD = Path(__file__).parent / "workloads" / "fork_child.py"
 def test_a_forked_child_leaves_the_parents_profile_log_and_stats_alone(tmp_path, mode, flush_ms):
     out, ndet, stats = tmp_path / "out", tmp_path / "ndet", tmp_path / "stats"
     ndet.mkdir()
-    endpoint.announce_monitor(stats)  # a monitor present: the parent publishes every 50 ms (decision 0063)
+    stats_files.announce_monitor(stats)  # a monitor present: the parent publishes every 50 ms (decision 0063)
     done = tmp_path / "child_done"
     n, m = 13, 5
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
@@ -58,5 +57,5 @@ def test_a_forked_child_leaves_the_parents_profile_log_and_stats_alone(tmp_path,
     # the parent left its final counters at exit, a monitor being announced (decision 0075): its own
     # n executions; the child never (re)wrote a stats file
     (left,) = [f for f in stats.iterdir() if f.suffix == ".json"]
-    assert endpoint.is_final_head(endpoint.read_head(left))
+    assert stats_files.is_final_head(stats_files.read_head(left))
     assert json.loads(left.read_bytes())["executions"]["completed"] == n

@@ -354,8 +354,8 @@ def test_forked_child_records_its_own_thread_id(tmp_path, wrapper_impl):
 
 
 def test_ndet_execution_records_are_the_same_from_both_wrappers(tmp_path, wrapper_impl):
-    from neuron_explorer.ndet import format as fmt
-    from neuron_explorer.ndet.recorder import NdetRecorder
+    from neuron_explorer.contracts import ndet_log as fmt
+    from neuron_explorer.recorders.ndet import NdetRecorder
 
     rt = _runtime(tmp_path)
     rt.register(NDET, NdetRecorder(rt, str(tmp_path), 10**12, require_framework=False))

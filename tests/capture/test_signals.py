@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.ndet import format as ndet_fmt
+from neuron_explorer.contracts import ndet_log as ndet_fmt
 
 from ..conftest import clean_env, free_port
 from .helpers import sessions, type_counts

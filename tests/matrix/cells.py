@@ -41,6 +41,12 @@ class Setting:
     name: str
     env: dict[str, str] = field(default_factory=dict)
     monitor: bool = False
+    # the programs it runs (empty: every one); a type filter needs only the programs whose events
+    # span every kind of recording (eager and compiled graphs, collectives, threads, JAX)
+    programs: tuple[str, ...] = ()
+
+    def runs(self, program: str) -> bool:
+        return not self.programs or program in self.programs
 
     @property
     def capture(self) -> bool:
@@ -83,19 +89,31 @@ _NDET = {"NEURON_RT_DBG_NDET_FLUSH_USEC": "200000", "NEURON_RT_DBG_NDET_LOG_LOCA
          "NEURON_EXPLORER_NAN_CHECK": "1"}
 _TAG = {"NEURON_PROCESS_TAG": "matrix"}
 
+# the programs whose events span every kind of recording (eager and compiled graphs, collectives,
+# threads, JAX): what a type filter splits
+_FILTERED = ("cnn", "ddp", "compiled_aot_eager", "threads", "jax")
+# the programs whose graphs a device profile records differently (eager, Inductor, aot_eager, DDP,
+# JAX, under the program's own torch.profiler)
+_DEVICE = ("cnn", "ddp", "compiled_inductor", "compiled_aot_eager", "own_profiler", "jax")
+
+# Every program runs each tool alone where the tool takes a path of its own (the capture; NDET
+# without a capture; the monitor with nothing set; the pure-Python path) and all of them at once
+# in either device mode.  A device profile over the system profile and the type filters run on the
+# programs where they record something different; the tagged monitor alone is part of
+# ``all``/``all_model`` (decision 0087's amendment: the suite's time, issue 30).
 SETTINGS = [
     Setting("off"),
     Setting("system", _CAPTURE),
-    Setting("device_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model"}),
-    Setting("device_session", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}),
+    Setting("device_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model"}, programs=_DEVICE),
+    Setting("device_session", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}, programs=_DEVICE),
     Setting("ndet", _NDET),
-    Setting("monitor", _TAG, monitor=True),
     Setting("monitor_untagged", {}, monitor=True),  # nothing set: found by discovery alone
     Setting("all", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session", **_NDET, **_TAG}, monitor=True),
     Setting("all_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model", **_NDET, **_TAG}, monitor=True),
-    Setting("filter_hardware", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware"}),
-    Setting("filter_software", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "software"}),
-    Setting("filter_hardware_not_cc", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware,^cc_exec"}),
+    Setting("filter_hardware", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware"}, programs=_FILTERED),
+    Setting("filter_software", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "software"}, programs=_FILTERED),
+    Setting("filter_hardware_not_cc", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware,^cc_exec"},
+            programs=_FILTERED),
     Setting("pure_python", {**_CAPTURE, "NEURON_EXPLORER_PURE_PYTHON": "1"}),
 ]
 

@@ -241,7 +241,8 @@ def view_summary(root: Path) -> dict:
 def summarize_ndet(log_dir: Path) -> dict:
     """Per log: executions per model kind, collectives, numerical errors, in-flight records, how
     the process ended; and ``neuron-det``'s verdict and exit status."""
-    from neuron_explorer.ndet import format as fmt, sources
+    from neuron_explorer.contracts import ndet_log as fmt
+    from neuron_explorer.ndet import sources
 
     if not log_dir.exists() or not any(log_dir.iterdir()):
         return {"processes": {}, "cli": None}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.monitor.app_stats import AppStats
+from neuron_explorer.recorders.app_stats import AppStats
 from tests.fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
 
 FAST_S = 4.0

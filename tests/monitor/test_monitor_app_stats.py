@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.monitor import endpoint
-from neuron_explorer.monitor.app_stats import AppStats
+from neuron_explorer.contracts import stats_files
+from neuron_explorer.recorders.app_stats import AppStats
 
 
 def test_snapshot_file_is_private_and_holds_the_counters(stats_dir: Path) -> None:
@@ -79,22 +79,22 @@ def test_refuses_a_stats_dir_owned_by_someone_else(tmp_path: Path, monkeypatch: 
     d.mkdir(parents=True)
     if os.getuid() == 0:
         os.chown(d, 4321, 4321)
-        with pytest.raises(endpoint.EndpointError, match="belongs to uid 4321"):
-            endpoint.ensure_private_dir(d)
+        with pytest.raises(stats_files.EndpointError, match="belongs to uid 4321"):
+            stats_files.ensure_private_dir(d)
     link = tmp_path / "link"
     link.symlink_to(tmp_path)
-    with pytest.raises(endpoint.EndpointError, match="symbolic link"):
-        endpoint.ensure_private_dir(link)
+    with pytest.raises(stats_files.EndpointError, match="symbolic link"):
+        stats_files.ensure_private_dir(link)
 
 
 def test_default_dir_prefers_env_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("NEURON_EXPLORER_STATS_DIR", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    assert endpoint.default_stats_dir() == tmp_path / "neuron-explorer" / "stats"
+    assert stats_files.default_stats_dir() == tmp_path / "neuron-explorer" / "stats"
     monkeypatch.delenv("XDG_RUNTIME_DIR")
-    assert endpoint.default_stats_dir().parent.name == f"neuron-explorer-{os.getuid()}"
+    assert stats_files.default_stats_dir().parent.name == f"neuron-explorer-{os.getuid()}"
     monkeypatch.setenv("NEURON_EXPLORER_STATS_DIR", str(tmp_path / "x"))
-    assert endpoint.default_stats_dir() == tmp_path / "x"
+    assert stats_files.default_stats_dir() == tmp_path / "x"
 
 
 def test_forked_child_neither_overwrites_nor_removes_the_parents_snapshot(stats_dir: Path) -> None:
@@ -129,7 +129,7 @@ def test_without_a_monitor_the_publisher_backs_off_until_one_announces_itself(st
         first = _seq(path)  # start() publishes once, monitor or not
         time.sleep(0.4)  # eight periods: none publishes, nobody reads
         assert _seq(path) == first
-        endpoint.announce_monitor(stats_dir)
+        stats_files.announce_monitor(stats_dir)
         deadline = time.monotonic() + 10
         while _seq(path) < first + 3 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -159,7 +159,7 @@ def test_counters_publish_nothing_until_the_process_runs_a_workload(stats_dir: P
     runs no framework, even with a monitor watching; published at once when the workload begins."""
     import time
 
-    endpoint.announce_monitor(stats_dir)
+    stats_files.announce_monitor(stats_dir)
     path = stats_dir / f"{os.getpid()}.json"
     idle = AppStats("tool", None, "i", [0], interval_s=0.05, workload=False).start()
     time.sleep(0.3)  # six periods
@@ -177,4 +177,4 @@ def test_counters_publish_nothing_until_the_process_runs_a_workload(stats_dir: P
         assert json.loads(path.read_text())["tag"] == "job"
     finally:
         s.stop()
-    assert endpoint.is_final_head(endpoint.read_head(path))  # its counters at exit, for the monitor
+    assert stats_files.is_final_head(stats_files.read_head(path))  # its counters at exit, for the monitor

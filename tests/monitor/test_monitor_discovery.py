@@ -18,7 +18,7 @@ import pytest
 from installed import make_installed_python
 from monitor_helpers import stop_all, write_config
 
-from neuron_explorer.monitor import endpoint
+from neuron_explorer.contracts import stats_files
 
 JOB = Path(__file__).parent / "apps" / "untagged_job.py"
 PARAM_BYTES = (128 * 256 + 256 + 256 * 8 + 8) * 4
@@ -108,7 +108,7 @@ def check_report(rep: dict, memory: bool = True) -> None:
 def test_a_monitor_started_before_an_untagged_job_reports_it(python, env, procs, tmp_path):
     monitor = start_monitor(procs, python, env, tmp_path)
     deadline = time.monotonic() + 60
-    while not endpoint.monitor_present(Path(env["XDG_RUNTIME_DIR"]) / "neuron-explorer" / "stats"):
+    while not stats_files.monitor_present(Path(env["XDG_RUNTIME_DIR"]) / "neuron-explorer" / "stats"):
         assert time.monotonic() < deadline, "the monitor never announced itself"
         time.sleep(0.1)
     job = procs.start([python, str(JOB), "60"], env, stdout=subprocess.PIPE)
@@ -125,7 +125,7 @@ def test_a_monitor_started_after_an_untagged_job_reports_it(python, env, procs, 
     job = procs.start([python, str(JOB), "60"], env, stdout=subprocess.PIPE)
     wait_ready(job)
     stats = Path(env["XDG_RUNTIME_DIR"]) / "neuron-explorer" / "stats"
-    assert not endpoint.snapshot_path(stats, job.pid).exists()  # unobserved so far: no counters
+    assert not stats_files.snapshot_path(stats, job.pid).exists()  # unobserved so far: no counters
     monitor = start_monitor(procs, python, env, tmp_path)
     (rep, *_), _ = reports_of(monitor, job.pid, 1)
     check_report(rep, memory=False)
@@ -160,16 +160,16 @@ def test_without_a_monitor_torch_import_starts_only_the_watcher(python, env):
 
 def test_a_stale_or_foreign_announcement_is_no_monitor(tmp_path):
     d = tmp_path / "stats"
-    endpoint.announce_monitor(d)
-    assert endpoint.monitor_present(d)
-    old = time.time() - endpoint.MONITOR_FRESH_S - 1
-    os.utime(endpoint.monitor_file(d), (old, old))
-    assert not endpoint.monitor_present(d)  # a monitor killed by SIGKILL
-    endpoint.monitor_file(d).unlink()
-    os.symlink("/etc/hostname", endpoint.monitor_file(d))
-    assert not endpoint.monitor_present(d)
-    endpoint.withdraw_monitor(d)
-    assert endpoint.monitor_file(d).is_symlink()  # not ours to remove: written by no monitor of this pid
+    stats_files.announce_monitor(d)
+    assert stats_files.monitor_present(d)
+    old = time.time() - stats_files.MONITOR_FRESH_S - 1
+    os.utime(stats_files.monitor_file(d), (old, old))
+    assert not stats_files.monitor_present(d)  # a monitor killed by SIGKILL
+    stats_files.monitor_file(d).unlink()
+    os.symlink("/etc/hostname", stats_files.monitor_file(d))
+    assert not stats_files.monitor_present(d)
+    stats_files.withdraw_monitor(d)
+    assert stats_files.monitor_file(d).is_symlink()  # not ours to remove: written by no monitor of this pid
     assert stat_mode(d) == 0o700
 
 

@@ -21,10 +21,10 @@ import pytest
 from installed import make_installed_python
 from monitor_helpers import bin_path, stop_all, write_config
 
-from neuron_explorer.monitor import endpoint
-from neuron_explorer.monitor.app_stats import AppStats
+from neuron_explorer.contracts import stats_files
 from neuron_explorer.monitor.config import parse_config
 from neuron_explorer.monitor.monitor import Monitor
+from neuron_explorer.recorders.app_stats import AppStats
 
 JOB = Path(__file__).parent / "apps" / "short_job.py"
 CONFIG = {"period": "1s", "neuron_runtimes": [{"metrics": [{"type": "execution_stats"}, {"type": "memory_used"},
@@ -36,7 +36,7 @@ TIMEOUT_S = 180.0  # generous: nothing here asserts how fast, only what is event
 
 
 def _announced(stats_dir: Path) -> Path:
-    endpoint.announce_monitor(stats_dir)
+    stats_files.announce_monitor(stats_dir)
     return stats_dir
 
 
@@ -63,7 +63,7 @@ def test_an_exiting_process_leaves_its_final_counts_and_every_monitor_reports_th
     for _ in range(7):
         app.on_execution(1, 0, 1000, 1000, "completed")
     app.stop()  # at exit: the 7 executions were never published before
-    snap = json.loads(endpoint.snapshot_path(d, app.pid).read_bytes())
+    snap = json.loads(stats_files.snapshot_path(d, app.pid).read_bytes())
     assert snap["final"] is True and snap["executions"]["completed"] == 7
     for mon in mons:  # (this test process is alive: the monitors take the final snapshot as its end)
         _collect(mon)
@@ -76,7 +76,7 @@ def test_an_exiting_process_leaves_its_final_counts_and_every_monitor_reports_th
         assert _entries(mon, app.pid) == []  # reported once, then gone
         _collect(mon)
         assert _entries(mon, app.pid) == []
-    assert endpoint.snapshot_path(d, app.pid).exists()  # left for monitors that have not read it yet
+    assert stats_files.snapshot_path(d, app.pid).exists()  # left for monitors that have not read it yet
 
 
 def test_a_monitor_with_a_long_period_reports_a_final_snapshot_read_between_its_collections(tmp_path):
@@ -87,7 +87,7 @@ def test_a_monitor_with_a_long_period_reports_a_final_snapshot_read_between_its_
     app.on_execution(1, 0, 1000, 1000, "completed")
     app.stop()
     mon.watch_exits()  # a heartbeat: it reads the final snapshot now
-    endpoint.snapshot_path(d, app.pid).unlink()  # (pruned long before the hour is over)
+    stats_files.snapshot_path(d, app.pid).unlink()  # (pruned long before the hour is over)
     _collect(mon)
     (entry,) = _entries(mon, app.pid)
     assert entry["report"]["execution_stats"]["execution_summary"]["completed"] == 1
@@ -120,7 +120,7 @@ def test_without_a_monitor_the_snapshot_is_removed_at_exit(tmp_path):
     app = _app(d)
     app.on_execution(1, 0, 1000, 1000, "completed")
     app.stop()
-    assert not endpoint.snapshot_path(d, app.pid).exists()
+    assert not stats_files.snapshot_path(d, app.pid).exists()
 
 
 def test_final_snapshots_go_by_age_and_count_and_nothing_else_is_removed(tmp_path):
@@ -128,22 +128,22 @@ def test_final_snapshots_go_by_age_and_count_and_nothing_else_is_removed(tmp_pat
     pids = [2_000_000_000 + i for i in range(5)]  # (no such processes)
     for pid in pids:
         _app(d, pid).stop()
-    paths = [endpoint.snapshot_path(d, pid) for pid in pids]
+    paths = [stats_files.snapshot_path(d, pid) for pid in pids]
     assert all(p.exists() for p in paths)
     now = time.time()
     for i, p in enumerate(paths):  # oldest first
         os.utime(p, (now - 100 + i, now - 100 + i))
     foreign = d / "1999999999.json"
     foreign.write_text('{"format": "something else", "final": true}')
-    old = now - 10 * endpoint.FINAL_KEEP_S
+    old = now - 10 * stats_files.FINAL_KEEP_S
     os.utime(foreign, (old, old))
     live = _app(d)  # a running process's snapshot, however old
     os.utime(live.path, (old, old))
     link = d / "1999999998.json"
     link.symlink_to(paths[0])
-    assert endpoint.prune_final_snapshots(d, max_files=3) == pids[:2]  # the two oldest, beyond 3
-    assert endpoint.prune_final_snapshots(d, now=now + endpoint.FINAL_KEEP_S) == pids[2:]  # by age
-    assert foreign.exists() and live.path.exists() and link.is_symlink() and endpoint.monitor_file(d).exists()
+    assert stats_files.prune_final_snapshots(d, max_files=3) == pids[:2]  # the two oldest, beyond 3
+    assert stats_files.prune_final_snapshots(d, now=now + stats_files.FINAL_KEEP_S) == pids[2:]  # by age
+    assert foreign.exists() and live.path.exists() and link.is_symlink() and stats_files.monitor_file(d).exists()
     live.stop(remove=False)
 
 
@@ -189,7 +189,7 @@ def _start_monitor(tmp_path: Path, env: dict[str, str], procs: list) -> Reports:
     procs.append(mon)
     stats = Path(env["XDG_RUNTIME_DIR"]) / "neuron-explorer" / "stats"
     deadline = time.monotonic() + TIMEOUT_S
-    while not endpoint.monitor_present(stats):
+    while not stats_files.monitor_present(stats):
         assert time.monotonic() < deadline and mon.poll() is None, "the monitor never announced itself"
         time.sleep(0.1)
     return Reports(mon)
@@ -257,7 +257,7 @@ def test_a_jax_job_counts_its_jit_calls_once_a_monitor_appears(python, env, tmp_
     try:
         job = _start_job(python, env, procs, "jax", 60)
         reports = _start_monitor(tmp_path, env, procs)
-        snap = endpoint.snapshot_path(Path(env["XDG_RUNTIME_DIR"]) / "neuron-explorer" / "stats", job.pid)
+        snap = stats_files.snapshot_path(Path(env["XDG_RUNTIME_DIR"]) / "neuron-explorer" / "stats", job.pid)
         deadline = time.monotonic() + TIMEOUT_S
         while not snap.exists():  # the job found the monitor and started its counters
             assert time.monotonic() < deadline, "the job never found the monitor"

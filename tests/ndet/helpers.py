@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neuron_explorer.ndet.recorder import NdetRecorder
+from neuron_explorer.recorders.ndet import NdetRecorder
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity
@@ -72,7 +72,7 @@ def seal(header: dict, records: bytes = b"", raw_header: bytes | None = None) ->
     import struct
     import zlib
 
-    from neuron_explorer.ndet import format as fmt
+    from neuron_explorer.contracts import ndet_log as fmt
 
     hb = raw_header if raw_header is not None else json.dumps(header).encode()
     body = fmt.MAGIC + struct.pack("<I", len(hb)) + hb + records

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from neuron_explorer.ndet import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 
 from ..fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
 from .helpers import JOB_ENV, logs_in, make_recorder, run_job

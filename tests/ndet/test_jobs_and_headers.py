@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.ndet import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 
 from .helpers import JOB_ENV, logs_in, make_recorder, neuron_det, seal
 

@@ -203,7 +203,7 @@ def test_rank_comes_from_torch_distributed_when_rank_is_not_in_the_environment(t
     import subprocess
     import sys
 
-    from neuron_explorer.ndet import format as fmt
+    from neuron_explorer.contracts import ndet_log as fmt
 
     from ..conftest import free_port
 

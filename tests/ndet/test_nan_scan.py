@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from neuron_explorer.contracts.ndet_log import KIND_EXEC, KIND_NUMERICAL_ERROR, read_log  # noqa: E402
 from neuron_explorer.integrations.torch import tensors  # noqa: E402
-from neuron_explorer.ndet.format import KIND_EXEC, KIND_NUMERICAL_ERROR, read_log  # noqa: E402
 
 from .helpers import logs_in, ndet_env, neuron_det  # noqa: E402
 
@@ -190,7 +190,7 @@ def _wrapped(tmp_path: Path, graph, c: bool):
     """``graph`` wrapped as a compiled graph's execution on a runtime with NDET and the NaN check on."""
     from neuron_explorer.integrations.torch import execution, graphs
     from neuron_explorer.integrations.torch.state import Installed
-    from neuron_explorer.ndet.recorder import NdetRecorder
+    from neuron_explorer.recorders.ndet import NdetRecorder
     from neuron_explorer.runtime.config import CaptureConfig
     from neuron_explorer.runtime.core import NDET, Runtime
 

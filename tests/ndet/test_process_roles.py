@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.ndet import format as fmt
-from neuron_explorer.ndet.recorder import process_facts
+from neuron_explorer.contracts import ndet_log as fmt
+from neuron_explorer.recorders.ndet import process_facts
 from neuron_explorer.util.procs import multiprocessing_child
 
 from ..conftest import free_port

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.contracts.env import ConfigError
-from neuron_explorer.ndet import format as fmt
-from neuron_explorer.ndet.recorder import NdetRecorder
+from neuron_explorer.recorders.ndet import NdetRecorder
 
 from ..conftest import clean_env
 from .helpers import make_recorder, neuron_det

@@ -23,9 +23,9 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 
+from neuron_explorer.contracts.stragglers import arrivals, summarize  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.util.intervals import union_length  # noqa: E402
-from neuron_explorer.util.stragglers import arrivals, summarize  # noqa: E402
 
 STRAGGLER = 21
 SYNTH = "synth-32r"
@@ -220,7 +220,7 @@ def test_collective_table_names_the_straggler_as_the_cli_rule_does(synth: TestCl
 
 
 def test_shared_straggler_rule_agrees_with_the_cli_summary() -> None:
-    """util.stragglers (the UI's) and analysis.align.stragglers (the CLI summary's) on the same input."""
+    """contracts.stragglers (the UI's) and analysis.align.stragglers (the CLI summary's) on the same input."""
     from neuron_explorer.analysis.align import CollectiveIndex, stragglers
 
     rng = np.random.default_rng(11)

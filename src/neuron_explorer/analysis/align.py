@@ -19,7 +19,7 @@ import numpy as np
 
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import CLOCK_OFFSET_LIMIT_NS, Session, check_times, wall_offset_ns
-from neuron_explorer.util.stragglers import arrivals, summarize
+from neuron_explorer.contracts.stragglers import arrivals, summarize
 
 MIN_SAMPLES = 1
 

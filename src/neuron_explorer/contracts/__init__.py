@@ -1,9 +1,13 @@
 """The contracts every package shares, each with one home: the event vocabulary and its NDET mapping
 (``events``), environment variables and their parsers (``env``), the file layout, made and parsed
 (``layout``), event and op columns (``columns``), the Parquet dataset's tables and columns
-(``dataset``) and track classification and labels (``tracks``).
+(``dataset``), track classification and labels (``tracks``), the NDET log format (``ndet_log``),
+where and in what form applications publish their stats for neuron-monitor (``stats_files``, with
+the latency buckets both sides share, ``stats_histogram``), and the straggler rule the CLI summary
+and the UI must agree on (``stragglers``).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
-__all__ = ["columns", "dataset", "env", "events", "layout", "tracks"]
+__all__ = ["columns", "dataset", "env", "events", "layout", "ndet_log", "stats_files", "stats_histogram", "stragglers",
+           "tracks"]

@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import psutil
 
-from neuron_explorer.monitor import endpoint, histogram
-from neuron_explorer.monitor.endpoint import (
+from neuron_explorer.contracts import stats_files, stats_histogram
+from neuron_explorer.contracts.stats_files import (
     CORE_MEMORY_CATEGORIES,
     ERROR_CLASSES,
     EXECUTION_STATUSES,
@@ -41,6 +41,11 @@ class ProcessGone(Exception):
 
 def _counter_delta(new: dict[str, int], old: dict[str, int], keys: tuple[str, ...]) -> dict[str, int]:
     return {k: max(0, int(new.get(k, 0)) - int(old.get(k, 0))) for k in keys}
+
+
+def _percentiles(new: list, old: list | None) -> dict[str, float] | None:
+    """Latency percentiles of the executions between two cumulative histograms."""
+    return stats_histogram.percentiles_seconds(stats_histogram.delta(new, old))
 
 
 @dataclass
@@ -239,8 +244,8 @@ class AppTracker:
             "error_summary": _counter_delta(new["errors"], old["errors"], ERROR_CLASSES),
             "execution_summary": _counter_delta(new["executions"], old["executions"], EXECUTION_STATUSES),
             "latency_stats": {
-                f"{k}_latency": histogram.percentiles_seconds(histogram.delta(lat_new[k], lat_old.get(k)))
-                for k in ("total", "device")
+                "total_latency": _percentiles(lat_new["total"], lat_old.get("total")),
+                "device_latency": _percentiles(lat_new["device"], lat_old.get("device")),
             },
             "error": "" if dt > 0 else "the application published no new stats during the period",
         }
@@ -400,9 +405,9 @@ def process_start_time(pid: int) -> float | None:
 def remove_stale(path: Path, pid: int) -> bool:
     """Delete the snapshot of a process that no longer exists; never touches a live process's file,
     nor a final snapshot other monitors may still have to read (those go by age and count:
-    ``endpoint.prune_final_snapshots``)."""
+    ``stats_files.prune_final_snapshots``)."""
     try:
-        if endpoint.is_final_head(endpoint.read_head(path)):
+        if stats_files.is_final_head(stats_files.read_head(path)):
             return False
         if psutil.pid_exists(pid):
             snap = read_snapshot(path)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from neuron_explorer.monitor import endpoint
+from neuron_explorer.contracts import stats_files
 from neuron_explorer.monitor.apps import (
     AppTracker,
     ProcessGone,
@@ -66,7 +66,7 @@ class Monitor:
     ) -> None:
         self.config = config
         self.exclude_pids = frozenset(exclude_pids)
-        self.stats_dir = Path(stats_dir) if stats_dir is not None else endpoint.default_stats_dir()
+        self.stats_dir = Path(stats_dir) if stats_dir is not None else stats_files.default_stats_dir()
         self.log = log or Logger(0)
         self.nvml = Nvml() if use_nvml else None
         if self.nvml is not None and not self.nvml.available:
@@ -104,7 +104,7 @@ class Monitor:
     def discover(self, initial: bool = False) -> None:
         """Track new snapshot files, forget vanished ones, delete those of dead processes."""
         seen: set[int] = set()
-        for pid, name in endpoint.list_snapshots(self.stats_dir):
+        for pid, name in stats_files.list_snapshots(self.stats_dir):
             seen.add(pid)
             if pid in self.apps or pid in self.exclude_pids:
                 continue
@@ -112,7 +112,7 @@ class Monitor:
             if pid in self._finals_seen:
                 try:
                     if os.stat(path).st_mtime_ns == self._finals_seen[pid]:
-                        continue  # reported already (it goes by age: endpoint.prune_final_snapshots)
+                        continue  # reported already (it goes by age: stats_files.prune_final_snapshots)
                 except OSError:
                     continue
                 del self._finals_seen[pid]  # a new process with that pid
@@ -190,15 +190,15 @@ class Monitor:
                 continue
             try:
                 tracker.check_alive()
-                if endpoint.is_final_head(endpoint.read_head(tracker.path)):
+                if stats_files.is_final_head(stats_files.read_head(tracker.path)):
                     tracker.take_final()  # written in its last moments: it is exiting
             except ProcessGone:
                 if not tracker.take_final():
                     self._drop(pid, "exited")
         try:
-            for pid in endpoint.prune_final_snapshots(self.stats_dir):
+            for pid in stats_files.prune_final_snapshots(self.stats_dir):
                 self.log(3, f"removed the final snapshot of pid {pid} (older than "
-                            f"{endpoint.FINAL_KEEP_S:.0f} s, or beyond {endpoint.MAX_FINAL_SNAPSHOTS} of them)")
+                            f"{stats_files.FINAL_KEEP_S:.0f} s, or beyond {stats_files.MAX_FINAL_SNAPSHOTS} of them)")
         except OSError as exc:
             self.log(1, f"cannot prune final snapshots in {self.stats_dir}: {exc}")
 
@@ -305,15 +305,15 @@ class Monitor:
                 if max_reports is not None and written >= max_reports:
                     break
         finally:
-            endpoint.withdraw_monitor(self.stats_dir)
+            stats_files.withdraw_monitor(self.stats_dir)
         return 0
 
     def announce(self) -> float:
         """Tell applications a monitor is reading (they start publishing when they see it, see
         docs/decisions/0030-monitor-discovery.md); returns when to refresh the announcement."""
         try:
-            endpoint.announce_monitor(self.stats_dir)
-        except (OSError, endpoint.EndpointError) as exc:
+            stats_files.announce_monitor(self.stats_dir)
+        except (OSError, stats_files.EndpointError) as exc:
             self.log(1, f"cannot announce this monitor in {self.stats_dir}: {exc}; "
                         "only applications that publish on their own are seen")
-        return time.monotonic() + endpoint.MONITOR_HEARTBEAT_S
+        return time.monotonic() + stats_files.MONITOR_HEARTBEAT_S

@@ -1,6 +1,6 @@
 """Reading an application's stats snapshot without trusting it.
 
-A snapshot (``<pid>.json`` in the stats directory, written by ``monitor.app_stats``) is checked field
+A snapshot (``<pid>.json`` in the stats directory, written by ``recorders.app_stats``) is checked field
 by field before the monitor uses any of it: types, ranges and sizes, so that a damaged or hostile
 file costs only its own application, never the monitor.
 """
@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from neuron_explorer.monitor import histogram
-from neuron_explorer.monitor.endpoint import SNAPSHOT_FORMAT
+from neuron_explorer.contracts import stats_histogram
+from neuron_explorer.contracts.stats_files import SNAPSHOT_FORMAT
 from neuron_explorer.util import files, jsonfast as _json
 
 
@@ -54,7 +54,7 @@ def read_snapshot(path: Path) -> dict[str, Any]:
         raise SnapshotError(f"{path}: unknown snapshot format {str(fmt)[:80]!r}")
     latency = snap.get("latency")
     layout = latency.get("layout") if isinstance(latency, dict) else None
-    if layout != [histogram.MIN_NS, histogram.BUCKETS_PER_DECADE, histogram.DECADES]:
+    if layout != [stats_histogram.MIN_NS, stats_histogram.BUCKETS_PER_DECADE, stats_histogram.DECADES]:
         raise SnapshotError(f"{path}: histogram layout {str(layout)[:80]} differs from this monitor's")
     _Check(path).snapshot(snap)
     return snap
@@ -107,9 +107,9 @@ class _Check:
     def run(self, key: str, v: Any) -> None:
         """A histogram run ``[first_index, [counts...]]`` inside the shared bucket layout."""
         ok = isinstance(v, list) and len(v) == 2 and type(v[0]) is int and isinstance(v[1], list) and \
-            0 <= v[0] and v[0] + len(v[1]) <= histogram.NUM_BUCKETS
+            0 <= v[0] and v[0] + len(v[1]) <= stats_histogram.NUM_BUCKETS
         if not ok:
-            raise self.bad(key, v, f"[first bucket, [counts...]] within {histogram.NUM_BUCKETS} buckets")
+            raise self.bad(key, v, f"[first bucket, [counts...]] within {stats_histogram.NUM_BUCKETS} buckets")
         for i, c in enumerate(v[1]):
             self.int(f"{key}[1][{i}]", c)
 

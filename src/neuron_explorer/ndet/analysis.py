@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.contracts.events import STATUS_CODES
 
-from . import format as fmt
 from .sources import RankLog
 
 __all__ = ["CCProblem", "CollectiveIndex", "Finding", "GroupIndex", "Job", "LogSummary", "RankGroup", "group_jobs",
@@ -339,7 +339,7 @@ class Job:
 
 def group_jobs(logs: list[RankLog]) -> list[Job]:
     """Sort logs into jobs: the same job identity (rendezvous address, run id, restart; see
-    ``ndet.recorder.job_identity``), then time.  Two jobs can share an address (torchrun's default
+    ``recorders.ndet.job_identity``), then time.  Two jobs can share an address (torchrun's default
     port 29500) only one after the other, so a log that starts after every log of the current job
     has ended, and whose rank that job already has, starts the next job.  (A rank seen once more
     while the job still runs cannot be told apart: ``Job.duplicate_ranks`` reports it.)  Jobs are
@@ -354,7 +354,7 @@ def group_jobs(logs: list[RankLog]) -> list[Job]:
         for lg in group:
             if not ranks or (lg.start_wall_ns > end and lg.rank in ranks):
                 jobs.append(Job(key, []))
-                end, ranks = -1, set[int]()
+                end, ranks = -1, set()
             jobs[-1].logs.append(lg)
             end = max(end, lg.last_wall_ns)
             ranks.add(lg.rank)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 
 
 @dataclass

@@ -22,9 +22,9 @@ from typing import IO
 
 import numpy as np
 
+from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
 
-from . import format as fmt
 from .analysis import CollectiveIndex, group_ranks
 from .sources import RankLog
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
+
 from .analysis import (
     CCProblem,
     CollectiveIndex,

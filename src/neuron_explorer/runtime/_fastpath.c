@@ -1,7 +1,7 @@
 /* The execution hot path in C: the wrapper around a compiled graph that records one execution
  * per call.
  *
- * It does what the pure-Python wrapper in integrations/torch_hooks.py (_wrap_execution, the lean
+ * It does what the pure-Python wrapper in integrations/torch/execution.py (_lean_wrapper, its
  * ``run``) does, without a Python frame of its own: two CLOCK_MONOTONIC reads (the clock of
  * time.perf_counter_ns), the OS thread id cached in thread-local storage, the next execution id
  * from the ring's itertools.count, and one row written to the ring.  The graph is called with the

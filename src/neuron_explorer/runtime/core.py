@@ -43,8 +43,8 @@ class Model:
 
 
 # Names under which the layers above register their consumers (see Runtime.register).
-STATS = "stats"  # per-process counters for neuron-monitor (monitor.app_stats.AppStats)
-NDET = "ndet"  # the NDET flight recorder (ndet.recorder.NdetRecorder)
+STATS = "stats"  # per-process counters for neuron-monitor (recorders.app_stats.AppStats)
+NDET = "ndet"  # the NDET flight recorder (recorders.ndet.NdetRecorder)
 DEVICE_PROFILER = "devprof"  # device profiles (integrations.torch.device.DeviceProfiler)
 
 # ``Runtime.enabled`` holds one flag per event type (indexed by type id), then this one: are

@@ -6,7 +6,7 @@ over every track, so an 80 ms range over 16 ranks read "total 1.088 s". Here a t
 *busy time* inside the range (the union of its events' intervals clipped to the range, as
 ``util.intervals``: nested or overlapping events count once) and its share of the range; durations are
 described by min / p50 / p99 / max of the events overlapping the range. The collective table applies
-the CLI summary's straggler rule (``util.stragglers``) to the collectives starting in the range, over
+the CLI summary's straggler rule (``contracts.stragglers``) to the collectives starting in the range, over
 every rank that took part, keyed by the collective's flow id (``view`` derives it from group, op and
 sequence number, the CLI's key).
 """
@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from neuron_explorer.contracts.stragglers import arrivals, summarize
 from neuron_explorer.ui import wire
 from neuron_explorer.ui.busy import is_collective
 from neuron_explorer.ui.params import window_args
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.queries import pick_rows
 from neuron_explorer.util.intervals import union_length
-from neuron_explorer.util.stragglers import arrivals, summarize
 
 AREA_EXACT_MAX = 3_000_000  # events: above this, counts and busy time come from pyramid level 0
 COLLECTIVES_MAX = 50_000  # collectives compared at most (the earliest in the range)

@@ -2,13 +2,12 @@
 (``atomic``), bounded file reads (``files``), JSON encoding (``jsonfast``), interval union
 (``intervals``), protobuf wire helpers (``pbwire``), range parsing with bounds (``ranges``),
 path-safe names (``names``), launcher and helper-process detection (``procs``), allocator tuning for
-workers (``alloc``) and the shared command-line error type (``cliargs``), and the straggler rule over
-collective arrivals that the CLI summary and the UI share (``stragglers``), and object storage
-(``storage``: s3:// URLs through pyarrow's S3 file system), and Arrow arrays built from numpy
+workers (``alloc``), the shared command-line error type (``cliargs``), object storage
+(``storage``: s3:// URLs through pyarrow's S3 file system) and Arrow arrays built from numpy
 buffers and Python lists without ``pa.array`` (``arrays``: pyarrow would import pandas).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
 __all__ = ["alloc", "arrays", "atomic", "cliargs", "files", "intervals", "jsonfast", "names", "pbwire", "procs",
-           "ranges", "storage", "stragglers"]
+           "ranges", "storage"]

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from neuron_explorer.monitor.app_stats import AppStats
+from neuron_explorer.recorders.app_stats import AppStats
 
 
 def main() -> int:

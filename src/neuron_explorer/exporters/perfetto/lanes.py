@@ -14,7 +14,7 @@ does not grow with the events of a process.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -61,9 +61,6 @@ from neuron_explorer.exporters.perfetto.wire import (
 from neuron_explorer.util import pbwire
 from neuron_explorer.util.pbwire import Rows
 
-if TYPE_CHECKING:
-    from neuron_explorer.exporters.perfetto.writer import PerfettoWriter
-
 CHUNK_ROWS = 32_768  # rows encoded at a time (a byte matrix of a few MB)
 MIN_CHUNK_ROWS = 1_024
 _TIME_BITS = 63 - SEQ_BITS - 2  # (slot, time, end/begin) sort keys in an int64
@@ -71,6 +68,25 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 # (event columns, rows) -> [(annotation name iid, value field, present, values)]
 Annotate = Callable[[dict, np.ndarray], list]
+
+
+class PacketSink(Protocol):
+    """Where encoded packets go (``compress.CompressedSink`` is one)."""
+
+    def write(self, data: bytes | memoryview | np.ndarray) -> None: ...
+
+
+class TraceOut(Protocol):
+    """What a stream writes through: the trace's packet sink, its track declarations and its event
+    count (``writer.PerfettoWriter`` is one).  Named here, below the writer, so that lanes never
+    import the writer that imports them."""
+
+    events_written: int
+
+    @property
+    def sink(self) -> PacketSink: ...
+
+    def new_track(self, name: str, parent: int | None = None) -> int: ...
 
 
 def distinct(v: np.ndarray) -> np.ndarray:
@@ -148,7 +164,7 @@ class Stream:
     clock, else its end joins the others on the clock.  Late packets then never share a timestamp
     with a packet of their track written after them that they must precede."""
 
-    def __init__(self, w: "PerfettoWriter", seq_index: int, pid_uuid: int, type_names: list[str],
+    def __init__(self, w: TraceOut, seq_index: int, pid_uuid: int, type_names: list[str],
                  annotate: Annotate) -> None:
         self.w = w
         self.seq_ids = sequence_ids(seq_index)

@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from neuron_explorer.capture.device import OpTable, write_device_trace, write_neff
 from neuron_explorer.capture.store import CoreStore, enabled_mask
@@ -51,12 +51,26 @@ from neuron_explorer.util.atomic import atomic_write
 if TYPE_CHECKING:
     from jax.profiler import ProfileData
 
-    from neuron_explorer.integrations.jax.plugin import TraceRecording
+    from neuron_explorer.capture.samplers import HostSampler
 
 _COPY_CHUNK = 1 << 20
 
 
-def convert_trace(t: "TraceRecording") -> str | None:
+class Recording(Protocol):
+    """What a stopped trace's recording holds for its conversion (``plugin.TraceRecording`` is one).
+    Named here so that the conversion never imports the plugin that calls it."""
+
+    log_dir: str | None  # the trace's directory, where JAX wrote its xplane.pb
+    start_wall: int  # wall-clock ns when recording began (xplane.pb files older than that are not ours)
+    pid: int
+    anchors: list  # clock anchors (monotonic, wall, label): start first, stop last
+    marks: dict[str, tuple[int, int]]  # host monotonic reads around each clock marker
+    annotations: list[tuple[int, int, int, str]]  # (start, end, thread id, label)
+    waits: list[tuple[int, int, int]]  # block_until_ready calls: (start, end, thread id)
+    sampler: "HostSampler | None"
+
+
+def convert_trace(t: Recording) -> str | None:
     """Write the session for the trace ``t`` recorded; its directory, or None when the
     configuration is unusable (said on stderr)."""
     try:
@@ -73,7 +87,7 @@ def convert_trace(t: "TraceRecording") -> str | None:
         note.append("no xplane.pb from this process found under the trace directory: annotations only")
     else:
         note += conv.add_trace(xplane.load(xp), t.marks, t.anchors[0])
-    conv.add_waits(getattr(t, "waits", []))
+    conv.add_waits(t.waits)
     conv.add_sync_points(t.anchors[-1][0])
     cores = conv.core_stores()
     d = make_session_dir(cfg.output_dir, rt.ident.instance_id, rt.ident.pid, rt.anchors[0][1])

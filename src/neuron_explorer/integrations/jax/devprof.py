@@ -29,7 +29,7 @@ import threading
 from neuron_explorer.capture.device import OpTable, write_device_trace, write_neff
 from neuron_explorer.contracts.layout import model_ntff_name, neff_file_name, session_ntff_name
 from neuron_explorer.integrations.jax import xplane
-from neuron_explorer.integrations.jax.plugin import MARK_START, MARK_STOP
+from neuron_explorer.integrations.jax.marks import MARK_START, MARK_STOP
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import Model
 

@@ -18,13 +18,13 @@ import os
 import sys
 import threading
 import time
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-# Marker events emitted right after the trace starts and right before it stops, each bracketed by
-# two host monotonic reads; ``xplane.clock_map`` finds them in the trace to map its clock.
-MARK_PREFIX = "neuron_explorer_clock_sync"
-MARK_START = MARK_PREFIX + "_start"
-MARK_STOP = MARK_PREFIX + "_stop"
+from neuron_explorer.integrations.jax.marks import MARK_START, MARK_STOP
+
+if TYPE_CHECKING:
+    from neuron_explorer.capture.samplers import HostSampler
+
 
 _installed = False
 _warned: set[str] = set()
@@ -164,7 +164,7 @@ class TraceRecording:
         self.log_dir: str | None = None
         self.start_wall = time.time_ns()
         self.pid = os.getpid()
-        self.sampler = None
+        self.sampler: HostSampler | None = None
         self._restore: list = []
 
     def mark(self, name: str) -> None:

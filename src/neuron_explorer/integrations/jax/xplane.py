@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from neuron_explorer.integrations.jax.plugin import MARK_PREFIX, MARK_START, MARK_STOP
+from neuron_explorer.integrations.jax.marks import MARK_PREFIX, MARK_START, MARK_STOP
 
 if TYPE_CHECKING:
     from jax.profiler import ProfileData

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.contracts.env import (
     DEFAULT_NUM_ENTRIES,
     NDET_FLUSH_USEC,
@@ -60,7 +61,6 @@ from neuron_explorer.util.procs import is_launcher, multiprocessing_child
 
 from ..runtime import clock
 from ..runtime.ring import NativeRing, SlotTable
-from . import format as fmt
 
 if TYPE_CHECKING:
     from ..runtime.identity import ProcessIdentity
