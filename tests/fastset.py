@@ -241,11 +241,15 @@ def install() -> None:
         return
     _installed = True
     import _posixsubprocess
+    import subprocess
 
     for name in ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
             setattr(os, name, _watch(f"os.{name}", getattr(os, name)))
+    # multiprocessing calls _posixsubprocess.fork_exec; subprocess took its own reference at import
     _posixsubprocess.fork_exec = _watch("fork_exec", _posixsubprocess.fork_exec)
+    if getattr(subprocess, "_fork_exec", None) is not None:
+        subprocess._fork_exec = _watch("fork_exec", subprocess._fork_exec)
 
 
 @contextmanager
