@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.monitor import apps, histogram
+from neuron_explorer.contracts import stats_histogram as histogram
+from neuron_explorer.monitor import apps
 from neuron_explorer.monitor.metrics import ReportTracker
 from neuron_explorer.monitor.monitor import RUNTIME_GROUPS
 

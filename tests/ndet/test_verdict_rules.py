@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuron_explorer.ndet import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.ndet import verdict as vd
 from neuron_explorer.ndet.analysis import CollectiveIndex, scan
 from neuron_explorer.ndet.sources import RankLog

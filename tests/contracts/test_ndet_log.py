@@ -1,6 +1,6 @@
-"""ndet.format: the NDET log file written with ``encode_parts`` and read back, and each way a file
+"""contracts.ndet_log: the NDET log file written with ``encode_parts`` and read back, and each way a file
 can be refused (a one-line ``LogFormatError`` naming the file).  (Logs a recorder wrote, cut and
-bit-flipped: test_recorder.py.)"""
+bit-flipped: tests/ndet/test_recorder.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from neuron_explorer.ndet import format as fmt
+from neuron_explorer.contracts import ndet_log as fmt
 
 
 def _header(**extra) -> dict:
