@@ -33,7 +33,8 @@ def test_every_variable_is_validated_at_start_up(var):
 def test_the_nan_check_is_on_by_default_only_under_ndet():
     assert not CaptureConfig.from_env({}).nan_check
     assert CaptureConfig.from_env({"NEURON_RT_DBG_NDET_FLUSH_USEC": "5000"}).nan_check
-    assert not CaptureConfig.from_env({"NEURON_RT_DBG_NDET_FLUSH_USEC": "5000", "NEURON_EXPLORER_NAN_CHECK": "0"}).nan_check
+    off = {"NEURON_RT_DBG_NDET_FLUSH_USEC": "5000", "NEURON_EXPLORER_NAN_CHECK": "0"}
+    assert not CaptureConfig.from_env(off).nan_check
 
 
 def test_source_locations_follow_the_frameworks_debug_flags_leniently():

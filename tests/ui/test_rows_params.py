@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from neuron_explorer.ui import params as pm
-from neuron_explorer.ui import rows as rw
+from neuron_explorer.ui import params as pm, rows as rw
 
 
 @pytest.mark.parametrize("text,want", [(None, []), ("", []), ("3", [3]), ("1,2,5-7", [1, 2, 5, 6, 7]),
