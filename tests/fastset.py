@@ -19,7 +19,8 @@ process-starting ``run`` leaves the test out (the rule errs towards leaving a te
 What the source cannot show is a process started by the code under test (``src/``, a library).
 ``guard`` watches for that while an automatically selected test sets up and runs, on every run,
 fast loop or full suite: the test fails naming what started the process, and the cure is the
-``processes`` marker (or running the code under test in one process).  A handful of cheap
+``processes`` marker (or running the code under test in one process).  Threads that were running
+before the test began (left by an earlier test, a session fixture's server) are not watched.  A handful of cheap
 end-to-end checks join the fast loop by name, ``@pytest.mark.fast``; the guard leaves those alone.
 """
 
@@ -221,7 +222,7 @@ _installed = False
 
 def _watch(name: str, fn):
     def watched(*args, **kwargs):
-        if _guarding[0]:
+        if _guarding[0] and threading.current_thread() not in _earlier_threads:
             where = "".join(traceback.format_stack(limit=12)[:-1])
             with _lock:
                 _started.append(f"{name}() called at\n{where}")
@@ -232,6 +233,9 @@ def _watch(name: str, fn):
 
 
 _guarding = [False]  # one flag for all threads: a test's worker threads start processes for it too
+# threads that ran before the guarded test began (what an earlier test left running, a session
+# fixture's server): a process they start is not this test's
+_earlier_threads: set[threading.Thread] = set()
 
 
 def install() -> None:
@@ -258,6 +262,8 @@ def guard() -> Iterator[list[str]]:
     install()
     with _lock:
         _started.clear()
+    _earlier_threads.clear()
+    _earlier_threads.update(t for t in threading.enumerate() if t is not threading.current_thread())
     _guarding[0] = True
     try:
         yield _started

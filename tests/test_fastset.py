@@ -149,3 +149,27 @@ def test_the_guard_sees_a_process_started_inside_it_only():
     with fastset.guard() as started:
         pass
     assert started == []
+
+
+@pytest.mark.fast  # starts short processes on purpose
+def test_the_guard_counts_threads_the_test_starts_but_not_earlier_ones():
+    import threading
+
+    go, done = threading.Event(), threading.Event()
+
+    def earlier():  # a thread an earlier test or a session fixture left running
+        go.wait(30)
+        subprocess.run(["true"], check=True)
+        done.set()
+
+    t = threading.Thread(target=earlier, daemon=True)
+    t.start()
+    with fastset.guard() as started:
+        go.set()
+        assert done.wait(30)
+        assert started == []
+        mine = threading.Thread(target=subprocess.run, args=(["true"],))
+        mine.start()
+        mine.join()
+        assert len(started) == 1
+    t.join()
