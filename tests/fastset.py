@@ -17,11 +17,12 @@ are resolved at module level only: a local variable called ``run`` in a module t
 process-starting ``run`` leaves the test out (the rule errs towards leaving a test out).
 
 What the source cannot show is a process started by the code under test (``src/``, a library).
-``guard`` watches for that while an automatically selected test sets up and runs, on every run,
-fast loop or full suite: the test fails naming what started the process, and the cure is the
-``processes`` marker (or running the code under test in one process).  Threads that were running
-before the test began (left by an earlier test, a session fixture's server) are not watched.  A handful of cheap
-end-to-end checks join the fast loop by name, ``@pytest.mark.fast``; the guard leaves those alone.
+``guard`` watches for that while an automatically selected test sets up and runs, on every run, fast
+loop or full suite: the test fails naming what started the process, and the cure is the
+``processes`` marker (or running the code under test in one process). Threads that were running
+before the test began (left by an earlier test, a session fixture's server) are not watched. A
+handful of cheap end-to-end checks join the fast loop by name, ``@pytest.mark.fast``; the guard
+leaves those alone.
 """
 
 from __future__ import annotations
