@@ -23,8 +23,11 @@ TEST_WORKERS ?= 2
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -n $(TEST_WORKERS) --dist worksteal --durations=30
 
+# The fast loop: the tests that start no process (chosen by tests/fastset.py: docs/decisions/
+# 0098-fast-test-set.md) and a handful of cheap end-to-end checks marked @pytest.mark.fast.
 test-fast:
-	$(PYTHON) -m pytest -q -m "not slow"
+	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -p no:hypothesispytest --fast \
+		-n $(TEST_WORKERS) --dist worksteal
 
 bench: setup
 	$(PYTHON) -m bench

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from . import fastset
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
@@ -66,3 +68,72 @@ def pytest_configure(config: pytest.Config) -> None:
     from neuron_explorer import discovery
 
     discovery._check = lambda framework: None  # type: ignore[assignment]
+
+
+# ---- the fast loop (tests/fastset.py, docs/decisions/0098-fast-test-set.md)
+
+_ANALYSIS = fastset.Analysis()
+_AUTO_FAST = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true",
+                     help="run only the fast loop: tests that start no process (tests/fastset.py)")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --fast, a file none of whose tests can be fast is not even imported (collection is a
+    tenth of the fast loop's time otherwise)."""
+    if (config.getoption("--fast") and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and not _ANALYSIS.file_may_be_fast(collection_path)):
+        return True
+    return None
+
+
+def _is_auto_fast(item: pytest.Item) -> bool:
+    if not isinstance(item, pytest.Function) or item.get_closest_marker("slow") or item.get_closest_marker("processes"):
+        return False
+    unit = fastset.source_unit(item.function)
+    if unit is None or _ANALYSIS.costly(*unit):
+        return False
+    defs = item._fixtureinfo.name2fixturedefs
+    return not any((u := fastset.source_unit(d.func)) is not None and _ANALYSIS.costly(*u)
+                   for name in item.fixturenames for d in defs.get(name, ()))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep, drop = [], []
+    for item in items:
+        if item.get_closest_marker("fast"):
+            keep.append(item)
+        elif _is_auto_fast(item):
+            item.add_marker(pytest.mark.fast)
+            item.stash[_AUTO_FAST] = True
+            keep.append(item)
+        else:
+            drop.append(item)
+    if config.getoption("--fast") and drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _guarded(item: pytest.Item):
+    """Fail an automatically selected test that started a process all the same (tests/fastset.py)."""
+    if not item.stash.get(_AUTO_FAST, False):
+        return (yield)
+    with fastset.guard() as started:
+        result = yield
+    if started:
+        pytest.fail(fastset.describe(started), pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    return (yield from _guarded(item))

@@ -15,6 +15,7 @@ from .helpers import sessions, type_counts
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "loop.py")
 
 
+@pytest.mark.fast  # a cheap end-to-end check in the fast loop (tests/fastset.py)
 def test_inspect_keeps_at_most_n_events_per_core_and_counts_the_rest(out_dir):
     r = cli("inspect", "-o", str(out_dir), "-n", "5", sys.executable, WORKLOAD, "exit", "20")
     assert r.returncode == 0, r.stderr
@@ -44,6 +45,7 @@ def test_inspect_propagates_the_exit_status(out_dir):
     assert r.returncode == 3
 
 
+@pytest.mark.fast  # a cheap end-to-end check in the fast loop (tests/fastset.py)
 @pytest.mark.parametrize("args,needle", [
     (["inspect", "-n", "0", "true"], "must be greater than 0"),
     (["inspect", "-n", "many", "true"], "not a whole number"),

@@ -23,6 +23,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.fast  # a cheap end-to-end check in the fast loop (tests/fastset.py)
 @pytest.mark.parametrize("value", ["banana", "2", "enabled"])
 def test_an_invalid_enable_value_stops_the_launch(tmp_path, value):
     p = _run("print('ran')", NEURON_RT_INSPECT_ENABLE=value, NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"))

@@ -73,6 +73,7 @@ def test_bad_config_names_key_and_accepted_forms(doc: dict, key: str, accepted: 
     assert msg.startswith(key + ":") and accepted in msg and "\n" not in msg
 
 
+@pytest.mark.fast  # a cheap end-to-end check in the fast loop (tests/fastset.py)
 def test_cli_bad_config_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     conf = tmp_path / "monitor.conf"
     conf.write_text(json.dumps({"period": "1s", "system_metrics": [{"type": "vcpu_usage", "period": "soon"}]}))

@@ -147,6 +147,7 @@ def _job(d: Path, n: int, skip_rank: int | None = None, nbytes_of=lambda r, s: 6
         rec.write(final=rank != 0, reason="signal:SIGTERM" if rank != 0 else "running")
 
 
+@pytest.mark.fast  # a cheap end-to-end check in the fast loop (tests/fastset.py)
 def test_majority_vote_names_the_odd_rank_out(tmp_path: Path) -> None:
     _job(tmp_path, 4, nbytes_of=lambda r, s: 128 if (r == 2 and s == 1) else 64)
     r = neuron_det("--log-prefix", str(tmp_path), "-o", str(tmp_path / "t.json"))
@@ -163,6 +164,7 @@ def test_in_flight_collective_is_a_likely_hang_and_the_missing_rank_is_named(tmp
     assert "rank 0 stuck in it since" in r.stdout and "rank 1 stuck in it since" in r.stdout
 
 
+@pytest.mark.fast  # a cheap end-to-end check in the fast loop (tests/fastset.py)
 def test_no_logs_is_a_usage_error(tmp_path: Path) -> None:
     r = neuron_det("--log-prefix", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no NDET logs" in r.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -24,6 +25,7 @@ from neuron_explorer.exporters import event_summary  # noqa: E402
 from neuron_explorer.ui import ingest_summary  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
 
+from ..fuzzing import budget  # noqa: E402
 from .test_cold_open import P, _queries, _until  # noqa: E402
 
 
@@ -278,7 +280,12 @@ def test_many_fuzzed_summaries_each_open_with_every_event(ui_workspace: Path, tm
     its message quoting a damaged column name was not UTF-8.)"""
     want = None
     rnd = random.Random(59)
+    # at least 40 mutations, then as many as the fuzz budget allows, up to 300 (the same seed: each
+    # run replays a prefix of one sequence)
+    end = time.monotonic() + budget(30)
     for i in range(300):
+        if i >= 40 and time.monotonic() > end:
+            break
         ws = _fuzzed_copy(ui_workspace / P, tmp_path / f"fz{i}", rnd, truncate=i % 4 == 3)
         wsp = create_app(ws, cache_dir=tmp_path / f"c{i}").state.workspace
         wsp.index_gate, wsp.coarse_min_events = threading.Event(), 0

@@ -134,6 +134,7 @@ def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt, monkeypatch):
     assert sorted((e["args"]["src_device"], e["args"]["dst_device"]) for e in evs) == want
 
 
+@pytest.mark.fast  # a cheap end-to-end check in the fast loop (tests/fastset.py)
 def test_an_output_path_of_the_wrong_kind_is_refused_before_any_work(tmp_path):
     import subprocess
     import sys

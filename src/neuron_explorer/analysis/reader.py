@@ -102,9 +102,9 @@ class Session:
             return self.info.instance_id
         base = os.path.basename(self.path.rstrip("/"))
         parent = os.path.basename(os.path.dirname(self.path.rstrip("/")))
-        for name in (base, parent):
+        for name in (base, parent):  # <instance>_pid_<pid>: the instance id may hold "_pid_" itself
             if "_pid_" in name:
-                return name.split("_pid_")[0]
+                return name.rpartition("_pid_")[0]
         return "unknown"
 
     @property
@@ -114,7 +114,7 @@ class Session:
         for name in (os.path.basename(self.path.rstrip("/")), os.path.basename(os.path.dirname(self.path))):
             if "_pid_" in name:
                 try:
-                    pid = int(name.split("_pid_")[1].split("_")[0])
+                    pid = int(name.rpartition("_pid_")[2].split("_")[0])
                 except ValueError:
                     continue
                 if 0 <= pid < 1 << 62:  # a directory name is not trusted to fit an int64 column

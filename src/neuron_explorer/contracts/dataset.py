@@ -241,23 +241,32 @@ def foreign_entries(directory: str, limit: int = FOREIGN_LIMIT) -> list[str]:
         if len(out) > limit:
             return
         try:
-            entries = list(os.scandir(path))
+            entries = os.scandir(path)
         except OSError:
             out.append(rel + "/")
             return
-        if not entries and rel and foreign_entry(rel, is_dir=True):
-            out.append(rel + "/")
-        for e in entries:
-            r = f"{rel}/{e.name}" if rel else e.name
+        empty = True
+        with entries:  # read as it goes: a huge directory is not listed whole
             try:
-                is_dir = e.is_dir(follow_symlinks=False)
-                is_file = e.is_file(follow_symlinks=False)
-            except OSError:
-                is_dir = is_file = False
-            if is_dir:
-                walk(e.path, r)
-            elif not is_file or foreign_entry(r):
-                out.append(r)
+                for e in entries:
+                    empty = False
+                    if len(out) > limit:
+                        return
+                    r = f"{rel}/{e.name}" if rel else e.name
+                    try:
+                        is_dir = e.is_dir(follow_symlinks=False)
+                        is_file = e.is_file(follow_symlinks=False)
+                    except OSError:
+                        is_dir = is_file = False
+                    if is_dir:
+                        walk(e.path, r)
+                    elif not is_file or foreign_entry(r):
+                        out.append(r)
+            except OSError:  # the directory failed while read: as one that cannot be read
+                out.append(rel + "/")
+                return
+        if empty and rel and foreign_entry(rel, is_dir=True):
+            out.append(rel + "/")
 
     walk(directory, "")
     return sorted(out)

@@ -17,7 +17,8 @@ from neuron_explorer.util.names import safe_component
 
 
 def session_dir_name(wall_ns: int) -> str:
-    t = time.gmtime(wall_ns / 1e9)
+    # whole seconds from the integer (a float rounds the last 200 ns of a second up to the next one)
+    t = time.gmtime(wall_ns // 1_000_000_000)
     return time.strftime("%Y%m%dT%H%M%S", t) + f"{(wall_ns // 1_000_000) % 1000:03d}Z"
 
 
