@@ -1,7 +1,7 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: setup demo test test-fast bench
+.PHONY: setup demo check test test-fast bench proto
 
 setup:
 	bash scripts/setup.sh
@@ -9,6 +9,13 @@ setup:
 # One command: set up, then capture the bundled 2-rank training job and print its summary.
 demo: setup
 	bash scripts/demo.sh
+
+# The static checks CI runs before the tests (and pre-commit before a commit): ruff (pyflakes,
+# isort, bugbear, 120 columns) over src/, tests/ and bench/, then mypy over src/ as pyproject.toml
+# configures it (docs/decisions/0102-ruff-and-mypy.md).  Neither reformats anything.
+check:
+	$(PYTHON) -m ruff check src tests bench
+	$(PYTHON) -m mypy
 
 # One command: set up, then run the whole test suite (slow end-to-end tests included), on two
 # pytest-xdist workers (TEST_WORKERS=0 runs it in one process); it ends with the 30 slowest tests.
@@ -24,3 +31,7 @@ test-fast:
 
 bench: setup
 	$(PYTHON) -m bench
+
+# Regenerate the capture schema's module and its type stub after editing proto/ (scripts/gen_proto.sh).
+proto:
+	bash scripts/gen_proto.sh

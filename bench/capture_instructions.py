@@ -267,7 +267,8 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
     m = _TOTAL.search(data)
     if m is None:
         raise RuntimeError(f"no total in {cg}")
-    res = {"config": config, "steps": steps, "rep": rep, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1), "file": cg}
+    res = {"config": config, "steps": steps, "rep": rep, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1),
+           "file": cg}
     names, vals = _EVENTS.search(data), _TOTALS.search(data)
     if cache_sim and names and vals:
         res["events"] = dict(zip(names.group(1).decode().split(), map(int, vals.group(1).split())))
@@ -400,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             ev = cache[c]
             print(f"  {c:15s} L1 misses {ev['I1mr'] + ev['D1mr'] + ev['D1mw']:10,.0f}   "
                   f"LL misses {ev['ILmr'] + ev['DLmr'] + ev['DLmw']:8,.0f}   "
-                  f"mispredicted {ev.get('Bcm', 0) + ev.get('Bim', 0):9,.0f}   cycle estimate {ev['cycle_estimate']:14,.0f}"
+                  f"mispredicted {ev.get('Bcm', 0) + ev.get('Bim', 0):9,.0f}   "
+                  f"cycle estimate {ev['cycle_estimate']:14,.0f}"
                   f"   ratio {ev['cycle_estimate'] / cache['plain']['cycle_estimate']:.4f}")
     for c in configs:
         if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):

@@ -216,8 +216,8 @@ def worker_micro(out_dir: str, n: int) -> dict:
     import threading
 
     from neuron_explorer import boot
-    from neuron_explorer.runtime import clock
     from neuron_explorer.contracts import events as ev
+    from neuron_explorer.runtime import clock
     from neuron_explorer.runtime.config import CaptureConfig
 
     cfg = CaptureConfig(output_dir=out_dir, cpu_util=False, host_memory=False, flush_period_s=3600.0,

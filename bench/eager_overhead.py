@@ -130,7 +130,8 @@ def _job(workload: str, config: str, steps: int, warmup: int, tmp: str):
         out = os.path.join(tmp, f"{workload}_{config}_{i}")
         if config.startswith("system"):
             extra = {"system_noreg": {"NEURON_EXPLORER_FRAMEWORK_REGIONS": "0"},
-                     "system_nomem": {"NEURON_RT_INSPECT_HOST_MEMORY": "0", "NEURON_EXPLORER_STATS": "0"}}.get(config, {})
+                     "system_nomem": {"NEURON_RT_INSPECT_HOST_MEMORY": "0",
+                                      "NEURON_EXPLORER_STATS": "0"}}.get(config, {})
             env = interleave.system_env(out, **extra)
         else:
             env = interleave.clean_env()
@@ -188,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         worker(a.worker, a.config, a.steps, a.warmup)
         return 0
     configs = ["plain"] + [c for c in a.configs.split(",") if c and c != "plain"]
-    results: dict = {"benchmark": "eager_overhead", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                     "command": "python -m bench.eager_overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
+    results: dict = {"benchmark": "eager_overhead",
+                     "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     "command": "python -m bench.eager_overhead "
+                                + " ".join(argv if argv is not None else sys.argv[1:]),
                      "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="ne-eager-") as tmp:
         for workload in a.workloads.split(","):

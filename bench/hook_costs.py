@@ -89,7 +89,8 @@ def main() -> None:
         base = statistics.median(r[op] for r in runs["unprofiled"])
         prof = statistics.median(r[op] for r in runs["profiled"])
         rows[op] = {"unprofiled_ns": base, "profiled_ns": prof, "hook_ns": prof - base, "ratio": prof / base,
-                    "unprofiled_spread_ns": [min(r[op] for r in runs["unprofiled"]), max(r[op] for r in runs["unprofiled"])],
+                    "unprofiled_spread_ns": [min(r[op] for r in runs["unprofiled"]),
+                                             max(r[op] for r in runs["unprofiled"])],
                     "profiled_spread_ns": [min(r[op] for r in runs["profiled"]), max(r[op] for r in runs["profiled"])]}
     try:
         import torch

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
     interleave.print_summary(f"jax.jit step ({a.size}x{a.size}): median process CPU time per call, {a.rounds} "
-                             f"interleaved runs x {a.calls} calls (load {res['load_average']['start'][0]:.2f})", summary)
+                             f"interleaved runs x {a.calls} calls (load {res['load_average']['start'][0]:.2f})",
+                             summary)
     return 0
 
 

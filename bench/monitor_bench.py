@@ -35,7 +35,8 @@ import os, random, sys, time
 from neuron_explorer.recorders.app_stats import AppStats
 s = AppStats(sys.argv[1], None, None, [0, 1])
 for m in range(4):
-    s.on_model_load(m, f"graph_{m}", m % 2, flops=1e9 * (m + 1), subgraphs=2, code_bytes=1 << 20, constants_bytes=64 << 20)
+    s.on_model_load(m, f"graph_{m}", m % 2, flops=1e9 * (m + 1), subgraphs=2, code_bytes=1 << 20,
+                    constants_bytes=64 << 20)
 s.set_memory({"constants": 64 << 20, "tensors": 8 << 20, "dma_buffers": 1 << 20},
              {0: {"constants": 128 << 20, "model_code": 2 << 20, "tensors": 16 << 20},
               1: {"constants": 128 << 20, "model_code": 2 << 20, "tensors": 16 << 20}})
@@ -191,10 +192,14 @@ def main() -> int:
         ("report size", f"{report_bytes / 1024:.1f} KiB"),
         ("monitor CPU (% of one core)", f"{result['monitor_cpu_pct_of_one_core']:.3f} %  (target < 1 %)"),
         ("exporter series", f"{series}"),
-        ("exporter render median / p95", f"{result['exporter_render_ms_median']:.2f} / {result['exporter_render_ms_p95']:.2f} ms"),
-        ("exporter HTTP scrape median / p95", f"{result['exporter_http_scrape_ms_median']:.2f} / {result['exporter_http_scrape_ms_p95']:.2f} ms  (target < 20 ms)"),
+        ("exporter render median / p95",
+         f"{result['exporter_render_ms_median']:.2f} / {result['exporter_render_ms_p95']:.2f} ms"),
+        ("exporter HTTP scrape median / p95",
+         f"{result['exporter_http_scrape_ms_median']:.2f} / {result['exporter_http_scrape_ms_p95']:.2f} ms  "
+         "(target < 20 ms)"),
         ("exporter first scrape after a report median / max",
-         f"{result['exporter_first_scrape_after_report_ms_median']:.2f} / {result['exporter_first_scrape_after_report_ms_max']:.2f} ms"),
+         f"{result['exporter_first_scrape_after_report_ms_median']:.2f} / "
+         f"{result['exporter_first_scrape_after_report_ms_max']:.2f} ms"),
         ("peer: prometheus_client generate_latest", f"{result['prometheus_client_generate_latest_ms_median']:.2f} ms"),
         ("exporter report ingest median", f"{result['exporter_update_ms_median']:.2f} ms"),
     ]

@@ -94,7 +94,9 @@ def _load_without_hooks() -> None:
     import neuron_explorer.runtime.core  # noqa: F401
 
     for period in (0.5, 1.0):
-        def idle(p=period, ev=threading.Event()):
+        stop = threading.Event()  # (never set: the thread idles until the process ends)
+
+        def idle(p=period, ev=stop):
             while not ev.wait(p):
                 pass
         threading.Thread(target=idle, daemon=True).start()
@@ -147,9 +149,9 @@ def pauser(torch, null: bool, module_call: bool = False):
     optimizer pre-hook is out of torch's table; with ``module_call``, ``nn.Module.__call__`` is
     torch's own too (the eager hooks record a root module's call in Python, which the pause does
     not reach).  With ``null`` (the A/A control) it does nothing."""
-    from neuron_explorer.runtime import _fastpath
-
     import torch.optim.optimizer as optmod
+
+    from neuron_explorer.runtime import _fastpath
 
     table = getattr(optmod, "_global_optimizer_pre_hooks", {})
     ours = [(k, f) for k, f in list(table.items())
@@ -291,8 +293,8 @@ def same_process(runs: int, warmup: int, steps: int, block: int, configs: tuple[
         shutil.rmtree(tmp, ignore_errors=True)
     for c in configs:
         r = ratios[c]
-        out[c] = {"label": labels.get(c, LABELS.get(c, c)), "median_ratio": statistics.median(r), "min": min(r), "max": max(r),
-                  "n": len(r), "median_step_us": statistics.median(on_us[c]),
+        out[c] = {"label": labels.get(c, LABELS.get(c, c)), "median_ratio": statistics.median(r),
+                  "min": min(r), "max": max(r), "n": len(r), "median_step_us": statistics.median(on_us[c]),
                   "overhead_pct": 100.0 * (statistics.median(r) - 1), "ratios": r}
     return out
 
@@ -333,15 +335,17 @@ def make_logs(d: str, nlogs: int, records: int) -> int:
         block = np.zeros(steps * 3, dtype=fmt.RECORD_DTYPE)
         block["nc"] = nc
         fw, bw, cc = block[0::3], block[1::3], block[2::3]
-        fw["kind"], fw["t0"], fw["t1"], fw["a"], fw["b"] = fmt.KIND_EXEC, t, t + 300_000, 0, 2 * np.arange(steps)
-        bw["kind"], bw["t0"], bw["t1"], bw["a"], bw["b"] = fmt.KIND_EXEC, t + 310_000, t + 700_000, 1, 2 * np.arange(steps) + 1
-        cc["kind"], cc["t0"], cc["t1"], cc["a"], cc["b"] = fmt.KIND_CC_OP, t + 710_000, t + 900_000, op, np.arange(steps)
+        seq = np.arange(steps)
+        fw["kind"], fw["t0"], fw["t1"], fw["a"], fw["b"] = fmt.KIND_EXEC, t, t + 300_000, 0, 2 * seq
+        bw["kind"], bw["t0"], bw["t1"], bw["a"], bw["b"] = fmt.KIND_EXEC, t + 310_000, t + 700_000, 1, 2 * seq + 1
+        cc["kind"], cc["t0"], cc["t1"], cc["a"], cc["b"] = fmt.KIND_CC_OP, t + 710_000, t + 900_000, op, seq
         cc["c"], cc["d"], cc["e"] = 4 << 20, dt, g
         if rank == nan_rank:  # a NaN in the middle of the run
             i = 3 * (steps // 2)
             block[i]["ret"] = 1003
             nerr = np.zeros(1, fmt.RECORD_DTYPE)
-            nerr[0] = (fmt.KIND_NUMERICAL_ERROR, 0, nc, 1003, block[i]["t0"], block[i]["t1"], 0, block[i]["b"], 12, 0, 0)
+            nerr[0] = (fmt.KIND_NUMERICAL_ERROR, 0, nc, 1003, block[i]["t0"], block[i]["t1"], 0, block[i]["b"], 12,
+                       0, 0)
             block = np.concatenate([block[:i + 1], nerr, block[i + 1:]])
         rec.extend_records(block[:-1])  # the last all_reduce never completes anywhere
         if rank != miss_rank:  # miss_rank never enters it; every other rank is stuck in it (begin record only)
@@ -415,7 +419,8 @@ def main() -> None:
         return
     runs = args.runs or (3 if args.quick else 7)
     res: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                             "platform": platform.platform()},
                  "command": " ".join(["python -m bench.ndet_bench", *sys.argv[1:]])}
     if not args.skip_overhead:
         trees = dict(kv.split("=", 1) for kv in args.trees.split(",")) if args.trees else None
@@ -428,7 +433,7 @@ def main() -> None:
         res["overhead"] = overhead(runs, warmup=300, steps=steps, trees=trees, configs=configs, aslr=not args.no_aslr)
         print(f"{'configuration':60s} {'median step':>12s} {'min':>9s} {'max':>9s} {'overhead':>9s} "
               f"{'CPU/step':>10s} {'CPU ovh':>8s} {'main thr':>9s} {'others':>8s}")
-        for c, r in res["overhead"].items():
+        for r in res["overhead"].values():
             print(f"{r['label']:60s} {r['median_step_us']:10.1f}us {r['min_step_us']:7.1f}us {r['max_step_us']:7.1f}us "
                   f"{r['overhead_pct']:+8.2f}% {r['median_cpu_us']:8.1f}us {r['cpu_overhead_pct']:+7.2f}% "
                   f"{r['main_thread']['overhead_pct']:+8.2f}% {r['other_threads_us']:6.2f}us")
@@ -437,9 +442,11 @@ def main() -> None:
         ndet_configs = tuple(c for c in args.configs.split(",") if c.startswith("ndet"))
         # a timed window of ~5 s a process: at 4,000 steps (1.6 s) the A/A control's median strayed
         # 1.6% from 1 in one run and 0.4% in the next
-        sp = res["same_process"] = same_process(sp_runs, warmup=300, steps=args.steps or (3000 if args.quick else 12000),
-                                                block=args.block, configs=ndet_configs)
-        print(f"\n{'same process: wrappers working over paused':60s} {'median':>9s} {'min':>8s} {'max':>8s} {'runs':>5s}")
+        sp_steps = args.steps or (3000 if args.quick else 12000)
+        sp = res["same_process"] = same_process(sp_runs, warmup=300, steps=sp_steps, block=args.block,
+                                                configs=ndet_configs)
+        print(f"\n{'same process: wrappers working over paused':60s} {'median':>9s} {'min':>8s} {'max':>8s} "
+              f"{'runs':>5s}")
         for r in sp.values():
             print(f"{r['label']:60s} {r['median_ratio']:9.4f} {r['min']:8.4f} {r['max']:8.4f} {r['n']:5d}")
     if args.skip_analysis:

@@ -42,7 +42,8 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
     if config == "ndet_stats":
         env = _base_env("ndet", out_dir, workload)
         del env["NEURON_EXPLORER_STATS"]
-        env.update(NEURON_EXPLORER_STATS_PERIOD_MS="100000000", NEURON_EXPLORER_STATS_DIR=os.path.join(out_dir, "stats"))
+        env.update(NEURON_EXPLORER_STATS_PERIOD_MS="100000000",
+                   NEURON_EXPLORER_STATS_DIR=os.path.join(out_dir, "stats"))
         return env
     if config not in DEVICE:  # (every base environment has NEURON_EXPLORER_STATS=0: see ci._env)
         return _base_env(config, out_dir, workload)

@@ -48,7 +48,7 @@ def drain(steps: int):
     for i in range(steps):
         t = 1_000_000 + i * 1000
 
-        def pair(start, end, graph):
+        def pair(start, end, graph, i=i):
             return [ev.EXEC_PAIR, start, end, 7, graph, 3 * i + graph, 0, 0, 0]
         rows += [pair(t + 10, t + 100, 0), pair(t + 150, t + 300, 1), [region, t, t + 400, 7, 5, 0, 0, 0, 0],
                  pair(t + 500, t + 600, 2), [region, t + 450, t + 700, 7, 6, 0, 0, 0, 0]]

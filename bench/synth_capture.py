@@ -16,13 +16,13 @@ import time
 import numpy as np
 
 from neuron_explorer.capture import writer
-from neuron_explorer.contracts.layout import make_session_dir
-from neuron_explorer.util.atomic import atomic_write
 from neuron_explorer.capture.store import CoreStore
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.layout import make_session_dir
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity
+from neuron_explorer.util.atomic import atomic_write
 
 
 def _process_records(n: int, rank: int, world: int, rng: np.random.Generator, t0: int,

@@ -171,7 +171,8 @@ def _same_process_rows(sp: dict | None, prefix: str, what: str, paused: str, tar
         value = f"{d['median_ratio']:.4f}x ({d['min']:.4f}..{d['max']:.4f} over {d['n']} processes)"
         interval = median_interval(d["ratios"]) if len(d.get("ratios") or ()) >= 3 else None
         if interval is not None:
-            value = value[:-1] + f"; the median's {100 * interval[2]:.0f}% interval {interval[0]:.4f}..{interval[1]:.4f})"
+            value = (value[:-1] + f"; the median's {100 * interval[2]:.0f}% interval "
+                     f"{interval[0]:.4f}..{interval[1]:.4f})")
         if c == "null":
             rows.append(_row(f"{prefix}{d['label']}: training-thread CPU per step, the same two kinds of block",
                              value, "itself", "", command))
@@ -320,7 +321,8 @@ def _other_rows(results: dict) -> list[dict]:
                          "<= 0.2", "python -m bench.view_throughput"))
     nd = results.get("ndet.json") or {}
     ndet_cmd = nd.get("command") or _NDET  # (files from before the bench recorded its command: the defaults)
-    for c, label in (("ndet", "NDET with its default NaN/Inf check, 1 s flush"), ("ndet_nonan", "NDET logging alone, 1 s flush")):
+    for c, label in (("ndet", "NDET with its default NaN/Inf check, 1 s flush"),
+                     ("ndet_nonan", "NDET logging alone, 1 s flush")):
         d = _get(nd, "overhead", c)
         if isinstance(d, dict) and "cpu_overhead_pct" in d:
             pr = d.get("paired_cpu")

@@ -87,17 +87,21 @@ def write_store(out: Path, instances: int, per_instance: int, events: int, seed:
             starts = t0 + np.arange(n_exec, dtype=np.int64) * step + rng.integers(0, 5_000, n_exec)
             slow = rank == straggler
             durs = rng.integers(150_000, 190_000, n_exec) if slow else rng.integers(20_000, 150_000, n_exec)
-            cc_s = t0 + np.arange(n_cc, dtype=np.int64) * (step * n_exec // max(n_cc, 1)) + 170_000 + (30_000 if slow else 0)
+            cc_s = (t0 + np.arange(n_cc, dtype=np.int64) * (step * n_exec // max(n_cc, 1)) + 170_000
+                    + (30_000 if slow else 0))
             cc_d = 25_000 + rng.integers(0, 2_000, n_cc)
             sw_s = starts[:n_sw]
             s = np.concatenate([starts, starts, cc_s, sw_s])
             e = np.concatenate([starts + durs, starts + durs, cc_s + cc_d, sw_s])
-            typ = np.concatenate([np.zeros(n_exec), np.ones(n_exec), np.full(n_cc, 2), np.full(len(sw_s), 3)]).astype(np.int32)
+            typ = np.concatenate([np.zeros(n_exec), np.ones(n_exec), np.full(n_cc, 2),
+                                  np.full(len(sw_s), 3)]).astype(np.int32)
             order = np.argsort(s, kind="stable")
             s, e, typ = s[order], e[order], typ[order]
             n = len(s)
             tid = np.where(typ == 0, pid, pid + 1).astype(np.int64)
-            exec_id = np.where(typ <= 1, np.concatenate([np.arange(n_exec), np.arange(n_exec), np.zeros(n_cc + len(sw_s), dtype=np.int64)])[order], -1)
+            ids_by_type = np.concatenate([np.arange(n_exec), np.arange(n_exec),
+                                          np.zeros(n_cc + len(sw_s), dtype=np.int64)])
+            exec_id = np.where(typ <= 1, ids_by_type[order], -1)
             ids = np.arange(next_id, next_id + n, dtype=np.int64)
             next_id += n
             # flow ids as `view` assigns them: a host call and its core execution share one (per process,
@@ -191,7 +195,8 @@ def format_sizes(work: Path, ranks: int, per_rank: int) -> dict:
         out[fmt + "_bytes"] = size
     import duckdb
 
-    n = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{work / 'store'}/SystemProfileEvents/**/*.parquet')").fetchall()[0][0]
+    n = duckdb.connect().execute(
+        f"SELECT count(*) FROM read_parquet('{work / 'store'}/SystemProfileEvents/**/*.parquet')").fetchall()[0][0]
     out["events"] = int(n)
     for fmt in ("json", "perfetto", "parquet"):
         out[fmt + "_bytes_per_event"] = out[fmt + "_bytes"] / max(n, 1)
@@ -219,10 +224,11 @@ def cold_open(url: str, name: str, server_pid: int | None = None, timings: bool 
             cpu = round(ct.user + ct.system, 2)
         got = pg.evaluate("() => ({p: window.__nxStats.progressShownMs, f: window.__nxStats.firstPaintMs})")
         reqs = pg.evaluate("""() => performance.getEntriesByType('resource').filter((e) => e.name.includes('/api/'))
-            .map((e) => [new URL(e.name).pathname.split('/').pop(), Math.round(e.startTime), Math.round(e.responseEnd)])""") \
+            .map((e) => [new URL(e.name).pathname.split('/').pop(), Math.round(e.startTime),
+                         Math.round(e.responseEnd)])""") \
             if timings else None
-        pg.wait_for_function("() => document.querySelector('[data-testid=system-timeline]').dataset.detail !== 'coarse'",
-                             timeout=3_600_000)
+        pg.wait_for_function("() => document.querySelector('[data-testid=system-timeline]').dataset.detail "
+                             "!== 'coarse'", timeout=3_600_000)
         detail = pg.evaluate("performance.now()")
         b.close()
     return {"progress_shown_ms": None if got["p"] is None else round(got["p"], 1), "first_paint_ms": round(got["f"], 1),
@@ -255,7 +261,8 @@ def main() -> None:
     else:
         import duckdb
 
-        n = duckdb.connect().execute(f"SELECT sum(events) FROM read_parquet('{store}/ProfileMetadata.parquet')").fetchall()[0][0]
+        n = duckdb.connect().execute(
+            f"SELECT sum(events) FROM read_parquet('{store}/ProfileMetadata.parquet')").fetchall()[0][0]
     res["profile"] = {"events": int(n), "ranks": ranks, "instances": args.instances,
                       "parquet_bytes": sum(f.stat().st_size for f in store.rglob("*.parquet")),
                       "write_s": round(time.perf_counter() - t, 2)}
@@ -316,7 +323,8 @@ def main() -> None:
                 lat.setdefault(level, []).append(ms)
                 lat.setdefault("all", []).append(ms)
                 # the server's own share (query + JSON encoding), from its Server-Timing header
-                st = dict(x.strip().split(";dur=") for x in w.headers.get("server-timing", "").split(",") if ";dur=" in x)
+                st = dict(x.strip().split(";dur=") for x in w.headers.get("server-timing", "").split(",")
+                          if ";dur=" in x)
                 srv_ms.setdefault(f"1/{round(1 / span_frac)}", []).append(sum(float(x) for x in st.values()))
             v = lat_zoom.setdefault(f"1/{round(1 / span_frac)}", [])
             v.extend(lat["all"][-args.repeat:])
@@ -337,7 +345,8 @@ def main() -> None:
                   f"in the server (query + JSON): p50 {s.get('p50')} ms, p95 {s.get('p95')} ms; "
                   f"with the client's json(): p50 {w.get('p50')} ms, p95 {w.get('p95')} ms", flush=True)
         # busy shading of collapsed processes (the track tree's summary tracks): one screenful of groups
-        trows = cl.get(f"/api/profiles/{store.name}/tracks", params={"mode": "cpu_device", "layout": "tracks"}).json()["rows"]
+        trows = cl.get(f"/api/profiles/{store.name}/tracks",
+                       params={"mode": "cpu_device", "layout": "tracks"}).json()["rows"]
         procs: dict[tuple, list[int]] = {}
         for r in trows:
             if r["kind"] == "events" and len(r["group"]) >= 2:
@@ -350,7 +359,8 @@ def main() -> None:
                 a = float(rng.uniform(0, max(dur - span, 1)))
                 t = time.perf_counter()
                 cl.get(f"/api/profiles/{store.name}/busy", params={"mode": "cpu_device", "layout": "tracks",
-                                                                    "groups": groups, "t0": a, "t1": a + span, "px": 1300})
+                                                                    "groups": groups, "t0": a, "t1": a + span,
+                                                                    "px": 1300})
                 busy_ms.setdefault(f"1/{round(1 / span_frac)}", []).append((time.perf_counter() - t) * 1000)
                 busy_ms.setdefault("all", []).append(busy_ms[f"1/{round(1 / span_frac)}"][-1])
         res["busy_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
@@ -375,7 +385,8 @@ def main() -> None:
                 flow_ms.setdefault(key, []).append(ms)
                 zoom = "zoomed_out" if span_frac >= ZOOMED_OUT_MIN else "zoomed_in"
                 flow_ms.setdefault(zoom, []).append(ms)
-                st = dict(x.strip().split(";dur=") for x in r.headers.get("server-timing", "").split(",") if ";dur=" in x)
+                st = dict(x.strip().split(";dur=") for x in r.headers.get("server-timing", "").split(",")
+                          if ";dur=" in x)
                 flow_srv.setdefault(key, []).append(sum(float(x) for x in st.values()))
                 flow_n.setdefault(key, []).append(len(body["flows"]))
         res["flows_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
@@ -408,7 +419,8 @@ def main() -> None:
                 box = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
                 pg.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 300)
 
-                ops = ["w"] * 14 + ["d", "a", "ArrowRight", "ArrowLeft"] * 3 + ["s"] * 6 + ["wheel+", "wheel-"] * 4 + ["PageDown", "PageUp"] * 2
+                ops = (["w"] * 14 + ["d", "a", "ArrowRight", "ArrowLeft"] * 3 + ["s"] * 6 + ["wheel+", "wheel-"] * 4
+                       + ["PageDown", "PageUp"] * 2)
                 for op in ops:
                     if op in ("wheel+", "wheel-"):  # Ctrl+wheel zooms at the mouse (a plain wheel scrolls)
                         pg.keyboard.down("Control")
@@ -419,7 +431,8 @@ def main() -> None:
                     pg.wait_for_timeout(160)
                 pg.wait_for_timeout(1000)
                 ms = pg.evaluate("window.__nxStats.windowMs")
-                res["browser_window_fetch_ms"] = {"p50": round(statistics.median(ms), 1), "p95": round(p95(ms), 1), "n": len(ms)}
+                res["browser_window_fetch_ms"] = {"p50": round(statistics.median(ms), 1), "p95": round(p95(ms), 1),
+                                                  "n": len(ms)}
                 cdp = pg.context.new_cdp_session(pg)
                 cdp.send("Performance.enable")
                 m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
@@ -446,10 +459,12 @@ def main() -> None:
     scale = res["profile"]["events"]
     sizes = format_sizes(work, ranks, 20_000) if not args.no_formats else None
     res["formats"] = None if sizes is None else {
-        "measured_on": {"events": sizes["events"], "ranks": ranks, **{k: v for k, v in sizes.items() if k.endswith("_bytes")}},
+        "measured_on": {"events": sizes["events"], "ranks": ranks,
+                        **{k: v for k, v in sizes.items() if k.endswith("_bytes")}},
         "bytes_per_event": {k: round(sizes[k + "_bytes_per_event"], 2) for k in ("json", "perfetto", "parquet")},
         "extrapolated_bytes_at_profile": {k: int(sizes[k + "_bytes_per_event"] * scale) for k in ("json", "perfetto")},
-        "extrapolated_bytes_at_100M": {k: int(sizes[k + "_bytes_per_event"] * 100_000_000) for k in ("json", "perfetto", "parquet")},
+        "extrapolated_bytes_at_100M": {k: int(sizes[k + "_bytes_per_event"] * 100_000_000)
+                                       for k in ("json", "perfetto", "parquet")},
     }
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
@@ -457,7 +472,8 @@ def main() -> None:
     wq = res["window_query_ms"]
     print("\n| metric | value |\n| --- | --- |")
     print(f"| profile | {scale:,} events, {ranks} ranks, {res['profile']['parquet_bytes'] / 1e6:.0f} MB Parquet |")
-    print(f"| prepare before the first paint (metadata, leaf + coarse scan, counters; the index builds after it) | {res['prepare_s']} s |")
+    print("| prepare before the first paint (metadata, leaf + coarse scan, counters; the index builds after it) | "
+          f"{res['prepare_s']} s |")
     print(f"| window index (sorted events + pyramid) | {res['index']['bytes_per_event']} B/event, built in "
           f"{res['index']['build_s']} s |")
     for k, v in wq.items():
@@ -468,7 +484,8 @@ def main() -> None:
               f"({s.get('p50')} / {s.get('p95')} ms) (n={v['n']}) |")
     bq = res.get("busy_query_ms", {}).get("all")
     if bq:
-        print(f"| busy shading, 40 collapsed ranks (summary tracks) p50 / p95 | {bq['p50']} / {bq['p95']} ms (n={bq['n']}) |")
+        print(f"| busy shading, 40 collapsed ranks (summary tracks) p50 / p95 | {bq['p50']} / {bq['p95']} ms "
+              f"(n={bq['n']}) |")
     for k in ("zoomed_in", "zoomed_out"):
         v = res["flows_query_ms"].get(k)
         if v:
@@ -493,12 +510,12 @@ def main() -> None:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
         return
-    print(f"| bytes/event JSON / pftrace / Parquet | {f['bytes_per_event']['json']} / {f['bytes_per_event']['perfetto']} / "
-          f"{f['bytes_per_event']['parquet']} |")
-    print(f"| this profile as Chrome JSON / .pftrace (extrapolated) | {f['extrapolated_bytes_at_profile']['json'] / 1e9:.1f} GB / "
-          f"{f['extrapolated_bytes_at_profile']['perfetto'] / 1e9:.1f} GB |")
-    print(f"| 100M events as Chrome JSON / .pftrace / Parquet | {f['extrapolated_bytes_at_100M']['json'] / 1e9:.1f} GB / "
-          f"{f['extrapolated_bytes_at_100M']['perfetto'] / 1e9:.1f} GB / {f['extrapolated_bytes_at_100M']['parquet'] / 1e9:.1f} GB |")
+    per, prof, at100 = f["bytes_per_event"], f["extrapolated_bytes_at_profile"], f["extrapolated_bytes_at_100M"]
+    print(f"| bytes/event JSON / pftrace / Parquet | {per['json']} / {per['perfetto']} / {per['parquet']} |")
+    print(f"| this profile as Chrome JSON / .pftrace (extrapolated) | {prof['json'] / 1e9:.1f} GB / "
+          f"{prof['perfetto'] / 1e9:.1f} GB |")
+    print(f"| 100M events as Chrome JSON / .pftrace / Parquet | {at100['json'] / 1e9:.1f} GB / "
+          f"{at100['perfetto'] / 1e9:.1f} GB / {at100['parquet'] / 1e9:.1f} GB |")
     print(f"\nwrote {results}")
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)

@@ -86,9 +86,9 @@ def main() -> None:
         for label, src, w, n in trees:  # interleaved: each tree sees the same load
             r = _open_once(src, w, n, work / "cold-cache")
             runs[label].append(r)
-            print(f"[{i + 1}/{args.opens}] {label}: first paint {r['first_paint_ms']} ms, detail {r['detail_ready_ms']} ms, "
-                  f"server {r['server_cpu_s_at_first_paint']} CPU-s at the first paint; requests "
-                  f"{r.get('requests')}; load {[round(x, 1) for x in r['loadavg']]}", flush=True)
+            print(f"[{i + 1}/{args.opens}] {label}: first paint {r['first_paint_ms']} ms, "
+                  f"detail {r['detail_ready_ms']} ms, server {r['server_cpu_s_at_first_paint']} CPU-s at the first "
+                  f"paint; requests {r.get('requests')}; load {[round(x, 1) for x in r['loadavg']]}", flush=True)
     out = {"date": time.strftime("%Y-%m-%d"), "profile": name, "opens": args.opens, "runs": runs,
            "median": {label: {k: _median(rs, k) for k in ("first_paint_ms", "detail_ready_ms",
                                                            "server_cpu_s_at_first_paint", "server_start_ms")}

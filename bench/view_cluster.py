@@ -127,7 +127,7 @@ def main() -> None:
             if overhead is None:
                 overhead = task_overhead(c)
             loc, clu = [], []
-            for r in range(a.runs):  # interleaved
+            for _ in range(a.runs):  # interleaved
                 loc.append(_view(src, os.path.join(tmp, "o"), "--jobs", str(n)))
                 clu.append(_view(src, os.path.join(tmp, "o"), "--scheduler", c.address))
         finally:

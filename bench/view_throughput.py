@@ -114,7 +114,7 @@ def paired_parquet(src: str, work: str, before: str, pairs: int, base_rss: int, 
 
     after = os.path.join(os.path.dirname(HERE), "src")
     runs: dict[str, list[dict]] = {"before": [], "after": []}
-    for i in range(pairs):
+    for _ in range(pairs):
         for name, path in (("before", before), ("after", after)):
             dst = os.path.join(work, f"pq-{name}")
             shutil.rmtree(dst, ignore_errors=True)

@@ -81,7 +81,8 @@ def test_repeated_counts_and_ndet_cpu_runs_show_their_range_and_a_verdict_only_w
            "per_step_repetitions": {"plain": [1000.0, 1000.0, 1001.0], "system": [1012.0, 1005.0, 1014.0]},
            "command": "python bench/capture_instructions.py --repeat 3"}
     rows = table._capture_rows({"capture_instructions.json": ins})
-    (row,) = [r for r in rows if r["figure"] == "capture, compiled step, `aot_eager`: instructions per step (callgrind)"]
+    figure = "capture, compiled step, `aot_eager`: instructions per step (callgrind)"
+    (row,) = [r for r in rows if r["figure"] == figure]
     assert "3 repetitions 1.0050..1.0130" in row["value"] and row["target"].endswith("(not met)")
 
     def ndet(lo, hi):
@@ -91,7 +92,8 @@ def test_repeated_counts_and_ndet_cpu_runs_show_their_range_and_a_verdict_only_w
         return r
 
     assert ndet(0.99, 1.04)["target"] == "<= 1% (not resolved: the paired ratios span the target)"
-    assert ndet(0.99, 1.005)["target"] == "<= 1% (met)" and "paired 0.990..1.005 over 7 runs" in ndet(0.99, 1.005)["value"]
+    met = ndet(0.99, 1.005)
+    assert met["target"] == "<= 1% (met)" and "paired 0.990..1.005 over 7 runs" in met["value"]
 
 
 def test_a_same_process_ratio_without_enough_processes_gets_no_verdict_either_way():

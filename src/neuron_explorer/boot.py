@@ -15,12 +15,11 @@ import os
 import sys
 import threading
 
-from neuron_explorer.contracts import env as cfgmod
-from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts import env as cfgmod, events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime, get_runtime, set_runtime
-from neuron_explorer.util.procs import framework_helper, is_launcher
 from neuron_explorer.runtime.signals import SignalExit
+from neuron_explorer.util.procs import framework_helper, is_launcher
 
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
 

@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 
-from . import __version__
 from neuron_explorer.util.cliargs import UsageError, positive_int, prog_name
+
+from . import __version__
 
 EXAMPLES = """\
 examples:
@@ -84,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def inspect_command(args: argparse.Namespace) -> int:
-    from .capture.sink import CaptureSink
     from neuron_explorer.contracts import env as cfgmod
     from neuron_explorer.runtime.config import CaptureConfig
+
+    from .capture.sink import CaptureSink
     from .runtime.core import Runtime
     from .runtime.identity import ProcessIdentity
 

@@ -55,7 +55,8 @@ def _modes(modes: Iterable | None) -> list[ProfileMode]:
             out.append(ProfileMode(str(m).lower()))
         except ValueError:
             accepted = ", ".join(f"ProfileMode.{p.name}" for p in ProfileMode)
-            raise cfgmod.ConfigError(f"NeuronConfig(modes=...): {m!r} is not a profile mode; accepted: {accepted}") from None
+            raise cfgmod.ConfigError(f"NeuronConfig(modes=...): {m!r} is not a profile mode; "
+                                     f"accepted: {accepted}") from None
     return out
 
 
@@ -177,6 +178,7 @@ _active: dict[int, object] = {}  # id(profiler) -> CaptureSink
 
 def _runtime():
     from neuron_explorer import boot
+
     from .runtime.core import get_runtime
 
     rt = get_runtime()
@@ -187,9 +189,10 @@ def _runtime():
 
 def _begin(prof) -> None:
     cfg: NeuronConfig = prof.experimental_config
-    from .capture.sink import CaptureSink
     from neuron_explorer.integrations.torch.device import DeviceProfiler
     from neuron_explorer.runtime.core import DEVICE_PROFILER
+
+    from .capture.sink import CaptureSink
 
     rt = _runtime()
     ccfg = cfg.capture_config()

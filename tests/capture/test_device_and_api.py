@@ -115,7 +115,8 @@ def test_basic_api_example_writes_the_spec_files_and_view_links_them(tmp_path):
 
     cli("view", "-d", str(tmp_path / "profile_output"), "--output-file", str(tmp_path / "pq"), check=True)
     con = duckdb.connect()
-    (pid_link,) = con.execute(f"""select device_profile_id from read_parquet('{tmp_path}/pq/SystemProfileEvents/**/*.parquet',
+    (pid_link,) = con.execute(f"""select device_profile_id
+                                  from read_parquet('{tmp_path}/pq/SystemProfileEvents/**/*.parquet',
                                   hive_partitioning=true) where name = 'nc_exec_running'""").fetchone()
     (mode, execs, flops) = con.execute(f"""select mode, executions, flops from '{tmp_path}/pq/DeviceProfiles.parquet'
                                            where profile_id = ?""", [pid_link]).fetchone()

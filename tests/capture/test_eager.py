@@ -15,7 +15,7 @@ import pytest
 from neuron_explorer.analysis.reader import load_device_trace, load_neff
 from neuron_explorer.contracts import ndet_log as ndet_fmt
 
-from ..conftest import cli, clean_env
+from ..conftest import clean_env, cli
 from .helpers import events_of, sessions, type_counts
 from .test_device_and_api import _run_script
 

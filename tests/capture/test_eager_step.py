@@ -236,7 +236,8 @@ def train(steps):
 """
 
 LINEAR = "torch.nn.Linear(4, 2)"
-COMPILED = 'torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)), backend="aot_eager")'
+COMPILED = ('torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)), '
+            'backend="aot_eager")')
 ENV_AROUND = "train(3)"
 API_HEAD = """
 from torch.profiler import profile, ProfilerActivity
@@ -245,7 +246,8 @@ from neuron_explorer.torch import NeuronConfig, ProfileMode, NeuronProfiler
 API_AROUND = """
 cfg = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir="{out}")
 train(1)  # warm-up
-with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg, on_trace_ready=NeuronProfiler(cfg).export_trace):
+with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg,
+             on_trace_ready=NeuronProfiler(cfg).export_trace):
     train(2)
 """
 

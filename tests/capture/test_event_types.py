@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 
-from neuron_explorer.capture import store
 from neuron_explorer.contracts import events as ev
 from tests.capture.helpers import events_of, expand_rows, sessions, type_counts
 from tests.conftest import clean_env, free_port, run

@@ -8,8 +8,8 @@ import pytest
 
 from neuron_explorer.capture import store
 from neuron_explorer.contracts import events as ev
-from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.contracts.env import ConfigError, parse_nc_filter, parse_type_filter
+from neuron_explorer.runtime.config import CaptureConfig
 
 
 @pytest.mark.parametrize("value,expected", [
@@ -33,7 +33,8 @@ def test_nc_filter_rejects_bad_values_with_value_and_forms(value):
 
 
 def test_type_filter_names():
-    assert parse_type_filter("model_load,nrt_execute,runtime_execute") == {"model_load", "nrt_execute", "runtime_execute"}
+    want = {"model_load", "nrt_execute", "runtime_execute"}
+    assert parse_type_filter("model_load,nrt_execute,runtime_execute") == want
 
 
 def test_type_filter_groups_match_the_spec():

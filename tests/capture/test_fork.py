@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.contracts import stats_files
-from neuron_explorer.contracts import ndet_log as ndet_fmt
+from neuron_explorer.contracts import ndet_log as ndet_fmt, stats_files
 
 from ..conftest import clean_env
 from .helpers import sessions, type_counts

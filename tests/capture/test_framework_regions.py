@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 import duckdb
 import pytest
 
-from ..conftest import cli, clean_env, torchrun
+from ..conftest import clean_env, cli, torchrun
 from ..view.test_perfetto_semantics import decode
 from .helpers import sessions, type_counts
 
@@ -84,7 +84,8 @@ def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp
     cores = [e for e in evs if e["name"] == "nc_exec_running"]
     assert len(calls) == len(cores) == 4
     # each call carries the id of the innermost region around it on its own thread; the last none
-    assert [c["framework_stream_id"] for c in calls] == [regions[n]["id"] for n in ("inner", "outer", "on_thread")] + [None]
+    want = [regions[n]["id"] for n in ("inner", "outer", "on_thread")] + [None]
+    assert [c["framework_stream_id"] for c in calls] == want
     assert [c["framework_stream_id"] for c in cores] == [c["framework_stream_id"] for c in calls]
     assert regions["on_thread"]["thread_id"] == calls[2]["thread_id"] != calls[0]["thread_id"]
     assert all(r["framework_stream_id"] == r["id"] for r in regions.values())
@@ -201,8 +202,9 @@ dist.destroy_process_group()
     for rank in (0, 1):
         evs = _events(pq, f"worker_gid = {rank}")
         con = duckdb.connect()
-        names = [r[0] for r in con.execute(f"""select model_name from read_parquet('{pq}/SystemProfileEvents/**/*.parquet',
-                 hive_partitioning=true) where worker_gid = {rank} and name = 'nrt_execute' order by start_ts""").fetchall()]
+        names = [r[0] for r in con.execute(f"""
+                 select model_name from read_parquet('{pq}/SystemProfileEvents/**/*.parquet', hive_partitioning=true)
+                 where worker_gid = {rank} and name = 'nrt_execute' order by start_ts""").fetchall()]
         fwd = names[0]
         assert fwd.startswith("DistributedDataParallel_") and names[2].startswith("SGD_")
         assert names == [fwd, fwd + "_bwd", names[2]] * 3
@@ -268,8 +270,9 @@ def test_regions_record_around_exceptions_decorators_and_manual_calls_on_both_pa
     regions = {e["name"]: e for e in _events(pq, "trace_event_source = 'framework'")}
     assert set(regions) == {"outer", "decorated", "raises", "manual"}
     con = duckdb.connect()
-    span = dict(con.execute(f"""select name, [start_ts, end_ts] from read_parquet('{pq}/SystemProfileEvents/**/*.parquet',
-                                 hive_partitioning=true) where trace_event_source = 'framework'""").fetchall())
+    span = dict(con.execute(f"""select name, [start_ts, end_ts]
+                                 from read_parquet('{pq}/SystemProfileEvents/**/*.parquet', hive_partitioning=true)
+                                 where trace_event_source = 'framework'""").fetchall())
     for inner in ("decorated", "raises"):
         assert span["outer"][0] <= span[inner][0] <= span[inner][1] <= span["outer"][1]
     assert span["outer"][1] <= span["manual"][0] <= span["manual"][1]

@@ -73,7 +73,8 @@ print(json.dumps({"compiles_after_first_call": after_first, "compiles": len(call
 """
 
 
-@pytest.mark.parametrize("env", [{}, {"NEURON_RT_INSPECT_DEVICE_PROFILE": "model"}, {"NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}],
+@pytest.mark.parametrize("env", [{}, {"NEURON_RT_INSPECT_DEVICE_PROFILE": "model"},
+                                 {"NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}],
                          ids=["system", "device-model", "device-session"])
 def test_counting_flops_changes_nothing_in_the_program(tmp_path, env):
     """A torch.compile inside an eager module still compiles on its first call, once, while the first
@@ -120,7 +121,8 @@ print(json.dumps({{"events": events, "flops": fcm.get_total_flops()}}))
 """
 
 
-@pytest.mark.parametrize("wrap", ["model", pytest.param('torch.compile(model, backend="aot_eager")', marks=pytest.mark.slow)],
+@pytest.mark.parametrize("wrap", ["model",
+                                  pytest.param('torch.compile(model, backend="aot_eager")', marks=pytest.mark.slow)],
                          ids=["eager", "compiled"])
 def test_the_programs_own_profiler_sees_the_same_events_with_capture_on(tmp_path, wrap):
     """The first calls' flop counting (a dispatch mode) is not seen by the program's torch.profiler
@@ -146,7 +148,8 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(8, 16), torch.randn(8, 4)
 cfg = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir="{out}")
-with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg, on_trace_ready=NeuronProfiler(cfg).export_trace):
+with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg,
+             on_trace_ready=NeuronProfiler(cfg).export_trace):
     for _ in range(2):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()

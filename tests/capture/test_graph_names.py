@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ..conftest import cli, clean_env
+from ..conftest import clean_env, cli
 from .helpers import sessions
 from .test_device_and_api import _run_script
 
@@ -46,7 +46,8 @@ def test_compiled_module_graphs_are_named_after_the_modules_class(tmp_path, pure
     assert len(names) == 4 and all(re.fullmatch(w, n) for w, n in zip(want, names)), names
     # the names a user reads in view's output and the .neff files
     p = cli("view", "-d", str(out), "--output-format", "summary-json", env=clean_env(), check=True)
-    tops = {g["model_name"] for prof in json.loads(p.stdout)["profiles"] for c in prof["cores"] for g in c["top_graphs"]}
+    profiles = json.loads(p.stdout)["profiles"]
+    tops = {g["model_name"] for prof in profiles for c in prof["cores"] for g in c["top_graphs"]}
     assert tops == set(names)
 
 

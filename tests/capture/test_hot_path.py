@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from neuron_explorer.capture import store
+from neuron_explorer.contracts import events as ev
 from neuron_explorer.integrations.torch import execution, graphs
 from neuron_explorer.integrations.torch.state import Installed
-from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime
 from neuron_explorer.runtime.ring import NativeRing, Ring, expand_pairs, records_to_block

@@ -185,7 +185,8 @@ def test_a_final_write_on_a_full_disk_is_reported_as_incomplete_and_check_says_s
     env.pop("NEURON_EXPLORER_QUIET")
     script = (f"mount -t tmpfs -o size=4m tmpfs {mnt} || exit 99; "
               f"{sys.executable} {WORKLOAD.replace('loop.py', 'fill_disk.py')} {mnt}/filler; echo rc=$?; "
-              f"rm -f {mnt}/filler; env -u NEURON_RT_INSPECT_ENABLE {sys.executable} -m neuron_explorer check -d {out}; "
+              f"rm -f {mnt}/filler; "
+              f"env -u NEURON_RT_INSPECT_ENABLE {sys.executable} -m neuron_explorer check -d {out}; "
               "echo check_rc=$?")
     p = subprocess.run(["unshare", "-rm", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert "rc=0" in p.stdout, p.stdout + p.stderr  # the program itself is untouched

@@ -10,9 +10,7 @@ import threading
 
 import pytest
 
-
 from neuron_explorer.contracts.layout import make_session_dir
-
 from neuron_explorer.util.atomic import atomic_write_all
 
 from ..conftest import clean_env

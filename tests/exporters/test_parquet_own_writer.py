@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from neuron_explorer.view import pipeline
+
 from ..conftest import EXAMPLES, clean_env, cli, torchrun
 
 pd = pytest.importorskip("pandas")  # (dev extra)

@@ -17,8 +17,8 @@ from tests.conftest import clean_env, cli, run
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install jax jaxlib)")
 
-from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb  # noqa: E402
 from neuron_explorer.analysis.reader import discover, load_session  # noqa: E402
+from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"

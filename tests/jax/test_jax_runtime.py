@@ -150,8 +150,8 @@ def test_device_profiles_hold_the_xla_ops_of_the_executions(tmp_path, mode):
 
 @pytest.mark.slow
 def test_ndet_logs_count_the_jax_executions(tmp_path):
-    from neuron_explorer.ndet import sources
     from neuron_explorer.contracts.ndet_log import KIND_EXEC
+    from neuron_explorer.ndet import sources
 
     logs = tmp_path / "ndet"
     logs.mkdir()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 

@@ -110,8 +110,9 @@ def make_cert(tmp_path: Path) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is needed to make a test certificate (Debian package 'openssl')")
     key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
-    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(key), "-out", str(cert)],
                        capture_output=True)
     if r.returncode != 0:
         pytest.skip(f"openssl could not make a test certificate: {r.stderr.decode()[:200]}")

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from monitor_helpers import FULL_RUNTIME_METRICS, FULL_SYSTEM_METRICS, Apps, bin_path, free_port, write_config
+
 from neuron_explorer.monitor.cloudwatch_exporter import MAX_DATUMS_PER_REQUEST, batches
 
 boto3 = pytest.importorskip("boto3")

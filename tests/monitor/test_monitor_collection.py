@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 from monitor_helpers import Apps
-from neuron_explorer.recorders.app_stats import AppStats
+
 from neuron_explorer.monitor.config import parse_config
 from neuron_explorer.monitor.monitor import Monitor
+from neuron_explorer.recorders.app_stats import AppStats
 
 ALL = [{"type": g} for g in ("neuroncore_counters", "execution_stats", "memory_used", "neuron_runtime_vcpu_usage")]
 

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from monitor_helpers import bin_path
+
 from neuron_explorer.monitor.config import (
     DEFAULT_PERIOD_S,
     RUNTIME_GROUPS,
@@ -58,7 +58,8 @@ def test_no_config_means_everything_every_five_seconds() -> None:
     ({"period": 1}, "period", '"500ms", "1s"'),
     ({"period": "10ms"}, "period", "at least 100ms"),
     ({"system_metrics": [{"type": "gpu_temp"}]}, "system_metrics[0].type", "vcpu_usage, memory_info"),
-    ({"neuron_runtimes": [{"metrics": [{"type": "vcpu_usage"}]}]}, "neuron_runtimes[0].metrics[0].type", "neuroncore_counters"),
+    ({"neuron_runtimes": [{"metrics": [{"type": "vcpu_usage"}]}]}, "neuron_runtimes[0].metrics[0].type",
+     "neuroncore_counters"),
     ({"neuron_runtimes": [{"tag_filter": "(", "metrics": []}]}, "neuron_runtimes[0].tag_filter", "regular expression"),
     ({"neuron_runtime": []}, "neuron_runtime", "neuron_runtimes"),
     ({"neuron_runtimes": [{"metrics": [{"type": "memory_used", "period": "fast"}]}]},
@@ -89,7 +90,8 @@ def test_cli_invalid_json_and_missing_file(tmp_path: Path) -> None:
     conf.write_text('{"period": "1s",')
     r = subprocess.run([bin_path("neuron-monitor"), "-c", str(conf)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "not valid JSON at line 1" in r.stderr
-    r = subprocess.run([bin_path("neuron-monitor"), "-c", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([bin_path("neuron-monitor"), "-c", str(tmp_path / "nope")], capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 2 and "cannot read configuration file" in r.stderr
 
 
@@ -105,7 +107,8 @@ def test_a_config_that_collects_nothing_is_warned_about_in_one_line_and_the_moni
     conf = tmp_path / "monitor.conf"
     conf.write_text(json.dumps(doc))
     p = subprocess.Popen([bin_path("neuron-monitor"), "-c", str(conf)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, NEURON_EXPLORER_STATS_DIR=str(tmp_path / "s")))
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, NEURON_EXPLORER_STATS_DIR=str(tmp_path / "s")))
     try:
         report = json.loads(p.stdout.readline())  # it runs: reports keep coming
         assert "instance_info" in report

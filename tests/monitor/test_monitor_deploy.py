@@ -50,9 +50,9 @@ def test_every_panel_queries_an_exported_metric() -> None:
         if v["type"] == "query":
             assert _metric_names(v["definition"].replace("label_values(", "").split(",")[0]) <= _exported()
     # the panels the issue asks for are all there
-    for wanted in ("instance_info", "system_vcpu_usage_ratio", "system_memory_used_bytes", "neuroncore_utilization_ratio",
-                   "execution_status_total", "execution_errors_total", "execution_latency_seconds",
-                   "neuron_runtime_memory_used_bytes", "neuron_runtime_vcpu_usage_ratio"):
+    for wanted in ("instance_info", "system_vcpu_usage_ratio", "system_memory_used_bytes",
+                   "neuroncore_utilization_ratio", "execution_status_total", "execution_errors_total",
+                   "execution_latency_seconds", "neuron_runtime_memory_used_bytes", "neuron_runtime_vcpu_usage_ratio"):
         assert wanted in seen, wanted
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))

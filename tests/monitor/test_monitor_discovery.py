@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from installed import make_installed_python
 from monitor_helpers import stop_all, write_config
 
@@ -193,7 +192,8 @@ def test_a_broken_install_never_breaks_import_torch(python, env, tmp_path):
     (broken / "__init__.py").write_text("")
     (broken / "discovery.py").write_text("raise ImportError('half-installed')\n")
     env = dict(env, PYTHONPATH=str(broken.parent))
-    p = subprocess.run([python, "-c", "import torch, neuron_explorer; print(torch.tensor([2]).item(), neuron_explorer.__file__)"],
+    p = subprocess.run([python, "-c",
+                        "import torch, neuron_explorer; print(torch.tensor([2]).item(), neuron_explorer.__file__)"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split()[0] == "2" and str(broken) in p.stdout  # the broken package was the one seen

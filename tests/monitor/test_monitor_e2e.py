@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from monitor_helpers import FULL_RUNTIME_METRICS, FULL_SYSTEM_METRICS, Apps, bin_path, write_config
 
 pytestmark = pytest.mark.slow

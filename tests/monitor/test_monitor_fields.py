@@ -9,7 +9,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from monitor_helpers import Apps, bin_path, write_config
 
 from neuron_explorer.monitor.gpu import Nvml

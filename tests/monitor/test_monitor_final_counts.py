@@ -13,20 +13,18 @@ import json
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-
 from installed import make_installed_python
 from monitor_helpers import bin_path, stop_all, write_config
 
 from neuron_explorer.contracts import stats_files
-from neuron_explorer.recorders.app_stats import AppStats
 from neuron_explorer.monitor.config import parse_config
 from neuron_explorer.monitor.monitor import Monitor
+from neuron_explorer.recorders.app_stats import AppStats
 
 JOB = Path(__file__).parent / "apps" / "short_job.py"
 CONFIG = {"period": "1s", "neuron_runtimes": [{"metrics": [{"type": "execution_stats"}, {"type": "memory_used"},
@@ -62,7 +60,7 @@ def test_an_exiting_process_leaves_its_final_counts_and_every_monitor_reports_th
     d = _announced(tmp_path / "stats")
     app = _app(d)
     mons = [Monitor(parse_config(CONFIG), stats_dir=d, use_nvml=False) for _ in range(2)]
-    for i in range(7):
+    for _ in range(7):
         app.on_execution(1, 0, 1000, 1000, "completed")
     app.stop()  # at exit: the 7 executions were never published before
     snap = json.loads(stats_files.snapshot_path(d, app.pid).read_bytes())

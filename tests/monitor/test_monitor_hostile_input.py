@@ -12,12 +12,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from monitor_helpers import bin_path, free_port, make_cert
+from prometheus_client.parser import text_string_to_metric_families
+from test_monitor_prometheus import sample_report
+
 from neuron_explorer.monitor import metrics
 from neuron_explorer.monitor.prometheus_exporter import ReportState, consume
-from test_monitor_prometheus import sample_report
 
 #: Lines a broken or hostile writer could put into the pipe; each must be skipped or tolerated.
 BAD_LINES = [
@@ -40,7 +40,8 @@ ODD_REPORTS = [
     {"neuron_runtime_data": [{"report": {
         "neuroncore_counters": {"neuroncores_in_use": {"0": {"neuroncore_utilization": "abc"}, "1": 5}},
         "neuron_runtime_vcpu_usage": {"vcpu_usage": [1]},
-        "memory_used": {"neuron_runtime_used_bytes": {"host": "12", "usage_breakdown": {"neuroncore_memory_usage": [3]}}},
+        "memory_used": {"neuron_runtime_used_bytes": {"host": "12",
+                                                      "usage_breakdown": {"neuroncore_memory_usage": [3]}}},
         "execution_stats": {"error_summary": [1], "execution_summary": {"completed": 1e308, "timed_out": "7"},
                             "latency_stats": {"total_latency": 5}}}}]},
     {"system_data": {"neuron_hw_counters": {"neuron_devices": {"a": 1}}, "vcpu_usage": {"usage_data": 5,
@@ -136,8 +137,8 @@ def test_cloudwatch_companion_survives_bad_lines(tmp_path: Path, monkeypatch: py
         endpoint = f"http://127.0.0.1:{mport}"
         lines = BAD_LINES + [json.dumps(r) for r in ODD_REPORTS] + [json.dumps(sample_report(4, 1.5, tag="after_bad"))]
         cw = subprocess.run([bin_path("neuron-monitor-cloudwatch.py"), "--namespace", "nx_bad", "--region",
-                             "us-west-2", "--endpoint-url", endpoint, "--max-datums", "20"], input="\n".join(lines) + "\n",
-                            capture_output=True, text=True, timeout=120)
+                             "us-west-2", "--endpoint-url", endpoint, "--max-datums", "20"],
+                            input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
         assert cw.returncode == 0 and "Traceback" not in cw.stderr, cw.stderr[-3000:]
         assert "PutMetricData failed" not in cw.stderr, cw.stderr[-3000:]
         assert "1 value(s) outside CloudWatch's range" in cw.stderr  # the 1e308: left out, not the request

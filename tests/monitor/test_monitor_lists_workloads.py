@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from monitor_helpers import free_port, write_config
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,6 @@
 """The Prometheus companion: metric names and labels, counters, TLS, and a real Prometheus scrape."""
 
+import http.client
 import json
 import os
 import ssl
@@ -10,15 +11,23 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from monitor_helpers import (
+    FULL_RUNTIME_METRICS,
+    FULL_SYSTEM_METRICS,
+    Apps,
+    bin_path,
+    free_port,
+    make_cert,
+    write_config,
+)
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor_helpers import (FULL_RUNTIME_METRICS, FULL_SYSTEM_METRICS, Apps, bin_path, free_port, make_cert,
-                             write_config)
 from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS
 from neuron_explorer.monitor.prometheus_exporter import ReportState, consume
 
 PROMETHEUS = "/usr/bin/prometheus"
+PERCENTILES = ("p0", "p1", "p25", "p50", "p75", "p99", "p100")
 
 
 def sample_report(completed: int, period: float, util: float = 42.0, tag: str = "train_a") -> dict:
@@ -30,16 +39,16 @@ def sample_report(completed: int, period: float, util: float = 42.0, tag: str = 
                                         "neuroncores_in_use": {"0": {"neuroncore_utilization": util, "flops": 5}}},
                 "execution_stats": {
                     "period": period, "error": "",
-                    "error_summary": {"generic": 0, "numerical": 1, "transient": 0, "model": 0, "runtime": 0, "hardware": 0},
+                    "error_summary": {"generic": 0, "numerical": 1, "transient": 0, "model": 0, "runtime": 0,
+                                      "hardware": 0},
                     "execution_summary": {"completed": completed, "completed_with_err": 0, "completed_with_num_err": 1,
                                           "timed_out": 0, "incorrect_input": 0, "failed_to_queue": 0},
-                    "latency_stats": {"total_latency": {k: 0.01 for k in ("p0", "p1", "p25", "p50", "p75", "p99", "p100")},
-                                      "device_latency": None},
+                    "latency_stats": {"total_latency": dict.fromkeys(PERCENTILES, 0.01), "device_latency": None},
                 },
             },
         }],
-        "system_data": {"memory_info": {"period": period, "error": "", "memory_total_bytes": 100, "memory_used_bytes": 40,
-                                        "swap_total_bytes": 0, "swap_used_bytes": 0},
+        "system_data": {"memory_info": {"period": period, "error": "", "memory_total_bytes": 100,
+                                        "memory_used_bytes": 40, "swap_total_bytes": 0, "swap_used_bytes": 0},
                         "neuron_hw_counters": {"period": period, "error": "", "neuron_devices": [
                             {"neuron_device_index": 0, "mem_ecc_corrected": 2, "mem_ecc_uncorrected": 0,
                              "sram_ecc_uncorrected": None, "sram_ecc_corrected": None}]}},
@@ -87,7 +96,7 @@ def test_real_metric_names_and_labels() -> None:
     assert u.labels["region"] == "us-west-2" and u.labels["instance_type"] == "trn1.2xlarge"
     status = {s.labels["status_type"]: s.value for s in m["execution_status_total"]}
     assert status["completed"] == 10 and status["completed_with_num_err"] == 1
-    assert {s.labels["percentile"] for s in m["execution_latency_seconds"]} == {"p0", "p1", "p25", "p50", "p75", "p99", "p100"}
+    assert {s.labels["percentile"] for s in m["execution_latency_seconds"]} == set(PERCENTILES)
     ecc = {s.labels["event_type"]: s.value for s in m["hardware_ecc_events_total"]}
     assert ecc == {"mem_ecc_corrected": 2, "mem_ecc_uncorrected": 0}  # null counters are not exported
     assert m["system_memory_used_bytes"][0].value == 40
@@ -147,7 +156,7 @@ def test_tls_with_key_and_cert(tmp_path: Path) -> None:
         assert "neuroncore_utilization_ratio{" in body
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=5, context=ctx) as r:
             assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-        with pytest.raises(Exception):
+        with pytest.raises((OSError, http.client.HTTPException)):  # (URLError, a reset, a bad status line)
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
     finally:
         p.stdin.close()
@@ -193,7 +202,8 @@ def test_real_prometheus_scrapes_the_companion(apps: Apps, stats_dir: Path, tmp_
                 pytest.fail(f"prometheus exited: {prom.stderr.read().decode()[-2000:]}")
             try:
                 util = _prom_query(prom_port, 'neuroncore_utilization_ratio{runtime_tag="train_prom"}')
-                status = _prom_query(prom_port, 'execution_status_total{status_type="completed",runtime_tag="train_prom"}')
+                status = _prom_query(prom_port,
+                                     'execution_status_total{status_type="completed",runtime_tag="train_prom"}')
             except OSError:
                 util = status = []
             if util and status and float(status[0]["value"][1]) > 0 and float(util[0]["value"][1]) > 0:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from monitor_helpers import FULL_RUNTIME_METRICS, bin_path, write_config
 
 pytestmark = pytest.mark.slow

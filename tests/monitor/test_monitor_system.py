@@ -10,7 +10,8 @@ from neuron_explorer.monitor.gpu import Nvml
 from neuron_explorer.monitor.system import HwCounters, MemoryInfo, VcpuUsage, hardware_info, instance_info
 
 STAT1 = "cpu  100 0 50 800 10 0 5 0 0 0\ncpu0 60 0 20 400 5 0 5 0 0 0\ncpu1 40 0 30 400 5 0 0 0 0 0\nctxt 1000\n"
-STAT2 = "cpu  200 10 100 1600 20 0 35 0 0 0\ncpu0 120 10 40 800 10 0 10 0 0 0\ncpu1 80 0 60 800 10 0 0 0 0 0\nctxt 1600\n"
+STAT2 = ("cpu  200 10 100 1600 20 0 35 0 0 0\ncpu0 120 10 40 800 10 0 10 0 0 0\ncpu1 80 0 60 800 10 0 0 0 0 0\n"
+         "ctxt 1600\n")
 
 
 def test_vcpu_usage_from_proc_stat_deltas(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from neuron_explorer.integrations.torch import tensors  # noqa: E402
 from neuron_explorer.contracts.ndet_log import KIND_EXEC, KIND_NUMERICAL_ERROR, read_log  # noqa: E402
+from neuron_explorer.integrations.torch import tensors  # noqa: E402
 
 from .helpers import logs_in, ndet_env, neuron_det  # noqa: E402
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.contracts import ndet_log as fmt
-from neuron_explorer.recorders.ndet import NdetRecorder
 from neuron_explorer.contracts.env import ConfigError
+from neuron_explorer.recorders.ndet import NdetRecorder
 
 from ..conftest import clean_env
 from .helpers import make_recorder, neuron_det

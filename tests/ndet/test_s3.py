@@ -48,4 +48,5 @@ def test_neuron_det_reads_logs_from_s3(tmp_path: Path) -> None:
     assert [len(j["logs"]) for j in meta["jobs"]] == [2]
     assert none.returncode == 2 and "no NDET logs or Flight Recorder dumps match --log-prefix 's3://runs/job2/'" \
         in none.stderr
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no such bucket" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "no such bucket" in bad.stderr, bad.stderr

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-
 from ..conftest import free_port
 from .helpers import WORKLOADS, load_trace, logs_in, make_recorder, ndet_env, neuron_det, seal
 

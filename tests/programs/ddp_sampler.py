@@ -7,7 +7,6 @@ Ground truth, per rank: each ``ddp_model(x)`` call is one root-module execution 
 the root), each ``loss.backward()`` one backward, each ``optimizer.step()`` one optimizer step.
 """
 import json
-import os
 
 import torch
 import torch.distributed as dist

@@ -38,7 +38,8 @@ def add_device_profile(profile_dir: Path) -> dict:
         for k, v in (("profile_id", "dp-0"), ("instance_id", inst), ("process_id", pid), ("nc_idx", nc),
                      ("model_name", model), ("exec_id", exec_id), ("name", f"{'matmul' if eng == 'pe' else 'op'}_{i}"),
                      ("track", eng), ("start_ts", a), ("end_ts", b), ("duration_ns", b - a), ("flops", 1000 * i),
-                     ("bytes", 64 * i), ("extra_attributes_json", json.dumps({"instruction": f"inst_{i}", "engine": eng}))):
+                     ("bytes", 64 * i),
+                     ("extra_attributes_json", json.dumps({"instruction": f"inst_{i}", "engine": eng}))):
             rows[k].append(v)
     d = profile_dir / "DeviceProfileEvents" / f"instance={inst}" / f"process={pid}"
     d.mkdir(parents=True, exist_ok=True)

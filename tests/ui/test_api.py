@@ -12,10 +12,10 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from neuron_explorer.ui.app import create_app  # noqa: E402
-from neuron_explorer.ui.server import is_loopback, url_for  # noqa: E402
 from neuron_explorer.ui import flows as flows_q  # noqa: E402
+from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.ui.rows import MODES  # noqa: E402
+from neuron_explorer.ui.server import is_loopback, url_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_window_is_aggregated_to_screen_resolution(client: TestClient) -> None:
     assert len(coarse["c"]) <= len(rows) * 21
     assert any(c > 1 for c in coarse["c"]), "short events must be merged into counted buckets"
     assert sum(coarse["c"]) == ov["events"]
-    for s, e, c, i in zip(coarse["s"], coarse["e"], coarse["c"], coarse["id"]):
+    for s, e in zip(coarse["s"], coarse["e"]):
         assert e >= s
     # a narrow window only returns events overlapping it
     mid = ov["duration_ns"] * 0.98
@@ -182,14 +182,15 @@ def test_device_profiles_and_linking(client: TestClient, device_ref: dict) -> No
     assert client.get("/api/profiles/run-b/device/dp-0").status_code == 404
     # nc_exec_running of that execution links to dp-0; in run-b the same event notes there is none
     for prof, linked in (("run-a", True), ("run-b", False)):
-        hit = client.get(f"/api/profiles/{prof}/search/next", params={"q": "nc_exec_running", "after": -1, "dir": 1}).json()
+        hit = client.get(f"/api/profiles/{prof}/search/next",
+                         params={"q": "nc_exec_running", "after": -1, "dir": 1}).json()
         found = None
         after = -1
         for _ in range(30):
-            hit = client.get(f"/api/profiles/{prof}/search/next", params={"q": "nc_exec_running", "after": after, "dir": 1}).json()
+            hit = client.get(f"/api/profiles/{prof}/search/next",
+                             params={"q": "nc_exec_running", "after": after, "dir": 1}).json()
             d = client.get(f"/api/profiles/{prof}/event", params={"id": hit["id"], "leaf": hit["leaf"]}).json()
-            if d["properties"]["process_id"] == device_ref["process_id"] and d["properties"]["exec_id"] == device_ref["exec_id"] \
-                    and d["properties"]["model_name"] == device_ref["model_name"]:
+            if all(d["properties"][k] == device_ref[k] for k in ("process_id", "exec_id", "model_name")):
                 found = d
                 break
             after = hit["s"]

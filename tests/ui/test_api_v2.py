@@ -23,9 +23,9 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 
+from neuron_explorer.contracts.stragglers import arrivals, summarize  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.util.intervals import union_length  # noqa: E402
-from neuron_explorer.contracts.stragglers import arrivals, summarize  # noqa: E402
 
 STRAGGLER = 21
 SYNTH = "synth-32r"
@@ -51,7 +51,8 @@ def synth(synth_ws: Path, tmp_path_factory: pytest.TempPathFactory) -> TestClien
 
 
 def parquet(ws: Path, name: str, sql: str) -> list[tuple]:
-    return duckdb.connect().execute(sql.replace("EVENTS", f"read_parquet('{ws / name}/SystemProfileEvents/**/*.parquet')")).fetchall()
+    events = f"read_parquet('{ws / name}/SystemProfileEvents/**/*.parquet')"
+    return duckdb.connect().execute(sql.replace("EVENTS", events)).fetchall()
 
 
 def rows_of(client: TestClient, name: str, mode: str = "cpu_device", layout: str = "tracks") -> list[dict]:
@@ -114,7 +115,8 @@ def test_selected_event_flows_host_call_and_framework_chain(client: TestClient, 
     assert {names[e[1]] for e in fl["ends"]} == {"nrt_execute", "nc_exec_running"}
     # the flow's members are exactly the events carrying its flow id in Parquet
     fid = int(fl["flow_id"])
-    want = parquet(ui_workspace, "run-a", f"SELECT id FROM EVENTS WHERE list_contains(flow_id, {fid}) ORDER BY start_ts, id")
+    want = parquet(ui_workspace, "run-a",
+                   f"SELECT id FROM EVENTS WHERE list_contains(flow_id, {fid}) ORDER BY start_ts, id")
     assert [int(e[0]) for e in fl["ends"]] == [r[0] for r in want]
     # its chain: events on the host call's thread enclosing the host call (each starts before, ends after it)
     host = next(e for e in fl["ends"] if names[e[1]] == "nrt_execute")
@@ -145,7 +147,8 @@ def test_busy_share_is_the_union_of_intervals(client: TestClient, ui_workspace: 
     for r in [r for r in rows if r["kind"] == "events"]:
         t0, t1, px = 0, dur, 50
         b = client.get("/api/profiles/run-a/busy", params={"mode": "cpu_device", "layout": "tracks",
-                                                            "groups": str(r["idx"]), "t0": t0, "t1": t1, "px": px}).json()
+                                                            "groups": str(r["idx"]), "t0": t0, "t1": t1,
+                                                            "px": px}).json()
         g = b["groups"][0]
         got = np.frombuffer(base64.b64decode(g["busy"]), dtype=np.uint8) / 255
         cc = np.frombuffer(base64.b64decode(g["cc"]), dtype=np.uint8) / 255
@@ -161,7 +164,8 @@ def test_busy_share_is_the_union_of_intervals(client: TestClient, ui_workspace: 
             # (the leaf also splits by thread/core; on this 2-rank capture a name lives on one track per process)
             s = np.array([x[0] for x in got_lf], dtype=np.int64)
             e = np.array([x[1] for x in got_lf], dtype=np.int64)
-            share = np.array([union_length(np.clip(s, a, z), np.clip(e, a, z)) / (z - a) for a, z in zip(edges[:-1], edges[1:])])
+            share = np.array([union_length(np.clip(s, a, z), np.clip(e, a, z)) / (z - a)
+                              for a, z in zip(edges[:-1], edges[1:])])
             tgt = want_cc if names[lf].startswith("cc_") else want
             np.maximum(tgt, share, out=tgt)
         assert np.allclose(got, want, atol=1.5 / 255), (r["label"], got, want)
@@ -174,13 +178,15 @@ def test_area_statistics_against_parquet(client: TestClient, ui_workspace: Path)
     rows = [r for r in rows_of(client, "run-a") if r["kind"] == "events"]
     t0, t1 = ov["duration_ns"] * 0.5, ov["duration_ns"]
     a = client.get("/api/profiles/run-a/area", params={"mode": "cpu_device", "layout": "tracks",
-                                                        "rows": ",".join(str(r["idx"]) for r in rows), "t0": t0, "t1": t1}).json()
+                                                        "rows": ",".join(str(r["idx"]) for r in rows),
+                                                        "t0": t0, "t1": t1}).json()
     assert not a["approximate"]
     by_rank = {x["rank"]: x for x in a["ranks"]}
     assert set(by_rank) == {0, 1}
     for rank, x in by_rank.items():
         ev = parquet(ui_workspace, "run-a", f"""SELECT start_ts - {origin}, end_ts - {origin} FROM EVENTS
-                     WHERE worker_gid = {rank} AND end_ts - {origin} >= {int(np.ceil(t0))} AND start_ts - {origin} < {t1}""")
+                     WHERE worker_gid = {rank} AND end_ts - {origin} >= {int(np.ceil(t0))}
+                     AND start_ts - {origin} < {t1}""")
         s = np.array([e[0] for e in ev], dtype=np.int64)
         e = np.array([e[1] for e in ev], dtype=np.int64)
         assert x["count"] == len(ev)
@@ -233,7 +239,7 @@ def test_shared_straggler_rule_agrees_with_the_cli_summary() -> None:
         if not ks or not sum(len(k) for k in ks):
             continue
 
-        def describe(key: int) -> dict:
+        def describe(key: int, index: CollectiveIndex = index) -> dict:
             g, q, o = index.describe(key)
             return {"group": g, "seq": int(q), "op": o}
 
@@ -270,8 +276,10 @@ def test_device_trace_on_system_time(client: TestClient, device_ref: dict) -> No
 
 # ---------------------------------------------------------------- search, progress, rows
 def test_search_arguments_k_of_n(synth: TestClient, synth_ws: Path) -> None:
-    s = synth.get(f"/api/profiles/{SYNTH}/search", params={"mode": "cpu_device", "layout": "tracks", "q": "bwd_gr"}).json()
-    want = duckdb.connect().execute(f"""SELECT count(*) FROM read_parquet('{synth_ws / SYNTH}/SystemProfileEvents/**/*.parquet')
+    s = synth.get(f"/api/profiles/{SYNTH}/search",
+                  params={"mode": "cpu_device", "layout": "tracks", "q": "bwd_gr"}).json()
+    want = duckdb.connect().execute(f"""SELECT count(*)
+                                        FROM read_parquet('{synth_ws / SYNTH}/SystemProfileEvents/**/*.parquet')
                                         WHERE model_name = 'bwd_graph'""").fetchall()[0][0]
     assert s["n"] == want and {"column": "model_name", "value": "bwd_graph"} in s["args"]
     r1 = synth.get(f"/api/profiles/{SYNTH}/search/next", params={"q": "bwd_gr", "after": -1, "dir": 1}).json()
@@ -312,9 +320,11 @@ def test_memory_counters_used_against_total_and_device_memory_by_category(ui_wor
 
     ws = tmp_path / "ws"
     shutil.copytree(ui_workspace / "run-a", ws / "mem")
-    meta = duckdb.connect().execute(f"SELECT instance_id, process_id FROM read_parquet('{ws / 'mem' / 'ProfileMetadata.parquet'}')").fetchall()
+    meta = duckdb.connect().execute("SELECT instance_id, process_id "
+                                    f"FROM read_parquet('{ws / 'mem' / 'ProfileMetadata.parquet'}')").fetchall()
     inst, pid = meta[0]
-    ov_ts = duckdb.connect().execute(f"SELECT min(ts) FROM read_parquet('{ws / 'mem'}/SystemProfileCounters/**/*.parquet')").fetchall()[0][0]
+    ov_ts = duckdb.connect().execute(
+        f"SELECT min(ts) FROM read_parquet('{ws / 'mem'}/SystemProfileCounters/**/*.parquet')").fetchall()[0][0]
     # the capture already samples device memory by category (parameters, gradients, ...): the synthetic
     # categories are added to that process's own series
     own = {r[0] for r in duckdb.connect().execute(
@@ -436,7 +446,8 @@ def test_each_cores_device_memory_track_sits_with_that_core(ui_workspace: Path, 
                            pa.array([1] * more.num_rows, type=ev.schema.field("nc_idx").type))
     more = more.set_column(more.schema.get_field_index("id"), "id", pc.add(more["id"], 10_000_000))
     pq.write_table(pa.concat_tables([ev, more]), part)
-    ts = duckdb.connect().execute(f"SELECT min(ts) FROM read_parquet('{ws / 'cores'}/SystemProfileCounters/**/*.parquet')").fetchall()[0][0]
+    ts = duckdb.connect().execute(
+        f"SELECT min(ts) FROM read_parquet('{ws / 'cores'}/SystemProfileCounters/**/*.parquet')").fetchall()[0][0]
     names = [f"device_mem.nc{nc}.{c}" for nc in (0, 1) for c in ("weights", "activations")]
     tbl = pa.table({"instance_id": [inst] * 4, "process_id": np.full(4, pid, dtype=np.int64),
                     "ts": np.full(4, ts, dtype=np.int64), "counter": names,

@@ -47,6 +47,7 @@ FIND_ITEM = """([profile, name, groupPart, single]) => {
 }"""
 
 TL = "window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === '{p}').timeline"
+TIMELINE = "[data-testid=widget][data-type=system-trace][data-profile={p}] [data-testid=system-timeline]"
 
 
 def click_item(page, profile: str, name: str, group: str | None, single: bool = True, tries: int = 12) -> dict:
@@ -77,11 +78,11 @@ def click_item(page, profile: str, name: str, group: str | None, single: bool = 
             continue
         if not it["visible"]:
             before = fetches(page, profile)
-            page.evaluate(f"(r) => {{ const t = {tl}; t.scrollY = Math.max(0, t.rowY.get(r).y - 80); t.clampScroll(); t.refresh(); }}",
-                          it["row"])
+            page.evaluate(f"(r) => {{ const t = {tl}; t.scrollY = Math.max(0, t.rowY.get(r).y - 80); "
+                          "t.clampScroll(); t.refresh(); }", it["row"])
             wait_fetch_after(page, before, profile)
             continue
-        page.locator(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] [data-testid=system-timeline]").scroll_into_view_if_needed()
+        page.locator(TIMELINE.format(p=profile)).scroll_into_view_if_needed()
         box = canvas_box(page, profile)
         page.mouse.click(box["x"] + it["x"], box["y"] + it["y"])
         try:
@@ -124,18 +125,18 @@ def shot(page, name: str) -> None:
 
 
 def fetches(page, profile: str = "run-a") -> int:
-    v = page.get_attribute(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] [data-testid=system-timeline]", "data-fetches")
+    v = page.get_attribute(TIMELINE.format(p=profile), "data-fetches")
     return int(v or 0)
 
 
 def wait_fetch_after(page, before: int, profile: str = "run-a") -> None:
     page.wait_for_function(
-        """([p, n]) => Number(document.querySelector(`[data-testid=widget][data-type=system-trace][data-profile=${p}] [data-testid=system-timeline]`)?.dataset.fetches || 0) > n""",
+        "([p, n]) => Number(document.querySelector(`" + TIMELINE.format(p="${p}") + "`)?.dataset.fetches || 0) > n",
         arg=[profile, before], timeout=20000)
 
 
 def canvas_box(page, profile: str = "run-a") -> dict:
-    return page.locator(f"[data-testid=widget][data-type=system-trace][data-profile={profile}] [data-testid=system-timeline] canvas").bounding_box()
+    return page.locator(TIMELINE.format(p=profile) + " canvas").bounding_box()
 
 
 def test_profiles_page_lists_the_workspace(page) -> None:
@@ -207,7 +208,8 @@ def test_hover_and_click_event_details(page) -> None:
 
 
 def test_keyboard_and_wheel_zoom_pan(page) -> None:
-    view = "() => { const tl = window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline; return [tl.t0, tl.t1]; }"
+    view = ("() => { const tl = window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline; "
+            "return [tl.t0, tl.t1]; }")
     a0, a1 = page.evaluate(view)
     page.focus("[data-testid=widget][data-type=system-trace] .timeline")
     for k in ("w", "w", "ArrowUp"):
@@ -242,7 +244,8 @@ def show_profiled_execution(page, ui_workspace: Path, device_ref: dict) -> None:
         f"SELECT start_ts, end_ts FROM read_parquet('{ui_workspace / 'run-a'}/SystemProfileEvents/**/*.parquet') "
         "WHERE name = 'nc_exec_running' AND exec_id = ? AND process_id = ? ORDER BY start_ts LIMIT 1",
         [device_ref["exec_id"], device_ref["process_id"]]).fetchall()[0]
-    origin = int(page.evaluate("() => window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-a').overview.origin_ns"))
+    origin = int(page.evaluate("() => window.__nx.state.widgets.find((x) => x.type === 'system-trace' "
+                               "&& x.profile === 'run-a').overview.origin_ns"))
     span = max(e - s, 1000)
     before = fetches(page)
     page.evaluate(f"([a, b]) => {TL.format(p='run-a')}.setView(a, b)", [s - origin - span, e - origin + span])
@@ -342,11 +345,11 @@ def test_second_profile_side_by_side_and_duplicate_refused(page) -> None:
     page.select_option("[data-testid=add-widget-profile]", "run-b")
     shot(page, "08-add-widget-modal")
     page.click("[data-testid=tile-system-trace]")
-    page.wait_for_selector("[data-testid=widget][data-type=system-trace][data-profile=run-b] [data-testid=system-timeline][data-ready='1']",
-                           timeout=30000)
+    page.wait_for_selector(TIMELINE.format(p="run-b") + "[data-ready='1']", timeout=30000)
     assert page.locator("[data-testid=widget][data-type=system-trace]").count() == 2
     # profile dropdown of the new widget shows run-b; the device note appears for run-b's executions
-    assert page.locator("[data-testid=widget][data-profile=run-b] [data-testid=profile-select]").input_value() == "run-b"
+    select = page.locator("[data-testid=widget][data-profile=run-b] [data-testid=profile-select]")
+    assert select.input_value() == "run-b"
     shot(page, "09-two-profiles")
     # same widget type for the same profile again: refused with a message
     page.click("[data-testid=add-widget]")

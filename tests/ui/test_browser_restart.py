@@ -42,8 +42,9 @@ STATE = """() => {
 SAVED = """() => {
   const t = window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-a').timeline;
   const q = new URLSearchParams(location.hash.split('?')[1]);
-  return t.sel && t.sel.rows && q.get('a0') === String(Math.round(t.sel.a)) && q.get('a1') === String(Math.round(t.sel.b))
-    && q.get('rows') === t.sel.rows.join('.') && q.get('ev') && q.get('mode') === 'process';
+  return t.sel && t.sel.rows && q.get('a0') === String(Math.round(t.sel.a))
+    && q.get('a1') === String(Math.round(t.sel.b)) && q.get('rows') === t.sel.rows.join('.') && q.get('ev')
+    && q.get('mode') === 'process';
 }"""
 
 
@@ -89,7 +90,8 @@ def _restarted(ws: Path, env: dict[str, str], proc) -> tuple[object, str]:
 def _drag_area(pg, row: int) -> None:
     """Shift+drag over track ``row`` and the one below it, across the whole visible time range."""
     tl = TL.format(p=P)
-    y = pg.evaluate(f"(r) => {{ const t = {tl}; const e = t.rowY.get(r); return [t.top + e.y - t.scrollY, e.h]; }}", row)
+    y = pg.evaluate(f"(r) => {{ const t = {tl}; const e = t.rowY.get(r); return [t.top + e.y - t.scrollY, e.h]; }}",
+                    row)
     box = canvas_box(pg, P)
     y0, y1 = box["y"] + y[0] + 3, box["y"] + y[0] + y[1] + 12
     pg.keyboard.down("Shift")
@@ -175,8 +177,10 @@ def test_two_profiles_synchronised_stay_together_after_a_restart(browser, ui_wor
         before = fetches(pg, P)
         pg.evaluate(f"() => {TL.format(p=P)}.setView(2000000, 7000000)")
         wait_fetch_after(pg, before, P)
-        pg.wait_for_function(f"() => {{ const t = {TL.format(p='run-b')}; return t.t0 === 2000000 && t.t1 === 7000000; }}")
-        pg.wait_for_function("() => decodeURIComponent(location.hash).includes('system-trace@run-b~h') && location.hash.includes('sync=1') && location.hash.includes('t0=2000000')")
+        pg.wait_for_function(f"() => {{ const t = {TL.format(p='run-b')}; "
+                             "return t.t0 === 2000000 && t.t1 === 7000000; }")
+        pg.wait_for_function("() => decodeURIComponent(location.hash).includes('system-trace@run-b~h') "
+                             "&& location.hash.includes('sync=1') && location.hash.includes('t0=2000000')")
         frag = pg.evaluate("location.hash")
         pg.close()
 
@@ -216,8 +220,8 @@ def test_a_url_the_profile_no_longer_matches_paints_and_says_what_it_left_out(br
         note = pg.inner_text("#toast")
         for what in ('grouping "by_gpu"', 'layout "flame"', "area", "selected event"):
             assert what in note, note
-        _wait(pg, "(m) => location.hash.includes(`mode=${m}`) && !location.hash.includes('a0=') && !location.hash.includes('ev=')",
-              arg=default)
+        _wait(pg, "(m) => location.hash.includes(`mode=${m}`) && !location.hash.includes('a0=') "
+              "&& !location.hash.includes('ev=')", arg=default)
         got = pg.evaluate(STATE)
         assert (got["mode"], got["layout"], got["sel"], got["selected"]) == (default, "tracks", None, None)
         assert (got["t0"], got["t1"]) == (1000, 9000000)  # what still applies is kept
@@ -227,7 +231,8 @@ def test_a_url_the_profile_no_longer_matches_paints_and_says_what_it_left_out(br
         stop_server(proc)
 
 
-def test_other_profiles_and_device_traces_come_back_after_a_restart(browser, ui_workspace: Path, tmp_path: Path) -> None:
+def test_other_profiles_and_device_traces_come_back_after_a_restart(browser, ui_workspace: Path,
+                                                                    tmp_path: Path) -> None:
     """The widgets of another profile whose name holds the URL's separators (``@``, ``~``, ``,``: any
     one path component is a valid --display-name) and a Device Trace Viewer added from Add Widget come
     back on a restarted server; a profile gone from the workspace is named, not replaced by another's
@@ -267,7 +272,7 @@ def test_other_profiles_and_device_traces_come_back_after_a_restart(browser, ui_
         shutil.rmtree(ws / "gone-later")
         proc, url = _restarted(ws, env, proc)
         pg = _open(browser, url + frag)
-        _wait(pg, f"(n) => window.__nx.state.widgets.length === n", arg=len(want) - 1)
+        _wait(pg, "(n) => window.__nx.state.widgets.length === n", arg=len(want) - 1)
         pg.wait_for_selector(f'[data-testid=widget][data-type=system-trace][data-profile="{odd}"] '
                              "[data-testid=system-timeline][data-ready='1']", timeout=30000)
         pg.wait_for_selector("[data-testid=widget][data-type=device-trace] [data-testid=device-timeline]")

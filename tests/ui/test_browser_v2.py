@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import REPO, clean_env, free_port
 
 from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server, watch_errors
-from .test_browser import TL, canvas_box, click_item, fetches, wait_fetch_after
+from .test_browser import TIMELINE, TL, canvas_box, click_item, fetches, wait_fetch_after
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,8 @@ def test_ruler_at_100us_and_event_start_to_the_nanosecond(page, ui_workspace: Pa
     it = click_item(page, "run-a", "nc_exec_running", "rank 0")
     s = it["s"]
     set_view(page, s - 40_000, s + 60_000)
-    got = page.evaluate(f"() => {{ const t = {TL.format(p='run-a')}; return {{ticks: t.ticks, base: t.rulerBase, span: t.t1 - t.t0}}; }}")
+    got = page.evaluate(f"() => {{ const t = {TL.format(p='run-a')}; "
+                        "return {ticks: t.ticks, base: t.rulerBase, span: t.t1 - t.t0}; }")
     assert abs(got["span"] - 100_000) < 1
     labels = [t["label"] for t in got["ticks"]]
     assert len(set(labels)) >= 5, labels
@@ -186,7 +187,8 @@ def test_an_event_on_a_track_below_the_canvas_is_reached_by_scrolling_to_it(brow
     pg = new_page(browser, served + "#/p/run-a", height=700)
     tl = TL.format(p="run-a")
     off = pg.evaluate(f"""() => {{ const t = {tl}; const shown = t.visibleRows().ev;
-      const r = t.rows.find((x) => x.kind === 'events' && x.group.some((g) => g.includes('rank 1')) && x.group.includes('Device'));
+      const r = t.rows.find((x) => x.kind === 'events' && x.group.some((g) => g.includes('rank 1'))
+                                   && x.group.includes('Device'));
       return [r.idx, shown.includes(r.idx), t.scrollY, (t.events.get(r.idx) || []).length]; }}""")
     assert off[1:] == [False, 0, 0], off  # off screen at load: nothing of it fetched
     it = click_item(pg, "run-a", "nc_exec_running", "rank 1")
@@ -204,7 +206,8 @@ def test_reload_restores_widgets_range_and_selection(page) -> None:
     it = click_item(page, "run-a", "nrt_execute", "rank 0")
     a, b = it["s"] - 123_457, it["s"] + 2_000_003
     set_view(page, a, b)
-    page.wait_for_function("([a, b]) => location.hash.includes(`t0=${a}`) && location.hash.includes(`t1=${b}`) && location.hash.includes('ev=')",
+    page.wait_for_function("([a, b]) => location.hash.includes(`t0=${a}`) && location.hash.includes(`t1=${b}`) "
+                           "&& location.hash.includes('ev=')",
                            arg=[round(a), round(b)])
     url = page.url
     page.reload()
@@ -272,7 +275,8 @@ def test_straggler_stands_out_at_whole_profile_zoom_and_is_named(browser, synth_
     pg = new_page(browser, synth_served + f"#/p/{SYNTH}")
     try:
         tl = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
-        n_groups = pg.evaluate(f"() => {tl}.layout.filter((e) => e.type === 'group' && e.collapsed && e.rows.length).length")
+        n_groups = pg.evaluate(f"() => {tl}.layout.filter((e) => e.type === 'group' && e.collapsed "
+                               "&& e.rows.length).length")
         assert n_groups == 64  # every rank collapsed to its summary track
         height = pg.evaluate(f"() => {tl}.height")
         shades: dict[str, float] = {}
@@ -292,7 +296,8 @@ def test_straggler_stands_out_at_whole_profile_zoom_and_is_named(browser, synth_
         assert shades[key] > others[-1] * 1.3, (shades[key], others[-5:])
         # a screenshot with the straggler's summary track on screen
         before = fetches(pg, SYNTH)
-        pg.evaluate(f"(k) => {{ const t = {tl}; const e = t.layout.find((x) => x.text === k); t.scrollY = Math.max(0, e.y - 200); t.clampScroll(); t.refresh(); }}", key)
+        pg.evaluate(f"(k) => {{ const t = {tl}; const e = t.layout.find((x) => x.text === k); "
+                    "t.scrollY = Math.max(0, e.y - 200); t.clampScroll(); t.refresh(); }", key)
         wait_fetch_after(pg, before, SYNTH)
         shot(pg, "v2-04-straggler-summary")
         # the per-collective table of an area over every track names it as the slowest rank
@@ -309,7 +314,8 @@ def test_straggler_stands_out_at_whole_profile_zoom_and_is_named(browser, synth_
         # per-rank rows: the straggler is the busiest rank; sortable by busy %
         pg.click("[data-testid=area-ranks] th:has-text('Busy %')")
         pg.click("[data-testid=area-ranks] th:has-text('Busy %')")  # descending
-        assert pg.locator("[data-testid=area-ranks] tbody tr").first.locator("td").first.inner_text().strip() == str(STRAGGLER)
+        first = pg.locator("[data-testid=area-ranks] tbody tr").first.locator("td").first
+        assert first.inner_text().strip() == str(STRAGGLER)
         shot(pg, "v2-05-straggler-area")
         assert pg.console_errors == []
     finally:
@@ -322,9 +328,11 @@ def test_pin_a_track_and_scroll(browser, synth_served: str) -> None:
     try:
         tl = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
         # expand rank 5 and pin its device track by the dot at the right of its label
-        pg.evaluate(f"""() => {{ const t = {tl}; const e = t.layout.find((x) => x.type === 'group' && x.text.endsWith('rank 5'));
+        pg.evaluate(f"""() => {{ const t = {tl};
+                        const e = t.layout.find((x) => x.type === 'group' && x.text.endsWith('rank 5'));
                         t.toggleGroup(e.key); }}""")
-        row = pg.evaluate(f"""() => {{ const t = {tl}; const e = t.layout.find((x) => x.type === 'row' && x.row.kind === 'events'
+        row = pg.evaluate(f"""() => {{ const t = {tl};
+                              const e = t.layout.find((x) => x.type === 'row' && x.row.kind === 'events'
                               && x.path.some((g) => g.endsWith('rank 5')) && x.path.includes('Device'));
                               return {{idx: e.row.idx, y: 26 + e.y - t.scrollY + 9}}; }}""")
         box = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
@@ -367,8 +375,7 @@ def test_two_profiles_side_by_side_with_synchronised_time(page) -> None:
     page.click("[data-testid=add-widget]")
     page.select_option("[data-testid=add-widget-profile]", "run-b")
     page.click("[data-testid=tile-system-trace]")
-    page.wait_for_selector("[data-testid=widget][data-type=system-trace][data-profile=run-b] [data-testid=system-timeline][data-ready='1']",
-                           timeout=30000)
+    page.wait_for_selector(TIMELINE.format(p="run-b") + "[data-ready='1']", timeout=30000)
     a = page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-a]").bounding_box()
     b = page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-b]").bounding_box()
     assert abs(a["y"] - b["y"]) < 2 and b["x"] > a["x"] + a["width"] - 2  # one row, side by side
@@ -376,13 +383,14 @@ def test_two_profiles_side_by_side_with_synchronised_time(page) -> None:
     page.check("[data-testid=widget][data-profile=run-a] [data-testid=sync-time]")
     page.mouse.click(5, 5)
     set_view(page, 1_000_000, 3_000_000)
-    page.wait_for_function(f"() => {{ const t = {TL.format(p='run-b')}; return t.t0 === 1000000 && t.t1 === 3000000; }}")
+    page.wait_for_function(f"() => {{ const t = {TL.format(p='run-b')}; "
+                           "return t.t0 === 1000000 && t.t1 === 3000000; }")
     shot(page, "v2-08-side-by-side")
     # reload keeps both, side by side, synchronised
-    page.wait_for_function("decodeURIComponent(location.hash).includes('sync=1') && decodeURIComponent(location.hash).includes('system-trace@run-b~h')")
+    page.wait_for_function("decodeURIComponent(location.hash).includes('sync=1') "
+                           "&& decodeURIComponent(location.hash).includes('system-trace@run-b~h')")
     page.reload()
-    page.wait_for_selector("[data-testid=widget][data-type=system-trace][data-profile=run-b] [data-testid=system-timeline][data-ready='1']",
-                           timeout=30000)
+    page.wait_for_selector(TIMELINE.format(p="run-b") + "[data-ready='1']", timeout=30000)
     b2 = page.locator("[data-testid=widget][data-type=system-trace][data-profile=run-b]").bounding_box()
     assert abs(b2["y"] - a["y"]) < 2
 
@@ -400,7 +408,8 @@ def test_reorder_widgets_by_dragging(page) -> None:
     page.mouse.move(dst["x"] + 300, dst["y"] + dst["height"] / 2, steps=5)
     page.mouse.up()
     page.wait_for_function("window.__nx.state.widgets[0].type === 'profile-info'")
-    order = page.evaluate("() => [...document.querySelectorAll('#widgets > [data-testid=widget]')].map((e) => e.dataset.type)")
+    order = page.evaluate("() => [...document.querySelectorAll('#widgets > [data-testid=widget]')]"
+                          ".map((e) => e.dataset.type)")
     assert order == ["profile-info", "system-trace"]
     page.wait_for_function("decodeURIComponent(location.hash).includes('w=profile-info,system-trace&')")
 
@@ -451,7 +460,8 @@ def test_a_click_on_an_event_is_not_taken_by_an_instant_event_next_to_it(page) -
       const s = t.tOf(x - 1);  // the long event starts 1 px left of x; an instant event sits 2 px right
       t.events.set(row.row.idx, [
         {{row: row.row.idx, s, e: s + 200 * npp, c: 1, d: 200 * npp, id: 'long', leaf: 0, name: 'a', lane: 0}},
-        {{row: row.row.idx, s: t.tOf(x + 2), e: t.tOf(x + 2), c: 1, d: 0, id: 'instant', leaf: 0, name: 'b', lane: 0}}]);
+        {{row: row.row.idx, s: t.tOf(x + 2), e: t.tOf(x + 2), c: 1, d: 0, id: 'instant', leaf: 0, name: 'b',
+          lane: 0}}]);
       const y = 26 + row.y - t.scrollY + 9;
       return [t.itemAt(x, y)?.item.id, t.itemAt(x + 2, y)?.item.id, t.itemAt(x - 3, y)?.item.id];
     }}""")

@@ -81,7 +81,8 @@ def test_view_writes_a_summary_of_each_events_file(ui_workspace: Path) -> None:
                            FROM read_parquet('{root}/{EVENTS}/**/*.parquet') GROUP BY ALL ORDER BY ALL""").fetchall()
     got = con.execute(f"""SELECT thread_id, nc_idx, trace_event_source, name, sum(events)::BIGINT, min(first_start),
                                  max(last_end), sum(total_ns)::BIGINT, max(max_ns)
-                          FROM read_parquet('{root}/{EVENT_SUMMARY}/**/*.parquet') GROUP BY ALL ORDER BY ALL""").fetchall()
+                          FROM read_parquet('{root}/{EVENT_SUMMARY}/**/*.parquet')
+                          GROUP BY ALL ORDER BY ALL""").fetchall()
     assert got == want
     # every bucket holds its events: first start in it, widths powers of two of at least 1 us
     bad = con.execute(f"""SELECT count(*) FROM read_parquet('{root}/{EVENT_SUMMARY}/**/*.parquet')
@@ -120,7 +121,8 @@ def test_summary_rows_match_a_brute_force_reference(case: str) -> None:
     got = sorted(zip(*(t.column(c).to_pylist() for c in ("thread_id", "nc_idx", "name", "bucket", "events",
                                                        "first_start", "last_end", "total_ns", "max_ns"))))
     assert got == _reference_rows(tid, nc, typ, s, e)
-    assert set(t.column("event_group").to_pylist()) == {""} and set(t.column("trace_event_source").to_pylist()) == {"src"}
+    assert set(t.column("event_group").to_pylist()) == {""}
+    assert set(t.column("trace_event_source").to_pylist()) == {"src"}
 
 
 def test_a_cold_open_reads_the_summary_and_answers_as_a_scan_does(ui_workspace: Path, tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient  # noqa: E402
 
 from neuron_explorer.ui.app import create_app  # noqa: E402
-
 from tests.conftest import clean_env, free_port  # noqa: E402
 
 from .helpers import start_server, stop_server  # noqa: E402
@@ -97,7 +96,8 @@ def test_selecting_the_region_draws_its_arrow_to_the_host_call(eager_workspace: 
                 assert sorted(got["flows"]) == want, name
                 assert got["drawn"] == len(want), name
                 # Event Details and the Flows tab list every flow, each endpoint a link
-                page.wait_for_function(f"""() => [...document.querySelectorAll('[data-testid=event-details] .flows-in-details h3')]
+                page.wait_for_function(f"""() => [...document.querySelectorAll(
+                  '[data-testid=event-details] .flows-in-details h3')]
                   .filter((h) => h.textContent.startsWith('Flow ')).length === {len(want)}""")
                 links = page.locator("[data-testid=event-details] [data-testid=flow-end]").all_inner_texts()
                 assert sum("my_region" in x for x in links) == 1 and sum("nrt_execute" in x for x in links) == len(want)

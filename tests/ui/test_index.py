@@ -79,7 +79,8 @@ def test_raw_windows_match_brute_force(tmp_path: Path, split: bool) -> None:
     idx = build(ev, out, split=split)
     rng = np.random.default_rng(2)
     windows = [(-1e9, 2e10), (0, 1), (3.3e9, 3.3e9 + 1e6)]
-    windows += [(float(a), float(a + w)) for a, w in zip(rng.uniform(-1e8, 1e10, 60), rng.choice([1e3, 1e6, 1e8, 2e9], 60))]
+    windows += [(float(a), float(a + w))
+                for a, w in zip(rng.uniform(-1e8, 1e10, 60), rng.choice([1e3, 1e6, 1e8, 2e9], 60))]
     for t0, t1 in windows:
         got = idx.gather_raw([0, 1, 2], [5, 6, 7], t0, t1)
         for lf, row in ((0, 5), (1, 6), (2, 7)):
@@ -92,7 +93,7 @@ def test_raw_windows_match_brute_force(tmp_path: Path, split: bool) -> None:
         s0, d0 = ev["leaves"][0]
         j = int(np.argmax(d0))
         if t1 - t0 <= 1e6 and not (s0[j] < t1 and s0[j] + d0[j] >= t0):
-            for lf, lo, hi in idx.raw_slices([0], t0, t1):
+            for _lf, lo, hi in idx.raw_slices([0], t0, t1):
                 assert hi - lo <= index.BLOCK + len(brute_overlap(ev, 0, t0, t1)) + 1
 
 
@@ -256,7 +257,8 @@ def test_flows_match_brute_force(tmp_path: Path, split: bool, more: bool) -> Non
     assert idx.flow_leaves == [0, 1]
     rng = np.random.default_rng(13)
     windows = [(-1e9, 2e10), (0, 1), (3.3e9, 3.3e9 + 1e6), (2e10, 3e10)]
-    windows += [(float(a), float(a + w)) for a, w in zip(rng.uniform(-1e8, 1e10, 30), rng.choice([1e6, 1e8, 2e9, 1e10], 30))]
+    windows += [(float(a), float(a + w))
+                for a, w in zip(rng.uniform(-1e8, 1e10, 30), rng.choice([1e6, 1e8, 2e9, 1e10], 30))]
     # windows starting where events end / ending where they start: the bounds are end >= t0, start < t1
     # (wide, so that the boundary event's flow has other events inside)
     s1, d1 = ev["leaves"][1]

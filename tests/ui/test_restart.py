@@ -122,8 +122,8 @@ def _every_answer(c: TestClient) -> dict[Any, Any]:
         for frame in ("system", "device"):
             o = ask(("device", dp["profile_id"], frame), f"/device/{dp['profile_id']}", frame=frame)
             rows = ",".join(str(r["idx"]) for r in o["rows"])
-            ask(("device-window", dp["profile_id"], frame), f"/device/{dp['profile_id']}/window", frame=frame, rows=rows,
-                t0=0, t1=(o.get("start_ns") or 0) + o["duration_ns"], px=800)
+            ask(("device-window", dp["profile_id"], frame), f"/device/{dp['profile_id']}/window", frame=frame,
+                rows=rows, t0=0, t1=(o.get("start_ns") or 0) + o["duration_ns"], px=800)
     # how the profile was prepared differs (built, then read from the cache): not an answer to compare
     for k in ("prepare_s", "first_paint_from", "index"):
         out["overview"][1].pop(k, None)

@@ -110,7 +110,8 @@ def test_an_open_removes_only_the_build_directories_of_ended_processes(ui_worksp
     cache = tmp_path / "cache"
     Workspace(ui_workspace, cache_dir=cache).profile(P).wait_index()
     (idx,) = [x for x in cache.iterdir() if x.name.endswith(".idx")]
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           check=True)
     dead_pid = int(ended.stdout)
     orphan = cache / f"{idx.name}.{dead_pid}.a1b2c3.tmp"
     running = cache / f"{idx.name}.{os.getpid()}.d4e5f6.tmp"  # a build of a live process (this one)
@@ -133,7 +134,8 @@ def test_build_directory_names_are_parsed_safely(tmp_path: Path) -> None:
     rng = random.Random(7)
     alphabet = "ab.-_x0123456789idxtmp\u00e9\u00b2\u0663 "
     names = ["p-1.idx.999999999.a.tmp", "p-1.idx.99999999999999999999999999.a.tmp", "p-1.idx..tmp",
-             "p-1.idx.0.a.tmp", "p-1.idx.\u00b2.a.tmp", "p-1.idx.\u0663.a.tmp", ".idx.1.tmp", "x.tmp", "p-1.idx", "p-1.idx.12.a.tmp.tmp"]
+             "p-1.idx.0.a.tmp", "p-1.idx.\u00b2.a.tmp", "p-1.idx.\u0663.a.tmp", ".idx.1.tmp", "x.tmp", "p-1.idx",
+             "p-1.idx.12.a.tmp.tmp"]
     names += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) + rng.choice(["", ".tmp"])
               for _ in range(300)]
     for name in names:

@@ -18,7 +18,6 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.ui.rows import mode_of_grouping  # noqa: E402
-
 from tests.conftest import cli  # noqa: E402
 
 CASES = {"by-thread": ("instance_id,process_id", "thread_id", "thread"),
@@ -87,9 +86,10 @@ def test_browser_opens_in_the_stored_grouping_and_the_url_overrides_it(grouped_w
             pg = new_page(b, url + "#/p/by-thread")
             assert pg.evaluate(f"() => {tl}.mode") == "thread"
             got = pg.evaluate(f"() => {tl}.timeline.rows.map((r) => [r.kind, r.group, r.label])")
-            want = json.loads(urllib.request.urlopen(url + "api/profiles/by-thread/tracks?mode=thread&layout=tracks").read())
+            tracks = url + "api/profiles/by-thread/tracks?layout=tracks&mode="
+            want = json.loads(urllib.request.urlopen(tracks + "thread").read())
             assert got == [[r["kind"], r["group"], r["label"]] for r in want["rows"]]
-            other = json.loads(urllib.request.urlopen(url + "api/profiles/by-thread/tracks?mode=cpu_device&layout=tracks").read())
+            other = json.loads(urllib.request.urlopen(tracks + "cpu_device").read())
             assert got != [[r["kind"], r["group"], r["label"]] for r in other["rows"]]
             pg.close()
             pg = new_page(b, url + "#/p/by-core?mode=process")  # the URL wins over the stored grouping

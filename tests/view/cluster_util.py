@@ -82,13 +82,15 @@ class Cluster:
                 p.wait()
 
 
-Q_EVENTS = """select instance, process, name, worker_gid, nc_idx, count(*), sum(start_ts), sum(end_ts), count(distinct id),
-                     sum(len(flow_id))
-              from read_parquet('{}/SystemProfileEvents/**/*.parquet', hive_partitioning=true) group by all order by all"""
+Q_EVENTS = """select instance, process, name, worker_gid, nc_idx, count(*), sum(start_ts), sum(end_ts),
+                     count(distinct id), sum(len(flow_id))
+              from read_parquet('{}/SystemProfileEvents/**/*.parquet', hive_partitioning=true)
+              group by all order by all"""
 Q_META = """select instance_id, process_id, rank, events, clock_offset_ns, clock_offset_method, group_pid
             from '{}/ProfileMetadata.parquet' order by all"""
 Q_COUNTERS = """select instance, process, counter, count(*), sum(value)
-                from read_parquet('{}/SystemProfileCounters/**/*.parquet', hive_partitioning=true) group by all order by all"""
+                from read_parquet('{}/SystemProfileCounters/**/*.parquet', hive_partitioning=true)
+                group by all order by all"""
 
 
 def dataset_facts(root: str, con=None) -> dict:  # (root: a directory, or an s3:// URL with httpfs set up)

@@ -245,7 +245,8 @@ def intact_converted(fmt: str, out: Path, stdout: str, pid: int) -> bool:
     if fmt == "summary-json":
         return pid in {p["pid"] for p in json.loads(stdout)["profiles"]}
     if fmt == "json":
-        names = [e["args"]["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "process_name"]
+        names = [e["args"]["name"] for e in json.loads(out.read_text())["traceEvents"]
+                 if e.get("name") == "process_name"]
         return any(re.search(rf"\bpid {pid}\b", n) for n in names)
     if fmt == "perfetto":
         return any(re.search(rf"\bpid {pid}\b", n) for n in perfetto_process_names(out.read_bytes()))

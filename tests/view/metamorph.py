@@ -69,7 +69,6 @@ def synth_capture(root: Path, instances: tuple[tuple[str, int], ...], pids: tupl
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from bench.synth_capture import write_process
-
     from neuron_explorer.capture.device import OpTable, write_device_trace
 
     from .test_perfetto_semantics import _write_samples
@@ -81,7 +80,8 @@ def synth_capture(root: Path, instances: tuple[tuple[str, int], ...], pids: tupl
         for pid in pids:
             d = write_process(str(root), inst, rank, world, pid, events, skew, seed=rank, job=job)
             _write_samples(d, rank)
-            for mid, name, neff in ((0, "train_step_forward", "neff_1234567"), (1, "train_step_backward", "neff_1234568")):
+            for mid, name, neff in ((0, "train_step_forward", "neff_1234567"),
+                                    (1, "train_step_backward", "neff_1234568")):
                 t = OpTable()
                 # the synthetic process's first execution of each graph (exec id = model id)
                 x = t.add_execution(mid, mid, name, neff, 1_000_001_000_000, 1_000_001_100_000)
@@ -361,7 +361,7 @@ def read_perfetto(path: Path, origin_ns: int) -> TraceOutput:
     d = decode(path.read_bytes())
     procs = {u: td for u, td in d.tracks.items() if td.HasField("process")}
     out = TraceOutput(Counter(), Counter(), {}, origin_ns)
-    for u, td in procs.items():
+    for td in procs.values():
         out.pids[_process_key(td.name)] = td.process.pid
     for s in d.slices:
         inst, pid = _process(procs[d.process_of(s.track)].name)
@@ -542,7 +542,7 @@ def _shifts(got: Counter, want: Counter, inst: int, start: int, width: int = 2) 
         for k in sorted(c.elements(), key=repr):
             untimed = tuple(None if start <= i < start + width else x for i, x in enumerate(k))
             by[untimed][side].append(k)
-    for untimed, (g, w) in by.items():
+    for g, w in by.values():
         for a, b in zip(sorted(g, key=lambda k: k[start]), sorted(w, key=lambda k: k[start])):
             out[a[inst]].add(a[start] - b[start])
     return {k: sorted(v)[:3] for k, v in out.items()}

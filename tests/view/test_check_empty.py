@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ..conftest import cli, clean_env
+from ..conftest import clean_env, cli
 
 NOTHING_IN_THE_PROFILED_BLOCK = """
 import torch

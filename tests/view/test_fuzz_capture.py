@@ -33,7 +33,8 @@ def fuzz(capture: Path, work: Path, kind: str, seed: int, seconds: float, foreig
            "--seconds", str(seconds), "--work", str(work / "runs"), "--progress", str(progress)]
     cmd += ["--foreign"] if foreign else []
     r = run_bounded(cmd, address_space=2 << 30, timeout=seconds + 300)
-    replay = f"PYTHONPATH=src python {DRIVER.relative_to(Path.cwd()) if DRIVER.is_relative_to(Path.cwd()) else DRIVER} " \
+    driver = DRIVER.relative_to(Path.cwd()) if DRIVER.is_relative_to(Path.cwd()) else DRIVER
+    replay = f"PYTHONPATH=src python {driver} " \
              f"--capture <a capture> --kind {kind} --seed {seed} --only <iteration>{' --foreign' if foreign else ''}"
     lines = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
     done = [ln["done"] for ln in lines if "done" in ln]

@@ -165,7 +165,7 @@ def test_device_profiles_agree_across_formats(capture):
     """Each device profile's ops: DeviceProfiles' count, DeviceProfileEvents, and the
     device_profile_model_<id>.json / .pftrace written beside the trace."""
     name, c = capture
-    c.json, c.perfetto  # (the runs that write the device files)
+    _ = c.json, c.perfetto  # (the runs that write the device files)
     assert c.pq.profiles
     for p in c.pq.profiles:
         pid = p["profile_id"]
@@ -222,8 +222,9 @@ def _spec_filters(c: Converted) -> list[mm.Filter]:
     cores = sorted({r["nc_idx"] for r in c.pq.events})
     insts = sorted(c.pq.offsets())
     out = [mm.Filter(types=t) for t in ("nrt_execute", "nrt_execute,nrt_load", "hardware", "software",
-                                        "hardware,^cc_exec", "software,^model_load", "hardware,tensor_read,tensor_write",
-                                        "framework_op", "^framework_op,^hw_notify", "numerical_err")]
+                                        "hardware,^cc_exec", "software,^model_load",
+                                        "hardware,tensor_read,tensor_write", "framework_op",
+                                        "^framework_op,^hw_notify", "numerical_err")]
     out += [mm.Filter(cores=(str(n), (n,))) for n in cores]
     out += [mm.Filter(cores=(f"0-{max(cores) + 1}", tuple(range(max(cores) + 2))))]
     out += [mm.Filter(instances=(i,)) for i in insts] + [mm.Filter(instances=("i-nothere",))]
@@ -266,7 +267,8 @@ def test_random_filters_give_the_unfiltered_output_filtered_in_every_format(capt
         assert mm.summary_counts(summ) == mm.parquet_counts(kept), f"{name}: {f}"
         filtered_pq = c.work / f"filtered-random{draw}"  # (the same run to Parquet: its device profile names)
         names = {k[0]: k[1] for k in mm.parquet_devices(mm.read_parquet(filtered_pq))}
-        want_dev = Counter((k[0], names.get(k[0]), *k[2:]) for k in mm.parquet_devices(c.pq, f.keeps_profile).elements())
+        want_dev = Counter((k[0], names.get(k[0]), *k[2:])
+                           for k in mm.parquet_devices(c.pq, f.keeps_profile).elements())
         assert mm.summary_devices(summ) == want_dev, f"{name}: {f}"
         return
     path = c.work / f"random{draw}-{fmt}" / ("t.json" if fmt == "json" else "t.pftrace")
@@ -359,7 +361,8 @@ def test_two_jobs_on_one_host_converted_together_are_the_union(real, tmp_path):
     _assert_union(t, [p.pq for p in parts], flows=False)
     exec_flows = [k for k in t.pq.flow_groups().elements() if not {e[0] for e in k} & set(mm.COLLECTIVES)]
     assert Counter(exec_flows) == sum((Counter(k for k in p.pq.flow_groups().elements()
-                                               if not {e[0] for e in k} & set(mm.COLLECTIVES)) for p in parts), Counter())
+                                               if not {e[0] for e in k} & set(mm.COLLECTIVES))
+                                       for p in parts), Counter())
     for fmt in ("json", "perfetto"):
         got = getattr(t, fmt).events
         assert got == sum((getattr(p, fmt).events for p in parts), Counter()), fmt
@@ -369,7 +372,8 @@ def test_two_jobs_on_one_host_converted_together_are_the_union(real, tmp_path):
 def test_collective_flows_never_join_two_jobs(real, tmp_path):
     t = _together(tmp_path, real["eager"], real["compiled"])
     pids = {m: {mm_["process_id"] for mm_ in converted(real[m]).pq.metadata} for m in ("eager", "compiled")}
-    mixed = [k for k in t.pq.flow_groups() if {e[7] for e in k} & pids["eager"] and {e[7] for e in k} & pids["compiled"]]
+    mixed = [k for k in t.pq.flow_groups()
+             if {e[7] for e in k} & pids["eager"] and {e[7] for e in k} & pids["compiled"]]
     assert not mixed, f"{len(mixed)} flows join both jobs, e.g. {[(e[0], e[7], e[14], e[15]) for e in mixed[0]]}"
 
 
@@ -386,8 +390,8 @@ def test_one_job_captured_apart_on_two_hosts_converted_together_is_the_union_ali
     _assert_union(t, [a.pq, _shifted(b.pq, offs)], flows=False)
     cc = [k for k in t.pq.flow_groups() if k[0][0] == "cc_running"]
     assert cc and all({e[6] for e in k} == {HOST_A, HOST_B} and len(k) == 4 for k in cc)
-    apart = sum((Counter(k for k in p.flow_groups().elements() if k[0][0] != "cc_running") for p in (a.pq, _shifted(b.pq, offs))),
-                Counter())
+    apart = sum((Counter(k for k in p.flow_groups().elements() if k[0][0] != "cc_running")
+                 for p in (a.pq, _shifted(b.pq, offs))), Counter())
     assert Counter(k for k in t.pq.flow_groups().elements() if k[0][0] != "cc_running") == apart
     # the same as converting the one directory holding both hosts
     assert t.pq.keys() == converted(synth["multihost"]).pq.keys()

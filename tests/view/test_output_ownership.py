@@ -158,10 +158,11 @@ def test_a_view_killed_while_writing_to_a_fifo_leaves_nothing_after_the_next_run
     os.mkfifo(fifo)
     leftovers = []
     for _ in range(2):  # two killed runs: each leaves its whole staged output under TMPDIR
-        p = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "view", "-d", str(cap), "--output-format", "json",
-                              "--output-file", str(fifo)], env=clean_env(TMPDIR=str(tmp)),
+        p = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "view", "-d", str(cap),
+                              "--output-format", "json", "--output-file", str(fifo)], env=clean_env(TMPDIR=str(tmp)),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        leftovers += _wait_for(lambda: _owned_by(tmp, "neuron-explorer-view.*.tmp", p.pid), "the staging directory")
+        leftovers += _wait_for(lambda pid=p.pid: _owned_by(tmp, "neuron-explorer-view.*.tmp", pid),
+                               "the staging directory")
         p.send_signal(signal.SIGKILL)  # (no reader on the FIFO: the run is blocked or still converting)
         p.wait(30)
     # the second run removed the first one's (they do not pile up, one per run); its own stays until

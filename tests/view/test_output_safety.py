@@ -161,7 +161,8 @@ def test_display_name_names_a_directory_inside_the_workspace(cap, tmp_path):
     r = cli("view", "-d", str(cap), "--ingest-only", "--data-path", str(ws), "--display-name", "run a%1", check=True)
     assert r.returncode == 0
     assert sorted(p.name for p in ws.iterdir()) == ["run a%1"]
-    rows = duckdb.connect().execute(f"select distinct display_name from '{ws}/run a%1/ProfileMetadata.parquet'").fetchall()
+    rows = duckdb.connect().execute(
+        f"select distinct display_name from '{ws}/run a%1/ProfileMetadata.parquet'").fetchall()
     assert rows == [("run a%1",)]
 
 
@@ -326,8 +327,9 @@ def test_a_crafted_instance_id_cannot_write_outside_the_output(tmp_path):
     for p in parts:
         assert p.resolve().parent == (pq / "SystemProfileEvents").resolve() and len(p.name) < 255
     # the data keeps the real values, and hive readers decode the partition back to them
-    rows = duckdb.sql(f"""select instance_id, instance, count(*) from read_parquet('{pq}/SystemProfileEvents/**/*.parquet',
-                          hive_partitioning=true) group by all""").fetchall()
+    rows = duckdb.sql(f"""select instance_id, instance, count(*)
+                          from read_parquet('{pq}/SystemProfileEvents/**/*.parquet', hive_partitioning=true)
+                          group by all""").fetchall()
     assert sorted(r[0] for r in rows) == sorted(crafted)
     assert all(inst == iid for iid, inst, _ in rows)
     # the UI reads partition values from the directory names: they decode to the real ids too
@@ -424,7 +426,8 @@ def tree():
         for n in dirnames + filenames:
             p = os.path.join(dirpath, n)
             if p != filler:
-                got[os.path.relpath(p, mnt)] = "dir" if os.path.isdir(p) else hashlib.sha256(open(p, "rb").read()).hexdigest()
+                got[os.path.relpath(p, mnt)] = ("dir" if os.path.isdir(p)
+                                                else hashlib.sha256(open(p, "rb").read()).hexdigest())
     return got
 
 

@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 
 from neuron_explorer.capture import writer
-from neuron_explorer.contracts.layout import make_session_dir
-from neuron_explorer.util.atomic import atomic_write
 from neuron_explorer.capture.store import CoreStore
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.layout import make_session_dir
+from neuron_explorer.exporters.chrome_json import JsonProcess
+from neuron_explorer.exporters.parquet import ParquetProcess
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity
+from neuron_explorer.util.atomic import atomic_write
 from neuron_explorer.view import pipeline
-from neuron_explorer.exporters.chrome_json import JsonProcess
-from neuron_explorer.exporters.parquet import ParquetProcess
 
 COLUMN_OF = {"model_id": None, "exec_id": "exec_id", "ret": "ret", "op_str": "op", "seq": "seq", "bytes": "bytes",
              "dtype_str": "dtype", "group_str": "group_ranks"}
@@ -128,7 +128,8 @@ def test_json_args_carry_the_same_extra_attributes(tmp_path, fmt, monkeypatch):
     monkeypatch.setattr(JsonProcess, "chunk", 128)
     out = str(tmp_path / "t.json")
     pipeline.run(pipeline.ViewOptions(str(tmp_path / "cap"), output_format=fmt, output_file=out, jobs=1))
-    evs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") in ("X", "i") and e.get("name") == "nrt_tensor_read"]
+    evs = [e for e in json.load(open(out))["traceEvents"]
+           if e.get("ph") in ("X", "i") and e.get("name") == "nrt_tensor_read"]
     want = sorted((int(r[5]), int(r[6])) for r in rec if r[0] == ev.NRT_TENSOR_READ)
     assert sorted((e["args"]["src_device"], e["args"]["dst_device"]) for e in evs) == want
 

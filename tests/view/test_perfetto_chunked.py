@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from neuron_explorer.exporters import perfetto as ep
-from neuron_explorer.exporters.perfetto import lanes, writer
 from neuron_explorer.analysis.events import build
-from neuron_explorer.exporters.perfetto import PerfettoWriter
 from neuron_explorer.analysis.reader import load_session, wall_offset_ns
+from neuron_explorer.exporters import perfetto as ep
+from neuron_explorer.exporters.perfetto import PerfettoWriter, lanes, writer
 
 from .test_perfetto_semantics import _packets, decode
 

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from neuron_explorer.util import pbwire as pbenc
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.exporters.perfetto import SHARED_SLOT, PerfettoWriter, sequence_id
+from neuron_explorer.util import pbwire as pbenc
 
 from .test_perfetto_semantics import decode
 

@@ -167,8 +167,8 @@ def _write_samples(session_dir, rank):
     import os
 
     from neuron_explorer.capture import writer
-    from neuron_explorer.util.atomic import atomic_write
     from neuron_explorer.capture.samplers import HostSampler, SampleRing
+    from neuron_explorer.util.atomic import atomic_write
 
     hs = HostSampler(os.getpid(), 0.25, cpu=True, mem=True)
     hs.ncpu = 2

@@ -92,7 +92,8 @@ def test_check_on_s3(s3, capture):
     p = cli("check", "-d", "s3://caps/fleet", env=s3.env())
     assert p.returncode == 1
     assert p.stdout.count("ok: s3://caps/fleet/i-0") == 4, p.stdout
-    assert "error: s3://caps/fleet/i-damaged_pid_4242/20260101T000000Z/trace_info.pb: not a valid capture file (no TraceInfo header" in p.stdout
+    assert ("error: s3://caps/fleet/i-damaged_pid_4242/20260101T000000Z/trace_info.pb: "
+            "not a valid capture file (no TraceInfo header") in p.stdout
     empty = cli("check", "-d", "s3://caps/nothing", env=s3.env())
     assert empty.returncode == 1 and "no profile found" in empty.stdout
     nob = cli("check", "-d", "s3://no-such-bucket/x", env=s3.env())
@@ -134,7 +135,8 @@ def test_cluster_run_on_s3_and_a_lost_run_never_looks_complete(tmp_path, s3):
     finally:
         c.close()
     assert p.returncode == 0, p.stderr[-3000:]
-    assert dataset_facts(str(s3.download_dir("caps", "out", tmp_path / "got"))) == dataset_facts(str(tmp_path / "local"))
+    got = s3.download_dir("caps", "out", tmp_path / "got")
+    assert dataset_facts(str(got)) == dataset_facts(str(tmp_path / "local"))
 
     killed, rc, err, _ = run_and_kill("s3://caps/fleet", "s3://caps/out", tmp_path, view_env=s3.env(), after=0.1,
                                       cluster_env={**s3.vars, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})

@@ -70,7 +70,8 @@ def import_flows(events: list[dict]) -> dict:
 def _arrows_vs_parquet(cap, tmp_path) -> tuple[int, int]:
     """Compare the JSON's arrows with the Parquet flows of the same capture; returns (execution
     flows, collective flows) checked."""
-    assert cli("view", "-d", str(cap), "--output-format", "json", "--output-file", str(tmp_path / "t.json")).returncode == 0
+    assert cli("view", "-d", str(cap), "--output-format", "json",
+               "--output-file", str(tmp_path / "t.json")).returncode == 0
     assert cli("view", "-d", str(cap), "--output-file", str(tmp_path / "pq")).returncode == 0
     trace = json.loads((tmp_path / "t.json").read_text())
     origin = trace["metadata"]["origin_ns"]

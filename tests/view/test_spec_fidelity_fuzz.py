@@ -33,7 +33,8 @@ def test_grouping_flags_accept_or_refuse_in_one_line():
             continue
         accepted += 1
         assert set(g.primary) <= {"instance_id", "process_id"} and g.primary
-        assert g.secondary is None or (set(g.secondary) <= set(SECONDARY_FIELDS) and len(set(g.secondary)) == len(g.secondary))
+        assert g.secondary is None or (set(g.secondary) <= set(SECONDARY_FIELDS)
+                                       and len(set(g.secondary)) == len(g.secondary))
         procs = [(rng.choice(["i-a", "i-b"]), rng.choice([1, 2, 4194305]), 0) for _ in range(6)]
         shown = group_pids(procs, g)
         keys = {g.group_key(i, p) for i, p, _ in procs}

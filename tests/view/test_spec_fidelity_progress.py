@@ -42,7 +42,8 @@ def cap(tmp_path_factory):
 
 def test_the_progress_bar_is_drawn_on_a_terminal_once_the_delay_has_passed(cap, tmp_path):
     env = clean_env(NEURON_EXPLORER_PROGRESS_DELAY_S="0")
-    code, tty = _view_on_pty(["-d", str(cap), "--output-format", "json", "--output-file", str(tmp_path / "t.json")], env)
+    code, tty = _view_on_pty(["-d", str(cap), "--output-format", "json", "--output-file", str(tmp_path / "t.json")],
+                             env)
     assert code == 0, tty
     bars = [seg for seg in tty.replace("\n", "\r").split("\r") if "writing json [" in seg]
     assert bars and "4/4 processes 100%" in bars[-1], tty
@@ -62,13 +63,15 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(cap, tmp_path):
 
 def test_no_progress_bar_before_the_delay_even_on_a_terminal(cap, tmp_path):
     env = clean_env(NEURON_EXPLORER_PROGRESS_DELAY_S="3600")
-    code, tty = _view_on_pty(["-d", str(cap), "--output-format", "perfetto", "--output-file", str(tmp_path / "t.pf")], env)
+    code, tty = _view_on_pty(["-d", str(cap), "--output-format", "perfetto", "--output-file", str(tmp_path / "t.pf")],
+                             env)
     assert code == 0 and "wrote" in tty, tty
     assert "processes" not in tty and "\r" not in tty.replace("\r\n", "\n")
 
 
 def test_a_bad_progress_delay_is_a_one_line_usage_error(cap, tmp_path):
     r = subprocess.run([sys.executable, "-m", "neuron_explorer", "view", "-d", str(cap), "--output-format", "json",
-                        "--output-file", str(tmp_path / "t.json")], env=clean_env(NEURON_EXPLORER_PROGRESS_DELAY_S="soon"),
+                        "--output-file", str(tmp_path / "t.json")],
+                       env=clean_env(NEURON_EXPLORER_PROGRESS_DELAY_S="soon"),
                        capture_output=True, text=True)
     assert r.returncode == 2 and "NEURON_EXPLORER_PROGRESS_DELAY_S" in r.stderr and "Traceback" not in r.stderr

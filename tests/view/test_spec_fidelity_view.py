@@ -144,20 +144,23 @@ def test_perfetto_and_json_show_real_pids_and_disambiguate_only_where_instances_
     assert sorted(meta) == [("i-aaa", 5000, 5000), ("i-aaa", 5001, 5001),
                             ("i-bbb", 5000, 5000 + PID_SPACE), ("i-bbb", 5001, 5001 + PID_SPACE)]
     shown = {f"{inst} pid {pid}": g for inst, pid, g in meta}
-    assert cli("view", "-d", str(cap), "--output-format", "json", "--output-file", str(tmp_path / "t.json")).returncode == 0
+    assert cli("view", "-d", str(cap), "--output-format", "json",
+               "--output-file", str(tmp_path / "t.json")).returncode == 0
     names = {e["pid"]: e["args"]["name"] for e in _json(tmp_path / "t.json") if e.get("name") == "process_name"}
     assert {n.split(" rank")[0]: p for p, n in names.items()} == shown
     assert all(p % PID_SPACE == int(n.split("pid ")[1].split()[0]) for p, n in names.items())
     assert cli("view", "-d", str(cap), "--output-format", "perfetto",
                "--output-file", str(tmp_path / "t.pftrace")).returncode == 0
     d = decode((tmp_path / "t.pftrace").read_bytes())
-    procs = {td.process.process_name.split(" rank")[0]: td.process.pid for td in d.tracks.values() if td.HasField("process")}
+    procs = {td.process.process_name.split(" rank")[0]: td.process.pid
+             for td in d.tracks.values() if td.HasField("process")}
     assert procs == shown
 
 
 def test_a_single_instance_shows_exactly_the_real_pids(tmp_path):
     cap = _capture(tmp_path / "cap", instances=("i-one",), pids=(4242, 777))
-    assert cli("view", "-d", str(cap), "--output-format", "json", "--output-file", str(tmp_path / "t.json")).returncode == 0
+    assert cli("view", "-d", str(cap), "--output-format", "json",
+               "--output-file", str(tmp_path / "t.json")).returncode == 0
     evs = _json(tmp_path / "t.json")
     assert {e["pid"] for e in evs if e.get("ph") == "X"} == {4242, 777}
 
@@ -183,7 +186,8 @@ def test_device_profiles_are_named_by_model_id_made_unique_only_where_they_colli
     assert sorted(p.name for p in (tmp_path / "p").glob("device_profile_model_*")) == [
         "device_profile_model_0.pftrace", "device_profile_model_1.pftrace"]
     pq = tmp_path / "pq"
-    assert cli("view", "-d", str(cap), "--output-file", str(pq), "--system-trace-filter-neuron-core", "1").returncode == 0
+    assert cli("view", "-d", str(cap), "--output-file", str(pq),
+               "--system-trace-filter-neuron-core", "1").returncode == 0
     joined = duckdb.sql(f"""select d.profile_id, m.model_id from '{pq}/DeviceProfiles.parquet' d
                             join '{pq}/ProfileModels.parquet' m using (process_id)
                             where m.model_name = d.model_name order by 1""").fetchall()
@@ -214,7 +218,8 @@ def test_an_instance_filter_that_matches_nothing_names_the_instances_and_exits_1
     line = _one_line(r, 1, "i-unknown", "matches no instance")
     assert "i-aaa, i-bbb" in line
     # one unknown id among known ones is still named (a typo must not pass unnoticed)
-    r = cli("view", "-d", str(cap), "--output-format", "summary-json", "--system-trace-filter-instance-id", "i-aaa,i-typo")
+    r = cli("view", "-d", str(cap), "--output-format", "summary-json",
+            "--system-trace-filter-instance-id", "i-aaa,i-typo")
     _one_line(r, 1, "i-typo", "matches no instance")
     assert "i-aaa" not in [ln.split(":")[2].strip() for ln in r.stderr.splitlines() if "matches no instance" in ln]
 
@@ -293,7 +298,7 @@ def test_view_as_the_spec_writes_it_writes_parquet_and_starts_no_server(tmp_path
                             "--system-trace-filter-neuron-core", "0"], cwd=work, env=_isolated_env(tmp_path),
                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:  # (the old default: the web server, serving until stopped)
-        raise AssertionError(f"view started a server instead of writing Parquet: {e.stdout!r} {e.stderr!r}")
+        raise AssertionError(f"view started a server instead of writing Parquet: {e.stdout!r} {e.stderr!r}") from e
     assert r.returncode == 0, r.stderr
     assert "http://" not in r.stdout + r.stderr and "wrote system_profile_parquet" in r.stderr, r.stderr
     assert sorted(p.name for p in work.iterdir()) == ["output", "system_profile_parquet"]

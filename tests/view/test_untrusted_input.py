@@ -19,9 +19,9 @@ import duckdb
 import numpy as np
 import pytest
 
+from neuron_explorer.contracts.env import parse_nc_filter
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.runtime.config import IndexRanges
-from neuron_explorer.contracts.env import parse_nc_filter
 from neuron_explorer.util.names import printable
 
 from ..conftest import clean_env
@@ -278,7 +278,8 @@ def test_a_newer_format_version_is_refused_naming_both_versions(small_capture, t
     root, victim, intact = copy_capture(small_capture, tmp_path / "cap")
     path = sorted(victim.glob(name))[0]
     _newer(path, msg_type)
-    why = f"{msg_type.__name__} format version {NEWER} is newer than this neuron-explorer reads (version {FORMAT_VERSION})"
+    why = (f"{msg_type.__name__} format version {NEWER} is newer than this neuron-explorer reads "
+           f"(version {FORMAT_VERSION})")
     r = view(root, "summary-json", tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if str(path) in ln]
@@ -433,7 +434,8 @@ def test_an_unreadable_process_directory_is_a_warning_not_a_silent_skip(small_ca
         for fmt in ("summary-text", "parquet"):
             out = tmp_path / f"out.{fmt}"
             r = run_bounded([*drop, sys.executable, "-m", "neuron_explorer", "view", "-d", str(root),
-                             "--output-format", fmt] + ([] if fmt.startswith("summary") else ["--output-file", str(out)]))
+                             "--output-format", fmt]
+                            + ([] if fmt.startswith("summary") else ["--output-file", str(out)]))
             assert_skipped_and_rest_converted(r, fmt, out, str(hidden), pid_of(intact), "cannot list directory")
         r = run_bounded([*drop, sys.executable, "-m", "neuron_explorer", "check", "-d", str(root)])
         assert r.returncode == 1 and f"error: {hidden}: cannot list directory" in r.stdout

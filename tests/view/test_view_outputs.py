@@ -2,8 +2,8 @@
 package's protos and json; processing-time filters; damaged input."""
 
 import json
-import re
 import os
+import re
 import shutil
 
 import duckdb
@@ -51,7 +51,7 @@ def test_parquet_counts_match_what_each_rank_did(capture, tmp_path):
                               count(*) filter (where name = 'nrt_execute')
                        from {events_glob(pq)} group by all order by 1""").fetchall()
     assert [(r_[0], r_[1]) for r_ in rows] == [(0, truth[0][0]), (1, truth[1][0])]
-    for rank, pid, ex, cc, host in rows:
+    for rank, _pid, ex, cc, host in rows:
         assert ex == truth[rank][1]["nc_exec_running"] == host
         assert cc == truth[rank][1]["cc_running"]
     cols = [c[0] for c in con.execute(f"describe select * from {events_glob(pq)}").fetchall()]
@@ -61,16 +61,19 @@ def test_parquet_counts_match_what_each_rank_did(capture, tmp_path):
         assert c in cols
     # each execution's host call and core execution share a flow; each collective's flow spans both ranks
     n_exec_flows = con.execute(f"""select count(*) from (select flow_id[1] f, count(*) c from {events_glob(pq)}
-                                where name in ('nrt_execute','nc_exec_running') group by 1) where c = 2""").fetchone()[0]
+                                where name in ('nrt_execute','nc_exec_running') group by 1)
+                                where c = 2""").fetchone()[0]
     assert n_exec_flows == truth[0][1]["nc_exec_running"] + truth[1][1]["nc_exec_running"]
     cc_flows = con.execute(f"""select count(distinct worker_gid) from {events_glob(pq)} where name = 'cc_running'
                            group by flow_id[1]""").fetchall()
     assert cc_flows and all(c == (2,) for c in cc_flows)
     meta = con.execute(f"select worker_gid from {events_glob(pq)} where model_name is not null limit 1").fetchall()
     assert meta
-    md = con.execute(f"select rank, events, clock_offset_method from '{pq}/ProfileMetadata.parquet' order by rank").fetchall()
+    md = con.execute("select rank, events, clock_offset_method "
+                     f"from '{pq}/ProfileMetadata.parquet' order by rank").fetchall()
     assert [m[0] for m in md] == [0, 1] and all(m[2] == "reference" for m in md)
-    counters = con.execute(f"select distinct counter from read_parquet('{pq}/SystemProfileCounters/**/*.parquet')").fetchall()
+    counters = con.execute(
+        f"select distinct counter from read_parquet('{pq}/SystemProfileCounters/**/*.parquet')").fetchall()
     assert ("cpu_util.process",) in counters and ("host_mem.process_rss",) in counters
 
 

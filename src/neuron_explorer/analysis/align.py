@@ -76,9 +76,9 @@ class CollectiveIndex:
         kinds = []
         for tname in ("cc_running", "cc_exec_barrier"):
             tid = s.type_id(tname)
-            cols = (s.arg(tname, "group_str"), s.arg(tname, "op_str"), s.arg(tname, "seq"))
-            if tid is not None and None not in cols:  # (a damaged type table may lack an argument)
-                kinds.append((tid, *cols))
+            g, o, q = s.arg(tname, "group_str"), s.arg(tname, "op_str"), s.arg(tname, "seq")
+            if tid is not None and g is not None and o is not None and q is not None:
+                kinds.append((tid, g, o, q))  # (a damaged type table may lack an argument)
         ks, ss, es = [], [], []
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 from neuron_explorer.analysis.pbfile import packed_array
 from neuron_explorer.analysis.reader import Session, wall_offset_ns
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 
 Series = dict[str, tuple[np.ndarray, np.ndarray, str]]  # counter name -> (ts, values, unit)
 
@@ -26,8 +26,8 @@ def counter_series(s: Session) -> Series:
         ncpu = max(int(s.cpu.num_cpus), 1)
         if len(ts) and len(pct) == len(ts) * ncpu:
             pct = pct.reshape(len(ts), ncpu)
-            out["cpu_util.process"] = (ts, packed_array(s.cpu.process_percent, "f4", s.path, "process_percent")[: len(ts)],
-                                       "percent")
+            proc = packed_array(s.cpu.process_percent, "f4", s.path, "process_percent")[: len(ts)]
+            out["cpu_util.process"] = (ts, proc, "percent")
             out["cpu_util.host_mean"] = (ts, pct.mean(axis=1), "percent")
             for i in range(ncpu):
                 out[f"cpu_util.cpu{i}"] = (ts, pct[:, i], "percent")
@@ -45,9 +45,9 @@ def device_memory_series(s: Session) -> Series:
     """``device_mem.nc<N>.<category>`` series (bytes) from host_mem.pb; samples where a series was
     not known (-1) are left out.  The reader checked the shape (reader._check_device_memory)."""
     m = s.mem
-    names = list(m.device_mem_names) if m is not None else []
-    if not names:
+    if m is None or not m.device_mem_names:
         return {}
+    names = list(m.device_mem_names)
     ts = packed_array(m.device_mem_ts_ns, "i8", s.path, "device_mem_ts_ns")
     vals = packed_array(m.device_mem_values, "i8", s.path, "device_mem_values", len(ts) * len(names))
     vals = vals.reshape(len(ts), len(names))

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.analysis.reader import DeviceProfile, Session, load_device_trace, wall_offset_ns
 from neuron_explorer.analysis.pbfile import ProfileError
-from neuron_explorer.util.names import printable
+from neuron_explorer.analysis.reader import DeviceProfile, Session, load_device_trace, wall_offset_ns
 from neuron_explorer.util.intervals import union_length
+from neuron_explorer.util.names import printable
 
 
 @dataclass
@@ -88,7 +88,8 @@ def summarize(v: DeviceProfileView) -> dict:
     achieved = flops / (exec_time / 1e9) if exec_time and flops else None
     models = sorted({e.model_name for e in ex})
     return {
-        "profile_id": v.profile_id, "file": v.dp.path, "instance_id": v.session.instance_id, "process_id": v.session.pid,
+        "profile_id": v.profile_id, "file": v.dp.path,
+        "instance_id": v.session.instance_id, "process_id": v.session.pid,
         "nc_idx": int(t.nc_idx), "mode": t.mode, "device_kind": t.device_kind, "source": t.source,
         "model_name": models[0] if len(models) == 1 else ",".join(models),
         "executions": len(ex), "exec_id_first": int(min((e.exec_id for e in ex), default=-1)),

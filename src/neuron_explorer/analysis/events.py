@@ -293,14 +293,14 @@ def build(s: Session, index: int, clock_offset_ns: int, id_base: int,
     present = np.flatnonzero(counts).tolist()
     extra = _extra_json(s, typ, present) if with_extra else pa.nulls(n, type=pa.string())
     # flows: host call <-> core execution (same process, same exec id), and collectives across ranks
-    exec_ids = [s.type_id(t) for t in FLOW_EXEC_TYPES if s.type_id(t) is not None]
+    exec_ids = [i for i in map(s.type_id, FLOW_EXEC_TYPES) if i is not None]
     if exec_ids and n:
         is_exec = np.zeros(nt + 1, dtype=bool)
         is_exec[exec_ids] = True
         m = _type_mask(typ_c, is_exec, counts)
         m = cols["exec_id"] >= 0 if m is None else m & (cols["exec_id"] >= 0)
         cols["flow_id"] = np.where(m, exec_flow_ids(index, cols["exec_id"]), np.int64(0))
-    cc_ids = [s.type_id(t) for t in FLOW_CC_TYPES if s.type_id(t) is not None]
+    cc_ids = [i for i in map(s.type_id, FLOW_CC_TYPES) if i is not None]
     if cc_ids and n:
         is_cc = np.zeros(nt + 1, dtype=bool)
         is_cc[cc_ids] = True
@@ -356,7 +356,7 @@ def _framework(s: Session, cols: dict[str, np.ndarray], typ_c: np.ndarray, count
     fsid = cols["framework_stream_id"] = np.full(n, -1, dtype=np.int64)
     flow2 = cols["flow_id2"] = np.zeros(n, dtype=np.int64)
     links = s.region_links
-    if links is None:
+    if not isinstance(links, RegionLinks):  # (None: not found before the filters)
         links = region_links(s, index, first) if fw_types and counts[fw_types].any() else RegionLinks.none()
     if len(links.events) and n:
         stream, with_region, flow = links.lookup(cols["id"] - id_base)  # (each event's index in the capture)

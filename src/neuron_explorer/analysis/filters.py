@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_explorer.analysis.reader import EVENT_INDEX, Session
 from neuron_explorer.contracts.env import ConfigError, named_types, parse_nc_filter, parse_type_filter
 from neuron_explorer.contracts.events import unproducible
 from neuron_explorer.util.ranges import IndexRanges
-from neuron_explorer.analysis.reader import EVENT_INDEX, Session
 
 
 @dataclass

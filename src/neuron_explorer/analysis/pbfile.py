@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import TypeVar
 
 import numpy as np
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from neuron_explorer.contracts.columns import FORMAT_VERSION
 from neuron_explorer.util import files
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.pbwire import decode_varint, iter_fields
+
+M = TypeVar("M", bound=Message)  # the capture message a file holds (proto/neuron_explorer_capture.proto)
 
 
 class ProfileError(Exception):
@@ -88,7 +91,7 @@ def _read_head(fd: int, path: str) -> bytes:
         raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
 
 
-def parse_message(path: str, msg_type):
+def parse_message(path: str, msg_type: type[M]) -> M:
     """A whole-message capture file (trace_info.pb, cpu_util.pb, host_mem.pb, a .neff), read only
     if it is a regular file, starts with a format version this reader knows (``check_header``),
     and never past the size it had when opened."""
@@ -110,7 +113,8 @@ def parse_message(path: str, msg_type):
         return _decode(path, msg_type, view)
 
 
-def _decode(path: str, msg_type, data):
+def _decode(path: str, msg_type: type[M], data) -> M:
+    """``data``: bytes, or a memoryview of the file's map (upb parses either without a copy)."""
     msg = msg_type()
     try:
         msg.ParseFromString(data)
@@ -127,8 +131,8 @@ TABLES_LIMIT_BYTES = 256 << 20
 COLUMN_FIELDS_LIMIT = 64  # fields of the column message: a count and a dozen columns are written
 
 
-def parse_columnar(path: str, msg_type, column_field: int, row_bytes: int = 0) -> tuple[
-        object, object, dict[int, tuple[int, int]], int, tuple[int, ...]]:
+def parse_columnar(path: str, msg_type: type[M], column_field: int, row_bytes: int = 0) -> tuple[
+        M, mmap.mmap, dict[int, tuple[int, int]], int, tuple[int, ...]]:
     """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
 
     The file is checked before it is mapped (``check_header``); then the fields are walked once:

@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
-from neuron_explorer.contracts.columns import DEVICE_TRACE_OPS_FIELD, EVENT_COLUMNS, OP_COLUMNS, SYSTEM_TRACE_EVENTS_FIELD
+from neuron_explorer.analysis.pbfile import ProfileError, column_view, packed_array, parse_columnar, parse_message
+from neuron_explorer.contracts.columns import (
+    DEVICE_TRACE_OPS_FIELD,
+    EVENT_COLUMNS,
+    OP_COLUMNS,
+    SYSTEM_TRACE_EVENTS_FIELD,
+)
 from neuron_explorer.contracts.layout import SESSION_MARKERS
+from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.util.names import printable
-from neuron_explorer.analysis.pbfile import (ProfileError, column_view, packed_array,
-                                             parse_columnar, parse_message)
-
 
 # The time domain every profile must fit, checked at load so that no int64 arithmetic in view can
 # wrap (numpy wraps silently): raw timestamps (monotonic or device clock) and wall-clock times lie in
@@ -163,7 +166,8 @@ def load_session(path: str, events: str = "checked", checked: tuple | None = Non
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
-        raise ProfileError(f"{path}: the directory name is not valid UTF-8 (rename it to convert this profile)") from None
+        raise ProfileError(f"{path}: the directory name is not valid UTF-8 "
+                           "(rename it to convert this profile)") from None
     s = Session(path=path)
     info_p = os.path.join(path, "trace_info.pb")
     trace_p = os.path.join(path, "ntrace.pb")
@@ -307,7 +311,7 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
             if kind is not None:
                 low, high = limits.setdefault(slot, (np.full(nt, i64.min), np.full(nt, i64.max)))
                 low[tid], high[tid] = (0 if kind == "string" else i64.min), sizes[kind]
-    t_lo, t_hi = None, None
+    t_lo, t_hi = int(i64.max), int(i64.min)  # (n > 0: the first chunk sets both)
     for lo in range(0, n, VALIDATE_CHUNK):
         hi = min(n, lo + VALIDATE_CHUNK)
         typ = e["type"][lo:hi]
@@ -326,13 +330,12 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
                 tid = int(t[i])
                 arg = s.type_args[tid]["abcde".index(slot)]
                 kind = "string" if arg.endswith("_str") else "model"
-                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {kind} {int(w[i])}, "
-                                   f"outside the file's table of {sizes[kind]} {kind}s")
+                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {kind} "
+                                   f"{int(w[i])}, outside the file's table of {sizes[kind]} {kind}s")
         for col in ("start_ns", "end_ns"):
             c = e[col][lo:hi]
             cmin, cmax = int(c.min()), int(c.max())
-            t_lo = cmin if t_lo is None else min(t_lo, cmin)
-            t_hi = cmax if t_hi is None else max(t_hi, cmax)
+            t_lo, t_hi = min(t_lo, cmin), max(t_hi, cmax)
         s.release(hi)
     check_times(path, "event timestamps", t_lo, t_hi, wall_off)
 

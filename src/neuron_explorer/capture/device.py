@@ -12,15 +12,16 @@ profile (every execution on a core) and ``neff_<hash>_vnc_<nc>.neff`` for the gr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.capture.writer import FORMAT_VERSION, _col
-from neuron_explorer.util.atomic import atomic_write
 from neuron_explorer.contracts.columns import OP_COLUMNS
+from neuron_explorer.util.atomic import atomic_write
 
+from ..proto import neuron_explorer_capture_pb2 as pb
 
 # The names below become files in a session directory (and in ``neff_cache_dir``): the graph hash
 # passes through ``safe_component`` and the indices through int(), so no value can add a path
@@ -73,7 +74,7 @@ class OpTable:
 
 
 def write_device_trace(path: str, table: OpTable, *, instance_id: str, pid: int, nc_idx: int, mode: str,
-                       device_kind: str, source: str, sync: list[tuple[int, int, int]] = (),
+                       device_kind: str, source: str, sync: Sequence[tuple[int, int, int]] = (),
                        peak_flops: float = 0.0) -> None:
     msg = pb.DeviceTrace(format_version=FORMAT_VERSION, instance_id=instance_id, pid=pid, nc_idx=nc_idx, mode=mode,
                          device_kind=device_kind, peak_flops=peak_flops, source=source)
@@ -93,7 +94,7 @@ def write_device_trace(path: str, table: OpTable, *, instance_id: str, pid: int,
 
 def write_neff(path: str, *, neff_name: str, graph_hash: str, model_name: str, backend: str, kind: str,
                signature: str, code: str, framework: str, compile_ns: int = 0,
-               nodes: list[tuple[str, str, str, str, str]] = ()) -> None:
+               nodes: Sequence[tuple[str, str, str, str, str]] = ()) -> None:
     """Save a compiled graph; ``nodes`` are (name, op, target, source_location, module_path)."""
     msg = pb.NeffFile(format_version=FORMAT_VERSION, neff_name=neff_name, graph_hash=graph_hash,
                       model_name=model_name, backend=backend, kind=kind, signature=signature, code=code,

@@ -15,6 +15,7 @@ import numpy as np
 import psutil
 
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_CATEGORIES, DEVICE_MEMORY_SOURCE
+
 from ..runtime import clock
 from ..runtime.core import get_runtime
 

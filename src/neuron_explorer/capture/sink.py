@@ -14,16 +14,16 @@ import sys
 import threading
 import time
 
-from ..runtime.core import Runtime
-from . import writer
 from neuron_explorer.contracts.env import quiet
-from neuron_explorer.contracts.layout import make_session_dir
-from .samplers import HostSampler
-from ..runtime import clock
 from neuron_explorer.contracts.events import EVENT_TYPES as _EVENT_TYPES
-from .store import CoreStore, enabled_mask
+from neuron_explorer.contracts.layout import make_session_dir
 from neuron_explorer.util.procs import is_launcher
 
+from ..runtime import clock
+from ..runtime.core import Runtime
+from . import writer
+from .samplers import HostSampler
+from .store import CoreStore, enabled_mask
 
 _FRAMEWORKS = ("torch", "jax")
 

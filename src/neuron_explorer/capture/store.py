@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuron_explorer.contracts import events as ev
+
 from ..runtime.ring import expand_pairs as _c_expand
 
 W = ev.RECORD_WIDTH

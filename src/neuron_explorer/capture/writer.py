@@ -15,14 +15,19 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
-from .. import __version__
-from ..proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.columns import (
+    EVENT_COLUMNS,
+    EVENT_COUNT_FIELD,
+    FORMAT_VERSION,
+    SYSTEM_TRACE_EVENTS_FIELD,
+)
 from neuron_explorer.contracts.env import job_environment
-from neuron_explorer.contracts.columns import (EVENT_COLUMNS, EVENT_COUNT_FIELD, FORMAT_VERSION,
-                                               SYSTEM_TRACE_EVENTS_FIELD)
 from neuron_explorer.util.atomic import atomic_write_all
 from neuron_explorer.util.pbwire import encode_varint_scalar
+
+from .. import __version__
+from ..proto import neuron_explorer_capture_pb2 as pb
 
 if TYPE_CHECKING:
     from ..runtime.config import CaptureConfig
@@ -57,15 +62,15 @@ def _stored_columns(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarr
 _COUNT_TAG = encode_varint_scalar(EVENT_COUNT_FIELD << 3)  # a varint field
 
 
-def encode_events(cores: dict[int, "CoreStore"]) -> list:
+def encode_events(cores: dict[int, "CoreStore"]) -> list[bytes | memoryview]:
     """The serialized ``EventColumns`` message as a list of buffers (column arrays are not copied
     into a protobuf object: the tags and lengths are written around the raw column bytes)."""
     cols, nc = _stored_columns(cores)
-    out = [_COUNT_TAG + encode_varint_scalar(cols.shape[1])]
+    out: list[bytes | memoryview] = [_COUNT_TAG + encode_varint_scalar(cols.shape[1])]
     for c in EVENT_COLUMNS:
         col = nc if c.row is None else cols[c.row]
         col = np.ascontiguousarray(col, dtype=c.dtype)  # a copy only where the wire type is narrower
-        data = memoryview(col).cast("B")
+        data = col.data.cast("B")
         out += [_len_prefix(c.field, len(data)), data]
     return out
 

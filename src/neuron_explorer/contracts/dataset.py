@@ -17,7 +17,6 @@ import stat
 from neuron_explorer import __version__
 from neuron_explorer.util.atomic import DIR_MODE, output_kind, release_staging, staging_dir
 
-
 EVENTS = "SystemProfileEvents"
 COUNTERS = "SystemProfileCounters"
 METADATA = "ProfileMetadata"
@@ -117,7 +116,8 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
     ],
     DEVICE_EVENTS: [
         ("profile_id", "DeviceProfiles.profile_id"), ("instance_id", "host"), ("process_id", "pid"),
-        ("nc_idx", "core"), ("model_name", "graph the op belongs to"), ("exec_id", "execution (nc_exec_running.exec_id)"),
+        ("nc_idx", "core"), ("model_name", "graph the op belongs to"),
+        ("exec_id", "execution (nc_exec_running.exec_id)"),
         ("name", "op or kernel (aten::mm, cpp_fused_..., XLA op)"), ("track", "engine or stream the op ran on"),
         ("start_ts", "start, Unix epoch ns"), ("end_ts", "end, Unix epoch ns"), ("duration_ns", "end - start"),
         ("flops", "floating-point operations (null: unknown)"), ("bytes", "bytes read and written (null: unknown)"),
@@ -133,7 +133,8 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("model_name", "graph(s)"), ("executions", "executions in the profile"),
         ("exec_id_first", "first exec_id"), ("exec_id_last", "last exec_id"), ("ops", "op events"),
         ("total_time_ns", "sum of execution times"), ("flops", "sum of known op flops"),
-        ("achieved_flops_per_s", "flops / total_time"), ("track_active_pct_json", "per track: % of execution time busy"),
+        ("achieved_flops_per_s", "flops / total_time"),
+        ("track_active_pct_json", "per track: % of execution time busy"),
         ("peak_flops_per_s", "device peak (null: unknown)"), ("mfu", "achieved / peak (null: peak unknown)"),
         ("session", "the process's capture session (ProfileMetadata.session)"),
     ],

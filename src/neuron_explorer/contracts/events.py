@@ -13,6 +13,7 @@ build and lets the flusher convert a batch with one ``numpy.array`` call.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 HARDWARE = "hardware"
@@ -139,7 +140,7 @@ HOST_LIMITS: dict[str, tuple[str, str]] = {
 }
 
 
-def unproducible(names, has_gpu: bool) -> list[str]:
+def unproducible(names: Iterable[str], has_gpu: bool) -> list[str]:
     """One warning per named type that cannot be recorded on a host with (or without) a GPU."""
     out = []
     for n in sorted(set(ALIASES.get(x, x) for x in names)):

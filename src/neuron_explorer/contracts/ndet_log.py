@@ -94,7 +94,7 @@ class LogFormatError(ValueError):
 
 
 def dtype_description() -> list[list[str]]:
-    return [[name, RECORD_DTYPE.fields[name][0].str] for name in RECORD_DTYPE.names]
+    return [[name, RECORD_DTYPE[name].str] for name in RECORD_DTYPE.names or ()]
 
 
 def _pad8(b: bytes) -> bytes:
@@ -113,7 +113,7 @@ def encode_parts(header: dict, blocks: Iterable[np.ndarray]) -> list[bytes | mem
     crc = zlib.crc32(hb, crc)
     for b in blocks:
         if len(b):
-            mv = memoryview(b).cast("B")
+            mv = b.data.cast("B")
             crc = zlib.crc32(mv, crc)
             parts.append(mv)
     parts.append(TRAILER + struct.pack("<II", crc & 0xFFFFFFFF, 0))

@@ -15,7 +15,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from itertools import accumulate
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 #: Smallest latency that gets its own bucket (1 microsecond, in nanoseconds).
 MIN_NS: float = 1_000.0
@@ -48,7 +52,7 @@ def bucket_index(value_ns: float) -> int:
     return idx if idx < NUM_BUCKETS - 1 else NUM_BUCKETS - 1
 
 
-def bucket_indices(values_ns):
+def bucket_indices(values_ns: npt.ArrayLike) -> np.ndarray:
     """``bucket_index`` for a numpy array of latencies at once (batched recording)."""
     import numpy as np
 

@@ -8,6 +8,7 @@ everything the host does a track per OS thread (``<tid>/neuron_rt``, framework r
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,7 +26,7 @@ def track_kind(type_name: str, group: str) -> int:
     return CORE if group == HARDWARE else HOST
 
 
-def kinds_of_types(type_names, type_groups) -> np.ndarray:
+def kinds_of_types(type_names: Sequence[str], type_groups: Sequence[str]) -> np.ndarray:
     """The track kind of each event type id of a profile (its own type table)."""
     return np.array([track_kind(n, g) for n, g in zip(type_names, type_groups)], dtype=np.int64)
 

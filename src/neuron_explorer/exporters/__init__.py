@@ -8,7 +8,14 @@ asks for it (``exporter(fmt)``), so Parquet output never loads the Perfetto writ
 """
 
 from neuron_explorer.exporters.interface import (
-    FORMATS, Exporter, Piece, ProcessTarget, ProcessWriter, RunInfo, exporter)
+    FORMATS,
+    Exporter,
+    Piece,
+    ProcessTarget,
+    ProcessWriter,
+    RunInfo,
+    exporter,
+)
 
 __all__ = ["FORMATS", "Exporter", "Piece", "ProcessTarget", "ProcessWriter", "RunInfo", "exporter",
            "interface", "parquet", "chrome_json", "chrome_trace", "perfetto"]

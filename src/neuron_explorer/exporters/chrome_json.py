@@ -13,14 +13,20 @@ import os
 
 import numpy as np
 
-from neuron_explorer.util.atomic import AtomicFile
 from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.contracts.tracks import (
-    HOST, kinds_of_types, label_tid, process_label, secondary_labels, track_name)
+    HOST,
+    kinds_of_types,
+    label_tid,
+    process_label,
+    secondary_labels,
+    track_name,
+)
 from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter, written_by
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
+from neuron_explorer.util.atomic import AtomicFile
 
 # a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
 CORE_TID = 1_000_000
@@ -29,7 +35,7 @@ _STRING_ARGS = ("op", "group", "dtype")
 # flow ids with this bit link a collective's slices on every rank (analysis.events.collective_flow_ids);
 # the others link a host call and its core execution inside one process
 COLLECTIVE_FLOW = 1 << 62
-_ROLES = (None, "flow_out", "flow_in")
+_ROLES = ("", "flow_out", "flow_in")  # (0: neither)
 
 
 def open_process(target: ProcessTarget) -> "JsonProcess":

@@ -57,7 +57,7 @@ def _unique_keys(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray) -> tuple[np.n
     ``np.unique`` (a sort: keys spread too wide for ``_dense_key``)."""
     rec = np.rec.fromarrays([np.asarray(a, dtype=np.int64) for a in (tid, nc, typ)])
     u, codes = np.unique(rec, return_inverse=True)
-    return np.asarray(codes, dtype=np.int64).reshape(-1), np.stack([u.f0, u.f1, u.f2], axis=1).astype(np.int64)
+    return np.asarray(codes, dtype=np.int64).reshape(-1), np.stack([u["f0"], u["f1"], u["f2"]], axis=1).astype(np.int64)
 
 
 def _strings(idx: np.ndarray, values: Sequence[str | None]) -> pa.Array:

@@ -136,7 +136,7 @@ class Exporter(Protocol):
 def exporter(fmt: str) -> Exporter:
     """The module of an output format, imported on first use (Parquet loads pyarrow's writer,
     Perfetto a thread pool: a run loads only its own)."""
-    return importlib.import_module(FORMATS[fmt])  # type: ignore[return-value]
+    return importlib.import_module(FORMATS[fmt])
 
 
 def remove_file(path: str) -> None:

@@ -16,25 +16,37 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from neuron_explorer.contracts.env import parquet_writer
-from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
-from neuron_explorer.util.names import safe_component
-from neuron_explorer.contracts import dataset
-from neuron_explorer.contracts.tracks import session_name
-from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
-                                             MODELS, SCHEMA_DOC, WARNINGS)
-from neuron_explorer.exporters import event_summary
+from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.device import DeviceProfileView, events_table as device_table
 from neuron_explorer.analysis.events import ProcessEvents
-from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
-from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.reader import wall_offset_ns
+from neuron_explorer.contracts import dataset
+from neuron_explorer.contracts.dataset import (
+    COUNTERS,
+    DEVICE_EVENTS,
+    DEVICE_PROFILES,
+    EVENT_SUMMARY,
+    EVENTS,
+    METADATA,
+    MODELS,
+    SCHEMA_DOC,
+    WARNINGS,
+)
+from neuron_explorer.contracts.env import parquet_writer
+from neuron_explorer.contracts.tracks import session_name
+from neuron_explorer.exporters import event_summary
+from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
+from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
+from neuron_explorer.util.names import safe_component
 
+if TYPE_CHECKING:
+    from neuron_explorer.exporters.parquet_file import ParquetFileWriter
 
 # Encodings chosen per column by measuring write time and size (docs/decisions/0004-parquet-write-path.md):
 # strings as dictionaries, ids/timestamps/counters as DELTA_BINARY_PACKED (sorted or slowly varying:
@@ -58,7 +70,7 @@ def _with_nulls(a: np.ndarray, typ: pa.DataType, null: np.ndarray | None) -> pa.
     (``pa.array(..., mask=)`` costs 3-4x more for the same result)."""
     a = np.ascontiguousarray(a)
     nulls = 0 if null is None else int(np.count_nonzero(null))
-    if not nulls:
+    if null is None or not nulls:
         return pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
     valid = np.packbits(~null, bitorder="little")
     return pa.Array.from_buffers(typ, len(a), [pa.py_buffer(valid), pa.py_buffer(a)], null_count=nulls)
@@ -132,7 +144,7 @@ def _dict_ids(ids: np.ndarray, values: list[str], null_index: int | None = None,
 def _presence(ids: np.ndarray, k: int) -> np.ndarray | None:
     """Non-zero where some id equals the index (0..k-1); None when an id is outside: the C
     presence pass when the encoders are built, else ``np.bincount``."""
-    if own is not None and ids.dtype == np.int64:
+    if OWN_WRITER and ids.dtype == np.int64:
         flags = own.presence(ids, k)
         return None if flags is None else np.frombuffer(flags, dtype=np.uint8)
     try:
@@ -285,8 +297,9 @@ def events_table(pe: ProcessEvents) -> pa.Table:
 
 try:
     from neuron_explorer.exporters import parquet_file as own
-except ImportError:  # the C encoders are not built: Arrow's writer
-    own = None
+    OWN_WRITER = True
+except ImportError:  # the C encoders are not built: Arrow's writer (``own`` is then never used)
+    OWN_WRITER = False
 
 
 def _leaves() -> list:
@@ -315,7 +328,7 @@ def encode_chunk(leaves: list, pe: ProcessEvents) -> list:
     """The chunk's column chunks, encoded by our writer.  A column that is the same array as an
     earlier one (``pcore_idx`` is ``nc_idx``) reuses its pages; only the statistics differ."""
     out = []
-    done: dict[int, tuple] = {}
+    done: dict[tuple, tuple] = {}  # (id of the array, physical type, Snappy) -> (array, its column chunk)
     for leaf, (kind, *parts) in zip(leaves, event_columns(pe).values()):
         if kind == "int":
             key = (id(parts[0]), leaf.ptype, leaf.snappy)
@@ -359,8 +372,8 @@ class ParquetProcess(ProcessWriter):
         self.events = 0
         self.last: ProcessEvents | None = None
         self._ev_writer: pq.ParquetWriter | None = None
-        self._own = None  # our writer (parquet_file.ParquetFileWriter), when the encoders are built
-        self._leaves = _leaves() if own is not None and parquet_writer() == "own" else None
+        self._own: ParquetFileWriter | None = None  # our writer, when the encoders are built
+        self._leaves = _leaves() if OWN_WRITER and parquet_writer() == "own" else None
         self._ev_path: str | None = None
         self._summary: list[pa.Table] = []  # per row group: the viewer's summary of it (event_summary)
         self._summary_scratch: dict[str, np.ndarray] = {}  # its work arrays, reused from chunk to chunk
@@ -383,18 +396,18 @@ class ParquetProcess(ProcessWriter):
 
     def add(self, pe: ProcessEvents) -> None:
         """A chunk of the process's events (one file per process and table, a row group a chunk)."""
-        if pe.n and self._ev_path is None:
-            self._ev_path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
-        if pe.n and self._leaves is not None:
-            if self._own is None:
-                self._own = own.ParquetFileWriter(self._ev_path, self._leaves, EVENTS_SCHEMA, CREATED_BY)
-            self._own.write_row_group(pe.n, encode_chunk(self._leaves, pe))
-        elif pe.n:
-            t = events_table(pe)
-            if self._ev_writer is None:
-                self._ev_writer = pq.ParquetWriter(self._ev_path, t.schema, **WRITE_OPTIONS)
-            self._ev_writer.write_table(t, row_group_size=1 << 20)
         if pe.n:
+            if self._ev_path is None:
+                self._ev_path = self._part(EVENTS, pe.instance_id, pe.pid, f"part-{pe.index}.parquet")
+            if self._leaves is not None:
+                if self._own is None:
+                    self._own = own.ParquetFileWriter(self._ev_path, self._leaves, EVENTS_SCHEMA, CREATED_BY)
+                self._own.write_row_group(pe.n, encode_chunk(self._leaves, pe))
+            else:
+                t = events_table(pe)
+                if self._ev_writer is None:
+                    self._ev_writer = pq.ParquetWriter(self._ev_path, t.schema, **WRITE_OPTIONS)
+                self._ev_writer.write_table(t, row_group_size=1 << 20)
             c = pe.cols
             self._summary.append(event_summary.chunk(c["thread_id"], c["nc_idx"], c["type"], c["start_ts"], c["end_ts"],
                                                      pe.type_names, pe.type_sources, pe.type_groups,
@@ -501,6 +514,7 @@ def meta_row(pe: ProcessEvents, offset) -> dict:
         "clock_offset_uncertainty_ns": offset.uncertainty_ns if offset else 0,
         "clock_offset_samples": offset.samples if offset else 0,
         "clock_offset_method": offset.method if offset else "none",
-        "session_path": s.path, "session": session_name(s.path), "versions_json": json.dumps(dict(info.versions)) if info else "{}",
+        "session_path": s.path, "session": session_name(s.path),
+        "versions_json": json.dumps(dict(info.versions)) if info else "{}",
         "config_json": json.dumps(dict(info.config)) if info else "{}",
     }

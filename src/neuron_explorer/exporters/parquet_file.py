@@ -179,8 +179,10 @@ def encode_int(leaf: Leaf, values: np.ndarray, null: np.ndarray | None = None) -
     dtype = np.int64 if leaf.ptype == INT64 else np.int32
     v = np.ascontiguousarray(values, dtype=dtype)
     nulls = int(np.count_nonzero(null)) if null is not None else 0
-    valid = np.logical_not(null) if nulls else None
-    levels = _def_levels(null if nulls else None, n)
+    if not nulls:
+        null = None
+    valid = np.logical_not(null) if null is not None else None
+    levels = _def_levels(null, n)
     if leaf.delta:
         enc, body = DELTA_BINARY_PACKED, _pqenc.delta_binary_packed(v, None if valid is None else valid.view(np.uint8),
                                                                     levels)
@@ -229,7 +231,7 @@ def encode_dict(leaf: Leaf, indices: np.ndarray, values: list[str], null: np.nda
     n = len(indices)
     idx = np.ascontiguousarray(indices, dtype=np.int32)
     nulls = int(np.count_nonzero(null)) if null is not None else 0
-    if nulls:
+    if null is not None and nulls:
         idx = idx[~null]
     dpage, dsize = _page(leaf, _DICTIONARY_PAGE, _plain_strings(values), tstruct((1, _I32, len(values)),
                                                                                  (2, _I32, PLAIN)))

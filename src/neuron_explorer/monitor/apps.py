@@ -155,7 +155,8 @@ class AppTracker:
             raise ProcessGone(self.pid)
         self.latest = snap
         age = (time.monotonic_ns() - snap["mono_ns"]) / 1e9
-        self.error = f"stats snapshot is {age:.1f}s old: the application's publisher is not running" if age > STALE_AFTER_S else ""
+        stale = age > STALE_AFTER_S
+        self.error = f"stats snapshot is {age:.1f}s old: the application's publisher is not running" if stale else ""
 
     def update(self) -> None:
         """Take the newest snapshot before a collection: a live process's current one, or the

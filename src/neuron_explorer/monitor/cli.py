@@ -10,8 +10,8 @@ import sys
 import threading
 from typing import Sequence
 
-from neuron_explorer.monitor.config import ConfigError, default_config, load_config
 from neuron_explorer.contracts.stats_files import STATS_DIR_ENV, default_stats_dir
+from neuron_explorer.monitor.config import ConfigError, default_config, load_config
 from neuron_explorer.monitor.monitor import Logger, Monitor
 
 EPILOG = f"""\

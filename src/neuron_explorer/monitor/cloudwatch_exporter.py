@@ -66,7 +66,8 @@ def batches(datums: list[dict[str, Any]], max_datums: int = MAX_DATUMS_PER_REQUE
 class CloudWatchPublisher:
     """Turns reports into PutMetricData calls."""
 
-    def __init__(self, client: Any, namespace: str, max_datums: int = MAX_DATUMS_PER_REQUEST, err: TextIO = sys.stderr) -> None:
+    def __init__(self, client: Any, namespace: str, max_datums: int = MAX_DATUMS_PER_REQUEST,
+                 err: TextIO = sys.stderr) -> None:
         self.client = client
         self.namespace = namespace
         self.max_datums = max(1, min(max_datums, MAX_DATUMS_PER_REQUEST))
@@ -116,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--region", required=True, help="AWS region, e.g. us-west-2")
     p.add_argument("--endpoint-url", help="CloudWatch endpoint (a local test server, a VPC endpoint)")
     p.add_argument("--max-datums", type=int, default=MAX_DATUMS_PER_REQUEST,
-                   help=f"datums per PutMetricData request (1..{MAX_DATUMS_PER_REQUEST}, default {MAX_DATUMS_PER_REQUEST})")
+                   help=f"datums per PutMetricData request (1..{MAX_DATUMS_PER_REQUEST}, "
+                        f"default {MAX_DATUMS_PER_REQUEST})")
     return p
 
 

@@ -133,7 +133,8 @@ def _metric_list(items: Any, where: str, kinds: tuple[str, ...], inherited: floa
             raise ConfigError(f"{key}.type: missing; accepted values: {', '.join(kinds)}")
         kind = item["type"]
         if kind not in kinds:
-            raise ConfigError(f"{key}.type: unknown metric group {json.dumps(kind)}; accepted values: {', '.join(kinds)}")
+            raise ConfigError(f"{key}.type: unknown metric group {json.dumps(kind)}; "
+                              f"accepted values: {', '.join(kinds)}")
         period = parse_period(item["period"], f"{key}.period") if "period" in item else inherited
         out.setdefault(kind, period)
     return out

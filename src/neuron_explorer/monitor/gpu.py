@@ -31,7 +31,7 @@ class Nvml:
         self.reason = ""
         self._nvml: Any = None
         try:
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
         except Exception as exc:  # noqa: BLE001 - any import failure means "no NVML"
             self.reason = f"NVML python binding not importable ({type(exc).__name__}: {exc})"
             return
@@ -77,11 +77,12 @@ class Nvml:
         n = self._nvml
         h = n.nvmlDeviceGetHandleByIndex(index)
         out: dict[str, int | None] = {}
+        sram = getattr(n, "NVML_MEMORY_LOCATION_SRAM", None)
         spec = {
             "mem_ecc_corrected": (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_LOCATION_DEVICE_MEMORY),
             "mem_ecc_uncorrected": (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_MEMORY_LOCATION_DEVICE_MEMORY),
-            "sram_ecc_uncorrected": (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, getattr(n, "NVML_MEMORY_LOCATION_SRAM", None)),
-            "sram_ecc_corrected": (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, getattr(n, "NVML_MEMORY_LOCATION_SRAM", None)),
+            "sram_ecc_uncorrected": (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, sram),
+            "sram_ecc_corrected": (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, sram),
         }
         for key, (etype, loc) in spec.items():
             if loc is None:

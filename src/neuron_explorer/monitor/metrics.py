@@ -51,18 +51,24 @@ class MetricDef:
 
 _R = ("runtime_tag",)
 METRICS: dict[str, MetricDef] = {m.name: m for m in (
-    MetricDef("neuroncore_utilization_ratio", "gauge", "None", "NeuronCore utilization (0-1) during the period", _R + ("neuroncore",)),
-    MetricDef("neuron_runtime_vcpu_usage_ratio", "gauge", "None", "Share of all host vCPUs used by the application", _R + ("usage_type",)),
-    MetricDef("neuron_runtime_memory_used_bytes", "gauge", "Bytes", "Memory used by the application", _R + ("memory_location",)),
+    MetricDef("neuroncore_utilization_ratio", "gauge", "None", "NeuronCore utilization (0-1) during the period",
+              _R + ("neuroncore",)),
+    MetricDef("neuron_runtime_vcpu_usage_ratio", "gauge", "None", "Share of all host vCPUs used by the application",
+              _R + ("usage_type",)),
+    MetricDef("neuron_runtime_memory_used_bytes", "gauge", "Bytes", "Memory used by the application",
+              _R + ("memory_location",)),
     *(
-        MetricDef(f"neuroncore_memory_usage_{c}", "gauge", "Bytes", f"Device memory used for {c.replace('_', ' ')} per NeuronCore",
+        MetricDef(f"neuroncore_memory_usage_{c}", "gauge", "Bytes",
+                  f"Device memory used for {c.replace('_', ' ')} per NeuronCore",
                   _R + ("neuroncore", "memory_location"))
         for c in CORE_MEMORY_METRICS
     ),
     MetricDef("execution_errors_total", "counter", "Count", "Execution errors by class", _R + ("error_type",)),
     MetricDef("execution_status_total", "counter", "Count", "Executions by outcome", _R + ("status_type",)),
-    MetricDef("execution_latency_seconds", "gauge", "Seconds", "Execution latency percentiles during the period", _R + ("percentile",)),
-    MetricDef("hardware_ecc_events_total", "counter", "Count", "ECC events by type and device", ("event_type", "neuron_device_index")),
+    MetricDef("execution_latency_seconds", "gauge", "Seconds", "Execution latency percentiles during the period",
+              _R + ("percentile",)),
+    MetricDef("hardware_ecc_events_total", "counter", "Count", "ECC events by type and device",
+              ("event_type", "neuron_device_index")),
     MetricDef("system_vcpu_count", "gauge", "Count", "Number of vCPUs on the host", ()),
     MetricDef("system_vcpu_usage_ratio", "gauge", "None", "Average host vCPU usage by type (0-1)", ("usage_type",)),
     MetricDef("system_memory_total_bytes", "gauge", "Bytes", "Host memory size", ()),
@@ -145,7 +151,8 @@ class ReportTracker:
             if isinstance(rt, dict):
                 tag = _label(rt.get("neuron_runtime_tag"))
                 scope = ("rt", _label(rt.get("pid")), tag)
-                groups += [(scope, g, d, {"runtime_tag": tag}, _RUNTIME_SAMPLES) for g, d in _d(rt.get("report")).items()]
+                groups += [(scope, g, d, {"runtime_tag": tag}, _RUNTIME_SAMPLES)
+                           for g, d in _d(rt.get("report")).items()]
         groups += [("sys", g, d, {}, _SYSTEM_SAMPLES) for g, d in _d(report.get("system_data")).items()]
         for scope, group, data, extra, table in groups:
             samples = table.get(group)

@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.contracts import stats_files
-from neuron_explorer.monitor.snapshot import SnapshotError, read_snapshot
 from neuron_explorer.monitor.apps import (
     AppTracker,
     ProcessGone,
@@ -27,7 +25,9 @@ from neuron_explorer.monitor.apps import (
 )
 from neuron_explorer.monitor.config import DEFAULT_PERIOD_S, RUNTIME_GROUPS, SYSTEM_GROUPS, MonitorConfig
 from neuron_explorer.monitor.gpu import Nvml
+from neuron_explorer.monitor.snapshot import SnapshotError, read_snapshot
 from neuron_explorer.monitor.system import HwCounters, MemoryInfo, VcpuUsage, hardware_info, instance_info
+from neuron_explorer.util import jsonfast as _json
 
 
 class Logger:
@@ -104,11 +104,11 @@ class Monitor:
     def discover(self, initial: bool = False) -> None:
         """Track new snapshot files, forget vanished ones, delete those of dead processes."""
         seen: set[int] = set()
-        for pid, path in stats_files.list_snapshots(self.stats_dir):
+        for pid, name in stats_files.list_snapshots(self.stats_dir):
             seen.add(pid)
             if pid in self.apps or pid in self.exclude_pids:
                 continue
-            path = Path(path)
+            path = Path(name)
             if pid in self._finals_seen:
                 try:
                     if os.stat(path).st_mtime_ns == self._finals_seen[pid]:
@@ -263,7 +263,8 @@ class Monitor:
                         tracker.error = str(exc)
             nxt = self.timers[key] + period
             self.timers[key] = nxt if nxt > now else now + period
-        self.log(4, f"collected {[k[1] for k in due]} for {len(self.apps)} apps in {1e3 * (time.perf_counter() - t0):.2f} ms")
+        ms = 1e3 * (time.perf_counter() - t0)
+        self.log(4, f"collected {[k[1] for k in due]} for {len(self.apps)} apps in {ms:.2f} ms")
         return True
 
     def report(self) -> dict[str, Any]:

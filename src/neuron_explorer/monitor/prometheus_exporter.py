@@ -96,8 +96,9 @@ class ReportState(Collector):
             counters = {k: dict(v) for k, v in self._counters.items()}
         for name, d in METRICS.items():
             labels = list(BASE_LABELS + d.labels)
+            fam: CounterMetricFamily | GaugeMetricFamily
             if d.kind == "counter":
-                fam: Metric = CounterMetricFamily(name, d.help, labels=labels)
+                fam = CounterMetricFamily(name, d.help, labels=labels)
                 for key, v in counters.get(name, {}).items():
                     fam.add_metric(list(key), v)
             else:
@@ -168,7 +169,7 @@ class _MetricsServer(ThreadingHTTPServer):
         except (OSError, ValueError):  # timeout, not TLS, bad certificate, reset: this client only
             return
         try:
-            self.RequestHandlerClass(conn, client_address, self)
+            super().finish_request(conn, client_address)  # (the handler, on the TLS connection)
         finally:
             conn.close()
 

@@ -7,14 +7,14 @@ file costs only its own application, never the monitor.
 
 from __future__ import annotations
 
+import builtins
 import math
 from pathlib import Path
 from typing import Any
 
 from neuron_explorer.contracts import stats_histogram
 from neuron_explorer.contracts.stats_files import SNAPSHOT_FORMAT
-from neuron_explorer.util import files
-from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.util import files, jsonfast as _json
 
 
 class SnapshotError(Exception):
@@ -94,7 +94,7 @@ class _Check:
         if not isinstance(v, list) or len(v) > MAX_ITEMS:
             raise self.bad(key, v, f"an array of at most {MAX_ITEMS} entries")
 
-    def counts(self, key: str, v: Any, hi: int = _MAX_INT) -> None:
+    def counts(self, key: str, v: Any, hi: builtins.int = _MAX_INT) -> None:
         """A str -> count object (executions, errors, memory categories)."""
         self.dict(key, v)
         for k, n in v.items():
@@ -113,7 +113,7 @@ class _Check:
         for i, c in enumerate(v[1]):
             self.int(f"{key}[1][{i}]", c)
 
-    def snapshot(self, snap: dict[str, Any]) -> None:
+    def snapshot(self, snap: builtins.dict[str, Any]) -> None:
         self.int("pid", snap.get("pid"), 0, (1 << 31) - 1)
         if not isinstance(snap.get("tag", ""), str):
             raise self.bad("tag", snap.get("tag"), "a string")
@@ -129,6 +129,7 @@ class _Check:
         self.counts("errors", snap.get("errors"))
         cores = snap.get("cores")
         self.dict("cores", cores)
+        assert isinstance(cores, dict)  # (checked just above)
         if len(cores) > MAX_CORES:
             raise self.bad("cores", f"{len(cores)} entries", f"at most {MAX_CORES} cores")
         for k, c in cores.items():

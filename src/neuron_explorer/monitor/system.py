@@ -190,7 +190,8 @@ class HwCounters:
     between two reads; a counter that cannot be read is null.
     """
 
-    def __init__(self, nvml: Nvml | None = None, edac_root: str | os.PathLike[str] = "/sys/devices/system/edac") -> None:
+    def __init__(self, nvml: Nvml | None = None,
+                 edac_root: str | os.PathLike[str] = "/sys/devices/system/edac") -> None:
         self.nvml = nvml
         self.edac_root = edac_root
         self._last_t = time.monotonic()

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.contracts.events import STATUS_CODES
 from neuron_explorer.contracts import ndet_log as fmt
+from neuron_explorer.contracts.events import STATUS_CODES
+
 from .sources import RankLog
 
 __all__ = ["CCProblem", "CollectiveIndex", "Finding", "GroupIndex", "Job", "LogSummary", "RankGroup", "group_jobs",
@@ -121,7 +122,8 @@ class GroupIndex:
     max_t0: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     max_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ranks: dict[int, RankGroup] = field(default_factory=dict)
-    mismatches: dict[int, list[tuple[int, int, int, int]]] = field(default_factory=dict)  # seq -> (rank, op, bytes, dtype)
+    # seq -> (rank, op, bytes, dtype)
+    mismatches: dict[int, list[tuple[int, int, int, int]]] = field(default_factory=dict)
     n_mismatch: int = 0
 
     def lookup(self, seq: int) -> int:
@@ -331,7 +333,8 @@ class Job:
         ranks = sorted({lg.rank for lg in self.logs if lg.rank >= 0})
         rk = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if ranks else ""
         n = len(self.logs)
-        return f"{what}, {n} log{'s' if n != 1 else ''}{rk}, {wall_str(self.start_wall_ns)} - {wall_str(self.last_wall_ns)}"
+        span = f"{wall_str(self.start_wall_ns)} - {wall_str(self.last_wall_ns)}"
+        return f"{what}, {n} log{'s' if n != 1 else ''}{rk}, {span}"
 
 
 def group_jobs(logs: list[RankLog]) -> list[Job]:
@@ -347,7 +350,7 @@ def group_jobs(logs: list[RankLog]) -> list[Job]:
     jobs: list[Job] = []
     for key, group in by_key.items():
         group.sort(key=lambda lg: (lg.start_wall_ns, lg.rank))
-        end, ranks = -1, set()
+        end, ranks = -1, set[int]()
         for lg in group:
             if not ranks or (lg.start_wall_ns > end and lg.rank in ranks):
                 jobs.append(Job(key, []))

@@ -15,13 +15,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from neuron_explorer.util.atomic import AtomicFile, replaceable
-
-from neuron_explorer.util.ranges import IndexRanges
-from . import analysis
 from neuron_explorer.contracts import ndet_log as fmt
-from . import sources
-from . import verdict as rules
+from neuron_explorer.util.atomic import AtomicFile, replaceable
+from neuron_explorer.util.ranges import IndexRanges
+
+from . import analysis, sources, verdict as rules
 from .trace import TraceWriter
 
 EXAMPLES = """\

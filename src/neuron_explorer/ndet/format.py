@@ -3,6 +3,22 @@
 (docs/decisions/0100-layers-named-by-the-tree.md).  Nothing in the package imports it."""
 
 from neuron_explorer.contracts.ndet_log import (  # noqa: F401
-    CC_KINDS, FORMAT_NAME, FORMAT_VERSION, KIND_CC_BARRIER, KIND_CC_OP, KIND_EXEC, KIND_NUMERICAL_ERROR,
-    RECORD_DTYPE, ROLE_CHILD, ROLE_MAIN, ROLE_RANK, STATE_COMPLETE, STATE_IN_FLIGHT, LogFormatError, NdetLog,
-    read_header, read_log, sniff)
+    CC_KINDS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    KIND_CC_BARRIER,
+    KIND_CC_OP,
+    KIND_EXEC,
+    KIND_NUMERICAL_ERROR,
+    RECORD_DTYPE,
+    ROLE_CHILD,
+    ROLE_MAIN,
+    ROLE_RANK,
+    STATE_COMPLETE,
+    STATE_IN_FLIGHT,
+    LogFormatError,
+    NdetLog,
+    read_header,
+    read_log,
+    sniff,
+)

@@ -12,6 +12,7 @@ Flight Recorder (``torch._C._distributed_c10d._dump_fr_trace_json()``, or the pi
 
 from __future__ import annotations
 
+import builtins
 import glob
 import io
 import json
@@ -172,13 +173,13 @@ class _Fields:
             raise self._bad(key, v, "a string")
         return v
 
-    def bool(self, key: str, default: object = _MISSING) -> bool:
+    def bool(self, key: builtins.str, default: object = _MISSING) -> builtins.bool:
         v = self.get(key, default)
         if not isinstance(v, bool):
             raise self._bad(key, v, "true or false")
         return v
 
-    def models(self) -> dict[int, dict]:
+    def models(self) -> dict[builtins.int, dict]:
         v = self.get("models", [])
         if not isinstance(v, list):
             raise self._bad("models", v, "a list of models")
@@ -278,8 +279,9 @@ def load_flight_recorder(path: str) -> RankLog:
             d = _SafeUnpickler(io.BytesIO(raw)).load()
         else:
             d = json.loads(raw.decode("utf-8"))
-    except Exception as e:
-        raise fmt.LogFormatError(f"{path}: corrupt or truncated Flight Recorder dump ({type(e).__name__}: {e})") from None
+    except Exception as err:
+        raise fmt.LogFormatError(f"{path}: corrupt or truncated Flight Recorder dump "
+                                 f"({type(err).__name__}: {err})") from None
     if not isinstance(d, dict) or "entries" not in d or not isinstance(d["entries"], list):
         raise fmt.LogFormatError(f"{path}: not a Flight Recorder dump (no 'entries' list)")
     rank = d.get("rank")
@@ -336,7 +338,9 @@ def load_flight_recorder(path: str) -> RankLog:
                 st, t1 = fmt.STATE_COMPLETE, done or t0
             kind = fmt.KIND_CC_BARRIER if "barrier" in op else fmt.KIND_CC_OP
             seq = _ns(e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id", 0))
-            rows.append((kind, st, 0, 0, t0, t1, intern(op), seq, nbytes, intern(dtype), intern(group_of(e.get("process_group")))))
+            op_id, dtype_id = intern(op), intern(dtype)  # (string ids in this order: op, dtype, group)
+            group_id = intern(group_of(e.get("process_group")))
+            rows.append((kind, st, 0, 0, t0, t1, op_id, seq, nbytes, dtype_id, group_id))
             t_min = t0 if not t_min else min(t_min, t0)
             t_max = max(t_max, t0, t1)
     except (TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
@@ -373,6 +377,7 @@ def stage_url(url: str, dest: str, endpoint: str | None) -> tuple[str, bool]:
         return dest, True
     parent = storage.Location(loc.bucket, loc.prefix.rpartition("/")[0])
     base = loc.prefix.rpartition("/")[2]
-    names = [r for r, _ in storage.list_files(fs, parent) if "/" not in r and r.startswith(base) and not r.startswith(".")]
+    names = [r for r, _ in storage.list_files(fs, parent)
+             if "/" not in r and r.startswith(base) and not r.startswith(".")]
     storage.download(fs, parent, names, dest)
     return os.path.join(dest, base), False

@@ -23,10 +23,10 @@ from typing import IO
 import numpy as np
 
 from neuron_explorer.contracts import ndet_log as fmt
+from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
+
 from .analysis import CollectiveIndex, group_ranks
 from .sources import RankLog
-
-from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter
 
 ERROR_COLOR = "terrible"
 PALETTE = ("thread_state_running", "rail_response", "cq_build_passed", "rail_animation", "good", "yellow",
@@ -133,8 +133,8 @@ class TraceWriter:
         if last == log.rank:
             for r in group_ranks(group):
                 if r != last and (log.source, r) in self.ranks_present:
-                    evs.append({"ph": "s", "id": f"{self.flow_prefix}c{gkey}.{seq}.{r}", "name": "waited for", "cat": "dependency",
-                                "pid": pid, "tid": nc, "ts": ts})
+                    evs.append({"ph": "s", "id": f"{self.flow_prefix}c{gkey}.{seq}.{r}", "name": "waited for",
+                                "cat": "dependency", "pid": pid, "tid": nc, "ts": ts})
         elif (log.source, last) in self.ranks_present:
             evs.append({"ph": "f", "bp": "e", "id": f"{self.flow_prefix}c{gkey}.{seq}.{log.rank}", "name": "waited for",
                         "cat": "dependency", "pid": pid, "tid": nc, "ts": ts})
@@ -196,8 +196,9 @@ class _Templates:
         """A collective of one kind, op, dtype and group (ts, dur, tid, seq, bytes, nc, in_exec)."""
         log, S = self.log, self.log.strings
         gr = group_ranks(S[e] if 0 <= e < len(S) else "")
+        op = S[a] if 0 <= a < len(S) else "?"
         return ('{"name":"' + fmt.KINDS.get(kind, {}).get("name", "cc_op_exec") + '","cat":"cc","ph":"X",'
-                f'"ts":%.3f,"dur":%.3f,"pid":{self.pid},"tid":%d,"args":{{"op":{json.dumps(S[a] if 0 <= a < len(S) else "?")},'
+                f'"ts":%.3f,"dur":%.3f,"pid":{self.pid},"tid":%d,"args":{{"op":{json.dumps(op)},'
                 f'"seq":%d,"group":{json.dumps(gr)},"peers":{json.dumps([r for r in gr if r != log.rank])},'
                 f'"bytes":%d,"dtype":{json.dumps(S[d] if 0 <= d < len(S) else "")},"nd":{log.nd},"nc":%d,'
                 f'"rank":{log.rank},"ret":0,"in_exec":%s}}}}')

@@ -24,8 +24,18 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from neuron_explorer.contracts import ndet_log as fmt
-from .analysis import CCProblem, CollectiveIndex, GroupIndex, LogSummary, RankGroup, group_ranks, group_str, \
-    status_name, wall_str
+
+from .analysis import (
+    CCProblem,
+    CollectiveIndex,
+    GroupIndex,
+    LogSummary,
+    RankGroup,
+    group_ranks,
+    group_str,
+    status_name,
+    wall_str,
+)
 
 __all__ = ["Culprit", "GROUP_RULES", "JOB_RULES", "ended_by_its_parent", "is_clean", "verdict"]
 
@@ -168,11 +178,11 @@ def missing_ranks(ev: Evidence, g: GroupEvidence) -> list[Culprit]:
     seq = min(g.behind)
     i = gi.lookup(seq)
     op = ev.names.get(int(gi.op[i]), "collective") if i >= 0 else "collective"
-    entered = [r for r, rg in g.present.items() if rg is not None and rg.max_seq >= seq]
+    entered = {r: rg for r, rg in g.present.items() if rg is not None and rg.max_seq >= seq}
     waits = []
     t_event = int(gi.max_t0[i]) if i >= 0 else 0
     for r in sorted(entered):
-        p = g.present[r].problems.get(seq)
+        p = entered[r].problems.get(seq)
         if p is None:
             continue
         t_event = min(t_event, p.t0) if t_event else p.t0

@@ -24,14 +24,18 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from neuron_explorer.contracts import stats_files, stats_histogram
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_TO_MONITOR
 from neuron_explorer.contracts.events import RECORD_WIDTH
+from neuron_explorer.contracts.stats_files import (
+    CORE_MEMORY_CATEGORIES,
+    ERROR_CLASSES,
+    EXECUTION_STATUSES,
+    HOST_MEMORY_CATEGORIES,
+    SNAPSHOT_FORMAT,
+)
 from neuron_explorer.runtime.ring import NativeRing
 from neuron_explorer.util import jsonfast as _json
-from neuron_explorer.contracts import stats_files, stats_histogram
-from neuron_explorer.contracts.stats_files import (CORE_MEMORY_CATEGORIES, ERROR_CLASSES, EXECUTION_STATUSES,
-                                              HOST_MEMORY_CATEGORIES, SNAPSHOT_FORMAT)
-
 
 #: Outcomes for which the execution actually ran, so its latency is meaningful.
 _TIMED_STATUSES = frozenset({"completed", "completed_with_err", "completed_with_num_err", "timed_out"})

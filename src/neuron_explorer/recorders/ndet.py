@@ -42,17 +42,29 @@ import threading
 import time
 from collections import deque
 from itertools import starmap
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from ..runtime import clock
-from neuron_explorer.contracts.env import (DEFAULT_NUM_ENTRIES, NDET_FLUSH_USEC, NDET_LOG_LOCATION, NDET_NUM_ENTRIES,
-                                           parse_ndet_flush_usec, parse_ndet_log_location, parse_ndet_num_entries)
-from neuron_explorer.contracts.layout import log_file_name
-from ..runtime.ring import NativeRing, SlotTable
 from neuron_explorer.contracts import ndet_log as fmt
+from neuron_explorer.contracts.env import (
+    DEFAULT_NUM_ENTRIES,
+    NDET_FLUSH_USEC,
+    NDET_LOG_LOCATION,
+    NDET_NUM_ENTRIES,
+    parse_ndet_flush_usec,
+    parse_ndet_log_location,
+    parse_ndet_num_entries,
+)
+from neuron_explorer.contracts.layout import log_file_name
 from neuron_explorer.util.procs import is_launcher, multiprocessing_child
+
+from ..runtime import clock
+from ..runtime.ring import NativeRing, SlotTable
+
+if TYPE_CHECKING:
+    from ..runtime.identity import ProcessIdentity
+    from ..runtime.ring import NativeRingBuffer
 
 HISTORY_START = 1024
 _pack_record = struct.Struct("<BBHi7q").pack  # fmt.RECORD_DTYPE, field for field
@@ -156,7 +168,8 @@ class NdetRecorder:
         self.require_framework = require_framework
         # ended records, 11 ints each (RECORD_DTYPE's fields in order): a C ring the C execution
         # wrapper writes into directly when the extension is built, else a deque of tuples
-        self._ring = NativeRing(num_entries, len(fmt.RECORD_DTYPE.names)) if NativeRing is not None else \
+        self._ring: NativeRingBuffer | deque[tuple[int, ...]] = \
+            NativeRing(num_entries, len(fmt.RECORD_DTYPE.names or ())) if NativeRing is not None else \
             deque(maxlen=num_entries)
         self._inflight: dict = {}
         self._slots = SlotTable() if SlotTable is not None else None  # the C wrapper's in-flight records
@@ -173,7 +186,7 @@ class NdetRecorder:
         self._final = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        ident = rt.ident
+        ident: ProcessIdentity = rt.ident
         start = rt.anchors[0]
         self.start_mono_ns, self.start_wall_ns = start[0], start[1]
         self._env = os.environ if env is None else env  # read at every write: scripts set MASTER_* late
@@ -221,11 +234,11 @@ class NdetRecorder:
     @classmethod
     def from_env(cls, rt: Any, env: dict[str, str] | None = None) -> "NdetRecorder":
         """Build the recorder from the spec's variables; bad values raise ConfigError (one line)."""
-        env = os.environ if env is None else env
-        usec = parse_ndet_flush_usec(env.get(NDET_FLUSH_USEC))
-        loc = parse_ndet_log_location(env.get(NDET_LOG_LOCATION))
-        entries = parse_ndet_num_entries(env.get(NDET_NUM_ENTRIES))
-        return cls(rt, loc, usec, entries, env=env)
+        got: Mapping[str, str] = os.environ if env is None else env
+        usec = parse_ndet_flush_usec(got.get(NDET_FLUSH_USEC))
+        loc = parse_ndet_log_location(got.get(NDET_LOG_LOCATION))
+        entries = parse_ndet_num_entries(got.get(NDET_NUM_ENTRIES))
+        return cls(rt, loc, usec, entries, env=got)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="neuron-explorer-ndet", daemon=True)
@@ -319,7 +332,7 @@ class NdetRecorder:
         if not isinstance(ring, deque):  # the C ring: one int64 block, converted a field at a time
             rows = np.frombuffer(ring.take(), dtype=np.int64).reshape(-1, ring.width)
             block = np.empty(len(rows), dtype=fmt.RECORD_DTYPE)
-            for i, name in enumerate(fmt.RECORD_DTYPE.names):
+            for i, name in enumerate(fmt.RECORD_DTYPE.names or ()):
                 block[name] = rows[:, i]
             self._push(block)
             return

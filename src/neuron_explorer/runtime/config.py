@@ -11,10 +11,33 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from neuron_explorer.contracts.env import (
-    CPU_UTIL, DEFAULT_MAX_EVENTS, DEVICE_PROFILE, FILTER_NC, FILTER_TYPE, FINAL_WRITE_TIMEOUT, FLUSH_PERIOD,
-    HOST_MEMORY, MAX_EVENTS, MAX_SAMPLES, NAN_CHECK, ON_FAIL, OUTPUT_DIR, PROCESS_TAG, SAMPLE_PERIOD,
-    SOURCE_DEBUG_VARS, SYSTEM_PROFILE, ndet_requested, parse_bool, parse_device_profile, parse_flag_leniently,
-    named_types, parse_max_events, parse_nc_filter, parse_positive_int, parse_type_filter)
+    CPU_UTIL,
+    DEFAULT_MAX_EVENTS,
+    DEVICE_PROFILE,
+    FILTER_NC,
+    FILTER_TYPE,
+    FINAL_WRITE_TIMEOUT,
+    FLUSH_PERIOD,
+    HOST_MEMORY,
+    MAX_EVENTS,
+    MAX_SAMPLES,
+    NAN_CHECK,
+    ON_FAIL,
+    OUTPUT_DIR,
+    PROCESS_TAG,
+    SAMPLE_PERIOD,
+    SOURCE_DEBUG_VARS,
+    SYSTEM_PROFILE,
+    named_types,
+    ndet_requested,
+    parse_bool,
+    parse_device_profile,
+    parse_flag_leniently,
+    parse_max_events,
+    parse_nc_filter,
+    parse_positive_int,
+    parse_type_filter,
+)
 from neuron_explorer.contracts.events import unproducible
 from neuron_explorer.util.ranges import IndexRanges
 
@@ -49,8 +72,8 @@ class CaptureConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> "CaptureConfig":
         env = os.environ if env is None else env
         g = env.get
-        raw = {k: v for k, v in env.items() if k.startswith(("NEURON_RT_INSPECT_", "NEURON_EXPLORER_", "NEURON_RT_DBG_NDET_"))
-               or k in SOURCE_DEBUG_VARS or k == PROCESS_TAG}
+        prefixes = ("NEURON_RT_INSPECT_", "NEURON_EXPLORER_", "NEURON_RT_DBG_NDET_")
+        raw = {k: v for k, v in env.items() if k.startswith(prefixes) or k in SOURCE_DEBUG_VARS or k == PROCESS_TAG}
         warnings: list[str] = []
         type_filter = parse_type_filter(g(FILTER_TYPE))
         warnings += [f"{FILTER_TYPE}: {w}" for w in unproducible(named_types(g(FILTER_TYPE)), host_has_gpu())]

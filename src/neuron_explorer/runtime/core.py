@@ -12,8 +12,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from . import clock
 from neuron_explorer.contracts import events as ev
+
+from . import clock
 from .config import CaptureConfig
 from .identity import ProcessIdentity
 from .ring import Ring

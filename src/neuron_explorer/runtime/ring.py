@@ -22,16 +22,35 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from itertools import starmap
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from neuron_explorer.contracts.events import RECORD_WIDTH as W
 
+if TYPE_CHECKING:
+    from . import _fastpath as _c
+
 # The C extension's ring, execution wrapper, NDET in-flight slots, NaN/Inf scanner, eager
 # optimizer step and the eager hooks' and regions' gates (runtime/_fastpath.c, _finite.h, _step.h,
 # _hooks.h); all None without the extension or with NEURON_EXPLORER_PURE_PYTHON=1, and the Python
-# versions run instead.
+# versions run instead (runtime/_fastpath.pyi names each one's twin).
+EagerStep: type[_c.EagerStep] | None
+ExecWrapper: type[_c.ExecWrapper] | None
+NanScanner: type[_c.NanScanner] | None
+NativeRing: type[_c.RingBuffer] | None
+SlotTable: type[_c.SlotTable] | None
+Counter: type[_c.Counter] | None
+RateGate: type[_c.RateGate] | type[PyRateGate]
+backward_gate: Callable[..., Callable[..., Any]] | None
+module_call_gate: Callable[..., None] | None
+module_call_skip: Callable[[object], None] | None
+region_methods: Callable[..., tuple[Callable[..., Any], Callable[..., Any]] | None] | None
+expand_pairs: Callable[..., tuple[int, int]] | None
+if TYPE_CHECKING:
+    NativeRingBuffer = _c.RingBuffer  # (the C ring's type, for annotations in other packages)
 try:
     from ._fastpath import EagerStep, ExecWrapper, NanScanner, RingBuffer as NativeRing, SlotTable
 except ImportError:  # pragma: no cover - a build without a C compiler
@@ -115,12 +134,13 @@ class Ring:
         self.nc = nc
         self.capacity = capacity
         use_c = NativeRing is not None if native is None else native
-        if use_c:
+        self.buffer: _c.RingBuffer | None = None
+        self._q: deque[tuple[int, ...]] | None = None
+        self.append: Callable[[tuple[int, ...]], None]
+        if use_c and NativeRing is not None:
             self.buffer = NativeRing(capacity)  # the C wrapper writes here directly
-            self._q = None
             self.append = self.buffer.append
         else:
-            self.buffer = None
             self._q = deque(maxlen=capacity)
             self.append = self._q.append
         self._counter = itertools.count()
@@ -176,6 +196,7 @@ class Ring:
         if self.buffer is not None:
             return np.frombuffer(self.buffer.take(), dtype=np.int64).reshape(-1, W)
         q = self._q
+        assert q is not None  # (no C buffer: the deque)
         n = len(q)
         pop = q.popleft
         return records_to_block([pop() for _ in range(n)])

@@ -30,8 +30,10 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+from types import FrameType, ModuleType
+from typing import Any, Callable
 
+_fp: ModuleType | None  # runtime/_fastpath.pyi: forward_signal, stop_forwarding, die_by_signal
 try:
     from . import _fastpath as _fp
 except ImportError:  # pragma: no cover - a build without a C compiler
@@ -82,7 +84,8 @@ class SignalExit:
         self.final_write = final_write
         self.on_signal = on_signal
         self.timeout_s = timeout_s
-        self.prev: dict[int, object] = {}  # signal -> the Python-level handler we found
+        # signal -> the Python-level handler we found
+        self.prev: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
         self.handlers: dict[int, Callable] = {}  # signal -> our handler
         self.mode = "none"  # "c", "wakeup_fd" or "none": what wakes the watcher
         self._r = self._w = -1
@@ -109,8 +112,8 @@ class SignalExit:
         self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(self._r, True)
         if _fp is not None:
-            for sig in self.handlers:
-                _fp.forward_signal(sig, self._w)
+            for num in self.handlers:
+                _fp.forward_signal(num, self._w)
             self.mode = "c"
         else:
             try:

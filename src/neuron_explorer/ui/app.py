@@ -22,13 +22,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from neuron_explorer.ui import area as area_q
-from neuron_explorer.ui import busy as busy_q
-from neuron_explorer.ui import flows as flows_q
-from neuron_explorer.ui import paths, queries
-from neuron_explorer.ui import search as search_q
-from neuron_explorer.ui.device import device_profiles as list_device_profiles
-from neuron_explorer.ui.device import DeviceProfile, open_device
+from neuron_explorer.ui import area as area_q, busy as busy_q, flows as flows_q, paths, queries, search as search_q
+from neuron_explorer.ui.device import DeviceProfile, device_profiles as list_device_profiles, open_device
 from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, one_line, parse_rows
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, DEFAULT_MODE, check_layout, check_mode
@@ -37,11 +32,14 @@ from neuron_explorer.ui.workspace import Workspace
 STATIC = Path(__file__).resolve().parent / "static"
 
 
-class FastJSON(JSONResponse):
+def _json(content: Any) -> bytes:
     """orjson: window answers are tens of thousands of numbers; the stdlib encoder is the bottleneck."""
+    return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
+
+class FastJSON(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        return _json(content)
 
 
 Handler = Callable[[Workspace, Request], Any]
@@ -53,7 +51,7 @@ def _timed(ws: Workspace, fn: Handler, req: Request) -> tuple[bytes, str]:
     t = time.perf_counter()
     data = fn(ws, req)
     t1 = time.perf_counter()
-    body = FastJSON(data).body
+    body = _json(data)
     t2 = time.perf_counter()
     return body, f"query;dur={(t1 - t) * 1e3:.1f}, json;dur={(t2 - t1) * 1e3:.1f}"
 
@@ -184,8 +182,8 @@ def summary(ws: Workspace, req: Request) -> Any:
 
 def busy(ws: Workspace, req: Request) -> Any:
     check_mode(_mode(req, ws))
-    return busy_q.busy(_early(ws, req), _mode(req, ws), _layout(req), busy_q.parse_groups(req.query_params.get("groups")),
-                       *_range(req))
+    return busy_q.busy(_early(ws, req), _mode(req, ws), _layout(req),
+                       busy_q.parse_groups(req.query_params.get("groups")), *_range(req))
 
 
 def activity(ws: Workspace, req: Request) -> Any:
@@ -200,7 +198,8 @@ def nonempty(ws: Workspace, req: Request) -> Any:
 
 def area(ws: Workspace, req: Request) -> Any:
     check_mode(_mode(req, ws))
-    return area_q.area(_prof(ws, req), _mode(req, ws), _layout(req), _rows(req) or None, _num(req, "t0"), _num(req, "t1"))
+    return area_q.area(_prof(ws, req), _mode(req, ws), _layout(req), _rows(req) or None,
+                       _num(req, "t0"), _num(req, "t1"))
 
 
 def collectives(ws: Workspace, req: Request) -> Any:

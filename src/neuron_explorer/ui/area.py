@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from neuron_explorer.contracts.stragglers import arrivals, summarize
 from neuron_explorer.ui import wire
 from neuron_explorer.ui.busy import is_collective
 from neuron_explorer.ui.params import window_args
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.queries import pick_rows
 from neuron_explorer.util.intervals import union_length
-from neuron_explorer.contracts.stragglers import arrivals, summarize
 
 AREA_EXACT_MAX = 3_000_000  # events: above this, counts and busy time come from pyramid level 0
 COLLECTIVES_MAX = 50_000  # collectives compared at most (the earliest in the range)
@@ -127,7 +127,8 @@ def collectives(p: Profile, mode: str, layout: str, row_idx: list[int] | None, t
     the CLI's straggler summary over them."""
     t0, t1, _ = window_args(t0, t1, 1)
     idx = p.index
-    out: dict[str, Any] = {"t0": t0, "t1": t1, "collectives": [], "summary": summarize(arrivals([], [], [])),
+    none = np.zeros(0, dtype=np.int64)
+    out: dict[str, Any] = {"t0": t0, "t1": t1, "collectives": [], "summary": summarize(arrivals(none, none, none)),
                            "compared_capped": False}
     if idx is None:
         return out

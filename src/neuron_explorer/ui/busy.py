@@ -89,6 +89,7 @@ def leaves_coverage(p: Profile, leaves: list[int], t0: float, t1: float, px: int
     t0i, t1i = t0 - sh, t1 - sh
     if level is None:
         idx = p.index
+        assert idx is not None  # (no level: the events themselves, from the index; source_level)
         ss, es, ks = [], [], []
         for k, (_lf, a, b) in enumerate(idx.raw_slices(leaves, t0i, t1i)):
             st = idx.s[a:b].astype(np.int64)
@@ -184,7 +185,7 @@ def rows_with_events(p: Profile, mode: str, layout: str, t0: float, t1: float) -
             out.append(i)
             continue
         # nothing starts inside: an event starting earlier may still cover the window
-        for lf, a, b in idx.raw_slices(r.leaves, t0i, t0i + 1):
+        for _lf, a, b in idx.raw_slices(r.leaves, t0i, t0i + 1):
             if bool((idx.s[a:b] + idx.d[a:b].astype(np.int64) >= lo_t).any()):
                 out.append(i)
                 break

@@ -6,7 +6,7 @@ profile's leaves (one aggregate per process, which had to run first anyway) now 
 leaf's events by a time bucket of width ``W`` (a power of two, about ``COARSE_BUCKETS`` buckets over
 the profile) and keeps, per bucket, what a pyramid level keeps: first start, last end, count, total
 duration and smallest id. That *is* a pyramid level, so windows and busy shares are answered from it
-by the index's own code (``EventIndex.gather_level``) until the index is ready; the answers say
+by the index's own code (``PyramidLevels.gather_level``) until the index is ready; the answers say
 ``"coarse": true`` and the browser asks again once the index is built. The scan reads only the
 columns a first paint needs (docs/decisions/0039-ui-cold-first-paint.md): buckets carry no event id
 (-1), and each leaf's longest duration is a bound until the index build computes it.
@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from neuron_explorer.ui.index import EventIndex
+from neuron_explorer.ui.index import PyramidLevels
 from neuron_explorer.ui.sql import files_sql
 
 COARSE_BUCKETS = 1024  # buckets over the profile: ~1 per pixel of a whole-profile view
@@ -51,7 +51,8 @@ def extent(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[int, int, 
             return int(r[0]), int(r[1]), int(r[2])
     except duckdb.Error:
         pass
-    r = con.execute(f"SELECT min(start_ts), max(end_ts), max(duration_ns) FROM read_parquet({files_sql(files)})").fetchall()[0]
+    r = con.execute("SELECT min(start_ts), max(end_ts), max(duration_ns) "
+                    f"FROM read_parquet({files_sql(files)})").fetchall()[0]
     return None if r[0] is None else (int(r[0]), int(r[1]), int(r[2] or 0))
 
 
@@ -69,11 +70,9 @@ def scan_sql(files: list[str], base: int, w: int) -> str:
         GROUP BY ALL ORDER BY tid, nc, src, name, b, s"""
 
 
-class CoarseLevel:
+class CoarseLevel(PyramidLevels):
     """One pyramid level (width ``levels[0]``) over leaves, relative to ``base``: the arrays of
-    ``EventIndex`` level 0, so its ``gather_level`` serves it unchanged."""
-
-    gather_level = EventIndex.gather_level
+    ``EventIndex`` level 0, so the same ``gather_level`` serves it."""
 
     def __init__(self, base: int, w: int, arrays: dict[str, np.ndarray], maxdur: list[int]) -> None:
         self.base = int(base)
@@ -85,7 +84,8 @@ class CoarseLevel:
         return int(sum(v.nbytes for v in self.a.values()))
 
 
-def split_part(inst: str, pid: int, cols: dict[str, Any], max_duration: int) -> list[tuple[tuple, dict[str, np.ndarray]]]:
+def split_part(inst: str, pid: int, cols: dict[str, Any],
+               max_duration: int) -> list[tuple[tuple, dict[str, np.ndarray]]]:
     """One process's scan answer (``scan_sql``, as numpy columns) cut into leaves: per leaf its row
     (inst, pid, tid, nc, src, name, n, min start, max end, longest duration bound, group) and its
     buckets. The bound is the widest bucket's extent (no event of the leaf is longer), capped by the

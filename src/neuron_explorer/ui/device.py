@@ -156,4 +156,5 @@ class DeviceProfile:
             attrs = {}
         return {"name": ev.get("name"), "properties": wire.record(ev), "attributes": attrs,
                 "origin_ns": str(self.frame_origin),
-                "relative": {"start": int(ev["start_ts"]) - self.frame_origin, "end": int(ev["end_ts"]) - self.frame_origin}}
+                "relative": {"start": int(ev["start_ts"]) - self.frame_origin,
+                             "end": int(ev["end_ts"]) - self.frame_origin}}

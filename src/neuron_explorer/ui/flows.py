@@ -105,7 +105,7 @@ def _enclosing(p: Profile, pos: int) -> list[int]:
     e0 = s0 + int(idx.d[pos])
     same = [lf.leaf for lf in p.leaves if (lf.inst, lf.pid, lf.tid) == (me.inst, me.pid, me.tid)]
     found: list[tuple[int, int, int]] = []
-    for lf, a, b in idx.raw_slices(same, s0, s0 + 1):  # events overlapping the start instant
+    for _lf, a, b in idx.raw_slices(same, s0, s0 + 1):  # events overlapping the start instant
         s = idx.s[a:b]
         e = s + idx.d[a:b].astype(np.int64)
         for j in np.flatnonzero((s <= s0) & (e >= e0)).tolist():

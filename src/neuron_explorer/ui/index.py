@@ -56,7 +56,47 @@ from neuron_explorer.ui.index_build import BLOCK, FORMAT, build_arrays
 FLOW_WALK_MIN_EVENTS = 200_000
 
 
-class EventIndex:
+class PyramidLevels:
+    """What ``gather_level`` reads, shared by the index and the coarse level built before it
+    (``coarse.CoarseLevel``, the same arrays as the index's level 0): the level widths, the longest
+    duration per leaf, and the arrays ``p<k>_*`` of each level ``k``."""
+
+    levels: list[int]
+    maxdur: np.ndarray
+    a: dict[str, np.ndarray]
+
+    def gather_level(self, k: int, leaves: list[int], rows: list[int], t0: float, t1: float) -> dict[str, np.ndarray]:
+        """Buckets of level ``k`` overlapping [t0, t1) (base-relative) of ``leaves``."""
+        w = self.levels[k]
+        a_ = self.a
+        ps, poff = a_[f"p{k}_s"], a_[f"p{k}_off"]
+        hi_t = math.ceil(t1)
+        sl = []
+        for lf, r in zip(leaves, rows):
+            a, b = int(poff[lf]), int(poff[lf + 1])
+            if b <= a:
+                continue
+            ls = ps[a:b]
+            lo_b = math.floor((t0 - int(self.maxdur[lf])) / w)  # a bucket starting before this cannot reach t0
+            lo = int(np.searchsorted(ls, lo_b * w, "left"))
+            hi = int(np.searchsorted(ls, hi_t, "left"))
+            if lo < hi:
+                sl.append((lf, r, a + lo, a + hi))
+        if not sl:
+            return _empty()
+        lens = np.array([b - a for _, _, a, b in sl], dtype=np.int64)
+        out = {"row": np.repeat(np.array([r for _, r, _, _ in sl], dtype=np.int64), lens),
+               "leaf": np.repeat(np.array([lf for lf, _, _, _ in sl], dtype=np.int64), lens)}
+        for x in ("s", "e", "c", "d", "id"):
+            col = a_[f"p{k}_{x}"]
+            out[x] = np.concatenate([col[a:b] for _, _, a, b in sl]).astype(np.int64, copy=False)
+        keep = out["e"] >= math.ceil(t0)
+        if not keep.all():
+            out = {kk: v[keep] for kk, v in out.items()}
+        return out
+
+
+class EventIndex(PyramidLevels):
     """Sorted per-leaf event arrays and pyramid levels (see the module docstring)."""
 
     def __init__(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -198,36 +238,6 @@ class EventIndex:
         out = {"row": row, "s": s, "e": e, "c": np.ones(len(s), dtype=np.int64), "d": d, "id": ids, "leaf": leaf}
         if not keep.all():
             out = {k: v[keep] for k, v in out.items()}
-        return out
-
-    def gather_level(self, k: int, leaves: list[int], rows: list[int], t0: float, t1: float) -> dict[str, np.ndarray]:
-        """Buckets of level ``k`` overlapping [t0, t1) (base-relative) of ``leaves``."""
-        w = self.levels[k]
-        a_ = self.a
-        ps, poff = a_[f"p{k}_s"], a_[f"p{k}_off"]
-        hi_t = math.ceil(t1)
-        sl = []
-        for lf, r in zip(leaves, rows):
-            a, b = int(poff[lf]), int(poff[lf + 1])
-            if b <= a:
-                continue
-            ls = ps[a:b]
-            lo_b = math.floor((t0 - int(self.maxdur[lf])) / w)  # a bucket starting before this cannot reach t0
-            lo = int(np.searchsorted(ls, lo_b * w, "left"))
-            hi = int(np.searchsorted(ls, hi_t, "left"))
-            if lo < hi:
-                sl.append((lf, r, a + lo, a + hi))
-        if not sl:
-            return _empty()
-        lens = np.array([b - a for _, _, a, b in sl], dtype=np.int64)
-        out = {"row": np.repeat(np.array([r for _, r, _, _ in sl], dtype=np.int64), lens),
-               "leaf": np.repeat(np.array([lf for lf, _, _, _ in sl], dtype=np.int64), lens)}
-        for x in ("s", "e", "c", "d", "id"):
-            col = a_[f"p{k}_{x}"]
-            out[x] = np.concatenate([col[a:b] for _, _, a, b in sl]).astype(np.int64, copy=False)
-        keep = out["e"] >= math.ceil(t0)
-        if not keep.all():
-            out = {kk: v[keep] for kk, v in out.items()}
         return out
 
     def count_starting(self, leaves: list[int], t0: float, t1: float) -> list[tuple[int, int, int]]:

@@ -139,7 +139,7 @@ def _fill_events(chunks: Iterable[tuple[np.ndarray, ...]], off: np.ndarray, base
     if not np.array_equal(fill, off[1:]):
         raise ValueError("the events read do not match the leaf counts")
     xp = np.concatenate(xpos) if xpos else np.zeros(0, dtype=np.int64)
-    for lf in np.flatnonzero(seen > 1):  # a leaf spread over several parts: sort its slice
+    for lf in np.flatnonzero(seen > 1).tolist():  # a leaf spread over several parts: sort its slice
         a, b = int(off[lf]), int(off[lf + 1])
         o = np.argsort(s[a:b], kind="stable")
         s[a:b], d[a:b], ids[a:b], fl[a:b] = s[a:b][o], d[a:b][o], ids[a:b][o], fl[a:b][o]
@@ -225,7 +225,8 @@ def _event_flows(fn: np.ndarray, fx_off: np.ndarray, fx_pos: np.ndarray, multi: 
     num = np.repeat(np.arange(len(fx_off) - 1, dtype=fn.dtype), np.diff(fx_off))
     if not multi:
         fn[fx_pos] = num
-        return {"xp": np.zeros(0, dtype=fx_pos.dtype), "xo": np.zeros(1, dtype=np.int64), "xf": np.zeros(0, dtype=fn.dtype)}
+        return {"xp": np.zeros(0, dtype=fx_pos.dtype), "xo": np.zeros(1, dtype=np.int64),
+                "xf": np.zeros(0, dtype=fn.dtype)}
     o = np.lexsort((num, fx_pos))
     pos, num = np.asarray(fx_pos)[o], num[o]
     first = np.ones(len(pos), dtype=bool)
@@ -281,7 +282,8 @@ def _pyramid_level(k: int, w: int, src: dict[str, np.ndarray] | None, off: np.nd
 
 def _save(out_dir: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any], n_levels: int) -> None:
     """Write the arrays not allocated as files, flush the mapped ones, and the metadata last."""
-    for name in ("off", "boff", "fx_id", "fx_off", "fx_pos", "xp", "xo", "xf") + tuple(f"p{k}_off" for k in range(n_levels)):
+    names = ("off", "boff", "fx_id", "fx_off", "fx_pos", "xp", "xo", "xf") + tuple(f"p{k}_off" for k in range(n_levels))
+    for name in names:
         np.save(out_dir / f"{name}.npy", arrays[name])
     for v in arrays.values():
         if isinstance(v, np.memmap):

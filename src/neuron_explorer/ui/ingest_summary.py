@@ -74,7 +74,8 @@ class Scratch:
         self.close()
 
 
-def matching(ev_files: list[tuple[str, int, str]], sum_files: list[tuple[str, int, str]], db: Scratch) -> dict[str, str]:
+def matching(ev_files: list[tuple[str, int, str]], sum_files: list[tuple[str, int, str]],
+             db: Scratch) -> dict[str, str]:
     """{events file: its summary file} for the events files whose summary is there and theirs: same
     instance, process and file name; the footer's size and row count equal the events file's; its
     events add up to that row count, its extent is the events' (their row-group statistics) and its
@@ -98,9 +99,11 @@ def _checked(cand: dict[str, str], db: Scratch) -> dict[str, str] | None:
         return {}
     try:
         with db.use() as con:
-            kv = con.execute(f"""SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata({files_sql(list(cand.values()))})
+            kv = con.execute(f"""SELECT file_name, decode(key), decode(value)
+                                 FROM parquet_kv_metadata({files_sql(list(cand.values()))})
                                  WHERE decode(key) IN ('{SUMMARY_EVENTS_BYTES}', '{SUMMARY_EVENTS_ROWS}')""").fetchall()
-            rows = dict(con.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files_sql(list(cand))})").fetchall())
+            rows = dict(con.execute("SELECT file_name, num_rows "
+                                    f"FROM parquet_file_metadata({files_sql(list(cand))})").fetchall())
             stats = {r[0]: r[1:] for r in con.execute(f"""
                 SELECT file_name, min(TRY_CAST(stats_min_value AS BIGINT)) FILTER (WHERE path_in_schema = 'start_ts'),
                        max(TRY_CAST(stats_max_value AS BIGINT)) FILTER (WHERE path_in_schema = 'end_ts')
@@ -114,13 +117,15 @@ def _checked(cand: dict[str, str], db: Scratch) -> dict[str, str] | None:
     meta: dict[str, dict[str, str]] = {}
     for f, k, v in kv:
         meta.setdefault(f, {})[k] = v
-    return {ev: sm for ev, sm in cand.items() if _consistent(ev, meta.get(sm, {}), rows.get(ev), stats.get(ev), got.get(sm))}
+    return {ev: sm for ev, sm in cand.items()
+            if _consistent(ev, meta.get(sm, {}), rows.get(ev), stats.get(ev), got.get(sm))}
 
 
 def _consistent(ev: str, meta: dict[str, str], rows: int | None, stats: tuple | None, got: tuple | None) -> bool:
     """Is a summary (its footer ``meta``, its totals ``got``) the one of events file ``ev``?"""
     try:
-        if int(meta[SUMMARY_EVENTS_BYTES]) != os.stat(ev).st_size or rows is None or int(meta[SUMMARY_EVENTS_ROWS]) != rows:
+        if (int(meta[SUMMARY_EVENTS_BYTES]) != os.stat(ev).st_size or rows is None
+                or int(meta[SUMMARY_EVENTS_ROWS]) != rows):
             return False
     except (KeyError, ValueError, OSError):
         return False
@@ -144,7 +149,8 @@ def max_shift(files: list[str], db: Scratch) -> int:
     if not files:
         return 0
     with db.use() as con:
-        return int(con.execute(f"SELECT coalesce(max(shift), 0) FROM read_parquet({files_sql(files)})").fetchall()[0][0])
+        q = f"SELECT coalesce(max(shift), 0) FROM read_parquet({files_sql(files)})"
+        return int(con.execute(q).fetchall()[0][0])
 
 
 def scan(parts: list[list[str]], aligned_base: int, shift: int, db: Scratch) -> list[dict[str, np.ndarray] | None]:
@@ -162,7 +168,8 @@ def scan(parts: list[list[str]], aligned_base: int, shift: int, db: Scratch) -> 
     return [scan([fs], aligned_base, shift, db)[0] for fs in parts]
 
 
-def _scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: int, shift: int) -> list[dict[str, np.ndarray]]:
+def _scan(con: duckdb.DuckDBPyConnection, parts: list[list[str]], aligned_base: int,
+          shift: int) -> list[dict[str, np.ndarray]]:
     """``scan`` in one query (the keys of the rows are fetched once per key, not per row: a Python
     string per row and column cost more than the query; numpy indexing spreads them over the rows)."""
     files = [f for fs in parts for f in fs]

@@ -57,7 +57,7 @@ def resolve_profile(workspace: Path, name: str) -> Path:
 
 def list_profile_dirs(workspace: Path) -> list[str]:
     """Names of the workspace's children that are profiles (hold ProfileMetadata.parquet)."""
-    out = []
+    out: list[str] = []
     try:
         entries = sorted(os.listdir(workspace))
     except OSError:

@@ -38,8 +38,17 @@ from typing import Any, Iterator
 import duckdb
 import numpy as np
 
-from neuron_explorer.contracts.dataset import (COUNTERS, DEVICE_EVENTS, DEVICE_PROFILES, EVENT_SUMMARY, EVENTS, METADATA,
-                                             MODELS, WARNINGS, table_file)
+from neuron_explorer.contracts.dataset import (
+    COUNTERS,
+    DEVICE_EVENTS,
+    DEVICE_PROFILES,
+    EVENT_SUMMARY,
+    EVENTS,
+    METADATA,
+    MODELS,
+    WARNINGS,
+    table_file,
+)
 from neuron_explorer.ui import background, coarse, index, index_build, ingest_summary, paths
 from neuron_explorer.ui.params import one_line
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
@@ -267,13 +276,13 @@ class Profile:
     def _read_metadata(self) -> None:
         c = self.cursor()
         self.meta = records(c.execute(f"SELECT * FROM read_parquet({quote(self.meta_file)})")) if self.meta_file else []
-        self.rank_of = {(m["instance_id"], int(m["process_id"])): int(m.get("rank", -1) if m.get("rank") is not None else -1)
-                        for m in self.meta}
+        self.rank_of = {(m["instance_id"], int(m["process_id"])):
+                        int(m.get("rank", -1) if m.get("rank") is not None else -1) for m in self.meta}
         self.nd_of = {(m["instance_id"], int(m["process_id"])): int(m.get("nd_idx") or 0) for m in self.meta}
         self.display_name = next((m.get("display_name") for m in self.meta if m.get("display_name")), self.name)
         # the grouping `view` was asked for (stored per process; one ingestion has one): the default mode
-        prim = next((m.get("system_trace_primary_group") for m in self.meta if m.get("system_trace_primary_group")), None)
-        sec = next((m.get("system_trace_secondary_group") for m in self.meta if m.get("system_trace_secondary_group")), None)
+        prim, sec = (next((m.get(k) for m in self.meta if m.get(k)), None)
+                     for k in ("system_trace_primary_group", "system_trace_secondary_group"))
         self.stored_grouping = {"primary": prim, "secondary": sec}
         self.default_mode = mode_of_grouping(prim, sec)
 
@@ -329,7 +338,8 @@ class Profile:
             if use_summary else {}
         ext4 = None
         try:  # (the columns matching's checks read: a failure means the files changed under us)
-            if sums and len(sums) == len(self.ev_files):  # every process summarised: no event read before the first paint
+            # every process summarised: no event read before the first paint
+            if sums and len(sums) == len(self.ev_files):
                 ext4 = ingest_summary.extent(list(sums.values()), db)
             shift = ingest_summary.max_shift(list(sums.values()), db) if ext4 is None else ext4[3]
         except ingest_summary.DAMAGED:
@@ -402,14 +412,19 @@ class Profile:
         tag = self.tag
         c.execute(f"DROP TABLE IF EXISTS {tag}_cnt")
         if self.cnt_files:
-            c.execute(f"""CREATE TABLE {tag}_cnt AS SELECT instance_id AS inst, process_id AS pid, ts, counter, value, unit
-                          FROM read_parquet({files_sql([f for _, _, f in self.cnt_files])}) ORDER BY counter, inst, pid, ts""")
+            c.execute(f"""CREATE TABLE {tag}_cnt AS
+                          SELECT instance_id AS inst, process_id AS pid, ts, counter, value, unit
+                          FROM read_parquet({files_sql([f for _, _, f in self.cnt_files])})
+                          ORDER BY counter, inst, pid, ts""")
         else:
-            c.execute(f"CREATE TABLE {tag}_cnt (inst VARCHAR, pid BIGINT, ts BIGINT, counter VARCHAR, value DOUBLE, unit VARCHAR)")
+            c.execute(f"CREATE TABLE {tag}_cnt "
+                      "(inst VARCHAR, pid BIGINT, ts BIGINT, counter VARCHAR, value DOUBLE, unit VARCHAR)")
         cstats = c.execute(f"SELECT min(ts), max(ts), count(*) FROM {tag}_cnt").fetchall()[0]
-        self.counter_list = c.execute(f"SELECT DISTINCT inst, pid, counter, unit FROM {tag}_cnt ORDER BY ALL").fetchall()
-        gap = c.execute(f"""SELECT max(d) FROM (SELECT ts - lag(ts) OVER (PARTITION BY inst, pid, counter ORDER BY ts) AS d
-                            FROM {tag}_cnt)""").fetchall()[0][0] if cstats[2] else 0
+        self.counter_list = c.execute(f"SELECT DISTINCT inst, pid, counter, unit FROM {tag}_cnt "
+                                      "ORDER BY ALL").fetchall()
+        gap = c.execute(f"""SELECT max(d) FROM
+                            (SELECT ts - lag(ts) OVER (PARTITION BY inst, pid, counter ORDER BY ts) AS d
+                             FROM {tag}_cnt)""").fetchall()[0][0] if cstats[2] else 0
         self.counter_gap = int(gap or 0)
         return cstats
 

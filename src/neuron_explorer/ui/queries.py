@@ -118,6 +118,7 @@ def window(p: Profile, mode: str, row_idx: list[int], t0: float, t1: float, px: 
         single = (items["c"] == 1) & (items["e"] - items["s"] >= npp)
         res["level"] = level if src is p.index else "coarse"
     else:
+        assert p.index is not None  # (no level: the events themselves, from the index; source_level)
         items = p.index.gather_raw(leaves, ridx, t0 - sh, t1 - sh)
         single = items["d"] >= npp
         res["level"] = "raw"
@@ -223,7 +224,7 @@ def event(p: Profile, event_id: int, leaf: int | None = None) -> dict[str, Any]:
         attrs = json.loads(ev.get("extra_attributes_json") or "{}")
     except ValueError:
         attrs = {"extra_attributes_json": ev.get("extra_attributes_json")}
-    inst, pid = ev.get("instance_id"), int(ev.get("process_id") or 0)
+    inst, pid = ev["instance_id"], int(ev.get("process_id") or 0)
     proc = p.process(inst, pid)
     out: dict[str, Any] = {
         "id": wire.id_value(int(ev["id"])), "name": ev.get("name"), "properties": _event_properties(ev),
@@ -279,8 +280,9 @@ def summary(p: Profile, mode: str, t0: float, t1: float, row_idx: list[int] | No
     if not leaves or p.index is None:
         return out
     agg, out["approximate"] = _totals_by_name(p, leaves, t0 - p.shift, t1 - p.shift)
-    by = [{"name": n, "count": int(cnt), "total_ns": int(tot or 0), "mean_ns": (tot or 0) / cnt if cnt else 0}
-          for n, (cnt, tot) in agg.items() if cnt]
+    by: list[dict[str, Any]] = [
+        {"name": n, "count": int(cnt), "total_ns": int(tot or 0), "mean_ns": (tot or 0) / cnt if cnt else 0}
+        for n, (cnt, tot) in agg.items() if cnt]
     by.sort(key=lambda x: -x["total_ns"])
     out["by_name"] = by
     out["count"] = sum(x["count"] for x in by)

@@ -9,10 +9,9 @@ touching the events.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
-
-import re
 
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 from neuron_explorer.contracts.tracks import on_device, process_label, track_kind
@@ -259,8 +258,8 @@ def _instance_counter_rows(counter_list: list[tuple], nd_of: dict[tuple[str, int
         by_inst.setdefault(inst, {}).setdefault(counter, []).append((int(pid), unit))
     out: list[Row] = []
     for inst, counters in sorted(by_inst.items()):
-        def first(cn: str) -> tuple[str, int, str]:
-            return (inst, min(p for p, _ in counters[cn]), cn)
+        def first(cn: str, inst: str = inst, counters: dict = counters) -> tuple[str, int, str]:
+            return (inst, min(p for p, _ in counters[cn]), cn)  # (the lowest pid speaks for the instance)
         group = [inst, "Counters"]
         cpu = [first(cn) for cn in counters if cn == "cpu_util.host_mean" or
                (cn.startswith("cpu_util.cpu") and cn[12:].isdigit())]
@@ -304,6 +303,7 @@ def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[
         proc = proc_of(rank_of, inst, pid)
         label = f"Device memory · NC {nc}"
         after_core = (LAST, "")  # sorts after the core's rows: (..., nc) in tracks, (..., nc, name_key) in names
+        sort: tuple[Any, ...]
         if mode == "cpu_device":
             group, sort = [inst, proc.label, "Device"], (inst, 1, *proc.sort, 1, nc, after_core)
         elif mode in ("thread", "process"):
@@ -329,7 +329,8 @@ def _process_counter_rows(counter_list: list[tuple], rank_of: dict[tuple[str, in
             out.append(Row(f"{inst}|{pid}|cpu", "counter", [inst, proc.label], "CPU utilization (process)",
                            series=[(inst, pid, "cpu_util.process")], style="line", unit="percent",
                            sort=(inst, 1, *proc.sort, -1, 0)))
-        mem = [(inst, pid, cn) for cn in ("host_mem.process_rss", "host_mem.process_vms") if cn in names]
+        mem: list[tuple[str, int, str]] = [(inst, pid, cn) for cn in ("host_mem.process_rss", "host_mem.process_vms")
+                                           if cn in names]
         if mem:
             out.append(Row(f"{inst}|{pid}|mem", "counter", [inst, proc.label], "Host memory (process RSS / VMS)",
                            series=mem, style="line", unit="bytes", sort=(inst, 1, *proc.sort, -1, 1)))

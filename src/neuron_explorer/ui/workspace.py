@@ -93,8 +93,11 @@ class Workspace:
 
     def _has_device_profiles(self, profile_dir: Path) -> bool:
         dev = paths.single_file(self.root, profile_dir, table_file(DEVICE_PROFILES))
+        if not dev:
+            return False
         try:
-            return bool(dev) and self.con.cursor().execute(f"SELECT count(*) FROM read_parquet({quote(dev)})").fetchall()[0][0] > 0
+            q = f"SELECT count(*) FROM read_parquet({quote(dev)})"
+            return self.con.cursor().execute(q).fetchall()[0][0] > 0
         except duckdb.Error:
             self.revive()
             return False

@@ -55,8 +55,9 @@ class AtomicFile:
             kind = output_kind(path)
             if kind in ("directory", "block device", "socket"):
                 raise OSError(errno.EISDIR if kind == "directory" else errno.EINVAL, f"is a {kind}", path)
-            if kind == "descriptor":
-                self._through(os.dup(fd_alias(path)))
+            alias = fd_alias(path) if kind == "descriptor" else None
+            if alias is not None:
+                self._through(os.dup(alias))
                 return
             if kind == "special":
                 self._through(os.open(path, os.O_WRONLY | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)))
@@ -309,7 +310,7 @@ def sweep_stale(parent: str, prefix: str, suffix: str) -> list[str]:
     """Remove the staging directories in ``parent`` named ``<prefix>...<suffix>`` whose owner file
     says a run on this host wrote them and that run is over; returns what was removed.  Anything
     else (no owner file, a symlink, another user's directory, a live run's) is left alone."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(parent)
     except OSError:

@@ -11,8 +11,10 @@ non-finite floats (which the report never contains by construction).
 from __future__ import annotations
 
 import json
+from types import ModuleType
 from typing import Any
 
+_orjson: ModuleType | None
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised where orjson is absent
@@ -22,7 +24,7 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
 BACKEND = "orjson" if _orjson is not None else "json"
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes | str) -> Any:
     """Decode a JSON document; raises ValueError on malformed input."""
     if _orjson is not None:
         return _orjson.loads(data)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 
-
 _SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 

@@ -17,8 +17,12 @@ redundant high bytes).
 from __future__ import annotations
 
 import functools
+import mmap
+from collections.abc import Iterator
+from typing import Any, Literal, Union
 
 import numpy as np
+import numpy.typing as npt
 
 VARINT, FIXED64, LEN = 0, 1, 2
 
@@ -63,13 +67,19 @@ def varint_len(v: np.ndarray) -> np.ndarray:
     return n
 
 
+# a piece's rows: None every row, False no row, else a bool array (``Rows._present``)
+Present = Union[np.ndarray, None, Literal[False]]
+Lens = Union[int, np.ndarray]  # bytes a row takes: the same on every row, or per row
+Buf = Union[bytes, bytearray, memoryview, mmap.mmap]  # what a message is decoded from
+
+
 @functools.lru_cache(maxsize=4096)
 def _window(offset: int, itemsize: int) -> np.dtype:
     """A record of ``itemsize`` bytes seen as one little-endian uint64 at ``offset``."""
     return np.dtype({"names": ["w"], "formats": ["<u8"], "offsets": [offset], "itemsize": itemsize})
 
 
-def _varint_word(v: np.ndarray, lens, w: int) -> np.ndarray:
+def _varint_word(v: np.ndarray, lens: Lens, w: int) -> np.ndarray:
     """Each value's varint bytes (``w`` <= 8 of them) packed into a uint64, first byte lowest."""
     word = v & _U7
     for j in range(1, w):
@@ -84,7 +94,7 @@ def _varint_word(v: np.ndarray, lens, w: int) -> np.ndarray:
     return word
 
 
-def _as_u64(values) -> np.ndarray:
+def _as_u64(values: npt.ArrayLike) -> np.ndarray:
     a = np.asarray(values)
     if a.dtype == np.uint64:
         return a
@@ -98,10 +108,11 @@ class _Piece:
 
     __slots__ = ("kind", "data", "lens", "present", "width")
 
-    def __init__(self, kind: str, data, lens, present, width: int) -> None:
+    # ``data`` follows ``kind`` (bytes, or a uint64 array): Any, as a tagged union mypy cannot follow
+    def __init__(self, kind: str, data: Any, lens: Lens, present: Present, width: int) -> None:
         self.kind, self.data, self.lens, self.present, self.width = kind, data, lens, present, width
 
-    def row_lens(self):
+    def row_lens(self) -> Lens:
         """Bytes on every row: an int when it is the same on all rows."""
         if self.present is None:
             return self.lens
@@ -115,7 +126,7 @@ class Rows:
         self.n = n
         self.pieces: list[_Piece] = []
 
-    def _present(self, present) -> np.ndarray | None | bool:
+    def _present(self, present: npt.ArrayLike | None) -> Present:
         """None: every row; False: no row; else a bool array."""
         if present is None:
             return None
@@ -130,10 +141,10 @@ class Rows:
         return pr
 
     # ---- pieces
-    def const(self, data: bytes, present=None) -> "Rows":
+    def const(self, data: bytes, present: npt.ArrayLike | None = None) -> Rows:
         return self._const(data, self._present(present))
 
-    def _const(self, data: bytes, pr) -> "Rows":
+    def _const(self, data: bytes, pr: Present) -> Rows:
         if data and pr is not False:
             last = self.pieces[-1] if self.pieces else None
             if last is not None and last.kind == "const" and last.present is pr:
@@ -143,10 +154,10 @@ class Rows:
                 self.pieces.append(_Piece("const", data, len(data), pr, len(data)))
         return self
 
-    def varint(self, values, present=None) -> "Rows":
+    def varint(self, values: npt.ArrayLike, present: npt.ArrayLike | None = None) -> Rows:
         return self._varint(_as_u64(values), self._present(present))
 
-    def _varint(self, v: np.ndarray, pr) -> "Rows":
+    def _varint(self, v: np.ndarray, pr: Present) -> Rows:
         if v.ndim == 0:
             return self._const(encode_varint_scalar(int(v)), pr)
         if pr is False or not self.n:
@@ -156,7 +167,7 @@ class Rows:
         if lo == hi:  # the same value on every present row
             return self._const(encode_varint_scalar(lo), pr)
         width = int(varint_len(np.array([hi], dtype=np.uint64))[0])
-        lens = width  # every present row has the same length ...
+        lens: int | np.ndarray = width  # every present row has the same length ...
         if width != int(varint_len(np.array([lo], dtype=np.uint64))[0]):
             lens = varint_len(v)
             k = self.n if pr is None else int(np.count_nonzero(pr))
@@ -165,7 +176,7 @@ class Rows:
         self.pieces.append(_Piece("varint", v, lens, pr, width))
         return self
 
-    def fixed64(self, values, present=None) -> "Rows":
+    def fixed64(self, values: npt.ArrayLike, present: npt.ArrayLike | None = None) -> Rows:
         v = _as_u64(values)
         if v.ndim == 0:
             return self.const(int(v).to_bytes(8, "little"), present)
@@ -176,13 +187,13 @@ class Rows:
         return self
 
     # ---- fields
-    def field_varint(self, field: int, values, present=None) -> "Rows":
+    def field_varint(self, field: int, values: npt.ArrayLike, present: npt.ArrayLike | None = None) -> Rows:
         pr = self._present(present)
         if pr is False:
             return self
         return self._const(_tag(field, VARINT), pr)._varint(_as_u64(values), pr)
 
-    def field_fixed64(self, field: int, values, present=None) -> "Rows":
+    def field_fixed64(self, field: int, values: npt.ArrayLike, present: npt.ArrayLike | None = None) -> Rows:
         pr = self._present(present)
         if pr is False:
             return self
@@ -193,7 +204,7 @@ class Rows:
         self.pieces.append(_Piece("fixed64", v, 8, pr, 8))
         return self
 
-    def message(self, field: int, sub: "Rows", present=None) -> "Rows":
+    def message(self, field: int, sub: Rows, present: npt.ArrayLike | None = None) -> Rows:
         """A nested message (``sub`` has the same rows); absent rows hold none of its bytes."""
         pr = self._present(present)
         if pr is False:
@@ -201,7 +212,7 @@ class Rows:
         size = sub.lengths()  # (only the present rows' sizes are written)
         self._const(_tag(field, LEN), pr)
         self._varint(_as_u64(size), pr)
-        combined: dict[int, np.ndarray | None] = {}
+        combined: dict[int, Present] = {}  # (False: no row has both)
         for p in sub.pieces:
             if pr is None:
                 q = p.present
@@ -222,7 +233,7 @@ class Rows:
         return self
 
     # ---- output
-    def lengths(self):
+    def lengths(self) -> Lens:
         """Bytes of every row: an int when it is the same on all rows."""
         fixed = 0
         var = None
@@ -317,7 +328,7 @@ def varint_field(field: int, value: int) -> bytes:
     return _tag(field, VARINT) + encode_varint_scalar(value)
 
 
-def decode_varint(buf, pos: int) -> tuple[int, int]:
+def decode_varint(buf: Buf, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         b = buf[pos]
@@ -330,7 +341,7 @@ def decode_varint(buf, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def iter_fields(buf, pos: int, end: int):
+def iter_fields(buf: Buf, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """(field number, wire type, start, end, tag start) of each field in buf[pos:end]: start..end is
     the payload (the varint itself for wire type 0); the whole field is ``tag_start..end``.
 

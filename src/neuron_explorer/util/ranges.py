@@ -6,6 +6,10 @@ import bisect
 import operator
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,7 @@ class IndexRanges:
     ranges: tuple[tuple[int, int], ...]  # (lo, hi) inclusive, sorted, disjoint, not adjacent
 
     @classmethod
-    def of(cls, pairs) -> "IndexRanges":
+    def of(cls, pairs: Iterable[tuple[int, int]]) -> IndexRanges:
         """Merge ``(lo, hi)`` inclusive pairs (any order, overlapping or adjacent) into one set."""
         merged: list[list[int]] = []
         for lo, hi in sorted(pairs):
@@ -45,7 +49,7 @@ class IndexRanges:
             pairs.append((lo, int(m.group(2)) if m.group(2) is not None else lo))
         return cls.of(pairs)
 
-    def __contains__(self, x: object) -> bool:
+    def __contains__(self, x: Any) -> bool:  # (anything: what is not an integer is not in the set)
         try:
             x = operator.index(x)  # int, bool or a numpy integer
         except TypeError:
@@ -64,7 +68,7 @@ class IndexRanges:
             raise ValueError(f"{self} holds {self.size} values, more than {limit}")
         return [i for lo, hi in self.ranges for i in range(lo, hi + 1)]
 
-    def mask(self, values):
+    def mask(self, values: np.ndarray) -> np.ndarray:
         """Element-wise membership of an integer numpy array, one comparison pair per range."""
         import numpy as np  # not at module level: the runtime parses its configuration without numpy
 

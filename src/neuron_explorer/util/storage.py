@@ -59,7 +59,8 @@ def parse(url: str) -> Location:
     rest = url[len(SCHEME):]
     bucket, _, prefix = rest.partition("/")
     if not _BUCKET.match(bucket):
-        raise StorageError(f"{shown}: {bucket!r} is not a valid bucket name (3-63 lowercase letters, digits, '.' or '-')")
+        raise StorageError(f"{shown}: {bucket!r} is not a valid bucket name "
+                           "(3-63 lowercase letters, digits, '.' or '-')")
     prefix = prefix.strip("/")
     parts = prefix.split("/") if prefix else []
     if any(p in ("", ".", "..") for p in parts):

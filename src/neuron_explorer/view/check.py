@@ -60,6 +60,7 @@ def _check_url(url: str, endpoint_url: str | None) -> list[Finding]:
     ``view.remote``)."""
     from neuron_explorer.contracts.env import s3_endpoint
     from neuron_explorer.util.storage import StorageError
+
     from . import remote
 
     try:

@@ -8,8 +8,9 @@ import sys
 
 from neuron_explorer.contracts.env import ConfigError, parquet_writer, progress_delay, s3_endpoint
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
-from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
+
+from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
 
@@ -22,7 +23,8 @@ examples:
   neuron-profile view -d ./output --output-format perfetto            # system_profile.pftrace
   neuron-explorer view -d ./output --output-format json --output-file run1.json
   neuron-explorer view -d ./output --output-format json --output-file - | gzip > run1.json.gz
-  neuron-explorer view -d ./output --system-trace-filter-neuron-core "0,1" --system-trace-filter-event-type "nrt_execute,cc_running"
+  neuron-explorer view -d ./output --system-trace-filter-neuron-core "0,1" \
+      --system-trace-filter-event-type "nrt_execute,cc_running"
   neuron-explorer view -d ./output --system-trace-filter-instance-id "i-abc123,i-def456"
   neuron-explorer view -d ./output --output-format perfetto --system-trace-primary-group instance_id \
       --system-trace-secondary-group nc_idx                           # one row per instance, a track per core
@@ -51,7 +53,8 @@ def add_view_parser(sub) -> None:
     v.add_argument("--system-trace-filter-neuron-core", metavar="CORES", help='cores to keep, e.g. "0" or "0,1,2-3"')
     v.add_argument("--system-trace-filter-event-type", metavar="TYPES",
                    help='event types to keep, e.g. "nrt_execute,nrt_load" (also hardware, software, ^name)')
-    v.add_argument("--system-trace-filter-instance-id", metavar="IDS", help='instances to keep, e.g. "i-abc123,i-def456"')
+    v.add_argument("--system-trace-filter-instance-id", metavar="IDS",
+                   help='instances to keep, e.g. "i-abc123,i-def456"')
     v.add_argument("--system-trace-primary-group", metavar="FIELDS", default=None,
                    help="fields whose values make a process row in the track tree (Perfetto, JSON, UI): "
                         "instance_id, process_id (default instance_id,process_id)")
@@ -266,6 +269,7 @@ def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str 
     """A cluster run or one reading or writing object storage (``view.cluster``, imported only
     here: a plain run loads neither Dask nor the AWS SDK)."""
     from neuron_explorer.util.storage import StorageError
+
     from . import cluster
 
     try:

@@ -24,10 +24,24 @@ import uuid
 from typing import Any, Callable
 
 from neuron_explorer.util.storage import StorageError, is_url
-from .pipeline import (DEFAULT_OUTPUTS, SUMMARIES, OutputError, Progress, ProcessResult, ViewError, ViewOptions,
-                       ViewResult, absorb, finish_index, make_jobs, new_index, unmatched_filters,
-                       unmatched_instances)
+
 from . import tasks
+from .pipeline import (
+    DEFAULT_OUTPUTS,
+    SUMMARIES,
+    OutputError,
+    ProcessResult,
+    Progress,
+    ViewError,
+    ViewOptions,
+    ViewResult,
+    absorb,
+    finish_index,
+    make_jobs,
+    new_index,
+    unmatched_filters,
+    unmatched_instances,
+)
 
 
 class ClusterError(Exception):

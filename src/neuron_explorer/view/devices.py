@@ -56,7 +56,7 @@ def profile_ids(processes: list[tuple[str, int, list[str], list]], keep_nc=None)
             cands[p] = _names(token, nc, instance, pid)
             by_token.setdefault(token, []).append(p)
     ids: dict[str, str] = {}
-    for token, paths in by_token.items():
+    for paths in by_token.values():
         for level in range(4):
             names = [cands[p][level] for p in paths]
             if len(set(names)) == len(names) or level == 3:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 
-from neuron_explorer.util.atomic import output_kind, replaceable
 from neuron_explorer.contracts.dataset import MARKER, describe_foreign, foreign_entries, is_ours
+from neuron_explorer.util.atomic import output_kind, replaceable
 
 
 class OutputRefused(Exception):

@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neuron_explorer.analysis import align, device as device_mod, jobs, summary as summary_mod
-from neuron_explorer.view import output as output_mod
-from neuron_explorer.view.devices import profile_ids
-from neuron_explorer.contracts import dataset
 from neuron_explorer.analysis.events import build as build_events, region_links
 from neuron_explorer.analysis.filters import ViewFilter
+from neuron_explorer.analysis.framework import RegionLinks
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, discover, load_session
+from neuron_explorer.contracts import dataset
 from neuron_explorer.contracts.tracks import Grouping, group_pids
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, RunInfo, exporter
 from neuron_explorer.util.names import printable
+from neuron_explorer.view import output as output_mod
+from neuron_explorer.view.devices import profile_ids
 
 
 class ViewError(Exception):
@@ -33,7 +34,7 @@ class OutputError(Exception):
     """Writing the output failed (full disk, permissions, ...): nothing half-written was left
     looking complete and an earlier output of ours is intact."""
 
-    def __init__(self, output: str, reason: str) -> None:
+    def __init__(self, output: str | None, reason: str) -> None:  # (None: a summary, printed)
         super().__init__(f"cannot write {output}: {reason}")
         self.output = output
         self.reason = reason
@@ -320,15 +321,15 @@ def run(opts: ViewOptions) -> ViewResult:
     jobs = make_jobs(ix, opts, target, work)
     # pass 2: one process at a time per worker, then the pieces joined in process order
     try:
-        results = _convert_all(jobs, _workers(opts.jobs, ix.usable), Progress(len(jobs), f"writing {fmt}", opts.progress,
-                                                                     opts.progress_delay))
+        results = _convert_all(jobs, _workers(opts.jobs, ix.usable),
+                               Progress(len(jobs), f"writing {fmt}", opts.progress, opts.progress_delay))
         for r in results:
             for w in r.warnings:
                 print(f"neuron-explorer: skipped: {w[0]}", file=sys.stderr)
             warnings.extend(r.warnings)
         if not opts.ignore_system_profile:
             _warn(warnings, root, unmatched_filters(opts.filter, results))
-        if target is not None:
+        if target is not None and work is not None:  # (work: None exactly when target is)
             exporter(fmt).assemble(target, [r.piece for r in results if r.piece is not None],
                                    RunInfo(ix.origin, ix.offsets, warnings, work, opts.display_name))
     except OSError as e:
@@ -527,8 +528,9 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     if job.out is not None:  # region links: found on the whole process, then filtered with it
         s.region_links = region_links(s, job.index)
     keep = job.filter.apply(s)
-    if keep is not None and s.region_links is not None:
-        s.region_links = s.region_links.restrict(keep)
+    links = s.region_links
+    if keep is not None and isinstance(links, RegionLinks):
+        s.region_links = links.restrict(keep)
     offset_ns = job.offset.offset_ns if job.offset else 0
     dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
     for v in dviews:  # the run's ids: device_profile_model_<model id>, unique across processes

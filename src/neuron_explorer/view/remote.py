@@ -23,13 +23,14 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
+from collections.abc import Sequence
 
-from neuron_explorer.contracts.dataset import (LEGACY_ENTRIES, MARKER, PENDING_MARKER, describe_foreign,
-                                               foreign_entry)
+from neuron_explorer.contracts.dataset import LEGACY_ENTRIES, MARKER, PENDING_MARKER, describe_foreign, foreign_entry
 from neuron_explorer.contracts.layout import SESSION_MARKERS
 from neuron_explorer.util import storage
 from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import Location, StorageError
+
 from .pipeline import ViewError
 
 
@@ -70,7 +71,7 @@ def _safe(name: str) -> str:
     return safe_component(name) or "_"
 
 
-def prepare_output(url: str, endpoint: str | None, sessions: list[str] = ()) -> str:
+def prepare_output(url: str, endpoint: str | None, sessions: Sequence[str] = ()) -> str:
     """Steps 1 and 2 of the module docstring; returns the output URL.  Raises ViewError when the
     prefix holds what we did not write or overlaps the captures."""
     fs, loc = _open(url, endpoint)

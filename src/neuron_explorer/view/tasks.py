@@ -17,8 +17,8 @@ from typing import Any, Iterator
 
 from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import is_url
-from .pipeline import (GOOD_LAYOUT, Job, ProcessResult, ViewError, ViewOptions, convert_process,
-                       index_one, os_reason)
+
+from .pipeline import GOOD_LAYOUT, Job, ProcessResult, ViewError, ViewOptions, convert_process, index_one, os_reason
 
 
 class TaskOSError(Exception):
@@ -59,6 +59,7 @@ def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None,
 
         return remote.prepare_output(out, endpoint, paths), None
     from neuron_explorer.contracts import dataset
+
     from . import output as output_mod
 
     try:

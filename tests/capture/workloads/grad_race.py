@@ -1,7 +1,10 @@
 """Many small layers trained eagerly as fast as possible: backward keeps writing .grad while the
 runtime's sampler (1 ms here) attributes memory. Reading .grad from the sampler thread crashed this job
 (SIGSEGV/SIGABRT within seconds) before gradients were read on the stepping thread."""
-import torch, time
+import time
+
+import torch
+
 torch.manual_seed(0)
 m = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(40)])
 opt = torch.optim.SGD(m.parameters(), lr=0.01)

@@ -1,12 +1,13 @@
 # The spec's full JAX example (distributed matmul with AllGather), unchanged.  On CPU run it with
 # XLA_FLAGS=--xla_force_host_platform_device_count=2 to get two devices.
-from functools import partial
 import os
+from functools import partial
+from time import sleep
+
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jax.experimental.shard_map import shard_map
-from time import sleep
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 os.environ["NEURON_RT_INSPECT_DEVICE_PROFILE"] = "1"
 os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"] = "./output"

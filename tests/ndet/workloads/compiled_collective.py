@@ -1,6 +1,10 @@
 """A compiled graph that runs a collective inside itself (Dynamo turns ``dist.all_reduce`` into a
 functional collective in the graph), three times, under NDET (tests/ndet/test_trace_nesting.py)."""
-import os, torch, torch.distributed as dist
+import os
+
+import torch
+import torch.distributed as dist
+
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 dist.init_process_group("gloo", rank=int(os.environ.get("RANK", 0)), world_size=int(os.environ.get("WORLD_SIZE", 1)))
 def step(x):

@@ -7,7 +7,14 @@
 
 from neuron_explorer.exporters.perfetto.wire import CLOCK_BOOTTIME, SHARED_SLOT, sequence_id
 from neuron_explorer.exporters.perfetto.writer import (
-    READ_EVENTS, PerfettoProcess, PerfettoWriter, SessionFeed, assemble, open_process, ours)
+    READ_EVENTS,
+    PerfettoProcess,
+    PerfettoWriter,
+    SessionFeed,
+    assemble,
+    open_process,
+    ours,
+)
 
 __all__ = ["CLOCK_BOOTTIME", "READ_EVENTS", "SHARED_SLOT", "PerfettoProcess", "PerfettoWriter", "SessionFeed",
            "assemble", "open_process", "ours", "sequence_id"]

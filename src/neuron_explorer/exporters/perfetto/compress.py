@@ -8,15 +8,17 @@ import collections
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import IO
 
+_deflate: ModuleType
 try:  # Intel ISA-L's deflate: the same zlib stream, ~5x less CPU than zlib at level 1 and smaller
     from isal import isal_zlib as _deflate
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     _deflate = zlib
 
-from neuron_explorer.util import pbwire
 from neuron_explorer.exporters.perfetto.wire import P_COMPRESSED, TRACE_PACKET
+from neuron_explorer.util import pbwire
 
 COMPRESS_BYTES = 1 << 20  # packets deflated together into one compressed_packets packet
 COMPRESS_LEVEL = 1  # deflate level (0-3 with isal); None writes the packets as they are (4x larger)

@@ -18,14 +18,48 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from neuron_explorer.exporters.perfetto.wire import (
+    ANNOTATION_IID,
+    CLK_ID,
+    CLK_INCREMENTAL,
+    CLK_TS,
+    CLOCK_BOOTTIME,
+    CLOCK_EVENTS,
+    CS_CLOCKS,
+    DA_NAME_IID,
+    DEF_CLOCK_ID,
+    DEF_TRACK_EVENT,
+    ID_DEBUG_NAMES,
+    ID_DEBUG_STRINGS,
+    ID_EVENT_NAMES,
+    INSTANT,
+    P_CLOCK_ID,
+    P_CLOCK_SNAPSHOT,
+    P_DEFAULTS,
+    P_INTERNED,
+    P_SEQ_FLAGS,
+    P_SEQ_ID,
+    P_TIMESTAMP,
+    P_TRACK_EVENT,
+    SEQ_BITS,
+    SEQ_CLEARED,
+    SEQ_NEEDS_STATE,
+    SHARED_SLOT,
+    SLICE_BEGIN,
+    SLICE_END,
+    TE_DEBUG,
+    TE_FLOW_IDS,
+    TE_NAME_IID,
+    TE_TRACK_UUID,
+    TE_TYPE,
+    TED_TRACK_UUID,
+    TRACE_PACKET,
+    interned,
+    packet,
+    sequence_ids,
+)
 from neuron_explorer.util import pbwire
 from neuron_explorer.util.pbwire import Rows
-from neuron_explorer.exporters.perfetto.wire import (
-    ANNOTATION_IID, CLK_ID, CLK_INCREMENTAL, CLK_TS, CLOCK_BOOTTIME, CLOCK_EVENTS, CS_CLOCKS, DA_NAME_IID,
-    DEF_CLOCK_ID, DEF_TRACK_EVENT, ID_DEBUG_NAMES, ID_DEBUG_STRINGS, ID_EVENT_NAMES, INSTANT, P_CLOCK_ID,
-    P_CLOCK_SNAPSHOT, P_DEFAULTS, P_INTERNED, P_SEQ_FLAGS, P_SEQ_ID, P_TIMESTAMP, P_TRACK_EVENT, SEQ_BITS,
-    SEQ_CLEARED, SEQ_NEEDS_STATE, SHARED_SLOT, SLICE_BEGIN, SLICE_END, TE_DEBUG, TE_FLOW_IDS, TE_NAME_IID,
-    TE_TRACK_UUID, TE_TYPE, TED_TRACK_UUID, TRACE_PACKET, interned, packet, sequence_ids)
 
 CHUNK_ROWS = 32_768  # rows encoded at a time (a byte matrix of a few MB)
 MIN_CHUNK_ROWS = 1_024
@@ -92,9 +126,17 @@ class _Batch:
     """The events of one window with their tracks and sequence slots."""
 
     __slots__ = ("ev", "sel", "start", "end", "typ", "slice_", "trk", "slot")
+    ev: dict  # the window's event columns ({}: none)
+    sel: np.ndarray | None  # the window's rows of them (None: all)
+    start: np.ndarray
+    end: np.ndarray
+    typ: np.ndarray
+    slice_: np.ndarray  # (end > start: a slice, else an instant)
+    trk: np.ndarray  # track of each event (Stream._assign_lanes)
+    slot: np.ndarray  # its sequence slot
 
     def __init__(self, ev: dict | None, sel: np.ndarray | None) -> None:
-        self.ev, self.sel = ev, sel
+        self.ev, self.sel = ({} if ev is None else ev), sel
         if ev is None:
             self.start = self.end = self.typ = _EMPTY
         elif sel is None:
@@ -216,11 +258,8 @@ class Stream:
             if k < 0:
                 ls = np.empty(len(ss), dtype=np.int64)
                 for i, (a, b) in enumerate(zip(ss.tolist(), es.tolist())):
-                    for k, t in enumerate(busy):
-                        if t <= a:
-                            break
-                    else:
-                        k = len(busy)
+                    k = next((j for j, t in enumerate(busy) if t <= a), len(busy))
+                    if k == len(busy):
                         busy.append(0)
                     busy[k] = b
                     ls[i] = k

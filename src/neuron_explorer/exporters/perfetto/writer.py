@@ -24,21 +24,40 @@ from typing import Iterator
 
 import numpy as np
 
-from neuron_explorer.util.alloc import keep_freed_memory
-from neuron_explorer.util.atomic import AtomicFile
-from neuron_explorer.util.pbwire import Rows
 from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.device import DeviceProfileView
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.reader import Session
 from neuron_explorer.contracts.tracks import (
-    COLLECTIVE, HOST, TRACK_NAMES, kinds_of_types, process_label, secondary_labels)
+    COLLECTIVE,
+    HOST,
+    TRACK_NAMES,
+    kinds_of_types,
+    process_label,
+    secondary_labels,
+)
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 from neuron_explorer.exporters.perfetto.compress import CompressedSink
 from neuron_explorer.exporters.perfetto.lanes import Stream, distinct
 from neuron_explorer.exporters.perfetto.wire import (
-    ANNOTATION_IID, COUNTER, DA_INT, DA_STRING_IID, MARK_PACKET, P_SEQ_ID, P_TIMESTAMP, P_TRACK_EVENT,
-    TE_DOUBLE_COUNTER, TE_TRACK_UUID, TE_TYPE, TRACE_PACKET, sequence_id, track_descriptor)
+    ANNOTATION_IID,
+    COUNTER,
+    DA_INT,
+    DA_STRING_IID,
+    MARK_PACKET,
+    P_SEQ_ID,
+    P_TIMESTAMP,
+    P_TRACK_EVENT,
+    TE_DOUBLE_COUNTER,
+    TE_TRACK_UUID,
+    TE_TYPE,
+    TRACE_PACKET,
+    sequence_id,
+    track_descriptor,
+)
+from neuron_explorer.util.alloc import keep_freed_memory
+from neuron_explorer.util.atomic import AtomicFile
+from neuron_explorer.util.pbwire import Rows
 
 # events read from a capture at a time: memory stays flat, and a quarter of the Parquet writer's
 # chunk halves the page faults of a fresh worker (its temporaries are reused, not faulted in) for
@@ -155,7 +174,7 @@ class PerfettoWriter:
         ann: _SystemAnnotations = st.annotate  # type: ignore[assignment]
         typ = c["type"]
         if self.secondary is not None:
-            gid = self._custom_groups(st, pe)
+            gid = self._custom_groups(st, pe, self.secondary)
         else:
             gid = self._kind_groups(st, ann.kind_of_type[typ], c, n)
         ann.intern(st, pe)
@@ -164,11 +183,11 @@ class PerfettoWriter:
                     flow=c["flow_id"], flow2=c["flow_id2"] if "flow_id2" in c else np.zeros(n, dtype=np.int64))
         st.push(cols)
 
-    def _custom_groups(self, st: Stream, pe: ProcessEvents) -> np.ndarray:
+    def _custom_groups(self, st: Stream, pe: ProcessEvents, secondary: tuple[str, ...]) -> np.ndarray:
         """The track group of each event under a custom secondary grouping (one per label)."""
         c = pe.cols
         srcs = np.array(pe.type_sources, dtype=object)[c["type"]].tolist()
-        idx, labels = secondary_labels(self.secondary, pe.instance_id, pe.pid, c["thread_id"], c["nc_idx"], srcs)
+        idx, labels = secondary_labels(secondary, pe.instance_id, pe.pid, c["thread_id"], c["nc_idx"], srcs)
         return np.array([st.group(("custom", lb), lb) for lb in labels], dtype=np.int64)[idx]
 
     def _kind_groups(self, st: Stream, kind: np.ndarray, c: dict, n: int) -> np.ndarray:
@@ -241,7 +260,7 @@ class PerfettoWriter:
             te.field_fixed64(TE_DOUBLE_COUNTER, np.asarray(vals, dtype=np.float64).view(np.uint64))
             pk = Rows(m).field_varint(P_TIMESTAMP, ts - self.origin_ns).field_varint(P_SEQ_ID, seq)
             pk.message(P_TRACK_EVENT, te)
-            self.sink.write(memoryview(Rows(m).message(TRACE_PACKET, pk).encode()))
+            self.sink.write(Rows(m).message(TRACE_PACKET, pk).encode().data)
 
     def close(self) -> None:
         self.sink.close()
@@ -293,7 +312,7 @@ class SessionFeed:
         if self.stream is None:
             self.stream, self.first = self.w.open_process(pe), pe
         self.w.push(self.stream, pe)
-        if self.run is None:
+        if self.run is None or self.s is None:  # (chunks() sets both)
             return
         i, a, b, last = self.run
         if last:
@@ -305,7 +324,7 @@ class SessionFeed:
         drop_pages(self.s, a, b)
 
     def finish(self) -> None:
-        if self.stream is not None:
+        if self.stream is not None and self.first is not None:  # (add() sets both)
             self.w.close_process(self.stream, self.first)
 
 
@@ -331,9 +350,10 @@ def core_runs(s: Session, chunk: int) -> list[tuple[int, int]]:
 def drop_pages(s: Session, lo: int, hi: int) -> None:
     """Drop the pages of events [lo, hi) of a memory-mapped process from resident memory (they stay
     in the page cache), as Session.release does for a prefix."""
-    if getattr(s, "mapped", None) is None or hi <= lo:
+    mapped = getattr(s, "mapped", None)
+    if mapped is None or hi <= lo:
         return
-    mm, layout = s.mapped
+    mm, layout = mapped
     page = mmap.PAGESIZE
     for off, size in layout.values():
         a = -(-(off + lo * size) // page) * page

@@ -143,7 +143,7 @@ class Hlo:
         seen = seen | {comp}
         total = 0.0
         insts = self.comps.get(comp, {})
-        for name, (shape, opcode, ops, attrs) in insts.items():
+        for shape, opcode, ops, attrs in insts.values():
             total += self._inst_flops(insts, shape, opcode, ops, attrs, seen)
         return total
 

@@ -20,10 +20,10 @@ import os
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import install_collectives
-from neuron_explorer.integrations.torch.eager import eager_enabled, install_eager
 from neuron_explorer.integrations.torch.copies import install_copies
-from neuron_explorer.integrations.torch.regions import install_regions, regions_enabled
+from neuron_explorer.integrations.torch.eager import eager_enabled, install_eager
 from neuron_explorer.integrations.torch.graphs import install_compile_start, install_dynamo
+from neuron_explorer.integrations.torch.regions import install_regions, regions_enabled
 from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.integrations.torch.waits import install_waits, record_sync
 from neuron_explorer.runtime.core import EXECUTIONS, Runtime

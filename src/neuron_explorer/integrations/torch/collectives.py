@@ -30,7 +30,8 @@ _COLLECTIVE_OPS = {
     # c10d operator -> name shown in events
     "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced",
     "broadcast_": "broadcast", "allgather_": "all_gather", "_allgather_base_": "all_gather_into_tensor",
-    "allgather_coalesced_": "all_gather_coalesced", "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "allgather_coalesced_": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
     "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter_tensor",
     "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
     "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter", "alltoall_": "all_to_all",

@@ -33,8 +33,13 @@ from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.collectives import future_status
-from neuron_explorer.integrations.torch.execution import (c_execution, general_path, numerical_error,
-                                                          profiler_settled, report_scan_failure)
+from neuron_explorer.integrations.torch.execution import (
+    c_execution,
+    general_path,
+    numerical_error,
+    profiler_settled,
+    report_scan_failure,
+)
 from neuron_explorer.integrations.torch.flops import FlopCounter, learn_flops
 from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load

@@ -32,8 +32,10 @@ from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.tensors import nan_scanner
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model, Runtime
-from neuron_explorer.runtime.ring import ExecWrapper as _CWrapper  # None: the Python wrappers run
-from neuron_explorer.runtime.ring import NanScanner as _CScanner
+from neuron_explorer.runtime.ring import (
+    ExecWrapper as _CWrapper,  # None: the Python wrappers run
+    NanScanner as _CScanner,
+)
 
 __all__ = ["BackwardFinder", "c_execution", "count_watched", "general_path", "numerical_error", "profiler_settled",
            "report_scan_failure", "wrap_execution"]

@@ -78,7 +78,8 @@ def register_graph(inst: Installed, core: CoreState, og, gm, example_inputs, t_b
     start = inst.compile_start or t_backend
     fwd_flops, bwd_flops = graph_flops(gm, example_inputs)
     model = rt.add_model(
-        name=_model_name(module or co_name, label if module is None else "", hval), neff_name=f"neff_{hval}", graph_hash=f"{hval:016x}", backend=backend,
+        name=_model_name(module or co_name, label if module is None else "", hval), neff_name=f"neff_{hval}",
+        graph_hash=f"{hval:016x}", backend=backend,
         kind="forward", nc_idx=core.nc, compile_ns=t_end - start, source_location=src, module_path=modpath,
         num_nodes=len(nodes), constants_bytes=consts, signature=signature(example_inputs),
         artifacts={"code": code, "nodes": nodes, "bwd_flops": bwd_flops}, load_span=(start, t_backend, t_end),

@@ -1,4 +1,5 @@
-"""Device memory by category, as PyTorch lets the runtime attribute it (docs/decisions/0031-device-memory-by-category.md).
+"""Device memory by category, as PyTorch lets the runtime attribute it
+(docs/decisions/0031-device-memory-by-category.md).
 
 ``install_memory`` registers a memory source with the runtime (``contracts.dataset.DEVICE_MEMORY_SOURCE``):
 a callable that returns ``{(nc, category): bytes}``.  The capture sampler calls it at its cadence and
