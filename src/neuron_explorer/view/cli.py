@@ -168,8 +168,8 @@ def view_command(args: argparse.Namespace) -> int:
     if out and out.endswith(os.sep) and fmt in ("summary-text", "summary-json"):
         raise UsageError(f"--output-file {out}: {fmt} writes one file; name it, e.g. {out}summary.txt")
     if out and fmt:
-        from .output import in_directory
         from .options import DEFAULT_OUTPUTS
+        from .output import in_directory
 
         out = in_directory(out, DEFAULT_OUTPUTS.get(fmt) if fmt != "parquet" else None)
     if args.ingest_only:

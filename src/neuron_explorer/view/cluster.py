@@ -21,9 +21,10 @@ import uuid
 from typing import Any, Callable
 
 from neuron_explorer.util.storage import StorageError
+
+from . import tasks
 from .options import ViewError
 from .pipeline import LocalEngine, Progress
-from . import tasks
 
 
 class ClusterError(Exception):

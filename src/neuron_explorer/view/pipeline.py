@@ -26,10 +26,10 @@ from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.contracts.tracks import group_pids
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.storage import is_url
+
 from . import process, tasks
 from .devices import profile_ids
-from .options import (DEFAULT_OUTPUTS, SUMMARIES, OutputError, ViewError, ViewOptions, ViewResult,
-                      os_reason)
+from .options import DEFAULT_OUTPUTS, SUMMARIES, OutputError, ViewError, ViewOptions, ViewResult, os_reason
 from .process import Job, ProcessResult, device_dir
 
 

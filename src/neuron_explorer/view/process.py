@@ -15,11 +15,13 @@ import numpy as np
 from neuron_explorer.analysis import align, device as device_mod, jobs, summary as summary_mod
 from neuron_explorer.analysis.events import build as build_events, region_links
 from neuron_explorer.analysis.filters import ViewFilter
+from neuron_explorer.analysis.framework import RegionLinks
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, load_session
 from neuron_explorer.contracts.tracks import Grouping
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, exporter
 from neuron_explorer.util.names import printable
+
 from .options import SUMMARIES, ViewOptions
 
 # the single-worker conversion reports its progress inside a process here (chunk by chunk): the
@@ -166,8 +168,9 @@ def _convert(job: Job, undo: list) -> ProcessResult:
     if job.out is not None:  # region links: found on the whole process, then filtered with it
         s.region_links = region_links(s, job.index)
     keep = job.filter.apply(s)
-    if keep is not None and s.region_links is not None:
-        s.region_links = s.region_links.restrict(keep)
+    links = s.region_links
+    if keep is not None and isinstance(links, RegionLinks):
+        s.region_links = links.restrict(keep)
     offset_ns = job.offset.offset_ns if job.offset else 0
     dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
     for v in dviews:  # the run's ids: device_profile_model_<model id>, unique across processes

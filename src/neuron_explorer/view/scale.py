@@ -26,6 +26,7 @@ from typing import Any
 
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.reader import discover  # noqa: F401  (part of the API)
+
 from .options import ViewOptions
 from .pipeline import absorb, finish_index, make_jobs, new_index
 from .process import Job, ProcessResult, convert_process, index_one

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import is_url
+
 from .options import GOOD_LAYOUT, ViewError, ViewOptions, os_reason
 from .process import Job, ProcessResult, convert_process, index_one
 
