@@ -14,6 +14,7 @@ from neuron_explorer.view import pipeline, tasks
 from neuron_explorer.view.options import OutputError, ViewError, ViewOptions
 
 from ..conftest import EXAMPLES
+from .conftest import damaged_session
 
 
 class Recording(pipeline.LocalEngine):
@@ -51,10 +52,7 @@ def capture(tmp_path_factory) -> Path:
 
     src = tmp_path_factory.mktemp("flow") / "cap"
     generate(str(src), instances=2, processes=2, events=3000)
-    bad = src / "i-damaged_pid_4242" / "20260101T000000Z"
-    bad.mkdir(parents=True)
-    (bad / "trace_info.pb").write_bytes(b"\xff" * 64)
-    (bad / "ntrace.pb").write_bytes(b"\x0a\xff\xff\xff\xff\x0f")
+    damaged_session(src)
     return src
 
 
