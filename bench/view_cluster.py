@@ -58,7 +58,7 @@ def per_process_costs(src: str, tmp: str) -> dict:
     t0 = time.process_time()
     ix = pipeline.new_index()
     for p in paths:
-        pipeline.absorb(ix, tasks.index(p, opts, len(paths), None), [])
+        pipeline.absorb(ix, tasks.index(p, opts, len(paths), None))
     t_index = time.process_time() - t0
     pipeline.finish_index(ix)
     work = tempfile.mkdtemp(dir=tmp)

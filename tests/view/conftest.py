@@ -36,6 +36,15 @@ def small_capture(tmp_path_factory) -> Path:
     return out
 
 
+def damaged_session(src: Path) -> Path:
+    """One more session whose trace_info.pb is garbage: every run must skip it with one warning."""
+    d = src / "i-damaged_pid_4242" / "20260101T000000Z"
+    d.mkdir(parents=True)
+    (d / "trace_info.pb").write_bytes(b"\xff" * 64)
+    (d / "ntrace.pb").write_bytes(b"\x0a\xff\xff\xff\xff\x0f")
+    return d
+
+
 def copy_capture(src: Path, dst: Path) -> tuple[Path, Path, Path]:
     """A copy of a two-profile capture: (root, the session to damage, the intact session)."""
     shutil.copytree(src, dst, symlinks=True)

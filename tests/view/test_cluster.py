@@ -15,6 +15,7 @@ import pytest
 
 from ..conftest import EXAMPLES, clean_env, cli
 from .cluster_util import Cluster, dataset_facts, files_under
+from .conftest import damaged_session
 
 pytest.importorskip("distributed")
 
@@ -26,15 +27,6 @@ def synth(root: Path, events: int, instances: int = 2, processes: int = 2) -> Pa
     src = root / "cap"
     generate(str(src), instances=instances, processes=processes, events=events)
     return src
-
-
-def damaged_session(src: Path) -> Path:
-    """One more session whose trace_info.pb is garbage: both runs must skip it with one warning."""
-    d = src / "i-damaged_pid_4242" / "20260101T000000Z"
-    d.mkdir(parents=True)
-    (d / "trace_info.pb").write_bytes(b"\xff" * 64)
-    (d / "ntrace.pb").write_bytes(b"\x0a\xff\xff\xff\xff\x0f")
-    return d
 
 
 def executed_count(dask_worker) -> int:

@@ -10,7 +10,8 @@ from neuron_explorer.contracts.env import ConfigError, parquet_writer, progress_
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
 from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
 
-from .pipeline import OutputError, ViewError, ViewOptions, os_reason, run
+from .options import OutputError, ViewError, ViewOptions, os_reason
+from .pipeline import run
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
 
@@ -167,8 +168,8 @@ def view_command(args: argparse.Namespace) -> int:
     if out and out.endswith(os.sep) and fmt in ("summary-text", "summary-json"):
         raise UsageError(f"--output-file {out}: {fmt} writes one file; name it, e.g. {out}summary.txt")
     if out and fmt:
+        from .options import DEFAULT_OUTPUTS
         from .output import in_directory
-        from .pipeline import DEFAULT_OUTPUTS
 
         out = in_directory(out, DEFAULT_OUTPUTS.get(fmt) if fmt != "parquet" else None)
     if args.ingest_only:
@@ -266,8 +267,8 @@ def _is_url(path: str | None) -> bool:
 
 
 def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str | None):
-    """A cluster run or one reading or writing object storage (``view.cluster``, imported only
-    here: a plain run loads neither Dask nor the AWS SDK)."""
+    """A cluster run or one reading or writing object storage: the same run on the engine
+    ``view.cluster`` picks (imported only here: a plain run loads neither Dask nor the AWS SDK)."""
     from neuron_explorer.util.storage import StorageError
 
     from . import cluster
@@ -282,7 +283,7 @@ def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str 
         print(f"{prog_name()}: error: {e}", file=sys.stderr)
         return 1
     try:
-        return cluster.run(opts, engine, endpoint)
+        return run(opts, engine, endpoint)
     except (cluster.ClusterError, StorageError) as e:
         print(f"{prog_name()}: error: {e}", file=sys.stderr)
         return 1

@@ -1,86 +1,36 @@
-"""``view`` as a pipeline: discover → index (clock alignment) → per process: load, filter, build
-events → exporter.  Only one process's data is in memory at a time; the index pass keeps just the
+"""``view``'s one flow, whatever runs it: discover → check the output → index (clock alignment) →
+plan → convert each process → assemble.  The steps that touch the captures or the output are tasks
+(``view.tasks``) and an *engine* runs them where it will: this process, or spawned worker
+processes (``LocalEngine``: every run on one machine, also one reading or writing ``s3://``), or a
+Dask cluster's workers (``cluster.DaskEngine``).  This process plans (clock offsets, the jobs),
+draws the progress bar and prints the warnings, in one order for every engine.
+
+Only one process's data is in memory at a time per worker; the index pass keeps just the
 collective timings needed to align clocks and find stragglers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
-from neuron_explorer.analysis import align, device as device_mod, jobs, summary as summary_mod
-from neuron_explorer.analysis.events import build as build_events, region_links
+from neuron_explorer.analysis import align, jobs, summary as summary_mod
 from neuron_explorer.analysis.filters import ViewFilter
-from neuron_explorer.analysis.framework import RegionLinks
-from neuron_explorer.analysis.pbfile import ProfileError
-from neuron_explorer.analysis.reader import Session, discover, load_session
-from neuron_explorer.contracts import dataset
-from neuron_explorer.contracts.tracks import Grouping, group_pids
-from neuron_explorer.exporters.interface import Piece, ProcessTarget, RunInfo, exporter
+from neuron_explorer.contracts.tracks import group_pids
 from neuron_explorer.util.names import printable
-from neuron_explorer.view import output as output_mod
-from neuron_explorer.view.devices import profile_ids
+from neuron_explorer.util.storage import is_url
 
-
-class ViewError(Exception):
-    """A problem with the view request as a whole (nothing usable to process)."""
-
-
-class OutputError(Exception):
-    """Writing the output failed (full disk, permissions, ...): nothing half-written was left
-    looking complete and an earlier output of ours is intact."""
-
-    def __init__(self, output: str | None, reason: str) -> None:  # (None: a summary, printed)
-        super().__init__(f"cannot write {output}: {reason}")
-        self.output = output
-        self.reason = reason
-
-
-def os_reason(e: OSError) -> str:
-    """The system's words for an OSError ("No space left on device"), without Arrow's wrapping."""
-    return os.strerror(e.errno) if e.errno else (e.strerror or str(e))
-
-
-GOOD_LAYOUT = ("a capture directory looks like OUTPUT/<instance-id>_pid_<pid>/<timestamp>/ holding "
-               "ntrace.pb and trace_info.pb (written by NEURON_RT_INSPECT_ENABLE=1 or 'neuron-explorer inspect')")
-
-DEFAULT_OUTPUTS = {"parquet": "system_profile_parquet", "json": "system_profile.json",
-                   "perfetto": "system_profile.pftrace"}
-
-
-@dataclass
-class ViewOptions:
-    directory: str
-    output_format: str = "parquet"
-    output_file: str | None = None
-    filter: ViewFilter = field(default_factory=ViewFilter)
-    ignore_system_profile: bool = False
-    ignore_device_profile: bool = False
-    display_name: str = ""
-    progress: bool | None = None  # None: when stderr is a terminal
-    jobs: int | None = None  # worker processes; None = one per core (used when the input is large)
-    grouping: Grouping = field(default_factory=Grouping)  # --system-trace-primary/secondary-group
-    progress_delay: float = 1.0  # seconds before the progress bar shows (NEURON_EXPLORER_PROGRESS_DELAY_S)
-
-
-@dataclass
-class ViewResult:
-    output: str | None
-    warnings: list[tuple[str, str]]  # (message, path)
-    offsets: dict[str, align.InstanceOffset]
-    profiles: int
-    events: int
-    seconds: float
-    text: str | None = None  # summary text/json
-    device_files: list[str] = field(default_factory=list)  # device_profile_model_<id>.json/.pftrace
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.warnings else 0
+from . import process, tasks
+from .devices import profile_ids
+from .options import DEFAULT_OUTPUTS, SUMMARIES, OutputError, ViewError, ViewOptions, ViewResult, os_reason
+from .process import Job, ProcessResult, device_dir
 
 
 class Progress:
@@ -129,18 +79,6 @@ class Progress:
         sys.stderr.flush()
 
 
-# the single-worker conversion reports its progress inside a process here (chunk by chunk)
-_within: list = [None]
-
-
-def _failure(path: str, e: Exception) -> str:
-    """The one-line message for a profile that failed after loading: a ProfileError says what is
-    wrong with which file; anything else is a defect of ours, named as such."""
-    if isinstance(e, ProfileError):
-        return str(e)
-    return printable(f"{path}: skipped after an internal error ({type(e).__name__}: {e}); please report it")
-
-
 @dataclass
 class RunIndex:
     """What the index pass learns: the usable profiles, the clock offsets and the time origin."""
@@ -161,77 +99,152 @@ class RunIndex:
     timings: list = field(default_factory=list)
 
 
-SUMMARIES = ("summary-text", "summary-json")
-
-
-def index_one(path: str, opts: ViewOptions, n_paths: int) -> dict:
-    """Pass 1 for one profile: what the run needs to know of it, as plain picklable data (a
-    cluster run computes it on a worker).  ``collectives`` keys are numbered by this profile's own
-    ``pairs`` (``absorb`` renumbers them for the run); nothing is printed here.
-
-    Clock alignment is a fact of the whole capture, not of what a run writes: the collectives of
-    every profile are read, those of instances the filter drops and those of a run that writes no
-    system events (whose ntrace.pb is then mapped unchecked: ``CollectiveIndex.times`` checks the
-    rows it reads), so a filter never moves the events it keeps."""
-    rec: dict = {"path": path, "instance": None, "skipped": None, "warnings": [], "usable": False}
-    writes_events = not opts.ignore_system_profile
+def run(opts: ViewOptions, engine: Engine | None = None, endpoint: str | None = None) -> ViewResult:
+    """Convert every profile under ``opts.directory`` (a directory, or an ``s3://`` prefix read
+    through ``endpoint``) to the chosen output, or a summary text, with the steps on ``engine``
+    (default: this machine, ``LocalEngine(opts.jobs)``).  The output is checked before any work,
+    written beside itself and put in place only whole."""
+    if engine is None:
+        local = LocalEngine(opts.jobs)
+        try:
+            return run(opts, local, endpoint)
+        finally:
+            local.close()
+    t_start = time.perf_counter()
+    fmt = opts.output_format
+    out = opts.output_file or DEFAULT_OUTPUTS.get(fmt)
+    refuse_output(out, fmt, engine)
+    warnings: list[tuple[str, str]] = []
+    paths, found = engine.call(tasks.discover, opts.directory, endpoint)
+    for msg, where in found:
+        say(warnings, "warning", msg, where)
+    with _writing(None):
+        target, work = _prepare(engine, out, fmt, paths, endpoint, opts.output_file is None)
+    # what the user is told was written: the name given, unless it was resolved elsewhere
+    shown = out if engine.local and not is_url(out) else target
     try:
-        s = load_session(path, events="checked" if writes_events else "unchecked")
-    except ProfileError as e:
-        rec["skipped"] = str(e)
-        return rec
-    rec["warnings"] = list(s.warnings)
-    rec["instance"] = s.instance_id
-    kept = opts.filter.keeps_instance(s.instance_id)
-    ci = align.CollectiveIndex()
+        ix = index(engine, paths, opts, endpoint, warnings)
+        with _writing(shown):
+            results = convert(engine, ix, opts, target, work, endpoint, warnings)
+    finally:
+        if work is not None:
+            try:
+                engine.call(tasks.cleanup, work)
+            except Exception:  # (a lost cluster: the work area is a hidden directory beside the output)
+                pass
+    text = None if target is not None else summary_text(fmt, results, warnings, ix)
+    return ViewResult(shown if target is not None else None, warnings, ix.offsets, len(ix.usable),
+                      sum(r.events for r in results), time.perf_counter() - t_start, text,
+                      [f for r in results if r.piece is not None for f in r.piece.device_files])
+
+
+def refuse_output(out: str | None, fmt: str, engine: Engine) -> None:
+    """The outputs no engine or storage can write, refused before any work (ViewError)."""
+    if out == "-" and not engine.local:
+        raise ViewError("--output-file -: a cluster's workers cannot write this terminal's standard output; "
+                        "name a file on storage the workers share")
+    if is_url(out) and fmt not in ("parquet",) + SUMMARIES:
+        raise ViewError(f"--output-file {out}: object storage takes the parquet dataset; write {fmt} to a file")
+
+
+def _prepare(engine: Engine, out: str | None, fmt: str, paths: list[str], endpoint: str | None,
+             default: bool) -> tuple[str | None, str | None]:
+    """(target, work area) of a file output, checked and made by the engine that writes it; a
+    summary's file (the caller writes the text) is only checked here, and has neither."""
+    if out is None or (fmt in SUMMARIES and is_url(out)):
+        return None, None
+    if fmt in SUMMARIES:
+        tasks.check_output(out, "summary", paths, default)
+        return None, None
+    return engine.call(tasks.prepare_output, out, fmt, paths, endpoint, default)
+
+
+@contextlib.contextmanager
+def _writing(output: str | None) -> Iterator[None]:
+    """A failed write, in this process or a task's, as the run's OutputError naming ``output``
+    (None: the name the task gave)."""
     try:
-        times = ci.times(s)
-    except Exception as e:  # damage the unchecked read found, or a defect of ours on odd data: this profile only
-        if kept and writes_events:
-            rec["skipped"] = _failure(path, e)
-            return rec
-        rec["warnings"].append(f"{_failure(path, e)}; its collectives were left out of the clock alignment")
-        times, ci = align.no_times(), align.CollectiveIndex()
-    s.release(s.num_events)  # the index keeps only the collective timings
-    last = int(times[2].max()) if len(times[2]) else None
-    rec["life"] = jobs.life_of(s.info, s.instance_id, last)
-    if opts.output_format not in SUMMARIES:  # stragglers need them all
-        times = align.sample(times, align.sample_cap(n_paths))
-    rec.update(times=times, pairs=list(ci.pairs.items()))
-    if not kept:
-        return rec
-    rank = int(s.info.rank) if s.info is not None else -1
-    rec.update(usable=True, checked=s.events_checked, proc=(s.instance_id, int(s.pid), rank),
-               devices=[] if opts.ignore_device_profile else [(s.instance_id, int(s.pid), list(s.device_paths),
-                                                               [(m.id, m.neff_name) for m in s.models])],
-               start=int(s.info.start_wall_ns) if s.info is not None and s.info.start_wall_ns else None)
-    return rec
+        yield
+    except tasks.TaskOSError as e:
+        raise OutputError(output or e.output, e.reason) from None
+    except OSError as e:
+        if output is None:
+            raise
+        raise OutputError(output, os_reason(e)) from None
 
 
-def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]]) -> None:
-    """Add one profile's ``index_one`` record to the run's index, printing its warnings in the
-    order a single pass would (the records are absorbed in path order).  Every profile read
-    feeds the clock alignment; only those the filter keeps are converted."""
+def say(warnings: list[tuple[str, str]], kind: str, message: str, where: str) -> None:
+    """The one place a run reports a problem: a line on stderr (``neuron-explorer: warning: ...``,
+    or ``skipped: ...`` for a profile left out) and a (message, path) entry of its result
+    (``where`` is already printable)."""
+    print(f"neuron-explorer: {kind}: {message}", file=sys.stderr)
+    warnings.append((message, where))
+
+
+def summary_text(fmt: str, results: list[ProcessResult], warnings: list[tuple[str, str]], ix: RunIndex) -> str:
+    """The summary of a run (built here: it is small)."""
+    summ = summary_mod.build([r.summary for r in results if r.summary is not None], [m for m, _ in warnings],
+                             ix.offsets, align.stragglers(ix.stragglers, ix.offsets, ix.collectives))
+    return summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
+
+
+def index(engine: Engine, paths: list[str], opts: ViewOptions, endpoint: str | None,
+          warnings: list[tuple[str, str]]) -> RunIndex:
+    """Pass 1: instances, collective timings and the time origin; damaged profiles and filters that
+    name no instance are reported here, in path order, and only the collective timings stay in
+    memory."""
+    ix = new_index()
+    prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
+    for rec in engine.map(tasks.index, paths, prog, opts, len(paths), endpoint):
+        for kind, msg, where in absorb(ix, rec):
+            say(warnings, kind, msg, where)
+    finish_index(ix)
+    for m in unmatched_instances(opts.filter, ix.all_instances):
+        say(warnings, "warning", m, printable(opts.directory))
+    return ix
+
+
+def convert(engine: Engine, ix: RunIndex, opts: ViewOptions, target: str | None, work: str | None,
+            endpoint: str | None, warnings: list[tuple[str, str]]) -> list[ProcessResult]:
+    """Pass 2: one process at a time per worker, then the pieces joined in process order into
+    ``target`` (a summary has none: its results are returned for the text)."""
+    fmt = opts.output_format
+    todo = make_jobs(ix, opts, target, work)
+    prog = Progress(len(todo), f"writing {fmt}", opts.progress, opts.progress_delay)
+    done = list(engine.map(tasks.convert, todo, prog, endpoint))
+    results = [r for r, _ in done]
+    for r in results:
+        for msg, where in r.warnings:
+            say(warnings, "skipped", msg, where)
+    if not opts.ignore_system_profile:
+        for m in unmatched_filters(opts.filter, results):
+            say(warnings, "warning", m, printable(opts.directory))
+    if target is not None:
+        engine.call(tasks.finalize, fmt, target, work, [r.piece for r in results if r.piece is not None],
+                    (ix.origin, ix.offsets, warnings, opts.display_name), [k for _, ks in done for k in ks], endpoint)
+    return results
+
+
+def absorb(ix: RunIndex, rec: dict) -> list[tuple[str, str, str]]:
+    """Add one profile's ``process.index_one`` record to the run's index; returns its problems,
+    (kind, message, printable path), in the order a single pass meets them (the records are
+    absorbed in path order).  Every profile read feeds the clock alignment; only those the filter
+    keeps are converted."""
     p = rec["path"]
+    where = printable(p)
     if rec["instance"] is None:
-        print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
-        warnings.append((rec["skipped"], printable(p)))
-        return
-    for w in rec["warnings"]:
-        print(f"neuron-explorer: warning: {w}", file=sys.stderr)
-        warnings.append((w, printable(p)))
+        return [("skipped", rec["skipped"], where)]
+    problems = [("warning", w, where) for w in rec["warnings"]]
     ix.all_instances.add(rec["instance"])
     if rec["skipped"] is not None:
-        print(f"neuron-explorer: skipped: {rec['skipped']}", file=sys.stderr)
-        warnings.append((rec["skipped"], printable(p)))
-        return
+        return problems + [("skipped", rec["skipped"], where)]
     if "times" not in rec:
-        return
+        return problems
     usable = rec["usable"]
     ix.timings.append((p if usable else None, rec["instance"], rec["life"], rec["times"], rec["pairs"],
                        rec["proc"][2] if usable else -1))
     if not usable:
-        return
+        return problems
     ix.usable.append(p)
     ix.instances[p] = rec["instance"]
     ix.checked[p] = rec["checked"]
@@ -239,6 +252,7 @@ def absorb(ix: RunIndex, rec: dict, warnings: list[tuple[str, str]]) -> None:
     ix.devices[p] = rec["devices"]
     if rec["start"] is not None:
         ix.origin = rec["start"] if not ix.origin else min(ix.origin, rec["start"])
+    return problems
 
 
 def finish_index(ix: RunIndex) -> RunIndex:
@@ -271,82 +285,7 @@ def new_index() -> RunIndex:
     return RunIndex([], {}, {}, {}, 0, align.CollectiveIndex(), [])
 
 
-def _index(paths: list[str], opts: ViewOptions, warnings: list[tuple[str, str]]) -> RunIndex:
-    """Pass 1: instances, collective timings and the time origin; damaged profiles are reported
-    here, and only the collective timings stay in memory."""
-    ix = new_index()
-    prog = Progress(len(paths), "indexing", opts.progress, opts.progress_delay)
-    for p in paths:
-        rec = index_one(p, opts, len(paths))
-        prog.step()
-        absorb(ix, rec, warnings)
-    return finish_index(ix)
-
-
-def run(opts: ViewOptions) -> ViewResult:
-    """Convert every profile under ``opts.directory`` to the chosen output (or a summary text):
-    the output is checked before any work, written beside itself and put in place only whole."""
-    t_start = time.perf_counter()
-    root = opts.directory
-    if not os.path.isdir(root):
-        raise ViewError(f"{root}: no such directory; {GOOD_LAYOUT}")
-    warnings: list[tuple[str, str]] = []
-    paths = discover(root, warnings)
-    for msg, _ in warnings:
-        print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
-    if not paths:
-        raise ViewError(f"{root}: no profiles found; {GOOD_LAYOUT}")
-    fmt = opts.output_format
-    out = opts.output_file or DEFAULT_OUTPUTS.get(fmt)
-    target = None
-    if out is not None:  # before any work: nothing is written when the output cannot be used
-        try:
-            target = output_mod.check(out, "summary" if fmt.startswith("summary") else fmt, paths,
-                                      default=opts.output_file is None)
-        except output_mod.OutputRefused as e:
-            raise ViewError(str(e)) from None
-        if target not in ("-",) and output_mod.output_kind(target) not in ("descriptor", "special"):
-            try:
-                output_mod.make_parents(target)
-            except OSError as e:
-                raise OutputError(out, f"cannot create its directory: {os_reason(e)}") from None
-    ix = _index(paths, opts, warnings)
-    _warn(warnings, root, unmatched_instances(opts.filter, ix.all_instances))
-    if fmt not in DEFAULT_OUTPUTS:  # summaries: the text is returned, the caller writes it
-        out = target = None
-    try:
-        work = None if target is None else dataset.work_area(target)
-    except OSError as e:
-        raise OutputError(out, os_reason(e)) from None
-    jobs = make_jobs(ix, opts, target, work)
-    # pass 2: one process at a time per worker, then the pieces joined in process order
-    try:
-        results = _convert_all(jobs, _workers(opts.jobs, ix.usable),
-                               Progress(len(jobs), f"writing {fmt}", opts.progress, opts.progress_delay))
-        for r in results:
-            for w in r.warnings:
-                print(f"neuron-explorer: skipped: {w[0]}", file=sys.stderr)
-            warnings.extend(r.warnings)
-        if not opts.ignore_system_profile:
-            _warn(warnings, root, unmatched_filters(opts.filter, results))
-        if target is not None and work is not None:  # (work: None exactly when target is)
-            exporter(fmt).assemble(target, [r.piece for r in results if r.piece is not None],
-                                   RunInfo(ix.origin, ix.offsets, warnings, work, opts.display_name))
-    except OSError as e:
-        raise OutputError(out, os_reason(e)) from None
-    finally:
-        dataset.remove_work_area(work)  # (a Parquet dataset was renamed into place from it)
-    text = None
-    if out is None:
-        summ = summary_mod.build([r.summary for r in results if r.summary is not None], [m for m, _ in warnings],
-                                 ix.offsets, align.stragglers(ix.stragglers, ix.offsets, ix.collectives))
-        text = summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
-    return ViewResult(out, warnings, ix.offsets, len(ix.usable), sum(r.events for r in results),
-                      time.perf_counter() - t_start, text,
-                      [f for r in results if r.piece is not None for f in r.piece.device_files])
-
-
-def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | None) -> list["Job"]:
+def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | None) -> list[Job]:
     """One Job per usable profile, in path order (for a summary ``target`` is None)."""
     fmt = opts.output_format
     shown = group_pids([ix.procs[p] + (p,) for p in ix.usable], opts.grouping)  # (a session: its path)
@@ -360,12 +299,6 @@ def make_jobs(ix: RunIndex, opts: ViewOptions, target: str | None, work: str | N
                 device_ids={d: dev_ids[d] for d in (ix.devices[p][0][2] if ix.devices.get(p) else []) if d in dev_ids},
                 job=ix.jobs.get(p, ""))
             for i, p in enumerate(ix.usable)]
-
-
-def _warn(warnings: list[tuple[str, str]], root: str, messages: list[str]) -> None:
-    for m in messages:
-        print(f"neuron-explorer: warning: {m}", file=sys.stderr)
-        warnings.append((m, printable(root)))
 
 
 def _listing(values, limit: int = 20) -> str:
@@ -383,7 +316,7 @@ def unmatched_instances(filt: ViewFilter, seen: set[str]) -> list[str]:
             f"capture: {_listing(sorted(seen))}" for i in sorted(filt.instances - seen)]
 
 
-def unmatched_filters(filt: ViewFilter, results: list["ProcessResult"]) -> list[str]:
+def unmatched_filters(filt: ViewFilter, results: list[ProcessResult]) -> list[str]:
     """A warning when the core or event-type filter keeps no event of any process, naming the cores
     or types that the capture holds."""
     out = []
@@ -399,26 +332,18 @@ def unmatched_filters(filt: ViewFilter, results: list["ProcessResult"]) -> list[
     return out
 
 
-def _convert_all(jobs: list["Job"], n_workers: int, prog: Progress) -> list["ProcessResult"]:
-    """Every job's result, in job order: in this process, or on ``n_workers`` spawned workers."""
-    results: list[ProcessResult] = []
-    if n_workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+class Engine(Protocol):
+    """Where a run's tasks execute.  ``call`` runs one task and returns its result; ``map`` runs
+    one task per item and yields the results in item order, stepping ``prog`` as tasks finish.
+    ``local``: the tasks run on this machine, where an output name means what the user typed."""
 
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp.get_context("spawn")) as ex:
-            for r in ex.map(convert_process, jobs):
-                results.append(r)
-                prog.step()
-    else:
-        _within[0] = prog.within
-        try:
-            for j in jobs:
-                results.append(convert_process(j))
-                prog.step()
-        finally:
-            _within[0] = None
-    return results
+    local: bool
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    def map(self, fn: Callable[..., Any], items: list, prog: Progress, *args: Any) -> Iterable[Any]: ...
+
+    def close(self) -> None: ...
 
 
 # Below this much ntrace.pb, starting workers (~0.5 s of imports each) costs more than it saves:
@@ -427,7 +352,9 @@ def _convert_all(jobs: list["Job"], n_workers: int, prog: Progress) -> list["Pro
 PARALLEL_MIN_BYTES = 256 << 20
 
 
-def _workers(requested: int | None, paths: list[str]) -> int:
+def workers(requested: int | None, paths: list[str]) -> int:
+    """How many worker processes a map over ``paths`` wants: ``--jobs`` (at most one a profile),
+    else one per core when the captures are large enough to pay for starting them."""
     if len(paths) < 2:
         return 1
     if requested is not None:
@@ -436,141 +363,52 @@ def _workers(requested: int | None, paths: list[str]) -> int:
     for p in paths:
         try:
             size += os.path.getsize(os.path.join(p, "ntrace.pb"))
-        except OSError:
+        except OSError:  # (also an s3:// session: its tasks stage it, one at a time unless --jobs says)
             pass
     return min(os.cpu_count() or 1, len(paths)) if size >= PARALLEL_MIN_BYTES else 1
 
 
-@dataclass
-class Job:
-    """Everything a worker needs to convert one process (picklable)."""
+class LocalEngine:
+    """The tasks on this machine: in this process one after another (a conversion then reports its
+    progress chunk by chunk), or a map's tasks on spawned worker processes when ``workers`` says
+    so for ``jobs`` (``--jobs``; None: by the captures' size).  The pool is started by the first
+    map that wants one and serves the rest of the run."""
 
-    index: int
-    path: str
-    fmt: str
-    out: str | None  # None: a summary
-    work: str | None  # where parts/pieces go before they are assembled
-    origin: int
-    offset: align.InstanceOffset | None
-    filter: ViewFilter
-    ignore_device: bool
-    ignore_system: bool
-    display_name: str
-    device_dir: str | None = None  # where device_profile_model_<id> files go (json, perfetto)
-    checked: tuple | None = None  # the index pass checked this version of ntrace.pb
-    grouping: Grouping = field(default_factory=Grouping)
-    group_pid: int = 0  # the pid of the process's group in the track tree (0: index + 1)
-    group_label: str = ""
-    device_ids: dict[str, str] = field(default_factory=dict)  # .ntff path -> device profile id (view.devices)
-    job: str = ""  # the process's job: part of its collectives' flow ids (analysis.jobs)
+    local = True
 
-    def target(self) -> ProcessTarget:
-        """Where the exporter writes this process."""
-        assert self.out is not None and self.work is not None
-        return ProcessTarget(self.index, self.origin, self.out, self.work, self.device_dir or device_dir(self.out),
-                             self.display_name, self.offset, self.grouping, self.group_pid or self.index + 1,
-                             self.group_label)
+    def __init__(self, jobs: int | None = None) -> None:
+        self.jobs = jobs
+        self.pool: Any = None
 
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
 
-@dataclass
-class ProcessResult:
-    """What a worker hands back for one process (picklable)."""
+    def map(self, fn: Callable[..., Any], items: list, prog: Progress, *args: Any) -> Iterator[Any]:
+        n = workers(self.jobs, [it if isinstance(it, str) else it.path for it in items])
+        if n > 1:
+            if self.pool is None:
+                import multiprocessing as mp
+                from concurrent.futures import ProcessPoolExecutor
 
-    warnings: list[tuple[str, str]] = field(default_factory=list)  # (message, path)
-    events: int = 0
-    piece: Piece | None = None  # an output format's: what ``assemble`` joins
-    summary: dict | None = None  # the summaries'
-    present_cores: list[int] = field(default_factory=list)  # before the filters (when one is set)
-    present_types: list[str] = field(default_factory=list)
+                self.pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
+            for r in self.pool.map(functools.partial(_apply, fn, args), items):
+                prog.step()
+                yield r
+            return
+        process.within[0] = prog.within
+        try:
+            for it in items:
+                r = fn(it, *args)
+                prog.step()
+                yield r
+        finally:
+            process.within[0] = None
 
-
-def device_dir(out: str) -> str:
-    """Device profiles go beside a file output; for '-', a device or a FIFO, into the current
-    directory (never into /dev)."""
-    from neuron_explorer.util.atomic import output_kind
-
-    if output_kind(out) in ("descriptor", "special"):
-        return os.getcwd()
-    return os.path.dirname(os.path.abspath(out))
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
 
 
-def convert_process(job: Job) -> ProcessResult:
-    """Load, filter and convert one process; returns what the parent assembles.
-
-    A process that fails here (its files changed since the index pass, or damage the checks at
-    load did not catch) becomes one warning naming it, and what it had written so far is removed:
-    the other processes are still converted.  An error writing the output (OSError: a full disk,
-    a vanished directory) is not about this profile and stops the run."""
-    from neuron_explorer.util.alloc import keep_freed_memory
-
-    keep_freed_memory()  # every format: reuse freed chunk temporaries instead of faulting them in anew
-    undo: list = []  # callables that remove what this process wrote
-    try:
-        return _convert(job, undo)
-    except OSError:
-        raise
-    except Exception as e:
-        for f in reversed(undo):
-            f()
-        return ProcessResult([(_failure(job.path, e), printable(job.path))])
-
-
-def _convert(job: Job, undo: list) -> ProcessResult:
-    """One process through its format's writer (or its summary): device profiles first, then the
-    events in the pieces and order the writer asks for."""
-    res = ProcessResult()
-    try:
-        s = load_session(job.path, events="none" if job.ignore_system else "checked", checked=job.checked)
-    except ProfileError as e:  # changed since the index pass
-        res.warnings.append((str(e), printable(job.path)))
-        return res
-    _present(job.filter, s, res)
-    if job.out is not None:  # region links: found on the whole process, then filtered with it
-        s.region_links = region_links(s, job.index)
-    keep = job.filter.apply(s)
-    links = s.region_links
-    if keep is not None and isinstance(links, RegionLinks):
-        s.region_links = links.restrict(keep)
-    offset_ns = job.offset.offset_ns if job.offset else 0
-    dviews = [] if job.ignore_device else device_mod.load(s, offset_ns, res.warnings)
-    for v in dviews:  # the run's ids: device_profile_model_<model id>, unique across processes
-        v.profile_id = v.summary["profile_id"] = job.device_ids.get(v.dp.path, v.profile_id)
-    if job.filter.ncs is not None:
-        dviews = [v for v in dviews if v.dp.trace.nc_idx in job.filter.ncs]
-    if job.out is None:  # summaries
-        res.summary = summary_mod.session_summary(s, job.offset)
-        res.summary["device_profiles"] = [v.summary for v in dviews]
-        res.events = s.num_events
-        return res
-    w = exporter(job.fmt).open_process(job.target())
-    undo.append(w.discard)
-    links = device_mod.exec_links(dviews)
-    id_base = job.index << 32  # ids unique across processes without coordination
-    try:
-        w.add_devices(dviews)
-        report = _within[0]
-        for lo, part in w.chunks(s):
-            pe = build_events(part, job.index, offset_ns, id_base, links, with_extra=w.with_extra, first=lo,
-                              job=job.job)
-            w.add(pe)
-            res.events += pe.n
-            if report is not None:
-                report(res.events / max(s.num_events, 1))
-        res.piece = w.close()
-    except BaseException:
-        w.abort()
-        raise
-    return res
-
-
-def _present(filt: ViewFilter, s: Session, res: ProcessResult) -> None:
-    """The cores and event types of the process before filtering, when a filter may keep none."""
-    n = s.num_events
-    if not n:
-        return
-    if filt.ncs is not None:
-        res.present_cores = np.unique(s.events["nc_idx"]).tolist()
-    if filt.types is not None:
-        ids = np.flatnonzero(np.bincount(np.clip(s.events["type"], 0, len(s.type_names)),
-                                         minlength=len(s.type_names) + 1)[:len(s.type_names)])
-        res.present_types = [s.type_names[i] for i in ids.tolist()]
+def _apply(fn: Callable[..., Any], args: tuple, item: Any) -> Any:
+    return fn(item, *args)

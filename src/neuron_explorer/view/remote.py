@@ -31,7 +31,7 @@ from neuron_explorer.util import storage
 from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import Location, StorageError
 
-from .pipeline import ViewError
+from .options import ViewError
 
 
 def _open(url: str, endpoint: str | None) -> tuple[object, Location]:

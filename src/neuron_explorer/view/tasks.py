@@ -1,5 +1,7 @@
-"""The steps of a ``view`` run as tasks a worker can run (``view.cluster``): plain functions of
-picklable arguments, importable by name on every worker.
+"""The steps of a ``view`` run that touch the captures or the output, as tasks any engine can run
+(``pipeline``: in this process, a spawned worker process or on a Dask worker): plain functions of
+picklable arguments, importable by name on every worker.  On a file system they are the local
+steps themselves; object storage adds the staging below.
 
 Object storage is read by staging one session directory at a time into a private local
 directory (the readers memory-map local files) and written by uploading one process's partition
@@ -18,7 +20,8 @@ from typing import Any, Iterator
 from neuron_explorer.util.atomic import staging_dir
 from neuron_explorer.util.storage import is_url
 
-from .pipeline import GOOD_LAYOUT, Job, ProcessResult, ViewError, ViewOptions, convert_process, index_one, os_reason
+from .options import GOOD_LAYOUT, ViewError, ViewOptions, os_reason
+from .process import Job, ProcessResult, convert_process, index_one
 
 
 class TaskOSError(Exception):
@@ -60,18 +63,28 @@ def prepare_output(out: str, fmt: str, paths: list[str], endpoint: str | None,
         return remote.prepare_output(out, endpoint, paths), None
     from neuron_explorer.contracts import dataset
 
+    target = check_output(out, fmt, paths, default)
+    try:
+        return target, dataset.work_area(target)
+    except OSError as e:
+        raise TaskOSError(out, os_reason(e)) from None
+
+
+def check_output(out: str, fmt: str, paths: list[str], default: bool = False) -> str:
+    """A local output checked (``output.check``: ViewError when refused) and the directories
+    missing above it made; returns the path to write."""
     from . import output as output_mod
 
     try:
         target = output_mod.check(out, fmt, paths, default=default)
     except output_mod.OutputRefused as e:
         raise ViewError(str(e)) from None
-    try:
-        if output_mod.output_kind(target) not in ("descriptor", "special"):
+    if output_mod.output_kind(target) not in ("descriptor", "special"):
+        try:
             output_mod.make_parents(target)
-        return target, dataset.work_area(target)
-    except OSError as e:
-        raise TaskOSError(out, os_reason(e)) from None
+        except OSError as e:
+            raise TaskOSError(out, f"cannot create its directory: {os_reason(e)}") from None
+    return target
 
 
 @contextlib.contextmanager
@@ -103,7 +116,7 @@ def _unstage(value: Any, local: str, url: str) -> Any:
 
 
 def index(path: str, opts: ViewOptions, n_paths: int, endpoint: str | None) -> dict:
-    """Pass 1 for one profile (``pipeline.index_one``) on a worker."""
+    """Pass 1 for one profile (``process.index_one``) on a worker."""
     with staged(path, endpoint) as local:
         rec = index_one(local, opts, n_paths)
     if local != path:
@@ -178,13 +191,4 @@ def cleanup(work: str) -> None:
     from neuron_explorer.contracts import dataset
 
     dataset.remove_work_area(work)
-
-
-def summary_text(fmt: str, results: list[ProcessResult], warnings: list[tuple[str, str]], ix: Any) -> str:
-    """The summary of a run (in this process: it is small)."""
-    from neuron_explorer.analysis import align, summary as summary_mod
-
-    summ = summary_mod.build([r.summary for r in results if r.summary is not None], [m for m, _ in warnings],
-                             ix.offsets, align.stragglers(ix.stragglers, ix.offsets, ix.collectives))
-    return summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
 

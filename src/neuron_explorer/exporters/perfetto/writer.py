@@ -292,7 +292,7 @@ class SessionFeed:
         self.frontier: list[int] = []  # a run's next events start after this (as far as we know)
 
     def chunks(self, s: Session) -> Iterator[tuple[int, Session]]:
-        keep_freed_memory()  # also set at the worker's start (view.pipeline.convert_process)
+        keep_freed_memory()  # also set at the worker's start (view.process.convert_process)
         self.s = s
         runs = core_runs(s, self.chunk)
         if not runs:  # no events: the process and its counters still appear
