@@ -27,6 +27,8 @@ class Program:
     # on one core: where the graph switches), compared between two runs by presence only
     scheduled: tuple[str, ...] = ()
     timeout: float = 300.0
+    # the settings it runs under (empty: every one a setting's ``programs`` allows)
+    settings: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -45,8 +47,9 @@ class Setting:
     # span every kind of recording (eager and compiled graphs, collectives, threads, JAX)
     programs: tuple[str, ...] = ()
 
-    def runs(self, program: str) -> bool:
-        return not self.programs or program in self.programs
+    def runs(self, program: "Program") -> bool:
+        return ((not self.programs or program.name in self.programs)
+                and (not program.settings or self.name in program.settings))
 
     @property
     def capture(self) -> bool:
@@ -74,7 +77,8 @@ PROGRAMS = [
     Program("compiled_aot_eager", "compiled.py", ("aot_eager",)),
     Program("own_profiler", "own_profiler.py"),
     Program("jax", "jax_train.py"),
-    Program("jax_in_process", "jax_train.py", ("--in-process",)),
+    # the same program with no worker: where its process matters (capture start, monitor discovery)
+    Program("jax_in_process", "jax_train.py", ("--in-process",), settings=("off", "system", "monitor_untagged", "all")),
     Program("fork", "fork_child.py"),
     Program("threads", "threads.py", scheduled=("nrt_model_switch",)),
     Program("nan", "nan_diverge.py"),
@@ -109,7 +113,8 @@ SETTINGS = [
     Setting("ndet", _NDET),
     Setting("monitor_untagged", {}, monitor=True),  # nothing set: found by discovery alone
     Setting("all", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "session", **_NDET, **_TAG}, monitor=True),
-    Setting("all_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model", **_NDET, **_TAG}, monitor=True),
+    Setting("all_model", {**_CAPTURE, "NEURON_RT_INSPECT_DEVICE_PROFILE": "model", **_NDET, **_TAG}, monitor=True,
+            programs=_DEVICE),
     Setting("filter_hardware", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware"}, programs=_FILTERED),
     Setting("filter_software", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "software"}, programs=_FILTERED),
     Setting("filter_hardware_not_cc", {**_CAPTURE, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE": "hardware,^cc_exec"},

@@ -24,7 +24,7 @@ SETTING = {s.name: s for s in SETTINGS}
 def _params():
     for p in PROGRAMS:
         for s in SETTINGS:
-            if not s.runs(p.name):
+            if not s.runs(p):
                 continue
             for c in CHECKS:
                 if not c.applies(p, s):

@@ -12,7 +12,6 @@ collective timings needed to align clocks and find stragglers.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import time
@@ -391,9 +390,20 @@ class LocalEngine:
                 from concurrent.futures import ProcessPoolExecutor
 
                 self.pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
-            for r in self.pool.map(functools.partial(_apply, fn, args), items):
-                prog.step()
-                yield r
+            from concurrent.futures import wait
+
+            futures = [self.pool.submit(fn, it, *args) for it in items]
+            try:
+                for f in futures:
+                    r = f.result()
+                    prog.step()
+                    yield r
+            finally:
+                # a failed (or abandoned) map ends only once none of its tasks runs any more: the
+                # caller then removes the work area, which a task still writing would make again
+                for f in futures:
+                    f.cancel()
+                wait(futures)
             return
         process.within[0] = prog.within
         try:
@@ -410,5 +420,3 @@ class LocalEngine:
             self.pool = None
 
 
-def _apply(fn: Callable[..., Any], args: tuple, item: Any) -> Any:
-    return fn(item, *args)
