@@ -17,9 +17,9 @@ check:
 	$(PYTHON) -m ruff check src tests bench
 	$(PYTHON) -m mypy
 
-# One command: set up, then run the whole test suite (slow end-to-end tests included), on two
+# One command: set up, then run the whole test suite (slow end-to-end tests included), on three
 # pytest-xdist workers (TEST_WORKERS=0 runs it in one process); it ends with the 30 slowest tests.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -n $(TEST_WORKERS) --dist worksteal --durations=30
 
@@ -27,7 +27,7 @@ test: setup
 # 0098-fast-test-set.md) and a handful of cheap end-to-end checks marked @pytest.mark.fast.
 test-fast:
 	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -p no:hypothesispytest --fast \
-		-n $(TEST_WORKERS) --dist worksteal
+		-n 2 --dist worksteal
 
 bench: setup
 	$(PYTHON) -m bench
