@@ -1,9 +1,11 @@
 """The capture sink: drains the runtime's rings into bounded column stores and writes the session
-directory, periodically (so a SIGKILL loses at most one period) and at stop.
+directory, periodically and at stop.
 
-Periodic writes rewrite the files atomically.  To keep that from competing with the workload on
-large captures, the next periodic write is postponed to at least 100x the duration of the last one
-(about 1% of the run).
+A write appends only the events recorded since the last one to the cores' segment files
+(``capture.segments``, decision 0111) and rewrites the small files (the tables, trace_info.pb, the
+host samples) atomically, so it costs the same at 10 thousand or 100 million stored events.  Writes
+start one flush period apart (start to start), so a SIGKILL loses at most what was recorded in the
+last flush period plus the duration of one write.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..runtime import clock
 from ..runtime.core import Runtime
 from . import writer
 from .samplers import HostSampler
+from .segments import SegmentWriter
 from .store import CoreStore, enabled_mask
 
 _FRAMEWORKS = ("torch", "jax")
@@ -39,6 +42,7 @@ class CaptureSink:
         self._base = {nc: st.ring.produced() for nc, st in rt.cores.items()}
         self.cores: dict[int, CoreStore] = {}
         self.session_dir: str | None = None
+        self.segments: SegmentWriter | None = None
         self.note = ""
         self.sampler = HostSampler(sampler_pid or rt.ident.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory,
                                    max_samples=cfg.max_samples)
@@ -83,6 +87,7 @@ class CaptureSink:
     def flush(self, rt: Runtime, final: bool, reason: str) -> None:
         if os.getpid() != self._owner_pid:
             return  # a forked child: the session directory is its parent's
+        t0 = time.perf_counter()
         with self._io_lock:
             self.drain()
             if final:
@@ -95,16 +100,20 @@ class CaptureSink:
                 return  # torchrun's agent only spawns the workers, which profile themselves
             if self.require_framework and not self._has_content():
                 return  # a Python process that ran no framework (a tool, a helper): no profile
-            t0 = time.perf_counter()
             try:
                 self.write()
             except Exception as e:  # noqa: BLE001 - a write must never take the workload down
                 self._write_failed(e, final)
                 return
+            finally:
+                if final and self.segments is not None:
+                    self.segments.close()
             self.write_error = None
             took = time.perf_counter() - t0
-            # rewriting the files costs ~1 us per stored event: keep it under ~1% of the run
-            self._next_write_gap = max(self.cfg.flush_period_s, 100 * took)
+            # one period from start to start; a write that takes longer than the period (a disk
+            # slower than the events) leaves a tenth of the period before the next
+            period = self.cfg.flush_period_s
+            self._next_write_gap = max(period - took, period / 10)
 
     def _has_content(self) -> bool:
         """Has this process anything to profile?  Every Python process started with the variables
@@ -123,8 +132,10 @@ class CaptureSink:
                 self.cfg.output_dir, rt.ident.instance_id, rt.ident.pid, self.start_anchor[1]
             )
         d = self.session_dir
+        if self.segments is None:
+            self.segments = SegmentWriter(d)
         writer.write_session(d, rt, self.cores, self.sampler, note=self.note, cfg=self.cfg,
-                             start_anchor=self.start_anchor, end_reason=self.end_reason)
+                             start_anchor=self.start_anchor, end_reason=self.end_reason, segments=self.segments)
         if rt.devprof is not None:
             rt.devprof.write(d)
         self.written = True
