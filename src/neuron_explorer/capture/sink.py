@@ -58,6 +58,7 @@ class CaptureSink:
         # runtime's own sink when started from the environment, see _has_content)
         self.require_framework = False
         self.last_write_wall_ns = 0  # when the last complete write finished (wall clock)
+        self.last_write_s = 0.0  # how long the last complete flush took, drain included
         self.write_error: str | None = None  # why the latest write failed, None after a success
         self.final_error: str | None = None  # why the final write failed
         self.start_anchor = rt.anchors[0]
@@ -109,7 +110,7 @@ class CaptureSink:
                 if final and self.segments is not None:
                     self.segments.close()
             self.write_error = None
-            took = time.perf_counter() - t0
+            took = self.last_write_s = time.perf_counter() - t0
             # one period from start to start; a write that takes longer than the period (a disk
             # slower than the events) leaves a tenth of the period before the next
             period = self.cfg.flush_period_s
