@@ -22,6 +22,7 @@ import numpy as np
 
 from neuron_explorer.analysis import align, jobs, summary as summary_mod
 from neuron_explorer.analysis.filters import ViewFilter
+from neuron_explorer.contracts.layout import parse_segment_name
 from neuron_explorer.contracts.tracks import group_pids
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.storage import is_url
@@ -360,8 +361,9 @@ def workers(requested: int | None, paths: list[str]) -> int:
         return max(1, min(requested, len(paths)))
     size = 0
     for p in paths:
-        try:
-            size += os.path.getsize(os.path.join(p, "ntrace.pb"))
+        try:  # the system trace: ntrace.pb and its event segments (decision 0111)
+            size += sum(os.path.getsize(os.path.join(p, n)) for n in os.listdir(p)
+                        if n == "ntrace.pb" or parse_segment_name(n) is not None)
         except OSError:  # (also an s3:// session: its tasks stage it, one at a time unless --jobs says)
             pass
     return min(os.cpu_count() or 1, len(paths)) if size >= PARALLEL_MIN_BYTES else 1
