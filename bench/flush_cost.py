@@ -94,7 +94,7 @@ def main() -> None:
                 whole = CoreStore(0, cap)
                 whole.add(rows(0, base + args.new), MASK, base + args.new)
                 wd = make_session_dir(tmp, "i-rewrite", os.getpid(), rt.anchors[0][1] + base)
-                rs = [timed(lambda: writer.write_session(wd, rt, {0: whole})) for _ in range(3)]
+                rs = [timed(lambda wd=wd, whole=whole: writer.write_session(wd, rt, {0: whole})) for _ in range(3)]
                 rc = statistics.median(c for c, _ in rs)
                 out["rewrite"].append({"stored": base, "cpu_ms": round(rc * 1e3, 3),
                                        "cpu_ns_per_new_event": round(rc * 1e9 / args.new, 1)})

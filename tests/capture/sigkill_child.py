@@ -51,7 +51,8 @@ class BlockRing:
 
 
 def main() -> None:
-    out, total, rate, period, log_path = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+    out, log_path = sys.argv[1], sys.argv[5]
+    total, rate, period = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
     log = np.lib.format.open_memmap(log_path, mode="w+", dtype=np.int64, shape=(2 + 2 * LOG_ENTRIES,))
     cfg = CaptureConfig(output_dir=out, max_events_per_nc=2 * total, flush_period_s=period, cpu_util=False,
                         host_memory=False)

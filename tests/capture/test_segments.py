@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from neuron_explorer.analysis.reader import load_session
-from neuron_explorer.capture import segments as seg
-from neuron_explorer.capture import writer
+from neuron_explorer.capture import segments as seg, writer
 from neuron_explorer.capture.segments import SegmentWriter
 from neuron_explorer.capture.store import CoreStore, enabled_mask
 from neuron_explorer.contracts import events as ev

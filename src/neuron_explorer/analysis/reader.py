@@ -283,7 +283,7 @@ def _load_trace(s: Session, trace_p: str, checked: tuple | None, events: str = "
     pieces = [_Piece(mm, cols, n, trace_p)] if n else []
     segs = _segment_pieces(s, os.path.dirname(trace_p))
     pieces += [p for p, _ in segs]
-    ident = (ident, tuple(i for _, i in segs))
+    version_of = (ident, tuple(i for _, i in segs))  # ntrace.pb and every segment
     if len(pieces) <= 1:  # one block (a whole-session write, a short capture): mapped in place
         p = pieces[0] if pieces else _Piece(mm, cols, 0, trace_p)
         layout = {}
@@ -297,7 +297,7 @@ def _load_trace(s: Session, trace_p: str, checked: tuple | None, events: str = "
             s.events[c.name] = np.concatenate([p.column(c) for p in pieces])
     if events == "unchecked":
         return
-    version = (ident, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
+    version = (version_of, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
     if version != checked:  # (checked earlier in this run against the same files: not again)
         _check_events(s, trace_p, version[1])
     s.events_checked = version

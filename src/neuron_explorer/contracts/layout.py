@@ -1,7 +1,8 @@
 """Names in the on-disk layout, made and recognised in one place.
 
 Capture writes ``<out>/<instance>_pid_<pid>/<UTC timestamp>/`` holding ``ntrace.pb`` (the system
-trace's tables) with its event segments (``ntrace_nc<nc>_<k>.pb``, decision 0111), ``trace_info.pb``, ``cpu_util.pb``, ``host_mem.pb``, device traces (``<hash>_instid_0_vnc_<nc>.ntff``
+trace's tables) with its event segments (``ntrace_nc<nc>_<k>.pb``, decision 0111),
+``trace_info.pb``, ``cpu_util.pb``, ``host_mem.pb``, device traces (``<hash>_instid_0_vnc_<nc>.ntff``
 in model mode, ``profile_nc_<nc>_session_<k>.ntff`` in session mode) and graphs
 (``neff_<hash>_vnc_<nc>.neff``); NDET writes ``ndet_<date>_<instance>_<gid>_<pid>.log`` files.
 Readers find sessions by their marker files.
