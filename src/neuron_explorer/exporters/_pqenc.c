@@ -747,25 +747,6 @@ done:
  * input lengths only.
  */
 
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-} obuf;
-
-static int ob_reserve(obuf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 1 << 16;
-    while (cap < b->len + extra) cap *= 2;
-    char *p = PyMem_Realloc(b->p, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
 #define PUT_LIT(q, s) (memcpy((q), (s), sizeof(s) - 1), (q) += sizeof(s) - 1)
 
 static const char DIGITS2[] =
@@ -1187,7 +1168,7 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
     table tabs[NTABS];
     Py_buffer eoff = {0}, edata = {0}, evalid = {0};
     int have_extra = 0;
-    obuf out = {0};
+    PyObject *bytes = NULL;
     char *scratch = NULL;
     memset(cols, 0, sizeof(cols));
     if (PyTuple_GET_SIZE(cols_o) != NCOLS || PyTuple_GET_SIZE(tabs_o) != NTABS || n < 0) {
@@ -1235,6 +1216,15 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
     Py_ssize_t tabmax = 0;
     for (int i = 0; i < NTABS; i++) tabmax += tabs[i].maxlen;
     Py_ssize_t fixed = 640 + 2 * MAX_ENTRIES + pidl + 3 * tabmax + (Py_ssize_t)sep.len;
+    /* one allocation bounded for every event (its untouched pages are never faulted in), shrunk at
+     * the end: no copy of the block */
+    Py_ssize_t extra_total = offs != NULL ? offs[n] - offs[0] : 0;
+    if (fixed > (PY_SSIZE_T_MAX - 6 * extra_total) / (n + 1)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((bytes = PyBytes_FromStringAndSize(NULL, fixed * n + 6 * extra_total)) == NULL) goto done;
+    char *q = PyBytes_AS_STRING(bytes);
     const int64_t *ord = cols[C_ORDER].v;
     int64_t const *fsid = cols[C_FSID].have ? cols[C_FSID].v : NULL;
     Py_ssize_t scap = 0;
@@ -1244,8 +1234,6 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
         if (i < 0 || i >= n) goto unsupported;
         Py_ssize_t elen = 0;
         if (valid != NULL && valid[i]) elen = offs[i + 1] - offs[i];
-        if (ob_reserve(&out, fixed + 6 * elen) < 0) goto done;
-        char *q = out.p + out.len;
         if (j) {
             memcpy(q, sep.buf, sep.len);
             q += sep.len;
@@ -1367,21 +1355,99 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
             PUT_LIT(q, ",\"s\":\"t\"");
         }
         *q++ = '}';
-        out.len = q - out.p;
     }
-    result = PyBytes_FromStringAndSize(out.p ? out.p : "", out.len);
+    if (_PyBytes_Resize(&bytes, q - PyBytes_AS_STRING(bytes)) < 0) goto done;
+    result = bytes;
+    bytes = NULL;
     goto done;
 unsupported:
     result = Py_None;
     Py_INCREF(result);
 done:
+    Py_XDECREF(bytes);
     for (int i = 0; i < NCOLS; i++) release_icol(&cols[i]);
     if (have_extra & 1) PyBuffer_Release(&eoff);
     if (have_extra & 2) PyBuffer_Release(&edata);
     if (have_extra & 4) PyBuffer_Release(&evalid);
     PyBuffer_Release(&sep);
-    PyMem_Free(out.p);
     PyMem_Free(scratch);
+    return result;
+}
+
+/* chrome_flows(kind, ids, pids, tids, ts, sep) -> bytes: the collectives' flow events of
+ * ``chrome_json._collective_flows``, ``sep``-joined: kind 0 ``s``, 1 ``t``, 2 ``f`` (``bp: e``); ids
+ * in hex; ts in nanoseconds since the origin, printed as Python's repr of ts / 1000.0 (the f-string
+ * the Python path renders them with). */
+static PyObject *chrome_flows(PyObject *self, PyObject *args) {
+    PyObject *o[5];
+    Py_buffer sep;
+    if (!PyArg_ParseTuple(args, "OOOOOy*", &o[0], &o[1], &o[2], &o[3], &o[4], &sep)) return NULL;
+    static const char *const names[5] = {"kind", "ids", "pids", "tids", "ts"};
+    icol c[5];
+    memset(c, 0, sizeof(c));
+    PyObject *bytes = NULL, *result = NULL;
+    Py_ssize_t n = -1;
+    for (int i = 0; i < 5; i++) {
+        if (o[i] == Py_None) {
+            PyErr_Format(PyExc_ValueError, "chrome_flows: %s is required", names[i]);
+            goto done;
+        }
+        if (n < 0) {
+            Py_ssize_t len = PyObject_Length(o[i]);
+            if (len < 0) goto done;
+            n = len;
+        }
+        if (get_icol(o[i], &c[i], n, names[i]) < 0) goto done;
+    }
+    Py_ssize_t per = 160 + (Py_ssize_t)sep.len;
+    if (n > PY_SSIZE_T_MAX / per) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((bytes = PyBytes_FromStringAndSize(NULL, per * n)) == NULL) goto done;
+    char *q = PyBytes_AS_STRING(bytes);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i) {
+            memcpy(q, sep.buf, sep.len);
+            q += sep.len;
+        }
+        PUT_LIT(q, "{\"name\":\"collective\",\"cat\":\"flow\",\"ph\":");
+        switch (c[0].v[i]) {
+        case 0: PUT_LIT(q, "\"s\""); break;
+        case 1: PUT_LIT(q, "\"t\""); break;
+        case 2: PUT_LIT(q, "\"f\",\"bp\":\"e\""); break;
+        default:
+            PyErr_SetString(PyExc_ValueError, "chrome_flows: kind must be 0, 1 or 2");
+            goto done;
+        }
+        PUT_LIT(q, ",\"id\":\"0x");
+        uint64_t a = (uint64_t)c[1].v[i];
+        if (c[1].v[i] < 0) {
+            *q++ = '-';
+            a = (uint64_t)0 - a;
+        }
+        char hx[16];
+        int h = 0;
+        do {
+            hx[h++] = HEX[a & 15];
+            a >>= 4;
+        } while (a);
+        while (h) *q++ = hx[--h];
+        PUT_LIT(q, "\",\"pid\":");
+        q = put_i64(q, c[2].v[i]);
+        PUT_LIT(q, ",\"tid\":");
+        q = put_i64(q, c[3].v[i]);
+        PUT_LIT(q, ",\"ts\":");
+        if ((q = put_us(q, c[4].v[i], 1)) == NULL) goto done;
+        *q++ = '}';
+    }
+    if (_PyBytes_Resize(&bytes, q - PyBytes_AS_STRING(bytes)) < 0) goto done;
+    result = bytes;
+    bytes = NULL;
+done:
+    Py_XDECREF(bytes);
+    for (int i = 0; i < 5; i++) release_icol(&c[i]);
+    PyBuffer_Release(&sep);
     return result;
 }
 
@@ -1394,6 +1460,7 @@ static PyMethodDef methods[] = {
     {"list_page", list_page, METH_VARARGS, "Levels + DELTA_BINARY_PACKED of a list column of up to two non-zero int64 a row."},
     {"dict_page", dict_page, METH_VARARGS, "Dictionary data page body (levels, bit width, positions) from ids and a lut."},
     {"chrome_events", chrome_events, METH_VARARGS, "A chunk of view's events as Chrome trace-event JSON (None: not reproduced)."},
+    {"chrome_flows", chrome_flows, METH_VARARGS, "The collectives' flow events as Chrome trace-event JSON."},
     {NULL, NULL, 0, NULL},
 };
 
