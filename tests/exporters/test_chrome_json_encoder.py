@@ -176,7 +176,7 @@ def test_the_writer_s_extra_json_takes_the_c_path(tmp_path):
         block = w._encode(pe, 1, tid, code, np.lexsort((code != 1, pe.cols["start_ts"])))
     finally:
         w.abort()
-    assert block is not None and block.count(b'"prev_model_id":3') == 25
+    assert block is not None and b"".join(block).count(b'"prev_model_id":3') == 25
 
 
 def _us(values: list[int], ascii_floats: bool) -> list[bytes]:
@@ -187,7 +187,7 @@ def _us(values: list[int], ascii_floats: bool) -> list[bytes]:
     cols = (np.arange(n, dtype=np.int64), v, v, z, z, m, m, m, m, m, m, m, m, z, None, m, z)
     out = _pqenc.chrome_events(n, cols, ([b'""'], [b'""'], [], [], []), 0, b"1", None, None, None,
                                ascii_floats, b"\n")
-    return [line.split(b'"ts":')[1].split(b",")[0] for line in out.split(b"\n")]
+    return [line.split(b'"ts":')[1].split(b",")[0] for line in b"".join(out).split(b"\n")]
 
 
 def _edge_ns() -> list[int]:

@@ -728,9 +728,10 @@ done:
 
 /* ---- Chrome trace-event JSON: `view --output-format json`'s events (exporters/chrome_json.py) ----
  *
- * chrome_events(cols, tables, origin, pid, ascii, sep) -> bytes or None
+ * chrome_events(n, cols, tables, origin, pid, extra offsets, data, valid, ascii, sep) -> [bytes] or None
  *
- * Renders one chunk of a process's events, ``sep``-joined, exactly as ``dumps_bytes`` of the dicts the
+ * Renders one chunk of a process's events, ``sep``-joined (in parts of ~4 MiB, to be written one
+ * after the other), exactly as ``dumps_bytes`` of the dicts the
  * Python path (``chrome_json._events_py``) builds: the same keys in the same order, the same
  * numbers, the same escaping (``ascii``: the standard library's ensure_ascii escaping and float repr;
  * else orjson's: UTF-8 as is, shortest floats laid out as orjson does).  Every string the Python
@@ -1118,11 +1119,28 @@ static void release_icol(icol *c) {
     c->have = 0;
 }
 
-/* A list of bytes: pointers and lengths (borrowed: the list is held by the caller's tuple). */
+/* A list of bytes, copied into one arena padded for copy_small (pointers into it, lengths). */
 typedef struct {
-    Py_ssize_t n, maxlen;
+    Py_ssize_t n, maxlen, total;
     PyObject *list;
+    const char **p;
+    Py_ssize_t *l;
 } table;
+
+/* Copy len bytes 16 at a time: reads and writes up to 15 bytes past both ends, so ``src`` must be
+ * padded (the arena, KEYS, the numbers' and the extras' buffers) and ``q`` have room (each slice's
+ * allocation has PAD bytes beyond its bound). */
+#define PAD 32
+static inline char *copy_small(char *q, const char *src, Py_ssize_t len) {
+    for (Py_ssize_t k = 0; k < len; k += 16) memcpy(q + k, src + k, 16);
+    return q + len;
+}
+
+static const char KEYS[][32] = {"\"model_name\"", "\"exec_id\"", "\"seq\"", "\"bytes\"", "\"ret\"", "\"op\"",
+                                "\"group\"", "\"dtype\"", "\"flow_id\"", "\"framework_stream_id\"",
+                                "\"device_profile\""};
+static const int KEYLEN[] = {12, 9, 5, 7, 5, 4, 7, 7, 9, 21, 16};
+enum { K_MODEL, K_EXEC, K_SEQ, K_BYTES, K_RET, K_OP, K_GROUP, K_DTYPE, K_FLOW, K_FSID, K_DEVP };
 
 static int get_table(PyObject *o, table *t, const char *what) {
     if (!PyList_Check(o)) {
@@ -1131,7 +1149,9 @@ static int get_table(PyObject *o, table *t, const char *what) {
     }
     t->list = o;
     t->n = PyList_GET_SIZE(o);
-    t->maxlen = 0;
+    t->maxlen = t->total = 0;
+    t->p = NULL;
+    t->l = NULL;
     for (Py_ssize_t i = 0; i < t->n; i++) {
         PyObject *b = PyList_GET_ITEM(o, i);
         if (!PyBytes_Check(b)) {
@@ -1139,12 +1159,41 @@ static int get_table(PyObject *o, table *t, const char *what) {
             return -1;
         }
         if (PyBytes_GET_SIZE(b) > t->maxlen) t->maxlen = PyBytes_GET_SIZE(b);
+        t->total += PyBytes_GET_SIZE(b);
     }
     return 0;
 }
 
-#define TAB_PTR(t, i) PyBytes_AS_STRING(PyList_GET_ITEM((t).list, (i)))
-#define TAB_LEN(t, i) PyBytes_GET_SIZE(PyList_GET_ITEM((t).list, (i)))
+/* Copy each table's strings into ``arena`` (room for all of them + PAD) and point at them. */
+static int place_table(table *t, char **arena) {
+    t->p = PyMem_Malloc(sizeof(char *) * (t->n + 1));
+    t->l = PyMem_Malloc(sizeof(Py_ssize_t) * (t->n + 1));
+    if (t->p == NULL || t->l == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        PyObject *b = PyList_GET_ITEM(t->list, i);
+        t->p[i] = *arena;
+        t->l[i] = PyBytes_GET_SIZE(b);
+        memcpy(*arena, PyBytes_AS_STRING(b), t->l[i]);
+        *arena += t->l[i];
+    }
+    return 0;
+}
+
+#define TAB_PTR(t, i) ((t).p[i])
+#define TAB_LEN(t, i) ((t).l[i])
+
+#define SLICE (4 << 20)
+
+/* Shrink the slice ``*bytes`` to what was written (up to ``q``) and append it to ``parts``. */
+static int end_slice(PyObject *parts, PyObject **bytes, char *q) {
+    if (_PyBytes_Resize(bytes, q - PyBytes_AS_STRING(*bytes)) < 0) return -1;
+    int r = PyList_Append(parts, *bytes);
+    Py_CLEAR(*bytes);
+    return r;
+}
 
 enum { C_ORDER, C_START, C_END, C_TYPE, C_TID, C_MODEL, C_EXEC, C_SEQ, C_BYTES, C_RET, C_OP, C_GROUP, C_DTYPE,
        C_FLOW, C_FSID, C_DEVP, C_ROLE, NCOLS };
@@ -1168,9 +1217,10 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
     table tabs[NTABS];
     Py_buffer eoff = {0}, edata = {0}, evalid = {0};
     int have_extra = 0;
-    PyObject *bytes = NULL;
-    char *scratch = NULL;
+    PyObject *bytes = NULL, *parts = NULL;
+    char *scratch = NULL, *arena = NULL;
     memset(cols, 0, sizeof(cols));
+    memset(tabs, 0, sizeof(tabs));
     if (PyTuple_GET_SIZE(cols_o) != NCOLS || PyTuple_GET_SIZE(tabs_o) != NTABS || n < 0) {
         PyErr_SetString(PyExc_ValueError, "chrome_events: wrong number of columns or tables");
         goto done;
@@ -1188,8 +1238,18 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "chrome_events: names and cats differ in length");
         goto done;
     }
-    const char *pid = PyBytes_AS_STRING(pid_o);
-    Py_ssize_t pidl = PyBytes_GET_SIZE(pid_o);
+    Py_ssize_t pidl = PyBytes_GET_SIZE(pid_o), total = pidl + (Py_ssize_t)sep.len + PAD;
+    for (int i = 0; i < NTABS; i++) total += tabs[i].total;
+    if ((arena = PyMem_Malloc(total)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    char *at = arena;
+    for (int i = 0; i < NTABS; i++)
+        if (place_table(&tabs[i], &at) < 0) goto done;
+    const char *pid = at, *sepp = at + pidl;
+    memcpy(at, PyBytes_AS_STRING(pid_o), pidl);
+    memcpy(at + pidl, sep.buf, sep.len);
     const int32_t *offs = NULL;
     const char *data = NULL;
     const uint8_t *valid = NULL;
@@ -1216,15 +1276,11 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
     Py_ssize_t tabmax = 0;
     for (int i = 0; i < NTABS; i++) tabmax += tabs[i].maxlen;
     Py_ssize_t fixed = 640 + 2 * MAX_ENTRIES + pidl + 3 * tabmax + (Py_ssize_t)sep.len;
-    /* one allocation bounded for every event (its untouched pages are never faulted in), shrunk at
-     * the end: no copy of the block */
-    Py_ssize_t extra_total = offs != NULL ? offs[n] - offs[0] : 0;
-    if (fixed > (PY_SSIZE_T_MAX - 6 * extra_total) / (n + 1)) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if ((bytes = PyBytes_FromStringAndSize(NULL, fixed * n + 6 * extra_total)) == NULL) goto done;
-    char *q = PyBytes_AS_STRING(bytes);
+    /* written in slices of ~SLICE bytes, each a bytes object bounded for its events and shrunk
+     * when full: blocks the allocator reuses from one slice to the next (a block for the whole
+     * chunk would be fresh pages every chunk, ~70 ns an event of page faults) */
+    if ((parts = PyList_New(0)) == NULL) goto done;
+    char *q = NULL, *qend = NULL;
     const int64_t *ord = cols[C_ORDER].v;
     int64_t const *fsid = cols[C_FSID].have ? cols[C_FSID].v : NULL;
     Py_ssize_t scap = 0;
@@ -1234,27 +1290,28 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
         if (i < 0 || i >= n) goto unsupported;
         Py_ssize_t elen = 0;
         if (valid != NULL && valid[i]) elen = offs[i + 1] - offs[i];
-        if (j) {
-            memcpy(q, sep.buf, sep.len);
-            q += sep.len;
+        if (qend - q < fixed + 6 * elen + PAD) {
+            if (bytes != NULL && end_slice(parts, &bytes, q) < 0) goto done;
+            Py_ssize_t size = fixed + 6 * elen + PAD > SLICE ? fixed + 6 * elen + PAD : SLICE;
+            if ((bytes = PyBytes_FromStringAndSize(NULL, size)) == NULL) goto done;
+            q = PyBytes_AS_STRING(bytes);
+            qend = q + size;
         }
+        if (j) q = copy_small(q, sepp, sep.len);
         int64_t ty = cols[C_TYPE].v[i];
         if (ty < 0 || ty >= tabs[T_NAME].n) goto unsupported;
         int64_t s0 = cols[C_START].v[i];
         int64_t dur = (int64_t)((uint64_t)cols[C_END].v[i] - (uint64_t)s0);
         int64_t ts = (int64_t)((uint64_t)s0 - (uint64_t)origin);
         PUT_LIT(q, "{\"name\":");
-        memcpy(q, TAB_PTR(tabs[T_NAME], ty), TAB_LEN(tabs[T_NAME], ty));
-        q += TAB_LEN(tabs[T_NAME], ty);
+        q = copy_small(q, TAB_PTR(tabs[T_NAME], ty), TAB_LEN(tabs[T_NAME], ty));
         PUT_LIT(q, ",\"cat\":");
-        memcpy(q, TAB_PTR(tabs[T_CAT], ty), TAB_LEN(tabs[T_CAT], ty));
-        q += TAB_LEN(tabs[T_CAT], ty);
+        q = copy_small(q, TAB_PTR(tabs[T_CAT], ty), TAB_LEN(tabs[T_CAT], ty));
         if (dur > 0)
             PUT_LIT(q, ",\"ph\":\"X\",\"pid\":");
         else
             PUT_LIT(q, ",\"ph\":\"i\",\"pid\":");
-        memcpy(q, pid, pidl);
-        q += pidl;
+        q = copy_small(q, pid, pidl);
         PUT_LIT(q, ",\"tid\":");
         q = put_i64(q, cols[C_TID].v[i]);
         PUT_LIT(q, ",\"ts\":");
@@ -1263,39 +1320,39 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
         /* the argument columns, in _args's order */
         int ne = 0;
         char *sc = NULL;
-        char nums[6][24];
+        char nums[6][32];
         int64_t v;
 #define TAB_ENTRY(key, col, t)                                                           \
     v = cols[col].v[i];                                                                  \
     if (v >= 0) {                                                                        \
         if (v >= tabs[t].n) goto unsupported;                                            \
-        es[ne].k = key;                                                                  \
-        es[ne].kl = sizeof(key) - 1;                                                     \
+        es[ne].k = KEYS[key];                                                            \
+        es[ne].kl = KEYLEN[key];                                                         \
         es[ne].v = TAB_PTR(tabs[t], v);                                                  \
         es[ne++].vl = (int)TAB_LEN(tabs[t], v);                                          \
     }
 #define INT_ENTRY(key, val, slot)                                                        \
     {                                                                                    \
-        es[ne].k = key;                                                                  \
-        es[ne].kl = sizeof(key) - 1;                                                     \
+        es[ne].k = KEYS[key];                                                            \
+        es[ne].kl = KEYLEN[key];                                                         \
         es[ne].v = nums[slot];                                                           \
         es[ne++].vl = (int)(put_i64(nums[slot], val) - nums[slot]);                      \
     }
-        TAB_ENTRY("\"model_name\"", C_MODEL, T_MODEL)
-        if ((v = cols[C_EXEC].v[i]) >= 0) INT_ENTRY("\"exec_id\"", v, 0)
-        if ((v = cols[C_SEQ].v[i]) >= 0) INT_ENTRY("\"seq\"", v, 1)
-        if ((v = cols[C_BYTES].v[i]) >= 0) INT_ENTRY("\"bytes\"", v, 2)
-        if ((v = cols[C_RET].v[i]) >= 0) INT_ENTRY("\"ret\"", v, 3)
-        TAB_ENTRY("\"op\"", C_OP, T_STR)
-        TAB_ENTRY("\"group\"", C_GROUP, T_STR)
-        TAB_ENTRY("\"dtype\"", C_DTYPE, T_STR)
+        TAB_ENTRY(K_MODEL, C_MODEL, T_MODEL)
+        if ((v = cols[C_EXEC].v[i]) >= 0) INT_ENTRY(K_EXEC, v, 0)
+        if ((v = cols[C_SEQ].v[i]) >= 0) INT_ENTRY(K_SEQ, v, 1)
+        if ((v = cols[C_BYTES].v[i]) >= 0) INT_ENTRY(K_BYTES, v, 2)
+        if ((v = cols[C_RET].v[i]) >= 0) INT_ENTRY(K_RET, v, 3)
+        TAB_ENTRY(K_OP, C_OP, T_STR)
+        TAB_ENTRY(K_GROUP, C_GROUP, T_STR)
+        TAB_ENTRY(K_DTYPE, C_DTYPE, T_STR)
         int64_t flow = cols[C_FLOW].v[i];
-        if (flow) INT_ENTRY("\"flow_id\"", flow, 4)
-        if (fsid != NULL && fsid[i] >= 0) INT_ENTRY("\"framework_stream_id\"", fsid[i], 5)
+        if (flow) INT_ENTRY(K_FLOW, flow, 4)
+        if (fsid != NULL && fsid[i] >= 0) INT_ENTRY(K_FSID, fsid[i], 5)
         if (elen) {
-            if (scap < 6 * elen + 16) {
+            if (scap < 6 * elen + 2 * PAD) {
                 PyMem_Free(scratch);
-                scap = 6 * elen + 64;
+                scap = 6 * elen + 4 * PAD;
                 if ((scratch = PyMem_Malloc(scap)) == NULL) {
                     PyErr_NoMemory();
                     goto done;
@@ -1307,23 +1364,21 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
         v = cols[C_DEVP].v[i];
         if (v >= 0) {
             if (v >= tabs[T_DEVP].n) goto unsupported;
-            int k = find_key(es, ne, "\"device_profile\"", 16);
+            int k = find_key(es, ne, KEYS[K_DEVP], KEYLEN[K_DEVP]);
             if (k < 0) {
                 if (ne >= MAX_ENTRIES) goto unsupported;
                 k = ne++;
-                es[k].k = "\"device_profile\"";
-                es[k].kl = 16;
+                es[k].k = KEYS[K_DEVP];
+                es[k].kl = KEYLEN[K_DEVP];
             }
             es[k].v = TAB_PTR(tabs[T_DEVP], v);
             es[k].vl = (int)TAB_LEN(tabs[T_DEVP], v);
         }
         for (int k = 0; k < ne; k++) {
             if (k) *q++ = ',';
-            memcpy(q, es[k].k, es[k].kl);
-            q += es[k].kl;
+            q = copy_small(q, es[k].k, es[k].kl);
             *q++ = ':';
-            memcpy(q, es[k].v, es[k].vl);
-            q += es[k].vl;
+            q = copy_small(q, es[k].v, es[k].vl);
         }
         *q++ = '}';
         if (dur > 0) {
@@ -1356,15 +1411,21 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
         }
         *q++ = '}';
     }
-    if (_PyBytes_Resize(&bytes, q - PyBytes_AS_STRING(bytes)) < 0) goto done;
-    result = bytes;
-    bytes = NULL;
+    if (bytes != NULL && end_slice(parts, &bytes, q) < 0) goto done;
+    result = parts;
+    parts = NULL;
     goto done;
 unsupported:
     result = Py_None;
     Py_INCREF(result);
 done:
     Py_XDECREF(bytes);
+    Py_XDECREF(parts);
+    PyMem_Free(arena);
+    for (int i = 0; i < NTABS; i++) {
+        PyMem_Free(tabs[i].p);
+        PyMem_Free(tabs[i].l);
+    }
     for (int i = 0; i < NCOLS; i++) release_icol(&cols[i]);
     if (have_extra & 1) PyBuffer_Release(&eoff);
     if (have_extra & 2) PyBuffer_Release(&edata);

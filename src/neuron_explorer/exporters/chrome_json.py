@@ -142,8 +142,7 @@ class JsonProcess(ProcessWriter):
             items.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
         self.last = pe
         if pe.n:
-            for part in self._events(pe, pid, items):
-                self.trace.add_encoded(part)
+            self._events(pe, pid, items)
         else:
             self.trace.add(items)
 
@@ -176,8 +175,8 @@ class JsonProcess(ProcessWriter):
                 items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
         return tid
 
-    def _events(self, pe: ProcessEvents, pid: int, head: list[dict]) -> list[list[bytes]]:
-        """The chunk encoded: ``head`` and the names of tracks not seen before, the events (one
+    def _events(self, pe: ProcessEvents, pid: int, head: list[dict]) -> None:
+        """Write the chunk: ``head`` and the names of tracks not seen before, the events (a
         ``sep``-joined block from ``_pqenc.chrome_events`` when it reproduces them, else one
         object each from ``_render``), then the framework flow arrows."""
         c = pe.cols
@@ -191,11 +190,13 @@ class JsonProcess(ProcessWriter):
         if block is None:
             items += self._render(pe, pid, tid, code, order)
         flows = _framework_flows(pe, pid, tid, self.target.origin_ns, code)
-        # (three batches: the block is written as it is, not copied into a join)
-        return [[dumps_bytes(e) for e in items], [block] if block is not None else [], [dumps_bytes(e) for e in flows]]
+        self.trace.add(items)
+        if block is not None:
+            self.trace.add_block(block)
+        self.trace.add(flows)
 
     def _encode(self, pe: ProcessEvents, pid: int, tid: np.ndarray, code: np.ndarray,
-                order: np.ndarray) -> bytes | None:
+                order: np.ndarray) -> list[bytes] | None:
         """The chunk's events rendered in C (docs/decisions/0112): every string encoded once
         (type names and categories, and the model names, string arguments and device profiles
         the chunk uses), the columns as int64 indices into those tables.  None when the columns

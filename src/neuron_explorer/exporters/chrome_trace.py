@@ -102,6 +102,17 @@ class ChromeTraceWriter:
         self.f.write(self.sep.join(events))
         self.empty = False
 
+    def add_block(self, parts: list[bytes]) -> None:
+        """Write events already encoded and joined by ``sep``, in parts written one after the
+        other (``_pqenc.chrome_events``'s: no join copies them)."""
+        if not any(parts):
+            return
+        if not self.empty:
+            self.f.write(self.sep)
+        for p in parts:
+            self.f.write(p)
+        self.empty = False
+
     def copy(self, src: IO[bytes], size: int) -> None:
         """Append a fragment of ``size`` bytes (the events another writer wrote with ``fragment``):
         inside the kernel between two regular files (``copy_file_range``: a quarter of the CPU of
