@@ -110,7 +110,7 @@ def main() -> None:
                                                                  "python": platform.python_version(),
                                                                  "loadavg_at_end": os.getloadavg()},
             "capture": {"instances": a.instances, "processes": a.processes, "events": total},
-            "rounds": a.rounds, "before": a.before or "this checkout, C encoder off",
+            "rounds": a.rounds, "before_src": a.before or "this checkout, C encoder off",
             "before_after_identical": identical, "output_bytes": os.path.getsize(os.path.join(work, "after.json")),
         }
         for m, rs in runs.items():
