@@ -2,7 +2,8 @@
 replaced (one dict per event: what ``chrome_json._render`` still does when the C module is absent),
 over a real capture (an eager PyTorch program with ``record_function`` regions on two threads:
 framework flows, host calls, extra attributes) and a synthetic two-rank one written through the
-real capture writer (collectives and their cross-rank flows), with either JSON backend."""
+real capture writer (collectives and their cross-rank flows; on one rank alone, none), with either
+JSON backend."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def captures(tmp_path_factory):
     real = _profiled(tmp_path_factory.mktemp("real"), REGIONS)
     synth = tmp_path_factory.mktemp("synth") / "cap"
     generate(str(synth), 1, 2, 3_000)
-    return {"real": real, "synth": synth}
+    alone = tmp_path_factory.mktemp("alone") / "cap"
+    generate(str(alone), 1, 1, 2_000)  # (one rank: collectives whose flows have one slice, no arrow)
+    return {"real": real, "synth": synth, "alone": alone}
 
 
 def _view(src, dst, monkeypatch, c: bool) -> bytes:
@@ -36,7 +39,7 @@ def _view(src, dst, monkeypatch, c: bool) -> bytes:
 
 
 @pytest.mark.parametrize("backend", ["orjson", "json"])
-@pytest.mark.parametrize("which", ["real", "synth"])
+@pytest.mark.parametrize("which", ["real", "synth", "alone"])
 def test_c_encoder_writes_the_python_path_s_bytes(captures, which, backend, tmp_path, monkeypatch):
     if backend == "json":
         monkeypatch.setattr(jsonfast, "_orjson", None)
@@ -47,5 +50,7 @@ def test_c_encoder_writes_the_python_path_s_bytes(captures, which, backend, tmp_
     # (what the comparison covers)
     if which == "real":
         assert b'"cat":"framework","ph":"s"' in fast and b'"flow_out":true' in fast and b'"s":"t"' in fast
-    else:
+    elif which == "synth":
         assert b'"cat":"flow","ph":"s"' in fast and b'"prev_model_id":' in fast
+    else:
+        assert b'"cc_running"' in fast and b'"cat":"flow"' not in fast

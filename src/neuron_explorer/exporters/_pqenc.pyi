@@ -1,8 +1,8 @@
 """Parquet value encoders in C (``exporters/_pqenc.c``), for ``view``'s own Parquet writer (and, at the
 end, its Chrome trace-event JSON events).
 
-``exporters/parquet_file.py`` is the only caller of the Parquet ones: it keeps everything per page and per file (Thrift
-headers, Snappy, statistics, layout) and hands the per-value loops to these functions.  There is no
+``exporters/parquet_file.py`` is the only caller of the Parquet ones: it keeps everything per page and
+per file (Thrift headers, Snappy, statistics, layout) and hands the per-value loops to these functions.  There is no
 Python copy of them: without the module ``parquet_file`` cannot be imported and ``view`` writes
 ``SystemProfileEvents`` with Arrow's writer (``exporters/parquet.py``, the same columns and values;
 ``NEURON_EXPLORER_PARQUET_WRITER=arrow`` chooses it on purpose), which is the reference

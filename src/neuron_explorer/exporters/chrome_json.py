@@ -99,8 +99,8 @@ def _collective_flows(trace: ChromeTraceWriter, pieces: list[Piece], origin_ns: 
     if _pqenc is not None:  # (rendered in C: the Python path's bytes, ~30 ns a flow event)
         kind = np.where(first, 0, np.where(last, 2, 1))[keep]
         at = (start + np.minimum((end - start) // 2, 1) - origin_ns)[keep]
-        trace.add_encoded([_pqenc.chrome_flows(_int64(kind), _int64(flow[keep]), _int64(a[keep, 4]),
-                                               _int64(a[keep, 3]), _int64(at), trace.sep)])
+        trace.add_block([_pqenc.chrome_flows(_int64(kind), _int64(flow[keep]), _int64(a[keep, 4]),
+                                             _int64(a[keep, 3]), _int64(at), trace.sep)])  # (none: nothing)
         return
     ph = np.where(first, '"s"', np.where(last, '"f","bp":"e"', '"t"'))[keep].tolist()
     ts = ((start + np.minimum((end - start) // 2, 1) - origin_ns) / 1000.0)[keep].tolist()
