@@ -19,6 +19,7 @@ from neuron_explorer.contracts import env as cfgmod, events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime, get_runtime, set_runtime
 from neuron_explorer.runtime.signals import SignalExit
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.procs import framework_helper, is_launcher
 
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
@@ -48,7 +49,7 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
             return None  # e.g. NEURON_RT_INSPECT_ENABLE=false: the .pth's cheap check let it through
         cfg = config or CaptureConfig.from_env()
         for w in cfg.warnings:
-            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: {w}")
         if not capture and not keep_rings:
             # Nothing drains the capture rings without a capture sink: keep them minimal.
             cfg.max_events_per_nc = 1
@@ -67,7 +68,7 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
     except cfgmod.ConfigError as e:
         if not from_env:
             raise
-        print(f"neuron-explorer: error: {e}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: error: {e}")
         sys.stderr.flush()
         os._exit(2)
     set_runtime(rt)
@@ -127,7 +128,7 @@ def _start_stats(rt: Runtime) -> None:
         stats.start()
         rt.register(STATS, stats)
     except Exception as e:
-        print(f"neuron-explorer: warning: neuron-monitor counters disabled: {e}", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: neuron-monitor counters disabled: {e}")
 
 
 def _install_integrations(rt: Runtime) -> None:

@@ -13,6 +13,7 @@ from typing import Sequence
 from neuron_explorer.contracts.stats_files import STATS_DIR_ENV, default_stats_dir
 from neuron_explorer.monitor.config import ConfigError, default_config, load_config
 from neuron_explorer.monitor.monitor import Logger, Monitor
+from neuron_explorer.util.log import get_logger
 
 EPILOG = f"""\
 examples:
@@ -56,10 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config_file) if args.config_file else default_config()
     except ConfigError as exc:
-        print(f"neuron-monitor: configuration error: {exc}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-monitor: configuration error: {exc}")
         return 2
     for w in cfg.warnings():  # (whatever --verbose says: it is about the file the user wrote)
-        print(f"neuron-monitor: warning: {args.config_file}: {w}", file=sys.stderr, flush=True)
+        get_logger(__name__).warning(f"neuron-monitor: warning: {args.config_file}: {w}")
     log = Logger(args.verbose)
     stop = threading.Event()
 

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS, ReportTracker, Sample, consume_reports
 from neuron_explorer.util.cliargs import port_number
+from neuron_explorer.util.log import get_logger
 
 DEFAULT_PORT = 8000
 #: What ``render`` produces: the classic text format every Prometheus version understands.
@@ -223,10 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server = serve(state, args.host, args.port, args.cert_file, args.key_file)
     except (OSError, ssl.SSLError, OverflowError) as exc:
-        print(f"neuron-monitor-prometheus: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-monitor-prometheus: cannot serve on {args.host}:{args.port}: {exc}")
         return 1
     scheme = "https" if args.cert_file else "http"
-    print(f"neuron-monitor-prometheus: serving {scheme}://{args.host}:{args.port}/metrics", file=sys.stderr, flush=True)
+    get_logger(__name__).info(f"neuron-monitor-prometheus: serving {scheme}://{args.host}:{args.port}/metrics")
     try:
         consume(sys.stdin, state)
     except KeyboardInterrupt:
