@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: docs/commands.md)
 """The ``neuron-explorer`` (alias ``neuron-profile``) command line."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-from neuron_explorer.util.cliargs import UsageError, positive_int, prog_name
+from neuron_explorer.util.cliargs import UsageError, complete, positive_int, prog_name
 from neuron_explorer.util.log import get_logger
 
 from . import __version__
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    complete(parser)
     args = parser.parse_args(argv)
     try:
         if args.command == "inspect":

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: docs/commands.md)
 """``neuron-det``: read the NDET logs (or Flight Recorder dumps) of a job, say what went wrong and who
 caused it, and write a Chrome trace of the events leading up to it.
 
@@ -15,8 +16,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from neuron_explorer import __version__
 from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.util.atomic import AtomicFile, replaceable
+from neuron_explorer.util.cliargs import add_version, complete
 from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.ranges import IndexRanges
 
@@ -73,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Aggregate NDET execution logs (ndet_*) or PyTorch Flight Recorder dumps, report errors "
                     "and the rank that caused them, and write a Chrome trace (chrome://tracing).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(p, "neuron-det", __version__)
     p.add_argument("--log-prefix", required=True,
                    help="the directory or file-name prefix of the NDET logs (e.g. $NEURON_RT_DBG_NDET_LOG_LOCATION "
                         "or $NEURON_RT_DBG_NDET_LOG_LOCATION/ndet), or of Flight Recorder dumps")
@@ -205,7 +209,9 @@ def _print_job(res: JobResult, base: int, output_file: str, out) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    complete(parser)
+    args = parser.parse_args(argv)
     args.default_output = args.output_file is None
     if args.default_output:
         args.output_file = DEFAULT_OUTPUT

@@ -8,7 +8,7 @@ import sys
 
 from neuron_explorer.contracts.env import ConfigError, parquet_writer, progress_delay, s3_endpoint
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
-from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
+from neuron_explorer.util.cliargs import UsageError, missing_extra, port_number, prog_name
 from neuron_explorer.util.log import get_logger
 
 from .options import OutputError, ViewError, ViewOptions, os_reason
@@ -151,6 +151,7 @@ def view_command(args: argparse.Namespace) -> int:
             check_scheduler(args.scheduler)
         except ClusterUsageError as e:
             raise UsageError(str(e)) from None
+        _need_extra("cluster", ("distributed",), "view --scheduler")
     try:
         filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
                                 args.system_trace_filter_instance_id)
@@ -307,8 +308,19 @@ def _workspace(args: argparse.Namespace) -> str:
     return ws
 
 
+# what the UI imports beyond the core dependencies: the 'ui' extra
+UI_MODULES = ("starlette", "uvicorn", "duckdb", "orjson")
+
+
+def _need_extra(extra: str, modules: tuple[str, ...], what: str) -> None:
+    why = missing_extra(extra, modules, what)
+    if why is not None:
+        raise UsageError(why)
+
+
 def _launch_ui(args: argparse.Namespace, filt, grouping: Grouping) -> int:
     """``--ui``: ingest -d DIR (if given) into the workspace, then serve the UI."""
+    _need_extra("ui", UI_MODULES, "view --ui")  # (before the ingest: a missing extra wastes no work)
     ws = _workspace(args)
     if args.directory:
         name = workspace_entry(args.display_name, args.directory)
