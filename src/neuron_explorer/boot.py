@@ -135,8 +135,9 @@ def _install_integrations(rt: Runtime) -> None:
     from neuron_explorer.integrations.importhook import when_imported
 
     def on_torch(torch) -> None:
-        from neuron_explorer.integrations import torch as torch_integration
+        from neuron_explorer.integrations import torch as torch_integration, versions
 
+        versions.check("torch", getattr(torch, "__version__", "?"))
         _workload_began(rt)  # (first: the process runs PyTorch even should a hook fail to install)
         if rt.config.device_profile and rt.devprof is None and any(s.name == "capture" for s in rt.sinks):
             from neuron_explorer.integrations.torch.device import DeviceProfiler
@@ -148,8 +149,10 @@ def _install_integrations(rt: Runtime) -> None:
     when_imported("torch", on_torch)
 
     def on_jax(jax) -> None:
+        from neuron_explorer.integrations import versions
         from neuron_explorer.integrations.jax.runtime import install as install_jax
 
+        versions.check("jax", getattr(jax, "__version__", "?"))
         _workload_began(rt)
         install_jax(rt, jax)
 
