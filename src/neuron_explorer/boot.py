@@ -79,6 +79,7 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         sink.require_framework = from_env
         rt.add_sink(sink)
         sink.start()
+        _say_if_no_extension()
     if rt.ndet is not None:
         rt.add_sink(rt.ndet)
         rt.ndet.start()
@@ -90,6 +91,18 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         _install_exit_handlers(rt)
     _forget_in_forked_children()
     return rt
+
+
+def _say_if_no_extension() -> None:
+    """Once per process (a runtime starts once): the C hot path was not built, and what that costs
+    (setup.py said so at install; decision 0120).  Not when the user chose the Python path."""
+    from neuron_explorer.runtime import ring
+
+    if ring.NativeRing is None and os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") in ("", "0"):
+        get_logger(__name__).warning(
+            "neuron-explorer: warning: the C hot path (neuron_explorer.runtime._fastpath) is not built: this capture "
+            "runs the Python fallback, about 3x the overhead per event; reinstall with a C compiler and the Python "
+            "headers (docs/install.md)")
 
 
 def _check_output_dir(path: str) -> None:
