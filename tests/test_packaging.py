@@ -94,3 +94,24 @@ def test_the_version_is_written_once() -> None:
 
     hits = [p for p in SRC.rglob("*.py") if re.search(f"[\"']{re.escape(__version__)}[\"']", p.read_text())]
     assert hits == [SRC / "neuron_explorer" / "__init__.py"]
+
+
+@pytest.mark.slow
+def test_make_docs_builds_the_api_reference(tmp_path) -> None:
+    """`make docs` (pdoc) renders the public API: the PyTorch API, the readers, the map/reduce steps."""
+    pytest.importorskip("pdoc")
+    import os
+    import subprocess
+    import sys
+
+    make = (REPO / "Makefile").read_text()
+    modules = re.search(r"^DOC_MODULES = (.*?)(?<!\\)$", make, re.M | re.S).group(1).replace("\\\n", " ").split()
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    p = subprocess.run([sys.executable, "-m", "pdoc", "-o", str(tmp_path), "--docformat", "restructuredtext",
+                        *modules], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    page = (tmp_path / "neuron_explorer" / "torch.html").read_text()
+    assert "NeuronProfiler" in page and "export_trace" in page and "ProfileMode" in page
+    scale = (tmp_path / "neuron_explorer" / "view" / "scale.html").read_text()
+    assert all(name in scale for name in ("index_session", "plan_offsets", "convert_session", "finalize"))
+    assert "load_session" in (tmp_path / "neuron_explorer" / "analysis" / "reader.html").read_text()
