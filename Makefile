@@ -51,7 +51,7 @@ wheel:
 	$(PYTHON) -m auditwheel show dist/*manylinux*.whl
 
 # The HTML API reference in docs/api/ (pdoc): the public modules users import (docs/api.md).
-DOC_MODULES = neuron_explorer.torch neuron_explorer.view.scale neuron_explorer.analysis.reader \
+DOC_MODULES = neuron_explorer.torch neuron_explorer.notebook neuron_explorer.view.scale neuron_explorer.analysis.reader \
 	neuron_explorer.contracts.dataset neuron_explorer.contracts.ndet_log neuron_explorer.recorders.app_stats
 docs:
 	PYTHONPATH=src $(PYTHON) -m pdoc -o docs/api --docformat restructuredtext $(DOC_MODULES)
