@@ -91,3 +91,12 @@ def test_a_profiled_program_routes_our_messages_through_its_logging_config(tmp_p
     p = run([sys.executable, str(prog), "-"], {**env, "NEURON_EXPLORER_LOG_LEVEL": "loud"})
     assert p.stderr.startswith("neuron-explorer: warning: NEURON_EXPLORER_LOG_LEVEL='loud' is not a level")
     assert f"neuron-explorer: profile written to {tmp_path / 'out'}" in p.stderr
+
+
+def test_line_logger_makes_one_record_per_line(tree, capsys) -> None:
+    s = log.LineLogger("neuron_explorer.monitor.metrics")
+    print("neuron-monitor-prometheus: skipping line 1: x", file=s, flush=True)
+    s.write("a\nb")
+    assert capsys.readouterr().err == "neuron-monitor-prometheus: skipping line 1: x\na\n"
+    s.write("\n")
+    assert capsys.readouterr().err == "b\n"

@@ -13,12 +13,12 @@ import argparse
 import datetime as _dt
 import json
 import sys
-from typing import Any, Iterable, Sequence, TextIO
+from typing import Any, Iterable, Sequence, TextIO, cast
 
 from neuron_explorer import __version__
 from neuron_explorer.monitor.metrics import ReportTracker, Sample, consume_reports
 from neuron_explorer.util.cliargs import add_version, complete, missing_extra
-from neuron_explorer.util.log import get_logger
+from neuron_explorer.util.log import LineLogger, get_logger
 
 #: PutMetricData accepts at most this many MetricDatum items per request.
 MAX_DATUMS_PER_REQUEST = 1000
@@ -70,12 +70,12 @@ class CloudWatchPublisher:
     """Turns reports into PutMetricData calls."""
 
     def __init__(self, client: Any, namespace: str, max_datums: int = MAX_DATUMS_PER_REQUEST,
-                 err: TextIO = sys.stderr) -> None:
+                 err: TextIO | None = None) -> None:
         self.client = client
         self.namespace = namespace
         self.max_datums = max(1, min(max_datums, MAX_DATUMS_PER_REQUEST))
         self.tracker = ReportTracker()
-        self.err = err
+        self.err = err or cast(TextIO, LineLogger(__name__))  # (the neuron_explorer logger tree)
         self.requests = 0
         self.datums_sent = 0
         self.failures = 0

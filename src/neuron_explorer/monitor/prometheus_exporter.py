@@ -197,7 +197,7 @@ def serve(state: ReportState, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
     return server
 
 
-def consume(stream: Iterable[str], state: ReportState, err: TextIO = sys.stderr) -> int:
+def consume(stream: Iterable[str], state: ReportState, err: TextIO | None = None) -> int:
     """Feed every JSON line of ``stream`` into ``state``; returns the number of bad lines."""
     return consume_reports(stream, state.update, "neuron-monitor-prometheus", err)
 
