@@ -44,6 +44,7 @@ class OptionalBuildExt(build_ext):
     """Builds each extension, or says in one line why not and what that costs, and goes on."""
 
     def run(self) -> None:
+        self._said: set[str] = set()
         if os.environ.get("NEURON_EXPLORER_NO_EXT", "0") not in ("", "0"):
             self._say_all("NEURON_EXPLORER_NO_EXT is set")
             return
@@ -53,22 +54,42 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as e:  # noqa: BLE001 - no compiler at all (setuptools raises before any file)
-            self._say_all(f"{type(e).__name__}: {e}")
+            self._say_all(_short(e))
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except Exception as e:  # noqa: BLE001 - CompileError, LinkError, missing Python.h: install anyway
-            _say(ext.name, f"{type(e).__name__}: {str(e).strip().splitlines()[-1:] or ''}")
+            self._say(ext.name, _short(e))
+
+    def copy_extensions_to_source(self) -> None:
+        """``--inplace``: copy only what was built (the others were already said)."""
+        kept = self.extensions
+        self.extensions = [e for e in kept if e.name not in self._said]
+        try:
+            super().copy_extensions_to_source()
+        finally:
+            self.extensions = kept
 
     def _say_all(self, why: str) -> None:
         for ext in self.extensions:
-            _say(ext.name, why)
+            self._say(ext.name, why)
+
+    def _say(self, name: str, why: str) -> None:
+        """Once per extension: what is missing, why, and what that costs."""
+        if name in self._said:
+            return
+        self._said.add(name)
+        cost = next(c for m, _s, _d, c in EXTENSIONS if m == name)
+        print(f"neuron-explorer: warning: {name} not built ({why}); {cost}", file=sys.stderr)
 
 
-def _say(name: str, why: str) -> None:
-    cost = next(c for m, _s, _d, c in EXTENSIONS if m == name)
-    print(f"neuron-explorer: warning: {name} not built ({why}); {cost}", file=sys.stderr)
+def _short(e: BaseException) -> str:
+    """The error's last line, without the compiler command line setuptools puts in it."""
+    text = (str(e).strip().splitlines() or [""])[-1]
+    if "returned non-zero exit status" in text:
+        text = "the C compiler failed, exit status " + text.rsplit("exit status", 1)[1].strip(" .']\"")
+    return f"{type(e).__name__}: {text[:200]}"
 
 
 class BuildPyWithRootFiles(build_py):

@@ -115,3 +115,54 @@ def test_make_docs_builds_the_api_reference(tmp_path) -> None:
     scale = (tmp_path / "neuron_explorer" / "view" / "scale.html").read_text()
     assert all(name in scale for name in ("index_session", "plan_offsets", "convert_session", "finalize"))
     assert "load_session" in (tmp_path / "neuron_explorer" / "analysis" / "reader.html").read_text()
+
+
+def test_without_a_compiler_the_build_says_once_per_extension_what_it_costs(tmp_path) -> None:
+    """`CC=/bin/false`: the build goes on (exit status 0), one line per extension, with the cost."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CC": "/bin/false"}
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                        "--build-temp", str(tmp_path / "tmp")], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("neuron-explorer:")]
+    assert [ln.split(" not built ")[0] for ln in lines] == [
+        "neuron-explorer: warning: neuron_explorer.runtime._fastpath",
+        "neuron-explorer: warning: neuron_explorer.exporters._pqenc"], p.stderr[-2000:]
+    assert "the C compiler failed" in lines[0] and "about 3x the overhead per event" in lines[0]
+    assert not list((tmp_path / "lib").rglob("*.so"))
+
+
+CAPTURE_WITHOUT_EXTENSION = """
+import os, sys
+sys.modules["neuron_explorer.runtime._fastpath"] = None  # as if the build had failed
+os.environ["NEURON_RT_INSPECT_ENABLE"] = "1"
+os.environ["NEURON_RT_INSPECT_OUTPUT_DIR"] = sys.argv[1]
+from neuron_explorer import boot
+boot.start()
+boot.start()
+import torch
+torch.nn.Linear(2, 2)(torch.ones(2))
+"""
+
+
+@pytest.mark.slow
+def test_a_capture_without_the_c_hot_path_says_so_once(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    p = subprocess.run([sys.executable, "-c", CAPTURE_WITHOUT_EXTENSION, str(tmp_path)], env=clean_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [
+        "neuron-explorer: warning: the C hot path (neuron_explorer.runtime._fastpath) is not built: this capture "
+        "runs the Python fallback, about 3x the overhead per event; reinstall with a C compiler and the Python "
+        "headers (docs/install.md)"]
+    q = subprocess.run([sys.executable, "-c", CAPTURE_WITHOUT_EXTENSION, str(tmp_path)], capture_output=True,
+                       text=True, timeout=300, env=clean_env(NEURON_EXPLORER_PURE_PYTHON="1"))
+    assert q.returncode == 0 and q.stderr == "", q.stderr  # chosen: nothing to say
