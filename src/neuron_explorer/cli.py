@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: docs/commands.md)
 """The ``neuron-explorer`` (alias ``neuron-profile``) command line."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import signal
 import subprocess
 import sys
 
-from neuron_explorer.util.cliargs import UsageError, positive_int, prog_name
+from neuron_explorer.util.cliargs import UsageError, complete, positive_int, prog_name
+from neuron_explorer.util.log import get_logger
 
 from . import __version__
 
@@ -63,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    complete(parser)
     args = parser.parse_args(argv)
     try:
         if args.command == "inspect":
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     except UsageError as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        get_logger(__name__).error(f"{parser.prog}: error: {e}")
         return 2
 
 
@@ -141,15 +144,15 @@ def inspect_command(args: argparse.Namespace) -> int:
         sink.sampler.stop()
     new = sorted(_session_dirs(out) - before)
     if new:
-        print(f"neuron-explorer: {len(new)} profile(s) written under {out}", file=sys.stderr)
+        get_logger(__name__).info(f"neuron-explorer: {len(new)} profile(s) written under {out}")
     else:
         rt.end_reason = "exit" if rc == 0 else f"exit:{rc}"
         sink.end_reason = rt.end_reason
         sink.note = ("no runtime events were seen: the command ran no framework (torch, jax) in a Python "
                      "process with neuron-explorer installed (only CPU and memory samples were captured)")
         rt.flush(final=True, reason=rt.end_reason)
-        print(f"neuron-explorer: note: {sink.note}", file=sys.stderr)
-        print(f"neuron-explorer: profile written to {sink.session_dir}", file=sys.stderr)
+        get_logger(__name__).info(f"neuron-explorer: note: {sink.note}")
+        get_logger(__name__).info(f"neuron-explorer: profile written to {sink.session_dir}")
     return rc if rc >= 0 else 128 - rc
 
 

@@ -22,6 +22,8 @@ import os
 import sys
 import threading
 
+from neuron_explorer.util.log import get_logger
+
 __all__ = ["WATCH_PERIOD_S", "adopt_jitted_functions", "on_framework_import", "on_torch_import", "watching"]
 
 #: How often a framework process without a monitor looks for one (seconds).
@@ -44,7 +46,7 @@ def on_framework_import(framework: str) -> None:
     try:
         _check(framework)
     except Exception as e:  # noqa: BLE001 - the user's import comes first
-        print(f"neuron-explorer: warning: neuron-monitor discovery off ({framework}): {e}", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: neuron-monitor discovery off ({framework}): {e}")
 
 
 def watching() -> bool:
@@ -171,5 +173,5 @@ def _watch_loop() -> None:
             try:
                 _start()
             except Exception as e:  # noqa: BLE001 - never take the application down
-                print(f"neuron-explorer: warning: neuron-monitor counters not started: {e}", file=sys.stderr)
+                get_logger(__name__).warning(f"neuron-explorer: warning: neuron-monitor counters not started: {e}")
             return

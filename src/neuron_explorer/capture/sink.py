@@ -19,6 +19,7 @@ import time
 from neuron_explorer.contracts.env import quiet
 from neuron_explorer.contracts.events import EVENT_TYPES as _EVENT_TYPES
 from neuron_explorer.contracts.layout import make_session_dir
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.procs import is_launcher
 
 from ..runtime import clock
@@ -150,8 +151,8 @@ class CaptureSink:
         if final:
             self.final_error = msg
         elif msg != self.write_error:
-            print(f"neuron-explorer: warning: capture write failed ({msg}); {self.last_complete()}; "
-                  "retrying at the next flush", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: capture write failed ({msg}); "
+                                         f"{self.last_complete()}; retrying at the next flush")
         self.write_error = msg
 
     def last_complete(self) -> str:
@@ -166,8 +167,8 @@ def report_written(sink: CaptureSink) -> None:
     """After the final write: where the profile is, or, when that write failed, that the profile
     is incomplete and what the files on disk hold (always said, even with NEURON_EXPLORER_QUIET)."""
     if sink.final_error is not None:
-        print(f"neuron-explorer: profile incomplete: the final write failed ({sink.final_error}); "
-              f"{sink.last_complete()}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: profile incomplete: the final write failed ({sink.final_error}); "
+                                   f"{sink.last_complete()}")
     elif sink.session_dir and sink.written:
         say_written(sink.session_dir)
 
@@ -178,7 +179,7 @@ def say_written(session_dir: str) -> None:
     ``print`` writes the newline apart, and the ranks of a torchrun job, sharing one stderr, ran
     two such lines together and left an empty line."""
     if not quiet():
-        sys.stderr.write(f"neuron-explorer: profile written to {session_dir}\n")
+        get_logger(__name__).info(f"neuron-explorer: profile written to {session_dir}")
 
 
 def describe_error(e: BaseException) -> str:

@@ -26,7 +26,7 @@
  * format's readers decode it.
  */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3") /* the per-value loops vectorize at O3 (hatch_build compiles at O2) */
+#pragma GCC optimize("O3") /* the per-value loops vectorize at O3 (the build may use O2: CFLAGS are the user's) */
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -4,7 +4,8 @@
   ``gpu``: optional NVML access.
 - ``monitor`` / ``cli``: the ``neuron-monitor`` loop and command.
 - ``apps`` / ``system``: application-level and system-level metric groups.
-- ``metrics``, ``prometheus_exporter``, ``cloudwatch_exporter``: the companion exporters.
+- ``metrics``, ``prometheus_exporter``, ``cloudwatch_exporter``: the companion exporters;
+  ``companions``: their console entry points.  ``python -m neuron_explorer.monitor`` runs ``cli``.
 
 What applications publish and where is a contract (``contracts.stats_files``, with the latency
 buckets of ``contracts.stats_histogram``); the per-process counters are a runtime consumer
@@ -13,5 +14,5 @@ buckets of ``contracts.stats_histogram``); the per-process counters are a runtim
 See docs/monitor.md.
 """
 
-__all__ = ["app_stats", "apps", "cli", "cloudwatch_exporter", "config", "gpu", "metrics", "monitor",
+__all__ = ["app_stats", "apps", "cli", "cloudwatch_exporter", "companions", "config", "gpu", "metrics", "monitor",
            "prometheus_exporter", "snapshot", "system"]

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: docs/commands.md)
 """``neuron-monitor``: stream JSON reports of running applications and the host to stdout."""
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import sys
 import threading
 from typing import Sequence
 
+from neuron_explorer import __version__
 from neuron_explorer.contracts.stats_files import STATS_DIR_ENV, default_stats_dir
 from neuron_explorer.monitor.config import ConfigError, default_config, load_config
 from neuron_explorer.monitor.monitor import Logger, Monitor
+from neuron_explorer.util.cliargs import add_version, complete
+from neuron_explorer.util.log import get_logger
 
 EPILOG = f"""\
 examples:
@@ -42,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version(p, "neuron-monitor", __version__)
     p.add_argument("-c", "--config-file", metavar="CONFIG", help="path to a neuron-monitor JSON configuration file")
     p.add_argument(
         "--verbose", type=int, default=0, choices=range(0, 5), metavar="{0..4}",
@@ -52,14 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``neuron-monitor`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    complete(parser)
+    args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config_file) if args.config_file else default_config()
     except ConfigError as exc:
-        print(f"neuron-monitor: configuration error: {exc}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-monitor: configuration error: {exc}")
         return 2
     for w in cfg.warnings():  # (whatever --verbose says: it is about the file the user wrote)
-        print(f"neuron-monitor: warning: {args.config_file}: {w}", file=sys.stderr, flush=True)
+        get_logger(__name__).warning(f"neuron-monitor: warning: {args.config_file}: {w}")
     log = Logger(args.verbose)
     stop = threading.Event()
 

@@ -24,6 +24,7 @@ from neuron_explorer.analysis import align, jobs, summary as summary_mod
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.contracts.layout import parse_segment_name
 from neuron_explorer.contracts.tracks import group_pids
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.storage import is_url
 
@@ -177,7 +178,7 @@ def say(warnings: list[tuple[str, str]], kind: str, message: str, where: str) ->
     """The one place a run reports a problem: a line on stderr (``neuron-explorer: warning: ...``,
     or ``skipped: ...`` for a profile left out) and a (message, path) entry of its result
     (``where`` is already printable)."""
-    print(f"neuron-explorer: {kind}: {message}", file=sys.stderr)
+    get_logger(__name__).warning(f"neuron-explorer: {kind}: {message}")
     warnings.append((message, where))
 
 
