@@ -29,7 +29,7 @@ from typing import Any, Callable
 from neuron_explorer.contracts import ondemand as od
 
 __all__ = ["ARMED_PERIOD_S", "Agent", "IDLE_PERIOD_S", "THREAD_NAME", "enabled", "imports_paused", "name_thread",
-           "step_ends"]
+           "step_ends", "steps_by_optimizer"]
 
 #: Seconds between looks at the request file while nobody asks (the discovery watcher's period).
 IDLE_PERIOD_S = 1.0
@@ -61,10 +61,11 @@ def name_thread() -> None:
 def step_ends(rows, optimizer_models) -> Any:
     """The end times of the training steps among drained ring rows (sorted).
 
-    The one definition of a step in the process (switch it here): with an optimizer registered,
-    the end of each ``optimizer.step()`` execution (PyTorch, eager or compiled); otherwise the end
-    of each root execution (a ``jax.jit`` call, an eager root module).  ``optimizer_models``: a
-    boolean array by model id, or None when no optimizer is known."""
+    The one definition of a step in the process (switch it here, and in :func:`steps_by_optimizer`):
+    in a process that made an optimizer, the end of each ``optimizer.step()`` execution (PyTorch,
+    eager or compiled); otherwise the end of each root execution (a ``jax.jit`` call, an eager root
+    module).  ``optimizer_models``: a boolean array by model id (the optimizers' steps), or None
+    for root executions."""
     import numpy as np
 
     from neuron_explorer.contracts import events as ev
@@ -77,6 +78,27 @@ def step_ends(rows, optimizer_models) -> Any:
         sel[ok] = optimizer_models[mids[ok]]
         pairs = pairs[sel]
     return np.sort(pairs[:, 2])
+
+
+def steps_by_optimizer() -> bool:
+    """Are this process's steps its optimizer steps?  Decided once, when it arms, so that every
+    rank counts alike from its first drain: yes when the program has made a PyTorch optimizer
+    (torch marks the class's ``step`` ``hooked`` at its first instance)."""
+    torch = sys.modules.get("torch")
+    optim = getattr(torch, "optim", None) if torch is not None else None
+    base = getattr(optim, "Optimizer", None)
+    if base is None:
+        return False
+    seen, todo = set(), list(type.__subclasses__(base))
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        if getattr(cls.__dict__.get("step"), "hooked", False):
+            return True
+        todo.extend(type.__subclasses__(cls))
+    return False
 
 
 class _Runtime:
@@ -205,6 +227,7 @@ class Window:
         self.armed_at = time.monotonic()
         self.done = False
         self._opt_models: tuple[int, Any] = (-1, None)
+        self.by_optimizer = steps_by_optimizer()
 
     # -- the phases -----------------------------------------------------------------------
     def record(self, req: od.Request) -> None:
@@ -218,22 +241,24 @@ class Window:
 
     # -- every drain ----------------------------------------------------------------------
     def _optimizers(self):
+        """The boolean array of optimizer models by id (None: steps are root executions)."""
         import numpy as np
 
+        if not self.by_optimizer:
+            return None
         models = self.rt.models
         n, arr = self._opt_models
         if n != len(models):
-            flags = [m.kind == "optimizer" for m in list(models)]
-            arr = np.array(flags, dtype=bool) if any(flags) else None
-            self._opt_models = (len(flags), arr)
+            arr = np.array([m.kind == "optimizer" for m in list(models)], dtype=bool)
+            self._opt_models = (len(arr), arr)
         return arr
 
     def tick(self) -> None:
         """Drain, count steps, keep what falls in the window; write it once it is over."""
         new_bounds = False
-        opt = self._optimizers()
-        for nc, st in list(self.rt.cores.items()):
-            rows = st.ring.drain()
+        drained = [(nc, st.ring.drain()) for nc, st in list(self.rt.cores.items())]
+        opt = self._optimizers()  # (after the drain: a model is registered before its records)
+        for nc, rows in drained:
             if not len(rows):
                 continue
             for t1 in step_ends(rows, opt).tolist():
