@@ -301,8 +301,12 @@ def _straggler(procs: list[dict]) -> dict | None:
         figs["cpu_process_pct"] = _med(cpu_mine)
         figs["cpu_process_pct_others"] = float(np.median(cpu_theirs))
         host = _med(_pct(p, "cpu_host_pct"))
+        hosts = [_med(_pct(q, "cpu_host_pct")) for i, q in enumerate(ranked)
+                 if i != s and q["instance_id"] != p["instance_id"]]
         figs["cpu_host_pct"] = host
-        if figs["cpu_process_pct"] >= figs["cpu_process_pct_others"] + 50 or host >= 95:
+        # more than one busy thread (the step's own is one), or its host busy while the others' are not
+        if figs["cpu_process_pct"] >= max(figs["cpu_process_pct_others"], 100.0) + 20 or \
+                (hosts and host >= 95 and float(np.median(hosts)) < 80):
             title = f"rank {rank} is a straggler: its host CPU is saturated"
             rec = (f"rank {rank}'s process uses {figs['cpu_process_pct']:.0f}% CPU against "
                    f"{figs['cpu_process_pct_others']:.0f}% on the others: find the extra threads (another "

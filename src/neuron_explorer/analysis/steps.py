@@ -29,7 +29,9 @@ rank.
 **Breakdown.**  Per step, the wall time is cut into elementary segments at every start and end of
 the events below (numpy, no per-event Python), and each segment goes to the first of: compute
 (``nc_exec_running``, core busy), exposed collective (``cc_running``/``cc_exec_barrier`` not
-overlapped by compute), synchronisation wait (``kbl_exec_wait``), compilation (``model_load``),
+overlapped by compute), synchronisation wait (``kbl_exec_wait``), compilation (``model_load`` widened over
+the unrecorded gaps on either side: Dynamo traces a frame before it calls the backend we record,
+and builds its guards after),
 data loading (``enumerate(DataLoader)#...`` regions), host/framework (other framework regions,
 ``nrt_execute``) and idle (none of them).  These seven sum to the step's wall time.  Besides the
 partition: ``collective_ns`` (all collective time), ``own_ns`` (time in neither a collective nor a
@@ -228,11 +230,25 @@ def _coverage(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
 def _figures_for(steps: Steps, typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
                  kind_of, models) -> Steps:
     cc = (typ == tid["cc_running"]) | (typ == tid["cc_exec_barrier"])
+    is_ml = typ == tid["model_load"]
+    ml_s, ml_e = start[is_ml], end[is_ml]
+    if len(ml_s):  # Dynamo traces before it calls the backend we record: the gaps around a load are compile
+        others = np.sort(end[~is_ml])
+        k = np.searchsorted(others, ml_s, side="right") - 1
+        prev = np.where(k >= 0, others[np.maximum(k, 0)], ml_s)
+        j = _step_of(steps, ml_s)
+        floor = np.where(j >= 0, steps.start_ns[np.maximum(j, 0)], ml_s)
+        ml_s = np.minimum(ml_s, np.maximum(prev, floor))
+        firsts = np.sort(start[~is_ml])  # ... and builds guards after it, before the graph's first call
+        k = np.searchsorted(firsts, ml_e, side="left")
+        nxt = np.where(k < len(firsts), firsts[np.minimum(k, len(firsts) - 1)], ml_e)
+        ceil = np.where(j >= 0, steps.end_ns[np.maximum(j, 0)], ml_e)
+        ml_e = np.maximum(ml_e, np.minimum(nxt, ceil))
     cats = {
         _C: (ex_s, ex_e),
         _X: (start[cc], end[cc]),
         _W: (start[typ == tid["kbl_exec_wait"]], end[typ == tid["kbl_exec_wait"]]),
-        _K: (start[typ == tid["model_load"]], end[typ == tid["model_load"]]),
+        _K: (ml_s, ml_e),
         _D: (fw_s[fw_k == 1], fw_e[fw_k == 1]),
         _H: (np.concatenate([fw_s[(fw_k != 1) & (fw_k != 4)], start[typ == tid["nrt_execute"]]]),
              np.concatenate([fw_e[(fw_k != 1) & (fw_k != 4)], end[typ == tid["nrt_execute"]]])),
