@@ -73,3 +73,22 @@ def test_json_round_trip():
     back = Steps.from_json(st.to_json())
     assert back.number.tolist() == st.number.tolist() and back.columns["flops"].tolist() == st.columns["flops"].tolist()
     assert back.shifted(5).start_ns.tolist() == (st.start_ns + 5).tolist()
+
+
+def test_random_columns_never_fail_and_partition_holds():
+    """Damaged or odd columns (negative and huge ids, zero-length and reversed spans, labels
+    outside the table): steps are found or not, never an exception, and the breakdown sums to the
+    wall time."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(0, 60))
+        typ = rng.integers(-2, 9, n)
+        start = rng.integers(0, 10_000, n)
+        end = start + rng.integers(-50, 500, n)
+        model = rng.integers(-3, 5, n)
+        label = rng.integers(-3, len(STRINGS) + 3, n)
+        st = find_steps(typ, start, end, model, label, rng.integers(-5, 1 << 22, n), NAMES, STRINGS, MODELS)
+        c = st.columns
+        assert len(c["wall_ns"]) == len(st)
+        assert (sum(c[k] for k in BREAKDOWN) <= c["wall_ns"] + 1).all()
+        assert (np.asarray([c[k] for k in BREAKDOWN]) >= 0).all()

@@ -145,6 +145,11 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
             k = int(np.searchsorted(b_end, fw_s[m], side="right"))
             base = _mark_number(strings[int(fw_l[m])]) - k
         number = np.arange(len(b_end), dtype=np.int64) + base
+    ok = b_end >= b_start  # (a damaged span is no step)
+    if not ok.all():
+        number, b_start, b_end = number[ok], b_start[ok], b_end[ok]
+    if not len(number):
+        return _none()
     return _figures_for(Steps(method, boundary, number, b_start.astype(np.int64), b_end.astype(np.int64)),
                         typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
                         kind_of, models)
