@@ -41,8 +41,9 @@ from neuron_explorer.util.cliargs import UsageError
 __all__ = ["Target", "add_attach_parser", "align", "attach_command", "find_targets", "parse_duration"]
 
 POLL_S = 0.05
-#: Seconds of steps between the alignment and the window's first step (at least 2 steps).
-MARGIN_S = 0.3
+#: Seconds of steps between the alignment and the window's first step (at least 2 steps): the
+#: record phase must reach every target before it ends step K - 1, on a loaded machine too.
+MARGIN_S = 1.0
 
 
 @dataclass
@@ -218,8 +219,8 @@ def find_targets(pids: list[int] | None = None, tag: str | None = None) -> tuple
 
 # -- alignment -------------------------------------------------------------------------------------
 def align(answers: dict[int, od.Answer]) -> tuple[dict[int, int], int] | None:
-    """Offsets that number every target's steps alike, and the step period (ns) they show; None
-    until the boundaries allow it.
+    """Offsets that number every target's steps alike, and the shortest step (ns) any target
+    shows (the median of its latest); None until the boundaries allow it.
 
     The instant T is the middle of one step of the first target (two consecutive boundaries after
     every target armed): ranks of one job end their steps close together (their collectives keep
@@ -241,6 +242,11 @@ def align(answers: dict[int, od.Answer]) -> tuple[dict[int, int], int] | None:
             return None  # its count at T is not known yet
         counts[pid] = max([c for c, w in a.boundaries if w <= t] or [0])
     base = counts[min(answers)]
+    for a in answers.values():  # the fastest target's step sets the margin
+        ws = [w for _, w in a.boundaries[-16:]]
+        gaps = sorted(b - c for c, b in zip(ws, ws[1:]))
+        if gaps:
+            period = min(period, gaps[len(gaps) // 2])
     return {pid: base - c for pid, c in counts.items()}, max(period, 1)
 
 

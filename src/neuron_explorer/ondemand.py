@@ -7,7 +7,8 @@ request file (``contracts.ondemand``), nothing else, and no hook in the program 
 A request (docs/decisions/0107-on-demand-capture.md) arms the process: the runtime starts as the
 environment variables would start it (the request carries them), the framework hooks go in, and
 the watcher drains the rings every :data:`ARMED_PERIOD_S` instead of once a second.  Steps are
-read off the drained records (:func:`step_ends`): no hook of its own.  The requester aligns every
+read off the drained records (:class:`StepCounter`, the offline analysis's definition): no hook
+of its own.  The requester aligns every
 target on the same step numbers from the boundaries they report, then names the window; the
 process keeps the events that start inside it, writes a session directory in the spec's layout and
 turns recording off again.  A request that does not parse, names another process or asks for
@@ -29,7 +30,7 @@ from typing import Any, Callable
 from neuron_explorer.contracts import ondemand as od
 
 __all__ = ["ARMED_PERIOD_S", "Agent", "IDLE_PERIOD_S", "THREAD_NAME", "enabled", "imports_paused", "name_thread",
-           "step_ends", "steps_by_optimizer"]
+           "StepCounter", "steps_by_optimizer"]
 
 #: Seconds between looks at the request file while nobody asks (the discovery watcher's period).
 IDLE_PERIOD_S = 1.0
@@ -38,8 +39,11 @@ ARMED_PERIOD_S = 0.02
 #: An armed process that gets no window within this many seconds disarms (its requester is gone).
 ARM_TIMEOUT_S = 120.0
 THREAD_NAME = od.THREAD_NAME
+#: The label of the region that gives a profile's first step number (``analysis.steps.STEP_MARK``:
+#: the analysis layer is not imported by the process's side).
+STEP_MARK = "neuron_explorer.step#"
 #: Steps kept before a window is known (the window may start at a boundary already drained).
-KEEP_STEPS = 4
+KEEP_STEPS = 32
 
 
 def enabled() -> bool:
@@ -58,26 +62,49 @@ def name_thread() -> None:
         pass
 
 
-def step_ends(rows, optimizer_models) -> Any:
-    """The end times of the training steps among drained ring rows (sorted).
+class StepCounter:
+    """Training steps read off drained ring rows, as ``analysis.steps`` finds them offline.
 
-    The one definition of a step in the process (switch it here, and in :func:`steps_by_optimizer`):
-    in a process that made an optimizer, the end of each ``optimizer.step()`` execution (PyTorch,
-    eager or compiled); otherwise the end of each root execution (a ``jax.jit`` call, an eager root
-    module).  ``optimizer_models``: a boolean array by model id (the optimizers' steps), or None
-    for root executions."""
-    import numpy as np
+    The one definition of a step in the process, that of the offline analysis (its rules 2 and
+    3): in a process that made an optimizer (:func:`steps_by_optimizer`, decided once when it arms
+    so that every rank counts alike from its first drain), a step ends where an execution of the
+    optimizer stepped most often ends (PyTorch, eager or compiled); otherwise where an execution
+    of the root graph executed most often ends (not a backward; ties: the longer total), e.g. a
+    ``jax.jit`` ``train_step``.  ``ends()`` are the boundaries since the process armed."""
 
-    from neuron_explorer.contracts import events as ev
+    def __init__(self, by_optimizer: bool) -> None:
+        self.by_optimizer = by_optimizer
+        self.per_model: dict[int, list[int]] = {}  # model id -> its executions' ends
+        self.total: dict[int, int] = {}  # model id -> its executions' summed durations
+        self.leader = -1
 
-    pairs = rows[rows[:, 0] == ev.EXEC_PAIR]
-    if optimizer_models is not None and len(pairs):
-        mids = pairs[:, 4]
-        ok = (mids >= 0) & (mids < len(optimizer_models))
-        sel = np.zeros(len(pairs), dtype=bool)
-        sel[ok] = optimizer_models[mids[ok]]
-        pairs = pairs[sel]
-    return np.sort(pairs[:, 2])
+    def add(self, rows, kinds: list[str]) -> bool:
+        """Count the executions among ``rows``; True when the boundaries changed."""
+        from neuron_explorer.contracts import events as ev
+
+        pairs = rows[rows[:, 0] == ev.EXEC_PAIR]
+        if not len(pairs):
+            return False
+        changed = False
+        want = "optimizer" if self.by_optimizer else None
+        for t0, t1, mid in pairs[:, [1, 2, 4]].tolist():
+            kind = kinds[mid] if 0 <= mid < len(kinds) else ""
+            if (kind != want) if want else kind in ("backward", "optimizer", ""):
+                continue
+            self.per_model.setdefault(mid, []).append(t1)
+            self.total[mid] = self.total.get(mid, 0) + t1 - t0
+            changed |= mid == self.leader
+        if self.per_model:
+            if self.by_optimizer:
+                best = max(self.per_model, key=lambda m: (len(self.per_model[m]), m))
+            else:
+                best = max(self.per_model, key=lambda m: (len(self.per_model[m]), self.total[m], -m))
+            changed |= best != self.leader
+            self.leader = best
+        return changed
+
+    def ends(self) -> list[int]:
+        return sorted(self.per_model.get(self.leader, ()))
 
 
 def steps_by_optimizer() -> bool:
@@ -226,8 +253,7 @@ class Window:
         self.recording = False  # the record phase arrived
         self.armed_at = time.monotonic()
         self.done = False
-        self._opt_models: tuple[int, Any] = (-1, None)
-        self.by_optimizer = steps_by_optimizer()
+        self.steps = StepCounter(steps_by_optimizer())
 
     # -- the phases -----------------------------------------------------------------------
     def record(self, req: od.Request) -> None:
@@ -240,32 +266,18 @@ class Window:
                                     boundaries=[(c, t + wall) for c, t in self.bounds[-od.MAX_BOUNDARIES:]], **kw))
 
     # -- every drain ----------------------------------------------------------------------
-    def _optimizers(self):
-        """The boolean array of optimizer models by id (None: steps are root executions)."""
-        import numpy as np
-
-        if not self.by_optimizer:
-            return None
-        models = self.rt.models
-        n, arr = self._opt_models
-        if n != len(models):
-            arr = np.array([m.kind == "optimizer" for m in list(models)], dtype=bool)
-            self._opt_models = (len(arr), arr)
-        return arr
-
     def tick(self) -> None:
         """Drain, count steps, keep what falls in the window; write it once it is over."""
-        new_bounds = False
         drained = [(nc, st.ring.drain()) for nc, st in list(self.rt.cores.items())]
-        opt = self._optimizers()  # (after the drain: a model is registered before its records)
+        kinds = [m.kind for m in list(self.rt.models)]  # (after the drain: a model is registered before its records)
+        new_bounds = False
         for nc, rows in drained:
-            if not len(rows):
-                continue
-            for t1 in step_ends(rows, opt).tolist():
-                self.count += 1
-                self.bounds.append((self.count, t1))
-                new_bounds = True
-            self.pending.append((nc, rows))
+            if len(rows):
+                new_bounds |= self.steps.add(rows, kinds)
+                self.pending.append((nc, rows))
+        if new_bounds:
+            self.bounds = [(i + 1, t) for i, t in enumerate(self.steps.ends())]
+            self.count = len(self.bounds)
         if self.recording:
             self._place_window()
         if self.t_start is not None:
@@ -291,6 +303,7 @@ class Window:
             kept_from = self.bounds[-KEEP_STEPS][0] if len(self.bounds) > KEEP_STEPS else 0
             c, t = hit[0] if hit[0][0] >= kept_from else self.bounds[-1]  # too late: the next one
             self.t_start, self.first_step = t, c + 1 + req.offset
+            self._mark_first_step(t)
             self.sink.start_anchor = self.clock.anchor("start")
             self.sink.sampler.start()
         if self.t_end is None and self.first_step is not None:
@@ -302,6 +315,19 @@ class Window:
                         break
             elif req.duration_s is not None:
                 self.t_end = self.t_start + int(req.duration_s * 1e9)
+
+    def _mark_first_step(self, t_start: int) -> None:
+        """A framework region ``neuron_explorer.step#<first step>`` at the window's start: the
+        offline analysis (``analysis.steps.STEP_MARK``) numbers the steps of the profile from it,
+        as this process and the command numbered them."""
+        import numpy as np
+
+        from neuron_explorer.contracts import events as ev
+
+        t = t_start + 1
+        row = np.zeros((1, ev.RECORD_WIDTH), dtype=np.int64)
+        row[0, :5] = (ev.FRAMEWORK_OP, t, t, threading.get_native_id(), self.rt.intern(f"{STEP_MARK}{self.first_step}"))
+        self.pending.append((self.rt.ident.default_core, row))
 
     def _keep(self) -> None:
         from neuron_explorer.capture.store import CoreStore

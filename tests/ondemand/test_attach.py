@@ -4,7 +4,8 @@ The jobs run in an interpreter where this checkout is installed as a wheel insta
 (``tests/monitor/installed.py``): torch's entry point and JAX's plugin start the watcher that takes
 requests.  One 2-rank eager DDP job and one ``jax.jit`` job run at once; one ``attach --steps 5``
 takes all three processes; each writes one profile of exactly 5 steps, the DDP ranks the same
-steps (their all-reduces match one to one), and every printed loss equals an untriggered run's."""
+steps (their all-reduces match one to one), the offline step analysis numbers them as ``attach``
+did, and every printed loss equals an untriggered run's."""
 
 from __future__ import annotations
 
@@ -130,6 +131,11 @@ def test_attach_captures_the_same_five_steps_and_changes_no_result(python, tmp_p
     (core,) = by_pid[pids[2]]["cores"]
     assert [(g["model_name"].split("@")[0], g["executions"]) for g in core["top_graphs"]] == [("train_step", 5)]
     assert core["executions"] == 5
+    # the offline analysis (analysis.steps) finds the same 5 steps, numbered as attach numbered them
+    found = {p["pid"]: (p["method"], p["number"]) for p in s["steps"]["per_process"]}
+    for pid in pids:
+        first, last = said[pid][1:]
+        assert found[pid] == ("optimizer" if pid != pids[2] else "cycle", list(range(first, last + 1)))
     # an untriggered run of as many steps prints the same losses, step by step
     assert len(losses[0]) == len(losses[1])
     base = Jobs(python, env, tmp_path / "untriggered", (len(losses[0]) - 10, len(losses[2]) - 10), released=True)

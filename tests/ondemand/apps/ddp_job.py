@@ -1,9 +1,10 @@
 """A 2-rank eager DDP training loop that knows nothing of neuron-explorer (no variable, no import).
 
-Each rank writes ``pid <pid>`` first, then ``step <i> loss <value>`` per step, to ``argv[3].<rank>``.  It runs until the file
-named by argv[1] exists (rank 0 looks; the ranks agree through an all-reduce, so both stop at the
-same step), then until step ``max(that step, argv[2]) + 10``: a run released at once with argv[2]
-= N does exactly N + 10 steps, the same loss sequence as any longer run's first steps."""
+Each rank writes ``pid <pid>``, then ``step <i> loss <value>`` per step, to ``argv[3].<rank>``.
+It runs until the file named by argv[1] exists (rank 0 looks; the ranks agree through an
+all-reduce, so both stop at the same step), then until step ``max(that step, argv[2]) + 10``: a
+run released at once with argv[2] = N does exactly N + 10 steps, the same loss sequence as any
+longer run's first steps."""
 import os
 import sys
 import time
