@@ -225,14 +225,15 @@ class Window:
     """One request in this process: armed, then recording its window, then written."""
 
     def __init__(self, agent: "Agent", req: od.Request) -> None:
-        from neuron_explorer.capture.sink import CaptureSink
         from neuron_explorer.contracts.env import OUTPUT_DIR
-        from neuron_explorer.runtime import clock
         from neuron_explorer.runtime.config import CaptureConfig
 
         self.agent, self.req = agent, req
         # validated before anything starts: a bad option changes nothing (ConfigError)
         cfg = self.cfg = CaptureConfig.from_env({OUTPUT_DIR: req.output_dir, **req.capture})
+        from neuron_explorer.capture.sink import CaptureSink
+        from neuron_explorer.runtime import clock
+
         os.makedirs(req.output_dir, exist_ok=True)
         if not os.access(req.output_dir, os.W_OK | os.X_OK):
             raise OSError(f"{req.output_dir} is not writable")
@@ -466,9 +467,8 @@ class Agent:
 
     def _ndet_now(self, req: od.Request) -> od.Answer:
         """Write the NDET flight recorder now (the process runs one: NEURON_RT_DBG_NDET_*)."""
-        from neuron_explorer.runtime.core import get_runtime
-
-        rt = get_runtime()
+        core = sys.modules.get("neuron_explorer.runtime.core")  # (not imported: no runtime, no NDET)
+        rt = core.get_runtime() if core is not None else None
         rec = rt.ndet if rt is not None else None
         if rec is None:
             return od.Answer(id=req.id, state="error", pid=self.pid,
