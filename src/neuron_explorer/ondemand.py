@@ -375,7 +375,8 @@ class Window:
 
             self.answer("error", error=f"write failed: {describe_error(e)}")
             return
-        self.answer("done", session_dir=d, first_step=self.first_step, last_step=self.last_step)
+        self.answer("done", session_dir=d, first_step=self.first_step, last_step=self.last_step,
+                    window_wall_ns=self.t_start + self.anchor[1] - self.anchor[0])
 
     def cancel(self) -> None:
         if not self.done:

@@ -178,9 +178,11 @@ class Answer:
     first_step: int | None = None  # the job's numbers of the steps kept
     last_step: int | None = None
     ndet_log: str = ""
+    window_wall_ns: int = 0  # when the window's first step began (the end of the step before it)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": REQUEST_FORMAT, "id": self.id, "state": self.state, "pid": self.pid,
+                "window_wall_ns": self.window_wall_ns,
                 "error": self.error, "step": self.step, "arm_wall_ns": self.arm_wall_ns,
                 "boundaries": [list(b) for b in self.boundaries], "session_dir": self.session_dir,
                 "first_step": self.first_step, "last_step": self.last_step, "ndet_log": self.ndet_log}
@@ -296,6 +298,7 @@ def parse_answer(data: bytes) -> Answer:
     big = 1 << 62
     return Answer(id=rid, state=state, pid=_int(obj, "pid", 0, (1 << 31) - 1, 0, w), error=texts["error"],
                   step=_opt_int(obj, "step", 0, big, w), arm_wall_ns=_int(obj, "arm_wall_ns", 0, 1 << 63, 0, w),
+                  window_wall_ns=_int(obj, "window_wall_ns", 0, 1 << 63, 0, w),
                   boundaries=pairs, session_dir=texts["session_dir"], ndet_log=texts["ndet_log"],
                   first_step=_opt_int(obj, "first_step", -big, big, w),
                   last_step=_opt_int(obj, "last_step", -big, big, w))
