@@ -38,7 +38,8 @@ from neuron_explorer.contracts.env import (
 )
 from neuron_explorer.util.cliargs import UsageError
 
-__all__ = ["Target", "add_attach_parser", "align", "attach_command", "find_targets", "parse_duration"]
+__all__ = ["Target", "add_attach_parser", "align", "attach_command", "find_targets", "parse_duration", "run",
+           "run_ndet"]
 
 POLL_S = 0.05
 #: Seconds of steps between the alignment and the window's first step (at least 2 steps): the
@@ -101,9 +102,11 @@ def add_attach_parser(sub) -> None:
     who.add_argument("--pid", type=_pids, help="process ids, comma-separated")
     who.add_argument("--tag", help=f"processes whose {PROCESS_TAG} matches this regular expression")
     who.add_argument("--all", action="store_true", help="every PyTorch/JAX process of this user on this host")
-    how = p.add_mutually_exclusive_group(required=True)
+    how = p.add_mutually_exclusive_group()
     how.add_argument("--steps", type=_steps, help="training steps to capture (optimizer steps, or root executions)")
     how.add_argument("--duration", type=parse_duration, help="time to capture from the first aligned step (10s)")
+    how.add_argument("--ndet", action="store_true",
+                     help="instead: have NDET-enabled processes write their flight recorder log now (for neuron-det)")
     p.add_argument("-o", "--output-dir", default="./output", help="where the profiles go (default: ./output)")
     p.add_argument("--device-profile", metavar="MODE", help=f"as {DEVICE_PROFILE} (model or session)")
     p.add_argument("--filter-type", metavar="TYPES", help=f"as {FILTER_TYPE}")
@@ -290,6 +293,8 @@ class Exchange:
 
 
 def attach_command(args: argparse.Namespace) -> int:
+    if not args.ndet and args.steps is None and args.duration is None:
+        raise UsageError("attach needs --steps N, --duration D or --ndet")
     cap = capture_vars(args)
     out = os.path.abspath(args.output_dir)
     targets, problems = find_targets(args.pid, args.tag)
@@ -304,9 +309,11 @@ def attach_command(args: argparse.Namespace) -> int:
     except (OSError, od.EndpointError) as e:
         raise UsageError(f"on-demand directory {od.default_dir()}: {e}") from None
     req = {"phase": "arm", "steps": args.steps, "duration_s": args.duration, "output_dir": out, "capture": cap}
+    if args.ndet:
+        req = {"phase": "ndet", "steps": None, "duration_s": None, "output_dir": "", "capture": {}}
     ex = Exchange(d, targets, req)
     try:
-        ok = run(ex, targets, args.timeout)
+        ok = run_ndet(ex, targets, args.timeout) if args.ndet else run(ex, targets, args.timeout)
     finally:
         ex.cleanup()
     for t in targets:
@@ -374,4 +381,24 @@ def run(ex: Exchange, targets: list[Target], timeout: float) -> bool:
     for t in pending:
         t.outcome = f"no profile within the timeout (step {t.answer.step if t.answer else '?'} + offset {t.offset}, " \
                     f"window from step {start})"
+    return all(t.ok for t in targets)
+
+
+def run_ndet(ex: Exchange, targets: list[Target], timeout: float) -> bool:
+    """Ask every target for its NDET log now (the Flight Recorder's dump on demand)."""
+    deadline = time.monotonic() + timeout
+    for t in targets:
+        ex.send(t)
+    pending = list(targets)
+    while pending and time.monotonic() < deadline:
+        for t in list(pending):
+            a = ex.read(t)
+            if a is None:
+                continue
+            pending.remove(t)
+            t.ok = a.state == "done"
+            t.outcome = f"NDET log written to {a.ndet_log}" if t.ok else f"error: {a.error}"
+        time.sleep(POLL_S)
+    for t in pending:
+        t.outcome = f"no answer (not listening: no framework imported, or {od.ON_DEMAND}=0)"
     return all(t.ok for t in targets)

@@ -80,7 +80,11 @@ def _check(framework: str) -> None:
     if framework_helper() is not None or is_launcher():
         return  # Inductor's compile workers, torchrun's agent: they run none of the user's graphs
     if _runtime_started():
-        return  # a capture from the environment (or a monitor found by an earlier framework import)
+        # a capture or NDET from the environment (or a monitor found by an earlier framework
+        # import): no monitor to look for; `attach --ndet` may still ask for the NDET log now
+        if os.environ.get(ON_DEMAND_SWITCH, "1") != "0":
+            _watch(False)
+        return
     from neuron_explorer.contracts.stats_files import monitor_present
 
     looking = os.environ.get(STATS_SWITCH, "1") != "0"

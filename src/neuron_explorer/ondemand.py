@@ -474,8 +474,11 @@ class Agent:
         if rec is None:
             return od.Answer(id=req.id, state="error", pid=self.pid,
                              error="this process does not run NDET (NEURON_RT_DBG_NDET_FLUSH_USEC is not set)")
-        rec.flush(rt, False, "on-demand")
-        return od.Answer(id=req.id, state="done", pid=self.pid, ndet_log=str(getattr(rec, "path", "") or ""))
+        path = rec.write(final=False, reason="on-demand")
+        if path is None:
+            return od.Answer(id=req.id, state="error", pid=self.pid,
+                             error="NDET wrote no log (the process has recorded nothing yet, or has ended)")
+        return od.Answer(id=req.id, state="done", pid=self.pid, ndet_log=str(path))
 
     def _arm_exit(self) -> None:
         if not self._atexit:

@@ -4,7 +4,8 @@ Each rank writes ``pid <pid>``, then ``step <i> loss <value>`` per step, to ``ar
 It runs until the file named by argv[1] exists (rank 0 looks; the ranks agree through an
 all-reduce, so both stop at the same step), then until step ``max(that step, argv[2]) + 10``: a
 run released at once with argv[2] = N does exactly N + 10 steps, the same loss sequence as any
-longer run's first steps."""
+longer run's first steps.  While the file argv[4] (optional) exists, rank 1 stalls before its next
+all-reduce: a hang, until the release file appears."""
 import os
 import sys
 import time
@@ -30,6 +31,8 @@ while end is None or i < end:
     loss.backward()
     opt.step()
     print(f"step {i} loss {loss.item():.8f}", file=out)
+    while rank == 1 and len(sys.argv) > 4 and os.path.exists(sys.argv[4]) and not os.path.exists(release):
+        time.sleep(0.05)  # rank 1 stalls before the stop flag's all-reduce while the file argv[4] exists
     if end is None:
         flag = torch.tensor([1.0 if rank == 0 and os.path.exists(release) else 0.0])
         dist.all_reduce(flag)
