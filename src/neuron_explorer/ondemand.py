@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 from neuron_explorer.contracts import ondemand as od
 
-__all__ = ["ARMED_PERIOD_S", "Agent", "IDLE_PERIOD_S", "THREAD_NAME", "enabled", "imports_paused", "name_thread",
-           "StepCounter", "steps_by_optimizer"]
+__all__ = ["ARMED_PERIOD_S", "Agent", "IDLE_PERIOD_S", "THREAD_NAME", "enabled", "imports_paused",
+           "monitor_runtime", "name_thread", "StepCounter", "steps_by_optimizer"]
 
 #: Seconds between looks at the request file while nobody asks (the discovery watcher's period).
 IDLE_PERIOD_S = 1.0
@@ -133,6 +133,14 @@ class _Runtime:
 
     rt: Any = None
     flags: list[bool] = []
+    owned = True  # started here (recording turned on and off), or neuron-monitor's (left as it is)
+
+
+def monitor_runtime(rt) -> bool:
+    """Is ``rt`` the runtime of neuron-monitor's counters (``boot.start(for_monitor=True)``), with
+    rings an on-demand window can use?  No capture sink, no NDET, rings of the default size."""
+    return (rt.ndet is None and not any(getattr(s, "name", "") == "capture" for s in rt.sinks)
+            and rt.config.max_events_per_nc > 1 and not rt.stopped)
 
 
 def _start_runtime(cfg, adopt: Callable[[Any], None]) -> Any:
@@ -145,9 +153,14 @@ def _start_runtime(cfg, adopt: Callable[[Any], None]) -> Any:
     rt = get_runtime()
     if rt is not None and rt is _Runtime.rt:
         return rt
+    if rt is not None and monitor_runtime(rt):
+        # neuron-monitor's counters: their hooks record executions and collectives already (no
+        # record_function regions), into rings the watcher empties; recording is never turned off
+        _Runtime.rt, _Runtime.flags, _Runtime.owned = rt, list(rt.enabled), False
+        return rt
     if rt is not None:
-        raise RuntimeError("this process already runs neuron-explorer (a capture from the environment, or "
-                           "neuron-monitor's counters): on-demand capture is for processes started without it")
+        raise RuntimeError("this process already runs neuron-explorer (a capture or NDET from the environment): "
+                           "on-demand capture is for processes started without it")
     _preload()
     with imports_paused():
         rt = boot.start(cfg, from_env=False, capture=False, keep_rings=True, for_monitor=True)
@@ -215,7 +228,7 @@ def _record(on: bool) -> None:
     """Turn recording on (the flags the runtime started with) or off, in place: the hooks hold
     the list."""
     rt = _Runtime.rt
-    if rt is None:
+    if rt is None or not _Runtime.owned:
         return
     for i, f in enumerate(_Runtime.flags):
         rt.enabled[i] = f and on
@@ -243,6 +256,11 @@ class Window:
         _record(True)
         self.sink = CaptureSink(rt, config=cfg)  # (events before this moment belong to no window)
         self.sink.note = f"on-demand capture (neuron-explorer attach, request {req.id})"
+        from neuron_explorer.contracts import events as ev
+
+        # the step mark is a framework event, kept unless the request's type filter removes them
+        # (neuron-monitor's counters' runtime records no record_function region of its own)
+        self.sink.mask[ev.FRAMEWORK_OP] = cfg.type_enabled(ev.EVENT_TYPES[ev.FRAMEWORK_OP].name)
         self.count = 0  # steps ended since the process armed
         self.bounds: list[tuple[int, int]] = []  # (count, monotonic ns) of every step end since armed
         self.pending: list[tuple[int, Any]] = []  # (core, rows) drained before the window is known
@@ -385,6 +403,13 @@ class Window:
             self.sink.sampler.stop()
 
 
+def _monitor_runtime():
+    """The runtime of neuron-monitor's counters, if this process runs one (no import otherwise)."""
+    core = sys.modules.get("neuron_explorer.runtime.core")
+    rt = core.get_runtime() if core is not None else None
+    return rt if rt is not None and monitor_runtime(rt) else None
+
+
 class Agent:
     """This process's end of the on-demand protocol, driven by the discovery watcher thread."""
 
@@ -427,8 +452,9 @@ class Agent:
         if w is not None and not w.done:
             w.tick()
             return ARMED_PERIOD_S
-        if _Runtime.rt is not None:  # recording is off; a JAX call still appends: keep the rings empty
-            for st in list(_Runtime.rt.cores.values()):
+        rt = _Runtime.rt or _monitor_runtime()
+        if rt is not None:  # (recording off, a JAX call still appends; neuron-monitor's counters' rings)
+            for st in list(rt.cores.values()):
                 st.ring.drain()
         return IDLE_PERIOD_S
 
