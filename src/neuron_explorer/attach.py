@@ -12,6 +12,7 @@ window.  See docs/on-demand.md and docs/decisions/0107-on-demand-capture.md.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -51,6 +52,8 @@ MARGIN_S = 1.0
 class Target:
     pid: int
     start_time: int
+    host: str = ""  # the neuron-monitor that relays to it (host:port), "" for this host
+    key: int = 0  # unique among the targets of one request (pids repeat across hosts)
     answer: od.Answer | None = None
     offset: int = 0
     outcome: str = ""  # the line printed for it
@@ -77,6 +80,17 @@ def _pids(text: str) -> list[int]:
     if not pids or any(not 0 < p < 1 << 31 for p in pids):
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of process ids")
     return pids
+
+
+def _endpoints(text: str) -> list[str]:
+    out = [e.strip() for e in text.split(",") if e.strip()]
+    for e in out:
+        host, sep, port = e.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{e!r} is not HOST:PORT")
+    if not out:
+        raise argparse.ArgumentTypeError("no HOST:PORT given")
+    return out
 
 
 def _steps(text: str) -> int:
@@ -114,6 +128,9 @@ def add_attach_parser(sub) -> None:
     p.add_argument("-n", "--max-events", metavar="N", help=f"events kept per core, as {MAX_EVENTS}")
     p.add_argument("--no-cpu-util", action="store_true", help=f"no CPU samples ({CPU_UTIL}=0)")
     p.add_argument("--no-host-memory", action="store_true", help=f"no host memory samples ({HOST_MEMORY}=0)")
+    p.add_argument("--monitor", type=_endpoints, metavar="HOST:PORT[,...]",
+                   help="through these neuron-monitors' control endpoints (one per host), not this host's files")
+    p.add_argument("--token-file", metavar="FILE", help="the monitors' control token (a file of mode 600)")
     p.add_argument("--timeout", type=parse_duration, default=120.0,
                    help="give up on targets that have not answered after this long (default 120s)")
 
@@ -144,45 +161,11 @@ def capture_vars(args: argparse.Namespace) -> dict[str, str]:
 
 
 # -- targets --------------------------------------------------------------------------------------
-def _listens(pid: int) -> bool:
-    """Does the process run the on-demand thread?"""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm", "rb") as f:
-                if f.read(64).strip() == od.THREAD_NAME.encode():
-                    return True
-        except OSError:
-            continue
-    return False
-
-
-def _tag(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read(1 << 20)
-    except OSError:
-        return None
-    key = PROCESS_TAG.encode() + b"="
-    for item in env.split(b"\0"):
-        if item.startswith(key):
-            return item[len(key):].decode("utf-8", "replace")
-    return None
-
-
-def _owned(pid: int) -> bool:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid == os.getuid()
-    except OSError:
-        return False
-
-
-def find_targets(pids: list[int] | None = None, tag: str | None = None) -> tuple[list[Target], list[str]]:
+def find_targets(pids: list[int] | None = None, tag: str | None = None,
+                 directory: Path | None = None) -> tuple[list[Target], list[str]]:
     """The targets and the problems met (one line each).  ``pids``: exactly these; else every
-    process of this user that listens, whose tag matches ``tag`` when given."""
+    process of this user that listens on ``directory`` (default: ours), whose tag matches ``tag``
+    when given."""
     problems: list[str] = []
     if pids is not None:
         out = []
@@ -190,7 +173,7 @@ def find_targets(pids: list[int] | None = None, tag: str | None = None) -> tuple
             st = od.process_start_time(pid)
             if st is None:
                 problems.append(f"pid {pid}: no such process")
-            elif not _owned(pid):
+            elif not od.owned(pid):
                 problems.append(f"pid {pid}: belongs to another user")
             else:
                 out.append(Target(pid, st))
@@ -201,23 +184,8 @@ def find_targets(pids: list[int] | None = None, tag: str | None = None) -> tuple
             rx = re.compile(tag)
         except re.error as e:
             raise UsageError(f"--tag {tag!r} is not a regular expression: {e}") from None
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        pid = int(name)
-        if not _owned(pid) or not _listens(pid):
-            continue
-        if rx is not None:
-            t = _tag(pid)
-            if t is None or not rx.search(t):
-                continue
-        st = od.process_start_time(pid)
-        if st is not None:
-            found.append(Target(pid, st))
-    found.sort(key=lambda t: t.pid)
-    return found, problems
+    found = od.listening_processes(directory if directory is not None else od.default_dir(), rx, PROCESS_TAG)
+    return [Target(pid, st) for pid, st in found], problems
 
 
 # -- alignment -------------------------------------------------------------------------------------
@@ -292,36 +260,123 @@ class Exchange:
                     pass
 
 
+class Relay:
+    """The exchange through neuron-monitors' control endpoints (``monitor.control``): the same
+    calls as :class:`Exchange`, each to the monitor of the target's host."""
+
+    def __init__(self, endpoints: list[str], token: str, req: dict, timeout: float = 10.0) -> None:
+        self.endpoints, self.token, self.req, self.timeout = endpoints, token, req, timeout
+        self.rid = secrets.token_hex(8)
+        self.targets: list[Target] = []
+
+    def call(self, endpoint: str, path: str, obj: dict) -> dict:
+        import http.client
+
+        host, _, port = endpoint.rpartition(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=self.timeout)
+        try:
+            conn.request("POST", path, body=json.dumps(obj).encode(),
+                         headers={"Content-Type": "application/json", od.TOKEN_HEADER: self.token})
+            r = conn.getresponse()
+            data = r.read(od.MAX_FILE_BYTES + 1)
+        finally:
+            conn.close()
+        try:
+            out = json.loads(data)
+        except ValueError:
+            out = None
+        if not isinstance(out, dict):
+            raise od.RequestError(f"{endpoint}{path}: HTTP {r.status}, not a JSON object")
+        if r.status != 200:
+            raise od.RequestError(f"{endpoint}{path}: {out.get('error', r.status)}")
+        return out
+
+    def find(self, pids: list[int] | None, tag: str | None) -> tuple[list[Target], list[str]]:
+        out: list[Target] = []
+        problems: list[str] = []
+        for ep in self.endpoints:
+            try:
+                got = self.call(ep, "/v1/targets", {"pids": pids, "tag": tag})
+                for pid, st in got.get("targets", []):
+                    out.append(Target(int(pid), int(st), host=ep, key=len(out)))
+                problems += [f"{ep}: {p}" for p in got.get("problems", []) if isinstance(p, str)]
+            except (OSError, od.RequestError, ValueError, TypeError) as e:
+                problems.append(f"{ep}: {e}")
+        self.targets = out
+        return out, problems
+
+    def send(self, t: Target, **kw) -> None:
+        r = od.Request(id=self.rid, pid=t.pid, start_time=t.start_time, **{**self.req, **kw})
+        self.call(t.host, "/v1/send", {"request": r.to_json()})
+
+    def read(self, t: Target) -> od.Answer | None:
+        try:
+            got = self.call(t.host, "/v1/answer", {"pid": t.pid}).get("answer")
+            a = od.parse_answer(json.dumps(got).encode()) if got is not None else None
+        except (OSError, od.RequestError) as e:
+            t.errors.append(str(e))
+            return None
+        if a is not None and (a.id == self.rid or (a.id == "0" * 8 and a.state == "error")):
+            t.answer = a
+            return a
+        return None
+
+    def cleanup(self) -> None:
+        for t in self.targets:
+            try:
+                self.call(t.host, "/v1/cleanup", {"pid": t.pid, "id": self.rid})
+            except (OSError, od.RequestError):
+                pass
+
+
 def attach_command(args: argparse.Namespace) -> int:
     if not args.ndet and args.steps is None and args.duration is None:
         raise UsageError("attach needs --steps N, --duration D or --ndet")
     cap = capture_vars(args)
     out = os.path.abspath(args.output_dir)
-    targets, problems = find_targets(args.pid, args.tag)
+    req = {"phase": "arm", "steps": args.steps, "duration_s": args.duration, "output_dir": out, "capture": cap}
+    if args.ndet:
+        req = {"phase": "ndet", "steps": None, "duration_s": None, "output_dir": "", "capture": {}}
+    relay = None
+    if args.monitor:
+        if not args.token_file:
+            raise UsageError("--monitor needs --token-file (the token the monitors were started with)")
+        try:
+            token = od.read_token(args.token_file)
+        except od.RequestError as e:
+            raise UsageError(str(e)) from None
+        relay = Relay(args.monitor, token, req)
+        targets, problems = relay.find(args.pid, args.tag)
+    else:
+        targets, problems = find_targets(args.pid, args.tag)
     for p in problems:
         print(f"neuron-explorer attach: {p}", file=sys.stderr)
     if not targets:
         print("neuron-explorer attach: no target process (PyTorch/JAX processes of this user with "
               f"neuron-explorer installed and {od.ON_DEMAND} not 0)", file=sys.stderr)
         return 1
-    try:
-        d = od.check_private_dir(od.default_dir(), create=True)
-    except (OSError, od.EndpointError) as e:
-        raise UsageError(f"on-demand directory {od.default_dir()}: {e}") from None
-    req = {"phase": "arm", "steps": args.steps, "duration_s": args.duration, "output_dir": out, "capture": cap}
-    if args.ndet:
-        req = {"phase": "ndet", "steps": None, "duration_s": None, "output_dir": "", "capture": {}}
-    ex = Exchange(d, targets, req)
+    ex: Exchange | Relay
+    if relay is not None:
+        ex = relay
+    else:
+        try:
+            d = od.check_private_dir(od.default_dir(), create=True)
+        except (OSError, od.EndpointError) as e:
+            raise UsageError(f"on-demand directory {od.default_dir()}: {e}") from None
+        ex = Exchange(d, targets, req)
     try:
         ok = run_ndet(ex, targets, args.timeout) if args.ndet else run(ex, targets, args.timeout)
     finally:
         ex.cleanup()
     for t in targets:
-        print(f"pid {t.pid}: {t.outcome}", file=sys.stdout if t.ok else sys.stderr)
+        where = f" on {t.host}" if t.host else ""
+        print(f"pid {t.pid}{where}: {t.outcome}", file=sys.stdout if t.ok else sys.stderr)
     return 0 if ok and not problems else 1
 
 
-def run(ex: Exchange, targets: list[Target], timeout: float) -> bool:
+def run(ex, targets: list[Target], timeout: float) -> bool:
+    """Arm, align, record and wait, through ``ex`` (an ``Exchange`` here, or a
+    ``monitor.control.Relay`` through neuron-monitors), for every target of every host at once."""
     deadline = time.monotonic() + timeout
     for t in targets:
         ex.send(t)
@@ -337,7 +392,7 @@ def run(ex: Exchange, targets: list[Target], timeout: float) -> bool:
                 live.remove(t)
         if not live:
             return False
-        answers = {t.pid: t.answer for t in live if t.answer is not None and t.answer.state in ("armed", "recording")}
+        answers = {t.key: t.answer for t in live if t.answer is not None and t.answer.state in ("armed", "recording")}
         if len(answers) == len(live):
             got = align(answers)
             if got is not None:
@@ -352,11 +407,11 @@ def run(ex: Exchange, targets: list[Target], timeout: float) -> bool:
                          "nor root executions)")
         return False
     offs, period = offsets
-    current = max(t.answer.step + offs[t.pid] for t in live if t.answer is not None and t.answer.step is not None)
+    current = max(t.answer.step + offs[t.key] for t in live if t.answer is not None and t.answer.step is not None)
     margin = 2 + min(1000, math.ceil(MARGIN_S * 1e9 / period))
     start = current + margin
     for t in live:
-        t.offset = offs[t.pid]
+        t.offset = offs[t.key]
         ex.send(t, phase="record", offset=t.offset, start=start)
     # 2. written
     want_last = start + ex.req["steps"] - 1 if ex.req["steps"] is not None else None
@@ -384,7 +439,7 @@ def run(ex: Exchange, targets: list[Target], timeout: float) -> bool:
     return all(t.ok for t in targets)
 
 
-def run_ndet(ex: Exchange, targets: list[Target], timeout: float) -> bool:
+def run_ndet(ex, targets: list[Target], timeout: float) -> bool:
     """Ask every target for its NDET log now (the Flight Recorder's dump on demand)."""
     deadline = time.monotonic() + timeout
     for t in targets:

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,14 @@ from .env import (
     MAX_EVENTS,
     SYSTEM_PROFILE,
 )
-from .stats_files import EndpointError, default_stats_dir, ensure_private_dir
+from .stats_files import STATS_DIR_ENV, EndpointError, default_stats_dir, ensure_private_dir
 
-__all__ = [
-    "ANSWER_SUFFIX", "Answer", "CAPTURE_VARS", "DIR_ENV", "MAX_FILE_BYTES", "ON_DEMAND", "REQUEST_FORMAT",
-    "REQUEST_SUFFIX", "Request", "RequestError", "THREAD_NAME", "answer_path", "check_private_dir", "default_dir",
-    "encode", "loose_id", "parse_answer", "parse_request", "process_start_time", "read_private", "request_path",
-    "write_private",
-]
+__all__ = ["ANSWER_SUFFIX", "Answer", "CAPTURE_VARS", "DIR_ENV", "MAX_FILE_BYTES", "ON_DEMAND",
+    "RELAY_PATHS", "REQUEST_FORMAT", "REQUEST_SUFFIX", "Request", "RequestError", "THREAD_NAME",
+    "TOKEN_HEADER", "answer_path", "check_private_dir", "default_dir", "dir_of_environment", "encode",
+    "listening_processes", "listens", "loose_id", "owned", "parse_answer", "parse_request",
+    "process_environment", "process_start_time", "read_private", "read_token", "request_path",
+    "write_private"]
 
 #: ``NEURON_EXPLORER_ON_DEMAND=0`` keeps a process from ever taking a request.
 ON_DEMAND = "NEURON_EXPLORER_ON_DEMAND"
@@ -78,6 +79,83 @@ def default_dir() -> Path:
     if override:
         return Path(override)
     return default_stats_dir().parent / "on-demand"
+
+
+def dir_of_environment(env: dict[str, str]) -> Path:
+    """The on-demand directory a process with environment ``env`` watches (as ``default_dir``
+    computes it there), so that a requester asks only the processes that read its directory."""
+    if env.get(DIR_ENV):
+        return Path(env[DIR_ENV])
+    if env.get(STATS_DIR_ENV):
+        return Path(env[STATS_DIR_ENV]).parent / "on-demand"
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return Path(xdg) / "neuron-explorer" / "on-demand"
+    tmp = env.get("TMPDIR") or ""
+    base = Path(tmp if tmp and os.path.isdir(tmp) else tempfile.gettempdir())
+    return base / f"neuron-explorer-{os.getuid()}" / "on-demand"
+
+
+def process_environment(pid: int, limit: int = 1 << 20) -> dict[str, str] | None:
+    """A process's environment (``/proc/<pid>/environ``, at most ``limit`` bytes), or None."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read(limit)
+    except OSError:
+        return None
+    out = {}
+    for item in data.split(b"\0"):
+        k, eq, v = item.partition(b"=")
+        if eq:
+            out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return out
+
+
+def owned(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def listens(pid: int) -> bool:
+    """Does the process run the on-demand thread (:data:`THREAD_NAME`)?"""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", "rb") as f:
+                if f.read(64).strip() == THREAD_NAME.encode():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def listening_processes(directory: Path, tag: "re.Pattern[str] | None" = None,
+                        tag_var: str = "NEURON_PROCESS_TAG") -> list[tuple[int, int]]:
+    """``(pid, start time)`` of this user's processes on this host that listen on ``directory``
+    (their on-demand thread runs and their environment names that directory), whose
+    ``tag_var`` matches ``tag`` when given; sorted by pid."""
+    me, want = os.getpid(), os.path.realpath(directory)
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        if not owned(pid) or not listens(pid):
+            continue
+        env = process_environment(pid)
+        if env is None or os.path.realpath(dir_of_environment(env)) != want:
+            continue
+        if tag is not None and not tag.search(env.get(tag_var, "\0")):
+            continue
+        st = process_start_time(pid)
+        if st is not None:
+            found.append((pid, st))
+    return sorted(found)
 
 
 def check_private_dir(path: Path, create: bool = False) -> Path:
@@ -312,3 +390,23 @@ def loose_id(data: bytes) -> str:
     except Exception:  # noqa: BLE001 - anything unreadable has no id
         return "0" * 8
     return rid if isinstance(rid, str) and _ID.fullmatch(rid) else "0" * 8
+
+
+# -- the relay through neuron-monitor (``monitor.control`` serves it, ``attach --monitor`` calls it) --
+#: The header that carries the token; a browser sends no custom header to another origin without a
+#: CORS preflight, which the endpoint never answers, so no web page can trigger a capture.
+TOKEN_HEADER = "X-Neuron-Explorer-Token"
+RELAY_PATHS = ("/v1/targets", "/v1/send", "/v1/answer", "/v1/cleanup")
+MAX_TOKEN_BYTES = 256
+
+
+def read_token(path: str) -> str:
+    """The token in ``path`` (a private file of this user: not readable by others), stripped."""
+    data = read_private(path, MAX_TOKEN_BYTES)
+    st = os.stat(path)
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise RequestError(f"{path} is readable by others (mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it")
+    token = data.decode("ascii", "replace").strip()
+    if len(token) < 16:
+        raise RequestError(f"{path} holds no token of at least 16 characters")
+    return token
