@@ -41,7 +41,10 @@ def mutate(raw: bytes, rng: random.Random) -> bytes:
                            raw + b" " * (od.MAX_FILE_BYTES + 1)])
     doc = json.loads(raw)
     for _ in range(rng.randint(1, 3)):
-        path = rng.choice([p for p in json_paths(doc) if p])
+        paths = [p for p in json_paths(doc) if p]
+        if not paths:
+            break
+        path = rng.choice(paths)
         cur = doc
         for p in path[:-1]:
             cur = cur[p]
@@ -111,3 +114,36 @@ def test_read_private_refuses_what_is_not_a_small_file_of_ours(tmp_path):
         pass
     else:
         raise AssertionError("a directory others can enter is not private")
+
+
+def test_fuzz_control_endpoint_calls(tmp_path):
+    """neuron-monitor's control endpoint (``monitor.control``): whatever the body, a call answers
+    with a status and a JSON object, or raises ``RequestError`` (a 400); it writes a request file
+    only for a request ``parse_request`` accepts for a live process of this user."""
+    from neuron_explorer.monitor.control import ControlServer
+
+    s = fuzz_seed(int(time.time()))
+    rng = random.Random(s)
+    srv = ControlServer("127.0.0.1", 0, "t" * 32, tmp_path / "od")
+    try:
+        req, _ = valid()
+        good = {"Content-Type": "application/json", od.TOKEN_HEADER: "t" * 32}
+        bodies = [{"pids": [os.getpid()]}, {"tag": "x"}, {"pid": 1}, {"request": json.loads(req)}]
+        deadline = time.monotonic() + budget(2.0)
+        n = 0
+        while time.monotonic() < deadline or n < 100:
+            path = rng.choice(od.RELAY_PATHS + ("/v1/x", "/"))
+            body = json.dumps(rng.choice(bodies)).encode()
+            data = mutate(body, rng)
+            try:
+                code, obj = srv.handle(path, good, data)
+            except od.RequestError:
+                continue
+            except Exception as e:  # pragma: no cover - the failure this test looks for
+                raise AssertionError(f"seed {s}: {path} {data[:200]!r}: {type(e).__name__}: {e}") from e
+            assert isinstance(code, int) and isinstance(obj, dict)
+            n += 1
+        assert srv.handle("/v1/targets", {**good, od.TOKEN_HEADER: "u" * 32}, b"{}")[0] == 403
+        assert not any(p.name.endswith(od.REQUEST_SUFFIX) for p in (tmp_path / "od").iterdir())
+    finally:
+        srv.httpd.server_close()
