@@ -378,7 +378,8 @@ def run(ex, targets: list[Target], timeout: float) -> bool:
     """Arm, align, record and wait, through ``ex`` (an ``Exchange`` here, or a
     ``monitor.control.Relay`` through neuron-monitors), for every target of every host at once."""
     deadline = time.monotonic() + timeout
-    for t in targets:
+    for i, t in enumerate(targets):
+        t.key = i  # (pids may repeat across hosts)
         ex.send(t)
     live = list(targets)
     # 1. armed, with enough boundaries to number the steps alike
