@@ -36,6 +36,11 @@ Configurations (each a fresh interpreter, started as a user starts it):
   capture's), with its default NaN/Inf scan of graph outputs; ``ndet_nonan`` -- the same with
   ``NEURON_EXPLORER_NAN_CHECK=0``: the logging alone.
 
+* ``ondemand_idle`` -- ``plain`` with the on-demand watcher on (``NEURON_EXPLORER_ON_DEMAND`` unset;
+  every other configuration sets it to 0): the idle cost of ``neuron-explorer attach`` (issue 32).
+  Its thread wakes once a second, not once a step: under valgrind a step takes ~50x longer, so
+  the slope charges each step ~50x the polls it meets for real (docs/decisions/0108-*.md).
+
 * ``torch_profiler`` / ``jax_profiler`` (``--peer``) -- the same-run peer: ``torch.profiler``
   (CPU activities) or ``jax.profiler.trace`` entered before counting starts and left at the end,
   so its stop and export are counted.
@@ -77,7 +82,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
 
-CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan", "torch_profiler", "jax_profiler")
+CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan", "torch_profiler", "jax_profiler",
+           "ondemand_idle")
+#: configurations that record nothing (no profile expected)
+UNPROFILED = ("plain", "torch_profiler", "ondemand_idle")
 # execution paths: the compiled step (--backend aot_eager or inductor), the eager steps of
 # bench/eager_overhead.py, the jax.jit step of bench/jax_overhead.py
 WORKLOADS = ("compiled", "eager_mlp", "eager_block", "jax")
@@ -120,8 +128,10 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
     # neuron-monitor discovery's watcher thread (torch's entry point), which the profiled runs do not
     # have; under valgrind its polling costs ~7k instructions per step, and a monitor running on the
     # host makes the plain run record its executions (found by the ndet2 branch)
+    # NEURON_EXPLORER_ON_DEMAND=0 likewise (the same watcher thread takes `attach` requests), but in
+    # ondemand_idle: plain with the thread waiting for a request, the idle cost of issue 32
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1",
-               NEURON_EXPLORER_STATS="0")
+               NEURON_EXPLORER_STATS="0", NEURON_EXPLORER_ON_DEMAND="0")
     if workload == "jax":
         env.update(JAX_SERIAL)
     if platform.machine() in ("x86_64", "AMD64"):
@@ -129,7 +139,10 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
         # outside valgrind and sees the host's AVX-512); AVX2 is what valgrind's CPU offers to ATen too
         env.setdefault("TORCHINDUCTOR_CPP_MARCH", "x86-64-v3")
         env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
-    if config.endswith("_profiler"):
+    if config == "ondemand_idle":
+        del env["NEURON_EXPLORER_ON_DEMAND"]
+        env["NEURON_EXPLORER_ON_DEMAND_DIR"] = os.path.join(out_dir, "on-demand")
+    elif config.endswith("_profiler"):
         env["PEER_TRACE_DIR"] = out_dir
     elif config.startswith("ndet"):
         # NDET alone, its flush thread stretched like the capture's periodic flush (see above)
@@ -274,7 +287,7 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
         res["events"] = dict(zip(names.group(1).decode().split(), map(int, vals.group(1).split())))
     if config.startswith("ndet") or config.endswith("_profiler"):
         res["profile_written"] = any(fs for _, _, fs in os.walk(out_dir))
-    elif config != "plain":
+    elif config not in UNPROFILED:
         res["profile_written"] = any("ntrace.pb" in fs for _, _, fs in os.walk(out_dir))
     if annotate:
         a = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=99.9", cg],
@@ -405,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"cycle estimate {ev['cycle_estimate']:14,.0f}"
                   f"   ratio {ev['cycle_estimate'] / cache['plain']['cycle_estimate']:.4f}")
     for c in configs:
-        if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):
+        if c not in UNPROFILED and not runs[(c, a.long)].get("profile_written"):
             print(f"  warning: {c} wrote no profile", file=sys.stderr)
     if a.annotate:
         for c in configs:

@@ -23,6 +23,12 @@ from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.procs import framework_helper, is_launcher
 
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
+ON_DEMAND = "NEURON_EXPLORER_ON_DEMAND"  # 0: no `neuron-explorer attach` requests (contracts.ondemand)
+
+
+def on_demand() -> bool:
+    """Does this process take `neuron-explorer attach` requests (``ondemand``)?"""
+    return os.environ.get(ON_DEMAND, "1") != "0"
 
 
 def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
@@ -50,8 +56,10 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         cfg = config or CaptureConfig.from_env()
         for w in cfg.warnings:
             get_logger(__name__).warning(f"neuron-explorer: warning: {w}")
-        if not capture and not keep_rings:
-            # Nothing drains the capture rings without a capture sink: keep them minimal.
+        if not capture and not keep_rings and not (for_monitor and on_demand()):
+            # Nothing drains the capture rings without a capture sink: keep them minimal.  (For
+            # neuron-monitor's counters with on-demand capture on, the watcher drains them
+            # once a second, and a `neuron-explorer attach` window keeps what it needs: ondemand)
             cfg.max_events_per_nc = 1
         if capture:
             _check_output_dir(cfg.output_dir)

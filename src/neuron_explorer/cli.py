@@ -23,6 +23,7 @@ examples:
   neuron-explorer view --ui -d ./output                 # the System Trace Viewer (web UI)
   neuron-explorer view -d ./output --output-format summary-json --output-file summary.json
   neuron-explorer check -d ./output
+  neuron-explorer attach --all --steps 5 -o ./on-demand   # a running job, on demand
 """
 
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--version", action="version", version=f"neuron-explorer {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check}")
+    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check,attach}")
 
     ins = sub.add_parser(
         "inspect", help="run a command with system profiling on (no code changes)",
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .view.cli import add_view_parser
 
     add_view_parser(sub)
+    from .attach import add_attach_parser
+
     chk = sub.add_parser("check", help="check that a capture directory holds a usable profile",
                          description="Report the signs of a failed capture (empty directory, 0-byte NTFF, "
                                      "no NEFF, only .pb files, damaged files) and what to do.",
@@ -60,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("-d", "--directory", required=True, help="capture directory, or s3://bucket/prefix")
     chk.add_argument("--endpoint-url", default=None,
                      help="S3 endpoint for s3:// paths (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS)")
+    add_attach_parser(sub)
     return p
 
 
@@ -76,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             text, rc = render(check(args.directory, args.endpoint_url))
             sys.stdout.write(text)
             return rc
+        if args.command == "attach":
+            from .attach import attach_command
+
+            return attach_command(args)
         if args.command == "view":
             from .view.cli import view_command
 

@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose", type=int, default=0, choices=range(0, 5), metavar="{0..4}",
         help="diagnostics on stderr: 0 none (default), 1 errors, 2 warnings, 3 info, 4 debug",
     )
+    p.add_argument("--control-port", type=int, default=None, metavar="PORT",
+                   help="relay `neuron-explorer attach` requests to this host's processes on PORT (off by default)")
+    p.add_argument("--control-host", default="127.0.0.1", metavar="ADDR",
+                   help="address the control endpoint listens on (default 127.0.0.1)")
+    p.add_argument("--control-token-file", metavar="FILE",
+                   help="the token callers must present (a file of this user, mode 600); required with --control-port")
     return p
 
 
@@ -75,6 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    control = None
+    if args.control_port is not None:
+        from neuron_explorer.contracts import ondemand as od
+
+        from .control import ControlServer
+
+        try:
+            if not args.control_token_file:
+                raise od.RequestError("--control-port needs --control-token-file")
+            control = ControlServer(args.control_host, args.control_port, od.read_token(args.control_token_file))
+        except (OSError, od.RequestError, od.EndpointError) as exc:
+            get_logger(__name__).warning(f"neuron-monitor: control endpoint: {exc}")
+            return 2
+        control.start()
+        log(3, f"relaying attach requests on {args.control_host}:{control.port}")
     monitor = Monitor(cfg, log=log, exclude_pids=(os.getpid(),))
     # start-up objects (imports, config) never die: keep the cyclic GC from rescanning them every period
     gc.freeze()
@@ -83,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return monitor.run(sys.stdout, stop)
     except BrokenPipeError:
         return 0
+    finally:
+        if control is not None:
+            control.close()
 
 
 if __name__ == "__main__":  # pragma: no cover
