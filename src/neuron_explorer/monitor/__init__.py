@@ -15,5 +15,5 @@ buckets of ``contracts.stats_histogram``); the per-process counters are a runtim
 See docs/monitor.md.
 """
 
-__all__ = ["app_stats", "apps", "cli", "cloudwatch_exporter", "companions", "config", "control", "gpu", "metrics", "monitor",
-           "prometheus_exporter", "snapshot", "system"]
+__all__ = ["app_stats", "apps", "cli", "cloudwatch_exporter", "companions", "config", "control", "gpu", "metrics",
+           "monitor", "prometheus_exporter", "snapshot", "system"]
