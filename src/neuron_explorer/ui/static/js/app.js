@@ -259,8 +259,9 @@ async function renderSystemTrace(w, body, extra) {
     <button data-act="prev" title="Previous match">◀</button><button data-act="next" title="Next match">▶</button>
     <span class="search-k" data-testid="search-k"></span>
     <button data-act="select" title="Area selection tool (or Shift+drag)" data-testid="select-tool">Select area</button>
-    <button data-act="activity" title="Zoom to where the events are (skips start-up)" data-testid="zoom-activity">Zoom to activity</button>
-    <button data-act="reset" title="Show the whole profile (0)">Reset zoom</button>
+    <button data-act="work" title="Where the work is: the span of the cores' executions and collectives (the view a profile opens on)" data-testid="zoom-work">Steps</button>
+    <button data-act="activity" title="Zoom to where the events are (skips start-up)" data-testid="zoom-activity">Activity</button>
+    <button data-act="reset" title="Show the whole profile, start-up included (0)" data-testid="whole-profile">Whole profile</button>
     <button data-act="settings" data-testid="settings">Settings</button>
     <button data-act="devices" data-testid="device-profiles-list">Device Profiles List</button>
     <button data-act="help" title="Keys (?)" data-testid="help-button">?</button>`;
@@ -340,6 +341,8 @@ async function renderSystemTrace(w, body, extra) {
     const keys = new Map();
     for (const r of t.rows) { const g = r.group || []; if (g.length >= 2) keys.set(g.slice(0, 2).join("\u0001"), 1); }
     const collapse = keys.size > 8 ? [...keys.keys()] : [];
+    if (w.compact === undefined) w.compact = keys.size > 24;
+    tl.compact = w.compact;
     tl.setRows(t.rows, collapse);
     $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
     w.el.dataset.mode = w.mode;
@@ -389,19 +392,27 @@ async function renderSystemTrace(w, body, extra) {
     const span = r.b - r.a;
     const pct = (x) => (x === null || x === undefined ? "—" : `${x.toFixed(1)}%`);
     const d = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
-    const statCols = [["count", "Count", fmtCount], ["busy_pct", "Busy %", pct], ["busy_ns", "Busy time", d], ["min_ns", "Min", d], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]];
-    const table = (id, lead, items) => sortable(id, [...lead, ...statCols], items);
+    // rows with no event in the area are left out (a table of zeros hides the rows that matter)
+    const some = (items) => items.filter((x) => x.count > 0);
+    const covered = [["count", "Count", fmtCount], ["busy_pct", "Covered %", pct], ["busy_ns", "Covered", d], ["min_ns", "Min", d], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]];
+    // a rank's time: compute (its core executions), exposed collectives, idle; host calls and regions apart
+    const rankCols = [["rank", "Rank", String], ["compute_pct", "Compute %", pct], ["cc_exposed_pct", "Exposed coll. %", pct], ["idle_pct", "Idle %", pct],
+      ["host_pct", "Host calls %", pct], ["region_pct", "Regions %", pct], ["count", "Count", fmtCount], ["instance", "Instance", esc], ["pid", "PID", String]];
     const sm = cc.summary;
-    summary.innerHTML = `<div class="area-head" data-testid="area-head"><b data-testid="summary-count">${fmtCount(s.count)}</b> events on ${rows ? `${rows.length} tracks` : "every track"} from <b>${fmtNs(r.a)}</b> to <b>${fmtNs(r.b)}</b> (${fmtDurExact(span)})${s.approximate ? " · approximate: the area holds too many events for exact figures" : ""}</div>
+    const ccName = (v, x) => esc(x.op ? `${x.op}${x.group ? ` [${x.group}]` : ""}${x.seq !== null && x.seq !== undefined ? ` #${x.seq}` : ""}` : v);
+    const ccRows = cc.collectives.slice(0, 200).map((x, i) => ({ ...x, i }));
+    summary.innerHTML = `<div class="area-head" data-testid="area-head"><b data-testid="summary-count">${fmtCount(s.count)}</b> events on ${rows ? `${rows.length} tracks` : "every track"} from <b>${fmtNs(r.a)}</b> to <b>${fmtNs(r.b)}</b> (${fmtDurExact(span)})${s.approximate ? " · approximate: the area holds too many events for exact figures" : ""}
+      <div class="muted">Busy is compute: the union of a rank's core executions. Collectives count as exposed only where no execution overlaps them. Host calls and framework regions are shown apart and never counted as busy.</div></div>
       <div class="area-grid">
-      <div><h4>By rank</h4>${table("area-ranks", [["rank", "Rank", String], ["instance", "Instance", esc], ["pid", "PID", String]], s.ranks)}</div>
-      <div><h4>By event name</h4>${sortable("summary-table", [["name", "Event name", esc], ["count", "Count", fmtCount], ["total_in_range_ns", "Total duration", d], ["mean_ns", "Mean duration", d], ["busy_pct", "Busy %", pct], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]],
-        s.names.map((x) => ({ ...x, mean_ns: x.count ? (x.total_in_range_ns ?? x.busy_ns) / x.count : null })))}</div>
-      <div><h4>By track</h4>${table("area-tracks", [["label", "Track", (v, x) => esc([...(x.group || []).slice(1), v].join(" › "))]], s.tracks)}</div>
-      <div><h4>Collectives: who arrived last</h4>
+      <div><h4>By rank</h4>${sortable("area-ranks", rankCols, some(s.ranks))}</div>
+      <div><h4>Collectives: who arrived last <span class="muted">(click a row: that collective on every rank)</span></h4>
         <div class="muted" data-testid="straggler-summary">${sm.collectives_compared ? `${fmtCount(sm.collectives_compared)} collectives compared · slowest rank <b data-testid="slowest-rank">${sm.slowest_rank}</b> (last to enter ${sm.last_to_enter[String(sm.slowest_rank)]}×) · median spread ${fmtDur(sm.spread_ns_median)} · largest ${fmtDur(sm.spread_ns_max)}` : "no collective in this area is seen on two ranks"}</div>
-        ${sortable("collectives-table", [["name", "Collective", esc], ["ranks", "Ranks", String], ["last_rank", "Last rank", String], ["spread_ns", "Arrived late by", d], ["first_rank", "First rank", String], ["last_start", "Last start", (v) => fmtNs(v)]], cc.collectives.slice(0, 200))}</div>
+        ${sortable("collectives-table", [["name", "Collective", ccName], ["bytes", "Bytes", (v) => (v === null || v === undefined ? "—" : fmtBytes(v))], ["ranks", "Ranks", String], ["last_rank", "Last rank", String], ["spread_ns", "Late by", d], ["first_rank", "First rank", String], ["last_start", "Last start", (v) => fmtNs(v)]], ccRows, (x) => `data-cc="${x.i}" class="link"`)}</div>
+      <div><h4>By event name</h4>${sortable("summary-table", [["name", "Event name", esc], ["count", "Count", fmtCount], ["total_in_range_ns", "Total duration", d], ["mean_ns", "Mean duration", d], ["busy_pct", "Covered %", pct], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]],
+        some(s.names).map((x) => ({ ...x, mean_ns: x.count ? (x.total_in_range_ns ?? x.busy_ns) / x.count : null })))}</div>
+      <div><h4>By track</h4>${sortable("area-tracks", [["label", "Track", (v, x) => esc([...(x.group || []).slice(1), v].join(" › "))], ...covered], some(s.tracks))}</div>
       </div>`;
+    summary.querySelectorAll("[data-testid=collectives-table] tr[data-cc]").forEach((tr) => tr.onclick = () => selectCollective(w, ccRows[Number(tr.dataset.cc)]));
     bindSortable(summary);
   }
   w.showArea = showArea;
@@ -443,6 +454,7 @@ async function renderSystemTrace(w, body, extra) {
   selBtn.onclick = () => { tl.selectMode = !tl.selectMode; selBtn.classList.toggle("on", tl.selectMode); };
   extra.querySelector("[data-act=reset]").onclick = () => tl.resetView();
   extra.querySelector("[data-act=activity]").onclick = async () => { const a = await api.activity(w.profile); tl.setView(a.t0, a.t1); };
+  extra.querySelector("[data-act=work]").onclick = async () => { const a = await api.activity(w.profile); tl.setView(a.work.t0, a.work.t1); };
   extra.querySelector("[data-act=devices]").onclick = () => openDeviceProfilesList(w.profile, w);
   extra.querySelector("[data-act=help]").onclick = () => toggleHelp();
   extra.querySelector("[data-act=settings]").onclick = (ev) => {
@@ -458,6 +470,7 @@ async function renderSystemTrace(w, body, extra) {
       <label><input type="checkbox" data-opt="allflows" data-testid="all-flows" ${tl.flowMode === "all" ? "checked" : ""}> All flows in view (default: the selected event's)</label>
       <label><input type="checkbox" data-opt="counters" ${tl.showCounters ? "checked" : ""}> Counter tracks (CPU, memory)</label>
       <label><input type="checkbox" data-opt="sync" data-testid="sync-time" ${state.sync ? "checked" : ""}> Synchronise the time axis of every System Trace Viewer</label>
+      <label><input type="checkbox" data-opt="compact" data-testid="compact-ranks" ${tl.compact ? "checked" : ""}> Compact ranks (collapsed processes 8 px high: 64 on one screen)</label>
       <button data-act="expand">Expand all</button> <button data-act="collapse">Collapse processes</button>
       <div style="margin-top:6px"><button data-act="hide-empty" data-testid="hide-empty">Hide tracks empty in this view</button> <button data-act="show-all">Show all tracks</button></div>
       <div class="hint">Keys: ? lists them all</div></div>`);
@@ -478,6 +491,7 @@ async function renderSystemTrace(w, body, extra) {
     }));
     pop.querySelector("[data-opt=allflows]").onchange = (e) => { tl.flowMode = e.target.checked ? "all" : "selected"; tl.refresh(); renderFlowsPane(); };
     pop.querySelector("[data-opt=counters]").onchange = (e) => { tl.showCounters = e.target.checked; tl.relayout(); tl.refresh(); };
+    pop.querySelector("[data-opt=compact]").onchange = (e) => { w.compact = tl.compact = e.target.checked; tl.relayout(); tl.refresh(); };
     pop.querySelector("[data-opt=sync]").onchange = (e) => { state.sync = e.target.checked; syncViews(w, tl.t0, tl.t1); saveUrl(); };
     pop.querySelector("[data-act=hide-empty]").onclick = async () => {
       const r = await api.nonempty(w.profile, w.mode, w.layout, tl.t0, tl.t1);
@@ -494,11 +508,22 @@ async function renderSystemTrace(w, body, extra) {
   };
   // the URL's view, area, selected event and search are restored last: they use this widget's area
   // summary and search, defined above (restored before them, an area threw and lost the event too)
+  const other = state.sync && state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
   if (url) restoreView(w, url);
-  else if (state.sync) { // synchronised: a viewer opened (or restored) after another joins its view
-    const o = state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
-    if (o) tl.setView(o.timeline.t0, o.timeline.t1);
-  }
+  else if (other) tl.setView(other.timeline.t0, other.timeline.t1); // synchronised: joins the other's view
+  if (!(url && url.get("t0") !== null && url.get("t1") !== null) && !other) openOnWork(w);
+}
+
+/** A profile opens where the work is (the cores' executions and collectives, not the start-up before
+ *  them; decision 0124), unless the user moved the view before the answer came (a cold open waits for
+ *  the index). "Whole profile" (or 0) is one click away. */
+async function openOnWork(w) {
+  const tl = w.timeline;
+  const t0 = tl.t0, t1 = tl.t1;
+  const a = await api.activity(w.profile).catch(() => null);
+  if (!a || !tl.host.isConnected) return;
+  if (tl.t0 === t0 && tl.t1 === t1 && a.work && (a.work.t1 - a.work.t0) < 0.9 * (t1 - t0)) tl.setView(a.work.t0, a.work.t1);
+  tl.host.dataset.opened = a.work ? a.work.basis : "events";
 }
 
 /** With "synchronise", every other System Trace Viewer follows this one's view range. */
@@ -560,6 +585,22 @@ function goToEvent(w, it) {
   saveUrl();
 }
 
+/** A collective of the area's table on every rank: the view spans its arrivals (first start to the
+ *  last arrival's end), its last arrival is selected (Details, its flow across the ranks) and every
+ *  rank's event of it is outlined as selected. */
+function selectCollective(w, c) {
+  const tl = w.timeline;
+  const a = c.first_start, b = Math.max(c.last_end ?? c.last_start, c.last_start + 1);
+  tl.zoomTo(a, b, 0.25);
+  const row = tl.leafToRow.get(c.last_leaf);
+  if (row !== undefined) tl.scrollToRow(row);
+  tl.selected = { id: c.last_id, row, s: c.last_start, e: c.last_end, leaf: c.last_leaf, c: 1 };
+  tl.peers = new Set((c.arrivals || []).map((x) => `${x[2]}:${x[1]}`));
+  tl.queueDraw();
+  openEvent(w, { id: c.last_id, leaf: c.last_leaf, c: 1, s: c.last_start, e: c.last_end });
+  saveUrl();
+}
+
 /** Show an event's details and flows (a merged bucket's summary); false when the event could not be read. */
 async function openEvent(w, it) {
   if (it.c > 1 || (w.coarse && String(it.id) === "-1")) { // coarse buckets carry no event id
@@ -572,6 +613,9 @@ async function openEvent(w, it) {
     const tl = w.timeline;
     if (tl && fl) {
       tl.setSelectedFlows({ ...fl, chainIds: new Set(fl.chain.map((c) => `${c[1]}:${c[0]}`)) });
+      // a collective is selected on every rank: each rank's event of it is outlined as selected
+      const coll = fl.flows.find((x) => x.kind === "collective");
+      tl.peers = coll ? new Set(coll.ends.map((e) => `${e[1]}:${e[0]}`)) : null;
       if (tl.selected) tl.selected.e = ev.relative.end;
     }
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, event: ev, flows: fl, source: w } }));
@@ -614,9 +658,12 @@ function flowsHtml(f, w) {
     return `${esc(tl?.source.nameOf?.(e[1]) || row?.name || "event")} · ${esc(where)} · ${fmtNs(e[2])}`;
   };
   const me = f.event;
-  const link = (e) => `<li><a href="#" data-testid="flow-end" data-leaf="${e[1]}" data-id="${esc(e[0])}" data-s="${e[2]}" data-e="${e[3]}">${label(e)}</a>${String(e[0]) === String(me[0]) && e[1] === me[1] ? " <span class=\"tag\">this event</span>" : ""}</li>`;
-  return `${f.flows.map((fl) => `<h3>Flow ${esc(fl.flow_id)} · ${esc(fl.kind)} · ${fl.ends.length} events${fl.truncated ? " (first shown)" : ""}</h3><ol class="flow-ends">${fl.ends.map(link).join("")}</ol>`).join("")}
-    ${f.chain.length ? `<h3>Framework chain (enclosing events)</h3><ol class="flow-ends">${f.chain.map(link).join("")}</ol>` : ""}`;
+  const rankOf = (e) => { const r = tl?.rows.find((x) => x.idx === tl.leafToRow.get(e[1])); const m = r && [...(r.group || [])].join(" ").match(/rank (\d+)/); return m ? m[1] : "?"; };
+  // a collective's ends in arrival order: each rank's lateness against the first to arrive
+  const late = (fl, e) => (fl.kind === "collective" ? ` <span class="late" data-testid="late-by">rank ${rankOf(e)} · late by ${fmtDur(e[2] - Math.min(...fl.ends.map((x) => x[2])))}</span>` : "");
+  const link = (e, fl) => `<li><a href="#" data-testid="flow-end" data-leaf="${e[1]}" data-id="${esc(e[0])}" data-s="${e[2]}" data-e="${e[3]}">${label(e)}</a>${fl ? late(fl, e) : ""}${String(e[0]) === String(me[0]) && e[1] === me[1] ? " <span class=\"tag\">this event</span>" : ""}</li>`;
+  return `${f.flows.map((fl) => `<h3>Flow ${esc(fl.flow_id)} · ${esc(fl.kind)} · ${fl.ends.length} events${fl.truncated ? " (first shown)" : ""}</h3><ol class="flow-ends">${fl.ends.map((e) => link(e, fl)).join("")}</ol>`).join("")}
+    ${f.chain.length ? `<h3>Framework chain (enclosing events)</h3><ol class="flow-ends">${f.chain.map((e) => link(e, null)).join("")}</ol>` : ""}`;
 }
 
 function bindFlowLinks(root, w) {
@@ -672,9 +719,9 @@ function renderEventDetails(w, body) {
 }
 
 // ---------------------------------------------------------------- sortable tables
-function sortable(id, cols, items) {
+function sortable(id, cols, items, rowAttrs = null) {
   return `<table class="sortable" data-testid="${id}"><thead><tr>${cols.map(([k, l], i) => `<th data-col="${i}" class="${i ? "num" : ""}" title="Sort">${esc(l)}</th>`).join("")}</tr></thead>
-    <tbody>${items.map((x) => `<tr>${cols.map(([k, , f], i) => `<td class="${i ? "num" : ""}" data-v="${esc(x[k] ?? "")}">${f(x[k], x)}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
+    <tbody>${items.map((x) => `<tr ${rowAttrs ? rowAttrs(x) : ""}>${cols.map(([k, , f], i) => `<td class="${i ? "num" : ""}" data-v="${esc(x[k] ?? "")}">${f(x[k], x)}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
 }
 
 function bindSortable(root) {

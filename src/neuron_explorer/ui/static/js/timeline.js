@@ -20,6 +20,7 @@ const ROW_H = 18;
 const CNT_H = 42;
 const GROUP_H = 18;
 const SUMMARY_H = 22;
+const COMPACT_H = 8; // a collapsed rank in the compact view: 64 fit a 1000 px window, 512 scroll
 const MAX_LANES = 12;
 const MIN_SPAN = 100; // ns
 
@@ -89,6 +90,7 @@ export class Timeline {
     this.level = null;
     this.sel = null; // area: {a, b, rows: [row idx] | null}
     this.selected = null; // {row, s, id, leaf}
+    this.peers = null; // Set of "leaf:id": the selected collective's events on the other ranks
     this.marks = []; // [{a, b}] (M)
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
@@ -98,6 +100,7 @@ export class Timeline {
     this.pinH = 0;
     this.hidden = new Set(); // row idx hidden ("hide tracks empty in this view")
     this.showCounters = true;
+    this.compact = false; // collapsed ranks 8 px high (set when a profile has many processes)
     this.hover = null;
     this.ticks = [];
     this.ctrl = null;
@@ -182,7 +185,7 @@ export class Timeline {
       for (let k = d; k < g.length; k++) {
         const key = g.slice(0, k + 1).join("\u0001");
         const col = this.collapsed.has(key);
-        const e = { type: "group", depth: k, text: g[k], key, path: g.slice(0, k + 1), y, h: col ? SUMMARY_H : GROUP_H, collapsed: col, rows: [], leaves: [] };
+        const e = { type: "group", depth: k, text: g[k], key, path: g.slice(0, k + 1), y, h: col ? (this.compact && k > 0 ? COMPACT_H : SUMMARY_H) : GROUP_H, collapsed: col, rows: [], leaves: [] };
         out.push(e);
         groupEntry.set(key, e);
         y += e.h;
@@ -406,7 +409,7 @@ export class Timeline {
       for (const [kind, data] of results) {
         if (kind === "w") this.ingestWindow(data);
         else if (kind === "c") this.counterData = new Map(Object.entries(data.rows).map(([k, v]) => [Number(k), v]));
-        else data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: b64bytes(g.busy), cc: b64bytes(g.cc), mean: g.mean_busy, meanCc: g.mean_cc, t0, t1 }));
+        else data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: b64bytes(g.busy), cc: b64bytes(g.cc), mean: g.mean_busy, meanCc: g.mean_cc, meanHost: g.mean_host ?? 0, basis: g.basis ?? "compute", t0, t1 }));
       }
       this.busyData = busy;
       if (!ev.length) this.events.clear();
@@ -535,7 +538,8 @@ export class Timeline {
     ctx.fillStyle = e.depth === 0 ? "#dfe4ea" : e.depth === 1 ? "#eaeef2" : "#f3f5f7";
     ctx.fillRect(0, y, this.w, e.h);
     ctx.fillStyle = "#1d2430";
-    ctx.font = e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
+    const small = e.h < 14;
+    ctx.font = small ? "8px system-ui, sans-serif" : e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
     const text = e.text.length > 30 ? e.text.slice(0, 29) + "…" : e.text;
     ctx.fillText(`${e.collapsed ? "▸" : "▾"} ${text}`, 4 + e.depth * 12, y + Math.min(e.h, GROUP_H) / 2);
     ctx.font = "11px system-ui, sans-serif";
@@ -576,12 +580,13 @@ export class Timeline {
     ctx.rect(LABEL_W, y, this.areaW, e.h);
     ctx.clip();
     ctx.imageSmoothingEnabled = false;
-    const hb = e.h - 7;
+    const ccH = e.h < 14 ? 2 : 5;
+    const hb = e.h - ccH - 2;
     ctx.drawImage(this._strip, 0, 0, n, 1, x0, y + 1, x1 - x0, hb);
-    ctx.drawImage(this._strip, 0, 1, n, 1, x0, y + 1 + hb, x1 - x0, 5);
+    ctx.drawImage(this._strip, 0, 1, n, 1, x0, y + 1 + hb, x1 - x0, ccH);
     ctx.restore();
     ctx.fillStyle = "#4b5563";
-    ctx.fillText(`${Math.round(b.mean * 100)}% busy`, LABEL_W - 62, y + e.h / 2);
+    if (e.h >= 14) ctx.fillText(`${Math.round(b.mean * 100)}% ${b.basis === "compute" ? "compute" : "host"}`, LABEL_W - 82, y + e.h / 2);
   }
 
   /** The pin toggle at the right of a track's label: a filled dot when pinned, a ring under the mouse. */
@@ -685,7 +690,8 @@ export class Timeline {
       } else {
         ctx.fillRect(x0, ly + 2, w, lh - 4);
       }
-      const sel = this.selected && it.c === 1 && String(this.selected.id) === String(it.id) && this.selected.row === r.idx;
+      const sel = it.c === 1 && ((this.selected && String(this.selected.id) === String(it.id) && this.selected.row === r.idx)
+        || this.peers?.has(`${it.leaf}:${it.id}`));
       const chained = this.flowMode === "selected" && it.c === 1 && this.selFlows?.chainIds?.has(`${it.leaf}:${it.id}`);
       if (sel || chained) {
         ctx.strokeStyle = sel ? "#111" : "#7a3bd1";
@@ -1014,7 +1020,8 @@ export class Timeline {
     if (!b) return e.path.join(" › ");
     const i = Math.floor(((x - this.xOf(b.t0)) / Math.max(1, this.xOf(b.t1) - this.xOf(b.t0))) * b.busy.length);
     const v = b.busy[Math.min(Math.max(i, 0), b.busy.length - 1)], c = b.cc[Math.min(Math.max(i, 0), b.cc.length - 1)];
-    return `${e.path.join(" › ")} (collapsed: click the name to expand)\nat ${fmtNs(this.tOf(x))}\nbusy ${Math.round((v / 255) * 100)}% · in collectives ${Math.round((c / 255) * 100)}%\nwhole view: busy ${Math.round(b.mean * 100)}% · collectives ${Math.round(b.meanCc * 100)}%`;
+    const what = b.basis === "compute" ? "compute (core executions)" : "host calls (no core executions in this group)";
+    return `${e.path.join(" › ")} (collapsed: click the name to expand)\nat ${fmtNs(this.tOf(x))}\n${what} ${Math.round((v / 255) * 100)}% · exposed collectives ${Math.round((c / 255) * 100)}%\nwhole view: ${b.basis === "compute" ? "compute" : "host"} ${Math.round(b.mean * 100)}% · exposed collectives ${Math.round(b.meanCc * 100)}%${b.basis === "compute" ? ` · host calls ${Math.round(b.meanHost * 100)}% (not busy)` : ""}\nframework regions are never counted as busy`;
   }
 
   itemTooltip(hit) {
@@ -1153,6 +1160,7 @@ export class Timeline {
         if (hit && !hit.counter) {
           this.selected = { id: hit.item.id, row: hit.row.idx, s: hit.item.s, e: hit.item.e, leaf: hit.item.leaf, c: hit.item.c };
           this.selFlows = null;
+          this.peers = null;
           this.cb.onEventClick?.({ ...hit.item, rowInfo: hit.row, name: hit.item.name || hit.row.name });
           this.queueDraw();
         }
