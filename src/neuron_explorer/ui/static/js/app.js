@@ -258,12 +258,12 @@ async function renderSystemTrace(w, body, extra) {
     <input type="search" placeholder="Search names, model, op… (Ctrl+F)" data-testid="search" />
     <button data-act="prev" title="Previous match">◀</button><button data-act="next" title="Next match">▶</button>
     <span class="search-k" data-testid="search-k"></span>
-    <button data-act="select" title="Area selection tool (or Shift+drag)" data-testid="select-tool">Select area</button>
+    <button data-act="select" title="Area selection tool (or Shift+drag)" data-testid="select-tool">Select<span class="long"> area</span></button>
     <button data-act="work" title="Where the work is: the span of the cores' executions and collectives (the view a profile opens on)" data-testid="zoom-work">Steps</button>
     <button data-act="activity" title="Zoom to where the events are (skips start-up)" data-testid="zoom-activity">Activity</button>
-    <button data-act="reset" title="Show the whole profile, start-up included (0)" data-testid="whole-profile">Whole profile</button>
+    <button data-act="reset" title="Show the whole profile, start-up included (0)" data-testid="whole-profile">Whole<span class="long"> profile</span></button>
     <button data-act="settings" data-testid="settings">Settings</button>
-    <button data-act="devices" data-testid="device-profiles-list">Device Profiles List</button>
+    <button data-act="devices" data-testid="device-profiles-list" title="Device Profiles List">Device<span class="long"> Profiles List</span></button>
     <button data-act="help" title="Keys (?)" data-testid="help-button">?</button>`;
   const tlHost = h(`<div class="timeline fill" data-testid="system-timeline"></div>`);
   const status = h(`<div class="statusbar"><span class="st">preparing…</span><span class="search-info"></span><span class="mode-info"></span></div>`);
@@ -349,6 +349,11 @@ async function renderSystemTrace(w, body, extra) {
     w.el.dataset.layout = w.layout;
     return true;
   };
+  // open where the work is before the first window is asked (a ready index answers at once): painting
+  // the whole profile first and then the steps grew the tracks' lanes under the user's first click
+  const urlRange = url && url.get("t0") !== null && url.get("t1") !== null;
+  const other = state.sync && state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
+  if (!urlRange && !other && !w.coarse) await openOnWork(w);
   await loadRows();
   if (w.coarse) detailLoading(w, tl, status);
 
@@ -475,6 +480,10 @@ async function renderSystemTrace(w, body, extra) {
       <div style="margin-top:6px"><button data-act="hide-empty" data-testid="hide-empty">Hide tracks empty in this view</button> <button data-act="show-all">Show all tracks</button></div>
       <div class="hint">Keys: ? lists them all</div></div>`);
     w.el.appendChild(pop);
+    // under its own button (not over it), kept inside the widget
+    const br = ev.currentTarget.getBoundingClientRect(), wr = w.el.getBoundingClientRect();
+    pop.style.top = `${br.bottom - wr.top + 4}px`;
+    pop.style.right = `${Math.max(8, wr.right - br.right)}px`;
     pop.addEventListener("click", (e) => e.stopPropagation());
     pop.querySelectorAll("input[name^=grp-]").forEach((r) => r.addEventListener("change", async () => {
       wanted.mode = r.value;
@@ -508,10 +517,9 @@ async function renderSystemTrace(w, body, extra) {
   };
   // the URL's view, area, selected event and search are restored last: they use this widget's area
   // summary and search, defined above (restored before them, an area threw and lost the event too)
-  const other = state.sync && state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
   if (url) restoreView(w, url);
   else if (other) tl.setView(other.timeline.t0, other.timeline.t1); // synchronised: joins the other's view
-  if (!(url && url.get("t0") !== null && url.get("t1") !== null) && !other) openOnWork(w);
+  if (!urlRange && !other && w.coarse) openOnWork(w); // once the index is ready, unless the user moved
 }
 
 /** A profile opens where the work is (the cores' executions and collectives, not the start-up before
@@ -891,6 +899,8 @@ document.addEventListener("keydown", (ev) => {
   if (typing) return;
   if (ev.key === "?") { ev.preventDefault(); toggleHelp(); return; }
   if (ev.key === "Escape" && $("[data-testid=help-overlay]")) { toggleHelp(false); }
+  // Escape closes an open Settings popover (and goes no further: the area selection stays)
+  if (ev.key === "Escape" && $(".popover")) { document.querySelectorAll(".popover").forEach((p) => p.remove()); ev.stopImmediatePropagation(); ev.preventDefault(); }
 }, true);
 
 // ---------------------------------------------------------------- pages

@@ -527,6 +527,7 @@ export class Timeline {
     this.drawSelection();
     this.drawRuler();
     this.drawScrollbar();
+    this.followTip();
     if (!this.rows.length) {
       ctx.fillStyle = "#6b7280";
       ctx.fillText("No events in this profile", LABEL_W + 20, RULER + 30);
@@ -642,7 +643,8 @@ export class Timeline {
       if (!ge) continue;
       const y = this.top + d * GROUP_H;
       ctx.fillStyle = d === 0 ? "#dfe4ea" : d === 1 ? "#eaeef2" : "#f3f5f7";
-      ctx.fillRect(0, y, LABEL_W, GROUP_H);
+      // the whole width: the track scrolling under a sticky header must not show through it
+      ctx.fillRect(0, y, this.w, GROUP_H);
       ctx.fillStyle = "#1d2430";
       ctx.font = d === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
       ctx.fillText(`▾ ${path[d].length > 30 ? path[d].slice(0, 29) + "…" : path[d]}`, 4 + d * 12, y + GROUP_H / 2);
@@ -650,7 +652,7 @@ export class Timeline {
       ctx.strokeStyle = "#c9cfd6";
       ctx.beginPath();
       ctx.moveTo(0, y + GROUP_H - 0.5);
-      ctx.lineTo(LABEL_W, y + GROUP_H - 0.5);
+      ctx.lineTo(this.w, y + GROUP_H - 0.5);
       ctx.stroke();
     }
     this.stickyH = path.length * GROUP_H;
@@ -1032,6 +1034,34 @@ export class Timeline {
       : `${name}\nstart ${fmtNs(it.s)}\nduration ${fmtDurExact(it.e - it.s)}\n${[...(hit.row.group || []), hit.row.label].join(" › ")}`;
   }
 
+  /** The hover tooltip for what is under the mouse now: after PageDown, a search jump or any view
+   * change without a mouse move, the tooltip of the event that was there before would be stale. */
+  followTip() {
+    const tip = document.getElementById("tooltip");
+    if (!tip || !this.lastClient || !this.hover || this._dragging) return;
+    const key = `${this.t0}|${this.t1}|${this.scrollY}|${this.layout.length}`;
+    if (key === this._tipKey) return;
+    this._tipKey = key;
+    this.showTip(this.hover, this.lastClient);
+  }
+
+  /** Show the tooltip of canvas point ``p`` at client point ``c`` (hidden over nothing). */
+  showTip(p, c) {
+    const tip = document.getElementById("tooltip");
+    const hit = this.itemAt(p.x, p.y);
+    let text = null;
+    if (hit?.counter) text = this.counterTooltip(hit.row, p.x);
+    else if (hit?.summary) text = this.summaryTooltip(hit.entry, p.x);
+    else if (hit) text = this.itemTooltip(hit);
+    if (text) {
+      tip.textContent = text;
+      tip.style.display = "block";
+      tip.style.left = `${Math.min(c.x + 14, window.innerWidth - 300)}px`;
+      tip.style.top = `${c.y + 14}px`;
+    } else tip.style.display = "none";
+    tip.dataset.text = text || "";
+  }
+
   // ------------------------------------------------------------------ input
   /** Keys (from the page-wide handler): W/S zoom at the mouse, A/D pan, F focus, M mark, arrows, PgUp/PgDn. */
   onKey(ev) {
@@ -1083,6 +1113,7 @@ export class Timeline {
       const p = pos(ev);
       const selecting = ev.shiftKey || this.selectMode || p.y < RULER;
       const onTrack = p.y >= RULER && !(ev.shiftKey && ev.altKey);
+      this._dragging = true;
       drag = { x: p.x, y: p.y, t0: this.t0, t1: this.t1, sy: this.scrollY, selecting, moved: false, gutter: p.x < LABEL_W };
       if (selecting) {
         // an area: tracks under the drag x time; a drag in the ruler selects time over every track
@@ -1113,20 +1144,13 @@ export class Timeline {
       }
       if (ev.target !== c) return;
       this.hover = p;
-      const hit = this.itemAt(p.x, p.y);
-      let text = null;
-      if (hit?.counter) text = this.counterTooltip(hit.row, p.x);
-      else if (hit?.summary) text = this.summaryTooltip(hit.entry, p.x);
-      else if (hit) text = this.itemTooltip(hit);
-      if (text) {
-        tip.textContent = text;
-        tip.style.display = "block";
-        tip.style.left = `${Math.min(ev.clientX + 14, window.innerWidth - 300)}px`;
-        tip.style.top = `${ev.clientY + 14}px`;
-      } else tip.style.display = "none";
+      this.lastClient = { x: ev.clientX, y: ev.clientY };
+      this.showTip(p, this.lastClient);
+      this._tipKey = `${this.t0}|${this.t1}|${this.scrollY}|${this.layout.length}`;
       this.queueDraw();
     };
     this._up = (ev) => {
+      this._dragging = false;
       if (!drag) return;
       const d = drag;
       drag = null;
@@ -1168,7 +1192,7 @@ export class Timeline {
     };
     window.addEventListener("mousemove", this._move);
     window.addEventListener("mouseup", this._up);
-    c.addEventListener("mouseleave", () => { tip.style.display = "none"; this.hover = null; this.queueDraw(); });
+    c.addEventListener("mouseleave", () => { tip.style.display = "none"; this.hover = null; this.lastClient = null; this.queueDraw(); });
     // Perfetto's wheel: plain wheel scrolls the tracks (the page when they all fit), Ctrl+wheel zooms
     // at the mouse, Shift+wheel or a horizontal swipe pans
     c.addEventListener("wheel", (ev) => {
