@@ -86,7 +86,23 @@ def add_view_parser(sub) -> None:
     v.add_argument("--port", type=port_number, default=None, help="with --ui: port 1-65535 (default 3001)")
     v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
     v.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
+    v.add_argument("--peak-flops", type=peak_flops, default=None, metavar="FLOPS|measure",
+                   help="peak FLOP/s of one device for the summary's MFU (e.g. 312e12), or 'measure' to measure "
+                        "this machine's float32 matrix multiply (docs/summary.md)")
 
+
+
+def peak_flops(text: str) -> float | str:
+    """``--peak-flops``: a positive finite number of FLOP/s, or ``measure``."""
+    if text == "measure":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of FLOP/s such as 312e12, or 'measure'") from None
+    if not (0 < v < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: the peak must be a positive finite number")
+    return v
 
 
 def check_display_name(display_name: str) -> str:
@@ -189,7 +205,7 @@ def view_command(args: argparse.Namespace) -> int:
                        ignore_system_profile=args.ignore_system_profile,
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name or "",
                        progress=args.progress, jobs=args.jobs, grouping=grouping,
-                       progress_delay=delay)
+                       progress_delay=delay, peak_flops=args.peak_flops)
     res = _run(opts, args)
     if isinstance(res, int):
         return res

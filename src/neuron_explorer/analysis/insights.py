@@ -1,0 +1,416 @@
+"""From steps to answers: the job's steps across ranks, its utilisation and ranked insights.
+
+Input: one ``steps`` object per process (``analysis.steps.Steps.to_json`` plus ``instance_id``,
+``pid``, ``rank``, ``device_kind``, ``cpu_process_pct``/``cpu_host_pct`` per step), made where each
+process is converted; ``analyse`` reduces them across ranks (numpy over a few numbers per step:
+no event is read here).  The output is the ``steps``, ``utilisation``, ``insights``, ``verdict``
+and ``noise_threshold`` keys of summary-json (docs/summary.md).
+
+Each insight estimates the time a step would save without its cause, from the figures of the
+steady steps (every step but a process's first when it has three or more), and is reported only
+above the noise threshold (``NOISE_SHARE`` of the median step and ``NOISE_MIN_NS``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from neuron_explorer.analysis.steps import BREAKDOWN
+
+__all__ = ["NOISE_MIN_NS", "NOISE_SHARE", "PEAKS", "analyse", "measure_peak_flops", "peak_for"]
+
+NOISE_SHARE = 0.05
+NOISE_MIN_NS = 200_000
+
+# dense peak FLOP/s per device by dtype (vendors' data sheets; no sparsity); MFU uses bf16/fp16
+# where the device has it, the conventional denominator, and says which entry it used
+PEAKS: dict[str, dict[str, float]] = {
+    "H100 SXM": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},
+    "H100 PCIe": {"bf16": 756e12, "fp16": 756e12, "tf32": 378e12, "fp32": 51e12},
+    "A100": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
+    "A10G": {"bf16": 70e12, "fp16": 70e12, "fp32": 35e12},
+    "L4": {"bf16": 121e12, "fp16": 121e12, "fp32": 30.3e12},
+    "V100": {"fp16": 125e12, "fp32": 15.7e12},
+    "T4": {"fp16": 65e12, "fp32": 8.1e12},
+    "Trainium": {"bf16": 95e12, "fp16": 95e12, "fp32": 23.75e12},  # per NeuronCore-v2 (trn1)
+}
+
+
+def peak_for(device_kind: str, dtype: str = "bf16") -> tuple[float, str] | None:
+    """(peak FLOP/s, which table entry) for a device kind such as ``cuda:NVIDIA A100-SXM4-80GB``."""
+    name = device_kind.split(":", 1)[1] if ":" in device_kind else device_kind
+    for key in sorted(PEAKS, key=len, reverse=True):
+        if key.lower().replace(" ", "") in name.lower().replace(" ", "").replace("-", ""):
+            table = PEAKS[key]
+            dt = dtype if dtype in table else ("fp16" if "fp16" in table else "fp32")
+            return table[dt], f"table: {key} {dt} dense"
+    return None
+
+
+def measure_peak_flops(seconds: float = 0.5, n: int = 512) -> float:
+    """A float32 matrix multiply's best FLOP/s on the machine running this, over about ``seconds``
+    (the explicit ``--peak-flops measure``: it measures where ``view`` runs)."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = a.T.copy()
+    best = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        a @ b
+        dt = time.perf_counter() - t0
+        if dt > 0:
+            best = max(best, 2.0 * n ** 3 / dt)
+    return best
+
+
+def _steady(p: dict) -> np.ndarray:
+    n = len(p["number"])
+    keep = np.ones(n, dtype=bool)
+    if n >= 3:
+        keep[int(np.argmin(p["number"]))] = False
+    return keep
+
+
+def _arr(p: dict, k: str) -> np.ndarray:
+    return np.asarray(p.get(k, []), dtype=np.float64)
+
+
+def _pct(p: dict, k: str) -> np.ndarray:
+    """A CPU % column's steady steps that had samples."""
+    v = _arr(p, k)
+    if len(v) != len(p["number"]):
+        return v[:0]
+    v = v[_steady(p)]
+    return v[v >= 0]
+
+
+def _med(a: np.ndarray) -> float:
+    return float(np.median(a)) if len(a) else 0.0
+
+
+def analyse(per_process: list[dict], peak: float | None = None, peak_note: str = "",
+            dtype: str = "bf16") -> dict[str, Any]:
+    """The summary-json keys of docs/summary.md from the per-process steps."""
+    procs = sorted([p for p in per_process if len(p.get("number", []))],
+                   key=lambda p: (p["rank"], p["instance_id"], p["pid"]))
+    out: dict[str, Any] = {"steps": _steps(procs, per_process), "noise_threshold": {"share": NOISE_SHARE,
+                                                                                    "min_ns": NOISE_MIN_NS}}
+    out["utilisation"] = _utilisation(procs, per_process, peak, peak_note, dtype)
+    wall = out["steps"]["variation"].get("wall_ns_median") or 0
+    found = [i for i in (rule(procs) for rule in RULES) if i is not None]
+    for i in found:
+        imp = i["impact_ns_per_step"]
+        i["impact_share"] = (imp / wall) if imp is not None and wall else None
+    kept = [i for i in found if i["impact_ns_per_step"] is None
+            or (i["impact_ns_per_step"] >= NOISE_MIN_NS and (i["impact_share"] or 0) >= NOISE_SHARE)]
+    kept.sort(key=lambda i: (i["impact_ns_per_step"] is not None, -(i["impact_ns_per_step"] or 0)))
+    out["insights"] = kept
+    if not procs:
+        out["verdict"] = "no training steps found: no insight (the steps rules are in docs/summary.md)"
+    elif not kept:
+        out["verdict"] = "no finding above the noise threshold"
+    else:
+        top = kept[0]
+        imp = top["impact_ns_per_step"]
+        how = f" (~{imp / 1e6:.1f} ms per step)" if imp is not None else ""
+        out["verdict"] = f"{len(kept)} finding(s) above the noise threshold; the largest: {top['title']}{how}"
+    return out
+
+
+def _steps(procs: list[dict], every: list[dict]) -> dict[str, Any]:
+    methods = sorted({p["method"] for p in procs})
+    nums = sorted({int(n) for p in procs for n in p["number"]})
+    rows = []
+    cols = ("wall_ns",) + BREAKDOWN
+    by_num: dict[int, list[tuple[dict, int]]] = {}
+    for p in procs:
+        for j, n in enumerate(p["number"]):
+            by_num.setdefault(int(n), []).append((p, j))
+    for n in nums:
+        members = by_num[n]
+        row: dict[str, Any] = {"number": n, "ranks": len(members),
+                               "start_ns": min(int(p["start_ns"][j]) for p, j in members),
+                               "end_ns": max(int(p["end_ns"][j]) for p, j in members)}
+        for c in cols:
+            row[c] = int(np.median([p[c][j] for p, j in members]))
+        slow = max(members, key=lambda m: m[0]["wall_ns"][m[1]])
+        row["wall_ns_max"] = int(slow[0]["wall_ns"][slow[1]])
+        row["slowest_rank"] = int(slow[0]["rank"])
+        rows.append(row)
+    steady = set()
+    for p in procs:
+        steady |= {int(n) for n, k in zip(p["number"], _steady(p)) if k}
+    walls = np.asarray([r["wall_ns"] for r in rows if r["number"] in steady], dtype=np.float64)
+    var: dict[str, Any] = {"steady_steps": len(walls), "outliers": []}
+    if len(walls):
+        med = float(np.median(walls))
+        mad = float(np.median(np.abs(walls - med))) * 1.4826
+        var.update(wall_ns_median=int(med), wall_ns_p90=int(np.percentile(walls, 90)), wall_ns_max=int(walls.max()),
+                   cv=float(walls.std() / walls.mean()) if walls.mean() else 0.0)
+        for r in rows:
+            r["outlier"] = bool(r["wall_ns"] > med + max(3 * mad, 0.1 * med))
+        var["outliers"] = [r["number"] for r in rows if r["outlier"]]
+    bd: dict[str, Any] = {}
+    if procs:
+        for c in cols:
+            bd[c] = int(np.median([_med(_arr(p, c)[_steady(p)]) for p in procs]))
+        tot = sum(bd[c] for c in BREAKDOWN) or 1
+        bd["shares"] = {c: bd[c] / tot for c in BREAKDOWN}
+    return {"count": len(nums), "method": methods[0] if len(methods) == 1 else ",".join(methods),
+            "per_process": every, "per_step": rows, "variation": var, "breakdown": bd}
+
+
+def _utilisation(procs: list[dict], every: list[dict], peak: float | None, note: str, dtype: str) -> dict[str, Any]:
+    u: dict[str, Any] = {"flops_per_step": None, "achieved_flops_per_s": None, "peak_flops_per_s": None,
+                         "peak_source": None, "mfu": None, "reason": None}
+    if not procs:
+        u["reason"] = "no steps found"
+        return u
+    per_rank = []
+    for p in procs:
+        k = _steady(p)
+        fl, wall = _arr(p, "flops")[k], _arr(p, "wall_ns")[k]
+        if fl.sum() > 0 and wall.sum() > 0:
+            per_rank.append((float(np.median(fl)), float(fl.sum() / (wall.sum() / 1e9))))
+    if not per_rank:
+        u["reason"] = "no execution recorded a flop count (ModelInfo.flops is 0 for every graph)"
+        return u
+    u["flops_per_step"] = sum(f for f, _ in per_rank)
+    u["achieved_flops_per_s"] = sum(a for _, a in per_rank)
+    kinds = sorted({p.get("device_kind", "") for p in procs})
+    if peak:
+        per_device, source = peak, note or "--peak-flops"
+    else:
+        found = [peak_for(k, dtype) for k in kinds if k]
+        if not found or any(f is None for f in found) or len({f for f in found}) != 1:
+            u["reason"] = (f"no peak known for device kind {', '.join(kinds) or '?'}: pass --peak-flops N, or "
+                           "--peak-flops measure to measure this machine")
+            return u
+        per_device, source = found[0]  # type: ignore[misc]
+    u["peak_flops_per_s"] = per_device * len(per_rank)
+    u["peak_source"] = f"{source}, x{len(per_rank)} process(es)"
+    u["mfu"] = u["achieved_flops_per_s"] / u["peak_flops_per_s"]
+    return u
+
+
+def _confidence(hit: int, total: int, ranks: int = 1, ranks_total: int = 1) -> dict[str, Any]:
+    f = min(hit / total if total else 0.0, ranks / ranks_total if ranks_total else 0.0)
+    return {"level": "high" if f >= 0.8 else "medium" if f >= 0.5 else "low", "steps": hit, "steps_total": total,
+            "ranks": ranks, "ranks_total": ranks_total}
+
+
+def _evidence(p: dict, j: int, figures: dict | None = None, ranks: list[int] | None = None) -> dict[str, Any]:
+    return {"ranks": ranks if ranks is not None else [int(p["rank"])], "steps": [int(p["number"][j])],
+            "instance_id": p["instance_id"], "pid": int(p["pid"]), "start_ns": int(p["start_ns"][j]),
+            "end_ns": int(p["end_ns"][j]), "figures": figures or {}}
+
+
+def _insight(iid: str, title: str, impact: float | None, conf: dict, rec: str, ev: dict) -> dict[str, Any]:
+    return {"id": iid, "title": title, "impact_ns_per_step": None if impact is None else int(impact),
+            "confidence": conf, "recommendation": rec, "evidence": ev}
+
+
+def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: str, stat: str = "median",
+                      minimum: float = 0.0) -> Callable[[list[dict]], dict | None]:
+    """A job-wide rule on one column: the median over processes of each one's steady median (or
+    mean); evidence: the worst step of the worst process."""
+    def rule(procs: list[dict]) -> dict | None:
+        if not procs:
+            return None
+        vals, hits, total = [], 0, 0
+        for p in procs:
+            v = _arr(p, col)[_steady(p)]
+            vals.append(float(v.mean()) if stat == "mean" and len(v) else _med(v))
+            hits += int((v > max(minimum, NOISE_MIN_NS)).sum())
+            total += len(v)
+        impact = float(np.median(vals))
+        if impact <= minimum:
+            return None
+        worst = procs[int(np.argmax(vals))]
+        j = int(np.flatnonzero(_steady(worst))[np.argmax(_arr(worst, col)[_steady(worst)])])
+        ranks_hit = sum(1 for v in vals if v > max(minimum, NOISE_MIN_NS))
+        return _insight(iid, title(impact), impact, _confidence(hits, total, ranks_hit, len(procs)), rec,
+                        _evidence(worst, j, {col: int(worst[col][j])}))
+    return rule
+
+
+def _numerical(procs: list[dict]) -> dict | None:
+    bad = [(p, j) for p in procs for j, v in enumerate(p.get("numerical_errors", [])) if v]
+    if not bad:
+        return None
+    p, j = min(bad, key=lambda m: m[0]["start_ns"][m[1]])
+    ranks = sorted({int(q["rank"]) for q, _ in bad})
+    total = sum(len(q["number"]) for q in procs)
+    return _insight("numerical_errors", f"NaN/Inf in graph outputs from step {int(p['number'][j])}", None,
+                    _confidence(len(bad), total, len(ranks), len(procs)),
+                    "find the first graph with NaN/Inf in this step (neuron-det names it); lower the learning rate, "
+                    "add gradient clipping or loss scaling", _evidence(p, j, ranks=ranks))
+
+
+_CAUSES = {"compute_own_ns": "its compute is slower", "data_loading_ns": "its data loading is slower",
+           "host_ns": "its host/framework time is longer", "compile_ns": "it compiles graphs the others do not",
+           "idle_ns": "its host runs longer between calls"}
+_ADVICE = {"compute_own_ns": "check what rank {r} computes that the others do not (uneven shards or sequence "
+                             "lengths, a slower device, thermal throttling)",
+           "data_loading_ns": "give rank {r}'s DataLoader more workers or a faster input path (its shard may "
+                              "sit on slower storage)",
+           "host_ns": "look at rank {r}'s framework regions in the timeline: extra host work each step",
+           "compile_ns": "make rank {r}'s input shapes match the others' (it recompiles)",
+           "idle_ns": "rank {r}'s host runs unrecorded Python between calls: profile its host code"}
+
+
+def _straggler(procs: list[dict]) -> dict | None:
+    ranked = [p for p in procs if p["rank"] >= 0]
+    if len(ranked) < 2:
+        return None
+    nums = sorted(set.intersection(*[{int(n) for n, k in zip(p["number"], _steady(p)) if k} for p in ranked]))
+    if len(nums) < 1:
+        return None
+    pos = [{int(n): j for j, n in enumerate(p["number"])} for p in ranked]
+    own = np.asarray([[p["own_ns"][pj[n]] for n in nums] for p, pj in zip(ranked, pos)], dtype=np.float64)
+    slowest = np.argmax(own, axis=0)
+    s = int(np.bincount(slowest, minlength=len(ranked)).argmax())
+    others = np.delete(own, s, axis=0)
+    excess = own[s] - np.median(others, axis=0)
+    waits = np.asarray([[p["wall_ns"][pj[n]] - p["own_ns"][pj[n]] for n in nums] for p, pj in zip(ranked, pos)],
+                       dtype=np.float64)
+    # what the others wait is the time saved: never more than their collective and wait time
+    saved = np.minimum(np.maximum(excess, 0), np.median(np.delete(waits, s, axis=0), axis=0))
+    impact = float(np.median(saved))
+    if impact <= 0:
+        return None
+    p, pj = ranked[s], pos[s]
+    diffs = {}
+    for c in _CAUSES:
+        mine = np.asarray([p[c][pj[n]] for n in nums], dtype=np.float64)
+        theirs = np.median(np.asarray([[q[c][qj[n]] for n in nums] for i, (q, qj) in enumerate(zip(ranked, pos))
+                                       if i != s], dtype=np.float64), axis=0)
+        diffs[c] = float(np.median(mine - theirs))
+    cause = max(diffs, key=lambda c: diffs[c])
+    rank = int(p["rank"])
+    title = f"rank {rank} is a straggler: {_CAUSES[cause]}"
+    rec = _ADVICE[cause].format(r=rank)
+    figs: dict[str, Any] = {"own_ns_straggler": int(np.median(own[s])), "own_ns_others": int(np.median(others)),
+                            "cause": cause, "cause_excess_ns": {c: int(v) for c, v in diffs.items()}}
+    cpu_mine = _pct(p, "cpu_process_pct")
+    cpu_theirs = [_med(_pct(q, "cpu_process_pct")) for i, q in enumerate(ranked) if i != s]
+    if len(cpu_mine) and cause in ("compute_own_ns", "idle_ns", "host_ns") and cpu_theirs:
+        figs["cpu_process_pct"] = _med(cpu_mine)
+        figs["cpu_process_pct_others"] = float(np.median(cpu_theirs))
+        host = _med(_pct(p, "cpu_host_pct"))
+        figs["cpu_host_pct"] = host
+        if figs["cpu_process_pct"] >= figs["cpu_process_pct_others"] + 50 or host >= 95:
+            title = f"rank {rank} is a straggler: its host CPU is saturated"
+            rec = (f"rank {rank}'s process uses {figs['cpu_process_pct']:.0f}% CPU against "
+                   f"{figs['cpu_process_pct_others']:.0f}% on the others: find the extra threads (another "
+                   "workload, a busy background thread, too many intra-op threads for the cores it has)")
+    hit = int((slowest == s).sum())
+    k = int(np.argsort(saved)[len(saved) // 2])
+    return _insight("straggler", title, impact, _confidence(hit, len(nums), len(ranked) - 1, len(ranked) - 1), rec,
+                    _evidence(p, pj[nums[k]], figs))
+
+
+def _host_bound(procs: list[dict]) -> dict | None:
+    if not procs:
+        return None
+    vals, hits, total = [], 0, 0
+    for p in procs:
+        k = _steady(p)
+        gap = (_arr(p, "idle_ns") + _arr(p, "host_ns"))[k]
+        comp = _arr(p, "compute_ns")[k]
+        ex = _arr(p, "executions")[k]
+        bound = (gap > comp) & (ex >= 2)
+        hits += int(bound.sum())
+        total += len(gap)
+        vals.append(_med(np.where(bound, gap - comp, 0.0)))
+    impact = float(np.median(vals))
+    if impact <= 0 or hits < total / 2:
+        return None
+    worst = procs[int(np.argmax(vals))]
+    j = int(np.flatnonzero(_steady(worst))[0])
+    return _insight("host_bound", "host-bound stepping: the gaps between executions exceed the executions",
+                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs)),
+                    "batch more work per call (a larger batch, torch.compile or CUDA graphs to fuse small "
+                    "executions) and move Python work out of the step", _evidence(worst, j))
+
+
+def _small_collectives(procs: list[dict]) -> dict | None:
+    vals, hits, total = [], 0, 0
+    for p in procs:
+        k = _steady(p)
+        small = _arr(p, "small_collectives")[k]
+        coll = _arr(p, "collective_ns")[k]
+        n = _arr(p, "collectives")[k]
+        many = small >= 8
+        hits += int(many.sum())
+        total += len(small)
+        # a bucket of all of them would pay one call's fixed share: the time of the others beyond one
+        vals.append(_med(np.where(many, coll * (small - 1) / np.maximum(n, 1), 0.0)))
+    if not vals or hits < max(total / 2, 1):
+        return None
+    impact = float(np.median(vals))
+    worst = procs[int(np.argmax(vals))]
+    j = int(np.flatnonzero(_steady(worst))[0])
+    return _insight("small_collectives",
+                    f"{int(_med(_arr(worst, 'small_collectives')))} collectives under 1 MiB per step",
+                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs)),
+                    "raise DDP's bucket_cap_mb (or the framework's bucket size) so gradients go in fewer, larger "
+                    "all-reduces", _evidence(worst, j))
+
+
+def _exposed(procs: list[dict]) -> dict | None:
+    rule = _per_process_rule("exposed_collective_ns", "exposed_collectives",
+                             lambda v: "collectives not overlapped by compute",
+                             "overlap communication with compute (DDP's bucketed all-reduce during backward; "
+                             "async collectives with a later wait), or communicate less often")
+    found = rule(procs)
+    st = _straggler(procs)
+    if found is None:
+        return None
+    if st is not None:  # the waits a straggler causes are its finding, not this one
+        found["impact_ns_per_step"] = max(0, found["impact_ns_per_step"] - st["impact_ns_per_step"])
+    return found
+
+
+RULES: list[Callable[[list[dict]], dict | None]] = [
+    _numerical,
+    _straggler,
+    _per_process_rule("data_loading_ns", "data_loading",
+                      lambda v: "data loading stalls the step",
+                      "use DataLoader(num_workers>0, pin_memory=True, persistent_workers=True) and prefetch; "
+                      "move decoding and augmentation off the training loop"),
+    _per_process_rule("compile_ns", "recompilation",
+                      lambda v: "graphs are recompiled during training",
+                      "keep input shapes and guards stable (pad to fixed sizes, torch.compile(dynamic=True), "
+                      "mark_dynamic), and look for graph breaks with TORCH_LOGS=graph_breaks,recompiles",
+                      stat="mean"),
+    _host_bound,
+    _exposed,
+    _small_collectives,
+    _per_process_rule("sync_wait_ns", "sync_waits",
+                      lambda v: "the host blocks on synchronisation inside the step",
+                      "remove .item(), .cpu() and synchronize() calls from the step (log every N steps; keep "
+                      "metrics on the device)"),
+]
+
+
+def cpu_per_step(ts: np.ndarray, proc_pct: np.ndarray, host_pct: np.ndarray, start: np.ndarray,
+                 end: np.ndarray) -> tuple[list[float], list[float]]:
+    """Mean process and host CPU % of the samples inside each step (-1: none)."""
+    n = len(start)
+    if not len(ts) or not n:
+        return [-1.0] * n, [-1.0] * n
+    order = np.argsort(start, kind="stable")
+    i = np.searchsorted(start[order], ts, side="right") - 1
+    j = order[np.maximum(i, 0)]
+    ok = (i >= 0) & (ts < end[j])
+    cnt = np.bincount(j[ok], minlength=n)[:n]
+    out = []
+    for v in (proc_pct, host_pct):
+        tot = np.bincount(j[ok], weights=np.asarray(v, dtype=np.float64)[ok], minlength=n)[:n]
+        out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1), -1.0).round(1).tolist())
+    return out[0], out[1]
+
