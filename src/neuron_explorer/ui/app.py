@@ -22,7 +22,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from neuron_explorer.ui import area as area_q, busy as busy_q, flows as flows_q, paths, queries, search as search_q
+from neuron_explorer.ui import area as area_q, busy as busy_q, flows as flows_q, insights_page, paths, queries
+from neuron_explorer.ui import search as search_q
 from neuron_explorer.ui.device import DeviceProfile, device_profiles as list_device_profiles, open_device
 from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, one_line, parse_rows
 from neuron_explorer.ui.profile import Profile
@@ -186,6 +187,10 @@ def busy(ws: Workspace, req: Request) -> Any:
                        busy_q.parse_groups(req.query_params.get("groups")), *_range(req))
 
 
+def summary_doc(ws: Workspace, req: Request) -> Any:
+    return insights_page.summary_page(_early(ws, req))
+
+
 def activity(ws: Workspace, req: Request) -> Any:
     return busy_q.activity(_prof(ws, req))
 
@@ -251,6 +256,7 @@ API: list[tuple[str, Handler]] = [
     ("/api/profiles/{name}/summary", summary),
     ("/api/profiles/{name}/busy", busy),
     ("/api/profiles/{name}/activity", activity),
+    ("/api/profiles/{name}/insights", summary_doc),
     ("/api/profiles/{name}/nonempty", nonempty),
     ("/api/profiles/{name}/area", area),
     ("/api/profiles/{name}/collectives", collectives),

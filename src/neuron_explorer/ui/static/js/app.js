@@ -269,12 +269,13 @@ async function renderSystemTrace(w, body, extra) {
   const status = h(`<div class="statusbar"><span class="st">preparing…</span><span class="search-info"></span><span class="mode-info"></span></div>`);
   const dockEl = h(`<div class="dock" data-testid="dock">
       <div class="splitter" data-testid="dock-splitter" title="Drag to resize"></div>
-      <div class="dock-tabs"><button data-tab="details" class="on" data-testid="tab-details">Details</button><button data-tab="range" data-testid="tab-range">Area</button><button data-tab="flows" data-testid="tab-flows">Flows</button><button data-tab="device" data-testid="tab-device-trace" hidden>Device trace</button></div>
+      <div class="dock-tabs"><button data-tab="details" class="on" data-testid="tab-details">Details</button><button data-tab="range" data-testid="tab-range">Area</button><button data-tab="flows" data-testid="tab-flows">Flows</button><button data-tab="insights" data-testid="tab-insights">Insights</button><button data-tab="device" data-testid="tab-device-trace" hidden>Device trace</button></div>
       <div class="dock-body">
         <div class="pane details" data-pane="details" data-testid="event-details"><p class="muted">Click an event to see its properties; its flows are drawn on the timeline.</p></div>
         <div class="pane selection-summary" data-pane="range" data-testid="selection-summary" hidden><span class="muted">Shift+drag over tracks (or drag in the time ruler for every track) to summarize an area.</span></div>
         <div class="pane" data-pane="flows" data-testid="flows-pane" hidden></div>
         <div class="pane" data-pane="device" data-testid="device-pane" hidden></div>
+        <div class="pane pad-s" data-pane="insights" data-testid="insights-pane" hidden><p class="muted">Loading the insights…</p></div>
       </div></div>`);
   body.append(tlHost, status, dockEl);
   w.dockH = w.dockH || Number(url?.get("dock")) || 280;
@@ -356,6 +357,17 @@ async function renderSystemTrace(w, body, extra) {
   if (!urlRange && !other && !w.coarse) await openOnWork(w);
   await loadRows();
   if (w.coarse) detailLoading(w, tl, status);
+
+  // ---- insights: marks on the time axis and the Insights tab, each opening its range
+  insightsOf(w.profile).then((si) => {
+    const pane = panes("insights");
+    if (!si || !si.available) { pane.innerHTML = `<p class="muted" data-testid="no-insights">${esc(si ? si.reason : "No summary for this profile.")}</p>`; return; }
+    tl.insights = si.insights.filter((x) => x.t0 !== null && x.t1 !== null).map((x) => ({ a: x.t0, b: x.t1, n: x.rank_order, title: x.title }));
+    tl.queueDraw();
+    pane.innerHTML = `<div class="verdict" data-testid="insights-verdict">${esc(si.verdict || "")} · <a href="#/s/${encodeURIComponent(w.profile)}">Summary page</a></div>${insightList(si, w.profile)}`;
+    pane.querySelectorAll("[data-insight]").forEach((a) => a.onclick = (ev) => { ev.preventDefault(); const x = si.insights[Number(a.dataset.insight)]; tl.zoomTo(x.t0, x.t1, 0.03); });
+  });
+  tl.cb.onInsight = (m) => { tl.zoomTo(m.a, m.b, 0.03); showTab("insights"); };
 
   // ---- details in the dock
   const onBusEvent = (e) => {
@@ -459,7 +471,11 @@ async function renderSystemTrace(w, body, extra) {
   selBtn.onclick = () => { tl.selectMode = !tl.selectMode; selBtn.classList.toggle("on", tl.selectMode); };
   extra.querySelector("[data-act=reset]").onclick = () => tl.resetView();
   extra.querySelector("[data-act=activity]").onclick = async () => { const a = await api.activity(w.profile); tl.setView(a.t0, a.t1); };
-  extra.querySelector("[data-act=work]").onclick = async () => { const a = await api.activity(w.profile); tl.setView(a.work.t0, a.work.t1); };
+  extra.querySelector("[data-act=work]").onclick = async () => {
+    const si = await insightsOf(w.profile);
+    if (si?.available && si.steps.t0 !== null) { tl.zoomTo(si.steps.t0, si.steps.t1, 0.02); return; }
+    const a = await api.activity(w.profile); tl.setView(a.work.t0, a.work.t1);
+  };
   extra.querySelector("[data-act=devices]").onclick = () => openDeviceProfilesList(w.profile, w);
   extra.querySelector("[data-act=help]").onclick = () => toggleHelp();
   extra.querySelector("[data-act=settings]").onclick = (ev) => {
@@ -528,10 +544,87 @@ async function renderSystemTrace(w, body, extra) {
 async function openOnWork(w) {
   const tl = w.timeline;
   const t0 = tl.t0, t1 = tl.t1;
-  const a = await api.activity(w.profile).catch(() => null);
+  const [a, si] = await Promise.all([api.activity(w.profile).catch(() => null), insightsOf(w.profile)]);
   if (!a || !tl.host.isConnected) return;
-  if (tl.t0 === t0 && tl.t1 === t1 && a.work && (a.work.t1 - a.work.t0) < 0.9 * (t1 - t0)) tl.setView(a.work.t0, a.work.t1);
-  tl.host.dataset.opened = a.work ? a.work.basis : "events";
+  // the steps view found (summary.json), else the span of the cores' work
+  const steps = si?.available && si.steps.t0 !== null && si.steps.t1 > si.steps.t0 ? { t0: si.steps.t0, t1: si.steps.t1, basis: "steps" } : null;
+  const work = steps || a.work;
+  if (work) { const pad = (work.t1 - work.t0) * (steps ? 0.02 : 0); work.t0 -= pad; work.t1 += pad; }
+  if (tl.t0 === t0 && tl.t1 === t1 && work && (work.t1 - work.t0) < 0.9 * (t1 - t0)) tl.setView(work.t0, work.t1);
+  tl.host.dataset.opened = work ? work.basis : "events";
+}
+
+// ---------------------------------------------------------------- Summary page and insights
+const insightCache = new Map();
+/** The profile's summary (view's summary.json on the viewer's axis), asked once per page load. */
+function insightsOf(profile) {
+  if (!insightCache.has(profile)) insightCache.set(profile, api.insights(profile).catch(() => null));
+  return insightCache.get(profile);
+}
+
+const fmtImpact = (x) => (x.impact_ns_per_step === null || x.impact_ns_per_step === undefined ? "correctness" : `~${fmtDur(x.impact_ns_per_step)} per step${x.impact_share ? ` (${(x.impact_share * 100).toFixed(0)}%)` : ""}`);
+
+/** Insights, ranked, each a link opening its range in the System Trace Viewer (``href`` on the Summary page). */
+function insightList(si, profile, href = false) {
+  if (!si.insights.length) return `<p data-testid="insights-none">Nothing stands out: ${esc(si.verdict || "no finding above the noise threshold")}.</p>`;
+  return `<ol class="insights" data-testid="insights">${si.insights.map((x, i) => {
+    const c = x.confidence || {};
+    const open = x.t0 !== null ? (href ? `#/p/${encodeURIComponent(profile)}?w=system-trace&t0=${Math.round(x.t0 - (x.t1 - x.t0) * 0.03)}&t1=${Math.round(x.t1 + (x.t1 - x.t0) * 0.03)}` : "#") : null;
+    return `<li data-testid="insight"><div class="ititle"><span class="imark">${i + 1}</span> <b>${esc(x.title)}</b> · <span class="impact">${esc(fmtImpact(x))}</span>
+      · <span class="muted">confidence ${esc(c.level ?? "?")} (${c.steps ?? "?"} of ${c.steps_total ?? "?"} steps, ${c.ranks ?? "?"} of ${c.ranks_total ?? "?"} ranks)</span></div>
+      <div>${esc(x.recommendation || "")}</div>
+      ${open ? `<a href="${open}" data-insight="${i}" data-testid="insight-open">Open in the System Trace Viewer: step ${esc((x.evidence?.steps || []).join(", "))}${x.evidence?.ranks?.length ? `, rank ${esc(x.evidence.ranks.join(", "))}` : ""} (${fmtDur(x.t1 - x.t0)})</a>` : ""}</li>`;
+  }).join("")}</ol>`;
+}
+
+/** The Summary page a profile opens on: verdict, utilisation, ranked insights, and the per-step table
+ *  (the region highlighter) that sorts, exports CSV and opens a step in the timeline. */
+async function showSummary(name) {
+  state.home = null;
+  for (const w of [...state.widgets]) removeWidget(w);
+  if (!state.profiles.length) state.profiles = (await api.profiles()).profiles;
+  $("#crumb").textContent = `› ${name} › Summary`;
+  $("#actions").innerHTML = `<a class="button primary" href="#/p/${encodeURIComponent(name)}" data-testid="open-timeline">System Trace Viewer</a>`;
+  $("#main").innerHTML = `<p class="pad muted">Loading the summary…</p>`;
+  const si = await api.insights(name);
+  const tl = (t0, t1) => `#/p/${encodeURIComponent(name)}?w=system-trace&t0=${Math.round(t0)}&t1=${Math.round(t1)}`;
+  if (!si.available) {
+    $("#main").innerHTML = `<div class="summary-page" data-testid="summary-page"><h1>Summary of "${esc(name)}"</h1><p class="pad" data-testid="summary-unavailable">${esc(si.reason)}</p><p class="pad"><a href="#/p/${encodeURIComponent(name)}">Open the System Trace Viewer</a></p></div>`;
+    return;
+  }
+  const u = si.utilisation || {};
+  const st = si.steps;
+  const d = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
+  const cols = [["number", "Step", String], ["ranks", "Ranks", String], ["wall_ns", "Wall (median)", d], ["wall_ns_max", "Wall (slowest)", d], ["slowest_rank", "Slowest rank", String],
+    ...st.columns.map((c) => [c, c.replace(/_ns$/, "").replace(/_/g, " "), d]), ["outlier", "Outlier", (v) => (v ? "yes" : "")]];
+  const rows = st.per_step.map((r, i) => ({ ...r, i }));
+  $("#main").innerHTML = `<div class="summary-page" data-testid="summary-page"><h1>Summary of "${esc(name)}"</h1>
+    <div class="cards">
+      <div class="card"><div class="k">Verdict</div><div class="v" data-testid="summary-verdict">${esc(si.verdict || "")}</div></div>
+      <div class="card"><div class="k">Steps</div><div class="v">${st.count ?? 0} <span class="muted">(${esc(st.method || "none")})</span></div><div class="muted">median ${d(st.variation?.wall_ns_median)} · p90 ${d(st.variation?.wall_ns_p90)} · cv ${st.variation?.cv ?? "—"}</div></div>
+      <div class="card"><div class="k">Achieved FLOP/s</div><div class="v">${u.achieved_flops_per_s ? Number(u.achieved_flops_per_s).toExponential(3) : "—"}</div><div class="muted">MFU ${u.mfu !== null && u.mfu !== undefined ? `${(u.mfu * 100).toFixed(1)}%` : `unknown: ${esc(u.reason || "")}`}</div></div>
+    </div>
+    <h2>Insights, ranked by the time they would save per step</h2>${insightList(si, name, true)}
+    <h2>Steps <span class="muted">(medians over ranks; click a row to open that step)</span> <button data-testid="export-csv">Export CSV</button>
+      ${st.t0 !== null ? `<a href="${tl(st.t0, st.t1)}" data-testid="open-steps">Open every step</a>` : ""}</h2>
+    <div class="step-table">${sortable("steps-table", cols, rows, (x) => `data-step="${x.i}" class="link${x.outlier ? " outlier" : ""}"`)}</div></div>`;
+  bindSortable($("#main"));
+  $("#main").querySelectorAll("[data-testid=steps-table] tr[data-step]").forEach((tr) => tr.onclick = () => {
+    const r = rows[Number(tr.dataset.step)];
+    if (r.t0 !== null) location.hash = tl(r.t0 - (r.t1 - r.t0) * 0.02, r.t1 + (r.t1 - r.t0) * 0.02);
+  });
+  $("[data-testid=export-csv]").onclick = () => {
+    // the table as shown (its current sort order), figures in nanoseconds
+    const order = [...$("#main").querySelectorAll("[data-testid=steps-table] tbody tr")].map((tr) => rows[Number(tr.dataset.step)]);
+    const keys = ["number", "ranks", "wall_ns", "wall_ns_max", "slowest_rank", ...st.columns, "outlier", "t0", "t1"];
+    const q = (v) => (v === null || v === undefined ? "" : /[",\n]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v));
+    const csv = [keys.map((k) => (k === "t0" ? "start_rel_ns" : k === "t1" ? "end_rel_ns" : k)).join(","), ...order.map((r) => keys.map((k) => q(r[k])).join(","))].join("\n") + "\n";
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(new Blob([csv], { type: "text/csv" }));
+    a.download = `${name}-steps.csv`;
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  };
 }
 
 /** With "synchronise", every other System Trace Viewer follows this one's view range. */
@@ -912,9 +1005,9 @@ async function showHome() {
   state.profiles = r.profiles;
   $("#main").innerHTML = `<h1>Profiles</h1><p class="muted" style="margin:0 16px 10px">Workspace ${esc(r.workspace)} · ingest more with <code>neuron-explorer view -d DIR --ingest-only --data-path WORKSPACE</code></p>
     ${r.profiles.length ? `<table class="grid" data-testid="profiles"><thead><tr><th>Profile</th><th>Type</th><th class="num">Processes</th><th class="num">Instances</th><th class="num">Events</th><th>Captured</th></tr></thead><tbody>
-    ${r.profiles.map((p) => `<tr class="link" data-name="${esc(p.name)}" data-testid="profile-row"><td><a href="#/p/${encodeURIComponent(p.name)}">${esc(p.display_name || p.name)}</a></td><td>${p.types.map((t) => `<span class="tag ${t}">${t}</span>`).join("")}</td><td class="num">${p.processes}</td><td class="num">${p.instances}</td><td class="num">${fmtCount(p.events)}</td><td>${p.start_wall_ns ? new Date(Number(BigInt(p.start_wall_ns) / 1000000n)).toISOString().replace("T", " ").slice(0, 19) : ""}</td></tr>`).join("")}
+    ${r.profiles.map((p) => `<tr class="link" data-name="${esc(p.name)}" data-testid="profile-row"><td><a href="#/s/${encodeURIComponent(p.name)}">${esc(p.display_name || p.name)}</a> <a class="muted small" href="#/p/${encodeURIComponent(p.name)}" data-testid="open-trace">timeline</a></td><td>${p.types.map((t) => `<span class="tag ${t}">${t}</span>`).join("")}</td><td class="num">${p.processes}</td><td class="num">${p.instances}</td><td class="num">${fmtCount(p.events)}</td><td>${p.start_wall_ns ? new Date(Number(BigInt(p.start_wall_ns) / 1000000n)).toISOString().replace("T", " ").slice(0, 19) : ""}</td></tr>`).join("")}
     </tbody></table>` : `<p class="pad">No profiles yet in this workspace.</p>`}`;
-  document.querySelectorAll("tr.link").forEach((tr) => tr.onclick = () => { location.hash = `#/p/${encodeURIComponent(tr.dataset.name)}`; });
+  document.querySelectorAll("tr.link").forEach((tr) => tr.onclick = (ev) => { if (ev.target.closest("a")) return; location.hash = `#/s/${encodeURIComponent(tr.dataset.name)}`; });
 }
 
 async function showDashboard(name, url) {
@@ -958,6 +1051,12 @@ function waitFor(cond, ms = 60000) {
 
 let lastRoute = null;
 function route() {
+  const sm = location.hash.match(/^#\/s\/([^?]+)$/);
+  if (sm) {
+    lastRoute = null;
+    showSummary(decodeURIComponent(sm[1])).catch((e) => { $("#main").innerHTML = `<p class="pad">Error: ${esc(e.message)}</p>`; });
+    return;
+  }
   const m = location.hash.match(/^#\/p\/([^?]+)(\?.*)?$/);
   const key = m ? decodeURIComponent(m[1]) : "";
   if (m && key === lastRoute && state.home === key) return; // our own URL updates

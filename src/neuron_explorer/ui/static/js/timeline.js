@@ -92,6 +92,7 @@ export class Timeline {
     this.selected = null; // {row, s, id, leaf}
     this.peers = null; // Set of "leaf:id": the selected collective's events on the other ranks
     this.marks = []; // [{a, b}] (M)
+    this.insights = []; // [{a, b, n, title}]: the profile's ranked insights, marked on the time axis
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
     this.collapsed = new Set(); // group keys
@@ -932,6 +933,7 @@ export class Timeline {
     }
     this.ticks = ticks;
     this.rulerBase = base;
+    this.drawInsightMarks();
     ctx.fillStyle = "#1d2430";
     ctx.font = "600 11px system-ui, sans-serif";
     ctx.fillText(fmtNs(base), 6, 8);
@@ -945,6 +947,34 @@ export class Timeline {
       ctx.lineTo(this.hover.x + 0.5, this.h);
       ctx.stroke();
     }
+  }
+
+  /** Insights on the time axis: a red band at the ruler's foot over each insight's range, with its
+   * rank number; a click on it opens the range (``cb.onInsight``). */
+  drawInsightMarks() {
+    const ctx = this.ctx;
+    this.insightBoxes = [];
+    for (const m of this.insights) {
+      const a = Math.max(LABEL_W, this.xOf(m.a)), b = Math.min(this.w, Math.max(this.xOf(m.b), this.xOf(m.a) + 3));
+      if (b <= LABEL_W || a >= this.w) continue;
+      ctx.fillStyle = "rgba(200, 30, 30, 0.85)";
+      ctx.fillRect(a, RULER - 6, b - a, 5);
+      const lx = Math.min(Math.max(a, LABEL_W), this.w - 14);
+      ctx.beginPath();
+      ctx.arc(lx + 6, RULER - 10, 6, 0, Math.PI * 2);
+      ctx.fill();
+      ctx.fillStyle = "#fff";
+      ctx.font = "600 9px system-ui, sans-serif";
+      ctx.fillText(String(m.n), lx + 3.5, RULER - 10);
+      ctx.font = "11px system-ui, sans-serif";
+      this.insightBoxes.push({ x0: a, x1: Math.max(b, lx + 12), m });
+    }
+  }
+
+  insightAt(x, y) {
+    if (y >= RULER || y < RULER - 17) return null;
+    const hit = (this.insightBoxes || []).find((bx) => x >= bx.x0 - 2 && x <= bx.x1 + 2);
+    return hit ? hit.m : null;
   }
 
   drawScrollbar() {
@@ -1050,7 +1080,9 @@ export class Timeline {
     const tip = document.getElementById("tooltip");
     const hit = this.itemAt(p.x, p.y);
     let text = null;
-    if (hit?.counter) text = this.counterTooltip(hit.row, p.x);
+    const ins = this.insightAt(p.x, p.y);
+    if (ins) text = `Insight ${ins.n}: ${ins.title}\n${fmtNs(ins.a)} – ${fmtNs(ins.b)}\nclick to open this range`;
+    if (text) { /* an insight mark */ } else if (hit?.counter) text = this.counterTooltip(hit.row, p.x);
     else if (hit?.summary) text = this.summaryTooltip(hit.entry, p.x);
     else if (hit) text = this.itemTooltip(hit);
     if (text) {
@@ -1158,6 +1190,8 @@ export class Timeline {
       if (d.selecting) {
         // whole nanoseconds: the area the URL keeps (and a restart restores) is then this very one
         const a = Math.round(Math.min(this.sel.a, this.sel.b)), b = Math.round(Math.max(this.sel.a, this.sel.b));
+        const ins = !d.moved && this.insightAt(d.x, d.y);
+        if (ins) { this.sel = null; this.cb.onInsight?.(ins); this.queueDraw(); return; }
         if ((b - a) / this.npp < 3) { this.sel = null; this.cb.onSelect?.(null); }
         else {
           let rows = null;
