@@ -355,6 +355,7 @@ async function renderSystemTrace(w, body, extra) {
   const urlRange = url && url.get("t0") !== null && url.get("t1") !== null;
   const other = state.sync && state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
   if (!urlRange && !other && !w.coarse) await openOnWork(w);
+  else if (urlRange || other) tl.host.dataset.opened = urlRange ? "link" : "sync";
   await loadRows();
   if (w.coarse) detailLoading(w, tl, status);
 

@@ -380,10 +380,14 @@ export class Timeline {
     return this.top + e.y - this.scrollY + lane * ROW_H + h / 2;
   }
 
+  fetchQueued() { return this._fetchAt > this._fetchStarted; }
+
   refresh() {
+    this.pending = true; // a window is to be asked (tests wait for its answer to be drawn)
     this.queueDraw();
     clearTimeout(this.fetchTimer);
-    this.fetchTimer = setTimeout(() => this.fetch(), 35);
+    this._fetchAt = (this._fetchAt || 0) + 1;
+    this.fetchTimer = setTimeout(() => { this._fetchStarted = this._fetchAt; this.fetch(); }, 35);
   }
 
   queueDraw() {
@@ -393,7 +397,7 @@ export class Timeline {
   }
 
   async fetch() {
-    if (!this.rows.length) { this.draw(); return; }
+    if (!this.rows.length) { this.draw(); this.pending = false; return; }
     if (this.ctrl) this.ctrl.abort();
     const ctrl = (this.ctrl = new AbortController());
     const { ev, cn, groups } = this.visibleRows();
@@ -422,6 +426,7 @@ export class Timeline {
       } else if (this.flowMode !== "all") this.flowData = [];
       const ms = performance.now() - began;
       this.draw();
+      if (ctrl === this.ctrl && !this.fetchQueued()) this.pending = false;
       if (!this.painted) {
         this.painted = true;
         stats.firstPaintMs = stats.firstPaintMs ?? performance.now();
@@ -1075,16 +1080,20 @@ export class Timeline {
     this.showTip(this.hover, this.lastClient);
   }
 
+  /** The tooltip's text for canvas point ``p`` (null over nothing). */
+  tipText(p) {
+    const ins = this.insightAt(p.x, p.y);
+    if (ins) return `Insight ${ins.n}: ${ins.title}\n${fmtNs(ins.a)} – ${fmtNs(ins.b)}\nclick to open this range`;
+    const hit = this.itemAt(p.x, p.y);
+    if (hit?.counter) return this.counterTooltip(hit.row, p.x);
+    if (hit?.summary) return this.summaryTooltip(hit.entry, p.x);
+    return hit ? this.itemTooltip(hit) : null;
+  }
+
   /** Show the tooltip of canvas point ``p`` at client point ``c`` (hidden over nothing). */
   showTip(p, c) {
     const tip = document.getElementById("tooltip");
-    const hit = this.itemAt(p.x, p.y);
-    let text = null;
-    const ins = this.insightAt(p.x, p.y);
-    if (ins) text = `Insight ${ins.n}: ${ins.title}\n${fmtNs(ins.a)} – ${fmtNs(ins.b)}\nclick to open this range`;
-    if (text) { /* an insight mark */ } else if (hit?.counter) text = this.counterTooltip(hit.row, p.x);
-    else if (hit?.summary) text = this.summaryTooltip(hit.entry, p.x);
-    else if (hit) text = this.itemTooltip(hit);
+    const text = this.tipText(p);
     if (text) {
       tip.textContent = text;
       tip.style.display = "block";
