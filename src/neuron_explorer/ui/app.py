@@ -151,7 +151,9 @@ def tracks(ws: Workspace, req: Request) -> Any:
     m, lay = _mode(req, ws), _layout(req)
     p = _early(ws, req)
     return {"mode": m, "layout": lay, "rows": [r.to_json(i) for i, r in enumerate(p.rows(m, lay))],
-            "names": p.names, "leaf_name": p.leaf_name, "leaf_rank": [p.rank(i) for i in range(len(p.leaves))]}
+            "names": p.names, "leaf_name": p.leaf_name, "leaf_rank": [p.rank(i) for i in range(len(p.leaves))],
+            # where each leaf runs: device profiles are matched to their core's track by these
+            "leaf_core": [[lf.inst, lf.pid, lf.nc] for lf in p.leaves]}
 
 
 def window(ws: Workspace, req: Request) -> Any:

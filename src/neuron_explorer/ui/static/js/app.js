@@ -315,12 +315,14 @@ async function renderSystemTrace(w, body, extra) {
     counters: (rows, t0, t1, px, sig) => api.counters(w.profile, w.mode, w.layout, rows, t0, t1, px, sig),
     busy: (groups, t0, t1, px, sig) => api.busy(w.profile, w.mode, w.layout, groups, t0, t1, px, sig),
     flows: (t0, t1, sig) => api.flows(w.profile, w.mode, t0, t1, sig),
+    deviceWindow: (pid, rows, t0, t1, px, sig) => api.deviceWindow(w.profile, pid, "system", rows, t0, t1, px, sig),
   };
   const tl = new Timeline(tlHost, src, {
     onStatus: (s) => { $(".st", status).textContent = s; },
     onEventClick: (it) => { openEvent(w, it); saveUrl(); },
     onSelect: (r) => { showArea(r); saveUrl(); },
-    onView: (t0, t1) => { saveUrl(); syncViews(w, t0, t1); },
+    onView: (t0, t1) => { saveUrl(); syncViews(w, t0, t1); followDock(w, t0, t1); },
+    onDeviceClick: (it) => showDeviceOp(w, it),
     onLayout: () => saveUrl(),
   });
   w.timeline = tl;
@@ -345,6 +347,7 @@ async function renderSystemTrace(w, body, extra) {
     if (w.compact === undefined) w.compact = keys.size > 24;
     tl.compact = w.compact;
     tl.setRows(t.rows, collapse);
+    attachDeviceLanes(w, tl, t);
     $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
     w.el.dataset.mode = w.mode;
     w.el.dataset.layout = w.layout;
@@ -703,6 +706,53 @@ function selectCollective(w, c) {
   saveUrl();
 }
 
+/** Each device profile's ops as lanes under its core's execution track, on the system axis: the
+ *  profile is matched to the track holding its process's and core's nc_exec_running. */
+async function attachDeviceLanes(w, tl, t) {
+  const list = (await api.deviceProfiles(w.profile).catch(() => ({ device_profiles: [] }))).device_profiles;
+  if (!list.length || !t.leaf_core) return;
+  const rowsNow = tl.rows;
+  const lanes = new Map();
+  // at most 256 device profiles get lanes (their overviews are asked up front)
+  const ovs = await Promise.all(list.slice(0, 256).map((d) => api.deviceOverview(w.profile, d.profile_id, "system").catch(() => null)));
+  if (tl.rows !== rowsNow) return; // another grouping was chosen meanwhile
+  list.slice(0, 256).forEach((d, k) => {
+    const ov = ovs[k];
+    if (!ov) return;
+    const row = tl.rows.find((r) => r.kind === "events" && (r.leaves || []).some((lf) => {
+      const c = t.leaf_core[lf];
+      return t.names[t.leaf_name[lf]] === "nc_exec_running" && c[0] === d.instance_id && Number(c[1]) === Number(d.process_id) && Number(c[2]) === Number(d.nc_idx);
+    }));
+    if (!row) return;
+    const l = lanes.get(row.idx) || { engines: [], dps: [] };
+    const engines = ov.rows.map((r) => r.label);
+    for (const e of engines) if (!l.engines.includes(e)) l.engines.push(e);
+    l.dps.push({ pid: String(d.profile_id), a: ov.start_ns, b: ov.start_ns + ov.duration_ns, rows: engines });
+    lanes.set(row.idx, l);
+  });
+  tl.setDeviceLanes(lanes);
+  tl.host.dataset.deviceLanes = String(lanes.size);
+}
+
+/** A device op clicked on the system timeline: its properties in the Details tab. */
+async function showDeviceOp(w, it) {
+  const ev = await api.deviceEvent(w.profile, it.dp.pid, "system", it.drow, it.s).catch((e) => { toast(e.message, true); return null; });
+  if (!ev) return;
+  const box = w.el.querySelector("[data-pane=details]");
+  w.dock?.showTab("details");
+  box.innerHTML = `<h3 data-testid="device-op-name">${esc(ev.name)} <span class="muted">device op · engine ${esc(it.engine)} · device profile ${esc(it.dp.pid)}</span></h3>
+    <table><tr><th>start (from profile start)</th><td data-testid="device-op-start">${fmtNs(ev.relative.start)}</td></tr>
+    <tr><th>start (absolute, ns)</th><td>${esc(absNs(ev.origin_ns, ev.relative.start))}</td></tr>
+    <tr><th>duration</th><td>${fmtDurExact(ev.relative.end - ev.relative.start)}</td></tr></table>
+    <h3>Properties</h3>${propsTable(ev.properties)}${Object.keys(ev.attributes || {}).length ? `<h3>Attributes</h3>${propsTable(ev.attributes)}` : ""}`;
+  box.scrollTop = 0;
+}
+
+/** The docked Device trace follows the system timeline's range (one axis for both). */
+function followDock(w, t0, t1) {
+  for (const d of state.widgets) if (d.dockedIn === w && d.type === "device-trace" && d.timeline && d.frame === "system") d.timeline.setView(t0, t1);
+}
+
 /** Show an event's details and flows (a merged bucket's summary); false when the event could not be read. */
 async function openEvent(w, it) {
   if (it.c > 1 || (w.coarse && String(it.id) === "-1")) { // coarse buckets carry no event id
@@ -737,10 +787,12 @@ function drillDown(w, ev) {
   if (w.timeline) { w.timeline.highlight = exec; w.timeline.queueDraw(); }
   let dw = findDuplicate("device-trace", w.profile, dp);
   if (dw) {
-    dw.focusRange?.(exec.a, exec.b);
+    if (w.timeline) dw.timeline?.setView(w.timeline.t0, w.timeline.t1); else dw.focusRange?.(exec.a, exec.b);
     if (dw.dockedIn) dw.dockedIn.dock.showTab("device");
   } else {
-    dw = addWidget("device-trace", w.profile, dp, { dock: w.dock ? w : null, init: { frame: "system", initial: exec } });
+    // on the system timeline's own range: the panel and the timeline share one axis
+    const init = w.timeline ? { a: w.timeline.t0, b: w.timeline.t1, exact: true } : exec;
+    dw = addWidget("device-trace", w.profile, dp, { dock: w.dock ? w : null, init: { frame: "system", initial: init } });
   }
   dw?.el.scrollIntoView({ block: "nearest" });
   w.el.querySelector("[data-testid=dock]")?.scrollIntoView({ block: "nearest" });
@@ -790,8 +842,9 @@ function renderDetailsInto(box, d, from = "") {
   const ev = d.event;
   const dev = ev.name === "nc_exec_running"
     ? (ev.device_profile
-      ? `<div class="note">Device profile <b>${esc(ev.device_profile.profile_id)}</b> covers this execution; it opened in the Device trace tab, on this timeline's time axis.</div>`
-      : `<div class="note" data-testid="device-note">${esc(ev.device_note || "No device profile was captured for this execution.")}</div>`)
+      ? `<div class="note">Device profile <b>${esc(ev.device_profile.profile_id)}</b> covers this execution: its ops are the lanes under this core's track, and the Device trace tab shows them by engine, on the same time axis.</div>`
+      : `<div class="note" data-testid="device-note">${esc(ev.device_note || "No device profile was captured for this execution.")}${ev.profiled_execution && ev.profiled_execution.leaf !== null
+        ? ` <a href="#" data-testid="profiled-execution" data-leaf="${ev.profiled_execution.leaf}" data-id="${esc(ev.profiled_execution.id)}" data-s="${ev.profiled_execution.start}" data-e="${ev.profiled_execution.end}">Go to the profiled execution ${esc(ev.profiled_execution.exec_id)}</a>` : ""}</div>`)
     : "";
   box.innerHTML = `${from}<h3 data-testid="event-name">${esc(ev.name)}</h3>${dev}
     <table><tr><th>start (from profile start)</th><td data-testid="event-start">${fmtNs(ev.relative.start)}</td></tr>
@@ -803,6 +856,8 @@ function renderDetailsInto(box, d, from = "") {
     ${ev.model ? `<h3>Model</h3>${propsTable(ev.model)}` : ""}
     ${ev.process ? `<h3>Process</h3>${propsTable(ev.process)}` : ""}`;
   bindFlowLinks(box, d.source);
+  const pe = box.querySelector("[data-testid=profiled-execution]");
+  if (pe) pe.onclick = (e) => { e.preventDefault(); goToEvent(d.source, { id: /^\d+$/.test(pe.dataset.id) && Number(pe.dataset.id) <= Number.MAX_SAFE_INTEGER ? Number(pe.dataset.id) : pe.dataset.id, leaf: Number(pe.dataset.leaf), s: Number(pe.dataset.s), e: Number(pe.dataset.e) }); };
 }
 
 function renderEventDetails(w, body) {
@@ -896,7 +951,7 @@ async function renderDeviceTrace(w, body, extra) {
   w.destroy = () => tl.destroy();
   tl.setRows(ov.rows);
   w.focusRange = (a, b) => tl.zoomTo(a, b, 0.03);
-  const home = () => (w.initial ? tl.zoomTo(w.initial.a, w.initial.b, 0.03) : tl.zoomTo(start, start + ov.duration_ns, 0.03));
+  const home = () => (w.initial ? (w.initial.exact ? tl.setView(w.initial.a, w.initial.b) : tl.zoomTo(w.initial.a, w.initial.b, 0.03)) : tl.zoomTo(start, start + ov.duration_ns, 0.03));
   home();
   $("[data-act=reset]", extra).onclick = home;
   w.el.dataset.deviceProfile = pid;

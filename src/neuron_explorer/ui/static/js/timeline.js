@@ -93,6 +93,8 @@ export class Timeline {
     this.peers = null; // Set of "leaf:id": the selected collective's events on the other ranks
     this.marks = []; // [{a, b}] (M)
     this.insights = []; // [{a, b, n, title}]: the profile's ranked insights, marked on the time axis
+    this.devLanes = new Map(); // row idx -> {engines: [name], dps: [{pid, a, b, rows: [engine row of the dp]}]}
+    this.devEvents = new Map(); // row idx -> device ops {s, e, c, d, id, name, lane: engine index, dp, drow}
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
     this.collapsed = new Set(); // group keys
@@ -137,6 +139,8 @@ export class Timeline {
     this.lanes.clear();
     this.counterData.clear();
     this.busyData.clear();
+    this.devLanes = new Map();
+    this.devEvents = new Map();
     this.flowData = [];
     if (collapsed) this.collapsed = new Set(collapsed);
     this.relayout();
@@ -200,7 +204,7 @@ export class Timeline {
         continue;
       }
       prev = g;
-      const h = r.kind === "counter" ? CNT_H : ROW_H * Math.max(1, this.lanes.get(r.idx) || 1);
+      const h = r.kind === "counter" ? CNT_H : ROW_H * (Math.max(1, this.lanes.get(r.idx) || 1) + this.devLaneCount(r.idx));
       out.push({ type: "row", row: r, depth: g.length, y, h, path: g });
       y += h;
     }
@@ -222,6 +226,20 @@ export class Timeline {
     }
     this.pinH = py ? py + 3 : 0;
     this.clampScroll();
+  }
+
+  /** Device-op lanes under a core's track: one per engine of its device profiles (0 without). */
+  devLaneCount(idx) { return this.devLanes.get(idx)?.engines.length || 0; }
+
+  /** The lane where a row's device lanes begin (under its own event lanes). */
+  devBase(idx) { return Math.max(1, this.lanes.get(idx) || 1); }
+
+  /** Device profiles' ops as lanes under their core's track (``lanes``: see ``devLanes``). */
+  setDeviceLanes(lanes) {
+    this.devLanes = lanes;
+    this.devEvents = new Map();
+    this.relayout();
+    this.refresh();
   }
 
   /** Pin a track under the ruler (it stays while the others scroll), or unpin it. */
@@ -406,17 +424,40 @@ export class Timeline {
     const began = performance.now();
     if (ev.length) jobs.push(this.source.window(ev, t0, t1, px, ctrl.signal).then((w) => ["w", w]));
     if (cn.length && this.source.counters) jobs.push(this.source.counters(cn, t0, t1, px, ctrl.signal).then((c) => ["c", c]));
+    if (this.source.deviceWindow) {
+      for (const idx of ev) {
+        const dl = this.devLanes.get(idx);
+        if (!dl) continue;
+        for (const dp of dl.dps) {
+          if (dp.b < t0 || dp.a > t1) continue;
+          jobs.push(this.source.deviceWindow(dp.pid, dp.rows.map((_, i) => i), t0, t1, px, ctrl.signal).then((d) => ["d", { idx, dp, d }]));
+        }
+      }
+    }
     if (groups.length && this.source.busy) jobs.push(this.source.busy(groups.map((g) => g.rows), t0, t1, px, ctrl.signal).then((b) => ["b", b]));
     try {
       const results = await Promise.all(jobs);
       if (ctrl.signal.aborted) return;
       const busy = new Map();
+      const dev = new Map();
       for (const [kind, data] of results) {
+        if (kind === "d") {
+          const { idx, dp, d } = data;
+          const dl = this.devLanes.get(idx);
+          const list = dev.get(idx) || [];
+          for (let i = 0; i < d.row.length; i++) {
+            list.push({ s: d.s[i], e: d.e[i], c: d.c[i], d: d.d[i], id: d.id[i], name: d.name[i], dp, drow: d.row[i],
+                        engine: dp.rows[d.row[i]], lane: dl.engines.indexOf(dp.rows[d.row[i]]) });
+          }
+          dev.set(idx, list);
+          continue;
+        }
         if (kind === "w") this.ingestWindow(data);
         else if (kind === "c") this.counterData = new Map(Object.entries(data.rows).map(([k, v]) => [Number(k), v]));
         else data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: b64bytes(g.busy), cc: b64bytes(g.cc), mean: g.mean_busy, meanCc: g.mean_cc, meanHost: g.mean_host ?? 0, basis: g.basis ?? "compute", t0, t1 }));
       }
       this.busyData = busy;
+      this.devEvents = dev;
       if (!ev.length) this.events.clear();
       if (this.flowMode === "all" && this.source.flows && this.level === "raw") {
         const f = await this.source.flows(t0 - (t1 - t0) * 0.1, t1 + (t1 - t0) * 0.1, ctrl.signal);
@@ -515,8 +556,9 @@ export class Timeline {
       ctx.rect(LABEL_W, y, this.areaW, e.h);
       ctx.clip();
       if (r.kind === "counter") this.drawCounter(r, y, e.h);
-      else this.drawEvents(r, y, e.h, dim);
+      else { this.drawEvents(r, y, e.h, dim); this.drawDevice(r, y); }
       ctx.restore();
+      this.drawDeviceLabels(r, y, e.depth);
       this.drawPin(r, y);
     }
     this.drawSticky();
@@ -720,6 +762,52 @@ export class Timeline {
       }
     }
     ctx.globalAlpha = 1;
+  }
+
+  /** A core's device ops in lanes under its events, on the same axis: each engine a lane, shaded
+   * over its device profile's range (the execution it profiled). */
+  drawDevice(r, y) {
+    const dl = this.devLanes.get(r.idx);
+    if (!dl) return;
+    const ctx = this.ctx;
+    const base = y + this.devBase(r.idx) * ROW_H;
+    for (const dp of dl.dps) {
+      const a = Math.max(LABEL_W, this.xOf(dp.a)), b = Math.min(this.w, this.xOf(dp.b));
+      if (b <= a) continue;
+      ctx.fillStyle = "#f4effc";
+      ctx.fillRect(a, base, b - a, dl.engines.length * ROW_H);
+    }
+    for (const it of this.devEvents.get(r.idx) || []) {
+      const x0 = this.xOf(it.s), x1 = this.xOf(it.e);
+      const ly = base + it.lane * ROW_H;
+      const w = Math.max(1, x1 - x0);
+      ctx.fillStyle = colorFor(it.name || it.engine);
+      ctx.globalAlpha = it.c > 1 ? 0.55 : 1;
+      ctx.fillRect(x0, ly + (it.c > 1 ? 4 : 2), w, ROW_H - (it.c > 1 ? 8 : 4));
+      ctx.globalAlpha = 1;
+      if (this.selectedDev && this.selectedDev.dp === it.dp.pid && this.selectedDev.drow === it.drow && this.selectedDev.s === it.s) {
+        ctx.strokeStyle = "#111";
+        ctx.lineWidth = 2;
+        ctx.strokeRect(x0 - 1, ly + 1, w + 2, ROW_H - 2);
+        ctx.lineWidth = 1;
+      }
+      if (w > 36) {
+        ctx.fillStyle = "#111";
+        const tx = Math.max(x0, LABEL_W) + 3;
+        let t = it.c > 1 ? `${it.name} ×${fmtCount(it.c)}` : it.name;
+        while (t.length > 2 && ctx.measureText(t).width > x0 + w - tx - 3) t = t.slice(0, -2);
+        if (t.length > 2) ctx.fillText(t, tx, ly + ROW_H / 2);
+      }
+    }
+  }
+
+  drawDeviceLabels(r, y, depth) {
+    const dl = this.devLanes.get(r.idx);
+    if (!dl) return;
+    const ctx = this.ctx;
+    const base = y + this.devBase(r.idx) * ROW_H;
+    ctx.fillStyle = "#7a3bd1";
+    dl.engines.forEach((eng, i) => ctx.fillText(`↳ device · ${eng}`, 8 + (depth + 1) * 12, base + i * ROW_H + ROW_H / 2));
   }
 
   counterSeries(r) {
@@ -1012,9 +1100,20 @@ export class Timeline {
     if (!e || x < LABEL_W) return null;
     if (e.type === "group") return e.collapsed ? { summary: true, entry: e } : null;
     if (e.row.kind === "counter") return { counter: true, row: e.row, entry: e };
+    const lane = Math.floor((y - this.entryY(e)) / ROW_H);
+    if (!e.pinned && this.devLanes.has(e.row.idx) && lane >= this.devBase(e.row.idx)) {
+      const dlane = lane - this.devBase(e.row.idx);
+      let best = null, bw = Infinity;
+      for (const it of this.devEvents.get(e.row.idx) || []) {
+        if (it.lane !== dlane) continue;
+        const x0 = this.xOf(it.s), x1 = Math.max(this.xOf(it.e), x0 + 1);
+        if (x < x0 - 2 || x > x1 + 2) continue;
+        if (x1 - x0 < bw) { best = it; bw = x1 - x0; }
+      }
+      return best ? { device: true, item: best, row: e.row } : null;
+    }
     const items = this.events.get(e.row.idx);
     if (!items) return null;
-    const lane = Math.floor((y - this.entryY(e)) / ROW_H);
     // an event under the mouse beats one within the 3 px tolerance (an instant event next to a long
     // one must not steal its clicks); among equals, the narrowest
     let best = null;
@@ -1063,6 +1162,10 @@ export class Timeline {
 
   itemTooltip(hit) {
     const it = hit.item;
+    if (hit.device) {
+      return it.c > 1 ? `${it.name} (device, ${it.engine})\n${fmtCount(it.c)} ops merged (zoom in to separate)\nspan ${fmtNs(it.s)} – ${fmtNs(it.e)}`
+        : `${it.name} (device op, engine ${it.engine})\nstart ${fmtNs(it.s)}\nduration ${fmtDurExact(it.e - it.s)}\ndevice profile ${it.dp.pid}`;
+    }
     const name = it.name || hit.row.name || hit.row.label;
     return it.c > 1
       ? `${name}\n${fmtCount(it.c)} events merged (zoom in to separate)\nspan ${fmtNs(it.s)} – ${fmtNs(it.e)}\ntotal ${fmtDur(it.d)} · mean ${fmtDur(it.d / it.c)}`
@@ -1224,6 +1327,13 @@ export class Timeline {
         }
         const hit = this.itemAt(p.x, p.y);
         if (hit && hit.summary) { this.toggleGroup(hit.entry.key); return; }
+        if (hit && hit.device) {
+          if (hit.item.c > 1) { this.zoomTo(hit.item.s, hit.item.e); return; }
+          this.selectedDev = { dp: hit.item.dp.pid, drow: hit.item.drow, s: hit.item.s };
+          this.cb.onDeviceClick?.(hit.item);
+          this.queueDraw();
+          return;
+        }
         if (hit && !hit.counter) {
           this.selected = { id: hit.item.id, row: hit.row.idx, s: hit.item.s, e: hit.item.e, leaf: hit.item.leaf, c: hit.item.c };
           this.selFlows = null;
