@@ -343,3 +343,68 @@ def test_side_by_side_toolbars_keep_to_two_rows(browser, served: str, ddp_worksp
         assert pg.console_errors == []
     finally:
         pg.close()
+
+
+# ---------------------------------------------------------------- device ops on the system timeline
+def test_device_ops_lie_under_their_execution_aligned_to_the_pixel(browser, served: str, ddp_workspace: Path) -> None:
+    ws = ddp_workspace / NAME
+    # on core 0 (rank 0: its track is on the first screen), the longest op with nothing else drawn just before its start (no op covering it or ending
+    # within a twentieth of its duration before it), and the execution it was profiled in
+    dev = f"read_parquet('{ws}/DeviceProfileEvents/**/*.parquet')"
+    (dp, name, start, end, inst, pid, nc), = duckdb.connect().execute(f"""
+        SELECT e.profile_id, e.name, e.start_ts, e.end_ts, e.instance_id, e.process_id, e.nc_idx FROM {dev} e
+        WHERE e.nc_idx = 0 AND NOT EXISTS (SELECT 1 FROM {dev} o WHERE o.profile_id = e.profile_id AND o.start_ts < e.start_ts
+                          AND o.end_ts > e.start_ts - e.duration_ns / 20)
+        ORDER BY e.duration_ns DESC LIMIT 1""").fetchall()
+    (x_s, x_e), = parquet(ddp_workspace, f"SELECT start_ts, end_ts FROM EVENTS WHERE name = 'nc_exec_running' AND process_id = {pid} "
+                          f"AND start_ts <= {start} AND end_ts >= {end} ORDER BY start_ts LIMIT 1")
+    pg = open_page(browser, served + f"#/p/{NAME}")
+    try:
+        ready(pg)
+        pg.wait_for_function(f"() => Number({TL}.host.dataset.deviceLanes) >= 2", timeout=30000)
+        origin = int(pg.evaluate(f"() => fetch('/api/profiles/{NAME}?wait=0').then((r) => r.json()).then((o) => o.origin_ns)"))
+        s, e = start - origin, end - origin
+        # zoom so the op is ~200 px wide, its start near the middle
+        pg.evaluate(f"(r) => {TL}.setView(r[0] - (r[1] - r[0]) * 3, r[1] + (r[1] - r[0]) * 3)", [s, e])
+        settle(pg)
+        got = pg.evaluate(f"""(r) => {{ const t = {TL}; for (const [row, items] of t.devEvents) for (const it of items)
+              if (it.c === 1 && it.s === r[0] && it.dp.pid === r[1]) {{ const en = t.rowY.get(row);
+                return {{ row, lane: it.lane, base: t.devBase(row), y: t.top + en.y - t.scrollY, h: en.h, label: en.row.label,
+                          leaves: en.row.leaves.map((lf) => t.source.nameOf(lf)), x: t.xOf(r[0]), x1: t.xOf(r[2]) }}; }} return null; }}""",
+                          [s, str(dp), e])
+        assert got is not None, "the op is not drawn on the system timeline"
+        # under its core's execution track (the track holding nc_exec_running), in a lane below its events
+        assert "nc_exec_running" in got["leaves"] and got["label"] == f"NC {nc}"
+        lane_y = got["y"] + (got["base"] + got["lane"]) * 18
+        assert got["y"] < lane_y < got["y"] + got["h"]
+        # the execution that was profiled covers it, on the same axis
+        assert pg.evaluate(f"(t) => {TL}.xOf(t)", x_s - origin) <= got["x"] <= pg.evaluate(f"(t) => {TL}.xOf(t)", x_e - origin)
+        # on the screen: the op's first coloured column is the pixel of its Parquet start_ts
+        ox, oy = canvas_origin(pg)
+        x = got["x"]
+        strip = screen_pixels(pg, {"x": ox + x - 20, "y": oy + lane_y + 9, "width": 40, "height": 1})[0].astype(int)
+        bg = strip[0]
+        coloured = np.flatnonzero(np.abs(strip - bg).sum(axis=1) > 60)
+        assert len(coloured), strip
+        assert abs((x - 20 + coloured[0]) - x) <= 1.0, (coloured[0], x)
+        shot(pg, "10-device-ops-on-timeline")
+        # a click on it gives the op's details in view, to the nanosecond
+        pg.mouse.click(ox + (got["x"] + got["x1"]) / 2, oy + lane_y + 9)
+        pg.wait_for_selector("[data-testid=device-op-name]")
+        assert pg.inner_text("[data-testid=device-op-name]").startswith(name)
+        assert pg.locator("[data-testid=device-op-name]").is_visible()
+        # an execution of the same graph that was not profiled says which was, and links to it
+        other = parquet(ddp_workspace, f"SELECT id, start_ts FROM EVENTS WHERE name = 'nc_exec_running' AND process_id = {pid} "
+                        "AND device_profile_id IS NULL AND model_name IN (SELECT model_name FROM read_parquet("
+                        f"'{ws}/DeviceProfiles.parquet')) ORDER BY start_ts DESC LIMIT 1")
+        if other:
+            leaf = pg.evaluate(f"(x) => {TL}.rows.find((r) => r.label === x).leaves.find((lf) => {TL}.source.nameOf(lf) === 'nc_exec_running')", f"NC {nc}")
+            pg.evaluate("(a) => window.__nx.goToEvent(window.__nx.state.widgets[0], {id: a[0], leaf: a[1], s: a[2], e: a[2] + 1000})",
+                        [other[0][0], leaf, other[0][1] - origin])
+            pg.wait_for_selector("[data-testid=profiled-execution]")
+            assert "model mode profiled execution" in pg.inner_text("[data-testid=device-note]")
+            pg.click("[data-testid=profiled-execution]")
+            pg.wait_for_function(f"() => {TL}.selected && {TL}.selected.s !== {other[0][1] - origin}")
+        assert pg.console_errors == []
+    finally:
+        pg.close()
