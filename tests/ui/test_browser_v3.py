@@ -124,8 +124,24 @@ def canvas_origin(pg) -> tuple[float, float]:
 
 
 def parquet(ws: Path, sql: str) -> list[tuple]:
-    return duckdb.connect().execute(sql.replace("EVENTS", f"read_parquet('{ws / NAME}/SystemProfileEvents/**/*.parquet')")
-                                    ).fetchall()
+    events = f"read_parquet('{ws / NAME}/SystemProfileEvents/**/*.parquet')"
+    return duckdb.connect().execute(sql.replace("EVENTS", events)).fetchall()
+
+
+def origin_of(pg) -> int:
+    return int(pg.evaluate(f"() => fetch('/api/profiles/{NAME}?wait=0').then((r) => r.json())"
+                           ".then((o) => o.origin_ns)"))
+
+
+def cells(pg, tid: str, col: int | None = None) -> list:
+    """The ``data-v`` of a table's cells (one column, or every row's list)."""
+    return pg.evaluate("""([tid, col]) => [...document.querySelectorAll(`[data-testid=${tid}] tbody tr`)].map((tr) =>
+        col === null ? [...tr.cells].map((c) => c.dataset.v) : tr.cells[col].dataset.v)""", [tid, col])
+
+
+def headers(pg, tid: str) -> list:
+    return pg.evaluate("(tid) => [...document.querySelectorAll(`[data-testid=${tid}] th`)]"
+                       ".map((t) => t.textContent)", tid)
 
 
 # ---------------------------------------------------------------- the Summary page (issue 31 item 4)
@@ -182,8 +198,9 @@ def test_opens_on_the_steps_and_busy_excludes_regions(browser, served: str, ddp_
         # start-up (imports, clock sync points, DDP's first broadcasts) is outside the first view
         assert (t1 - t0) < 0.5 * dur
         # the first view holds every optimizer step of every rank
-        (first, last), = parquet(ddp_workspace, "SELECT min(start_ts), max(end_ts) FROM EVENTS WHERE name LIKE 'Optimizer.step%'")
-        origin = int(pg.evaluate(f"() => fetch('/api/profiles/{NAME}?wait=0').then((r) => r.json()).then((o) => o.origin_ns)"))
+        (first, last), = parquet(ddp_workspace,
+                                 "SELECT min(start_ts), max(end_ts) FROM EVENTS WHERE name LIKE 'Optimizer.step%'")
+        origin = origin_of(pg)
         assert t0 <= first - origin and last - origin <= t1
         shot(pg, "03-opens-on-steps")
         # "Whole profile" is one click away
@@ -198,10 +215,8 @@ def test_opens_on_the_steps_and_busy_excludes_regions(browser, served: str, ddp_
         pg.mouse.move(ox + 1500, oy + 10, steps=5)
         pg.mouse.up()
         pg.wait_for_selector("[data-testid=area-ranks] tbody tr")
-        ranks = pg.evaluate("""() => [...document.querySelectorAll('[data-testid=area-ranks] tbody tr')].map((tr) =>
-            [...tr.cells].map((c) => c.dataset.v))""")
-        heads = pg.evaluate("() => [...document.querySelectorAll('[data-testid=area-ranks] th')].map((t) => t.textContent)")
-        col = {h: i for i, h in enumerate(heads)}
+        ranks = cells(pg, "area-ranks")
+        col = {h: i for i, h in enumerate(headers(pg, "area-ranks"))}
         for r in ranks:
             compute, exposed, idle = (float(r[col[k]]) for k in ("Compute %", "Exposed coll. %", "Idle %"))
             region = float(r[col["Regions %"]])
@@ -209,9 +224,10 @@ def test_opens_on_the_steps_and_busy_excludes_regions(browser, served: str, ddp_
             assert compute < 99.0 and compute < region + 1e-9 or region < 50, r  # regions never make a rank 100% busy
         # rows with no event are not listed; no column is cut off (the table's right edge is on screen)
         for tid in ("area-tracks", "summary-table"):
-            counts = pg.evaluate(f"() => [...document.querySelectorAll('[data-testid={tid}] tbody tr')].map((tr) => Number(tr.cells[1].dataset.v))")
+            counts = [float(v) for v in cells(pg, tid, 1)]
             assert counts and min(counts) > 0
-        right = pg.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=area-ranks] th')].map((t) => t.getBoundingClientRect().right))")
+        right = pg.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=area-ranks] th')]"
+                            ".map((t) => t.getBoundingClientRect().right))")
         assert right <= 1600
         shot(pg, "04-area-busy")
         # a collective row: named by op, group and sequence number; a click selects it on both ranks
@@ -251,7 +267,8 @@ def test_glitches_read_from_the_screen(browser, served: str) -> None:
         ox, oy = canvas_origin(pg)
         # the first click does not move the layout: the label gutter is the same pixels after it
         hit = pg.evaluate(f"""() => {{ const t = {TL};
-            for (const [row, items] of t.events) for (const it of items) if (it.c === 1 && it.name === 'nc_exec_running' && t.xOf(it.e) - t.xOf(it.s) > 30) {{
+            for (const [row, items] of t.events) for (const it of items)
+              if (it.c === 1 && it.name === 'nc_exec_running' && t.xOf(it.e) - t.xOf(it.s) > 30) {{
               const e = t.rowY.get(row); if (!e) continue;
               return [Math.max(t.xOf(it.s), 230) + 10, t.top + e.y - t.scrollY + it.lane * 18 + 9]; }} }}""")
         gutter = {"x": ox, "y": oy + 30, "width": 200, "height": 500}
@@ -270,7 +287,8 @@ def test_glitches_read_from_the_screen(browser, served: str) -> None:
         pg.wait_for_function("(t) => document.getElementById('tooltip').dataset.text !== t", arg=text0, timeout=10000)
         settle(pg)
         want = pg.evaluate(f"(p) => {TL}.tipText({{x: p[0], y: p[1]}}) || ''", hit)
-        shown = pg.evaluate("() => document.getElementById('tooltip').style.display === 'block' ? document.getElementById('tooltip').dataset.text : ''")
+        shown = pg.evaluate("() => { const tip = document.getElementById('tooltip'); "
+                            "return tip.style.display === 'block' ? tip.dataset.text : ''; }")
         assert shown == want
         # ... and on the screen: no dark tooltip box is left where the old one was when nothing is under the mouse
         if not want:
@@ -279,8 +297,8 @@ def test_glitches_read_from_the_screen(browser, served: str) -> None:
         # sticky headers are opaque over the whole width: scrolled, the header row holds its own colour
         # (without the drill-down's shading and the selection's flows, drawn over every track on purpose)
         pg.mouse.move(ox + 600, oy + 5)
-        pg.evaluate(f"() => {{ const t = {TL}; t.highlight = null; t.selected = null; t.selFlows = null; t.scrollY = 60; "
-                    "t.clampScroll(); t.refresh(); }")
+        pg.evaluate(f"() => {{ const t = {TL}; t.highlight = null; t.selected = null; t.selFlows = null; "
+                    "t.scrollY = 60; t.clampScroll(); t.refresh(); }")
         settle(pg)
         top = pg.evaluate(f"() => {TL}.top")
         row = screen_pixels(pg, {"x": ox + 240, "y": oy + top + 3, "width": 1300, "height": 12})
@@ -296,7 +314,8 @@ def test_glitches_read_from_the_screen(browser, served: str) -> None:
         pg.wait_for_selector("[data-testid=settings-popover]")
         pop = pg.locator("[data-testid=settings-popover]").bounding_box()
         assert pop["y"] >= btn["y"] + btn["height"]
-        under = screen_pixels(pg, {"x": btn["x"] + 4, "y": btn["y"] + 4, "width": btn["width"] - 8, "height": btn["height"] - 8})
+        under = screen_pixels(pg, {"x": btn["x"] + 4, "y": btn["y"] + 4, "width": btn["width"] - 8,
+                                   "height": btn["height"] - 8})
         assert (under.astype(int).sum(axis=2) < 300).any()  # the button's label is still drawn, not covered
         shot(pg, "07-settings-under-its-button")
         pg.keyboard.press("Escape")
@@ -326,9 +345,10 @@ def test_side_by_side_toolbars_keep_to_two_rows(browser, served: str, ddp_worksp
         shutil.copytree(ddp_workspace / NAME, ddp_workspace / "ddp-b")
     pg = open_page(browser, served + f"#/p/{NAME}?w=system-trace,system-trace@ddp-b~h")
     try:
-        pg.wait_for_function("() => document.querySelectorAll('[data-testid=system-timeline][data-ready=\"1\"]').length === 2",
-                             timeout=60000)
-        pg.evaluate("() => window.__nx.state.widgets.forEach((w) => w.el.classList.contains('half') || (w.el.classList.add('half'), w.el.classList.remove('wide')))")
+        pg.wait_for_function("() => document.querySelectorAll(`[data-testid=system-timeline][data-ready='1']`)"
+                             ".length === 2", timeout=60000)
+        pg.evaluate("() => window.__nx.state.widgets.forEach((w) => w.el.classList.contains('half') "
+                    "|| (w.el.classList.add('half'), w.el.classList.remove('wide')))")
         pg.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
         for i in range(2):
             hb = pg.locator("[data-testid=widget] > header").nth(i).bounding_box()
@@ -348,29 +368,32 @@ def test_side_by_side_toolbars_keep_to_two_rows(browser, served: str, ddp_worksp
 # ---------------------------------------------------------------- device ops on the system timeline
 def test_device_ops_lie_under_their_execution_aligned_to_the_pixel(browser, served: str, ddp_workspace: Path) -> None:
     ws = ddp_workspace / NAME
-    # on core 0 (rank 0: its track is on the first screen), the longest op with nothing else drawn just before its start (no op covering it or ending
-    # within a twentieth of its duration before it), and the execution it was profiled in
+    # on core 0 (rank 0: its track is on the first screen), the longest op with nothing else drawn just
+    # before its start (no op covering it or ending within a twentieth of its duration before it), and
+    # the execution it was profiled in
     dev = f"read_parquet('{ws}/DeviceProfileEvents/**/*.parquet')"
     (dp, name, start, end, inst, pid, nc), = duckdb.connect().execute(f"""
         SELECT e.profile_id, e.name, e.start_ts, e.end_ts, e.instance_id, e.process_id, e.nc_idx FROM {dev} e
-        WHERE e.nc_idx = 0 AND NOT EXISTS (SELECT 1 FROM {dev} o WHERE o.profile_id = e.profile_id AND o.start_ts < e.start_ts
-                          AND o.end_ts > e.start_ts - e.duration_ns / 20)
+        WHERE e.nc_idx = 0 AND NOT EXISTS (SELECT 1 FROM {dev} o WHERE o.profile_id = e.profile_id
+                          AND o.start_ts < e.start_ts AND o.end_ts > e.start_ts - e.duration_ns / 20)
         ORDER BY e.duration_ns DESC LIMIT 1""").fetchall()
-    (x_s, x_e), = parquet(ddp_workspace, f"SELECT start_ts, end_ts FROM EVENTS WHERE name = 'nc_exec_running' AND process_id = {pid} "
-                          f"AND start_ts <= {start} AND end_ts >= {end} ORDER BY start_ts LIMIT 1")
+    (x_s, x_e), = parquet(ddp_workspace, "SELECT start_ts, end_ts FROM EVENTS WHERE name = 'nc_exec_running' "
+                          f"AND process_id = {pid} AND start_ts <= {start} AND end_ts >= {end} "
+                          "ORDER BY start_ts LIMIT 1")
     pg = open_page(browser, served + f"#/p/{NAME}")
     try:
         ready(pg)
         pg.wait_for_function(f"() => Number({TL}.host.dataset.deviceLanes) >= 2", timeout=30000)
-        origin = int(pg.evaluate(f"() => fetch('/api/profiles/{NAME}?wait=0').then((r) => r.json()).then((o) => o.origin_ns)"))
+        origin = origin_of(pg)
         s, e = start - origin, end - origin
         # zoom so the op is ~200 px wide, its start near the middle
         pg.evaluate(f"(r) => {TL}.setView(r[0] - (r[1] - r[0]) * 3, r[1] + (r[1] - r[0]) * 3)", [s, e])
         settle(pg)
         got = pg.evaluate(f"""(r) => {{ const t = {TL}; for (const [row, items] of t.devEvents) for (const it of items)
               if (it.c === 1 && it.s === r[0] && it.dp.pid === r[1]) {{ const en = t.rowY.get(row);
-                return {{ row, lane: it.lane, base: t.devBase(row), y: t.top + en.y - t.scrollY, h: en.h, label: en.row.label,
-                          leaves: en.row.leaves.map((lf) => t.source.nameOf(lf)), x: t.xOf(r[0]), x1: t.xOf(r[2]) }}; }} return null; }}""",
+                return {{ row, lane: it.lane, base: t.devBase(row), y: t.top + en.y - t.scrollY, h: en.h,
+                          label: en.row.label, leaves: en.row.leaves.map((lf) => t.source.nameOf(lf)),
+                          x: t.xOf(r[0]), x1: t.xOf(r[2]) }}; }} return null; }}""",
                           [s, str(dp), e])
         assert got is not None, "the op is not drawn on the system timeline"
         # under its core's execution track (the track holding nc_exec_running), in a lane below its events
@@ -378,7 +401,8 @@ def test_device_ops_lie_under_their_execution_aligned_to_the_pixel(browser, serv
         lane_y = got["y"] + (got["base"] + got["lane"]) * 18
         assert got["y"] < lane_y < got["y"] + got["h"]
         # the execution that was profiled covers it, on the same axis
-        assert pg.evaluate(f"(t) => {TL}.xOf(t)", x_s - origin) <= got["x"] <= pg.evaluate(f"(t) => {TL}.xOf(t)", x_e - origin)
+        xs, xe = pg.evaluate(f"(r) => [{TL}.xOf(r[0]), {TL}.xOf(r[1])]", [x_s - origin, x_e - origin])
+        assert xs <= got["x"] <= xe
         # on the screen: the op's first coloured column is the pixel of its Parquet start_ts
         ox, oy = canvas_origin(pg)
         x = got["x"]
@@ -394,13 +418,15 @@ def test_device_ops_lie_under_their_execution_aligned_to_the_pixel(browser, serv
         assert pg.inner_text("[data-testid=device-op-name]").startswith(name)
         assert pg.locator("[data-testid=device-op-name]").is_visible()
         # an execution of the same graph that was not profiled says which was, and links to it
-        other = parquet(ddp_workspace, f"SELECT id, start_ts FROM EVENTS WHERE name = 'nc_exec_running' AND process_id = {pid} "
+        other = parquet(ddp_workspace, "SELECT id, start_ts FROM EVENTS WHERE name = 'nc_exec_running' "
+                        f"AND process_id = {pid} "
                         "AND device_profile_id IS NULL AND model_name IN (SELECT model_name FROM read_parquet("
                         f"'{ws}/DeviceProfiles.parquet')) ORDER BY start_ts DESC LIMIT 1")
         if other:
-            leaf = pg.evaluate(f"(x) => {TL}.rows.find((r) => r.label === x).leaves.find((lf) => {TL}.source.nameOf(lf) === 'nc_exec_running')", f"NC {nc}")
-            pg.evaluate("(a) => window.__nx.goToEvent(window.__nx.state.widgets[0], {id: a[0], leaf: a[1], s: a[2], e: a[2] + 1000})",
-                        [other[0][0], leaf, other[0][1] - origin])
+            leaf = pg.evaluate(f"(x) => {TL}.rows.find((r) => r.label === x).leaves"
+                               f".find((lf) => {TL}.source.nameOf(lf) === 'nc_exec_running')", f"NC {nc}")
+            pg.evaluate("(a) => window.__nx.goToEvent(window.__nx.state.widgets[0], "
+                        "{id: a[0], leaf: a[1], s: a[2], e: a[2] + 1000})", [other[0][0], leaf, other[0][1] - origin])
             pg.wait_for_selector("[data-testid=profiled-execution]")
             assert "model mode profiled execution" in pg.inner_text("[data-testid=device-note]")
             pg.click("[data-testid=profiled-execution]")

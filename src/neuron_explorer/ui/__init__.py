@@ -23,5 +23,6 @@ Submodules are imported on use (the package itself loads nothing: ``view`` impor
 without Starlette installed).
 """
 
-__all__ = ["app", "area", "busy", "device", "flows", "index", "index_build", "insights_page", "params", "paths", "profile", "queries",
+__all__ = ["app", "area", "busy", "device", "flows", "index", "index_build", "insights_page", "params", "paths",
+           "profile", "queries",
            "rows", "search", "server", "sql", "wire", "workspace"]

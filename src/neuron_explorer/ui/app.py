@@ -22,8 +22,15 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from neuron_explorer.ui import area as area_q, busy as busy_q, flows as flows_q, insights_page, paths, queries
-from neuron_explorer.ui import search as search_q
+from neuron_explorer.ui import (
+    area as area_q,
+    busy as busy_q,
+    flows as flows_q,
+    insights_page,
+    paths,
+    queries,
+    search as search_q,
+)
 from neuron_explorer.ui.device import DeviceProfile, device_profiles as list_device_profiles, open_device
 from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, one_line, parse_rows
 from neuron_explorer.ui.profile import Profile

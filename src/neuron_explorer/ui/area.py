@@ -228,8 +228,9 @@ def _name_collectives(p: Profile, rows: list[dict[str, Any]]) -> None:
     ids = sorted({int(r["last_id"]) for r in rows})
     c = p.cursor()
     try:
-        c.execute(f"SELECT id, op, group_ranks, seq, bytes FROM read_parquet({files_sql([f for _, _, f in p.ev_files])}, "
-                  "union_by_name = true) WHERE id IN (SELECT unnest(?))", [ids])
+        files = files_sql([f for _, _, f in p.ev_files])
+        c.execute(f"SELECT id, op, group_ranks, seq, bytes FROM read_parquet({files}, union_by_name = true) "
+                  "WHERE id IN (SELECT unnest(?))", [ids])
     except duckdb.BinderException:
         return  # a store written before these columns
     got = {int(r[0]): r[1:] for r in c.fetchall()}

@@ -74,8 +74,9 @@ def profiled_execution(p: Profile, ev: dict[str, Any]) -> dict[str, Any] | None:
     files = [f for inst, pid, f in p.ev_files if (inst, pid) == (ev.get("instance_id"), int(ev.get("process_id") or 0))]
     if not files or dp.get("exec_id_first") is None:
         return None
-    c.execute(f"SELECT id, start_ts, end_ts, exec_id FROM read_parquet({files_sql(files)}) WHERE name = 'nc_exec_running' "
-              "AND model_name = ? AND exec_id = ? AND nc_idx = ? ORDER BY start_ts LIMIT 1",
+    c.execute(f"SELECT id, start_ts, end_ts, exec_id FROM read_parquet({files_sql(files)}) "
+              "WHERE name = 'nc_exec_running' AND model_name = ? AND exec_id = ? AND nc_idx = ? "
+              "ORDER BY start_ts LIMIT 1",
               [ev.get("model_name"), int(dp["exec_id_first"]), _int_or(ev.get("nc_idx"), -1)])
     r = c.fetchone()
     if r is None:

@@ -40,7 +40,8 @@ def summary_page(p: Profile) -> dict[str, Any]:
         return {"available": False, "reason": f"{SUMMARY_FILE} cannot be read: {str(e).splitlines()[0][:200]}"}
     if not isinstance(doc, dict):
         return {"available": False, "reason": f"{SUMMARY_FILE} is not a JSON object"}
-    steps = doc.get("steps") if isinstance(doc.get("steps"), dict) else {}
+    got = doc.get("steps")
+    steps: dict[str, Any] = got if isinstance(got, dict) else {}
     rows = []
     for r in steps.get("per_step") or []:
         if not isinstance(r, dict):
@@ -51,9 +52,10 @@ def summary_page(p: Profile) -> dict[str, Any]:
     for i, x in enumerate(doc.get("insights") or []):
         if not isinstance(x, dict):
             continue
-        ev = x.get("evidence") if isinstance(x.get("evidence"), dict) else {}
-        t0, t1 = _rel(p, ev.get("start_ns")), _rel(p, ev.get("end_ns"))
-        ev = {k: v for k, v in ev.items() if k not in ("start_ns", "end_ns")}
+        raw = x.get("evidence")
+        evd: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        t0, t1 = _rel(p, evd.get("start_ns")), _rel(p, evd.get("end_ns"))
+        ev = {k: v for k, v in evd.items() if k not in ("start_ns", "end_ns")}
         insights.append({**{k: v for k, v in x.items() if k != "evidence"}, "evidence": ev, "rank_order": i + 1,
                          "t0": t0, "t1": t1})
     span = [r for r in rows if r["t0"] is not None and r["t1"] is not None]
