@@ -252,9 +252,9 @@ SUMMARY_SHADE = """() => {
     if (e.type !== 'group' || !e.collapsed || !e.rows.length || !tl.busyData.has(e.key)) continue;
     const y = 26 + e.y - tl.scrollY;
     if (y < 26 + (tl.scrollY > 0 ? 40 : 0) || y + e.h > tl.h) continue;  // under the sticky headers, or off screen
-    // the busy strip: 8 px of a 22 px summary track, 4 px of a compact one (64 ranks: 8 px each)
+    // the busy strip: 8 px of a 22 px summary track, 3 px of a compact one (64 ranks: 7 px each)
     const compact = e.h < 14;
-    const top = y + (compact ? 1 : 3), hh = compact ? 4 : 8;
+    const top = y + (compact ? 1 : 3), hh = compact ? 3 : 8;
     const px = tl.ctx.getImageData(232 * dpr, top * dpr, (tl.w - 240) * dpr, hh * dpr).data;
     let dark = 0;
     for (let i = 0; i < px.length; i += 4) dark += 255 - (px[i] + px[i + 1] + px[i + 2]) / 3;

@@ -434,3 +434,49 @@ def test_device_ops_lie_under_their_execution_aligned_to_the_pixel(browser, serv
         assert pg.console_errors == []
     finally:
         pg.close()
+
+
+# ---------------------------------------------------------------- 64 ranks: compact, ordered by lateness
+@pytest.fixture(scope="module")
+def synth_served(tmp_path_factory: pytest.TempPathFactory):
+    pytest.importorskip("starlette")
+    from bench.ui_bench import write_store
+
+    ws = tmp_path_factory.mktemp("synth-v3")
+    write_store(ws / "synth-64r", 8, 8, 200_000, seed=3, straggler=37)
+    env = clean_env(XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg-cache-synth")))
+    p, url = start_server(ws, free_port(), env)
+    yield url
+    stop_server(p)
+
+
+def test_64_ranks_fit_one_screen_and_the_latest_rank_comes_first(browser, synth_served: str) -> None:
+    pg = open_page(browser, synth_served + "#/p/synth-64r")
+    try:
+        ready(pg)
+        # compact: every rank's summary track is on the first screen
+        ranks = pg.evaluate(f"""() => {{ const t = {TL}; return t.layout.filter((e) => e.type === 'group' && e.collapsed
+            && e.rows.length).map((e) => [e.text, t.top + e.y - t.scrollY, e.h, t.h]); }}""")
+        assert len(ranks) == 64
+        assert all(y >= 26 and y + h <= th for _, y, h, th in ranks), ranks[-3:]
+        # and drawn: each of the 64 strips has blue (busy) pixels on the screen
+        ox, oy = canvas_origin(pg)
+        shot(pg, "11-64-ranks-compact")
+        screen = screen_pixels(pg)
+        for text, y, h, _ in ranks:
+            strip = screen[int(oy + y + 1):int(oy + y + h - 3), int(ox + 240):int(ox + 1500)].astype(int)
+            blue = (strip[:, :, 2] - strip[:, :, 0] > 40).mean()
+            assert blue > 0.05, (text, blue)
+        # ordered by lateness in collectives: the straggler is the first rank
+        pg.click("[data-testid=settings]")
+        pg.click("[data-testid=order-late]")
+        pg.wait_for_function(f"() => {TL}.host.dataset.order === 'late'", timeout=60000)
+        pg.keyboard.press("Escape")  # from the radio button: closes Settings
+        pg.wait_for_selector("[data-testid=settings-popover]", state="detached")
+        settle(pg)
+        first = pg.evaluate(f"() => {TL}.layout.find((e) => e.type === 'group' && e.collapsed && e.rows.length).text")
+        assert first.endswith("rank 37"), first
+        shot(pg, "12-ranks-by-lateness")
+        assert pg.console_errors == []
+    finally:
+        pg.close()

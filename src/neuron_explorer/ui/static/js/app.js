@@ -346,6 +346,8 @@ async function renderSystemTrace(w, body, extra) {
     const collapse = keys.size > 8 ? [...keys.keys()] : [];
     if (w.compact === undefined) w.compact = keys.size > 24;
     tl.compact = w.compact;
+    tl.baseOrder = null;
+    w.order = "rank";
     tl.setRows(t.rows, collapse);
     attachDeviceLanes(w, tl, t);
     $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
@@ -496,6 +498,9 @@ async function renderSystemTrace(w, body, extra) {
       <label><input type="checkbox" data-opt="counters" ${tl.showCounters ? "checked" : ""}> Counter tracks (CPU, memory)</label>
       <label><input type="checkbox" data-opt="sync" data-testid="sync-time" ${state.sync ? "checked" : ""}> Synchronise the time axis of every System Trace Viewer</label>
       <label><input type="checkbox" data-opt="compact" data-testid="compact-ranks" ${tl.compact ? "checked" : ""}> Compact ranks (collapsed processes 8 px high: 64 on one screen)</label>
+      <h4 style="margin-top:8px">Order ranks by (over the view)</h4>
+      ${[["rank", "rank"], ["late", "lateness in collectives (latest first)"], ["compute", "compute share (busiest first)"], ["cc", "exposed collective share (largest first)"]].map(([k, l]) =>
+        `<label><input type="radio" name="ord-${w.id}" value="${k}" data-testid="order-${k}" ${(w.order || "rank") === k ? "checked" : ""}> ${l}</label>`).join("")}
       <button data-act="expand">Expand all</button> <button data-act="collapse">Collapse processes</button>
       <div style="margin-top:6px"><button data-act="hide-empty" data-testid="hide-empty">Hide tracks empty in this view</button> <button data-act="show-all">Show all tracks</button></div>
       <div class="hint">Keys: ? lists them all</div></div>`);
@@ -520,6 +525,7 @@ async function renderSystemTrace(w, body, extra) {
     }));
     pop.querySelector("[data-opt=allflows]").onchange = (e) => { tl.flowMode = e.target.checked ? "all" : "selected"; tl.refresh(); renderFlowsPane(); };
     pop.querySelector("[data-opt=counters]").onchange = (e) => { tl.showCounters = e.target.checked; tl.relayout(); tl.refresh(); };
+    pop.querySelectorAll("input[name^=ord-]").forEach((r) => r.addEventListener("change", () => orderRanks(w, r.value)));
     pop.querySelector("[data-opt=compact]").onchange = (e) => { w.compact = tl.compact = e.target.checked; tl.relayout(); tl.refresh(); };
     pop.querySelector("[data-opt=sync]").onchange = (e) => { state.sync = e.target.checked; syncViews(w, tl.t0, tl.t1); saveUrl(); };
     pop.querySelector("[data-act=hide-empty]").onclick = async () => {
@@ -732,6 +738,50 @@ async function attachDeviceLanes(w, tl, t) {
   });
   tl.setDeviceLanes(lanes);
   tl.host.dataset.deviceLanes = String(lanes.size);
+}
+
+/** Order the processes of each instance (and the instances, by their first process) by a figure of
+ *  the current view: mean lateness in collectives (from the collectives table's arrivals), compute
+ *  share or exposed collective share (the area's By rank table); "rank" restores the server's order.
+ *  Only the drawing order changes: rows keep their numbers, so requests are unchanged. */
+async function orderRanks(w, by) {
+  const tl = w.timeline;
+  w.order = by;
+  tl.baseOrder = tl.baseOrder || tl.rows.slice();
+  const base = tl.baseOrder;
+  if (by === "rank") { tl.rows = base.slice(); tl.relayout(); tl.refresh(); tl.host.dataset.order = by; return; }
+  const [a, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, null, tl.t0, tl.t1),
+                                     api.collectives(w.profile, w.mode, w.layout, null, tl.t0, tl.t1)]);
+  const score = new Map(); // "rank N" -> larger first
+  if (by === "late") {
+    const sum = new Map(), n = new Map();
+    for (const c of cc.collectives) {
+      const first = Math.min(...c.arrivals.map((x) => x[3]));
+      for (const [r, , , s0] of c.arrivals) { sum.set(r, (sum.get(r) || 0) + s0 - first); n.set(r, (n.get(r) || 0) + 1); }
+    }
+    for (const [r, v] of sum) score.set(r, v / n.get(r));
+  } else for (const r of a.ranks) score.set(r.rank, by === "compute" ? r.compute_pct : r.cc_exposed_pct);
+  const rankOf = (label) => { const m = /rank (\d+)/.exec(label || ""); return m ? Number(m[1]) : null; };
+  const key = (r) => { const g = r.group || []; const k = rankOf(g[1]); return k === null || !score.has(k) ? -Infinity : score.get(k); };
+  const instBest = new Map();
+  for (const r of base) { const i = (r.group || [])[0]; instBest.set(i, Math.max(instBest.get(i) ?? -Infinity, key(r))); }
+  const pos = new Map(base.map((r, i) => [r, i]));
+  const procFirst = new Map(); // a process's rows stay together, in their order
+  for (const r of base) { const g = r.group || []; const pk = `${g[0]}\u0001${g[1]}`; if (!procFirst.has(pk)) procFirst.set(pk, pos.get(r)); }
+  tl.rows = base.slice().sort((x, y) => {
+    const gx = x.group || [], gy = y.group || [];
+    if (gx[0] !== gy[0]) return (instBest.get(gy[0]) - instBest.get(gx[0])) || (pos.get(x) - pos.get(y));
+    const cx = rankOf(gx[1]) === null, cy = rankOf(gy[1]) === null; // the instance's counters stay first
+    if (cx !== cy) return cx ? -1 : 1;
+    const kx = key(x), ky = key(y);
+    if (kx !== ky) return ky > kx ? 1 : -1;
+    const px = procFirst.get(`${gx[0]}\u0001${gx[1]}`), py = procFirst.get(`${gy[0]}\u0001${gy[1]}`);
+    return px - py || pos.get(x) - pos.get(y);
+  });
+  tl.relayout();
+  tl.refresh();
+  tl.host.dataset.order = by;
+  toast(`Ranks ordered by ${by === "late" ? "mean lateness in collectives" : by === "compute" ? "compute share" : "exposed collective share"} over the view${score.size ? "" : " (no figure in this view: order kept)"}.`);
 }
 
 /** A device op clicked on the system timeline: its properties in the Details tab. */
@@ -1045,11 +1095,12 @@ document.addEventListener("keydown", (ev) => {
     if (w) { ev.preventDefault(); w.focusSearch(); }
     return;
   }
+  // Escape closes an open Settings popover, even from one of its inputs (and goes no further: the
+  // area selection stays)
+  if (ev.key === "Escape" && $(".popover")) { document.querySelectorAll(".popover").forEach((p) => p.remove()); ev.stopImmediatePropagation(); ev.preventDefault(); return; }
   if (typing) return;
   if (ev.key === "?") { ev.preventDefault(); toggleHelp(); return; }
   if (ev.key === "Escape" && $("[data-testid=help-overlay]")) { toggleHelp(false); }
-  // Escape closes an open Settings popover (and goes no further: the area selection stays)
-  if (ev.key === "Escape" && $(".popover")) { document.querySelectorAll(".popover").forEach((p) => p.remove()); ev.stopImmediatePropagation(); ev.preventDefault(); }
 }, true);
 
 // ---------------------------------------------------------------- pages

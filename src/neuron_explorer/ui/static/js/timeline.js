@@ -20,7 +20,8 @@ const ROW_H = 18;
 const CNT_H = 42;
 const GROUP_H = 18;
 const SUMMARY_H = 22;
-const COMPACT_H = 8; // a collapsed rank in the compact view: 64 fit a 1000 px window, 512 scroll
+const COMPACT_H = 7; // a collapsed rank in the compact view: 64 fit a 1000 px window, 512 scroll
+const COMPACT_GROUP_H = 12; // an expanded instance header in the compact view
 const MAX_LANES = 12;
 const MIN_SPAN = 100; // ns
 
@@ -190,7 +191,8 @@ export class Timeline {
       for (let k = d; k < g.length; k++) {
         const key = g.slice(0, k + 1).join("\u0001");
         const col = this.collapsed.has(key);
-        const e = { type: "group", depth: k, text: g[k], key, path: g.slice(0, k + 1), y, h: col ? (this.compact && k > 0 ? COMPACT_H : SUMMARY_H) : GROUP_H, collapsed: col, rows: [], leaves: [] };
+        const h = col ? (this.compact && k > 0 ? COMPACT_H : SUMMARY_H) : (this.compact && k === 0 ? COMPACT_GROUP_H : GROUP_H);
+        const e = { type: "group", depth: k, text: g[k], key, path: g.slice(0, k + 1), y, h, collapsed: col, rows: [], leaves: [] };
         out.push(e);
         groupEntry.set(key, e);
         y += e.h;
@@ -207,6 +209,17 @@ export class Timeline {
       const h = r.kind === "counter" ? CNT_H : ROW_H * (Math.max(1, this.lanes.get(r.idx) || 1) + this.devLaneCount(r.idx));
       out.push({ type: "row", row: r, depth: g.length, y, h, path: g });
       y += h;
+    }
+    if (this.compact) {
+      // the compact rank view leaves out collapsed groups of counters only (an instance's host
+      // counters): 64 ranks then fit one screen; expanded, a process keeps its counters
+      const kept = out.filter((e) => !(e.type === "group" && e.collapsed && !e.rows.length && !e.leaves.length));
+      if (kept.length !== out.length) {
+        y = 0;
+        for (const e of kept) { e.y = y; y += e.h; }
+        out.length = 0;
+        out.push(...kept);
+      }
     }
     this.layout = out;
     this.groupEntry = groupEntry;
@@ -588,7 +601,7 @@ export class Timeline {
     ctx.fillRect(0, y, this.w, e.h);
     ctx.fillStyle = "#1d2430";
     const small = e.h < 14;
-    ctx.font = small ? "8px system-ui, sans-serif" : e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
+    ctx.font = small ? `${e.depth === 0 ? "600 " : ""}${e.h < 10 ? 7 : 9}px system-ui, sans-serif` : e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
     const text = e.text.length > 30 ? e.text.slice(0, 29) + "…" : e.text;
     ctx.fillText(`${e.collapsed ? "▸" : "▾"} ${text}`, 4 + e.depth * 12, y + Math.min(e.h, GROUP_H) / 2);
     ctx.font = "11px system-ui, sans-serif";
