@@ -211,13 +211,15 @@ def test_area_statistics_against_parquet(client: TestClient, ui_workspace: Path)
         xs = np.array([v[0] for v in ex], dtype=np.int64)
         xe = np.array([v[1] for v in ex], dtype=np.int64)
         span = t1 - t0
-        assert x["busy_ns"] == x["compute_ns"] == union_length(np.maximum(xs, int(np.ceil(t0))), np.minimum(xe, int(t1)))
+        lo, hi = int(np.ceil(t0)), int(t1)
+        assert x["busy_ns"] == x["compute_ns"] == union_length(np.maximum(xs, lo), np.minimum(xe, hi))
         assert abs(x["compute_ns"] + x["cc_exposed_ns"] + x["idle_ns"] - span) <= 1
         rg = parquet(ui_workspace, "run-a", f"""SELECT start_ts - {origin}, end_ts - {origin} FROM EVENTS
                      WHERE worker_gid = {rank} AND trace_event_source = 'framework'
                      AND end_ts - {origin} >= {int(np.ceil(t0))} AND start_ts - {origin} < {t1}""")
-        assert x["region_ns"] == union_length(np.maximum(np.array([v[0] for v in rg], dtype=np.int64), int(np.ceil(t0))),
-                                              np.minimum(np.array([v[1] for v in rg], dtype=np.int64), int(t1)))
+        rs = np.array([v[0] for v in rg], dtype=np.int64)
+        re_ = np.array([v[1] for v in rg], dtype=np.int64)
+        assert x["region_ns"] == union_length(np.maximum(rs, lo), np.minimum(re_, hi))
         d = e - s
         assert x["min_ns"] == d.min() and x["max_ns"] == d.max()
         assert x["p50_ns"] == int(np.quantile(d, 0.5, method="inverted_cdf"))
