@@ -249,7 +249,7 @@ def test_opens_on_the_steps_and_busy_excludes_regions(browser, served: str, ddp_
             assert 232 < x0 < 1570, x0
             col = screen_pixels(pg, {"x": ox + x0 - 1.5, "y": oy + y + 4, "width": 1, "height": 10})
             dark = (col.astype(int).sum(axis=2) < 120).mean()
-            assert dark > 0.8, (x0, x1, y, dark)
+            assert dark >= 0.7, (x0, x1, y, dark)  # (a flow arrow may cross it)
         pg.click("[data-testid=tab-flows]")
         lates = pg.locator("[data-testid=flows-pane] [data-testid=late-by]").all_inner_texts()
         assert len(lates) == 2 and any("late by 0 ns" in x for x in lates), lates

@@ -704,7 +704,7 @@ function selectCollective(w, c) {
   const a = c.first_start, b = Math.max(c.last_end ?? c.last_start, c.last_start + 1);
   tl.zoomTo(a, b, 0.25);
   const row = tl.leafToRow.get(c.last_leaf);
-  if (row !== undefined) tl.scrollToRow(row);
+  tl.scrollToRows([...(c.arrivals || []).map((x) => tl.leafToRow.get(x[2])), row]);
   tl.selected = { id: c.last_id, row, s: c.last_start, e: c.last_end, leaf: c.last_leaf, c: 1 };
   tl.peers = new Set((c.arrivals || []).map((x) => `${x[2]}:${x[1]}`));
   tl.queueDraw();

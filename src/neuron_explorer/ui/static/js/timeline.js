@@ -403,6 +403,24 @@ export class Timeline {
     this.refresh();
   }
 
+  /** Make rows ``idxs`` visible together when they fit the screen (a collective on every rank), else
+   * the last of them. */
+  scrollToRows(idxs) {
+    const want = idxs.filter((i) => i !== undefined);
+    if (!want.length) return;
+    for (const i of want) if (!this.rowY.get(i)) this.scrollToRow(i); // expands collapsed ancestors
+    const es = want.map((i) => this.rowY.get(i)).filter(Boolean);
+    if (!es.length) return;
+    const y0 = Math.min(...es.map((e) => e.y)), y1 = Math.max(...es.map((e) => e.y + e.h));
+    const vis = this.h - this.top;
+    const sticky = GROUP_H * Math.max(...es.map((e) => e.depth || 0));
+    if (y1 - y0 + sticky <= vis) {
+      if (y0 - sticky < this.scrollY || y1 > this.scrollY + vis) this.scrollY = Math.max(0, y0 - sticky - 4);
+      this.clampScroll();
+      this.refresh();
+    } else this.scrollToRow(want[want.length - 1]);
+  }
+
   /** Canvas y of the middle of row ``idx`` (or of the summary track holding it); null when hidden. */
   rowMidY(idx, lane = 0) {
     const e = this.rowY.get(idx) || this.rowHome?.get(idx);
