@@ -147,7 +147,10 @@ def test_profiles_page_lists_the_workspace(page) -> None:
 
 
 def test_open_profile_draws_the_timeline(page) -> None:
+    # a profile opens on its Summary page; the System Trace Viewer is one click from it
     page.click("[data-testid=profile-row][data-name=run-a]")
+    page.wait_for_selector("[data-testid=summary-page]", timeout=30000)
+    page.click("[data-testid=open-timeline]")
     page.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=30000)
     # details, area summary and flows are docked under the timeline (no separate widget by default)
     assert page.locator("[data-testid=dock] [data-testid=event-details]").count() == 1
@@ -262,14 +265,15 @@ def test_drill_down_from_nc_exec_running(page, ui_workspace: Path, device_ref: d
     vp = page.viewport_size
     dbox = page.locator("[data-testid=device-timeline]").bounding_box()
     assert dbox["y"] >= 0 and dbox["y"] + 60 <= vp["height"], (dbox, vp)
-    # ... on the system timeline's time axis, zoomed to the execution, which the system timeline shades
+    # ... on the system timeline's time axis and range (issue 35: the panel follows the timeline), the
+    # execution, which the system timeline shades, in view
     al = page.evaluate("""() => {
       const d = window.__nx.state.widgets.find((x) => x.type === 'device-trace').timeline;
       const s = window.__nx.state.widgets.find((x) => x.type === 'system-trace' && x.profile === 'run-a').timeline;
-      return {d0: d.t0, d1: d.t1, a: s.highlight.a, b: s.highlight.b, sel: s.selected.s};
+      return {d0: d.t0, d1: d.t1, a: s.highlight.a, b: s.highlight.b, sel: s.selected.s, s0: s.t0, s1: s.t1};
     }""")
     assert al["a"] == al["sel"] and al["d0"] <= al["a"] < al["b"] <= al["d1"], al
-    assert al["d1"] - al["d0"] < (al["b"] - al["a"]) * 1.2, al
+    assert abs(al["d0"] - al["s0"]) < 1 and abs(al["d1"] - al["s1"]) < 1, al
     shot(page, "06a-drill-down-in-view")
     # click a PE op in the device trace: its details list the device columns
     page.locator("[data-testid=device-timeline]").scroll_into_view_if_needed()
