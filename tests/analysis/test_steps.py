@@ -92,3 +92,42 @@ def test_random_columns_never_fail_and_partition_holds():
         assert len(c["wall_ns"]) == len(st)
         assert (sum(c[k] for k in BREAKDOWN) <= c["wall_ns"] + 1).all()
         assert (np.asarray([c[k] for k in BREAKDOWN]) >= 0).all()
+
+
+def _brute(st: Steps, rows) -> dict[str, list[int]]:
+    """The partition by walking every time unit of every step (the definition, slowly)."""
+    prio = {0: "compute_ns", 1: "exposed_collective_ns", 2: "sync_wait_ns", 3: "compile_ns"}
+    out: dict[str, list[int]] = {k: [] for k in BREAKDOWN + ("collective_ns", "own_ns")}
+    for lo, hi in zip(st.start_ns.tolist(), st.end_ns.tolist()):
+        got = dict.fromkeys(out, 0)
+        for t in range(lo, hi):
+            on = [r for r in rows if r[1] <= t < r[2]]
+            kinds = {r[0] for r in on} | {"data" if r[4] == 1 else "host" for r in on if r[0] == 4}
+            kinds |= {"host" for r in on if r[0] == 5}
+            first = next((prio[k] for k in (0, 1, 2, 3) if k in kinds), None)
+            first = first or ("data_loading_ns" if "data" in kinds else "host_ns" if "host" in kinds else "idle_ns")
+            got[first] += 1
+            got["collective_ns"] += 1 in kinds
+            got["own_ns"] += not ({1, 2} & kinds)
+        for k in out:
+            out[k].append(got[k])
+    return out
+
+
+def test_partition_matches_the_definition_on_random_timelines():
+    """Overlapping executions, collectives, waits and regions in any order: each figure equals a
+    unit-by-unit walk of the step (the union merge and cumulative covered time; model loads are
+    left out: they are widened over the gaps around them)."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        rows = []
+        for _k in range(int(rng.integers(1, 40))):
+            typ = int(rng.choice([0, 1, 2, 4, 5]))
+            s = int(rng.integers(0, 300))
+            rows.append((typ, s, s + int(rng.integers(0, 40)), int(rng.integers(0, 2)) if typ in (0, 3) else -1,
+                         int(rng.choice([1, 5])) if typ == 4 else -1, 100 if typ == 1 else -1))
+        rows += [(0, t, t + 3, 2, -1, -1) for t in sorted(rng.integers(0, 320, 4).tolist())]  # the steps
+        st = run(rows)
+        want = _brute(st, [r for r in rows])
+        for k, v in want.items():
+            assert st.columns[k].tolist() == v, k

@@ -87,19 +87,22 @@ class Steps:
         return Steps(self.method, self.boundary, self.number, self.start_ns + offset_ns, self.end_ns + offset_ns,
                      self.columns)
 
+    def to_columns(self) -> dict[str, Any]:
+        """Method, boundary and every column (numpy arrays): what a conversion task hands back
+        for ``analysis.insights`` (cheap to pickle, whatever the step count)."""
+        return {"method": self.method, "boundary": self.boundary, "number": self.number,
+                "start_ns": self.start_ns, "end_ns": self.end_ns, **self.columns}
+
     def to_json(self) -> dict[str, Any]:
-        """Columns as lists: the ``steps`` object of summary-json (docs/summary.md)."""
-        out: dict[str, Any] = {"method": self.method, "boundary": self.boundary,
-                               "number": self.number.tolist(), "start_ns": self.start_ns.tolist(),
-                               "end_ns": self.end_ns.tolist()}
-        for k, v in self.columns.items():
-            out[k] = v.tolist()
-        return out
+        """Columns as lists: a ``steps.per_process`` object of summary-json (docs/summary.md)."""
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.to_columns().items()}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Steps":
+        known = set(BREAKDOWN + COUNTS) | {"wall_ns", "collective_ns", "own_ns", "compute_own_ns", "optimizer_ns",
+                                            "flops"}
         cols = {k: np.asarray(v, dtype=np.float64 if k == "flops" else np.int64) for k, v in d.items()
-                if k not in ("method", "boundary", "number", "start_ns", "end_ns")}
+                if k in known}
         return cls(d["method"], d["boundary"], np.asarray(d["number"], dtype=np.int64),
                    np.asarray(d["start_ns"], dtype=np.int64), np.asarray(d["end_ns"], dtype=np.int64), cols)
 
@@ -210,26 +213,88 @@ def _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m, kind_of, name
     return "none", "", None, None, np.empty(0, dtype=np.int64)
 
 
+class _Locator:
+    """Which step holds a time: the steps' starts sorted once, then one ``searchsorted`` per
+    array of times (steps may overlap only under ``profiler_step``: a time goes to the step that
+    started last before it, as long as that step has not ended)."""
+
+    def __init__(self, steps: Steps) -> None:
+        self.n = len(steps)
+        self.order = np.argsort(steps.start_ns, kind="stable")
+        self.starts = steps.start_ns[self.order]
+        self.ends = steps.end_ns
+
+    def __call__(self, t: np.ndarray) -> np.ndarray:
+        if not self.n or not len(t):
+            return np.full(len(t), -1, dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        j = self.order[np.maximum(i, 0)]
+        return np.where((i >= 0) & (t < self.ends[j]), j, -1)
+
+
 def _step_of(steps: Steps, t: np.ndarray) -> np.ndarray:
     """Per time ``t``, the index of the step holding it, or -1."""
-    if not len(steps) or not len(t):
-        return np.full(len(t), -1, dtype=np.int64)
-    order = np.argsort(steps.start_ns, kind="stable")
-    i = np.searchsorted(steps.start_ns[order], t, side="right") - 1
-    ok = i >= 0
-    j = order[np.maximum(i, 0)]
-    ok &= t < steps.end_ns[j]
-    return np.where(ok, j, -1)
+    return _Locator(steps)(t)
 
 
-def _coverage(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Per elementary segment ``[points[i], points[i+1])``, whether an interval covers it."""
-    n = len(points)
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[s, e)`` as sorted, disjoint intervals (reversed spans are empty).
+    A stable sort: already sorted input, or two sorted runs (the union of two unions), is merged
+    in linear time."""
     if not len(s):
-        return np.zeros(n - 1, dtype=bool)
-    ds = np.bincount(np.searchsorted(points, s), minlength=n + 1)
-    de = np.bincount(np.searchsorted(points, e), minlength=n + 1)
-    return (np.cumsum(ds[:n] - de[:n])[:-1]) > 0
+        return s.astype(np.int64), e.astype(np.int64)
+    if not (s[1:] >= s[:-1]).all():  # (events come in time order: usually no sort)
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+    e = np.maximum(e, s)
+    reach = np.maximum.accumulate(e)
+    head = np.empty(len(s), dtype=bool)
+    head[0] = True
+    head[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(head)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], reach[last]
+
+
+def _join(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return _union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+
+
+class _Spans:
+    """The steps' spans as indexes into their sorted distinct ends, so that the covered time of
+    a union is looked up once per distinct boundary (contiguous steps share theirs)."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.points = _distinct(np.concatenate([lo, hi]))
+        self.ilo = np.searchsorted(self.points, lo)
+        self.ihi = np.searchsorted(self.points, hi)
+
+    def within(self, u: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Per span, the time the disjoint sorted intervals ``u`` cover in it: the difference of
+        the cumulative covered time at both ends (one ``searchsorted`` of the boundaries)."""
+        us, ue = u
+        if not len(us):
+            return np.zeros(len(self.ilo), dtype=np.int64)
+        t = self.points
+        before = np.empty(len(us) + 1, dtype=np.int64)
+        before[0] = 0
+        np.cumsum(ue - us, out=before[1:])
+        k = np.searchsorted(us, t, side="right")  # intervals starting at or before t
+        km = np.maximum(k - 1, 0)
+        part = np.minimum(t - us[km], ue[km] - us[km])
+        upto = np.where(k > 0, before[km] + np.maximum(part, 0), 0)
+        return np.maximum(upto[self.ihi] - upto[self.ilo], 0)
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """``np.unique`` by a sort (numpy's hash-based unique is slower on large integer arrays)."""
+    if not len(a):
+        return a
+    a = np.sort(a)
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    keep[1:] = a[1:] != a[:-1]
+    return a[keep]
 
 
 def _figures_for(steps: Steps, typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
@@ -249,25 +314,31 @@ def _figures_for(steps: Steps, typ, start, end, model_id, nbytes, tid, is_ex, fw
         nxt = np.where(k < len(firsts), firsts[np.minimum(k, len(firsts) - 1)], ml_e)
         ceil = np.where(j >= 0, steps.end_ns[np.maximum(j, 0)], ml_e)
         ml_e = np.maximum(ml_e, np.minimum(nxt, ceil))
+    is_w = typ == tid["kbl_exec_wait"]
+    is_h = typ == tid["nrt_execute"]
     cats = {
         _C: (ex_s, ex_e),
         _X: (start[cc], end[cc]),
-        _W: (start[typ == tid["kbl_exec_wait"]], end[typ == tid["kbl_exec_wait"]]),
+        _W: (start[is_w], end[is_w]),
         _K: (ml_s, ml_e),
         _D: (fw_s[fw_k == 1], fw_e[fw_k == 1]),
-        _H: (np.concatenate([fw_s[(fw_k != 1) & (fw_k != 4)], start[typ == tid["nrt_execute"]]]),
-             np.concatenate([fw_e[(fw_k != 1) & (fw_k != 4)], end[typ == tid["nrt_execute"]]])),
+        _H: (np.concatenate([fw_s[(fw_k != 1) & (fw_k != 4)], start[is_h]]),
+             np.concatenate([fw_e[(fw_k != 1) & (fw_k != 4)], end[is_h]])),
     }
     steps.columns = _figures(steps.start_ns, steps.end_ns, cats, start[cc], nbytes[cc], ex_s, ex_m,
-                             start[typ == tid["model_load"]], {
-                                 "sync_waits": start[typ == tid["kbl_exec_wait"]],
-                                 "numerical_errors": start[typ == tid["numerical_err"]]},
+                             start[is_ml], {"sync_waits": start[is_w],
+                                            "numerical_errors": start[typ == tid["numerical_err"]]},
                              steps=steps, ex_e=ex_e, kind_of=kind_of, models=models)
     return steps
 
 
 def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps: Steps | None = None,
              ex_e=None, kind_of=None, models=None) -> dict[str, np.ndarray]:
+    """The per-step columns.  The breakdown is a priority partition: with ``U_k`` the union of the
+    first ``k`` categories (compute, collective, wait, compile, data, host), category ``k`` gets
+    ``|U_k| - |U_(k-1)|`` of each step; every union is a merge of sorted disjoint intervals and
+    each step's share of one a difference of its cumulative covered time (no per-step or
+    per-event Python, no sort of all the events' ends together)."""
     n = len(b_start)
     cols: dict[str, np.ndarray] = {"wall_ns": (b_end - b_start).astype(np.int64)}
     if not n or steps is None:
@@ -275,48 +346,40 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
             cols[name] = np.zeros(n, dtype=np.int64)
         cols["flops"] = np.zeros(n, dtype=np.float64)
         return cols
-    pts = [b_start, b_end] + [a for se in cats.values() for a in se]
-    lo, hi = int(b_start.min()), int(b_end.max())
-    points = np.unique(np.clip(np.concatenate(pts).astype(np.int64), lo, hi))
-    mask = np.zeros(len(points) - 1, dtype=np.int64)
-    for bit, (s, e) in cats.items():
-        mask |= _coverage(points, np.clip(s, lo, hi), np.clip(e, lo, hi)).astype(np.int64) * bit
-    seg = _step_of(steps, points[:-1])
-    ok = seg >= 0
-    by = np.bincount(seg[ok] * 64 + mask[ok], weights=np.diff(points)[ok].astype(np.float64),
-                     minlength=n * 64).reshape(n, 64)
-    m = np.arange(64)
+    spans = _Spans(b_start.astype(np.int64), b_end.astype(np.int64))
+    u = {bit: _union(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
+    covered = [spans.within(u[_C])]
+    acc = u[_C]
+    for bit in (_X, _W, _K, _D, _H):  # (an empty category adds nothing: the same union)
+        if len(u[bit][0]):
+            acc = _join(acc, u[bit])
+            covered.append(spans.within(acc))
+        else:
+            covered.append(covered[-1])
+    names = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns", "data_loading_ns", "host_ns")
+    prev = np.zeros(n, dtype=np.int64)
+    for name, cov in zip(names, covered):
+        cols[name] = np.maximum(cov - prev, 0)
+        prev = np.maximum(cov, prev)
+    cols["idle_ns"] = np.maximum(cols["wall_ns"] - prev, 0)
+    cols["collective_ns"] = spans.within(u[_X])
+    xw = spans.within(_join(u[_X], u[_W])) if len(u[_W][0]) else cols["collective_ns"]
+    cols["own_ns"] = np.maximum(cols["wall_ns"] - xw, 0)
+    cols["compute_own_ns"] = np.maximum(covered[2] - xw, 0)
+    where = _Locator(steps)
+    j_ex, j_cc = where(ex_s), where(cc_s)  # each event's step, found once per array
 
-    def total(sel: np.ndarray) -> np.ndarray:
-        return np.rint(by[:, sel].sum(axis=1)).astype(np.int64)
-
-    c, x, w, k, d, h = (m & _C) > 0, (m & _X) > 0, (m & _W) > 0, (m & _K) > 0, (m & _D) > 0, (m & _H) > 0
-    cols["compute_ns"] = total(c)
-    cols["exposed_collective_ns"] = total(x & ~c)
-    cols["sync_wait_ns"] = total(w & ~c & ~x)
-    cols["compile_ns"] = total(k & ~c & ~x & ~w)
-    cols["data_loading_ns"] = total(d & ~c & ~x & ~w & ~k)
-    cols["host_ns"] = total(h & ~c & ~x & ~w & ~k & ~d)
-    covered = cols["compute_ns"] + cols["exposed_collective_ns"] + cols["sync_wait_ns"] + cols["compile_ns"] \
-        + cols["data_loading_ns"] + cols["host_ns"]
-    cols["idle_ns"] = np.maximum(cols["wall_ns"] - covered, 0)
-    cols["collective_ns"] = total(x)
-    cols["own_ns"] = np.maximum(cols["wall_ns"] - total(x | w), 0)
-    cols["compute_own_ns"] = total(c & ~x & ~w)
-
-    def count(t: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        j = _step_of(steps, t)
-        ok = j >= 0
+    def count(j: np.ndarray, weights: np.ndarray | None = None, sel: np.ndarray | None = None) -> np.ndarray:
+        ok = j >= 0 if sel is None else (j >= 0) & sel
         return np.bincount(j[ok], weights=None if weights is None else weights[ok], minlength=n)[:n]
 
-    cols["executions"] = count(ex_s).astype(np.int64)
-    cols["collectives"] = count(cc_s).astype(np.int64)
-    b = np.maximum(cc_b, 0)
-    cols["collective_bytes"] = np.rint(count(cc_s, b.astype(np.float64))).astype(np.int64)
-    cols["small_collectives"] = count(cc_s[(cc_b >= 0) & (cc_b < SMALL_COLLECTIVE_BYTES)]).astype(np.int64)
-    cols["compiles"] = count(ml_s).astype(np.int64)
+    cols["executions"] = count(j_ex).astype(np.int64)
+    cols["collectives"] = count(j_cc).astype(np.int64)
+    cols["collective_bytes"] = np.rint(count(j_cc, np.maximum(cc_b, 0).astype(np.float64))).astype(np.int64)
+    cols["small_collectives"] = count(j_cc, sel=(cc_b >= 0) & (cc_b < SMALL_COLLECTIVE_BYTES)).astype(np.int64)
+    cols["compiles"] = count(where(ml_s)).astype(np.int64)
     for name, t in counted.items():
-        cols[name] = count(t).astype(np.int64)
+        cols[name] = count(where(t)).astype(np.int64)
     flops_of = np.zeros(int(max([int(mm[0]) for mm in models] + [int(ex_m.max()) if len(ex_m) else 0, 0])) + 2)
     is_opt = np.zeros(len(flops_of), dtype=bool)
     for mid, _name, kind, fl in models:
@@ -324,13 +387,11 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
             flops_of[int(mid)] = fl if fl and np.isfinite(fl) and fl > 0 else 0.0
             is_opt[int(mid)] = kind == "optimizer"
     mi = np.clip(ex_m, 0, len(flops_of) - 1)
-    cols["flops"] = count(ex_s, flops_of[mi])
+    cols["flops"] = count(j_ex, flops_of[mi])
     opt_sel = is_opt[mi] & (ex_m >= 0)
-    cols["optimizer_ns"] = np.rint(count(ex_s[opt_sel], (ex_e[opt_sel] - ex_s[opt_sel]).astype(np.float64))
-                                   ).astype(np.int64)
-    j = _step_of(steps, ex_s)
-    ok = j >= 0
-    pairs = np.unique(j[ok] * (len(flops_of) + 1) + mi[ok]) // (len(flops_of) + 1) if ok.any() else j[:0]
+    cols["optimizer_ns"] = np.rint(count(j_ex, (ex_e - ex_s).astype(np.float64), sel=opt_sel)).astype(np.int64)
+    ok = j_ex >= 0
+    pairs = _distinct(j_ex[ok] * (len(flops_of) + 1) + mi[ok]) // (len(flops_of) + 1)
     cols["graphs"] = np.bincount(pairs, minlength=n)[:n].astype(np.int64)
     return cols
 
@@ -355,7 +416,7 @@ def session_steps(s, chunk: int = 1 << 20) -> Steps:
         hi = min(n, lo + chunk)
         parts.append(np.flatnonzero(lut[np.clip(e["type"][lo:hi], 0, nt)]) + lo)
     idx = np.concatenate(parts)
-    typ = e["type"][idx].astype(np.int64)
+    typ = e["type"][idx].astype(np.int64, copy=False)
     model_id = np.full(len(idx), -1, dtype=np.int64)
     label = np.full(len(idx), -1, dtype=np.int64)
     nbytes = np.full(len(idx), -1, dtype=np.int64)
@@ -366,5 +427,5 @@ def session_steps(s, chunk: int = 1 << 20) -> Steps:
             sel = typ == t
             out[sel] = e[col][idx[sel]]
     models = [(int(m.id), m.name, m.kind, float(m.flops)) for m in s.models]
-    return find_steps(typ, e["start_ns"][idx].astype(np.int64), e["end_ns"][idx].astype(np.int64), model_id,
+    return find_steps(typ, e["start_ns"][idx].astype(np.int64, copy=False), e["end_ns"][idx].astype(np.int64, copy=False), model_id,
                       label, nbytes, names, list(s.strings), models)
