@@ -131,3 +131,31 @@ def test_partition_matches_the_definition_on_random_timelines():
         want = _brute(st, [r for r in rows])
         for k, v in want.items():
             assert st.columns[k].tolist() == v, k
+
+
+def test_a_sample_of_many_steps_is_figured_as_all_of_them_are():
+    """With more steps than ``figure_at_most``, the figured ones (the first, the slowest, every
+    stride-th number) have exactly the figures a full run gives them; ``every`` keeps all spans."""
+    rows = [r for k in range(60) for r in one_step(1000 + 100 * k + (200 if k >= 17 else 0))]  # 17 is slow
+    c = cols(rows)
+    full = find_steps(*c.values(), NAMES, STRINGS, MODELS)
+    part = find_steps(*c.values(), NAMES, STRINGS, MODELS, figure_at_most=12)
+    assert part.every is not None and part.every[0].tolist() == full.number.tolist()
+    assert len(part) < len(full) and 0 in part.number.tolist() and 17 in part.number.tolist()
+    at = np.searchsorted(full.number, part.number)
+    for k, v in part.columns.items():
+        assert v.tolist() == full.columns[k][at].tolist(), k
+    assert "every_number" not in part.to_json() and "every_number" in part.to_columns()
+
+
+def test_overlapping_events_of_disjoint_spans():
+    from neuron_explorer.analysis.steps import _overlapping
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        cuts = np.sort(rng.choice(200, 8, replace=False))
+        lo, hi = cuts[0::2], cuts[1::2]
+        s = rng.integers(0, 220, 50)
+        e = s + rng.integers(0, 60, 50)
+        want = [any((a < h and b > l) or (a == b and l <= a < h) for l, h in zip(lo, hi)) for a, b in zip(s, e)]
+        assert _overlapping(s, e, lo, hi).tolist() == want

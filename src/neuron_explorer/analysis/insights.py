@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from neuron_explorer.analysis.steps import BREAKDOWN
+from neuron_explorer.analysis.steps import BREAKDOWN, FIGURE_AT_MOST
 
 __all__ = ["NOISE_MIN_NS", "NOISE_SHARE", "PEAKS", "analyse", "measure_peak_flops", "peak_for"]
 
@@ -119,8 +119,16 @@ def _pct(p: dict, k: str) -> np.ndarray:
     return v[v >= 0]
 
 
-def _med(a: np.ndarray) -> float:
-    return float(np.median(a)) if len(a) else 0.0
+def _med(a: Any) -> float:
+    """The median (0 for none): one ``partition`` (``np.median`` partitions at two or three
+    places and costs several times more over a long run's steps)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    n = len(a)
+    if not n:
+        return 0.0
+    k = n // 2
+    part = np.partition(a, k)
+    return float(part[k]) if n % 2 else float((part[:k].max() + part[k]) / 2)
 
 
 def _distinct(a: np.ndarray) -> np.ndarray:
@@ -132,13 +140,16 @@ class _Grid:
     """Processes x step numbers ``nums`` (sorted, distinct): where each process's steps go is
     found once, then any column is laid out (NaN where a process has no such step)."""
 
-    def __init__(self, procs: list[dict], nums: np.ndarray) -> None:
-        self.procs, self.nums = procs, nums
-        self.at = []
+    def __init__(self, procs: list[dict], nums: np.ndarray, whole: bool = False) -> None:
+        self.procs, self.nums, self.whole = procs, nums, whole  # whole: every step, figured or not
+        self.at: list[tuple[Any, Any]] = []
         for p in procs:
-            pn = _nums(p)
+            pn = _every(p, "number").astype(np.int64) if whole else _nums(p)
             if not len(nums):
                 self.at.append((pn[:0], np.zeros(len(pn), dtype=bool)))
+                continue
+            if len(pn) == len(nums) and np.array_equal(pn, nums):  # (the usual case: every step)
+                self.at.append((slice(None), slice(None)))
                 continue
             j = np.minimum(np.searchsorted(nums, pn), len(nums) - 1)
             ok = nums[j] == pn
@@ -147,8 +158,28 @@ class _Grid:
     def __call__(self, col: str) -> np.ndarray:
         m = np.full((len(self.procs), len(self.nums)), np.nan)
         for i, (p, (j, ok)) in enumerate(zip(self.procs, self.at)):
-            m[i, j] = _arr(p, col)[ok]
+            m[i, j] = (_every(p, col) if self.whole else _arr(p, col))[ok]
         return m
+
+
+def _every(p: dict, k: str) -> np.ndarray:
+    """``number``, ``start_ns``, ``end_ns`` or ``wall_ns`` of every step of the process, figured
+    or not (``analysis.steps.Steps.every``)."""
+    if "every_number" not in p:
+        return _arr(p, k)
+    if k == "wall_ns":
+        return _cached(p, ("every", k), lambda: _every(p, "end_ns") - _every(p, "start_ns"))
+    return _cached(p, ("every", k), lambda: np.asarray(p["every_" + k], dtype=np.float64))
+
+
+def _every_steady(p: dict) -> np.ndarray:
+    def make() -> np.ndarray:
+        n = _every(p, "number")
+        keep = np.ones(len(n), dtype=bool)
+        if len(n) >= 3:
+            keep[int(np.argmin(n))] = False
+        return keep
+    return _cached(p, "every_steady", make)
 
 
 def _common(sets: list[np.ndarray]) -> np.ndarray:
@@ -205,18 +236,21 @@ def analyse(per_process: list[dict], peak: float | None = None, peak_note: str =
     return out
 
 
-def _listed(nums: np.ndarray, wall: np.ndarray, outlier: np.ndarray, cap: int) -> np.ndarray:
+def _listed(nums: np.ndarray, wall: np.ndarray, outlier: np.ndarray, cap: int, has: np.ndarray) -> np.ndarray:
     """Which steps the document lists (indexes into ``nums``, in step order): all of them up to
     ``cap``; beyond, the first and last, the outliers and the slowest (half the rows), and the
-    rest evenly spaced over the run (docs/summary.md, "Bounded lists")."""
+    rest evenly spaced over the run (docs/summary.md, "Bounded lists"); only steps figured on a
+    rank (``has``)."""
     n = len(nums)
-    if n <= cap:
-        return np.arange(n)
+    if int(has.sum()) <= cap:
+        return np.flatnonzero(has)
     pick = np.zeros(n, dtype=bool)
-    pick[[0, n - 1]] = True
-    slow = np.lexsort((-np.arange(n), wall, outlier))[::-1]  # outliers first, then by wall time
+    ends = np.flatnonzero(has)[[0, -1]]
+    pick[ends] = True
+    slow = np.lexsort((-np.arange(n), wall, outlier, has))[::-1]  # outliers first, then by wall time
     pick[slow[:cap // 2]] = True
-    rest = np.flatnonzero(~pick)
+    pick &= has
+    rest = np.flatnonzero(~pick & has)
     room = cap - int(pick.sum())
     if room > 0 and len(rest):
         pick[rest[np.linspace(0, len(rest) - 1, min(room, len(rest))).astype(np.int64)]] = True
@@ -225,33 +259,38 @@ def _listed(nums: np.ndarray, wall: np.ndarray, outlier: np.ndarray, cap: int) -
 
 def _steps(procs: list[dict], every: list[dict]) -> dict[str, Any]:
     methods = sorted({p["method"] for p in procs})
-    nums = _distinct(np.concatenate([_nums(p) for p in procs])) if procs else np.zeros(0, dtype=np.int64)
+    empty = np.zeros(0, dtype=np.int64)
+    nums = _distinct(np.concatenate([_every(p, "number") for p in procs])) if procs else empty
+    figured = _distinct(np.concatenate([_nums(p) for p in procs])) if procs else empty
     cols = ("wall_ns",) + BREAKDOWN
-    grid = _Grid(procs, nums)
+    grid = _Grid(procs, nums, whole=True)
     walls = grid("wall_ns")
     present = ~np.isnan(walls)
     wall_med = _col_median(walls)
-    steady_nums = _distinct(np.concatenate([_nums(p)[_steady(p)] for p in procs])) if procs else nums
-    steady = np.isin(nums, steady_nums, kind="sort")
+    steady_nums = _distinct(np.concatenate([_every(p, "number")[_every_steady(p)] for p in procs])) if procs else nums
+    steady = np.isin(nums, steady_nums, assume_unique=True, kind="sort")
     w = wall_med[steady]
     var: dict[str, Any] = {"steady_steps": int(len(w)), "outliers": []}
     outlier = np.zeros(len(nums), dtype=bool)
     if len(w):
-        med = float(np.median(w))
-        mad = float(np.median(np.abs(w - med))) * 1.4826
+        med = _med(w)
+        mad = _med(np.abs(w - med)) * 1.4826
         var.update(wall_ns_median=int(med), wall_ns_p90=int(np.percentile(w, 90)), wall_ns_max=int(w.max()),
                    cv=float(w.std() / w.mean()) if w.mean() else 0.0)
         outlier = wall_med > med + max(3 * mad, 0.1 * med)
         var["outliers"] = nums[outlier][:MAX_LISTED_STEPS].tolist()
         var["outlier_count"] = int(outlier.sum())
-    keep = _listed(nums, wall_med, outlier, MAX_LISTED_STEPS)
+    has = np.isin(nums, figured, assume_unique=True, kind="sort")  # (only figured steps have a breakdown)
+    keep = _listed(nums, wall_med, outlier, MAX_LISTED_STEPS, has)
     rows = []
     if len(keep):
         few = _Grid(procs, nums[keep])
-        sub = {c: _col_median(few(c)) for c in cols}
+        sub = {c: _col_median(few(c)) for c in BREAKDOWN}
+        sub["wall_ns"] = wall_med[keep]
         ws = walls[:, keep]
-        starts = np.nanmin(few("start_ns"), axis=0)
-        ends = np.nanmax(few("end_ns"), axis=0)
+        spans = _Grid(procs, nums[keep], whole=True)
+        starts = np.nanmin(spans("start_ns"), axis=0)
+        ends = np.nanmax(spans("end_ns"), axis=0)
         slow = np.argmax(np.where(np.isnan(ws), -np.inf, ws), axis=0)
         ranks = np.asarray([int(p["rank"]) for p in procs])
         nrank = present[:, keep].sum(axis=0)
@@ -268,16 +307,20 @@ def _steps(procs: list[dict], every: list[dict]) -> dict[str, Any]:
     bd: dict[str, Any] = {}
     if procs:
         for c in cols:
-            bd[c] = int(np.median([_smed(p, c) for p in procs]))
+            bd[c] = int(_med([_smed(p, c) for p in procs]))
         tot = sum(bd[c] for c in BREAKDOWN) or 1
         bd["shares"] = {c: bd[c] / tot for c in BREAKDOWN}
     out: dict[str, Any] = {"count": int(len(nums)), "method": methods[0] if len(methods) == 1 else ",".join(methods),
                            "per_process": _per_process_json(every, nums[keep], len(procs)),
                            "per_step": rows, "variation": var, "breakdown": bd}
+    if len(figured) < len(nums):
+        out["figured"] = {"steps": int(len(figured)), "per_process_at_most": FIGURE_AT_MOST,
+                          "rule": "with more steps than that, a process figures its first, its slowest and the "
+                                  "same even sample of step numbers as the other ranks (docs/summary.md)"}
     if len(keep) < len(nums):
         rest = np.ones(len(nums), dtype=bool)
         rest[keep] = False
-        out["omitted"] = {"steps": int(rest.sum()), "wall_ns_median": int(np.median(wall_med[rest])),
+        out["omitted"] = {"steps": int(rest.sum()), "wall_ns_median": int(_med(wall_med[rest])),
                           "wall_ns_total": int(wall_med[rest].sum()),
                           "rule": f"per_step lists {len(keep)} of {len(nums)} steps: the first and last, outliers "
                                   "and slowest, and an even sample (docs/summary.md)"}
@@ -292,18 +335,21 @@ def _per_process_json(every: list[dict], listed: np.ndarray, nprocs: int) -> lis
     for p in every:
         num = _nums(p)
         n = len(num)
-        idx = np.flatnonzero(np.isin(num, listed, kind="sort"))
+        idx = np.flatnonzero(np.isin(num, listed, assume_unique=True, kind="sort"))
         if len(idx) > cap:  # the slowest of the listed steps, in step order
             w = _arr(p, "wall_ns")[idx]
             idx = np.sort(idx[np.argsort(-w, kind="stable")[:cap]])
         d: dict[str, Any] = {}
         for k, v in p.items():
+            if k.startswith("every_"):
+                continue
             if isinstance(v, np.ndarray) or (isinstance(v, list) and len(v) == n and k not in ("instance_id",)):
                 d[k] = np.asarray(v)[idx].tolist()
             else:
                 d[k] = v
-        if len(idx) < n:
-            d["steps_total"] = n
+        total = len(p["every_number"]) if "every_number" in p else n
+        if len(idx) < total:
+            d["steps_total"] = total
         out.append(d)
     return out
 
@@ -319,7 +365,7 @@ def _utilisation(procs: list[dict], every: list[dict], peak: float | None, note:
         k = _steady(p)
         fl, wall = _arr(p, "flops")[k], _arr(p, "wall_ns")[k]
         if fl.sum() > 0 and wall.sum() > 0:
-            per_rank.append((float(np.median(fl)), float(fl.sum() / (wall.sum() / 1e9))))
+            per_rank.append((_med(fl), float(fl.sum() / (wall.sum() / 1e9))))
     if not per_rank:
         u["reason"] = "no execution recorded a flop count (ModelInfo.flops is 0 for every graph)"
         return u
@@ -371,7 +417,7 @@ def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: st
             vals.append(float(v.mean()) if stat == "mean" and len(v) else _smed(p, col))
             hits += int((v > max(minimum, NOISE_MIN_NS)).sum())
             total += len(v)
-        impact = float(np.median(vals))
+        impact = _med(vals)
         if impact <= minimum:
             return None
         worst = procs[int(np.argmax(vals))]
@@ -426,36 +472,36 @@ def _find_straggler(procs: list[dict]) -> dict | None:
     slowest = np.argmax(own, axis=0)
     s = int(np.bincount(slowest, minlength=len(ranked)).argmax())
     others = np.delete(own, s, axis=0)
-    excess = own[s] - np.median(others, axis=0)
+    excess = own[s] - _col_median(others)
     waits = grid("wall_ns") - own
     # what the others wait is the time saved: never more than their collective and wait time
-    saved = np.minimum(np.maximum(excess, 0), np.median(np.delete(waits, s, axis=0), axis=0))
-    impact = float(np.median(saved))
+    saved = np.minimum(np.maximum(excess, 0), _col_median(np.delete(waits, s, axis=0)))
+    impact = _med(saved)
     if impact <= 0:
         return None
     p = ranked[s]
     diffs = {}
     for c in _CAUSES:
         g = grid(c)
-        diffs[c] = float(np.median(g[s] - np.median(np.delete(g, s, axis=0), axis=0)))
+        diffs[c] = _med(g[s] - _col_median(np.delete(g, s, axis=0)))
     cause = max(diffs, key=lambda c: diffs[c])
     rank = int(p["rank"])
     title = f"rank {rank} is a straggler: {_CAUSES[cause]}"
     rec = _ADVICE[cause].format(r=rank)
-    figs: dict[str, Any] = {"own_ns_straggler": int(np.median(own[s])), "own_ns_others": int(np.median(others)),
+    figs: dict[str, Any] = {"own_ns_straggler": int(_med(own[s])), "own_ns_others": int(_med(others)),
                             "cause": cause, "cause_excess_ns": {c: int(v) for c, v in diffs.items()}}
     cpu_mine = _pct(p, "cpu_process_pct")
     cpu_theirs = [_med(_pct(q, "cpu_process_pct")) for i, q in enumerate(ranked) if i != s]
     if len(cpu_mine) and cause in ("compute_own_ns", "idle_ns", "host_ns") and cpu_theirs:
         figs["cpu_process_pct"] = _med(cpu_mine)
-        figs["cpu_process_pct_others"] = float(np.median(cpu_theirs))
+        figs["cpu_process_pct_others"] = _med(cpu_theirs)
         host = _med(_pct(p, "cpu_host_pct"))
         hosts = [_med(_pct(q, "cpu_host_pct")) for i, q in enumerate(ranked)
                  if i != s and q["instance_id"] != p["instance_id"]]
         figs["cpu_host_pct"] = host
         # more than one busy thread (the step's own is one), or its host busy while the others' are not
         if figs["cpu_process_pct"] >= max(figs["cpu_process_pct_others"], 100.0) + 20 or \
-                (hosts and host >= 95 and float(np.median(hosts)) < 80):
+                (hosts and host >= 95 and _med(hosts) < 80):
             title = f"rank {rank} is a straggler: its host CPU is saturated"
             rec = (f"rank {rank}'s process uses {figs['cpu_process_pct']:.0f}% CPU against "
                    f"{figs['cpu_process_pct_others']:.0f}% on the others: find the extra threads (another "
@@ -481,7 +527,7 @@ def _host_bound(procs: list[dict], memo: dict) -> dict | None:
         hits += int(bound.sum())
         total += len(gap)
         vals.append(_med(np.where(bound, gap - comp, 0.0)))
-    impact = float(np.median(vals))
+    impact = _med(vals)
     if impact <= 0 or hits < total / 2:
         return None
     worst = procs[int(np.argmax(vals))]
@@ -506,7 +552,7 @@ def _small_collectives(procs: list[dict], memo: dict) -> dict | None:
         vals.append(_med(np.where(many, coll * (small - 1) / np.maximum(n, 1), 0.0)))
     if not vals or hits < max(total / 2, 1):
         return None
-    impact = float(np.median(vals))
+    impact = _med(vals)
     worst = procs[int(np.argmax(vals))]
     j = int(np.flatnonzero(_steady(worst))[0])
     return _insight("small_collectives",

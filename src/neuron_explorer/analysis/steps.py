@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "STEP_MARK", "Steps", "find_steps", "session_steps"]
+__all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
+           "find_steps", "session_steps"]
 
 STEP_MARK = "neuron_explorer.step#"
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
@@ -60,7 +61,8 @@ BREAKDOWN = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns"
              "idle_ns")
 COUNTS = ("executions", "collectives", "collective_bytes", "small_collectives", "compiles", "sync_waits",
           "numerical_errors", "graphs")
-SMALL_COLLECTIVE_BYTES = 1 << 20  # an all-reduce below 1 MiB pays its fixed cost for little data
+SMALL_COLLECTIVE_BYTES = 1 << 20
+FIGURE_AT_MOST = 2000  # steps figured per process by ``view`` (docs/summary.md, "Bounded work")  # an all-reduce below 1 MiB pays its fixed cost for little data
 
 # category bits of an elementary segment
 _C, _X, _W, _K, _D, _H = 1, 2, 4, 8, 16, 32
@@ -78,24 +80,33 @@ class Steps:
     start_ns: np.ndarray
     end_ns: np.ndarray
     columns: dict[str, np.ndarray] = field(default_factory=dict)
+    # when only some steps were figured (``find_steps(figure_at_most=...)``): the number and span
+    # of every step found, the figured ones among them
+    every: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.number)
 
     def shifted(self, offset_ns: int) -> "Steps":
         """The same steps on a clock ``offset_ns`` later (monotonic -> the events' wall clock)."""
+        every = None if self.every is None else (self.every[0], self.every[1] + offset_ns, self.every[2] + offset_ns)
         return Steps(self.method, self.boundary, self.number, self.start_ns + offset_ns, self.end_ns + offset_ns,
-                     self.columns)
+                     self.columns, every)
 
     def to_columns(self) -> dict[str, Any]:
         """Method, boundary and every column (numpy arrays): what a conversion task hands back
-        for ``analysis.insights`` (cheap to pickle, whatever the step count)."""
-        return {"method": self.method, "boundary": self.boundary, "number": self.number,
-                "start_ns": self.start_ns, "end_ns": self.end_ns, **self.columns}
+        for ``analysis.insights`` (cheap to pickle, whatever the step count); with ``every_number``,
+        ``every_start_ns`` and ``every_end_ns`` when only some steps were figured."""
+        out = {"method": self.method, "boundary": self.boundary, "number": self.number,
+               "start_ns": self.start_ns, "end_ns": self.end_ns, **self.columns}
+        if self.every is not None:
+            out.update(every_number=self.every[0], every_start_ns=self.every[1], every_end_ns=self.every[2])
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """Columns as lists: a ``steps.per_process`` object of summary-json (docs/summary.md)."""
-        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.to_columns().items()}
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.to_columns().items()
+                if not k.startswith("every_")}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Steps":
@@ -113,14 +124,16 @@ def _none() -> Steps:
 
 
 def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np.ndarray, label: np.ndarray,
-               nbytes: np.ndarray, names: dict[str, int], strings: list[str], models: list[tuple[int, str, str, float]]
-               ) -> Steps:
+               nbytes: np.ndarray, names: dict[str, int], strings: list[str], models: list[tuple[int, str, str, float]],
+               figure_at_most: int | None = None) -> Steps:
     """Steps of one process from its event columns (any clock; one array per column, all the
     same length: type ids, spans, the ``model_id`` of executions and model loads, the label
     string id of framework regions, the ``bytes`` of collectives; -1 where a type has none).
 
     ``names``: type name -> id for the types used here (absent: none recorded); ``models``:
-    (id, name, kind, flops per execution) of the process's graphs."""
+    (id, name, kind, flops per execution) of the process's graphs.  ``figure_at_most``: with more
+    steps than that (and disjoint ones), only a sample is figured (``figured_sample``; the rest
+    keep their number and span in ``Steps.every``) from the events that overlap it."""
     tid = {k: names.get(k, -1) for k in ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait",
                                         "model_load", "framework_op", "nrt_execute", "numerical_err")}
     is_ex = typ == tid["nc_exec_running"]
@@ -128,7 +141,7 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
     ex_s, ex_e, ex_m = start[is_ex], end[is_ex], model_id[is_ex]
     fw_s, fw_e, fw_l = start[is_fw], end[is_fw], label[is_fw]
     lab_kind = _label_kinds(strings)  # per string id: 0 other, 1 data loader, 2 optimizer region, 3 mark
-    fw_k = lab_kind[np.clip(fw_l, 0, len(lab_kind) - 1)] if len(lab_kind) else np.zeros(len(fw_l), np.int8)
+    fw_k = _kinds_of(lab_kind, fw_l)
     kind_of = {int(m[0]): m[2] for m in models}
     name_of = {int(m[0]): m[1] for m in models}
 
@@ -153,9 +166,53 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
         number, b_start, b_end = number[ok], b_start[ok], b_end[ok]
     if not len(number):
         return _none()
-    return _figures_for(Steps(method, boundary, number, b_start.astype(np.int64), b_end.astype(np.int64)),
+    b_start, b_end = b_start.astype(np.int64, copy=False), b_end.astype(np.int64, copy=False)
+    every = None
+    if figure_at_most is not None and len(number) > figure_at_most and method != "profiler_step":
+        every = (number, b_start, b_end)
+        pick = figured_sample(number, b_end - b_start, figure_at_most)
+        number, b_start, b_end = number[pick], b_start[pick], b_end[pick]
+        keep = _overlapping(start, end, b_start, b_end)  # only the events the figured steps need
+        typ, start, end, model_id, nbytes = typ[keep], start[keep], end[keep], model_id[keep], nbytes[keep]
+        is_ex, is_fw = is_ex[keep], is_fw[keep]
+        ex_s, ex_e, ex_m = start[is_ex], end[is_ex], model_id[is_ex]
+        fw_k = _kinds_of(lab_kind, label[keep][is_fw])
+        fw_s, fw_e = start[is_fw], end[is_fw]
+    return _figures_for(Steps(method, boundary, number, b_start, b_end, every=every),
                         typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
                         kind_of, models)
+
+
+def _kinds_of(lab_kind: np.ndarray, fw_l: np.ndarray) -> np.ndarray:
+    return lab_kind[np.clip(fw_l, 0, len(lab_kind) - 1)] if len(lab_kind) else np.zeros(len(fw_l), np.int8)
+
+
+def figured_sample(number: np.ndarray, wall: np.ndarray, cap: int) -> np.ndarray:
+    """Which of many steps are figured (indexes, in order): the first (warm-up), a quarter of
+    ``cap`` for the process's slowest, and the numbers divisible by a stride that leaves about
+    ``cap`` in all: every rank numbers its steps alike, so the even part is the same steps on
+    every rank, which the cross-rank figures pair (docs/summary.md, "Bounded work")."""
+    n = len(number)
+    pick = np.zeros(n, dtype=bool)
+    pick[int(np.argmin(number))] = True
+    q = min(cap // 4, n)
+    if q:
+        pick[np.argpartition(-wall, q - 1)[:q]] = True
+    stride = max(1, -(-n // max(cap - cap // 4 - 1, 1)))
+    pick |= (number % stride) == 0
+    return np.flatnonzero(pick)
+
+
+def _overlapping(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which events ``[start, end)`` overlap one of the disjoint spans ``[lo, hi)`` (sorted): one
+    that starts inside a span, or reaches the first span after its start (any later span it
+    reaches, it reaches through that one's start)."""
+    if not len(lo):
+        return np.zeros(len(start), dtype=bool)
+    k = np.searchsorted(lo, start, side="right") - 1  # the span at or before the start
+    inside = (k >= 0) & (start < hi[np.maximum(k, 0)])
+    nxt = np.minimum(k + 1, len(lo) - 1)  # reaching a later span means reaching the next one
+    return inside | ((k + 1 < len(lo)) & (end > lo[nxt]))
 
 
 def _label_kinds(strings: list[str]) -> np.ndarray:
@@ -189,8 +246,8 @@ def _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m, kind_of, name
         keep[1:] = nums[1:] != nums[:-1]
         ps, nums = ps[keep], nums[keep]
         return "profiler_step", "ProfilerStep#", nums, fw_s[ps], fw_e[ps]
+    mids, counts = _id_counts(ex_m)
     if len(ex_m):
-        mids, counts = np.unique(ex_m, return_counts=True)
         opt = [(int(c), int(m)) for m, c in zip(mids.tolist(), counts.tolist()) if kind_of.get(m) == "optimizer"]
         if opt and max(opt)[0] >= 1:
             mid = max(opt)[1]
@@ -200,11 +257,11 @@ def _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m, kind_of, name
         return "optimizer", strings[int(fw_l[opt_r[0]])], None, None, fw_e[opt_r]
     if len(ex_m):
         best = None
-        for m in np.unique(ex_m).tolist():
+        _, durs = _id_counts(ex_m, ex_e - ex_s)
+        for m, c, d in zip(mids.tolist(), counts.tolist(), durs.tolist()):
             if kind_of.get(m) == "backward":
                 continue
-            sel = ex_m == m
-            key = (int(sel.sum()), int((ex_e[sel] - ex_s[sel]).sum()), -m)
+            key = (int(c), int(d), -m)
             if best is None or key > best[0]:
                 best = (key, m)
         if best is not None and best[0][0] >= 2:
@@ -230,6 +287,19 @@ class _Locator:
         i = np.searchsorted(self.starts, t, side="right") - 1
         j = self.order[np.maximum(i, 0)]
         return np.where((i >= 0) & (t < self.ends[j]), j, -1)
+
+
+def _id_counts(ids: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ids and how many of each (or the sum of ``weights``): ``bincount`` over the
+    small ids a capture numbers its graphs with, a sort for anything else."""
+    if len(ids) and 0 <= int(ids.min()) and int(ids.max()) < (1 << 16):
+        c = np.bincount(ids, minlength=1)
+        present = np.flatnonzero(c)
+        w = c if weights is None else np.bincount(ids, weights=weights.astype(np.float64), minlength=1)
+        return present, w[present]
+    u, inv = np.unique(ids, return_inverse=True)
+    return u, np.bincount(inv.ravel(), weights=None if weights is None else weights.astype(np.float64),
+                          minlength=len(u))
 
 
 def _step_of(steps: Steps, t: np.ndarray) -> np.ndarray:
@@ -396,7 +466,7 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
     return cols
 
 
-def session_steps(s, chunk: int = 1 << 20) -> Steps:
+def session_steps(s, chunk: int = 1 << 20, figure_at_most: int | None = FIGURE_AT_MOST) -> Steps:
     """``find_steps`` on a loaded ``analysis.reader.Session`` (times on its monotonic clock: add
     ``reader.wall_offset_ns(s)`` and the instance's clock offset for the events' wall clock,
     ``Steps.shifted``).  Only the events of the types used are gathered, a chunk of the type
@@ -428,4 +498,4 @@ def session_steps(s, chunk: int = 1 << 20) -> Steps:
             out[sel] = e[col][idx[sel]]
     models = [(int(m.id), m.name, m.kind, float(m.flops)) for m in s.models]
     return find_steps(typ, e["start_ns"][idx].astype(np.int64, copy=False), e["end_ns"][idx].astype(np.int64, copy=False), model_id,
-                      label, nbytes, names, list(s.strings), models)
+                      label, nbytes, names, list(s.strings), models, figure_at_most)
