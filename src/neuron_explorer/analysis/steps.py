@@ -26,8 +26,10 @@ process's start, ``opt.step()`` calls, agrees with it).  Every rank of a data-pa
 optimizer step per step, so captures that start with the processes are numbered alike on every
 rank.
 
-**Breakdown.**  Per step, the wall time is cut into elementary segments at every start and end of
-the events below (numpy, no per-event Python), and each segment goes to the first of: compute
+**Breakdown.**  Per step, the wall time is split by priority among the events below: with
+``U_k`` the union of the first ``k`` categories, category ``k`` gets ``|U_k| - |U_(k-1)|`` of the
+step (merged sorted intervals and cumulative covered time, numpy, no per-event or per-step
+Python).  In order: compute
 (``nc_exec_running``, core busy), exposed collective (``cc_running``/``cc_exec_barrier`` not
 overlapped by compute), synchronisation wait (``kbl_exec_wait``), compilation (``model_load`` widened over
 the unrecorded gaps on either side: Dynamo traces a frame before it calls the backend we record,
