@@ -159,3 +159,26 @@ def test_overlapping_events_of_disjoint_spans():
         e = s + rng.integers(0, 60, 50)
         want = [any((a < h and b > l) or (a == b and l <= a < h) for l, h in zip(lo, hi)) for a, b in zip(s, e)]
         assert _overlapping(s, e, lo, hi).tolist() == want
+
+
+def test_session_sample_matches_figuring_every_step(tmp_path):
+    """A capture with 5000 steps a process: the session path gathers only the sampled spans'
+    events (one slice each) and figures them exactly as figuring every step does."""
+    import glob
+    import sys
+
+    from neuron_explorer.analysis.reader import load_session
+    from neuron_explorer.analysis.steps import session_steps
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO))
+    from bench.synth_capture import generate
+
+    generate(str(tmp_path), instances=1, processes=1, events=25_000)
+    s = load_session(sorted(glob.glob(str(tmp_path / "*" / "*")))[0])
+    part, full = session_steps(s), session_steps(s, figure_at_most=None)
+    assert part.every is not None and len(full) == 5000 and len(part) < 2100
+    assert part.every[0].tolist() == full.number.tolist()
+    at = np.searchsorted(full.number, part.number)
+    for k, v in part.columns.items():
+        assert v.tolist() == full.columns[k][at].tolist(), k

@@ -125,6 +125,10 @@ def _none() -> Steps:
     return Steps("none", "", e, e, e, _figures(e, e, {}, e, e, e, e, e, {}))
 
 
+_TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
+          "nrt_execute", "numerical_err")
+
+
 def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np.ndarray, label: np.ndarray,
                nbytes: np.ndarray, names: dict[str, int], strings: list[str], models: list[tuple[int, str, str, float]],
                figure_at_most: int | None = None) -> Steps:
@@ -136,25 +140,38 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
     (id, name, kind, flops per execution) of the process's graphs.  ``figure_at_most``: with more
     steps than that (and disjoint ones), only a sample is figured (``figured_sample``; the rest
     keep their number and span in ``Steps.every``) from the events that overlap it."""
-    tid = {k: names.get(k, -1) for k in ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait",
-                                        "model_load", "framework_op", "nrt_execute", "numerical_err")}
+    tid = {k: names.get(k, -1) for k in _TYPES}
     is_ex = typ == tid["nc_exec_running"]
     is_fw = typ == tid["framework_op"]
-    ex_s, ex_e, ex_m = start[is_ex], end[is_ex], model_id[is_ex]
-    fw_s, fw_e, fw_l = start[is_fw], end[is_fw], label[is_fw]
     lab_kind = _label_kinds(strings)  # per string id: 0 other, 1 data loader, 2 optimizer region, 3 mark
+    first = int(start.min()) if len(start) else None
+    st = _numbered(start[is_ex], end[is_ex], model_id[is_ex], start[is_fw], end[is_fw], label[is_fw], lab_kind,
+                   strings, models, first, figure_at_most)
+    if st is None:
+        return _none()
+    if st.every is not None:  # only the events the figured steps need
+        keep = _overlapping(start, end, st.start_ns, st.end_ns)
+        typ, start, end, model_id, label, nbytes = typ[keep], start[keep], end[keep], model_id[keep], label[keep], \
+            nbytes[keep]
+    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models)
+
+
+def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, first: int | None,
+              figure_at_most: int | None) -> Steps | None:
+    """The steps (numbers and spans, no figures yet; the figured sample when there are more than
+    ``figure_at_most``) from the executions and framework regions alone; ``first``: the start of
+    the process's first recorded activity."""
     fw_k = _kinds_of(lab_kind, fw_l)
     kind_of = {int(m[0]): m[2] for m in models}
     name_of = {int(m[0]): m[1] for m in models}
-
     method, boundary, number, b_start, b_end = _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m,
                                                            kind_of, name_of)
     if not len(b_end):
-        return _none()
+        return None
     if method != "profiler_step":
         order = np.argsort(b_end, kind="stable")
         b_end = b_end[order]
-        first = int(start.min()) if len(start) else int(b_end[0])
+        first = int(b_end[0]) if first is None else first
         b_start = np.concatenate(([min(first, int(b_end[0]))], b_end[:-1]))
         base = 0
         marks = np.flatnonzero(fw_k == 3)
@@ -167,22 +184,23 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
     if not ok.all():
         number, b_start, b_end = number[ok], b_start[ok], b_end[ok]
     if not len(number):
-        return _none()
+        return None
     b_start, b_end = b_start.astype(np.int64, copy=False), b_end.astype(np.int64, copy=False)
     every = None
     if figure_at_most is not None and len(number) > figure_at_most and method != "profiler_step":
         every = (number, b_start, b_end)
         pick = figured_sample(number, b_end - b_start, figure_at_most)
         number, b_start, b_end = number[pick], b_start[pick], b_end[pick]
-        keep = _overlapping(start, end, b_start, b_end)  # only the events the figured steps need
-        typ, start, end, model_id, nbytes = typ[keep], start[keep], end[keep], model_id[keep], nbytes[keep]
-        is_ex, is_fw = is_ex[keep], is_fw[keep]
-        ex_s, ex_e, ex_m = start[is_ex], end[is_ex], model_id[is_ex]
-        fw_k = _kinds_of(lab_kind, label[keep][is_fw])
-        fw_s, fw_e = start[is_fw], end[is_fw]
-    return _figures_for(Steps(method, boundary, number, b_start, b_end, every=every),
-                        typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
-                        kind_of, models)
+    return Steps(method, boundary, number, b_start, b_end, every=every)
+
+
+def _figure(st: Steps, typ, start, end, model_id, label, nbytes, tid, lab_kind, models) -> Steps:
+    is_ex = typ == tid["nc_exec_running"]
+    is_fw = typ == tid["framework_op"]
+    fw_k = _kinds_of(lab_kind, label[is_fw])
+    kind_of = {int(m[0]): m[2] for m in models}
+    return _figures_for(st, typ, start, end, model_id, nbytes, tid, is_ex, start[is_fw], end[is_fw], fw_k,
+                        start[is_ex], end[is_ex], model_id[is_ex], kind_of, models)
 
 
 def _kinds_of(lab_kind: np.ndarray, fw_l: np.ndarray) -> np.ndarray:
@@ -471,33 +489,64 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
 def session_steps(s, chunk: int = 1 << 20, figure_at_most: int | None = FIGURE_AT_MOST) -> Steps:
     """``find_steps`` on a loaded ``analysis.reader.Session`` (times on its monotonic clock: add
     ``reader.wall_offset_ns(s)`` and the instance's clock offset for the events' wall clock,
-    ``Steps.shifted``).  Only the events of the types used are gathered, a chunk of the type
-    column at a time."""
+    ``Steps.shifted``).  The steps are found from the executions and framework regions; then
+    only the events of the types used that overlap the figured steps are gathered (a slice per
+    span when the events are in time order, as the capture writes them)."""
     n = s.num_events
     if not n:
         return _none()
-    wanted = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
-              "nrt_execute", "numerical_err")
-    names = {k: i for k in wanted if (i := s.type_id(k)) is not None}
+    names = {k: i for k in _TYPES if (i := s.type_id(k)) is not None}
+    tid = {k: names.get(k, -1) for k in _TYPES}
     nt = len(s.type_names)
     lut = np.zeros(nt + 1, dtype=bool)
     lut[list(names.values())] = True
     e = s.events
-    parts = []
-    for lo in range(0, n, chunk):
-        hi = min(n, lo + chunk)
-        parts.append(np.flatnonzero(lut[np.clip(e["type"][lo:hi], 0, nt)]) + lo)
-    idx = np.concatenate(parts)
-    typ = e["type"][idx].astype(np.int64, copy=False)
+    tcol = e["type"]
+    used = np.concatenate([lut[np.clip(tcol[lo:lo + chunk], 0, nt)] for lo in range(0, n, chunk)])
+    if not used.any():
+        return _none()
+    start, end = e["start_ns"], e["end_ns"]
+    strings = list(s.strings)
+    lab_kind = _label_kinds(strings)
+    models = [(int(m.id), m.name, m.kind, float(m.flops)) for m in s.models]
+
+    def arg(idx: np.ndarray, tname: str, name: str) -> np.ndarray:
+        col = s.arg(tname, name)
+        return e[col][idx].astype(np.int64, copy=False) if col is not None else np.full(len(idx), -1, np.int64)
+
+    i_ex = np.flatnonzero(tcol == tid["nc_exec_running"]) if "nc_exec_running" in names else np.zeros(0, np.int64)
+    i_fw = np.flatnonzero(tcol == tid["framework_op"]) if "framework_op" in names else np.zeros(0, np.int64)
+    first = int(np.min(np.where(used, start, np.iinfo(np.int64).max)))
+    st = _numbered(start[i_ex].astype(np.int64), end[i_ex].astype(np.int64), arg(i_ex, "nc_exec_running", "model_id"),
+                   start[i_fw].astype(np.int64), end[i_fw].astype(np.int64), arg(i_fw, "framework_op", "name_str"),
+                   lab_kind, strings, models, first, figure_at_most)
+    if st is None:
+        return _none()
+    idx = np.flatnonzero(used) if st.every is None else _span_events(start, end, used, st.start_ns, st.end_ns)
+    typ = tcol[idx].astype(np.int64)
     model_id = np.full(len(idx), -1, dtype=np.int64)
     label = np.full(len(idx), -1, dtype=np.int64)
     nbytes = np.full(len(idx), -1, dtype=np.int64)
-    for tname, arg, out in (("nc_exec_running", "model_id", model_id), ("model_load", "model_id", model_id),
-                            ("framework_op", "name_str", label), ("cc_running", "bytes", nbytes)):
-        col, t = s.arg(tname, arg), names.get(tname)
-        if col is not None and t is not None:
-            sel = typ == t
-            out[sel] = e[col][idx[sel]]
-    models = [(int(m.id), m.name, m.kind, float(m.flops)) for m in s.models]
-    return find_steps(typ, e["start_ns"][idx].astype(np.int64, copy=False), e["end_ns"][idx].astype(np.int64, copy=False), model_id,
-                      label, nbytes, names, list(s.strings), models, figure_at_most)
+    for tname, name, out in (("nc_exec_running", "model_id", model_id), ("model_load", "model_id", model_id),
+                             ("framework_op", "name_str", label), ("cc_running", "bytes", nbytes)):
+        if tname in names:
+            sel = np.flatnonzero(typ == tid[tname])
+            out[sel] = arg(idx[sel], tname, name)
+    return _figure(st, typ, start[idx].astype(np.int64, copy=False), end[idx].astype(np.int64, copy=False), model_id,
+                   label, nbytes, tid, lab_kind, models)
+
+
+def _span_events(start: np.ndarray, end: np.ndarray, used: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Indexes of the used events that overlap one of the disjoint sorted spans.  Events in time
+    order (the usual case): only those starting in ``[lo - longest, hi)`` of a span are tested,
+    found by two ``searchsorted`` per span; otherwise every used event is."""
+    n = len(start)
+    if n > 1 and bool((start[1:] >= start[:-1]).all()):
+        longest = int(np.max(np.where(used, end - start, 0)))
+        a = np.searchsorted(start, lo - max(longest, 0), side="left")
+        b = np.searchsorted(start, hi, side="left")
+        inside = np.cumsum(np.bincount(a, minlength=n + 1)[:n] - np.bincount(b, minlength=n + 1)[:n]) > 0
+        cand = np.flatnonzero(inside & used)
+    else:
+        cand = np.flatnonzero(used)
+    return cand[_overlapping(start[cand], end[cand], lo, hi)]
