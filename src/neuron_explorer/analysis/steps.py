@@ -63,8 +63,8 @@ BREAKDOWN = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns"
              "idle_ns")
 COUNTS = ("executions", "collectives", "collective_bytes", "small_collectives", "compiles", "sync_waits",
           "numerical_errors", "graphs")
-SMALL_COLLECTIVE_BYTES = 1 << 20
-FIGURE_AT_MOST = 2000  # steps figured per process by ``view`` (docs/summary.md, "Bounded work")  # an all-reduce below 1 MiB pays its fixed cost for little data
+SMALL_COLLECTIVE_BYTES = 1 << 20  # an all-reduce below 1 MiB pays its fixed cost for little data
+FIGURE_AT_MOST = 2000  # steps figured per process by ``view`` (docs/summary.md, "Bounded work")
 
 # category bits of an elementary segment
 _C, _X, _W, _K, _D, _H = 1, 2, 4, 8, 16, 32
