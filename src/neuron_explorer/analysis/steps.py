@@ -516,13 +516,15 @@ def session_steps(s, chunk: int = 1 << 20, figure_at_most: int | None = FIGURE_A
 
     i_ex = np.flatnonzero(tcol == tid["nc_exec_running"]) if "nc_exec_running" in names else np.zeros(0, np.int64)
     i_fw = np.flatnonzero(tcol == tid["framework_op"]) if "framework_op" in names else np.zeros(0, np.int64)
-    first = int(np.min(np.where(used, start, np.iinfo(np.int64).max)))
+    ordered = n < 2 or bool((start[1:] >= start[:-1]).all())  # (as the capture writes them)
+    first = int(start[int(np.argmax(used))]) if ordered else int(np.min(np.where(used, start, np.iinfo(np.int64).max)))
     st = _numbered(start[i_ex].astype(np.int64), end[i_ex].astype(np.int64), arg(i_ex, "nc_exec_running", "model_id"),
                    start[i_fw].astype(np.int64), end[i_fw].astype(np.int64), arg(i_fw, "framework_op", "name_str"),
                    lab_kind, strings, models, first, figure_at_most)
     if st is None:
         return _none()
-    idx = np.flatnonzero(used) if st.every is None else _span_events(start, end, used, st.start_ns, st.end_ns)
+    idx = np.flatnonzero(used) if st.every is None else _span_events(start, end, used, st.start_ns, st.end_ns,
+                                                                     ordered)
     typ = tcol[idx].astype(np.int64)
     model_id = np.full(len(idx), -1, dtype=np.int64)
     label = np.full(len(idx), -1, dtype=np.int64)
@@ -536,17 +538,20 @@ def session_steps(s, chunk: int = 1 << 20, figure_at_most: int | None = FIGURE_A
                    label, nbytes, tid, lab_kind, models)
 
 
-def _span_events(start: np.ndarray, end: np.ndarray, used: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _span_events(start: np.ndarray, end: np.ndarray, used: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 ordered: bool) -> np.ndarray:
     """Indexes of the used events that overlap one of the disjoint sorted spans.  Events in time
-    order (the usual case): only those starting in ``[lo - longest, hi)`` of a span are tested,
-    found by two ``searchsorted`` per span; otherwise every used event is."""
-    n = len(start)
-    if n > 1 and bool((start[1:] >= start[:-1]).all()):
-        longest = int(np.max(np.where(used, end - start, 0)))
-        a = np.searchsorted(start, lo - max(longest, 0), side="left")
+    order (``ordered``, the usual case): only those starting in ``[lo - longest, hi)`` of a span
+    are tested, a slice per span found by two ``searchsorted``; otherwise every used event is."""
+    if ordered and len(start):
+        longest = max(int((end - start).max()), 0)
+        a = np.searchsorted(start, lo - longest, side="left")
         b = np.searchsorted(start, hi, side="left")
-        inside = np.cumsum(np.bincount(a, minlength=n + 1)[:n] - np.bincount(b, minlength=n + 1)[:n]) > 0
-        cand = np.flatnonzero(inside & used)
+        a = np.maximum(a, np.concatenate(([0], b[:-1])))  # (slices of neighbouring spans may overlap)
+        size = np.maximum(b - a, 0)
+        total = int(size.sum())
+        cand = np.repeat(a - np.concatenate(([0], np.cumsum(size)[:-1])), size) + np.arange(total)
+        cand = cand[used[cand]]
     else:
         cand = np.flatnonzero(used)
     return cand[_overlapping(start[cand], end[cand], lo, hi)]
