@@ -107,7 +107,7 @@ def _smed(p: dict, k: str) -> float:
 
 
 def _nums(p: dict) -> np.ndarray:
-    return np.asarray(p["number"], dtype=np.int64)
+    return _cached(p, "numbers", lambda: np.asarray(p["number"], dtype=np.int64))
 
 
 def _pct(p: dict, k: str) -> np.ndarray:
@@ -131,6 +131,18 @@ def _med(a: Any) -> float:
     return float(part[k]) if n % 2 else float((part[:k].max() + part[k]) / 2)
 
 
+def _all_numbers(arrays: list[np.ndarray]) -> np.ndarray:
+    """The distinct numbers of all ``arrays`` (each sorted and distinct): the first when every
+    rank has the same steps (the usual case, no sort), else by one sort."""
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    first = np.asarray(arrays[0], dtype=np.int64)
+    if all(len(a) == len(first) for a in arrays) and all(np.array_equal(a, first) for a in arrays[1:]) and \
+            (len(first) < 2 or bool((first[1:] > first[:-1]).all())):
+        return first
+    return _distinct(np.concatenate(arrays))
+
+
 def _distinct(a: np.ndarray) -> np.ndarray:
     a = np.sort(np.asarray(a, dtype=np.int64))
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
@@ -144,7 +156,7 @@ class _Grid:
         self.procs, self.nums, self.whole = procs, nums, whole  # whole: every step, figured or not
         self.at: list[tuple[Any, Any]] = []
         for p in procs:
-            pn = _every(p, "number").astype(np.int64) if whole else _nums(p)
+            pn = _every(p, "number") if whole else _nums(p)
             if not len(nums):
                 self.at.append((pn[:0], np.zeros(len(pn), dtype=bool)))
                 continue
@@ -166,7 +178,9 @@ def _every(p: dict, k: str) -> np.ndarray:
     """``number``, ``start_ns``, ``end_ns`` or ``wall_ns`` of every step of the process, figured
     or not (``analysis.steps.Steps.every``)."""
     if "every_number" not in p:
-        return _arr(p, k)
+        return _nums(p) if k == "number" else _arr(p, k)
+    if k == "number":
+        return _cached(p, ("every", k), lambda: np.asarray(p["every_number"], dtype=np.int64))
     if k == "wall_ns":
         return _cached(p, ("every", k), lambda: _every(p, "end_ns") - _every(p, "start_ns"))
     return _cached(p, ("every", k), lambda: np.asarray(p["every_" + k], dtype=np.float64))
@@ -259,15 +273,14 @@ def _listed(nums: np.ndarray, wall: np.ndarray, outlier: np.ndarray, cap: int, h
 
 def _steps(procs: list[dict], every: list[dict]) -> dict[str, Any]:
     methods = sorted({p["method"] for p in procs})
-    empty = np.zeros(0, dtype=np.int64)
-    nums = _distinct(np.concatenate([_every(p, "number") for p in procs])) if procs else empty
-    figured = _distinct(np.concatenate([_nums(p) for p in procs])) if procs else empty
+    nums = _all_numbers([_every(p, "number") for p in procs])
+    figured = _all_numbers([_nums(p) for p in procs])
     cols = ("wall_ns",) + BREAKDOWN
     grid = _Grid(procs, nums, whole=True)
     walls = grid("wall_ns")
     present = ~np.isnan(walls)
     wall_med = _col_median(walls)
-    steady_nums = _distinct(np.concatenate([_every(p, "number")[_every_steady(p)] for p in procs])) if procs else nums
+    steady_nums = _all_numbers([_every(p, "number")[_every_steady(p)] for p in procs]) if procs else nums
     steady = np.isin(nums, steady_nums, assume_unique=True, kind="sort")
     w = wall_med[steady]
     var: dict[str, Any] = {"steady_steps": int(len(w)), "outliers": []}
