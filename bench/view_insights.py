@@ -1,11 +1,12 @@
 """The cost of the summary's step analysis inside ``view`` Parquet (issue 31: at most +20%).
 
 Paired, interleaved runs of ``view --output-format parquet --jobs 1`` over one synthetic capture
-(``bench.synth_capture``): the tree under test against a base tree without the analysis (default
-``/work/main/src``), each a fresh process with OMP_NUM_THREADS=1; the figure is the ratio of the
-medians of whole-process CPU time (user + system of the child).
+(``bench.synth_capture``): the tree under test against a base tree without the analysis
+(``--base``: e.g. ``git archive <the commit before the analysis> src | tar -x -C /tmp/base`` with the
+built C extensions copied beside their sources), each a fresh process with OMP_NUM_THREADS=1; the
+figure is the ratio of the medians of whole-process CPU time (user + system of the child).
 
-    python -m bench.view_insights --events 2000000 --instances 4 --processes 4 --runs 5
+    python -m bench.view_insights --base /tmp/base/src --events 312500 --instances 4 --processes 4 --runs 3
 """
 
 from __future__ import annotations

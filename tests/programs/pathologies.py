@@ -9,6 +9,9 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
 * ``recompile``: ``torch.compile`` on an input whose shape changes every step; the injected cost is
   measured here (a new shape's call minus a known shape's call, median).
 * ``straggler``: rank 1's forward busy-waits ``COST_MS`` (a slower device) under DDP (gloo).
+* ``buckets``: DDP (gloo) with ``bucket_cap_mb`` so small that every gradient is its own
+  all-reduce (``LAYERS`` x 2 per step); the injected cost is measured after the training loop: the
+  same steps with DDP's default buckets, median step time of each, the difference.
 """
 import json
 import sys
@@ -20,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 torch.set_num_threads(1)
 COST_MS = 12.0
+LAYERS = 12
 SLEPT: list = []
 
 
@@ -57,6 +61,8 @@ class Net(nn.Module):
 def train(mode: str, steps: int) -> None:
     dist = None
     rank = 0
+    if mode == "buckets":
+        return buckets(steps)
     if mode == "straggler":
         import torch.distributed as dist
         dist.init_process_group("gloo")
@@ -84,6 +90,38 @@ def train(mode: str, steps: int) -> None:
         dist.barrier()
         del model
         dist.destroy_process_group()
+
+
+def buckets(steps: int) -> None:
+    """Tiny all-reduce buckets for ``steps`` steps, then the default buckets to measure what
+    they cost (with another optimizer class, stepped fewer times: its graph is not the steps'
+    boundary, so the measuring steps are no steps of the summary)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    times = {}
+    for label, cap, n, optim in (("tiny", 1e-6, steps, torch.optim.SGD), ("default", 25, steps - 2, torch.optim.Adam)):
+        net = nn.Sequential(*[nn.Linear(64, 64) for _ in range(LAYERS)])
+        model = DDP(net, bucket_cap_mb=cap)
+        opt = optim(model.parameters(), lr=0.01)
+        x, y = torch.randn(8, 64), torch.randn(8, 64)
+        took = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            took.append(time.perf_counter_ns() - t0)
+        took = sorted(took[1:])
+        times[label] = took[len(took) // 2]
+        del model
+    if dist.get_rank() == 0:
+        print(f"INJECTED_NS {times['tiny'] - times['default']}")
+        print(f"STEP_NS {json.dumps(times)}")
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def recompile(net, opt, steps: int) -> None:

@@ -18,12 +18,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from neuron_explorer.analysis.steps import BREAKDOWN
+from neuron_explorer.analysis.steps import BREAKDOWN, FIGURE_AT_MOST
 
 __all__ = ["NOISE_MIN_NS", "NOISE_SHARE", "PEAKS", "analyse", "measure_peak_flops", "peak_for"]
 
 NOISE_SHARE = 0.05
 NOISE_MIN_NS = 200_000
+# the document's lists stay bounded whatever the step count (docs/summary.md, "Bounded lists")
+MAX_LISTED_STEPS = 1000
+MAX_PROCESS_VALUES = 500_000
+MIN_PROCESS_STEPS = 20
 
 # dense peak FLOP/s per device by dtype (vendors' data sheets; no sparsity); MFU uses bf16/fp16
 # where the device has it, the conventional denominator, and says which entry it used
@@ -66,16 +70,44 @@ def measure_peak_flops(seconds: float = 0.5, n: int = 512) -> float:
     return best
 
 
+class _Proc(dict):
+    """One process's steps with its columns as float arrays, its steady-step mask and the
+    medians of the steady steps computed once (the rules ask for the same ones)."""
+
+    def __init__(self, p: dict) -> None:
+        super().__init__(p)
+        self.cache: dict[Any, Any] = {}
+
+
+def _cached(p: dict, key: Any, make: Callable[[], Any]) -> Any:
+    if not isinstance(p, _Proc):
+        return make()
+    if key not in p.cache:
+        p.cache[key] = make()
+    return p.cache[key]
+
+
 def _steady(p: dict) -> np.ndarray:
-    n = len(p["number"])
-    keep = np.ones(n, dtype=bool)
-    if n >= 3:
-        keep[int(np.argmin(p["number"]))] = False
-    return keep
+    def make() -> np.ndarray:
+        n = len(p["number"])
+        keep = np.ones(n, dtype=bool)
+        if n >= 3:
+            keep[int(np.argmin(p["number"]))] = False
+        return keep
+    return _cached(p, "steady", make)
 
 
 def _arr(p: dict, k: str) -> np.ndarray:
-    return np.asarray(p.get(k, []), dtype=np.float64)
+    return _cached(p, k, lambda: np.asarray(p.get(k, []), dtype=np.float64))
+
+
+def _smed(p: dict, k: str) -> float:
+    """The median of column ``k`` over the steady steps."""
+    return _cached(p, ("median", k), lambda: _med(_arr(p, k)[_steady(p)]))
+
+
+def _nums(p: dict) -> np.ndarray:
+    return _cached(p, "numbers", lambda: np.asarray(p["number"], dtype=np.int64))
 
 
 def _pct(p: dict, k: str) -> np.ndarray:
@@ -87,20 +119,118 @@ def _pct(p: dict, k: str) -> np.ndarray:
     return v[v >= 0]
 
 
-def _med(a: np.ndarray) -> float:
-    return float(np.median(a)) if len(a) else 0.0
+def _med(a: Any) -> float:
+    """The median (0 for none): one ``partition`` (``np.median`` partitions at two or three
+    places and costs several times more over a long run's steps)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    n = len(a)
+    if not n:
+        return 0.0
+    k = n // 2
+    part = np.partition(a, k)
+    return float(part[k]) if n % 2 else float((part[:k].max() + part[k]) / 2)
+
+
+def _all_numbers(arrays: list[np.ndarray]) -> np.ndarray:
+    """The distinct numbers of all ``arrays`` (each sorted and distinct): the first when every
+    rank has the same steps (the usual case, no sort), else by one sort."""
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    first = np.asarray(arrays[0], dtype=np.int64)
+    if all(len(a) == len(first) for a in arrays) and all(np.array_equal(a, first) for a in arrays[1:]) and \
+            (len(first) < 2 or bool((first[1:] > first[:-1]).all())):
+        return first
+    return _distinct(np.concatenate(arrays))
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    a = np.sort(np.asarray(a, dtype=np.int64))
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
+
+
+class _Grid:
+    """Processes x step numbers ``nums`` (sorted, distinct): where each process's steps go is
+    found once, then any column is laid out (NaN where a process has no such step)."""
+
+    def __init__(self, procs: list[dict], nums: np.ndarray, whole: bool = False) -> None:
+        self.procs, self.nums, self.whole = procs, nums, whole  # whole: every step, figured or not
+        self.at: list[tuple[Any, Any]] = []
+        for p in procs:
+            pn = _every(p, "number") if whole else _nums(p)
+            if not len(nums):
+                self.at.append((pn[:0], np.zeros(len(pn), dtype=bool)))
+                continue
+            if len(pn) == len(nums) and np.array_equal(pn, nums):  # (the usual case: every step)
+                self.at.append((slice(None), slice(None)))
+                continue
+            j = np.minimum(np.searchsorted(nums, pn), len(nums) - 1)
+            ok = nums[j] == pn
+            self.at.append((j[ok], ok))
+
+    def __call__(self, col: str) -> np.ndarray:
+        m = np.full((len(self.procs), len(self.nums)), np.nan)
+        for i, (p, (j, ok)) in enumerate(zip(self.procs, self.at)):
+            m[i, j] = (_every(p, col) if self.whole else _arr(p, col))[ok]
+        return m
+
+
+def _every(p: dict, k: str) -> np.ndarray:
+    """``number``, ``start_ns``, ``end_ns`` or ``wall_ns`` of every step of the process, figured
+    or not (``analysis.steps.Steps.every``)."""
+    if "every_number" not in p:
+        return _nums(p) if k == "number" else _arr(p, k)
+    if k == "number":
+        return _cached(p, ("every", k), lambda: np.asarray(p["every_number"], dtype=np.int64))
+    if k == "wall_ns":
+        return _cached(p, ("every", k), lambda: _every(p, "end_ns") - _every(p, "start_ns"))
+    return _cached(p, ("every", k), lambda: np.asarray(p["every_" + k], dtype=np.float64))
+
+
+def _every_steady(p: dict) -> np.ndarray:
+    def make() -> np.ndarray:
+        n = _every(p, "number")
+        keep = np.ones(len(n), dtype=bool)
+        if len(n) >= 3:
+            keep[int(np.argmin(n))] = False
+        return keep
+    return _cached(p, "every_steady", make)
+
+
+def _common(sets: list[np.ndarray]) -> np.ndarray:
+    """The numbers present in every one of ``sets`` (each distinct), by one sort."""
+    if not sets:
+        return np.zeros(0, dtype=np.int64)
+    a = np.sort(np.concatenate(sets))
+    if not len(a):
+        return a
+    head = np.flatnonzero(np.concatenate(([True], a[1:] != a[:-1])))
+    runs = np.diff(np.append(head, len(a)))
+    return a[head[runs == len(sets)]]
+
+
+def _col_median(m: np.ndarray) -> np.ndarray:
+    """The median of each column ignoring NaN (a sort per column; NaN sorts last)."""
+    if not m.size:
+        return np.zeros(m.shape[1])
+    srt = np.sort(m, axis=0)
+    cnt = np.sum(~np.isnan(m), axis=0)
+    cols = np.arange(m.shape[1])
+    lo, hi = srt[np.maximum(cnt - 1, 0) // 2, cols], srt[cnt // 2 - (cnt == 0), cols]
+    return np.where(cnt > 0, (lo + hi) / 2, 0.0)
 
 
 def analyse(per_process: list[dict], peak: float | None = None, peak_note: str = "",
             dtype: str = "bf16") -> dict[str, Any]:
-    """The summary-json keys of docs/summary.md from the per-process steps."""
-    procs = sorted([p for p in per_process if len(p.get("number", []))],
-                   key=lambda p: (p["rank"], p["instance_id"], p["pid"]))
+    """The summary-json keys of docs/summary.md from the per-process steps (columns as numpy
+    arrays or lists): numpy over processes x steps matrices, Python only per listed row."""
+    procs: list[dict] = sorted([_Proc(p) for p in per_process if len(p.get("number", []))],
+                               key=lambda p: (p["rank"], p["instance_id"], p["pid"]))
     out: dict[str, Any] = {"steps": _steps(procs, per_process), "noise_threshold": {"share": NOISE_SHARE,
                                                                                     "min_ns": NOISE_MIN_NS}}
     out["utilisation"] = _utilisation(procs, per_process, peak, peak_note, dtype)
     wall = out["steps"]["variation"].get("wall_ns_median") or 0
-    found = [i for i in (rule(procs) for rule in RULES) if i is not None]
+    memo: dict[str, Any] = {}
+    found = [i for i in (rule(procs, memo) for rule in RULES) if i is not None]
     for i in found:
         imp = i["impact_ns_per_step"]
         i["impact_share"] = (imp / wall) if imp is not None and wall else None
@@ -120,47 +250,121 @@ def analyse(per_process: list[dict], peak: float | None = None, peak_note: str =
     return out
 
 
+def _listed(nums: np.ndarray, wall: np.ndarray, outlier: np.ndarray, cap: int, has: np.ndarray) -> np.ndarray:
+    """Which steps the document lists (indexes into ``nums``, in step order): all of them up to
+    ``cap``; beyond, the first and last, the outliers and the slowest (half the rows), and the
+    rest evenly spaced over the run (docs/summary.md, "Bounded lists"); only steps figured on a
+    rank (``has``)."""
+    n = len(nums)
+    if int(has.sum()) <= cap:
+        return np.flatnonzero(has)
+    pick = np.zeros(n, dtype=bool)
+    ends = np.flatnonzero(has)[[0, -1]]
+    pick[ends] = True
+    slow = np.lexsort((-np.arange(n), wall, outlier, has))[::-1]  # outliers first, then by wall time
+    pick[slow[:cap // 2]] = True
+    pick &= has
+    rest = np.flatnonzero(~pick & has)
+    room = cap - int(pick.sum())
+    if room > 0 and len(rest):
+        pick[rest[np.linspace(0, len(rest) - 1, min(room, len(rest))).astype(np.int64)]] = True
+    return np.flatnonzero(pick)
+
+
 def _steps(procs: list[dict], every: list[dict]) -> dict[str, Any]:
     methods = sorted({p["method"] for p in procs})
-    nums = sorted({int(n) for p in procs for n in p["number"]})
-    rows = []
+    nums = _all_numbers([_every(p, "number") for p in procs])
+    figured = _all_numbers([_nums(p) for p in procs])
     cols = ("wall_ns",) + BREAKDOWN
-    by_num: dict[int, list[tuple[dict, int]]] = {}
-    for p in procs:
-        for j, n in enumerate(p["number"]):
-            by_num.setdefault(int(n), []).append((p, j))
-    for n in nums:
-        members = by_num[n]
-        row: dict[str, Any] = {"number": n, "ranks": len(members),
-                               "start_ns": min(int(p["start_ns"][j]) for p, j in members),
-                               "end_ns": max(int(p["end_ns"][j]) for p, j in members)}
-        for c in cols:
-            row[c] = int(np.median([p[c][j] for p, j in members]))
-        slow = max(members, key=lambda m: m[0]["wall_ns"][m[1]])
-        row["wall_ns_max"] = int(slow[0]["wall_ns"][slow[1]])
-        row["slowest_rank"] = int(slow[0]["rank"])
-        rows.append(row)
-    steady = set()
-    for p in procs:
-        steady |= {int(n) for n, k in zip(p["number"], _steady(p)) if k}
-    walls = np.asarray([r["wall_ns"] for r in rows if r["number"] in steady], dtype=np.float64)
-    var: dict[str, Any] = {"steady_steps": len(walls), "outliers": []}
-    if len(walls):
-        med = float(np.median(walls))
-        mad = float(np.median(np.abs(walls - med))) * 1.4826
-        var.update(wall_ns_median=int(med), wall_ns_p90=int(np.percentile(walls, 90)), wall_ns_max=int(walls.max()),
-                   cv=float(walls.std() / walls.mean()) if walls.mean() else 0.0)
-        for r in rows:
-            r["outlier"] = bool(r["wall_ns"] > med + max(3 * mad, 0.1 * med))
-        var["outliers"] = [r["number"] for r in rows if r["outlier"]]
+    grid = _Grid(procs, nums, whole=True)
+    walls = grid("wall_ns")
+    present = ~np.isnan(walls)
+    wall_med = _col_median(walls)
+    steady_nums = _all_numbers([_every(p, "number")[_every_steady(p)] for p in procs]) if procs else nums
+    steady = np.isin(nums, steady_nums, assume_unique=True, kind="sort")
+    w = wall_med[steady]
+    var: dict[str, Any] = {"steady_steps": int(len(w)), "outliers": []}
+    outlier = np.zeros(len(nums), dtype=bool)
+    if len(w):
+        med = _med(w)
+        mad = _med(np.abs(w - med)) * 1.4826
+        var.update(wall_ns_median=int(med), wall_ns_p90=int(np.percentile(w, 90)), wall_ns_max=int(w.max()),
+                   cv=float(w.std() / w.mean()) if w.mean() else 0.0)
+        outlier = wall_med > med + max(3 * mad, 0.1 * med)
+        var["outliers"] = nums[outlier][:MAX_LISTED_STEPS].tolist()
+        var["outlier_count"] = int(outlier.sum())
+    has = np.isin(nums, figured, assume_unique=True, kind="sort")  # (only figured steps have a breakdown)
+    keep = _listed(nums, wall_med, outlier, MAX_LISTED_STEPS, has)
+    rows = []
+    if len(keep):
+        few = _Grid(procs, nums[keep])
+        sub = {c: _col_median(few(c)) for c in BREAKDOWN}
+        sub["wall_ns"] = wall_med[keep]
+        ws = walls[:, keep]
+        spans = _Grid(procs, nums[keep], whole=True)
+        starts = np.nanmin(spans("start_ns"), axis=0)
+        ends = np.nanmax(spans("end_ns"), axis=0)
+        slow = np.argmax(np.where(np.isnan(ws), -np.inf, ws), axis=0)
+        ranks = np.asarray([int(p["rank"]) for p in procs])
+        nrank = present[:, keep].sum(axis=0)
+        for r, k in enumerate(keep.tolist()):
+            row: dict[str, Any] = {"number": int(nums[k]), "ranks": int(nrank[r]), "start_ns": int(starts[r]),
+                                   "end_ns": int(ends[r])}
+            for c in cols:
+                row[c] = int(sub[c][r])
+            row["wall_ns_max"] = int(ws[slow[r], r])
+            row["slowest_rank"] = int(ranks[slow[r]])
+            if len(w):
+                row["outlier"] = bool(outlier[k])
+            rows.append(row)
     bd: dict[str, Any] = {}
     if procs:
         for c in cols:
-            bd[c] = int(np.median([_med(_arr(p, c)[_steady(p)]) for p in procs]))
+            bd[c] = int(_med([_smed(p, c) for p in procs]))
         tot = sum(bd[c] for c in BREAKDOWN) or 1
         bd["shares"] = {c: bd[c] / tot for c in BREAKDOWN}
-    return {"count": len(nums), "method": methods[0] if len(methods) == 1 else ",".join(methods),
-            "per_process": every, "per_step": rows, "variation": var, "breakdown": bd}
+    out: dict[str, Any] = {"count": int(len(nums)), "method": methods[0] if len(methods) == 1 else ",".join(methods),
+                           "per_process": _per_process_json(every, nums[keep], len(procs)),
+                           "per_step": rows, "variation": var, "breakdown": bd}
+    if len(figured) < len(nums):
+        out["figured"] = {"steps": int(len(figured)), "per_process_at_most": FIGURE_AT_MOST,
+                          "rule": "with more steps than that, a process figures its first, its slowest and the "
+                                  "same even sample of step numbers as the other ranks (docs/summary.md)"}
+    if len(keep) < len(nums):
+        rest = np.ones(len(nums), dtype=bool)
+        rest[keep] = False
+        out["omitted"] = {"steps": int(rest.sum()), "wall_ns_median": int(_med(wall_med[rest])),
+                          "wall_ns_total": int(wall_med[rest].sum()),
+                          "rule": f"per_step lists {len(keep)} of {len(nums)} steps: the first and last, outliers "
+                                  "and slowest, and an even sample (docs/summary.md)"}
+    return out
+
+
+def _per_process_json(every: list[dict], listed: np.ndarray, nprocs: int) -> list[dict]:
+    """The ``per_process`` objects of the document: each process's columns as lists, only for the
+    steps ``per_step`` lists and at most ``MAX_PROCESS_VALUES`` numbers over all processes."""
+    cap = max(MIN_PROCESS_STEPS, MAX_PROCESS_VALUES // max(nprocs, 1) // 32)
+    out = []
+    for p in every:
+        num = _nums(p)
+        n = len(num)
+        idx = np.flatnonzero(np.isin(num, listed, assume_unique=True, kind="sort"))
+        if len(idx) > cap:  # the slowest of the listed steps, in step order
+            w = _arr(p, "wall_ns")[idx]
+            idx = np.sort(idx[np.argsort(-w, kind="stable")[:cap]])
+        d: dict[str, Any] = {}
+        for k, v in p.items():
+            if k.startswith("every_"):
+                continue
+            if isinstance(v, np.ndarray) or (isinstance(v, list) and len(v) == n and k not in ("instance_id",)):
+                d[k] = np.asarray(v)[idx].tolist()
+            else:
+                d[k] = v
+        total = len(p["every_number"]) if "every_number" in p else n
+        if len(idx) < total:
+            d["steps_total"] = total
+        out.append(d)
+    return out
 
 
 def _utilisation(procs: list[dict], every: list[dict], peak: float | None, note: str, dtype: str) -> dict[str, Any]:
@@ -174,7 +378,7 @@ def _utilisation(procs: list[dict], every: list[dict], peak: float | None, note:
         k = _steady(p)
         fl, wall = _arr(p, "flops")[k], _arr(p, "wall_ns")[k]
         if fl.sum() > 0 and wall.sum() > 0:
-            per_rank.append((float(np.median(fl)), float(fl.sum() / (wall.sum() / 1e9))))
+            per_rank.append((_med(fl), float(fl.sum() / (wall.sum() / 1e9))))
     if not per_rank:
         u["reason"] = "no execution recorded a flop count (ModelInfo.flops is 0 for every graph)"
         return u
@@ -214,19 +418,19 @@ def _insight(iid: str, title: str, impact: float | None, conf: dict, rec: str, e
 
 
 def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: str, stat: str = "median",
-                      minimum: float = 0.0) -> Callable[[list[dict]], dict | None]:
+                      minimum: float = 0.0) -> Callable[[list[dict], dict], dict | None]:
     """A job-wide rule on one column: the median over processes of each one's steady median (or
     mean); evidence: the worst step of the worst process."""
-    def rule(procs: list[dict]) -> dict | None:
+    def rule(procs: list[dict], memo: dict) -> dict | None:
         if not procs:
             return None
         vals, hits, total = [], 0, 0
         for p in procs:
             v = _arr(p, col)[_steady(p)]
-            vals.append(float(v.mean()) if stat == "mean" and len(v) else _med(v))
+            vals.append(float(v.mean()) if stat == "mean" and len(v) else _smed(p, col))
             hits += int((v > max(minimum, NOISE_MIN_NS)).sum())
             total += len(v)
-        impact = float(np.median(vals))
+        impact = _med(vals)
         if impact <= minimum:
             return None
         worst = procs[int(np.argmax(vals))]
@@ -237,15 +441,16 @@ def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: st
     return rule
 
 
-def _numerical(procs: list[dict]) -> dict | None:
-    bad = [(p, j) for p in procs for j, v in enumerate(p.get("numerical_errors", [])) if v]
+def _numerical(procs: list[dict], memo: dict) -> dict | None:
+    bad = [(p, np.flatnonzero(_arr(p, "numerical_errors") > 0)) for p in procs]
+    bad = [(p, j) for p, j in bad if len(j)]
     if not bad:
         return None
-    p, j = min(bad, key=lambda m: m[0]["start_ns"][m[1]])
+    p, j = min(((q, int(i[0])) for q, i in bad), key=lambda m: m[0]["start_ns"][m[1]])
     ranks = sorted({int(q["rank"]) for q, _ in bad})
     total = sum(len(q["number"]) for q in procs)
     return _insight("numerical_errors", f"NaN/Inf in graph outputs from step {int(p['number'][j])}", None,
-                    _confidence(len(bad), total, len(ranks), len(procs)),
+                    _confidence(sum(len(i) for _, i in bad), total, len(ranks), len(procs)),
                     "find the first graph with NaN/Inf in this step (neuron-det names it); lower the learning rate, "
                     "add gradient clipping or loss scaling", _evidence(p, j, ranks=ranks))
 
@@ -262,62 +467,67 @@ _ADVICE = {"compute_own_ns": "check what rank {r} computes that the others do no
            "idle_ns": "rank {r}'s host runs unrecorded Python between calls: profile its host code"}
 
 
-def _straggler(procs: list[dict]) -> dict | None:
+def _straggler(procs: list[dict], memo: dict) -> dict | None:
+    if "straggler" not in memo:
+        memo["straggler"] = _find_straggler(procs)
+    return memo["straggler"]
+
+
+def _find_straggler(procs: list[dict]) -> dict | None:
     ranked = [p for p in procs if p["rank"] >= 0]
     if len(ranked) < 2:
         return None
-    nums = sorted(set.intersection(*[{int(n) for n, k in zip(p["number"], _steady(p)) if k} for p in ranked]))
+    nums = _common([_distinct(_nums(p)[_steady(p)]) for p in ranked])
     if len(nums) < 1:
         return None
-    pos = [{int(n): j for j, n in enumerate(p["number"])} for p in ranked]
-    own = np.asarray([[p["own_ns"][pj[n]] for n in nums] for p, pj in zip(ranked, pos)], dtype=np.float64)
+    grid = _Grid(ranked, nums)
+    own = grid("own_ns")
     slowest = np.argmax(own, axis=0)
     s = int(np.bincount(slowest, minlength=len(ranked)).argmax())
     others = np.delete(own, s, axis=0)
-    excess = own[s] - np.median(others, axis=0)
-    waits = np.asarray([[p["wall_ns"][pj[n]] - p["own_ns"][pj[n]] for n in nums] for p, pj in zip(ranked, pos)],
-                       dtype=np.float64)
+    excess = own[s] - _col_median(others)
+    waits = grid("wall_ns") - own
     # what the others wait is the time saved: never more than their collective and wait time
-    saved = np.minimum(np.maximum(excess, 0), np.median(np.delete(waits, s, axis=0), axis=0))
-    impact = float(np.median(saved))
+    saved = np.minimum(np.maximum(excess, 0), _col_median(np.delete(waits, s, axis=0)))
+    impact = _med(saved)
     if impact <= 0:
         return None
-    p, pj = ranked[s], pos[s]
+    p = ranked[s]
     diffs = {}
     for c in _CAUSES:
-        mine = np.asarray([p[c][pj[n]] for n in nums], dtype=np.float64)
-        theirs = np.median(np.asarray([[q[c][qj[n]] for n in nums] for i, (q, qj) in enumerate(zip(ranked, pos))
-                                       if i != s], dtype=np.float64), axis=0)
-        diffs[c] = float(np.median(mine - theirs))
+        g = grid(c)
+        diffs[c] = _med(g[s] - _col_median(np.delete(g, s, axis=0)))
     cause = max(diffs, key=lambda c: diffs[c])
     rank = int(p["rank"])
     title = f"rank {rank} is a straggler: {_CAUSES[cause]}"
     rec = _ADVICE[cause].format(r=rank)
-    figs: dict[str, Any] = {"own_ns_straggler": int(np.median(own[s])), "own_ns_others": int(np.median(others)),
+    figs: dict[str, Any] = {"own_ns_straggler": int(_med(own[s])), "own_ns_others": int(_med(others)),
                             "cause": cause, "cause_excess_ns": {c: int(v) for c, v in diffs.items()}}
     cpu_mine = _pct(p, "cpu_process_pct")
     cpu_theirs = [_med(_pct(q, "cpu_process_pct")) for i, q in enumerate(ranked) if i != s]
     if len(cpu_mine) and cause in ("compute_own_ns", "idle_ns", "host_ns") and cpu_theirs:
         figs["cpu_process_pct"] = _med(cpu_mine)
-        figs["cpu_process_pct_others"] = float(np.median(cpu_theirs))
+        figs["cpu_process_pct_others"] = _med(cpu_theirs)
         host = _med(_pct(p, "cpu_host_pct"))
         hosts = [_med(_pct(q, "cpu_host_pct")) for i, q in enumerate(ranked)
                  if i != s and q["instance_id"] != p["instance_id"]]
         figs["cpu_host_pct"] = host
         # more than one busy thread (the step's own is one), or its host busy while the others' are not
         if figs["cpu_process_pct"] >= max(figs["cpu_process_pct_others"], 100.0) + 20 or \
-                (hosts and host >= 95 and float(np.median(hosts)) < 80):
+                (hosts and host >= 95 and _med(hosts) < 80):
             title = f"rank {rank} is a straggler: its host CPU is saturated"
             rec = (f"rank {rank}'s process uses {figs['cpu_process_pct']:.0f}% CPU against "
                    f"{figs['cpu_process_pct_others']:.0f}% on the others: find the extra threads (another "
                    "workload, a busy background thread, too many intra-op threads for the cores it has)")
     hit = int((slowest == s).sum())
     k = int(np.argsort(saved)[len(saved) // 2])
+    j = int(np.searchsorted(_nums(p), nums[k])) if (np.diff(_nums(p)) > 0).all() else \
+        int(np.flatnonzero(_nums(p) == nums[k])[0])
     return _insight("straggler", title, impact, _confidence(hit, len(nums), len(ranked) - 1, len(ranked) - 1), rec,
-                    _evidence(p, pj[nums[k]], figs))
+                    _evidence(p, j, figs))
 
 
-def _host_bound(procs: list[dict]) -> dict | None:
+def _host_bound(procs: list[dict], memo: dict) -> dict | None:
     if not procs:
         return None
     vals, hits, total = [], 0, 0
@@ -330,7 +540,7 @@ def _host_bound(procs: list[dict]) -> dict | None:
         hits += int(bound.sum())
         total += len(gap)
         vals.append(_med(np.where(bound, gap - comp, 0.0)))
-    impact = float(np.median(vals))
+    impact = _med(vals)
     if impact <= 0 or hits < total / 2:
         return None
     worst = procs[int(np.argmax(vals))]
@@ -341,7 +551,7 @@ def _host_bound(procs: list[dict]) -> dict | None:
                     "executions) and move Python work out of the step", _evidence(worst, j))
 
 
-def _small_collectives(procs: list[dict]) -> dict | None:
+def _small_collectives(procs: list[dict], memo: dict) -> dict | None:
     vals, hits, total = [], 0, 0
     for p in procs:
         k = _steady(p)
@@ -355,7 +565,7 @@ def _small_collectives(procs: list[dict]) -> dict | None:
         vals.append(_med(np.where(many, coll * (small - 1) / np.maximum(n, 1), 0.0)))
     if not vals or hits < max(total / 2, 1):
         return None
-    impact = float(np.median(vals))
+    impact = _med(vals)
     worst = procs[int(np.argmax(vals))]
     j = int(np.flatnonzero(_steady(worst))[0])
     return _insight("small_collectives",
@@ -365,13 +575,13 @@ def _small_collectives(procs: list[dict]) -> dict | None:
                     "all-reduces", _evidence(worst, j))
 
 
-def _exposed(procs: list[dict]) -> dict | None:
+def _exposed(procs: list[dict], memo: dict) -> dict | None:
     rule = _per_process_rule("exposed_collective_ns", "exposed_collectives",
                              lambda v: "collectives not overlapped by compute",
                              "overlap communication with compute (DDP's bucketed all-reduce during backward; "
                              "async collectives with a later wait), or communicate less often")
-    found = rule(procs)
-    st = _straggler(procs)
+    found = rule(procs, memo)
+    st = _straggler(procs, memo)
     if found is None:
         return None
     if st is not None:  # the waits a straggler causes are its finding, not this one
@@ -379,7 +589,7 @@ def _exposed(procs: list[dict]) -> dict | None:
     return found
 
 
-RULES: list[Callable[[list[dict]], dict | None]] = [
+RULES: list[Callable[[list[dict], dict], dict | None]] = [
     _numerical,
     _straggler,
     _per_process_rule("data_loading_ns", "data_loading",
@@ -402,11 +612,11 @@ RULES: list[Callable[[list[dict]], dict | None]] = [
 
 
 def cpu_per_step(ts: np.ndarray, proc_pct: np.ndarray, host_pct: np.ndarray, start: np.ndarray,
-                 end: np.ndarray) -> tuple[list[float], list[float]]:
+                 end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean process and host CPU % of the samples inside each step (-1: none)."""
     n = len(start)
     if not len(ts) or not n:
-        return [-1.0] * n, [-1.0] * n
+        return np.full(n, -1.0), np.full(n, -1.0)
     order = np.argsort(start, kind="stable")
     i = np.searchsorted(start[order], ts, side="right") - 1
     j = order[np.maximum(i, 0)]
@@ -415,6 +625,6 @@ def cpu_per_step(ts: np.ndarray, proc_pct: np.ndarray, host_pct: np.ndarray, sta
     out = []
     for v in (proc_pct, host_pct):
         tot = np.bincount(j[ok], weights=np.asarray(v, dtype=np.float64)[ok], minlength=n)[:n]
-        out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1), -1.0).round(1).tolist())
+        out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1), -1.0).round(1))
     return out[0], out[1]
 

@@ -220,7 +220,7 @@ def process_steps(s: Session, offset_ns: int) -> dict:
     st = steps_mod.session_steps(s).shifted(wall_offset_ns(s) + offset_ns)
     info = s.info
     out = {"instance_id": s.instance_id, "pid": int(s.pid), "rank": int(info.rank) if info is not None else -1,
-           "device_kind": info.device_kind if info is not None else "", **st.to_json()}
+           "device_kind": info.device_kind if info is not None else "", **st.to_columns()}
     cpu = counter_series(s) if len(st) else {}
     if "cpu_util.process" in cpu:
         ts, proc, _ = cpu["cpu_util.process"]
