@@ -9,6 +9,7 @@ the project itself comes only from the wheel: every process checks ``neuron_expl
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -104,6 +105,17 @@ def test_the_manylinux_wheel_installs_and_runs_in_a_fresh_venv(installed, tmp_pa
     assert (work / "ndet.json").exists(), det.stderr
     for cmd in ("neuron-monitor", "neuron-det", "neuron-explorer", "neuron-monitor-prometheus"):
         assert _run([str(bindir / cmd), "--version"], run_env).stdout.startswith(cmd)
+
+    # neuron-monitor from the wheel: its first report names the system's memory
+    (work / "monitor.conf").write_text(json.dumps({"period": "1s", "system_metrics": [{"type": "memory_info"}]}))
+    mon = subprocess.Popen([str(bindir / "neuron-monitor"), "-c", str(work / "monitor.conf")], env=run_env, cwd=work,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = mon.stdout.readline() if mon.stdout else ""
+    finally:
+        mon.terminate()
+        mon.communicate(timeout=60)
+    assert "memory_info" in json.loads(first)["system_data"], first[:2000]
 
     # the UI's start-up: it serves its page
     port = free_port()
