@@ -48,16 +48,46 @@ def op_flops(registry: dict, func, args, kwargs: dict, out) -> float | None:
 
 
 def _counter_mode(torch):
-    """The dispatch mode class (made once per process: importing it costs ~10 ms)."""
+    """The dispatch mode class (made once per process: importing it costs ~10 ms).
+
+    torch wraps a mode's ``__torch_dispatch__`` in ``torch._disable_dynamo``, whose first call
+    imports ``torch._dynamo``: 1.2-2 CPU-s in a program that never compiles (most eager ones),
+    paid in the first step (decision 0115).  Ours opts out of that wrapping
+    (``_should_skip_dynamo``) and takes the same wrapper itself only once Dynamo is loaded: as
+    torch's, from then on, at no import cost; before that, no compiled code can be running."""
     global _MODE
     if _MODE is None:
+        import sys
+
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils.flop_counter import flop_registry
+
+        modules = sys.modules
+
+        @dispatch_handler
+        def count(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            try:
+                out = func(*args, **kwargs)
+            except BaseException as e:  # the op's error as the program sees it (frames.py)
+                hide_redispatch(e)
+                raise
+            v = op_flops(flop_registry, func, args, kwargs, out)
+            if v is not None:
+                self.total += v
+                self.known = True
+            return out
+
+        guarded = torch._disable_dynamo(count, recursive=True)  # (imports Dynamo at its first call)
 
         class _Mode(TorchDispatchMode):
             @classmethod
             def ignore_compile_internals(cls) -> bool:
                 return True  # torch.compile inside compiles as it would without us
+
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False  # no wrapper that imports Dynamo: ours below, once it is loaded
 
             def __init__(self) -> None:
                 super().__init__()
@@ -66,17 +96,9 @@ def _counter_mode(torch):
 
             @dispatch_handler
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                try:
-                    out = func(*args, **kwargs)
-                except BaseException as e:  # the op's error as the program sees it (frames.py)
-                    hide_redispatch(e)
-                    raise
-                v = op_flops(flop_registry, func, args, kwargs, out)
-                if v is not None:
-                    self.total += v
-                    self.known = True
-                return out
+                if modules.get("torch._dynamo") is None:
+                    return count(self, func, types, args, kwargs)
+                return guarded(self, func, types, args, kwargs)
 
         _MODE = _Mode
     return _MODE
