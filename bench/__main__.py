@@ -50,6 +50,7 @@ BENCHES = {
                      ["--events", "1e6,4e6", "--processes", "2,16", "--out", "view_scaling_quick.json"], []),
     "ndet_bench": (["-m", "bench.ndet_bench"], ["--quick"], []),
     "import_order": (["-m", "bench.import_order"], ["--rounds", "3"], []),
+    "whole_run": (["-m", "bench.whole_run"], ["--rounds", "3"], ["--rounds", "5"]),
     "monitor_bench": (["-m", "bench.monitor_bench"], ["--seconds", "10"], []),
     "ui_bench": (["-m", "bench.ui_bench"], ["--events", "4000000"], []),
 }
