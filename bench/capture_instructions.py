@@ -173,6 +173,8 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
             NEURON_RT_INSPECT_OUTPUT_DIR=out_dir,
             NEURON_EXPLORER_SAMPLE_PERIOD_MS="100000000",
             NEURON_EXPLORER_FLUSH_PERIOD_MS="100000000",
+            # the memory hook's gradient snapshot every 16 steps whatever the load (decision 0118)
+            NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS="100000000",
             NEURON_EXPLORER_INSTANCE_ID="bench",
         )
         if config == "system_py":
