@@ -144,15 +144,29 @@ def worker(workload: str, steps: int) -> None:
     interleave.report(r)
 
 
-def _flops(out_dir: str) -> dict[str, float | None]:
-    """Each graph's flops in the capture under ``out_dir``, by graph kind and class."""
-    from neuron_explorer.analysis.reader import discover, load_session
+_READ_FLOPS = """
+import json, sys
+from neuron_explorer.analysis.reader import discover, load_session
+got = {}
+for p in discover(sys.argv[1]):
+    for m in load_session(p).models:
+        got[m.kind + ":" + (m.name if m.kind == "backward" else m.name.rsplit("_", 1)[0])] = m.flops
+print(json.dumps(got))
+"""
 
-    got: dict[str, float | None] = {}
-    for p in discover(out_dir):
-        for m in load_session(p).models:
-            got[f"{m.kind}:{m.name.rsplit('_', 1)[0] if m.kind != 'backward' else m.name}"] = m.flops
-    return got
+
+def _flops(out_dir: str, src: str) -> dict:
+    """Each graph's flops in the capture under ``out_dir``, by graph kind and class, read by the
+    tree that wrote it (``src``: another checkout may write a newer format); {"error": ...} when
+    it cannot be read."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=src)
+    p = subprocess.run([sys.executable, "-c", _READ_FLOPS, out_dir], env=env, capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    return json.loads(p.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,12 +188,17 @@ def main(argv: list[str] | None = None) -> int:
             configs = ["plain", "system", "plain_aa"] + (["system_before"] if a.before else [])
             jobs = {c: _job(wl, c, STEPS[wl], tmp, a.before) for c in configs}
             got = interleave.run_interleaved(jobs, a.rounds, cwd=ROOT, label=wl)
-            flops = {c: _flops(os.path.join(tmp, f"{wl}_{c}_0")) for c in configs if c.startswith("system")}
+            flops = {c: _flops(os.path.join(tmp, f"{wl}_{c}_0"),
+                               a.before if c == "system_before" else os.path.join(ROOT, "src"))
+                     for c in configs if c.startswith("system")}
             result["workloads"][wl] = {"phases": _phases(got["runs"]), "load_average": got["load_average"],
                                        "failures": got["failures"], "flops": flops,
                                        "dynamo_imported": {c: [r and r["dynamo_imported"] for r in rs]
                                                            for c, rs in got["runs"].items()}}
             _print(wl, result["workloads"][wl])
+            os.makedirs(os.path.dirname(a.out), exist_ok=True)
+            with open(a.out, "w") as f:  # (each workload as it is done: a later failure keeps it)
+                json.dump(result, f, indent=1)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
