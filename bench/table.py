@@ -400,7 +400,8 @@ def _other_rows(results: dict) -> list[dict]:
                          f"{tot['median']:.3f}x ({tot['min']:.3f}..{tot['max']:.3f} over {tot['n']} runs; {note}"
                          f"load {load[0]:.1f})" if load else f"{tot['median']:.3f}x",
                          "", "whole run <= 1.02x; first step <= 1.10x",
-                         "python -m bench.whole_run --rounds 5 --before OTHER_CHECKOUT/src", "whole_run.json"))
+                         wr.get("command") or "python -m bench.whole_run --rounds 5 --before OTHER_CHECKOUT/src",
+                         "whole_run.json"))
     io = results.get("import_order.json") or {}
     for c in ("numpy_first", "ne_first", "both_first"):
         d = _get(io, "configs", c)

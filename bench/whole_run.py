@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         worker(a.worker, a.steps)
         return 0
     result: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    "commit": _commit(), "workloads": {}}
+                    "commit": _commit(), "workloads": {},
+                    "command": "python -m bench.whole_run " + " ".join(argv if argv is not None else sys.argv[1:])}
     with tempfile.TemporaryDirectory(prefix="ne-whole-run-") as tmp:
         for wl in a.workloads.split(","):
             configs = ["plain", "system", "plain_aa"] + (["system_before"] if a.before else [])
