@@ -79,10 +79,16 @@ class Jobs:
         return losses, rc[0], rc[1]
 
     def kill(self) -> None:
+        """Release the jobs, then end what is left; torchrun's ranks also exit when it is gone."""
+        self.release.touch()
         for p in (self.ddp, self.jax):
             if p.poll() is None:
-                p.kill()
-                p.wait()
+                p.terminate()
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
 
 def attach(python: str, env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 release, min_steps = sys.argv[1], int(sys.argv[2])
+PARENT = os.getppid()
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 out = open(f"{sys.argv[3]}.{rank}", "w", buffering=1)
@@ -25,6 +26,8 @@ gen = torch.Generator().manual_seed(rank)
 print(f"pid {os.getpid()}", file=out)
 end, i = None, 0
 while end is None or i < end:
+    if os.getppid() != PARENT:
+        sys.exit(3)  # the test (or torchrun) that started this job is gone: never outlive it
     x, y = torch.randn(16, 32, generator=gen), torch.randn(16, 1, generator=gen)
     loss = torch.nn.functional.mse_loss(model(x), y)
     opt.zero_grad()
