@@ -1,5 +1,6 @@
 """A PyTorch training loop that knows nothing of neuron-explorer: steps until the file argv[1]
-exists, then prints (JSON) whether neuron-explorer's runtime runs and its hooks are in."""
+exists (and, with argv[2], for at least that many steps), then prints (JSON) whether
+neuron-explorer's runtime runs and its hooks are in, and its losses."""
 import json
 import os
 import sys
@@ -8,12 +9,13 @@ import time
 import torch
 
 release = sys.argv[1]
+min_steps = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 print(os.getpid(), flush=True)
 losses = []
-while not os.path.exists(release):
+while not os.path.exists(release) or len(losses) < min_steps:
     x = torch.randn(4, 8)
     loss = model(x).pow(2).mean()
     opt.zero_grad()
@@ -24,4 +26,4 @@ while not os.path.exists(release):
 core = sys.modules.get("neuron_explorer.runtime.core")
 print(json.dumps({"runtime": core is not None and core.get_runtime() is not None,
                   "hooked": torch.nn.Module.__call__ is not torch.nn.Module._wrapped_call_impl,
-                  "steps": len(losses)}), flush=True)
+                  "steps": len(losses), "losses": losses}), flush=True)
