@@ -253,7 +253,10 @@ class Window:
         os.makedirs(req.output_dir, exist_ok=True)
         if not os.access(req.output_dir, os.W_OK | os.X_OK):
             raise OSError(f"{req.output_dir} is not writable")
-        rt = self.rt = _start_runtime(cfg, agent.adopt)
+        # the runtime records every type into rings of the default size, whatever this request
+        # filters (its sink does: CaptureSink's mask, CoreStore's limit, the core filter in _keep):
+        # it outlives the request, and the next one may ask for types or events this one did not
+        rt = self.rt = _start_runtime(CaptureConfig.from_env({OUTPUT_DIR: req.output_dir}), agent.adopt)
         if cfg.device_profile and rt.devprof is not None:
             raise RuntimeError("a device profile is already being recorded in this process")
         self.clock = clock
