@@ -287,16 +287,16 @@ class Window:
     def record(self, req: od.Request) -> None:
         self.req, self.recording = req, True
         if self.cfg.device_profile and self.devprof is None:
-            self._start_devprof()
+            self._start_devprof(self.cfg.device_profile)
 
-    def _start_devprof(self) -> None:
+    def _start_devprof(self, mode: str) -> None:
         """Register a device profiler for the window (docs/decisions/0110-on-demand-device-profiles.md):
         from the record phase it profiles every execution, since the window's first step is known
         only once drained; the sink writes only those that start inside the window."""
         from neuron_explorer.integrations.torch.device import DeviceProfiler
         from neuron_explorer.runtime.core import DEVICE_PROFILER
 
-        dp = DeviceProfiler(self.rt, self.cfg.device_profile)
+        dp = DeviceProfiler(self.rt, mode)
         dp.window()
         self.devprof = dp
         self.rt.register(DEVICE_PROFILER, dp)
