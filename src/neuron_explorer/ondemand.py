@@ -297,7 +297,7 @@ class Window:
         from neuron_explorer.runtime.core import DEVICE_PROFILER
 
         dp = DeviceProfiler(self.rt, mode)
-        dp.window()
+        dp.window(self.cfg.nc_enabled)
         self.devprof = dp
         self.rt.register(DEVICE_PROFILER, dp)
 

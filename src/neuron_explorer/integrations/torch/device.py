@@ -136,6 +136,7 @@ class DeviceProfiler:
         self.win_lo: int | None = None
         self.win_hi: int | None = None
         self.in_window: set[tuple[int, int]] = set()  # (nc, model_id) profiled inside the window
+        self.keep_nc: Any = None  # the window's core filter (a callable), or None: every core
         if precache:
             for m in list(rt.models):
                 self.precache(m)
@@ -157,6 +158,8 @@ class DeviceProfiler:
         if not self.active:
             return False
         if self.windowed:
+            if self.keep_nc is not None and not self.keep_nc(nc):
+                return False  # (a core the request's filter leaves out: as the environment's)
             return self.mode == "session" or (nc, model_id) not in self.in_window
         return self.mode == "session" or (nc, model_id) not in self.done
 
@@ -168,9 +171,10 @@ class DeviceProfiler:
             return self.mode == "model" and (nc, model_id) in self.in_window
         return self.mode == "model" and (nc, model_id) in self.done
 
-    def window(self) -> None:
-        """Profile for an on-demand window whose bounds are told later (``set_window``)."""
-        self.windowed = True
+    def window(self, keep_nc=None) -> None:
+        """Profile for an on-demand window whose bounds are told later (``set_window``), on the
+        cores ``keep_nc(nc)`` accepts (None: every one)."""
+        self.windowed, self.keep_nc = True, keep_nc
 
     def set_window(self, lo: int | None, hi: int | None) -> None:
         """The window: executions that start after ``lo`` and no later than ``hi`` (None: open).
