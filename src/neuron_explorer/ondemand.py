@@ -247,10 +247,18 @@ class Window:
         from neuron_explorer.capture.sink import CaptureSink
         from neuron_explorer.runtime import clock
 
+        if cfg.device_profile and "torch" not in sys.modules:
+            raise RuntimeError("device profiles on demand are recorded for PyTorch only; "
+                               "this process has not imported torch (ask without --device-profile)")
         os.makedirs(req.output_dir, exist_ok=True)
         if not os.access(req.output_dir, os.W_OK | os.X_OK):
             raise OSError(f"{req.output_dir} is not writable")
-        rt = self.rt = _start_runtime(cfg, agent.adopt)
+        # the runtime records every type into rings of the default size, whatever this request
+        # filters (its sink does: CaptureSink's mask, CoreStore's limit, the core filter in _keep):
+        # it outlives the request, and the next one may ask for types or events this one did not
+        rt = self.rt = _start_runtime(CaptureConfig.from_env({OUTPUT_DIR: req.output_dir}), agent.adopt)
+        if cfg.device_profile and rt.devprof is not None:
+            raise RuntimeError("a device profile is already being recorded in this process")
         self.clock = clock
         self.anchor = clock.anchor("on-demand")
         _record(True)
@@ -273,10 +281,31 @@ class Window:
         self.armed_at = time.monotonic()
         self.done = False
         self.steps = StepCounter(steps_by_optimizer())
+        self.devprof: Any = None  # the device profiler of the window (--device-profile), from its record phase
 
     # -- the phases -----------------------------------------------------------------------
     def record(self, req: od.Request) -> None:
         self.req, self.recording = req, True
+        if self.cfg.device_profile and self.devprof is None:
+            self._start_devprof(self.cfg.device_profile)
+
+    def _start_devprof(self, mode: str) -> None:
+        """Register a device profiler for the window (docs/decisions/0110-on-demand-device-profiles.md):
+        from the record phase it profiles every execution, since the window's first step is known
+        only once drained; the sink writes only those that start inside the window."""
+        from neuron_explorer.integrations.torch.device import DeviceProfiler
+        from neuron_explorer.runtime.core import DEVICE_PROFILER
+
+        dp = DeviceProfiler(self.rt, mode)
+        dp.window(self.cfg.nc_enabled)
+        self.devprof = dp
+        self.rt.register(DEVICE_PROFILER, dp)
+
+    def _stop_devprof(self) -> None:
+        from neuron_explorer.runtime.core import DEVICE_PROFILER
+
+        if self.devprof is not None and self.rt.devprof is self.devprof:
+            self.rt.unregister(DEVICE_PROFILER)
 
     def answer(self, state: str, **kw) -> None:
         wall = self.anchor[1] - self.anchor[0]
@@ -334,6 +363,8 @@ class Window:
                         break
             elif req.duration_s is not None:
                 self.t_end = self.t_start + int(req.duration_s * 1e9)
+        if self.devprof is not None and self.t_start is not None:
+            self.devprof.set_window(self.t_start, self.t_end)
 
     def _mark_first_step(self, t_start: int) -> None:
         """A framework region ``neuron_explorer.step#<first step>`` at the window's start: the
@@ -374,6 +405,7 @@ class Window:
         self.done = True
         _record(False)
         if self.t_start is None:
+            self._stop_devprof()
             self.answer("error", error=f"the process {reason} before its window began")
             return
         if self.t_end is None:  # the process exits mid-window: what it captured
@@ -386,13 +418,17 @@ class Window:
             end = self.t_end
             self.last_step = max([c for c, t in self.bounds if t <= end] or [self.first_step - 1 - self.req.offset]) \
                 + self.req.offset
+        if self.devprof is not None:
+            self.devprof.set_window(self.t_start, self.t_end)
         try:
-            d = self.sink.write()
+            d = self.sink.write()  # (the device profiles with it: rt.devprof)
         except Exception as e:  # noqa: BLE001 - the job goes on; the requester hears why
             from neuron_explorer.capture.sink import describe_error
 
             self.answer("error", error=f"write failed: {describe_error(e)}")
             return
+        finally:
+            self._stop_devprof()
         self.answer("done", session_dir=d, first_step=self.first_step, last_step=self.last_step,
                     window_wall_ns=self.t_start + self.anchor[1] - self.anchor[0])
 
@@ -400,6 +436,7 @@ class Window:
         if not self.done:
             self.done = True
             _record(False)
+            self._stop_devprof()
             self.sink.sampler.stop()
 
 
