@@ -131,6 +131,21 @@ TABLES_LIMIT_BYTES = 256 << 20
 COLUMN_FIELDS_LIMIT = 64  # fields of the column message: a count and a dozen columns are written
 
 
+def _map_checked(path: str, msg_type) -> tuple[mmap.mmap, os.stat_result]:
+    """The regular file at ``path`` mapped read-only, once its header was checked against
+    ``msg_type`` (``check_header``); an empty or unreadable file is a ``ProfileError``."""
+    fd, st = open_regular(path)
+    try:
+        if st.st_size == 0:
+            raise ProfileError(f"{path}: empty file (0 bytes)")
+        check_header(path, msg_type, _read_head(fd, path))
+        return mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ), st
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
 def parse_columnar(path: str, msg_type: type[M], column_field: int, row_bytes: int = 0) -> tuple[
         M, mmap.mmap, dict[int, tuple[int, int]], int, tuple[int, ...]]:
     """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
@@ -142,17 +157,8 @@ def parse_columnar(path: str, msg_type: type[M], column_field: int, row_bytes: i
     declared count that the column message cannot hold is refused before any column is looked at.
     Returns (message, map, {column field number: (start, end)}, count, the file's identity)."""
     name = msg_type.__name__
-    fd, st = open_regular(path)
+    mm, st = _map_checked(path, msg_type)
     size = st.st_size
-    try:
-        if size == 0:
-            raise ProfileError(f"{path}: empty file (0 bytes)")
-        check_header(path, msg_type, _read_head(fd, path))
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    finally:
-        os.close(fd)
     spans: list[tuple[int, int]] = []  # the tables' fields, as runs of the file
     tables = 0
     cols: dict[int, tuple[int, int]] = {}
@@ -235,17 +241,8 @@ def parse_appended(path: str, msg_type, block_field: int, row_bytes: int) -> App
     killed during an append): it is left out and its size reported in ``torn``, for a warning.
     Anything else that is not well formed raises ``ProfileError``."""
     name = msg_type.__name__
-    fd, st = open_regular(path)
+    mm, st = _map_checked(path, msg_type)
     size = st.st_size
-    try:
-        if size == 0:
-            raise ProfileError(f"{path}: empty file (0 bytes)")
-        check_header(path, msg_type, _read_head(fd, path))
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    finally:
-        os.close(fd)
     out = AppendedFile(path, mm, file_identity(st))
     pos = 0
     while pos < size:
