@@ -249,16 +249,9 @@ class Exchange:
         return None
 
     def cleanup(self) -> None:
+        """Remove this request's files and its answers; another requester's are left alone."""
         for t in self.targets:
-            for path in (od.request_path(self.d, t.pid), od.answer_path(self.d, t.pid)):
-                try:
-                    if path.endswith(od.ANSWER_SUFFIX):
-                        a = od.parse_answer(od.read_private(path))
-                        if a.id != self.rid and a.id != "0" * 8:
-                            continue  # another requester's
-                    os.unlink(path)
-                except (OSError, od.RequestError):
-                    pass
+            od.remove_request_files(self.d, t.pid, self.rid)
 
 
 class Relay:

@@ -45,8 +45,8 @@ __all__ = ["ANSWER_SUFFIX", "Answer", "CAPTURE_VARS", "DIR_ENV", "MAX_FILE_BYTES
     "RELAY_PATHS", "REQUEST_FORMAT", "REQUEST_SUFFIX", "Request", "RequestError", "THREAD_NAME",
     "TOKEN_HEADER", "answer_path", "check_private_dir", "default_dir", "dir_of_environment", "encode",
     "listening_processes", "listens", "loose_id", "owned", "parse_answer", "parse_request",
-    "process_environment", "process_start_time", "read_private", "read_token", "request_path",
-    "write_private"]
+    "process_environment", "process_start_time", "read_private", "read_token", "remove_request_files",
+    "request_path", "write_private"]
 
 #: ``NEURON_EXPLORER_ON_DEMAND=0`` keeps a process from ever taking a request.
 ON_DEMAND = "NEURON_EXPLORER_ON_DEMAND"
@@ -410,3 +410,18 @@ def read_token(path: str) -> str:
     if len(token) < 16:
         raise RequestError(f"{path} holds no token of at least 16 characters")
     return token
+
+
+def remove_request_files(d: Path | str, pid: int, rid: object) -> int:
+    """Remove the request and answer files of ``pid`` in ``d`` that belong to request ``rid`` (or
+    answer an unparsable request, id zeros); another requester's files are left alone.  Returns
+    how many were removed."""
+    removed = 0
+    for path, parse in ((request_path(d, pid), parse_request), (answer_path(d, pid), parse_answer)):
+        try:
+            if parse(read_private(path)).id in (rid, "0" * 8):
+                os.unlink(path)
+                removed += 1
+        except (OSError, RequestError):
+            pass
+    return removed

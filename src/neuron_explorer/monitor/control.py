@@ -144,14 +144,5 @@ class ControlServer:
         return 200, {"answer": od.parse_answer(od.read_private(path)).to_json()}
 
     def call_cleanup(self, obj: dict) -> tuple[int, dict]:
-        pid, rid = self._pid(obj), obj.get("id")
-        removed = 0
-        for path, parse in ((od.request_path(self.dir, pid), od.parse_request),
-                            (od.answer_path(self.dir, pid), od.parse_answer)):
-            try:
-                if parse(od.read_private(path)).id in (rid, "0" * 8):
-                    os.unlink(path)
-                    removed += 1
-            except (OSError, od.RequestError):
-                pass
+        removed = od.remove_request_files(self.dir, self._pid(obj), obj.get("id"))
         return 200, {"removed": removed}
