@@ -1203,6 +1203,25 @@ static const char *const COL_NAMES[NCOLS] = {"order", "start", "end", "type", "t
 enum { T_NAME, T_CAT, T_MODEL, T_STR, T_DEVP, NTABS };
 static const char *const TAB_NAMES[NTABS] = {"names", "cats", "models", "strings", "device_profiles"};
 
+
+/* v in lower-case hex digits (a minus sign first when negative), as Python's hex() writes them
+   after its "0x" (which the caller writes); returns the end of what was written. */
+static inline char *put_signed_hex(char *q, int64_t v) {
+    uint64_t a = (uint64_t)v;
+    if (v < 0) {
+        *q++ = '-';
+        a = (uint64_t)0 - a;
+    }
+    char hx[16];
+    int h = 0;
+    do {
+        hx[h++] = HEX[a & 15];
+        a >>= 4;
+    } while (a);
+    while (h) *q++ = hx[--h];
+    return q;
+}
+
 static PyObject *chrome_events(PyObject *self, PyObject *args) {
     PyObject *cols_o, *tabs_o, *pid_o, *eoff_o, *edata_o, *evalid_o;
     long long origin;
@@ -1387,18 +1406,7 @@ static PyObject *chrome_events(PyObject *self, PyObject *args) {
             int64_t role = cols[C_ROLE].v[i];
             if (role == 1 || role == 2) {
                 PUT_LIT(q, ",\"bind_id\":\"0x");
-                uint64_t a = (uint64_t)flow;
-                if (flow < 0) {
-                    *q++ = '-';
-                    a = (uint64_t)0 - a;
-                }
-                char hx[16];
-                int h = 0;
-                do {
-                    hx[h++] = HEX[a & 15];
-                    a >>= 4;
-                } while (a);
-                while (h) *q++ = hx[--h];
+                q = put_signed_hex(q, flow);
                 if (role == 1)
                     PUT_LIT(q, "\",\"flow_out\":true");
                 else
@@ -1482,18 +1490,7 @@ static PyObject *chrome_flows(PyObject *self, PyObject *args) {
             goto done;
         }
         PUT_LIT(q, ",\"id\":\"0x");
-        uint64_t a = (uint64_t)c[1].v[i];
-        if (c[1].v[i] < 0) {
-            *q++ = '-';
-            a = (uint64_t)0 - a;
-        }
-        char hx[16];
-        int h = 0;
-        do {
-            hx[h++] = HEX[a & 15];
-            a >>= 4;
-        } while (a);
-        while (h) *q++ = hx[--h];
+        q = put_signed_hex(q, c[1].v[i]);
         PUT_LIT(q, "\",\"pid\":");
         q = put_i64(q, c[2].v[i]);
         PUT_LIT(q, ",\"tid\":");
