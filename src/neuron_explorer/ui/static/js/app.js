@@ -715,6 +715,16 @@ function selectCollective(w, c) {
 /** Each device profile's ops as lanes under its core's execution track, on the system axis: the
  *  profile is matched to the track holding its process's and core's nc_exec_running. */
 async function attachDeviceLanes(w, tl, t) {
+  tl.lanesLoading++;
+  try {
+    await lookUpDeviceLanes(w, tl, t);
+  } finally {
+    tl.lanesLoading--;
+    tl.queueDraw();
+  }
+}
+
+async function lookUpDeviceLanes(w, tl, t) {
   const list = (await api.deviceProfiles(w.profile).catch(() => ({ device_profiles: [] }))).device_profiles;
   if (!list.length || !t.leaf_core) return;
   const rowsNow = tl.rows;

@@ -96,6 +96,7 @@ export class Timeline {
     this.insights = []; // [{a, b, n, title}]: the profile's ranked insights, marked on the time axis
     this.devLanes = new Map(); // row idx -> {engines: [name], dps: [{pid, a, b, rows: [engine row of the dp]}]}
     this.devEvents = new Map(); // row idx -> device ops {s, e, c, d, id, name, lane: engine index, dp, drow}
+    this.lanesLoading = 0; // device-lane lookups under way: the layout may still grow (see ``pending``)
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
     this.collapsed = new Set(); // group keys
@@ -430,6 +431,12 @@ export class Timeline {
   }
 
   fetchQueued() { return this._fetchAt > this._fetchStarted; }
+
+  /** True while a window is asked and not yet drawn, or device lanes that change the layout are still
+   *  looked up (tests and the benchmarks wait for it to fall before they read the screen). */
+  get pending() { return this._pending || this.lanesLoading > 0; }
+
+  set pending(v) { this._pending = v; }
 
   refresh() {
     this.pending = true; // a window is to be asked (tests wait for its answer to be drawn)
@@ -1153,7 +1160,8 @@ export class Timeline {
       if (it.lane !== lane) continue;
       const x0 = this.xOf(it.s), x1 = Math.max(this.xOf(it.e), x0 + 1);
       if (x < x0 - 3 || x > x1 + 3) continue;
-      const key = [x >= x0 && x <= x1 ? 0 : 1, x1 - x0];
+      // (half a pixel of slack: an event's x is fractional, the mouse's is not)
+      const key = [x >= x0 - 0.5 && x <= x1 + 0.5 ? 0 : 1, x1 - x0];
       if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) { best = it; bestKey = key; }
     }
     return best ? { item: best, row: e.row } : null;
