@@ -59,3 +59,18 @@ def test_few_steps_are_all_listed():
     st = insights.analyse(procs)["steps"]
     assert len(st["per_step"]) == 50 and "omitted" not in st and "figured" not in st
     assert all(len(p["number"]) == 50 and "steps_total" not in p for p in st["per_process"])
+
+
+def test_the_optimizer_share_fires_at_a_quarter_of_the_step_and_counts_beyond_a_tenth():
+    def doc(opt_ns: int) -> dict:
+        procs = [_proc(r, 40, None) for r in range(2)]
+        for p in procs:
+            p["optimizer_ns"] = np.full(40, opt_ns, dtype=np.int64)
+        return insights.analyse(procs)
+
+    ids = [[i["id"] for i in doc(ns)["insights"]] for ns in (900_000, 1_000_000, 2_000_000)]
+    assert "optimizer_share" not in ids[0] and "optimizer_share" in ids[1] and "optimizer_share" in ids[2]
+    found = next(i for i in doc(2_000_000)["insights"] if i["id"] == "optimizer_share")
+    assert found["impact_ns_per_step"] == 2_000_000 - 400_000  # beyond 10% of the 4 ms step
+    assert found["title"] == "the optimizer step takes 50% of each step"
+    assert found["confidence"]["ranks"] == 2 and found["confidence"]["level"] == "high"

@@ -103,3 +103,32 @@ def test_tiny_allreduce_buckets(tmp):
     assert "bucket_cap_mb" in top["recommendation"] and top["confidence"]["level"] == "high"
     per = doc["steps"]["per_process"]
     assert all(min(p["small_collectives"][1:]) >= 2 * 12 for p in per)  # one all-reduce per gradient
+
+
+def test_unfused_optimizer_dominates_the_step(tmp):
+    doc, expected = _capture(tmp, "optimizer", 16)
+    top = _top(doc)
+    assert top["id"] == "optimizer_share" and expected, [(i["id"], i["impact_ns_per_step"]) for i in doc["insights"]]
+    _within(top["impact_ns_per_step"], expected)
+    assert re.fullmatch(r"the optimizer step takes \d+% of each step", top["title"]), top["title"]
+    assert "fused" in top["recommendation"] and top["confidence"]["level"] == "high"
+    figs = top["evidence"]["figures"]
+    assert 0 < figs["optimizer_ns"] < figs["wall_ns"]
+
+
+def test_python_work_between_the_executions(tmp):
+    doc, injected = _capture(tmp, "hostbound", 16)
+    top = _top(doc)
+    assert top["id"] == "host_bound" and injected, [(i["id"], i["impact_ns_per_step"]) for i in doc["insights"]]
+    _within(top["impact_ns_per_step"], injected)
+    assert top["confidence"]["level"] == "high"
+
+
+def test_an_all_reduce_nothing_overlaps(tmp):
+    doc, injected = _capture(tmp, "exposed", 16, nproc=2)
+    top = _top(doc)
+    assert top["id"] == "exposed_collectives" and injected, \
+        [(i["id"], i["impact_ns_per_step"]) for i in doc["insights"]]
+    _within(top["impact_ns_per_step"], injected)
+    per = doc["steps"]["per_process"]
+    assert [p["rank"] for p in per] == [0, 1] and all(min(p["collectives"][1:]) >= 1 for p in per)

@@ -14,6 +14,13 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
 * ``buckets``: DDP (gloo) with ``bucket_cap_mb`` so small that every gradient is its own
   all-reduce (``LAYERS`` x 2 per step); the injected cost is measured after the training loop: the
   same steps with DDP's default buckets, median step time of each, the difference.
+* ``optimizer``: a deep stack of small layers stepped by Adam without its foreach path (a Python
+  loop over the parameters); the expected impact is the optimizer's median time beyond 10% of
+  the median step, both measured here (docs/summary.md, ``optimizer_share``).
+* ``hostbound``: the host spins ``COST_MS`` between the forward and the backward, outside any
+  recorded region (Python work in the step); the injected cost is the spin, measured.
+* ``exposed``: two ranks without DDP all-reduce ``EXPOSED_FLOATS`` floats after the backward, with
+  nothing to overlap it; the injected cost is the all-reduce's median time, measured.
 """
 import json
 import sys
@@ -27,6 +34,7 @@ torch.set_num_threads(1)
 COST_MS = 12.0
 STRAGGLER_MS = 30.0
 LAYERS = 12
+EXPOSED_FLOATS = 4 << 20
 SLEPT: list = []
 
 
@@ -64,8 +72,8 @@ class Net(nn.Module):
 def train(mode: str, steps: int) -> None:
     dist = None
     rank = 0
-    if mode == "buckets":
-        return buckets(steps)
+    if mode in EXTRA:
+        return EXTRA[mode](steps)
     if mode == "straggler":
         import torch.distributed as dist
         dist.init_process_group("gloo")
@@ -125,6 +133,75 @@ def buckets(steps: int) -> None:
         print(f"STEP_NS {json.dumps(times)}")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _median(xs: list) -> int:
+    xs = sorted(xs[1:])
+    return xs[len(xs) // 2]
+
+
+def optimizer(steps: int) -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Linear(16, 16) for _ in range(48)])
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, foreach=False)
+    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    step, in_opt = [], []
+    last = time.perf_counter_ns()
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        t0 = time.perf_counter_ns()
+        opt.step()
+        t1 = time.perf_counter_ns()
+        in_opt.append(t1 - t0)
+        step.append(t1 - last)
+        last = t1
+    print(f"INJECTED_NS {int(_median(in_opt) - 0.1 * _median(step))}")
+
+
+def hostbound(steps: int) -> None:
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = torch.randn(8, 32), torch.randn(8, 4)
+    spun = []
+    for _ in range(steps):
+        opt.zero_grad()
+        out = net(x)
+        t0 = time.perf_counter_ns()
+        end = t0 + int(COST_MS * 1e6)
+        while time.perf_counter_ns() < end:
+            pass
+        spun.append(time.perf_counter_ns() - t0)
+        nn.functional.mse_loss(out, y).backward()
+        opt.step()
+    print(f"INJECTED_NS {_median(spun)}")
+
+
+def exposed(steps: int) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = torch.randn(8, 32), torch.randn(8, 4)
+    stats = torch.zeros(EXPOSED_FLOATS)
+    took = []
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        t0 = time.perf_counter_ns()
+        dist.all_reduce(stats)  # e.g. statistics gathered every step, after the work: nothing overlaps it
+        took.append(time.perf_counter_ns() - t0)
+        opt.step()
+    if dist.get_rank() == 0:
+        print(f"INJECTED_NS {_median(took)}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+EXTRA = {"buckets": buckets, "optimizer": optimizer, "hostbound": hostbound, "exposed": exposed}
 
 
 def recompile(net, opt, steps: int) -> None:

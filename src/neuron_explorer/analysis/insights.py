@@ -589,6 +589,37 @@ def _exposed(procs: list[dict], memo: dict) -> dict | None:
     return found
 
 
+# the optimizer's share of a step that is worth a finding, and the share a fused or foreach optimizer
+# typically keeps (the impact is the time above it: what such an optimizer would give back)
+OPTIMIZER_SHARE_MIN = 0.25
+OPTIMIZER_SHARE_TYPICAL = 0.10
+
+
+def _optimizer_share(procs: list[dict], memo: dict) -> dict | None:
+    vals, shares, hits, total = [], [], 0, 0
+    for p in procs:
+        k = _steady(p)
+        opt, wall = _arr(p, "optimizer_ns")[k], _arr(p, "wall_ns")[k]
+        share = np.divide(opt, wall, out=np.zeros(len(opt)), where=wall > 0)
+        big = share >= OPTIMIZER_SHARE_MIN
+        hits += int(big.sum())
+        total += len(opt)
+        shares.append(_med(share))
+        vals.append(_med(np.maximum(opt - OPTIMIZER_SHARE_TYPICAL * wall, 0.0)))
+    if not vals or hits < max(total / 2, 1):
+        return None
+    worst = int(np.argmax(vals))
+    p = procs[worst]
+    j = int(np.flatnonzero(_steady(p))[0])
+    return _insight("optimizer_share", f"the optimizer step takes {_med(shares) * 100:.0f}% of each step",
+                    _med(vals), _confidence(hits, total, sum(1 for s in shares if s >= OPTIMIZER_SHARE_MIN),
+                                            len(procs)),
+                    "use a fused or foreach optimizer (e.g. torch.optim.AdamW(fused=True) or foreach=True), shard "
+                    "the optimizer state across ranks (ZeroRedundancyOptimizer, FSDP), or step it less often "
+                    "(a larger batch or gradient accumulation)",
+                    _evidence(p, j, {"optimizer_ns": int(p["optimizer_ns"][j]), "wall_ns": int(p["wall_ns"][j])}))
+
+
 RULES: list[Callable[[list[dict], dict], dict | None]] = [
     _numerical,
     _straggler,
@@ -608,6 +639,7 @@ RULES: list[Callable[[list[dict], dict], dict | None]] = [
                       lambda v: "the host blocks on synchronisation inside the step",
                       "remove .item(), .cpu() and synchronize() calls from the step (log every N steps; keep "
                       "metrics on the device)"),
+    _optimizer_share,
 ]
 
 
