@@ -45,6 +45,7 @@ BENCHES = {
     "store_instructions": (["bench/store_instructions.py"], None, []),
     "view_throughput": (["-m", "bench.view_throughput"],
                         ["--instances", "2", "--processes", "2", "--events", "500000"], ["--events", "1000000"]),
+    "json_throughput": (["-m", "bench.json_throughput"], ["--events", "300000", "--rounds", "3"], []),
     "hook_costs": (["-m", "bench.hook_costs"], ["--runs", "3", "--calls", "2000"], []),
     "view_scaling": (["-m", "bench.view_scaling"],
                      ["--events", "1e6,4e6", "--processes", "2,16", "--out", "view_scaling_quick.json"], []),

@@ -364,6 +364,14 @@ def _other_rows(results: dict) -> list[dict]:
             rows.append(_row(f"`view` {m['mode']}, events per CPU-s and per s (one worker)",
                              f"{cps}{m['events_per_s']:,.0f}/s", peer_s, tgt, "python -m bench.view_throughput",
                              "view_throughput.json"))
+    jt = results.get("json_throughput.json") or {}
+    if _get(jt, "after", "events_per_cpu_s_median") and _get(jt, "naive", "events_per_cpu_s_median"):
+        rounds = len(_get(jt, "after", "events_per_cpu_s") or [])
+        rows.append(_row("`view --output-format json`, events per CPU-s (one worker, median of interleaved runs)",
+                         f"{jt['after']['events_per_cpu_s_median']:,.0f}/CPU-s over {rounds} runs"
+                         + (f"; {jt['after_vs_before']:.2f}x the Python path" if jt.get("after_vs_before") else ""),
+                         f"one dict + json.dumps per event: {jt['naive']['events_per_cpu_s_median']:,.0f}/CPU-s",
+                         "", "python -m bench.json_throughput", "json_throughput.json"))
     if "perfetto_vs_chrome_json_size" in vt:
         rows.append(_row("`.pftrace` size / Chrome JSON size", f"{vt['perfetto_vs_chrome_json_size']:.3f}", "",
                          "<= 0.2", "python -m bench.view_throughput"))
