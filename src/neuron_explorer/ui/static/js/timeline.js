@@ -863,8 +863,11 @@ export class Timeline {
     const crowd = this.devCrowded.get(r.idx);
     if (crowd) {
       // too many device profiles in view to ask their ops: say so on the lanes, not a blank band
+      const text = `${fmtCount(crowd)} device profiles in view: zoom in to see their ops`;
+      ctx.fillStyle = "#fff";
+      ctx.fillRect(LABEL_W + 4, base + 2, ctx.measureText(text).width + 8, ROW_H - 4);
       ctx.fillStyle = "#5b2a9e";
-      ctx.fillText(`${fmtCount(crowd)} device profiles in view: zoom in to see their ops`, LABEL_W + 8, base + ROW_H / 2);
+      ctx.fillText(text, LABEL_W + 8, base + ROW_H / 2);
     }
     for (const it of this.devEvents.get(r.idx) || []) {
       const x0 = this.xOf(it.s), x1 = this.xOf(it.e);
