@@ -337,7 +337,7 @@ def test_device_lanes_fold_per_track_without_moving_the_others(browser, synth) -
         n = min(200, before.shape[0] - low)
         assert (before[low:low + n] != after[low - drop:low - drop + n]).any(axis=2).mean() < 0.002
         # folded: the toggle reads "dev ▸" on purple; the lanes are gone from the screen
-        tog = screen_pixels(pg, {"x": ox + LABEL_W - 56, "y": oy + first["y"] + 5, "width": 30, "height": 8}).astype(int)
+        tog = screen_pixels(pg, {"x": ox + LABEL_W - 66, "y": oy + first["y"] + 5, "width": 40, "height": 8}).astype(int)
         assert ((tog[:, :, 2] - tog[:, :, 1] > 80) & (tog[:, :, 0] > 90)).mean() > 0.4
         assert pg.evaluate(f"(i) => !{TL}.devShown(i) && !{TL}.devEvents.has(i)", first["idx"])
         shot(pg, "04-device-lanes-folded")
@@ -426,6 +426,48 @@ def test_device_profiles_past_the_answer_bound_are_said_on_screen(browser, synth
         assert info.is_visible()
         px = screen_pixels(pg, info.bounding_box()).astype(int)
         assert ((px[:, :, 0] - px[:, :, 2] > 80)).mean() > 0.03  # in the warning colour, on the screen
+        assert pg.console_errors == []
+    finally:
+        pg.close()
+
+
+def test_fuzz_rank_lists(browser, synth) -> None:
+    """The rank list parser (what a user types, what a link carries) never throws, keeps only ranks the
+    profile has, and never expands a range (a billion-wide one costs nothing)."""
+    import random
+
+    from tests.fuzzing import seed
+
+    url, _, _ = synth
+    s = seed(35)
+    rnd = random.Random(s)
+    known = sorted(rnd.sample(range(0, 600), 64))
+    texts = ["0-999999999", "999999999-0", "", ",", "-", "1--2", "01-03", "3-3", "0-3,37", " 5 , 7-9 ", "1e3", "٣"]
+    for _ in range(400):
+        base = rnd.choice(["0-3,37", "5,7-9", "12-600", "1,2,3"])
+        chars = list(base)
+        for _ in range(rnd.randint(1, 4)):
+            op = rnd.random()
+            if op < 0.4 and chars:
+                chars[rnd.randrange(len(chars))] = rnd.choice("0123456789-, \tx;")
+            elif op < 0.7:
+                chars.insert(rnd.randrange(len(chars) + 1), rnd.choice("0123456789-,"))
+            elif chars:
+                del chars[rnd.randrange(len(chars))]
+        texts.append("".join(chars))
+    pg = open_page(browser, url)
+    try:
+        pg.wait_for_function("() => window.__nx && window.__nx.parseRankList")
+        got = pg.evaluate("""([texts, known]) => texts.map((t) => {
+            try { const r = window.__nx.parseRankList(t, known); return [r.error || null, r.ranks, r.missing]; }
+            catch (e) { return ['THREW ' + e.message, [], []]; } })""", [texts, known])
+        for t, (err, ranks, missing) in zip(texts, got):
+            assert not (err or "").startswith("THREW"), (s, t, err)
+            assert set(ranks) <= set(known) and ranks == sorted(set(ranks)), (s, t, ranks)
+            if err:
+                assert ranks == [], (s, t)
+        assert got[0][1] == known  # 0-999999999: every rank the profile has
+        assert got[8][1] == [r for r in known if r <= 3 or r == 37]
         assert pg.console_errors == []
     finally:
         pg.close()

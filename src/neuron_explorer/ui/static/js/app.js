@@ -1354,5 +1354,5 @@ function route() {
 
 window.addEventListener("hashchange", route);
 route();
-window.__nx = { state, addWidget, WIDGETS, goToEvent };
+window.__nx = { state, addWidget, WIDGETS, goToEvent, parseRankList };
 void fmtBytes;

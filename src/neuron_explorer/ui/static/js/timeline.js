@@ -27,7 +27,7 @@ const MAX_LANES = 12;
 // track says so on its lanes ("zoom in") instead of sending that many requests
 const DEV_PER_ROW = 16;
 const DEV_PER_VIEW = 48;
-const DEV_TOGGLE_X0 = LABEL_W - 58, DEV_TOGGLE_X1 = LABEL_W - 22; // the lanes' fold toggle in the label gutter
+const DEV_TOGGLE_X0 = LABEL_W - 68, DEV_TOGGLE_X1 = LABEL_W - 22; // the lanes' fold toggle in the label gutter
 const MIN_SPAN = 100; // ns
 
 const SERIES_COLORS = ["#2f7ed8", "#f28f43", "#8bbc21", "#910000", "#1aadce", "#492970", "#77a1e5", "#c42525", "#a6c96a", "#0d233a"];
@@ -630,7 +630,7 @@ export class Timeline {
       ctx.stroke();
       ctx.fillStyle = dim ? "#b3b9c2" : "#374151";
       const dl = this.devLanes.has(r.idx);
-      const room = dl ? 22 : 34; // a track with device lanes keeps room for their toggle
+      const room = dl ? 18 : 34; // a track with device lanes keeps room for their toggle
       const label = r.label.length > room ? r.label.slice(0, room - 1) + "…" : r.label;
       ctx.fillText(label, 8 + e.depth * 12, y + (r.kind === "counter" ? 10 : ROW_H / 2));
       if (dl) this.drawDevToggle(r, y);
