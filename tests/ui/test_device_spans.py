@@ -43,8 +43,8 @@ def test_spans_match_parquet_and_each_overview(client: TestClient, ws: Path) -> 
     assert d["total"] == 280 == len(d["profiles"])  # past the 256 once laned
     origin = int(client.get(f"/api/profiles/{NAME}").json()["origin_ns"])
     want = {pid: (a - origin, b - origin) for pid, a, b in duckdb.connect().execute(
-        f"SELECT profile_id, min(start_ts), max(end_ts) FROM read_parquet('{ws / NAME}/DeviceProfileEvents/**/*.parquet') "
-        "GROUP BY 1").fetchall()}
+        "SELECT profile_id, min(start_ts), max(end_ts) "
+        f"FROM read_parquet('{ws / NAME}/DeviceProfileEvents/**/*.parquet') GROUP BY 1").fetchall()}
     starts = [p["start_ns"] for p in d["profiles"]]
     assert starts == sorted(starts)  # earliest first
     for p in d["profiles"]:
