@@ -124,3 +124,41 @@ def screen_pixels(pg, clip: dict | None = None):
     }""", png)
     w, h, raw = got
     return np.frombuffer(base64.b64decode(raw), dtype=np.uint8).reshape(h, w, 4)[:, :, :3]
+
+
+def add_device_profiles_per_execution(profile_dir: Path, ranks: list[int], per_rank: int) -> list[dict]:
+    """One device profile per execution: the first ``per_rank`` nc_exec_running of each of ``ranks``
+    (``worker_gid``), each with six ops on three engines laid over its execution (``model`` mode's
+    profile of each graph, over many executions: more profiles than the viewer once laned)."""
+    con = duckdb.connect()
+    rows = {k: [] for k in ("profile_id", "instance_id", "process_id", "nc_idx", "model_name", "exec_id", "name",
+                            "track", "start_ts", "end_ts", "duration_ns", "flops", "bytes", "extra_attributes_json")}
+    info: dict[str, list] = {k: [] for k in ("profile_id", "instance_id", "process_id", "nc_idx", "model_name",
+                                             "exec_id_first", "exec_id_last", "mode")}
+    made = []
+    for rank in ranks:
+        evs = con.execute(f"""SELECT instance_id, process_id, nc_idx, model_name, exec_id, start_ts, end_ts
+                              FROM read_parquet('{profile_dir}/SystemProfileEvents/**/*.parquet')
+                              WHERE name = 'nc_exec_running' AND worker_gid = {rank}
+                              ORDER BY start_ts LIMIT {per_rank}""").fetchall()
+        for inst, pid, nc, model, exec_id, s, e in evs:
+            dp = f"dp-r{rank}-x{exec_id}"
+            span = max(e - s, 600)
+            for i, eng in enumerate(["act", "dma_q0", "pe", "act", "pe", "dma_q0"]):
+                a = s + span * i // 6
+                b = a + span // 8
+                for k, v in (("profile_id", dp), ("instance_id", inst), ("process_id", pid), ("nc_idx", nc),
+                             ("model_name", model), ("exec_id", exec_id), ("name", f"{eng}_op_{i}"), ("track", eng),
+                             ("start_ts", a), ("end_ts", b), ("duration_ns", b - a), ("flops", 100 * i),
+                             ("bytes", 64 * i), ("extra_attributes_json", json.dumps({"engine": eng}))):
+                    rows[k].append(v)
+            for k, v in (("profile_id", dp), ("instance_id", inst), ("process_id", pid), ("nc_idx", nc),
+                         ("model_name", model), ("exec_id_first", exec_id), ("exec_id_last", exec_id),
+                         ("mode", "all")):
+                info[k].append(v)
+            made.append({"profile_id": dp, "rank": rank, "start_ts": s, "end_ts": e, "exec_id": exec_id})
+    d = profile_dir / "DeviceProfileEvents" / "part-0.parquet"
+    d.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), d)
+    pq.write_table(pa.table(info), profile_dir / "DeviceProfiles.parquet")
+    return made

@@ -31,7 +31,7 @@ from neuron_explorer.ui import (
     queries,
     search as search_q,
 )
-from neuron_explorer.ui.device import DeviceProfile, device_profiles as list_device_profiles, open_device
+from neuron_explorer.ui.device import DeviceProfile, device_profiles as list_device_profiles, device_spans, open_device
 from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, one_line, parse_rows
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, DEFAULT_MODE, check_layout, check_mode
@@ -236,6 +236,10 @@ def device_profiles(ws: Workspace, req: Request) -> Any:
     return {"device_profiles": list_device_profiles(_prof(ws, req))}
 
 
+def device_lanes(ws: Workspace, req: Request) -> Any:
+    return device_spans(_prof(ws, req))
+
+
 def device_overview(ws: Workspace, req: Request) -> Any:
     return _device(ws, req).overview()
 
@@ -272,6 +276,7 @@ API: list[tuple[str, Handler]] = [
     ("/api/profiles/{name}/search", search),
     ("/api/profiles/{name}/search/next", search_next),
     ("/api/profiles/{name}/device-profiles", device_profiles),
+    ("/api/profiles/{name}/device-spans", device_lanes),
     ("/api/profiles/{name}/device/{pid}", device_overview),
     ("/api/profiles/{name}/device/{pid}/window", device_window),
     ("/api/profiles/{name}/device/{pid}/event", device_event),

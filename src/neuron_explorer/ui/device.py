@@ -87,6 +87,41 @@ def profiled_execution(p: Profile, ev: dict[str, Any]) -> dict[str, Any] | None:
             "id": wire.id_value(int(r[0])), "leaf": leaf, "start": int(r[1]) - p.origin, "end": int(r[2]) - p.origin}
 
 
+# At most this many device profiles' spans in one answer (each a few hundred bytes): a bound fixed
+# here, not read from a file; the answer's ``total`` says how many there are, so the viewer can say
+# on screen how many it does not lane.
+SPANS_MAX = 20_000
+
+
+def device_spans(p: Profile) -> dict[str, Any]:
+    """Every device profile's core, span on the system axis and engines, in one query.
+
+    Why: the viewer lanes each device profile's ops under its core's execution track. Asking each
+    profile's overview (two scans of the device tables each) capped it at 256 profiles; this answers
+    them all at once, earliest first, up to ``SPANS_MAX``. ``tracks`` are ordered as a profile's
+    overview rows are (by name), so their positions are the row numbers of ``/device/{id}/window``."""
+    out: dict[str, Any] = {"profiles": [], "total": 0, "limit": SPANS_MAX}
+    if not p.dev_files or not p.devprof_file:
+        return out
+    files = files_sql([f for _, _, f in p.dev_files]) + ", union_by_name = true"
+    c = p.cursor()
+    c.execute(f"""
+        WITH s AS (SELECT profile_id::VARCHAR AS pid, min(start_ts) AS a, max(end_ts) AS b,
+                          list(DISTINCT track ORDER BY track) FILTER (WHERE track IS NOT NULL) AS tracks
+                   FROM read_parquet({files}) GROUP BY 1)
+        SELECT s.pid, d.instance_id, d.process_id, d.nc_idx, s.a - $origin, s.b - $origin, s.tracks,
+               count(*) OVER ()
+        FROM read_parquet({quote(p.devprof_file)}) d JOIN s ON d.profile_id::VARCHAR = s.pid
+        ORDER BY s.a, s.pid LIMIT {SPANS_MAX}""", {"origin": p.origin})
+    for pid, inst, proc, nc, a, b, tracks, total in c.fetchall():
+        out["total"] = int(total)
+        out["profiles"].append({"profile_id": pid, "instance_id": inst,
+                                "process_id": None if proc is None else int(proc),
+                                "nc_idx": None if nc is None else int(nc), "start_ns": int(a),
+                                "end_ns": max(int(b), int(a) + 1), "tracks": list(tracks or [])})
+    return out
+
+
 def open_device(p: Profile, profile_id: str, frame: str = "device") -> "DeviceProfile":
     """The device profile ``profile_id`` of ``p`` (NotFound when it has no events)."""
     if not p.dev_files:

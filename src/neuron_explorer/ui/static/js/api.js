@@ -53,6 +53,7 @@ export const api = {
   search: (name, mode, layout, q) => get(`${P(name)}/search`, { mode, layout, q }),
   searchNext: (name, q, after, dir, leaf, id) => get(`${P(name)}/search/next`, { q, after, dir, leaf, id }),
   deviceProfiles: (name) => get(`${P(name)}/device-profiles`),
+  deviceSpans: (name) => get(`${P(name)}/device-spans`),
   deviceOverview: (name, pid, frame) => get(`${P(name)}/device/${encodeURIComponent(pid)}`, { frame }),
   deviceWindow: (name, pid, frame, rows, t0, t1, px, signal) => get(`${P(name)}/device/${encodeURIComponent(pid)}/window`, { frame, rows: encodeRows(rows), t0, t1, px }, signal),
   deviceEvent: (name, pid, frame, row, start) => get(`${P(name)}/device/${encodeURIComponent(pid)}/event`, { frame, row, start }),

@@ -4,7 +4,7 @@
 // follow clicks in any trace viewer of its profile. The dashboard's state (widgets, view range, area,
 // selected event and search) lives in the URL, so a view survives a reload or a restart and can be shared.
 
-import { absNs, api, esc, fmtBytes, fmtCount, fmtDur, fmtDurExact, fmtNs, stats } from "./api.js";
+import { absNs, api, encodeRows, esc, fmtBytes, fmtCount, fmtDur, fmtDurExact, fmtNs, stats } from "./api.js";
 import { Timeline } from "./timeline.js";
 
 const bus = new EventTarget();
@@ -164,6 +164,7 @@ function parseWidgetItem(item) {
            half: half === "h" };
 }
 // #/p/NAME?w=system-trace,event-details&mode=..&t0=..&t1=..&a0=..&a1=..&rows=..&ev=leaf:id:start&q=search
+//   &order=late|compute|cc (rank order) &ranks=0-3,37 (rank filter) &devfold=INST|PID|NC,... (folded device lanes)
 let urlTimer = 0;
 function saveUrl() {
   if (state.restoring || !state.home) return;
@@ -182,6 +183,9 @@ function saveUrl() {
       if (tl.selected && tl.selected.leaf !== null && tl.selected.leaf !== undefined) q.set("ev", `${tl.selected.leaf}:${tl.selected.id}:${tl.selected.s}`);
       if (st.dockH) q.set("dock", String(st.dockH));
       if (st.query) q.set("q", st.query);
+      if (st.order && st.order !== "rank") q.set("order", st.order);
+      if (st.rankFilter) q.set("ranks", encodeRows(st.rankFilter.ranks));
+      if (tl.devFolded.size) q.set("devfold", [...tl.devFolded].map(encPart).join(","));
     }
     if (state.sync) q.set("sync", "1");
     history.replaceState(null, "", `#/p/${encodeURIComponent(state.home)}?${q}`);
@@ -266,7 +270,7 @@ async function renderSystemTrace(w, body, extra) {
     <button data-act="devices" data-testid="device-profiles-list" title="Device Profiles List">Device<span class="long"> Profiles List</span></button>
     <button data-act="help" title="Keys (?)" data-testid="help-button">?</button>`;
   const tlHost = h(`<div class="timeline fill" data-testid="system-timeline"></div>`);
-  const status = h(`<div class="statusbar"><span class="st">preparing…</span><span class="search-info"></span><span class="mode-info"></span></div>`);
+  const status = h(`<div class="statusbar"><span class="st">preparing…</span><span class="rank-filter" data-testid="rank-filter-status"></span><span class="search-info"></span><span class="mode-info"></span><span class="dev-info" data-testid="device-lanes-info"></span></div>`);
   const dockEl = h(`<div class="dock" data-testid="dock">
       <div class="splitter" data-testid="dock-splitter" title="Drag to resize"></div>
       <div class="dock-tabs"><button data-tab="details" class="on" data-testid="tab-details">Details</button><button data-tab="range" data-testid="tab-range">Area</button><button data-tab="flows" data-testid="tab-flows">Flows</button><button data-tab="insights" data-testid="tab-insights">Insights</button><button data-tab="device" data-testid="tab-device-trace" hidden>Device trace</button></div>
@@ -327,6 +331,14 @@ async function renderSystemTrace(w, body, extra) {
   });
   w.timeline = tl;
   w.destroy = () => { tl.destroy(); bus.removeEventListener("event", onBusEvent); };
+  // the link's folded device lanes, rank order and rank filter (ranks this profile has)
+  if (url?.get("devfold")) tl.devFolded = new Set(url.get("devfold").split(",").filter(Boolean).map(decPart));
+  const urlOrder = ORDERS.includes(url?.get("order")) ? url.get("order") : null;
+  if (url?.get("ranks")) {
+    const f = parseRankList(url.get("ranks"), profileRanks(ov));
+    if (f.error || f.missing.length) w.urlDropped.push(`ranks ${f.error ? url.get("ranks") : f.missing.join(",")}`);
+    if (!f.error && f.ranks.length) w.rankFilter = { ranks: f.ranks, how: "" };
+  }
   // w.mode and w.layout always describe the rows the timeline holds: every request sends them with
   // row numbers. A new grouping is committed with its rows, and an answer overtaken by a later
   // choice (two clicks in quick succession) is dropped.
@@ -340,16 +352,22 @@ async function renderSystemTrace(w, body, extra) {
     w.mode = mode;
     w.layout = layout;
     leafName = t.leaf_name.map((i) => t.names[i]);
+    const again = w.tracks !== undefined, keepOrder = w.order;
+    w.tracks = t;
     // many processes: start with each process collapsed to its summary track (utilization over time)
     const keys = new Map();
     for (const r of t.rows) { const g = r.group || []; if (g.length >= 2) keys.set(g.slice(0, 2).join("\u0001"), 1); }
     const collapse = keys.size > 8 ? [...keys.keys()] : [];
-    if (w.compact === undefined) w.compact = keys.size > 24;
+    // compact unless chosen in Settings: when more than 24 processes are shown (the rank filter counts)
+    if (w.compact === undefined || w.compactAuto) { w.compactAuto = true; w.compact = shownProcesses(t.rows, filteredRows(w, t.rows, t)) > 24; }
     tl.compact = w.compact;
     tl.baseOrder = null;
     w.order = "rank";
+    tl.filtered = filteredRows(w, t.rows, t); // the rank filter holds across groupings (it names ranks)
     tl.setRows(t.rows, collapse);
+    renderRankStatus(w);
     attachDeviceLanes(w, tl, t);
+    if (again && keepOrder && keepOrder !== "rank") orderRanks(w, keepOrder, true);
     $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
     w.el.dataset.mode = w.mode;
     w.el.dataset.layout = w.layout;
@@ -403,7 +421,8 @@ async function renderSystemTrace(w, body, extra) {
     showTab("range");
     if (!r) { summary.innerHTML = `<span class="muted">No area selected.</span>`; return; }
     summary.innerHTML = `<span class="muted">Summarizing…</span>`;
-    const rows = r.rows && r.rows.length ? r.rows : null;
+    // a time range over every track: with a rank filter, every track shown
+    const rows = r.rows && r.rows.length ? r.rows : w.rankFilter ? shownEventRows(tl) : null;
     let s, cc;
     try {
       [s, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, rows, r.a, r.b),
@@ -501,6 +520,11 @@ async function renderSystemTrace(w, body, extra) {
       <h4 style="margin-top:8px">Order ranks by (over the view)</h4>
       ${[["rank", "rank"], ["late", "lateness in collectives (latest first)"], ["compute", "compute share (busiest first)"], ["cc", "exposed collective share (largest first)"]].map(([k, l]) =>
         `<label><input type="radio" name="ord-${w.id}" value="${k}" data-testid="order-${k}" ${(w.order || "rank") === k ? "checked" : ""}> ${l}</label>`).join("")}
+      <h4 style="margin-top:8px">Show ranks</h4>
+      ${profileRanks(ov).length ? `<div class="rank-form"><input data-testid="rank-filter-input" placeholder="e.g. 0-3,37" size="14" value="${esc(w.rankFilter ? encodeRows(w.rankFilter.ranks) : "")}"> <button data-act="rank-keep" data-testid="rank-filter-apply">Keep these</button></div>
+      <div class="rank-form"><button data-act="rank-worst" data-testid="rank-filter-worst">Keep the</button> <input type="number" min="1" max="${profileRanks(ov).length}" value="${Math.min(5, profileRanks(ov).length)}" data-testid="rank-filter-k" style="width:4em"> worst (first in the order above)</div>
+      <div class="rank-form"><button data-act="rank-all" data-testid="rank-filter-all" ${w.rankFilter ? "" : "disabled"}>Show all ranks</button></div>`
+      : `<div class="hint" style="margin-left:0">This profile has no ranks (not a distributed job).</div>`}
       <button data-act="expand">Expand all</button> <button data-act="collapse">Collapse processes</button>
       <div style="margin-top:6px"><button data-act="hide-empty" data-testid="hide-empty">Hide tracks empty in this view</button> <button data-act="show-all">Show all tracks</button></div>
       <div class="hint">Keys: ? lists them all</div></div>`);
@@ -526,7 +550,25 @@ async function renderSystemTrace(w, body, extra) {
     pop.querySelector("[data-opt=allflows]").onchange = (e) => { tl.flowMode = e.target.checked ? "all" : "selected"; tl.refresh(); renderFlowsPane(); };
     pop.querySelector("[data-opt=counters]").onchange = (e) => { tl.showCounters = e.target.checked; tl.relayout(); tl.refresh(); };
     pop.querySelectorAll("input[name^=ord-]").forEach((r) => r.addEventListener("change", () => orderRanks(w, r.value)));
-    pop.querySelector("[data-opt=compact]").onchange = (e) => { w.compact = tl.compact = e.target.checked; tl.relayout(); tl.refresh(); };
+    const keepList = () => {
+      const inp = pop.querySelector("[data-testid=rank-filter-input]");
+      const f = parseRankList(inp.value, profileRanks(ov));
+      if (f.error) { toast(f.error, true); return; }
+      if (f.missing.length) toast(`Not in this profile: rank${f.missing.length > 1 ? "s" : ""} ${f.missing.join(", ")}.`, true);
+      if (!f.ranks.length) return;
+      setRankFilter(w, f.ranks, "");
+      pop.remove();
+    };
+    pop.querySelector("[data-act=rank-keep]")?.addEventListener("click", keepList);
+    pop.querySelector("[data-testid=rank-filter-input]")?.addEventListener("keydown", (e) => { if (e.key === "Enter") keepList(); });
+    pop.querySelector("[data-act=rank-worst]")?.addEventListener("click", () => {
+      const k = Math.max(1, Math.floor(Number(pop.querySelector("[data-testid=rank-filter-k]").value) || 0));
+      const order = ranksInOrder(w);
+      setRankFilter(w, order.slice(0, k), `${Math.min(k, order.length)} ${w.order && w.order !== "rank" ? `worst by ${ORDER_LABEL[w.order]}` : "first by rank"}`);
+      pop.remove();
+    });
+    pop.querySelector("[data-act=rank-all]")?.addEventListener("click", () => { setRankFilter(w, null); pop.remove(); });
+    pop.querySelector("[data-opt=compact]").onchange = (e) => { w.compactAuto = false; w.compact = tl.compact = e.target.checked; tl.relayout(); tl.refresh(); };
     pop.querySelector("[data-opt=sync]").onchange = (e) => { state.sync = e.target.checked; syncViews(w, tl.t0, tl.t1); saveUrl(); };
     pop.querySelector("[data-act=hide-empty]").onclick = async () => {
       const r = await api.nonempty(w.profile, w.mode, w.layout, tl.t0, tl.t1);
@@ -545,6 +587,7 @@ async function renderSystemTrace(w, body, extra) {
   // summary and search, defined above (restored before them, an area threw and lost the event too)
   if (url) restoreView(w, url);
   else if (other) tl.setView(other.timeline.t0, other.timeline.t1); // synchronised: joins the other's view
+  if (urlOrder && urlOrder !== "rank") orderRanks(w, urlOrder, true); // over the restored view
   if (!urlRange && !other && w.coarse) openOnWork(w); // once the index is ready, unless the user moved
 }
 
@@ -690,6 +733,7 @@ function goToEvent(w, it) {
   const span2 = Math.max(Math.min(span, Math.max((it.e - it.s) * 40, 2000)), (it.e - it.s) * 3);
   tl.setView(it.s - span2 / 2, it.s + span2 / 2);
   const row = tl.leafToRow.get(it.leaf);
+  if (row !== undefined && tl.filtered.has(row)) toast("This event is on a rank the rank filter hides (Show all ranks, in the status bar).");
   if (row !== undefined) tl.scrollToRow(row);
   tl.selected = { id: it.id, row, s: it.s, e: it.e, leaf: it.leaf, c: 1 };
   openEvent(w, { id: it.id, leaf: it.leaf, c: 1, name: it.name, s: it.s, e: it.e });
@@ -725,43 +769,169 @@ async function attachDeviceLanes(w, tl, t) {
 }
 
 async function lookUpDeviceLanes(w, tl, t) {
-  const list = (await api.deviceProfiles(w.profile).catch(() => ({ device_profiles: [] }))).device_profiles;
-  if (!list.length || !t.leaf_core) return;
-  const rowsNow = tl.rows;
-  const lanes = new Map();
-  // at most 256 device profiles get lanes (their overviews are asked up front)
-  const ovs = await Promise.all(list.slice(0, 256).map((d) => api.deviceOverview(w.profile, d.profile_id, "system").catch(() => null)));
-  if (tl.rows !== rowsNow) return; // another grouping was chosen meanwhile
-  list.slice(0, 256).forEach((d, k) => {
-    const ov = ovs[k];
-    if (!ov) return;
-    const row = tl.rows.find((r) => r.kind === "events" && (r.leaves || []).some((lf) => {
+  const gen = tl.rowsGen;
+  // every device profile's core, span and engines in one answer (no per-profile overviews, no cap
+  // of 256 profiles; decision 0137)
+  const sp = await api.deviceSpans(w.profile).catch(() => null);
+  if (!sp || !sp.profiles.length || !t.leaf_core) return;
+  if (tl.rowsGen !== gen) return; // another grouping was chosen meanwhile
+  // a core's execution track: the row holding its process's and core's nc_exec_running
+  const coreRow = new Map();
+  for (const r of tl.rows) {
+    if (r.kind !== "events") continue;
+    for (const lf of r.leaves || []) {
+      if (t.names[t.leaf_name[lf]] !== "nc_exec_running") continue;
       const c = t.leaf_core[lf];
-      return t.names[t.leaf_name[lf]] === "nc_exec_running" && c[0] === d.instance_id && Number(c[1]) === Number(d.process_id) && Number(c[2]) === Number(d.nc_idx);
-    }));
-    if (!row) return;
-    const l = lanes.get(row.idx) || { engines: [], dps: [] };
-    const engines = ov.rows.map((r) => r.label);
-    for (const e of engines) if (!l.engines.includes(e)) l.engines.push(e);
-    l.dps.push({ pid: String(d.profile_id), a: ov.start_ns, b: ov.start_ns + ov.duration_ns, rows: engines });
-    lanes.set(row.idx, l);
-  });
+      coreRow.set(`${c[0]}|${Number(c[1])}|${Number(c[2])}`, r.idx);
+    }
+  }
+  const lanes = new Map();
+  let unplaced = 0;
+  for (const d of sp.profiles) {
+    const core = `${d.instance_id}|${Number(d.process_id)}|${Number(d.nc_idx)}`;
+    const idx = coreRow.get(core);
+    if (idx === undefined) { unplaced++; continue; }
+    const l = lanes.get(idx) || { engines: [], dps: [], cores: [] };
+    if (!l.cores.includes(core)) l.cores.push(core);
+    for (const e of d.tracks) if (!l.engines.includes(e)) l.engines.push(e);
+    l.dps.push({ pid: String(d.profile_id), a: d.start_ns, b: d.end_ns, rows: d.tracks });
+    lanes.set(idx, l);
+  }
   tl.setDeviceLanes(lanes);
   tl.host.dataset.deviceLanes = String(lanes.size);
+  const laned = sp.profiles.length - unplaced, beyond = sp.total - sp.profiles.length;
+  tl.host.dataset.devicesLaned = String(laned);
+  // what is not laned is said on screen, never lost silently
+  const info = $(".dev-info", w.el);
+  if (info) {
+    info.textContent = `device lanes: ${fmtCount(laned)} device profile${laned === 1 ? "" : "s"} under ${lanes.size} track${lanes.size === 1 ? "" : "s"}`
+      + (beyond > 0 ? ` · ${fmtCount(beyond)} not laned (more than ${fmtCount(sp.limit)}): open them from the Device Profiles List` : "")
+      + (unplaced ? ` · ${fmtCount(unplaced)} not laned: no execution track of their core in this grouping` : "");
+    info.classList.toggle("warn", beyond > 0 || unplaced > 0);
+  }
+}
+
+// ---------------------------------------------------------------- rank order and rank filter
+const ORDERS = ["rank", "late", "compute", "cc"];
+const ORDER_LABEL = { late: "lateness in collectives", compute: "compute share", cc: "exposed collective share" };
+
+/** The profile's global ranks (ProfileMetadata), ascending. */
+function profileRanks(ov) {
+  return [...new Set(ov.processes.map((p) => p.rank).filter((r) => r !== null && r !== undefined && r !== "").map(Number)
+    .filter((r) => Number.isInteger(r) && r >= 0))].sort((a, b) => a - b);
+}
+
+/** "0-3, 37" -> the profile's ranks it names. Ranges are tested against the ranks the profile has
+ *  (never expanded: "0-999999999" costs nothing); a rank the profile lacks is reported in ``missing``. */
+function parseRankList(text, known) {
+  const ranks = new Set(), missing = [];
+  const toks = String(text).split(/[\s,]+/).filter(Boolean);
+  if (!toks.length) return { error: "Name some ranks, like 0-3,37.", ranks: [], missing };
+  for (const tok of toks) {
+    const m = /^(\d{1,9})(?:-(\d{1,9}))?$/.exec(tok);
+    if (!m) return { error: `"${tok.slice(0, 40)}" is not a rank or a range of ranks (like 0-3,37).`, ranks: [], missing };
+    const a = Number(m[1]), b = m[2] === undefined ? a : Number(m[2]);
+    if (b < a) return { error: `"${tok}": a range goes from the lower rank to the higher.`, ranks: [], missing };
+    const hit = known.filter((r) => r >= a && r <= b);
+    if (!hit.length) missing.push(tok);
+    hit.forEach((r) => ranks.add(r));
+  }
+  return { ranks: [...ranks].sort((x, y) => x - y), missing };
+}
+
+/** The ranks a track holds: its events' processes (``leaf_rank``), or a counter track's "rank N" group. */
+function rowRanks(r, t) {
+  if (r.kind === "events") return [...new Set((r.leaves || []).map((lf) => t.leaf_rank?.[lf]).filter((k) => k !== undefined && k >= 0))];
+  const m = (r.group || []).map((g) => /^rank (\d+)/.exec(g) || / rank (\d+)/.exec(g)).find(Boolean);
+  return m ? [Number(m[1])] : [];
+}
+
+/** Row numbers the rank filter leaves out: tracks of other ranks, and the rankless tracks (an
+ *  instance's host counters) of instances with no rank kept. */
+function filteredRows(w, rows, t) {
+  const out = new Set();
+  if (!w.rankFilter || !t) return out;
+  const keep = new Set(w.rankFilter.ranks);
+  const instKept = new Set();
+  const rr = new Map(rows.map((r) => [r.idx, rowRanks(r, t)]));
+  for (const r of rows) if (rr.get(r.idx).some((k) => keep.has(k))) instKept.add((r.group || [])[0]);
+  for (const r of rows) {
+    const rk = rr.get(r.idx);
+    if (rk.length ? !rk.some((k) => keep.has(k)) : !instKept.has((r.group || [])[0])) out.add(r.idx);
+  }
+  return out;
+}
+
+/** Processes (instance > process groups) with a track the rank filter keeps. */
+function shownProcesses(rows, filtered) {
+  const keys = new Set();
+  for (const r of rows) { const g = r.group || []; if (g.length >= 2 && !filtered.has(r.idx)) keys.add(`${g[0]}\u0001${g[1]}`); }
+  return keys.size;
+}
+
+/** Event tracks on screen (not left out by the rank filter or hidden): an area over "every track". */
+function shownEventRows(tl) {
+  return tl.rows.filter((r) => r.kind === "events" && !tl.filtered.has(r.idx) && !tl.hidden.has(r.idx)).map((r) => r.idx);
+}
+
+/** Every rank, in the order the tracks show them now (the rank order chosen in Settings). */
+function ranksInOrder(w) {
+  const seen = new Set();
+  for (const r of w.timeline.rows) for (const k of rowRanks(r, w.tracks)) seen.add(k);
+  return [...seen];
+}
+
+/** Keep only ``ranks`` (null: every rank again, the one-step undo). Only the kept ranks' tracks are
+ *  laid out, so only their windows, busy shading and device ops are asked. */
+function setRankFilter(w, ranks, how = "") {
+  const tl = w.timeline;
+  w.rankFilter = ranks && ranks.length ? { ranks: [...new Set(ranks)].sort((a, b) => a - b), how } : null;
+  tl.filtered = filteredRows(w, tl.rows, w.tracks);
+  if (w.compactAuto) w.compact = tl.compact = shownProcesses(tl.rows, tl.filtered) > 24;
+  tl.relayout();
+  tl.refresh();
+  renderRankStatus(w);
+  if (tl.sel && !tl.sel.rows) w.showArea?.(tl.sel); // an area over every track: now the shown ones
+  saveUrl();
+}
+
+/** The status bar's "showing 5 of 64 ranks" with its one-click undo. */
+function renderRankStatus(w) {
+  const el = $(".rank-filter", w.el);
+  const tl = w.timeline;
+  tl.host.dataset.rankFilter = w.rankFilter ? encodeRows(w.rankFilter.ranks) : "";
+  if (!el) return;
+  if (!w.rankFilter) { el.innerHTML = ""; return; }
+  const all = profileRanks(w.overview).length;
+  const shown = w.rankFilter.ranks.length;
+  el.innerHTML = `<b>showing ${shown} of ${all} ranks</b>${w.rankFilter.how ? ` (${esc(w.rankFilter.how)})` : ""}: ${esc(encodeRows(w.rankFilter.ranks))} <button class="link-button" data-testid="rank-filter-clear" title="Show every rank again">Show all ranks</button>`;
+  $("button", el).onclick = () => setRankFilter(w, null);
 }
 
 /** Order the processes of each instance (and the instances, by their first process) by a figure of
  *  the current view: mean lateness in collectives (from the collectives table's arrivals), compute
  *  share or exposed collective share (the area's By rank table); "rank" restores the server's order.
  *  Only the drawing order changes: rows keep their numbers, so requests are unchanged. */
-async function orderRanks(w, by) {
+async function orderRanks(w, by, quiet = false) {
   const tl = w.timeline;
+  tl.layoutLoading++; // the tracks move when the figures come: tests wait for ``pending`` to fall
+  try {
+    await orderRanksNow(w, tl, by, quiet);
+  } finally {
+    tl.layoutLoading--;
+    tl.queueDraw();
+    saveUrl();
+  }
+}
+
+async function orderRanksNow(w, tl, by, quiet) {
   w.order = by;
   tl.baseOrder = tl.baseOrder || tl.rows.slice();
   const base = tl.baseOrder;
   if (by === "rank") { tl.rows = base.slice(); tl.relayout(); tl.refresh(); tl.host.dataset.order = by; return; }
   const [a, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, null, tl.t0, tl.t1),
                                      api.collectives(w.profile, w.mode, w.layout, null, tl.t0, tl.t1)]);
+  if (tl.baseOrder !== base || w.order !== by) return; // another grouping or order was chosen meanwhile
   const score = new Map(); // "rank N" -> larger first
   if (by === "late") {
     const sum = new Map(), n = new Map();
@@ -791,7 +961,7 @@ async function orderRanks(w, by) {
   tl.relayout();
   tl.refresh();
   tl.host.dataset.order = by;
-  toast(`Ranks ordered by ${by === "late" ? "mean lateness in collectives" : by === "compute" ? "compute share" : "exposed collective share"} over the view${score.size ? "" : " (no figure in this view: order kept)"}.`);
+  if (!quiet) toast(`Ranks ordered by ${by === "late" ? "mean lateness in collectives" : by === "compute" ? "compute share" : "exposed collective share"} over the view${score.size ? "" : " (no figure in this view: order kept)"}.`);
 }
 
 /** A device op clicked on the system timeline: its properties in the Details tab. */
@@ -1184,5 +1354,5 @@ function route() {
 
 window.addEventListener("hashchange", route);
 route();
-window.__nx = { state, addWidget, WIDGETS, goToEvent };
+window.__nx = { state, addWidget, WIDGETS, goToEvent, parseRankList };
 void fmtBytes;

@@ -23,6 +23,11 @@ const SUMMARY_H = 22;
 const COMPACT_H = 7; // a collapsed rank in the compact view: 64 fit a 1000 px window, 512 scroll
 const COMPACT_GROUP_H = 12; // an expanded instance header in the compact view
 const MAX_LANES = 12;
+// device profiles whose ops are asked per view: more in view on one track (or on the screen) and the
+// track says so on its lanes ("zoom in") instead of sending that many requests
+const DEV_PER_ROW = 16;
+const DEV_PER_VIEW = 48;
+const DEV_TOGGLE_X0 = LABEL_W - 68, DEV_TOGGLE_X1 = LABEL_W - 22; // the lanes' fold toggle in the label gutter
 const MIN_SPAN = 100; // ns
 
 const SERIES_COLORS = ["#2f7ed8", "#f28f43", "#8bbc21", "#910000", "#1aadce", "#492970", "#77a1e5", "#c42525", "#a6c96a", "#0d233a"];
@@ -96,7 +101,11 @@ export class Timeline {
     this.insights = []; // [{a, b, n, title}]: the profile's ranked insights, marked on the time axis
     this.devLanes = new Map(); // row idx -> {engines: [name], dps: [{pid, a, b, rows: [engine row of the dp]}]}
     this.devEvents = new Map(); // row idx -> device ops {s, e, c, d, id, name, lane: engine index, dp, drow}
+    this.devFolded = new Set(); // cores ("inst|pid|nc") whose device lanes are folded (toggle in the gutter)
+    this.devCrowded = new Map(); // row idx -> device profiles in view, when too many to ask their ops
     this.lanesLoading = 0; // device-lane lookups under way: the layout may still grow (see ``pending``)
+    this.layoutLoading = 0; // other asynchronous layout changes under way (rank order, rank filter)
+    this.filtered = new Set(); // row idx left out by the rank filter (never laid out, never asked)
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
     this.collapsed = new Set(); // group keys
@@ -135,6 +144,7 @@ export class Timeline {
     // an answer still on its way was asked for the previous rows: its row numbers mean other tracks
     if (this.ctrl) { this.ctrl.abort(); this.ctrl = null; }
     this.rows = rows;
+    this.rowsGen = (this.rowsGen || 0) + 1; // answers asked for earlier rows are dropped by it
     this.leafToRow = new Map();
     for (const r of rows) for (const lf of r.leaves || []) this.leafToRow.set(lf, r.idx);
     this.events.clear();
@@ -175,7 +185,7 @@ export class Timeline {
     const groupEntry = new Map();
     for (const r of this.rows) {
       if (r.kind === "counter" && !this.showCounters) continue;
-      if (this.hidden.has(r.idx)) continue;
+      if (this.hidden.has(r.idx) || this.filtered.has(r.idx)) continue;
       const g = r.group || [];
       if (hiddenUnder !== null) {
         const k = g.slice(0, hiddenUnder.depth + 1).join("\u0001");
@@ -233,7 +243,7 @@ export class Timeline {
     this.pinLayout = [];
     for (const idx of this.pinned) {
       const r = this.rows.find((x) => x.idx === idx);
-      if (!r) continue;
+      if (!r || this.filtered.has(idx)) continue;
       const h = r.kind === "counter" ? CNT_H : ROW_H * Math.max(1, this.lanes.get(r.idx) || 1);
       this.pinLayout.push({ type: "row", row: r, depth: 0, y: py, h, path: r.group || [], pinned: true });
       py += h;
@@ -242,8 +252,35 @@ export class Timeline {
     this.clampScroll();
   }
 
-  /** Device-op lanes under a core's track: one per engine of its device profiles (0 without). */
-  devLaneCount(idx) { return this.devLanes.get(idx)?.engines.length || 0; }
+  /** Device-op lanes under a core's track: one per engine of its device profiles (0 without, or folded). */
+  devLaneCount(idx) { return this.devShown(idx) ? this.devLanes.get(idx).engines.length : 0; }
+
+  /** Whether a track's device lanes are drawn: it has some, and none of its cores is folded. */
+  devShown(idx) {
+    const dl = this.devLanes.get(idx);
+    return !!dl && !dl.cores.some((c) => this.devFolded.has(c));
+  }
+
+  /** Fold or unfold a track's device lanes (its toggle in the label gutter): only the tracks below
+   *  it move, by its lanes' height. */
+  toggleDevLanes(idx) {
+    const dl = this.devLanes.get(idx);
+    if (!dl) return;
+    const show = !this.devShown(idx);
+    for (const c of dl.cores) if (show) this.devFolded.delete(c); else this.devFolded.add(c);
+    this.host.dataset.devFolded = String(this.devFolded.size);
+    this.relayout();
+    this.refresh();
+    this.cb.onLayout?.();
+  }
+
+  /** The track whose device-lane toggle is at canvas point (x, y), or null. */
+  devToggleAt(x, y) {
+    if (x < DEV_TOGGLE_X0 || x >= DEV_TOGGLE_X1) return null;
+    const e = this.entryAt(y);
+    if (!e || e.type !== "row" || e.pinned || !this.devLanes.has(e.row.idx)) return null;
+    return y - this.entryY(e) < ROW_H ? e.row.idx : null;
+  }
 
   /** The lane where a row's device lanes begin (under its own event lanes). */
   devBase(idx) { return Math.max(1, this.lanes.get(idx) || 1); }
@@ -252,6 +289,7 @@ export class Timeline {
   setDeviceLanes(lanes) {
     this.devLanes = lanes;
     this.devEvents = new Map();
+    this.devCrowded = new Map();
     this.relayout();
     this.refresh();
   }
@@ -434,7 +472,7 @@ export class Timeline {
 
   /** True while a window is asked and not yet drawn, or device lanes that change the layout are still
    *  looked up (tests and the benchmarks wait for it to fall before they read the screen). */
-  get pending() { return this._pending || this.lanesLoading > 0; }
+  get pending() { return this._pending || this.lanesLoading > 0 || this.layoutLoading > 0; }
 
   set pending(v) { this._pending = v; }
 
@@ -462,12 +500,15 @@ export class Timeline {
     const began = performance.now();
     if (ev.length) jobs.push(this.source.window(ev, t0, t1, px, ctrl.signal).then((w) => ["w", w]));
     if (cn.length && this.source.counters) jobs.push(this.source.counters(cn, t0, t1, px, ctrl.signal).then((c) => ["c", c]));
+    const crowded = new Map();
     if (this.source.deviceWindow) {
+      let asked = 0;
       for (const idx of ev) {
-        const dl = this.devLanes.get(idx);
-        if (!dl) continue;
-        for (const dp of dl.dps) {
-          if (dp.b < t0 || dp.a > t1) continue;
+        if (!this.devShown(idx)) continue; // folded: its lanes are not drawn, their ops not asked
+        const inView = this.devLanes.get(idx).dps.filter((dp) => dp.b >= t0 && dp.a <= t1);
+        if (inView.length > DEV_PER_ROW || asked + inView.length > DEV_PER_VIEW) { crowded.set(idx, inView.length); continue; }
+        for (const dp of inView) {
+          asked++;
           jobs.push(this.source.deviceWindow(dp.pid, dp.rows.map((_, i) => i), t0, t1, px, ctrl.signal).then((d) => ["d", { idx, dp, d }]));
         }
       }
@@ -496,6 +537,7 @@ export class Timeline {
       }
       this.busyData = busy;
       this.devEvents = dev;
+      this.devCrowded = crowded;
       if (!ev.length) this.events.clear();
       if (this.flowMode === "all" && this.source.flows && this.level === "raw") {
         const f = await this.source.flows(t0 - (t1 - t0) * 0.1, t1 + (t1 - t0) * 0.1, ctrl.signal);
@@ -587,8 +629,11 @@ export class Timeline {
       ctx.lineTo(W, y + e.h - 0.5);
       ctx.stroke();
       ctx.fillStyle = dim ? "#b3b9c2" : "#374151";
-      const label = r.label.length > 34 ? r.label.slice(0, 33) + "…" : r.label;
+      const dl = this.devLanes.has(r.idx);
+      const room = dl ? 18 : 34; // a track with device lanes keeps room for their toggle
+      const label = r.label.length > room ? r.label.slice(0, room - 1) + "…" : r.label;
       ctx.fillText(label, 8 + e.depth * 12, y + (r.kind === "counter" ? 10 : ROW_H / 2));
+      if (dl) this.drawDevToggle(r, y);
       ctx.save();
       ctx.beginPath();
       ctx.rect(LABEL_W, y, this.areaW, e.h);
@@ -805,8 +850,8 @@ export class Timeline {
   /** A core's device ops in lanes under its events, on the same axis: each engine a lane, shaded
    * over its device profile's range (the execution it profiled). */
   drawDevice(r, y) {
+    if (!this.devShown(r.idx)) return;
     const dl = this.devLanes.get(r.idx);
-    if (!dl) return;
     const ctx = this.ctx;
     const base = y + this.devBase(r.idx) * ROW_H;
     for (const dp of dl.dps) {
@@ -814,6 +859,15 @@ export class Timeline {
       if (b <= a) continue;
       ctx.fillStyle = "#f4effc";
       ctx.fillRect(a, base, b - a, dl.engines.length * ROW_H);
+    }
+    const crowd = this.devCrowded.get(r.idx);
+    if (crowd) {
+      // too many device profiles in view to ask their ops: say so on the lanes, not a blank band
+      const text = `${fmtCount(crowd)} device profiles in view: zoom in to see their ops`;
+      ctx.fillStyle = "#fff";
+      ctx.fillRect(LABEL_W + 4, base + 2, ctx.measureText(text).width + 8, ROW_H - 4);
+      ctx.fillStyle = "#5b2a9e";
+      ctx.fillText(text, LABEL_W + 8, base + ROW_H / 2);
     }
     for (const it of this.devEvents.get(r.idx) || []) {
       const x0 = this.xOf(it.s), x1 = this.xOf(it.e);
@@ -839,9 +893,24 @@ export class Timeline {
     }
   }
 
+  /** The device lanes' fold toggle in a track's label gutter: "dev ▾" (shown) or "dev ▸ N" (folded). */
+  drawDevToggle(r, y) {
+    const ctx = this.ctx;
+    const shown = this.devShown(r.idx);
+    const x0 = DEV_TOGGLE_X0, w = DEV_TOGGLE_X1 - DEV_TOGGLE_X0;
+    ctx.fillStyle = shown ? "#efe7fb" : "#7a3bd1";
+    ctx.fillRect(x0, y + 3, w, ROW_H - 6);
+    ctx.strokeStyle = "#7a3bd1";
+    ctx.strokeRect(x0 + 0.5, y + 3.5, w - 1, ROW_H - 7);
+    ctx.fillStyle = shown ? "#5b2a9e" : "#fff";
+    ctx.font = "9px system-ui, sans-serif";
+    ctx.fillText(shown ? "dev ▾" : `dev ▸ ${this.devLanes.get(r.idx).engines.length}`, x0 + 4, y + ROW_H / 2);
+    ctx.font = "11px system-ui, sans-serif";
+  }
+
   drawDeviceLabels(r, y, depth) {
+    if (!this.devShown(r.idx)) return;
     const dl = this.devLanes.get(r.idx);
-    if (!dl) return;
     const ctx = this.ctx;
     const base = y + this.devBase(r.idx) * ROW_H;
     ctx.fillStyle = "#7a3bd1";
@@ -1139,7 +1208,7 @@ export class Timeline {
     if (e.type === "group") return e.collapsed ? { summary: true, entry: e } : null;
     if (e.row.kind === "counter") return { counter: true, row: e.row, entry: e };
     const lane = Math.floor((y - this.entryY(e)) / ROW_H);
-    if (!e.pinned && this.devLanes.has(e.row.idx) && lane >= this.devBase(e.row.idx)) {
+    if (!e.pinned && this.devShown(e.row.idx) && lane >= this.devBase(e.row.idx)) {
       const dlane = lane - this.devBase(e.row.idx);
       let best = null, bw = Infinity;
       for (const it of this.devEvents.get(e.row.idx) || []) {
@@ -1224,6 +1293,11 @@ export class Timeline {
 
   /** The tooltip's text for canvas point ``p`` (null over nothing). */
   tipText(p) {
+    const dt = this.devToggleAt(p.x, p.y);
+    if (dt !== null) {
+      const n = this.devLanes.get(dt).engines.length;
+      return `${this.devShown(dt) ? "Fold" : "Unfold"} this core's device lanes (${n} engine${n === 1 ? "" : "s"}, ${this.devLanes.get(dt).dps.length} device profiles)`;
+    }
     const ins = this.insightAt(p.x, p.y);
     if (ins) return `Insight ${ins.n}: ${ins.title}\n${fmtNs(ins.a)} – ${fmtNs(ins.b)}\nclick to open this range`;
     const hit = this.itemAt(p.x, p.y);
@@ -1362,6 +1436,8 @@ export class Timeline {
         if (p.x < LABEL_W && p.y >= RULER) {
           const e = this.entryAt(p.y);
           if (e && e.type === "group") { this.toggleGroup(e.key); return; }
+          const dt = this.devToggleAt(p.x, p.y);
+          if (dt !== null) { this.toggleDevLanes(dt); return; }
           if (e && e.type === "row" && p.x >= LABEL_W - 20) { this.togglePin(e.row.idx); return; }
         }
         const hit = this.itemAt(p.x, p.y);
