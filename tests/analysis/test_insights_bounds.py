@@ -74,3 +74,23 @@ def test_the_optimizer_share_fires_at_a_quarter_of_the_step_and_counts_beyond_a_
     assert found["impact_ns_per_step"] == 2_000_000 - 400_000  # beyond 10% of the 4 ms step
     assert found["title"] == "the optimizer step takes 50% of each step"
     assert found["confidence"]["ranks"] == 2 and found["confidence"]["level"] == "high"
+
+
+def test_a_small_straggler_needs_enough_steady_steps_to_stand_out_of_their_spread():
+    """The same 0.6 ms excess on rank 1, in steps that vary by ~1.5 ms: five steps cannot tell it
+    from the spread (step_noise_ns above it), four hundred can (docs/summary.md, noise threshold)."""
+    def doc(n: int) -> dict:
+        rng = np.random.default_rng(5)
+        procs = [_proc(r, n, None, slow_own=600_000 if r == 1 else 0) for r in range(2)]
+        jitter = rng.normal(0, 1_500_000, n).clip(-2_500_000, 2_500_000).astype(np.int64)
+        for p in procs:
+            p["wall_ns"] = p["wall_ns"] + 1_000_000 + jitter  # (the same per step on both ranks)
+            p["idle_ns"] = p["wall_ns"] - p["own_ns"]
+        return insights.analyse(procs)
+
+    few, many = doc(6), doc(400)
+    assert few["noise_threshold"]["step_noise_ns"] > 600_000 and "straggler" not in [i["id"] for i in few["insights"]]
+    assert many["noise_threshold"]["step_noise_ns"] < 300_000
+    top = many["insights"][0]
+    assert top["id"] == "straggler" and top["evidence"]["ranks"] == [1]
+    assert abs(top["impact_ns_per_step"] - 600_000) < 1000

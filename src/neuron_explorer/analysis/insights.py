@@ -8,7 +8,8 @@ and ``noise_threshold`` keys of summary-json (docs/summary.md).
 
 Each insight estimates the time a step would save without its cause, from the figures of the
 steady steps (every step but a process's first when it has three or more), and is reported only
-above the noise threshold (``NOISE_SHARE`` of the median step and ``NOISE_MIN_NS``).
+above the noise threshold (``NOISE_SHARE`` of the median step, ``NOISE_MIN_NS``, and twice the
+standard error of a steady step's time: ``_step_noise_ns``).
 """
 
 from __future__ import annotations
@@ -225,17 +226,19 @@ def analyse(per_process: list[dict], peak: float | None = None, peak_note: str =
     arrays or lists): numpy over processes x steps matrices, Python only per listed row."""
     procs: list[dict] = sorted([_Proc(p) for p in per_process if len(p.get("number", []))],
                                key=lambda p: (p["rank"], p["instance_id"], p["pid"]))
-    out: dict[str, Any] = {"steps": _steps(procs, per_process), "noise_threshold": {"share": NOISE_SHARE,
-                                                                                    "min_ns": NOISE_MIN_NS}}
+    out: dict[str, Any] = {"steps": _steps(procs, per_process)}
+    var = out["steps"]["variation"]
+    noise = _step_noise_ns(var)
+    out["noise_threshold"] = {"share": NOISE_SHARE, "min_ns": NOISE_MIN_NS, "step_noise_ns": noise}
     out["utilisation"] = _utilisation(procs, per_process, peak, peak_note, dtype)
-    wall = out["steps"]["variation"].get("wall_ns_median") or 0
+    wall = var.get("wall_ns_median") or 0
     memo: dict[str, Any] = {}
     found = [i for i in (rule(procs, memo) for rule in RULES) if i is not None]
     for i in found:
         imp = i["impact_ns_per_step"]
         i["impact_share"] = (imp / wall) if imp is not None and wall else None
     kept = [i for i in found if i["impact_ns_per_step"] is None
-            or (i["impact_ns_per_step"] >= NOISE_MIN_NS and (i["impact_share"] or 0) >= NOISE_SHARE)]
+            or (i["impact_ns_per_step"] >= max(NOISE_MIN_NS, noise) and (i["impact_share"] or 0) >= NOISE_SHARE)]
     kept.sort(key=lambda i: (i["impact_ns_per_step"] is not None, -(i["impact_ns_per_step"] or 0)))
     out["insights"] = kept
     if not procs:
@@ -248,6 +251,15 @@ def analyse(per_process: list[dict], peak: float | None = None, peak_note: str =
         how = f" (~{imp / 1e6:.1f} ms per step)" if imp is not None else ""
         out["verdict"] = f"{len(kept)} finding(s) above the noise threshold; the largest: {top['title']}{how}"
     return out
+
+
+def _step_noise_ns(var: dict) -> int:
+    """What the steady steps' own spread lets an estimate of a per-step cost claim: twice the
+    standard error of a step time (1.4826 x the median absolute deviation of the steady steps'
+    times, over the square root of their number). A few steps of a loaded machine give a high
+    floor (a rank descheduled for a millisecond is no straggler); many steady steps a low one."""
+    n = var.get("steady_steps") or 0
+    return int(round(2 * var.get("wall_ns_sd_robust", 0) / np.sqrt(n))) if n else 0
 
 
 def _listed(nums: np.ndarray, wall: np.ndarray, outlier: np.ndarray, cap: int, has: np.ndarray) -> np.ndarray:
@@ -289,7 +301,7 @@ def _steps(procs: list[dict], every: list[dict]) -> dict[str, Any]:
         med = _med(w)
         mad = _med(np.abs(w - med)) * 1.4826
         var.update(wall_ns_median=int(med), wall_ns_p90=int(np.percentile(w, 90)), wall_ns_max=int(w.max()),
-                   cv=float(w.std() / w.mean()) if w.mean() else 0.0)
+                   cv=float(w.std() / w.mean()) if w.mean() else 0.0, wall_ns_sd_robust=int(mad))
         outlier = wall_med > med + max(3 * mad, 0.1 * med)
         var["outliers"] = nums[outlier][:MAX_LISTED_STEPS].tolist()
         var["outlier_count"] = int(outlier.sum())
