@@ -4,8 +4,10 @@ stores, segment files) until it is killed: ``test_sigkill.py`` and ``bench/sigki
 Its core's ring is a stand-in that hands the sink numpy blocks (the ring's own per-event append
 is the hooks' cost, not what is measured here), so tens of millions of events take seconds.  The
 event numbered i has ``a = i``.  Progress goes to a log file the parent reads after the kill:
-slot 0 the entries written, slot 1 the longest flush so far (ns), then (monotonic ns, events
-handed over) pairs: each pair is written once its block can be drained.
+slot 0 the entries written, slot 1 the longest flush so far (ns), slot 2 the monotonic start of
+the last complete flush (``CaptureSink.last_write_started_ns``: everything handed over before it
+is on disk), then (monotonic ns, events handed over) pairs: each pair is written
+once its block can be drained.
 
 usage: sigkill_child.py OUT_DIR TOTAL RATE PERIOD_S LOG
 """
@@ -25,6 +27,7 @@ from neuron_explorer.runtime.core import CoreState, Runtime
 
 BLOCK = 20_000
 LOG_ENTRIES = 1 << 16
+HEAD = 3
 
 
 class BlockRing:
@@ -53,7 +56,7 @@ class BlockRing:
 def main() -> None:
     out, log_path = sys.argv[1], sys.argv[5]
     total, rate, period = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-    log = np.lib.format.open_memmap(log_path, mode="w+", dtype=np.int64, shape=(2 + 2 * LOG_ENTRIES,))
+    log = np.lib.format.open_memmap(log_path, mode="w+", dtype=np.int64, shape=(HEAD + 2 * LOG_ENTRIES,))
     cfg = CaptureConfig(output_dir=out, max_events_per_nc=2 * total, flush_period_s=period, cpu_util=False,
                         host_memory=False)
     rt = Runtime(cfg)
@@ -79,10 +82,11 @@ def main() -> None:
             ring.put(rows)
             done += n
             if k < LOG_ENTRIES:
-                log[2 + 2 * k], log[3 + 2 * k] = time.monotonic_ns(), done
+                log[HEAD + 2 * k], log[HEAD + 1 + 2 * k] = time.monotonic_ns(), done
                 k += 1
                 log[0] = k
         log[1] = max(int(log[1]), int(sink.last_write_s * 1e9))
+        log[2] = sink.last_write_started_ns
         wait = t0 + done / rate - time.perf_counter()
         time.sleep(max(wait, 0.001 if done >= total else 0.0))
 

@@ -1,10 +1,13 @@
-"""A SIGKILL at a random moment loses at most one flush period plus one write (decision 0111).
+"""A SIGKILL at a random moment loses only what came after the last complete write (decision 0111).
 
 A child records events at a steady rate through the real capture sink (``sigkill_child.py``) and
 is killed at random moments; what its session holds afterwards must be every event from the first
-on, with nothing missing in between, and at least every event handed over more than one flush
-period plus the longest write before the kill.  The CI test kills three 1.5M-event captures;
-``bench/sigkill_capture.py`` runs the same check on 20M events and more.
+on, with nothing missing in between, and at least every event handed over before the last write
+that completed before the kill began (``CaptureSink.last_write_started_ns``).  That is the part
+that does not depend on the machine's load; how old that write was at the kill (at most one flush
+period plus one write on a machine that gives the flush thread its turn) is a figure, ``margin_s``,
+which ``bench/sigkill_capture.py`` reports for 20M events and more, and no test asserts.  The CI
+test kills three 1.5M-event captures.
 """
 
 from __future__ import annotations
@@ -26,17 +29,17 @@ from neuron_explorer.analysis.reader import discover, load_session
 from ..conftest import clean_env
 
 CHILD = Path(__file__).with_name("sigkill_child.py")
-# the flush thread waits for the interpreter lock held by the producing thread: a wake-up that
-# late is the scheduler's, not the write's (checked: the margins the test prints)
-SCHEDULING_SLACK_S = 0.25
+HEAD = 3  # the child's log: entries, longest flush, flush under way (sigkill_child.py)
 
 
 @dataclass
 class Kill:
     survived: int  # events in the session after the kill
     recorded: int  # events handed to the sink before the kill
-    promised: int  # events handed over at least one period plus the longest write before it
+    promised: int  # events handed over before the last complete write began
     margin_s: float  # how much older than the kill the newest surviving event's block was
+    write_age_s: float  # how long before the kill the last complete write began (0: none)
+    longest_write_s: float  # the longest complete write of the run
     warnings: list[str]
 
 
@@ -55,19 +58,20 @@ def kill_at(tmp: Path, total: int, rate: float, period: float, at: float) -> Kil
         p.kill()
         p.wait()
     arr = np.load(log, mmap_mode="r")
-    k, longest = int(arr[0]), int(arr[1])
-    ts, done = np.asarray(arr[2:2 + 2 * k:2]), np.asarray(arr[3:3 + 2 * k:2])
-    cutoff = killed - int((period + SCHEDULING_SLACK_S) * 1e9) - longest
-    promised = int(done[ts <= cutoff].max()) if (ts <= cutoff).any() else 0
+    k, longest, began = int(arr[0]), int(arr[1]), int(arr[2])
+    ts, done = np.asarray(arr[HEAD:HEAD + 2 * k:2]), np.asarray(arr[HEAD + 1:HEAD + 1 + 2 * k:2])
+    # (the child logs a block's pair after handing it over, so a pair before ``began`` is drained)
+    promised = int(done[ts < began].max()) if began and (ts < began).any() else 0
+    figures = ((killed - began) / 1e9 if began else 0.0, longest / 1e9)
     sessions = discover(str(out))
     if not sessions:
-        return Kill(0, int(done.max()) if k else 0, promised, 0.0, [])
+        return Kill(0, int(done.max()) if k else 0, promised, 0.0, *figures, [])
     s = load_session(sessions[0])
     a = s.events["a"]
     assert np.array_equal(a, np.arange(len(a))), "events missing in the middle or out of order"
     newest = np.searchsorted(done, len(a), side="left")
     margin = (killed - int(ts[min(newest, k - 1)])) / 1e9 if len(a) else 0.0
-    return Kill(len(a), int(done.max()) if k else 0, promised, margin, s.warnings)
+    return Kill(len(a), int(done.max()) if k else 0, promised, margin, *figures, s.warnings)
 
 
 def check(tmp: Path, total: int, rate: float, period: float, kills: int, seed: int) -> list[Kill]:
@@ -77,7 +81,8 @@ def check(tmp: Path, total: int, rate: float, period: float, kills: int, seed: i
         at = rng.uniform(1.5 * period + 0.5, total / rate + 0.5)
         r = kill_at(tmp / f"kill{i}", total, rate, period, at)
         print(f"kill at {at:.2f} s: {r.survived} of {r.recorded} events survived, {r.promised} promised, "
-              f"newest surviving block {r.margin_s:.2f} s before the kill", file=sys.stderr)
+              f"newest surviving block {r.margin_s:.2f} s before the kill, last complete write began "
+              f"{r.write_age_s:.2f} s before it (longest write {r.longest_write_s:.2f} s)", file=sys.stderr)
         assert r.survived >= r.promised, r
         assert all("cut short" in w for w in r.warnings), r.warnings
         results.append(r)

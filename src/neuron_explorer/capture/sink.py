@@ -60,6 +60,7 @@ class CaptureSink:
         self.require_framework = False
         self.last_write_wall_ns = 0  # when the last complete write finished (wall clock)
         self.last_write_s = 0.0  # how long the last complete flush took, drain included
+        self.last_write_started_ns = 0  # monotonic start (before its drain) of the last complete flush
         self.write_error: str | None = None  # why the latest write failed, None after a success
         self.final_error: str | None = None  # why the final write failed
         self.start_anchor = rt.anchors[0]
@@ -91,31 +92,37 @@ class CaptureSink:
             return  # a forked child: the session directory is its parent's
         t0 = time.perf_counter()
         with self._io_lock:
-            self.drain()
-            if final:
-                self.end_reason = reason
-                self._stop.set()
-                self.sampler.stop()
-            if self.cfg.on_fail and not rt.failed:
-                return  # capture only when the workload fails
-            if is_launcher():
-                return  # torchrun's agent only spawns the workers, which profile themselves
-            if self.require_framework and not self._has_content():
-                return  # a Python process that ran no framework (a tool, a helper): no profile
-            try:
-                self.write()
-            except Exception as e:  # noqa: BLE001 - a write must never take the workload down
-                self._write_failed(e, final)
-                return
-            finally:
-                if final and self.segments is not None:
-                    self.segments.close()
-            self.write_error = None
-            took = self.last_write_s = time.perf_counter() - t0
-            # one period from start to start; a write that takes longer than the period (a disk
-            # slower than the events) leaves a tenth of the period before the next
-            period = self.cfg.flush_period_s
-            self._next_write_gap = max(period - took, period / 10)
+            self._flush_locked(rt, final, reason, t0, time.monotonic_ns())
+
+    def _flush_locked(self, rt: Runtime, final: bool, reason: str, t0: float, started_ns: int) -> None:
+        """The flush under the I/O lock: drain the rings, then write (``flush``).  Everything
+        handed to a ring before ``started_ns`` is on disk once this returns without an error."""
+        self.drain()
+        if final:
+            self.end_reason = reason
+            self._stop.set()
+            self.sampler.stop()
+        if self.cfg.on_fail and not rt.failed:
+            return  # capture only when the workload fails
+        if is_launcher():
+            return  # torchrun's agent only spawns the workers, which profile themselves
+        if self.require_framework and not self._has_content():
+            return  # a Python process that ran no framework (a tool, a helper): no profile
+        try:
+            self.write()
+        except Exception as e:  # noqa: BLE001 - a write must never take the workload down
+            self._write_failed(e, final)
+            return
+        finally:
+            if final and self.segments is not None:
+                self.segments.close()
+        self.write_error = None
+        self.last_write_started_ns = started_ns
+        took = self.last_write_s = time.perf_counter() - t0
+        # one period from start to start; a write that takes longer than the period (a disk
+        # slower than the events) leaves a tenth of the period before the next
+        period = self.cfg.flush_period_s
+        self._next_write_gap = max(period - took, period / 10)
 
     def _has_content(self) -> bool:
         """Has this process anything to profile?  Every Python process started with the variables
