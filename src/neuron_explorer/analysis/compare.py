@@ -1,0 +1,219 @@
+"""Comparing two profiles item by item: the statistics and the alignment rules behind
+``neuron-explorer diff`` (docs/diff.md), kept apart from any file format so that every front end
+that compares profiles applies the same rule.
+
+Why a *block* bootstrap: the durations of one item are not independent draws.  On a shared machine a
+burst of load slows every execution for a while, so neighbours in time move together; resampling
+single executions would treat a burst as many independent slow samples and give an interval far too
+narrow (an A/A pair then shows "changes").  Resampling runs of consecutive executions keeps that
+dependence, so a burst widens the interval instead of shifting it.  And a verdict needs more than an
+interval that excludes zero: the change must also be at least ``Thresholds`` (a share of the
+baseline median and an absolute floor), the smallest change a rerun on a loaded machine does not
+produce by itself (docs/decisions/0127-diff-statistics.md).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+FASTER = "faster"
+SLOWER = "slower"
+SAME = "no detectable change"
+FEW = "too few samples"
+NEW = "new"
+VANISHED = "vanished"
+VERDICTS = (FASTER, SLOWER, SAME, FEW, NEW, VANISHED)
+
+MIN_SAMPLES = 5  # per side: fewer gives no interval worth the name
+BOOTSTRAP_CAP = 2048  # samples per side the resampling sees (evenly spaced in time beyond it)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a change must reach, besides an interval that excludes zero, to get a verdict."""
+
+    confidence: float = 0.95
+    resamples: int = 1000
+    seed: int = 0
+    min_change_pct: float = 10.0  # of the baseline median
+    min_change_ns: int = 200_000  # absolute floor (scheduler noise on a loaded host is ~0.1 ms)
+
+
+@dataclass
+class Stats:
+    count: int
+    median_ns: float | None
+    p90_ns: float | None
+
+    def as_dict(self) -> dict:
+        return {"count": self.count, "median_ns": _num(self.median_ns), "p90_ns": _num(self.p90_ns)}
+
+
+@dataclass
+class Change:
+    """One item's change: candidate median minus baseline median, its interval and the verdict."""
+
+    delta_ns: float | None
+    delta_pct: float | None
+    ci_ns: tuple[float, float] | None
+    verdict: str
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in (FASTER, SLOWER, NEW, VANISHED)
+
+    def as_dict(self) -> dict:
+        return {"delta_ns": _num(self.delta_ns), "delta_pct": _num(self.delta_pct, 2),
+                "ci_ns": None if self.ci_ns is None else [_num(self.ci_ns[0]), _num(self.ci_ns[1])],
+                "verdict": self.verdict, "significant": self.significant}
+
+
+def _num(v: float | None, digits: int = 0) -> float | int | None:
+    if v is None or not np.isfinite(v):
+        return None
+    return int(round(v)) if digits == 0 else round(float(v), digits)
+
+
+def stats(values: np.ndarray) -> Stats:
+    """Count, median and 90th percentile (linear interpolation) of ``values``."""
+    if not len(values):
+        return Stats(0, None, None)
+    v = np.asarray(values, dtype=np.float64)
+    med, p90 = np.percentile(v, [50, 90])
+    return Stats(len(v), float(med), float(p90))
+
+
+def item_seed(key: str, seed: int = 0) -> int:
+    """A fixed seed per item (from its key), so that one item's interval does not depend on which
+    other items a profile holds, and a rerun gives the same numbers."""
+    return (zlib.crc32(key.encode("utf-8", "replace")) ^ (seed * 0x9E3779B1)) & 0xFFFFFFFF
+
+
+def _thin(values: np.ndarray, cap: int) -> np.ndarray:
+    if len(values) <= cap:
+        return values
+    return values[np.linspace(0, len(values) - 1, cap).astype(np.int64)]
+
+
+def _block_medians(values: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of ``reps`` moving-block resamples of ``values`` (in time order)."""
+    n = len(values)
+    block = max(1, int(round(n ** (1 / 3))))
+    k = -(-n // block)
+    starts = rng.integers(0, n - block + 1, size=(reps, k))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(reps, k * block)[:, :n]
+    return np.median(values[idx], axis=1)
+
+
+def bootstrap_interval(base: np.ndarray, cand: np.ndarray, key: str,
+                       th: Thresholds = Thresholds()) -> tuple[float, float]:
+    """The ``th.confidence`` interval of median(cand) - median(base), both in time order, by a
+    moving-block bootstrap of each side with a seed fixed per item."""
+    rng = np.random.default_rng(item_seed(key, th.seed))
+    b = _thin(np.asarray(base, dtype=np.float64), BOOTSTRAP_CAP)
+    c = _thin(np.asarray(cand, dtype=np.float64), BOOTSTRAP_CAP)
+    d = _block_medians(c, th.resamples, rng) - _block_medians(b, th.resamples, rng)
+    alpha = (1 - th.confidence) / 2
+    lo, hi = np.quantile(d, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thresholds(),
+            floor_ns: float | None = None) -> Change:
+    """The change of one item present on both sides (samples in time order).  A verdict only where
+    the interval excludes zero and the change reaches the thresholds; ``floor_ns`` replaces the
+    absolute floor (e.g. a part of a step measured against the step)."""
+    if not len(base) or not len(cand):
+        return Change(None, None, None, NEW if len(cand) else VANISHED)
+    mb, mc = float(np.median(base)), float(np.median(cand))
+    delta = mc - mb
+    pct = 100.0 * delta / mb if mb > 0 else None
+    if len(base) < MIN_SAMPLES or len(cand) < MIN_SAMPLES:
+        return Change(delta, pct, None, FEW)
+    lo, hi = bootstrap_interval(base, cand, key, th)
+    need = max(th.min_change_pct / 100.0 * abs(mb), th.min_change_ns if floor_ns is None else floor_ns)
+    if lo > 0 and delta >= need:
+        verdict = SLOWER
+    elif hi < 0 and -delta >= need:
+        verdict = FASTER
+    else:
+        verdict = SAME
+    return Change(delta, pct, (lo, hi), verdict)
+
+
+# ---- alignment
+
+_HASH = re.compile(r"(?<=_)[0-9a-f]{8,}(?=$|_)")
+
+
+def stem(graph_name: str) -> str:
+    """A graph's name without its hashes (``Encoder_bea8d2961a0c946b_bwd`` -> ``Encoder_*_bwd``):
+    what a recompile or a renamed hash keeps."""
+    return _HASH.sub("*", graph_name)
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """What identifies a graph besides its name (ProfileModels)."""
+
+    name: str
+    kind: str = ""
+    num_nodes: int = -1
+    signature: str = ""
+    backend: str = ""
+
+    @property
+    def structure(self) -> tuple:
+        return (stem(self.name), self.kind, self.num_nodes, self.signature, self.backend)
+
+
+@dataclass
+class GraphMatch:
+    pairs: list[tuple[str, str, str]]  # (baseline name, candidate name, "name" | "structure")
+    new: list[str]
+    vanished: list[str]
+
+
+def match_graphs(base: Iterable[GraphInfo], cand: Iterable[GraphInfo]) -> GraphMatch:
+    """Graphs by name, then the rest by structure (stem, kind, node count, signature, backend) where
+    exactly one graph on each side has it: a hash that changed with nothing else still matches, and
+    a graph compiled again for new shapes is new."""
+    b = {g.name: g for g in base}
+    c = {g.name: g for g in cand}
+    pairs = [(n, n, "name") for n in sorted(b.keys() & c.keys())]
+    rest_b = [b[n] for n in sorted(b.keys() - c.keys())]
+    rest_c = [c[n] for n in sorted(c.keys() - b.keys())]
+    by_b: dict[tuple, list[GraphInfo]] = {}
+    by_c: dict[tuple, list[GraphInfo]] = {}
+    for g in rest_b:
+        by_b.setdefault(g.structure, []).append(g)
+    for g in rest_c:
+        by_c.setdefault(g.structure, []).append(g)
+    matched_b, matched_c = set(), set()
+    for s, gs in by_b.items():
+        cs = by_c.get(s, [])
+        if len(gs) == 1 and len(cs) == 1:
+            pairs.append((gs[0].name, cs[0].name, "structure"))
+            matched_b.add(gs[0].name)
+            matched_c.add(cs[0].name)
+    return GraphMatch(pairs, [g.name for g in rest_c if g.name not in matched_c],
+                      [g.name for g in rest_b if g.name not in matched_b])
+
+
+def match_resized(base: Sequence[tuple[str, str, int]], cand: Sequence[tuple[str, str, int]]
+                  ) -> list[tuple[tuple[str, str, int], tuple[str, str, int]]]:
+    """Collectives (op, group, bytes) left unmatched on both sides that share op and group, one size
+    on each side: the same collective with a new size (a bigger bucket), paired."""
+    by_b: dict[tuple[str, str], list] = {}
+    by_c: dict[tuple[str, str], list] = {}
+    for k in base:
+        by_b.setdefault(k[:2], []).append(k)
+    for k in cand:
+        by_c.setdefault(k[:2], []).append(k)
+    return [(bs[0], by_c[og][0]) for og, bs in sorted(by_b.items())
+            if len(bs) == 1 and len(by_c.get(og, [])) == 1]

@@ -1,0 +1,313 @@
+"""One side of a diff: the items of a ``view`` Parquet dataset, read with pyarrow only.
+
+What is read (contracts.dataset names the tables and columns): from ``SystemProfileEvents`` the
+graph executions (``nc_exec_running`` by ``model_name``), the collectives (``cc_running`` and
+``cc_exec_barrier`` by op, group and bytes, their ranks matched by group, op and sequence number)
+and the framework regions (``trace_event_source = framework``, by name); ``ProfileModels`` for each
+graph's structure; ``ProfileMetadata`` for ranks; ``SystemProfileCounters`` for device memory.
+
+The events table is read one file (one process) at a time with only the rows and columns wanted, so
+memory holds the compact per-item arrays, never a whole table.  An unreadable file is a warning
+naming it; the rest is still read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from neuron_explorer.contracts import dataset as dsc
+
+EXEC = "nc_exec_running"
+COLLECTIVES = ("cc_running", "cc_exec_barrier")
+FRAMEWORK = "framework"
+_EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
+                  "seq", "bytes", "group_ranks", "flow_id"]
+
+
+class DatasetError(Exception):
+    """The path is not a dataset ``view`` wrote, or nothing in it can be read."""
+
+
+@dataclass
+class Occurrences:
+    """One item's occurrences on one side, sorted by start: the sample (``value``, ns) and where it
+    is (process index, start and end on the aligned Unix-ns clock, event id) so that a viewer can jump
+    to it."""
+
+    value: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    proc: np.ndarray
+    ids: np.ndarray
+
+    @staticmethod
+    def build(value, start, end, proc, ids) -> Occurrences:
+        order = np.argsort(start, kind="stable")
+        return Occurrences(*(np.asarray(a, dtype=np.int64)[order] for a in (value, start, end, proc, ids)))
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class Process:
+    instance_id: str
+    process_id: int
+    rank: int
+    session: str = ""
+
+
+@dataclass
+class Side:
+    """Everything a diff needs of one profile (any number of processes, ranks and hosts)."""
+
+    path: str
+    processes: dict[int, Process] = field(default_factory=dict)  # process_index -> process
+    graphs: dict[str, Occurrences] = field(default_factory=dict)
+    models: dict[str, dict] = field(default_factory=dict)  # graph name -> ProfileModels facts
+    compile_ns: dict[str, int] = field(default_factory=dict)  # graph name -> summed compile time
+    collectives: dict[tuple[str, str, int], Occurrences] = field(default_factory=dict)
+    arrivals: dict[tuple[int, str, str, int], Occurrences] = field(default_factory=dict)
+    regions: dict[str, Occurrences] = field(default_factory=dict)
+    region_graph: dict[str, str | None] = field(default_factory=dict)  # region -> the one graph it wraps
+    memory_peak: dict[int, int] = field(default_factory=dict)  # process index -> peak device bytes
+    events: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def rank_of(self, proc: int) -> int:
+        p = self.processes.get(int(proc))
+        return p.rank if p is not None else -1
+
+
+def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A (dictionary) string column as a numpy object array, None for nulls."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks else pa.array([], pa.string())
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(pa.string())
+    return np.asarray(col.to_pylist(), dtype=object) if len(col) < 1024 else col.to_numpy(zero_copy_only=False)
+
+
+def _ints(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
+    return np.asarray(pc.fill_null(col, fill).to_numpy(), dtype=np.int64)
+
+
+class _Acc:
+    """Per-item lists of column pieces, concatenated once at the end."""
+
+    def __init__(self) -> None:
+        self.parts: dict = {}
+
+    def add(self, key, *cols: np.ndarray) -> None:
+        self.parts.setdefault(key, []).append(cols)
+
+    def items(self):
+        for key, pieces in self.parts.items():
+            yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
+
+
+def read_side(path: str) -> Side:
+    """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``."""
+    if not os.path.isdir(path):
+        raise DatasetError(f"{path}: not a directory")
+    if not os.path.isdir(os.path.join(path, dsc.EVENTS)):
+        raise DatasetError(f"{path}: no {dsc.EVENTS} table (not a Parquet dataset written by neuron-explorer view)")
+    side = Side(path)
+    _read_metadata(side)
+    _read_models(side)
+    _read_events(side)
+    _read_memory(side)
+    return side
+
+
+def _single(side: Side, table: str, columns: list[str]) -> pa.Table | None:
+    f = os.path.join(side.path, dsc.table_file(table))
+    if not os.path.exists(f):
+        return None
+    try:
+        t = pq.read_table(f)
+    except (OSError, pa.ArrowException) as e:
+        side.warnings.append(f"{f}: unreadable ({str(e).splitlines()[0][:200]}); skipped")
+        return None
+    missing = [c for c in columns if c not in t.column_names]
+    if missing:
+        side.warnings.append(f"{f}: no column {', '.join(missing)}; skipped")
+        return None
+    return t
+
+
+def _read_metadata(side: Side) -> None:
+    t = _single(side, dsc.METADATA, ["instance_id", "process_id", "rank", "process_index"])
+    if t is None:
+        return
+    sess = t.column("session").to_pylist() if "session" in t.column_names else [""] * t.num_rows
+    for inst, pid, rank, ix, s in zip(t.column("instance_id").to_pylist(), t.column("process_id").to_pylist(),
+                                      t.column("rank").to_pylist(), t.column("process_index").to_pylist(), sess):
+        if ix is not None:
+            side.processes[int(ix)] = Process(str(inst), int(pid or 0), -1 if rank is None else int(rank), s or "")
+
+
+def _read_models(side: Side) -> None:
+    t = _single(side, dsc.MODELS, ["model_name"])
+    if t is None:
+        return
+    for row in t.to_pylist():
+        name = row.get("model_name")
+        if not name:
+            continue
+        side.models.setdefault(name, {k: row.get(k) for k in ("kind", "num_nodes", "signature", "backend",
+                                                              "graph_hash", "source_location")})
+        side.compile_ns[name] = side.compile_ns.get(name, 0) + int(row.get("compile_ns") or 0)
+
+
+def _read_events(side: Side) -> None:
+    root = os.path.join(side.path, dsc.EVENTS)
+    try:
+        data = ds.dataset(root, format="parquet", partitioning="hive")
+        fragments = list(data.get_fragments())
+    except (OSError, pa.ArrowException) as e:
+        raise DatasetError(f"{root}: unreadable ({str(e).splitlines()[0][:200]})") from None
+    wanted = ds.field("name").isin([EXEC, *COLLECTIVES]) | (ds.field("trace_event_source") == FRAMEWORK)
+    graphs, regions, colls = _Acc(), _Acc(), _Acc()
+    region_links: dict[str, set] = {}
+    read = 0
+    for frag in fragments:
+        try:
+            columns = [c for c in _EVENT_COLUMNS if c in frag.physical_schema.names]
+            t = frag.to_table(filter=wanted, columns=columns)
+            side.events += frag.count_rows()
+        except (OSError, pa.ArrowException) as e:
+            side.warnings.append(f"{frag.path}: unreadable ({str(e).splitlines()[0][:200]}); skipped")
+            continue
+        read += 1
+        if t.num_rows:
+            _take_fragment(t, graphs, regions, colls, region_links)
+    if fragments and not read:
+        raise DatasetError(f"{root}: no events file could be read")
+    for name, (start, end, proc, ids) in graphs.items():
+        side.graphs[name] = Occurrences.build(end - start, start, end, proc, ids)
+    for name, (start, end, proc, ids) in regions.items():
+        side.regions[name] = Occurrences.build(end - start, start, end, proc, ids)
+        links = region_links.get(name, set())
+        side.region_graph[name] = next(iter(links)) if len(links) == 1 and None not in links else None
+    _collectives(side, colls)
+
+
+def _take_fragment(t: pa.Table, graphs: _Acc, regions: _Acc, colls: _Acc, region_links: dict[str, set]) -> None:
+    names = _strings(t.column("name"))
+    source = _strings(t.column("trace_event_source"))
+    start, end, ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
+    proc = ids >> 32
+    ex = names == EXEC
+    exec_flow = np.zeros(0, dtype=np.int64)
+    exec_name = np.zeros(0, dtype=object)
+    if ex.any():
+        model = _strings(t.column("model_name").filter(pa.array(ex)))
+        for m in np.unique(model[model != None].astype(str)):  # noqa: E711 (numpy element-wise)
+            sel = np.flatnonzero(ex)[model == m]
+            graphs.add(m, start[sel], end[sel], proc[sel], ids[sel])
+        if "flow_id" in t.column_names:
+            fl = t.column("flow_id").filter(pa.array(ex))
+            first = pc.list_element(fl.combine_chunks(), 0) if len(fl) else pa.array([], pa.int64())
+            exec_flow = np.asarray(pc.fill_null(first, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+            exec_name = model
+    fw = source == FRAMEWORK
+    if fw.any():
+        sel_fw = np.flatnonzero(fw)
+        label = names[sel_fw]
+        for r in np.unique(label.astype(str)):
+            sel = sel_fw[label == r]
+            regions.add(r, start[sel], end[sel], proc[sel], ids[sel])
+        if "flow_id" in t.column_names:
+            _link_regions(t.column("flow_id").take(pa.array(sel_fw)), label, exec_flow, exec_name, region_links)
+    cc = np.isin(names, COLLECTIVES)
+    if cc.any():
+        sel = np.flatnonzero(cc)
+        take = pa.array(sel)
+        op = _strings(t.column("op").take(take)) if "op" in t.column_names else names[sel]
+        group = _strings(t.column("group_ranks").take(take)) if "group_ranks" in t.column_names else None
+        nbytes = _ints(t.column("bytes").take(take), 0) if "bytes" in t.column_names else np.zeros(len(sel), np.int64)
+        seq = _ints(t.column("seq").take(take)) if "seq" in t.column_names else np.full(len(sel), -1)
+        rank = _ints(t.column("worker_gid").take(take)) if "worker_gid" in t.column_names else np.full(len(sel), -1)
+        op = np.where(op == None, names[sel], op)  # noqa: E711
+        group = np.full(len(sel), "", dtype=object) if group is None else np.where(group == None, "", group)  # noqa: E711
+        for k in {(str(o), str(g)) for o, g in zip(op, group)}:
+            m = (op == k[0]) & (group == k[1])
+            colls.add(k, nbytes[m], seq[m], rank[m], start[sel][m], end[sel][m], proc[sel][m], ids[sel][m])
+
+
+def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarray, exec_name: np.ndarray,
+                  links: dict[str, set]) -> None:
+    """Which graph each region wraps: a region whose every occurrence issued exactly one execution,
+    always of one graph, is that graph seen from the framework (``Optimizer.step#SGD.step`` around
+    the ``SGD_*`` execution): the diff shows it beside the graph, not as a second change."""
+    arr = flows.combine_chunks()
+    n_links = np.zeros(len(label), dtype=np.int64)
+    linked = np.full(len(label), None, dtype=object)
+    if len(arr) and len(exec_flow):
+        flat = np.asarray(pc.list_flatten(arr).to_numpy(zero_copy_only=False), dtype=np.int64)
+        parent = np.asarray(pc.list_parent_indices(arr).to_numpy(), dtype=np.int64)
+        order = np.argsort(exec_flow)
+        pos = np.clip(np.searchsorted(exec_flow, flat, sorter=order), 0, len(order) - 1)
+        hit = exec_flow[order][pos] == flat
+        np.add.at(n_links, parent[hit], 1)
+        linked[parent[hit]] = exec_name[order][pos[hit]]
+    for r in np.unique(label.astype(str)):
+        m = label == r
+        ok = bool((n_links[m] == 1).all())
+        links.setdefault(r, set()).update(set(linked[m].tolist()) if ok else {None})
+
+
+def _collectives(side: Side, colls: _Acc) -> None:
+    """Each collective's time once every rank has entered (end - last start: what the transfer
+    cost, whoever was late) by (op, group, bytes), and each rank's lateness (its start - the first
+    rank's start) by (rank, op, group, bytes): waiting for a slow rank shows once, on that rank."""
+    for (op, group), (nbytes, seq, rank, start, end, proc, ids) in colls.items():
+        # ranks match on (seq, bytes) within one (op, group); a collective seen on one rank only is its own
+        key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
+        _, inv = np.unique(key, return_inverse=True)
+        last = np.full(inv.max() + 1, np.iinfo(np.int64).min)
+        first = np.full(inv.max() + 1, np.iinfo(np.int64).max)
+        np.maximum.at(last, inv, start)
+        np.minimum.at(first, inv, start)
+        transfer = end - np.maximum(last[inv], start)
+        late = start - first[inv]
+        for b in np.unique(nbytes):
+            m = nbytes == b
+            side.collectives[(op, group, int(b))] = Occurrences.build(
+                np.maximum(transfer[m], 0), start[m], end[m], proc[m], ids[m])
+            for r in np.unique(rank[m]):
+                mr = m & (rank == r)
+                side.arrivals[(int(r), op, group, int(b))] = Occurrences.build(late[mr], start[mr], end[mr],
+                                                                                 proc[mr], ids[mr])
+
+
+def _read_memory(side: Side) -> None:
+    """Peak device memory per process: the sum of its ``device_mem.*`` counters at each sample time."""
+    root = os.path.join(side.path, dsc.COUNTERS)
+    if not os.path.isdir(root):
+        return
+    try:
+        data = ds.dataset(root, format="parquet", partitioning="hive")
+        t = data.to_table(filter=pc.starts_with(ds.field("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX),
+                          columns=["instance_id", "process_id", "ts", "value"])
+    except (OSError, pa.ArrowException) as e:
+        side.warnings.append(f"{root}: unreadable ({str(e).splitlines()[0][:200]}); memory peaks skipped")
+        return
+    if not t.num_rows:
+        return
+    by_proc = {(p.instance_id, p.process_id): ix for ix, p in side.processes.items()}
+    g = t.group_by(["instance_id", "process_id", "ts"]).aggregate([("value", "sum")])
+    g = g.group_by(["instance_id", "process_id"]).aggregate([("value_sum", "max")])
+    for inst, pid, peak in zip(g.column("instance_id").to_pylist(), g.column("process_id").to_pylist(),
+                               g.column("value_sum_max").to_pylist()):
+        ix = by_proc.get((str(inst), int(pid)))
+        if ix is not None and peak is not None:
+            side.memory_peak[ix] = int(peak)

@@ -1,0 +1,219 @@
+"""The diff of two sides as one JSON-ready document (``SCHEMA``, docs/diff.md): every row an item
+aligned across the sides (graph, collective, region, a rank's arrival at a collective, a rank's peak
+device memory, the step and its parts), with its statistics on each side, the change, its interval
+and the verdict, and where to look on each side (the occurrence nearest the median: rank, process,
+start and end, event id), so that a viewer can put both timelines on the item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from neuron_explorer.analysis import compare as cmp
+
+from .dataset import Occurrences, Side
+
+SCHEMA = "neuron-explorer-diff/1"
+MEMORY_FLOOR = 1 << 20  # bytes: a peak moving less than this is no change
+
+
+def _at(side: Side, occ: Occurrences) -> dict[str, Any] | None:
+    """The occurrence nearest the median: where a viewer jumps to."""
+    if not len(occ):
+        return None
+    med = np.median(occ.value)
+    i = int(np.argmin(np.abs(occ.value - med)))
+    p = side.processes.get(int(occ.proc[i]))
+    return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
+            "process_id": p.process_id if p else None, "start_ts": int(occ.start[i]), "end_ts": int(occ.end[i]),
+            "id": int(occ.ids[i])}
+
+
+def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None) -> dict[str, Any] | None:
+    if occ is None:
+        return None
+    out: dict[str, Any] = {"name": name} if name is not None else {}
+    out.update(cmp.stats(occ.value).as_dict())
+    out["ranks"] = sorted({side.rank_of(int(p)) for p in np.unique(occ.proc)})
+    out["total_ns"] = int(occ.value.sum())
+    out["at"] = _at(side, occ)
+    return out
+
+
+def _row(kind: str, key: str, label: str, base: Side, cand: Side, ob: Occurrences | None, oc: Occurrences | None,
+         th: cmp.Thresholds, names: tuple[str | None, str | None] = (None, None), **extra: Any) -> dict[str, Any]:
+    empty = np.zeros(0, dtype=np.int64)
+    change = cmp.compare(ob.value if ob is not None else empty, oc.value if oc is not None else empty,
+                         f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None))
+    row: dict[str, Any] = {"kind": kind, "key": key, "label": label,
+                           "baseline": _side_stats(base, ob, names[0]), "candidate": _side_stats(cand, oc, names[1])}
+    row.update(extra)
+    row.update(change.as_dict())
+    return row
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} B"
+
+
+def graph_rows(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict], list[dict], list[dict]]:
+    """Rows of matched graphs, and the new and vanished ones (each with its family: the stem it
+    shares with a graph of the other side, e.g. a graph compiled again for new shapes)."""
+    info = {s: [cmp.GraphInfo(n, str(m.get("kind") or ""), int(m.get("num_nodes") or -1), str(m.get("signature") or ""),
+                              str(m.get("backend") or "")) for n, m in side.models.items()]
+                + [cmp.GraphInfo(n) for n in side.graphs if n not in side.models]
+            for s, side in (("b", base), ("c", cand))}
+    m = cmp.match_graphs(info["b"], info["c"])
+    rows = []
+    for nb, nc, how in m.pairs:
+        ob, oc = base.graphs.get(nb), cand.graphs.get(nc)
+        if ob is None and oc is None:
+            continue
+        label = nb if nb == nc else f"{nb} -> {nc}"
+        rows.append(_row("graph", cmp.stem(nb) if how == "structure" else nb, label, base, cand,
+                         ob if ob is not None else _none(), oc if oc is not None else _none(), th, (nb, nc),
+                         match=how))
+    stems_b = {cmp.stem(n) for n in base.graphs}
+    stems_c = {cmp.stem(n) for n in cand.graphs}
+    new, vanished = [], []
+    for n in m.new:
+        if n in cand.graphs:
+            new.append(_row("graph", n, n, base, cand, None, cand.graphs[n], th, (None, n), match=None,
+                            family=cmp.stem(n), recompile=cmp.stem(n) in stems_b,
+                            compile_ns=cand.compile_ns.get(n)))
+    for n in m.vanished:
+        if n in base.graphs:
+            vanished.append(_row("graph", n, n, base, cand, base.graphs[n], None, th, (n, None), match=None,
+                                 family=cmp.stem(n), recompile=cmp.stem(n) in stems_c,
+                                 compile_ns=base.compile_ns.get(n)))
+    return rows, new, vanished
+
+
+def _none() -> Occurrences:
+    z = np.zeros(0, dtype=np.int64)
+    return Occurrences(z, z, z, z, z)
+
+
+def collective_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
+    """Collectives by op, group and size; one left over on each side with the same op and group is
+    the same collective resized."""
+    common = sorted(base.collectives.keys() & cand.collectives.keys())
+    pairs = [(k, k, "size") for k in common]
+    only_b = sorted(base.collectives.keys() - cand.collectives.keys())
+    only_c = sorted(cand.collectives.keys() - base.collectives.keys())
+    resized = cmp.match_resized(only_b, only_c)
+    pairs += [(kb, kc, "resized") for kb, kc in resized]
+    done_b = {kb for kb, _ in resized}
+    done_c = {kc for _, kc in resized}
+    pairs += [(k, None, None) for k in only_b if k not in done_b]
+    pairs += [(None, k, None) for k in only_c if k not in done_c]
+    rows = []
+    for kb, kc, how in pairs:
+        k = kb or kc
+        assert k is not None
+        op, group, nbytes = k
+        size = _fmt_bytes(nbytes) if kb is None or kc is None or kb[2] == kc[2] else \
+            f"{_fmt_bytes(kb[2])} -> {_fmt_bytes(kc[2])}"
+        label = f"{op} [{group}] {size}" if nbytes or how == "resized" else f"{op} [{group}]"
+        rows.append(_row("collective", f"{op}|{group}|{nbytes}", label, base, cand,
+                         base.collectives.get(kb) if kb else None, cand.collectives.get(kc) if kc else None, th,
+                         match=how, op=op, group=group,
+                         bytes={"baseline": kb[2] if kb else None, "candidate": kc[2] if kc else None}))
+    return rows
+
+
+def arrival_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
+    """Per rank and collective: how late the rank entered (after the first rank).  Only collectives
+    matched on both sides and seen on two ranks or more."""
+    rows = []
+    for k in sorted(base.arrivals.keys() & cand.arrivals.keys()):
+        r, op, group, nbytes = k
+        if "," not in group:
+            continue
+        rows.append(_row("arrival", f"{r}|{op}|{group}|{nbytes}", f"rank {r} entering {op} [{group}]", base, cand,
+                         base.arrivals[k], cand.arrivals[k], th, rank=r, op=op, group=group,
+                         floor_ns=max(th.min_change_ns, _median(base.collectives.get(k[1:]))),
+                         ))
+    return rows
+
+
+def _median(occ: Occurrences | None) -> float:
+    return float(np.median(occ.value)) if occ is not None and len(occ) else 0.0
+
+
+def region_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
+    rows = []
+    for name in sorted(base.regions.keys() | cand.regions.keys()):
+        wraps = base.region_graph.get(name) or cand.region_graph.get(name)
+        rows.append(_row("region", name, name, base, cand, base.regions.get(name), cand.regions.get(name), th,
+                         graph=wraps))
+    return rows
+
+
+def memory_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
+    """Peak device memory per rank (one number per side: a change is one that reaches the thresholds)."""
+    rb = {base.rank_of(ix): v for ix, v in base.memory_peak.items()}
+    rc = {cand.rank_of(ix): v for ix, v in cand.memory_peak.items()}
+    rows = []
+    for r in sorted(rb.keys() | rc.keys()):
+        b, c = rb.get(r), rc.get(r)
+        verdict = cmp.NEW if b is None else cmp.VANISHED if c is None else cmp.SAME
+        delta = None if b is None or c is None else c - b
+        if delta is not None and abs(delta) >= max(MEMORY_FLOOR, th.min_change_pct / 100 * b):
+            verdict = "larger" if delta > 0 else "smaller"
+        rows.append({"kind": "memory", "key": str(r), "label": f"rank {r} peak device memory", "rank": r,
+                     "baseline": None if b is None else {"peak_bytes": b},
+                     "candidate": None if c is None else {"peak_bytes": c},
+                     "delta_ns": None, "delta_bytes": delta,
+                     "delta_pct": None if delta is None or not b else round(100 * delta / b, 2), "ci_ns": None,
+                     "verdict": verdict, "significant": verdict in ("larger", "smaller")})
+    return rows
+
+
+def impact(row: dict) -> float:
+    """How much time a row's change is worth over the candidate's run: |delta| x occurrences (a new or
+    vanished item: its whole time)."""
+    if row["kind"] == "memory":
+        return float(abs(row.get("delta_bytes") or 0))
+    if row["verdict"] in (cmp.NEW, cmp.VANISHED):
+        s = row["candidate"] or row["baseline"]
+        return float(s.get("total_ns") or 0)
+    s = row["candidate"] or {}
+    return abs(row["delta_ns"] or 0) * (s.get("count") or 0)
+
+
+def build(base: Side, cand: Side, th: cmp.Thresholds = cmp.Thresholds(),
+          step_rows: list[dict] | None = None) -> dict[str, Any]:
+    """The whole diff document."""
+    graphs, new, vanished = graph_rows(base, cand, th)
+    rows = (list(step_rows or []) + graphs + new + vanished + collective_rows(base, cand, th)
+            + region_rows(base, cand, th) + arrival_rows(base, cand, th) + memory_rows(base, cand, th))
+    # a region that is a graph seen from the framework is not a second change
+    changes = [r for r in rows if r["significant"] and not (r["kind"] == "region" and r.get("graph"))
+               and r["kind"] not in ("step", "step_part")]
+    changes.sort(key=impact, reverse=True)
+    return {
+        "schema": SCHEMA,
+        "baseline": _describe(base),
+        "candidate": _describe(cand),
+        "settings": {"confidence": th.confidence, "resamples": th.resamples, "seed": th.seed,
+                     "min_change_pct": th.min_change_pct, "min_change_ns": th.min_change_ns,
+                     "min_samples": cmp.MIN_SAMPLES},
+        "rows": rows,
+        "new_graphs": [r["key"] for r in new],
+        "vanished_graphs": [r["key"] for r in vanished],
+        "changes": [{"kind": r["kind"], "key": r["key"], "label": r["label"], "verdict": r["verdict"]}
+                    for r in changes],
+        "warnings": [f"baseline: {w}" for w in base.warnings] + [f"candidate: {w}" for w in cand.warnings],
+    }
+
+
+def _describe(side: Side) -> dict[str, Any]:
+    return {"path": side.path, "processes": len(side.processes),
+            "ranks": sorted({p.rank for p in side.processes.values()}),
+            "instances": sorted({p.instance_id for p in side.processes.values()}), "events": side.events}

@@ -1,0 +1,114 @@
+"""One small training program for ``neuron-explorer diff``'s tests: run twice, identical, it is an
+A/A pair; each switch injects exactly one change into the candidate.  Run alone or under
+``torchrun`` (gloo: an explicit barrier + all-reduce per step).
+
+Per step: a ``record_function("load_batch")`` region builds the batch; two eager root modules
+(``Encoder``, ``Head``: two graphs) run forward and backward; a small ``torch.compile``d function
+(``tail``); the gradient all-reduce; ``opt.step()`` (an eager optimizer graph).
+
+Switches (the candidate's one change):
+  --sleep-head-ms MS     Head.forward sleeps MS (a slower graph)
+  --allreduce-scale K    the all-reduce moves K times the bytes (a bigger collective)
+  --recompile            ``tail`` sees a new shape every step (a new graph every step)
+  --slow-rank R --slow-ms MS   rank R sleeps MS before each step, outside every recorded item
+  --foreach              the optimizer runs its foreach implementation (a faster optimizer)
+
+The program measures its own items with ``perf_counter`` (an independent ground truth) and prints
+``GROUND_TRUTH {json}`` on each rank: per item, the median duration in ns over the steps.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+torch.set_num_threads(1)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)])
+
+    def forward(self, x):
+        return torch.relu(self.layers(x))
+
+
+class Head(nn.Module):
+    def __init__(self, sleep_s):
+        super().__init__()
+        self.out = nn.Linear(64, 8)
+        self.sleep_s = sleep_s
+
+    def forward(self, x):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return self.out(x)
+
+
+def tail(x):
+    return torch.tanh(x) * 2 + 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--sleep-head-ms", type=float, default=0.0)
+    ap.add_argument("--allreduce-scale", type=int, default=1)
+    ap.add_argument("--recompile", action="store_true")
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--slow-ms", type=float, default=0.0)
+    ap.add_argument("--foreach", action="store_true")
+    a = ap.parse_args()
+    dist = None
+    rank = 0
+    if "RANK" in os.environ:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+    torch.manual_seed(0)
+    enc, head = Encoder(), Head(a.sleep_head_ms / 1000)
+    # many small parameter tensors: the per-tensor loop is what foreach saves
+    extra = nn.ParameterList([nn.Parameter(torch.randn(16)) for _ in range(400)])
+    params = list(enc.parameters()) + list(head.parameters()) + list(extra)
+    opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=a.foreach)
+    ctail = torch.compile(tail, backend="eager", dynamic=False)
+    grad_buf = torch.ones(64 * 1024 * a.allreduce_scale)
+    t = {"head": [], "all_reduce": [], "optimizer": [], "step": []}
+    g = torch.Generator().manual_seed(1)
+    for step in range(a.steps):
+        s0 = time.perf_counter_ns()
+        if rank == a.slow_rank and a.slow_ms:
+            time.sleep(a.slow_ms / 1000)
+        with torch.profiler.record_function("load_batch"):
+            x = torch.randn(32, 64, generator=g)
+            y = torch.randint(0, 8, (32,), generator=g)
+        opt.zero_grad()
+        h = enc(x)
+        t0 = time.perf_counter_ns()
+        out = head(h)
+        t["head"].append(time.perf_counter_ns() - t0)
+        n = 8 + step if a.recompile else 8
+        out = out + ctail(torch.ones(n, 8))[:1].mean()
+        loss = nn.functional.cross_entropy(out, y) + sum(p.sum() for p in extra) * 0
+        loss.backward()
+        if dist is not None:
+            dist.barrier()
+            t0 = time.perf_counter_ns()
+            dist.all_reduce(grad_buf)
+            t["all_reduce"].append(time.perf_counter_ns() - t0)
+        t0 = time.perf_counter_ns()
+        opt.step()
+        t["optimizer"].append(time.perf_counter_ns() - t0)
+        t["step"].append(time.perf_counter_ns() - s0)
+    truth = {k: statistics.median(v) for k, v in t.items() if v}
+    print("GROUND_TRUTH " + json.dumps({"rank": rank, "median_ns": truth}), flush=True)
+    if dist is not None:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
