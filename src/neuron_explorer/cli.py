@@ -21,6 +21,7 @@ examples:
   neuron-explorer view --ui -d ./output                 # the System Trace Viewer (web UI)
   neuron-explorer view -d ./output --output-format summary-json --output-file summary.json
   neuron-explorer check -d ./output
+  neuron-explorer diff ./before ./after --fail-if-slower 5   # did my change help? (docs/diff.md)
 """
 
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--version", action="version", version=f"neuron-explorer {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check}")
+    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check,diff}")
 
     ins = sub.add_parser(
         "inspect", help="run a command with system profiling on (no code changes)",
@@ -50,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .view.cli import add_view_parser
 
     add_view_parser(sub)
+    from .diff.cli import add_diff_parser
+
+    add_diff_parser(sub)
     chk = sub.add_parser("check", help="check that a capture directory holds a usable profile",
                          description="Report the signs of a failed capture (empty directory, 0-byte NTFF, "
                                      "no NEFF, only .pb files, damaged files) and what to do.",
@@ -73,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             text, rc = render(check(args.directory, args.endpoint_url))
             sys.stdout.write(text)
             return rc
+        if args.command == "diff":
+            from .diff.cli import diff_command
+
+            return diff_command(args)
         if args.command == "view":
             from .view.cli import view_command
 

@@ -6,6 +6,9 @@ Per step: a ``record_function("load_batch")`` region builds the batch; two eager
 (``Encoder``, ``Head``: two graphs) run forward and backward; a small ``torch.compile``d function
 (``tail``); the gradient all-reduce; ``opt.step()`` (an eager optimizer graph).
 
+``--rendezvous DIR --parties N``: every process waits in DIR until N processes are ready before
+its first step, so that two jobs started together measure under the same load.
+
 Switches (the candidate's one change):
   --sleep-head-ms MS     Head.forward sleeps MS (a slower graph)
   --allreduce-scale K    the all-reduce moves K times the bytes (a bigger collective)
@@ -53,15 +56,27 @@ def tail(x):
     return torch.tanh(x) * 2 + 1
 
 
+def rendezvous(directory, parties, deadline_s=300):
+    """Start the steps when every process of both jobs is ready: a baseline and a candidate run at
+    once share the machine's load over their measured parts (docs/decisions/0127-diff-statistics.md)."""
+    open(os.path.join(directory, f"ready.{os.getpid()}"), "w").close()
+    end = time.monotonic() + deadline_s
+    while sum(n.startswith("ready.") for n in os.listdir(directory)) < parties and time.monotonic() < end:
+        time.sleep(0.01)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--sleep-head-ms", type=float, default=0.0)
     ap.add_argument("--allreduce-scale", type=int, default=1)
     ap.add_argument("--recompile", action="store_true")
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=0.0)
     ap.add_argument("--foreach", action="store_true")
+    ap.add_argument("--rendezvous", default=None, help="directory: wait there for --parties processes before the steps")
+    ap.add_argument("--parties", type=int, default=0)
+    ap.add_argument("--pin", action="store_true", help="run local rank r on the r-th CPU this process may use")
     a = ap.parse_args()
     dist = None
     rank = 0
@@ -69,6 +84,9 @@ def main():
         import torch.distributed as dist
         dist.init_process_group("gloo")
         rank = dist.get_rank()
+    if a.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(os.environ.get("LOCAL_RANK", "0")) % len(cpus)]})
     torch.manual_seed(0)
     enc, head = Encoder(), Head(a.sleep_head_ms / 1000)
     # many small parameter tensors: the per-tensor loop is what foreach saves
@@ -79,6 +97,8 @@ def main():
     grad_buf = torch.ones(64 * 1024 * a.allreduce_scale)
     t = {"head": [], "all_reduce": [], "optimizer": [], "step": []}
     g = torch.Generator().manual_seed(1)
+    if a.rendezvous:
+        rendezvous(a.rendezvous, a.parties)
     for step in range(a.steps):
         s0 = time.perf_counter_ns()
         if rank == a.slow_rank and a.slow_ms:

@@ -22,11 +22,16 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from neuron_explorer.analysis import steps as steps_mod
 from neuron_explorer.contracts import dataset as dsc
 
 EXEC = "nc_exec_running"
 COLLECTIVES = ("cc_running", "cc_exec_barrier")
 FRAMEWORK = "framework"
+# what analysis.steps reads besides the items: its type names, in the order of their ids here
+STEP_TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
+              "nrt_execute", "numerical_err")
+_TYPE_ID = {n: i for i, n in enumerate(STEP_TYPES)}
 _EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
                   "seq", "bytes", "group_ranks", "flow_id"]
 
@@ -78,6 +83,7 @@ class Side:
     regions: dict[str, Occurrences] = field(default_factory=dict)
     region_graph: dict[str, str | None] = field(default_factory=dict)  # region -> the one graph it wraps
     memory_peak: dict[int, int] = field(default_factory=dict)  # process index -> peak device bytes
+    steps: dict[int, steps_mod.Steps] = field(default_factory=dict)  # process index -> its steps (aligned clock)
     events: int = 0
     warnings: list[str] = field(default_factory=list)
 
@@ -174,7 +180,10 @@ def _read_events(side: Side) -> None:
         fragments = list(data.get_fragments())
     except (OSError, pa.ArrowException) as e:
         raise DatasetError(f"{root}: unreadable ({str(e).splitlines()[0][:200]})") from None
-    wanted = ds.field("name").isin([EXEC, *COLLECTIVES]) | (ds.field("trace_event_source") == FRAMEWORK)
+    wanted = ds.field("name").isin([n for n in STEP_TYPES if n != "framework_op"]) | (
+        ds.field("trace_event_source") == FRAMEWORK)
+    model_ids = {n: i for i, n in enumerate(sorted(side.models))}
+    step_models = [(i, n, str(side.models[n].get("kind") or ""), 0.0) for n, i in model_ids.items()]
     graphs, regions, colls = _Acc(), _Acc(), _Acc()
     region_links: dict[str, set] = {}
     read = 0
@@ -189,6 +198,7 @@ def _read_events(side: Side) -> None:
         read += 1
         if t.num_rows:
             _take_fragment(t, graphs, regions, colls, region_links)
+            _find_steps(side, t, model_ids, step_models)
     if fragments and not read:
         raise DatasetError(f"{root}: no events file could be read")
     for name, (start, end, proc, ids) in graphs.items():
@@ -241,6 +251,36 @@ def _take_fragment(t: pa.Table, graphs: _Acc, regions: _Acc, colls: _Acc, region
         for k in {(str(o), str(g)) for o, g in zip(op, group)}:
             m = (op == k[0]) & (group == k[1])
             colls.add(k, nbytes[m], seq[m], rank[m], start[sel][m], end[sel][m], proc[sel][m], ids[sel][m])
+
+
+def _find_steps(side: Side, t: pa.Table, model_ids: dict[str, int], models: list) -> None:
+    """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
+    aligned clock of the dataset)."""
+    names = _strings(t.column("name"))
+    fw = _strings(t.column("trace_event_source")) == FRAMEWORK
+    typ = _lookup(names, _TYPE_ID)
+    typ[fw] = _TYPE_ID["framework_op"]
+    start, end, ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
+    model = _strings(t.column("model_name")) if "model_name" in t.column_names else np.full(len(names), None)
+    model_id = _lookup(model, model_ids)
+    strings = sorted({str(x) for x in np.unique(names[fw].astype(str))})
+    label = np.full(len(names), -1, dtype=np.int64)
+    label[fw] = _lookup(names[fw], {x: i for i, x in enumerate(strings)})
+    nbytes = _ints(t.column("bytes")) if "bytes" in t.column_names else np.full(len(names), -1, dtype=np.int64)
+    proc = ids >> 32
+    for p in np.unique(proc).tolist():
+        m = proc == p
+        side.steps[int(p)] = steps_mod.find_steps(typ[m], start[m], end[m], model_id[m], label[m], nbytes[m],
+                                                  _TYPE_ID, strings, models)
+
+
+def _lookup(values: np.ndarray, mapping: dict[str, int]) -> np.ndarray:
+    """``mapping[v]`` per value (-1: absent or null), one dictionary look-up per distinct value."""
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    vals = np.where(values == None, "", values).astype(str)  # noqa: E711 (numpy element-wise)
+    u, inv = np.unique(vals, return_inverse=True)
+    return np.array([mapping.get(x, -1) for x in u.tolist()], dtype=np.int64)[inv.reshape(-1)]
 
 
 def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarray, exec_name: np.ndarray,

@@ -13,6 +13,8 @@ import numpy as np
 
 from neuron_explorer.analysis import compare as cmp
 
+from neuron_explorer.analysis import steps as steps_mod
+
 from .dataset import Occurrences, Side
 
 SCHEMA = "neuron-explorer-diff/1"
@@ -136,7 +138,7 @@ def arrival_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
         if "," not in group:
             continue
         rows.append(_row("arrival", f"{r}|{op}|{group}|{nbytes}", f"rank {r} entering {op} [{group}]", base, cand,
-                         base.arrivals[k], cand.arrivals[k], th, rank=r, op=op, group=group,
+                         base.arrivals[k], cand.arrivals[k], th, rank=r, op=op, group=group, subject=f"rank {r}",
                          floor_ns=max(th.min_change_ns, _median(base.collectives.get(k[1:]))),
                          ))
     return rows
@@ -187,12 +189,115 @@ def impact(row: dict) -> float:
     return abs(row["delta_ns"] or 0) * (s.get("count") or 0)
 
 
+PARTS = steps_mod.BREAKDOWN
+STEP_COLUMNS = ("wall_ns",) + PARTS + ("own_ns", "collective_ns")
+
+
+def _step_table(side: Side) -> dict[str, np.ndarray]:
+    """Every step of every process as columns: number, rank, process, start, end and the figures
+    of ``analysis.steps`` (one row per step and process), sorted by start."""
+    cols: dict[str, list] = {k: [] for k in ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS}
+    for proc, st in side.steps.items():
+        n = len(st)
+        if not n:
+            continue
+        cols["number"].append(st.number)
+        cols["rank"].append(np.full(n, side.rank_of(proc), dtype=np.int64))
+        cols["proc"].append(np.full(n, proc, dtype=np.int64))
+        cols["start_ns"].append(st.start_ns)
+        cols["end_ns"].append(st.end_ns)
+        for k in STEP_COLUMNS:
+            cols[k].append(np.asarray(st.columns.get(k, np.zeros(n)), dtype=np.int64))
+    out = {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in cols.items()}
+    order = np.argsort(out["start_ns"], kind="stable")
+    out = {k: v[order] for k, v in out.items()}
+    # a rank's own work beyond the fastest rank's in the same step: what a straggler adds
+    excess = np.zeros(len(order), dtype=np.int64)
+    if len(order):
+        u, inv = np.unique(out["number"], return_inverse=True)
+        fastest = np.full(len(u), np.iinfo(np.int64).max)
+        np.minimum.at(fastest, inv, out["own_ns"])
+        excess = out["own_ns"] - fastest[inv]
+    out["excess_own_ns"] = excess
+    return out
+
+
+def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> Occurrences:
+    s = slice(None) if sel is None else sel
+    return Occurrences(t[col][s], t["start_ns"][s], t["end_ns"][s], t["proc"][s], t["number"][s])
+
+
+def step_section(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict], dict[str, Any]]:
+    """The step rows (step time; each part, a change measured against the step; each rank's own
+    work beyond the fastest rank's) and the per step and rank table of both sides, aligned by step
+    number and rank.  A row's ``at`` names a step (``id`` is the step number)."""
+    tb, tc = _step_table(base), _step_table(cand)
+    info: dict[str, Any] = {
+        "method": {"baseline": sorted({s.method for s in base.steps.values() if len(s)}),
+                   "candidate": sorted({s.method for s in cand.steps.values() if len(s)})},
+        "baseline_steps": int(len(np.unique(tb["number"]))), "candidate_steps": int(len(np.unique(tc["number"]))),
+    }
+    if not len(tb["number"]) or not len(tc["number"]):
+        info.update(verdict="no steps found on " + ("either side" if not len(tb["number"]) and not len(tc["number"])
+                                                    else "the baseline" if not len(tb["number"]) else "the candidate"),
+                    baseline_median_ns=None, candidate_median_ns=None, delta_pct=None, ci_pct=None, per_step=None)
+        return [], info
+    rows = [_row("step", "wall_ns", "step time", base, cand, _occ(tb, "wall_ns"), _occ(tc, "wall_ns"), th)]
+    med = float(np.median(tb["wall_ns"]))
+    floor = max(th.min_change_ns, th.min_change_pct / 100 * med)
+    for part in PARTS:
+        rows.append(_row("step_part", part, f"step {part[:-3].replace('_', ' ')}", base, cand, _occ(tb, part),
+                         _occ(tc, part), th, floor_ns=floor))
+    ranks = sorted(set(tb["rank"].tolist()) & set(tc["rank"].tolist()))
+    if len(ranks) > 1:
+        for r in ranks:
+            rows.append(_row("straggler", str(r), f"rank {r} own work beyond the fastest rank", base, cand,
+                             _occ(tb, "excess_own_ns", tb["rank"] == r), _occ(tc, "excess_own_ns", tc["rank"] == r), th,
+                             rank=r, subject=f"rank {r}", floor_ns=floor))
+    step = rows[0]
+    ci = step["ci_ns"]
+    info.update(verdict=step["verdict"], baseline_median_ns=step["baseline"]["median_ns"],
+                candidate_median_ns=step["candidate"]["median_ns"], delta_ns=step["delta_ns"],
+                delta_pct=step["delta_pct"],
+                ci_pct=None if ci is None or not med else [round(100 * ci[0] / med, 2), round(100 * ci[1] / med, 2)],
+                per_step=_per_step(tb, tc))
+    return rows, info
+
+
+def _per_step(tb: dict[str, np.ndarray], tc: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Steps present on both sides (same number and rank), as columns."""
+    kb = {(int(n), int(r)): i for i, (n, r) in enumerate(zip(tb["number"], tb["rank"]))}
+    kc = {(int(n), int(r)): i for i, (n, r) in enumerate(zip(tc["number"], tc["rank"]))}
+    keys = sorted(kb.keys() & kc.keys())
+    ib = np.array([kb[k] for k in keys], dtype=np.int64)
+    ic = np.array([kc[k] for k in keys], dtype=np.int64)
+    cols = ("start_ns", "end_ns") + STEP_COLUMNS
+    return {"step": [k[0] for k in keys], "rank": [k[1] for k in keys],
+            "baseline": {c: tb[c][ib].tolist() for c in cols},
+            "candidate": {c: tc[c][ic].tolist() for c in cols}}
+
+
+def gate(info: dict[str, Any], pct: float) -> dict[str, Any]:
+    """``--fail-if-slower PCT``: failed when the lower end of the step time's interval is more than
+    PCT percent of the baseline median (slower by more than PCT with confidence); not evaluated
+    (``failed`` None) without steps on both sides."""
+    ci = info.get("ci_pct")
+    if info.get("baseline_median_ns") is None:
+        return {"fail_if_slower_pct": pct, "failed": None, "reason": info["verdict"]}
+    if ci is None:
+        return {"fail_if_slower_pct": pct, "failed": None, "reason": "too few steps for an interval"}
+    failed = ci[0] > pct
+    return {"fail_if_slower_pct": pct, "failed": failed,
+            "reason": f"step time {info['delta_pct']:+.1f}%, 95% interval [{ci[0]:+.1f}%, {ci[1]:+.1f}%]"}
+
+
 def build(base: Side, cand: Side, th: cmp.Thresholds = cmp.Thresholds(),
-          step_rows: list[dict] | None = None) -> dict[str, Any]:
+          gate_pct: float | None = None) -> dict[str, Any]:
     """The whole diff document."""
+    step_rows, step_info = step_section(base, cand, th)
     graphs, new, vanished = graph_rows(base, cand, th)
-    rows = (list(step_rows or []) + graphs + new + vanished + collective_rows(base, cand, th)
-            + region_rows(base, cand, th) + arrival_rows(base, cand, th) + memory_rows(base, cand, th))
+    rows = (step_rows + graphs + new + vanished + collective_rows(base, cand, th)
+            + region_rows(base, cand, th) + memory_rows(base, cand, th))
     # a region that is a graph seen from the framework is not a second change
     changes = [r for r in rows if r["significant"] and not (r["kind"] == "region" and r.get("graph"))
                and r["kind"] not in ("step", "step_part")]
@@ -204,13 +309,26 @@ def build(base: Side, cand: Side, th: cmp.Thresholds = cmp.Thresholds(),
         "settings": {"confidence": th.confidence, "resamples": th.resamples, "seed": th.seed,
                      "min_change_pct": th.min_change_pct, "min_change_ns": th.min_change_ns,
                      "min_samples": cmp.MIN_SAMPLES},
+        "step": step_info,
+        "gate": None if gate_pct is None else gate(step_info, gate_pct),
         "rows": rows,
         "new_graphs": [r["key"] for r in new],
         "vanished_graphs": [r["key"] for r in vanished],
-        "changes": [{"kind": r["kind"], "key": r["key"], "label": r["label"], "verdict": r["verdict"]}
-                    for r in changes],
+        "changes": [{"kind": r["kind"], "key": r["key"], "label": r["label"], "verdict": r["verdict"],
+                     "subject": _subject(r)} for r in changes],
         "warnings": [f"baseline: {w}" for w in base.warnings] + [f"candidate: {w}" for w in cand.warnings],
     }
+
+
+def _subject(row: dict) -> str:
+    """What a change is about, one name per cause: a graph family (recompiles and the graph they
+    replace are one cause), a collective, a region, a rank (a straggler seen by its own work and by
+    its late arrivals is one cause)."""
+    if row.get("subject"):
+        return str(row["subject"])
+    if row["kind"] == "graph":
+        return "graph " + str(row.get("family") or cmp.stem(row["key"]))
+    return f"{row['kind']} {row['key']}"
 
 
 def _describe(side: Side) -> dict[str, Any]:
