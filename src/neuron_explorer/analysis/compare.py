@@ -7,7 +7,7 @@ burst of load slows every execution for a while, so neighbours in time move toge
 single executions would treat a burst as many independent slow samples and give an interval far too
 narrow (an A/A pair then shows "changes").  Resampling runs of consecutive executions keeps that
 dependence, so a burst widens the interval instead of shifting it.  And a verdict needs more than an
-interval that excludes zero: the change must also be at least ``Thresholds`` (a share of the
+interval that excludes zero: the whole interval must lie beyond ``Thresholds`` (a share of the
 baseline median and an absolute floor), the smallest change a rerun on a loaded machine does not
 produce by itself (docs/decisions/0127-diff-statistics.md).
 """
@@ -126,8 +126,9 @@ def bootstrap_interval(base: np.ndarray, cand: np.ndarray, key: str,
 def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thresholds(),
             floor_ns: float | None = None) -> Change:
     """The change of one item present on both sides (samples in time order).  A verdict only where
-    the interval excludes zero and the change reaches the thresholds; ``floor_ns`` replaces the
-    absolute floor (e.g. a part of a step measured against the step)."""
+    the interval excludes zero and lies wholly beyond the thresholds (the change is at least that
+    large with the interval's confidence); ``floor_ns`` replaces the absolute floor (e.g. a part of
+    a step, measured against the step)."""
     if not len(base) or not len(cand):
         return Change(None, None, None, NEW if len(cand) else VANISHED)
     mb, mc = float(np.median(base)), float(np.median(cand))
@@ -137,9 +138,10 @@ def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thres
         return Change(delta, pct, None, FEW)
     lo, hi = bootstrap_interval(base, cand, key, th)
     need = max(th.min_change_pct / 100.0 * abs(mb), th.min_change_ns if floor_ns is None else floor_ns)
-    if lo > 0 and delta >= need:
+    # the whole interval beyond the threshold: "at least that much, with confidence", not only "not zero"
+    if lo > 0 and lo >= need:
         verdict = SLOWER
-    elif hi < 0 and -delta >= need:
+    elif hi < 0 and -hi >= need:
         verdict = FASTER
     else:
         verdict = SAME

@@ -76,13 +76,15 @@ class Side:
     path: str
     processes: dict[int, Process] = field(default_factory=dict)  # process_index -> process
     graphs: dict[str, Occurrences] = field(default_factory=dict)
-    models: dict[str, dict] = field(default_factory=dict)  # graph name -> ProfileModels facts
+    models: dict[str, dict] = field(default_factory=dict)  # graph name -> ProfileModels facts (first version)
+    versions: dict[str, set[str]] = field(default_factory=dict)  # graph name -> signatures compiled
     compile_ns: dict[str, int] = field(default_factory=dict)  # graph name -> summed compile time
+    compiles: dict[str, Occurrences] = field(default_factory=dict)  # graph name -> its model_load events
     collectives: dict[tuple[str, str, int], Occurrences] = field(default_factory=dict)
-    arrivals: dict[tuple[int, str, str, int], Occurrences] = field(default_factory=dict)
     regions: dict[str, Occurrences] = field(default_factory=dict)
     region_graph: dict[str, str | None] = field(default_factory=dict)  # region -> the one graph it wraps
     memory_peak: dict[int, int] = field(default_factory=dict)  # process index -> peak device bytes
+    memory_level: dict[int, int] = field(default_factory=dict)  # process index -> 90th percentile of samples
     steps: dict[int, steps_mod.Steps] = field(default_factory=dict)  # process index -> its steps (aligned clock)
     events: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -133,6 +135,22 @@ def read_side(path: str) -> Side:
     return side
 
 
+def _line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+def table_files(root: str) -> list[str]:
+    """The Parquet files of a partitioned table (``<Table>/<key>=<v>/<key>=<v>/*.parquet``), sorted;
+    symlinks and anything else are not followed."""
+    out = []
+    for top, dirs, names in os.walk(root, followlinks=False):
+        dirs.sort()
+        out += [os.path.join(top, n) for n in sorted(names)
+                if n.endswith(".parquet") and os.path.isfile(os.path.join(top, n))
+                and not os.path.islink(os.path.join(top, n))]
+    return out
+
+
 def _single(side: Side, table: str, columns: list[str]) -> pa.Table | None:
     f = os.path.join(side.path, dsc.table_file(table))
     if not os.path.exists(f):
@@ -140,7 +158,7 @@ def _single(side: Side, table: str, columns: list[str]) -> pa.Table | None:
     try:
         t = pq.read_table(f)
     except (OSError, pa.ArrowException) as e:
-        side.warnings.append(f"{f}: unreadable ({str(e).splitlines()[0][:200]}); skipped")
+        side.warnings.append(f"{f}: unreadable ({_line(e)}); skipped")
         return None
     missing = [c for c in columns if c not in t.column_names]
     if missing:
@@ -170,39 +188,41 @@ def _read_models(side: Side) -> None:
             continue
         side.models.setdefault(name, {k: row.get(k) for k in ("kind", "num_nodes", "signature", "backend",
                                                               "graph_hash", "source_location")})
+        side.versions.setdefault(name, set()).add(str(row.get("signature") or ""))
         side.compile_ns[name] = side.compile_ns.get(name, 0) + int(row.get("compile_ns") or 0)
 
 
 def _read_events(side: Side) -> None:
     root = os.path.join(side.path, dsc.EVENTS)
-    try:
-        data = ds.dataset(root, format="parquet", partitioning="hive")
-        fragments = list(data.get_fragments())
-    except (OSError, pa.ArrowException) as e:
-        raise DatasetError(f"{root}: unreadable ({str(e).splitlines()[0][:200]})") from None
+    files = table_files(root)
     wanted = ds.field("name").isin([n for n in STEP_TYPES if n != "framework_op"]) | (
         ds.field("trace_event_source") == FRAMEWORK)
     model_ids = {n: i for i, n in enumerate(sorted(side.models))}
     step_models = [(i, n, str(side.models[n].get("kind") or ""), 0.0) for n, i in model_ids.items()]
-    graphs, regions, colls = _Acc(), _Acc(), _Acc()
+    graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
     region_links: dict[str, set] = {}
     read = 0
-    for frag in fragments:
+    for path in files:
         try:
-            columns = [c for c in _EVENT_COLUMNS if c in frag.physical_schema.names]
+            frag = ds.dataset(path, format="parquet")
+            columns = [c for c in _EVENT_COLUMNS if c in frag.schema.names]
+            if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
+                raise ValueError("not a SystemProfileEvents file (columns missing)")
             t = frag.to_table(filter=wanted, columns=columns)
             side.events += frag.count_rows()
-        except (OSError, pa.ArrowException) as e:
-            side.warnings.append(f"{frag.path}: unreadable ({str(e).splitlines()[0][:200]}); skipped")
+        except (OSError, ValueError, pa.ArrowException) as e:
+            side.warnings.append(f"{path}: unreadable ({_line(e)}); skipped")
             continue
         read += 1
         if t.num_rows:
-            _take_fragment(t, graphs, regions, colls, region_links)
+            _take_fragment(t, graphs, regions, colls, loads, region_links)
             _find_steps(side, t, model_ids, step_models)
-    if fragments and not read:
+    if files and not read:
         raise DatasetError(f"{root}: no events file could be read")
     for name, (start, end, proc, ids) in graphs.items():
         side.graphs[name] = Occurrences.build(end - start, start, end, proc, ids)
+    for name, (start, end, proc, ids) in loads.items():
+        side.compiles[name] = Occurrences.build(end - start, start, end, proc, ids)
     for name, (start, end, proc, ids) in regions.items():
         side.regions[name] = Occurrences.build(end - start, start, end, proc, ids)
         links = region_links.get(name, set())
@@ -210,7 +230,8 @@ def _read_events(side: Side) -> None:
     _collectives(side, colls)
 
 
-def _take_fragment(t: pa.Table, graphs: _Acc, regions: _Acc, colls: _Acc, region_links: dict[str, set]) -> None:
+def _take_fragment(t: pa.Table, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _Acc,
+                   region_links: dict[str, set]) -> None:
     names = _strings(t.column("name"))
     source = _strings(t.column("trace_event_source"))
     start, end, ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
@@ -228,6 +249,13 @@ def _take_fragment(t: pa.Table, graphs: _Acc, regions: _Acc, colls: _Acc, region
             first = pc.list_element(fl.combine_chunks(), 0) if len(fl) else pa.array([], pa.int64())
             exec_flow = np.asarray(pc.fill_null(first, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
             exec_name = model
+    ml = names == "model_load"
+    if ml.any() and "model_name" in t.column_names:
+        model = _strings(t.column("model_name").filter(pa.array(ml)))
+        sel_ml = np.flatnonzero(ml)
+        for m in np.unique(model[model != None].astype(str)):  # noqa: E711
+            sel = sel_ml[model == m]
+            loads.add(m, start[sel], end[sel], proc[sel], ids[sel])
     fw = source == FRAMEWORK
     if fw.any():
         sel_fw = np.flatnonzero(fw)
@@ -306,48 +334,60 @@ def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarr
 
 
 def _collectives(side: Side, colls: _Acc) -> None:
-    """Each collective's time once every rank has entered (end - last start: what the transfer
-    cost, whoever was late) by (op, group, bytes), and each rank's lateness (its start - the first
-    rank's start) by (rank, op, group, bytes): waiting for a slow rank shows once, on that rank."""
+    """Each collective's cost by (op, group, bytes): per instance (its ranks matched by sequence
+    number), the time from the last rank's entry to the first rank's exit.  Waiting for a late rank
+    is left out (that is the straggler's, seen in its own work per step), and so is the time a
+    blocked rank takes to be scheduled again once the data is there (on a busy host that is the
+    scheduler's, not the network's); a collective seen on one rank is its own duration."""
     for (op, group), (nbytes, seq, rank, start, end, proc, ids) in colls.items():
-        # ranks match on (seq, bytes) within one (op, group); a collective seen on one rank only is its own
         key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
-        _, inv = np.unique(key, return_inverse=True)
-        last = np.full(inv.max() + 1, np.iinfo(np.int64).min)
-        first = np.full(inv.max() + 1, np.iinfo(np.int64).max)
-        np.maximum.at(last, inv, start)
-        np.minimum.at(first, inv, start)
-        transfer = end - np.maximum(last[inv], start)
-        late = start - first[inv]
-        for b in np.unique(nbytes):
-            m = nbytes == b
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        n = len(first)
+        last_start = np.full(n, np.iinfo(np.int64).min)
+        first_end = np.full(n, np.iinfo(np.int64).max)
+        np.maximum.at(last_start, inv, start)
+        np.minimum.at(first_end, inv, end)
+        # the entry of the last rank to enter stands for the instance (where a viewer jumps to)
+        order = np.lexsort((start, inv))
+        last_of = order[np.r_[np.flatnonzero(np.diff(inv[order])), len(order) - 1]]
+        transfer = np.maximum(first_end - last_start, 0)
+        inst_bytes = nbytes[last_of]
+        for b in np.unique(inst_bytes):
+            m = inst_bytes == b
             side.collectives[(op, group, int(b))] = Occurrences.build(
-                np.maximum(transfer[m], 0), start[m], end[m], proc[m], ids[m])
-            for r in np.unique(rank[m]):
-                mr = m & (rank == r)
-                side.arrivals[(int(r), op, group, int(b))] = Occurrences.build(late[mr], start[mr], end[mr],
-                                                                                 proc[mr], ids[mr])
+                transfer[m], last_start[m], np.maximum(first_end[m], last_start[m]), proc[last_of][m], ids[last_of][m])
 
 
 def _read_memory(side: Side) -> None:
-    """Peak device memory per process: the sum of its ``device_mem.*`` counters at each sample time."""
+    """Device memory per process (the sum of its ``device_mem.*`` counters at each sample time): its
+    peak, and the 90th percentile of the samples, the level it holds (a spike one sample caught is
+    in the peak, not in the level)."""
     root = os.path.join(side.path, dsc.COUNTERS)
-    if not os.path.isdir(root):
+    parts = []
+    for path in table_files(root):
+        try:
+            t = ds.dataset(path, format="parquet").to_table(
+                filter=pc.starts_with(ds.field("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX),
+                columns=["instance_id", "process_id", "ts", "value"])
+        except (OSError, ValueError, pa.ArrowException) as e:
+            side.warnings.append(f"{path}: unreadable ({_line(e)}); its memory samples skipped")
+            continue
+        if t.num_rows:
+            parts.append(t.cast(pa.schema([("instance_id", pa.string()), ("process_id", pa.int64()),
+                                           ("ts", pa.int64()), ("value", pa.float64())])))
+    if not parts:
         return
-    try:
-        data = ds.dataset(root, format="parquet", partitioning="hive")
-        t = data.to_table(filter=pc.starts_with(ds.field("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX),
-                          columns=["instance_id", "process_id", "ts", "value"])
-    except (OSError, pa.ArrowException) as e:
-        side.warnings.append(f"{root}: unreadable ({str(e).splitlines()[0][:200]}); memory peaks skipped")
-        return
-    if not t.num_rows:
-        return
+    t = pa.concat_tables(parts)
     by_proc = {(p.instance_id, p.process_id): ix for ix, p in side.processes.items()}
     g = t.group_by(["instance_id", "process_id", "ts"]).aggregate([("value", "sum")])
-    g = g.group_by(["instance_id", "process_id"]).aggregate([("value_sum", "max")])
-    for inst, pid, peak in zip(g.column("instance_id").to_pylist(), g.column("process_id").to_pylist(),
-                               g.column("value_sum_max").to_pylist()):
-        ix = by_proc.get((str(inst), int(pid)))
-        if ix is not None and peak is not None:
-            side.memory_peak[ix] = int(peak)
+    inst = _strings(g.column("instance_id"))
+    pid = _ints(g.column("process_id"))
+    total = np.asarray(pc.fill_null(g.column("value_sum"), 0).to_numpy(), dtype=np.float64)
+    for i, p in {(str(a), int(b)) for a, b in zip(inst.tolist(), pid.tolist())}:
+        ix = by_proc.get((i, p))
+        if ix is None:
+            continue
+        v = total[(inst == i) & (pid == p)]
+        side.memory_peak[ix] = int(v.max())
+        side.memory_level[ix] = int(np.percentile(v, 90))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 ARROWS = {"slower": "▲ slower", "faster": "▼ faster", "larger": "▲ larger", "smaller": "▼ smaller",
+          "more compiles": "▲ more compiles", "fewer compiles": "▼ fewer compiles",
           "new": "+ new", "vanished": "- vanished"}
 
 
@@ -37,11 +38,15 @@ def _side(s: dict | None, kind: str) -> tuple[str, str, str]:
     if s is None:
         return "-", "-", "-"
     if kind == "memory":
-        return "1", f"{s['peak_bytes'] / 2**20:.1f} MiB", "-"
+        return "1", f"{s['level_bytes'] / 2**20:.1f} MiB", f"peak {s['peak_bytes'] / 2**20:.1f} MiB"
+    if kind == "compile":
+        return f"{s['per_process']:g}/proc", ms(s["total_ns"]) + " total", "-"
     return str(s.get("count", "-")), ms(s.get("median_ns")), ms(s.get("p90_ns"))
 
 
 def _delta(row: dict) -> str:
+    if row["kind"] == "compile":
+        return f"{row['delta_count']:+g}/proc"
     if row["kind"] == "memory":
         d = row.get("delta_bytes")
         return "-" if d is None else f"{d / 2**20:+.1f} MiB"
@@ -78,6 +83,11 @@ def _headline(doc: dict) -> list[str]:
     ch = doc["changes"]
     out.append(f"{len(ch)} significant change(s)" + (": " + "; ".join(f"{c['label']} ({c['verdict']})"
                                                                        for c in ch[:5]) if ch else ""))
+    for key, word in (("new_graphs", "new"), ("vanished_graphs", "vanished")):
+        gs = doc.get(key) or []
+        if gs:
+            shown = ", ".join(g["graph"] + (f" {g['signature']}" if g.get("signature") else "") for g in gs[:4])
+            out.append(f"{len(gs)} {word} graph version(s): {shown}" + (f" and {len(gs) - 4} more" if len(gs) > 4 else ""))
     gate = doc.get("gate")
     if gate:
         out.append(f"gate --fail-if-slower {gate['fail_if_slower_pct']}%: {'FAILED' if gate['failed'] else 'passed'}"

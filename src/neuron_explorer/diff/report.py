@@ -1,6 +1,6 @@
 """The diff of two sides as one JSON-ready document (``SCHEMA``, docs/diff.md): every row an item
-aligned across the sides (graph, collective, region, a rank's arrival at a collective, a rank's peak
-device memory, the step and its parts), with its statistics on each side, the change, its interval
+aligned across the sides (graph, its compilations, collective, region, a rank's own work per step,
+a rank's device memory, the step and its parts), with its statistics on each side, the change, its interval
 and the verdict, and where to look on each side (the occurrence nearest the median: rank, process,
 start and end, event id), so that a viewer can put both timelines on the item.
 """
@@ -63,7 +63,7 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def graph_rows(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict], list[dict], list[dict]]:
+def graph_rows(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict], list[dict], list[dict], list]:
     """Rows of matched graphs, and the new and vanished ones (each with its family: the stem it
     shares with a graph of the other side, e.g. a graph compiled again for new shapes)."""
     info = {s: [cmp.GraphInfo(n, str(m.get("kind") or ""), int(m.get("num_nodes") or -1), str(m.get("signature") or ""),
@@ -93,7 +93,43 @@ def graph_rows(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict], 
             vanished.append(_row("graph", n, n, base, cand, base.graphs[n], None, th, (n, None), match=None,
                                  family=cmp.stem(n), recompile=cmp.stem(n) in stems_c,
                                  compile_ns=base.compile_ns.get(n)))
-    return rows, new, vanished
+    return rows, new, vanished, m.pairs
+
+
+def version_changes(base: Side, cand: Side, pairs: list[tuple[str, str, str]]) -> tuple[list[dict], list[dict]]:
+    """Versions of a matched graph (one per signature it was compiled for) found on one side only:
+    a graph compiled again for new shapes keeps its name, so its new versions are listed here."""
+    new, vanished = [], []
+    for nb, nc, _how in pairs:
+        vb, vc = base.versions.get(nb, set()), cand.versions.get(nc, set())
+        new += [{"graph": nc, "signature": sig, "recompile": True} for sig in sorted(vc - vb)]
+        vanished += [{"graph": nb, "signature": sig, "recompile": True} for sig in sorted(vb - vc)]
+    return new, vanished
+
+
+def compile_rows(base: Side, cand: Side, pairs: list[tuple[str, str, str]]) -> list[dict]:
+    """Per matched graph, its compilations (``model_load``) per process on each side.  Compiling
+    is deterministic for a given program, so a different count per process is a change by itself
+    (a recompile every step shows here), with no interval."""
+    rows = []
+    for nb, nc, _how in pairs:
+        ob, oc = base.compiles.get(nb), cand.compiles.get(nc)
+        if ob is None and oc is None:
+            continue
+        per = []
+        for side, occ in ((base, ob), (cand, oc)):
+            procs = len({int(p) for p in occ.proc}) if occ is not None else 0
+            per.append(None if occ is None else {"count": len(occ), "processes": procs,
+                                                 "per_process": round(len(occ) / max(procs, 1), 3),
+                                                 "total_ns": int(occ.value.sum()), "at": _at(side, occ)})
+        b, c = (x["per_process"] if x else 0.0 for x in per)
+        verdict = "more compiles" if c > b else "fewer compiles" if c < b else cmp.SAME
+        rows.append({"kind": "compile", "key": nb if nb == nc else f"{nb}|{nc}",
+                     "label": f"{nb} compilations per process", "family": cmp.stem(nb),
+                     "baseline": per[0], "candidate": per[1], "delta_ns": None,
+                     "delta_count": round(c - b, 3), "delta_pct": round(100 * (c - b) / b, 2) if b else None,
+                     "ci_ns": None, "verdict": verdict, "significant": verdict != cmp.SAME})
+    return rows
 
 
 def _none() -> Occurrences:
@@ -129,21 +165,6 @@ def collective_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
     return rows
 
 
-def arrival_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
-    """Per rank and collective: how late the rank entered (after the first rank).  Only collectives
-    matched on both sides and seen on two ranks or more."""
-    rows = []
-    for k in sorted(base.arrivals.keys() & cand.arrivals.keys()):
-        r, op, group, nbytes = k
-        if "," not in group:
-            continue
-        rows.append(_row("arrival", f"{r}|{op}|{group}|{nbytes}", f"rank {r} entering {op} [{group}]", base, cand,
-                         base.arrivals[k], cand.arrivals[k], th, rank=r, op=op, group=group, subject=f"rank {r}",
-                         floor_ns=max(th.min_change_ns, _median(base.collectives.get(k[1:]))),
-                         ))
-    return rows
-
-
 def _median(occ: Occurrences | None) -> float:
     return float(np.median(occ.value)) if occ is not None and len(occ) else 0.0
 
@@ -158,22 +179,25 @@ def region_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
 
 
 def memory_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
-    """Peak device memory per rank (one number per side: a change is one that reaches the thresholds)."""
-    rb = {base.rank_of(ix): v for ix, v in base.memory_peak.items()}
-    rc = {cand.rank_of(ix): v for ix, v in cand.memory_peak.items()}
+    """Device memory per rank: the level it holds (90th percentile of the samples) decides, since
+    a spike falls between samples in one run and on one in the next; the peak is reported beside."""
+    def per_rank(side: Side) -> dict[int, tuple[int, int]]:
+        return {side.rank_of(ix): (side.memory_level[ix], side.memory_peak[ix]) for ix in side.memory_level}
+
+    rb, rc = per_rank(base), per_rank(cand)
     rows = []
     for r in sorted(rb.keys() | rc.keys()):
         b, c = rb.get(r), rc.get(r)
         verdict = cmp.NEW if b is None else cmp.VANISHED if c is None else cmp.SAME
-        delta = None if b is None or c is None else c - b
-        if delta is not None and abs(delta) >= max(MEMORY_FLOOR, th.min_change_pct / 100 * b):
+        delta = None if b is None or c is None else c[0] - b[0]
+        if b is not None and delta is not None and abs(delta) >= max(MEMORY_FLOOR, th.min_change_pct / 100 * b[0]):
             verdict = "larger" if delta > 0 else "smaller"
-        rows.append({"kind": "memory", "key": str(r), "label": f"rank {r} peak device memory", "rank": r,
-                     "baseline": None if b is None else {"peak_bytes": b},
-                     "candidate": None if c is None else {"peak_bytes": c},
+        rows.append({"kind": "memory", "key": str(r), "label": f"rank {r} device memory held", "rank": r,
+                     "baseline": None if b is None else {"level_bytes": b[0], "peak_bytes": b[1]},
+                     "candidate": None if c is None else {"level_bytes": c[0], "peak_bytes": c[1]},
                      "delta_ns": None, "delta_bytes": delta,
-                     "delta_pct": None if delta is None or not b else round(100 * delta / b, 2), "ci_ns": None,
-                     "verdict": verdict, "significant": verdict in ("larger", "smaller")})
+                     "delta_pct": None if delta is None or b is None or not b[0] else round(100 * delta / b[0], 2),
+                     "ci_ns": None, "verdict": verdict, "significant": verdict in ("larger", "smaller")})
     return rows
 
 
@@ -182,6 +206,8 @@ def impact(row: dict) -> float:
     vanished item: its whole time)."""
     if row["kind"] == "memory":
         return float(abs(row.get("delta_bytes") or 0))
+    if row["kind"] == "compile":
+        return float(abs(((row["candidate"] or {}).get("total_ns") or 0) - ((row["baseline"] or {}).get("total_ns") or 0)))
     if row["verdict"] in (cmp.NEW, cmp.VANISHED):
         s = row["candidate"] or row["baseline"]
         return float(s.get("total_ns") or 0)
@@ -210,16 +236,7 @@ def _step_table(side: Side) -> dict[str, np.ndarray]:
             cols[k].append(np.asarray(st.columns.get(k, np.zeros(n)), dtype=np.int64))
     out = {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in cols.items()}
     order = np.argsort(out["start_ns"], kind="stable")
-    out = {k: v[order] for k, v in out.items()}
-    # a rank's own work beyond the fastest rank's in the same step: what a straggler adds
-    excess = np.zeros(len(order), dtype=np.int64)
-    if len(order):
-        u, inv = np.unique(out["number"], return_inverse=True)
-        fastest = np.full(len(u), np.iinfo(np.int64).max)
-        np.minimum.at(fastest, inv, out["own_ns"])
-        excess = out["own_ns"] - fastest[inv]
-    out["excess_own_ns"] = excess
-    return out
+    return {k: v[order] for k, v in out.items()}
 
 
 def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> Occurrences:
@@ -250,10 +267,7 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict]
                          _occ(tc, part), th, floor_ns=floor))
     ranks = sorted(set(tb["rank"].tolist()) & set(tc["rank"].tolist()))
     if len(ranks) > 1:
-        for r in ranks:
-            rows.append(_row("straggler", str(r), f"rank {r} own work beyond the fastest rank", base, cand,
-                             _occ(tb, "excess_own_ns", tb["rank"] == r), _occ(tc, "excess_own_ns", tc["rank"] == r), th,
-                             rank=r, subject=f"rank {r}", floor_ns=floor))
+        rows += straggler_rows(base, cand, tb, tc, ranks, th, floor)
     step = rows[0]
     ci = step["ci_ns"]
     info.update(verdict=step["verdict"], baseline_median_ns=step["baseline"]["median_ns"],
@@ -262,6 +276,28 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict]
                 ci_pct=None if ci is None or not med else [round(100 * ci[0] / med, 2), round(100 * ci[1] / med, 2)],
                 per_step=_per_step(tb, tc))
     return rows, info
+
+
+def straggler_rows(base: Side, cand: Side, tb: dict[str, np.ndarray], tc: dict[str, np.ndarray], ranks: list[int],
+                   th: cmp.Thresholds, floor: float) -> list[dict]:
+    """Per rank, its own work per step (the step's time in neither a collective nor a wait: what
+    the others wait for).  A rank is a straggler change only when its change stands out: beyond
+    the thresholds *and* beyond the change of the rank that changed least by as much, so that a
+    change every rank shares (a slower graph) is not a straggler."""
+    rows = [_row("straggler", str(r), f"rank {r} own work per step", base, cand, _occ(tb, "own_ns", tb["rank"] == r),
+                 _occ(tc, "own_ns", tc["rank"] == r), th, rank=r, subject=f"rank {r}", floor_ns=floor) for r in ranks]
+    deltas = [r["delta_ns"] for r in rows if r["delta_ns"] is not None]
+    if not deltas:
+        return rows
+    lo_d, hi_d = min(deltas), max(deltas)
+    for r in rows:
+        d = r["delta_ns"]
+        if r["verdict"] in (cmp.SLOWER, cmp.FASTER) and d is not None:
+            apart = d - lo_d if d > 0 else hi_d - d
+            r["beyond_other_ranks_ns"] = round(apart)
+            if apart < floor:
+                r["verdict"], r["significant"] = cmp.SAME, False
+    return rows
 
 
 def _per_step(tb: dict[str, np.ndarray], tc: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -295,8 +331,9 @@ def build(base: Side, cand: Side, th: cmp.Thresholds = cmp.Thresholds(),
           gate_pct: float | None = None) -> dict[str, Any]:
     """The whole diff document."""
     step_rows, step_info = step_section(base, cand, th)
-    graphs, new, vanished = graph_rows(base, cand, th)
-    rows = (step_rows + graphs + new + vanished + collective_rows(base, cand, th)
+    graphs, new, vanished, pairs = graph_rows(base, cand, th)
+    new_versions, vanished_versions = version_changes(base, cand, pairs)
+    rows = (step_rows + graphs + new + vanished + compile_rows(base, cand, pairs) + collective_rows(base, cand, th)
             + region_rows(base, cand, th) + memory_rows(base, cand, th))
     # a region that is a graph seen from the framework is not a second change
     changes = [r for r in rows if r["significant"] and not (r["kind"] == "region" and r.get("graph"))
@@ -312,8 +349,9 @@ def build(base: Side, cand: Side, th: cmp.Thresholds = cmp.Thresholds(),
         "step": step_info,
         "gate": None if gate_pct is None else gate(step_info, gate_pct),
         "rows": rows,
-        "new_graphs": [r["key"] for r in new],
-        "vanished_graphs": [r["key"] for r in vanished],
+        "new_graphs": [{"graph": r["key"], "signature": None, "recompile": r["recompile"]} for r in new] + new_versions,
+        "vanished_graphs": [{"graph": r["key"], "signature": None, "recompile": r["recompile"]} for r in vanished]
+        + vanished_versions,
         "changes": [{"kind": r["kind"], "key": r["key"], "label": r["label"], "verdict": r["verdict"],
                      "subject": _subject(r)} for r in changes],
         "warnings": [f"baseline: {w}" for w in base.warnings] + [f"candidate: {w}" for w in cand.warnings],
@@ -326,7 +364,7 @@ def _subject(row: dict) -> str:
     its late arrivals is one cause)."""
     if row.get("subject"):
         return str(row["subject"])
-    if row["kind"] == "graph":
+    if row["kind"] in ("graph", "compile"):
         return "graph " + str(row.get("family") or cmp.stem(row["key"]))
     return f"{row['kind']} {row['key']}"
 
