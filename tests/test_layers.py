@@ -36,6 +36,7 @@ LAYER_OF = {
     "neuron_explorer.analysis": "analysis",
     "neuron_explorer.exporters": "exporters",
     "neuron_explorer.view": "tools",
+    "neuron_explorer.diff": "tools",
     "neuron_explorer.ndet": "tools",
     "neuron_explorer.monitor": "tools",
     "neuron_explorer.ui": "ui",
@@ -62,6 +63,7 @@ ALLOWED = {
 # imports the layers alone would refuse (importer package -> imported package)
 EXCEPTIONS = {
     ("neuron_explorer.view", "neuron_explorer.ui"),  # `view` with no output format serves the UI
+    ("neuron_explorer.diff", "neuron_explorer.view"),  # `diff` converts captures through view's one flow
 }
 
 # import paths that 0.1.0's user documentation gave, kept as aliases of the module that replaced

@@ -42,7 +42,10 @@ def _pin() -> None:
 
 
 def _truth(stdout: str) -> dict[int, dict]:
-    return {d["rank"]: d for d in (json.loads(m) for m in re.findall(r"^GROUND_TRUTH (.+)$", stdout, re.M))}
+    """Each rank's ``GROUND_TRUTH {json}`` (the ranks share one pipe: lines may run together)."""
+    dec = json.JSONDecoder()
+    docs = [dec.raw_decode(stdout, m.end())[0] for m in re.finditer(r"GROUND_TRUTH ", stdout)]
+    return {d["rank"]: d for d in docs}
 
 
 def _round(root: Path, change: str) -> dict:
@@ -116,7 +119,8 @@ def test_candidate_names_exactly_its_change(round_):
     elif change == "recompile_every_step":
         (row,) = [r for r in _rows(doc, "compile") if r["key"].startswith("tail@")]
         assert row["verdict"] == "more compiles"
-        truth_new = round_["truth"]["candidate"][0]["compiled_graphs"] - round_["truth"]["baseline"][0]["compiled_graphs"]
+        truth_new = (round_["truth"]["candidate"][0]["compiled_graphs"]
+                     - round_["truth"]["baseline"][0]["compiled_graphs"])
         assert truth_new >= 5
         assert _close(row["delta_count"], truth_new), (row, truth_new)
         new = doc["new_graphs"]

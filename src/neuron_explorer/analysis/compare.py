@@ -100,27 +100,36 @@ def _thin(values: np.ndarray, cap: int) -> np.ndarray:
     return values[np.linspace(0, len(values) - 1, cap).astype(np.int64)]
 
 
-def _block_medians(values: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
-    """Medians of ``reps`` moving-block resamples of ``values`` (in time order)."""
+def _block_quantiles(values: np.ndarray, reps: int, rng: np.random.Generator,
+                     qs: tuple[float, ...] = (0.5, 0.25)) -> np.ndarray:
+    """The ``qs`` quantiles of ``reps`` moving-block resamples of ``values`` (in time order), one row
+    per quantile."""
     n = len(values)
     block = max(1, int(round(n ** (1 / 3))))
     k = -(-n // block)
     starts = rng.integers(0, n - block + 1, size=(reps, k))
     idx = (starts[:, :, None] + np.arange(block)).reshape(reps, k * block)[:, :n]
-    return np.median(values[idx], axis=1)
+    return np.quantile(values[idx], qs, axis=1)
+
+
+def bootstrap_intervals(base: np.ndarray, cand: np.ndarray, key: str,
+                        th: Thresholds = Thresholds()) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The ``th.confidence`` intervals of the change of the median and of the lower quartile
+    (candidate minus baseline, both sides in time order), by a moving-block bootstrap of each side
+    with a seed fixed per item."""
+    rng = np.random.default_rng(item_seed(key, th.seed))
+    b = _thin(np.asarray(base, dtype=np.float64), BOOTSTRAP_CAP)
+    c = _thin(np.asarray(cand, dtype=np.float64), BOOTSTRAP_CAP)
+    d = _block_quantiles(c, th.resamples, rng) - _block_quantiles(b, th.resamples, rng)
+    alpha = (1 - th.confidence) / 2
+    (lo, hi), (qlo, qhi) = (np.quantile(row, [alpha, 1 - alpha]) for row in d)
+    return (float(lo), float(hi)), (float(qlo), float(qhi))
 
 
 def bootstrap_interval(base: np.ndarray, cand: np.ndarray, key: str,
                        th: Thresholds = Thresholds()) -> tuple[float, float]:
-    """The ``th.confidence`` interval of median(cand) - median(base), both in time order, by a
-    moving-block bootstrap of each side with a seed fixed per item."""
-    rng = np.random.default_rng(item_seed(key, th.seed))
-    b = _thin(np.asarray(base, dtype=np.float64), BOOTSTRAP_CAP)
-    c = _thin(np.asarray(cand, dtype=np.float64), BOOTSTRAP_CAP)
-    d = _block_medians(c, th.resamples, rng) - _block_medians(b, th.resamples, rng)
-    alpha = (1 - th.confidence) / 2
-    lo, hi = np.quantile(d, [alpha, 1 - alpha])
-    return float(lo), float(hi)
+    """The interval of the change of the median (``bootstrap_intervals``)."""
+    return bootstrap_intervals(base, cand, key, th)[0]
 
 
 def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thresholds(),
@@ -136,12 +145,16 @@ def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thres
     pct = 100.0 * delta / mb if mb > 0 else None
     if len(base) < MIN_SAMPLES or len(cand) < MIN_SAMPLES:
         return Change(delta, pct, None, FEW)
-    lo, hi = bootstrap_interval(base, cand, key, th)
-    need = max(th.min_change_pct / 100.0 * abs(mb), th.min_change_ns if floor_ns is None else floor_ns)
-    # the whole interval beyond the threshold: "at least that much, with confidence", not only "not zero"
-    if lo > 0 and lo >= need:
+    (lo, hi), (qlo, qhi) = bootstrap_intervals(base, cand, key, th)
+    floor = th.min_change_ns if floor_ns is None else floor_ns
+    need = max(th.min_change_pct / 100.0 * abs(mb), floor)
+    need_q = max(th.min_change_pct / 100.0 * abs(float(np.quantile(base, 0.25))), floor)
+    # the whole interval beyond the threshold ("at least that much, with confidence", not only "not
+    # zero"), for the median and for the lower quartile alike: a real change moves the whole
+    # distribution, while a busier host mostly stretches its slow side
+    if lo >= need and qlo >= need_q:
         verdict = SLOWER
-    elif hi < 0 and -hi >= need:
+    elif -hi >= need and -qhi >= need_q:
         verdict = FASTER
     else:
         verdict = SAME

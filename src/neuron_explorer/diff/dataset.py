@@ -339,7 +339,7 @@ def _collectives(side: Side, colls: _Acc) -> None:
     is left out (that is the straggler's, seen in its own work per step), and so is the time a
     blocked rank takes to be scheduled again once the data is there (on a busy host that is the
     scheduler's, not the network's); a collective seen on one rank is its own duration."""
-    for (op, group), (nbytes, seq, rank, start, end, proc, ids) in colls.items():
+    for (op, group), (nbytes, seq, _rank, start, end, proc, ids) in colls.items():
         key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
         _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)

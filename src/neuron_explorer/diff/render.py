@@ -87,7 +87,8 @@ def _headline(doc: dict) -> list[str]:
         gs = doc.get(key) or []
         if gs:
             shown = ", ".join(g["graph"] + (f" {g['signature']}" if g.get("signature") else "") for g in gs[:4])
-            out.append(f"{len(gs)} {word} graph version(s): {shown}" + (f" and {len(gs) - 4} more" if len(gs) > 4 else ""))
+            more = f" and {len(gs) - 4} more" if len(gs) > 4 else ""
+            out.append(f"{len(gs)} {word} graph version(s): {shown}{more}")
     gate = doc.get("gate")
     if gate:
         out.append(f"gate --fail-if-slower {gate['fail_if_slower_pct']}%: {'FAILED' if gate['failed'] else 'passed'}"

@@ -11,9 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from neuron_explorer.analysis import compare as cmp
-
-from neuron_explorer.analysis import steps as steps_mod
+from neuron_explorer.analysis import compare as cmp, steps as steps_mod
 
 from .dataset import Occurrences, Side
 
@@ -116,13 +114,13 @@ def compile_rows(base: Side, cand: Side, pairs: list[tuple[str, str, str]]) -> l
         ob, oc = base.compiles.get(nb), cand.compiles.get(nc)
         if ob is None and oc is None:
             continue
-        per = []
+        per: list[dict[str, Any] | None] = []
         for side, occ in ((base, ob), (cand, oc)):
             procs = len({int(p) for p in occ.proc}) if occ is not None else 0
             per.append(None if occ is None else {"count": len(occ), "processes": procs,
                                                  "per_process": round(len(occ) / max(procs, 1), 3),
                                                  "total_ns": int(occ.value.sum()), "at": _at(side, occ)})
-        b, c = (x["per_process"] if x else 0.0 for x in per)
+        b, c = (float(x["per_process"]) if x else 0.0 for x in per)
         verdict = "more compiles" if c > b else "fewer compiles" if c < b else cmp.SAME
         rows.append({"kind": "compile", "key": nb if nb == nc else f"{nb}|{nc}",
                      "label": f"{nb} compilations per process", "family": cmp.stem(nb),
@@ -141,7 +139,8 @@ def collective_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
     """Collectives by op, group and size; one left over on each side with the same op and group is
     the same collective resized."""
     common = sorted(base.collectives.keys() & cand.collectives.keys())
-    pairs = [(k, k, "size") for k in common]
+    pairs: list[tuple[tuple[str, str, int] | None, tuple[str, str, int] | None, str | None]] = [
+        (k, k, "size") for k in common]
     only_b = sorted(base.collectives.keys() - cand.collectives.keys())
     only_c = sorted(cand.collectives.keys() - base.collectives.keys())
     resized = cmp.match_resized(only_b, only_c)
@@ -207,7 +206,8 @@ def impact(row: dict) -> float:
     if row["kind"] == "memory":
         return float(abs(row.get("delta_bytes") or 0))
     if row["kind"] == "compile":
-        return float(abs(((row["candidate"] or {}).get("total_ns") or 0) - ((row["baseline"] or {}).get("total_ns") or 0)))
+        tb, tc = ((row[k] or {}).get("total_ns") or 0 for k in ("baseline", "candidate"))
+        return float(abs(tc - tb))
     if row["verdict"] in (cmp.NEW, cmp.VANISHED):
         s = row["candidate"] or row["baseline"]
         return float(s.get("total_ns") or 0)
@@ -327,9 +327,10 @@ def gate(info: dict[str, Any], pct: float) -> dict[str, Any]:
             "reason": f"step time {info['delta_pct']:+.1f}%, 95% interval [{ci[0]:+.1f}%, {ci[1]:+.1f}%]"}
 
 
-def build(base: Side, cand: Side, th: cmp.Thresholds = cmp.Thresholds(),
+def build(base: Side, cand: Side, th: cmp.Thresholds | None = None,
           gate_pct: float | None = None) -> dict[str, Any]:
     """The whole diff document."""
+    th = th or cmp.Thresholds()
     step_rows, step_info = step_section(base, cand, th)
     graphs, new, vanished, pairs = graph_rows(base, cand, th)
     new_versions, vanished_versions = version_changes(base, cand, pairs)
