@@ -62,6 +62,7 @@ class Change:
     delta_pct: float | None
     ci_ns: tuple[float, float] | None
     verdict: str
+    q25_ci_ns: tuple[float, float] | None = None  # the lower quartile's change
 
     @property
     def significant(self) -> bool:
@@ -70,6 +71,7 @@ class Change:
     def as_dict(self) -> dict:
         return {"delta_ns": _num(self.delta_ns), "delta_pct": _num(self.delta_pct, 2),
                 "ci_ns": None if self.ci_ns is None else [_num(self.ci_ns[0]), _num(self.ci_ns[1])],
+                "q25_ci_ns": None if self.q25_ci_ns is None else [_num(self.q25_ci_ns[0]), _num(self.q25_ci_ns[1])],
                 "verdict": self.verdict, "significant": self.significant}
 
 
@@ -158,7 +160,7 @@ def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thres
         verdict = FASTER
     else:
         verdict = SAME
-    return Change(delta, pct, (lo, hi), verdict)
+    return Change(delta, pct, (lo, hi), verdict, (qlo, qhi))
 
 
 # ---- alignment

@@ -2,7 +2,8 @@
 
 Exit status (docs/diff.md): 0 compared (and the gate, if asked, passed); 1 ``--fail-if-slower``: the
 step time got slower by more than PCT with confidence; 2 a usage error or an input that cannot be
-read at all; 3 compared, gate passed, but something was skipped (the warnings say what).
+read at all; 3 compared and the gate did not fail, but something was skipped or the gate could not
+be evaluated (the warnings say what).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ examples:
   neuron-explorer diff s3://bucket/run1 s3://bucket/run2 --scheduler tcp://head:8786 --work-dir /shared/tmp
 
 exit status: 0 compared (gate passed); 1 slower than --fail-if-slower with confidence;
-             2 usage error or unreadable input; 3 compared but something was skipped (see warnings)
+             2 usage error or unreadable input; 3 compared but something was skipped or the gate
+             could not be evaluated (see the warnings)
 """
 
 
@@ -113,6 +115,9 @@ def diff_command(args: argparse.Namespace) -> int:
             sides.append(side)
         doc = report.build(sides[0], sides[1], th, gate_pct=args.fail_if_slower)
     doc["warnings"] = notes + doc["warnings"]
+    gate = doc.get("gate")
+    if gate and gate["failed"] is None:
+        doc["warnings"].append(f"--fail-if-slower could not be evaluated: {gate['reason']}")
     if args.format == "json":
         text = json.dumps(doc, indent=1) + "\n"
     elif args.format == "markdown":
@@ -129,7 +134,6 @@ def diff_command(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     for w in doc["warnings"]:
         print(f"{prog_name()}: warning: {w}", file=sys.stderr)
-    gate = doc.get("gate")
     if gate and gate["failed"]:
         return EXIT_SLOWER
     return EXIT_SKIPPED if doc["warnings"] else EXIT_OK
