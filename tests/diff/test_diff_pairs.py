@@ -25,7 +25,7 @@ from ..conftest import REPO, clean_env, cli, free_port
 pytestmark = pytest.mark.slow
 
 PROGRAM = REPO / "tests" / "programs" / "diff_pair.py"
-STEPS = "24"
+STEPS = "30"
 CHANGES = {  # name -> (processes per job, the candidate's switches); one process: plain python, no torchrun
     "sleep_in_graph": (1, ["--sleep-head-ms", "20"]),
     "bigger_all_reduce": (2, ["--allreduce-scale", "16"]),

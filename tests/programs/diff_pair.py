@@ -91,7 +91,7 @@ def main():
     torch.manual_seed(0)
     enc, head = Encoder(), Head(a.sleep_head_ms / 1000)
     # many small parameter tensors: the per-tensor loop is what foreach saves
-    extra = nn.ParameterList([nn.Parameter(torch.randn(16)) for _ in range(400)])
+    extra = nn.ParameterList([nn.Parameter(torch.randn(4)) for _ in range(1000)])
     params = list(enc.parameters()) + list(head.parameters()) + list(extra)
     opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=a.foreach)
     ctail = torch.compile(tail, backend="eager", dynamic=False)
@@ -123,6 +123,7 @@ def main():
             t0 = time.perf_counter_ns()
             dist.all_reduce(grad_buf)
             t["all_reduce"].append(time.perf_counter_ns() - t0)
+            dist.barrier()  # both ranks out of the all-reduce before the optimizer: its tail stays its own
         t0 = time.perf_counter_ns()
         opt.step()
         t["optimizer"].append(time.perf_counter_ns() - t0)
