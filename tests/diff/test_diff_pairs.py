@@ -25,12 +25,12 @@ from ..conftest import REPO, clean_env, cli, free_port
 pytestmark = pytest.mark.slow
 
 PROGRAM = REPO / "tests" / "programs" / "diff_pair.py"
-STEPS = "30"
+STEPS = {1: "40", 2: "30"}  # per processes per job: single-process steps are cheaper
 CHANGES = {  # name -> (processes per job, the candidate's switches); one process: plain python, no torchrun
     "sleep_in_graph": (1, ["--sleep-head-ms", "20"]),
     "bigger_all_reduce": (2, ["--allreduce-scale", "16"]),
     "recompile_every_step": (1, ["--recompile"]),
-    "slower_rank": (2, ["--slow-rank", "1", "--slow-ms", "40"]),
+    "slower_rank": (2, ["--slow-rank", "1", "--slow-ms", "60"]),
     "faster_optimizer": (1, ["--foreach"]),
 }
 ROLES = ("baseline", "again", "candidate")
@@ -55,7 +55,7 @@ def _round(root: Path, change: str) -> dict:
     nproc, switches = CHANGES[change]
     for role in ROLES:
         env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(root / role))
-        args = ["--steps", STEPS, "--rendezvous", str(rz), "--parties", str(nproc * len(ROLES))]
+        args = ["--steps", STEPS[nproc], "--rendezvous", str(rz), "--parties", str(nproc * len(ROLES))]
         if role == "candidate":
             args += switches
         launch = [sys.executable] if nproc == 1 else [

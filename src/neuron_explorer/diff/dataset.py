@@ -215,8 +215,9 @@ def _read_events(side: Side) -> None:
             continue
         read += 1
         if t.num_rows:
-            _take_fragment(t, graphs, regions, colls, loads, region_links)
-            _find_steps(side, t, model_ids, step_models)
+            f = _File(t)
+            _take_fragment(f, graphs, regions, colls, loads, region_links)
+            _find_steps(side, f, model_ids, step_models)
     if files and not read:
         raise DatasetError(f"{root}: no events file could be read")
     for name, (start, end, proc, ids) in graphs.items():
@@ -230,85 +231,111 @@ def _read_events(side: Side) -> None:
     _collectives(side, colls)
 
 
-def _take_fragment(t: pa.Table, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _Acc,
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A string column as (codes, values): ``values[codes[i]]`` is row i, -1 a null.  Dictionary
+    columns (what ``view`` writes) give their indices as they are: no string per row is made."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr.cast(pa.string()))
+    idx = np.asarray(pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)  # [-1]: ""
+    return idx, values
+
+
+def _groups(codes: np.ndarray):
+    """(code, row indices) per distinct code >= 0, by one sort."""
+    order = np.argsort(codes, kind="stable")
+    c = codes[order]
+    bounds = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if len(c) else np.zeros(0, dtype=np.int64)
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(c)].tolist()):
+        if c[b] >= 0:
+            yield int(c[b]), order[b:e]
+
+
+def _lut(values: np.ndarray, mapping: dict[str, int]) -> np.ndarray:
+    """Per dictionary value (and -1 last), its number in ``mapping`` or -1."""
+    return np.array([mapping.get(v, -1) for v in values[:-1].tolist()] + [-1], dtype=np.int64)
+
+
+class _File:
+    """One events file's columns, decoded once: dictionary codes, not a string per row."""
+
+    def __init__(self, t: pa.Table) -> None:
+        self.t = t = t.unify_dictionaries()
+        self.name_c, self.name_v = _codes(t.column("name"))
+        src_c, src_v = _codes(t.column("trace_event_source"))
+        self.fw = src_v[src_c] == FRAMEWORK
+        self.typ = _lut(self.name_v, _TYPE_ID)[self.name_c]
+        self.start, self.end, self.ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
+        self.proc = self.ids >> 32
+        if "model_name" in t.column_names:
+            self.model_c, self.model_v = _codes(t.column("model_name"))
+        else:
+            self.model_c, self.model_v = np.full(len(self.typ), -1, dtype=np.int64), np.asarray([""], dtype=object)
+
+
+def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _Acc,
                    region_links: dict[str, set]) -> None:
-    names = _strings(t.column("name"))
-    source = _strings(t.column("trace_event_source"))
-    start, end, ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
-    proc = ids >> 32
-    ex = names == EXEC
+    t, typ, fw, name_c, name_v = f.t, f.typ, f.fw, f.name_c, f.name_v
+    start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.proc, f.model_c, f.model_v
+    ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
     exec_flow = np.zeros(0, dtype=np.int64)
     exec_name = np.zeros(0, dtype=object)
-    if ex.any():
-        model = _strings(t.column("model_name").filter(pa.array(ex)))
-        for m in np.unique(model[model != None].astype(str)):  # noqa: E711 (numpy element-wise)
-            sel = np.flatnonzero(ex)[model == m]
-            graphs.add(m, start[sel], end[sel], proc[sel], ids[sel])
+    for code, sel in _groups(model_c[ex]):
+        rows = ex[sel]
+        graphs.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+    if len(ex) and "flow_id" in t.column_names:
+        fl = t.column("flow_id").take(pa.array(ex)).combine_chunks()
+        exec_flow = np.asarray(pc.fill_null(pc.list_element(fl, 0), -1).to_numpy(zero_copy_only=False),
+                               dtype=np.int64)
+        exec_name = model_v[model_c[ex]]
+    ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
+    for code, sel in _groups(model_c[ml]):
+        rows = ml[sel]
+        loads.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+    sel_fw = np.flatnonzero(fw)
+    if len(sel_fw):
+        for code, sel in _groups(name_c[sel_fw]):
+            rows = sel_fw[sel]
+            regions.add(str(name_v[code]), start[rows], end[rows], proc[rows], ids[rows])
         if "flow_id" in t.column_names:
-            fl = t.column("flow_id").filter(pa.array(ex))
-            first = pc.list_element(fl.combine_chunks(), 0) if len(fl) else pa.array([], pa.int64())
-            exec_flow = np.asarray(pc.fill_null(first, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
-            exec_name = model
-    ml = names == "model_load"
-    if ml.any() and "model_name" in t.column_names:
-        model = _strings(t.column("model_name").filter(pa.array(ml)))
-        sel_ml = np.flatnonzero(ml)
-        for m in np.unique(model[model != None].astype(str)):  # noqa: E711
-            sel = sel_ml[model == m]
-            loads.add(m, start[sel], end[sel], proc[sel], ids[sel])
-    fw = source == FRAMEWORK
-    if fw.any():
-        sel_fw = np.flatnonzero(fw)
-        label = names[sel_fw]
-        for r in np.unique(label.astype(str)):
-            sel = sel_fw[label == r]
-            regions.add(r, start[sel], end[sel], proc[sel], ids[sel])
-        if "flow_id" in t.column_names:
-            _link_regions(t.column("flow_id").take(pa.array(sel_fw)), label, exec_flow, exec_name, region_links)
-    cc = np.isin(names, COLLECTIVES)
-    if cc.any():
-        sel = np.flatnonzero(cc)
-        take = pa.array(sel)
-        op = _strings(t.column("op").take(take)) if "op" in t.column_names else names[sel]
-        group = _strings(t.column("group_ranks").take(take)) if "group_ranks" in t.column_names else None
-        nbytes = _ints(t.column("bytes").take(take), 0) if "bytes" in t.column_names else np.zeros(len(sel), np.int64)
-        seq = _ints(t.column("seq").take(take)) if "seq" in t.column_names else np.full(len(sel), -1)
-        rank = _ints(t.column("worker_gid").take(take)) if "worker_gid" in t.column_names else np.full(len(sel), -1)
-        op = np.where(op == None, names[sel], op)  # noqa: E711
-        group = np.full(len(sel), "", dtype=object) if group is None else np.where(group == None, "", group)  # noqa: E711
-        for k in {(str(o), str(g)) for o, g in zip(op, group)}:
-            m = (op == k[0]) & (group == k[1])
-            colls.add(k, nbytes[m], seq[m], rank[m], start[sel][m], end[sel][m], proc[sel][m], ids[sel][m])
+            _link_regions(t.column("flow_id").take(pa.array(sel_fw)), name_v[name_c[sel_fw]], exec_flow, exec_name,
+                          region_links)
+    cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
+    if len(cc):
+        take = pa.array(cc)
+        n = len(cc)
+        op_c, op_v = _codes(t.column("op").take(take)) if "op" in t.column_names else (np.full(n, -1), None)
+        op = name_v[name_c[cc]] if op_v is None else np.where(op_c >= 0, op_v[op_c], name_v[name_c[cc]])
+        if "group_ranks" in t.column_names:
+            g_c, g_v = _codes(t.column("group_ranks").take(take))
+            group = g_v[g_c]
+        else:
+            group = np.full(n, "", dtype=object)
+        nbytes = _ints(t.column("bytes").take(take), 0) if "bytes" in t.column_names else np.zeros(n, np.int64)
+        seq = _ints(t.column("seq").take(take)) if "seq" in t.column_names else np.full(n, -1)
+        rank = _ints(t.column("worker_gid").take(take)) if "worker_gid" in t.column_names else np.full(n, -1)
+        op_u, op_i = np.unique(op.astype(str), return_inverse=True)
+        g_u, g_i = np.unique(group.astype(str), return_inverse=True)
+        for code, m in _groups(op_i.reshape(-1) * len(g_u) + g_i.reshape(-1)):
+            key = (str(op_u[code // len(g_u)]), str(g_u[code % len(g_u)]))
+            colls.add(key, nbytes[m], seq[m], rank[m], start[cc][m], end[cc][m], proc[cc][m], ids[cc][m])
 
 
-def _find_steps(side: Side, t: pa.Table, model_ids: dict[str, int], models: list) -> None:
+def _find_steps(side: Side, f: _File, model_ids: dict[str, int], models: list) -> None:
     """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
-    aligned clock of the dataset)."""
-    names = _strings(t.column("name"))
-    fw = _strings(t.column("trace_event_source")) == FRAMEWORK
-    typ = _lookup(names, _TYPE_ID)
-    typ[fw] = _TYPE_ID["framework_op"]
-    start, end, ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
-    model = _strings(t.column("model_name")) if "model_name" in t.column_names else np.full(len(names), None)
-    model_id = _lookup(model, model_ids)
-    strings = sorted({str(x) for x in np.unique(names[fw].astype(str))})
-    label = np.full(len(names), -1, dtype=np.int64)
-    label[fw] = _lookup(names[fw], {x: i for i, x in enumerate(strings)})
-    nbytes = _ints(t.column("bytes")) if "bytes" in t.column_names else np.full(len(names), -1, dtype=np.int64)
-    proc = ids >> 32
-    for p in np.unique(proc).tolist():
-        m = proc == p
-        side.steps[int(p)] = steps_mod.find_steps(typ[m], start[m], end[m], model_id[m], label[m], nbytes[m],
-                                                  _TYPE_ID, strings, models)
-
-
-def _lookup(values: np.ndarray, mapping: dict[str, int]) -> np.ndarray:
-    """``mapping[v]`` per value (-1: absent or null), one dictionary look-up per distinct value."""
-    if not len(values):
-        return np.zeros(0, dtype=np.int64)
-    vals = np.where(values == None, "", values).astype(str)  # noqa: E711 (numpy element-wise)
-    u, inv = np.unique(vals, return_inverse=True)
-    return np.array([mapping.get(x, -1) for x in u.tolist()], dtype=np.int64)[inv.reshape(-1)]
+    aligned clock of the dataset); the labels of framework regions are the name dictionary."""
+    typ = f.typ.copy()
+    typ[f.fw] = _TYPE_ID["framework_op"]
+    model_id = _lut(f.model_v, model_ids)[f.model_c]
+    label = np.where(f.fw, f.name_c, -1)
+    strings = [str(v) for v in f.name_v[:-1].tolist()]
+    t, start, end = f.t, f.start, f.end
+    nbytes = _ints(t.column("bytes")) if "bytes" in t.column_names else np.full(len(typ), -1, dtype=np.int64)
+    for p, rows in _groups(f.proc):
+        rows = np.sort(rows)
+        side.steps[p] = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows],
+                                             nbytes[rows], _TYPE_ID, strings, models)
 
 
 def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarray, exec_name: np.ndarray,

@@ -300,15 +300,21 @@ def straggler_rows(base: Side, cand: Side, tb: dict[str, np.ndarray], tc: dict[s
     return rows
 
 
+PER_STEP_LIMIT = 10_000  # (step, rank) pairs in the document; beyond it the table is cut (``truncated``)
+
+
 def _per_step(tb: dict[str, np.ndarray], tc: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Steps present on both sides (same number and rank), as columns."""
-    kb = {(int(n), int(r)): i for i, (n, r) in enumerate(zip(tb["number"], tb["rank"]))}
-    kc = {(int(n), int(r)): i for i, (n, r) in enumerate(zip(tc["number"], tc["rank"]))}
-    keys = sorted(kb.keys() & kc.keys())
-    ib = np.array([kb[k] for k in keys], dtype=np.int64)
-    ic = np.array([kc[k] for k in keys], dtype=np.int64)
+    """Steps present on both sides (same number and rank), as columns, in step then rank order."""
+    def keys(t: dict[str, np.ndarray]) -> np.ndarray:
+        return t["number"] * (1 << 20) + (t["rank"] + 1)
+
+    kb, kc = keys(tb), keys(tc)
+    common, ib, ic = np.intersect1d(kb, kc, assume_unique=False, return_indices=True)
+    total = len(common)
+    ib, ic = ib[:PER_STEP_LIMIT], ic[:PER_STEP_LIMIT]
     cols = ("start_ns", "end_ns") + STEP_COLUMNS
-    return {"step": [k[0] for k in keys], "rank": [k[1] for k in keys],
+    return {"step": tb["number"][ib].tolist(), "rank": tb["rank"][ib].tolist(), "pairs": total,
+            "truncated": total > PER_STEP_LIMIT,
             "baseline": {c: tb[c][ib].tolist() for c in cols},
             "candidate": {c: tc[c][ic].tolist() for c in cols}}
 
