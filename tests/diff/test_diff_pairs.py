@@ -30,7 +30,9 @@ CHANGES = {  # name -> (processes per job, the candidate's switches); one proces
     "sleep_in_graph": (1, ["--sleep-head-ms", "20"]),
     "bigger_all_reduce": (2, ["--allreduce-scale", "16"]),
     "recompile_every_step": (1, ["--recompile"]),
-    "slower_rank": (2, ["--slow-rank", "1", "--slow-ms", "60"]),
+    # CPU work, not a sleep: a busy host slows it as much as the rest of the step, so the change
+    # keeps its share of the step however loaded the machine is
+    "slower_rank": (2, ["--slow-rank", "1", "--slow-work", "40"]),
     "faster_optimizer": (1, ["--foreach"]),
 }
 ROLES = ("baseline", "again", "candidate")

@@ -14,6 +14,7 @@ Switches (the candidate's one change):
   --allreduce-scale K    the all-reduce moves K times the bytes (a bigger collective)
   --recompile            ``tail`` sees a new shape every step (a new graph every step)
   --slow-rank R --slow-ms MS   rank R sleeps MS before each step, outside every recorded item
+  --slow-rank R --slow-work N  rank R does N matrix products there instead (CPU work)
   --foreach              the optimizer runs its foreach implementation (a faster optimizer)
 
 The program measures its own items with ``perf_counter`` (an independent ground truth) and prints
@@ -74,6 +75,7 @@ def main():
     ap.add_argument("--recompile", action="store_true")
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=0.0)
+    ap.add_argument("--slow-work", type=int, default=0, help="matrix products rank --slow-rank does before each step")
     ap.add_argument("--foreach", action="store_true")
     ap.add_argument("--rendezvous", default=None, help="directory: wait there for --parties processes before the steps")
     ap.add_argument("--parties", type=int, default=0)
@@ -97,14 +99,17 @@ def main():
     ctail = torch.compile(tail, backend="eager", dynamic=False)
     grad_buf = torch.ones(64 * 1024 * a.allreduce_scale)
     t = {"head": [], "all_reduce": [], "optimizer": [], "step": [], "slow": []}
+    busy = torch.randn(192, 192)
     g = torch.Generator().manual_seed(1)
     if a.rendezvous:
         rendezvous(a.rendezvous, a.parties)
     for step in range(a.steps):
         s0 = time.perf_counter_ns()
-        if rank == a.slow_rank and a.slow_ms:
+        if rank == a.slow_rank and (a.slow_ms or a.slow_work):
             t0 = time.perf_counter_ns()
             time.sleep(a.slow_ms / 1000)
+            for _ in range(a.slow_work):  # CPU work: slowed by a busy host like the rest of the step
+                torch.mm(busy, busy)
             t["slow"].append(time.perf_counter_ns() - t0)
         with torch.profiler.record_function("load_batch"):
             x = torch.randn(32, 64, generator=g)

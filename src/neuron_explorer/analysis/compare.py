@@ -30,7 +30,7 @@ VANISHED = "vanished"
 VERDICTS = (FASTER, SLOWER, SAME, FEW, NEW, VANISHED)
 
 MIN_SAMPLES = 5  # per side: fewer gives no interval worth the name
-BOOTSTRAP_CAP = 2048  # samples per side the resampling sees (evenly spaced in time beyond it)
+BOOTSTRAP_CAP = 512  # samples per side the resampling sees (evenly spaced in time beyond it)
 
 
 @dataclass(frozen=True)
