@@ -32,7 +32,7 @@ CHANGES = {  # name -> (processes per job, the candidate's switches); one proces
     "recompile_every_step": (1, ["--recompile"]),
     # CPU work, not a sleep: a busy host slows it as much as the rest of the step, so the change
     # keeps its share of the step however loaded the machine is
-    "slower_rank": (2, ["--slow-rank", "1", "--slow-work", "40"]),
+    "slower_rank": (2, ["--slow-rank", "1", "--slow-work", "150"]),
     "faster_optimizer": (1, ["--foreach"]),
 }
 ROLES = ("baseline", "again", "candidate")
