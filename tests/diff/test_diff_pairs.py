@@ -82,11 +82,18 @@ def _round(root: Path, change: str) -> dict:
     return {"root": root, "truth": truth, "docs": docs, "ranks": [0, 1] if nproc == 2 else [-1]}
 
 
-@pytest.fixture(scope="module", params=list(CHANGES))
-def round_(request, tmp_path_factory) -> dict:
-    out = _round(tmp_path_factory.mktemp(request.param), request.param)
-    out["change"] = request.param
-    return out
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_round_of_three_jobs(change, tmp_path) -> None:
+    """One round per change, every check on it in one test: a round is the costly part (three real
+    jobs), and one test per round runs it once whatever xdist worker takes it (a module-scoped
+    fixture is rebuilt by every worker that runs one of its tests)."""
+    round_ = _round(tmp_path / change, change)
+    round_["change"] = change
+    check_candidate_names_exactly_its_change(round_)
+    check_the_same_program_twice_shows_no_change_anywhere(round_)
+    check_rows_say_where_each_item_is_on_both_sides(round_)
+    if change == "slower_rank":  # the gate is checked on the slower-rank round
+        check_ci_gate_fails_on_a_slower_candidate_only(round_)
 
 
 def _mean_truth(rnd: dict, role: str, item: str) -> float:
@@ -102,7 +109,7 @@ def _close(measured: float, truth: float) -> bool:
     return abs(measured - truth) <= 0.25 * abs(truth)
 
 
-def test_candidate_names_exactly_its_change(round_):
+def check_candidate_names_exactly_its_change(round_: dict) -> None:
     change, doc = round_["change"], round_["docs"]["ab"]
     subjects = {c["subject"] for c in doc["changes"]}
     if change == "sleep_in_graph":
@@ -150,7 +157,7 @@ def test_candidate_names_exactly_its_change(round_):
         assert step["verdict"] == ("slower" if sign > 0 else "faster")
 
 
-def test_the_same_program_twice_shows_no_change_anywhere(round_):
+def check_the_same_program_twice_shows_no_change_anywhere(round_: dict) -> None:
     doc = round_["docs"]["aa"]
     assert doc["changes"] == []
     assert [r["label"] for r in doc["rows"] if r["significant"]] == []
@@ -159,7 +166,7 @@ def test_the_same_program_twice_shows_no_change_anywhere(round_):
     assert doc["baseline"]["ranks"] == doc["candidate"]["ranks"] == round_["ranks"]
 
 
-def test_rows_say_where_each_item_is_on_both_sides(round_):
+def check_rows_say_where_each_item_is_on_both_sides(round_: dict) -> None:
     """What a viewer needs to put both timelines on an item: rank, process and time span per side."""
     doc = round_["docs"]["ab"]
     for row in doc["rows"]:
@@ -171,9 +178,7 @@ def test_rows_say_where_each_item_is_on_both_sides(round_):
             assert at["rank"] in round_["ranks"] and at["process_id"] > 0 and at["end_ts"] >= at["start_ts"] > 0, row
 
 
-def test_ci_gate_fails_on_a_slower_candidate_only(round_):
-    if round_["change"] != "slower_rank":
-        pytest.skip("the gate is checked on the slower-rank round")
+def check_ci_gate_fails_on_a_slower_candidate_only(round_: dict) -> None:
     root = round_["root"]
     slow = cli("diff", str(root / "baseline"), str(root / "candidate"), "--fail-if-slower", "5", timeout=600)
     assert slow.returncode == 1, slow.stdout + slow.stderr
