@@ -1,7 +1,7 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: setup demo check test test-fast bench proto
+.PHONY: setup demo check test test-fast bench proto wheel ext docs
 
 setup:
 	bash scripts/setup.sh
@@ -35,3 +35,23 @@ bench: setup
 # Regenerate the capture schema's module and its type stub after editing proto/ (scripts/gen_proto.sh).
 proto:
 	bash scripts/gen_proto.sh
+
+# The C extensions built next to their sources (a source tree, PYTHONPATH=src or an editable install).
+ext:
+	$(PYTHON) setup.py -q build_ext --inplace
+
+# The sdist and a manylinux wheel in dist/ (docs/install.md): the wheel is built from the sdist (so a
+# file missing from the sdist fails here), then auditwheel gives it the manylinux tag this machine's
+# glibc allows.  CC, CFLAGS and LDFLAGS apply.
+wheel:
+	rm -rf dist/raw && mkdir -p dist
+	$(PYTHON) -m build --no-isolation -o dist/raw .
+	$(PYTHON) -m auditwheel repair -w dist dist/raw/*.whl
+	mv dist/raw/*.tar.gz dist/ && rm -rf dist/raw
+	$(PYTHON) -m auditwheel show dist/*manylinux*.whl
+
+# The HTML API reference in docs/api/ (pdoc): the public modules users import (docs/api.md).
+DOC_MODULES = neuron_explorer.torch neuron_explorer.notebook neuron_explorer.view.scale neuron_explorer.analysis.reader \
+	neuron_explorer.contracts.dataset neuron_explorer.contracts.ndet_log neuron_explorer.recorders.app_stats
+docs:
+	PYTHONPATH=src $(PYTHON) -m pdoc -o docs/api --docformat restructuredtext $(DOC_MODULES)

@@ -50,6 +50,7 @@ BENCHES = {
                      ["--events", "1e6,4e6", "--processes", "2,16", "--out", "view_scaling_quick.json"], []),
     "ndet_bench": (["-m", "bench.ndet_bench"], ["--quick"], []),
     "import_order": (["-m", "bench.import_order"], ["--rounds", "3"], []),
+    "whole_run": (["-m", "bench.whole_run"], ["--rounds", "3"], ["--rounds", "5"]),
     "monitor_bench": (["-m", "bench.monitor_bench"], ["--seconds", "10"], []),
     "ui_bench": (["-m", "bench.ui_bench"], ["--events", "4000000"], []),
 }
@@ -76,7 +77,27 @@ def collect(timings: dict) -> dict:
     return {"date": time.strftime("%Y-%m-%d"),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
             "runs": timings, "sources": {n: d.get("date", "") for n, d in results.items()},
-            "headline": table.headline(results)}
+            "code": code_state(), "headline": table.headline(results)}
+
+
+def code_state() -> dict:
+    """The last commit that changed src/ (what the figures measure), its date, and the commits
+    since (a result measured on any of them measured this code); {} outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        last = git("log", "-1", "--format=%h %cI", "--", "src")
+        if not last:
+            return {}
+        commit, date = last.split()
+        since = git("rev-list", "--abbrev-commit", f"{commit}^..HEAD").split()
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return {}
+    import datetime as dt
+
+    utc = dt.datetime.fromisoformat(date).astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+    return {"commit": commit, "date": utc, "current_commits": since}
 
 
 def write_readme(summary: dict, path: str = README) -> bool:

@@ -36,6 +36,11 @@ Configurations (each a fresh interpreter, started as a user starts it):
   capture's), with its default NaN/Inf scan of graph outputs; ``ndet_nonan`` -- the same with
   ``NEURON_EXPLORER_NAN_CHECK=0``: the logging alone.
 
+* ``ondemand_idle`` -- ``plain`` with the on-demand watcher on (``NEURON_EXPLORER_ON_DEMAND`` unset;
+  every other configuration sets it to 0): the idle cost of ``neuron-explorer attach`` (issue 32).
+  Its thread wakes once a second, not once a step: under valgrind a step takes ~50x longer, so
+  the slope charges each step ~50x the polls it meets for real (docs/decisions/0108-*.md).
+
 * ``torch_profiler`` / ``jax_profiler`` (``--peer``) -- the same-run peer: ``torch.profiler``
   (CPU activities) or ``jax.profiler.trace`` entered before counting starts and left at the end,
   so its stop and export are counted.
@@ -77,7 +82,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
 
-CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan", "torch_profiler", "jax_profiler")
+CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan", "torch_profiler", "jax_profiler",
+           "ondemand_idle")
+#: configurations that record nothing (no profile expected)
+UNPROFILED = ("plain", "torch_profiler", "ondemand_idle")
 # execution paths: the compiled step (--backend aot_eager or inductor), the eager steps of
 # bench/eager_overhead.py, the jax.jit step of bench/jax_overhead.py
 WORKLOADS = ("compiled", "eager_mlp", "eager_block", "jax")
@@ -97,8 +105,33 @@ def results_path(workload: str, backend: str) -> str:
 
 
 def _python() -> str:
-    """The real interpreter (a pyenv shim is a shell script: valgrind would count bash)."""
-    return os.path.realpath(sys.executable)
+    """The interpreter this script runs on, as valgrind can start it.  ``sys.executable`` itself
+    when it is a binary: a venv's ``python`` is a symlink to the base interpreter, and only
+    started by the venv's path does it read ``pyvenv.cfg`` and import the venv's packages (the
+    real path imported whatever ``neuron_explorer`` the base install had, or failed).  A script
+    (a pyenv shim: valgrind would count bash) gives way to the binary it runs:
+    ``sys._base_executable``, whose packages the worker checks (``_check_tree``)."""
+    exe = sys.executable
+    try:
+        with open(exe, "rb") as f:
+            if f.read(4) == b"\x7fELF":
+                return exe
+    except OSError:
+        pass
+    return getattr(sys, "_base_executable", None) or os.path.realpath(exe)
+
+
+def _check_tree() -> None:
+    """In the worker: stop when ``neuron_explorer`` would come from another checkout than this
+    script's (the counts would measure that code)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("neuron_explorer")
+    where = os.path.dirname(os.path.abspath(spec.origin)) if spec and spec.origin else "nowhere"
+    want = os.path.join(ROOT, "src", "neuron_explorer")
+    if os.path.realpath(where) != os.path.realpath(want):
+        sys.exit(f"capture_instructions: this interpreter imports neuron_explorer from {where}, not {want}: "
+                 f"set PYTHONPATH={os.path.join(ROOT, 'src')}")
 
 
 # JAX runs its computations on XLA's thread pools, asynchronously to the caller; under valgrind the
@@ -120,16 +153,24 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
     # neuron-monitor discovery's watcher thread (torch's entry point), which the profiled runs do not
     # have; under valgrind its polling costs ~7k instructions per step, and a monitor running on the
     # host makes the plain run record its executions (found by the ndet2 branch)
+    # NEURON_EXPLORER_ON_DEMAND=0 likewise (the same watcher thread takes `attach` requests), but in
+    # ondemand_idle: plain with the thread waiting for a request, the idle cost of issue 32
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", NEURON_EXPLORER_QUIET="1",
-               NEURON_EXPLORER_STATS="0")
+               NEURON_EXPLORER_STATS="0", NEURON_EXPLORER_ON_DEMAND="0")
     if workload == "jax":
         env.update(JAX_SERIAL)
+    if os.environ.get("NE_CG_INDUCTOR_CACHE"):
+        # one compile cache per batch, filled by _warm before any count (see there)
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.environ["NE_CG_INDUCTOR_CACHE"]
     if platform.machine() in ("x86_64", "AMD64"):
         # valgrind cannot decode AVX-512: Inductor compiles its kernels with -march=native (gcc runs
         # outside valgrind and sees the host's AVX-512); AVX2 is what valgrind's CPU offers to ATen too
         env.setdefault("TORCHINDUCTOR_CPP_MARCH", "x86-64-v3")
         env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
-    if config.endswith("_profiler"):
+    if config == "ondemand_idle":
+        del env["NEURON_EXPLORER_ON_DEMAND"]
+        env["NEURON_EXPLORER_ON_DEMAND_DIR"] = os.path.join(out_dir, "on-demand")
+    elif config.endswith("_profiler"):
         env["PEER_TRACE_DIR"] = out_dir
     elif config.startswith("ndet"):
         # NDET alone, its flush thread stretched like the capture's periodic flush (see above)
@@ -138,12 +179,15 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
         if config == "ndet_nonan":
             env["NEURON_EXPLORER_NAN_CHECK"] = "0"
     elif config != "plain":
+        # the user's settings (samplers on, so the device-memory hook is installed and counted);
+        # only the samplers' and the flush's timers are stretched, as explained above
         env.update(
             NEURON_RT_INSPECT_ENABLE="1",
             NEURON_RT_INSPECT_OUTPUT_DIR=out_dir,
-            NEURON_RT_INSPECT_CPU_UTIL="0",
-            NEURON_RT_INSPECT_HOST_MEMORY="0",
+            NEURON_EXPLORER_SAMPLE_PERIOD_MS="100000000",
             NEURON_EXPLORER_FLUSH_PERIOD_MS="100000000",
+            # the memory hook's gradient snapshot every 16 steps whatever the load (decision 0118)
+            NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS="100000000",
             NEURON_EXPLORER_INSTANCE_ID="bench",
         )
         if config == "system_py":
@@ -180,7 +224,14 @@ def _peer(config: str):
     if config == "torch_profiler":
         from torch.profiler import ProfilerActivity, profile
 
-        return profile(activities=[ProfilerActivity.CPU])
+        @contextlib.contextmanager
+        def exported():
+            # its trace exported as a user does (our final write is counted too)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                yield
+            prof.export_chrome_trace(os.path.join(os.environ["PEER_TRACE_DIR"], "trace.json"))
+
+        return exported()
     if config == "jax_profiler":
         import jax
 
@@ -191,6 +242,7 @@ def _peer(config: str):
 def worker(steps: int, backend: str, workload: str = "compiled", config: str = "plain") -> None:
     """Compile, then run ``steps`` training steps (what callgrind counts)."""
     sys.path.insert(0, ROOT)
+    _check_tree()
     step, sync = _build(workload, backend)
     for _ in range(3 if workload == "eager_block" else 10):  # compile, let lazily built paths settle
         step()
@@ -210,6 +262,12 @@ def worker(steps: int, backend: str, workload: str = "compiled", config: str = "
             step()
         if sync is not None:
             sync()
+        if go:
+            # the steps' count apart from the exit's (callgrind_control --dump): a fixed part that
+            # moves between identical runs (JAX's teardown) then shows where it is
+            print("done", flush=True)
+            while not os.path.exists(go + ".end"):
+                time.sleep(0.002)
 
 
 _TOTAL = re.compile(rb"^(?:summary|totals):\s*(\d+)", re.M)
@@ -257,6 +315,10 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
             subprocess.run(["callgrind_control", "-i", "on", str(p.pid)], check=True, capture_output=True,
                            timeout=600)
             open(go, "w").close()
+            if p.stdout.readline().strip() == b"done":
+                subprocess.run(["callgrind_control", "--dump=steps", str(p.pid)], check=True,
+                               capture_output=True, timeout=600)
+            open(go + ".end", "w").close()
         p.stdout.read()
         rc = p.wait(timeout=3600)
         if rc != 0 or line.strip() != b"ready":
@@ -269,12 +331,19 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
         raise RuntimeError(f"no total in {cg}")
     res = {"config": config, "steps": steps, "rep": rep, "ir": int(m.group(1)), "seconds": round(time.time() - t0, 1),
            "file": cg}
+    if os.path.exists(cg + ".1"):  # the dump at the steps' end: ir is then steps + exit
+        with open(cg + ".1", "rb") as f:
+            m1 = _TOTAL.search(f.read())
+        if m1 is not None:
+            res["ir_exit"] = res["ir"]
+            res["ir_steps"] = int(m1.group(1))
+            res["ir"] = res["ir_steps"] + res["ir_exit"]
     names, vals = _EVENTS.search(data), _TOTALS.search(data)
     if cache_sim and names and vals:
         res["events"] = dict(zip(names.group(1).decode().split(), map(int, vals.group(1).split())))
     if config.startswith("ndet") or config.endswith("_profiler"):
         res["profile_written"] = any(fs for _, _, fs in os.walk(out_dir))
-    elif config != "plain":
+    elif config not in UNPROFILED:
         res["profile_written"] = any("ntrace.pb" in fs for _, _, fs in os.walk(out_dir))
     if annotate:
         a = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=99.9", cg],
@@ -282,6 +351,19 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
         with open(cg + ".txt", "w") as f:
             f.write(a.stdout)
     return res
+
+
+def _warm(configs: list[str], backend: str, workload: str, work: str) -> None:
+    """Fill the batch's Inductor compile cache: one uninstrumented run of each configuration.
+    The counted runs compile in their uncounted warm-up, but with an empty cache the first runs
+    (the long ones go first) also paid for work Inductor finishes later (its compile workers,
+    cache writes): 0.994x ours and 0.816x torch.profiler on a fresh cache."""
+    for c in configs:
+        out_dir = os.path.join(work, f"warm_{c}")
+        os.makedirs(out_dir, exist_ok=True)
+        subprocess.run([_python(), os.path.abspath(__file__), "--worker", "2", "--backend", backend,
+                        "--workload", workload, "--config", c], env=_env(c, out_dir, workload), cwd=ROOT,
+                       check=True, capture_output=True, timeout=1800)
 
 
 def _functions(path: str) -> dict[str, int]:
@@ -374,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     work = a.keep or tempfile.mkdtemp(prefix="ne-cg-")
     os.makedirs(work, exist_ok=True)
     reps = max(1, a.repeat)
+    if a.workload == "compiled":
+        os.environ["NE_CG_INDUCTOR_CACHE"] = os.path.join(work, "inductor-cache")
+        _warm(configs, a.backend, a.workload, work)
     # repetition-major, so a run cut short still has whole repetitions of every configuration
     jobs = [(c, n, r) for r in range(reps) for n in (a.long, a.short) for c in configs]
     t0 = time.time()
@@ -386,6 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     slopes = {c: [(all_runs[(c, a.long, r)]["ir"] - all_runs[(c, a.short, r)]["ir"]) / span for r in range(reps)]
               for c in configs}
     per_step = {c: statistics.median(v) for c, v in slopes.items()}
+    # the same slopes of the steps alone (the count up to the dump at the steps' end) and of the exit
+    parts = {}
+    for part in ("ir_steps", "ir_exit"):
+        if all(part in r for r in all_runs.values()):
+            parts[part] = {c: [(all_runs[(c, a.long, r)][part] - all_runs[(c, a.short, r)][part]) / span
+                               for r in range(reps)] for c in configs}
     base = per_step["plain"]
     print(f"instructions per step (callgrind slope, {a.short} -> {a.long} steps, {tag(a.workload, a.backend)}"
           + (f", median of {reps} repetitions" if reps > 1 else "") + "):")
@@ -393,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         extra = per_step[c] - base
         spread = f"   repetitions {min(slopes[c]):,.0f}..{max(slopes[c]):,.0f}" if reps > 1 else ""
         print(f"  {c:15s} {per_step[c]:14,.0f}   ratio {per_step[c] / base:.4f}   {extra:+12,.0f}/step{spread}")
+        if parts:
+            st, ex = (statistics.median(parts[k][c]) for k in ("ir_steps", "ir_exit"))
+            print(f"  {'':15s} steps {st:14,.0f}   exit {ex:+12,.0f}/step   "
+                  f"(exit by repetition: {', '.join(f'{x:,.0f}' for x in parts['ir_exit'][c])})")
     cache = _cache_slopes(all_runs, configs, a.short, a.long, reps) if a.cache_sim else None
     if cache:
         print("simulated caches and branches per step (median; cycle estimate = Ir + 10 x L1 misses + 100 x LL "
@@ -405,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"cycle estimate {ev['cycle_estimate']:14,.0f}"
                   f"   ratio {ev['cycle_estimate'] / cache['plain']['cycle_estimate']:.4f}")
     for c in configs:
-        if c not in ("plain", "torch_profiler") and not runs[(c, a.long)].get("profile_written"):
+        if c not in UNPROFILED and not runs[(c, a.long)].get("profile_written"):
             print(f"  warning: {c} wrote no profile", file=sys.stderr)
     if a.annotate:
         for c in configs:
@@ -422,6 +517,11 @@ def main(argv: list[str] | None = None) -> int:
         "python": _python(), "backend": a.backend, "aslr_off": aslr_off, "short": a.short, "long": a.long,
         "per_step": per_step, "ratio": {c: per_step[c] / base for c in configs},
         "repeat": reps, "per_step_repetitions": slopes,
+        "spread": {c: {"min": min(v), "max": max(v), "range_pct": 100 * (max(v) - min(v)) / statistics.median(v)}
+                   for c, v in slopes.items()},
+        "ratio_repetitions": {c: [x / y for x, y in zip(slopes[c], slopes["plain"])] for c in configs},
+        **({"per_step_parts": parts} if parts else {}),
+        "commit": _commit(),
         **({"cache_per_step": cache} if cache else {}),
         "runs": [{k: v for k, v in r.items() if k != "file"} for r in all_runs.values()],
         "seconds": round(time.time() - t0, 1),
@@ -432,6 +532,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _commit() -> str:
+    """The commit measured (with ``+`` when the tree has changes)."""
+    try:
+        h = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "bench"],
+                               capture_output=True, text=True).stdout.strip()
+        return h + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 if __name__ == "__main__":

@@ -74,6 +74,12 @@ BATCH, D_IN, HIDDEN, D_OUT, LAYERS = 16, 32, 64, 10, 2
 # environment handling
 
 
+
+def _gap(sink, rt) -> float:
+    """Seconds the capture sink waits after its last periodic write before the next one."""
+    gap = getattr(sink, "_next_write_gap", None)
+    return float(gap) if isinstance(gap, (int, float)) and gap > 0 else float(rt.config.flush_period_s)
+
 def _clean_env() -> dict[str, str]:
     """The parent's environment without anything that would turn a profiler on."""
     return interleave.clean_env()
@@ -445,9 +451,11 @@ def worker_micro(out_dir: str, n: int) -> dict:
             stored = sum(st.rows for st in sink.cores.values())
             flushes.append({"records_added": add, "events_stored": stored, "flush_ms": dt / 1e6,
                             "ns_per_stored_event": dt / max(1, stored),
-                            # share of wall time spent flushing with the default 2 s period and the
-                            # sink's "next write >= 20x the last one" back-off
-                            "duty_cycle": (dt / 1e9) / max(2.0, 20 * dt / 1e9)})
+                            # share of wall time spent flushing: the write over the gap the sink
+                            # itself set before its next one (its period, or its back-off after a
+                            # long write), read from the sink rather than restated here
+                            "next_write_gap_s": _gap(sink, rt),
+                            "duty_cycle": (dt / 1e9) / max(dt / 1e9, _gap(sink, rt))})
         res["periodic_flush"] = flushes
     except Exception as e:
         res["periodic_flush_error"] = f"{type(e).__name__}: {e}"

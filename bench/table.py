@@ -74,8 +74,50 @@ def _get(d, *path, default=None):
     return d
 
 
-def _row(figure: str, value: str, peer: str = "", target: str = "", command: str = "") -> dict:
-    return dict(zip(FIELDS, (figure, value, peer, target, command)))
+def _row(figure: str, value: str, peer: str = "", target: str = "", command: str = "", source: str = "") -> dict:
+    """One table row; ``source`` names its result file (headline() adds when it was measured)."""
+    r = dict(zip(FIELDS, (figure, value, peer, target, command)))
+    if source:
+        r["source"] = source
+    return r
+
+
+def measured(result: dict) -> dict:
+    """When a result was measured and on which commit (``+``: with uncommitted changes), as the
+    result file says (older files have a date only)."""
+    return {"date": str(result.get("date") or ""), "commit": str(result.get("commit") or "")}
+
+
+def _when(s: str):
+    """A result's or commit's date as an aware datetime (a day alone: its last second, UTC); None."""
+    import datetime as dt
+
+    try:
+        d = dt.datetime.fromisoformat(s)
+    except (TypeError, ValueError):
+        return None
+    if len(s) == 10:  # a day: give the figure the benefit of that day
+        d = d.replace(hour=23, minute=59, second=59)
+    return d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)
+
+
+def older_than_code(m: dict | None, code: dict | None) -> str:
+    """Why a figure measured at ``m`` is older than the code it measures (``code``: the last change
+    of src/ when the table was collected, and the commits since), or "" when it is not or when
+    nothing says.  By commit when the result names one, else by date."""
+    if not m or not code or not code.get("date"):
+        return ""
+    commit = m.get("commit", "").rstrip("+")
+    if commit:
+        if any(c.startswith(commit) or commit.startswith(c) for c in code.get("current_commits", [])):
+            return ""
+        return f"measured on {commit}, src/ changed in {code.get('commit', '?')} ({code['date'][:10]})"
+    when, changed = _when(m.get("date", "")), _when(code["date"])
+    if when is None or changed is None:
+        return "no date in its result file" if changed is not None else ""
+    if when < changed:
+        return f"measured {m['date'][:10]}, src/ changed {code['date'][:10]} ({code.get('commit', '?')})"
+    return ""
 
 
 def _cpu_view(results: dict, fname: str, key: str | None) -> dict | None:
@@ -210,19 +252,20 @@ def _capture_rows(results: dict) -> list[dict]:
             rows.append(_row(f"capture, {label}: instructions per step (callgrind)",
                              f"{ratio['system']:.4f}x ({extra / 1e3:+,.1f}k of {ins['per_step']['plain'] / 1e6:.2f}M"
                              f"{_reps(ins, 'system')})",
-                             peer_s, target + _met(ratio["system"], tag), ins.get("command", "")))
+                             peer_s, target + _met(ratio["system"], tag), ins.get("command", ""), instr_file))
             for c in ratio:
                 if c not in ("plain", "system", peer):
                     rows.append(_row(f"capture, {label}: instructions per step, `{c}`", f"{ratio[c]:.4f}x",
-                                     "", "", ins.get("command", "")))
+                                     "", "", ins.get("command", ""), instr_file))
         cpu = _cpu_view(results, cpu_file, key)
         if cpu is not None:
-            rows += _cpu_rows(tag, label, target, cpu)
+            rows += [dict(r, source=cpu_file) for r in _cpu_rows(tag, label, target, cpu)]
             src = results.get(cpu_file) or {}
             if key is not None:  # a file of several workloads (eager_overhead.json): that workload's
                 src = (src.get("workloads") or {}).get(key) or {}
-            rows += _same_process_rows(src.get("same_process"), f"capture, {label}: ",
-                                       "its hooks' work", "hooks", target, cpu["command"], judged=tag not in TARGET)
+            rows += [dict(r, source=cpu_file) for r in _same_process_rows(
+                src.get("same_process"), f"capture, {label}: ", "its hooks' work", "hooks", target, cpu["command"],
+                judged=tag not in TARGET)]
         else:
             rows.append(_row(f"capture, {label}: process CPU per step (interleaved runs)", "not measured yet", "",
                              target, COMMANDS[cpu_file]))
@@ -278,8 +321,9 @@ CURATED = (
      "< 1%", _MON),
     ("monitor.json", "exporter_http_scrape_ms_p95", "Prometheus companion scrape p95", " ms", "< 20 ms", _MON),
     ("ui.json", "first_paint_ms_after_load_event", "UI first paint after the load event", " ms", "< 2 s", _UI),
-    ("ui.json", "window_query_ms.all.p95", "UI window query p95", " ms", "< 150 ms", _UI),
-    ("ui.json", "browser_memory.chromium_processes_rss_bytes", "UI browser memory (all Chromium processes)",
+    ("ui.json", "window_query_plus_client_parse_ms_by_span.all.p95", "UI window query p95, the answer parsed",
+     " ms", "< 150 ms", _UI),
+    ("ui.json", "browser_memory.own_chromium_pss_bytes", "UI browser memory (PSS of the bench's own Chromium)",
      " bytes", "< 500 MB", _UI),
     ("ui.json", "cold_open.first_paint_ms", "UI cold open, first paint", " ms", "< 2 s", _UI),
     ("ui.json", "cold_open.server_cpu_s_at_first_paint", "UI cold open, server CPU at the first paint", " CPU-s",
@@ -309,13 +353,17 @@ def _other_rows(results: dict) -> list[dict]:
     rows = []
     vt = results.get("view_throughput.json") or {}
     peer = next((m for m in vt.get("modes", []) if m.get("mode") == "load-orjson"), None)
-    peer_s = f"loading the Chrome JSON with orjson: {peer['events_per_s']:,.0f}/s" if peer else ""
+    # the peer in the unit of our figure beside it: events per CPU-second first (both one process on
+    # one core), then per wall-second (a figure per CPU-s beside a peer's per wall-s flattered us)
+    peer_s = (f"loading the Chrome JSON with orjson: {peer['events_per_cpu_s']:,.0f}/CPU-s, "
+              f"{peer['events_per_s']:,.0f}/s" if peer and "events_per_cpu_s" in peer else "")
     for m in vt.get("modes", []):
         if m.get("mode") in ("parquet", "perfetto", "json"):
             tgt = {"parquet": ">= 5M/CPU-s (one worker)", "perfetto": ">= 2M/s"}.get(m["mode"], "")
-            cps = f", {m['events_per_cpu_s']:,.0f}/CPU-s" if "events_per_cpu_s" in m else ""
-            rows.append(_row(f"`view` {m['mode']}, events/s (one worker)", f"{m['events_per_s']:,.0f}/s{cps}",
-                             peer_s, tgt, "python -m bench.view_throughput"))
+            cps = f"{m['events_per_cpu_s']:,.0f}/CPU-s, " if "events_per_cpu_s" in m else ""
+            rows.append(_row(f"`view` {m['mode']}, events per CPU-s and per s (one worker)",
+                             f"{cps}{m['events_per_s']:,.0f}/s", peer_s, tgt, "python -m bench.view_throughput",
+                             "view_throughput.json"))
     if "perfetto_vs_chrome_json_size" in vt:
         rows.append(_row("`.pftrace` size / Chrome JSON size", f"{vt['perfetto_vs_chrome_json_size']:.3f}", "",
                          "<= 0.2", "python -m bench.view_throughput"))
@@ -337,6 +385,23 @@ def _other_rows(results: dict) -> list[dict]:
             rows.append(_row(f"{d['label']}: its threads (flush, monitor counters), CPU per training step",
                              f"{d['other_threads_us']:.2f} us ({100 * d['other_threads_us'] / d['median_cpu_us']:.2f}%"
                              " of the step)", "", "", ndet_cmd))
+    wr = results.get("whole_run.json") or {}
+    for wl, d in (wr.get("workloads") or {}).items():
+        ph = d.get("phases") or {}
+        sysd, aa = ph.get("system") or {}, ph.get("plain_aa") or {}
+        tot, first, aat = (_get(sysd, "total", "paired_ratio"), _get(sysd, "first", "paired_ratio"),
+                           _get(aa, "total", "paired_ratio"))
+        if not (tot and first):
+            continue
+        load = _get(d, "load_average", "start")
+        note = (f"first step {first['median']:.3f}x ({first['min']:.3f}..{first['max']:.3f}); "
+                f"A/A control {aat['median']:.3f}x ({aat['min']:.3f}..{aat['max']:.3f}); " if aat else "")
+        rows.append(_row(f"whole run, eager {wl}: process CPU, system profile over unprofiled (paired runs)",
+                         f"{tot['median']:.3f}x ({tot['min']:.3f}..{tot['max']:.3f} over {tot['n']} runs; {note}"
+                         f"load {load[0]:.1f})" if load else f"{tot['median']:.3f}x",
+                         "", "whole run <= 1.02x; first step <= 1.10x",
+                         wr.get("command") or "python -m bench.whole_run --rounds 5 --before OTHER_CHECKOUT/src",
+                         "whole_run.json"))
     io = results.get("import_order.json") or {}
     for c in ("numpy_first", "ne_first", "both_first"):
         d = _get(io, "configs", c)
@@ -355,7 +420,9 @@ def _other_rows(results: dict) -> list[dict]:
             verdict = ""
             if unit == "x" and target.startswith("<=") and target.endswith("x"):
                 verdict = " (met)" if v <= float(target[2:-1]) else " (not met)"
-            rows.append(_row(label, value, "", target + verdict, cmd))
+            rows.append(_row(label, value, "", target + verdict, cmd, fname))
+        elif fname in results:  # the bench now reports it, its result file is from before
+            rows.append(_row(label, "not measured yet by the current bench", "", target, cmd, fname))
     for op, d in (_get(results, "hook_costs.json", "ops") or {}).items():
         rows.append(_row(f"collective hook, {op}, per call", f"{d['hook_ns'] / 1000:+.1f} us ({d['ratio']:.2f}x)",
                          "the same call unprofiled", "", "python -m bench.hook_costs"))
@@ -377,8 +444,13 @@ def _flatten(d, prefix: str = ""):
 
 
 def headline(results: dict[str, dict]) -> list[dict]:
-    """Every row of the table, capture paths first."""
-    return _capture_rows(results) + _other_rows(results)
+    """Every row of the table, capture paths first; a row from a result file says when that was
+    measured (``measured``), so the README can mark a figure older than the code."""
+    rows = _capture_rows(results) + _other_rows(results)
+    for r in rows:
+        if r.get("source") in results:
+            r["measured"] = measured(results[r["source"]])
+    return rows
 
 
 def render_terminal(rows: list[dict]) -> str:
@@ -402,9 +474,20 @@ def render_readme(summary: dict) -> str:
            f"Python {m.get('python', '?')}); each row names the command that produced it, and each CPU-time "
            "row the load average at its start.", "",
            "| figure | result | same-run peer | target | command |", "| --- | --- | --- | --- | --- |"]
+    code = summary.get("code")
+    if code:
+        out[2:2] = [f"A result marked *older than the code* was measured before the last change of src/ "
+                    f"({code.get('commit', '?')}, {code.get('date', '?')[:10]}): re-run its command.", ""]
     for r in summary.get("headline", []):
         cmd = f"`{r['command']}`" if r.get("command") else ""
-        out.append("| " + " | ".join(_cell(x) for x in (r["figure"], r["value"], r.get("peer", ""),
+        value = r["value"]
+        m = r.get("measured")
+        stale = older_than_code(m, code)
+        if stale:
+            value += f" *older than the code: {stale}*"
+        elif m and (m.get("date") or m.get("commit")):
+            value += f" ({', '.join(x for x in (m.get('date', '')[:10], m.get('commit', '')) if x)})"
+        out.append("| " + " | ".join(_cell(x) for x in (r["figure"], value, r.get("peer", ""),
                                                          r.get("target", ""))) + f" | {_cell(cmd)} |")
     out += ["", END]
     return "\n".join(out)

@@ -170,6 +170,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _own_browser_memory(psutil) -> dict:
+    """The memory of this bench's own browser: the Chromium processes descending from this
+    process (Playwright's driver starts them), as PSS (a shared page counted once across them;
+    RSS counted each shared page in every process) and, for comparison, RSS.  Another job's
+    headless Chromium on the machine is not ours: summing every one on the host read 954 MB."""
+    pss = rss = n = 0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" not in proc.name().lower():
+                continue
+            info = proc.memory_full_info()
+            pss += getattr(info, "pss", 0)
+            rss += info.rss
+            n += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return {"own_chromium_pss_bytes": pss, "own_chromium_rss_bytes": rss, "own_chromium_processes": n}
+
+
 def p95(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))] if xs else float("nan")
@@ -320,6 +339,7 @@ def main() -> None:
                 level = str(w.json()["level"])
                 parse_ms.append((time.perf_counter() - t) * 1000)
                 with_parse.setdefault(f"1/{round(1 / span_frac)}", []).append(ms + parse_ms[-1])
+                with_parse.setdefault("all", []).append(ms + parse_ms[-1])
                 lat.setdefault(level, []).append(ms)
                 lat.setdefault("all", []).append(ms)
                 # the server's own share (query + JSON encoding), from its Server-Timing header
@@ -439,17 +459,9 @@ def main() -> None:
                 mem = pg.evaluate("performance.memory ? performance.memory.usedJSHeapSize : null")
                 import psutil
 
-                browser_rss = 0
-                for proc in psutil.process_iter(["name", "cmdline"]):
-                    try:
-                        if proc.info["cmdline"] and "chromium" in " ".join(proc.info["cmdline"][:1]) and \
-                                "--headless" in " ".join(proc.info["cmdline"]):
-                            browser_rss += proc.memory_info().rss
-                    except (psutil.NoSuchProcess, psutil.AccessDenied):
-                        pass
+                own = _own_browser_memory(psutil)
                 res["browser_memory"] = {"js_heap_used_bytes": int(m.get("JSHeapUsedSize", 0)),
-                                         "performance_memory_used_bytes": mem,
-                                         "chromium_processes_rss_bytes": browser_rss, "page_errors": errors}
+                                         "performance_memory_used_bytes": mem, **own, "page_errors": errors}
                 pg.screenshot(path=str(work / "bench.png"))
                 b.close()
         res["server_rss_bytes"] = __import__("psutil").Process(srv.pid).memory_info().rss

@@ -192,6 +192,8 @@ def main() -> None:
                 for m in ("parquet", "perfetto", "json"):
                     if m in by:
                         result[f"{m}_speed_vs_{peer}"] = by[m]["events_per_s"] / by[peer]["events_per_s"]
+                        # the same in CPU time, ours and the peer's alike
+                        result[f"{m}_cpu_speed_vs_{peer}"] = by[m]["events_per_cpu_s"] / by[peer]["events_per_cpu_s"]
         print(f"capture: {total:,} events in {a.instances * a.processes} processes, "
               f"{capture_bytes / total:.1f} bytes/event on disk")
         print(f"{'format':<12}{'events/s':>14}{'events/CPU-s':>14}{'seconds':>10}{'peak RSS':>12}{'net B/event':>13}"
@@ -213,7 +215,8 @@ def main() -> None:
             for m in ("parquet", "perfetto", "json"):
                 k = f"{m}_speed_vs_{peer}"
                 if k in result:
-                    print(f"{m} speed vs {peer}: {result[k]:.1f}x")
+                    print(f"{m} speed vs {peer}: {result[k]:.1f}x wall, "
+                          f"{result[f'{m}_cpu_speed_vs_{peer}']:.1f}x CPU")
         os.makedirs(RESULTS, exist_ok=True)
         name = "view_throughput.json" if not a.only else f"view_throughput_{a.only}{'_paired' if a.before else ''}.json"
         with open(os.path.join(RESULTS, name), "w") as f:  # (a partial run keeps the full run's file)

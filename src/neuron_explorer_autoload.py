@@ -23,9 +23,10 @@ def autostart() -> None:
     try:
         from neuron_explorer import boot
     except Exception as e:  # noqa: BLE001 - any failure to import: say so once, run the program as is
-        import sys
-        print(f"neuron-explorer: warning: not started, this process runs unprofiled: cannot import "
-              f"neuron_explorer ({type(e).__name__}: {e})", file=sys.stderr)
+        import logging
+        logging.getLogger("neuron_explorer.autoload").warning(  # (logging.lastResort: the same line)
+            f"neuron-explorer: warning: not started, this process runs unprofiled: cannot import "
+            f"neuron_explorer ({type(e).__name__}: {e})")
         return
     boot.start()
 

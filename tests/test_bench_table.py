@@ -151,3 +151,22 @@ def test_an_eager_workload_s_same_process_ratios_come_out_under_its_own_path():
     (blk,) = [r for r in table._capture_rows({"eager_overhead.json": eager})
               if r["figure"].startswith("capture, eager transformer-block step") and "paused in one" in r["figure"]]
     assert blk["target"] == "system profile <= 1.01x (not met)"
+
+
+def test_a_figure_older_than_the_code_is_marked_in_the_readme():
+    """A row whose result was measured before the last change of src/ (by commit when the result
+    names one, else by date) says so in the README; a current one shows when it was measured."""
+    code = {"commit": "abc1234", "date": "2026-11-28T12:00:00+00:00", "current_commits": ["abc1234", "def5678"]}
+    rows = [dict(table._row(f"fig {i}", "1.000x", "", "", "cmd", "x.json"), measured=m) for i, m in enumerate([
+        {"date": "2026-11-28T13:00:00+00:00", "commit": "def5678"},   # on a current commit
+        {"date": "2026-11-28T13:00:00+00:00", "commit": "0123456+"},  # later, but on other code
+        {"date": "2026-11-27T09:00:00+00:00", "commit": ""},          # before the change, no commit
+        {"date": "2026-11-28", "commit": ""},                         # that day: given the benefit
+    ])]
+    block = table.render_readme({"code": code, "headline": rows})
+    lines = {ln.split(" | ")[0][2:]: ln for ln in block.splitlines() if ln.startswith("| fig")}
+    assert "older than the code" not in lines["fig 0"] and "def5678" in lines["fig 0"]
+    assert "older than the code: measured on 0123456" in lines["fig 1"]
+    assert "older than the code: measured 2026-11-27" in lines["fig 2"]
+    assert "older than the code" not in lines["fig 3"]
+    assert table.older_than_code(rows[2]["measured"], None) == ""  # no code state: nothing said

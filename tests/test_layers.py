@@ -33,15 +33,18 @@ LAYER_OF = {
     "neuron_explorer.boot": "composition",
     "neuron_explorer.torch": "composition",
     "neuron_explorer.discovery": "composition",
+    "neuron_explorer.ondemand": "composition",
     "neuron_explorer.analysis": "analysis",
     "neuron_explorer.exporters": "exporters",
     "neuron_explorer.view": "tools",
     "neuron_explorer.diff": "tools",
+    "neuron_explorer.attach": "tools",
     "neuron_explorer.ndet": "tools",
     "neuron_explorer.monitor": "tools",
     "neuron_explorer.ui": "ui",
     "neuron_explorer.cli": "entry",
     "neuron_explorer.__main__": "entry",
+    "neuron_explorer.notebook": "entry",
 }
 
 # what each layer may import besides itself
@@ -64,6 +67,9 @@ ALLOWED = {
 EXCEPTIONS = {
     ("neuron_explorer.view", "neuron_explorer.ui"),  # `view` with no output format serves the UI
     ("neuron_explorer.diff", "neuron_explorer.view"),  # `diff` converts captures through view's one flow
+    # `%load_ext neuron_explorer`: IPython calls the package's load_ipython_extension, which imports
+    # the notebook module only when called
+    ("neuron_explorer", "neuron_explorer.notebook"),
 }
 
 # import paths that 0.1.0's user documentation gave, kept as aliases of the module that replaced
@@ -198,14 +204,26 @@ def test_imports_follow_the_layers():
     assert violations(known, all_edges(known)) == []
 
 
+# Imports made only when a host program calls in, after the package is loaded: IPython's
+# `%load_ext neuron_explorer` calls the package root's load_ipython_extension, which imports the
+# notebook module (entry layer).  The root is imported by every layer for __version__, so this one
+# function-level edge would close a circle through any of them; it is left out of the circle checks
+# (and only it: the root holds nothing else).
+CALL_TIME = {("neuron_explorer", "neuron_explorer.notebook")}
+
+
+def _load_time_edges(known):
+    return [e for e in all_edges(known) if (e[0], e[1]) not in CALL_TIME]
+
+
 def test_no_import_cycles_between_packages():
     known = modules()
-    assert package_cycles(all_edges(known)) == []
+    assert package_cycles(_load_time_edges(known)) == []
 
 
 def test_no_import_cycles_between_files():
     known = modules()
-    assert file_cycles(all_edges(known)) == []
+    assert file_cycles(_load_time_edges(known)) == []
 
 
 @pytest.mark.parametrize("circle", [

@@ -19,9 +19,16 @@ from neuron_explorer.contracts import env as cfgmod, events as ev
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import DEVICE_PROFILER, NDET, STATS, Runtime, get_runtime, set_runtime
 from neuron_explorer.runtime.signals import SignalExit
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.procs import framework_helper, is_launcher
 
 AUTOSTART = "NEURON_EXPLORER_AUTOSTART"  # starts the runtime (neuron-monitor counters) without a capture
+ON_DEMAND = "NEURON_EXPLORER_ON_DEMAND"  # 0: no `neuron-explorer attach` requests (contracts.ondemand)
+
+
+def on_demand() -> bool:
+    """Does this process take `neuron-explorer attach` requests (``ondemand``)?"""
+    return os.environ.get(ON_DEMAND, "1") != "0"
 
 
 def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture: bool | None = None,
@@ -48,9 +55,11 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
             return None  # e.g. NEURON_RT_INSPECT_ENABLE=false: the .pth's cheap check let it through
         cfg = config or CaptureConfig.from_env()
         for w in cfg.warnings:
-            print(f"neuron-explorer: warning: {w}", file=sys.stderr)
-        if not capture and not keep_rings:
-            # Nothing drains the capture rings without a capture sink: keep them minimal.
+            get_logger(__name__).warning(f"neuron-explorer: warning: {w}")
+        if not capture and not keep_rings and not (for_monitor and on_demand()):
+            # Nothing drains the capture rings without a capture sink: keep them minimal.  (For
+            # neuron-monitor's counters with on-demand capture on, the watcher drains them
+            # once a second, and a `neuron-explorer attach` window keeps what it needs: ondemand)
             cfg.max_events_per_nc = 1
         if capture:
             _check_output_dir(cfg.output_dir)
@@ -67,7 +76,7 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
     except cfgmod.ConfigError as e:
         if not from_env:
             raise
-        print(f"neuron-explorer: error: {e}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: error: {e}")
         sys.stderr.flush()
         os._exit(2)
     set_runtime(rt)
@@ -78,6 +87,7 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         sink.require_framework = from_env
         rt.add_sink(sink)
         sink.start()
+        _say_if_no_extension()
     if rt.ndet is not None:
         rt.add_sink(rt.ndet)
         rt.ndet.start()
@@ -89,6 +99,18 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         _install_exit_handlers(rt)
     _forget_in_forked_children()
     return rt
+
+
+def _say_if_no_extension() -> None:
+    """Once per process (a runtime starts once): the C hot path was not built, and what that costs
+    (setup.py said so at install; decision 0120).  Not when the user chose the Python path."""
+    from neuron_explorer.runtime import ring
+
+    if ring.NativeRing is None and os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") in ("", "0"):
+        get_logger(__name__).warning(
+            "neuron-explorer: warning: the C hot path (neuron_explorer.runtime._fastpath) is not built: this capture "
+            "runs the Python fallback, about 3x the overhead per event; reinstall with a C compiler and the Python "
+            "headers (docs/install.md)")
 
 
 def _check_output_dir(path: str) -> None:
@@ -127,15 +149,16 @@ def _start_stats(rt: Runtime) -> None:
         stats.start()
         rt.register(STATS, stats)
     except Exception as e:
-        print(f"neuron-explorer: warning: neuron-monitor counters disabled: {e}", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: neuron-monitor counters disabled: {e}")
 
 
 def _install_integrations(rt: Runtime) -> None:
     from neuron_explorer.integrations.importhook import when_imported
 
     def on_torch(torch) -> None:
-        from neuron_explorer.integrations import torch as torch_integration
+        from neuron_explorer.integrations import torch as torch_integration, versions
 
+        versions.check("torch", getattr(torch, "__version__", "?"))
         _workload_began(rt)  # (first: the process runs PyTorch even should a hook fail to install)
         if rt.config.device_profile and rt.devprof is None and any(s.name == "capture" for s in rt.sinks):
             from neuron_explorer.integrations.torch.device import DeviceProfiler
@@ -147,8 +170,10 @@ def _install_integrations(rt: Runtime) -> None:
     when_imported("torch", on_torch)
 
     def on_jax(jax) -> None:
+        from neuron_explorer.integrations import versions
         from neuron_explorer.integrations.jax.runtime import install as install_jax
 
+        versions.check("jax", getattr(jax, "__version__", "?"))
         _workload_began(rt)
         install_jax(rt, jax)
 

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: docs/commands.md)
 """The ``neuron-explorer`` (alias ``neuron-profile``) command line."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import signal
 import subprocess
 import sys
 
-from neuron_explorer.util.cliargs import UsageError, positive_int, prog_name
+from neuron_explorer.util.cliargs import UsageError, complete, positive_int, prog_name
+from neuron_explorer.util.log import get_logger
 
 from . import __version__
 
@@ -21,6 +23,7 @@ examples:
   neuron-explorer view --ui -d ./output                 # the System Trace Viewer (web UI)
   neuron-explorer view -d ./output --output-format summary-json --output-file summary.json
   neuron-explorer check -d ./output
+  neuron-explorer attach --all --steps 5 -o ./on-demand   # a running job, on demand
   neuron-explorer diff ./before ./after --fail-if-slower 5   # did my change help? (docs/diff.md)
 """
 
@@ -34,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--version", action="version", version=f"neuron-explorer {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check,diff}")
+    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check,attach,diff}")
 
     ins = sub.add_parser(
         "inspect", help="run a command with system profiling on (no code changes)",
@@ -54,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .diff.cli import add_diff_parser
 
     add_diff_parser(sub)
+    from .attach import add_attach_parser
+
     chk = sub.add_parser("check", help="check that a capture directory holds a usable profile",
                          description="Report the signs of a failed capture (empty directory, 0-byte NTFF, "
                                      "no NEFF, only .pb files, damaged files) and what to do.",
@@ -62,11 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("-d", "--directory", required=True, help="capture directory, or s3://bucket/prefix")
     chk.add_argument("--endpoint-url", default=None,
                      help="S3 endpoint for s3:// paths (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS)")
+    add_attach_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    complete(parser)
     args = parser.parse_args(argv)
     try:
         if args.command == "inspect":
@@ -81,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             from .diff.cli import diff_command
 
             return diff_command(args)
+        if args.command == "attach":
+            from .attach import attach_command
+
+            return attach_command(args)
         if args.command == "view":
             from .view.cli import view_command
 
@@ -88,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     except UsageError as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        get_logger(__name__).error(f"{parser.prog}: error: {e}")
         return 2
 
 
@@ -149,15 +160,15 @@ def inspect_command(args: argparse.Namespace) -> int:
         sink.sampler.stop()
     new = sorted(_session_dirs(out) - before)
     if new:
-        print(f"neuron-explorer: {len(new)} profile(s) written under {out}", file=sys.stderr)
+        get_logger(__name__).info(f"neuron-explorer: {len(new)} profile(s) written under {out}")
     else:
         rt.end_reason = "exit" if rc == 0 else f"exit:{rc}"
         sink.end_reason = rt.end_reason
         sink.note = ("no runtime events were seen: the command ran no framework (torch, jax) in a Python "
                      "process with neuron-explorer installed (only CPU and memory samples were captured)")
         rt.flush(final=True, reason=rt.end_reason)
-        print(f"neuron-explorer: note: {sink.note}", file=sys.stderr)
-        print(f"neuron-explorer: profile written to {sink.session_dir}", file=sys.stderr)
+        get_logger(__name__).info(f"neuron-explorer: note: {sink.note}")
+        get_logger(__name__).info(f"neuron-explorer: profile written to {sink.session_dir}")
     return rc if rc >= 0 else 128 - rc
 
 

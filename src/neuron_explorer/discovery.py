@@ -22,12 +22,17 @@ import os
 import sys
 import threading
 
-__all__ = ["WATCH_PERIOD_S", "adopt_jitted_functions", "on_framework_import", "on_torch_import", "watching"]
+from neuron_explorer.util.log import get_logger
+
+__all__ = ["WATCH_PERIOD_S", "adopt_all", "adopt_jitted_functions", "on_framework_import", "on_torch_import",
+           "watching"]
 
 #: How often a framework process without a monitor looks for one (seconds).
 WATCH_PERIOD_S = 1.0
 #: ``NEURON_EXPLORER_STATS=0`` keeps a process out of neuron-monitor altogether.
 STATS_SWITCH = "NEURON_EXPLORER_STATS"
+#: ``NEURON_EXPLORER_ON_DEMAND=0``: the process takes no ``neuron-explorer attach`` request (``ondemand``).
+ON_DEMAND_SWITCH = "NEURON_EXPLORER_ON_DEMAND"
 
 _watcher: threading.Thread | None = None
 _lock = threading.Lock()
@@ -44,7 +49,7 @@ def on_framework_import(framework: str) -> None:
     try:
         _check(framework)
     except Exception as e:  # noqa: BLE001 - the user's import comes first
-        print(f"neuron-explorer: warning: neuron-monitor discovery off ({framework}): {e}", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: neuron-monitor discovery off ({framework}): {e}")
 
 
 def watching() -> bool:
@@ -72,29 +77,42 @@ def _runtime_started() -> bool:
 
 
 def _check(framework: str) -> None:
-    if os.environ.get(STATS_SWITCH, "1") == "0" or _runtime_started():
-        return
     from neuron_explorer.util.procs import framework_helper, is_launcher
 
     if framework_helper() is not None or is_launcher():
         return  # Inductor's compile workers, torchrun's agent: they run none of the user's graphs
+    if _runtime_started():
+        # a capture or NDET from the environment (or a monitor found by an earlier framework
+        # import): no monitor to look for; `attach --ndet` may still ask for the NDET log now
+        if os.environ.get(ON_DEMAND_SWITCH, "1") != "0":
+            _watch(False)
+        return
     from neuron_explorer.contracts.stats_files import monitor_present
 
-    if monitor_present():
+    looking = os.environ.get(STATS_SWITCH, "1") != "0"
+    if looking and monitor_present():
         _start()
-    else:
-        _watch()
+        looking = False
+    if looking or os.environ.get(ON_DEMAND_SWITCH, "1") != "0":
+        _watch(looking)
 
 
 def _start() -> None:
     from neuron_explorer import boot
 
     rt = boot.start(for_monitor=True)
-    if rt is not None and "torch" in sys.modules:
+    if rt is not None:
+        adopt_all(rt)
+
+
+def adopt_all(rt) -> None:
+    """Instrument what the program made before the runtime started: compiled graphs, jitted
+    functions."""
+    if "torch" in sys.modules:
         import torch  # (not sys.modules["torch"]: the import statement waits for a half-made module)
 
         adopt_compiled_graphs(rt, torch)
-    if rt is not None and "jax" in sys.modules:
+    if "jax" in sys.modules:
         adopt_jitted_functions()
 
 
@@ -150,26 +168,44 @@ def adopt_compiled_graphs(rt, torch) -> int:
     return n
 
 
-def _watch() -> None:
+def _watch(looking: bool) -> None:
     global _watcher
     with _lock:
         if _watcher is not None:
             return
-        _watcher = threading.Thread(target=_watch_loop, name="neuron-explorer-monitor-watch", daemon=True)
+        _watcher = threading.Thread(target=_watch_loop, args=(looking,), name="neuron-explorer-monitor-watch",
+                                    daemon=True)
         _watcher.start()
 
 
-def _watch_loop() -> None:
+def _watch_loop(looking: bool) -> None:
+    """Once a second: a monitor, while ``looking`` for one (one ``stat``), and an on-demand
+    request (one ``stat``, ``ondemand.Agent.poll``), which sets the next period itself (shorter
+    while a capture window is open)."""
     from neuron_explorer.contracts.stats_files import monitor_present
 
-    stop = threading.Event()  # never set: the thread ends when a monitor is found or with the process
+    agent = None
+    if os.environ.get(ON_DEMAND_SWITCH, "1") != "0":
+        from neuron_explorer import ondemand
+
+        ondemand.name_thread()
+        agent = ondemand.Agent(adopt_all)
+    stop = threading.Event()  # never set: the thread ends with the process (or when it has nothing to do)
     owner = os.getpid()
-    while not stop.wait(WATCH_PERIOD_S):
-        if os.getpid() != owner or _runtime_started():
+    period = WATCH_PERIOD_S
+    while not stop.wait(period):
+        if os.getpid() != owner:
             return
-        if monitor_present():
+        if looking and _runtime_started():
+            looking = False  # (started by an on-demand request)
+        if looking and monitor_present():
+            looking = False
             try:
                 _start()
             except Exception as e:  # noqa: BLE001 - never take the application down
-                print(f"neuron-explorer: warning: neuron-monitor counters not started: {e}", file=sys.stderr)
-            return
+                get_logger(__name__).warning(f"neuron-explorer: warning: neuron-monitor counters not started: {e}")
+        if agent is None:
+            if not looking or _runtime_started():
+                return
+            continue
+        period = agent.poll()

@@ -73,3 +73,112 @@ def test_json_round_trip():
     back = Steps.from_json(st.to_json())
     assert back.number.tolist() == st.number.tolist() and back.columns["flops"].tolist() == st.columns["flops"].tolist()
     assert back.shifted(5).start_ns.tolist() == (st.start_ns + 5).tolist()
+
+
+def test_random_columns_never_fail_and_partition_holds():
+    """Damaged or odd columns (negative and huge ids, zero-length and reversed spans, labels
+    outside the table): steps are found or not, never an exception, and the breakdown sums to the
+    wall time."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(0, 60))
+        typ = rng.integers(-2, 9, n)
+        start = rng.integers(0, 10_000, n)
+        end = start + rng.integers(-50, 500, n)
+        model = rng.integers(-3, 5, n)
+        label = rng.integers(-3, len(STRINGS) + 3, n)
+        st = find_steps(typ, start, end, model, label, rng.integers(-5, 1 << 22, n), NAMES, STRINGS, MODELS)
+        c = st.columns
+        assert len(c["wall_ns"]) == len(st)
+        assert (sum(c[k] for k in BREAKDOWN) <= c["wall_ns"] + 1).all()
+        assert (np.asarray([c[k] for k in BREAKDOWN]) >= 0).all()
+
+
+def _brute(st: Steps, rows) -> dict[str, list[int]]:
+    """The partition by walking every time unit of every step (the definition, slowly)."""
+    prio = {0: "compute_ns", 1: "exposed_collective_ns", 2: "sync_wait_ns", 3: "compile_ns"}
+    out: dict[str, list[int]] = {k: [] for k in BREAKDOWN + ("collective_ns", "own_ns")}
+    for lo, hi in zip(st.start_ns.tolist(), st.end_ns.tolist()):
+        got = dict.fromkeys(out, 0)
+        for t in range(lo, hi):
+            on = [r for r in rows if r[1] <= t < r[2]]
+            kinds = {r[0] for r in on} | {"data" if r[4] == 1 else "host" for r in on if r[0] == 4}
+            kinds |= {"host" for r in on if r[0] == 5}
+            first = next((prio[k] for k in (0, 1, 2, 3) if k in kinds), None)
+            first = first or ("data_loading_ns" if "data" in kinds else "host_ns" if "host" in kinds else "idle_ns")
+            got[first] += 1
+            got["collective_ns"] += 1 in kinds
+            got["own_ns"] += not ({1, 2} & kinds)
+        for k in out:
+            out[k].append(got[k])
+    return out
+
+
+def test_partition_matches_the_definition_on_random_timelines():
+    """Overlapping executions, collectives, waits and regions in any order: each figure equals a
+    unit-by-unit walk of the step (the union merge and cumulative covered time; model loads are
+    left out: they are widened over the gaps around them)."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        rows = []
+        for _k in range(int(rng.integers(1, 40))):
+            typ = int(rng.choice([0, 1, 2, 4, 5]))
+            s = int(rng.integers(0, 300))
+            rows.append((typ, s, s + int(rng.integers(0, 40)), int(rng.integers(0, 2)) if typ in (0, 3) else -1,
+                         int(rng.choice([1, 5])) if typ == 4 else -1, 100 if typ == 1 else -1))
+        rows += [(0, t, t + 3, 2, -1, -1) for t in sorted(rng.integers(0, 320, 4).tolist())]  # the steps
+        st = run(rows)
+        want = _brute(st, [r for r in rows])
+        for k, v in want.items():
+            assert st.columns[k].tolist() == v, k
+
+
+def test_a_sample_of_many_steps_is_figured_as_all_of_them_are():
+    """With more steps than ``figure_at_most``, the figured ones (the first, the slowest, every
+    stride-th number) have exactly the figures a full run gives them; ``every`` keeps all spans."""
+    rows = [r for k in range(60) for r in one_step(1000 + 100 * k + (200 if k >= 17 else 0))]  # 17 is slow
+    c = cols(rows)
+    full = find_steps(*c.values(), NAMES, STRINGS, MODELS)
+    part = find_steps(*c.values(), NAMES, STRINGS, MODELS, figure_at_most=12)
+    assert part.every is not None and part.every[0].tolist() == full.number.tolist()
+    assert len(part) < len(full) and 0 in part.number.tolist() and 17 in part.number.tolist()
+    at = np.searchsorted(full.number, part.number)
+    for k, v in part.columns.items():
+        assert v.tolist() == full.columns[k][at].tolist(), k
+    assert "every_number" not in part.to_json() and "every_number" in part.to_columns()
+
+
+def test_overlapping_events_of_disjoint_spans():
+    from neuron_explorer.analysis.steps import _overlapping
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        cuts = np.sort(rng.choice(200, 8, replace=False))
+        lo, hi = cuts[0::2], cuts[1::2]
+        s = rng.integers(0, 220, 50)
+        e = s + rng.integers(0, 60, 50)
+        want = [any((a < h and b > l) or (a == b and l <= a < h) for l, h in zip(lo, hi)) for a, b in zip(s, e)]
+        assert _overlapping(s, e, lo, hi).tolist() == want
+
+
+def test_session_sample_matches_figuring_every_step(tmp_path):
+    """A capture with 5000 steps a process: the session path gathers only the sampled spans'
+    events (one slice each) and figures them exactly as figuring every step does."""
+    import glob
+    import sys
+
+    from neuron_explorer.analysis.reader import load_session
+    from neuron_explorer.analysis.steps import session_steps
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO))
+    from bench.synth_capture import generate
+
+    generate(str(tmp_path), instances=1, processes=1, events=25_000)
+    s = load_session(sorted(glob.glob(str(tmp_path / "*" / "*")))[0])
+    part, full = session_steps(s), session_steps(s, figure_at_most=None)
+    assert part.every is not None and len(full) == 5000 and len(part) < 2100
+    assert part.every[0].tolist() == full.number.tolist()
+    at = np.searchsorted(full.number, part.number)
+    for k, v in part.columns.items():
+        assert v.tolist() == full.columns[k][at].tolist(), k

@@ -173,3 +173,17 @@ def test_the_optimizer_hook_reads_gradients_at_most_as_often_as_its_gate_says(im
     for bad in ((1, 1.0, 1, 1.0), (print, -1.0, 1, 1.0), (print, 1.0, 1, float("nan"))):
         with pytest.raises((TypeError, ValueError)):
             RateGate(*bad)
+
+
+def test_the_snapshot_gates_longest_wait_comes_from_its_variable(monkeypatch):
+    """``NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS`` sets the gate's one-second bound (benches under
+    valgrind stretch it: a step there can take a second of wall time, decision 0118); a bad value
+    keeps the default, a huge one stops at the gate's limit."""
+    from neuron_explorer.integrations.torch.memory import _snapshot_max_s
+
+    for value, want in ((None, 1.0), ("2500", 2.5), ("0", 1.0), ("soon", 1.0), ("10" * 20, 1e6)):
+        if value is None:
+            monkeypatch.delenv("NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS", raising=False)
+        else:
+            monkeypatch.setenv("NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS", value)
+        assert _snapshot_max_s() == want, value

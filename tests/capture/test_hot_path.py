@@ -100,8 +100,8 @@ def wrapper_impl(request, monkeypatch):
     elif os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
         pytest.skip("NEURON_EXPLORER_PURE_PYTHON is set")
     elif execution._CWrapper is None:
-        # the extension is built by the install (hatch_build.py); its absence is a build failure
-        pytest.fail("neuron_explorer.runtime._fastpath is not built (pip install -e . compiles it)")
+        # the extension is built by the install (setup.py); its absence is a build failure
+        pytest.fail("neuron_explorer.runtime._fastpath is not built (make ext, or pip install -e ., compiles it)")
     return request.param
 
 

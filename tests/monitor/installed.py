@@ -11,6 +11,7 @@ that sees the system's packages (torch, jax) but takes ours from this repository
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,9 @@ def make_installed_python(where: Path) -> str:
                                check=True, capture_output=True, text=True).stdout.strip())
     shutil.copy(REPO / "src" / "neuron_explorer_autostart.pth", site / "neuron_explorer_autostart.pth")
     (site / "_neuron_explorer_checkout.pth").write_text(str(REPO / "src") + "\n")
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    # the one place the version is written (pyproject.toml reads it as a dynamic field)
+    version = re.search(r'^__version__ = "([^"]+)"', (REPO / "src" / "neuron_explorer" / "__init__.py").read_text(),
+                        re.M).group(1)
     dist = site / f"neuron_explorer-{version}.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: neuron-explorer\nVersion: {version}\n")

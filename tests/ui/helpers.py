@@ -99,3 +99,28 @@ def watch_errors(pg) -> None:
     pg.on("console", lambda m: pg.console_errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
     pg.on("response", on_response)
+
+
+
+def screen_pixels(pg, clip: dict | None = None):
+    """What the screen shows (DOM and canvas together) as an (h, w, 3) uint8 array: a real screenshot
+    (``clip``: x, y, width, height in CSS pixels), decoded by the browser's own PNG decoder in an
+    OffscreenCanvas (no imaging library needed; the page's DOM is not touched)."""
+    import base64
+
+    import numpy as np
+
+    png = base64.b64encode(pg.screenshot(clip=clip) if clip else pg.screenshot()).decode()
+    got = pg.evaluate("""async (b64) => {
+      const bin = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+      const bmp = await createImageBitmap(new Blob([bin], { type: "image/png" }));
+      const cv = new OffscreenCanvas(bmp.width, bmp.height);
+      const cx = cv.getContext("2d");
+      cx.drawImage(bmp, 0, 0);
+      const d = cx.getImageData(0, 0, bmp.width, bmp.height).data;
+      let s = "";
+      for (let i = 0; i < d.length; i += 32768) s += String.fromCharCode.apply(null, d.subarray(i, i + 32768));
+      return [bmp.width, bmp.height, btoa(s)];
+    }""", png)
+    w, h, raw = got
+    return np.frombuffer(base64.b64decode(raw), dtype=np.uint8).reshape(h, w, 4)[:, :, :3]

@@ -152,12 +152,18 @@ def test_busy_share_is_the_union_of_intervals(client: TestClient, ui_workspace: 
         g = b["groups"][0]
         got = np.frombuffer(base64.b64decode(g["busy"]), dtype=np.uint8) / 255
         cc = np.frombuffer(base64.b64decode(g["cc"]), dtype=np.uint8) / 255
-        # per pixel: the busiest non-collective leaf's union of intervals (a leaf is one name on this track)
+        # per pixel (decision 0123): the busiest core execution's union of intervals; with no execution on
+        # the track, the busiest host call's (framework regions never); collectives where no execution
+        # covers them (exposed)
         t = client.get("/api/profiles/run-a/tracks", params={"mode": "cpu_device", "layout": "tracks"}).json()
         names = [t["names"][i] for i in t["leaf_name"]]
-        want = np.zeros(px)
+        src = parquet(ui_workspace, "run-a", "SELECT DISTINCT name, trace_event_source FROM EVENTS")
+        framework = {n for n, so in src if so == "framework"}
+        compute = np.zeros(px)
+        host = np.zeros(px)
         want_cc = np.zeros(px)
         edges = np.linspace(t0, t1, px + 1)
+        has_compute = any(names[lf] in ("nc_exec_running", "device_exec") for lf in r["leaves"])
         for lf in r["leaves"]:
             got_lf = parquet(ui_workspace, "run-a", f"""SELECT start_ts - {origin}, end_ts - {origin} FROM EVENTS
                 WHERE name = '{names[lf]}' AND process_id = {int(r['group'][1].split()[1])}""")
@@ -166,8 +172,15 @@ def test_busy_share_is_the_union_of_intervals(client: TestClient, ui_workspace: 
             e = np.array([x[1] for x in got_lf], dtype=np.int64)
             share = np.array([union_length(np.clip(s, a, z), np.clip(e, a, z)) / (z - a)
                               for a, z in zip(edges[:-1], edges[1:])])
-            tgt = want_cc if names[lf].startswith("cc_") else want
-            np.maximum(tgt, share, out=tgt)
+            if names[lf].startswith("cc_"):
+                np.maximum(want_cc, share, out=want_cc)
+            elif names[lf] in ("nc_exec_running", "device_exec"):
+                np.maximum(compute, share, out=compute)
+            elif names[lf] not in framework and r["group"][-1] == "CPU":
+                np.maximum(host, share, out=host)
+        want = compute if has_compute else host
+        want_cc = np.minimum(want_cc, 1 - compute)
+        assert g["basis"] == ("compute" if has_compute else "host")
         assert np.allclose(got, want, atol=1.5 / 255), (r["label"], got, want)
         assert np.allclose(cc, want_cc, atol=1.5 / 255)
 
@@ -190,7 +203,23 @@ def test_area_statistics_against_parquet(client: TestClient, ui_workspace: Path)
         s = np.array([e[0] for e in ev], dtype=np.int64)
         e = np.array([e[1] for e in ev], dtype=np.int64)
         assert x["count"] == len(ev)
-        assert x["busy_ns"] == union_length(np.maximum(s, t0), np.minimum(e, t1))  # not the sum of durations
+        # a rank's busy time is its compute: the union of its core executions (decision 0123), never the
+        # sum of durations and never its framework regions or host calls
+        ex = parquet(ui_workspace, "run-a", f"""SELECT start_ts - {origin}, end_ts - {origin} FROM EVENTS
+                     WHERE worker_gid = {rank} AND name = 'nc_exec_running' AND end_ts - {origin} >= {int(np.ceil(t0))}
+                     AND start_ts - {origin} < {t1}""")
+        xs = np.array([v[0] for v in ex], dtype=np.int64)
+        xe = np.array([v[1] for v in ex], dtype=np.int64)
+        span = t1 - t0
+        lo, hi = int(np.ceil(t0)), int(t1)
+        assert x["busy_ns"] == x["compute_ns"] == union_length(np.maximum(xs, lo), np.minimum(xe, hi))
+        assert abs(x["compute_ns"] + x["cc_exposed_ns"] + x["idle_ns"] - span) <= 1
+        rg = parquet(ui_workspace, "run-a", f"""SELECT start_ts - {origin}, end_ts - {origin} FROM EVENTS
+                     WHERE worker_gid = {rank} AND trace_event_source = 'framework'
+                     AND end_ts - {origin} >= {int(np.ceil(t0))} AND start_ts - {origin} < {t1}""")
+        rs = np.array([v[0] for v in rg], dtype=np.int64)
+        re_ = np.array([v[1] for v in rg], dtype=np.int64)
+        assert x["region_ns"] == union_length(np.maximum(rs, lo), np.minimum(re_, hi))
         d = e - s
         assert x["min_ns"] == d.min() and x["max_ns"] == d.max()
         assert x["p50_ns"] == int(np.quantile(d, 0.5, method="inverted_cdf"))
@@ -472,9 +501,10 @@ def test_each_cores_device_memory_track_sits_with_that_core(ui_workspace: Path, 
             mine = [k for n, k in seq if n == nc]
             assert mine[-1] == "counter" and mine.count("counter") == 1 and len(mine) >= 2, (layout, seq)
     rows = c.get("/api/profiles/cores/tracks", params={"mode": "neuroncore", "layout": "tracks"}).json()["rows"]
-    for nc in (0, 1):  # the core's track, then its memory
+    for nc in (0, 1):  # the core's track, then its memory, in the same group (no second "NC n" group, issue 35)
         (track,) = [i for i, r in enumerate(rows) if r["kind"] == "events" and r["label"] == f"NC {nc}"]
-        mem = [i for i, r in enumerate(rows) if r["kind"] == "counter" and r["group"] == [inst, f"NC {nc}"]]
+        mem = [i for i, r in enumerate(rows) if r["kind"] == "counter" and r["group"] == rows[track]["group"]
+               and r["label"].startswith(f"Device memory · NC {nc}")]
         assert mem and mem[0] == track + 1, (nc, track, mem)
 
 

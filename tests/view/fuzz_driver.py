@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 
 FORMATS = ("parquet", "json", "perfetto", "summary-json")
-KINDS = ("ntrace.pb", "trace_info.pb", "cpu_util.pb", "host_mem.pb", ".ntff", ".neff")
+KINDS = ("ntrace.pb", "trace_info.pb", "cpu_util.pb", "host_mem.pb", ".ntff", ".neff", "segment")
 EXTREMES = [(1 << 63) - 1, -(1 << 63), (1 << 62) + 1, -1, 0, 1 << 31, (1 << 32) - 1, 200_000_000]
 PER_RUN_SECONDS = 30  # a run that takes longer is taken for a hang
 
@@ -74,7 +74,7 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 
 MESSAGES = {"ntrace.pb": "SystemTrace", "trace_info.pb": "TraceInfo", "cpu_util.pb": "CpuUtil",
-            "host_mem.pb": "HostMem", ".ntff": "DeviceTrace", ".neff": "NeffFile"}
+            "host_mem.pb": "HostMem", ".ntff": "DeviceTrace", ".neff": "NeffFile", "segment": "EventSegment"}
 COLUMN_DTYPES = {  # packed columns (bytes fields) by message and field name
     "EventColumns": dict(type="<u2", start_ns="<i8", end_ns="<i8", nc_idx="<i4", thread_id="<i8",
                          **{c: "<i8" for c in "abcde"}),
@@ -210,15 +210,17 @@ def foreign_mutate(data: bytes, kind: str, rng: random.Random) -> tuple[bytes, s
         return data[:k] + b"\xff" * rng.randrange(0, 12), f"header cut to {k} bytes", None
     m = getattr(pb, MESSAGES[kind])()
     m.ParseFromString(data)
-    if op == "count" and kind in ("ntrace.pb", ".ntff"):
-        cols = m.events if kind == "ntrace.pb" else m.ops
+    if op == "count" and kind in ("segment", ".ntff"):
+        cols = m.blocks[0] if kind == "segment" else m.ops
         cols.count = rng.choice((cols.count + 1, 1 << 31, (1 << 32) - 1))
         return m.SerializeToString(), f"count={cols.count}", None
-    m.format_version = rng.choice((2, 99, (1 << 32) - 1))
+    m.format_version = rng.choice((3, 99, (1 << 32) - 1))
     return m.SerializeToString(), f"format_version={m.format_version}", None
 
 
 def victim_file(session: Path, kind: str) -> Path:
+    if kind == "segment":  # a core's event segment (ntrace_nc<nc>_<k>.pb, decision 0111)
+        return sorted(session.glob("ntrace_nc*_*.pb"))[0]
     if kind.startswith("."):
         return sorted(session.glob("*" + kind))[0]
     return session / kind

@@ -23,7 +23,7 @@ from tests.fuzzing import budget
 from .conftest import run_bounded
 
 DRIVER = Path(__file__).with_name("fuzz_driver.py")
-KINDS = ("ntrace.pb", "trace_info.pb", "cpu_util.pb", "host_mem.pb", ".ntff", ".neff")
+KINDS = ("ntrace.pb", "trace_info.pb", "cpu_util.pb", "host_mem.pb", ".ntff", ".neff", "segment")
 FAST_SEED = 13
 
 

@@ -41,10 +41,24 @@ def edit(path: Path, msg_type, change) -> None:
     path.write_bytes(m.SerializeToString())
 
 
-def set_column(m, name: str, dtype: str, change) -> None:
-    a = np.frombuffer(getattr(m.events, name), dtype=dtype).copy()
-    change(a, np.frombuffer(m.events.type, dtype="<u2"))
-    setattr(m.events, name, a.tobytes())
+def set_column(block, name: str, dtype: str, change) -> None:
+    """``change(column, types)`` on one ``EventColumns`` block."""
+    a = np.frombuffer(getattr(block, name), dtype=dtype).copy()
+    change(a, np.frombuffer(block.type, dtype="<u2"))
+    setattr(block, name, a.tobytes())
+
+
+def edit_events(session: Path, change, first_only: bool = False) -> Path:
+    """``change(block)`` on the session's event blocks: those of its segment files
+    (``ntrace_nc*_*.pb``, decision 0111), else ntrace.pb's inline events; returns the first file
+    changed."""
+    segs = sorted(session.glob("ntrace_nc*_*.pb"))
+    if not segs:
+        edit(session / "ntrace.pb", pb.SystemTrace, lambda m: change(m.events))
+        return session / "ntrace.pb"
+    for p in segs[:1] if first_only else segs:
+        edit(p, pb.EventSegment, lambda m: [change(b) for b in (m.blocks[:1] if first_only else m.blocks)])
+    return segs[0]
 
 
 def pid_of(session: Path) -> int:
@@ -318,8 +332,7 @@ def _emptied_strings(v: Path) -> tuple[Path, str]:
 
 def _string_id_out_of_range(v: Path) -> tuple[Path, str]:
     cc = [et.id for et in _types(v) if et.name == "cc_running"][0]
-    edit(v / "ntrace.pb", pb.SystemTrace,
-         lambda m: set_column(m, "a", "<i8", lambda a, t: a.__setitem__(t == cc, 10**12)))
+    edit_events(v, lambda b: set_column(b, "a", "<i8", lambda a, t: a.__setitem__(t == cc, 10**12)))
     return v / "ntrace.pb", "refers to string 1000000000000"
 
 
@@ -344,8 +357,8 @@ def _non_utf8_directory_name(v: Path) -> tuple[Path, str]:
 
 def _timestamp_near_int64_max(v: Path) -> tuple[Path, str]:
     """Item 14: a start time 10 ns below INT64_MAX wrapped silently once the wall offset was added."""
-    edit(v / "ntrace.pb", pb.SystemTrace,
-         lambda m: set_column(m, "start_ns", "<i8", lambda a, t: a.__setitem__(0, 2**63 - 10)))
+    edit_events(v, lambda b: set_column(b, "start_ns", "<i8", lambda a, t: a.__setitem__(0, 2**63 - 10)),
+                first_only=True)
     return v / "ntrace.pb", "fall outside 1970-2116"
 
 

@@ -131,6 +131,21 @@ TABLES_LIMIT_BYTES = 256 << 20
 COLUMN_FIELDS_LIMIT = 64  # fields of the column message: a count and a dozen columns are written
 
 
+def _map_checked(path: str, msg_type) -> tuple[mmap.mmap, os.stat_result]:
+    """The regular file at ``path`` mapped read-only, once its header was checked against
+    ``msg_type`` (``check_header``); an empty or unreadable file is a ``ProfileError``."""
+    fd, st = open_regular(path)
+    try:
+        if st.st_size == 0:
+            raise ProfileError(f"{path}: empty file (0 bytes)")
+        check_header(path, msg_type, _read_head(fd, path))
+        return mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ), st
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
 def parse_columnar(path: str, msg_type: type[M], column_field: int, row_bytes: int = 0) -> tuple[
         M, mmap.mmap, dict[int, tuple[int, int]], int, tuple[int, ...]]:
     """Parse a message whose ``column_field`` holds packed column bytes, without copying them.
@@ -142,17 +157,8 @@ def parse_columnar(path: str, msg_type: type[M], column_field: int, row_bytes: i
     declared count that the column message cannot hold is refused before any column is looked at.
     Returns (message, map, {column field number: (start, end)}, count, the file's identity)."""
     name = msg_type.__name__
-    fd, st = open_regular(path)
+    mm, st = _map_checked(path, msg_type)
     size = st.st_size
-    try:
-        if size == 0:
-            raise ProfileError(f"{path}: empty file (0 bytes)")
-        check_header(path, msg_type, _read_head(fd, path))
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read ({e.strerror})") from None
-    finally:
-        os.close(fd)
     spans: list[tuple[int, int]] = []  # the tables' fields, as runs of the file
     tables = 0
     cols: dict[int, tuple[int, int]] = {}
@@ -211,3 +217,80 @@ def packed_array(b: bytes, dtype: str, path: str, field_name: str, count: int | 
     if count is not None and len(a) != count:
         raise ProfileError(f"{path}: column {field_name} has {len(a)} values, expected {count}")
     return a.astype(dt.newbyteorder("="), copy=False)
+
+
+class AppendedFile:
+    """An append-only capture file (an event segment, decision 0111) as parsed by
+    ``parse_appended``: its map, its header fields, its blocks and the bytes of a torn tail."""
+
+    __slots__ = ("path", "mm", "header", "blocks", "torn", "identity")
+
+    def __init__(self, path: str, mm: mmap.mmap, identity: tuple[int, ...]) -> None:
+        self.path = path
+        self.mm = mm
+        self.header: dict[int, int] = {}  # varint fields before or between the blocks
+        self.blocks: list[tuple[int, dict[int, tuple[int, int]]]] = []  # (count, {column field: (start, end)})
+        self.torn = 0  # bytes at the end that hold a block cut short (a kill during an append)
+        self.identity = identity
+
+
+def parse_appended(path: str, msg_type, block_field: int, row_bytes: int) -> AppendedFile:
+    """Walk a message grown by appending ``block_field`` entries (column messages like
+    ``EventColumns``): varint header fields, then blocks whose columns come back as (start, end)
+    offsets into the map.  A field cut by the end of the file is a torn last block (the writer was
+    killed during an append): it is left out and its size reported in ``torn``, for a warning.
+    Anything else that is not well formed raises ``ProfileError``."""
+    name = msg_type.__name__
+    mm, st = _map_checked(path, msg_type)
+    size = st.st_size
+    out = AppendedFile(path, mm, file_identity(st))
+    pos = 0
+    while pos < size:
+        start = pos
+        try:
+            key, pos = decode_varint(mm, pos)
+            fno, wt = key >> 3, key & 7
+            if wt == 2:
+                n, pos = decode_varint(mm, pos)
+                a, pos = pos, pos + n
+            elif wt == 0:
+                value, pos = decode_varint(mm, pos)
+        except IndexError:  # a tag or length cut by the end of the file
+            out.torn = size - start
+            break
+        except ValueError as e:
+            raise ProfileError(f"{path}: not a valid {name} protobuf (corrupt at byte {start}: {e})") from None
+        if fno == 0:  # zeros: what a file system leaves of an append it did not complete
+            out.torn = size - start
+            break
+        if wt not in (0, 2) or (wt == 2) != (fno == block_field):
+            raise ProfileError(f"{path}: not a valid {name} protobuf (unexpected field {fno}, wire type {wt} "
+                               f"at byte {start})")
+        if pos > size:
+            out.torn = size - start
+            break
+        if wt == 0:
+            out.header[fno] = value
+            continue
+        out.blocks.append(_block(path, name, mm, a, pos, row_bytes, len(out.blocks)))
+    check_version(path, msg_type, out.header.get(1, 0))
+    return out
+
+
+def _block(path: str, name: str, mm, a: int, b: int, row_bytes: int, k: int) -> tuple[int, dict[int, tuple[int, int]]]:
+    cols: dict[int, tuple[int, int]] = {}
+    count = 0
+    try:
+        for j, (cf, cwt, ca, cb, _) in enumerate(iter_fields(mm, a, b)):
+            if j >= COLUMN_FIELDS_LIMIT:
+                raise ProfileError(f"{path}: block {k} has more than {COLUMN_FIELDS_LIMIT} fields")
+            if cf == 1 and cwt == 0:
+                count = decode_varint(mm, ca)[0]
+            elif cwt == 2:
+                cols[cf] = (ca, cb)
+    except (ValueError, IndexError) as e:
+        raise ProfileError(f"{path}: block {k} is not a valid {name} block (corrupt: {e})") from None
+    if count * row_bytes > b - a:
+        raise ProfileError(f"{path}: block {k} declares {count} rows, {count * row_bytes} bytes of columns, "
+                           f"but holds {b - a} bytes")
+    return count, cols

@@ -15,14 +15,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_explorer.analysis.pbfile import ProfileError, column_view, packed_array, parse_columnar, parse_message
+from neuron_explorer.analysis.pbfile import (
+    ProfileError,
+    column_view,
+    packed_array,
+    parse_appended,
+    parse_columnar,
+    parse_message,
+)
 from neuron_explorer.contracts.columns import (
     DEVICE_TRACE_OPS_FIELD,
     EVENT_COLUMNS,
+    EVENT_SEGMENT_BLOCKS_FIELD,
     OP_COLUMNS,
     SYSTEM_TRACE_EVENTS_FIELD,
 )
-from neuron_explorer.contracts.layout import SESSION_MARKERS
+from neuron_explorer.contracts.layout import SESSION_MARKERS, parse_segment_name
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 from neuron_explorer.util.names import printable
 
@@ -272,17 +280,83 @@ def _load_trace(s: Session, trace_p: str, checked: tuple | None, events: str = "
     s.models = list(t.models)
     if events == "none":
         return
-    layout = {}
-    for c in EVENT_COLUMNS:
-        s.events[c.name] = column_view(mm, cols, c.field, c.dtype, trace_p, c.name, n)
-        layout[c.name] = (cols.get(c.field, (0, 0))[0], np.dtype(c.dtype).itemsize)
-    s.mapped = (mm, layout)
+    pieces = [_Piece(mm, cols, n, trace_p)] if n else []
+    segs = _segment_pieces(s, os.path.dirname(trace_p))
+    pieces += [p for p, _ in segs]
+    version_of = (ident, tuple(i for _, i in segs))  # ntrace.pb and every segment
+    if len(pieces) <= 1:  # one block (a whole-session write, a short capture): mapped in place
+        p = pieces[0] if pieces else _Piece(mm, cols, 0, trace_p)
+        layout = {}
+        for c in EVENT_COLUMNS:
+            s.events[c.name] = p.column(c)
+            layout[c.name] = (p.cols.get(c.field, (0, 0))[0] + p.start * np.dtype(c.dtype).itemsize,
+                              np.dtype(c.dtype).itemsize)
+        s.mapped = (p.mm, layout)
+    else:  # the blocks of every segment, one column at a time into one array (a copy)
+        for c in EVENT_COLUMNS:
+            s.events[c.name] = np.concatenate([p.column(c) for p in pieces])
     if events == "unchecked":
         return
-    version = (ident, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
+    version = (version_of, wall_offset_ns(s))  # the times are checked against the anchors of trace_info.pb
     if version != checked:  # (checked earlier in this run against the same files: not again)
         _check_events(s, trace_p, version[1])
     s.events_checked = version
+
+
+@dataclass
+class _Piece:
+    """A block of event columns in a mapped file, from its ``start``-th event on."""
+    mm: object
+    cols: dict[int, tuple[int, int]]
+    count: int
+    path: str
+    start: int = 0
+
+    def column(self, c) -> np.ndarray:
+        return column_view(self.mm, self.cols, c.field, c.dtype, self.path, c.name, self.count)[self.start:]
+
+
+def _segment_pieces(s: Session, d: str) -> list[tuple[_Piece, tuple]]:
+    """The event blocks of the session's segment files (decision 0111), core by core (ascending),
+    each core's in recording order, and each file's identity.  Each core keeps its newest
+    ``capacity`` events (trace_info.pb's, as the capture's bounded store did: the writer deletes
+    whole segments only, so the oldest may hold more).  A torn last block, what a kill during an
+    append leaves, is skipped with a warning."""
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    found: dict[int, list[tuple[int, str]]] = {}
+    for name in names:
+        nk = parse_segment_name(name)
+        if nk is not None:
+            found.setdefault(nk[0], []).append((nk[1], name))
+    if not found:
+        return []
+    capacity = {int(c.nc_idx): int(c.capacity) for c in s.info.cores} if s.info is not None else {}
+    out: list[tuple[_Piece, tuple]] = []
+    for nc in sorted(found):
+        core: list[tuple[_Piece, tuple]] = []
+        for _, name in sorted(found[nc]):
+            path = os.path.join(d, name)
+            f = parse_appended(path, pb.EventSegment, EVENT_SEGMENT_BLOCKS_FIELD, _EVENT_ROW_BYTES)
+            if f.header.get(2, 0) != nc:
+                raise ProfileError(f"{path}: holds events of core {f.header.get(2, 0)}, not of core {nc} as named")
+            if f.torn:
+                s.warnings.append(printable(f"{path}: its last {f.torn} bytes are a block cut short (the process was "
+                                            "killed while writing it); those events were skipped"))
+            core += [(_Piece(f.mm, cols, k, path), f.identity) for k, cols in f.blocks if k]
+        extra = sum(p.count for p, _ in core) - capacity.get(nc, 1 << 62)
+        while extra > 0 and core:  # the oldest events beyond the core's capacity
+            p = core[0][0]
+            if p.count - p.start <= extra:
+                extra -= p.count - p.start
+                core.pop(0)
+            else:
+                p.start += extra
+                extra = 0
+        out += core
+    return out
 
 
 VALIDATE_CHUNK = 1 << 20  # events checked at a time (their mapped pages are dropped afterwards)

@@ -26,10 +26,14 @@ process's start, ``opt.step()`` calls, agrees with it).  Every rank of a data-pa
 optimizer step per step, so captures that start with the processes are numbered alike on every
 rank.
 
-**Breakdown.**  Per step, the wall time is cut into elementary segments at every start and end of
-the events below (numpy, no per-event Python), and each segment goes to the first of: compute
+**Breakdown.**  Per step, the wall time is split by priority among the events below: with
+``U_k`` the union of the first ``k`` categories, category ``k`` gets ``|U_k| - |U_(k-1)|`` of the
+step (merged sorted intervals and cumulative covered time, numpy, no per-event or per-step
+Python).  In order: compute
 (``nc_exec_running``, core busy), exposed collective (``cc_running``/``cc_exec_barrier`` not
-overlapped by compute), synchronisation wait (``kbl_exec_wait``), compilation (``model_load``),
+overlapped by compute), synchronisation wait (``kbl_exec_wait``), compilation (``model_load`` widened over
+the unrecorded gaps on either side: Dynamo traces a frame before it calls the backend we record,
+and builds its guards after),
 data loading (``enumerate(DataLoader)#...`` regions), host/framework (other framework regions,
 ``nrt_execute``) and idle (none of them).  These seven sum to the step's wall time.  Besides the
 partition: ``collective_ns`` (all collective time), ``own_ns`` (time in neither a collective nor a
@@ -46,7 +50,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "STEP_MARK", "Steps", "find_steps", "session_steps"]
+__all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
+           "find_steps", "session_steps"]
 
 STEP_MARK = "neuron_explorer.step#"
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
@@ -59,6 +64,7 @@ BREAKDOWN = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns"
 COUNTS = ("executions", "collectives", "collective_bytes", "small_collectives", "compiles", "sync_waits",
           "numerical_errors", "graphs")
 SMALL_COLLECTIVE_BYTES = 1 << 20  # an all-reduce below 1 MiB pays its fixed cost for little data
+FIGURE_AT_MOST = 2000  # steps figured per process by ``view`` (docs/summary.md, "Bounded work")
 
 # category bits of an elementary segment
 _C, _X, _W, _K, _D, _H = 1, 2, 4, 8, 16, 32
@@ -76,28 +82,40 @@ class Steps:
     start_ns: np.ndarray
     end_ns: np.ndarray
     columns: dict[str, np.ndarray] = field(default_factory=dict)
+    # when only some steps were figured (``find_steps(figure_at_most=...)``): the number and span
+    # of every step found, the figured ones among them
+    every: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.number)
 
     def shifted(self, offset_ns: int) -> "Steps":
         """The same steps on a clock ``offset_ns`` later (monotonic -> the events' wall clock)."""
+        every = None if self.every is None else (self.every[0], self.every[1] + offset_ns, self.every[2] + offset_ns)
         return Steps(self.method, self.boundary, self.number, self.start_ns + offset_ns, self.end_ns + offset_ns,
-                     self.columns)
+                     self.columns, every)
+
+    def to_columns(self) -> dict[str, Any]:
+        """Method, boundary and every column (numpy arrays): what a conversion task hands back
+        for ``analysis.insights`` (cheap to pickle, whatever the step count); with ``every_number``,
+        ``every_start_ns`` and ``every_end_ns`` when only some steps were figured."""
+        out = {"method": self.method, "boundary": self.boundary, "number": self.number,
+               "start_ns": self.start_ns, "end_ns": self.end_ns, **self.columns}
+        if self.every is not None:
+            out.update(every_number=self.every[0], every_start_ns=self.every[1], every_end_ns=self.every[2])
+        return out
 
     def to_json(self) -> dict[str, Any]:
-        """Columns as lists: the ``steps`` object of summary-json (docs/summary.md)."""
-        out: dict[str, Any] = {"method": self.method, "boundary": self.boundary,
-                               "number": self.number.tolist(), "start_ns": self.start_ns.tolist(),
-                               "end_ns": self.end_ns.tolist()}
-        for k, v in self.columns.items():
-            out[k] = v.tolist()
-        return out
+        """Columns as lists: a ``steps.per_process`` object of summary-json (docs/summary.md)."""
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.to_columns().items()
+                if not k.startswith("every_")}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Steps":
+        known = set(BREAKDOWN + COUNTS) | {"wall_ns", "collective_ns", "own_ns", "compute_own_ns", "optimizer_ns",
+                                            "flops"}
         cols = {k: np.asarray(v, dtype=np.float64 if k == "flops" else np.int64) for k, v in d.items()
-                if k not in ("method", "boundary", "number", "start_ns", "end_ns")}
+                if k in known}
         return cls(d["method"], d["boundary"], np.asarray(d["number"], dtype=np.int64),
                    np.asarray(d["start_ns"], dtype=np.int64), np.asarray(d["end_ns"], dtype=np.int64), cols)
 
@@ -107,34 +125,53 @@ def _none() -> Steps:
     return Steps("none", "", e, e, e, _figures(e, e, {}, e, e, e, e, e, {}))
 
 
+_TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
+          "nrt_execute", "numerical_err")
+
+
 def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np.ndarray, label: np.ndarray,
-               nbytes: np.ndarray, names: dict[str, int], strings: list[str], models: list[tuple[int, str, str, float]]
-               ) -> Steps:
+               nbytes: np.ndarray, names: dict[str, int], strings: list[str], models: list[tuple[int, str, str, float]],
+               figure_at_most: int | None = None) -> Steps:
     """Steps of one process from its event columns (any clock; one array per column, all the
     same length: type ids, spans, the ``model_id`` of executions and model loads, the label
     string id of framework regions, the ``bytes`` of collectives; -1 where a type has none).
 
     ``names``: type name -> id for the types used here (absent: none recorded); ``models``:
-    (id, name, kind, flops per execution) of the process's graphs."""
-    tid = {k: names.get(k, -1) for k in ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait",
-                                        "model_load", "framework_op", "nrt_execute", "numerical_err")}
+    (id, name, kind, flops per execution) of the process's graphs.  ``figure_at_most``: with more
+    steps than that (and disjoint ones), only a sample is figured (``figured_sample``; the rest
+    keep their number and span in ``Steps.every``) from the events that overlap it."""
+    tid = {k: names.get(k, -1) for k in _TYPES}
     is_ex = typ == tid["nc_exec_running"]
     is_fw = typ == tid["framework_op"]
-    ex_s, ex_e, ex_m = start[is_ex], end[is_ex], model_id[is_ex]
-    fw_s, fw_e, fw_l = start[is_fw], end[is_fw], label[is_fw]
     lab_kind = _label_kinds(strings)  # per string id: 0 other, 1 data loader, 2 optimizer region, 3 mark
-    fw_k = lab_kind[np.clip(fw_l, 0, len(lab_kind) - 1)] if len(lab_kind) else np.zeros(len(fw_l), np.int8)
+    first = int(start.min()) if len(start) else None
+    st = _numbered(start[is_ex], end[is_ex], model_id[is_ex], start[is_fw], end[is_fw], label[is_fw], lab_kind,
+                   strings, models, first, figure_at_most)
+    if st is None:
+        return _none()
+    if st.every is not None:  # only the events the figured steps need
+        keep = _overlapping(start, end, st.start_ns, st.end_ns)
+        typ, start, end, model_id, label, nbytes = typ[keep], start[keep], end[keep], model_id[keep], label[keep], \
+            nbytes[keep]
+    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models)
+
+
+def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, first: int | None,
+              figure_at_most: int | None) -> Steps | None:
+    """The steps (numbers and spans, no figures yet; the figured sample when there are more than
+    ``figure_at_most``) from the executions and framework regions alone; ``first``: the start of
+    the process's first recorded activity."""
+    fw_k = _kinds_of(lab_kind, fw_l)
     kind_of = {int(m[0]): m[2] for m in models}
     name_of = {int(m[0]): m[1] for m in models}
-
     method, boundary, number, b_start, b_end = _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m,
                                                            kind_of, name_of)
     if not len(b_end):
-        return _none()
+        return None
     if method != "profiler_step":
         order = np.argsort(b_end, kind="stable")
         b_end = b_end[order]
-        first = int(start.min()) if len(start) else int(b_end[0])
+        first = int(b_end[0]) if first is None else first
         b_start = np.concatenate(([min(first, int(b_end[0]))], b_end[:-1]))
         base = 0
         marks = np.flatnonzero(fw_k == 3)
@@ -143,9 +180,59 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
             k = int(np.searchsorted(b_end, fw_s[m], side="right"))
             base = _mark_number(strings[int(fw_l[m])]) - k
         number = np.arange(len(b_end), dtype=np.int64) + base
-    return _figures_for(Steps(method, boundary, number, b_start.astype(np.int64), b_end.astype(np.int64)),
-                        typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
-                        kind_of, models)
+    ok = b_end >= b_start  # (a damaged span is no step)
+    if not ok.all():
+        number, b_start, b_end = number[ok], b_start[ok], b_end[ok]
+    if not len(number):
+        return None
+    b_start, b_end = b_start.astype(np.int64, copy=False), b_end.astype(np.int64, copy=False)
+    every = None
+    if figure_at_most is not None and len(number) > figure_at_most and method != "profiler_step":
+        every = (number, b_start, b_end)
+        pick = figured_sample(number, b_end - b_start, figure_at_most)
+        number, b_start, b_end = number[pick], b_start[pick], b_end[pick]
+    return Steps(method, boundary, number, b_start, b_end, every=every)
+
+
+def _figure(st: Steps, typ, start, end, model_id, label, nbytes, tid, lab_kind, models) -> Steps:
+    is_ex = typ == tid["nc_exec_running"]
+    is_fw = typ == tid["framework_op"]
+    fw_k = _kinds_of(lab_kind, label[is_fw])
+    kind_of = {int(m[0]): m[2] for m in models}
+    return _figures_for(st, typ, start, end, model_id, nbytes, tid, is_ex, start[is_fw], end[is_fw], fw_k,
+                        start[is_ex], end[is_ex], model_id[is_ex], kind_of, models)
+
+
+def _kinds_of(lab_kind: np.ndarray, fw_l: np.ndarray) -> np.ndarray:
+    return lab_kind[np.clip(fw_l, 0, len(lab_kind) - 1)] if len(lab_kind) else np.zeros(len(fw_l), np.int8)
+
+
+def figured_sample(number: np.ndarray, wall: np.ndarray, cap: int) -> np.ndarray:
+    """Which of many steps are figured (indexes, in order): the first (warm-up), a quarter of
+    ``cap`` for the process's slowest, and the numbers divisible by a stride that leaves about
+    ``cap`` in all: every rank numbers its steps alike, so the even part is the same steps on
+    every rank, which the cross-rank figures pair (docs/summary.md, "Bounded work")."""
+    n = len(number)
+    pick = np.zeros(n, dtype=bool)
+    pick[int(np.argmin(number))] = True
+    q = min(cap // 4, n)
+    if q:
+        pick[np.argpartition(-wall, q - 1)[:q]] = True
+    stride = max(1, -(-n // max(cap - cap // 4 - 1, 1)))
+    pick |= (number % stride) == 0
+    return np.flatnonzero(pick)
+
+
+def _overlapping(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Which events ``[start, end)`` overlap one of the disjoint spans ``[lo, hi)`` (sorted): one
+    that starts inside a span, or reaches the first span after its start (any later span it
+    reaches, it reaches through that one's start)."""
+    if not len(lo):
+        return np.zeros(len(start), dtype=bool)
+    k = np.searchsorted(lo, start, side="right") - 1  # the span at or before the start
+    inside = (k >= 0) & (start < hi[np.maximum(k, 0)])
+    nxt = np.minimum(k + 1, len(lo) - 1)  # reaching a later span means reaching the next one
+    return inside | ((k + 1 < len(lo)) & (end > lo[nxt]))
 
 
 def _label_kinds(strings: list[str]) -> np.ndarray:
@@ -179,8 +266,8 @@ def _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m, kind_of, name
         keep[1:] = nums[1:] != nums[:-1]
         ps, nums = ps[keep], nums[keep]
         return "profiler_step", "ProfilerStep#", nums, fw_s[ps], fw_e[ps]
+    mids, counts = _id_counts(ex_m)
     if len(ex_m):
-        mids, counts = np.unique(ex_m, return_counts=True)
         opt = [(int(c), int(m)) for m, c in zip(mids.tolist(), counts.tolist()) if kind_of.get(m) == "optimizer"]
         if opt and max(opt)[0] >= 1:
             mid = max(opt)[1]
@@ -190,11 +277,11 @@ def _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m, kind_of, name
         return "optimizer", strings[int(fw_l[opt_r[0]])], None, None, fw_e[opt_r]
     if len(ex_m):
         best = None
-        for m in np.unique(ex_m).tolist():
+        _, durs = _id_counts(ex_m, ex_e - ex_s)
+        for m, c, d in zip(mids.tolist(), counts.tolist(), durs.tolist()):
             if kind_of.get(m) == "backward":
                 continue
-            sel = ex_m == m
-            key = (int(sel.sum()), int((ex_e[sel] - ex_s[sel]).sum()), -m)
+            key = (int(c), int(d), -m)
             if best is None or key > best[0]:
                 best = (key, m)
         if best is not None and best[0][0] >= 2:
@@ -203,50 +290,145 @@ def _boundaries(strings, fw_s, fw_e, fw_l, fw_k, ex_s, ex_e, ex_m, kind_of, name
     return "none", "", None, None, np.empty(0, dtype=np.int64)
 
 
+class _Locator:
+    """Which step holds a time: the steps' starts sorted once, then one ``searchsorted`` per
+    array of times (steps may overlap only under ``profiler_step``: a time goes to the step that
+    started last before it, as long as that step has not ended)."""
+
+    def __init__(self, steps: Steps) -> None:
+        self.n = len(steps)
+        self.order = np.argsort(steps.start_ns, kind="stable")
+        self.starts = steps.start_ns[self.order]
+        self.ends = steps.end_ns
+
+    def __call__(self, t: np.ndarray) -> np.ndarray:
+        if not self.n or not len(t):
+            return np.full(len(t), -1, dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        j = self.order[np.maximum(i, 0)]
+        return np.where((i >= 0) & (t < self.ends[j]), j, -1)
+
+
+def _id_counts(ids: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ids and how many of each (or the sum of ``weights``): ``bincount`` over the
+    small ids a capture numbers its graphs with, a sort for anything else."""
+    if len(ids) and 0 <= int(ids.min()) and int(ids.max()) < (1 << 16):
+        c = np.bincount(ids, minlength=1)
+        present = np.flatnonzero(c)
+        w = c if weights is None else np.bincount(ids, weights=weights.astype(np.float64), minlength=1)
+        return present, w[present]
+    u, inv = np.unique(ids, return_inverse=True)
+    return u, np.bincount(inv.ravel(), weights=None if weights is None else weights.astype(np.float64),
+                          minlength=len(u))
+
+
 def _step_of(steps: Steps, t: np.ndarray) -> np.ndarray:
     """Per time ``t``, the index of the step holding it, or -1."""
-    if not len(steps) or not len(t):
-        return np.full(len(t), -1, dtype=np.int64)
-    order = np.argsort(steps.start_ns, kind="stable")
-    i = np.searchsorted(steps.start_ns[order], t, side="right") - 1
-    ok = i >= 0
-    j = order[np.maximum(i, 0)]
-    ok &= t < steps.end_ns[j]
-    return np.where(ok, j, -1)
+    return _Locator(steps)(t)
 
 
-def _coverage(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Per elementary segment ``[points[i], points[i+1])``, whether an interval covers it."""
-    n = len(points)
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[s, e)`` as sorted, disjoint intervals (reversed spans are empty).
+    A stable sort: already sorted input, or two sorted runs (the union of two unions), is merged
+    in linear time."""
     if not len(s):
-        return np.zeros(n - 1, dtype=bool)
-    ds = np.bincount(np.searchsorted(points, s), minlength=n + 1)
-    de = np.bincount(np.searchsorted(points, e), minlength=n + 1)
-    return (np.cumsum(ds[:n] - de[:n])[:-1]) > 0
+        return s.astype(np.int64), e.astype(np.int64)
+    if not (s[1:] >= s[:-1]).all():  # (events come in time order: usually no sort)
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+    e = np.maximum(e, s)
+    reach = np.maximum.accumulate(e)
+    head = np.empty(len(s), dtype=bool)
+    head[0] = True
+    head[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(head)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], reach[last]
+
+
+def _join(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return _union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+
+
+class _Spans:
+    """The steps' spans as indexes into their sorted distinct ends, so that the covered time of
+    a union is looked up once per distinct boundary (contiguous steps share theirs)."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.points = _distinct(np.concatenate([lo, hi]))
+        self.ilo = np.searchsorted(self.points, lo)
+        self.ihi = np.searchsorted(self.points, hi)
+
+    def within(self, u: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Per span, the time the disjoint sorted intervals ``u`` cover in it: the difference of
+        the cumulative covered time at both ends (one ``searchsorted`` of the boundaries)."""
+        us, ue = u
+        if not len(us):
+            return np.zeros(len(self.ilo), dtype=np.int64)
+        t = self.points
+        before = np.empty(len(us) + 1, dtype=np.int64)
+        before[0] = 0
+        np.cumsum(ue - us, out=before[1:])
+        k = np.searchsorted(us, t, side="right")  # intervals starting at or before t
+        km = np.maximum(k - 1, 0)
+        part = np.minimum(t - us[km], ue[km] - us[km])
+        upto = np.where(k > 0, before[km] + np.maximum(part, 0), 0)
+        return np.maximum(upto[self.ihi] - upto[self.ilo], 0)
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """``np.unique`` by a sort (numpy's hash-based unique is slower on large integer arrays)."""
+    if not len(a):
+        return a
+    a = np.sort(a)
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    keep[1:] = a[1:] != a[:-1]
+    return a[keep]
 
 
 def _figures_for(steps: Steps, typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
                  kind_of, models) -> Steps:
     cc = (typ == tid["cc_running"]) | (typ == tid["cc_exec_barrier"])
+    is_ml = typ == tid["model_load"]
+    ml_s, ml_e = start[is_ml], end[is_ml]
+    if len(ml_s):  # Dynamo traces before it calls the backend we record: the gaps around a load are compile
+        others = np.sort(end[~is_ml])
+        k = np.searchsorted(others, ml_s, side="right") - 1
+        prev = np.where(k >= 0, others[np.maximum(k, 0)], ml_s)
+        j = _step_of(steps, ml_s)
+        floor = np.where(j >= 0, steps.start_ns[np.maximum(j, 0)], ml_s)
+        ml_s = np.minimum(ml_s, np.maximum(prev, floor))
+        firsts = np.sort(start[~is_ml])  # ... and builds guards after it, before the graph's first call
+        k = np.searchsorted(firsts, ml_e, side="left")
+        nxt = np.where(k < len(firsts), firsts[np.minimum(k, len(firsts) - 1)], ml_e)
+        ceil = np.where(j >= 0, steps.end_ns[np.maximum(j, 0)], ml_e)
+        ml_e = np.maximum(ml_e, np.minimum(nxt, ceil))
+    is_w = typ == tid["kbl_exec_wait"]
+    is_h = typ == tid["nrt_execute"]
     cats = {
         _C: (ex_s, ex_e),
         _X: (start[cc], end[cc]),
-        _W: (start[typ == tid["kbl_exec_wait"]], end[typ == tid["kbl_exec_wait"]]),
-        _K: (start[typ == tid["model_load"]], end[typ == tid["model_load"]]),
+        _W: (start[is_w], end[is_w]),
+        _K: (ml_s, ml_e),
         _D: (fw_s[fw_k == 1], fw_e[fw_k == 1]),
-        _H: (np.concatenate([fw_s[(fw_k != 1) & (fw_k != 4)], start[typ == tid["nrt_execute"]]]),
-             np.concatenate([fw_e[(fw_k != 1) & (fw_k != 4)], end[typ == tid["nrt_execute"]]])),
+        _H: (np.concatenate([fw_s[(fw_k != 1) & (fw_k != 4)], start[is_h]]),
+             np.concatenate([fw_e[(fw_k != 1) & (fw_k != 4)], end[is_h]])),
     }
     steps.columns = _figures(steps.start_ns, steps.end_ns, cats, start[cc], nbytes[cc], ex_s, ex_m,
-                             start[typ == tid["model_load"]], {
-                                 "sync_waits": start[typ == tid["kbl_exec_wait"]],
-                                 "numerical_errors": start[typ == tid["numerical_err"]]},
+                             start[is_ml], {"sync_waits": start[is_w],
+                                            "numerical_errors": start[typ == tid["numerical_err"]]},
                              steps=steps, ex_e=ex_e, kind_of=kind_of, models=models)
     return steps
 
 
 def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps: Steps | None = None,
              ex_e=None, kind_of=None, models=None) -> dict[str, np.ndarray]:
+    """The per-step columns.  The breakdown is a priority partition: with ``U_k`` the union of the
+    first ``k`` categories (compute, collective, wait, compile, data, host), category ``k`` gets
+    ``|U_k| - |U_(k-1)|`` of each step; every union is a merge of sorted disjoint intervals and
+    each step's share of one a difference of its cumulative covered time (no per-step or
+    per-event Python, no sort of all the events' ends together)."""
     n = len(b_start)
     cols: dict[str, np.ndarray] = {"wall_ns": (b_end - b_start).astype(np.int64)}
     if not n or steps is None:
@@ -254,48 +436,40 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
             cols[name] = np.zeros(n, dtype=np.int64)
         cols["flops"] = np.zeros(n, dtype=np.float64)
         return cols
-    pts = [b_start, b_end] + [a for se in cats.values() for a in se]
-    lo, hi = int(b_start.min()), int(b_end.max())
-    points = np.unique(np.clip(np.concatenate(pts).astype(np.int64), lo, hi))
-    mask = np.zeros(len(points) - 1, dtype=np.int64)
-    for bit, (s, e) in cats.items():
-        mask |= _coverage(points, np.clip(s, lo, hi), np.clip(e, lo, hi)).astype(np.int64) * bit
-    seg = _step_of(steps, points[:-1])
-    ok = seg >= 0
-    by = np.bincount(seg[ok] * 64 + mask[ok], weights=np.diff(points)[ok].astype(np.float64),
-                     minlength=n * 64).reshape(n, 64)
-    m = np.arange(64)
+    spans = _Spans(b_start.astype(np.int64), b_end.astype(np.int64))
+    u = {bit: _union(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
+    covered = [spans.within(u[_C])]
+    acc = u[_C]
+    for bit in (_X, _W, _K, _D, _H):  # (an empty category adds nothing: the same union)
+        if len(u[bit][0]):
+            acc = _join(acc, u[bit])
+            covered.append(spans.within(acc))
+        else:
+            covered.append(covered[-1])
+    names = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns", "data_loading_ns", "host_ns")
+    prev = np.zeros(n, dtype=np.int64)
+    for name, cov in zip(names, covered):
+        cols[name] = np.maximum(cov - prev, 0)
+        prev = np.maximum(cov, prev)
+    cols["idle_ns"] = np.maximum(cols["wall_ns"] - prev, 0)
+    cols["collective_ns"] = spans.within(u[_X])
+    xw = spans.within(_join(u[_X], u[_W])) if len(u[_W][0]) else cols["collective_ns"]
+    cols["own_ns"] = np.maximum(cols["wall_ns"] - xw, 0)
+    cols["compute_own_ns"] = np.maximum(covered[2] - xw, 0)
+    where = _Locator(steps)
+    j_ex, j_cc = where(ex_s), where(cc_s)  # each event's step, found once per array
 
-    def total(sel: np.ndarray) -> np.ndarray:
-        return np.rint(by[:, sel].sum(axis=1)).astype(np.int64)
-
-    c, x, w, k, d, h = (m & _C) > 0, (m & _X) > 0, (m & _W) > 0, (m & _K) > 0, (m & _D) > 0, (m & _H) > 0
-    cols["compute_ns"] = total(c)
-    cols["exposed_collective_ns"] = total(x & ~c)
-    cols["sync_wait_ns"] = total(w & ~c & ~x)
-    cols["compile_ns"] = total(k & ~c & ~x & ~w)
-    cols["data_loading_ns"] = total(d & ~c & ~x & ~w & ~k)
-    cols["host_ns"] = total(h & ~c & ~x & ~w & ~k & ~d)
-    covered = cols["compute_ns"] + cols["exposed_collective_ns"] + cols["sync_wait_ns"] + cols["compile_ns"] \
-        + cols["data_loading_ns"] + cols["host_ns"]
-    cols["idle_ns"] = np.maximum(cols["wall_ns"] - covered, 0)
-    cols["collective_ns"] = total(x)
-    cols["own_ns"] = np.maximum(cols["wall_ns"] - total(x | w), 0)
-    cols["compute_own_ns"] = total(c & ~x & ~w)
-
-    def count(t: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        j = _step_of(steps, t)
-        ok = j >= 0
+    def count(j: np.ndarray, weights: np.ndarray | None = None, sel: np.ndarray | None = None) -> np.ndarray:
+        ok = j >= 0 if sel is None else (j >= 0) & sel
         return np.bincount(j[ok], weights=None if weights is None else weights[ok], minlength=n)[:n]
 
-    cols["executions"] = count(ex_s).astype(np.int64)
-    cols["collectives"] = count(cc_s).astype(np.int64)
-    b = np.maximum(cc_b, 0)
-    cols["collective_bytes"] = np.rint(count(cc_s, b.astype(np.float64))).astype(np.int64)
-    cols["small_collectives"] = count(cc_s[(cc_b >= 0) & (cc_b < SMALL_COLLECTIVE_BYTES)]).astype(np.int64)
-    cols["compiles"] = count(ml_s).astype(np.int64)
+    cols["executions"] = count(j_ex).astype(np.int64)
+    cols["collectives"] = count(j_cc).astype(np.int64)
+    cols["collective_bytes"] = np.rint(count(j_cc, np.maximum(cc_b, 0).astype(np.float64))).astype(np.int64)
+    cols["small_collectives"] = count(j_cc, sel=(cc_b >= 0) & (cc_b < SMALL_COLLECTIVE_BYTES)).astype(np.int64)
+    cols["compiles"] = count(where(ml_s)).astype(np.int64)
     for name, t in counted.items():
-        cols[name] = count(t).astype(np.int64)
+        cols[name] = count(where(t)).astype(np.int64)
     flops_of = np.zeros(int(max([int(mm[0]) for mm in models] + [int(ex_m.max()) if len(ex_m) else 0, 0])) + 2)
     is_opt = np.zeros(len(flops_of), dtype=bool)
     for mid, _name, kind, fl in models:
@@ -303,47 +477,81 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
             flops_of[int(mid)] = fl if fl and np.isfinite(fl) and fl > 0 else 0.0
             is_opt[int(mid)] = kind == "optimizer"
     mi = np.clip(ex_m, 0, len(flops_of) - 1)
-    cols["flops"] = count(ex_s, flops_of[mi])
+    cols["flops"] = count(j_ex, flops_of[mi])
     opt_sel = is_opt[mi] & (ex_m >= 0)
-    cols["optimizer_ns"] = np.rint(count(ex_s[opt_sel], (ex_e[opt_sel] - ex_s[opt_sel]).astype(np.float64))
-                                   ).astype(np.int64)
-    j = _step_of(steps, ex_s)
-    ok = j >= 0
-    pairs = np.unique(j[ok] * (len(flops_of) + 1) + mi[ok]) // (len(flops_of) + 1) if ok.any() else j[:0]
+    cols["optimizer_ns"] = np.rint(count(j_ex, (ex_e - ex_s).astype(np.float64), sel=opt_sel)).astype(np.int64)
+    ok = j_ex >= 0
+    pairs = _distinct(j_ex[ok] * (len(flops_of) + 1) + mi[ok]) // (len(flops_of) + 1)
     cols["graphs"] = np.bincount(pairs, minlength=n)[:n].astype(np.int64)
     return cols
 
 
-def session_steps(s, chunk: int = 1 << 20) -> Steps:
+def session_steps(s, chunk: int = 1 << 20, figure_at_most: int | None = FIGURE_AT_MOST) -> Steps:
     """``find_steps`` on a loaded ``analysis.reader.Session`` (times on its monotonic clock: add
     ``reader.wall_offset_ns(s)`` and the instance's clock offset for the events' wall clock,
-    ``Steps.shifted``).  Only the events of the types used are gathered, a chunk of the type
-    column at a time."""
+    ``Steps.shifted``).  The steps are found from the executions and framework regions; then
+    only the events of the types used that overlap the figured steps are gathered (a slice per
+    span when the events are in time order, as the capture writes them)."""
     n = s.num_events
     if not n:
         return _none()
-    wanted = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
-              "nrt_execute", "numerical_err")
-    names = {k: i for k in wanted if (i := s.type_id(k)) is not None}
+    names = {k: i for k in _TYPES if (i := s.type_id(k)) is not None}
+    tid = {k: names.get(k, -1) for k in _TYPES}
     nt = len(s.type_names)
     lut = np.zeros(nt + 1, dtype=bool)
     lut[list(names.values())] = True
     e = s.events
-    parts = []
-    for lo in range(0, n, chunk):
-        hi = min(n, lo + chunk)
-        parts.append(np.flatnonzero(lut[np.clip(e["type"][lo:hi], 0, nt)]) + lo)
-    idx = np.concatenate(parts)
-    typ = e["type"][idx].astype(np.int64)
+    tcol = e["type"]
+    used = np.concatenate([lut[np.clip(tcol[lo:lo + chunk], 0, nt)] for lo in range(0, n, chunk)])
+    if not used.any():
+        return _none()
+    start, end = e["start_ns"], e["end_ns"]
+    strings = list(s.strings)
+    lab_kind = _label_kinds(strings)
+    models = [(int(m.id), m.name, m.kind, float(m.flops)) for m in s.models]
+
+    def arg(idx: np.ndarray, tname: str, name: str) -> np.ndarray:
+        col = s.arg(tname, name)
+        return e[col][idx].astype(np.int64, copy=False) if col is not None else np.full(len(idx), -1, np.int64)
+
+    i_ex = np.flatnonzero(tcol == tid["nc_exec_running"]) if "nc_exec_running" in names else np.zeros(0, np.int64)
+    i_fw = np.flatnonzero(tcol == tid["framework_op"]) if "framework_op" in names else np.zeros(0, np.int64)
+    ordered = n < 2 or bool((start[1:] >= start[:-1]).all())  # (as the capture writes them)
+    first = int(start[int(np.argmax(used))]) if ordered else int(np.min(np.where(used, start, np.iinfo(np.int64).max)))
+    st = _numbered(start[i_ex].astype(np.int64), end[i_ex].astype(np.int64), arg(i_ex, "nc_exec_running", "model_id"),
+                   start[i_fw].astype(np.int64), end[i_fw].astype(np.int64), arg(i_fw, "framework_op", "name_str"),
+                   lab_kind, strings, models, first, figure_at_most)
+    if st is None:
+        return _none()
+    idx = np.flatnonzero(used) if st.every is None else _span_events(start, end, used, st.start_ns, st.end_ns,
+                                                                     ordered)
+    typ = tcol[idx].astype(np.int64)
     model_id = np.full(len(idx), -1, dtype=np.int64)
     label = np.full(len(idx), -1, dtype=np.int64)
     nbytes = np.full(len(idx), -1, dtype=np.int64)
-    for tname, arg, out in (("nc_exec_running", "model_id", model_id), ("model_load", "model_id", model_id),
-                            ("framework_op", "name_str", label), ("cc_running", "bytes", nbytes)):
-        col, t = s.arg(tname, arg), names.get(tname)
-        if col is not None and t is not None:
-            sel = typ == t
-            out[sel] = e[col][idx[sel]]
-    models = [(int(m.id), m.name, m.kind, float(m.flops)) for m in s.models]
-    return find_steps(typ, e["start_ns"][idx].astype(np.int64), e["end_ns"][idx].astype(np.int64), model_id,
-                      label, nbytes, names, list(s.strings), models)
+    for tname, name, out in (("nc_exec_running", "model_id", model_id), ("model_load", "model_id", model_id),
+                             ("framework_op", "name_str", label), ("cc_running", "bytes", nbytes)):
+        if tname in names:
+            sel = np.flatnonzero(typ == tid[tname])
+            out[sel] = arg(idx[sel], tname, name)
+    return _figure(st, typ, start[idx].astype(np.int64, copy=False), end[idx].astype(np.int64, copy=False), model_id,
+                   label, nbytes, tid, lab_kind, models)
+
+
+def _span_events(start: np.ndarray, end: np.ndarray, used: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 ordered: bool) -> np.ndarray:
+    """Indexes of the used events that overlap one of the disjoint sorted spans.  Events in time
+    order (``ordered``, the usual case): only those starting in ``[lo - longest, hi)`` of a span
+    are tested, a slice per span found by two ``searchsorted``; otherwise every used event is."""
+    if ordered and len(start):
+        longest = max(int((end - start).max()), 0)
+        a = np.searchsorted(start, lo - longest, side="left")
+        b = np.searchsorted(start, hi, side="left")
+        a = np.maximum(a, np.concatenate(([0], b[:-1])))  # (slices of neighbouring spans may overlap)
+        size = np.maximum(b - a, 0)
+        total = int(size.sum())
+        cand = np.repeat(a - np.concatenate(([0], np.cumsum(size)[:-1])), size) + np.arange(total)
+        cand = cand[used[cand]]
+    else:
+        cand = np.flatnonzero(used)
+    return cand[_overlapping(start[cand], end[cand], lo, hi)]

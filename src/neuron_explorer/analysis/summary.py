@@ -201,11 +201,55 @@ def render_text(summary: dict[str, Any]) -> str:
         w = st["worst"]
         lines.append(f"  worst: {w['op']} #{w['seq']} of group [{w['group']}], rank {w['last_rank']} entered "
                      f"{w['spread_ns'] / 1e6:.3f} ms after the first")
+    lines.extend(_analysis_lines(summary))
     if summary["warnings"]:
         lines.append("")
         lines.append(f"warnings ({len(summary['warnings'])}):")
         lines.extend(f"  {w}" for w in summary["warnings"])
     return "\n".join(lines) + "\n"
+
+
+_BREAKDOWN_HEADS = (("compute_ns", "compute"), ("exposed_collective_ns", "exposed cc"), ("sync_wait_ns", "sync wait"),
+                    ("compile_ns", "compile"), ("data_loading_ns", "data"), ("host_ns", "host"), ("idle_ns", "idle"))
+
+
+def _analysis_lines(summary: dict[str, Any]) -> list[str]:
+    """Steps, utilisation and the ranked insights (docs/summary.md), when the summary has them."""
+    st = summary.get("steps")
+    if st is None:
+        return []
+    lines = ["", f"steps: {st['count']} found ({st['method'] or 'none'})"]
+    var, bd = st.get("variation") or {}, st.get("breakdown") or {}
+    if var.get("wall_ns_median") is not None:
+        lines.append(f"  steady steps {var['steady_steps']}: median {_ms(var['wall_ns_median'])}, p90 "
+                     f"{_ms(var['wall_ns_p90'])}, max {_ms(var['wall_ns_max'])}, cv {var['cv']:.2f}; outliers: "
+                     f"{', '.join(map(str, var['outliers'][:10])) or 'none'}")
+    if bd.get("shares"):
+        lines.append("  median step: " + ", ".join(f"{h} {_ms(bd[k])} ({100 * bd['shares'][k]:.0f}%)"
+                                                   for k, h in _BREAKDOWN_HEADS))
+    u = summary.get("utilisation") or {}
+    if u:
+        if u.get("achieved_flops_per_s"):
+            mfu = f"MFU {100 * u['mfu']:.1f}% of {_flops(u['peak_flops_per_s'])}FLOP/s ({u['peak_source']})" \
+                if u.get("mfu") is not None else f"MFU - ({u['reason']})"
+            lines.append(f"utilisation: {_flops(u['flops_per_step'])}FLOP per step, "
+                         f"{_flops(u['achieved_flops_per_s'])}FLOP/s achieved; {mfu}")
+        else:
+            lines.append(f"utilisation: - ({u.get('reason')})")
+    lines.append("")
+    lines.append(f"insights: {summary.get('verdict', '')}")
+    for n, i in enumerate(summary.get("insights") or [], 1):
+        imp = i["impact_ns_per_step"]
+        c, ev = i["confidence"], i["evidence"]
+        share = f" ({100 * i['impact_share']:.0f}% of a step)" if i.get("impact_share") is not None else ""
+        lines.append(f"  {n}. {i['title']}: saves ~{_ms(imp)} per step{share}" if imp is not None
+                     else f"  {n}. {i['title']}")
+        lines.append(f"     confidence {c['level']}: {c['steps']}/{c['steps_total']} steps, "
+                     f"{c['ranks']}/{c['ranks_total']} ranks")
+        lines.append(f"     evidence: rank(s) {', '.join(map(str, ev['ranks']))}, step {ev['steps'][0]}, "
+                     f"{ev['instance_id']} pid {ev['pid']}, {ev['start_ns']}..{ev['end_ns']} ns")
+        lines.append(f"     do: {i['recommendation']}")
+    return lines
 
 
 def groups_note(groups: list[list[str]]) -> str:

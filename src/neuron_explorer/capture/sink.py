@@ -1,9 +1,11 @@
 """The capture sink: drains the runtime's rings into bounded column stores and writes the session
-directory, periodically (so a SIGKILL loses at most one period) and at stop.
+directory, periodically and at stop.
 
-Periodic writes rewrite the files atomically.  To keep that from competing with the workload on
-large captures, the next periodic write is postponed to at least 100x the duration of the last one
-(about 1% of the run).
+A write appends only the events recorded since the last one to the cores' segment files
+(``capture.segments``, decision 0111) and rewrites the small files (the tables, trace_info.pb, the
+host samples) atomically, so it costs the same at 10 thousand or 100 million stored events.  Writes
+start one flush period apart (start to start), so a SIGKILL loses at most what was recorded in the
+last flush period plus the duration of one write.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import time
 from neuron_explorer.contracts.env import quiet
 from neuron_explorer.contracts.events import EVENT_TYPES as _EVENT_TYPES
 from neuron_explorer.contracts.layout import make_session_dir
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.procs import is_launcher
 
 from ..runtime import clock
 from ..runtime.core import Runtime
 from . import writer
 from .samplers import HostSampler
+from .segments import SegmentWriter
 from .store import CoreStore, enabled_mask
 
 _FRAMEWORKS = ("torch", "jax")
@@ -39,6 +43,7 @@ class CaptureSink:
         self._base = {nc: st.ring.produced() for nc, st in rt.cores.items()}
         self.cores: dict[int, CoreStore] = {}
         self.session_dir: str | None = None
+        self.segments: SegmentWriter | None = None
         self.note = ""
         self.sampler = HostSampler(sampler_pid or rt.ident.pid, cfg.sample_period_s, cfg.cpu_util, cfg.host_memory,
                                    max_samples=cfg.max_samples)
@@ -54,6 +59,7 @@ class CaptureSink:
         # runtime's own sink when started from the environment, see _has_content)
         self.require_framework = False
         self.last_write_wall_ns = 0  # when the last complete write finished (wall clock)
+        self.last_write_s = 0.0  # how long the last complete flush took, drain included
         self.write_error: str | None = None  # why the latest write failed, None after a success
         self.final_error: str | None = None  # why the final write failed
         self.start_anchor = rt.anchors[0]
@@ -83,6 +89,7 @@ class CaptureSink:
     def flush(self, rt: Runtime, final: bool, reason: str) -> None:
         if os.getpid() != self._owner_pid:
             return  # a forked child: the session directory is its parent's
+        t0 = time.perf_counter()
         with self._io_lock:
             self.drain()
             if final:
@@ -95,16 +102,20 @@ class CaptureSink:
                 return  # torchrun's agent only spawns the workers, which profile themselves
             if self.require_framework and not self._has_content():
                 return  # a Python process that ran no framework (a tool, a helper): no profile
-            t0 = time.perf_counter()
             try:
                 self.write()
             except Exception as e:  # noqa: BLE001 - a write must never take the workload down
                 self._write_failed(e, final)
                 return
+            finally:
+                if final and self.segments is not None:
+                    self.segments.close()
             self.write_error = None
-            took = time.perf_counter() - t0
-            # rewriting the files costs ~1 us per stored event: keep it under ~1% of the run
-            self._next_write_gap = max(self.cfg.flush_period_s, 100 * took)
+            took = self.last_write_s = time.perf_counter() - t0
+            # one period from start to start; a write that takes longer than the period (a disk
+            # slower than the events) leaves a tenth of the period before the next
+            period = self.cfg.flush_period_s
+            self._next_write_gap = max(period - took, period / 10)
 
     def _has_content(self) -> bool:
         """Has this process anything to profile?  Every Python process started with the variables
@@ -123,8 +134,10 @@ class CaptureSink:
                 self.cfg.output_dir, rt.ident.instance_id, rt.ident.pid, self.start_anchor[1]
             )
         d = self.session_dir
+        if self.segments is None:
+            self.segments = SegmentWriter(d)
         writer.write_session(d, rt, self.cores, self.sampler, note=self.note, cfg=self.cfg,
-                             start_anchor=self.start_anchor, end_reason=self.end_reason)
+                             start_anchor=self.start_anchor, end_reason=self.end_reason, segments=self.segments)
         if rt.devprof is not None:
             rt.devprof.write(d)
         self.written = True
@@ -138,8 +151,8 @@ class CaptureSink:
         if final:
             self.final_error = msg
         elif msg != self.write_error:
-            print(f"neuron-explorer: warning: capture write failed ({msg}); {self.last_complete()}; "
-                  "retrying at the next flush", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: capture write failed ({msg}); "
+                                         f"{self.last_complete()}; retrying at the next flush")
         self.write_error = msg
 
     def last_complete(self) -> str:
@@ -154,8 +167,8 @@ def report_written(sink: CaptureSink) -> None:
     """After the final write: where the profile is, or, when that write failed, that the profile
     is incomplete and what the files on disk hold (always said, even with NEURON_EXPLORER_QUIET)."""
     if sink.final_error is not None:
-        print(f"neuron-explorer: profile incomplete: the final write failed ({sink.final_error}); "
-              f"{sink.last_complete()}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: profile incomplete: the final write failed ({sink.final_error}); "
+                                   f"{sink.last_complete()}")
     elif sink.session_dir and sink.written:
         say_written(sink.session_dir)
 
@@ -166,7 +179,7 @@ def say_written(session_dir: str) -> None:
     ``print`` writes the newline apart, and the ranks of a torchrun job, sharing one stderr, ran
     two such lines together and left an empty line."""
     if not quiet():
-        sys.stderr.write(f"neuron-explorer: profile written to {session_dir}\n")
+        get_logger(__name__).info(f"neuron-explorer: profile written to {session_dir}")
 
 
 def describe_error(e: BaseException) -> str:

@@ -3,7 +3,11 @@
 A drain's records (rows) are turned into columns once, execution pairs are expanded into
 ``nrt_execute`` + ``runtime_execute`` + ``nc_exec_running``, the capture-time type filter is
 applied, and the oldest events are dropped once a core holds more than its limit.  The store keeps
-columns because that is what ``ntrace.pb`` holds: the final write copies no row.
+columns because that is what the capture files hold: a write copies no row.
+
+The capture sink appends what a store holds to the core's segment files at each flush and then
+forgets it (``take``/``written``, decision 0111): a store then holds one flush's events, and the
+limit applies to everything recorded (``kept``), the segment files dropping the oldest on disk.
 """
 
 from __future__ import annotations
@@ -99,13 +103,14 @@ class CoreStore:
     """A core's events as column blocks: (W, n) int64 arrays, one row per record slot, oldest
     first; at most ``capacity`` events in all."""
 
-    __slots__ = ("nc", "capacity", "blocks", "rows", "produced", "filtered", "last_model", "derived")
+    __slots__ = ("nc", "capacity", "blocks", "rows", "produced", "filtered", "last_model", "derived", "written")
 
     def __init__(self, nc: int, capacity: int) -> None:
         self.nc = nc
         self.capacity = capacity
         self.blocks: list[np.ndarray] = []
-        self.rows = 0  # events held
+        self.rows = 0  # events held (not yet written to a segment)
+        self.written = 0  # events handed to the segment files (take), no longer held
         self.produced = 0  # events the hooks produced (the ring's tick count)
         self.filtered = 0  # events removed by the capture-time type filter
         self.last_model = -1  # graph of the core's latest execution (for nrt_model_switch)
@@ -147,6 +152,17 @@ class CoreStore:
         self.blocks = [np.ascontiguousarray(np.asarray(rows, dtype=np.int64).T)]
         self.rows = self.produced = len(rows)
 
+    def take(self) -> np.ndarray:
+        """The events held, as one (W, n) block, to append to the segment files; call ``wrote``
+        once they are written (until then they stay held: a failed write offers them again)."""
+        return self.columns()
+
+    def wrote(self, n: int) -> None:
+        """The ``n`` events ``take`` gave are written: forget them."""
+        self.blocks = []
+        self.rows = 0
+        self.written += n
+
     def columns(self) -> np.ndarray:
         """The events held, as one (W, n) block of columns."""
         if not self.blocks:
@@ -158,12 +174,17 @@ class CoreStore:
     @property
     def recorded(self) -> int:
         """Events recorded for this core (produced and not filtered out)."""
-        return max(self.produced - self.filtered, self.rows)
+        return max(self.produced - self.filtered, self.written + self.rows)
+
+    @property
+    def kept(self) -> int:
+        """Events the capture keeps for this core: the newest ``capacity`` (held or written)."""
+        return min(self.written + self.rows, self.capacity)
 
     @property
     def dropped(self) -> int:
         """Oldest events overwritten because the core reached its limit."""
-        return self.recorded - self.rows
+        return self.recorded - self.kept
 
 
 def enabled_mask(enabled: list[bool]) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Writes a capture session directory: ntrace.pb, trace_info.pb, cpu_util.pb, host_mem.pb.
 
 Every file is written to a temporary name in the same directory and renamed into place, so a
-reader (or a process killed mid-write) never leaves a torn file behind (``util.atomic``).
+reader (or a process killed mid-write) never leaves a torn file behind (``util.atomic``); the
+capture sink's system events are the exception: they are appended to segment files
+(``capture.segments``, decision 0111), whose torn last block a reader skips.
 ``write_session`` is the one place that decides which files a session has; the capture sink and
 the JAX conversion both call it.
 """
@@ -23,7 +25,7 @@ from neuron_explorer.contracts.columns import (
     SYSTEM_TRACE_EVENTS_FIELD,
 )
 from neuron_explorer.contracts.env import job_environment
-from neuron_explorer.util.atomic import atomic_write_all
+from neuron_explorer.util.atomic import atomic_write, atomic_write_all
 from neuron_explorer.util.pbwire import encode_varint_scalar
 
 from .. import __version__
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from ..runtime.config import CaptureConfig
     from ..runtime.core import Runtime
     from .samplers import HostSampler
+    from .segments import SegmentWriter
     from .store import CoreStore
 
 
@@ -65,8 +68,15 @@ _COUNT_TAG = encode_varint_scalar(EVENT_COUNT_FIELD << 3)  # a varint field
 def encode_events(cores: dict[int, "CoreStore"]) -> list[bytes | memoryview]:
     """The serialized ``EventColumns`` message as a list of buffers (column arrays are not copied
     into a protobuf object: the tags and lengths are written around the raw column bytes)."""
-    cols, nc = _stored_columns(cores)
-    out: list[bytes | memoryview] = [_COUNT_TAG + encode_varint_scalar(cols.shape[1])]
+    return encode_columns(*_stored_columns(cores))
+
+
+def encode_columns(cols: np.ndarray, nc: np.ndarray | int) -> list[bytes | memoryview]:
+    """``EventColumns`` of the (W, n) block ``cols`` whose events belong to core(s) ``nc``."""
+    n = cols.shape[1]
+    if not isinstance(nc, np.ndarray):
+        nc = np.full(n, nc, dtype="<i4")
+    out: list[bytes | memoryview] = [_COUNT_TAG + encode_varint_scalar(n)]
     for c in EVENT_COLUMNS:
         col = nc if c.row is None else cols[c.row]
         col = np.ascontiguousarray(col, dtype=c.dtype)  # a copy only where the wire type is narrower
@@ -75,22 +85,48 @@ def encode_events(cores: dict[int, "CoreStore"]) -> list[bytes | memoryview]:
     return out
 
 
-def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
-    """``ntrace.pb`` as a list of buffers to write in order (a ``SystemTrace`` message: the small
-    tables through protobuf, then the ``events`` field built around the column bytes)."""
+def _models(rt: "Runtime") -> list:
+    return [pb.ModelInfo(
+        id=m.id, name=m.name, neff_name=m.neff_name, graph_hash=m.graph_hash, backend=m.backend,
+        kind=m.kind, compile_ns=m.compile_ns, nc_idx=m.nc_idx, source_location=m.source_location,
+        module_path=m.module_path, num_nodes=m.num_nodes, flops=m.flops,
+        constants_bytes=m.constants_bytes, signature=m.signature,
+    ) for m in list(rt.models)]
+
+
+def encode_tables(rt: "Runtime", models: list | None = None) -> bytes:
+    """``ntrace.pb``'s tables: a ``SystemTrace`` with the event types, strings and models."""
     msg = pb.SystemTrace(format_version=FORMAT_VERSION)
     for t in ev.EVENT_TYPES:
         msg.event_types.add(id=t.id, name=t.name, group=t.group, source=t.source, args=list(t.args))
     msg.strings.extend(list(rt.string_list))
-    for m in list(rt.models):
-        msg.models.add(
-            id=m.id, name=m.name, neff_name=m.neff_name, graph_hash=m.graph_hash, backend=m.backend,
-            kind=m.kind, compile_ns=m.compile_ns, nc_idx=m.nc_idx, source_location=m.source_location,
-            module_path=m.module_path, num_nodes=m.num_nodes, flops=m.flops,
-            constants_bytes=m.constants_bytes, signature=m.signature,
-        )
+    msg.models.extend(_models(rt) if models is None else models)
+    return msg.SerializeToString()
+
+
+def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
+    """``ntrace.pb`` with its events inline, as a list of buffers to write in order (a
+    ``SystemTrace`` message: the tables through protobuf, then the ``events`` field built around
+    the column bytes): what a whole-session write (the JAX conversion) makes."""
     events = encode_events(cores)
-    return [msg.SerializeToString(), _len_prefix(SYSTEM_TRACE_EVENTS_FIELD, sum(len(b) for b in events))] + events
+    return [encode_tables(rt), _len_prefix(SYSTEM_TRACE_EVENTS_FIELD, sum(len(b) for b in events))] + events
+
+
+def append_events(session_dir: str, rt: "Runtime", cores: dict[int, "CoreStore"], segments: "SegmentWriter") -> None:
+    """The incremental write of the system trace (decision 0111): ``ntrace.pb``'s tables when they
+    changed (renamed into place first, so that every event appended after refers to strings and
+    models already on disk), then each core's new events appended to its segment files."""
+    models = _models(rt)
+    key = (len(rt.string_list), b"".join(m.SerializeToString() for m in models))
+    if key != segments.tables_key:
+        atomic_write(os.path.join(session_dir, "ntrace.pb"), encode_tables(rt, models))
+        segments.tables_key = key
+    for nc, store in sorted(cores.items()):
+        cols = store.take()
+        n = cols.shape[1]
+        if n:
+            segments.append(nc, store.capacity, n, encode_columns(cols, nc))
+            store.wrote(n)
 
 
 def platform_name() -> str:
@@ -133,7 +169,7 @@ def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir:
     msg.config.update(cfg.raw_env)
     msg.job.update(job_environment() if job is None else job)
     for nc, st in sorted(cores.items()):
-        msg.cores.add(nc_idx=nc, capacity=st.capacity, recorded=st.recorded, kept=st.rows, dropped=st.dropped)
+        msg.cores.add(nc_idx=nc, capacity=st.capacity, recorded=st.recorded, kept=st.kept, dropped=st.dropped)
     msg.versions.update(_versions())
     msg.argv.extend(sys.argv)
     msg.runtime_events_seen = any(st.recorded for st in cores.values()) or bool(rt.models)
@@ -183,15 +219,20 @@ def encode_host_mem(s: "HostSampler") -> bytes:
 
 def write_session(session_dir: str, rt: "Runtime", cores: dict[int, "CoreStore"],
                   sampler: "HostSampler | None" = None, *, note: str = "", cfg: "CaptureConfig | None" = None,
-                  start_anchor: tuple[int, int, str] | None = None, end_reason: str | None = None) -> None:
+                  start_anchor: tuple[int, int, str] | None = None, end_reason: str | None = None,
+                  segments: "SegmentWriter | None" = None) -> None:
     """Write (or rewrite) a session's files as one: ``ntrace.pb`` when the system profile is on,
     ``trace_info.pb``, and the host samples the sampler took.  All are renamed into place together
     once all are written, so a failed write (a full disk) raises and leaves the previous complete
-    set, not a mix.  ``cfg``, ``start_anchor`` and ``end_reason`` default to the runtime's (see
+    set, not a mix.  With ``segments`` (the capture sink) the system trace is appended instead
+    (``append_events``) before the other files are renamed into place: their counts never promise
+    events that are not on disk.  ``cfg``, ``start_anchor`` and ``end_reason`` default to the runtime's (see
     ``encode_trace_info``); device profiles (``.ntff``, ``.neff``) are their writers' business."""
     cfg = cfg or rt.config
     files: list[tuple[str, Callable[[], bytes | Iterable]]] = []
-    if cfg.system_profile:
+    if cfg.system_profile and segments is not None:
+        append_events(session_dir, rt, cores, segments)
+    elif cfg.system_profile:
         files.append(("ntrace.pb", lambda: encode_system_trace(rt, cores)))
     files.append(("trace_info.pb", lambda: encode_trace_info(
         rt, cores, session_dir, note, cfg, start_anchor, end_reason)))

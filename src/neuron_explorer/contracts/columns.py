@@ -14,8 +14,10 @@ from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 
 # The version of the capture files' format: every capture message (SystemTrace, TraceInfo, CpuUtil,
 # HostMem, DeviceTrace, NeffFile) starts with it (field 1, the first field serialized).  Readers
-# refuse a newer version than this one instead of reading it as if it were this one.
-FORMAT_VERSION = 1
+# refuse a newer version than this one instead of reading it as if it were this one.  Version 2
+# (decision 0111): the capture sink writes ntrace.pb's events to segment files beside it
+# (EventSegment); an older reader would take its ntrace.pb for a trace without events.
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ EVENT_COLUMNS: tuple[Column, ...] = tuple(
      ("thread_id", "<i8", 3)] + [(name, "<i8", 4 + i) for i, name in enumerate("abcde")])
 EVENT_COUNT_FIELD = _EC["count"].number
 SYSTEM_TRACE_EVENTS_FIELD = pb.SystemTrace.DESCRIPTOR.fields_by_name["events"].number
+EVENT_SEGMENT_BLOCKS_FIELD = pb.EventSegment.DESCRIPTOR.fields_by_name["blocks"].number
 
 _OC = pb.DeviceOpColumns.DESCRIPTOR.fields_by_name
 OP_COLUMNS: tuple[Column, ...] = tuple(

@@ -191,6 +191,9 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
 
 
 MARKER = ".neuron-explorer-view.json"
+# the summary-json document of the run (steps, utilisation, insights: docs/summary.md), which the
+# UI's Summary page reads
+SUMMARY_FILE = "summary.json"
 # on object storage (no rename): written before anything else and removed after ``MARKER`` is
 # written last, so an output being written, or left by a failed run, never looks complete
 PENDING_MARKER = ".neuron-explorer-view.pending.json"
@@ -198,7 +201,7 @@ PENDING_MARKER = ".neuron-explorer-view.pending.json"
 
 # what an output of an earlier version (before the marker) holds at its top level
 LEGACY_ENTRIES = frozenset(PARTITIONED) | {table_file(t) for t in SINGLE_FILE}
-_TOP_FILES = frozenset(table_file(t) for t in SINGLE_FILE) | {MARKER, PENDING_MARKER}
+_TOP_FILES = frozenset(table_file(t) for t in SINGLE_FILE) | {MARKER, PENDING_MARKER, SUMMARY_FILE}
 _PARTITION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^/]+$")  # hive: instance=<id>, process=<pid>
 
 

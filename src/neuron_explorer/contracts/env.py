@@ -31,6 +31,9 @@ PROCESS_TAG = "NEURON_PROCESS_TAG"
 INSTANCE_ID = "NEURON_EXPLORER_INSTANCE_ID"
 FLUSH_PERIOD = "NEURON_EXPLORER_FLUSH_PERIOD_MS"
 SAMPLE_PERIOD = "NEURON_EXPLORER_SAMPLE_PERIOD_MS"
+# the device-memory source reads gradients at least this often (ms, 1000) even between fewer
+# than 16 steps: benches under valgrind stretch it (a step there takes ~1 s of wall time)
+GRAD_SNAPSHOT_MAX = "NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS"
 NAN_CHECK = "NEURON_EXPLORER_NAN_CHECK"
 # eager PyTorch executions (root modules, their backward, optimizer steps); default on
 EAGER = "NEURON_EXPLORER_EAGER"

@@ -1,6 +1,7 @@
 """Names in the on-disk layout, made and recognised in one place.
 
-Capture writes ``<out>/<instance>_pid_<pid>/<UTC timestamp>/`` holding ``ntrace.pb``,
+Capture writes ``<out>/<instance>_pid_<pid>/<UTC timestamp>/`` holding ``ntrace.pb`` (the system
+trace's tables) with its event segments (``ntrace_nc<nc>_<k>.pb``, decision 0111),
 ``trace_info.pb``, ``cpu_util.pb``, ``host_mem.pb``, device traces (``<hash>_instid_0_vnc_<nc>.ntff``
 in model mode, ``profile_nc_<nc>_session_<k>.ntff`` in session mode) and graphs
 (``neff_<hash>_vnc_<nc>.neff``); NDET writes ``ndet_<date>_<instance>_<gid>_<pid>.log`` files.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 import time
 
 from neuron_explorer.util.names import safe_component
@@ -46,6 +48,24 @@ def model_ntff_name(graph_hash_decimal: str, nc: int) -> str:
 
 def session_ntff_name(nc: int, k: int = 0) -> str:
     return f"profile_nc_{int(nc)}_session_{int(k)}.ntff"
+
+
+def segment_name(nc: int, k: int) -> str:
+    """A core's k-th system event segment (``ntrace_nc0_000003.pb``): zero-padded so that a
+    directory listing sorts them in recording order (the reader sorts by the parsed numbers)."""
+    return f"ntrace_nc{int(nc)}_{int(k):06d}.pb"
+
+
+_SEGMENT = re.compile(r"ntrace_nc(\d{1,10})_(\d{1,12})\.pb")
+
+
+def parse_segment_name(name: str) -> tuple[int, int] | None:
+    """(core, k) of a segment file name, None for any other name."""
+    m = _SEGMENT.fullmatch(name)
+    if m is None:
+        return None
+    nc, k = int(m.group(1)), int(m.group(2))
+    return (nc, k) if nc < 1 << 31 else None
 
 
 def neff_file_name(graph_hash_decimal: str, nc: int) -> str:

@@ -1,4 +1,6 @@
-/* Parquet value encoders for `view`'s own Parquet writer (exporters/parquet_file.py).
+/* The exporters' per-value encoders: Parquet values for `view`'s own Parquet writer
+ * (exporters/parquet_file.py), and `view`'s Chrome trace-event JSON events (exporters/chrome_json.py,
+ * ``chrome_events``: described above its code, at the end of this file).
  *
  * Arrow's Parquet encoder was the ceiling of `view` Parquet (docs/decisions/0040): ~12 ns per value
  * for the events schema.  These three encoders do the per-value work in one pass each; everything
@@ -24,7 +26,7 @@
  * format's readers decode it.
  */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3") /* the per-value loops vectorize at O3 (hatch_build compiles at O2) */
+#pragma GCC optimize("O3") /* the per-value loops vectorize at O3 (the build may use O2: CFLAGS are the user's) */
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -724,6 +726,789 @@ done:
     return out;
 }
 
+/* ---- Chrome trace-event JSON: `view --output-format json`'s events (exporters/chrome_json.py) ----
+ *
+ * chrome_events(n, cols, tables, origin, pid, extra offsets, data, valid, ascii, sep) -> [bytes] or None
+ *
+ * Renders one chunk of a process's events, ``sep``-joined (in parts of ~4 MiB, to be written one
+ * after the other), exactly as ``dumps_bytes`` of the dicts the
+ * Python path (``chrome_json._events_py``) builds: the same keys in the same order, the same
+ * numbers, the same escaping (``ascii``: the standard library's ensure_ascii escaping and float repr;
+ * else orjson's: UTF-8 as is, shortest floats laid out as orjson does).  Every string the Python
+ * side can encode once (type names, categories, model names, string arguments, device profiles)
+ * comes pre-encoded in a table; an event's columns hold indices into them (-1: absent).  Only the
+ * ``extra_json`` objects are parsed here, per event: keys and values are decoded and re-encoded,
+ * then merged into the args as ``dict.update`` would (a known key keeps its place, a new one goes
+ * last, a repeated key keeps its first place and last value).
+ *
+ * Returns None when an event holds something this encoder does not reproduce exactly (an extra
+ * value that is not a string, an integer of up to 18 digits, true, false or null; a lone
+ * surrogate; a table index out of range): the caller then renders the chunk with the Python path,
+ * which gives the same bytes or raises the same error.  Output size is bounded per event from the
+ * input lengths only.
+ */
+
+#define PUT_LIT(q, s) (memcpy((q), (s), sizeof(s) - 1), (q) += sizeof(s) - 1)
+
+static const char DIGITS2[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+static char *put_u64(char *q, uint64_t v) {
+    char tmp[24];
+    char *t = tmp + sizeof(tmp);
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        t -= 2;
+        memcpy(t, DIGITS2 + 2 * r, 2);
+    }
+    if (v >= 10) {
+        t -= 2;
+        memcpy(t, DIGITS2 + 2 * v, 2);
+    } else {
+        *--t = (char)('0' + v);
+    }
+    Py_ssize_t k = tmp + sizeof(tmp) - t;
+    memcpy(q, t, k);
+    return q + k;
+}
+
+static char *put_i64(char *q, int64_t v) {
+    if (v < 0) {
+        *q++ = '-';
+        return put_u64(q, (uint64_t)0 - (uint64_t)v);
+    }
+    return put_u64(q, (uint64_t)v);
+}
+
+/* A finite double as Python's repr (ascii) or orjson (ryu's layout of the same shortest digits). */
+static char *put_double(char *q, double d, int ascii) {
+    char *r = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (r == NULL) return NULL;
+    if (ascii) {
+        size_t k = strlen(r);
+        memcpy(q, r, k);
+        PyMem_Free(r);
+        return q + k;
+    }
+    /* repr: [-]digits[.digits][e(+|-)exp]: collect the significant digits and the decimal exponent */
+    const char *s = r;
+    if (*s == '-') *q++ = *s++;
+    char dig[32];
+    int nd = 0, point = -1, seen = 0, lead = 0;
+    for (; *s && *s != 'e'; s++) {
+        if (*s == '.') {
+            point = nd + lead;
+            continue;
+        }
+        if (*s == '0' && !seen) {
+            lead++;
+            continue;
+        }
+        seen = 1;
+        if (nd < 31) dig[nd++] = *s;
+    }
+    if (point < 0) point = nd + lead;
+    int exp10 = *s == 'e' ? atoi(s + 1) : 0;
+    PyMem_Free(r);
+    while (nd > 1 && dig[nd - 1] == '0') nd--;
+    if (nd == 0) {  /* zero */
+        PUT_LIT(q, "0.0");
+        return q;
+    }
+    int kk = point - lead + exp10; /* 10^(kk-1) <= |d| < 10^kk */
+    int k = kk - nd;
+    if (k >= 0 && kk <= 16) {
+        memcpy(q, dig, nd);
+        q += nd;
+        memset(q, '0', k);
+        q += k;
+        PUT_LIT(q, ".0");
+    } else if (kk > 0 && kk <= 16) {
+        memcpy(q, dig, kk);
+        q += kk;
+        *q++ = '.';
+        memcpy(q, dig + kk, nd - kk);
+        q += nd - kk;
+    } else if (kk > -5 && kk <= 0) {
+        PUT_LIT(q, "0.");
+        memset(q, '0', -kk);
+        q += -kk;
+        memcpy(q, dig, nd);
+        q += nd;
+    } else {
+        *q++ = dig[0];
+        if (nd > 1) {
+            *q++ = '.';
+            memcpy(q, dig + 1, nd - 1);
+            q += nd - 1;
+        }
+        *q++ = 'e';
+        q = put_i64(q, kk - 1);
+    }
+    return q;
+}
+
+/* x / 1000.0 (x: nanoseconds) as the Python path prints the float: below 2^42 microseconds the
+ * exact decimal is the shortest repr (a double there is finer than 0.001 / 2), so it is written
+ * from the integer; beyond, through the double. */
+#define EXACT_NS ((int64_t)4398046511104 * 1000)
+
+static char *put_us(char *q, int64_t x, int ascii) {
+    if (x > -EXACT_NS && x < EXACT_NS) {
+        uint64_t a = x < 0 ? (uint64_t)(-x) : (uint64_t)x;
+        if (x < 0) *q++ = '-';
+        q = put_u64(q, a / 1000);
+        *q++ = '.';
+        unsigned f = (unsigned)(a % 1000);
+        if (f == 0) {
+            *q++ = '0';
+        } else {
+            q[0] = (char)('0' + f / 100);
+            q[1] = (char)('0' + f / 10 % 10);
+            q[2] = (char)('0' + f % 10);
+            q += f % 100 == 0 ? 1 : f % 10 == 0 ? 2 : 3;
+        }
+        return q;
+    }
+    return put_double(q, (double)x / 1000.0, ascii);
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+/* Encode code point c into a JSON string body the way the backend does. */
+static char *put_cp(char *q, uint32_t c, int ascii) {
+    switch (c) {
+    case '"': PUT_LIT(q, "\\\""); return q;
+    case '\\': PUT_LIT(q, "\\\\"); return q;
+    case '\b': PUT_LIT(q, "\\b"); return q;
+    case '\f': PUT_LIT(q, "\\f"); return q;
+    case '\n': PUT_LIT(q, "\\n"); return q;
+    case '\r': PUT_LIT(q, "\\r"); return q;
+    case '\t': PUT_LIT(q, "\\t"); return q;
+    }
+    if (c < 0x20 || (ascii && c >= 0x7f)) {
+        if (c >= 0x10000) {
+            uint32_t v = c - 0x10000, hi = 0xD800 | (v >> 10), lo = 0xDC00 | (v & 0x3FF);
+            q = put_cp(q, hi, ascii);
+            return put_cp(q, lo, ascii);
+        }
+        *q++ = '\\';
+        *q++ = 'u';
+        *q++ = HEX[(c >> 12) & 15];
+        *q++ = HEX[(c >> 8) & 15];
+        *q++ = HEX[(c >> 4) & 15];
+        *q++ = HEX[c & 15];
+        return q;
+    }
+    if (c < 0x80) {
+        *q++ = (char)c;
+    } else if (c < 0x800) {
+        *q++ = (char)(0xC0 | (c >> 6));
+        *q++ = (char)(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+        *q++ = (char)(0xE0 | (c >> 12));
+        *q++ = (char)(0x80 | ((c >> 6) & 0x3F));
+        *q++ = (char)(0x80 | (c & 0x3F));
+    } else {
+        *q++ = (char)(0xF0 | (c >> 18));
+        *q++ = (char)(0x80 | ((c >> 12) & 0x3F));
+        *q++ = (char)(0x80 | ((c >> 6) & 0x3F));
+        *q++ = (char)(0x80 | (c & 0x3F));
+    }
+    return q;
+}
+
+static int hex4(const char *s, const char *end, uint32_t *out) {
+    if (end - s < 4) return -1;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One UTF-8 code point (valid, shortest form, no surrogates), or -1. */
+static int utf8_cp(const char **sp, const char *end, uint32_t *out) {
+    const unsigned char *s = (const unsigned char *)*sp;
+    uint32_t c = s[0];
+    int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || end - *sp < n) return -1;
+    if (n > 1) c &= 0x3F >> (n - 1);
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return -1;
+        c = c << 6 | (s[i] & 0x3F);
+    }
+    static const uint32_t MIN[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < MIN[n] || c > 0x10FFFF || (c >= 0xD800 && c < 0xE000)) return -1;
+    *sp += n;
+    *out = c;
+    return 0;
+}
+
+/* Parse a JSON string at *sp (at its opening quote) as json.loads (strict) does and re-encode it,
+ * quotes included; -1: not reproduced (invalid, a lone surrogate). */
+static char *reencode_string(const char **sp, const char *end, char *q, int ascii) {
+    const char *s = *sp + 1;
+    *q++ = '"';
+    for (;;) {
+        if (s >= end) return NULL;
+        unsigned char ch = (unsigned char)*s;
+        uint32_t c;
+        if (ch == '"') {
+            s++;
+            break;
+        }
+        if (ch < 0x20) return NULL; /* (json.loads strict: an error) */
+        if (ch == '\\') {
+            if (end - s < 2) return NULL;
+            char e = s[1];
+            s += 2;
+            switch (e) {
+            case '"': c = '"'; break;
+            case '\\': c = '\\'; break;
+            case '/': c = '/'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            case 'u':
+                if (hex4(s, end, &c)) return NULL;
+                s += 4;
+                if (c >= 0xD800 && c < 0xDC00) {
+                    uint32_t lo;
+                    if (end - s < 6 || s[0] != '\\' || s[1] != 'u' || hex4(s + 2, end, &lo) || lo < 0xDC00 ||
+                        lo >= 0xE000)
+                        return NULL;
+                    s += 6;
+                    c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (c >= 0xDC00 && c < 0xE000) {
+                    return NULL;
+                }
+                break;
+            default: return NULL;
+            }
+        } else if (ch < 0x80) {
+            c = ch;
+            s++;
+        } else if (utf8_cp(&s, end, &c)) {
+            return NULL;
+        }
+        q = put_cp(q, c, ascii);
+    }
+    *q++ = '"';
+    *sp = s;
+    return q;
+}
+
+static const char *skip_ws(const char *s, const char *end) {
+    while (s < end && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')) s++;
+    return s;
+}
+
+/* A value of an extra object re-encoded (string, integer of 1-18 digits, true, false, null). */
+static char *reencode_value(const char **sp, const char *end, char *q, int ascii) {
+    const char *s = *sp;
+    if (s >= end) return NULL;
+    if (*s == '"') return reencode_string(sp, end, q, ascii);
+    if (*s == '-' || (*s >= '0' && *s <= '9')) {
+        const char *d = s + (*s == '-');
+        const char *e = d;
+        while (e < end && *e >= '0' && *e <= '9') e++;
+        if (e == d || e - d > 18 || (*d == '0' && e - d > 1)) return NULL;
+        if (e < end && (*e == '.' || *e == 'e' || *e == 'E')) return NULL;
+        if (*s == '-' && e - d == 1 && *d == '0') return NULL; /* -0: the int 0 */
+        memcpy(q, s, e - s);
+        *sp = e;
+        return q + (e - s);
+    }
+    static const char *const WORDS[3] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t k = strlen(WORDS[i]);
+        if ((size_t)(end - s) >= k && memcmp(s, WORDS[i], k) == 0) {
+            memcpy(q, s, k);
+            *sp = s + k;
+            return q + k;
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    const char *k, *v;
+    int kl, vl;
+} entry;
+
+#define MAX_ENTRIES 64
+
+static int find_key(const entry *es, int n, const char *k, int kl) {
+    for (int i = 0; i < n; i++)
+        if (es[i].kl == kl && memcmp(es[i].k, k, kl) == 0) return i;
+    return -1;
+}
+
+/* Merge the extra object [s, end) into es (dict.update); encoded text goes to *scratch.  0, or -1:
+ * not reproduced. */
+static int merge_extra(const char *s, const char *end, entry *es, int *n, char **scratch, int ascii) {
+    s = skip_ws(s, end);
+    if (s >= end || *s != '{') return -1;
+    s = skip_ws(s + 1, end);
+    if (s < end && *s == '}') return skip_ws(s + 1, end) == end ? 0 : -1;
+    for (;;) {
+        if (s >= end || *s != '"') return -1;
+        char *k = *scratch;
+        char *ke = reencode_string(&s, end, k, ascii);
+        if (ke == NULL) return -1;
+        s = skip_ws(s, end);
+        if (s >= end || *s != ':') return -1;
+        s = skip_ws(s + 1, end);
+        char *v = ke;
+        char *ve = reencode_value(&s, end, v, ascii);
+        if (ve == NULL) return -1;
+        *scratch = ve;
+        int i = find_key(es, *n, k, (int)(ke - k));
+        if (i < 0) {
+            if (*n >= MAX_ENTRIES) return -1;
+            i = (*n)++;
+            es[i].k = k;
+            es[i].kl = (int)(ke - k);
+        }
+        es[i].v = v;
+        es[i].vl = (int)(ve - v);
+        s = skip_ws(s, end);
+        if (s < end && *s == ',') {
+            s = skip_ws(s + 1, end);
+            continue;
+        }
+        if (s < end && *s == '}') return skip_ws(s + 1, end) == end ? 0 : -1;
+        return -1;
+    }
+}
+
+typedef struct {
+    Py_buffer b;
+    const int64_t *v;
+    int have;
+} icol;
+
+static int get_icol(PyObject *o, icol *c, Py_ssize_t n, const char *what) {
+    c->have = 0;
+    c->v = NULL;
+    if (o == Py_None) return 0;
+    if (PyObject_GetBuffer(o, &c->b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    c->have = 1;
+    const char *f = c->b.format;
+    if (f != NULL && (*f == '<' || *f == '=')) f++;
+    if (c->b.itemsize != 8 || c->b.len != n * 8 || f == NULL || (strcmp(f, "l") != 0 && strcmp(f, "q") != 0)) {
+        PyErr_Format(PyExc_ValueError, "chrome_events: %s must be %zd int64 values", what, n);
+        return -1;
+    }
+    c->v = (const int64_t *)c->b.buf;
+    return 0;
+}
+
+static void release_icol(icol *c) {
+    if (c->have) PyBuffer_Release(&c->b);
+    c->have = 0;
+}
+
+/* A list of bytes, copied into one arena padded for copy_small (pointers into it, lengths). */
+typedef struct {
+    Py_ssize_t n, maxlen, total;
+    PyObject *list;
+    const char **p;
+    Py_ssize_t *l;
+} table;
+
+/* Copy len bytes 16 at a time: reads and writes up to 15 bytes past both ends, so ``src`` must be
+ * padded (the arena, KEYS, the numbers' and the extras' buffers) and ``q`` have room (each slice's
+ * allocation has PAD bytes beyond its bound). */
+#define PAD 32
+static inline char *copy_small(char *q, const char *src, Py_ssize_t len) {
+    for (Py_ssize_t k = 0; k < len; k += 16) memcpy(q + k, src + k, 16);
+    return q + len;
+}
+
+static const char KEYS[][32] = {"\"model_name\"", "\"exec_id\"", "\"seq\"", "\"bytes\"", "\"ret\"", "\"op\"",
+                                "\"group\"", "\"dtype\"", "\"flow_id\"", "\"framework_stream_id\"",
+                                "\"device_profile\""};
+static const int KEYLEN[] = {12, 9, 5, 7, 5, 4, 7, 7, 9, 21, 16};
+enum { K_MODEL, K_EXEC, K_SEQ, K_BYTES, K_RET, K_OP, K_GROUP, K_DTYPE, K_FLOW, K_FSID, K_DEVP };
+
+static int get_table(PyObject *o, table *t, const char *what) {
+    if (!PyList_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "chrome_events: %s must be a list of bytes", what);
+        return -1;
+    }
+    t->list = o;
+    t->n = PyList_GET_SIZE(o);
+    t->maxlen = t->total = 0;
+    t->p = NULL;
+    t->l = NULL;
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        PyObject *b = PyList_GET_ITEM(o, i);
+        if (!PyBytes_Check(b)) {
+            PyErr_Format(PyExc_TypeError, "chrome_events: %s must be a list of bytes", what);
+            return -1;
+        }
+        if (PyBytes_GET_SIZE(b) > t->maxlen) t->maxlen = PyBytes_GET_SIZE(b);
+        t->total += PyBytes_GET_SIZE(b);
+    }
+    return 0;
+}
+
+/* Copy each table's strings into ``arena`` (room for all of them + PAD) and point at them. */
+static int place_table(table *t, char **arena) {
+    t->p = PyMem_Malloc(sizeof(char *) * (t->n + 1));
+    t->l = PyMem_Malloc(sizeof(Py_ssize_t) * (t->n + 1));
+    if (t->p == NULL || t->l == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        PyObject *b = PyList_GET_ITEM(t->list, i);
+        t->p[i] = *arena;
+        t->l[i] = PyBytes_GET_SIZE(b);
+        memcpy(*arena, PyBytes_AS_STRING(b), t->l[i]);
+        *arena += t->l[i];
+    }
+    return 0;
+}
+
+#define TAB_PTR(t, i) ((t).p[i])
+#define TAB_LEN(t, i) ((t).l[i])
+
+#define SLICE (4 << 20)
+
+/* Shrink the slice ``*bytes`` to what was written (up to ``q``) and append it to ``parts``. */
+static int end_slice(PyObject *parts, PyObject **bytes, char *q) {
+    if (_PyBytes_Resize(bytes, q - PyBytes_AS_STRING(*bytes)) < 0) return -1;
+    int r = PyList_Append(parts, *bytes);
+    Py_CLEAR(*bytes);
+    return r;
+}
+
+enum { C_ORDER, C_START, C_END, C_TYPE, C_TID, C_MODEL, C_EXEC, C_SEQ, C_BYTES, C_RET, C_OP, C_GROUP, C_DTYPE,
+       C_FLOW, C_FSID, C_DEVP, C_ROLE, NCOLS };
+static const char *const COL_NAMES[NCOLS] = {"order", "start", "end", "type", "tid", "model", "exec_id", "seq",
+                                             "bytes", "ret", "op", "group", "dtype", "flow_id",
+                                             "framework_stream_id", "device_profile", "role"};
+enum { T_NAME, T_CAT, T_MODEL, T_STR, T_DEVP, NTABS };
+static const char *const TAB_NAMES[NTABS] = {"names", "cats", "models", "strings", "device_profiles"};
+
+
+/* v in lower-case hex digits (a minus sign first when negative), as Python's hex() writes them
+   after its "0x" (which the caller writes); returns the end of what was written. */
+static inline char *put_signed_hex(char *q, int64_t v) {
+    uint64_t a = (uint64_t)v;
+    if (v < 0) {
+        *q++ = '-';
+        a = (uint64_t)0 - a;
+    }
+    char hx[16];
+    int h = 0;
+    do {
+        hx[h++] = HEX[a & 15];
+        a >>= 4;
+    } while (a);
+    while (h) *q++ = hx[--h];
+    return q;
+}
+
+static PyObject *chrome_events(PyObject *self, PyObject *args) {
+    PyObject *cols_o, *tabs_o, *pid_o, *eoff_o, *edata_o, *evalid_o;
+    long long origin;
+    int ascii;
+    Py_buffer sep;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "nO!O!LSOOOpy*", &n, &PyTuple_Type, &cols_o, &PyTuple_Type, &tabs_o, &origin,
+                          &pid_o, &eoff_o, &edata_o, &evalid_o, &ascii, &sep))
+        return NULL;
+    PyObject *result = NULL;
+    icol cols[NCOLS];
+    table tabs[NTABS];
+    Py_buffer eoff = {0}, edata = {0}, evalid = {0};
+    int have_extra = 0;
+    PyObject *bytes = NULL, *parts = NULL;
+    char *scratch = NULL, *arena = NULL;
+    memset(cols, 0, sizeof(cols));
+    memset(tabs, 0, sizeof(tabs));
+    if (PyTuple_GET_SIZE(cols_o) != NCOLS || PyTuple_GET_SIZE(tabs_o) != NTABS || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "chrome_events: wrong number of columns or tables");
+        goto done;
+    }
+    for (int i = 0; i < NCOLS; i++)
+        if (get_icol(PyTuple_GET_ITEM(cols_o, i), &cols[i], n, COL_NAMES[i]) < 0) goto done;
+    for (int i = 0; i < NCOLS; i++)
+        if (!cols[i].have && i != C_FSID) {
+            PyErr_Format(PyExc_ValueError, "chrome_events: %s is required", COL_NAMES[i]);
+            goto done;
+        }
+    for (int i = 0; i < NTABS; i++)
+        if (get_table(PyTuple_GET_ITEM(tabs_o, i), &tabs[i], TAB_NAMES[i]) < 0) goto done;
+    if (tabs[T_NAME].n != tabs[T_CAT].n) {
+        PyErr_SetString(PyExc_ValueError, "chrome_events: names and cats differ in length");
+        goto done;
+    }
+    Py_ssize_t pidl = PyBytes_GET_SIZE(pid_o), total = pidl + (Py_ssize_t)sep.len + PAD;
+    for (int i = 0; i < NTABS; i++) total += tabs[i].total;
+    if ((arena = PyMem_Malloc(total)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    char *at = arena;
+    for (int i = 0; i < NTABS; i++)
+        if (place_table(&tabs[i], &at) < 0) goto done;
+    const char *pid = at, *sepp = at + pidl;
+    memcpy(at, PyBytes_AS_STRING(pid_o), pidl);
+    memcpy(at + pidl, sep.buf, sep.len);
+    const int32_t *offs = NULL;
+    const char *data = NULL;
+    const uint8_t *valid = NULL;
+    if (eoff_o != Py_None) {
+        if (PyObject_GetBuffer(eoff_o, &eoff, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        have_extra |= 1;
+        if (PyObject_GetBuffer(edata_o, &edata, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        have_extra |= 2;
+        if (PyObject_GetBuffer(evalid_o, &evalid, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        have_extra |= 4;
+        if (eoff.len != (n + 1) * 4 || evalid.len != n) {
+            PyErr_SetString(PyExc_ValueError, "chrome_events: extra offsets must be n + 1 int32, valid n bytes");
+            goto done;
+        }
+        offs = eoff.buf;
+        data = edata.buf;
+        valid = evalid.buf;
+        for (Py_ssize_t i = 0; i <= n; i++)
+            if (offs[i] < 0 || offs[i] > edata.len || (i && offs[i] < offs[i - 1])) {
+                PyErr_SetString(PyExc_ValueError, "chrome_events: extra offsets out of range");
+                goto done;
+            }
+    }
+    Py_ssize_t tabmax = 0;
+    for (int i = 0; i < NTABS; i++) tabmax += tabs[i].maxlen;
+    Py_ssize_t fixed = 640 + 2 * MAX_ENTRIES + pidl + 3 * tabmax + (Py_ssize_t)sep.len;
+    /* written in slices of ~SLICE bytes, each a bytes object bounded for its events and shrunk
+     * when full: blocks the allocator reuses from one slice to the next (a block for the whole
+     * chunk would be fresh pages every chunk, ~70 ns an event of page faults) */
+    if ((parts = PyList_New(0)) == NULL) goto done;
+    char *q = NULL, *qend = NULL;
+    const int64_t *ord = cols[C_ORDER].v;
+    int64_t const *fsid = cols[C_FSID].have ? cols[C_FSID].v : NULL;
+    Py_ssize_t scap = 0;
+    entry es[MAX_ENTRIES];
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t i = ord[j];
+        if (i < 0 || i >= n) goto unsupported;
+        Py_ssize_t elen = 0;
+        if (valid != NULL && valid[i]) elen = offs[i + 1] - offs[i];
+        if (qend - q < fixed + 6 * elen + PAD) {
+            if (bytes != NULL && end_slice(parts, &bytes, q) < 0) goto done;
+            Py_ssize_t size = fixed + 6 * elen + PAD > SLICE ? fixed + 6 * elen + PAD : SLICE;
+            if ((bytes = PyBytes_FromStringAndSize(NULL, size)) == NULL) goto done;
+            q = PyBytes_AS_STRING(bytes);
+            qend = q + size;
+        }
+        if (j) q = copy_small(q, sepp, sep.len);
+        int64_t ty = cols[C_TYPE].v[i];
+        if (ty < 0 || ty >= tabs[T_NAME].n) goto unsupported;
+        int64_t s0 = cols[C_START].v[i];
+        int64_t dur = (int64_t)((uint64_t)cols[C_END].v[i] - (uint64_t)s0);
+        int64_t ts = (int64_t)((uint64_t)s0 - (uint64_t)origin);
+        PUT_LIT(q, "{\"name\":");
+        q = copy_small(q, TAB_PTR(tabs[T_NAME], ty), TAB_LEN(tabs[T_NAME], ty));
+        PUT_LIT(q, ",\"cat\":");
+        q = copy_small(q, TAB_PTR(tabs[T_CAT], ty), TAB_LEN(tabs[T_CAT], ty));
+        if (dur > 0)
+            PUT_LIT(q, ",\"ph\":\"X\",\"pid\":");
+        else
+            PUT_LIT(q, ",\"ph\":\"i\",\"pid\":");
+        q = copy_small(q, pid, pidl);
+        PUT_LIT(q, ",\"tid\":");
+        q = put_i64(q, cols[C_TID].v[i]);
+        PUT_LIT(q, ",\"ts\":");
+        if ((q = put_us(q, ts, ascii)) == NULL) goto done;
+        PUT_LIT(q, ",\"args\":{");
+        /* the argument columns, in _args's order */
+        int ne = 0;
+        char *sc = NULL;
+        char nums[6][32];
+        int64_t v;
+#define TAB_ENTRY(key, col, t)                                                           \
+    v = cols[col].v[i];                                                                  \
+    if (v >= 0) {                                                                        \
+        if (v >= tabs[t].n) goto unsupported;                                            \
+        es[ne].k = KEYS[key];                                                            \
+        es[ne].kl = KEYLEN[key];                                                         \
+        es[ne].v = TAB_PTR(tabs[t], v);                                                  \
+        es[ne++].vl = (int)TAB_LEN(tabs[t], v);                                          \
+    }
+#define INT_ENTRY(key, val, slot)                                                        \
+    {                                                                                    \
+        es[ne].k = KEYS[key];                                                            \
+        es[ne].kl = KEYLEN[key];                                                         \
+        es[ne].v = nums[slot];                                                           \
+        es[ne++].vl = (int)(put_i64(nums[slot], val) - nums[slot]);                      \
+    }
+        TAB_ENTRY(K_MODEL, C_MODEL, T_MODEL)
+        if ((v = cols[C_EXEC].v[i]) >= 0) INT_ENTRY(K_EXEC, v, 0)
+        if ((v = cols[C_SEQ].v[i]) >= 0) INT_ENTRY(K_SEQ, v, 1)
+        if ((v = cols[C_BYTES].v[i]) >= 0) INT_ENTRY(K_BYTES, v, 2)
+        if ((v = cols[C_RET].v[i]) >= 0) INT_ENTRY(K_RET, v, 3)
+        TAB_ENTRY(K_OP, C_OP, T_STR)
+        TAB_ENTRY(K_GROUP, C_GROUP, T_STR)
+        TAB_ENTRY(K_DTYPE, C_DTYPE, T_STR)
+        int64_t flow = cols[C_FLOW].v[i];
+        if (flow) INT_ENTRY(K_FLOW, flow, 4)
+        if (fsid != NULL && fsid[i] >= 0) INT_ENTRY(K_FSID, fsid[i], 5)
+        if (elen) {
+            if (scap < 6 * elen + 2 * PAD) {
+                PyMem_Free(scratch);
+                scap = 6 * elen + 4 * PAD;
+                if ((scratch = PyMem_Malloc(scap)) == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+            }
+            sc = scratch;
+            if (merge_extra(data + offs[i], data + offs[i + 1], es, &ne, &sc, ascii) < 0) goto unsupported;
+        }
+        v = cols[C_DEVP].v[i];
+        if (v >= 0) {
+            if (v >= tabs[T_DEVP].n) goto unsupported;
+            int k = find_key(es, ne, KEYS[K_DEVP], KEYLEN[K_DEVP]);
+            if (k < 0) {
+                if (ne >= MAX_ENTRIES) goto unsupported;
+                k = ne++;
+                es[k].k = KEYS[K_DEVP];
+                es[k].kl = KEYLEN[K_DEVP];
+            }
+            es[k].v = TAB_PTR(tabs[T_DEVP], v);
+            es[k].vl = (int)TAB_LEN(tabs[T_DEVP], v);
+        }
+        for (int k = 0; k < ne; k++) {
+            if (k) *q++ = ',';
+            q = copy_small(q, es[k].k, es[k].kl);
+            *q++ = ':';
+            q = copy_small(q, es[k].v, es[k].vl);
+        }
+        *q++ = '}';
+        if (dur > 0) {
+            PUT_LIT(q, ",\"dur\":");
+            if ((q = put_us(q, dur, ascii)) == NULL) goto done;
+            int64_t role = cols[C_ROLE].v[i];
+            if (role == 1 || role == 2) {
+                PUT_LIT(q, ",\"bind_id\":\"0x");
+                q = put_signed_hex(q, flow);
+                if (role == 1)
+                    PUT_LIT(q, "\",\"flow_out\":true");
+                else
+                    PUT_LIT(q, "\",\"flow_in\":true");
+            } else if (role != 0) {
+                goto unsupported;
+            }
+        } else {
+            PUT_LIT(q, ",\"s\":\"t\"");
+        }
+        *q++ = '}';
+    }
+    if (bytes != NULL && end_slice(parts, &bytes, q) < 0) goto done;
+    result = parts;
+    parts = NULL;
+    goto done;
+unsupported:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(bytes);
+    Py_XDECREF(parts);
+    PyMem_Free(arena);
+    for (int i = 0; i < NTABS; i++) {
+        PyMem_Free(tabs[i].p);
+        PyMem_Free(tabs[i].l);
+    }
+    for (int i = 0; i < NCOLS; i++) release_icol(&cols[i]);
+    if (have_extra & 1) PyBuffer_Release(&eoff);
+    if (have_extra & 2) PyBuffer_Release(&edata);
+    if (have_extra & 4) PyBuffer_Release(&evalid);
+    PyBuffer_Release(&sep);
+    PyMem_Free(scratch);
+    return result;
+}
+
+/* chrome_flows(kind, ids, pids, tids, ts, sep) -> bytes: the collectives' flow events of
+ * ``chrome_json._collective_flows``, ``sep``-joined: kind 0 ``s``, 1 ``t``, 2 ``f`` (``bp: e``); ids
+ * in hex; ts in nanoseconds since the origin, printed as Python's repr of ts / 1000.0 (the f-string
+ * the Python path renders them with). */
+static PyObject *chrome_flows(PyObject *self, PyObject *args) {
+    PyObject *o[5];
+    Py_buffer sep;
+    if (!PyArg_ParseTuple(args, "OOOOOy*", &o[0], &o[1], &o[2], &o[3], &o[4], &sep)) return NULL;
+    static const char *const names[5] = {"kind", "ids", "pids", "tids", "ts"};
+    icol c[5];
+    memset(c, 0, sizeof(c));
+    PyObject *bytes = NULL, *result = NULL;
+    Py_ssize_t n = -1;
+    for (int i = 0; i < 5; i++) {
+        if (o[i] == Py_None) {
+            PyErr_Format(PyExc_ValueError, "chrome_flows: %s is required", names[i]);
+            goto done;
+        }
+        if (n < 0) {
+            Py_ssize_t len = PyObject_Length(o[i]);
+            if (len < 0) goto done;
+            n = len;
+        }
+        if (get_icol(o[i], &c[i], n, names[i]) < 0) goto done;
+    }
+    Py_ssize_t per = 160 + (Py_ssize_t)sep.len;
+    if (n > PY_SSIZE_T_MAX / per) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((bytes = PyBytes_FromStringAndSize(NULL, per * n)) == NULL) goto done;
+    char *q = PyBytes_AS_STRING(bytes);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i) {
+            memcpy(q, sep.buf, sep.len);
+            q += sep.len;
+        }
+        PUT_LIT(q, "{\"name\":\"collective\",\"cat\":\"flow\",\"ph\":");
+        switch (c[0].v[i]) {
+        case 0: PUT_LIT(q, "\"s\""); break;
+        case 1: PUT_LIT(q, "\"t\""); break;
+        case 2: PUT_LIT(q, "\"f\",\"bp\":\"e\""); break;
+        default:
+            PyErr_SetString(PyExc_ValueError, "chrome_flows: kind must be 0, 1 or 2");
+            goto done;
+        }
+        PUT_LIT(q, ",\"id\":\"0x");
+        q = put_signed_hex(q, c[1].v[i]);
+        PUT_LIT(q, "\",\"pid\":");
+        q = put_i64(q, c[2].v[i]);
+        PUT_LIT(q, ",\"tid\":");
+        q = put_i64(q, c[3].v[i]);
+        PUT_LIT(q, ",\"ts\":");
+        if ((q = put_us(q, c[4].v[i], 1)) == NULL) goto done;
+        *q++ = '}';
+    }
+    if (_PyBytes_Resize(&bytes, q - PyBytes_AS_STRING(bytes)) < 0) goto done;
+    result = bytes;
+    bytes = NULL;
+done:
+    Py_XDECREF(bytes);
+    for (int i = 0; i < 5; i++) release_icol(&c[i]);
+    PyBuffer_Release(&sep);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"delta_binary_packed", delta_binary_packed, METH_VARARGS, "prefix + DELTA_BINARY_PACKED encoding of the valid values of an int64/int32 buffer."},
     {"rle_hybrid", rle_hybrid, METH_VARARGS, "RLE/bit-packed hybrid encoding of a uint8/int32 buffer at a bit width."},
@@ -732,9 +1517,11 @@ static PyMethodDef methods[] = {
     {"present", present, METH_VARARGS, "Which of 0..k-1 occur among int64 ids (None: some id outside)."},
     {"list_page", list_page, METH_VARARGS, "Levels + DELTA_BINARY_PACKED of a list column of up to two non-zero int64 a row."},
     {"dict_page", dict_page, METH_VARARGS, "Dictionary data page body (levels, bit width, positions) from ids and a lut."},
+    {"chrome_events", chrome_events, METH_VARARGS, "A chunk of view's events as Chrome trace-event JSON (None: not reproduced)."},
+    {"chrome_flows", chrome_flows, METH_VARARGS, "The collectives' flow events as Chrome trace-event JSON."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pqenc", "Parquet value encoders.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pqenc", "Parquet value encoders and Chrome trace-event JSON events.", -1, methods};
 
 PyMODINIT_FUNC PyInit__pqenc(void) { return PyModule_Create(&module); }

@@ -1,7 +1,8 @@
-"""Parquet value encoders in C (``exporters/_pqenc.c``), for ``view``'s own Parquet writer.
+"""Parquet value encoders in C (``exporters/_pqenc.c``), for ``view``'s own Parquet writer (and, at the
+end, its Chrome trace-event JSON events).
 
-``exporters/parquet_file.py`` is the only caller: it keeps everything per page and per file (Thrift
-headers, Snappy, statistics, layout) and hands the per-value loops to these functions.  There is no
+``exporters/parquet_file.py`` is the only caller of the Parquet ones: it keeps everything per page and
+per file (Thrift headers, Snappy, statistics, layout) and hands the per-value loops to these functions.  There is no
 Python copy of them: without the module ``parquet_file`` cannot be imported and ``view`` writes
 ``SystemProfileEvents`` with Arrow's writer (``exporters/parquet.py``, the same columns and values;
 ``NEURON_EXPLORER_PARQUET_WRITER=arrow`` chooses it on purpose), which is the reference
@@ -69,3 +70,23 @@ def dict_page(ids: _Values, lut: _Values, offset: int, null_pos: int, nvalues: i
     the bit-width byte, the non-null rows' positions (RLE hybrid); nulls = the null count; used =
     one byte per dictionary value, 1 where a non-null row holds it (min/max statistics; all 0
     unless ``want_used``).  Replaces numpy's gather, null mask, compaction and two level passes."""
+
+# ---- Chrome trace-event JSON (``exporters/chrome_json.py``; docs/json-output.md) ----
+
+def chrome_events(n: int, cols: tuple[_Values | None, ...], tables: tuple[list[bytes], ...], origin: int,
+                  pid: bytes, extra_offsets: _Values | None, extra_data: _Values | None,
+                  extra_valid: _Values | None, ascii: bool, sep: ReadableBuffer, /) -> list[bytes] | None:
+    """``n`` events of one chunk, ``sep``-joined, in parts to write one after the other: exactly the
+    bytes ``chrome_json._render``'s dicts encode to.  ``cols``: 17 int64 columns of ``n`` (order,
+    start, end, type, tid, model, exec_id, seq, bytes, ret, op, group, dtype, flow_id,
+    framework_stream_id or None, device_profile, role); ``tables``: the encoded names, categories,
+    model names, strings and device profiles the columns index (-1: absent); ``extra_*``: the
+    extra_json column's Arrow offsets (n + 1 int32), data and one valid byte per event (or None);
+    ``ascii``: the standard library's escaping and float repr, else orjson's.  None: a chunk it
+    does not reproduce (the caller renders it in Python)."""
+
+def chrome_flows(kind: _Values, ids: _Values, pids: _Values, tids: _Values, ts: _Values, sep: ReadableBuffer,
+                 /) -> bytes:
+    """The collectives' flow events of ``chrome_json._collective_flows``, ``sep``-joined: kind 0 ``s``,
+    1 ``t``, 2 ``f`` (``bp: e``); int64 ids, pids, tids, and ts in nanoseconds since the origin
+    (printed as repr of ts / 1000.0)."""

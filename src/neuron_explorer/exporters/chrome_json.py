@@ -12,6 +12,7 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
 
 from neuron_explorer.analysis.counters import process_counters
 from neuron_explorer.analysis.device import DeviceProfileView
@@ -27,6 +28,12 @@ from neuron_explorer.contracts.tracks import (
 from neuron_explorer.exporters.chrome_trace import ChromeTraceWriter, written_by
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 from neuron_explorer.util.atomic import AtomicFile
+from neuron_explorer.util.jsonfast import BACKEND, dumps_bytes
+
+try:
+    from neuron_explorer.exporters import _pqenc
+except ImportError:  # pragma: no cover - without the C extension every chunk takes the Python path
+    _pqenc = None  # type: ignore[assignment]
 
 # a core's tracks get tids above any OS thread id: 1_000_000 + nc (events), 2_000_000 + nc (cc)
 CORE_TID = 1_000_000
@@ -89,6 +96,12 @@ def _collective_flows(trace: ChromeTraceWriter, pieces: list[Piece], origin_ns: 
     first = np.r_[True, flow[1:] != flow[:-1]]
     last = np.r_[flow[1:] != flow[:-1], True]
     keep = ~(first & last)  # a flow needs two slices
+    if _pqenc is not None:  # (rendered in C: the Python path's bytes, ~30 ns a flow event)
+        kind = np.where(first, 0, np.where(last, 2, 1))[keep]
+        at = (start + np.minimum((end - start) // 2, 1) - origin_ns)[keep]
+        trace.add_block([_pqenc.chrome_flows(_int64(kind), _int64(flow[keep]), _int64(a[keep, 4]),
+                                             _int64(a[keep, 3]), _int64(at), trace.sep)])  # (none: nothing)
+        return
     ph = np.where(first, '"s"', np.where(last, '"f","bp":"e"', '"t"'))[keep].tolist()
     ts = ((start + np.minimum((end - start) // 2, 1) - origin_ns) / 1000.0)[keep].tolist()
     ids, tids, pids = flow[keep].tolist(), a[keep, 3].tolist(), a[keep, 4].tolist()
@@ -129,8 +142,9 @@ class JsonProcess(ProcessWriter):
             items.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}})
         self.last = pe
         if pe.n:
-            items += self._events(pe, pid)
-        self.trace.add(items)
+            self._events(pe, pid, items)
+        else:
+            self.trace.add(items)
 
     def _tracks(self, pe: ProcessEvents, pid: int, items: list[dict]) -> np.ndarray:
         """The thread id of each event of the chunk; names the tracks not seen before (``items``).
@@ -161,11 +175,78 @@ class JsonProcess(ProcessWriter):
                 items.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": label}})
         return tid
 
-    def _events(self, pe: ProcessEvents, pid: int) -> list[dict]:
-        """The names of tracks not seen before, then the chunk's events."""
+    def _events(self, pe: ProcessEvents, pid: int, head: list[dict]) -> None:
+        """Write the chunk: ``head`` and the names of tracks not seen before, the events (a
+        ``sep``-joined block from ``_pqenc.chrome_events`` when it reproduces them, else one
+        object each from ``_render``), then the framework flow arrows."""
+        c = pe.cols
+        items = head
+        tid = self._tracks(pe, pid, items)
+        code = self._flows(pe, tid)
+        # in time order, and a host call before the core execution it starts when they start
+        # together, so that a reader meets each flow's start first (docs/decisions/0034)
+        order = np.lexsort((code != 1, c["start_ts"]))
+        block = self._encode(pe, pid, tid, code, order) if _pqenc is not None else None
+        if block is None:
+            items += self._render(pe, pid, tid, code, order)
+        flows = _framework_flows(pe, pid, tid, self.target.origin_ns, code)
+        self.trace.add(items)
+        if block is not None:
+            self.trace.add_block(block)
+        self.trace.add(flows)
+
+    def _encode(self, pe: ProcessEvents, pid: int, tid: np.ndarray, code: np.ndarray,
+                order: np.ndarray) -> list[bytes] | None:
+        """The chunk's events rendered in C (docs/decisions/0112): every string encoded once
+        (type names and categories, and the model names, string arguments and device profiles
+        the chunk uses), the columns as int64 indices into those tables.  None when the columns
+        are not what the C encoder reproduces exactly (``_render`` then renders the chunk)."""
+        c = pe.cols
+        origin = self.target.origin_ns
+        if len(pe.type_names) != len(pe.type_sources) or not -(1 << 63) <= origin < (1 << 63):
+            return None
+        fsid = c.get("framework_stream_id")
+        ints = [c[k] for k in ("start_ts", "end_ts", "type", "model_id") + _INT_ARGS + _STRING_ARGS
+                + ("flow_id", "device_profile")] + [tid] + ([fsid] if fsid is not None else [])
+        if not all(a.dtype.kind == "i" or (a.dtype.kind == "u" and a.dtype.itemsize < 8) for a in ints):
+            return None  # (a float or uint64 column: printed as Python prints it)
+        mid = c["model_id"]
+        models = np.unique(mid[mid >= 0])
+        model_idx = np.where(mid >= 0, np.searchsorted(models, mid), -1)
+        sids = [c[k] for k in _STRING_ARGS]
+        used = np.unique(np.concatenate([v[v > 0] for v in sids]))
+        dp = c["device_profile"]
+        if (len(used) and used[-1] >= len(pe.strings)) or (pe.n and dp.max() >= len(pe.device_profiles)):
+            return None  # (an index out of range: the Python path raises its error)
+        str_idx = [np.where(v > 0, np.searchsorted(used, v), -1) for v in sids]
+        extra = pe.extra_json
+        eoff = edata = evalid = None
+        if len(extra) != pe.n:
+            return None
+        if extra.null_count < len(extra):
+            if extra.type != pa.string():
+                return None
+            o = extra.offset
+            eoff = np.frombuffer(extra.buffers()[1], dtype=np.int32, count=o + pe.n + 1)[o:]
+            edata = extra.buffers()[2] or b""
+            bits = extra.buffers()[0]  # (unpacked here: Arrow's to_numpy would import pandas)
+            evalid = (np.ones(pe.n, dtype=np.uint8) if bits is None else
+                      np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=o + pe.n, bitorder="little")[o:])
+        i64 = _int64
+        cols = (i64(order), i64(c["start_ts"]), i64(c["end_ts"]), i64(c["type"]), i64(tid), i64(model_idx),
+                *(i64(c[k]) for k in _INT_ARGS), *(i64(v) for v in str_idx), i64(c["flow_id"]),
+                None if fsid is None else i64(fsid), i64(dp), i64(code))
+        tables = ([dumps_bytes(x) for x in pe.type_names], [dumps_bytes(x) for x in pe.type_sources],
+                  [dumps_bytes(pe.model_names.get(m, f"model_{m}")) for m in models.tolist()],
+                  [dumps_bytes(pe.strings[v]) for v in used.tolist()], [dumps_bytes(x) for x in pe.device_profiles])
+        return _pqenc.chrome_events(pe.n, cols, tables, origin, dumps_bytes(pid), eoff, edata, evalid,
+                                    BACKEND == "json", self.trace.sep)
+
+    def _render(self, pe: ProcessEvents, pid: int, tid: np.ndarray, code: np.ndarray,
+                order_a: np.ndarray) -> list[dict]:
+        """The chunk's events as one object each (what ``_encode`` reproduces in C)."""
         c = pe.cols
         items: list[dict] = []
-        tid = self._tracks(pe, pid, items)
         origin = self.target.origin_ns
         ts = ((c["start_ts"] - origin) / 1000.0).tolist()
         dur = ((c["end_ts"] - c["start_ts"]) / 1000.0).tolist()
@@ -175,12 +256,8 @@ class JsonProcess(ProcessWriter):
                                        else np.full(pe.n, -1, dtype=np.int64)).tolist()
         srcs, typ, tid_l = pe.type_sources, c["type"].tolist(), tid.tolist()
         extra = pe.extra_json.to_pylist()
-        code = self._flows(pe, tid)
         role = code.tolist()
-        # in time order, and a host call before the core execution it starts when they start
-        # together, so that a reader meets each flow's start first (docs/decisions/0034)
-        order = np.lexsort((code != 1, c["start_ts"])).tolist()
-        for i in order:
+        for i in order_a.tolist():
             ev = {"name": names[i], "cat": srcs[typ[i]], "ph": "X" if dur[i] > 0 else "i", "pid": pid,
                   "tid": tid_l[i], "ts": ts[i], "args": _args(pe, cols, extra, i)}
             if dur[i] > 0:
@@ -191,7 +268,6 @@ class JsonProcess(ProcessWriter):
             else:
                 ev["s"] = "t"
             items.append(ev)
-        items += _framework_flows(pe, pid, tid, ts, code)
         return items
 
     def _flows(self, pe: ProcessEvents, tid: np.ndarray) -> np.ndarray:
@@ -239,7 +315,7 @@ class JsonProcess(ProcessWriter):
         self.file.abort()
 
 
-def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[float], role: np.ndarray) -> list[dict]:
+def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, origin_ns: int, role: np.ndarray) -> list[dict]:
     """Flow arrows between framework regions and host calls (``analysis.framework``), as Chrome's
     flow events v1: ``issued`` from a region to each host call it issued (start bound to the region,
     finish to the call), and ``ran`` from a host call to each region that ran inside its execution
@@ -252,12 +328,13 @@ def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[floa
         return []
     ids = c["id"]
     out: list[dict] = []
+    ts = (c["start_ts"] - origin_ns) / 1000.0  # (an arrow's ends as the events show them)
 
     def arrow(name: str, fid: str, a: int, b: int) -> None:
         out.append({"name": name, "cat": "framework", "ph": "s", "id": fid, "pid": pid, "tid": int(tid[a]),
-                    "ts": ts[a]})
+                    "ts": float(ts[a])})
         out.append({"name": name, "cat": "framework", "ph": "f", "bp": "e", "id": fid, "pid": pid,
-                    "tid": int(tid[b]), "ts": ts[b]})
+                    "tid": int(tid[b]), "ts": float(ts[b])})
 
     f2 = c.get("flow_id2")
     if f2 is not None and f2.any():
@@ -277,6 +354,10 @@ def _framework_flows(pe: ProcessEvents, pid: int, tid: np.ndarray, ts: list[floa
             if h is not None:
                 arrow("ran", f"0x{int(ids[r]):x}", h, r)  # (one a region: its event id)
     return out
+
+
+def _int64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def _args(pe: ProcessEvents, cols: dict[str, list], extra: list, i: int) -> dict:

@@ -48,6 +48,34 @@ def written_by(path: str, tool: str, legacy_key: str | None = None) -> bool:
         os.close(fd)
 
 
+def _kernel_copy(src: IO[bytes], dst: IO[bytes]) -> bool:
+    """Copy ``src`` from its position to its end onto the end of ``dst`` with
+    ``os.copy_file_range``; False, nothing copied, where that cannot be done: not two regular
+    files, or the kernel refuses the first call (no such call, another file system)."""
+    try:
+        fi, fo = src.fileno(), dst.fileno()
+        regular = stat.S_ISREG(os.fstat(fi).st_mode) and stat.S_ISREG(os.fstat(fo).st_mode)
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not regular or not hasattr(os, "copy_file_range"):
+        return False
+    dst.flush()
+    pos = done = src.tell()
+    while True:
+        try:
+            k = os.copy_file_range(fi, fo, 1 << 30, offset_src=done)
+        except OSError:
+            if done == pos:
+                return False
+            raise
+        if k == 0:
+            break
+        done += k
+    src.seek(done)
+    dst.seek(0, os.SEEK_END)  # (the buffered writer's idea of its position)
+    return True
+
+
 class ChromeTraceWriter:
     """Writes a Chrome trace to the binary file ``f`` (the caller opens, commits or aborts it)."""
 
@@ -74,14 +102,29 @@ class ChromeTraceWriter:
         self.f.write(self.sep.join(events))
         self.empty = False
 
+    def add_block(self, parts: list[bytes]) -> None:
+        """Write events already encoded and joined by ``sep``, in parts written one after the
+        other (``_pqenc.chrome_events``'s: no join copies them)."""
+        if not any(parts):
+            return
+        if not self.empty:
+            self.f.write(self.sep)
+        for p in parts:
+            self.f.write(p)
+        self.empty = False
+
     def copy(self, src: IO[bytes], size: int) -> None:
-        """Append a fragment of ``size`` bytes (the events another writer wrote with ``fragment``)."""
+        """Append a fragment of ``size`` bytes (the events another writer wrote with ``fragment``):
+        inside the kernel between two regular files (``copy_file_range``: a quarter of the CPU of
+        a copy through user space), through a buffer otherwise."""
         if size == 0:
             return
         if not self.empty:
             self.f.write(self.sep)
-        shutil.copyfileobj(src, self.f, 1 << 20)
         self.empty = False
+        if _kernel_copy(src, self.f):
+            return
+        shutil.copyfileobj(src, self.f, 1 << 20)
 
     def close(self, metadata: dict) -> None:
         """End the event list and write ``metadata`` (a fragment has neither: nothing is written)."""

@@ -74,6 +74,7 @@ class RunInfo:
     warnings: list[tuple[str, str]]  # (message, path)
     work: str  # the work area of the pieces
     display_name: str = ""
+    summary: dict | None = None  # the summary-json document (docs/summary.md), written as summary.json
 
 
 class ProcessWriter:

@@ -483,6 +483,9 @@ def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:
     """Finish the dataset in the work area and move it into place (replacing only an earlier
     output of ours, see ``view.output``)."""
     write_tables(run.work, pieces, run.warnings)
+    if run.summary is not None:  # the Summary page's document (docs/summary.md)
+        with open(os.path.join(run.work, dataset.SUMMARY_FILE), "w") as f:
+            f.write(json.dumps(run.summary, separators=(",", ":")))
     dataset.replace_dir(run.work, path)
 
 

@@ -12,6 +12,8 @@ import sys
 import threading
 from typing import Callable
 
+from neuron_explorer.util.log import get_logger
+
 _pending: dict[str, list[Callable]] = {}
 _lock = threading.Lock()
 
@@ -63,7 +65,7 @@ def _fire(name: str, module) -> None:
         try:
             cb(module)
         except Exception as e:  # instrumentation must never break the import
-            print(f"neuron-explorer: warning: could not instrument {name}: {e}", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: could not instrument {name}: {e}")
 
 
 def when_imported(name: str, callback: Callable) -> None:

@@ -2,9 +2,11 @@
 
 - ``snapshot``: reading a published snapshot without trusting it; ``config``: the configuration file;
   ``gpu``: optional NVML access.
-- ``monitor`` / ``cli``: the ``neuron-monitor`` loop and command.
+- ``monitor`` / ``cli``: the ``neuron-monitor`` loop and command; ``control``: its endpoint that relays
+  ``neuron-explorer attach`` requests to the processes of its host.
 - ``apps`` / ``system``: application-level and system-level metric groups.
-- ``metrics``, ``prometheus_exporter``, ``cloudwatch_exporter``: the companion exporters.
+- ``metrics``, ``prometheus_exporter``, ``cloudwatch_exporter``: the companion exporters;
+  ``companions``: their console entry points.  ``python -m neuron_explorer.monitor`` runs ``cli``.
 
 What applications publish and where is a contract (``contracts.stats_files``, with the latency
 buckets of ``contracts.stats_histogram``); the per-process counters are a runtime consumer
@@ -13,5 +15,5 @@ buckets of ``contracts.stats_histogram``); the per-process counters are a runtim
 See docs/monitor.md.
 """
 
-__all__ = ["app_stats", "apps", "cli", "cloudwatch_exporter", "config", "gpu", "metrics", "monitor",
-           "prometheus_exporter", "snapshot", "system"]
+__all__ = ["app_stats", "apps", "cli", "cloudwatch_exporter", "companions", "config", "control", "gpu", "metrics",
+           "monitor", "prometheus_exporter", "snapshot", "system"]

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: docs/commands.md)
 """``neuron-monitor``: stream JSON reports of running applications and the host to stdout."""
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import sys
 import threading
 from typing import Sequence
 
+from neuron_explorer import __version__
 from neuron_explorer.contracts.stats_files import STATS_DIR_ENV, default_stats_dir
 from neuron_explorer.monitor.config import ConfigError, default_config, load_config
 from neuron_explorer.monitor.monitor import Logger, Monitor
+from neuron_explorer.util.cliargs import add_version, complete
+from neuron_explorer.util.log import get_logger
 
 EPILOG = f"""\
 examples:
@@ -42,24 +46,33 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version(p, "neuron-monitor", __version__)
     p.add_argument("-c", "--config-file", metavar="CONFIG", help="path to a neuron-monitor JSON configuration file")
     p.add_argument(
         "--verbose", type=int, default=0, choices=range(0, 5), metavar="{0..4}",
         help="diagnostics on stderr: 0 none (default), 1 errors, 2 warnings, 3 info, 4 debug",
     )
+    p.add_argument("--control-port", type=int, default=None, metavar="PORT",
+                   help="relay `neuron-explorer attach` requests to this host's processes on PORT (off by default)")
+    p.add_argument("--control-host", default="127.0.0.1", metavar="ADDR",
+                   help="address the control endpoint listens on (default 127.0.0.1)")
+    p.add_argument("--control-token-file", metavar="FILE",
+                   help="the token callers must present (a file of this user, mode 600); required with --control-port")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``neuron-monitor`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    complete(parser)
+    args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config_file) if args.config_file else default_config()
     except ConfigError as exc:
-        print(f"neuron-monitor: configuration error: {exc}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-monitor: configuration error: {exc}")
         return 2
     for w in cfg.warnings():  # (whatever --verbose says: it is about the file the user wrote)
-        print(f"neuron-monitor: warning: {args.config_file}: {w}", file=sys.stderr, flush=True)
+        get_logger(__name__).warning(f"neuron-monitor: warning: {args.config_file}: {w}")
     log = Logger(args.verbose)
     stop = threading.Event()
 
@@ -68,6 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    control = None
+    if args.control_port is not None:
+        from neuron_explorer.contracts import ondemand as od
+
+        from .control import ControlServer
+
+        try:
+            if not args.control_token_file:
+                raise od.RequestError("--control-port needs --control-token-file")
+            control = ControlServer(args.control_host, args.control_port, od.read_token(args.control_token_file))
+        except (OSError, od.RequestError, od.EndpointError) as exc:
+            get_logger(__name__).warning(f"neuron-monitor: control endpoint: {exc}")
+            return 2
+        control.start()
+        log(3, f"relaying attach requests on {args.control_host}:{control.port}")
     monitor = Monitor(cfg, log=log, exclude_pids=(os.getpid(),))
     # start-up objects (imports, config) never die: keep the cyclic GC from rescanning them every period
     gc.freeze()
@@ -76,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return monitor.run(sys.stdout, stop)
     except BrokenPipeError:
         return 0
+    finally:
+        if control is not None:
+            control.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,9 +13,12 @@ import argparse
 import datetime as _dt
 import json
 import sys
-from typing import Any, Iterable, Sequence, TextIO
+from typing import Any, Iterable, Sequence, TextIO, cast
 
+from neuron_explorer import __version__
 from neuron_explorer.monitor.metrics import ReportTracker, Sample, consume_reports
+from neuron_explorer.util.cliargs import add_version, complete, missing_extra
+from neuron_explorer.util.log import LineLogger, get_logger
 
 #: PutMetricData accepts at most this many MetricDatum items per request.
 MAX_DATUMS_PER_REQUEST = 1000
@@ -67,12 +70,12 @@ class CloudWatchPublisher:
     """Turns reports into PutMetricData calls."""
 
     def __init__(self, client: Any, namespace: str, max_datums: int = MAX_DATUMS_PER_REQUEST,
-                 err: TextIO = sys.stderr) -> None:
+                 err: TextIO | None = None) -> None:
         self.client = client
         self.namespace = namespace
         self.max_datums = max(1, min(max_datums, MAX_DATUMS_PER_REQUEST))
         self.tracker = ReportTracker()
-        self.err = err
+        self.err = err or cast(TextIO, LineLogger(__name__))  # (the neuron_explorer logger tree)
         self.requests = 0
         self.datums_sent = 0
         self.failures = 0
@@ -113,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version(p, "neuron-monitor-cloudwatch.py", __version__)
     p.add_argument("--namespace", required=True, help="CloudWatch namespace for the metrics")
     p.add_argument("--region", required=True, help="AWS region, e.g. us-west-2")
     p.add_argument("--endpoint-url", help="CloudWatch endpoint (a local test server, a VPC endpoint)")
@@ -129,7 +133,13 @@ def consume(stream: Iterable[str], publisher: CloudWatchPublisher) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``neuron-monitor-cloudwatch.py``; runs until stdin ends."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    complete(parser)
+    args = parser.parse_args(argv)
+    why = missing_extra("monitor", ("boto3",), "neuron-monitor-cloudwatch.py")
+    if why is not None:
+        get_logger(__name__).error(f"neuron-monitor-cloudwatch.py: error: {why}")
+        return 2
     import boto3
 
     client = boto3.client("cloudwatch", region_name=args.region, endpoint_url=args.endpoint_url)

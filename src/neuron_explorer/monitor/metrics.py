@@ -11,11 +11,11 @@ receive duplicate datapoints.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO, cast
 
 from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.util.log import LineLogger
 
 #: Labels attached to every metric, taken from ``instance_info``.
 BASE_LABELS: tuple[str, ...] = (
@@ -301,7 +301,7 @@ def _lines(stream: Iterable[str]) -> Iterator[str | None]:
 
 
 def consume_reports(
-    stream: Iterable[str], handle: Callable[[dict[str, Any]], Any], prog: str, err: TextIO = sys.stderr
+    stream: Iterable[str], handle: Callable[[dict[str, Any]], Any], prog: str, err: TextIO | None = None
 ) -> int:
     """Pass every report line of ``stream`` to ``handle``; returns how many lines were skipped.
 
@@ -311,6 +311,7 @@ def consume_reports(
     long-running exporter.
     """
     bad = 0
+    err = err or cast(TextIO, LineLogger(__name__))  # (the neuron_explorer logger tree: docs/logging.md)
     for n, line in enumerate(_lines(stream), start=1):
         if line is None:
             bad += 1

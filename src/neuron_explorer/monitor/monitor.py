@@ -10,7 +10,6 @@ data is new).
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from neuron_explorer.monitor.gpu import Nvml
 from neuron_explorer.monitor.snapshot import SnapshotError, read_snapshot
 from neuron_explorer.monitor.system import HwCounters, MemoryInfo, VcpuUsage, hardware_info, instance_info
 from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.util.log import get_logger
 
 
 class Logger:
@@ -35,11 +35,14 @@ class Logger:
 
     def __init__(self, level: int, stream: TextIO | None = None) -> None:
         self.level = level
-        self.stream = stream or sys.stderr
+        self.stream = stream  # None: the neuron_explorer logger tree (docs/logging.md)
 
     def __call__(self, level: int, msg: str) -> None:
         if level <= self.level:
-            print(f"neuron-monitor: {msg}", file=self.stream, flush=True)
+            if self.stream is None:  # 1 errors, 2 warnings, 3 info and 4 debug (shown: --verbose chose them)
+                get_logger(__name__).log({1: 40, 2: 30}.get(level, 20), f"neuron-monitor: {msg}")
+            else:
+                print(f"neuron-monitor: {msg}", file=self.stream, flush=True)
 
 
 class Monitor:

@@ -20,11 +20,19 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterable, Iterator, Sequence, TextIO
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from neuron_explorer import __version__
 from neuron_explorer.monitor.metrics import BASE_LABELS, METRICS, ReportTracker, Sample, consume_reports
-from neuron_explorer.util.cliargs import port_number
+from neuron_explorer.util.cliargs import add_version, complete, missing_extra, port_number
+from neuron_explorer.util.log import get_logger
+
+if __name__ == "__main__":  # `python -m` without the 'monitor' extra: one line, not a traceback
+    _why = missing_extra("monitor", ("prometheus_client",), "neuron-monitor-prometheus.py")
+    if _why is not None:
+        get_logger(__name__).error(f"neuron-monitor-prometheus.py: error: {_why}")
+        sys.exit(2)
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric  # noqa: E402
+from prometheus_client.registry import Collector  # noqa: E402
 
 DEFAULT_PORT = 8000
 #: What ``render`` produces: the classic text format every Prometheus version understands.
@@ -189,7 +197,7 @@ def serve(state: ReportState, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
     return server
 
 
-def consume(stream: Iterable[str], state: ReportState, err: TextIO = sys.stderr) -> int:
+def consume(stream: Iterable[str], state: ReportState, err: TextIO | None = None) -> int:
     """Feed every JSON line of ``stream`` into ``state``; returns the number of bad lines."""
     return consume_reports(stream, state.update, "neuron-monitor-prometheus", err)
 
@@ -206,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version(p, "neuron-monitor-prometheus.py", __version__)
     p.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     p.add_argument("--cert-file", help="PEM certificate: serve HTTPS (needs --key-file)")
@@ -216,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``neuron-monitor-prometheus.py``; exits when stdin ends (the monitor stopped)."""
     parser = build_parser()
+    complete(parser)
     args = parser.parse_args(argv)
     if bool(args.cert_file) != bool(args.key_file):
         parser.error("--cert-file and --key-file must be given together")
@@ -223,10 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server = serve(state, args.host, args.port, args.cert_file, args.key_file)
     except (OSError, ssl.SSLError, OverflowError) as exc:
-        print(f"neuron-monitor-prometheus: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-monitor-prometheus: cannot serve on {args.host}:{args.port}: {exc}")
         return 1
     scheme = "https" if args.cert_file else "http"
-    print(f"neuron-monitor-prometheus: serving {scheme}://{args.host}:{args.port}/metrics", file=sys.stderr, flush=True)
+    get_logger(__name__).info(f"neuron-monitor-prometheus: serving {scheme}://{args.host}:{args.port}/metrics")
     try:
         consume(sys.stdin, state)
     except KeyboardInterrupt:

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: docs/commands.md)
 """``neuron-det``: read the NDET logs (or Flight Recorder dumps) of a job, say what went wrong and who
 caused it, and write a Chrome trace of the events leading up to it.
 
@@ -15,8 +16,11 @@ import sys
 import time
 from dataclasses import dataclass
 
+from neuron_explorer import __version__
 from neuron_explorer.contracts import ndet_log as fmt
 from neuron_explorer.util.atomic import AtomicFile, replaceable
+from neuron_explorer.util.cliargs import add_version, complete
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.ranges import IndexRanges
 
 from . import analysis, sources, verdict as rules
@@ -72,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Aggregate NDET execution logs (ndet_*) or PyTorch Flight Recorder dumps, report errors "
                     "and the rank that caused them, and write a Chrome trace (chrome://tracing).",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version(p, "neuron-det", __version__)
     p.add_argument("--log-prefix", required=True,
                    help="the directory or file-name prefix of the NDET logs (e.g. $NEURON_RT_DBG_NDET_LOG_LOCATION "
                         "or $NEURON_RT_DBG_NDET_LOG_LOCATION/ndet), or of Flight Recorder dumps")
@@ -93,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _warn(msg: str) -> None:
     if _SHOWN:
         msg = msg.replace(_SHOWN[0], _SHOWN[1])
-    print(f"neuron-det: warning: {msg}", file=sys.stderr)
+    get_logger(__name__).warning(f"neuron-det: warning: {msg}")
 
 
 def _peek_all(paths: list[str], ranks: set[int] | None, skipped: list[str]) -> list[sources.RankLog]:
@@ -204,7 +209,9 @@ def _print_job(res: JobResult, base: int, output_file: str, out) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    complete(parser)
+    args = parser.parse_args(argv)
     args.default_output = args.output_file is None
     if args.default_output:
         args.output_file = DEFAULT_OUTPUT
@@ -230,7 +237,7 @@ def _run_url(args: argparse.Namespace) -> int:
         try:
             local, from_dir = sources.stage_url(args.log_prefix, tmp, s3_endpoint())
         except (StorageError, ConfigError) as e:
-            print(f"neuron-det: error: {e}", file=sys.stderr)
+            get_logger(__name__).error(f"neuron-det: error: {e}")
             return 2
         _SHOWN[:] = [tmp, args.log_prefix.rstrip("/") if from_dir else args.log_prefix.rpartition("/")[0]]
         return _run(args, local, from_dir, t_start)
@@ -248,12 +255,12 @@ def _run(args: argparse.Namespace, prefix: str, from_dir: bool, t_start: float) 
     out_abs = os.path.abspath(args.output_file)
     paths = [p for p in paths if os.path.abspath(p) != out_abs]
     if not paths:
-        print(f"neuron-det: error: no NDET logs or Flight Recorder dumps match --log-prefix {args.log_prefix!r}",
-              file=sys.stderr)
+        get_logger(__name__).error("neuron-det: error: no NDET logs or Flight Recorder dumps match --log-prefix "
+                                   f"{args.log_prefix!r}")
         return 2
     refusal = default_output_refusal(args.output_file) if getattr(args, "default_output", False) else None
     if refusal is not None:  # (before any log is read: nothing is written)
-        print(f"neuron-det: error: {refusal}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-det: error: {refusal}")
         return 2
 
     skipped: list[str] = []
@@ -261,7 +268,7 @@ def _run(args: argparse.Namespace, prefix: str, from_dir: bool, t_start: float) 
     results = [r for r in (_analyse(job, args.max_findings, skipped) for job in jobs) if r is not None]
     if not results:
         what = "no log could be read" if skipped else "no log matches --ranks"
-        print(f"neuron-det: error: {what}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-det: error: {what}")
         return 2
     base = min(s.log.start_wall_ns for r in results for s in r.summaries)
     events = _write_trace(out_abs, results, base, args, skipped)
@@ -283,10 +290,10 @@ def _run(args: argparse.Namespace, prefix: str, from_dir: bool, t_start: float) 
         _print_job(r, base, args.output_file, out)
     nlogs = sum(len(r.summaries) for r in results)
     took = time.perf_counter() - t_start
-    print(f"neuron-det: {nlogs} log{'s' if nlogs != 1 else ''} analysed"
-          f"{f' in {len(results)} jobs' if len(results) > 1 else ''}"
-          f"{f', {len(skipped)} skipped' if skipped else ''} in {took:.2f} s; trace written to {args.output_file} "
-          f"({events} events)", file=sys.stderr)
+    get_logger(__name__).info(f"neuron-det: {nlogs} log{'s' if nlogs != 1 else ''} analysed"
+                              f"{f' in {len(results)} jobs' if len(results) > 1 else ''}"
+                              f"{f', {len(skipped)} skipped' if skipped else ''} in {took:.2f} s; "
+                              f"trace written to {args.output_file} ({events} events)")
     return 0 if all(r.clean for r in results) and not skipped else 1
 
 

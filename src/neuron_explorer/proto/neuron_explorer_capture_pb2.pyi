@@ -831,3 +831,35 @@ class NeffFile(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NeffFile: _TypeAlias = NeffFile  # noqa: Y015
+
+@_typing.final
+class EventSegment(_message.Message):
+    """ntrace_nc<nc>_<k>.pb  one core's events, k = 0, 1, 2, ... in recording order. Each flush appends
+    one `blocks` entry (tag, length, EventColumns) to the core's newest segment, so the file is a
+    valid EventSegment after every complete append; a kill during an append leaves a torn last
+    block, which readers skip. ntrace.pb then holds the tables (event types, strings, models).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FORMAT_VERSION_FIELD_NUMBER: _builtins.int
+    NC_IDX_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    format_version: _builtins.int
+    nc_idx: _builtins.int
+    @_builtins.property
+    def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventColumns]: ...
+    def __init__(
+        self,
+        *,
+        format_version: _builtins.int = ...,
+        nc_idx: _builtins.int = ...,
+        blocks: _abc.Iterable[Global___EventColumns] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "format_version", b"format_version", "nc_idx", b"nc_idx"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventSegment: _TypeAlias = EventSegment  # noqa: Y015

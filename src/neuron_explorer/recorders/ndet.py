@@ -57,6 +57,7 @@ from neuron_explorer.contracts.env import (
     parse_ndet_num_entries,
 )
 from neuron_explorer.contracts.layout import log_file_name
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.procs import is_launcher, multiprocessing_child
 
 from ..runtime import clock
@@ -252,7 +253,7 @@ class NdetRecorder:
             except Exception as e:  # never take the workload down; say so once
                 self.write_errors += 1
                 if self.write_errors == 1:
-                    print(f"neuron-explorer: warning: NDET log not written: {e}", file=sys.stderr)
+                    get_logger(__name__).warning(f"neuron-explorer: warning: NDET log not written: {e}")
 
     # -- hot path ----------------------------------------------------------------------------
     def exec_begin(self, nc: int, model_id: int, exec_id: int, t_ns: int) -> None:

@@ -14,7 +14,7 @@
  * Everything that is not the common case stays in Python and is reached through callables the
  * wrapper is given: the general path (NDET, NaN checks, device profiles), taken whenever the
  * runtime has a device profiler on; the neuron-monitor feed; and the one-time search for the
- * graph's backward.  Built by hatch_build.py; when it is missing the Python wrapper is used.
+ * graph's backward.  Built by setup.py; when it is missing the Python wrapper is used.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

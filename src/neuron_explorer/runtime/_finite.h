@@ -1,6 +1,6 @@
 /* The NaN/Inf check of a graph's outputs in C: one pass over each tensor's memory, no temporaries.
  *
- * Included by _fastpath.c (one translation unit, so hatch_build.py compiles one file).
+ * Included by _fastpath.c (one translation unit, so setup.py compiles one file).
  *
  * A tensor's memory is reached through DLPack's C exchange API (DLPack >= 1.2): the tensor type
  * publishes a capsule ``__dlpack_c_exchange_api__`` holding a table of C functions, one of which

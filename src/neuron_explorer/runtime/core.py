@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.util.log import get_logger
 
 from . import clock
 from .config import CaptureConfig
@@ -201,9 +202,8 @@ class Runtime:
                 try:
                     sink.flush(self, final, reason)
                 except Exception as e:  # a sink must never take the workload down
-                    import sys
 
-                    print(f"neuron-explorer: warning: {sink.name} flush failed: {e}", file=sys.stderr)
+                    get_logger(__name__).warning(f"neuron-explorer: warning: {sink.name} flush failed: {e}")
 
     @property
     def stopped(self) -> bool:

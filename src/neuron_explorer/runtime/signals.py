@@ -33,6 +33,8 @@ import time
 from types import FrameType, ModuleType
 from typing import Any, Callable
 
+from neuron_explorer.util.log import get_logger
+
 _fp: ModuleType | None  # runtime/_fastpath.pyi: forward_signal, stop_forwarding, die_by_signal
 try:
     from . import _fastpath as _fp
@@ -223,13 +225,13 @@ class SignalExit:
         writer.start()
         writer.join(self.timeout_s)
         if writer.is_alive():
-            print(f"neuron-explorer: profile incomplete: the final write did not finish within {self.timeout_s:g} s "
-                  f"of {name} ({TIMEOUT_VAR}); the files on disk are from the last complete write",
-                  file=sys.stderr)
+            get_logger(__name__).error("neuron-explorer: profile incomplete: the final write did not finish within "
+                                       f"{self.timeout_s:g} s of {name} ({TIMEOUT_VAR}); the files on disk are from "
+                                       "the last complete write")
         _die_by_signal(sig)
 
     def _write(self, reason: str) -> None:
         try:
             self.final_write(reason)
         except Exception as e:  # noqa: BLE001 - the process must still end
-            print(f"neuron-explorer: warning: final write failed: {e}", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: final write failed: {e}")

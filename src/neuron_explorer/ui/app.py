@@ -22,7 +22,15 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from neuron_explorer.ui import area as area_q, busy as busy_q, flows as flows_q, paths, queries, search as search_q
+from neuron_explorer.ui import (
+    area as area_q,
+    busy as busy_q,
+    flows as flows_q,
+    insights_page,
+    paths,
+    queries,
+    search as search_q,
+)
 from neuron_explorer.ui.device import DeviceProfile, device_profiles as list_device_profiles, open_device
 from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, one_line, parse_rows
 from neuron_explorer.ui.profile import Profile
@@ -150,7 +158,9 @@ def tracks(ws: Workspace, req: Request) -> Any:
     m, lay = _mode(req, ws), _layout(req)
     p = _early(ws, req)
     return {"mode": m, "layout": lay, "rows": [r.to_json(i) for i, r in enumerate(p.rows(m, lay))],
-            "names": p.names, "leaf_name": p.leaf_name, "leaf_rank": [p.rank(i) for i in range(len(p.leaves))]}
+            "names": p.names, "leaf_name": p.leaf_name, "leaf_rank": [p.rank(i) for i in range(len(p.leaves))],
+            # where each leaf runs: device profiles are matched to their core's track by these
+            "leaf_core": [[lf.inst, lf.pid, lf.nc] for lf in p.leaves]}
 
 
 def window(ws: Workspace, req: Request) -> Any:
@@ -184,6 +194,10 @@ def busy(ws: Workspace, req: Request) -> Any:
     check_mode(_mode(req, ws))
     return busy_q.busy(_early(ws, req), _mode(req, ws), _layout(req),
                        busy_q.parse_groups(req.query_params.get("groups")), *_range(req))
+
+
+def summary_doc(ws: Workspace, req: Request) -> Any:
+    return insights_page.summary_page(_early(ws, req))
 
 
 def activity(ws: Workspace, req: Request) -> Any:
@@ -251,6 +265,7 @@ API: list[tuple[str, Handler]] = [
     ("/api/profiles/{name}/summary", summary),
     ("/api/profiles/{name}/busy", busy),
     ("/api/profiles/{name}/activity", activity),
+    ("/api/profiles/{name}/insights", summary_doc),
     ("/api/profiles/{name}/nonempty", nonempty),
     ("/api/profiles/{name}/area", area),
     ("/api/profiles/{name}/collectives", collectives),

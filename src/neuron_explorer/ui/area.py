@@ -15,15 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from neuron_explorer.contracts.stragglers import arrivals, summarize
 from neuron_explorer.ui import wire
-from neuron_explorer.ui.busy import is_collective
+from neuron_explorer.ui.busy import COLLECTIVE, COMPUTE, HOST, MARKER, REGION, is_collective, leaf_role
 from neuron_explorer.ui.params import window_args
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.queries import pick_rows
-from neuron_explorer.util.intervals import union_length
+from neuron_explorer.ui.sql import files_sql
+from neuron_explorer.util.intervals import merge, union_length
 
 AREA_EXACT_MAX = 3_000_000  # events: above this, counts and busy time come from pyramid level 0
 COLLECTIVES_MAX = 50_000  # collectives compared at most (the earliest in the range)
@@ -109,7 +111,9 @@ def area(p: Profile, mode: str, layout: str, row_idx: list[int] | None, t0: floa
         procs.setdefault((p.leaves[lf].inst, p.leaves[lf].pid), []).append(lf)
         names.setdefault(p.leaves[lf].name, []).append(lf)
     for (inst, pid), leaves in sorted(procs.items(), key=lambda kv: (p.rank(kv[1][0]), kv[0])):
-        out["ranks"].append({"instance": inst, "pid": pid, "rank": p.rank(leaves[0]), **stats(leaves)})
+        row = {"instance": inst, "pid": pid, "rank": p.rank(leaves[0]), **stats(leaves)}
+        row.update(_breakdown(p, leaves, ev, t0i, t1i, approx))
+        out["ranks"].append(row)
     for name, leaves in sorted(names.items()):
         st = stats(leaves)
         if not approx:  # a name's total: durations inside the range, summed over its tracks
@@ -118,6 +122,45 @@ def area(p: Profile, mode: str, layout: str, row_idx: list[int] | None, t0: floa
         out["names"].append({"name": name, **st})
     out["count"] = sum(x["count"] for x in out["names"])
     return out
+
+
+def _breakdown(p: Profile, leaves: list[int], ev: dict[int, tuple[np.ndarray, np.ndarray]], t0i: float,
+               t1i: float, approx: bool) -> dict[str, Any]:
+    """A rank's time in the area split as decision 0123 says: ``compute`` (the union of its core
+    executions), ``cc_exposed`` (collective time no execution overlaps), ``idle`` (neither), and apart,
+    never counted as busy, ``host`` (runtime calls) and ``region`` (framework regions); each in ns and
+    % of the area. ``busy_pct`` of a rank is its compute share."""
+    span = max(t1i - t0i, 1)
+    by: dict[str, list[int]] = {COMPUTE: [], COLLECTIVE: [], HOST: [], REGION: [], MARKER: []}
+    for lf in leaves:
+        by[leaf_role(p.leaves[lf])].append(lf)
+    if approx:
+        got = {r: _approx(p, lv, t0i, t1i)["busy_ns"] if lv else 0 for r, lv in by.items()}
+        comp, cc = got[COMPUTE], got[COLLECTIVE]
+        exposed = max(0, min(cc, int(span) - comp))
+        host, region = got[HOST], got[REGION]
+    else:
+        def runs(lv: list[int]) -> tuple[np.ndarray, np.ndarray]:
+            if not lv:
+                z = np.zeros(0, dtype=np.int64)
+                return z, z
+            s = np.concatenate([ev[lf][0] for lf in lv])
+            e = np.concatenate([ev[lf][1] for lf in lv])
+            return merge(np.maximum(s, int(np.ceil(t0i))), np.minimum(e, int(t1i)))
+        cs, ce = runs(by[COMPUTE])
+        ks, ke = runs(by[COLLECTIVE])
+        comp = int(np.maximum(ce - cs, 0).sum())
+        cc = int(np.maximum(ke - ks, 0).sum())
+        both = union_length(np.concatenate([cs, ks]), np.concatenate([ce, ke]))
+        exposed = both - comp
+        hs, he = runs(by[HOST])
+        rs, re_ = runs(by[REGION])
+        host, region = int(np.maximum(he - hs, 0).sum()), int(np.maximum(re_ - rs, 0).sum())
+    idle = max(int(span) - comp - exposed, 0)
+    pct = (lambda x: round(100.0 * x / span, 3))
+    return {"compute_ns": comp, "compute_pct": pct(comp), "cc_exposed_ns": exposed, "cc_exposed_pct": pct(exposed),
+            "idle_ns": idle, "idle_pct": pct(idle), "host_ns": host, "host_pct": pct(host), "region_ns": region,
+            "region_pct": pct(region), "busy_ns": comp, "busy_pct": pct(comp), "has_compute": bool(by[COMPUTE])}
 
 
 def collectives(p: Profile, mode: str, layout: str, row_idx: list[int] | None, t0: float, t1: float,
@@ -157,6 +200,11 @@ def collectives(p: Profile, mode: str, layout: str, row_idx: list[int] | None, t
 
     out["summary"] = summarize(tab, describe)
     order = np.argsort(-tab.spread, kind="stable")[:limit]
+    # each collective's arrivals (rank, event id, leaf, start), so a row selects it on every rank
+    by_key: dict[int, list[list[Any]]] = {}
+    for k, q, r in zip(keys.tolist(), pos.tolist(), ranks.tolist()):
+        by_key.setdefault(int(k), []).append([int(r), wire.id_value(int(idx.id[q])),
+                                              int(idx.leaf_of(np.array([q]))[0]), int(idx.s[q]) + p.shift])
     for j in order.tolist():
         key = int(tab.key[j])
         last = int(pos[tab.last_index[j]])
@@ -165,5 +213,31 @@ def collectives(p: Profile, mode: str, layout: str, row_idx: list[int] | None, t
             "ranks": int(tab.ranks[j]), "first_rank": int(tab.first_rank[j]), "last_rank": int(tab.last_rank[j]),
             "first_start": int(tab.first_start[j]) + p.shift, "last_start": int(tab.last_start[j]) + p.shift,
             "spread_ns": int(tab.spread[j]), "last_id": wire.id_value(int(idx.id[last])),
-            "last_leaf": int(idx.leaf_of(np.array([last]))[0])})
+            "last_leaf": int(idx.leaf_of(np.array([last]))[0]), "last_end": int(idx.s[last] + idx.d[last]) + p.shift,
+            "arrivals": sorted(by_key.get(key, []), key=lambda a: a[3])})
+    _name_collectives(p, out["collectives"])
     return out
+
+
+def _name_collectives(p: Profile, rows: list[dict[str, Any]]) -> None:
+    """Add ``op``, ``group``, ``seq`` and ``bytes`` (the columns ``view`` writes for collectives) to
+    each row, read for the rows' last arrivals in one query: a row then says which collective it is
+    instead of its event name. Stores without those columns leave them out."""
+    if not rows or not p.ev_files:
+        return
+    ids = sorted({int(r["last_id"]) for r in rows})
+    c = p.cursor()
+    try:
+        files = files_sql([f for _, _, f in p.ev_files])
+        c.execute(f"SELECT id, op, group_ranks, seq, bytes FROM read_parquet({files}, union_by_name = true) "
+                  "WHERE id IN (SELECT unnest(?))", [ids])
+    except duckdb.BinderException:
+        return  # a store written before these columns
+    got = {int(r[0]): r[1:] for r in c.fetchall()}
+    for r in rows:
+        a = got.get(int(r["last_id"]))
+        if a is None:
+            continue
+        op, group, seq, nbytes = a
+        r.update({"op": op, "group": group, "seq": None if seq is None else int(seq),
+                  "bytes": None if nbytes is None else int(nbytes)})

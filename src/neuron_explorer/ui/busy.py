@@ -116,10 +116,33 @@ def is_collective(name: str) -> bool:
     return name.startswith("cc_")
 
 
+# What a track's time counts as (decision 0123). Only the core's executions are compute; collectives
+# are counted where no execution overlaps them (exposed); host calls (runtime) and framework regions
+# (``record_function``, module and optimizer calls) are shown apart and never counted as busy: a
+# region spans the whole step, so counting it made every rank "100% busy".
+COMPUTE, COLLECTIVE, HOST, REGION, MARKER = "compute", "collective", "host", "region", "marker"
+ROLES = (COMPUTE, COLLECTIVE, HOST, REGION, MARKER)
+EXECUTIONS = ("nc_exec_running", "device_exec")  # a core running a graph
+
+
+def leaf_role(lf: Any) -> str:
+    """The role of a leaf (``rows.Leaf``): compute (the core's executions), collective, marker (the
+    core's other events: model switches, sync points, notifications), region (source ``framework``)
+    or host (every other host-side call)."""
+    if is_collective(lf.name):
+        return COLLECTIVE
+    if lf.on_device:
+        return COMPUTE if lf.name in EXECUTIONS else MARKER
+    return REGION if lf.src == "framework" else HOST
+
+
 def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float, t1: float,
          px: int) -> dict[str, Any]:
-    """Per group (a list of rows), per pixel: ``busy`` (largest share of any non-collective track) and
-    ``cc`` (largest share of any collective track), each base64 of bytes 0..255; ``mean_busy`` too."""
+    """Per group (a list of rows), per pixel: ``busy`` (largest share of any compute track: the busiest
+    core's executions) and ``cc`` (the collective share not overlapped by that compute, exposed), each
+    base64 of bytes 0..255; ``mean_busy``, ``mean_cc`` and ``mean_host`` (largest share of a host-call
+    track, shown apart) too. A group with no compute track (a CPU group, a profile without device
+    work) has ``basis`` "host": its ``busy`` is then its host calls' share, framework regions never."""
     t0, t1, px = window_args(t0, t1, px)
     out: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "groups": [], "coarse": not p.index_ready}
     per_group = [[lf for _, r in pick_rows(p, mode, rows, layout) if r.kind == "events" for lf in r.leaves]
@@ -128,43 +151,74 @@ def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float,
     cov, level = leaves_coverage(p, every, t0, t1, px)
     where = {lf: k for k, lf in enumerate(every)}
     for leaves in per_group:
-        work = np.zeros(px)
-        cc = np.zeros(px)
+        share = {r: np.zeros(px) for r in ROLES}
         for lf in leaves:
-            tgt = cc if is_collective(p.leaves[lf].name) else work
+            tgt = share[leaf_role(p.leaves[lf])]
             np.maximum(tgt, cov[where[lf]], out=tgt)
+        basis = COMPUTE if any(leaf_role(p.leaves[lf]) == COMPUTE for lf in leaves) else HOST
+        work = share[basis]
+        # exposed: the collective time no compute overlaps (per pixel, at most what compute leaves free)
+        cc = np.minimum(share[COLLECTIVE], 1.0 - share[COMPUTE])
         out["groups"].append({"busy": _b64(work), "cc": _b64(cc), "mean_busy": round(float(work.mean()), 4),
-                              "mean_cc": round(float(cc.mean()), 4), "level": "raw" if level is None else level})
+                              "mean_cc": round(float(cc.mean()), 4),
+                              "mean_host": round(float(share[HOST].mean()), 4), "basis": basis,
+                              "level": "raw" if level is None else level})
     if level == "coarse":
         p.first_paint.set()  # the index build may start (see Profile._build_in_background)
     return out
 
 
+def _starts_hist(p: Profile, leaves: list[int], bounds: np.ndarray) -> np.ndarray:
+    hist = np.zeros(len(bounds) - 1, dtype=np.int64)
+    idx = p.index
+    if idx is not None:
+        bi = np.ceil(bounds - p.shift).astype(np.int64)
+        for lf in leaves:
+            a, b = int(idx.off[lf]), int(idx.off[lf + 1])
+            hist += np.diff(np.searchsorted(idx.s[a:b], bi, "left"))
+    return hist
+
+
+def _trimmed(hist: np.ndarray, bounds: np.ndarray, dur: float) -> tuple[float, float]:
+    """The range holding all but the first and last 0.5% of the starts counted in ``hist``, padded 2%."""
+    total = int(hist.sum())
+    if not total:
+        return 0.0, float(dur)
+    cum = np.cumsum(hist)
+    lo = int(np.searchsorted(cum, total * 0.005, "left"))
+    hi = int(np.searchsorted(cum, total * 0.995, "left"))
+    t0, t1 = float(bounds[lo]), float(bounds[min(hi + 1, len(bounds) - 1)])
+    pad = (t1 - t0) * 0.02
+    return max(0.0, t0 - pad), min(float(dur), t1 + pad)
+
+
 def activity(p: Profile) -> dict[str, Any]:
     """Event starts per bin over the profile, and the range holding all but the first and last 0.5% of
-    them (``t0``, ``t1``, relative ns): "zoom to activity" for captures that are mostly start-up."""
+    them (``t0``, ``t1``, relative ns): "zoom to activity" for captures that are mostly start-up.
+
+    ``work`` is where the viewer opens (decision 0124): the same rule over the starts of the core's
+    executions and collectives only (``basis`` "device"), so the seconds of imports, compiles and clock
+    sync points around a short job's steps are one click away instead of on the first screen; a
+    profile without device work opens on the activity (``basis`` "events")."""
     got = getattr(p, "_activity", None)
     if got is not None:
         return got
     dur = max(p.duration, 1)
     bounds = np.linspace(0, dur, ACTIVITY_BINS + 1)
-    hist = np.zeros(ACTIVITY_BINS, dtype=np.int64)
-    idx = p.index
-    if idx is not None:
-        bi = np.ceil(bounds - p.shift).astype(np.int64)
-        for lf in range(len(p.leaves)):
-            a, b = int(idx.off[lf]), int(idx.off[lf + 1])
-            hist += np.diff(np.searchsorted(idx.s[a:b], bi, "left"))
-    total = int(hist.sum())
-    t0, t1 = 0.0, float(dur)
-    if total:
-        cum = np.cumsum(hist)
-        lo = int(np.searchsorted(cum, total * 0.005, "left"))
-        hi = int(np.searchsorted(cum, total * 0.995, "left"))
-        t0, t1 = float(bounds[lo]), float(bounds[min(hi + 1, ACTIVITY_BINS)])
-        pad = (t1 - t0) * 0.02
-        t0, t1 = max(0.0, t0 - pad), min(float(dur), t1 + pad)
-    got = {"bins": hist.tolist(), "bin_ns": dur / ACTIVITY_BINS, "t0": t0, "t1": max(t1, t0 + 1), "events": total}
+    hist = _starts_hist(p, list(range(len(p.leaves))), bounds)
+    t0, t1 = _trimmed(hist, bounds, dur)
+    work = [lf for lf in range(len(p.leaves)) if leaf_role(p.leaves[lf]) in (COMPUTE, COLLECTIVE)]
+    basis = "events"
+    w0, w1 = t0, t1
+    if work:
+        # finer bins for the work: a short job's steps may fill a few of the coarse bins
+        wb = np.linspace(0, dur, ACTIVITY_BINS * 16 + 1)
+        wh = _starts_hist(p, work, wb)
+        if wh.sum():
+            w0, w1 = _trimmed(wh, wb, dur)
+            basis = "device"
+    got = {"bins": hist.tolist(), "bin_ns": dur / ACTIVITY_BINS, "t0": t0, "t1": max(t1, t0 + 1),
+           "events": int(hist.sum()), "work": {"t0": w0, "t1": max(w1, w0 + 1), "basis": basis}}
     p._activity = got  # type: ignore[attr-defined]
     return got
 

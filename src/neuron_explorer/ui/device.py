@@ -58,6 +58,35 @@ def device_profile_for(p: Profile, ev: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def profiled_execution(p: Profile, ev: dict[str, Any]) -> dict[str, Any] | None:
+    """For an execution no device profile covers: the execution of the same graph (process, core,
+    model) that one does cover, and that profile's mode, so the viewer can say which mode captured
+    which execution and link to it (in ``model`` mode, each graph's first execution is profiled)."""
+    same = [dp for dp in device_profiles(p)
+            if dp.get("instance_id") == ev.get("instance_id")
+            and int(dp.get("process_id") or -1) == int(ev.get("process_id") or -2)
+            and _int_or(dp.get("nc_idx"), -1) == _int_or(ev.get("nc_idx"), -2)
+            and dp.get("model_name") and str(dp.get("model_name")) == str(ev.get("model_name"))]
+    if not same or not p.ev_files:
+        return None
+    dp = same[0]
+    c = p.cursor()
+    files = [f for inst, pid, f in p.ev_files if (inst, pid) == (ev.get("instance_id"), int(ev.get("process_id") or 0))]
+    if not files or dp.get("exec_id_first") is None:
+        return None
+    c.execute(f"SELECT id, start_ts, end_ts, exec_id FROM read_parquet({files_sql(files)}) "
+              "WHERE name = 'nc_exec_running' AND model_name = ? AND exec_id = ? AND nc_idx = ? "
+              "ORDER BY start_ts LIMIT 1",
+              [ev.get("model_name"), int(dp["exec_id_first"]), _int_or(ev.get("nc_idx"), -1)])
+    r = c.fetchone()
+    if r is None:
+        return None
+    leaf = next((lf.leaf for lf in p.leaves if lf.name == "nc_exec_running" and lf.inst == ev.get("instance_id")
+                 and lf.pid == int(ev.get("process_id") or 0) and lf.nc == _int_or(ev.get("nc_idx"), -1)), None)
+    return {"profile_id": str(dp.get("profile_id")), "mode": dp.get("mode"), "exec_id": int(r[3]),
+            "id": wire.id_value(int(r[0])), "leaf": leaf, "start": int(r[1]) - p.origin, "end": int(r[2]) - p.origin}
+
+
 def open_device(p: Profile, profile_id: str, frame: str = "device") -> "DeviceProfile":
     """The device profile ``profile_id`` of ``p`` (NotFound when it has no events)."""
     if not p.dev_files:

@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 
 from neuron_explorer.ui import coarse, index, wire
-from neuron_explorer.ui.device import device_profile_for, device_profiles
+from neuron_explorer.ui.device import device_profile_for, device_profiles, profiled_execution
 from neuron_explorer.ui.params import MAX_WINDOW_ROWS, BadRequest, NotFound, ns_per_px, window_args
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, MODES, Row, name_key
@@ -238,6 +238,14 @@ def event(p: Profile, event_id: int, leaf: int | None = None) -> dict[str, Any]:
         out["device_profile"] = dp
         if dp is None:
             out["device_note"] = NO_DEVICE_PROFILE
+            other = profiled_execution(p, ev)
+            if other is not None:
+                out["profiled_execution"] = other
+                mode = other["mode"] or "device profiling"
+                out["device_note"] = (f"This execution (exec_id {ev.get('exec_id')}) was not device-profiled: the "
+                                      f"{mode} mode profiled execution {other['exec_id']} of the same graph "
+                                      f"({'its first execution' if mode == 'model' else 'the range it was on'}), "
+                                      f"device profile {other['profile_id']}.")
     return out
 
 

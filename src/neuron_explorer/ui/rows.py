@@ -226,7 +226,7 @@ def build_rows(mode: str, leaves: list[Leaf], counter_list: list[tuple], rank_of
     rows = _instance_counter_rows(counter_list, nd_of)
     if m.process_counters:
         rows += _process_counter_rows(counter_list, rank_of)
-    rows += _core_memory_rows(mode, counter_list, rank_of)
+    rows += _core_memory_rows(mode, counter_list, rank_of, layout)
     rows += _event_rows(m.place if layout == "names" else m.track, leaves, rank_of, layout == "tracks")
     rows.sort(key=lambda r: r.sort)
     return rows
@@ -288,7 +288,8 @@ def core_memory(counter: str) -> tuple[int, str] | None:
     return (int(m.group(1)), m.group(2)) if m else None
 
 
-def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[str, int], int]) -> list[Row]:
+def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[str, int], int],
+                      layout: str = DEFAULT_LAYOUT) -> list[Row]:
     """Device memory of each core by category: one stacked track per (process, core), placed with the
     core's tracks (the process's Device group, or the NC group) right after that core's own rows (so
     with several cores each memory track sits under its core, not all before the first core), the
@@ -308,6 +309,11 @@ def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[
             group, sort = [inst, proc.label, "Device"], (inst, 1, *proc.sort, 1, nc, after_core)
         elif mode in ("thread", "process"):
             group, sort = [inst, proc.label], (inst, 1, *proc.sort, -1, 2, nc)
+        elif mode == "neuroncore" and layout == "tracks":
+            # the core is a track of the instance group here: its memory goes right under it, in the
+            # same group (a group "NC n" of its own held only the memory: a second "NC 0")
+            group, sort = [inst], (inst, 1, nc, after_core, *proc.sort)
+            label = f"{label} · {proc.label}"
         elif mode == "neuroncore":
             group, sort = [inst, f"NC {nc}"], (inst, 1, nc, after_core, *proc.sort)
         else:

@@ -8,6 +8,7 @@ import socket
 import sys
 
 from neuron_explorer.ui import background
+from neuron_explorer.util.log import get_logger
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -153,35 +154,36 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
 
         from neuron_explorer.ui.app import create_app
     except ImportError as e:  # the 'ui' extra is not installed
-        print(f"neuron-explorer: the UI needs the 'ui' extra (pip install 'neuron-explorer[ui]'): {e}",
-              file=sys.stderr)
+        get_logger(__name__).error("neuron-explorer: the UI needs the 'ui' extra (pip install 'neuron-explorer[ui]'): "
+                                   f"{e}")
         return 2
     if not os.path.isdir(workspace):
-        print(f"neuron-explorer: workspace {workspace} is not a directory", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: workspace {workspace} is not a directory")
         return 2
     if not 0 < port < 65536:
-        print(f"neuron-explorer: error: --port {port} is not valid; accepted: a TCP port from 1 to 65535",
-              file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: error: --port {port} is not valid; accepted: a TCP port from 1 "
+                                   "to 65535")
         return 2
     if not is_loopback(host):
-        print(f"neuron-explorer: WARNING: serving on {host}, which is not a loopback address: anyone who can "
-              f"reach this machine on port {port} can read every profile in {workspace} (no authentication). "
-              "Use --host 127.0.0.1 (the default) and an SSH tunnel instead.", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: WARNING: serving on {host}, which is not a loopback address: "
+                                     f"anyone who can reach this machine on port {port} can read every profile in "
+                                     f"{workspace} (no authentication). Use --host 127.0.0.1 (the default) and an SSH "
+                                     "tunnel instead.")
     try:
         policy = HostPolicy(host, port)
     except OSError as e:
-        print(f"neuron-explorer: cannot serve on --host {host!r}: {e.strerror or e}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: cannot serve on --host {host!r}: {e.strerror or e}")
         return 2
     # bind first so a busy port is a clear error, not a traceback
     sock = listen_socket(host)
     try:
         sock.bind((host.strip("[]"), port))
     except OSError as e:
-        print(f"neuron-explorer: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: cannot listen on {host}:{port}: {e.strerror or e}")
         sock.close()
         return 1
     app = HostGuard(create_app(workspace, cache_dir=default_cache_dir()), policy)
-    print(f"neuron-explorer: System Trace Viewer for {workspace}", file=sys.stderr)
+    get_logger(__name__).info(f"neuron-explorer: System Trace Viewer for {workspace}")
     print(url_for(host, port), flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
@@ -196,8 +198,8 @@ def serve(workspace: str, host: str = "127.0.0.1", port: int = 3001) -> int:
         # A thread still inside DuckDB's C++ code aborts the process when the interpreter finalises
         # (docs/decisions/0061): leave without finalising. Nothing is lost: an index is renamed into
         # the cache only when complete, and the next open removes this build's temporary directory.
-        print(f"neuron-explorer: stopping without waiting for {', '.join(left)}; "
-              "it is built again at the next open", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: stopping without waiting for {', '.join(left)}; "
+                                     "it is built again at the next open")
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -8,7 +8,8 @@ import sys
 
 from neuron_explorer.contracts.env import ConfigError, parquet_writer, progress_delay, s3_endpoint
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
-from neuron_explorer.util.cliargs import UsageError, port_number, prog_name
+from neuron_explorer.util.cliargs import UsageError, missing_extra, port_number, prog_name
+from neuron_explorer.util.log import get_logger
 
 from .options import OutputError, ViewError, ViewOptions, os_reason
 from .pipeline import run
@@ -86,7 +87,23 @@ def add_view_parser(sub) -> None:
     v.add_argument("--port", type=port_number, default=None, help="with --ui: port 1-65535 (default 3001)")
     v.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
     v.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
+    v.add_argument("--peak-flops", type=peak_flops, default=None, metavar="FLOPS|measure",
+                   help="peak FLOP/s of one device for the summary's MFU (e.g. 312e12), or 'measure' to measure "
+                        "this machine's float32 matrix multiply (docs/summary.md)")
 
+
+
+def peak_flops(text: str) -> float | str:
+    """``--peak-flops``: a positive finite number of FLOP/s, or ``measure``."""
+    if text == "measure":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of FLOP/s such as 312e12, or 'measure'") from None
+    if not (0 < v < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: the peak must be a positive finite number")
+    return v
 
 
 def check_display_name(display_name: str) -> str:
@@ -150,6 +167,7 @@ def view_command(args: argparse.Namespace) -> int:
             check_scheduler(args.scheduler)
         except ClusterUsageError as e:
             raise UsageError(str(e)) from None
+        _need_extra("cluster", ("distributed",), "view --scheduler")
     try:
         filt = ViewFilter.parse(args.system_trace_filter_neuron_core, args.system_trace_filter_event_type,
                                 args.system_trace_filter_instance_id)
@@ -162,7 +180,7 @@ def view_command(args: argparse.Namespace) -> int:
     except (GroupingError, ConfigError) as e:
         raise UsageError(str(e)) from None
     for w in filt.warnings:
-        print(f"neuron-explorer: warning: {w}", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: {w}")
     fmt = args.output_format
     out = args.output_file
     if out and out.endswith(os.sep) and fmt in ("summary-text", "summary-json"):
@@ -189,7 +207,7 @@ def view_command(args: argparse.Namespace) -> int:
                        ignore_system_profile=args.ignore_system_profile,
                        ignore_device_profile=args.ignore_device_profile, display_name=args.display_name or "",
                        progress=args.progress, jobs=args.jobs, grouping=grouping,
-                       progress_delay=delay)
+                       progress_delay=delay, peak_flops=args.peak_flops)
     res = _run(opts, args)
     if isinstance(res, int):
         return res
@@ -205,19 +223,19 @@ def view_command(args: argparse.Namespace) -> int:
             sys.stdout.write(res.text)
     else:
         rate = res.events / res.seconds if res.seconds > 0 else 0.0
-        print(f"neuron-explorer: wrote {res.output} ({res.events} events from {res.profiles} profile(s), "
-              f"{res.seconds:.2f} s, {rate / 1e6:.2f}M events/s)", file=sys.stderr)
+        get_logger(__name__).info(f"neuron-explorer: wrote {res.output} ({res.events} events from {res.profiles} "
+                                  f"profile(s), {res.seconds:.2f} s, {rate / 1e6:.2f}M events/s)")
         if len(res.offsets) > 1:
             from neuron_explorer.analysis.align import clock_groups
             from neuron_explorer.analysis.summary import groups_note
 
             for inst, o in sorted(res.offsets.items()):
                 vs = f" vs {o.reference}" if o.method == "collectives" else ""
-                print(f"neuron-explorer: clock offset {inst}: {o.offset_ns / 1e6:+.3f} ms "
-                      f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}{vs}, {o.samples} samples)", file=sys.stderr)
+                get_logger(__name__).info(f"neuron-explorer: clock offset {inst}: {o.offset_ns / 1e6:+.3f} ms "
+                                          f"± {o.uncertainty_ns / 1e6:.3f} ms ({o.method}{vs}, {o.samples} samples)")
             groups = clock_groups(res.offsets)
             if groups:
-                print(f"neuron-explorer: clock offsets: {groups_note(groups)}", file=sys.stderr)
+                get_logger(__name__).info(f"neuron-explorer: clock offsets: {groups_note(groups)}")
     return res.exit_code
 
 
@@ -280,12 +298,12 @@ def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str 
     try:
         engine = cluster.engine_for(scheduler, opts.jobs)
     except cluster.ClusterError as e:
-        print(f"{prog_name()}: error: {e}", file=sys.stderr)
+        get_logger(__name__).error(f"{prog_name()}: error: {e}")
         return 1
     try:
         return run(opts, engine, endpoint)
     except (cluster.ClusterError, StorageError) as e:
-        print(f"{prog_name()}: error: {e}", file=sys.stderr)
+        get_logger(__name__).error(f"{prog_name()}: error: {e}")
         return 1
     finally:
         engine.close()
@@ -293,7 +311,7 @@ def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str 
 
 def _cannot_write(e: OutputError) -> int:
     """One line for a failed write (full disk, permissions), exit status 1."""
-    print(f"{prog_name()}: error: {e}", file=sys.stderr)
+    get_logger(__name__).error(f"{prog_name()}: error: {e}")
     return 1
 
 
@@ -306,8 +324,19 @@ def _workspace(args: argparse.Namespace) -> str:
     return ws
 
 
+# what the UI imports beyond the core dependencies: the 'ui' extra
+UI_MODULES = ("starlette", "uvicorn", "duckdb", "orjson")
+
+
+def _need_extra(extra: str, modules: tuple[str, ...], what: str) -> None:
+    why = missing_extra(extra, modules, what)
+    if why is not None:
+        raise UsageError(why)
+
+
 def _launch_ui(args: argparse.Namespace, filt, grouping: Grouping) -> int:
     """``--ui``: ingest -d DIR (if given) into the workspace, then serve the UI."""
+    _need_extra("ui", UI_MODULES, "view --ui")  # (before the ingest: a missing extra wastes no work)
     ws = _workspace(args)
     if args.directory:
         name = workspace_entry(args.display_name, args.directory)
@@ -318,8 +347,8 @@ def _launch_ui(args: argparse.Namespace, filt, grouping: Grouping) -> int:
         res = _run(opts, args)
         if isinstance(res, int):
             return res
-        print(f"neuron-explorer: ingested {res.events} events from {res.profiles} profile(s) into {opts.output_file}",
-              file=sys.stderr)
+        get_logger(__name__).info(f"neuron-explorer: ingested {res.events} events from {res.profiles} profile(s) "
+                                  f"into {opts.output_file}")
     try:
         from ..ui.server import serve
     except ImportError as e:

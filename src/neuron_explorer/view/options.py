@@ -55,6 +55,7 @@ class ViewOptions:
     jobs: int | None = None  # worker processes; None = one per core (used when the input is large)
     grouping: Grouping = field(default_factory=Grouping)  # --system-trace-primary/secondary-group
     progress_delay: float = 1.0  # seconds before the progress bar shows (NEURON_EXPLORER_PROGRESS_DELAY_S)
+    peak_flops: float | str | None = None  # --peak-flops: FLOP/s per device, or "measure" (docs/summary.md)
 
 
 @dataclass

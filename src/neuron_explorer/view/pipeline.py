@@ -20,9 +20,11 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
-from neuron_explorer.analysis import align, jobs, summary as summary_mod
+from neuron_explorer.analysis import align, insights as insights_mod, jobs, summary as summary_mod
 from neuron_explorer.analysis.filters import ViewFilter
+from neuron_explorer.contracts.layout import parse_segment_name
 from neuron_explorer.contracts.tracks import group_pids
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.names import printable
 from neuron_explorer.util.storage import is_url
 
@@ -131,7 +133,7 @@ def run(opts: ViewOptions, engine: Engine | None = None, endpoint: str | None = 
                 engine.call(tasks.cleanup, work)
             except Exception:  # (a lost cluster: the work area is a hidden directory beside the output)
                 pass
-    text = None if target is not None else summary_text(fmt, results, warnings, ix)
+    text = None if target is not None else summary_text(fmt, results, warnings, ix, opts)
     return ViewResult(shown if target is not None else None, warnings, ix.offsets, len(ix.usable),
                       sum(r.events for r in results), time.perf_counter() - t_start, text,
                       [f for r in results if r.piece is not None for f in r.piece.device_files])
@@ -176,15 +178,37 @@ def say(warnings: list[tuple[str, str]], kind: str, message: str, where: str) ->
     """The one place a run reports a problem: a line on stderr (``neuron-explorer: warning: ...``,
     or ``skipped: ...`` for a profile left out) and a (message, path) entry of its result
     (``where`` is already printable)."""
-    print(f"neuron-explorer: {kind}: {message}", file=sys.stderr)
+    get_logger(__name__).warning(f"neuron-explorer: {kind}: {message}")
     warnings.append((message, where))
 
 
-def summary_text(fmt: str, results: list[ProcessResult], warnings: list[tuple[str, str]], ix: RunIndex) -> str:
+def summary_text(fmt: str, results: list[ProcessResult], warnings: list[tuple[str, str]], ix: RunIndex,
+                 opts: ViewOptions | None = None) -> str:
     """The summary of a run (built here: it is small)."""
+    summ = summary_doc(results, warnings, ix, opts)
+    return summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
+
+
+def summary_doc(results: list[ProcessResult], warnings: list[tuple[str, str]], ix: RunIndex,
+                opts: ViewOptions | None = None) -> dict[str, Any]:
+    """The summary-json document (docs/summary.md): the per-process summaries (summary formats
+    only), the stragglers, and the steps, utilisation and insights reduced across ranks
+    (``analysis.insights``) from the step tables each conversion made."""
     summ = summary_mod.build([r.summary for r in results if r.summary is not None], [m for m, _ in warnings],
                              ix.offsets, align.stragglers(ix.stragglers, ix.offsets, ix.collectives))
-    return summary_mod.render_text(summ) if fmt == "summary-text" else summary_mod.render_json(summ)
+    peak, note = _peak(opts)
+    summ.update(insights_mod.analyse([r.steps for r in results if r.steps is not None], peak, note))
+    return summ
+
+
+def _peak(opts: ViewOptions | None) -> tuple[float | None, str]:
+    """``--peak-flops``: a number, or ``measure`` (this machine's matrix multiply, measured now)."""
+    v = opts.peak_flops if opts is not None else None
+    if v is None:
+        return None, ""
+    if v == "measure":
+        return insights_mod.measure_peak_flops(), "measured here (float32 matmul, --peak-flops measure)"
+    return float(v), "--peak-flops"
 
 
 def index(engine: Engine, paths: list[str], opts: ViewOptions, endpoint: str | None,
@@ -219,8 +243,10 @@ def convert(engine: Engine, ix: RunIndex, opts: ViewOptions, target: str | None,
         for m in unmatched_filters(opts.filter, results):
             say(warnings, "warning", m, printable(opts.directory))
     if target is not None:
+        doc = summary_doc(results, warnings, ix, opts) if fmt == "parquet" else None
         engine.call(tasks.finalize, fmt, target, work, [r.piece for r in results if r.piece is not None],
-                    (ix.origin, ix.offsets, warnings, opts.display_name), [k for _, ks in done for k in ks], endpoint)
+                    (ix.origin, ix.offsets, warnings, opts.display_name, doc), [k for _, ks in done for k in ks],
+                    endpoint)
     return results
 
 
@@ -360,8 +386,9 @@ def workers(requested: int | None, paths: list[str]) -> int:
         return max(1, min(requested, len(paths)))
     size = 0
     for p in paths:
-        try:
-            size += os.path.getsize(os.path.join(p, "ntrace.pb"))
+        try:  # the system trace: ntrace.pb and its event segments (decision 0111)
+            size += sum(os.path.getsize(os.path.join(p, n)) for n in os.listdir(p)
+                        if n == "ntrace.pb" or parse_segment_name(n) is not None)
         except OSError:  # (also an s3:// session: its tasks stage it, one at a time unless --jobs says)
             pass
     return min(os.cpu_count() or 1, len(paths)) if size >= PARALLEL_MIN_BYTES else 1

@@ -12,12 +12,20 @@ from typing import Callable
 
 import numpy as np
 
-from neuron_explorer.analysis import align, device as device_mod, jobs, summary as summary_mod
+from neuron_explorer.analysis import (
+    align,
+    device as device_mod,
+    insights as insights_mod,
+    jobs,
+    steps as steps_mod,
+    summary as summary_mod,
+)
+from neuron_explorer.analysis.counters import counter_series
 from neuron_explorer.analysis.events import build as build_events, region_links
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.framework import RegionLinks
 from neuron_explorer.analysis.pbfile import ProfileError
-from neuron_explorer.analysis.reader import Session, load_session
+from neuron_explorer.analysis.reader import Session, load_session, wall_offset_ns
 from neuron_explorer.contracts.tracks import Grouping
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, exporter
 from neuron_explorer.util.names import printable
@@ -122,6 +130,7 @@ class ProcessResult:
     summary: dict | None = None  # the summaries'
     present_cores: list[int] = field(default_factory=list)  # before the filters (when one is set)
     present_types: list[str] = field(default_factory=list)
+    steps: dict | None = None  # the process's steps (``process_steps``), for the summaries and summary.json
 
 
 def device_dir(out: str) -> str:
@@ -165,6 +174,8 @@ def _convert(job: Job, undo: list) -> ProcessResult:
         res.warnings.append((str(e), printable(job.path)))
         return res
     _present(job.filter, s, res)
+    if not job.ignore_system:  # the whole process's steps, before the filters (docs/summary.md)
+        res.steps = process_steps(s, job.offset.offset_ns if job.offset else 0)
     if job.out is not None:  # region links: found on the whole process, then filtered with it
         s.region_links = region_links(s, job.index)
     keep = job.filter.apply(s)
@@ -201,6 +212,23 @@ def _convert(job: Job, undo: list) -> ProcessResult:
         w.abort()
         raise
     return res
+
+
+def process_steps(s: Session, offset_ns: int) -> dict:
+    """One process's steps on the events' clock (``analysis.steps``) with its identity and the
+    CPU use of each step: what ``analysis.insights`` reduces across ranks."""
+    st = steps_mod.session_steps(s).shifted(wall_offset_ns(s) + offset_ns)
+    info = s.info
+    out = {"instance_id": s.instance_id, "pid": int(s.pid), "rank": int(info.rank) if info is not None else -1,
+           "device_kind": info.device_kind if info is not None else "", **st.to_columns()}
+    cpu = counter_series(s) if len(st) else {}
+    if "cpu_util.process" in cpu:
+        ts, proc, _ = cpu["cpu_util.process"]
+        host = cpu["cpu_util.host_mean"][1]
+        off = wall_offset_ns(s) + offset_ns
+        out["cpu_process_pct"], out["cpu_host_pct"] = insights_mod.cpu_per_step(ts + off, proc, host, st.start_ns,
+                                                                                st.end_ns)
+    return out
 
 
 def _present(filt: ViewFilter, s: Session, res: ProcessResult) -> None:

@@ -104,7 +104,8 @@ def upload_part(local: str, url: str, endpoint: str | None) -> list[str]:
     return storage.upload_tree(fs, local, loc)
 
 
-def finalize(url: str, pieces: list, warnings: list[tuple[str, str]], keys: list[str], endpoint: str | None) -> None:
+def finalize(url: str, pieces: list, warnings: list[tuple[str, str]], keys: list[str], endpoint: str | None,
+             summary: dict | None = None) -> None:
     """Step 4: the single-file tables, the stale objects of an earlier run removed, the marker last."""
     from neuron_explorer.exporters.interface import RunInfo, exporter
 
@@ -114,7 +115,7 @@ def finalize(url: str, pieces: list, warnings: list[tuple[str, str]], keys: list
         work = os.path.join(tmp, "work")
         os.mkdir(work)
         done = os.path.join(tmp, "dataset")
-        exporter("parquet").assemble(done, pieces, RunInfo(0, {}, warnings, work))
+        exporter("parquet").assemble(done, pieces, RunInfo(0, {}, warnings, work, summary=summary))
         written = set(keys) | {PENDING_MARKER}
         for rel in storage.upload_tree(fs, done, loc, skip=(MARKER,)):
             written.add(rel)

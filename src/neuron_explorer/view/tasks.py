@@ -175,14 +175,14 @@ def finalize(fmt: str, target: str, work: str | None, pieces: list, run: tuple, 
     place on a file system; marked complete last on object storage)."""
     from neuron_explorer.exporters.interface import RunInfo, exporter
 
-    origin, offsets, warnings, display_name = run
+    origin, offsets, warnings, display_name, summary = run
     if is_url(target):
         from . import remote
 
-        remote.finalize(target, pieces, warnings, keys, endpoint)
+        remote.finalize(target, pieces, warnings, keys, endpoint, summary)
         return
     try:
-        exporter(fmt).assemble(target, pieces, RunInfo(origin, offsets, warnings, work or "", display_name))
+        exporter(fmt).assemble(target, pieces, RunInfo(origin, offsets, warnings, work or "", display_name, summary))
     except OSError as e:
         raise TaskOSError(target, os_reason(e)) from None
 

@@ -29,7 +29,6 @@ import bisect
 import gzip
 import hashlib
 import os
-import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,6 +46,7 @@ from neuron_explorer.runtime.core import Model, Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity
 from neuron_explorer.runtime.ring import records_to_block
 from neuron_explorer.util.atomic import atomic_write
+from neuron_explorer.util.log import get_logger
 
 if TYPE_CHECKING:
     from jax.profiler import ProfileData
@@ -76,7 +76,7 @@ def convert_trace(t: Recording) -> str | None:
     try:
         cfg = CaptureConfig.from_env()
     except ConfigError as e:
-        print(f"neuron-explorer: error: {e}", file=sys.stderr)
+        get_logger(__name__).error(f"neuron-explorer: error: {e}")
         return None
     xp, tj = xplane.find_xplane(t.log_dir, t.start_wall, t.pid)
     rt = _runtime(cfg, t.anchors)

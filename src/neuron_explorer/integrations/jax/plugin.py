@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Mapping
 
 from neuron_explorer.integrations.jax.marks import MARK_START, MARK_STOP
+from neuron_explorer.util.log import get_logger
 
 if TYPE_CHECKING:
     from neuron_explorer.capture.samplers import HostSampler
@@ -35,7 +36,7 @@ _orig: dict[str, object] = {}
 def _warn_once(key: str, msg: str) -> None:
     if key not in _warned:
         _warned.add(key)
-        print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: {msg}")
         sys.stderr.flush()
 
 
@@ -264,7 +265,7 @@ class TraceRecording:
             if d:
                 say_written(d)
         except Exception as e:  # a profile must never take the workload down
-            print(f"neuron-explorer: warning: JAX profile not converted: {e}", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: JAX profile not converted: {e}")
 
 
 def _begin(in_start: bool) -> None:

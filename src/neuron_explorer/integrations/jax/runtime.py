@@ -30,6 +30,7 @@ from neuron_explorer.contracts import events as ev
 from neuron_explorer.integrations.jax.jit import PJIT_TYPE, make_jitted, model_name_for
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import DEVICE_PROFILER, EXECUTIONS, CoreState, Model, Runtime
+from neuron_explorer.util.log import get_logger
 
 __all__ = ["JaxRuntime", "install", "installed"]
 
@@ -107,7 +108,7 @@ class JaxRuntime:
     def warn_once(self, key: str, msg: str) -> None:
         if key not in self.warned:
             self.warned.add(key)
-            print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: {msg}")
 
     def stopped(self) -> bool:
         return self.rt.stopped

@@ -97,6 +97,17 @@ def _group_info(inst: Installed, torch) -> Callable:
     return group_info
 
 
+def group_seq(pg) -> int:
+    """The number of collectives the group ran before the hooks first saw it: 0 when they were
+    installed at start-up, the count so far when installed mid-run (``neuron-explorer attach``),
+    so that every rank numbers a collective alike whenever its hooks went in."""
+    try:
+        n = pg._get_sequence_number_for_group()
+    except Exception:  # noqa: BLE001 - a backend without sequence numbers: counted from here
+        return 0
+    return n if type(n) is int and n >= 0 else 0
+
+
 class _KernelSite:
     """What every collective kernel of a process shares: the core's ring, the sequence numbers per
     group, the dispatcher keys below ``BackendSelect``.  ``kernel`` copies them into each kernel's
@@ -131,7 +142,9 @@ class _KernelSite:
             try:
                 pg = PG.unbox(args[pg_pos] if len(args) > pg_pos else kwargs["process_group"])
                 gname, gsid = group_info(pg)
-                seq = seqs.get(gname, 0)
+                seq = seqs.get(gname)
+                if seq is None:
+                    seq = group_seq(pg)
                 seqs[gname] = seq + 1
                 nbytes = 0 if is_barrier else sum(t.numel() * t.element_size() for t in ts)
                 dtype_sid = rt.intern(str(ts[0].dtype).replace("torch.", "")) if ts and not is_barrier else 0

@@ -13,6 +13,7 @@ the whole execution is in ``nc_exec_running``.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -128,6 +129,14 @@ class DeviceProfiler:
         self.active = True
         self.precaching = precache
         self._last = threading.local()  # .flops: those of the last execution profiled on the thread
+        # an on-demand window (``window()``): every execution is profiled until the window's start
+        # is known (it is learnt from drained rings, after the fact), only those that start inside
+        # it are written, and model mode keeps each graph's first one there
+        self.windowed = False
+        self.win_lo: int | None = None
+        self.win_hi: int | None = None
+        self.in_window: set[tuple[int, int]] = set()  # (nc, model_id) profiled inside the window
+        self.keep_nc: Any = None  # the window's core filter (a callable), or None: every core
         if precache:
             for m in list(rt.models):
                 self.precache(m)
@@ -148,13 +157,37 @@ class DeviceProfiler:
         """Profile this execution?  Every one in session mode, a graph's first on a core in model mode."""
         if not self.active:
             return False
+        if self.windowed:
+            if self.keep_nc is not None and not self.keep_nc(nc):
+                return False  # (a core the request's filter leaves out: as the environment's)
+            return self.mode == "session" or (nc, model_id) not in self.in_window
         return self.mode == "session" or (nc, model_id) not in self.done
 
     def settled(self, nc: int, model_id: int) -> bool:
         """Will this profiler never want this graph's calls on this core again?  True in ``model``
         mode once the graph has been profiled there: the execution wrappers then keep to their
         lean path while it is on, so steady state costs what the system profile costs."""
+        if self.windowed:
+            return self.mode == "model" and (nc, model_id) in self.in_window
         return self.mode == "model" and (nc, model_id) in self.done
+
+    def window(self, keep_nc=None) -> None:
+        """Profile for an on-demand window whose bounds are told later (``set_window``), on the
+        cores ``keep_nc(nc)`` accepts (None: every one)."""
+        self.windowed, self.keep_nc = True, keep_nc
+
+    def set_window(self, lo: int | None, hi: int | None) -> None:
+        """The window: executions that start after ``lo`` and no later than ``hi`` (None: open).
+        Tables are filtered when written, not here: an execution may be recording its ops."""
+        with self.lock:
+            self.win_lo, self.win_hi = lo, hi
+            if lo is None:
+                return
+            if self.mode == "model":
+                for (nc, _), table in self.tables.items():
+                    self.in_window.update((nc, e.model_id) for e in table.executions if e.start_ns > lo)
+            if hi is not None:
+                self.active = False  # (what starts after the window is not wanted)
 
     def last_flops(self) -> float | None:
         """The flops of the last execution this thread profiled (None: no op had a formula): an
@@ -165,12 +198,14 @@ class DeviceProfiler:
     def run(self, torch, nc: int, model: Model, exec_id: int, fn, args, kwargs):
         """Run one execution under the op recorder."""
         key = (nc, -1) if self.mode == "session" else (nc, model.id)
+        t0 = now_ns()
         with self.lock:
             self.done.add((nc, model.id))
+            if self.win_lo is not None and t0 > self.win_lo:
+                self.in_window.add((nc, model.id))
             table = self.tables.get(key)
             if table is None:
                 table = self.tables[key] = OpTable()
-        t0 = now_ns()
         idx = table.add_execution(exec_id, model.id, model.name, model.neff_name, t0, t0)
         rec = _Recorder(torch, table, idx)
         kinfo = self.inductor.get(model.id, False)
@@ -205,6 +240,11 @@ class DeviceProfiler:
         rt = self.rt
         with self.lock:
             tables = dict(self.tables)
+            lo = self.win_lo
+            if self.windowed:  # only the window's executions (none while its start is unknown)
+                tables = {k: _between(t, lo, self.win_hi, self.mode == "model") for k, t in tables.items()
+                          if lo is not None}
+                tables = {k: t for k, t in tables.items() if t.executions}
         for (nc, mid), table in tables.items():
             if self.mode == "session":
                 name = session_ntff_name(nc, 0)
@@ -215,3 +255,26 @@ class DeviceProfiler:
                                pid=rt.ident.pid, nc_idx=nc, mode=self.mode, device_kind=rt.device_kind,
                                source="torch", sync=[])
         write_neffs(rt, session_dir, self.written_neffs)
+
+
+def _between(table: OpTable, lo: int, hi: int | None, first_only: bool) -> OpTable:
+    """The executions of ``table`` that start after ``lo`` and no later than ``hi``, with their
+    ops (``first_only``: the first such execution only)."""
+    keep = [i for i, e in enumerate(table.executions) if e.start_ns > lo and (hi is None or e.start_ns <= hi)]
+    if first_only:
+        keep = keep[:1]
+    if len(keep) == len(table.executions):
+        return table
+    new = OpTable()
+    idx = {}
+    for i in keep:
+        e = table.executions[i]
+        idx[i] = new.add_execution(e.exec_id, e.model_id, e.model_name, e.neff_name, e.start_ns, e.end_ns)
+    names = {v: k for k, v in table.strings.items()}
+    for j, x in enumerate(table.exec_idx):
+        if x in idx:
+            new.add_op(table.start_ns[j], table.end_ns[j], names[table.name[j]], names[table.track[j]], idx[x],
+                       None if math.isnan(table.flops[j]) else table.flops[j],
+                       None if table.nbytes[j] < 0 else table.nbytes[j], names[table.detail[j]],
+                       names[table.source[j]])
+    return new

@@ -23,7 +23,6 @@ the id up front); on one thread that is the same thing.
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any, Callable
 
@@ -36,6 +35,7 @@ from neuron_explorer.runtime.ring import (
     ExecWrapper as _CWrapper,  # None: the Python wrappers run
     NanScanner as _CScanner,
 )
+from neuron_explorer.util.log import get_logger
 
 __all__ = ["BackwardFinder", "c_execution", "count_watched", "general_path", "numerical_error", "profiler_settled",
            "report_scan_failure", "wrap_execution"]
@@ -289,5 +289,5 @@ def general_path(rt: Runtime, torch, core: CoreState, model: Model, fn: Callable
 def report_scan_failure(model: Model, e: BaseException) -> None:
     """Say once per graph (the caller keeps the flag) that its NaN/Inf check raised: the outputs
     then count as finite, as the C wrapper treats its scan's errors (decision 0042)."""
-    print(f"neuron-explorer: warning: the NaN/Inf check of {model.name} failed, its outputs count as finite: "
-          f"{type(e).__name__}: {e}", file=sys.stderr)
+    get_logger(__name__).warning(f"neuron-explorer: warning: the NaN/Inf check of {model.name} failed, its outputs "
+                                 f"count as finite: {type(e).__name__}: {e}")

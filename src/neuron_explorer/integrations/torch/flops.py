@@ -36,28 +36,117 @@ __all__ = ["FlopCounter", "count_first_call", "graph_flops", "learn_flops", "op_
 
 
 def op_flops(registry: dict, func, args, kwargs: dict, out) -> float | None:
-    """One ATen call's flops by PyTorch's formula; None when the op has none or it fails."""
+    """One ATen call's flops by PyTorch's formula; None when the op has none or it fails.
+
+    torch's registry entries turn every argument into its shape with a pytree map before calling
+    the formula (~27 us an op, 8x the dispatch mode's own cost); the formula itself is called
+    here with the same shapes, made by ``_shapes`` (decision 0115).  A formula registered raw, or
+    arguments ``_shapes`` does not take apart as the pytree map would, go through torch's entry."""
     f = registry.get(getattr(func, "overloadpacket", None))
     if f is None:
         return None
     try:
-        v = float(f(*args, **kwargs, out_val=out))
+        raw = _raw_formula(f)
+        if raw is not None:
+            try:
+                sargs, skw, sout = _shapes(args), _shapes(kwargs), _shapes(out)
+            except _Unusual:
+                raw = None
+        v = float(raw(*sargs, out_shape=sout, **skw) if raw is not None else f(*args, **kwargs, out_val=out))
     except Exception:  # a formula that does not take these arguments: unknown, not an error
         return None
     return v if math.isfinite(v) else None
 
 
+class _Unusual(Exception):
+    """An argument ``_shapes`` does not know how torch's pytree map would take apart."""
+
+
+_RAW: dict = {}  # torch's registry entry -> its raw formula (None: call the entry itself)
+_Tensor: Any = None
+_Size: Any = None
+
+
+def _raw_formula(f):
+    """The shape formula inside torch's ``shape_wrapper`` entry ``f``, or None."""
+    try:
+        return _RAW[f]
+    except KeyError:
+        pass
+    raw = None
+    try:
+        global _Tensor, _Size
+        import torch
+        from torch.utils.flop_counter import shape_wrapper
+
+        _Tensor, _Size = torch.Tensor, torch.Size
+        if getattr(f, "__code__", None) is shape_wrapper(_raw_formula).__code__:
+            raw = getattr(f, "__wrapped__", None)
+    except Exception:  # noqa: BLE001 - a torch without it: its entries as they are
+        raw = None
+    _RAW[f] = raw
+    return raw
+
+
+def _shapes(x):
+    """``x`` with each tensor replaced by its shape, as ``tree_map(get_shape, x)`` in
+    ``torch.utils.flop_counter`` makes it for the containers ATen calls hold (lists, tuples,
+    dicts); raises ``_Unusual`` on any other container."""
+    t = type(x)
+    if t is list:
+        return [_shapes(v) for v in x]
+    if t is tuple:
+        return tuple([_shapes(v) for v in x])
+    if t is dict:
+        return {k: _shapes(v) for k, v in x.items()}
+    if isinstance(x, _Tensor):
+        return x.shape
+    if t is not _Size and isinstance(x, (list, tuple, dict)):
+        raise _Unusual(t.__name__)
+    return x
+
+
 def _counter_mode(torch):
-    """The dispatch mode class (made once per process: importing it costs ~10 ms)."""
+    """The dispatch mode class (made once per process: importing it costs ~10 ms).
+
+    torch wraps a mode's ``__torch_dispatch__`` in ``torch._disable_dynamo``, whose first call
+    imports ``torch._dynamo``: 1.2-2 CPU-s in a program that never compiles (most eager ones),
+    paid in the first step (decision 0115).  Ours opts out of that wrapping
+    (``_should_skip_dynamo``) and takes the same wrapper itself only once Dynamo is loaded: as
+    torch's, from then on, at no import cost; before that, no compiled code can be running."""
     global _MODE
     if _MODE is None:
+        import sys
+
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils.flop_counter import flop_registry
+
+        modules = sys.modules
+
+        @dispatch_handler
+        def count(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            try:
+                out = func(*args, **kwargs)
+            except BaseException as e:  # the op's error as the program sees it (frames.py)
+                hide_redispatch(e)
+                raise
+            v = op_flops(flop_registry, func, args, kwargs, out)
+            if v is not None:
+                self.total += v
+                self.known = True
+            return out
+
+        guarded = torch._disable_dynamo(count, recursive=True)  # (imports Dynamo at its first call)
 
         class _Mode(TorchDispatchMode):
             @classmethod
             def ignore_compile_internals(cls) -> bool:
                 return True  # torch.compile inside compiles as it would without us
+
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False  # no wrapper that imports Dynamo: ours below, once it is loaded
 
             def __init__(self) -> None:
                 super().__init__()
@@ -66,17 +155,9 @@ def _counter_mode(torch):
 
             @dispatch_handler
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                try:
-                    out = func(*args, **kwargs)
-                except BaseException as e:  # the op's error as the program sees it (frames.py)
-                    hide_redispatch(e)
-                    raise
-                v = op_flops(flop_registry, func, args, kwargs, out)
-                if v is not None:
-                    self.total += v
-                    self.known = True
-                return out
+                if modules.get("torch._dynamo") is None:
+                    return count(self, func, types, args, kwargs)
+                return guarded(self, func, types, args, kwargs)
 
         _MODE = _Mode
     return _MODE

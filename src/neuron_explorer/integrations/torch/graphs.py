@@ -26,6 +26,7 @@ from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.integrations.torch.tensors import signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState, Model
+from neuron_explorer.util.log import get_logger
 
 __all__ = ["backward_finder", "install_compile_start", "install_dynamo", "instrument_backward", "record_load",
            "wrap_graph"]
@@ -55,7 +56,7 @@ def install_dynamo(inst: Installed, torch, core: CoreState, og_mod) -> None:
             model = register_graph(inst, core, self, gm, example_inputs, t_backend, t_end)
             return wrap_graph(inst, torch, core, model, compiled)
         except Exception as e:  # never break the user's compile
-            print(f"neuron-explorer: warning: graph not instrumented: {e}", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: graph not instrumented: {e}")
             return compiled
 
     call_user_compiler.__wrapped__ = orig  # type: ignore[attr-defined]

@@ -29,11 +29,13 @@ frame) that calls the gradient snapshot at most every ``GRAD_SNAPSHOT_S``.
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 import weakref
 from typing import Any, Callable
 
 from neuron_explorer.contracts import dataset as ds
+from neuron_explorer.contracts.env import GRAD_SNAPSHOT_MAX, ConfigError, parse_positive_int
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.ring import RateGate
 
@@ -118,8 +120,11 @@ class MemorySource:
 
     def step_hook(self):
         """The optimizer pre-hook to register: a ``RateGate`` in front of ``snapshot_step`` (the
-        C one: a step with nothing to read costs a clock read, not a Python frame)."""
-        return RateGate(self.snapshot_step, GRAD_SNAPSHOT_S, GRAD_SNAPSHOT_STEPS, 1.0)
+        C one: a step with nothing to read costs a clock read, not a Python frame).  Its one-second
+        bound comes from ``NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS``: under valgrind on a loaded
+        machine a step takes about a second of wall time, so every step read the gradients and the
+        count per step depended on the load (decision 0118); benches stretch it."""
+        return RateGate(self.snapshot_step, GRAD_SNAPSHOT_S, GRAD_SNAPSHOT_STEPS, _snapshot_max_s())
 
     # -- sampling (sampler and publisher threads) --------------------------------------------
     def _core_of(self, t) -> int:
@@ -193,6 +198,15 @@ class MemorySource:
             if alloc or reserved or nc in named:
                 out[(nc, "tensors")] = max(0, alloc - named.get(nc, 0))
                 out[(nc, "allocator_cache")] = max(0, reserved - alloc)
+
+
+def _snapshot_max_s() -> float:
+    """The gradient snapshot's longest wait in seconds (1 s; a bad or huge value: 1 s / 1e6 s)."""
+    try:
+        ms = parse_positive_int(GRAD_SNAPSHOT_MAX, os.environ.get(GRAD_SNAPSHOT_MAX), 1000)
+    except ConfigError:
+        ms = 1000
+    return min(ms, 10**9) / 1000.0
 
 
 def install_memory(rt: Runtime, torch) -> MemorySource | None:

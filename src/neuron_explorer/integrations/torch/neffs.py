@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 
 from neuron_explorer.capture.device import write_neff
 from neuron_explorer.contracts.layout import neff_file_name
 from neuron_explorer.runtime.core import Model, Runtime
+from neuron_explorer.util.log import get_logger
 
 __all__ = ["cache_neff", "save_neff", "write_neffs"]
 
@@ -57,4 +57,4 @@ def cache_neff(rt: Runtime, m: Model) -> None:
         if not os.path.exists(path):
             save_neff(m, path)
     except OSError as e:
-        print(f"neuron-explorer: warning: NEFF cache {rt.neff_cache_dir}: {e.strerror}", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: NEFF cache {rt.neff_cache_dir}: {e.strerror}")

@@ -9,9 +9,9 @@ the execution hot path reads it: the wrappers capture what they need when a grap
 from __future__ import annotations
 
 import os
-import sys
 
 from neuron_explorer.runtime.core import Runtime
+from neuron_explorer.util.log import get_logger
 
 __all__ = ["Installed", "env_switch"]
 
@@ -44,7 +44,7 @@ class Installed:
         """Print a warning the first time ``key`` is seen: recording problems repeat per call."""
         if key not in self.warned:
             self.warned.add(key)
-            print(f"neuron-explorer: warning: {msg}", file=sys.stderr)
+            get_logger(__name__).warning(f"neuron-explorer: warning: {msg}")
 
     def cc_complete(self, key: int, t1: int, status: int) -> None:
         """Record the end of the collective whose Work has id ``key``, unless it was recorded."""
@@ -66,5 +66,5 @@ def env_switch(var: str, what: str) -> bool:
     try:
         return parse_bool(var, os.environ.get(var), True)
     except ConfigError as e:
-        print(f"neuron-explorer: warning: {e}; {what} stay on", file=sys.stderr)
+        get_logger(__name__).warning(f"neuron-explorer: warning: {e}; {what} stay on")
         return True

@@ -42,6 +42,7 @@ export const api = {
   counters: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/counters`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
   busy: (name, mode, layout, groups, t0, t1, px, signal) => get(`${P(name)}/busy`, { mode, layout, groups: groups.map(encodeRows).join(";"), t0, t1, px }, signal),
   activity: (name) => get(`${P(name)}/activity`),
+  insights: (name) => get(`${P(name)}/insights`),
   nonempty: (name, mode, layout, t0, t1) => get(`${P(name)}/nonempty`, { mode, layout, t0, t1 }),
   flows: (name, mode, t0, t1, signal) => get(`${P(name)}/flows`, { mode, t0, t1 }, signal),
   event: (name, id, leaf) => get(`${P(name)}/event`, { id, leaf }),

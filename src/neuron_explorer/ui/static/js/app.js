@@ -258,22 +258,24 @@ async function renderSystemTrace(w, body, extra) {
     <input type="search" placeholder="Search names, model, op… (Ctrl+F)" data-testid="search" />
     <button data-act="prev" title="Previous match">◀</button><button data-act="next" title="Next match">▶</button>
     <span class="search-k" data-testid="search-k"></span>
-    <button data-act="select" title="Area selection tool (or Shift+drag)" data-testid="select-tool">Select area</button>
-    <button data-act="activity" title="Zoom to where the events are (skips start-up)" data-testid="zoom-activity">Zoom to activity</button>
-    <button data-act="reset" title="Show the whole profile (0)">Reset zoom</button>
+    <button data-act="select" title="Area selection tool (or Shift+drag)" data-testid="select-tool">Select<span class="long"> area</span></button>
+    <button data-act="work" title="Where the work is: the span of the cores' executions and collectives (the view a profile opens on)" data-testid="zoom-work">Steps</button>
+    <button data-act="activity" title="Zoom to where the events are (skips start-up)" data-testid="zoom-activity">Activity</button>
+    <button data-act="reset" title="Show the whole profile, start-up included (0)" data-testid="whole-profile">Whole<span class="long"> profile</span></button>
     <button data-act="settings" data-testid="settings">Settings</button>
-    <button data-act="devices" data-testid="device-profiles-list">Device Profiles List</button>
+    <button data-act="devices" data-testid="device-profiles-list" title="Device Profiles List">Device<span class="long"> Profiles List</span></button>
     <button data-act="help" title="Keys (?)" data-testid="help-button">?</button>`;
   const tlHost = h(`<div class="timeline fill" data-testid="system-timeline"></div>`);
   const status = h(`<div class="statusbar"><span class="st">preparing…</span><span class="search-info"></span><span class="mode-info"></span></div>`);
   const dockEl = h(`<div class="dock" data-testid="dock">
       <div class="splitter" data-testid="dock-splitter" title="Drag to resize"></div>
-      <div class="dock-tabs"><button data-tab="details" class="on" data-testid="tab-details">Details</button><button data-tab="range" data-testid="tab-range">Area</button><button data-tab="flows" data-testid="tab-flows">Flows</button><button data-tab="device" data-testid="tab-device-trace" hidden>Device trace</button></div>
+      <div class="dock-tabs"><button data-tab="details" class="on" data-testid="tab-details">Details</button><button data-tab="range" data-testid="tab-range">Area</button><button data-tab="flows" data-testid="tab-flows">Flows</button><button data-tab="insights" data-testid="tab-insights">Insights</button><button data-tab="device" data-testid="tab-device-trace" hidden>Device trace</button></div>
       <div class="dock-body">
         <div class="pane details" data-pane="details" data-testid="event-details"><p class="muted">Click an event to see its properties; its flows are drawn on the timeline.</p></div>
         <div class="pane selection-summary" data-pane="range" data-testid="selection-summary" hidden><span class="muted">Shift+drag over tracks (or drag in the time ruler for every track) to summarize an area.</span></div>
         <div class="pane" data-pane="flows" data-testid="flows-pane" hidden></div>
         <div class="pane" data-pane="device" data-testid="device-pane" hidden></div>
+        <div class="pane pad-s" data-pane="insights" data-testid="insights-pane" hidden><p class="muted">Loading the insights…</p></div>
       </div></div>`);
   body.append(tlHost, status, dockEl);
   w.dockH = w.dockH || Number(url?.get("dock")) || 280;
@@ -313,12 +315,14 @@ async function renderSystemTrace(w, body, extra) {
     counters: (rows, t0, t1, px, sig) => api.counters(w.profile, w.mode, w.layout, rows, t0, t1, px, sig),
     busy: (groups, t0, t1, px, sig) => api.busy(w.profile, w.mode, w.layout, groups, t0, t1, px, sig),
     flows: (t0, t1, sig) => api.flows(w.profile, w.mode, t0, t1, sig),
+    deviceWindow: (pid, rows, t0, t1, px, sig) => api.deviceWindow(w.profile, pid, "system", rows, t0, t1, px, sig),
   };
   const tl = new Timeline(tlHost, src, {
     onStatus: (s) => { $(".st", status).textContent = s; },
     onEventClick: (it) => { openEvent(w, it); saveUrl(); },
     onSelect: (r) => { showArea(r); saveUrl(); },
-    onView: (t0, t1) => { saveUrl(); syncViews(w, t0, t1); },
+    onView: (t0, t1) => { saveUrl(); syncViews(w, t0, t1); followDock(w, t0, t1); },
+    onDeviceClick: (it) => showDeviceOp(w, it),
     onLayout: () => saveUrl(),
   });
   w.timeline = tl;
@@ -340,14 +344,36 @@ async function renderSystemTrace(w, body, extra) {
     const keys = new Map();
     for (const r of t.rows) { const g = r.group || []; if (g.length >= 2) keys.set(g.slice(0, 2).join("\u0001"), 1); }
     const collapse = keys.size > 8 ? [...keys.keys()] : [];
+    if (w.compact === undefined) w.compact = keys.size > 24;
+    tl.compact = w.compact;
+    tl.baseOrder = null;
+    w.order = "rank";
     tl.setRows(t.rows, collapse);
+    attachDeviceLanes(w, tl, t);
     $(".mode-info", status).textContent = `grouping: ${ov.modes[w.mode]} · ${t.rows.length} tracks · ${fmtCount(ov.events)} events`;
     w.el.dataset.mode = w.mode;
     w.el.dataset.layout = w.layout;
     return true;
   };
+  // open where the work is before the first window is asked (a ready index answers at once): painting
+  // the whole profile first and then the steps grew the tracks' lanes under the user's first click
+  const urlRange = url && url.get("t0") !== null && url.get("t1") !== null;
+  const other = state.sync && state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
+  if (!urlRange && !other && !w.coarse) await openOnWork(w);
+  else if (urlRange || other) tl.host.dataset.opened = urlRange ? "link" : "sync";
   await loadRows();
   if (w.coarse) detailLoading(w, tl, status);
+
+  // ---- insights: marks on the time axis and the Insights tab, each opening its range
+  insightsOf(w.profile).then((si) => {
+    const pane = panes("insights");
+    if (!si || !si.available) { pane.innerHTML = `<p class="muted" data-testid="no-insights">${esc(si ? si.reason : "No summary for this profile.")}</p>`; return; }
+    tl.insights = si.insights.filter((x) => x.t0 !== null && x.t1 !== null).map((x) => ({ a: x.t0, b: x.t1, n: x.rank_order, title: x.title }));
+    tl.queueDraw();
+    pane.innerHTML = `<div class="verdict" data-testid="insights-verdict">${esc(si.verdict || "")} · <a href="#/s/${encodeURIComponent(w.profile)}">Summary page</a></div>${insightList(si, w.profile)}`;
+    pane.querySelectorAll("[data-insight]").forEach((a) => a.onclick = (ev) => { ev.preventDefault(); const x = si.insights[Number(a.dataset.insight)]; tl.zoomTo(x.t0, x.t1, 0.03); });
+  });
+  tl.cb.onInsight = (m) => { tl.zoomTo(m.a, m.b, 0.03); showTab("insights"); };
 
   // ---- details in the dock
   const onBusEvent = (e) => {
@@ -389,19 +415,27 @@ async function renderSystemTrace(w, body, extra) {
     const span = r.b - r.a;
     const pct = (x) => (x === null || x === undefined ? "—" : `${x.toFixed(1)}%`);
     const d = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
-    const statCols = [["count", "Count", fmtCount], ["busy_pct", "Busy %", pct], ["busy_ns", "Busy time", d], ["min_ns", "Min", d], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]];
-    const table = (id, lead, items) => sortable(id, [...lead, ...statCols], items);
+    // rows with no event in the area are left out (a table of zeros hides the rows that matter)
+    const some = (items) => items.filter((x) => x.count > 0);
+    const covered = [["count", "Count", fmtCount], ["busy_pct", "Covered %", pct], ["busy_ns", "Covered", d], ["min_ns", "Min", d], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]];
+    // a rank's time: compute (its core executions), exposed collectives, idle; host calls and regions apart
+    const rankCols = [["rank", "Rank", String], ["compute_pct", "Compute %", pct], ["cc_exposed_pct", "Exposed coll. %", pct], ["idle_pct", "Idle %", pct],
+      ["host_pct", "Host calls %", pct], ["region_pct", "Regions %", pct], ["count", "Count", fmtCount], ["instance", "Instance", esc], ["pid", "PID", String]];
     const sm = cc.summary;
-    summary.innerHTML = `<div class="area-head" data-testid="area-head"><b data-testid="summary-count">${fmtCount(s.count)}</b> events on ${rows ? `${rows.length} tracks` : "every track"} from <b>${fmtNs(r.a)}</b> to <b>${fmtNs(r.b)}</b> (${fmtDurExact(span)})${s.approximate ? " · approximate: the area holds too many events for exact figures" : ""}</div>
+    const ccName = (v, x) => esc(x.op ? `${x.op}${x.group ? ` [${x.group}]` : ""}${x.seq !== null && x.seq !== undefined ? ` #${x.seq}` : ""}` : v);
+    const ccRows = cc.collectives.slice(0, 200).map((x, i) => ({ ...x, i }));
+    summary.innerHTML = `<div class="area-head" data-testid="area-head"><b data-testid="summary-count">${fmtCount(s.count)}</b> events on ${rows ? `${rows.length} tracks` : "every track"} from <b>${fmtNs(r.a)}</b> to <b>${fmtNs(r.b)}</b> (${fmtDurExact(span)})${s.approximate ? " · approximate: the area holds too many events for exact figures" : ""}
+      <div class="muted">Busy is compute: the union of a rank's core executions. Collectives count as exposed only where no execution overlaps them. Host calls and framework regions are shown apart and never counted as busy.</div></div>
       <div class="area-grid">
-      <div><h4>By rank</h4>${table("area-ranks", [["rank", "Rank", String], ["instance", "Instance", esc], ["pid", "PID", String]], s.ranks)}</div>
-      <div><h4>By event name</h4>${sortable("summary-table", [["name", "Event name", esc], ["count", "Count", fmtCount], ["total_in_range_ns", "Total duration", d], ["mean_ns", "Mean duration", d], ["busy_pct", "Busy %", pct], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]],
-        s.names.map((x) => ({ ...x, mean_ns: x.count ? (x.total_in_range_ns ?? x.busy_ns) / x.count : null })))}</div>
-      <div><h4>By track</h4>${table("area-tracks", [["label", "Track", (v, x) => esc([...(x.group || []).slice(1), v].join(" › "))]], s.tracks)}</div>
-      <div><h4>Collectives: who arrived last</h4>
+      <div><h4>By rank</h4>${sortable("area-ranks", rankCols, some(s.ranks))}</div>
+      <div><h4>Collectives: who arrived last <span class="muted">(click a row: that collective on every rank)</span></h4>
         <div class="muted" data-testid="straggler-summary">${sm.collectives_compared ? `${fmtCount(sm.collectives_compared)} collectives compared · slowest rank <b data-testid="slowest-rank">${sm.slowest_rank}</b> (last to enter ${sm.last_to_enter[String(sm.slowest_rank)]}×) · median spread ${fmtDur(sm.spread_ns_median)} · largest ${fmtDur(sm.spread_ns_max)}` : "no collective in this area is seen on two ranks"}</div>
-        ${sortable("collectives-table", [["name", "Collective", esc], ["ranks", "Ranks", String], ["last_rank", "Last rank", String], ["spread_ns", "Arrived late by", d], ["first_rank", "First rank", String], ["last_start", "Last start", (v) => fmtNs(v)]], cc.collectives.slice(0, 200))}</div>
+        ${sortable("collectives-table", [["name", "Collective", ccName], ["bytes", "Bytes", (v) => (v === null || v === undefined ? "—" : fmtBytes(v))], ["ranks", "Ranks", String], ["last_rank", "Last rank", String], ["spread_ns", "Late by", d], ["first_rank", "First rank", String], ["last_start", "Last start", (v) => fmtNs(v)]], ccRows, (x) => `data-cc="${x.i}" class="link"`)}</div>
+      <div><h4>By event name</h4>${sortable("summary-table", [["name", "Event name", esc], ["count", "Count", fmtCount], ["total_in_range_ns", "Total duration", d], ["mean_ns", "Mean duration", d], ["busy_pct", "Covered %", pct], ["p50_ns", "p50", d], ["p99_ns", "p99", d], ["max_ns", "Max", d]],
+        some(s.names).map((x) => ({ ...x, mean_ns: x.count ? (x.total_in_range_ns ?? x.busy_ns) / x.count : null })))}</div>
+      <div><h4>By track</h4>${sortable("area-tracks", [["label", "Track", (v, x) => esc([...(x.group || []).slice(1), v].join(" › "))], ...covered], some(s.tracks))}</div>
       </div>`;
+    summary.querySelectorAll("[data-testid=collectives-table] tr[data-cc]").forEach((tr) => tr.onclick = () => selectCollective(w, ccRows[Number(tr.dataset.cc)]));
     bindSortable(summary);
   }
   w.showArea = showArea;
@@ -443,6 +477,11 @@ async function renderSystemTrace(w, body, extra) {
   selBtn.onclick = () => { tl.selectMode = !tl.selectMode; selBtn.classList.toggle("on", tl.selectMode); };
   extra.querySelector("[data-act=reset]").onclick = () => tl.resetView();
   extra.querySelector("[data-act=activity]").onclick = async () => { const a = await api.activity(w.profile); tl.setView(a.t0, a.t1); };
+  extra.querySelector("[data-act=work]").onclick = async () => {
+    const si = await insightsOf(w.profile);
+    if (si?.available && si.steps.t0 !== null) { tl.zoomTo(si.steps.t0, si.steps.t1, 0.02); return; }
+    const a = await api.activity(w.profile); tl.setView(a.work.t0, a.work.t1);
+  };
   extra.querySelector("[data-act=devices]").onclick = () => openDeviceProfilesList(w.profile, w);
   extra.querySelector("[data-act=help]").onclick = () => toggleHelp();
   extra.querySelector("[data-act=settings]").onclick = (ev) => {
@@ -458,10 +497,18 @@ async function renderSystemTrace(w, body, extra) {
       <label><input type="checkbox" data-opt="allflows" data-testid="all-flows" ${tl.flowMode === "all" ? "checked" : ""}> All flows in view (default: the selected event's)</label>
       <label><input type="checkbox" data-opt="counters" ${tl.showCounters ? "checked" : ""}> Counter tracks (CPU, memory)</label>
       <label><input type="checkbox" data-opt="sync" data-testid="sync-time" ${state.sync ? "checked" : ""}> Synchronise the time axis of every System Trace Viewer</label>
+      <label><input type="checkbox" data-opt="compact" data-testid="compact-ranks" ${tl.compact ? "checked" : ""}> Compact ranks (collapsed processes 8 px high: 64 on one screen)</label>
+      <h4 style="margin-top:8px">Order ranks by (over the view)</h4>
+      ${[["rank", "rank"], ["late", "lateness in collectives (latest first)"], ["compute", "compute share (busiest first)"], ["cc", "exposed collective share (largest first)"]].map(([k, l]) =>
+        `<label><input type="radio" name="ord-${w.id}" value="${k}" data-testid="order-${k}" ${(w.order || "rank") === k ? "checked" : ""}> ${l}</label>`).join("")}
       <button data-act="expand">Expand all</button> <button data-act="collapse">Collapse processes</button>
       <div style="margin-top:6px"><button data-act="hide-empty" data-testid="hide-empty">Hide tracks empty in this view</button> <button data-act="show-all">Show all tracks</button></div>
       <div class="hint">Keys: ? lists them all</div></div>`);
     w.el.appendChild(pop);
+    // under its own button (not over it), kept inside the widget
+    const br = ev.currentTarget.getBoundingClientRect(), wr = w.el.getBoundingClientRect();
+    pop.style.top = `${br.bottom - wr.top + 4}px`;
+    pop.style.right = `${Math.max(8, wr.right - br.right)}px`;
     pop.addEventListener("click", (e) => e.stopPropagation());
     pop.querySelectorAll("input[name^=grp-]").forEach((r) => r.addEventListener("change", async () => {
       wanted.mode = r.value;
@@ -478,6 +525,8 @@ async function renderSystemTrace(w, body, extra) {
     }));
     pop.querySelector("[data-opt=allflows]").onchange = (e) => { tl.flowMode = e.target.checked ? "all" : "selected"; tl.refresh(); renderFlowsPane(); };
     pop.querySelector("[data-opt=counters]").onchange = (e) => { tl.showCounters = e.target.checked; tl.relayout(); tl.refresh(); };
+    pop.querySelectorAll("input[name^=ord-]").forEach((r) => r.addEventListener("change", () => orderRanks(w, r.value)));
+    pop.querySelector("[data-opt=compact]").onchange = (e) => { w.compact = tl.compact = e.target.checked; tl.relayout(); tl.refresh(); };
     pop.querySelector("[data-opt=sync]").onchange = (e) => { state.sync = e.target.checked; syncViews(w, tl.t0, tl.t1); saveUrl(); };
     pop.querySelector("[data-act=hide-empty]").onclick = async () => {
       const r = await api.nonempty(w.profile, w.mode, w.layout, tl.t0, tl.t1);
@@ -495,10 +544,97 @@ async function renderSystemTrace(w, body, extra) {
   // the URL's view, area, selected event and search are restored last: they use this widget's area
   // summary and search, defined above (restored before them, an area threw and lost the event too)
   if (url) restoreView(w, url);
-  else if (state.sync) { // synchronised: a viewer opened (or restored) after another joins its view
-    const o = state.widgets.find((x) => x !== w && x.type === "system-trace" && x.timeline?.painted);
-    if (o) tl.setView(o.timeline.t0, o.timeline.t1);
+  else if (other) tl.setView(other.timeline.t0, other.timeline.t1); // synchronised: joins the other's view
+  if (!urlRange && !other && w.coarse) openOnWork(w); // once the index is ready, unless the user moved
+}
+
+/** A profile opens where the work is (the cores' executions and collectives, not the start-up before
+ *  them; decision 0124), unless the user moved the view before the answer came (a cold open waits for
+ *  the index). "Whole profile" (or 0) is one click away. */
+async function openOnWork(w) {
+  const tl = w.timeline;
+  const t0 = tl.t0, t1 = tl.t1;
+  const [a, si] = await Promise.all([api.activity(w.profile).catch(() => null), insightsOf(w.profile)]);
+  if (!a || !tl.host.isConnected) return;
+  // the steps view found (summary.json), else the span of the cores' work
+  const steps = si?.available && si.steps.t0 !== null && si.steps.t1 > si.steps.t0 ? { t0: si.steps.t0, t1: si.steps.t1, basis: "steps" } : null;
+  const work = steps || a.work;
+  if (work) { const pad = (work.t1 - work.t0) * (steps ? 0.02 : 0); work.t0 -= pad; work.t1 += pad; }
+  if (tl.t0 === t0 && tl.t1 === t1 && work && (work.t1 - work.t0) < 0.9 * (t1 - t0)) tl.setView(work.t0, work.t1);
+  tl.host.dataset.opened = work ? work.basis : "events";
+}
+
+// ---------------------------------------------------------------- Summary page and insights
+const insightCache = new Map();
+/** The profile's summary (view's summary.json on the viewer's axis), asked once per page load. */
+function insightsOf(profile) {
+  if (!insightCache.has(profile)) insightCache.set(profile, api.insights(profile).catch(() => null));
+  return insightCache.get(profile);
+}
+
+const fmtImpact = (x) => (x.impact_ns_per_step === null || x.impact_ns_per_step === undefined ? "correctness" : `~${fmtDur(x.impact_ns_per_step)} per step${x.impact_share ? ` (${(x.impact_share * 100).toFixed(0)}%)` : ""}`);
+
+/** Insights, ranked, each a link opening its range in the System Trace Viewer (``href`` on the Summary page). */
+function insightList(si, profile, href = false) {
+  if (!si.insights.length) return `<p data-testid="insights-none">Nothing stands out: ${esc(si.verdict || "no finding above the noise threshold")}.</p>`;
+  return `<ol class="insights" data-testid="insights">${si.insights.map((x, i) => {
+    const c = x.confidence || {};
+    const open = x.t0 !== null ? (href ? `#/p/${encodeURIComponent(profile)}?w=system-trace&t0=${Math.round(x.t0 - (x.t1 - x.t0) * 0.03)}&t1=${Math.round(x.t1 + (x.t1 - x.t0) * 0.03)}` : "#") : null;
+    return `<li data-testid="insight"><div class="ititle"><span class="imark">${i + 1}</span> <b>${esc(x.title)}</b> · <span class="impact">${esc(fmtImpact(x))}</span>
+      · <span class="muted">confidence ${esc(c.level ?? "?")} (${c.steps ?? "?"} of ${c.steps_total ?? "?"} steps, ${c.ranks ?? "?"} of ${c.ranks_total ?? "?"} ranks)</span></div>
+      <div>${esc(x.recommendation || "")}</div>
+      ${open ? `<a href="${open}" data-insight="${i}" data-testid="insight-open">Open in the System Trace Viewer: step ${esc((x.evidence?.steps || []).join(", "))}${x.evidence?.ranks?.length ? `, rank ${esc(x.evidence.ranks.join(", "))}` : ""} (${fmtDur(x.t1 - x.t0)})</a>` : ""}</li>`;
+  }).join("")}</ol>`;
+}
+
+/** The Summary page a profile opens on: verdict, utilisation, ranked insights, and the per-step table
+ *  (the region highlighter) that sorts, exports CSV and opens a step in the timeline. */
+async function showSummary(name) {
+  state.home = null;
+  for (const w of [...state.widgets]) removeWidget(w);
+  if (!state.profiles.length) state.profiles = (await api.profiles()).profiles;
+  $("#crumb").textContent = `› ${name} › Summary`;
+  $("#actions").innerHTML = `<a class="button primary" href="#/p/${encodeURIComponent(name)}" data-testid="open-timeline">System Trace Viewer</a>`;
+  $("#main").innerHTML = `<p class="pad muted">Loading the summary…</p>`;
+  const si = await api.insights(name);
+  const tl = (t0, t1) => `#/p/${encodeURIComponent(name)}?w=system-trace&t0=${Math.round(t0)}&t1=${Math.round(t1)}`;
+  if (!si.available) {
+    $("#main").innerHTML = `<div class="summary-page" data-testid="summary-page"><h1>Summary of "${esc(name)}"</h1><p class="pad" data-testid="summary-unavailable">${esc(si.reason)}</p><p class="pad"><a href="#/p/${encodeURIComponent(name)}">Open the System Trace Viewer</a></p></div>`;
+    return;
   }
+  const u = si.utilisation || {};
+  const st = si.steps;
+  const d = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
+  const cols = [["number", "Step", String], ["ranks", "Ranks", String], ["wall_ns", "Wall (median)", d], ["wall_ns_max", "Wall (slowest)", d], ["slowest_rank", "Slowest rank", String],
+    ...st.columns.map((c) => [c, c.replace(/_ns$/, "").replace(/_/g, " "), d]), ["outlier", "Outlier", (v) => (v ? "yes" : "")]];
+  const rows = st.per_step.map((r, i) => ({ ...r, i }));
+  $("#main").innerHTML = `<div class="summary-page" data-testid="summary-page"><h1>Summary of "${esc(name)}"</h1>
+    <div class="cards">
+      <div class="card"><div class="k">Verdict</div><div class="v" data-testid="summary-verdict">${esc(si.verdict || "")}</div></div>
+      <div class="card"><div class="k">Steps</div><div class="v">${st.count ?? 0} <span class="muted">(${esc(st.method || "none")})</span></div><div class="muted">median ${d(st.variation?.wall_ns_median)} · p90 ${d(st.variation?.wall_ns_p90)} · cv ${st.variation?.cv ?? "—"}</div></div>
+      <div class="card"><div class="k">Achieved FLOP/s</div><div class="v">${u.achieved_flops_per_s ? Number(u.achieved_flops_per_s).toExponential(3) : "—"}</div><div class="muted">MFU ${u.mfu !== null && u.mfu !== undefined ? `${(u.mfu * 100).toFixed(1)}%` : `unknown: ${esc(u.reason || "")}`}</div></div>
+    </div>
+    <h2>Insights, ranked by the time they would save per step</h2>${insightList(si, name, true)}
+    <h2>Steps <span class="muted">(medians over ranks; click a row to open that step)</span> <button data-testid="export-csv">Export CSV</button>
+      ${st.t0 !== null ? `<a href="${tl(st.t0, st.t1)}" data-testid="open-steps">Open every step</a>` : ""}</h2>
+    <div class="step-table">${sortable("steps-table", cols, rows, (x) => `data-step="${x.i}" class="link${x.outlier ? " outlier" : ""}"`)}</div></div>`;
+  bindSortable($("#main"));
+  $("#main").querySelectorAll("[data-testid=steps-table] tr[data-step]").forEach((tr) => tr.onclick = () => {
+    const r = rows[Number(tr.dataset.step)];
+    if (r.t0 !== null) location.hash = tl(r.t0 - (r.t1 - r.t0) * 0.02, r.t1 + (r.t1 - r.t0) * 0.02);
+  });
+  $("[data-testid=export-csv]").onclick = () => {
+    // the table as shown (its current sort order), figures in nanoseconds
+    const order = [...$("#main").querySelectorAll("[data-testid=steps-table] tbody tr")].map((tr) => rows[Number(tr.dataset.step)]);
+    const keys = ["number", "ranks", "wall_ns", "wall_ns_max", "slowest_rank", ...st.columns, "outlier", "t0", "t1"];
+    const q = (v) => (v === null || v === undefined ? "" : /[",\n]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v));
+    const csv = [keys.map((k) => (k === "t0" ? "start_rel_ns" : k === "t1" ? "end_rel_ns" : k)).join(","), ...order.map((r) => keys.map((k) => q(r[k])).join(","))].join("\n") + "\n";
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(new Blob([csv], { type: "text/csv" }));
+    a.download = `${name}-steps.csv`;
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  };
 }
 
 /** With "synchronise", every other System Trace Viewer follows this one's view range. */
@@ -560,6 +696,123 @@ function goToEvent(w, it) {
   saveUrl();
 }
 
+/** A collective of the area's table on every rank: the view spans its arrivals (first start to the
+ *  last arrival's end), its last arrival is selected (Details, its flow across the ranks) and every
+ *  rank's event of it is outlined as selected. */
+function selectCollective(w, c) {
+  const tl = w.timeline;
+  const a = c.first_start, b = Math.max(c.last_end ?? c.last_start, c.last_start + 1);
+  tl.zoomTo(a, b, 0.25);
+  const row = tl.leafToRow.get(c.last_leaf);
+  tl.scrollToRows([...(c.arrivals || []).map((x) => tl.leafToRow.get(x[2])), row]);
+  tl.selected = { id: c.last_id, row, s: c.last_start, e: c.last_end, leaf: c.last_leaf, c: 1 };
+  tl.peers = new Set((c.arrivals || []).map((x) => `${x[2]}:${x[1]}`));
+  tl.queueDraw();
+  openEvent(w, { id: c.last_id, leaf: c.last_leaf, c: 1, s: c.last_start, e: c.last_end });
+  saveUrl();
+}
+
+/** Each device profile's ops as lanes under its core's execution track, on the system axis: the
+ *  profile is matched to the track holding its process's and core's nc_exec_running. */
+async function attachDeviceLanes(w, tl, t) {
+  tl.lanesLoading++;
+  try {
+    await lookUpDeviceLanes(w, tl, t);
+  } finally {
+    tl.lanesLoading--;
+    tl.queueDraw();
+  }
+}
+
+async function lookUpDeviceLanes(w, tl, t) {
+  const list = (await api.deviceProfiles(w.profile).catch(() => ({ device_profiles: [] }))).device_profiles;
+  if (!list.length || !t.leaf_core) return;
+  const rowsNow = tl.rows;
+  const lanes = new Map();
+  // at most 256 device profiles get lanes (their overviews are asked up front)
+  const ovs = await Promise.all(list.slice(0, 256).map((d) => api.deviceOverview(w.profile, d.profile_id, "system").catch(() => null)));
+  if (tl.rows !== rowsNow) return; // another grouping was chosen meanwhile
+  list.slice(0, 256).forEach((d, k) => {
+    const ov = ovs[k];
+    if (!ov) return;
+    const row = tl.rows.find((r) => r.kind === "events" && (r.leaves || []).some((lf) => {
+      const c = t.leaf_core[lf];
+      return t.names[t.leaf_name[lf]] === "nc_exec_running" && c[0] === d.instance_id && Number(c[1]) === Number(d.process_id) && Number(c[2]) === Number(d.nc_idx);
+    }));
+    if (!row) return;
+    const l = lanes.get(row.idx) || { engines: [], dps: [] };
+    const engines = ov.rows.map((r) => r.label);
+    for (const e of engines) if (!l.engines.includes(e)) l.engines.push(e);
+    l.dps.push({ pid: String(d.profile_id), a: ov.start_ns, b: ov.start_ns + ov.duration_ns, rows: engines });
+    lanes.set(row.idx, l);
+  });
+  tl.setDeviceLanes(lanes);
+  tl.host.dataset.deviceLanes = String(lanes.size);
+}
+
+/** Order the processes of each instance (and the instances, by their first process) by a figure of
+ *  the current view: mean lateness in collectives (from the collectives table's arrivals), compute
+ *  share or exposed collective share (the area's By rank table); "rank" restores the server's order.
+ *  Only the drawing order changes: rows keep their numbers, so requests are unchanged. */
+async function orderRanks(w, by) {
+  const tl = w.timeline;
+  w.order = by;
+  tl.baseOrder = tl.baseOrder || tl.rows.slice();
+  const base = tl.baseOrder;
+  if (by === "rank") { tl.rows = base.slice(); tl.relayout(); tl.refresh(); tl.host.dataset.order = by; return; }
+  const [a, cc] = await Promise.all([api.area(w.profile, w.mode, w.layout, null, tl.t0, tl.t1),
+                                     api.collectives(w.profile, w.mode, w.layout, null, tl.t0, tl.t1)]);
+  const score = new Map(); // "rank N" -> larger first
+  if (by === "late") {
+    const sum = new Map(), n = new Map();
+    for (const c of cc.collectives) {
+      const first = Math.min(...c.arrivals.map((x) => x[3]));
+      for (const [r, , , s0] of c.arrivals) { sum.set(r, (sum.get(r) || 0) + s0 - first); n.set(r, (n.get(r) || 0) + 1); }
+    }
+    for (const [r, v] of sum) score.set(r, v / n.get(r));
+  } else for (const r of a.ranks) score.set(r.rank, by === "compute" ? r.compute_pct : r.cc_exposed_pct);
+  const rankOf = (label) => { const m = /rank (\d+)/.exec(label || ""); return m ? Number(m[1]) : null; };
+  const key = (r) => { const g = r.group || []; const k = rankOf(g[1]); return k === null || !score.has(k) ? -Infinity : score.get(k); };
+  const instBest = new Map();
+  for (const r of base) { const i = (r.group || [])[0]; instBest.set(i, Math.max(instBest.get(i) ?? -Infinity, key(r))); }
+  const pos = new Map(base.map((r, i) => [r, i]));
+  const procFirst = new Map(); // a process's rows stay together, in their order
+  for (const r of base) { const g = r.group || []; const pk = `${g[0]}\u0001${g[1]}`; if (!procFirst.has(pk)) procFirst.set(pk, pos.get(r)); }
+  tl.rows = base.slice().sort((x, y) => {
+    const gx = x.group || [], gy = y.group || [];
+    if (gx[0] !== gy[0]) return (instBest.get(gy[0]) - instBest.get(gx[0])) || (pos.get(x) - pos.get(y));
+    const cx = rankOf(gx[1]) === null, cy = rankOf(gy[1]) === null; // the instance's counters stay first
+    if (cx !== cy) return cx ? -1 : 1;
+    const kx = key(x), ky = key(y);
+    if (kx !== ky) return ky > kx ? 1 : -1;
+    const px = procFirst.get(`${gx[0]}\u0001${gx[1]}`), py = procFirst.get(`${gy[0]}\u0001${gy[1]}`);
+    return px - py || pos.get(x) - pos.get(y);
+  });
+  tl.relayout();
+  tl.refresh();
+  tl.host.dataset.order = by;
+  toast(`Ranks ordered by ${by === "late" ? "mean lateness in collectives" : by === "compute" ? "compute share" : "exposed collective share"} over the view${score.size ? "" : " (no figure in this view: order kept)"}.`);
+}
+
+/** A device op clicked on the system timeline: its properties in the Details tab. */
+async function showDeviceOp(w, it) {
+  const ev = await api.deviceEvent(w.profile, it.dp.pid, "system", it.drow, it.s).catch((e) => { toast(e.message, true); return null; });
+  if (!ev) return;
+  const box = w.el.querySelector("[data-pane=details]");
+  w.dock?.showTab("details");
+  box.innerHTML = `<h3 data-testid="device-op-name">${esc(ev.name)} <span class="muted">device op · engine ${esc(it.engine)} · device profile ${esc(it.dp.pid)}</span></h3>
+    <table><tr><th>start (from profile start)</th><td data-testid="device-op-start">${fmtNs(ev.relative.start)}</td></tr>
+    <tr><th>start (absolute, ns)</th><td>${esc(absNs(ev.origin_ns, ev.relative.start))}</td></tr>
+    <tr><th>duration</th><td>${fmtDurExact(ev.relative.end - ev.relative.start)}</td></tr></table>
+    <h3>Properties</h3>${propsTable(ev.properties)}${Object.keys(ev.attributes || {}).length ? `<h3>Attributes</h3>${propsTable(ev.attributes)}` : ""}`;
+  box.scrollTop = 0;
+}
+
+/** The docked Device trace follows the system timeline's range (one axis for both). */
+function followDock(w, t0, t1) {
+  for (const d of state.widgets) if (d.dockedIn === w && d.type === "device-trace" && d.timeline && d.frame === "system") d.timeline.setView(t0, t1);
+}
+
 /** Show an event's details and flows (a merged bucket's summary); false when the event could not be read. */
 async function openEvent(w, it) {
   if (it.c > 1 || (w.coarse && String(it.id) === "-1")) { // coarse buckets carry no event id
@@ -572,6 +825,9 @@ async function openEvent(w, it) {
     const tl = w.timeline;
     if (tl && fl) {
       tl.setSelectedFlows({ ...fl, chainIds: new Set(fl.chain.map((c) => `${c[1]}:${c[0]}`)) });
+      // a collective is selected on every rank: each rank's event of it is outlined as selected
+      const coll = fl.flows.find((x) => x.kind === "collective");
+      tl.peers = coll ? new Set(coll.ends.map((e) => `${e[1]}:${e[0]}`)) : null;
       if (tl.selected) tl.selected.e = ev.relative.end;
     }
     bus.dispatchEvent(new CustomEvent("event", { detail: { profile: w.profile, event: ev, flows: fl, source: w } }));
@@ -591,10 +847,12 @@ function drillDown(w, ev) {
   if (w.timeline) { w.timeline.highlight = exec; w.timeline.queueDraw(); }
   let dw = findDuplicate("device-trace", w.profile, dp);
   if (dw) {
-    dw.focusRange?.(exec.a, exec.b);
+    if (w.timeline) dw.timeline?.setView(w.timeline.t0, w.timeline.t1); else dw.focusRange?.(exec.a, exec.b);
     if (dw.dockedIn) dw.dockedIn.dock.showTab("device");
   } else {
-    dw = addWidget("device-trace", w.profile, dp, { dock: w.dock ? w : null, init: { frame: "system", initial: exec } });
+    // on the system timeline's own range: the panel and the timeline share one axis
+    const init = w.timeline ? { a: w.timeline.t0, b: w.timeline.t1, exact: true } : exec;
+    dw = addWidget("device-trace", w.profile, dp, { dock: w.dock ? w : null, init: { frame: "system", initial: init } });
   }
   dw?.el.scrollIntoView({ block: "nearest" });
   w.el.querySelector("[data-testid=dock]")?.scrollIntoView({ block: "nearest" });
@@ -614,9 +872,12 @@ function flowsHtml(f, w) {
     return `${esc(tl?.source.nameOf?.(e[1]) || row?.name || "event")} · ${esc(where)} · ${fmtNs(e[2])}`;
   };
   const me = f.event;
-  const link = (e) => `<li><a href="#" data-testid="flow-end" data-leaf="${e[1]}" data-id="${esc(e[0])}" data-s="${e[2]}" data-e="${e[3]}">${label(e)}</a>${String(e[0]) === String(me[0]) && e[1] === me[1] ? " <span class=\"tag\">this event</span>" : ""}</li>`;
-  return `${f.flows.map((fl) => `<h3>Flow ${esc(fl.flow_id)} · ${esc(fl.kind)} · ${fl.ends.length} events${fl.truncated ? " (first shown)" : ""}</h3><ol class="flow-ends">${fl.ends.map(link).join("")}</ol>`).join("")}
-    ${f.chain.length ? `<h3>Framework chain (enclosing events)</h3><ol class="flow-ends">${f.chain.map(link).join("")}</ol>` : ""}`;
+  const rankOf = (e) => { const r = tl?.rows.find((x) => x.idx === tl.leafToRow.get(e[1])); const m = r && [...(r.group || [])].join(" ").match(/rank (\d+)/); return m ? m[1] : "?"; };
+  // a collective's ends in arrival order: each rank's lateness against the first to arrive
+  const late = (fl, e) => (fl.kind === "collective" ? ` <span class="late" data-testid="late-by">rank ${rankOf(e)} · late by ${fmtDur(e[2] - Math.min(...fl.ends.map((x) => x[2])))}</span>` : "");
+  const link = (e, fl) => `<li><a href="#" data-testid="flow-end" data-leaf="${e[1]}" data-id="${esc(e[0])}" data-s="${e[2]}" data-e="${e[3]}">${label(e)}</a>${fl ? late(fl, e) : ""}${String(e[0]) === String(me[0]) && e[1] === me[1] ? " <span class=\"tag\">this event</span>" : ""}</li>`;
+  return `${f.flows.map((fl) => `<h3>Flow ${esc(fl.flow_id)} · ${esc(fl.kind)} · ${fl.ends.length} events${fl.truncated ? " (first shown)" : ""}</h3><ol class="flow-ends">${fl.ends.map((e) => link(e, fl)).join("")}</ol>`).join("")}
+    ${f.chain.length ? `<h3>Framework chain (enclosing events)</h3><ol class="flow-ends">${f.chain.map((e) => link(e, null)).join("")}</ol>` : ""}`;
 }
 
 function bindFlowLinks(root, w) {
@@ -641,8 +902,9 @@ function renderDetailsInto(box, d, from = "") {
   const ev = d.event;
   const dev = ev.name === "nc_exec_running"
     ? (ev.device_profile
-      ? `<div class="note">Device profile <b>${esc(ev.device_profile.profile_id)}</b> covers this execution; it opened in the Device trace tab, on this timeline's time axis.</div>`
-      : `<div class="note" data-testid="device-note">${esc(ev.device_note || "No device profile was captured for this execution.")}</div>`)
+      ? `<div class="note">Device profile <b>${esc(ev.device_profile.profile_id)}</b> covers this execution: its ops are the lanes under this core's track, and the Device trace tab shows them by engine, on the same time axis.</div>`
+      : `<div class="note" data-testid="device-note">${esc(ev.device_note || "No device profile was captured for this execution.")}${ev.profiled_execution && ev.profiled_execution.leaf !== null
+        ? ` <a href="#" data-testid="profiled-execution" data-leaf="${ev.profiled_execution.leaf}" data-id="${esc(ev.profiled_execution.id)}" data-s="${ev.profiled_execution.start}" data-e="${ev.profiled_execution.end}">Go to the profiled execution ${esc(ev.profiled_execution.exec_id)}</a>` : ""}</div>`)
     : "";
   box.innerHTML = `${from}<h3 data-testid="event-name">${esc(ev.name)}</h3>${dev}
     <table><tr><th>start (from profile start)</th><td data-testid="event-start">${fmtNs(ev.relative.start)}</td></tr>
@@ -654,6 +916,8 @@ function renderDetailsInto(box, d, from = "") {
     ${ev.model ? `<h3>Model</h3>${propsTable(ev.model)}` : ""}
     ${ev.process ? `<h3>Process</h3>${propsTable(ev.process)}` : ""}`;
   bindFlowLinks(box, d.source);
+  const pe = box.querySelector("[data-testid=profiled-execution]");
+  if (pe) pe.onclick = (e) => { e.preventDefault(); goToEvent(d.source, { id: /^\d+$/.test(pe.dataset.id) && Number(pe.dataset.id) <= Number.MAX_SAFE_INTEGER ? Number(pe.dataset.id) : pe.dataset.id, leaf: Number(pe.dataset.leaf), s: Number(pe.dataset.s), e: Number(pe.dataset.e) }); };
 }
 
 function renderEventDetails(w, body) {
@@ -672,9 +936,9 @@ function renderEventDetails(w, body) {
 }
 
 // ---------------------------------------------------------------- sortable tables
-function sortable(id, cols, items) {
+function sortable(id, cols, items, rowAttrs = null) {
   return `<table class="sortable" data-testid="${id}"><thead><tr>${cols.map(([k, l], i) => `<th data-col="${i}" class="${i ? "num" : ""}" title="Sort">${esc(l)}</th>`).join("")}</tr></thead>
-    <tbody>${items.map((x) => `<tr>${cols.map(([k, , f], i) => `<td class="${i ? "num" : ""}" data-v="${esc(x[k] ?? "")}">${f(x[k], x)}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
+    <tbody>${items.map((x) => `<tr ${rowAttrs ? rowAttrs(x) : ""}>${cols.map(([k, , f], i) => `<td class="${i ? "num" : ""}" data-v="${esc(x[k] ?? "")}">${f(x[k], x)}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
 }
 
 function bindSortable(root) {
@@ -747,7 +1011,7 @@ async function renderDeviceTrace(w, body, extra) {
   w.destroy = () => tl.destroy();
   tl.setRows(ov.rows);
   w.focusRange = (a, b) => tl.zoomTo(a, b, 0.03);
-  const home = () => (w.initial ? tl.zoomTo(w.initial.a, w.initial.b, 0.03) : tl.zoomTo(start, start + ov.duration_ns, 0.03));
+  const home = () => (w.initial ? (w.initial.exact ? tl.setView(w.initial.a, w.initial.b) : tl.zoomTo(w.initial.a, w.initial.b, 0.03)) : tl.zoomTo(start, start + ov.duration_ns, 0.03));
   home();
   $("[data-act=reset]", extra).onclick = home;
   w.el.dataset.deviceProfile = pid;
@@ -841,6 +1105,9 @@ document.addEventListener("keydown", (ev) => {
     if (w) { ev.preventDefault(); w.focusSearch(); }
     return;
   }
+  // Escape closes an open Settings popover, even from one of its inputs (and goes no further: the
+  // area selection stays)
+  if (ev.key === "Escape" && $(".popover")) { document.querySelectorAll(".popover").forEach((p) => p.remove()); ev.stopImmediatePropagation(); ev.preventDefault(); return; }
   if (typing) return;
   if (ev.key === "?") { ev.preventDefault(); toggleHelp(); return; }
   if (ev.key === "Escape" && $("[data-testid=help-overlay]")) { toggleHelp(false); }
@@ -855,9 +1122,9 @@ async function showHome() {
   state.profiles = r.profiles;
   $("#main").innerHTML = `<h1>Profiles</h1><p class="muted" style="margin:0 16px 10px">Workspace ${esc(r.workspace)} · ingest more with <code>neuron-explorer view -d DIR --ingest-only --data-path WORKSPACE</code></p>
     ${r.profiles.length ? `<table class="grid" data-testid="profiles"><thead><tr><th>Profile</th><th>Type</th><th class="num">Processes</th><th class="num">Instances</th><th class="num">Events</th><th>Captured</th></tr></thead><tbody>
-    ${r.profiles.map((p) => `<tr class="link" data-name="${esc(p.name)}" data-testid="profile-row"><td><a href="#/p/${encodeURIComponent(p.name)}">${esc(p.display_name || p.name)}</a></td><td>${p.types.map((t) => `<span class="tag ${t}">${t}</span>`).join("")}</td><td class="num">${p.processes}</td><td class="num">${p.instances}</td><td class="num">${fmtCount(p.events)}</td><td>${p.start_wall_ns ? new Date(Number(BigInt(p.start_wall_ns) / 1000000n)).toISOString().replace("T", " ").slice(0, 19) : ""}</td></tr>`).join("")}
+    ${r.profiles.map((p) => `<tr class="link" data-name="${esc(p.name)}" data-testid="profile-row"><td><a href="#/s/${encodeURIComponent(p.name)}">${esc(p.display_name || p.name)}</a> <a class="muted small" href="#/p/${encodeURIComponent(p.name)}" data-testid="open-trace">timeline</a></td><td>${p.types.map((t) => `<span class="tag ${t}">${t}</span>`).join("")}</td><td class="num">${p.processes}</td><td class="num">${p.instances}</td><td class="num">${fmtCount(p.events)}</td><td>${p.start_wall_ns ? new Date(Number(BigInt(p.start_wall_ns) / 1000000n)).toISOString().replace("T", " ").slice(0, 19) : ""}</td></tr>`).join("")}
     </tbody></table>` : `<p class="pad">No profiles yet in this workspace.</p>`}`;
-  document.querySelectorAll("tr.link").forEach((tr) => tr.onclick = () => { location.hash = `#/p/${encodeURIComponent(tr.dataset.name)}`; });
+  document.querySelectorAll("tr.link").forEach((tr) => tr.onclick = (ev) => { if (ev.target.closest("a")) return; location.hash = `#/s/${encodeURIComponent(tr.dataset.name)}`; });
 }
 
 async function showDashboard(name, url) {
@@ -901,6 +1168,12 @@ function waitFor(cond, ms = 60000) {
 
 let lastRoute = null;
 function route() {
+  const sm = location.hash.match(/^#\/s\/([^?]+)$/);
+  if (sm) {
+    lastRoute = null;
+    showSummary(decodeURIComponent(sm[1])).catch((e) => { $("#main").innerHTML = `<p class="pad">Error: ${esc(e.message)}</p>`; });
+    return;
+  }
   const m = location.hash.match(/^#\/p\/([^?]+)(\?.*)?$/);
   const key = m ? decodeURIComponent(m[1]) : "";
   if (m && key === lastRoute && state.home === key) return; // our own URL updates

@@ -20,6 +20,8 @@ const ROW_H = 18;
 const CNT_H = 42;
 const GROUP_H = 18;
 const SUMMARY_H = 22;
+const COMPACT_H = 7; // a collapsed rank in the compact view: 64 fit a 1000 px window, 512 scroll
+const COMPACT_GROUP_H = 12; // an expanded instance header in the compact view
 const MAX_LANES = 12;
 const MIN_SPAN = 100; // ns
 
@@ -89,7 +91,12 @@ export class Timeline {
     this.level = null;
     this.sel = null; // area: {a, b, rows: [row idx] | null}
     this.selected = null; // {row, s, id, leaf}
+    this.peers = null; // Set of "leaf:id": the selected collective's events on the other ranks
     this.marks = []; // [{a, b}] (M)
+    this.insights = []; // [{a, b, n, title}]: the profile's ranked insights, marked on the time axis
+    this.devLanes = new Map(); // row idx -> {engines: [name], dps: [{pid, a, b, rows: [engine row of the dp]}]}
+    this.devEvents = new Map(); // row idx -> device ops {s, e, c, d, id, name, lane: engine index, dp, drow}
+    this.lanesLoading = 0; // device-lane lookups under way: the layout may still grow (see ``pending``)
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
     this.collapsed = new Set(); // group keys
@@ -98,6 +105,7 @@ export class Timeline {
     this.pinH = 0;
     this.hidden = new Set(); // row idx hidden ("hide tracks empty in this view")
     this.showCounters = true;
+    this.compact = false; // collapsed ranks 8 px high (set when a profile has many processes)
     this.hover = null;
     this.ticks = [];
     this.ctrl = null;
@@ -133,6 +141,8 @@ export class Timeline {
     this.lanes.clear();
     this.counterData.clear();
     this.busyData.clear();
+    this.devLanes = new Map();
+    this.devEvents = new Map();
     this.flowData = [];
     if (collapsed) this.collapsed = new Set(collapsed);
     this.relayout();
@@ -182,7 +192,8 @@ export class Timeline {
       for (let k = d; k < g.length; k++) {
         const key = g.slice(0, k + 1).join("\u0001");
         const col = this.collapsed.has(key);
-        const e = { type: "group", depth: k, text: g[k], key, path: g.slice(0, k + 1), y, h: col ? SUMMARY_H : GROUP_H, collapsed: col, rows: [], leaves: [] };
+        const h = col ? (this.compact && k > 0 ? COMPACT_H : SUMMARY_H) : (this.compact && k === 0 ? COMPACT_GROUP_H : GROUP_H);
+        const e = { type: "group", depth: k, text: g[k], key, path: g.slice(0, k + 1), y, h, collapsed: col, rows: [], leaves: [] };
         out.push(e);
         groupEntry.set(key, e);
         y += e.h;
@@ -196,9 +207,20 @@ export class Timeline {
         continue;
       }
       prev = g;
-      const h = r.kind === "counter" ? CNT_H : ROW_H * Math.max(1, this.lanes.get(r.idx) || 1);
+      const h = r.kind === "counter" ? CNT_H : ROW_H * (Math.max(1, this.lanes.get(r.idx) || 1) + this.devLaneCount(r.idx));
       out.push({ type: "row", row: r, depth: g.length, y, h, path: g });
       y += h;
+    }
+    if (this.compact) {
+      // the compact rank view leaves out collapsed groups of counters only (an instance's host
+      // counters): 64 ranks then fit one screen; expanded, a process keeps its counters
+      const kept = out.filter((e) => !(e.type === "group" && e.collapsed && !e.rows.length && !e.leaves.length));
+      if (kept.length !== out.length) {
+        y = 0;
+        for (const e of kept) { e.y = y; y += e.h; }
+        out.length = 0;
+        out.push(...kept);
+      }
     }
     this.layout = out;
     this.groupEntry = groupEntry;
@@ -218,6 +240,20 @@ export class Timeline {
     }
     this.pinH = py ? py + 3 : 0;
     this.clampScroll();
+  }
+
+  /** Device-op lanes under a core's track: one per engine of its device profiles (0 without). */
+  devLaneCount(idx) { return this.devLanes.get(idx)?.engines.length || 0; }
+
+  /** The lane where a row's device lanes begin (under its own event lanes). */
+  devBase(idx) { return Math.max(1, this.lanes.get(idx) || 1); }
+
+  /** Device profiles' ops as lanes under their core's track (``lanes``: see ``devLanes``). */
+  setDeviceLanes(lanes) {
+    this.devLanes = lanes;
+    this.devEvents = new Map();
+    this.relayout();
+    this.refresh();
   }
 
   /** Pin a track under the ruler (it stays while the others scroll), or unpin it. */
@@ -368,6 +404,24 @@ export class Timeline {
     this.refresh();
   }
 
+  /** Make rows ``idxs`` visible together when they fit the screen (a collective on every rank), else
+   * the last of them. */
+  scrollToRows(idxs) {
+    const want = idxs.filter((i) => i !== undefined);
+    if (!want.length) return;
+    for (const i of want) if (!this.rowY.get(i)) this.scrollToRow(i); // expands collapsed ancestors
+    const es = want.map((i) => this.rowY.get(i)).filter(Boolean);
+    if (!es.length) return;
+    const y0 = Math.min(...es.map((e) => e.y)), y1 = Math.max(...es.map((e) => e.y + e.h));
+    const vis = this.h - this.top;
+    const sticky = GROUP_H * Math.max(...es.map((e) => e.depth || 0));
+    if (y1 - y0 + sticky <= vis) {
+      if (y0 - sticky < this.scrollY || y1 > this.scrollY + vis) this.scrollY = Math.max(0, y0 - sticky - 4);
+      this.clampScroll();
+      this.refresh();
+    } else this.scrollToRow(want[want.length - 1]);
+  }
+
   /** Canvas y of the middle of row ``idx`` (or of the summary track holding it); null when hidden. */
   rowMidY(idx, lane = 0) {
     const e = this.rowY.get(idx) || this.rowHome?.get(idx);
@@ -376,10 +430,20 @@ export class Timeline {
     return this.top + e.y - this.scrollY + lane * ROW_H + h / 2;
   }
 
+  fetchQueued() { return this._fetchAt > this._fetchStarted; }
+
+  /** True while a window is asked and not yet drawn, or device lanes that change the layout are still
+   *  looked up (tests and the benchmarks wait for it to fall before they read the screen). */
+  get pending() { return this._pending || this.lanesLoading > 0; }
+
+  set pending(v) { this._pending = v; }
+
   refresh() {
+    this.pending = true; // a window is to be asked (tests wait for its answer to be drawn)
     this.queueDraw();
     clearTimeout(this.fetchTimer);
-    this.fetchTimer = setTimeout(() => this.fetch(), 35);
+    this._fetchAt = (this._fetchAt || 0) + 1;
+    this.fetchTimer = setTimeout(() => { this._fetchStarted = this._fetchAt; this.fetch(); }, 35);
   }
 
   queueDraw() {
@@ -389,7 +453,7 @@ export class Timeline {
   }
 
   async fetch() {
-    if (!this.rows.length) { this.draw(); return; }
+    if (!this.rows.length) { this.draw(); this.pending = false; return; }
     if (this.ctrl) this.ctrl.abort();
     const ctrl = (this.ctrl = new AbortController());
     const { ev, cn, groups } = this.visibleRows();
@@ -398,17 +462,40 @@ export class Timeline {
     const began = performance.now();
     if (ev.length) jobs.push(this.source.window(ev, t0, t1, px, ctrl.signal).then((w) => ["w", w]));
     if (cn.length && this.source.counters) jobs.push(this.source.counters(cn, t0, t1, px, ctrl.signal).then((c) => ["c", c]));
+    if (this.source.deviceWindow) {
+      for (const idx of ev) {
+        const dl = this.devLanes.get(idx);
+        if (!dl) continue;
+        for (const dp of dl.dps) {
+          if (dp.b < t0 || dp.a > t1) continue;
+          jobs.push(this.source.deviceWindow(dp.pid, dp.rows.map((_, i) => i), t0, t1, px, ctrl.signal).then((d) => ["d", { idx, dp, d }]));
+        }
+      }
+    }
     if (groups.length && this.source.busy) jobs.push(this.source.busy(groups.map((g) => g.rows), t0, t1, px, ctrl.signal).then((b) => ["b", b]));
     try {
       const results = await Promise.all(jobs);
       if (ctrl.signal.aborted) return;
       const busy = new Map();
+      const dev = new Map();
       for (const [kind, data] of results) {
+        if (kind === "d") {
+          const { idx, dp, d } = data;
+          const dl = this.devLanes.get(idx);
+          const list = dev.get(idx) || [];
+          for (let i = 0; i < d.row.length; i++) {
+            list.push({ s: d.s[i], e: d.e[i], c: d.c[i], d: d.d[i], id: d.id[i], name: d.name[i], dp, drow: d.row[i],
+                        engine: dp.rows[d.row[i]], lane: dl.engines.indexOf(dp.rows[d.row[i]]) });
+          }
+          dev.set(idx, list);
+          continue;
+        }
         if (kind === "w") this.ingestWindow(data);
         else if (kind === "c") this.counterData = new Map(Object.entries(data.rows).map(([k, v]) => [Number(k), v]));
-        else data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: b64bytes(g.busy), cc: b64bytes(g.cc), mean: g.mean_busy, meanCc: g.mean_cc, t0, t1 }));
+        else data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: b64bytes(g.busy), cc: b64bytes(g.cc), mean: g.mean_busy, meanCc: g.mean_cc, meanHost: g.mean_host ?? 0, basis: g.basis ?? "compute", t0, t1 }));
       }
       this.busyData = busy;
+      this.devEvents = dev;
       if (!ev.length) this.events.clear();
       if (this.flowMode === "all" && this.source.flows && this.level === "raw") {
         const f = await this.source.flows(t0 - (t1 - t0) * 0.1, t1 + (t1 - t0) * 0.1, ctrl.signal);
@@ -418,6 +505,7 @@ export class Timeline {
       } else if (this.flowMode !== "all") this.flowData = [];
       const ms = performance.now() - began;
       this.draw();
+      if (ctrl === this.ctrl && !this.fetchQueued()) this.pending = false;
       if (!this.painted) {
         this.painted = true;
         stats.firstPaintMs = stats.firstPaintMs ?? performance.now();
@@ -506,8 +594,9 @@ export class Timeline {
       ctx.rect(LABEL_W, y, this.areaW, e.h);
       ctx.clip();
       if (r.kind === "counter") this.drawCounter(r, y, e.h);
-      else this.drawEvents(r, y, e.h, dim);
+      else { this.drawEvents(r, y, e.h, dim); this.drawDevice(r, y); }
       ctx.restore();
+      this.drawDeviceLabels(r, y, e.depth);
       this.drawPin(r, y);
     }
     this.drawSticky();
@@ -524,6 +613,7 @@ export class Timeline {
     this.drawSelection();
     this.drawRuler();
     this.drawScrollbar();
+    this.followTip();
     if (!this.rows.length) {
       ctx.fillStyle = "#6b7280";
       ctx.fillText("No events in this profile", LABEL_W + 20, RULER + 30);
@@ -535,7 +625,8 @@ export class Timeline {
     ctx.fillStyle = e.depth === 0 ? "#dfe4ea" : e.depth === 1 ? "#eaeef2" : "#f3f5f7";
     ctx.fillRect(0, y, this.w, e.h);
     ctx.fillStyle = "#1d2430";
-    ctx.font = e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
+    const small = e.h < 14;
+    ctx.font = small ? `${e.depth === 0 ? "600 " : ""}${e.h < 10 ? 7 : 9}px system-ui, sans-serif` : e.depth === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
     const text = e.text.length > 30 ? e.text.slice(0, 29) + "…" : e.text;
     ctx.fillText(`${e.collapsed ? "▸" : "▾"} ${text}`, 4 + e.depth * 12, y + Math.min(e.h, GROUP_H) / 2);
     ctx.font = "11px system-ui, sans-serif";
@@ -576,12 +667,13 @@ export class Timeline {
     ctx.rect(LABEL_W, y, this.areaW, e.h);
     ctx.clip();
     ctx.imageSmoothingEnabled = false;
-    const hb = e.h - 7;
+    const ccH = e.h < 14 ? 2 : 5;
+    const hb = e.h - ccH - 2;
     ctx.drawImage(this._strip, 0, 0, n, 1, x0, y + 1, x1 - x0, hb);
-    ctx.drawImage(this._strip, 0, 1, n, 1, x0, y + 1 + hb, x1 - x0, 5);
+    ctx.drawImage(this._strip, 0, 1, n, 1, x0, y + 1 + hb, x1 - x0, ccH);
     ctx.restore();
     ctx.fillStyle = "#4b5563";
-    ctx.fillText(`${Math.round(b.mean * 100)}% busy`, LABEL_W - 62, y + e.h / 2);
+    if (e.h >= 14) ctx.fillText(`${Math.round(b.mean * 100)}% ${b.basis === "compute" ? "compute" : "host"}`, LABEL_W - 82, y + e.h / 2);
   }
 
   /** The pin toggle at the right of a track's label: a filled dot when pinned, a ring under the mouse. */
@@ -637,7 +729,8 @@ export class Timeline {
       if (!ge) continue;
       const y = this.top + d * GROUP_H;
       ctx.fillStyle = d === 0 ? "#dfe4ea" : d === 1 ? "#eaeef2" : "#f3f5f7";
-      ctx.fillRect(0, y, LABEL_W, GROUP_H);
+      // the whole width: the track scrolling under a sticky header must not show through it
+      ctx.fillRect(0, y, this.w, GROUP_H);
       ctx.fillStyle = "#1d2430";
       ctx.font = d === 0 ? "600 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
       ctx.fillText(`▾ ${path[d].length > 30 ? path[d].slice(0, 29) + "…" : path[d]}`, 4 + d * 12, y + GROUP_H / 2);
@@ -645,7 +738,7 @@ export class Timeline {
       ctx.strokeStyle = "#c9cfd6";
       ctx.beginPath();
       ctx.moveTo(0, y + GROUP_H - 0.5);
-      ctx.lineTo(LABEL_W, y + GROUP_H - 0.5);
+      ctx.lineTo(this.w, y + GROUP_H - 0.5);
       ctx.stroke();
     }
     this.stickyH = path.length * GROUP_H;
@@ -685,7 +778,8 @@ export class Timeline {
       } else {
         ctx.fillRect(x0, ly + 2, w, lh - 4);
       }
-      const sel = this.selected && it.c === 1 && String(this.selected.id) === String(it.id) && this.selected.row === r.idx;
+      const sel = it.c === 1 && ((this.selected && String(this.selected.id) === String(it.id) && this.selected.row === r.idx)
+        || this.peers?.has(`${it.leaf}:${it.id}`));
       const chained = this.flowMode === "selected" && it.c === 1 && this.selFlows?.chainIds?.has(`${it.leaf}:${it.id}`);
       if (sel || chained) {
         ctx.strokeStyle = sel ? "#111" : "#7a3bd1";
@@ -706,6 +800,52 @@ export class Timeline {
       }
     }
     ctx.globalAlpha = 1;
+  }
+
+  /** A core's device ops in lanes under its events, on the same axis: each engine a lane, shaded
+   * over its device profile's range (the execution it profiled). */
+  drawDevice(r, y) {
+    const dl = this.devLanes.get(r.idx);
+    if (!dl) return;
+    const ctx = this.ctx;
+    const base = y + this.devBase(r.idx) * ROW_H;
+    for (const dp of dl.dps) {
+      const a = Math.max(LABEL_W, this.xOf(dp.a)), b = Math.min(this.w, this.xOf(dp.b));
+      if (b <= a) continue;
+      ctx.fillStyle = "#f4effc";
+      ctx.fillRect(a, base, b - a, dl.engines.length * ROW_H);
+    }
+    for (const it of this.devEvents.get(r.idx) || []) {
+      const x0 = this.xOf(it.s), x1 = this.xOf(it.e);
+      const ly = base + it.lane * ROW_H;
+      const w = Math.max(1, x1 - x0);
+      ctx.fillStyle = colorFor(it.name || it.engine);
+      ctx.globalAlpha = it.c > 1 ? 0.55 : 1;
+      ctx.fillRect(x0, ly + (it.c > 1 ? 4 : 2), w, ROW_H - (it.c > 1 ? 8 : 4));
+      ctx.globalAlpha = 1;
+      if (this.selectedDev && this.selectedDev.dp === it.dp.pid && this.selectedDev.drow === it.drow && this.selectedDev.s === it.s) {
+        ctx.strokeStyle = "#111";
+        ctx.lineWidth = 2;
+        ctx.strokeRect(x0 - 1, ly + 1, w + 2, ROW_H - 2);
+        ctx.lineWidth = 1;
+      }
+      if (w > 36) {
+        ctx.fillStyle = "#111";
+        const tx = Math.max(x0, LABEL_W) + 3;
+        let t = it.c > 1 ? `${it.name} ×${fmtCount(it.c)}` : it.name;
+        while (t.length > 2 && ctx.measureText(t).width > x0 + w - tx - 3) t = t.slice(0, -2);
+        if (t.length > 2) ctx.fillText(t, tx, ly + ROW_H / 2);
+      }
+    }
+  }
+
+  drawDeviceLabels(r, y, depth) {
+    const dl = this.devLanes.get(r.idx);
+    if (!dl) return;
+    const ctx = this.ctx;
+    const base = y + this.devBase(r.idx) * ROW_H;
+    ctx.fillStyle = "#7a3bd1";
+    dl.engines.forEach((eng, i) => ctx.fillText(`↳ device · ${eng}`, 8 + (depth + 1) * 12, base + i * ROW_H + ROW_H / 2));
   }
 
   counterSeries(r) {
@@ -924,6 +1064,7 @@ export class Timeline {
     }
     this.ticks = ticks;
     this.rulerBase = base;
+    this.drawInsightMarks();
     ctx.fillStyle = "#1d2430";
     ctx.font = "600 11px system-ui, sans-serif";
     ctx.fillText(fmtNs(base), 6, 8);
@@ -937,6 +1078,34 @@ export class Timeline {
       ctx.lineTo(this.hover.x + 0.5, this.h);
       ctx.stroke();
     }
+  }
+
+  /** Insights on the time axis: a red band at the ruler's foot over each insight's range, with its
+   * rank number; a click on it opens the range (``cb.onInsight``). */
+  drawInsightMarks() {
+    const ctx = this.ctx;
+    this.insightBoxes = [];
+    for (const m of this.insights) {
+      const a = Math.max(LABEL_W, this.xOf(m.a)), b = Math.min(this.w, Math.max(this.xOf(m.b), this.xOf(m.a) + 3));
+      if (b <= LABEL_W || a >= this.w) continue;
+      ctx.fillStyle = "rgba(200, 30, 30, 0.85)";
+      ctx.fillRect(a, RULER - 6, b - a, 5);
+      const lx = Math.min(Math.max(a, LABEL_W), this.w - 14);
+      ctx.beginPath();
+      ctx.arc(lx + 6, RULER - 10, 6, 0, Math.PI * 2);
+      ctx.fill();
+      ctx.fillStyle = "#fff";
+      ctx.font = "600 9px system-ui, sans-serif";
+      ctx.fillText(String(m.n), lx + 3.5, RULER - 10);
+      ctx.font = "11px system-ui, sans-serif";
+      this.insightBoxes.push({ x0: a, x1: Math.max(b, lx + 12), m });
+    }
+  }
+
+  insightAt(x, y) {
+    if (y >= RULER || y < RULER - 17) return null;
+    const hit = (this.insightBoxes || []).find((bx) => x >= bx.x0 - 2 && x <= bx.x1 + 2);
+    return hit ? hit.m : null;
   }
 
   drawScrollbar() {
@@ -969,9 +1138,20 @@ export class Timeline {
     if (!e || x < LABEL_W) return null;
     if (e.type === "group") return e.collapsed ? { summary: true, entry: e } : null;
     if (e.row.kind === "counter") return { counter: true, row: e.row, entry: e };
+    const lane = Math.floor((y - this.entryY(e)) / ROW_H);
+    if (!e.pinned && this.devLanes.has(e.row.idx) && lane >= this.devBase(e.row.idx)) {
+      const dlane = lane - this.devBase(e.row.idx);
+      let best = null, bw = Infinity;
+      for (const it of this.devEvents.get(e.row.idx) || []) {
+        if (it.lane !== dlane) continue;
+        const x0 = this.xOf(it.s), x1 = Math.max(this.xOf(it.e), x0 + 1);
+        if (x < x0 - 2 || x > x1 + 2) continue;
+        if (x1 - x0 < bw) { best = it; bw = x1 - x0; }
+      }
+      return best ? { device: true, item: best, row: e.row } : null;
+    }
     const items = this.events.get(e.row.idx);
     if (!items) return null;
-    const lane = Math.floor((y - this.entryY(e)) / ROW_H);
     // an event under the mouse beats one within the 3 px tolerance (an instant event next to a long
     // one must not steal its clicks); among equals, the narrowest
     let best = null;
@@ -980,7 +1160,8 @@ export class Timeline {
       if (it.lane !== lane) continue;
       const x0 = this.xOf(it.s), x1 = Math.max(this.xOf(it.e), x0 + 1);
       if (x < x0 - 3 || x > x1 + 3) continue;
-      const key = [x >= x0 && x <= x1 ? 0 : 1, x1 - x0];
+      // (half a pixel of slack: an event's x is fractional, the mouse's is not)
+      const key = [x >= x0 - 0.5 && x <= x1 + 0.5 ? 0 : 1, x1 - x0];
       if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) { best = it; bestKey = key; }
     }
     return best ? { item: best, row: e.row } : null;
@@ -1014,15 +1195,54 @@ export class Timeline {
     if (!b) return e.path.join(" › ");
     const i = Math.floor(((x - this.xOf(b.t0)) / Math.max(1, this.xOf(b.t1) - this.xOf(b.t0))) * b.busy.length);
     const v = b.busy[Math.min(Math.max(i, 0), b.busy.length - 1)], c = b.cc[Math.min(Math.max(i, 0), b.cc.length - 1)];
-    return `${e.path.join(" › ")} (collapsed: click the name to expand)\nat ${fmtNs(this.tOf(x))}\nbusy ${Math.round((v / 255) * 100)}% · in collectives ${Math.round((c / 255) * 100)}%\nwhole view: busy ${Math.round(b.mean * 100)}% · collectives ${Math.round(b.meanCc * 100)}%`;
+    const what = b.basis === "compute" ? "compute (core executions)" : "host calls (no core executions in this group)";
+    return `${e.path.join(" › ")} (collapsed: click the name to expand)\nat ${fmtNs(this.tOf(x))}\n${what} ${Math.round((v / 255) * 100)}% · exposed collectives ${Math.round((c / 255) * 100)}%\nwhole view: ${b.basis === "compute" ? "compute" : "host"} ${Math.round(b.mean * 100)}% · exposed collectives ${Math.round(b.meanCc * 100)}%${b.basis === "compute" ? ` · host calls ${Math.round(b.meanHost * 100)}% (not busy)` : ""}\nframework regions are never counted as busy`;
   }
 
   itemTooltip(hit) {
     const it = hit.item;
+    if (hit.device) {
+      return it.c > 1 ? `${it.name} (device, ${it.engine})\n${fmtCount(it.c)} ops merged (zoom in to separate)\nspan ${fmtNs(it.s)} – ${fmtNs(it.e)}`
+        : `${it.name} (device op, engine ${it.engine})\nstart ${fmtNs(it.s)}\nduration ${fmtDurExact(it.e - it.s)}\ndevice profile ${it.dp.pid}`;
+    }
     const name = it.name || hit.row.name || hit.row.label;
     return it.c > 1
       ? `${name}\n${fmtCount(it.c)} events merged (zoom in to separate)\nspan ${fmtNs(it.s)} – ${fmtNs(it.e)}\ntotal ${fmtDur(it.d)} · mean ${fmtDur(it.d / it.c)}`
       : `${name}\nstart ${fmtNs(it.s)}\nduration ${fmtDurExact(it.e - it.s)}\n${[...(hit.row.group || []), hit.row.label].join(" › ")}`;
+  }
+
+  /** The hover tooltip for what is under the mouse now: after PageDown, a search jump or any view
+   * change without a mouse move, the tooltip of the event that was there before would be stale. */
+  followTip() {
+    const tip = document.getElementById("tooltip");
+    if (!tip || !this.lastClient || !this.hover || this._dragging) return;
+    const key = `${this.t0}|${this.t1}|${this.scrollY}|${this.layout.length}`;
+    if (key === this._tipKey) return;
+    this._tipKey = key;
+    this.showTip(this.hover, this.lastClient);
+  }
+
+  /** The tooltip's text for canvas point ``p`` (null over nothing). */
+  tipText(p) {
+    const ins = this.insightAt(p.x, p.y);
+    if (ins) return `Insight ${ins.n}: ${ins.title}\n${fmtNs(ins.a)} – ${fmtNs(ins.b)}\nclick to open this range`;
+    const hit = this.itemAt(p.x, p.y);
+    if (hit?.counter) return this.counterTooltip(hit.row, p.x);
+    if (hit?.summary) return this.summaryTooltip(hit.entry, p.x);
+    return hit ? this.itemTooltip(hit) : null;
+  }
+
+  /** Show the tooltip of canvas point ``p`` at client point ``c`` (hidden over nothing). */
+  showTip(p, c) {
+    const tip = document.getElementById("tooltip");
+    const text = this.tipText(p);
+    if (text) {
+      tip.textContent = text;
+      tip.style.display = "block";
+      tip.style.left = `${Math.min(c.x + 14, window.innerWidth - 300)}px`;
+      tip.style.top = `${c.y + 14}px`;
+    } else tip.style.display = "none";
+    tip.dataset.text = text || "";
   }
 
   // ------------------------------------------------------------------ input
@@ -1076,6 +1296,7 @@ export class Timeline {
       const p = pos(ev);
       const selecting = ev.shiftKey || this.selectMode || p.y < RULER;
       const onTrack = p.y >= RULER && !(ev.shiftKey && ev.altKey);
+      this._dragging = true;
       drag = { x: p.x, y: p.y, t0: this.t0, t1: this.t1, sy: this.scrollY, selecting, moved: false, gutter: p.x < LABEL_W };
       if (selecting) {
         // an area: tracks under the drag x time; a drag in the ruler selects time over every track
@@ -1106,20 +1327,13 @@ export class Timeline {
       }
       if (ev.target !== c) return;
       this.hover = p;
-      const hit = this.itemAt(p.x, p.y);
-      let text = null;
-      if (hit?.counter) text = this.counterTooltip(hit.row, p.x);
-      else if (hit?.summary) text = this.summaryTooltip(hit.entry, p.x);
-      else if (hit) text = this.itemTooltip(hit);
-      if (text) {
-        tip.textContent = text;
-        tip.style.display = "block";
-        tip.style.left = `${Math.min(ev.clientX + 14, window.innerWidth - 300)}px`;
-        tip.style.top = `${ev.clientY + 14}px`;
-      } else tip.style.display = "none";
+      this.lastClient = { x: ev.clientX, y: ev.clientY };
+      this.showTip(p, this.lastClient);
+      this._tipKey = `${this.t0}|${this.t1}|${this.scrollY}|${this.layout.length}`;
       this.queueDraw();
     };
     this._up = (ev) => {
+      this._dragging = false;
       if (!drag) return;
       const d = drag;
       drag = null;
@@ -1127,6 +1341,8 @@ export class Timeline {
       if (d.selecting) {
         // whole nanoseconds: the area the URL keeps (and a restart restores) is then this very one
         const a = Math.round(Math.min(this.sel.a, this.sel.b)), b = Math.round(Math.max(this.sel.a, this.sel.b));
+        const ins = !d.moved && this.insightAt(d.x, d.y);
+        if (ins) { this.sel = null; this.cb.onInsight?.(ins); this.queueDraw(); return; }
         if ((b - a) / this.npp < 3) { this.sel = null; this.cb.onSelect?.(null); }
         else {
           let rows = null;
@@ -1150,9 +1366,17 @@ export class Timeline {
         }
         const hit = this.itemAt(p.x, p.y);
         if (hit && hit.summary) { this.toggleGroup(hit.entry.key); return; }
+        if (hit && hit.device) {
+          if (hit.item.c > 1) { this.zoomTo(hit.item.s, hit.item.e); return; }
+          this.selectedDev = { dp: hit.item.dp.pid, drow: hit.item.drow, s: hit.item.s };
+          this.cb.onDeviceClick?.(hit.item);
+          this.queueDraw();
+          return;
+        }
         if (hit && !hit.counter) {
           this.selected = { id: hit.item.id, row: hit.row.idx, s: hit.item.s, e: hit.item.e, leaf: hit.item.leaf, c: hit.item.c };
           this.selFlows = null;
+          this.peers = null;
           this.cb.onEventClick?.({ ...hit.item, rowInfo: hit.row, name: hit.item.name || hit.row.name });
           this.queueDraw();
         }
@@ -1160,7 +1384,7 @@ export class Timeline {
     };
     window.addEventListener("mousemove", this._move);
     window.addEventListener("mouseup", this._up);
-    c.addEventListener("mouseleave", () => { tip.style.display = "none"; this.hover = null; this.queueDraw(); });
+    c.addEventListener("mouseleave", () => { tip.style.display = "none"; this.hover = null; this.lastClient = null; this.queueDraw(); });
     // Perfetto's wheel: plain wheel scrolls the tracks (the page when they all fit), Ctrl+wheel zooms
     // at the mouse, Shift+wheel or a horizontal swipe pans
     c.addEventListener("wheel", (ev) => {

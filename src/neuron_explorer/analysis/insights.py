@@ -1,0 +1,630 @@
+"""From steps to answers: the job's steps across ranks, its utilisation and ranked insights.
+
+Input: one ``steps`` object per process (``analysis.steps.Steps.to_json`` plus ``instance_id``,
+``pid``, ``rank``, ``device_kind``, ``cpu_process_pct``/``cpu_host_pct`` per step), made where each
+process is converted; ``analyse`` reduces them across ranks (numpy over a few numbers per step:
+no event is read here).  The output is the ``steps``, ``utilisation``, ``insights``, ``verdict``
+and ``noise_threshold`` keys of summary-json (docs/summary.md).
+
+Each insight estimates the time a step would save without its cause, from the figures of the
+steady steps (every step but a process's first when it has three or more), and is reported only
+above the noise threshold (``NOISE_SHARE`` of the median step and ``NOISE_MIN_NS``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from neuron_explorer.analysis.steps import BREAKDOWN, FIGURE_AT_MOST
+
+__all__ = ["NOISE_MIN_NS", "NOISE_SHARE", "PEAKS", "analyse", "measure_peak_flops", "peak_for"]
+
+NOISE_SHARE = 0.05
+NOISE_MIN_NS = 200_000
+# the document's lists stay bounded whatever the step count (docs/summary.md, "Bounded lists")
+MAX_LISTED_STEPS = 1000
+MAX_PROCESS_VALUES = 500_000
+MIN_PROCESS_STEPS = 20
+
+# dense peak FLOP/s per device by dtype (vendors' data sheets; no sparsity); MFU uses bf16/fp16
+# where the device has it, the conventional denominator, and says which entry it used
+PEAKS: dict[str, dict[str, float]] = {
+    "H100 SXM": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},
+    "H100 PCIe": {"bf16": 756e12, "fp16": 756e12, "tf32": 378e12, "fp32": 51e12},
+    "A100": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
+    "A10G": {"bf16": 70e12, "fp16": 70e12, "fp32": 35e12},
+    "L4": {"bf16": 121e12, "fp16": 121e12, "fp32": 30.3e12},
+    "V100": {"fp16": 125e12, "fp32": 15.7e12},
+    "T4": {"fp16": 65e12, "fp32": 8.1e12},
+    "Trainium": {"bf16": 95e12, "fp16": 95e12, "fp32": 23.75e12},  # per NeuronCore-v2 (trn1)
+}
+
+
+def peak_for(device_kind: str, dtype: str = "bf16") -> tuple[float, str] | None:
+    """(peak FLOP/s, which table entry) for a device kind such as ``cuda:NVIDIA A100-SXM4-80GB``."""
+    name = device_kind.split(":", 1)[1] if ":" in device_kind else device_kind
+    for key in sorted(PEAKS, key=len, reverse=True):
+        if key.lower().replace(" ", "") in name.lower().replace(" ", "").replace("-", ""):
+            table = PEAKS[key]
+            dt = dtype if dtype in table else ("fp16" if "fp16" in table else "fp32")
+            return table[dt], f"table: {key} {dt} dense"
+    return None
+
+
+def measure_peak_flops(seconds: float = 0.5, n: int = 512) -> float:
+    """A float32 matrix multiply's best FLOP/s on the machine running this, over about ``seconds``
+    (the explicit ``--peak-flops measure``: it measures where ``view`` runs)."""
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = a.T.copy()
+    best = 0.0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        a @ b
+        dt = time.perf_counter() - t0
+        if dt > 0:
+            best = max(best, 2.0 * n ** 3 / dt)
+    return best
+
+
+class _Proc(dict):
+    """One process's steps with its columns as float arrays, its steady-step mask and the
+    medians of the steady steps computed once (the rules ask for the same ones)."""
+
+    def __init__(self, p: dict) -> None:
+        super().__init__(p)
+        self.cache: dict[Any, Any] = {}
+
+
+def _cached(p: dict, key: Any, make: Callable[[], Any]) -> Any:
+    if not isinstance(p, _Proc):
+        return make()
+    if key not in p.cache:
+        p.cache[key] = make()
+    return p.cache[key]
+
+
+def _steady(p: dict) -> np.ndarray:
+    def make() -> np.ndarray:
+        n = len(p["number"])
+        keep = np.ones(n, dtype=bool)
+        if n >= 3:
+            keep[int(np.argmin(p["number"]))] = False
+        return keep
+    return _cached(p, "steady", make)
+
+
+def _arr(p: dict, k: str) -> np.ndarray:
+    return _cached(p, k, lambda: np.asarray(p.get(k, []), dtype=np.float64))
+
+
+def _smed(p: dict, k: str) -> float:
+    """The median of column ``k`` over the steady steps."""
+    return _cached(p, ("median", k), lambda: _med(_arr(p, k)[_steady(p)]))
+
+
+def _nums(p: dict) -> np.ndarray:
+    return _cached(p, "numbers", lambda: np.asarray(p["number"], dtype=np.int64))
+
+
+def _pct(p: dict, k: str) -> np.ndarray:
+    """A CPU % column's steady steps that had samples."""
+    v = _arr(p, k)
+    if len(v) != len(p["number"]):
+        return v[:0]
+    v = v[_steady(p)]
+    return v[v >= 0]
+
+
+def _med(a: Any) -> float:
+    """The median (0 for none): one ``partition`` (``np.median`` partitions at two or three
+    places and costs several times more over a long run's steps)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    n = len(a)
+    if not n:
+        return 0.0
+    k = n // 2
+    part = np.partition(a, k)
+    return float(part[k]) if n % 2 else float((part[:k].max() + part[k]) / 2)
+
+
+def _all_numbers(arrays: list[np.ndarray]) -> np.ndarray:
+    """The distinct numbers of all ``arrays`` (each sorted and distinct): the first when every
+    rank has the same steps (the usual case, no sort), else by one sort."""
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    first = np.asarray(arrays[0], dtype=np.int64)
+    if all(len(a) == len(first) for a in arrays) and all(np.array_equal(a, first) for a in arrays[1:]) and \
+            (len(first) < 2 or bool((first[1:] > first[:-1]).all())):
+        return first
+    return _distinct(np.concatenate(arrays))
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    a = np.sort(np.asarray(a, dtype=np.int64))
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
+
+
+class _Grid:
+    """Processes x step numbers ``nums`` (sorted, distinct): where each process's steps go is
+    found once, then any column is laid out (NaN where a process has no such step)."""
+
+    def __init__(self, procs: list[dict], nums: np.ndarray, whole: bool = False) -> None:
+        self.procs, self.nums, self.whole = procs, nums, whole  # whole: every step, figured or not
+        self.at: list[tuple[Any, Any]] = []
+        for p in procs:
+            pn = _every(p, "number") if whole else _nums(p)
+            if not len(nums):
+                self.at.append((pn[:0], np.zeros(len(pn), dtype=bool)))
+                continue
+            if len(pn) == len(nums) and np.array_equal(pn, nums):  # (the usual case: every step)
+                self.at.append((slice(None), slice(None)))
+                continue
+            j = np.minimum(np.searchsorted(nums, pn), len(nums) - 1)
+            ok = nums[j] == pn
+            self.at.append((j[ok], ok))
+
+    def __call__(self, col: str) -> np.ndarray:
+        m = np.full((len(self.procs), len(self.nums)), np.nan)
+        for i, (p, (j, ok)) in enumerate(zip(self.procs, self.at)):
+            m[i, j] = (_every(p, col) if self.whole else _arr(p, col))[ok]
+        return m
+
+
+def _every(p: dict, k: str) -> np.ndarray:
+    """``number``, ``start_ns``, ``end_ns`` or ``wall_ns`` of every step of the process, figured
+    or not (``analysis.steps.Steps.every``)."""
+    if "every_number" not in p:
+        return _nums(p) if k == "number" else _arr(p, k)
+    if k == "number":
+        return _cached(p, ("every", k), lambda: np.asarray(p["every_number"], dtype=np.int64))
+    if k == "wall_ns":
+        return _cached(p, ("every", k), lambda: _every(p, "end_ns") - _every(p, "start_ns"))
+    return _cached(p, ("every", k), lambda: np.asarray(p["every_" + k], dtype=np.float64))
+
+
+def _every_steady(p: dict) -> np.ndarray:
+    def make() -> np.ndarray:
+        n = _every(p, "number")
+        keep = np.ones(len(n), dtype=bool)
+        if len(n) >= 3:
+            keep[int(np.argmin(n))] = False
+        return keep
+    return _cached(p, "every_steady", make)
+
+
+def _common(sets: list[np.ndarray]) -> np.ndarray:
+    """The numbers present in every one of ``sets`` (each distinct), by one sort."""
+    if not sets:
+        return np.zeros(0, dtype=np.int64)
+    a = np.sort(np.concatenate(sets))
+    if not len(a):
+        return a
+    head = np.flatnonzero(np.concatenate(([True], a[1:] != a[:-1])))
+    runs = np.diff(np.append(head, len(a)))
+    return a[head[runs == len(sets)]]
+
+
+def _col_median(m: np.ndarray) -> np.ndarray:
+    """The median of each column ignoring NaN (a sort per column; NaN sorts last)."""
+    if not m.size:
+        return np.zeros(m.shape[1])
+    srt = np.sort(m, axis=0)
+    cnt = np.sum(~np.isnan(m), axis=0)
+    cols = np.arange(m.shape[1])
+    lo, hi = srt[np.maximum(cnt - 1, 0) // 2, cols], srt[cnt // 2 - (cnt == 0), cols]
+    return np.where(cnt > 0, (lo + hi) / 2, 0.0)
+
+
+def analyse(per_process: list[dict], peak: float | None = None, peak_note: str = "",
+            dtype: str = "bf16") -> dict[str, Any]:
+    """The summary-json keys of docs/summary.md from the per-process steps (columns as numpy
+    arrays or lists): numpy over processes x steps matrices, Python only per listed row."""
+    procs: list[dict] = sorted([_Proc(p) for p in per_process if len(p.get("number", []))],
+                               key=lambda p: (p["rank"], p["instance_id"], p["pid"]))
+    out: dict[str, Any] = {"steps": _steps(procs, per_process), "noise_threshold": {"share": NOISE_SHARE,
+                                                                                    "min_ns": NOISE_MIN_NS}}
+    out["utilisation"] = _utilisation(procs, per_process, peak, peak_note, dtype)
+    wall = out["steps"]["variation"].get("wall_ns_median") or 0
+    memo: dict[str, Any] = {}
+    found = [i for i in (rule(procs, memo) for rule in RULES) if i is not None]
+    for i in found:
+        imp = i["impact_ns_per_step"]
+        i["impact_share"] = (imp / wall) if imp is not None and wall else None
+    kept = [i for i in found if i["impact_ns_per_step"] is None
+            or (i["impact_ns_per_step"] >= NOISE_MIN_NS and (i["impact_share"] or 0) >= NOISE_SHARE)]
+    kept.sort(key=lambda i: (i["impact_ns_per_step"] is not None, -(i["impact_ns_per_step"] or 0)))
+    out["insights"] = kept
+    if not procs:
+        out["verdict"] = "no training steps found: no insight (the steps rules are in docs/summary.md)"
+    elif not kept:
+        out["verdict"] = "no finding above the noise threshold"
+    else:
+        top = kept[0]
+        imp = top["impact_ns_per_step"]
+        how = f" (~{imp / 1e6:.1f} ms per step)" if imp is not None else ""
+        out["verdict"] = f"{len(kept)} finding(s) above the noise threshold; the largest: {top['title']}{how}"
+    return out
+
+
+def _listed(nums: np.ndarray, wall: np.ndarray, outlier: np.ndarray, cap: int, has: np.ndarray) -> np.ndarray:
+    """Which steps the document lists (indexes into ``nums``, in step order): all of them up to
+    ``cap``; beyond, the first and last, the outliers and the slowest (half the rows), and the
+    rest evenly spaced over the run (docs/summary.md, "Bounded lists"); only steps figured on a
+    rank (``has``)."""
+    n = len(nums)
+    if int(has.sum()) <= cap:
+        return np.flatnonzero(has)
+    pick = np.zeros(n, dtype=bool)
+    ends = np.flatnonzero(has)[[0, -1]]
+    pick[ends] = True
+    slow = np.lexsort((-np.arange(n), wall, outlier, has))[::-1]  # outliers first, then by wall time
+    pick[slow[:cap // 2]] = True
+    pick &= has
+    rest = np.flatnonzero(~pick & has)
+    room = cap - int(pick.sum())
+    if room > 0 and len(rest):
+        pick[rest[np.linspace(0, len(rest) - 1, min(room, len(rest))).astype(np.int64)]] = True
+    return np.flatnonzero(pick)
+
+
+def _steps(procs: list[dict], every: list[dict]) -> dict[str, Any]:
+    methods = sorted({p["method"] for p in procs})
+    nums = _all_numbers([_every(p, "number") for p in procs])
+    figured = _all_numbers([_nums(p) for p in procs])
+    cols = ("wall_ns",) + BREAKDOWN
+    grid = _Grid(procs, nums, whole=True)
+    walls = grid("wall_ns")
+    present = ~np.isnan(walls)
+    wall_med = _col_median(walls)
+    steady_nums = _all_numbers([_every(p, "number")[_every_steady(p)] for p in procs]) if procs else nums
+    steady = np.isin(nums, steady_nums, assume_unique=True, kind="sort")
+    w = wall_med[steady]
+    var: dict[str, Any] = {"steady_steps": int(len(w)), "outliers": []}
+    outlier = np.zeros(len(nums), dtype=bool)
+    if len(w):
+        med = _med(w)
+        mad = _med(np.abs(w - med)) * 1.4826
+        var.update(wall_ns_median=int(med), wall_ns_p90=int(np.percentile(w, 90)), wall_ns_max=int(w.max()),
+                   cv=float(w.std() / w.mean()) if w.mean() else 0.0)
+        outlier = wall_med > med + max(3 * mad, 0.1 * med)
+        var["outliers"] = nums[outlier][:MAX_LISTED_STEPS].tolist()
+        var["outlier_count"] = int(outlier.sum())
+    has = np.isin(nums, figured, assume_unique=True, kind="sort")  # (only figured steps have a breakdown)
+    keep = _listed(nums, wall_med, outlier, MAX_LISTED_STEPS, has)
+    rows = []
+    if len(keep):
+        few = _Grid(procs, nums[keep])
+        sub = {c: _col_median(few(c)) for c in BREAKDOWN}
+        sub["wall_ns"] = wall_med[keep]
+        ws = walls[:, keep]
+        spans = _Grid(procs, nums[keep], whole=True)
+        starts = np.nanmin(spans("start_ns"), axis=0)
+        ends = np.nanmax(spans("end_ns"), axis=0)
+        slow = np.argmax(np.where(np.isnan(ws), -np.inf, ws), axis=0)
+        ranks = np.asarray([int(p["rank"]) for p in procs])
+        nrank = present[:, keep].sum(axis=0)
+        for r, k in enumerate(keep.tolist()):
+            row: dict[str, Any] = {"number": int(nums[k]), "ranks": int(nrank[r]), "start_ns": int(starts[r]),
+                                   "end_ns": int(ends[r])}
+            for c in cols:
+                row[c] = int(sub[c][r])
+            row["wall_ns_max"] = int(ws[slow[r], r])
+            row["slowest_rank"] = int(ranks[slow[r]])
+            if len(w):
+                row["outlier"] = bool(outlier[k])
+            rows.append(row)
+    bd: dict[str, Any] = {}
+    if procs:
+        for c in cols:
+            bd[c] = int(_med([_smed(p, c) for p in procs]))
+        tot = sum(bd[c] for c in BREAKDOWN) or 1
+        bd["shares"] = {c: bd[c] / tot for c in BREAKDOWN}
+    out: dict[str, Any] = {"count": int(len(nums)), "method": methods[0] if len(methods) == 1 else ",".join(methods),
+                           "per_process": _per_process_json(every, nums[keep], len(procs)),
+                           "per_step": rows, "variation": var, "breakdown": bd}
+    if len(figured) < len(nums):
+        out["figured"] = {"steps": int(len(figured)), "per_process_at_most": FIGURE_AT_MOST,
+                          "rule": "with more steps than that, a process figures its first, its slowest and the "
+                                  "same even sample of step numbers as the other ranks (docs/summary.md)"}
+    if len(keep) < len(nums):
+        rest = np.ones(len(nums), dtype=bool)
+        rest[keep] = False
+        out["omitted"] = {"steps": int(rest.sum()), "wall_ns_median": int(_med(wall_med[rest])),
+                          "wall_ns_total": int(wall_med[rest].sum()),
+                          "rule": f"per_step lists {len(keep)} of {len(nums)} steps: the first and last, outliers "
+                                  "and slowest, and an even sample (docs/summary.md)"}
+    return out
+
+
+def _per_process_json(every: list[dict], listed: np.ndarray, nprocs: int) -> list[dict]:
+    """The ``per_process`` objects of the document: each process's columns as lists, only for the
+    steps ``per_step`` lists and at most ``MAX_PROCESS_VALUES`` numbers over all processes."""
+    cap = max(MIN_PROCESS_STEPS, MAX_PROCESS_VALUES // max(nprocs, 1) // 32)
+    out = []
+    for p in every:
+        num = _nums(p)
+        n = len(num)
+        idx = np.flatnonzero(np.isin(num, listed, assume_unique=True, kind="sort"))
+        if len(idx) > cap:  # the slowest of the listed steps, in step order
+            w = _arr(p, "wall_ns")[idx]
+            idx = np.sort(idx[np.argsort(-w, kind="stable")[:cap]])
+        d: dict[str, Any] = {}
+        for k, v in p.items():
+            if k.startswith("every_"):
+                continue
+            if isinstance(v, np.ndarray) or (isinstance(v, list) and len(v) == n and k not in ("instance_id",)):
+                d[k] = np.asarray(v)[idx].tolist()
+            else:
+                d[k] = v
+        total = len(p["every_number"]) if "every_number" in p else n
+        if len(idx) < total:
+            d["steps_total"] = total
+        out.append(d)
+    return out
+
+
+def _utilisation(procs: list[dict], every: list[dict], peak: float | None, note: str, dtype: str) -> dict[str, Any]:
+    u: dict[str, Any] = {"flops_per_step": None, "achieved_flops_per_s": None, "peak_flops_per_s": None,
+                         "peak_source": None, "mfu": None, "reason": None}
+    if not procs:
+        u["reason"] = "no steps found"
+        return u
+    per_rank = []
+    for p in procs:
+        k = _steady(p)
+        fl, wall = _arr(p, "flops")[k], _arr(p, "wall_ns")[k]
+        if fl.sum() > 0 and wall.sum() > 0:
+            per_rank.append((_med(fl), float(fl.sum() / (wall.sum() / 1e9))))
+    if not per_rank:
+        u["reason"] = "no execution recorded a flop count (ModelInfo.flops is 0 for every graph)"
+        return u
+    u["flops_per_step"] = sum(f for f, _ in per_rank)
+    u["achieved_flops_per_s"] = sum(a for _, a in per_rank)
+    kinds = sorted({p.get("device_kind", "") for p in procs})
+    if peak:
+        per_device, source = peak, note or "--peak-flops"
+    else:
+        found = [peak_for(k, dtype) for k in kinds if k]
+        if not found or any(f is None for f in found) or len({f for f in found}) != 1:
+            u["reason"] = (f"no peak known for device kind {', '.join(kinds) or '?'}: pass --peak-flops N, or "
+                           "--peak-flops measure to measure this machine")
+            return u
+        per_device, source = found[0]  # type: ignore[misc]
+    u["peak_flops_per_s"] = per_device * len(per_rank)
+    u["peak_source"] = f"{source}, x{len(per_rank)} process(es)"
+    u["mfu"] = u["achieved_flops_per_s"] / u["peak_flops_per_s"]
+    return u
+
+
+def _confidence(hit: int, total: int, ranks: int = 1, ranks_total: int = 1) -> dict[str, Any]:
+    f = min(hit / total if total else 0.0, ranks / ranks_total if ranks_total else 0.0)
+    return {"level": "high" if f >= 0.8 else "medium" if f >= 0.5 else "low", "steps": hit, "steps_total": total,
+            "ranks": ranks, "ranks_total": ranks_total}
+
+
+def _evidence(p: dict, j: int, figures: dict | None = None, ranks: list[int] | None = None) -> dict[str, Any]:
+    return {"ranks": ranks if ranks is not None else [int(p["rank"])], "steps": [int(p["number"][j])],
+            "instance_id": p["instance_id"], "pid": int(p["pid"]), "start_ns": int(p["start_ns"][j]),
+            "end_ns": int(p["end_ns"][j]), "figures": figures or {}}
+
+
+def _insight(iid: str, title: str, impact: float | None, conf: dict, rec: str, ev: dict) -> dict[str, Any]:
+    return {"id": iid, "title": title, "impact_ns_per_step": None if impact is None else int(impact),
+            "confidence": conf, "recommendation": rec, "evidence": ev}
+
+
+def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: str, stat: str = "median",
+                      minimum: float = 0.0) -> Callable[[list[dict], dict], dict | None]:
+    """A job-wide rule on one column: the median over processes of each one's steady median (or
+    mean); evidence: the worst step of the worst process."""
+    def rule(procs: list[dict], memo: dict) -> dict | None:
+        if not procs:
+            return None
+        vals, hits, total = [], 0, 0
+        for p in procs:
+            v = _arr(p, col)[_steady(p)]
+            vals.append(float(v.mean()) if stat == "mean" and len(v) else _smed(p, col))
+            hits += int((v > max(minimum, NOISE_MIN_NS)).sum())
+            total += len(v)
+        impact = _med(vals)
+        if impact <= minimum:
+            return None
+        worst = procs[int(np.argmax(vals))]
+        j = int(np.flatnonzero(_steady(worst))[np.argmax(_arr(worst, col)[_steady(worst)])])
+        ranks_hit = sum(1 for v in vals if v > max(minimum, NOISE_MIN_NS))
+        return _insight(iid, title(impact), impact, _confidence(hits, total, ranks_hit, len(procs)), rec,
+                        _evidence(worst, j, {col: int(worst[col][j])}))
+    return rule
+
+
+def _numerical(procs: list[dict], memo: dict) -> dict | None:
+    bad = [(p, np.flatnonzero(_arr(p, "numerical_errors") > 0)) for p in procs]
+    bad = [(p, j) for p, j in bad if len(j)]
+    if not bad:
+        return None
+    p, j = min(((q, int(i[0])) for q, i in bad), key=lambda m: m[0]["start_ns"][m[1]])
+    ranks = sorted({int(q["rank"]) for q, _ in bad})
+    total = sum(len(q["number"]) for q in procs)
+    return _insight("numerical_errors", f"NaN/Inf in graph outputs from step {int(p['number'][j])}", None,
+                    _confidence(sum(len(i) for _, i in bad), total, len(ranks), len(procs)),
+                    "find the first graph with NaN/Inf in this step (neuron-det names it); lower the learning rate, "
+                    "add gradient clipping or loss scaling", _evidence(p, j, ranks=ranks))
+
+
+_CAUSES = {"compute_own_ns": "its compute is slower", "data_loading_ns": "its data loading is slower",
+           "host_ns": "its host/framework time is longer", "compile_ns": "it compiles graphs the others do not",
+           "idle_ns": "its host runs longer between calls"}
+_ADVICE = {"compute_own_ns": "check what rank {r} computes that the others do not (uneven shards or sequence "
+                             "lengths, a slower device, thermal throttling)",
+           "data_loading_ns": "give rank {r}'s DataLoader more workers or a faster input path (its shard may "
+                              "sit on slower storage)",
+           "host_ns": "look at rank {r}'s framework regions in the timeline: extra host work each step",
+           "compile_ns": "make rank {r}'s input shapes match the others' (it recompiles)",
+           "idle_ns": "rank {r}'s host runs unrecorded Python between calls: profile its host code"}
+
+
+def _straggler(procs: list[dict], memo: dict) -> dict | None:
+    if "straggler" not in memo:
+        memo["straggler"] = _find_straggler(procs)
+    return memo["straggler"]
+
+
+def _find_straggler(procs: list[dict]) -> dict | None:
+    ranked = [p for p in procs if p["rank"] >= 0]
+    if len(ranked) < 2:
+        return None
+    nums = _common([_distinct(_nums(p)[_steady(p)]) for p in ranked])
+    if len(nums) < 1:
+        return None
+    grid = _Grid(ranked, nums)
+    own = grid("own_ns")
+    slowest = np.argmax(own, axis=0)
+    s = int(np.bincount(slowest, minlength=len(ranked)).argmax())
+    others = np.delete(own, s, axis=0)
+    excess = own[s] - _col_median(others)
+    waits = grid("wall_ns") - own
+    # what the others wait is the time saved: never more than their collective and wait time
+    saved = np.minimum(np.maximum(excess, 0), _col_median(np.delete(waits, s, axis=0)))
+    impact = _med(saved)
+    if impact <= 0:
+        return None
+    p = ranked[s]
+    diffs = {}
+    for c in _CAUSES:
+        g = grid(c)
+        diffs[c] = _med(g[s] - _col_median(np.delete(g, s, axis=0)))
+    cause = max(diffs, key=lambda c: diffs[c])
+    rank = int(p["rank"])
+    title = f"rank {rank} is a straggler: {_CAUSES[cause]}"
+    rec = _ADVICE[cause].format(r=rank)
+    figs: dict[str, Any] = {"own_ns_straggler": int(_med(own[s])), "own_ns_others": int(_med(others)),
+                            "cause": cause, "cause_excess_ns": {c: int(v) for c, v in diffs.items()}}
+    cpu_mine = _pct(p, "cpu_process_pct")
+    cpu_theirs = [_med(_pct(q, "cpu_process_pct")) for i, q in enumerate(ranked) if i != s]
+    if len(cpu_mine) and cause in ("compute_own_ns", "idle_ns", "host_ns") and cpu_theirs:
+        figs["cpu_process_pct"] = _med(cpu_mine)
+        figs["cpu_process_pct_others"] = _med(cpu_theirs)
+        host = _med(_pct(p, "cpu_host_pct"))
+        hosts = [_med(_pct(q, "cpu_host_pct")) for i, q in enumerate(ranked)
+                 if i != s and q["instance_id"] != p["instance_id"]]
+        figs["cpu_host_pct"] = host
+        # more than one busy thread (the step's own is one), or its host busy while the others' are not
+        if figs["cpu_process_pct"] >= max(figs["cpu_process_pct_others"], 100.0) + 20 or \
+                (hosts and host >= 95 and _med(hosts) < 80):
+            title = f"rank {rank} is a straggler: its host CPU is saturated"
+            rec = (f"rank {rank}'s process uses {figs['cpu_process_pct']:.0f}% CPU against "
+                   f"{figs['cpu_process_pct_others']:.0f}% on the others: find the extra threads (another "
+                   "workload, a busy background thread, too many intra-op threads for the cores it has)")
+    hit = int((slowest == s).sum())
+    k = int(np.argsort(saved)[len(saved) // 2])
+    j = int(np.searchsorted(_nums(p), nums[k])) if (np.diff(_nums(p)) > 0).all() else \
+        int(np.flatnonzero(_nums(p) == nums[k])[0])
+    return _insight("straggler", title, impact, _confidence(hit, len(nums), len(ranked) - 1, len(ranked) - 1), rec,
+                    _evidence(p, j, figs))
+
+
+def _host_bound(procs: list[dict], memo: dict) -> dict | None:
+    if not procs:
+        return None
+    vals, hits, total = [], 0, 0
+    for p in procs:
+        k = _steady(p)
+        gap = (_arr(p, "idle_ns") + _arr(p, "host_ns"))[k]
+        comp = _arr(p, "compute_ns")[k]
+        ex = _arr(p, "executions")[k]
+        bound = (gap > comp) & (ex >= 2)
+        hits += int(bound.sum())
+        total += len(gap)
+        vals.append(_med(np.where(bound, gap - comp, 0.0)))
+    impact = _med(vals)
+    if impact <= 0 or hits < total / 2:
+        return None
+    worst = procs[int(np.argmax(vals))]
+    j = int(np.flatnonzero(_steady(worst))[0])
+    return _insight("host_bound", "host-bound stepping: the gaps between executions exceed the executions",
+                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs)),
+                    "batch more work per call (a larger batch, torch.compile or CUDA graphs to fuse small "
+                    "executions) and move Python work out of the step", _evidence(worst, j))
+
+
+def _small_collectives(procs: list[dict], memo: dict) -> dict | None:
+    vals, hits, total = [], 0, 0
+    for p in procs:
+        k = _steady(p)
+        small = _arr(p, "small_collectives")[k]
+        coll = _arr(p, "collective_ns")[k]
+        n = _arr(p, "collectives")[k]
+        many = small >= 8
+        hits += int(many.sum())
+        total += len(small)
+        # a bucket of all of them would pay one call's fixed share: the time of the others beyond one
+        vals.append(_med(np.where(many, coll * (small - 1) / np.maximum(n, 1), 0.0)))
+    if not vals or hits < max(total / 2, 1):
+        return None
+    impact = _med(vals)
+    worst = procs[int(np.argmax(vals))]
+    j = int(np.flatnonzero(_steady(worst))[0])
+    return _insight("small_collectives",
+                    f"{int(_med(_arr(worst, 'small_collectives')))} collectives under 1 MiB per step",
+                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs)),
+                    "raise DDP's bucket_cap_mb (or the framework's bucket size) so gradients go in fewer, larger "
+                    "all-reduces", _evidence(worst, j))
+
+
+def _exposed(procs: list[dict], memo: dict) -> dict | None:
+    rule = _per_process_rule("exposed_collective_ns", "exposed_collectives",
+                             lambda v: "collectives not overlapped by compute",
+                             "overlap communication with compute (DDP's bucketed all-reduce during backward; "
+                             "async collectives with a later wait), or communicate less often")
+    found = rule(procs, memo)
+    st = _straggler(procs, memo)
+    if found is None:
+        return None
+    if st is not None:  # the waits a straggler causes are its finding, not this one
+        found["impact_ns_per_step"] = max(0, found["impact_ns_per_step"] - st["impact_ns_per_step"])
+    return found
+
+
+RULES: list[Callable[[list[dict], dict], dict | None]] = [
+    _numerical,
+    _straggler,
+    _per_process_rule("data_loading_ns", "data_loading",
+                      lambda v: "data loading stalls the step",
+                      "use DataLoader(num_workers>0, pin_memory=True, persistent_workers=True) and prefetch; "
+                      "move decoding and augmentation off the training loop"),
+    _per_process_rule("compile_ns", "recompilation",
+                      lambda v: "graphs are recompiled during training",
+                      "keep input shapes and guards stable (pad to fixed sizes, torch.compile(dynamic=True), "
+                      "mark_dynamic), and look for graph breaks with TORCH_LOGS=graph_breaks,recompiles",
+                      stat="mean"),
+    _host_bound,
+    _exposed,
+    _small_collectives,
+    _per_process_rule("sync_wait_ns", "sync_waits",
+                      lambda v: "the host blocks on synchronisation inside the step",
+                      "remove .item(), .cpu() and synchronize() calls from the step (log every N steps; keep "
+                      "metrics on the device)"),
+]
+
+
+def cpu_per_step(ts: np.ndarray, proc_pct: np.ndarray, host_pct: np.ndarray, start: np.ndarray,
+                 end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean process and host CPU % of the samples inside each step (-1: none)."""
+    n = len(start)
+    if not len(ts) or not n:
+        return np.full(n, -1.0), np.full(n, -1.0)
+    order = np.argsort(start, kind="stable")
+    i = np.searchsorted(start[order], ts, side="right") - 1
+    j = order[np.maximum(i, 0)]
+    ok = (i >= 0) & (ts < end[j])
+    cnt = np.bincount(j[ok], minlength=n)[:n]
+    out = []
+    for v in (proc_pct, host_pct):
+        tot = np.bincount(j[ok], weights=np.asarray(v, dtype=np.float64)[ok], minlength=n)[:n]
+        out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1), -1.0).round(1))
+    return out[0], out[1]
+

@@ -1,0 +1,105 @@
+"""The summary's insights on real programs with one injected pathology each
+(tests/programs/pathologies.py): the top insight names it, with an impact within 25% of the cost
+the program measured itself; a healthy program gets no insight above the noise threshold
+(docs/summary.md).  One capture per program, shared by the assertions (module-scoped)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, clean_env, cli, run, torchrun
+
+PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
+pytestmark = pytest.mark.slow
+
+
+def _capture(tmp: Path, mode: str, steps: int, nproc: int = 1) -> tuple[dict, int | None]:
+    cap = tmp / mode
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
+                    PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    p = torchrun(nproc, PROGRAM, [mode, str(steps)], env) if nproc > 1 else \
+        run([sys.executable, str(PROGRAM), mode, str(steps)], env)
+    m = re.search(r"INJECTED_NS (\d+)", p.stdout)
+    out = cli("view", "-d", str(cap), "--output-format", "summary-json", "--output-file", "-", "--no-progress",
+              env=clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", "")), check=True)
+    return json.loads(out.stdout), int(m.group(1)) if m else None
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("insights")
+
+
+def _top(doc: dict) -> dict:
+    assert doc["insights"], doc["verdict"]
+    return doc["insights"][0]
+
+
+def _within(impact: int, injected: int) -> None:
+    assert abs(impact - injected) <= 0.25 * injected, (impact, injected)
+
+
+def test_healthy_program_has_no_insight(tmp):
+    doc, _ = _capture(tmp, "healthy", 20)
+    assert doc["steps"]["count"] == 20 and doc["steps"]["method"] == "optimizer"
+    assert doc["insights"] == [] and doc["verdict"] == "no finding above the noise threshold"
+    bd = doc["steps"]["breakdown"]
+    assert abs(sum(bd["shares"].values()) - 1.0) < 1e-6
+    assert doc["utilisation"]["achieved_flops_per_s"] > 0 and doc["utilisation"]["mfu"] is None
+    assert "peak" in doc["utilisation"]["reason"]
+    env = clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    cli("view", "-d", str(tmp / "healthy"), "--output-file", str(tmp / "ds"), "--no-progress", env=env, check=True)
+    written = json.loads((tmp / "ds" / "summary.json").read_text())  # the Summary page's document
+    assert written["steps"]["per_step"] == doc["steps"]["per_step"] and written["insights"] == []
+    text = cli("view", "-d", str(tmp / "healthy"), "--output-format", "summary-text", "--output-file", "-",
+               "--peak-flops", "1e9", env=env, check=True).stdout
+    assert "steps: 20 found (optimizer)" in text and "insights: no finding above the noise threshold" in text
+    assert re.search(r"MFU \d+\.\d% of 1\.00 GFLOP/s \(--peak-flops", text), text
+
+
+def test_sleeping_data_loader(tmp):
+    doc, injected = _capture(tmp, "dataloader", 20)
+    top = _top(doc)
+    assert top["id"] == "data_loading" and injected
+    _within(top["impact_ns_per_step"], injected)
+    ev = top["evidence"]
+    assert ev["start_ns"] < ev["end_ns"] and ev["steps"][0] in doc["steps"]["per_process"][0]["number"]
+    assert top["confidence"]["level"] == "high"
+
+
+def test_recompiling_every_step(tmp):
+    doc, injected = _capture(tmp, "recompile", 8)
+    top = _top(doc)
+    assert top["id"] == "recompilation" and injected
+    _within(top["impact_ns_per_step"], injected)
+    assert all(c >= 1 for c in doc["steps"]["per_process"][0]["compiles"][1:])
+
+
+def test_one_rank_computes_slower(tmp):
+    doc, injected = _capture(tmp, "straggler", 16, nproc=2)
+    top = _top(doc)
+    assert top["id"] == "straggler" and injected
+    assert top["evidence"]["ranks"] == [1] and top["evidence"]["figures"]["cause"] == "compute_own_ns"
+    assert "rank 1" in top["title"] and "compute" in top["title"]
+    _within(top["impact_ns_per_step"], injected)
+    per = doc["steps"]["per_process"]
+    assert [p["rank"] for p in per] == [0, 1] and per[0]["number"] == per[1]["number"]
+
+
+def test_tiny_allreduce_buckets(tmp):
+    """The finding is named; its impact is not asserted: the estimate (collective time x the calls
+    a bucket would save / calls) measured 14.7 and 59 ms against 44.6 and 10.8 ms measured by the
+    program on this loaded 2-core VM (gloo's in-flight time is not the calls' fixed cost), see
+    docs/summary.md."""
+    doc, injected = _capture(tmp, "buckets", 16, nproc=2)
+    top = _top(doc)
+    assert top["id"] == "small_collectives" and injected, [(i["id"], i["impact_ns_per_step"]) for i in doc["insights"]]
+    assert "bucket_cap_mb" in top["recommendation"] and top["confidence"]["level"] == "high"
+    per = doc["steps"]["per_process"]
+    assert all(min(p["small_collectives"][1:]) >= 2 * 12 for p in per)  # one all-reduce per gradient
