@@ -44,6 +44,33 @@ def test_a_real_but_small_change_gets_no_verdict():
     assert tiny.verdict == cmp.SAME
 
 
+def test_load_that_stretches_the_slow_side_gets_no_verdict_a_whole_shift_does():
+    """A busier host adds time to some occurrences (the median moves, the fast side does not): no
+    verdict.  The same code made 40% slower moves every occurrence: slower."""
+    base = _samples(60, 10e6, 0.3e6, 1)
+    loaded = base.copy()
+    loaded[1::2] *= 2.5  # every other occurrence preempted: the median moves by far more than 10%
+    change = cmp.compare(base, loaded, "k")
+    assert change.ci_ns[0] > 0.1 * np.median(base) and change.verdict == cmp.SAME
+    assert cmp.compare(base, base * 1.4, "k").verdict == cmp.SLOWER
+
+
+def test_the_bar_rises_with_how_far_the_pairs_items_moved():
+    rng = np.random.default_rng(3)
+    quiet = [(_samples(40, m, m / 20, 1), _samples(40, m * f, m / 20, 2))
+             for m, f in ((1e6, 1.02), (5e6, 0.97), (2e6, 1.01), (8e6, 1.03))]
+    shift = cmp.item_shift(quiet)
+    assert shift is not None and shift < 0.05
+    assert cmp.noise_bar(shift) == pytest.approx(0.10)  # quiet: the fixed 10%
+    noisy = [(b, c * f) for (b, c), f in zip(quiet, (1.3, 0.75, 1.25, 1.35))]
+    assert cmp.noise_bar(cmp.item_shift(noisy)) > 0.45  # items moved ~30% by themselves: the bar is ~2x that
+    # one changed item among unchanged ones does not raise the bar: the median over items ignores it
+    one = quiet + [(_samples(40, 3e6, 1e5, 4), _samples(40, 9e6, 1e5, 5))]
+    assert cmp.noise_bar(cmp.item_shift(one)) == pytest.approx(0.10)
+    assert cmp.item_shift(quiet[:2]) is None  # too few items for an estimate
+    assert cmp.item_shift([(rng.random(3), rng.random(3))] * 5) is None  # too few occurrences each
+
+
 def test_a_burst_of_load_widens_the_interval_instead_of_moving_it():
     """Twenty slow samples in a row (a burst on the machine) give a wider interval than the same
     values spread out: neighbours in time are resampled together."""
@@ -112,3 +139,21 @@ def test_gate_rule():
     assert report.gate(info, 10)["failed"] is False  # slower, but not surely by more than 10%
     assert report.gate({**info, "ci_pct": None}, 5)["failed"] is None
     assert report.gate({"baseline_median_ns": None, "verdict": "no steps found on the candidate"}, 5)["failed"] is None
+
+
+def test_memory_needs_a_change_beyond_the_levels_own_noise():
+    """Held memory that moves by 3 MiB between the halves of one run cannot call a 3 MiB change
+    between runs; 8 MiB less on a steady level is a change."""
+    from neuron_explorer.diff.dataset import Process, Side
+
+    def side(level: int, noise: int) -> Side:
+        s = Side("x", processes={0: Process("i", 1, 0)})
+        s.memory_level[0], s.memory_peak[0], s.memory_noise[0] = level, level, noise
+        return s
+
+    mib = 1 << 20
+    th = cmp.Thresholds()
+    noisy = report.memory_rows(side(48 * mib, 3 * mib), side(45 * mib, 0), th)
+    assert noisy[0]["verdict"] == cmp.SAME and noisy[0]["baseline"]["noise_bytes"] == 3 * mib
+    (steady,) = report.memory_rows(side(49 * mib, mib // 4), side(41 * mib, mib // 2), th)
+    assert steady["verdict"] == "smaller" and steady["delta_bytes"] == -8 * mib

@@ -38,6 +38,9 @@ CHANGES = {  # name -> (processes per job, the candidate's switches); one proces
     "faster_optimizer": (1, ["--no-momentum"]),
 }
 ROLES = ("baseline", "again", "candidate")
+# diff_pair.py's parameters (Encoder: 4 x Linear(64, 64), Head: Linear(64, 8), 4 x 256 Ki floats), float32:
+# the optimizer's momentum buffers are as large
+MOMENTUM_BYTES = 4 * (4 * (64 * 64 + 64) + (64 * 8 + 8) + 4 * 256 * 1024)
 
 
 def _pin() -> None:
@@ -149,6 +152,11 @@ def check_candidate_names_exactly_its_change(round_: dict) -> None:
         expected = {"graph SGD_*"}
         truth = _mean_truth(round_, "candidate", "optimizer") - _mean_truth(round_, "baseline", "optimizer")
         sign = -1
+        # no momentum is also no momentum buffers: less memory held is the same cause, and no more
+        # than those buffers can explain (a buffer per parameter, counted at most twice)
+        for m in (r for r in _rows(doc, "memory") if r["significant"]):
+            assert m["verdict"] == "smaller" and 0 < -m["delta_bytes"] <= 2 * MOMENTUM_BYTES, m
+            subjects.discard(f"memory {m['key']}")
     assert row["verdict"] == ("slower" if sign > 0 else "faster"), row
     assert _close(row["delta_ns"], truth), (row["delta_ns"], truth)
     assert subjects == expected, doc["changes"]
@@ -163,6 +171,7 @@ def check_the_same_program_twice_shows_no_change_anywhere(round_: dict) -> None:
     assert [r["label"] for r in doc["rows"] if r["significant"]] == []
     assert doc["new_graphs"] == [] and doc["vanished_graphs"] == []
     assert doc["step"]["verdict"] == "no detectable change"
+    assert doc["noise"]["bar_pct"] >= doc["settings"]["min_change_pct"]
     assert doc["baseline"]["ranks"] == doc["candidate"]["ranks"] == round_["ranks"]
 
 

@@ -7,7 +7,9 @@ Per step: a ``record_function("load_batch")`` region builds the batch; two eager
 (``tail``); the gradient all-reduce; ``opt.step()`` (an eager optimizer graph).
 
 ``--rendezvous DIR --parties N``: every process waits in DIR until N processes are ready before
-its first step, so that two jobs started together measure under the same load.
+its first step, so that two jobs started together measure under the same load; after its last step
+it keeps the CPU busy (unrecorded matrix products) until all N are done, so that a job whose steps
+take longer (a candidate that recompiles every step) is not left to finish on a quieter machine.
 
 Switches (the candidate's one change):
   --sleep-head-ms MS     Head.forward sleeps MS (a slower graph)
@@ -66,6 +68,17 @@ def rendezvous(directory, parties, deadline_s=300):
     end = time.monotonic() + deadline_s
     while sum(n.startswith("ready.") for n in os.listdir(directory)) < parties and time.monotonic() < end:
         time.sleep(0.01)
+
+
+def hold_load(directory, parties, busy, deadline_s=600):
+    """After the last step: the same kind of CPU work as a step (matrix products, recorded as no
+    event) until every process of every job is done, so the others' last steps see the load that
+    their first steps saw."""
+    open(os.path.join(directory, f"done.{os.getpid()}"), "w").close()
+    end = time.monotonic() + deadline_s
+    while sum(n.startswith("done.") for n in os.listdir(directory)) < parties and time.monotonic() < end:
+        for _ in range(20):
+            torch.mm(busy, busy)
 
 
 def main():
@@ -142,6 +155,8 @@ def main():
         opt.step()
         t["optimizer"].append(time.perf_counter_ns() - t0)
         t["step"].append(time.perf_counter_ns() - s0)
+    if a.rendezvous:
+        hold_load(a.rendezvous, a.parties, busy)
     truth = {k: statistics.median(v) for k, v in t.items() if v}
     from torch._dynamo.utils import counters
     print("GROUND_TRUTH " + json.dumps({"rank": rank, "median_ns": truth,

@@ -7,9 +7,12 @@ burst of load slows every execution for a while, so neighbours in time move toge
 single executions would treat a burst as many independent slow samples and give an interval far too
 narrow (an A/A pair then shows "changes").  Resampling runs of consecutive executions keeps that
 dependence, so a burst widens the interval instead of shifting it.  And a verdict needs more than an
-interval that excludes zero: the whole interval must lie beyond ``Thresholds`` (a share of the
-baseline median and an absolute floor), the smallest change a rerun on a loaded machine does not
-produce by itself (docs/decisions/0127-diff-statistics.md).
+interval that excludes zero: the whole interval of the lower quartile must lie beyond ``Thresholds``
+(a share of the baseline, an absolute floor) and beyond the pair's own noise (how far the typical
+item of the same two profiles moved, ``item_shift``), and the median's interval must exclude zero
+the same way (docs/decisions/0127-diff-statistics.md, 0131).  Load adds time to an occurrence, it
+never removes any: the fast side of an item's distribution is what its code costs, the slow side is
+what the machine did meanwhile.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ class Thresholds:
     seed: int = 0
     min_change_pct: float = 10.0  # of the baseline median
     min_change_ns: int = 200_000  # absolute floor (scheduler noise on a loaded host is ~0.1 ms)
+    # the bar rises with the pair's own noise: an item must move by more than exp(factor x the typical
+    # item's |log change|) - 1 of its baseline (docs/decisions/0131-diff-noise-from-the-pair.md)
+    noise_factor: float = 2.0
 
 
 @dataclass
@@ -134,12 +140,40 @@ def bootstrap_interval(base: np.ndarray, cand: np.ndarray, key: str,
     return bootstrap_intervals(base, cand, key, th)[0]
 
 
+def item_shift(items: Iterable[tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """How far the typical item moved between the two sides: the median over items (each with at
+    least ``MIN_SAMPLES`` occurrences per side) of |log(candidate's lower quartile / baseline's)|.
+
+    It is the pair's own noise floor.  In an A/A pair every item's shift is noise: load that one run
+    saw and the other did not, or jobs sharing a CPU in a different phase.  In a pair with one real
+    change, the other items still measure that noise, and the median over items ignores the few
+    that changed.  None with fewer than three items (no noise estimate: the fixed thresholds alone)."""
+    logs = []
+    for b, c in items:
+        if len(b) < MIN_SAMPLES or len(c) < MIN_SAMPLES:
+            continue
+        qb, qc = float(np.quantile(b, 0.25)), float(np.quantile(c, 0.25))
+        if qb > 0 and qc > 0:
+            logs.append(abs(np.log(qc / qb)))
+    return float(np.median(logs)) if len(logs) >= 3 else None
+
+
+def noise_bar(shift: float | None, th: Thresholds = Thresholds()) -> float:
+    """The smallest relative change (a fraction of the baseline) given a verdict: the fixed
+    ``min_change_pct``, raised to exp(noise_factor x shift) - 1 when the pair's items moved that much."""
+    bar = th.min_change_pct / 100.0
+    if shift is not None:
+        bar = max(bar, float(np.expm1(th.noise_factor * shift)))
+    return bar
+
+
 def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thresholds(),
             floor_ns: float | None = None) -> Change:
     """The change of one item present on both sides (samples in time order).  A verdict only where
-    the interval excludes zero and lies wholly beyond the thresholds (the change is at least that
-    large with the interval's confidence); ``floor_ns`` replaces the absolute floor (e.g. a part of
-    a step, measured against the step)."""
+    the lower quartile's interval lies wholly beyond ``min_change_pct`` of the baseline's lower
+    quartile and the absolute floor, and the median's interval excludes zero in the same direction;
+    ``floor_ns`` replaces the absolute floor (e.g. a part of a step, measured against the step).  A
+    diff raises ``min_change_pct`` to the pair's ``noise_bar`` first."""
     if not len(base) or not len(cand):
         return Change(None, None, None, NEW if len(cand) else VANISHED)
     mb, mc = float(np.median(base)), float(np.median(cand))
@@ -149,14 +183,14 @@ def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thres
         return Change(delta, pct, None, FEW)
     (lo, hi), (qlo, qhi) = bootstrap_intervals(base, cand, key, th)
     floor = th.min_change_ns if floor_ns is None else floor_ns
-    need = max(th.min_change_pct / 100.0 * abs(mb), floor)
     need_q = max(th.min_change_pct / 100.0 * abs(float(np.quantile(base, 0.25))), floor)
-    # the whole interval beyond the threshold ("at least that much, with confidence", not only "not
-    # zero"), for the median and for the lower quartile alike: a real change moves the whole
-    # distribution, while a busier host mostly stretches its slow side
-    if lo >= need and qlo >= need_q:
+    # the lower quartile's whole interval beyond the bar ("at least that much, with confidence", not
+    # only "not zero"): a busier host stretches the slow side of a distribution and barely moves its
+    # fast side, a real change moves all of it.  The median must agree (its interval excludes zero
+    # the same way): the typical occurrence moved too, not only the fastest quarter
+    if qlo >= need_q and lo > 0:
         verdict = SLOWER
-    elif -hi >= need and -qhi >= need_q:
+    elif -qhi >= need_q and hi < 0:
         verdict = FASTER
     else:
         verdict = SAME

@@ -85,6 +85,9 @@ class Side:
     region_graph: dict[str, str | None] = field(default_factory=dict)  # region -> the one graph it wraps
     memory_peak: dict[int, int] = field(default_factory=dict)  # process index -> peak device bytes
     memory_level: dict[int, int] = field(default_factory=dict)  # process index -> 90th percentile of samples
+    # process index -> how far the level moves within the run: |level of the first half of the samples
+    # - level of the second half| (the run measured against itself)
+    memory_noise: dict[int, int] = field(default_factory=dict)
     steps: dict[int, steps_mod.Steps] = field(default_factory=dict)  # process index -> its steps (aligned clock)
     events: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -388,8 +391,9 @@ def _collectives(side: Side, colls: _Acc) -> None:
 
 def _read_memory(side: Side) -> None:
     """Device memory per process (the sum of its ``device_mem.*`` counters at each sample time): its
-    peak, and the 90th percentile of the samples, the level it holds (a spike one sample caught is
-    in the peak, not in the level)."""
+    peak, the 90th percentile of the samples, the level it holds (a spike one sample caught is in the
+    peak, not in the level), and how much that level differs between the run's two halves (where the
+    samples fall within the steps moves it: its noise)."""
     root = os.path.join(side.path, dsc.COUNTERS)
     parts = []
     for path in table_files(root):
@@ -411,10 +415,14 @@ def _read_memory(side: Side) -> None:
     inst = _strings(g.column("instance_id"))
     pid = _ints(g.column("process_id"))
     total = np.asarray(pc.fill_null(g.column("value_sum"), 0).to_numpy(), dtype=np.float64)
+    ts = _ints(g.column("ts"))
     for i, p in {(str(a), int(b)) for a, b in zip(inst.tolist(), pid.tolist())}:
         ix = by_proc.get((i, p))
         if ix is None:
             continue
-        v = total[(inst == i) & (pid == p)]
+        sel = (inst == i) & (pid == p)
+        v = total[sel][np.argsort(ts[sel], kind="stable")]
         side.memory_peak[ix] = int(v.max())
         side.memory_level[ix] = int(np.percentile(v, 90))
+        half = len(v) // 2
+        side.memory_noise[ix] = int(abs(np.percentile(v[:half], 90) - np.percentile(v[half:], 90))) if half else 0

@@ -80,6 +80,11 @@ def _headline(doc: dict) -> list[str]:
     if step and step.get("baseline_median_ns") is not None:
         out.append(f"step time: {ms(step['baseline_median_ns'])} -> {ms(step['candidate_median_ns'])} "
                    f"({_pct(step.get('delta_pct'))}, 95% interval {_pct_ci(step)}): {step['verdict']}")
+    noise = doc.get("noise")
+    if noise:
+        shift = noise.get("item_shift_pct")
+        out.append(f"verdicts need a change of at least {noise['bar_pct']:g}%"
+                   + ("" if shift is None else f" (the pair's items moved {shift:g}% typically: its noise)"))
     ch = doc["changes"]
     out.append(f"{len(ch)} significant change(s)" + (": " + "; ".join(f"{c['label']} ({c['verdict']})"
                                                                        for c in ch[:5]) if ch else ""))

@@ -7,6 +7,7 @@ start and end, event id), so that a viewer can put both timelines on the item.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -179,9 +180,13 @@ def region_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
 
 def memory_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
     """Device memory per rank: the level it holds (90th percentile of the samples) decides, since
-    a spike falls between samples in one run and on one in the next; the peak is reported beside."""
-    def per_rank(side: Side) -> dict[int, tuple[int, int]]:
-        return {side.rank_of(ix): (side.memory_level[ix], side.memory_peak[ix]) for ix in side.memory_level}
+    a spike falls between samples in one run and on one in the next; the peak is reported beside.
+    A change must pass ``MEMORY_FLOOR``, the threshold's share of the level and twice the level's
+    own noise (the larger of the two sides' half-to-half difference): where the samples fall within
+    the steps moves the level by megabytes in an A/A pair (docs/decisions/0131-diff-noise-from-the-pair.md)."""
+    def per_rank(side: Side) -> dict[int, tuple[int, int, int]]:
+        return {side.rank_of(ix): (side.memory_level[ix], side.memory_peak[ix], side.memory_noise.get(ix, 0))
+                for ix in side.memory_level}
 
     rb, rc = per_rank(base), per_rank(cand)
     rows = []
@@ -189,11 +194,12 @@ def memory_rows(base: Side, cand: Side, th: cmp.Thresholds) -> list[dict]:
         b, c = rb.get(r), rc.get(r)
         verdict = cmp.NEW if b is None else cmp.VANISHED if c is None else cmp.SAME
         delta = None if b is None or c is None else c[0] - b[0]
-        if b is not None and delta is not None and abs(delta) >= max(MEMORY_FLOOR, th.min_change_pct / 100 * b[0]):
+        if b is not None and c is not None and delta is not None and \
+                abs(delta) >= max(MEMORY_FLOOR, th.min_change_pct / 100 * b[0], 2 * max(b[2], c[2])):
             verdict = "larger" if delta > 0 else "smaller"
         rows.append({"kind": "memory", "key": str(r), "label": f"rank {r} device memory held", "rank": r,
-                     "baseline": None if b is None else {"level_bytes": b[0], "peak_bytes": b[1]},
-                     "candidate": None if c is None else {"level_bytes": c[0], "peak_bytes": c[1]},
+                     "baseline": None if b is None else {"level_bytes": b[0], "peak_bytes": b[1], "noise_bytes": b[2]},
+                     "candidate": None if c is None else {"level_bytes": c[0], "peak_bytes": c[1], "noise_bytes": c[2]},
                      "delta_ns": None, "delta_bytes": delta,
                      "delta_pct": None if delta is None or b is None or not b[0] else round(100 * delta / b[0], 2),
                      "ci_ns": None, "verdict": verdict, "significant": verdict in ("larger", "smaller")})
@@ -333,15 +339,31 @@ def gate(info: dict[str, Any], pct: float) -> dict[str, Any]:
             "reason": f"step time {info['delta_pct']:+.1f}%, 95% interval [{ci[0]:+.1f}%, {ci[1]:+.1f}%]"}
 
 
+def pair_noise(base: Side, cand: Side) -> float | None:
+    """``compare.item_shift`` over the items both sides hold under the same key: graphs by name,
+    collectives by op, group and size, regions that are not a graph seen from the framework (it
+    would count its graph twice)."""
+    items = [(base.graphs[n].value, cand.graphs[n].value) for n in base.graphs.keys() & cand.graphs.keys()]
+    items += [(base.collectives[k].value, cand.collectives[k].value)
+              for k in base.collectives.keys() & cand.collectives.keys()]
+    items += [(base.regions[n].value, cand.regions[n].value) for n in base.regions.keys() & cand.regions.keys()
+              if not (base.region_graph.get(n) or cand.region_graph.get(n))]
+    return cmp.item_shift(items)
+
+
 def build(base: Side, cand: Side, th: cmp.Thresholds | None = None,
           gate_pct: float | None = None) -> dict[str, Any]:
-    """The whole diff document."""
-    th = th or cmp.Thresholds()
+    """The whole diff document.  The threshold every row is held to is the user's, raised to the
+    pair's own noise (``pair_noise``, ``compare.noise_bar``)."""
+    user = th or cmp.Thresholds()
+    shift = pair_noise(base, cand)
+    bar = cmp.noise_bar(shift, user)
+    th = replace(user, min_change_pct=100.0 * bar)
     step_rows, step_info = step_section(base, cand, th)
     graphs, new, vanished, pairs = graph_rows(base, cand, th)
     new_versions, vanished_versions = version_changes(base, cand, pairs)
     rows = (step_rows + graphs + new + vanished + compile_rows(base, cand, pairs) + collective_rows(base, cand, th)
-            + region_rows(base, cand, th) + memory_rows(base, cand, th))
+            + region_rows(base, cand, th) + memory_rows(base, cand, user))
     # a region that is a graph seen from the framework is not a second change
     changes = [r for r in rows if r["significant"] and not (r["kind"] == "region" and r.get("graph"))
                and r["kind"] not in ("step", "step_part")]
@@ -351,8 +373,10 @@ def build(base: Side, cand: Side, th: cmp.Thresholds | None = None,
         "baseline": _describe(base),
         "candidate": _describe(cand),
         "settings": {"confidence": th.confidence, "resamples": th.resamples, "seed": th.seed,
-                     "min_change_pct": th.min_change_pct, "min_change_ns": th.min_change_ns,
-                     "min_samples": cmp.MIN_SAMPLES},
+                     "min_change_pct": user.min_change_pct, "min_change_ns": th.min_change_ns,
+                     "min_samples": cmp.MIN_SAMPLES, "noise_factor": th.noise_factor},
+        "noise": {"item_shift_pct": None if shift is None else round(100.0 * float(np.expm1(shift)), 2),
+                  "bar_pct": round(100.0 * bar, 2)},
         "step": step_info,
         "gate": None if gate_pct is None else gate(step_info, gate_pct),
         "rows": rows,
