@@ -47,7 +47,7 @@ class Thresholds:
     min_change_ns: int = 200_000  # absolute floor (scheduler noise on a loaded host is ~0.1 ms)
     # the bar rises with the pair's own noise: an item must move by more than exp(factor x the typical
     # item's |log change|) - 1 of its baseline (docs/decisions/0131-diff-noise-from-the-pair.md)
-    noise_factor: float = 2.0
+    noise_factor: float = 1.5
 
 
 @dataclass
