@@ -250,10 +250,15 @@ def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> O
     return Occurrences(t[col][s], t["start_ns"][s], t["end_ns"][s], t["proc"][s], t["number"][s])
 
 
-def step_section(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict], dict[str, Any]]:
+def step_section(base: Side, cand: Side, th: cmp.Thresholds,
+                 user: cmp.Thresholds | None = None) -> tuple[list[dict], dict[str, Any]]:
     """The step rows (step time; each part, a change measured against the step; each rank's own
     work beyond the fastest rank's) and the per step and rank table of both sides, aligned by step
-    number and rank.  A row's ``at`` names a step (``id`` is the step number)."""
+    number and rank.  A row's ``at`` names a step (``id`` is the step number).  ``th`` holds the
+    bar raised to the pair's noise; the straggler rows are held to the user's (``user``): they are
+    measured against the rank that changed least, which already takes out what the pair's
+    environment did to every rank, and the pair's noise counted again would hide a slower rank whose
+    extra work slows its job's other ranks on a shared CPU (docs/decisions/0131-diff-noise-from-the-pair.md)."""
     tb, tc = _step_table(base), _step_table(cand)
     info: dict[str, Any] = {
         "method": {"baseline": sorted({s.method for s in base.steps.values() if len(s)}),
@@ -273,7 +278,8 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds) -> tuple[list[dict]
                          _occ(tc, part), th, floor_ns=floor))
     ranks = sorted(set(tb["rank"].tolist()) & set(tc["rank"].tolist()))
     if len(ranks) > 1:
-        rows += straggler_rows(base, cand, tb, tc, ranks, th, floor)
+        own = user or th
+        rows += straggler_rows(base, cand, tb, tc, ranks, own, max(own.min_change_ns, own.min_change_pct / 100 * med))
     step = rows[0]
     ci = step["ci_ns"]
     info.update(verdict=step["verdict"], baseline_median_ns=step["baseline"]["median_ns"],
@@ -359,7 +365,7 @@ def build(base: Side, cand: Side, th: cmp.Thresholds | None = None,
     shift = pair_noise(base, cand)
     bar = cmp.noise_bar(shift, user)
     th = replace(user, min_change_pct=100.0 * bar)
-    step_rows, step_info = step_section(base, cand, th)
+    step_rows, step_info = step_section(base, cand, th, user)
     graphs, new, vanished, pairs = graph_rows(base, cand, th)
     new_versions, vanished_versions = version_changes(base, cand, pairs)
     rows = (step_rows + graphs + new + vanished + compile_rows(base, cand, pairs) + collective_rows(base, cand, th)
