@@ -37,6 +37,7 @@ LAYER_OF = {
     "neuron_explorer.analysis": "analysis",
     "neuron_explorer.exporters": "exporters",
     "neuron_explorer.view": "tools",
+    "neuron_explorer.diff": "tools",
     "neuron_explorer.attach": "tools",
     "neuron_explorer.ndet": "tools",
     "neuron_explorer.monitor": "tools",
@@ -65,6 +66,7 @@ ALLOWED = {
 # imports the layers alone would refuse (importer package -> imported package)
 EXCEPTIONS = {
     ("neuron_explorer.view", "neuron_explorer.ui"),  # `view` with no output format serves the UI
+    ("neuron_explorer.diff", "neuron_explorer.view"),  # `diff` converts captures through view's one flow
     # `%load_ext neuron_explorer`: IPython calls the package's load_ipython_extension, which imports
     # the notebook module only when called
     ("neuron_explorer", "neuron_explorer.notebook"),

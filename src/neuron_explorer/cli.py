@@ -24,6 +24,7 @@ examples:
   neuron-explorer view -d ./output --output-format summary-json --output-file summary.json
   neuron-explorer check -d ./output
   neuron-explorer attach --all --steps 5 -o ./on-demand   # a running job, on demand
+  neuron-explorer diff ./before ./after --fail-if-slower 5   # did my change help? (docs/diff.md)
 """
 
 
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-v", "--version", action="version", version=f"neuron-explorer {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check,attach}")
+    sub = p.add_subparsers(dest="command", metavar="{inspect,view,check,attach,diff}")
 
     ins = sub.add_parser(
         "inspect", help="run a command with system profiling on (no code changes)",
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .view.cli import add_view_parser
 
     add_view_parser(sub)
+    from .diff.cli import add_diff_parser
+
+    add_diff_parser(sub)
     from .attach import add_attach_parser
 
     chk = sub.add_parser("check", help="check that a capture directory holds a usable profile",
@@ -80,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             text, rc = render(check(args.directory, args.endpoint_url))
             sys.stdout.write(text)
             return rc
+        if args.command == "diff":
+            from .diff.cli import diff_command
+
+            return diff_command(args)
         if args.command == "attach":
             from .attach import attach_command
 

@@ -2,11 +2,11 @@
 filters (``filters``), which job a process's collectives belong to (``jobs``), clock alignment and
 stragglers (``align``), the ``ProcessEvents`` model (``events``), framework events' names and links
 (``framework``), counters (``counters``), device profiles (``device``), training steps and their
-breakdown (``steps``), steps across ranks, utilisation and ranked insights (``insights``) and the
-summary (``summary``).
+breakdown (``steps``), steps across ranks, utilisation and ranked insights (``insights``), two
+profiles' items compared (``compare``) and the summary (``summary``).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
-__all__ = ["align", "counters", "device", "events", "filters", "framework", "insights", "jobs", "pbfile", "reader",
-           "steps", "summary"]
+__all__ = ["align", "compare", "counters", "device", "events", "filters", "framework", "insights", "jobs", "pbfile",
+           "reader", "steps", "summary"]

@@ -1,0 +1,122 @@
+"""`neuron-explorer diff` at scale: two synthetic 64-rank profiles (written by the real capture writer,
+`bench.synth_capture`) converted by `view`, then diffed; the peer is `view` converting one of them.
+Issue 34's target: the diff of the pair takes less than `view` takes to convert one profile.
+
+Each command runs in its own process (wall time, and CPU and peak RSS of that process from
+`resource.getrusage`); `view` and the diff's conversion use one worker (--jobs 1), the diff of two
+Parquet outputs is one process.  With --dask, the diff of the two *capture* directories also runs
+with their conversion on a local Dask cluster (`--scheduler`), the path for profiles too big for one
+machine.
+
+    python -m bench.diff_scale                                  # 64 ranks, 20M events per profile
+    python -m bench.diff_scale --events 2000000 --dask          # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RES = os.path.join(HERE, "results")
+
+WRAPPER = r"""
+import json, resource, sys, time
+from neuron_explorer.cli import main
+t = time.perf_counter()
+rc = main(sys.argv[1:])
+wall = time.perf_counter() - t
+ru = resource.getrusage(resource.RUSAGE_SELF)
+rc_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("BENCH " + json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+                              "children_cpu_s": rc_children.ru_utime + rc_children.ru_stime,
+                              "peak_rss_mb": ru.ru_maxrss / 1024}), file=sys.stderr)
+"""
+
+
+def timed(*argv: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1"}
+    p = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env=env)
+    line = [x for x in p.stderr.splitlines() if x.startswith("BENCH ")]
+    if not line:
+        raise SystemExit(f"{argv[0]} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    out = json.loads(line[-1][6:])
+    if out["rc"] not in (0, 3):
+        raise SystemExit(f"{argv} exited {out['rc']}:\n{p.stderr[-3000:]}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--instances", type=int, default=8)
+    ap.add_argument("--processes", type=int, default=8, help="per instance (ranks = instances x processes)")
+    ap.add_argument("--events", type=float, default=20e6, help="events per profile, all ranks together")
+    ap.add_argument("--dask", action="store_true", help="also diff the captures with a local Dask cluster")
+    ap.add_argument("--keep", default=None, help="work directory to keep (default: a temporary one)")
+    ap.add_argument("--out", default=os.path.join(RES, "diff_scale.json"))
+    a = ap.parse_args()
+    sys.path.insert(0, ROOT)
+    from bench.synth_capture import generate
+
+    work = a.keep or tempfile.mkdtemp(prefix="diff-scale.")
+    ranks = a.instances * a.processes
+    per = int(a.events // ranks)
+    res: dict = {"ranks": ranks, "events_per_profile": per * ranks, "machine_note":
+                 "2 shared cores, loaded by other work: compare the ratio, not the seconds"}
+    try:
+        caps = {}
+        for name, seed in (("baseline", 0), ("candidate", 1000)):
+            caps[name] = os.path.join(work, name)
+            if not os.path.isdir(caps[name]):
+                t = time.perf_counter()
+                generate(caps[name], a.instances, a.processes, per, seed=seed)
+                print(f"generated {name}: {per * ranks} events in {time.perf_counter() - t:.0f} s", flush=True)
+        pq = {k: v + "_parquet" for k, v in caps.items()}
+        for name in caps:
+            shutil.rmtree(pq[name], ignore_errors=True)
+            res[f"view_{name}"] = timed("view", "-d", caps[name], "--output-file", pq[name], "--jobs", "1")
+            print(f"view {name}: {res[f'view_{name}']['wall_s']:.1f} s", flush=True)
+        out_json = os.path.join(work, "diff.json")
+        res["diff_parquet"] = timed("diff", pq["baseline"], pq["candidate"], "--format", "json",
+                                    "--output-file", out_json)
+        print(f"diff of the Parquet outputs: {res['diff_parquet']['wall_s']:.1f} s", flush=True)
+        with open(out_json) as f:
+            doc = json.load(f)
+        res["rows"] = len(doc["rows"])
+        res["changes"] = len(doc["changes"])
+        res["diff_vs_view_one"] = res["diff_parquet"]["wall_s"] / res["view_baseline"]["wall_s"]
+        cpu = {k: res[k]["cpu_s"] + res[k]["children_cpu_s"] for k in ("diff_parquet", "view_baseline")}
+        res["diff_vs_view_one_cpu"] = cpu["diff_parquet"] / cpu["view_baseline"]
+        if a.dask:
+            from dask.distributed import LocalCluster
+
+            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+                res["diff_captures_dask"] = timed("diff", caps["baseline"], caps["candidate"], "--format", "json",
+                                                  "--output-file", out_json, "--scheduler", cl.scheduler_address,
+                                                  "--work-dir", work)
+            print(f"diff of the captures on Dask (2 workers, conversions included): "
+                  f"{res['diff_captures_dask']['wall_s']:.1f} s", flush=True)
+    finally:
+        if a.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}")
+    for k in ("view_baseline", "view_candidate", "diff_parquet", "diff_captures_dask"):
+        if k in res:
+            r = res[k]
+            print(f"{k:34}{r['wall_s']:8.1f}{r['cpu_s'] + r['children_cpu_s']:8.1f}{r['peak_rss_mb']:9.0f}")
+    print(f"diff / view of one profile: {res['diff_vs_view_one']:.2f}x wall, {res['diff_vs_view_one_cpu']:.2f}x CPU "
+          "(target < 1)")
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""Comparing two profiles item by item: the statistics and the alignment rules behind
+``neuron-explorer diff`` (docs/diff.md), kept apart from any file format so that every front end
+that compares profiles applies the same rule.
+
+Why a *block* bootstrap: the durations of one item are not independent draws.  On a shared machine a
+burst of load slows every execution for a while, so neighbours in time move together; resampling
+single executions would treat a burst as many independent slow samples and give an interval far too
+narrow (an A/A pair then shows "changes").  Resampling runs of consecutive executions keeps that
+dependence, so a burst widens the interval instead of shifting it.  And a verdict needs more than an
+interval that excludes zero: the whole interval of the lower quartile must lie beyond ``Thresholds``
+(a share of the baseline, an absolute floor) and beyond the pair's own noise (how far the typical
+item of the same two profiles moved, ``item_shift``), and the median's interval must exclude zero
+the same way (docs/decisions/0127-diff-statistics.md, 0131).  Load adds time to an occurrence, it
+never removes any: the fast side of an item's distribution is what its code costs, the slow side is
+what the machine did meanwhile.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+FASTER = "faster"
+SLOWER = "slower"
+SAME = "no detectable change"
+FEW = "too few samples"
+NEW = "new"
+VANISHED = "vanished"
+VERDICTS = (FASTER, SLOWER, SAME, FEW, NEW, VANISHED)
+
+MIN_SAMPLES = 5  # per side: fewer gives no interval worth the name
+BOOTSTRAP_CAP = 512  # samples per side the resampling sees (evenly spaced in time beyond it)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a change must reach, besides an interval that excludes zero, to get a verdict."""
+
+    confidence: float = 0.95
+    resamples: int = 1000
+    seed: int = 0
+    min_change_pct: float = 10.0  # of the baseline median
+    min_change_ns: int = 200_000  # absolute floor (scheduler noise on a loaded host is ~0.1 ms)
+    # the bar rises with the pair's own noise: an item must move by more than exp(factor x the typical
+    # item's |log change|) - 1 of its baseline (docs/decisions/0131-diff-noise-from-the-pair.md)
+    noise_factor: float = 1.5
+
+
+@dataclass
+class Stats:
+    count: int
+    median_ns: float | None
+    p90_ns: float | None
+
+    def as_dict(self) -> dict:
+        return {"count": self.count, "median_ns": _num(self.median_ns), "p90_ns": _num(self.p90_ns)}
+
+
+@dataclass
+class Change:
+    """One item's change: candidate median minus baseline median, its interval and the verdict."""
+
+    delta_ns: float | None
+    delta_pct: float | None
+    ci_ns: tuple[float, float] | None
+    verdict: str
+    q25_ci_ns: tuple[float, float] | None = None  # the lower quartile's change
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in (FASTER, SLOWER, NEW, VANISHED)
+
+    def as_dict(self) -> dict:
+        return {"delta_ns": _num(self.delta_ns), "delta_pct": _num(self.delta_pct, 2),
+                "ci_ns": None if self.ci_ns is None else [_num(self.ci_ns[0]), _num(self.ci_ns[1])],
+                "q25_ci_ns": None if self.q25_ci_ns is None else [_num(self.q25_ci_ns[0]), _num(self.q25_ci_ns[1])],
+                "verdict": self.verdict, "significant": self.significant}
+
+
+def _num(v: float | None, digits: int = 0) -> float | int | None:
+    if v is None or not np.isfinite(v):
+        return None
+    return int(round(v)) if digits == 0 else round(float(v), digits)
+
+
+def stats(values: np.ndarray) -> Stats:
+    """Count, median and 90th percentile (linear interpolation) of ``values``."""
+    if not len(values):
+        return Stats(0, None, None)
+    v = np.asarray(values, dtype=np.float64)
+    med, p90 = np.percentile(v, [50, 90])
+    return Stats(len(v), float(med), float(p90))
+
+
+def item_seed(key: str, seed: int = 0) -> int:
+    """A fixed seed per item (from its key), so that one item's interval does not depend on which
+    other items a profile holds, and a rerun gives the same numbers."""
+    return (zlib.crc32(key.encode("utf-8", "replace")) ^ (seed * 0x9E3779B1)) & 0xFFFFFFFF
+
+
+def _thin(values: np.ndarray, cap: int) -> np.ndarray:
+    if len(values) <= cap:
+        return values
+    return values[np.linspace(0, len(values) - 1, cap).astype(np.int64)]
+
+
+def _block_quantiles(values: np.ndarray, reps: int, rng: np.random.Generator,
+                     qs: tuple[float, ...] = (0.5, 0.25)) -> np.ndarray:
+    """The ``qs`` quantiles of ``reps`` moving-block resamples of ``values`` (in time order), one row
+    per quantile."""
+    n = len(values)
+    block = max(1, int(round(n ** (1 / 3))))
+    k = -(-n // block)
+    starts = rng.integers(0, n - block + 1, size=(reps, k))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(reps, k * block)[:, :n]
+    return np.quantile(values[idx], qs, axis=1)
+
+
+def bootstrap_intervals(base: np.ndarray, cand: np.ndarray, key: str,
+                        th: Thresholds = Thresholds()) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The ``th.confidence`` intervals of the change of the median and of the lower quartile
+    (candidate minus baseline, both sides in time order), by a moving-block bootstrap of each side
+    with a seed fixed per item."""
+    rng = np.random.default_rng(item_seed(key, th.seed))
+    b = _thin(np.asarray(base, dtype=np.float64), BOOTSTRAP_CAP)
+    c = _thin(np.asarray(cand, dtype=np.float64), BOOTSTRAP_CAP)
+    d = _block_quantiles(c, th.resamples, rng) - _block_quantiles(b, th.resamples, rng)
+    alpha = (1 - th.confidence) / 2
+    (lo, hi), (qlo, qhi) = (np.quantile(row, [alpha, 1 - alpha]) for row in d)
+    return (float(lo), float(hi)), (float(qlo), float(qhi))
+
+
+def bootstrap_interval(base: np.ndarray, cand: np.ndarray, key: str,
+                       th: Thresholds = Thresholds()) -> tuple[float, float]:
+    """The interval of the change of the median (``bootstrap_intervals``)."""
+    return bootstrap_intervals(base, cand, key, th)[0]
+
+
+def item_shift(items: Iterable[tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """How far the typical item moved between the two sides: the median over items (each with at
+    least ``MIN_SAMPLES`` occurrences per side) of |log(candidate's lower quartile / baseline's)|.
+
+    It is the pair's own noise floor.  In an A/A pair every item's shift is noise: load that one run
+    saw and the other did not, or jobs sharing a CPU in a different phase.  In a pair with one real
+    change, the other items still measure that noise, and the median over items ignores the few
+    that changed.  None with fewer than three items (no noise estimate: the fixed thresholds alone)."""
+    logs = []
+    for b, c in items:
+        if len(b) < MIN_SAMPLES or len(c) < MIN_SAMPLES:
+            continue
+        qb, qc = float(np.quantile(b, 0.25)), float(np.quantile(c, 0.25))
+        if qb > 0 and qc > 0:
+            logs.append(abs(np.log(qc / qb)))
+    return float(np.median(logs)) if len(logs) >= 3 else None
+
+
+def noise_bar(shift: float | None, th: Thresholds = Thresholds()) -> float:
+    """The smallest relative change (a fraction of the baseline) given a verdict: the fixed
+    ``min_change_pct``, raised to exp(noise_factor x shift) - 1 when the pair's items moved that much."""
+    bar = th.min_change_pct / 100.0
+    if shift is not None:
+        bar = max(bar, float(np.expm1(th.noise_factor * shift)))
+    return bar
+
+
+def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thresholds(),
+            floor_ns: float | None = None) -> Change:
+    """The change of one item present on both sides (samples in time order).  A verdict only where
+    the lower quartile's interval lies wholly beyond ``min_change_pct`` of the baseline's lower
+    quartile and the absolute floor, and the median's interval excludes zero in the same direction;
+    ``floor_ns`` replaces the absolute floor (e.g. a part of a step, measured against the step).  A
+    diff raises ``min_change_pct`` to the pair's ``noise_bar`` first."""
+    if not len(base) or not len(cand):
+        return Change(None, None, None, NEW if len(cand) else VANISHED)
+    mb, mc = float(np.median(base)), float(np.median(cand))
+    delta = mc - mb
+    pct = 100.0 * delta / mb if mb > 0 else None
+    if len(base) < MIN_SAMPLES or len(cand) < MIN_SAMPLES:
+        return Change(delta, pct, None, FEW)
+    (lo, hi), (qlo, qhi) = bootstrap_intervals(base, cand, key, th)
+    floor = th.min_change_ns if floor_ns is None else floor_ns
+    need_q = max(th.min_change_pct / 100.0 * abs(float(np.quantile(base, 0.25))), floor)
+    # the lower quartile's whole interval beyond the bar ("at least that much, with confidence", not
+    # only "not zero"): a busier host stretches the slow side of a distribution and barely moves its
+    # fast side, a real change moves all of it.  The median must agree (its interval excludes zero
+    # the same way): the typical occurrence moved too, not only the fastest quarter
+    if qlo >= need_q and lo > 0:
+        verdict = SLOWER
+    elif -qhi >= need_q and hi < 0:
+        verdict = FASTER
+    else:
+        verdict = SAME
+    return Change(delta, pct, (lo, hi), verdict, (qlo, qhi))
+
+
+# ---- alignment
+
+_HASH = re.compile(r"(?<=_)[0-9a-f]{8,}(?=$|_)")
+
+
+def stem(graph_name: str) -> str:
+    """A graph's name without its hashes (``Encoder_bea8d2961a0c946b_bwd`` -> ``Encoder_*_bwd``):
+    what a recompile or a renamed hash keeps."""
+    return _HASH.sub("*", graph_name)
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """What identifies a graph besides its name (ProfileModels)."""
+
+    name: str
+    kind: str = ""
+    num_nodes: int = -1
+    signature: str = ""
+    backend: str = ""
+
+    @property
+    def structure(self) -> tuple:
+        return (stem(self.name), self.kind, self.num_nodes, self.signature, self.backend)
+
+
+@dataclass
+class GraphMatch:
+    pairs: list[tuple[str, str, str]]  # (baseline name, candidate name, "name" | "structure")
+    new: list[str]
+    vanished: list[str]
+
+
+def match_graphs(base: Iterable[GraphInfo], cand: Iterable[GraphInfo]) -> GraphMatch:
+    """Graphs by name, then the rest by structure (stem, kind, node count, signature, backend) where
+    exactly one graph on each side has it: a hash that changed with nothing else still matches, and
+    a graph compiled again for new shapes is new."""
+    b = {g.name: g for g in base}
+    c = {g.name: g for g in cand}
+    pairs = [(n, n, "name") for n in sorted(b.keys() & c.keys())]
+    rest_b = [b[n] for n in sorted(b.keys() - c.keys())]
+    rest_c = [c[n] for n in sorted(c.keys() - b.keys())]
+    by_b: dict[tuple, list[GraphInfo]] = {}
+    by_c: dict[tuple, list[GraphInfo]] = {}
+    for g in rest_b:
+        by_b.setdefault(g.structure, []).append(g)
+    for g in rest_c:
+        by_c.setdefault(g.structure, []).append(g)
+    matched_b, matched_c = set(), set()
+    for s, gs in by_b.items():
+        cs = by_c.get(s, [])
+        if len(gs) == 1 and len(cs) == 1:
+            pairs.append((gs[0].name, cs[0].name, "structure"))
+            matched_b.add(gs[0].name)
+            matched_c.add(cs[0].name)
+    return GraphMatch(pairs, [g.name for g in rest_c if g.name not in matched_c],
+                      [g.name for g in rest_b if g.name not in matched_b])
+
+
+def match_resized(base: Sequence[tuple[str, str, int]], cand: Sequence[tuple[str, str, int]]
+                  ) -> list[tuple[tuple[str, str, int], tuple[str, str, int]]]:
+    """Collectives (op, group, bytes) left unmatched on both sides that share op and group, one size
+    on each side: the same collective with a new size (a bigger bucket), paired."""
+    by_b: dict[tuple[str, str], list] = {}
+    by_c: dict[tuple[str, str], list] = {}
+    for k in base:
+        by_b.setdefault(k[:2], []).append(k)
+    for k in cand:
+        by_c.setdefault(k[:2], []).append(k)
+    return [(bs[0], by_c[og][0]) for og, bs in sorted(by_b.items())
+            if len(bs) == 1 and len(by_c.get(og, [])) == 1]

@@ -1,0 +1,428 @@
+"""One side of a diff: the items of a ``view`` Parquet dataset, read with pyarrow only.
+
+What is read (contracts.dataset names the tables and columns): from ``SystemProfileEvents`` the
+graph executions (``nc_exec_running`` by ``model_name``), the collectives (``cc_running`` and
+``cc_exec_barrier`` by op, group and bytes, their ranks matched by group, op and sequence number)
+and the framework regions (``trace_event_source = framework``, by name); ``ProfileModels`` for each
+graph's structure; ``ProfileMetadata`` for ranks; ``SystemProfileCounters`` for device memory.
+
+The events table is read one file (one process) at a time with only the rows and columns wanted, so
+memory holds the compact per-item arrays, never a whole table.  An unreadable file is a warning
+naming it; the rest is still read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from neuron_explorer.analysis import steps as steps_mod
+from neuron_explorer.contracts import dataset as dsc
+
+EXEC = "nc_exec_running"
+COLLECTIVES = ("cc_running", "cc_exec_barrier")
+FRAMEWORK = "framework"
+# what analysis.steps reads besides the items: its type names, in the order of their ids here
+STEP_TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
+              "nrt_execute", "numerical_err")
+_TYPE_ID = {n: i for i, n in enumerate(STEP_TYPES)}
+_EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
+                  "seq", "bytes", "group_ranks", "flow_id"]
+
+
+class DatasetError(Exception):
+    """The path is not a dataset ``view`` wrote, or nothing in it can be read."""
+
+
+@dataclass
+class Occurrences:
+    """One item's occurrences on one side, sorted by start: the sample (``value``, ns) and where it
+    is (process index, start and end on the aligned Unix-ns clock, event id) so that a viewer can jump
+    to it."""
+
+    value: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    proc: np.ndarray
+    ids: np.ndarray
+
+    @staticmethod
+    def build(value, start, end, proc, ids) -> Occurrences:
+        order = np.argsort(start, kind="stable")
+        return Occurrences(*(np.asarray(a, dtype=np.int64)[order] for a in (value, start, end, proc, ids)))
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+
+@dataclass
+class Process:
+    instance_id: str
+    process_id: int
+    rank: int
+    session: str = ""
+
+
+@dataclass
+class Side:
+    """Everything a diff needs of one profile (any number of processes, ranks and hosts)."""
+
+    path: str
+    processes: dict[int, Process] = field(default_factory=dict)  # process_index -> process
+    graphs: dict[str, Occurrences] = field(default_factory=dict)
+    models: dict[str, dict] = field(default_factory=dict)  # graph name -> ProfileModels facts (first version)
+    versions: dict[str, set[str]] = field(default_factory=dict)  # graph name -> signatures compiled
+    compile_ns: dict[str, int] = field(default_factory=dict)  # graph name -> summed compile time
+    compiles: dict[str, Occurrences] = field(default_factory=dict)  # graph name -> its model_load events
+    collectives: dict[tuple[str, str, int], Occurrences] = field(default_factory=dict)
+    regions: dict[str, Occurrences] = field(default_factory=dict)
+    region_graph: dict[str, str | None] = field(default_factory=dict)  # region -> the one graph it wraps
+    memory_peak: dict[int, int] = field(default_factory=dict)  # process index -> peak device bytes
+    memory_level: dict[int, int] = field(default_factory=dict)  # process index -> 90th percentile of samples
+    # process index -> how far the level moves within the run: |level of the first half of the samples
+    # - level of the second half| (the run measured against itself)
+    memory_noise: dict[int, int] = field(default_factory=dict)
+    steps: dict[int, steps_mod.Steps] = field(default_factory=dict)  # process index -> its steps (aligned clock)
+    events: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def rank_of(self, proc: int) -> int:
+        p = self.processes.get(int(proc))
+        return p.rank if p is not None else -1
+
+
+def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A (dictionary) string column as a numpy object array, None for nulls."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks else pa.array([], pa.string())
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(pa.string())
+    return np.asarray(col.to_pylist(), dtype=object) if len(col) < 1024 else col.to_numpy(zero_copy_only=False)
+
+
+def _ints(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
+    return np.asarray(pc.fill_null(col, fill).to_numpy(), dtype=np.int64)
+
+
+class _Acc:
+    """Per-item lists of column pieces, concatenated once at the end."""
+
+    def __init__(self) -> None:
+        self.parts: dict = {}
+
+    def add(self, key, *cols: np.ndarray) -> None:
+        self.parts.setdefault(key, []).append(cols)
+
+    def items(self):
+        for key, pieces in self.parts.items():
+            yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
+
+
+def read_side(path: str) -> Side:
+    """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``."""
+    if not os.path.isdir(path):
+        raise DatasetError(f"{path}: not a directory")
+    if not os.path.isdir(os.path.join(path, dsc.EVENTS)):
+        raise DatasetError(f"{path}: no {dsc.EVENTS} table (not a Parquet dataset written by neuron-explorer view)")
+    side = Side(path)
+    _read_metadata(side)
+    _read_models(side)
+    _read_events(side)
+    _read_memory(side)
+    return side
+
+
+def _line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+def table_files(root: str) -> list[str]:
+    """The Parquet files of a partitioned table (``<Table>/<key>=<v>/<key>=<v>/*.parquet``), sorted;
+    symlinks and anything else are not followed."""
+    out = []
+    for top, dirs, names in os.walk(root, followlinks=False):
+        dirs.sort()
+        out += [os.path.join(top, n) for n in sorted(names)
+                if n.endswith(".parquet") and os.path.isfile(os.path.join(top, n))
+                and not os.path.islink(os.path.join(top, n))]
+    return out
+
+
+def _single(side: Side, table: str, columns: list[str]) -> pa.Table | None:
+    f = os.path.join(side.path, dsc.table_file(table))
+    if not os.path.exists(f):
+        return None
+    try:
+        t = pq.read_table(f)
+    except (OSError, pa.ArrowException) as e:
+        side.warnings.append(f"{f}: unreadable ({_line(e)}); skipped")
+        return None
+    missing = [c for c in columns if c not in t.column_names]
+    if missing:
+        side.warnings.append(f"{f}: no column {', '.join(missing)}; skipped")
+        return None
+    return t
+
+
+def _read_metadata(side: Side) -> None:
+    t = _single(side, dsc.METADATA, ["instance_id", "process_id", "rank", "process_index"])
+    if t is None:
+        return
+    sess = t.column("session").to_pylist() if "session" in t.column_names else [""] * t.num_rows
+    for inst, pid, rank, ix, s in zip(t.column("instance_id").to_pylist(), t.column("process_id").to_pylist(),
+                                      t.column("rank").to_pylist(), t.column("process_index").to_pylist(), sess):
+        if ix is not None:
+            side.processes[int(ix)] = Process(str(inst), int(pid or 0), -1 if rank is None else int(rank), s or "")
+
+
+def _read_models(side: Side) -> None:
+    t = _single(side, dsc.MODELS, ["model_name"])
+    if t is None:
+        return
+    for row in t.to_pylist():
+        name = row.get("model_name")
+        if not name:
+            continue
+        side.models.setdefault(name, {k: row.get(k) for k in ("kind", "num_nodes", "signature", "backend",
+                                                              "graph_hash", "source_location")})
+        side.versions.setdefault(name, set()).add(str(row.get("signature") or ""))
+        side.compile_ns[name] = side.compile_ns.get(name, 0) + int(row.get("compile_ns") or 0)
+
+
+def _read_events(side: Side) -> None:
+    root = os.path.join(side.path, dsc.EVENTS)
+    files = table_files(root)
+    wanted = ds.field("name").isin([n for n in STEP_TYPES if n != "framework_op"]) | (
+        ds.field("trace_event_source") == FRAMEWORK)
+    model_ids = {n: i for i, n in enumerate(sorted(side.models))}
+    step_models = [(i, n, str(side.models[n].get("kind") or ""), 0.0) for n, i in model_ids.items()]
+    graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
+    region_links: dict[str, set] = {}
+    read = 0
+    for path in files:
+        try:
+            frag = ds.dataset(path, format="parquet")
+            columns = [c for c in _EVENT_COLUMNS if c in frag.schema.names]
+            if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
+                raise ValueError("not a SystemProfileEvents file (columns missing)")
+            t = frag.to_table(filter=wanted, columns=columns)
+            side.events += frag.count_rows()
+        except (OSError, ValueError, pa.ArrowException) as e:
+            side.warnings.append(f"{path}: unreadable ({_line(e)}); skipped")
+            continue
+        read += 1
+        if t.num_rows:
+            f = _File(t)
+            _take_fragment(f, graphs, regions, colls, loads, region_links)
+            _find_steps(side, f, model_ids, step_models)
+    if files and not read:
+        raise DatasetError(f"{root}: no events file could be read")
+    for name, (start, end, proc, ids) in graphs.items():
+        side.graphs[name] = Occurrences.build(end - start, start, end, proc, ids)
+    for name, (start, end, proc, ids) in loads.items():
+        side.compiles[name] = Occurrences.build(end - start, start, end, proc, ids)
+    for name, (start, end, proc, ids) in regions.items():
+        side.regions[name] = Occurrences.build(end - start, start, end, proc, ids)
+        links = region_links.get(name, set())
+        side.region_graph[name] = next(iter(links)) if len(links) == 1 and None not in links else None
+    _collectives(side, colls)
+
+
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A string column as (codes, values): ``values[codes[i]]`` is row i, -1 a null.  Dictionary
+    columns (what ``view`` writes) give their indices as they are: no string per row is made."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr.cast(pa.string()))
+    idx = np.asarray(pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)  # [-1]: ""
+    return idx, values
+
+
+def _groups(codes: np.ndarray):
+    """(code, row indices) per distinct code >= 0, by one sort."""
+    order = np.argsort(codes, kind="stable")
+    c = codes[order]
+    bounds = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if len(c) else np.zeros(0, dtype=np.int64)
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(c)].tolist()):
+        if c[b] >= 0:
+            yield int(c[b]), order[b:e]
+
+
+def _lut(values: np.ndarray, mapping: dict[str, int]) -> np.ndarray:
+    """Per dictionary value (and -1 last), its number in ``mapping`` or -1."""
+    return np.array([mapping.get(v, -1) for v in values[:-1].tolist()] + [-1], dtype=np.int64)
+
+
+class _File:
+    """One events file's columns, decoded once: dictionary codes, not a string per row."""
+
+    def __init__(self, t: pa.Table) -> None:
+        self.t = t = t.unify_dictionaries()
+        self.name_c, self.name_v = _codes(t.column("name"))
+        src_c, src_v = _codes(t.column("trace_event_source"))
+        self.fw = src_v[src_c] == FRAMEWORK
+        self.typ = _lut(self.name_v, _TYPE_ID)[self.name_c]
+        self.start, self.end, self.ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
+        self.proc = self.ids >> 32
+        if "model_name" in t.column_names:
+            self.model_c, self.model_v = _codes(t.column("model_name"))
+        else:
+            self.model_c, self.model_v = np.full(len(self.typ), -1, dtype=np.int64), np.asarray([""], dtype=object)
+
+
+def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _Acc,
+                   region_links: dict[str, set]) -> None:
+    t, typ, fw, name_c, name_v = f.t, f.typ, f.fw, f.name_c, f.name_v
+    start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.proc, f.model_c, f.model_v
+    ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
+    exec_flow = np.zeros(0, dtype=np.int64)
+    exec_name = np.zeros(0, dtype=object)
+    for code, sel in _groups(model_c[ex]):
+        rows = ex[sel]
+        graphs.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+    if len(ex) and "flow_id" in t.column_names:
+        fl = t.column("flow_id").take(pa.array(ex)).combine_chunks()
+        exec_flow = np.asarray(pc.fill_null(pc.list_element(fl, 0), -1).to_numpy(zero_copy_only=False),
+                               dtype=np.int64)
+        exec_name = model_v[model_c[ex]]
+    ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
+    for code, sel in _groups(model_c[ml]):
+        rows = ml[sel]
+        loads.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+    sel_fw = np.flatnonzero(fw)
+    if len(sel_fw):
+        for code, sel in _groups(name_c[sel_fw]):
+            rows = sel_fw[sel]
+            regions.add(str(name_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+        if "flow_id" in t.column_names:
+            _link_regions(t.column("flow_id").take(pa.array(sel_fw)), name_v[name_c[sel_fw]], exec_flow, exec_name,
+                          region_links)
+    cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
+    if len(cc):
+        take = pa.array(cc)
+        n = len(cc)
+        op_c, op_v = _codes(t.column("op").take(take)) if "op" in t.column_names else (np.full(n, -1), None)
+        op = name_v[name_c[cc]] if op_v is None else np.where(op_c >= 0, op_v[op_c], name_v[name_c[cc]])
+        if "group_ranks" in t.column_names:
+            g_c, g_v = _codes(t.column("group_ranks").take(take))
+            group = g_v[g_c]
+        else:
+            group = np.full(n, "", dtype=object)
+        nbytes = _ints(t.column("bytes").take(take), 0) if "bytes" in t.column_names else np.zeros(n, np.int64)
+        seq = _ints(t.column("seq").take(take)) if "seq" in t.column_names else np.full(n, -1)
+        rank = _ints(t.column("worker_gid").take(take)) if "worker_gid" in t.column_names else np.full(n, -1)
+        op_u, op_i = np.unique(op.astype(str), return_inverse=True)
+        g_u, g_i = np.unique(group.astype(str), return_inverse=True)
+        for code, m in _groups(op_i.reshape(-1) * len(g_u) + g_i.reshape(-1)):
+            key = (str(op_u[code // len(g_u)]), str(g_u[code % len(g_u)]))
+            colls.add(key, nbytes[m], seq[m], rank[m], start[cc][m], end[cc][m], proc[cc][m], ids[cc][m])
+
+
+def _find_steps(side: Side, f: _File, model_ids: dict[str, int], models: list) -> None:
+    """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
+    aligned clock of the dataset); the labels of framework regions are the name dictionary."""
+    typ = f.typ.copy()
+    typ[f.fw] = _TYPE_ID["framework_op"]
+    model_id = _lut(f.model_v, model_ids)[f.model_c]
+    label = np.where(f.fw, f.name_c, -1)
+    strings = [str(v) for v in f.name_v[:-1].tolist()]
+    t, start, end = f.t, f.start, f.end
+    nbytes = _ints(t.column("bytes")) if "bytes" in t.column_names else np.full(len(typ), -1, dtype=np.int64)
+    for p, rows in _groups(f.proc):
+        rows = np.sort(rows)
+        side.steps[p] = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows],
+                                             nbytes[rows], _TYPE_ID, strings, models)
+
+
+def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarray, exec_name: np.ndarray,
+                  links: dict[str, set]) -> None:
+    """Which graph each region wraps: a region whose every occurrence issued exactly one execution,
+    always of one graph, is that graph seen from the framework (``Optimizer.step#SGD.step`` around
+    the ``SGD_*`` execution): the diff shows it beside the graph, not as a second change."""
+    arr = flows.combine_chunks()
+    n_links = np.zeros(len(label), dtype=np.int64)
+    linked = np.full(len(label), None, dtype=object)
+    if len(arr) and len(exec_flow):
+        flat = np.asarray(pc.list_flatten(arr).to_numpy(zero_copy_only=False), dtype=np.int64)
+        parent = np.asarray(pc.list_parent_indices(arr).to_numpy(), dtype=np.int64)
+        order = np.argsort(exec_flow)
+        pos = np.clip(np.searchsorted(exec_flow, flat, sorter=order), 0, len(order) - 1)
+        hit = exec_flow[order][pos] == flat
+        np.add.at(n_links, parent[hit], 1)
+        linked[parent[hit]] = exec_name[order][pos[hit]]
+    for r in np.unique(label.astype(str)):
+        m = label == r
+        ok = bool((n_links[m] == 1).all())
+        links.setdefault(r, set()).update(set(linked[m].tolist()) if ok else {None})
+
+
+def _collectives(side: Side, colls: _Acc) -> None:
+    """Each collective's cost by (op, group, bytes): per instance (its ranks matched by sequence
+    number), the time from the last rank's entry to the first rank's exit.  Waiting for a late rank
+    is left out (that is the straggler's, seen in its own work per step), and so is the time a
+    blocked rank takes to be scheduled again once the data is there (on a busy host that is the
+    scheduler's, not the network's); a collective seen on one rank is its own duration."""
+    for (op, group), (nbytes, seq, _rank, start, end, proc, ids) in colls.items():
+        key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        n = len(first)
+        last_start = np.full(n, np.iinfo(np.int64).min)
+        first_end = np.full(n, np.iinfo(np.int64).max)
+        np.maximum.at(last_start, inv, start)
+        np.minimum.at(first_end, inv, end)
+        # the entry of the last rank to enter stands for the instance (where a viewer jumps to)
+        order = np.lexsort((start, inv))
+        last_of = order[np.r_[np.flatnonzero(np.diff(inv[order])), len(order) - 1]]
+        transfer = np.maximum(first_end - last_start, 0)
+        inst_bytes = nbytes[last_of]
+        for b in np.unique(inst_bytes):
+            m = inst_bytes == b
+            side.collectives[(op, group, int(b))] = Occurrences.build(
+                transfer[m], last_start[m], np.maximum(first_end[m], last_start[m]), proc[last_of][m], ids[last_of][m])
+
+
+def _read_memory(side: Side) -> None:
+    """Device memory per process (the sum of its ``device_mem.*`` counters at each sample time): its
+    peak, the 90th percentile of the samples, the level it holds (a spike one sample caught is in the
+    peak, not in the level), and how much that level differs between the run's two halves (where the
+    samples fall within the steps moves it: its noise)."""
+    root = os.path.join(side.path, dsc.COUNTERS)
+    parts = []
+    for path in table_files(root):
+        try:
+            t = ds.dataset(path, format="parquet").to_table(
+                filter=pc.starts_with(ds.field("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX),
+                columns=["instance_id", "process_id", "ts", "value"])
+        except (OSError, ValueError, pa.ArrowException) as e:
+            side.warnings.append(f"{path}: unreadable ({_line(e)}); its memory samples skipped")
+            continue
+        if t.num_rows:
+            parts.append(t.cast(pa.schema([("instance_id", pa.string()), ("process_id", pa.int64()),
+                                           ("ts", pa.int64()), ("value", pa.float64())])))
+    if not parts:
+        return
+    t = pa.concat_tables(parts)
+    by_proc = {(p.instance_id, p.process_id): ix for ix, p in side.processes.items()}
+    g = t.group_by(["instance_id", "process_id", "ts"]).aggregate([("value", "sum")])
+    inst = _strings(g.column("instance_id"))
+    pid = _ints(g.column("process_id"))
+    total = np.asarray(pc.fill_null(g.column("value_sum"), 0).to_numpy(), dtype=np.float64)
+    ts = _ints(g.column("ts"))
+    for i, p in {(str(a), int(b)) for a, b in zip(inst.tolist(), pid.tolist())}:
+        ix = by_proc.get((i, p))
+        if ix is None:
+            continue
+        sel = (inst == i) & (pid == p)
+        v = total[sel][np.argsort(ts[sel], kind="stable")]
+        side.memory_peak[ix] = int(v.max())
+        side.memory_level[ix] = int(np.percentile(v, 90))
+        half = len(v) // 2
+        side.memory_noise[ix] = int(abs(np.percentile(v[:half], 90) - np.percentile(v[half:], 90))) if half else 0
