@@ -514,8 +514,9 @@ def main() -> None:
         bw = res["browser_window_fetch_ms"]
         print(f"| browser pan/zoom fetch p50 / p95 | {bw['p50']} / {bw['p95']} ms (n={bw['n']}) |")
         bm = res["browser_memory"]
-        print(f"| browser JS heap / all chromium processes RSS | {bm['js_heap_used_bytes'] / 1e6:.1f} MB / "
-              f"{bm['chromium_processes_rss_bytes'] / 1e6:.0f} MB |")
+        print(f"| browser JS heap / the bench's own Chromium, PSS (RSS) over its processes | "
+              f"{bm['js_heap_used_bytes'] / 1e6:.1f} MB / {bm['own_chromium_pss_bytes'] / 1e6:.0f} MB "
+              f"({bm['own_chromium_rss_bytes'] / 1e6:.0f} MB, {bm['own_chromium_processes']} processes) |")
     f = res["formats"]
     if f is None:
         print(f"\nwrote {results}")
