@@ -27,7 +27,7 @@ import pytest
 
 from neuron_explorer.contracts.env import parse_type_filter
 
-from ..conftest import clean_env, free_port, run, torchrun
+from ..conftest import clean_env, free_port, run, shared_dir, torchrun
 from ..ndet.helpers import load_trace, ndet_env
 from .helpers import sessions
 
@@ -82,12 +82,15 @@ PATHS = {"c": False, "python": True}
 
 @pytest.fixture(scope="module")
 def unfiltered(tmp_path_factory):
-    """The unfiltered capture of the DDP job per path (C extension, pure Python), made once."""
+    """The unfiltered capture of the DDP job per path (C extension, pure Python), made once per run
+    whichever xdist worker asks first (``shared_dir``: the filters' tests may run on several)."""
     made: dict[str, tuple] = {}
 
     def get(path: str) -> tuple[dict[int, Counter], list[str]]:
         if path not in made:
-            made[path] = _ddp(tmp_path_factory.mktemp(f"unfiltered_{path}") / "out", None, PATHS[path])
+            d, printed = shared_dir(tmp_path_factory, f"filter_ddp_unfiltered_{path}",
+                                    lambda d: _ddp(d / "out", None, PATHS[path])[1])
+            made[path] = _keyed_counts(d / "out"), printed
         return made[path]
 
     return get

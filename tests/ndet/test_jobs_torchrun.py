@@ -8,6 +8,7 @@ import pytest
 
 from neuron_explorer.ndet import sources
 
+from ..conftest import shared_dir
 from .helpers import WORKLOADS, job_cmd, load_trace, logs_in, ndet_env, neuron_det, run_job
 
 pytestmark = pytest.mark.slow
@@ -15,10 +16,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def clean4(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("clean4")
-    p = run_job(d, "clean", nproc=4, steps=4)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return d
+    """Made once per run whichever xdist worker asks first (``shared_dir``); its tests only read it."""
+    def build(d: Path) -> None:
+        p = run_job(d, "clean", nproc=4, steps=4)
+        assert p.returncode == 0, p.stderr[-3000:]
+
+    return shared_dir(tmp_path_factory, "ndet_clean4", build)[0]
 
 
 def test_nan_at_step_3_is_a_numerical_error_with_ret_1003_in_red(tmp_path: Path) -> None:
