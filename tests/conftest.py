@@ -94,6 +94,20 @@ def train_capture(tmp_path_factory: pytest.TempPathFactory, *args: str) -> tuple
     return d / "output", stdout
 
 
+JIT_LOOP = REPO / "tests" / "jax" / "workloads" / "jit_loop.py"
+
+
+def jit_loop_capture(tmp_path_factory: pytest.TempPathFactory, steps: int) -> tuple[Path, str]:
+    """The directory ``tests/jax/workloads/jit_loop.py steps`` ran in with ``NEURON_RT_INSPECT_ENABLE=1``
+    alone (its capture in ``output/``), and its standard output: once per test run for the JAX
+    runtime tests and the type-filter tests' unfiltered reference (``shared_dir``)."""
+    def build(d: Path) -> str:
+        return run([sys.executable, str(JIT_LOOP), str(steps)], clean_env(NEURON_RT_INSPECT_ENABLE="1"), cwd=d,
+                   timeout=180).stdout
+
+    return shared_dir(tmp_path_factory, f"jit_loop_capture_{steps}", build)
+
+
 @pytest.fixture
 def out_dir(tmp_path: Path) -> Path:
     d = tmp_path / "output"

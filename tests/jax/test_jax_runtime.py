@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import clean_env, cli, run, shared_dir
+from tests.conftest import clean_env, cli, jit_loop_capture, run
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install jax jaxlib)")
 
@@ -48,8 +48,7 @@ def _count(s, name: str) -> int:
 def env_capture(tmp_path_factory):
     """The loop run under the variable (its directory and standard output), once per test run
     whichever xdist worker asks first (``shared_dir``); the tests only read it."""
-    return shared_dir(tmp_path_factory, "jax_env_capture", lambda cwd: run(
-        [sys.executable, str(LOOP), str(STEPS)], clean_env(NEURON_RT_INSPECT_ENABLE="1"), cwd=cwd).stdout)
+    return jit_loop_capture(tmp_path_factory, STEPS)
 
 
 def test_a_plain_jit_loop_under_the_variable_gives_one_execution_per_call(env_capture, tmp_path):
