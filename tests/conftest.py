@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -48,6 +52,60 @@ def torchrun(nproc: int, script: str | Path, args: list[str], env: dict[str, str
 
 def cli(*args: str, env: dict[str, str] | None = None, check: bool = False, **kw) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "neuron_explorer", *args], env or clean_env(), check=check, **kw)
+
+
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Any]) -> tuple[Path, Any]:
+    """A directory ``build`` fills once per test run, whichever pytest-xdist worker asks first.
+
+    A session or module fixture is made once per *worker*: under ``-n 3 --dist worksteal`` a
+    capture every UI file reads was made three times, and a module whose tests were spread over
+    workers made its job once per worker (docs/decisions/0134-one-run-per-fixture.md).  The
+    directory lives beside the workers' own base directories (the run's directory, as the matrix's
+    cells do); a lock per name makes the first asker build it and the others wait for it.  What
+    ``build`` returns (JSON) is kept beside it and returned with it.  A build that failed is
+    redone by the next asker (and fails its tests the same way).  The tests must only read it."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-fixtures"
+    root.mkdir(exist_ok=True)
+    d, done = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            if d.exists():  # a build that failed half-way
+                shutil.rmtree(d)
+            d.mkdir()
+            value = build(d)
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps(value))
+            tmp.replace(done)
+    return d, json.loads(done.read_text())
+
+
+def train_capture(tmp_path_factory: pytest.TempPathFactory, *args: str) -> tuple[Path, str]:
+    """The capture (``NEURON_RT_INSPECT_ENABLE=1``, nothing else) of ``examples/train.py args`` on two
+    torchrun ranks, and its standard output: made once per test run for every test that reads that
+    job (``shared_dir``), so that the files testing the capture, ``view``, the Parquet writers and the
+    UI on the same job pay one launch."""
+    def build(d: Path) -> str:
+        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(d / "output"))
+        return torchrun(2, EXAMPLES / "train.py", list(args), env, cwd=d).stdout
+
+    d, stdout = shared_dir(tmp_path_factory, "train_capture" + "".join(args).replace("-", "_"), build)
+    return d / "output", stdout
+
+
+JIT_LOOP = REPO / "tests" / "jax" / "workloads" / "jit_loop.py"
+
+
+def jit_loop_capture(tmp_path_factory: pytest.TempPathFactory, steps: int) -> tuple[Path, str]:
+    """The directory ``tests/jax/workloads/jit_loop.py steps`` ran in with ``NEURON_RT_INSPECT_ENABLE=1``
+    alone (its capture in ``output/``), and its standard output: once per test run for the JAX
+    runtime tests and the type-filter tests' unfiltered reference (``shared_dir``)."""
+    def build(d: Path) -> str:
+        return run([sys.executable, str(JIT_LOOP), str(steps)], clean_env(NEURON_RT_INSPECT_ENABLE="1"), cwd=d,
+                   timeout=180).stdout
+
+    return shared_dir(tmp_path_factory, f"jit_loop_capture_{steps}", build)
 
 
 @pytest.fixture

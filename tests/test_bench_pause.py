@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
 from .capture.helpers import sessions, type_counts
-from .conftest import clean_env
+from .conftest import clean_env, shared_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,9 +41,15 @@ def _profile(tmp_path, name: str, paused: int, null: bool = False):
     return type_counts(s)
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> Counter:
+    """Five steps, nothing paused: once per test run for both tests (``shared_dir``: whichever xdist
+    worker asks first)."""
+    return Counter(shared_dir(tmp_path_factory, "bench_pause_plain", lambda d: dict(_profile(d, "five", paused=0)))[1])
+
+
 @pytest.mark.parametrize("null", [False, True], ids=["paused", "a-a-control"])
-def test_eager_steps_in_paused_blocks_record_nothing_and_the_others_record_as_a_user_s(tmp_path, null):
-    plain = _profile(tmp_path, "five", paused=0)  # five steps, nothing paused
+def test_eager_steps_in_paused_blocks_record_nothing_and_the_others_record_as_a_user_s(tmp_path, plain, null):
     mixed = _profile(tmp_path, "mixed", paused=4, null=null)  # the same five, four paused ones between
     assert plain["nrt_execute"] == 15  # a root module call, its backward, an optimizer step: per step
     assert plain["framework_op"] >= 5  # the step's record_function region at least

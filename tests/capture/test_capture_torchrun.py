@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from ..conftest import EXAMPLES, clean_env, cli, torchrun
+from ..conftest import EXAMPLES, clean_env, cli, torchrun, train_capture
 from .helpers import events_of, sessions, type_counts
 
 pytestmark = pytest.mark.slow
@@ -16,11 +16,10 @@ def _explicit_counts(stdout: str) -> dict[int, int]:
     return {int(r): int(n) for r, n in re.findall(r"rank (\d+): steps=\d+ explicit_all_reduce=(\d+)", stdout)}
 
 
-def test_two_rank_compiled_job_gives_one_profile_per_rank_with_real_counts(out_dir):
-    steps = 6
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir))
-    p = torchrun(2, EXAMPLES / "train.py", ["--steps", str(steps), "--no-ddp"], env)
-    explicit = _explicit_counts(p.stdout)
+def test_two_rank_compiled_job_gives_one_profile_per_rank_with_real_counts(tmp_path_factory):
+    steps = 4  # (the job test_view_outputs and test_parquet_own_writer read too: one launch for all)
+    out_dir, stdout = train_capture(tmp_path_factory, "--steps", str(steps), "--no-ddp")
+    explicit = _explicit_counts(stdout)
     assert sorted(explicit) == [0, 1]
 
     rank_dirs = sorted(d for d in out_dir.iterdir())
@@ -63,10 +62,9 @@ def test_two_rank_compiled_job_gives_one_profile_per_rank_with_real_counts(out_d
     assert "top graph" in r.stdout
 
 
-def test_ddp_gradient_all_reduces_issued_from_cpp_are_captured(out_dir):
-    steps = 5
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir))
-    torchrun(2, EXAMPLES / "train.py", ["--steps", str(steps)], env)
+def test_ddp_gradient_all_reduces_issued_from_cpp_are_captured(tmp_path_factory):
+    steps = 5  # (the job the UI tests read too: one launch for all)
+    out_dir, _ = train_capture(tmp_path_factory, "--steps", str(steps))
     for s in sessions(out_dir):
         cc = events_of(s, "cc_running")
         ops = [s.strings[int(i)] for i in cc[s.arg("cc_running", "op_str")]]

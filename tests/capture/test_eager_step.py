@@ -16,7 +16,7 @@ import pytest
 
 from neuron_explorer.contracts import ndet_log as ndet_fmt
 
-from ..conftest import clean_env
+from ..conftest import clean_env, shared_dir
 from .helpers import events_of, sessions
 
 # a compiled loss and an eager optimizer (the toy loop of bench/capture_overhead.py)
@@ -252,10 +252,21 @@ with profile(activities=[ProfilerActivity.CPU], experimental_config=cfg,
 """
 
 
+@pytest.fixture(scope="module")
+def plain_stdout(tmp_path_factory):
+    """``get(name, text)``: the standard output of ``text`` run unprofiled, once per test run for
+    every test compared with it (``shared_dir``: whichever xdist worker asks first)."""
+    def get(name: str, text: str) -> str:
+        return shared_dir(tmp_path_factory, f"eager_step_plain_{name}", lambda d: _run(d, text).stdout)[1]
+
+    return get
+
+
 @pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
 @pytest.mark.parametrize("variant", ["eager"] + [pytest.param(v, marks=pytest.mark.slow)
                                                   for v in ("compiled", "no-system-profile", "api")])
-def test_a_session_device_profile_records_every_optimizer_step_and_changes_no_loss(tmp_path, variant, pure):
+def test_a_session_device_profile_records_every_optimizer_step_and_changes_no_loss(tmp_path, plain_stdout, variant,
+                                                                                   pure):
     out = tmp_path / "out"
     model = COMPILED if variant == "compiled" else LINEAR
     around = API_AROUND.format(out=out) if variant == "api" else ENV_AROUND
@@ -264,10 +275,12 @@ def test_a_session_device_profile_records_every_optimizer_step_and_changes_no_lo
                                            NEURON_RT_INSPECT_DEVICE_PROFILE="session")
     if variant == "no-system-profile":
         env["NEURON_RT_INSPECT_SYSTEM_PROFILE"] = "0"
-    plain = _run(tmp_path, SESSION_LOOP.format(head="", model=model, around=ENV_AROUND))  # the same 3 steps, unprofiled
+    # the same 3 steps, unprofiled
+    plain = plain_stdout("session_" + ("compiled" if model == COMPILED else "linear"),
+                         SESSION_LOOP.format(head="", model=model, around=ENV_AROUND))
     p = _run(tmp_path, text, NEURON_EXPLORER_PURE_PYTHON=pure, **env)
     losses = [ln for ln in p.stdout.splitlines() if ln.startswith("loss")]
-    assert losses == [ln for ln in plain.stdout.splitlines() if ln.startswith("loss")] and len(losses) == 3
+    assert losses == [ln for ln in plain.splitlines() if ln.startswith("loss")] and len(losses) == 3
     from neuron_explorer.analysis.reader import load_device_trace
 
     (ntff,) = out.glob("*/*/profile_nc_0_session_0.ntff")
@@ -305,11 +318,11 @@ print(type(opt).step.hooked, round(model.weight.sum().item(), 6))
 
 
 @pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
-def test_an_optimizer_built_before_the_api_is_imported_has_its_steps_recorded(tmp_path, pure):
+def test_an_optimizer_built_before_the_api_is_imported_has_its_steps_recorded(tmp_path, plain_stdout, pure):
     out = tmp_path / "out"
-    plain = _run(tmp_path, LATE_IMPORT.format(api=False, out=out))
+    plain = plain_stdout("late_import", LATE_IMPORT.format(api=False, out=out))  # (out: unused without the API)
     p = _run(tmp_path, LATE_IMPORT.format(api=True, out=out), NEURON_EXPLORER_PURE_PYTHON=pure)
-    assert p.stdout.splitlines()[-1] == plain.stdout.splitlines()[-1]  # torch's flag, the same weights
+    assert p.stdout.splitlines()[-1] == plain.splitlines()[-1]  # torch's flag, the same weights
     (s,) = sessions(out)
     e = events_of(s, "nrt_execute")
     names = Counter(s.models[int(m)].name.split("_")[0] for m in e["a"])

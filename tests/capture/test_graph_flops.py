@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ..conftest import shared_dir
 from .helpers import sessions
 from .test_device_and_api import _run_script
 
@@ -125,14 +126,22 @@ print(json.dumps({"compiles_after_first_call": after_first, "compiles": len(call
 """
 
 
+@pytest.fixture(scope="module")
+def plain_probe(tmp_path_factory) -> dict:
+    """PROBE's output unprofiled, once per test run for the three settings compared with it
+    (``shared_dir``: whichever xdist worker asks first)."""
+    return shared_dir(tmp_path_factory, "graph_flops_plain_probe",
+                      lambda d: json.loads(_run_script(d, PROBE).stdout))[1]
+
+
 @pytest.mark.parametrize("env", [{}, {"NEURON_RT_INSPECT_DEVICE_PROFILE": "model"},
                                  {"NEURON_RT_INSPECT_DEVICE_PROFILE": "session"}],
                          ids=["system", "device-model", "device-session"])
-def test_counting_flops_changes_nothing_in_the_program(tmp_path, env):
+def test_counting_flops_changes_nothing_in_the_program(tmp_path, plain_probe, env):
     """A torch.compile inside an eager module still compiles on its first call, once, while the first
     call's flops are counted (and while a device profile records it); the fake run that counts a
     compiled graph's flops leaves BatchNorm's buffers and the random number generator alone."""
-    plain = json.loads(_run_script(tmp_path, PROBE).stdout)
+    plain = plain_probe
     out = tmp_path / "out"
     seen = json.loads(_run_script(tmp_path, PROBE, NEURON_RT_INSPECT_ENABLE="1",
                                   NEURON_RT_INSPECT_OUTPUT_DIR=str(out), **env).stdout)

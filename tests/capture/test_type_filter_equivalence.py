@@ -27,7 +27,7 @@ import pytest
 
 from neuron_explorer.contracts.env import parse_type_filter
 
-from ..conftest import clean_env, free_port, run, torchrun
+from ..conftest import clean_env, free_port, jit_loop_capture, run, shared_dir, torchrun
 from ..ndet.helpers import load_trace, ndet_env
 from .helpers import sessions
 
@@ -82,12 +82,15 @@ PATHS = {"c": False, "python": True}
 
 @pytest.fixture(scope="module")
 def unfiltered(tmp_path_factory):
-    """The unfiltered capture of the DDP job per path (C extension, pure Python), made once."""
+    """The unfiltered capture of the DDP job per path (C extension, pure Python), made once per run
+    whichever xdist worker asks first (``shared_dir``: the filters' tests may run on several)."""
     made: dict[str, tuple] = {}
 
     def get(path: str) -> tuple[dict[int, Counter], list[str]]:
         if path not in made:
-            made[path] = _ddp(tmp_path_factory.mktemp(f"unfiltered_{path}") / "out", None, PATHS[path])
+            d, printed = shared_dir(tmp_path_factory, f"filter_ddp_unfiltered_{path}",
+                                    lambda d: _ddp(d / "out", None, PATHS[path])[1])
+            made[path] = _keyed_counts(d / "out"), printed
         return made[path]
 
     return get
@@ -125,19 +128,19 @@ def test_a_filtered_ddp_capture_is_the_unfiltered_one_restricted_to_the_kept_typ
                                           f"not kept but recorded {dict(extra)}"
 
 
-def test_a_filtered_jax_capture_is_the_unfiltered_one_restricted_to_the_kept_types(tmp_path):
+def test_a_filtered_jax_capture_is_the_unfiltered_one_restricted_to_the_kept_types(tmp_path, tmp_path_factory):
     pytest.importorskip("jax", reason="JAX is not installed")
 
-    def capture(value: str | None) -> dict[int, Counter]:
-        out = tmp_path / (value or "all").replace(",", "_").replace("^", "not_")
-        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out / "o"))
-        if value is not None:
-            env["NEURON_RT_INSPECT_EVENT_FILTER_TYPE"] = value
+    def capture(value: str) -> dict[int, Counter]:
+        out = tmp_path / value.replace(",", "_").replace("^", "not_")
+        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out / "o"),
+                        NEURON_RT_INSPECT_EVENT_FILTER_TYPE=value)
         out.mkdir()
         run([sys.executable, str(JAX_LOOP), "4"], env, cwd=out, timeout=180)
         return _keyed_counts(out / "o")
 
-    full = capture(None)
+    # unfiltered: the JAX runtime tests' run of the same loop (the variable alone), made once per test run
+    full = _keyed_counts(jit_loop_capture(tmp_path_factory, 4)[0] / "output")
     (c,) = full.values()  # one process
     assert c["nc_exec_running [xla jit]"] > 0 and c["nrt_model_switch [xla jit]"] > 0, full
     for value in ("hardware", "runtime_execute", "nrt_model_switch"):

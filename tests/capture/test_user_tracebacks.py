@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from ..conftest import shared_dir
 from .test_device_and_api import _run_script
 
 # Each case raises once from the user's code (or an ATen op it calls) and prints the frames of the
@@ -74,8 +75,19 @@ print(json.dumps(out))
 
 
 def _frames(tmp_path, compiled: bool, **env) -> dict:
+    """Per case the exception's name and frames; the script's own path (each run has its directory)
+    is written ``job.py``, every other file as the traceback names it."""
     p = _run_script(tmp_path, CASES.format(compiled=compiled), **env)
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    script = str(tmp_path / "job.py")
+    return {case: [v[0]] + [["job.py" if f[0] == script else f[0], *f[1:]] for f in v[1:]]
+            for case, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+
+
+@pytest.fixture(scope="module")
+def plain_frames(tmp_path_factory) -> dict:
+    """The unprofiled run's frames (eager), run once per test run for every setting compared with it
+    (``shared_dir``: whichever xdist worker asks first)."""
+    return shared_dir(tmp_path_factory, "tracebacks_plain_eager", lambda d: _frames(d, False))[1]
 
 
 CAPTURE = {"NEURON_RT_INSPECT_ENABLE": "1"}
@@ -90,13 +102,13 @@ SETTINGS = {
 
 @pytest.mark.parametrize("setting", ["capture-c", "capture-python"] + [
     pytest.param(s, marks=pytest.mark.slow) for s in ("session-c", "session-python", "ndet-python")])
-def test_an_exception_in_forward_backward_or_step_has_the_unprofiled_traceback(tmp_path, setting):
+def test_an_exception_in_forward_backward_or_step_has_the_unprofiled_traceback(tmp_path, plain_frames, setting):
     env = dict(SETTINGS[setting])
     env.setdefault("NEURON_RT_INSPECT_OUTPUT_DIR", str(tmp_path / "out"))
     if "NEURON_RT_DBG_NDET_FLUSH_USEC" in env:
         (tmp_path / "ndet").mkdir()
         env["NEURON_RT_DBG_NDET_LOG_LOCATION"] = str(tmp_path / "ndet")
-    plain = _frames(tmp_path, False)
+    plain = plain_frames
     assert len(plain) == 10 and all(len(v) > 2 for v in plain.values()), plain
     seen = _frames(tmp_path, False, **env)
     for case, frames in plain.items():

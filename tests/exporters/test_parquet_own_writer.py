@@ -18,7 +18,7 @@ import pytest
 
 from neuron_explorer.view import pipeline
 
-from ..conftest import EXAMPLES, clean_env, cli, torchrun
+from ..conftest import clean_env, cli, train_capture
 
 pd = pytest.importorskip("pandas")  # (dev extra)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -100,10 +100,8 @@ def test_bad_writer_choice_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_own_writer_reads_back_as_arrows_on_a_real_capture(tmp_path):
-    out = tmp_path / "output"
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
-    torchrun(2, EXAMPLES / "train.py", ["--steps", "4", "--no-ddp"], env)
+def test_own_writer_reads_back_as_arrows_on_a_real_capture(tmp_path, tmp_path_factory):
+    out, _ = train_capture(tmp_path_factory, "--steps", "4", "--no-ddp")  # (one launch for every test of that job)
     for w in ("arrow", "own"):
         cli("view", "-d", str(out), "--output-file", str(tmp_path / w), check=True,
             env={**clean_env(), "NEURON_EXPLORER_PARQUET_WRITER": w})

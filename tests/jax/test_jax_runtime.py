@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import clean_env, cli, run
+from tests.conftest import clean_env, cli, jit_loop_capture, run
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install jax jaxlib)")
 
@@ -46,13 +46,13 @@ def _count(s, name: str) -> int:
 
 @pytest.fixture(scope="module")
 def env_capture(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("env")
-    p = run([sys.executable, str(LOOP), str(STEPS)], clean_env(NEURON_RT_INSPECT_ENABLE="1"), cwd=cwd)
-    return cwd, p
+    """The loop run under the variable (its directory and standard output), once per test run
+    whichever xdist worker asks first (``shared_dir``); the tests only read it."""
+    return jit_loop_capture(tmp_path_factory, STEPS)
 
 
-def test_a_plain_jit_loop_under_the_variable_gives_one_execution_per_call(env_capture):
-    cwd, p = env_capture
+def test_a_plain_jit_loop_under_the_variable_gives_one_execution_per_call(env_capture, tmp_path):
+    cwd, stdout = env_capture
     d, s = _session(cwd / "output")
     # step ran STEPS times; predict once at the top level (its calls inside step are staged out,
     # not executed); the jitted method once
@@ -65,8 +65,8 @@ def test_a_plain_jit_loop_under_the_variable_gives_one_execution_per_call(env_ca
     assert sorted(int(m) for m in s.events["a"][ml]) == sorted(m.id for m in s.models)
     assert _count(s, "nrt_load") == len(s.models) == 3
     # the program's results are those of an unprofiled run
-    plain = run([sys.executable, str(LOOP), str(STEPS)], clean_env(), cwd=cwd)
-    assert plain.stdout == p.stdout and "checks ['step', 'Compiled', 2.0]" in p.stdout
+    plain = run([sys.executable, str(LOOP), str(STEPS)], clean_env(), cwd=tmp_path)
+    assert plain.stdout == stdout and "checks ['step', 'Compiled', 2.0]" in stdout
 
 
 def test_trace_annotations_and_named_scopes_are_framework_events_named_by_label(env_capture):

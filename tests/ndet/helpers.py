@@ -11,7 +11,7 @@ from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.runtime.identity import ProcessIdentity
 
-from ..conftest import clean_env, free_port
+from ..conftest import clean_env, free_port, shared_dir
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 JOB = WORKLOADS / "ndet_job.py"
@@ -33,6 +33,14 @@ def run_job(log_dir: Path, mode: str, nproc: int = 2, steps: int = 5, timeout: f
     log_dir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(job_cmd(mode, nproc, steps, port), env=ndet_env(log_dir, **extra), capture_output=True,
                           text=True, timeout=timeout)
+
+
+def skip_job(tmp_path_factory) -> tuple[Path, int]:
+    """The NDET logs of the 2-rank job in which rank 1 skips an all-reduce (5 steps), and torchrun's
+    exit status: one launch per test run for the tests that analyse it and the fuzz test that
+    mutates copies of its logs (``tests.conftest.shared_dir``)."""
+    d, rc = shared_dir(tmp_path_factory, "ndet_skip_job", lambda d: run_job(d, "skip").returncode)
+    return d, rc
 
 
 def neuron_det(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

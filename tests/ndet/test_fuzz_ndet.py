@@ -23,7 +23,7 @@ import pytest
 from neuron_explorer.contracts import ndet_log as fmt
 
 from ..fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
-from .helpers import JOB_ENV, logs_in, make_recorder, run_job
+from .helpers import JOB_ENV, logs_in, make_recorder, skip_job
 
 FAST_S = 4.0
 SLOW_S = 12.0  # per CI run (a fresh seed each run adds up); NEURON_EXPLORER_FUZZ_SECONDS stretches it
@@ -171,11 +171,10 @@ def test_fuzz_neuron_det_fast(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_fuzz_neuron_det_on_a_real_job(tmp_path: Path) -> None:
+def test_fuzz_neuron_det_on_a_real_job(tmp_path_factory, tmp_path: Path) -> None:
     seed = fuzz_seed(2)
-    d = tmp_path / "corpus"
-    p = run_job(d, "skip", steps=4)  # a real 2-rank torchrun/gloo job with a culprit to find
-    assert p.returncode != 0
+    d, rc = skip_job(tmp_path_factory)  # a real 2-rank torchrun/gloo job with a culprit to find (read only)
+    assert rc != 0
     corpus = logs_in(d)
     assert len(corpus) == 2
     (tmp_path / "work").mkdir()

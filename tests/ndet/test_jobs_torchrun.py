@@ -8,17 +8,20 @@ import pytest
 
 from neuron_explorer.ndet import sources
 
-from .helpers import WORKLOADS, job_cmd, load_trace, logs_in, ndet_env, neuron_det, run_job
+from ..conftest import shared_dir
+from .helpers import WORKLOADS, job_cmd, load_trace, logs_in, ndet_env, neuron_det, run_job, skip_job
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def clean4(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("clean4")
-    p = run_job(d, "clean", nproc=4, steps=4)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return d
+    """Made once per run whichever xdist worker asks first (``shared_dir``); its tests only read it."""
+    def build(d: Path) -> None:
+        p = run_job(d, "clean", nproc=4, steps=4)
+        assert p.returncode == 0, p.stderr[-3000:]
+
+    return shared_dir(tmp_path_factory, "ndet_clean4", build)[0]
 
 
 def test_nan_at_step_3_is_a_numerical_error_with_ret_1003_in_red(tmp_path: Path) -> None:
@@ -40,11 +43,11 @@ def test_nan_at_step_3_is_a_numerical_error_with_ret_1003_in_red(tmp_path: Path)
     assert failed_exec and all(e["cname"] == "terrible" for e in failed_exec)
 
 
-def test_rank_skipping_an_all_reduce_is_named_with_op_and_sequence_number(tmp_path: Path) -> None:
-    p = run_job(tmp_path, "skip")
-    assert p.returncode != 0  # rank 0 timed out
+def test_rank_skipping_an_all_reduce_is_named_with_op_and_sequence_number(tmp_path_factory, tmp_path: Path) -> None:
+    logs, rc = skip_job(tmp_path_factory)
+    assert rc != 0  # rank 0 timed out
     trace = tmp_path / "t.json"
-    r = neuron_det("--log-prefix", str(tmp_path), "-o", str(trace), "--show-dependencies")
+    r = neuron_det("--log-prefix", str(logs), "-o", str(trace), "--show-dependencies")
     assert r.returncode == 1, r.stdout + r.stderr
     # 5 steps, rank 1 skipped one: rank 0 waits in all_reduce #4 that rank 1 never enters
     assert "culprit: rank 1 never entered all_reduce #4 of group [0, 1]" in r.stdout, r.stdout

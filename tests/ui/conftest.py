@@ -1,4 +1,5 @@
-"""A real 2-rank capture ingested twice (profiles run-a, run-b) into one workspace, for all UI tests."""
+"""A real 2-rank capture ingested twice (profiles run-a, run-b) into one workspace, for all UI tests;
+both workspaces are made once per run and shared by the xdist workers (``tests.conftest.shared_dir``)."""
 
 from __future__ import annotations
 
@@ -6,25 +7,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, clean_env, cli, torchrun
+from tests.conftest import clean_env, cli, shared_dir, train_capture
 
 from .helpers import add_device_profile
 
 
 @pytest.fixture(scope="session")
 def ui_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Made once per run, whichever worker asks first (``shared_dir``): the UI tests only read it."""
     pytest.importorskip("starlette")
-    base = tmp_path_factory.mktemp("ui")
-    out = base / "capture"
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
-    torchrun(2, EXAMPLES / "train.py", ["--steps", "5"], env, cwd=base)
-    ws = base / "workspace"
-    for name in ("run-a", "run-b"):
-        p = cli("view", "-d", str(out), "--ingest-only", "--data-path", str(ws), "--display-name", name, check=True)
-        assert (ws / name / "ProfileMetadata.parquet").is_file(), p.stderr
-    # run-a gets a hand-made device profile (the device tables come from another issue); run-b has none
-    add_device_profile(ws / "run-a")
-    return ws
+
+    def build(base: Path) -> None:
+        out, _ = train_capture(tmp_path_factory, "--steps", "5")
+        ws = base / "workspace"
+        for name in ("run-a", "run-b"):
+            p = cli("view", "-d", str(out), "--ingest-only", "--data-path", str(ws), "--display-name", name,
+                    check=True)
+            assert (ws / name / "ProfileMetadata.parquet").is_file(), p.stderr
+        # run-a gets a hand-made device profile (the device tables come from another issue); run-b has none
+        add_device_profile(ws / "run-a")
+
+    return shared_dir(tmp_path_factory, "ui_workspace", build)[0] / "workspace"
 
 
 @pytest.fixture(scope="session")
@@ -59,14 +62,17 @@ def eager_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import sys
 
     pytest.importorskip("starlette")
-    base = tmp_path_factory.mktemp("eager-ui")
-    out = base / "capture"
-    script = base / "job.py"
-    script.write_text(EAGER_REGIONS)
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=base,
-                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
-    assert p.returncode == 0, p.stderr[-3000:]
-    ws = base / "workspace"
-    p = cli("view", "-d", str(out), "--ingest-only", "--data-path", str(ws), "--display-name", "eager", check=True)
-    assert (ws / "eager" / "ProfileMetadata.parquet").is_file(), p.stderr
-    return ws
+
+    def build(base: Path) -> None:
+        out = base / "capture"
+        script = base / "job.py"
+        script.write_text(EAGER_REGIONS)
+        p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=base,
+                           env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
+        assert p.returncode == 0, p.stderr[-3000:]
+        ws = base / "workspace"
+        p = cli("view", "-d", str(out), "--ingest-only", "--data-path", str(ws), "--display-name", "eager",
+                check=True)
+        assert (ws / "eager" / "ProfileMetadata.parquet").is_file(), p.stderr
+
+    return shared_dir(tmp_path_factory, "ui_eager_workspace", build)[0] / "workspace"

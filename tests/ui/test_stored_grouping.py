@@ -18,7 +18,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.ui.rows import mode_of_grouping  # noqa: E402
-from tests.conftest import cli  # noqa: E402
+from tests.conftest import cli, train_capture  # noqa: E402
 
 CASES = {"by-thread": ("instance_id,process_id", "thread_id", "thread"),
          "by-core": ("instance_id", "nc_idx", "neuroncore"),
@@ -29,7 +29,7 @@ CASES = {"by-thread": ("instance_id,process_id", "thread_id", "thread"),
 def grouped_ws(ui_workspace: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The UI fixture's capture ingested again with grouping flags (run-a, untouched, has the default)."""
     ws = tmp_path_factory.mktemp("grouped")
-    capture = ui_workspace.parent / "capture"
+    capture, _ = train_capture(tmp_path_factory, "--steps", "5")  # the job the UI fixture ingested
     for name, (prim, sec, _) in CASES.items():
         p = cli("view", "-d", str(capture), "--ingest-only", "--data-path", str(ws), "--display-name", name,
                 "--system-trace-primary-group", prim, "--system-trace-secondary-group", sec)

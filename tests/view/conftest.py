@@ -17,23 +17,26 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import EXAMPLES, clean_env, torchrun
+from ..conftest import EXAMPLES, clean_env, shared_dir, torchrun
 
 
 @pytest.fixture(scope="session")
 def small_capture(tmp_path_factory) -> Path:
     """Two ranks of a real torchrun job (collectives, so string arguments; device profiles, so
-    .ntff and .neff files): every capture file kind, a few KB each."""
-    out = tmp_path_factory.mktemp("small_capture") / "output"
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
-                    NEURON_RT_INSPECT_DEVICE_PROFILE="1")
-    torchrun(2, EXAMPLES / "train.py", ["--steps", "2", "--no-ddp"], env)
-    sessions = sorted(p.parent for p in out.glob("*/*/trace_info.pb"))
-    assert len(sessions) == 2
-    for s in sessions:
-        for kind in ("ntrace.pb", "trace_info.pb", "cpu_util.pb", "host_mem.pb", "*.ntff", "*.neff"):
-            assert list(s.glob(kind)), f"{s} has no {kind}"
-    return out
+    .ntff and .neff files): every capture file kind, a few KB each.  Made once per run, whichever
+    xdist worker asks first (``shared_dir``): the tests copy it before changing anything."""
+    def build(d: Path) -> None:
+        out = d / "output"
+        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                        NEURON_RT_INSPECT_DEVICE_PROFILE="1")
+        torchrun(2, EXAMPLES / "train.py", ["--steps", "2", "--no-ddp"], env)
+        sessions = sorted(p.parent for p in out.glob("*/*/trace_info.pb"))
+        assert len(sessions) == 2
+        for s in sessions:
+            for kind in ("ntrace.pb", "trace_info.pb", "cpu_util.pb", "host_mem.pb", "*.ntff", "*.neff"):
+                assert list(s.glob(kind)), f"{s} has no {kind}"
+
+    return shared_dir(tmp_path_factory, "view_small_capture", build)[0] / "output"
 
 
 def damaged_session(src: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import EXAMPLES, clean_env, cli
+from ..conftest import EXAMPLES, clean_env, cli, shared_dir
 from .cluster_util import Cluster, dataset_facts, files_under
 from .conftest import damaged_session
 
@@ -103,12 +103,15 @@ def test_a_scheduler_that_does_not_answer_is_one_line_and_exit_1(tmp_path):
 @pytest.fixture(scope="module")
 def big_capture(tmp_path_factory) -> tuple[Path, Path]:
     """Four processes of 1M events (about a second each to convert): long enough to kill a worker
-    mid-conversion; and the local run's dataset to compare with."""
-    root = tmp_path_factory.mktemp("big")
-    src = synth(root, 1_000_000)
-    local = cli("view", "-d", str(src), "--output-file", str(root / "local"), "--jobs", "1", timeout=600)
-    assert local.returncode == 0, local.stderr[-3000:]
-    return src, root / "local"
+    mid-conversion; and the local run's dataset to compare with.  Made once per run whichever xdist
+    worker asks first (``shared_dir``); its tests only read them."""
+    def build(root: Path) -> None:
+        src = synth(root, 1_000_000)
+        local = cli("view", "-d", str(src), "--output-file", str(root / "local"), "--jobs", "1", timeout=600)
+        assert local.returncode == 0, local.stderr[-3000:]
+
+    root = shared_dir(tmp_path_factory, "cluster_big_capture", build)[0]
+    return root / "cap", root / "local"
 
 
 def executing(dask_worker) -> list[str]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import clean_env, torchrun
+from ..conftest import clean_env, shared_dir, torchrun
 from . import metamorph as mm
 
 pytestmark = pytest.mark.slow
@@ -46,17 +46,21 @@ SYNTH_EVENTS = 400
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory) -> dict[str, Path]:
-    """Two real jobs captured with model-mode device profiles: eager DDP and compiled DDP."""
+    """Two real jobs captured with model-mode device profiles: eager DDP and compiled DDP.  Made once
+    per run whichever xdist worker asks first (``shared_dir``); each worker converts a copy of its own."""
+    def build(root: Path) -> None:
+        for mode in ("eager", "compiled"):
+            d = root / mode
+            env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(d),
+                            NEURON_RT_INSPECT_DEVICE_PROFILE="1")
+            torchrun(2, JOB, ["--mode", mode], env)
+            assert len(list(d.glob("*/*/ntrace.pb"))) == 2 and list(d.glob("*/*/*.ntff"))
+
+    shared = shared_dir(tmp_path_factory, "metamorphic_real", build)[0]
     root = tmp_path_factory.mktemp("metamorph_real")
-    out = {}
     for mode in ("eager", "compiled"):
-        d = root / mode
-        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(d),
-                        NEURON_RT_INSPECT_DEVICE_PROFILE="1")
-        torchrun(2, JOB, ["--mode", mode], env)
-        assert len(list(d.glob("*/*/ntrace.pb"))) == 2 and list(d.glob("*/*/*.ntff"))
-        out[mode] = d
-    return out
+        shutil.copytree(shared / mode, root / mode, symlinks=True)
+    return {mode: root / mode for mode in ("eager", "compiled")}
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ..conftest import cli
+from ..conftest import cli, shared_dir
 from .cluster_util import Cluster, MotoS3, dataset_facts, files_under
 from .test_cluster import damaged_session, run_and_kill, synth, warning_lines
 
@@ -26,12 +26,16 @@ def s3(tmp_path):
 
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory) -> tuple[Path, Path, str]:
-    root = tmp_path_factory.mktemp("s3cap")
-    src = synth(root, 30_000)
-    damaged_session(src)
-    local = cli("view", "-d", str(src), "--output-file", str(root / "local"))
-    assert local.returncode == 1, local.stderr[-3000:]
-    return src, root / "local", local.stderr
+    """Made once per run whichever xdist worker asks first (``shared_dir``); its tests only read it."""
+    def build(root: Path) -> str:
+        src = synth(root, 30_000)
+        damaged_session(src)
+        local = cli("view", "-d", str(src), "--output-file", str(root / "local"))
+        assert local.returncode == 1, local.stderr[-3000:]
+        return local.stderr
+
+    root, stderr = shared_dir(tmp_path_factory, "s3_capture", build)
+    return root / "cap", root / "local", stderr
 
 
 def as_url(facts: dict, src: Path) -> dict:

@@ -10,16 +10,15 @@ import duckdb
 import pytest
 
 from ..capture.helpers import sessions, type_counts
-from ..conftest import EXAMPLES, clean_env, cli, torchrun
+from ..conftest import cli, train_capture
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cap") / "output"
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
-    torchrun(2, EXAMPLES / "train.py", ["--steps", "4", "--no-ddp"], env)
+    """Made once per run for every test of that job (``train_capture``); the tests only read it."""
+    out, _ = train_capture(tmp_path_factory, "--steps", "4", "--no-ddp")
     truth = {s.info.rank: (s.pid, named_counts(s)) for s in sessions(out)}
     return out, truth
 
