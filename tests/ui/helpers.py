@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 ENGINES = ["pe", "act", "pool", "dma_q0", "dma_q1"]
 
@@ -162,3 +163,39 @@ def add_device_profiles_per_execution(profile_dir: Path, ranks: list[int], per_r
     pq.write_table(pa.table(rows), d)
     pq.write_table(pa.table(info), profile_dir / "DeviceProfiles.parquet")
     return made
+
+
+def chromium(artifacts: Path):
+    """A module's browser fixture body: skips without Chromium or Playwright, else yields a headless
+    Chromium (the project's flags) and closes it; ``artifacts`` is made for the screenshots."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} not installed")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+# JS: the page's first System Trace Viewer's timeline
+FIRST_TL = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
+
+
+def settle(pg, tl: str = FIRST_TL, timeout: int = 60000) -> None:
+    """Wait until every window asked is answered and drawn (``Timeline.pending``), then two frames."""
+    pg.wait_for_function(f"() => {tl} && !{tl}.pending", timeout=timeout)
+    pg.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+def ready(pg, tl: str = FIRST_TL) -> None:
+    """The page's timeline is open, at its first view, and drawn."""
+    pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=60000)
+    pg.wait_for_function(f"() => {tl}.host.dataset.opened !== undefined", timeout=60000)
+    settle(pg, tl)
+
+
+def canvas_origin(pg) -> tuple[float, float]:
+    """The System Trace Viewer canvas's top-left corner on the page."""
+    b = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
+    return b["x"], b["y"]

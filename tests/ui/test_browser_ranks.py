@@ -10,7 +10,6 @@ the page asks is read from its real requests. Each test opens its own page and w
 
 from __future__ import annotations
 
-import os
 from urllib.parse import parse_qs, unquote, urlparse
 
 import numpy as np
@@ -19,10 +18,13 @@ import pytest
 from tests.conftest import REPO, clean_env, free_port
 
 from .helpers import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+    FIRST_TL,
     add_device_profiles_per_execution,
+    canvas_origin,
+    chromium,
+    ready,
     screen_pixels,
+    settle,
     start_server,
     stop_server,
     watch_errors,
@@ -32,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 ARTIFACTS = REPO / "test-artifacts" / "ui"
 NAME = "synth-64r"
-TL = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
+TL = FIRST_TL
 ROW_H = 18
 LABEL_W = 230
 
@@ -53,14 +55,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    yield from chromium(ARTIFACTS)
 
 
 def open_page(browser, url: str, routes: dict | None = None):
@@ -74,24 +69,10 @@ def open_page(browser, url: str, routes: dict | None = None):
     return pg
 
 
-def ready(pg) -> None:
-    pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=60000)
-    pg.wait_for_function(f"() => {TL}.host.dataset.opened !== undefined", timeout=60000)
-    settle(pg)
-
-
-def settle(pg) -> None:
-    pg.wait_for_function(f"() => {TL} && !{TL}.pending", timeout=60000)
-    pg.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
-
-
 def shot(pg, name: str) -> None:
     pg.screenshot(path=str(ARTIFACTS / f"ranks-{name}.png"))
 
 
-def canvas_origin(pg) -> tuple[float, float]:
-    b = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
-    return b["x"], b["y"]
 
 
 def origin_of(pg) -> int:

@@ -9,7 +9,6 @@ test-artifacts/ui/. Every wait is on page state, never on time.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 
 from tests.conftest import REPO, clean_env, free_port
 
-from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server, watch_errors
+from .helpers import chromium, start_server, stop_server, watch_errors
 from .test_browser import TIMELINE, TL, canvas_box, click_item, fetches, wait_fetch_after
 
 pytestmark = pytest.mark.slow
@@ -43,14 +42,7 @@ def synth_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    yield from chromium(ARTIFACTS)
 
 
 def _served(ws: Path, tmp_path_factory):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +21,23 @@ import pytest
 
 from tests.conftest import REPO, clean_env, cli, free_port
 
-from .helpers import CHROMIUM, CHROMIUM_ARGS, screen_pixels, start_server, stop_server, watch_errors
+from .helpers import (
+    FIRST_TL,
+    canvas_origin,
+    chromium,
+    ready,
+    screen_pixels,
+    settle,
+    start_server,
+    stop_server,
+    watch_errors,
+)
 
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = REPO / "test-artifacts" / "ui"
 NAME = "ddp"
-TL = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
+TL = FIRST_TL
 
 DDP_STRAGGLER = """
 import torch
@@ -85,14 +94,7 @@ def served(ddp_workspace: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+    yield from chromium(ARTIFACTS)
 
 
 def open_page(browser, url: str):
@@ -102,25 +104,8 @@ def open_page(browser, url: str):
     return pg
 
 
-def ready(pg) -> None:
-    pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=60000)
-    pg.wait_for_function(f"() => {TL}.host.dataset.opened !== undefined", timeout=60000)
-    settle(pg)
-
-
-def settle(pg) -> None:
-    """Wait until every window asked is answered and drawn (``Timeline.pending``), then two frames."""
-    pg.wait_for_function(f"() => {TL} && !{TL}.pending", timeout=30000)
-    pg.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
-
-
 def shot(pg, name: str) -> None:
     pg.screenshot(path=str(ARTIFACTS / f"v3-{name}.png"))
-
-
-def canvas_origin(pg) -> tuple[float, float]:
-    b = pg.locator("[data-testid=system-timeline] canvas").bounding_box()
-    return b["x"], b["y"]
 
 
 def parquet(ws: Path, sql: str) -> list[tuple]:
