@@ -22,9 +22,6 @@ class Program:
     args: tuple[str, ...] = ()
     ranks: int = 0  # >0: launched by ``torchrun --nproc_per_node ranks``
     raises: bool = False  # dies of the user's own exception: its traceback is compared
-    # the summary's insights the program may get because they are true of it (each says why below);
-    # any other is a false finding (docs/summary.md, noise threshold)
-    findings: tuple[str, ...] = ()
     mask: str | None = None  # a regex for what may differ between runs in stdout (timings); best: print none
     # event types whose count depends on how the program's threads interleave (two threads' executions
     # on one core: where the graph switches), compared between two runs by presence only
@@ -72,26 +69,19 @@ class Setting:
 
 
 PROGRAMS = [
-    # its DataLoader's two workers start again every epoch (persistent_workers off): a real cost,
-    # which its eight steps on a loaded machine may or may not lift above their own spread
-    Program("cnn", "cnn_adadelta.py", findings=("data_loading",)),
+    Program("cnn", "cnn_adadelta.py"),
     Program("lstm", "lstm_lm.py"),
     Program("transformer", "transformer_amp.py"),
-    # (a 10-32-5 model: its backward is far shorter than gloo's all-reduce of the gradients, which
-    # therefore cannot overlap: the step waits for it)
-    Program("ddp", "ddp_sampler.py", ranks=2, findings=("exposed_collectives",)),
+    Program("ddp", "ddp_sampler.py", ranks=2),
     Program("compiled_inductor", "compiled.py", ("inductor",)),
     Program("compiled_aot_eager", "compiled.py", ("aot_eager",)),
     Program("own_profiler", "own_profiler.py"),
-    # (its static argument changes from tanh to relu half way: train_step compiles again, and the
-    # worker's power_sum compiles for each new k)
-    Program("jax", "jax_train.py", findings=("recompilation",)),
+    Program("jax", "jax_train.py"),
     # the same program with no worker: where its process matters (capture start, monitor discovery)
-    Program("jax_in_process", "jax_train.py", ("--in-process",), settings=("off", "system", "monitor_untagged", "all"),
-            findings=("recompilation",)),
+    Program("jax_in_process", "jax_train.py", ("--in-process",), settings=("off", "system", "monitor_untagged", "all")),
     Program("fork", "fork_child.py"),
     Program("threads", "threads.py", scheduled=("nrt_model_switch",)),
-    Program("nan", "nan_diverge.py", findings=("numerical_errors",)),
+    Program("nan", "nan_diverge.py"),
     Program("raise", "raise_in_forward.py", raises=True),
 ]
 

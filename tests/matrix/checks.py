@@ -175,17 +175,6 @@ def check_view_summary(ctx: Ctx) -> None:
     assert got_num == want_num, f"numerical errors per pid: summary {got_num}, capture's numerical_err {want_num}"
 
 
-def check_insights(ctx: Ctx) -> None:
-    """The summary finds nothing in a program but what is true of it (``Program.findings``): a
-    setting's own cost (a device profile's first step, the monitor, NDET, the pure-Python path) is
-    no finding.  Not checked under a device profile, which records the ops of the executions it
-    covers on the host: those steps are the profiler's, not the program's (docs/summary.md)."""
-    v = ctx.cell["capture"]["view"]
-    assert v["insights"] is not None, f"no summary: view exited {v['returncode']}: {v['stderr']}"
-    false = [i for i in v["insights"] if i["id"] not in ctx.program.findings]
-    assert not false, f"false findings {false} (noise threshold {v.get('noise_threshold')})"
-
-
 def check_device_files(ctx: Ctx) -> None:
     """``model``: one .ntff per graph executed (per core), ``session``: one per core; a .neff per graph."""
     problems = []
@@ -333,7 +322,6 @@ CHECKS = [
     Check("model_names", _capture, check_model_names),
     Check("capture_usable", _capture, check_capture_usable),
     Check("view_summary", _capture, check_view_summary),
-    Check("insights", lambda p, s: _capture(p, s) and s.device is None, check_insights),
     Check("device_files", lambda p, s: _capture(p, s) and s.device is not None, check_device_files),
     Check("filtered", lambda p, s: s.type_filter is not None, check_filtered, needs_reference=True),
     Check("same_as_c", lambda p, s: s.env.get("NEURON_EXPLORER_PURE_PYTHON") == "1", check_same_as_c,

@@ -118,7 +118,8 @@ def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace:
 
     from tests.conftest import free_port
 
-    from .test_browser_v2 import CHROMIUM, CHROMIUM_ARGS, new_page
+    from .helpers import CHROMIUM, CHROMIUM_ARGS
+    from .test_browser_v2 import new_page
 
     sync_api = pytest.importorskip("playwright.sync_api")
     app = create_app(ui_workspace, cache_dir=tmp_path / "cache")

@@ -75,8 +75,9 @@ def test_a_host_call_has_its_region_flow_and_its_execution_flow(client: TestClie
 @pytest.mark.slow
 def test_selecting_the_region_draws_its_arrow_to_the_host_call(eager_workspace: Path,
                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    from .helpers import CHROMIUM, CHROMIUM_ARGS
     from .test_browser import TL, click_item
-    from .test_browser_v2 import CHROMIUM, CHROMIUM_ARGS, new_page
+    from .test_browser_v2 import new_page
 
     sync_api = pytest.importorskip("playwright.sync_api")
     srv, url = start_server(eager_workspace, free_port(), clean_env(XDG_CACHE_HOME=str(tmp_path_factory.mktemp("c"))))

@@ -74,8 +74,8 @@ def test_browser_opens_in_the_stored_grouping_and_the_url_overrides_it(grouped_w
                                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
     from tests.conftest import clean_env, free_port
 
-    from .helpers import start_server, stop_server
-    from .test_browser_v2 import CHROMIUM, CHROMIUM_ARGS, new_page
+    from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server
+    from .test_browser_v2 import new_page
 
     sync_api = pytest.importorskip("playwright.sync_api")
     srv, url = start_server(grouped_ws, free_port(), clean_env(XDG_CACHE_HOME=str(tmp_path_factory.mktemp("c"))))
