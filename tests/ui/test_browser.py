@@ -8,14 +8,13 @@ ones before it fails for no fault of the viewer. Only 127.0.0.1 is used; nothing
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, clean_env, free_port
 
-from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server, watch_errors
+from .helpers import chromium, start_server, stop_server, watch_errors
 
 pytestmark = pytest.mark.slow
 
@@ -109,17 +108,11 @@ def served(ui_workspace: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def page(served: str):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    for browser in chromium(ARTIFACTS):
         pg = browser.new_page(viewport={"width": 1500, "height": 1050})
         watch_errors(pg)
         pg.goto(served)
         yield pg
-        browser.close()
 
 
 def shot(page, name: str) -> None:

@@ -10,7 +10,6 @@ answered HTTP 500 on a warm cache (tests/ui/test_restart.py). Every wait is on p
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -18,7 +17,7 @@ import pytest
 
 from tests.conftest import clean_env, free_port
 
-from .helpers import CHROMIUM, CHROMIUM_ARGS, start_server, stop_server, watch_errors
+from .helpers import chromium, start_server, stop_server, watch_errors
 from .test_browser import TL, canvas_box, click_item, fetches, wait_fetch_after
 
 pytestmark = pytest.mark.slow
@@ -49,14 +48,8 @@ SAVED = """() => {
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    yield from chromium(tmp_path_factory.mktemp("shots"))
 
 
 def _open(browser, url: str):

@@ -90,11 +90,10 @@ class CaptureSink:
     def flush(self, rt: Runtime, final: bool, reason: str) -> None:
         if os.getpid() != self._owner_pid:
             return  # a forked child: the session directory is its parent's
-        t0 = time.perf_counter()
         with self._io_lock:
-            self._flush_locked(rt, final, reason, t0, time.monotonic_ns())
+            self._flush_locked(rt, final, reason, time.monotonic_ns())
 
-    def _flush_locked(self, rt: Runtime, final: bool, reason: str, t0: float, started_ns: int) -> None:
+    def _flush_locked(self, rt: Runtime, final: bool, reason: str, started_ns: int) -> None:
         """The flush under the I/O lock: drain the rings, then write (``flush``).  Everything
         handed to a ring before ``started_ns`` is on disk once this returns without an error."""
         self.drain()
@@ -118,7 +117,7 @@ class CaptureSink:
                 self.segments.close()
         self.write_error = None
         self.last_write_started_ns = started_ns
-        took = self.last_write_s = time.perf_counter() - t0
+        took = self.last_write_s = (time.monotonic_ns() - started_ns) / 1e9
         # one period from start to start; a write that takes longer than the period (a disk
         # slower than the events) leaves a tenth of the period before the next
         period = self.cfg.flush_period_s

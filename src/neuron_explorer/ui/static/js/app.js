@@ -758,14 +758,8 @@ function selectCollective(w, c) {
 
 /** Each device profile's ops as lanes under its core's execution track, on the system axis: the
  *  profile is matched to the track holding its process's and core's nc_exec_running. */
-async function attachDeviceLanes(w, tl, t) {
-  tl.lanesLoading++;
-  try {
-    await lookUpDeviceLanes(w, tl, t);
-  } finally {
-    tl.lanesLoading--;
-    tl.queueDraw();
-  }
+function attachDeviceLanes(w, tl, t) {
+  return tl.relayingOut(() => lookUpDeviceLanes(w, tl, t));
 }
 
 async function lookUpDeviceLanes(w, tl, t) {
@@ -914,12 +908,9 @@ function renderRankStatus(w) {
  *  Only the drawing order changes: rows keep their numbers, so requests are unchanged. */
 async function orderRanks(w, by, quiet = false) {
   const tl = w.timeline;
-  tl.layoutLoading++; // the tracks move when the figures come: tests wait for ``pending`` to fall
   try {
-    await orderRanksNow(w, tl, by, quiet);
+    await tl.relayingOut(() => orderRanksNow(w, tl, by, quiet)); // the tracks move when the figures come
   } finally {
-    tl.layoutLoading--;
-    tl.queueDraw();
     saveUrl();
   }
 }

@@ -103,8 +103,7 @@ export class Timeline {
     this.devEvents = new Map(); // row idx -> device ops {s, e, c, d, id, name, lane: engine index, dp, drow}
     this.devFolded = new Set(); // cores ("inst|pid|nc") whose device lanes are folded (toggle in the gutter)
     this.devCrowded = new Map(); // row idx -> device profiles in view, when too many to ask their ops
-    this.lanesLoading = 0; // device-lane lookups under way: the layout may still grow (see ``pending``)
-    this.layoutLoading = 0; // other asynchronous layout changes under way (rank order, rank filter)
+    this.layoutLoading = 0; // asynchronous layout changes under way (device lanes, rank order): ``pending``
     this.filtered = new Set(); // row idx left out by the rank filter (never laid out, never asked)
     this.highlight = null; // {a, b}: a range shaded on every track (the drill-down's execution)
     this.match = null; // Set of row idx matching the search
@@ -472,9 +471,21 @@ export class Timeline {
 
   /** True while a window is asked and not yet drawn, or device lanes that change the layout are still
    *  looked up (tests and the benchmarks wait for it to fall before they read the screen). */
-  get pending() { return this._pending || this.lanesLoading > 0 || this.layoutLoading > 0; }
+  get pending() { return this._pending || this.layoutLoading > 0; }
 
   set pending(v) { this._pending = v; }
+
+  /** Run ``work`` (async), which changes the layout when it ends: ``pending`` stays true meanwhile,
+   *  and the timeline is drawn after it. */
+  async relayingOut(work) {
+    this.layoutLoading++;
+    try {
+      return await work();
+    } finally {
+      this.layoutLoading--;
+      this.queueDraw();
+    }
+  }
 
   refresh() {
     this.pending = true; // a window is to be asked (tests wait for its answer to be drawn)
