@@ -13,6 +13,8 @@ the Parquet dataset, never a capture. Modules, from the request inwards:
 - ``flows`` (an event's flows), ``busy`` (busy shading of collapsed groups), ``area`` (area selection
   and per-collective stragglers), ``search`` (names and arguments, k of N).
 - ``insights_page``: the Summary page's data (``view``'s summary.json: steps, insights) on the viewer's axis.
+- ``compare_page``: compare mode's diff of two profiles (``neuron-explorer diff`` in a child process) on
+  each profile's axis.
 - ``wire``: 64-bit values as strings on the wire.
 - ``device``: device profiles and their windows.
 - ``index`` / ``index_build``: the window index (queries / building).
@@ -23,6 +25,6 @@ Submodules are imported on use (the package itself loads nothing: ``view`` impor
 without Starlette installed).
 """
 
-__all__ = ["app", "area", "busy", "device", "flows", "index", "index_build", "insights_page", "params", "paths",
-           "profile", "queries",
+__all__ = ["app", "area", "busy", "compare_page", "device", "flows", "index", "index_build", "insights_page",
+           "params", "paths", "profile", "queries",
            "rows", "search", "server", "sql", "wire", "workspace"]

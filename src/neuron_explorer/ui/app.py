@@ -25,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from neuron_explorer.ui import (
     area as area_q,
     busy as busy_q,
+    compare_page,
     flows as flows_q,
     insights_page,
     paths,
@@ -200,6 +201,13 @@ def summary_doc(ws: Workspace, req: Request) -> Any:
     return insights_page.summary_page(_early(ws, req))
 
 
+def diff(ws: Workspace, req: Request) -> Any:
+    other = req.query_params.get("against")
+    if not other:
+        raise BadRequest("against: the candidate profile to compare with is missing")
+    return compare_page.diff_page(_early(ws, req), ws.profile(other, wait=False))
+
+
 def activity(ws: Workspace, req: Request) -> Any:
     return busy_q.activity(_prof(ws, req))
 
@@ -270,6 +278,7 @@ API: list[tuple[str, Handler]] = [
     ("/api/profiles/{name}/busy", busy),
     ("/api/profiles/{name}/activity", activity),
     ("/api/profiles/{name}/insights", summary_doc),
+    ("/api/profiles/{name}/diff", diff),
     ("/api/profiles/{name}/nonempty", nonempty),
     ("/api/profiles/{name}/area", area),
     ("/api/profiles/{name}/collectives", collectives),

@@ -43,6 +43,7 @@ export const api = {
   busy: (name, mode, layout, groups, t0, t1, px, signal) => get(`${P(name)}/busy`, { mode, layout, groups: groups.map(encodeRows).join(";"), t0, t1, px }, signal),
   activity: (name) => get(`${P(name)}/activity`),
   insights: (name) => get(`${P(name)}/insights`),
+  diff: (name, against) => get(`${P(name)}/diff`, { against }),
   nonempty: (name, mode, layout, t0, t1) => get(`${P(name)}/nonempty`, { mode, layout, t0, t1 }),
   flows: (name, mode, t0, t1, signal) => get(`${P(name)}/flows`, { mode, t0, t1 }, signal),
   event: (name, id, leaf) => get(`${P(name)}/event`, { id, leaf }),

@@ -31,11 +31,15 @@ const WIDGETS = {
     desc: "Every property of the event last clicked in a trace viewer of this profile." },
   "profile-info": { title: "Profile Overview", category: "System", tags: ["system"],
     desc: "Processes, ranks, clocks and event counts of the profile." },
+  "diff": { title: "Diff", category: "System", tags: ["system"], wide: true,
+    desc: "Compare this profile with another (neuron-explorer diff): what got faster or slower, and is it real; a row moves both timelines to the item." },
   "device-trace": { title: "Device Trace Viewer", category: "Device", tags: ["device"], wide: true,
     desc: "Op and kernel events of one device profile, by engine, on the system timeline's time axis." },
 };
 
 function widgetKey(w) { return `${w.type}|${w.profile}|${w.deviceProfile ?? ""}`; }
+/** The second name a widget item carries after "!": a device trace's profile id, a diff's candidate. */
+const secondOf = (w) => (w.type === "device-trace" || w.type === "diff" ? w.deviceProfile : null);
 
 function findDuplicate(type, profile, deviceProfile, exceptId) {
   return state.widgets.find((w) => w.id !== exceptId && widgetKey(w) === `${type}|${profile}|${deviceProfile ?? ""}`);
@@ -137,7 +141,7 @@ function render(w) {
   const extra = $(".extra", w.el);
   body.innerHTML = "";
   extra.innerHTML = "";
-  ({ "system-trace": renderSystemTrace, "event-details": renderEventDetails, "profile-info": renderProfileInfo,
+  ({ "system-trace": renderSystemTrace, "event-details": renderEventDetails, "profile-info": renderProfileInfo, diff: renderDiff,
      "device-trace": renderDeviceTrace })[w.type](w, body, extra);
 }
 
@@ -152,7 +156,7 @@ const decPart = (x) => { try { return decodeURIComponent(x); } catch { return x;
 
 function widgetItem(w) {
   return w.type + (w.profile !== state.home ? `@${encPart(w.profile)}` : "")
-    + (w.type === "device-trace" && w.deviceProfile !== null && w.deviceProfile !== undefined ? `!${encPart(String(w.deviceProfile))}` : "")
+    + (secondOf(w) !== null && secondOf(w) !== undefined ? `!${encPart(String(secondOf(w)))}` : "")
     + (w.half ? "~h" : "");
 }
 
@@ -1127,6 +1131,81 @@ async function renderProfileInfo(w, body) {
     ${ov.processes.map((p) => `<tr><th>${esc(p.instance_id)} / ${esc(p.process_id)}</th><td>${esc(p.rank)} · ${esc(p.device_kind)} · ${fmtCount(p.events ?? 0)} · ${fmtDur(p.clock_offset_ns ?? 0)} (${esc(p.clock_offset_method)})</td></tr>`).join("")}</table>
     <h3>Events by name</h3><table>${ov.names.map(([n, c]) => `<tr><th>${esc(n)}</th><td>${fmtCount(c)}</td></tr>`).join("")}</table>
     ${ov.warnings.length ? `<h3>Warnings</h3>${ov.warnings.map((m) => `<div class="note">${esc(m)}</div>`).join("")}` : ""}</div>`;
+}
+
+// ---------------------------------------------------------------- Diff (compare mode)
+const DIFF_VERDICT = { slower: "▲ slower", faster: "▼ faster", larger: "▲ larger", smaller: "▼ smaller",
+  "more compiles": "▲ more compiles", "fewer compiles": "▼ fewer compiles", new: "+ new", vanished: "− vanished" };
+
+/** The Diff widget: ``neuron-explorer diff`` of its profile (baseline) against another (the
+ *  candidate, ``w.deviceProfile``: the widget item's second name), docked under the two timelines;
+ *  a row opens the candidate's System Trace Viewer beside the baseline's if it is not open, and
+ *  moves each timeline to that item's occurrence nearest its median. */
+async function renderDiff(w, body, extra) {
+  const others = state.profiles.filter((p) => p.name !== w.profile);
+  if (!others.some((p) => p.name === w.deviceProfile)) w.deviceProfile = others[0]?.name ?? null;
+  extra.innerHTML = others.length ? `<span class="muted">baseline · candidate</span> <select data-testid="diff-against" title="Candidate: the profile after the change">${others.map((p) => `<option value="${esc(p.name)}" ${p.name === w.deviceProfile ? "selected" : ""}>${esc(p.display_name || p.name)}</option>`).join("")}</select>
+    <label class="muted"><input type="checkbox" data-testid="diff-all" ${w.diffAll ? "checked" : ""}> every aligned row</label>` : "";
+  if (!others.length) { body.innerHTML = `<p class="pad" data-testid="diff-unavailable">This workspace holds one profile: ingest another (<code>neuron-explorer view -d DIR --ingest-only --data-path WORKSPACE</code>) to compare.</p>`; return; }
+  $("[data-testid=diff-against]", extra).onchange = (ev) => { w.deviceProfile = ev.target.value; render(w); saveUrl(); };
+  $("[data-testid=diff-all]", extra).onchange = (ev) => { w.diffAll = ev.target.checked; drawDiff(w, body); };
+  const cand = w.deviceProfile;
+  body.innerHTML = `<p class="pad muted" data-testid="diff-loading">Comparing "${esc(w.profile)}" with "${esc(cand)}" (neuron-explorer diff)…</p>`;
+  let d;
+  try { d = await api.diff(w.profile, cand); } catch (e) { d = { available: false, reason: e.message }; }
+  if (w.deviceProfile !== cand || !body.isConnected) return;
+  w.diffDoc = d;
+  drawDiff(w, body);
+}
+
+function drawDiff(w, body) {
+  const d = w.diffDoc;
+  if (!d) return;
+  if (!d.available) { body.innerHTML = `<p class="pad note" data-testid="diff-unavailable">${esc(d.reason)}</p>`; return; }
+  const pct = (x) => (x === null || x === undefined ? "—" : `${x > 0 ? "+" : ""}${Number(x).toFixed(1)}%`);
+  const dur = (x) => (x === null || x === undefined ? "—" : fmtDur(x));
+  const st = d.step || {};
+  const rows = d.rows.map((r, i) => ({ ...r, i, base_med: r.baseline?.median_ns ?? null, cand_med: r.candidate?.median_ns ?? null,
+    shown: r.significant || r.kind === "step" }))
+    .filter((r) => w.diffAll || r.shown);
+  const cols = [["kind", "Kind", esc], ["label", "Item", esc], ["base_med", "Baseline median", dur], ["cand_med", "Candidate median", dur],
+    ["delta_ns", "Change", (v) => (v === null || v === undefined ? "—" : (v > 0 ? "+" : "") + fmtDur(v))], ["delta_pct", "%", pct],
+    ["verdict", "Verdict", (v) => esc(DIFF_VERDICT[v] || v || "")]];
+  body.innerHTML = `<div class="diff" data-testid="diff">
+    <div class="pad" data-testid="diff-headline">${st.baseline_median_ns !== null && st.baseline_median_ns !== undefined
+      ? `Step time ${dur(st.baseline_median_ns)} → ${dur(st.candidate_median_ns)} (${pct(st.delta_pct)}${st.ci_pct ? `, 95% interval ${pct(st.ci_pct[0])} to ${pct(st.ci_pct[1])}` : ""}): <b data-testid="diff-step-verdict">${esc(st.verdict ?? "")}</b> · ` : ""}
+      <b data-testid="diff-count">${d.changes.length}</b> significant change${d.changes.length === 1 ? "" : "s"}${d.noise ? ` · verdicts need ${d.noise.bar_pct}%${d.noise.item_shift_pct !== null && d.noise.item_shift_pct !== undefined ? ` (this pair's items moved ${d.noise.item_shift_pct}% typically)` : ""}` : ""}
+      <span class="muted">· click a row to move both timelines to it</span></div>
+    ${d.warnings.map((m) => `<div class="note">${esc(m)}</div>`).join("")}
+    ${rows.length ? sortable("diff-table", cols, rows, (x) => `data-row="${x.i}" class="link${x.significant ? " changed" : ""}" data-testid="diff-row" data-kind="${esc(x.kind)}" data-key="${esc(x.key)}"`)
+      : `<p class="pad" data-testid="diff-none">No aligned item changed beyond the pair's noise.</p>`}</div>`;
+  bindSortable(body);
+  body.querySelectorAll("tr[data-row]").forEach((tr) => tr.onclick = () => diffJump(w, d.rows[Number(tr.dataset.row)]));
+}
+
+/** Both timelines to a diff row's item: the baseline's trace viewer to the baseline's occurrence,
+ *  the candidate's (opened beside it when missing) to the candidate's. */
+async function diffJump(w, r) {
+  const pairs = [[w.profile, r.baseline?.at], [w.deviceProfile, r.candidate?.at]];
+  let opened = 0;
+  for (const [profile, at] of pairs) {
+    if (!at || at.t0 === null || at.t1 === null) continue;
+    let tw = state.widgets.find((x) => x.type === "system-trace" && x.profile === profile && !x.dockedIn);
+    if (!tw) {
+      tw = addWidget("system-trace", profile);
+      if (!tw) continue;
+      w.el.before(tw.el); // the timelines above, the table docked under them
+      state.widgets = state.widgets.filter((x) => x !== tw);
+      state.widgets.splice(state.widgets.indexOf(w), 0, tw);
+    }
+    await waitFor(() => tw.timeline && tw.timeline.painted);
+    if (!tw.timeline) continue;
+    tw.timeline.zoomTo(at.t0, Math.max(at.t1, at.t0 + 1), 0.25);
+    tw.el.dataset.diffJump = `${r.kind}:${r.key}`;
+    opened++;
+  }
+  if (!opened) toast("Neither profile has an occurrence of this item to show.", true);
+  saveUrl();
 }
 
 // ---------------------------------------------------------------- Device Trace Viewer
