@@ -81,7 +81,9 @@ PROGRAMS = [
     Program("transformer", "transformer_amp.py", settings=_MODEL_SETTINGS),
     Program("ddp", "ddp_sampler.py", ranks=2),
     Program("compiled_inductor", "compiled.py", ("inductor",)),
-    Program("compiled_aot_eager", "compiled.py", ("aot_eager",)),
+    # compiled_inductor stands for torch.compile under each tool alone (decision 0150)
+    Program("compiled_aot_eager", "compiled.py", ("aot_eager",),
+            settings=("system", "all", "all_model", "pure_python", "filter_hardware", "filter_software")),
     Program("own_profiler", "own_profiler.py"),
     Program("jax", "jax_train.py"),
     # the same program with no worker: the one JAX row whose discovery by an untagged monitor is
