@@ -10,6 +10,7 @@ searches elsewhere."""
 from __future__ import annotations
 
 import os
+import random
 import resource
 import subprocess
 from typing import Any, Iterator
@@ -35,6 +36,13 @@ HUNT_ONLY = "a hunt beyond the suite's fixed examples: set NEURON_EXPLORER_FUZZ_
 
 def seed(default: int) -> int:
     return int(os.environ.get(SEED_ENV, default))
+
+
+def hunt_seed() -> int:
+    """A hunt's seed: ``NEURON_EXPLORER_FUZZ_SEED``, else a fresh one (printed: ``pytest -s``)."""
+    s = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(1 << 31))
+    print(f"fuzz seed {s}")
+    return s
 
 
 def json_paths(obj: Any, prefix: tuple = (), per_list: int = 8) -> Iterator[tuple]:

@@ -12,14 +12,12 @@ command that replays it.
 from __future__ import annotations
 
 import json
-import os
-import random
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fuzzing import HUNT_ONLY, examples, hunting
+from tests.fuzzing import HUNT_ONLY, examples, hunt_seed, hunting
 
 from .conftest import run_bounded
 
@@ -75,8 +73,7 @@ def test_foreign_files_in_place_of_capture_files_are_refused_from_their_first_by
 @pytest.mark.skipif(not hunting(), reason=HUNT_ONLY)
 @pytest.mark.parametrize("kind", KINDS)
 def test_mutated_capture_files_long_run(small_capture, tmp_path, kind):
-    seed = int(os.environ.get("NEURON_EXPLORER_FUZZ_SEED") or random.SystemRandom().randrange(1 << 31))
-    print(f"fuzz seed {seed}")
+    seed = hunt_seed()
     # a fresh seed each hunt: what the CI runs with a fixed seed is the test above
     fuzz(small_capture, tmp_path / "bytes", kind, seed, examples(LONG_MUTATIONS))
     fuzz(small_capture, tmp_path / "foreign", kind, seed, examples(LONG_FOREIGN), foreign=True)
