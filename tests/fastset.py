@@ -10,8 +10,8 @@ The rule, applied to every collected test on every run (so it stays right as tes
 tree is parsed once, every top-level function, class and assigned name becomes a *unit*, and a
 unit is costly when it refers to a process API (``subprocess``, ``multiprocessing``, ``os.fork``,
 ``os.system``, ``os.posix_spawn``, ``os.exec*``, ``sys.executable``, a process pool,
-``asyncio.create_subprocess_*``), to a time budget (``tests.fuzzing.budget``: the fuzz tests run as
-long as they are given), or to a unit that is costly, followed through the test tree's own imports
+``asyncio.create_subprocess_*``), to a fuzz search (``tests.fuzzing.examples``: the fuzz tests run as
+many examples as they are given), or to a unit that is costly, followed through the test tree's own imports
 (``from tests.conftest import torchrun``, ``from .helpers import ...``, ``conftest.cli``).  Names
 are resolved at module level only: a local variable called ``run`` in a module that also defines a
 process-starting ``run`` leaves the test out (the rule errs towards leaving a test out).
@@ -46,8 +46,8 @@ PROCESS_NAMES = {"os.fork", "os.forkpty", "os.system", "os.popen", "os.posix_spa
                  "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell"}
 PROCESS_PREFIXES = ("os.exec", "os.spawn")
 
-# a test that asks for a time budget runs as long as it is given (the fuzz tests: tests/fuzzing.py)
-BUDGET_NAMES = {"tests.fuzzing.budget"}
+# a fuzz test (tests/fuzzing.py) runs as many examples as it is given, a search rather than a check
+BUDGET_NAMES = {"tests.fuzzing.budget", "tests.fuzzing.examples"}
 
 
 def is_costly_api(dotted: str) -> bool:

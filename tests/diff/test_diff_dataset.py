@@ -47,6 +47,9 @@ def datasets(captures, tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+DIFF_FUZZ_CASES = 11  # damaged copies; what 4 s gave on an idle machine (decision 0151)
+
+
 def _doc(capsys, *argv: str) -> tuple[int, dict]:
     rc = main(["diff", *argv, "--format", "json"])
     return rc, json.loads(capsys.readouterr().out)
@@ -127,12 +130,7 @@ def test_fuzzed_tables_never_crash_the_reader(datasets, tmp_path):
     rng = np.random.default_rng(fuzzing.seed(34))
     src = datasets["a"]
     files = sorted(p.relative_to(src) for p in src.rglob("*.parquet"))
-    deadline = fuzzing.budget(4.0)
-    import time
-
-    end = time.monotonic() + deadline
-    n = 0
-    while time.monotonic() < end:
+    for n in range(fuzzing.examples(DIFF_FUZZ_CASES)):
         work = tmp_path / f"f{n}"
         shutil.copytree(src, work)
         victim = work / files[int(rng.integers(len(files)))]
@@ -150,5 +148,3 @@ def test_fuzzed_tables_never_crash_the_reader(datasets, tmp_path):
         except Exception as e:  # pragma: no cover - the failure message names the seed to replay
             raise AssertionError(f"seed {fuzzing.seed(34)} case {n}: {victim.name}: {e!r}") from e
         shutil.rmtree(work)
-        n += 1
-    assert n > 0

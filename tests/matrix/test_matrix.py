@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .cells import DEFAULT_PROGRAM, PROGRAMS, REFERENCE_SETTING, SETTINGS, known_failures
+from .cells import DEFAULT_PROGRAM, KNOWN, PROGRAMS, REFERENCE_SETTING, SETTINGS, known_failures
 from .checks import CHECKS, Ctx
 from .runner import CellCache
 
@@ -57,3 +57,22 @@ def test_matrix(cells: CellCache, program, setting, check) -> None:
     cell = cells.get(program, setting)
     ref = cells.get(program, SETTING[REFERENCE_SETTING]) if check.needs_reference else None
     check.run(Ctx(program, setting, cell, base, ref))
+
+
+def test_the_covering_design_keeps_every_pair_and_every_known_limit() -> None:
+    """Decision 0150: the cells dropped for the suite's time leave every program under the capture
+    by both paths and under all tools at once, every device program under both device modes, every
+    type filter on a program with collectives, and a cell for each documented limit (``KNOWN``)."""
+    ran = {(p.name, s.name) for p in PROGRAMS for s in SETTINGS if s.runs(p)}
+    torch_or_jax = [p.name for p in PROGRAMS if p.name != "jax_in_process"]
+    for prog in torch_or_jax:
+        assert {(prog, "system"), (prog, "all"), (prog, "pure_python")} <= ran, prog
+    for prog in ("cnn", "ddp", "compiled_inductor", "compiled_aot_eager", "own_profiler", "jax"):
+        modes = {SETTING[s].device for p, s in ran if p == prog and SETTING[s].device}
+        assert modes == {"model", "session"}, (prog, modes)
+    for s in SETTINGS:
+        assert s.type_filter is None or ("ddp", s.name) in ran, s.name
+        assert any(set_ == s.name for _, set_ in ran), s.name
+    for k in KNOWN:
+        assert any(k.matches(p, s, c.name) for p, s in ran for c in CHECKS
+                   if c.applies(next(x for x in PROGRAMS if x.name == p), SETTING[s])), k.reason

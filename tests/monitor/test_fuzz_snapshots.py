@@ -1,24 +1,23 @@
 """Fuzzing neuron-monitor's reader of application stats snapshots: seeded mutations of snapshots
-written by the real publisher (``AppStats``) for live processes, bounded in time, the monitor run in
+written by the real publisher (``AppStats``) for live processes, a fixed number of runs, the monitor run in
 a subprocess under a memory cap.  Whatever a snapshot holds, the monitor must not raise, must keep
 printing complete reports, must still report the intact application, and must say (stderr) what
-it left out.  ``NEURON_EXPLORER_FUZZ_SECONDS`` / ``NEURON_EXPLORER_FUZZ_SEED`` as for the NDET fuzz.
+it left out.  ``NEURON_EXPLORER_FUZZ_SCALE`` / ``NEURON_EXPLORER_FUZZ_SEED`` as for the NDET fuzz.
 """
 
 import json
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from neuron_explorer.recorders.app_stats import AppStats
-from tests.fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
+from tests.fuzzing import HUNT_ONLY, examples, hunt_seed, hunting, json_paths, run_capped, seed as fuzz_seed
 
-FAST_S = 4.0
-SLOW_S = 12.0  # per CI run (a fresh seed each run adds up); NEURON_EXPLORER_FUZZ_SECONDS stretches it
+FAST_RUNS = 28  # what 4 s gave on an idle machine (decision 0151)
+SLOW_RUNS = 85  # what 12 s gave on an idle machine (decision 0151)
 MEM_CAP = 768 << 20
 SLEEPERS = 6  # live processes the damaged snapshots claim to be (one intact, the rest damaged)
 
@@ -74,12 +73,11 @@ def _publish(stats: Path, pid: int, tag: str) -> Path:
     return a.publish()
 
 
-def fuzz(work: Path, seconds: float, seed: int) -> int:
+def fuzz(work: Path, runs: int, seed: int) -> int:
     sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(SLEEPERS)]
-    tried, run = 0, 0
+    tried = 0
     try:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline or run == 0:
+        for run in range(runs):
             rng = random.Random(seed * 1_000_003 + run)
             stats = work / f"run{run}"
             stats.mkdir(mode=0o700)
@@ -108,7 +106,6 @@ def fuzz(work: Path, seconds: float, seed: int) -> int:
                 p.unlink()
             stats.rmdir()
             tried += len(damaged)
-            run += 1
     finally:
         for p in sleepers:
             p.kill()
@@ -117,9 +114,11 @@ def fuzz(work: Path, seconds: float, seed: int) -> int:
 
 
 def test_fuzz_monitor_snapshot_reader_fast(tmp_path: Path) -> None:
-    assert fuzz(tmp_path, budget(FAST_S), fuzz_seed(1)) >= SLEEPERS - 1
+    assert fuzz(tmp_path, examples(FAST_RUNS), fuzz_seed(1)) >= SLEEPERS - 1
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not hunting(), reason=HUNT_ONLY)
 def test_fuzz_monitor_snapshot_reader_long(tmp_path: Path) -> None:
-    assert fuzz(tmp_path, budget(SLOW_S), fuzz_seed(2)) >= SLEEPERS - 1
+    """The same corpus as the test above, searched further: a hunt (decision 0151)."""
+    assert fuzz(tmp_path, examples(SLOW_RUNS), hunt_seed()) >= SLEEPERS - 1

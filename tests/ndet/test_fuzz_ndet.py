@@ -1,11 +1,11 @@
-"""Fuzzing ``neuron-det`` with damaged NDET logs: seeded mutations, bounded in time, each run in a
+"""Fuzzing ``neuron-det`` with damaged NDET logs: seeded mutations, a fixed number of batches, each in a
 subprocess under a memory cap.  Whatever a log holds, ``neuron-det`` must not raise, must stay
 under the cap, must name every file it skips, and must still analyse every intact log.
 
 The mutations that matter most re-seal the checksum after changing the header or the records
 (a buggy or crafted writer): plain byte flips only exercise the CRC check.  Fast by default
-(``FAST_S`` seconds); the slow variant runs longer on the logs of a real torchrun job.
-``NEURON_EXPLORER_FUZZ_SECONDS`` stretches both; a failure prints the seed that reproduces it.
+(``FAST_RUNS`` batches); the slow variant runs on the logs of a real torchrun job.
+``NEURON_EXPLORER_FUZZ_SCALE`` multiplies both; a failure prints the seed that reproduces it.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import json
 import random
 import struct
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -22,11 +21,11 @@ import pytest
 
 from neuron_explorer.contracts import ndet_log as fmt
 
-from ..fuzzing import budget, json_paths, run_capped, seed as fuzz_seed
+from ..fuzzing import examples, json_paths, run_capped, seed as fuzz_seed
 from .helpers import JOB_ENV, logs_in, make_recorder, skip_job
 
-FAST_S = 4.0
-SLOW_S = 12.0  # per CI run (a fresh seed each run adds up); NEURON_EXPLORER_FUZZ_SECONDS stretches it
+FAST_RUNS = 16  # batches of BATCH damaged logs: what 4 s gave on an idle machine (decision 0151)
+SLOW_RUNS = 48  # on the real job's logs: what 12 s gave
 MEM_CAP = 768 << 20  # bytes of address space for one neuron-det run
 BATCH = 12  # damaged files per run, beside the intact logs
 
@@ -99,12 +98,11 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return _seal(json.dumps(header).encode(), records)
 
 
-def fuzz(corpus: list[Path], work: Path, seconds: float, seed: int) -> int:
-    """Run batches until the budget is spent; returns the number of damaged files tried."""
+def fuzz(corpus: list[Path], work: Path, runs: int, seed: int) -> int:
+    """Run ``runs`` batches; returns the number of damaged files tried."""
     originals = {p.name: p.read_bytes() for p in corpus}
-    deadline = time.monotonic() + seconds
-    tried, run = 0, 0
-    while time.monotonic() < deadline or run == 0:
+    tried = 0
+    for run in range(runs):
         batch_seed = seed * 1_000_003 + run
         rng = random.Random(batch_seed)
         d = work / f"run{run}"
@@ -137,7 +135,6 @@ def fuzz(corpus: list[Path], work: Path, seconds: float, seed: int) -> int:
         d.rmdir()
         trace.unlink()
         tried += BATCH
-        run += 1
     return tried
 
 
@@ -167,7 +164,7 @@ def test_fuzz_neuron_det_fast(tmp_path: Path) -> None:
     corpus = _synthetic_job(tmp_path / "corpus")
     assert len(corpus) == 3
     (tmp_path / "work").mkdir()
-    assert fuzz(corpus, tmp_path / "work", budget(FAST_S), seed) >= BATCH
+    assert fuzz(corpus, tmp_path / "work", examples(FAST_RUNS), seed) >= BATCH
 
 
 @pytest.mark.slow
@@ -178,7 +175,7 @@ def test_fuzz_neuron_det_on_a_real_job(tmp_path_factory, tmp_path: Path) -> None
     corpus = logs_in(d)
     assert len(corpus) == 2
     (tmp_path / "work").mkdir()
-    assert fuzz(corpus, tmp_path / "work", budget(SLOW_S), seed) >= BATCH
+    assert fuzz(corpus, tmp_path / "work", examples(SLOW_RUNS), seed) >= BATCH
 
 
 def test_a_group_of_ranks_beyond_any_int_is_shown_as_written(tmp_path: Path) -> None:

@@ -359,7 +359,9 @@ def main() -> int:
     ap.add_argument("--capture", required=True, type=Path)
     ap.add_argument("--kind", required=True, choices=KINDS)
     ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--iterations", type=int, default=None, help="run exactly this many (the tests' way)")
+    ap.add_argument("--first", type=int, default=0, help="the first iteration's index (continue a sequence)")
+    ap.add_argument("--seconds", type=float, default=3.0, help="without --iterations: a hunt of this length")
     ap.add_argument("--min-iterations", type=int, default=3)
     ap.add_argument("--only", type=int, default=None, help="replay this iteration only")
     ap.add_argument("--work", type=Path, default=None)
@@ -376,13 +378,16 @@ def main() -> int:
     intact_pid = int(info.pid)
     t_end = time.monotonic() + args.seconds
     iterations = [args.only] if args.only is not None else None
-    i = 0
+    i = args.first
     n = 0
     while True:
         if iterations is not None:
             if not iterations:
                 break
             i = iterations.pop()
+        elif args.iterations is not None:
+            if n >= args.iterations:
+                break
         elif n >= args.min_iterations and time.monotonic() >= t_end:
             break
         if args.progress is not None:
