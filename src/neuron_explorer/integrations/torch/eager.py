@@ -264,11 +264,11 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
 
     The first call of a graph is timed without an id up front, so whether compiled graphs ran
     inside (the core's execution counter moved) decides if it is recorded at all; later calls of
-    a recorded graph, when NDET is on or its outputs are checked, take the C wrapper (as a
-    compiled graph's calls: NDET's records and the scan in C, the general path while a device
-    profiler wants the call) or without the extension the general path (id first, NDET
-    begin/end, the check, device profiles); otherwise the general path while a device profiler
-    wants the call, and the lean one.
+    a recorded graph take the C wrapper (as a compiled graph's calls: the lean path in C, NDET's
+    records and the scan in C when they are on, the general path while a device profiler wants
+    the call); without the extension, the general path (id first, NDET begin/end, the check,
+    device profiles) when NDET or the check is on, else the general path while a device profiler
+    wants the call, and the lean one in Python.
 
     The NaN/Inf check (``NEURON_EXPLORER_NAN_CHECK``, on by default with NDET) reads a root
     module's outputs, as a compiled forward graph's: a NaN shows up there at the step it appears.
@@ -338,13 +338,14 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             return fn(*args, **kwargs)
         if not ex.known:
             return first(ex, fn, args, kwargs)
+        # the C wrapper (which yields to the general path while a device profiler wants the call):
+        # the lean path without a Python frame, NDET's records and the NaN check in C when they are
+        # on; without the extension, the general path when those are on, else the lean one below
+        made = ex.c_run
+        run = made[1] if made is not None and made[0] is fn else c_run(ex, fn)
+        if run is not None:
+            return run(*args, **kwargs)
         if ndet is not None or ex.check is not None:
-            # the C wrapper (which yields to the general path while a device profiler wants the
-            # call), else the general path itself
-            made = ex.c_run
-            run = made[1] if made is not None and made[0] is fn else c_run(ex, fn)
-            if run is not None:
-                return run(*args, **kwargs)
             return general(ex, fn, args, kwargs)
         dp = devprof_cell[0]  # (model mode: once the graph is profiled, the lean path again)
         if dp is not None and not profiler_settled(dp, nc, ex.model.id):
