@@ -404,12 +404,15 @@ def _other_rows(results: dict) -> list[dict]:
         load = _get(d, "load_average", "start")
         note = (f"first step {first['median']:.3f}x ({first['min']:.3f}..{first['max']:.3f}); "
                 f"A/A control {aat['median']:.3f}x ({aat['min']:.3f}..{aat['max']:.3f}); " if aat else "")
-        rows.append(_row(f"whole run, eager {wl}: process CPU, system profile over unprofiled (paired runs)",
+        rows.append(_row(f"whole run, {d.get('label') or 'eager ' + wl}: process CPU, system profile over unprofiled"
+                         " (paired runs)",
                          f"{tot['median']:.3f}x ({tot['min']:.3f}..{tot['max']:.3f} over {tot['n']} runs; {note}"
                          f"load {load[0]:.1f})" if load else f"{tot['median']:.3f}x",
                          "", "whole run <= 1.02x; first step <= 1.10x",
-                         wr.get("command") or "python -m bench.whole_run --rounds 5 --before OTHER_CHECKOUT/src",
-                         "whole_run.json"))
+                         d.get("command") or wr.get("command")
+                         or "python -m bench.whole_run --rounds 5 --before OTHER_CHECKOUT/src", "whole_run.json"))
+        if d.get("date"):  # each workload is measured on its own
+            rows[-1]["measured"] = measured(d)
     io = results.get("import_order.json") or {}
     for c in ("numpy_first", "ne_first", "both_first"):
         d = _get(io, "configs", c)
@@ -456,7 +459,7 @@ def headline(results: dict[str, dict]) -> list[dict]:
     measured (``measured``), so the README can mark a figure older than the code."""
     rows = _capture_rows(results) + _other_rows(results)
     for r in rows:
-        if r.get("source") in results:
+        if r.get("source") in results and "measured" not in r:  # (a row may carry its own)
             r["measured"] = measured(results[r["source"]])
     return rows
 

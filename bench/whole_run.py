@@ -18,7 +18,12 @@ CPU time (every thread) split into phases:
 
 Workloads (``OMP_NUM_THREADS=1``): ``lstm`` -- a word-language-model LSTM (vocabulary 10k, 2
 layers of 200, bptt 35, batch 20, clipping and a hand-written SGD update); ``transformer`` -- a
-6-layer ``nn.TransformerEncoder`` (d 256, 4 heads, batch 8 x 64) with Adam.
+6-layer ``nn.TransformerEncoder`` (d 256, 4 heads, batch 8 x 64) with Adam; and the corpus of the
+trust issue (``bench/whole_run_programs.py``): ``cnn`` -- an MNIST-style convolutional net fed by
+a ``DataLoader`` with two worker processes, Adadelta; ``jax`` -- a ``jax.jit`` MLP with an SGD
+update; ``ddp`` -- a 2-rank ``torchrun`` (gloo) job, ``DistributedDataParallel`` over an MLP.  For
+``ddp`` the phases are rank 0's and ``total`` is the whole job (torchrun and both ranks: the
+parent's rusage of torchrun counts the ranks it waited for); ``exit`` is not split out.
 
 Configurations: ``plain`` and ``plain_aa`` (the A/A control: the same program, the spread two
 identical configurations show), ``system`` (``NEURON_RT_INSPECT_ENABLE=1``, this tree) and, with
@@ -46,16 +51,19 @@ import time
 
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import interleave  # noqa: E402
+from bench import interleave, whole_run_programs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-STEPS = {"lstm": 40, "transformer": 12}
+STEPS = {"lstm": 40, "transformer": 12, **whole_run_programs.STEPS}
+LABELS = {"lstm": "eager lstm", "transformer": "eager transformer", **whole_run_programs.LABELS}
 PHASES = ("startup", "import", "first", "second", "steady", "threads", "exit")
 
 
 def build(torch, workload: str):
     """The model and one training step of ``workload``."""
+    if workload in whole_run_programs.STEPS:
+        return whole_run_programs.build(torch, workload)
     nn = torch.nn
     torch.manual_seed(0)
     if workload == "lstm":
@@ -126,9 +134,12 @@ def interleave_native_tid() -> int:
 def worker(workload: str, steps: int) -> None:
     interleave.mark_start()
     c0 = time.process_time_ns()
-    import torch
+    if workload == "jax":
+        torch = None
+    else:
+        import torch
 
-    torch.set_num_threads(1)
+        torch.set_num_threads(1)
     step = build(torch, workload)
     c1 = time.process_time_ns()
     step()
@@ -141,6 +152,10 @@ def worker(workload: str, steps: int) -> None:
     r = {"startup_cpu_ns": c0, "import_ns": c1 - c0, "first_ns": c2 - c1, "second_ns": c3 - c2,
          "cpu_step_ns": (c4 - c3) / steps, "wall_step_ns": 0.0, "threads_ns": _other_threads_cpu_ns(),
          "end_cpu_ns": c4, "dynamo_imported": "torch._dynamo" in sys.modules}
+    if workload == "ddp":
+        r.pop("end_cpu_ns")  # the job's total is not this process's: no exit phase
+        if not whole_run_programs.ddp_finish():
+            return  # rank 1: rank 0 reports
     interleave.report(r)
 
 
@@ -181,9 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         worker(a.worker, a.steps)
         return 0
-    result: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    "commit": _commit(), "workloads": {},
-                    "command": "python -m bench.whole_run " + " ".join(argv if argv is not None else sys.argv[1:])}
+    # a run of some workloads keeps the others' figures (each workload carries its own date,
+    # commit and command)
+    result = _previous(a.out)
+    result.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), commit=_commit(),
+                  command="python -m bench.whole_run " + " ".join(argv if argv is not None else sys.argv[1:]))
     with tempfile.TemporaryDirectory(prefix="ne-whole-run-") as tmp:
         for wl in a.workloads.split(","):
             configs = ["plain", "system", "plain_aa"] + (["system_before"] if a.before else [])
@@ -192,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
             flops = {c: _flops(os.path.join(tmp, f"{wl}_{c}_0"),
                                a.before if c == "system_before" else os.path.join(ROOT, "src"))
                      for c in configs if c.startswith("system")}
-            result["workloads"][wl] = {"phases": _phases(got["runs"]), "load_average": got["load_average"],
+            result["workloads"][wl] = {"label": LABELS.get(wl, wl), "date": result["date"], "commit": result["commit"],
+                                       "command": result["command"],
+                                       "phases": _phases(got["runs"]), "load_average": got["load_average"],
                                        "failures": got["failures"], "flops": flops,
                                        "dynamo_imported": {c: [r and r["dynamo_imported"] for r in rs]
                                                            for c, rs in got["runs"].items()}}
@@ -207,6 +226,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _previous(path: str) -> dict:
+    """The results file as it is (its other workloads are kept), or a fresh one."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+        if isinstance(old, dict) and isinstance(old.get("workloads"), dict):
+            for d in old["workloads"].values():  # files written before workloads carried their own
+                if isinstance(d, dict):
+                    for k in ("date", "commit", "command"):
+                        d.setdefault(k, old.get(k))
+            return old
+    except (OSError, ValueError):
+        pass
+    return {"workloads": {}}
+
+
 def _job(wl: str, config: str, steps: int, tmp: str, before: str):
     def make(i: int):
         if config.startswith("system"):
@@ -217,7 +252,12 @@ def _job(wl: str, config: str, steps: int, tmp: str, before: str):
             env = interleave.clean_env()
         if config != "system_before":
             env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + ROOT
-        return [sys.executable, "-m", "bench.whole_run", "--worker", wl, "--steps", str(steps)], env
+        if wl == "jax":
+            env.update(whole_run_programs.jax_env())
+        argv = ["-m", "bench.whole_run", "--worker", wl, "--steps", str(steps)]
+        if wl == "ddp":
+            argv = whole_run_programs.torchrun_argv() + argv
+        return [sys.executable] + argv, env
     return make
 
 
@@ -229,6 +269,8 @@ def _phases(runs: dict) -> dict:
     for c, rs in runs.items():
         d: dict = {}
         for ph, k in keys.items():
+            if any(r is not None and k not in r for r in rs):
+                continue  # (ddp has no exit phase of its own)
             xs = [r[k] for r in rs if r is not None]
             pairs = [r[k] - b[k] for r, b in zip(rs, runs["plain"]) if r is not None and b is not None]
             ratios = [r[k] / b[k] for r, b in zip(rs, runs["plain"]) if r is not None and b is not None and b[k]]
@@ -244,6 +286,8 @@ def _print(wl: str, r: dict) -> None:
     for c, d in r["phases"].items():
         cells = []
         for ph in ("startup", "import", "first", "second", "steady", "threads", "exit", "total"):
+            if ph not in d:
+                continue
             x = d[ph]
             pr = x["paired_ratio"]
             cells.append(f"{ph} {x['median_ms']:.1f}" + (f" ({pr['median']:.3f} [{pr['min']:.2f}..{pr['max']:.2f}])"
