@@ -35,7 +35,7 @@ EVENT_OVERVIEW = "SystemProfileEventOverview"
 # tables written one process at a time, hive-partitioned: <Table>/instance=<id>/process=<pid>/part-<n>.parquet
 PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS, EVENT_SUMMARY)
 # tables written as one file each: <Table>.parquet
-SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES)
+SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES, EVENT_OVERVIEW)
 
 
 # Device memory over time (SystemProfileCounters, unit bytes): one counter per core and category
@@ -253,8 +253,7 @@ PENDING_MARKER = ".neuron-explorer-view.pending.json"
 
 # what an output of an earlier version (before the marker) holds at its top level
 LEGACY_ENTRIES = frozenset(PARTITIONED) | {table_file(t) for t in SINGLE_FILE}
-_TOP_FILES = (frozenset(table_file(t) for t in SINGLE_FILE)
-              | {MARKER, PENDING_MARKER, SUMMARY_FILE, table_file(EVENT_OVERVIEW)})
+_TOP_FILES = frozenset(table_file(t) for t in SINGLE_FILE) | {MARKER, PENDING_MARKER, SUMMARY_FILE}
 _PARTITION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^/]+$")  # hive: instance=<id>, process=<pid>
 
 

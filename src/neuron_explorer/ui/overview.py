@@ -158,15 +158,17 @@ def _rows(t: Any, h: dict[str, Any], part_of: list[int], n_parts: int) -> list[d
     want = np.zeros(len(part_of), dtype=np.int64)
     for i, (_, files) in enumerate(h["parts"]):
         want[i] = sum(fe[2] for fe in files)
-    if not (np.bincount(hp, weights=c["events"], minlength=len(part_of)).astype(np.int64) == want).all():
+    got = np.zeros(len(part_of), dtype=np.int64)
+    np.add.at(got, hp, c["events"])
+    if not (got == want).all():
         raise Unusable("its events do not add up to the events files' rows")
     cut = np.searchsorted(hp, np.arange(len(part_of) + 1))
     strs = {k: np.asarray(v[1], dtype=object)[v[0]] for k, v in codes.items()}
     cols = {"tid": c["thread_id"], "nc": c["nc_idx"], "src": strs["trace_event_source"], "name": strs["name"],
             "g": strs["event_group"], "b": c["bucket"], "c": c["events"], "s": s, "e": e, "d": c["total_ns"]}
     out: list[dict[str, np.ndarray]] = [{k: v[:0] for k, v in cols.items()} for _ in range(n_parts)]
-    for i, k in enumerate(part_of):
-        out[k] = {x: v[cut[i]:cut[i + 1]] for x, v in cols.items()}
+    for i, j in enumerate(part_of):
+        out[j] = {x: v[cut[i]:cut[i + 1]] for x, v in cols.items()}
     return out
 
 

@@ -123,7 +123,7 @@ def numpy_of(col: pa.Array | pa.ChunkedArray, dtype: type = np.int64) -> np.ndar
     """A primitive Arrow column without nulls as a numpy array of ``dtype``, from its buffers (Arrow's
     ``to_numpy`` imports pandas when it is installed: ~0.8 s on a cold open)."""
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
-    parts = []
+    parts: list[np.ndarray] = []
     for a in chunks:
         if a.null_count:
             raise ValueError("a column with nulls")
