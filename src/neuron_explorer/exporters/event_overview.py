@@ -81,7 +81,8 @@ def build(root: str) -> tuple[pa.Table, dict[str, Any]] | None:
             if not os.path.isfile(sm):
                 return None
             size, rows, lo, hi = events_file_facts(ev)
-            t = pq.read_table(sm, use_threads=False)  # many small files: threads cost more than they give
+            # (ParquetFile.read: read_table imports pandas, decision 0050; many small files: no threads)
+            t = pq.ParquetFile(sm).read(use_threads=False)
             meta = t.schema.metadata or {}
             if (int(meta.get(SUMMARY_EVENTS_BYTES.encode(), -1)) != size
                     or int(meta.get(SUMMARY_EVENTS_ROWS.encode(), -1)) != rows):
