@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from neuron_explorer.contracts.dataset import OVERVIEW_FORMAT, OVERVIEW_KEY, coarse_width, events_file_facts
-from neuron_explorer.util import arrays
 
 _INTS = ("part", "thread_id", "nc_idx", "bucket", "events", "first_start", "last_end", "total_ns")
 _STRS = ("trace_event_source", "name", "event_group")
@@ -134,6 +133,8 @@ def read(path: str, events_root: str,
 
 def _rows(t: Any, h: dict[str, Any], part_of: list[int], n_parts: int) -> list[dict[str, np.ndarray]]:
     """The table's rows checked (types, order, buckets, counts per process) and cut per process."""
+    from neuron_explorer.util import arrays  # (imports pyarrow: not at the server's start, decision 0054)
+
     if t.num_rows != h["rows"] or any(t.column(c).null_count for c in _INTS + _STRS):
         raise Unusable("its rows are damaged (count or nulls)")
     c = {k: arrays.numpy_of(t.column(k)) for k in _INTS}
