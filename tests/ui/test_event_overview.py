@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 import threading
 import time
 import zlib
@@ -33,7 +34,7 @@ from neuron_explorer.exporters import event_overview  # noqa: E402
 from neuron_explorer.ui import overview  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
 
-from ..fuzzing import budget, seed  # noqa: E402
+from ..fuzzing import budget, run_capped, seed  # noqa: E402
 from .test_cold_open import P, _queries, _until  # noqa: E402
 
 OV = table_file(EVENT_OVERVIEW)
@@ -240,3 +241,47 @@ def test_the_overview_merges_buckets_when_summaries_are_finer(tmp_path: Path) ->
         brute[k] = [(bk, len(v), min(a for a, _ in v), max(b for _, b in v), sum(b - a for a, b in v))
                     for bk, v in sorted(by.items())]
     assert got == brute
+
+
+_CAPPED_READ = """
+import sys
+from pathlib import Path
+from neuron_explorer.ui import overview, paths
+root = Path(sys.argv[2])
+parts = {}
+for inst, pid, f in paths.table_files(root.parent, root, "SystemProfileEvents"):
+    parts.setdefault((inst, pid), []).append(f)
+try:
+    rows, _ = overview.read(sys.argv[1], str(root / "SystemProfileEvents"), list(parts.items()))
+    print("used", sum(int(r["c"].sum()) for r in rows))
+except overview.Unusable as e:
+    print("refused", e)
+"""
+
+
+@pytest.mark.slow
+def test_the_overview_reader_under_a_memory_cap(ui_workspace: Path, tmp_path: Path) -> None:
+    """Mutated overviews read in a subprocess whose address space is capped at 1.5 GB: the reader
+    never sizes memory by a number from the file (it ends with an answer, not a MemoryError or a
+    crash), and says "used" only with every event of the profile counted."""
+    root = (ui_workspace / P).resolve()
+    want = sum(pq.read_metadata(f).num_rows for f in (root / EVENTS).rglob("*.parquet"))
+    data0 = (root / OV).read_bytes()
+    rnd = random.Random(seed(1420))
+    end = time.monotonic() + budget(15)
+    for i in range(64):
+        if i >= 8 and time.monotonic() > end:
+            break
+        data = bytearray(data0)
+        if i % 4 == 3:
+            data = data[: rnd.randrange(len(data))]
+        elif i:
+            for _ in range(rnd.randint(1, 8)):
+                data[rnd.randrange(len(data))] = rnd.randrange(256)
+        f = tmp_path / "ov.parquet"
+        f.write_bytes(bytes(data))
+        r = run_capped([sys.executable, "-c", _CAPPED_READ, str(f), str(root)], 1_500_000_000)
+        assert r.returncode == 0 and r.stdout.split()[0] in ("used", "refused"), (i, r.stdout, r.stderr[-800:])
+        if r.stdout.startswith("used"):
+            assert int(r.stdout.split()[1]) == want, i
+        assert i or r.stdout.startswith("used")  # the file as written is used
