@@ -309,6 +309,7 @@ def _fmt(v: float) -> str:
 
 
 _NDET, _MON, _UI = "python -m bench.ndet_bench", "python -m bench.monitor_bench", "python -m bench.ui_bench"
+_UI_512 = _UI + " --instances 64 --no-formats --results bench/results/ui_bench_20m_512.json"
 _NDET_I = "python bench/ndet_instructions.py"
 _NDET_ND = _NDET_I + (" --configs plain,ndet,ndet_nonan,ndet_stats --short 100 --long 300 --repeat 3"
                       " --out bench/results/ndet_instructions_ndet.json")
@@ -328,6 +329,10 @@ CURATED = (
     ("ui.json", "cold_open.first_paint_ms", "UI cold open, first paint", " ms", "< 2 s", _UI),
     ("ui.json", "cold_open.server_cpu_s_at_first_paint", "UI cold open, server CPU at the first paint", " CPU-s",
      "", _UI),
+    ("ui_bench_20m_512.json", "cold_open.first_paint_ms", "UI cold open at 512 ranks, first paint", " ms", "< 2 s",
+     _UI_512),
+    ("ui_bench_20m_512.json", "cold_open.server_cpu_s_at_first_paint", "UI cold open at 512 ranks, server CPU at "
+     "the first paint", " CPU-s", "", _UI_512),
     ("ndet_instructions_ndet.json", "ratio.ndet", "NDET with its default NaN/Inf check, instructions per step "
      "(compiled step)", "x", "<= 1.01x", _NDET_ND),
     ("ndet_instructions_ndet.json", "ratio.ndet_nonan", "NDET logging alone, instructions per step (compiled step)",

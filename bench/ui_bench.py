@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from neuron_explorer.contracts.dataset import EVENT_SUMMARY
-from neuron_explorer.exporters import event_summary
+from neuron_explorer.exporters import event_overview, event_summary
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "ui.json"
@@ -62,8 +62,9 @@ def write_store(out: Path, instances: int, per_instance: int, events: int, seed:
 
     ``straggler``: the rank whose executions take longer (150-190 us instead of 20-150 us of each 200 us
     step) and that enters every collective 30 us after the others: busier on its summary track, last
-    to arrive in the per-collective table. ``summary``: write the events summary `view` writes
-    (without: a workspace of an older `view`, whose first open scans the events)."""
+    to arrive in the per-collective table. ``summary``: write the events summaries and the events
+    overview `view` writes (without: a workspace of an older `view`, whose first open scans the
+    events)."""
     rng = np.random.default_rng(seed)
     ranks = instances * per_instance
     per = events // ranks
@@ -161,6 +162,8 @@ def write_store(out: Path, instances: int, per_instance: int, events: int, seed:
                            ("config_json", "{}")):
                 meta[key].append(v)
     pq.write_table(pa.table(meta), out / "ProfileMetadata.parquet")
+    if summary:  # what `view` writes once the processes are written: the summaries merged in one file
+        event_overview.write(str(out))
     return total
 
 

@@ -9,6 +9,7 @@ resource timings), for a breakdown.
 
     python -m bench.ui_cold --work /tmp/ui20m --events 20000000 --opens 3 --baseline-src /work/main/src
     python -m bench.ui_cold --work /tmp/ui20m --no-write --opens 3 --no-summary-too   # this tree only
+    python -m bench.ui_cold --work /tmp/ui512 --no-write --instances 64 --opens 3 --no-overview-too
 """
 
 from __future__ import annotations
@@ -65,9 +66,16 @@ def main() -> None:
                     help="another source tree's src/ to open the same profile with (repeatable), e.g. main's")
     ap.add_argument("--no-summary-too", action="store_true",
                     help="also open a copy of the profile without the events summary (an older view's workspace)")
+    ap.add_argument("--no-overview-too", action="store_true",
+                    help="also open a copy of the profile with the per-process summaries but without the events "
+                         "overview (a workspace of the view before decision 0142)")
+    ap.add_argument("--write-overview", action="store_true",
+                    help="with --no-write: add the events overview to a store written before it existed")
     ap.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args()
     from bench.ui_bench import write_store
+    from neuron_explorer.contracts.dataset import EVENT_OVERVIEW, table_file
+    from neuron_explorer.exporters import event_overview
 
     work = Path(args.work)
     ws = work / "workspace"
@@ -75,11 +83,19 @@ def main() -> None:
     if not args.no_write:
         shutil.rmtree(ws / name, ignore_errors=True)
         write_store(ws / name, args.instances, args.ranks_per_instance, args.events)
+    if args.write_overview and not (ws / name / table_file(EVENT_OVERVIEW)).is_file():
+        event_overview.write(str(ws / name))
     trees = [(f"baseline:{s}", Path(s), ws, name) for s in args.baseline_src] + [("this", REPO / "src", ws, name)]
+    if args.no_overview_too:  # the same events and summaries in a workspace of its own, without the overview
+        old = work / "workspace-nooverview"
+        if not (old / name).is_dir():
+            shutil.copytree(ws / name, old / name, ignore=shutil.ignore_patterns(table_file(EVENT_OVERVIEW)))
+        trees.append(("this, summaries only", REPO / "src", old, name))
     if args.no_summary_too:  # the same events in a workspace of its own, without the summary
         old = work / "workspace-nosummary"
         if not (old / name).is_dir():
-            shutil.copytree(ws / name, old / name, ignore=shutil.ignore_patterns("SystemProfileEventSummary"))
+            shutil.copytree(ws / name, old / name, ignore=shutil.ignore_patterns("SystemProfileEventSummary",
+                                                                                 table_file(EVENT_OVERVIEW)))
         trees.append(("this, no summary", REPO / "src", old, name))
     runs: dict[str, list[dict]] = {label: [] for label, *_ in trees}
     for i in range(args.opens):

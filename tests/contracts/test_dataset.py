@@ -31,7 +31,16 @@ def test_summary_buckets_are_at_least_a_microsecond_and_at_most_1024(span, shift
     assert max(span, 0) >> shift < ds.SUMMARY_MAX_BUCKETS
 
 
+@pytest.mark.parametrize("span,shift,width", [(0, 0, 1024), (1024 << 10, 0, 1024), ((1024 << 10) + 1, 0, 2048),
+                                              (3_124_753_104, 22, 1 << 22), (3_124_753_104, 10, 1 << 22),
+                                              (10**6, 25, 1 << 25)])
+def test_the_coarse_width_gives_at_most_1024_buckets_and_holds_whole_summary_buckets(span, shift, width):
+    assert ds.coarse_width(span, shift) == width
+    assert span / width <= ds.COARSE_BUCKETS and width % (1 << shift) == 0
+
+
 @pytest.mark.parametrize("rel,is_dir,foreign", [
+    (ds.table_file(ds.EVENT_OVERVIEW), False, False),
     (ds.MARKER, False, False), (ds.PENDING_MARKER, False, False), ("ProfileMetadata.parquet", False, False),
     (ds.EVENTS, True, False), (ds.EVENTS, False, True), ("ProfileMetadata.parquet", True, True),
     ("notes.txt", False, True), ("analysis", True, True),

@@ -19,7 +19,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from neuron_explorer.contracts.dataset import EVENT_SUMMARY, EVENTS  # noqa: E402
+from neuron_explorer.contracts.dataset import EVENT_OVERVIEW, EVENT_SUMMARY, EVENTS, table_file  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
 
 from .test_cold_open import P, _queries, _until  # noqa: E402
@@ -66,6 +66,7 @@ def _kills_duckdb(f: Path) -> bool:
 
 def _damaged_copy(ws: Path, dst: Path, table: str) -> Path:
     shutil.copytree(ws, dst)
+    (dst / P / table_file(EVENT_OVERVIEW)).unlink(missing_ok=True)  # the summaries' and events' fallbacks
     f = sorted((dst / P / table).rglob("*.parquet"))[0]
     _negative_chunk_size(f)
     if not _kills_duckdb(f):

@@ -19,7 +19,7 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from neuron_explorer.contracts.dataset import EVENT_SUMMARY, EVENTS  # noqa: E402
+from neuron_explorer.contracts.dataset import EVENT_OVERVIEW, EVENT_SUMMARY, EVENTS, table_file  # noqa: E402
 from neuron_explorer.exporters import event_summary  # noqa: E402
 from neuron_explorer.ui import ingest_summary  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
@@ -30,8 +30,11 @@ from .test_cold_open import P, _queries, _until  # noqa: E402
 WORKSPACE_MUTATIONS = 230  # what 30 s gave on an idle machine (0.13 CPU-s each; decision 0151)
 
 
-def _copy(src: Path, dst_ws: Path, keep_summary: bool = True) -> Path:
-    shutil.copytree(src, dst_ws / P, ignore=None if keep_summary else shutil.ignore_patterns(EVENT_SUMMARY))
+def _copy(src: Path, dst_ws: Path, keep_summary: bool = True, keep_overview: bool = False) -> Path:
+    """A copy of profile ``src``; without the events overview unless asked (these tests are about the
+    per-process summaries, which a cold open reads when the overview is not there)."""
+    drop = ([] if keep_summary else [EVENT_SUMMARY]) + ([] if keep_overview else [table_file(EVENT_OVERVIEW)])
+    shutil.copytree(src, dst_ws / P, ignore=shutil.ignore_patterns(*drop) if drop else None)
     return dst_ws
 
 

@@ -27,11 +27,15 @@ DEVICE_PROFILES = "DeviceProfiles"
 # per events file, the events counted per track key and time bucket: what a viewer draws before it has
 # read any event (docs/decisions/0054-ui-event-summary.md); written beside SystemProfileEvents
 EVENT_SUMMARY = "SystemProfileEventSummary"
+# one file for the whole profile: the events summaries merged at the bucket width a whole-profile view
+# draws (``coarse_width``), tied to every events file; a viewer's cold open reads it instead of one
+# summary per process (docs/decisions/0142-ui-event-overview.md). Written as <EVENT_OVERVIEW>.parquet
+EVENT_OVERVIEW = "SystemProfileEventOverview"
 
 # tables written one process at a time, hive-partitioned: <Table>/instance=<id>/process=<pid>/part-<n>.parquet
 PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS, EVENT_SUMMARY)
 # tables written as one file each: <Table>.parquet
-SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES)
+SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES, EVENT_OVERVIEW)
 
 
 # Device memory over time (SystemProfileCounters, unit bytes): one counter per core and category
@@ -65,6 +69,45 @@ def device_memory_counter(nc: int, category: str) -> str:
 SUMMARY_EVENTS_BYTES = "neuron_explorer.events_file_bytes"
 SUMMARY_EVENTS_ROWS = "neuron_explorer.events_file_rows"
 SUMMARY_MAX_BUCKETS = 1024  # per row group and key: a bucket width 2**shift >= 1 us giving at most this many
+
+
+OVERVIEW_KEY = "neuron_explorer.overview"  # the overview's footer: its JSON header (event_overview)
+OVERVIEW_FORMAT = 1
+COARSE_BUCKETS = 1024  # buckets over a whole profile: about one per pixel of a whole-profile view
+
+
+def coarse_width(span_ns: int, max_shift: int = 0) -> int:
+    """The bucket width of a whole-profile coarse picture: the smallest power of two (>= 1 us) giving
+    at most ``COARSE_BUCKETS`` buckets over ``span_ns``, and no narrower than the widest summary
+    bucket (``2**max_shift``), so that whole summary buckets merge into it exactly."""
+    w = 1 << 10
+    while span_ns / w > COARSE_BUCKETS:
+        w <<= 1
+    return max(w, 1 << int(max_shift))
+
+
+def events_file_facts(path: str) -> tuple[int, int, int | None, int | None]:
+    """(bytes, rows, earliest start_ts, latest end_ts) of an events file, from its footer alone: what
+    ties the events overview to it (None, None: some row group has no statistics for those
+    columns). Raises OSError or pyarrow's errors for a file that is not Parquet."""
+    import pyarrow.parquet as pq
+
+    size = os.stat(path).st_size
+    md = pq.read_metadata(path)
+    names = [md.schema.column(i).name for i in range(md.num_columns)]
+    if "start_ts" not in names or "end_ts" not in names:
+        return size, md.num_rows, None, None
+    i_s, i_e = names.index("start_ts"), names.index("end_ts")
+    lo: int | None = None
+    hi: int | None = None
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        a, b = rg.column(i_s).statistics, rg.column(i_e).statistics
+        if a is None or b is None or not a.has_min_max or not b.has_min_max:
+            return size, md.num_rows, None, None
+        lo = int(a.min) if lo is None else min(lo, int(a.min))
+        hi = int(b.max) if hi is None else max(hi, int(b.max))
+    return size, md.num_rows, lo, hi
 
 
 def summary_shift(span_ns: int) -> int:
@@ -186,6 +229,15 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("bucket", "start_ts >> shift"), ("events", "events of this key starting in the bucket"),
         ("first_start", "earliest start_ts"), ("last_end", "latest end_ts"),
         ("total_ns", "sum of durations"), ("max_ns", "longest duration"),
+    ],
+    EVENT_OVERVIEW: [
+        ("part", "index of the process directory in the footer's JSON (neuron_explorer.overview)"),
+        ("thread_id", "as in SystemProfileEvents"), ("nc_idx", "as in SystemProfileEvents (-1: none)"),
+        ("trace_event_source", "as in SystemProfileEvents ('': none)"), ("name", "event name"),
+        ("event_group", "as in SystemProfileEvents ('': none)"),
+        ("bucket", "(start_ts - base) // width, base and width in the footer"),
+        ("events", "events of this key starting in the bucket"), ("first_start", "earliest start_ts"),
+        ("last_end", "latest end_ts"), ("total_ns", "sum of durations"),
     ],
 }
 

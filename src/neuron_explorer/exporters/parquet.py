@@ -13,6 +13,7 @@ the real values.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -40,9 +41,10 @@ from neuron_explorer.contracts.dataset import (
 )
 from neuron_explorer.contracts.env import parquet_writer
 from neuron_explorer.contracts.tracks import session_name
-from neuron_explorer.exporters import event_summary
+from neuron_explorer.exporters import event_overview, event_summary
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
+from neuron_explorer.util.log import get_logger
 from neuron_explorer.util.names import safe_component
 
 if TYPE_CHECKING:
@@ -476,7 +478,20 @@ def write_tables(root: str, pieces: list[Piece], warnings: list[tuple[str, str]]
         write_rows(name, [r for p in pieces for r in p.tables.get(name, [])])
     write_rows(WARNINGS, [{"message": m, "path": p} for m, p in warnings])
     write_rows(DEVICE_PROFILES, [r for p in pieces for r in p.tables.get(DEVICE_PROFILES, [])])
+    _write_overview(root)
     dataset.write_marker(root)
+
+
+def _write_overview(root: str) -> None:
+    """The viewer's events overview (``event_overview``): an optional speed-up of its first paint, so
+    one that cannot be made is left out (the viewer reads the per-process summaries instead) and
+    never fails the run."""
+    try:
+        event_overview.write(root)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        get_logger(__name__).debug(f"no events overview for {root}: {str(e).splitlines()[:1]}")
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(root, dataset.table_file(dataset.EVENT_OVERVIEW)))
 
 
 def assemble(path: str, pieces: list[Piece], run: RunInfo) -> None:

@@ -19,6 +19,8 @@ the Parquet dataset, never a capture. Modules, from the request inwards:
 - ``device``: device profiles and their windows.
 - ``index`` / ``index_build``: the window index (queries / building).
 - ``background``: the preparations and index builds running in threads, waited for at shutdown.
+- ``overview``: ``view``'s events overview, what a cold open paints from first (then the per-process
+  summaries, ``ingest_summary``, then the events, ``coarse``).
 - ``paths``: confinement of every path to the workspace; ``sql``: DuckDB helpers.
 
 Submodules are imported on use (the package itself loads nothing: ``view`` imports ``ui.paths``
@@ -26,5 +28,5 @@ without Starlette installed).
 """
 
 __all__ = ["app", "area", "busy", "compare_page", "device", "flows", "index", "index_build", "insights_page",
-           "params", "paths", "profile", "queries",
+           "overview", "params", "paths", "profile", "queries",
            "rows", "search", "server", "sql", "wire", "workspace"]

@@ -19,19 +19,17 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from neuron_explorer.contracts.dataset import coarse_width
 from neuron_explorer.ui.index import PyramidLevels
 from neuron_explorer.ui.sql import files_sql
 
-COARSE_BUCKETS = 1024  # buckets over the profile: ~1 per pixel of a whole-profile view
 LEVEL = 0  # the coarse object has one level
 
 
 def bucket_width(extent: int) -> int:
-    """A power of two (>= 1 us) giving at most ``COARSE_BUCKETS`` buckets over ``extent`` ns."""
-    w = 1 << 10
-    while extent / w > COARSE_BUCKETS:
-        w <<= 1
-    return w
+    """A power of two (>= 1 us) giving at most ``COARSE_BUCKETS`` buckets over ``extent`` ns (the
+    dataset contract's rule: ``view``'s events overview is made at the same width)."""
+    return coarse_width(extent)
 
 
 def extent(con: duckdb.DuckDBPyConnection, files: list[str]) -> tuple[int, int, int] | None:

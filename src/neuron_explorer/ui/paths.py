@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -78,10 +79,13 @@ def table_files(workspace: Path, profile_dir: Path, table: str) -> list[tuple[st
     the workspace is left out, so a planted symlink cannot make a query read it.
     """
     root = workspace.resolve()
-    base = profile_dir / table
+    base = (profile_dir / table).resolve()
     out: list[tuple[str, int, str]] = []
-    if not base.is_dir():
+    if not base.is_dir() or not inside(root, base):
         return out
+    # the walk follows no link, so the directories under ``base`` (resolved, inside) are real and
+    # inside too: only a file that is a link needs resolving (every file resolved cost ~0.3 ms each,
+    # 0.45 s of a 512-process cold open)
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
         dirnames.sort()
         rel = Path(dirpath).relative_to(base)
@@ -90,9 +94,18 @@ def table_files(workspace: Path, profile_dir: Path, table: str) -> list[tuple[st
         for f in sorted(filenames):
             if not f.endswith(".parquet"):
                 continue
-            full = Path(dirpath) / f
-            real = full.resolve()
-            if not inside(root, real) or not real.is_file():
+            full = os.path.join(dirpath, f)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                real = Path(full)
+            elif stat.S_ISLNK(st.st_mode):
+                real = Path(full).resolve()
+                if not inside(root, real) or not real.is_file():
+                    continue
+            else:
                 continue
             try:
                 pid = int(parts.get("process", "-1"))

@@ -42,6 +42,7 @@ from neuron_explorer.contracts.dataset import (
     COUNTERS,
     DEVICE_EVENTS,
     DEVICE_PROFILES,
+    EVENT_OVERVIEW,
     EVENT_SUMMARY,
     EVENTS,
     METADATA,
@@ -49,10 +50,11 @@ from neuron_explorer.contracts.dataset import (
     WARNINGS,
     table_file,
 )
-from neuron_explorer.ui import background, coarse, index, index_build, ingest_summary, paths
+from neuron_explorer.ui import background, coarse, index, index_build, ingest_summary, overview, paths
 from neuron_explorer.ui.params import one_line
 from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
+from neuron_explorer.util.log import get_logger
 
 RAW_BUDGET = 60_000  # read events directly below this estimate; use the pyramid above
 FIRST_PAINT_GRACE_S = 3.0  # a cold open's index build waits at most this long for the first coarse answer
@@ -138,8 +140,10 @@ class Profile:
         self.coarse_min_events = coarse_min_events
         self.first_paint = threading.Event()  # set once a coarse window or busy answer went out
         # what the tracks and the first paint were read from: "index" (the cache), "summary" (what view
-        # wrote beside the events), "events" (a scan), "events+summary" (some processes each way), "none"
+        # wrote beside the events), "overview" (the one file view wrote for the whole profile), "events" (a
+        # scan), "events+summary" (some processes each way), "none"
         self.first_paint_from = "index"
+        self.overview_problem: str | None = None  # why the events overview was not used (one line)
         self._prepare()
 
     def wait_index(self) -> "Profile":
@@ -240,7 +244,7 @@ class Profile:
         try:
             return index.EventIndex.cached(cache, self._build_index)
         except ValueError:
-            if "summary" not in self.first_paint_from:
+            if self.first_paint_from == "events":
                 raise
         self._set_leaves(*self._scan_leaves(use_summary=False))
         self._set_extent()
@@ -310,6 +314,9 @@ class Profile:
         self.first_paint_from = "none"
         if not self.ev_files:
             return [], None
+        got_ov = self._from_overview() if use_summary else None
+        if got_ov is not None:
+            return got_ov
         with ingest_summary.Scratch() as db:  # one database for this open's reads of summaries
             got, summarised, ext = self._from_summaries(db, use_summary)
         if ext is None:
@@ -328,6 +335,28 @@ class Profile:
         got.sort(key=lambda x: x[0][:6])
         leaves = [Leaf(i, *r) for i, (r, _) in enumerate(got)]
         return leaves, coarse.build(got, ext[0], w)
+
+    def _from_overview(self) -> tuple[list[Leaf], "coarse.CoarseLevel"] | None:
+        """The leaf table and the coarse level from the events overview ``view`` wrote for the whole
+        profile (one file), when it is there and passes every check; None otherwise, after one
+        warning when it is there but unusable (``overview``)."""
+        f = paths.single_file(self.workspace, self.dir, table_file(EVENT_OVERVIEW))
+        if f is None:
+            return None
+        parts = list(self._parts().items())
+        try:
+            rows, ext = overview.read(f, str(Path(f).parent / EVENTS), parts)
+        except overview.Unusable as e:
+            self.overview_problem = f"the events overview of {self.name} is not used: {e}"
+            get_logger(__name__).warning(f"neuron-explorer: {self.overview_problem}")
+            return None
+        got: list = []
+        for (key, _), cols in zip(parts, rows):
+            got.extend(coarse.split_part(*key, cols, ext[2]))
+        got.sort(key=lambda x: x[0][:6])
+        self.first_paint_from = "overview"
+        self.progress.step("scanning events", len(parts), len(parts))
+        return [Leaf(i, *r) for i, (r, _) in enumerate(got)], coarse.build(got, ext[0], ext[3])
 
     def _from_summaries(self, db: "ingest_summary.Scratch", use_summary: bool) -> tuple[list, list[int], tuple | None]:
         """The coarse rows of the processes whose summaries are their events', the indices of those
