@@ -19,6 +19,13 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
   the median step, both measured here (docs/summary.md, ``optimizer_share``).
 * ``hostbound``: the host spins ``COST_MS`` between the forward and the backward, outside any
   recorded region (Python work in the step); the injected cost is the spin, measured.
+* ``cpusat``: two ranks (gloo) that all-reduce their loss after each step; rank 1 starts a
+  thread that keeps a CPU busy with matrix products (GIL released) for the whole run.  Each rank
+  makes a session of its own (with Linux's autogroup, the scheduler shares the CPU between
+  sessions first: each rank has its own share, as in a container of its own, and the thread
+  takes from its rank's share, not the machine's).  The injected cost is what the program
+  measures: rank 1's median own time per step (its wall time but the all-reduce) minus rank 0's; it
+  also prints each rank's process CPU % over the steps (``CPU_PCT``): decision 0140.
 * ``exposed``: two ranks without DDP all-reduce ``EXPOSED_FLOATS`` floats after the backward, with
   nothing to overlap it; the injected cost is the all-reduce's median time, measured.
 """
@@ -201,7 +208,61 @@ def exposed(steps: int) -> None:
     dist.destroy_process_group()
 
 
-EXTRA = {"buckets": buckets, "optimizer": optimizer, "hostbound": hostbound, "exposed": exposed}
+def cpusat(steps: int) -> None:
+    import os
+    import threading
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:  # a session of its own: Linux's autogroup then shares the CPU between sessions first
+        os.setsid()
+    except OSError:  # (already a session leader)
+        pass
+    if rank == 1:  # its threads on one CPU: the thread takes from its rank's share, wherever it runs
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 8))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = torch.randn(256, 256), torch.randn(256, 8)
+    stop = threading.Event()
+
+    def burn() -> None:  # another workload in the rank's process: products that release the GIL
+        a = torch.randn(192, 192)
+        while not stop.is_set():
+            torch.mm(a, a)
+
+    if rank == 1:
+        threading.Thread(target=burn, name="burner", daemon=True).start()
+    own = []
+    cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
+    last, waited = time.perf_counter_ns(), 0
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()
+        end = time.perf_counter_ns()
+        own.append(end - last - waited)  # (a step ends where its optimizer step ends: docs/summary.md)
+        last = end
+        # the ranks agree on the loss every step: one small all-reduce, which waits for the slower
+        # rank (a gradients' all-reduce would add gloo's transfer, exposed, to every step)
+        dist.all_reduce(loss.detach())
+        waited = time.perf_counter_ns() - end
+    pct = 100.0 * (time.process_time_ns() - cpu0) / (time.perf_counter_ns() - wall0)
+    stop.set()
+    mine = torch.tensor([float(_median(own)), pct], dtype=torch.float64)
+    every = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(every, mine)
+    if rank == 0:
+        print(f"INJECTED_NS {int(every[1][0] - every[0][0])}")
+        print(f"OWN_NS {[int(e[0]) for e in every]} CPU_PCT {[round(float(e[1])) for e in every]}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+EXTRA = {"buckets": buckets, "cpusat": cpusat, "optimizer": optimizer, "hostbound": hostbound, "exposed": exposed}
 
 
 def recompile(net, opt, steps: int) -> None:
