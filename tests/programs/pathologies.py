@@ -15,8 +15,9 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
   all-reduce (``LAYERS`` x 2 per step); the injected cost is measured after the training loop: the
   same steps with DDP's default buckets, median step time of each, the difference.
 * ``optimizer``: a deep stack of small layers stepped by Adam without its foreach path (a Python
-  loop over the parameters); the expected impact is the optimizer's median time beyond 10% of
-  the median step, both measured here (docs/summary.md, ``optimizer_share``).
+  loop over the parameters); the expected impact is the optimizer's time beyond 10% of
+  the median step, both measured here (docs/summary.md, ``optimizer_share``; the optimizer's
+  time is the lower quartile of its steps, as the rule takes it).
 * ``hostbound``: the host spins ``COST_MS`` between the forward and the backward, outside any
   recorded region (Python work in the step); the injected cost is the spin, measured.
 * ``cpusat``: two ranks (gloo) that all-reduce their loss after each step; rank 1 starts a
@@ -147,6 +148,15 @@ def _median(xs: list) -> int:
     return xs[len(xs) // 2]
 
 
+def _quartile(xs: list) -> float:
+    """The lower quartile after the first (numpy's linear interpolation), as the rule takes the
+    optimizer's time."""
+    xs = sorted(xs[1:])
+    at = 0.25 * (len(xs) - 1)
+    lo = int(at)
+    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (at - lo)
+
+
 def optimizer(steps: int) -> None:
     torch.manual_seed(0)
     net = nn.Sequential(*[nn.Linear(16, 16) for _ in range(48)])
@@ -163,7 +173,7 @@ def optimizer(steps: int) -> None:
         in_opt.append(t1 - t0)
         step.append(t1 - last)
         last = t1
-    print(f"INJECTED_NS {int(_median(in_opt) - 0.1 * _median(step))}")
+    print(f"INJECTED_NS {int(_quartile(in_opt) - 0.1 * _median(step))}")
 
 
 def hostbound(steps: int) -> None:
