@@ -89,7 +89,8 @@ def test_recompiling_every_step(tmp):
 def test_one_rank_computes_slower(tmp):
     doc, injected = _capture(tmp, "straggler", 16, nproc=2)
     top = _top(doc)
-    assert top["id"] == "straggler" and injected
+    # (the excess own time the program measured: at least most of its 30 ms spin, more under load)
+    assert top["id"] == "straggler" and injected and injected >= 0.75 * 30e6, injected
     assert top["evidence"]["ranks"] == [1] and top["evidence"]["figures"]["cause"] == "compute_own_ns"
     assert "rank 1" in top["title"] and "compute" in top["title"]
     _within(top["impact_ns_per_step"], injected)

@@ -8,9 +8,11 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
 * ``dataloader``: the dataset sleeps ``COST_MS`` per batch (a slow input pipeline).
 * ``recompile``: ``torch.compile`` on an input whose shape changes every step; the injected cost is
   measured here (a new shape's call minus a known shape's call, mean).
-* ``straggler``: rank 1's forward busy-waits ``STRAGGLER_MS`` (a slower device) under DDP (gloo);
-  larger than ``COST_MS`` so that a loaded host's scheduling noise (a few ms on either rank) stays
-  well inside the test's 25%.
+* ``straggler``: two ranks (gloo) all-reduce their gradients after the backward; rank 1's forward
+  busy-waits ``STRAGGLER_MS`` (a slower device).  The injected cost is what the program measures:
+  rank 1's median own time per step (its wall time but the all-reduce) minus rank 0's (on a
+  loaded host more than ``STRAGGLER_MS``: the rank that spun is descheduled more, and its other
+  work slows too).
 * ``buckets``: DDP (gloo) with ``bucket_cap_mb`` so small that every gradient is its own
   all-reduce (``LAYERS`` x 2 per step); the injected cost is measured after the training loop: the
   same steps with DDP's default buckets, median step time of each, the difference.
@@ -78,20 +80,11 @@ class Net(nn.Module):
 
 
 def train(mode: str, steps: int) -> None:
-    dist = None
-    rank = 0
     if mode in EXTRA:
         return EXTRA[mode](steps)
-    if mode == "straggler":
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        rank = dist.get_rank()
     torch.manual_seed(0)
-    net = Net(STRAGGLER_MS if mode == "straggler" and rank == 1 else 0.0)
+    net = Net()
     model = net
-    if dist is not None:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Data(8 * steps, mode == "dataloader"), batch_size=8)
     if mode == "recompile":
@@ -103,12 +96,52 @@ def train(mode: str, steps: int) -> None:
         opt.step()
     if mode == "dataloader":
         print(f"INJECTED_NS {sorted(SLEPT)[len(SLEPT) // 2]}")
-    elif mode == "straggler" and rank == 0:
-        print(f"INJECTED_NS {int(STRAGGLER_MS * 1e6)}")
-    if dist is not None:
-        dist.barrier()
-        del model
-        dist.destroy_process_group()
+
+
+def straggler(steps: int) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    net = Net(STRAGGLER_MS if rank == 1 else 0.0)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = torch.randn(8, 32), torch.randn(8, 4)
+    own = []
+    last = time.perf_counter_ns()
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.mse_loss(net(x), y).backward()
+        t0 = time.perf_counter_ns()
+        flat = torch.cat([q.grad.reshape(-1) for q in net.parameters()])
+        dist.all_reduce(flat)  # (waits for the slower rank)
+        t1 = time.perf_counter_ns()
+        i = 0
+        for q in net.parameters():
+            q.grad.copy_(flat[i:i + q.numel()].view_as(q) / dist.get_world_size())
+            i += q.numel()
+        opt.step()
+        end = time.perf_counter_ns()
+        own.append(end - last - (t1 - t0))  # (a step ends where its optimizer step ends)
+        last = end
+    _print_own_excess(dist, own)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _print_own_excess(dist, own: list, *extra: float) -> None:
+    """Rank 0 prints rank 1's median own time per step minus its own (``INJECTED_NS``), both
+    (``OWN_NS``), and each rank's ``extra`` figure (``CPU_PCT``)."""
+    world = dist.get_world_size()
+    mine = torch.tensor([float(_median(own)), *extra], dtype=torch.float64)
+    every = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(every, mine)
+    if dist.get_rank() == 0:
+        print(f"INJECTED_NS {int(every[1][0] - every[0][0])}")
+        line = f"OWN_NS {[int(e[0]) for e in every]}"
+        if extra:
+            line += f" CPU_PCT {[round(float(e[1])) for e in every]}"
+        print(line)
 
 
 def buckets(steps: int) -> None:
@@ -225,7 +258,7 @@ def cpusat(steps: int) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     try:  # a session of its own: Linux's autogroup then shares the CPU between sessions first
         os.setsid()
     except OSError:  # (already a session leader)
@@ -262,17 +295,13 @@ def cpusat(steps: int) -> None:
         waited = time.perf_counter_ns() - end
     pct = 100.0 * (time.process_time_ns() - cpu0) / (time.perf_counter_ns() - wall0)
     stop.set()
-    mine = torch.tensor([float(_median(own)), pct], dtype=torch.float64)
-    every = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-    dist.all_gather(every, mine)
-    if rank == 0:
-        print(f"INJECTED_NS {int(every[1][0] - every[0][0])}")
-        print(f"OWN_NS {[int(e[0]) for e in every]} CPU_PCT {[round(float(e[1])) for e in every]}")
+    _print_own_excess(dist, own, pct)
     dist.barrier()
     dist.destroy_process_group()
 
 
-EXTRA = {"buckets": buckets, "cpusat": cpusat, "optimizer": optimizer, "hostbound": hostbound, "exposed": exposed}
+EXTRA = {"straggler": straggler, "buckets": buckets, "cpusat": cpusat, "optimizer": optimizer, "hostbound": hostbound,
+         "exposed": exposed}
 
 
 def recompile(net, opt, steps: int) -> None:
