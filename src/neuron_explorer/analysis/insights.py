@@ -656,14 +656,15 @@ def _exposed(procs: list[dict], memo: dict) -> dict | None:
 # typically keeps (the impact is the time above it: what such an optimizer would give back)
 OPTIMIZER_SHARE_MIN = 0.25
 OPTIMIZER_SHARE_TYPICAL = 0.10
-OPTIMIZER_QUANTILE = 25  # (percent) the optimizer's time: what it takes when nothing preempts it
+OPTIMIZER_QUANTILE = 25  # (percent) the optimizer's and the step's time: what they take when nothing preempts them
 
 
 def _optimizer_share(procs: list[dict], memo: dict) -> dict | None:
-    """The optimizer's time is the lower quartile of its steady steps' (``OPTIMIZER_QUANTILE``),
-    the step's the median: an optimizer without a foreach path is a Python loop of small ops,
-    which a loaded host's scheduler preempts in some steps, adding milliseconds that a fused
-    optimizer would not give back (decision 0141)."""
+    """The optimizer's time and the step's are the lower quartiles of the steady steps'
+    (``OPTIMIZER_QUANTILE``): what they take when the scheduler does not preempt them.  An
+    optimizer without a foreach path is a Python loop of small ops, which a loaded host preempts
+    in many steps for whole time slices, milliseconds that a fused optimizer would not give back
+    (decision 0141)."""
     vals, shares, hits, total, per = [], [], 0, 0, []
     for p in procs:
         k = _steady(p)
@@ -675,7 +676,7 @@ def _optimizer_share(procs: list[dict], memo: dict) -> dict | None:
         per.append((int(big.sum()), len(opt)))
         hits += int(big.sum())
         total += len(opt)
-        cost, step = float(np.percentile(opt, OPTIMIZER_QUANTILE)), _med(wall)
+        cost, step = float(np.percentile(opt, OPTIMIZER_QUANTILE)), float(np.percentile(wall, OPTIMIZER_QUANTILE))
         shares.append(cost / step if step > 0 else 0.0)
         vals.append(max(cost - OPTIMIZER_SHARE_TYPICAL * step, 0.0))
     if not vals or _med(shares) < OPTIMIZER_SHARE_MIN:
