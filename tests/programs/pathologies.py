@@ -10,7 +10,7 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
   measured here (a new shape's call minus a known shape's call, mean).
 * ``straggler``: two ranks (gloo) all-reduce their gradients after the backward; rank 1's forward
   busy-waits ``STRAGGLER_MS`` (a slower device).  The injected cost is what the program measures:
-  rank 1's median own time per step (its wall time but the all-reduce) minus rank 0's (on a
+  the median over steps of rank 1's own time (its wall time but the all-reduce) minus rank 0's (on a
   loaded host more than ``STRAGGLER_MS``: the rank that spun is descheduled more, and its other
   work slows too).
 * ``buckets``: DDP (gloo) with ``bucket_cap_mb`` so small that every gradient is its own
@@ -27,7 +27,8 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
   makes a session of its own (with Linux's autogroup, the scheduler shares the CPU between
   sessions first: each rank has its own share, as in a container of its own, and the thread
   takes from its rank's share, not the machine's).  The injected cost is what the program
-  measures: rank 1's median own time per step (its wall time but the all-reduce) minus rank 0's; it
+  measures: the median over steps of rank 1's own time (its wall time but the all-reduce) minus
+  rank 0's; it
   also prints each rank's process CPU % over the steps (``CPU_PCT``): decision 0140.
 * ``exposed``: two ranks without DDP all-reduce ``EXPOSED_FLOATS`` floats after the backward, with
   nothing to overlap it; the injected cost is the all-reduce's median time, measured.
@@ -111,7 +112,7 @@ def straggler(steps: int) -> None:
     net = Net(STRAGGLER_MS if rank == 1 else 0.0)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     x, y = torch.randn(8, 32), torch.randn(8, 4)
-    own = []
+    own, waits = [], []
     last = time.perf_counter_ns()
     for _ in range(steps):
         opt.zero_grad()
@@ -127,24 +128,28 @@ def straggler(steps: int) -> None:
         opt.step()
         end = time.perf_counter_ns()
         own.append(end - last - (t1 - t0))  # (a step ends where its optimizer step ends)
+        waits.append(t1 - t0)
         last = end
-    _print_own_excess(dist, own)
+    _print_own_excess(dist, own, waits)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _print_own_excess(dist, own: list, *extra: float) -> None:
-    """Rank 0 prints rank 1's median own time per step minus its own (``INJECTED_NS``), both
-    (``OWN_NS``), and each rank's ``extra`` figure (``CPU_PCT``)."""
-    world = dist.get_world_size()
-    mine = torch.tensor([float(_median(own)), *extra], dtype=torch.float64)
+def _print_own_excess(dist, own: list, waits: list, *extra: float) -> None:
+    """Rank 0 prints what rank 0 waited for rank 1 per step: the median over the steps after the
+    first of rank 1's own time beyond rank 0's, at most rank 0's time in the all-reduce
+    (``INJECTED_NS``: the straggler rule's statistic, docs/summary.md), each rank's median own
+    time (``OWN_NS``) and its ``extra`` figure (``CPU_PCT``)."""
+    world, n = dist.get_world_size(), len(own)
+    mine = torch.tensor([*map(float, own), *map(float, waits), *extra], dtype=torch.float64)
     every = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]
     dist.all_gather(every, mine)
     if dist.get_rank() == 0:
-        print(f"INJECTED_NS {int(every[1][0] - every[0][0])}")
-        line = f"OWN_NS {[int(e[0]) for e in every]}"
+        saved = [min(max(float(every[1][i] - every[0][i]), 0.0), float(every[0][n + i])) for i in range(n)]
+        print(f"INJECTED_NS {int(_median(saved))}")
+        line = f"OWN_NS {[int(_median(e[:n].tolist())) for e in every]}"
         if extra:
-            line += f" CPU_PCT {[round(float(e[1])) for e in every]}"
+            line += f" CPU_PCT {[round(float(e[2 * n])) for e in every]}"
         print(line)
 
 
@@ -282,7 +287,7 @@ def cpusat(steps: int) -> None:
 
     if rank == 1:
         threading.Thread(target=burn, name="burner", daemon=True).start()
-    own = []
+    own, waits = [], []
     cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
     last, waited = time.perf_counter_ns(), 0
     for _ in range(steps):
@@ -292,6 +297,7 @@ def cpusat(steps: int) -> None:
         opt.step()
         end = time.perf_counter_ns()
         own.append(end - last - waited)  # (a step ends where its optimizer step ends: docs/summary.md)
+        waits.append(waited)
         last = end
         # the ranks agree on the loss every step: one small all-reduce, which waits for the slower
         # rank (a gradients' all-reduce would add gloo's transfer, exposed, to every step)
@@ -299,7 +305,7 @@ def cpusat(steps: int) -> None:
         waited = time.perf_counter_ns() - end
     pct = 100.0 * (time.process_time_ns() - cpu0) / (time.perf_counter_ns() - wall0)
     stop.set()
-    _print_own_excess(dist, own, pct)
+    _print_own_excess(dist, own, waits, pct)
     dist.barrier()
     dist.destroy_process_group()
 
