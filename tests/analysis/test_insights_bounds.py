@@ -94,3 +94,31 @@ def test_a_small_straggler_needs_enough_steady_steps_to_stand_out_of_their_sprea
     top = many["insights"][0]
     assert top["id"] == "straggler" and top["evidence"]["ranks"] == [1]
     assert abs(top["impact_ns_per_step"] - 600_000) < 1000
+
+
+def test_the_sign_test_asks_more_steps_than_chance_gives():
+    """A finding that noise can produce must show in more steady steps than a coin would
+    (docs/summary.md, "Sign test"): a 2-rank straggler late in every one of 5 steady steps is not
+    named (p = 2/32), in 6 it is (2/64); a data-loading cost in 3 of 5 steps is not, in 5 of 5 it
+    is; a compile in one step of five is (not tested: a compile is no noise)."""
+    def straggler(n: int) -> dict:
+        return insights.analyse([_proc(r, n, None, slow_own=900_000 if r == 1 else 0) for r in range(2)])
+
+    few, enough = straggler(6), straggler(7)
+    assert "straggler" not in [i["id"] for i in few["insights"]]
+    top = enough["insights"][0]
+    assert top["id"] == "straggler" and abs(top["confidence"]["p_value"] - 2 / 64) < 1e-3
+    assert enough["noise_threshold"]["alpha"] == insights.ALPHA
+
+    def one(col: str, steps_with: list[int]) -> list[dict]:
+        p = _proc(0, 6, None)
+        for j in steps_with:
+            p[col][j] = 1_000_000
+        return insights.analyse([p])["insights"]
+
+    assert [i["id"] for i in one("data_loading_ns", [1, 3, 5])] == []
+    found = one("data_loading_ns", [1, 2, 3, 4, 5])
+    assert [i["id"] for i in found] == ["data_loading"] and abs(found[0]["confidence"]["p_value"] - 1 / 32) < 1e-3
+    found = one("compile_ns", [3])
+    assert [i["id"] for i in found] == ["recompilation"] and found[0]["confidence"]["p_value"] is None
+    assert insights._sign_p(12, 15) <= insights.ALPHA < insights._sign_p(11, 15)

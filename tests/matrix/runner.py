@@ -221,15 +221,21 @@ def summarize_capture(root: Path) -> dict:
 
 def view_summary(root: Path) -> dict:
     """What ``neuron-explorer view --output-format summary-json`` says of the capture: exit status,
-    stderr, warnings, and per process (by pid) its executions and numerical errors."""
+    stderr, warnings, its insights (with their figures) and noise threshold, and per process (by
+    pid) its executions and numerical errors."""
     out = root.parent / "summary.json"
     p = subprocess.run([sys.executable, "-m", "neuron_explorer", "view", "-d", str(root), "--output-format",
                         "summary-json", "--output-file", str(out)], capture_output=True, text=True, timeout=120,
                        env=base_env(root.parent))
-    res: dict = {"returncode": p.returncode, "stderr": p.stderr[-3000:], "processes": {}, "warnings": None}
+    res: dict = {"returncode": p.returncode, "stderr": p.stderr[-3000:], "processes": {}, "warnings": None,
+                 "insights": None}
     if p.returncode in (0, 1) and out.exists():
         doc = json.loads(out.read_text())
         res["warnings"] = doc.get("warnings")
+        res["insights"] = [{k: i.get(k) for k in ("id", "title", "impact_ns_per_step", "confidence")}
+                           | {"figures": (i.get("evidence") or {}).get("figures")} for i in doc.get("insights", [])]
+        res["noise_threshold"] = doc.get("noise_threshold")
+        res["steady_steps"] = ((doc.get("steps") or {}).get("variation") or {}).get("steady_steps")
         for prof in doc.get("profiles", []):
             cores = prof.get("cores", [])
             res["processes"][str(prof["pid"])] = {

@@ -9,11 +9,14 @@ and ``noise_threshold`` keys of summary-json (docs/summary.md).
 Each insight estimates the time a step would save without its cause, from the figures of the
 steady steps (every step but a process's first when it has three or more), and is reported only
 above the noise threshold (``NOISE_SHARE`` of the median step, ``NOISE_MIN_NS``, and twice the
-standard error of a steady step's time: ``_step_noise_ns``).
+standard error of a steady step's time: ``_step_noise_ns``) and, for a rule whose per-step figure a
+loaded host's scheduling can produce, only when it shows in more steps than chance would give
+(``ALPHA``, a sign test: ``_sign_p``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -21,10 +24,12 @@ import numpy as np
 
 from neuron_explorer.analysis.steps import BREAKDOWN, FIGURE_AT_MOST
 
-__all__ = ["NOISE_MIN_NS", "NOISE_SHARE", "PEAKS", "analyse", "measure_peak_flops", "peak_for"]
+__all__ = ["ALPHA", "NOISE_MIN_NS", "NOISE_SHARE", "PEAKS", "analyse", "measure_peak_flops", "peak_for"]
 
 NOISE_SHARE = 0.05
 NOISE_MIN_NS = 200_000
+# the chance of a finding from noise alone that a rule tested by its steps accepts (``_sign_p``)
+ALPHA = 0.05
 # the document's lists stay bounded whatever the step count (docs/summary.md, "Bounded lists")
 MAX_LISTED_STEPS = 1000
 MAX_PROCESS_VALUES = 500_000
@@ -229,7 +234,7 @@ def analyse(per_process: list[dict], peak: float | None = None, peak_note: str =
     out: dict[str, Any] = {"steps": _steps(procs, per_process)}
     var = out["steps"]["variation"]
     noise = _step_noise_ns(var)
-    out["noise_threshold"] = {"share": NOISE_SHARE, "min_ns": NOISE_MIN_NS, "step_noise_ns": noise}
+    out["noise_threshold"] = {"share": NOISE_SHARE, "min_ns": NOISE_MIN_NS, "step_noise_ns": noise, "alpha": ALPHA}
     out["utilisation"] = _utilisation(procs, per_process, peak, peak_note, dtype)
     wall = var.get("wall_ns_median") or 0
     memo: dict[str, Any] = {}
@@ -237,8 +242,9 @@ def analyse(per_process: list[dict], peak: float | None = None, peak_note: str =
     for i in found:
         imp = i["impact_ns_per_step"]
         i["impact_share"] = (imp / wall) if imp is not None and wall else None
-    kept = [i for i in found if i["impact_ns_per_step"] is None
-            or (i["impact_ns_per_step"] >= max(NOISE_MIN_NS, noise) and (i["impact_share"] or 0) >= NOISE_SHARE)]
+    kept = [i for i in found if (i["confidence"]["p_value"] is None or i["confidence"]["p_value"] <= ALPHA) and (
+        i["impact_ns_per_step"] is None
+        or (i["impact_ns_per_step"] >= max(NOISE_MIN_NS, noise) and (i["impact_share"] or 0) >= NOISE_SHARE))]
     kept.sort(key=lambda i: (i["impact_ns_per_step"] is not None, -(i["impact_ns_per_step"] or 0)))
     out["insights"] = kept
     if not procs:
@@ -412,10 +418,44 @@ def _utilisation(procs: list[dict], every: list[dict], peak: float | None, note:
     return u
 
 
-def _confidence(hit: int, total: int, ranks: int = 1, ranks_total: int = 1) -> dict[str, Any]:
+def _confidence(hit: int, total: int, ranks: int = 1, ranks_total: int = 1,
+                p_value: float | None = None) -> dict[str, Any]:
     f = min(hit / total if total else 0.0, ranks / ranks_total if ranks_total else 0.0)
     return {"level": "high" if f >= 0.8 else "medium" if f >= 0.5 else "low", "steps": hit, "steps_total": total,
-            "ranks": ranks, "ranks_total": ranks_total}
+            "ranks": ranks, "ranks_total": ranks_total,
+            "p_value": None if p_value is None else float(f"{p_value:.3g}")}
+
+
+def _binomial_tail(n: int, h: int, p: float) -> float:
+    """P(X >= h) for X ~ Binomial(n, p), summed in logs (n is a count of steps: up to a few
+    thousand per process)."""
+    if h <= 0:
+        return 1.0
+    if h > n:
+        return 0.0
+    lf = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))))
+    k = np.arange(h, n + 1)
+    logs = lf[n] - lf[k] - lf[n - k] + k * math.log(p) + (n - k) * math.log1p(-p)
+    return float(min(1.0, np.exp(logs).sum()))
+
+
+def _sign_p(hits: int, n: int, p0: float = 0.5, choices: int = 1) -> float:
+    """The chance that noise alone shows a finding in ``hits`` of ``n`` steady steps or more: a
+    step shows it by chance with probability ``p0`` (a coin: a noisy figure is as likely under
+    the rule's bar as over it; ``1/R`` for which of R ranks is the slowest), times ``choices``
+    when the rule picked the most striking of that many candidates (the straggler rank). Five
+    steps that all show it give 1/32: a run needs at least five steady steps (six for a 2-rank
+    straggler) before a rule tested so can report anything."""
+    return min(1.0, choices * _binomial_tail(n, hits, p0))
+
+
+def _job_p(per: list[tuple[int, int]]) -> float:
+    """A job-wide rule's p-value from each process's (hits, steady steps): the median process's
+    (the lower one of two): the finding must stand out of chance on at least half the processes,
+    as its impact is the median over processes. Not pooled: the ranks of a job share their
+    stalls, so their steps are not independent trials."""
+    ps = sorted(_sign_p(h, n) for h, n in per)
+    return ps[(len(ps) + 1) // 2 - 1] if ps else 1.0
 
 
 def _evidence(p: dict, j: int, figures: dict | None = None, ranks: list[int] | None = None) -> dict[str, Any]:
@@ -430,17 +470,21 @@ def _insight(iid: str, title: str, impact: float | None, conf: dict, rec: str, e
 
 
 def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: str, stat: str = "median",
-                      minimum: float = 0.0) -> Callable[[list[dict], dict], dict | None]:
+                      minimum: float = 0.0, tested: bool = True) -> Callable[[list[dict], dict], dict | None]:
     """A job-wide rule on one column: the median over processes of each one's steady median (or
-    mean); evidence: the worst step of the worst process."""
+    mean); evidence: the worst step of the worst process. ``tested``: the column is a duration a
+    loaded host's scheduling can lengthen, so the finding must pass the sign test (``_job_p``);
+    not for counts of discrete events that noise does not make (a compile)."""
     def rule(procs: list[dict], memo: dict) -> dict | None:
         if not procs:
             return None
-        vals, hits, total = [], 0, 0
+        vals, hits, total, per = [], 0, 0, []
         for p in procs:
             v = _arr(p, col)[_steady(p)]
             vals.append(float(v.mean()) if stat == "mean" and len(v) else _smed(p, col))
-            hits += int((v > max(minimum, NOISE_MIN_NS)).sum())
+            h = int((v > max(minimum, NOISE_MIN_NS)).sum())
+            per.append((h, len(v)))
+            hits += h
             total += len(v)
         impact = _med(vals)
         if impact <= minimum:
@@ -448,7 +492,8 @@ def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: st
         worst = procs[int(np.argmax(vals))]
         j = int(np.flatnonzero(_steady(worst))[np.argmax(_arr(worst, col)[_steady(worst)])])
         ranks_hit = sum(1 for v in vals if v > max(minimum, NOISE_MIN_NS))
-        return _insight(iid, title(impact), impact, _confidence(hits, total, ranks_hit, len(procs)), rec,
+        return _insight(iid, title(impact), impact,
+                        _confidence(hits, total, ranks_hit, len(procs), _job_p(per) if tested else None), rec,
                         _evidence(worst, j, {col: int(worst[col][j])}))
     return rule
 
@@ -535,20 +580,24 @@ def _find_straggler(procs: list[dict]) -> dict | None:
     k = int(np.argsort(saved)[len(saved) // 2])
     j = int(np.searchsorted(_nums(p), nums[k])) if (np.diff(_nums(p)) > 0).all() else \
         int(np.flatnonzero(_nums(p) == nums[k])[0])
-    return _insight("straggler", title, impact, _confidence(hit, len(nums), len(ranked) - 1, len(ranked) - 1), rec,
-                    _evidence(p, j, figs))
+    # the same rank the slowest in more steps than chance would make it (one in R a step), the
+    # rank being the one picked of R
+    pv = _sign_p(hit, len(nums), 1.0 / len(ranked), choices=len(ranked))
+    return _insight("straggler", title, impact,
+                    _confidence(hit, len(nums), len(ranked) - 1, len(ranked) - 1, pv), rec, _evidence(p, j, figs))
 
 
 def _host_bound(procs: list[dict], memo: dict) -> dict | None:
     if not procs:
         return None
-    vals, hits, total = [], 0, 0
+    vals, hits, total, per = [], 0, 0, []
     for p in procs:
         k = _steady(p)
         gap = (_arr(p, "idle_ns") + _arr(p, "host_ns"))[k]
         comp = _arr(p, "compute_ns")[k]
         ex = _arr(p, "executions")[k]
         bound = (gap > comp) & (ex >= 2)
+        per.append((int(bound.sum()), len(gap)))
         hits += int(bound.sum())
         total += len(gap)
         vals.append(_med(np.where(bound, gap - comp, 0.0)))
@@ -558,7 +607,7 @@ def _host_bound(procs: list[dict], memo: dict) -> dict | None:
     worst = procs[int(np.argmax(vals))]
     j = int(np.flatnonzero(_steady(worst))[0])
     return _insight("host_bound", "host-bound stepping: the gaps between executions exceed the executions",
-                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs)),
+                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs), _job_p(per)),
                     "batch more work per call (a larger batch, torch.compile or CUDA graphs to fuse small "
                     "executions) and move Python work out of the step", _evidence(worst, j))
 
@@ -582,7 +631,7 @@ def _small_collectives(procs: list[dict], memo: dict) -> dict | None:
     j = int(np.flatnonzero(_steady(worst))[0])
     return _insight("small_collectives",
                     f"{int(_med(_arr(worst, 'small_collectives')))} collectives under 1 MiB per step",
-                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs)),
+                    impact, _confidence(hits, total, sum(1 for v in vals if v > 0), len(procs)),  # (counts)
                     "raise DDP's bucket_cap_mb (or the framework's bucket size) so gradients go in fewer, larger "
                     "all-reduces", _evidence(worst, j))
 
@@ -596,7 +645,9 @@ def _exposed(procs: list[dict], memo: dict) -> dict | None:
     st = _straggler(procs, memo)
     if found is None:
         return None
-    if st is not None:  # the waits a straggler causes are its finding, not this one
+    if st is not None and (st["confidence"]["p_value"] or 0) <= ALPHA:
+        # the waits a straggler causes are its finding, not this one (one that chance could have
+        # named is none: its waits stay exposed collective time)
         found["impact_ns_per_step"] = max(0, found["impact_ns_per_step"] - st["impact_ns_per_step"])
     return found
 
@@ -605,27 +656,37 @@ def _exposed(procs: list[dict], memo: dict) -> dict | None:
 # typically keeps (the impact is the time above it: what such an optimizer would give back)
 OPTIMIZER_SHARE_MIN = 0.25
 OPTIMIZER_SHARE_TYPICAL = 0.10
+OPTIMIZER_QUANTILE = 25  # (percent) the optimizer's and the step's time: what they take when nothing preempts them
 
 
 def _optimizer_share(procs: list[dict], memo: dict) -> dict | None:
-    vals, shares, hits, total = [], [], 0, 0
+    """The optimizer's time and the step's are the lower quartiles of the steady steps'
+    (``OPTIMIZER_QUANTILE``): what they take when the scheduler does not preempt them.  An
+    optimizer without a foreach path is a Python loop of small ops, which a loaded host preempts
+    in many steps for whole time slices, milliseconds that a fused optimizer would not give back
+    (decision 0141)."""
+    vals, shares, hits, total, per = [], [], 0, 0, []
     for p in procs:
         k = _steady(p)
         opt, wall = _arr(p, "optimizer_ns")[k], _arr(p, "wall_ns")[k]
+        if not len(opt):
+            continue
         share = np.divide(opt, wall, out=np.zeros(len(opt)), where=wall > 0)
         big = share >= OPTIMIZER_SHARE_MIN
+        per.append((int(big.sum()), len(opt)))
         hits += int(big.sum())
         total += len(opt)
-        shares.append(_med(share))
-        vals.append(_med(np.maximum(opt - OPTIMIZER_SHARE_TYPICAL * wall, 0.0)))
-    if not vals or hits < max(total / 2, 1):
+        cost, step = float(np.percentile(opt, OPTIMIZER_QUANTILE)), float(np.percentile(wall, OPTIMIZER_QUANTILE))
+        shares.append(cost / step if step > 0 else 0.0)
+        vals.append(max(cost - OPTIMIZER_SHARE_TYPICAL * step, 0.0))
+    if not vals or _med(shares) < OPTIMIZER_SHARE_MIN:
         return None
     worst = int(np.argmax(vals))
     p = procs[worst]
     j = int(np.flatnonzero(_steady(p))[0])
     return _insight("optimizer_share", f"the optimizer step takes {_med(shares) * 100:.0f}% of each step",
                     _med(vals), _confidence(hits, total, sum(1 for s in shares if s >= OPTIMIZER_SHARE_MIN),
-                                            len(procs)),
+                                            len(procs), _job_p(per)),
                     "use a fused or foreach optimizer (e.g. torch.optim.AdamW(fused=True) or foreach=True), shard "
                     "the optimizer state across ranks (ZeroRedundancyOptimizer, FSDP), or step it less often "
                     "(a larger batch or gradient accumulation)",
@@ -643,7 +704,7 @@ RULES: list[Callable[[list[dict], dict], dict | None]] = [
                       lambda v: "graphs are recompiled during training",
                       "keep input shapes and guards stable (pad to fixed sizes, torch.compile(dynamic=True), "
                       "mark_dynamic), and look for graph breaks with TORCH_LOGS=graph_breaks,recompiles",
-                      stat="mean"),
+                      stat="mean", tested=False),
     _host_bound,
     _exposed,
     _small_collectives,

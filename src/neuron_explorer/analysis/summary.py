@@ -244,8 +244,9 @@ def _analysis_lines(summary: dict[str, Any]) -> list[str]:
         share = f" ({100 * i['impact_share']:.0f}% of a step)" if i.get("impact_share") is not None else ""
         lines.append(f"  {n}. {i['title']}: saves ~{_ms(imp)} per step{share}" if imp is not None
                      else f"  {n}. {i['title']}")
+        chance = f", p={c['p_value']:.2g}" if c.get("p_value") is not None else ""
         lines.append(f"     confidence {c['level']}: {c['steps']}/{c['steps_total']} steps, "
-                     f"{c['ranks']}/{c['ranks_total']} ranks")
+                     f"{c['ranks']}/{c['ranks_total']} ranks{chance}")
         lines.append(f"     evidence: rank(s) {', '.join(map(str, ev['ranks']))}, step {ev['steps'][0]}, "
                      f"{ev['instance_id']} pid {ev['pid']}, {ev['start_ns']}..{ev['end_ns']} ns")
         lines.append(f"     do: {i['recommendation']}")

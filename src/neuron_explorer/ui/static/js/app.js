@@ -628,7 +628,7 @@ function insightList(si, profile, href = false) {
     const c = x.confidence || {};
     const open = x.t0 !== null ? (href ? `#/p/${encodeURIComponent(profile)}?w=system-trace&t0=${Math.round(x.t0 - (x.t1 - x.t0) * 0.03)}&t1=${Math.round(x.t1 + (x.t1 - x.t0) * 0.03)}` : "#") : null;
     return `<li data-testid="insight"><div class="ititle"><span class="imark">${i + 1}</span> <b>${esc(x.title)}</b> · <span class="impact">${esc(fmtImpact(x))}</span>
-      · <span class="muted">confidence ${esc(c.level ?? "?")} (${c.steps ?? "?"} of ${c.steps_total ?? "?"} steps, ${c.ranks ?? "?"} of ${c.ranks_total ?? "?"} ranks)</span></div>
+      · <span class="muted">confidence ${esc(c.level ?? "?")} (${c.steps ?? "?"} of ${c.steps_total ?? "?"} steps, ${c.ranks ?? "?"} of ${c.ranks_total ?? "?"} ranks${c.p_value !== null && c.p_value !== undefined ? `, chance ${esc(String(c.p_value))}` : ""})</span></div>
       <div>${esc(x.recommendation || "")}</div>
       ${open ? `<a href="${open}" data-insight="${i}" data-testid="insight-open">Open in the System Trace Viewer: step ${esc((x.evidence?.steps || []).join(", "))}${x.evidence?.ranks?.length ? `, rank ${esc(x.evidence.ranks.join(", "))}` : ""} (${fmtDur(x.t1 - x.t0)})</a>` : ""}</li>`;
   }).join("")}</ol>`;
