@@ -16,6 +16,7 @@ from neuron_explorer.cli import main
 from neuron_explorer.diff import dataset, report
 
 from .. import fuzzing
+from .reference import assert_diff_as_reference
 from ..conftest import REPO
 
 pytestmark = pytest.mark.slow  # three captures written and converted: seconds, not milliseconds
@@ -73,6 +74,15 @@ def test_a_rerun_with_other_noise_shows_no_change(datasets, capsys):
     graphs = {r["key"]: r for r in doc["rows"] if r["kind"] == "graph"}
     assert set(graphs) == {"train_step_forward", "train_step_backward"}
     assert all(g["match"] == "name" and g["baseline"]["count"] == g["candidate"]["count"] for g in graphs.values())
+
+
+def test_the_bootstrap_by_ranks_gives_the_reference_numbers(datasets):
+    """Decision 0146: every interval and verdict of a diff of real view outputs equals the per-row
+    ``numpy.quantile`` bootstrap's, for an A/A pair and for two different runs."""
+    a, same, other = (dataset.read_side(str(datasets[k])) for k in ("a", "same", "other"))
+    assert_diff_as_reference(a, same)
+    doc = assert_diff_as_reference(a, other)
+    assert sum(1 for r in doc["rows"] if r.get("q25_ci_ns")) >= 10
 
 
 def test_captures_are_converted_through_view(captures, datasets, capsys):

@@ -108,16 +108,42 @@ def _thin(values: np.ndarray, cap: int) -> np.ndarray:
     return values[np.linspace(0, len(values) - 1, cap).astype(np.int64)]
 
 
+def _lerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
+    """``numpy.quantile``'s linear interpolation between neighbouring order statistics, to the bit
+    (its own formula: from the upper neighbour when ``t`` >= 0.5)."""
+    d = b - a
+    return b - d * (1 - t) if t >= 0.5 else a + d * t
+
+
 def _block_quantiles(values: np.ndarray, reps: int, rng: np.random.Generator,
                      qs: tuple[float, ...] = (0.5, 0.25)) -> np.ndarray:
     """The ``qs`` quantiles of ``reps`` moving-block resamples of ``values`` (in time order), one row
-    per quantile."""
+    per quantile: ``numpy.quantile(values[idx], qs, axis=1)`` for the resample indices ``idx`` drawn
+    from ``rng``, exactly, at a tenth of its cost.
+
+    Why not ``numpy.quantile``: selecting two quantiles of a (reps x n) float matrix partitions it
+    four times; here each sample is replaced by its rank (a 16-bit integer: at most
+    ``BOOTSTRAP_CAP`` samples), the rows of ranks are sorted (a vectorised integer sort), and the
+    order statistics read back through the sorted values, so the result is the same numbers
+    (docs/decisions/0146-diff-bootstrap-by-ranks.md)."""
     n = len(values)
     block = max(1, int(round(n ** (1 / 3))))
     k = -(-n // block)
     starts = rng.integers(0, n - block + 1, size=(reps, k))
-    idx = (starts[:, :, None] + np.arange(block)).reshape(reps, k * block)[:, :n]
-    return np.quantile(values[idx], qs, axis=1)
+    order = np.argsort(values, kind="stable")
+    small = np.int16 if n <= np.iinfo(np.int16).max else np.int64
+    rank = np.empty(n, dtype=small)
+    rank[order] = np.arange(n, dtype=small)
+    idx = (starts.astype(small)[:, :, None] + np.arange(block, dtype=small)).reshape(reps, k * block)[:, :n]
+    ranks = np.sort(rank[idx], axis=1)
+    ordered = values[order]
+    out = np.empty((len(qs), reps), dtype=np.float64)
+    for i, q in enumerate(qs):
+        at = (n - 1) * q  # numpy's virtual index for the linear method, as it computes it
+        lo = int(np.floor(at))
+        hi = min(lo + 1, n - 1)
+        out[i] = _lerp(ordered[ranks[:, lo]], ordered[ranks[:, hi]], at - lo)
+    return out
 
 
 def bootstrap_intervals(base: np.ndarray, cand: np.ndarray, key: str,

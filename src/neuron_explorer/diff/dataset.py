@@ -302,27 +302,33 @@ def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _A
             rows = sel_fw[sel]
             regions.add(str(name_v[code]), start[rows], end[rows], proc[rows], ids[rows])
         if "flow_id" in t.column_names:
-            _link_regions(t.column("flow_id").take(pa.array(sel_fw)), name_v[name_c[sel_fw]], exec_flow, exec_name,
+            _link_regions(t.column("flow_id").take(pa.array(sel_fw)), name_c[sel_fw], name_v, exec_flow, exec_name,
                           region_links)
     cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
     if len(cc):
         take = pa.array(cc)
         n = len(cc)
-        op_c, op_v = _codes(t.column("op").take(take)) if "op" in t.column_names else (np.full(n, -1), None)
-        op = name_v[name_c[cc]] if op_v is None else np.where(op_c >= 0, op_v[op_c], name_v[name_c[cc]])
-        if "group_ranks" in t.column_names:
-            g_c, g_v = _codes(t.column("group_ranks").take(take))
-            group = g_v[g_c]
+        # the op (its name where the op column is null) and the group as codes into their dictionaries,
+        # made one number per distinct string through the (small) dictionaries: no string per row
+        if "op" in t.column_names:
+            op_c, op_v = _codes(t.column("op").take(take))
+            op_key, op_strs = np.where(op_c >= 0, op_c, len(op_v) + name_c[cc]), np.concatenate([op_v, name_v])
         else:
-            group = np.full(n, "", dtype=object)
+            op_key, op_strs = name_c[cc], name_v
+        if "group_ranks" in t.column_names:
+            g_key, g_strs = _codes(t.column("group_ranks").take(take))
+        else:
+            g_key, g_strs = np.full(n, -1, dtype=np.int64), np.asarray([""], dtype=object)
         nbytes = _ints(t.column("bytes").take(take), 0) if "bytes" in t.column_names else np.zeros(n, np.int64)
         seq = _ints(t.column("seq").take(take)) if "seq" in t.column_names else np.full(n, -1)
         rank = _ints(t.column("worker_gid").take(take)) if "worker_gid" in t.column_names else np.full(n, -1)
-        op_u, op_i = np.unique(op.astype(str), return_inverse=True)
-        g_u, g_i = np.unique(group.astype(str), return_inverse=True)
-        for code, m in _groups(op_i.reshape(-1) * len(g_u) + g_i.reshape(-1)):
+        op_u, op_map = np.unique(op_strs.astype(str), return_inverse=True)
+        g_u, g_map = np.unique(g_strs.astype(str), return_inverse=True)
+        op_i, g_i = op_map.reshape(-1)[op_key], g_map.reshape(-1)[g_key]
+        start, end, proc, ids = start[cc], end[cc], proc[cc], ids[cc]
+        for code, m in _groups(op_i * len(g_u) + g_i):
             key = (str(op_u[code // len(g_u)]), str(g_u[code % len(g_u)]))
-            colls.add(key, nbytes[m], seq[m], rank[m], start[cc][m], end[cc][m], proc[cc][m], ids[cc][m])
+            colls.add(key, nbytes[m], seq[m], rank[m], start[m], end[m], proc[m], ids[m])
 
 
 def _find_steps(side: Side, f: _File, model_ids: dict[str, int], models: list) -> None:
@@ -341,8 +347,8 @@ def _find_steps(side: Side, f: _File, model_ids: dict[str, int], models: list) -
                                              nbytes[rows], _TYPE_ID, strings, models)
 
 
-def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarray, exec_name: np.ndarray,
-                  links: dict[str, set]) -> None:
+def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, names: np.ndarray, exec_flow: np.ndarray,
+                  exec_name: np.ndarray, links: dict[str, set]) -> None:
     """Which graph each region wraps: a region whose every occurrence issued exactly one execution,
     always of one graph, is that graph seen from the framework (``Optimizer.step#SGD.step`` around
     the ``SGD_*`` execution): the diff shows it beside the graph, not as a second change."""
@@ -357,10 +363,9 @@ def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarr
         hit = exec_flow[order][pos] == flat
         np.add.at(n_links, parent[hit], 1)
         linked[parent[hit]] = exec_name[order][pos[hit]]
-    for r in np.unique(label.astype(str)):
-        m = label == r
+    for code, m in _groups(label):  # ``label``: codes into ``names``
         ok = bool((n_links[m] == 1).all())
-        links.setdefault(r, set()).update(set(linked[m].tolist()) if ok else {None})
+        links.setdefault(str(names[code]), set()).update(set(linked[m].tolist()) if ok else {None})
 
 
 def _collectives(side: Side, colls: _Acc) -> None:
