@@ -123,7 +123,8 @@ def _block_quantiles(values: np.ndarray, reps: int, rng: np.random.Generator,
 
     Why not ``numpy.quantile``: selecting two quantiles of a (reps x n) float matrix partitions it
     four times; here each sample is replaced by its rank (a 16-bit integer: at most
-    ``BOOTSTRAP_CAP`` samples), the rows of ranks are sorted (a vectorised integer sort), and the
+    ``BOOTSTRAP_CAP`` samples), each resample gathered a whole block at a time, the rows of ranks
+    sorted (a vectorised integer sort), and the
     order statistics read back through the sorted values, so the result is the same numbers
     (docs/decisions/0146-diff-bootstrap-by-ranks.md)."""
     n = len(values)
@@ -134,8 +135,10 @@ def _block_quantiles(values: np.ndarray, reps: int, rng: np.random.Generator,
     small = np.int16 if n <= np.iinfo(np.int16).max else np.int64
     rank = np.empty(n, dtype=small)
     rank[order] = np.arange(n, dtype=small)
-    idx = (starts.astype(small)[:, :, None] + np.arange(block, dtype=small)).reshape(reps, k * block)[:, :n]
-    ranks = np.sort(rank[idx], axis=1)
+    # each resample's blocks read as rows of the (n - block + 1, block) window view of the ranks: one
+    # gather of whole blocks, no index per sample
+    blocks = np.lib.stride_tricks.sliding_window_view(rank, block)
+    ranks = np.sort(blocks[starts].reshape(reps, k * block)[:, :n], axis=1)
     ordered = values[order]
     out = np.empty((len(qs), reps), dtype=np.float64)
     for i, q in enumerate(qs):

@@ -37,7 +37,8 @@ def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None) ->
         return None
     out: dict[str, Any] = {"name": name} if name is not None else {}
     out.update(cmp.stats(occ.value).as_dict())
-    out["ranks"] = sorted({side.rank_of(int(p)) for p in np.unique(occ.proc)})
+    procs = occ.proc[:1] if len(occ) and (occ.proc == occ.proc[0]).all() else np.unique(occ.proc)  # (one: no hash)
+    out["ranks"] = sorted({side.rank_of(int(p)) for p in procs})
     out["total_ns"] = int(occ.value.sum())
     out["at"] = _at(side, occ)
     return out
