@@ -126,8 +126,10 @@ class _Acc:
             yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
 
 
-def read_side(path: str) -> Side:
-    """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``."""
+def read_side(path: str, engine=None) -> Side:
+    """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``.  ``engine``: a
+    ``view`` engine (``pipeline.LocalEngine`` with worker processes, ``cluster.DaskEngine``) whose
+    ``map`` reads the events files (``read_file``); None: in this process, one after another."""
     if not os.path.isdir(path):
         raise DatasetError(f"{path}: not a directory")
     if not os.path.isdir(os.path.join(path, dsc.EVENTS)):
@@ -135,7 +137,7 @@ def read_side(path: str) -> Side:
     side = Side(path)
     _read_metadata(side)
     _read_models(side)
-    _read_events(side)
+    _read_events(side, engine)
     _read_memory(side)
     return side
 
@@ -197,7 +199,58 @@ def _read_models(side: Side) -> None:
         side.compile_ns[name] = side.compile_ns.get(name, 0) + int(row.get("compile_ns") or 0)
 
 
-def _read_events(side: Side) -> None:
+@dataclass
+class FilePart:
+    """What one events file (one process) gives a side: the per-item column pieces, the regions'
+    links to graphs, the steps of its processes, its row count, or the line saying why it could
+    not be read.  A pure function of the file (``read_file``), so that a worker process or a Dask
+    worker can make it and this process merges them in file order."""
+
+    path: str
+    events: int = 0
+    error: str | None = None
+    graphs: dict = field(default_factory=dict)
+    loads: dict = field(default_factory=dict)
+    regions: dict = field(default_factory=dict)
+    colls: dict = field(default_factory=dict)
+    region_links: dict[str, set] = field(default_factory=dict)
+    steps: dict[int, steps_mod.Steps] = field(default_factory=dict)
+
+
+def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePart:
+    """One events file read into a ``FilePart``.  The file's wanted columns are read whole, every
+    row, and the rows kept by their name codes: that costs less than a filter expression over the
+    dictionary strings (0.17 against 0.43 CPU-s for 2M events, docs/decisions/0147-diff-read-cost.md)."""
+    part = FilePart(path)
+    try:
+        pf = pq.ParquetFile(path)
+        present = set(pf.schema_arrow.names)
+        columns = [c for c in _EVENT_COLUMNS if c in present]
+        if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
+            raise ValueError("not a SystemProfileEvents file (columns missing)")
+        t = pf.read(columns=columns, use_threads=False)
+        f = _File(t)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        part.error = f"{path}: unreadable ({_line(e)}); skipped"
+        return part
+    part.events = t.num_rows
+    if len(f.typ):
+        graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
+        _take_fragment(f, graphs, regions, colls, loads, part.region_links)
+        part.graphs, part.regions, part.colls, part.loads = graphs.parts, regions.parts, colls.parts, loads.parts
+        part.steps = _find_steps(f, model_ids, step_models)
+    return part
+
+
+class _NoProgress:
+    def step(self) -> None:
+        pass
+
+    def within(self, fraction: float) -> None:
+        pass
+
+
+def _read_events(side: Side, engine=None) -> None:
     root = os.path.join(side.path, dsc.EVENTS)
     files = table_files(root)
     model_ids = {n: i for i, n in enumerate(sorted(side.models))}
@@ -205,26 +258,20 @@ def _read_events(side: Side) -> None:
     graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
     region_links: dict[str, set] = {}
     read = 0
-    for path in files:
-        # the whole file's columns wanted, every row, and the rows kept by their name codes: reading
-        # every row costs less than a filter expression over the dictionary strings (0.17 against
-        # 0.43 CPU-s for 2M events, docs/decisions/0147-diff-reads-whole-files.md)
-        try:
-            pf = pq.ParquetFile(path)
-            present = set(pf.schema_arrow.names)
-            columns = [c for c in _EVENT_COLUMNS if c in present]
-            if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
-                raise ValueError("not a SystemProfileEvents file (columns missing)")
-            t = pf.read(columns=columns, use_threads=False)
-            f = _File(t)
-        except (OSError, ValueError, pa.ArrowException) as e:
-            side.warnings.append(f"{path}: unreadable ({_line(e)}); skipped")
+    parts = (read_file(p, model_ids, step_models) for p in files) if engine is None or len(files) < 2 else \
+        engine.map(read_file, files, _NoProgress(), model_ids, step_models)
+    for part in parts:  # (in file order: the same arrays whoever read them)
+        if part.error is not None:
+            side.warnings.append(part.error)
             continue
-        side.events += t.num_rows
+        side.events += part.events
         read += 1
-        if len(f.typ):
-            _take_fragment(f, graphs, regions, colls, loads, region_links)
-            _find_steps(side, f, model_ids, step_models)
+        for acc, got in ((graphs, part.graphs), (regions, part.regions), (colls, part.colls), (loads, part.loads)):
+            for key, pieces in got.items():
+                acc.parts.setdefault(key, []).extend(pieces)
+        for name, links in part.region_links.items():
+            region_links.setdefault(name, set()).update(links)
+        side.steps.update(part.steps)
     if files and not read:
         raise DatasetError(f"{root}: no events file could be read")
     for name, (start, end, proc, ids) in graphs.items():
@@ -369,9 +416,10 @@ def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _A
             colls.add(key, nbytes[m], seq[m], rank[m], start[m], end[m], proc[m], ids[m])
 
 
-def _find_steps(side: Side, f: _File, model_ids: dict[str, int], models: list) -> None:
+def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, steps_mod.Steps]:
     """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
     aligned clock of the dataset); the labels of framework regions are the name dictionary."""
+    out = {}
     typ = f.typ.copy()
     typ[f.fw] = _TYPE_ID["framework_op"]
     model_id = _lut(f.model_v, model_ids)[f.model_c]
@@ -381,8 +429,9 @@ def _find_steps(side: Side, f: _File, model_ids: dict[str, int], models: list) -
     nbytes = f.ints("bytes") if f.has("bytes") else np.full(len(typ), -1, dtype=np.int64)
     for p, rows in _groups(f.proc):
         rows = np.sort(rows)
-        side.steps[p] = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows],
-                                             nbytes[rows], _TYPE_ID, strings, models)
+        out[p] = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows], nbytes[rows],
+                                      _TYPE_ID, strings, models)
+    return out
 
 
 def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, names: np.ndarray, exec_flow: np.ndarray,
