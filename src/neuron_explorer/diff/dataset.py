@@ -32,6 +32,9 @@ FRAMEWORK = "framework"
 STEP_TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
               "nrt_execute", "numerical_err")
 _TYPE_ID = {n: i for i, n in enumerate(STEP_TYPES)}
+# the per-step figures a diff compares (``analysis.steps`` makes more: the rest are dropped where a
+# file is read, which keeps a side's steps and what a worker sends back to a third of the size)
+STEP_COLUMNS = ("wall_ns",) + steps_mod.BREAKDOWN + ("own_ns", "collective_ns")
 _EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
                   "seq", "bytes", "group_ranks", "flow_id"]
 
@@ -122,7 +125,10 @@ class _Acc:
         self.parts.setdefault(key, []).append(cols)
 
     def items(self):
-        for key, pieces in self.parts.items():
+        """Each key's columns, concatenated; its pieces are let go as it goes (in insertion order),
+        so that the pieces and the whole are held for one key at a time, not for all."""
+        for key in list(self.parts):
+            pieces = self.parts.pop(key)
             yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
 
 
@@ -429,8 +435,10 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
     nbytes = f.ints("bytes") if f.has("bytes") else np.full(len(typ), -1, dtype=np.int64)
     for p, rows in _groups(f.proc):
         rows = np.sort(rows)
-        out[p] = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows], nbytes[rows],
-                                      _TYPE_ID, strings, models)
+        st = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows], nbytes[rows],
+                                  _TYPE_ID, strings, models)
+        st.columns = {k: np.asarray(st.columns[k], dtype=np.int64) for k in STEP_COLUMNS if k in st.columns}
+        out[p] = st
     return out
 
 

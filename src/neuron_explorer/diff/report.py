@@ -14,6 +14,7 @@ import numpy as np
 
 from neuron_explorer.analysis import compare as cmp, steps as steps_mod
 
+from . import dataset as dataset_mod
 from .dataset import Occurrences, Side
 
 SCHEMA = "neuron-explorer-diff/1"
@@ -223,27 +224,30 @@ def impact(row: dict) -> float:
 
 
 PARTS = steps_mod.BREAKDOWN
-STEP_COLUMNS = ("wall_ns",) + PARTS + ("own_ns", "collective_ns")
+STEP_COLUMNS = dataset_mod.STEP_COLUMNS
 
 
 def _step_table(side: Side) -> dict[str, np.ndarray]:
     """Every step of every process as columns: number, rank, process, start, end and the figures
-    of ``analysis.steps`` (one row per step and process), sorted by start."""
-    cols: dict[str, list] = {k: [] for k in ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS}
-    for proc, st in side.steps.items():
-        n = len(st)
-        if not n:
-            continue
-        cols["number"].append(st.number)
-        cols["rank"].append(np.full(n, side.rank_of(proc), dtype=np.int64))
-        cols["proc"].append(np.full(n, proc, dtype=np.int64))
-        cols["start_ns"].append(st.start_ns)
-        cols["end_ns"].append(st.end_ns)
-        for k in STEP_COLUMNS:
-            cols[k].append(np.asarray(st.columns.get(k, np.zeros(n)), dtype=np.int64))
-    out = {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in cols.items()}
-    order = np.argsort(out["start_ns"], kind="stable")
-    return {k: v[order] for k, v in out.items()}
+    of ``analysis.steps`` (one row per step and process), sorted by start.  Built a column at a
+    time: one column's pieces and its concatenation are all that is held beside the result."""
+    sts = [(proc, st) for proc, st in side.steps.items() if len(st)]
+    if not sts:
+        return {k: np.zeros(0, dtype=np.int64) for k in ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS}
+    start = np.concatenate([st.start_ns for _, st in sts])
+    order = np.argsort(start, kind="stable")
+    out = {"start_ns": start[order]}
+    del start
+    pieces = {
+        "number": lambda proc, st: st.number,
+        "rank": lambda proc, st: np.full(len(st), side.rank_of(proc), dtype=np.int64),
+        "proc": lambda proc, st: np.full(len(st), proc, dtype=np.int64),
+        "end_ns": lambda proc, st: st.end_ns,
+    }
+    for k in ("number", "rank", "proc", "end_ns") + STEP_COLUMNS:
+        get = pieces.get(k, lambda proc, st, k=k: st.columns.get(k, np.zeros(len(st))))
+        out[k] = np.concatenate([np.asarray(get(proc, st), dtype=np.int64) for proc, st in sts])[order]
+    return out
 
 
 def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> Occurrences:
