@@ -6,8 +6,9 @@ graph executions (``nc_exec_running`` by ``model_name``), the collectives (``cc_
 and the framework regions (``trace_event_source = framework``, by name); ``ProfileModels`` for each
 graph's structure; ``ProfileMetadata`` for ranks; ``SystemProfileCounters`` for device memory.
 
-The events table is read one file (one process) at a time with only the rows and columns wanted, so
-memory holds the compact per-item arrays, never a whole table.  An unreadable file is a warning
+The events table is read one file (one process) at a time, only the columns wanted (no
+``pyarrow.dataset``: it would import pandas, a third of a second), so memory holds the compact
+per-item arrays, never a whole table.  An unreadable file is a warning
 naming it; the rest is still read.
 """
 
@@ -19,7 +20,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from neuron_explorer.analysis import steps as steps_mod
@@ -91,7 +91,10 @@ class Side:
     # process index -> how far the level moves within the run: |level of the first half of the samples
     # - level of the second half| (the run measured against itself)
     memory_noise: dict[int, int] = field(default_factory=dict)
-    steps: dict[int, steps_mod.Steps] = field(default_factory=dict)  # process index -> its steps (aligned clock)
+    # every step of every process as columns (number, rank, proc, start_ns, end_ns, ``STEP_COLUMNS``),
+    # sorted by start; the step detector's methods found
+    step_table: dict[str, np.ndarray] = field(default_factory=dict)
+    step_methods: set[str] = field(default_factory=set)
     events: int = 0
     warnings: list[str] = field(default_factory=list)
 
@@ -263,6 +266,7 @@ def _read_events(side: Side, engine=None) -> None:
     step_models = [(i, n, str(side.models[n].get("kind") or ""), 0.0) for n, i in model_ids.items()]
     graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
     region_links: dict[str, set] = {}
+    steps: dict[int, steps_mod.Steps] = {}
     read = 0
     parts = (read_file(p, model_ids, step_models) for p in files) if engine is None or len(files) < 2 else \
         engine.map(read_file, files, _NoProgress(), model_ids, step_models)
@@ -277,9 +281,12 @@ def _read_events(side: Side, engine=None) -> None:
                 acc.parts.setdefault(key, []).extend(pieces)
         for name, links in part.region_links.items():
             region_links.setdefault(name, set()).update(links)
-        side.steps.update(part.steps)
+        steps.update(part.steps)
     if files and not read:
         raise DatasetError(f"{root}: no events file could be read")
+    side.step_methods = {st.method for st in steps.values() if len(st)}
+    side.step_table = _step_table(side, steps)
+    del steps
     for name, (start, end, proc, ids) in graphs.items():
         side.graphs[name] = Occurrences.build(end - start, start, end, proc, ids)
     for name, (start, end, proc, ids) in loads.items():
@@ -289,6 +296,36 @@ def _read_events(side: Side, engine=None) -> None:
         links = region_links.get(name, set())
         side.region_graph[name] = next(iter(links)) if len(links) == 1 and None not in links else None
     _collectives(side, colls)
+
+
+def _step_table(side: Side, steps: dict[int, steps_mod.Steps]) -> dict[str, np.ndarray]:
+    """Every step of every process as columns: number, rank, process, start, end and the figures
+    of ``analysis.steps`` (one row per step and process), sorted by start.  Built a column at a
+    time, each process's column let go once it is in: the steps' figures are held once, not twice."""
+    sts = [(proc, st) for proc, st in steps.items() if len(st)]
+    names = ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS
+    if not sts:
+        return {k: np.zeros(0, dtype=np.int64) for k in names}
+    start = np.concatenate([st.start_ns for _, st in sts])
+    order = np.argsort(start, kind="stable")
+    out = {"start_ns": start[order]}
+    del start
+    for k in names[:3] + names[4:]:
+        cols = []
+        for proc, st in sts:
+            if k == "number":
+                c = st.number
+            elif k == "rank":
+                c = np.full(len(st), side.rank_of(proc), dtype=np.int64)
+            elif k == "proc":
+                c = np.full(len(st), proc, dtype=np.int64)
+            elif k == "end_ns":
+                c = st.end_ns
+            else:
+                c = st.columns.pop(k) if k in st.columns else np.zeros(len(st))
+            cols.append(np.asarray(c, dtype=np.int64))
+        out[k] = np.concatenate(cols)[order]
+    return out
 
 
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -498,9 +535,13 @@ def _read_memory(side: Side) -> None:
     parts = []
     for path in table_files(root):
         try:
-            t = ds.dataset(path, format="parquet").to_table(
-                filter=pc.starts_with(ds.field("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX),
-                columns=["instance_id", "process_id", "ts", "value"])
+            pf = pq.ParquetFile(path)
+            missing = {"counter", "instance_id", "process_id", "ts", "value"} - set(pf.schema_arrow.names)
+            if missing:
+                raise ValueError(f"no column {', '.join(sorted(missing))}")
+            t = pf.read(columns=["counter", "instance_id", "process_id", "ts", "value"], use_threads=False)
+            keep = pc.fill_null(pc.starts_with(t.column("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX), False)
+            t = t.filter(keep).drop_columns(["counter"])
         except (OSError, ValueError, pa.ArrowException) as e:
             side.warnings.append(f"{path}: unreadable ({_line(e)}); its memory samples skipped")
             continue

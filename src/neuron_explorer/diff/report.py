@@ -224,30 +224,7 @@ def impact(row: dict) -> float:
 
 
 PARTS = steps_mod.BREAKDOWN
-STEP_COLUMNS = dataset_mod.STEP_COLUMNS
-
-
-def _step_table(side: Side) -> dict[str, np.ndarray]:
-    """Every step of every process as columns: number, rank, process, start, end and the figures
-    of ``analysis.steps`` (one row per step and process), sorted by start.  Built a column at a
-    time: one column's pieces and its concatenation are all that is held beside the result."""
-    sts = [(proc, st) for proc, st in side.steps.items() if len(st)]
-    if not sts:
-        return {k: np.zeros(0, dtype=np.int64) for k in ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS}
-    start = np.concatenate([st.start_ns for _, st in sts])
-    order = np.argsort(start, kind="stable")
-    out = {"start_ns": start[order]}
-    del start
-    pieces = {
-        "number": lambda proc, st: st.number,
-        "rank": lambda proc, st: np.full(len(st), side.rank_of(proc), dtype=np.int64),
-        "proc": lambda proc, st: np.full(len(st), proc, dtype=np.int64),
-        "end_ns": lambda proc, st: st.end_ns,
-    }
-    for k in ("number", "rank", "proc", "end_ns") + STEP_COLUMNS:
-        get = pieces.get(k, lambda proc, st, k=k: st.columns.get(k, np.zeros(len(st))))
-        out[k] = np.concatenate([np.asarray(get(proc, st), dtype=np.int64) for proc, st in sts])[order]
-    return out
+STEP_COLUMNS = dataset_mod.STEP_COLUMNS  # (the per-step table of a side: ``Side.step_table``)
 
 
 def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> Occurrences:
@@ -264,10 +241,9 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
     measured against the rank that changed least, which already takes out what the pair's
     environment did to every rank, and the pair's noise counted again would hide a slower rank whose
     extra work slows its job's other ranks on a shared CPU (docs/decisions/0131-diff-noise-from-the-pair.md)."""
-    tb, tc = _step_table(base), _step_table(cand)
+    tb, tc = base.step_table, cand.step_table
     info: dict[str, Any] = {
-        "method": {"baseline": sorted({s.method for s in base.steps.values() if len(s)}),
-                   "candidate": sorted({s.method for s in cand.steps.values() if len(s)})},
+        "method": {"baseline": sorted(base.step_methods), "candidate": sorted(cand.step_methods)},
         "baseline_steps": int(len(np.unique(tb["number"]))), "candidate_steps": int(len(np.unique(tc["number"]))),
     }
     if not len(tb["number"]) or not len(tc["number"]):
