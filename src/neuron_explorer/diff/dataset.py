@@ -470,10 +470,14 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
     strings = [str(v) for v in f.name_v[:-1].tolist()]
     start, end = f.start, f.end
     nbytes = f.ints("bytes") if f.has("bytes") else np.full(len(typ), -1, dtype=np.int64)
-    for p, rows in _groups(f.proc):
-        rows = np.sort(rows)
-        st = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows], nbytes[rows],
-                                  _TYPE_ID, strings, models)
+    one = len(f.proc) and f.proc[0] >= 0 and bool((f.proc == f.proc[0]).all())  # (a file is one process)
+    groups = [(int(f.proc[0]), None)] if one else list(_groups(f.proc))
+    for p, rows in groups:
+        cols = (typ, start, end, model_id, label, nbytes)
+        if rows is not None:
+            rows = np.sort(rows)
+            cols = tuple(c[rows] for c in cols)
+        st = steps_mod.find_steps(*cols, _TYPE_ID, strings, models)
         st.columns = {k: np.asarray(st.columns[k], dtype=np.int64) for k in STEP_COLUMNS if k in st.columns}
         out[p] = st
     return out
