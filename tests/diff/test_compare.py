@@ -35,6 +35,21 @@ def test_the_bootstrap_by_ranks_is_numpys_quantile_to_the_bit(n):
             assert np.array_equal(got, block_quantiles(values, 300, np.random.default_rng(7), qs))
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 10, 11, 999, 1000])
+def test_order_statistics_from_one_partition_are_numpys(n):
+    """The median, 90th percentile and lower quartile a diff reads from one partition are
+    ``numpy.median``'s, ``numpy.percentile``'s and ``numpy.quantile``'s own numbers, on integer
+    nanoseconds as the tables hold them, with ties."""
+    rng = np.random.default_rng(n)
+    for values in (rng.integers(1, 10**12, n), rng.integers(0, 3, n), np.full(n, 7)):
+        o = cmp.order(values)
+        assert o.count == n
+        assert o.median == np.median(values)
+        assert (o.p50, o.p90) == tuple(np.percentile(values.astype(np.float64), [50, 90]))
+        assert o.q25 == np.quantile(values, 0.25)
+    assert cmp.order(np.zeros(0, dtype=np.int64)) == cmp.Order(0)
+
+
 def test_a_clear_change_gets_its_sign_and_a_tie_gets_none():
     base = _samples(60, 10e6, 0.5e6, 1)
     slower = cmp.compare(base, _samples(60, 13e6, 0.5e6, 2), "k")

@@ -283,7 +283,9 @@ def _read_events(side: Side, engine=None) -> None:
             region_links.setdefault(name, set()).update(links)
         steps.update(part.steps)
     if files and not read:
-        raise DatasetError(f"{root}: no events file could be read")
+        where = "" if engine is None or getattr(engine, "local", True) else \
+            " by the cluster's workers (do they see this path? put it on storage they share: --work-dir)"
+        raise DatasetError(f"{root}: no events file could be read{where}")
     side.step_methods = {st.method for st in steps.values() if len(st)}
     side.step_table = _step_table(side, steps)
     del steps

@@ -21,11 +21,12 @@ SCHEMA = "neuron-explorer-diff/1"
 MEMORY_FLOOR = 1 << 20  # bytes: a peak moving less than this is no change
 
 
-def _at(side: Side, occ: Occurrences) -> dict[str, Any] | None:
-    """The occurrence nearest the median: where a viewer jumps to."""
+def _at(side: Side, occ: Occurrences, med: float | None = None) -> dict[str, Any] | None:
+    """The occurrence nearest the median (``med``: ``numpy.median`` of the values, when known): where
+    a viewer jumps to."""
     if not len(occ):
         return None
-    med = np.median(occ.value)
+    med = np.median(occ.value) if med is None else med
     i = int(np.argmin(np.abs(occ.value - med)))
     p = side.processes.get(int(occ.proc[i]))
     return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
@@ -33,25 +34,38 @@ def _at(side: Side, occ: Occurrences) -> dict[str, Any] | None:
             "id": int(occ.ids[i])}
 
 
-def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None) -> dict[str, Any] | None:
+def _distinct_procs(proc: np.ndarray) -> np.ndarray:
+    """The distinct process indices of a sample: one (no hash), small indices by a count of at most
+    ``1 << 16`` (a constant, whatever the file says), else ``numpy.unique``."""
+    if not len(proc) or (proc == proc[0]).all():
+        return proc[:1]
+    if int(proc.min()) >= 0 and int(proc.max()) < (1 << 16):
+        return np.flatnonzero(np.bincount(proc))
+    return np.unique(proc)
+
+
+def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None,
+                o: cmp.Order | None = None) -> dict[str, Any] | None:
     if occ is None:
         return None
+    o = cmp.order(occ.value) if o is None else o
     out: dict[str, Any] = {"name": name} if name is not None else {}
-    out.update(cmp.stats(occ.value).as_dict())
-    procs = occ.proc[:1] if len(occ) and (occ.proc == occ.proc[0]).all() else np.unique(occ.proc)  # (one: no hash)
-    out["ranks"] = sorted({side.rank_of(int(p)) for p in procs})
+    out.update(cmp.stats(occ.value, o).as_dict())
+    out["ranks"] = sorted({side.rank_of(int(p)) for p in _distinct_procs(occ.proc)})
     out["total_ns"] = int(occ.value.sum())
-    out["at"] = _at(side, occ)
+    out["at"] = _at(side, occ, o.median)
     return out
 
 
 def _row(kind: str, key: str, label: str, base: Side, cand: Side, ob: Occurrences | None, oc: Occurrences | None,
          th: cmp.Thresholds, names: tuple[str | None, str | None] = (None, None), **extra: Any) -> dict[str, Any]:
     empty = np.zeros(0, dtype=np.int64)
-    change = cmp.compare(ob.value if ob is not None else empty, oc.value if oc is not None else empty,
-                         f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None))
+    vb, vc = (ob.value if ob is not None else empty), (oc.value if oc is not None else empty)
+    orders = cmp.order(vb), cmp.order(vc)  # once per side, for the change and the side's figures
+    change = cmp.compare(vb, vc, f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None), orders=orders)
     row: dict[str, Any] = {"kind": kind, "key": key, "label": label,
-                           "baseline": _side_stats(base, ob, names[0]), "candidate": _side_stats(cand, oc, names[1])}
+                           "baseline": _side_stats(base, ob, names[0], orders[0]),
+                           "candidate": _side_stats(cand, oc, names[1], orders[1])}
     row.update(extra)
     row.update(change.as_dict())
     return row
