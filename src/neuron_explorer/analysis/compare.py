@@ -155,14 +155,13 @@ def _block_quantiles(values: np.ndarray, reps: int, rng: np.random.Generator,
                      qs: tuple[float, ...] = (0.5, 0.25)) -> np.ndarray:
     """The ``qs`` quantiles of ``reps`` moving-block resamples of ``values`` (in time order), one row
     per quantile: ``numpy.quantile(values[idx], qs, axis=1)`` for the resample indices ``idx`` drawn
-    from ``rng``, exactly, at a tenth of its cost.
+    from ``rng``, exactly, at a sixth of its cost.
 
     Why not ``numpy.quantile``: selecting two quantiles of a (reps x n) float matrix partitions it
     four times; here each sample is replaced by its rank (a 16-bit integer: at most
     ``BOOTSTRAP_CAP`` samples), each resample gathered a whole block at a time, the rows of ranks
-    sorted (a vectorised integer sort), and the
-    order statistics read back through the sorted values, so the result is the same numbers
-    (docs/decisions/0146-diff-bootstrap-by-ranks.md)."""
+    sorted (a vectorised integer sort), and the order statistics read back through the sorted
+    values, so the result is the same numbers (docs/decisions/0146-diff-bootstrap-by-ranks.md)."""
     n = len(values)
     block = max(1, int(round(n ** (1 / 3))))
     k = -(-n // block)
