@@ -3,10 +3,11 @@
 Issue 34's target: the diff of the pair takes less than `view` takes to convert one profile.
 
 Each command runs in its own process (wall time, and CPU and peak RSS of that process from
-`resource.getrusage`); `view` and the diff's conversion use one worker (--jobs 1), the diff of two
-Parquet outputs is one process.  With --dask, the diff of the two *capture* directories also runs
-with their conversion on a local Dask cluster (`--scheduler`), the path for profiles too big for one
-machine.
+`resource.getrusage`; its worker processes' CPU is added); `view` uses one worker (--jobs 1), the
+diff of two Parquet outputs runs in one process, then with its files read by two worker processes
+(-j 2).  With --dask, on a local two-worker Dask cluster (`--scheduler`; the workers' CPU is added):
+the diff of the two Parquet outputs (the files read on the workers), and of the two *capture*
+directories (converted and read there), the path for profiles too big for one machine.
 
     python -m bench.diff_scale                                  # 64 ranks, 20M events per profile
     python -m bench.diff_scale --events 2000000 --dask          # quick
@@ -37,7 +38,8 @@ ru = resource.getrusage(resource.RUSAGE_SELF)
 rc_children = resource.getrusage(resource.RUSAGE_CHILDREN)
 print("BENCH " + json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
                               "children_cpu_s": rc_children.ru_utime + rc_children.ru_stime,
-                              "peak_rss_mb": ru.ru_maxrss / 1024}), file=sys.stderr)
+                              "peak_rss_mb": ru.ru_maxrss / 1024,
+                              "children_peak_rss_mb": rc_children.ru_maxrss / 1024}), file=sys.stderr)
 """
 
 
@@ -51,6 +53,15 @@ def timed(*argv: str) -> dict:
     if out["rc"] not in (0, 3):
         raise SystemExit(f"{argv} exited {out['rc']}:\n{p.stderr[-3000:]}")
     return out
+
+
+def _same(a: dict, b: dict) -> bool:
+    """The same diff but for the paths given (captures against their conversions)."""
+    a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))
+    for d in (a, b):
+        for role in ("baseline", "candidate"):
+            d[role].pop("path", None)
+    return a == b
 
 
 def main() -> None:
@@ -94,23 +105,42 @@ def main() -> None:
         res["diff_vs_view_one"] = res["diff_parquet"]["wall_s"] / res["view_baseline"]["wall_s"]
         cpu = {k: res[k]["cpu_s"] + res[k]["children_cpu_s"] for k in ("diff_parquet", "view_baseline")}
         res["diff_vs_view_one_cpu"] = cpu["diff_parquet"] / cpu["view_baseline"]
+        # the same diff with the events files read by two worker processes (their CPU is the children's)
+        res["diff_parquet_j2"] = timed("diff", pq["baseline"], pq["candidate"], "--format", "json",
+                                       "--output-file", out_json + ".j2", "-j", "2")
+        with open(out_json + ".j2") as f:
+            res["j2_same_document"] = json.load(f) == doc
+        print(f"diff of the Parquet outputs, -j 2: {res['diff_parquet_j2']['wall_s']:.1f} s", flush=True)
         if a.dask:
             from dask.distributed import LocalCluster
 
-            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
-                res["diff_captures_dask"] = timed("diff", caps["baseline"], caps["candidate"], "--format", "json",
-                                                  "--output-file", out_json, "--scheduler", cl.scheduler_address,
-                                                  "--work-dir", work)
-            print(f"diff of the captures on Dask (2 workers, conversions included): "
-                  f"{res['diff_captures_dask']['wall_s']:.1f} s", flush=True)
+            def worker_cpu() -> float:
+                return time.process_time()
+
+            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+                    cl.get_client() as client:
+                for key, inputs, extra in (
+                        ("diff_parquet_dask", pq, ()),  # the files read on the workers
+                        ("diff_captures_dask", caps, ("--work-dir", work))):  # converted and read there
+                    before = sum(client.run(worker_cpu).values())
+                    res[key] = timed("diff", inputs["baseline"], inputs["candidate"], "--format", "json",
+                                     "--output-file", out_json + ".dask", "--scheduler", cl.scheduler_address, *extra)
+                    res[key]["workers_cpu_s"] = sum(client.run(worker_cpu).values()) - before
+                    with open(out_json + ".dask") as f:
+                        res[key]["same_document"] = _same(json.load(f), doc)
+                    print(f"{key} (2 workers): {res[key]['wall_s']:.1f} s", flush=True)
     finally:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}")
-    for k in ("view_baseline", "view_candidate", "diff_parquet", "diff_captures_dask"):
+    print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'child MB':>9}   (CPU: the process, its children and "
+          "Dask workers; peak: the process, its largest child)")
+    for k in ("view_baseline", "view_candidate", "diff_parquet", "diff_parquet_j2", "diff_parquet_dask",
+              "diff_captures_dask"):
         if k in res:
             r = res[k]
-            print(f"{k:34}{r['wall_s']:8.1f}{r['cpu_s'] + r['children_cpu_s']:8.1f}{r['peak_rss_mb']:9.0f}")
+            cpu_all = r["cpu_s"] + r["children_cpu_s"] + r.get("workers_cpu_s", 0.0)
+            child = r.get("children_peak_rss_mb", 0)
+            print(f"{k:34}{r['wall_s']:8.1f}{cpu_all:8.1f}{r['peak_rss_mb']:9.0f}{child:9.0f}")
     print(f"diff / view of one profile: {res['diff_vs_view_one']:.2f}x wall, {res['diff_vs_view_one_cpu']:.2f}x CPU "
           "(target < 1)")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

@@ -8,6 +8,8 @@ import pytest
 from neuron_explorer.analysis import compare as cmp
 from neuron_explorer.diff import report
 
+from .reference import block_quantiles
+
 
 def _samples(n: int, median: float, spread: float, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -20,6 +22,32 @@ def test_interval_is_the_same_every_run_and_per_item():
     assert cmp.bootstrap_interval(a, b, "graph:x") != cmp.bootstrap_interval(a, b, "graph:y")
     th = cmp.Thresholds(seed=7)
     assert cmp.bootstrap_interval(a, b, "graph:x", th) != cmp.bootstrap_interval(a, b, "graph:x")
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 7, 64, 100, 511, 512])
+def test_the_bootstrap_by_ranks_is_numpys_quantile_to_the_bit(n):
+    """Decision 0146: quantiles read through ranks equal ``numpy.quantile`` of the float resamples,
+    with ties (whole nanoseconds repeat), for the quantiles a diff uses and others."""
+    rng = np.random.default_rng(n)
+    for values in (np.round(rng.lognormal(12, 1, n)), rng.integers(0, 4, n).astype(np.float64)):
+        for qs in ((0.5, 0.25), (0.025, 0.1, 0.33, 0.9, 0.975)):
+            got = cmp._block_quantiles(values, 300, np.random.default_rng(7), qs)
+            assert np.array_equal(got, block_quantiles(values, 300, np.random.default_rng(7), qs))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 10, 11, 999, 1000])
+def test_order_statistics_from_one_partition_are_numpys(n):
+    """The median, 90th percentile and lower quartile a diff reads from one partition are
+    ``numpy.median``'s, ``numpy.percentile``'s and ``numpy.quantile``'s own numbers, on integer
+    nanoseconds as the tables hold them, with ties."""
+    rng = np.random.default_rng(n)
+    for values in (rng.integers(1, 10**12, n), rng.integers(0, 3, n), np.full(n, 7)):
+        o = cmp.order(values)
+        assert o.count == n
+        assert o.median == np.median(values)
+        assert (o.p50, o.p90) == tuple(np.percentile(values.astype(np.float64), [50, 90]))
+        assert o.q25 == np.quantile(values, 0.25)
+    assert cmp.order(np.zeros(0, dtype=np.int64)) == cmp.Order(0)
 
 
 def test_a_clear_change_gets_its_sign_and_a_tie_gets_none():

@@ -17,6 +17,7 @@ from neuron_explorer.diff import dataset, report
 
 from .. import fuzzing
 from ..conftest import REPO
+from .reference import assert_diff_as_reference
 
 pytestmark = pytest.mark.slow  # three captures written and converted: seconds, not milliseconds
 
@@ -76,6 +77,38 @@ def test_a_rerun_with_other_noise_shows_no_change(datasets, capsys):
     graphs = {r["key"]: r for r in doc["rows"] if r["kind"] == "graph"}
     assert set(graphs) == {"train_step_forward", "train_step_backward"}
     assert all(g["match"] == "name" and g["baseline"]["count"] == g["candidate"]["count"] for g in graphs.values())
+
+
+def test_the_bootstrap_by_ranks_gives_the_reference_numbers(datasets):
+    """Decision 0146: every interval and verdict of a diff of real view outputs equals the per-row
+    ``numpy.quantile`` bootstrap's, for an A/A pair and for two different runs."""
+    a, same, other = (dataset.read_side(str(datasets[k])) for k in ("a", "same", "other"))
+    assert_diff_as_reference(a, same)
+    doc = assert_diff_as_reference(a, other)
+    assert sum(1 for r in doc["rows"] if r.get("q25_ci_ns")) >= 10
+
+
+def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(datasets, tmp_path, capsys):
+    """Decision 0148: ``-j 2`` (spawned worker processes) and ``--scheduler`` (a real Dask cluster
+    on 127.0.0.1) read the events files elsewhere and merge them in file order: the same document
+    as one process, and the read really ran on the cluster's workers."""
+    from ..view.cluster_util import Cluster
+
+    pytest.importorskip("distributed")
+    argv = (str(datasets["a"]), str(datasets["other"]), "--min-change", "1")
+    rc, here = _doc(capsys, *argv)
+    rc_j, pool = _doc(capsys, *argv, "-j", "2")
+    c = Cluster(2, log_dir=tmp_path)
+    try:
+        rc_d, dask = _doc(capsys, *argv, "--scheduler", c.address)
+        with c.client() as client:
+            executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
+    finally:
+        c.close()
+    assert rc == rc_j == rc_d == 0
+    assert any(n > 0 for n in executed.values()), executed
+    assert any(r.get("q25_ci_ns") for r in here["rows"])
+    assert pool == here and dask == here
 
 
 def test_captures_are_converted_through_view(captures, datasets, capsys):

@@ -80,7 +80,22 @@ def add_diff_parser(sub) -> None:
     d.add_argument("--work-dir", default=None,
                    help="where converted captures are kept during the run (default: the system temporary directory)")
     d.add_argument("--endpoint-url", default=None, help="S3 endpoint for s3:// inputs (as view)")
-    d.add_argument("-j", "--jobs", type=int, default=None, help="worker processes converting captures")
+    d.add_argument("-j", "--jobs", type=int, default=None,
+                   help="worker processes converting captures and reading the profiles' files (default: one)")
+
+
+def _reader(stack: ExitStack, args: argparse.Namespace):
+    """The engine that reads the events files of both sides (docs/decisions/0148-diff-on-workers.md):
+    the Dask cluster's workers with ``--scheduler`` (the datasets must be on storage they share:
+    ``--work-dir`` for converted captures and ``s3://`` ones), worker processes with ``-j N`` (N > 1),
+    else None (this process).  Closed with ``stack``."""
+    if args.scheduler is None and not (args.jobs and args.jobs > 1):
+        return None
+    from neuron_explorer.view import cluster
+
+    engine = cluster.engine_for(args.scheduler, args.jobs)
+    stack.callback(engine.close)
+    return engine
 
 
 def diff_command(args: argparse.Namespace) -> int:
@@ -103,12 +118,28 @@ def diff_command(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         sides = []
         notes: list[str] = []
+        lost: tuple[type[BaseException], ...] = ()
+        if args.scheduler is not None or (args.jobs and args.jobs > 1):
+            from concurrent.futures.process import BrokenProcessPool
+
+            from neuron_explorer.view.cluster import ClusterError
+
+            lost = (ClusterError, BrokenProcessPool)
+        try:
+            reader = _reader(stack, args)
+        except lost as e:  # a cluster that cannot be reached: one line
+            print(f"{prog_name()}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
         for role, path in (("baseline", args.baseline), ("candidate", args.candidate)):
             try:
                 r = inputs.resolve(path, stack, args.scheduler, endpoint, args.jobs, args.work_dir)
-                side = dataset.read_side(r.dataset)
+                side = dataset.read_side(r.dataset, reader)
             except (inputs.InputError, dataset.DatasetError) as e:
                 print(f"{prog_name()}: error: {role} {e}", file=sys.stderr)
+                return EXIT_USAGE
+            except lost as e:  # the cluster (or a worker process) lost the read: one line
+                print(f"{prog_name()}: error: {role} {path}: cannot read: {' '.join(str(e).split())[:300]}",
+                      file=sys.stderr)
                 return EXIT_USAGE
             side.path = path
             notes += [f"{role}: {w}" for w in r.warnings]

@@ -6,8 +6,9 @@ graph executions (``nc_exec_running`` by ``model_name``), the collectives (``cc_
 and the framework regions (``trace_event_source = framework``, by name); ``ProfileModels`` for each
 graph's structure; ``ProfileMetadata`` for ranks; ``SystemProfileCounters`` for device memory.
 
-The events table is read one file (one process) at a time with only the rows and columns wanted, so
-memory holds the compact per-item arrays, never a whole table.  An unreadable file is a warning
+The events table is read one file (one process) at a time, only the columns wanted (no
+``pyarrow.dataset``: it would import pandas, a third of a second), so memory holds the compact
+per-item arrays, never a whole table.  An unreadable file is a warning
 naming it; the rest is still read.
 """
 
@@ -19,7 +20,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from neuron_explorer.analysis import steps as steps_mod
@@ -32,6 +32,9 @@ FRAMEWORK = "framework"
 STEP_TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
               "nrt_execute", "numerical_err")
 _TYPE_ID = {n: i for i, n in enumerate(STEP_TYPES)}
+# the per-step figures a diff compares (``analysis.steps`` makes more: the rest are dropped where a
+# file is read, which keeps a side's steps and what a worker sends back to a third of the size)
+STEP_COLUMNS = ("wall_ns",) + steps_mod.BREAKDOWN + ("own_ns", "collective_ns")
 _EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
                   "seq", "bytes", "group_ranks", "flow_id"]
 
@@ -88,7 +91,10 @@ class Side:
     # process index -> how far the level moves within the run: |level of the first half of the samples
     # - level of the second half| (the run measured against itself)
     memory_noise: dict[int, int] = field(default_factory=dict)
-    steps: dict[int, steps_mod.Steps] = field(default_factory=dict)  # process index -> its steps (aligned clock)
+    # every step of every process as columns (number, rank, proc, start_ns, end_ns, ``STEP_COLUMNS``),
+    # sorted by start; the step detector's methods found
+    step_table: dict[str, np.ndarray] = field(default_factory=dict)
+    step_methods: set[str] = field(default_factory=set)
     events: int = 0
     warnings: list[str] = field(default_factory=list)
 
@@ -107,7 +113,9 @@ def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 def _ints(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
-    return np.asarray(pc.fill_null(col, fill).to_numpy(), dtype=np.int64)
+    if col.null_count:
+        col = pc.fill_null(col, fill)
+    return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
 class _Acc:
@@ -120,12 +128,17 @@ class _Acc:
         self.parts.setdefault(key, []).append(cols)
 
     def items(self):
-        for key, pieces in self.parts.items():
+        """Each key's columns, concatenated; its pieces are let go as it goes (in insertion order),
+        so that the pieces and the whole are held for one key at a time, not for all."""
+        for key in list(self.parts):
+            pieces = self.parts.pop(key)
             yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
 
 
-def read_side(path: str) -> Side:
-    """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``."""
+def read_side(path: str, engine=None) -> Side:
+    """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``.  ``engine``: a
+    ``view`` engine (``pipeline.LocalEngine`` with worker processes, ``cluster.DaskEngine``) whose
+    ``map`` reads the events files (``read_file``); None: in this process, one after another."""
     if not os.path.isdir(path):
         raise DatasetError(f"{path}: not a directory")
     if not os.path.isdir(os.path.join(path, dsc.EVENTS)):
@@ -133,7 +146,7 @@ def read_side(path: str) -> Side:
     side = Side(path)
     _read_metadata(side)
     _read_models(side)
-    _read_events(side)
+    _read_events(side, engine)
     _read_memory(side)
     return side
 
@@ -195,34 +208,87 @@ def _read_models(side: Side) -> None:
         side.compile_ns[name] = side.compile_ns.get(name, 0) + int(row.get("compile_ns") or 0)
 
 
-def _read_events(side: Side) -> None:
+@dataclass
+class FilePart:
+    """What one events file (one process) gives a side: the per-item column pieces, the regions'
+    links to graphs, the steps of its processes, its row count, or the line saying why it could
+    not be read.  A pure function of the file (``read_file``), so that a worker process or a Dask
+    worker can make it and this process merges them in file order."""
+
+    path: str
+    events: int = 0
+    error: str | None = None
+    graphs: dict = field(default_factory=dict)
+    loads: dict = field(default_factory=dict)
+    regions: dict = field(default_factory=dict)
+    colls: dict = field(default_factory=dict)
+    region_links: dict[str, set] = field(default_factory=dict)
+    steps: dict[int, steps_mod.Steps] = field(default_factory=dict)
+
+
+def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePart:
+    """One events file read into a ``FilePart``.  The file's wanted columns are read whole, every
+    row, and the rows kept by their name codes: that costs less than a filter expression over the
+    dictionary strings (0.17 against 0.43 CPU-s for 2M events, docs/decisions/0147-diff-read-cost.md)."""
+    part = FilePart(path)
+    try:
+        pf = pq.ParquetFile(path)
+        present = set(pf.schema_arrow.names)
+        columns = [c for c in _EVENT_COLUMNS if c in present]
+        if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
+            raise ValueError("not a SystemProfileEvents file (columns missing)")
+        t = pf.read(columns=columns, use_threads=False)
+        f = _File(t)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        part.error = f"{path}: unreadable ({_line(e)}); skipped"
+        return part
+    part.events = t.num_rows
+    if len(f.typ):
+        graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
+        _take_fragment(f, graphs, regions, colls, loads, part.region_links)
+        part.graphs, part.regions, part.colls, part.loads = graphs.parts, regions.parts, colls.parts, loads.parts
+        part.steps = _find_steps(f, model_ids, step_models)
+    return part
+
+
+class _NoProgress:
+    def step(self) -> None:
+        pass
+
+    def within(self, fraction: float) -> None:
+        pass
+
+
+def _read_events(side: Side, engine=None) -> None:
     root = os.path.join(side.path, dsc.EVENTS)
     files = table_files(root)
-    wanted = ds.field("name").isin([n for n in STEP_TYPES if n != "framework_op"]) | (
-        ds.field("trace_event_source") == FRAMEWORK)
     model_ids = {n: i for i, n in enumerate(sorted(side.models))}
     step_models = [(i, n, str(side.models[n].get("kind") or ""), 0.0) for n, i in model_ids.items()]
     graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
     region_links: dict[str, set] = {}
+    steps: dict[int, steps_mod.Steps] = {}
     read = 0
-    for path in files:
-        try:
-            frag = ds.dataset(path, format="parquet")
-            columns = [c for c in _EVENT_COLUMNS if c in frag.schema.names]
-            if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
-                raise ValueError("not a SystemProfileEvents file (columns missing)")
-            t = frag.to_table(filter=wanted, columns=columns)
-            side.events += frag.count_rows()
-        except (OSError, ValueError, pa.ArrowException) as e:
-            side.warnings.append(f"{path}: unreadable ({_line(e)}); skipped")
+    parts = (read_file(p, model_ids, step_models) for p in files) if engine is None or len(files) < 2 else \
+        engine.map(read_file, files, _NoProgress(), model_ids, step_models)
+    for part in parts:  # (in file order: the same arrays whoever read them)
+        if part.error is not None:
+            side.warnings.append(part.error)
             continue
+        side.events += part.events
         read += 1
-        if t.num_rows:
-            f = _File(t)
-            _take_fragment(f, graphs, regions, colls, loads, region_links)
-            _find_steps(side, f, model_ids, step_models)
+        for acc, got in ((graphs, part.graphs), (regions, part.regions), (colls, part.colls), (loads, part.loads)):
+            for key, pieces in got.items():
+                acc.parts.setdefault(key, []).extend(pieces)
+        for name, links in part.region_links.items():
+            region_links.setdefault(name, set()).update(links)
+        steps.update(part.steps)
     if files and not read:
-        raise DatasetError(f"{root}: no events file could be read")
+        where = "" if engine is None or getattr(engine, "local", True) else \
+            " by the cluster's workers (do they see this path? put it on storage they share: --work-dir)"
+        raise DatasetError(f"{root}: no events file could be read{where}")
+    side.step_methods = {st.method for st in steps.values() if len(st)}
+    side.step_table = _step_table(side, steps)
+    del steps
     for name, (start, end, proc, ids) in graphs.items():
         side.graphs[name] = Occurrences.build(end - start, start, end, proc, ids)
     for name, (start, end, proc, ids) in loads.items():
@@ -234,13 +300,44 @@ def _read_events(side: Side) -> None:
     _collectives(side, colls)
 
 
+def _step_table(side: Side, steps: dict[int, steps_mod.Steps]) -> dict[str, np.ndarray]:
+    """Every step of every process as columns: number, rank, process, start, end and the figures
+    of ``analysis.steps`` (one row per step and process), sorted by start.  Built a column at a
+    time, each process's column let go once it is in: the steps' figures are held once, not twice."""
+    sts = [(proc, st) for proc, st in steps.items() if len(st)]
+    names = ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS
+    if not sts:
+        return {k: np.zeros(0, dtype=np.int64) for k in names}
+    start = np.concatenate([st.start_ns for _, st in sts])
+    order = np.argsort(start, kind="stable")
+    out = {"start_ns": start[order]}
+    del start
+    for k in names[:3] + names[4:]:
+        cols = []
+        for proc, st in sts:
+            if k == "number":
+                c = st.number
+            elif k == "rank":
+                c = np.full(len(st), side.rank_of(proc), dtype=np.int64)
+            elif k == "proc":
+                c = np.full(len(st), proc, dtype=np.int64)
+            elif k == "end_ns":
+                c = st.end_ns
+            else:
+                c = st.columns.pop(k) if k in st.columns else np.zeros(len(st))
+            cols.append(np.asarray(c, dtype=np.int64))
+        out[k] = np.concatenate(cols)[order]
+    return out
+
+
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """A string column as (codes, values): ``values[codes[i]]`` is row i, -1 a null.  Dictionary
     columns (what ``view`` writes) give their indices as they are: no string per row is made."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr.cast(pa.string()))
-    idx = np.asarray(pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    ind = pc.fill_null(arr.indices, -1) if arr.null_count else arr.indices
+    idx = np.asarray(ind.to_numpy(zero_copy_only=False), dtype=np.int64)
     values = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)  # [-1]: ""
     return idx, values
 
@@ -261,25 +358,59 @@ def _lut(values: np.ndarray, mapping: dict[str, int]) -> np.ndarray:
 
 
 class _File:
-    """One events file's columns, decoded once: dictionary codes, not a string per row."""
+    """One events file's columns, decoded once (dictionary codes, not a string per row), and only
+    its rows a diff reads: the types ``STEP_TYPES`` names outside the framework, and the framework's
+    regions.  ``column`` gives any other column at those rows."""
 
     def __init__(self, t: pa.Table) -> None:
         self.t = t = t.unify_dictionaries()
-        self.name_c, self.name_v = _codes(t.column("name"))
+        name_c, self.name_v = _codes(t.column("name"))
         src_c, src_v = _codes(t.column("trace_event_source"))
-        self.fw = src_v[src_c] == FRAMEWORK
-        self.typ = _lut(self.name_v, _TYPE_ID)[self.name_c]
-        self.start, self.end, self.ids = _ints(t.column("start_ts")), _ints(t.column("end_ts")), _ints(t.column("id"))
+        fw = src_v[src_c] == FRAMEWORK
+        typ = _lut(self.name_v, _TYPE_ID)[name_c]
+        keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
+        self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
+        self.name_c, self.fw, self.typ = self._at(name_c), self._at(fw), self._at(typ)
+        self.start, self.end, self.ids = (self._at(_ints(t.column(c))) for c in ("start_ts", "end_ts", "id"))
         self.proc = self.ids >> 32
         if "model_name" in t.column_names:
-            self.model_c, self.model_v = _codes(t.column("model_name"))
+            model_c, self.model_v = _codes(t.column("model_name"))
+            self.model_c = self._at(model_c)
         else:
             self.model_c, self.model_v = np.full(len(self.typ), -1, dtype=np.int64), np.asarray([""], dtype=object)
+
+    def _at(self, a: np.ndarray) -> np.ndarray:
+        return a if self.rows is None else a[self.rows]
+
+    def has(self, name: str) -> bool:
+        return name in self.t.column_names
+
+    def column(self, name: str, sel: np.ndarray | None = None) -> pa.ChunkedArray:
+        """Column ``name`` at the kept rows (``sel``: at those of them)."""
+        rows = self._rows(sel)
+        col = self.t.column(name)
+        return col if rows is None else col.take(pa.array(rows, type=pa.int64()))
+
+    def ints(self, name: str, sel: np.ndarray | None = None, fill: int = -1) -> np.ndarray:
+        """An integer column at the kept rows (``sel``: at those of them), nulls as ``fill``: decoded
+        whole, then indexed (cheaper than Arrow's ``take`` of the rows)."""
+        rows = self._rows(sel)
+        a = _ints(self.t.column(name), fill)
+        return a if rows is None else a[rows]
+
+    def codes(self, name: str, sel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``_codes`` of a string column at the kept rows (``sel``: at those of them)."""
+        rows = self._rows(sel)
+        c, v = _codes(self.t.column(name))
+        return (c if rows is None else c[rows]), v
+
+    def _rows(self, sel: np.ndarray | None) -> np.ndarray | None:
+        return self.rows if sel is None else sel if self.rows is None else self.rows[sel]
 
 
 def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _Acc,
                    region_links: dict[str, set]) -> None:
-    t, typ, fw, name_c, name_v = f.t, f.typ, f.fw, f.name_c, f.name_v
+    typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
     start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.proc, f.model_c, f.model_v
     ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
     exec_flow = np.zeros(0, dtype=np.int64)
@@ -287,8 +418,8 @@ def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _A
     for code, sel in _groups(model_c[ex]):
         rows = ex[sel]
         graphs.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
-    if len(ex) and "flow_id" in t.column_names:
-        fl = t.column("flow_id").take(pa.array(ex)).combine_chunks()
+    if len(ex) and f.has("flow_id"):
+        fl = f.column("flow_id", ex).combine_chunks()
         exec_flow = np.asarray(pc.fill_null(pc.list_element(fl, 0), -1).to_numpy(zero_copy_only=False),
                                dtype=np.int64)
         exec_name = model_v[model_c[ex]]
@@ -301,48 +432,61 @@ def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _A
         for code, sel in _groups(name_c[sel_fw]):
             rows = sel_fw[sel]
             regions.add(str(name_v[code]), start[rows], end[rows], proc[rows], ids[rows])
-        if "flow_id" in t.column_names:
-            _link_regions(t.column("flow_id").take(pa.array(sel_fw)), name_v[name_c[sel_fw]], exec_flow, exec_name,
+        if f.has("flow_id"):
+            _link_regions(f.column("flow_id", sel_fw), name_c[sel_fw], name_v, exec_flow, exec_name,
                           region_links)
     cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
     if len(cc):
-        take = pa.array(cc)
         n = len(cc)
-        op_c, op_v = _codes(t.column("op").take(take)) if "op" in t.column_names else (np.full(n, -1), None)
-        op = name_v[name_c[cc]] if op_v is None else np.where(op_c >= 0, op_v[op_c], name_v[name_c[cc]])
-        if "group_ranks" in t.column_names:
-            g_c, g_v = _codes(t.column("group_ranks").take(take))
-            group = g_v[g_c]
+        # the op (its name where the op column is null) and the group as codes into their dictionaries,
+        # made one number per distinct string through the (small) dictionaries: no string per row
+        if f.has("op"):
+            op_c, op_v = f.codes("op", cc)
+            op_key, op_strs = np.where(op_c >= 0, op_c, len(op_v) + name_c[cc]), np.concatenate([op_v, name_v])
         else:
-            group = np.full(n, "", dtype=object)
-        nbytes = _ints(t.column("bytes").take(take), 0) if "bytes" in t.column_names else np.zeros(n, np.int64)
-        seq = _ints(t.column("seq").take(take)) if "seq" in t.column_names else np.full(n, -1)
-        rank = _ints(t.column("worker_gid").take(take)) if "worker_gid" in t.column_names else np.full(n, -1)
-        op_u, op_i = np.unique(op.astype(str), return_inverse=True)
-        g_u, g_i = np.unique(group.astype(str), return_inverse=True)
-        for code, m in _groups(op_i.reshape(-1) * len(g_u) + g_i.reshape(-1)):
+            op_key, op_strs = name_c[cc], name_v
+        if f.has("group_ranks"):
+            g_key, g_strs = f.codes("group_ranks", cc)
+        else:
+            g_key, g_strs = np.full(n, -1, dtype=np.int64), np.asarray([""], dtype=object)
+        nbytes = f.ints("bytes", cc, 0) if f.has("bytes") else np.zeros(n, np.int64)
+        seq = f.ints("seq", cc) if f.has("seq") else np.full(n, -1)
+        rank = f.ints("worker_gid", cc) if f.has("worker_gid") else np.full(n, -1)
+        op_u, op_map = np.unique(op_strs.astype(str), return_inverse=True)
+        g_u, g_map = np.unique(g_strs.astype(str), return_inverse=True)
+        op_i, g_i = op_map.reshape(-1)[op_key], g_map.reshape(-1)[g_key]
+        start, end, proc, ids = start[cc], end[cc], proc[cc], ids[cc]
+        for code, m in _groups(op_i * len(g_u) + g_i):
             key = (str(op_u[code // len(g_u)]), str(g_u[code % len(g_u)]))
-            colls.add(key, nbytes[m], seq[m], rank[m], start[cc][m], end[cc][m], proc[cc][m], ids[cc][m])
+            colls.add(key, nbytes[m], seq[m], rank[m], start[m], end[m], proc[m], ids[m])
 
 
-def _find_steps(side: Side, f: _File, model_ids: dict[str, int], models: list) -> None:
+def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, steps_mod.Steps]:
     """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
     aligned clock of the dataset); the labels of framework regions are the name dictionary."""
+    out = {}
     typ = f.typ.copy()
     typ[f.fw] = _TYPE_ID["framework_op"]
     model_id = _lut(f.model_v, model_ids)[f.model_c]
     label = np.where(f.fw, f.name_c, -1)
     strings = [str(v) for v in f.name_v[:-1].tolist()]
-    t, start, end = f.t, f.start, f.end
-    nbytes = _ints(t.column("bytes")) if "bytes" in t.column_names else np.full(len(typ), -1, dtype=np.int64)
-    for p, rows in _groups(f.proc):
-        rows = np.sort(rows)
-        side.steps[p] = steps_mod.find_steps(typ[rows], start[rows], end[rows], model_id[rows], label[rows],
-                                             nbytes[rows], _TYPE_ID, strings, models)
+    start, end = f.start, f.end
+    nbytes = f.ints("bytes") if f.has("bytes") else np.full(len(typ), -1, dtype=np.int64)
+    one = len(f.proc) and f.proc[0] >= 0 and bool((f.proc == f.proc[0]).all())  # (a file is one process)
+    groups = [(int(f.proc[0]), None)] if one else list(_groups(f.proc))
+    for p, rows in groups:
+        cols = (typ, start, end, model_id, label, nbytes)
+        if rows is not None:
+            rows = np.sort(rows)
+            cols = tuple(c[rows] for c in cols)
+        st = steps_mod.find_steps(*cols, _TYPE_ID, strings, models)
+        st.columns = {k: np.asarray(st.columns[k], dtype=np.int64) for k in STEP_COLUMNS if k in st.columns}
+        out[p] = st
+    return out
 
 
-def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarray, exec_name: np.ndarray,
-                  links: dict[str, set]) -> None:
+def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, names: np.ndarray, exec_flow: np.ndarray,
+                  exec_name: np.ndarray, links: dict[str, set]) -> None:
     """Which graph each region wraps: a region whose every occurrence issued exactly one execution,
     always of one graph, is that graph seen from the framework (``Optimizer.step#SGD.step`` around
     the ``SGD_*`` execution): the diff shows it beside the graph, not as a second change."""
@@ -357,10 +501,9 @@ def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, exec_flow: np.ndarr
         hit = exec_flow[order][pos] == flat
         np.add.at(n_links, parent[hit], 1)
         linked[parent[hit]] = exec_name[order][pos[hit]]
-    for r in np.unique(label.astype(str)):
-        m = label == r
+    for code, m in _groups(label):  # ``label``: codes into ``names``
         ok = bool((n_links[m] == 1).all())
-        links.setdefault(r, set()).update(set(linked[m].tolist()) if ok else {None})
+        links.setdefault(str(names[code]), set()).update(set(linked[m].tolist()) if ok else {None})
 
 
 def _collectives(side: Side, colls: _Acc) -> None:
@@ -398,9 +541,13 @@ def _read_memory(side: Side) -> None:
     parts = []
     for path in table_files(root):
         try:
-            t = ds.dataset(path, format="parquet").to_table(
-                filter=pc.starts_with(ds.field("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX),
-                columns=["instance_id", "process_id", "ts", "value"])
+            pf = pq.ParquetFile(path)
+            missing = {"counter", "instance_id", "process_id", "ts", "value"} - set(pf.schema_arrow.names)
+            if missing:
+                raise ValueError(f"no column {', '.join(sorted(missing))}")
+            t = pf.read(columns=["counter", "instance_id", "process_id", "ts", "value"], use_threads=False)
+            keep = pc.fill_null(pc.starts_with(t.column("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX), False)
+            t = t.filter(keep).drop_columns(["counter"])
         except (OSError, ValueError, pa.ArrowException) as e:
             side.warnings.append(f"{path}: unreadable ({_line(e)}); its memory samples skipped")
             continue

@@ -14,17 +14,19 @@ import numpy as np
 
 from neuron_explorer.analysis import compare as cmp, steps as steps_mod
 
+from . import dataset as dataset_mod
 from .dataset import Occurrences, Side
 
 SCHEMA = "neuron-explorer-diff/1"
 MEMORY_FLOOR = 1 << 20  # bytes: a peak moving less than this is no change
 
 
-def _at(side: Side, occ: Occurrences) -> dict[str, Any] | None:
-    """The occurrence nearest the median: where a viewer jumps to."""
+def _at(side: Side, occ: Occurrences, med: float | None = None) -> dict[str, Any] | None:
+    """The occurrence nearest the median (``med``: ``numpy.median`` of the values, when known): where
+    a viewer jumps to."""
     if not len(occ):
         return None
-    med = np.median(occ.value)
+    med = np.median(occ.value) if med is None else med
     i = int(np.argmin(np.abs(occ.value - med)))
     p = side.processes.get(int(occ.proc[i]))
     return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
@@ -32,24 +34,38 @@ def _at(side: Side, occ: Occurrences) -> dict[str, Any] | None:
             "id": int(occ.ids[i])}
 
 
-def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None) -> dict[str, Any] | None:
+def _distinct_procs(proc: np.ndarray) -> np.ndarray:
+    """The distinct process indices of a sample: one (no hash), small indices by a count of at most
+    ``1 << 16`` (a constant, whatever the file says), else ``numpy.unique``."""
+    if not len(proc) or (proc == proc[0]).all():
+        return proc[:1]
+    if int(proc.min()) >= 0 and int(proc.max()) < (1 << 16):
+        return np.flatnonzero(np.bincount(proc))
+    return np.unique(proc)
+
+
+def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None,
+                o: cmp.Order | None = None) -> dict[str, Any] | None:
     if occ is None:
         return None
+    o = cmp.order(occ.value) if o is None else o
     out: dict[str, Any] = {"name": name} if name is not None else {}
-    out.update(cmp.stats(occ.value).as_dict())
-    out["ranks"] = sorted({side.rank_of(int(p)) for p in np.unique(occ.proc)})
+    out.update(cmp.stats(occ.value, o).as_dict())
+    out["ranks"] = sorted({side.rank_of(int(p)) for p in _distinct_procs(occ.proc)})
     out["total_ns"] = int(occ.value.sum())
-    out["at"] = _at(side, occ)
+    out["at"] = _at(side, occ, o.median)
     return out
 
 
 def _row(kind: str, key: str, label: str, base: Side, cand: Side, ob: Occurrences | None, oc: Occurrences | None,
          th: cmp.Thresholds, names: tuple[str | None, str | None] = (None, None), **extra: Any) -> dict[str, Any]:
     empty = np.zeros(0, dtype=np.int64)
-    change = cmp.compare(ob.value if ob is not None else empty, oc.value if oc is not None else empty,
-                         f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None))
+    vb, vc = (ob.value if ob is not None else empty), (oc.value if oc is not None else empty)
+    orders = cmp.order(vb), cmp.order(vc)  # once per side, for the change and the side's figures
+    change = cmp.compare(vb, vc, f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None), orders=orders)
     row: dict[str, Any] = {"kind": kind, "key": key, "label": label,
-                           "baseline": _side_stats(base, ob, names[0]), "candidate": _side_stats(cand, oc, names[1])}
+                           "baseline": _side_stats(base, ob, names[0], orders[0]),
+                           "candidate": _side_stats(cand, oc, names[1], orders[1])}
     row.update(extra)
     row.update(change.as_dict())
     return row
@@ -222,27 +238,7 @@ def impact(row: dict) -> float:
 
 
 PARTS = steps_mod.BREAKDOWN
-STEP_COLUMNS = ("wall_ns",) + PARTS + ("own_ns", "collective_ns")
-
-
-def _step_table(side: Side) -> dict[str, np.ndarray]:
-    """Every step of every process as columns: number, rank, process, start, end and the figures
-    of ``analysis.steps`` (one row per step and process), sorted by start."""
-    cols: dict[str, list] = {k: [] for k in ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS}
-    for proc, st in side.steps.items():
-        n = len(st)
-        if not n:
-            continue
-        cols["number"].append(st.number)
-        cols["rank"].append(np.full(n, side.rank_of(proc), dtype=np.int64))
-        cols["proc"].append(np.full(n, proc, dtype=np.int64))
-        cols["start_ns"].append(st.start_ns)
-        cols["end_ns"].append(st.end_ns)
-        for k in STEP_COLUMNS:
-            cols[k].append(np.asarray(st.columns.get(k, np.zeros(n)), dtype=np.int64))
-    out = {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in cols.items()}
-    order = np.argsort(out["start_ns"], kind="stable")
-    return {k: v[order] for k, v in out.items()}
+STEP_COLUMNS = dataset_mod.STEP_COLUMNS  # (the per-step table of a side: ``Side.step_table``)
 
 
 def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> Occurrences:
@@ -259,10 +255,9 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
     measured against the rank that changed least, which already takes out what the pair's
     environment did to every rank, and the pair's noise counted again would hide a slower rank whose
     extra work slows its job's other ranks on a shared CPU (docs/decisions/0131-diff-noise-from-the-pair.md)."""
-    tb, tc = _step_table(base), _step_table(cand)
+    tb, tc = base.step_table, cand.step_table
     info: dict[str, Any] = {
-        "method": {"baseline": sorted({s.method for s in base.steps.values() if len(s)}),
-                   "candidate": sorted({s.method for s in cand.steps.values() if len(s)})},
+        "method": {"baseline": sorted(base.step_methods), "candidate": sorted(cand.step_methods)},
         "baseline_steps": int(len(np.unique(tb["number"]))), "candidate_steps": int(len(np.unique(tc["number"]))),
     }
     if not len(tb["number"]) or not len(tc["number"]):
@@ -290,14 +285,23 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
     return rows, info
 
 
+def _by_rank(t: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Each rank's rows of a step table (in start order), by one sort instead of a mask per rank."""
+    order = np.argsort(t["rank"], kind="stable")
+    r = t["rank"][order]
+    bounds = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(r) else np.zeros(0, dtype=np.int64)
+    return {int(r[b]): order[b:e] for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(r)].tolist())}
+
+
 def straggler_rows(base: Side, cand: Side, tb: dict[str, np.ndarray], tc: dict[str, np.ndarray], ranks: list[int],
                    th: cmp.Thresholds, floor: float) -> list[dict]:
     """Per rank, its own work per step (the step's time in neither a collective nor a wait: what
     the others wait for).  A rank is a straggler change only when its change stands out: beyond
     the thresholds *and* beyond the change of the rank that changed least by as much, so that a
     change every rank shares (a slower graph) is not a straggler."""
-    rows = [_row("straggler", str(r), f"rank {r} own work per step", base, cand, _occ(tb, "own_ns", tb["rank"] == r),
-                 _occ(tc, "own_ns", tc["rank"] == r), th, rank=r, subject=f"rank {r}", floor_ns=floor) for r in ranks]
+    sb, sc = _by_rank(tb), _by_rank(tc)
+    rows = [_row("straggler", str(r), f"rank {r} own work per step", base, cand, _occ(tb, "own_ns", sb[r]),
+                 _occ(tc, "own_ns", sc[r]), th, rank=r, subject=f"rank {r}", floor_ns=floor) for r in ranks]
     deltas = [r["delta_ns"] for r in rows if r["delta_ns"] is not None]
     if not deltas:
         return rows
