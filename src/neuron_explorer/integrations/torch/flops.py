@@ -227,10 +227,11 @@ class FlopCounter:
 # torch's optimizers whose ``step`` dispatches no operator with a flop formula (elementwise and
 # ``_foreach`` updates only): their first step's count is None without running it under the mode,
 # which cost ~20 us for each of its ops (650 in a 6-layer transformer's Adam step: ~1/3 of the
-# first step's ops).  Not Muon (Newton-Schulz: ``mm``), nor LBFGS (it calls the closure).
+# first step's ops).  Not Muon (Newton-Schulz: ``mm``), Adafactor (its row and column factors'
+# product is a matmul), nor LBFGS (it calls the closure).
 # test_formula_free_optimizers_dispatch_no_formula_op checks each against the mode.
-FORMULA_FREE_OPTIMIZERS = ("ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam",
-                           "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam")
+FORMULA_FREE_OPTIMIZERS = ("ASGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop",
+                           "Rprop", "SGD", "SparseAdam")
 
 
 def formula_free_step(torch, args: tuple, kwargs: dict) -> bool:
