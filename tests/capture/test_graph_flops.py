@@ -225,3 +225,75 @@ def test_eager_graphs_profiled_through_the_api_know_their_flops(tmp_path):
     _run_script(tmp_path, API_STEP.format(out=out))
     flops = _flops_by_kind(out)
     assert flops["forward"] == FWD and flops["backward"] == BWD, flops
+
+
+def _optimizer_for(torch, name: str):
+    """A small model's parameters with gradients, and torch.optim.<name> over them."""
+    torch.manual_seed(0)
+    sparse = name == "SparseAdam"
+    model = torch.nn.Embedding(10, 4, sparse=True) if sparse else torch.nn.Linear(4, 3)
+    x = torch.tensor([1, 2, 3]) if sparse else torch.randn(2, 4)
+    model(x).sum().backward()
+    params = list(model.parameters()) if sparse or name != "Muon" else [model.weight]
+    return getattr(torch.optim, name)(params, lr=0.01)
+
+
+def test_formula_free_optimizers_dispatch_no_formula_op():
+    """The first step of the optimizers in ``FORMULA_FREE_OPTIMIZERS`` is not run under the flop
+    mode (issue 33): their count is None because no op of their step has a formula.  Each is run
+    under the mode here, as before, to show it; Muon's step (excluded) does count flops."""
+    import torch
+
+    from neuron_explorer.integrations.torch.flops import FORMULA_FREE_OPTIMIZERS, _counter_mode
+
+    mode_cls = _counter_mode(torch)
+    ran = []
+    for name in FORMULA_FREE_OPTIMIZERS:
+        if not hasattr(torch.optim, name):
+            continue
+        opt = _optimizer_for(torch, name)
+        with mode_cls() as m:
+            opt.step()
+            opt.step()
+        assert not m.known, (name, m.total)
+        ran.append(name)
+    assert {"Adam", "AdamW", "SGD", "Adagrad", "RMSprop"} <= set(ran), ran
+    for name in ("Muon", "Adafactor"):  # (excluded: their steps do count flops)
+        if hasattr(torch.optim, name):
+            opt = _optimizer_for(torch, name)
+            with mode_cls() as m:
+                opt.step()
+            assert m.known and m.total > 0, name
+
+
+def test_formula_free_step_only_for_torchs_own_plain_steps():
+    """No mode only for torch's own class itself, without closure or the program's step hooks."""
+    import torch
+
+    from neuron_explorer.integrations.torch.flops import formula_free_step
+
+    opt = _optimizer_for(torch, "Adam")
+    assert formula_free_step(torch, (opt,), {})
+    assert formula_free_step(torch, (opt, None), {"closure": None})
+    assert not formula_free_step(torch, (opt, lambda: 0.0), {})
+    assert not formula_free_step(torch, (opt,), {"closure": lambda: 0.0})
+    h = opt.register_step_pre_hook(lambda o, a, k: None)
+    assert not formula_free_step(torch, (opt,), {})
+    h.remove()
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    h = register_optimizer_step_post_hook(lambda o, a, k: None)
+    try:
+        assert not formula_free_step(torch, (opt,), {})
+    finally:
+        h.remove()
+    assert formula_free_step(torch, (opt,), {})
+
+    class MyAdam(torch.optim.Adam):
+        pass
+
+    mine = MyAdam(opt.param_groups[0]["params"])
+    assert not formula_free_step(torch, (mine,), {})
+    if hasattr(torch.optim, "Muon"):
+        assert not formula_free_step(torch, (_optimizer_for(torch, "Muon"),), {})
+    assert not formula_free_step(torch, (torch.optim.LBFGS(opt.param_groups[0]["params"]),), {})
