@@ -61,6 +61,18 @@ def test_a_clear_change_gets_its_sign_and_a_tie_gets_none():
     assert same.verdict == cmp.SAME and not same.significant
 
 
+def test_the_bar_is_a_factor_both_ways():
+    """A bar of 150% (a noisy pair) still lets a 3x faster item through: faster by the bar's factor
+    is down by bar / (1 + bar), not by the bar itself (nothing is more than 100% faster); and an item
+    only 1.3x faster, inside the factor, gets no verdict, as an item 1.3x slower does not."""
+    th = cmp.Thresholds(min_change_pct=150.0)
+    base = _samples(60, 3e6, 1e4, 1)
+    assert cmp.compare(base, _samples(60, 1e6, 1e4, 2), "graph:x", th).verdict == cmp.FASTER
+    assert cmp.compare(_samples(60, 1e6, 1e4, 2), base, "graph:x", th).verdict == cmp.SLOWER
+    assert cmp.compare(base, _samples(60, 3e6 / 1.3, 1e4, 3), "graph:x", th).verdict == cmp.SAME
+    assert cmp.compare(base, _samples(60, 3e6 * 1.3, 1e4, 3), "graph:x", th).verdict == cmp.SAME
+
+
 def test_a_real_but_small_change_gets_no_verdict():
     """Interval excluding zero but not wholly beyond the thresholds: no verdict."""
     base = _samples(2000, 10e6, 0.1e6, 1)

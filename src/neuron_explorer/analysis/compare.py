@@ -250,14 +250,19 @@ def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thres
         return Change(delta, pct, None, FEW)
     (lo, hi), (qlo, qhi) = bootstrap_intervals(base, cand, key, th)
     floor = th.min_change_ns if floor_ns is None else floor_ns
-    need_q = max(th.min_change_pct / 100.0 * abs(ob.q25), floor)
+    # the bar is a factor, the same both ways: slower by at least (1 + bar) times, or faster by at
+    # least that factor, i.e. down by bar / (1 + bar) of the baseline (a bar of 100% or more
+    # would otherwise leave no faster change possible: nothing gets more than 100% faster)
+    rel = th.min_change_pct / 100.0
+    need_q = max(rel * abs(ob.q25), floor)
+    need_fast = max(rel / (1.0 + rel) * abs(ob.q25), floor)
     # the lower quartile's whole interval beyond the bar ("at least that much, with confidence", not
     # only "not zero"): a busier host stretches the slow side of a distribution and barely moves its
     # fast side, a real change moves all of it.  The median must agree (its interval excludes zero
     # the same way): the typical occurrence moved too, not only the fastest quarter
     if qlo >= need_q and lo > 0:
         verdict = SLOWER
-    elif -qhi >= need_q and hi < 0:
+    elif -qhi >= need_fast and hi < 0:
         verdict = FASTER
     else:
         verdict = SAME
