@@ -38,8 +38,11 @@ _T0: list[int] = []
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The parent's environment with every profiler variable removed, one intra-op thread."""
+    # PYTHONDONTWRITEBYTECODE (set on some dev machines and CI images) would make every worker
+    # compile this checkout's modules from source, a cost an installed package (pip writes its
+    # bytecode) never pays: run_interleaved compiles them once up front instead
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(PROFILER_PREFIXES) and k != "NEURON_PROCESS_TAG"}
+           if not k.startswith(PROFILER_PREFIXES) and k not in ("NEURON_PROCESS_TAG", "PYTHONDONTWRITEBYTECODE")}
     # faulthandler: a worker that crashes leaves its stack in the results (all configurations alike)
     env.update(PYTHONHASHSEED="0", OMP_NUM_THREADS="1", NEURON_EXPLORER_QUIET="1", PYTHONFAULTHANDLER="1")
     env.update(extra)
@@ -142,6 +145,8 @@ def run_interleaved(jobs: dict[str, Callable[[int], tuple[list[str], dict[str, s
                     label: str = "") -> dict:
     """Run each configuration ``rounds`` times, interleaved; ``jobs[config](round)`` gives the
     command and environment. Returns {"runs": {config: [result, ...]}, "load_average": ...}."""
+    for make in jobs.values():
+        compile_paths(make(0)[1])
     load0 = os.getloadavg()
     runs: dict[str, list[dict | None]] = {c: [] for c in jobs}
     failures: list[dict] = []
@@ -163,6 +168,17 @@ def run_interleaved(jobs: dict[str, Callable[[int], tuple[list[str], dict[str, s
                   file=sys.stderr, flush=True)
     return {"runs": runs, "failures": failures,
             "load_average": {"start": list(load0), "end": list(os.getloadavg())}}
+
+
+def compile_paths(env: dict[str, str]) -> None:
+    """Byte-compile the directories on ``env``'s PYTHONPATH (this checkout's ``src``, a --before
+    one): workers then load bytecode, as a pip-installed package does, and no configuration's
+    first run pays for compiling another's modules."""
+    import compileall
+
+    for d in filter(None, env.get("PYTHONPATH", "").split(os.pathsep)):
+        if os.path.isdir(d):
+            compileall.compile_dir(d, quiet=2, workers=1)
 
 
 def spread(xs: list[float]) -> dict:
