@@ -68,9 +68,10 @@ def installed(tmp_path_factory) -> tuple[Path, str, dict[str, str]]:
     assert "manylinux_" in shown
 
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], env)
+    # no pip of its own to bootstrap (3 CPU-s): this interpreter's pip installs into it (decision 0153)
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], env)
     py = str(venv / "bin" / "python")
-    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel[0]], env)
+    _run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index", wheel[0]], env)
     site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env).stdout.strip()
     return venv, site, env
 

@@ -15,7 +15,7 @@ from neuron_explorer.capture import writer
 from neuron_explorer.capture.samplers import HostSampler
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 
-from ..conftest import clean_env, cli, run
+from ..conftest import clean_env, cli, run, shared_dir
 
 WORKLOAD = Path(__file__).parent / "workloads" / "train_memory.py"
 PARAM_BYTES = (256 * 512 + 512 + 512 * 10 + 10) * 4
@@ -40,11 +40,13 @@ def test_samples_of_several_cores_are_stored_on_one_timeline_with_gaps():
 
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
-    out = tmp_path_factory.mktemp("devmem") / "out"
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
-                    NEURON_EXPLORER_SAMPLE_PERIOD_MS="40")
-    run([sys.executable, str(WORKLOAD)], env)
-    return out
+    """Made once per run whichever xdist worker asks first (``shared_dir``); the tests read it or a copy."""
+    def build(d: Path) -> None:
+        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(d / "out"),
+                        NEURON_EXPLORER_SAMPLE_PERIOD_MS="40")
+        run([sys.executable, str(WORKLOAD)], env)
+
+    return shared_dir(tmp_path_factory, "device_memory_capture", build)[0] / "out"
 
 
 @pytest.mark.slow

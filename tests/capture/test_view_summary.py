@@ -7,19 +7,21 @@ import sys
 
 import pytest
 
-from ..conftest import clean_env, cli
+from ..conftest import clean_env, cli, shared_dir
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "loop.py")
 
 
 @pytest.fixture(scope="module")
 def two_profiles(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cap")
-    for inst in ("i-0aaa1111bbbb2222c", "i-0ddd3333eeee4444f"):
-        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(root),
-                        NEURON_EXPLORER_INSTANCE_ID=inst)
-        subprocess.run([sys.executable, WORKLOAD, "exit", "4"], env=env, check=True, capture_output=True)
-    return root
+    """Made once per run whichever xdist worker asks first (``shared_dir``); the tests read it or a copy."""
+    def build(root):
+        for inst in ("i-0aaa1111bbbb2222c", "i-0ddd3333eeee4444f"):
+            env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(root),
+                            NEURON_EXPLORER_INSTANCE_ID=inst)
+            subprocess.run([sys.executable, WORKLOAD, "exit", "4"], env=env, check=True, capture_output=True)
+
+    return shared_dir(tmp_path_factory, "view_summary_two_profiles", build)[0]
 
 
 def _copy(src, dst):

@@ -21,7 +21,7 @@ import pytest
 from neuron_explorer.analysis import events as events_mod
 from neuron_explorer.analysis.reader import discover, load_session
 
-from ..conftest import clean_env, cli, run
+from ..conftest import clean_env, cli, run, shared_dir
 
 pd = pytest.importorskip("pandas")  # (dev extra)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -48,10 +48,12 @@ print("done")
 
 @pytest.fixture(scope="module")
 def eager_capture(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("dict_capture") / "output"
-    run([sys.executable, "-c", PROGRAM], clean_env(NEURON_RT_INSPECT_ENABLE="1",
-                                                   NEURON_RT_INSPECT_OUTPUT_DIR=str(out)))
-    return str(out)
+    """Made once per run whichever xdist worker asks first (``shared_dir``); the tests only read it."""
+    def build(d) -> None:
+        run([sys.executable, "-c", PROGRAM], clean_env(NEURON_RT_INSPECT_ENABLE="1",
+                                                       NEURON_RT_INSPECT_OUTPUT_DIR=str(d / "output")))
+
+    return str(shared_dir(tmp_path_factory, "parquet_dictionaries_capture", build)[0] / "output")
 
 
 def names_per_event(src: str) -> collections.Counter:

@@ -132,7 +132,12 @@ class Monitor:
                 self.reports.append({"unparsed": line[:200]})
 
     def stop(self) -> dict:
-        time.sleep(1.5)  # six periods: time for a final report of what the program did last
+        # the program has exited: a report begun after now reads its final snapshot, and the second
+        # report from now is such a one (the first may have begun before); waiting on the reports, not
+        # on the clock, holds at any load (it was a fixed 1.5 s, six periods at idle: decision 0153)
+        seen, deadline = len(self.reports), time.monotonic() + 60
+        while len(self.reports) < seen + 2 and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.proc.terminate()
         try:
             self.proc.wait(timeout=20)

@@ -53,7 +53,11 @@ class TaggedMonitor:
                 self.listed[app["pid"]] = self.listed.get(app["pid"], 0) + sum(ex.values())
 
     def stop(self) -> dict[int, int]:
-        time.sleep(1.5)  # six periods: every final snapshot is reported
+        # the job has exited: the second report from now begins after now and reads every final
+        # snapshot (waiting on reports, not on the clock: decision 0153)
+        seen, deadline = self.reports, time.monotonic() + 60
+        while self.reports < seen + 2 and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.proc.terminate()
         self.proc.wait(timeout=20)
         self._reader.join(timeout=10)

@@ -11,21 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import free_port
+from ..conftest import free_port, shared_dir
 from .helpers import WORKLOADS, load_trace, logs_in, make_recorder, ndet_env, neuron_det, seal
 
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory) -> list[dict]:
-    d = tmp_path_factory.mktemp("ndet")
-    logs = d / "logs"
-    logs.mkdir()
-    env = ndet_env(logs, 1_000_000, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    subprocess.run([sys.executable, str(WORKLOADS / "compiled_collective.py")], env=env, check=True,
-                   capture_output=True, timeout=240)
-    r = neuron_det("--log-prefix", str(logs / "ndet"), "-o", str(d / "trace.json"))
-    assert r.returncode == 0 and "no errors detected ✓" in r.stdout, r.stdout + r.stderr
-    return load_trace(d / "trace.json")
+    """Made once per run whichever xdist worker asks first (``shared_dir``); the tests only read it."""
+    def build(d: Path) -> None:
+        logs = d / "logs"
+        logs.mkdir()
+        env = ndet_env(logs, 1_000_000, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        subprocess.run([sys.executable, str(WORKLOADS / "compiled_collective.py")], env=env, check=True,
+                       capture_output=True, timeout=240)
+        r = neuron_det("--log-prefix", str(logs / "ndet"), "-o", str(d / "trace.json"))
+        assert r.returncode == 0 and "no errors detected ✓" in r.stdout, r.stdout + r.stderr
+
+    return load_trace(shared_dir(tmp_path_factory, "ndet_trace_nesting", build)[0] / "trace.json")
 
 
 def _parents(events: list[dict]) -> dict[int, dict | None]:

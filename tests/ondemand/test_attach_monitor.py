@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from installed import make_installed_python
@@ -28,7 +29,13 @@ def test_attach_to_a_process_with_monitor_counters(python, tmp_path):
     procs = [subprocess.Popen([python, "-m", "neuron_explorer.monitor.cli", "-c", str(cfg)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)]
     try:
-        time.sleep(2.0)  # the monitor announces itself
+        # the monitor announces itself (before the job starts, so that the job finds it): waited on
+        # the announcement, not on the clock (decision 0153)
+        alive = Path(env["XDG_RUNTIME_DIR"]) / "neuron-explorer" / "stats" / "monitor.alive"
+        deadline = time.monotonic() + 60
+        while not alive.exists():
+            assert procs[0].poll() is None and time.monotonic() < deadline, "neuron-monitor did not announce itself"
+            time.sleep(0.05)
         job = subprocess.Popen([python, str(APPS / "idle_job.py"), str(tmp_path / "release")], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(job)

@@ -43,6 +43,22 @@ def post(port: int, path: str, body: dict, headers: dict) -> tuple[int, dict]:
         conn.close()
 
 
+def wait_listed(ports: list[int], pids: list[int], headers: dict, timeout: float = 120) -> None:
+    """Until each monitor listens and has found its host's job (it was a fixed 3 s: waiting on
+    that state holds at any load, decision 0153)."""
+    deadline = time.monotonic() + timeout
+    for port, pid in zip(ports, pids):
+        while True:
+            try:
+                code, got = post(port, "/v1/targets", {"pids": None, "tag": None}, headers)
+                if code == 200 and pid in [t[0] for t in got["targets"]]:
+                    break
+            except OSError:
+                pass  # not listening yet
+            assert time.monotonic() < deadline, f"the monitor on port {port} never listed pid {pid}"
+            time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_attach_through_two_monitors(python, tmp_path):
     token = tmp_path / "token"
@@ -63,9 +79,9 @@ def test_attach_through_two_monitors(python, tmp_path):
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             procs.append(job)
             jobs.append((name, job, int(job.stdout.readline())))
-        time.sleep(3.0)  # the jobs step; the monitors listen
-        # no token, a wrong one, a browser's form post: refused, nothing written
         ok_headers = {"Content-Type": "application/json", "X-Neuron-Explorer-Token": token.read_text().strip()}
+        wait_listed(ports, [pid for _, _, pid in jobs], ok_headers)
+        # no token, a wrong one, a browser's form post: refused, nothing written
         no_token = {"Content-Type": "application/json"}
         assert post(ports[0], "/v1/targets", {"pids": None, "tag": None}, no_token)[0] == 403
         assert post(ports[0], "/v1/targets", {}, {**ok_headers, "X-Neuron-Explorer-Token": "x" * 32})[0] == 403

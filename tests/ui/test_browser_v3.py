@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, clean_env, cli, free_port
+from tests.conftest import REPO, clean_env, cli, free_port, shared_dir
 
 from .helpers import (
     FIRST_TL,
@@ -66,21 +66,30 @@ dist.destroy_process_group()
 
 @pytest.fixture(scope="module")
 def ddp_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job run and ingested once per test run, whichever xdist worker asks first (``shared_dir``,
+    decision 0153); each worker's module serves its own copy of the workspace (a test adds a profile)."""
+    import shutil
+
     pytest.importorskip("starlette")
-    base = tmp_path_factory.mktemp("ddp-v3")
-    out = base / "capture"
-    script = base / "job.py"
-    script.write_text(DDP_STRAGGLER)
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_DEVICE_PROFILE="1",
-                    NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-                        "127.0.0.1", "--master_port", str(free_port()), str(script)],
-                       capture_output=True, text=True, timeout=600, cwd=base, env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    ws = base / "workspace"
-    p = cli("view", "-d", str(out), "--ingest-only", "--data-path", str(ws), "--display-name", NAME, check=True)
-    assert (ws / NAME / "summary.json").is_file(), p.stderr
-    assert (ws / NAME / "DeviceProfiles.parquet").is_file(), p.stderr
+
+    def build(base: Path) -> None:
+        out = base / "capture"
+        script = base / "job.py"
+        script.write_text(DDP_STRAGGLER)
+        env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_DEVICE_PROFILE="1",
+                        NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                            "127.0.0.1", "--master_port", str(free_port()), str(script)],
+                           capture_output=True, text=True, timeout=600, cwd=base, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        ws = base / "workspace"
+        p = cli("view", "-d", str(out), "--ingest-only", "--data-path", str(ws), "--display-name", NAME, check=True)
+        assert (ws / NAME / "summary.json").is_file(), p.stderr
+        assert (ws / NAME / "DeviceProfiles.parquet").is_file(), p.stderr
+
+    built = shared_dir(tmp_path_factory, "ui_v3_ddp_workspace", build)[0] / "workspace"
+    ws = tmp_path_factory.mktemp("ddp-v3") / "workspace"
+    shutil.copytree(built, ws)
     return ws
 
 

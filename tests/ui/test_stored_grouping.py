@@ -18,7 +18,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from neuron_explorer.ui.app import create_app  # noqa: E402
 from neuron_explorer.ui.rows import mode_of_grouping  # noqa: E402
-from tests.conftest import cli, train_capture  # noqa: E402
+from tests.conftest import cli, shared_dir, train_capture  # noqa: E402
 
 CASES = {"by-thread": ("instance_id,process_id", "thread_id", "thread"),
          "by-core": ("instance_id", "nc_idx", "neuroncore"),
@@ -27,14 +27,16 @@ CASES = {"by-thread": ("instance_id,process_id", "thread_id", "thread"),
 
 @pytest.fixture(scope="module")
 def grouped_ws(ui_workspace: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The UI fixture's capture ingested again with grouping flags (run-a, untouched, has the default)."""
-    ws = tmp_path_factory.mktemp("grouped")
-    capture, _ = train_capture(tmp_path_factory, "--steps", "5")  # the job the UI fixture ingested
-    for name, (prim, sec, _) in CASES.items():
-        p = cli("view", "-d", str(capture), "--ingest-only", "--data-path", str(ws), "--display-name", name,
-                "--system-trace-primary-group", prim, "--system-trace-secondary-group", sec)
-        assert p.returncode == 0, p.stderr
-    return ws
+    """The UI fixture's capture ingested again with grouping flags (run-a, untouched, has the default);
+    made once per run whichever xdist worker asks first (``shared_dir``, decision 0153): read only."""
+    def build(ws: Path) -> None:
+        capture, _ = train_capture(tmp_path_factory, "--steps", "5")  # the job the UI fixture ingested
+        for name, (prim, sec, _) in CASES.items():
+            p = cli("view", "-d", str(capture), "--ingest-only", "--data-path", str(ws), "--display-name", name,
+                    "--system-trace-primary-group", prim, "--system-trace-secondary-group", sec)
+            assert p.returncode == 0, p.stderr
+
+    return shared_dir(tmp_path_factory, "ui_grouped_workspace", build)[0]
 
 
 def test_the_stored_grouping_is_the_default_mode(grouped_ws: Path, tmp_path: Path) -> None:
