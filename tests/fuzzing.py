@@ -45,6 +45,18 @@ def hunt_seed() -> int:
     return s
 
 
+def damage_file(f, rnd, truncate: bool) -> None:
+    """Damage file ``f`` in place as a crash or a bad disk might: cut at a random length
+    (``truncate``), or 1 to 8 random bytes changed."""
+    data = bytearray(f.read_bytes())
+    if truncate:
+        data = data[: rnd.randrange(len(data))]
+    else:
+        for _ in range(rnd.randint(1, 8)):
+            data[rnd.randrange(len(data))] = rnd.randrange(256)
+    f.write_bytes(bytes(data))
+
+
 def json_paths(obj: Any, prefix: tuple = (), per_list: int = 8) -> Iterator[tuple]:
     """Every path into a decoded JSON document (the first ``per_list`` items of each array)."""
     yield prefix

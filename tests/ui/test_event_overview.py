@@ -33,7 +33,7 @@ from neuron_explorer.exporters import event_overview  # noqa: E402
 from neuron_explorer.ui import overview  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
 
-from ..fuzzing import examples, run_capped, seed  # noqa: E402
+from ..fuzzing import damage_file, examples, run_capped, seed  # noqa: E402
 from .test_cold_open import P, _queries, _until  # noqa: E402
 
 OV = table_file(EVENT_OVERVIEW)
@@ -162,14 +162,7 @@ def test_a_header_that_adds_up_wrong_is_refused(ui_workspace: Path, tmp_path: Pa
 
 def _fuzzed(src: Path, dst_ws: Path, rnd: random.Random, truncate: bool) -> Path:
     ws = _copy(src, dst_ws)
-    f = ws / P / OV
-    data = bytearray(f.read_bytes())
-    if truncate:
-        data = data[: rnd.randrange(len(data))]
-    else:
-        for _ in range(rnd.randint(1, 8)):
-            data[rnd.randrange(len(data))] = rnd.randrange(256)
-    f.write_bytes(bytes(data))
+    damage_file(ws / P / OV, rnd, truncate)
     return ws
 
 

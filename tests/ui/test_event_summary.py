@@ -24,7 +24,7 @@ from neuron_explorer.exporters import event_summary  # noqa: E402
 from neuron_explorer.ui import ingest_summary  # noqa: E402
 from neuron_explorer.ui.app import create_app  # noqa: E402
 
-from ..fuzzing import examples  # noqa: E402
+from ..fuzzing import damage_file, examples  # noqa: E402
 from .test_cold_open import P, _queries, _until  # noqa: E402
 
 WORKSPACE_MUTATIONS = 230  # what 30 s gave on an idle machine (0.13 CPU-s each; decision 0151)
@@ -42,14 +42,7 @@ def _fuzzed_copy(src: Path, dst_ws: Path, rnd: random.Random, truncate: bool) ->
     """A copy of profile ``src`` whose one summary file (chosen by ``rnd``) is truncated, or has 1 to
     8 random bytes changed."""
     ws = _copy(src, dst_ws)
-    f = rnd.choice(sorted((ws / P / EVENT_SUMMARY).rglob("*.parquet")))
-    data = bytearray(f.read_bytes())
-    if truncate:
-        data = data[: rnd.randrange(len(data))]
-    else:
-        for _ in range(rnd.randint(1, 8)):
-            data[rnd.randrange(len(data))] = rnd.randrange(256)
-    f.write_bytes(bytes(data))
+    damage_file(rnd.choice(sorted((ws / P / EVENT_SUMMARY).rglob("*.parquet"))), rnd, truncate)
     return ws
 
 
