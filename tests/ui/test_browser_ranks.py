@@ -22,7 +22,7 @@ from .helpers import (
     add_device_profiles_per_execution,
     canvas_origin,
     chromium,
-    ready,
+    ready as ready_coarse,
     screen_pixels,
     settle,
     start_server,
@@ -56,6 +56,15 @@ def synth(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def browser():
     yield from chromium(ARTIFACTS)
+
+
+def ready(pg) -> None:
+    """The page is painted and its detail loaded: a cold open first paints from the coarse level and
+    asks every window again once the event index is built, which would land among the requests a
+    test counts after it changed the view (``app.js`` ``detailLoading``)."""
+    ready_coarse(pg)
+    pg.wait_for_function(f"() => {TL}.host.dataset.detail !== 'coarse'", timeout=120000)
+    settle(pg)
 
 
 def open_page(browser, url: str, routes: dict | None = None):

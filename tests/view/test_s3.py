@@ -9,6 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from neuron_explorer.contracts.dataset import EVENT_OVERVIEW, table_file
+
 from ..conftest import cli, shared_dir
 from .cluster_util import Cluster, MotoS3, dataset_facts, files_under
 from .test_cluster import damaged_session, run_and_kill, synth, warning_lines
@@ -38,6 +40,13 @@ def capture(tmp_path_factory) -> tuple[Path, Path, str]:
     return root / "cap", root / "local", stderr
 
 
+def s3_files(local: Path) -> list[str]:
+    """What an s3:// output holds of a local output's files: all but the events overview, which
+    finalize cannot make without the events files it uploaded (the viewer falls back to the
+    per-process summaries; docs/ui-event-overview.md)."""
+    return [f for f in files_under(local) if f != table_file(EVENT_OVERVIEW)]
+
+
 def as_url(facts: dict, src: Path) -> dict:
     """The facts of the local run with the capture named by its URL (in the warnings)."""
     return dict(facts, warnings=[(m.replace(str(src), "s3://caps/fleet"),) for (m,) in facts["warnings"]])
@@ -52,7 +61,7 @@ def test_view_from_and_to_s3(tmp_path, s3, capture):
     assert warning_lines(p.stderr) == warning_lines(local_err.replace(str(src), "s3://caps/fleet"))
     assert "wrote s3://caps/out " in p.stderr
     got = s3.download_dir("caps", "out", tmp_path / "got")
-    assert files_under(got) == files_under(local)  # the marker is there, the pending marker gone
+    assert files_under(got) == s3_files(local)  # the marker is there, the pending marker gone
     assert dataset_facts(str(got)) == as_url(dataset_facts(str(local)), src)
     paths = duckdb.sql(f"select distinct session_path from '{got}/ProfileMetadata.parquet'").fetchall()
     assert paths and all(r[0].startswith("s3://caps/fleet/i-") for r in paths), paths
@@ -62,7 +71,7 @@ def test_view_from_and_to_s3(tmp_path, s3, capture):
     s3.s3.put_object(Bucket="caps", Key="out/SystemProfileEvents/instance=gone/process=1/part-9.parquet", Body=b"x")
     again = cli("view", "-d", "s3://caps/fleet", "--output-file", "s3://caps/out", env=s3.env())
     assert again.returncode == 1, again.stderr[-3000:]
-    assert s3.keys("caps", "out") == files_under(local)
+    assert s3.keys("caps", "out") == s3_files(local)
 
     # an object we did not write: refused before anything is written or deleted
     s3.s3.put_object(Bucket="caps", Key="out/notes.txt", Body=b"mine")
@@ -84,7 +93,7 @@ def test_view_from_and_to_s3(tmp_path, s3, capture):
     loc = cli("view", "-d", "s3://caps/fleet", "--output-file", str(tmp_path / "l"), env=s3.env())
     assert loc.returncode == 1 and dataset_facts(str(tmp_path / "l")) == as_url(dataset_facts(str(local)), src)
     up = cli("view", "-d", str(src), "--output-file", "s3://caps/out2", "--jobs", "2", env=s3.env())
-    assert up.returncode == 1 and s3.keys("caps", "out2") == files_under(local), up.stderr[-3000:]
+    assert up.returncode == 1 and s3.keys("caps", "out2") == s3_files(local), up.stderr[-3000:]
     got2 = s3.download_dir("caps", "out2", tmp_path / "got2")
     assert dataset_facts(str(got2)) == dataset_facts(str(local))
 
@@ -150,4 +159,4 @@ def test_cluster_run_on_s3_and_a_lost_run_never_looks_complete(tmp_path, s3):
     # the next run may replace a pending output, and completes it
     again = cli("view", "-d", "s3://caps/fleet", "--output-file", "s3://caps/out", env=s3.env(), timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert s3.keys("caps", "out") == files_under(tmp_path / "local")
+    assert s3.keys("caps", "out") == s3_files(tmp_path / "local")
