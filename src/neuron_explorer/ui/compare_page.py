@@ -97,12 +97,16 @@ def diff_page(a: Profile, b: Profile) -> dict[str, Any]:
     with gate:  # concurrent first requests of one pair wait for one run
         with _lock:
             got = _answers.get(key)
-        if got is None:
+        if got is not None:
+            return got
+        try:
             got = _run(a, b)
+        finally:
             with _lock:
-                if got["available"]:  # a failure is asked again (the profile may be fixed meanwhile)
-                    _answers[key] = got
-                    while len(_answers) > KEEP:
-                        _answers.popitem(last=False)
                 _running.pop(key, None)
+        if got["available"]:  # a failure is asked again (the profile may be fixed meanwhile)
+            with _lock:
+                _answers[key] = got
+                while len(_answers) > KEEP:
+                    _answers.popitem(last=False)
     return got
