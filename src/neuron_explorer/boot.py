@@ -202,7 +202,12 @@ def _install_memory(rt: Runtime, torch) -> None:
 
 def stop(reason: str = "exit") -> None:
     rt = get_runtime()
-    if rt is None or rt.stopped:
+    if rt is None:
+        return
+    if rt.stopped:
+        # another thread's final write may be under way (a rank's exception and its launcher's
+        # SIGTERM come together): a signal's end must not cut it short
+        rt.wait_for_final_write()
         return
     rt.flush(final=True, reason=reason)
     from neuron_explorer.capture.sink import CaptureSink, report_written
@@ -247,7 +252,7 @@ def _install_exit_handlers(rt: Runtime) -> None:
         rt.failed = True
 
     global _SIGNALS
-    _SIGNALS = SignalExit(_stop_on_signal, on_signal, rt.config.final_write_timeout_s)
+    _SIGNALS = SignalExit(_stop_on_signal, on_signal, rt.config.final_write_timeout_s, rt.writing_here)
     _SIGNALS.install()
 
 

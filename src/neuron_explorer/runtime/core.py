@@ -209,6 +209,20 @@ class Runtime:
     def stopped(self) -> bool:
         return self._stopped
 
+    def wait_for_final_write(self) -> None:
+        """Return once a flush under way in another thread has ended (the lock it holds)."""
+        with self._lock:
+            pass
+
+    def writing_here(self) -> bool:
+        """Does the calling thread hold the runtime's lock (inside a flush, say)?  A signal handler
+        run there must not wait for a write that needs this thread to go on."""
+        owned = getattr(self._lock, "_is_owned", None)
+        try:
+            return bool(owned()) if owned is not None else False
+        except Exception:  # noqa: BLE001
+            return False
+
     def forget_after_fork(self) -> None:
         """In a forked child: record nothing more and never write.  The session directory, NDET
         log, stats file and exit handlers are the parent's (docs/decisions/0008-forked-children.md).

@@ -15,8 +15,10 @@ write too.  So a signal also wakes a watcher thread at once:
 The watcher runs the final write in a separate thread, waits for it at most ``timeout_s``, then
 puts back the default disposition and raises the signal again, so the parent sees the process
 killed by that signal.  The main thread, if it reaches our Python handler meanwhile, waits there
-instead of running more of the program.  A second signal during the write only finds the write
-already under way (torchrun forwards a group SIGTERM within milliseconds).
+instead of running more of the program, unless the signal caught it inside a write itself (an
+exception's final write: a rank whose peer died fails its collective just as its launcher's SIGTERM
+comes); then it finishes that write, which the watcher's waits for.  A second signal during the
+write only finds the write already under way (torchrun forwards a group SIGTERM within milliseconds).
 
 A program's own handler keeps its exact semantics: installed before us, ours calls it and does
 nothing else (the program decides whether and how to end); installed after us, it replaces ours
@@ -80,10 +82,14 @@ def _die_by_signal(sig: int) -> None:
 class SignalExit:
     """The signal handling of one process: ``install()`` once from the main thread."""
 
-    def __init__(self, final_write: Callable[[str], None], on_signal: Callable[[], None], timeout_s: float) -> None:
+    def __init__(self, final_write: Callable[[str], None], on_signal: Callable[[], None], timeout_s: float,
+                 writing_here: Callable[[], bool] | None = None) -> None:
         """``final_write(reason)``: the last write; ``on_signal()``: note that the workload got a
-        terminating signal (before the program's own handler or the final write)."""
+        terminating signal (before the program's own handler or the final write);
+        ``writing_here()``: does the calling thread hold what the final write needs (it is inside
+        a write itself)?"""
         self.final_write = final_write
+        self.writing_here = writing_here
         self.on_signal = on_signal
         self.timeout_s = timeout_s
         # signal -> the Python-level handler we found
@@ -182,6 +188,11 @@ class SignalExit:
             os.write(self._w, bytes([sig | _OURS]))  # the watcher may not have been woken (wakeup fd taken)
         except OSError:
             pass
+        if self.writing_here is not None and self.writing_here():
+            # the signal came in the middle of a write on this thread (an exception's final write,
+            # a periodic flush): parking here would hold up the watcher's write until its bound.
+            # Finish it; the watcher ends the process as soon as its own write is through.
+            return
         self._parked = True
         # The program must not go on running while the final write is done; the watcher ends the
         # process.  Should it not (it died), end it here after the same bound.
