@@ -168,9 +168,9 @@ def atomic_write_all(files: list[tuple[str, Callable[[], bytes | Iterable[bytes 
     pending: list[AtomicFile] = []
     try:
         for path, encode in files:
+            data = encode()  # before the temporary file exists: a kill while encoding leaves none
             f = AtomicFile(path)
             pending.append(f)
-            data = encode()
             if isinstance(data, (bytes, bytearray, memoryview)):
                 f.write(data)
             else:
