@@ -15,6 +15,7 @@ import pytest
 from neuron_explorer.analysis import insights
 from neuron_explorer.analysis.steps import BREAKDOWN, COUNTS
 from tests.conftest import REPO, clean_env, cli, run
+from tests.fuzzing import examples, seed
 
 MIB = 1 << 20
 EXTRA = ("wall_ns", "collective_ns", "own_ns", "compute_own_ns", "optimizer_ns", "flops")
@@ -94,6 +95,36 @@ def test_memory_near_its_limit_is_found_and_below_it_or_without_a_limit_is_not()
     assert "micro-batch" in near["recommendation"]
     assert "memory_near_limit" not in _found(_proc(np.full(12, int(0.8 * limit)), limit))
     assert "memory_near_limit" not in _found(_proc(np.full(12, int(0.95 * limit))))
+
+
+def test_the_recommendation_follows_the_category_that_grew():
+    mem = 200 * MIB + 8 * MIB * np.arange(20)
+    p = _proc(mem)
+    p["device_mem_growth"] = {"tensors": 1 * MIB, "allocator_cache": int(mem[-1] - mem[0])}
+    g = _found(p)["memory_growth"]
+    assert "expandable_segments" in g["recommendation"]
+    assert "memory_limit_bytes" not in g["evidence"]["figures"] and "limit" not in g["title"]
+
+
+def test_memory_figures_from_damaged_counters_never_raise():
+    """Series as a damaged host_mem.pb could hold them (the reader checks shapes, not values):
+    times unsorted or far apart, values up to int64's extremes, limits of 0 or below."""
+    rnd = np.random.default_rng(seed(159))
+    for _ in range(examples(300)):
+        n = int(rnd.integers(0, 12))
+        ends = np.sort(rnd.integers(-10**6, 10**6, n))
+        series = {}
+        for j in range(int(rnd.integers(0, 4))):
+            k = int(rnd.integers(0, 6))
+            big = rnd.random() < 0.2
+            vals = rnd.integers(0, 2**62 if big else 10**9, k)
+            series[f"device_mem.nc{j}.{rnd.choice(['tensors', 'parameters', 'x.y'])}"] = (
+                rnd.integers(-10**6, 10**6, k), vals)
+        total, growth = insights.memory_per_step(series, ends)
+        assert len(total) == n and all(isinstance(v, int) for v in growth.values())
+        if n:
+            limit = int(rnd.choice([0, -5, 1, 10**9, 2**62]))
+            insights.analyse([_proc(total, limit)])
 
 
 PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
