@@ -163,3 +163,4 @@ def test_a_loss_kept_every_step_shows_as_memory_growth_and_its_fix_does_not(tmp_
     text = cli("view", "-d", str(tmp_path / "leak"), "--output-format", "summary-text", "--output-file", "-",
                "--no-progress", env=env, check=True).stdout
     assert re.search(r"device memory grows by \d+\.\d MiB per step", text), text
+    assert re.search(r"evidence: rank\(s\) -1, steps 1\.\.23,", text), text  # (the growing span)
