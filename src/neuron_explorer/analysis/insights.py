@@ -11,7 +11,9 @@ steady steps (every step but a process's first when it has three or more), and i
 above the noise threshold (``NOISE_SHARE`` of the median step, ``NOISE_MIN_NS``, and twice the
 standard error of a steady step's time: ``_step_noise_ns``) and, for a rule whose per-step figure a
 loaded host's scheduling can produce, only when it shows in more steps than chance would give
-(``ALPHA``, a sign test: ``_sign_p``).
+(``ALPHA``, a sign test: ``_sign_p``).  The memory rules (``memory_growth``,
+``memory_near_limit``: the device memory at each step's end, ``memory_per_step``) and
+``numerical_errors`` estimate no time: they say what would end the run or spoil it.
 """
 
 from __future__ import annotations
