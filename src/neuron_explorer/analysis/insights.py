@@ -11,7 +11,9 @@ steady steps (every step but a process's first when it has three or more), and i
 above the noise threshold (``NOISE_SHARE`` of the median step, ``NOISE_MIN_NS``, and twice the
 standard error of a steady step's time: ``_step_noise_ns``) and, for a rule whose per-step figure a
 loaded host's scheduling can produce, only when it shows in more steps than chance would give
-(``ALPHA``, a sign test: ``_sign_p``).
+(``ALPHA``, a sign test: ``_sign_p``).  The memory rules (``memory_growth``,
+``memory_near_limit``: the device memory at each step's end, ``memory_per_step``) and
+``numerical_errors`` estimate no time: they say what would end the run or spoil it.
 """
 
 from __future__ import annotations
@@ -587,7 +589,22 @@ def _find_straggler(procs: list[dict]) -> dict | None:
                     _confidence(hit, len(nums), len(ranked) - 1, len(ranked) - 1, pv), rec, _evidence(p, j, figs))
 
 
+# (percent) the gaps' and the executions' time per step that host-bound stepping is measured by,
+# each the order statistic at or below this quantile (numpy's "lower"): what each takes when the
+# scheduler does not preempt the step.  Lower than the optimizer's quartile: at 8 to 20 steady
+# steps the sign test lets only 1 to 5 of them go without the finding, and when those are the
+# steps a loaded host did not preempt, the statistic must be one of theirs (decision 0158)
+HOST_BOUND_QUANTILE = 10
+
+
 def _host_bound(procs: list[dict], memo: dict) -> dict | None:
+    """The gaps between executions (idle + host/framework time) beyond the executions (compute),
+    per process as the low order statistics of the steady steps' gap and compute
+    (``HOST_BOUND_QUANTILE``): what each takes when not preempted.  A loaded host deschedules
+    the stepping thread for whole time slices, which land mostly in the gaps of a step made of
+    short executions; a fused or compiled step would not give that time back (decision 0158; 0141
+    for the optimizer).  The steps that show it (gap > compute, two or more executions) are the
+    sign test's."""
     if not procs:
         return None
     vals, hits, total, per = [], 0, 0, []
@@ -600,7 +617,9 @@ def _host_bound(procs: list[dict], memo: dict) -> dict | None:
         per.append((int(bound.sum()), len(gap)))
         hits += int(bound.sum())
         total += len(gap)
-        vals.append(_med(np.where(bound, gap - comp, 0.0)))
+        excess = float(np.percentile(gap, HOST_BOUND_QUANTILE, method="lower")
+                       - np.percentile(comp, HOST_BOUND_QUANTILE, method="lower")) if len(gap) else 0.0
+        vals.append(max(excess, 0.0))
     impact = _med(vals)
     if impact <= 0 or hits < total / 2:
         return None
@@ -693,6 +712,101 @@ def _optimizer_share(procs: list[dict], memo: dict) -> dict | None:
                     _evidence(p, j, {"optimizer_ns": int(p["optimizer_ns"][j]), "wall_ns": int(p["wall_ns"][j])}))
 
 
+# memory: a process's device memory grows by at least this much over its steady steps, and by this
+# share of where it started, and keeps growing in their second half (decision 0159); near its
+# limit: at least this share of the limit at some step
+MEMORY_GROWTH_MIN_BYTES = 64 << 20
+MEMORY_GROWTH_SHARE = 0.10
+MEMORY_NEAR_LIMIT = 0.90
+_MIB = float(1 << 20)
+
+
+def _memory_steps(p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(step numbers, device memory at their ends) of the process's steady steps that have a
+    sample (``device_mem_bytes`` >= 0)."""
+    m = _arr(p, "device_mem_bytes")
+    if len(m) != len(p["number"]):
+        return np.zeros(0, dtype=np.int64), m[:0]
+    k = _steady(p) & (m >= 0)
+    return _nums(p)[k], m[k]
+
+
+def _memory_growth(procs: list[dict], memo: dict) -> dict | None:
+    """Device memory that keeps growing over the steady steps (a leak: tensors kept from every
+    step; on CUDA also the caching allocator's reserve growing): the process growing most per
+    step among those that grew by ``MEMORY_GROWTH_MIN_BYTES`` and ``MEMORY_GROWTH_SHARE``, a
+    quarter of it in the second half of their steps, with more rises than falls between steps
+    than chance would give (a sign test on the changes, times the processes it was picked of)."""
+    best, shown = None, 0
+    for p in procs:
+        nums, m = _memory_steps(p)
+        if len(m) < 3:
+            continue
+        grow, mid = float(m[-1] - m[0]), len(m) // 2
+        d = np.diff(m)
+        rises, changes = int((d > 0).sum()), int((d != 0).sum())
+        if grow < max(MEMORY_GROWTH_MIN_BYTES, MEMORY_GROWTH_SHARE * m[0]) or float(m[-1] - m[mid]) < grow / 4:
+            continue
+        shown += 1
+        rate = grow / max(int(nums[-1] - nums[0]), 1)
+        if best is None or rate > best[1]:
+            best = (p, rate, nums, m, rises, changes)
+    if best is None:
+        return None
+    p, rate, nums, m, rises, changes = best
+    figs: dict[str, Any] = {"device_mem_bytes_first": int(m[0]), "device_mem_bytes_last": int(m[-1]),
+                            "bytes_per_step": int(rate), "steps": [int(nums[0]), int(nums[-1])]}
+    by_cat = p.get("device_mem_growth") or {}
+    if by_cat:
+        figs["growth_by_category"] = {str(k): int(v) for k, v in by_cat.items()}
+    title = f"device memory grows by {rate / _MIB:.1f} MiB per step"
+    limit = p.get("memory_limit_bytes")
+    if limit and limit > m[-1]:
+        figs["memory_limit_bytes"] = int(limit)
+        figs["steps_to_limit"] = int((limit - m[-1]) // max(rate, 1.0))
+        title += f" (its limit in ~{figs['steps_to_limit']} more steps)"
+    grown = max(by_cat, key=lambda c: by_cat[c]) if by_cat else "tensors"
+    rec = {"allocator_cache": "the caching allocator reserves more every step (fragmentation from changing shapes): "
+                              "keep shapes stable, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+           "optimizer_state": "optimizer state grows: parameters are added to the optimizer every step",
+           "model_code": "compiled graphs pile up: shapes or guards change every step (see recompilation)"}.get(
+        grown, "tensors outlive their step: look for a loss or output kept in a list without .item() or "
+               ".detach() (it holds the whole autograd graph), a cache that never evicts, or retain_graph=True")
+    j0, j1 = (int(np.flatnonzero(_nums(p) == n)[0]) for n in (nums[0], nums[-1]))
+    ev = {"ranks": [int(p["rank"])], "steps": [int(nums[0]), int(nums[-1])], "instance_id": p["instance_id"],
+          "pid": int(p["pid"]), "start_ns": int(p["start_ns"][j0]), "end_ns": int(p["end_ns"][j1]), "figures": figs}
+    pv = _sign_p(rises, changes, choices=len(procs)) if changes else 1.0
+    return _insight("memory_growth", title, None, _confidence(rises, changes, shown, len(procs), pv), rec, ev)
+
+
+def _memory_near_limit(procs: list[dict], memo: dict) -> dict | None:
+    """A process whose device memory reached ``MEMORY_NEAR_LIMIT`` of its limit at some step
+    (``memory_limit_bytes``: on the CPU substrate the host's memory, decision 0159): the next
+    larger batch or longer sequence fails to allocate.  The fullest process is named."""
+    best = None
+    for p in procs:
+        m, limit = _arr(p, "device_mem_bytes"), p.get("memory_limit_bytes")
+        if not limit or len(m) != len(p["number"]) or not (m >= 0).any():
+            continue
+        share = float(m.max()) / float(limit)
+        if share >= MEMORY_NEAR_LIMIT and (best is None or share > best[1]):
+            best = (p, share, m)
+    if best is None:
+        return None
+    p, share, m = best
+    j = int(np.argmax(m))
+    over = int((m >= MEMORY_NEAR_LIMIT * p["memory_limit_bytes"]).sum())
+    near = sum(1 for q in procs if q.get("memory_limit_bytes") and len(_arr(q, "device_mem_bytes")) and
+               float(_arr(q, "device_mem_bytes").max()) >= MEMORY_NEAR_LIMIT * q["memory_limit_bytes"])
+    figs = {"device_mem_bytes": int(m[j]), "memory_limit_bytes": int(p["memory_limit_bytes"]),
+            "memory_limit_source": p.get("memory_limit_source", "")}
+    return _insight("memory_near_limit", f"device memory reaches {share * 100:.0f}% of its limit", None,
+                    _confidence(over, len(m), near, len(procs)),
+                    "lower the memory per step before it fails to allocate: a smaller micro-batch with gradient "
+                    "accumulation, activation checkpointing, bf16/fp16 weights and activations, or shard the "
+                    "optimizer state (ZeRO/FSDP)", _evidence(p, j, figs))
+
+
 RULES: list[Callable[[list[dict], dict], dict | None]] = [
     _numerical,
     _straggler,
@@ -713,7 +827,35 @@ RULES: list[Callable[[list[dict], dict], dict | None]] = [
                       "remove .item(), .cpu() and synchronize() calls from the step (log every N steps; keep "
                       "metrics on the device)"),
     _optimizer_share,
+    _memory_near_limit,
+    _memory_growth,
 ]
+
+
+def memory_per_step(series: dict[str, tuple[np.ndarray, np.ndarray]],
+                    end: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    """The process's device memory at each step's end: over its ``device_mem.nc<N>.<category>``
+    series (name -> (ts, bytes), the events' clock), the sum of each one's latest sample at or
+    before the end (-1: no sample yet); and each category's growth from the first step's end to
+    the last's (the steady steps' growth, by what grew)."""
+    n = len(end)
+    total = np.zeros(n, dtype=np.int64)
+    seen = np.zeros(n, dtype=bool)
+    growth: dict[str, int] = {}
+    for name, (ts, v) in series.items():
+        if not len(ts):
+            continue
+        order = np.argsort(ts, kind="stable")
+        ts, v = np.asarray(ts)[order], np.asarray(v, dtype=np.int64)[order]
+        i = np.searchsorted(ts, end, side="right") - 1
+        has = i >= 0
+        at = np.where(has, v[np.maximum(i, 0)], 0)
+        total += at
+        seen |= has
+        if n >= 2:
+            cat = name.rsplit(".", 1)[-1]
+            growth[cat] = growth.get(cat, 0) + int(at[-1] - at[0])
+    return np.where(seen, total, -1), growth
 
 
 def cpu_per_step(ts: np.ndarray, proc_pct: np.ndarray, host_pct: np.ndarray, start: np.ndarray,

@@ -247,7 +247,8 @@ def _analysis_lines(summary: dict[str, Any]) -> list[str]:
         chance = f", p={c['p_value']:.2g}" if c.get("p_value") is not None else ""
         lines.append(f"     confidence {c['level']}: {c['steps']}/{c['steps_total']} steps, "
                      f"{c['ranks']}/{c['ranks_total']} ranks{chance}")
-        lines.append(f"     evidence: rank(s) {', '.join(map(str, ev['ranks']))}, step {ev['steps'][0]}, "
+        at = f"steps {ev['steps'][0]}..{ev['steps'][-1]}" if len(ev["steps"]) > 1 else f"step {ev['steps'][0]}"
+        lines.append(f"     evidence: rank(s) {', '.join(map(str, ev['ranks']))}, {at}, "
                      f"{ev['instance_id']} pid {ev['pid']}, {ev['start_ns']}..{ev['end_ns']} ns")
         lines.append(f"     do: {i['recommendation']}")
     return lines

@@ -26,6 +26,7 @@ from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.framework import RegionLinks
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, load_session, wall_offset_ns
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 from neuron_explorer.contracts.tracks import Grouping
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, exporter
 from neuron_explorer.util.names import printable
@@ -228,6 +229,16 @@ def process_steps(s: Session, offset_ns: int) -> dict:
         off = wall_offset_ns(s) + offset_ns
         out["cpu_process_pct"], out["cpu_host_pct"] = insights_mod.cpu_per_step(ts + off, proc, host, st.start_ns,
                                                                                 st.end_ns)
+    dev = {k: (ts, v) for k, (ts, v, _) in cpu.items() if k.startswith(DEVICE_MEMORY_PREFIX)}
+    if dev:
+        off = wall_offset_ns(s) + offset_ns
+        out["device_mem_bytes"], out["device_mem_growth"] = insights_mod.memory_per_step(
+            {k: (ts + off, v) for k, (ts, v) in dev.items()}, st.end_ns)
+        used, avail = cpu.get("host_mem.host_used"), cpu.get("host_mem.host_available")
+        if out["device_kind"].split(":", 1)[0] == "cpu" and used is not None and avail is not None and len(used[1]):
+            # the CPU substrate's device memory is the host's (decision 0159): used + available
+            out["memory_limit_bytes"] = int(used[1][-1]) + int(avail[1][-1])
+            out["memory_limit_source"] = "host memory (CPU substrate)"
     return out
 
 

@@ -619,7 +619,7 @@ function insightsOf(profile) {
   return insightCache.get(profile);
 }
 
-const fmtImpact = (x) => (x.impact_ns_per_step === null || x.impact_ns_per_step === undefined ? "correctness" : `~${fmtDur(x.impact_ns_per_step)} per step${x.impact_share ? ` (${(x.impact_share * 100).toFixed(0)}%)` : ""}`);
+const fmtImpact = (x) => (x.impact_ns_per_step === null || x.impact_ns_per_step === undefined ? (String(x.id || "").startsWith("memory") ? "memory (no time estimate)" : "correctness") : `~${fmtDur(x.impact_ns_per_step)} per step${x.impact_share ? ` (${(x.impact_share * 100).toFixed(0)}%)` : ""}`);
 
 /** Insights, ranked, each a link opening its range in the System Trace Viewer (``href`` on the Summary page). */
 function insightList(si, profile, href = false) {
