@@ -178,18 +178,27 @@ def _own_browser_memory(psutil) -> dict:
     process (Playwright's driver starts them), as PSS (a shared page counted once across them;
     RSS counted each shared page in every process) and, for comparison, RSS.  Another job's
     headless Chromium on the machine is not ours: summing every one on the host read 954 MB."""
-    pss = rss = n = 0
+    pss = rss = uss = n = 0
+    own = set()
     for proc in psutil.Process().children(recursive=True):
         try:
             if "chrom" not in proc.name().lower():
                 continue
             info = proc.memory_full_info()
             pss += getattr(info, "pss", 0)
+            uss += getattr(info, "uss", 0)
             rss += info.rss
             n += 1
+            own.add(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return {"own_chromium_pss_bytes": pss, "own_chromium_rss_bytes": rss, "own_chromium_processes": n}
+    # PSS shares a page among every process mapping it: other Chromiums on the host (a test suite's)
+    # lower ours by sharing the binary's pages, so their number is kept beside it; USS (the pages no
+    # other process maps) does not depend on them
+    others = sum(1 for p in psutil.process_iter(["name"]) if p.pid not in own
+                 and "chrom" in (p.info.get("name") or "").lower())
+    return {"own_chromium_pss_bytes": pss, "own_chromium_uss_bytes": uss, "own_chromium_rss_bytes": rss,
+            "own_chromium_processes": n, "other_chromium_processes_on_host": others}
 
 
 def p95(xs: list[float]) -> float:
@@ -431,6 +440,11 @@ def main() -> None:
                 pg = b.new_page(viewport={"width": 1600, "height": 1000})
                 errors: list[str] = []
                 pg.on("pageerror", lambda e: errors.append(str(e)))
+                import psutil
+
+                pg.goto("about:blank")  # the same browser before our page: what Chromium itself takes
+                pg.wait_for_timeout(2000)
+                blank = _own_browser_memory(psutil)
                 pg.goto(f"{url}#/p/{store.name}")
                 pg.wait_for_selector("[data-testid=system-timeline][data-ready='1']", timeout=120_000)
                 fp = pg.evaluate("window.__nxStats.firstPaintMs")
@@ -460,11 +474,12 @@ def main() -> None:
                 cdp.send("Performance.enable")
                 m = {x["name"]: x["value"] for x in cdp.send("Performance.getMetrics")["metrics"]}
                 mem = pg.evaluate("performance.memory ? performance.memory.usedJSHeapSize : null")
-                import psutil
-
                 own = _own_browser_memory(psutil)
+                page = {f"page_{k}_bytes": own[f"own_chromium_{k}_bytes"] - blank[f"own_chromium_{k}_bytes"]
+                        for k in ("pss", "uss")}
                 res["browser_memory"] = {"js_heap_used_bytes": int(m.get("JSHeapUsedSize", 0)),
-                                         "performance_memory_used_bytes": mem, **own, "page_errors": errors}
+                                         "performance_memory_used_bytes": mem, **own, "blank_page": blank, **page,
+                                         "page_errors": errors}
                 pg.screenshot(path=str(work / "bench.png"))
                 b.close()
         res["server_rss_bytes"] = __import__("psutil").Process(srv.pid).memory_info().rss
