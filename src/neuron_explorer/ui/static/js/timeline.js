@@ -806,6 +806,7 @@ export class Timeline {
     if (!items) return;
     const npp = this.npp;
     ctx.globalAlpha = dim ? 0.25 : 1;
+    const outlines = []; // stroked once every item is drawn: a neighbour drawn later never covers one
     for (const it of items) {
       const name = it.name || r.name || r.label;
       const x0 = LABEL_W + (it.s - this.t0) / npp;
@@ -837,12 +838,7 @@ export class Timeline {
       const sel = it.c === 1 && ((this.selected && String(this.selected.id) === String(it.id) && this.selected.row === r.idx)
         || this.peers?.has(`${it.leaf}:${it.id}`));
       const chained = this.flowMode === "selected" && it.c === 1 && this.selFlows?.chainIds?.has(`${it.leaf}:${it.id}`);
-      if (sel || chained) {
-        ctx.strokeStyle = sel ? "#111" : "#7a3bd1";
-        ctx.lineWidth = 2;
-        ctx.strokeRect(x0 - 1, ly + 1, w + 2, lh - 2);
-        ctx.lineWidth = 1;
-      }
+      if (sel || chained) outlines.push([sel ? "#111" : "#7a3bd1", x0 - 1, ly + 1, w + 2, lh - 2]);
       if (w > 36) {
         const text = it.c > 1 ? `${name} ×${fmtCount(it.c)}` : name;
         ctx.fillStyle = "#111";
@@ -855,6 +851,12 @@ export class Timeline {
         }
       }
     }
+    ctx.lineWidth = 2;
+    for (const [colour, x, oy, w, h] of outlines) {
+      ctx.strokeStyle = colour;
+      ctx.strokeRect(x, oy, w, h);
+    }
+    ctx.lineWidth = 1;
     ctx.globalAlpha = 1;
   }
 
