@@ -9,11 +9,14 @@
  * in C and run the Python path (integrations/torch/eager.py, regions.py) only when there is
  * something to do (docs/decisions/0058-hook-gates-in-c.md):
  *
- * - ``module_call_gate(func, tl, inner, graph_type)`` and ``module_call_skip(mod)``: a C
- *   vectorcall for the Python ``Module.__call__`` (see its section below).
- * - ``backward_gate(name, tl, orig, slow)``: a builtin function for ``torch.autograd.backward`` /
+ * - ``module_call_gate(func, tl, inner, graph_type)``, ``module_call_skip(mod)`` and
+ *   ``module_call_root(mod, run, ex, enabled, index, grad_on)``: a C vectorcall for the Python
+ *   ``Module.__call__`` (see its section below).
+ * - ``backward_gate(name, tl, orig, slow, pending, after, enabled, index)`` and
+ *   ``backward_settle(gate, ex, run)``: a builtin function for ``torch.autograd.backward`` /
  *   ``grad`` (named ``name``, with ``orig``'s docstring): ``orig`` when ``tl.grad_root`` is None
- *   or ``tl.depth`` > 0, else ``slow``.
+ *   or ``tl.depth`` > 0, the settled graph's backward recorded in C when ``tl.grad_root`` is the
+ *   graph last settled, else ``slow``.
  * - ``region_methods(cls, enter, exit, ring, tick, strings, intern, enabled, index)``: the
  *   ``__enter__``/``__exit__`` method descriptors of ``record_function``: enter stamps the start on
  *   the instance, exit appends the framework event to the ring (``strings``/``intern``: the label's
@@ -37,6 +40,9 @@ static PyObject *int_one;        /* 1 */
  * record without running the Python frame: nested calls (``tl.depth`` > 0) and FX graph modules go
  * straight to ``inner`` (Module's own), and the compiled root last marked with
  * ``module_call_skip(mod)`` runs ``inner`` with ``tl.depth`` 1 (its graphs are its executions).
+ * The recorded root last settled with ``module_call_root`` (once its graph's first call has been
+ * recorded and its C wrapper made) is recorded here too: depth 1, ``grad_root`` set as the Python
+ * code sets it, the C wrapper, depth 0 -- no Python frame of ours (docs/decisions/0161-*.md).
  * Everything else runs the function's own code, as before.  One function per process has the gate
  * (a later one takes it over; the earlier then runs its own code). */
 
