@@ -188,3 +188,57 @@ def test_with_ndet_the_c_path_logs_what_the_python_path_logs(tmp_path):
     c_log = log(c_dir)
     assert c_log == log(py_dir) and len(c_log) > 20
     assert any(ret == 1 and name.startswith("Flaky") for name, _, ret in c_log)
+
+
+def test_eager_local_keeps_depth_and_grad_root_per_thread_and_per_instance():
+    """``EagerLocal`` (runtime/_local.h) behaves as the ``threading.local`` it replaces: defaults
+    0 and None, per thread, per instance (the thread's storage belongs to the last writer)."""
+    import threading
+
+    _fastpath = pytest.importorskip("neuron_explorer.runtime._fastpath")
+    tl = _fastpath.EagerLocal()
+    assert (tl.depth, tl.grad_root) == (0, None)
+    marker = object()
+    tl.depth, tl.grad_root = 1, marker
+    assert (tl.depth, tl.grad_root) == (1, marker)
+    seen = []
+
+    def other():
+        seen.append((tl.depth, tl.grad_root))
+        tl.depth, tl.grad_root = 7, "theirs"
+        seen.append((tl.depth, tl.grad_root))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == [(0, None), (7, "theirs")] and (tl.depth, tl.grad_root) == (1, marker)
+    second = _fastpath.EagerLocal()  # another instance reads the defaults until it writes
+    assert (second.depth, second.grad_root) == (0, None)
+    second.depth = 3
+    assert (second.depth, tl.depth, tl.grad_root) == (3, 0, None)
+    tl.grad_root = marker
+    del tl.grad_root  # (deleting is setting None)
+    assert tl.grad_root is None
+    with pytest.raises(TypeError):
+        tl.depth = "1"
+    with pytest.raises(AttributeError):
+        del tl.depth
+    with pytest.raises(TypeError):
+        _fastpath.EagerLocal(1)
+
+
+def test_the_settle_functions_check_their_arguments():
+    _fastpath = pytest.importorskip("neuron_explorer.runtime._fastpath")
+
+    with pytest.raises(TypeError):
+        _fastpath.backward_settle(len, object(), len)  # not a backward gate
+    gate = _fastpath.backward_gate("backward", _fastpath.EagerLocal(), len, len)
+    with pytest.raises(TypeError):  # made without `enabled`: it cannot record
+        _fastpath.backward_settle(gate, object(), len)
+    _fastpath.backward_settle(gate, None, None)
+    assert gate([1, 2]) == 2  # no grad_root: torch's own function (here len)
+    with pytest.raises(TypeError):
+        _fastpath.module_call_root(object(), len)
+    with pytest.raises(TypeError):
+        _fastpath.module_call_root(object(), len, object(), [True], -1, len)
+    _fastpath.module_call_root(None)  # forgets (nothing settled here)

@@ -183,17 +183,17 @@ fp_module_call_root(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "O|OOO!nO:module_call_root", &obj, &run, &ex, &PyList_Type, &enabled, &index,
                           &grad_on))
         return NULL;
-    if (obj == Py_None || mg.func == NULL) {
+    if (obj != Py_None && (run == NULL || ex == NULL || enabled == NULL || grad_on == NULL || index < 0 ||
+                           !PyCallable_Check(run) || !PyCallable_Check(grad_on))) {
+        PyErr_SetString(PyExc_TypeError, "module_call_root(mod, run, ex, enabled, index, grad_on): callables, "
+                        "a list and an index >= 0");
+        return NULL;
+    }
+    if (obj == Py_None || mg.func == NULL) {  /* (no gate: nothing would read it) */
         Py_CLEAR(mg.root);
         Py_CLEAR(mg.root_run);
         Py_CLEAR(mg.root_ex);
         Py_RETURN_NONE;
-    }
-    if (run == NULL || ex == NULL || enabled == NULL || grad_on == NULL || index < 0 || !PyCallable_Check(run) ||
-            !PyCallable_Check(grad_on)) {
-        PyErr_SetString(PyExc_TypeError, "module_call_root(mod, run, ex, enabled, index, grad_on): callables, "
-                        "a list and an index >= 0");
-        return NULL;
     }
     if (mg.root != NULL && PyWeakref_GET_OBJECT(mg.root) == obj && mg.root_run == run && mg.root_ex == ex)
         Py_RETURN_NONE;  /* (already: the common case of a call that took the Python path) */

@@ -13,9 +13,12 @@ Each gets what a compiled graph gets: ``model_load``/``nrt_load`` at its first c
 ``EXEC_PAIR`` record (``nrt_execute`` + ``nc_exec_running``), device profiles through the same op
 recorder, a ``.neff`` describing it, NDET records and the neuron-monitor feed.
 
-``Module.__call__`` is replaced once; a call inside a root costs one thread-local read and one extra
-frame.  A root whose first call ran compiled graphs (``torch.compile`` inside it, or a compiled
-module) is not recorded from then on: the compiled graphs are its executions, never both.
+``Module.__call__`` is replaced once; with the extension, a call inside a root costs one read of a C
+thread-local (runtime/_local.h), and from a root's second recorded call on, its calls and the
+backward after them are recorded by C gates with no Python frame of ours (runtime/_hooks.h,
+docs/decisions/0161-eager-roots-in-c.md).  A root whose first call ran compiled graphs
+(``torch.compile`` inside it, or a compiled module) is not recorded from then on: the compiled
+graphs are its executions, never both.
 """
 
 from __future__ import annotations
