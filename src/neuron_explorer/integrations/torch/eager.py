@@ -558,8 +558,10 @@ def _patch_backward(eg: Eager, torch) -> None:
                 made = bwd.c_run
                 if gate is not None and made is not None and made[0] is orig and made[1] is not None and \
                         bwd.known and not bwd.skip:
-                    # the gate records this graph's next backwards in C (runtime/_hooks.h)
-                    backward_settle(gate, ex, made[1])
+                    try:  # the gate records this graph's next backwards in C (runtime/_hooks.h)
+                        backward_settle(gate, ex, made[1])
+                    except Exception:  # noqa: BLE001 - never the user's error: the Python path stays
+                        pass
                 return out
             except BaseException as e:  # the program's traceback, without our frames (frames.py)
                 hide_our_frames(e)
