@@ -995,6 +995,7 @@ static PyTypeObject ExecWrapperType = {
     .tp_repr = (reprfunc)ew_repr,
 };
 
+#include "_local.h"
 #include "_step.h"
 #include "_hooks.h"
 #include "_expand.h"
@@ -1148,8 +1149,13 @@ static PyMethodDef fp_methods[] = {
     {"module_call_gate", fp_module_call_gate, METH_VARARGS,
      "module_call_gate(func, tl, inner, graph_type): a C vectorcall for the Python Module.__call__ func (_hooks.h)"},
     {"module_call_skip", fp_module_call_skip, METH_O, "module_call_skip(mod): mod is a compiled root (_hooks.h)"},
+    {"module_call_root", fp_module_call_root, METH_VARARGS,
+     "module_call_root(mod, run, ex, enabled, index, grad_on): mod's root calls recorded by run in C (_hooks.h)"},
+    {"backward_settle", fp_backward_settle, METH_VARARGS,
+     "backward_settle(gate, ex, run): the backward after a root run of ex recorded by run in C (_hooks.h)"},
     {"backward_gate", fp_backward_gate, METH_VARARGS,
-     "backward_gate(name, tl, orig, slow): torch.autograd.backward/grad as a builtin function (_hooks.h)"},
+     "backward_gate(name, tl, orig, slow, pending=None, after=None, enabled=None, index=0): "
+     "torch.autograd.backward/grad as a builtin function (_hooks.h)"},
     {"region_methods", fp_region_methods, METH_VARARGS,
      "region_methods(cls, enter, exit, ring, tick, strings, intern, enabled, index): (__enter__, __exit__) (_hooks.h)"},
     {"expand_pairs", fp_expand_pairs, METH_VARARGS,
@@ -1167,7 +1173,7 @@ PyInit__fastpath(void)
     if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0 ||
             PyType_Ready(&SlotTableType) < 0 || PyType_Ready(&NanScannerType) < 0 ||
             PyType_Ready(&EagerStepType) < 0 || PyType_Ready(&CounterType) < 0 ||
-            PyType_Ready(&RateGateType) < 0)
+            PyType_Ready(&RateGateType) < 0 || PyType_Ready(&EagerLocalType) < 0)
         return NULL;
     str_depth = PyUnicode_InternFromString("depth");
     int_zero = PyLong_FromLong(0);
@@ -1188,7 +1194,7 @@ PyInit__fastpath(void)
     struct { const char *name; PyTypeObject *type; } types[] = {
         {"ExecWrapper", &ExecWrapperType}, {"RingBuffer", &RingBufferType}, {"SlotTable", &SlotTableType},
         {"NanScanner", &NanScannerType}, {"EagerStep", &EagerStepType}, {"Counter", &CounterType},
-        {"RateGate", &RateGateType},
+        {"RateGate", &RateGateType}, {"EagerLocal", &EagerLocalType},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         Py_INCREF(types[i].type);

@@ -170,6 +170,17 @@ class EagerStep:
     def __getattr__(self, name: str) -> Any: ...
     def __setattr__(self, name: str, value: Any) -> None: ...
 
+@final
+class EagerLocal:
+    """The eager hooks' per-thread ``depth`` and ``grad_root`` (0 and None on a thread that has not
+    set them), kept in C thread-local storage: the gates read them without an attribute lookup.
+    One instance in use per process.  Twin: ``_Local`` (a ``threading.local``) of
+    ``integrations/torch/eager.py``."""
+
+    depth: int
+    grad_root: Any
+    def __new__(cls) -> EagerLocal: ...
+
 def now_ns() -> int:
     """CLOCK_MONOTONIC in nanoseconds, the clock the wrappers stamp (``time.perf_counter_ns``'s)."""
 
@@ -203,10 +214,27 @@ def module_call_gate(func: FunctionType, tl: Any, inner: Callable[..., Any], gra
 def module_call_skip(mod: object, /) -> None:
     """Mark ``mod`` (weakly) as the compiled root whose calls ``module_call_gate`` runs at depth 1."""
 
-def backward_gate(name: str, tl: Any, orig: Callable[..., Any], slow: Callable[..., Any], /) -> Callable[..., Any]:
+def module_call_root(mod: object, run: Callable[..., Any] | None = None, ex: object = None,
+                     enabled: list[bool] | None = None, index: int = 0,
+                     grad_on: Callable[[], bool] | None = None, /) -> None:
+    """Settle ``mod`` (weakly) as the recorded root whose calls at depth 0 ``module_call_gate``
+    answers in C while ``enabled[index]``: depth 1, ``tl.grad_root = ex`` when it is None and
+    ``grad_on()``, ``run(mod, *args, **kwargs)`` (its graph's ``ExecWrapper``), depth 0.
+    ``module_call_root(None)`` forgets.  Twin: the Python ``__call__`` and ``record``."""
+
+def backward_gate(name: str, tl: Any, orig: Callable[..., Any], slow: Callable[..., Any],
+                  pending: dict[Any, Any] | None = None, after: Callable[[], Any] | None = None,
+                  enabled: list[bool] | None = None, index: int = 0, /) -> Callable[..., Any]:
     """A builtin function named ``name`` (with ``orig``'s docstring) standing for
-    ``torch.autograd.backward``/``grad``: ``orig`` when ``tl.grad_root`` is None or ``tl.depth > 0``,
-    else ``slow``, the Python wrapper of ``integrations/torch/eager.py`` (its twin)."""
+    ``torch.autograd.backward``/``grad``: ``orig`` when ``tl.grad_root`` is None or ``tl.depth > 0``;
+    the settled run (``backward_settle``) when ``tl.grad_root`` is the graph settled and
+    ``enabled[index]``: grad_root None, depth 1, ``run(*args, **kwargs)``, depth 0, then ``after()``
+    when ``pending`` is not empty; else ``slow``, the Python wrapper of ``integrations/torch/eager.py``
+    (its twin)."""
+
+def backward_settle(gate: Callable[..., Any], ex: object, run: Callable[..., Any] | None, /) -> None:
+    """Let ``gate`` (a ``backward_gate``) record the backward after a root run of graph ``ex`` with
+    ``run`` (its ``ExecWrapper``); ``backward_settle(gate, None, None)`` forgets."""
 
 def region_methods(cls: type, enter: Callable[[Any], Any], exit: Callable[..., Any], ring: RingBuffer,
                    tick: Callable[[], int], strings: dict[str, int], intern: Callable[[str], int],

@@ -9,11 +9,14 @@
  * in C and run the Python path (integrations/torch/eager.py, regions.py) only when there is
  * something to do (docs/decisions/0058-hook-gates-in-c.md):
  *
- * - ``module_call_gate(func, tl, inner, graph_type)`` and ``module_call_skip(mod)``: a C
- *   vectorcall for the Python ``Module.__call__`` (see its section below).
- * - ``backward_gate(name, tl, orig, slow)``: a builtin function for ``torch.autograd.backward`` /
+ * - ``module_call_gate(func, tl, inner, graph_type)``, ``module_call_skip(mod)`` and
+ *   ``module_call_root(mod, run, ex, enabled, index, grad_on)``: a C vectorcall for the Python
+ *   ``Module.__call__`` (see its section below).
+ * - ``backward_gate(name, tl, orig, slow, pending, after, enabled, index)`` and
+ *   ``backward_settle(gate, ex, run)``: a builtin function for ``torch.autograd.backward`` /
  *   ``grad`` (named ``name``, with ``orig``'s docstring): ``orig`` when ``tl.grad_root`` is None
- *   or ``tl.depth`` > 0, else ``slow``.
+ *   or ``tl.depth`` > 0, the settled graph's backward recorded in C when ``tl.grad_root`` is the
+ *   graph last settled, else ``slow``.
  * - ``region_methods(cls, enter, exit, ring, tick, strings, intern, enabled, index)``: the
  *   ``__enter__``/``__exit__`` method descriptors of ``record_function``: enter stamps the start on
  *   the instance, exit appends the framework event to the ring (``strings``/``intern``: the label's
@@ -37,13 +40,67 @@ static PyObject *int_one;        /* 1 */
  * record without running the Python frame: nested calls (``tl.depth`` > 0) and FX graph modules go
  * straight to ``inner`` (Module's own), and the compiled root last marked with
  * ``module_call_skip(mod)`` runs ``inner`` with ``tl.depth`` 1 (its graphs are its executions).
+ * The recorded root last settled with ``module_call_root`` (once its graph's first call has been
+ * recorded and its C wrapper made) is recorded here too: depth 1, ``grad_root`` set as the Python
+ * code sets it, the C wrapper, depth 0 -- no Python frame of ours (docs/decisions/0161-*.md).
  * Everything else runs the function's own code, as before.  One function per process has the gate
  * (a later one takes it over; the earlier then runs its own code). */
 
 static struct {
     PyObject *func, *tl, *inner, *graph_type;
     PyObject *skip;  /* a weak reference to the compiled root last seen, or NULL */
+    /* the recorded root last settled (module_call_root), all NULL when none: a weak reference to
+     * the module, the C wrapper recording its calls, its graph (the eager hooks' _Exec, what
+     * tl.grad_root names), Runtime.enabled and the executions' index in it, torch.is_grad_enabled */
+    PyObject *root, *root_run, *root_ex, *enabled, *grad_on;
+    Py_ssize_t index;
 } mg;
+
+/* ``enabled[index]`` is True (a list of bools changed in place: False in a forked child). */
+static inline int
+recording_on(PyObject *enabled, Py_ssize_t index)
+{
+    return index < PyList_GET_SIZE(enabled) && PyList_GET_ITEM(enabled, index) == Py_True;
+}
+
+/* The settled root's call, as the Python ``__call__`` then ``record`` run it: depth 1, grad_root
+ * set when it is None and gradients are on, the C wrapper, depth 0.  NULL from the call with its
+ * exception unchanged; a bookkeeping error before the call hands it to the Python code (which
+ * decides as before), one after it is cleared. */
+static PyObject *
+mg_root_call(PyObject *func, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *run = mg.root_run, *ex = mg.root_ex;
+    if (tl_set(mg.tl, str_depth, int_one) < 0) {
+        PyErr_Clear();
+        return _PyFunction_Vectorcall(func, args, nargsf, kwnames);
+    }
+    /* held for the call: another thread may settle another root meanwhile */
+    Py_INCREF(run);
+    Py_INCREF(ex);
+    PyObject *root = tl_grad_root(mg.tl, str_grad_root);
+    if (root == Py_None) {
+        PyObject *on = PyObject_CallNoArgs(mg.grad_on);
+        int yes = on != NULL ? PyObject_IsTrue(on) : -1;
+        Py_XDECREF(on);
+        if (yes > 0 && tl_set(mg.tl, str_grad_root, ex) < 0)
+            yes = -1;
+        if (yes < 0)
+            PyErr_Clear();
+    }
+    else if (root == NULL)
+        PyErr_Clear();
+    Py_XDECREF(root);
+    PyObject *out = PyObject_Vectorcall(run, args, nargsf, kwnames);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (tl_set(mg.tl, str_depth, int_zero) < 0)
+        PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+    Py_DECREF(ex);
+    Py_DECREF(run);
+    return out;
+}
 
 static PyObject *
 mg_vectorcall(PyObject *func, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -53,12 +110,15 @@ mg_vectorcall(PyObject *func, PyObject *const *args, size_t nargsf, PyObject *kw
         int nested = tl_nested(mg.tl);
         if (nested > 0 || (nested == 0 && PyObject_TypeCheck(self, (PyTypeObject *)mg.graph_type)))
             return PyObject_Vectorcall(mg.inner, args, nargsf, kwnames);
+        if (nested == 0 && mg.root != NULL && PyWeakref_GET_OBJECT(mg.root) == self &&
+                recording_on(mg.enabled, mg.index))
+            return mg_root_call(func, args, nargsf, kwnames);
         if (nested == 0 && mg.skip != NULL && PyWeakref_GET_OBJECT(mg.skip) == self) {
-            if (PyObject_SetAttr(mg.tl, str_depth, int_one) == 0) {
+            if (tl_set(mg.tl, str_depth, int_one) == 0) {
                 PyObject *r = PyObject_Vectorcall(mg.inner, args, nargsf, kwnames);
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
-                if (PyObject_SetAttr(mg.tl, str_depth, int_zero) < 0)
+                if (tl_set(mg.tl, str_depth, int_zero) < 0)
                     PyErr_Clear();
                 PyErr_Restore(et, ev, tb);
                 return r;
@@ -89,6 +149,9 @@ fp_module_call_gate(PyObject *mod, PyObject *args)
     Py_XSETREF(mg.inner, inner);
     Py_XSETREF(mg.graph_type, graph_type);
     Py_CLEAR(mg.skip);
+    Py_CLEAR(mg.root);
+    Py_CLEAR(mg.root_run);
+    Py_CLEAR(mg.root_ex);
 #if PY_VERSION_HEX >= 0x030C0000
     PyFunction_SetVectorcall((PyFunctionObject *)func, mg_vectorcall);
 #else
@@ -109,21 +172,103 @@ fp_module_call_skip(PyObject *mod, PyObject *obj)
     Py_RETURN_NONE;
 }
 
+/* module_call_root(mod, run, ex, enabled, index, grad_on): mod's calls as a root (no module's
+ * forward running on the thread) are recorded by `run` (its graph's C wrapper) in C from now on;
+ * module_call_root(None) forgets.  One root at a time: the last settled. */
+static PyObject *
+fp_module_call_root(PyObject *mod, PyObject *args)
+{
+    PyObject *obj, *run = NULL, *ex = NULL, *enabled = NULL, *grad_on = NULL;
+    Py_ssize_t index = 0;
+    if (!PyArg_ParseTuple(args, "O|OOO!nO:module_call_root", &obj, &run, &ex, &PyList_Type, &enabled, &index,
+                          &grad_on))
+        return NULL;
+    if (obj != Py_None && (run == NULL || ex == NULL || enabled == NULL || grad_on == NULL || index < 0 ||
+                           !PyCallable_Check(run) || !PyCallable_Check(grad_on))) {
+        PyErr_SetString(PyExc_TypeError, "module_call_root(mod, run, ex, enabled, index, grad_on): callables, "
+                        "a list and an index >= 0");
+        return NULL;
+    }
+    if (obj == Py_None || mg.func == NULL) {  /* (no gate: nothing would read it) */
+        Py_CLEAR(mg.root);
+        Py_CLEAR(mg.root_run);
+        Py_CLEAR(mg.root_ex);
+        Py_RETURN_NONE;
+    }
+    if (mg.root != NULL && PyWeakref_GET_OBJECT(mg.root) == obj && mg.root_run == run && mg.root_ex == ex)
+        Py_RETURN_NONE;  /* (already: the common case of a call that took the Python path) */
+    PyObject *ref = PyWeakref_NewRef(obj, NULL);
+    if (ref == NULL)
+        return NULL;
+    Py_INCREF(run);
+    Py_INCREF(ex);
+    Py_INCREF(enabled);
+    Py_INCREF(grad_on);
+    Py_XSETREF(mg.root, ref);
+    Py_XSETREF(mg.root_run, run);
+    Py_XSETREF(mg.root_ex, ex);
+    Py_XSETREF(mg.enabled, enabled);
+    Py_XSETREF(mg.grad_on, grad_on);
+    mg.index = index;
+    Py_RETURN_NONE;
+}
+
 /* ---- torch.autograd.backward / grad ------------------------------------------------------- */
+
+/* A backward gate's state: a list, the last two items set by backward_settle. */
+enum { BW_TL, BW_ORIG, BW_SLOW, BW_PENDING, BW_AFTER, BW_ENABLED, BW_INDEX, BW_FOR, BW_RUN, BW_N };
+
+/* The settled backward, as the Python ``run`` then ``record`` run it: grad_root None, depth 1,
+ * the C wrapper, depth 0, then ``after()`` when collectives wait for their end (``pending``). */
+static PyObject *
+bw_run(PyObject *state, PyObject *tl, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *run = PyList_GET_ITEM(state, BW_RUN), *pending = PyList_GET_ITEM(state, BW_PENDING);
+    PyObject *after = PyList_GET_ITEM(state, BW_AFTER);
+    Py_INCREF(run);
+    Py_INCREF(after);
+    Py_INCREF(pending);
+    PyObject *out = NULL;
+    if (tl_set(tl, str_grad_root, Py_None) == 0 && tl_set(tl, str_depth, int_one) == 0)
+        out = PyObject_Vectorcall(run, args, (size_t)nargs, kwnames);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (tl_set(tl, str_depth, int_zero) < 0)
+        PyErr_Clear();
+    if (after != Py_None && PyDict_Check(pending) && PyDict_GET_SIZE(pending) > 0) {
+        PyObject *r = PyObject_CallNoArgs(after);  /* (never raises: it warns instead) */
+        if (r == NULL)
+            PyErr_Clear();
+        Py_XDECREF(r);
+    }
+    PyErr_Restore(et, ev, tb);
+    Py_DECREF(pending);
+    Py_DECREF(after);
+    Py_DECREF(run);
+    return out;
+}
 
 static PyObject *
 bw_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *tl = PyTuple_GET_ITEM(state, 0), *orig = PyTuple_GET_ITEM(state, 1), *slow = PyTuple_GET_ITEM(state, 2);
-    PyObject *root = PyObject_GetAttr(tl, str_grad_root);
+    PyObject *tl = PyList_GET_ITEM(state, BW_TL), *orig = PyList_GET_ITEM(state, BW_ORIG);
+    PyObject *slow = PyList_GET_ITEM(state, BW_SLOW);
+    PyObject *root = tl_grad_root(tl, str_grad_root);
     if (root == NULL) {
         PyErr_Clear();
         return PyObject_Vectorcall(slow, args, (size_t)nargs, kwnames);
     }
-    int none = root == Py_None;
+    int none = root == Py_None, settled = root == PyList_GET_ITEM(state, BW_FOR);
     Py_DECREF(root);
-    if (none || tl_nested(tl) > 0)
+    int nested = none ? 0 : tl_nested(tl);
+    if (none || nested > 0)
         return PyObject_Vectorcall(orig, args, (size_t)nargs, kwnames);
+    PyObject *enabled = PyList_GET_ITEM(state, BW_ENABLED);
+    if (settled && nested == 0 && PyList_Check(enabled) &&
+            recording_on(enabled, PyLong_AsSsize_t(PyList_GET_ITEM(state, BW_INDEX))))
+        return bw_run(state, tl, args, nargs, kwnames);
+    if (PyErr_Occurred())
+        PyErr_Clear();
     return PyObject_Vectorcall(slow, args, (size_t)nargs, kwnames);
 }
 
@@ -133,8 +278,10 @@ static PyObject *
 fp_backward_gate(PyObject *mod, PyObject *args)
 {
     const char *name;
-    PyObject *tl, *orig, *slow;
-    if (!PyArg_ParseTuple(args, "sOOO:backward_gate", &name, &tl, &orig, &slow))
+    PyObject *tl, *orig, *slow, *pending = Py_None, *after = Py_None, *enabled = Py_None;
+    Py_ssize_t index = 0;
+    if (!PyArg_ParseTuple(args, "sOOO|OOOn:backward_gate", &name, &tl, &orig, &slow, &pending, &after, &enabled,
+                          &index))
         return NULL;
     if (!PyCallable_Check(orig) || !PyCallable_Check(slow)) {
         PyErr_SetString(PyExc_TypeError, "backward_gate: orig and slow must be callable");
@@ -163,12 +310,52 @@ fp_backward_gate(PyObject *mod, PyObject *args)
     def->ml_meth = (PyCFunction)(void (*)(void))bw_call;
     def->ml_flags = METH_FASTCALL | METH_KEYWORDS;
     def->ml_doc = doc_copy;
-    PyObject *state = PyTuple_Pack(3, tl, orig, slow);
-    if (state == NULL)
+    PyObject *ix = PyLong_FromSsize_t(index);
+    PyObject *state = ix != NULL ? PyList_New(BW_N) : NULL;
+    if (state == NULL) {
+        Py_XDECREF(ix);
         return NULL;  /* (the definition is a few bytes, kept) */
+    }
+    PyObject *items[BW_N] = {tl, orig, slow, pending, after, enabled, ix, Py_None, Py_None};
+    for (int i = 0; i < BW_N; i++) {
+        Py_INCREF(items[i]);
+        PyList_SET_ITEM(state, i, items[i]);
+    }
+    Py_DECREF(ix);
     PyObject *f = PyCFunction_NewEx(def, state, NULL);
     Py_DECREF(state);
     return f;
+}
+
+/* backward_settle(gate, ex, run): the backward that follows a root run of graph `ex` (tl.grad_root
+ * is ex) is recorded by `run` (its C wrapper) in C from now on; backward_settle(gate, None, None)
+ * forgets.  One graph per gate at a time: the last settled. */
+static PyObject *
+fp_backward_settle(PyObject *mod, PyObject *args)
+{
+    PyObject *gate, *ex, *run;
+    if (!PyArg_ParseTuple(args, "OOO:backward_settle", &gate, &ex, &run))
+        return NULL;
+    PyObject *state = PyCFunction_Check(gate) && PyCFunction_GET_FUNCTION(gate) == (PyCFunction)(void (*)(void))bw_call
+        ? PyCFunction_GET_SELF(gate) : NULL;
+    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != BW_N) {
+        PyErr_SetString(PyExc_TypeError, "backward_settle: gate must be a backward_gate");
+        return NULL;
+    }
+    if (ex != Py_None && (!PyCallable_Check(run) || !PyList_Check(PyList_GET_ITEM(state, BW_ENABLED)))) {
+        PyErr_SetString(PyExc_TypeError, "backward_settle: run must be callable, and the gate made with enabled");
+        return NULL;
+    }
+    if (ex == Py_None)
+        run = Py_None;
+    /* run first: a call reading the pair sees either the old pair or ex with a run made for it */
+    Py_INCREF(run);
+    if (PyList_SetItem(state, BW_RUN, run) < 0)
+        return NULL;
+    Py_INCREF(ex);
+    if (PyList_SetItem(state, BW_FOR, ex) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 /* ---- record_function regions --------------------------------------------------------------- */

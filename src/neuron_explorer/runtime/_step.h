@@ -31,14 +31,13 @@ typedef struct {
     PyObject *dict;      /* __wrapped__, __name__, ... and torch's `hooked` flag */
 } EagerStep;
 
-static PyObject *str_depth;  /* "depth", interned at module init */
-static PyObject *int_zero;   /* 0: CPython keeps one object for it, so `depth == 0` is a pointer test */
-
 /* 1 when the eager thread-local ``tl`` says a root module or a recorded backward is running on
  * this thread (``tl.depth`` > 0), 0 when not, -1 when it cannot say (the Python path then decides). */
 static int
 tl_nested(PyObject *tl)
 {
+    if (Py_IS_TYPE(tl, &EagerLocalType))
+        return el_depth((EagerLocal *)tl) != 0;
     PyObject *d = PyObject_GetAttr(tl, str_depth);
     if (d == NULL) {
         PyErr_Clear();

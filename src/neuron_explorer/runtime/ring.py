@@ -45,8 +45,11 @@ SlotTable: type[_c.SlotTable] | None
 Counter: type[_c.Counter] | None
 RateGate: type[_c.RateGate] | type[PyRateGate]
 backward_gate: Callable[..., Callable[..., Any]] | None
+backward_settle: Callable[..., None] | None
 module_call_gate: Callable[..., None] | None
+module_call_root: Callable[..., None] | None
 module_call_skip: Callable[[object], None] | None
+EagerLocal: type[_c.EagerLocal] | None
 region_methods: Callable[..., tuple[Callable[..., Any], Callable[..., Any]] | None] | None
 expand_pairs: Callable[..., tuple[int, int]] | None
 if TYPE_CHECKING:
@@ -59,6 +62,10 @@ try:  # (apart: an extension built before the gates existed keeps the rest of th
     from ._fastpath import backward_gate, module_call_gate, module_call_skip, region_methods
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     backward_gate = module_call_gate = module_call_skip = region_methods = None
+try:  # the eager roots' and backwards' calls in C, with the thread state they read (_local.h)
+    from ._fastpath import EagerLocal, backward_settle, module_call_root
+except ImportError:  # pragma: no cover - no extension, or one built from older sources
+    EagerLocal = backward_settle = module_call_root = None
 
 
 class PyRateGate:
@@ -108,6 +115,7 @@ if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = expand_pairs = None
     RateGate = PyRateGate
     backward_gate = module_call_gate = module_call_skip = region_methods = None
+    EagerLocal = backward_settle = module_call_root = None
 
 # One record as W native int64s: ``b"".join(starmap(_pack, records))`` converts a list of tuples
 # in C (~40% fewer instructions per record than numpy.fromiter over the chained tuples).

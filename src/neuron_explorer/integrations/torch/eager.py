@@ -13,9 +13,12 @@ Each gets what a compiled graph gets: ``model_load``/``nrt_load`` at its first c
 ``EXEC_PAIR`` record (``nrt_execute`` + ``nc_exec_running``), device profiles through the same op
 recorder, a ``.neff`` describing it, NDET records and the neuron-monitor feed.
 
-``Module.__call__`` is replaced once; a call inside a root costs one thread-local read and one extra
-frame.  A root whose first call ran compiled graphs (``torch.compile`` inside it, or a compiled
-module) is not recorded from then on: the compiled graphs are its executions, never both.
+``Module.__call__`` is replaced once; with the extension, a call inside a root costs one read of a C
+thread-local (runtime/_local.h), and from a root's second recorded call on, its calls and the
+backward after them are recorded by C gates with no Python frame of ours (runtime/_hooks.h,
+docs/decisions/0161-eager-roots-in-c.md).  A root whose first call ran compiled graphs
+(``torch.compile`` inside it, or a compiled module) is not recorded from then on: the compiled
+graphs are its executions, never both.
 """
 
 from __future__ import annotations
@@ -48,7 +51,15 @@ from neuron_explorer.integrations.torch.state import Installed, env_switch
 from neuron_explorer.integrations.torch.tensors import nan_scanner, signature
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import EXECUTIONS, CoreState, Model, Runtime
-from neuron_explorer.runtime.ring import EagerStep, backward_gate, module_call_gate, module_call_skip
+from neuron_explorer.runtime.ring import (
+    EagerLocal,
+    EagerStep,
+    backward_gate,
+    backward_settle,
+    module_call_gate,
+    module_call_root,
+    module_call_skip,
+)
 
 __all__ = ["Eager", "install_eager"]
 
@@ -57,6 +68,8 @@ native_tid = clock.native_tid
 
 
 class _Local(threading.local):
+    """The per-thread state without the extension (``EagerLocal``, runtime/_local.h, with it)."""
+
     depth = 0  # > 0 while a root module (or a recorded backward) runs on this thread
     grad_root = None  # the _Exec of the first root run with gradients on since the last backward
 
@@ -109,7 +122,7 @@ class Eager:
 
     def __init__(self, inst: Installed, torch, core: CoreState) -> None:
         self.inst, self.rt, self.torch, self.core = inst, inst.rt, torch, core
-        self.tl = _Local()
+        self.tl = EagerLocal() if EagerLocal is not None else _Local()
         self.by_hash: dict[str, _Exec] = {}
         self.by_module: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.by_optimizer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -450,7 +463,11 @@ def _patch_module_call(eg: Eager, torch) -> None:
                     return inner(self, *args, **kwargs)
                 if tl.grad_root is None and grad_on():
                     tl.grad_root = ex
-                return record(ex, inner, (self,) + args, kwargs)
+                out = record(ex, inner, (self,) + args, kwargs)
+                made = ex.c_run
+                if made is not None and settle_root is not None and made[0] is inner and made[1] is not None:
+                    settle(self, made[1], ex)
+                return out
             finally:
                 tl.depth = 0
         except BaseException as e:  # the program's traceback, without our frames (frames.py)
@@ -463,10 +480,21 @@ def _patch_module_call(eg: Eager, torch) -> None:
     __call__.__name__, __call__.__qualname__ = inner.__name__, inner.__qualname__
     # the calls that reach it through its vectorcall (``mod(x)``, an FX graph module's super call)
     # and have nothing to record are answered in C, the others run the code above (_hooks.h)
-    gate_skip = None
+    gate_skip = settle_root = None
     if module_call_gate is not None:
         module_call_gate(__call__, tl, inner, GraphModule)
-        gate_skip = module_call_skip
+        gate_skip, settle_root = module_call_skip, module_call_root
+    enabled = eg.rt.enabled
+
+    def settle(mod, run, ex: _Exec) -> None:
+        """The C gate records ``mod``'s next root calls with ``run`` (its graph's C wrapper, made
+        once the graph's first call was recorded): no Python frame of ours (runtime/_hooks.h)."""
+        if ex.known and not ex.skip:
+            try:
+                settle_root(mod, run, ex, enabled, EXECUTIONS, grad_on)
+            except Exception:  # noqa: BLE001 - a module without weak references: the Python path
+                pass
+
     Module.__call__ = __call__
     # Dynamo short-cuts a module call to its forward only when __call__ is the one it saw at its
     # import, and must not trace our frame: give it ours as that one, and Module's own to inline.
@@ -503,7 +531,15 @@ def _patch_backward(eg: Eager, torch) -> None:
     ag = torch.autograd
     tl, record, pending = eg.tl, eg.record, eg.inst.pending_cc
 
+    def after() -> None:
+        try:  # never turn the user's backward into our error
+            _end_waited_collectives(eg.inst)
+        except Exception as e:  # noqa: BLE001
+            eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
+
     def wrap(orig):
+        gate = None  # the C gate in front of ``run`` (with the extension)
+
         @functools.wraps(orig)
         def run(*args, **kwargs):
             try:
@@ -513,14 +549,20 @@ def _patch_backward(eg: Eager, torch) -> None:
                 tl.grad_root = None
                 tl.depth = 1  # recomputed forwards (activation checkpointing) are part of it
                 try:
-                    return record(eg.backward_exec(ex), orig, args, kwargs)
+                    bwd = eg.backward_exec(ex)
+                    out = record(bwd, orig, args, kwargs)
                 finally:
                     tl.depth = 0
                     if pending:
-                        try:  # never turn the user's backward into our error
-                            _end_waited_collectives(eg.inst)
-                        except Exception as e:  # noqa: BLE001
-                            eg.inst.warn_once("end-waited", f"collective ends after a backward not recorded: {e}")
+                        after()
+                made = bwd.c_run
+                if gate is not None and made is not None and made[0] is orig and made[1] is not None and \
+                        bwd.known and not bwd.skip:
+                    try:  # the gate records this graph's next backwards in C (runtime/_hooks.h)
+                        backward_settle(gate, ex, made[1])
+                    except Exception:  # noqa: BLE001 - never the user's error: the Python path stays
+                        pass
+                return out
             except BaseException as e:  # the program's traceback, without our frames (frames.py)
                 hide_our_frames(e)
                 raise
@@ -528,8 +570,9 @@ def _patch_backward(eg: Eager, torch) -> None:
         if backward_gate is None:
             return run
         # in C (runtime/_hooks.h): torch's own function when no eager root is waiting for its
-        # backward (a compiled training step), ``run`` otherwise
-        return backward_gate(orig.__name__, tl, orig, run)
+        # backward (a compiled training step), the settled graph's backward, else ``run``
+        gate = backward_gate(orig.__name__, tl, orig, run, pending, after, eg.rt.enabled, EXECUTIONS)
+        return gate
 
     ag.backward = wrap(ag.backward)
     ag.grad = wrap(ag.grad)
