@@ -37,13 +37,13 @@ STEP_COLUMNS = ("wall_ns",) + steps_mod.BREAKDOWN + ("own_ns", "collective_ns")
 _EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
                   "seq", "bytes", "group_ranks", "flow_id"]
 
-def _ints(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
+def int_column(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
     if col.null_count:
         col = pc.fill_null(col, fill)
     return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
-class _Acc:
+class Acc:
     """Per-item lists of column pieces, concatenated once at the end."""
 
     def __init__(self) -> None:
@@ -61,7 +61,7 @@ class _Acc:
 
 
 
-def _line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())[:200]
 
 
@@ -84,6 +84,7 @@ class FilePart:
     steps: dict[int, steps_mod.Steps] = field(default_factory=dict)
     model_names: list[str] = field(default_factory=list)  # the file's ``model_name`` values (step ids' names)
     note: str | None = None  # why the file's diff items were not used (``diff.dataset``), or None
+    from_items: bool = False  # made from the file's diff items (``exporters.diff_items``), not its events
 
 
 def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePart:
@@ -100,12 +101,12 @@ def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePa
         t = pf.read(columns=columns, use_threads=False)
         f = _File(t)
     except (OSError, ValueError, pa.ArrowException) as e:
-        part.error = f"{path}: unreadable ({_line(e)}); skipped"
+        part.error = f"{path}: unreadable ({one_line(e)}); skipped"
         return part
     part.events = t.num_rows
     part.model_names = [str(v) for v in f.model_v[:-1].tolist()]
     if len(f.typ):
-        graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
+        graphs, regions, colls, loads = Acc(), Acc(), Acc(), Acc()
         _take_fragment(f, graphs, regions, colls, loads, part.region_links)
         part.graphs, part.regions, part.colls, part.loads = graphs.parts, regions.parts, colls.parts, loads.parts
         part.steps = _find_steps(f, model_ids, step_models)
@@ -154,7 +155,7 @@ class _File:
         keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
         self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
         self.name_c, self.fw, self.typ = self._at(name_c), self._at(fw), self._at(typ)
-        self.start, self.end, self.ids = (self._at(_ints(t.column(c))) for c in ("start_ts", "end_ts", "id"))
+        self.start, self.end, self.ids = (self._at(int_column(t.column(c))) for c in ("start_ts", "end_ts", "id"))
         self.proc = self.ids >> 32
         if "model_name" in t.column_names:
             model_c, self.model_v = _codes(t.column("model_name"))
@@ -178,7 +179,7 @@ class _File:
         """An integer column at the kept rows (``sel``: at those of them), nulls as ``fill``: decoded
         whole, then indexed (cheaper than Arrow's ``take`` of the rows)."""
         rows = self._rows(sel)
-        a = _ints(self.t.column(name), fill)
+        a = int_column(self.t.column(name), fill)
         return a if rows is None else a[rows]
 
     def codes(self, name: str, sel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -191,7 +192,7 @@ class _File:
         return self.rows if sel is None else sel if self.rows is None else self.rows[sel]
 
 
-def _take_fragment(f: _File, graphs: _Acc, regions: _Acc, colls: _Acc, loads: _Acc,
+def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                    region_links: dict[str, set]) -> None:
     typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
     start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.proc, f.model_c, f.model_v

@@ -248,11 +248,11 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
     DIFF_ITEMS: [
         ("piece", "the run of rows this row belongs to, listed in the footer's JSON (neuron_explorer.diff_items): "
                   "a graph's executions, a model's loads, a region's or an (op, group) collective's occurrences, "
-                  "or one process's steps"),
+                  "or one process's steps; three row groups: graphs, loads and regions, then collectives, then steps"),
         ("start", "start_ts (a step: its start)"), ("end", "end_ts (a step: its end)"),
-        ("id", "the event's id (a step: its number)"), ("bytes", "a collective's bytes (else 0)"),
-        ("seq", "a collective's sequence number (-1: none; else 0)"), ("rank", "a collective's worker_gid (else 0)"),
-        ("wall_ns", "a step's wall time (else 0)"), ("compute_ns", "a step's part (else 0; docs/summary.md)"),
+        ("id", "the event's id (a step: its number)"), ("bytes", "a collective's bytes (else null)"),
+        ("seq", "a collective's sequence number (-1: none)"), ("rank", "a collective's worker_gid"),
+        ("wall_ns", "a step's wall time (else null)"), ("compute_ns", "a step's part (docs/summary.md)"),
         ("exposed_collective_ns", "a step's part"), ("sync_wait_ns", "a step's part"), ("compile_ns", "a step's part"),
         ("data_loading_ns", "a step's part"), ("host_ns", "a step's part"), ("idle_ns", "a step's part"),
         ("own_ns", "a step's own compute"), ("collective_ns", "a step's collective time"),

@@ -29,10 +29,10 @@ from neuron_explorer.analysis.occurrences import (  # noqa: F401 - (names a diff
     FRAMEWORK,
     STEP_COLUMNS,
     STEP_TYPES,
+    Acc,
     FilePart,
-    _Acc,
-    _ints,
-    _line,
+    int_column,
+    one_line,
     read_file,
 )
 from neuron_explorer.contracts import dataset as dsc
@@ -100,6 +100,7 @@ class Side:
     # what slowed the reading but changed nothing in the diff (diff items that could not be used):
     # said on stderr, not in the document, which is the same either way
     notes: list[str] = field(default_factory=list)
+    items_files: int = 0  # events files whose diff items were read instead of them
 
     def rank_of(self, proc: int) -> int:
         p = self.processes.get(int(proc))
@@ -152,7 +153,7 @@ def _single(side: Side, table: str, columns: list[str]) -> pa.Table | None:
     try:
         t = pq.read_table(f)
     except (OSError, pa.ArrowException) as e:
-        side.warnings.append(f"{f}: unreadable ({_line(e)}); skipped")
+        side.warnings.append(f"{f}: unreadable ({one_line(e)}); skipped")
         return None
     missing = [c for c in columns if c not in t.column_names]
     if missing:
@@ -199,7 +200,7 @@ def _read_events(side: Side, engine=None) -> None:
     root = os.path.join(side.path, dsc.EVENTS)
     files = table_files(root)
     kinds = {n: str(m.get("kind") or "") for n, m in side.models.items()}
-    graphs, regions, colls, loads = _Acc(), _Acc(), _Acc(), _Acc()
+    graphs, regions, colls, loads = Acc(), Acc(), Acc(), Acc()
     region_links: dict[str, set] = {}
     steps: dict[int, steps_mod.Steps] = {}
     read = 0
@@ -214,6 +215,7 @@ def _read_events(side: Side, engine=None) -> None:
             side.warnings.append(part.error)
             continue
         side.events += part.events
+        side.items_files += part.from_items
         read += 1
         for acc, got in ((graphs, part.graphs), (regions, part.regions), (colls, part.colls), (loads, part.loads)):
             for key, pieces in got.items():
@@ -290,7 +292,7 @@ def _step_table(side: Side, steps: dict[int, steps_mod.Steps]) -> dict[str, np.n
 
 
 
-def _collectives(side: Side, colls: _Acc) -> None:
+def _collectives(side: Side, colls: Acc) -> None:
     """Each collective's cost by (op, group, bytes): per instance (its ranks matched by sequence
     number), the time from the last rank's entry to the first rank's exit.  Waiting for a late rank
     is left out (that is the straggler's, seen in its own work per step), and so is the time a
@@ -333,7 +335,7 @@ def _read_memory(side: Side) -> None:
             keep = pc.fill_null(pc.starts_with(t.column("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX), False)
             t = t.filter(keep).drop_columns(["counter"])
         except (OSError, ValueError, pa.ArrowException) as e:
-            side.warnings.append(f"{path}: unreadable ({_line(e)}); its memory samples skipped")
+            side.warnings.append(f"{path}: unreadable ({one_line(e)}); its memory samples skipped")
             continue
         if t.num_rows:
             parts.append(t.cast(pa.schema([("instance_id", pa.string()), ("process_id", pa.int64()),
@@ -344,9 +346,9 @@ def _read_memory(side: Side) -> None:
     by_proc = {(p.instance_id, p.process_id): ix for ix, p in side.processes.items()}
     g = t.group_by(["instance_id", "process_id", "ts"]).aggregate([("value", "sum")])
     inst = _strings(g.column("instance_id"))
-    pid = _ints(g.column("process_id"))
+    pid = int_column(g.column("process_id"))
     total = np.asarray(pc.fill_null(g.column("value_sum"), 0).to_numpy(), dtype=np.float64)
-    ts = _ints(g.column("ts"))
+    ts = int_column(g.column("ts"))
     for i, p in {(str(a), int(b)) for a, b in zip(inst.tolist(), pid.tolist())}:
         ix = by_proc.get((i, p))
         if ix is None:
