@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from neuron_explorer.analysis import steps as steps_mod
+from neuron_explorer.util.arrays import numeric
 
 EXEC = "nc_exec_running"
 COLLECTIVES = ("cc_running", "cc_exec_barrier")
@@ -37,10 +38,25 @@ STEP_COLUMNS = ("wall_ns",) + steps_mod.BREAKDOWN + ("own_ns", "collective_ns")
 _EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
                   "seq", "bytes", "group_ranks", "flow_id"]
 
-def int_column(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
-    if col.null_count:
-        col = pc.fill_null(col, fill)
-    return np.asarray(col.to_numpy(), dtype=np.int64)
+def int_column(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
+    """An integer column as int64, nulls as ``fill``.  Nulls are filled here, from the validity
+    bitmap, not by ``pyarrow.compute.fill_null``: its fill scalar's conversion imports pandas,
+    0.2 CPU-s of a small ``view`` that writes diff items (and of every diff)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if not pa.types.is_integer(t):
+        return np.asarray((pc.fill_null(col, fill) if col.null_count else col).to_numpy(), dtype=np.int64)
+    n, off = len(col), col.offset
+    bufs = col.buffers()
+    if bufs[1] is None:
+        return np.full(n, fill, dtype=np.int64)
+    dt = np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    data = np.frombuffer(bufs[1], dtype=dt, count=off + n)[off:].astype(np.int64)  # (to_numpy may import pandas)
+    if not col.null_count:
+        return data
+    valid = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little", count=off + n)[off:]
+    return np.where(valid.astype(bool), data, fill)
 
 
 class Acc:
@@ -120,10 +136,23 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr.cast(pa.string()))
-    ind = pc.fill_null(arr.indices, -1) if arr.null_count else arr.indices
-    idx = np.asarray(ind.to_numpy(zero_copy_only=False), dtype=np.int64)
+    idx = int_column(arr.indices, -1)
     values = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)  # [-1]: ""
     return idx, values
+
+
+def _first_of_lists(arr: pa.ListArray) -> np.ndarray:
+    """Each list's first value, -1 for a null or empty list (or a null first value): what
+    ``pc.list_element(arr, 0)`` gives where it does not fail, without its index scalar's conversion
+    (which imports pandas) and without failing on an empty list."""
+    offsets = int_column(arr.offsets)
+    values = int_column(arr.values, -1)
+    has = offsets[1:] > offsets[:-1]
+    if arr.null_count:
+        has &= int_column(arr.is_valid().cast(pa.int8())) == 1
+    out = np.full(len(arr), -1, dtype=np.int64)
+    out[has] = values[offsets[:-1][has]]
+    return out
 
 
 def _groups(codes: np.ndarray):
@@ -173,7 +202,7 @@ class _File:
         """Column ``name`` at the kept rows (``sel``: at those of them)."""
         rows = self._rows(sel)
         col = self.t.column(name)
-        return col if rows is None else col.take(pa.array(rows, type=pa.int64()))
+        return col if rows is None else col.take(numeric(np.asarray(rows, dtype=np.int64)))  # (pa.array: pandas)
 
     def ints(self, name: str, sel: np.ndarray | None = None, fill: int = -1) -> np.ndarray:
         """An integer column at the kept rows (``sel``: at those of them), nulls as ``fill``: decoded
@@ -204,8 +233,7 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
         graphs.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
     if len(ex) and f.has("flow_id"):
         fl = f.column("flow_id", ex).combine_chunks()
-        exec_flow = np.asarray(pc.fill_null(pc.list_element(fl, 0), -1).to_numpy(zero_copy_only=False),
-                               dtype=np.int64)
+        exec_flow = _first_of_lists(fl)
         exec_name = model_v[model_c[ex]]
     ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
     for code, sel in _groups(model_c[ml]):
@@ -278,8 +306,8 @@ def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, names: np.ndarray, 
     n_links = np.zeros(len(label), dtype=np.int64)
     linked = np.full(len(label), None, dtype=object)
     if len(arr) and len(exec_flow):
-        flat = np.asarray(pc.list_flatten(arr).to_numpy(zero_copy_only=False), dtype=np.int64)
-        parent = np.asarray(pc.list_parent_indices(arr).to_numpy(), dtype=np.int64)
+        flat = int_column(pc.list_flatten(arr))
+        parent = int_column(pc.list_parent_indices(arr))
         order = np.argsort(exec_flow)
         pos = np.clip(np.searchsorted(exec_flow, flat, sorter=order), 0, len(order) - 1)
         hit = exec_flow[order][pos] == flat

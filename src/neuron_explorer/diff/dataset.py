@@ -113,7 +113,7 @@ def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
         col = col.combine_chunks() if col.num_chunks else pa.array([], pa.string())
     if pa.types.is_dictionary(col.type):
         col = col.cast(pa.string())
-    return np.asarray(col.to_pylist(), dtype=object) if len(col) < 1024 else col.to_numpy(zero_copy_only=False)
+    return np.asarray(col.to_pylist(), dtype=object)  # (to_numpy imports pandas)
 
 
 
@@ -151,7 +151,7 @@ def _single(side: Side, table: str, columns: list[str]) -> pa.Table | None:
     if not os.path.exists(f):
         return None
     try:
-        t = pq.read_table(f)
+        t = pq.ParquetFile(f).read(use_threads=False)  # (read_table imports pyarrow.dataset and pandas)
     except (OSError, pa.ArrowException) as e:
         side.warnings.append(f"{f}: unreadable ({one_line(e)}); skipped")
         return None
@@ -318,6 +318,20 @@ def _collectives(side: Side, colls: Acc) -> None:
                 transfer[m], last_start[m], np.maximum(first_end[m], last_start[m]), proc[last_of][m], ids[last_of][m])
 
 
+def _floats(col: pa.ChunkedArray) -> np.ndarray:
+    """A float64 column as numpy, nulls as 0, from its buffers (``to_numpy`` imports pandas)."""
+    a = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    n, off = len(a), a.offset
+    bufs = a.buffers()
+    if bufs[1] is None:
+        return np.zeros(n)
+    v = np.frombuffer(bufs[1], dtype=np.float64, count=off + n)[off:]
+    if not a.null_count:
+        return v
+    valid = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little", count=off + n)[off:]
+    return np.where(valid.astype(bool), v, 0.0)
+
+
 def _read_memory(side: Side) -> None:
     """Device memory per process (the sum of its ``device_mem.*`` counters at each sample time): its
     peak, the 90th percentile of the samples, the level it holds (a spike one sample caught is in the
@@ -332,8 +346,8 @@ def _read_memory(side: Side) -> None:
             if missing:
                 raise ValueError(f"no column {', '.join(sorted(missing))}")
             t = pf.read(columns=["counter", "instance_id", "process_id", "ts", "value"], use_threads=False)
-            keep = pc.fill_null(pc.starts_with(t.column("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX), False)
-            t = t.filter(keep).drop_columns(["counter"])
+            keep = pc.starts_with(t.column("counter").cast(pa.string()), dsc.DEVICE_MEMORY_PREFIX)
+            t = t.filter(keep).drop_columns(["counter"])  # (a null ``keep`` drops the row)
         except (OSError, ValueError, pa.ArrowException) as e:
             side.warnings.append(f"{path}: unreadable ({one_line(e)}); its memory samples skipped")
             continue
@@ -344,17 +358,24 @@ def _read_memory(side: Side) -> None:
         return
     t = pa.concat_tables(parts)
     by_proc = {(p.instance_id, p.process_id): ix for ix, p in side.processes.items()}
-    g = t.group_by(["instance_id", "process_id", "ts"]).aggregate([("value", "sum")])
-    inst = _strings(g.column("instance_id"))
-    pid = int_column(g.column("process_id"))
-    total = np.asarray(pc.fill_null(g.column("value_sum"), 0).to_numpy(), dtype=np.float64)
-    ts = int_column(g.column("ts"))
-    for i, p in {(str(a), int(b)) for a, b in zip(inst.tolist(), pid.tolist())}:
-        ix = by_proc.get((i, p))
+    # the samples summed per (instance, process, time), by one sort (Arrow's group_by would import
+    # pyarrow.dataset and pandas); the values are byte counts, so the sums are exact in any order
+    inst_u, inst_i = np.unique(np.asarray([str(x) for x in _strings(t.column("instance_id")).tolist()], dtype=object),
+                               return_inverse=True)
+    inst_i = inst_i.reshape(-1)
+    pid, ts, val = int_column(t.column("process_id")), int_column(t.column("ts")), _floats(t.column("value"))
+    order = np.lexsort((ts, pid, inst_i))
+    k_inst, k_pid, k_ts = inst_i[order], pid[order], ts[order]
+    brk = np.r_[True, (k_inst[1:] != k_inst[:-1]) | (k_pid[1:] != k_pid[:-1]) | (k_ts[1:] != k_ts[:-1])]
+    first = np.flatnonzero(brk)
+    total = np.add.reduceat(val[order], first)
+    g_inst, g_pid = k_inst[first], k_pid[first]
+    proc_brk = np.flatnonzero(np.r_[True, (g_inst[1:] != g_inst[:-1]) | (g_pid[1:] != g_pid[:-1]), True])
+    for b, e in zip(proc_brk[:-1].tolist(), proc_brk[1:].tolist()):
+        ix = by_proc.get((str(inst_u[g_inst[b]]), int(g_pid[b])))
         if ix is None:
             continue
-        sel = (inst == i) & (pid == p)
-        v = total[sel][np.argsort(ts[sel], kind="stable")]
+        v = total[b:e]  # (by time)
         side.memory_peak[ix] = int(v.max())
         side.memory_level[ix] = int(np.percentile(v, 90))
         half = len(v) // 2

@@ -184,7 +184,7 @@ def _part(groups: list[pa.Table], h: dict[str, Any], events_path: str) -> occ.Fi
     for g, t in enumerate(groups):
         if any(t.column(c).null_count for c in t.column_names):
             raise Unusable("their rows are damaged (nulls)")
-        a = {c: np.asarray(t.column(c).to_numpy(), dtype=np.int64) for c in t.column_names}
+        a = {c: occ.int_column(t.column(c)) for c in t.column_names}  # (no nulls: checked above)
         mine = [p for p, gg in zip(pieces, group_of) if gg == g]
         lengths = [p[2] for p in mine]
         if sum(lengths) != len(a["piece"]) or \
