@@ -91,7 +91,8 @@ def test_the_bootstrap_by_ranks_gives_the_reference_numbers(datasets):
 def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(datasets, tmp_path, capsys):
     """Decision 0148: ``-j 2`` (spawned worker processes) and ``--scheduler`` (a real Dask cluster
     on 127.0.0.1) read the events files elsewhere and merge them in file order: the same document
-    as one process, and the read really ran on the cluster's workers."""
+    as one process, and the read really ran on the cluster's workers, from the diff items where
+    the dataset has them (decision 0163)."""
     from ..view.cluster_util import Cluster
 
     pytest.importorskip("distributed")
@@ -103,8 +104,18 @@ def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(data
         rc_d, dask = _doc(capsys, *argv, "--scheduler", c.address)
         with c.client() as client:
             executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
+        # the workers read the diff items view wrote (decision 0163), and the events where there are none
+        from neuron_explorer.view.cluster import engine_for
+
+        engine = engine_for(c.address)
+        try:
+            on_items = dataset.read_side(str(datasets["a"]), engine)
+            on_events = dataset.read_side(str(_without_items(datasets["a"], tmp_path / "no_items")), engine)
+        finally:
+            engine.close()
     finally:
         c.close()
+    assert on_items.items_files == 4 and on_events.items_files == 0 and on_items.events == on_events.events
     assert rc == rc_j == rc_d == 0
     assert any(n > 0 for n in executed.values()), executed
     assert any(r.get("q25_ci_ns") for r in here["rows"])

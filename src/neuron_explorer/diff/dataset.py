@@ -371,11 +371,11 @@ def _read_memory(side: Side) -> None:
     total = np.add.reduceat(val[order], first)
     g_inst, g_pid = k_inst[first], k_pid[first]
     proc_brk = np.flatnonzero(np.r_[True, (g_inst[1:] != g_inst[:-1]) | (g_pid[1:] != g_pid[:-1]), True])
-    for b, e in zip(proc_brk[:-1].tolist(), proc_brk[1:].tolist()):
-        ix = by_proc.get((str(inst_u[g_inst[b]]), int(g_pid[b])))
+    for lo, hi in zip(proc_brk[:-1].tolist(), proc_brk[1:].tolist()):
+        ix = by_proc.get((str(inst_u[g_inst[lo]]), int(g_pid[lo])))
         if ix is None:
             continue
-        v = total[b:e]  # (by time)
+        v = total[lo:hi]  # (by time)
         side.memory_peak[ix] = int(v.max())
         side.memory_level[ix] = int(np.percentile(v, 90))
         half = len(v) // 2

@@ -82,8 +82,8 @@ def build(events_path: str, kinds: dict[str, str]) -> tuple[list[pa.Table], dict
                         add(0, start=start, end=end, id=ids_)
                     pieces.append([kind, list(key) if isinstance(key, tuple) else key, len(start)])
     for proc, st in part.steps.items():
-        cols = {c: st.columns.get(c, np.zeros(len(st), np.int64)) for c in occ.STEP_COLUMNS}
-        add(2, start=st.start_ns, end=st.end_ns, id=st.number, **cols)
+        figures = {c: st.columns.get(c, np.zeros(len(st), np.int64)) for c in occ.STEP_COLUMNS}
+        add(2, start=st.start_ns, end=st.end_ns, id=st.number, **figures)
         pieces.append(["steps", [int(proc), st.method, st.boundary, sorted(st.columns)], len(st)])
     tables = []
     for cols in groups:
@@ -158,7 +158,7 @@ def read(items_path: str, events_path: str, kinds: dict[str, str]) -> occ.FilePa
             raise Unusable("the profile's model kinds are not those its steps were found with")
         sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         # (at most one row per event and one per step: nothing is read past what the events hold)
-        if h.get("groups") != sizes or len(sizes) != 3 or sum(sizes) > 2 * facts[1]:
+        if h.get("groups") != sizes or len(sizes) != 3 or sum(sizes) > 2 * int(facts[1] or 0):
             raise Unusable("its row groups disagree with its header")
         if pf.schema_arrow.names != list(COLUMNS) or pf.schema_arrow.types != [pa.int32()] + [pa.int64()] * 16:
             raise Unusable("its columns are not the items' columns")
