@@ -52,7 +52,7 @@ def int_column(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
     if bufs[1] is None:
         return np.full(n, fill, dtype=np.int64)
     dt = np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
-    data = np.frombuffer(bufs[1], dtype=dt, count=off + n)[off:].astype(np.int64)  # (to_numpy may import pandas)
+    data = np.frombuffer(bufs[1], dtype=dt, count=off + n)[off:].astype(np.int64, copy=False)  # (to_numpy: pandas)
     if not col.null_count:
         return data
     valid = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little", count=off + n)[off:]
