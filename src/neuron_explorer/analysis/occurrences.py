@@ -76,10 +76,8 @@ class Acc:
             yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
 
 
-
 def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())[:200]
-
 
 
 @dataclass
@@ -127,7 +125,6 @@ def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePa
         part.graphs, part.regions, part.colls, part.loads = graphs.parts, regions.parts, colls.parts, loads.parts
         part.steps = _find_steps(f, model_ids, step_models)
     return part
-
 
 
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,9 @@ graph's structure; ``ProfileMetadata`` for ranks; ``SystemProfileCounters`` for 
 The events table is read one file (one process) at a time, only the columns wanted (no
 ``pyarrow.dataset``: it would import pandas, a third of a second), so memory holds the compact
 per-item arrays, never a whole table.  An unreadable file is a warning
-naming it; the rest is still read.
+naming it; the rest is still read.  Where ``view`` kept a file's diff items beside it
+(``exporters.diff_items``) and they pass their checks, those are read instead of the events: the
+same part, without the events or the step detector (docs/decisions/0163-diff-items-written-by-view.md).
 """
 
 from __future__ import annotations
@@ -116,7 +118,6 @@ def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(col.to_pylist(), dtype=object)  # (to_numpy imports pandas)
 
 
-
 def read_side(path: str, engine=None) -> Side:
     """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``.  ``engine``: a
     ``view`` engine (``pipeline.LocalEngine`` with worker processes, ``cluster.DaskEngine``) whose
@@ -131,7 +132,6 @@ def read_side(path: str, engine=None) -> Side:
     _read_events(side, engine)
     _read_memory(side)
     return side
-
 
 
 def table_files(root: str) -> list[str]:
@@ -185,7 +185,6 @@ def _read_models(side: Side) -> None:
                                                               "graph_hash", "source_location")})
         side.versions.setdefault(name, set()).add(str(row.get("signature") or ""))
         side.compile_ns[name] = side.compile_ns.get(name, 0) + int(row.get("compile_ns") or 0)
-
 
 
 class _NoProgress:
@@ -289,7 +288,6 @@ def _step_table(side: Side, steps: dict[int, steps_mod.Steps]) -> dict[str, np.n
             cols.append(np.asarray(c, dtype=np.int64))
         out[k] = np.concatenate(cols)[order]
     return out
-
 
 
 def _collectives(side: Side, colls: Acc) -> None:
