@@ -45,7 +45,8 @@ print("BENCH " + json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru
 
 
 def timed(*argv: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1"}
+    # view writes the diff items (decision 0164: opt-in), which the diff reads
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1", "NEURON_EXPLORER_DIFF_ITEMS": "1"}
     p = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env=env)
     line = [x for x in p.stderr.splitlines() if x.startswith("BENCH ")]
     if not line:

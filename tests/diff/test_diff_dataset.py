@@ -42,10 +42,27 @@ def datasets(captures, tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("pq")
     out = {}
-    for name, cap in captures.items():
-        pipeline.run(ViewOptions(directory=str(cap), output_file=str(root / name), progress=False, jobs=1))
-        out[name] = root / name
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NEURON_EXPLORER_DIFF_ITEMS", "1")  # the diff items too (decision 0164: opt-in)
+        for name, cap in captures.items():
+            pipeline.run(ViewOptions(directory=str(cap), output_file=str(root / name), progress=False, jobs=1))
+            out[name] = root / name
     return out
+
+
+def test_view_writes_diff_items_only_when_asked(captures, tmp_path, capsys, monkeypatch):
+    from neuron_explorer.contracts.dataset import DIFF_ITEMS
+
+    monkeypatch.delenv("NEURON_EXPLORER_DIFF_ITEMS", raising=False)
+    out = tmp_path / "plain"
+    assert main(["view", "-d", str(captures["a"]), "--output-file", str(out)]) == 0
+    assert (out / "SystemProfileEvents").is_dir() and not (out / DIFF_ITEMS).exists()
+    monkeypatch.setenv("NEURON_EXPLORER_DIFF_ITEMS", "yes")
+    capsys.readouterr()
+    assert main(["view", "-d", str(captures["a"]), "--output-file", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "NEURON_EXPLORER_DIFF_ITEMS='yes' is not valid; accepted: 0, 1" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "bad").exists()
 
 
 DIFF_FUZZ_CASES = 11  # damaged copies; what 4 s gave on an idle machine (decision 0151)

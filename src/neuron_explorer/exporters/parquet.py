@@ -40,7 +40,7 @@ from neuron_explorer.contracts.dataset import (
     SCHEMA_DOC,
     WARNINGS,
 )
-from neuron_explorer.contracts.env import parquet_writer
+from neuron_explorer.contracts.env import diff_items as diff_items_wanted, parquet_writer
 from neuron_explorer.contracts.tracks import session_name
 from neuron_explorer.exporters import diff_items, event_overview, event_summary
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
@@ -426,7 +426,8 @@ class ParquetProcess(ProcessWriter):
             event_summary.write(self._part(EVENT_SUMMARY, pe.instance_id, pe.pid, os.path.basename(self._ev_path)),
                                 self._summary, os.path.getsize(self._ev_path), self.events)
             self._summary_scratch.clear()
-            self._write_diff_items(pe)
+            if diff_items_wanted():
+                self._write_diff_items(pe)
         if pe is not None:
             ct = counters_table(pe)
             if ct.num_rows:
