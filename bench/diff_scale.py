@@ -4,8 +4,9 @@ Issue 34's target: the diff of the pair takes less than `view` takes to convert 
 
 Each command runs in its own process (wall time, and CPU and peak RSS of that process from
 `resource.getrusage`; its worker processes' CPU is added); `view` uses one worker (--jobs 1), the
-diff of two Parquet outputs runs in one process, then with its files read by two worker processes
-(-j 2).  With --dask, on a local two-worker Dask cluster (`--scheduler`; the workers' CPU is added):
+diff of two Parquet outputs runs in one process (reading the diff items `view` wrote, then again on
+copies without them: the events read), then with its files read by two worker processes (-j 2).
+With --dask, on a local two-worker Dask cluster (`--scheduler`; the workers' CPU is added):
 the diff of the two Parquet outputs (the files read on the workers), and of the two *capture*
 directories (converted and read there), the path for profiles too big for one machine.
 
@@ -44,7 +45,8 @@ print("BENCH " + json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru
 
 
 def timed(*argv: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1"}
+    # view writes the diff items (decision 0164: opt-in), which the diff reads
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1", "NEURON_EXPLORER_DIFF_ITEMS": "1"}
     p = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env=env)
     line = [x for x in p.stderr.splitlines() if x.startswith("BENCH ")]
     if not line:
@@ -105,6 +107,17 @@ def main() -> None:
         res["diff_vs_view_one"] = res["diff_parquet"]["wall_s"] / res["view_baseline"]["wall_s"]
         cpu = {k: res[k]["cpu_s"] + res[k]["children_cpu_s"] for k in ("diff_parquet", "view_baseline")}
         res["diff_vs_view_one_cpu"] = cpu["diff_parquet"] / cpu["view_baseline"]
+        # the same diff of copies without the diff items view wrote (decision 0163): the events read
+        bare = {k: v + "_no_items" for k, v in pq.items()}
+        for name in pq:
+            shutil.rmtree(bare[name], ignore_errors=True)
+            shutil.copytree(pq[name], bare[name], ignore=shutil.ignore_patterns("SystemProfileDiffItems"))
+        res["diff_parquet_no_items"] = timed("diff", bare["baseline"], bare["candidate"], "--format", "json",
+                                             "--output-file", out_json + ".bare")
+        with open(out_json + ".bare") as f:
+            res["no_items_same_document"] = _same(json.load(f), doc)
+        print(f"diff of the Parquet outputs without diff items: {res['diff_parquet_no_items']['wall_s']:.1f} s",
+              flush=True)
         # the same diff with the events files read by two worker processes (their CPU is the children's)
         res["diff_parquet_j2"] = timed("diff", pq["baseline"], pq["candidate"], "--format", "json",
                                        "--output-file", out_json + ".j2", "-j", "2")
@@ -134,8 +147,8 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'child MB':>9}   (CPU: the process, its children and "
           "Dask workers; peak: the process, its largest child)")
-    for k in ("view_baseline", "view_candidate", "diff_parquet", "diff_parquet_j2", "diff_parquet_dask",
-              "diff_captures_dask"):
+    for k in ("view_baseline", "view_candidate", "diff_parquet", "diff_parquet_no_items", "diff_parquet_j2",
+              "diff_parquet_dask", "diff_captures_dask"):
         if k in res:
             r = res[k]
             cpu_all = r["cpu_s"] + r["children_cpu_s"] + r.get("workers_cpu_s", 0.0)

@@ -42,10 +42,27 @@ def datasets(captures, tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("pq")
     out = {}
-    for name, cap in captures.items():
-        pipeline.run(ViewOptions(directory=str(cap), output_file=str(root / name), progress=False, jobs=1))
-        out[name] = root / name
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NEURON_EXPLORER_DIFF_ITEMS", "1")  # the diff items too (decision 0164: opt-in)
+        for name, cap in captures.items():
+            pipeline.run(ViewOptions(directory=str(cap), output_file=str(root / name), progress=False, jobs=1))
+            out[name] = root / name
     return out
+
+
+def test_view_writes_diff_items_only_when_asked(captures, tmp_path, capsys, monkeypatch):
+    from neuron_explorer.contracts.dataset import DIFF_ITEMS
+
+    monkeypatch.delenv("NEURON_EXPLORER_DIFF_ITEMS", raising=False)
+    out = tmp_path / "plain"
+    assert main(["view", "-d", str(captures["a"]), "--output-file", str(out)]) == 0
+    assert (out / "SystemProfileEvents").is_dir() and not (out / DIFF_ITEMS).exists()
+    monkeypatch.setenv("NEURON_EXPLORER_DIFF_ITEMS", "yes")
+    capsys.readouterr()
+    assert main(["view", "-d", str(captures["a"]), "--output-file", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "NEURON_EXPLORER_DIFF_ITEMS='yes' is not valid; accepted: 0, 1" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "bad").exists()
 
 
 DIFF_FUZZ_CASES = 11  # damaged copies; what 4 s gave on an idle machine (decision 0151)
@@ -91,7 +108,8 @@ def test_the_bootstrap_by_ranks_gives_the_reference_numbers(datasets):
 def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(datasets, tmp_path, capsys):
     """Decision 0148: ``-j 2`` (spawned worker processes) and ``--scheduler`` (a real Dask cluster
     on 127.0.0.1) read the events files elsewhere and merge them in file order: the same document
-    as one process, and the read really ran on the cluster's workers."""
+    as one process, and the read really ran on the cluster's workers, from the diff items where
+    the dataset has them (decision 0163)."""
     from ..view.cluster_util import Cluster
 
     pytest.importorskip("distributed")
@@ -103,8 +121,18 @@ def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(data
         rc_d, dask = _doc(capsys, *argv, "--scheduler", c.address)
         with c.client() as client:
             executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
+        # the workers read the diff items view wrote (decision 0163), and the events where there are none
+        from neuron_explorer.view.cluster import engine_for
+
+        engine = engine_for(c.address)
+        try:
+            on_items = dataset.read_side(str(datasets["a"]), engine)
+            on_events = dataset.read_side(str(_without_items(datasets["a"], tmp_path / "no_items")), engine)
+        finally:
+            engine.close()
     finally:
         c.close()
+    assert on_items.items_files == 4 and on_events.items_files == 0 and on_items.events == on_events.events
     assert rc == rc_j == rc_d == 0
     assert any(n > 0 for n in executed.values()), executed
     assert any(r.get("q25_ci_ns") for r in here["rows"])
@@ -180,4 +208,134 @@ def test_fuzzed_tables_never_crash_the_reader(datasets, tmp_path):
             pass
         except Exception as e:  # pragma: no cover - the failure message names the seed to replay
             raise AssertionError(f"seed {fuzzing.seed(34)} case {n}: {victim.name}: {e!r}") from e
+        shutil.rmtree(work)
+
+
+# ---- the diff items view writes beside each events file (decision 0163) ----
+
+def _items(root: Path) -> list[Path]:
+    return sorted((root / "SystemProfileDiffItems").rglob("*.parquet"))
+
+
+def _without_items(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    shutil.rmtree(dst / "SystemProfileDiffItems")
+    return dst
+
+
+def _same_part(a: dataset.FilePart, b: dataset.FilePart) -> None:
+    assert (a.events, a.model_names, a.region_links) == (b.events, b.model_names, b.region_links)
+    for k in ("graphs", "loads", "regions", "colls"):
+        x, y = getattr(a, k), getattr(b, k)
+        assert list(x) == list(y), k
+        for key in x:
+            assert len(x[key]) == len(y[key]), (k, key)
+            for p, q in zip(x[key], y[key]):
+                assert len(p) == len(q) and all(u.dtype == v.dtype and np.array_equal(u, v) for u, v in zip(p, q))
+    assert list(a.steps) == list(b.steps)
+    for proc, s in a.steps.items():
+        t = b.steps[proc]
+        assert (s.method, s.boundary, sorted(s.columns)) == (t.method, t.boundary, sorted(t.columns))
+        for u, v in [(s.number, t.number), (s.start_ns, t.start_ns), (s.end_ns, t.end_ns)] + \
+                [(s.columns[c], t.columns[c]) for c in s.columns]:
+            assert u.dtype == v.dtype and np.array_equal(u, v)
+
+
+def _cli_doc(capsys, a: Path, b: Path, *extra: str) -> tuple[int, str, list[str]]:
+    """Exit status, the JSON text with the two paths taken out, and the stderr lines."""
+    rc = main(["diff", str(a), str(b), "--format", "json", *extra])
+    got = capsys.readouterr()
+    return rc, got.out.replace(str(a), "A").replace(str(b), "B"), got.err.splitlines()
+
+
+def test_view_writes_diff_items_that_are_what_the_events_give(datasets):
+    """Each events file's items, read back, are the part ``read_file`` makes of the events: the
+    same keys in the same order, the same arrays (dtype and values) and the same steps."""
+    from neuron_explorer.exporters import diff_items
+
+    for name in ("a", "other"):
+        side = dataset.read_side(str(datasets[name]))
+        kinds = {n: str(m.get("kind") or "") for n, m in side.models.items()}
+        events = dataset.table_files(str(datasets[name] / "SystemProfileEvents"))
+        assert len(events) == len(_items(datasets[name])) == side.items_files == 4
+        for f in events:
+            ip = f.replace("SystemProfileEvents", "SystemProfileDiffItems")
+            got = diff_items.read(ip, f, kinds)
+            assert got.from_items and got.steps and got.colls
+            _same_part(got, dataset.read_file(f, *diff_items.model_args(kinds)))
+
+
+def test_the_diff_is_the_same_with_and_without_diff_items(datasets, tmp_path, capsys):
+    a, o = _without_items(datasets["a"], tmp_path / "a"), _without_items(datasets["other"], tmp_path / "o")
+    assert dataset.read_side(str(a)).items_files == 0
+    for args in (("--all",), ("--min-change", "1")):
+        rc, with_items, err = _cli_doc(capsys, datasets["a"], datasets["other"], *args)
+        rc2, without, err2 = _cli_doc(capsys, a, o, *args)
+        assert (rc, with_items, err) == (rc2, without, err2) and rc == 0 and err == []
+
+
+def test_stale_or_foreign_diff_items_are_noted_once_and_not_used(datasets, tmp_path, capsys):
+    """Items that do not belong to their events file (another process's copied over them) or were
+    made with other model kinds than the profile's: one warning line per side, the events read
+    instead, and the document and exit status of the same dataset without items."""
+    import pyarrow.parquet as pq
+
+    ref = _without_items(datasets["other"], tmp_path / "ref")
+    _, want, _ = _cli_doc(capsys, datasets["a"], ref)
+    stale = tmp_path / "stale"
+    shutil.copytree(datasets["other"], stale)
+    it = _items(stale)
+    for f in it[1:]:
+        shutil.copyfile(it[0], f)
+    rc, got, err = _cli_doc(capsys, datasets["a"], stale)
+    assert rc == 0 and got == want
+    assert len(err) == 1 and "warning: candidate:" in err[0] and "(stale)" in err[0] and "2 more" in err[0], err
+    assert dataset.read_side(str(stale)).items_files == 1
+    for d, kinds in ((tmp_path / "kinds", "backward"), (tmp_path / "kinds_ref", "backward")):
+        shutil.copytree(datasets["other"], d)
+        t = pq.read_table(d / "ProfileModels.parquet")
+        col = [kinds if k == "forward" else k for k in t.column("kind").to_pylist()]
+        pq.write_table(t.set_column(t.column_names.index("kind"), "kind", pa_array(col)), d / "ProfileModels.parquet")
+    shutil.rmtree(tmp_path / "kinds_ref" / "SystemProfileDiffItems")
+    _, want, _ = _cli_doc(capsys, datasets["a"], tmp_path / "kinds_ref")
+    rc, got, err = _cli_doc(capsys, datasets["a"], tmp_path / "kinds")
+    assert got == want and len(err) == 1 and "model kinds" in err[0], err
+
+
+def pa_array(values):
+    import pyarrow as pa
+
+    return pa.array(values, pa.string())
+
+
+DIFF_ITEMS_FUZZ_CASES = 12
+
+
+def test_damaged_diff_items_never_change_the_diff(datasets, tmp_path):
+    """Byte changes and truncations of one items file: the side read is the one without items
+    (the same document), and the items were either refused with a note or undamaged where it
+    matters (every file read from items, no note)."""
+    from neuron_explorer.analysis import compare as cmp
+
+    rnd = __import__("random").Random(fuzzing.seed(163))
+    base = dataset.read_side(str(datasets["a"]))
+    ref = dataset.read_side(str(_without_items(datasets["other"], tmp_path / "ref")))
+    ref.path = "x"
+    want = json.dumps(report.build(base, ref, cmp.Thresholds()), sort_keys=True)
+    files = [p.relative_to(datasets["other"]) for p in _items(datasets["other"])]
+    for n in range(fuzzing.examples(DIFF_ITEMS_FUZZ_CASES)):
+        work = tmp_path / f"f{n}"
+        shutil.copytree(datasets["other"], work)
+        victim = work / files[n % len(files)]
+        fuzzing.damage_file(victim, rnd, truncate=rnd.random() < 0.3)
+        side = dataset.read_side(str(work))
+        side.path = "x"
+        where = f"seed {fuzzing.seed(163)} case {n}"
+        assert json.dumps(report.build(base, side, cmp.Thresholds()), sort_keys=True) == want, where
+        assert side.warnings == ref.warnings, where
+        if side.notes:
+            assert len(side.notes) == 1 and str(victim) in side.notes[0] and "\n" not in side.notes[0], where
+            assert side.items_files == len(files) - 1, where
+        else:
+            assert side.items_files == len(files), where
         shutil.rmtree(work)

@@ -3,10 +3,11 @@ filters (``filters``), which job a process's collectives belong to (``jobs``), c
 stragglers (``align``), the ``ProcessEvents`` model (``events``), framework events' names and links
 (``framework``), counters (``counters``), device profiles (``device``), training steps and their
 breakdown (``steps``), steps across ranks, utilisation and ranked insights (``insights``), two
-profiles' items compared (``compare``) and the summary (``summary``).
+profiles' items compared (``compare``), one events file's items as a diff compares them
+(``occurrences``) and the summary (``summary``).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
-__all__ = ["align", "compare", "counters", "device", "events", "filters", "framework", "insights", "jobs", "pbfile",
-           "reader", "steps", "summary"]
+__all__ = ["align", "compare", "counters", "device", "events", "filters", "framework", "insights", "jobs",
+           "occurrences", "pbfile", "reader", "steps", "summary"]

@@ -31,9 +31,13 @@ EVENT_SUMMARY = "SystemProfileEventSummary"
 # draws (``coarse_width``), tied to every events file; a viewer's cold open reads it instead of one
 # summary per process (docs/decisions/0142-ui-event-overview.md). Written as <EVENT_OVERVIEW>.parquet
 EVENT_OVERVIEW = "SystemProfileEventOverview"
+# per events file, what ``neuron-explorer diff`` takes from it (``analysis.occurrences``: occurrences of
+# graphs, collectives and regions, the steps' figures), so that a diff need not read the events
+# (docs/decisions/0163-diff-items-written-by-view.md); written beside SystemProfileEvents
+DIFF_ITEMS = "SystemProfileDiffItems"
 
 # tables written one process at a time, hive-partitioned: <Table>/instance=<id>/process=<pid>/part-<n>.parquet
-PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS, EVENT_SUMMARY)
+PARTITIONED = (EVENTS, COUNTERS, DEVICE_EVENTS, EVENT_SUMMARY, DIFF_ITEMS)
 # tables written as one file each: <Table>.parquet
 SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES, EVENT_OVERVIEW)
 
@@ -73,6 +77,8 @@ SUMMARY_MAX_BUCKETS = 1024  # per row group and key: a bucket width 2**shift >= 
 
 OVERVIEW_KEY = "neuron_explorer.overview"  # the overview's footer: its JSON header (event_overview)
 OVERVIEW_FORMAT = 1
+DIFF_ITEMS_KEY = "neuron_explorer.diff_items"  # the diff items' footer: their JSON header (diff_items)
+DIFF_ITEMS_FORMAT = 1
 COARSE_BUCKETS = 1024  # buckets over a whole profile: about one per pixel of a whole-profile view
 
 
@@ -238,6 +244,18 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
         ("bucket", "(start_ts - base) // width, base and width in the footer"),
         ("events", "events of this key starting in the bucket"), ("first_start", "earliest start_ts"),
         ("last_end", "latest end_ts"), ("total_ns", "sum of durations"),
+    ],
+    DIFF_ITEMS: [
+        ("piece", "the run of rows this row belongs to, listed in the footer's JSON (neuron_explorer.diff_items): "
+                  "a graph's executions, a model's loads, a region's or an (op, group) collective's occurrences, "
+                  "or one process's steps; three row groups: graphs, loads and regions, then collectives, then steps"),
+        ("start", "start_ts (a step: its start)"), ("end", "end_ts (a step: its end)"),
+        ("id", "the event's id (a step: its number)"), ("bytes", "a collective's bytes (else null)"),
+        ("seq", "a collective's sequence number (-1: none)"), ("rank", "a collective's worker_gid"),
+        ("wall_ns", "a step's wall time (else null)"), ("compute_ns", "a step's part (docs/summary.md)"),
+        ("exposed_collective_ns", "a step's part"), ("sync_wait_ns", "a step's part"), ("compile_ns", "a step's part"),
+        ("data_loading_ns", "a step's part"), ("host_ns", "a step's part"), ("idle_ns", "a step's part"),
+        ("own_ns", "a step's own compute"), ("collective_ns", "a step's collective time"),
     ],
 }
 

@@ -44,6 +44,7 @@ MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
 QUIET = "NEURON_EXPLORER_QUIET"
 PROGRESS_DELAY = "NEURON_EXPLORER_PROGRESS_DELAY_S"  # view: seconds before a progress bar shows (1)
 PARQUET_WRITER = "NEURON_EXPLORER_PARQUET_WRITER"  # view: "own" (default) or "arrow" for SystemProfileEvents
+DIFF_ITEMS = "NEURON_EXPLORER_DIFF_ITEMS"  # view: "1" writes SystemProfileDiffItems (decision 0164)
 NDET_FLUSH_USEC = "NEURON_RT_DBG_NDET_FLUSH_USEC"
 NDET_LOG_LOCATION = "NEURON_RT_DBG_NDET_LOG_LOCATION"
 NDET_NUM_ENTRIES = "NEURON_RT_DBG_NDET_NUM_ENTRIES"
@@ -301,3 +302,16 @@ def parquet_writer(env: Mapping[str, str] | None = None) -> str:
     if raw == "arrow":
         return "arrow"
     raise ConfigError(f"{PARQUET_WRITER}={env.get(PARQUET_WRITER)!r} is not valid; accepted: own, arrow")
+
+
+def diff_items(env: Mapping[str, str] | None = None) -> bool:
+    """NEURON_EXPLORER_DIFF_ITEMS: whether ``view`` writes each events file's diff items beside it
+    (``SystemProfileDiffItems``, read by ``neuron-explorer diff`` instead of the events).  Off by
+    default: they cost ``view`` as much as a diff's reading of that side (decision 0164)."""
+    env = os.environ if env is None else env
+    raw = env.get(DIFF_ITEMS, "").strip()
+    if raw in ("", "0"):
+        return False
+    if raw == "1":
+        return True
+    raise ConfigError(f"{DIFF_ITEMS}={env.get(DIFF_ITEMS)!r} is not valid; accepted: 0, 1")

@@ -143,6 +143,8 @@ def diff_command(args: argparse.Namespace) -> int:
                 return EXIT_USAGE
             side.path = path
             notes += [f"{role}: {w}" for w in r.warnings]
+            for n in side.notes:  # (a slower read, the same document: not one of its warnings)
+                print(f"{prog_name()}: warning: {role}: {n}", file=sys.stderr)
             sides.append(side)
         doc = report.build(sides[0], sides[1], th, gate_pct=args.fail_if_slower)
     doc["warnings"] = notes + doc["warnings"]

@@ -32,6 +32,7 @@ from neuron_explorer.contracts.dataset import (
     COUNTERS,
     DEVICE_EVENTS,
     DEVICE_PROFILES,
+    DIFF_ITEMS,
     EVENT_SUMMARY,
     EVENTS,
     METADATA,
@@ -39,9 +40,9 @@ from neuron_explorer.contracts.dataset import (
     SCHEMA_DOC,
     WARNINGS,
 )
-from neuron_explorer.contracts.env import parquet_writer
+from neuron_explorer.contracts.env import diff_items as diff_items_wanted, parquet_writer
 from neuron_explorer.contracts.tracks import session_name
-from neuron_explorer.exporters import event_overview, event_summary
+from neuron_explorer.exporters import diff_items, event_overview, event_summary
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, ProcessWriter, RunInfo
 from neuron_explorer.util.arrays import numeric, repeated, rows_table, strings
 from neuron_explorer.util.log import get_logger
@@ -425,6 +426,8 @@ class ParquetProcess(ProcessWriter):
             event_summary.write(self._part(EVENT_SUMMARY, pe.instance_id, pe.pid, os.path.basename(self._ev_path)),
                                 self._summary, os.path.getsize(self._ev_path), self.events)
             self._summary_scratch.clear()
+            if diff_items_wanted():
+                self._write_diff_items(pe)
         if pe is not None:
             ct = counters_table(pe)
             if ct.num_rows:
@@ -438,6 +441,23 @@ class ParquetProcess(ProcessWriter):
                                               group_pid=self.target.shown_pid, process_index=pe.index))
             self.tables[MODELS] += model_rows(pe)
         return Piece(tables=self.tables)
+
+    def _write_diff_items(self, pe: ProcessEvents) -> None:
+        """What ``neuron-explorer diff`` takes from the events file, kept beside it (``diff_items``):
+        an optional speed-up of a diff, so one that cannot be made is left out (the diff reads the
+        events instead) and never fails the run."""
+        assert self._ev_path is not None
+        kinds: dict[str, str] = {}
+        for m in pe.session.models:  # (as ProfileModels gives them: the first of a name)
+            kinds.setdefault(m.name, m.kind)
+        path = self._part(DIFF_ITEMS, pe.instance_id, pe.pid, os.path.basename(self._ev_path))
+        try:
+            if diff_items.write(self._ev_path, path, kinds):
+                return
+        except (ValueError, pa.ArrowException) as e:
+            get_logger(__name__).debug(f"no diff items for {self._ev_path}: {str(e).splitlines()[:1]}")
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
     def _close_events(self) -> None:
         w, self._ev_writer = self._ev_writer, None

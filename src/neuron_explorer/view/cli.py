@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from neuron_explorer.contracts.env import ConfigError, parquet_writer, progress_delay, s3_endpoint
+from neuron_explorer.contracts.env import ConfigError, diff_items, parquet_writer, progress_delay, s3_endpoint
 from neuron_explorer.contracts.tracks import Grouping, GroupingError
 from neuron_explorer.util.cliargs import UsageError, missing_extra, port_number, prog_name
 from neuron_explorer.util.log import get_logger
@@ -177,6 +177,7 @@ def view_command(args: argparse.Namespace) -> int:
         grouping = Grouping.parse(args.system_trace_primary_group, args.system_trace_secondary_group)
         delay = progress_delay()
         parquet_writer()  # (checked here: a bad value is one line, not an error in every worker)
+        diff_items()
     except (GroupingError, ConfigError) as e:
         raise UsageError(str(e)) from None
     for w in filt.warnings:

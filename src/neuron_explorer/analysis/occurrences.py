@@ -1,0 +1,316 @@
+"""One events file's items as ``neuron-explorer diff`` compares them (``read_file`` -> ``FilePart``).
+
+Why here and not in ``diff``: ``view`` runs the same function on each events file it has just
+written and keeps the answer beside it (``exporters.diff_items``), so that a diff of two ``view``
+outputs reads that small table instead of the events and their steps
+(docs/decisions/0163-diff-items-written-by-view.md). One function for both is what makes the two
+paths give the same numbers.
+
+What is kept of a file (``contracts.dataset`` names the columns): the graph executions
+(``nc_exec_running`` by ``model_name``), the model loads, the collectives (``cc_running`` and
+``cc_exec_barrier`` by op and group, with bytes, sequence number and rank), the framework regions
+(by name) and which graph each region wraps, and the steps of its processes
+(``analysis.steps.find_steps``, only the figures a diff compares).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from neuron_explorer.analysis import steps as steps_mod
+from neuron_explorer.util.arrays import numeric
+
+EXEC = "nc_exec_running"
+COLLECTIVES = ("cc_running", "cc_exec_barrier")
+FRAMEWORK = "framework"
+# what analysis.steps reads besides the items: its type names, in the order of their ids here
+STEP_TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "model_load", "framework_op",
+              "nrt_execute", "numerical_err")
+_TYPE_ID = {n: i for i, n in enumerate(STEP_TYPES)}
+# the per-step figures a diff compares (``analysis.steps`` makes more: the rest are dropped where a
+# file is read, which keeps a side's steps and what a worker sends back to a third of the size)
+STEP_COLUMNS = ("wall_ns",) + steps_mod.BREAKDOWN + ("own_ns", "collective_ns")
+_EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
+                  "seq", "bytes", "group_ranks", "flow_id"]
+
+def int_column(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
+    """An integer column as int64, nulls as ``fill``.  Nulls are filled here, from the validity
+    bitmap, not by ``pyarrow.compute.fill_null``: its fill scalar's conversion imports pandas,
+    0.2 CPU-s of a small ``view`` that writes diff items (and of every diff)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if not pa.types.is_integer(t):
+        return np.asarray((pc.fill_null(col, fill) if col.null_count else col).to_numpy(), dtype=np.int64)
+    n, off = len(col), col.offset
+    bufs = col.buffers()
+    if bufs[1] is None:
+        return np.full(n, fill, dtype=np.int64)
+    dt = np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    data = np.frombuffer(bufs[1], dtype=dt, count=off + n)[off:].astype(np.int64, copy=False)  # (to_numpy: pandas)
+    if not col.null_count:
+        return data
+    valid = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little", count=off + n)[off:]
+    return np.where(valid.astype(bool), data, fill)
+
+
+class Acc:
+    """Per-item lists of column pieces, concatenated once at the end."""
+
+    def __init__(self) -> None:
+        self.parts: dict = {}
+
+    def add(self, key, *cols: np.ndarray) -> None:
+        self.parts.setdefault(key, []).append(cols)
+
+    def items(self):
+        """Each key's columns, concatenated; its pieces are let go as it goes (in insertion order),
+        so that the pieces and the whole are held for one key at a time, not for all."""
+        for key in list(self.parts):
+            pieces = self.parts.pop(key)
+            yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
+
+
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+@dataclass
+class FilePart:
+    """What one events file (one process) gives a side: the per-item column pieces, the regions'
+    links to graphs, the steps of its processes, its row count, or the line saying why it could
+    not be read.  A pure function of the file (``read_file``), so that a worker process or a Dask
+    worker can make it and this process merges them in file order."""
+
+    path: str
+    events: int = 0
+    error: str | None = None
+    graphs: dict = field(default_factory=dict)
+    loads: dict = field(default_factory=dict)
+    regions: dict = field(default_factory=dict)
+    colls: dict = field(default_factory=dict)
+    region_links: dict[str, set] = field(default_factory=dict)
+    steps: dict[int, steps_mod.Steps] = field(default_factory=dict)
+    model_names: list[str] = field(default_factory=list)  # the file's ``model_name`` values (step ids' names)
+    note: str | None = None  # why the file's diff items were not used (``diff.dataset``), or None
+    from_items: bool = False  # made from the file's diff items (``exporters.diff_items``), not its events
+
+
+def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePart:
+    """One events file read into a ``FilePart``.  The file's wanted columns are read whole, every
+    row, and the rows kept by their name codes: that costs less than a filter expression over the
+    dictionary strings (0.17 against 0.43 CPU-s for 2M events, docs/decisions/0147-diff-read-cost.md)."""
+    part = FilePart(path)
+    try:
+        pf = pq.ParquetFile(path)
+        present = set(pf.schema_arrow.names)
+        columns = [c for c in _EVENT_COLUMNS if c in present]
+        if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
+            raise ValueError("not a SystemProfileEvents file (columns missing)")
+        t = pf.read(columns=columns, use_threads=False)
+        f = _File(t)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        part.error = f"{path}: unreadable ({one_line(e)}); skipped"
+        return part
+    part.events = t.num_rows
+    part.model_names = [str(v) for v in f.model_v[:-1].tolist()]
+    if len(f.typ):
+        graphs, regions, colls, loads = Acc(), Acc(), Acc(), Acc()
+        _take_fragment(f, graphs, regions, colls, loads, part.region_links)
+        part.graphs, part.regions, part.colls, part.loads = graphs.parts, regions.parts, colls.parts, loads.parts
+        part.steps = _find_steps(f, model_ids, step_models)
+    return part
+
+
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A string column as (codes, values): ``values[codes[i]]`` is row i, -1 a null.  Dictionary
+    columns (what ``view`` writes) give their indices as they are: no string per row is made."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr.cast(pa.string()))
+    idx = int_column(arr.indices, -1)
+    values = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)  # [-1]: ""
+    return idx, values
+
+
+def _first_of_lists(arr: pa.ListArray) -> np.ndarray:
+    """Each list's first value, -1 for a null or empty list (or a null first value): what
+    ``pc.list_element(arr, 0)`` gives where it does not fail, without its index scalar's conversion
+    (which imports pandas) and without failing on an empty list."""
+    offsets = int_column(arr.offsets)
+    values = int_column(arr.values, -1)
+    has = offsets[1:] > offsets[:-1]
+    if arr.null_count:
+        has &= int_column(arr.is_valid().cast(pa.int8())) == 1
+    out = np.full(len(arr), -1, dtype=np.int64)
+    out[has] = values[offsets[:-1][has]]
+    return out
+
+
+def _groups(codes: np.ndarray):
+    """(code, row indices) per distinct code >= 0, by one sort."""
+    order = np.argsort(codes, kind="stable")
+    c = codes[order]
+    bounds = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if len(c) else np.zeros(0, dtype=np.int64)
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(c)].tolist()):
+        if c[b] >= 0:
+            yield int(c[b]), order[b:e]
+
+
+def _lut(values: np.ndarray, mapping: dict[str, int]) -> np.ndarray:
+    """Per dictionary value (and -1 last), its number in ``mapping`` or -1."""
+    return np.array([mapping.get(v, -1) for v in values[:-1].tolist()] + [-1], dtype=np.int64)
+
+
+class _File:
+    """One events file's columns, decoded once (dictionary codes, not a string per row), and only
+    its rows a diff reads: the types ``STEP_TYPES`` names outside the framework, and the framework's
+    regions.  ``column`` gives any other column at those rows."""
+
+    def __init__(self, t: pa.Table) -> None:
+        self.t = t = t.unify_dictionaries()
+        name_c, self.name_v = _codes(t.column("name"))
+        src_c, src_v = _codes(t.column("trace_event_source"))
+        fw = src_v[src_c] == FRAMEWORK
+        typ = _lut(self.name_v, _TYPE_ID)[name_c]
+        keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
+        self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
+        self.name_c, self.fw, self.typ = self._at(name_c), self._at(fw), self._at(typ)
+        self.start, self.end, self.ids = (self._at(int_column(t.column(c))) for c in ("start_ts", "end_ts", "id"))
+        self.proc = self.ids >> 32
+        if "model_name" in t.column_names:
+            model_c, self.model_v = _codes(t.column("model_name"))
+            self.model_c = self._at(model_c)
+        else:
+            self.model_c, self.model_v = np.full(len(self.typ), -1, dtype=np.int64), np.asarray([""], dtype=object)
+
+    def _at(self, a: np.ndarray) -> np.ndarray:
+        return a if self.rows is None else a[self.rows]
+
+    def has(self, name: str) -> bool:
+        return name in self.t.column_names
+
+    def column(self, name: str, sel: np.ndarray | None = None) -> pa.ChunkedArray:
+        """Column ``name`` at the kept rows (``sel``: at those of them)."""
+        rows = self._rows(sel)
+        col = self.t.column(name)
+        return col if rows is None else col.take(numeric(np.asarray(rows, dtype=np.int64)))  # (pa.array: pandas)
+
+    def ints(self, name: str, sel: np.ndarray | None = None, fill: int = -1) -> np.ndarray:
+        """An integer column at the kept rows (``sel``: at those of them), nulls as ``fill``: decoded
+        whole, then indexed (cheaper than Arrow's ``take`` of the rows)."""
+        rows = self._rows(sel)
+        a = int_column(self.t.column(name), fill)
+        return a if rows is None else a[rows]
+
+    def codes(self, name: str, sel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``_codes`` of a string column at the kept rows (``sel``: at those of them)."""
+        rows = self._rows(sel)
+        c, v = _codes(self.t.column(name))
+        return (c if rows is None else c[rows]), v
+
+    def _rows(self, sel: np.ndarray | None) -> np.ndarray | None:
+        return self.rows if sel is None else sel if self.rows is None else self.rows[sel]
+
+
+def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
+                   region_links: dict[str, set]) -> None:
+    typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
+    start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.proc, f.model_c, f.model_v
+    ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
+    exec_flow = np.zeros(0, dtype=np.int64)
+    exec_name = np.zeros(0, dtype=object)
+    for code, sel in _groups(model_c[ex]):
+        rows = ex[sel]
+        graphs.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+    if len(ex) and f.has("flow_id"):
+        fl = f.column("flow_id", ex).combine_chunks()
+        exec_flow = _first_of_lists(fl)
+        exec_name = model_v[model_c[ex]]
+    ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
+    for code, sel in _groups(model_c[ml]):
+        rows = ml[sel]
+        loads.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+    sel_fw = np.flatnonzero(fw)
+    if len(sel_fw):
+        for code, sel in _groups(name_c[sel_fw]):
+            rows = sel_fw[sel]
+            regions.add(str(name_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+        if f.has("flow_id"):
+            _link_regions(f.column("flow_id", sel_fw), name_c[sel_fw], name_v, exec_flow, exec_name,
+                          region_links)
+    cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
+    if len(cc):
+        n = len(cc)
+        # the op (its name where the op column is null) and the group as codes into their dictionaries,
+        # made one number per distinct string through the (small) dictionaries: no string per row
+        if f.has("op"):
+            op_c, op_v = f.codes("op", cc)
+            op_key, op_strs = np.where(op_c >= 0, op_c, len(op_v) + name_c[cc]), np.concatenate([op_v, name_v])
+        else:
+            op_key, op_strs = name_c[cc], name_v
+        if f.has("group_ranks"):
+            g_key, g_strs = f.codes("group_ranks", cc)
+        else:
+            g_key, g_strs = np.full(n, -1, dtype=np.int64), np.asarray([""], dtype=object)
+        nbytes = f.ints("bytes", cc, 0) if f.has("bytes") else np.zeros(n, np.int64)
+        seq = f.ints("seq", cc) if f.has("seq") else np.full(n, -1)
+        rank = f.ints("worker_gid", cc) if f.has("worker_gid") else np.full(n, -1)
+        op_u, op_map = np.unique(op_strs.astype(str), return_inverse=True)
+        g_u, g_map = np.unique(g_strs.astype(str), return_inverse=True)
+        op_i, g_i = op_map.reshape(-1)[op_key], g_map.reshape(-1)[g_key]
+        start, end, proc, ids = start[cc], end[cc], proc[cc], ids[cc]
+        for code, m in _groups(op_i * len(g_u) + g_i):
+            key = (str(op_u[code // len(g_u)]), str(g_u[code % len(g_u)]))
+            colls.add(key, nbytes[m], seq[m], rank[m], start[m], end[m], proc[m], ids[m])
+
+
+def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, steps_mod.Steps]:
+    """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
+    aligned clock of the dataset); the labels of framework regions are the name dictionary."""
+    out = {}
+    typ = f.typ.copy()
+    typ[f.fw] = _TYPE_ID["framework_op"]
+    model_id = _lut(f.model_v, model_ids)[f.model_c]
+    label = np.where(f.fw, f.name_c, -1)
+    strings = [str(v) for v in f.name_v[:-1].tolist()]
+    start, end = f.start, f.end
+    nbytes = f.ints("bytes") if f.has("bytes") else np.full(len(typ), -1, dtype=np.int64)
+    one = len(f.proc) and f.proc[0] >= 0 and bool((f.proc == f.proc[0]).all())  # (a file is one process)
+    groups = [(int(f.proc[0]), None)] if one else list(_groups(f.proc))
+    for p, rows in groups:
+        cols = (typ, start, end, model_id, label, nbytes)
+        if rows is not None:
+            rows = np.sort(rows)
+            cols = tuple(c[rows] for c in cols)
+        st = steps_mod.find_steps(*cols, _TYPE_ID, strings, models)
+        st.columns = {k: np.asarray(st.columns[k], dtype=np.int64) for k in STEP_COLUMNS if k in st.columns}
+        out[p] = st
+    return out
+
+
+def _link_regions(flows: pa.ChunkedArray, label: np.ndarray, names: np.ndarray, exec_flow: np.ndarray,
+                  exec_name: np.ndarray, links: dict[str, set]) -> None:
+    """Which graph each region wraps: a region whose every occurrence issued exactly one execution,
+    always of one graph, is that graph seen from the framework (``Optimizer.step#SGD.step`` around
+    the ``SGD_*`` execution): the diff shows it beside the graph, not as a second change."""
+    arr = flows.combine_chunks()
+    n_links = np.zeros(len(label), dtype=np.int64)
+    linked = np.full(len(label), None, dtype=object)
+    if len(arr) and len(exec_flow):
+        flat = int_column(pc.list_flatten(arr))
+        parent = int_column(pc.list_parent_indices(arr))
+        order = np.argsort(exec_flow)
+        pos = np.clip(np.searchsorted(exec_flow, flat, sorter=order), 0, len(order) - 1)
+        hit = exec_flow[order][pos] == flat
+        np.add.at(n_links, parent[hit], 1)
+        linked[parent[hit]] = exec_name[order][pos[hit]]
+    for code, m in _groups(label):  # ``label``: codes into ``names``
+        ok = bool((n_links[m] == 1).all())
+        links.setdefault(str(names[code]), set()).update(set(linked[m].tolist()) if ok else {None})
+

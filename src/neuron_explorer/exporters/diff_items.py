@@ -1,0 +1,212 @@
+"""The diff items ``view`` writes beside each events file (``contracts.dataset.DIFF_ITEMS``), and their reader.
+
+Why: ``neuron-explorer diff`` of two ``view`` outputs read every events file of both and ran the step
+detector on every step of every process, more CPU than ``view`` took to convert one of them (issue
+34 item 6). What a diff takes from a file is a pure function of it
+(``analysis.occurrences.read_file``: the occurrences of graphs, model loads, collectives and
+regions, the regions' graphs, the steps' figures). ``view`` runs that function on each events file
+once it is written, while the file is in the page cache, and keeps the answer here; a diff reads
+this instead (docs/decisions/0163-diff-items-written-by-view.md).
+
+Never a wrong diff: the items are used only when every check passes. The footer header (JSON and a
+CRC-32 of its text, ``DIFF_ITEMS_KEY``) names the events file's size, rows and extent (compared
+with that file's footer), the model kinds the steps were found with (compared with the reader's
+``ProfileModels``: the step detector reads them) and the runs of rows; pages carry checksums
+(verified on read), and the rows must be those runs. Anything else raises ``Unusable`` with one
+line, and the caller reads the events file instead.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from neuron_explorer.analysis import occurrences as occ, steps as steps_mod
+from neuron_explorer.contracts.dataset import DIFF_ITEMS_FORMAT, DIFF_ITEMS_KEY, events_file_facts
+from neuron_explorer.util.arrays import numeric
+
+# Three row groups, each read with its own columns only: the occurrences of graphs, model loads and
+# regions (``piece`` to ``id``), the collectives' (and ``bytes``, ``seq``, ``rank``), then the steps
+# (``start``, ``end``, ``id``: span and number, and ``STEP_COLUMNS``). A column a group does not
+# read is null there. ``piece``: the row's run, listed in the header.
+COLUMNS = ("piece", "start", "end", "id", "bytes", "seq", "rank") + occ.STEP_COLUMNS
+GROUP_COLUMNS = (COLUMNS[:4], COLUMNS[:7], COLUMNS[:4] + occ.STEP_COLUMNS)
+_KINDS = ("graphs", "loads", "regions", "colls")
+
+
+class Unusable(Exception):
+    """The items cannot be used (one line: what is wrong with them)."""
+
+
+def _kinds(kinds: dict[str, str], names: list[str]) -> list[list]:
+    """The kind the step detector was given for each model name of the file (None: not a model)."""
+    return [[n, str(kinds[n] or "") if n in kinds else None] for n in names]
+
+
+def model_args(kinds: dict[str, str]) -> tuple[dict[str, int], list]:
+    """``read_file``'s model ids and models from {name: kind}, as ``diff.dataset`` makes them."""
+    ids = {n: i for i, n in enumerate(sorted(kinds))}
+    return ids, [(i, n, str(kinds[n] or ""), 0.0) for n, i in ids.items()]
+
+
+def build(events_path: str, kinds: dict[str, str]) -> tuple[list[pa.Table], dict[str, Any]] | None:
+    """The items of one events file (a table per row group, header), or None when it cannot be read."""
+    facts = events_file_facts(events_path)
+    ids, models = model_args(kinds)
+    part = occ.read_file(events_path, ids, models)
+    if part.error is not None:
+        return None
+    groups: list[dict[str, list[np.ndarray]]] = [{c: [] for c in g} for g in GROUP_COLUMNS]
+    pieces: list[list] = []
+
+    def add(g: int, **given: np.ndarray) -> None:
+        n = len(given["start"])
+        for c in GROUP_COLUMNS[g][1:]:
+            groups[g][c].append(np.asarray(given[c], dtype=np.int64))
+        groups[g]["piece"].append(np.full(n, len(pieces), dtype=np.int32))
+
+    for kinds_of in (_KINDS[:3], _KINDS[3:]):
+        for kind in kinds_of:
+            for key, chunks in getattr(part, kind).items():
+                for chunk in chunks:
+                    if kind == "colls":
+                        nb, seq, rank, start, end, _proc, ids_ = chunk
+                        add(1, start=start, end=end, id=ids_, bytes=nb, seq=seq, rank=rank)
+                    else:
+                        start, end, _proc, ids_ = chunk
+                        add(0, start=start, end=end, id=ids_)
+                    pieces.append([kind, list(key) if isinstance(key, tuple) else key, len(start)])
+    for proc, st in part.steps.items():
+        figures = {c: st.columns.get(c, np.zeros(len(st), np.int64)) for c in occ.STEP_COLUMNS}
+        add(2, start=st.start_ns, end=st.end_ns, id=st.number, **figures)
+        pieces.append(["steps", [int(proc), st.method, st.boundary, sorted(st.columns)], len(st)])
+    tables = []
+    for cols in groups:
+        arrays = []
+        for c in COLUMNS:
+            typ = pa.int32() if c == "piece" else pa.int64()
+            if c in cols:
+                v = cols[c]
+                arrays.append(numeric(np.concatenate(v) if v else np.zeros(0, np.int32 if c == "piece" else np.int64),
+                                      typ))
+            else:  # (a column this group does not read: nulls, which cost nothing to write)
+                arrays.append(pa.nulls(sum(len(x) for x in cols["piece"]), typ))
+        tables.append(pa.Table.from_arrays(arrays, names=list(COLUMNS)))
+    header = {"format": DIFF_ITEMS_FORMAT, "events_file": list(facts), "events": part.events,
+              "groups": [t.num_rows for t in tables], "models": _kinds(kinds, part.model_names), "pieces": pieces,
+              "region_links": [[k, sorted(v, key=lambda x: (x is None, x or ""))]
+                               for k, v in part.region_links.items()]}
+    return tables, header
+
+
+def header_text(header: dict[str, Any]) -> str:
+    body = json.dumps(header, separators=(",", ":"), sort_keys=True)
+    return f"{body}\n{zlib.crc32(body.encode()):08x}"
+
+
+def write(events_path: str, items_path: str, kinds: dict[str, str]) -> bool:
+    """Write the items of ``events_path`` to ``items_path`` (False: none could be made)."""
+    got = build(events_path, kinds)
+    if got is None:
+        return False
+    tables, header = got
+    schema = tables[0].schema.with_metadata({DIFF_ITEMS_KEY.encode(): header_text(header).encode()})
+    # delta-coded, uncompressed: spans, ids and step figures vary slowly, so this is smaller than the
+    # events (12.8 MB against 22 at 2M events) and cheaper to write and read than zstd or Snappy
+    # (0.26 and 0.09 CPU-s against 0.48 and 0.25 with zstd, 64 files of the 2M-event bench profile)
+    with pq.ParquetWriter(items_path, schema, compression="none", write_page_checksum=True, use_dictionary=False,
+                          column_encoding={c: "DELTA_BINARY_PACKED" for c in COLUMNS}) as w:
+        for t in tables:  # (one row group each, empty ones too)
+            w.write_table(t.cast(schema), row_group_size=max(t.num_rows, 1))
+    return True
+
+
+def _header(raw: bytes | None) -> dict[str, Any]:
+    if raw is None:
+        raise Unusable("its footer has no header")
+    try:
+        body, crc = raw.decode().rsplit("\n", 1)
+        h = json.loads(body) if int(crc, 16) == zlib.crc32(body.encode()) else None
+    except (UnicodeDecodeError, ValueError):
+        raise Unusable("its header is damaged") from None
+    if not isinstance(h, dict):
+        raise Unusable("its header does not match its checksum")
+    if h.get("format") != DIFF_ITEMS_FORMAT:
+        raise Unusable(f"format {h.get('format')!r} (this diff reads {DIFF_ITEMS_FORMAT})")
+    return h
+
+
+def read(items_path: str, events_path: str, kinds: dict[str, str]) -> occ.FilePart:
+    """The ``FilePart`` that ``read_file(events_path, *model_args(kinds))`` gives, from the items at
+    ``items_path``. Raises ``Unusable``."""
+    try:
+        pf = pq.ParquetFile(items_path, page_checksum_verification=True)
+        md = pf.metadata
+        h = _header((md.metadata or {}).get(DIFF_ITEMS_KEY.encode()))
+        try:
+            facts = list(events_file_facts(events_path))
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors have no common base but Exception
+            raise Unusable(f"its events file cannot be read ({type(e).__name__})") from None
+        if h.get("events_file") != facts or h.get("events") != facts[1]:
+            raise Unusable("its events file changed since they were written (stale)")
+        if h.get("models") != _kinds(kinds, [m[0] for m in h.get("models") or [] if isinstance(m, list) and m]):
+            raise Unusable("the profile's model kinds are not those its steps were found with")
+        sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        # (at most one row per event and one per step: nothing is read past what the events hold)
+        if h.get("groups") != sizes or len(sizes) != 3 or sum(sizes) > 2 * int(facts[1] or 0):
+            raise Unusable("its row groups disagree with its header")
+        if pf.schema_arrow.names != list(COLUMNS) or pf.schema_arrow.types != [pa.int32()] + [pa.int64()] * 16:
+            raise Unusable("its columns are not the items' columns")
+        groups = [pf.read_row_group(g, columns=list(cols), use_threads=False) for g, cols in enumerate(GROUP_COLUMNS)]
+    except Unusable:
+        raise
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise Unusable(f"they cannot be read ({type(e).__name__})") from None
+    try:
+        return _part(groups, h, events_path)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, pa.ArrowException) as e:
+        raise Unusable(f"their rows are damaged ({type(e).__name__})") from None
+
+
+def _part(groups: list[pa.Table], h: dict[str, Any], events_path: str) -> occ.FilePart:
+    part = occ.FilePart(events_path, events=int(h["events"]), model_names=[str(m[0]) for m in h["models"]],
+                        from_items=True)
+    pieces = h["pieces"]
+    group_of = [2 if p[0] == "steps" else 1 if p[0] == "colls" else 0 for p in pieces]
+    if group_of != sorted(group_of) or any(type(p[2]) is not int or p[2] < 0 for p in pieces):
+        raise Unusable("their header's runs are damaged")
+    k0 = 0
+    for g, t in enumerate(groups):
+        if any(t.column(c).null_count for c in t.column_names):
+            raise Unusable("their rows are damaged (nulls)")
+        a = {c: occ.int_column(t.column(c)) for c in t.column_names}  # (no nulls: checked above)
+        mine = [p for p, gg in zip(pieces, group_of) if gg == g]
+        lengths = [p[2] for p in mine]
+        if sum(lengths) != len(a["piece"]) or \
+                not np.array_equal(a["piece"], np.repeat(np.arange(k0, k0 + len(mine)), lengths)):
+            raise Unusable("their rows are not the runs their header lists")
+        k0 += len(mine)
+        lo = 0
+        for kind, key, n in mine:
+            hi = lo + n
+            s, e, i = a["start"][lo:hi], a["end"][lo:hi], a["id"][lo:hi]
+            if kind == "colls":
+                chunk: tuple = (a["bytes"][lo:hi], a["seq"][lo:hi], a["rank"][lo:hi], s, e, i >> 32, i)
+                part.colls.setdefault((str(key[0]), str(key[1])), []).append(chunk)
+            elif kind in _KINDS:
+                getattr(part, kind).setdefault(str(key), []).append((s, e, i >> 32, i))
+            elif kind == "steps":
+                proc, method, boundary, names = key
+                part.steps[int(proc)] = steps_mod.Steps(str(method), str(boundary), i, s, e, {
+                    str(c): a[str(c)][lo:hi] for c in names if c in occ.STEP_COLUMNS})
+            else:
+                raise ValueError(kind)
+            lo = hi
+    for name, links in h["region_links"]:
+        part.region_links[str(name)] = {None if x is None else str(x) for x in links}
+    return part
