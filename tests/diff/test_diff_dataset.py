@@ -136,7 +136,25 @@ def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(data
     assert rc == rc_j == rc_d == 0
     assert any(n > 0 for n in executed.values()), executed
     assert any(r.get("q25_ci_ns") for r in here["rows"])
-    assert pool == here and dask == here
+    assert pool == here, _first_difference(here, pool)
+    assert dask == here, _first_difference(here, dask)
+
+
+def _first_difference(a, b, path: str = "") -> str:
+    """Where two JSON documents first differ (the message of a rare mismatch seen under load)."""
+    if type(a) is not type(b):
+        return f"{path}: {a!r} != {b!r}"[:2000]
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{path}.{k}")
+    elif isinstance(a, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{path}[{i}]")
+    return f"{path}: {a!r} != {b!r}"[:2000]
 
 
 def test_captures_are_converted_through_view(captures, datasets, capsys):
