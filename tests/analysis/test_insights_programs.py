@@ -161,8 +161,8 @@ def test_a_rank_whose_cpu_another_thread_of_it_takes(tmp):
         assert v, p["cpu_process_pct"]
         read.append(v[len(v) // 2])
         # (per-step means of 20 ms samples counted in 10 ms clock ticks, steps without a sample
-        # left out, against the whole loop's: 1-11 points apart at load 8-18)
-        assert abs(read[-1] - want) <= max(15.0, 0.5 * want), (read, cpu)
+        # left out, against the program's own median step)
+        assert abs(read[-1] - want) <= max(15.0, 0.5 * want), (read, cpu, out)
     assert read[1] > read[0] and cpu[1] > cpu[0], (read, cpu)
     found = [i for i in doc["insights"] if i["id"] == "straggler"]
     if found:
