@@ -18,7 +18,8 @@ check:
 	$(PYTHON) -m mypy
 
 # One command: set up, then run the whole test suite (slow end-to-end tests included), on three
-# pytest-xdist workers (TEST_WORKERS=0 runs it in one process); it ends with the 30 slowest tests.
+# pytest-xdist workers (TEST_WORKERS=0 runs it in one process); it ends with the 30 costliest tests
+# in CPU seconds (tests/cpu_report.py) and the 30 slowest in wall time.
 TEST_WORKERS ?= 3
 test: setup
 	$(PYTHON) -m pytest -q -p no:cacheprovider -p no:benchmark -n $(TEST_WORKERS) --dist worksteal --durations=30

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from . import fastset
+from . import cpu_report, fastset
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -125,6 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
     monitor tests hand ``os.environ`` to the workloads they start."""
     from neuron_explorer import discovery
 
+    cpu_report.register(config)
     discovery._check = lambda framework: None  # type: ignore[assignment]
 
 
@@ -137,6 +138,7 @@ _AUTO_FAST = pytest.StashKey[bool]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true",
                      help="run only the fast loop: tests that start no process (tests/fastset.py)")
+    cpu_report.add_option(parser)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -1,0 +1,89 @@
+"""Per-test CPU time: what each test costs the machine, not how long it waited.
+
+``--durations`` ranks tests by wall time, which on a loaded host says more about the load than
+about the test, and which hides a test that waits (a pinned job, a server's poll) behind one that
+burns both cores.  The suite's length on 2 cores is bound by the CPU it needs (issue 30), so this
+plugin adds each test's CPU seconds (user + system, of the runner and of every child process it
+waited for: torchrun and its ranks, Chromium, view's workers) to its teardown report, and the
+controller prints the costliest ones after ``--durations``.  ``--cpu-report FILE`` also writes
+them all as JSON (test id -> CPU seconds, wall seconds), the figures to compare between runs.
+
+Module- or session-scoped fixtures are counted on the test that first needs them, as
+``--durations`` counts their set-up.  A child the test leaves running (a server torn down by a
+later fixture) is counted where it is waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+_START = pytest.StashKey[tuple[float, float]]()
+_KEY = "cpu_report"
+
+
+def _now() -> tuple[float, float]:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system, t.elapsed
+
+
+def add_option(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-report", metavar="FILE", default=None,
+                     help="write each test's CPU seconds (its own and its children's) as JSON to FILE")
+
+
+class _Meter:
+    """In every process that runs tests: the figures, added to each teardown report."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        item.stash[_START] = _now()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        start = item.stash.get(_START, None)
+        if call.when == "teardown" and start is not None:
+            cpu, wall = _now()
+            report.user_properties.append((_KEY, (round(cpu - start[0], 3), round(wall - start[1], 3))))
+        return report
+
+
+class _Collector:
+    """On the controller (or the only process): gathers the figures the teardown reports carry."""
+
+    def __init__(self) -> None:
+        self.costs: dict[str, tuple[float, float]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "teardown":
+            return
+        for key, value in report.user_properties:
+            if key == _KEY:
+                self.costs[report.nodeid] = (float(value[0]), float(value[1]))
+
+    def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
+        if not self.costs:
+            return
+        path = config.getoption("--cpu-report")
+        if path:
+            Path(path).write_text(json.dumps(self.costs, indent=1, sort_keys=True) + "\n")
+        if config.getoption("durations", None) is None:
+            return
+        shown = max(int(config.getoption("durations") or 0), 0) or len(self.costs)
+        ranked = sorted(self.costs.items(), key=lambda kv: kv[1][0], reverse=True)[:shown]
+        total = sum(c for c, _ in self.costs.values())
+        terminalreporter.write_sep("=", f"costliest {len(ranked)} tests in CPU seconds "
+                                        f"(all tests: {total:.0f} CPU-s)")
+        for nodeid, (cpu, wall) in ranked:
+            terminalreporter.write_line(f"{cpu:7.2f} CPU-s {wall:7.2f}s wall  {nodeid}")
+
+
+def register(config: pytest.Config) -> None:
+    """Called from the suite's ``pytest_configure``."""
+    config.pluginmanager.register(_Meter(), "cpu_report_meter")
+    if not hasattr(config, "workerinput"):  # xdist workers only send their reports
+        config.pluginmanager.register(_Collector(), "cpu_report_collector")
