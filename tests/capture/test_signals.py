@@ -80,24 +80,25 @@ def _rank_exit(stderr: str, pid: int) -> str | None:
 def test_sigterm_ends_a_rank_blocked_in_a_gloo_all_reduce_at_once_after_its_final_write(tmp_path, what):
     out = tmp_path / "out"
     out.mkdir()
+    # The final write's bound far beyond the wait below: a write parked behind the blocked main
+    # thread then never ends the rank, and the test fails on that, not on how long a correct
+    # rank took to write and die on a loaded host.
+    bound = {"NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS": "600000"}
     if what == "ndet":
-        env = clean_env(NEURON_RT_DBG_NDET_FLUSH_USEC="600000000", NEURON_RT_DBG_NDET_LOG_LOCATION=str(out))
+        env = clean_env(NEURON_RT_DBG_NDET_FLUSH_USEC="600000000", NEURON_RT_DBG_NDET_LOG_LOCATION=str(out),
+                        **bound)
     else:
         env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
-                        NEURON_EXPLORER_FLUSH_PERIOD_MS="600000")  # no periodic write: only the final one
+                        NEURON_EXPLORER_FLUSH_PERIOD_MS="600000", **bound)  # no periodic write: only the final one
         if what == "capture-pure-python":
             env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
     job = _HungJob(tmp_path, env)
     try:
         rank0 = job.pids[0]
-        t0 = time.monotonic()
         os.kill(rank0, signal.SIGTERM)
-        died = _wait_until(lambda: not _alive(rank0) or _zombie(rank0), 10)
-        took = time.monotonic() - t0
-        assert died, "rank 0 still alive 10 s after SIGTERM"
-        # (torchrun's fallback is a SIGKILL after 30 s; a write parked behind the main thread would
-        # take the 5 s bound)
-        assert took < 4.5, f"rank 0 took {took:.2f} s to die"
+        # (torchrun's fallback, a SIGKILL 30 s after its own SIGTERM, is not in play: it is the
+        # test that signals rank 0, and torchrun only once rank 0 is gone)
+        assert _wait_until(lambda: not _alive(rank0) or _zombie(rank0), 90), "rank 0 still alive 90 s after SIGTERM"
         _, err = job.p.communicate(timeout=120)
     finally:
         job.kill()
@@ -311,7 +312,10 @@ def test_a_final_write_that_hangs_holds_up_the_end_no_longer_than_the_bound(out_
     _, err = p.communicate(timeout=60)
     took = time.monotonic() - t0
     assert p.returncode == -signal.SIGTERM
-    assert 0.25 < took < 2.0, took
+    # the message below says the 0.3 s bound was the one applied, and a process that waited for the
+    # held write would reach communicate's 60 s timeout; the time can only confirm the bound was not
+    # undercut (the process sees the signal after t0), whatever the machine's load
+    assert took >= 0.3, took
     assert "profile incomplete: the final write did not finish within 0.3 s of SIGTERM" in err
 
 
