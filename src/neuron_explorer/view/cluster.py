@@ -16,6 +16,7 @@ and 0099.
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
 from typing import Any, Callable
@@ -78,7 +79,14 @@ def check_scheduler(address: str) -> str:
 
 class DaskEngine:
     """The tasks on a Dask distributed cluster.  Task keys carry the step and the item's number,
-    so the scheduler's dashboard names what runs; ``pure=False``: every run computes anew."""
+    so the scheduler's dashboard names what runs; ``pure=False``: every run computes anew.
+
+    Each submission (a ``call``, a ``map``) also gets its own number in the key: a key the
+    scheduler still holds is not computed again, its old result is returned.  ``diff`` maps the
+    same function over both sides' files, and the baseline's file *i* and the candidate's had
+    one key: when the release of the first map's futures had not reached the scheduler before
+    the second map was submitted (a matter of timing, more likely on a loaded host), the
+    candidate was read as the baseline for those files."""
 
     local = False
 
@@ -90,6 +98,7 @@ class DaskEngine:
             raise ClusterError(f"--scheduler needs dask's distributed scheduler "
                                f"(pip install 'dask[distributed]'): {e}") from None
         self.token = uuid.uuid4().hex[:8]
+        self.submissions = itertools.count()
         try:
             # (the connect timeout is dask's: distributed.comm.timeouts.connect, 30 s by default)
             self.client = Client(address, set_as_default=False)
@@ -97,14 +106,14 @@ class DaskEngine:
             raise ClusterError(f"--scheduler {address}: cannot connect: {_line(e)}") from None
 
     def call(self, fn: Callable, *args: Any) -> Any:
-        fut = self.client.submit(fn, *args, pure=False, key=f"neuron-explorer-{fn.__name__}-{self.token}")
+        fut = self.client.submit(fn, *args, pure=False, key=self._key(fn))
         return _result(fut.result)
 
     def map(self, fn: Callable, items: list, prog: Progress, *args: Any) -> list:
         from distributed import as_completed
 
-        futs = [self.client.submit(fn, it, *args, pure=False, key=f"neuron-explorer-{fn.__name__}-{i:07d}-{self.token}")
-                for i, it in enumerate(items)]
+        key = self._key(fn)
+        futs = [self.client.submit(fn, it, *args, pure=False, key=f"{key}-{i:07d}") for i, it in enumerate(items)]
         try:
             for f in as_completed(futs, loop=self.client.loop):
                 if f.status == "error":
@@ -114,6 +123,10 @@ class DaskEngine:
         except BaseException:  # the run is over: free the cluster of the rest
             self.client.cancel(futs)
             raise
+
+    def _key(self, fn: Callable) -> str:
+        """A key no other submission of this run has: the step, this run's token, the submission."""
+        return f"neuron-explorer-{fn.__name__}-{self.token}-{next(self.submissions)}"
 
     def close(self) -> None:
         try:
