@@ -201,6 +201,17 @@ def encode_int(leaf: Leaf, values: np.ndarray, null: np.ndarray | None = None) -
     return Encoded(page, 0, n, size, [RLE, enc], stats)
 
 
+def encode_nulls(leaf: Leaf, n: int) -> Encoded:
+    """An integer column of ``n`` nulls: one run of definition level 0, no values."""
+    levels = _varint(n << 1) + b"\x00"
+    levels = struct.pack("<I", len(levels)) + levels
+    enc = DELTA_BINARY_PACKED if leaf.delta else PLAIN
+    body = _pqenc.delta_binary_packed(np.zeros(0, np.int64 if leaf.ptype == INT64 else np.int32), None, levels) \
+        if leaf.delta else levels
+    page, size = _data_page(leaf, body, n, enc)
+    return Encoded(page, 0, n, size, [RLE, enc], int_stats(leaf, np.zeros(0), n) if leaf.stats else None)
+
+
 def encode_int_nonneg(leaf: Leaf, values: np.ndarray) -> Encoded:
     """A delta-coded INT32/INT64 column whose negative values are the nulls, in one C pass
     (``encode_int`` with ``null=values < 0`` gives the same page, from four numpy passes more)."""
