@@ -97,10 +97,11 @@ def main() -> None:
             res[f"view_{name}"] = timed("view", "-d", caps[name], "--output-file", pq[name], "--jobs", "1")
             print(f"view {name}: {res[f'view_{name}']['wall_s']:.1f} s", flush=True)
         # what the items cost view: the baseline converted again without them (decision 0167)
-        shutil.rmtree(pq["baseline"] + "_plain", ignore_errors=True)
-        res["view_baseline_no_items"] = timed("view", "-d", caps["baseline"], "--output-file", pq["baseline"] + "_plain",
-                                              "--jobs", "1", items="0")
-        shutil.rmtree(pq["baseline"] + "_plain", ignore_errors=True)
+        plain = pq["baseline"] + "_plain"
+        shutil.rmtree(plain, ignore_errors=True)
+        res["view_baseline_no_items"] = timed("view", "-d", caps["baseline"], "--output-file", plain, "--jobs", "1",
+                                              items="0")
+        shutil.rmtree(plain, ignore_errors=True)
         cpu_v = {k: res[k]["cpu_s"] for k in ("view_baseline", "view_baseline_no_items")}
         res["view_items_cost_cpu"] = cpu_v["view_baseline"] / cpu_v["view_baseline_no_items"] - 1
         print(f"view baseline without diff items: {res['view_baseline_no_items']['wall_s']:.1f} s", flush=True)
@@ -155,8 +156,8 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'child MB':>9}   (CPU: the process, its children and "
           "Dask workers; peak: the process, its largest child)")
-    for k in ("view_baseline", "view_candidate", "view_baseline_no_items", "diff_parquet", "diff_parquet_no_items", "diff_parquet_j2",
-              "diff_parquet_dask", "diff_captures_dask"):
+    for k in ("view_baseline", "view_candidate", "view_baseline_no_items", "diff_parquet", "diff_parquet_no_items",
+              "diff_parquet_j2", "diff_parquet_dask", "diff_captures_dask"):
         if k in res:
             r = res[k]
             cpu_all = r["cpu_s"] + r["children_cpu_s"] + r.get("workers_cpu_s", 0.0)
