@@ -44,9 +44,9 @@ print("BENCH " + json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru
 """
 
 
-def timed(*argv: str) -> dict:
-    # view writes the diff items (decision 0164: opt-in), which the diff reads
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1", "NEURON_EXPLORER_DIFF_ITEMS": "1"}
+def timed(*argv: str, items: str = "1") -> dict:
+    # view writes the diff items (decision 0164: opt-in), which the diff reads; items="0": without them
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1", "NEURON_EXPLORER_DIFF_ITEMS": items}
     p = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env=env)
     line = [x for x in p.stderr.splitlines() if x.startswith("BENCH ")]
     if not line:
@@ -96,6 +96,15 @@ def main() -> None:
             shutil.rmtree(pq[name], ignore_errors=True)
             res[f"view_{name}"] = timed("view", "-d", caps[name], "--output-file", pq[name], "--jobs", "1")
             print(f"view {name}: {res[f'view_{name}']['wall_s']:.1f} s", flush=True)
+        # what the items cost view: the baseline converted again without them (decision 0167)
+        plain = pq["baseline"] + "_plain"
+        shutil.rmtree(plain, ignore_errors=True)
+        res["view_baseline_no_items"] = timed("view", "-d", caps["baseline"], "--output-file", plain, "--jobs", "1",
+                                              items="0")
+        shutil.rmtree(plain, ignore_errors=True)
+        cpu_v = {k: res[k]["cpu_s"] for k in ("view_baseline", "view_baseline_no_items")}
+        res["view_items_cost_cpu"] = cpu_v["view_baseline"] / cpu_v["view_baseline_no_items"] - 1
+        print(f"view baseline without diff items: {res['view_baseline_no_items']['wall_s']:.1f} s", flush=True)
         out_json = os.path.join(work, "diff.json")
         res["diff_parquet"] = timed("diff", pq["baseline"], pq["candidate"], "--format", "json",
                                     "--output-file", out_json)
@@ -147,8 +156,8 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'child MB':>9}   (CPU: the process, its children and "
           "Dask workers; peak: the process, its largest child)")
-    for k in ("view_baseline", "view_candidate", "diff_parquet", "diff_parquet_no_items", "diff_parquet_j2",
-              "diff_parquet_dask", "diff_captures_dask"):
+    for k in ("view_baseline", "view_candidate", "view_baseline_no_items", "diff_parquet", "diff_parquet_no_items",
+              "diff_parquet_j2", "diff_parquet_dask", "diff_captures_dask"):
         if k in res:
             r = res[k]
             cpu_all = r["cpu_s"] + r["children_cpu_s"] + r.get("workers_cpu_s", 0.0)
@@ -156,6 +165,7 @@ def main() -> None:
             print(f"{k:34}{r['wall_s']:8.1f}{cpu_all:8.1f}{r['peak_rss_mb']:9.0f}{child:9.0f}")
     print(f"diff / view of one profile: {res['diff_vs_view_one']:.2f}x wall, {res['diff_vs_view_one_cpu']:.2f}x CPU "
           "(target < 1)")
+    print(f"view writing diff items / without: +{100 * res['view_items_cost_cpu']:.0f}% CPU (target +20%)")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

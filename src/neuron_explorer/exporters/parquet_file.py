@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,6 +100,7 @@ class Leaf:
     delta: bool = False  # ints: DELTA_BINARY_PACKED (else PLAIN)
     stats: bool = False  # min/max statistics
     snappy: bool = True
+    crc: bool = False  # a CRC-32 of each page in its header (a reader verifying checksums refuses damage)
 
     @property
     def path(self) -> list[str]:
@@ -164,7 +166,11 @@ def _page(leaf: Leaf, kind: int, body: bytes, sub: bytes) -> tuple[list[bytes], 
         raise ValueError(f"column {leaf.name}: a page of {len(body)} bytes is over this writer's 1 GiB a page")
     data = _SNAPPY.compress(body, asbytes=True) if leaf.snappy else body
     field = 5 if kind == _DATA_PAGE else 7
-    head = tstruct((1, _I32, kind), (2, _I32, len(body)), (3, _I32, len(data)), (field, _STRUCT, sub))
+    crc = None
+    if leaf.crc:  # (of the page's bytes as written; Thrift's i32 is signed)
+        crc = zlib.crc32(data)
+        crc = crc - (1 << 32) if crc >= 1 << 31 else crc
+    head = tstruct((1, _I32, kind), (2, _I32, len(body)), (3, _I32, len(data)), (4, _I32, crc), (field, _STRUCT, sub))
     return [head, data], len(head) + len(body)
 
 
@@ -193,6 +199,17 @@ def encode_int(leaf: Leaf, values: np.ndarray, null: np.ndarray | None = None) -
     if leaf.stats:
         stats = int_stats(leaf, v if valid is None else v[valid], nulls)
     return Encoded(page, 0, n, size, [RLE, enc], stats)
+
+
+def encode_nulls(leaf: Leaf, n: int) -> Encoded:
+    """An integer column of ``n`` nulls: one run of definition level 0, no values."""
+    levels = _varint(n << 1) + b"\x00"
+    levels = struct.pack("<I", len(levels)) + levels
+    enc = DELTA_BINARY_PACKED if leaf.delta else PLAIN
+    body = _pqenc.delta_binary_packed(np.zeros(0, np.int64 if leaf.ptype == INT64 else np.int32), None, levels) \
+        if leaf.delta else levels
+    page, size = _data_page(leaf, body, n, enc)
+    return Encoded(page, 0, n, size, [RLE, enc], int_stats(leaf, np.zeros(0), n) if leaf.stats else None)
 
 
 def encode_int_nonneg(leaf: Leaf, values: np.ndarray) -> Encoded:
@@ -332,9 +349,11 @@ def presence(ids: np.ndarray, k: int) -> bytes | None:
 class ParquetFileWriter:
     """Row groups of encoded column chunks, then the footer. Writes to ``path`` as it goes."""
 
-    def __init__(self, path: str, leaves: list[Leaf], arrow_schema: pa.Schema, created_by: str) -> None:
+    def __init__(self, path: str, leaves: list[Leaf], arrow_schema: pa.Schema, created_by: str,
+                 metadata: dict[bytes, bytes] | None = None) -> None:
         self.leaves = leaves
         self.kv = [(b"ARROW:schema", base64.b64encode(arrow_schema.serialize().to_pybytes()))]
+        self.kv += list((metadata or {}).items())  # (as Arrow's writer keeps a schema's metadata)
         self.created_by = created_by
         self.f = open(path, "wb")
         self.f.write(MAGIC)
