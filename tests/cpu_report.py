@@ -6,7 +6,9 @@ burns both cores.  The suite's length on 2 cores is bound by the CPU it needs (i
 plugin adds each test's CPU seconds (user + system, of the runner and of every child process it
 waited for: torchrun and its ranks, Chromium, view's workers) to its teardown report, and the
 controller prints the costliest ones after ``--durations``.  ``--cpu-report FILE`` also writes
-them all as JSON (test id -> CPU seconds, wall seconds), the figures to compare between runs.
+them all as JSON (test id -> CPU seconds, wall seconds, when it ended (epoch seconds) and the
+pid of the worker that ran it): the figures to compare between runs, and the timeline of each
+worker, which shows how long the run's tail kept a core idle.
 
 Module- or session-scoped fixtures are counted on the test that first needs them, as
 ``--durations`` counts their set-up.  A child the test leaves running (a server torn down by a
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -48,7 +51,8 @@ class _Meter:
         start = item.stash.get(_START, None)
         if call.when == "teardown" and start is not None:
             cpu, wall = _now()
-            report.user_properties.append((_KEY, (round(cpu - start[0], 3), round(wall - start[1], 3))))
+            report.user_properties.append((_KEY, (round(cpu - start[0], 3), round(wall - start[1], 3),
+                                                  round(time.time(), 3), os.getpid())))
         return report
 
 
@@ -57,6 +61,7 @@ class _Collector:
 
     def __init__(self) -> None:
         self.costs: dict[str, tuple[float, float]] = {}
+        self.ends: dict[str, tuple[float, int]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "teardown":
@@ -64,13 +69,16 @@ class _Collector:
         for key, value in report.user_properties:
             if key == _KEY:
                 self.costs[report.nodeid] = (float(value[0]), float(value[1]))
+                self.ends[report.nodeid] = (float(value[2]), int(value[3]))
 
     def pytest_terminal_summary(self, terminalreporter, config: pytest.Config) -> None:
         if not self.costs:
             return
         path = config.getoption("--cpu-report")
         if path:
-            Path(path).write_text(json.dumps(self.costs, indent=1, sort_keys=True) + "\n")
+            rows = {k: {"cpu_s": c, "wall_s": w, "end": self.ends[k][0], "pid": self.ends[k][1]}
+                    for k, (c, w) in self.costs.items()}
+            Path(path).write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
         if config.getoption("durations", None) is None:
             return
         shown = max(int(config.getoption("durations") or 0), 0) or len(self.costs)
