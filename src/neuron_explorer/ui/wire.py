@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,7 +146,7 @@ def unpack(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         a = np.frombuffer(body, dtype=dt, count=length, offset=start + off)
         shape = m.get("shape")
         if isinstance(shape, list) and all(isinstance(x, int) and x >= 0 for x in shape) \
-                and int(np.prod(shape)) == length:
+                and math.prod(shape) == length:
             a = a.reshape(shape)
         arrays[name] = a
     return header, arrays
