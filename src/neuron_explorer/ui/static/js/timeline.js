@@ -558,6 +558,14 @@ export class Timeline {
       }
       if (busy.size) this.paintBusy(busy, busy.values().next().value.busy.length);
       this.busyData = busy;
+      // the previous answer's bytes are dropped now, not at a GC that a page allocating little seldom
+      // runs (decision 0165): its views are no longer reachable from busyData, and the strips were
+      // copied into the atlas
+      if (busy.size) {
+        const buf = busy.values().next().value.busy.buffer;
+        if (this._busyBuf && this._busyBuf !== buf && this._busyBuf.transfer) this._busyBuf.transfer(0);
+        this._busyBuf = buf;
+      }
       this.devEvents = dev;
       this.devCrowded = crowded;
       if (!ev.length) this.events.clear();
@@ -712,10 +720,12 @@ export class Timeline {
   paintBusy(busy, n) {
     const a = (this._atlas = this._atlas || document.createElement("canvas"));
     const h = Math.max(1, busy.size * 2);
-    if (a.width !== n || a.height !== h) { a.width = n; a.height = h; }
-    // one ImageData kept while the size holds: its pixels are memory outside the JS heap, which V8
+    // the canvas and one ImageData are kept while the width holds, and only grow in height (the groups
+    // on screen change as the view scrolls): their pixels are memory outside the JS heap, which V8
     // frees only when a GC runs, and a page that allocates little runs few (decision 0165)
-    if (!this._atlasImg || this._atlasImg.width !== n || this._atlasImg.height !== h) this._atlasImg = a.getContext("2d").createImageData(n, h);
+    if (a.width !== n) { a.width = n; a.height = h; } else if (a.height < h) a.height = h;
+    const ih = this._atlasImg && this._atlasImg.width === n ? this._atlasImg.height : 0;
+    if (ih !== a.height) this._atlasImg = a.getContext("2d").createImageData(n, a.height);
     const img = this._atlasImg;
     const px32 = new Uint32Array(img.data.buffer, img.data.byteOffset, n * h); // RGBA as one little-endian word
     let row = 0;
@@ -725,7 +735,7 @@ export class Timeline {
       for (let i = 0; i < n; i++) { px32[p + i] = BUSY_RGBA[b.busy[i]]; px32[q + i] = CC_RGBA[b.cc[i]]; }
       row += 2;
     }
-    a.getContext("2d").putImageData(img, 0, 0);
+    a.getContext("2d").putImageData(img, 0, 0, 0, 0, n, h);
   }
 
   /** A collapsed group's summary track: busy share per pixel, white (idle) to dark blue (always busy);
