@@ -289,6 +289,27 @@ def test_straggler_stands_out_at_whole_profile_zoom_and_is_named(browser, synth_
         key = next(k for k in shades if f"rank {STRAGGLER}" in k and k.endswith(f"rank {STRAGGLER}"))
         others = sorted(v for k, v in shades.items() if k != key)
         assert shades[key] > others[-1] * 1.3, (shades[key], others[-5:])
+        # the shading came packed (decision 0165): the page's decoder reads the same shares as the
+        # JSON answer's base64 for the groups and range the timeline asked last
+        same = pg.evaluate(f"""async () => {{
+          const t = {tl}, api = await import('/static/js/api.js');
+          const asked = performance.getEntriesByType('resource').filter((e) => e.name.includes('/busy?'));
+          const u = new URL(asked.pop().name);
+          if (u.searchParams.get('format') !== 'bin') return 'not packed: ' + u.search;
+          const bin = api.unpack(await (await fetch(u)).arrayBuffer());
+          u.searchParams.delete('format');
+          const js = await (await fetch(u)).json();
+          const dec = (s) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
+          for (let i = 0; i < js.groups.length; i++) {{
+            const a = dec(js.groups[i].busy), b = bin.busy.subarray(i * bin.px, (i + 1) * bin.px);
+            const c = dec(js.groups[i].cc), d = bin.cc.subarray(i * bin.px, (i + 1) * bin.px);
+            const differs = a.some((x, k) => x !== b[k]) || c.some((x, k) => x !== d[k]);
+            if (a.length !== b.length || differs) return 'group ' + i;
+            if (js.groups[i].mean_busy !== bin.groups[i].mean_busy) return 'mean ' + i;
+          }}
+          return js.groups.length;
+        }}""")
+        assert isinstance(same, int) and same > 0, same
         # a screenshot with the straggler's summary track on screen
         before = fetches(pg, SYNTH)
         pg.evaluate(f"(k) => {{ const t = {tl}; const e = t.layout.find((x) => x.text === k); "

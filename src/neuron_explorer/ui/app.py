@@ -31,6 +31,7 @@ from neuron_explorer.ui import (
     paths,
     queries,
     search as search_q,
+    wire,
 )
 from neuron_explorer.ui.device import DeviceProfile, device_profiles as list_device_profiles, device_spans, open_device
 from neuron_explorer.ui.params import BadRequest, NotFound, integer, number, one_line, parse_rows
@@ -54,23 +55,26 @@ class FastJSON(JSONResponse):
 Handler = Callable[[Workspace, Request], Any]
 
 
-def _timed(ws: Workspace, fn: Handler, req: Request) -> tuple[bytes, str]:
-    """The answer's JSON and a Server-Timing header: where a slow answer went (shown by browser dev
-    tools; bench/ui_bench.py reads it)."""
+def _timed(ws: Workspace, fn: Handler, req: Request) -> tuple[bytes, str, str]:
+    """The answer's body (JSON, or bytes for a ``wire.Packed`` answer), its media type and a
+    Server-Timing header: where a slow answer went (shown by browser dev tools; bench/ui_bench.py
+    reads it)."""
     t = time.perf_counter()
     data = fn(ws, req)
     t1 = time.perf_counter()
-    body = _json(data)
+    packed = isinstance(data, wire.Packed)
+    body = data.encode() if packed else _json(data)
     t2 = time.perf_counter()
-    return body, f"query;dur={(t1 - t) * 1e3:.1f}, json;dur={(t2 - t1) * 1e3:.1f}"
+    return (body, "application/octet-stream" if packed else "application/json",
+            f"query;dur={(t1 - t) * 1e3:.1f}, json;dur={(t2 - t1) * 1e3:.1f}")
 
 
 def _api(ws: Workspace, fn: Handler) -> Callable[[Request], Any]:
     """An endpoint running ``fn`` in the thread pool, with every failure as one JSON line and a status."""
     async def endpoint(req: Request) -> Response:
         try:
-            body, timing = await run_in_threadpool(_timed, ws, fn, req)
-            return Response(body, media_type="application/json", headers={"Server-Timing": timing})
+            body, media, timing = await run_in_threadpool(_timed, ws, fn, req)
+            return Response(body, media_type=media, headers={"Server-Timing": timing})
         except paths.PathRejected as e:
             return FastJSON({"error": str(e)}, status_code=403)
         except (NotFound, FileNotFoundError) as e:
@@ -191,10 +195,20 @@ def summary(ws: Workspace, req: Request) -> Any:
                            _layout(req))
 
 
+def _packed(req: Request) -> bool:
+    """``format=bin``: the answer as bytes (``wire.Packed``, what the browser asks); ``json`` (the
+    default): as JSON."""
+    f = req.query_params.get("format", "json")
+    if f not in ("json", "bin"):
+        raise BadRequest(f"format {f[:40]!r} is not valid; accepted: json, bin")
+    return f == "bin"
+
+
 def busy(ws: Workspace, req: Request) -> Any:
     check_mode(_mode(req, ws))
-    return busy_q.busy(_early(ws, req), _mode(req, ws), _layout(req),
-                       busy_q.parse_groups(req.query_params.get("groups")), *_range(req))
+    fn = busy_q.busy_packed if _packed(req) else busy_q.busy
+    return fn(_early(ws, req), _mode(req, ws), _layout(req), busy_q.parse_groups(req.query_params.get("groups")),
+              *_range(req))
 
 
 def summary_doc(ws: Workspace, req: Request) -> Any:

@@ -28,6 +28,7 @@ import numpy as np
 from neuron_explorer.ui.params import BadRequest, parse_rows, window_args
 from neuron_explorer.ui.profile import Profile
 from neuron_explorer.ui.queries import pick_rows, source_level
+from neuron_explorer.ui.wire import Packed
 from neuron_explorer.util.intervals import merge
 
 MAX_GROUPS = 4096
@@ -107,9 +108,13 @@ def leaves_coverage(p: Profile, leaves: list[int], t0: float, t1: float, px: int
     return coverage(s, e, rho, g["row"], n, t0i, t1i, px), level if src is p.index else "coarse"
 
 
+def _bytes(v: np.ndarray) -> np.ndarray:
+    """Shares 0..1 as bytes 0..255: 1.3 kB per group at 1300 px."""
+    return np.round(v * 255).astype(np.uint8)
+
+
 def _b64(v: np.ndarray) -> str:
-    """Shares 0..1 as bytes 0..255, base64: 1.3 kB per group at 1300 px instead of ~6 kB of JSON."""
-    return base64.b64encode(np.round(v * 255).astype(np.uint8).tobytes()).decode()
+    return base64.b64encode(v.tobytes()).decode()
 
 
 def is_collective(name: str) -> bool:
@@ -136,21 +141,24 @@ def leaf_role(lf: Any) -> str:
     return REGION if lf.src == "framework" else HOST
 
 
-def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float, t1: float,
-         px: int) -> dict[str, Any]:
-    """Per group (a list of rows), per pixel: ``busy`` (largest share of any compute track: the busiest
-    core's executions) and ``cc`` (the collective share not overlapped by that compute, exposed), each
-    base64 of bytes 0..255; ``mean_busy``, ``mean_cc`` and ``mean_host`` (largest share of a host-call
-    track, shown apart) too. A group with no compute track (a CPU group, a profile without device
-    work) has ``basis`` "host": its ``busy`` is then its host calls' share, framework regions never."""
+def shares(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float, t1: float,
+           px: int) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """Per group (a list of rows), per pixel: the ``busy`` share (largest share of any compute track:
+    the busiest core's executions) and the ``cc`` share (the collective share not overlapped by that
+    compute, exposed), as two (groups, px) arrays of bytes 0..255, and the answer's other fields: per
+    group ``mean_busy``, ``mean_cc`` and ``mean_host`` (largest share of a host-call track, shown
+    apart). A group with no compute track (a CPU group, a profile without device work) has ``basis``
+    "host": its ``busy`` is then its host calls' share, framework regions never."""
     t0, t1, px = window_args(t0, t1, px)
-    out: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "groups": [], "coarse": not p.index_ready}
+    head: dict[str, Any] = {"t0": t0, "t1": t1, "px": px, "groups": [], "coarse": not p.index_ready}
     per_group = [[lf for _, r in pick_rows(p, mode, rows, layout) if r.kind == "events" for lf in r.leaves]
                  for rows in groups]
     every = sorted({lf for g in per_group for lf in g})
     cov, level = leaves_coverage(p, every, t0, t1, px)
     where = {lf: k for k, lf in enumerate(every)}
-    for leaves in per_group:
+    busy_b = np.zeros((len(groups), px), dtype=np.uint8)
+    cc_b = np.zeros((len(groups), px), dtype=np.uint8)
+    for gi, leaves in enumerate(per_group):
         share = {r: np.zeros(px) for r in ROLES}
         for lf in leaves:
             tgt = share[leaf_role(p.leaves[lf])]
@@ -159,13 +167,32 @@ def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float,
         work = share[basis]
         # exposed: the collective time no compute overlaps (per pixel, at most what compute leaves free)
         cc = np.minimum(share[COLLECTIVE], 1.0 - share[COMPUTE])
-        out["groups"].append({"busy": _b64(work), "cc": _b64(cc), "mean_busy": round(float(work.mean()), 4),
-                              "mean_cc": round(float(cc.mean()), 4),
-                              "mean_host": round(float(share[HOST].mean()), 4), "basis": basis,
-                              "level": "raw" if level is None else level})
+        busy_b[gi] = _bytes(work)
+        cc_b[gi] = _bytes(cc)
+        head["groups"].append({"mean_busy": round(float(work.mean()), 4), "mean_cc": round(float(cc.mean()), 4),
+                               "mean_host": round(float(share[HOST].mean()), 4), "basis": basis,
+                               "level": "raw" if level is None else level})
     if level == "coarse":
         p.first_paint.set()  # the index build may start (see Profile._build_in_background)
-    return out
+    return head, busy_b, cc_b
+
+
+def busy(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float, t1: float,
+         px: int) -> dict[str, Any]:
+    """``shares`` as JSON: each group's ``busy`` and ``cc`` bytes as base64 strings (the answer's JSON
+    form, for scripts and tests; the browser asks the packed form, ``busy_packed``)."""
+    head, b, c = shares(p, mode, layout, groups, t0, t1, px)
+    for g, bb, cc in zip(head["groups"], b, c):
+        g["busy"], g["cc"] = _b64(bb), _b64(cc)
+    return head
+
+
+def busy_packed(p: Profile, mode: str, layout: str, groups: list[list[int]], t0: float, t1: float,
+                px: int) -> Packed:
+    """``shares`` as bytes (decision 0165): the same header, and ``busy`` and ``cc`` as two
+    (groups, px) uint8 arrays, group i's pixels at ``i * px``."""
+    head, b, c = shares(p, mode, layout, groups, t0, t1, px)
+    return Packed(head, {"busy": b, "cc": c})
 
 
 def _starts_hist(p: Profile, leaves: list[int], bounds: np.ndarray) -> np.ndarray:

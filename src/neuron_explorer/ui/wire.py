@@ -1,4 +1,5 @@
-"""How values cross the wire to the browser: 64-bit numbers as decimal strings.
+"""How values cross the wire to the browser: 64-bit numbers as decimal strings; large per-pixel arrays
+as raw little-endian bytes (``pack``).
 
 Why: a JavaScript number is a double, exact only up to 2^53. A Unix-epoch timestamp in nanoseconds
 (~1.8e18) loses its last digits as a JSON number (1795460428398393349 arrives as ...393300), which is
@@ -12,9 +13,13 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import math
+import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 SAFE_INT = (1 << 53) - 1
 
@@ -65,3 +70,83 @@ def ids(a: np.ndarray) -> np.ndarray | list[str]:
 def id_value(i: int) -> int | str:
     """One event id by the rule of ``ids``."""
     return str(i) if abs(int(i)) > SAFE_INT else int(i)
+
+
+# ---------------------------------------------------------------- binary answers (decision 0165)
+MAGIC = b"NXB1"
+ALIGN = 8
+# the element types a packed answer may hold: numpy's little-endian name -> the wire's (and the
+# browser's typed array: Uint8Array, Int32Array, Float32Array, Float64Array, ...)
+DTYPES = {"u1": "|u1", "i1": "|i1", "u2": "<u2", "i2": "<i2", "u4": "<u4", "i4": "<i4", "f4": "<f4",
+          "f8": "<f8"}
+
+
+@dataclass
+class Packed:
+    """An answer sent as bytes: a JSON ``header`` plus named arrays (``arrays``), for the answers the
+    browser asks at every pan and zoom (busy shading). Why: as JSON those arrays were base64 strings
+    inside a large JSON text; each answer left ~1 MB of strings in the page's V8 heap, collected
+    only by a full GC (decision 0165). Bytes are read with ``fetch().arrayBuffer()`` into typed-array
+    views: no text, no string per array."""
+
+    header: dict[str, Any]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return pack(self.header, self.arrays)
+
+
+def pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    """``MAGIC``, the header's length H (uint32 LE), the header as JSON with ``arrays``: name ->
+    {dtype, offset, length, shape} added, zero bytes up to a multiple of 8 (the data's start,
+    ``data_start(H)``), then each array's bytes, little-endian, at ``offset`` from the data's start
+    (a multiple of 8, so the browser views every array in place)."""
+    meta: dict[str, Any] = {}
+    blobs: list[bytes] = []
+    off = 0
+    for name, a in arrays.items():
+        code = next((k for k, v in DTYPES.items() if np.dtype(v) == a.dtype.newbyteorder("<")), None)
+        if code is None:
+            raise TypeError(f"{name}: dtype {a.dtype} cannot be packed (accepted: {', '.join(DTYPES)})")
+        b = np.ascontiguousarray(a, dtype=DTYPES[code]).tobytes()
+        meta[name] = {"dtype": code, "offset": off, "length": int(a.size), "shape": list(a.shape)}
+        blobs.append(b + b"\0" * (-len(b) % ALIGN))
+        off += len(blobs[-1])
+    text = orjson.dumps({**header, "arrays": meta}, option=orjson.OPT_SERIALIZE_NUMPY)
+    head = MAGIC + struct.pack("<I", len(text)) + text
+    return b"".join([head, b"\0" * (data_start(len(text)) - len(head)), *blobs])
+
+
+def data_start(header_len: int) -> int:
+    """Where a packed body's arrays start: after MAGIC, the length and the header, rounded up to 8."""
+    return -(-(8 + header_len) // ALIGN) * ALIGN
+
+
+def unpack(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The header and arrays of a ``pack``ed body (what the browser's ``unpack`` in api.js does); a
+    ValueError naming the problem for a body that is not one."""
+    if len(body) < 8 or body[:4] != MAGIC:
+        raise ValueError("not a packed answer (no NXB1 magic)")
+    (n,) = struct.unpack_from("<I", body, 4)
+    if 8 + n > len(body):
+        raise ValueError(f"packed header of {n} bytes runs past the body's {len(body)}")
+    header = orjson.loads(body[8:8 + n])
+    start = data_start(n)
+    if not isinstance(header, dict) or not isinstance(header.get("arrays", {}), dict):
+        raise ValueError("packed header is not an object with an 'arrays' object")
+    arrays: dict[str, np.ndarray] = {}
+    for name, m in header.pop("arrays", {}).items():
+        if not isinstance(m, dict) or m.get("dtype") not in DTYPES:
+            raise ValueError(f"{name}: unknown dtype {m.get('dtype') if isinstance(m, dict) else m!r}")
+        dt = np.dtype(DTYPES[m["dtype"]])
+        off, length = m.get("offset"), m.get("length")
+        if not (isinstance(off, int) and isinstance(length, int)) or off < 0 or length < 0 \
+                or off % dt.itemsize or start + off + length * dt.itemsize > len(body):
+            raise ValueError(f"{name}: offset {off!r} / length {length!r} outside the body of {len(body)} bytes")
+        a = np.frombuffer(body, dtype=dt, count=length, offset=start + off)
+        shape = m.get("shape")
+        if isinstance(shape, list) and all(isinstance(x, int) and x >= 0 for x in shape) \
+                and math.prod(shape) == length:
+            a = a.reshape(shape)
+        arrays[name] = a
+    return header, arrays

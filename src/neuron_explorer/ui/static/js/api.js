@@ -9,12 +9,36 @@ async function get(path, params = {}, signal) {
   const url = path + (qs.toString() ? `?${qs}` : "");
   const t = performance.now();
   const res = await fetch(url, { signal });
-  const body = await res.json();
+  // a packed answer (format=bin) is read as bytes; errors are JSON whatever was asked
+  const packed = res.ok && params.format === "bin";
+  const body = packed ? unpack(await res.arrayBuffer()) : await res.json();
   stats.requests += 1;
   // what a pan or zoom waits for: event windows, and the busy shading of collapsed groups
   if (path.endsWith("/window") || path.endsWith("/busy")) stats.windowMs.push(performance.now() - t);
   if (!res.ok) throw new Error(body.error || `${res.status} ${res.statusText}`);
   return body;
+}
+
+const TYPED = { u1: Uint8Array, i1: Int8Array, u2: Uint16Array, i2: Int16Array, u4: Uint32Array, i4: Int32Array,
+                f4: Float32Array, f8: Float64Array };
+
+/** A packed answer (ui/wire.py ``pack``, decision 0165): "NXB1", the header's length (uint32 LE), the
+ *  header as JSON, then arrays at 8-byte offsets. Returns the header with each array as a typed-array
+ *  view on ``buf`` (no copy, no string: the answer's memory is one ArrayBuffer, freed with it). */
+export function unpack(buf) {
+  const dv = new DataView(buf);
+  if (buf.byteLength < 8 || dv.getUint32(0, false) !== 0x4e584231) throw new Error("not a packed answer");
+  const n = dv.getUint32(4, true);
+  if (8 + n > buf.byteLength) throw new Error("packed header runs past the answer");
+  const head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n)));
+  const start = Math.ceil((8 + n) / 8) * 8;
+  for (const [name, m] of Object.entries(head.arrays || {})) {
+    const T = TYPED[m.dtype];
+    if (!T || start + m.offset + m.length * T.BYTES_PER_ELEMENT > buf.byteLength) throw new Error(`packed array ${name} is damaged`);
+    head[name] = new T(buf, start + m.offset, m.length);
+  }
+  delete head.arrays;
+  return head;
 }
 
 const P = (name) => `/api/profiles/${encodeURIComponent(name)}`;
@@ -40,7 +64,8 @@ export const api = {
   tracks: (name, mode, layout) => get(`${P(name)}/tracks`, { mode, layout }),
   window: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/window`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
   counters: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/counters`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
-  busy: (name, mode, layout, groups, t0, t1, px, signal) => get(`${P(name)}/busy`, { mode, layout, groups: groups.map(encodeRows).join(";"), t0, t1, px }, signal),
+  // packed (decision 0165): per group and pixel, busy and cc bytes as two typed arrays, group i at i * px
+  busy: (name, mode, layout, groups, t0, t1, px, signal) => get(`${P(name)}/busy`, { mode, layout, groups: groups.map(encodeRows).join(";"), t0, t1, px, format: "bin" }, signal),
   activity: (name) => get(`${P(name)}/activity`),
   insights: (name) => get(`${P(name)}/insights`),
   diff: (name, against) => get(`${P(name)}/diff`, { against }),

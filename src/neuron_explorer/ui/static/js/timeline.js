@@ -38,18 +38,24 @@ export function colorFor(name) {
   return `hsl(${h % 360}, 58%, 56%)`;
 }
 
+/** A share byte (0..255) as a pixel: white to ``to`` ([r, g, b]), as RGBA in one little-endian word
+ *  (what an ImageData's bytes read as a Uint32Array on every machine the viewer runs on). */
+function shadeTable(to) {
+  const t = new Uint32Array(256);
+  for (let v = 0; v < 256; v++) {
+    const [r, g, b] = to.map((c) => Math.round(255 - (v / 255) * (255 - c)));
+    t[v] = ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+  }
+  return t;
+}
+const BUSY_RGBA = shadeTable([31, 78, 154]); // busy: white -> #1f4e9a
+const CC_RGBA = shadeTable([224, 123, 0]); // exposed collectives: white -> #e07b00
+
 function niceStep(raw) {
   if (raw <= 1) return 1;
   const p = Math.pow(10, Math.floor(Math.log10(raw)));
   for (const m of [1, 2, 5, 10]) if (m * p >= raw) return Math.round(m * p);
   return Math.round(10 * p);
-}
-
-function b64bytes(s) {
-  const bin = atob(s);
-  const a = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) a[i] = bin.charCodeAt(i);
-  return a;
 }
 
 // ---------------------------------------------------------------- keyboard: the page, not the canvas
@@ -544,9 +550,22 @@ export class Timeline {
         }
         if (kind === "w") this.ingestWindow(data);
         else if (kind === "c") this.counterData = new Map(Object.entries(data.rows).map(([k, v]) => [Number(k), v]));
-        else data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: b64bytes(g.busy), cc: b64bytes(g.cc), mean: g.mean_busy, meanCc: g.mean_cc, meanHost: g.mean_host ?? 0, basis: g.basis ?? "compute", t0, t1 }));
+        else {
+          // the packed answer: group i's pixels at i * px of its busy and cc bytes (views, no copies)
+          const n = data.px;
+          data.groups.forEach((g, i) => busy.set(groups[i].key, { busy: data.busy.subarray(i * n, (i + 1) * n), cc: data.cc.subarray(i * n, (i + 1) * n), mean: g.mean_busy, meanCc: g.mean_cc, meanHost: g.mean_host ?? 0, basis: g.basis ?? "compute", t0, t1 }));
+        }
       }
+      if (busy.size) this.paintBusy(busy, busy.values().next().value.busy.length);
       this.busyData = busy;
+      // the previous answer's bytes are dropped now, not at a GC that a page allocating little seldom
+      // runs (decision 0165): its views are no longer reachable from busyData, and the strips were
+      // copied into the atlas
+      if (busy.size) {
+        const buf = busy.values().next().value.busy.buffer;
+        if (this._busyBuf && this._busyBuf !== buf && this._busyBuf.transfer) this._busyBuf.transfer(0);
+        this._busyBuf = buf;
+      }
       this.devEvents = dev;
       this.devCrowded = crowded;
       if (!ev.length) this.events.clear();
@@ -694,27 +713,37 @@ export class Timeline {
     ctx.stroke();
   }
 
+  /** The colours of a busy answer's strips, painted once per answer (not at every draw: a pan redraws
+   *  ~60 times a second, and an ImageData per group per draw was garbage the page kept, decision 0165):
+   *  one canvas, two rows per group, row ``b.row`` busy (white -> #1f4e9a), ``b.row + 1`` collectives
+   *  (white -> #e07b00). Only the last answer's strips are kept. */
+  paintBusy(busy, n) {
+    const a = (this._atlas = this._atlas || document.createElement("canvas"));
+    const h = Math.max(1, busy.size * 2);
+    // the canvas and one ImageData are kept while the width holds, and only grow in height (the groups
+    // on screen change as the view scrolls): their pixels are memory outside the JS heap, which V8
+    // frees only when a GC runs, and a page that allocates little runs few (decision 0165)
+    if (a.width !== n) { a.width = n; a.height = h; } else if (a.height < h) a.height = h;
+    const ih = this._atlasImg && this._atlasImg.width === n ? this._atlasImg.height : 0;
+    if (ih !== a.height) this._atlasImg = a.getContext("2d").createImageData(n, a.height);
+    const img = this._atlasImg;
+    const px32 = new Uint32Array(img.data.buffer, img.data.byteOffset, n * h); // RGBA as one little-endian word
+    let row = 0;
+    for (const b of busy.values()) {
+      b.row = row;
+      const p = row * n, q = p + n;
+      for (let i = 0; i < n; i++) { px32[p + i] = BUSY_RGBA[b.busy[i]]; px32[q + i] = CC_RGBA[b.cc[i]]; }
+      row += 2;
+    }
+    a.getContext("2d").putImageData(img, 0, 0, 0, 0, n, h);
+  }
+
   /** A collapsed group's summary track: busy share per pixel, white (idle) to dark blue (always busy);
-   * the share spent in collectives as an orange strip underneath. */
+   * the share spent in collectives as an orange strip underneath (painted by ``paintBusy``). */
   drawSummary(e, y) {
     const b = this.busyData.get(e.key);
     if (!b) return;
     const n = b.busy.length;
-    if (!this._strip || this._strip.width !== n) {
-      this._strip = document.createElement("canvas");
-      this._strip.width = n;
-      this._strip.height = 2;
-    }
-    const sctx = this._strip.getContext("2d");
-    const img = sctx.createImageData(n, 2);
-    for (let i = 0; i < n; i++) {
-      const v = b.busy[i] / 255, c = b.cc[i] / 255;
-      // row 0: busy (white -> #1f4e9a); row 1: collectives (white -> #e07b00)
-      img.data[i * 4] = 255 - v * (255 - 31); img.data[i * 4 + 1] = 255 - v * (255 - 78); img.data[i * 4 + 2] = 255 - v * (255 - 154); img.data[i * 4 + 3] = 255;
-      const j = (n + i) * 4;
-      img.data[j] = 255 - c * (255 - 224); img.data[j + 1] = 255 - c * (255 - 123); img.data[j + 2] = 255 - c * 255; img.data[j + 3] = 255;
-    }
-    sctx.putImageData(img, 0, 0);
     const ctx = this.ctx;
     // the answer covers [b.t0, b.t1]: place it at the current scale until the next answer arrives
     const x0 = this.xOf(b.t0), x1 = this.xOf(b.t1);
@@ -725,8 +754,8 @@ export class Timeline {
     ctx.imageSmoothingEnabled = false;
     const ccH = e.h < 14 ? 2 : 5;
     const hb = e.h - ccH - 2;
-    ctx.drawImage(this._strip, 0, 0, n, 1, x0, y + 1, x1 - x0, hb);
-    ctx.drawImage(this._strip, 0, 1, n, 1, x0, y + 1 + hb, x1 - x0, ccH);
+    ctx.drawImage(this._atlas, 0, b.row, n, 1, x0, y + 1, x1 - x0, hb);
+    ctx.drawImage(this._atlas, 0, b.row + 1, n, 1, x0, y + 1 + hb, x1 - x0, ccH);
     ctx.restore();
     ctx.fillStyle = "#4b5563";
     if (e.h >= 14) ctx.fillText(`${Math.round(b.mean * 100)}% ${b.basis === "compute" ? "compute" : "host"}`, LABEL_W - 82, y + e.h / 2);
