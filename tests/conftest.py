@@ -139,6 +139,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true",
                      help="run only the fast loop: tests that start no process (tests/fastset.py)")
     cpu_report.add_option(parser)
+    cpu_report.order_option(parser)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -176,6 +177,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--fast") and drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    cpu_report.reorder(config, items)
 
 
 def _guarded(item: pytest.Item):

@@ -95,3 +95,67 @@ def register(config: pytest.Config) -> None:
     config.pluginmanager.register(_Meter(), "cpu_report_meter")
     if not hasattr(config, "workerinput"):  # xdist workers only send their reports
         config.pluginmanager.register(_Collector(), "cpu_report_collector")
+
+
+# ---- the order of the modules (decision 0172)
+
+COSTS = Path(__file__).with_name("module_costs.json")
+
+
+def module_costs() -> dict[str, float]:
+    """Each test file's wall seconds in a recorded full run (``tests/module_costs.json``); a file
+    missing from it (new, or renamed since) costs nothing, and a damaged record orders nothing."""
+    try:
+        data = json.loads(COSTS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
+
+
+def costliest_modules_first(items: list[pytest.Item], costs: dict[str, float]) -> None:
+    """Reorder ``items`` in place: whole test files, the costliest first, each file's tests
+    together and in their own order (a file's module fixtures are set up once per worker that
+    runs it, and torn down as soon as the next test is from another file).
+
+    Under ``--dist worksteal`` each worker starts on a contiguous share of this order and an idle
+    one takes the later half of the longest queue: long files first leave the short ones to even
+    out the end of the run, where in the alphabetical order the browser and cluster files came
+    last and kept one worker busy after the others had run out."""
+    files: dict[str, list[pytest.Item]] = {}
+    for it in items:
+        files.setdefault(it.nodeid.split("::", 1)[0], []).append(it)
+    ranked = sorted(files, key=lambda f: -costs.get(f, 0.0))  # (stable: equal costs keep their order)
+    items[:] = [it for f in ranked for it in files[f]]
+
+
+def order_option(parser: pytest.Parser) -> None:
+    parser.addoption("--file-order", choices=("cost", "name"), default="cost",
+                     help="with pytest-xdist workers: run the costliest test files first (cost, from "
+                          "tests/module_costs.json) or in name order (name)")
+
+
+def reorder(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Called from the suite's ``pytest_collection_modifyitems``: with xdist workers only (alone,
+    the order changes nothing but the output's)."""
+    workers = getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")
+    if workers and config.getoption("--file-order") == "cost":
+        costliest_modules_first(items, module_costs())
+
+
+def record_module_costs(report: str) -> dict[str, float]:
+    """``tests/module_costs.json`` rewritten from a ``--cpu-report`` file of a full run:
+    ``python -m tests.cpu_report REPORT.json``."""
+    rows = json.loads(Path(report).read_text())
+    costs: dict[str, float] = {}
+    for nodeid, row in rows.items():
+        f = nodeid.split("::", 1)[0]
+        costs[f] = costs.get(f, 0.0) + float(row["wall_s"] if isinstance(row, dict) else row[1])
+    out = {f: round(c, 1) for f, c in sorted(costs.items())}
+    COSTS.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(f"{COSTS}: {len(record_module_costs(sys.argv[1]))} test files")
