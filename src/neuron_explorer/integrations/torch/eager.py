@@ -35,6 +35,7 @@ from typing import Callable
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
+from neuron_explorer.integrations.torch.autograd_flops import GraphFlops
 from neuron_explorer.integrations.torch.collectives import future_status
 from neuron_explorer.integrations.torch.execution import (
     c_execution,
@@ -43,7 +44,6 @@ from neuron_explorer.integrations.torch.execution import (
     profiler_settled,
     report_scan_failure,
 )
-from neuron_explorer.integrations.torch.autograd_flops import GraphFlops
 from neuron_explorer.integrations.torch.flops import FlopCounter, formula_free_step, learn_flops
 from neuron_explorer.integrations.torch.frames import hide_our_frames
 from neuron_explorer.integrations.torch.graphs import announce_model, record_load
