@@ -193,3 +193,24 @@ def test_a_graph_the_walk_cannot_count_is_counted_on_its_next_call(tmp_path):
     flops = {m.kind: m.flops for m in s.models}
     assert flops["forward"] == 2 * 4 * 8 * 8 + 2 * 4 * 8 * 4  # the Linear's addmm, then x @ x.T
     assert flops["backward"] == 2 * 4 * 4 * 8 + 2 * 8 * 4 * 8  # the Function's matmul, the weight's grad
+
+
+def test_the_walk_changes_nothing_in_the_step():
+    """Walked or not, a step gives the same gradients bit for bit, leaves the random generator
+    where it was, and frees its graph as before (a second backward still fails)."""
+    def step(walk: bool):
+        torch.manual_seed(0)
+        model, x = _models()["cnn"]()
+        out = model(x)
+        loss = out.float().pow(2).mean()
+        if walk:
+            rng = torch.random.get_rng_state()
+            assert forward_flops((x,), out) and backward_flops(loss)
+            assert torch.equal(rng, torch.random.get_rng_state())
+        loss.backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            loss.backward()
+        return [p.grad for p in model.parameters()], torch.rand(3)
+
+    (plain, r1), (walked, r2) = step(False), step(True)
+    assert all(torch.equal(a, b) for a, b in zip(plain, walked)) and torch.equal(r1, r2)
