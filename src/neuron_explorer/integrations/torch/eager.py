@@ -398,8 +398,9 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
     def first(ex: _Exec, fn, args, kwargs):
         """A graph's first call: recorded unless compiled graphs ran inside it, on this thread
         (``Ring.watch``: the core's execution counter also moves with other threads' calls);
-        its flops are counted on the way (integrations/torch/flops.py), or, while the program's
-        own profiler or dispatch mode watches, on the first call made when none does."""
+        its flops are read off the autograd graph (a root's forward and backward:
+        autograd_flops.py) or counted on the way (flops.py), or, while the program's own
+        profiler or dispatch mode watches the latter, on the first call made when none does."""
         dp = devprof_cell[0]
         if dp is not None and dp.wants(nc, ex.materialize().id):
             ex.check = checker(ex.model)  # (before its general path is made)
