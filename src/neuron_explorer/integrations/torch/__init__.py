@@ -10,7 +10,8 @@ is imported).
 * ``device``: device profiles (the ops inside an execution), ``neffs``: the graphs' ``.neff`` files;
 * ``waits``: the host blocked on handed-off work (``Work.wait``, synchronize) as ``kbl_exec_wait``;
 * ``tensors``: what the others read off tensors; ``state``: what the hooks keep between calls;
-* ``frames``: our frames out of the tracebacks of the program's exceptions.
+* ``frames``: our frames out of the tracebacks of the program's exceptions;
+* ``flops``: graph flop counts, ``autograd_flops``: an eager first call's, off its autograd graph.
 """
 
 from __future__ import annotations

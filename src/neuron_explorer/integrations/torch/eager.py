@@ -35,6 +35,7 @@ from typing import Callable
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
+from neuron_explorer.integrations.torch.autograd_flops import GraphFlops
 from neuron_explorer.integrations.torch.collectives import future_status
 from neuron_explorer.integrations.torch.execution import (
     c_execution,
@@ -77,7 +78,8 @@ class _Local(threading.local):
 class _Exec:
     """One eager graph: its model, and whether its calls are recorded."""
 
-    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register", "settled", "c_run", "check")
+    __slots__ = ("model", "known", "skip", "bwd", "make_bwd", "general", "register", "settled", "c_run", "check",
+                 "walked")
 
     def __init__(self, model: Model | None, skip: bool = False) -> None:
         self.model = model
@@ -96,6 +98,9 @@ class _Exec:
         # the NaN/Inf scanner of its outputs (a root module's, with the check on), set at its first
         # recorded call; None: not checked
         self.check = None
+        # its flops could not be read off the autograd graph (autograd_flops): its next first
+        # call counts them under the dispatch mode
+        self.walked = False
 
     def materialize(self) -> Model:
         if self.model is None and self.register is not None:
@@ -380,11 +385,22 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             stats_rec(rec)
         return out
 
+    Module, backward = torch.nn.Module, torch.autograd.backward  # (torch's own: patched after this)
+
+    def walk_for(fn, args, kwargs) -> GraphFlops | None:
+        """The graph walk that counts this first call, if it is one a walk can count."""
+        if fn is backward:
+            return GraphFlops.backward(args, kwargs)
+        if args and isinstance(args[0], Module):
+            return GraphFlops.forward(torch, args[0], args[1:], kwargs)
+        return None
+
     def first(ex: _Exec, fn, args, kwargs):
         """A graph's first call: recorded unless compiled graphs ran inside it, on this thread
         (``Ring.watch``: the core's execution counter also moves with other threads' calls);
-        its flops are counted on the way (integrations/torch/flops.py), or, while the program's
-        own profiler or dispatch mode watches, on the first call made when none does."""
+        its flops are read off the autograd graph (a root's forward and backward:
+        autograd_flops.py) or counted on the way (flops.py), or, while the program's own
+        profiler or dispatch mode watches the latter, on the first call made when none does."""
         dp = devprof_cell[0]
         if dp is not None and dp.wants(nc, ex.materialize().id):
             ex.check = checker(ex.model)  # (before its general path is made)
@@ -399,10 +415,14 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
                 ex.known = True
                 ex.skip = ran > 1
                 learn_flops(rt, ex.model, getattr(dp, "last_flops", lambda: None)())
-        # (an optimizer of torch's known to dispatch no op with a formula: its count is None
-        # without the dispatch mode, which would cost ~20 us an op; flops.formula_free_step)
-        fc = FlopCounter(torch, skip=ex.model is not None and ex.model.kind == "optimizer"
-                         and formula_free_step(torch, args, kwargs))
+        # a root module's or backward's flops read off the autograd graph, nothing dispatched
+        # (autograd_flops; a graph it cannot count: its next call under the mode); an optimizer
+        # of torch's known to dispatch no op with a formula: None without the dispatch mode,
+        # which would cost ~20 us an op (flops.formula_free_step)
+        fc = None if ex.walked else walk_for(fn, args, kwargs)
+        if fc is None:
+            fc = FlopCounter(torch, skip=ex.model is not None and ex.model.kind == "optimizer"
+                             and formula_free_step(torch, args, kwargs))
         watched = watch_thread()
         t0 = now_ns()
         ret = 1
@@ -415,15 +435,19 @@ def _recorder(rt: Runtime, torch, core: CoreState) -> tuple[Callable, Callable]:
             if unwatch_thread(*watched):
                 ex.skip = True  # compiled graphs ran inside: they are the executions
             else:
+                if ret == 0 and type(fc) is GraphFlops:
+                    fc.done(out)  # (after the call's end: the walk is not the execution's time)
                 mid, eid = ex.materialize().id, next_eid()
                 ex.check = checker(ex.model)
                 if ret == 0 and ex.check is not None:
                     ret = check_first(ex, out, eid, t0, t1)
                 finish(mid, eid, t0, t1, ret, False)
                 learn_flops(rt, ex.model, fc.flops)
-            # the program's own profiler watched the call: no flops counted, the next call is a
-            # first call again (it records the same; flops/0069)
-            ex.known = not fc.deferred
+            # the program's own profiler watched the call, or the graph's walk failed: no flops
+            # counted, the next call is a first call again (it records the same; flops/0069)
+            failed = type(fc) is GraphFlops and not ex.skip and (fc.failed or fc.inputs is not None)  # (not walked)
+            ex.walked = ex.walked or bool(failed)
+            ex.known = not fc.deferred and not failed
         return out
 
     return record, c_run

@@ -11,8 +11,10 @@ flop count (``None``), never 0.
   computed or mutated (fake tensors have no data; a parameter or buffer the graph updates in
   place is updated only in its fake copy), and the user's code is not run again: a Dynamo graph
   holds only tensor operations.
-* **Eager graphs** (``FlopCounter``): a root module's, backward's or optimizer step's *first*
-  call runs with a light dispatch mode that adds the formulas up.  It declares
+* **Eager graphs**: a root module's first forward and its backward are counted off the autograd
+  graph they build (``autograd_flops``: nothing dispatched, decision 0169).  What that walk
+  cannot count, and an optimizer step (``FlopCounter``), runs its *first* call (or, after a walk
+  that failed, its next) with a light dispatch mode that adds the formulas up.  It declares
   ``ignore_compile_internals`` so that a ``torch.compile`` inside the call compiles exactly as
   without it (Dynamo otherwise skips, for good, frames first seen while a dispatch mode is active).
 
