@@ -23,7 +23,7 @@ dispatch no op with a formula (``ZERO``), a custom ``autograd.Function`` (its fo
 backward are the program's Python), a module hook's node, a shape that cannot be read, or a call
 that leaves no graph to walk (grad off, frozen parameters, ``torch.autograd.grad``, ``inputs=``)
 answers ``None``: the caller counts the graph's next call under the dispatch mode, as before.
-tests/integrations/test_autograd_flops.py checks the counts against ``FlopCounterMode``.
+tests/capture/test_autograd_flops.py checks the counts against ``FlopCounterMode``.
 """
 
 from __future__ import annotations
