@@ -138,10 +138,15 @@ def item_seed(key: str, seed: int = 0) -> int:
     return (zlib.crc32(key.encode("utf-8", "replace")) ^ (seed * 0x9E3779B1)) & 0xFFFFFFFF
 
 
-def _thin(values: np.ndarray, cap: int) -> np.ndarray:
-    if len(values) <= cap:
-        return values
-    return values[np.linspace(0, len(values) - 1, cap).astype(np.int64)]
+def thin(values: np.ndarray, order: np.ndarray | None = None, cap: int = BOOTSTRAP_CAP) -> np.ndarray:
+    """The sample the bootstrap sees: ``values`` in time order (``values[order]``; None: they are
+    in time order), at most ``cap`` of them evenly spaced in time, as float64.  Only the kept
+    values are gathered."""
+    n = len(values)
+    at = np.arange(n) if n <= cap else np.linspace(0, n - 1, cap).astype(np.int64)
+    if order is None:
+        return np.asarray(values if n <= cap else values[at], dtype=np.float64)
+    return np.asarray(values[order[at]], dtype=np.float64)
 
 
 def _lerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
@@ -190,8 +195,7 @@ def bootstrap_intervals(base: np.ndarray, cand: np.ndarray, key: str,
     (candidate minus baseline, both sides in time order), by a moving-block bootstrap of each side
     with a seed fixed per item."""
     rng = np.random.default_rng(item_seed(key, th.seed))
-    b = _thin(np.asarray(base, dtype=np.float64), BOOTSTRAP_CAP)
-    c = _thin(np.asarray(cand, dtype=np.float64), BOOTSTRAP_CAP)
+    b, c = thin(np.asarray(base)), thin(np.asarray(cand))
     d = _block_quantiles(c, th.resamples, rng) - _block_quantiles(b, th.resamples, rng)
     alpha = (1 - th.confidence) / 2
     (lo, hi), (qlo, qhi) = (np.quantile(row, [alpha, 1 - alpha]) for row in d)
@@ -232,13 +236,15 @@ def noise_bar(shift: float | None, th: Thresholds = Thresholds()) -> float:
 
 
 def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thresholds(),
-            floor_ns: float | None = None, orders: tuple[Order, Order] | None = None) -> Change:
+            floor_ns: float | None = None, orders: tuple[Order, Order] | None = None,
+            samples: tuple[np.ndarray, np.ndarray] | None = None) -> Change:
     """The change of one item present on both sides (samples in time order).  A verdict only where
     the lower quartile's interval lies wholly beyond ``min_change_pct`` of the baseline's lower
     quartile and the absolute floor, and the median's interval excludes zero in the same direction;
     ``floor_ns`` replaces the absolute floor (e.g. a part of a step, measured against the step).  A
     diff raises ``min_change_pct`` to the pair's ``noise_bar`` first.  ``orders``: the ``order`` of
-    each side, when already known."""
+    each side, when already known; ``samples``: each side's ``thin`` sample, when the values are not
+    in time order."""
     if not len(base) or not len(cand):
         return Change(None, None, None, NEW if len(cand) else VANISHED)
     ob, oc = orders if orders is not None else (order(base), order(cand))
@@ -248,7 +254,7 @@ def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thres
     pct = 100.0 * delta / mb if mb > 0 else None
     if len(base) < MIN_SAMPLES or len(cand) < MIN_SAMPLES:
         return Change(delta, pct, None, FEW)
-    (lo, hi), (qlo, qhi) = bootstrap_intervals(base, cand, key, th)
+    (lo, hi), (qlo, qhi) = bootstrap_intervals(*(samples or (base, cand)), key, th)
     floor = th.min_change_ns if floor_ns is None else floor_ns
     # the bar is a factor, the same both ways: slower by at least (1 + bar) times, or faster by at
     # least that factor, i.e. down by bar / (1 + bar) of the baseline (a bar of 100% or more

@@ -27,7 +27,12 @@ def _at(side: Side, occ: Occurrences, med: float | None = None) -> dict[str, Any
     if not len(occ):
         return None
     med = np.median(occ.value) if med is None else med
-    i = int(np.argmin(np.abs(occ.value - med)))
+    dist = np.abs(occ.value - med)
+    if occ.pos is None:
+        i = int(np.argmin(dist))
+    else:  # the first in time order of the nearest (what ``argmin`` gives of the rows in time order)
+        near = np.flatnonzero(dist == dist.min())
+        i = int(near[np.argmin(occ.pos[near])])
     p = side.processes.get(int(occ.proc[i]))
     return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
             "process_id": p.process_id if p else None, "start_ts": int(occ.start[i]), "end_ts": int(occ.end[i]),
@@ -51,7 +56,8 @@ def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None,
     o = cmp.order(occ.value) if o is None else o
     out: dict[str, Any] = {"name": name} if name is not None else {}
     out.update(cmp.stats(occ.value, o).as_dict())
-    out["ranks"] = sorted({side.rank_of(int(p)) for p in _distinct_procs(occ.proc)})
+    procs = _distinct_procs(occ.proc) if occ.distinct is None else occ.distinct
+    out["ranks"] = sorted({side.rank_of(int(p)) for p in procs})
     out["total_ns"] = int(occ.value.sum())
     out["at"] = _at(side, occ, o.median)
     return out
@@ -62,7 +68,12 @@ def _row(kind: str, key: str, label: str, base: Side, cand: Side, ob: Occurrence
     empty = np.zeros(0, dtype=np.int64)
     vb, vc = (ob.value if ob is not None else empty), (oc.value if oc is not None else empty)
     orders = cmp.order(vb), cmp.order(vc)  # once per side, for the change and the side's figures
-    change = cmp.compare(vb, vc, f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None), orders=orders)
+    samples = None
+    if any(o is not None and o.order is not None for o in (ob, oc)):  # (rows not in time order)
+        samples = (cmp.thin(vb, ob.order if ob is not None else None),
+                   cmp.thin(vc, oc.order if oc is not None else None))
+    change = cmp.compare(vb, vc, f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None), orders=orders,
+                         samples=samples)
     row: dict[str, Any] = {"kind": kind, "key": key, "label": label,
                            "baseline": _side_stats(base, ob, names[0], orders[0]),
                            "candidate": _side_stats(cand, oc, names[1], orders[1])}
@@ -241,9 +252,16 @@ PARTS = steps_mod.BREAKDOWN
 STEP_COLUMNS = dataset_mod.STEP_COLUMNS  # (the per-step table of a side: ``Side.step_table``)
 
 
-def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> Occurrences:
-    s = slice(None) if sel is None else sel
-    return Occurrences(t[col][s], t["start_ns"][s], t["end_ns"][s], t["proc"][s], t["number"][s])
+def _distinct_count(v: np.ndarray) -> int:
+    """``len(numpy.unique(v))``: by a count where the values are small non-negative integers (at
+    most twice the sample's length plus a constant: memory sized by the data held, not by a value
+    read), else by ``numpy.unique``."""
+    if not len(v):
+        return 0
+    lo, hi = int(v.min()), int(v.max())
+    if lo >= 0 and hi < 2 * len(v) + 1024:
+        return int(np.count_nonzero(np.bincount(v)))
+    return int(len(np.unique(v)))
 
 
 def step_section(base: Side, cand: Side, th: cmp.Thresholds,
@@ -258,20 +276,23 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
     tb, tc = base.step_table, cand.step_table
     info: dict[str, Any] = {
         "method": {"baseline": sorted(base.step_methods), "candidate": sorted(cand.step_methods)},
-        "baseline_steps": int(len(np.unique(tb["number"]))), "candidate_steps": int(len(np.unique(tc["number"]))),
+        "baseline_steps": _distinct_count(tb.cols["number"]), "candidate_steps": _distinct_count(tc.cols["number"]),
     }
-    if not len(tb["number"]) or not len(tc["number"]):
-        info.update(verdict="no steps found on " + ("either side" if not len(tb["number"]) and not len(tc["number"])
-                                                    else "the baseline" if not len(tb["number"]) else "the candidate"),
+    if not len(tb) or not len(tc):
+        info.update(verdict="no steps found on " + ("either side" if not len(tb) and not len(tc)
+                                                    else "the baseline" if not len(tb) else "the candidate"),
                     baseline_median_ns=None, candidate_median_ns=None, delta_pct=None, ci_pct=None, per_step=None)
         return [], info
-    rows = [_row("step", "wall_ns", "step time", base, cand, _occ(tb, "wall_ns"), _occ(tc, "wall_ns"), th)]
-    med = float(np.median(tb["wall_ns"]))
+    # every step row of a side is over the same processes: found once
+    db, dc = (np.unique(np.array([seg[0] for seg in t.segments], dtype=np.int64)) for t in (tb, tc))
+    rows = [_row("step", "wall_ns", "step time", base, cand, tb.occurrences("wall_ns", db),
+                 tc.occurrences("wall_ns", dc), th)]
+    med = float(np.median(tb.cols["wall_ns"]))
     floor = max(th.min_change_ns, th.min_change_pct / 100 * med)
     for part in PARTS:
-        rows.append(_row("step_part", part, f"step {part[:-3].replace('_', ' ')}", base, cand, _occ(tb, part),
-                         _occ(tc, part), th, floor_ns=floor))
-    ranks = sorted(set(tb["rank"].tolist()) & set(tc["rank"].tolist()))
+        rows.append(_row("step_part", part, f"step {part[:-3].replace('_', ' ')}", base, cand,
+                         tb.occurrences(part, db), tc.occurrences(part, dc), th, floor_ns=floor))
+    ranks = sorted({seg[1] for seg in tb.segments} & {seg[1] for seg in tc.segments})
     if len(ranks) > 1:
         own = user or th
         rows += straggler_rows(base, cand, tb, tc, ranks, own, max(own.min_change_ns, own.min_change_pct / 100 * med))
@@ -285,23 +306,20 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
     return rows, info
 
 
-def _by_rank(t: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
-    """Each rank's rows of a step table (in start order), by one sort instead of a mask per rank."""
-    order = np.argsort(t["rank"], kind="stable")
-    r = t["rank"][order]
-    bounds = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(r) else np.zeros(0, dtype=np.int64)
-    return {int(r[b]): order[b:e] for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(r)].tolist())}
+def _rank_occ(t: dataset_mod.StepTable, rows: np.ndarray | slice, col: str) -> Occurrences:
+    c = t.cols
+    return Occurrences(c[col][rows], c["start_ns"][rows], c["end_ns"][rows], c["proc"][rows], c["number"][rows])
 
 
-def straggler_rows(base: Side, cand: Side, tb: dict[str, np.ndarray], tc: dict[str, np.ndarray], ranks: list[int],
+def straggler_rows(base: Side, cand: Side, tb: dataset_mod.StepTable, tc: dataset_mod.StepTable, ranks: list[int],
                    th: cmp.Thresholds, floor: float) -> list[dict]:
     """Per rank, its own work per step (the step's time in neither a collective nor a wait: what
     the others wait for).  A rank is a straggler change only when its change stands out: beyond
     the thresholds *and* beyond the change of the rank that changed least by as much, so that a
     change every rank shares (a slower graph) is not a straggler."""
-    sb, sc = _by_rank(tb), _by_rank(tc)
-    rows = [_row("straggler", str(r), f"rank {r} own work per step", base, cand, _occ(tb, "own_ns", sb[r]),
-                 _occ(tc, "own_ns", sc[r]), th, rank=r, subject=f"rank {r}", floor_ns=floor) for r in ranks]
+    sb, sc = tb.rank_rows(), tc.rank_rows()
+    rows = [_row("straggler", str(r), f"rank {r} own work per step", base, cand, _rank_occ(tb, sb[r], "own_ns"),
+                 _rank_occ(tc, sc[r], "own_ns"), th, rank=r, subject=f"rank {r}", floor_ns=floor) for r in ranks]
     deltas = [r["delta_ns"] for r in rows if r["delta_ns"] is not None]
     if not deltas:
         return rows
@@ -319,20 +337,31 @@ def straggler_rows(base: Side, cand: Side, tb: dict[str, np.ndarray], tc: dict[s
 PER_STEP_LIMIT = 10_000  # (step, rank) pairs in the document; beyond it the table is cut (``truncated``)
 
 
-def _per_step(tb: dict[str, np.ndarray], tc: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Steps present on both sides (same number and rank), as columns, in step then rank order."""
-    def keys(t: dict[str, np.ndarray]) -> np.ndarray:
-        return t["number"] * (1 << 20) + (t["rank"] + 1)
+def _first_by_key(t: dataset_mod.StepTable) -> tuple[np.ndarray, np.ndarray]:
+    """A step table's distinct (number, rank) keys, sorted, and for each the row of its first step
+    in time order (``numpy.unique``'s first index of the rows in time order)."""
+    keys = t.cols["number"] * (1 << 20) + (t.cols["rank"] + 1)
+    o = np.argsort(keys, kind="stable")
+    k = keys[o]
+    first = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
+    if not first.all():  # a key more than once: the first of its rows in time order
+        o = np.lexsort((t.pos, keys))
+        k = keys[o]
+        first = np.r_[True, k[1:] != k[:-1]]
+    return k[first], o[first]
 
-    kb, kc = keys(tb), keys(tc)
-    common, ib, ic = np.intersect1d(kb, kc, assume_unique=False, return_indices=True)
+
+def _per_step(tb: dataset_mod.StepTable, tc: dataset_mod.StepTable) -> dict[str, Any]:
+    """Steps present on both sides (same number and rank), as columns, in step then rank order."""
+    (kb, rb), (kc, rc) = _first_by_key(tb), _first_by_key(tc)
+    common, ib, ic = np.intersect1d(kb, kc, assume_unique=True, return_indices=True)
     total = len(common)
-    ib, ic = ib[:PER_STEP_LIMIT], ic[:PER_STEP_LIMIT]
+    ib, ic = rb[ib[:PER_STEP_LIMIT]], rc[ic[:PER_STEP_LIMIT]]
     cols = ("start_ns", "end_ns") + STEP_COLUMNS
-    return {"step": tb["number"][ib].tolist(), "rank": tb["rank"][ib].tolist(), "pairs": total,
+    return {"step": tb.cols["number"][ib].tolist(), "rank": tb.cols["rank"][ib].tolist(), "pairs": total,
             "truncated": total > PER_STEP_LIMIT,
-            "baseline": {c: tb[c][ib].tolist() for c in cols},
-            "candidate": {c: tc[c][ic].tolist() for c in cols}}
+            "baseline": {c: tb.cols[c][ib].tolist() for c in cols},
+            "candidate": {c: tc.cols[c][ic].tolist() for c in cols}}
 
 
 def gate(info: dict[str, Any], pct: float) -> dict[str, Any]:

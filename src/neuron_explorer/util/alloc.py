@@ -9,6 +9,9 @@ the JSON writer's system time (docs/decisions/0004-parquet-write-path.md).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 _TUNED = False
 
 KEEP_FREED = 64 << 20  # freed memory glibc may keep for reuse before trimming the heap
@@ -31,3 +34,24 @@ def keep_freed_memory() -> None:
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE)  # (setting either turns off glibc's own adjustment of both)
     mallopt(M_TRIM_THRESHOLD, KEEP_FREED)
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """numpy's arrays without ``madvise(MADV_HUGEPAGE)`` within the block, restored after.
+
+    numpy asks for transparent huge pages on every large array; where the kernel's THP defrag
+    setting is ``madvise`` (a common default), each fault on such an array may compact memory
+    first. On the diff's 20M-event pair (GBs of fresh arrays) that was 4-7 CPU-s of system time
+    against 2 with ordinary pages, and it varied with how fragmented the machine's memory was
+    (docs/decisions/0168-diff-at-20m.md). A no-op where numpy has no such switch."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage as switch
+    except ImportError:  # pragma: no cover - another numpy
+        yield
+        return
+    before = switch(False)
+    try:
+        yield
+    finally:
+        switch(before)
