@@ -38,20 +38,27 @@ def keep_freed_memory() -> None:
 
 @contextmanager
 def small_pages() -> Iterator[None]:
-    """numpy's arrays without ``madvise(MADV_HUGEPAGE)`` within the block, restored after.
+    """Large arrays without transparent huge pages within the block: numpy's without
+    ``madvise(MADV_HUGEPAGE)``, Arrow's from the system allocator instead of its default pool
+    (mimalloc, which maps huge pages); both restored after.
 
-    numpy asks for transparent huge pages on every large array; where the kernel's THP defrag
-    setting is ``madvise`` (a common default), each fault on such an array may compact memory
-    first. On the diff's 20M-event pair (GBs of fresh arrays) that was 4-7 CPU-s of system time
-    against 2 with ordinary pages, and it varied with how fragmented the machine's memory was
-    (docs/decisions/0168-diff-at-20m.md). A no-op where numpy has no such switch."""
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage as switch
-    except ImportError:  # pragma: no cover - another numpy
-        yield
-        return
-    before = switch(False)
+    Where the kernel's THP defrag setting is ``madvise`` (a common default), each fault on such
+    memory may compact memory first. On the diff's 20M-event pair (GBs of arrays, read and kept)
+    that was most of its system time and varied with how fragmented the machine's memory was:
+    reading the 128 diff items files and keeping them cost 5.5-6.4 CPU-s from mimalloc, 1.6 from
+    the system allocator (docs/decisions/0168-diff-at-20m.md). Buffers allocated within the block
+    are freed by the pool that made them, whenever that is."""
+    import numpy as np
+    import pyarrow as pa
+
+    multiarray = getattr(getattr(np, "_core", None) or getattr(np, "core", None), "multiarray", None)
+    switch = getattr(multiarray, "_set_madvise_hugepage", None)
+    numpy_before = switch(False) if switch is not None else None
+    arrow_before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
     try:
         yield
     finally:
-        switch(before)
+        pa.set_memory_pool(arrow_before)
+        if switch is not None:
+            switch(numpy_before)
