@@ -99,13 +99,17 @@ class Order:
     p50: float | None = None
     p90: float | None = None
     q25: float | None = None
+    mid: tuple[float, float] | None = None  # the two middle values (the same one when the count is odd)
 
 
 def order(values: np.ndarray) -> Order:
     """``Order`` of ``values`` (durations in ns: integers below 2**53, exact as floats).  Large
     samples (a step table has millions of rows) are partitioned once at the six positions needed
-    instead of once per statistic."""
-    v = np.asarray(values, dtype=np.float64)
+    instead of once per statistic, and integers as they are (the k-th smallest integer is the
+    k-th smallest of their float64 values: no float copy is made)."""
+    v = np.asarray(values)
+    if v.dtype != np.int64:
+        v = np.asarray(v, dtype=np.float64)
     n = len(v)
     if not n:
         return Order(0)
@@ -114,13 +118,17 @@ def order(values: np.ndarray) -> Order:
     kth = sorted({k for pair in near.values() for k in pair} | {(n - 1) // 2, n // 2})
     p = np.partition(v, kth)
 
+    def at_(k: int) -> np.ndarray:
+        return p[k:k + 1].astype(np.float64)
+
     def quantile(q: float) -> float:
         lo, hi = near[q]
-        return float(_lerp(p[lo:lo + 1], p[hi:hi + 1], at[q] - lo)[0])
+        return float(_lerp(at_(lo), at_(hi), at[q] - lo)[0])
 
     # numpy.median: the mean of the two middle values (one when n is odd)
-    median = float(p[n // 2]) if n % 2 else float((p[n // 2 - 1] + p[n // 2]) / 2)
-    return Order(n, median, quantile(0.5), quantile(0.9), quantile(0.25))
+    lo_mid, hi_mid = at_((n - 1) // 2), at_(n // 2)
+    median = float(hi_mid[0]) if n % 2 else float(((lo_mid + hi_mid) / 2)[0])
+    return Order(n, median, quantile(0.5), quantile(0.9), quantile(0.25), (float(lo_mid[0]), float(hi_mid[0])))
 
 
 def stats(values: np.ndarray, o: Order | None = None) -> Stats:
@@ -216,11 +224,17 @@ def item_shift(items: Iterable[tuple[np.ndarray, np.ndarray]]) -> float | None:
     saw and the other did not, or jobs sharing a CPU in a different phase.  In a pair with one real
     change, the other items still measure that noise, and the median over items ignores the few
     that changed.  None with fewer than three items (no noise estimate: the fixed thresholds alone)."""
+    return shift_of((order(b), order(c)) for b, c in items)
+
+
+def shift_of(orders: Iterable[tuple[Order, Order]]) -> float | None:
+    """``item_shift`` from each item's ``order`` on each side (its ``q25`` is ``numpy.quantile``'s)."""
     logs = []
-    for b, c in items:
-        if len(b) < MIN_SAMPLES or len(c) < MIN_SAMPLES:
+    for ob, oc in orders:
+        if ob.count < MIN_SAMPLES or oc.count < MIN_SAMPLES:
             continue
-        qb, qc = float(np.quantile(b, 0.25)), float(np.quantile(c, 0.25))
+        assert ob.q25 is not None and oc.q25 is not None
+        qb, qc = ob.q25, oc.q25
         if qb > 0 and qc > 0:
             logs.append(abs(np.log(qc / qb)))
     return float(np.median(logs)) if len(logs) >= 3 else None

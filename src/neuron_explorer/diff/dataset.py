@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +62,7 @@ class Occurrences:
     order: np.ndarray | None = None
     pos: np.ndarray | None = None
     distinct: np.ndarray | None = None  # the distinct process indices, when already known
+    ranked: Any = None  # ``analysis.compare.order`` of ``value``, once found (``diff.report``)
 
     @staticmethod
     def build(value, start, end, proc, ids) -> Occurrences:

@@ -21,18 +21,31 @@ SCHEMA = "neuron-explorer-diff/1"
 MEMORY_FLOOR = 1 << 20  # bytes: a peak moving less than this is no change
 
 
-def _at(side: Side, occ: Occurrences, med: float | None = None) -> dict[str, Any] | None:
-    """The occurrence nearest the median (``med``: ``numpy.median`` of the values, when known): where
-    a viewer jumps to."""
+def _order(occ: Occurrences) -> cmp.Order:
+    """``compare.order`` of an item's values, found once (the rows, the pair's noise and ``at`` all
+    read it)."""
+    if occ.ranked is None:
+        occ.ranked = cmp.order(occ.value)
+    return occ.ranked
+
+
+def _at(side: Side, occ: Occurrences, o: cmp.Order | None = None) -> dict[str, Any] | None:
+    """The occurrence nearest the median (the first in time order of those as near): where a
+    viewer jumps to.  ``o``: the values' ``order``, when known."""
     if not len(occ):
         return None
-    med = np.median(occ.value) if med is None else med
-    dist = np.abs(occ.value - med)
-    if occ.pos is None:
-        i = int(np.argmin(dist))
-    else:  # the first in time order of the nearest (what ``argmin`` gives of the rows in time order)
+    o = _order(occ) if o is None else o
+    v = occ.value
+    assert o.median is not None and o.mid is not None
+    lo, hi = o.mid
+    if v.dtype == np.int64 and max(abs(lo), abs(hi)) < 2.0 ** 52:
+        # integers: the nearest to the mean of the two middle values are those equal to either
+        # (exactly as far, and every other value is further): no distance computed per value
+        near = np.flatnonzero(v == lo) if lo == hi else np.flatnonzero((v == lo) | (v == hi))
+    else:
+        dist = np.abs(v - o.median)
         near = np.flatnonzero(dist == dist.min())
-        i = int(near[np.argmin(occ.pos[near])])
+    i = int(near[0] if occ.pos is None else near[np.argmin(occ.pos[near])])
     p = side.processes.get(int(occ.proc[i]))
     return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
             "process_id": p.process_id if p else None, "start_ts": int(occ.start[i]), "end_ts": int(occ.end[i]),
@@ -53,13 +66,13 @@ def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None,
                 o: cmp.Order | None = None) -> dict[str, Any] | None:
     if occ is None:
         return None
-    o = cmp.order(occ.value) if o is None else o
+    o = _order(occ) if o is None else o
     out: dict[str, Any] = {"name": name} if name is not None else {}
     out.update(cmp.stats(occ.value, o).as_dict())
     procs = _distinct_procs(occ.proc) if occ.distinct is None else occ.distinct
     out["ranks"] = sorted({side.rank_of(int(p)) for p in procs})
     out["total_ns"] = int(occ.value.sum())
-    out["at"] = _at(side, occ, o.median)
+    out["at"] = _at(side, occ, o)
     return out
 
 
@@ -67,7 +80,8 @@ def _row(kind: str, key: str, label: str, base: Side, cand: Side, ob: Occurrence
          th: cmp.Thresholds, names: tuple[str | None, str | None] = (None, None), **extra: Any) -> dict[str, Any]:
     empty = np.zeros(0, dtype=np.int64)
     vb, vc = (ob.value if ob is not None else empty), (oc.value if oc is not None else empty)
-    orders = cmp.order(vb), cmp.order(vc)  # once per side, for the change and the side's figures
+    # once per side, for the change and the side's figures
+    orders = (_order(ob) if ob is not None else cmp.order(empty), _order(oc) if oc is not None else cmp.order(empty))
     samples = None
     if any(o is not None and o.order is not None for o in (ob, oc)):  # (rows not in time order)
         samples = (cmp.thin(vb, ob.order if ob is not None else None),
@@ -285,9 +299,9 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
         return [], info
     # every step row of a side is over the same processes: found once
     db, dc = (np.unique(np.array([seg[0] for seg in t.segments], dtype=np.int64)) for t in (tb, tc))
-    rows = [_row("step", "wall_ns", "step time", base, cand, tb.occurrences("wall_ns", db),
-                 tc.occurrences("wall_ns", dc), th)]
-    med = float(np.median(tb.cols["wall_ns"]))
+    tb_wall = tb.occurrences("wall_ns", db)
+    rows = [_row("step", "wall_ns", "step time", base, cand, tb_wall, tc.occurrences("wall_ns", dc), th)]
+    med = _order(tb_wall).median or 0.0  # (``numpy.median``)
     floor = max(th.min_change_ns, th.min_change_pct / 100 * med)
     for part in PARTS:
         rows.append(_row("step_part", part, f"step {part[:-3].replace('_', ' ')}", base, cand,
@@ -382,12 +396,11 @@ def pair_noise(base: Side, cand: Side) -> float | None:
     """``compare.item_shift`` over the items both sides hold under the same key: graphs by name,
     collectives by op, group and size, regions that are not a graph seen from the framework (it
     would count its graph twice)."""
-    items = [(base.graphs[n].value, cand.graphs[n].value) for n in base.graphs.keys() & cand.graphs.keys()]
-    items += [(base.collectives[k].value, cand.collectives[k].value)
-              for k in base.collectives.keys() & cand.collectives.keys()]
-    items += [(base.regions[n].value, cand.regions[n].value) for n in base.regions.keys() & cand.regions.keys()
+    items = [(base.graphs[n], cand.graphs[n]) for n in base.graphs.keys() & cand.graphs.keys()]
+    items += [(base.collectives[k], cand.collectives[k]) for k in base.collectives.keys() & cand.collectives.keys()]
+    items += [(base.regions[n], cand.regions[n]) for n in base.regions.keys() & cand.regions.keys()
               if not (base.region_graph.get(n) or cand.region_graph.get(n))]
-    return cmp.item_shift(items)
+    return cmp.shift_of((_order(b), _order(c)) for b, c in items)
 
 
 def build(base: Side, cand: Side, th: cmp.Thresholds | None = None,
