@@ -367,17 +367,21 @@ def _collectives(side: Side, colls: Acc) -> None:
     blocked rank takes to be scheduled again once the data is there (on a busy host that is the
     scheduler's, not the network's); a collective seen on one rank is its own duration."""
     for (op, group), (nbytes, seq, _rank, start, end, proc, ids) in colls.items():
+        if not len(seq):
+            continue
         key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-        n = len(first)
-        last_start = np.full(n, np.iinfo(np.int64).min)
-        first_end = np.full(n, np.iinfo(np.int64).max)
-        np.maximum.at(last_start, inv, start)
-        np.minimum.at(first_end, inv, end)
-        # the entry of the last rank to enter stands for the instance (where a viewer jumps to)
-        order = np.lexsort((start, inv))
-        last_of = order[np.r_[np.flatnonzero(np.diff(inv[order])), len(order) - 1]]
+        # one stable sort by instance (the ranks' runs are each in sequence order: a merge), each
+        # instance's latest entry and earliest exit reduced over its rows; the entry of the last rank
+        # to enter stands for the instance (where a viewer jumps to): of equal entries, the one
+        # latest in file order
+        o = np.argsort(key, kind="stable")
+        k = key[o]
+        first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        s_o = start[o]
+        last_start = np.maximum.reduceat(s_o, first)
+        first_end = np.minimum.reduceat(end[o], first)
+        latest = s_o == np.repeat(last_start, np.diff(np.r_[first, len(k)]))
+        last_of = o[np.maximum.reduceat(np.where(latest, np.arange(len(k)), -1), first)]
         inst_bytes = nbytes[last_of]
         for b in np.unique(inst_bytes):
             m = inst_bytes == b
