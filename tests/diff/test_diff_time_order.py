@@ -61,10 +61,9 @@ def test_each_ranks_rows_are_in_time_order_whatever_its_processes():
     rows = t.rank_rows()
     assert isinstance(rows[0], slice)  # one process in start order: its own rows, no copy
     for rank in (1, 2):  # two processes; one process out of order
-        idx = np.flatnonzero(t.cols["rank"] == rank)
-        want = idx[np.argsort(t.pos[idx])]
-        assert np.array_equal(np.arange(len(t))[rows[rank]], want)
-    assert np.array_equal(t.pos[t.order], np.arange(len(t)))
+        in_time = t.order[t.cols["rank"][t.order] == rank]
+        assert np.array_equal(np.arange(len(t))[rows[rank]], in_time)
+    assert np.array_equal(t.order, np.argsort(t.cols["start_ns"], kind="stable"))
 
 
 def _colls(seed: int) -> dict:

@@ -51,8 +51,8 @@ class Occurrences:
     """One item's occurrences on one side: the sample (``value``, ns) and where it is (process
     index, start and end on the aligned Unix-ns clock, event id) so that a viewer can jump to it.
     Sorted by start (a stable sort: ties in file order), unless ``order`` is given: then the arrays
-    are in another order and ``order`` is the stable sort by start, ``pos`` its inverse (a side's
-    step table, whose millions of rows are not gathered into time order: ``StepTable``)."""
+    are in another order and ``order`` is their stable sort by start (a side's step table, whose
+    millions of rows are not gathered into time order: ``StepTable``)."""
 
     value: np.ndarray
     start: np.ndarray
@@ -60,7 +60,6 @@ class Occurrences:
     proc: np.ndarray
     ids: np.ndarray
     order: np.ndarray | None = None
-    pos: np.ndarray | None = None
     distinct: np.ndarray | None = None  # the distinct process indices, when already known
     ranked: Any = None  # ``analysis.compare.order`` of ``value``, once found (``diff.report``)
 
@@ -94,7 +93,7 @@ class StepTable:
     """Every step of every process of a side as columns (``cols``: number, rank, proc, start_ns,
     end_ns and ``STEP_COLUMNS``), one process after another in file order, each as the step
     detector gave it; ``order``: the stable sort of all rows by start (the time order a sample is
-    thinned in and its ``at`` chosen by), ``pos`` its inverse.  The rows are not gathered into time
+    thinned in; of the rows as near the median, ``at`` is the first in it).  The rows are not gathered into time
     order: the figures a diff reads of a whole column do not depend on the order, and gathering
     15 columns of millions of rows was a quarter of a 20M-event diff
     (docs/decisions/0168-diff-at-20m.md).  ``segments``: each process's (process index, rank,
@@ -102,7 +101,6 @@ class StepTable:
 
     cols: dict[str, np.ndarray]
     order: np.ndarray
-    pos: np.ndarray
     segments: list[tuple[int, int, int, int]]
 
     def __len__(self) -> int:
@@ -110,7 +108,7 @@ class StepTable:
 
     def occurrences(self, col: str, distinct: np.ndarray | None = None) -> Occurrences:
         c = self.cols
-        return Occurrences(c[col], c["start_ns"], c["end_ns"], c["proc"], c["number"], self.order, self.pos, distinct)
+        return Occurrences(c[col], c["start_ns"], c["end_ns"], c["proc"], c["number"], self.order, distinct=distinct)
 
     def rank_rows(self) -> dict[int, np.ndarray | slice]:
         """Each rank's rows in time order (the stable sort by start of that rank's rows): a slice
@@ -126,8 +124,8 @@ class StepTable:
                 if hi - lo < 2 or (start[lo + 1:hi] >= start[lo:hi - 1]).all():
                     out[rank] = slice(lo, hi)
                     continue
-            rows = np.concatenate([np.arange(lo, hi) for lo, hi in segs])
-            out[rank] = self.order[np.sort(self.pos[rows])]
+            rows = np.concatenate([np.arange(lo, hi) for lo, hi in segs])  # (ascending: ties stay in row order)
+            out[rank] = rows[np.argsort(start[rows], kind="stable")]
         return out
 
 
@@ -335,7 +333,7 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
         lo += len(st)
     if not sts:
         z = np.zeros(0, dtype=np.int64)
-        return StepTable({k: z for k in names}, z, z, [])
+        return StepTable({k: z for k in names}, z, [])
     out = {}
     for k in names:
         cols = []
@@ -354,10 +352,7 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
                 c = st.columns.pop(k) if k in st.columns else np.zeros(b - a)
             cols.append(np.asarray(c, dtype=np.int64))
         out[k] = np.concatenate(cols)
-    order = np.argsort(out["start_ns"], kind="stable")
-    pos = np.empty_like(order)
-    pos[order] = np.arange(len(order))
-    return StepTable(out, order, pos, segments)
+    return StepTable(out, np.argsort(out["start_ns"], kind="stable"), segments)
 
 
 def _collectives(side: Side, colls: Acc) -> None:

@@ -45,7 +45,10 @@ def _at(side: Side, occ: Occurrences, o: cmp.Order | None = None) -> dict[str, A
     else:
         dist = np.abs(v - o.median)
         near = np.flatnonzero(dist == dist.min())
-    i = int(near[0] if occ.pos is None else near[np.argmin(occ.pos[near])])
+    if occ.order is not None:  # the first in time order: the earliest start, of equal starts the first row
+        first = occ.start[near]
+        near = near[first == first.min()]
+    i = int(near[0])
     p = side.processes.get(int(occ.proc[i]))
     return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
             "process_id": p.process_id if p else None, "start_ts": int(occ.start[i]), "end_ts": int(occ.end[i]),
@@ -358,8 +361,8 @@ def _first_by_key(t: dataset_mod.StepTable) -> tuple[np.ndarray, np.ndarray]:
     o = np.argsort(keys, kind="stable")
     k = keys[o]
     first = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
-    if not first.all():  # a key more than once: the first of its rows in time order
-        o = np.lexsort((t.pos, keys))
+    if not first.all():  # a key more than once: the first of its rows in time order (lexsort is stable)
+        o = np.lexsort((t.cols["start_ns"], keys))
         k = keys[o]
         first = np.r_[True, k[1:] != k[:-1]]
     return k[first], o[first]
