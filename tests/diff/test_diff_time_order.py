@@ -121,3 +121,27 @@ def test_small_pages_restores_numpys_and_arrows_allocators():
         assert kept.to_pylist() == list(range(10))
     finally:
         switch(before)
+
+
+def test_the_items_runs_check_is_the_expected_column_compared():
+    """``diff_items._runs_are`` (no expected column made) answers what comparing the ``piece``
+    column with the runs the header lists answered, on runs that are right, empty, or damaged."""
+    from neuron_explorer.exporters import diff_items
+
+    rng = np.random.default_rng(9)
+    for trial in range(300):
+        lengths = rng.integers(0, 4, rng.integers(0, 6)).tolist()
+        k0 = int(rng.integers(0, 3))
+        v = np.repeat(np.arange(k0, k0 + len(lengths)), lengths).astype(np.int32)
+        if len(v) and trial % 3:  # damage a row: another run's number, or a swap of two rows
+            i = int(rng.integers(0, len(v)))
+            if trial % 3 == 1:
+                v[i] += int(rng.choice([-1, 1]))
+            else:
+                j = int(rng.integers(0, len(v)))
+                v[i], v[j] = v[j], v[i]
+        if trial % 7 == 0:
+            lengths = lengths + [1]  # the header lists more rows than there are
+        want = sum(lengths) == len(v) and np.array_equal(v, np.repeat(np.arange(k0, k0 + len(lengths)), lengths))
+        got = diff_items._runs_are(pa.chunked_array([pa.array(v, pa.int32())]), k0, lengths)
+        assert got == want, (lengths, k0, v)
