@@ -334,16 +334,14 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
     if not sts:
         z = np.zeros(0, dtype=np.int64)
         return StepTable({k: z for k in names}, z, [])
-    out = {}
-    for k in names:
+    lengths = [hi - first for _p, _r, first, hi in segments]  # (constant per process: one repeat each)
+    out = {"rank": np.repeat(np.array([seg[1] for seg in segments], dtype=np.int64), lengths),
+           "proc": np.repeat(np.array([seg[0] for seg in segments], dtype=np.int64), lengths)}
+    for k in names[:1] + names[3:]:
         cols = []
-        for (proc, st), (_p, rank, a, b) in zip(sts, segments):
+        for (_proc, st), (_p, _rank, a, b) in zip(sts, segments):
             if k == "number":
                 c = st.number
-            elif k == "rank":
-                c = np.full(b - a, rank, dtype=np.int64)
-            elif k == "proc":
-                c = np.full(b - a, proc, dtype=np.int64)
             elif k == "start_ns":
                 c = st.start_ns
             elif k == "end_ns":
