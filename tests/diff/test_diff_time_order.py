@@ -34,6 +34,7 @@ def _side(seed: int, n: int, slower_rank: int | None = None) -> dataset.Side:
         cols = {c: rng.integers(0, 4, n) * 250_000 for c in dataset.STEP_COLUMNS}
         cols["wall_ns"] = wall
         cols["own_ns"] = wall // 2
+        cols["compile_ns"] = np.zeros(n, dtype=np.int64)  # (a part never seen: one value, every row as near)
         steps[ix] = steps_mod.Steps("cycle", "g", np.arange(n), start, start + wall, cols)
     side.step_table = dataset._step_table(side, steps)
     side.step_methods = {"cycle"}

@@ -113,6 +113,9 @@ def order(values: np.ndarray) -> Order:
     n = len(v)
     if not n:
         return Order(0)
+    if n > 1 and v.min() == v.max():  # one value (a part a profile never has: often): no partition
+        x = float(np.float64(v[0]))
+        return Order(n, x, x, x, x, (x, x))
     at = {q: (n - 1) * q for q in (0.25, 0.5, 0.9)}  # numpy's virtual index for the linear method
     near = {q: (int(np.floor(a)), min(int(np.floor(a)) + 1, n - 1)) for q, a in at.items()}
     kth = sorted({k for pair in near.values() for k in pair} | {(n - 1) // 2, n // 2})

@@ -45,7 +45,9 @@ def _at(side: Side, occ: Occurrences, o: cmp.Order | None = None) -> dict[str, A
     else:
         dist = np.abs(v - o.median)
         near = np.flatnonzero(dist == dist.min())
-    if occ.order is not None:  # the first in time order: the earliest start, of equal starts the first row
+    if occ.order is not None and len(near) == len(v):  # every row: the first in time order
+        near = occ.order[:1]
+    elif occ.order is not None:  # the first in time order: the earliest start, of equal starts the first row
         first = occ.start[near]
         near = near[first == first.min()]
     i = int(near[0])
