@@ -41,10 +41,11 @@ def test_order_statistics_from_one_partition_are_numpys(n):
     ``numpy.median``'s, ``numpy.percentile``'s and ``numpy.quantile``'s own numbers, on integer
     nanoseconds as the tables hold them, with ties."""
     rng = np.random.default_rng(n)
-    for values in (rng.integers(1, 10**12, n), rng.integers(0, 3, n), np.full(n, 7)):
-        o = cmp.order(values)
+    for values in (rng.integers(1, 10**12, n), rng.integers(0, 3, n), np.full(n, 7), np.round(rng.lognormal(9, 1, n))):
+        o = cmp.order(values)  # (int64 partitioned as they are, floats as floats: the same numbers)
         assert o.count == n
         assert o.median == np.median(values)
+        assert o.mid == (float(np.sort(values)[(n - 1) // 2]), float(np.sort(values)[n // 2]))
         assert (o.p50, o.p90) == tuple(np.percentile(values.astype(np.float64), [50, 90]))
         assert o.q25 == np.quantile(values, 0.25)
     assert cmp.order(np.zeros(0, dtype=np.int64)) == cmp.Order(0)

@@ -99,28 +99,39 @@ class Order:
     p50: float | None = None
     p90: float | None = None
     q25: float | None = None
+    mid: tuple[float, float] | None = None  # the two middle values (the same one when the count is odd)
 
 
 def order(values: np.ndarray) -> Order:
     """``Order`` of ``values`` (durations in ns: integers below 2**53, exact as floats).  Large
     samples (a step table has millions of rows) are partitioned once at the six positions needed
-    instead of once per statistic."""
-    v = np.asarray(values, dtype=np.float64)
+    instead of once per statistic, and integers as they are (the k-th smallest integer is the
+    k-th smallest of their float64 values: no float copy is made)."""
+    v = np.asarray(values)
+    if v.dtype != np.int64:
+        v = np.asarray(v, dtype=np.float64)
     n = len(v)
     if not n:
         return Order(0)
+    if n > 1 and v.min() == v.max():  # one value (a part a profile never has: often): no partition
+        x = float(np.float64(v[0]))
+        return Order(n, x, x, x, x, (x, x))
     at = {q: (n - 1) * q for q in (0.25, 0.5, 0.9)}  # numpy's virtual index for the linear method
     near = {q: (int(np.floor(a)), min(int(np.floor(a)) + 1, n - 1)) for q, a in at.items()}
     kth = sorted({k for pair in near.values() for k in pair} | {(n - 1) // 2, n // 2})
     p = np.partition(v, kth)
 
+    def at_(k: int) -> np.ndarray:
+        return p[k:k + 1].astype(np.float64)
+
     def quantile(q: float) -> float:
         lo, hi = near[q]
-        return float(_lerp(p[lo:lo + 1], p[hi:hi + 1], at[q] - lo)[0])
+        return float(_lerp(at_(lo), at_(hi), at[q] - lo)[0])
 
     # numpy.median: the mean of the two middle values (one when n is odd)
-    median = float(p[n // 2]) if n % 2 else float((p[n // 2 - 1] + p[n // 2]) / 2)
-    return Order(n, median, quantile(0.5), quantile(0.9), quantile(0.25))
+    lo_mid, hi_mid = at_((n - 1) // 2), at_(n // 2)
+    median = float(hi_mid[0]) if n % 2 else float(((lo_mid + hi_mid) / 2)[0])
+    return Order(n, median, quantile(0.5), quantile(0.9), quantile(0.25), (float(lo_mid[0]), float(hi_mid[0])))
 
 
 def stats(values: np.ndarray, o: Order | None = None) -> Stats:
@@ -138,10 +149,15 @@ def item_seed(key: str, seed: int = 0) -> int:
     return (zlib.crc32(key.encode("utf-8", "replace")) ^ (seed * 0x9E3779B1)) & 0xFFFFFFFF
 
 
-def _thin(values: np.ndarray, cap: int) -> np.ndarray:
-    if len(values) <= cap:
-        return values
-    return values[np.linspace(0, len(values) - 1, cap).astype(np.int64)]
+def thin(values: np.ndarray, order: np.ndarray | None = None, cap: int = BOOTSTRAP_CAP) -> np.ndarray:
+    """The sample the bootstrap sees: ``values`` in time order (``values[order]``; None: they are
+    in time order), at most ``cap`` of them evenly spaced in time, as float64.  Only the kept
+    values are gathered."""
+    n = len(values)
+    at = np.arange(n) if n <= cap else np.linspace(0, n - 1, cap).astype(np.int64)
+    if order is None:
+        return np.asarray(values if n <= cap else values[at], dtype=np.float64)
+    return np.asarray(values[order[at]], dtype=np.float64)
 
 
 def _lerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
@@ -190,8 +206,7 @@ def bootstrap_intervals(base: np.ndarray, cand: np.ndarray, key: str,
     (candidate minus baseline, both sides in time order), by a moving-block bootstrap of each side
     with a seed fixed per item."""
     rng = np.random.default_rng(item_seed(key, th.seed))
-    b = _thin(np.asarray(base, dtype=np.float64), BOOTSTRAP_CAP)
-    c = _thin(np.asarray(cand, dtype=np.float64), BOOTSTRAP_CAP)
+    b, c = thin(np.asarray(base)), thin(np.asarray(cand))
     d = _block_quantiles(c, th.resamples, rng) - _block_quantiles(b, th.resamples, rng)
     alpha = (1 - th.confidence) / 2
     (lo, hi), (qlo, qhi) = (np.quantile(row, [alpha, 1 - alpha]) for row in d)
@@ -212,11 +227,17 @@ def item_shift(items: Iterable[tuple[np.ndarray, np.ndarray]]) -> float | None:
     saw and the other did not, or jobs sharing a CPU in a different phase.  In a pair with one real
     change, the other items still measure that noise, and the median over items ignores the few
     that changed.  None with fewer than three items (no noise estimate: the fixed thresholds alone)."""
+    return shift_of((order(b), order(c)) for b, c in items)
+
+
+def shift_of(orders: Iterable[tuple[Order, Order]]) -> float | None:
+    """``item_shift`` from each item's ``order`` on each side (its ``q25`` is ``numpy.quantile``'s)."""
     logs = []
-    for b, c in items:
-        if len(b) < MIN_SAMPLES or len(c) < MIN_SAMPLES:
+    for ob, oc in orders:
+        if ob.count < MIN_SAMPLES or oc.count < MIN_SAMPLES:
             continue
-        qb, qc = float(np.quantile(b, 0.25)), float(np.quantile(c, 0.25))
+        assert ob.q25 is not None and oc.q25 is not None
+        qb, qc = ob.q25, oc.q25
         if qb > 0 and qc > 0:
             logs.append(abs(np.log(qc / qb)))
     return float(np.median(logs)) if len(logs) >= 3 else None
@@ -232,13 +253,15 @@ def noise_bar(shift: float | None, th: Thresholds = Thresholds()) -> float:
 
 
 def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thresholds(),
-            floor_ns: float | None = None, orders: tuple[Order, Order] | None = None) -> Change:
+            floor_ns: float | None = None, orders: tuple[Order, Order] | None = None,
+            samples: tuple[np.ndarray, np.ndarray] | None = None) -> Change:
     """The change of one item present on both sides (samples in time order).  A verdict only where
     the lower quartile's interval lies wholly beyond ``min_change_pct`` of the baseline's lower
     quartile and the absolute floor, and the median's interval excludes zero in the same direction;
     ``floor_ns`` replaces the absolute floor (e.g. a part of a step, measured against the step).  A
     diff raises ``min_change_pct`` to the pair's ``noise_bar`` first.  ``orders``: the ``order`` of
-    each side, when already known."""
+    each side, when already known; ``samples``: each side's ``thin`` sample, when the values are not
+    in time order."""
     if not len(base) or not len(cand):
         return Change(None, None, None, NEW if len(cand) else VANISHED)
     ob, oc = orders if orders is not None else (order(base), order(cand))
@@ -248,7 +271,7 @@ def compare(base: np.ndarray, cand: np.ndarray, key: str, th: Thresholds = Thres
     pct = 100.0 * delta / mb if mb > 0 else None
     if len(base) < MIN_SAMPLES or len(cand) < MIN_SAMPLES:
         return Change(delta, pct, None, FEW)
-    (lo, hi), (qlo, qhi) = bootstrap_intervals(base, cand, key, th)
+    (lo, hi), (qlo, qhi) = bootstrap_intervals(*(samples or (base, cand)), key, th)
     floor = th.min_change_ns if floor_ns is None else floor_ns
     # the bar is a factor, the same both ways: slower by at least (1 + bar) times, or faster by at
     # least that factor, i.e. down by bar / (1 + bar) of the baseline (a bar of 100% or more

@@ -14,6 +14,7 @@ import sys
 from contextlib import ExitStack
 
 from neuron_explorer.analysis import compare as cmp
+from neuron_explorer.util import alloc
 from neuron_explorer.util.atomic import atomic_write
 from neuron_explorer.util.cliargs import UsageError, prog_name
 
@@ -116,6 +117,7 @@ def diff_command(args: argparse.Namespace) -> int:
         except ClusterUsageError as e:
             raise UsageError(str(e)) from None
     with ExitStack() as stack:
+        stack.enter_context(alloc.small_pages())  # (GBs of arrays at scale: decision 0168)
         sides = []
         notes: list[str] = []
         lost: tuple[type[BaseException], ...] = ()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -47,23 +48,85 @@ class DatasetError(Exception):
 
 @dataclass
 class Occurrences:
-    """One item's occurrences on one side, sorted by start: the sample (``value``, ns) and where it
-    is (process index, start and end on the aligned Unix-ns clock, event id) so that a viewer can jump
-    to it."""
+    """One item's occurrences on one side: the sample (``value``, ns) and where it is (process
+    index, start and end on the aligned Unix-ns clock, event id) so that a viewer can jump to it.
+    Sorted by start (a stable sort: ties in file order), unless ``order`` is given: then the arrays
+    are in another order and ``order`` is their stable sort by start (a side's step table, whose
+    millions of rows are not gathered into time order: ``StepTable``)."""
 
     value: np.ndarray
     start: np.ndarray
     end: np.ndarray
     proc: np.ndarray
     ids: np.ndarray
+    order: np.ndarray | None = None
+    distinct: np.ndarray | None = None  # the distinct process indices, when already known
+    ranked: Any = None  # ``analysis.compare.order`` of ``value``, once found (``diff.report``)
 
     @staticmethod
     def build(value, start, end, proc, ids) -> Occurrences:
         order = np.argsort(start, kind="stable")
         return Occurrences(*(np.asarray(a, dtype=np.int64)[order] for a in (value, start, end, proc, ids)))
 
+    @staticmethod
+    def spans(start: np.ndarray, end: np.ndarray, proc: np.ndarray, ids: np.ndarray) -> Occurrences:
+        """``build(end - start, start, end, proc, ids)``: the durations taken after the sort (one
+        gather fewer), and no gather at all where the starts are already in order."""
+        start = np.asarray(start, dtype=np.int64)
+        if len(start) > 1 and not (start[1:] >= start[:-1]).all():
+            order = np.argsort(start, kind="stable")
+            start, end, proc, ids = (np.asarray(a, dtype=np.int64)[order] for a in (start, end, proc, ids))
+        else:
+            end, proc, ids = (np.asarray(a, dtype=np.int64) for a in (end, proc, ids))
+        return Occurrences(end - start, start, end, proc, ids)
+
+    def in_time(self, at: np.ndarray) -> np.ndarray:
+        """The indices of the ``at``-th occurrences in time order."""
+        return at if self.order is None else self.order[at]
+
     def __len__(self) -> int:
         return len(self.value)
+
+
+@dataclass
+class StepTable:
+    """Every step of every process of a side as columns (``cols``: number, rank, proc, start_ns,
+    end_ns and ``STEP_COLUMNS``), one process after another in file order, each as the step
+    detector gave it; ``order``: the stable sort of all rows by start (the time order a sample is
+    thinned in; of the rows as near the median, ``at`` is the first in it).  The rows are not gathered into time
+    order: the figures a diff reads of a whole column do not depend on the order, and gathering
+    15 columns of millions of rows was a quarter of a 20M-event diff
+    (docs/decisions/0168-diff-at-20m.md).  ``segments``: each process's (process index, rank,
+    first row, end row)."""
+
+    cols: dict[str, np.ndarray]
+    order: np.ndarray
+    segments: list[tuple[int, int, int, int]]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def occurrences(self, col: str, distinct: np.ndarray | None = None) -> Occurrences:
+        c = self.cols
+        return Occurrences(c[col], c["start_ns"], c["end_ns"], c["proc"], c["number"], self.order, distinct=distinct)
+
+    def rank_rows(self) -> dict[int, np.ndarray | slice]:
+        """Each rank's rows in time order (the stable sort by start of that rank's rows): a slice
+        where the rank is one process whose steps are in start order, else indices."""
+        by_rank: dict[int, list[tuple[int, int]]] = {}
+        for _proc, rank, lo, hi in self.segments:
+            by_rank.setdefault(rank, []).append((lo, hi))
+        start = self.cols["start_ns"]
+        out: dict[int, np.ndarray | slice] = {}
+        for rank, segs in by_rank.items():
+            if len(segs) == 1:
+                lo, hi = segs[0]
+                if hi - lo < 2 or (start[lo + 1:hi] >= start[lo:hi - 1]).all():
+                    out[rank] = slice(lo, hi)
+                    continue
+            rows = np.concatenate([np.arange(lo, hi) for lo, hi in segs])  # (ascending: ties stay in row order)
+            out[rank] = rows[np.argsort(start[rows], kind="stable")]
+        return out
 
 
 @dataclass
@@ -93,9 +156,8 @@ class Side:
     # process index -> how far the level moves within the run: |level of the first half of the samples
     # - level of the second half| (the run measured against itself)
     memory_noise: dict[int, int] = field(default_factory=dict)
-    # every step of every process as columns (number, rank, proc, start_ns, end_ns, ``STEP_COLUMNS``),
-    # sorted by start; the step detector's methods found
-    step_table: dict[str, np.ndarray] = field(default_factory=dict)
+    # every step of every process as columns (``StepTable``); the step detector's methods found
+    step_table: StepTable = field(default_factory=lambda: _step_table(None, {}))
     step_methods: set[str] = field(default_factory=set)
     events: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -233,11 +295,11 @@ def _read_events(side: Side, engine=None) -> None:
     side.step_table = _step_table(side, steps)
     del steps
     for name, (start, end, proc, ids) in graphs.items():
-        side.graphs[name] = Occurrences.build(end - start, start, end, proc, ids)
+        side.graphs[name] = Occurrences.spans(start, end, proc, ids)
     for name, (start, end, proc, ids) in loads.items():
-        side.compiles[name] = Occurrences.build(end - start, start, end, proc, ids)
+        side.compiles[name] = Occurrences.spans(start, end, proc, ids)
     for name, (start, end, proc, ids) in regions.items():
-        side.regions[name] = Occurrences.build(end - start, start, end, proc, ids)
+        side.regions[name] = Occurrences.spans(start, end, proc, ids)
         links = region_links.get(name, set())
         side.region_graph[name] = next(iter(links)) if len(links) == 1 and None not in links else None
     _collectives(side, colls)
@@ -260,34 +322,35 @@ def read_part(path: str, events_root: str, items_root: str, kinds: dict[str, str
     return part
 
 
-def _step_table(side: Side, steps: dict[int, steps_mod.Steps]) -> dict[str, np.ndarray]:
-    """Every step of every process as columns: number, rank, process, start, end and the figures
-    of ``analysis.steps`` (one row per step and process), sorted by start.  Built a column at a
-    time, each process's column let go once it is in: the steps' figures are held once, not twice."""
+def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTable:
+    """Every step of every process as columns (``StepTable``), one process after another; each
+    process's figures let go once they are in (held once, not twice)."""
     sts = [(proc, st) for proc, st in steps.items() if len(st)]
     names = ("number", "rank", "proc", "start_ns", "end_ns") + STEP_COLUMNS
+    segments, lo = [], 0
+    for proc, st in sts:
+        segments.append((int(proc), side.rank_of(proc) if side is not None else -1, lo, lo + len(st)))
+        lo += len(st)
     if not sts:
-        return {k: np.zeros(0, dtype=np.int64) for k in names}
-    start = np.concatenate([st.start_ns for _, st in sts])
-    order = np.argsort(start, kind="stable")
-    out = {"start_ns": start[order]}
-    del start
-    for k in names[:3] + names[4:]:
+        z = np.zeros(0, dtype=np.int64)
+        return StepTable({k: z for k in names}, z, [])
+    lengths = [hi - first for _p, _r, first, hi in segments]  # (constant per process: one repeat each)
+    out = {"rank": np.repeat(np.array([seg[1] for seg in segments], dtype=np.int64), lengths),
+           "proc": np.repeat(np.array([seg[0] for seg in segments], dtype=np.int64), lengths)}
+    for k in names[:1] + names[3:]:
         cols = []
-        for proc, st in sts:
+        for (_proc, st), (_p, _rank, a, b) in zip(sts, segments):
             if k == "number":
                 c = st.number
-            elif k == "rank":
-                c = np.full(len(st), side.rank_of(proc), dtype=np.int64)
-            elif k == "proc":
-                c = np.full(len(st), proc, dtype=np.int64)
+            elif k == "start_ns":
+                c = st.start_ns
             elif k == "end_ns":
                 c = st.end_ns
             else:
-                c = st.columns.pop(k) if k in st.columns else np.zeros(len(st))
+                c = st.columns.pop(k) if k in st.columns else np.zeros(b - a)
             cols.append(np.asarray(c, dtype=np.int64))
-        out[k] = np.concatenate(cols)[order]
-    return out
+        out[k] = np.concatenate(cols)
+    return StepTable(out, np.argsort(out["start_ns"], kind="stable"), segments)
 
 
 def _collectives(side: Side, colls: Acc) -> None:
@@ -297,23 +360,27 @@ def _collectives(side: Side, colls: Acc) -> None:
     blocked rank takes to be scheduled again once the data is there (on a busy host that is the
     scheduler's, not the network's); a collective seen on one rank is its own duration."""
     for (op, group), (nbytes, seq, _rank, start, end, proc, ids) in colls.items():
+        if not len(seq):
+            continue
         key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-        n = len(first)
-        last_start = np.full(n, np.iinfo(np.int64).min)
-        first_end = np.full(n, np.iinfo(np.int64).max)
-        np.maximum.at(last_start, inv, start)
-        np.minimum.at(first_end, inv, end)
-        # the entry of the last rank to enter stands for the instance (where a viewer jumps to)
-        order = np.lexsort((start, inv))
-        last_of = order[np.r_[np.flatnonzero(np.diff(inv[order])), len(order) - 1]]
-        transfer = np.maximum(first_end - last_start, 0)
+        # one stable sort by instance (the ranks' runs are each in sequence order: a merge), each
+        # instance's latest entry and earliest exit reduced over its rows; the entry of the last rank
+        # to enter stands for the instance (where a viewer jumps to): of equal entries, the one
+        # latest in file order
+        o = np.argsort(key, kind="stable")
+        k = key[o]
+        first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        s_o = start[o]
+        last_start = np.maximum.reduceat(s_o, first)
+        first_end = np.minimum.reduceat(end[o], first)
+        latest = s_o == np.repeat(last_start, np.diff(np.r_[first, len(k)]))
+        last_of = o[np.maximum.reduceat(np.where(latest, np.arange(len(k)), -1), first)]
         inst_bytes = nbytes[last_of]
         for b in np.unique(inst_bytes):
             m = inst_bytes == b
-            side.collectives[(op, group, int(b))] = Occurrences.build(
-                transfer[m], last_start[m], np.maximum(first_end[m], last_start[m]), proc[last_of][m], ids[last_of][m])
+            # (the span's length is the transfer: max(first_end - last_start, 0))
+            side.collectives[(op, group, int(b))] = Occurrences.spans(
+                last_start[m], np.maximum(first_end[m], last_start[m]), proc[last_of][m], ids[last_of][m])
 
 
 def _floats(col: pa.ChunkedArray) -> np.ndarray:

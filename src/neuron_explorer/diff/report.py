@@ -21,13 +21,36 @@ SCHEMA = "neuron-explorer-diff/1"
 MEMORY_FLOOR = 1 << 20  # bytes: a peak moving less than this is no change
 
 
-def _at(side: Side, occ: Occurrences, med: float | None = None) -> dict[str, Any] | None:
-    """The occurrence nearest the median (``med``: ``numpy.median`` of the values, when known): where
-    a viewer jumps to."""
+def _order(occ: Occurrences) -> cmp.Order:
+    """``compare.order`` of an item's values, found once (the rows, the pair's noise and ``at`` all
+    read it)."""
+    if occ.ranked is None:
+        occ.ranked = cmp.order(occ.value)
+    return occ.ranked
+
+
+def _at(side: Side, occ: Occurrences, o: cmp.Order | None = None) -> dict[str, Any] | None:
+    """The occurrence nearest the median (the first in time order of those as near): where a
+    viewer jumps to.  ``o``: the values' ``order``, when known."""
     if not len(occ):
         return None
-    med = np.median(occ.value) if med is None else med
-    i = int(np.argmin(np.abs(occ.value - med)))
+    o = _order(occ) if o is None else o
+    v = occ.value
+    assert o.median is not None and o.mid is not None
+    lo, hi = o.mid
+    if v.dtype == np.int64 and max(abs(lo), abs(hi)) < 2.0 ** 52:
+        # integers: the nearest to the mean of the two middle values are those equal to either
+        # (exactly as far, and every other value is further): no distance computed per value
+        near = np.flatnonzero(v == lo) if lo == hi else np.flatnonzero((v == lo) | (v == hi))
+    else:
+        dist = np.abs(v - o.median)
+        near = np.flatnonzero(dist == dist.min())
+    if occ.order is not None and len(near) == len(v):  # every row: the first in time order
+        near = occ.order[:1]
+    elif occ.order is not None:  # the first in time order: the earliest start, of equal starts the first row
+        first = occ.start[near]
+        near = near[first == first.min()]
+    i = int(near[0])
     p = side.processes.get(int(occ.proc[i]))
     return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
             "process_id": p.process_id if p else None, "start_ts": int(occ.start[i]), "end_ts": int(occ.end[i]),
@@ -48,12 +71,13 @@ def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None,
                 o: cmp.Order | None = None) -> dict[str, Any] | None:
     if occ is None:
         return None
-    o = cmp.order(occ.value) if o is None else o
+    o = _order(occ) if o is None else o
     out: dict[str, Any] = {"name": name} if name is not None else {}
     out.update(cmp.stats(occ.value, o).as_dict())
-    out["ranks"] = sorted({side.rank_of(int(p)) for p in _distinct_procs(occ.proc)})
+    procs = _distinct_procs(occ.proc) if occ.distinct is None else occ.distinct
+    out["ranks"] = sorted({side.rank_of(int(p)) for p in procs})
     out["total_ns"] = int(occ.value.sum())
-    out["at"] = _at(side, occ, o.median)
+    out["at"] = _at(side, occ, o)
     return out
 
 
@@ -61,8 +85,14 @@ def _row(kind: str, key: str, label: str, base: Side, cand: Side, ob: Occurrence
          th: cmp.Thresholds, names: tuple[str | None, str | None] = (None, None), **extra: Any) -> dict[str, Any]:
     empty = np.zeros(0, dtype=np.int64)
     vb, vc = (ob.value if ob is not None else empty), (oc.value if oc is not None else empty)
-    orders = cmp.order(vb), cmp.order(vc)  # once per side, for the change and the side's figures
-    change = cmp.compare(vb, vc, f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None), orders=orders)
+    # once per side, for the change and the side's figures
+    orders = (_order(ob) if ob is not None else cmp.order(empty), _order(oc) if oc is not None else cmp.order(empty))
+    samples = None
+    if any(o is not None and o.order is not None for o in (ob, oc)):  # (rows not in time order)
+        samples = (cmp.thin(vb, ob.order if ob is not None else None),
+                   cmp.thin(vc, oc.order if oc is not None else None))
+    change = cmp.compare(vb, vc, f"{kind}:{key}", th, floor_ns=extra.pop("floor_ns", None), orders=orders,
+                         samples=samples)
     row: dict[str, Any] = {"kind": kind, "key": key, "label": label,
                            "baseline": _side_stats(base, ob, names[0], orders[0]),
                            "candidate": _side_stats(cand, oc, names[1], orders[1])}
@@ -241,9 +271,16 @@ PARTS = steps_mod.BREAKDOWN
 STEP_COLUMNS = dataset_mod.STEP_COLUMNS  # (the per-step table of a side: ``Side.step_table``)
 
 
-def _occ(t: dict[str, np.ndarray], col: str, sel: np.ndarray | None = None) -> Occurrences:
-    s = slice(None) if sel is None else sel
-    return Occurrences(t[col][s], t["start_ns"][s], t["end_ns"][s], t["proc"][s], t["number"][s])
+def _distinct_count(v: np.ndarray) -> int:
+    """``len(numpy.unique(v))``: by a count where the values are small non-negative integers (at
+    most twice the sample's length plus a constant: memory sized by the data held, not by a value
+    read), else by ``numpy.unique``."""
+    if not len(v):
+        return 0
+    lo, hi = int(v.min()), int(v.max())
+    if lo >= 0 and hi < 2 * len(v) + 1024:
+        return int(np.count_nonzero(np.bincount(v)))
+    return int(len(np.unique(v)))
 
 
 def step_section(base: Side, cand: Side, th: cmp.Thresholds,
@@ -258,20 +295,23 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
     tb, tc = base.step_table, cand.step_table
     info: dict[str, Any] = {
         "method": {"baseline": sorted(base.step_methods), "candidate": sorted(cand.step_methods)},
-        "baseline_steps": int(len(np.unique(tb["number"]))), "candidate_steps": int(len(np.unique(tc["number"]))),
+        "baseline_steps": _distinct_count(tb.cols["number"]), "candidate_steps": _distinct_count(tc.cols["number"]),
     }
-    if not len(tb["number"]) or not len(tc["number"]):
-        info.update(verdict="no steps found on " + ("either side" if not len(tb["number"]) and not len(tc["number"])
-                                                    else "the baseline" if not len(tb["number"]) else "the candidate"),
+    if not len(tb) or not len(tc):
+        info.update(verdict="no steps found on " + ("either side" if not len(tb) and not len(tc)
+                                                    else "the baseline" if not len(tb) else "the candidate"),
                     baseline_median_ns=None, candidate_median_ns=None, delta_pct=None, ci_pct=None, per_step=None)
         return [], info
-    rows = [_row("step", "wall_ns", "step time", base, cand, _occ(tb, "wall_ns"), _occ(tc, "wall_ns"), th)]
-    med = float(np.median(tb["wall_ns"]))
+    # every step row of a side is over the same processes: found once
+    db, dc = (np.unique(np.array([seg[0] for seg in t.segments], dtype=np.int64)) for t in (tb, tc))
+    tb_wall = tb.occurrences("wall_ns", db)
+    rows = [_row("step", "wall_ns", "step time", base, cand, tb_wall, tc.occurrences("wall_ns", dc), th)]
+    med = _order(tb_wall).median or 0.0  # (``numpy.median``)
     floor = max(th.min_change_ns, th.min_change_pct / 100 * med)
     for part in PARTS:
-        rows.append(_row("step_part", part, f"step {part[:-3].replace('_', ' ')}", base, cand, _occ(tb, part),
-                         _occ(tc, part), th, floor_ns=floor))
-    ranks = sorted(set(tb["rank"].tolist()) & set(tc["rank"].tolist()))
+        rows.append(_row("step_part", part, f"step {part[:-3].replace('_', ' ')}", base, cand,
+                         tb.occurrences(part, db), tc.occurrences(part, dc), th, floor_ns=floor))
+    ranks = sorted({seg[1] for seg in tb.segments} & {seg[1] for seg in tc.segments})
     if len(ranks) > 1:
         own = user or th
         rows += straggler_rows(base, cand, tb, tc, ranks, own, max(own.min_change_ns, own.min_change_pct / 100 * med))
@@ -285,23 +325,20 @@ def step_section(base: Side, cand: Side, th: cmp.Thresholds,
     return rows, info
 
 
-def _by_rank(t: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
-    """Each rank's rows of a step table (in start order), by one sort instead of a mask per rank."""
-    order = np.argsort(t["rank"], kind="stable")
-    r = t["rank"][order]
-    bounds = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if len(r) else np.zeros(0, dtype=np.int64)
-    return {int(r[b]): order[b:e] for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(r)].tolist())}
+def _rank_occ(t: dataset_mod.StepTable, rows: np.ndarray | slice, col: str) -> Occurrences:
+    c = t.cols
+    return Occurrences(c[col][rows], c["start_ns"][rows], c["end_ns"][rows], c["proc"][rows], c["number"][rows])
 
 
-def straggler_rows(base: Side, cand: Side, tb: dict[str, np.ndarray], tc: dict[str, np.ndarray], ranks: list[int],
+def straggler_rows(base: Side, cand: Side, tb: dataset_mod.StepTable, tc: dataset_mod.StepTable, ranks: list[int],
                    th: cmp.Thresholds, floor: float) -> list[dict]:
     """Per rank, its own work per step (the step's time in neither a collective nor a wait: what
     the others wait for).  A rank is a straggler change only when its change stands out: beyond
     the thresholds *and* beyond the change of the rank that changed least by as much, so that a
     change every rank shares (a slower graph) is not a straggler."""
-    sb, sc = _by_rank(tb), _by_rank(tc)
-    rows = [_row("straggler", str(r), f"rank {r} own work per step", base, cand, _occ(tb, "own_ns", sb[r]),
-                 _occ(tc, "own_ns", sc[r]), th, rank=r, subject=f"rank {r}", floor_ns=floor) for r in ranks]
+    sb, sc = tb.rank_rows(), tc.rank_rows()
+    rows = [_row("straggler", str(r), f"rank {r} own work per step", base, cand, _rank_occ(tb, sb[r], "own_ns"),
+                 _rank_occ(tc, sc[r], "own_ns"), th, rank=r, subject=f"rank {r}", floor_ns=floor) for r in ranks]
     deltas = [r["delta_ns"] for r in rows if r["delta_ns"] is not None]
     if not deltas:
         return rows
@@ -319,20 +356,31 @@ def straggler_rows(base: Side, cand: Side, tb: dict[str, np.ndarray], tc: dict[s
 PER_STEP_LIMIT = 10_000  # (step, rank) pairs in the document; beyond it the table is cut (``truncated``)
 
 
-def _per_step(tb: dict[str, np.ndarray], tc: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Steps present on both sides (same number and rank), as columns, in step then rank order."""
-    def keys(t: dict[str, np.ndarray]) -> np.ndarray:
-        return t["number"] * (1 << 20) + (t["rank"] + 1)
+def _first_by_key(t: dataset_mod.StepTable) -> tuple[np.ndarray, np.ndarray]:
+    """A step table's distinct (number, rank) keys, sorted, and for each the row of its first step
+    in time order (``numpy.unique``'s first index of the rows in time order)."""
+    keys = t.cols["number"] * (1 << 20) + (t.cols["rank"] + 1)
+    o = np.argsort(keys, kind="stable")
+    k = keys[o]
+    first = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
+    if not first.all():  # a key more than once: the first of its rows in time order (lexsort is stable)
+        o = np.lexsort((t.cols["start_ns"], keys))
+        k = keys[o]
+        first = np.r_[True, k[1:] != k[:-1]]
+    return k[first], o[first]
 
-    kb, kc = keys(tb), keys(tc)
-    common, ib, ic = np.intersect1d(kb, kc, assume_unique=False, return_indices=True)
+
+def _per_step(tb: dataset_mod.StepTable, tc: dataset_mod.StepTable) -> dict[str, Any]:
+    """Steps present on both sides (same number and rank), as columns, in step then rank order."""
+    (kb, rb), (kc, rc) = _first_by_key(tb), _first_by_key(tc)
+    common, ib, ic = np.intersect1d(kb, kc, assume_unique=True, return_indices=True)
     total = len(common)
-    ib, ic = ib[:PER_STEP_LIMIT], ic[:PER_STEP_LIMIT]
+    ib, ic = rb[ib[:PER_STEP_LIMIT]], rc[ic[:PER_STEP_LIMIT]]
     cols = ("start_ns", "end_ns") + STEP_COLUMNS
-    return {"step": tb["number"][ib].tolist(), "rank": tb["rank"][ib].tolist(), "pairs": total,
+    return {"step": tb.cols["number"][ib].tolist(), "rank": tb.cols["rank"][ib].tolist(), "pairs": total,
             "truncated": total > PER_STEP_LIMIT,
-            "baseline": {c: tb[c][ib].tolist() for c in cols},
-            "candidate": {c: tc[c][ic].tolist() for c in cols}}
+            "baseline": {c: tb.cols[c][ib].tolist() for c in cols},
+            "candidate": {c: tc.cols[c][ic].tolist() for c in cols}}
 
 
 def gate(info: dict[str, Any], pct: float) -> dict[str, Any]:
@@ -353,12 +401,11 @@ def pair_noise(base: Side, cand: Side) -> float | None:
     """``compare.item_shift`` over the items both sides hold under the same key: graphs by name,
     collectives by op, group and size, regions that are not a graph seen from the framework (it
     would count its graph twice)."""
-    items = [(base.graphs[n].value, cand.graphs[n].value) for n in base.graphs.keys() & cand.graphs.keys()]
-    items += [(base.collectives[k].value, cand.collectives[k].value)
-              for k in base.collectives.keys() & cand.collectives.keys()]
-    items += [(base.regions[n].value, cand.regions[n].value) for n in base.regions.keys() & cand.regions.keys()
+    items = [(base.graphs[n], cand.graphs[n]) for n in base.graphs.keys() & cand.graphs.keys()]
+    items += [(base.collectives[k], cand.collectives[k]) for k in base.collectives.keys() & cand.collectives.keys()]
+    items += [(base.regions[n], cand.regions[n]) for n in base.regions.keys() & cand.regions.keys()
               if not (base.region_graph.get(n) or cand.region_graph.get(n))]
-    return cmp.item_shift(items)
+    return cmp.shift_of((_order(b), _order(c)) for b, c in items)
 
 
 def build(base: Side, cand: Side, th: cmp.Thresholds | None = None,

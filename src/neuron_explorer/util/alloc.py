@@ -9,6 +9,9 @@ the JSON writer's system time (docs/decisions/0004-parquet-write-path.md).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 _TUNED = False
 
 KEEP_FREED = 64 << 20  # freed memory glibc may keep for reuse before trimming the heap
@@ -31,3 +34,31 @@ def keep_freed_memory() -> None:
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE)  # (setting either turns off glibc's own adjustment of both)
     mallopt(M_TRIM_THRESHOLD, KEEP_FREED)
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """Large arrays without transparent huge pages within the block: numpy's without
+    ``madvise(MADV_HUGEPAGE)``, Arrow's from the system allocator instead of its default pool
+    (mimalloc, which maps huge pages); both restored after.
+
+    Where the kernel's THP defrag setting is ``madvise`` (a common default), each fault on such
+    memory may compact memory first. On the diff's 20M-event pair (GBs of arrays, read and kept)
+    that was most of its system time and varied with how fragmented the machine's memory was:
+    reading the 128 diff items files and keeping them cost 5.5-6.4 CPU-s from mimalloc, 1.6 from
+    the system allocator (docs/decisions/0168-diff-at-20m.md). Buffers allocated within the block
+    are freed by the pool that made them, whenever that is."""
+    import numpy as np
+    import pyarrow as pa
+
+    multiarray = getattr(getattr(np, "_core", None) or getattr(np, "core", None), "multiarray", None)
+    switch = getattr(multiarray, "_set_madvise_hugepage", None)
+    numpy_before = switch(False) if switch is not None else None
+    arrow_before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(arrow_before)
+        if switch is not None:
+            switch(numpy_before)

@@ -12,7 +12,6 @@ from neuron_explorer.util.cliargs import UsageError, missing_extra, port_number,
 from neuron_explorer.util.log import get_logger
 
 from .options import OutputError, ViewError, ViewOptions, os_reason
-from .pipeline import run
 
 FORMATS = ("parquet", "json", "perfetto", "summary-text", "summary-json")
 
@@ -268,6 +267,8 @@ def _check_modes(args: argparse.Namespace) -> None:
 def _run(opts: ViewOptions, args: argparse.Namespace | None = None):
     """The run's result, or the exit status when the output cannot be written or the cluster or
     object storage fails (a bad option is a usage error)."""
+    from .pipeline import run  # (here: the other commands parse their arguments without it)
+
     scheduler = getattr(args, "scheduler", None)
     try:
         if scheduler or _is_url(opts.directory) or _is_url(opts.output_file):
@@ -291,6 +292,7 @@ def _run_elsewhere(opts: ViewOptions, scheduler: str | None, endpoint_flag: str 
     from neuron_explorer.util.storage import StorageError
 
     from . import cluster
+    from .pipeline import run
 
     try:
         endpoint = s3_endpoint(endpoint_flag)

@@ -1,0 +1,148 @@
+"""The diff's sides kept as they were read (decision 0168): a step table in process order with its
+time order beside it, collectives matched by one sort, occurrences sorted only where they are not
+in order.  Each gives the rows the previous code gave (``reference``), to the bit, on made-up
+sides built to break them: ties in start and in value, a rank of two processes with the same step
+numbers, a process whose steps are out of start order, more steps than the bootstrap keeps."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from neuron_explorer.analysis import compare as cmp, steps as steps_mod
+from neuron_explorer.diff import dataset, report
+from neuron_explorer.util import alloc
+
+from . import reference
+
+PROCS = [(0, 0), (1, 1), (2, 1), (3, 2)]  # (process index, rank): rank 1 runs two processes
+
+
+def _side(seed: int, n: int, slower_rank: int | None = None) -> dataset.Side:
+    rng = np.random.default_rng(seed)
+    side = dataset.Side(f"side-{seed}")
+    steps = {}
+    for ix, rank in PROCS:
+        side.processes[ix] = dataset.Process("i-0", 100 + ix, rank)
+        start = rng.integers(0, 3, n).cumsum() * 1_000_000  # repeated starts, within and across processes
+        if ix == 3:
+            start = start[rng.permutation(n)]
+        wall = rng.integers(1, 6, n) * 1_000_000 + (3_000_000 if rank == slower_rank else 0)  # ties at the median
+        cols = {c: rng.integers(0, 4, n) * 250_000 for c in dataset.STEP_COLUMNS}
+        cols["wall_ns"] = wall
+        cols["own_ns"] = wall // 2
+        cols["compile_ns"] = np.zeros(n, dtype=np.int64)  # (a part never seen: one value, every row as near)
+        steps[ix] = steps_mod.Steps("cycle", "g", np.arange(n), start, start + wall, cols)
+    side.step_table = dataset._step_table(side, steps)
+    side.step_methods = {"cycle"}
+    return side
+
+
+@pytest.mark.parametrize("n", [3, 700])
+def test_step_rows_are_those_of_the_table_gathered_into_time_order(n):
+    th = cmp.Thresholds()
+    base, cand = _side(1, n), _side(2, n, slower_rank=2)
+    with mock.patch.object(report, "PER_STEP_LIMIT", 50):  # (the table cut, on both)
+        rows, info = report.step_section(base, cand, th, th)
+        want_rows, want = reference.step_rows(base, cand, th)
+    assert [r["key"] for r in rows] == [r["key"] for r in want_rows]
+    for got, exp in zip(rows, want_rows):
+        assert got == exp, got["key"]
+    assert info["per_step"] == want["per_step"] and info["per_step"]["truncated"] == (n > 12)
+    assert (info["baseline_steps"], info["candidate_steps"]) == (want["baseline_steps"], want["candidate_steps"])
+    if n > 512:  # the bootstrap saw a thinned sample, and the slower rank stands out
+        assert any(r["verdict"] == cmp.SLOWER for r in rows if r["kind"] == "straggler")
+
+
+def test_each_ranks_rows_are_in_time_order_whatever_its_processes():
+    t = _side(3, 40).step_table
+    rows = t.rank_rows()
+    assert isinstance(rows[0], slice)  # one process in start order: its own rows, no copy
+    for rank in (1, 2):  # two processes; one process out of order
+        in_time = t.order[t.cols["rank"][t.order] == rank]
+        assert np.array_equal(np.arange(len(t))[rows[rank]], in_time)
+    assert np.array_equal(t.order, np.argsort(t.cols["start_ns"], kind="stable"))
+
+
+def _colls(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for key, neg in ((("all_reduce", "0,1,2,3"), False), (("all_gather", "0,1"), False), (("send", "0,1"), True)):
+        cols = []
+        for rank in range(4):
+            m = 60
+            seq = np.repeat(np.arange(m // 2), 2) if not neg else np.full(m, -1)  # (a sequence number twice)
+            start = np.sort(rng.integers(0, 40, m)) * 1000  # ties between ranks
+            cols.append((rng.choice([1024, 4096], m), seq, np.full(m, rank), start,
+                         start + rng.integers(0, 5, m) * 1000, np.full(m, rank), (rank << 32) + np.arange(m)))
+        out[key] = [np.concatenate([c[i] for c in cols]).astype(np.int64) for i in range(7)]
+    return out
+
+
+def test_collectives_matched_by_one_sort_are_the_previous_instances():
+    for seed in range(4):
+        colls = _colls(seed)
+        side = dataset.Side("s")
+        acc = dataset.Acc()
+        acc.parts = {k: [tuple(v)] for k, v in colls.items()}
+        acc.parts[("broadcast", "0")] = [tuple(np.zeros(0, dtype=np.int64) for _ in range(7))]  # (empty: skipped)
+        dataset._collectives(side, acc)
+        want = reference.collectives(colls)
+        assert side.collectives.keys() == want.keys()
+        for k, occ in side.collectives.items():
+            for f in ("value", "start", "end", "proc", "ids"):
+                assert np.array_equal(getattr(occ, f), getattr(want[k], f)), (k, f)
+
+
+def test_spans_are_the_stable_sort_by_start():
+    rng = np.random.default_rng(5)
+    for start in (np.sort(rng.integers(0, 9, 200)), rng.integers(0, 9, 200), np.zeros(0, dtype=np.int64)):
+        end = start + rng.integers(0, 5, len(start))
+        proc, ids = rng.integers(0, 3, len(start)), np.arange(len(start))
+        got, want = dataset.Occurrences.spans(start, end, proc, ids), \
+            dataset.Occurrences.build(end - start, start, end, proc, ids)
+        for f in ("value", "start", "end", "proc", "ids"):
+            assert np.array_equal(getattr(got, f), getattr(want, f)) and getattr(got, f).dtype == np.int64
+
+
+def test_small_pages_restores_numpys_and_arrows_allocators():
+    from numpy._core.multiarray import _set_madvise_hugepage as switch
+
+    before_pool = pa.default_memory_pool().backend_name
+    before = switch(True)
+    try:
+        with alloc.small_pages():
+            assert pa.default_memory_pool().backend_name == pa.system_memory_pool().backend_name
+            assert switch(False) is False
+            kept = pa.array(np.arange(10))  # (freed later by the pool that made it)
+        assert switch(True) is True and pa.default_memory_pool().backend_name == before_pool
+        assert kept.to_pylist() == list(range(10))
+    finally:
+        switch(before)
+
+
+def test_the_items_runs_check_is_the_expected_column_compared():
+    """``diff_items._runs_are`` (no expected column made) answers what comparing the ``piece``
+    column with the runs the header lists answered, on runs that are right, empty, or damaged."""
+    from neuron_explorer.exporters import diff_items
+
+    rng = np.random.default_rng(9)
+    for trial in range(300):
+        lengths = rng.integers(0, 4, rng.integers(0, 6)).tolist()
+        k0 = int(rng.integers(0, 3))
+        v = np.repeat(np.arange(k0, k0 + len(lengths)), lengths).astype(np.int32)
+        if len(v) and trial % 3:  # damage a row: another run's number, or a swap of two rows
+            i = int(rng.integers(0, len(v)))
+            if trial % 3 == 1:
+                v[i] += int(rng.choice([-1, 1]))
+            else:
+                j = int(rng.integers(0, len(v)))
+                v[i], v[j] = v[j], v[i]
+        if trial % 7 == 0:
+            lengths = lengths + [1]  # the header lists more rows than there are
+        want = sum(lengths) == len(v) and np.array_equal(v, np.repeat(np.arange(k0, k0 + len(lengths)), lengths))
+        got = diff_items._runs_are(pa.chunked_array([pa.array(v, pa.int32())]), k0, lengths)
+        assert got == want, (lengths, k0, v)
