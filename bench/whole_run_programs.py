@@ -26,9 +26,10 @@ def build(torch, workload: str):
     return {"cnn": _cnn, "jax": _jax, "ddp": _ddp}[workload](torch)
 
 
-def _cnn(torch):
+def cnn_net(torch):
+    """The CNN's model class (the MNIST example's net); tests/capture/test_autograd_flops.py counts
+    its flops too."""
     nn, F = torch.nn, torch.nn.functional
-    torch.manual_seed(0)
 
     class Net(nn.Module):
         def __init__(self):
@@ -42,6 +43,14 @@ def _cnn(torch):
             x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
             x = F.relu(self.fc1(torch.flatten(self.drop1(x), 1)))
             return F.log_softmax(self.fc2(self.drop2(x)), dim=1)
+
+    return Net
+
+
+def _cnn(torch):
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    Net = cnn_net(torch)
 
     class Images(torch.utils.data.Dataset):
         def __len__(self):

@@ -10,6 +10,7 @@ from .test_device_and_api import _run_script
 
 torch = pytest.importorskip("torch")
 
+from bench.whole_run_programs import cnn_net  # noqa: E402
 from neuron_explorer.integrations.torch.autograd_flops import (  # noqa: E402
     GraphFlops,
     backward_flops,
@@ -19,19 +20,7 @@ from neuron_explorer.integrations.torch.autograd_flops import (  # noqa: E402
 nn, F = torch.nn, torch.nn.functional
 
 
-class _Cnn(nn.Module):
-    """bench/whole_run_programs.py's MNIST net."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.conv2 = nn.Conv2d(1, 16, 3, 1), nn.Conv2d(16, 32, 3, 1)
-        self.drop1, self.drop2 = nn.Dropout(0.25), nn.Dropout(0.5)
-        self.fc1, self.fc2 = nn.Linear(32 * 12 * 12, 64), nn.Linear(64, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
-        x = F.relu(self.fc1(torch.flatten(self.drop1(x), 1)))
-        return F.log_softmax(self.fc2(self.drop2(x)), dim=1)
+_Cnn = cnn_net(torch)  # bench/whole_run_programs.py's MNIST net
 
 
 class _Lm(nn.Module):
