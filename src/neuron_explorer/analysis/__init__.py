@@ -2,7 +2,8 @@
 filters (``filters``), which job a process's collectives belong to (``jobs``), clock alignment and
 stragglers (``align``), the ``ProcessEvents`` model (``events``), framework events' names and links
 (``framework``), counters (``counters``), device profiles (``device``), training steps and their
-breakdown (``steps``), steps across ranks, utilisation and ranked insights (``insights``), two
+breakdown (``steps``), their numbers tied across ranks by the collectives (``stepalign``), steps
+across ranks, utilisation and ranked insights (``insights``), two
 profiles' items compared (``compare``), one events file's items as a diff compares them
 (``occurrences``) and the summary (``summary``).
 
@@ -10,4 +11,4 @@ Submodules are imported on use; the package itself loads nothing.
 """
 
 __all__ = ["align", "compare", "counters", "device", "events", "filters", "framework", "insights", "jobs",
-           "occurrences", "pbfile", "reader", "steps", "summary"]
+           "occurrences", "pbfile", "reader", "stepalign", "steps", "summary"]

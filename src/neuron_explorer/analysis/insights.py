@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from neuron_explorer.analysis import stepalign
 from neuron_explorer.analysis.steps import BREAKDOWN, FIGURE_AT_MOST
 
 __all__ = ["ALPHA", "NOISE_MIN_NS", "NOISE_SHARE", "PEAKS", "analyse", "measure_peak_flops", "peak_for"]
@@ -231,6 +232,7 @@ def analyse(per_process: list[dict], peak: float | None = None, peak_note: str =
             dtype: str = "bf16") -> dict[str, Any]:
     """The summary-json keys of docs/summary.md from the per-process steps (columns as numpy
     arrays or lists): numpy over processes x steps matrices, Python only per listed row."""
+    per_process = stepalign.aligned(per_process)
     procs: list[dict] = sorted([_Proc(p) for p in per_process if len(p.get("number", []))],
                                key=lambda p: (p["rank"], p["instance_id"], p["pid"]))
     out: dict[str, Any] = {"steps": _steps(procs, per_process)}
@@ -374,7 +376,7 @@ def _per_process_json(every: list[dict], listed: np.ndarray, nprocs: int) -> lis
             idx = np.sort(idx[np.argsort(-w, kind="stable")[:cap]])
         d: dict[str, Any] = {}
         for k, v in p.items():
-            if k.startswith("every_"):
+            if k.startswith(("every_", "anchor_")):
                 continue
             if isinstance(v, np.ndarray) or (isinstance(v, list) and len(v) == n and k not in ("instance_id",)):
                 d[k] = np.asarray(v)[idx].tolist()

@@ -50,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from neuron_explorer.analysis import stepalign
+
 __all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
            "find_steps", "session_steps"]
 
@@ -85,6 +87,10 @@ class Steps:
     # when only some steps were figured (``find_steps(figure_at_most=...)``): the number and span
     # of every step found, the figured ones among them
     every: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # where the numbers come from: "region" (ProfilerStep#N), "mark" (STEP_MARK) or "count"; and
+    # the collectives that tie them to the other ranks' (``analysis.stepalign``: keys, numbers)
+    numbered: str = "count"
+    anchors: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.number)
@@ -93,7 +99,7 @@ class Steps:
         """The same steps on a clock ``offset_ns`` later (monotonic -> the events' wall clock)."""
         every = None if self.every is None else (self.every[0], self.every[1] + offset_ns, self.every[2] + offset_ns)
         return Steps(self.method, self.boundary, self.number, self.start_ns + offset_ns, self.end_ns + offset_ns,
-                     self.columns, every)
+                     self.columns, every, self.numbered, self.anchors)
 
     def to_columns(self) -> dict[str, Any]:
         """Method, boundary and every column (numpy arrays): what a conversion task hands back
@@ -103,12 +109,15 @@ class Steps:
                "start_ns": self.start_ns, "end_ns": self.end_ns, **self.columns}
         if self.every is not None:
             out.update(every_number=self.every[0], every_start_ns=self.every[1], every_end_ns=self.every[2])
+        out["numbered"] = self.numbered
+        if self.anchors is not None:
+            out.update(anchor_key=self.anchors[0], anchor_number=self.anchors[1])
         return out
 
     def to_json(self) -> dict[str, Any]:
         """Columns as lists: a ``steps.per_process`` object of summary-json (docs/summary.md)."""
         return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.to_columns().items()
-                if not k.startswith("every_")}
+                if not k.startswith(("every_", "anchor_"))}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Steps":
@@ -173,25 +182,27 @@ def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, fir
         b_end = b_end[order]
         first = int(b_end[0]) if first is None else first
         b_start = np.concatenate(([min(first, int(b_end[0]))], b_end[:-1]))
-        base = 0
+        base, numbered = 0, "count"
         marks = np.flatnonzero(fw_k == 3)
         if len(marks):  # neuron_explorer.step#B: the first boundary ending after it is step B
             m = marks[np.argmin(fw_s[marks])]
             k = int(np.searchsorted(b_end, fw_s[m], side="right"))
-            base = _mark_number(strings[int(fw_l[m])]) - k
+            base, numbered = _mark_number(strings[int(fw_l[m])]) - k, "mark"
         number = np.arange(len(b_end), dtype=np.int64) + base
     ok = b_end >= b_start  # (a damaged span is no step)
     if not ok.all():
         number, b_start, b_end = number[ok], b_start[ok], b_end[ok]
     if not len(number):
         return None
+    if method == "profiler_step":
+        numbered = "region"
     b_start, b_end = b_start.astype(np.int64, copy=False), b_end.astype(np.int64, copy=False)
     every = None
     if figure_at_most is not None and len(number) > figure_at_most and method != "profiler_step":
         every = (number, b_start, b_end)
         pick = figured_sample(number, b_end - b_start, figure_at_most)
         number, b_start, b_end = number[pick], b_start[pick], b_end[pick]
-    return Steps(method, boundary, number, b_start, b_end, every=every)
+    return Steps(method, boundary, number, b_start, b_end, every=every, numbered=numbered)
 
 
 def _figure(st: Steps, typ, start, end, model_id, label, nbytes, tid, lab_kind, models) -> Steps:
@@ -534,6 +545,8 @@ def session_steps(s, chunk: int = 1 << 20, figure_at_most: int | None = FIGURE_A
         if tname in names:
             sel = np.flatnonzero(typ == tid[tname])
             out[sel] = arg(idx[sel], tname, name)
+    st.anchors = stepalign.session_anchors(s, tcol, start, tid["cc_running"], strings,
+                                           *(st.every if st.every is not None else (st.number, st.start_ns, st.end_ns)))
     return _figure(st, typ, start[idx].astype(np.int64, copy=False), end[idx].astype(np.int64, copy=False), model_id,
                    label, nbytes, tid, lab_kind, models)
 

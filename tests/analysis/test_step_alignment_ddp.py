@@ -1,0 +1,41 @@
+"""A real 2-rank DDP capture where rank 1's ring overwrote its first steps (it records many more
+events per step than rank 0, under a small ring): the summary numbers both ranks' steps as the
+job's, by their all-reduces' sequence numbers (``analysis.stepalign``), so every per-step
+comparison across ranks pairs the same step."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import REPO, clean_env, cli, torchrun
+
+PROGRAM = REPO / "tests" / "programs" / "ring_drift.py"
+STEPS = 30
+pytestmark = pytest.mark.slow
+
+
+def test_a_rank_that_lost_its_first_steps_to_the_ring_is_numbered_as_the_job(tmp_path):
+    cap = tmp_path / "cap"
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
+                    NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC="500", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    p = torchrun(2, PROGRAM, [str(STEPS), "60"], env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count(f"ran {STEPS} steps") == 2
+    out = cli("view", "-d", str(cap), "--output-format", "summary-json", "--output-file", str(tmp_path / "s.json"),
+              "--no-progress", env=clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", "")), check=True)
+    assert out.returncode == 0
+    doc = json.loads((tmp_path / "s.json").read_text())
+    lost = {p["rank"]: sum(p["dropped_events"].values()) for p in doc["profiles"]}
+    assert lost[1] > 1000 and lost[1] > 10 * lost[0], lost  # the loss is counted, not hidden
+    per = {p["rank"]: p for p in doc["steps"]["per_process"]}
+    assert sorted(per) == [0, 1]
+    # rank 0 kept every step; rank 1 only the last few, which keep the job's numbers
+    assert per[0]["number"][0] == 0 and "renumbered_by" not in per[0]
+    assert per[1]["renumbered_by"] > 0 and per[1]["number"][0] == per[1]["renumbered_by"]
+    for p in per.values():
+        assert p["number"][-1] == STEPS - 1 and all(0 <= n < STEPS for n in p["number"])
+    both = [r["number"] for r in doc["steps"]["per_step"] if r["ranks"] == 2]
+    assert both and min(both) >= per[1]["renumbered_by"] and max(both) == STEPS - 1
