@@ -23,14 +23,14 @@ numbers (docs/summary.md, "Steps").
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
 from neuron_explorer.analysis.events import collective_flow_ids
 
 __all__ = ["ANCHORS_AT_MOST", "ANCHORS_PER_GROUP", "MIN_AGREEING", "aligned", "offsets", "pick_anchors",
-           "session_anchors"]
+           "process_anchors", "session_anchors"]
 
 ANCHORS_PER_GROUP = 64  # about this many per (group, op) and process
 ANCHORS_AT_MOST = 1024  # per process, whatever the number of groups
@@ -81,6 +81,37 @@ def session_anchors(s: Any, typ: np.ndarray, start: np.ndarray, cc: int, strings
     idx = np.flatnonzero(typ == cc)
     seq, g, o = (s.events[c][idx].astype(np.int64, copy=False) for c in cols)
     return pick_anchors(seq, g, o, strings, start[idx].astype(np.int64, copy=False), step_number, step_start, step_end)
+
+
+Spans = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def process_anchors(collectives: Iterable[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]],
+                    spans: Spans) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``pick_anchors`` for each process of a profile read as items (``diff``): ``collectives``
+    gives (group, op, seq, start, proc) arrays per group and op, ``spans`` each process's steps
+    (numbers, starts, ends) on the same clock."""
+    strings: list[str] = []
+    seq, start, proc, g, o = [], [], [], [], []
+    for group, op, q, s, p in collectives:
+        strings += [group, op]
+        seq.append(np.asarray(q, dtype=np.int64))
+        start.append(np.asarray(s, dtype=np.int64))
+        proc.append(np.asarray(p, dtype=np.int64))
+        g.append(np.full(len(q), len(strings) - 2, dtype=np.int64))
+        o.append(np.full(len(q), len(strings) - 1, dtype=np.int64))
+    if not seq:
+        return {}
+    cols = [np.concatenate(c) for c in (seq, start, proc, g, o)]
+    order = np.argsort(cols[2], kind="stable")
+    q_, s_, p_, g_, o_ = (c[order] for c in cols)
+    cut = np.flatnonzero(np.diff(p_)) + 1
+    out = {}
+    for lo, hi in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(p_)])).tolist()):
+        span = spans.get(int(p_[lo]))
+        if span is not None:
+            out[int(p_[lo])] = pick_anchors(q_[lo:hi], g_[lo:hi], o_[lo:hi], strings, s_[lo:hi], *span)
+    return out
 
 
 def offsets(numbered: list[str], anchors: list[tuple[np.ndarray, np.ndarray] | None]) -> list[int]:

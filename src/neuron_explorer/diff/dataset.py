@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from neuron_explorer.analysis import steps as steps_mod
+from neuron_explorer.analysis import stepalign, steps as steps_mod
 from neuron_explorer.analysis.occurrences import (  # noqa: F401 - (names a diff's readers used from here)
     COLLECTIVES,
     EXEC,
@@ -292,6 +292,7 @@ def _read_events(side: Side, engine=None) -> None:
         more = f" (and {len(notes) - 1} more events files' likewise)" if len(notes) > 1 else ""
         side.notes.append(notes[0] + more)
     side.step_methods = {st.method for st in steps.values() if len(st)}
+    _align_numbers(side, steps, colls)
     side.step_table = _step_table(side, steps)
     del steps
     for name, (start, end, proc, ids) in graphs.items():
@@ -320,6 +321,25 @@ def read_part(path: str, events_root: str, items_root: str, kinds: dict[str, str
     part = read_file(path, *diff_items.model_args(kinds))
     part.note = note
     return part
+
+
+def _align_numbers(side: Side, steps: dict[int, steps_mod.Steps], colls: Acc) -> None:
+    """The side's step numbers tied across its ranks by their collectives (``analysis.stepalign``):
+    a rank whose capture lost its first steps is numbered as the others, and a note says so."""
+    spans = {p: (st.number, st.start_ns, st.end_ns) for p, st in steps.items() if len(st)}
+    cols = ((g, o, *(np.concatenate([c[i] for c in pieces]) for i in (1, 3, 5)))
+            for (o, g), pieces in colls.parts.items())
+    anchors = stepalign.process_anchors(cols, spans)
+    procs = sorted(spans, key=lambda p: (side.rank_of(p), p))
+    moved = []
+    for p, d in zip(procs, stepalign.offsets([steps[p].numbered for p in procs], [anchors.get(p) for p in procs])):
+        if d:
+            steps[p].number = steps[p].number + d
+            moved.append(f"rank {side.rank_of(p)} by {d:+d}")
+    if moved:
+        more = f" and {len(moved) - 5} more" if len(moved) > 5 else ""
+        side.notes.append(f"step numbers shifted to agree with the collectives' sequence numbers (a capture that "
+                          f"lost its first steps): {', '.join(moved[:5])}{more}")
 
 
 def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTable:
