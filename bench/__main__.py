@@ -83,12 +83,23 @@ def collect(timings: dict) -> dict:
 
 def code_state() -> dict:
     """The last commit that changed src/ (what the figures measure), its date, and the commits
-    since (a result measured on any of them measured this code); {} outside a git checkout."""
+    since (a result measured on any of them measured this code), and the same for each part of
+    src/ a result may measure alone (``table.AREAS``: ``areas``); {} outside a git checkout."""
+    state = _last_change(())
+    if state:
+        state["areas"] = {area: _last_change(excluded) for area, excluded in table.AREAS.items()}
+    return state
+
+
+def _last_change(excluded: tuple[str, ...]) -> dict:
+    """{commit, date, current_commits} of the last commit that changed src/ outside ``excluded``
+    (paths under src/neuron_explorer), {} when git cannot say."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=True).stdout.strip()
 
+    spec = ["src"] + [f":(exclude){os.path.normpath(os.path.join('src/neuron_explorer', x))}" for x in excluded]
     try:
-        last = git("log", "-1", "--format=%h %cI", "--", "src")
+        last = git("log", "-1", "--format=%h %cI", "--", *spec)
         if not last:
             return {}
         commit, date = last.split()

@@ -101,10 +101,40 @@ def _when(s: str):
     return d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)
 
 
-def older_than_code(m: dict | None, code: dict | None) -> str:
+# The part of src/ each result measures, by its file name's prefix: a change elsewhere leaves the
+# figure current.  Capture figures run the capture's code (runtime, hooks, recorders, writers,
+# start-up) and not the offline tools; the offline tools' figures do not run the capture's hooks.
+_OFFLINE = ("analysis", "view", "exporters", "diff", "ui", "cli.py", "notebook.py", "attach.py")
+_CAPTURE = ("runtime", "integrations", "recorders", "capture", "boot.py", "torch.py", "ondemand.py",
+            "discovery.py", "../neuron_explorer_autoload.py", "../neuron_explorer_autostart.pth", "../jax_plugins")
+AREAS: dict[str, tuple[str, ...]] = {
+    "capture": _OFFLINE,  # (monitor/ and ndet/ hold recorders the capture runs: kept in)
+    "offline": _CAPTURE + ("monitor",),
+    "ui": _CAPTURE + ("monitor", "ndet", "diff", "analysis"),
+    "monitor": _OFFLINE[:-3] + ("integrations",),
+}
+_AREA_OF = (("capture_", "capture"), ("eager_overhead", "capture"), ("jax_overhead", "capture"),
+            ("whole_run", "capture"), ("store_instructions", "capture"), ("ndet_instructions", "capture"),
+            ("ondemand_idle", "capture"), ("hook_costs", "capture"), ("import_order", "capture"),
+            ("flush_cost", "capture"), ("attach_latency", "capture"), ("ui", "ui"), ("monitor", "monitor"),
+            ("view_", "offline"), ("json_throughput", "offline"), ("diff_", "offline"), ("summary", "offline"))
+
+
+def area_of(source: str | None) -> str:
+    """The part of src/ (``AREAS``) a result file's figures measure; "" for all of it."""
+    for prefix, area in _AREA_OF:
+        if (source or "").startswith(prefix):
+            return area
+    return ""
+
+
+def older_than_code(m: dict | None, code: dict | None, area: str = "") -> str:
     """Why a figure measured at ``m`` is older than the code it measures (``code``: the last change
     of src/ when the table was collected, and the commits since), or "" when it is not or when
-    nothing says.  By commit when the result names one, else by date."""
+    nothing says.  By commit when the result names one, else by date; with ``area`` (``AREAS``),
+    against the last change of that part of src/ when the code state has it."""
+    if code and area and area in (code.get("areas") or {}):
+        code = code["areas"][area]
     if not m or not code or not code.get("date"):
         return ""
     commit = m.get("commit", "").rstrip("+")
@@ -492,13 +522,14 @@ def render_readme(summary: dict) -> str:
            "| figure | result | same-run peer | target | command |", "| --- | --- | --- | --- | --- |"]
     code = summary.get("code")
     if code:
-        out[2:2] = [f"A result marked *older than the code* was measured before the last change of src/ "
-                    f"({code.get('commit', '?')}, {code.get('date', '?')[:10]}): re-run its command.", ""]
+        out[2:2] = [f"A result marked *older than the code* was measured before the last change of the part of "
+                    f"src/ it measures (of all of src/: {code.get('commit', '?')}, {code.get('date', '?')[:10]}; "
+                    "`bench/table.py` `AREAS` says which parts): re-run its command.", ""]
     for r in summary.get("headline", []):
         cmd = f"`{r['command']}`" if r.get("command") else ""
         value = r["value"]
         m = r.get("measured")
-        stale = older_than_code(m, code)
+        stale = older_than_code(m, code, area_of(r.get("source")))
         if stale:
             value += f" *older than the code: {stale}*"
         elif m and (m.get("date") or m.get("commit")):

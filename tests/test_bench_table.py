@@ -3,6 +3,8 @@ hand: these checks fail when the block, the summary and the result files drift a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import copy
 import json
 import os
@@ -170,3 +172,25 @@ def test_a_figure_older_than_the_code_is_marked_in_the_readme():
     assert "older than the code: measured 2026-11-27" in lines["fig 2"]
     assert "older than the code" not in lines["fig 3"]
     assert table.older_than_code(rows[2]["measured"], None) == ""  # no code state: nothing said
+
+
+def test_a_figure_is_older_only_than_the_part_of_the_code_it_measures():
+    """A capture figure measured before a change of the offline tools alone stays current; a
+    change of the capture's code marks it (``table.AREAS``)."""
+    code = {"commit": "fff0000", "date": "2026-11-29T12:00:00+00:00", "current_commits": ["fff0000"],
+            "areas": {"capture": {"commit": "aaa1111", "date": "2026-11-28T12:00:00+00:00",
+                                  "current_commits": ["aaa1111", "bbb2222", "fff0000"]}}}
+    m = {"date": "2026-11-28T13:00:00+00:00", "commit": "bbb2222"}
+    assert table.area_of("capture_instructions_eager_block.json") == "capture"
+    assert table.area_of("view_throughput.json") == "offline" and table.area_of("ndet.json") == ""
+    assert table.older_than_code(m, code, "capture") == ""
+    assert "measured on bbb2222" in table.older_than_code(m, code, "offline")  # no state for it: all of src/
+    assert "measured on bbb2222" in table.older_than_code(m, code)
+    rows = [dict(table._row("cap", "1.000x", "", "", "cmd", "capture_instructions.json"), measured=m),
+            dict(table._row("view", "1.000x", "", "", "cmd", "view_throughput.json"), measured=m)]
+    lines = {ln.split(" | ")[0][2:]: ln for ln in table.render_readme({"code": code, "headline": rows}).splitlines()
+             if ln.startswith("| ")}
+    assert "older than the code" not in lines["cap"] and "older than the code" in lines["view"]
+    for area, excluded in table.AREAS.items():  # every excluded path exists (a rename must not widen an area)
+        for x in excluded:
+            assert (Path(__file__).resolve().parents[1] / "src" / "neuron_explorer" / x).exists(), (area, x)
