@@ -3,11 +3,10 @@ hand: these checks fail when the block, the summary and the result files drift a
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import copy
 import json
 import os
+from pathlib import Path
 
 import pytest
 
