@@ -51,6 +51,10 @@ def test_the_summary_numbers_a_rank_that_lost_its_first_steps_as_the_job(caps, t
         assert p["number"][-1] == STEPS - 1 and all(0 <= n < STEPS for n in p["number"])
     both = [r["number"] for r in doc["steps"]["per_step"] if r["ranks"] == 2]
     assert both and min(both) >= per[1]["renumbered_by"] and max(both) == STEPS - 1
+    text = cli("view", "-d", str(caps[1]), "--output-format", "summary-text", "--output-file", "-", "--no-progress",
+               env=clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", "")), check=True).stdout
+    assert f"numbered by their collectives (a capture that lost its first steps): rank 1 +{per[1]['renumbered_by']}" \
+        in text, text
 
 
 def test_diff_pairs_the_same_steps_when_one_side_lost_its_first_ones(caps, tmp_path):

@@ -219,6 +219,10 @@ def _analysis_lines(summary: dict[str, Any]) -> list[str]:
     if st is None:
         return []
     lines = ["", f"steps: {st['count']} found ({st['method'] or 'none'})"]
+    moved = [(p.get("rank", -1), p["renumbered_by"]) for p in st.get("per_process") or [] if p.get("renumbered_by")]
+    if moved:
+        lines.append("  numbered by their collectives (a capture that lost its first steps): "
+                     + ", ".join(f"rank {r} {d:+d}" for r, d in moved[:8]) + (" ..." if len(moved) > 8 else ""))
     var, bd = st.get("variation") or {}, st.get("breakdown") or {}
     if var.get("wall_ns_median") is not None:
         lines.append(f"  steady steps {var['steady_steps']}: median {_ms(var['wall_ns_median'])}, p90 "
