@@ -182,3 +182,16 @@ def test_session_sample_matches_figuring_every_step(tmp_path):
     at = np.searchsorted(full.number, part.number)
     for k, v in part.columns.items():
         assert v.tolist() == full.columns[k][at].tolist(), k
+
+
+def test_small_collectives_cost_the_pace_of_their_queue():
+    """A queue of small calls issued together costs, per call, the time from its first call's end
+    to its last end over the calls after the first (the first one's span holds the wait for the
+    other ranks); a call alone costs its span; a call of 1 MiB or more is not small."""
+    rows = [r for k in range(3) for r in one_step(1000 + 100 * k)]
+    rows += [(1, 1210 + i, 1220 + 5 * i, -1, -1, 100) for i in range(4)]  # ends 1220, 1225, 1230, 1235
+    rows += [(1, 1236, 1250, -1, -1, 1 << 20)]
+    c = run(rows).columns
+    assert c["small_collectives"].tolist() == [1, 1, 5] and c["collectives"][2] == 6
+    assert c["small_collective_bytes"].tolist() == [4096, 4096, 4 * 100 + 4096]
+    assert c["small_collective_call_ns"].tolist() == [10, 10, 5]  # (1235 - 1220) / 3; the lone call's 10 apart

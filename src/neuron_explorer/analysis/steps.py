@@ -39,7 +39,8 @@ data loading (``enumerate(DataLoader)#...`` regions), host/framework (other fram
 partition: ``collective_ns`` (all collective time), ``own_ns`` (time in neither a collective nor a
 wait: what a rank spent on its own work, which the straggler rule compares across ranks) and
 ``compute_own_ns`` (compute outside collectives and waits), ``optimizer_ns`` (the optimizer's
-executions), counts and the executions' recorded flops.
+executions), ``small_collective_call_ns`` (what one collective under 1 MiB cost: ``_paced``),
+counts and the executions' recorded flops.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ _OPT_REGION = "Optimizer.step#"
 # the partition of a step's wall time, in priority order (docs/summary.md)
 BREAKDOWN = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns", "data_loading_ns", "host_ns",
              "idle_ns")
-COUNTS = ("executions", "collectives", "collective_bytes", "small_collectives", "compiles", "sync_waits",
-          "numerical_errors", "graphs")
+COUNTS = ("executions", "collectives", "collective_bytes", "small_collectives", "small_collective_bytes", "compiles",
+          "sync_waits", "numerical_errors", "graphs")
 SMALL_COLLECTIVE_BYTES = 1 << 20  # an all-reduce below 1 MiB pays its fixed cost for little data
 FIGURE_AT_MOST = 2000  # steps figured per process by ``view`` (docs/summary.md, "Bounded work")
 
@@ -76,7 +77,8 @@ _C, _X, _W, _K, _D, _H = 1, 2, 4, 8, 16, 32
 class Steps:
     """One process's steps: numbers, spans (ns on the clock of the times given) and per-step
     figures (``columns``: every name of ``BREAKDOWN`` and ``COUNTS`` plus ``wall_ns``,
-    ``collective_ns``, ``own_ns``, ``compute_own_ns``, ``optimizer_ns`` and ``flops``)."""
+    ``collective_ns``, ``own_ns``, ``compute_own_ns``, ``optimizer_ns``, ``small_collective_call_ns`` and
+    ``flops``)."""
 
     method: str  # "profiler_step", "optimizer", "cycle" or "none"
     boundary: str  # what delimits the steps: a graph's name or a region label
@@ -122,7 +124,7 @@ class Steps:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Steps":
         known = set(BREAKDOWN + COUNTS) | {"wall_ns", "collective_ns", "own_ns", "compute_own_ns", "optimizer_ns",
-                                            "flops"}
+                                            "small_collective_call_ns", "flops"}
         cols = {k: np.asarray(v, dtype=np.float64 if k == "flops" else np.int64) for k, v in d.items()
                 if k in known}
         return cls(d["method"], d["boundary"], np.asarray(d["number"], dtype=np.int64),
@@ -443,7 +445,8 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
     n = len(b_start)
     cols: dict[str, np.ndarray] = {"wall_ns": (b_end - b_start).astype(np.int64)}
     if not n or steps is None:
-        for name in BREAKDOWN + ("collective_ns", "own_ns", "compute_own_ns", "optimizer_ns") + COUNTS:
+        durations = ("collective_ns", "own_ns", "compute_own_ns", "optimizer_ns", "small_collective_call_ns")
+        for name in BREAKDOWN + durations + COUNTS:
             cols[name] = np.zeros(n, dtype=np.int64)
         cols["flops"] = np.zeros(n, dtype=np.float64)
         return cols
@@ -477,7 +480,18 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
     cols["executions"] = count(j_ex).astype(np.int64)
     cols["collectives"] = count(j_cc).astype(np.int64)
     cols["collective_bytes"] = np.rint(count(j_cc, np.maximum(cc_b, 0).astype(np.float64))).astype(np.int64)
-    cols["small_collectives"] = count(j_cc, sel=(cc_b >= 0) & (cc_b < SMALL_COLLECTIVE_BYTES)).astype(np.int64)
+    small = (cc_b >= 0) & (cc_b < SMALL_COLLECTIVE_BYTES)
+    cols["small_collectives"] = count(j_cc, sel=small).astype(np.int64)
+    cols["small_collective_bytes"] = np.rint(count(j_cc, np.maximum(cc_b, 0).astype(np.float64), sel=small)
+                                             ).astype(np.int64)
+    cc_e = np.asarray(cats[_X][1], dtype=np.int64)
+    p_start, p_ns, p_calls = _paced(np.asarray(cc_s, dtype=np.int64)[small], cc_e[small])
+    j_p = where(p_start)
+    paced_ns, paced = count(j_p, p_ns), count(j_p, p_calls)
+    span_sum = count(j_cc, np.maximum(cc_e - cc_s, 0).astype(np.float64), sel=small)
+    alone = span_sum / np.maximum(cols["small_collectives"], 1)  # (no call queued: each one's span)
+    cols["small_collective_call_ns"] = np.rint(np.where(paced > 0, paced_ns / np.maximum(paced, 1), alone)
+                                               ).astype(np.int64)
     cols["compiles"] = count(where(ml_s)).astype(np.int64)
     for name, t in counted.items():
         cols[name] = count(where(t)).astype(np.int64)
@@ -495,6 +509,30 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
     pairs = _distinct(j_ex[ok] * (len(flops_of) + 1) + mi[ok]) // (len(flops_of) + 1)
     cols["graphs"] = np.bincount(pairs, minlength=n)[:n].astype(np.int64)
     return cols
+
+
+def _paced(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The busy periods of collective calls ``[s, e)`` (runs of overlapping spans): per period its
+    start, the time from its first call's end to its last end, and its calls but the first.
+    Calls issued together are served one after another (gloo's threads, a NCCL stream): the
+    first call's span holds the wait for the other ranks, which one bucket would pay as well,
+    and each later call ends one call's cost after the one before (docs/summary.md,
+    ``small_collective_call_ns``).  Floats (``bincount`` weights)."""
+    if not len(s):
+        z = np.zeros(0, dtype=np.float64)
+        return s.astype(np.int64), z, z
+    if not (s[1:] >= s[:-1]).all():
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+    e = np.maximum(e, s)
+    reach = np.maximum.accumulate(e)
+    head = np.empty(len(s), dtype=bool)
+    head[0] = True
+    head[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(head)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    paced = (reach[last] - np.minimum.reduceat(e, first)).astype(np.float64)
+    return s[first], paced, (last - first).astype(np.float64)
 
 
 def session_steps(s, chunk: int = 1 << 20, figure_at_most: int | None = FIGURE_AT_MOST) -> Steps:
