@@ -200,3 +200,53 @@ def test_the_snapshot_gates_longest_wait_comes_from_its_variable(monkeypatch):
         else:
             monkeypatch.setenv("NEURON_EXPLORER_GRAD_SNAPSHOT_MAX_MS", value)
         assert _snapshot_max_s() == want, value
+
+
+def _source(torch):
+    from types import SimpleNamespace
+
+    from neuron_explorer.integrations.torch.memory import MemorySource
+
+    return MemorySource(SimpleNamespace(ident=SimpleNamespace(default_core=0), models=[]), torch)
+
+
+def test_the_walk_over_parameters_and_states_is_reused_until_tensors_are_added(monkeypatch):
+    """The sampler and the monitor's publisher ask for memory several times a second; the walk
+    over every parameter and optimizer state runs again only when tensors were added or
+    ``WALK_REFRESH_S`` passed, and every answer equals a fresh walk's."""
+    import torch
+
+    from neuron_explorer.integrations.torch import memory
+
+    src = _source(torch)
+    walks = []
+    real_walk = src._walk
+    monkeypatch.setattr(src, "_walk", lambda opts: walks.append(1) or real_walk(opts))
+    net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 4))
+    for name, p in net.named_parameters():
+        src.on_tensor_registered(net, name, p)
+    opt = torch.optim.Adam(net.parameters())
+    fresh = _source(torch)
+    fresh.params, fresh.optimizers, fresh.grads = src.params, src.optimizers, src.grads
+    monkeypatch.setattr(fresh, "_walked", None)
+
+    def answer():
+        fresh._walked = None  # the reference walks every time
+        return src._attributed(), fresh._attributed()
+
+    a, b = answer()
+    assert a == b and a[(0, "parameters")] == sum(p.numel() * 4 for p in net.parameters())
+    for step in range(3):
+        net(torch.randn(8, 64)).sum().backward()
+        src.snapshot_step(opt)
+        opt.step()
+        a, b = answer()
+        assert a == b, step  # gradients at every call; the states the first step made, at once
+        assert a[(0, "optimizer_state")] == 2 * a[(0, "parameters")] + 4 * 4
+    n = len(walks)
+    for _ in range(20):
+        assert src._attributed() == a
+    assert len(walks) == n  # nothing added: no walk
+    monkeypatch.setattr(memory, "WALK_REFRESH_S", 0.0)
+    src._attributed()
+    assert len(walks) == n + 1  # the period passed: walked again

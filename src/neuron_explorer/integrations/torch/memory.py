@@ -48,6 +48,9 @@ Sample = dict[tuple[int, str], int]
 #: a few microseconds per parameter: on a short step the time bound alone may fall every few steps).
 GRAD_SNAPSHOT_S = 0.1
 GRAD_SNAPSHOT_STEPS = 16
+#: The parameters and optimizer states are walked again at most this often (seconds) unless
+#: tensors were added (``MemorySource._attributed``).
+WALK_REFRESH_S = 2.0
 
 
 class _MallInfo2(ctypes.Structure):
@@ -88,6 +91,8 @@ class MemorySource:
         self.cuda = bool(torch.cuda.is_available())
         # optimizer id -> ((storage key, core, bytes) of its gradients, when read): see the module
         self.grads: dict[int, tuple[list[tuple[int, int, int]], float]] = {}
+        # the latest walk (``_attributed``): (shape, when, parameters by core, their keys, states)
+        self._walked: tuple | None = None
 
     # -- hooks (model construction and once per optimizer step) -------------------------------
     def on_tensor_registered(self, _module, _name, tensor):
@@ -131,24 +136,32 @@ class MemorySource:
         dev = t.device
         return int(dev.index or 0) if dev.type == "cuda" else self.rt.ident.default_core
 
-    def _add(self, out: Sample, seen: set[int], cat: str, t) -> None:
+    def _entry(self, t) -> tuple[int, int, int] | None:
+        """(storage key, core, bytes) of a tensor, or None (not a tensor, no storage of its own)."""
         if t is None or not isinstance(t, self.torch.Tensor):
-            return
+            return None
         try:
             st = t.untyped_storage()
             key = st.data_ptr()
-            if key in seen or key == 0:
-                return
-            seen.add(key)
-            k = (self._core_of(t), cat)
-            out[k] = out.get(k, 0) + int(st.nbytes())
+            return None if key == 0 else (key, self._core_of(t), int(st.nbytes()))
         except (RuntimeError, NotImplementedError):
-            pass  # a meta, sparse or fake tensor: no storage of its own to count
+            return None  # a meta, sparse or fake tensor: no storage of its own to count
 
-    def _attributed(self) -> Sample:
+    def _add(self, out: Sample, seen: set[int], cat: str, t) -> None:
+        e = self._entry(t)
+        if e is not None and e[0] not in seen:
+            seen.add(e[0])
+            out[(e[1], cat)] = out.get((e[1], cat), 0) + e[2]
+
+    def _shape(self, opts: list) -> tuple[int, int, int]:
+        """What changes when tensors are added: registered tensors, optimizers, and their states."""
+        return (len(self.params), len(opts), sum(len(getattr(o, "state", ())) for o in opts if o is not None))
+
+    def _walk(self, opts: list) -> tuple[Sample, set[int], list[tuple[int, int, int]]]:
+        """The parameters' bytes by core, their storage keys, and the optimizer states' tensors as
+        (key, core, bytes): what ``_attributed`` reuses between walks."""
         out: Sample = {}
         seen: set[int] = set()
-        opts = [r() for r in self.optimizers.valuerefs()]
         params = [r() for r in self.params.valuerefs()]
         for opt in opts:
             if opt is None:
@@ -157,15 +170,40 @@ class MemorySource:
                 params.extend(g.get("params", ()))
         for p in params:
             self._add(out, seen, "parameters", p)
-        for snap, _ in list(self.grads.values()):
-            for key, nc, nbytes in snap:
-                if key and key not in seen:
-                    seen.add(key)
-                    out[(nc, "gradients")] = out.get((nc, "gradients"), 0) + nbytes
+        state_seen = set(seen)
+        states: list[tuple[int, int, int]] = []
         for opt in opts:
             for state in list(getattr(opt, "state", {}).values()) if opt is not None else ():
                 for v in list(state.values()) if isinstance(state, dict) else ():
-                    self._add(out, seen, "optimizer_state", v)
+                    e = self._entry(v)
+                    if e is not None and e[0] not in state_seen:
+                        state_seen.add(e[0])
+                        states.append(e)
+        return out, seen, states
+
+    def _attributed(self) -> Sample:
+        """Parameters, then gradients, then optimizer state, each storage counted once.  The walk
+        over the parameters and the optimizer states (a few calls per tensor: milliseconds for a
+        large model, at every sample of the sampler and of the monitor's publisher) is redone only
+        when tensors were added (``_shape``) or ``WALK_REFRESH_S`` passed; the gradients come from
+        the latest snapshots at every call.  Between walks the categories' split may lag by up to
+        that long; their sum, and so ``tensors``, does not (it is the heap or the allocator's)."""
+        opts = [r() for r in self.optimizers.valuerefs()]
+        shape, now = self._shape(opts), time.monotonic()
+        cached = self._walked
+        if cached is None or cached[0] != shape or now - cached[1] >= WALK_REFRESH_S:
+            cached = self._walked = (shape, now, *self._walk(opts))
+        params, seen, states = cached[2], cached[3], cached[4]
+        out: Sample = dict(params)
+        counted: set[int] = set()
+        for snap, _ in list(self.grads.values()):
+            for key, nc, nbytes in snap:
+                if key and key not in seen and key not in counted:
+                    counted.add(key)
+                    out[(nc, "gradients")] = out.get((nc, "gradients"), 0) + nbytes
+        for key, nc, nbytes in states:
+            if key not in counted:
+                out[(nc, "optimizer_state")] = out.get((nc, "optimizer_state"), 0) + nbytes
         return out
 
     def __call__(self) -> Sample:
