@@ -5,14 +5,11 @@ the header as JSON has them; a damaged body is refused in one line and never rea
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import orjson
 import pytest
 
 from neuron_explorer.ui import queries, wire
-from tests.fuzzing import examples, seed
 
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
@@ -20,6 +17,8 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient  # noqa: E402
 
 from neuron_explorer.ui.app import create_app  # noqa: E402
+
+from .test_packed import fuzz_unpack  # noqa: E402
 
 SYNTH = "synth-8r"
 
@@ -120,20 +119,4 @@ def test_damaged_window_bodies_are_refused_in_one_line(clients: tuple[TestClient
     body = raw.get(f"/api/profiles/{SYNTH}/window", params={"mode": "cpu_device", "rows": rows, "t0": 0,
                                                              "t1": dur / 64, "px": 300, "format": "bin"}).content
     assert wire.unpack(body)[1]["s"].size > 0
-    rnd = random.Random(seed(175))
-    for k in range(examples(400)):
-        b = bytearray(body)
-        if rnd.random() < 0.3:
-            b = b[: rnd.randrange(len(b))]
-        head_end = 8 + int.from_bytes(body[4:8], "little")
-        for _ in range(rnd.randint(1, 6)):  # most damage in the header, where the parser reads
-            if b:
-                b[rnd.randrange(min(len(b), head_end) if rnd.random() < 0.7 else len(b))] = rnd.randrange(256)
-        try:
-            h, arrays = wire.unpack(bytes(b))
-        except ValueError as e:
-            assert "\n" not in str(e), (k, str(e))
-            continue
-        assert isinstance(h, dict)
-        for a in arrays.values():  # what is returned lies inside the body
-            assert a.nbytes <= len(b), k
+    fuzz_unpack(body, 175, hot=8 + int.from_bytes(body[4:8], "little"))
