@@ -19,21 +19,19 @@ pytestmark = pytest.mark.slow
 
 ARTIFACTS = REPO / "test-artifacts" / "ui"
 
-# JS: the request the timeline makes for its current view (as Timeline.fetch builds it), asked packed
-# and as JSON; the page's decoder against JSON.parse, field by field, and the timeline's items against
-# the JSON answer's
+# JS: the timeline's last window request, asked again packed and as JSON; the page's decoder against
+# JSON.parse, field by field, and the timeline's items against the JSON answer's
 COMPARE = """async () => {
   const t = %s, api = await import('/static/js/api.js');
-  const w = window.__nx.state.widgets.find((x) => x.type === 'system-trace');
   const asked = performance.getEntriesByType('resource')
     .filter((e) => e.name.includes('/window?') && !e.name.includes('/device/'));
   if (!asked.length) return 'no window asked';
   const last = new URL(asked[asked.length - 1].name);
   if (last.searchParams.get('format') !== 'bin') return 'not packed: ' + last.search;
-  const u = new URL(`/api/profiles/${encodeURIComponent(w.profile)}/window`, location.href);
-  const q = { mode: w.mode, layout: w.layout, rows: api.encodeRows(t.visibleRows().ev), t0: t.t0, t1: t.t1,
-              px: Math.round(t.areaW) };
-  for (const [k, v] of Object.entries(q)) u.searchParams.set(k, String(v));
+  // the timeline's last request (settled: the answer it ingested); its rows may have scrolled or
+  // relaid out since, so it is asked again as it was, not rebuilt from the current view
+  const u = new URL(last);
+  u.searchParams.delete('format');
   const js = await (await fetch(u)).json();
   u.searchParams.set('format', 'bin');
   const res = await fetch(u);
