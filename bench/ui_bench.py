@@ -267,6 +267,37 @@ def cold_open(url: str, name: str, server_pid: int | None = None, timings: bool 
             **({"requests": [r for r in reqs if r[2] <= got["f"]]} if reqs is not None else {})}
 
 
+def play(pg, ops: list[str]) -> None:
+    """The bench's pan/zoom operations, as a user does them (keys; Ctrl+wheel zooms at the mouse)."""
+    for op in ops:
+        if op in ("wheel+", "wheel-"):
+            pg.keyboard.down("Control")
+            pg.mouse.wheel(0, -240 if op == "wheel+" else 240)
+            pg.keyboard.up("Control")
+        else:
+            pg.keyboard.press(op)
+        pg.wait_for_timeout(160)
+    pg.wait_for_timeout(1000)
+
+
+def expanded_ops(pg, ops: list[str], psutil, blank: dict) -> dict:
+    """Every rank expanded (a screenful of tracks, each a window row), back to the whole profile, then
+    ``ops``: the window fetches' times (request to decoded answer, in the page) and the browser's PSS."""
+    pg.evaluate("""() => { const t = window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline;
+        t.collapsed.clear(); t.relayout(); t.t0 = 0; t.t1 = t.source.duration; t.refresh(); }""")
+    pg.wait_for_function("() => !window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline.pending",
+                         timeout=120_000)
+    pg.evaluate("window.__nxStats.windowMs = []")
+    play(pg, ops)
+    asked = sum("/window?" in u for u in pg.evaluate("performance.getEntriesByType('resource').map((e) => e.name)"))
+    wms = pg.evaluate("window.__nxStats.windowMs")
+    own = _own_browser_memory(psutil)
+    return {"window_fetch_ms": {"p50": round(statistics.median(wms), 1), "p95": round(p95(wms), 1), "n": len(wms)},
+            "window_requests_total": asked, **own,
+            **{f"page_{k}_bytes": own[f"own_chromium_{k}_bytes"] - blank[f"own_chromium_{k}_bytes"]
+               for k in ("pss", "uss")}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", type=int, default=8)
@@ -336,6 +367,9 @@ def main() -> None:
         srv_ms: dict[str, list[float]] = {}
         parse_ms: list[float] = []
         with_parse: dict[str, list[float]] = {}  # the pre-2026-11-21 measure, for comparisons
+        packed_ms: dict[str, list[float]] = {}
+        packed_bytes: list[int] = []
+        json_bytes: list[int] = []
         rng = np.random.default_rng(1)
         for span_frac in SPANS:
             span = dur * span_frac
@@ -358,6 +392,19 @@ def main() -> None:
                 st = dict(x.strip().split(";dur=") for x in w.headers.get("server-timing", "").split(",")
                           if ";dur=" in x)
                 srv_ms.setdefault(f"1/{round(1 / span_frac)}", []).append(sum(float(x) for x in st.values()))
+                # the same window packed (format=bin, what the browser asks since decision 0175): request
+                # and the client's unpack (views on the body, as the page's typed arrays)
+                t = time.perf_counter()
+                bn = cl.get(f"/api/profiles/{store.name}/window", params={
+                    "mode": "cpu_device", "rows": ",".join(map(str, ev_rows)), "t0": a, "t1": a + span, "px": 1300,
+                    "format": "bin"})
+                if bn.headers.get("content-type") == "application/octet-stream":
+                    from neuron_explorer.ui.wire import unpack
+
+                    unpack(bn.content)
+                    packed_ms.setdefault("all", []).append((time.perf_counter() - t) * 1000)
+                    packed_bytes.append(len(bn.content))
+                    json_bytes.append(len(w.content))
             v = lat_zoom.setdefault(f"1/{round(1 / span_frac)}", [])
             v.extend(lat["all"][-args.repeat:])
         res["window_query_ms"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1), "n": len(v)}
@@ -370,6 +417,14 @@ def main() -> None:
             k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)} for k, v in with_parse.items()}
         res["window_server_ms_by_span"] = {k: {"p50": round(statistics.median(v), 1), "p95": round(p95(v), 1)}
                                            for k, v in srv_ms.items() if v}
+        if packed_ms:  # a server of before decision 0175 answers JSON to format=bin: no figure
+            v = packed_ms["all"]
+            res["window_packed_query_plus_client_unpack_ms"] = {"p50": round(statistics.median(v), 1),
+                                                                 "p95": round(p95(v), 1), "n": len(v)}
+            res["window_answer_bytes_median"] = {"json": statistics.median(json_bytes),
+                                                 "packed": statistics.median(packed_bytes)}
+            print(f"window packed (format=bin) with the client's unpack: p50 {statistics.median(v):.1f} ms, "
+                  f"p95 {p95(v):.1f} ms; median answer {res['window_answer_bytes_median']}", flush=True)
         for k, v in res["window_query_ms_by_span"].items():
             s = res["window_server_ms_by_span"].get(k, {})
             w = res["window_query_plus_client_parse_ms_by_span"].get(k, {})
@@ -458,15 +513,7 @@ def main() -> None:
 
                 ops = (["w"] * 14 + ["d", "a", "ArrowRight", "ArrowLeft"] * 3 + ["s"] * 6 + ["wheel+", "wheel-"] * 4
                        + ["PageDown", "PageUp"] * 2)
-                for op in ops:
-                    if op in ("wheel+", "wheel-"):  # Ctrl+wheel zooms at the mouse (a plain wheel scrolls)
-                        pg.keyboard.down("Control")
-                        pg.mouse.wheel(0, -240 if op == "wheel+" else 240)
-                        pg.keyboard.up("Control")
-                    else:
-                        pg.keyboard.press(op)
-                    pg.wait_for_timeout(160)
-                pg.wait_for_timeout(1000)
+                play(pg, ops)
                 ms = pg.evaluate("window.__nxStats.windowMs")
                 res["browser_window_fetch_ms"] = {"p50": round(statistics.median(ms), 1), "p95": round(p95(ms), 1),
                                                   "n": len(ms)}
@@ -480,6 +527,14 @@ def main() -> None:
                 res["browser_memory"] = {"js_heap_used_bytes": int(m.get("JSHeapUsedSize", 0)),
                                          "performance_memory_used_bytes": mem, **own, "blank_page": blank, **page,
                                          "page_errors": errors}
+                # the same operations with every rank expanded: the page now asks /window for its tracks
+                # (collapsed, it asks only /busy); its window fetches include the page's decoding
+                res["browser_expanded"] = expanded_ops(pg, ops, psutil, blank)
+                e = res["browser_expanded"]
+                print(f"browser, ranks expanded: window fetch + decode p50 {e['window_fetch_ms']['p50']} ms, "
+                      f"p95 {e['window_fetch_ms']['p95']} ms (n={e['window_fetch_ms']['n']}); own Chromium PSS "
+                      f"{e['own_chromium_pss_bytes'] / 1e6:.0f} MB (page {e['page_pss_bytes'] / 1e6:.0f} MB)",
+                      flush=True)
                 pg.screenshot(path=str(work / "bench.png"))
                 b.close()
         res["server_rss_bytes"] = __import__("psutil").Process(srv.pid).memory_info().rss

@@ -169,7 +169,8 @@ def tracks(ws: Workspace, req: Request) -> Any:
 
 
 def window(ws: Workspace, req: Request) -> Any:
-    return queries.window(_early(ws, req), _mode(req, ws), _rows(req), *_range(req), _layout(req))
+    fn = queries.window_packed if _packed(req) else queries.window
+    return fn(_early(ws, req), _mode(req, ws), _rows(req), *_range(req), _layout(req))
 
 
 def counters(ws: Workspace, req: Request) -> Any:

@@ -31,10 +31,13 @@ export function unpack(buf) {
   const n = dv.getUint32(4, true);
   if (8 + n > buf.byteLength) throw new Error("packed header runs past the answer");
   const head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n)));
+  if (!head || typeof head !== "object" || Array.isArray(head)) throw new Error("packed header is not an object");
   const start = Math.ceil((8 + n) / 8) * 8;
   for (const [name, m] of Object.entries(head.arrays || {})) {
-    const T = TYPED[m.dtype];
-    if (!T || start + m.offset + m.length * T.BYTES_PER_ELEMENT > buf.byteLength) throw new Error(`packed array ${name} is damaged`);
+    const T = TYPED[m?.dtype];
+    const ok = T && Number.isInteger(m.offset) && Number.isInteger(m.length) && m.offset >= 0 && m.length >= 0
+      && m.offset % T.BYTES_PER_ELEMENT === 0 && start + m.offset + m.length * T.BYTES_PER_ELEMENT <= buf.byteLength;
+    if (!ok) throw new Error(`packed array ${name} is damaged`);
     head[name] = new T(buf, start + m.offset, m.length);
   }
   delete head.arrays;
@@ -62,7 +65,8 @@ export const api = {
   // waitMs: the server answers as soon as the first paint can start, or after that long
   status: (name, waitMs) => get(`${P(name)}/status`, waitMs ? { wait_ms: waitMs } : undefined),
   tracks: (name, mode, layout) => get(`${P(name)}/tracks`, { mode, layout }),
-  window: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/window`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
+  // packed (decision 0175): row, s, e, c, d, id, leaf as typed arrays (ids beyond 2^53 stay strings)
+  window: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/window`, { mode, layout, rows: encodeRows(rows), t0, t1, px, format: "bin" }, signal),
   counters: (name, mode, layout, rows, t0, t1, px, signal) => get(`${P(name)}/counters`, { mode, layout, rows: encodeRows(rows), t0, t1, px }, signal),
   // packed (decision 0165): per group and pixel, busy and cc bytes as two typed arrays, group i at i * px
   busy: (name, mode, layout, groups, t0, t1, px, signal) => get(`${P(name)}/busy`, { mode, layout, groups: groups.map(encodeRows).join(";"), t0, t1, px, format: "bin" }, signal),

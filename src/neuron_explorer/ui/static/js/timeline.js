@@ -623,6 +623,10 @@ export class Timeline {
     }
     this.events = by;
     if (grew) this.relayout();
+    // a packed answer (decision 0175): its values were copied into the items above and nothing else
+    // holds its views, so its bytes go now rather than at a GC the page seldom runs (as in 0165)
+    const buf = w.row.buffer;
+    if (buf instanceof ArrayBuffer && buf.transfer) buf.transfer(0);
   }
 
   /** The selected event's flows and framework chain (``/event/flows``), drawn in "selected" mode. */

@@ -1,0 +1,85 @@
+"""The Summary page shows a memory finding and opens the timeline at its range, in real Chromium on a
+real capture: ``tests/programs/pathologies.py leak`` keeps each step's loss (its autograd graph
+with it), so device memory (the host's, on the CPU substrate) grows every step and ``view`` writes a
+``memory_growth`` insight into the profile's summary.json (decision 0159, docs/summary.md).
+
+``memory_near_limit`` is not reachable this way: on the CPU substrate its limit is the host's memory
+(used + available), which no test may fill; its rule is covered by tests/analysis/
+test_insights_memory.py on hand-made step series."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from tests.conftest import REPO, clean_env, cli, free_port, run
+
+from .helpers import FIRST_TL, canvas_origin, chromium, ready, screen_pixels, start_server, stop_server, watch_errors
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = REPO / "test-artifacts" / "ui"
+PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
+NAME = "leak"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("leak")
+    cap, ws = base / "capture", base / "workspace"
+    path = os.environ.get("PYTHONPATH", "")
+    run([sys.executable, str(PROGRAM), "leak", "24"],
+        clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
+                  NEURON_EXPLORER_SAMPLE_PERIOD_MS="20", PYTHONPATH=path))
+    cli("view", "-d", str(cap), "--ingest-only", "--data-path", str(ws), "--display-name", NAME,
+        "--no-progress", env=clean_env(PYTHONPATH=path), check=True)
+    assert (ws / NAME / "summary.json").is_file()
+    p, url = start_server(ws, free_port(), clean_env(XDG_CACHE_HOME=str(base / "cache"), PYTHONPATH=path))
+    yield url
+    stop_server(p)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from chromium(ARTIFACTS)
+
+
+def test_summary_page_shows_memory_growth_and_opens_its_range(browser, served: str) -> None:
+    pg = browser.new_page(viewport={"width": 1600, "height": 1000})
+    watch_errors(pg)
+    try:
+        pg.goto(served + f"#/s/{NAME}")
+        pg.wait_for_selector("[data-testid=summary-page] [data-testid=insight]", timeout=60000)
+        si = pg.evaluate(f"() => fetch('/api/profiles/{NAME}/insights').then((r) => r.json())")
+        ins = next((x for x in si["insights"] if x["id"] == "memory_growth"), None)
+        assert ins is not None, [x["id"] for x in si["insights"]]
+        assert ins["t0"] is not None and ins["t1"] is not None and ins["t1"] > ins["t0"]
+        item = pg.locator("[data-testid=summary-page] [data-testid=insight]", has_text=ins["title"])
+        assert item.count() == 1
+        text = item.inner_text()
+        assert "device memory grows by" in text and "memory (no time estimate)" in text, text
+        assert ins["recommendation"][:40] in text
+        # the finding is on the screen, not only in the DOM: its title's line is drawn (dark text
+        # pixels inside the item's box)
+        box = item.bounding_box()
+        px = screen_pixels(pg, {"x": box["x"], "y": box["y"], "width": box["width"], "height": min(box["height"], 20)})
+        assert (px.max(axis=2) < 100).mean() > 0.01
+        pg.screenshot(path=str(ARTIFACTS / "memory-insight-summary.png"))
+        # following it opens the System Trace Viewer at its range (the steps that grew)
+        item.locator("[data-testid=insight-open]").click()
+        ready(pg)
+        t0, t1 = pg.evaluate(f"() => [{FIRST_TL}.t0, {FIRST_TL}.t1]")
+        assert t0 <= ins["t0"] and ins["t1"] <= t1 and (t1 - t0) < 1.2 * (ins["t1"] - ins["t0"]), (t0, t1, ins)
+        # its mark on the time axis: red pixels at the ruler's foot over the range
+        ox, oy = canvas_origin(pg)
+        x0 = pg.evaluate(f"(t) => {FIRST_TL}.xOf(t)", ins["t0"])
+        x1 = pg.evaluate(f"(t) => {FIRST_TL}.xOf(t)", ins["t1"])
+        px = screen_pixels(pg, {"x": ox + x0 + 20, "y": oy + 21, "width": max(10, x1 - x0 - 40), "height": 4})
+        red = (px[:, :, 0] > 150) & (px[:, :, 1] < 90) & (px[:, :, 2] < 90)
+        assert red.mean() > 0.8, red.mean()
+        pg.screenshot(path=str(ARTIFACTS / "memory-insight-timeline.png"))
+        assert pg.console_errors == [], pg.console_errors
+    finally:
+        pg.close()
