@@ -250,3 +250,17 @@ def test_the_walk_over_parameters_and_states_is_reused_until_tensors_are_added(m
     monkeypatch.setattr(memory, "WALK_REFRESH_S", 0.0)
     src._attributed()
     assert len(walks) == n + 1  # the period passed: walked again
+
+
+def test_a_graphs_code_is_counted_in_utf8_bytes_and_follows_its_replacement():
+    from types import SimpleNamespace
+
+    import torch
+
+    src = _source(torch)
+    model = SimpleNamespace(nc_idx=0, artifacts={"code": "def f(x):\n    return x  # é\n"})
+    src.rt.models.append(model)
+    want = len(model.artifacts["code"].encode())
+    assert [src()[(0, "model_code")] for _ in range(3)] == [want] * 3
+    model.artifacts["code"] = "ü" * 1000  # recompiled
+    assert src()[(0, "model_code")] == 2000

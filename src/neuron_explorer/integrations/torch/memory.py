@@ -93,6 +93,7 @@ class MemorySource:
         self.grads: dict[int, tuple[list[tuple[int, int, int]], float]] = {}
         # the latest walk (``_attributed``): (shape, when, parameters by core, their keys, states)
         self._walked: tuple | None = None
+        self._code_sizes: dict[int, tuple[str, int]] = {}  # id(code) -> (code, UTF-8 bytes)
 
     # -- hooks (model construction and once per optimizer step) -------------------------------
     def on_tensor_registered(self, _module, _name, tensor):
@@ -222,8 +223,20 @@ class MemorySource:
             code = m.artifacts.get("code") if isinstance(m.artifacts, dict) else None
             if isinstance(code, str):
                 k = (m.nc_idx, "model_code")
-                out[k] = out.get(k, 0) + len(code.encode())
+                out[k] = out.get(k, 0) + self._code_bytes(code)
         return out
+
+    def _code_bytes(self, code: str) -> int:
+        """UTF-8 bytes of a graph's code, encoded once per code string (a compiled graph's code is
+        tens of kilobytes, and the sampler asks several times a second)."""
+        hit = self._code_sizes.get(id(code))
+        if hit is not None and hit[0] is code:
+            return hit[1]
+        if len(self._code_sizes) > 4 * len(self.rt.models) + 64:
+            self._code_sizes.clear()  # (codes replaced or models gone)
+        n = len(code.encode())
+        self._code_sizes[id(code)] = (code, n)
+        return n
 
     def _cuda(self, out: Sample, named: dict[int, int]) -> None:
         cuda = self.torch.cuda
