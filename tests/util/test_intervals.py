@@ -50,3 +50,13 @@ def test_union_length_is_the_covered_count_on_random_intervals():
 def test_large_timestamps_do_not_overflow():
     base = 1 << 62
     assert union_length(_arr(base, base + 5), _arr(base + 10, base + 20)) == 20
+
+
+def test_a_reversed_interval_is_empty_and_runs_keep_their_members():
+    from neuron_explorer.util.intervals import overlap_runs
+
+    s, e = np.array([0, 10, 12, 30]), np.array([5, 4, 20, 40])  # [10, 4) is reversed: empty
+    assert [x.tolist() for x in merge(s, e)] == [[0, 10, 12, 30], [5, 10, 20, 40]]
+    assert union_length(s, e) == 5 + 8 + 10
+    _s, _e, reach, first, last = overlap_runs(np.array([3, 0, 1]), np.array([4, 2, 2]))
+    assert first.tolist() == [0, 2] and last.tolist() == [1, 2] and reach.tolist() == [2, 2, 4]

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from neuron_explorer.analysis import stepalign
+from neuron_explorer.util.intervals import merge, overlap_runs
 
 __all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
            "find_steps", "session_steps"]
@@ -340,27 +341,8 @@ def _step_of(steps: Steps, t: np.ndarray) -> np.ndarray:
     return _Locator(steps)(t)
 
 
-def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals ``[s, e)`` as sorted, disjoint intervals (reversed spans are empty).
-    A stable sort: already sorted input, or two sorted runs (the union of two unions), is merged
-    in linear time."""
-    if not len(s):
-        return s.astype(np.int64), e.astype(np.int64)
-    if not (s[1:] >= s[:-1]).all():  # (events come in time order: usually no sort)
-        o = np.argsort(s, kind="stable")
-        s, e = s[o], e[o]
-    e = np.maximum(e, s)
-    reach = np.maximum.accumulate(e)
-    head = np.empty(len(s), dtype=bool)
-    head[0] = True
-    head[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(head)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
-
-
 def _join(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    return _union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+    return merge(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
 
 
 class _Spans:
@@ -451,7 +433,7 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
         cols["flops"] = np.zeros(n, dtype=np.float64)
         return cols
     spans = _Spans(b_start.astype(np.int64), b_end.astype(np.int64))
-    u = {bit: _union(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
+    u = {bit: merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
     covered = [spans.within(u[_C])]
     acc = u[_C]
     for bit in (_X, _W, _K, _D, _H):  # (an empty category adds nothing: the same union)
@@ -521,16 +503,7 @@ def _paced(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     if not len(s):
         z = np.zeros(0, dtype=np.float64)
         return s.astype(np.int64), z, z
-    if not (s[1:] >= s[:-1]).all():
-        o = np.argsort(s, kind="stable")
-        s, e = s[o], e[o]
-    e = np.maximum(e, s)
-    reach = np.maximum.accumulate(e)
-    head = np.empty(len(s), dtype=bool)
-    head[0] = True
-    head[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(head)
-    last = np.append(first[1:] - 1, len(s) - 1)
+    s, e, reach, first, last = overlap_runs(s, e)
     paced = (reach[last] - np.minimum.reduceat(e, first)).astype(np.float64)
     return s[first], paced, (last - first).astype(np.float64)
 
