@@ -73,6 +73,20 @@ def start_server(workspace: Path, port: int, env: dict[str, str],
     return p, url
 
 
+def serve_for_module(workspace: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The body of a module fixture: a UI server on ``workspace`` with its own cache directory,
+    yielding its URL and stopped after the module's tests."""
+    from tests.conftest import clean_env, free_port
+
+    env = clean_env(XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg-cache")))
+    p, url = start_server(workspace, free_port(), env)
+    assert url.startswith("http://127.0.0.1:"), url
+    try:
+        yield url
+    finally:
+        stop_server(p)
+
+
 def stop_server(p: subprocess.Popen) -> None:
     p.terminate()
     try:

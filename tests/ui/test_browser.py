@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, clean_env, free_port
+from tests.conftest import REPO
 
-from .helpers import chromium, start_server, stop_server, watch_errors
+from .helpers import chromium, serve_for_module, watch_errors
 
 pytestmark = pytest.mark.slow
 
@@ -99,11 +99,7 @@ def click_item(page, profile: str, name: str, group: str | None, single: bool = 
 
 @pytest.fixture(scope="module")
 def served(ui_workspace: Path, tmp_path_factory: pytest.TempPathFactory):
-    env = clean_env(XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg-cache")))
-    p, url = start_server(ui_workspace, free_port(), env)
-    assert url.startswith("http://127.0.0.1:")
-    yield url
-    stop_server(p)
+    yield from serve_for_module(ui_workspace, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, clean_env, free_port
+from tests.conftest import REPO
 
-from .helpers import FIRST_TL, chromium, ready, screen_pixels, settle, start_server, stop_server, watch_errors
+from .helpers import FIRST_TL, chromium, ready, screen_pixels, serve_for_module, settle, watch_errors
 from .test_browser import click_item
 
 pytestmark = pytest.mark.slow
@@ -72,10 +72,7 @@ USE_JSON = """async (json) => {
 
 @pytest.fixture(scope="module")
 def served(ui_workspace: Path, tmp_path_factory: pytest.TempPathFactory):
-    env = clean_env(XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg-cache")))
-    p, url = start_server(ui_workspace, free_port(), env)
-    yield url
-    stop_server(p)
+    yield from serve_for_module(ui_workspace, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

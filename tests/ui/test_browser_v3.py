@@ -27,6 +27,7 @@ from .helpers import (
     chromium,
     ready,
     screen_pixels,
+    serve_for_module,
     settle,
     start_server,
     stop_server,
@@ -95,10 +96,7 @@ def ddp_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(ddp_workspace: Path, tmp_path_factory: pytest.TempPathFactory):
-    env = clean_env(XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg-cache")))
-    p, url = start_server(ddp_workspace, free_port(), env)
-    yield url
-    stop_server(p)
+    yield from serve_for_module(ddp_workspace, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
