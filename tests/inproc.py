@@ -65,6 +65,28 @@ def _captured(fd: int) -> Iterator[tuple[io.TextIOWrapper, list[str]]]:
             got.append(f.read().decode("utf-8", "replace").replace("\r\n", "\n"))
 
 
+@contextlib.contextmanager
+def _fresh_logging() -> Iterator[None]:
+    """Our logger tree as a fresh process would have it under the call's environment: no handler a
+    library or an earlier test added to the root logger (which would silence our default handler,
+    ``util.log._configured_elsewhere``), pytest's own kept, and the level read from the call's
+    ``NEURON_EXPLORER_LOG_LEVEL``; both restored after the call."""
+    import logging
+
+    from neuron_explorer.util import log
+
+    root, ours = logging.getLogger(), logging.getLogger(log.ROOT)
+    handlers, level = list(root.handlers), ours.level
+    root.handlers = [h for h in handlers if not log._user_handler(h)]
+    ours.setLevel(logging.NOTSET)
+    log._setup()
+    try:
+        yield
+    finally:
+        root.handlers = handlers
+        ours.setLevel(level)
+
+
 def _entry(tool: str) -> Callable[[list[str]], int | None]:
     import importlib
 
@@ -76,7 +98,7 @@ def run_tool(tool: str, args: list[str], env: dict[str, str]) -> subprocess.Comp
     """``python -m <tool> *args`` with ``env`` as its whole environment, run in this process."""
     main = _entry(tool)
     with _captured(1) as (out, out_text), _captured(2) as (err, err_text):
-        with _environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with _environment(env), _fresh_logging(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(args))
             except SystemExit as e:

@@ -49,3 +49,25 @@ def test_sys_exit_and_an_escaping_exception_are_statuses(fake):
 def test_the_real_command_line_answers_usage_errors_as_its_process_does():
     r = run_tool("neuron_explorer", ["view", "--no-such-flag"], dict(os.environ))
     assert r.returncode == 2 and "unrecognized arguments: --no-such-flag" in r.stderr and r.stdout == ""
+
+
+def test_a_root_handler_another_test_added_does_not_silence_the_tool(fake):
+    import logging
+
+    from neuron_explorer.util.log import get_logger
+
+    def _warn(argv: list[str]) -> int:
+        get_logger(__name__).warning("neuron-explorer: warning: said once")
+        return 0
+
+    stray = logging.StreamHandler()
+    logging.getLogger().addHandler(stray)
+    try:
+        globals()["_warning_main"] = _warn
+        TOOLS[fake] = (__name__, "_warning_main")
+        r = run_tool(fake, [], {})
+        assert stray in logging.getLogger().handlers  # put back after the call
+    finally:
+        logging.getLogger().removeHandler(stray)
+        globals().pop("_warning_main", None)
+    assert r.stderr == "neuron-explorer: warning: said once\n"
