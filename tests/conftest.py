@@ -54,6 +54,25 @@ def cli(*args: str, env: dict[str, str] | None = None, check: bool = False, **kw
     return run([sys.executable, "-m", "neuron_explorer", *args], env or clean_env(), check=check, **kw)
 
 
+def cli_in_process(*args: str, env: dict[str, str] | None = None, check: bool = False,
+                   cwd: str | Path | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``cli`` run in this process (``tests.inproc``), for the tests that read what a conversion or
+    ``check`` answers rather than how a process starts or ends: the same status and output without a
+    fresh interpreter's 0.3 CPU-s (decision 0173).  ``timeout`` is accepted and not applied."""
+    from .inproc import run_tool
+
+    prev = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        p = run_tool("neuron_explorer", list(args), env or clean_env())
+    finally:
+        os.chdir(prev)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{p.args} failed with {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}")
+    return p
+
+
 def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], Any]) -> tuple[Path, Any]:
     """A directory ``build`` fills once per test run, whichever pytest-xdist worker asks first.
 

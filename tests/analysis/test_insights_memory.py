@@ -14,7 +14,12 @@ import pytest
 
 from neuron_explorer.analysis import insights
 from neuron_explorer.analysis.steps import BREAKDOWN, COUNTS
-from tests.conftest import REPO, clean_env, cli, run
+from tests.conftest import (
+    REPO,
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    run,
+)
 from tests.fuzzing import examples, seed
 
 MIB = 1 << 20

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, clean_env, cli, run, torchrun
+from tests.conftest import (
+    REPO,
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    run,
+    torchrun,
+)
 
 PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
 pytestmark = pytest.mark.slow

@@ -9,7 +9,12 @@ import sys
 
 import pytest
 
-from ..conftest import EXAMPLES, clean_env, cli, torchrun
+from ..conftest import (
+    EXAMPLES,
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    torchrun,
+)
 from .helpers import sessions, type_counts
 
 TRAIN_ONE = """

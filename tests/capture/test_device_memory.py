@@ -15,7 +15,12 @@ from neuron_explorer.capture import writer
 from neuron_explorer.capture.samplers import HostSampler
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
 
-from ..conftest import clean_env, cli, run, shared_dir
+from ..conftest import (
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    run,
+    shared_dir,
+)
 
 WORKLOAD = Path(__file__).parent / "workloads" / "train_memory.py"
 PARAM_BYTES = (256 * 512 + 512 + 512 * 10 + 10) * 4

@@ -12,7 +12,11 @@ from collections import Counter, defaultdict
 import duckdb
 import pytest
 
-from ..conftest import clean_env, cli, torchrun
+from ..conftest import (
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    torchrun,
+)
 from ..view.test_perfetto_semantics import decode
 from .helpers import sessions, type_counts
 

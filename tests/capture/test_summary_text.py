@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import clean_env, cli, free_port, run
+from tests.conftest import (
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    free_port,
+    run,
+)
 
 WORKLOAD = Path(__file__).parent / "workloads" / "waits.py"
 ORDER = ["nc_idx", "nd_idx", "total_time", "executions", "busy %", "p50", "p99", "collectives", "cc_time",

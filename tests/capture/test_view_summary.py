@@ -7,7 +7,11 @@ import sys
 
 import pytest
 
-from ..conftest import clean_env, cli, shared_dir
+from ..conftest import (
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    shared_dir,
+)
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "loop.py")
 

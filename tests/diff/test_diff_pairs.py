@@ -21,7 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, clean_env, cli, free_port
+from ..conftest import (
+    REPO,
+    clean_env,
+    cli_in_process as cli,  # diffs in this process (decision 0173)
+    free_port,
+)
 
 pytestmark = pytest.mark.slow
 

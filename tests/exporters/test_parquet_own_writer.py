@@ -18,7 +18,11 @@ import pytest
 
 from neuron_explorer.view import pipeline
 
-from ..conftest import clean_env, cli, train_capture
+from ..conftest import (
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    train_capture,
+)
 
 pd = pytest.importorskip("pandas")  # (dev extra)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -13,7 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import clean_env, cli, run
+from tests.conftest import (
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    run,
+)
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install jax jaxlib)")
 

@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import clean_env, cli, jit_loop_capture, run
+from tests.conftest import (
+    clean_env,
+    cli as cli_subprocess,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    jit_loop_capture,
+    run,
+)
 
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install jax jaxlib)")
 
@@ -109,7 +115,7 @@ def test_labels_are_event_names_in_parquet_json_and_perfetto(env_capture, tmp_pa
 @pytest.mark.slow
 def test_inspect_gives_one_execution_per_call(tmp_path):
     out = tmp_path / "inspect-output"
-    p = cli("inspect", "-o", str(out), sys.executable, str(LOOP), str(STEPS), cwd=tmp_path)
+    p = cli_subprocess("inspect", "-o", str(out), sys.executable, str(LOOP), str(STEPS), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     _, s = _session(out)
     assert _executions(s) == Counter({"step": STEPS, "predict": 1, "scale": 1})

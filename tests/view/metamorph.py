@@ -19,7 +19,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..conftest import REPO, clean_env, cli
+from ..conftest import REPO, clean_env
+from ..inproc import run_tool
 
 # the columns of SystemProfileEvents that do not depend on which other processes are in the run
 # (``id``, ``flow_id`` and ``framework_stream_id`` number events and processes within one run; they
@@ -42,11 +43,12 @@ SOFTWARE_TYPES = ("nrt_load", "model_load", "nrt_execute", "runtime_execute", "n
 def view(src: Path, fmt: str, out: Path | None, *flags: str, **env: str) -> tuple[int, str, str]:
     """``neuron-explorer view`` as a user runs it (always with ``--output-format``: the default is
     changing), ``env`` added to a clean environment; (exit status, stdout, stderr).  A traceback
-    is never an answer."""
+    is never an answer.  Run in this process (``tests.inproc``): these checks are about what a
+    conversion holds, and a fresh interpreter per run was most of their CPU (decision 0173)."""
     args = ["view", "-d", str(src), "--output-format", fmt, "--no-progress", *flags]
     if out is not None:
         args += ["--output-file", str(out)]
-    r = cli(*args, env=clean_env(**env), timeout=300)
+    r = run_tool("neuron_explorer", args, clean_env(**env))
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, r.stdout, r.stderr
 

@@ -9,7 +9,12 @@ import sys
 import duckdb
 import pytest
 
-from ..conftest import EXAMPLES, clean_env, cli, free_port
+from ..conftest import (
+    EXAMPLES,
+    clean_env,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    free_port,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 import duckdb
 import pytest
 
-from ..conftest import cli
+from ..conftest import cli_in_process as cli  # conversions in this process (decision 0173)
 from .test_spec_fidelity_view import _capture
 
 

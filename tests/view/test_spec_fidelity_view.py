@@ -19,7 +19,10 @@ import pytest
 from neuron_explorer.capture.device import OpTable, write_device_trace
 from neuron_explorer.contracts.tracks import PID_SPACE
 
-from ..conftest import cli
+from ..conftest import (
+    cli as cli_subprocess,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+)
 from .test_perfetto_semantics import decode
 
 # the synthetic processes' models (bench.synth_capture): (model id, name, neff)
@@ -321,7 +324,8 @@ def test_view_as_the_spec_writes_it_writes_parquet_and_starts_no_server(tmp_path
 def test_ui_flags_without_ui_and_outputs_with_ui_are_one_line_usage_errors(cap, tmp_path, args, words):
     args = [str(cap) if a == "CAP" else str(tmp_path / "ws") if a == "WS" else str(tmp_path / "o") if a == "OUT" else a
             for a in args]
-    r = cli("view", *args, env=_isolated_env(tmp_path), timeout=60)
+    # a process of its own: a flag that wrongly started the UI would serve until the timeout
+    r = cli_subprocess("view", *args, env=_isolated_env(tmp_path), timeout=60)
     line = _one_line(r, 2, words)
     assert "--ui" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -10,7 +10,11 @@ import duckdb
 import pytest
 
 from ..capture.helpers import sessions, type_counts
-from ..conftest import cli, train_capture
+from ..conftest import (
+    cli as cli_subprocess,
+    cli_in_process as cli,  # conversions in this process (decision 0173)
+    train_capture,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -191,10 +195,11 @@ def test_parallel_jobs_write_the_same_events(capture, tmp_path):
     rows = {}
     for jobs in ("1", "2"):
         d = tmp_path / f"pq{jobs}"
-        cli("view", "-d", str(out), "--output-file", str(d), "--jobs", jobs, check=True)
+        cli_subprocess("view", "-d", str(out), "--output-file", str(d), "--jobs", jobs, check=True)
         rows[jobs] = con.execute(f"""select worker_gid, name, count(*), count(distinct id), min(start_ts)
                                      from {events_glob(d)} group by all order by all""").fetchall()
         p = tmp_path / f"trace{jobs}.pftrace"
-        cli("view", "-d", str(out), "--output-format", "perfetto", "--output-file", str(p), "--jobs", jobs, check=True)
+        cli_subprocess("view", "-d", str(out), "--output-format", "perfetto", "--output-file", str(p), "--jobs", jobs,
+                       check=True)
     assert rows["1"] == rows["2"]
     assert (tmp_path / "trace1.pftrace").read_bytes() == (tmp_path / "trace2.pftrace").read_bytes()
