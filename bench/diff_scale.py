@@ -7,8 +7,9 @@ Each command runs in its own process (wall time, and CPU and peak RSS of that pr
 diff of two Parquet outputs runs in one process (reading the diff items `view` wrote, then again on
 copies without them: the events read), then with its files read by two worker processes (-j 2).
 With --dask, on a local two-worker Dask cluster (`--scheduler`; the workers' CPU is added):
-the diff of the two Parquet outputs (the files read on the workers), and of the two *capture*
-directories (converted and read there), the path for profiles too big for one machine.
+the diff of the two Parquet outputs (the files read on the workers), the same again on the warm
+cluster (its workers have imported the readers, as on a cluster that keeps running), and of the
+two *capture* directories (converted and read there), the path for profiles too big for one machine.
 
     python -m bench.diff_scale                                  # 64 ranks, 20M events per profile
     python -m bench.diff_scale --events 2000000 --dask          # quick
@@ -145,6 +146,8 @@ def main() -> None:
                     cl.get_client() as client:
                 for key, inputs, extra in (
                         ("diff_parquet_dask", pq, ()),  # the files read on the workers
+                        # the same again: the workers have imported the readers (a running cluster)
+                        ("diff_parquet_dask_warm", pq, ()),
                         ("diff_captures_dask", caps, ("--work-dir", work))):  # converted and read there
                     before = sum(client.run(worker_cpu).values())
                     res[key] = timed("diff", inputs["baseline"], inputs["candidate"], "--format", "json",
@@ -159,7 +162,7 @@ def main() -> None:
     print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'child MB':>9}   (CPU: the process, its children and "
           "Dask workers; peak: the process, its largest child)")
     for k in ("view_baseline", "view_candidate", "view_baseline_no_items", "diff_parquet", "diff_parquet_no_items",
-              "diff_parquet_j2", "diff_parquet_dask", "diff_captures_dask"):
+              "diff_parquet_j2", "diff_parquet_dask", "diff_parquet_dask_warm", "diff_captures_dask"):
         if k in res:
             r = res[k]
             cpu_all = r["cpu_s"] + r["children_cpu_s"] + r.get("workers_cpu_s", 0.0)
@@ -169,6 +172,10 @@ def main() -> None:
           "(target < 1)")
     print(f"diff / view of one profile without diff items: {res['diff_vs_view_no_items_cpu']:.2f}x CPU (target < 1)")
     print(f"view writing diff items / without: +{100 * res['view_items_cost_cpu']:.0f}% CPU (target +20%)")
+    if "diff_parquet_dask_warm" in res:
+        one = res["view_baseline"]["wall_s"]
+        res["dask_warm_vs_view_one"] = res["diff_parquet_dask_warm"]["wall_s"] / one
+        print(f"Dask diff (warm cluster) / view of one profile: {res['dask_warm_vs_view_one']:.2f}x wall (target < 1)")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
