@@ -54,6 +54,16 @@ def test_few_or_disagreeing_anchors_keep_the_count():
     assert stepalign.offsets(["count", "count"], [_rank(0, 30), other]) == [0, 0]
 
 
+def test_a_process_that_shares_no_collective_is_not_moved_with_the_others():
+    other = stepalign.pick_anchors(np.arange(200), np.zeros(200, np.int64), np.full(200, 2), STRINGS,
+                                   np.arange(200) * 100, np.arange(20).repeat(10), np.arange(20) * 1000,
+                                   np.arange(1, 21) * 1000)
+    # rank 1 lost 7 steps; the lowest rank is the reference, so rank 1 stays and rank 0 moves up...
+    # ...but rank 2, in a group of its own, keeps its count: nothing ties it to them
+    assert stepalign.offsets(["count"] * 3, [_rank(7, 43), _rank(0, 50), other]) == [7, 0, 0]
+    assert stepalign.offsets(["count"] * 3, [_rank(0, 50), other, _rank(7, 43)]) == [0, 0, 7]
+
+
 def test_processes_that_chose_different_strides_still_share_anchors():
     short, long = _rank(200, 10, per_step=8), _rank(0, 210, per_step=8)  # strides 32 and 32 or 64
     assert stepalign.offsets(["count", "count"], [long, short]) == [0, 200]

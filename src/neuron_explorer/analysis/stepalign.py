@@ -128,9 +128,9 @@ def offsets(numbered: list[str], anchors: list[tuple[np.ndarray, np.ndarray] | N
         if a is None or not len(a[0]):
             continue
         keys, nums = a
-        if numbered[i] == "count" and len(known_k):
-            pos = np.minimum(np.searchsorted(known_k, keys), len(known_k) - 1)
-            hit = known_k[pos] == keys
+        if numbered[i] == "count":
+            pos = np.minimum(np.searchsorted(known_k, keys), max(len(known_k) - 1, 0))
+            hit = known_k[pos] == keys if len(known_k) else np.zeros(len(keys), dtype=bool)
             if hit.any():
                 d = known_n[pos[hit]] - nums[hit]
                 vals, cnt = np.unique(d, return_counts=True)
@@ -138,9 +138,11 @@ def offsets(numbered: list[str], anchors: list[tuple[np.ndarray, np.ndarray] | N
                 if cnt[best] < MIN_AGREEING or 3 * int(cnt[best]) < 2 * len(d):
                     continue  # too few, or they disagree: keep the count
                 out[i] = int(vals[best])
-            aligned_counted.append(i)
-        elif numbered[i] == "count":
-            aligned_counted.append(i)  # the first counted process: the others are matched against it
+                aligned_counted.append(i)
+            elif not aligned_counted:
+                aligned_counted.append(i)  # the first counted process: the others are matched against it
+            # (a process sharing no collective with those before keeps its count and is matched
+            # against by those after; it is not moved with the ones tied to the first)
         new = np.isin(keys, known_k, assume_unique=False, invert=True)
         known_k = np.concatenate([known_k, keys[new]])
         known_n = np.concatenate([known_n, nums[new] + out[i]])
