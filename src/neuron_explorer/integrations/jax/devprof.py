@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import threading
 
 from neuron_explorer.capture.device import OpTable, write_device_trace, write_neff
@@ -153,8 +154,7 @@ class JaxDeviceProfiler:
         labels = xplane.line_labels(pd)
         found = xplane.executions(xplane.collect(pd).ops)
         rows: dict[int, int] = {}  # exec id -> its row in its table
-        for g in found:
-            hit = _execution_at(pending, g.start + off)
+        for g, hit in zip(found, pair_executions([(g.start + off, g.module) for g in found], pending)):
             if hit is None:
                 continue
             eid, model, t0, t_ready = hit
@@ -195,6 +195,41 @@ class JaxDeviceProfiler:
             _write_neff(session_dir, m, self.written_neffs)
         if self.prev is not None:
             self.prev.write(session_dir)
+
+
+def pair_executions(found: list[tuple[int, str | None]], pending: list[tuple[int, Model, int, int]],
+                    slack: int = 200_000) -> list[tuple[int, Model, int, int] | None]:
+    """The recorded execution of each of XLA's (``found``: their starts on our clock and module
+    names, in start order), or None.
+
+    We profile one execution at a time, under the lock, and wait for its outputs, so XLA ran ours
+    of one module in the order we recorded them: where a module has as many executions in XLA's
+    trace as we recorded, the i-th is the i-th, whatever the clock mapping says (on a loaded host
+    a preempted marker read moved it past the slack, and one execution of six went unmatched).
+    The others are paired by time (``_execution_at``: where the trace splits one execution in
+    two, both halves are ours).  Where every recorded execution names its module, XLA's
+    executions of other modules (the program's own eager ops between steps) are not ours."""
+    out = [_execution_at(pending, t, slack) for t, _m in found]
+    ours: dict[str, list[tuple[int, Model, int, int]]] = {}
+    for p in pending:
+        ours.setdefault(_module_key(p[1].artifacts.get("module")), []).append(p)
+    theirs: dict[str, list[int]] = {}
+    for i, (_t, m) in enumerate(found):
+        theirs.setdefault(_module_key(m), []).append(i)
+    for key, ps in ours.items():
+        ix = theirs.get(key, [])
+        if key and len(ix) == len(ps):
+            for i, p in zip(ix, ps):
+                out[i] = p
+    if "" not in ours:
+        out = [hit if _module_key(m) in ours else None for hit, (_t, m) in zip(out, found)]
+    return out
+
+
+def _module_key(name: str | None) -> str:
+    """A module's name as XLA's trace and JAX's compile log both spell it (``jit(f)`` and
+    ``jit_f``: every run of other characters one underscore); "" when unknown."""
+    return re.sub(r"[^0-9A-Za-z]+", "_", name or "").strip("_")
 
 
 def _execution_at(pending: list[tuple[int, Model, int, int]], t: int, slack: int = 200_000):

@@ -304,6 +304,7 @@ class JaxRuntime:
         try:
             from neuron_explorer.integrations.jax.hlo import Hlo, hlo_text_and_flops, newest_executable
 
+            model.artifacts["module"] = module  # (pairs XLA's executions with ours: devprof)
             text, flops = hlo_text_and_flops(newest_executable(module))
         except Exception:
             return
