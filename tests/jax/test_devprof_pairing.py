@@ -39,3 +39,9 @@ def test_names_agree_whatever_characters_each_side_uses():
     pending = [_rec(0, "jit(<lambda>)", 0, 100), _rec(1, "pmap(train step)", 5_000_000, 5_000_100)]
     found = [(9_000_000, "jit__lambda_"), (9_500_000, "pmap_train_step")]
     assert [g[0] for g in pair_executions(found, pending)] == [0, 1]
+
+
+def test_module_names_that_never_agree_leave_the_time_match_alone():
+    pending = [_rec(0, "pjit(step)", 0, 400_000)]
+    found = [(100_000, "some_other_spelling"), (2_000_000, "jit_eager_op")]
+    assert [g[0] if g else None for g in pair_executions(found, pending)] == [0, None]

@@ -207,8 +207,9 @@ def pair_executions(found: list[tuple[int, str | None]], pending: list[tuple[int
     trace as we recorded, the i-th is the i-th, whatever the clock mapping says (on a loaded host
     a preempted marker read moved it past the slack, and one execution of six went unmatched).
     The others are paired by time (``_execution_at``: where the trace splits one execution in
-    two, both halves are ours).  Where every recorded execution names its module, XLA's
-    executions of other modules (the program's own eager ops between steps) are not ours."""
+    two, both halves are ours).  Where every recorded execution names its module and the names
+    agree with the trace's, XLA's executions of other modules (the program's own eager ops
+    between steps) are not ours."""
     out = [_execution_at(pending, t, slack) for t, _m in found]
     ours: dict[str, list[tuple[int, Model, int, int]]] = {}
     for p in pending:
@@ -221,8 +222,9 @@ def pair_executions(found: list[tuple[int, str | None]], pending: list[tuple[int
         if key and len(ix) == len(ps):
             for i, p in zip(ix, ps):
                 out[i] = p
-    if "" not in ours:
-        out = [hit if _module_key(m) in ours else None for hit, (_t, m) in zip(out, found)]
+    keys = [_module_key(m) for _t, m in found]
+    if "" not in ours and any(k in ours for k in keys):  # (names that never agree say nothing)
+        out = [hit if k in ours else None for hit, k in zip(out, keys)]
     return out
 
 
