@@ -9,7 +9,9 @@ copies without them: the events read), then with its files read by two worker pr
 With --dask, on a local two-worker Dask cluster (`--scheduler`; the workers' CPU is added):
 the diff of the two Parquet outputs (the files read on the workers), the same again on the warm
 cluster (its workers have imported the readers, as on a cluster that keeps running), and of the
-two *capture* directories (converted and read there), the path for profiles too big for one machine.
+two *capture* directories (converted and read there), the path for profiles too big for one machine;
+then `view --scheduler` of the baseline capture on the same (warm) cluster, so that the Dask diff is
+compared with a `view` on the same workers as well as with the local `view`.
 
     python -m bench.diff_scale                                  # 64 ranks, 20M events per profile
     python -m bench.diff_scale --events 2000000 --dask          # quick
@@ -18,6 +20,7 @@ two *capture* directories (converted and read there), the path for profiles too 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -45,9 +48,17 @@ print("BENCH " + json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru
 """
 
 
+# the environment every command runs in, taken before a LocalCluster is made: making one sets
+# MALLOC_TRIM_THRESHOLD_=65536 (and PYTHONHASHSEED, OMP_NUM_THREADS) in this process's os.environ
+# for its workers, and a command run with that glibc setting maps and faults every large array
+# afresh: 2 CPU-s more system time for the 20M Dask diff's client (decision 0179), a cost a
+# user's shell does not have
+ENV = dict(os.environ)
+
+
 def timed(*argv: str, items: str = "1") -> dict:
     # view writes the diff items (decision 0164: opt-in), which the diff reads; items="0": without them
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1", "NEURON_EXPLORER_DIFF_ITEMS": items}
+    env = {**ENV, "OMP_NUM_THREADS": "1", "NEURON_EXPLORER_QUIET": "1", "NEURON_EXPLORER_DIFF_ITEMS": items}
     p = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, env=env)
     line = [x for x in p.stderr.splitlines() if x.startswith("BENCH ")]
     if not line:
@@ -67,6 +78,23 @@ def _same(a: dict, b: dict) -> bool:
     return a == b
 
 
+def _write_items() -> None:
+    """(On a Dask worker) ``view`` tasks write the diff items from now on."""
+    os.environ["NEURON_EXPLORER_DIFF_ITEMS"] = "1"
+
+
+def _commit() -> str:
+    """The commit measured (with ``+`` when src/ or bench/ has changes)."""
+    try:
+        h = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "bench"],
+                               capture_output=True, text=True).stdout.strip()
+        return h + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", type=int, default=8)
@@ -82,7 +110,10 @@ def main() -> None:
     work = a.keep or tempfile.mkdtemp(prefix="diff-scale.")
     ranks = a.instances * a.processes
     per = int(a.events // ranks)
-    res: dict = {"ranks": ranks, "events_per_profile": per * ranks, "machine_note":
+    res: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "commit": _commit(), "command": "python -m bench.diff_scale " + " ".join(sys.argv[1:]),
+                 "load_average": {"start": list(os.getloadavg())},
+                 "ranks": ranks, "events_per_profile": per * ranks, "machine_note":
                  "2 shared cores, loaded by other work: compare the ratio, not the seconds"}
     try:
         caps = {}
@@ -156,13 +187,28 @@ def main() -> None:
                     with open(out_json + ".dask") as f:
                         res[key]["same_document"] = _same(json.load(f), doc)
                     print(f"{key} (2 workers): {res[key]['wall_s']:.1f} s", flush=True)
+                # the peer on the same workers: view of the baseline capture on the warm cluster (its
+                # converting modules imported by the captures' diff), writing diff items as
+                # view_baseline does (the workers read the setting from their own environment)
+                dview = pq["baseline"] + "_dask"
+                shutil.rmtree(dview, ignore_errors=True)
+                client.run(_write_items)
+                before = sum(client.run(worker_cpu).values())
+                res["view_baseline_dask"] = timed("view", "-d", caps["baseline"], "--output-file", dview,
+                                                  "--scheduler", cl.scheduler_address)
+                res["view_baseline_dask"]["workers_cpu_s"] = sum(client.run(worker_cpu).values()) - before
+                res["view_baseline_dask"]["wrote_diff_items"] = os.path.isdir(os.path.join(dview,
+                                                                                           "SystemProfileDiffItems"))
+                shutil.rmtree(dview, ignore_errors=True)
+                print(f"view_baseline_dask (2 workers): {res['view_baseline_dask']['wall_s']:.1f} s", flush=True)
     finally:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'':34}{'wall s':>8}{'CPU s':>8}{'peak MB':>9}{'child MB':>9}   (CPU: the process, its children and "
           "Dask workers; peak: the process, its largest child)")
     for k in ("view_baseline", "view_candidate", "view_baseline_no_items", "diff_parquet", "diff_parquet_no_items",
-              "diff_parquet_j2", "diff_parquet_dask", "diff_parquet_dask_warm", "diff_captures_dask"):
+              "diff_parquet_j2", "diff_parquet_dask", "diff_parquet_dask_warm", "diff_captures_dask",
+              "view_baseline_dask"):
         if k in res:
             r = res[k]
             cpu_all = r["cpu_s"] + r["children_cpu_s"] + r.get("workers_cpu_s", 0.0)
@@ -173,9 +219,24 @@ def main() -> None:
     print(f"diff / view of one profile without diff items: {res['diff_vs_view_no_items_cpu']:.2f}x CPU (target < 1)")
     print(f"view writing diff items / without: +{100 * res['view_items_cost_cpu']:.0f}% CPU (target +20%)")
     if "diff_parquet_dask_warm" in res:
-        one = res["view_baseline"]["wall_s"]
-        res["dask_warm_vs_view_one"] = res["diff_parquet_dask_warm"]["wall_s"] / one
-        print(f"Dask diff (warm cluster) / view of one profile: {res['dask_warm_vs_view_one']:.2f}x wall (target < 1)")
+        def all_cpu(r: dict) -> float:
+            return r["cpu_s"] + r["children_cpu_s"] + r.get("workers_cpu_s", 0.0)
+
+        warm = res["diff_parquet_dask_warm"]
+        res["dask_warm_vs_view_one"] = warm["wall_s"] / res["view_baseline"]["wall_s"]
+        res["dask_warm_vs_view_one_cpu"] = all_cpu(warm) / all_cpu(res["view_baseline"])
+        res["dask_warm_vs_view_no_items_cpu"] = all_cpu(warm) / all_cpu(res["view_baseline_no_items"])
+        print(f"Dask diff (warm cluster) / view of one profile: {res['dask_warm_vs_view_one']:.2f}x wall, "
+              f"{res['dask_warm_vs_view_one_cpu']:.2f}x CPU (target < 1); / view without diff items: "
+              f"{res['dask_warm_vs_view_no_items_cpu']:.2f}x CPU")
+        if "view_baseline_dask" in res:
+            vd = res["view_baseline_dask"]
+            res["dask_warm_vs_view_dask"] = warm["wall_s"] / vd["wall_s"]
+            res["dask_warm_vs_view_dask_cpu"] = all_cpu(warm) / all_cpu(vd)
+            print(f"Dask diff (warm cluster) / view --scheduler of one profile on the same cluster: "
+                  f"{res['dask_warm_vs_view_dask']:.2f}x wall, {res['dask_warm_vs_view_dask_cpu']:.2f}x CPU "
+                  "(target < 1)")
+    res["load_average"]["end"] = list(os.getloadavg())
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

@@ -344,6 +344,7 @@ _NDET_I = "python bench/ndet_instructions.py"
 _NDET_ND = _NDET_I + (" --configs plain,ndet,ndet_nonan,ndet_stats --short 100 --long 300 --repeat 3"
                       " --out bench/results/ndet_instructions_ndet.json")
 _VT_P = "python -m bench.view_throughput --only parquet --before OTHER_CHECKOUT/src --pairs 5"
+_DS = "python -m bench.diff_scale --events 20000000 --dask"
 # (result file, dotted key, figure, unit, target, command): the other benchmarks' headline figures
 CURATED = (
     ("ndet.json", "analysis.neuron_det_s", "`neuron-det` on 64 logs of ~20 MB", " s", "< 20 s", _NDET),
@@ -380,6 +381,12 @@ CURATED = (
      "events/CPU-s, paired runs (this tree)", "/CPU-s", ">= 5M/CPU-s (one worker)", _VT_P),
     ("view_throughput_parquet_paired.json", "parquet_paired.before.events_per_cpu_s_median", "`view` parquet, "
      "events/CPU-s, paired runs (the --before checkout)", "/CPU-s", "", _VT_P),
+    ("diff_scale.json", "diff_vs_view_no_items_cpu", "`diff` of a 64-rank, 20M-event pair (diff items) / `view` of "
+     "one without diff items, process CPU", "x", "<= 1x", _DS),
+    ("diff_scale.json", "dask_warm_vs_view_one", "`diff --scheduler` of that pair (warm 2-worker Dask cluster) / "
+     "local `view` of one, wall", "x", "<= 1x", _DS),
+    ("diff_scale.json", "dask_warm_vs_view_dask", "`diff --scheduler` of that pair / `view --scheduler` of one on the "
+     "same cluster, wall", "x", "<= 1x", _DS),
 )
 
 

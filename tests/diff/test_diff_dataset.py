@@ -5,6 +5,7 @@ status, and damaged or foreign inputs (fuzzed)."""
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import sys
 from pathlib import Path
@@ -73,6 +74,11 @@ def _doc(capsys, *argv: str) -> tuple[int, dict]:
     return rc, json.loads(capsys.readouterr().out)
 
 
+def _text(capsys, *argv: str) -> tuple[int, str]:
+    rc = main(["diff", *argv, "--format", "json"])
+    return rc, capsys.readouterr().out
+
+
 def test_identical_profiles_align_everything_with_no_change(datasets, capsys):
     rc, doc = _doc(capsys, str(datasets["a"]), str(datasets["same"]))
     assert rc == 0 and doc["schema"] == "neuron-explorer-diff/1"
@@ -114,11 +120,11 @@ def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(data
 
     pytest.importorskip("distributed")
     argv = (str(datasets["a"]), str(datasets["other"]), "--min-change", "1")
-    rc, here = _doc(capsys, *argv)
-    rc_j, pool = _doc(capsys, *argv, "-j", "2")
+    rc, here = _text(capsys, *argv)
+    rc_j, pool = _text(capsys, *argv, "-j", "2")
     c = Cluster(2, log_dir=tmp_path)
     try:
-        rc_d, dask = _doc(capsys, *argv, "--scheduler", c.address)
+        rc_d, dask = _text(capsys, *argv, "--scheduler", c.address)
         with c.client() as client:
             executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
         # the workers read the diff items view wrote (decision 0163), and the events where there are none
@@ -147,9 +153,49 @@ def test_files_read_by_worker_processes_and_dask_workers_give_the_same_diff(data
     assert len(keys) == 8 and len(set(keys)) == len(keys), keys
     assert rc == rc_j == rc_d == 0
     assert any(n > 0 for n in executed.values()), executed
-    assert any(r.get("q25_ci_ns") for r in here["rows"])
-    assert pool == here, _first_difference(here, pool)
-    assert dask == here, _first_difference(here, dask)
+    assert any(r.get("q25_ci_ns") for r in json.loads(here)["rows"])
+    # the same document to the byte (the workers' parts are packed for the trip: decision 0179)
+    assert pool == here, _first_difference(json.loads(here), json.loads(pool))
+    assert dask == here, _first_difference(json.loads(here), json.loads(dask))
+
+
+class _PickleEngine:
+    """An engine whose "workers" are this process, each part sent as Dask sends it: pickled with
+    its arrays as out-of-band buffers; ``sent``: the bytes of each part (``packed`` False: the
+    parts as ``read_part`` gives them, for scale)."""
+
+    local = False
+
+    def __init__(self, packed: bool = True) -> None:
+        self.sent: list[int] = []
+        self.packed = packed
+
+    def stream(self, fn, items, *args):
+        assert fn is dataset.read_part_packed
+        fn = fn if self.packed else dataset.read_part
+        for it in items:
+            bufs: list = []
+            data = pickle.dumps(fn(it, *args), protocol=5, buffer_callback=bufs.append)
+            self.sent.append(len(data) + sum(b.raw().nbytes for b in bufs))
+            yield pickle.loads(data, buffers=[bytearray(b.raw()) for b in bufs])
+
+
+def test_parts_packed_for_the_trip_give_the_same_document(datasets, tmp_path):
+    """Decision 0179: what a worker sends back is packed (``analysis.packed``) and widened again where
+    the parts are merged: the same document to the byte as the files read in this process, from
+    the diff items and from the events, in a third of the bytes or less."""
+    plain = _PickleEngine(packed=False)
+    dataset.read_side(str(datasets["a"]), plain)
+    bare = {k: _without_items(datasets[k], tmp_path / f"bare_{k}") for k in ("a", "other")}
+    engines = []
+    for roots in ({k: datasets[k] for k in ("a", "other")}, bare):
+        here = [dataset.read_side(str(roots[k])) for k in ("a", "other")]
+        engines.append(_PickleEngine())
+        there = [dataset.read_side(str(roots[k]), engines[-1]) for k in ("a", "other")]
+        assert len(engines[-1].sent) == 8 and there[0].items_files == (4 if roots is not bare else 0)
+        docs = [json.dumps(report.build(*sides), indent=1) for sides in (here, there)]
+        assert docs[0] == docs[1], _first_difference(json.loads(docs[0]), json.loads(docs[1]))
+    assert 3 * sum(engines[0].sent[:4]) < sum(plain.sent), (engines[0].sent, plain.sent)
 
 
 def _first_difference(a, b, path: str = "") -> str:

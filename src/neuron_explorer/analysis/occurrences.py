@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from neuron_explorer.analysis import steps as steps_mod
+from neuron_explorer.analysis.packed import concat_pieces, pack, unpack
 from neuron_explorer.util.arrays import numeric
 
 EXEC = "nc_exec_running"
@@ -69,11 +70,11 @@ class Acc:
         self.parts.setdefault(key, []).append(cols)
 
     def items(self):
-        """Each key's columns, concatenated; its pieces are let go as it goes (in insertion order),
-        so that the pieces and the whole are held for one key at a time, not for all."""
+        """Each key's columns, concatenated (pieces packed by ``pack_part`` widened on the way:
+        ``analysis.packed.concat_pieces``); its pieces are let go as it goes (in insertion order), so
+        that the pieces and the whole are held for one key at a time, not for all."""
         for key in list(self.parts):
-            pieces = self.parts.pop(key)
-            yield key, [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
+            yield key, concat_pieces(self.parts.pop(key))
 
 
 def one_line(e: BaseException) -> str:
@@ -99,6 +100,39 @@ class FilePart:
     model_names: list[str] = field(default_factory=list)  # the file's ``model_name`` values (step ids' names)
     note: str | None = None  # why the file's diff items were not used (``diff.dataset``), or None
     from_items: bool = False  # made from the file's diff items (``exporters.diff_items``), not its events
+
+
+# where a piece's start and end are (``Acc`` pieces: graphs, loads and regions; the collectives')
+_SPAN_AT = {"graphs": (0, 1), "loads": (0, 1), "regions": (0, 1), "colls": (3, 4)}
+
+
+def pack_part(part: FilePart) -> FilePart:
+    """``part`` with its columns packed without loss (``analysis.packed``) for the trip from a worker
+    to the process that merges the parts: starts as differences, ends against their starts, the
+    rest as offsets from their minimum (a process index: its value alone).  What a diff's worker
+    sent was 840 MB a side at 20M events, 248 MB once packed
+    (docs/decisions/0179-dask-diff-client.md).  ``unpack_steps`` and ``Acc`` take it back."""
+    for kind, (s_at, e_at) in _SPAN_AT.items():
+        for pieces in getattr(part, kind).values():
+            for j, cols in enumerate(pieces):
+                packed = [pack(c, delta=True) if i == s_at else pack(c, cols[s_at], s_at) if i == e_at else pack(c)
+                          for i, c in enumerate(cols)]
+                pieces[j] = tuple(packed)
+    for st in part.steps.values():  # (packed in transit only: ``unpack_steps``, the step table's ``concat``)
+        st.end_ns = pack(st.end_ns, st.start_ns, 0)  # type: ignore[assignment]
+        st.start_ns = pack(st.start_ns, delta=True)  # type: ignore[assignment]
+        st.number = pack(st.number, delta=True)  # type: ignore[assignment]
+        st.columns = {k: pack(np.asarray(v, dtype=np.int64)) for k, v in st.columns.items()}  # type: ignore[misc]
+    return part
+
+
+def unpack_steps(part: FilePart) -> None:
+    """The steps' numbers and spans of a part ``pack_part`` packed, as arrays again (the step
+    numbers' alignment reads them); their figures stay packed until the step table is made."""
+    for st in part.steps.values():
+        st.start_ns = unpack(st.start_ns)
+        st.end_ns = unpack(st.end_ns, st.start_ns)
+        st.number = unpack(st.number)
 
 
 def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePart:

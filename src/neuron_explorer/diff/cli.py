@@ -132,11 +132,24 @@ def diff_command(args: argparse.Namespace) -> int:
         except lost as e:  # a cluster that cannot be reached: one line
             print(f"{prog_name()}: error: {e}", file=sys.stderr)
             return EXIT_USAGE
+        # both sides' files asked for before either is merged: on a cluster the workers read the
+        # candidate while this process merges the baseline (decision 0179)
+        opened = []
         for role, path in (("baseline", args.baseline), ("candidate", args.candidate)):
             try:
                 r = inputs.resolve(path, stack, args.scheduler, endpoint, args.jobs, args.work_dir)
-                side = dataset.read_side(r.dataset, reader)
+                opened.append((role, path, r, dataset.open_side(r.dataset, reader)))
             except (inputs.InputError, dataset.DatasetError) as e:
+                print(f"{prog_name()}: error: {role} {e}", file=sys.stderr)
+                return EXIT_USAGE
+            except lost as e:  # the cluster (or a worker process) lost the read: one line
+                print(f"{prog_name()}: error: {role} {path}: cannot read: {' '.join(str(e).split())[:300]}",
+                      file=sys.stderr)
+                return EXIT_USAGE
+        for role, path, r, reading in opened:
+            try:
+                side = reading.read()
+            except dataset.DatasetError as e:
                 print(f"{prog_name()}: error: {role} {e}", file=sys.stderr)
                 return EXIT_USAGE
             except lost as e:  # the cluster (or a worker process) lost the read: one line

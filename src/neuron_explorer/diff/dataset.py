@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -36,8 +36,11 @@ from neuron_explorer.analysis.occurrences import (  # noqa: F401 - (names a diff
     FilePart,
     int_column,
     one_line,
+    pack_part,
     read_file,
+    unpack_steps,
 )
+from neuron_explorer.analysis.packed import Packed, concat
 from neuron_explorer.contracts import dataset as dsc
 from neuron_explorer.exporters import diff_items
 
@@ -183,7 +186,14 @@ def _strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def read_side(path: str, engine=None) -> Side:
     """Read the dataset at ``path`` (a directory ``view`` wrote) into a ``Side``.  ``engine``: a
     ``view`` engine (``pipeline.LocalEngine`` with worker processes, ``cluster.DaskEngine``) whose
-    ``map`` reads the events files (``read_file``); None: in this process, one after another."""
+    workers read the events files (``read_part``); None: in this process, one after another."""
+    return open_side(path, engine).read()
+
+
+def open_side(path: str, engine=None) -> SideReading:
+    """The dataset at ``path`` checked, its metadata and models read, and its events files asked
+    for: on a Dask cluster they are read from now on (``cluster.DaskEngine.stream``), so that the
+    workers read one side while this process merges the other (``SideReading.read``)."""
     if not os.path.isdir(path):
         raise DatasetError(f"{path}: not a directory")
     if not os.path.isdir(os.path.join(path, dsc.EVENTS)):
@@ -191,9 +201,33 @@ def read_side(path: str, engine=None) -> Side:
     side = Side(path)
     _read_metadata(side)
     _read_models(side)
-    _read_events(side, engine)
-    _read_memory(side)
-    return side
+    root = os.path.join(side.path, dsc.EVENTS)
+    files = table_files(root)
+    kinds = {n: str(m.get("kind") or "") for n, m in side.models.items()}
+    items = os.path.join(side.path, dsc.DIFF_ITEMS)
+    if engine is None or len(files) < 2:
+        parts: Iterable[FilePart] = (read_part(p, root, items, kinds) for p in files)
+    elif hasattr(engine, "stream"):
+        parts = engine.stream(read_part_packed, files, root, items, kinds)
+    else:
+        parts = engine.map(read_part_packed, files, _NoProgress(), root, items, kinds)
+    return SideReading(side, files, parts, engine)
+
+
+@dataclass
+class SideReading:
+    """A side whose events files are being read (``open_side``): ``read`` merges their parts, in
+    file order, and reads the device memory."""
+
+    side: Side
+    files: list[str]
+    parts: Iterable[FilePart]
+    engine: Any = None
+
+    def read(self) -> Side:
+        _read_events(self.side, self.files, self.parts, self.engine)
+        _read_memory(self.side)
+        return self.side
 
 
 def table_files(root: str) -> list[str]:
@@ -257,17 +291,12 @@ class _NoProgress:
         pass
 
 
-def _read_events(side: Side, engine=None) -> None:
+def _read_events(side: Side, files: list[str], parts: Iterable[FilePart], engine=None) -> None:
     root = os.path.join(side.path, dsc.EVENTS)
-    files = table_files(root)
-    kinds = {n: str(m.get("kind") or "") for n, m in side.models.items()}
     graphs, regions, colls, loads = Acc(), Acc(), Acc(), Acc()
     region_links: dict[str, set] = {}
     steps: dict[int, steps_mod.Steps] = {}
     read = 0
-    items = os.path.join(side.path, dsc.DIFF_ITEMS)
-    parts = (read_part(p, root, items, kinds) for p in files) if engine is None or len(files) < 2 else \
-        engine.map(read_part, files, _NoProgress(), root, items, kinds)
     notes: list[str] = []
     for part in parts:  # (in file order: the same arrays whoever read them)
         if part.note is not None:
@@ -275,6 +304,7 @@ def _read_events(side: Side, engine=None) -> None:
         if part.error is not None:
             side.warnings.append(part.error)
             continue
+        unpack_steps(part)  # (a worker's part: its columns packed, ``read_part_packed``)
         side.events += part.events
         side.items_files += part.from_items
         read += 1
@@ -323,11 +353,17 @@ def read_part(path: str, events_root: str, items_root: str, kinds: dict[str, str
     return part
 
 
+def read_part_packed(path: str, events_root: str, items_root: str, kinds: dict[str, str]) -> FilePart:
+    """``read_part`` on a worker: the part's columns packed for the trip back (``pack_part``; the
+    merge widens them again, the same int64 values)."""
+    return pack_part(read_part(path, events_root, items_root, kinds))
+
+
 def _align_numbers(side: Side, steps: dict[int, steps_mod.Steps], colls: Acc) -> None:
     """The side's step numbers tied across its ranks by their collectives (``analysis.stepalign``):
     a rank whose capture lost its first steps is numbered as the others, and a note says so."""
     spans = {p: (st.number, st.start_ns, st.end_ns) for p, st in steps.items() if len(st)}
-    cols = ((g, o, *(np.concatenate([c[i] for c in pieces]) for i in (1, 3, 5)))
+    cols = ((g, o, *(concat([c[i] for c in pieces]) for i in (1, 3, 5)))
             for (o, g), pieces in colls.parts.items())
     anchors = stepalign.process_anchors(cols, spans)
     procs = sorted(spans, key=lambda p: (side.rank_of(p), p))
@@ -368,8 +404,8 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
                 c = st.end_ns
             else:
                 c = st.columns.pop(k) if k in st.columns else np.zeros(b - a)
-            cols.append(np.asarray(c, dtype=np.int64))
-        out[k] = np.concatenate(cols)
+            cols.append(c if isinstance(c, Packed) else np.asarray(c, dtype=np.int64))
+        out[k] = concat(cols)
     return StepTable(out, np.argsort(out["start_ns"], kind="stable"), segments)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from neuron_explorer.util.storage import StorageError
 
@@ -123,6 +123,38 @@ class DaskEngine:
         except BaseException:  # the run is over: free the cluster of the rest
             self.client.cancel(futs)
             raise
+
+    def stream(self, fn: Callable, items: list, *args: Any) -> Iterator[Any]:
+        """``fn(item, *args)`` for each item, submitted now; the results in item order, each
+        fetched from its worker as soon as its task is done (while the others run and while the
+        caller works on earlier ones: ``diff`` merges one side while the workers read the other)
+        rather than all at once at the end.  A task's failure is raised as ``map`` raises it;
+        the rest are cancelled when the results are abandoned."""
+        from distributed import as_completed
+
+        key = self._key(fn)
+        futs = [self.client.submit(fn, it, *args, pure=False, key=f"{key}-{i:07d}") for i, it in enumerate(items)]
+        done = as_completed(futs, with_results=True, raise_errors=False, loop=self.client.loop)
+        return self._in_order(futs, done)
+
+    def _in_order(self, futs: list, done: Any) -> Iterator[Any]:
+        where = {f.key: i for i, f in enumerate(futs)}
+        got: dict[int, Any] = {}
+        try:
+            for i in range(len(futs)):
+                while i not in got:
+                    f, r = next(done)
+                    if f.status == "error":
+                        _result(f.result)
+                    elif f.status != "finished":
+                        raise ClusterError(f"the cluster run failed: a task was {f.status}")
+                    got[where[f.key]] = r
+                futs[i] = None  # (its result is here: the cluster may let it go)
+                yield got.pop(i)
+        finally:
+            left = [f for f in futs if f is not None and not f.done()]
+            if left:
+                self.client.cancel(left)
 
     def _key(self, fn: Callable) -> str:
         """A key no other submission of this run has: the step, this run's token, the submission."""
