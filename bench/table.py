@@ -109,12 +109,17 @@ _CAPTURE = ("runtime", "integrations", "recorders", "capture", "boot.py", "torch
             "discovery.py", "../neuron_explorer_autoload.py", "../neuron_explorer_autostart.pth", "../jax_plugins")
 AREAS: dict[str, tuple[str, ...]] = {
     "capture": _OFFLINE,  # (monitor/ and ndet/ hold recorders the capture runs: kept in)
+    # a PyTorch workload's capture runs no JAX integration, and a JAX workload's no PyTorch one
+    "capture_torch": _OFFLINE + ("integrations/jax", "../jax_plugins"),
+    "capture_jax": _OFFLINE + ("integrations/torch", "torch.py"),
     "offline": _CAPTURE + ("monitor",),
     "ui": _CAPTURE + ("monitor", "ndet", "diff", "analysis"),
     "monitor": _OFFLINE[:-3] + ("integrations",),
 }
-_AREA_OF = (("capture_", "capture"), ("eager_overhead", "capture"), ("jax_overhead", "capture"),
-            ("whole_run", "capture"), ("store_instructions", "capture"), ("ndet_instructions", "capture"),
+_AREA_OF = (("capture_instructions_jax", "capture_jax"), ("jax_overhead", "capture_jax"),
+            ("capture_", "capture_torch"), ("eager_overhead", "capture_torch"),
+            ("store_instructions", "capture_torch"), ("ndet_instructions", "capture_torch"),
+            ("whole_run", "capture"),  # (PyTorch and JAX programs)
             ("ondemand_idle", "capture"), ("hook_costs", "capture"), ("import_order", "capture"),
             ("flush_cost", "capture"), ("attach_latency", "capture"), ("ui", "ui"), ("monitor", "monitor"),
             ("view_", "offline"), ("json_throughput", "offline"), ("diff_", "offline"), ("summary", "offline"))

@@ -177,12 +177,14 @@ def test_a_figure_is_older_only_than_the_part_of_the_code_it_measures():
     """A capture figure measured before a change of the offline tools alone stays current; a
     change of the capture's code marks it (``table.AREAS``)."""
     code = {"commit": "fff0000", "date": "2026-11-29T12:00:00+00:00", "current_commits": ["fff0000"],
-            "areas": {"capture": {"commit": "aaa1111", "date": "2026-11-28T12:00:00+00:00",
-                                  "current_commits": ["aaa1111", "bbb2222", "fff0000"]}}}
+            "areas": {"capture_torch": {"commit": "aaa1111", "date": "2026-11-28T12:00:00+00:00",
+                                        "current_commits": ["aaa1111", "bbb2222", "fff0000"]}}}
     m = {"date": "2026-11-28T13:00:00+00:00", "commit": "bbb2222"}
-    assert table.area_of("capture_instructions_eager_block.json") == "capture"
+    assert table.area_of("capture_instructions_eager_block.json") == "capture_torch"
+    assert table.area_of("capture_instructions_jax.json") == table.area_of("jax_overhead.json") == "capture_jax"
+    assert table.area_of("whole_run.json") == "capture"
     assert table.area_of("view_throughput.json") == "offline" and table.area_of("ndet.json") == ""
-    assert table.older_than_code(m, code, "capture") == ""
+    assert table.older_than_code(m, code, "capture_torch") == ""
     assert "measured on bbb2222" in table.older_than_code(m, code, "offline")  # no state for it: all of src/
     assert "measured on bbb2222" in table.older_than_code(m, code)
     rows = [dict(table._row("cap", "1.000x", "", "", "cmd", "capture_instructions.json"), measured=m),
