@@ -16,8 +16,9 @@ grows with the number of recorded events.  Start-up runs uninstrumented (``--ins
 identical runs differ by up to ~2%.  Without it, repetitions in one batch usually agree to tens of
 instructions a step (once by ~4k), but a different build or install path (another memory layout,
 and so, most likely, another hit rate of that cache) moves a configuration's slope by up to ~5k a
-step: compare configurations within one batch (``--repeat N`` gives the median of N slopes and
-their range).
+step, and an unused 1,500-byte environment variable moved ``plain`` on the compiled step by +8.6k
+(docs/decisions/0178-*.md): compare configurations within one batch (``--repeat N`` gives the
+median of N slopes and their range), and read a difference of a few thousand as layout.
 
 Configurations (each a fresh interpreter, started as a user starts it):
 
