@@ -16,8 +16,9 @@ grows with the number of recorded events.  Start-up runs uninstrumented (``--ins
 identical runs differ by up to ~2%.  Without it, repetitions in one batch usually agree to tens of
 instructions a step (once by ~4k), but a different build or install path (another memory layout,
 and so, most likely, another hit rate of that cache) moves a configuration's slope by up to ~5k a
-step: compare configurations within one batch (``--repeat N`` gives the median of N slopes and
-their range).
+step, and an unused 1,500-byte environment variable moved ``plain`` on the compiled step by +8.6k
+(docs/decisions/0178-*.md): compare configurations within one batch (``--repeat N`` gives the
+median of N slopes and their range), and read a difference of a few thousand as layout.
 
 Configurations (each a fresh interpreter, started as a user starts it):
 
@@ -346,11 +347,19 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
     elif config not in UNPROFILED:
         res["profile_written"] = any("ntrace.pb" in fs for _, _, fs in os.walk(out_dir))
     if annotate:
-        a = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=99.9", cg],
-                           capture_output=True, text=True)
-        with open(cg + ".txt", "w") as f:
-            f.write(a.stdout)
+        _annotate(cg)
     return res
+
+
+def _annotate(cg: str) -> None:
+    """``cg.txt``: callgrind_annotate's exclusive listing of the steps' part (``cg.1``, the dump at
+    their end) followed by the exit's (``cg``), as ``_functions`` reads them.  (The exit's alone is
+    ~0.1% of the per-step slope: a diff of it found no function above ~1.4k a step.)"""
+    with open(cg + ".txt", "w") as f:
+        for part in ([cg + ".1"] if os.path.exists(cg + ".1") else []) + [cg]:
+            a = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", "--auto=no", part],
+                               capture_output=True, text=True)
+            f.write(a.stdout)
 
 
 def _warm(configs: list[str], backend: str, workload: str, work: str) -> None:
@@ -367,20 +376,22 @@ def _warm(configs: list[str], backend: str, workload: str, work: str) -> None:
 
 
 def _functions(path: str) -> dict[str, int]:
-    """Exclusive Ir per function from a callgrind_annotate listing."""
+    """Exclusive Ir per function from callgrind_annotate listings (``_annotate``: one or more, each
+    from its header on), summed over the listings."""
     out: dict[str, int] = {}
     line_re = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
     started = False
     with open(path) as f:
         for line in f:
-            if "file:function" in line:
+            if line.startswith("Profile data file"):
+                started = False  # the next listing's header
+            elif "file:function" in line:
                 started = True
-                continue
-            if not started:
-                continue
-            m = line_re.match(line)
-            if m:
-                out[m.group(2).strip()] = out.get(m.group(2).strip(), 0) + int(m.group(1).replace(",", ""))
+            elif started:
+                m = line_re.match(line)
+                name = m.group(2).strip() if m else ""
+                if m and name != "PROGRAM TOTALS" and not name.startswith("=>"):
+                    out[name] = out.get(name, 0) + int(m.group(1).replace(",", ""))
     return out
 
 

@@ -215,6 +215,30 @@ def _source(torch):
     return MemorySource(SimpleNamespace(ident=SimpleNamespace(default_core=0), models=[]), torch)
 
 
+def test_host_tensors_of_any_kind_count_on_the_processs_core():
+    """Gradients, parameters and states that live on the host (CPU, or meta: no storage of their
+    own) are this process's core's; the core is read off the tensor without building its device's
+    name (``MemorySource._core_of``)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from neuron_explorer.integrations.torch.memory import MemorySource
+
+    src = MemorySource(SimpleNamespace(ident=SimpleNamespace(default_core=3), models=[]), torch)
+    for t in (torch.zeros(2), torch.zeros(2, dtype=torch.int8), torch.zeros(2, device="meta")):
+        assert src._core_of(t) == 3, t
+    net = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    net(torch.randn(3, 4)).sum().backward()
+    src.snapshot_step(opt)
+    (snap, _), = src.grads.values()
+    assert sorted(nb for _, _, nb in snap) == [2 * 4, 2 * 4 * 4] and {nc for _, nc, _ in snap} == {3}
+    for name, p in net.named_parameters():
+        src.on_tensor_registered(net, name, p)
+    assert src._attributed() == {(3, "parameters"): 40, (3, "gradients"): 40}
+
+
 def test_the_walk_over_parameters_and_states_is_reused_until_tensors_are_added(monkeypatch):
     """The sampler and the monitor's publisher ask for memory several times a second; the walk
     over every parameter and optimizer state runs again only when tensors were added or

@@ -283,6 +283,43 @@ def test_regions_record_around_exceptions_decorators_and_manual_calls_on_both_pa
     assert span["outer"][1] <= span["manual"][0] <= span["manual"][1]
 
 
+FRESH_LABELS = """
+from torch.profiler import record_function
+from neuron_explorer.runtime.core import get_runtime
+# six labels of one length, one of them two bytes a character: more than the C path remembers
+marks = [("A", 1), ("B", 2), ("C", 3), ("D", 4), ("E", 5), ("\u03a9", 6)]
+ring = get_runtime().core().ring
+before = ring.produced()
+for i in range(5 * len(marks)):
+    cls, n = marks[i % len(marks)]
+    with record_function(f"opt.step#{cls}.{n}"):  # a new string at each call, as torch's optimizers make theirs
+        pass
+print("produced", ring.produced() - before)
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_labels_made_anew_at_each_call_name_their_regions_and_each_region_is_counted(tmp_path, pure):
+    """A label is looked up by its text, not by the string object (the C path remembers its last
+    labels, runtime/_hooks.h), and each region counts one event produced (the C path advances the
+    ring's counter in place)."""
+    out = tmp_path / "out"
+    script = tmp_path / "job.py"
+    script.write_text(FRESH_LABELS)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                                     NEURON_EXPLORER_PURE_PYTHON=pure))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "produced 30" in p.stdout
+    pq = str(tmp_path / "pq")
+    cli("view", "-d", str(out), "--output-file", pq, check=True)
+    names = [e["name"] for e in _events(pq, "trace_event_source = 'framework'")]
+    assert Counter(names) == {f"opt.step#{c}.{n}": 5 for c, n in
+                              [("A", 1), ("B", 2), ("C", 3), ("D", 4), ("E", 5), ("\u03a9", 6)]}
+    assert names[:6] == [f"opt.step#{c}.{n}" for c, n in
+                         [("A", 1), ("B", 2), ("C", 3), ("D", 4), ("E", 5), ("\u03a9", 6)]]
+
+
 ORDINARY = """
 import sys
 import torch, torch.distributed as dist

@@ -1157,7 +1157,7 @@ static PyMethodDef fp_methods[] = {
      "backward_gate(name, tl, orig, slow, pending=None, after=None, enabled=None, index=0): "
      "torch.autograd.backward/grad as a builtin function (_hooks.h)"},
     {"region_methods", fp_region_methods, METH_VARARGS,
-     "region_methods(cls, enter, exit, ring, tick, strings, intern, enabled, index): (__enter__, __exit__) (_hooks.h)"},
+     "region_methods(cls, enter, exit, ring, ticks, strings, intern, enabled, index): (__enter__, __exit__) (_hooks.h)"},
     {"expand_pairs", fp_expand_pairs, METH_VARARGS,
      "expand_pairs(rows, out, last_model, runtime_rows, types) -> (m, last_model): a drain's events as columns (_expand.h)"},
     {NULL},

@@ -237,12 +237,13 @@ def backward_settle(gate: Callable[..., Any], ex: object, run: Callable[..., Any
     ``run`` (its ``ExecWrapper``); ``backward_settle(gate, None, None)`` forgets."""
 
 def region_methods(cls: type, enter: Callable[[Any], Any], exit: Callable[..., Any], ring: RingBuffer,
-                   tick: Callable[[], int], strings: dict[str, int], intern: Callable[[str], int],
+                   ticks: Iterator[int], strings: dict[str, int], intern: Callable[[str], int],
                    enabled: list[bool], index: int, /) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     """``(__enter__, __exit__)`` method descriptors for ``record_function`` (``cls``): enter stamps
     the start on the instance, then calls torch's ``enter``; exit calls torch's ``exit``, then (while
     ``enabled[index]``) appends the region's framework event to ``ring`` (its label's id from
-    ``strings``, else ``intern``) and calls ``tick``.  None when the process already has them.
+    ``strings``, else ``intern``) and advances ``ticks`` (the ring's event counter: a ``Counter``
+    in place, any other iterator by ``next``).  None when the process already has them.
     Twin: the Python ``__enter__`` / ``__exit__`` of ``integrations/torch/regions.py``
     ``install_regions``."""
 

@@ -17,10 +17,11 @@
  *   ``grad`` (named ``name``, with ``orig``'s docstring): ``orig`` when ``tl.grad_root`` is None
  *   or ``tl.depth`` > 0, the settled graph's backward recorded in C when ``tl.grad_root`` is the
  *   graph last settled, else ``slow``.
- * - ``region_methods(cls, enter, exit, ring, tick, strings, intern, enabled, index)``: the
+ * - ``region_methods(cls, enter, exit, ring, ticks, strings, intern, enabled, index)``: the
  *   ``__enter__``/``__exit__`` method descriptors of ``record_function``: enter stamps the start on
  *   the instance, exit appends the framework event to the ring (``strings``/``intern``: the label's
- *   id).  One per process, as ``install_regions`` wraps the class once.
+ *   id) and advances ``ticks`` (the ring's event counter).  One per process, as ``install_regions``
+ *   wraps the class once.
  *
  * Our bookkeeping never fails the user's call: an error in it is cleared and that call goes
  * unrecorded (or takes the Python path, which decides as before). */
@@ -361,7 +362,7 @@ fp_backward_settle(PyObject *mod, PyObject *args)
 /* ---- record_function regions --------------------------------------------------------------- */
 
 static struct {
-    PyObject *enter, *exit, *tick, *strings, *intern, *enabled;
+    PyObject *enter, *exit, *ticks, *strings, *intern, *enabled;
     RingBuffer *ring;
     Py_ssize_t index;
 } rg;
@@ -378,13 +379,58 @@ rg_enter(PyObject *self, PyObject *unused)
     return PyObject_CallOneArg(rg.enter, self);
 }
 
+/* A clock reading stored as an int (three 30-bit digits): PyLong_AsLongLong converts such an int
+ * through a byte array (~180 instructions), PyLong_AsLong digit by digit where long has 64 bits. */
+static long long
+as_ns(PyObject *t)
+{
+#if LONG_MAX == LLONG_MAX
+    return PyLong_AsLong(t);
+#else
+    return PyLong_AsLongLong(t);
+#endif
+}
+
+/* The last labels looked up, by content: torch builds its optimizers' labels anew at each call
+ * ("Optimizer.step#SGD.step"), so a dict lookup hashed a fresh string every time; comparing the
+ * few recent ones costs a length check and a memcmp.  The ids never change (``strings`` only grows). */
+#define RG_LABELS 4
+static struct {
+    PyObject *name;  /* an exact str, or NULL */
+    long long sid;
+} rg_labels[RG_LABELS];
+static int rg_labels_next;
+
+static int
+rg_same_text(PyObject *a, PyObject *b)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    return a == b || (PyUnicode_GET_LENGTH(b) == n && PyUnicode_KIND(a) == PyUnicode_KIND(b) &&
+                      memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * PyUnicode_KIND(a)) == 0);
+}
+
 /* The label's string id: strings[name], else intern(name as a str); -1 when it cannot be had. */
 static long long
 rg_label(PyObject *name)
 {
-    PyObject *sid = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(rg.strings, name) : NULL;
-    if (sid != NULL)
-        return PyLong_AsLongLong(sid);
+    int text = PyUnicode_CheckExact(name) && PyUnicode_IS_READY(name);
+    if (text) {
+        for (int i = 0; i < RG_LABELS && rg_labels[i].name != NULL; i++) {
+            if (rg_same_text(rg_labels[i].name, name))
+                return rg_labels[i].sid;
+        }
+    }
+    PyObject *sid = text ? PyDict_GetItemWithError(rg.strings, name) : NULL;
+    if (sid != NULL) {
+        long long v = PyLong_AsLongLong(sid);
+        if (v >= 0 && !PyErr_Occurred()) {
+            Py_INCREF(name);
+            Py_XSETREF(rg_labels[rg_labels_next].name, name);
+            rg_labels[rg_labels_next].sid = v;
+            rg_labels_next = (rg_labels_next + 1) % RG_LABELS;
+        }
+        return v;
+    }
     if (PyErr_Occurred())
         return -1;
     PyObject *s = PyObject_Str(name);
@@ -407,7 +453,7 @@ rg_record(PyObject *self, long long t1)
     long long t0 = -1, sid = -1;
     PyObject *t = PyObject_GetAttr(self, str_t0_attr);  /* 0 or missing: entered before we hooked */
     if (t != NULL) {
-        t0 = PyLong_AsLongLong(t);
+        t0 = as_ns(t);
         Py_DECREF(t);
     }
     if (t0 > 0) {
@@ -425,7 +471,7 @@ rg_record(PyObject *self, long long t1)
         v[3] = thread_id();
         v[4] = sid;
         if (ring_push(rg.ring, v) == 0)
-            Py_XDECREF(PyObject_CallNoArgs(rg.tick));
+            (void)next_id(rg.ticks, NULL);  /* the event counted: a Counter's in place, no int made */
     }
     if (PyErr_Occurred())
         PyErr_Clear();
@@ -456,16 +502,16 @@ static PyMethodDef rg_defs[] = {
 static PyObject *
 fp_region_methods(PyObject *mod, PyObject *args)
 {
-    PyObject *cls, *enter, *exit_, *ring, *tick, *strings, *intern, *enabled;
+    PyObject *cls, *enter, *exit_, *ring, *ticks, *strings, *intern, *enabled;
     Py_ssize_t index;
     if (!PyArg_ParseTuple(args, "O!OOO!OO!OO!n:region_methods", &PyType_Type, &cls, &enter, &exit_, &RingBufferType,
-                          &ring, &tick, &PyDict_Type, &strings, &intern, &PyList_Type, &enabled, &index))
+                          &ring, &ticks, &PyDict_Type, &strings, &intern, &PyList_Type, &enabled, &index))
         return NULL;
     if (rg.enter != NULL)
         Py_RETURN_NONE;  /* one per process */
     if (((RingBuffer *)ring)->width != WIDTH || index < 0 || !PyCallable_Check(enter) || !PyCallable_Check(exit_) ||
-            !PyCallable_Check(tick) || !PyCallable_Check(intern)) {
-        PyErr_SetString(PyExc_TypeError, "region_methods: a capture ring, callables and an index >= 0");
+            Py_TYPE(ticks)->tp_iternext == NULL || !PyCallable_Check(intern)) {
+        PyErr_SetString(PyExc_TypeError, "region_methods: a capture ring, callables, a ticks iterator and an index >= 0");
         return NULL;
     }
     PyObject *e = PyDescr_NewMethod((PyTypeObject *)cls, &rg_defs[0]);
@@ -475,12 +521,12 @@ fp_region_methods(PyObject *mod, PyObject *args)
     Py_XDECREF(x);
     if (pair == NULL)
         return NULL;
-    PyObject *objs[] = {enter, exit_, tick, strings, intern, enabled, ring};
+    PyObject *objs[] = {enter, exit_, ticks, strings, intern, enabled, ring};
     for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++)
         Py_INCREF(objs[i]);
     rg.enter = enter;
     rg.exit = exit_;
-    rg.tick = tick;
+    rg.ticks = ticks;
     rg.strings = strings;
     rg.intern = intern;
     rg.enabled = enabled;

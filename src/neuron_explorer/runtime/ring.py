@@ -134,7 +134,7 @@ def _count_of(counter) -> int:
 
 
 class Ring:
-    __slots__ = ("nc", "capacity", "buffer", "_q", "append", "_counter", "tick", "exec_counter", "exec_id",
+    __slots__ = ("nc", "capacity", "buffer", "_q", "append", "ticks", "tick", "exec_counter", "exec_id",
                  "open_counter", "exec_open", "close_counter", "exec_close", "watch")
 
     def __init__(self, nc: int, capacity: int, native: bool | None = None) -> None:
@@ -151,9 +151,11 @@ class Ring:
         else:
             self._q = deque(maxlen=capacity)
             self.append = self._q.append
-        self._counter = itertools.count()
-        self.tick = self._counter.__next__
         ids = Counter if use_c and Counter is not None else itertools.count
+        # every other event produced: ``tick()`` from Python; C producers (record_function regions,
+        # runtime/_hooks.h) advance ``ticks`` in place, with no int made (a Counter with the extension)
+        self.ticks = ids()
+        self.tick = self.ticks.__next__
         # Execution ids of this core.  Whoever takes an id must append exactly one EXEC_PAIR record
         # for it (also when the execution fails): produced() counts two events per id.  The common
         # wrapper takes the id when the call has returned, right before the append; a wrapper that
@@ -196,7 +198,7 @@ class Ring:
     def produced(self) -> int:
         """Events produced so far: the ticks, plus two per execution that has been recorded."""
         running = _count_of(self.open_counter) - _count_of(self.close_counter)
-        return _count_of(self._counter) + 2 * (_count_of(self.exec_counter) - running)
+        return _count_of(self.ticks) + 2 * (_count_of(self.exec_counter) - running)
 
     def drain(self) -> np.ndarray:
         """Remove and return what is buffered, oldest first, as an (n, RECORD_WIDTH) int64 array;

@@ -134,8 +134,9 @@ class MemorySource:
 
     # -- sampling (sampler and publisher threads) --------------------------------------------
     def _core_of(self, t) -> int:
-        dev = t.device
-        return int(dev.index or 0) if dev.type == "cuda" else self.rt.ident.default_core
+        # (``t.is_cuda`` and ``get_device()``, not ``t.device.type``: that builds the device's name
+        # through a C++ string stream, ~3.7k instructions a tensor against ~0.8k)
+        return max(int(t.get_device()), 0) if t.is_cuda else self.rt.ident.default_core
 
     def _entry(self, t) -> tuple[int, int, int] | None:
         """(storage key, core, bytes) of a tensor, or None (not a tensor, no storage of its own)."""

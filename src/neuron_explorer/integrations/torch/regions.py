@@ -37,7 +37,7 @@ def install_regions(rt: Runtime, torch, core: CoreState) -> None:
     made = None
     if region_methods is not None and core.ring.buffer is not None:
         # the same two methods in C (runtime/_hooks.h): no Python frame of ours per region
-        made = region_methods(rf, enter, exit_, core.ring.buffer, tick, strings, intern, enabled, FW)
+        made = region_methods(rf, enter, exit_, core.ring.buffer, core.ring.ticks, strings, intern, enabled, FW)
     if made is not None:
         rf.__enter__, rf.__exit__ = made
         rf._neuron_explorer_wrapped = True
