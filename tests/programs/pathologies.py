@@ -7,7 +7,7 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
 * ``healthy``: nothing injected.
 * ``dataloader``: the dataset sleeps ``COST_MS`` per batch (a slow input pipeline).
 * ``recompile``: ``torch.compile`` on an input whose shape changes every step; the injected cost is
-  measured here (a new shape's call minus a known shape's call, mean).
+  measured here (a new shape's call minus a known shape's call: the mean, and each step's).
 * ``straggler``: two ranks (gloo) all-reduce their gradients after the backward; rank 1's forward
   busy-waits ``STRAGGLER_MS`` (a slower device).  The injected cost is what the program measures:
   the median over steps of rank 1's own time (its wall time but the all-reduce) minus rank 0's (on a
@@ -396,9 +396,11 @@ def recompile(net, opt, steps: int) -> None:
         if i:
             new.append(t1 - t0)
             old.append(t2 - t1)
-    # the mean, as the insight's ``stat="mean"`` (a loaded host makes a few compiles much longer:
-    # medians of the two sides then differ by more than the 25% the test allows)
+    # the mean, as the insight's ``stat="mean"``; and each step's, numbered from 1 (the test compares
+    # the steps' medians: a host that deschedules a new shape's first execution lengthens what this
+    # program times but not the compile, and one such step moves the mean by its whole stall)
     print(f"INJECTED_NS {(sum(new) - sum(old)) // max(len(new), 1)}")
+    print("INJECTED_STEPS_NS " + json.dumps([a - b for a, b in zip(new, old)]))
     print("GROUND_TRUTH " + json.dumps({"steps": steps}))
 
 
