@@ -79,6 +79,10 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
@@ -532,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                    for c, v in slopes.items()},
         "ratio_repetitions": {c: [x / y for x, y in zip(slopes[c], slopes["plain"])] for c in configs},
         **({"per_step_parts": parts} if parts else {}),
-        "commit": _commit(),
+        "commit": provenance.commit(),
         **({"cache_per_step": cache} if cache else {}),
         "runs": [{k: v for k, v in r.items() if k != "file"} for r in all_runs.values()],
         "seconds": round(time.time() - t0, 1),
@@ -545,16 +549,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _commit() -> str:
-    """The commit measured (with ``+`` when the tree has changes)."""
-    try:
-        h = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                           check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "bench"],
-                               capture_output=True, text=True).stdout.strip()
-        return h + ("+" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 if __name__ == "__main__":

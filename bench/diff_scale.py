@@ -29,6 +29,10 @@ import sys
 import tempfile
 import time
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RES = os.path.join(HERE, "results")
@@ -83,16 +87,6 @@ def _write_items() -> None:
     os.environ["NEURON_EXPLORER_DIFF_ITEMS"] = "1"
 
 
-def _commit() -> str:
-    """The commit measured (with ``+`` when src/ or bench/ has changes)."""
-    try:
-        h = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                           check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src", "bench"],
-                               capture_output=True, text=True).stdout.strip()
-        return h + ("+" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def main() -> None:
@@ -111,7 +105,7 @@ def main() -> None:
     ranks = a.instances * a.processes
     per = int(a.events // ranks)
     res: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                 "commit": _commit(), "command": "python -m bench.diff_scale " + " ".join(sys.argv[1:]),
+                 "commit": provenance.commit(), "command": "python -m bench.diff_scale " + " ".join(sys.argv[1:]),
                  "load_average": {"start": list(os.getloadavg())},
                  "ranks": ranks, "events_per_profile": per * ranks, "machine_note":
                  "2 shared cores, loaded by other work: compare the ratio, not the seconds"}

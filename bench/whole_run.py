@@ -51,7 +51,7 @@ import time
 
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import interleave, whole_run_programs  # noqa: E402
+from bench import interleave, provenance, whole_run_programs  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     # a run of some workloads keeps the others' figures (each workload carries its own date,
     # commit and command)
     result = _previous(a.out)
-    result.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), commit=_commit(),
+    result.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), commit=provenance.commit(),
                   command="python -m bench.whole_run " + " ".join(argv if argv is not None else sys.argv[1:]))
     with tempfile.TemporaryDirectory(prefix="ne-whole-run-") as tmp:
         for wl in a.workloads.split(","):
@@ -296,14 +296,6 @@ def _print(wl: str, r: dict) -> None:
     print(f"  flops: {json.dumps(r['flops'])}")
 
 
-def _commit() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 if __name__ == "__main__":

@@ -259,19 +259,26 @@ ctx.__exit__(None, None, None)
 """
 
 
-@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
-def test_regions_record_around_exceptions_decorators_and_manual_calls_on_both_paths(tmp_path, pure):
-    """The C methods (runtime/_hooks.h) and the Python ones record the same regions, nested in
-    time, and leave record_function's own behaviour (its return value, the body's exception)."""
+def _run_and_view(tmp_path, source: str, pure: str) -> tuple[str, str]:
+    """Run ``source`` captured (the C path or the Python one) and convert its capture: the
+    Parquet folder and the program's stdout."""
     out = tmp_path / "out"
     script = tmp_path / "job.py"
-    script.write_text(REGIONS_EDGES)
+    script.write_text(source)
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                        env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
                                      NEURON_EXPLORER_PURE_PYTHON=pure))
     assert p.returncode == 0, p.stderr[-3000:]
     pq = str(tmp_path / "pq")
     cli("view", "-d", str(out), "--output-file", pq, check=True)
+    return pq, p.stdout
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_regions_record_around_exceptions_decorators_and_manual_calls_on_both_paths(tmp_path, pure):
+    """The C methods (runtime/_hooks.h) and the Python ones record the same regions, nested in
+    time, and leave record_function's own behaviour (its return value, the body's exception)."""
+    pq, _ = _run_and_view(tmp_path, REGIONS_EDGES, pure)
     regions = {e["name"]: e for e in _events(pq, "trace_event_source = 'framework'")}
     assert set(regions) == {"outer", "decorated", "raises", "manual"}
     con = duckdb.connect()
@@ -303,16 +310,8 @@ def test_labels_made_anew_at_each_call_name_their_regions_and_each_region_is_cou
     """A label is looked up by its text, not by the string object (the C path remembers its last
     labels, runtime/_hooks.h), and each region counts one event produced (the C path advances the
     ring's counter in place)."""
-    out = tmp_path / "out"
-    script = tmp_path / "job.py"
-    script.write_text(FRESH_LABELS)
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
-                                     NEURON_EXPLORER_PURE_PYTHON=pure))
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "produced 30" in p.stdout
-    pq = str(tmp_path / "pq")
-    cli("view", "-d", str(out), "--output-file", pq, check=True)
+    pq, stdout = _run_and_view(tmp_path, FRESH_LABELS, pure)
+    assert "produced 30" in stdout
     names = [e["name"] for e in _events(pq, "trace_event_source = 'framework'")]
     assert Counter(names) == {f"opt.step#{c}.{n}": 5 for c, n in
                               [("A", 1), ("B", 2), ("C", 3), ("D", 4), ("E", 5), ("\u03a9", 6)]}

@@ -99,6 +99,12 @@ def _reader(stack: ExitStack, args: argparse.Namespace):
     return engine
 
 
+def _lost_read(role: str, path: str, e: BaseException) -> int:
+    """The cluster (or a worker process) lost a side's read: one line, the usage exit status."""
+    print(f"{prog_name()}: error: {role} {path}: cannot read: {' '.join(str(e).split())[:300]}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def diff_command(args: argparse.Namespace) -> int:
     from neuron_explorer.contracts.env import ConfigError, s3_endpoint
 
@@ -142,20 +148,16 @@ def diff_command(args: argparse.Namespace) -> int:
             except (inputs.InputError, dataset.DatasetError) as e:
                 print(f"{prog_name()}: error: {role} {e}", file=sys.stderr)
                 return EXIT_USAGE
-            except lost as e:  # the cluster (or a worker process) lost the read: one line
-                print(f"{prog_name()}: error: {role} {path}: cannot read: {' '.join(str(e).split())[:300]}",
-                      file=sys.stderr)
-                return EXIT_USAGE
+            except lost as e:
+                return _lost_read(role, path, e)
         for role, path, r, reading in opened:
             try:
                 side = reading.read()
             except dataset.DatasetError as e:
                 print(f"{prog_name()}: error: {role} {e}", file=sys.stderr)
                 return EXIT_USAGE
-            except lost as e:  # the cluster (or a worker process) lost the read: one line
-                print(f"{prog_name()}: error: {role} {path}: cannot read: {' '.join(str(e).split())[:300]}",
-                      file=sys.stderr)
-                return EXIT_USAGE
+            except lost as e:
+                return _lost_read(role, path, e)
             side.path = path
             notes += [f"{role}: {w}" for w in r.warnings]
             for n in side.notes:  # (a slower read, the same document: not one of its warnings)

@@ -1,0 +1,22 @@
+"""Which commit a bench result was measured on, for ``bench/results/*.json`` and the README
+table's staleness marks (``bench/table.py``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def commit() -> str:
+    """The short commit of the checkout (with ``+`` when src/ or bench/ has changes), or ``""``
+    outside git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "--", "src", "bench")
+                                                      else "")
+    except (OSError, subprocess.CalledProcessError):
+        return ""
