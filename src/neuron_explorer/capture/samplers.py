@@ -15,6 +15,7 @@ import numpy as np
 import psutil
 
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_CATEGORIES, DEVICE_MEMORY_SOURCE
+from neuron_explorer.util.cgroup import CgroupMemory, Limit
 
 from ..runtime import clock
 from ..runtime.core import get_runtime
@@ -98,6 +99,10 @@ class HostSampler:
         self.capacity = cap
         self.dev_rings: dict[int, SampleRing] = {}
         self.dev_error: str | None = None
+        # the monitored process's cgroup memory limit when below the host's memory, read at each
+        # memory sample (decision 0182); its files are found at the first
+        self.memory_limit: Limit | None = None
+        self._cgroup: CgroupMemory | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         try:
@@ -157,7 +162,17 @@ class HostSampler:
                 except psutil.Error:
                     pass
             self.record_mem(t, (rss, vms, vm.total, vm.total - vm.available, vm.available))
+            self.sample_memory_limit(vm.total)
             self.sample_device_memory(t)
+
+    def sample_memory_limit(self, host_total: int) -> None:
+        """The cgroup limit now (``util.cgroup``: never raises; None when none is below the host's
+        memory ``host_total``)."""
+        if self._cgroup is None:
+            self._cgroup = CgroupMemory.find(self.pid)
+        lim = self._cgroup.read()
+        with self.lock:
+            self.memory_limit = lim if lim is not None and lim.bytes < host_total else None
 
     def sample_device_memory(self, t: int) -> None:
         """Ask the runtime's memory source (an integration registers it) for bytes by core and
