@@ -74,23 +74,23 @@ def test_a_bad_sample_bound_stops_the_launch():
 
 
 def test_the_cgroup_limit_is_written_only_when_below_the_hosts_memory(tmp_path):
-    """The sampler reads the cgroup's limit files at each memory sample (decision 0182); host_mem.pb
-    carries the last limit found below the host's memory, and nothing otherwise."""
+    """host_mem.pb carries the cgroup's limit read when it is written, when that is below the host's
+    memory (the last sample's host_total), and nothing otherwise (decision 0182)."""
     from neuron_explorer.util.cgroup import CgroupMemory
 
     hs = HostSampler(os.getpid(), 0.25, max_samples=10)
     f = tmp_path / "memory.max"
     hs._cgroup = CgroupMemory([(str(f), "memory.max", "/job")])
     f.write_text(f"{3 << 30}\n")
-    hs.sample_memory_limit(16 << 30)
+    mem = pb.HostMem.FromString(writer.encode_host_mem(hs))
+    assert mem.memory_limit == 0  # no memory sample yet: no host total to compare with
+    hs.record_mem(1, (1, 2, 16 << 30, 4, 5))
     mem = pb.HostMem.FromString(writer.encode_host_mem(hs))
     assert (mem.memory_limit, mem.memory_limit_source, mem.memory_limit_cgroup) == (
         3 << 30, "cgroup v2 memory.max", "/job")
-    for text, host in (("max\n", 16 << 30), (f"{32 << 30}\n", 16 << 30), ("garbage", 16 << 30)):
+    for text in ("max\n", f"{32 << 30}\n", f"{16 << 30}\n", "garbage"):
         f.write_text(text)
-        hs.sample_memory_limit(host)
         mem = pb.HostMem.FromString(writer.encode_host_mem(hs))
         assert (mem.memory_limit, mem.memory_limit_source, mem.memory_limit_cgroup) == (0, "", ""), text
     f.unlink()
-    hs.sample_memory_limit(16 << 30)
-    assert hs.memory_limit is None
+    assert hs.memory_limit(16 << 30) is None

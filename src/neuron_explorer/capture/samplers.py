@@ -99,9 +99,7 @@ class HostSampler:
         self.capacity = cap
         self.dev_rings: dict[int, SampleRing] = {}
         self.dev_error: str | None = None
-        # the monitored process's cgroup memory limit when below the host's memory, read at each
-        # memory sample (decision 0182); its files are found at the first
-        self.memory_limit: Limit | None = None
+        # the monitored process's cgroup memory limit files (decision 0182), found at the first write
         self._cgroup: CgroupMemory | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -162,17 +160,16 @@ class HostSampler:
                 except psutil.Error:
                     pass
             self.record_mem(t, (rss, vms, vm.total, vm.total - vm.available, vm.available))
-            self.sample_memory_limit(vm.total)
             self.sample_device_memory(t)
 
-    def sample_memory_limit(self, host_total: int) -> None:
-        """The cgroup limit now (``util.cgroup``: never raises; None when none is below the host's
-        memory ``host_total``)."""
+    def memory_limit(self, host_total: int) -> Limit | None:
+        """The monitored process's cgroup memory limit now, when below the host's memory
+        ``host_total`` (``util.cgroup``: never raises).  Read when host_mem.pb is written, not at
+        each sample: a read costs about a third of a sample (decision 0182)."""
         if self._cgroup is None:
             self._cgroup = CgroupMemory.find(self.pid)
         lim = self._cgroup.read()
-        with self.lock:
-            self.memory_limit = lim if lim is not None and lim.bytes < host_total else None
+        return lim if lim is not None and lim.bytes < host_total else None
 
     def sample_device_memory(self, t: int) -> None:
         """Ask the runtime's memory source (an integration registers it) for bytes by core and
