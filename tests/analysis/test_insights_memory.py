@@ -102,6 +102,38 @@ def test_memory_near_its_limit_is_found_and_below_it_or_without_a_limit_is_not()
     assert "memory_near_limit" not in _found(_proc(np.full(12, int(0.95 * limit))))
 
 
+def test_a_cgroup_limit_is_named_in_the_finding_with_its_cgroup():
+    """Decision 0182: the limit a container's cgroup sets is the one the finding names."""
+    limit = 4 << 30
+    p = _proc(np.full(12, int(0.93 * limit)), limit)
+    p.update(memory_limit_source="cgroup v1 memory.limit_in_bytes", memory_limit_cgroup="/jobs/j1")
+    near = _found(p)["memory_near_limit"]
+    assert near["title"] == "device memory reaches 93% of its cgroup's memory limit (4.00 GiB)"
+    figs = near["evidence"]["figures"]
+    assert figs == {"device_mem_bytes": int(0.93 * limit), "memory_limit_bytes": limit,
+                    "memory_limit_source": "cgroup v1 memory.limit_in_bytes", "memory_limit_cgroup": "/jobs/j1"}
+    assert "container (cgroup)" in near["recommendation"]
+
+
+def test_the_cpu_limit_is_the_cgroups_when_recorded_and_lower_else_the_hosts():
+    from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
+    from neuron_explorer.view.process import HOST_LIMIT_SOURCE, cpu_memory_limit
+
+    host = 24 << 30
+    m = pb.HostMem(memory_limit=3 << 30, memory_limit_source="cgroup v2 memory.max", memory_limit_cgroup="/c")
+    assert cpu_memory_limit(host, m) == {"memory_limit_bytes": 3 << 30, "memory_limit_source": "cgroup v2 memory.max",
+                                         "memory_limit_cgroup": "/c"}
+    hosts = {"memory_limit_bytes": host, "memory_limit_source": HOST_LIMIT_SOURCE}
+    assert cpu_memory_limit(host, pb.HostMem()) == hosts  # none recorded (an older capture too)
+    assert cpu_memory_limit(host, None) == hosts
+    for lim, src in ((-5, "cgroup v2 memory.max"), (host, "cgroup v2 memory.max"), (1 << 62, "cgroup v2 memory.max"),
+                     (3 << 30, "anything else"), (3 << 30, "")):  # damaged: not what a capture writes
+        assert cpu_memory_limit(host, pb.HostMem(memory_limit=lim, memory_limit_source=src)) == hosts, (lim, src)
+    odd = cpu_memory_limit(host, pb.HostMem(memory_limit=1, memory_limit_source="cgroup v1 memory.limit_in_bytes",
+                                            memory_limit_cgroup="/a\nb\x1b" + "x" * 5000))
+    assert odd["memory_limit_cgroup"].isprintable() and len(odd["memory_limit_cgroup"]) <= 1024
+
+
 def test_the_recommendation_follows_the_category_that_grew():
     mem = 200 * MIB + 8 * MIB * np.arange(20)
     p = _proc(mem)

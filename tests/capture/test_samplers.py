@@ -71,3 +71,26 @@ def test_a_bad_sample_bound_stops_the_launch():
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_EXPLORER_MAX_SAMPLES="lots")
     p = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True)
     assert p.returncode == 2 and "NEURON_EXPLORER_MAX_SAMPLES='lots' is not valid" in p.stderr
+
+
+def test_the_cgroup_limit_is_written_only_when_below_the_hosts_memory(tmp_path):
+    """host_mem.pb carries the cgroup's limit read when it is written, when that is below the host's
+    memory (the last sample's host_total), and nothing otherwise (decision 0182)."""
+    from neuron_explorer.util.cgroup import CgroupMemory
+
+    hs = HostSampler(os.getpid(), 0.25, max_samples=10)
+    f = tmp_path / "memory.max"
+    hs._cgroup = CgroupMemory([(str(f), "memory.max", "/job")])
+    f.write_text(f"{3 << 30}\n")
+    mem = pb.HostMem.FromString(writer.encode_host_mem(hs))
+    assert mem.memory_limit == 0  # no memory sample yet: no host total to compare with
+    hs.record_mem(1, (1, 2, 16 << 30, 4, 5))
+    mem = pb.HostMem.FromString(writer.encode_host_mem(hs))
+    assert (mem.memory_limit, mem.memory_limit_source, mem.memory_limit_cgroup) == (
+        3 << 30, "cgroup v2 memory.max", "/job")
+    for text in ("max\n", f"{32 << 30}\n", f"{16 << 30}\n", "garbage"):
+        f.write_text(text)
+        mem = pb.HostMem.FromString(writer.encode_host_mem(hs))
+        assert (mem.memory_limit, mem.memory_limit_source, mem.memory_limit_cgroup) == (0, "", ""), text
+    f.unlink()
+    assert hs.memory_limit(16 << 30) is None

@@ -3,9 +3,9 @@ real capture: ``tests/programs/pathologies.py leak`` keeps each step's loss (its
 with it), so device memory (the host's, on the CPU substrate) grows every step and ``view`` writes a
 ``memory_growth`` insight into the profile's summary.json (decision 0159, docs/summary.md).
 
-``memory_near_limit`` is not reachable this way: on the CPU substrate its limit is the host's memory
-(used + available), which no test may fill; its rule is covered by tests/analysis/
-test_insights_memory.py on hand-made step series."""
+``memory_near_limit`` is not reachable this way: without a cgroup limit, the CPU substrate's limit
+is the host's memory (used + available), which no test may fill. tests/ui/test_browser_cgroup_limit.py
+reaches it under a cgroup limit (decision 0182)."""
 
 from __future__ import annotations
 

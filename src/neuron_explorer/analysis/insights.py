@@ -753,6 +753,7 @@ MEMORY_GROWTH_MIN_BYTES = 64 << 20
 MEMORY_GROWTH_SHARE = 0.10
 MEMORY_NEAR_LIMIT = 0.90
 _MIB = float(1 << 20)
+_GIB = float(1 << 30)
 
 
 def _memory_steps(p: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -797,6 +798,7 @@ def _memory_growth(procs: list[dict], memo: dict) -> dict | None:
     limit = p.get("memory_limit_bytes")
     if limit and limit > m[-1]:
         figs["memory_limit_bytes"] = int(limit)
+        figs["memory_limit_source"] = str(p.get("memory_limit_source", ""))
         figs["steps_to_limit"] = int((limit - m[-1]) // max(rate, 1.0))
         title += f" (its limit in ~{figs['steps_to_limit']} more steps)"
     grown = max(by_cat, key=lambda c: by_cat[c]) if by_cat else "tensors"
@@ -815,7 +817,8 @@ def _memory_growth(procs: list[dict], memo: dict) -> dict | None:
 
 def _memory_near_limit(procs: list[dict], memo: dict) -> dict | None:
     """A process whose device memory reached ``MEMORY_NEAR_LIMIT`` of its limit at some step
-    (``memory_limit_bytes``: on the CPU substrate the host's memory, decision 0159): the next
+    (``memory_limit_bytes``: on the CPU substrate the host's memory, decision 0159, or the
+    process's cgroup limit where one is lower, decision 0182): the next
     larger batch or longer sequence fails to allocate.  The fullest process is named."""
     best = None
     for p in procs:
@@ -832,13 +835,19 @@ def _memory_near_limit(procs: list[dict], memo: dict) -> dict | None:
     over = int((m >= MEMORY_NEAR_LIMIT * p["memory_limit_bytes"]).sum())
     near = sum(1 for q in procs if q.get("memory_limit_bytes") and len(_arr(q, "device_mem_bytes")) and
                float(_arr(q, "device_mem_bytes").max()) >= MEMORY_NEAR_LIMIT * q["memory_limit_bytes"])
-    figs = {"device_mem_bytes": int(m[j]), "memory_limit_bytes": int(p["memory_limit_bytes"]),
+    limit = int(p["memory_limit_bytes"])
+    figs = {"device_mem_bytes": int(m[j]), "memory_limit_bytes": limit,
             "memory_limit_source": p.get("memory_limit_source", "")}
-    return _insight("memory_near_limit", f"device memory reaches {share * 100:.0f}% of its limit", None,
-                    _confidence(over, len(m), near, len(procs)),
-                    "lower the memory per step before it fails to allocate: a smaller micro-batch with gradient "
-                    "accumulation, activation checkpointing, bf16/fp16 weights and activations, or shard the "
-                    "optimizer state (ZeRO/FSDP)", _evidence(p, j, figs))
+    title = f"device memory reaches {share * 100:.0f}% of its limit"
+    rec = ("lower the memory per step before it fails to allocate: a smaller micro-batch with gradient "
+           "accumulation, activation checkpointing, bf16/fp16 weights and activations, or shard the "
+           "optimizer state (ZeRO/FSDP)")
+    if str(figs["memory_limit_source"]).startswith("cgroup"):  # the container's limit (decision 0182)
+        figs["memory_limit_cgroup"] = str(p.get("memory_limit_cgroup", ""))
+        title = f"device memory reaches {share * 100:.0f}% of its cgroup's memory limit ({limit / _GIB:.2f} GiB)"
+        rec += "; or give its container (cgroup) more memory: the kernel ends the process at the limit"
+    return _insight("memory_near_limit", title, None, _confidence(over, len(m), near, len(procs)), rec,
+                    _evidence(p, j, figs))
 
 
 RULES: list[Callable[[list[dict], dict], dict | None]] = [

@@ -15,6 +15,7 @@ import numpy as np
 import psutil
 
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_CATEGORIES, DEVICE_MEMORY_SOURCE
+from neuron_explorer.util.cgroup import CgroupMemory, Limit
 
 from ..runtime import clock
 from ..runtime.core import get_runtime
@@ -98,6 +99,8 @@ class HostSampler:
         self.capacity = cap
         self.dev_rings: dict[int, SampleRing] = {}
         self.dev_error: str | None = None
+        # the monitored process's cgroup memory limit files (decision 0182), found at the first write
+        self._cgroup: CgroupMemory | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         try:
@@ -158,6 +161,15 @@ class HostSampler:
                     pass
             self.record_mem(t, (rss, vms, vm.total, vm.total - vm.available, vm.available))
             self.sample_device_memory(t)
+
+    def memory_limit(self, host_total: int) -> Limit | None:
+        """The monitored process's cgroup memory limit now, when below the host's memory
+        ``host_total`` (``util.cgroup``: never raises).  Read when host_mem.pb is written, not at
+        each sample: a read costs about a third of a sample (decision 0182)."""
+        if self._cgroup is None:
+            self._cgroup = CgroupMemory.find(self.pid)
+        lim = self._cgroup.read()
+        return lim if lim is not None and lim.bytes < host_total else None
 
     def sample_device_memory(self, t: int) -> None:
         """Ask the runtime's memory source (an integration registers it) for bytes by core and

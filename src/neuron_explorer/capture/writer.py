@@ -214,6 +214,9 @@ def encode_host_mem(s: "HostSampler") -> bytes:
         msg.device_mem_names.extend(names)
         msg.device_mem_values = _col(values.ravel(), "i8")
         msg.dropped_samples = max(dropped, dev_dropped)
+    lim = s.memory_limit(int(rows[-1, 2])) if len(rows) else None  # (column 2: host_total)
+    if lim is not None:  # the cgroup's limit, below the host's memory (docs/decisions/0182-cgroup-memory-limit.md)
+        msg.memory_limit, msg.memory_limit_source, msg.memory_limit_cgroup = lim.bytes, lim.source, lim.cgroup
     return msg.SerializeToString()
 
 

@@ -511,6 +511,9 @@ class HostMem(_message.Message):
     DEVICE_MEM_TS_NS_FIELD_NUMBER: _builtins.int
     DEVICE_MEM_NAMES_FIELD_NUMBER: _builtins.int
     DEVICE_MEM_VALUES_FIELD_NUMBER: _builtins.int
+    MEMORY_LIMIT_FIELD_NUMBER: _builtins.int
+    MEMORY_LIMIT_SOURCE_FIELD_NUMBER: _builtins.int
+    MEMORY_LIMIT_CGROUP_FIELD_NUMBER: _builtins.int
     format_version: _builtins.int
     period_ns: _builtins.int
     ts_ns: _builtins.bytes
@@ -535,6 +538,16 @@ class HostMem(_message.Message):
     """
     device_mem_values: _builtins.bytes
     """int64 bytes, -1 where a category was not known at that sample"""
+    memory_limit: _builtins.int
+    """The monitored process's cgroup memory limit at the last memory sample, recorded only when it is
+    below host_total (docs/decisions/0182-cgroup-memory-limit.md); 0 and empty: none, the host's
+    memory is the limit.
+    bytes: the lowest limit from the process's cgroup up to the root
+    """
+    memory_limit_source: _builtins.str
+    """"cgroup v2 memory.max" or "cgroup v1 memory.limit_in_bytes" """
+    memory_limit_cgroup: _builtins.str
+    """the cgroup that sets it, as /proc/<pid>/cgroup names it"""
     @_builtins.property
     def device_mem_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -553,10 +566,13 @@ class HostMem(_message.Message):
         device_mem_ts_ns: _builtins.bytes = ...,
         device_mem_names: _abc.Iterable[_builtins.str] | None = ...,
         device_mem_values: _builtins.bytes = ...,
+        memory_limit: _builtins.int = ...,
+        memory_limit_source: _builtins.str = ...,
+        memory_limit_cgroup: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_mem_names", b"device_mem_names", "device_mem_ts_ns", b"device_mem_ts_ns", "device_mem_values", b"device_mem_values", "dropped_samples", b"dropped_samples", "format_version", b"format_version", "host_available", b"host_available", "host_total", b"host_total", "host_used", b"host_used", "monitored_pid", b"monitored_pid", "period_ns", b"period_ns", "process_rss", b"process_rss", "process_vms", b"process_vms", "ts_ns", b"ts_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_mem_names", b"device_mem_names", "device_mem_ts_ns", b"device_mem_ts_ns", "device_mem_values", b"device_mem_values", "dropped_samples", b"dropped_samples", "format_version", b"format_version", "host_available", b"host_available", "host_total", b"host_total", "host_used", b"host_used", "memory_limit", b"memory_limit", "memory_limit_cgroup", b"memory_limit_cgroup", "memory_limit_source", b"memory_limit_source", "monitored_pid", b"monitored_pid", "period_ns", b"period_ns", "process_rss", b"process_rss", "process_vms", b"process_vms", "ts_ns", b"ts_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,14 +1,14 @@
 """Leaf utilities that import nothing else of this project: atomic and special-file-safe writes
-(``atomic``), bounded file reads (``files``), JSON encoding (``jsonfast``), interval union
-(``intervals``), protobuf wire helpers (``pbwire``), range parsing with bounds (``ranges``),
-path-safe names (``names``), launcher and helper-process detection (``procs``), allocator tuning for
-workers (``alloc``), the shared command-line error type (``cliargs``), object storage
-(``storage``: s3:// URLs through pyarrow's S3 file system) and Arrow arrays built from numpy
-buffers and Python lists without ``pa.array`` (``arrays``: pyarrow would import pandas), and the
-``neuron_explorer`` logger tree every message goes through (``log``).
+(``atomic``), bounded file reads (``files``), a process's cgroup memory limit (``cgroup``), JSON
+encoding (``jsonfast``), interval union (``intervals``), protobuf wire helpers (``pbwire``), range
+parsing with bounds (``ranges``), path-safe names (``names``), launcher and helper-process
+detection (``procs``), allocator tuning for workers (``alloc``), the shared command-line error type
+(``cliargs``), object storage (``storage``: s3:// URLs through pyarrow's S3 file system) and Arrow
+arrays built from numpy buffers and Python lists without ``pa.array`` (``arrays``: pyarrow would
+import pandas), and the ``neuron_explorer`` logger tree every message goes through (``log``).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
-__all__ = ["alloc", "arrays", "atomic", "cliargs", "files", "intervals", "jsonfast", "log", "names", "pbwire", "procs",
-           "ranges", "storage"]
+__all__ = ["alloc", "arrays", "atomic", "cgroup", "cliargs", "files", "intervals", "jsonfast", "log", "names",
+           "pbwire", "procs", "ranges", "storage"]

@@ -29,6 +29,7 @@ from neuron_explorer.analysis.reader import Session, load_session, wall_offset_n
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 from neuron_explorer.contracts.tracks import Grouping
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, exporter
+from neuron_explorer.util.cgroup import SOURCES as _CGROUP_SOURCES
 from neuron_explorer.util.names import printable
 
 from .options import SUMMARIES, ViewOptions
@@ -236,10 +237,28 @@ def process_steps(s: Session, offset_ns: int) -> dict:
             {k: (ts + off, v) for k, (ts, v) in dev.items()}, st.end_ns)
         used, avail = cpu.get("host_mem.host_used"), cpu.get("host_mem.host_available")
         if out["device_kind"].split(":", 1)[0] == "cpu" and used is not None and avail is not None and len(used[1]):
-            # the CPU substrate's device memory is the host's (decision 0159): used + available
-            out["memory_limit_bytes"] = int(used[1][-1]) + int(avail[1][-1])
-            out["memory_limit_source"] = "host memory (CPU substrate)"
+            # the CPU substrate's device memory is the host's (decision 0159): used + available,
+            # or the process's cgroup limit where the capture found a lower one (decision 0182)
+            out.update(cpu_memory_limit(int(used[1][-1]) + int(avail[1][-1]), s.mem))
     return out
+
+
+HOST_LIMIT_SOURCE = "host memory (CPU substrate)"
+CGROUP_SOURCES = frozenset(_CGROUP_SOURCES.values())
+CGROUP_NAME_CHARS = 1024  # a cgroup's name as shown, at most
+
+
+def cpu_memory_limit(host_bytes: int, mem) -> dict:
+    """``memory_limit_bytes`` and ``memory_limit_source`` of a CPU-substrate process: its cgroup's
+    limit from host_mem.pb (with ``memory_limit_cgroup``) when recorded, positive and below the
+    host's memory ``host_bytes``, else the host's memory.  What a damaged file holds is checked
+    here: the source must be one the capture writes."""
+    lim = int(getattr(mem, "memory_limit", 0) or 0)
+    src = str(getattr(mem, "memory_limit_source", "") or "")
+    if 0 < lim and (host_bytes <= 0 or lim < host_bytes) and src in CGROUP_SOURCES:
+        cgroup = printable(str(getattr(mem, "memory_limit_cgroup", "") or ""))[:CGROUP_NAME_CHARS]
+        return {"memory_limit_bytes": lim, "memory_limit_source": src, "memory_limit_cgroup": cgroup}
+    return {"memory_limit_bytes": host_bytes, "memory_limit_source": HOST_LIMIT_SOURCE}
 
 
 def _present(filt: ViewFilter, s: Session, res: ProcessResult) -> None:
