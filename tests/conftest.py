@@ -50,6 +50,40 @@ def torchrun(nproc: int, script: str | Path, args: list[str], env: dict[str, str
     return run(cmd, env, **kw)
 
 
+def rank_envs(nproc: int, env: dict[str, str], port: int | None = None) -> list[dict[str, str]]:
+    """The environment of each rank of a one-node job started without a launcher: ``env`` plus the
+    variables ``init_process_group``'s ``env://`` rendezvous reads (rank, world size, the store's
+    address), as a cluster scheduler's own launcher sets them."""
+    port = port or free_port()
+    return [{**env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)} for r in range(nproc)]
+
+
+def ranks(nproc: int, script: str | Path, args: list[str], env: dict[str, str], cwd: str | Path | None = None,
+          timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
+    """``script`` on ``nproc`` ranks of one gloo job, each rank a plain ``python`` process (no
+    ``torchrun``): for the tests whose subject is what the ranks do, not how torchrun starts them.
+    torchrun's own interpreter imports torch (about 2 CPU-s of every job, decision 0183).  Answers as
+    ``run`` does: the ranks' standard outputs one after the other, their standard errors likewise,
+    and the first non-zero status."""
+    procs = [subprocess.Popen([sys.executable, str(script), *args], env=e, cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for e in rank_envs(nproc, env)]
+    outs = []
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    code = next((p.returncode for p in procs if p.returncode), 0)
+    p = subprocess.CompletedProcess(["ranks", str(nproc), str(script), *args], code, "".join(o for o, _ in outs),
+                                    "".join(e for _, e in outs))
+    if check and code != 0:
+        raise AssertionError(f"{p.args} failed with {code}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-4000:]}")
+    return p
+
+
 def cli(*args: str, env: dict[str, str] | None = None, check: bool = False, **kw) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "neuron_explorer", *args], env or clean_env(), check=check, **kw)
 

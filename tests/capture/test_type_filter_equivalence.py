@@ -7,10 +7,10 @@ recording mechanism produces several types, of both groups (an execution: ``nrt_
 when any of them is kept, not only when one particular type is (docs/decisions/0073).
 
 These tests run a deterministic 2-rank gloo job (``workloads/filter_ddp.py``: an eager DDP phase
-and a compiled ``aot_eager`` phase) once unfiltered per path (the C extension, the pure-Python
-fallback) and once per filter, each filter on one path to keep the launches few (the
-hardware group on the C path is the matrix's: decision 0152), and a plain JAX
-jit loop the same way; the filter logic itself is tested in process in ``test_filters.py``.  NDET,
+and a compiled ``aot_eager`` phase; its two ranks started as plain processes, ``conftest.ranks``) once
+unfiltered per path (the C extension, the pure-Python fallback) and once per filter, each filter on
+one path to keep the launches few (the hardware group on the C path is the matrix's: decision 0152),
+and a plain JAX jit loop the same way; the filter logic itself is tested in process in ``test_filters.py``.  NDET,
 another tool, keeps what it records whatever the capture's filter.  The counts are keyed finer
 than the name where the event says more: by the graph's backend and kind for events naming a model
 (an eager optimizer step is not a compiled forward), by the operation for collectives.
@@ -28,8 +28,8 @@ import pytest
 
 from neuron_explorer.contracts.env import parse_type_filter
 
-from ..conftest import clean_env, free_port, jit_loop_capture, run, shared_dir, torchrun
-from ..ndet.helpers import load_trace, ndet_env
+from ..conftest import clean_env, free_port, jit_loop_capture, ranks, run, shared_dir
+from ..ndet.helpers import load_trace, ndet_env, neuron_det
 from .helpers import sessions
 
 pytestmark = pytest.mark.slow
@@ -73,7 +73,7 @@ def _ddp(out: Path, value: str | None, pure_python: bool) -> tuple[dict[int, Cou
         env["NEURON_RT_INSPECT_EVENT_FILTER_TYPE"] = value
     if pure_python:
         env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
-    p = torchrun(2, WORKLOAD, ["3"], env)
+    p = ranks(2, WORKLOAD, ["3"], env)  # two plain rank processes: torchrun's launcher is not the subject
     printed = re.findall(r"rank \d+: steps=\d+ eager_loss=\S+ compiled_loss=[-\d.]+", p.stdout)
     return _keyed_counts(out), sorted(printed)
 
@@ -160,7 +160,7 @@ def test_ndet_keeps_every_collective_whatever_the_capture_filter_keeps(tmp_path)
     run([sys.executable, str(Path(__file__).parent / "workloads" / "waits.py")], env)
     (s,) = sessions(tmp_path / "out")
     assert set(_keyed_counts(tmp_path / "out")[s.info.rank]) == {"nrt_execute [aot_eager forward]"}
-    run([sys.executable, "-m", "neuron_explorer.ndet.cli", "--log-prefix", str(logs), "-o",
-         str(tmp_path / "t.json")], clean_env())
+    r = neuron_det("--log-prefix", str(logs), "-o", str(tmp_path / "t.json"))  # in this process (decision 0173)
+    assert r.returncode == 0, r.stdout + r.stderr
     cats = Counter(e.get("cat") for e in load_trace(tmp_path / "t.json"))
     assert cats["cc"] == 2 and cats["exec"] >= 3, cats  # waits.py: two all_reduces, three calls of its graph

@@ -1,4 +1,4 @@
-"""``neuron-explorer diff`` on real 2-rank torchrun (gloo) captures: each candidate carries one
+"""``neuron-explorer diff`` on real 2-rank gloo captures: each candidate carries one
 injected change and the diff must name that item, with the right sign and a magnitude within 25%
 of what the program measured itself; that it names nothing else, and that the A/A pair of each
 round (the same program twice) shows no change anywhere, are checked too, and a miss there makes the
@@ -7,7 +7,8 @@ round xfail with what was named (a known limitation under load: decision 0131).
 One round per change runs three jobs at once (baseline, the baseline again, the candidate) pinned to
 one CPU and started together (``--rendezvous``): the three share whatever load the machine has, so
 the comparison stays fair on a busy machine (docs/decisions/0127-diff-statistics.md).  The changes
-that need ranks run 2-rank torchrun (gloo) jobs; the others one plain process per job (cheaper).
+that need ranks run 2-rank gloo jobs (each rank a plain process, ``conftest.rank_envs``); the others
+one plain process per job (cheaper).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..conftest import (
     REPO,
     clean_env,
     cli_in_process as cli,  # diffs in this process (decision 0173)
-    free_port,
+    rank_envs,
 )
 
 pytestmark = pytest.mark.slow
@@ -64,25 +65,31 @@ def _truth(stdout: str) -> dict[int, dict]:
 def _round(root: Path, change: str) -> dict:
     rz = root / "rendezvous"
     rz.mkdir(parents=True)
-    procs = {}
+    procs: dict[str, list[subprocess.Popen]] = {}
     nproc, switches = CHANGES[change]
     for role in ROLES:
         env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(root / role))
         args = ["--steps", STEPS[nproc], "--rendezvous", str(rz), "--parties", str(nproc * len(ROLES))]
         if role == "candidate":
             args += switches
-        launch = [sys.executable] if nproc == 1 else [
-            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
-            "127.0.0.1", "--master_port", str(free_port())]
-        cmd = [*launch, str(PROGRAM), *args]
-        procs[role] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       preexec_fn=_pin)
+        # a 2-rank job's ranks are plain processes (``rank_envs``): torchrun's launcher, an interpreter
+        # that imports torch, is no part of what a round measures (decision 0183)
+        envs = [env] if nproc == 1 else rank_envs(nproc, env)
+        procs[role] = [subprocess.Popen([sys.executable, str(PROGRAM), *args], env=e, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, preexec_fn=_pin) for e in envs]
     truth = {}
-    for role, p in procs.items():
-        out, err = p.communicate(timeout=900)
-        assert p.returncode == 0, f"{role} failed ({p.returncode}):\n{out}\n{err[-3000:]}"
-        truth[role] = _truth(out)
-        assert sorted(truth[role]) == list(range(nproc)), out
+    try:
+        for role, ps in procs.items():
+            outs = [p.communicate(timeout=900) for p in ps]
+            for p, (out, err) in zip(ps, outs):
+                assert p.returncode == 0, f"{role} failed ({p.returncode}):\n{out}\n{err[-3000:]}"
+            out = "".join(o for o, _ in outs)
+            truth[role] = _truth(out)
+            assert sorted(truth[role]) == list(range(nproc)), out
+    finally:  # a rank left waiting for a peer that failed (no launcher ends it)
+        for p in (p for ps in procs.values() for p in ps if p.poll() is None):
+            p.kill()
+            p.wait()
     docs = {}
     for name, other in (("ab", "candidate"), ("aa", "again")):
         r = cli("diff", str(root / "baseline"), str(root / other), "--format", "json", timeout=600)

@@ -23,17 +23,19 @@ def ndet_env(log_dir: Path, flush_usec: int = 100000, **extra: str) -> dict[str,
                      **extra)
 
 
-def job_cmd(mode: str, nproc: int = 2, steps: int = 5, port: int | None = None) -> list[str]:
+def job_cmd(mode: str, nproc: int = 2, steps: int = 5, port: int | None = None, compiled: bool = True) -> list[str]:
+    """torchrun of ``ndet_job.py``; ``compiled=False``: its function run eagerly (collectives only)."""
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
-            "127.0.0.1", "--master_port", str(port or free_port()), str(JOB), mode, str(steps)]
+            "127.0.0.1", "--master_port", str(port or free_port()), str(JOB), mode, str(steps),
+            *([] if compiled else ["no-compile"])]
 
 
 def run_job(log_dir: Path, mode: str, nproc: int = 2, steps: int = 5, timeout: float = 120, port: int | None = None,
-            **extra: str) -> subprocess.CompletedProcess:
+            compiled: bool = True, **extra: str) -> subprocess.CompletedProcess:
     """torchrun the test job with one injected fault; returns the (possibly failed) launcher result."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(job_cmd(mode, nproc, steps, port), env=ndet_env(log_dir, **extra), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(job_cmd(mode, nproc, steps, port, compiled), env=ndet_env(log_dir, **extra),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def skip_job(tmp_path_factory) -> tuple[Path, int]:

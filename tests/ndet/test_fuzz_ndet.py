@@ -1,6 +1,7 @@
-"""Fuzzing ``neuron-det`` with damaged NDET logs: seeded mutations, a fixed number of batches, each in a
-subprocess under a memory cap.  Whatever a log holds, ``neuron-det`` must not raise, must stay
-under the cap, must name every file it skips, and must still analyse every intact log.
+"""Fuzzing ``neuron-det`` with damaged NDET logs: seeded mutations, a fixed number of batches, all in one
+subprocess under a memory cap (``fuzz_det_driver.py``: ``neuron-det``'s ``main`` once per batch).
+Whatever a log holds, ``neuron-det`` must not raise, must stay under the cap, must name every file
+it skips, and must still analyse every intact log.
 
 The mutations that matter most re-seal the checksum after changing the header or the records
 (a buggy or crafted writer): plain byte flips only exercise the CRC check.  Fast by default
@@ -28,6 +29,7 @@ FAST_RUNS = 16  # batches of BATCH damaged logs: what 4 s gave on an idle machin
 SLOW_RUNS = 48  # on the real job's logs: what 12 s gave
 MEM_CAP = 768 << 20  # bytes of address space for one neuron-det run
 BATCH = 12  # damaged files per run, beside the intact logs
+DRIVER = Path(__file__).with_name("fuzz_det_driver.py")
 
 ODD_VALUES = [None, True, False, -1, 0, 1, 2 ** 31, 2 ** 62, 2 ** 63, -2 ** 63, 2 ** 64, 10 ** 30, 1.5, 1e308, -1e308,
               "", "x", "9" * 60, [], [1, 2], {}, {"a": 1}, [[[[]]]], "\u0000", "ndet"]
@@ -99,42 +101,45 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
 
 
 def fuzz(corpus: list[Path], work: Path, runs: int, seed: int) -> int:
-    """Run ``runs`` batches; returns the number of damaged files tried."""
+    """Run ``runs`` batches; returns the number of damaged files tried.  ``neuron-det`` analyses every
+    batch in one capped process (``fuzz_det_driver.py``), each batch through the console script's
+    ``main`` as its own run would."""
     originals = {p.name: p.read_bytes() for p in corpus}
-    tried = 0
+    fuzzed = [f"ndet_fuzz_{i}.log" for i in range(BATCH)]
     for run in range(runs):
-        batch_seed = seed * 1_000_003 + run
-        rng = random.Random(batch_seed)
+        rng = random.Random(seed * 1_000_003 + run)
         d = work / f"run{run}"
         d.mkdir()
         for name, data in originals.items():
             (d / name).write_bytes(data)
-        fuzzed = []
-        for i in range(BATCH):
-            name = f"ndet_fuzz_{i}.log"
+        for name in fuzzed:
             (d / name).write_bytes(mutate(originals[rng.choice(sorted(originals))], rng))
-            fuzzed.append(name)
-        trace = work / f"trace{run}.json"
-        r = run_capped([sys.executable, "-m", "neuron_explorer.ndet.cli", "--log-prefix", str(d), "-o", str(trace)],
-                       MEM_CAP)
+    p = run_capped([sys.executable, str(DRIVER), str(work), *map(str, range(runs))], MEM_CAP, timeout=120 + 5 * runs)
+    tried = 0
+    for run in range(runs):
+        d, trace, result = work / f"run{run}", work / f"trace{run}.json", work / f"result{run}.json"
         where = f"(seed {seed}, run {run}: NEURON_EXPLORER_FUZZ_SEED={seed}; files kept in {d})"
-        assert r.returncode in (0, 1), f"exit {r.returncode} {where}\n{r.stderr[-3000:]}"
-        assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, f"{where}\n{r.stderr[-3000:]}"
-        assert all(ln.startswith("neuron-det: ") for ln in r.stderr.splitlines()), f"{where}\n{r.stderr[-3000:]}"
+        assert result.exists(), f"the capped process ended in this batch (exit {p.returncode}) {where}\n" \
+                                f"{p.stderr[-3000:]}"
+        r = json.loads(result.read_text())
+        assert r["returncode"] in (0, 1), f"exit {r['returncode']} {where}\n{r['stderr'][-3000:]}"
+        assert "Traceback" not in r["stderr"] and "MemoryError" not in r["stderr"], f"{where}\n{r['stderr'][-3000:]}"
+        assert all(ln.startswith("neuron-det: ") for ln in r["stderr"].splitlines()), f"{where}\n{r['stderr'][-3000:]}"
         meta = json.loads(trace.read_text())["metadata"]
         analysed = set(meta["logs"])
-        assert set(originals) <= analysed, f"an intact log was not analysed {where}\n{r.stderr[-3000:]}"
+        assert set(originals) <= analysed, f"an intact log was not analysed {where}\n{r['stderr'][-3000:]}"
         for name in fuzzed:
-            assert name in analysed or name in r.stderr, f"{name} neither analysed nor named {where}"
-        for p in d.iterdir():  # nothing of ours was deleted or rewritten
-            if p.name in originals:
-                assert p.read_bytes() == originals[p.name], where
+            assert name in analysed or name in r["stderr"], f"{name} neither analysed nor named {where}"
+        for f in d.iterdir():  # nothing of ours was deleted or rewritten
+            if f.name in originals:
+                assert f.read_bytes() == originals[f.name], where
         # keep the disk use flat: a passing batch is not needed any more
-        for p in d.iterdir():
-            p.unlink()
+        for f in d.iterdir():
+            f.unlink()
         d.rmdir()
         trace.unlink()
         tried += BATCH
+    assert p.returncode == 0, p.stderr[-3000:]
     return tried
 
 

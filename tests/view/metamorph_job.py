@@ -1,4 +1,4 @@
-"""A small 2-rank training job for the metamorphic checks on ``view`` (run under torchrun, gloo).
+"""A small 2-rank training job for the metamorphic checks on ``view`` (two ranks over gloo: ``env://``).
 
 DDP over an eager or a ``torch.compile(backend="aot_eager")`` model, a ``record_function`` region
 per step (framework events on the host thread), a final all_reduce and a barrier: every kind of

@@ -12,11 +12,12 @@ that must hold whatever the capture holds.
    timestamps equal, except where clock alignment has something new to align (one job's hosts
    captured apart), where each instance moves by the offset the run reports.
 
-Captures: two real 2-rank torchrun jobs over gloo (DDP, eager and ``torch.compile`` aot_eager,
-``record_function`` regions, model-mode device profiles), and synthetic multi-host ones written by
-the real capture writer (``bench.synth_capture``: two instances with clock skew, colliding pids,
-device profiles, CPU/memory samples).  Readers are independent of the exporters (``metamorph``).
-Every run passes ``--output-format``: the default output is not what these checks are about.
+Captures: two real 2-rank jobs over gloo, their ranks plain processes (``conftest.ranks``; DDP, eager
+and ``torch.compile`` aot_eager, ``record_function`` regions, model-mode device profiles), and
+synthetic multi-host ones written by the real capture writer (``bench.synth_capture``: two instances
+with clock skew, colliding pids, device profiles, CPU/memory samples).  Readers are independent of the exporters
+(``metamorph``).  Every run passes ``--output-format``: the default output is not what these checks
+are about.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import clean_env, shared_dir, torchrun
+from ..conftest import clean_env, ranks, shared_dir
 from . import metamorph as mm
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def real(tmp_path_factory) -> dict[str, Path]:
             d = root / mode
             env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(d),
                             NEURON_RT_INSPECT_DEVICE_PROFILE="1")
-            torchrun(2, JOB, ["--mode", mode], env)
+            ranks(2, JOB, ["--mode", mode], env)  # plain rank processes: no launcher's import of torch (0183)
             assert len(list(d.glob("*/*/ntrace.pb"))) == 2 and list(d.glob("*/*/*.ntff"))
 
     shared = shared_dir(tmp_path_factory, "metamorphic_real", build)[0]

@@ -8,6 +8,10 @@ Every step runs a torch.compile'd (aot_eager) function and one all_reduce over t
             the 3 s gloo timeout fires, while rank 1 idles (it would have been waiting elsewhere)
   mismatch  at step 2 rank 1 all_reduces twice as many elements as rank 0 (gloo aborts rank 0)
   kill      rank 1 SIGKILLs itself at step 3
+
+argv[3] ``no-compile``: the function runs eagerly (no graph, no execution records: collectives only),
+for the tests about whole jobs whose logs need no execution (Dynamo's import and compile are about 2
+CPU-s of each rank).
 """
 import os
 import signal
@@ -32,7 +36,7 @@ def f(x, scale):
     return torch.tanh(x @ x.T) * scale
 
 
-cf = torch.compile(f, backend="aot_eager")
+cf = f if sys.argv[3:4] == ["no-compile"] else torch.compile(f, backend="aot_eager")
 x = torch.randn(8, 8)
 for step in range(STEPS):
     scale = torch.tensor(float("nan") if (mode == "nan" and step == 3 and rank == nan_rank) else 1.0)
