@@ -6,6 +6,7 @@ Every step runs a torch.compile'd (aot_eager) function and one all_reduce over t
   nan       the compiled function produces NaN on rank 1 (or rank 0 alone) at step 3, the job goes on
   skip      rank 1 skips the all_reduce of step 2; rank 0 ends up waiting in its last all_reduce until
             the 3 s gloo timeout fires, while rank 1 idles (it would have been waiting elsewhere)
+            until torchrun stops it after rank 0's failure
   mismatch  at step 2 rank 1 all_reduces twice as many elements as rank 0 (gloo aborts rank 0)
   kill      rank 1 SIGKILLs itself at step 3
 
@@ -55,7 +56,11 @@ for step in range(STEPS):
     t = torch.ones(n)
     dist.all_reduce(t)
 if mode == "skip" and rank == 1:
-    time.sleep(8)  # stay alive: rank 0 must hit the timeout, not a closed connection
+    # stay alive until torchrun ends this rank once rank 0 has failed: rank 0 must hit the timeout,
+    # not a closed connection, and a barrier here could meet rank 0's all_reduce #4 (a host that
+    # delays rank 0 past a fixed sleep made that a mismatch)
+    time.sleep(300)
+    sys.exit(3)  # (not reached under torchrun)
 if distributed:
     dist.barrier()
     dist.destroy_process_group()
