@@ -369,6 +369,10 @@ CURATED = (
      _UI_512),
     ("ui_bench_20m_512.json", "cold_open.server_cpu_s_at_first_paint", "UI cold open at 512 ranks, server CPU at "
      "the first paint", " CPU-s", "", _UI_512),
+    ("ui_bench_20m_512.json", "browser_memory.own_chromium_pss_bytes", "UI browser memory at 512 ranks, collapsed "
+     "(PSS of the bench's own Chromium)", " bytes", "< 500 MB", _UI_512),
+    ("ui_bench_20m_512.json", "browser_expanded.own_chromium_pss_bytes", "UI browser memory at 512 ranks, every "
+     "rank expanded (PSS of the bench's own Chromium)", " bytes", "< 500 MB", _UI_512),
     ("ndet_instructions_ndet.json", "ratio.ndet", "NDET with its default NaN/Inf check, instructions per step "
      "(compiled step)", "x", "<= 1.01x", _NDET_ND),
     ("ndet_instructions_ndet.json", "ratio.ndet_nonan", "NDET logging alone, instructions per step (compiled step)",

@@ -54,6 +54,11 @@ class FastJSON(JSONResponse):
 
 Handler = Callable[[Workspace, Request], Any]
 
+# API answers are never kept by the browser's HTTP cache (decision 0181): a window or busy answer is
+# asked for one exact range and never asked again, and without a validator a kept one could not be
+# reused anyway; kept, each sat in the cache (in memory for a private window) while the user panned
+NO_STORE = {"Cache-Control": "no-store"}
+
 
 def _timed(ws: Workspace, fn: Handler, req: Request) -> tuple[bytes, str, str]:
     """The answer's body (JSON, or bytes for a ``wire.Packed`` answer), its media type and a
@@ -74,7 +79,7 @@ def _api(ws: Workspace, fn: Handler) -> Callable[[Request], Any]:
     async def endpoint(req: Request) -> Response:
         try:
             body, media, timing = await run_in_threadpool(_timed, ws, fn, req)
-            return Response(body, media_type=media, headers={"Server-Timing": timing})
+            return Response(body, media_type=media, headers={"Server-Timing": timing, **NO_STORE})
         except paths.PathRejected as e:
             return FastJSON({"error": str(e)}, status_code=403)
         except (NotFound, FileNotFoundError) as e:

@@ -11,12 +11,71 @@ async function get(path, params = {}, signal) {
   const res = await fetch(url, { signal });
   // a packed answer (format=bin) is read as bytes; errors are JSON whatever was asked
   const packed = res.ok && params.format === "bin";
-  const body = packed ? unpack(await res.arrayBuffer()) : await res.json();
+  const body = packed ? unpackOwned(await readBytes(res)) : await res.json();
   stats.requests += 1;
   // what a pan or zoom waits for: event windows, and the busy shading of collapsed groups
   if (path.endsWith("/window") || path.endsWith("/busy")) stats.windowMs.push(performance.now() - t);
   if (!res.ok) throw new Error(body.error || `${res.status} ${res.statusText}`);
   return body;
+}
+
+// ---- packed answers read into buffers the page reuses (decision 0181) ----
+// ``res.arrayBuffer()`` gives a buffer that the page's JavaScript cannot free: dropping it (even with
+// ``transfer(0)``) leaves its bytes to the browser's wrapper until a garbage collection, which a page
+// allocating little seldom runs, so every pan's answers piled up (10-16 MB at 512 ranks). A packed
+// answer is read instead with a BYOB reader into a buffer of ``spare`` (one the page made, read into
+// in place), and given back with ``release`` once the timeline has replaced it: a few buffers serve
+// every answer.
+const spare = [];
+const SPARE_MAX = 8;
+
+function takeBuffer(n) {
+  let best = -1;
+  for (let i = 0; i < spare.length; i++) {
+    if (spare[i].byteLength >= n && (best < 0 || spare[i].byteLength < spare[best].byteLength)) best = i;
+  }
+  if (best >= 0) return spare.splice(best, 1)[0];
+  stats.packedBuffers = (stats.packedBuffers || 0) + 1; // how many the page ever made (tests read it)
+  return new ArrayBuffer(Math.max(n, 1 << 16));
+}
+
+/** Give back the buffer of a packed answer (``unpack``'s ``bytes``) once nothing reads its arrays. */
+export function release(answer) {
+  const buf = answer && answer.bytes;
+  if (!(buf instanceof ArrayBuffer) || !buf.byteLength || spare.includes(buf)) return;
+  answer.bytes = null;
+  if (spare.length < SPARE_MAX) spare.push(buf);
+}
+
+/** A response's body as [buffer, length]: read into a reused buffer where the browser can (a BYOB
+ *  reader), else ``arrayBuffer()``. */
+async function readBytes(res) {
+  const len = Number(res.headers.get("content-length"));
+  let rd = null;
+  try { rd = res.body && res.body.getReader({ mode: "byob" }); } catch { rd = null; }
+  if (!rd) { const b = await res.arrayBuffer(); return [b, b.byteLength]; }
+  // one byte more than announced: the read that reports the end then fits without growing
+  let buf = takeBuffer(Number.isFinite(len) && len > 0 ? len + 1 : 1 << 16);
+  let off = 0;
+  for (;;) {
+    if (off === buf.byteLength) { // longer than announced: a buffer twice the size
+      const more = takeBuffer(buf.byteLength * 2);
+      new Uint8Array(more).set(new Uint8Array(buf, 0, off));
+      spare.push(buf);
+      buf = more;
+    }
+    const { value, done } = await rd.read(new Uint8Array(buf, off, buf.byteLength - off));
+    if (value) buf = value.buffer; // the same bytes, handed back under a new object
+    if (done) break;
+    off += value.byteLength;
+  }
+  return [buf, off];
+}
+
+function unpackOwned([buf, len]) {
+  const head = unpack(buf, len);
+  head.bytes = buf; // given back with ``release``
+  return head;
 }
 
 const TYPED = { u1: Uint8Array, i1: Int8Array, u2: Uint16Array, i2: Int16Array, u4: Uint32Array, i4: Int32Array,
@@ -25,18 +84,18 @@ const TYPED = { u1: Uint8Array, i1: Int8Array, u2: Uint16Array, i2: Int16Array, 
 /** A packed answer (ui/wire.py ``pack``, decision 0165): "NXB1", the header's length (uint32 LE), the
  *  header as JSON, then arrays at 8-byte offsets. Returns the header with each array as a typed-array
  *  view on ``buf`` (no copy, no string: the answer's memory is one ArrayBuffer, freed with it). */
-export function unpack(buf) {
-  const dv = new DataView(buf);
-  if (buf.byteLength < 8 || dv.getUint32(0, false) !== 0x4e584231) throw new Error("not a packed answer");
+export function unpack(buf, size = buf.byteLength) {
+  const dv = new DataView(buf, 0, size);
+  if (size < 8 || dv.getUint32(0, false) !== 0x4e584231) throw new Error("not a packed answer");
   const n = dv.getUint32(4, true);
-  if (8 + n > buf.byteLength) throw new Error("packed header runs past the answer");
+  if (8 + n > size) throw new Error("packed header runs past the answer");
   const head = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, n)));
   if (!head || typeof head !== "object" || Array.isArray(head)) throw new Error("packed header is not an object");
   const start = Math.ceil((8 + n) / 8) * 8;
   for (const [name, m] of Object.entries(head.arrays || {})) {
     const T = TYPED[m?.dtype];
     const ok = T && Number.isInteger(m.offset) && Number.isInteger(m.length) && m.offset >= 0 && m.length >= 0
-      && m.offset % T.BYTES_PER_ELEMENT === 0 && start + m.offset + m.length * T.BYTES_PER_ELEMENT <= buf.byteLength;
+      && m.offset % T.BYTES_PER_ELEMENT === 0 && start + m.offset + m.length * T.BYTES_PER_ELEMENT <= size;
     if (!ok) throw new Error(`packed array ${name} is damaged`);
     head[name] = new T(buf, start + m.offset, m.length);
   }

@@ -12,7 +12,7 @@
 // nest on one track are drawn in lanes. Times are relative ns (exact in a double); the ruler shows a
 // base time with every nanosecond and ticks relative to it, at any zoom.
 
-import { fmtDur, fmtDurExact, fmtBytes, fmtCount, fmtNs, fmtTick, stats } from "./api.js";
+import { fmtDur, fmtDurExact, fmtBytes, fmtCount, fmtNs, fmtTick, release, stats } from "./api.js";
 
 export const RULER = 26;
 export const LABEL_W = 230;
@@ -32,10 +32,15 @@ const MIN_SPAN = 100; // ns
 
 const SERIES_COLORS = ["#2f7ed8", "#f28f43", "#8bbc21", "#910000", "#1aadce", "#492970", "#77a1e5", "#c42525", "#a6c96a", "#0d233a"];
 
+const COLORS = new Map();
 export function colorFor(name) {
+  let c = COLORS.get(name);
+  if (c !== undefined) return c;
   let h = 0;
   for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
-  return `hsl(${h % 360}, 58%, 56%)`;
+  c = `hsl(${h % 360}, 58%, 56%)`;
+  if (COLORS.size < 4096) COLORS.set(name, c);
+  return c;
 }
 
 /** A share byte (0..255) as a pixel: white to ``to`` ([r, g, b]), as RGBA in one little-endian word
@@ -70,6 +75,83 @@ document.addEventListener("keydown", (ev) => {
   if (tl) tl.onKey(ev);
 });
 
+/** The events of the last window answer, kept as its columns (decision 0181): one number per event
+ *  and field in the answer's own typed arrays, plus each event's lane and the events of each track in
+ *  drawing order. Why: one object per event ({s, e, c, d, id, leaf, name, lane}) was what the page
+ *  allocated most (~0.6 MB per answer with every rank expanded); each answer's objects outlived a
+ *  minor GC and were promoted, so the V8 heap grew by ~15 MB of garbage between full GCs.
+ *
+ *  Drawing and hit testing read the columns (``rowOf``); ``get(row)`` still gives a track's events as
+ *  objects (made on demand and kept until the next answer), for the few callers that want them. */
+class WindowItems {
+  constructor() { this.clear(); }
+
+  clear() {
+    this.cols = null; // {s, e, c, d, id, leaf, name}: the answer's arrays, indexed by event
+    this.lane = null; // Uint8Array: each event's lane
+    this.ranges = new Map(); // row idx -> {k: Uint32Array of event indices in drawing order, a, b}
+    this.made = new Map(); // row idx -> items made by ``get``
+    this.extra = new Map(); // row idx -> items set by hand (``set``)
+    this.count = 0;
+  }
+
+  get size() { return new Set([...this.ranges.keys(), ...this.extra.keys()]).size; }
+  has(row) { return this.extra.has(row) || this.ranges.has(row); }
+  keys() { return new Set([...this.ranges.keys(), ...this.extra.keys()]).values(); }
+
+  /** A track's events as objects {row, s, e, c, d, id, leaf, name, lane}; undefined when none. */
+  get(row) {
+    if (this.extra.has(row)) return this.extra.get(row);
+    const r = this.ranges.get(row);
+    if (!r) return undefined;
+    let out = this.made.get(row);
+    if (!out) {
+      out = [];
+      for (let j = r.a; j < r.b; j++) out.push(this.item(row, r.k[j]));
+      this.made.set(row, out);
+    }
+    return out;
+  }
+
+  /** Replace a track's events by ``items`` (objects as ``get`` gives them). */
+  set(row, items) { this.extra.set(row, items); this.made.delete(row); return this; }
+
+  item(row, i) {
+    const c = this.cols;
+    return { row, s: c.s[i], e: c.e[i], c: c.c[i], d: c.d[i], id: c.id[i], leaf: c.leaf ? c.leaf[i] : null,
+             name: c.name ? c.name[i] : (c.nameOf && c.leaf ? c.nameOf(c.leaf[i]) : null), lane: this.lane[i] };
+  }
+
+  *values() { for (const r of this.keys()) yield this.get(r); }
+  *entries() { for (const r of this.keys()) yield [r, this.get(r)]; }
+  [Symbol.iterator]() { return this.entries(); }
+
+  /** A track's events for drawing and hit testing, without objects: ``n`` events, the ``j``-th
+   *  (0 <= j < n) at index ``k[a + j]`` of ``cols`` (or, for a track set by hand, ``items[j]``). */
+  rowOf(row) {
+    const it = this.extra.get(row);
+    if (it) return { n: it.length, items: it };
+    const r = this.ranges.get(row);
+    return r ? { n: r.b - r.a, k: r.k, a: r.a, cols: this.cols, lane: this.lane } : null;
+  }
+}
+
+/** One event of a track's ``rowOf`` view as the fields drawing needs, into ``out`` (reused). */
+function fieldsOf(v, j, out) {
+  if (v.items) {
+    const it = v.items[j];
+    out.s = it.s; out.e = it.e; out.c = it.c; out.d = it.d; out.id = it.id; out.leaf = it.leaf; out.name = it.name;
+    out.lane = it.lane; out.i = -1;
+    return out;
+  }
+  const i = v.k[v.a + j], c = v.cols;
+  out.s = c.s[i]; out.e = c.e[i]; out.c = c.c[i]; out.d = c.d[i]; out.id = c.id[i];
+  out.leaf = c.leaf ? c.leaf[i] : null;
+  out.name = c.name ? c.name[i] : (c.nameOf && c.leaf ? c.nameOf(c.leaf[i]) : null);
+  out.lane = v.lane[i]; out.i = i;
+  return out;
+}
+
 export class Timeline {
   /**
    * @param {HTMLElement} host element to fill
@@ -92,7 +174,7 @@ export class Timeline {
     this.scrollY = 0;
     this.t0 = 0;
     this.t1 = Math.max(source.duration, 1);
-    this.events = new Map(); // row idx -> items {s,e,c,d,id,leaf,name,lane}
+    this.events = new WindowItems(); // the last window answer's events, by row (columns)
     this.lanes = new Map(); // row idx -> lanes drawn (only grows: rows do not jump while panning)
     this.counterData = new Map();
     this.busyData = new Map(); // group key -> {busy, cc, mean}
@@ -152,7 +234,7 @@ export class Timeline {
     this.rowsGen = (this.rowsGen || 0) + 1; // answers asked for earlier rows are dropped by it
     this.leafToRow = new Map();
     for (const r of rows) for (const lf of r.leaves || []) this.leafToRow.set(lf, r.idx);
-    this.events.clear();
+    this.dropWindow();
     this.lanes.clear();
     this.counterData.clear();
     this.busyData.clear();
@@ -533,7 +615,10 @@ export class Timeline {
     if (groups.length && this.source.busy) jobs.push(this.source.busy(groups.map((g) => g.rows), t0, t1, px, ctrl.signal).then((b) => ["b", b]));
     try {
       const results = await Promise.all(jobs);
-      if (ctrl.signal.aborted) return;
+      if (ctrl.signal.aborted) {
+        for (const [kind, data] of results) if (kind === "w" || kind === "b") release(data);
+        return;
+      }
       const busy = new Map();
       const dev = new Map();
       for (const [kind, data] of results) {
@@ -558,17 +643,15 @@ export class Timeline {
       }
       if (busy.size) this.paintBusy(busy, busy.values().next().value.busy.length);
       this.busyData = busy;
-      // the previous answer's bytes are dropped now, not at a GC that a page allocating little seldom
-      // runs (decision 0165): its views are no longer reachable from busyData, and the strips were
-      // copied into the atlas
-      if (busy.size) {
-        const buf = busy.values().next().value.busy.buffer;
-        if (this._busyBuf && this._busyBuf !== buf && this._busyBuf.transfer) this._busyBuf.transfer(0);
-        this._busyBuf = buf;
-      }
+      // the previous answer's buffer goes back to be read into again (decision 0181; 0165 dropped
+      // it with transfer(0), which left its bytes to the browser until a GC): its views are no longer
+      // reachable from busyData, and the strips were copied into the atlas
+      const answer = results.find(([kind]) => kind === "b")?.[1] || null;
+      if (this._busyAnswer && this._busyAnswer !== answer) release(this._busyAnswer);
+      this._busyAnswer = answer;
       this.devEvents = dev;
       this.devCrowded = crowded;
-      if (!ev.length) this.events.clear();
+      if (!ev.length) this.dropWindow();
       if (this.flowMode === "all" && this.source.flows && this.level === "raw") {
         const f = await this.source.flows(t0 - (t1 - t0) * 0.1, t1 + (t1 - t0) * 0.1, ctrl.signal);
         if (ctrl.signal.aborted) return;
@@ -585,7 +668,7 @@ export class Timeline {
         this.host.dataset.ready = "1";
       }
       this.host.dataset.fetches = String(Number(this.host.dataset.fetches || 0) + 1);
-      const items = [...this.events.values()].reduce((a, r) => a + r.length, 0);
+      const items = this.events.count;
       const lv = this.level === "raw" ? "events" : this.level === null ? "-" : `summary level ${this.level}`;
       this.cb.onStatus?.(`${fmtCount(items)} items on screen · ${lv} · ${ms.toFixed(0)} ms · ${fmtDur(this.npp)}/px`);
     } catch (e) {
@@ -595,38 +678,58 @@ export class Timeline {
 
   ingestWindow(w) {
     this.level = w.level;
-    const by = new Map();
     const n = w.row.length;
-    const nameOf = this.source.nameOf;
-    for (let i = 0; i < n; i++) {
-      const r = w.row[i];
-      let a = by.get(r);
-      if (!a) by.set(r, (a = []));
-      const leaf = w.leaf ? w.leaf[i] : null;
-      a.push({ row: r, s: w.s[i], e: w.e[i], c: w.c[i], d: w.d[i], id: w.id[i], leaf,
-               name: w.name ? w.name[i] : (nameOf && leaf !== null ? nameOf(leaf) : null), lane: 0 });
-    }
+    const rows = w.row;
+    // the events of each track in drawing order (by start, the longer first): indices, no objects
+    const k = new Uint32Array(n);
+    for (let i = 0; i < n; i++) k[i] = i;
+    const s = w.s, e = w.e;
+    const before = (x, y) => rows[x] - rows[y] || s[x] - s[y] || e[y] - e[x];
+    let sorted = true; // an answer often comes in this order already: no sort (it boxes every index)
+    for (let i = 1; i < n && sorted; i++) if (before(i - 1, i) > 0) sorted = false;
+    if (!sorted) k.sort(before);
+    const lane = new Uint8Array(n);
+    const ranges = new Map();
     // lanes: an event that starts before the previous one on its lane ends goes one lane down, so
     // overlapping events sit side by side and a nested event sits under the one enclosing it
     let grew = false;
-    for (const [r, items] of by) {
-      items.sort((x, y) => x.s - y.s || y.e - x.e);
-      const ends = [];
-      for (const it of items) {
-        let k = 0;
-        while (k < ends.length && ends[k] > it.s) k++;
-        if (k >= MAX_LANES) k = MAX_LANES - 1;
-        ends[k] = Math.max(ends[k] ?? -Infinity, it.e);
-        it.lane = k;
+    const ends = new Float64Array(MAX_LANES);
+    for (let a = 0; a < n; ) {
+      const r = rows[k[a]];
+      let b = a;
+      while (b < n && rows[k[b]] === r) b++;
+      let used = 0;
+      for (let j = a; j < b; j++) {
+        const i = k[j];
+        let q = 0;
+        while (q < used && ends[q] > s[i]) q++;
+        if (q >= MAX_LANES) q = MAX_LANES - 1;
+        if (q >= used) { ends[q] = e[i]; used = q + 1; } else ends[q] = Math.max(ends[q], e[i]);
+        lane[i] = q;
       }
-      if (ends.length > (this.lanes.get(r) || 1)) { this.lanes.set(r, ends.length); grew = true; }
+      ranges.set(r, { k, a, b });
+      if (used > (this.lanes.get(r) || 1)) { this.lanes.set(r, used); grew = true; }
+      a = b;
     }
-    this.events = by;
+    const items = this.events;
+    this.dropWindow();
+    this._winAnswer = w;
+    // names: the answer's, else the source's by leaf (looked up when drawn)
+    items.cols = { s, e, c: w.c, d: w.d, id: w.id, leaf: w.leaf || null, name: w.name || null,
+                   nameOf: this.source.nameOf || null };
+    items.lane = lane;
+    items.ranges = ranges;
+    items.count = n;
     if (grew) this.relayout();
-    // a packed answer (decision 0175): its values were copied into the items above and nothing else
-    // holds its views, so its bytes go now rather than at a GC the page seldom runs (as in 0165)
-    const buf = w.row.buffer;
-    if (buf instanceof ArrayBuffer && buf.transfer) buf.transfer(0);
+    // a packed answer (decision 0175) is read in place: its arrays are the columns above, and its
+    // buffer goes back to be read into again when the next answer replaces them (``dropWindow``)
+  }
+
+  /** Forget the events drawn, and give back the buffer of the answer that held them. */
+  dropWindow() {
+    this.events.clear();
+    if (this._winAnswer) release(this._winAnswer);
+    this._winAnswer = null;
   }
 
   /** The selected event's flows and framework chain (``/event/flows``), drawn in "selected" mode. */
@@ -649,10 +752,12 @@ export class Timeline {
     ctx.beginPath();
     ctx.rect(0, this.top, W, H - this.top);
     ctx.clip();
+    const plain = []; // [row, y, h, dim] of the tracks of events alone, drawn after the loop
+    const strips = []; // [group entry, y] of the summary tracks, their strips drawn after the loop
     for (const e of this.layout) {
       const y = this.top + e.y - top;
       if (y + e.h < this.top || y > H) continue;
-      if (e.type === "group") { this.drawGroup(e, y); continue; }
+      if (e.type === "group") { this.drawGroup(e, y, strips); continue; }
       const r = e.row;
       const dim = this.match && r.kind === "events" && !this.match.has(r.idx);
       ctx.fillStyle = r.idx % 2 ? "#fbfbfc" : "#fff";
@@ -668,15 +773,31 @@ export class Timeline {
       const label = r.label.length > room ? r.label.slice(0, room - 1) + "…" : r.label;
       ctx.fillText(label, 8 + e.depth * 12, y + (r.kind === "counter" ? 10 : ROW_H / 2));
       if (dl) this.drawDevToggle(r, y);
-      ctx.save();
-      ctx.beginPath();
-      ctx.rect(LABEL_W, y, this.areaW, e.h);
-      ctx.clip();
-      if (r.kind === "counter") this.drawCounter(r, y, e.h);
-      else { this.drawEvents(r, y, e.h, dim); this.drawDevice(r, y); }
-      ctx.restore();
+      if (r.kind === "events" && !this.devShown(r.idx)) plain.push([r, y, e.h, dim]);
+      else {
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(LABEL_W, y, this.areaW, e.h);
+        ctx.clip();
+        if (r.kind === "counter") this.drawCounter(r, y, e.h);
+        else { this.drawEvents(r, y, e.h, dim); this.drawDevice(r, y); }
+        ctx.restore();
+      }
       this.drawDeviceLabels(r, y, e.depth);
       this.drawPin(r, y);
+    }
+    // tracks of events alone, under one clip (decision 0181): their events stay inside their own
+    // lanes, so only the time area's edges need clipping, and a save() per track was ~1 KB of
+    // canvas state that only a garbage collection frees (5-7 MB while panning 512 expanded ranks)
+    if (plain.length || strips.length) {
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(LABEL_W, this.top, this.areaW, H - this.top);
+      ctx.clip();
+      for (const [r, y, h, dim] of plain) this.drawEvents(r, y, h, dim);
+      ctx.imageSmoothingEnabled = false;
+      for (const [e, y] of strips) this.drawStrips(e, y);
+      ctx.restore();
     }
     this.drawSticky();
     ctx.restore();
@@ -699,7 +820,7 @@ export class Timeline {
     }
   }
 
-  drawGroup(e, y) {
+  drawGroup(e, y, strips) {
     const ctx = this.ctx;
     ctx.fillStyle = e.depth === 0 ? "#dfe4ea" : e.depth === 1 ? "#eaeef2" : "#f3f5f7";
     ctx.fillRect(0, y, this.w, e.h);
@@ -709,7 +830,7 @@ export class Timeline {
     const text = e.text.length > 30 ? e.text.slice(0, 29) + "…" : e.text;
     ctx.fillText(`${e.collapsed ? "▸" : "▾"} ${text}`, 4 + e.depth * 12, y + Math.min(e.h, GROUP_H) / 2);
     ctx.font = "11px system-ui, sans-serif";
-    if (e.collapsed) this.drawSummary(e, y);
+    if (e.collapsed) this.drawSummary(e, y, strips);
     ctx.strokeStyle = "#d3d8de";
     ctx.beginPath();
     ctx.moveTo(0, y + e.h - 0.5);
@@ -744,25 +865,28 @@ export class Timeline {
 
   /** A collapsed group's summary track: busy share per pixel, white (idle) to dark blue (always busy);
    * the share spent in collectives as an orange strip underneath (painted by ``paintBusy``). */
-  drawSummary(e, y) {
+  drawSummary(e, y, strips) {
     const b = this.busyData.get(e.key);
     if (!b) return;
-    const n = b.busy.length;
+    // the strips go inside the track, 1 px from its edges: drawn with the others under one clip of
+    // the time area (``draw``), not a save() and a clip of their own per track (decision 0181)
+    strips.push([e, y]);
     const ctx = this.ctx;
-    // the answer covers [b.t0, b.t1]: place it at the current scale until the next answer arrives
-    const x0 = this.xOf(b.t0), x1 = this.xOf(b.t1);
-    ctx.save();
-    ctx.beginPath();
-    ctx.rect(LABEL_W, y, this.areaW, e.h);
-    ctx.clip();
-    ctx.imageSmoothingEnabled = false;
-    const ccH = e.h < 14 ? 2 : 5;
-    const hb = e.h - ccH - 2;
-    ctx.drawImage(this._atlas, 0, b.row, n, 1, x0, y + 1, x1 - x0, hb);
-    ctx.drawImage(this._atlas, 0, b.row + 1, n, 1, x0, y + 1 + hb, x1 - x0, ccH);
-    ctx.restore();
     ctx.fillStyle = "#4b5563";
     if (e.h >= 14) ctx.fillText(`${Math.round(b.mean * 100)}% ${b.basis === "compute" ? "compute" : "host"}`, LABEL_W - 82, y + e.h / 2);
+  }
+
+  /** A summary track's busy and collective strips, from the atlas (``paintBusy``), with the clip to
+   *  the time area and image smoothing off already set. */
+  drawStrips(e, y) {
+    const b = this.busyData.get(e.key);
+    const n = b.busy.length;
+    // the answer covers [b.t0, b.t1]: place it at the current scale until the next answer arrives
+    const x0 = this.xOf(b.t0), x1 = this.xOf(b.t1);
+    const ccH = e.h < 14 ? 2 : 5;
+    const hb = e.h - ccH - 2;
+    this.ctx.drawImage(this._atlas, 0, b.row, n, 1, x0, y + 1, x1 - x0, hb);
+    this.ctx.drawImage(this._atlas, 0, b.row + 1, n, 1, x0, y + 1 + hb, x1 - x0, ccH);
   }
 
   /** The pin toggle at the right of a track's label: a filled dot when pinned, a ring under the mouse. */
@@ -835,12 +959,15 @@ export class Timeline {
 
   drawEvents(r, y, h, dim) {
     const ctx = this.ctx;
-    const items = this.events.get(r.idx);
-    if (!items) return;
+    const v = this.events.rowOf(r.idx);
+    if (!v) return;
     const npp = this.npp;
     ctx.globalAlpha = dim ? 0.25 : 1;
     const outlines = []; // stroked once every item is drawn: a neighbour drawn later never covers one
-    for (const it of items) {
+    const selId = this.selected && this.selected.row === r.idx ? String(this.selected.id) : null;
+    const it = this._drawItem || (this._drawItem = {});
+    for (let j = 0; j < v.n; j++) {
+      fieldsOf(v, j, it);
       const name = it.name || r.name || r.label;
       const x0 = LABEL_W + (it.s - this.t0) / npp;
       const x1 = LABEL_W + (it.e - this.t0) / npp;
@@ -868,8 +995,7 @@ export class Timeline {
       } else {
         ctx.fillRect(x0, ly + 2, w, lh - 4);
       }
-      const sel = it.c === 1 && ((this.selected && String(this.selected.id) === String(it.id) && this.selected.row === r.idx)
-        || this.peers?.has(`${it.leaf}:${it.id}`));
+      const sel = it.c === 1 && ((selId !== null && selId === String(it.id)) || this.peers?.has(`${it.leaf}:${it.id}`));
       const chained = this.flowMode === "selected" && it.c === 1 && this.selFlows?.chainIds?.has(`${it.leaf}:${it.id}`);
       if (sel || chained) outlines.push([sel ? "#111" : "#7a3bd1", x0 - 1, ly + 1, w + 2, lh - 2]);
       if (w > 36) {
@@ -1111,8 +1237,12 @@ export class Timeline {
   }
 
   laneOf(row, end) {
-    const it = (this.events.get(row) || []).find((x) => x.c === 1 && String(x.id) === String(end[0]));
-    return it ? it.lane : 0;
+    const v = this.events.rowOf(row);
+    if (!v) return 0;
+    const want = String(end[0]);
+    const it = {};
+    for (let j = 0; j < v.n; j++) if (fieldsOf(v, j, it).c === 1 && String(it.id) === want) return it.lane;
+    return 0;
   }
 
   drawMarks() {
@@ -1265,21 +1395,24 @@ export class Timeline {
       }
       return best ? { device: true, item: best, row: e.row } : null;
     }
-    const items = this.events.get(e.row.idx);
-    if (!items) return null;
+    const v = this.events.rowOf(e.row.idx);
+    if (!v) return null;
     // an event under the mouse beats one within the 3 px tolerance (an instant event next to a long
     // one must not steal its clicks); among equals, the narrowest
-    let best = null;
+    let best = -1;
     let bestKey = [2, Infinity];
-    for (const it of items) {
+    const it = {};
+    for (let j = 0; j < v.n; j++) {
+      fieldsOf(v, j, it);
       if (it.lane !== lane) continue;
       const x0 = this.xOf(it.s), x1 = Math.max(this.xOf(it.e), x0 + 1);
       if (x < x0 - 3 || x > x1 + 3) continue;
       // (half a pixel of slack: an event's x is fractional, the mouse's is not)
       const key = [x >= x0 - 0.5 && x <= x1 + 0.5 ? 0 : 1, x1 - x0];
-      if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) { best = it; bestKey = key; }
+      if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) { best = j; bestKey = key; }
     }
-    return best ? { item: best, row: e.row } : null;
+    if (best < 0) return null;
+    return { item: v.items ? v.items[best] : this.events.item(e.row.idx, v.k[v.a + best]), row: e.row };
   }
 
   counterTooltip(row, x) {
