@@ -1,6 +1,7 @@
 """A collective's end is recorded once, whichever way it completes: a blocking torch.distributed call
-(its Work.wait on the calling thread), an async op waited through Work.wait, or one waited only
-through its future (the callback path, as DDP's buckets are)."""
+(its Work.wait on the calling thread), an async op waited through Work.wait, one waited only
+through its future (the callback path, as DDP's buckets are), or an operator that returns no Work
+(``monitored_barrier``: it returns when the barrier is done)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ f = dist.all_reduce(x, async_op=True).get_future()
 f.wait()                                    # async, waited only through the future: the callback
 dist.barrier()
 dist.broadcast(x, 0)
+dist.monitored_barrier()
 dist.destroy_process_group()
 from neuron_explorer.integrations.torch import installed
 print("pending", len(installed().pending_cc))
@@ -39,7 +41,8 @@ def test_every_collective_end_is_recorded_once(tmp_path):
     names = [s.type_names[int(t)] for t in e["type"]]
     cc = [i for i, n in enumerate(names) if n in ("cc_running", "cc_exec_barrier")]
     ops = sorted(s.strings[int(e[s.arg(names[i], "op_str")][i])] for i in cc)
-    assert ops == ["all_reduce"] * 7 + ["barrier", "broadcast"]
+    assert ops == ["all_reduce"] * 7 + ["barrier", "broadcast", "monitored_barrier"]
     seqs = sorted(int(e[s.arg(names[i], "seq")][i]) for i in cc)
-    assert seqs == list(range(9))  # one record per collective, none twice
+    assert seqs == list(range(10))  # one record per collective, none twice
+    assert "not recorded" not in p.stderr
     assert all(e["end_ns"][i] > e["start_ns"][i] for i in cc)

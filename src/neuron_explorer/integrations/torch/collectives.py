@@ -12,6 +12,9 @@ the host), and a ``Work.wait`` called from Python is a ``kbl_exec_wait`` (the ho
 from __future__ import annotations
 
 import sys
+import weakref
+from functools import partial
+from threading import get_ident
 from typing import Callable
 
 from neuron_explorer.contracts import events as ev
@@ -25,6 +28,7 @@ __all__ = ["future_status", "install_collectives"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
+native_ids = clock.native_ids
 
 _COLLECTIVE_OPS = {
     # c10d operator -> name shown in events
@@ -52,7 +56,7 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
     _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core))
     lib = torch.library.Library("c10d", "IMPL")
     inst.lib = lib  # registrations live as long as the library object
-    site = _KernelSite(inst, torch, c10d, core, _group_info(inst, torch))
+    site = _KernelSite(inst, torch, c10d, core)
     for opname, shown in _COLLECTIVE_OPS.items():
         packet = getattr(torch.ops.c10d, opname, None)
         if packet is None:
@@ -63,38 +67,14 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
             continue
         is_barrier = "barrier" in opname
         etype = ev.CC_EXEC_BARRIER if is_barrier else ev.CC_RUNNING
-        lib.impl(opname, site.kernel(op, names.index("process_group"), etype, rt.intern(shown), is_barrier),
-                 "BackendSelect")
-
-
-def _group_info(inst: Installed, torch) -> Callable:
-    """``group_info(pg) -> (name, string id of "r0,r1,...")`` for a process group, cached by name."""
-    rt = inst.rt
-    groups: dict[str, tuple[int, int]] = {}
-
-    def group_info(pg) -> tuple[str, int]:
-        name = pg.group_name
-        g = groups.get(name)
-        if g is None:
-            ranks = None
-            try:
-                import torch.distributed as dist
-
-                for p, n in dist.distributed_c10d._world.pg_names.items():
-                    if n == name:
-                        ranks = dist.get_process_group_ranks(p)
-                        break
-            except Exception:
-                ranks = None
-            if ranks is None:
-                ranks = list(range(pg.size()))
-            # two process groups over the same ranks keep separate sequence spaces: every group
-            # but the default one carries its name after the ranks ("0,1#3")
-            label = ",".join(map(str, ranks)) + ("" if name == "0" else f"#{name}")
-            g = groups[name] = (len(ranks), rt.intern(label))
-        return name, g[1]
-
-    return group_info
+        returns = [str(r.type) for r in op._schema.returns]
+        # where the Work is in what the operator returns: -1 last of a tuple, 0 alone, None: no
+        # Work (the operator returns when the collective is done)
+        work_at = -1 if len(returns) > 1 else 0 if returns else None
+        lib.impl(opname, site.kernel(op, names.index("process_group"),
+                                     names.index("async_op") if "async_op" in names else -1, work_at, etype,
+                                     rt.intern(shown), is_barrier),
+                 "BackendSelect", with_keyset=True)
 
 
 def group_seq(pg) -> int:
@@ -108,87 +88,159 @@ def group_seq(pg) -> int:
     return n if type(n) is int and n >= 0 else 0
 
 
-class _KernelSite:
-    """What every collective kernel of a process shares: the core's ring, the sequence numbers per
-    group, the dispatcher keys below ``BackendSelect``.  ``kernel`` copies them into each kernel's
-    closure, so a call reads no attributes of this object."""
+def group_ranks(pg) -> list[int]:
+    """The global ranks of a process group (``0..size-1`` when torch.distributed does not know it)."""
+    name = pg.group_name
+    try:
+        import torch.distributed as dist
 
-    def __init__(self, inst: Installed, torch, c10d, core: CoreState, group_info: Callable) -> None:
+        for p, n in dist.distributed_c10d._world.pg_names.items():
+            if n == name:
+                return dist.get_process_group_ranks(p)
+    except Exception:  # noqa: BLE001 - a group torch.distributed does not list
+        pass
+    return list(range(pg.size()))
+
+
+class _KernelSite:
+    """What every collective kernel of a process shares: the core's ring, each process group's
+    label and sequence number, the dtypes' and dispatch key sets' lookups.  ``kernel`` copies them
+    into each kernel's closure, so a call reads no attributes of this object.
+
+    A call's cost is mostly torch's (the dispatcher hands the arguments to Python and takes the
+    result back, and the redispatch does the same once more: a Python kernel that only redispatches
+    adds ~59k instructions to the ~62k of a 1 KB all-reduce); what the kernel adds (~25k) is kept
+    to lookups in dicts filled on first sight (docs/decisions/0180-collective-kernel-cost.md)."""
+
+    def __init__(self, inst: Installed, torch, c10d, core: CoreState) -> None:
         self.inst = inst
+        self.torch = torch
         self.PG, self.Work = c10d.ProcessGroup, c10d.Work
         self.below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
-        self.keys_of = torch._C._dispatch_keys
-        self.seqs: dict[str, int] = {}
-        self.group_info = group_info
+        # group name -> [string id of "r0,r1,..." (the label), the label, next sequence number]
+        self.groups: dict[str, list] = {}
+        # id(ProcessGroup wrapper) -> (weak reference to it, its groups entry): pybind gives the
+        # same Python object for a group as long as one lives, so a call needs no group_name read
+        self.by_id: dict[int, tuple] = {}
+        self.dtypes: dict = {}  # torch.dtype -> string id of its name ("float32")
+        self.masks: dict[int, object] = {}  # raw key set at BackendSelect -> the key set below it
         self.core = core
 
-    def kernel(self, op, pg_pos: int, etype: int, op_sid: int, is_barrier: bool) -> Callable:
-        """The ``BackendSelect`` kernel of one c10d operator."""
+    def group(self, pg) -> list:
+        """The ``groups`` entry of a process group, made on first sight (and cached by wrapper)."""
+        rt = self.inst.rt
+        name = pg.group_name
+        g = self.groups.get(name)
+        if g is None:
+            # two process groups over the same ranks keep separate sequence spaces: every group
+            # but the default one carries its name after the ranks ("0,1#3")
+            label = ",".join(map(str, group_ranks(pg))) + ("" if name == "0" else f"#{name}")
+            g = self.groups[name] = [rt.intern(label), label, group_seq(pg)]
+        key, by_id = id(pg), self.by_id
+        try:
+            ref = weakref.ref(pg, lambda r, key=key: by_id.pop(key) if by_id.get(key, (None,))[0] is r else None)
+        except TypeError:  # (a wrapper without weak references: read by name each call)
+            return g
+        by_id[key] = (ref, g)
+        return g
+
+    def dtype_sid(self, t) -> int:
+        d = t.dtype
+        sid = self.dtypes[d] = self.inst.rt.intern(str(d).replace("torch.", ""))
+        return sid
+
+    def mask(self, keyset):
+        m = self.masks[keyset.raw_repr()] = keyset & self.below
+        return m
+
+    def kernel(self, op, pg_pos: int, async_pos: int, work_at: int | None, etype: int, op_sid: int,
+               is_barrier: bool) -> Callable:
+        """The ``BackendSelect`` kernel of one c10d operator (registered with the key set: the
+        redispatch continues below this key on the key set the dispatcher computed)."""
         inst = self.inst
         rt, nc = inst.rt, self.core.nc
-        PG, Work, keys_of, below, seqs, group_info = \
-            self.PG, self.Work, self.keys_of, self.below, self.seqs, self.group_info
-        append, tick = self.core.ring.append, self.core.ring.tick
+        Tensor = self.torch.Tensor
+        unbox_pg, unbox_work = self.PG.unbox, self.Work.unbox
+        redispatch = op._handle.redispatch_boxed
+        by_id, group, dtypes, dtype_sid, masks, mask = \
+            self.by_id, self.group, self.dtypes, self.dtype_sid, self.masks, self.mask
         pending, complete, warn_once = inst.pending_cc, inst.cc_complete, inst.warn_once
-        span, notify = rt.enabled[etype], rt.enabled[ev.HW_NOTIFY]
+        strings = rt.string_list
+        op_name = strings[op_sid]
+        finish = _finisher(etype, op_sid, self.core, rt.enabled[etype], rt.enabled[ev.HW_NOTIFY])
 
-        def kernel(*args, **kwargs):
+        def on_done(key: int, fut) -> None:  # on the thread that completed the future
+            t1 = now_ns()
+            if key in pending:  # (else a Work.wait has recorded it)
+                complete(key, t1, future_status(fut))
+
+        def kernel(keyset, *args, **kwargs):
             t0 = now_ns()
-            tid = native_tid()
-            ts: list = []
-            tensors_in(args[0] if pg_pos > 0 else args, ts)
+            tid = native_ids.get(get_ident()) or native_tid()
             ndet = rt.ndet
-            info = None
+            entry = None
             try:
-                pg = PG.unbox(args[pg_pos] if len(args) > pg_pos else kwargs["process_group"])
-                gname, gsid = group_info(pg)
-                seq = seqs.get(gname)
-                if seq is None:
-                    seq = group_seq(pg)
-                seqs[gname] = seq + 1
-                nbytes = 0 if is_barrier else sum(t.numel() * t.element_size() for t in ts)
-                dtype_sid = rt.intern(str(ts[0].dtype).replace("torch.", "")) if ts and not is_barrier else 0
+                # the tensors of the first argument: their bytes, and the first one's dtype
+                a0 = args[0]
+                if type(a0) is list and len(a0) == 1 and type(a0[0]) is Tensor:
+                    t = a0[0]
+                    nbytes = t.nbytes
+                elif type(a0) is Tensor:
+                    t = a0
+                    nbytes = t.nbytes
+                else:
+                    ts: list = []
+                    tensors_in(a0, ts)
+                    t = ts[0] if ts else None
+                    nbytes = sum(x.numel() * x.element_size() for x in ts)
+                if is_barrier or t is None:
+                    nbytes = d_sid = 0
+                else:
+                    d_sid = dtypes.get(t.dtype)
+                    if d_sid is None:
+                        d_sid = dtype_sid(t)
+                pg = unbox_pg(args[pg_pos] if len(args) > pg_pos else kwargs["process_group"])
+                c = by_id.get(id(pg))
+                g = c[1] if c is not None and c[0]() is pg else group(pg)
+                seq = g[2]
+                g[2] = seq + 1
                 token = -1
                 if ndet is not None:  # the begin record exists before the collective can hang
-                    token = ndet.cc_begin(nc, rt.string_list[op_sid], seq, rt.string_list[gsid], nbytes,
-                                          rt.string_list[dtype_sid], t0)
-                info = (seq, nbytes, dtype_sid, gsid, token)
+                    token = ndet.cc_begin(nc, op_name, seq, g[1], nbytes, strings[d_sid], t0)
+                entry = [None, finish, op_sid, seq, g[0], t0, tid, nbytes, d_sid, ndet, token]
             except Exception as e:  # recording must not break the collective
                 warn_once("cc", f"collective not recorded: {e}")
             try:
-                # continue the dispatch below this key, on the tensors' own backend (CPU, CUDA, ...)
-                result = op.redispatch(keys_of(ts[0]) & below, *args, **kwargs)
+                # continue the dispatch below this key, on the key set the dispatcher computed
+                below = masks.get(keyset.raw_repr())
+                if below is None:
+                    below = mask(keyset)
+                result = redispatch(below, *args, **kwargs)
             except BaseException:
-                if info is not None and ndet is not None:
-                    ndet.cc_end(info[4], now_ns(), 1)
+                if entry is not None and ndet is not None:
+                    ndet.cc_end(entry[10], now_ns(), 1)
                 raise
-            if info is not None:
-                seq, nbytes, dtype_sid, gsid, token = info
-
-                def finish(t1, status, t0=t0, tid=tid, seq=seq, nbytes=nbytes, dtype_sid=dtype_sid, gsid=gsid,
-                           token=token):
-                    if span:
-                        append((etype, t0, t1, tid, op_sid, seq, nbytes, dtype_sid, gsid))
-                        tick()
-                    if notify:  # the completion reaching the host, on the thread that saw it
-                        append((ev.HW_NOTIFY, t1, t1, native_tid(), status, op_sid, seq, 0, gsid))
-                        tick()
-                    if ndet is not None:
-                        ndet.cc_end(token, t1, status)
-
+            if entry is not None:
                 try:
-                    work = Work.unbox(result[-1] if isinstance(result, (tuple, list)) else result)
+                    if work_at is None:  # no Work: the operator returned when the collective was done
+                        finish(entry, now_ns(), 0)
+                        return result
+                    work = unbox_work(result[-1] if work_at else result)
                     # The end is recorded by whichever comes first: the caller's Work.wait()
                     # returning (patched; on the calling thread, no GIL hand-off) or, for work waited
                     # on elsewhere (async ops, DDP's buckets in C++), a callback on the future.  A
-                    # blocking call from torch.distributed waits at once, so it needs no callback:
-                    # the callback runs on the backend's thread and taking the GIL from it cost
-                    # ~80 us per call.
+                    # blocking call from torch.distributed (the operator's async_op argument False)
+                    # waits at once, so it needs no callback: the callback runs on the backend's
+                    # thread and taking the GIL from it cost ~80 us per call.
                     key = id(work)
-                    pending[key] = (work, finish, op_sid, seq, gsid)  # keeps the Python wrapper (and its id) alive
-                    if not _blocking_caller(sys._getframe(1)):
-                        work.get_future().add_done_callback(
-                            lambda fut, key=key: complete(key, now_ns(), future_status(fut)))
+                    entry[0] = work  # keeps the Python wrapper (and its id) alive
+                    pending[key] = entry
+                    if async_pos >= 0:  # (an argument left at its default, True, is not passed)
+                        callback = len(args) <= async_pos or args[async_pos] is not False
+                    else:
+                        callback = not _blocking_caller(sys._getframe(1))
+                    if callback:
+                        work.get_future().add_done_callback(partial(on_done, key))
                 except Exception as e:
                     warn_once("cc", f"collective completion not recorded: {e}")
             return result
@@ -196,9 +248,30 @@ class _KernelSite:
         return kernel
 
 
+def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool) -> Callable:
+    """``finish(entry, t1, status)`` of one operator's collectives: the span, the ``hw_notify`` and
+    NDET's end record.  ``entry`` (``Installed.pending_cc``): [Work, finish, op, seq, group, t0,
+    calling thread, bytes, dtype, NDET recorder or None, NDET token]."""
+    append, tick = core.ring.append, core.ring.tick
+    hw_notify = ev.HW_NOTIFY
+
+    def finish(p: list, t1: int, status: int) -> None:
+        if span:
+            append((etype, p[5], t1, p[6], op_sid, p[3], p[7], p[8], p[4]))
+            tick()
+        if notify:  # the completion reaching the host, on the thread that saw it
+            append((hw_notify, t1, t1, native_ids.get(get_ident()) or native_tid(), status, op_sid, p[3], 0, p[4]))
+            tick()
+        if p[9] is not None:
+            p[9].cc_end(p[10], t1, status)
+
+    return finish
+
+
 def _blocking_caller(frame) -> bool:
-    """Is the collective called by torch.distributed's own function with async_op=False?  Those
-    call ``work.wait()`` right after the op returns."""
+    """For an operator without an ``async_op`` argument (send, recv): is it called by
+    torch.distributed's own function with async_op=False?  Those call ``work.wait()`` right after
+    the op returns."""
     try:
         return (frame.f_code.co_filename.endswith("distributed_c10d.py")
                 and frame.f_locals.get("async_op") is False)
@@ -216,7 +289,7 @@ def _patch_work_wait(Work, inst: Installed, waited: Callable | None) -> None:
 
     def wait(self, *args, **kwargs):
         key = id(self)
-        p = pending.get(key)  # taken before a completion callback can pop it
+        p = pending.get(key)  # taken before a completion callback can pop it (and done_cc drop it)
         t0 = now_ns()
         try:
             r = orig(self, *args, **kwargs)
@@ -224,7 +297,9 @@ def _patch_work_wait(Work, inst: Installed, waited: Callable | None) -> None:
             complete(key, now_ns(), _error_status(e))
             raise
         t1 = now_ns()
-        complete(key, t1, 0)
+        q = pending.pop(key, None)  # atomic under the GIL: the first of wait/callback records
+        if q is not None:
+            q[1](q, t1, 0)
         if waited is not None:
             waited(t0, t1, key, p)
         return r

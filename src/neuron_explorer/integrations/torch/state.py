@@ -30,13 +30,14 @@ class Installed:
         self.compile_start = 0
         # the c10d ``torch.library.Library``: kernel registrations live as long as it does
         self.lib = None
-        # id(Work) -> (Work, finish(t1, status)) for collectives whose end is not recorded yet
-        self.pending_cc: dict[int, tuple] = {}
-        # id(Work) -> (Work, op, seq, group) of collectives completed but not waited on yet (what a
-        # later Work.wait names).  The Work is kept so that its id stays its own: a completion before
-        # the op has returned to Python would otherwise free the wrapper, and Python would get a new
+        # id(Work) -> [Work, finish(entry, t1, status), op, seq, group, ...] for collectives whose
+        # end is not recorded yet (collectives._finisher lists the rest)
+        self.pending_cc: dict[int, list] = {}
+        # id(Work) -> that entry, for collectives completed but not waited on yet (what a later
+        # Work.wait names).  The Work is kept so that its id stays its own: a completion before the
+        # op has returned to Python would otherwise free the wrapper, and Python would get a new
         # one.  Bounded, since work waited on in C++ (DDP's buckets) is never waited on here.
-        self.done_cc: dict[int, tuple] | None = None
+        self.done_cc: dict[int, list] | None = None
         self.warned: set[str] = set()
         self.eager = None  # the eager hooks (integrations.torch.eager.Eager), when installed
 
@@ -52,10 +53,10 @@ class Installed:
         if p is not None:
             done = self.done_cc
             if done is not None:  # before the record: a waiter on another thread looks here next
-                done[key] = p[:1] + p[2:]
+                done[key] = p
                 if len(done) > DONE_CC_KEPT:
                     done.pop(next(iter(done)), None)
-            p[1](t1, status)
+            p[1](p, t1, status)
 
 
 def env_switch(var: str, what: str) -> bool:

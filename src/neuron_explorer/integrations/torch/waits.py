@@ -26,18 +26,23 @@ native_tid = clock.native_tid
 
 
 def wait_recorder(inst: Installed, core: CoreState) -> Callable | None:
-    """``waited(t0, t1, key, pending)`` for ``Work.wait`` (``key``: the Work's id; ``pending``: its
-    ``Installed.pending_cc`` entry as the wait began, None if its completion was recorded
-    already): one ``kbl_exec_wait`` naming the collective; None when the type is filtered out."""
+    """``waited(t0, t1, key, entry)`` for ``Work.wait`` (``key``: the Work's id; ``entry``: its
+    ``Installed.pending_cc`` entry as the wait began, None if its completion was recorded already:
+    then it is in ``Installed.done_cc``): one ``kbl_exec_wait`` naming the collective; None when the
+    type is filtered out."""
     if not inst.rt.enabled[ev.KBL_EXEC_WAIT]:
         return None
     append, tick = core.ring.append, core.ring.tick
     done = inst.done_cc = {}
 
-    def waited(t0: int, t1: int, key: int, pending) -> None:
-        found = done.pop(key, None)
-        op, seq, grp = pending[2:] if pending is not None else found[1:] if found else (0, -1, 0)
-        append((ev.KBL_EXEC_WAIT, t0, t1, native_tid(), -1, -1, op, seq, grp))
+    def waited(t0: int, t1: int, key: int, entry) -> None:
+        found = done.pop(key, None)  # (also when the entry is known: a callback may have put it there)
+        if entry is None:
+            entry = found
+        if entry is not None:
+            append((ev.KBL_EXEC_WAIT, t0, t1, native_tid(), -1, -1, entry[2], entry[3], entry[4]))
+        else:  # (a Work this process's kernels did not record)
+            append((ev.KBL_EXEC_WAIT, t0, t1, native_tid(), -1, -1, 0, -1, 0))
         tick()
 
     return waited
