@@ -87,6 +87,46 @@ def serve_for_module(workspace: Path, tmp_path_factory: pytest.TempPathFactory):
         stop_server(p)
 
 
+def serve_capture(capture: Path, base: Path, name: str):
+    """The body of a module fixture: ``capture`` ingested by ``view --ingest-only`` into a
+    workspace under ``base`` as profile ``name`` and served (this tree on PYTHONPATH), yielding the
+    URL and stopped after the module's tests."""
+    from tests.conftest import clean_env, cli, free_port
+
+    ws, path = base / "workspace", os.environ.get("PYTHONPATH", "")
+    cli("view", "-d", str(capture), "--ingest-only", "--data-path", str(ws), "--display-name", name,
+        "--no-progress", env=clean_env(PYTHONPATH=path), check=True)
+    assert (ws / name / "summary.json").is_file()
+    p, url = start_server(ws, free_port(), clean_env(XDG_CACHE_HOME=str(base / "cache"), PYTHONPATH=path))
+    try:
+        yield url
+    finally:
+        stop_server(p)
+
+
+def summary_insight(pg, url: str, name: str, iid: str):
+    """Open profile ``name``'s Summary page and find insight ``iid``: its JSON (with a time range)
+    and its one item on the page."""
+    pg.goto(url + f"#/s/{name}")
+    pg.wait_for_selector("[data-testid=summary-page] [data-testid=insight]", timeout=60000)
+    si = pg.evaluate(f"() => fetch('/api/profiles/{name}/insights').then((r) => r.json())")
+    ins = next((x for x in si["insights"] if x["id"] == iid), None)
+    assert ins is not None, [x["id"] for x in si["insights"]]
+    assert ins["t0"] is not None and ins["t1"] is not None and ins["t1"] > ins["t0"]
+    item = pg.locator("[data-testid=summary-page] [data-testid=insight]", has_text=ins["title"])
+    assert item.count() == 1
+    return ins, item
+
+
+def follow_insight(pg, item, ins: dict) -> tuple[float, float]:
+    """Click an insight's link: the System Trace Viewer opens on its range (within 20% more)."""
+    item.locator("[data-testid=insight-open]").click()
+    ready(pg)
+    t0, t1 = pg.evaluate(f"() => [{FIRST_TL}.t0, {FIRST_TL}.t1]")
+    assert t0 <= ins["t0"] and ins["t1"] <= t1 and (t1 - t0) < 1.2 * (ins["t1"] - ins["t0"]), (t0, t1, ins)
+    return t0, t1
+
+
 def stop_server(p: subprocess.Popen) -> None:
     p.terminate()
     try:

@@ -14,9 +14,18 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, clean_env, cli, free_port, run
+from tests.conftest import REPO, clean_env, run
 
-from .helpers import FIRST_TL, canvas_origin, chromium, ready, screen_pixels, start_server, stop_server, watch_errors
+from .helpers import (
+    FIRST_TL,
+    canvas_origin,
+    chromium,
+    follow_insight,
+    screen_pixels,
+    serve_capture,
+    summary_insight,
+    watch_errors,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +37,12 @@ NAME = "leak"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("leak")
-    cap, ws = base / "capture", base / "workspace"
+    cap = base / "capture"
     path = os.environ.get("PYTHONPATH", "")
     run([sys.executable, str(PROGRAM), "leak", "24"],
         clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
                   NEURON_EXPLORER_SAMPLE_PERIOD_MS="20", PYTHONPATH=path))
-    cli("view", "-d", str(cap), "--ingest-only", "--data-path", str(ws), "--display-name", NAME,
-        "--no-progress", env=clean_env(PYTHONPATH=path), check=True)
-    assert (ws / NAME / "summary.json").is_file()
-    p, url = start_server(ws, free_port(), clean_env(XDG_CACHE_HOME=str(base / "cache"), PYTHONPATH=path))
-    yield url
-    stop_server(p)
+    yield from serve_capture(cap, base, NAME)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +54,7 @@ def test_summary_page_shows_memory_growth_and_opens_its_range(browser, served: s
     pg = browser.new_page(viewport={"width": 1600, "height": 1000})
     watch_errors(pg)
     try:
-        pg.goto(served + f"#/s/{NAME}")
-        pg.wait_for_selector("[data-testid=summary-page] [data-testid=insight]", timeout=60000)
-        si = pg.evaluate(f"() => fetch('/api/profiles/{NAME}/insights').then((r) => r.json())")
-        ins = next((x for x in si["insights"] if x["id"] == "memory_growth"), None)
-        assert ins is not None, [x["id"] for x in si["insights"]]
-        assert ins["t0"] is not None and ins["t1"] is not None and ins["t1"] > ins["t0"]
-        item = pg.locator("[data-testid=summary-page] [data-testid=insight]", has_text=ins["title"])
-        assert item.count() == 1
+        ins, item = summary_insight(pg, served, NAME, "memory_growth")
         text = item.inner_text()
         assert "device memory grows by" in text and "memory (no time estimate)" in text, text
         assert ins["recommendation"][:40] in text
@@ -68,10 +65,7 @@ def test_summary_page_shows_memory_growth_and_opens_its_range(browser, served: s
         assert (px.max(axis=2) < 100).mean() > 0.01
         pg.screenshot(path=str(ARTIFACTS / "memory-insight-summary.png"))
         # following it opens the System Trace Viewer at its range (the steps that grew)
-        item.locator("[data-testid=insight-open]").click()
-        ready(pg)
-        t0, t1 = pg.evaluate(f"() => [{FIRST_TL}.t0, {FIRST_TL}.t1]")
-        assert t0 <= ins["t0"] and ins["t1"] <= t1 and (t1 - t0) < 1.2 * (ins["t1"] - ins["t0"]), (t0, t1, ins)
+        follow_insight(pg, item, ins)
         # its mark on the time axis: red pixels at the ruler's foot over the range
         ox, oy = canvas_origin(pg)
         x0 = pg.evaluate(f"(t) => {FIRST_TL}.xOf(t)", ins["t0"])
