@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import shutil
 import socket
@@ -54,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import capture_instructions as ci, interleave  # noqa: E402
+from bench import capture_instructions as ci, interleave, provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -279,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown workload {bad[0]!r}")
     what = set(a.what.split(","))
     configs = ["plain", "system"] + (["system_before"] if a.before else [])
-    res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": ci._commit(),
+    res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": provenance.commit(),
            "command": "python -m bench.collective_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
            "before": a.before or None, "load_average_at_start": list(os.getloadavg())}
     if "instructions" in what:
@@ -291,9 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         res["cpu"] = cpu(workloads, configs, a.before, a.rounds)
     res["load_average_at_end"] = list(os.getloadavg())
     _print(res)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+    provenance.write_results(a.out, res)
     print(f"wrote {a.out}")
     return 0
 

@@ -20,3 +20,12 @@ def commit() -> str:
                                                       else "")
     except (OSError, subprocess.CalledProcessError):
         return ""
+
+
+def write_results(path: str, doc: dict) -> None:
+    """Write a bench's results file (its folder made), in the layout the other results use."""
+    import json
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)

@@ -216,12 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "dynamo_imported": {c: [r and r["dynamo_imported"] for r in rs]
                                                            for c, rs in got["runs"].items()}}
             _print(wl, result["workloads"][wl])
-            os.makedirs(os.path.dirname(a.out), exist_ok=True)
-            with open(a.out, "w") as f:  # (each workload as it is done: a later failure keeps it)
-                json.dump(result, f, indent=1)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=1)
+            provenance.write_results(a.out, result)  # (each workload as it is done: a later failure keeps it)
+    provenance.write_results(a.out, result)
     print(f"wrote {a.out}")
     return 0
 
