@@ -297,9 +297,7 @@ def _patch_work_wait(Work, inst: Installed, waited: Callable | None) -> None:
             complete(key, now_ns(), _error_status(e))
             raise
         t1 = now_ns()
-        q = pending.pop(key, None)  # atomic under the GIL: the first of wait/callback records
-        if q is not None:
-            q[1](q, t1, 0)
+        complete(key, t1, 0, False)  # the wait itself looks no further
         if waited is not None:
             waited(t0, t1, key, p)
         return r

@@ -47,12 +47,13 @@ class Installed:
             self.warned.add(key)
             get_logger(__name__).warning(f"neuron-explorer: warning: {msg}")
 
-    def cc_complete(self, key: int, t1: int, status: int) -> None:
-        """Record the end of the collective whose Work has id ``key``, unless it was recorded."""
+    def cc_complete(self, key: int, t1: int, status: int, remember: bool = True) -> None:
+        """Record the end of the collective whose Work has id ``key``, unless it was recorded;
+        ``remember``: keep it for a waiter on another thread (not needed when the wait records)."""
         p = self.pending_cc.pop(key, None)  # atomic under the GIL: the first of wait/callback records
         if p is not None:
             done = self.done_cc
-            if done is not None:  # before the record: a waiter on another thread looks here next
+            if remember and done is not None:  # before the record: a waiter on another thread looks here next
                 done[key] = p
                 if len(done) > DONE_CC_KEPT:
                     done.pop(next(iter(done)), None)
