@@ -3,9 +3,12 @@ process: no server, no profile.  (Stored groupings to modes: test_stored_groupin
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from neuron_explorer.ui import params as pm, rows as rw
+from tests.fuzzing import examples, seed
 
 
 @pytest.mark.parametrize("text,want", [(None, []), ("", []), ("3", [3]), ("1,2,5-7", [1, 2, 5, 6, 7]),
@@ -136,3 +139,52 @@ def test_core_memory_counter_names():
     assert rw.core_memory("device_mem.nc12.optimizer_state") == (12, "optimizer_state")
     assert rw.core_memory("device_mem.tensors") is None and rw.core_memory("cpu_util.cpu0") is None
     assert rw.name_key("nrt_load") < rw.name_key("nc_exec_running") < rw.name_key("aaa")
+
+
+def test_a_processes_cgroup_limit_goes_on_its_own_memory_tracks_only():
+    """ProfileMetadata's memory_limit_* (decision 0186): the process's RSS / VMS track and, on a CPU
+    device, its cores' device memory tracks carry the limit; the host's tracks and other processes'
+    do not; a GPU's device memory is not bounded by a cgroup; no limit or an odd row: nothing."""
+    counters = COUNTERS + [("i-a", 7, "host_mem.process_rss", "bytes"), ("i-a", 8, "host_mem.process_rss", "bytes"),
+                           ("i-a", 8, "device_mem.nc1.tensors", "bytes")]
+    meta = [{"instance_id": "i-a", "process_id": 7, "device_kind": "cpu", "memory_limit_bytes": 4 << 30,
+             "memory_limit_source": "cgroup v2 memory.max", "memory_limit_cgroup": "/pods/a"},
+            {"instance_id": "i-a", "process_id": 8, "device_kind": "cpu", "memory_limit_bytes": 0},
+            {"instance_id": "i-a", "process_id": "x", "memory_limit_bytes": 5}, {"memory_limit_bytes": 5}]
+    limits = rw.memory_limits(meta)
+    assert list(limits) == [("i-a", 7)]
+    want = {"bytes": 4 << 30, "source": "cgroup v2 memory.max", "cgroup": "/pods/a"}
+    for mode in rw.MODES:
+        rows = rw.build_rows(mode, LEAVES, counters, RANKS, {}, "tracks", limits)
+        got = {r.label: r.to_json(0).get("limit") for r in rows if r.kind == "counter"}
+        dev = next(v for k, v in got.items() if k.startswith("Device memory · NC 0"))
+        assert dev == want, (mode, got)
+        assert all(v is None for k, v in got.items() if "NC 1" in k or "host" in k), (mode, got)
+        if "Host memory (process RSS / VMS)" in got:
+            procs = {r.group[-1]: r.limit for r in rows if r.label == "Host memory (process RSS / VMS)"}
+            assert procs == {"pid 7 rank 1": want, "pid 8 rank 0": None}, (mode, procs)
+    gpu = rw.memory_limits([dict(meta[0], device_kind="cuda:A100")])
+    rows = rw.build_rows("thread", LEAVES, counters, RANKS, {}, "tracks", gpu)
+    assert [r.label for r in rows if r.limit] == ["Host memory (process RSS / VMS)"]
+    assert all(r.limit is None for r in rw.build_rows("thread", LEAVES, counters, RANKS, {}, "tracks"))
+
+
+def test_fuzz_memory_limits_of_any_metadata_rows_never_raise():
+    """ProfileMetadata is a file: its memory_limit_* and keys may hold anything (another tool's
+    dataset, a damaged one); a limit comes only from a positive integer with a usable key."""
+    rnd = random.Random(seed(1860))
+    values = [None, 0, -5, 1, 4 << 30, 1.5, "12", "x", b"\xff", [], {}, True, float("nan"), float("inf"), 2 ** 80,
+              "cpu", "cuda:A"]
+    for i in range(examples(2000)):
+        meta = [{k: rnd.choice(values) for k in ("instance_id", "process_id", "device_kind", "memory_limit_bytes",
+                                                 "memory_limit_source", "memory_limit_cgroup") if rnd.random() < 0.8}
+                for _ in range(rnd.randrange(4))]
+        try:
+            got = rw.memory_limits(meta)
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError((i, meta)) from e
+        for (inst, pid), lim in got.items():
+            assert isinstance(inst, str) and isinstance(pid, int) and lim["bytes"] > 0, (i, meta, got)
+            assert isinstance(lim["source"], str) and isinstance(lim["cgroup"], str), (i, meta, got)
+        rows = rw.build_rows("thread", LEAVES, COUNTERS, RANKS, {}, "tracks", got)
+        assert all(r.limit is None or r.limit["bytes"] > 0 for r in rows)

@@ -184,3 +184,83 @@ def test_fuzz_whole_trees_of_damaged_files_give_a_limit_below_the_host_or_none(t
         if lim is not None and cg == good_cg and mi == good_mi:
             want = min(v for f, c in files.items() if (v := parse_limit(c)) is not None)
             assert lim.bytes == want, (i, files, lim)
+
+
+# ---- what several processes can hold together (the monitor's device memory size, decision 0186)
+
+V1, V2 = cgroup.V1_FILE, cgroup.V2_FILE
+
+
+def _chain(name: str, *levels: tuple[str, int | None]) -> list[cgroup.Level]:
+    return [(name, cg, v) for cg, v in levels]
+
+
+def test_shared_limit_of_one_process_is_its_lowest_level_and_of_one_cgroup_counts_it_once():
+    a = _chain(V1, ("/jobs/a", None), ("/jobs", 3 * GIB), ("/", None))
+    assert cgroup.shared_limit([a]) == cgroup.Limit(3 * GIB, "cgroup v1 memory.limit_in_bytes", "/jobs")
+    assert cgroup.shared_limit([a, a, list(a)]) == cgroup.shared_limit([a])
+
+
+def test_shared_limit_adds_sibling_cgroups_up_to_the_parent_that_binds_them():
+    a = _chain(V2, ("/pods/a", GIB), ("/pods", None), ("/", None))
+    b = _chain(V2, ("/pods/b", 2 * GIB), ("/pods", None), ("/", None))
+    assert cgroup.shared_limit([a, b]) == cgroup.Limit(3 * GIB, "cgroup v2 memory.max", "/pods/a,/pods/b")
+    tight = [[(n, cg, 2 * GIB if cg == "/pods" else v) for n, cg, v in c] for c in (a, b)]
+    assert cgroup.shared_limit(tight) == cgroup.Limit(2 * GIB, "cgroup v2 memory.max", "/pods")
+    # a process in the parent itself is bound by the parent's limit alone
+    p = _chain(V2, ("/pods", 5 * GIB), ("/", None))
+    assert cgroup.shared_limit([a, p]).bytes == 5 * GIB
+    # a process under no limit: the processes together are not bounded by the cgroups
+    free = _chain(V2, ("/pods/c", None), ("/pods", None), ("/", None))
+    assert cgroup.shared_limit([a, free]) is None
+    assert cgroup.shared_limit([a, []]) is None  # a process whose cgroups could not be found
+    assert cgroup.shared_limit([]) is None
+
+
+def test_shared_limit_with_both_hierarchies_takes_the_lower_figure():
+    a = _chain(V1, ("/a", 4 * GIB), ("/", None)) + _chain(V2, ("/x", 3 * GIB), ("/", None))
+    b = _chain(V1, ("/b", 4 * GIB), ("/", None)) + _chain(V2, ("/x", 3 * GIB), ("/", None))
+    assert cgroup.shared_limit([a, b]) == cgroup.Limit(3 * GIB, "cgroup v2 memory.max", "/x")
+
+
+def test_shared_limit_from_real_levels_of_a_fake_tree(tmp_path):
+    root = _tree(tmp_path, "0::/pods/a\n", V2_MOUNT, {
+        "/sys/fs/cgroup/pods/a/memory.max": f"{GIB}\n", "/sys/fs/cgroup/pods/b/memory.max": f"{2 * GIB}\n",
+        "/sys/fs/cgroup/pods/memory.max": "max\n"})
+    (root / "proc" / "43").mkdir()
+    (root / "proc" / "43" / "cgroup").write_text("0::/pods/b\n")
+    seen: dict = {}
+    chains = [CgroupMemory.find(pid, prefix=str(root)).levels(seen) for pid in (42, 43)]
+    assert len(seen) == 4  # /pods and / read once for both
+    assert cgroup.shared_limit(chains).bytes == 3 * GIB
+
+
+def test_fuzz_shared_limit_never_raises_and_stays_within_the_sum_of_the_lowest_levels():
+    rnd = random.Random(seed(186))
+    names = ["/", "/a", "/a/b", "/a/c", "/d", "/a/b/e", "", "/a/../x"]
+    for i in range(examples(3000)):
+        # a cgroup has one limit (levels() reads each file once per round), chains in any shape
+        lim = {(k, n): rnd.choice([None, rnd.randrange(1, 1 << 40), cgroup.INT64_MAX]) for k in (V1, V2) for n in names}
+        chains = []
+        for _ in range(rnd.randrange(5)):
+            chain = []
+            if rnd.random() < 0.5:  # a well-formed chain: a cgroup and its ancestors, per hierarchy
+                leaf = rnd.choice(names[:6])
+                for k in rnd.sample([V1, V2], rnd.randrange(1, 3)):
+                    ups = [leaf]
+                    while ups[-1] != "/":
+                        ups.append(os.path.dirname(ups[-1]))
+                    chain += [(k, n, lim[k, n]) for n in ups]
+            for _ in range(rnd.randrange(6 if not chain else 2)):
+                k, n = rnd.choice([V1, V2]), rnd.choice(names)
+                chain.append((k, n, lim[k, n]))
+            chains.append(chain)
+        got = cgroup.shared_limit(chains)
+        if got is None:
+            continue
+        assert got.bytes > 0 and got.source in cgroup.SOURCES.values(), (i, chains, got)
+        # never more than every process at its own lowest limit in the hierarchy that answered
+        kind = next(n for n, src in cgroup.SOURCES.items() if src == got.source)
+        lows = [min((v for n, _, v in c if n == kind and v is not None), default=None) for c in chains]
+        assert all(x is not None for x in lows) and got.bytes <= sum(lows), (i, chains, got)  # type: ignore[arg-type]
+        assert set(got.cgroup.split(",")) <= {cg for c in chains for _, cg, _ in c}, (i, chains, got)

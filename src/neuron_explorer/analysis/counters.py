@@ -13,6 +13,8 @@ from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.pbfile import packed_array
 from neuron_explorer.analysis.reader import Session, wall_offset_ns
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
+from neuron_explorer.util.cgroup import SOURCES as _CGROUP_SOURCES
+from neuron_explorer.util.names import printable
 
 Series = dict[str, tuple[np.ndarray, np.ndarray, str]]  # counter name -> (ts, values, unit)
 
@@ -64,3 +66,35 @@ def process_counters(pe: ProcessEvents) -> Series:
     instance's alignment offset), so samples and events line up in every output."""
     off = wall_offset_ns(pe.session) + pe.clock_offset_ns
     return {name: (ts + off, vals, unit) for name, (ts, vals, unit) in counter_series(pe.session).items()}
+
+
+CGROUP_SOURCES = frozenset(_CGROUP_SOURCES.values())
+CGROUP_NAME_CHARS = 1024  # a cgroup's name as shown, at most
+
+
+def recorded_memory_limit(mem, host_bytes: int) -> dict | None:
+    """The cgroup memory limit host_mem.pb recorded (fields 14-16, decision 0182) as
+    ``{"memory_limit_bytes", "memory_limit_source", "memory_limit_cgroup"}``, when it is positive,
+    below the host's memory ``host_bytes`` (0: unknown) and from a source the capture writes; else
+    None.  What a damaged file holds is checked here, so it cannot make up a limit."""
+    lim = int(getattr(mem, "memory_limit", 0) or 0)
+    src = str(getattr(mem, "memory_limit_source", "") or "")
+    if 0 < lim and (host_bytes <= 0 or lim < host_bytes) and src in CGROUP_SOURCES:
+        cgroup = printable(str(getattr(mem, "memory_limit_cgroup", "") or ""))[:CGROUP_NAME_CHARS]
+        return {"memory_limit_bytes": lim, "memory_limit_source": src, "memory_limit_cgroup": cgroup}
+    return None
+
+
+def host_memory_bytes(s: Session) -> int:
+    """The host's memory at the last host_mem sample (used + available), 0 when not recorded."""
+    m = s.mem
+    if m is None:
+        return 0
+    used = packed_array(m.host_used, "i8", s.path, "host_used")
+    avail = packed_array(m.host_available, "i8", s.path, "host_available")
+    return int(used[-1]) + int(avail[-1]) if len(used) and len(avail) else 0
+
+
+def session_memory_limit(s: Session) -> dict | None:
+    """``recorded_memory_limit`` of a session (its host_mem.pb against its host's memory)."""
+    return recorded_memory_limit(s.mem, host_memory_bytes(s)) if s.mem is not None else None

@@ -211,6 +211,11 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
                           "sessions of one pid an event belongs to: SystemProfileEvents.id >> 32 = process_index)"),
         ("versions_json", "tool and framework versions"),
         ("config_json", "capture configuration"),
+        ("memory_limit_bytes", "the process's memory cgroup limit where the capture recorded one below the "
+                               "host's memory, else 0 (decision 0182)"),
+        ("memory_limit_source", "the file it came from (cgroup v1 memory.limit_in_bytes, cgroup v2 memory.max), "
+                                "else ''"),
+        ("memory_limit_cgroup", "the cgroup that set it, else ''"),
         ("system_trace_primary_group", "--system-trace-primary-group of this output (fields that make a "
                                        "process row, e.g. instance_id,process_id)"),
         ("system_trace_secondary_group", "--system-trace-secondary-group (fields that make a track; "

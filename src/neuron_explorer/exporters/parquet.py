@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from neuron_explorer.analysis.counters import process_counters
+from neuron_explorer.analysis.counters import process_counters, session_memory_limit
 from neuron_explorer.analysis.device import DeviceProfileView, events_table as device_table
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.reader import wall_offset_ns
@@ -555,4 +555,7 @@ def meta_row(pe: ProcessEvents, offset) -> dict:
         "session_path": s.path, "session": session_name(s.path),
         "versions_json": json.dumps(dict(info.versions)) if info else "{}",
         "config_json": json.dumps(dict(info.config)) if info else "{}",
+        # the process's cgroup memory limit where the capture recorded one below the host's memory
+        # (decision 0182); 0 and "" without: the viewer draws it on the process's memory tracks (0186)
+        **(session_memory_limit(s) or {"memory_limit_bytes": 0, "memory_limit_source": "", "memory_limit_cgroup": ""}),
     }

@@ -24,6 +24,7 @@ from neuron_explorer.contracts.stats_files import (
     HOST_MEMORY_CATEGORIES,
 )
 from neuron_explorer.monitor.snapshot import SnapshotError, read_snapshot, zero_snapshot
+from neuron_explorer.util.cgroup import CgroupMemory, Level
 
 _HAVE_PROC = os.path.exists("/proc/self/stat")
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -67,6 +68,10 @@ class AppTracker:
     # tracker is retired: docs/decisions/0075-final-snapshots.md)
     exited: bool = False
     final_reported: bool = False
+    # its memory cgroups (found when it is first seen) and their limits as last read: an exited
+    # application keeps the limits it had (docs/decisions/0186)
+    cgroup: CgroupMemory | None = None
+    cgroup_levels: list[Level] = field(default_factory=list)
     _proc: psutil.Process | None = None
     _stat: tuple[bytes, float, float, float, int] | None = None
     _model_cache: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -25,8 +25,16 @@ from neuron_explorer.monitor.apps import (
 from neuron_explorer.monitor.config import DEFAULT_PERIOD_S, RUNTIME_GROUPS, SYSTEM_GROUPS, MonitorConfig
 from neuron_explorer.monitor.gpu import Nvml
 from neuron_explorer.monitor.snapshot import SnapshotError, read_snapshot
-from neuron_explorer.monitor.system import HwCounters, MemoryInfo, VcpuUsage, hardware_info, instance_info
+from neuron_explorer.monitor.system import (
+    HwCounters,
+    MemoryInfo,
+    VcpuUsage,
+    hardware_info,
+    instance_info,
+    with_memory_limit,
+)
 from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.util.cgroup import CgroupMemory, shared_limit
 from neuron_explorer.util.log import get_logger
 
 
@@ -55,6 +63,8 @@ class Monitor:
         use_nvml: try NVML for GPU info and ECC (off in tests that must not depend on a GPU).
         exclude_pids: processes never reported (the ``neuron-monitor`` command passes its own pid:
             the monitor is no application, whatever its environment says).
+        cgroup_root: prepended to the /proc and cgroup paths read for the applications' memory
+            limits (a test's fake tree; docs/decisions/0186).
     """
 
     def __init__(
@@ -66,8 +76,10 @@ class Monitor:
         dmi_root: str = "/sys/class/dmi/id",
         edac_root: str = "/sys/devices/system/edac",
         exclude_pids: tuple[int, ...] = (),
+        cgroup_root: str = "",
     ) -> None:
         self.config = config
+        self.cgroup_root = cgroup_root
         self.exclude_pids = frozenset(exclude_pids)
         self.stats_dir = Path(stats_dir) if stats_dir is not None else stats_files.default_stats_dir()
         self.log = log or Logger(0)
@@ -166,6 +178,7 @@ class Monitor:
                 self.log(4, f"pid {pid} tag {tracker.tag!r} matches no tag_filter")
                 continue
             tracker.groups = groups
+            tracker.cgroup = CgroupMemory.find(pid, self.cgroup_root)
             tracker.prime(from_start=not initial)
             self.apps[pid] = tracker
             self.log(3, f"monitoring pid {pid} tag {tracker.tag!r} groups {sorted(groups)}")
@@ -279,8 +292,24 @@ class Monitor:
             "neuron_runtime_data": runtimes,
             "system_data": {g: self.system_results[g] for g in SYSTEM_GROUPS if g in self.system_results},
             "instance_info": self.instance_info,
-            "neuron_hardware_info": self.hardware_info,
+            "neuron_hardware_info": self.device_info(),
         }
+
+    def device_info(self) -> dict[str, Any]:
+        """``neuron_hardware_info``: on a CPU device, its memory size is what the reported
+        applications can hold together under their memory cgroups' limits, where that is below the
+        host's memory (read again for each report; an exited application keeps its last limits)."""
+        if self.hardware_info.get("neuron_device_type") != "cpu":
+            return self.hardware_info
+        seen: dict[str, int | None] = {}
+        chains = []
+        for _, t in sorted(self.apps.items()):
+            if not t.results:
+                continue
+            if t.cgroup is not None and not t.exited:
+                t.cgroup_levels = t.cgroup.levels(seen)
+            chains.append(t.cgroup_levels)
+        return with_memory_limit(self.hardware_info, shared_limit(chains))
 
     def run(self, out: TextIO, stop: threading.Event | None = None, max_reports: int | None = None) -> int:
         """Print reports until ``stop`` is set, stdout closes, or ``max_reports`` were written."""

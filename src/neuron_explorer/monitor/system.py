@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from neuron_explorer.monitor.gpu import Nvml
+from neuron_explorer.util.cgroup import Limit
 
 #: /proc/stat columns reported by the vcpu_usage group, in file order.
 _CPU_FIELDS = ("user", "nice", "system", "idle", "io_wait", "irq", "soft_irq")
@@ -331,3 +332,18 @@ def hardware_info(nvml: Nvml | None) -> dict[str, Any]:
             "logical CPU (processes take core indices by local rank)"
         ),
     }
+
+
+def with_memory_limit(hw: dict[str, Any], limit: Limit | None) -> dict[str, Any]:
+    """``hardware_info`` of a CPU device whose memory is bounded by the monitored processes' cgroups:
+    ``neuron_device_memory_size`` becomes what they can hold together (``util.cgroup.shared_limit``)
+    when that is below the host's memory, and ``error`` says where it comes from.  A GPU's info,
+    or no limit below the host's memory, is returned as it is (docs/decisions/0186)."""
+    size = hw.get("neuron_device_memory_size")
+    if (limit is None or hw.get("neuron_device_type") != "cpu" or not isinstance(size, int)
+            or not 0 < limit.bytes < size):
+        return hw
+    why = (f"device memory size is the memory cgroup limit of the monitored processes ({limit.source} "
+           f"of {limit.cgroup}), below the host's {size} bytes")
+    return {**hw, "neuron_device_memory_size": limit.bytes,
+            "error": f"{hw['error']}; {why}" if hw.get("error") else why}

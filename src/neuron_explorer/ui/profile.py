@@ -52,7 +52,7 @@ from neuron_explorer.contracts.dataset import (
 )
 from neuron_explorer.ui import background, coarse, index, index_build, ingest_summary, overview, paths
 from neuron_explorer.ui.params import one_line
-from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, mode_of_grouping
+from neuron_explorer.ui.rows import DEFAULT_LAYOUT, Leaf, Row, build_rows, memory_limits, mode_of_grouping
 from neuron_explorer.ui.sql import files_sql, quote, records
 from neuron_explorer.util.log import get_logger
 
@@ -167,7 +167,7 @@ class Profile:
         """The tracks of a grouping mode and layout, in drawing order (cached: leaves never change)."""
         if (mode, layout) not in self._rows:
             self._rows[(mode, layout)] = build_rows(mode, self.leaves, self.counter_list, self.rank_of, self.nd_of,
-                                                    layout)
+                                                    layout, self.limits)
         return self._rows[(mode, layout)]
 
     @property
@@ -283,6 +283,7 @@ class Profile:
         self.rank_of = {(m["instance_id"], int(m["process_id"])):
                         int(m.get("rank", -1) if m.get("rank") is not None else -1) for m in self.meta}
         self.nd_of = {(m["instance_id"], int(m["process_id"])): int(m.get("nd_idx") or 0) for m in self.meta}
+        self.limits = memory_limits(self.meta)  # cgroup memory limits, drawn on memory tracks
         self.display_name = next((m.get("display_name") for m in self.meta if m.get("display_name")), self.name)
         # the grouping `view` was asked for (stored per process; one ingestion has one): the default mode
         prim, sec = (next((m.get(k) for m in self.meta if m.get(k)), None)

@@ -74,6 +74,8 @@ class Row:
     count: int = 0
     name: str = ""
     sort: tuple = ()  # drawing order among the rows of a mode (not sent)
+    # a memory track's limit, drawn as a line: {"bytes", "source", "cgroup"} (decision 0186)
+    limit: dict[str, Any] | None = None
 
     def to_json(self, idx: int) -> dict[str, Any]:
         d: dict[str, Any] = {"idx": idx, "key": self.key, "kind": self.kind, "group": self.group,
@@ -85,6 +87,8 @@ class Row:
             d["series"] = sorted({s[2] for s in self.series})
             d["style"] = self.style
             d["unit"] = self.unit
+            if self.limit is not None:
+                d["limit"] = self.limit
         return d
 
 
@@ -218,15 +222,22 @@ def check_layout(layout: str) -> str:
     return layout
 
 
+Limits = dict[tuple[str, int], dict[str, Any]]
+
+
 def build_rows(mode: str, leaves: list[Leaf], counter_list: list[tuple], rank_of: dict[tuple[str, int], int],
-               nd_of: dict[tuple[str, int], int], layout: str = DEFAULT_LAYOUT) -> list[Row]:
-    """The rows of a grouping mode in drawing order: counter tracks above each group's event rows."""
+               nd_of: dict[tuple[str, int], int], layout: str = DEFAULT_LAYOUT,
+               limits: Limits | None = None) -> list[Row]:
+    """The rows of a grouping mode in drawing order: counter tracks above each group's event rows.
+
+    ``limits``: each process's memory limit (``memory_limits``), drawn on its own memory tracks."""
     m = check_mode(mode)
     check_layout(layout)
+    limits = limits or {}
     rows = _instance_counter_rows(counter_list, nd_of)
     if m.process_counters:
-        rows += _process_counter_rows(counter_list, rank_of)
-    rows += _core_memory_rows(mode, counter_list, rank_of, layout)
+        rows += _process_counter_rows(counter_list, rank_of, limits)
+    rows += _core_memory_rows(mode, counter_list, rank_of, layout, limits)
     rows += _event_rows(m.place if layout == "names" else m.track, leaves, rank_of, layout == "tracks")
     rows.sort(key=lambda r: r.sort)
     return rows
@@ -288,8 +299,34 @@ def core_memory(counter: str) -> tuple[int, str] | None:
     return (int(m.group(1)), m.group(2)) if m else None
 
 
+def memory_limits(meta: list[dict[str, Any]]) -> Limits:
+    """``{(instance, pid): {"bytes", "source", "cgroup", "device"}}`` of the processes whose
+    ProfileMetadata row holds a cgroup memory limit (``memory_limit_bytes`` > 0: one the capture
+    recorded below the host's memory, decision 0182).  ``device``: the process's device is the CPU,
+    whose device memory that limit bounds too (decision 0159); a GPU's is not bounded by it."""
+    out: Limits = {}
+    for m in meta:
+        try:
+            lim = int(m.get("memory_limit_bytes") or 0)
+            key = (str(m["instance_id"]), int(m["process_id"]))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            continue
+        if lim > 0:
+            out[key] = {"bytes": lim, "source": str(m.get("memory_limit_source") or ""),
+                        "cgroup": str(m.get("memory_limit_cgroup") or ""),
+                        "device": str(m.get("device_kind") or "").split(":", 1)[0] == "cpu"}
+    return out
+
+
+def _limit(limits: Limits, inst: str, pid: int, device: bool) -> dict[str, Any] | None:
+    lim = limits.get((inst, pid))
+    if lim is None or (device and not lim["device"]):
+        return None
+    return {k: lim[k] for k in ("bytes", "source", "cgroup")}
+
+
 def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[str, int], int],
-                      layout: str = DEFAULT_LAYOUT) -> list[Row]:
+                      layout: str = DEFAULT_LAYOUT, limits: Limits | None = None) -> list[Row]:
     """Device memory of each core by category: one stacked track per (process, core), placed with the
     core's tracks (the process's Device group, or the NC group) right after that core's own rows (so
     with several cores each memory track sits under its core, not all before the first core), the
@@ -319,11 +356,12 @@ def _core_memory_rows(mode: str, counter_list: list[tuple], rank_of: dict[tuple[
         else:
             group, sort, label = [inst, "Counters"], (inst, 0, 3, *proc.sort, nc), f"{label} · {proc.label}"
         out.append(Row(f"{inst}|{pid}|devmem|{nc}", "counter", group, label, series=series, style="stack",
-                       unit="bytes", sort=sort))
+                       unit="bytes", sort=sort, limit=_limit(limits or {}, inst, pid, device=True)))
     return out
 
 
-def _process_counter_rows(counter_list: list[tuple], rank_of: dict[tuple[str, int], int]) -> list[Row]:
+def _process_counter_rows(counter_list: list[tuple], rank_of: dict[tuple[str, int], int],
+                          limits: Limits | None = None) -> list[Row]:
     """CPU utilization and memory of each process, drawn above the process's event rows."""
     per_proc: dict[tuple[str, int], set[str]] = {}
     for inst, pid, counter, _unit in counter_list:
@@ -339,5 +377,6 @@ def _process_counter_rows(counter_list: list[tuple], rank_of: dict[tuple[str, in
                                            if cn in names]
         if mem:
             out.append(Row(f"{inst}|{pid}|mem", "counter", [inst, proc.label], "Host memory (process RSS / VMS)",
-                           series=mem, style="line", unit="bytes", sort=(inst, 1, *proc.sort, -1, 1)))
+                           series=mem, style="line", unit="bytes", sort=(inst, 1, *proc.sort, -1, 1),
+                           limit=_limit(limits or {}, inst, pid, device=False)))
     return out

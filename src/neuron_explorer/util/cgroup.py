@@ -38,6 +38,9 @@ class Limit:
     cgroup: str
 
 
+Level = tuple[str, str, "int | None"]  # (limit file name, cgroup path, limit bytes or None)
+
+
 def parse_limit(text: bytes | str | None) -> int | None:
     """Bytes from a limit file's content: a positive decimal integer that fits in int64; ``max``
     (v2's "no limit"), empty, signed, fractional or any other text is ``None``."""
@@ -147,14 +150,102 @@ class CgroupMemory:
     def read(self) -> Limit | None:
         """The lowest limit over the files, or None when none holds one."""
         best: Limit | None = None
-        for path, name, cgpath in self.files:
-            try:
-                v = parse_limit(read_regular(path, LIMIT_FILE_BYTES))
-            except (OSError, ValueError):
-                continue
+        for name, cgpath, v in self.levels():
             if v is not None and (best is None or v < best.bytes):
                 best = Limit(v, SOURCES[name], cgpath)
         return best
+
+    def levels(self, seen: dict[str, int | None] | None = None) -> list[Level]:
+        """Each level's ``(limit file name, cgroup path, limit or None)``, the process's own first
+        in each hierarchy.  ``seen`` (file path -> limit) shares the reads of one round between
+        processes that have cgroups in common."""
+        out: list[Level] = []
+        for path, name, cgpath in self.files:
+            if seen is not None and path in seen:
+                v = seen[path]
+            else:
+                try:
+                    v = parse_limit(read_regular(path, LIMIT_FILE_BYTES))
+                except (OSError, ValueError):
+                    v = None
+                if seen is not None:
+                    seen[path] = v
+            out.append((name, cgpath, v))
+        return out
+
+
+def shared_limit(chains: list[list[Level]]) -> Limit | None:
+    """The memory a set of processes can hold together under their cgroups' limits, from each
+    process's ``CgroupMemory.levels()``; None when some process is under no limit at all.
+
+    In one hierarchy the cgroups form a tree and a limit binds everything below it, so what the
+    processes can hold is, from the root down: a cgroup's limit, or the sum of what its children
+    holding processes can hold when that is lower (a process directly in a cgroup is bound by that
+    cgroup's limit alone).  Two processes in one cgroup count it once; siblings add up.  With two
+    hierarchies (v1 and v2 both mounted) each gives such a figure and the lower one is taken: exact
+    where only one of them holds limits, as on a host where the memory controller is in one.  The
+    ``cgroup`` of the answer names the cgroups whose limits make it (comma separated), its
+    ``source`` the kind of file."""
+    if not chains:
+        return None
+    best: Limit | None = None
+    for name in SOURCES:
+        limits: dict[str, int | None] = {}
+        children: dict[str, set[str]] = {}
+        holds: set[str] = set()  # cgroups with a process directly in them
+        parent: dict[str, str] = {}
+        root = None
+        for chain in chains:
+            levels = [(cg, v) for n, cg, v in chain if n == name]
+            top = levels[-1][0] if levels else None
+            if top is None or (root is not None and top != root) or len({cg for cg, _ in levels}) < len(levels):
+                # a process outside this hierarchy (it binds none of them), or what no tree gives:
+                # two roots, a cgroup twice in one chain.  No answer from this hierarchy.
+                root = None
+                break
+            root = top
+            holds.add(levels[0][0])
+            for i, (cg, v) in enumerate(levels):
+                limits[cg] = v
+                if i + 1 < len(levels):
+                    up = levels[i + 1][0]
+                    if parent.setdefault(cg, up) != up:
+                        root = None  # a cgroup with two parents
+                    children.setdefault(up, set()).add(cg)
+            if root is None:
+                break
+        if root is None:
+            continue
+        got = _capacity(root, limits, children, holds, 0, {})
+        if got is not None and (best is None or got[0] < best.bytes):
+            best = Limit(got[0], SOURCES[name], ",".join(sorted(got[1])))
+    return best
+
+
+def _capacity(cg: str, limits: dict[str, int | None], children: dict[str, set[str]], holds: set[str],
+              depth: int, memo: dict[str, tuple[int, set[str]] | None]) -> tuple[int, set[str]] | None:
+    """(bytes, binding cgroups) that the processes at or below ``cg`` can hold; None: unbounded.
+    ``memo`` keeps each cgroup's answer (a damaged chain may give a cgroup two parents)."""
+    if cg in memo:
+        return memo[cg]
+    memo[cg] = None  # (a cycle, which only damaged input makes, reads as unbounded)
+    below: tuple[int, set[str]] | None = None
+    if cg not in holds and depth <= MAX_DEPTH:
+        total, names = 0, set()
+        for child in children.get(cg, ()):
+            if child == cg:
+                continue
+            got = _capacity(child, limits, children, holds, depth + 1, memo)
+            if got is None:
+                total = -1
+                break
+            total += got[0]
+            names |= got[1]
+        if total >= 0 and names:
+            below = (total, names)
+    own = limits.get(cg)
+    memo[cg] = (own, {cg}) if own is not None and (below is None or own <= below[0]) else below
+    return memo[cg]
 
 
 def _text(path: str, limit: int) -> str:

@@ -20,7 +20,7 @@ from neuron_explorer.analysis import (
     steps as steps_mod,
     summary as summary_mod,
 )
-from neuron_explorer.analysis.counters import counter_series
+from neuron_explorer.analysis.counters import counter_series, recorded_memory_limit
 from neuron_explorer.analysis.events import build as build_events, region_links
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.framework import RegionLinks
@@ -29,7 +29,6 @@ from neuron_explorer.analysis.reader import Session, load_session, wall_offset_n
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX
 from neuron_explorer.contracts.tracks import Grouping
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, exporter
-from neuron_explorer.util.cgroup import SOURCES as _CGROUP_SOURCES
 from neuron_explorer.util.names import printable
 
 from .options import SUMMARIES, ViewOptions
@@ -244,20 +243,16 @@ def process_steps(s: Session, offset_ns: int) -> dict:
 
 
 HOST_LIMIT_SOURCE = "host memory (CPU substrate)"
-CGROUP_SOURCES = frozenset(_CGROUP_SOURCES.values())
-CGROUP_NAME_CHARS = 1024  # a cgroup's name as shown, at most
 
 
 def cpu_memory_limit(host_bytes: int, mem) -> dict:
     """``memory_limit_bytes`` and ``memory_limit_source`` of a CPU-substrate process: its cgroup's
     limit from host_mem.pb (with ``memory_limit_cgroup``) when recorded, positive and below the
-    host's memory ``host_bytes``, else the host's memory.  What a damaged file holds is checked
-    here: the source must be one the capture writes."""
-    lim = int(getattr(mem, "memory_limit", 0) or 0)
-    src = str(getattr(mem, "memory_limit_source", "") or "")
-    if 0 < lim and (host_bytes <= 0 or lim < host_bytes) and src in CGROUP_SOURCES:
-        cgroup = printable(str(getattr(mem, "memory_limit_cgroup", "") or ""))[:CGROUP_NAME_CHARS]
-        return {"memory_limit_bytes": lim, "memory_limit_source": src, "memory_limit_cgroup": cgroup}
+    host's memory ``host_bytes`` (``analysis.counters.recorded_memory_limit``), else the host's
+    memory."""
+    got = recorded_memory_limit(mem, host_bytes)
+    if got is not None:
+        return got
     return {"memory_limit_bytes": host_bytes, "memory_limit_source": HOST_LIMIT_SOURCE}
 
 

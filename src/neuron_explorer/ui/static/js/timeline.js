@@ -30,7 +30,14 @@ const DEV_PER_VIEW = 48;
 const DEV_TOGGLE_X0 = LABEL_W - 68, DEV_TOGGLE_X1 = LABEL_W - 22; // the lanes' fold toggle in the label gutter
 const MIN_SPAN = 100; // ns
 
+// a memory track's limit line (a cgroup's memory limit, decision 0186): a colour no series takes
+export const LIMIT_COLOR = "#d4148c";
 const SERIES_COLORS = ["#2f7ed8", "#f28f43", "#8bbc21", "#910000", "#1aadce", "#492970", "#77a1e5", "#c42525", "#a6c96a", "#0d233a"];
+
+/** What a limit is called on its track: the cgroup's memory limit (the only kind drawn yet). */
+function limitName(limit) {
+  return limit.source && limit.source.startsWith("cgroup") ? "cgroup limit" : "limit";
+}
 
 const COLORS = new Map();
 export function colorFor(name) {
@@ -1114,6 +1121,8 @@ export class Timeline {
     } else if (r.unit !== "percent") {
       for (const n of names) for (const v of data[n].v) maxV = Math.max(maxV, v);
     }
+    // the scale takes the limit in, so its line is always on the track
+    if (r.limit && r.unit === "bytes") maxV = Math.max(maxV, r.limit.bytes);
     maxV = maxV || 1;
     const ys = (v) => bot - (v / maxV) * hh;
     const legend = [];
@@ -1167,6 +1176,7 @@ export class Timeline {
       });
       ctx.lineWidth = 1;
     }
+    if (r.limit && r.unit === "bytes") this.drawLimit(r.limit, ys(r.limit.bytes), top);
     // axis: the top value; legend: one swatch per series (first few)
     ctx.fillStyle = "#6b7280";
     ctx.fillText(r.unit === "percent" ? "100%" : fmtBytes(maxV), LABEL_W + 4, top + 2);
@@ -1180,6 +1190,24 @@ export class Timeline {
       ctx.fillText(short, lx + 11, top - 5);
       lx += 18 + ctx.measureText(short).width;
     }
+  }
+
+  /** A memory limit: a horizontal line at height ``ly`` across the track, labelled at its right end
+   * (above the line, or below it when the line is at the track's top). */
+  drawLimit(limit, ly, top) {
+    const ctx = this.ctx;
+    const y = Math.round(ly) + 0.5;
+    ctx.strokeStyle = LIMIT_COLOR;
+    ctx.lineWidth = 1.5;
+    ctx.beginPath();
+    ctx.moveTo(LABEL_W, y);
+    ctx.lineTo(this.w, y);
+    ctx.stroke();
+    ctx.lineWidth = 1;
+    ctx.fillStyle = LIMIT_COLOR;
+    ctx.textAlign = "right";
+    ctx.fillText(`${limitName(limit)} ${fmtBytes(limit.bytes)}`, this.w - 6, y - top >= 8 ? y - 6 : y + 7);
+    ctx.textAlign = "left";
   }
 
   usedTotal(data, names) {
@@ -1434,6 +1462,10 @@ export class Timeline {
       lines.push(`${short}: ${row.unit === "percent" ? v.toFixed(1) + " %" : fmtBytes(v)}`);
     }
     if (row.style === "stack") lines.push(`total: ${fmtBytes(total)}`);
+    if (row.limit && row.unit === "bytes") {
+      const l = row.limit;
+      lines.push(`${limitName(l)}: ${fmtBytes(l.bytes)}${l.source ? ` (${l.source}${l.cgroup ? ` of ${l.cgroup}` : ""})` : ""}`);
+    }
     if (when !== null) lines.splice(1, 0, `at ${fmtNs(when)}`);
     return lines.join("\n");
   }
