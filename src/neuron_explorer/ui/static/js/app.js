@@ -592,7 +592,9 @@ async function renderSystemTrace(w, body, extra) {
   if (url) restoreView(w, url);
   else if (other) tl.setView(other.timeline.t0, other.timeline.t1); // synchronised: joins the other's view
   if (urlOrder && urlOrder !== "rank") orderRanks(w, urlOrder, true); // over the restored view
-  if (!urlRange && !other && w.coarse) openOnWork(w); // once the index is ready, unless the user moved
+  // once the index is ready, unless the user moved; asked after the first paint, since asking for
+  // the index starts its build at once, and the build then took the cores from the first paint
+  if (!urlRange && !other && w.coarse) tl.firstPaint.then(() => openOnWork(w));
 }
 
 /** A profile opens where the work is (the cores' executions and collectives, not the start-up before
@@ -639,7 +641,12 @@ function insightList(si, profile, href = false) {
 async function showSummary(name) {
   state.home = null;
   for (const w of [...state.widgets]) removeWidget(w);
-  if (!state.profiles.length) state.profiles = (await api.profiles()).profiles;
+  if (!state.profiles.length) {
+    // a link opened in a new page: the profile's preparation starts (a status request starts it) while
+    // the list is fetched, not one round trip later (an unknown name is one 404, ignored)
+    api.status(name).catch(() => null);
+    state.profiles = (await api.profiles()).profiles;
+  }
   $("#crumb").textContent = `› ${name} › Summary`;
   $("#actions").innerHTML = `<a class="button primary" href="#/p/${encodeURIComponent(name)}" data-testid="open-timeline">System Trace Viewer</a>`;
   $("#main").innerHTML = `<p class="pad muted">Loading the summary…</p>`;
@@ -763,11 +770,13 @@ function selectCollective(w, c) {
 /** Each device profile's ops as lanes under its core's execution track, on the system axis: the
  *  profile is matched to the track holding its process's and core's nc_exec_running. */
 function attachDeviceLanes(w, tl, t) {
-  return tl.relayingOut(() => lookUpDeviceLanes(w, tl, t));
+  const gen = tl.rowsGen;
+  // asked once the timeline has painted: the answer waits for the index, and a request waiting for
+  // it starts the build at once, which then took the cores from a cold open's first paint (0185)
+  return tl.relayingOut(async () => { await tl.firstPaint; return lookUpDeviceLanes(w, tl, t, gen); });
 }
 
-async function lookUpDeviceLanes(w, tl, t) {
-  const gen = tl.rowsGen;
+async function lookUpDeviceLanes(w, tl, t, gen) {
   // every device profile's core, span and engines in one answer (no per-profile overviews, no cap
   // of 256 profiles; decision 0137)
   const sp = await api.deviceSpans(w.profile).catch(() => null);
@@ -1369,7 +1378,12 @@ async function showHome() {
 
 async function showDashboard(name, url) {
   for (const w of [...state.widgets]) removeWidget(w);
-  if (!state.profiles.length) state.profiles = (await api.profiles()).profiles;
+  if (!state.profiles.length) {
+    // a link opened in a new page: the profile's preparation starts (a status request starts it) while
+    // the list is fetched, not one round trip later (an unknown name is one 404, ignored)
+    api.status(name).catch(() => null);
+    state.profiles = (await api.profiles()).profiles;
+  }
   if (!state.profiles.some((p) => p.name === name)) { $("#main").innerHTML = `<p class="pad">Profile "${esc(name)}" not found. <a href="#/">All profiles</a></p>`; return; }
   state.home = name;
   state.sync = url.get("sync") === "1";
