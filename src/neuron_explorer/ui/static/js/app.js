@@ -641,12 +641,7 @@ function insightList(si, profile, href = false) {
 async function showSummary(name) {
   state.home = null;
   for (const w of [...state.widgets]) removeWidget(w);
-  if (!state.profiles.length) {
-    // a link opened in a new page: the profile's preparation starts (a status request starts it) while
-    // the list is fetched, not one round trip later (an unknown name is one 404, ignored)
-    api.status(name).catch(() => null);
-    state.profiles = (await api.profiles()).profiles;
-  }
+  if (!state.profiles.length) state.profiles = (await api.profiles()).profiles;
   $("#crumb").textContent = `› ${name} › Summary`;
   $("#actions").innerHTML = `<a class="button primary" href="#/p/${encodeURIComponent(name)}" data-testid="open-timeline">System Trace Viewer</a>`;
   $("#main").innerHTML = `<p class="pad muted">Loading the summary…</p>`;
@@ -1378,12 +1373,7 @@ async function showHome() {
 
 async function showDashboard(name, url) {
   for (const w of [...state.widgets]) removeWidget(w);
-  if (!state.profiles.length) {
-    // a link opened in a new page: the profile's preparation starts (a status request starts it) while
-    // the list is fetched, not one round trip later (an unknown name is one 404, ignored)
-    api.status(name).catch(() => null);
-    state.profiles = (await api.profiles()).profiles;
-  }
+  if (!state.profiles.length) state.profiles = (await api.profiles()).profiles;
   if (!state.profiles.some((p) => p.name === name)) { $("#main").innerHTML = `<p class="pad">Profile "${esc(name)}" not found. <a href="#/">All profiles</a></p>`; return; }
   state.home = name;
   state.sync = url.get("sync") === "1";
