@@ -104,15 +104,20 @@ def main() -> None:
             runs[label].append(r)
             print(f"[{i + 1}/{args.opens}] {label}: first paint {r['first_paint_ms']} ms, "
                   f"detail {r['detail_ready_ms']} ms, server {r['server_cpu_s_at_first_paint']} CPU-s at the first "
-                  f"paint; requests {r.get('requests')}; load {[round(x, 1) for x in r['loadavg']]}", flush=True)
+                  f"paint, page main thread {r.get('page_main_thread_busy_ms_at_first_paint')} ms busy; requests "
+                  f"{r.get('requests')}; load {[round(x, 1) for x in r['loadavg']]}", flush=True)
     out = {"date": time.strftime("%Y-%m-%d"), "profile": name, "opens": args.opens, "runs": runs,
            "median": {label: {k: _median(rs, k) for k in ("first_paint_ms", "detail_ready_ms",
-                                                           "server_cpu_s_at_first_paint", "server_start_ms")}
-                      for label, rs in runs.items()}}
-    print("\n| source | first paint (median ms) | detail (median ms) | server CPU-s at first paint |")
-    print("| --- | --- | --- | --- |")
+                                                           "server_cpu_s_at_first_paint", "server_start_ms",
+                                                           "page_main_thread_busy_ms_at_first_paint")}
+                      for label, rs in runs.items()},
+           "loadavg_1min": {label: [round(r["loadavg"][0], 1) for r in rs] for label, rs in runs.items()}}
+    print("\n| source | first paint (median ms) | detail (median ms) | server CPU-s at first paint | page main thread "
+          "busy ms at first paint | load (1 min) per open |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for label, m in out["median"].items():
-        print(f"| {label} | {m['first_paint_ms']} | {m['detail_ready_ms']} | {m['server_cpu_s_at_first_paint']} |")
+        print(f"| {label} | {m['first_paint_ms']} | {m['detail_ready_ms']} | {m['server_cpu_s_at_first_paint']} | "
+              f"{m['page_main_thread_busy_ms_at_first_paint']} | {out['loadavg_1min'][label]} |")
     Path(args.results).write_text(json.dumps(out, indent=1) + "\n")
     print(f"\nwrote {args.results}")
 

@@ -152,6 +152,57 @@ def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace:
         th.join(10)
 
 
+@pytest.mark.slow
+def test_browser_asks_nothing_of_the_index_before_its_first_paint(ui_workspace: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that waits for the index also starts its build at once (no grace for the first
+    paint): a cold open asks such requests (where the work is, the device lanes) only once its
+    coarse first answer went out, so the build does not take the cores from the first paint
+    (decision 0185)."""
+    import uvicorn
+
+    from neuron_explorer.ui.profile import Profile
+    from tests.conftest import free_port
+
+    from .helpers import CHROMIUM, CHROMIUM_ARGS
+    from .test_browser_v2 import new_page
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    asked: list[bool] = []  # per request waiting for the index: had the first coarse answer gone out?
+    wait_index = Profile.wait_index
+
+    def recorded(self: Profile) -> Profile:
+        asked.append(self.first_paint.is_set())
+        return wait_index(self)
+
+    monkeypatch.setattr(Profile, "wait_index", recorded)
+    app = create_app(ui_workspace, cache_dir=tmp_path / "cache")
+    gate = app.state.workspace.index_gate = threading.Event()
+    app.state.workspace.coarse_min_events = 0  # the small capture takes the large profiles' path
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        with sync_api.sync_playwright() as pw:
+            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            pg = new_page(b, f"http://127.0.0.1:{port}/#/p/{P}")  # waits for the first paint
+            end = time.monotonic() + 60
+            while not asked and time.monotonic() < end:  # where the work is: asked after the paint
+                time.sleep(0.05)
+            assert asked and all(asked), asked
+            gate.set()
+            pg.wait_for_selector("[data-testid=system-timeline][data-detail='1']", timeout=120000)
+            assert pg.console_errors == []
+            b.close()
+    finally:
+        gate.set()
+        server.should_exit = True
+        th.join(10)
+
+
 def test_a_failed_background_build_is_one_line_and_the_next_open_retries(ui_workspace: Path, tmp_path: Path) -> None:
     """Event files damaged between the scan and the index build: /status says error, a request that
     needs the index gets one line (500), and once the files are whole again the profile opens."""

@@ -192,15 +192,20 @@ class Profile:
         self.progress.step("reading metadata")
         self._read_metadata()
         cache = self._cache_path()
-        idx = index.EventIndex.load(cache) if cache is not None else None
-        # the leaf table travels with the cached index: no scan at all
-        if idx is not None:
-            self._set_leaves([Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])])
-            self._prune_cache(cache)
-        else:
-            self._set_leaves(*self._scan_leaves())
-        self.progress.step("loading counters")
-        self._cstats = self._load_counters()
+        # the counters (one DuckDB query over every process's file, ~0.2 CPU-s at 512 processes) load
+        # beside the leaves: DuckDB leaves the GIL, and on a loaded machine two threads get more of
+        # the cores than one (decision 0185); leaving the block waits for them, whatever happened
+        with ThreadPoolExecutor(1, thread_name_prefix=f"counters-{self.name}") as pool:
+            counters = pool.submit(self._load_counters)
+            idx = index.EventIndex.load(cache) if cache is not None else None
+            # the leaf table travels with the cached index: no scan at all
+            if idx is not None:
+                self._set_leaves([Leaf(i, *r) for i, r in enumerate(idx.meta["leaves"])])
+                self._prune_cache(cache)
+            else:
+                self._set_leaves(*self._scan_leaves())
+            self.progress.step("loading counters")
+            self._cstats = counters.result()
         self._set_extent()
         self.prepare_s = time.perf_counter() - t
         if idx is None and self.leaves and self.total_events < self.coarse_min_events:
@@ -346,18 +351,14 @@ class Profile:
             return None
         parts = list(self._parts().items())
         try:
-            rows, ext = overview.read(f, str(Path(f).parent / EVENTS), parts)
+            rows, level, _ = overview.read_coarse(f, str(Path(f).parent / EVENTS), parts)
         except overview.Unusable as e:
             self.overview_problem = f"the events overview of {self.name} is not used: {e}"
             get_logger(__name__).warning(f"neuron-explorer: {self.overview_problem}")
             return None
-        got: list = []
-        for (key, _), cols in zip(parts, rows):
-            got.extend(coarse.split_part(*key, cols, ext[2]))
-        got.sort(key=lambda x: x[0][:6])
         self.first_paint_from = "overview"
         self.progress.step("scanning events", len(parts), len(parts))
-        return [Leaf(i, *r) for i, (r, _) in enumerate(got)], coarse.build(got, ext[0], ext[3])
+        return [Leaf(i, *r) for i, r in enumerate(rows)], level
 
     def _from_summaries(self, db: "ingest_summary.Scratch", use_summary: bool) -> tuple[list, list[int], tuple | None]:
         """The coarse rows of the processes whose summaries are their events', the indices of those

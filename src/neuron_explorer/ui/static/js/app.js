@@ -592,7 +592,9 @@ async function renderSystemTrace(w, body, extra) {
   if (url) restoreView(w, url);
   else if (other) tl.setView(other.timeline.t0, other.timeline.t1); // synchronised: joins the other's view
   if (urlOrder && urlOrder !== "rank") orderRanks(w, urlOrder, true); // over the restored view
-  if (!urlRange && !other && w.coarse) openOnWork(w); // once the index is ready, unless the user moved
+  // once the index is ready, unless the user moved; asked after the first paint, since asking for
+  // the index starts its build at once, and the build then took the cores from the first paint
+  if (!urlRange && !other && w.coarse) tl.firstPaint.then(() => openOnWork(w));
 }
 
 /** A profile opens where the work is (the cores' executions and collectives, not the start-up before
@@ -763,11 +765,13 @@ function selectCollective(w, c) {
 /** Each device profile's ops as lanes under its core's execution track, on the system axis: the
  *  profile is matched to the track holding its process's and core's nc_exec_running. */
 function attachDeviceLanes(w, tl, t) {
-  return tl.relayingOut(() => lookUpDeviceLanes(w, tl, t));
+  const gen = tl.rowsGen;
+  // asked once the timeline has painted: the answer waits for the index, and a request waiting for
+  // it starts the build at once, which then took the cores from a cold open's first paint (0185)
+  return tl.relayingOut(async () => { await tl.firstPaint; return lookUpDeviceLanes(w, tl, t, gen); });
 }
 
-async function lookUpDeviceLanes(w, tl, t) {
-  const gen = tl.rowsGen;
+async function lookUpDeviceLanes(w, tl, t, gen) {
   // every device profile's core, span and engines in one answer (no per-profile overviews, no cap
   // of 256 profiles; decision 0137)
   const sp = await api.deviceSpans(w.profile).catch(() => null);

@@ -213,6 +213,8 @@ export class Timeline {
     this.ticks = [];
     this.ctrl = null;
     this.painted = false;
+    // resolved at the first paint: what can wait for it (a cold open's requests that need the index)
+    this.firstPaint = new Promise((resolve) => { this._painted = resolve; });
     this.fetchTimer = 0;
     this.drawQueued = false;
     this._bind();
@@ -673,6 +675,7 @@ export class Timeline {
         stats.firstPaintMs = stats.firstPaintMs ?? performance.now();
         performance.mark("nx-first-paint");
         this.host.dataset.ready = "1";
+        this._painted();
       }
       this.host.dataset.fetches = String(Number(this.host.dataset.fetches || 0) + 1);
       const items = this.events.count;
