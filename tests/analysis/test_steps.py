@@ -195,3 +195,56 @@ def test_small_collectives_cost_the_pace_of_their_queue():
     assert c["small_collectives"].tolist() == [1, 1, 5] and c["collectives"][2] == 6
     assert c["small_collective_bytes"].tolist() == [4096, 4096, 4 * 100 + 4096]
     assert c["small_collective_call_ns"].tolist() == [10, 10, 5]  # (1235 - 1220) / 3; the lone call's 10 apart
+
+
+def test_durations_only_are_the_same_durations():
+    """``find_steps(counts=False)`` (what a diff compares) gives exactly the durations a full run
+    gives, and no more; type ids far apart (no small-integer sort) give the same steps as small ones."""
+    rng = np.random.default_rng(184)
+    durations = {"wall_ns", "collective_ns", "own_ns", "compute_own_ns", *BREAKDOWN}
+    far = {k: v * 1_000_003 - 7 for k, v in NAMES.items()}
+    for i in range(200):
+        n = int(rng.integers(0, 80))
+        typ = rng.integers(-1, 7, n)
+        start = rng.integers(0, 2_000, n)
+        if i % 2:
+            start = np.sort(start)
+        end = start + rng.integers(-5, 200, n)
+        model = rng.integers(-1, 3, n)
+        label = rng.integers(-1, len(STRINGS), n)
+        nbytes = rng.integers(-1, 1 << 22, n)
+        full = find_steps(typ, start, end, model, label, nbytes, NAMES, STRINGS, MODELS)
+        short = find_steps(typ, start, end, model, label, nbytes, NAMES, STRINGS, MODELS, counts=False)
+        assert short.number.tolist() == full.number.tolist()
+        assert set(short.columns) == durations if len(full) else durations <= set(short.columns)  # (none: zeros)
+        for k in durations:
+            assert short.columns[k].tolist() == full.columns[k].tolist(), k
+        typ_far = np.where(typ >= 0, typ * 1_000_003 - 7, -1)
+        moved = find_steps(typ_far, start, end, model, label, nbytes, far, STRINGS, MODELS)
+        assert moved.number.tolist() == full.number.tolist()
+        for k, v in full.columns.items():
+            assert moved.columns[k].tolist() == v.tolist(), k
+
+
+def test_merge_sorts_starts_and_ends_apart_and_gives_the_running_maximum_runs():
+    """``steps._merge`` sorts the starts and the ends each on its own (``_runs``), and ``_join`` joins
+    two unions by merging theirs: the same runs as ``util.intervals.merge`` (the running maximum over
+    the intervals in start order), on random intervals (unsorted, nested, touching, empty and reversed
+    ones, repeats)."""
+    from neuron_explorer.analysis.steps import _join, _merge
+    from neuron_explorer.util import intervals
+
+    rng = np.random.default_rng(184)
+    for _ in range(500):
+        n = int(rng.integers(0, 40))
+        s = rng.integers(0, 200, n)
+        if rng.random() < 0.5:
+            s = np.sort(s)
+        e = s + rng.integers(-10, 30, n)
+        assert [x.tolist() for x in _merge(s, e)] == [x.tolist() for x in intervals.merge(s, e)]
+        m = int(rng.integers(0, 40))
+        s2 = rng.integers(0, 200, m)
+        e2 = s2 + rng.integers(0, 30, m)
+        joined = _join(_merge(s, e), _merge(s2, e2))
+        both = intervals.merge(np.concatenate([s, s2]), np.concatenate([e, e2]))
+        assert [x.tolist() for x in joined] == [x.tolist() for x in both]

@@ -146,8 +146,10 @@ def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePa
         columns = [c for c in _EVENT_COLUMNS if c in present]
         if not {"id", "name", "start_ts", "end_ts", "trace_event_source"} <= set(columns):
             raise ValueError("not a SystemProfileEvents file (columns missing)")
-        t = pf.read(columns=columns, use_threads=False)
+        t = pf.read(columns=[c for c in columns if c != "flow_id"], use_threads=False)
         f = _File(t)
+        if "flow_id" in columns and f.fw.any():  # (the flows link regions to graphs: read where there are any)
+            f.t = f.t.append_column("flow_id", pf.read(columns=["flow_id"], use_threads=False).column(0))
     except (OSError, ValueError, pa.ArrowException) as e:
         part.error = f"{path}: unreadable ({one_line(e)}); skipped"
         return part
@@ -187,8 +189,14 @@ def _first_of_lists(arr: pa.ListArray) -> np.ndarray:
 
 
 def _groups(codes: np.ndarray):
-    """(code, row indices) per distinct code >= 0, by one sort."""
-    order = np.argsort(codes, kind="stable")
+    """(code, row indices) per distinct code >= 0, by one sort (of 16-bit keys where the codes
+    fit them: a radix sort)."""
+    key = codes
+    if len(codes):
+        lo, hi = int(codes.min()), int(codes.max())
+        if hi - lo < (1 << 15):
+            key = (codes - lo).astype(np.int16)
+    order = np.argsort(key, kind="stable")
     c = codes[order]
     bounds = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if len(c) else np.zeros(0, dtype=np.int64)
     for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(c)].tolist()):
@@ -210,7 +218,7 @@ class _File:
         self.t = t = t.unify_dictionaries()
         name_c, self.name_v = _codes(t.column("name"))
         src_c, src_v = _codes(t.column("trace_event_source"))
-        fw = src_v[src_c] == FRAMEWORK
+        fw = (src_v == FRAMEWORK)[src_c]  # (per dictionary value, then per row: no string per row)
         typ = _lut(self.name_v, _TYPE_ID)[name_c]
         keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
         self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
@@ -257,15 +265,9 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
     typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
     start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.proc, f.model_c, f.model_v
     ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
-    exec_flow = np.zeros(0, dtype=np.int64)
-    exec_name = np.zeros(0, dtype=object)
     for code, sel in _groups(model_c[ex]):
         rows = ex[sel]
         graphs.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
-    if len(ex) and f.has("flow_id"):
-        fl = f.column("flow_id", ex).combine_chunks()
-        exec_flow = _first_of_lists(fl)
-        exec_name = model_v[model_c[ex]]
     ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
     for code, sel in _groups(model_c[ml]):
         rows = ml[sel]
@@ -275,7 +277,14 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
         for code, sel in _groups(name_c[sel_fw]):
             rows = sel_fw[sel]
             regions.add(str(name_v[code]), start[rows], end[rows], proc[rows], ids[rows])
-        if f.has("flow_id"):
+        if f.has("flow_id"):  # (the executions' first flows: only where there are regions to link)
+            exec_flow = np.zeros(0, dtype=np.int64)
+            exec_name = np.zeros(0, dtype=object)
+            if len(ex):  # (each row's first flow, then the executions': no list gathered)
+                whole = f.t.column("flow_id")
+                exec_flow = _first_of_lists(whole.combine_chunks() if whole.num_chunks != 1
+                                            else whole.chunk(0))[f._rows(ex)]
+                exec_name = model_v[model_c[ex]]
             _link_regions(f.column("flow_id", sel_fw), name_c[sel_fw], name_v, exec_flow, exec_name,
                           region_links)
     cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
@@ -314,7 +323,7 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
     label = np.where(f.fw, f.name_c, -1)
     strings = [str(v) for v in f.name_v[:-1].tolist()]
     start, end = f.start, f.end
-    nbytes = f.ints("bytes") if f.has("bytes") else np.full(len(typ), -1, dtype=np.int64)
+    nbytes = np.full(len(typ), -1, dtype=np.int64)  # (only the counts read bytes: not figured here)
     one = len(f.proc) and f.proc[0] >= 0 and bool((f.proc == f.proc[0]).all())  # (a file is one process)
     groups = [(int(f.proc[0]), None)] if one else list(_groups(f.proc))
     for p, rows in groups:
@@ -322,7 +331,7 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
         if rows is not None:
             rows = np.sort(rows)
             cols = tuple(c[rows] for c in cols)
-        st = steps_mod.find_steps(*cols, _TYPE_ID, strings, models)
+        st = steps_mod.find_steps(*cols, _TYPE_ID, strings, models, counts=False)
         st.columns = {k: np.asarray(st.columns[k], dtype=np.int64) for k in STEP_COLUMNS if k in st.columns}
         out[p] = st
     return out

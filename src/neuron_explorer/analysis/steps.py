@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from neuron_explorer.analysis import stepalign
-from neuron_explorer.util.intervals import merge, overlap_runs
+from neuron_explorer.util.intervals import overlap_runs
 
 __all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
            "find_steps", "session_steps"]
@@ -143,7 +143,7 @@ _TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "
 
 def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np.ndarray, label: np.ndarray,
                nbytes: np.ndarray, names: dict[str, int], strings: list[str], models: list[tuple[int, str, str, float]],
-               figure_at_most: int | None = None) -> Steps:
+               figure_at_most: int | None = None, counts: bool = True) -> Steps:
     """Steps of one process from its event columns (any clock; one array per column, all the
     same length: type ids, spans, the ``model_id`` of executions and model loads, the label
     string id of framework regions, the ``bytes`` of collectives; -1 where a type has none).
@@ -151,13 +151,15 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
     ``names``: type name -> id for the types used here (absent: none recorded); ``models``:
     (id, name, kind, flops per execution) of the process's graphs.  ``figure_at_most``: with more
     steps than that (and disjoint ones), only a sample is figured (``figured_sample``; the rest
-    keep their number and span in ``Steps.every``) from the events that overlap it."""
+    keep their number and span in ``Steps.every``) from the events that overlap it.  ``counts=False``:
+    only the durations (``wall_ns``, ``BREAKDOWN``, ``collective_ns``, ``own_ns``, ``compute_own_ns``),
+    the same values, without the counts, flops and per-call figures (what a diff compares)."""
     tid = {k: names.get(k, -1) for k in _TYPES}
-    is_ex = typ == tid["nc_exec_running"]
-    is_fw = typ == tid["framework_op"]
+    by = _ByType(typ)
+    ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
     lab_kind = _label_kinds(strings)  # per string id: 0 other, 1 data loader, 2 optimizer region, 3 mark
     first = int(start.min()) if len(start) else None
-    st = _numbered(start[is_ex], end[is_ex], model_id[is_ex], start[is_fw], end[is_fw], label[is_fw], lab_kind,
+    st = _numbered(start[ex], end[ex], model_id[ex], start[fw], end[fw], label[fw], lab_kind,
                    strings, models, first, figure_at_most)
     if st is None:
         return _none()
@@ -165,7 +167,29 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
         keep = _overlapping(start, end, st.start_ns, st.end_ns)
         typ, start, end, model_id, label, nbytes = typ[keep], start[keep], end[keep], model_id[keep], label[keep], \
             nbytes[keep]
-    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models)
+        by = _ByType(typ)
+    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts, by)
+
+
+class _ByType:
+    """Which rows hold each event type, found by one stable sort of the type ids: a type's rows
+    are a slice of that order, in the order the rows came (what ``typ == t`` selects, without a
+    mask and a boolean gather per type and column)."""
+
+    def __init__(self, typ: np.ndarray) -> None:
+        key = typ
+        if len(typ):
+            lo, hi = int(typ.min()), int(typ.max())
+            if hi - lo < (1 << 15):  # (a small integer sorts by radix)
+                key = (typ - lo).astype(np.int16)
+        self.order = np.argsort(key, kind="stable")
+        self.typ = np.asarray(typ)[self.order]
+
+    def rows(self, *types: int) -> np.ndarray:
+        """The rows whose type is one of ``types``, ascending."""
+        parts = [self.order[np.searchsorted(self.typ, t, "left"):np.searchsorted(self.typ, t, "right")]
+                 for t in sorted(set(types))]
+        return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
 
 
 def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, first: int | None,
@@ -208,13 +232,14 @@ def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, fir
     return Steps(method, boundary, number, b_start, b_end, every=every, numbered=numbered)
 
 
-def _figure(st: Steps, typ, start, end, model_id, label, nbytes, tid, lab_kind, models) -> Steps:
-    is_ex = typ == tid["nc_exec_running"]
-    is_fw = typ == tid["framework_op"]
-    fw_k = _kinds_of(lab_kind, label[is_fw])
+def _figure(st: Steps, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts: bool = True,
+            by: _ByType | None = None) -> Steps:
+    by = _ByType(typ) if by is None else by
+    ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
+    fw_k = _kinds_of(lab_kind, label[fw])
     kind_of = {int(m[0]): m[2] for m in models}
-    return _figures_for(st, typ, start, end, model_id, nbytes, tid, is_ex, start[is_fw], end[is_fw], fw_k,
-                        start[is_ex], end[is_ex], model_id[is_ex], kind_of, models)
+    return _figures_for(st, by, start, end, nbytes, tid, start[fw], end[fw], fw_k,
+                        start[ex], end[ex], model_id[ex], kind_of, models, counts)
 
 
 def _kinds_of(lab_kind: np.ndarray, fw_l: np.ndarray) -> np.ndarray:
@@ -341,8 +366,40 @@ def _step_of(steps: Steps, t: np.ndarray) -> np.ndarray:
     return _Locator(steps)(t)
 
 
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``util.intervals.merge`` (the union as sorted, disjoint runs, a reversed interval empty), the
+    same runs found by sorting the starts and the ends each on its own (``_runs``): no gather in start
+    order and no running maximum."""
+    if len(starts) == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    s, e = np.asarray(starts), np.asarray(ends)
+    e = np.maximum(e, s)
+    if not (s[1:] >= s[:-1]).all():  # (events come in time order: usually no sort)
+        s = np.sort(s, kind="stable")
+    return _runs(s, np.sort(e, kind="stable"))
+
+
+def _runs(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals given as their starts and their ends each sorted on its own (``e[i]``
+    need not be the end of ``s[i]``'s interval; none reversed).  A run ends at the ``i``-th smallest
+    end exactly when the next start lies beyond it: the ``i + 1`` intervals that start first are
+    then the ``i + 1`` that end first (and its end is the furthest of theirs), and otherwise at least
+    two of the first ``i + 2`` reach that start.  So sorting each nearly sorted column (a merge of
+    runs: linear) is enough, and two unions join by merging their starts and their ends."""
+    cut = np.flatnonzero(s[1:] > e[:-1])
+    return s[np.concatenate(([0], cut + 1))], e[np.concatenate((cut, [len(s) - 1]))]
+
+
 def _join(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    return merge(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+    """The union of two unions ``merge`` made: their starts merged, their ends merged (a stable sort
+    of two sorted runs is one linear merge), then ``_runs``; the same runs as ``_merge`` of both."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if not len(b_s):
+        return a
+    if not len(a_s):
+        return b
+    return _runs(np.sort(np.concatenate((a_s, b_s)), kind="stable"), np.sort(np.concatenate((a_e, b_e)), kind="stable"))
 
 
 class _Spans:
@@ -350,6 +407,14 @@ class _Spans:
     a union is looked up once per distinct boundary (contiguous steps share theirs)."""
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        n = len(lo)
+        # steps one after another (each starts where the one before ended, ends strictly later): the
+        # distinct points are the first start and every end, in order (no sort)
+        self.chain = bool(n and lo[0] < hi[0] and (lo[1:] == hi[:-1]).all() and (hi[1:] > hi[:-1]).all())
+        if self.chain:
+            self.points = np.concatenate((lo[:1], hi))
+            self.ilo, self.ihi = np.arange(n), np.arange(1, n + 1)
+            return
         self.points = _distinct(np.concatenate([lo, hi]))
         self.ilo = np.searchsorted(self.points, lo)
         self.ihi = np.searchsorted(self.points, hi)
@@ -361,13 +426,16 @@ class _Spans:
         if not len(us):
             return np.zeros(len(self.ilo), dtype=np.int64)
         t = self.points
+        length = ue - us
         before = np.empty(len(us) + 1, dtype=np.int64)
         before[0] = 0
-        np.cumsum(ue - us, out=before[1:])
+        np.cumsum(length, out=before[1:])
         k = np.searchsorted(us, t, side="right")  # intervals starting at or before t
         km = np.maximum(k - 1, 0)
-        part = np.minimum(t - us[km], ue[km] - us[km])
+        part = np.minimum(t - us[km], length[km])
         upto = np.where(k > 0, before[km] + np.maximum(part, 0), 0)
+        if self.chain:
+            return np.maximum(np.diff(upto), 0)
         return np.maximum(upto[self.ihi] - upto[self.ilo], 0)
 
 
@@ -382,12 +450,15 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return a[keep]
 
 
-def _figures_for(steps: Steps, typ, start, end, model_id, nbytes, tid, is_ex, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
-                 kind_of, models) -> Steps:
-    cc = (typ == tid["cc_running"]) | (typ == tid["cc_exec_barrier"])
-    is_ml = typ == tid["model_load"]
-    ml_s, ml_e = start[is_ml], end[is_ml]
+def _figures_for(steps: Steps, by: _ByType, start, end, nbytes, tid, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m,
+                 kind_of, models, counts: bool = True) -> Steps:
+    cc = by.rows(tid["cc_running"], tid["cc_exec_barrier"])
+    ml = by.rows(tid["model_load"])
+    ml_s, ml_e = start[ml], end[ml]
+    cc_s, cc_e = start[cc], end[cc]
     if len(ml_s):  # Dynamo traces before it calls the backend we record: the gaps around a load are compile
+        is_ml = np.zeros(len(start), dtype=bool)
+        is_ml[ml] = True
         others = np.sort(end[~is_ml])
         k = np.searchsorted(others, ml_s, side="right") - 1
         prev = np.where(k >= 0, others[np.maximum(k, 0)], ml_s)
@@ -399,26 +470,26 @@ def _figures_for(steps: Steps, typ, start, end, model_id, nbytes, tid, is_ex, fw
         nxt = np.where(k < len(firsts), firsts[np.minimum(k, len(firsts) - 1)], ml_e)
         ceil = np.where(j >= 0, steps.end_ns[np.maximum(j, 0)], ml_e)
         ml_e = np.maximum(ml_e, np.minimum(nxt, ceil))
-    is_w = typ == tid["kbl_exec_wait"]
-    is_h = typ == tid["nrt_execute"]
+    w, h = by.rows(tid["kbl_exec_wait"]), by.rows(tid["nrt_execute"])
+    w_s = start[w]
     cats = {
         _C: (ex_s, ex_e),
-        _X: (start[cc], end[cc]),
-        _W: (start[is_w], end[is_w]),
+        _X: (cc_s, cc_e),
+        _W: (w_s, end[w]),
         _K: (ml_s, ml_e),
         _D: (fw_s[fw_k == 1], fw_e[fw_k == 1]),
-        _H: (np.concatenate([fw_s[(fw_k != 1) & (fw_k != 4)], start[is_h]]),
-             np.concatenate([fw_e[(fw_k != 1) & (fw_k != 4)], end[is_h]])),
+        _H: (np.concatenate([fw_s[(fw_k != 1) & (fw_k != 4)], start[h]]),
+             np.concatenate([fw_e[(fw_k != 1) & (fw_k != 4)], end[h]])),
     }
-    steps.columns = _figures(steps.start_ns, steps.end_ns, cats, start[cc], nbytes[cc], ex_s, ex_m,
-                             start[is_ml], {"sync_waits": start[is_w],
-                                            "numerical_errors": start[typ == tid["numerical_err"]]},
-                             steps=steps, ex_e=ex_e, kind_of=kind_of, models=models)
+    steps.columns = _figures(steps.start_ns, steps.end_ns, cats, cc_s, nbytes[cc], ex_s, ex_m,
+                             start[ml], {"sync_waits": w_s,
+                                         "numerical_errors": start[by.rows(tid["numerical_err"])]},
+                             steps=steps, ex_e=ex_e, kind_of=kind_of, models=models, counts=counts)
     return steps
 
 
 def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps: Steps | None = None,
-             ex_e=None, kind_of=None, models=None) -> dict[str, np.ndarray]:
+             ex_e=None, kind_of=None, models=None, counts: bool = True) -> dict[str, np.ndarray]:
     """The per-step columns.  The breakdown is a priority partition: with ``U_k`` the union of the
     first ``k`` categories (compute, collective, wait, compile, data, host), category ``k`` gets
     ``|U_k| - |U_(k-1)|`` of each step; every union is a merge of sorted disjoint intervals and
@@ -433,7 +504,7 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
         cols["flops"] = np.zeros(n, dtype=np.float64)
         return cols
     spans = _Spans(b_start.astype(np.int64), b_end.astype(np.int64))
-    u = {bit: merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
+    u = {bit: _merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
     covered = [spans.within(u[_C])]
     acc = u[_C]
     for bit in (_X, _W, _K, _D, _H):  # (an empty category adds nothing: the same union)
@@ -452,6 +523,8 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
     xw = spans.within(_join(u[_X], u[_W])) if len(u[_W][0]) else cols["collective_ns"]
     cols["own_ns"] = np.maximum(cols["wall_ns"] - xw, 0)
     cols["compute_own_ns"] = np.maximum(covered[2] - xw, 0)
+    if not counts:  # (the durations only: ``find_steps(counts=False)``)
+        return cols
     where = _Locator(steps)
     j_ex, j_cc = where(ex_s), where(cc_s)  # each event's step, found once per array
 
