@@ -141,9 +141,12 @@ def _check_tree() -> None:
 
 # JAX runs its computations on XLA's thread pools, asynchronously to the caller; under valgrind the
 # threads are serialised and the pool's spinning and work stealing follow the scheduler, so two
-# identical runs differed by +1.06M and -62k instructions per call.  Counting runs them on the
-# calling thread, single-threaded (CPU-time figures keep JAX's defaults).
-JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+# identical runs differed by +1.06M and -62k instructions per call.  Counting turns Eigen's
+# intra-op parallelism off.  The computation still runs on a pool thread of the CPU client
+# (``ThreadPoolAsyncWorkRunner``), asynchronously to the caller (jax 0.10: async dispatch off
+# applies to "non-parallel computations" only): the worker waits for it before counting starts
+# and at the end (docs/decisions/0187-*.md).  CPU-time figures keep JAX's defaults.
+JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
               "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
 
 
@@ -255,6 +258,12 @@ def worker(steps: int, backend: str, workload: str = "compiled", config: str = "
         # the peer's start is a one-time cost: it runs before counting starts; its stop and
         # export grow with the steps recorded and are counted
         step()
+        if sync is not None:
+            # JAX dispatches asynchronously even with JAX_CPU_ENABLE_ASYNC_DISPATCH=false: the
+            # warm-up's computations, among them the first one with oneDNN's one-time sgemm code
+            # generation (~80M instructions on a pool thread), would otherwise run while counting
+            # starts, early or late as the wall clock falls (docs/decisions/0187-*.md)
+            sync()
         go = os.environ.get("NE_CG_GO")
         if go:
             # instrumentation is off until here (--instr-atstart=no): say so, and keep running code
