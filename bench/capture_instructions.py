@@ -150,6 +150,32 @@ JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
               "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
 
 
+# Between two computations the CPU client's idle pool workers look for work (Eigen's
+# ``ThreadPoolTempl::MaybeGetTask``: local and global steals, a spin, then parking) for as long as
+# valgrind's scheduler runs them, not as the program asks: 33-44k instructions a call in one batch,
+# plain and system alike, which moved a configuration's slope by +-10k (the capture's own cost is
+# ~7k).  A JAX run's count leaves out their inclusive cost (recorded apart as ``ir_pool_idle``);
+# the computation that a worker then runs stays in (decision 0187).
+POOL_IDLE = {"jax": ("::MaybeGetTask(",)}
+_INCL = re.compile(r"^\s*([\d,]+)\s+\([^)]*\)\s+(?:\*\s+)?(\S.*)$")
+
+
+def _idle_ir(path: str, marks: tuple[str, ...]) -> int:
+    """The inclusive instructions of the functions named by ``marks`` in one callgrind file (the
+    largest entry of each: a function's recursion levels are listed apart, the outer one holds all)."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--auto=no", "--threshold=100", path],
+                         capture_output=True, text=True, check=True).stdout
+    best = dict.fromkeys(marks, 0)
+    for line in out.splitlines():
+        m = _INCL.match(line)
+        if m is None:
+            continue
+        for mark in marks:
+            if mark in m.group(2):
+                best[mark] = max(best[mark], int(m.group(1).replace(",", "")))
+    return sum(best.values())
+
+
 def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str]:
     env = {}
     for k, v in os.environ.items():
@@ -352,6 +378,15 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
             res["ir_exit"] = res["ir"]
             res["ir_steps"] = int(m1.group(1))
             res["ir"] = res["ir_steps"] + res["ir_exit"]
+    if workload in POOL_IDLE:
+        idle = {part: _idle_ir(path, POOL_IDLE[workload]) for part, path in
+                (("ir_steps", cg + ".1"), ("ir_exit", cg)) if part in res or part == "ir_exit"}
+        res["ir_pool_idle"] = sum(idle.values())
+        res["ir_with_pool_idle"] = res["ir"]
+        res["ir"] -= res["ir_pool_idle"]
+        for part, v in idle.items():
+            if part in res:
+                res[part] -= v
     names, vals = _EVENTS.search(data), _TOTALS.search(data)
     if cache_sim and names and vals:
         res["events"] = dict(zip(names.group(1).decode().split(), map(int, vals.group(1).split())))
@@ -544,6 +579,10 @@ def main(argv: list[str] | None = None) -> int:
         "spread": {c: {"min": min(v), "max": max(v), "range_pct": 100 * (max(v) - min(v)) / statistics.median(v)}
                    for c, v in slopes.items()},
         "ratio_repetitions": {c: [x / y for x, y in zip(slopes[c], slopes["plain"])] for c in configs},
+        **({"pool_idle_left_out": list(POOL_IDLE[a.workload]),
+            "per_step_with_pool_idle": {c: statistics.median(
+                (all_runs[(c, a.long, r)]["ir_with_pool_idle"] - all_runs[(c, a.short, r)]["ir_with_pool_idle"]) / span
+                for r in range(reps)) for c in configs}} if a.workload in POOL_IDLE else {}),
         **({"per_step_parts": parts} if parts else {}),
         "commit": provenance.commit(),
         **({"cache_per_step": cache} if cache else {}),
