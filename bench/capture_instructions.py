@@ -141,10 +141,39 @@ def _check_tree() -> None:
 
 # JAX runs its computations on XLA's thread pools, asynchronously to the caller; under valgrind the
 # threads are serialised and the pool's spinning and work stealing follow the scheduler, so two
-# identical runs differed by +1.06M and -62k instructions per call.  Counting runs them on the
-# calling thread, single-threaded (CPU-time figures keep JAX's defaults).
-JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+# identical runs differed by +1.06M and -62k instructions per call.  Counting turns Eigen's
+# intra-op parallelism off.  The computation still runs on a pool thread of the CPU client
+# (``ThreadPoolAsyncWorkRunner``), asynchronously to the caller (jax 0.10: async dispatch off
+# applies to "non-parallel computations" only): the worker waits for it before counting starts
+# and at the end (docs/decisions/0187-*.md).  CPU-time figures keep JAX's defaults.
+JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
               "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
+
+
+# Between two computations the CPU client's idle pool workers look for work (Eigen's
+# ``ThreadPoolTempl::MaybeGetTask``: local and global steals, a spin, then parking) for as long as
+# valgrind's scheduler runs them, not as the program asks: 33-44k instructions a call in one batch,
+# plain and system alike, which moved a configuration's slope by +-10k (the capture's own cost is
+# ~7k).  A JAX run's count leaves out their inclusive cost (recorded apart as ``ir_pool_idle``);
+# the computation that a worker then runs stays in (decision 0187).
+POOL_IDLE = {"jax": ("::MaybeGetTask(",)}
+_INCL = re.compile(r"^\s*([\d,]+)\s+\([^)]*\)\s+(?:\*\s+)?(\S.*)$")
+
+
+def _idle_ir(path: str, marks: tuple[str, ...]) -> int:
+    """The inclusive instructions of the functions named by ``marks`` in one callgrind file (the
+    largest entry of each: a function's recursion levels are listed apart, the outer one holds all)."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--auto=no", "--threshold=100", path],
+                         capture_output=True, text=True, check=True).stdout
+    best = dict.fromkeys(marks, 0)
+    for line in out.splitlines():
+        m = _INCL.match(line)
+        if m is None:
+            continue
+        for mark in marks:
+            if mark in m.group(2):
+                best[mark] = max(best[mark], int(m.group(1).replace(",", "")))
+    return sum(best.values())
 
 
 def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str]:
@@ -255,6 +284,12 @@ def worker(steps: int, backend: str, workload: str = "compiled", config: str = "
         # the peer's start is a one-time cost: it runs before counting starts; its stop and
         # export grow with the steps recorded and are counted
         step()
+        if sync is not None:
+            # JAX dispatches asynchronously even with JAX_CPU_ENABLE_ASYNC_DISPATCH=false: the
+            # warm-up's computations, among them the first one with oneDNN's one-time sgemm code
+            # generation (~80M instructions on a pool thread), would otherwise run while counting
+            # starts, early or late as the wall clock falls (docs/decisions/0187-*.md)
+            sync()
         go = os.environ.get("NE_CG_GO")
         if go:
             # instrumentation is off until here (--instr-atstart=no): say so, and keep running code
@@ -343,6 +378,15 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
             res["ir_exit"] = res["ir"]
             res["ir_steps"] = int(m1.group(1))
             res["ir"] = res["ir_steps"] + res["ir_exit"]
+    if workload in POOL_IDLE:
+        idle = {part: _idle_ir(path, POOL_IDLE[workload]) for part, path in
+                (("ir_steps", cg + ".1"), ("ir_exit", cg)) if part in res or part == "ir_exit"}
+        res["ir_pool_idle"] = sum(idle.values())
+        res["ir_with_pool_idle"] = res["ir"]
+        res["ir"] -= res["ir_pool_idle"]
+        for part, v in idle.items():
+            if part in res:
+                res[part] -= v
     names, vals = _EVENTS.search(data), _TOTALS.search(data)
     if cache_sim and names and vals:
         res["events"] = dict(zip(names.group(1).decode().split(), map(int, vals.group(1).split())))
@@ -535,6 +579,10 @@ def main(argv: list[str] | None = None) -> int:
         "spread": {c: {"min": min(v), "max": max(v), "range_pct": 100 * (max(v) - min(v)) / statistics.median(v)}
                    for c, v in slopes.items()},
         "ratio_repetitions": {c: [x / y for x, y in zip(slopes[c], slopes["plain"])] for c in configs},
+        **({"pool_idle_left_out": list(POOL_IDLE[a.workload]),
+            "per_step_with_pool_idle": {c: statistics.median(
+                (all_runs[(c, a.long, r)]["ir_with_pool_idle"] - all_runs[(c, a.short, r)]["ir_with_pool_idle"]) / span
+                for r in range(reps)) for c in configs}} if a.workload in POOL_IDLE else {}),
         **({"per_step_parts": parts} if parts else {}),
         "commit": provenance.commit(),
         **({"cache_per_step": cache} if cache else {}),

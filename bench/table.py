@@ -48,7 +48,7 @@ INSTR_COMMANDS = {"compiled_aot_eager": _CI + "--workload compiled",
                   "compiled_inductor": _CI + "--workload compiled --backend inductor",
                   "eager_mlp": _CI + "--workload eager_mlp --short 20 --long 60",
                   "eager_block": _CI + "--workload eager_block --short 4 --long 12",
-                  "jax": _CI + "--workload jax --short 50 --long 150"}
+                  "jax": _CI + "--workload jax --short 50 --long 250"}
 
 
 def load_results(res_dir: str = RES) -> dict[str, dict]:
