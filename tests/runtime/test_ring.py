@@ -41,6 +41,22 @@ def test_a_drain_hands_out_what_is_buffered_oldest_first_at_the_capacity(native)
     assert r.drain()[:, 0].tolist() == [9]
 
 
+@pytest.mark.parametrize("native", IMPLS, ids=["c", "python"])
+def test_a_record_takes_ints_and_their_like_and_refuses_what_int64_cannot_hold(native):
+    r = ring.Ring(0, 4, native=native)
+    t0 = 1_764_400_000_123_456_789  # a clock reading: three 30-bit digits
+    r.append((1, t0, t0 + 5, np.int64(7), True, 0, 0, 0, -t0))  # __index__ taken, as int() would
+    assert r.drain().tolist() == [[1, t0, t0 + 5, 7, 1, 0, 0, 0, -t0]]
+    if not native:
+        return  # (the Python ring stores the tuple; the C ring converts it on append)
+    for bad in (2**63, -(2**63) - 1):
+        with pytest.raises(OverflowError):
+            r.append((1, bad, 0, 0, 0, 0, 0, 0, 0))
+    with pytest.raises(TypeError):
+        r.append((1, 2.5, 0, 0, 0, 0, 0, 0, 0))
+    assert r.drain().shape == (0, RECORD_WIDTH)  # nothing of a refused record stored
+
+
 def test_records_to_block_of_no_records():
     assert ring.records_to_block([]).shape == (0, RECORD_WIDTH)
 

@@ -111,6 +111,19 @@ ring_push(RingBuffer *r, const long long *v)
     return 0;
 }
 
+/* An int as a long long.  A clock reading (three 30-bit digits) goes through a byte array in
+ * PyLong_AsLongLong (~180 instructions), digit by digit in PyLong_AsLong where long has 64 bits;
+ * both take __index__ and raise OverflowError alike. */
+static inline long long
+as_ns(PyObject *t)
+{
+#if LONG_MAX == LLONG_MAX
+    return PyLong_AsLong(t);
+#else
+    return PyLong_AsLongLong(t);
+#endif
+}
+
 static PyObject *
 ring_append(RingBuffer *r, PyObject *rec)
 {
@@ -125,7 +138,7 @@ ring_append(RingBuffer *r, PyObject *rec)
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (int i = 0; i < r->width; i++) {
-        v[i] = PyLong_AsLongLong(items[i]);
+        v[i] = as_ns(items[i]);  /* (two clock readings in every record) */
         if (v[i] == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
             return NULL;

@@ -379,18 +379,6 @@ rg_enter(PyObject *self, PyObject *unused)
     return PyObject_CallOneArg(rg.enter, self);
 }
 
-/* A clock reading stored as an int (three 30-bit digits): PyLong_AsLongLong converts such an int
- * through a byte array (~180 instructions), PyLong_AsLong digit by digit where long has 64 bits. */
-static long long
-as_ns(PyObject *t)
-{
-#if LONG_MAX == LLONG_MAX
-    return PyLong_AsLong(t);
-#else
-    return PyLong_AsLongLong(t);
-#endif
-}
-
 /* The last labels looked up, by content: torch builds its optimizers' labels anew at each call
  * ("Optimizer.step#SGD.step"), so a dict lookup hashed a fresh string every time; comparing the
  * few recent ones costs a length check and a memcmp.  The ids never change (``strings`` only grows). */
