@@ -4,9 +4,11 @@ to the index: the final answers equal those of a profile whose index was built b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import duckdb
 import pytest
@@ -110,46 +112,58 @@ def test_requests_that_need_the_index_wait_for_it(ui_workspace: Path, tmp_path: 
     assert got["r"].status_code == 200 and got["r"].json()["flows"]
 
 
-@pytest.mark.slow
-def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace: Path, tmp_path: Path) -> None:
-    """In Chromium: the timeline paints (and says detail is still loading) while the index build is
-    held, then fetches its view again from the index once it is ready, without a reload."""
+@contextlib.contextmanager
+def _held_server(ui_workspace: Path, tmp_path: Path) -> Iterator[tuple[Any, threading.Event, int]]:
+    """A UI server on loopback whose event index build waits for the yielded gate (the small
+    capture takes the large profiles' path): (app, gate, port)."""
     import uvicorn
 
     from tests.conftest import free_port
 
-    from .helpers import CHROMIUM, CHROMIUM_ARGS
-    from .test_browser_v2 import new_page
-
-    sync_api = pytest.importorskip("playwright.sync_api")
     app = create_app(ui_workspace, cache_dir=tmp_path / "cache")
     gate = app.state.workspace.index_gate = threading.Event()
-    app.state.workspace.coarse_min_events = 0  # the small capture takes the large profiles' path
+    app.state.workspace.coarse_min_events = 0
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     th = threading.Thread(target=server.run, daemon=True)
     th.start()
-    tl = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
     try:
         while not server.started:
             time.sleep(0.05)
-        with sync_api.sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            pg = new_page(b, f"http://127.0.0.1:{port}/#/p/{P}")  # waits for the first paint
-            assert pg.evaluate("document.querySelector('[data-testid=system-timeline]').dataset.detail") == "coarse"
-            assert pg.locator("[data-testid=detail-loading]").is_visible()
-            assert pg.evaluate(f"() => {tl}.level") == "coarse"
-            assert app.state.workspace.profile(P, wait=False).index is None  # painted before the index
-            gate.set()
-            pg.wait_for_selector("[data-testid=system-timeline][data-detail='1']", timeout=120000)
-            pg.wait_for_function(f"() => {tl}.level !== 'coarse'", timeout=120000)
-            assert pg.locator("[data-testid=detail-loading]").count() == 0
-            assert pg.console_errors == []
-            b.close()
+        yield app, gate, port
     finally:
         gate.set()
         server.should_exit = True
         th.join(10)
+
+
+def _chromium_page(pw: Any, port: int) -> tuple[Any, Any]:
+    """Chromium at the profile's page, once it has painted: (browser, page)."""
+    from .helpers import CHROMIUM, CHROMIUM_ARGS
+    from .test_browser_v2 import new_page
+
+    b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    return b, new_page(b, f"http://127.0.0.1:{port}/#/p/{P}")  # waits for the first paint
+
+
+@pytest.mark.slow
+def test_browser_paints_the_coarse_view_then_switches_to_the_index(ui_workspace: Path, tmp_path: Path) -> None:
+    """In Chromium: the timeline paints (and says detail is still loading) while the index build is
+    held, then fetches its view again from the index once it is ready, without a reload."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    tl = "window.__nx.state.widgets.find((x) => x.type === 'system-trace').timeline"
+    with _held_server(ui_workspace, tmp_path) as (app, gate, port), sync_api.sync_playwright() as pw:
+        b, pg = _chromium_page(pw, port)
+        assert pg.evaluate("document.querySelector('[data-testid=system-timeline]').dataset.detail") == "coarse"
+        assert pg.locator("[data-testid=detail-loading]").is_visible()
+        assert pg.evaluate(f"() => {tl}.level") == "coarse"
+        assert app.state.workspace.profile(P, wait=False).index is None  # painted before the index
+        gate.set()
+        pg.wait_for_selector("[data-testid=system-timeline][data-detail='1']", timeout=120000)
+        pg.wait_for_function(f"() => {tl}.level !== 'coarse'", timeout=120000)
+        assert pg.locator("[data-testid=detail-loading]").count() == 0
+        assert pg.console_errors == []
+        b.close()
 
 
 @pytest.mark.slow
@@ -159,13 +173,7 @@ def test_browser_asks_nothing_of_the_index_before_its_first_paint(ui_workspace: 
     paint): a cold open asks such requests (where the work is, the device lanes) only once its
     coarse first answer went out, so the build does not take the cores from the first paint
     (decision 0185)."""
-    import uvicorn
-
     from neuron_explorer.ui.profile import Profile
-    from tests.conftest import free_port
-
-    from .helpers import CHROMIUM, CHROMIUM_ARGS
-    from .test_browser_v2 import new_page
 
     sync_api = pytest.importorskip("playwright.sync_api")
     asked: list[bool] = []  # per request waiting for the index: had the first coarse answer gone out?
@@ -176,31 +184,16 @@ def test_browser_asks_nothing_of_the_index_before_its_first_paint(ui_workspace: 
         return wait_index(self)
 
     monkeypatch.setattr(Profile, "wait_index", recorded)
-    app = create_app(ui_workspace, cache_dir=tmp_path / "cache")
-    gate = app.state.workspace.index_gate = threading.Event()
-    app.state.workspace.coarse_min_events = 0  # the small capture takes the large profiles' path
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    try:
-        while not server.started:
+    with _held_server(ui_workspace, tmp_path) as (app, gate, port), sync_api.sync_playwright() as pw:
+        b, pg = _chromium_page(pw, port)
+        end = time.monotonic() + 60
+        while not asked and time.monotonic() < end:  # where the work is: asked after the paint
             time.sleep(0.05)
-        with sync_api.sync_playwright() as pw:
-            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            pg = new_page(b, f"http://127.0.0.1:{port}/#/p/{P}")  # waits for the first paint
-            end = time.monotonic() + 60
-            while not asked and time.monotonic() < end:  # where the work is: asked after the paint
-                time.sleep(0.05)
-            assert asked and all(asked), asked
-            gate.set()
-            pg.wait_for_selector("[data-testid=system-timeline][data-detail='1']", timeout=120000)
-            assert pg.console_errors == []
-            b.close()
-    finally:
+        assert asked and all(asked), asked
         gate.set()
-        server.should_exit = True
-        th.join(10)
+        pg.wait_for_selector("[data-testid=system-timeline][data-detail='1']", timeout=120000)
+        assert pg.console_errors == []
+        b.close()
 
 
 def test_a_failed_background_build_is_one_line_and_the_next_open_retries(ui_workspace: Path, tmp_path: Path) -> None:
