@@ -20,7 +20,7 @@ from neuron_explorer.analysis import (
     steps as steps_mod,
     summary as summary_mod,
 )
-from neuron_explorer.analysis.counters import counter_series, recorded_memory_limit
+from neuron_explorer.analysis.counters import counter_series, host_memory_bytes, recorded_memory_limit
 from neuron_explorer.analysis.events import build as build_events, region_links
 from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.framework import RegionLinks
@@ -234,11 +234,11 @@ def process_steps(s: Session, offset_ns: int) -> dict:
         off = wall_offset_ns(s) + offset_ns
         out["device_mem_bytes"], out["device_mem_growth"] = insights_mod.memory_per_step(
             {k: (ts + off, v) for k, (ts, v) in dev.items()}, st.end_ns)
-        used, avail = cpu.get("host_mem.host_used"), cpu.get("host_mem.host_available")
-        if out["device_kind"].split(":", 1)[0] == "cpu" and used is not None and avail is not None and len(used[1]):
+        host_bytes = host_memory_bytes(s) if out["device_kind"].split(":", 1)[0] == "cpu" else 0
+        if host_bytes > 0:
             # the CPU substrate's device memory is the host's (decision 0159): used + available,
             # or the process's cgroup limit where the capture found a lower one (decision 0182)
-            out.update(cpu_memory_limit(int(used[1][-1]) + int(avail[1][-1]), s.mem))
+            out.update(cpu_memory_limit(host_bytes, s.mem))
     return out
 
 
