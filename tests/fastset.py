@@ -93,7 +93,8 @@ class Module:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, str(path))
         # local name -> dotted module it names ("subprocess", "tests.conftest") or "module:attr"
         self.imports: dict[str, str] = {}
         for n in ast.walk(tree):  # function-level imports too: they bind names the same way
@@ -112,7 +113,8 @@ class Module:
         self.tests: list[str] = []
         self.marked_slow = False
         # @pytest.mark.fast anywhere: an end-to-end check that joins the fast loop by name
-        self.explicit_fast = ("mark", "fast") in {c[-2:] for c in _refs(tree)}
+        # (a file without the word has no such mark: one walk of the tree fewer for most files)
+        self.explicit_fast = "fast" in text and ("mark", "fast") in {c[-2:] for c in _refs(tree)}
         for stmt in tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.units[stmt.name] = _refs(stmt)
@@ -145,6 +147,7 @@ def parse(path: Path) -> Module | None:
         return None
 
 
+@lru_cache(maxsize=None)  # (asked again for each reference to the same module)
 def local_file(dotted: str, importer: Path) -> Path | None:
     """The repository file (outside ``src/``) that ``import dotted`` loads from ``importer``, if any:
     a package-relative name (``tests.conftest``) or a top-level module beside the importer or in a
@@ -208,10 +211,14 @@ def source_unit(func) -> tuple[Path, str] | None:
     code = getattr(func, "__code__", None)
     if code is None:
         return None
-    path = Path(code.co_filename).resolve()
-    if REPO not in path.parents or SRC in path.parents:
-        return None
-    return path, func.__qualname__.split(".")[0]
+    path = _test_tree_file(code.co_filename)
+    return None if path is None else (path, func.__qualname__.split(".")[0])
+
+
+@lru_cache(maxsize=None)
+def _test_tree_file(filename: str) -> Path | None:
+    path = Path(filename).resolve()
+    return None if REPO not in path.parents or SRC in path.parents else path
 
 
 # ---- the guard: a process started while an automatically selected test runs

@@ -17,8 +17,8 @@ from tests.conftest import (
     REPO,
     clean_env,
     cli_in_process as cli,  # conversions in this process (decision 0173)
+    ranks,
     run,
-    torchrun,
 )
 
 PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
@@ -35,7 +35,9 @@ def _capture_out(tmp: Path, mode: str, steps: int, nproc: int = 1, **extra: str)
     cap = tmp / mode
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
                     PYTHONPATH=os.environ.get("PYTHONPATH", ""), **extra)
-    p = torchrun(nproc, PROGRAM, [mode, str(steps)], env) if nproc > 1 else \
+    # a 2-rank job's ranks are plain processes (``ranks``): what the insights read is what the ranks
+    # ran, and torchrun's launcher, an interpreter that imports torch, records nothing (decision 0193)
+    p = ranks(nproc, PROGRAM, [mode, str(steps)], env) if nproc > 1 else \
         run([sys.executable, str(PROGRAM), mode, str(steps)], env)
     out = cli("view", "-d", str(cap), "--output-format", "summary-json", "--output-file", "-", "--no-progress",
               env=clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", "")), check=True)
