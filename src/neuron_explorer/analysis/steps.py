@@ -28,9 +28,9 @@ rank.
 
 **Breakdown.**  Per step, the wall time is split by priority among the events below: with
 ``U_k`` the union of the first ``k`` categories, category ``k`` gets ``|U_k| - |U_(k-1)|`` of the
-step (merged sorted intervals and cumulative covered time, numpy, no per-event or per-step
-Python).  In order: compute
-(``nc_exec_running``, core busy), exposed collective (``cc_running``/``cc_exec_barrier`` not
+step (one sweep over the categories' intervals in start order, ``analysis._sweep`` in C, or its
+numpy twin: merged sorted intervals and cumulative covered time; no per-event or per-step Python).
+In order: compute (``nc_exec_running``, core busy), exposed collective (``cc_running``/``cc_exec_barrier`` not
 overlapped by compute), synchronisation wait (``kbl_exec_wait``), compilation (``model_load`` widened over
 the unrecorded gaps on either side: Dynamo traces a frame before it calls the backend we record,
 and builds its guards after),
