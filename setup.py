@@ -2,14 +2,15 @@
 
 * ``neuron_explorer.runtime._fastpath``: the capture's hot path (execution wrapper, rings, gates).
 * ``neuron_explorer.exporters._pqenc``: ``view``'s Parquet value encoders.
+* ``neuron_explorer.analysis._sweep``: the step detector's covered time in one pass.
 
 The compiler, ``CFLAGS``, ``CPPFLAGS`` and ``LDFLAGS`` are the user's (setuptools reads them),
-so a distribution's hardening flags or a cross compiler apply.  Both extensions are optional at run
+so a distribution's hardening flags or a cross compiler apply.  The extensions are optional at run
 time (a Python twin takes over), so a machine without a compiler or Python headers still installs:
 the build says once which extension is missing and what it costs (docs/install.md, decision 0120).
 ``NEURON_EXPLORER_NO_EXT=1`` skips them.
 
-In a source tree, ``python setup.py build_ext --inplace`` builds both next to their sources, where
+In a source tree, ``python setup.py build_ext --inplace`` builds them next to their sources, where
 an editable install or ``PYTHONPATH=src`` finds them.  The ``.pth`` start-up line and
 ``neuron_explorer_autoload.py`` are placed at the root of site-packages (``build_py`` below).
 """
@@ -35,6 +36,8 @@ EXTENSIONS = [
      "small training step's instructions, docs/decisions/0006-c-hot-path.md)"),
     ("neuron_explorer.exporters._pqenc", "src/neuron_explorer/exporters/_pqenc.c", [],
      "view writes Parquet with Arrow's writer: same files, slower to write"),
+    ("neuron_explorer.analysis._sweep", "src/neuron_explorer/analysis/_sweep.c", [],
+     "the step detector's covered time is found by numpy passes: the same figures, a diff reads events slower"),
 ]
 # files placed at the root of site-packages: the .pth start-up line and the module it imports (a
 # real file even in an editable install, so that moving the checkout never breaks `import torch`)

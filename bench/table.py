@@ -392,6 +392,8 @@ CURATED = (
      "events/CPU-s, paired runs (the --before checkout)", "/CPU-s", "", _VT_P),
     ("diff_scale.json", "diff_vs_view_no_items_cpu", "`diff` of a 64-rank, 20M-event pair (diff items) / `view` of "
      "one without diff items, process CPU", "x", "<= 1x", _DS),
+    ("diff_scale.json", "diff_no_items_vs_view_no_items_cpu", "`diff` of that pair without diff items (the events "
+     "read: `view`'s default output) / `view` of one without diff items, process CPU", "x", "<= 1x", _DS),
     ("diff_scale.json", "dask_warm_vs_view_one", "`diff --scheduler` of that pair (warm 2-worker Dask cluster) / "
      "local `view` of one, wall", "x", "<= 1x", _DS),
     ("diff_scale.json", "dask_warm_vs_view_dask", "`diff --scheduler` of that pair / `view --scheduler` of one on the "

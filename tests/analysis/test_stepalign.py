@@ -117,3 +117,34 @@ def test_offsets_fuzzed():
         got = stepalign.offsets(numbered, anchors)
         assert len(got) == n and all(isinstance(d, int) for d in got), (i, numbered)
         assert all(d == 0 for d, k in zip(got, numbered) if k != "count"), (i, numbered, got)
+
+
+def test_process_anchors_are_each_processes_own_rows_anchors():
+    """``process_anchors`` (the rows of every group and op gathered by process with one stable sort,
+    a radix sort of 16-bit keys where the indices fit, none where they are in order already) gives
+    each process what ``pick_anchors`` gives on that process's own rows in the order they came."""
+    rng = np.random.default_rng(192)
+    for i in range(60):
+        procs = [0, 1, 2, 5] if i % 3 else [3, 70_000, 1 << 40]  # (beyond 16 bits: the general sort)
+        spans = {}
+        for p in procs:
+            ends = np.cumsum(rng.integers(50, 150, 30))
+            spans[p] = (np.arange(30) + int(rng.integers(0, 3)), np.r_[0, ends[:-1]], ends)
+        colls = []
+        for k in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(0, 400)) if k or i % 5 else 0  # (a group and op with no rows)
+            proc = np.sort(rng.choice(procs, n)) if i % 2 else rng.choice(procs, n)
+            seq = rng.integers(-1, 300, n)
+            start = rng.integers(0, 3000, n)
+            colls.append((f"g{k % 2}", f"op{k}", seq, start, proc))
+        got = stepalign.process_anchors(iter(colls), spans)
+        strings = [x for g, o, *_ in colls for x in (g, o)]
+        for p in procs:
+            parts = [(np.asarray(q)[pr == p], np.asarray(s)[pr == p], np.full(int((pr == p).sum()), 2 * j),
+                      np.full(int((pr == p).sum()), 2 * j + 1)) for j, (_g, _o, q, s, pr) in enumerate(colls)]
+            if not sum(len(x[0]) for x in parts):
+                assert p not in got
+                continue
+            q, s, g, o = (np.concatenate([x[c] for x in parts]) for c in range(4))
+            want = stepalign.pick_anchors(q, g, o, strings, s, *spans[p])
+            assert [a.tolist() for a in got[p]] == [a.tolist() for a in want], (i, p)

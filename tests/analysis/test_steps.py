@@ -248,3 +248,97 @@ def test_merge_sorts_starts_and_ends_apart_and_gives_the_running_maximum_runs():
         joined = _join(_merge(s, e), _merge(s2, e2))
         both = intervals.merge(np.concatenate([s, s2]), np.concatenate([e, e2]))
         assert [x.tolist() for x in joined] == [x.tolist() for x in both]
+
+
+def _random_cats(rng, n_max: int) -> dict:
+    """Six categories of random intervals (by start or not, nested, touching, empty, reversed,
+    repeated, negative times), keyed by their bits as ``steps._figures`` keys them."""
+    from neuron_explorer.analysis.steps import _BITS
+
+    cats = {}
+    for bit in _BITS:
+        n = int(rng.integers(0, n_max)) if rng.random() < 0.85 else 0
+        s = rng.integers(-50, 400, n)
+        if rng.random() < 0.6:
+            s = np.sort(s)
+        e = s + rng.integers(-10, 60, n)
+        if rng.random() < 0.2 and n:  # repeats
+            s, e = np.repeat(s, 2), np.repeat(e, 2)
+        cats[bit] = (s, e)
+    return cats
+
+
+def _random_spans(rng):
+    from neuron_explorer.analysis.steps import _Spans
+
+    m = int(rng.integers(1, 12))
+    if rng.random() < 0.5:  # steps one after another (the distinct points without a sort)
+        b = np.cumsum(rng.integers(1, 80, m + 1)) - 100
+        return _Spans(b[:-1].astype(np.int64), b[1:].astype(np.int64))
+    lo = rng.integers(-100, 450, m)
+    return _Spans(lo.astype(np.int64), (lo + rng.integers(0, 120, m)).astype(np.int64))
+
+
+def test_covered_time_in_one_c_pass_is_the_numpy_twins():
+    """``steps._covered`` (``analysis._sweep``: one pass over the six categories by start) gives
+    exactly what ``_covered_numpy`` (each union merged, joined in priority order, cumulative covered
+    time per step) gives: the unions of the first k categories, the collectives, the collectives or
+    waits, per step, on random intervals and steps (chained or overlapping)."""
+    from neuron_explorer.analysis import steps
+
+    assert steps._sweep is not None, "the C extension analysis._sweep is not built (make ext)"
+    rng = np.random.default_rng(192)
+    for i in range(3000):
+        cats = _random_cats(rng, 40 if i % 3 else 4)
+        spans = _random_spans(rng)
+        got = steps._covered(spans, cats)
+        want = steps._covered_numpy(spans, cats)
+        assert len(got) == len(want) == 8
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert g.dtype == np.int64 and g.tolist() == w.tolist(), (i, k)
+
+
+def test_sweep_refuses_what_it_cannot_do():
+    """The C pass answers None for a category not listed by start (``_covered`` sorts it), and
+    refuses points out of order, a wrong count of arrays or arrays of another type."""
+    import pytest
+
+    from neuron_explorer.analysis import _sweep
+
+    z = np.zeros(0, dtype=np.int64)
+    pts = np.array([0, 10], dtype=np.int64)
+    ok = (np.array([1, 2], dtype=np.int64), np.array([5, 3], dtype=np.int64)) + (z,) * 10
+    assert np.frombuffer(_sweep.covered(pts, ok), dtype=np.int64).reshape(8, 2)[:, 1].tolist() == [4] * 6 + [0, 0]
+    assert _sweep.covered(pts, (np.array([2, 1], dtype=np.int64), np.array([5, 3], dtype=np.int64)) + (z,) * 10) \
+        is None
+    with pytest.raises(ValueError):
+        _sweep.covered(pts[::-1].copy(), ok)
+    with pytest.raises(ValueError):
+        _sweep.covered(pts, ok[:4])
+    with pytest.raises(ValueError):
+        _sweep.covered(pts, (np.array([1], dtype=np.int64), z) + (z,) * 10)
+    with pytest.raises(TypeError):
+        _sweep.covered(pts.astype(np.int32), ok)
+
+
+def test_steps_found_with_and_without_the_c_pass_are_the_same(monkeypatch):
+    """``find_steps`` gives the same figures (counts and durations) whether the covered time comes
+    from the C pass or its numpy twin."""
+    from neuron_explorer.analysis import steps
+
+    rng = np.random.default_rng(1920)
+    runs = []
+    for i in range(150):
+        n = int(rng.integers(0, 80))
+        typ = rng.integers(-1, 7, n)
+        start = rng.integers(0, 2_000, n)
+        if i % 2:
+            start = np.sort(start)
+        runs.append((typ, start, start + rng.integers(-5, 200, n), rng.integers(-1, 3, n),
+                     rng.integers(-1, len(STRINGS), n), rng.integers(-1, 1 << 22, n)))
+    with_c = [find_steps(*r, NAMES, STRINGS, MODELS) for r in runs]
+    monkeypatch.setattr(steps, "_sweep", None)
+    for r, a in zip(runs, with_c):
+        b = find_steps(*r, NAMES, STRINGS, MODELS)
+        assert a.number.tolist() == b.number.tolist()
+        assert {k: v.tolist() for k, v in a.columns.items()} == {k: v.tolist() for k, v in b.columns.items()}

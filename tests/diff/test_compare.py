@@ -198,3 +198,18 @@ def test_memory_needs_a_change_beyond_the_levels_own_noise():
     assert noisy[0]["verdict"] == cmp.SAME and noisy[0]["baseline"]["noise_bytes"] == 3 * mib
     (steady,) = report.memory_rows(side(49 * mib, mib // 4), side(41 * mib, mib // 2), th)
     assert steady["verdict"] == "smaller" and steady["delta_bytes"] == -8 * mib
+
+
+def test_common_keys_by_one_search_are_intersect1d_s():
+    """``report._common`` (the per-step table's pairs: keys both sides hold, the first ``limit`` in
+    key order) gives what ``numpy.intersect1d(assume_unique=True, return_indices=True)`` cut to
+    ``limit`` gives, on random sorted distinct keys (none shared, all shared, empty sides)."""
+    rng = np.random.default_rng(192)
+    for i in range(500):
+        a = np.unique(rng.integers(-20, 200, int(rng.integers(0, 60))))
+        b = np.unique(rng.integers(-20, 200, int(rng.integers(0, 60)))) if i % 7 else a.copy()
+        limit = int(rng.integers(0, 40))
+        common, ia, ib = np.intersect1d(a, b, assume_unique=True, return_indices=True)
+        total, ga, gb = report._common(a, b, limit)
+        assert total == len(common)
+        assert ga.tolist() == ia[:limit].tolist() and gb.tolist() == ib[:limit].tolist()

@@ -94,18 +94,57 @@ def test_collectives_matched_by_one_sort_are_the_previous_instances():
         assert side.collectives.keys() == want.keys()
         for k, occ in side.collectives.items():
             for f in ("value", "start", "end", "proc", "ids"):
-                assert np.array_equal(getattr(occ, f), getattr(want[k], f)), (k, f)
+                assert np.array_equal(_in_time(occ, f), getattr(want[k], f)), (k, f)
+
+
+def _in_time(occ: dataset.Occurrences, f: str) -> np.ndarray:
+    a = getattr(occ, f)
+    return a if occ.order is None else a[occ.order]
 
 
 def test_spans_are_the_stable_sort_by_start():
+    """``Occurrences.spans`` keeps the rows as given, with their stable sort by start beside them
+    where they are not in order (no gather, decision 0192): in time order they are ``build``'s."""
     rng = np.random.default_rng(5)
     for start in (np.sort(rng.integers(0, 9, 200)), rng.integers(0, 9, 200), np.zeros(0, dtype=np.int64)):
         end = start + rng.integers(0, 5, len(start))
         proc, ids = rng.integers(0, 3, len(start)), np.arange(len(start))
         got, want = dataset.Occurrences.spans(start, end, proc, ids), \
             dataset.Occurrences.build(end - start, start, end, proc, ids)
+        assert (got.order is None) == bool((start[1:] >= start[:-1]).all())
         for f in ("value", "start", "end", "proc", "ids"):
-            assert np.array_equal(getattr(got, f), getattr(want, f)) and getattr(got, f).dtype == np.int64
+            assert np.array_equal(_in_time(got, f), getattr(want, f)) and getattr(got, f).dtype == np.int64
+
+
+@pytest.mark.parametrize("n", [3, 40, 700])
+def test_rows_of_items_as_read_are_those_of_items_in_time_order(n):
+    """An item's rows (graph, collective, region, new and vanished) from occurrences kept as read
+    with their time order beside them are those of the same occurrences gathered into time order
+    (``build``): statistics, interval, verdict and the occurrence a viewer jumps to, with ties in
+    start and in value, one process or several, starts in order or not."""
+    th = cmp.Thresholds()
+    base, cand = _side(1, 4), _side(2, 4)
+    rng = np.random.default_rng(n)
+    for case in range(12):
+        occs = []
+        for side_seed in (0, 1):
+            start = rng.integers(0, 5, n).cumsum() * 1000
+            if case % 3:  # (one process after another: each in order, the whole not)
+                start = np.concatenate([start[: n // 2], start[n // 2:] - 40_000])
+            if case % 4 == 3:
+                start = start[rng.permutation(n)]
+            end = start + rng.integers(1, 4, n) * 1_000_000 + side_seed * (case % 2) * 2_000_000
+            proc = np.where(np.arange(n) < n // 2, 0, 3) if case % 2 else np.full(n, 1)
+            occs.append((start, end, proc, np.arange(n) + 10 * side_seed))
+        (sb, eb, pb, ib), (sc, ec, pc, ic) = occs
+        got = report._row("graph", "g", "g", base, cand, dataset.Occurrences.spans(sb, eb, pb, ib),
+                          dataset.Occurrences.spans(sc, ec, pc, ic), th)
+        want = report._row("graph", "g", "g", base, cand, dataset.Occurrences.build(eb - sb, sb, eb, pb, ib),
+                           dataset.Occurrences.build(ec - sc, sc, ec, pc, ic), th)
+        assert got == want, case
+        for o in (dataset.Occurrences.spans(sb, eb, pb, ib), dataset.Occurrences.build(eb - sb, sb, eb, pb, ib)):
+            assert report._row("graph", "g", "g", base, cand, None, o, th) == \
+                report._row("graph", "g", "g", base, cand, None, dataset.Occurrences.build(eb - sb, sb, eb, pb, ib), th)
 
 
 def test_small_pages_restores_numpys_and_arrows_allocators():

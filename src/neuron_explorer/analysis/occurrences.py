@@ -39,25 +39,29 @@ STEP_COLUMNS = ("wall_ns",) + steps_mod.BREAKDOWN + ("own_ns", "collective_ns")
 _EVENT_COLUMNS = ["id", "name", "start_ts", "end_ts", "trace_event_source", "worker_gid", "model_name", "op",
                   "seq", "bytes", "group_ranks", "flow_id"]
 
-def int_column(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
-    """An integer column as int64, nulls as ``fill``.  Nulls are filled here, from the validity
-    bitmap, not by ``pyarrow.compute.fill_null``: its fill scalar's conversion imports pandas,
-    0.2 CPU-s of a small ``view`` that writes diff items (and of every diff)."""
+def int_column(col: pa.ChunkedArray | pa.Array, fill: int = -1, rows: np.ndarray | None = None) -> np.ndarray:
+    """An integer column as int64, nulls as ``fill``; with ``rows``, only at those rows (the whole
+    column's answer indexed by ``rows``, the rows taken before they are widened: a diff reads the
+    collectives' columns, a sixth of a file's rows, of 32-bit columns).  Nulls are filled here,
+    from the validity bitmap, not by ``pyarrow.compute.fill_null``: its fill scalar's conversion
+    imports pandas, 0.2 CPU-s of a small ``view`` that writes diff items (and of every diff)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     t = col.type
     if not pa.types.is_integer(t):
-        return np.asarray((pc.fill_null(col, fill) if col.null_count else col).to_numpy(), dtype=np.int64)
+        whole = np.asarray((pc.fill_null(col, fill) if col.null_count else col).to_numpy(), dtype=np.int64)
+        return whole if rows is None else whole[rows]
     n, off = len(col), col.offset
     bufs = col.buffers()
     if bufs[1] is None:
-        return np.full(n, fill, dtype=np.int64)
+        return np.full(n if rows is None else len(rows), fill, dtype=np.int64)
     dt = np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
-    data = np.frombuffer(bufs[1], dtype=dt, count=off + n)[off:].astype(np.int64, copy=False)  # (to_numpy: pandas)
+    data = np.frombuffer(bufs[1], dtype=dt, count=off + n)[off:]  # (to_numpy: pandas)
+    data = (data if rows is None else data[rows]).astype(np.int64, copy=False)
     if not col.null_count:
         return data
     valid = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little", count=off + n)[off:]
-    return np.where(valid.astype(bool), data, fill)
+    return np.where((valid if rows is None else valid[rows]).astype(bool), data, fill)
 
 
 class Acc:
@@ -163,13 +167,14 @@ def read_file(path: str, model_ids: dict[str, int], step_models: list) -> FilePa
     return part
 
 
-def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A string column as (codes, values): ``values[codes[i]]`` is row i, -1 a null.  Dictionary
-    columns (what ``view`` writes) give their indices as they are: no string per row is made."""
+def _codes(col: pa.ChunkedArray | pa.Array, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A string column as (codes, values): ``values[codes[i]]`` is row i, -1 a null (with ``rows``:
+    the codes at those rows only).  Dictionary columns (what ``view`` writes) give their indices as
+    they are: no string per row is made."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr.cast(pa.string()))
-    idx = int_column(arr.indices, -1)
+    idx = int_column(arr.indices, -1, rows)
     values = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)  # [-1]: ""
     return idx, values
 
@@ -223,11 +228,10 @@ class _File:
         keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
         self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
         self.name_c, self.fw, self.typ = self._at(name_c), self._at(fw), self._at(typ)
-        self.start, self.end, self.ids = (self._at(int_column(t.column(c))) for c in ("start_ts", "end_ts", "id"))
+        self.start, self.end, self.ids = (int_column(t.column(c), -1, self.rows) for c in ("start_ts", "end_ts", "id"))
         self.proc = self.ids >> 32
         if "model_name" in t.column_names:
-            model_c, self.model_v = _codes(t.column("model_name"))
-            self.model_c = self._at(model_c)
+            self.model_c, self.model_v = _codes(t.column("model_name"), self.rows)
         else:
             self.model_c, self.model_v = np.full(len(self.typ), -1, dtype=np.int64), np.asarray([""], dtype=object)
 
@@ -244,17 +248,13 @@ class _File:
         return col if rows is None else col.take(numeric(np.asarray(rows, dtype=np.int64)))  # (pa.array: pandas)
 
     def ints(self, name: str, sel: np.ndarray | None = None, fill: int = -1) -> np.ndarray:
-        """An integer column at the kept rows (``sel``: at those of them), nulls as ``fill``: decoded
-        whole, then indexed (cheaper than Arrow's ``take`` of the rows)."""
-        rows = self._rows(sel)
-        a = int_column(self.t.column(name), fill)
-        return a if rows is None else a[rows]
+        """An integer column at the kept rows (``sel``: at those of them), nulls as ``fill``: its
+        buffer indexed, then widened (cheaper than Arrow's ``take`` of the rows)."""
+        return int_column(self.t.column(name), fill, self._rows(sel))
 
     def codes(self, name: str, sel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``_codes`` of a string column at the kept rows (``sel``: at those of them)."""
-        rows = self._rows(sel)
-        c, v = _codes(self.t.column(name))
-        return (c if rows is None else c[rows]), v
+        return _codes(self.t.column(name), self._rows(sel))
 
     def _rows(self, sel: np.ndarray | None) -> np.ndarray | None:
         return self.rows if sel is None else sel if self.rows is None else self.rows[sel]

@@ -98,15 +98,32 @@ def process_anchors(collectives: Iterable[tuple[str, str, np.ndarray, np.ndarray
         seq.append(np.asarray(q, dtype=np.int64))
         start.append(np.asarray(s, dtype=np.int64))
         proc.append(np.asarray(p, dtype=np.int64))
-        g.append(np.full(len(q), len(strings) - 2, dtype=np.int64))
-        o.append(np.full(len(q), len(strings) - 1, dtype=np.int64))
-    if not seq:
+        g.append(len(strings) - 2)
+        o.append(len(strings) - 1)
+    if not any(len(q) for q in seq):
         return {}
-    cols = [np.concatenate(c) for c in (seq, start, proc, g, o)]
+    out = {}
+    if all(len(p) < 2 or bool((p[1:] >= p[:-1]).all()) for p in proc):
+        # each group and op's rows by process already (read one process after another): a process's rows
+        # are a slice of each, taken in turn, which is what the stable sort below gathers, without
+        # gathering every row of the profile
+        procs = np.unique(np.concatenate([p[np.r_[True, p[1:] != p[:-1]]] for p in proc if len(p)]))
+        for pr in procs.tolist():
+            span = spans.get(pr)
+            if span is None:
+                continue
+            at = [(int(np.searchsorted(p, pr, "left")), int(np.searchsorted(p, pr, "right"))) for p in proc]
+            n = [hi - lo for lo, hi in at]
+            out[pr] = pick_anchors(np.concatenate([q[lo:hi] for q, (lo, hi) in zip(seq, at)]),
+                                   np.repeat(np.asarray(g, dtype=np.int64), n),
+                                   np.repeat(np.asarray(o, dtype=np.int64), n), strings,
+                                   np.concatenate([s[lo:hi] for s, (lo, hi) in zip(start, at)]), *span)
+        return out
+    cols = [np.concatenate(c) for c in (seq, start, proc)]
+    cols += [np.repeat(np.asarray(x, dtype=np.int64), [len(q) for q in seq]) for x in (g, o)]
     order = np.argsort(cols[2], kind="stable")
     q_, s_, p_, g_, o_ = (c[order] for c in cols)
     cut = np.flatnonzero(np.diff(p_)) + 1
-    out = {}
     for lo, hi in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(p_)])).tolist()):
         span = spans.get(int(p_[lo]))
         if span is not None:

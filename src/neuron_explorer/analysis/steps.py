@@ -28,9 +28,9 @@ rank.
 
 **Breakdown.**  Per step, the wall time is split by priority among the events below: with
 ``U_k`` the union of the first ``k`` categories, category ``k`` gets ``|U_k| - |U_(k-1)|`` of the
-step (merged sorted intervals and cumulative covered time, numpy, no per-event or per-step
-Python).  In order: compute
-(``nc_exec_running``, core busy), exposed collective (``cc_running``/``cc_exec_barrier`` not
+step (one sweep over the categories' intervals in start order, ``analysis._sweep`` in C, or its
+numpy twin: merged sorted intervals and cumulative covered time; no per-event or per-step Python).
+In order: compute (``nc_exec_running``, core busy), exposed collective (``cc_running``/``cc_exec_barrier`` not
 overlapped by compute), synchronisation wait (``kbl_exec_wait``), compilation (``model_load`` widened over
 the unrecorded gaps on either side: Dynamo traces a frame before it calls the backend we record,
 and builds its guards after),
@@ -53,6 +53,11 @@ import numpy as np
 
 from neuron_explorer.analysis import stepalign
 from neuron_explorer.util.intervals import overlap_runs
+
+try:  # (the covered time in one C pass; without it, its numpy twin: ``_covered``)
+    from neuron_explorer.analysis import _sweep
+except ImportError:  # pragma: no cover - an install without the C extensions
+    _sweep = None  # type: ignore[assignment]
 
 __all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
            "find_steps", "session_steps"]
@@ -433,7 +438,10 @@ class _Spans:
         k = np.searchsorted(us, t, side="right")  # intervals starting at or before t
         km = np.maximum(k - 1, 0)
         part = np.minimum(t - us[km], length[km])
-        upto = np.where(k > 0, before[km] + np.maximum(part, 0), 0)
+        return self.between(np.where(k > 0, before[km] + np.maximum(part, 0), 0))
+
+    def between(self, upto: np.ndarray) -> np.ndarray:
+        """Per span, the time covered in it, from the time covered before each point (``upto``)."""
         if self.chain:
             return np.maximum(np.diff(upto), 0)
         return np.maximum(upto[self.ihi] - upto[self.ilo], 0)
@@ -504,23 +512,14 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
         cols["flops"] = np.zeros(n, dtype=np.float64)
         return cols
     spans = _Spans(b_start.astype(np.int64), b_end.astype(np.int64))
-    u = {bit: _merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
-    covered = [spans.within(u[_C])]
-    acc = u[_C]
-    for bit in (_X, _W, _K, _D, _H):  # (an empty category adds nothing: the same union)
-        if len(u[bit][0]):
-            acc = _join(acc, u[bit])
-            covered.append(spans.within(acc))
-        else:
-            covered.append(covered[-1])
+    *covered, collective, xw = _covered(spans, cats)
     names = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns", "data_loading_ns", "host_ns")
     prev = np.zeros(n, dtype=np.int64)
     for name, cov in zip(names, covered):
         cols[name] = np.maximum(cov - prev, 0)
         prev = np.maximum(cov, prev)
     cols["idle_ns"] = np.maximum(cols["wall_ns"] - prev, 0)
-    cols["collective_ns"] = spans.within(u[_X])
-    xw = spans.within(_join(u[_X], u[_W])) if len(u[_W][0]) else cols["collective_ns"]
+    cols["collective_ns"] = collective
     cols["own_ns"] = np.maximum(cols["wall_ns"] - xw, 0)
     cols["compute_own_ns"] = np.maximum(covered[2] - xw, 0)
     if not counts:  # (the durations only: ``find_steps(counts=False)``)
@@ -564,6 +563,50 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
     pairs = _distinct(j_ex[ok] * (len(flops_of) + 1) + mi[ok]) // (len(flops_of) + 1)
     cols["graphs"] = np.bincount(pairs, minlength=n)[:n].astype(np.int64)
     return cols
+
+
+_BITS = (_C, _X, _W, _K, _D, _H)
+
+
+def _covered(spans: _Spans, cats: dict) -> list[np.ndarray]:
+    """Per step, the time covered by the union of the first k categories (k = 1..6, ``_BITS``' order),
+    by the collectives and by the collectives or waits: from ``analysis._sweep`` (one pass over the
+    categories' intervals in start order) where it is built, else ``_covered_numpy`` (its twin: the
+    same integers, tests/analysis/test_steps.py)."""
+    if _sweep is None:
+        return _covered_numpy(spans, cats)
+    arrays = []
+    for bit in _BITS:
+        s, e = (np.ascontiguousarray(a, dtype=np.int64) for a in cats[bit])
+        arrays += [s, e]
+    got = _sweep.covered(spans.points, tuple(arrays))
+    if got is None:  # (some category not by start: those sorted, then again)
+        for k in range(0, len(arrays), 2):
+            s = arrays[k]
+            if len(s) > 1 and not (s[1:] >= s[:-1]).all():
+                o = np.argsort(s, kind="stable")
+                arrays[k], arrays[k + 1] = s[o], arrays[k + 1][o]
+        got = _sweep.covered(spans.points, tuple(arrays))
+    assert got is not None  # (every category by start now)
+    upto = np.frombuffer(got, dtype=np.int64).reshape(8, len(spans.points))
+    return [spans.between(row) for row in upto]
+
+
+def _covered_numpy(spans: _Spans, cats: dict) -> list[np.ndarray]:
+    """``_covered`` by numpy: each category's union (``_merge``), the unions joined in priority order
+    (``_join``), and each one's covered time per step (``_Spans.within``)."""
+    u = {bit: _merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
+    covered = [spans.within(u[_C])]
+    acc = u[_C]
+    for bit in _BITS[1:]:  # (an empty category adds nothing: the same union)
+        if len(u[bit][0]):
+            acc = _join(acc, u[bit])
+            covered.append(spans.within(acc))
+        else:
+            covered.append(covered[-1])
+    collective = spans.within(u[_X])
+    xw = spans.within(_join(u[_X], u[_W])) if len(u[_W][0]) else collective
+    return covered + [collective, xw]
 
 
 def _paced(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

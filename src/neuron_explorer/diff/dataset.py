@@ -55,7 +55,8 @@ class Occurrences:
     index, start and end on the aligned Unix-ns clock, event id) so that a viewer can jump to it.
     Sorted by start (a stable sort: ties in file order), unless ``order`` is given: then the arrays
     are in another order and ``order`` is their stable sort by start (a side's step table, whose
-    millions of rows are not gathered into time order: ``StepTable``)."""
+    millions of rows are not gathered into time order: ``StepTable``; an item's rows as read,
+    ``spans``)."""
 
     value: np.ndarray
     start: np.ndarray
@@ -73,15 +74,17 @@ class Occurrences:
 
     @staticmethod
     def spans(start: np.ndarray, end: np.ndarray, proc: np.ndarray, ids: np.ndarray) -> Occurrences:
-        """``build(end - start, start, end, proc, ids)``: the durations taken after the sort (one
-        gather fewer), and no gather at all where the starts are already in order."""
+        """``build(end - start, start, end, proc, ids)`` as the rows a diff reads of it, without
+        gathering them: the arrays stay in the order given, with ``order`` (their stable sort by
+        start) where the starts are not in order.  An item's rows come one process after another
+        (8M executions of one graph a side of the 20M bench pair): gathering them into time order
+        was half of the cost of making it (decision 0192)."""
         start = np.asarray(start, dtype=np.int64)
+        end, proc, ids = (np.asarray(a, dtype=np.int64) for a in (end, proc, ids))
+        order = None
         if len(start) > 1 and not (start[1:] >= start[:-1]).all():
             order = np.argsort(start, kind="stable")
-            start, end, proc, ids = (np.asarray(a, dtype=np.int64)[order] for a in (start, end, proc, ids))
-        else:
-            end, proc, ids = (np.asarray(a, dtype=np.int64) for a in (end, proc, ids))
-        return Occurrences(end - start, start, end, proc, ids)
+        return Occurrences(end - start, start, end, proc, ids, order)
 
     def in_time(self, at: np.ndarray) -> np.ndarray:
         """The indices of the ``at``-th occurrences in time order."""

@@ -370,12 +370,25 @@ def _first_by_key(t: dataset_mod.StepTable) -> tuple[np.ndarray, np.ndarray]:
     return k[first], o[first]
 
 
+def _common(a: np.ndarray, b: np.ndarray, limit: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """How many keys the sorted distinct keys ``a`` and ``b`` share, and where the first ``limit`` of
+    them (in key order) are in each: ``numpy.intersect1d(a, b, assume_unique=True,
+    return_indices=True)`` cut to ``limit``, by one ``searchsorted`` of ``a`` (sorted keys: each search
+    starts where the last ended) instead of a sort of both."""
+    if not len(a) or not len(b):
+        z = np.zeros(0, dtype=np.int64)
+        return 0, z, z
+    pos = np.searchsorted(b, a)
+    hit = b[np.minimum(pos, len(b) - 1)] == a
+    ia = np.flatnonzero(hit)
+    return len(ia), ia[:limit], pos[ia[:limit]]
+
+
 def _per_step(tb: dataset_mod.StepTable, tc: dataset_mod.StepTable) -> dict[str, Any]:
     """Steps present on both sides (same number and rank), as columns, in step then rank order."""
     (kb, rb), (kc, rc) = _first_by_key(tb), _first_by_key(tc)
-    common, ib, ic = np.intersect1d(kb, kc, assume_unique=True, return_indices=True)
-    total = len(common)
-    ib, ic = rb[ib[:PER_STEP_LIMIT]], rc[ic[:PER_STEP_LIMIT]]
+    total, ib, ic = _common(kb, kc, PER_STEP_LIMIT)
+    ib, ic = rb[ib], rc[ic]
     cols = ("start_ns", "end_ns") + STEP_COLUMNS
     return {"step": tb.cols["number"][ib].tolist(), "rank": tb.cols["rank"][ib].tolist(), "pairs": total,
             "truncated": total > PER_STEP_LIMIT,
