@@ -147,3 +147,23 @@ def test_drained_blocks_are_int64_rows():
     r.append(tuple(range(RECORD_WIDTH)))
     b = r.drain()
     assert b.dtype == np.int64 and b.tolist() == [list(range(RECORD_WIDTH))]
+
+
+@pytest.mark.skipif(ring.NativeRing is None, reason="C extension not built")
+def test_the_c_ring_keeps_its_rows_in_order_as_it_grows_and_after_takes():
+    """The C ring's storage starts at 64 rows and grows as rows come (realloc'd in place of a
+    copy): every row comes out, oldest first, across growths, takes and the drop at capacity."""
+    from neuron_explorer.runtime._fastpath import RingBuffer
+
+    r = RingBuffer(5000, width=3)
+    for i in range(3000):  # 64 -> 4096 rows: six growths
+        r.append((i, -i, i * 7))
+        if i in (63, 64, 1000):  # a take at a growth's edge and in the middle leaves the rest in order
+            got = np.frombuffer(r.take(), dtype=np.int64).reshape(-1, 3)
+            assert got[:, 0].tolist() == list(range(got[0, 0], i + 1)) and got[-1].tolist() == [i, -i, i * 7]
+    for i in range(3000, 9000):  # past the capacity: the oldest dropped, the newest 5000 kept
+        r.append((i, -i, i * 7))
+    got = np.frombuffer(r.take(), dtype=np.int64).reshape(-1, 3)
+    assert got[:, 0].tolist() == list(range(4000, 9000))
+    assert (got[:, 1] == -got[:, 0]).all() and (got[:, 2] == 7 * got[:, 0]).all()
+    assert len(r) == 0 and r.take() == b""
