@@ -407,3 +407,68 @@ def test_the_readmes_region_query_returns_the_executions_of_an_ordinary_training
         for f in s.flows:
             flows[f].add(s.name)
     assert sum(v == {"Optimizer.step#SGD.step", "nrt_execute", "nc_exec_running"} for v in flows.values()) == 3
+
+
+REGIONS_MANY = """
+import threading
+from torch.profiler import record_function
+
+# forty regions open at once, nested: more than the C path keeps its start times for
+stack = [record_function(f"n{i:02d}") for i in range(40)]
+for r in stack:
+    r.__enter__()
+for r in reversed(stack):
+    r.__exit__(None, None, None)
+# one region object entered three times, one after the other
+again = record_function("reused")
+for _ in range(3):
+    with again:
+        pass
+# opened here, closed on another thread
+handoff = record_function("handoff")
+handoff.__enter__()
+t = threading.Thread(target=handoff.__exit__, args=(None, None, None))
+t.start()
+t.join()
+# left open while twenty others open and close, then closed
+held = record_function("held")
+held.__enter__()
+for i in range(20):
+    with record_function(f"short{i:02d}"):
+        pass
+held.__exit__(None, None, None)
+# closed twice without a second enter: torch's __exit__ lets it, and the region is recorded again
+twice = record_function("twice")
+twice.__enter__()
+twice.__exit__(None, None, None)
+twice.__exit__(None, None, None)
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_regions_open_many_at_once_reused_handed_over_and_closed_twice_on_both_paths(tmp_path, pure):
+    """Where each region's start is kept between its enter and its exit (the C path keeps the open
+    ones in a small table, runtime/_hooks.h) does not change what is recorded: every region of
+    forty open at once, nested in time; a region object entered again; one closed on another
+    thread; one held open while twenty others come and go; a second exit without an enter."""
+    pq, _ = _run_and_view(tmp_path, REGIONS_MANY, pure)
+    con = duckdb.connect()
+    rows = con.execute(f"""select name, start_ts, end_ts, thread_id
+                           from read_parquet('{pq}/SystemProfileEvents/**/*.parquet', hive_partitioning=true)
+                           where trace_event_source = 'framework' order by start_ts, end_ts""").fetchall()
+    names = Counter(r[0] for r in rows)
+    assert names == {**{f"n{i:02d}": 1 for i in range(40)}, **{f"short{i:02d}": 1 for i in range(20)},
+                     "reused": 3, "handoff": 1, "held": 1, "twice": 2}
+    span = {r[0]: (r[1], r[2]) for r in rows}
+    for i in range(39):  # each of the forty inside the one opened before it
+        outer, inner = span[f"n{i:02d}"], span[f"n{i + 1:02d}"]
+        assert outer[0] <= inner[0] <= inner[1] <= outer[1]
+    reused = sorted((s, e) for n, s, e, _ in rows if n == "reused")
+    assert all(a[1] <= b[0] for a, b in zip(reused, reused[1:]))  # three, one after the other
+    assert span["n39"][1] <= reused[0][0] and reused[-1][1] <= span["handoff"][0]
+    for i in range(20):
+        assert span["held"][0] <= span[f"short{i:02d}"][0] <= span[f"short{i:02d}"][1] <= span["held"][1]
+    twice = [(s, e) for n, s, e, _ in rows if n == "twice"]
+    assert twice[0][0] == twice[1][0] and twice[0][1] <= twice[1][1]  # the same start, ended twice
+    tids = {n: tid for n, _, _, tid in rows}
+    assert tids["handoff"] != tids["held"]  # recorded by the thread that closed it

@@ -147,3 +147,33 @@ def test_drained_blocks_are_int64_rows():
     r.append(tuple(range(RECORD_WIDTH)))
     b = r.drain()
     assert b.dtype == np.int64 and b.tolist() == [list(range(RECORD_WIDTH))]
+
+
+@pytest.mark.skipif(ring.NativeRing is None, reason="C extension not built")
+def test_the_c_ring_keeps_its_rows_in_order_as_it_grows_and_after_takes():
+    """The C ring's storage starts at 64 rows and doubles as rows come, from the allocator while
+    small and as a mapping moved by mremap once large (runtime/_fastpath.c): every row comes out,
+    oldest first, across growths, takes and the drop at capacity."""
+    from neuron_explorer.runtime._fastpath import RingBuffer
+
+    w = RECORD_WIDTH
+    r = RingBuffer(10_000, width=w)
+
+    def row(i):
+        return (i, -i, i * 7) + (i,) * (w - 3)
+
+    for i in range(3000):  # 64 -> 4096 rows: six growths, the last one to a mapping
+        r.append(row(i))
+        if i in (63, 64, 1000):  # a take at a growth's edge and in the middle leaves the rest in order
+            got = np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)
+            assert got[:, 0].tolist() == list(range(got[0, 0], i + 1)) and got[-1].tolist() == list(row(i))
+    for i in range(3000, 16_000):  # 8192, then the capacity (mremap); past it the oldest dropped
+        r.append(row(i))
+    got = np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)
+    assert got[:, 0].tolist() == list(range(6000, 16_000))
+    assert (got[:, 1] == -got[:, 0]).all() and (got[:, 2] == 7 * got[:, 0]).all() and (got[:, 3:].T == got[:, 0]).all()
+    assert len(r) == 0 and r.take() == b""
+    for i in range(20):  # a ring emptied by a take fills again from the front
+        r.append(row(i))
+    assert np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)[:, 0].tolist() == list(range(20))
+    del r  # (the mapping unmapped)

@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,7 +72,69 @@ typedef struct {
     Py_ssize_t capacity; /* rows kept: the oldest is overwritten beyond it */
     Py_ssize_t first;    /* index of the oldest row */
     Py_ssize_t count;    /* rows held */
+    int mapped;          /* rows is a private mapping (ring_rows_resize), not from PyMem_RawMalloc */
 } RingBuffer;
+
+/* The rows' storage: from PyMem_RawMalloc while small, a private anonymous mapping from
+ * RING_MAP_BYTES on where mremap is there, so that growing a large ring moves its pages instead of
+ * copying its bytes (the allocator's realloc copied: ~1 instruction a byte, ~0.4k a compiled step
+ * while a long flush period let the ring grow, issue 33).  Rows 0..keep-1 are kept, in place. */
+#define RING_MAP_BYTES ((size_t)256 * 1024)
+
+static void
+ring_rows_free(RingBuffer *r)
+{
+#ifdef MREMAP_MAYMOVE
+    if (r->mapped) {
+        munmap(r->rows, (size_t)r->alloc * r->width * sizeof(long long));
+        r->rows = NULL;
+        r->mapped = 0;
+        return;
+    }
+#endif
+    PyMem_RawFree(r->rows);
+    r->rows = NULL;
+}
+
+/* Storage for n rows with the first `keep` rows as they were; -1 with MemoryError, the ring
+ * unchanged.  Sets rows and alloc. */
+static int
+ring_rows_resize(RingBuffer *r, Py_ssize_t n, Py_ssize_t keep)
+{
+    size_t row = (size_t)r->width * sizeof(long long), bytes = (size_t)n * row;
+    long long *rows;
+#ifdef MREMAP_MAYMOVE
+    if (r->mapped || bytes >= RING_MAP_BYTES) {
+        void *p;
+        if (r->mapped)
+            p = mremap(r->rows, (size_t)r->alloc * row, bytes, MREMAP_MAYMOVE);
+        else {
+            p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p != MAP_FAILED && keep > 0)
+                memcpy(p, r->rows, (size_t)keep * row);  /* (once: the block becomes a mapping) */
+            if (p != MAP_FAILED)
+                PyMem_RawFree(r->rows);
+        }
+        if (p == MAP_FAILED) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        r->rows = p;
+        r->mapped = 1;
+        r->alloc = n;
+        return 0;
+    }
+#endif
+    (void)keep;  /* (realloc keeps them all) */
+    rows = PyMem_RawRealloc(r->rows, bytes);
+    if (rows == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    r->rows = rows;
+    r->alloc = n;
+    return 0;
+}
 
 /* Append one row (the caller holds the GIL and runs no Python code while here).  Returns -1 on
  * memory exhaustion with an exception set. */
@@ -83,20 +146,23 @@ ring_push(RingBuffer *r, const long long *v)
             Py_ssize_t n = r->alloc ? r->alloc * 2 : 64;
             if (n > r->capacity)
                 n = r->capacity;
-            long long *rows = PyMem_RawMalloc((size_t)n * r->width * sizeof(long long));
-            if (rows == NULL) {
-                PyErr_NoMemory();
+            if (r->first != 0) {
+                /* (never so: rows are dropped only at capacity, where the ring no longer grows;
+                 * ring_take puts first back to 0) the oldest row moved to the front first */
+                long long *flat = PyMem_RawMalloc((size_t)r->count * r->width * sizeof(long long));
+                if (flat == NULL) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                Py_ssize_t tail = r->alloc - r->first;  /* rows from first to the end of the buffer */
+                memcpy(flat, r->rows + r->first * r->width, (size_t)tail * r->width * sizeof(long long));
+                memcpy(flat + tail * r->width, r->rows, (size_t)(r->count - tail) * r->width * sizeof(long long));
+                memcpy(r->rows, flat, (size_t)r->count * r->width * sizeof(long long));
+                PyMem_RawFree(flat);
+                r->first = 0;
+            }
+            if (ring_rows_resize(r, n, r->count) < 0)
                 return -1;
-            }
-            Py_ssize_t tail = r->alloc - r->first;  /* rows from first to the end of the old buffer */
-            if (r->count) {
-                memcpy(rows, r->rows + r->first * r->width, (size_t)tail * r->width * sizeof(long long));
-                memcpy(rows + tail * r->width, r->rows, (size_t)(r->count - tail) * r->width * sizeof(long long));
-            }
-            PyMem_RawFree(r->rows);
-            r->rows = rows;
-            r->alloc = n;
-            r->first = 0;
         }
         else {  /* full: drop the oldest */
             r->first = (r->first + 1) % r->alloc;
@@ -106,7 +172,10 @@ ring_push(RingBuffer *r, const long long *v)
     Py_ssize_t at = r->first + r->count;
     if (at >= r->alloc)
         at -= r->alloc;
-    memcpy(r->rows + at * r->width, v, r->width * sizeof(long long));
+    if (r->width == WIDTH)  /* (the capture ring's rows: a copy of known size, no call) */
+        memcpy(r->rows + at * WIDTH, v, WIDTH * sizeof(long long));
+    else
+        memcpy(r->rows + at * r->width, v, r->width * sizeof(long long));
     r->count++;
     return 0;
 }
@@ -193,7 +262,7 @@ ring_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static void
 ring_dealloc(RingBuffer *r)
 {
-    PyMem_RawFree(r->rows);
+    ring_rows_free(r);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 

@@ -367,16 +367,81 @@ static struct {
     Py_ssize_t index;
 } rg;
 
+/* The start of a region is kept from its enter to its exit in a small table keyed by the instance,
+ * where an int set as an attribute (``_neuron_explorer_t0``, what the Python path does) cost an int
+ * made and freed, a set and a get: ~500 instructions a region, 1k a compiled step that opens two
+ * (issue 33).  An entry stays after its exit (a second exit without an enter records the region
+ * again, as the attribute did) until a region entered later takes its place: the entries are taken
+ * in turn, skipping those still open, which are never taken.  With all RG_OPEN entries open, the
+ * start goes to the attribute as before, and an exit that finds no entry reads the attribute.
+ * The instance is held by identity only (no reference): a later instance at the same address
+ * takes its entry over at its enter, and torch's __exit__ refuses an instance never entered. */
+#define RG_OPEN 8
+static struct {
+    PyObject *obj;  /* borrowed, compared only; NULL: free */
+    long long t0;
+    int open;
+} rg_open[RG_OPEN];
+static int rg_open_next;  /* the entry taken next, unless open */
+
+/* The entry of `obj`, or -1. */
+static inline int
+rg_find(PyObject *obj)
+{
+    for (int i = 0; i < RG_OPEN; i++) {
+        if (rg_open[i].obj == obj)
+            return i;
+    }
+    return -1;
+}
+
+/* Keep `obj`'s start: in its own entry, else in the next one not open; -1 when every entry is
+ * open (the caller then sets the attribute). */
+static int
+rg_keep(PyObject *obj, long long t0)
+{
+    int at = rg_find(obj);
+    for (int k = 0; at < 0 && k < RG_OPEN; k++) {
+        int i = (rg_open_next + k) % RG_OPEN;
+        if (!rg_open[i].open) {
+            at = i;
+            rg_open_next = (i + 1) % RG_OPEN;
+        }
+    }
+    if (at >= 0) {
+        rg_open[at].obj = obj;
+        rg_open[at].t0 = t0;
+        rg_open[at].open = 1;
+    }
+    return at;
+}
+
+/* Mark `obj`'s entry closed (it stays until taken); its index, or -1 when it has none. */
+static inline int
+rg_close(PyObject *obj)
+{
+    int i = rg_find(obj);
+    if (i >= 0)
+        rg_open[i].open = 0;
+    return i;
+}
+
 static PyObject *
 rg_enter(PyObject *self, PyObject *unused)
 {
     if (ew_paused)  /* benchmarks only (pause_executions): torch's own __enter__, nothing of ours */
         return PyObject_CallOneArg(rg.enter, self);
-    PyObject *t = PyLong_FromLongLong(now_ns());
-    if (t == NULL || PyObject_SetAttr(self, str_t0_attr, t) < 0)
-        PyErr_Clear();
-    Py_XDECREF(t);
-    return PyObject_CallOneArg(rg.enter, self);
+    long long t0 = now_ns();
+    if (rg_keep(self, t0) < 0) {
+        PyObject *t = PyLong_FromLongLong(t0);
+        if (t == NULL || PyObject_SetAttr(self, str_t0_attr, t) < 0)
+            PyErr_Clear();
+        Py_XDECREF(t);
+    }
+    PyObject *out = PyObject_CallOneArg(rg.enter, self);
+    if (out == NULL)
+        (void)rg_close(self);  /* (no exit follows: its entry may be taken, its start kept meanwhile) */
+    return out;
 }
 
 /* The last labels looked up, by content: torch builds its optimizers' labels anew at each call
@@ -434,15 +499,19 @@ rg_label(PyObject *name)
 }
 
 static void
-rg_record(PyObject *self, long long t1)
+rg_record(PyObject *self, int entry, long long t1)
 {
     if (rg.index >= PyList_GET_SIZE(rg.enabled) || PyList_GET_ITEM(rg.enabled, rg.index) != Py_True)
         return;
     long long t0 = -1, sid = -1;
-    PyObject *t = PyObject_GetAttr(self, str_t0_attr);  /* 0 or missing: entered before we hooked */
-    if (t != NULL) {
-        t0 = as_ns(t);
-        Py_DECREF(t);
+    if (entry >= 0)
+        t0 = rg_open[entry].t0;
+    else {
+        PyObject *t = PyObject_GetAttr(self, str_t0_attr);  /* 0 or missing: entered before we hooked */
+        if (t != NULL) {
+            t0 = as_ns(t);
+            Py_DECREF(t);
+        }
     }
     if (t0 > 0) {
         PyObject *name = PyObject_GetAttr(self, str_name);
@@ -476,8 +545,9 @@ rg_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     memcpy(stack + 1, args, (size_t)nargs * sizeof(PyObject *));
     PyObject *out = PyObject_Vectorcall(rg.exit, stack, (size_t)nargs + 1, NULL);
+    int entry = rg_close(self);  /* (whether it is recorded or not: paused, off, or torch's exit raised) */
     if (out != NULL && !ew_paused)
-        rg_record(self, now_ns());
+        rg_record(self, entry, now_ns());
     return out;
 }
 
