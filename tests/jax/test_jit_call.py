@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import traceback
 
 import numpy as np
 import pytest
@@ -139,6 +140,8 @@ def test_an_exception_reaches_the_caller_unchanged_and_is_recorded(jx, call_impl
     with pytest.raises(Boom) as info:
         f(x, fail=True)
     assert info.value is err
+    ours = [f for f in traceback.extract_tb(info.tb) if f.filename == jit_mod.__file__]
+    assert ours == [] if call_impl == "c" else len(ours) == 1  # (the closure's frame; none in C)
     assert _execs(jx) == [("exec", mid, 1, 1)]  # the failed call is an execution with ret 1
     with pytest.raises(TypeError) as info:  # raised by JAX before tracing
         f(x, fail=False, extra=1)
