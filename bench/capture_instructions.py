@@ -149,6 +149,13 @@ def _check_tree() -> None:
 JAX_SERIAL = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
               "JAX_CPU_ENABLE_ASYNC_DISPATCH": "false"}
 
+# At exit, glibc's ``malloc_consolidate`` (and ``unlink_chunk``) merges the freed fastbin chunks.
+# How much it finds jumped by 3.4-4.5M instructions between runs of one configuration, which moved
+# a 200-step slope by up to 22k a step, 3% of the jitted call.  JAX runs turn fastbins off, every
+# configuration alike, so freed chunks are merged as they are freed and counted where that happens.
+# Over one batch each configuration's exit then held to 0.1M (docs/decisions/0190-*.md).
+JAX_MALLOC = {"GLIBC_TUNABLES": "glibc.malloc.mxfast=0"}
+
 
 # Between two computations the CPU client's idle pool workers look for work (Eigen's
 # ``ThreadPoolTempl::MaybeGetTask``: local and global steals, a spin, then parking) for as long as
@@ -193,6 +200,7 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
                NEURON_EXPLORER_STATS="0", NEURON_EXPLORER_ON_DEMAND="0")
     if workload == "jax":
         env.update(JAX_SERIAL)
+        env.update(JAX_MALLOC)
     if os.environ.get("NE_CG_INDUCTOR_CACHE"):
         # one compile cache per batch, filled by _warm before any count (see there)
         env["TORCHINDUCTOR_CACHE_DIR"] = os.environ["NE_CG_INDUCTOR_CACHE"]

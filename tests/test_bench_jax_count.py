@@ -64,3 +64,14 @@ def test_the_idle_workers_search_is_left_out_with_what_it_calls(tmp_path):
     # the search (200) and the steals it made (500); the computation a worker runs (5000) stays
     assert ci._idle_ir(str(cg), ci.POOL_IDLE["jax"]) == 700
     assert ci._idle_ir(str(cg), ("::Nothing(",)) == 0
+
+
+def test_every_jax_configuration_allocates_without_fastbins(tmp_path):
+    """glibc's teardown consolidation of fastbins jumped by 3.4-4.5M instructions between runs of
+    one configuration, a slope of up to 22k a step (decision 0190): JAX runs turn fastbins off,
+    the unprofiled run and the peer as much as the profiled ones; other workloads keep glibc's
+    defaults."""
+    configs = ("plain", "system", "jax_profiler")
+    tunables = {c: ci._env(c, str(tmp_path), "jax").get("GLIBC_TUNABLES") for c in configs}
+    assert set(tunables.values()) == {"glibc.malloc.mxfast=0"}
+    assert "GLIBC_TUNABLES" not in ci._env("plain", str(tmp_path), "compiled")

@@ -1081,6 +1081,7 @@ static PyTypeObject ExecWrapperType = {
 #include "_step.h"
 #include "_hooks.h"
 #include "_expand.h"
+#include "_jit.h"  /* the jax.jit stand-in's call (JitCall) */
 
 /* ---- signals: wake a watcher thread at once (runtime/signals.py) --------------------------- */
 
@@ -1285,6 +1286,10 @@ PyInit__fastpath(void)
             Py_DECREF(m);
             return NULL;
         }
+    }
+    if (jit_add_types(m) < 0) {  /* _jit.h */
+        Py_DECREF(m);
+        return NULL;
     }
     PyModule_AddIntConstant(m, "WIDTH", WIDTH);
     return m;

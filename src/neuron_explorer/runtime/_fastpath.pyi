@@ -181,6 +181,26 @@ class EagerLocal:
     grad_root: Any
     def __new__(cls) -> EagerLocal: ...
 
+@final
+class JitCall:
+    """The call of a ``jax.jit`` stand-in (``_jit.h``): ``slow(args, kwargs)`` unless ``gate[0]`` is
+    None and ``level.value`` is ``top`` (not tracing); else ``fn(*args, **kwargs)`` with the
+    caller's arguments as they are, then ``record_compiled(t0, t1, ret)`` when ``compiles`` is not
+    empty, or ``(head, t0, t1, tid, mid_box[0], next(counter), ret, 0, 0)`` into ``ring`` and
+    ``stats`` (ret 1 when ``fn`` raised; the exception passes through unchanged).
+
+    Twin: ``integrations/jax/jit.py``: ``_Jit.make_call``'s closure."""
+
+    def __new__(cls, fn: Callable[..., Any], ring: RingBuffer, counter: Iterator[int], head: int,
+                mid_box: list[int], gate: list[Any], level: Any, top: Any, compiles: list[Any],
+                slow: Callable[[tuple[Any, ...], dict[str, Any]], Any],
+                record_compiled: Callable[[int, int, int], object],
+                stats: Callable[[tuple[int, ...]], object] | None = None) -> JitCall: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The PjitFunction called."""
+
 def now_ns() -> int:
     """CLOCK_MONOTONIC in nanoseconds, the clock the wrappers stamp (``time.perf_counter_ns``'s)."""
 

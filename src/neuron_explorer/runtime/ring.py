@@ -111,7 +111,13 @@ try:  # ids the C wrapper takes without making an int (itertools.count otherwise
     from ._fastpath import Counter, RateGate, expand_pairs
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     Counter, RateGate, expand_pairs = None, PyRateGate, None
+JitCall: type[_c.JitCall] | None
+try:  # the jax.jit stand-in's call (runtime/_jit.h; integrations/jax/jit.py's closure otherwise)
+    from ._fastpath import JitCall
+except ImportError:  # pragma: no cover - no extension, or one built from older sources
+    JitCall = None
 if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
+    JitCall = None
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = expand_pairs = None
     RateGate = PyRateGate
     backward_gate = module_call_gate = module_call_skip = region_methods = None

@@ -3,8 +3,9 @@
 ``jax.jit`` returns a ``PjitFunction`` whose calls run in C++ (a cache hit never reaches Python),
 so there is no hook inside JAX that sees each execution.  The runtime integration replaces the
 public ``jax.jit`` (``runtime.install``) by one that hands back a stand-in for the
-``PjitFunction``: a per-function class whose ``__call__`` is one closure that times the call and
-appends one ``EXEC_PAIR`` record to the core's ring (``nrt_execute`` + ``nc_exec_running``), and
+``PjitFunction``: a per-function class whose ``__call__`` times the call and appends one
+``EXEC_PAIR`` record to the core's ring (``nrt_execute`` + ``nc_exec_running``) -- a C ``JitCall``
+(runtime/_jit.h) with the extension, a Python closure without -- and
 whose other attributes (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``_fun``, ...) are
 the ``PjitFunction``'s.  JAX's own functions (``jax.numpy``) bind ``jax._src.api.jit`` at import
 and are not wrapped: an eager ``jnp`` op is not an execution, as an eager ATen op is not one.
@@ -25,12 +26,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import os
 import threading
 from typing import Any, Callable
 
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.runtime import clock
+from neuron_explorer.runtime.ring import JitCall as _CJitCall
 
 __all__ = ["make_jitted", "model_name_for"]
 
@@ -112,9 +115,11 @@ def make_jitted(jx, pjit_fn: Callable, fun: Callable, jit_kwargs: dict | None = 
     the program calls: a pickled stand-in is that call, made again where it is unpickled (None:
     pickled as the PjitFunction)."""
     state = _Jit(jx, pjit_fn, fun)
+    call = state.make_call()
     cls = type("PjitFunction", (JitProxy,), {
-        "__call__": staticmethod(state.make_call()), "__module__": getattr(PJIT_TYPE, "__module__", __name__),
-        "__qualname__": "PjitFunction",
+        # (a C JitCall is no descriptor: the class's __call__ is called with the caller's arguments)
+        "__call__": staticmethod(call) if inspect.isfunction(call) else call,
+        "__module__": getattr(PJIT_TYPE, "__module__", __name__), "__qualname__": "PjitFunction",
         "_nx_pjit": pjit_fn, "_nx_state": state, "_nx_jit_kwargs": jit_kwargs, "_nx_public_jit": public_jit})
     proxy = cls.__new__(cls)
     try:
@@ -144,7 +149,9 @@ class _Jit:
         self.lock = threading.Lock()
 
     def make_call(self) -> Callable:
-        """The closure that runs in place of the PjitFunction's call (the hot path)."""
+        """What runs in place of the PjitFunction's call (the hot path): a C ``JitCall`` when the
+        extension is built and the core's ring is its C ring (runtime/_jit.h), else the closure
+        below, which does the same in Python."""
         jx, fn, gate = self.jx, self.fn, self.gate
         ring = jx.core.ring
         append, next_eid = ring.append, ring.exec_id
@@ -154,6 +161,9 @@ class _Jit:
         compiles = jx.compiles  # compile spans JAX reported, taken by the call they happened in
         slow = self.slow
         mid_box = self.mid_box = [-1]
+        if _CJitCall is not None and ring.buffer is not None and type(compiles) is list:
+            return _CJitCall(fn, ring.buffer, ring.exec_counter, PAIR, mid_box, gate, level, top, compiles, slow,
+                             self.record_compiled, jx.stats_rec)
 
         def call(*args, **kwargs):
             if gate[0] is not None or level.value is not top:
