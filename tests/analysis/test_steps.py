@@ -197,6 +197,18 @@ def test_small_collectives_cost_the_pace_of_their_queue():
     assert c["small_collective_call_ns"].tolist() == [10, 10, 5]  # (1235 - 1220) / 3; the lone call's 10 apart
 
 
+def _random_columns(rng, sort: bool) -> tuple:
+    """(type, start, end, model, label, bytes) of up to 80 random events: unknown types and labels,
+    reversed and empty intervals, starts in time order when ``sort``."""
+    n = int(rng.integers(0, 80))
+    typ = rng.integers(-1, 7, n)
+    start = rng.integers(0, 2_000, n)
+    if sort:
+        start = np.sort(start)
+    return (typ, start, start + rng.integers(-5, 200, n), rng.integers(-1, 3, n),
+            rng.integers(-1, len(STRINGS), n), rng.integers(-1, 1 << 22, n))
+
+
 def test_durations_only_are_the_same_durations():
     """``find_steps(counts=False)`` (what a diff compares) gives exactly the durations a full run
     gives, and no more; type ids far apart (no small-integer sort) give the same steps as small ones."""
@@ -204,15 +216,7 @@ def test_durations_only_are_the_same_durations():
     durations = {"wall_ns", "collective_ns", "own_ns", "compute_own_ns", *BREAKDOWN}
     far = {k: v * 1_000_003 - 7 for k, v in NAMES.items()}
     for i in range(200):
-        n = int(rng.integers(0, 80))
-        typ = rng.integers(-1, 7, n)
-        start = rng.integers(0, 2_000, n)
-        if i % 2:
-            start = np.sort(start)
-        end = start + rng.integers(-5, 200, n)
-        model = rng.integers(-1, 3, n)
-        label = rng.integers(-1, len(STRINGS), n)
-        nbytes = rng.integers(-1, 1 << 22, n)
+        typ, start, end, model, label, nbytes = _random_columns(rng, sort=bool(i % 2))
         full = find_steps(typ, start, end, model, label, nbytes, NAMES, STRINGS, MODELS)
         short = find_steps(typ, start, end, model, label, nbytes, NAMES, STRINGS, MODELS, counts=False)
         assert short.number.tolist() == full.number.tolist()
@@ -329,13 +333,7 @@ def test_steps_found_with_and_without_the_c_pass_are_the_same(monkeypatch):
     rng = np.random.default_rng(1920)
     runs = []
     for i in range(150):
-        n = int(rng.integers(0, 80))
-        typ = rng.integers(-1, 7, n)
-        start = rng.integers(0, 2_000, n)
-        if i % 2:
-            start = np.sort(start)
-        runs.append((typ, start, start + rng.integers(-5, 200, n), rng.integers(-1, 3, n),
-                     rng.integers(-1, len(STRINGS), n), rng.integers(-1, 1 << 22, n)))
+        runs.append(_random_columns(rng, sort=bool(i % 2)))
     with_c = [find_steps(*r, NAMES, STRINGS, MODELS) for r in runs]
     monkeypatch.setattr(steps, "_sweep", None)
     for r, a in zip(runs, with_c):
