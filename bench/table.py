@@ -367,6 +367,8 @@ CURATED = (
      "", _UI),
     ("ui_bench_20m_512.json", "cold_open.first_paint_ms", "UI cold open at 512 ranks, first paint", " ms", "< 2 s",
      _UI_512),
+    ("ui_bench_20m_512.json", "window_query_plus_client_parse_ms_by_span.all.p95", "UI window query p95 at 512 "
+     "ranks, the answer parsed", " ms", "< 150 ms", _UI_512),
     ("ui_bench_20m_512.json", "cold_open.server_cpu_s_at_first_paint", "UI cold open at 512 ranks, server CPU at "
      "the first paint", " CPU-s", "", _UI_512),
     ("ui_bench_20m_512.json", "browser_memory.own_chromium_pss_bytes", "UI browser memory at 512 ranks, collapsed "
