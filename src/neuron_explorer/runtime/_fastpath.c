@@ -671,23 +671,42 @@ next_id(PyObject *counter, long long *out)
     return 0;
 }
 
-/* neuron-monitor's feed, when on, takes the record as the tuple a Python producer would append. */
+/* neuron-monitor's feed (``stats``, NULL when off) takes the record as the tuple a Python producer
+ * would append, or the row itself when ``stats_ring`` (``stats_ring_of``) is its ring. */
 static int
-feed_stats(ExecWrapper *self, const long long *v)
+push_stats(PyObject *stats, RingBuffer *stats_ring, const long long *v)
 {
-    if (self->stats == NULL)
+    if (stats == NULL)
         return 0;
-    if (self->stats_ring != NULL)  /* the row itself, no tuple: nothing allocated per execution */
-        return ring_push(self->stats_ring, v);
+    if (stats_ring != NULL)  /* the row itself, no tuple: nothing allocated per execution */
+        return ring_push(stats_ring, v);
     PyObject *t = tuple_of(v, WIDTH);
     if (t == NULL)
         return -1;
-    PyObject *r = PyObject_CallOneArg(self->stats, t);
+    PyObject *r = PyObject_CallOneArg(stats, t);
     Py_DECREF(t);
     if (r == NULL)
         return -1;
     Py_DECREF(r);
     return 0;
+}
+
+/* The ring of a feed that is a 9-wide RingBuffer's bound ``append``, else NULL (borrowed: the
+ * feed holds it). */
+static RingBuffer *
+stats_ring_of(PyObject *stats)
+{
+    PyObject *owner = PyCFunction_Check(stats) ? PyCFunction_GET_SELF(stats) : NULL;
+    if (owner != NULL && PyCFunction_GET_FUNCTION(stats) == (PyCFunction)ring_append &&
+            PyObject_TypeCheck(owner, &RingBufferType) && ((RingBuffer *)owner)->width == WIDTH)
+        return (RingBuffer *)owner;
+    return NULL;
+}
+
+static int
+feed_stats(ExecWrapper *self, const long long *v)
+{
+    return push_stats(self->stats, self->stats_ring, v);
 }
 
 /* Count an execution for the thread that ran it when that thread is watched (Ring.watch: an
@@ -945,10 +964,7 @@ ew_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     KEEP(general, general);
     if (stats != Py_None) {
         KEEP(stats, stats);
-        PyObject *owner = PyCFunction_Check(stats) ? PyCFunction_GET_SELF(stats) : NULL;
-        if (owner != NULL && PyCFunction_GET_FUNCTION(stats) == (PyCFunction)ring_append &&
-                PyObject_TypeCheck(owner, &RingBufferType) && ((RingBuffer *)owner)->width == WIDTH)
-            self->stats_ring = (RingBuffer *)owner;
+        self->stats_ring = stats_ring_of(stats);
     }
     if (backward != Py_None)
         KEEP(backward, backward);

@@ -78,19 +78,7 @@ jc_record(JitCall *self, long long t0, long long t1, long long ret)
     long long v[WIDTH] = {self->head, t0, t1, tid, mid, eid, ret, 0, 0};
     if (ring_push(self->ring, v) < 0)
         return -1;
-    if (self->stats == NULL)
-        return 0;
-    if (self->stats_ring != NULL)
-        return ring_push(self->stats_ring, v);
-    PyObject *t = tuple_of(v, WIDTH);
-    if (t == NULL)
-        return -1;
-    PyObject *r = PyObject_CallOneArg(self->stats, t);
-    Py_DECREF(t);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
+    return push_stats(self->stats, self->stats_ring, v);
 }
 
 /* record_compiled(t0, t1, ret); 0, or -1 with an exception set. */
@@ -182,10 +170,7 @@ jc_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     KEEP(record_compiled, record_compiled);
     if (stats != Py_None) {
         KEEP(stats, stats);
-        PyObject *owner = PyCFunction_Check(stats) ? PyCFunction_GET_SELF(stats) : NULL;
-        if (owner != NULL && PyCFunction_GET_FUNCTION(stats) == (PyCFunction)ring_append &&
-                PyObject_TypeCheck(owner, &RingBufferType) && ((RingBuffer *)owner)->width == WIDTH)
-            self->stats_ring = (RingBuffer *)owner;
+        self->stats_ring = stats_ring_of(stats);
     }
 #undef KEEP
     return (PyObject *)self;
