@@ -122,3 +122,25 @@ def test_the_sign_test_asks_more_steps_than_chance_gives():
     found = one("compile_ns", [3])
     assert [i["id"] for i in found] == ["recompilation"] and found[0]["confidence"]["p_value"] is None
     assert insights._sign_p(12, 15) <= insights.ALPHA < insights._sign_p(11, 15)
+
+
+def test_the_first_iterations_graphs_are_warm_up_and_a_later_compile_is_a_recompile():
+    """Compiles in the first steps up to the first step that compiles nothing are warm-up (the
+    first iteration's backward or optimizer, registered across the step boundary the detector
+    drew inside it: the LSTM's matrix cell under the pure-Python path, where that first
+    registration took 8 ms of a loaded host); a compile after a step without one is a recompile,
+    and a program that compiles in every step keeps every step but its first."""
+    def found(steps_with: list[int], n: int = 40) -> list[dict]:
+        p = _proc(0, n, None)
+        for j in steps_with:
+            p["compile_ns"][j] = 9_000_000
+            p["compiles"][j] = 1
+        return [i for i in insights.analyse([p])["insights"] if i["id"] == "recompilation"]
+
+    assert found([0, 1]) == [] and found([0, 1, 2]) == []
+    assert [i["evidence"]["steps"] for i in found([1])] == [[1]]  # step 0 compiled nothing
+    later = found([0, 1, 5])
+    assert len(later) == 1 and later[0]["evidence"]["steps"] == [5]
+    assert later[0]["impact_ns_per_step"] == 9_000_000 // 38  # mean over the 38 steps after warm-up
+    every = found(list(range(8)), n=8)
+    assert len(every) == 1 and every[0]["impact_ns_per_step"] == 9_000_000

@@ -106,6 +106,21 @@ def _steady(p: dict) -> np.ndarray:
     return _cached(p, "steady", make)
 
 
+def _after_warm_up(p: dict) -> np.ndarray:
+    """The steady steps less the steps right after the first that compile, up to the first step
+    that compiles nothing: the first iteration's graphs, registered across the step boundary the
+    detector drew inside it (an eager backward, an optimizer's first step), are warm-up, not a
+    recompile.  A process that compiles in every step has no such step and keeps its steady ones."""
+    def make() -> np.ndarray:
+        keep = _steady(p).copy()
+        order = np.argsort(_arr(p, "number"), kind="stable")
+        none = np.flatnonzero(_arr(p, "compile_ns")[order] <= 0)
+        if len(keep) >= 3 and len(none):
+            keep[order[:int(none[0])]] = False
+        return keep
+    return _cached(p, "after_warm_up", make)
+
+
 def _arr(p: dict, k: str) -> np.ndarray:
     return _cached(p, k, lambda: np.asarray(p.get(k, []), dtype=np.float64))
 
@@ -474,18 +489,22 @@ def _insight(iid: str, title: str, impact: float | None, conf: dict, rec: str, e
 
 
 def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: str, stat: str = "median",
-                      minimum: float = 0.0, tested: bool = True) -> Callable[[list[dict], dict], dict | None]:
-    """A job-wide rule on one column: the median over processes of each one's steady median (or
-    mean); evidence: the worst step of the worst process. ``tested``: the column is a duration a
-    loaded host's scheduling can lengthen, so the finding must pass the sign test (``_job_p``);
-    not for counts of discrete events that noise does not make (a compile)."""
+                      minimum: float = 0.0, tested: bool = True,
+                      steady: Callable[[dict], np.ndarray] = _steady) -> Callable[[list[dict], dict], dict | None]:
+    """A job-wide rule on one column: the median over processes of each one's median (or mean)
+    over its ``steady`` steps; evidence: the worst step of the worst process. ``tested``: the
+    column is a duration a loaded host's scheduling can lengthen, so the finding must pass the
+    sign test (``_job_p``); not for counts of discrete events that noise does not make (a compile)."""
     def rule(procs: list[dict], memo: dict) -> dict | None:
         if not procs:
             return None
         vals, hits, total, per = [], 0, 0, []
         for p in procs:
-            v = _arr(p, col)[_steady(p)]
-            vals.append(float(v.mean()) if stat == "mean" and len(v) else _smed(p, col))
+            v = _arr(p, col)[steady(p)]
+            if stat == "mean":
+                vals.append(float(v.mean()) if len(v) else 0.0)
+            else:
+                vals.append(_smed(p, col) if steady is _steady else _med(v))
             h = int((v > max(minimum, NOISE_MIN_NS)).sum())
             per.append((h, len(v)))
             hits += h
@@ -494,7 +513,8 @@ def _per_process_rule(col: str, iid: str, title: Callable[[float], str], rec: st
         if impact <= minimum:
             return None
         worst = procs[int(np.argmax(vals))]
-        j = int(np.flatnonzero(_steady(worst))[np.argmax(_arr(worst, col)[_steady(worst)])])
+        k = steady(worst)
+        j = int(np.flatnonzero(k)[np.argmax(_arr(worst, col)[k])])
         ranks_hit = sum(1 for v in vals if v > max(minimum, NOISE_MIN_NS))
         return _insight(iid, title(impact), impact,
                         _confidence(hits, total, ranks_hit, len(procs), _job_p(per) if tested else None), rec,
@@ -861,7 +881,7 @@ RULES: list[Callable[[list[dict], dict], dict | None]] = [
                       lambda v: "graphs are recompiled during training",
                       "keep input shapes and guards stable (pad to fixed sizes, torch.compile(dynamic=True), "
                       "mark_dynamic), and look for graph breaks with TORCH_LOGS=graph_breaks,recompiles",
-                      stat="mean", tested=False),
+                      stat="mean", tested=False, steady=_after_warm_up),
     _host_bound,
     _exposed,
     _small_collectives,
