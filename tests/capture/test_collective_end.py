@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from neuron_explorer.analysis.reader import discover, load_session
 
-from ..conftest import clean_env, free_port, run
+from ..conftest import clean_env, free_port, ranks, run
 
 SCRIPT = r"""
 import sys, torch, torch.distributed as dist
@@ -46,3 +48,70 @@ def test_every_collective_end_is_recorded_once(tmp_path):
     assert seqs == list(range(10))  # one record per collective, none twice
     assert "not recorded" not in p.stderr
     assert all(e["end_ns"][i] > e["start_ns"][i] for i in cc)
+
+
+LATE = r"""
+import sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+if rank == 1:
+    time.sleep(1.0)  # rank 0 has reached its exit by now
+work = dist.all_reduce(torch.ones(1 << 14), async_op=True)
+if rank == 1:
+    work.wait()
+print("rank", rank, "leaves", flush=True)  # rank 0 leaves its Work to the interpreter's exit
+"""
+
+
+@pytest.mark.parametrize("setting", ["capture", "ndet", "monitor"])
+def test_a_collective_left_running_at_exit_ends_the_process_as_unprofiled(tmp_path, setting):
+    """Rank 0 exits with an async all_reduce still waiting for rank 1.  Unprofiled, its interpreter
+    waits for the work as it tears down and exits 0 once rank 1 joins.  Our completion callback
+    runs on gloo's thread and needs the GIL: run during the interpreter's finalization, that thread
+    is ended by ``pthread_exit`` and the process aborted ("terminate called without an active
+    exception", found by the suite under load through DDP's last bucket).  The callbacks are
+    drained before finalization (decision 0198), in every setting that installs the hooks."""
+    script = tmp_path / "late.py"
+    script.write_text(LATE)
+    (tmp_path / "ndet").mkdir()
+    env = {"capture": dict(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out")),
+           "ndet": dict(NEURON_RT_DBG_NDET_LOG_LOCATION=str(tmp_path / "ndet"), NEURON_RT_DBG_NDET_FLUSH_USEC="200000"),
+           "monitor": dict(NEURON_PROCESS_TAG="late", NEURON_EXPLORER_STATS_DIR=str(tmp_path / "stats"))}[setting]
+    p = ranks(2, script, [], clean_env(**env), cwd=tmp_path, check=False)
+    assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-2000:]
+    assert p.stdout.count("leaves") == 2
+    if setting == "capture":
+        for path in discover(str(tmp_path / "out")):
+            s = load_session(path)
+            names = [s.type_names[int(t)] for t in s.events["type"]]
+            assert names.count("cc_running") == 1, (path, names)
+
+
+def test_the_exit_drain_follows_each_callback_until_released_and_is_bounded():
+    """In process: a callback is listed from its making until it is let go, whether it ran or not;
+    one never let go (a collective that never ends) holds the drain only to its bound; a forked
+    child starts with none listed (its backend threads are the parent's)."""
+    import os
+
+    from neuron_explorer.integrations.torch import collectives as cc
+
+    seen = []
+    cb = cc._Done(lambda key, fut: seen.append((key, fut)), 7)
+    assert id(cb) in cc._LIVE
+    cb("fut")
+    assert seen == [(7, "fut")] and id(cb) in cc._LIVE
+    held = id(cb)
+    del cb
+    assert held not in cc._LIVE
+    stuck = cc._Done(lambda key, fut: None, 8)
+    cc.drain_callbacks(0.01)  # returns: bounded
+    assert id(stuck) in cc._LIVE
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports what it would wait for
+        os.write(w, str(len(cc._LIVE)).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"0"
+    del stuck
+    assert not cc._LIVE

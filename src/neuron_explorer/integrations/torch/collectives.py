@@ -11,9 +11,11 @@ the host), and a ``Work.wait`` called from Python is a ``kbl_exec_wait`` (the ho
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import time
 import weakref
-from functools import partial
 from threading import get_ident
 from typing import Callable
 
@@ -44,6 +46,43 @@ _COLLECTIVE_OPS = {
 }
 
 
+# ids of the completion callbacks handed to backends' futures and not yet released by them
+_LIVE: set[int] = set()
+_DRAIN_AT_EXIT: list[bool] = []
+if hasattr(os, "register_at_fork"):  # a forked child has no backend thread to release them
+    os.register_at_fork(after_in_child=_LIVE.clear)
+
+
+class _Done:
+    """A completion callback handed to a backend's future (``on_done(key, fut)``), listed in
+    ``_LIVE`` until the backend's thread has run it and let it go (``__del__``, with the GIL)."""
+
+    __slots__ = ("fn", "key")
+
+    def __init__(self, fn: Callable, key: int) -> None:
+        self.fn, self.key = fn, key
+        _LIVE.add(id(self))
+
+    def __call__(self, fut) -> None:
+        self.fn(self.key, fut)
+
+    def __del__(self) -> None:
+        _LIVE.discard(id(self))
+
+
+def drain_callbacks(bound_s: float) -> None:
+    """At the program's exit (``atexit``: before the interpreter's finalization), wait at most
+    ``bound_s`` until the backends' threads have run and released every callback of ours.  A
+    thread that takes the GIL during finalization is ended by ``pthread_exit``, which aborts a
+    C++ thread ("terminate called without an active exception"): an async collective left
+    running at exit (gloo's interpreter waits for it as it tears down) or DDP's last bucket whose
+    thread was descheduled would kill a process that unprofiled exits 0 (decision 0198).  The
+    wait lets go of the GIL; unprofiled, the teardown waits for that work anyway."""
+    deadline = time.monotonic() + bound_s
+    while _LIVE and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def install_collectives(inst: Installed, torch, core: CoreState) -> None:
     """Register a recording kernel for every c10d operator.  Each records the types of
     ``events.COLLECTIVE_TYPES`` the capture keeps: a kernel whose own type is filtered out still
@@ -53,6 +92,9 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
     if c10d is None:
         return
     rt = inst.rt
+    if not _DRAIN_AT_EXIT:  # (after the program's own handlers, before our final write's)
+        _DRAIN_AT_EXIT.append(True)
+        atexit.register(drain_callbacks, rt.config.final_write_timeout_s)
     _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core))
     lib = torch.library.Library("c10d", "IMPL")
     inst.lib = lib  # registrations live as long as the library object
@@ -240,7 +282,7 @@ class _KernelSite:
                     else:
                         callback = not _blocking_caller(sys._getframe(1))
                     if callback:
-                        work.get_future().add_done_callback(partial(on_done, key))
+                        work.get_future().add_done_callback(_Done(on_done, key))
                 except Exception as e:
                     warn_once("cc", f"collective completion not recorded: {e}")
             return result
