@@ -175,3 +175,26 @@ def test_the_runtime_records_a_kbl_exec_wait_behind_the_latest_execution(tmp_pat
         _restore(jx.waits_restore)
     assert [r[5] for r in rows] == [-1, 0, 0] and after == [], (rows, after)
     assert all(r[4] == -1 and r[1] <= r[2] and r[3] == clock.native_tid() for r in rows), rows
+
+
+def test_a_patch_that_cannot_be_made_leaves_nothing_patched(monkeypatch):
+    class Refuses(type):
+        def __setattr__(cls, name, value):
+            if name == "item":
+                raise TypeError("read-only type")
+            super().__setattr__(name, value)
+
+    class Arrayish(metaclass=Refuses):
+        def block_until_ready(self):
+            return self
+
+        def item(self):
+            return 1
+
+    before = {(o, n): vars(o)[n] for o, n in PATCHED[1:3]}
+    monkeypatch.setattr(array, "ArrayImpl", Arrayish)
+    with pytest.raises(TypeError, match="read-only type"):
+        waits.time_waits(lambda t0, t1: None, clock.now_ns)
+    assert {(o, n): vars(o)[n] for o, n in PATCHED[1:3]} == before
+    assert vars(Arrayish)["block_until_ready"].__name__ == "block_until_ready" and "item" in vars(Arrayish)
+    assert getattr(vars(Arrayish)["block_until_ready"], "__wrapped__", None) is None

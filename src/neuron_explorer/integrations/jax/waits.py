@@ -72,13 +72,6 @@ def time_waits(record: Callable[[int, int], None], now: Callable[[], int]) -> li
         block_until_ready.__wrapped__ = orig  # type: ignore[attr-defined]
         return block_until_ready
 
-    for owner, name in ((array.ArrayImpl, "block_until_ready"), (api, "block_until_ready"),
-                        (jax, "block_until_ready")):
-        orig = getattr(owner, name, None)
-        if orig is not None:
-            setattr(owner, name, timed(orig))
-            restore.append((owner, name, orig))
-
     def read_timed(orig):
         """``orig(self, ...)`` timed (``record`` is not called when it raises)."""
         def read(self, *a, **kw):
@@ -99,13 +92,25 @@ def time_waits(record: Callable[[int, int], None], now: Callable[[], int]) -> li
         read.__wrapped__ = orig  # type: ignore[attr-defined]
         return read
 
-    cls = array.ArrayImpl
-    item = vars(cls).get("item")
-    if callable(item):
-        cls.item = read_timed(item)
-        restore.append((cls, "item", item))
-    value = vars(cls).get("_value")
-    if isinstance(value, property) and value.fget is not None:
-        cls._value = property(read_timed(value.fget), value.fset, value.fdel, value.__doc__)
-        restore.append((cls, "_value", value))
+    def patch(owner, name: str, orig, new) -> None:
+        setattr(owner, name, new)
+        restore.append((owner, name, orig))
+
+    try:
+        for owner, name in ((array.ArrayImpl, "block_until_ready"), (api, "block_until_ready"),
+                            (jax, "block_until_ready")):
+            orig = getattr(owner, name, None)
+            if orig is not None:
+                patch(owner, name, orig, timed(orig))
+        cls = array.ArrayImpl
+        item = vars(cls).get("item")
+        if callable(item):
+            patch(cls, "item", item, read_timed(item))
+        value = vars(cls).get("_value")
+        if isinstance(value, property) and value.fget is not None:
+            patch(cls, "_value", value, property(read_timed(value.fget), value.fset, value.fdel, value.__doc__))
+    except BaseException:  # all or nothing: what was patched is put back
+        for owner, name, orig in reversed(restore):
+            setattr(owner, name, orig)
+        raise
     return restore
