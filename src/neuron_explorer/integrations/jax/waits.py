@@ -28,7 +28,14 @@ from typing import Callable
 
 __all__ = ["time_waits", "unrecorded"]
 
-_quiet = threading.local()  # ``on`` while our own code waits (``unrecorded``)
+class _Flag(threading.local):
+    """A per-thread flag, False in every thread until set (a class default: reading it never
+    raises and catches an AttributeError, as ``getattr(local, name, False)`` does on a miss)."""
+
+    on = False
+
+
+_quiet = _Flag()  # ``on`` while our own code waits (``unrecorded``)
 
 
 class unrecorded:
@@ -36,7 +43,7 @@ class unrecorded:
     waited for by the runtime), not the program's: none is recorded."""
 
     def __enter__(self) -> None:
-        self.prev = getattr(_quiet, "on", False)
+        self.prev = _quiet.on
         _quiet.on = True
 
     def __exit__(self, *exc) -> None:
@@ -51,11 +58,11 @@ def time_waits(record: Callable[[int, int], None], now: Callable[[], int]) -> li
     from jax._src import api, array
 
     restore: list[tuple] = []
-    inside = threading.local()
+    inside = _Flag()  # in a timed block_until_ready (a call inside it counts once)
 
     def timed(orig):
         def block_until_ready(*a, **kw):
-            if getattr(inside, "on", False) or getattr(_quiet, "on", False):
+            if inside.on or _quiet.on:
                 return orig(*a, **kw)
             inside.on = True
             t0 = now()
@@ -77,7 +84,7 @@ def time_waits(record: Callable[[int, int], None], now: Callable[[], int]) -> li
         def read(self, *a, **kw):
             t0 = now()
             out = orig(self, *a, **kw)
-            if not getattr(_quiet, "on", False):
+            if not _quiet.on:
                 t1 = now()
                 try:
                     record(t0, t1)
