@@ -22,6 +22,7 @@ from tests.conftest import (
 )
 
 PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
+JAX_ITEM = REPO / "tests" / "programs" / "jax_item.py"
 pytestmark = pytest.mark.slow
 
 
@@ -31,14 +32,15 @@ def _capture(tmp: Path, mode: str, steps: int, nproc: int = 1, **extra: str) -> 
     return doc, int(m.group(1)) if m else None
 
 
-def _capture_out(tmp: Path, mode: str, steps: int, nproc: int = 1, **extra: str) -> tuple[dict, str]:
+def _capture_out(tmp: Path, mode: str, steps: int, nproc: int = 1, program: Path = PROGRAM,
+                 **extra: str) -> tuple[dict, str]:
     cap = tmp / mode
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
                     PYTHONPATH=os.environ.get("PYTHONPATH", ""), **extra)
     # a 2-rank job's ranks are plain processes (``ranks``): what the insights read is what the ranks
     # ran, and torchrun's launcher, an interpreter that imports torch, records nothing (decision 0193)
-    p = ranks(nproc, PROGRAM, [mode, str(steps)], env) if nproc > 1 else \
-        run([sys.executable, str(PROGRAM), mode, str(steps)], env)
+    p = ranks(nproc, program, [mode, str(steps)], env) if nproc > 1 else \
+        run([sys.executable, str(program), mode, str(steps)], env)
     out = cli("view", "-d", str(cap), "--output-format", "summary-json", "--output-file", "-", "--no-progress",
               env=clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", "")), check=True)
     return json.loads(out.stdout), p.stdout
@@ -194,3 +196,29 @@ def test_a_rank_whose_cpu_another_thread_of_it_takes(tmp):
         assert figs["cpu_process_pct"] > figs["cpu_process_pct_others"]
         busy = figs["cpu_process_pct"] >= max(figs["cpu_process_pct_others"], 100.0) + 20
         assert ("its host CPU is saturated" in st["title"]) == busy, (st["title"], figs)
+
+
+def test_jax_reading_its_loss_every_step(tmp):
+    """A JAX loop that calls ``loss.item()`` after each dispatched update (tests/programs/jax_item.py):
+    the host blocks until the update is computed, each read is a ``kbl_exec_wait``, and the top
+    insight is ``sync_waits`` with the median wait the program timed around its own ``.item()``
+    calls (docs/summary.md, "What each substrate can show")."""
+    doc, out = _capture_out(tmp, "item", 30, program=JAX_ITEM)
+    m = re.search(r"INJECTED_NS (\d+)", out)
+    injected = int(m.group(1)) if m else None
+    top = _top(doc)
+    assert top["id"] == "sync_waits" and injected, ([(i["id"], i["impact_ns_per_step"]) for i in doc["insights"]], out)
+    _within(top["impact_ns_per_step"], injected)
+    assert ".item()" in top["recommendation"]
+    p = doc["steps"]["per_process"][0]
+    assert doc["steps"]["method"] == "cycle" and p["number"] == list(range(30))
+    assert p["sync_waits"][1:] == [1] * 29  # each step holds the previous step's read
+
+
+def test_jax_without_the_read_has_no_sync_waits(tmp):
+    """The same loop without ``.item()`` (one ``block_until_ready`` after the last step): no wait
+    inside a step, no ``sync_waits``."""
+    doc, _ = _capture_out(tmp, "noitem", 30, program=JAX_ITEM)
+    p = doc["steps"]["per_process"][0]
+    assert doc["steps"]["method"] == "cycle" and p["number"] == list(range(30))
+    assert p["sync_waits"][1:] == [0] * 29 and not any(i["id"] == "sync_waits" for i in doc["insights"])

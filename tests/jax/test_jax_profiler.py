@@ -216,3 +216,28 @@ def test_spec_allgather_example_on_two_cpu_devices(tmp_path):
     for f in ntffs:
         assert "all_gather" in " ".join(_op_names(_ntff(os.path.join(d, f))))
     assert len([f for f in os.listdir(d) if f.endswith(".neff")]) == 2
+
+
+def test_reads_of_the_loss_are_waits_and_unpatched_after_the_trace(tmp_path):
+    """Under ``jax.profiler.trace``, ``.item()`` and ``float()`` of a jitted call's result are host
+    waits like ``block_until_ready`` (one ``kbl_exec_wait`` each); when the trace stops, JAX's
+    methods are its own again."""
+    code = ("import os, jax, jax.numpy as jnp\n"
+            "from jax._src import array\n"
+            "os.environ['NEURON_RT_INSPECT_DEVICE_PROFILE'] = '1'\n"
+            "os.environ['NEURON_RT_INSPECT_OUTPUT_DIR'] = './output'\n"
+            "before = (vars(array.ArrayImpl)['item'], vars(array.ArrayImpl)['_value'])\n"
+            "f = jax.jit(lambda a: (a @ a).sum())\n"
+            "x = jnp.ones((64, 64))\n"
+            "with jax.profiler.trace('./output'):\n"
+            "    a = f(x).item()\n"
+            "    b = float(f(x))\n"
+            "    f(x).block_until_ready()\n"
+            "after = (vars(array.ArrayImpl)['item'], vars(array.ArrayImpl)['_value'])\n"
+            "print('VALUES', a, b, after == before)\n")
+    env = clean_env()
+    env.pop("NEURON_EXPLORER_QUIET", None)
+    p = run([sys.executable, "-c", code], env, cwd=tmp_path, timeout=180)
+    assert "VALUES 262144.0 262144.0 True" in p.stdout, p.stdout + p.stderr
+    _, s = _session(tmp_path / "output")
+    assert Counter(_names(s))["kbl_exec_wait"] == 3

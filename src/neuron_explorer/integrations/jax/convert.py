@@ -6,7 +6,8 @@ What the trace holds becomes the capture's vocabulary:
 - each execution of a jitted computation on a device -> ``nrt_execute`` + ``nc_exec_running``
   (the host call and the device span), one ``Model`` per computation and core;
 - each compilation seen in the trace -> ``model_load``;
-- each ``block_until_ready`` -> ``kbl_exec_wait`` (timed on the host clock by the plugin); each
+- each host wait (``block_until_ready``, ``.item()``, ``float()`` and the other reads of an array's
+  value: ``waits``) -> ``kbl_exec_wait`` (timed on the host clock by the plugin); each
   kernel on a device stream (GPU hosts) -> ``device_exec``; the PjRt execute call's share before
   the core starts -> ``runtime_execute`` (derived with the execution pair when the rows are stored);
 - the XLA ops inside each execution -> a device profile (``.ntff``), one per computation and core
@@ -66,7 +67,7 @@ class Recording(Protocol):
     anchors: list  # clock anchors (monotonic, wall, label): start first, stop last
     marks: dict[str, tuple[int, int]]  # host monotonic reads around each clock marker
     annotations: list[tuple[int, int, int, str]]  # (start, end, thread id, label)
-    waits: list[tuple[int, int, int]]  # block_until_ready calls: (start, end, thread id)
+    waits: list[tuple[int, int, int]]  # host waits: (start, end, thread id)
     sampler: "HostSampler | None"
 
 
@@ -309,7 +310,7 @@ class _Conversion:
                 self.rec(g.dev, (ev.DEVICE_EXEC, row.start + off, row.end + off, tid, m.id, eid, 0, 0, 0))
 
     def add_waits(self, waits: list[tuple[int, int, int]]) -> None:
-        """``kbl_exec_wait`` for each ``block_until_ready``, on the core of the latest execution
+        """``kbl_exec_wait`` for each host wait, on the core of the latest execution
         started before the wait ended (its id in the event), else on the process's core."""
         if not self.rt.enabled[ev.KBL_EXEC_WAIT]:
             return

@@ -31,6 +31,7 @@ from neuron_explorer.capture.device import OpTable, write_device_trace, write_ne
 from neuron_explorer.contracts.layout import model_ntff_name, neff_file_name, session_ntff_name
 from neuron_explorer.integrations.jax import xplane
 from neuron_explorer.integrations.jax.marks import MARK_START, MARK_STOP
+from neuron_explorer.integrations.jax.waits import unrecorded
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import Model
 
@@ -87,7 +88,8 @@ class JaxDeviceProfiler:
             out = fn(*args, **kwargs)
             t_ret = now_ns()
             try:
-                jax.block_until_ready(out)
+                with unrecorded():  # (our wait, not the program's: no kbl_exec_wait)
+                    jax.block_until_ready(out)
             except Exception:
                 pass  # e.g. an output donated meanwhile: the host call is all we know
             t_ready = now_ns()

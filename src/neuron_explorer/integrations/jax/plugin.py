@@ -161,7 +161,7 @@ class TraceRecording:
         self.anchors = [clock.anchor("start")]
         self.marks: dict[str, tuple[int, int]] = {}
         self.annotations: list[tuple[int, int, int, str]] = []  # (start, end, thread id, label)
-        self.waits: list[tuple[int, int, int]] = []  # block_until_ready calls: (start, end, thread id)
+        self.waits: list[tuple[int, int, int]] = []  # host waits: (start, end, thread id)
         self.log_dir: str | None = None
         self.start_wall = time.time_ns()
         self.pid = os.getpid()
@@ -195,36 +195,14 @@ class TraceRecording:
                                               "_nx_trace", time.perf_counter_ns))
 
     def patch_waits(self) -> None:
-        """Time each ``block_until_ready`` (the method and ``jax.block_until_ready``; a call inside
-        another counts once) on the host monotonic clock: the host blocked on the device's results,
-        ``kbl_exec_wait`` (restored by ``unpatch``)."""
-        import jax
-        from jax._src import api, array
+        """Time each host wait (``block_until_ready``, and a read of an array's value while it is
+        still being computed: ``waits.time_waits``) on the host monotonic clock: the host blocked
+        on the device's results, ``kbl_exec_wait`` (restored by ``unpatch``)."""
+        from neuron_explorer.integrations.jax.waits import time_waits
 
         rec = self.waits.append
-        now = time.perf_counter_ns
         tid = threading.get_native_id
-        inside = threading.local()
-
-        def timed(orig):
-            def wait(*a, **kw):
-                if getattr(inside, "on", False):
-                    return orig(*a, **kw)
-                inside.on = True
-                t0 = now()
-                try:
-                    return orig(*a, **kw)
-                finally:
-                    inside.on = False
-                    rec((t0, now(), tid()))
-            return wait
-
-        for owner, name in ((array.ArrayImpl, "block_until_ready"), (api, "block_until_ready"),
-                            (jax, "block_until_ready")):
-            orig = getattr(owner, name, None)
-            if orig is not None:
-                setattr(owner, name, timed(orig))
-                self._restore.append((owner, name, orig))
+        self._restore.extend(time_waits(lambda t0, t1: rec((t0, t1, tid())), time.perf_counter_ns))
 
     def unpatch(self) -> None:
         for r in self._restore:
@@ -275,7 +253,7 @@ def _begin(in_start: bool) -> None:
     try:
         t.patch_waits()
     except Exception as e:  # a JAX without these names: no waits, the rest still recorded
-        _warn_once("waits", f"block_until_ready not timed: {e}")
+        _warn_once("waits", f"host waits not timed: {e}")
     t.start_sampler()
     if not in_start:
         t.mark(MARK_START)

@@ -12,7 +12,10 @@ monitor's counters): no ``jax.profiler`` in the program.
 * records ``TraceAnnotation`` and top-level ``named_scope`` regions as framework events named by
   their label (``regions``);
 * with ``NEURON_RT_INSPECT_DEVICE_PROFILE``, records the XLA ops of profiled executions
-  (``devprof``).
+  (``devprof``);
+* records the host's waits on dispatched work (``block_until_ready``, and ``.item()``,
+  ``float()`` and the other reads of an array's value on the host) as ``kbl_exec_wait``
+  (``waits``).
 
 NDET and neuron-monitor count JAX executions because they are fed the same records as PyTorch's:
 the capture ring, ``NdetRecorder.exec_begin/exec_end`` and ``AppStats.runtime_feed``.
@@ -68,6 +71,11 @@ def install(rt: Runtime, jax) -> "JaxRuntime | None":
         from neuron_explorer.integrations.jax.regions import install_regions
 
         install_regions(jx)
+    if rt.enabled[ev.KBL_EXEC_WAIT]:
+        try:
+            jx.install_waits()
+        except Exception as e:  # a JAX without these names: no waits, the rest still recorded
+            jx.warn_once("waits", f"host waits not timed: {e}")
     return jx
 
 
@@ -104,6 +112,7 @@ class JaxRuntime:
         self.warned: set[str] = set()
         self.orig_jit: Callable | None = None
         self.public_jit: Callable | None = None
+        self.waits_restore: list[tuple] = []  # (owner, name, original) of what install_waits patched
 
     def warn_once(self, key: str, msg: str) -> None:
         if key not in self.warned:
@@ -124,6 +133,29 @@ class JaxRuntime:
         _OUR_JITS.append(jit)
         jax.jit = jit
         self._maybe_devprof()
+
+    def install_waits(self) -> None:
+        """Record each host wait (``block_until_ready``, a read of an array's value on the host:
+        ``waits.time_waits``) as a ``kbl_exec_wait`` naming the core's latest execution (none
+        once the capture has stopped)."""
+        from neuron_explorer.integrations.jax.waits import time_waits
+
+        rt, core = self.rt, self.core
+        append, tick = core.ring.append, core.ring.tick
+        tids, get_ident = clock.native_ids, threading.get_ident
+        wait = ev.KBL_EXEC_WAIT
+
+        def record(t0: int, t1: int) -> None:
+            if rt.stopped:
+                return
+            try:
+                tid = tids[get_ident()]
+            except KeyError:
+                tid = native_tid()
+            append((wait, t0, t1, tid, -1, core.exec_count - 1, 0, -1, 0))
+            tick()
+
+        self.waits_restore = time_waits(record, now_ns)
 
     def wrap_pjit(self, res, fun, jit_kwargs: dict | None):
         """The recording stand-in of the PjitFunction ``res`` made from ``fun`` (anything else, or
