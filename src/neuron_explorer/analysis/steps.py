@@ -167,16 +167,16 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
     ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
     lab_kind = _label_kinds(strings)  # per string id: 0 other, 1 data loader, 2 optimizer region, 3 mark
     first = int(start.min()) if len(start) else None
-    st = _numbered(start[ex], end[ex], model_id[ex], start[fw], end[fw], label[fw], lab_kind,
-                   strings, models, first, figure_at_most)
+    taken = ((start[ex], end[ex], model_id[ex]), (start[fw], end[fw], label[fw]))
+    st = _numbered(*taken[0], *taken[1], lab_kind, strings, models, first, figure_at_most)
     if st is None:
         return _none()
     if st.every is not None:  # only the events the figured steps need
         keep = _overlapping(start, end, st.start_ns, st.end_ns)
         typ, start, end, model_id, label, nbytes = typ[keep], start[keep], end[keep], model_id[keep], label[keep], \
             nbytes[keep]
-        by = _ByType(typ)
-    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts, by)
+        return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts)
+    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts, by, taken)
 
 
 class _ByType:
@@ -241,13 +241,17 @@ def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, fir
 
 
 def _figure(st: Steps, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts: bool = True,
-            by: _ByType | None = None) -> Steps:
+            by: _ByType | None = None, taken: tuple | None = None) -> Steps:
+    """``st`` figured from the events; ``by`` and ``taken`` (the executions' start, end and
+    model id, the framework regions' start, end and label) when ``find_steps`` has them already."""
     by = _ByType(typ) if by is None else by
-    ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
-    fw_k = _kinds_of(lab_kind, label[fw])
+    if taken is None:
+        ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
+        taken = ((start[ex], end[ex], model_id[ex]), (start[fw], end[fw], label[fw]))
+    (ex_s, ex_e, ex_m), (fw_s, fw_e, fw_l) = taken
+    fw_k = _kinds_of(lab_kind, fw_l)
     kind_of = {int(m[0]): m[2] for m in models}
-    return _figures_for(st, by, start, end, nbytes, tid, start[fw], end[fw], fw_k,
-                        start[ex], end[ex], model_id[ex], kind_of, models, counts)
+    return _figures_for(st, by, start, end, nbytes, tid, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m, kind_of, models, counts)
 
 
 def _kinds_of(lab_kind: np.ndarray, fw_l: np.ndarray) -> np.ndarray:
