@@ -284,7 +284,7 @@ def _random_spans(rng):
 
 
 def test_covered_time_in_one_c_pass_is_the_numpy_twins():
-    """``steps._covered`` (``analysis._sweep``: one pass over the six categories by start) gives
+    """``_sweep.covered`` (one pass over the six categories by start), per step, gives
     exactly what ``_covered_numpy`` (each union merged, joined in priority order, cumulative covered
     time per step) gives: the unions of the first k categories, the collectives, the collectives or
     waits, per step, on random intervals and steps (chained or overlapping)."""
@@ -335,7 +335,7 @@ def test_durations_in_c_are_the_numpy_twins():
 
 
 def test_sweep_refuses_what_it_cannot_do():
-    """The C pass answers None for a category not listed by start (``_covered`` sorts it), and
+    """The C pass answers None for a category not listed by start (``_durations`` sorts it), and
     refuses points out of order, a wrong count of arrays or arrays of another type."""
     import pytest
 

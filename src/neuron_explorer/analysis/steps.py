@@ -616,7 +616,9 @@ def _durations_numpy(spans: _Spans, cats: dict, wall: np.ndarray) -> dict[str, n
 
 
 def _covered_numpy(spans: _Spans, cats: dict) -> list[np.ndarray]:
-    """``_covered`` by numpy: each category's union (``_merge``), the unions joined in priority order
+    """Per step, the time covered by the union of the first k categories (k = 1..6, ``_BITS``' order),
+    by the collectives and by the collectives or waits (``_sweep.covered``'s rows per step), by
+    numpy: each category's union (``_merge``), the unions joined in priority order
     (``_join``), and each one's covered time per step (``_Spans.within``)."""
     u = {bit: _merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
     covered = [spans.within(u[_C])]
