@@ -284,7 +284,7 @@ def _random_spans(rng):
 
 
 def test_covered_time_in_one_c_pass_is_the_numpy_twins():
-    """``steps._covered`` (``analysis._sweep``: one pass over the six categories by start) gives
+    """``_sweep.covered`` (one pass over the six categories by start), per step, gives
     exactly what ``_covered_numpy`` (each union merged, joined in priority order, cumulative covered
     time per step) gives: the unions of the first k categories, the collectives, the collectives or
     waits, per step, on random intervals and steps (chained or overlapping)."""
@@ -295,15 +295,47 @@ def test_covered_time_in_one_c_pass_is_the_numpy_twins():
     for i in range(3000):
         cats = _random_cats(rng, 40 if i % 3 else 4)
         spans = _random_spans(rng)
-        got = steps._covered(spans, cats)
+        got = _covered_in_c(steps, spans, cats)
         want = steps._covered_numpy(spans, cats)
         assert len(got) == len(want) == 8
         for k, (g, w) in enumerate(zip(got, want)):
             assert g.dtype == np.int64 and g.tolist() == w.tolist(), (i, k)
 
 
+def _covered_in_c(steps, spans, cats) -> list[np.ndarray]:
+    """``_sweep.covered``'s rows per step (each category sorted by start first, as ``_durations``
+    does for one that is not)."""
+    arrays = []
+    for bit in steps._BITS:
+        s, e = (np.asarray(a, dtype=np.int64) for a in cats[bit])
+        o = np.argsort(s, kind="stable")
+        arrays += [s[o], e[o]]
+    upto = np.frombuffer(steps._sweep.covered(spans.points, tuple(arrays)), dtype=np.int64)
+    return [spans.between(row) for row in upto.reshape(8, len(spans.points))]
+
+
+def test_durations_in_c_are_the_numpy_twins():
+    """``steps._durations`` (``analysis._sweep.durations``: the covered time and the figures per
+    step in C) gives exactly what ``_durations_numpy`` gives, on random intervals (some categories
+    not by start) and steps (chained or overlapping), and writable int64 columns."""
+    from neuron_explorer.analysis import steps
+
+    assert steps._sweep is not None, "the C extension analysis._sweep is not built (make ext)"
+    rng = np.random.default_rng(195)
+    for i in range(3000):
+        cats = _random_cats(rng, 40 if i % 3 else 4)
+        spans = _random_spans(rng)
+        wall = spans.points[spans.ihi] - spans.points[spans.ilo]
+        got = steps._durations(spans, cats, wall)
+        want = steps._durations_numpy(spans, cats, wall)
+        assert list(got) == list(want) == list(steps._DURATIONS)
+        for k in want:
+            assert got[k].dtype == np.int64 and got[k].flags.writeable, (i, k)
+            assert got[k].tolist() == want[k].tolist(), (i, k)
+
+
 def test_sweep_refuses_what_it_cannot_do():
-    """The C pass answers None for a category not listed by start (``_covered`` sorts it), and
+    """The C pass answers None for a category not listed by start (``_durations`` sorts it), and
     refuses points out of order, a wrong count of arrays or arrays of another type."""
     import pytest
 
@@ -323,6 +355,17 @@ def test_sweep_refuses_what_it_cannot_do():
         _sweep.covered(pts, (np.array([1], dtype=np.int64), z) + (z,) * 10)
     with pytest.raises(TypeError):
         _sweep.covered(pts.astype(np.int32), ok)
+    lo, hi = np.array([0], dtype=np.int64), np.array([1], dtype=np.int64)
+    assert _sweep.durations(pts, (np.array([2, 1], dtype=np.int64), np.array([5, 3], dtype=np.int64)) + (z,) * 10,
+                            lo, hi) is None
+    assert np.frombuffer(_sweep.durations(pts, ok, lo, hi), dtype=np.int64).tolist() == \
+        np.frombuffer(_sweep.durations(pts, ok, None, None), dtype=np.int64).tolist() == [4, 0, 0, 0, 0, 0, 6, 0, 10, 4]
+    with pytest.raises(ValueError):
+        _sweep.durations(pts, ok, lo, np.array([2], dtype=np.int64))
+    with pytest.raises(ValueError):
+        _sweep.durations(pts, ok, lo, np.array([1, 1], dtype=np.int64))
+    with pytest.raises(TypeError):
+        _sweep.durations(pts, ok, lo, hi.astype(np.int32))
 
 
 def test_steps_found_with_and_without_the_c_pass_are_the_same(monkeypatch):

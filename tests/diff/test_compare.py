@@ -51,6 +51,25 @@ def test_order_statistics_from_one_partition_are_numpys(n):
     assert cmp.order(np.zeros(0, dtype=np.int64)) == cmp.Order(0)
 
 
+@pytest.mark.parametrize("n", [cmp.COUNT_AT_LEAST, cmp.COUNT_AT_LEAST + 1, 100_003])
+def test_order_statistics_by_counting_are_the_partitions(n, monkeypatch):
+    """A large sample of integers in a narrow range is counted (``compare._kth_values``) instead of
+    partitioned: the same ``Order`` as the partition gives (and numpy's own numbers), whatever the
+    range's place (from 0, far from it, below it) or width (one value short of the sample's size,
+    or wider: partitioned)."""
+    rng = np.random.default_rng(n)
+    samples = [rng.integers(0, n, n), rng.integers(10**15, 10**15 + n // 3, n), rng.integers(-n // 2, n // 2, n),
+               rng.integers(0, 5, n), np.concatenate([rng.integers(20, 40, n - 1), [20 + n - 1]]),
+               rng.integers(0, 2 * n, n), np.sort(rng.integers(7, 7 + n // 100, n))]
+    counted = [cmp.order(v.astype(np.int64)) for v in samples]
+    assert [cmp._kth_values(v.astype(np.int64), [0, n - 1], int(v.min()), int(v.max())) is None
+            for v in samples] == [False] * 5 + [True, False]
+    monkeypatch.setattr(cmp, "COUNT_AT_LEAST", 1 << 62)  # every sample partitioned
+    for v, o in zip(samples, counted):
+        assert o == cmp.order(v.astype(np.int64))
+        assert o.median == np.median(v) and o.q25 == np.quantile(v, 0.25)
+
+
 def test_a_clear_change_gets_its_sign_and_a_tie_gets_none():
     base = _samples(60, 10e6, 0.5e6, 1)
     slower = cmp.compare(base, _samples(60, 13e6, 0.5e6, 2), "k")

@@ -43,6 +43,8 @@ typedef struct {
     int64_t acc[ROWS];  /* covered time so far, per row */
     int64_t cur;        /* the sweep's time: everything before it is accounted */
     int64_t re[CATS];   /* each category's current run end (INT64_MIN: none yet) */
+    int act[CATS];      /* the categories that have intervals (the others are never on) */
+    int nact;
     const int64_t *points;
     Py_ssize_t np, ip;
     int64_t *out;
@@ -68,7 +70,8 @@ static void advance(sweep *w, int64_t t, int last) {
     for (;;) {
         int64_t nb = t;
         unsigned mask = 0;
-        for (int c = 0; c < CATS; c++) {
+        for (int j = 0; j < w->nact; j++) {
+            int c = w->act[j];
             if (w->re[c] > w->cur) {
                 mask |= 1u << c;
                 if (w->re[c] < nb) nb = w->re[c];
@@ -88,81 +91,207 @@ static void advance(sweep *w, int64_t t, int last) {
     }
 }
 
-static PyObject *covered(PyObject *self, PyObject *args) {
-    PyObject *opoints, *ocats;
-    if (!PyArg_ParseTuple(args, "OO!", &opoints, &PyTuple_Type, &ocats)) return NULL;
+/* the arguments both functions take: the points and the 12 arrays, checked; 1 when some category
+ * is not by start (the caller answers None), -1 on an error (set), 0 when the sweep can run */
+typedef struct {
+    Py_buffer pb, bufs[2 * CATS];
+    int got;
+    const int64_t *s[CATS], *e[CATS];
+    Py_ssize_t n[CATS];
+    const int64_t *points;
+    Py_ssize_t np;
+} inputs;
+
+static int take_inputs(inputs *in, PyObject *opoints, PyObject *ocats) {
+    in->got = -1;
     if (PyTuple_GET_SIZE(ocats) != 2 * CATS) {
         PyErr_SetString(PyExc_ValueError, "intervals: 12 arrays (the starts and ends of 6 categories)");
-        return NULL;
+        return -1;
     }
-    Py_buffer pb, bufs[2 * CATS];
-    int got = 0;
-    PyObject *res = NULL;
-    if (get_int64(opoints, &pb, "points") < 0) return NULL;
-    for (; got < 2 * CATS; got++)
-        if (get_int64(PyTuple_GET_ITEM(ocats, got), &bufs[got], got % 2 ? "ends" : "starts") < 0) goto done;
-    const int64_t *s[CATS], *e[CATS];
-    Py_ssize_t n[CATS], i[CATS];
+    if (get_int64(opoints, &in->pb, "points") < 0) return -1;
+    in->got = 0;
+    for (; in->got < 2 * CATS; in->got++)
+        if (get_int64(PyTuple_GET_ITEM(ocats, in->got), &in->bufs[in->got], in->got % 2 ? "ends" : "starts") < 0)
+            return -1;
+    int unsorted = 0;
     for (int c = 0; c < CATS; c++) {
-        s[c] = bufs[2 * c].buf;
-        e[c] = bufs[2 * c + 1].buf;
-        n[c] = bufs[2 * c].len / 8;
-        i[c] = 0;
-        if (bufs[2 * c + 1].len / 8 != n[c]) {
+        in->s[c] = in->bufs[2 * c].buf;
+        in->e[c] = in->bufs[2 * c + 1].buf;
+        in->n[c] = in->bufs[2 * c].len / 8;
+        if (in->bufs[2 * c + 1].len / 8 != in->n[c]) {
             PyErr_SetString(PyExc_ValueError, "a category's starts and ends differ in length");
-            goto done;
+            return -1;
         }
-        for (Py_ssize_t k = 1; k < n[c]; k++) {
-            if (s[c][k] < s[c][k - 1]) {  /* not by start: the caller sorts it */
-                res = Py_None;
-                Py_INCREF(res);
-                goto done;
-            }
-        }
+        for (Py_ssize_t k = 1; k < in->n[c] && !unsorted; k++)
+            if (in->s[c][k] < in->s[c][k - 1]) unsorted = 1;  /* not by start: the caller sorts it */
     }
-    Py_ssize_t np_ = pb.len / 8;
-    const int64_t *points = pb.buf;
-    for (Py_ssize_t k = 1; k < np_; k++) {
-        if (points[k] < points[k - 1]) {
+    if (unsorted) return 1;
+    in->np = in->pb.len / 8;
+    in->points = in->pb.buf;
+    for (Py_ssize_t k = 1; k < in->np; k++) {
+        if (in->points[k] < in->points[k - 1]) {
             PyErr_SetString(PyExc_ValueError, "points: not ascending");
-            goto done;
+            return -1;
         }
     }
-    res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ROWS * np_ * 8);
-    if (res == NULL) goto done;
+    return 0;
+}
+
+static void release_inputs(inputs *in) {
+    if (in->got < 0) return;
+    PyBuffer_Release(&in->pb);
+    for (int k = 0; k < in->got; k++) PyBuffer_Release(&in->bufs[k]);
+}
+
+/* the sweep itself: ``out`` gets ROWS rows of ``in->np`` (no Python calls: run without the GIL) */
+static void run_sweep(const inputs *in, int64_t *out) {
+    Py_ssize_t i[CATS];
     sweep w;
     memset(&w, 0, sizeof w);
     w.cur = INT64_MIN;
-    for (int c = 0; c < CATS; c++) w.re[c] = INT64_MIN;
-    w.points = points;
-    w.np = np_;
-    w.out = (int64_t *)PyBytes_AS_STRING(res);
-    Py_BEGIN_ALLOW_THREADS
+    for (int c = 0; c < CATS; c++) {
+        w.re[c] = INT64_MIN;
+        i[c] = 0;
+        if (in->n[c]) w.act[w.nact++] = c;  /* (in priority order) */
+    }
+    w.points = in->points;
+    w.np = in->np;
+    w.out = out;
     record(&w);
     while (w.ip < w.np) {
         int best = -1;
         int64_t t = INT64_MAX;
-        for (int c = 0; c < CATS; c++)
-            if (i[c] < n[c] && (best < 0 || s[c][i[c]] < t)) { best = c; t = s[c][i[c]]; }
+        for (int j = 0; j < w.nact; j++) {
+            int c = w.act[j];
+            if (i[c] < in->n[c] && (best < 0 || in->s[c][i[c]] < t)) { best = c; t = in->s[c][i[c]]; }
+        }
         if (best < 0) {
             advance(&w, INT64_MAX, 1);
             break;
         }
         advance(&w, t, 0);
-        int64_t end = e[best][i[best]];
+        int64_t end = in->e[best][i[best]];
         if (end < t) end = t;  /* (a reversed interval is empty) */
         if (end > w.re[best]) w.re[best] = end;
         i[best]++;
     }
+}
+
+static PyObject *covered(PyObject *self, PyObject *args) {
+    PyObject *opoints, *ocats;
+    if (!PyArg_ParseTuple(args, "OO!", &opoints, &PyTuple_Type, &ocats)) return NULL;
+    inputs in;
+    PyObject *res = NULL;
+    int st = take_inputs(&in, opoints, ocats);
+    if (st == 1) {
+        res = Py_None;
+        Py_INCREF(res);
+    } else if (st == 0) {
+        res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ROWS * in.np * 8);
+        if (res != NULL) {
+            int64_t *out = (int64_t *)PyBytes_AS_STRING(res);
+            Py_BEGIN_ALLOW_THREADS
+            run_sweep(&in, out);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    release_inputs(&in);
+    return res;
+}
+
+#define DROWS 10
+
+static inline int64_t pos(int64_t x) { return x > 0 ? x : 0; }
+
+/* durations(points, intervals, lo, hi) -> bytearray or None: the step figures ``analysis.steps._figures``
+ * makes of the covered time (its numpy twin ``_durations_numpy``), per step i of the span
+ * [points[lo[i]], points[hi[i]]) (``lo``/``hi``: int64 indexes into ``points``; both None: the steps
+ * follow one another, step i from point i to point i + 1).  10 rows of n int64: compute, exposed
+ * collective, sync wait, compile, data loading, host (each the growth of the union by its category,
+ * the priority partition), idle (the wall time none of them covers), collective (all collective
+ * time), own (neither a collective nor a wait) and compute_own (the first three categories'
+ * union outside collectives and waits). */
+static PyObject *durations(PyObject *self, PyObject *args) {
+    PyObject *opoints, *ocats, *olo, *ohi;
+    if (!PyArg_ParseTuple(args, "OO!OO", &opoints, &PyTuple_Type, &ocats, &olo, &ohi)) return NULL;
+    inputs in;
+    Py_buffer lb, hb;
+    int have_idx = 0;
+    PyObject *res = NULL;
+    int64_t *upto = NULL;
+    int st = take_inputs(&in, opoints, ocats);
+    if (st == 1) {
+        res = Py_None;
+        Py_INCREF(res);
+        goto done;
+    }
+    if (st < 0) goto done;
+    Py_ssize_t n;
+    const int64_t *lo = NULL, *hi = NULL;
+    if (olo == Py_None && ohi == Py_None) {
+        n = in.np > 0 ? in.np - 1 : 0;
+    } else {
+        if (get_int64(olo, &lb, "lo") < 0) goto done;
+        if (get_int64(ohi, &hb, "hi") < 0) {
+            PyBuffer_Release(&lb);
+            goto done;
+        }
+        have_idx = 1;
+        n = lb.len / 8;
+        lo = lb.buf;
+        hi = hb.buf;
+        if (hb.len / 8 != n) {
+            PyErr_SetString(PyExc_ValueError, "lo and hi differ in length");
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (lo[k] < 0 || lo[k] >= in.np || hi[k] < 0 || hi[k] >= in.np) {
+                PyErr_SetString(PyExc_ValueError, "lo, hi: an index outside the points");
+                goto done;
+            }
+        }
+    }
+    upto = PyMem_Malloc((size_t)(ROWS * in.np + 1) * 8);
+    if (upto == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    res = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)DROWS * n * 8);  /* (writable columns) */
+    if (res == NULL) goto done;
+    int64_t *out = (int64_t *)PyByteArray_AS_STRING(res);
+    Py_BEGIN_ALLOW_THREADS
+    run_sweep(&in, upto);
+    const int64_t *pts = in.points;
+    Py_ssize_t N = in.np;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t a = lo ? lo[k] : k, b = hi ? hi[k] : k + 1;
+        int64_t cov[ROWS];
+        for (int r = 0; r < ROWS; r++) cov[r] = pos(upto[r * N + b] - upto[r * N + a]);
+        int64_t prev = 0;
+        for (int r = 0; r < CATS; r++) {
+            out[r * n + k] = pos(cov[r] - prev);
+            if (cov[r] > prev) prev = cov[r];
+        }
+        int64_t wall = pts[b] - pts[a];
+        out[6 * n + k] = pos(wall - prev);
+        out[7 * n + k] = cov[6];
+        out[8 * n + k] = pos(wall - cov[7]);
+        out[9 * n + k] = pos(cov[2] - cov[7]);
+    }
     Py_END_ALLOW_THREADS
 done:
-    PyBuffer_Release(&pb);
-    for (int k = 0; k < got; k++) PyBuffer_Release(&bufs[k]);
+    PyMem_Free(upto);
+    if (have_idx) {
+        PyBuffer_Release(&lb);
+        PyBuffer_Release(&hb);
+    }
+    release_inputs(&in);
     return res;
 }
 
 static PyMethodDef methods[] = {
     {"covered", covered, METH_VARARGS, "Per point, the time before it covered by the step categories' unions."},
+    {"durations", durations, METH_VARARGS, "Per step, the durations of the step figures from the covered time."},
     {NULL, NULL, 0, NULL},
 };
 

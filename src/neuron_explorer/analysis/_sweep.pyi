@@ -1,9 +1,11 @@
-"""The step detector's covered time in C (``analysis/_sweep.c``), for ``analysis.steps._covered``.
+"""The step detector's covered time in C (``analysis/_sweep.c``), for ``analysis.steps._durations``.
 
-Its Python twin is ``analysis.steps._covered_numpy`` (each category's union merged, the unions
-joined in priority order, the cumulative covered time looked up per step), which is used when the
-module is not built; ``tests/analysis/test_steps.py`` holds the two to the same integers.  Why it
-exists: docs/decisions/0192-step-figures-in-one-pass.md.
+Its Python twin is ``analysis.steps._durations_numpy`` (each category's union merged, the unions
+joined in priority order, the cumulative covered time looked up per step: ``_covered_numpy``;
+then the partition), which is used when the module is not built or with
+``NEURON_EXPLORER_PURE_PYTHON=1``; ``tests/analysis/test_steps.py`` holds the two to the same
+integers.  Why it exists: docs/decisions/0192-step-figures-in-one-pass.md,
+docs/decisions/0195-diff-cpu-round-three.md.
 """
 
 from typing import Any
@@ -18,3 +20,13 @@ def covered(points: NDArray[Any], intervals: tuple[NDArray[Any], ...], /) -> byt
     start; None when some category's starts are not ascending.  ``ValueError`` for points out of
     order, another count of arrays or a category's starts and ends of different lengths;
     ``TypeError`` for a buffer that is not int64."""
+
+def durations(points: NDArray[Any], intervals: tuple[NDArray[Any], ...], lo: NDArray[Any] | None,
+              hi: NDArray[Any] | None, /) -> bytearray | None:
+    """Per step i, the span ``[points[lo[i]], points[hi[i]])`` (``lo`` and ``hi`` None: the steps follow
+    one another, step i from point i to point i + 1), 10 rows of native int64: the six categories'
+    growth of the union in priority order, idle (the span's time none covers), the collectives'
+    time, the time in neither a collective nor a wait, and the first three categories' union
+    outside collectives and waits (``analysis.steps._DURATIONS``).  The points and intervals as for
+    ``covered`` (None when some category's starts are not ascending); ``ValueError`` for ``lo`` and
+    ``hi`` of different lengths or an index outside the points."""

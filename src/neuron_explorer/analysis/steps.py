@@ -45,6 +45,7 @@ counts and the executions' recorded flops.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,9 +55,11 @@ import numpy as np
 from neuron_explorer.analysis import stepalign
 from neuron_explorer.util.intervals import overlap_runs
 
-try:  # (the covered time in one C pass; without it, its numpy twin: ``_covered``)
+try:  # (the covered time in one C pass; without it, or with NEURON_EXPLORER_PURE_PYTHON=1, its numpy twin)
     from neuron_explorer.analysis import _sweep
 except ImportError:  # pragma: no cover - an install without the C extensions
+    _sweep = None  # type: ignore[assignment]
+if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     _sweep = None  # type: ignore[assignment]
 
 __all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
@@ -164,16 +167,16 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
     ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
     lab_kind = _label_kinds(strings)  # per string id: 0 other, 1 data loader, 2 optimizer region, 3 mark
     first = int(start.min()) if len(start) else None
-    st = _numbered(start[ex], end[ex], model_id[ex], start[fw], end[fw], label[fw], lab_kind,
-                   strings, models, first, figure_at_most)
+    taken = ((start[ex], end[ex], model_id[ex]), (start[fw], end[fw], label[fw]))
+    st = _numbered(*taken[0], *taken[1], lab_kind, strings, models, first, figure_at_most)
     if st is None:
         return _none()
     if st.every is not None:  # only the events the figured steps need
         keep = _overlapping(start, end, st.start_ns, st.end_ns)
         typ, start, end, model_id, label, nbytes = typ[keep], start[keep], end[keep], model_id[keep], label[keep], \
             nbytes[keep]
-        by = _ByType(typ)
-    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts, by)
+        return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts)
+    return _figure(st, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts, by, taken)
 
 
 class _ByType:
@@ -238,13 +241,17 @@ def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, fir
 
 
 def _figure(st: Steps, typ, start, end, model_id, label, nbytes, tid, lab_kind, models, counts: bool = True,
-            by: _ByType | None = None) -> Steps:
+            by: _ByType | None = None, taken: tuple | None = None) -> Steps:
+    """``st`` figured from the events; ``by`` and ``taken`` (the executions' start, end and
+    model id, the framework regions' start, end and label) when ``find_steps`` has them already."""
     by = _ByType(typ) if by is None else by
-    ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
-    fw_k = _kinds_of(lab_kind, label[fw])
+    if taken is None:
+        ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
+        taken = ((start[ex], end[ex], model_id[ex]), (start[fw], end[fw], label[fw]))
+    (ex_s, ex_e, ex_m), (fw_s, fw_e, fw_l) = taken
+    fw_k = _kinds_of(lab_kind, fw_l)
     kind_of = {int(m[0]): m[2] for m in models}
-    return _figures_for(st, by, start, end, nbytes, tid, start[fw], end[fw], fw_k,
-                        start[ex], end[ex], model_id[ex], kind_of, models, counts)
+    return _figures_for(st, by, start, end, nbytes, tid, fw_s, fw_e, fw_k, ex_s, ex_e, ex_m, kind_of, models, counts)
 
 
 def _kinds_of(lab_kind: np.ndarray, fw_l: np.ndarray) -> np.ndarray:
@@ -355,12 +362,15 @@ class _Locator:
 
 def _id_counts(ids: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The distinct ids and how many of each (or the sum of ``weights``): ``bincount`` over the
-    small ids a capture numbers its graphs with, a sort for anything else."""
-    if len(ids) and 0 <= int(ids.min()) and int(ids.max()) < (1 << 16):
-        c = np.bincount(ids, minlength=1)
+    small ids a capture numbers its graphs with (counted from the smallest: a diff's -1, a graph
+    its dataset does not name, is one of them), a sort for anything else."""
+    lo = int(ids.min()) if len(ids) else 0
+    if len(ids) and int(ids.max()) - lo < (1 << 16):
+        at = ids - lo if lo else ids
+        c = np.bincount(at, minlength=1)
         present = np.flatnonzero(c)
-        w = c if weights is None else np.bincount(ids, weights=weights.astype(np.float64), minlength=1)
-        return present, w[present]
+        w = c if weights is None else np.bincount(at, weights=weights.astype(np.float64), minlength=1)
+        return present + lo, w[present]
     u, inv = np.unique(ids, return_inverse=True)
     return u, np.bincount(inv.ravel(), weights=None if weights is None else weights.astype(np.float64),
                           minlength=len(u))
@@ -512,16 +522,7 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
         cols["flops"] = np.zeros(n, dtype=np.float64)
         return cols
     spans = _Spans(b_start.astype(np.int64), b_end.astype(np.int64))
-    *covered, collective, xw = _covered(spans, cats)
-    names = ("compute_ns", "exposed_collective_ns", "sync_wait_ns", "compile_ns", "data_loading_ns", "host_ns")
-    prev = np.zeros(n, dtype=np.int64)
-    for name, cov in zip(names, covered):
-        cols[name] = np.maximum(cov - prev, 0)
-        prev = np.maximum(cov, prev)
-    cols["idle_ns"] = np.maximum(cols["wall_ns"] - prev, 0)
-    cols["collective_ns"] = collective
-    cols["own_ns"] = np.maximum(cols["wall_ns"] - xw, 0)
-    cols["compute_own_ns"] = np.maximum(covered[2] - xw, 0)
+    cols.update(_durations(spans, cats, cols["wall_ns"]))
     if not counts:  # (the durations only: ``find_steps(counts=False)``)
         return cols
     where = _Locator(steps)
@@ -568,32 +569,56 @@ def _figures(b_start, b_end, cats, cc_s, cc_b, ex_s, ex_m, ml_s, counted, steps:
 _BITS = (_C, _X, _W, _K, _D, _H)
 
 
-def _covered(spans: _Spans, cats: dict) -> list[np.ndarray]:
-    """Per step, the time covered by the union of the first k categories (k = 1..6, ``_BITS``' order),
-    by the collectives and by the collectives or waits: from ``analysis._sweep`` (one pass over the
-    categories' intervals in start order) where it is built, else ``_covered_numpy`` (its twin: the
-    same integers, tests/analysis/test_steps.py)."""
+# the durations ``_durations`` gives, in the order ``_sweep.durations`` writes them
+_DURATIONS = BREAKDOWN + ("collective_ns", "own_ns", "compute_own_ns")
+
+
+def _durations(spans: _Spans, cats: dict, wall: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step, the breakdown (``BREAKDOWN``: each category's growth of the union of the ones
+    before it, idle what none covers), ``collective_ns``, ``own_ns`` and ``compute_own_ns`` from
+    ``analysis._sweep.durations`` (one pass over the categories' intervals in start order, then
+    the figures per step) where it is built, else ``_durations_numpy`` (its twin: the same
+    integers, tests/analysis/test_steps.py)."""
     if _sweep is None:
-        return _covered_numpy(spans, cats)
+        return _durations_numpy(spans, cats, wall)
     arrays = []
     for bit in _BITS:
         s, e = (np.ascontiguousarray(a, dtype=np.int64) for a in cats[bit])
         arrays += [s, e]
-    got = _sweep.covered(spans.points, tuple(arrays))
+    lo, hi = (None, None) if spans.chain else (spans.ilo.astype(np.int64), spans.ihi.astype(np.int64))
+    got = _sweep.durations(spans.points, tuple(arrays), lo, hi)
     if got is None:  # (some category not by start: those sorted, then again)
         for k in range(0, len(arrays), 2):
             s = arrays[k]
             if len(s) > 1 and not (s[1:] >= s[:-1]).all():
                 o = np.argsort(s, kind="stable")
                 arrays[k], arrays[k + 1] = s[o], arrays[k + 1][o]
-        got = _sweep.covered(spans.points, tuple(arrays))
+        got = _sweep.durations(spans.points, tuple(arrays), lo, hi)
     assert got is not None  # (every category by start now)
-    upto = np.frombuffer(got, dtype=np.int64).reshape(8, len(spans.points))
-    return [spans.between(row) for row in upto]
+    rows = np.frombuffer(got, dtype=np.int64).reshape(len(_DURATIONS), len(wall))
+    return dict(zip(_DURATIONS, rows))
+
+
+def _durations_numpy(spans: _Spans, cats: dict, wall: np.ndarray) -> dict[str, np.ndarray]:
+    """``_durations`` by numpy: the covered time of each union per step (``_covered_numpy``), then
+    the partition in priority order."""
+    *covered, collective, xw = _covered_numpy(spans, cats)
+    cols = {}
+    prev = np.zeros(len(wall), dtype=np.int64)
+    for name, cov in zip(BREAKDOWN[:-1], covered):
+        cols[name] = np.maximum(cov - prev, 0)
+        prev = np.maximum(cov, prev)
+    cols["idle_ns"] = np.maximum(wall - prev, 0)
+    cols["collective_ns"] = collective
+    cols["own_ns"] = np.maximum(wall - xw, 0)
+    cols["compute_own_ns"] = np.maximum(covered[2] - xw, 0)
+    return cols
 
 
 def _covered_numpy(spans: _Spans, cats: dict) -> list[np.ndarray]:
-    """``_covered`` by numpy: each category's union (``_merge``), the unions joined in priority order
+    """Per step, the time covered by the union of the first k categories (k = 1..6, ``_BITS``' order),
+    by the collectives and by the collectives or waits (``_sweep.covered``'s rows per step), by
+    numpy: each category's union (``_merge``), the unions joined in priority order
     (``_join``), and each one's covered time per step (``_Spans.within``)."""
     u = {bit: _merge(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64)) for bit, (s, e) in cats.items()}
     covered = [spans.within(u[_C])]
