@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from neuron_explorer.analysis import compare as cmp, steps as steps_mod
+from neuron_explorer.analysis import compare as cmp, packed as packing, steps as steps_mod
 from neuron_explorer.diff import dataset, report
 from neuron_explorer.util import alloc
 
@@ -185,3 +185,39 @@ def test_the_items_runs_check_is_the_expected_column_compared():
         want = sum(lengths) == len(v) and np.array_equal(v, np.repeat(np.arange(k0, k0 + len(lengths)), lengths))
         got = diff_items._runs_are(pa.chunked_array([pa.array(v, pa.int32())]), k0, lengths)
         assert got == want, (lengths, k0, v)
+
+
+def test_an_items_processes_are_its_ids_high_bits_not_a_held_column():
+    """Graphs', loads' and regions' occurrences hold no process column (decision 0199): each row's
+    process index is its id's high 32 bits, and the distinct indices are found per piece; the rows'
+    figures, ranks and the occurrence a viewer jumps to are those of the process column held."""
+    rng = np.random.default_rng(9)
+    th = cmp.Thresholds()
+    base, cand = _side(1, 4), _side(2, 4)
+    for packed in (False, True):
+        pieces, plain = [], []
+        for ix in (3, 0, 2, 2):  # (one file two processes, a process in two files)
+            m = int(rng.integers(0, 50))
+            start = rng.integers(0, 9, m).cumsum() * 1000 - 20_000 * ix
+            ids = (np.int64(ix) << 32) + rng.permutation(1000)[:m]
+            proc = np.full(m, ix, dtype=np.int64)
+            if ix == 2 and m > 1:  # (rows of two processes in one piece)
+                proc[m // 2:] = 1
+                ids[m // 2:] = (np.int64(1) << 32) + np.arange(m - m // 2)
+            piece = (start, start + rng.integers(1, 9, m) * 1000, proc, ids)
+            pieces.append((packing.pack(piece[0], delta=True), packing.pack(piece[1], piece[0], 0),
+                           *(packing.pack(c) for c in piece[2:])) if packed else piece)
+            plain.append(piece)
+        acc = dataset.Acc()
+        acc.parts = {"g": pieces}
+        [(key, (start, end, ids), distinct)] = list(dataset._spans(acc))
+        proc = np.concatenate([p[2] for p in plain])
+        got = dataset.Occurrences.spans(start, end, None, ids, distinct)
+        want = dataset.Occurrences.spans(start, end, proc, ids)
+        assert got.held_proc is None and np.array_equal(got.proc, proc)
+        assert np.array_equal(distinct, np.unique(proc)) and distinct.dtype == np.int64
+        assert all(got.proc_at(i) == int(proc[i]) for i in range(len(proc)))
+        for occ_b, occ_c in ((got, want), (want, got)):
+            r_got = report._row("graph", "g", "g", base, cand, occ_b, occ_c, th)
+            r_want = report._row("graph", "g", "g", base, cand, want, want, th)
+            assert r_got == r_want

@@ -40,7 +40,7 @@ from neuron_explorer.analysis.occurrences import (  # noqa: F401 - (names a diff
     read_file,
     unpack_steps,
 )
-from neuron_explorer.analysis.packed import Packed, concat
+from neuron_explorer.analysis.packed import Packed, concat, concat_pieces, unpack
 from neuron_explorer.contracts import dataset as dsc
 from neuron_explorer.exporters import diff_items
 
@@ -61,11 +61,22 @@ class Occurrences:
     value: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    proc: np.ndarray
+    held_proc: np.ndarray | None  # None: an event's process index is its id's high 32 bits (``proc``)
     ids: np.ndarray
     order: np.ndarray | None = None
     distinct: np.ndarray | None = None  # the distinct process indices, when already known
     ranked: Any = None  # ``analysis.compare.order`` of ``value``, once found (``diff.report``)
+
+    @property
+    def proc(self) -> np.ndarray:
+        """Each row's process index: the one held, else the id's high 32 bits (an event id is its
+        process index << 32 plus its number there: ``read_file``'s and the diff items' ``proc``),
+        made when asked for instead of concatenated and held for millions of rows (decision 0199)."""
+        return self.ids >> 32 if self.held_proc is None else self.held_proc
+
+    def proc_at(self, i: int) -> int:
+        """``int(proc[i])``, without the whole column."""
+        return int(self.ids[i]) >> 32 if self.held_proc is None else int(self.held_proc[i])
 
     @staticmethod
     def build(value, start, end, proc, ids) -> Occurrences:
@@ -73,18 +84,21 @@ class Occurrences:
         return Occurrences(*(np.asarray(a, dtype=np.int64)[order] for a in (value, start, end, proc, ids)))
 
     @staticmethod
-    def spans(start: np.ndarray, end: np.ndarray, proc: np.ndarray, ids: np.ndarray) -> Occurrences:
+    def spans(start: np.ndarray, end: np.ndarray, proc: np.ndarray | None, ids: np.ndarray,
+              distinct: np.ndarray | None = None) -> Occurrences:
         """``build(end - start, start, end, proc, ids)`` as the rows a diff reads of it, without
         gathering them: the arrays stay in the order given, with ``order`` (their stable sort by
         start) where the starts are not in order.  An item's rows come one process after another
         (8M executions of one graph a side of the 20M bench pair): gathering them into time order
-        was half of the cost of making it (decision 0192)."""
+        was half of the cost of making it (decision 0192).  ``proc`` None: the ids' high bits."""
         start = np.asarray(start, dtype=np.int64)
-        end, proc, ids = (np.asarray(a, dtype=np.int64) for a in (end, proc, ids))
+        end, ids = (np.asarray(a, dtype=np.int64) for a in (end, ids))
+        if proc is not None:
+            proc = np.asarray(proc, dtype=np.int64)
         order = None
         if len(start) > 1 and not (start[1:] >= start[:-1]).all():
             order = np.argsort(start, kind="stable")
-        return Occurrences(end - start, start, end, proc, ids, order)
+        return Occurrences(end - start, start, end, proc, ids, order, distinct=distinct)
 
     def in_time(self, at: np.ndarray) -> np.ndarray:
         """The indices of the ``at``-th occurrences in time order."""
@@ -328,15 +342,33 @@ def _read_events(side: Side, files: list[str], parts: Iterable[FilePart], engine
     _align_numbers(side, steps, colls)
     side.step_table = _step_table(side, steps)
     del steps
-    for name, (start, end, proc, ids) in graphs.items():
-        side.graphs[name] = Occurrences.spans(start, end, proc, ids)
-    for name, (start, end, proc, ids) in loads.items():
-        side.compiles[name] = Occurrences.spans(start, end, proc, ids)
-    for name, (start, end, proc, ids) in regions.items():
-        side.regions[name] = Occurrences.spans(start, end, proc, ids)
+    for name, (start, end, ids), distinct in _spans(graphs):
+        side.graphs[name] = Occurrences.spans(start, end, None, ids, distinct)
+    for name, (start, end, ids), distinct in _spans(loads):
+        side.compiles[name] = Occurrences.spans(start, end, None, ids, distinct)
+    for name, (start, end, ids), distinct in _spans(regions):
+        side.regions[name] = Occurrences.spans(start, end, None, ids, distinct)
         links = region_links.get(name, set())
         side.region_graph[name] = next(iter(links)) if len(links) == 1 and None not in links else None
     _collectives(side, colls)
+
+
+def _spans(acc: Acc):
+    """``acc.items()`` of pieces (start, end, proc, ids) without their process column: each key's
+    (start, end, ids) concatenated and the distinct process indices of its pieces (sorted).  A
+    piece's process index is its ids' high 32 bits (``Occurrences.proc``): the whole column is not
+    concatenated, and the distinct indices are found per piece (one file's rows, most often one
+    process: a comparison, no count) instead of over millions of rows."""
+    for key in list(acc.parts):
+        pieces = acc.parts.pop(key)
+        distinct = np.unique(np.concatenate([_distinct(unpack(p[2])) for p in pieces]))
+        yield key, concat_pieces([(p[0], p[1], p[3]) for p in pieces]), distinct
+
+
+def _distinct(proc: np.ndarray) -> np.ndarray:
+    if not len(proc) or (proc == proc[0]).all():
+        return np.asarray(proc[:1], dtype=np.int64)
+    return np.unique(proc).astype(np.int64)
 
 
 def read_part(path: str, events_root: str, items_root: str, kinds: dict[str, str]) -> FilePart:
@@ -366,7 +398,8 @@ def _align_numbers(side: Side, steps: dict[int, steps_mod.Steps], colls: Acc) ->
     """The side's step numbers tied across its ranks by their collectives (``analysis.stepalign``):
     a rank whose capture lost its first steps is numbered as the others, and a note says so."""
     spans = {p: (st.number, st.start_ns, st.end_ns) for p, st in steps.items() if len(st)}
-    cols = ((g, o, *(concat([c[i] for c in pieces]) for i in (1, 3, 5)))
+    cols = ((g, o, concat([c[1] for c in pieces]), concat([c[3] for c in pieces]),
+             concat([c[6] for c in pieces]) >> 32)  # (a process index: its ids' high bits)
             for (o, g), pieces in colls.parts.items())
     anchors = stepalign.process_anchors(cols, spans)
     procs = sorted(spans, key=lambda p: (side.rank_of(p), p))
@@ -418,7 +451,10 @@ def _collectives(side: Side, colls: Acc) -> None:
     is left out (that is the straggler's, seen in its own work per step), and so is the time a
     blocked rank takes to be scheduled again once the data is there (on a busy host that is the
     scheduler's, not the network's); a collective seen on one rank is its own duration."""
-    for (op, group), (nbytes, seq, _rank, start, end, proc, ids) in colls.items():
+    for (op, group) in list(colls.parts):  # (the process column left out: the ids' high bits)
+        pieces = colls.parts.pop((op, group))
+        nbytes, seq, _rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in pieces])
+        del pieces
         if not len(seq):
             continue
         key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
@@ -439,7 +475,7 @@ def _collectives(side: Side, colls: Acc) -> None:
             m = inst_bytes == b
             # (the span's length is the transfer: max(first_end - last_start, 0))
             side.collectives[(op, group, int(b))] = Occurrences.spans(
-                last_start[m], np.maximum(first_end[m], last_start[m]), proc[last_of][m], ids[last_of][m])
+                last_start[m], np.maximum(first_end[m], last_start[m]), None, ids[last_of][m])
 
 
 def _floats(col: pa.ChunkedArray) -> np.ndarray:
