@@ -221,3 +221,39 @@ def test_an_items_processes_are_its_ids_high_bits_not_a_held_column():
             r_got = report._row("graph", "g", "g", base, cand, occ_b, occ_c, th)
             r_want = report._row("graph", "g", "g", base, cand, want, want, th)
             assert r_got == r_want
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_step_table_columns_are_the_processes_figures_one_after_another(packed):
+    """``_step_table`` (decision 0199): a figure no step of any process has is fresh zeros, one some
+    process lacks is zeros there, and every column holds the processes' values one after another
+    (int64 figures; rank and process index int32, the same values), packed pieces or not."""
+    rng = np.random.default_rng(4)
+    side = dataset.Side("s")
+    steps, want = {}, {k: [] for k in ("number", "rank", "proc", "start_ns", "end_ns") + dataset.STEP_COLUMNS}
+    for ix, rank in PROCS:
+        side.processes[ix] = dataset.Process("i-0", 100 + ix, rank)
+        n = int(rng.integers(1, 30))
+        start = rng.integers(0, 3, n).cumsum() * 1000
+        cols = {c: rng.integers(0, 4, n) * 250 for c in dataset.STEP_COLUMNS}
+        cols["compile_ns"] = np.zeros(n, dtype=np.int64)  # (zero everywhere)
+        del cols["host_ns"]  # (lacking everywhere)
+        if ix != 2:  # (zero here, lacking there)
+            cols["sync_wait_ns"] = np.zeros(n, dtype=np.int64)
+        if ix == 1:  # (zero but in one process)
+            del cols["data_loading_ns"]
+        elif ix == 3:
+            cols["idle_ns"] = np.zeros(n, dtype=np.int64)
+        st = steps_mod.Steps("cycle", "g", np.arange(n) + ix, start, start + 500, dict(cols))
+        for k in want:
+            want[k].append(np.full(n, rank) if k == "rank" else np.full(n, ix) if k == "proc" else
+                           st.number if k == "number" else st.start_ns if k == "start_ns" else
+                           st.end_ns if k == "end_ns" else cols.get(k, np.zeros(n, dtype=np.int64)))
+        if packed:
+            st.columns = {k: packing.pack(np.asarray(v, dtype=np.int64)) for k, v in st.columns.items()}
+        steps[ix] = st
+    t = dataset._step_table(side, steps)
+    for k, pieces in want.items():
+        assert np.array_equal(t.cols[k], np.concatenate(pieces)), k
+        assert t.cols[k].dtype == (np.int32 if k in ("rank", "proc") else np.int64), k
+    assert not t.cols["compile_ns"].any() and not t.cols["host_ns"].any()
