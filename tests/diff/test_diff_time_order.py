@@ -210,10 +210,17 @@ def test_an_items_processes_are_its_ids_high_bits_not_a_held_column():
             plain.append(piece)
         acc = dataset.Acc()
         acc.parts = {"g": pieces}
-        [(key, (start, end, ids), distinct)] = list(dataset._spans(acc))
+        [(key, (start, end, ids, value), distinct)] = list(dataset._spans(acc))
         proc = np.concatenate([p[2] for p in plain])
-        got = dataset.Occurrences.spans(start, end, None, ids, distinct)
-        want = dataset.Occurrences.spans(start, end, proc, ids)
+        got = dataset.Occurrences.spans(start, end, None, ids, distinct, value)
+        want = dataset.Occurrences.spans(start, np.concatenate([p[1] for p in plain]), proc,
+                                         np.concatenate([p[3] for p in plain]))
+        assert isinstance(got.ids, dataset.PieceColumn) != packed  # (plain pieces: ends and ids kept as pieces)
+        for f in ("value", "start", "end", "ids"):
+            whole = np.asarray(getattr(got, f))
+            assert np.array_equal(whole, getattr(want, f)) and whole.dtype == np.int64, f
+            assert [int(getattr(got, f)[i]) for i in range(-len(whole), len(whole))] == \
+                whole.tolist() + whole.tolist(), f
         assert got.held_proc is None and np.array_equal(got.proc, proc)
         assert np.array_equal(distinct, np.unique(proc)) and distinct.dtype == np.int64
         assert all(got.proc_at(i) == int(proc[i]) for i in range(len(proc)))

@@ -72,7 +72,7 @@ class Occurrences:
         """Each row's process index: the one held, else the id's high 32 bits (an event id is its
         process index << 32 plus its number there: ``read_file``'s and the diff items' ``proc``),
         made when asked for instead of concatenated and held for millions of rows (decision 0199)."""
-        return self.ids >> 32 if self.held_proc is None else self.held_proc
+        return np.asarray(self.ids) >> 32 if self.held_proc is None else self.held_proc
 
     def proc_at(self, i: int) -> int:
         """``int(proc[i])``, without the whole column."""
@@ -85,20 +85,23 @@ class Occurrences:
 
     @staticmethod
     def spans(start: np.ndarray, end: np.ndarray, proc: np.ndarray | None, ids: np.ndarray,
-              distinct: np.ndarray | None = None) -> Occurrences:
+              distinct: np.ndarray | None = None, value: np.ndarray | None = None) -> Occurrences:
         """``build(end - start, start, end, proc, ids)`` as the rows a diff reads of it, without
         gathering them: the arrays stay in the order given, with ``order`` (their stable sort by
         start) where the starts are not in order.  An item's rows come one process after another
         (8M executions of one graph a side of the 20M bench pair): gathering them into time order
-        was half of the cost of making it (decision 0192).  ``proc`` None: the ids' high bits."""
+        was half of the cost of making it (decision 0192).  ``proc`` None: the ids' high bits;
+        ``value``: ``end - start`` when already made (then ``end`` and ``ids`` may be
+        ``PieceColumn``s, kept as they are)."""
         start = np.asarray(start, dtype=np.int64)
-        end, ids = (np.asarray(a, dtype=np.int64) for a in (end, ids))
+        if value is None:
+            end, ids = (np.asarray(a, dtype=np.int64) for a in (end, ids))
         if proc is not None:
             proc = np.asarray(proc, dtype=np.int64)
         order = None
         if len(start) > 1 and not (start[1:] >= start[:-1]).all():
             order = np.argsort(start, kind="stable")
-        return Occurrences(end - start, start, end, proc, ids, order, distinct=distinct)
+        return Occurrences(end - start if value is None else value, start, end, proc, ids, order, distinct=distinct)
 
     def in_time(self, at: np.ndarray) -> np.ndarray:
         """The indices of the ``at``-th occurrences in time order."""
@@ -342,12 +345,12 @@ def _read_events(side: Side, files: list[str], parts: Iterable[FilePart], engine
     _align_numbers(side, steps, colls)
     side.step_table = _step_table(side, steps)
     del steps
-    for name, (start, end, ids), distinct in _spans(graphs):
-        side.graphs[name] = Occurrences.spans(start, end, None, ids, distinct)
-    for name, (start, end, ids), distinct in _spans(loads):
-        side.compiles[name] = Occurrences.spans(start, end, None, ids, distinct)
-    for name, (start, end, ids), distinct in _spans(regions):
-        side.regions[name] = Occurrences.spans(start, end, None, ids, distinct)
+    for name, (start, end, ids, value), distinct in _spans(graphs):
+        side.graphs[name] = Occurrences.spans(start, end, None, ids, distinct, value)
+    for name, (start, end, ids, value), distinct in _spans(loads):
+        side.compiles[name] = Occurrences.spans(start, end, None, ids, distinct, value)
+    for name, (start, end, ids, value), distinct in _spans(regions):
+        side.regions[name] = Occurrences.spans(start, end, None, ids, distinct, value)
         links = region_links.get(name, set())
         side.region_graph[name] = next(iter(links)) if len(links) == 1 and None not in links else None
     _collectives(side, colls)
@@ -362,7 +365,53 @@ def _spans(acc: Acc):
     for key in list(acc.parts):
         pieces = acc.parts.pop(key)
         distinct = np.unique(np.concatenate([_distinct(unpack(p[2])) for p in pieces]))
-        yield key, concat_pieces([(p[0], p[1], p[3]) for p in pieces]), distinct
+        if len(pieces) > 1 and not any(isinstance(c, Packed) for p in pieces for c in (p[1], p[3])):
+            # ends and ids kept as their pieces (a diff reads one row of them: ``report._at``), the
+            # lengths written piece by piece: two columns of millions of rows not concatenated
+            start = concat([p[0] for p in pieces])
+            value = np.empty(len(start), dtype=np.int64)
+            lo = 0
+            for p in pieces:
+                hi = lo + len(p[1])
+                np.subtract(np.asarray(p[1], dtype=np.int64), start[lo:hi], out=value[lo:hi])
+                lo = hi
+            yield key, (start, PieceColumn([p[1] for p in pieces]), PieceColumn([p[3] for p in pieces]), value), \
+                distinct
+        else:
+            yield key, (*concat_pieces([(p[0], p[1], p[3]) for p in pieces]), None), distinct
+
+
+class PieceColumn:
+    """An int64 column kept as its pieces, one after another: one row (``[i]``, an int) is read from
+    its piece; anything else (``numpy.asarray``, an index array, a slice) sees the whole column,
+    concatenated then (decision 0199)."""
+
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, pieces: list[np.ndarray]) -> None:
+        self.pieces = pieces
+        self.ends = np.cumsum([len(p) for p in pieces])
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = np.concatenate([np.asarray(p, dtype=np.int64) for p in self.pieces]) if self.pieces \
+            else np.zeros(0, dtype=np.int64)
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+    def __getitem__(self, i):
+        if isinstance(i, (int, np.integer)):
+            n = len(self)
+            j = int(i) + n if i < 0 else int(i)
+            if not 0 <= j < n:
+                raise IndexError(i)
+            k = int(np.searchsorted(self.ends, j, side="right"))
+            return np.int64(self.pieces[k][j - (int(self.ends[k - 1]) if k else 0)])
+        return np.asarray(self)[i]
+
+    def __rshift__(self, bits: int) -> np.ndarray:
+        return np.asarray(self) >> bits
 
 
 def _distinct(proc: np.ndarray) -> np.ndarray:
