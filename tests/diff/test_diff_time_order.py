@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from neuron_explorer.analysis import compare as cmp, steps as steps_mod
+from neuron_explorer.analysis import compare as cmp, packed as packing, steps as steps_mod
 from neuron_explorer.diff import dataset, report
 from neuron_explorer.util import alloc
 
@@ -185,3 +185,82 @@ def test_the_items_runs_check_is_the_expected_column_compared():
         want = sum(lengths) == len(v) and np.array_equal(v, np.repeat(np.arange(k0, k0 + len(lengths)), lengths))
         got = diff_items._runs_are(pa.chunked_array([pa.array(v, pa.int32())]), k0, lengths)
         assert got == want, (lengths, k0, v)
+
+
+def test_an_items_processes_are_its_ids_high_bits_not_a_held_column():
+    """Graphs', loads' and regions' occurrences hold no process column (decision 0199): each row's
+    process index is its id's high 32 bits, and the distinct indices are found per piece; the rows'
+    figures, ranks and the occurrence a viewer jumps to are those of the process column held."""
+    rng = np.random.default_rng(9)
+    th = cmp.Thresholds()
+    base, cand = _side(1, 4), _side(2, 4)
+    for packed in (False, True):
+        pieces, plain = [], []
+        for ix in (3, 0, 2, 2):  # (one file two processes, a process in two files)
+            m = int(rng.integers(0, 50))
+            start = rng.integers(0, 9, m).cumsum() * 1000 - 20_000 * ix
+            ids = (np.int64(ix) << 32) + rng.permutation(1000)[:m]
+            proc = np.full(m, ix, dtype=np.int64)
+            if ix == 2 and m > 1:  # (rows of two processes in one piece)
+                proc[m // 2:] = 1
+                ids[m // 2:] = (np.int64(1) << 32) + np.arange(m - m // 2)
+            piece = (start, start + rng.integers(1, 9, m) * 1000, proc, ids)
+            pieces.append((packing.pack(piece[0], delta=True), packing.pack(piece[1], piece[0], 0),
+                           *(packing.pack(c) for c in piece[2:])) if packed else piece)
+            plain.append(piece)
+        acc = dataset.Acc()
+        acc.parts = {"g": pieces}
+        [(key, (start, end, ids, value), distinct)] = list(dataset._spans(acc))
+        proc = np.concatenate([p[2] for p in plain])
+        got = dataset.Occurrences.spans(start, end, None, ids, distinct, value)
+        want = dataset.Occurrences.spans(start, np.concatenate([p[1] for p in plain]), proc,
+                                         np.concatenate([p[3] for p in plain]))
+        assert isinstance(got.ids, dataset.PieceColumn) != packed  # (plain pieces: ends and ids kept as pieces)
+        for f in ("value", "start", "end", "ids"):
+            whole = np.asarray(getattr(got, f))
+            assert np.array_equal(whole, getattr(want, f)) and whole.dtype == np.int64, f
+            assert [int(getattr(got, f)[i]) for i in range(-len(whole), len(whole))] == \
+                whole.tolist() + whole.tolist(), f
+        assert got.held_proc is None and np.array_equal(got.proc, proc)
+        assert np.array_equal(distinct, np.unique(proc)) and distinct.dtype == np.int64
+        assert all(got.proc_at(i) == int(proc[i]) for i in range(len(proc)))
+        for occ_b, occ_c in ((got, want), (want, got)):
+            r_got = report._row("graph", "g", "g", base, cand, occ_b, occ_c, th)
+            r_want = report._row("graph", "g", "g", base, cand, want, want, th)
+            assert r_got == r_want
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_step_table_columns_are_the_processes_figures_one_after_another(packed):
+    """``_step_table`` (decision 0199): a figure no step of any process has is fresh zeros, one some
+    process lacks is zeros there, and every column holds the processes' values one after another
+    (int64 figures; rank and process index int32, the same values), packed pieces or not."""
+    rng = np.random.default_rng(4)
+    side = dataset.Side("s")
+    steps, want = {}, {k: [] for k in ("number", "rank", "proc", "start_ns", "end_ns") + dataset.STEP_COLUMNS}
+    for ix, rank in PROCS:
+        side.processes[ix] = dataset.Process("i-0", 100 + ix, rank)
+        n = int(rng.integers(1, 30))
+        start = rng.integers(0, 3, n).cumsum() * 1000
+        cols = {c: rng.integers(0, 4, n) * 250 for c in dataset.STEP_COLUMNS}
+        cols["compile_ns"] = np.zeros(n, dtype=np.int64)  # (zero everywhere)
+        del cols["host_ns"]  # (lacking everywhere)
+        if ix != 2:  # (zero here, lacking there)
+            cols["sync_wait_ns"] = np.zeros(n, dtype=np.int64)
+        if ix == 1:  # (zero but in one process)
+            del cols["data_loading_ns"]
+        elif ix == 3:
+            cols["idle_ns"] = np.zeros(n, dtype=np.int64)
+        st = steps_mod.Steps("cycle", "g", np.arange(n) + ix, start, start + 500, dict(cols))
+        for k in want:
+            want[k].append(np.full(n, rank) if k == "rank" else np.full(n, ix) if k == "proc" else
+                           st.number if k == "number" else st.start_ns if k == "start_ns" else
+                           st.end_ns if k == "end_ns" else cols.get(k, np.zeros(n, dtype=np.int64)))
+        if packed:
+            st.columns = {k: packing.pack(np.asarray(v, dtype=np.int64)) for k, v in st.columns.items()}
+        steps[ix] = st
+    t = dataset._step_table(side, steps)
+    for k, pieces in want.items():
+        assert np.array_equal(t.cols[k], np.concatenate(pieces)), k
+        assert t.cols[k].dtype == (np.int32 if k in ("rank", "proc") else np.int64), k
+    assert not t.cols["compile_ns"].any() and not t.cols["host_ns"].any()

@@ -40,7 +40,7 @@ from neuron_explorer.analysis.occurrences import (  # noqa: F401 - (names a diff
     read_file,
     unpack_steps,
 )
-from neuron_explorer.analysis.packed import Packed, concat
+from neuron_explorer.analysis.packed import Packed, concat, concat_pieces, unpack
 from neuron_explorer.contracts import dataset as dsc
 from neuron_explorer.exporters import diff_items
 
@@ -61,11 +61,22 @@ class Occurrences:
     value: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    proc: np.ndarray
+    held_proc: np.ndarray | None  # None: an event's process index is its id's high 32 bits (``proc``)
     ids: np.ndarray
     order: np.ndarray | None = None
     distinct: np.ndarray | None = None  # the distinct process indices, when already known
     ranked: Any = None  # ``analysis.compare.order`` of ``value``, once found (``diff.report``)
+
+    @property
+    def proc(self) -> np.ndarray:
+        """Each row's process index: the one held, else the id's high 32 bits (an event id is its
+        process index << 32 plus its number there: ``read_file``'s and the diff items' ``proc``),
+        made when asked for instead of concatenated and held for millions of rows (decision 0199)."""
+        return np.asarray(self.ids) >> 32 if self.held_proc is None else self.held_proc
+
+    def proc_at(self, i: int) -> int:
+        """``int(proc[i])``, without the whole column."""
+        return int(self.ids[i]) >> 32 if self.held_proc is None else int(self.held_proc[i])
 
     @staticmethod
     def build(value, start, end, proc, ids) -> Occurrences:
@@ -73,18 +84,24 @@ class Occurrences:
         return Occurrences(*(np.asarray(a, dtype=np.int64)[order] for a in (value, start, end, proc, ids)))
 
     @staticmethod
-    def spans(start: np.ndarray, end: np.ndarray, proc: np.ndarray, ids: np.ndarray) -> Occurrences:
+    def spans(start: np.ndarray, end: np.ndarray, proc: np.ndarray | None, ids: np.ndarray,
+              distinct: np.ndarray | None = None, value: np.ndarray | None = None) -> Occurrences:
         """``build(end - start, start, end, proc, ids)`` as the rows a diff reads of it, without
         gathering them: the arrays stay in the order given, with ``order`` (their stable sort by
         start) where the starts are not in order.  An item's rows come one process after another
         (8M executions of one graph a side of the 20M bench pair): gathering them into time order
-        was half of the cost of making it (decision 0192)."""
+        was half of the cost of making it (decision 0192).  ``proc`` None: the ids' high bits;
+        ``value``: ``end - start`` when already made (then ``end`` and ``ids`` may be
+        ``PieceColumn``s, kept as they are)."""
         start = np.asarray(start, dtype=np.int64)
-        end, proc, ids = (np.asarray(a, dtype=np.int64) for a in (end, proc, ids))
+        if value is None:
+            end, ids = (np.asarray(a, dtype=np.int64) for a in (end, ids))
+        if proc is not None:
+            proc = np.asarray(proc, dtype=np.int64)
         order = None
         if len(start) > 1 and not (start[1:] >= start[:-1]).all():
             order = np.argsort(start, kind="stable")
-        return Occurrences(end - start, start, end, proc, ids, order)
+        return Occurrences(end - start if value is None else value, start, end, proc, ids, order, distinct=distinct)
 
     def in_time(self, at: np.ndarray) -> np.ndarray:
         """The indices of the ``at``-th occurrences in time order."""
@@ -328,15 +345,79 @@ def _read_events(side: Side, files: list[str], parts: Iterable[FilePart], engine
     _align_numbers(side, steps, colls)
     side.step_table = _step_table(side, steps)
     del steps
-    for name, (start, end, proc, ids) in graphs.items():
-        side.graphs[name] = Occurrences.spans(start, end, proc, ids)
-    for name, (start, end, proc, ids) in loads.items():
-        side.compiles[name] = Occurrences.spans(start, end, proc, ids)
-    for name, (start, end, proc, ids) in regions.items():
-        side.regions[name] = Occurrences.spans(start, end, proc, ids)
+    for name, (start, end, ids, value), distinct in _spans(graphs):
+        side.graphs[name] = Occurrences.spans(start, end, None, ids, distinct, value)
+    for name, (start, end, ids, value), distinct in _spans(loads):
+        side.compiles[name] = Occurrences.spans(start, end, None, ids, distinct, value)
+    for name, (start, end, ids, value), distinct in _spans(regions):
+        side.regions[name] = Occurrences.spans(start, end, None, ids, distinct, value)
         links = region_links.get(name, set())
         side.region_graph[name] = next(iter(links)) if len(links) == 1 and None not in links else None
     _collectives(side, colls)
+
+
+def _spans(acc: Acc):
+    """``acc.items()`` of pieces (start, end, proc, ids) without their process column: each key's
+    (start, end, ids) concatenated and the distinct process indices of its pieces (sorted).  A
+    piece's process index is its ids' high 32 bits (``Occurrences.proc``): the whole column is not
+    concatenated, and the distinct indices are found per piece (one file's rows, most often one
+    process: a comparison, no count) instead of over millions of rows."""
+    for key in list(acc.parts):
+        pieces = acc.parts.pop(key)
+        distinct = np.unique(np.concatenate([_distinct(unpack(p[2])) for p in pieces]))
+        if len(pieces) > 1 and not any(isinstance(c, Packed) for p in pieces for c in (p[1], p[3])):
+            # ends and ids kept as their pieces (a diff reads one row of them: ``report._at``), the
+            # lengths written piece by piece: two columns of millions of rows not concatenated
+            start = concat([p[0] for p in pieces])
+            value = np.empty(len(start), dtype=np.int64)
+            lo = 0
+            for p in pieces:
+                hi = lo + len(p[1])
+                np.subtract(np.asarray(p[1], dtype=np.int64), start[lo:hi], out=value[lo:hi])
+                lo = hi
+            yield key, (start, PieceColumn([p[1] for p in pieces]), PieceColumn([p[3] for p in pieces]), value), \
+                distinct
+        else:
+            yield key, (*concat_pieces([(p[0], p[1], p[3]) for p in pieces]), None), distinct
+
+
+class PieceColumn:
+    """An int64 column kept as its pieces, one after another: one row (``[i]``, an int) is read from
+    its piece; anything else (``numpy.asarray``, an index array, a slice) sees the whole column,
+    concatenated then (decision 0199)."""
+
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, pieces: list[np.ndarray]) -> None:
+        self.pieces = pieces
+        self.ends = np.cumsum([len(p) for p in pieces])
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = np.concatenate([np.asarray(p, dtype=np.int64) for p in self.pieces]) if self.pieces \
+            else np.zeros(0, dtype=np.int64)
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+    def __getitem__(self, i):
+        if isinstance(i, (int, np.integer)):
+            n = len(self)
+            j = int(i) + n if i < 0 else int(i)
+            if not 0 <= j < n:
+                raise IndexError(i)
+            k = int(np.searchsorted(self.ends, j, side="right"))
+            return np.int64(self.pieces[k][j - (int(self.ends[k - 1]) if k else 0)])
+        return np.asarray(self)[i]
+
+    def __rshift__(self, bits: int) -> np.ndarray:
+        return np.asarray(self) >> bits
+
+
+def _distinct(proc: np.ndarray) -> np.ndarray:
+    if not len(proc) or (proc == proc[0]).all():
+        return np.asarray(proc[:1], dtype=np.int64)
+    return np.unique(proc).astype(np.int64)
 
 
 def read_part(path: str, events_root: str, items_root: str, kinds: dict[str, str]) -> FilePart:
@@ -366,7 +447,8 @@ def _align_numbers(side: Side, steps: dict[int, steps_mod.Steps], colls: Acc) ->
     """The side's step numbers tied across its ranks by their collectives (``analysis.stepalign``):
     a rank whose capture lost its first steps is numbered as the others, and a note says so."""
     spans = {p: (st.number, st.start_ns, st.end_ns) for p, st in steps.items() if len(st)}
-    cols = ((g, o, *(concat([c[i] for c in pieces]) for i in (1, 3, 5)))
+    cols = ((g, o, concat([c[1] for c in pieces]), concat([c[3] for c in pieces]),
+             concat([c[6] for c in pieces]) >> 32)  # (a process index: its ids' high bits)
             for (o, g), pieces in colls.parts.items())
     anchors = stepalign.process_anchors(cols, spans)
     procs = sorted(spans, key=lambda p: (side.rank_of(p), p))
@@ -394,11 +476,14 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
         z = np.zeros(0, dtype=np.int64)
         return StepTable({k: z for k in names}, z, [])
     lengths = [hi - first for _p, _r, first, hi in segments]  # (constant per process: one repeat each)
-    out = {"rank": np.repeat(np.array([seg[1] for seg in segments], dtype=np.int64), lengths),
-           "proc": np.repeat(np.array([seg[0] for seg in segments], dtype=np.int64), lengths)}
+    # rank and process index as int32 (half the pages of int64; every figure made of them is the
+    # same: a key widens them, a row's index is read as an int)
+    out = {"rank": np.repeat(np.array([seg[1] for seg in segments], dtype=np.int32), lengths),
+           "proc": np.repeat(np.array([seg[0] for seg in segments], dtype=np.int32), lengths)}
     for k in names[:1] + names[3:]:
-        cols = []
-        for (_proc, st), (_p, _rank, a, b) in zip(sts, segments):
+        cols: list[np.ndarray | Packed | None] = []
+        for _proc, st in sts:
+            c: np.ndarray | Packed | None
             if k == "number":
                 c = st.number
             elif k == "start_ns":
@@ -406,10 +491,25 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
             elif k == "end_ns":
                 c = st.end_ns
             else:
-                c = st.columns.pop(k) if k in st.columns else np.zeros(b - a)
-            cols.append(c if isinstance(c, Packed) else np.asarray(c, dtype=np.int64))
-        out[k] = concat(cols)
+                c = st.columns.pop(k) if k in st.columns else None
+            cols.append(c if c is None or isinstance(c, Packed) else np.asarray(c, dtype=np.int64))
+        if k in STEP_COLUMNS and all(_zero(c) for c in cols):
+            # a figure no step has (a part of the breakdown the profile never shows: four of ten at
+            # 20M): fresh zero pages, not millions of zeros copied into written ones
+            out[k] = np.zeros(lo, dtype=np.int64)
+        else:
+            out[k] = concat([np.zeros(b - a, dtype=np.int64) if c is None else c
+                             for c, (_p, _r, a, b) in zip(cols, segments)])
     return StepTable(out, np.argsort(out["start_ns"], kind="stable"), segments)
+
+
+def _zero(c: np.ndarray | Packed | None) -> bool:
+    """Every value of a step column's piece is 0 (None: a figure the detector did not give)."""
+    if c is None:
+        return True
+    if isinstance(c, Packed):
+        return c.narrow is None and c.base == 0 and c.ref < 0
+    return not c.any()
 
 
 def _collectives(side: Side, colls: Acc) -> None:
@@ -418,7 +518,10 @@ def _collectives(side: Side, colls: Acc) -> None:
     is left out (that is the straggler's, seen in its own work per step), and so is the time a
     blocked rank takes to be scheduled again once the data is there (on a busy host that is the
     scheduler's, not the network's); a collective seen on one rank is its own duration."""
-    for (op, group), (nbytes, seq, _rank, start, end, proc, ids) in colls.items():
+    for (op, group) in list(colls.parts):  # (the process column left out: the ids' high bits)
+        pieces = colls.parts.pop((op, group))
+        nbytes, seq, _rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in pieces])
+        del pieces
         if not len(seq):
             continue
         key = seq * 1_000_003 + nbytes if (seq >= 0).all() else np.arange(len(seq))
@@ -439,7 +542,7 @@ def _collectives(side: Side, colls: Acc) -> None:
             m = inst_bytes == b
             # (the span's length is the transfer: max(first_end - last_start, 0))
             side.collectives[(op, group, int(b))] = Occurrences.spans(
-                last_start[m], np.maximum(first_end[m], last_start[m]), proc[last_of][m], ids[last_of][m])
+                last_start[m], np.maximum(first_end[m], last_start[m]), None, ids[last_of][m])
 
 
 def _floats(col: pa.ChunkedArray) -> np.ndarray:

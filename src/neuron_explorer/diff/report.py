@@ -51,8 +51,9 @@ def _at(side: Side, occ: Occurrences, o: cmp.Order | None = None) -> dict[str, A
         first = occ.start[near]
         near = near[first == first.min()]
     i = int(near[0])
-    p = side.processes.get(int(occ.proc[i]))
-    return {"rank": side.rank_of(int(occ.proc[i])), "instance_id": p.instance_id if p else None,
+    proc = occ.proc_at(i)
+    p = side.processes.get(proc)
+    return {"rank": side.rank_of(proc), "instance_id": p.instance_id if p else None,
             "process_id": p.process_id if p else None, "start_ts": int(occ.start[i]), "end_ts": int(occ.end[i]),
             "id": int(occ.ids[i])}
 
@@ -163,7 +164,8 @@ def compile_rows(base: Side, cand: Side, pairs: list[tuple[str, str, str]]) -> l
             continue
         per: list[dict[str, Any] | None] = []
         for side, occ in ((base, ob), (cand, oc)):
-            procs = len({int(p) for p in occ.proc}) if occ is not None else 0
+            procs = 0 if occ is None else len(occ.distinct) if occ.distinct is not None else \
+                len({int(p) for p in occ.proc})
             per.append(None if occ is None else {"count": len(occ), "processes": procs,
                                                  "per_process": round(len(occ) / max(procs, 1), 3),
                                                  "total_ns": int(occ.value.sum()), "at": _at(side, occ)})
