@@ -124,7 +124,7 @@ def order(values: np.ndarray) -> Order:
     p = np.partition(v, kth) if kv is None else kv
 
     def at_(k: int) -> np.ndarray:
-        return p[k:k + 1].astype(np.float64) if kv is None else kv[k:k + 1].astype(np.float64)
+        return p[k:k + 1].astype(np.float64)
 
     def quantile(q: float) -> float:
         lo, hi = near[q]
@@ -148,12 +148,12 @@ def _kth_values(v: np.ndarray, kth: list[int], lo: int, hi: int) -> np.ndarray |
     n = len(v)
     if n < COUNT_AT_LEAST or hi - lo >= n:
         return None
-    counts = np.bincount(v if 0 <= lo and hi < n else v - lo)
-    upto = np.cumsum(counts)
+    shift = 0 if 0 <= lo and hi < n else lo  # (counted from 0 where the values allow: no copy)
+    upto = np.cumsum(np.bincount(v - shift if shift else v))
     out = np.zeros(max(kth) + 1, dtype=np.int64)
     ks = np.asarray(kth, dtype=np.int64)
     # the k-th smallest is the first value whose running count exceeds k
-    out[ks] = np.searchsorted(upto, ks, side="right") + (0 if 0 <= lo and hi < n else lo)
+    out[ks] = np.searchsorted(upto, ks, side="right") + shift
     return out
 
 

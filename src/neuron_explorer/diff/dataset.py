@@ -74,6 +74,10 @@ class Occurrences:
         made when asked for instead of concatenated and held for millions of rows (decision 0199)."""
         return np.asarray(self.ids) >> 32 if self.held_proc is None else self.held_proc
 
+    def processes(self) -> np.ndarray:
+        """The distinct process indices of the rows (``distinct`` when already known)."""
+        return distinct_procs(self.proc) if self.distinct is None else self.distinct
+
     def proc_at(self, i: int) -> int:
         """``int(proc[i])``, without the whole column."""
         return int(self.ids[i]) >> 32 if self.held_proc is None else int(self.held_proc[i])
@@ -364,7 +368,7 @@ def _spans(acc: Acc):
     process: a comparison, no count) instead of over millions of rows."""
     for key in list(acc.parts):
         pieces = acc.parts.pop(key)
-        distinct = np.unique(np.concatenate([_distinct(unpack(p[2])) for p in pieces]))
+        distinct = np.unique(np.concatenate([distinct_procs(unpack(p[2])) for p in pieces]))
         if len(pieces) > 1 and not any(isinstance(c, Packed) for p in pieces for c in (p[1], p[3])):
             # ends and ids kept as their pieces (a diff reads one row of them: ``report._at``), the
             # lengths written piece by piece: two columns of millions of rows not concatenated
@@ -414,10 +418,15 @@ class PieceColumn:
         return np.asarray(self) >> bits
 
 
-def _distinct(proc: np.ndarray) -> np.ndarray:
+def distinct_procs(proc: np.ndarray) -> np.ndarray:
+    """The distinct process indices of a sample (int64): one (no hash), small indices by a count
+    of at most ``1 << 16`` (a constant, whatever the file says), else ``numpy.unique``."""
+    proc = np.asarray(proc, dtype=np.int64)
     if not len(proc) or (proc == proc[0]).all():
-        return np.asarray(proc[:1], dtype=np.int64)
-    return np.unique(proc).astype(np.int64)
+        return proc[:1]
+    if int(proc.min()) >= 0 and int(proc.max()) < (1 << 16):
+        return np.flatnonzero(np.bincount(proc))
+    return np.unique(proc)
 
 
 def read_part(path: str, events_root: str, items_root: str, kinds: dict[str, str]) -> FilePart:

@@ -58,16 +58,6 @@ def _at(side: Side, occ: Occurrences, o: cmp.Order | None = None) -> dict[str, A
             "id": int(occ.ids[i])}
 
 
-def _distinct_procs(proc: np.ndarray) -> np.ndarray:
-    """The distinct process indices of a sample: one (no hash), small indices by a count of at most
-    ``1 << 16`` (a constant, whatever the file says), else ``numpy.unique``."""
-    if not len(proc) or (proc == proc[0]).all():
-        return proc[:1]
-    if int(proc.min()) >= 0 and int(proc.max()) < (1 << 16):
-        return np.flatnonzero(np.bincount(proc))
-    return np.unique(proc)
-
-
 def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None,
                 o: cmp.Order | None = None) -> dict[str, Any] | None:
     if occ is None:
@@ -75,7 +65,7 @@ def _side_stats(side: Side, occ: Occurrences | None, name: str | None = None,
     o = _order(occ) if o is None else o
     out: dict[str, Any] = {"name": name} if name is not None else {}
     out.update(cmp.stats(occ.value, o).as_dict())
-    procs = _distinct_procs(occ.proc) if occ.distinct is None else occ.distinct
+    procs = occ.processes()
     out["ranks"] = sorted({side.rank_of(int(p)) for p in procs})
     out["total_ns"] = int(occ.value.sum())
     out["at"] = _at(side, occ, o)
@@ -164,8 +154,7 @@ def compile_rows(base: Side, cand: Side, pairs: list[tuple[str, str, str]]) -> l
             continue
         per: list[dict[str, Any] | None] = []
         for side, occ in ((base, ob), (cand, oc)):
-            procs = 0 if occ is None else len(occ.distinct) if occ.distinct is not None else \
-                len({int(p) for p in occ.proc})
+            procs = 0 if occ is None else len(occ.processes())
             per.append(None if occ is None else {"count": len(occ), "processes": procs,
                                                  "per_process": round(len(occ) / max(procs, 1), 3),
                                                  "total_ns": int(occ.value.sum()), "at": _at(side, occ)})
