@@ -146,7 +146,9 @@ def _print_own_excess(dist, own: list, waits: list, *extra: float) -> None:
     """Rank 0 prints what rank 0 waited for rank 1 per step: the median over the steps after the
     first of rank 1's own time beyond rank 0's, at most rank 0's time in the all-reduce
     (``INJECTED_NS``: the straggler rule's statistic, docs/summary.md), each rank's median own
-    time (``OWN_NS``) and its ``extra`` figure (``CPU_PCT``)."""
+    time (``OWN_NS``) and its ``extra`` figure (``CPU_PCT``), then step by step what rank 0 waited
+    for rank 1 (``SAVED_NS``) and each rank's own times and waits (``STEPS_NS``: a list per rank,
+    own times then waits)."""
     world, n = dist.get_world_size(), len(own)
     mine = torch.tensor([*map(float, own), *map(float, waits), *extra], dtype=torch.float64)
     every = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]
@@ -158,6 +160,8 @@ def _print_own_excess(dist, own: list, waits: list, *extra: float) -> None:
         if extra:
             line += f" CPU_PCT {[round(float(e[2 * n])) for e in every]}"
         print(line)
+        print(f"SAVED_NS {[int(x) for x in saved]}")
+        print(f"STEPS_NS {[[int(x) for x in e[:2 * n].tolist()] for e in every]}")
 
 
 def buckets(steps: int) -> None:
