@@ -144,3 +144,33 @@ def test_the_first_iterations_graphs_are_warm_up_and_a_later_compile_is_a_recomp
     assert later[0]["impact_ns_per_step"] == 9_000_000 // 38  # mean over the 38 steps after warm-up
     every = found(list(range(8)), n=8)
     assert len(every) == 1 and every[0]["impact_ns_per_step"] == 9_000_000
+
+
+def test_a_straggler_whose_main_thread_waited_for_a_cpu_has_its_host_cpu_named():
+    """Decision 0203: one busy thread per process (under the 120% bar), rank 1 0.9 ms slower a step;
+    its host CPU is named when its main thread waited for a CPU, beyond the others' wait, for at
+    least half that excess; else its compute; and without the wait column (an older capture, or
+    no sample inside its steps) as before."""
+    def job(wait_pct: tuple[float, float] | None, sampled: bool = True) -> dict:
+        procs = [_proc(r, 12, None, slow_own=900_000 if r == 1 else 0) for r in range(2)]
+        for p in procs:
+            p["cpu_process_pct"] = np.full(12, 95.0)
+            p["cpu_host_pct"] = np.full(12, 60.0)
+        if wait_pct is not None:
+            for p, w in zip(procs, wait_pct):
+                p["cpu_wait_pct"] = np.full(12, w if sampled else -1.0)
+        top = insights.analyse(procs)["insights"][0]
+        assert top["id"] == "straggler" and top["evidence"]["ranks"] == [1], top
+        return top
+
+    starved = job((2.0, 20.0))  # 0.08 and 0.8 ms of a 4 ms step: 0.72 ms of its 0.9 ms excess
+    figs = starved["evidence"]["figures"]
+    assert starved["title"] == "rank 1 is a straggler: its host CPU is saturated"
+    assert figs["cpu_wait_pct"] == 20.0 and figs["cpu_wait_pct_others"] == 2.0
+    assert figs["cpu_wait_excess_ns"] == 720_000 and figs["own_excess_ns"] == 900_000
+    assert "waited for a CPU 20% of each step against 2%" in starved["recommendation"]
+    computed = job((2.0, 10.0))  # 0.32 ms: less than half of it
+    assert computed["title"] == "rank 1 is a straggler: its compute is slower", computed["title"]
+    assert computed["evidence"]["figures"]["cpu_wait_excess_ns"] == 320_000
+    for top in (job(None), job((2.0, 20.0), sampled=False)):
+        assert top["title"] == computed["title"] and "cpu_wait_pct" not in top["evidence"]["figures"]

@@ -94,3 +94,63 @@ def test_the_cgroup_limit_is_written_only_when_below_the_hosts_memory(tmp_path):
         assert (mem.memory_limit, mem.memory_limit_source, mem.memory_limit_cgroup) == (0, "", ""), text
     f.unlink()
     assert hs.memory_limit(16 << 30) is None
+
+
+def test_the_main_threads_wait_for_a_cpu_is_read_from_schedstat():
+    """Decision 0203: the share of a period the main thread was runnable but not running.  A
+    thread pinned to this process's CPU beside the main thread makes the main thread wait; a pid
+    that cannot be read gives NaN, never an error."""
+    import threading
+    import time
+
+    from neuron_explorer.capture.samplers import WaitShare, run_delay_ns
+
+    assert run_delay_ns(os.getpid()) is not None and run_delay_ns(2**22 + 12345) is None
+    missing = WaitShare(2**22 + 12345)
+    assert np.isnan(missing(time.monotonic_ns() + 1))
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # (this thread; a thread started now inherits it)
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(10_000))  # (holds the GIL between switches: the main thread below releases it)
+
+    try:
+        share = WaitShare(os.getpid())
+        t = threading.Thread(target=spin, daemon=True)
+        t.start()
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:  # the main thread runnable throughout, sharing one CPU
+            os.sched_yield()
+        waited = share(time.monotonic_ns())
+    finally:
+        stop.set()
+        os.sched_setaffinity(0, cpus)
+    assert 0 < waited, waited
+
+
+def test_the_cpu_file_carries_the_wait_column_and_a_wrong_length_is_refused(tmp_path):
+    hs = HostSampler(os.getpid(), 0.25, max_samples=10)
+    for i in range(3):
+        hs.record_cpu(1_000_000 + i, [1.0] * hs.ncpu, 2.0, 10.0 * i)
+    msg = pb.CpuUtil.FromString(writer.encode_cpu_util(hs))
+    assert np.frombuffer(msg.main_thread_wait_percent, "<f4").tolist() == [0.0, 10.0, 20.0]
+    from neuron_explorer.analysis.pbfile import ProfileError
+    from neuron_explorer.analysis.reader import _load_samples
+
+    path = tmp_path / "cpu_util.pb"
+    path.write_bytes(msg.SerializeToString())
+    assert _load_samples(str(path), pb.CpuUtil, 0).main_thread_wait_percent  # read as written
+    old = pb.CpuUtil.FromString(msg.SerializeToString())
+    old.ClearField("main_thread_wait_percent")  # a capture from before the column
+    path.write_bytes(old.SerializeToString())
+    assert not _load_samples(str(path), pb.CpuUtil, 0).main_thread_wait_percent
+    msg.main_thread_wait_percent = msg.main_thread_wait_percent[:8]
+    path.write_bytes(msg.SerializeToString())
+    try:
+        _load_samples(str(path), pb.CpuUtil, 0)
+    except ProfileError as e:
+        assert "main_thread_wait_percent" in str(e), e
+    else:
+        raise AssertionError("a wait column shorter than the samples was read")

@@ -30,8 +30,9 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
   sessions first: each rank has its own share, as in a container of its own, and the thread
   takes from its rank's share, not the machine's).  The injected cost is what the program
   measures: the median over steps of rank 1's own time (its wall time but the all-reduce) minus
-  rank 0's; it
-  also prints each rank's process CPU % of its median step (``CPU_PCT``): decision 0140.
+  rank 0's; it also prints each rank's process CPU % of its median step (``CPU_PCT``, decision
+  0140) and the share of its median step its main thread waited for a CPU (``WAIT_PCT``, from
+  /proc/self/schedstat: decision 0203).
 * ``leak``: each step's loss kept in a list (its autograd graph with it, ``retain_graph``): device
   memory grows every step by what the graph saved, printed as ``INJECTED_BYTES`` (measured by a
   saved-tensors hook); ``noleak``: the same loop keeping ``loss.item()``, memory flat.
@@ -142,13 +143,19 @@ def straggler(steps: int) -> None:
     dist.destroy_process_group()
 
 
+def _run_delay() -> int:
+    """The time this process's main thread has waited for a CPU so far (Linux's schedstat)."""
+    with open("/proc/self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
 def _print_own_excess(dist, own: list, waits: list, *extra: float) -> None:
     """Rank 0 prints what rank 0 waited for rank 1 per step: the median over the steps after the
     first of rank 1's own time beyond rank 0's, at most rank 0's time in the all-reduce
     (``INJECTED_NS``: the straggler rule's statistic, docs/summary.md), each rank's median own
-    time (``OWN_NS``) and its ``extra`` figure (``CPU_PCT``), then step by step what rank 0 waited
-    for rank 1 (``SAVED_NS``) and each rank's own times and waits (``STEPS_NS``: a list per rank,
-    own times then waits)."""
+    time (``OWN_NS``) and its ``extra`` figures (``CPU_PCT``, ``WAIT_PCT``), then step by step
+    what rank 0 waited for rank 1 (``SAVED_NS``) and each rank's own times and waits
+    (``STEPS_NS``: a list per rank, own times then waits)."""
     world, n = dist.get_world_size(), len(own)
     mine = torch.tensor([*map(float, own), *map(float, waits), *extra], dtype=torch.float64)
     every = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]
@@ -157,8 +164,8 @@ def _print_own_excess(dist, own: list, waits: list, *extra: float) -> None:
         saved = [min(max(float(every[1][i] - every[0][i]), 0.0), float(every[0][n + i])) for i in range(n)]
         print(f"INJECTED_NS {int(_median(saved))}")
         line = f"OWN_NS {[int(_median(e[:n].tolist())) for e in every]}"
-        if extra:
-            line += f" CPU_PCT {[round(float(e[2 * n])) for e in every]}"
+        for i, name in enumerate(("CPU_PCT", "WAIT_PCT")[:len(extra)]):
+            line += f" {name} {[round(float(e[2 * n + i])) for e in every]}"
         print(line)
         print(f"SAVED_NS {[int(x) for x in saved]}")
         print(f"STEPS_NS {[[int(x) for x in e[:2 * n].tolist()] for e in every]}")
@@ -315,19 +322,20 @@ def cpusat(steps: int) -> None:
 
     if rank == 1:
         threading.Thread(target=burn, name="burner", daemon=True).start()
-    own, waits, step_pct = [], [], []
+    own, waits, step_pct, wait_pct = [], [], [], []
     last, waited = time.perf_counter_ns(), 0
-    last_cpu = time.process_time_ns()
+    last_cpu, last_delay = time.process_time_ns(), _run_delay()
     for _ in range(steps):
         opt.zero_grad()
         loss = nn.functional.mse_loss(net(x), y)
         loss.backward()
         opt.step()
-        end, cpu = time.perf_counter_ns(), time.process_time_ns()
+        end, cpu, delay = time.perf_counter_ns(), time.process_time_ns(), _run_delay()
         own.append(end - last - waited)  # (a step ends where its optimizer step ends: docs/summary.md)
         waits.append(waited)
         step_pct.append(100.0 * (cpu - last_cpu) / max(end - last, 1))
-        last, last_cpu = end, cpu
+        wait_pct.append(100.0 * (delay - last_delay) / max(end - last, 1))
+        last, last_cpu, last_delay = end, cpu, delay
         # the ranks agree on the loss every step: one small all-reduce, which waits for the slower
         # rank (a gradients' all-reduce would add gloo's transfer, exposed, to every step).  The wait
         # is the call alone: the moments before it (on rank 1 the burner may hold the GIL) are the
@@ -340,7 +348,7 @@ def cpusat(steps: int) -> None:
     # weighted by wall time: one step that a loaded host stalled for seconds pulls it far down)
     pct = float(_median(step_pct))
     stop.set()
-    _print_own_excess(dist, own, waits, pct)
+    _print_own_excess(dist, own, waits, pct, float(_median(wait_pct)))
     dist.barrier()
     dist.destroy_process_group()
 

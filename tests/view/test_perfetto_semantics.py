@@ -172,7 +172,7 @@ def _write_samples(session_dir, rank):
 
     hs = HostSampler(os.getpid(), 0.25, cpu=True, mem=True)
     hs.ncpu = 2
-    hs.cpu_ring = SampleRing(100, hs.ncpu + 1, "float32")
+    hs.cpu_ring = SampleRing(100, hs.ncpu + 2, "float32")
     for i in range(40):
         t = 1_000_000_000_000 + i * 250_000_000 + rank * 1_000 + 7
         hs.record_cpu(t, [10.0 + i, 50.5 - i], 3.25 * i)

@@ -1,8 +1,8 @@
 """From steps to answers: the job's steps across ranks, its utilisation and ranked insights.
 
 Input: one ``steps`` object per process (``analysis.steps.Steps.to_json`` plus ``instance_id``,
-``pid``, ``rank``, ``device_kind``, ``cpu_process_pct``/``cpu_host_pct`` per step), made where each
-process is converted; ``analyse`` reduces them across ranks (numpy over a few numbers per step:
+``pid``, ``rank``, ``device_kind``, ``cpu_process_pct``/``cpu_host_pct``/``cpu_wait_pct`` per
+step), made where each process is converted; ``analyse`` reduces them across ranks (numpy over a few numbers per step:
 no event is read here).  The output is the ``steps``, ``utilisation``, ``insights``, ``verdict``
 and ``noise_threshold`` keys of summary-json (docs/summary.md).
 
@@ -548,6 +548,33 @@ _ADVICE = {"compute_own_ns": "check what rank {r} computes that the others do no
            "idle_ns": "rank {r}'s host runs unrecorded Python between calls: profile its host code"}
 
 
+# a straggler's host CPU is named saturated when its main thread waited for a CPU, beyond what the
+# others' waited, for at least this share of its excess own time (decision 0203)
+CPU_WAIT_SHARE = 0.5
+
+
+def _cpu_wait(p: dict, others: list[dict], figs: dict[str, Any]) -> float:
+    """What the process's main thread waited for a CPU per step beyond the others' median (ns; 0
+    without the samples), its median wait share and theirs in ``figs``.  A step's wait is its
+    samples' mean share of its wall time (``cpu_wait_pct``, steps with a sample)."""
+    def per_step(q: dict) -> tuple[np.ndarray, np.ndarray]:
+        pct = _arr(q, "cpu_wait_pct")
+        if len(pct) != len(q["number"]):
+            return pct[:0], pct[:0]
+        keep = _steady(q) & (pct >= 0)
+        return pct[keep], pct[keep] / 100.0 * _arr(q, "wall_ns")[keep]
+    mine, mine_ns = per_step(p)
+    theirs = [per_step(q) for q in others]
+    theirs = [t for t in theirs if len(t[0])]
+    if not len(mine) or not theirs:
+        return 0.0
+    figs["cpu_wait_pct"] = _med(mine)
+    figs["cpu_wait_pct_others"] = _med([_med(t[0]) for t in theirs])
+    excess = _med(mine_ns) - _med([_med(t[1]) for t in theirs])
+    figs["cpu_wait_excess_ns"] = int(excess)
+    return excess
+
+
 def _straggler(procs: list[dict], memo: dict) -> dict | None:
     if "straggler" not in memo:
         memo["straggler"] = _find_straggler(procs)
@@ -583,6 +610,7 @@ def _find_straggler(procs: list[dict]) -> dict | None:
     title = f"rank {rank} is a straggler: {_CAUSES[cause]}"
     rec = _ADVICE[cause].format(r=rank)
     figs: dict[str, Any] = {"own_ns_straggler": int(_med(own[s])), "own_ns_others": int(_med(others)),
+                            "own_excess_ns": int(_med(excess)),
                             "cause": cause, "cause_excess_ns": {c: int(v) for c, v in diffs.items()}}
     cpu_mine = _pct(p, "cpu_process_pct")
     cpu_theirs = [_med(_pct(q, "cpu_process_pct")) for i, q in enumerate(ranked) if i != s]
@@ -593,6 +621,7 @@ def _find_straggler(procs: list[dict]) -> dict | None:
         hosts = [_med(_pct(q, "cpu_host_pct")) for i, q in enumerate(ranked)
                  if i != s and q["instance_id"] != p["instance_id"]]
         figs["cpu_host_pct"] = host
+        waited = _cpu_wait(p, ranked[:s] + ranked[s + 1:], figs)
         # more than one busy thread (the step's own is one), or its host busy while the others' are not
         if figs["cpu_process_pct"] >= max(figs["cpu_process_pct_others"], 100.0) + 20 or \
                 (hosts and host >= 95 and _med(hosts) < 80):
@@ -600,6 +629,13 @@ def _find_straggler(procs: list[dict]) -> dict | None:
             rec = (f"rank {rank}'s process uses {figs['cpu_process_pct']:.0f}% CPU against "
                    f"{figs['cpu_process_pct_others']:.0f}% on the others: find the extra threads (another "
                    "workload, a busy background thread, too many intra-op threads for the cores it has)")
+        elif waited >= CPU_WAIT_SHARE * figs["own_excess_ns"]:
+            # its step thread waited for a CPU for most of what it took beyond the others (decision 0203)
+            title = f"rank {rank} is a straggler: its host CPU is saturated"
+            rec = (f"rank {rank}'s main thread waited for a CPU {figs['cpu_wait_pct']:.0f}% of each step "
+                   f"against {figs['cpu_wait_pct_others']:.0f}% on the others: another thread of its "
+                   "process or another workload takes its CPU (a busy background thread, a process "
+                   "pinned to the same cores, more intra-op threads than the cores it has)")
     hit = int((slowest == s).sum())
     k = int(np.argsort(saved)[len(saved) // 2])
     j = int(np.searchsorted(_nums(p), nums[k])) if (np.diff(_nums(p)) > 0).all() else \
@@ -921,20 +957,22 @@ def memory_per_step(series: dict[str, tuple[np.ndarray, np.ndarray]],
     return np.where(seen, total, -1), growth
 
 
-def cpu_per_step(ts: np.ndarray, proc_pct: np.ndarray, host_pct: np.ndarray, start: np.ndarray,
-                 end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean process and host CPU % of the samples inside each step (-1: none)."""
+def cpu_per_step(ts: np.ndarray, start: np.ndarray, end: np.ndarray, *series: np.ndarray) -> list[np.ndarray]:
+    """For each CPU % series sampled at ``ts``: the mean of its samples inside each step, NaN
+    samples left out (-1: none)."""
     n = len(start)
     if not len(ts) or not n:
-        return np.full(n, -1.0), np.full(n, -1.0)
+        return [np.full(n, -1.0) for _ in series]
     order = np.argsort(start, kind="stable")
     i = np.searchsorted(start[order], ts, side="right") - 1
     j = order[np.maximum(i, 0)]
-    ok = (i >= 0) & (ts < end[j])
-    cnt = np.bincount(j[ok], minlength=n)[:n]
+    inside = (i >= 0) & (ts < end[j])
     out = []
-    for v in (proc_pct, host_pct):
-        tot = np.bincount(j[ok], weights=np.asarray(v, dtype=np.float64)[ok], minlength=n)[:n]
+    for v in series:
+        v = np.asarray(v, dtype=np.float64)
+        ok = inside & ~np.isnan(v)
+        cnt = np.bincount(j[ok], minlength=n)[:n]
+        tot = np.bincount(j[ok], weights=v[ok], minlength=n)[:n]
         out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1), -1.0).round(1))
-    return out[0], out[1]
+    return out
 

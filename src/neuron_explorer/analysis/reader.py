@@ -428,6 +428,8 @@ _SAMPLE_COLUMNS = {  # per file: (column, dtype, values per sample or the field 
     "HostMem": (("ts_ns", "i8", 1),) + tuple((c, "i8", 1) for c in ("process_rss", "process_vms", "host_total",
                                                                       "host_used", "host_available")),
 }
+# columns of one value per sample that older captures do not have (decision 0203)
+_OPTIONAL_SAMPLE_COLUMNS = {"CpuUtil": (("main_thread_wait_percent", "f4"),)}
 
 
 def _load_samples(path: str, typ, wall_off: int):
@@ -438,6 +440,9 @@ def _load_samples(path: str, typ, wall_off: int):
     for name, dtype, per in cols[1:]:
         k = getattr(msg, per) if isinstance(per, str) else per
         packed_array(getattr(msg, name), dtype, path, name, len(ts) * k)
+    for name, dtype in _OPTIONAL_SAMPLE_COLUMNS.get(typ.__name__, ()):
+        if getattr(msg, name):  # (absent in captures written before it)
+            packed_array(getattr(msg, name), dtype, path, name, len(ts))
     if len(ts):
         check_times(path, "sample timestamps", int(ts.min()), int(ts.max()), wall_off)
     if typ.__name__ == "HostMem" and (msg.device_mem_names or msg.device_mem_ts_ns or msg.device_mem_values):

@@ -76,9 +76,35 @@ class SampleRing:
 
 
 def default_capacity(ncpu: int) -> int:
-    """Samples kept by default: the CPU rows (timestamp, one float per CPU, the process's share)
-    within SAMPLE_MEMORY_BUDGET, and at most MAX_DEFAULT_SAMPLES."""
-    return max(1, min(MAX_DEFAULT_SAMPLES, SAMPLE_MEMORY_BUDGET // (8 + 4 * (ncpu + 1))))
+    """Samples kept by default: the CPU rows (timestamp, one float per CPU, the process's share and
+    its main thread's wait) within SAMPLE_MEMORY_BUDGET, and at most MAX_DEFAULT_SAMPLES."""
+    return max(1, min(MAX_DEFAULT_SAMPLES, SAMPLE_MEMORY_BUDGET // (8 + 4 * (ncpu + 2))))
+
+
+def run_delay_ns(pid: int) -> int | None:
+    """The time the process's main thread has spent runnable but waiting for a CPU since it began
+    (the second field of Linux's ``/proc/<pid>/schedstat``), or None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read(256).split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class WaitShare:
+    """The share of each period between two reads that the main thread waited for a CPU (100 = the
+    whole period; NaN when either read failed or no time passed): decision 0203."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.last: tuple[int, int | None] = (clock.now_ns(), run_delay_ns(pid))
+
+    def __call__(self, t: int) -> float:
+        (t0, d0), d = self.last, run_delay_ns(self.pid)
+        self.last = (t, d)
+        if d is None or d0 is None or t <= t0 or d < d0:
+            return float("nan")
+        return 100.0 * (d - d0) / (t - t0)
 
 
 class HostSampler:
@@ -91,8 +117,9 @@ class HostSampler:
         self.mem = mem
         self.ncpu = psutil.cpu_count(logical=True) or 1
         cap = max_samples or default_capacity(self.ncpu)
-        # CPU rows: one percentage per logical CPU, then this process's
-        self.cpu_ring = SampleRing(cap, self.ncpu + 1, "float32")
+        # CPU rows: one percentage per logical CPU, then this process's, then its main thread's wait
+        self.cpu_ring = SampleRing(cap, self.ncpu + 2, "float32")
+        self._wait: WaitShare | None = None
         self.mem_ring = SampleRing(cap, len(MEM_COLUMNS), "int64")
         # device memory by category (docs/decisions/0031-device-memory-by-category.md): one ring per
         # core, a column per category, -1 where the source did not know it
@@ -114,6 +141,8 @@ class HostSampler:
             return
         # prime the "since last call" counters so the first sample is meaningful
         psutil.cpu_percent(percpu=True)
+        if self.cpu:
+            self._wait = WaitShare(self.pid)
         if self._proc is not None:
             try:
                 self._proc.cpu_percent()
@@ -127,9 +156,10 @@ class HostSampler:
         while not self._stop.wait(self.period_s):
             self.sample()
 
-    def record_cpu(self, t: int, per_cpu: list[float], process: float) -> None:
-        """One CPU sample: a percentage per logical CPU and this process's (100 = one CPU)."""
-        row = list(per_cpu[:self.ncpu]) + [0.0] * (self.ncpu - len(per_cpu)) + [process]
+    def record_cpu(self, t: int, per_cpu: list[float], process: float, wait: float = float("nan")) -> None:
+        """One CPU sample: a percentage per logical CPU, this process's (100 = one CPU) and the share
+        of the period its main thread waited for a CPU (``WaitShare``)."""
+        row = list(per_cpu[:self.ncpu]) + [0.0] * (self.ncpu - len(per_cpu)) + [process, wait]
         with self.lock:
             self.cpu_ring.append(t, row)
 
@@ -149,7 +179,7 @@ class HostSampler:
                     p = proc.cpu_percent()
                 except psutil.Error:
                     p = float("nan")
-            self.record_cpu(t, pct, p)
+            self.record_cpu(t, pct, p, self._wait(t) if self._wait is not None else float("nan"))
         if self.mem:
             vm = psutil.virtual_memory()
             rss = vms = 0
@@ -219,11 +249,12 @@ class HostSampler:
         values = np.stack(cols, axis=1) if cols else np.empty((len(ts), 0), np.int64)
         return ts, names, values, sum(p[3] for p in parts)
 
-    def cpu_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """Timestamps, per-CPU percentages [samples x ncpu], process percentages, samples dropped."""
+    def cpu_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """Timestamps, per-CPU percentages [samples x ncpu], process percentages, the main thread's
+        wait percentages, samples dropped."""
         with self.lock:
             ts, rows = self.cpu_ring.arrays()
-            return ts, rows[:, :-1], rows[:, -1], self.cpu_ring.dropped
+            return ts, rows[:, :-2], rows[:, -2], rows[:, -1], self.cpu_ring.dropped
 
     def mem_columns(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Timestamps, rows of MEM_COLUMNS, samples dropped."""
