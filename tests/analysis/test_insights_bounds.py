@@ -147,30 +147,45 @@ def test_the_first_iterations_graphs_are_warm_up_and_a_later_compile_is_a_recomp
 
 
 def test_a_straggler_whose_main_thread_waited_for_a_cpu_has_its_host_cpu_named():
-    """Decision 0203: one busy thread per process (under the 120% bar), rank 1 0.9 ms slower a step;
-    its host CPU is named when its main thread waited for a CPU, beyond the others' wait, for at
-    least half that excess; else its compute; and without the wait column (an older capture, or
-    no sample inside its steps) as before."""
-    def job(wait_pct: tuple[float, float] | None, sampled: bool = True) -> dict:
+    """Decision 0203: rank 1 0.9 ms slower a step (3.9 against 3 ms of own time), its process under
+    the 120% bar.  Its host CPU is named when its main thread waited for a CPU, beyond the others'
+    wait, for at least half that excess, and its other threads ran at least as much as its main
+    thread and twice as much, relative to it, as the others' did; a rank that waited as long while
+    its other threads did not outrun it is computing more on a loaded host; without the columns
+    (an older capture, or no sample inside its steps) the cause is as before."""
+    def job(proc: tuple[float, float] | None, main: tuple[float, float] = (75.0, 20.0),
+            wait: tuple[float, float] = (2.0, 60.0), sampled: bool = True) -> dict:
         procs = [_proc(r, 12, None, slow_own=900_000 if r == 1 else 0) for r in range(2)]
-        for p in procs:
-            p["cpu_process_pct"] = np.full(12, 95.0)
+        for i, p in enumerate(procs):
             p["cpu_host_pct"] = np.full(12, 60.0)
-        if wait_pct is not None:
-            for p, w in zip(procs, wait_pct):
-                p["cpu_wait_pct"] = np.full(12, w if sampled else -1.0)
+            p["cpu_process_pct"] = np.full(12, 95.0)
+            if proc is not None:
+                p["cpu_process_pct"] = np.full(12, proc[i] if sampled else -1.0)
+                p["cpu_main_pct"] = np.full(12, main[i] if sampled else -1.0)
+                p["cpu_wait_pct"] = np.full(12, wait[i] if sampled else -1.0)
         top = insights.analyse(procs)["insights"][0]
         assert top["id"] == "straggler" and top["evidence"]["ranks"] == [1], top
         return top
 
-    starved = job((2.0, 20.0))  # 0.08 and 0.8 ms of a 4 ms step: 0.72 ms of its 0.9 ms excess
+    # a 4 ms step: rank 0's main thread runs 3 ms (75%), waits 0.08 ms (2%), its other threads 1.5%
+    # of a CPU; rank 1's main thread runs 0.8 ms (20%) and waits 2.4 ms (60%) while its other
+    # threads run 60% of a CPU (process 80%)
+    starved = job((76.5, 80.0))
     figs = starved["evidence"]["figures"]
     assert starved["title"] == "rank 1 is a straggler: its host CPU is saturated"
-    assert figs["cpu_wait_pct"] == 20.0 and figs["cpu_wait_pct_others"] == 2.0
-    assert figs["cpu_wait_excess_ns"] == 720_000 and figs["own_excess_ns"] == 900_000
-    assert "waited for a CPU 20% of each step against 2%" in starved["recommendation"]
-    computed = job((2.0, 10.0))  # 0.32 ms: less than half of it
-    assert computed["title"] == "rank 1 is a straggler: its compute is slower", computed["title"]
-    assert computed["evidence"]["figures"]["cpu_wait_excess_ns"] == 320_000
-    for top in (job(None), job((2.0, 20.0), sampled=False)):
-        assert top["title"] == computed["title"] and "cpu_wait_pct" not in top["evidence"]["figures"]
+    assert figs["cpu_wait_pct"] == 60.0 and figs["cpu_wait_pct_others"] == 2.0
+    assert figs["cpu_main_pct"] == 20.0 and figs["cpu_main_pct_others"] == 75.0
+    assert figs["cpu_other_threads_pct"] == 60.0 and figs["cpu_other_threads_pct_others"] == 1.5
+    assert figs["cpu_wait_excess_ns"] == 2_320_000 and figs["own_excess_ns"] == 900_000
+    assert "waited for a CPU 60% of each step against 2%" in starved["recommendation"]
+    assert "other threads ran 60% of a CPU against 2%" in starved["recommendation"]
+    computed = "rank 1 is a straggler: its compute is slower"
+    assert job((76.5, 22.0))["title"] == computed  # waited as long, its other threads 2% of a CPU
+    assert job((76.5, 38.0))["title"] == computed  # other threads 18%: less than its main thread's 20%
+    assert job((76.5, 41.0))["title"] == starved["title"]  # 21%: more
+    # (rank 0's other threads outran its main thread too, 160% against 75%: rank 1's 3x is not twice that)
+    assert job((235.0, 80.0))["title"] == computed
+    few = job((76.5, 80.0), wait=(2.0, 13.0))  # waited 0.44 ms more: under half of 0.9
+    assert few["title"] == computed and few["evidence"]["figures"]["cpu_wait_excess_ns"] == 440_000
+    for top in (job(None), job((76.5, 80.0), sampled=False)):
+        assert top["title"] == computed and "cpu_wait_pct" not in top["evidence"]["figures"]

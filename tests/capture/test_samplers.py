@@ -96,18 +96,17 @@ def test_the_cgroup_limit_is_written_only_when_below_the_hosts_memory(tmp_path):
     assert hs.memory_limit(16 << 30) is None
 
 
-def test_the_main_threads_wait_for_a_cpu_is_read_from_schedstat():
-    """Decision 0203: the share of a period the main thread was runnable but not running.  A
-    thread pinned to this process's CPU beside the main thread makes the main thread wait; a pid
-    that cannot be read gives NaN, never an error."""
+def test_the_main_threads_run_and_wait_shares_are_read_from_schedstat():
+    """Decision 0203: the shares of a period the main thread ran and was runnable but not running.
+    A thread pinned to the main thread's CPU beside it makes it wait; a pid that cannot be read
+    gives NaN, never an error."""
     import threading
     import time
 
-    from neuron_explorer.capture.samplers import WaitShare, run_delay_ns
+    from neuron_explorer.capture.samplers import MainThreadShares, main_thread_times
 
-    assert run_delay_ns(os.getpid()) is not None and run_delay_ns(2**22 + 12345) is None
-    missing = WaitShare(2**22 + 12345)
-    assert np.isnan(missing(time.monotonic_ns() + 1))
+    assert main_thread_times(os.getpid()) is not None and main_thread_times(2**22 + 12345) is None
+    assert np.isnan(MainThreadShares(2**22 + 12345)(time.monotonic_ns() + 1)).all()
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})  # (this thread; a thread started now inherits it)
     stop = threading.Event()
@@ -117,40 +116,44 @@ def test_the_main_threads_wait_for_a_cpu_is_read_from_schedstat():
             sum(range(10_000))  # (holds the GIL between switches: the main thread below releases it)
 
     try:
-        share = WaitShare(os.getpid())
+        shares = MainThreadShares(os.getpid())
         t = threading.Thread(target=spin, daemon=True)
         t.start()
         end = time.monotonic() + 0.3
         while time.monotonic() < end:  # the main thread runnable throughout, sharing one CPU
             os.sched_yield()
-        waited = share(time.monotonic_ns())
+        ran, waited = shares(time.monotonic_ns())
     finally:
         stop.set()
         os.sched_setaffinity(0, cpus)
-    assert 0 < waited, waited
+    assert 0 < ran <= 101 and 0 < waited, (ran, waited)
 
 
-def test_the_cpu_file_carries_the_wait_column_and_a_wrong_length_is_refused(tmp_path):
-    hs = HostSampler(os.getpid(), 0.25, max_samples=10)
-    for i in range(3):
-        hs.record_cpu(1_000_000 + i, [1.0] * hs.ncpu, 2.0, 10.0 * i)
-    msg = pb.CpuUtil.FromString(writer.encode_cpu_util(hs))
-    assert np.frombuffer(msg.main_thread_wait_percent, "<f4").tolist() == [0.0, 10.0, 20.0]
+def test_the_cpu_file_carries_the_main_thread_columns_and_a_wrong_length_is_refused(tmp_path):
     from neuron_explorer.analysis.pbfile import ProfileError
     from neuron_explorer.analysis.reader import _load_samples
 
+    hs = HostSampler(os.getpid(), 0.25, max_samples=10)
+    for i in range(3):
+        hs.record_cpu(1_000_000 + i, [1.0] * hs.ncpu, 2.0, (50.0 + i, 10.0 * i))
+    msg = pb.CpuUtil.FromString(writer.encode_cpu_util(hs))
+    assert np.frombuffer(msg.main_thread_percent, "<f4").tolist() == [50.0, 51.0, 52.0]
+    assert np.frombuffer(msg.main_thread_wait_percent, "<f4").tolist() == [0.0, 10.0, 20.0]
     path = tmp_path / "cpu_util.pb"
     path.write_bytes(msg.SerializeToString())
     assert _load_samples(str(path), pb.CpuUtil, 0).main_thread_wait_percent  # read as written
     old = pb.CpuUtil.FromString(msg.SerializeToString())
-    old.ClearField("main_thread_wait_percent")  # a capture from before the column
+    old.ClearField("main_thread_wait_percent")  # a capture from before the columns
+    old.ClearField("main_thread_percent")
     path.write_bytes(old.SerializeToString())
     assert not _load_samples(str(path), pb.CpuUtil, 0).main_thread_wait_percent
-    msg.main_thread_wait_percent = msg.main_thread_wait_percent[:8]
-    path.write_bytes(msg.SerializeToString())
-    try:
-        _load_samples(str(path), pb.CpuUtil, 0)
-    except ProfileError as e:
-        assert "main_thread_wait_percent" in str(e), e
-    else:
-        raise AssertionError("a wait column shorter than the samples was read")
+    for field in ("main_thread_percent", "main_thread_wait_percent"):
+        bad = pb.CpuUtil.FromString(msg.SerializeToString())
+        setattr(bad, field, getattr(bad, field)[:8])
+        path.write_bytes(bad.SerializeToString())
+        try:
+            _load_samples(str(path), pb.CpuUtil, 0)
+        except ProfileError as e:
+            assert field in str(e), e
+        else:
+            raise AssertionError(f"a {field} column shorter than the samples was read")

@@ -24,15 +24,15 @@ distributed modes).  Each injected cost is a fixed amount of time per step, prin
   recorded region (Python work in the step); the injected cost is the spin, measured (its 10th
   percentile over the steps after the first, the order statistic below, as the rule takes the
   gaps: a loaded host that preempts the spin at its deadline makes it overshoot).
-* ``cpusat``: two ranks (gloo) that all-reduce their loss after each step; rank 1 starts a
-  thread that keeps a CPU busy with matrix products (GIL released) for the whole run.  Each rank
-  makes a session of its own (with Linux's autogroup, the scheduler shares the CPU between
-  sessions first: each rank has its own share, as in a container of its own, and the thread
-  takes from its rank's share, not the machine's).  The injected cost is what the program
+* ``cpusat``: two ranks (gloo) that all-reduce their loss after each step; rank 1 starts
+  ``CPUSAT_BURNERS`` threads that keep its CPU busy with matrix products (GIL released) for the
+  whole run.  Each rank makes a session of its own (with Linux's autogroup, the scheduler shares
+  the CPU between sessions first: each rank has its own share, as in a container of its own, and
+  the threads take from their rank's share, not the machine's).  The injected cost is what the program
   measures: the median over steps of rank 1's own time (its wall time but the all-reduce) minus
   rank 0's; it also prints each rank's process CPU % of its median step (``CPU_PCT``, decision
-  0140) and the share of its median step its main thread waited for a CPU (``WAIT_PCT``, from
-  /proc/self/schedstat: decision 0203).
+  0140) and the shares of its median step its main thread waited for a CPU and ran (``WAIT_PCT``,
+  ``MAIN_PCT``, from /proc/self/schedstat: decision 0203).
 * ``leak``: each step's loss kept in a list (its autograd graph with it, ``retain_graph``): device
   memory grows every step by what the graph saved, printed as ``INJECTED_BYTES`` (measured by a
   saved-tensors hook); ``noleak``: the same loop keeping ``loss.item()``, memory flat.
@@ -56,6 +56,9 @@ LAYERS = 12
 # load 16; 128 gave 5.5 ms against a 3.6 ms floor at load 10)
 OPT_LAYERS = 256
 EXPOSED_FLOATS = 4 << 20
+# cpusat's threads beside rank 1's steps, on its CPU: its main thread gets a quarter of its rank's
+# share (one thread left rank 1 slower than rank 0's noise in 1 of 3 runs at load 7.5: decision 0203)
+CPUSAT_BURNERS = 3
 # the kept graphs' saved tensors: the input and the hidden activation, 2 MiB each, per step
 LEAK_BATCH, LEAK_WIDTH = 1024, 512
 SLEPT: list = []
@@ -143,17 +146,19 @@ def straggler(steps: int) -> None:
     dist.destroy_process_group()
 
 
-def _run_delay() -> int:
-    """The time this process's main thread has waited for a CPU so far (Linux's schedstat)."""
+def _main_thread() -> tuple[int, int]:
+    """The time this process's main thread has run on a CPU and waited for one so far (Linux's
+    schedstat)."""
     with open("/proc/self/schedstat") as f:
-        return int(f.read().split()[1])
+        ran, waited = f.read().split()[:2]
+    return int(ran), int(waited)
 
 
 def _print_own_excess(dist, own: list, waits: list, *extra: float) -> None:
     """Rank 0 prints what rank 0 waited for rank 1 per step: the median over the steps after the
     first of rank 1's own time beyond rank 0's, at most rank 0's time in the all-reduce
     (``INJECTED_NS``: the straggler rule's statistic, docs/summary.md), each rank's median own
-    time (``OWN_NS``) and its ``extra`` figures (``CPU_PCT``, ``WAIT_PCT``), then step by step
+    time (``OWN_NS``) and its ``extra`` figures (``CPU_PCT``, ``WAIT_PCT``, ``MAIN_PCT``), then step by step
     what rank 0 waited for rank 1 (``SAVED_NS``) and each rank's own times and waits
     (``STEPS_NS``: a list per rank, own times then waits)."""
     world, n = dist.get_world_size(), len(own)
@@ -164,7 +169,7 @@ def _print_own_excess(dist, own: list, waits: list, *extra: float) -> None:
         saved = [min(max(float(every[1][i] - every[0][i]), 0.0), float(every[0][n + i])) for i in range(n)]
         print(f"INJECTED_NS {int(_median(saved))}")
         line = f"OWN_NS {[int(_median(e[:n].tolist())) for e in every]}"
-        for i, name in enumerate(("CPU_PCT", "WAIT_PCT")[:len(extra)]):
+        for i, name in enumerate(("CPU_PCT", "WAIT_PCT", "MAIN_PCT")[:len(extra)]):
             line += f" {name} {[round(float(e[2 * n + i])) for e in every]}"
         print(line)
         print(f"SAVED_NS {[int(x) for x in saved]}")
@@ -307,7 +312,7 @@ def cpusat(steps: int) -> None:
         os.setsid()
     except OSError:  # (already a session leader)
         pass
-    if rank == 1:  # its threads on one CPU: the thread takes from its rank's share, wherever it runs
+    if rank == 1:  # its threads on one CPU: the threads take from its rank's share, wherever it runs
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 8))
@@ -321,21 +326,23 @@ def cpusat(steps: int) -> None:
             torch.mm(a, a)
 
     if rank == 1:
-        threading.Thread(target=burn, name="burner", daemon=True).start()
-    own, waits, step_pct, wait_pct = [], [], [], []
+        for _ in range(CPUSAT_BURNERS):
+            threading.Thread(target=burn, name="burner", daemon=True).start()
+    own, waits, step_pct, wait_pct, main_pct = [], [], [], [], []
     last, waited = time.perf_counter_ns(), 0
-    last_cpu, last_delay = time.process_time_ns(), _run_delay()
+    last_cpu, last_main = time.process_time_ns(), _main_thread()
     for _ in range(steps):
         opt.zero_grad()
         loss = nn.functional.mse_loss(net(x), y)
         loss.backward()
         opt.step()
-        end, cpu, delay = time.perf_counter_ns(), time.process_time_ns(), _run_delay()
+        end, cpu, main = time.perf_counter_ns(), time.process_time_ns(), _main_thread()
         own.append(end - last - waited)  # (a step ends where its optimizer step ends: docs/summary.md)
         waits.append(waited)
         step_pct.append(100.0 * (cpu - last_cpu) / max(end - last, 1))
-        wait_pct.append(100.0 * (delay - last_delay) / max(end - last, 1))
-        last, last_cpu, last_delay = end, cpu, delay
+        wait_pct.append(100.0 * (main[1] - last_main[1]) / max(end - last, 1))
+        main_pct.append(100.0 * (main[0] - last_main[0]) / max(end - last, 1))
+        last, last_cpu, last_main = end, cpu, main
         # the ranks agree on the loss every step: one small all-reduce, which waits for the slower
         # rank (a gradients' all-reduce would add gloo's transfer, exposed, to every step).  The wait
         # is the call alone: the moments before it (on rank 1 the burner may hold the GIL) are the
@@ -348,7 +355,7 @@ def cpusat(steps: int) -> None:
     # weighted by wall time: one step that a loaded host stalled for seconds pulls it far down)
     pct = float(_median(step_pct))
     stop.set()
-    _print_own_excess(dist, own, waits, pct, float(_median(wait_pct)))
+    _print_own_excess(dist, own, waits, pct, float(_median(wait_pct)), float(_median(main_pct)))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -188,3 +188,16 @@ def test_fuzz_memory_limits_of_any_metadata_rows_never_raise():
             assert isinstance(lim["source"], str) and isinstance(lim["cgroup"], str), (i, meta, got)
         rows = rw.build_rows("thread", LEAVES, COUNTERS, RANKS, {}, "tracks", got)
         assert all(r.limit is None or r.limit["bytes"] > 0 for r in rows)
+
+
+def test_the_main_threads_shares_are_drawn_on_the_process_cpu_row():
+    """Decision 0203: a capture with the main thread's run and wait shares shows them with the
+    process's CPU, on one row; the host's CPU row does not take them."""
+    counters = COUNTERS + [("i-a", 7, "cpu_util.main_thread_wait", "percent"),
+                           ("i-a", 7, "cpu_util.main_thread", "percent")]
+    rows = rw.build_rows("cpu_device", LEAVES, counters, RANKS, {})
+    proc = [r for r in rows if r.label.startswith("CPU utilization (process)")]
+    assert len(proc) == 1 and [s[2] for s in proc[0].series] == [
+        "cpu_util.process", "cpu_util.main_thread", "cpu_util.main_thread_wait"]
+    host = next(r for r in rows if r.label == "CPU utilization (host)")
+    assert [s[2] for s in host.series] == ["cpu_util.cpu0"]

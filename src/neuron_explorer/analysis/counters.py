@@ -12,7 +12,7 @@ import numpy as np
 from neuron_explorer.analysis.events import ProcessEvents
 from neuron_explorer.analysis.pbfile import packed_array
 from neuron_explorer.analysis.reader import Session, wall_offset_ns
-from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX, MAIN_THREAD_WAIT
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX, MAIN_THREAD, MAIN_THREAD_WAIT
 from neuron_explorer.util.cgroup import SOURCES as _CGROUP_SOURCES
 from neuron_explorer.util.names import printable
 
@@ -30,9 +30,9 @@ def counter_series(s: Session) -> Series:
             pct = pct.reshape(len(ts), ncpu)
             proc = packed_array(s.cpu.process_percent, "f4", s.path, "process_percent")[: len(ts)]
             out["cpu_util.process"] = (ts, proc, "percent")
-            if s.cpu.main_thread_wait_percent:  # (decision 0203; the reader checked its length)
-                wait = packed_array(s.cpu.main_thread_wait_percent, "f4", s.path, "main_thread_wait_percent")
-                out[MAIN_THREAD_WAIT] = (ts, wait, "percent")
+            for name, field in ((MAIN_THREAD, "main_thread_percent"), (MAIN_THREAD_WAIT, "main_thread_wait_percent")):
+                if getattr(s.cpu, field):  # (decision 0203; the reader checked its length)
+                    out[name] = (ts, packed_array(getattr(s.cpu, field), "f4", s.path, field), "percent")
             out["cpu_util.host_mean"] = (ts, pct.mean(axis=1), "percent")
             for i in range(ncpu):
                 out[f"cpu_util.cpu{i}"] = (ts, pct[:, i], "percent")

@@ -1,10 +1,11 @@
 """From steps to answers: the job's steps across ranks, its utilisation and ranked insights.
 
 Input: one ``steps`` object per process (``analysis.steps.Steps.to_json`` plus ``instance_id``,
-``pid``, ``rank``, ``device_kind``, ``cpu_process_pct``/``cpu_host_pct``/``cpu_wait_pct`` per
-step), made where each process is converted; ``analyse`` reduces them across ranks (numpy over a few numbers per step:
-no event is read here).  The output is the ``steps``, ``utilisation``, ``insights``, ``verdict``
-and ``noise_threshold`` keys of summary-json (docs/summary.md).
+``pid``, ``rank``, ``device_kind``, ``cpu_process_pct``/``cpu_host_pct``/``cpu_main_pct``/
+``cpu_wait_pct`` per step), made where each process is converted; ``analyse`` reduces them across
+ranks (numpy over a few numbers per step: no event is read here).  The output is the ``steps``,
+``utilisation``, ``insights``, ``verdict`` and ``noise_threshold`` keys of summary-json
+(docs/summary.md).
 
 Each insight estimates the time a step would save without its cause, from the figures of the
 steady steps (every step but a process's first when it has three or more), and is reported only
@@ -553,26 +554,38 @@ _ADVICE = {"compute_own_ns": "check what rank {r} computes that the others do no
 CPU_WAIT_SHARE = 0.5
 
 
-def _cpu_wait(p: dict, others: list[dict], figs: dict[str, Any]) -> float:
-    """What the process's main thread waited for a CPU per step beyond the others' median (ns; 0
-    without the samples), its median wait share and theirs in ``figs``.  A step's wait is its
-    samples' mean share of its wall time (``cpu_wait_pct``, steps with a sample)."""
-    def per_step(q: dict) -> tuple[np.ndarray, np.ndarray]:
-        pct = _arr(q, "cpu_wait_pct")
-        if len(pct) != len(q["number"]):
-            return pct[:0], pct[:0]
-        keep = _steady(q) & (pct >= 0)
-        return pct[keep], pct[keep] / 100.0 * _arr(q, "wall_ns")[keep]
-    mine, mine_ns = per_step(p)
-    theirs = [per_step(q) for q in others]
-    theirs = [t for t in theirs if len(t[0])]
-    if not len(mine) or not theirs:
-        return 0.0
-    figs["cpu_wait_pct"] = _med(mine)
-    figs["cpu_wait_pct_others"] = _med([_med(t[0]) for t in theirs])
-    excess = _med(mine_ns) - _med([_med(t[1]) for t in theirs])
-    figs["cpu_wait_excess_ns"] = int(excess)
-    return excess
+def _starved(p: dict, others: list[dict], figs: dict[str, Any]) -> bool:
+    """Whether the process's main thread took longer than the others' because other threads of its
+    process took its CPU: per step, its wait for a CPU beyond the others' is most of its excess own
+    time, and its other threads (the process's CPU but the main thread's) ran at least as much as
+    its main thread and at least twice as much, relative to it, as the others' did.  A rank with
+    more to compute on a loaded host waits longer too, but its own threads do not outrun it; the
+    ratio, unlike the shares, does not depend on how much of a CPU the host's load leaves the
+    process.  Reads the steady steps with a sample (``cpu_process_pct``, ``cpu_main_pct``,
+    ``cpu_wait_pct``: each the samples' mean share of the step's wall time); the medians go into
+    ``figs``."""
+    def per_step(q: dict) -> tuple[float, float, float, float] | None:
+        cols = [_arr(q, k) for k in ("cpu_process_pct", "cpu_main_pct", "cpu_wait_pct")]
+        if not len(q["number"]) or any(len(c) != len(q["number"]) for c in cols):
+            return None
+        keep = _steady(q) & (cols[0] >= 0) & (cols[1] >= 0) & (cols[2] >= 0)
+        if not keep.any():
+            return None
+        proc, main, wait = (c[keep] for c in cols)
+        return _med(main), _med(wait), _med(wait / 100.0 * _arr(q, "wall_ns")[keep]), _med(proc - main)
+    mine = per_step(p)
+    theirs = [t for t in (per_step(q) for q in others) if t is not None]
+    if mine is None or not theirs:
+        return False
+    base = [_med([t[i] for t in theirs]) for i in range(4)]
+    figs["cpu_main_pct"], figs["cpu_main_pct_others"] = mine[0], base[0]
+    figs["cpu_wait_pct"], figs["cpu_wait_pct_others"] = mine[1], base[1]
+    figs["cpu_other_threads_pct"], figs["cpu_other_threads_pct_others"] = mine[3], base[3]
+    figs["cpu_wait_excess_ns"] = int(mine[2] - base[2])
+    ratio = mine[3] / mine[0] if mine[0] > 0 else float("inf")
+    theirs_ratio = _med([t[3] / t[0] for t in theirs if t[0] > 0]) if any(t[0] > 0 for t in theirs) else 0.0
+    return figs["cpu_wait_excess_ns"] >= CPU_WAIT_SHARE * figs["own_excess_ns"] and \
+        mine[3] > 0 and ratio >= max(1.0, 2 * theirs_ratio)
 
 
 def _straggler(procs: list[dict], memo: dict) -> dict | None:
@@ -621,7 +634,7 @@ def _find_straggler(procs: list[dict]) -> dict | None:
         hosts = [_med(_pct(q, "cpu_host_pct")) for i, q in enumerate(ranked)
                  if i != s and q["instance_id"] != p["instance_id"]]
         figs["cpu_host_pct"] = host
-        waited = _cpu_wait(p, ranked[:s] + ranked[s + 1:], figs)
+        starved = _starved(p, ranked[:s] + ranked[s + 1:], figs)
         # more than one busy thread (the step's own is one), or its host busy while the others' are not
         if figs["cpu_process_pct"] >= max(figs["cpu_process_pct_others"], 100.0) + 20 or \
                 (hosts and host >= 95 and _med(hosts) < 80):
@@ -629,13 +642,15 @@ def _find_straggler(procs: list[dict]) -> dict | None:
             rec = (f"rank {rank}'s process uses {figs['cpu_process_pct']:.0f}% CPU against "
                    f"{figs['cpu_process_pct_others']:.0f}% on the others: find the extra threads (another "
                    "workload, a busy background thread, too many intra-op threads for the cores it has)")
-        elif waited >= CPU_WAIT_SHARE * figs["own_excess_ns"]:
-            # its step thread waited for a CPU for most of what it took beyond the others (decision 0203)
+        elif starved:
+            # its main thread waited for a CPU for most of what it took beyond the others (decision 0203)
             title = f"rank {rank} is a straggler: its host CPU is saturated"
             rec = (f"rank {rank}'s main thread waited for a CPU {figs['cpu_wait_pct']:.0f}% of each step "
-                   f"against {figs['cpu_wait_pct_others']:.0f}% on the others: another thread of its "
-                   "process or another workload takes its CPU (a busy background thread, a process "
-                   "pinned to the same cores, more intra-op threads than the cores it has)")
+                   f"against {figs['cpu_wait_pct_others']:.0f}% on the others, while its other threads ran "
+                   f"{figs['cpu_other_threads_pct']:.0f}% of a CPU against "
+                   f"{figs['cpu_other_threads_pct_others']:.0f}%: "
+                   "find the threads that take its CPU (a busy background thread, more intra-op threads than "
+                   "the cores it has, threads pinned to its core)")
     hit = int((slowest == s).sum())
     k = int(np.argsort(saved)[len(saved) // 2])
     j = int(np.searchsorted(_nums(p), nums[k])) if (np.diff(_nums(p)) > 0).all() else \

@@ -429,7 +429,7 @@ _SAMPLE_COLUMNS = {  # per file: (column, dtype, values per sample or the field 
                                                                       "host_used", "host_available")),
 }
 # columns of one value per sample that older captures do not have (decision 0203)
-_OPTIONAL_SAMPLE_COLUMNS = {"CpuUtil": (("main_thread_wait_percent", "f4"),)}
+_OPTIONAL_SAMPLE_COLUMNS = {"CpuUtil": (("main_thread_percent", "f4"), ("main_thread_wait_percent", "f4"))}
 
 
 def _load_samples(path: str, typ, wall_off: int):

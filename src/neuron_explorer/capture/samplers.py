@@ -9,7 +9,9 @@ re-encode a growing list.
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import numpy as np
 import psutil
@@ -77,34 +79,37 @@ class SampleRing:
 
 def default_capacity(ncpu: int) -> int:
     """Samples kept by default: the CPU rows (timestamp, one float per CPU, the process's share and
-    its main thread's wait) within SAMPLE_MEMORY_BUDGET, and at most MAX_DEFAULT_SAMPLES."""
-    return max(1, min(MAX_DEFAULT_SAMPLES, SAMPLE_MEMORY_BUDGET // (8 + 4 * (ncpu + 2))))
+    its main thread's run and wait shares) within SAMPLE_MEMORY_BUDGET, and at most
+    MAX_DEFAULT_SAMPLES."""
+    return max(1, min(MAX_DEFAULT_SAMPLES, SAMPLE_MEMORY_BUDGET // (8 + 4 * (ncpu + 3))))
 
 
-def run_delay_ns(pid: int) -> int | None:
-    """The time the process's main thread has spent runnable but waiting for a CPU since it began
-    (the second field of Linux's ``/proc/<pid>/schedstat``), or None where it cannot be read."""
+def main_thread_times(pid: int) -> tuple[int, int] | None:
+    """The time the process's main thread has run on a CPU and the time it has waited for one,
+    runnable, since it began (the first two fields of Linux's ``/proc/<pid>/schedstat``, ns), or
+    None where they cannot be read."""
     try:
         with open(f"/proc/{pid}/schedstat", "rb") as f:
-            return int(f.read(256).split()[1])
-    except (OSError, ValueError, IndexError):
+            ran, waited = f.read(256).split()[:2]
+        return int(ran), int(waited)
+    except (OSError, ValueError):
         return None
 
 
-class WaitShare:
-    """The share of each period between two reads that the main thread waited for a CPU (100 = the
-    whole period; NaN when either read failed or no time passed): decision 0203."""
+class MainThreadShares:
+    """The shares of each period between two reads that the main thread ran and waited for a CPU
+    (100 = the whole period; NaN when either read failed or no time passed): decision 0203."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.last: tuple[int, int | None] = (clock.now_ns(), run_delay_ns(pid))
+        self.last: tuple[int, tuple[int, int] | None] = (clock.now_ns(), main_thread_times(pid))
 
-    def __call__(self, t: int) -> float:
-        (t0, d0), d = self.last, run_delay_ns(self.pid)
-        self.last = (t, d)
-        if d is None or d0 is None or t <= t0 or d < d0:
-            return float("nan")
-        return 100.0 * (d - d0) / (t - t0)
+    def __call__(self, t: int) -> tuple[float, float]:
+        (t0, a), b = self.last, main_thread_times(self.pid)
+        self.last = (t, b)
+        if a is None or b is None or t <= t0 or b[0] < a[0] or b[1] < a[1]:
+            return float("nan"), float("nan")
+        return 100.0 * (b[0] - a[0]) / (t - t0), 100.0 * (b[1] - a[1]) / (t - t0)
 
 
 class HostSampler:
@@ -117,9 +122,11 @@ class HostSampler:
         self.mem = mem
         self.ncpu = psutil.cpu_count(logical=True) or 1
         cap = max_samples or default_capacity(self.ncpu)
-        # CPU rows: one percentage per logical CPU, then this process's, then its main thread's wait
-        self.cpu_ring = SampleRing(cap, self.ncpu + 2, "float32")
-        self._wait: WaitShare | None = None
+        # CPU rows: one percentage per logical CPU, then this process's, then its main thread's run
+        # and wait shares
+        self.cpu_ring = SampleRing(cap, self.ncpu + 3, "float32")
+        self._main: MainThreadShares | None = None
+        self._own = (clock.now_ns(), time.process_time_ns())  # (this process's CPU time at the last sample)
         self.mem_ring = SampleRing(cap, len(MEM_COLUMNS), "int64")
         # device memory by category (docs/decisions/0031-device-memory-by-category.md): one ring per
         # core, a column per category, -1 where the source did not know it
@@ -142,7 +149,8 @@ class HostSampler:
         # prime the "since last call" counters so the first sample is meaningful
         psutil.cpu_percent(percpu=True)
         if self.cpu:
-            self._wait = WaitShare(self.pid)
+            self._main = MainThreadShares(self.pid)
+            self._own = (clock.now_ns(), time.process_time_ns())
         if self._proc is not None:
             try:
                 self._proc.cpu_percent()
@@ -156,10 +164,11 @@ class HostSampler:
         while not self._stop.wait(self.period_s):
             self.sample()
 
-    def record_cpu(self, t: int, per_cpu: list[float], process: float, wait: float = float("nan")) -> None:
-        """One CPU sample: a percentage per logical CPU, this process's (100 = one CPU) and the share
-        of the period its main thread waited for a CPU (``WaitShare``)."""
-        row = list(per_cpu[:self.ncpu]) + [0.0] * (self.ncpu - len(per_cpu)) + [process, wait]
+    def record_cpu(self, t: int, per_cpu: list[float], process: float,
+                   main: tuple[float, float] = (float("nan"), float("nan"))) -> None:
+        """One CPU sample: a percentage per logical CPU, this process's (100 = one CPU) and the shares
+        of the period its main thread ran and waited for a CPU (``MainThreadShares``)."""
+        row = list(per_cpu[:self.ncpu]) + [0.0] * (self.ncpu - len(per_cpu)) + [process, *main]
         with self.lock:
             self.cpu_ring.append(t, row)
 
@@ -174,12 +183,16 @@ class HostSampler:
         if self.cpu:
             pct = psutil.cpu_percent(percpu=True)
             p = 0.0
-            if proc is not None:
+            if self.pid == os.getpid():  # this process: its CPU time to the ns, not in clock ticks
+                (t0, c0), c = self._own, time.process_time_ns()
+                self._own = (t, c)
+                p = 100.0 * (c - c0) / (t - t0) if t > t0 else float("nan")
+            elif proc is not None:
                 try:
                     p = proc.cpu_percent()
                 except psutil.Error:
                     p = float("nan")
-            self.record_cpu(t, pct, p, self._wait(t) if self._wait is not None else float("nan"))
+            self.record_cpu(t, pct, p, self._main(t) if self._main is not None else (float("nan"), float("nan")))
         if self.mem:
             vm = psutil.virtual_memory()
             rss = vms = 0
@@ -251,10 +264,10 @@ class HostSampler:
 
     def cpu_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
         """Timestamps, per-CPU percentages [samples x ncpu], process percentages, the main thread's
-        wait percentages, samples dropped."""
+        run and wait percentages [samples x 2], samples dropped."""
         with self.lock:
             ts, rows = self.cpu_ring.arrays()
-            return ts, rows[:, :-2], rows[:, -2], rows[:, -1], self.cpu_ring.dropped
+            return ts, rows[:, :-3], rows[:, -3], rows[:, -2:], self.cpu_ring.dropped
 
     def mem_columns(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Timestamps, rows of MEM_COLUMNS, samples dropped."""

@@ -192,13 +192,14 @@ def _record_nc_filter(msg: pb.TraceInfo, ncs) -> None:
 
 
 def encode_cpu_util(s: "HostSampler") -> bytes:
-    ts, pct, proc, wait, dropped = s.cpu_columns()
+    ts, pct, proc, main, dropped = s.cpu_columns()
     msg = pb.CpuUtil(format_version=FORMAT_VERSION, num_cpus=s.ncpu, period_ns=int(s.period_s * 1e9),
                      monitored_pid=s.pid, dropped_samples=dropped)
     msg.ts_ns = _col(ts, "i8")
     msg.cpu_percent = _col(pct.ravel(), "f4")
     msg.process_percent = _col(proc, "f4")
-    msg.main_thread_wait_percent = _col(wait, "f4")
+    msg.main_thread_percent = _col(main[:, 0], "f4")
+    msg.main_thread_wait_percent = _col(main[:, 1], "f4")
     return msg.SerializeToString()
 
 

@@ -47,8 +47,9 @@ SINGLE_FILE = (METADATA, MODELS, WARNINGS, DEVICE_PROFILES, EVENT_OVERVIEW)
 # memory_used breakdown; DEVICE_MEMORY_TO_MONITOR says which monitor category each one adds to, so
 # both tools show the same bytes.  Together they are the core's memory: a viewer may stack them.
 DEVICE_MEMORY_PREFIX = "device_mem."
-# the share of each CPU sample's period the process's main thread waited for a CPU (percent; Linux's
-# schedstat run_delay: docs/decisions/0203-main-thread-cpu-wait.md)
+# the shares of each CPU sample's period the process's main thread ran on a CPU and waited for one
+# (percent; Linux's schedstat: docs/decisions/0203-main-thread-cpu-wait.md)
+MAIN_THREAD = "cpu_util.main_thread"
 MAIN_THREAD_WAIT = "cpu_util.main_thread_wait"
 DEVICE_MEMORY_CATEGORIES: tuple[str, ...] = (
     "parameters",       # the weights (module parameters and buffers the runtime knows of)
@@ -192,7 +193,8 @@ SCHEMA_DOC: dict[str, list[tuple[str, str]]] = {
     ],
     COUNTERS: [
         ("instance_id", "host"), ("process_id", "pid"), ("ts", "sample time, Unix epoch ns"),
-        ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.main_thread_wait, cpu_util.host_mean, "
+        ("counter", "cpu_util.cpu<N>, cpu_util.process, cpu_util.main_thread, cpu_util.main_thread_wait, "
+                    "cpu_util.host_mean, "
                     "host_mem.process_rss, ..., "
                     "device_mem.nc<N>.<category>"),
         ("value", "sample value"), ("unit", "percent or bytes"),

@@ -461,6 +461,7 @@ class CpuUtil(_message.Message):
     MONITORED_PID_FIELD_NUMBER: _builtins.int
     DROPPED_SAMPLES_FIELD_NUMBER: _builtins.int
     MAIN_THREAD_WAIT_PERCENT_FIELD_NUMBER: _builtins.int
+    MAIN_THREAD_PERCENT_FIELD_NUMBER: _builtins.int
     format_version: _builtins.int
     num_cpus: _builtins.int
     period_ns: _builtins.int
@@ -474,11 +475,12 @@ class CpuUtil(_message.Message):
     dropped_samples: _builtins.int
     """oldest samples overwritten: the sampler keeps a bounded number"""
     main_thread_wait_percent: _builtins.bytes
-    """float32, one per sample when present (absent in captures before it): the share of the sample's
-    period the monitored process's main thread spent runnable but waiting for a CPU (Linux's
-    /proc/<pid>/schedstat run_delay), 100 = the whole period; NaN where it could not be read
-    (docs/decisions/0203-main-thread-cpu-wait.md)
+    """float32, one per sample when present (absent in captures before them): the share of the
+    sample's period the monitored process's main thread spent runnable but waiting for a CPU
+    (Linux's /proc/<pid>/schedstat run_delay), and the share it ran on a CPU (its run time), 100 =
+    the whole period; NaN where they could not be read (docs/decisions/0203-main-thread-cpu-wait.md)
     """
+    main_thread_percent: _builtins.bytes
     def __init__(
         self,
         *,
@@ -491,10 +493,11 @@ class CpuUtil(_message.Message):
         monitored_pid: _builtins.int = ...,
         dropped_samples: _builtins.int = ...,
         main_thread_wait_percent: _builtins.bytes = ...,
+        main_thread_percent: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_percent", b"cpu_percent", "dropped_samples", b"dropped_samples", "format_version", b"format_version", "main_thread_wait_percent", b"main_thread_wait_percent", "monitored_pid", b"monitored_pid", "num_cpus", b"num_cpus", "period_ns", b"period_ns", "process_percent", b"process_percent", "ts_ns", b"ts_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_percent", b"cpu_percent", "dropped_samples", b"dropped_samples", "format_version", b"format_version", "main_thread_percent", b"main_thread_percent", "main_thread_wait_percent", b"main_thread_wait_percent", "monitored_pid", b"monitored_pid", "num_cpus", b"num_cpus", "period_ns", b"period_ns", "process_percent", b"process_percent", "ts_ns", b"ts_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX, MAIN_THREAD_WAIT
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX, MAIN_THREAD, MAIN_THREAD_WAIT
 from neuron_explorer.contracts.tracks import on_device, process_label, track_kind
 from neuron_explorer.ui.params import BadRequest
 
@@ -370,8 +370,8 @@ def _process_counter_rows(counter_list: list[tuple], rank_of: dict[tuple[str, in
     for (inst, pid), names in sorted(per_proc.items()):
         proc = proc_of(rank_of, inst, pid)
         if "cpu_util.process" in names:
-            # with the share of each period its main thread waited for a CPU (decision 0203)
-            cpu = [(inst, pid, cn) for cn in ("cpu_util.process", MAIN_THREAD_WAIT) if cn in names]
+            # with the shares of each period its main thread ran and waited for a CPU (decision 0203)
+            cpu = [(inst, pid, cn) for cn in ("cpu_util.process", MAIN_THREAD, MAIN_THREAD_WAIT) if cn in names]
             out.append(Row(f"{inst}|{pid}|cpu", "counter", [inst, proc.label], "CPU utilization (process)",
                            series=cpu, style="line", unit="percent",
                            sort=(inst, 1, *proc.sort, -1, 0)))

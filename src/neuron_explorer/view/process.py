@@ -26,7 +26,7 @@ from neuron_explorer.analysis.filters import ViewFilter
 from neuron_explorer.analysis.framework import RegionLinks
 from neuron_explorer.analysis.pbfile import ProfileError
 from neuron_explorer.analysis.reader import Session, load_session, wall_offset_ns
-from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX, MAIN_THREAD_WAIT
+from neuron_explorer.contracts.dataset import DEVICE_MEMORY_PREFIX, MAIN_THREAD, MAIN_THREAD_WAIT
 from neuron_explorer.contracts.tracks import Grouping
 from neuron_explorer.exporters.interface import Piece, ProcessTarget, exporter
 from neuron_explorer.util.names import printable
@@ -228,8 +228,9 @@ def process_steps(s: Session, offset_ns: int) -> dict:
         host = cpu["cpu_util.host_mean"][1]
         off = wall_offset_ns(s) + offset_ns
         named = {"cpu_process_pct": proc, "cpu_host_pct": host}
-        if MAIN_THREAD_WAIT in cpu:  # (decision 0203: not in captures before it)
-            named["cpu_wait_pct"] = cpu[MAIN_THREAD_WAIT][1]
+        for k, name in (("cpu_main_pct", MAIN_THREAD), ("cpu_wait_pct", MAIN_THREAD_WAIT)):
+            if name in cpu:  # (decision 0203: not in captures before it)
+                named[k] = cpu[name][1]
         out.update(zip(named, insights_mod.cpu_per_step(ts + off, st.start_ns, st.end_ns, *named.values())))
     dev = {k: (ts, v) for k, (ts, v, _) in cpu.items() if k.startswith(DEVICE_MEMORY_PREFIX)}
     if dev:
