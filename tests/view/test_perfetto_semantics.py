@@ -167,15 +167,14 @@ def _write_samples(session_dir, rank):
     import os
 
     from neuron_explorer.capture import writer
-    from neuron_explorer.capture.samplers import HostSampler, SampleRing
+    from neuron_explorer.capture.samplers import HostSampler
     from neuron_explorer.util.atomic import atomic_write
 
-    hs = HostSampler(os.getpid(), 0.25, cpu=True, mem=True)
-    hs.ncpu = 2
-    hs.cpu_ring = SampleRing(100, hs.ncpu + 2, "float32")
+    hs = HostSampler(os.getpid(), 0.25, cpu=True, mem=True, max_samples=100, ncpu=2)
     for i in range(40):
         t = 1_000_000_000_000 + i * 250_000_000 + rank * 1_000 + 7
-        hs.record_cpu(t, [10.0 + i, 50.5 - i], 3.25 * i)
+        # (the main thread's shares: unread, NaN, in the even samples, which outputs leave out)
+        hs.record_cpu(t, [10.0 + i, 50.5 - i], 3.25 * i, (2.5 * i, 0.5 * i) if i % 2 else (float("nan"),) * 2)
         hs.record_mem(t + 11, (1_000_000 + i, 2_000_000 + i, 8 << 30, (4 << 30) + i, (4 << 30) - i))
     atomic_write(os.path.join(session_dir, "cpu_util.pb"), writer.encode_cpu_util(hs))
     atomic_write(os.path.join(session_dir, "host_mem.pb"), writer.encode_host_mem(hs))

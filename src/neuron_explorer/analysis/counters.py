@@ -31,8 +31,12 @@ def counter_series(s: Session) -> Series:
             proc = packed_array(s.cpu.process_percent, "f4", s.path, "process_percent")[: len(ts)]
             out["cpu_util.process"] = (ts, proc, "percent")
             for name, field in ((MAIN_THREAD, "main_thread_percent"), (MAIN_THREAD_WAIT, "main_thread_wait_percent")):
-                if getattr(s.cpu, field):  # (decision 0203; the reader checked its length)
-                    out[name] = (ts, packed_array(getattr(s.cpu, field), "f4", s.path, field), "percent")
+                # (decision 0203; the reader checked the length) samples the sampler could not read
+                # (NaN: not Linux, the process gone) are left out, and a series without one
+                v = packed_array(getattr(s.cpu, field), "f4", s.path, field)
+                keep = ~np.isnan(v)
+                if len(v) and keep.any():
+                    out[name] = (ts[keep], v[keep], "percent")
             out["cpu_util.host_mean"] = (ts, pct.mean(axis=1), "percent")
             for i in range(ncpu):
                 out[f"cpu_util.cpu{i}"] = (ts, pct[:, i], "percent")

@@ -972,20 +972,20 @@ def memory_per_step(series: dict[str, tuple[np.ndarray, np.ndarray]],
     return np.where(seen, total, -1), growth
 
 
-def cpu_per_step(ts: np.ndarray, start: np.ndarray, end: np.ndarray, *series: np.ndarray) -> list[np.ndarray]:
-    """For each CPU % series sampled at ``ts``: the mean of its samples inside each step, NaN
-    samples left out (-1: none)."""
+def cpu_per_step(start: np.ndarray, end: np.ndarray, *series: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
+    """For each CPU % series ``(ts, values)``: the mean of its samples inside each step, NaN samples
+    left out (-1: none)."""
     n = len(start)
-    if not len(ts) or not n:
-        return [np.full(n, -1.0) for _ in series]
     order = np.argsort(start, kind="stable")
-    i = np.searchsorted(start[order], ts, side="right") - 1
-    j = order[np.maximum(i, 0)]
-    inside = (i >= 0) & (ts < end[j])
     out = []
-    for v in series:
+    for ts, v in series:
+        if not len(ts) or not n:
+            out.append(np.full(n, -1.0))
+            continue
+        i = np.searchsorted(start[order], ts, side="right") - 1
+        j = order[np.maximum(i, 0)]
         v = np.asarray(v, dtype=np.float64)
-        ok = inside & ~np.isnan(v)
+        ok = (i >= 0) & (ts < end[j]) & ~np.isnan(v)
         cnt = np.bincount(j[ok], minlength=n)[:n]
         tot = np.bincount(j[ok], weights=v[ok], minlength=n)[:n]
         out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1), -1.0).round(1))

@@ -114,13 +114,14 @@ class MainThreadShares:
 
 class HostSampler:
     def __init__(self, pid: int, period_s: float, cpu: bool = True, mem: bool = True,
-                 max_samples: int | None = None) -> None:
-        """``max_samples``: samples kept per sampler (default: ``default_capacity``)."""
+                 max_samples: int | None = None, ncpu: int | None = None) -> None:
+        """``max_samples``: samples kept per sampler (default: ``default_capacity``); ``ncpu``:
+        the logical CPUs sampled (default: the host's)."""
         self.pid = pid
         self.period_s = period_s
         self.cpu = cpu
         self.mem = mem
-        self.ncpu = psutil.cpu_count(logical=True) or 1
+        self.ncpu = ncpu or psutil.cpu_count(logical=True) or 1
         cap = max_samples or default_capacity(self.ncpu)
         # CPU rows: one percentage per logical CPU, then this process's, then its main thread's run
         # and wait shares

@@ -224,14 +224,12 @@ def process_steps(s: Session, offset_ns: int) -> dict:
            "device_kind": info.device_kind if info is not None else "", **st.to_columns()}
     cpu = counter_series(s) if len(st) else {}
     if "cpu_util.process" in cpu:
-        ts, proc, _ = cpu["cpu_util.process"]
-        host = cpu["cpu_util.host_mean"][1]
         off = wall_offset_ns(s) + offset_ns
-        named = {"cpu_process_pct": proc, "cpu_host_pct": host}
-        for k, name in (("cpu_main_pct", MAIN_THREAD), ("cpu_wait_pct", MAIN_THREAD_WAIT)):
-            if name in cpu:  # (decision 0203: not in captures before it)
-                named[k] = cpu[name][1]
-        out.update(zip(named, insights_mod.cpu_per_step(ts + off, st.start_ns, st.end_ns, *named.values())))
+        # (the main thread's series: not in captures before decision 0203)
+        named = {k: (cpu[name][0] + off, cpu[name][1]) for k, name in (
+            ("cpu_process_pct", "cpu_util.process"), ("cpu_host_pct", "cpu_util.host_mean"),
+            ("cpu_main_pct", MAIN_THREAD), ("cpu_wait_pct", MAIN_THREAD_WAIT)) if name in cpu}
+        out.update(zip(named, insights_mod.cpu_per_step(st.start_ns, st.end_ns, *named.values())))
     dev = {k: (ts, v) for k, (ts, v, _) in cpu.items() if k.startswith(DEVICE_MEMORY_PREFIX)}
     if dev:
         off = wall_offset_ns(s) + offset_ns
