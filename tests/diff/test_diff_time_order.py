@@ -264,3 +264,28 @@ def test_step_table_columns_are_the_processes_figures_one_after_another(packed):
         assert np.array_equal(t.cols[k], np.concatenate(pieces)), k
         assert t.cols[k].dtype == (np.int32 if k in ("rank", "proc") else np.int64), k
     assert not t.cols["compile_ns"].any() and not t.cols["host_ns"].any()
+
+
+@pytest.mark.parametrize("runs", [2, 3, 64])
+def test_time_order_read_at_positions_is_the_stable_sort(runs):
+    """``dataset.TimeOrder`` (decision 0201): the stable sort by start read at the bootstrap's
+    positions and at the first, on runs each in start order with starts repeated within and
+    across runs, is the whole sort's, to the row."""
+    rng = np.random.default_rng(runs)
+    n = 3 * dataset.TimeOrder.SMALL + 17
+    cuts = np.sort(rng.choice(np.arange(1, n), runs - 1, replace=False))
+    start = np.concatenate([np.sort(rng.integers(0, n // 8, len(p))) for p in np.split(np.arange(n), cuts)])
+    want = np.argsort(start, kind="stable")
+    order = dataset.time_order(start)
+    assert order is not None and len(order) == n and 1 < len(order.bounds) - 1 <= runs
+    at = np.linspace(0, n - 1, cmp.BOOTSTRAP_CAP).astype(np.int64)
+    assert np.array_equal(order[at], want[at]) and np.array_equal(order[at[::-3]], want[at[::-3]])
+    assert np.array_equal(order[:1], want[:1]) and np.array_equal(order[-3:], want[-3:])
+    assert order[5] == want[5] and np.array_equal(order[np.array([-1, 0, 0, n // 2])], want[[-1, 0, 0, n // 2]])
+    assert order._whole is None  # (read without the whole sort)
+    assert np.array_equal(np.asarray(order), want)
+
+
+def test_time_order_is_none_for_rows_in_start_order():
+    assert dataset.time_order(np.array([1, 1, 2, 5], dtype=np.int64)) is None
+    assert dataset.time_order(np.zeros(0, dtype=np.int64)) is None

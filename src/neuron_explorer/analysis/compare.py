@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -172,10 +172,16 @@ def item_seed(key: str, seed: int = 0) -> int:
     return (zlib.crc32(key.encode("utf-8", "replace")) ^ (seed * 0x9E3779B1)) & 0xFFFFFFFF
 
 
-def thin(values: np.ndarray, order: np.ndarray | None = None, cap: int = BOOTSTRAP_CAP) -> np.ndarray:
+class Positions(Protocol):
+    """An order read at positions: an index array, or ``diff.dataset.TimeOrder``."""
+
+    def __getitem__(self, at: np.ndarray) -> np.ndarray: ...
+
+
+def thin(values: np.ndarray, order: np.ndarray | Positions | None = None, cap: int = BOOTSTRAP_CAP) -> np.ndarray:
     """The sample the bootstrap sees: ``values`` in time order (``values[order]``; None: they are
     in time order), at most ``cap`` of them evenly spaced in time, as float64.  Only the kept
-    values are gathered."""
+    values are gathered (``order`` is read at their positions only)."""
     n = len(values)
     at = np.arange(n) if n <= cap else np.linspace(0, n - 1, cap).astype(np.int64)
     if order is None:

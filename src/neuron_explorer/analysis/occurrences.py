@@ -229,7 +229,13 @@ class _File:
         self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
         self.name_c, self.fw, self.typ = self._at(name_c), self._at(fw), self._at(typ)
         self.start, self.end, self.ids = (int_column(t.column(c), -1, self.rows) for c in ("start_ts", "end_ts", "id"))
-        self.proc = self.ids >> 32
+        # the file's one process index (its ids' high bits: monotone in the id, so the smallest
+        # and largest id tell), else None; ``proc``: each row's, made only for a file of several
+        ends = (int(self.ids.min()) >> 32, int(self.ids.max()) >> 32) if len(self.ids) else (-1, -2)
+        self.one: int | None = ends[0] if ends[0] == ends[1] and ends[0] >= 0 else None
+        self._proc: np.ndarray | None = None
+        self._sel: np.ndarray | None = None  # the last ``sel`` given to ``_rows``, and its rows
+        self._sel_rows: np.ndarray | None = None
         if "model_name" in t.column_names:
             self.model_c, self.model_v = _codes(t.column("model_name"), self.rows)
         else:
@@ -237,6 +243,20 @@ class _File:
 
     def _at(self, a: np.ndarray) -> np.ndarray:
         return a if self.rows is None else a[self.rows]
+
+    @property
+    def proc(self) -> np.ndarray:
+        """Each kept row's process index (its id's high 32 bits)."""
+        if self._proc is None:
+            self._proc = self.ids >> 32
+        return self._proc
+
+    def procs_at(self, rows: np.ndarray) -> np.ndarray:
+        """``proc[rows]``; for a file of one process a read-only view of that one value, written
+        nowhere (a diff reads a piece's process indices only for their distinct values)."""
+        if self.one is not None:
+            return np.broadcast_to(np.int64(self.one), (len(rows),))
+        return self.proc[rows]
 
     def has(self, name: str) -> bool:
         return name in self.t.column_names
@@ -257,26 +277,30 @@ class _File:
         return _codes(self.t.column(name), self._rows(sel))
 
     def _rows(self, sel: np.ndarray | None) -> np.ndarray | None:
-        return self.rows if sel is None else sel if self.rows is None else self.rows[sel]
+        if sel is None or self.rows is None:
+            return self.rows if sel is None else sel
+        if self._sel is not sel:  # (the collectives' five columns are read at the same rows)
+            self._sel, self._sel_rows = sel, self.rows[sel]
+        return self._sel_rows
 
 
 def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                    region_links: dict[str, set]) -> None:
     typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
-    start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.proc, f.model_c, f.model_v
+    start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.procs_at, f.model_c, f.model_v
     ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
     for code, sel in _groups(model_c[ex]):
         rows = ex[sel]
-        graphs.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+        graphs.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
     ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
     for code, sel in _groups(model_c[ml]):
         rows = ml[sel]
-        loads.add(str(model_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+        loads.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
     sel_fw = np.flatnonzero(fw)
     if len(sel_fw):
         for code, sel in _groups(name_c[sel_fw]):
             rows = sel_fw[sel]
-            regions.add(str(name_v[code]), start[rows], end[rows], proc[rows], ids[rows])
+            regions.add(str(name_v[code]), start[rows], end[rows], proc(rows), ids[rows])
         if f.has("flow_id"):  # (the executions' first flows: only where there are regions to link)
             exec_flow = np.zeros(0, dtype=np.int64)
             exec_name = np.zeros(0, dtype=object)
@@ -307,10 +331,10 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
         op_u, op_map = np.unique(op_strs.astype(str), return_inverse=True)
         g_u, g_map = np.unique(g_strs.astype(str), return_inverse=True)
         op_i, g_i = op_map.reshape(-1)[op_key], g_map.reshape(-1)[g_key]
-        start, end, proc, ids = start[cc], end[cc], proc[cc], ids[cc]
+        start, end, ids = start[cc], end[cc], ids[cc]
         for code, m in _groups(op_i * len(g_u) + g_i):
             key = (str(op_u[code // len(g_u)]), str(g_u[code % len(g_u)]))
-            colls.add(key, nbytes[m], seq[m], rank[m], start[m], end[m], proc[m], ids[m])
+            colls.add(key, nbytes[m], seq[m], rank[m], start[m], end[m], proc(cc[m]), ids[m])
 
 
 def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, steps_mod.Steps]:
@@ -324,8 +348,7 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
     strings = [str(v) for v in f.name_v[:-1].tolist()]
     start, end = f.start, f.end
     nbytes = np.full(len(typ), -1, dtype=np.int64)  # (only the counts read bytes: not figured here)
-    one = len(f.proc) and f.proc[0] >= 0 and bool((f.proc == f.proc[0]).all())  # (a file is one process)
-    groups = [(int(f.proc[0]), None)] if one else list(_groups(f.proc))
+    groups = [(f.one, None)] if f.one is not None else list(_groups(f.proc))  # (a file is one process)
     for p, rows in groups:
         cols = (typ, start, end, model_id, label, nbytes)
         if rows is not None:

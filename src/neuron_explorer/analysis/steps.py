@@ -180,24 +180,24 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
 
 
 class _ByType:
-    """Which rows hold each event type, found by one stable sort of the type ids: a type's rows
-    are a slice of that order, in the order the rows came (what ``typ == t`` selects, without a
-    mask and a boolean gather per type and column)."""
+    """Which rows hold each event type, ascending (what ``typ == t`` selects), found once per type
+    asked for: a compare and ``flatnonzero`` per type costs less than the one stable sort of the
+    type ids it replaced, for the eight types a step detector asks for (decision 0201)."""
 
     def __init__(self, typ: np.ndarray) -> None:
-        key = typ
-        if len(typ):
-            lo, hi = int(typ.min()), int(typ.max())
-            if hi - lo < (1 << 15):  # (a small integer sorts by radix)
-                key = (typ - lo).astype(np.int16)
-        self.order = np.argsort(key, kind="stable")
-        self.typ = np.asarray(typ)[self.order]
+        self.typ = np.asarray(typ)
+        self._rows: dict[tuple[int, ...], np.ndarray] = {}
 
     def rows(self, *types: int) -> np.ndarray:
         """The rows whose type is one of ``types``, ascending."""
-        parts = [self.order[np.searchsorted(self.typ, t, "left"):np.searchsorted(self.typ, t, "right")]
-                 for t in sorted(set(types))]
-        return parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+        key = tuple(sorted(set(types)))
+        got = self._rows.get(key)
+        if got is None:
+            mask = self.typ == key[0]
+            for t in key[1:]:
+                mask |= self.typ == t
+            got = self._rows[key] = np.flatnonzero(mask)
+        return got
 
 
 def _numbered(ex_s, ex_e, ex_m, fw_s, fw_e, fw_l, lab_kind, strings, models, first: int | None,

@@ -63,7 +63,7 @@ class Occurrences:
     end: np.ndarray
     held_proc: np.ndarray | None  # None: an event's process index is its id's high 32 bits (``proc``)
     ids: np.ndarray
-    order: np.ndarray | None = None
+    order: np.ndarray | TimeOrder | None = None
     distinct: np.ndarray | None = None  # the distinct process indices, when already known
     ranked: Any = None  # ``analysis.compare.order`` of ``value``, once found (``diff.report``)
 
@@ -102,10 +102,8 @@ class Occurrences:
             end, ids = (np.asarray(a, dtype=np.int64) for a in (end, ids))
         if proc is not None:
             proc = np.asarray(proc, dtype=np.int64)
-        order = None
-        if len(start) > 1 and not (start[1:] >= start[:-1]).all():
-            order = np.argsort(start, kind="stable")
-        return Occurrences(end - start if value is None else value, start, end, proc, ids, order, distinct=distinct)
+        return Occurrences(end - start if value is None else value, start, end, proc, ids, time_order(start),
+                           distinct=distinct)
 
     def in_time(self, at: np.ndarray) -> np.ndarray:
         """The indices of the ``at``-th occurrences in time order."""
@@ -113,6 +111,99 @@ class Occurrences:
 
     def __len__(self) -> int:
         return len(self.value)
+
+
+def time_order(start: np.ndarray) -> TimeOrder | None:
+    """The stable sort by ``start`` (int64) of rows, as a diff reads it (``TimeOrder``); None where
+    the rows are already in start order."""
+    start = np.asarray(start)
+    if len(start) < 2:
+        return None
+    breaks = np.flatnonzero(start[1:] < start[:-1])
+    return None if not len(breaks) else TimeOrder(start, breaks + 1)
+
+
+class TimeOrder:
+    """``numpy.argsort(start, kind="stable")`` read at a few positions without sorting every row
+    (decision 0201).  A diff reads an item's time order at the 512 positions the bootstrap keeps
+    (``compare.thin``) and at its first (``report._at``); its rows come as runs already in start
+    order (one process, or one file, after another: ``breaks``, where each run begins), so the
+    value at each position is found by one partition of the starts, and which of the rows of
+    that value it is by a binary search of each run (rows of equal start: in row order, i.e. the
+    runs in order, then within the run).  Anything else (many runs, many positions, ``numpy.asarray``)
+    gets the whole sort, made once."""
+
+    MAX_RUNS = 1024  # beyond it (or below SMALL rows): the whole sort
+    SMALL = 1 << 15
+
+    def __init__(self, start: np.ndarray, breaks: np.ndarray) -> None:
+        self.start = start
+        self.bounds = np.concatenate(([0], np.asarray(breaks, dtype=np.int64), [len(start)]))
+        self._whole: np.ndarray | None = None
+        self._pos = self._rows = np.zeros(0, dtype=np.int64)  # positions read so far, sorted; their rows
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def whole(self) -> np.ndarray:
+        if self._whole is None:
+            self._whole = np.argsort(self.start, kind="stable")
+        return self._whole
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        w = self.whole()
+        return w if dtype is None else w.astype(dtype, copy=False)
+
+    def __getitem__(self, key):
+        n = len(self.start)
+        if isinstance(key, slice):
+            pos = np.arange(*key.indices(n), dtype=np.int64)
+        elif isinstance(key, (int, np.integer)):
+            return self[np.array([key], dtype=np.int64)][0]
+        else:
+            pos = np.asarray(key)
+        if (self._whole is not None or pos.ndim != 1 or pos.dtype.kind not in "iu" or n < self.SMALL
+                or len(self.bounds) - 1 > self.MAX_RUNS or len(pos) > n // 64):
+            return self.whole()[key]
+        pos = pos.astype(np.int64)
+        if len(pos) and (int(pos.min()) < -n or int(pos.max()) >= n):
+            return self.whole()[key]  # (numpy's IndexError)
+        pos = np.where(pos < 0, pos + n, pos)
+        return self._select(pos)
+
+    def _select(self, pos: np.ndarray) -> np.ndarray:
+        """The rows at positions ``pos`` (any order): those found before are remembered (a step table's
+        order is read for each of its columns, at the same positions)."""
+        if not len(pos):
+            return np.zeros(0, dtype=np.int64)
+        new = np.setdiff1d(pos, self._pos, assume_unique=False)
+        if len(new):
+            pos_all = np.concatenate((self._pos, new))
+            rows_all = np.concatenate((self._rows, self._find(new)))
+            o = np.argsort(pos_all)
+            self._pos, self._rows = pos_all[o], rows_all[o]
+        return self._rows[np.searchsorted(self._pos, pos)]
+
+    def _find(self, uk: np.ndarray) -> np.ndarray:
+        """The rows at the distinct sorted positions ``uk``."""
+        vals = np.partition(self.start, uk)[uk]  # the start at each position of the sorted order
+        b = self.bounds
+        less = np.zeros(len(uk), dtype=np.int64)
+        left = np.empty((len(b) - 1, len(uk)), dtype=np.int64)
+        equal = np.empty_like(left)
+        for j in range(len(b) - 1):
+            run = self.start[b[j]:b[j + 1]]
+            lo = np.searchsorted(run, vals, "left")
+            left[j] = lo
+            equal[j] = np.searchsorted(run, vals, "right") - lo
+            less += lo
+        d = uk - less  # which of the rows of that start (0: the first in row order)
+        cum = np.cumsum(equal, axis=0)
+        j = np.argmax(cum > d, axis=0)
+        col = np.arange(len(uk))
+        before = cum[j, col] - equal[j, col]
+        rows = b[j] + left[j, col] + (d - before)
+        return rows
 
 
 @dataclass
@@ -127,11 +218,11 @@ class StepTable:
     first row, end row)."""
 
     cols: dict[str, np.ndarray]
-    order: np.ndarray
+    order: np.ndarray | TimeOrder | None  # None: the rows are in start order
     segments: list[tuple[int, int, int, int]]
 
     def __len__(self) -> int:
-        return len(self.order)
+        return len(self.cols["start_ns"])
 
     def occurrences(self, col: str, distinct: np.ndarray | None = None) -> Occurrences:
         c = self.cols
@@ -483,7 +574,7 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
         lo += len(st)
     if not sts:
         z = np.zeros(0, dtype=np.int64)
-        return StepTable({k: z for k in names}, z, [])
+        return StepTable({k: z for k in names}, None, [])
     lengths = [hi - first for _p, _r, first, hi in segments]  # (constant per process: one repeat each)
     # rank and process index as int32 (half the pages of int64; every figure made of them is the
     # same: a key widens them, a row's index is read as an int)
@@ -509,7 +600,7 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
         else:
             out[k] = concat([np.zeros(b - a, dtype=np.int64) if c is None else c
                              for c, (_p, _r, a, b) in zip(cols, segments)])
-    return StepTable(out, np.argsort(out["start_ns"], kind="stable"), segments)
+    return StepTable(out, time_order(out["start_ns"]), segments)
 
 
 def _zero(c: np.ndarray | Packed | None) -> bool:
