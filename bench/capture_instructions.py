@@ -188,7 +188,7 @@ def _idle_ir(path: str, marks: tuple[str, ...]) -> int:
 # an entry evict each other, and each miss walks the type's MRO (``find_name_in_mro``, ~350
 # instructions).  Which pairs share one depends on the order in which types got their tags and
 # where names were allocated, so on thread timing during start-up: on the Inductor step identical
-# runs of one configuration made 37-55 misses a step, 13-19k instructions, plain and system alike
+# runs of one configuration made 33-60 misses a step, 11-21k instructions, plain and system alike
 # (none of them a type modified per step: no version tag changes between steps).  A run's count
 # records the misses of its steps' part (calls and inclusive instructions), and the summary gives
 # the slopes without them beside the slopes as counted (decision 0202).
