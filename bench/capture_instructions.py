@@ -183,6 +183,45 @@ def _idle_ir(path: str, marks: tuple[str, ...]) -> int:
     return sum(best.values())
 
 
+# CPython 3.11's type-attribute cache is one direct-mapped table of 4,096 entries, indexed by the
+# type's version tag and the attribute name's address: two (type, name) pairs a step uses that share
+# an entry evict each other, and each miss walks the type's MRO (``find_name_in_mro``, ~350
+# instructions).  Which pairs share one depends on the order in which types got their tags and
+# where names were allocated, so on thread timing during start-up: on the Inductor step identical
+# runs of one configuration made 33-60 misses a step, 11-21k instructions, plain and system alike
+# (none of them a type modified per step: no version tag changes between steps).  A run's count
+# records the misses of its steps' part (calls and inclusive instructions), and the summary gives
+# the slopes without them beside the slopes as counted (decision 0202).
+_MRO_WALK = "find_name_in_mro"
+_CFN = re.compile(r"^c?fn=\((\d+)\)(?: (.*))?$")
+
+
+def _mro_walks(path: str) -> tuple[int, int]:
+    """(calls, inclusive instructions) of the type-attribute cache's misses (``find_name_in_mro``)
+    in one callgrind file: the ``calls=`` lines under a ``cfn=`` naming it, and the cost line after
+    each (names are compressed: ``(id) name`` the first time, ``(id)`` after)."""
+    names: dict[str, str] = {}
+    n = ir = 0
+    target = False
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith(("fn=", "cfn=")):
+                m = _CFN.match(line.rstrip("\n"))
+                if m is None:
+                    continue
+                if m.group(2):
+                    names[m.group(1)] = m.group(2)
+                if line[0] == "c":
+                    target = names.get(m.group(1), "").split("'")[0] == _MRO_WALK
+            elif line.startswith("calls="):
+                cost = next(f, "").split()
+                if target:
+                    n += int(line[6:].split()[0])
+                    ir += int(cost[1]) if len(cost) > 1 else 0
+                target = False
+    return n, ir
+
+
 def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str]:
     env = {}
     for k, v in os.environ.items():
@@ -400,6 +439,8 @@ def _callgrind(config: str, steps: int, backend: str, work: str, annotate: bool,
         for part, v in idle.items():
             if part in res:
                 res[part] -= v
+    steps_part = cg + ".1" if "ir_steps" in res else cg
+    res["type_cache_misses"], res["ir_type_cache_misses"] = _mro_walks(steps_part)
     names, vals = _EVENTS.search(data), _TOTALS.search(data)
     if cache_sim and names and vals:
         res["events"] = dict(zip(names.group(1).decode().split(), map(int, vals.group(1).split())))
@@ -560,6 +601,19 @@ def main(argv: list[str] | None = None) -> int:
             st, ex = (statistics.median(parts[k][c]) for k in ("ir_steps", "ir_exit"))
             print(f"  {'':15s} steps {st:14,.0f}   exit {ex:+12,.0f}/step   "
                   f"(exit by repetition: {', '.join(f'{x:,.0f}' for x in parts['ir_exit'][c])})")
+    # the type-attribute cache's misses in the steps' part, per step, and the slopes without them
+    def run_slope(c: str, r: int, key: str) -> float:
+        return (all_runs[(c, a.long, r)][key] - all_runs[(c, a.short, r)][key]) / span
+
+    misses = {c: [run_slope(c, r, "type_cache_misses") for r in range(reps)] for c in configs}
+    miss_ir = {c: [run_slope(c, r, "ir_type_cache_misses") for r in range(reps)] for c in configs}
+    no_miss = {c: [s - m for s, m in zip(slopes[c], miss_ir[c])] for c in configs}
+    print("type-attribute cache misses per step (layout, decision 0202), and the slope without them:")
+    for c in configs:
+        print(f"  {c:15s} misses {', '.join(f'{x:.1f}' for x in misses[c])}   "
+              f"instructions {', '.join(f'{x:,.0f}' for x in miss_ir[c])}   "
+              f"without: {statistics.median(no_miss[c]):14,.0f}   "
+              f"ratio {statistics.median(no_miss[c]) / statistics.median(no_miss['plain']):.4f}")
     cache = _cache_slopes(all_runs, configs, a.short, a.long, reps) if a.cache_sim else None
     if cache:
         print("simulated caches and branches per step (median; cycle estimate = Ir + 10 x L1 misses + 100 x LL "
@@ -597,6 +651,12 @@ def main(argv: list[str] | None = None) -> int:
                 (all_runs[(c, a.long, r)]["ir_with_pool_idle"] - all_runs[(c, a.short, r)]["ir_with_pool_idle"]) / span
                 for r in range(reps)) for c in configs}} if a.workload in POOL_IDLE else {}),
         **({"per_step_parts": parts} if parts else {}),
+        "type_cache_misses_per_step": misses, "type_cache_miss_instructions_per_step": miss_ir,
+        "per_step_without_type_cache_misses": {c: statistics.median(v) for c, v in no_miss.items()},
+        "ratio_without_type_cache_misses": {c: statistics.median(no_miss[c]) / statistics.median(no_miss["plain"])
+                                            for c in configs},
+        "ratio_repetitions_without_type_cache_misses": {c: [x / y for x, y in zip(no_miss[c], no_miss["plain"])]
+                                                         for c in configs},
         "commit": provenance.commit(),
         **({"cache_per_step": cache} if cache else {}),
         "runs": [{k: v for k, v in r.items() if k != "file"} for r in all_runs.values()],

@@ -271,6 +271,17 @@ def _reps(ins: dict, c: str) -> str:
     return f"; {len(r)} repetitions {min(r):.4f}..{max(r):.4f}"
 
 
+def _no_miss(ins: dict, c: str) -> str:
+    """'; without the type-attribute cache's misses R (a..b)': the ratio of the slopes without them
+    (results since decision 0202), whose spread between repetitions is far smaller."""
+    r = (ins.get("ratio_without_type_cache_misses") or {}).get(c)
+    if not isinstance(r, (int, float)):
+        return ""
+    reps = (ins.get("ratio_repetitions_without_type_cache_misses") or {}).get(c) or []
+    spread = f" ({min(reps):.4f}..{max(reps):.4f})" if len(reps) > 1 else ""
+    return f"; without the type-attribute cache's misses {r:.4f}x{spread}"
+
+
 def _capture_rows(results: dict) -> list[dict]:
     rows = []
     for tag, label, cpu_file, key, instr_file in PATHS:
@@ -286,7 +297,7 @@ def _capture_rows(results: dict) -> list[dict]:
             peer_s = f"{PEER_NAME[peer]} {ratio[peer]:.3f}x" if peer in ratio else ""
             rows.append(_row(f"capture, {label}: instructions per step (callgrind)",
                              f"{ratio['system']:.4f}x ({extra / 1e3:+,.1f}k of {ins['per_step']['plain'] / 1e6:.2f}M"
-                             f"{_reps(ins, 'system')})",
+                             f"{_reps(ins, 'system')}{_no_miss(ins, 'system')})",
                              peer_s, target + _met(ratio["system"], tag), ins.get("command", ""), instr_file))
             for c in ratio:
                 if c not in ("plain", "system", peer):
