@@ -96,9 +96,15 @@ def main_thread_times(pid: int) -> tuple[int, int] | None:
         return None
 
 
+# shares of a shorter period are not taken: the kernel updates a running thread's times at its
+# clock ticks and switches, so a period of microseconds reads 0 or several hundred percent
+SHORTEST_PERIOD_NS = 1_000_000
+
+
 class MainThreadShares:
     """The shares of each period between two reads that the main thread ran and waited for a CPU
-    (100 = the whole period; NaN when either read failed or no time passed): decision 0203."""
+    (100 = the whole period; NaN when either read failed or the period was shorter than
+    SHORTEST_PERIOD_NS): decision 0203."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -107,7 +113,7 @@ class MainThreadShares:
     def __call__(self, t: int) -> tuple[float, float]:
         (t0, a), b = self.last, main_thread_times(self.pid)
         self.last = (t, b)
-        if a is None or b is None or t <= t0 or b[0] < a[0] or b[1] < a[1]:
+        if a is None or b is None or t - t0 < SHORTEST_PERIOD_NS or b[0] < a[0] or b[1] < a[1]:
             return float("nan"), float("nan")
         return 100.0 * (b[0] - a[0]) / (t - t0), 100.0 * (b[1] - a[1]) / (t - t0)
 
@@ -187,7 +193,9 @@ class HostSampler:
             if self.pid == os.getpid():  # this process: its CPU time to the ns, not in clock ticks
                 (t0, c0), c = self._own, time.process_time_ns()
                 self._own = (t, c)
-                p = 100.0 * (c - c0) / (t - t0) if t > t0 else float("nan")
+                # (the sample taken at the start, microseconds after the first read: 0, as psutil
+                # read it, not a share of a moment that a clock tick's update makes 200%)
+                p = 100.0 * (c - c0) / (t - t0) if t - t0 >= SHORTEST_PERIOD_NS else 0.0
             elif proc is not None:
                 try:
                     p = proc.cpu_percent()
