@@ -239,6 +239,32 @@ def test_host_tensors_of_any_kind_count_on_the_processs_core():
     assert src._attributed() == {(3, "parameters"): 40, (3, "gradients"): 40}
 
 
+def test_the_gradient_snapshot_records_each_gradients_storage_key_core_and_bytes():
+    """The snapshot (decision 0204: its lookups hoisted out of the loop) records, per parameter
+    with a gradient and in the groups' order, its storage's address, its core and its storage's
+    bytes: a gradient viewing a shared buffer gives that buffer's, a parameter without one gives
+    nothing, and snapshots of optimizers that are gone are dropped."""
+    import gc
+
+    import torch
+
+    src = _source(torch)
+    a, b, c = (torch.nn.Parameter(torch.zeros(n)) for n in (3, 5, 7))
+    flat = torch.zeros(16)
+    a.grad, b.grad = flat[:3], flat[8:13]  # views into one buffer, one at an offset
+    opt = torch.optim.SGD([{"params": [a]}, {"params": [c, b]}], lr=0.1)
+    src.snapshot_step(opt)
+    key = flat.untyped_storage().data_ptr()
+    assert src.grads[id(opt)][0] == [(key, 0, 64), (key, 0, 64)]
+    c.grad = torch.ones(7)
+    src.snapshot_step(opt)
+    assert src.grads[id(opt)][0] == [(key, 0, 64), (c.grad.untyped_storage().data_ptr(), 0, 28), (key, 0, 64)]
+    for _ in range(12):
+        src.snapshot_step(torch.optim.SGD([c], lr=0.1))
+        gc.collect()
+    assert id(opt) in src.grads and len(src.grads) <= len(src.optimizers) + 9
+
+
 def test_the_walk_over_parameters_and_states_is_reused_until_tensors_are_added(monkeypatch):
     """The sampler and the monitor's publisher ask for memory several times a second; the walk
     over every parameter and optimizer state runs again only when tensors were added or

@@ -85,6 +85,7 @@ class MemorySource:
     def __init__(self, rt: Runtime, torch) -> None:
         self.rt = rt
         self.torch = torch
+        self._tensor_type = torch.Tensor
         self.params: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
         self.optimizers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> optimizer
         self.heap_baseline = heap_in_use()
@@ -103,24 +104,31 @@ class MemorySource:
     def snapshot_step(self, optimizer, _args=None, _kwargs=None):
         """Note the optimizer (its parameters and state are counted) and read the gradients the
         step is about to use, on the thread that steps (the backward that wrote them is over).
-        ``step_hook`` calls it at most every ``GRAD_SNAPSHOT_S``."""
+        ``step_hook`` calls it at most every ``GRAD_SNAPSHOT_S``.  What the loop needs is looked up
+        once per call, not per parameter (decision 0204): without CUDA every tensor is on the
+        process's core, so ``_core_of`` is not called."""
         key = id(optimizer)
         r = self.optimizers.data.get(key)
         if r is None or r() is not optimizer:
             self.optimizers[key] = optimizer
+        tensor = self._tensor_type
+        core_of = self._core_of if self.cuda else None
+        host = self.rt.ident.default_core
+        snap: list[tuple[int, int, int]] = []
+        add = snap.append
         try:
-            snap = []
             for g in list(getattr(optimizer, "param_groups", ())):
                 for p in g.get("params", ()):
                     t = getattr(p, "grad", None)
-                    if isinstance(t, self.torch.Tensor):
+                    if isinstance(t, tensor):
                         st = t.untyped_storage()
-                        snap.append((st.data_ptr(), self._core_of(t), int(st.nbytes())))
-            self.grads[key] = (snap, time.monotonic())
-            if len(self.grads) > len(self.optimizers) + 8:  # optimizers gone: keep the live ones
+                        add((st.data_ptr(), host if core_of is None else core_of(t), int(st.nbytes())))
+            grads = self.grads
+            grads[key] = (snap, time.monotonic())
+            if len(grads) > 8 and len(grads) > len(self.optimizers) + 8:  # optimizers gone: keep the live ones
                 live = set(self.optimizers.keys()) | {key}
-                for k in [k for k in self.grads if k not in live]:
-                    del self.grads[k]
+                for k in [k for k in grads if k not in live]:
+                    del grads[k]
         except (RuntimeError, NotImplementedError):
             pass  # a meta, sparse or fake gradient: nothing to count
 
