@@ -208,11 +208,18 @@ def test_an_all_reduce_nothing_overlaps(tmp):
 
 
 def _autogroup() -> bool:
-    """Whether Linux's scheduler shares the CPU between sessions first (``sched_autogroup``)."""
+    """Whether Linux's scheduler shares the CPU between sessions first (``sched_autogroup``): on,
+    and this process in the root CPU cgroup (autogroup groups only the tasks of the root group; a
+    container's own CPU cgroup shares by cgroup instead)."""
     try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            return False
+        lines = [ln.split(":", 2) for ln in Path("/proc/self/cgroup").read_text().splitlines()]
     except OSError:
         return False
+    cpu = [path for _, ctrls, path in lines if "cpu" in ctrls.split(",")]  # (cgroup v1)
+    unified = [path for n, ctrls, path in lines if n == "0" and not ctrls]  # (cgroup v2)
+    return (cpu or unified or ["?"])[0] == "/"
 
 
 def test_a_rank_whose_cpu_another_thread_of_it_takes(tmp):
