@@ -126,7 +126,8 @@ def test_the_main_threads_run_and_wait_shares_are_read_from_schedstat():
     finally:
         stop.set()
         os.sched_setaffinity(0, cpus)
-    assert 0 < ran <= 101 and 0 < waited, (ran, waited)
+    # (a running thread's time is brought up to date at its clock ticks: a read may lag by one)
+    assert 0 < ran <= 105 and 0 < waited, (ran, waited)
 
 
 def test_the_cpu_file_carries_the_main_thread_columns_and_a_wrong_length_is_refused(tmp_path):

@@ -173,8 +173,10 @@ def _write_samples(session_dir, rank):
     hs = HostSampler(os.getpid(), 0.25, cpu=True, mem=True, max_samples=100, ncpu=2)
     for i in range(40):
         t = 1_000_000_000_000 + i * 250_000_000 + rank * 1_000 + 7
-        # (the main thread's shares: unread, NaN, in the even samples, which outputs leave out)
-        hs.record_cpu(t, [10.0 + i, 50.5 - i], 3.25 * i, (2.5 * i, 0.5 * i) if i % 2 else (float("nan"),) * 2)
+        # (unread samples, NaN, which outputs leave out: the main thread's shares in the even
+        # samples, the process's in the sixth)
+        hs.record_cpu(t, [10.0 + i, 50.5 - i], float("nan") if i == 5 else 3.25 * i,
+                      (2.5 * i, 0.5 * i) if i % 2 else (float("nan"),) * 2)
         hs.record_mem(t + 11, (1_000_000 + i, 2_000_000 + i, 8 << 30, (4 << 30) + i, (4 << 30) - i))
     atomic_write(os.path.join(session_dir, "cpu_util.pb"), writer.encode_cpu_util(hs))
     atomic_write(os.path.join(session_dir, "host_mem.pb"), writer.encode_host_mem(hs))
@@ -278,3 +280,25 @@ def test_counter_tracks_hold_the_samples_at_their_times(synthetic):
         s = got[name]
         assert len(s) == count
         assert min(t for t, _ in s) + origin == lo and max(t for t, _ in s) + origin == hi
+
+
+def test_unread_samples_are_left_out_of_every_output(synthetic):
+    """A sample the sampler could not read (NaN) is in no output: the Parquet counters, Chrome
+    JSON's ``C`` events (where NaN is no JSON value) and Perfetto's counter tracks hold the read
+    ones only (decision 0203)."""
+    import math
+
+    import duckdb
+
+    cap, pq, origin, pf = synthetic
+    rows = dict(duckdb.connect().execute(f"""select counter, count(*) from read_parquet(
+        '{pq}/SystemProfileCounters/**/*.parquet', hive_partitioning=true) where process_id = 20000
+        group by 1""").fetchall())
+    assert rows["cpu_util.process"] == 39 and rows["cpu_util.main_thread"] == 20, rows
+    assert rows["cpu_util.main_thread_wait"] == 20 and rows["cpu_util.cpu0"] == 40, rows
+    js = cap.parent / "t.json"
+    values = [v for e in json.loads(js.read_text(), parse_constant=lambda c: float("nan"))["traceEvents"]
+              if e.get("ph") == "C" for v in e.get("args", {}).values() if isinstance(v, float)]
+    assert values and not any(math.isnan(v) for v in values)
+    d = decode(pf.read_bytes())
+    assert not any(math.isnan(v) for samples in d.counters.values() for _, v in samples)

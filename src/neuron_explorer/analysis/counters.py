@@ -28,18 +28,14 @@ def counter_series(s: Session) -> Series:
         ncpu = max(int(s.cpu.num_cpus), 1)
         if len(ts) and len(pct) == len(ts) * ncpu:
             pct = pct.reshape(len(ts), ncpu)
-            proc = packed_array(s.cpu.process_percent, "f4", s.path, "process_percent")[: len(ts)]
-            out["cpu_util.process"] = (ts, proc, "percent")
-            for name, field in ((MAIN_THREAD, "main_thread_percent"), (MAIN_THREAD_WAIT, "main_thread_wait_percent")):
-                # (decision 0203; the reader checked the length) samples the sampler could not read
-                # (NaN: not Linux, the process gone) are left out, and a series without one
-                v = packed_array(getattr(s.cpu, field), "f4", s.path, field)
-                keep = ~np.isnan(v)
-                if len(v) and keep.any():
-                    out[name] = (ts[keep], v[keep], "percent")
-            out["cpu_util.host_mean"] = (ts, pct.mean(axis=1), "percent")
+            cols = {"cpu_util.process": s.cpu.process_percent,
+                    # (decision 0203: not in captures before it; the reader checked the lengths)
+                    MAIN_THREAD: s.cpu.main_thread_percent, MAIN_THREAD_WAIT: s.cpu.main_thread_wait_percent}
+            for name, raw in cols.items():
+                _add_percent(out, name, ts, packed_array(raw, "f4", s.path, name)[: len(ts)])
+            _add_percent(out, "cpu_util.host_mean", ts, pct.mean(axis=1))
             for i in range(ncpu):
-                out[f"cpu_util.cpu{i}"] = (ts, pct[:, i], "percent")
+                _add_percent(out, f"cpu_util.cpu{i}", ts, pct[:, i])
     if s.mem is not None:
         ts = packed_array(s.mem.ts_ns, "i8", s.path, "host_mem.ts_ns")
         for name in ("process_rss", "process_vms", "host_used", "host_available"):
@@ -48,6 +44,16 @@ def counter_series(s: Session) -> Series:
                 out[f"host_mem.{name}"] = (ts, v, "bytes")
         out.update(device_memory_series(s))
     return out
+
+
+def _add_percent(out: Series, name: str, ts: np.ndarray, v: np.ndarray) -> None:
+    """A percent series without the samples its sampler could not read (NaN: the process gone, a
+    schedstat not readable; no JSON value and no comparable counter), and none without a sample."""
+    keep = ~np.isnan(v)
+    if not keep.all():
+        ts, v = ts[keep], v[keep]
+    if len(v):
+        out[name] = (ts, v, "percent")
 
 
 def device_memory_series(s: Session) -> Series:

@@ -583,7 +583,7 @@ def _starved(p: dict, others: list[dict], figs: dict[str, Any]) -> bool:
     figs["cpu_other_threads_pct"], figs["cpu_other_threads_pct_others"] = mine[3], base[3]
     figs["cpu_wait_excess_ns"] = int(mine[2] - base[2])
     ratio = mine[3] / mine[0] if mine[0] > 0 else float("inf")
-    theirs_ratio = _med([t[3] / t[0] for t in theirs if t[0] > 0]) if any(t[0] > 0 for t in theirs) else 0.0
+    theirs_ratio = _med([t[3] / t[0] for t in theirs if t[0] > 0])  # (0 for none)
     return figs["cpu_wait_excess_ns"] >= CPU_WAIT_SHARE * figs["own_excess_ns"] and \
         mine[3] > 0 and ratio >= max(1.0, 2 * theirs_ratio)
 
@@ -973,21 +973,21 @@ def memory_per_step(series: dict[str, tuple[np.ndarray, np.ndarray]],
 
 
 def cpu_per_step(start: np.ndarray, end: np.ndarray, *series: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
-    """For each CPU % series ``(ts, values)``: the mean of its samples inside each step, NaN samples
-    left out (-1: none)."""
+    """For each CPU % series ``(ts, values)`` (``analysis.counters``: read samples only): the mean
+    of its samples inside each step (-1: none)."""
     n = len(start)
     order = np.argsort(start, kind="stable")
+    starts = start[order]
     out = []
     for ts, v in series:
         if not len(ts) or not n:
             out.append(np.full(n, -1.0))
             continue
-        i = np.searchsorted(start[order], ts, side="right") - 1
+        i = np.searchsorted(starts, ts, side="right") - 1
         j = order[np.maximum(i, 0)]
-        v = np.asarray(v, dtype=np.float64)
-        ok = (i >= 0) & (ts < end[j]) & ~np.isnan(v)
+        ok = (i >= 0) & (ts < end[j])
         cnt = np.bincount(j[ok], minlength=n)[:n]
-        tot = np.bincount(j[ok], weights=v[ok], minlength=n)[:n]
+        tot = np.bincount(j[ok], weights=np.asarray(v, dtype=np.float64)[ok], minlength=n)[:n]
         out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1), -1.0).round(1))
     return out
 

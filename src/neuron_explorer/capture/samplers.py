@@ -132,8 +132,9 @@ class HostSampler:
         # CPU rows: one percentage per logical CPU, then this process's, then its main thread's run
         # and wait shares
         self.cpu_ring = SampleRing(cap, self.ncpu + 3, "float32")
-        self._main: MainThreadShares | None = None
-        self._own = (clock.now_ns(), time.process_time_ns())  # (this process's CPU time at the last sample)
+        # the main thread's times and this process's CPU time at the last sample (read again at start)
+        self._main = MainThreadShares(pid)
+        self._own = (clock.now_ns(), time.process_time_ns())
         self.mem_ring = SampleRing(cap, len(MEM_COLUMNS), "int64")
         # device memory by category (docs/decisions/0031-device-memory-by-category.md): one ring per
         # core, a column per category, -1 where the source did not know it
@@ -201,7 +202,7 @@ class HostSampler:
                     p = proc.cpu_percent()
                 except psutil.Error:
                     p = float("nan")
-            self.record_cpu(t, pct, p, self._main(t) if self._main is not None else (float("nan"), float("nan")))
+            self.record_cpu(t, pct, p, self._main(t))
         if self.mem:
             vm = psutil.virtual_memory()
             rss = vms = 0

@@ -223,16 +223,14 @@ def process_steps(s: Session, offset_ns: int) -> dict:
     out = {"instance_id": s.instance_id, "pid": int(s.pid), "rank": int(info.rank) if info is not None else -1,
            "device_kind": info.device_kind if info is not None else "", **st.to_columns()}
     cpu = counter_series(s) if len(st) else {}
-    if "cpu_util.process" in cpu:
-        off = wall_offset_ns(s) + offset_ns
-        # (the main thread's series: not in captures before decision 0203)
-        named = {k: (cpu[name][0] + off, cpu[name][1]) for k, name in (
-            ("cpu_process_pct", "cpu_util.process"), ("cpu_host_pct", "cpu_util.host_mean"),
-            ("cpu_main_pct", MAIN_THREAD), ("cpu_wait_pct", MAIN_THREAD_WAIT)) if name in cpu}
-        out.update(zip(named, insights_mod.cpu_per_step(st.start_ns, st.end_ns, *named.values())))
+    off = wall_offset_ns(s) + offset_ns
+    # (a series with no sample is absent: the main thread's in captures before decision 0203)
+    named = {k: (cpu[name][0] + off, cpu[name][1]) for k, name in (
+        ("cpu_process_pct", "cpu_util.process"), ("cpu_host_pct", "cpu_util.host_mean"),
+        ("cpu_main_pct", MAIN_THREAD), ("cpu_wait_pct", MAIN_THREAD_WAIT)) if name in cpu}
+    out.update(zip(named, insights_mod.cpu_per_step(st.start_ns, st.end_ns, *named.values())))
     dev = {k: (ts, v) for k, (ts, v, _) in cpu.items() if k.startswith(DEVICE_MEMORY_PREFIX)}
     if dev:
-        off = wall_offset_ns(s) + offset_ns
         out["device_mem_bytes"], out["device_mem_growth"] = insights_mod.memory_per_step(
             {k: (ts + off, v) for k, (ts, v) in dev.items()}, st.end_ns)
         host_bytes = host_memory_bytes(s) if out["device_kind"].split(":", 1)[0] == "cpu" else 0
