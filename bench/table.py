@@ -113,6 +113,8 @@ AREAS: dict[str, tuple[str, ...]] = {
     "capture_torch": _OFFLINE + ("integrations/jax", "../jax_plugins"),
     "capture_jax": _OFFLINE + ("integrations/torch", "torch.py"),
     "offline": _CAPTURE + ("monitor",),
+    # `view` and its writers never import the diff (a change there leaves their figures current)
+    "view": _CAPTURE + ("monitor", "diff"),
     "ui": _CAPTURE + ("monitor", "ndet", "diff", "analysis"),
     "monitor": _OFFLINE[:-3] + ("integrations",),
 }
@@ -122,7 +124,7 @@ _AREA_OF = (("capture_instructions_jax", "capture_jax"), ("jax_overhead", "captu
             ("whole_run", "capture"),  # (PyTorch and JAX programs)
             ("ondemand_idle", "capture"), ("hook_costs", "capture"), ("import_order", "capture"),
             ("flush_cost", "capture"), ("attach_latency", "capture"), ("ui", "ui"), ("monitor", "monitor"),
-            ("view_", "offline"), ("json_throughput", "offline"), ("diff_", "offline"), ("summary", "offline"))
+            ("view_", "view"), ("json_throughput", "view"), ("diff_", "offline"), ("summary", "offline"))
 
 
 def area_of(source: str | None) -> str:

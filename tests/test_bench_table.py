@@ -183,7 +183,8 @@ def test_a_figure_is_older_only_than_the_part_of_the_code_it_measures():
     assert table.area_of("capture_instructions_eager_block.json") == "capture_torch"
     assert table.area_of("capture_instructions_jax.json") == table.area_of("jax_overhead.json") == "capture_jax"
     assert table.area_of("whole_run.json") == "capture"
-    assert table.area_of("view_throughput.json") == "offline" and table.area_of("ndet.json") == ""
+    assert table.area_of("view_throughput.json") == table.area_of("json_throughput.json") == "view"
+    assert table.area_of("diff_scale.json") == "offline" and table.area_of("ndet.json") == ""
     assert table.older_than_code(m, code, "capture_torch") == ""
     assert "measured on bbb2222" in table.older_than_code(m, code, "offline")  # no state for it: all of src/
     assert "measured on bbb2222" in table.older_than_code(m, code)
