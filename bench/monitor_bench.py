@@ -16,6 +16,7 @@ Prints a table and writes bench/results/monitor.json.
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
 import platform
@@ -29,6 +30,10 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 APP = r"""
 import os, random, sys, time
@@ -161,6 +166,7 @@ def main() -> int:
     from neuron_explorer.util import jsonfast as _json
 
     result = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": provenance.commit(),
         "host": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "machine": platform.machine(),
                  "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
         "json_backend": _json.BACKEND,
