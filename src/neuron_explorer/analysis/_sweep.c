@@ -49,28 +49,27 @@ typedef struct {
     const int64_t *points;
     Py_ssize_t np, ip;
     int64_t *out;       /* the figures per point (``upto``), or NULL: per step (``steps``) */
-    int64_t *steps;     /* consecutive steps (step k from point k to k + 1): their DROWS rows of
+    int64_t **steps;    /* consecutive steps (step k from point k to k + 1): their DROWS rows of
                          * np - 1, written as each point is passed (no figures per point kept) */
     int64_t prev[ROWS]; /* (with ``steps``) the figures at the point before */
 } sweep;
 
 static inline int64_t pos(int64_t x) { return x > 0 ? x : 0; }
 
-/* step k's DROWS figures (rows of ``n`` in ``out``) from the covered time at its ends ``ua`` and
- * ``ub`` (ROWS each) and its wall time */
-static inline void figure(const int64_t *ua, const int64_t *ub, int64_t wall, int64_t *out, Py_ssize_t n,
-                          Py_ssize_t k) {
+/* step k's DROWS figures (``out[r][k]``) from the covered time at its ends ``ua`` and ``ub``
+ * (ROWS each) and its wall time */
+static inline void figure(const int64_t *ua, const int64_t *ub, int64_t wall, int64_t *const *out, Py_ssize_t k) {
     int64_t cov[ROWS];
     for (int r = 0; r < ROWS; r++) cov[r] = pos(ub[r] - ua[r]);
     int64_t prev = 0;
     for (int r = 0; r < CATS; r++) {
-        out[r * n + k] = pos(cov[r] - prev);
+        out[r][k] = pos(cov[r] - prev);
         if (cov[r] > prev) prev = cov[r];
     }
-    out[6 * n + k] = pos(wall - prev);
-    out[7 * n + k] = cov[6];
-    out[8 * n + k] = pos(wall - cov[7]);
-    out[9 * n + k] = pos(cov[2] - cov[7]);
+    out[6][k] = pos(wall - prev);
+    out[7][k] = cov[6];
+    out[8][k] = pos(wall - cov[7]);
+    out[9][k] = pos(cov[2] - cov[7]);
 }
 
 /* rows that hold a category set ``mask`` (non-zero): the unions from its lowest category on */
@@ -89,7 +88,7 @@ static inline void put(sweep *w) {
         return;
     }
     if (w->ip > 0)
-        figure(w->prev, w->acc, w->points[w->ip] - w->points[w->ip - 1], w->steps, w->np - 1, w->ip - 1);
+        figure(w->prev, w->acc, w->points[w->ip] - w->points[w->ip - 1], w->steps, w->ip - 1);
     memcpy(w->prev, w->acc, sizeof w->acc);
 }
 
@@ -179,7 +178,7 @@ static void release_inputs(inputs *in) {
 
 /* the sweep itself: ``out`` gets ROWS figures per point, point after point (``out[ip * ROWS + r]``;
  * no Python calls: run without the GIL) */
-static void run_sweep(const inputs *in, int64_t *out, int64_t *steps) {
+static void run_sweep(const inputs *in, int64_t *out, int64_t **steps) {
     Py_ssize_t i[CATS];
     sweep w;
     memset(&w, 0, sizeof w);
@@ -244,10 +243,11 @@ static PyObject *covered(PyObject *self, PyObject *args) {
 }
 
 
-/* durations(points, intervals, lo, hi) -> bytearray or None: the step figures ``analysis.steps._figures``
+/* durations(points, intervals, lo, hi) -> 10 bytearrays or None: the step figures ``analysis.steps._figures``
  * makes of the covered time (its numpy twin ``_durations_numpy``), per step i of the span
  * [points[lo[i]], points[hi[i]]) (``lo``/``hi``: int64 indexes into ``points``; both None: the steps
- * follow one another, step i from point i to point i + 1).  10 rows of n int64: compute, exposed
+ * follow one another, step i from point i to point i + 1).  10 rows of n int64, each its own
+ * bytearray (a figure the caller lets go is freed, not held by the others): compute, exposed
  * collective, sync wait, compile, data loading, host (each the growth of the union by its category,
  * the priority partition), idle (the wall time none of them covers), collective (all collective
  * time), own (neither a collective nor a wait) and compute_own (the first three categories'
@@ -299,9 +299,18 @@ static PyObject *durations(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    res = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)DROWS * n * 8);  /* (writable columns) */
+    res = PyTuple_New(DROWS);  /* (a writable column a row, each its own block: one let go is freed) */
     if (res == NULL) goto done;
-    int64_t *out = (int64_t *)PyByteArray_AS_STRING(res);
+    int64_t *out[DROWS];
+    for (int r = 0; r < DROWS; r++) {
+        PyObject *row = PyByteArray_FromStringAndSize(NULL, n * 8);
+        if (row == NULL) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyTuple_SET_ITEM(res, r, row);
+        out[r] = (int64_t *)PyByteArray_AS_STRING(row);
+    }
     Py_BEGIN_ALLOW_THREADS
     if (lo == NULL) {  /* consecutive steps: each one's figures as the sweep passes its end */
         run_sweep(&in, NULL, out);
@@ -309,7 +318,7 @@ static PyObject *durations(PyObject *self, PyObject *args) {
         run_sweep(&in, upto, NULL);
         const int64_t *pts = in.points;
         for (Py_ssize_t k = 0; k < n; k++)
-            figure(upto + lo[k] * ROWS, upto + hi[k] * ROWS, pts[hi[k]] - pts[lo[k]], out, n, k);
+            figure(upto + lo[k] * ROWS, upto + hi[k] * ROWS, pts[hi[k]] - pts[lo[k]], out, k);
     }
     Py_END_ALLOW_THREADS
 done:

@@ -595,8 +595,7 @@ def _durations(spans: _Spans, cats: dict, wall: np.ndarray) -> dict[str, np.ndar
                 arrays[k], arrays[k + 1] = s[o], arrays[k + 1][o]
         got = _sweep.durations(spans.points, tuple(arrays), lo, hi)
     assert got is not None  # (every category by start now)
-    rows = np.frombuffer(got, dtype=np.int64).reshape(len(_DURATIONS), len(wall))
-    return dict(zip(_DURATIONS, rows))
+    return {name: np.frombuffer(row, dtype=np.int64) for name, row in zip(_DURATIONS, got)}
 
 
 def _durations_numpy(spans: _Spans, cats: dict, wall: np.ndarray) -> dict[str, np.ndarray]:
