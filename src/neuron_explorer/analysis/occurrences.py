@@ -341,13 +341,18 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
     """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
     aligned clock of the dataset); the labels of framework regions are the name dictionary."""
     out = {}
-    typ = f.typ.copy()
-    typ[f.fw] = _TYPE_ID["framework_op"]
+    n = len(f.typ)
+    minus = np.broadcast_to(np.int64(-1), (n,))  # (-1 on every row, written nowhere: read at rows only)
+    if f.fw.any():
+        typ = f.typ.copy()
+        typ[f.fw] = _TYPE_ID["framework_op"]
+        label = np.where(f.fw, f.name_c, -1)
+    else:  # (no framework region: the types as they are, no label)
+        typ, label = f.typ, minus
     model_id = _lut(f.model_v, model_ids)[f.model_c]
-    label = np.where(f.fw, f.name_c, -1)
     strings = [str(v) for v in f.name_v[:-1].tolist()]
     start, end = f.start, f.end
-    nbytes = np.full(len(typ), -1, dtype=np.int64)  # (only the counts read bytes: not figured here)
+    nbytes = minus  # (only the counts read bytes: not figured here)
     groups = [(f.one, None)] if f.one is not None else list(_groups(f.proc))  # (a file is one process)
     for p, rows in groups:
         cols = (typ, start, end, model_id, label, nbytes)

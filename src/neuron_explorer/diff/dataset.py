@@ -420,6 +420,9 @@ def _read_events(side: Side, files: list[str], parts: Iterable[FilePart], engine
             side.warnings.append(part.error)
             continue
         unpack_steps(part)  # (a worker's part: its columns packed, ``read_part_packed``)
+        for st in part.steps.values():  # a figure all zero here is zeros in the table: let go now (decision 0205)
+            for k in [k for k, c in st.columns.items() if _zero(c)]:
+                del st.columns[k]
         side.events += part.events
         side.items_files += part.from_items
         read += 1
@@ -570,8 +573,10 @@ def _align_numbers(side: Side, steps: dict[int, steps_mod.Steps], colls: Acc) ->
     """The side's step numbers tied across its ranks by their collectives (``analysis.stepalign``):
     a rank whose capture lost its first steps is numbered as the others, and a note says so."""
     spans = {p: (st.number, st.start_ns, st.end_ns) for p, st in steps.items() if len(st)}
-    cols = ((g, o, concat([c[1] for c in pieces]), concat([c[3] for c in pieces]),
-             concat([c[6] for c in pieces]) >> 32)  # (a process index: its ids' high bits)
+    for key in list(colls.parts):  # each collective's columns concatenated once, here, for ``_collectives`` too
+        nbytes, seq, rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in colls.parts[key]])
+        colls.parts[key] = [(nbytes, seq, rank, start, end, None, ids)]  # (no process column: the ids' high bits)
+    cols = ((g, o, pieces[0][1], pieces[0][3], pieces[0][6] >> 32)  # (a process index: its ids' high bits)
             for (o, g), pieces in colls.parts.items())
     anchors = stepalign.process_anchors(cols, spans)
     procs = sorted(spans, key=lambda p: (side.rank_of(p), p))
@@ -651,7 +656,10 @@ def _collectives(side: Side, colls: Acc) -> None:
     scheduler's, not the network's); a collective seen on one rank is its own duration."""
     for (op, group) in list(colls.parts):  # (the process column left out: the ids' high bits)
         pieces = colls.parts.pop((op, group))
-        nbytes, seq, _rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in pieces])
+        if len(pieces) == 1 and not any(isinstance(c, Packed) for c in pieces[0]):  # (``_align_numbers``')
+            nbytes, seq, _rank, start, end, _proc, ids = pieces[0]
+        else:
+            nbytes, seq, _rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in pieces])
         del pieces
         if not len(seq):
             continue
