@@ -236,10 +236,24 @@ class _File:
         self._proc: np.ndarray | None = None
         self._sel: np.ndarray | None = None  # the last ``sel`` given to ``_rows``, and its rows
         self._sel_rows: np.ndarray | None = None
+        # the graph names' codes are read at the rows asked for only (executions, model loads: not the
+        # runtime's rows, a third of a file): ``model_at``
+        self._model: pa.Array | None = None
+        self.model_v = np.asarray([""], dtype=object)
         if "model_name" in t.column_names:
-            self.model_c, self.model_v = _codes(t.column("model_name"), self.rows)
-        else:
-            self.model_c, self.model_v = np.full(len(self.typ), -1, dtype=np.int64), np.asarray([""], dtype=object)
+            col = t.column("model_name")
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            if not pa.types.is_dictionary(arr.type):
+                arr = pc.dictionary_encode(arr.cast(pa.string()))
+            self._model = arr.indices
+            self.model_v = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)
+
+    def model_at(self, sel: np.ndarray) -> np.ndarray:
+        """The ``model_name`` codes (into ``model_v``, -1 a null) at the kept rows ``sel``: what
+        ``_codes`` of the column gives there."""
+        if self._model is None:
+            return np.full(len(sel), -1, dtype=np.int64)
+        return int_column(self._model, -1, self._rows(sel))
 
     def _at(self, a: np.ndarray) -> np.ndarray:
         return a if self.rows is None else a[self.rows]
@@ -287,13 +301,14 @@ class _File:
 def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                    region_links: dict[str, set]) -> None:
     typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
-    start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.procs_at, f.model_c, f.model_v
+    start, end, ids, proc, model_v = f.start, f.end, f.ids, f.procs_at, f.model_v
     ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
-    for code, sel in _groups(model_c[ex]):
+    ex_model = f.model_at(ex)
+    for code, sel in _groups(ex_model):
         rows = ex[sel]
         graphs.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
     ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
-    for code, sel in _groups(model_c[ml]):
+    for code, sel in _groups(f.model_at(ml)):
         rows = ml[sel]
         loads.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
     sel_fw = np.flatnonzero(fw)
@@ -308,7 +323,7 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                 whole = f.t.column("flow_id")
                 exec_flow = _first_of_lists(whole.combine_chunks() if whole.num_chunks != 1
                                             else whole.chunk(0))[f._rows(ex)]
-                exec_name = model_v[model_c[ex]]
+                exec_name = model_v[ex_model]
             _link_regions(f.column("flow_id", sel_fw), name_c[sel_fw], name_v, exec_flow, exec_name,
                           region_links)
     cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
@@ -349,7 +364,10 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
         label = np.where(f.fw, f.name_c, -1)
     else:  # (no framework region: the types as they are, no label)
         typ, label = f.typ, minus
-    model_id = _lut(f.model_v, model_ids)[f.model_c]
+    # a graph's id where the detector reads one (executions and model loads), -1 elsewhere
+    model_id = np.full(n, -1, dtype=np.int64)
+    at = np.flatnonzero((typ == _TYPE_ID[EXEC]) | (typ == _TYPE_ID["model_load"]))
+    model_id[at] = _lut(f.model_v, model_ids)[f.model_at(at)]
     strings = [str(v) for v in f.name_v[:-1].tolist()]
     start, end = f.start, f.end
     nbytes = minus  # (only the counts read bytes: not figured here)
