@@ -227,7 +227,9 @@ class _File:
         typ = _lut(self.name_v, _TYPE_ID)[name_c]
         keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
         self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
-        self.name_c, self.fw, self.typ = self._at(name_c), self._at(fw), self._at(typ)
+        self._name = name_c  # (every row's: read at the rows asked for, ``name_at``)
+        self._name_kept: np.ndarray | None = None
+        self.fw, self.typ = self._at(fw), self._at(typ)
         self.start, self.end, self.ids = (int_column(t.column(c), -1, self.rows) for c in ("start_ts", "end_ts", "id"))
         # the file's one process index (its ids' high bits: monotone in the id, so the smallest
         # and largest id tell), else None; ``proc``: each row's, made only for a file of several
@@ -257,6 +259,18 @@ class _File:
 
     def _at(self, a: np.ndarray) -> np.ndarray:
         return a if self.rows is None else a[self.rows]
+
+    @property
+    def name_c(self) -> np.ndarray:
+        """Each kept row's name code (into ``name_v``)."""
+        if self._name_kept is None:
+            self._name_kept = self._at(self._name)
+        return self._name_kept
+
+    def name_at(self, sel: np.ndarray) -> np.ndarray:
+        """``name_c[sel]``, without the whole kept column (a diff reads the names of the framework's
+        regions and the collectives only)."""
+        return self._name[sel] if self.rows is None else self._name[self.rows[sel]]
 
     @property
     def proc(self) -> np.ndarray:
@@ -300,7 +314,7 @@ class _File:
 
 def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                    region_links: dict[str, set]) -> None:
-    typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
+    typ, fw, name_v = f.typ, f.fw, f.name_v
     start, end, ids, proc, model_v = f.start, f.end, f.ids, f.procs_at, f.model_v
     ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
     ex_model = f.model_at(ex)
@@ -313,7 +327,8 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
         loads.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
     sel_fw = np.flatnonzero(fw)
     if len(sel_fw):
-        for code, sel in _groups(name_c[sel_fw]):
+        fw_name = f.name_at(sel_fw)
+        for code, sel in _groups(fw_name):
             rows = sel_fw[sel]
             regions.add(str(name_v[code]), start[rows], end[rows], proc(rows), ids[rows])
         if f.has("flow_id"):  # (the executions' first flows: only where there are regions to link)
@@ -324,7 +339,7 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                 exec_flow = _first_of_lists(whole.combine_chunks() if whole.num_chunks != 1
                                             else whole.chunk(0))[f._rows(ex)]
                 exec_name = model_v[ex_model]
-            _link_regions(f.column("flow_id", sel_fw), name_c[sel_fw], name_v, exec_flow, exec_name,
+            _link_regions(f.column("flow_id", sel_fw), fw_name, name_v, exec_flow, exec_name,
                           region_links)
     cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
     if len(cc):
@@ -333,9 +348,9 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
         # made one number per distinct string through the (small) dictionaries: no string per row
         if f.has("op"):
             op_c, op_v = f.codes("op", cc)
-            op_key, op_strs = np.where(op_c >= 0, op_c, len(op_v) + name_c[cc]), np.concatenate([op_v, name_v])
+            op_key, op_strs = np.where(op_c >= 0, op_c, len(op_v) + f.name_at(cc)), np.concatenate([op_v, name_v])
         else:
-            op_key, op_strs = name_c[cc], name_v
+            op_key, op_strs = f.name_at(cc), name_v
         if f.has("group_ranks"):
             g_key, g_strs = f.codes("group_ranks", cc)
         else:
