@@ -289,3 +289,41 @@ def test_time_order_read_at_positions_is_the_stable_sort(runs):
 def test_time_order_is_none_for_rows_in_start_order():
     assert dataset.time_order(np.array([1, 1, 2, 5], dtype=np.int64)) is None
     assert dataset.time_order(np.zeros(0, dtype=np.int64)) is None
+
+
+def test_piece_column_reads_a_slice_and_rows_as_the_whole_column():
+    """``PieceColumn`` (decision 0205): a slice within one piece is a view of it, an index array is
+    gathered piece by piece; both give what the concatenated column gives, errors included."""
+    rng = np.random.default_rng(5)
+    pieces = [rng.integers(-50, 50, n) for n in (5, 1, 7, 3)]
+    whole = np.concatenate(pieces)
+    col = dataset.PieceColumn(pieces)
+    for s in (slice(0, 5), slice(6, 9), slice(13, 16), slice(2, 11), slice(None), slice(3, 3), slice(6, 12, 2),
+              slice(-4, None), slice(-20, 4)):
+        assert np.array_equal(col[s], whole[s]), s
+    assert np.shares_memory(col[6:9], pieces[2])
+    for idx in (np.array([0, 15, 5, 6, 6, -1, -16]), np.arange(16)[::-1], np.zeros(0, dtype=np.int64),
+                np.array([3], dtype=np.int32)):
+        got = col[idx]
+        assert np.array_equal(got, whole[idx]) and got.dtype == np.int64, idx
+    for bad in (np.array([16]), np.array([-17])):
+        with pytest.raises(IndexError):
+            col[bad]
+
+
+def test_step_columns_read_in_places_are_kept_as_the_processes_pieces():
+    """The step columns a diff reads only at rows (a step's end, a rank's own work, the collectives'
+    time) are not concatenated: the table holds each process's piece (decision 0205)."""
+    side = dataset.Side("s")
+    steps = {}
+    for ix, rank in PROCS:
+        side.processes[ix] = dataset.Process("i-0", 100 + ix, rank)
+        n = 4 + ix
+        start = np.arange(n, dtype=np.int64) * 1000
+        cols = {c: np.full(n, 7 + ix, dtype=np.int64) for c in dataset.STEP_COLUMNS}
+        steps[ix] = steps_mod.Steps("cycle", "g", np.arange(n), start, start + 500, cols)
+    t = dataset._step_table(side, steps)
+    for k in ("end_ns", "own_ns", "collective_ns"):
+        assert isinstance(t.cols[k], dataset.PieceColumn), k
+        assert len(t.cols[k].pieces) == len(PROCS)
+    assert isinstance(t.cols["wall_ns"], np.ndarray) and isinstance(t.cols["start_ns"], np.ndarray)

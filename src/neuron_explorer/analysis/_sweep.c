@@ -27,6 +27,7 @@
 
 #define CATS 6
 #define ROWS 8
+#define DROWS 10
 
 static int get_int64(PyObject *o, Py_buffer *b, const char *what) {
     if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
@@ -47,8 +48,29 @@ typedef struct {
     int nact;
     const int64_t *points;
     Py_ssize_t np, ip;
-    int64_t *out;
+    int64_t *out;       /* the figures per point (``upto``), or NULL: per step (``steps``) */
+    int64_t **steps;    /* consecutive steps (step k from point k to k + 1): their DROWS rows of
+                         * np - 1, written as each point is passed (no figures per point kept) */
+    int64_t prev[ROWS]; /* (with ``steps``) the figures at the point before */
 } sweep;
+
+static inline int64_t pos(int64_t x) { return x > 0 ? x : 0; }
+
+/* step k's DROWS figures (``out[r][k]``) from the covered time at its ends ``ua`` and ``ub``
+ * (ROWS each) and its wall time */
+static inline void figure(const int64_t *ua, const int64_t *ub, int64_t wall, int64_t *const *out, Py_ssize_t k) {
+    int64_t cov[ROWS];
+    for (int r = 0; r < ROWS; r++) cov[r] = pos(ub[r] - ua[r]);
+    int64_t prev = 0;
+    for (int r = 0; r < CATS; r++) {
+        out[r][k] = pos(cov[r] - prev);
+        if (cov[r] > prev) prev = cov[r];
+    }
+    out[6][k] = pos(wall - prev);
+    out[7][k] = cov[6];
+    out[8][k] = pos(wall - cov[7]);
+    out[9][k] = pos(cov[2] - cov[7]);
+}
 
 /* rows that hold a category set ``mask`` (non-zero): the unions from its lowest category on */
 static void add(sweep *w, unsigned mask, int64_t len) {
@@ -58,9 +80,21 @@ static void add(sweep *w, unsigned mask, int64_t len) {
     if (mask & 6u) w->acc[7] += len;
 }
 
+/* the ROWS figures of a point side by side (``out``: point-major, one cache line a point; the
+ * rows strided by the number of points cost a cache miss per row and point at 10^5 steps) */
+static inline void put(sweep *w) {
+    if (w->steps == NULL) {
+        memcpy(w->out + (Py_ssize_t)ROWS * w->ip, w->acc, sizeof w->acc);
+        return;
+    }
+    if (w->ip > 0)
+        figure(w->prev, w->acc, w->points[w->ip] - w->points[w->ip - 1], w->steps, w->ip - 1);
+    memcpy(w->prev, w->acc, sizeof w->acc);
+}
+
 static void record(sweep *w) {
     while (w->ip < w->np && w->points[w->ip] <= w->cur) {
-        for (int r = 0; r < ROWS; r++) w->out[(Py_ssize_t)r * w->np + w->ip] = w->acc[r];
+        put(w);
         w->ip++;
     }
 }
@@ -84,8 +118,7 @@ static void advance(sweep *w, int64_t t, int last) {
         if (w->ip >= w->np) return;
         if (!last && w->cur >= t) return;
         if (last && !mask) { /* nothing on and no start left: the points ahead see no more time */
-            for (; w->ip < w->np; w->ip++)
-                for (int r = 0; r < ROWS; r++) w->out[(Py_ssize_t)r * w->np + w->ip] = w->acc[r];
+            for (; w->ip < w->np; w->ip++) put(w);
             return;
         }
     }
@@ -143,8 +176,9 @@ static void release_inputs(inputs *in) {
     for (int k = 0; k < in->got; k++) PyBuffer_Release(&in->bufs[k]);
 }
 
-/* the sweep itself: ``out`` gets ROWS rows of ``in->np`` (no Python calls: run without the GIL) */
-static void run_sweep(const inputs *in, int64_t *out) {
+/* the sweep itself: ``out`` gets ROWS figures per point, point after point (``out[ip * ROWS + r]``;
+ * no Python calls: run without the GIL) */
+static void run_sweep(const inputs *in, int64_t *out, int64_t **steps) {
     Py_ssize_t i[CATS];
     sweep w;
     memset(&w, 0, sizeof w);
@@ -157,6 +191,7 @@ static void run_sweep(const inputs *in, int64_t *out) {
     w.points = in->points;
     w.np = in->np;
     w.out = out;
+    w.steps = steps;
     record(&w);
     while (w.ip < w.np) {
         int best = -1;
@@ -187,26 +222,32 @@ static PyObject *covered(PyObject *self, PyObject *args) {
         res = Py_None;
         Py_INCREF(res);
     } else if (st == 0) {
-        res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ROWS * in.np * 8);
-        if (res != NULL) {
-            int64_t *out = (int64_t *)PyBytes_AS_STRING(res);
-            Py_BEGIN_ALLOW_THREADS
-            run_sweep(&in, out);
-            Py_END_ALLOW_THREADS
+        int64_t *upto = PyMem_Malloc((size_t)(ROWS * in.np + 1) * 8);
+        if (upto == NULL) {
+            PyErr_NoMemory();
+        } else {
+            res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)ROWS * in.np * 8);
+            if (res != NULL) {
+                int64_t *out = (int64_t *)PyBytes_AS_STRING(res);
+                Py_BEGIN_ALLOW_THREADS
+                run_sweep(&in, upto, NULL);
+                for (int r = 0; r < ROWS; r++)  /* (rows out: row r at [r * np, (r + 1) * np)) */
+                    for (Py_ssize_t k = 0; k < in.np; k++) out[r * in.np + k] = upto[k * ROWS + r];
+                Py_END_ALLOW_THREADS
+            }
+            PyMem_Free(upto);
         }
     }
     release_inputs(&in);
     return res;
 }
 
-#define DROWS 10
 
-static inline int64_t pos(int64_t x) { return x > 0 ? x : 0; }
-
-/* durations(points, intervals, lo, hi) -> bytearray or None: the step figures ``analysis.steps._figures``
+/* durations(points, intervals, lo, hi) -> 10 bytearrays or None: the step figures ``analysis.steps._figures``
  * makes of the covered time (its numpy twin ``_durations_numpy``), per step i of the span
  * [points[lo[i]], points[hi[i]]) (``lo``/``hi``: int64 indexes into ``points``; both None: the steps
- * follow one another, step i from point i to point i + 1).  10 rows of n int64: compute, exposed
+ * follow one another, step i from point i to point i + 1).  10 rows of n int64, each its own
+ * bytearray (a figure the caller lets go is freed, not held by the others): compute, exposed
  * collective, sync wait, compile, data loading, host (each the growth of the union by its category,
  * the priority partition), idle (the wall time none of them covers), collective (all collective
  * time), own (neither a collective nor a wait) and compute_own (the first three categories'
@@ -251,32 +292,33 @@ static PyObject *durations(PyObject *self, PyObject *args) {
             }
         }
     }
-    upto = PyMem_Malloc((size_t)(ROWS * in.np + 1) * 8);
-    if (upto == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    res = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)DROWS * n * 8);  /* (writable columns) */
-    if (res == NULL) goto done;
-    int64_t *out = (int64_t *)PyByteArray_AS_STRING(res);
-    Py_BEGIN_ALLOW_THREADS
-    run_sweep(&in, upto);
-    const int64_t *pts = in.points;
-    Py_ssize_t N = in.np;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t a = lo ? lo[k] : k, b = hi ? hi[k] : k + 1;
-        int64_t cov[ROWS];
-        for (int r = 0; r < ROWS; r++) cov[r] = pos(upto[r * N + b] - upto[r * N + a]);
-        int64_t prev = 0;
-        for (int r = 0; r < CATS; r++) {
-            out[r * n + k] = pos(cov[r] - prev);
-            if (cov[r] > prev) prev = cov[r];
+    if (lo != NULL) {
+        upto = PyMem_Malloc((size_t)(ROWS * in.np + 1) * 8);
+        if (upto == NULL) {
+            PyErr_NoMemory();
+            goto done;
         }
-        int64_t wall = pts[b] - pts[a];
-        out[6 * n + k] = pos(wall - prev);
-        out[7 * n + k] = cov[6];
-        out[8 * n + k] = pos(wall - cov[7]);
-        out[9 * n + k] = pos(cov[2] - cov[7]);
+    }
+    res = PyTuple_New(DROWS);  /* (a writable column a row, each its own block: one let go is freed) */
+    if (res == NULL) goto done;
+    int64_t *out[DROWS];
+    for (int r = 0; r < DROWS; r++) {
+        PyObject *row = PyByteArray_FromStringAndSize(NULL, n * 8);
+        if (row == NULL) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyTuple_SET_ITEM(res, r, row);
+        out[r] = (int64_t *)PyByteArray_AS_STRING(row);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (lo == NULL) {  /* consecutive steps: each one's figures as the sweep passes its end */
+        run_sweep(&in, NULL, out);
+    } else {
+        run_sweep(&in, upto, NULL);
+        const int64_t *pts = in.points;
+        for (Py_ssize_t k = 0; k < n; k++)
+            figure(upto + lo[k] * ROWS, upto + hi[k] * ROWS, pts[hi[k]] - pts[lo[k]], out, k);
     }
     Py_END_ALLOW_THREADS
 done:

@@ -22,9 +22,10 @@ def covered(points: NDArray[Any], intervals: tuple[NDArray[Any], ...], /) -> byt
     ``TypeError`` for a buffer that is not int64."""
 
 def durations(points: NDArray[Any], intervals: tuple[NDArray[Any], ...], lo: NDArray[Any] | None,
-              hi: NDArray[Any] | None, /) -> bytearray | None:
+              hi: NDArray[Any] | None, /) -> tuple[bytearray, ...] | None:
     """Per step i, the span ``[points[lo[i]], points[hi[i]])`` (``lo`` and ``hi`` None: the steps follow
-    one another, step i from point i to point i + 1), 10 rows of native int64: the six categories'
+    one another, step i from point i to point i + 1), 10 rows of native int64, each its own
+    bytearray (one let go is freed whatever the caller keeps of the others): the six categories'
     growth of the union in priority order, idle (the span's time none covers), the collectives'
     time, the time in neither a collective nor a wait, and the first three categories' union
     outside collectives and waits (``analysis.steps._DURATIONS``).  The points and intervals as for

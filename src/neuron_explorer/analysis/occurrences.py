@@ -227,7 +227,9 @@ class _File:
         typ = _lut(self.name_v, _TYPE_ID)[name_c]
         keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
         self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
-        self.name_c, self.fw, self.typ = self._at(name_c), self._at(fw), self._at(typ)
+        self._name = name_c  # (every row's: read at the rows asked for, ``name_at``)
+        self._name_kept: np.ndarray | None = None
+        self.fw, self.typ = self._at(fw), self._at(typ)
         self.start, self.end, self.ids = (int_column(t.column(c), -1, self.rows) for c in ("start_ts", "end_ts", "id"))
         # the file's one process index (its ids' high bits: monotone in the id, so the smallest
         # and largest id tell), else None; ``proc``: each row's, made only for a file of several
@@ -236,13 +238,39 @@ class _File:
         self._proc: np.ndarray | None = None
         self._sel: np.ndarray | None = None  # the last ``sel`` given to ``_rows``, and its rows
         self._sel_rows: np.ndarray | None = None
+        # the graph names' codes are read at the rows asked for only (executions, model loads: not the
+        # runtime's rows, a third of a file): ``model_at``
+        self._model: pa.Array | None = None
+        self.model_v = np.asarray([""], dtype=object)
         if "model_name" in t.column_names:
-            self.model_c, self.model_v = _codes(t.column("model_name"), self.rows)
-        else:
-            self.model_c, self.model_v = np.full(len(self.typ), -1, dtype=np.int64), np.asarray([""], dtype=object)
+            col = t.column("model_name")
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            if not pa.types.is_dictionary(arr.type):
+                arr = pc.dictionary_encode(arr.cast(pa.string()))
+            self._model = arr.indices
+            self.model_v = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)
+
+    def model_at(self, sel: np.ndarray) -> np.ndarray:
+        """The ``model_name`` codes (into ``model_v``, -1 a null) at the kept rows ``sel``: what
+        ``_codes`` of the column gives there."""
+        if self._model is None:
+            return np.full(len(sel), -1, dtype=np.int64)
+        return int_column(self._model, -1, self._rows(sel))
 
     def _at(self, a: np.ndarray) -> np.ndarray:
         return a if self.rows is None else a[self.rows]
+
+    @property
+    def name_c(self) -> np.ndarray:
+        """Each kept row's name code (into ``name_v``)."""
+        if self._name_kept is None:
+            self._name_kept = self._at(self._name)
+        return self._name_kept
+
+    def name_at(self, sel: np.ndarray) -> np.ndarray:
+        """``name_c[sel]``, without the whole kept column (a diff reads the names of the framework's
+        regions and the collectives only)."""
+        return self._name[sel] if self.rows is None else self._name[self.rows[sel]]
 
     @property
     def proc(self) -> np.ndarray:
@@ -286,19 +314,21 @@ class _File:
 
 def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                    region_links: dict[str, set]) -> None:
-    typ, fw, name_c, name_v = f.typ, f.fw, f.name_c, f.name_v
-    start, end, ids, proc, model_c, model_v = f.start, f.end, f.ids, f.procs_at, f.model_c, f.model_v
+    typ, fw, name_v = f.typ, f.fw, f.name_v
+    start, end, ids, proc, model_v = f.start, f.end, f.ids, f.procs_at, f.model_v
     ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
-    for code, sel in _groups(model_c[ex]):
+    ex_model = f.model_at(ex)
+    for code, sel in _groups(ex_model):
         rows = ex[sel]
         graphs.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
     ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
-    for code, sel in _groups(model_c[ml]):
+    for code, sel in _groups(f.model_at(ml)):
         rows = ml[sel]
         loads.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
     sel_fw = np.flatnonzero(fw)
     if len(sel_fw):
-        for code, sel in _groups(name_c[sel_fw]):
+        fw_name = f.name_at(sel_fw)
+        for code, sel in _groups(fw_name):
             rows = sel_fw[sel]
             regions.add(str(name_v[code]), start[rows], end[rows], proc(rows), ids[rows])
         if f.has("flow_id"):  # (the executions' first flows: only where there are regions to link)
@@ -308,8 +338,8 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                 whole = f.t.column("flow_id")
                 exec_flow = _first_of_lists(whole.combine_chunks() if whole.num_chunks != 1
                                             else whole.chunk(0))[f._rows(ex)]
-                exec_name = model_v[model_c[ex]]
-            _link_regions(f.column("flow_id", sel_fw), name_c[sel_fw], name_v, exec_flow, exec_name,
+                exec_name = model_v[ex_model]
+            _link_regions(f.column("flow_id", sel_fw), fw_name, name_v, exec_flow, exec_name,
                           region_links)
     cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
     if len(cc):
@@ -318,9 +348,9 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
         # made one number per distinct string through the (small) dictionaries: no string per row
         if f.has("op"):
             op_c, op_v = f.codes("op", cc)
-            op_key, op_strs = np.where(op_c >= 0, op_c, len(op_v) + name_c[cc]), np.concatenate([op_v, name_v])
+            op_key, op_strs = np.where(op_c >= 0, op_c, len(op_v) + f.name_at(cc)), np.concatenate([op_v, name_v])
         else:
-            op_key, op_strs = name_c[cc], name_v
+            op_key, op_strs = f.name_at(cc), name_v
         if f.has("group_ranks"):
             g_key, g_strs = f.codes("group_ranks", cc)
         else:
@@ -341,13 +371,21 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
     """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
     aligned clock of the dataset); the labels of framework regions are the name dictionary."""
     out = {}
-    typ = f.typ.copy()
-    typ[f.fw] = _TYPE_ID["framework_op"]
-    model_id = _lut(f.model_v, model_ids)[f.model_c]
-    label = np.where(f.fw, f.name_c, -1)
+    n = len(f.typ)
+    minus = np.broadcast_to(np.int64(-1), (n,))  # (-1 on every row, written nowhere: read at rows only)
+    if f.fw.any():
+        typ = f.typ.copy()
+        typ[f.fw] = _TYPE_ID["framework_op"]
+        label = np.where(f.fw, f.name_c, -1)
+    else:  # (no framework region: the types as they are, no label)
+        typ, label = f.typ, minus
+    # a graph's id where the detector reads one (executions and model loads), -1 elsewhere
+    model_id = np.full(n, -1, dtype=np.int64)
+    at = np.flatnonzero((typ == _TYPE_ID[EXEC]) | (typ == _TYPE_ID["model_load"]))
+    model_id[at] = _lut(f.model_v, model_ids)[f.model_at(at)]
     strings = [str(v) for v in f.name_v[:-1].tolist()]
     start, end = f.start, f.end
-    nbytes = np.full(len(typ), -1, dtype=np.int64)  # (only the counts read bytes: not figured here)
+    nbytes = minus  # (only the counts read bytes: not figured here)
     groups = [(f.one, None)] if f.one is not None else list(_groups(f.proc))  # (a file is one process)
     for p, rows in groups:
         cols = (typ, start, end, model_id, label, nbytes)

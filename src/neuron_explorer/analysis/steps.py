@@ -422,24 +422,36 @@ class _Spans:
     a union is looked up once per distinct boundary (contiguous steps share theirs)."""
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray) -> None:
-        n = len(lo)
+        self.n = n = len(lo)
         # steps one after another (each starts where the one before ended, ends strictly later): the
-        # distinct points are the first start and every end, in order (no sort)
+        # distinct points are the first start and every end, in order (no sort); step i spans points
+        # i and i + 1 (no index arrays made)
         self.chain = bool(n and lo[0] < hi[0] and (lo[1:] == hi[:-1]).all() and (hi[1:] > hi[:-1]).all())
+        self._lo: np.ndarray | None = None
+        self._hi: np.ndarray | None = None
         if self.chain:
             self.points = np.concatenate((lo[:1], hi))
-            self.ilo, self.ihi = np.arange(n), np.arange(1, n + 1)
             return
         self.points = _distinct(np.concatenate([lo, hi]))
-        self.ilo = np.searchsorted(self.points, lo)
-        self.ihi = np.searchsorted(self.points, hi)
+        self._lo = np.searchsorted(self.points, lo)
+        self._hi = np.searchsorted(self.points, hi)
+
+    @property
+    def ilo(self) -> np.ndarray:
+        """Each step's first point (an index into ``points``)."""
+        return np.arange(self.n) if self._lo is None else self._lo
+
+    @property
+    def ihi(self) -> np.ndarray:
+        """Each step's last point (an index into ``points``)."""
+        return np.arange(1, self.n + 1) if self._hi is None else self._hi
 
     def within(self, u: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """Per span, the time the disjoint sorted intervals ``u`` cover in it: the difference of
         the cumulative covered time at both ends (one ``searchsorted`` of the boundaries)."""
         us, ue = u
         if not len(us):
-            return np.zeros(len(self.ilo), dtype=np.int64)
+            return np.zeros(self.n, dtype=np.int64)
         t = self.points
         length = ue - us
         before = np.empty(len(us) + 1, dtype=np.int64)
@@ -595,8 +607,7 @@ def _durations(spans: _Spans, cats: dict, wall: np.ndarray) -> dict[str, np.ndar
                 arrays[k], arrays[k + 1] = s[o], arrays[k + 1][o]
         got = _sweep.durations(spans.points, tuple(arrays), lo, hi)
     assert got is not None  # (every category by start now)
-    rows = np.frombuffer(got, dtype=np.int64).reshape(len(_DURATIONS), len(wall))
-    return dict(zip(_DURATIONS, rows))
+    return {name: np.frombuffer(row, dtype=np.int64) for name, row in zip(_DURATIONS, got)}
 
 
 def _durations_numpy(spans: _Spans, cats: dict, wall: np.ndarray) -> dict[str, np.ndarray]:

@@ -217,7 +217,7 @@ class StepTable:
     (docs/decisions/0168-diff-at-20m.md).  ``segments``: each process's (process index, rank,
     first row, end row)."""
 
-    cols: dict[str, np.ndarray]
+    cols: dict[str, Any]  # numpy arrays; ``_READ_IN_PLACES``' columns ``PieceColumn``s
     order: np.ndarray | TimeOrder | None  # None: the rows are in start order
     segments: list[tuple[int, int, int, int]]
 
@@ -420,6 +420,9 @@ def _read_events(side: Side, files: list[str], parts: Iterable[FilePart], engine
             side.warnings.append(part.error)
             continue
         unpack_steps(part)  # (a worker's part: its columns packed, ``read_part_packed``)
+        for st in part.steps.values():  # a figure all zero here is zeros in the table: let go now (decision 0205)
+            for k in [k for k, c in st.columns.items() if _zero(c)]:
+                del st.columns[k]
         side.events += part.events
         side.items_files += part.from_items
         read += 1
@@ -478,7 +481,8 @@ def _spans(acc: Acc):
 
 class PieceColumn:
     """An int64 column kept as its pieces, one after another: one row (``[i]``, an int) is read from
-    its piece; anything else (``numpy.asarray``, an index array, a slice) sees the whole column,
+    its piece, a slice within one piece is a view of it, an index array is gathered piece by piece
+    (decision 0205); anything else (``numpy.asarray``, a slice across pieces) sees the whole column,
     concatenated then (decision 0199)."""
 
     dtype = np.dtype(np.int64)
@@ -503,7 +507,29 @@ class PieceColumn:
                 raise IndexError(i)
             k = int(np.searchsorted(self.ends, j, side="right"))
             return np.int64(self.pieces[k][j - (int(self.ends[k - 1]) if k else 0)])
+        if isinstance(i, slice) and len(self.pieces):
+            a, b, step = i.indices(len(self))
+            k = int(np.searchsorted(self.ends, a, side="right"))
+            first = int(self.ends[k - 1]) if k else 0
+            if step == 1 and a < b and k < len(self.pieces) and b <= int(self.ends[k]):
+                return np.asarray(self.pieces[k], dtype=np.int64)[a - first:b - first]
+        if isinstance(i, np.ndarray) and i.ndim == 1 and i.dtype.kind in "iu" and len(self.pieces):
+            return self._gather(i)
         return np.asarray(self)[i]
+
+    def _gather(self, idx: np.ndarray) -> np.ndarray:
+        """``numpy.asarray(self)[idx]`` read from the pieces (the same values, errors and order)."""
+        n = len(self)
+        j = idx.astype(np.int64)
+        j = np.where(j < 0, j + n, j)
+        if len(j) and (int(j.min()) < 0 or int(j.max()) >= n):
+            raise IndexError(f"index out of bounds for a column of {n}")
+        k = np.searchsorted(self.ends, j, side="right")
+        out = np.empty(len(j), dtype=np.int64)
+        for u in np.unique(k).tolist():
+            m = k == u
+            out[m] = np.asarray(self.pieces[u], dtype=np.int64)[j[m] - (int(self.ends[u - 1]) if u else 0)]
+        return out
 
     def __rshift__(self, bits: int) -> np.ndarray:
         return np.asarray(self) >> bits
@@ -547,8 +573,10 @@ def _align_numbers(side: Side, steps: dict[int, steps_mod.Steps], colls: Acc) ->
     """The side's step numbers tied across its ranks by their collectives (``analysis.stepalign``):
     a rank whose capture lost its first steps is numbered as the others, and a note says so."""
     spans = {p: (st.number, st.start_ns, st.end_ns) for p, st in steps.items() if len(st)}
-    cols = ((g, o, concat([c[1] for c in pieces]), concat([c[3] for c in pieces]),
-             concat([c[6] for c in pieces]) >> 32)  # (a process index: its ids' high bits)
+    for key in list(colls.parts):  # each collective's columns concatenated once, here, for ``_collectives`` too
+        nbytes, seq, rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in colls.parts[key]])
+        colls.parts[key] = [(nbytes, seq, rank, start, end, None, ids)]  # (no process column: the ids' high bits)
+    cols = ((g, o, pieces[0][1], pieces[0][3], pieces[0][6] >> 32)  # (a process index: its ids' high bits)
             for (o, g), pieces in colls.parts.items())
     anchors = stepalign.process_anchors(cols, spans)
     procs = sorted(spans, key=lambda p: (side.rank_of(p), p))
@@ -561,6 +589,11 @@ def _align_numbers(side: Side, steps: dict[int, steps_mod.Steps], colls: Acc) ->
         more = f" and {len(moved) - 5} more" if len(moved) > 5 else ""
         side.notes.append(f"step numbers shifted to agree with the collectives' sequence numbers (a capture that "
                           f"lost its first steps): {', '.join(moved[:5])}{more}")
+
+
+# step columns a diff reads only in places (a row, a rank's rows, the per-step table's pairs), never
+# whole: kept as the processes' pieces (``PieceColumn``), not concatenated (decision 0205)
+_READ_IN_PLACES = ("end_ns", "own_ns", "collective_ns")
 
 
 def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTable:
@@ -578,7 +611,7 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
     lengths = [hi - first for _p, _r, first, hi in segments]  # (constant per process: one repeat each)
     # rank and process index as int32 (half the pages of int64; every figure made of them is the
     # same: a key widens them, a row's index is read as an int)
-    out = {"rank": np.repeat(np.array([seg[1] for seg in segments], dtype=np.int32), lengths),
+    out: dict[str, Any] = {"rank": np.repeat(np.array([seg[1] for seg in segments], dtype=np.int32), lengths),
            "proc": np.repeat(np.array([seg[0] for seg in segments], dtype=np.int32), lengths)}
     for k in names[:1] + names[3:]:
         cols: list[np.ndarray | Packed | None] = []
@@ -597,6 +630,9 @@ def _step_table(side: Side | None, steps: dict[int, steps_mod.Steps]) -> StepTab
             # a figure no step has (a part of the breakdown the profile never shows: four of ten at
             # 20M): fresh zero pages, not millions of zeros copied into written ones
             out[k] = np.zeros(lo, dtype=np.int64)
+        elif k in _READ_IN_PLACES:
+            out[k] = PieceColumn([np.zeros(b - a, dtype=np.int64) if c is None else unpack(c)
+                                  for c, (_p, _r, a, b) in zip(cols, segments)])
         else:
             out[k] = concat([np.zeros(b - a, dtype=np.int64) if c is None else c
                              for c, (_p, _r, a, b) in zip(cols, segments)])
@@ -620,7 +656,10 @@ def _collectives(side: Side, colls: Acc) -> None:
     scheduler's, not the network's); a collective seen on one rank is its own duration."""
     for (op, group) in list(colls.parts):  # (the process column left out: the ids' high bits)
         pieces = colls.parts.pop((op, group))
-        nbytes, seq, _rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in pieces])
+        if len(pieces) == 1 and not any(isinstance(c, Packed) for c in pieces[0]):  # (``_align_numbers``')
+            nbytes, seq, _rank, start, end, _proc, ids = pieces[0]
+        else:
+            nbytes, seq, _rank, start, end, ids = concat_pieces([p[:5] + p[6:] for p in pieces])
         del pieces
         if not len(seq):
             continue
