@@ -265,6 +265,45 @@ def test_the_gradient_snapshot_records_each_gradients_storage_key_core_and_bytes
     assert id(opt) in src.grads and len(src.grads) <= len(src.optimizers) + 9
 
 
+def test_the_gradient_loop_in_c_gives_what_its_python_twin_gives():
+    """The snapshot's loop runs in C with the extension (``runtime/_hooks.h`` ``grad_entries``,
+    decision 0206): for the same groups it gives the Python twin's entries, in order, and raises
+    what the twin raises (the snapshot then keeps nothing)."""
+    import torch
+
+    from neuron_explorer.integrations.torch import memory
+    from neuron_explorer.runtime import _fastpath
+
+    class Groups(dict):  # a group that is not exactly a dict: its own get
+        def get(self, k, default=None):
+            return super().get(k, default) if k != "params" else list(super().get(k, default))
+
+    class Raises:
+        @property
+        def grad(self):
+            raise RuntimeError("no gradient here")
+
+    a, b, c, d = (torch.nn.Parameter(torch.zeros(n)) for n in (3, 5, 7, 2))
+    flat = torch.zeros(16)
+    a.grad, b.grad, d.grad = flat[:3], flat[8:13], torch.ones(2)
+    groups = [{"params": [a]}, {"lr": 0.1}, Groups(params=(c, b, object(), d)), {"params": iter([d, a])}]
+    py = memory._grad_entries([dict(g) if type(g) is dict else g for g in groups[:3]] + [{"params": [d, a]}],
+                              torch.Tensor, 5)
+    got = _fastpath.grad_entries(groups, torch.Tensor, 5)
+    key = flat.untyped_storage().data_ptr()
+    assert got == py == [(key, 5, 64), (key, 5, 64), (d.grad.untyped_storage().data_ptr(), 5, 8),
+                         (d.grad.untyped_storage().data_ptr(), 5, 8), (key, 5, 64)]
+    assert _fastpath.grad_entries([], torch.Tensor, 0) == memory._grad_entries([], torch.Tensor, 0) == []
+    for bad in ([{"params": [a, Raises()]}], [{"params": 3}], [3]):
+        errors = []
+        for fn in (memory._grad_entries, _fastpath.grad_entries):
+            try:
+                fn(bad, torch.Tensor, 0)
+            except Exception as e:  # noqa: BLE001 - the two must raise alike
+                errors.append(type(e))
+        assert len(errors) == 2 and errors[0] is errors[1], (bad, errors)
+
+
 def test_the_walk_over_parameters_and_states_is_reused_until_tensors_are_added(monkeypatch):
     """The sampler and the monitor's publisher ask for memory several times a second; the walk
     over every parameter and optimizer state runs again only when tensors were added or

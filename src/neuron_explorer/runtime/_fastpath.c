@@ -1257,6 +1257,8 @@ static PyMethodDef fp_methods[] = {
      "torch.autograd.backward/grad as a builtin function (_hooks.h)"},
     {"region_methods", fp_region_methods, METH_VARARGS,
      "region_methods(cls, enter, exit, ring, ticks, strings, intern, enabled, index): (__enter__, __exit__) (_hooks.h)"},
+    {"grad_entries", fp_grad_entries, METH_VARARGS,
+     "grad_entries(groups, tensor_type, core) -> [(storage address, core, bytes)]: the optimizer's gradients (_hooks.h)"},
     {"expand_pairs", fp_expand_pairs, METH_VARARGS,
      "expand_pairs(rows, out, last_model, runtime_rows, types) -> (m, last_model): a drain's events as columns (_expand.h)"},
     {NULL},
@@ -1280,8 +1282,15 @@ PyInit__fastpath(void)
     str_grad_root = PyUnicode_InternFromString("grad_root");
     str_t0_attr = PyUnicode_InternFromString("_neuron_explorer_t0");
     str_name = PyUnicode_InternFromString("name");
+    str_params = PyUnicode_InternFromString("params");
+    str_grad = PyUnicode_InternFromString("grad");
+    str_untyped_storage = PyUnicode_InternFromString("untyped_storage");
+    str_data_ptr = PyUnicode_InternFromString("data_ptr");
+    str_nbytes = PyUnicode_InternFromString("nbytes");
+    str_get = PyUnicode_InternFromString("get");
     if (str_depth == NULL || int_zero == NULL || int_one == NULL || str_grad_root == NULL || str_t0_attr == NULL ||
-            str_name == NULL)
+            str_name == NULL || str_params == NULL || str_grad == NULL || str_untyped_storage == NULL ||
+            str_data_ptr == NULL || str_nbytes == NULL || str_get == NULL)
         return NULL;
     if (pthread_atfork(NULL, NULL, forget_tid) != 0 || pthread_atfork(NULL, NULL, forget_forwarding) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");

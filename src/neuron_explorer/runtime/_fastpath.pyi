@@ -276,3 +276,9 @@ def expand_pairs(rows: ReadableBuffer | NDArray[Any], out: WriteableBuffer | NDA
     nc_exec_running, nrt_model_switch).  Returns ``(m, last_model)``; ``ValueError`` when ``out`` is
     too small.  Runs without the GIL on large drains.  Twin: ``capture/store.py`` ``_expand_rows``
     (numpy), the reference its tests compare with."""
+
+def grad_entries(groups: Any, tensor_type: Any, core: int, /) -> list[tuple[int, int, int]]:
+    """``(storage.data_ptr(), core, int(storage.nbytes()))`` of the ``untyped_storage()`` of each
+    gradient (``getattr(p, "grad", None)`` when a ``tensor_type``) of each parameter of each group's
+    ``get("params", ())``, in order; the calls' exceptions propagate.
+    Twin: ``integrations/torch/memory.py`` ``_grad_entries`` (without ``core_of``)."""

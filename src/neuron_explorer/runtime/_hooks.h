@@ -592,3 +592,100 @@ fp_region_methods(PyObject *mod, PyObject *args)
     rg.index = index;
     return pair;
 }
+
+/* ---- the gradient snapshot's loop ------------------------------------------------------------ */
+
+/* ``grad_entries(groups, tensor_type, core)``: for each group of ``groups`` (a sequence of an
+ * optimizer's ``param_groups``) and each parameter of ``group.get("params", ())``, the gradient
+ * ``getattr(p, "grad", None)`` when it is a ``tensor_type``, as ``(storage.data_ptr(), core,
+ * int(storage.nbytes()))`` of its ``untyped_storage()``, in order.  Twin: ``_grad_entries`` of
+ * integrations/torch/memory.py, which the tests hold this to.  Any exception of those calls
+ * propagates (the snapshot then keeps nothing, as the Python loop did); as a Python frame the loop
+ * cost ~23k instructions a call for 4 gradients, most of it the interpreter's
+ * (docs/decisions/0206-*.md). */
+static PyObject *str_params, *str_grad, *str_untyped_storage, *str_data_ptr, *str_nbytes, *str_get;
+
+static int
+ge_add(PyObject *out, PyObject *p, PyObject *tensor_type, PyObject *core)
+{
+    PyObject *t = PyObject_GetAttr(p, str_grad);
+    if (t == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 0;  /* getattr(p, "grad", None): no gradient */
+    }
+    int is = PyObject_IsInstance(t, tensor_type);
+    if (is <= 0) {
+        Py_DECREF(t);
+        return is;
+    }
+    PyObject *st = PyObject_CallMethodNoArgs(t, str_untyped_storage);
+    Py_DECREF(t);
+    if (st == NULL)
+        return -1;
+    PyObject *ptr = PyObject_CallMethodNoArgs(st, str_data_ptr);
+    PyObject *nb = ptr != NULL ? PyObject_CallMethodNoArgs(st, str_nbytes) : NULL;
+    Py_DECREF(st);
+    PyObject *nbi = nb != NULL ? PyNumber_Long(nb) : NULL;
+    Py_XDECREF(nb);
+    PyObject *e = nbi != NULL ? PyTuple_Pack(3, ptr, core, nbi) : NULL;
+    Py_XDECREF(ptr);
+    Py_XDECREF(nbi);
+    if (e == NULL)
+        return -1;
+    int rc = PyList_Append(out, e);
+    Py_DECREF(e);
+    return rc;
+}
+
+static PyObject *
+fp_grad_entries(PyObject *Py_UNUSED(mod), PyObject *args)
+{
+    PyObject *groups, *tensor_type, *core;
+    if (!PyArg_ParseTuple(args, "OOO:grad_entries", &groups, &tensor_type, &core))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    PyObject *gs = out != NULL ? PySequence_Fast(groups, "grad_entries: groups must be a sequence") : NULL;
+    if (gs == NULL) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(gs); i++) {
+        PyObject *g = PySequence_Fast_GET_ITEM(gs, i), *params;
+        if (PyDict_CheckExact(g)) {
+            params = PyDict_GetItemWithError(g, str_params);
+            if (params == NULL && PyErr_Occurred())
+                goto fail;
+            if (params == NULL)
+                continue;  /* g.get("params", ()) */
+            Py_INCREF(params);
+        } else {
+            PyObject *empty = PyTuple_New(0);
+            params = empty != NULL ? PyObject_CallMethodObjArgs(g, str_get, str_params, empty, NULL) : NULL;
+            Py_XDECREF(empty);
+            if (params == NULL)
+                goto fail;
+        }
+        PyObject *it = PyObject_GetIter(params);
+        Py_DECREF(params);
+        if (it == NULL)
+            goto fail;
+        PyObject *p;
+        while ((p = PyIter_Next(it)) != NULL) {
+            int rc = ge_add(out, p, tensor_type, core);
+            Py_DECREF(p);
+            if (rc < 0)
+                break;
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred())
+            goto fail;
+    }
+    Py_DECREF(gs);
+    return out;
+fail:
+    Py_DECREF(gs);
+    Py_DECREF(out);
+    return NULL;
+}

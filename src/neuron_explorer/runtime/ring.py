@@ -111,6 +111,11 @@ try:  # ids the C wrapper takes without making an int (itertools.count otherwise
     from ._fastpath import Counter, RateGate, expand_pairs
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     Counter, RateGate, expand_pairs = None, PyRateGate, None
+grad_entries: Callable[[Any, Any, int], list[tuple[int, int, int]]] | None
+try:  # the gradient snapshot's loop (integrations/torch/memory.py's ``_grad_entries`` otherwise)
+    from ._fastpath import grad_entries
+except ImportError:  # pragma: no cover - no extension, or one built from older sources
+    grad_entries = None
 JitCall: type[_c.JitCall] | None
 try:  # the jax.jit stand-in's call (runtime/_jit.h; integrations/jax/jit.py's closure otherwise)
     from ._fastpath import JitCall
@@ -120,6 +125,7 @@ if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     JitCall = None
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = expand_pairs = None
     RateGate = PyRateGate
+    grad_entries = None
     backward_gate = module_call_gate = module_call_skip = region_methods = None
     EagerLocal = backward_settle = module_call_root = None
 

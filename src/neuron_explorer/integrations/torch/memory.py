@@ -37,7 +37,7 @@ from typing import Any, Callable
 from neuron_explorer.contracts import dataset as ds
 from neuron_explorer.contracts.env import GRAD_SNAPSHOT_MAX, ConfigError, parse_positive_int
 from neuron_explorer.runtime.core import Runtime
-from neuron_explorer.runtime.ring import RateGate
+from neuron_explorer.runtime.ring import RateGate, grad_entries
 
 __all__ = ["MemorySource", "heap_in_use", "install_memory"]
 
@@ -79,6 +79,25 @@ def heap_in_use() -> int | None:
     return int(mi.uordblks) + int(mi.hblkhd)
 
 
+def _grad_entries(groups, tensor, host: int, core_of: Callable[[Any], int] | None = None) -> list[tuple[int, int, int]]:
+    """(storage address, core, storage bytes) of each gradient of the optimizer's ``groups``, in
+    order: ``core_of(t)`` per gradient, or ``host`` for all without it.  The C twin
+    ``runtime/_hooks.h`` ``grad_entries`` (without ``core_of``) is held to it by the tests."""
+    snap: list[tuple[int, int, int]] = []
+    add = snap.append
+    for g in groups:
+        for p in g.get("params", ()):
+            t = getattr(p, "grad", None)
+            if isinstance(t, tensor):
+                st = t.untyped_storage()
+                add((st.data_ptr(), host if core_of is None else core_of(t), int(st.nbytes())))
+    return snap
+
+
+#: the loop without CUDA (every gradient on ``host``): C with the extension
+_entries: Callable[[Any, Any, int], list[tuple[int, int, int]]] = grad_entries or _grad_entries
+
+
 class MemorySource:
     """Tracks the tensors the runtime can name and attributes memory to categories on request."""
 
@@ -106,23 +125,18 @@ class MemorySource:
         step is about to use, on the thread that steps (the backward that wrote them is over).
         ``step_hook`` calls it at most every ``GRAD_SNAPSHOT_S``.  What the loop needs is looked up
         once per call, not per parameter (decision 0204): without CUDA every tensor is on the
-        process's core, so ``_core_of`` is not called."""
+        process's core, so ``_core_of`` is not called, and the loop runs in C (``grad_entries``,
+        decision 0206)."""
         key = id(optimizer)
         r = self.optimizers.data.get(key)
         if r is None or r() is not optimizer:
             self.optimizers[key] = optimizer
-        tensor = self._tensor_type
-        core_of = self._core_of if self.cuda else None
-        host = self.rt.ident.default_core
-        snap: list[tuple[int, int, int]] = []
-        add = snap.append
         try:
-            for g in list(getattr(optimizer, "param_groups", ())):
-                for p in g.get("params", ()):
-                    t = getattr(p, "grad", None)
-                    if isinstance(t, tensor):
-                        st = t.untyped_storage()
-                        add((st.data_ptr(), host if core_of is None else core_of(t), int(st.nbytes())))
+            groups = list(getattr(optimizer, "param_groups", ()))
+            if self.cuda:
+                snap = _grad_entries(groups, self._tensor_type, self.rt.ident.default_core, self._core_of)
+            else:
+                snap = _entries(groups, self._tensor_type, self.rt.ident.default_core)
             grads = self.grads
             grads[key] = (snap, time.monotonic())
             if len(grads) > 8 and len(grads) > len(self.optimizers) + 8:  # optimizers gone: keep the live ones
