@@ -85,31 +85,44 @@ def code_state() -> dict:
     """The last commit that changed src/ (what the figures measure), its date, and the commits
     since (a result measured on any of them measured this code), and the same for each part of
     src/ a result may measure alone (``table.AREAS``: ``areas``); {} outside a git checkout."""
-    state = _last_change(())
+    changed: dict[str, list[str]] = {}  # commit -> the files of src/ it differs in from HEAD
+    state = _last_change((), changed)
     if state:
-        state["areas"] = {area: _last_change(excluded) for area, excluded in table.AREAS.items()}
+        state["areas"] = {area: _last_change(excluded, changed) for area, excluded in table.AREAS.items()}
     return state
 
 
-def _last_change(excluded: tuple[str, ...]) -> dict:
-    """{commit, date, current_commits} of the last commit that changed src/ outside ``excluded``
-    (paths under src/neuron_explorer), {} when git cannot say."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=True).stdout.strip()
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=True).stdout.strip()
 
-    spec = ["src"] + [f":(exclude){os.path.normpath(os.path.join('src/neuron_explorer', x))}" for x in excluded]
+
+def _last_change(excluded: tuple[str, ...], changed: dict[str, list[str]]) -> dict:
+    """{commit, date, current_commits} of the last change of src/ outside ``excluded`` (paths under
+    src/neuron_explorer) as it reached this branch (a merge is dated when it was merged, not by its
+    branch's commits), {} when git cannot say.  ``current_commits``: the commits since, including
+    a merged branch's, whose src/ outside ``excluded`` is HEAD's (a branch commit without a change
+    the branch's merge brought in does not count); ``changed`` remembers each commit's difference."""
+    parts = [os.path.normpath(os.path.join("src/neuron_explorer", x)) for x in excluded]
+    spec = ["src"] + [f":(exclude){p}" for p in parts]
     try:
-        last = git("log", "-1", "--format=%h %cI", "--", *spec)
+        last = _git("log", "-1", "--first-parent", "--format=%h %cI", "--", *spec)
         if not last:
             return {}
         commit, date = last.split()
-        since = git("rev-list", "--abbrev-commit", f"{commit}^..HEAD").split()
+        since = _git("rev-list", "--abbrev-commit", f"{commit}^..HEAD").split()
+        for c in since:
+            if c not in changed:
+                changed[c] = _git("diff", "--name-only", c, "HEAD", "--", "src").split()
     except (OSError, subprocess.CalledProcessError, ValueError):
         return {}
     import datetime as dt
 
+    def outside(f: str) -> bool:
+        return not any(f == p or f.startswith(p + "/") for p in parts)
+
     utc = dt.datetime.fromisoformat(date).astimezone(dt.timezone.utc).isoformat(timespec="seconds")
-    return {"commit": commit, "date": utc, "current_commits": since}
+    return {"commit": commit, "date": utc,
+            "current_commits": [c for c in since if not any(outside(f) for f in changed[c])]}
 
 
 def write_readme(summary: dict, path: str = README) -> bool:

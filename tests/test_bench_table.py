@@ -196,3 +196,48 @@ def test_a_figure_is_older_only_than_the_part_of_the_code_it_measures():
     for area, excluded in table.AREAS.items():  # every excluded path exists (a rename must not widen an area)
         for x in excluded:
             assert (Path(__file__).resolve().parents[1] / "src" / "neuron_explorer" / x).exists(), (area, x)
+
+
+def test_a_merged_branch_dates_the_change_when_it_was_merged(tmp_path, monkeypatch):
+    """A branch commit made before a figure was measured, merged after it: the figure measured
+    on main in between is older than the code (the change is dated by its merge), while a figure
+    measured on the branch's commit is current for the parts whose code the merge left as the
+    branch had it, and not for a part main changed meanwhile."""
+    import subprocess
+
+    from bench import __main__ as bench_main
+
+    def git(*args: str, date: str = "2026-11-30T06:00:00+00:00") -> str:
+        env = {**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "GIT_AUTHOR_NAME": "t",
+               "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+        return subprocess.run(["git", "-C", str(tmp_path), *args], env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    def write(path: str, text: str) -> None:
+        p = tmp_path / "src" / "neuron_explorer" / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+    git("init", "-q", "-b", "main")
+    write("runtime/core.py", "a\n")
+    write("diff/cli.py", "a\n")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    git("checkout", "-qb", "fix")
+    write("runtime/core.py", "b\n")  # the branch's change of the capture, at 06:10
+    git("commit", "-qam", "capture", date="2026-11-30T06:10:00+00:00")
+    branch = git("rev-parse", "--short", "HEAD")
+    git("checkout", "-q", "main")
+    write("diff/cli.py", "b\n")  # main changes the diff meanwhile
+    git("commit", "-qam", "diff", date="2026-11-30T06:20:00+00:00")
+    git("merge", "-q", "--no-ff", "fix", "-m", "merge", date="2026-11-30T07:00:00+00:00")
+    monkeypatch.setattr(bench_main, "ROOT", str(tmp_path))
+    areas = {"capture": ("diff",), "offline": ("runtime",)}
+    monkeypatch.setattr(table, "AREAS", areas)
+    code = bench_main.code_state()
+    assert code["areas"]["capture"]["date"] == "2026-11-30T07:00:00+00:00"  # the merge's, not 06:10
+    on_main = {"date": "2026-11-30T06:30:00+00:00"}  # measured on main before the merge
+    assert "src/ changed 2026-11-30" in table.older_than_code(on_main, code, "capture")
+    on_branch = {"date": "2026-11-30T06:40:00+00:00", "commit": branch}
+    assert table.older_than_code(on_branch, code, "capture") == ""  # the capture is the branch's
+    assert "measured on" in table.older_than_code(on_branch, code, "offline")  # the branch lacks main's diff
