@@ -50,7 +50,7 @@ import time
 
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import interleave  # noqa: E402
+from bench import interleave, provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "capture_overhead.json")
@@ -663,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     ovh = summary[main_sys]["overhead_ns_per_step"] if main_sys else None
     result = {
         "benchmark": "capture_overhead",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": provenance.commit(),
         "machine": _machine(),
         "workload": {
             "model": f"MLP {D_IN}-{'-'.join([str(HIDDEN)] * (LAYERS - 1))}-{D_OUT}, batch {BATCH}, cross-entropy, SGD",

@@ -50,7 +50,7 @@ import tempfile
 
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import interleave  # noqa: E402
+from bench import interleave, provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = ["plain"] + [c for c in a.configs.split(",") if c and c != "plain"]
     results: dict = {"benchmark": "eager_overhead",
                      "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     "commit": provenance.commit(),
                      "command": "python -m bench.eager_overhead "
                                 + " ".join(argv if argv is not None else sys.argv[1:]),
                      "workloads": {}}

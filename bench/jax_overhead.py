@@ -22,7 +22,7 @@ import tempfile
 
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import interleave  # noqa: E402
+from bench import interleave, provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         res = interleave.run_interleaved({c: job(c) for c in CONFIGS}, a.rounds, cwd=ROOT, label="jax")
     summary = interleave.summarize(res["runs"])
     out = {"benchmark": "jax_overhead", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "commit": provenance.commit(),
            "command": "python -m bench.jax_overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
            "calls": a.calls, "size": a.size, "rounds": a.rounds, "summary": summary, **res}
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
