@@ -171,12 +171,16 @@ def _codes(col: pa.ChunkedArray | pa.Array, rows: np.ndarray | None = None) -> t
     """A string column as (codes, values): ``values[codes[i]]`` is row i, -1 a null (with ``rows``:
     the codes at those rows only).  Dictionary columns (what ``view`` writes) give their indices as
     they are: no string per row is made."""
+    indices, values = _dictionary(col)
+    return int_column(indices, -1, rows), values
+
+
+def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A string column as its dictionary's (indices, values), ``values[-1]`` "" (a null's)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr.cast(pa.string()))
-    idx = int_column(arr.indices, -1, rows)
-    values = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)  # [-1]: ""
-    return idx, values
+    return arr.indices, np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)
 
 
 def _first_of_lists(arr: pa.ListArray) -> np.ndarray:
@@ -243,12 +247,7 @@ class _File:
         self._model: pa.Array | None = None
         self.model_v = np.asarray([""], dtype=object)
         if "model_name" in t.column_names:
-            col = t.column("model_name")
-            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            if not pa.types.is_dictionary(arr.type):
-                arr = pc.dictionary_encode(arr.cast(pa.string()))
-            self._model = arr.indices
-            self.model_v = np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)
+            self._model, self.model_v = _dictionary(t.column("model_name"))
 
     def model_at(self, sel: np.ndarray) -> np.ndarray:
         """The ``model_name`` codes (into ``model_v``, -1 a null) at the kept rows ``sel``: what
