@@ -28,6 +28,10 @@ import tempfile
 import textwrap
 import time
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = textwrap.dedent("""
     import os, sys, time, torch
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         return 1
     later = rows[1:] or rows
-    res = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "step_ms": a.step_ms, "steps": a.steps,
+    res = {**provenance.stamp(), "step_ms": a.step_ms, "steps": a.steps,
            "requests": rows,
            "first_request": rows[0],
            "median_later_first_step_s": statistics.median(r["first_step_s"] for r in later),

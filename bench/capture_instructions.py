@@ -66,7 +66,6 @@ Results go to ``bench/results/capture_instructions.json`` (the compiled ``aot_ea
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import platform
@@ -636,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, v in _diff(runs, a.short, a.long, c, a.top):
                 print(f"  {v:+10,.0f}  {name}")
     res = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **provenance.stamp(),
         "command": "python bench/capture_instructions.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "workload": tag(a.workload, a.backend), "peer": PEER[a.workload] if PEER[a.workload] in configs else None,
         "load_average_at_end": list(os.getloadavg()),
@@ -657,7 +656,6 @@ def main(argv: list[str] | None = None) -> int:
                                             for c in configs},
         "ratio_repetitions_without_type_cache_misses": {c: [x / y for x, y in zip(no_miss[c], no_miss["plain"])]
                                                          for c in configs},
-        "commit": provenance.commit(),
         **({"cache_per_step": cache} if cache else {}),
         "runs": [{k: v for k, v in r.items() if k != "file"} for r in all_runs.values()],
         "seconds": round(time.time() - t0, 1),

@@ -40,7 +40,6 @@ Results go to ``bench/results/collective_cost.json``.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
 import shutil
 import socket
@@ -278,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown workload {bad[0]!r}")
     what = set(a.what.split(","))
     configs = ["plain", "system"] + (["system_before"] if a.before else [])
-    res = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": provenance.commit(),
+    res = {**provenance.stamp(),
            "command": "python -m bench.collective_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
            "before": a.before or None, "load_average_at_start": list(os.getloadavg())}
     if "instructions" in what:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
 import json
 import os
 import sys
@@ -190,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configs = ["plain"] + [c for c in a.configs.split(",") if c and c != "plain"]
     results: dict = {"benchmark": "eager_overhead",
-                     "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                     "commit": provenance.commit(),
+                     **provenance.stamp(),
                      "command": "python -m bench.eager_overhead "
                                 + " ".join(argv if argv is not None else sys.argv[1:]),
                      "workloads": {}}

@@ -16,11 +16,11 @@ Results go to ``bench/results/flush_cost.json``.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 
@@ -33,6 +33,10 @@ from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.layout import make_session_dir
 from neuron_explorer.runtime.config import CaptureConfig
 from neuron_explorer.runtime.core import Runtime
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 MASK = enabled_mask([True] * len(ev.EVENT_TYPES))
 FILL_BLOCK = 2_000_000
@@ -73,7 +77,7 @@ def main() -> None:
         done += n
         writer.write_session(d, rt, {0: st}, segments=sw)
 
-    out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "new_per_flush": args.new,
+    out = {**provenance.stamp(), "new_per_flush": args.new,
            "append": [], "rewrite": []}
     stored = 10_000
     try:

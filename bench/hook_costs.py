@@ -20,7 +20,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -98,7 +101,7 @@ def main() -> None:
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
-    res = {"date": time.strftime("%Y-%m-%d"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+    res = {**provenance.stamp(), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                                           "cuda": cuda},
            "runs": a.runs, "calls": a.calls, "ops": rows,
            "copies": "measured" if cuda else "not applicable: copies are hooked only on CUDA hosts"}

@@ -32,6 +32,10 @@ import statistics
 import subprocess
 import sys
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "import_order.json")
 CONFIGS = ("none", "numpy_first", "ne_first", "both_first")
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             got[c].append(json.loads(p.stdout.strip().splitlines()[-1]))
     base = statistics.median(r["ns_per_iter"] for r in got["none"])
-    res = {"rounds": a.rounds, "configs": {}}
+    res = {**provenance.stamp(), "rounds": a.rounds, "configs": {}}
     print(f"{'imported before torch':24s} {'us/iter (median)':>17s} {'over none':>10s} {'paired range':>16s}")
     for c in CONFIGS:
         xs = [r["ns_per_iter"] for r in got[c]]

@@ -14,7 +14,6 @@ writes ``bench/results/jax_overhead.json``.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import sys
@@ -89,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
         res = interleave.run_interleaved({c: job(c) for c in CONFIGS}, a.rounds, cwd=ROOT, label="jax")
     summary = interleave.summarize(res["runs"])
-    out = {"benchmark": "jax_overhead", "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "commit": provenance.commit(),
+    out = {"benchmark": "jax_overhead", **provenance.stamp(),
            "command": "python -m bench.jax_overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
            "calls": a.calls, "size": a.size, "rounds": a.rounds, "summary": summary, **res}
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

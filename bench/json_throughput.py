@@ -30,7 +30,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -105,7 +108,7 @@ def main() -> None:
                 runs[m].append(run_mode(wrapper_mode, src, os.path.join(work, f"{m}.json"), path))
         identical = filecmp.cmp(os.path.join(work, "before.json"), os.path.join(work, "after.json"), shallow=False)
         out: dict = {
-            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": {"cpus": os.cpu_count(),
+            **provenance.stamp(), "machine": {"cpus": os.cpu_count(),
                                                                  "platform": platform.platform(),
                                                                  "python": platform.python_version(),
                                                                  "loadavg_at_end": os.getloadavg()},

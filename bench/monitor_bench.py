@@ -16,7 +16,6 @@ Prints a table and writes bench/results/monitor.json.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import platform
@@ -166,7 +165,7 @@ def main() -> int:
     from neuron_explorer.util import jsonfast as _json
 
     result = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": provenance.commit(),
+        **provenance.stamp(),
         "host": {"cpus": psutil.cpu_count(), "python": platform.python_version(), "machine": platform.machine(),
                  "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
         "json_backend": _json.BACKEND,

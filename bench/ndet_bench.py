@@ -45,7 +45,6 @@ Results go to ``bench/results/ndet.json``.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import platform
@@ -55,6 +54,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "ndet.json")
@@ -418,7 +421,7 @@ def main() -> None:
         worker(*args.worker)
         return
     runs = args.runs or (3 if args.quick else 7)
-    res: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    res: dict = {**provenance.stamp(),
                  "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                              "platform": platform.platform()},
                  "command": " ".join(["python -m bench.ndet_bench", *sys.argv[1:]])}

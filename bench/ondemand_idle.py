@@ -28,7 +28,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results", "ondemand_idle.json")
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = (ir[("loop", a.long)] - ir[("loop", a.short)]) / span
     poll = (ir[("poll", a.long)] - ir[("poll", a.short)]) / span
     per_poll = poll - loop
-    res = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "polls": [a.short, a.long],
+    res = {**provenance.stamp(), "polls": [a.short, a.long],
            "ir": {f"{m}.{n}": v for (m, n), v in ir.items()}, "ir_per_poll": round(per_poll),
            "ir_per_step": {"10ms": round(per_poll * 0.010), "100ms": round(per_poll * 0.100),
                            "1s": round(per_poll)},

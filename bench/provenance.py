@@ -22,6 +22,16 @@ def commit() -> str:
         return ""
 
 
+def stamp() -> dict[str, str]:
+    """When and on which commit a result was measured: the ``date`` (UTC, to the second) and
+    ``commit`` keys every results file carries, so that the README table can tell a figure older
+    than the code it measures (``bench/table.py``)."""
+    import datetime
+
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": commit()}
+
+
 def write_results(path: str, doc: dict) -> None:
     """Write a bench's results file (its folder made), in the layout the other results use."""
     import json

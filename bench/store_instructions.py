@@ -19,7 +19,6 @@ Results go to ``bench/results/store_instructions.json``.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import re
@@ -27,6 +26,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             per_step[config] = (hi - lo) / ((a.long - a.short) * a.reps)
             print(f"  {config:6s} {per_step[config]:8,.0f} instructions per step "
                   f"({per_step[config] / EVENTS_PER_STEP:,.0f} per event)")
-    res = {"date": _dt.date.today().isoformat(), "events_per_step": EVENTS_PER_STEP,
+    res = {**provenance.stamp(), "events_per_step": EVENTS_PER_STEP,
            "short": a.short, "long": a.long, "reps": a.reps, "instructions_per_step": per_step,
            "command": "python bench/store_instructions.py"}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

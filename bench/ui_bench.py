@@ -39,6 +39,10 @@ import pyarrow.parquet as pq
 from neuron_explorer.contracts.dataset import EVENT_SUMMARY
 from neuron_explorer.exporters import event_overview, event_summary
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "ui.json"
 CHROMIUM = os.environ.get("NEURON_EXPLORER_CHROMIUM", "/usr/bin/chromium")
@@ -322,7 +326,7 @@ def main() -> None:
     ws = work / "workspace"
     store = ws / f"synthetic-{args.instances * args.ranks_per_instance}r"
     ranks = args.instances * args.ranks_per_instance
-    res: dict = {"date": time.strftime("%Y-%m-%d"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+    res: dict = {**provenance.stamp(), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                                                 "python": platform.python_version()}}
     t = time.perf_counter()
     if not args.no_write:

@@ -24,6 +24,10 @@ import sys
 import time
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "ui_cold.json"
 
@@ -106,7 +110,7 @@ def main() -> None:
                   f"detail {r['detail_ready_ms']} ms, server {r['server_cpu_s_at_first_paint']} CPU-s at the first "
                   f"paint, page main thread {r.get('page_main_thread_busy_ms_at_first_paint')} ms busy; requests "
                   f"{r.get('requests')}; load {[round(x, 1) for x in r['loadavg']]}", flush=True)
-    out = {"date": time.strftime("%Y-%m-%d"), "profile": name, "opens": args.opens, "runs": runs,
+    out = {**provenance.stamp(), "profile": name, "opens": args.opens, "runs": runs,
            "median": {label: {k: _median(rs, k) for k in ("first_paint_ms", "detail_ready_ms",
                                                            "server_cpu_s_at_first_paint", "server_start_ms",
                                                            "page_main_thread_busy_ms_at_first_paint")}

@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from bench import provenance  # noqa: E402
 from tests.view.cluster_util import Cluster  # noqa: E402  (a real scheduler + worker processes)
 
 
@@ -142,7 +143,8 @@ def main() -> None:
               f"ratio {row['cluster_over_jobs']:.2f}", flush=True)
     pp = per_process_costs(src, tmp)
     proj = project(pp, overhead or 0.0)
-    res = {"capture": {"instances": a.instances, "processes": a.processes, "events_per_process": a.events,
+    res = {**provenance.stamp(),
+           "capture": {"instances": a.instances, "processes": a.processes, "events_per_process": a.events,
                        "events": total}, "cpus": os.cpu_count(), "runs": a.runs, "rows": rows,
            "per_process": pp, "task_overhead_s": overhead, "projection_512x32_100M_64_workers": proj}
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

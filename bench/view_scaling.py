@@ -19,7 +19,10 @@ import os
 import shutil
 import sys
 import tempfile
-import time
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,7 +72,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res = {
-        "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "jobs": 1,
+        **provenance.stamp(), "cpus": os.cpu_count(), "jobs": 1,
         "events_curve": ev_points, "processes_curve": pr_points,
         "time_exponent_events": _slope([p["total_events"] for p in ev_points], [p["seconds"] for p in ev_points]),
         "memory_exponent_events": _slope([p["total_events"] for p in ev_points],

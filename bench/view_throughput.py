@@ -29,6 +29,10 @@ import sys
 import tempfile
 import time
 
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import provenance  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
@@ -176,7 +180,7 @@ def main() -> None:
             rows.append(r)
         by = {r["mode"]: r for r in rows}
         result = {
-            "date": time.strftime("%Y-%m-%d"), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+            **provenance.stamp(), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                                           "python": platform.python_version()},
             "capture": {"instances": a.instances, "processes_per_instance": a.processes,
                         "events_per_process": a.events, "events": total, "bytes_on_disk": capture_bytes,

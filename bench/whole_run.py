@@ -41,7 +41,6 @@ Results go to ``bench/results/whole_run.json``.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import statistics
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     # a run of some workloads keeps the others' figures (each workload carries its own date,
     # commit and command)
     result = _previous(a.out)
-    result.update(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), commit=provenance.commit(),
+    result.update(**provenance.stamp(),
                   command="python -m bench.whole_run " + " ".join(argv if argv is not None else sys.argv[1:]))
     with tempfile.TemporaryDirectory(prefix="ne-whole-run-") as tmp:
         for wl in a.workloads.split(","):

@@ -241,3 +241,19 @@ def test_a_merged_branch_dates_the_change_when_it_was_merged(tmp_path, monkeypat
     on_branch = {"date": "2026-11-30T06:40:00+00:00", "commit": branch}
     assert table.older_than_code(on_branch, code, "capture") == ""  # the capture is the branch's
     assert "measured on" in table.older_than_code(on_branch, code, "offline")  # the branch lacks main's diff
+
+
+def test_every_bench_that_writes_results_records_its_date_and_commit():
+    """The table tells a figure older than its code by the commit a result names (decision 0207):
+    a bench with ``--out`` stamps its file itself or runs a bench that does."""
+    bench = Path(ROOT) / "bench"
+    stamps = {p.stem for p in bench.glob("*.py")
+              if "provenance.stamp()" in p.read_text() or '"commit": provenance.commit()' in p.read_text()}
+    missing = []
+    for p in sorted(bench.glob("*.py")):
+        text = p.read_text()
+        if p.stem == "__main__" or '"--out"' not in text or p.stem in stamps:
+            continue
+        if not any(f"from bench import {m} " in text or f"from bench import {m}\n" in text for m in stamps):
+            missing.append(p.name)
+    assert not missing, f"results written without a date and commit: {missing}"
