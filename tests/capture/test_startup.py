@@ -118,6 +118,20 @@ def test_a_python_process_that_runs_no_framework_leaves_no_profile(out_dir):
     assert not out_dir.exists() or not list(out_dir.iterdir())
 
 
+def test_inductor_s_isa_probe_neither_profiles_nor_loads_the_runtime(out_dir):
+    """Inductor runs six of these ``python -c`` probes when a process first compiles: with the
+    runtime's imports each cost ~0.15 CPU-s (the Inductor row's +0.95 s at exit)."""
+    from ..util.test_procs import _torch_probe_code
+
+    code = _torch_probe_code().replace("/tmp/torchinductor_root/xy/probe.so", "libc.so.6")
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, timeout=120,
+                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert " neuron_explorer.util.procs\n" in p.stderr  # the .pth line ran and asked
+    assert "neuron_explorer.boot" not in p.stderr and "numpy" not in p.stderr
+    assert not out_dir.exists() or not list(out_dir.iterdir())
+
+
 def test_a_package_that_cannot_be_imported_leaves_one_line_and_an_unprofiled_run(tmp_path):
     """The .pth line of an install whose package cannot be imported at start-up (here a package that
     fails on a missing module, as numpy is missing when a venv's .pth runs before the system

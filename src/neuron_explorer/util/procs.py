@@ -48,9 +48,23 @@ _HELPER_SCRIPTS = ("torch/_inductor/compile_worker/__main__.py",)  # python SCRI
 _HELPER_MODULES = ("torch._inductor.compile_worker",)  # python -m MODULE
 
 
+# Inductor checks each CPU vector ISA it may compile for by loading a test library in a fresh
+# ``python -c`` (six of them when a process first compiles): the code is only these lines, with
+# ``import torch`` where the platform (or an older torch) needs it.
+ISA_PROBE = "torch._inductor.cpu_vec_isa"
+_PROBE_PREAMBLE = frozenset({"import sys", 'if sys.platform != "linux":', "import torch", "import torch  # noqa: F401"})
+
+
+def _isa_probe(code: str) -> bool:
+    lines = [ln.strip() for ln in code.splitlines() if ln.strip()]
+    return (len(lines) >= 2 and lines[-2] == "from ctypes import cdll" and lines[-1].startswith("cdll.LoadLibrary(")
+            and all(ln in _PROBE_PREAMBLE for ln in lines[:-2]))
+
+
 def framework_helper(argv: list[str] | None = None) -> str | None:
     """What known framework helper this process is (from its real command line), or None:
-    multiprocessing's resource tracker and fork server, Inductor's compile workers."""
+    multiprocessing's resource tracker and fork server, Inductor's compile workers and its ISA
+    probes."""
     if argv is None:
         argv = command_line()
     args = argv[1:]
@@ -60,6 +74,8 @@ def framework_helper(argv: list[str] | None = None) -> str | None:
         nxt = args[i + 1] if i + 1 < len(args) else ""
         if a == "-c":
             code = nxt.lstrip()
+            if _isa_probe(code):
+                return ISA_PROBE
             return next((c.split()[1] for c in _HELPER_CODE if code.startswith(c)), None)
         if a == "-m":
             return nxt if nxt in _HELPER_MODULES else None
