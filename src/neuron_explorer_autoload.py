@@ -21,9 +21,9 @@ def autostart() -> None:
     "Error processing line 1" traceback. A bad setting still ends the launch with status 2 and one
     line: ``boot.start`` runs outside the ``try``."""
     try:
-        from neuron_explorer.util.procs import framework_helper
+        from neuron_explorer.util.procs import framework_helper, is_launcher
 
-        if framework_helper() is not None:
+        if framework_helper() is not None or is_launcher():
             return  # never profiled (boot.start says why): not even the runtime's imports, ~0.15 CPU-s
         from neuron_explorer import boot
     except Exception as e:  # noqa: BLE001 - any failure to import: say so once, run the program as is

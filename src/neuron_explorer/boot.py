@@ -44,8 +44,10 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
     if rt is not None:
         return rt
     auto = from_env and config is None  # started by the .pth hook, from the environment
-    if auto and framework_helper() is not None:
-        return None  # multiprocessing's resource tracker, Inductor's compile workers: never profiled
+    if auto and (framework_helper() is not None or is_launcher()):
+        # multiprocessing's resource tracker, Inductor's compile workers, torchrun's agent (its
+        # ranks profile themselves): never profiled, and they run as without neuron-explorer
+        return None
     try:
         if capture is None:
             capture = cfgmod.capture_requested() if config is None else True

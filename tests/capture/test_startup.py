@@ -132,6 +132,20 @@ def test_inductor_s_isa_probe_neither_profiles_nor_loads_the_runtime(out_dir):
     assert not out_dir.exists() or not list(out_dir.iterdir())
 
 
+@pytest.mark.parametrize("launcher", [["-m", "torch.distributed.run"], [str(Path(sys.executable).parent / "torchrun")]])
+def test_torchrun_s_agent_runs_without_the_runtime(out_dir, launcher):
+    """The agent only starts the ranks, which profile themselves: it neither imports nor starts the
+    runtime (its start-up cost, its threads, its signal handlers), whatever the variables say."""
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir),
+                    NEURON_RT_DBG_NDET_FLUSH_USEC="1000000", NEURON_PROCESS_TAG="job")
+    p = subprocess.run([sys.executable, "-X", "importtime", *launcher, "--help"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0 and "nproc" in p.stdout, p.stderr[-2000:]
+    assert " torch\n" in p.stderr and " neuron_explorer.util.procs\n" in p.stderr  # it ran, and the .pth asked
+    assert "neuron_explorer.boot" not in p.stderr and "neuron_explorer.runtime" not in p.stderr
+    assert not out_dir.exists() or not list(out_dir.iterdir())
+
+
 def test_a_package_that_cannot_be_imported_leaves_one_line_and_an_unprofiled_run(tmp_path):
     """The .pth line of an install whose package cannot be imported at start-up (here a package that
     fails on a missing module, as numpy is missing when a venv's .pth runs before the system
