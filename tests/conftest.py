@@ -179,10 +179,39 @@ def pytest_configure(config: pytest.Config) -> None:
     from neuron_explorer import discovery
 
     cpu_report.register(config)
+    launch_log(os.environ.get("NEURON_EXPLORER_TEST_LAUNCH_LOG"))
     discovery._check = lambda framework: None  # type: ignore[assignment]
     if not hasattr(config, "workerinput"):  # (once, in the controller)
         compile_tree(Path(discovery.__file__).parent)
         rewrite_tests(config)
+
+
+_LAUNCH_ENV = ("NEURON_", "XLA_", "JAX_", "TORCH", "RANK", "WORLD_SIZE", "MASTER_", "OMP_", "PYTHON")
+
+
+def launch_log(path: str | None) -> None:
+    """With ``NEURON_EXPLORER_TEST_LAUNCH_LOG=FILE``, every process a test starts through
+    ``subprocess`` is appended to FILE as one JSON line: the test, the command line, the
+    directory and the environment variables that choose a setting (an audit hook: the inventory
+    of launches behind decision 0210).  Unset, nothing is installed."""
+    if not path:
+        return
+
+    def hook(event: str, args: tuple) -> None:
+        if event != "subprocess.Popen":
+            return
+        exe, argv, cwd, env = args
+        env = env if env is not None else os.environ
+        line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
+                "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                "argv": [os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple)) else os.fsdecode(argv),
+                "cwd": os.fsdecode(cwd) if cwd is not None else None,
+                "env": {os.fsdecode(k): os.fsdecode(v) for k, v in dict(env).items()
+                        if os.fsdecode(k).startswith(_LAUNCH_ENV)}}
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    sys.addaudithook(hook)
 
 
 def compile_tree(package: Path) -> None:

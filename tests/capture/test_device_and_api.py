@@ -13,6 +13,7 @@ from ..conftest import (
     EXAMPLES,
     clean_env,
     cli_in_process as cli,  # conversions in this process (decision 0173)
+    shared_dir,
     torchrun,
 )
 from .helpers import sessions, type_counts
@@ -63,10 +64,19 @@ def test_model_mode_gives_one_ntff_per_unique_graph_and_core(tmp_path):
     assert "def forward" in load_neff(neffs[0]).code
 
 
-def test_session_mode_gives_one_ntff_per_core_with_every_execution(tmp_path):
-    out = tmp_path / "out"
-    _run_script(tmp_path, TRAIN_ONE.format(backend="aot_eager", steps=3), NEURON_RT_INSPECT_ENABLE="1",
-                NEURON_RT_INSPECT_OUTPUT_DIR=str(out), NEURON_RT_INSPECT_DEVICE_PROFILE="session")
+def session_capture(tmp_path_factory):
+    """The capture of TRAIN_ONE (aot_eager, 3 steps) with the session-mode device profile, made once
+    per test run for the tests that only read it: here and ``tests/view/test_perfetto_device.py``
+    (``shared_dir``, decision 0210)."""
+    def build(d):
+        _run_script(d, TRAIN_ONE.format(backend="aot_eager", steps=3), NEURON_RT_INSPECT_ENABLE="1",
+                    NEURON_RT_INSPECT_OUTPUT_DIR=str(d / "out"), NEURON_RT_INSPECT_DEVICE_PROFILE="session")
+
+    return shared_dir(tmp_path_factory, "device_session_train_one", build)[0] / "out"
+
+
+def test_session_mode_gives_one_ntff_per_core_with_every_execution(tmp_path_factory):
+    out = session_capture(tmp_path_factory)
     traces = _device_traces(out)
     assert list(traces) == ["profile_nc_0_session_0.ntff"]
     assert len(traces["profile_nc_0_session_0.ntff"].trace.executions) == 6  # 3 forward + 3 backward
