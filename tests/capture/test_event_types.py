@@ -117,7 +117,7 @@ def test_the_runtime_share_ends_where_a_separately_measured_core_span_starts():
 
 
 def test_view_warns_when_its_type_filter_names_a_type_no_capture_holds(tmp_path, tmp_path_factory):
-    from tests.conftest import cli
+    from tests.conftest import cli_in_process as cli  # view's warning, read in this process (decision 0173)
 
     out, _ = _nrt_execute_only(tmp_path_factory)  # a capture of nrt_execute alone (one launch for both tests)
     p = cli("view", "-d", str(out), "--output-format", "summary-json", "--output-file",
