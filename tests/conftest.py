@@ -179,10 +179,54 @@ def pytest_configure(config: pytest.Config) -> None:
     from neuron_explorer import discovery
 
     cpu_report.register(config)
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):  # (where tests run)
+        launch_log(os.environ.get("NEURON_EXPLORER_TEST_LAUNCH_LOG"),
+                   os.environ.get("NEURON_EXPLORER_TEST_LAUNCH_DRY") == "1")
     discovery._check = lambda framework: None  # type: ignore[assignment]
     if not hasattr(config, "workerinput"):  # (once, in the controller)
         compile_tree(Path(discovery.__file__).parent)
         rewrite_tests(config)
+
+
+_LAUNCH_ENV = ("NEURON_", "XLA_", "JAX_", "TORCH", "RANK", "WORLD_SIZE", "MASTER_", "OMP_", "PYTHON")
+
+
+def launch_log(path: str | None, dry: bool = False) -> None:
+    """With ``NEURON_EXPLORER_TEST_LAUNCH_LOG=FILE``, every process a test starts through
+    ``subprocess`` is appended to FILE as one JSON line: the test, the command line, a digest of
+    each script it names (a file, or ``-c`` code), and the environment variables that choose a
+    setting (an audit hook: the inventory of launches behind decision 0210).  With
+    ``NEURON_EXPLORER_TEST_LAUNCH_DRY=1`` too, a test's launch is refused once logged: each test
+    fails at its first launch, and the first launches of the whole suite are listed in minutes
+    without running a program (with ``--tb=no``: pytest's traceback of an audit hook's refusal can
+    fail).  Unset, nothing is installed."""
+    if not path:
+        return
+    import hashlib
+
+    def hook(event: str, args: tuple) -> None:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "")
+        if event != "subprocess.Popen" or (dry and not test):
+            return
+        _exe, argv, _cwd, env = args
+        argv = [os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple)) else [os.fsdecode(argv)]
+        digests = {}
+        for i, a in enumerate(argv):
+            if i and argv[i - 1] == "-c":
+                digests["-c"] = hashlib.sha1(a.encode()).hexdigest()[:10]
+            elif a.endswith(".py") and os.path.isfile(a):
+                digests[a] = hashlib.sha1(Path(a).read_bytes()).hexdigest()[:10]
+        env = env if env is not None else os.environ
+        line = {"test": test.rsplit(" (", 1)[0], "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                "argv": argv, "scripts": digests,
+                "env": {os.fsdecode(k): os.fsdecode(v) for k, v in dict(env).items()
+                        if os.fsdecode(k).startswith(_LAUNCH_ENV)}}
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        if dry:
+            raise RuntimeError("NEURON_EXPLORER_TEST_LAUNCH_DRY: launch listed, not run")
+
+    sys.addaudithook(hook)
 
 
 def compile_tree(package: Path) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from tests.conftest import (
     clean_env,
     cli_in_process as cli,  # conversions in this process (decision 0173)
     run,
+    shared_dir,
 )
 from tests.fuzzing import examples, seed
 
@@ -167,20 +169,35 @@ def test_memory_figures_from_damaged_counters_never_raise():
 PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
 
 
+def _sampled_run(mode: str, cap: Path) -> str:
+    """``pathologies.py mode 24`` captured into ``cap`` with a 20 ms sampler period; its stdout."""
+    return run([sys.executable, str(PROGRAM), mode, "24"],
+               clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
+                         NEURON_EXPLORER_SAMPLE_PERIOD_MS="20", PYTHONPATH=os.environ.get("PYTHONPATH", ""))).stdout
+
+
+def leak_capture(tmp_path_factory) -> tuple[Path, str]:
+    """The capture of ``pathologies.py leak 24`` (20 ms sampler period) and its stdout, made once per
+    test run for the tests that only read it: here and the Summary page's memory finding in
+    ``tests/ui/test_browser_memory_insights.py`` (``shared_dir``, decision 0210)."""
+    d, stdout = shared_dir(tmp_path_factory, "pathologies_leak_24", lambda d: _sampled_run("leak", d / "capture"))
+    return d / "capture", stdout
+
+
 @pytest.mark.slow
-def test_a_loss_kept_every_step_shows_as_memory_growth_and_its_fix_does_not(tmp_path):
+def test_a_loss_kept_every_step_shows_as_memory_growth_and_its_fix_does_not(tmp_path, tmp_path_factory):
     """``pathologies.py leak`` keeps each step's loss (and its graph); ``noleak`` keeps
     ``loss.item()``.  The growth per step is within 25% of what the graph saved per step (the
     program's own saved-tensors hook); the fixed program's memory is sampled and gets no memory
     finding.  A 20 ms sampler period: a sample in most steps."""
     docs, injected = {}, {}
+    leak_cap, leak_out = leak_capture(tmp_path_factory)  # the Summary page's test reads the same run
+    caps = {"leak": leak_cap, "noleak": tmp_path / "noleak"}
     env = clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     for mode in ("leak", "noleak"):
-        cap = tmp_path / mode
-        p = run([sys.executable, str(PROGRAM), mode, "24"],
-                clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
-                          NEURON_EXPLORER_SAMPLE_PERIOD_MS="20", PYTHONPATH=os.environ.get("PYTHONPATH", "")))
-        injected[mode] = int(re.search(r"INJECTED_BYTES (\d+)", p.stdout).group(1))  # type: ignore[union-attr]
+        cap = caps[mode]
+        stdout = leak_out if mode == "leak" else _sampled_run(mode, cap)
+        injected[mode] = int(re.search(r"INJECTED_BYTES (\d+)", stdout).group(1))  # type: ignore[union-attr]
         out = cli("view", "-d", str(cap), "--output-format", "summary-json", "--output-file", "-", "--no-progress",
                   env=env, check=True)
         docs[mode] = json.loads(out.stdout)
@@ -197,7 +214,7 @@ def test_a_loss_kept_every_step_shows_as_memory_growth_and_its_fix_does_not(tmp_
     flat = docs["noleak"]["steps"]["per_process"][0]["device_mem_bytes"]
     assert sum(m >= 0 for m in flat) >= 12
     assert not {"memory_growth", "memory_near_limit"} & {i["id"] for i in docs["noleak"]["insights"]}
-    text = cli("view", "-d", str(tmp_path / "leak"), "--output-format", "summary-text", "--output-file", "-",
+    text = cli("view", "-d", str(caps["leak"]), "--output-format", "summary-text", "--output-file", "-",
                "--no-progress", env=env, check=True).stdout
     assert re.search(r"device memory grows by \d+\.\d MiB per step", text), text
     assert re.search(r"evidence: rank\(s\) -1, steps 1\.\.23,", text), text  # (the growing span)

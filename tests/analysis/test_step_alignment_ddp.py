@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, clean_env, cli, ranks
+from tests.conftest import (
+    REPO,
+    clean_env,
+    cli_in_process as cli,  # summaries and diffs in this process: they read the answer (decision 0173)
+    ranks,
+    shared_dir,
+)
 
 PROGRAM = REPO / "tests" / "programs" / "ring_drift.py"
 STEPS = 30
@@ -28,10 +34,14 @@ def _capture(cap: Path, **extra: str) -> None:
 
 @pytest.fixture(scope="module")
 def caps(tmp_path_factory) -> tuple[Path, Path]:
-    """(whole, drifted): the same job with the default ring and with a 500-event ring."""
-    root = tmp_path_factory.mktemp("drift")
-    _capture(root / "whole")
-    _capture(root / "drifted", NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC="500")
+    """(whole, drifted): the same job with the default ring and with a 500-event ring, made once per
+    test run whichever xdist worker asks first (``shared_dir``: a module fixture is made once per
+    worker that runs one of its tests, decision 0210); the tests only read them."""
+    def build(root: Path) -> None:
+        _capture(root / "whole")
+        _capture(root / "drifted", NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC="500")
+
+    root = shared_dir(tmp_path_factory, "ring_drift_captures", build)[0]
     return root / "whole", root / "drifted"
 
 

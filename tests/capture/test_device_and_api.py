@@ -4,6 +4,7 @@
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from ..conftest import (
     EXAMPLES,
     clean_env,
     cli_in_process as cli,  # conversions in this process (decision 0173)
+    shared_dir,
     torchrun,
 )
 from .helpers import sessions, type_counts
@@ -63,10 +65,19 @@ def test_model_mode_gives_one_ntff_per_unique_graph_and_core(tmp_path):
     assert "def forward" in load_neff(neffs[0]).code
 
 
-def test_session_mode_gives_one_ntff_per_core_with_every_execution(tmp_path):
-    out = tmp_path / "out"
-    _run_script(tmp_path, TRAIN_ONE.format(backend="aot_eager", steps=3), NEURON_RT_INSPECT_ENABLE="1",
-                NEURON_RT_INSPECT_OUTPUT_DIR=str(out), NEURON_RT_INSPECT_DEVICE_PROFILE="session")
+def session_capture(tmp_path_factory):
+    """The capture of TRAIN_ONE (aot_eager, 3 steps) with the session-mode device profile, made once
+    per test run for the tests that only read it: here and ``tests/view/test_perfetto_device.py``
+    (``shared_dir``, decision 0210)."""
+    def build(d):
+        _run_script(d, TRAIN_ONE.format(backend="aot_eager", steps=3), NEURON_RT_INSPECT_ENABLE="1",
+                    NEURON_RT_INSPECT_OUTPUT_DIR=str(d / "out"), NEURON_RT_INSPECT_DEVICE_PROFILE="session")
+
+    return shared_dir(tmp_path_factory, "device_session_train_one", build)[0] / "out"
+
+
+def test_session_mode_gives_one_ntff_per_core_with_every_execution(tmp_path_factory):
+    out = session_capture(tmp_path_factory)
     traces = _device_traces(out)
     assert list(traces) == ["profile_nc_0_session_0.ntff"]
     assert len(traces["profile_nc_0_session_0.ntff"].trace.executions) == 6  # 3 forward + 3 backward
@@ -165,14 +176,14 @@ def test_neuron_config_validates_its_arguments():
     assert lines[-1] == "True 1000000"
 
 
-def test_check_reports_the_failure_signs(tmp_path):
+def test_check_reports_the_failure_signs(tmp_path, tmp_path_factory):
     empty = tmp_path / "empty"
     empty.mkdir()
     r = cli("check", "-d", str(empty))
     assert r.returncode == 1 and "empty" in r.stdout
     out = tmp_path / "out"
-    _run_script(tmp_path, TRAIN_ONE.format(backend="aot_eager", steps=2), NEURON_RT_INSPECT_ENABLE="1",
-                NEURON_RT_INSPECT_OUTPUT_DIR=str(out), NEURON_RT_INSPECT_DEVICE_PROFILE="session")
+    # a copy of the session-mode capture the tests above read (this test damages it): one launch for all
+    shutil.copytree(session_capture(tmp_path_factory), out, symlinks=True)
     r = cli("check", "-d", str(out))
     assert r.returncode == 0 and "ok:" in r.stdout and "0 error(s)" in r.stdout
     for neff in glob.glob(f"{out}/*/*/*.neff"):
@@ -186,4 +197,4 @@ def test_check_reports_the_failure_signs(tmp_path):
     r = cli("check", "-d", str(out))  # device profiling was on: said so, not advised (decision 0027)
     assert "only .pb files" not in r.stdout
     assert ("device profiling was on (NEURON_RT_INSPECT_DEVICE_PROFILE=session) but no device trace was written: "
-            "none of its 4 execution(s) has a device trace here") in r.stdout
+            "none of its 6 execution(s) has a device trace here") in r.stdout  # 3 forward + 3 backward

@@ -10,7 +10,7 @@ import numpy as np
 
 from neuron_explorer.contracts import events as ev
 from tests.capture.helpers import events_of, expand_rows, sessions, type_counts
-from tests.conftest import clean_env, free_port, run
+from tests.conftest import clean_env, free_port, run, shared_dir
 
 WORKLOAD = Path(__file__).parent / "workloads" / "waits.py"
 
@@ -58,8 +58,18 @@ def test_waits_and_completion_notifications_are_recorded(tmp_path):
     assert (notes["start_ns"] == notes["end_ns"]).all()
 
 
-def test_a_filter_naming_a_type_no_host_here_produces_warns_in_one_line(tmp_path):
-    s, err = _capture(tmp_path / "o", "nrt_execute,kmgr_exec_core")
+def _nrt_execute_only(tmp_path_factory) -> tuple[Path, str]:
+    """The capture filtered to ``nrt_execute,kmgr_exec_core`` (the second is never recorded on this
+    host: only nrt_execute is kept) and its stderr, made once per test run for the two tests that
+    read it (``shared_dir``, decision 0210)."""
+    d, err = shared_dir(tmp_path_factory, "event_types_nrt_execute_only",
+                        lambda d: _capture(d / "o", "nrt_execute,kmgr_exec_core")[1])
+    return d / "o", err
+
+
+def test_a_filter_naming_a_type_no_host_here_produces_warns_in_one_line(tmp_path_factory):
+    out, err = _nrt_execute_only(tmp_path_factory)
+    (s,) = sessions(out)
     lines = [ln for ln in err.splitlines() if "kmgr_exec_core" in ln]
     assert len(lines) == 1 and "never recorded here" in lines[0], err
     assert set(type_counts(s)) == {"nrt_execute"}
@@ -106,11 +116,11 @@ def test_the_runtime_share_ends_where_a_separately_measured_core_span_starts():
     assert share[:, 2].tolist() == [104, 210, 310]
 
 
-def test_view_warns_when_its_type_filter_names_a_type_no_capture_holds(tmp_path):
-    from tests.conftest import cli
+def test_view_warns_when_its_type_filter_names_a_type_no_capture_holds(tmp_path, tmp_path_factory):
+    from tests.conftest import cli_in_process as cli  # view's warning, read in this process (decision 0173)
 
-    s, _ = _capture(tmp_path / "o", "nrt_execute")
-    p = cli("view", "-d", str(tmp_path / "o"), "--output-format", "summary-json", "--output-file",
+    out, _ = _nrt_execute_only(tmp_path_factory)  # a capture of nrt_execute alone (one launch for both tests)
+    p = cli("view", "-d", str(out), "--output-format", "summary-json", "--output-file",
             str(tmp_path / "s.json"), "--system-trace-filter-event-type", "nrt_execute,kmgr_exec_core,device_exec")
     lines = [ln for ln in p.stderr.splitlines() if "never recorded" in ln]
     # device_exec may be in captures from GPU hosts: only kmgr_exec_core is named

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from ..conftest import (
     clean_env,
     cli_in_process as cli,  # conversions in this process (decision 0173)
+    shared_dir,
     torchrun,
 )
 from ..view.test_perfetto_semantics import decode
@@ -55,6 +57,12 @@ def _profiled(tmp_path, source: str):
     return out
 
 
+def regions_capture(tmp_path_factory) -> Path:
+    """REGIONS' capture (``_profiled``), made once per test run for every test that only reads it:
+    the three tests here and ``tests/view/test_json_identical.py`` (``shared_dir``, decision 0210)."""
+    return shared_dir(tmp_path_factory, "framework_regions_capture", lambda d: str(_profiled(d, REGIONS)))[0] / "out"
+
+
 def _events(pq: str, where: str = "true") -> list[dict]:
     con = duckdb.connect()
     cur = con.execute(f"""select id, name, trace_event_source, thread_id, start_ts, flow_id, framework_stream_id,
@@ -77,8 +85,8 @@ def _views(tmp_path, out) -> tuple[str, dict, object]:
     return pq, doc, pf
 
 
-def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp_path):
-    out = _profiled(tmp_path, REGIONS)
+def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp_path, tmp_path_factory):
+    out = regions_capture(tmp_path_factory)
     pq, doc, pf = _views(tmp_path, out)
 
     evs = _events(pq)
@@ -122,10 +130,11 @@ def test_regions_are_named_by_label_and_linked_to_the_executions_they_issued(tmp
 
 
 @pytest.mark.parametrize("types", ["framework_op,nc_exec_running", "^nrt_execute"])
-def test_a_type_filter_that_drops_the_calls_keeps_regions_linked_to_their_core_executions(tmp_path, types):
+def test_a_type_filter_that_drops_the_calls_keeps_regions_linked_to_their_core_executions(tmp_path, tmp_path_factory,
+                                                                                        types):
     """The links are found before the filter: without the nrt_execute between them, each core
     execution still names its region, and every kept event keeps the id it has unfiltered."""
-    out = _profiled(tmp_path, REGIONS)
+    out = regions_capture(tmp_path_factory)
     cli("view", "-d", str(out), "--output-format", "parquet", "--output-file", str(tmp_path / "all"), check=True)
     cli("view", "-d", str(out), "--output-format", "parquet", "--output-file", str(tmp_path / "some"),
         "--system-trace-filter-event-type", types, check=True)

@@ -132,23 +132,27 @@ Net()(torch.randn(2))
 """
 
 
-@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
-def test_an_uncaught_exception_prints_the_unprofiled_traceback(tmp_path, pure):
+def _uncaught_stderr(d, **env) -> str:
+    """UNCAUGHT run as ``job.py`` in ``d`` (status 1): its standard error."""
     import subprocess
     import sys
 
     from ..conftest import clean_env
 
-    script = tmp_path / "job.py"
+    script = d / "job.py"
     script.write_text(UNCAUGHT)
+    p = subprocess.run([sys.executable, str(script)], env=clean_env(**env), cwd=d, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 1
+    return p.stderr
 
-    def stderr(**env) -> str:
-        p = subprocess.run([sys.executable, str(script)], env=clean_env(**env), cwd=tmp_path, capture_output=True,
-                           text=True, timeout=300)
-        assert p.returncode == 1
-        return p.stderr
 
-    plain = stderr()
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["c", "python"])
+def test_an_uncaught_exception_prints_the_unprofiled_traceback(tmp_path, tmp_path_factory, pure):
+    # the unprofiled run, once per test run for both paths (``shared_dir``, decision 0210); its
+    # script's path is in the traceback, so the profiled run's script goes where the plain one was
+    plain_dir, plain = shared_dir(tmp_path_factory, "tracebacks_plain_uncaught", _uncaught_stderr)
     assert plain.count('File "') == 4, plain  # <module>, _wrapped_call_impl, _call_impl, forward
-    assert stderr(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"),
-                  NEURON_EXPLORER_PURE_PYTHON=pure) == plain
+    seen = _uncaught_stderr(tmp_path, NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"),
+                            NEURON_EXPLORER_PURE_PYTHON=pure)
+    assert seen.replace(str(tmp_path / "job.py"), str(plain_dir / "job.py")) == plain

@@ -17,38 +17,47 @@ from neuron_explorer.cli import main
 from neuron_explorer.diff import dataset, report
 
 from .. import fuzzing
-from ..conftest import REPO
+from ..conftest import REPO, shared_dir
 from .reference import assert_diff_as_reference
 
 pytestmark = pytest.mark.slow  # three captures written and converted: seconds, not milliseconds
 
 
-@pytest.fixture(scope="module")
-def captures(tmp_path_factory) -> dict[str, Path]:
+NAMES = (("a", 0), ("same", 0), ("other", 100))
+
+
+def _build(root: Path) -> None:
+    """The three synthetic captures (``synth/<name>``) and their conversions with the diff items
+    (``pq/<name>``), in this process."""
     sys.path.insert(0, str(REPO))
     from bench.synth_capture import generate
-
-    root = tmp_path_factory.mktemp("synth")
-    out = {}
-    for name, seed in (("a", 0), ("same", 0), ("other", 100)):
-        generate(str(root / name), instances=2, processes=2, events=3000, seed=seed)
-        out[name] = root / name
-    return out
-
-
-@pytest.fixture(scope="module")
-def datasets(captures, tmp_path_factory) -> dict[str, Path]:
     from neuron_explorer.view import pipeline
     from neuron_explorer.view.options import ViewOptions
 
-    root = tmp_path_factory.mktemp("pq")
-    out = {}
+    for name, seed in NAMES:
+        generate(str(root / "synth" / name), instances=2, processes=2, events=3000, seed=seed)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NEURON_EXPLORER_DIFF_ITEMS", "1")  # the diff items too (decision 0164: opt-in)
-        for name, cap in captures.items():
-            pipeline.run(ViewOptions(directory=str(cap), output_file=str(root / name), progress=False, jobs=1))
-            out[name] = root / name
-    return out
+        for name, _ in NAMES:
+            pipeline.run(ViewOptions(directory=str(root / "synth" / name), output_file=str(root / "pq" / name),
+                                     progress=False, jobs=1))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """Made once per test run whichever xdist worker asks first (``shared_dir``: a module fixture is
+    made once per worker that runs one of its tests, decision 0210); the tests only read it."""
+    return shared_dir(tmp_path_factory, "diff_dataset_synth", _build)[0]
+
+
+@pytest.fixture(scope="module")
+def captures(built) -> dict[str, Path]:
+    return {name: built / "synth" / name for name, _ in NAMES}
+
+
+@pytest.fixture(scope="module")
+def datasets(built) -> dict[str, Path]:
+    return {name: built / "pq" / name for name, _ in NAMES}
 
 
 def test_view_writes_diff_items_only_when_asked(captures, tmp_path, capsys, monkeypatch):

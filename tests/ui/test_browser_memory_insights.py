@@ -9,12 +9,10 @@ reaches it under a cgroup limit (decision 0182)."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-from tests.conftest import REPO, clean_env, run
+from tests.analysis.test_insights_memory import leak_capture
+from tests.conftest import REPO
 
 from .helpers import (
     FIRST_TL,
@@ -30,18 +28,14 @@ from .helpers import (
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = REPO / "test-artifacts" / "ui"
-PROGRAM = REPO / "tests" / "programs" / "pathologies.py"
 NAME = "leak"
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("leak")
-    cap = base / "capture"
-    path = os.environ.get("PYTHONPATH", "")
-    run([sys.executable, str(PROGRAM), "leak", "24"],
-        clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(cap),
-                  NEURON_EXPLORER_SAMPLE_PERIOD_MS="20", PYTHONPATH=path))
+    # the memory insights' own capture of the program (one launch per test run for both files)
+    cap, _ = leak_capture(tmp_path_factory)
     yield from serve_capture(cap, base, NAME)
 
 

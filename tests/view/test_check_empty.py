@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ..conftest import clean_env, cli
+from ..conftest import clean_env, cli_in_process as cli  # check's answer, read in this process (decision 0173)
 
 NOTHING_IN_THE_PROFILED_BLOCK = """
 import torch

@@ -13,7 +13,7 @@ from neuron_explorer.exporters import chrome_json
 from neuron_explorer.util import jsonfast
 from neuron_explorer.view.pipeline import ViewOptions, run
 
-from ..capture.test_framework_regions import REGIONS, _profiled
+from ..capture.test_framework_regions import regions_capture
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def captures(tmp_path_factory):
     from bench.synth_capture import generate
 
-    real = _profiled(tmp_path_factory.mktemp("real"), REGIONS)
+    real = regions_capture(tmp_path_factory)  # the capture the region tests read (one launch per run)
     synth = tmp_path_factory.mktemp("synth") / "cap"
     generate(str(synth), 1, 2, 3_000)
     alone = tmp_path_factory.mktemp("alone") / "cap"

@@ -7,39 +7,24 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
-from ..conftest import clean_env
+from ..capture.test_device_and_api import session_capture
 from .test_perfetto_semantics import decode
 
 pytestmark = pytest.mark.slow
 
-JOB = """
-import torch
-m = torch.compile(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)),
-                  backend="aot_eager")
-x = torch.randn(8, 16)
-for _ in range(3):
-    m(x).sum().backward()
-"""
 
-
-def test_device_profile_trace_holds_every_op_at_its_time(tmp_path):
+def test_device_profile_trace_holds_every_op_at_its_time(tmp_path, tmp_path_factory):
     import duckdb
 
     from neuron_explorer.view.pipeline import ViewOptions, run
 
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    out = tmp_path / "out"
-    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                       env=clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
-                                     NEURON_RT_INSPECT_DEVICE_PROFILE="session"))
-    assert p.returncode == 0, p.stderr[-3000:]
+    # a compiled model's 3 steps with the session-mode device profile: the capture the device-profile
+    # tests read, made once per test run (one launch for both)
+    out = session_capture(tmp_path_factory)
     views = tmp_path / "views"
     views.mkdir()
     for fmt, name in (("perfetto", "t.pftrace"), ("json", "t.json"), ("parquet", "pq")):
