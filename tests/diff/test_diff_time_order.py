@@ -286,6 +286,36 @@ def test_time_order_read_at_positions_is_the_stable_sort(runs):
     assert np.array_equal(np.asarray(order), want)
 
 
+@pytest.mark.parametrize("spread", [1, 3, 1 << 40])
+def test_time_order_by_buckets_and_by_runs_give_the_stable_sort(spread):
+    """Both ways ``TimeOrder`` reads positions (decision 0209): by buckets of start, and by a
+    partition and a binary search of each run, give the whole stable sort's rows; starts bunched on
+    a few values (``spread`` 1 and 3: most rows in the buckets read) leave the buckets to the
+    partition."""
+    rng = np.random.default_rng(spread)
+    n = 2 * dataset.TimeOrder.SMALL + 5
+    cuts = np.sort(rng.choice(np.arange(1, n), 63, replace=False))
+    start = np.concatenate([np.sort(rng.integers(0, n // 8, len(p)) * spread + 7) for p in np.split(np.arange(n),
+                                                                                                     cuts)])
+    want = np.argsort(start, kind="stable")
+    order = dataset.time_order(start)
+    assert order is not None
+    for at in (np.unique(np.linspace(0, n - 1, cmp.BOOTSTRAP_CAP).astype(np.int64)), np.array([0]),
+               np.array([n - 1]), np.arange(0, n, 997)):
+        assert np.array_equal(order._by_runs(at), want[at])
+        got = order._by_buckets(at)
+        if spread > 1 << 20:
+            assert got is not None
+        if got is not None:
+            assert np.array_equal(got, want[at])
+    if spread == 1:  # (n // 8 distinct starts over 2 ** 16 rows: every bucket holds ~8 rows, so it is read)
+        assert order._by_buckets(np.array([5])) is not None
+    equal = np.concatenate([np.full(n // 2, 9), np.full(n - n // 2, 5)]).astype(np.int64)
+    o = dataset.time_order(equal)
+    at = np.array([0, n // 2, n - 1])
+    assert o._by_buckets(at) is None and np.array_equal(o[at], np.argsort(equal, kind="stable")[at])
+
+
 def test_time_order_is_none_for_rows_in_start_order():
     assert dataset.time_order(np.array([1, 1, 2, 5], dtype=np.int64)) is None
     assert dataset.time_order(np.zeros(0, dtype=np.int64)) is None
