@@ -357,3 +357,43 @@ def test_step_columns_read_in_places_are_kept_as_the_processes_pieces():
         assert isinstance(t.cols[k], dataset.PieceColumn), k
         assert len(t.cols[k].pieces) == len(PROCS)
     assert isinstance(t.cols["wall_ns"], np.ndarray) and isinstance(t.cols["start_ns"], np.ndarray)
+
+
+def _ranged_side(seed: int, ranks: list[int], gap: bool = False) -> dataset.Side:
+    rng = np.random.default_rng(seed)
+    side = dataset.Side(f"ranged-{seed}")
+    steps = {}
+    for ix, rank in enumerate(ranks):
+        side.processes[ix] = dataset.Process("i-0", 100 + ix, rank)
+        n = int(rng.integers(4 if gap else 1, 40))
+        number = np.arange(n, dtype=np.int64) + int(rng.integers(-3, 12))
+        if gap and ix == 1:
+            number[n // 2:] += 2  # (a process that skipped two numbers: not consecutive)
+        start = np.cumsum(rng.integers(1, 4, n)) * 1000
+        cols = {c: rng.integers(0, 9, n) * 1000 for c in dataset.STEP_COLUMNS}
+        steps[ix] = steps_mod.Steps("cycle", "g", number, start, start + 500, cols)
+    side.step_table = dataset._step_table(side, steps)
+    return side
+
+
+@pytest.mark.parametrize("limit", [1, 7, 50, 10_000])
+def test_the_per_step_table_from_ranges_is_the_one_from_sorted_keys(limit):
+    """``report._per_step`` where each rank is one process numbering its steps consecutively (decision
+    0209: the common keys from each rank's range) gives the table the sorted keys give: ranks on one
+    side only, ranges that do not meet, negative step numbers, an unknown rank (-1), the table cut
+    at ``limit``; a rank of two processes or numbers with a gap take the sorted keys."""
+    cases = [([0, 1, 2, 3], [0, 1, 2, 3]), ([-1, 0, 2, 5], [0, 2, 3, 5, -1]), ([4], [4]), ([0, 1], [2, 3]),
+             ([0, 0, 1], [0, 1]), ([0, 1, 2], [0, 1, 2])]
+    for i, (rb, rc) in enumerate(cases):
+        for seed in range(6):
+            tb = _ranged_side(10 * i + seed, rb, gap=i == 5).step_table
+            tc = _ranged_side(100 + 10 * i + seed, rc).step_table
+            with mock.patch.object(report, "PER_STEP_LIMIT", limit):
+                got = report._per_step(tb, tc)
+                with mock.patch.object(report, "_consecutive", lambda t: None):
+                    want = report._per_step(tb, tc)
+            assert got == want, (i, seed)
+            if i < 4:
+                assert report._consecutive(tb) is not None
+            else:
+                assert report._consecutive(tb) is None
