@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from neuron_explorer.analysis import steps as steps_mod
+from neuron_explorer.analysis import occurrences as occ, steps as steps_mod
 from neuron_explorer.analysis.occurrences import STEP_TYPES, _codes, _File, int_column, read_file
 
 
@@ -153,3 +153,17 @@ def test_the_c_pass_refuses_an_index_outside_its_table():
             keep(name, src)
     with pytest.raises(ValueError):  # (type 2 has no group among 2 types)
         keep([0, 1], [0, 0], bounds=3)
+
+
+def test_groups_of_few_codes_are_those_of_the_sort():
+    """``_groups`` by one compare per code (codes in a narrow range, decision 0209) gives the groups
+    the sort gives: codes ascending, -1 left out, each group's rows ascending."""
+    rng = np.random.default_rng(16)
+    for i in range(200):
+        n = int(rng.integers(0, 300))
+        lo = int(rng.integers(-3, 40))
+        codes = rng.integers(lo, lo + int(rng.integers(1, 40)), n).astype(np.int64)
+        got = [(c, r.tolist()) for c, r in occ._groups(codes)]
+        with mock.patch.object(occ, "FEW_CODES", 0):
+            want = [(c, r.tolist()) for c, r in occ._groups(codes)]
+        assert got == want, i
