@@ -286,6 +286,36 @@ def test_time_order_read_at_positions_is_the_stable_sort(runs):
     assert np.array_equal(np.asarray(order), want)
 
 
+@pytest.mark.parametrize("spread", [1, 3, 1 << 40])
+def test_time_order_by_buckets_and_by_runs_give_the_stable_sort(spread):
+    """Both ways ``TimeOrder`` reads positions (decision 0209): by buckets of start, and by a
+    partition and a binary search of each run, give the whole stable sort's rows; starts bunched on
+    a few values (``spread`` 1 and 3: most rows in the buckets read) leave the buckets to the
+    partition."""
+    rng = np.random.default_rng(spread)
+    n = 2 * dataset.TimeOrder.SMALL + 5
+    cuts = np.sort(rng.choice(np.arange(1, n), 63, replace=False))
+    start = np.concatenate([np.sort(rng.integers(0, n // 8, len(p)) * spread + 7) for p in np.split(np.arange(n),
+                                                                                                     cuts)])
+    want = np.argsort(start, kind="stable")
+    order = dataset.time_order(start)
+    assert order is not None
+    for at in (np.unique(np.linspace(0, n - 1, cmp.BOOTSTRAP_CAP).astype(np.int64)), np.array([0]),
+               np.array([n - 1]), np.arange(0, n, 997)):
+        assert np.array_equal(order._by_runs(at), want[at])
+        got = order._by_buckets(at)
+        if spread > 1 << 20:
+            assert got is not None
+        if got is not None:
+            assert np.array_equal(got, want[at])
+    if spread == 1:  # (n // 8 distinct starts over 2 ** 16 rows: every bucket holds ~8 rows, so it is read)
+        assert order._by_buckets(np.array([5])) is not None
+    equal = np.concatenate([np.full(n // 2, 9), np.full(n - n // 2, 5)]).astype(np.int64)
+    o = dataset.time_order(equal)
+    at = np.array([0, n // 2, n - 1])
+    assert o._by_buckets(at) is None and np.array_equal(o[at], np.argsort(equal, kind="stable")[at])
+
+
 def test_time_order_is_none_for_rows_in_start_order():
     assert dataset.time_order(np.array([1, 1, 2, 5], dtype=np.int64)) is None
     assert dataset.time_order(np.zeros(0, dtype=np.int64)) is None
@@ -327,3 +357,43 @@ def test_step_columns_read_in_places_are_kept_as_the_processes_pieces():
         assert isinstance(t.cols[k], dataset.PieceColumn), k
         assert len(t.cols[k].pieces) == len(PROCS)
     assert isinstance(t.cols["wall_ns"], np.ndarray) and isinstance(t.cols["start_ns"], np.ndarray)
+
+
+def _ranged_side(seed: int, ranks: list[int], gap: bool = False) -> dataset.Side:
+    rng = np.random.default_rng(seed)
+    side = dataset.Side(f"ranged-{seed}")
+    steps = {}
+    for ix, rank in enumerate(ranks):
+        side.processes[ix] = dataset.Process("i-0", 100 + ix, rank)
+        n = int(rng.integers(4 if gap else 1, 40))
+        number = np.arange(n, dtype=np.int64) + int(rng.integers(-3, 12))
+        if gap and ix == 1:
+            number[n // 2:] += 2  # (a process that skipped two numbers: not consecutive)
+        start = np.cumsum(rng.integers(1, 4, n)) * 1000
+        cols = {c: rng.integers(0, 9, n) * 1000 for c in dataset.STEP_COLUMNS}
+        steps[ix] = steps_mod.Steps("cycle", "g", number, start, start + 500, cols)
+    side.step_table = dataset._step_table(side, steps)
+    return side
+
+
+@pytest.mark.parametrize("limit", [1, 7, 50, 10_000])
+def test_the_per_step_table_from_ranges_is_the_one_from_sorted_keys(limit):
+    """``report._per_step`` where each rank is one process numbering its steps consecutively (decision
+    0209: the common keys from each rank's range) gives the table the sorted keys give: ranks on one
+    side only, ranges that do not meet, negative step numbers, an unknown rank (-1), the table cut
+    at ``limit``; a rank of two processes or numbers with a gap take the sorted keys."""
+    cases = [([0, 1, 2, 3], [0, 1, 2, 3]), ([-1, 0, 2, 5], [0, 2, 3, 5, -1]), ([4], [4]), ([0, 1], [2, 3]),
+             ([0, 0, 1], [0, 1]), ([0, 1, 2], [0, 1, 2])]
+    for i, (rb, rc) in enumerate(cases):
+        for seed in range(6):
+            tb = _ranged_side(10 * i + seed, rb, gap=i == 5).step_table
+            tc = _ranged_side(100 + 10 * i + seed, rc).step_table
+            with mock.patch.object(report, "PER_STEP_LIMIT", limit):
+                got = report._per_step(tb, tc)
+                with mock.patch.object(report, "_consecutive", lambda t: None):
+                    want = report._per_step(tb, tc)
+            assert got == want, (i, seed)
+            if i < 4:
+                assert report._consecutive(tb) is not None
+            else:
+                assert report._consecutive(tb) is None

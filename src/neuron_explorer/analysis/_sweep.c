@@ -16,6 +16,23 @@
  * start, a run's end, a point) the set of categories on is constant.  None when some category's
  * starts are not ascending (the caller sorts that one and asks again).  Integer arithmetic only:
  * the same integers as the twin.
+ *
+ *   keep(name, src, model, model_valid, model_offset, type_of, fw_of, (fw_type, exec_type, ml_type),
+ *        (start, end, ids), (typ, fw, rows, ostart, oend, oids, omodel, order, bounds)) -> int
+ *
+ * One events file's rows a diff reads (``analysis.occurrences._File``; decision 0209), in one pass:
+ * row i's type is ``type_of[name[i]]`` and it is a framework region when ``fw_of[src[i]]``; it is
+ * kept when it is a framework region or its type is >= 0 and not ``fw_type``.  The kept rows'
+ * type, framework flag, index, start, end, id and graph (``model[i]`` for an execution or a model
+ * load outside the framework whose bit in ``model_valid`` is set, counted from bit
+ * ``model_offset``; else -1; ``model`` None: -1) are written in row order at the front of the
+ * outputs (each at least as long as the file); ``order`` gets the kept rows (their positions among
+ * the kept) grouped by the type the step detector sees (``fw_type`` for a framework region), each
+ * group in row order, group t at ``[bounds[t], bounds[t + 1])``.  Returns the count kept.
+ * ``name``, ``src`` and ``model``: int32 dictionary indices (no nulls in the first two);
+ * ``type_of`` int64 and ``fw_of`` uint8 per dictionary value; the outputs int64 but ``fw`` (bool
+ * or uint8).  ``ValueError`` for an index outside its table, a type at or beyond
+ * ``len(bounds) - 1`` or inputs of different lengths.  Its numpy twin: ``_File._keep_numpy``.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -331,7 +348,134 @@ done:
     return res;
 }
 
+static int get_buf(PyObject *o, Py_buffer *b, const char *what, Py_ssize_t itemsize, const char *kinds, int writable) {
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    const char *f = b->format == NULL ? "B" : b->format;
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != itemsize || strlen(f) != 1 || strchr(kinds, *f) == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: a buffer of %zd-byte integers is needed", what, itemsize);
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* the kept rows of one events file, written in one pass (see the top of the file) */
+static PyObject *keep(PyObject *self, PyObject *args) {
+    PyObject *oname, *osrc, *omodel, *ovalid, *otype_of, *ofw_of, *ocols, *oout;
+    Py_ssize_t moff;
+    long long fw_type, exec_type, ml_type;
+    if (!PyArg_ParseTuple(args, "OOOOnOO(LLL)O!O!", &oname, &osrc, &omodel, &ovalid, &moff, &otype_of, &ofw_of,
+                          &fw_type, &exec_type, &ml_type, &PyTuple_Type, &ocols, &PyTuple_Type, &oout))
+        return NULL;
+    if (PyTuple_GET_SIZE(ocols) != 3 || PyTuple_GET_SIZE(oout) != 9) {
+        PyErr_SetString(PyExc_ValueError, "3 columns and 9 outputs are needed");
+        return NULL;
+    }
+    /* 0 name, 1 src, 2 model, 3 model_valid, 4 type_of, 5 fw_of, 6-8 start end ids,
+     * 9 typ, 10 fw, 11 rows, 12-14 start end ids, 15 model, 16 order, 17 bounds */
+    enum { NB = 18 };
+    static const char *what[NB] = {"name", "src", "model", "model_valid", "type_of", "fw_of", "start", "end", "ids",
+                                   "typ", "fw", "rows", "ostart", "oend", "oids", "omodel", "order", "bounds"};
+    PyObject *o[NB] = {oname, osrc, omodel, ovalid, otype_of, ofw_of};
+    for (int j = 0; j < 3; j++) o[6 + j] = PyTuple_GET_ITEM(ocols, j);
+    for (int j = 0; j < 9; j++) o[9 + j] = PyTuple_GET_ITEM(oout, j);
+    Py_buffer b[NB];
+    int got[NB] = {0};
+    PyObject *res = NULL;
+    for (int k = 0; k < NB; k++) {
+        if ((k == 2 || k == 3) && o[k] == Py_None) continue;
+        int small = k == 0 || k == 1 || k == 2;
+        int bytes = k == 3 || k == 5 || k == 10;
+        if (get_buf(o[k], &b[k], what[k], small ? 4 : bytes ? 1 : 8, small ? "i" : bytes ? "B?b" : "lq", k >= 9) < 0)
+            goto done;
+        got[k] = 1;
+    }
+    Py_ssize_t n = b[0].len / 4, ntypes = b[4].len / 8, nfw = b[5].len, nout = b[17].len / 8 - 1;
+    if (b[1].len / 4 != n || b[6].len / 8 != n || b[7].len / 8 != n || b[8].len / 8 != n
+        || (got[2] && b[2].len / 4 != n)) {
+        PyErr_SetString(PyExc_ValueError, "the file's columns differ in length");
+        goto done;
+    }
+    if (got[3] && (moff < 0 || (b[3].len - (moff >> 3)) * 8 < n + (moff & 7))) {
+        PyErr_SetString(PyExc_ValueError, "model_valid: shorter than the file");
+        goto done;
+    }
+    for (int k = 9; k < 17; k++) {
+        if (b[k].len / b[k].itemsize < n) {
+            PyErr_Format(PyExc_ValueError, "%s: shorter than the file", what[k]);
+            goto done;
+        }
+    }
+    if (nout < 1 || fw_type < 0 || fw_type >= nout) {
+        PyErr_SetString(PyExc_ValueError, "bounds: one more than the types, fw_type among them");
+        goto done;
+    }
+    const int32_t *name = b[0].buf, *src = b[1].buf, *model = got[2] ? b[2].buf : NULL;
+    const uint8_t *valid = got[3] ? b[3].buf : NULL;
+    const int64_t *type_of = b[4].buf;
+    const uint8_t *fw_of = b[5].buf;
+    const int64_t *start = b[6].buf, *end = b[7].buf, *ids = b[8].buf;
+    int64_t *typ = b[9].buf, *rows = b[11].buf, *os = b[12].buf, *oe = b[13].buf, *oi = b[14].buf;
+    int64_t *om = b[15].buf, *order = b[16].buf, *bounds = b[17].buf;
+    uint8_t *fw = b[10].buf;
+    Py_ssize_t k = 0, bad = -1;
+    int badkind = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j <= nout; j++) bounds[j] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t c = name[i], d = src[i];
+        if (c < 0 || c >= ntypes || d < 0 || d >= nfw) { bad = i; break; }
+        int64_t t = type_of[c];
+        uint8_t f = fw_of[d] != 0;
+        if (!(f || (t >= 0 && t != fw_type))) continue;
+        int64_t e = f ? fw_type : t;  /* the type the step detector sees */
+        if (e >= nout) { bad = i; badkind = 1; break; }
+        int64_t m = -1;
+        if (!f && (t == exec_type || t == ml_type) && model != NULL) {
+            Py_ssize_t v = i + (moff & 7);
+            if (valid == NULL || ((valid[(moff >> 3) + (v >> 3)] >> (v & 7)) & 1)) m = model[i];
+        }
+        typ[k] = t;
+        fw[k] = f;
+        rows[k] = i;
+        os[k] = start[i];
+        oe[k] = end[i];
+        oi[k] = ids[i];
+        om[k] = m;
+        bounds[e + 1]++;
+        k++;
+    }
+    if (bad < 0) {  /* the kept rows grouped by the type the detector sees, each group in row order */
+        for (Py_ssize_t j = 0; j < nout; j++) bounds[j + 1] += bounds[j];
+        int64_t *at = PyMem_RawMalloc((size_t)(nout > 0 ? nout : 1) * sizeof(int64_t));
+        if (at == NULL) {
+            bad = -2;
+        } else {
+            for (Py_ssize_t j = 0; j < nout; j++) at[j] = bounds[j];
+            for (Py_ssize_t r = 0; r < k; r++) order[at[fw[r] ? fw_type : typ[r]]++] = r;
+            PyMem_RawFree(at);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, badkind ? "row %zd: a type beyond the bounds" :
+                     "row %zd: a dictionary index outside its table", bad);
+        goto done;
+    }
+    res = PyLong_FromSsize_t(k);
+done:
+    for (int j = 0; j < NB; j++)
+        if (got[j]) PyBuffer_Release(&b[j]);
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"keep", keep, METH_VARARGS, "One events file's rows a diff reads: their types, flags, indices and columns."},
     {"covered", covered, METH_VARARGS, "Per point, the time before it covered by the step categories' unions."},
     {"durations", durations, METH_VARARGS, "Per step, the durations of the step figures from the covered time."},
     {NULL, NULL, 0, NULL},

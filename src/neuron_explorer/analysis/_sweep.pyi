@@ -5,7 +5,8 @@ joined in priority order, the cumulative covered time looked up per step: ``_cov
 then the partition), which is used when the module is not built or with
 ``NEURON_EXPLORER_PURE_PYTHON=1``; ``tests/analysis/test_steps.py`` holds the two to the same
 integers.  Why it exists: docs/decisions/0192-step-figures-in-one-pass.md,
-docs/decisions/0195-diff-cpu-round-three.md.
+docs/decisions/0195-diff-cpu-round-three.md.  ``keep`` (decision 0209) reads the rows of an events
+file a diff keeps; its twin is ``analysis.occurrences._File._keep_numpy``.
 """
 
 from typing import Any
@@ -31,3 +32,21 @@ def durations(points: NDArray[Any], intervals: tuple[NDArray[Any], ...], lo: NDA
     outside collectives and waits (``analysis.steps._DURATIONS``).  The points and intervals as for
     ``covered`` (None when some category's starts are not ascending); ``ValueError`` for ``lo`` and
     ``hi`` of different lengths or an index outside the points."""
+
+def keep(name: NDArray[Any], src: NDArray[Any], model: NDArray[Any] | None, model_valid: NDArray[Any] | None,
+         model_offset: int, type_of: NDArray[Any], fw_of: NDArray[Any], types: tuple[int, int, int],
+         columns: tuple[NDArray[Any], NDArray[Any], NDArray[Any]], out: tuple[NDArray[Any], ...], /) -> int:
+    """One events file's rows a diff reads, in one pass: row i (of the int32 dictionary indices
+    ``name`` and ``src``) has type ``type_of[name[i]]`` (int64) and is a framework region when
+    ``fw_of[src[i]]`` (uint8); with ``types`` = (fw_type, exec_type, ml_type) it is kept when it is a
+    framework region or its type is >= 0 and not ``fw_type``.  ``out`` = (typ, fw, rows, start, end,
+    ids, model, order, bounds): the kept rows' type, flag (bool or uint8), index, start, end and id
+    (of ``columns``, int64 start, end and ids) and graph (``model[i]``, int32, for an execution or a
+    model load outside the framework whose bit ``model_offset + i`` of ``model_valid`` is set, else
+    -1) are written in row order at the front of the first seven (int64 but ``fw``, each at least
+    as long as the file); ``order`` gets the kept rows' positions grouped by the type the step
+    detector sees (``fw_type`` for a framework region), each group ascending, group t at
+    ``[bounds[t], bounds[t + 1])``.  Returns the count kept.  ``ValueError`` for an index outside its
+    table, a type at or beyond ``len(bounds) - 1`` or inputs of different lengths, ``TypeError`` for
+    a buffer of another width.  Its numpy twin: ``occurrences._File._keep_numpy``
+    (``tests/analysis/test_occurrences.py``)."""

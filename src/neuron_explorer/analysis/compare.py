@@ -215,10 +215,12 @@ def _block_quantiles(values: np.ndarray, reps: int, rng: np.random.Generator,
     small = np.int16 if n <= np.iinfo(np.int16).max else np.int64
     rank = np.empty(n, dtype=small)
     rank[order] = np.arange(n, dtype=small)
-    # each resample's blocks read as rows of the (n - block + 1, block) window view of the ranks: one
-    # gather of whole blocks, no index per sample
-    blocks = np.lib.stride_tricks.sliding_window_view(rank, block)
-    ranks = np.sort(blocks[starts].reshape(reps, k * block)[:, :n], axis=1)
+    # each resample's blocks read as rows of the (n - block + 1, block) windows of the ranks, each
+    # window one opaque item of ``block`` ranks: one gather of whole blocks, one copy per block (a
+    # gather through the strided window view copies rank by rank: 10x the time)
+    windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(rank, block))
+    whole = windows.view(np.dtype((np.void, rank.itemsize * block))).reshape(-1)
+    ranks = np.sort(np.take(whole, starts).view(small).reshape(reps, k * block)[:, :n], axis=1)
     ordered = values[order]
     out = np.empty((len(qs), reps), dtype=np.float64)
     for i, q in enumerate(qs):

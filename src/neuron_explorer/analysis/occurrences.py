@@ -183,6 +183,29 @@ def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
     return arr.indices, np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)
 
 
+def _int32s(col: pa.Array, nulls: bool = False) -> np.ndarray | None:
+    """A 32-bit integer array without nulls (``nulls``: with or without; their values are any) as a
+    numpy view of its buffer, else None."""
+    if col.type != pa.int32() or (col.null_count and not nulls):
+        return None
+    buf = col.buffers()[1]
+    if buf is None:
+        return None
+    return np.frombuffer(buf, dtype=np.int32, count=col.offset + len(col))[col.offset:]
+
+
+def _int64s(col: pa.ChunkedArray) -> np.ndarray | None:
+    """A 64-bit integer column without nulls as numpy (a view of its buffer when in one chunk), else
+    None."""
+    if col.type != pa.int64() or col.null_count:
+        return None
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    buf = arr.buffers()[1]
+    if buf is None:
+        return None
+    return np.frombuffer(buf, dtype=np.int64, count=arr.offset + len(arr))[arr.offset:]
+
+
 def _first_of_lists(arr: pa.ListArray) -> np.ndarray:
     """Each list's first value, -1 for a null or empty list (or a null first value): what
     ``pc.list_element(arr, 0)`` gives where it does not fail, without its index scalar's conversion
@@ -197,12 +220,23 @@ def _first_of_lists(arr: pa.ListArray) -> np.ndarray:
     return out
 
 
+FEW_CODES = 16  # codes in a range this narrow are grouped by one compare each, not by a sort
+
+
 def _groups(codes: np.ndarray):
-    """(code, row indices) per distinct code >= 0, by one sort (of 16-bit keys where the codes
-    fit them: a radix sort)."""
+    """(code, row indices) per distinct code >= 0, ascending: by one compare per code where the
+    codes span at most ``FEW_CODES`` values (a file's graphs, its collectives' op and group: a
+    tenth of the sort's CPU, decision 0209), else by one sort (of 16-bit keys where the codes fit
+    them: a radix sort)."""
     key = codes
     if len(codes):
         lo, hi = int(codes.min()), int(codes.max())
+        if hi - lo < FEW_CODES:
+            for code in range(max(lo, 0), hi + 1):
+                rows = np.flatnonzero(codes == code)
+                if len(rows):
+                    yield code, rows
+            return
         if hi - lo < (1 << 15):
             key = (codes - lo).astype(np.int16)
     order = np.argsort(key, kind="stable")
@@ -223,18 +257,36 @@ class _File:
     its rows a diff reads: the types ``STEP_TYPES`` names outside the framework, and the framework's
     regions.  ``column`` gives any other column at those rows."""
 
+    rows: np.ndarray | None  # the kept rows (None: every row)
+    _name: np.ndarray  # every row's name code (read at the rows asked for, ``name_at``)
+    typ: np.ndarray
+    fw: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    ids: np.ndarray
+    # per kept row, the ``model_name`` code (into ``model_v``) of an execution or a model load
+    # outside the framework, -1 elsewhere (and for a null): the graphs a diff and the detector read
+    model: np.ndarray
+    # the kept rows grouped by the type the step detector sees (a framework region: ``framework_op``),
+    # each group in row order: group t is ``order[bounds[t]:bounds[t + 1]]`` (``steps.find_steps``)
+    order: np.ndarray
+    bounds: np.ndarray
+
     def __init__(self, t: pa.Table) -> None:
         self.t = t = t.unify_dictionaries()
-        name_c, self.name_v = _codes(t.column("name"))
-        src_c, src_v = _codes(t.column("trace_event_source"))
-        fw = (src_v == FRAMEWORK)[src_c]  # (per dictionary value, then per row: no string per row)
-        typ = _lut(self.name_v, _TYPE_ID)[name_c]
-        keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
-        self.rows: np.ndarray | None = None if keep.all() else np.flatnonzero(keep)
-        self._name = name_c  # (every row's: read at the rows asked for, ``name_at``)
+        name_i, self.name_v = _dictionary(t.column("name"))
+        src_i, src_v = _dictionary(t.column("trace_event_source"))
+        type_of = _lut(self.name_v, _TYPE_ID)  # (per dictionary value, then per row: no string per row)
+        fw_of = src_v == FRAMEWORK
+        # the graph names' codes are read at executions and model loads only (not the runtime's rows, a
+        # third of a file)
+        model_i: pa.Array | None = None
+        self.model_v = np.asarray([""], dtype=object)
+        if "model_name" in t.column_names:
+            model_i, self.model_v = _dictionary(t.column("model_name"))
         self._name_kept: np.ndarray | None = None
-        self.fw, self.typ = self._at(fw), self._at(typ)
-        self.start, self.end, self.ids = (int_column(t.column(c), -1, self.rows) for c in ("start_ts", "end_ts", "id"))
+        if not self._keep_c(name_i, src_i, model_i, type_of, fw_of):
+            self._keep_numpy(name_i, src_i, model_i, type_of, fw_of)
         # the file's one process index (its ids' high bits: monotone in the id, so the smallest
         # and largest id tell), else None; ``proc``: each row's, made only for a file of several
         ends = (int(self.ids.min()) >> 32, int(self.ids.max()) >> 32) if len(self.ids) else (-1, -2)
@@ -242,19 +294,65 @@ class _File:
         self._proc: np.ndarray | None = None
         self._sel: np.ndarray | None = None  # the last ``sel`` given to ``_rows``, and its rows
         self._sel_rows: np.ndarray | None = None
-        # the graph names' codes are read at the rows asked for only (executions, model loads: not the
-        # runtime's rows, a third of a file): ``model_at``
-        self._model: pa.Array | None = None
-        self.model_v = np.asarray([""], dtype=object)
-        if "model_name" in t.column_names:
-            self._model, self.model_v = _dictionary(t.column("model_name"))
 
-    def model_at(self, sel: np.ndarray) -> np.ndarray:
-        """The ``model_name`` codes (into ``model_v``, -1 a null) at the kept rows ``sel``: what
-        ``_codes`` of the column gives there."""
-        if self._model is None:
-            return np.full(len(sel), -1, dtype=np.int64)
-        return int_column(self._model, -1, self._rows(sel))
+    def _keep_numpy(self, name_i: pa.Array, src_i: pa.Array, model_i: pa.Array | None, type_of: np.ndarray,
+                    fw_of: np.ndarray) -> None:
+        """The rows a diff reads (``rows``, None: every row), and their ``typ``, ``fw``, ``start``,
+        ``end``, ``ids`` and ``model``, and their groups by type (``order``, ``bounds``): a row is
+        kept when it is a framework region or of a type ``STEP_TYPES`` names other than
+        ``framework_op``.  The twin of ``_keep_c``."""
+        t = self.t
+        name_c, src_c = int_column(name_i, -1), int_column(src_i, -1)
+        fw, typ = fw_of[src_c], type_of[name_c]
+        keep = fw | ((typ >= 0) & (typ != _TYPE_ID["framework_op"]))
+        self.rows = None if keep.all() else np.flatnonzero(keep)
+        self._name = name_c
+        self.fw, self.typ = self._at(fw), self._at(typ)
+        self.start, self.end, self.ids = (int_column(t.column(c), -1, self.rows) for c in ("start_ts", "end_ts", "id"))
+        self.model = np.full(len(self.typ), -1, dtype=np.int64)
+        at = np.flatnonzero(((self.typ == _TYPE_ID[EXEC]) | (self.typ == _TYPE_ID["model_load"])) & ~self.fw)
+        if model_i is not None:
+            self.model[at] = int_column(model_i, -1, at if self.rows is None else self.rows[at])
+        seen = np.where(self.fw, _TYPE_ID["framework_op"], self.typ)
+        self.order = np.argsort(seen, kind="stable")
+        self.bounds = np.searchsorted(seen[self.order], np.arange(len(STEP_TYPES) + 1), side="left")
+
+    def _keep_c(self, name_i: pa.Array, src_i: pa.Array, model_i: pa.Array | None, type_of: np.ndarray,
+                fw_of: np.ndarray) -> bool:
+        """``_keep_numpy`` in one pass (``analysis._sweep.keep``, decision 0209), where the extension is
+        built and the columns allow it (32-bit dictionary indices, the name's and source's not null,
+        and 64-bit times and ids, none null); False otherwise, having done nothing."""
+        if steps_mod._sweep is None:
+            return False
+        name_c, src_c = _int32s(name_i), _int32s(src_i)
+        start_c, end_c, ids_c = (_int64s(self.t.column(c)) for c in ("start_ts", "end_ts", "id"))
+        if name_c is None or src_c is None or start_c is None or end_c is None or ids_c is None:
+            return False
+        model_c, valid, offset = None, None, 0
+        if model_i is not None:
+            model_c = _int32s(model_i, nulls=True)
+            if model_c is None:
+                return False
+            bitmap = model_i.buffers()[0]
+            if model_i.null_count and bitmap is not None:
+                valid, offset = np.frombuffer(bitmap, dtype=np.uint8), model_i.offset
+        n = len(name_c)
+        typ, rows, start, end, ids, model, order = (np.empty(n, dtype=np.int64) for _ in range(7))
+        fw = np.empty(n, dtype=np.bool_)
+        bounds = np.empty(len(STEP_TYPES) + 1, dtype=np.int64)
+        k = steps_mod._sweep.keep(name_c, src_c, model_c, valid, offset, type_of, fw_of.astype(np.uint8),
+                                  (_TYPE_ID["framework_op"], _TYPE_ID[EXEC], _TYPE_ID["model_load"]),
+                                  (start_c, end_c, ids_c), (typ, fw, rows, start, end, ids, model, order, bounds))
+        self.rows = None if k == n else rows[:k]
+        self._name = name_c  # (int32: ``name_at`` widens what it reads)
+        self.typ, self.fw, self.start, self.end, self.ids = typ[:k], fw[:k], start[:k], end[:k], ids[:k]
+        self.model, self.order, self.bounds = model[:k], order[:k], bounds
+        return True
+
+    def of_type(self, t: int) -> np.ndarray:
+        """The kept rows the step detector sees as of type ``t`` (a framework region's is
+        ``framework_op``), ascending."""
+        return self.order[self.bounds[t]:self.bounds[t + 1]]
 
     def _at(self, a: np.ndarray) -> np.ndarray:
         return a if self.rows is None else a[self.rows]
@@ -263,13 +361,14 @@ class _File:
     def name_c(self) -> np.ndarray:
         """Each kept row's name code (into ``name_v``)."""
         if self._name_kept is None:
-            self._name_kept = self._at(self._name)
+            self._name_kept = self._at(self._name).astype(np.int64, copy=False)
         return self._name_kept
 
     def name_at(self, sel: np.ndarray) -> np.ndarray:
         """``name_c[sel]``, without the whole kept column (a diff reads the names of the framework's
         regions and the collectives only)."""
-        return self._name[sel] if self.rows is None else self._name[self.rows[sel]]
+        got = self._name[sel] if self.rows is None else self._name[self.rows[sel]]
+        return got.astype(np.int64, copy=False)
 
     @property
     def proc(self) -> np.ndarray:
@@ -313,18 +412,18 @@ class _File:
 
 def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                    region_links: dict[str, set]) -> None:
-    typ, fw, name_v = f.typ, f.fw, f.name_v
+    name_v = f.name_v
     start, end, ids, proc, model_v = f.start, f.end, f.ids, f.procs_at, f.model_v
-    ex = np.flatnonzero((typ == _TYPE_ID[EXEC]) & ~fw)
-    ex_model = f.model_at(ex)
+    ex = f.of_type(_TYPE_ID[EXEC])  # (outside the framework: a region is of type framework_op here)
+    ex_model = f.model[ex]
     for code, sel in _groups(ex_model):
         rows = ex[sel]
         graphs.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
-    ml = np.flatnonzero((typ == _TYPE_ID["model_load"]) & ~fw)
-    for code, sel in _groups(f.model_at(ml)):
+    ml = f.of_type(_TYPE_ID["model_load"])
+    for code, sel in _groups(f.model[ml]):
         rows = ml[sel]
         loads.add(str(model_v[code]), start[rows], end[rows], proc(rows), ids[rows])
-    sel_fw = np.flatnonzero(fw)
+    sel_fw = f.of_type(_TYPE_ID["framework_op"])  # (every framework region, and only they: the rows kept)
     if len(sel_fw):
         fw_name = f.name_at(sel_fw)
         for code, sel in _groups(fw_name):
@@ -340,7 +439,7 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
                 exec_name = model_v[ex_model]
             _link_regions(f.column("flow_id", sel_fw), fw_name, name_v, exec_flow, exec_name,
                           region_links)
-    cc = np.flatnonzero(((typ == _TYPE_ID["cc_running"]) | (typ == _TYPE_ID["cc_exec_barrier"])) & ~fw)
+    cc = _ascending(f.of_type(_TYPE_ID["cc_running"]), f.of_type(_TYPE_ID["cc_exec_barrier"]))
     if len(cc):
         n = len(cc)
         # the op (its name where the op column is null) and the group as codes into their dictionaries,
@@ -366,6 +465,11 @@ def _take_fragment(f: _File, graphs: Acc, regions: Acc, colls: Acc, loads: Acc,
             colls.add(key, nbytes[m], seq[m], rank[m], start[m], end[m], proc(cc[m]), ids[m])
 
 
+def _ascending(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The rows of two ascending groups together, ascending."""
+    return a if not len(b) else b if not len(a) else np.sort(np.concatenate((a, b)))
+
+
 def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, steps_mod.Steps]:
     """``analysis.steps.find_steps`` on each process of a file (the one step detector, on the
     aligned clock of the dataset); the labels of framework regions are the name dictionary."""
@@ -378,20 +482,22 @@ def _find_steps(f: _File, model_ids: dict[str, int], models: list) -> dict[int, 
         label = np.where(f.fw, f.name_c, -1)
     else:  # (no framework region: the types as they are, no label)
         typ, label = f.typ, minus
-    # a graph's id where the detector reads one (executions and model loads), -1 elsewhere
-    model_id = np.full(n, -1, dtype=np.int64)
-    at = np.flatnonzero((typ == _TYPE_ID[EXEC]) | (typ == _TYPE_ID["model_load"]))
-    model_id[at] = _lut(f.model_v, model_ids)[f.model_at(at)]
+    # a graph's id where the detector reads one (executions and model loads), -1 elsewhere (the
+    # lookup's last entry: ``f.model`` is -1 there)
+    model_id = _lut(f.model_v, model_ids)[f.model]
     strings = [str(v) for v in f.name_v[:-1].tolist()]
     start, end = f.start, f.end
     nbytes = minus  # (only the counts read bytes: not figured here)
     groups = [(f.one, None)] if f.one is not None else list(_groups(f.proc))  # (a file is one process)
     for p, rows in groups:
         cols = (typ, start, end, model_id, label, nbytes)
+        # (the rows of each type: found once, for the items and the detector)
+        by_type: tuple[np.ndarray, np.ndarray] | None = (f.order, f.bounds)
         if rows is not None:
             rows = np.sort(rows)
             cols = tuple(c[rows] for c in cols)
-        st = steps_mod.find_steps(*cols, _TYPE_ID, strings, models, counts=False)
+            by_type = None
+        st = steps_mod.find_steps(*cols, _TYPE_ID, strings, models, counts=False, by_type=by_type)
         st.columns = {k: np.asarray(st.columns[k], dtype=np.int64) for k in STEP_COLUMNS if k in st.columns}
         out[p] = st
     return out

@@ -151,7 +151,8 @@ _TYPES = ("nc_exec_running", "cc_running", "cc_exec_barrier", "kbl_exec_wait", "
 
 def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np.ndarray, label: np.ndarray,
                nbytes: np.ndarray, names: dict[str, int], strings: list[str], models: list[tuple[int, str, str, float]],
-               figure_at_most: int | None = None, counts: bool = True) -> Steps:
+               figure_at_most: int | None = None, counts: bool = True,
+               by_type: tuple[np.ndarray, np.ndarray] | None = None) -> Steps:
     """Steps of one process from its event columns (any clock; one array per column, all the
     same length: type ids, spans, the ``model_id`` of executions and model loads, the label
     string id of framework regions, the ``bytes`` of collectives; -1 where a type has none).
@@ -161,9 +162,11 @@ def find_steps(typ: np.ndarray, start: np.ndarray, end: np.ndarray, model_id: np
     steps than that (and disjoint ones), only a sample is figured (``figured_sample``; the rest
     keep their number and span in ``Steps.every``) from the events that overlap it.  ``counts=False``:
     only the durations (``wall_ns``, ``BREAKDOWN``, ``collective_ns``, ``own_ns``, ``compute_own_ns``),
-    the same values, without the counts, flops and per-call figures (what a diff compares)."""
+    the same values, without the counts, flops and per-call figures (what a diff compares).
+    ``by_type``: the rows grouped by type when the caller has them (``order`` and ``bounds``: the
+    rows of type t, ascending, are ``order[bounds[t]:bounds[t + 1]]``)."""
     tid = {k: names.get(k, -1) for k in _TYPES}
-    by = _ByType(typ)
+    by = _ByType(typ, by_type)
     ex, fw = by.rows(tid["nc_exec_running"]), by.rows(tid["framework_op"])
     lab_kind = _label_kinds(strings)  # per string id: 0 other, 1 data loader, 2 optimizer region, 3 mark
     first = int(start.min()) if len(start) else None
@@ -184,14 +187,21 @@ class _ByType:
     asked for: a compare and ``flatnonzero`` per type costs less than the one stable sort of the
     type ids it replaced, for the eight types a step detector asks for (decision 0201)."""
 
-    def __init__(self, typ: np.ndarray) -> None:
+    def __init__(self, typ: np.ndarray, groups: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.typ = np.asarray(typ)
         self._rows: dict[tuple[int, ...], np.ndarray] = {}
+        self.groups = groups  # (order, bounds): the rows of each type already grouped (``find_steps``)
 
     def rows(self, *types: int) -> np.ndarray:
         """The rows whose type is one of ``types``, ascending."""
         key = tuple(sorted(set(types)))
         got = self._rows.get(key)
+        if got is None and self.groups is not None and all(0 <= t < len(self.groups[1]) - 1 for t in key):
+            order, bounds = self.groups
+            parts = [order[bounds[t]:bounds[t + 1]] for t in key]
+            parts = [p for p in parts if len(p)]
+            got = self._rows[key] = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts)) if parts \
+                else np.zeros(0, dtype=np.intp)
         if got is None:
             mask = self.typ == key[0]
             for t in key[1:]:

@@ -375,11 +375,65 @@ def _common(a: np.ndarray, b: np.ndarray, limit: int) -> tuple[int, np.ndarray, 
     return len(ia), ia[:limit], pos[ia[:limit]]
 
 
+def _consecutive(t: dataset_mod.StepTable) -> dict[int, tuple[int, int, int]] | None:
+    """Per rank, (its first row, its first step number, its count of steps) where every rank is
+    one process whose step numbers are consecutive integers in row order (the usual table: then
+    each (number, rank) key is one row, and a rank's keys are a range); None otherwise, or for a
+    rank outside the keys' ``[-1, 2 ** 20 - 1)``."""
+    num = t.cols["number"]
+    out: dict[int, tuple[int, int, int]] = {}
+    for _proc, rank, lo, hi in t.segments:
+        if rank in out or not -1 <= rank < (1 << 20) - 1 or hi <= lo:
+            return None
+        first = int(num[lo])
+        if int(num[hi - 1]) - first != hi - lo - 1 or (hi - lo > 1 and not (np.diff(num[lo:hi]) == 1).all()):
+            return None
+        out[rank] = (lo, first, hi - lo)
+    return out
+
+
+def _common_ranges(rb: dict[int, tuple[int, int, int]], rc: dict[int, tuple[int, int, int]],
+                   limit: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """``_common`` of two tables' keys (their rows: ``_first_by_key``'s) where each rank's keys are a
+    range (``_consecutive``): the ranges intersected per rank, and the first ``limit`` common keys
+    in (number, rank) order found from them, not from millions of keys sorted."""
+    ranks = sorted(rb.keys() & rc.keys())
+    lo = np.array([max(rb[r][1], rc[r][1]) for r in ranks], dtype=np.int64)
+    hi = np.array([min(rb[r][1] + rb[r][2], rc[r][1] + rc[r][2]) for r in ranks], dtype=np.int64)
+    keep = hi > lo
+    rk, lo, hi = np.array(ranks, dtype=np.int64)[keep], lo[keep], hi[keep]
+    total = int((hi - lo).sum())
+    if not total:
+        z = np.zeros(0, dtype=np.int64)
+        return 0, z, z
+    # the smallest number ``upto`` such that the keys below it are at least ``limit`` (or all)
+    a, b = int(lo.min()), int(hi.max())
+    while a < b:
+        mid = (a + b) // 2
+        if int(np.clip(mid - lo, 0, hi - lo).sum()) >= limit:
+            b = mid
+        else:
+            a = mid + 1
+    top = np.minimum(hi, a)
+    size = np.maximum(top - lo, 0)
+    nums = np.repeat(lo - np.concatenate(([0], np.cumsum(size)[:-1])), size) + np.arange(int(size.sum()))
+    of = np.repeat(np.arange(len(rk)), size)
+    o = np.lexsort((rk[of], nums))[:limit]  # (number, then rank)
+    nums, of = nums[o], of[o]
+    row_b = np.array([rb[int(r)][0] - rb[int(r)][1] for r in rk], dtype=np.int64)[of] + nums
+    row_c = np.array([rc[int(r)][0] - rc[int(r)][1] for r in rk], dtype=np.int64)[of] + nums
+    return total, row_b, row_c
+
+
 def _per_step(tb: dataset_mod.StepTable, tc: dataset_mod.StepTable) -> dict[str, Any]:
     """Steps present on both sides (same number and rank), as columns, in step then rank order."""
-    (kb, rb), (kc, rc) = _first_by_key(tb), _first_by_key(tc)
-    total, ib, ic = _common(kb, kc, PER_STEP_LIMIT)
-    ib, ic = rb[ib], rc[ic]
+    ranges = _consecutive(tb), _consecutive(tc)
+    if ranges[0] is not None and ranges[1] is not None:
+        total, ib, ic = _common_ranges(ranges[0], ranges[1], PER_STEP_LIMIT)
+    else:
+        (kb, rb), (kc, rc) = _first_by_key(tb), _first_by_key(tc)
+        total, ib, ic = _common(kb, kc, PER_STEP_LIMIT)
+        ib, ic = rb[ib], rc[ic]
     cols = ("start_ns", "end_ns") + STEP_COLUMNS
     return {"step": tb.cols["number"][ib].tolist(), "rank": tb.cols["rank"][ib].tolist(), "pairs": total,
             "truncated": total > PER_STEP_LIMIT,
