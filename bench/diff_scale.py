@@ -20,10 +20,10 @@ compared with a `view` on the same workers as well as with the local `view`.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,6 +96,9 @@ def main() -> None:
     ap.add_argument("--events", type=float, default=20e6, help="events per profile, all ranks together")
     ap.add_argument("--dask", action="store_true", help="also diff the captures with a local Dask cluster")
     ap.add_argument("--keep", default=None, help="work directory to keep (default: a temporary one)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved rounds of `view` and the diff, both without diff items, for the ratio's "
+                         "median and spread (one run of each reads within +-5%% of another on a shared machine)")
     ap.add_argument("--out", default=os.path.join(RES, "diff_scale.json"))
     a = ap.parse_args()
     sys.path.insert(0, ROOT)
@@ -104,8 +107,7 @@ def main() -> None:
     work = a.keep or tempfile.mkdtemp(prefix="diff-scale.")
     ranks = a.instances * a.processes
     per = int(a.events // ranks)
-    res: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                 "commit": provenance.commit(), "command": "python -m bench.diff_scale " + " ".join(sys.argv[1:]),
+    res: dict = {**provenance.stamp(), "command": "python -m bench.diff_scale " + " ".join(sys.argv[1:]),
                  "load_average": {"start": list(os.getloadavg())},
                  "ranks": ranks, "events_per_profile": per * ranks, "machine_note":
                  "2 shared cores, loaded by other work: compare the ratio, not the seconds"}
@@ -158,6 +160,24 @@ def main() -> None:
         res["diff_no_items_vs_view_no_items_cpu"] = bare_cpu / cpu_v["view_baseline_no_items"]
         print(f"diff of the Parquet outputs without diff items: {res['diff_parquet_no_items']['wall_s']:.1f} s",
               flush=True)
+        # the same two commands again, one after the other in each round: each round's ratio sees the
+        # same load on both sides, and the median of the rounds is the figure (with their spread)
+        ratios = []
+        for i in range(a.rounds):
+            shutil.rmtree(plain, ignore_errors=True)
+            v = timed("view", "-d", caps["baseline"], "--output-file", plain, "--jobs", "1", items="0")
+            d = timed("diff", bare["baseline"], bare["candidate"], "--format", "json", "--output-file",
+                      out_json + ".round")
+            with open(out_json + ".round") as f:
+                if not _same(json.load(f), doc):
+                    raise SystemExit(f"round {i + 1}: the diff without items differs from the first one")
+            ratios.append((d["cpu_s"] + d["children_cpu_s"]) / (v["cpu_s"] + v["children_cpu_s"]))
+            print(f"round {i + 1}/{a.rounds}: diff without items / view without items {ratios[-1]:.3f}x CPU",
+                  flush=True)
+        shutil.rmtree(plain, ignore_errors=True)
+        if ratios:
+            res["diff_no_items_vs_view_no_items_cpu_rounds"] = ratios
+            res["diff_no_items_vs_view_no_items_cpu"] = statistics.median(ratios)
         # the same diff with the events files read by two worker processes (their CPU is the children's)
         res["diff_parquet_j2"] = timed("diff", pq["baseline"], pq["candidate"], "--format", "json",
                                        "--output-file", out_json + ".j2", "-j", "2")

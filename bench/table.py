@@ -496,6 +496,9 @@ def _other_rows(results: dict) -> list[dict]:
             parts = path.split(".")
             reps = _reps(results.get(fname) or {}, parts[1]) if parts[0] == "ratio" else ""
             value = f"{v:.4f}x{' (' + reps[2:] + ')' if reps else ''}" if unit == "x" else f"{_fmt(v)}{unit}"
+            rounds = _get(results.get(fname) or {}, *(path + "_rounds").split("."))
+            if unit == "x" and isinstance(rounds, list) and rounds:  # a median of interleaved rounds
+                value += f" (median of {len(rounds)} interleaved rounds, {min(rounds):.3f}..{max(rounds):.3f})"
             verdict = ""
             if unit == "x" and target.startswith("<=") and target.endswith("x"):
                 verdict = " (met)" if v <= float(target[2:-1]) else " (not met)"

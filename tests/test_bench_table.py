@@ -257,3 +257,11 @@ def test_every_bench_that_writes_results_records_its_date_and_commit():
         if not any(f"from bench import {m} " in text or f"from bench import {m}\n" in text for m in stamps):
             missing.append(p.name)
     assert not missing, f"results written without a date and commit: {missing}"
+
+
+def test_a_figure_measured_in_rounds_shows_their_count_and_spread():
+    res = {"diff_scale.json": {"diff_no_items_vs_view_no_items_cpu": 0.97,
+                               "diff_no_items_vs_view_no_items_cpu_rounds": [1.02, 0.97, 0.91, 0.99, 0.95]}}
+    (row,) = [r for r in table._other_rows(res) if "without diff items (the events" in r["figure"]]
+    assert row["value"].startswith("0.9700x (median of 5 interleaved rounds, 0.910..1.020)")
+    assert row["target"].endswith("(met)")
