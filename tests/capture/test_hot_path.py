@@ -175,7 +175,7 @@ def test_pairs_expand_the_same_whatever_order_the_drain_has(last_model, native):
 
 def _random_drain(rng, n: int, order: str) -> np.ndarray:
     """A drain as the hooks could leave it: pairs among other events, starts in order, reversed,
-    mostly in order or full of ties, some core spans measured apart."""
+    mostly in order or full of ties (in order or not), some core spans measured apart."""
     rows = np.zeros((n, ev.RECORD_WIDTH), dtype=np.int64)
     rows[:, 0] = rng.choice([ev.EXEC_PAIR, ev.EXEC_PAIR, 16, 3], n)
     starts = np.sort(rng.integers(0, 10**6, n))
@@ -186,6 +186,8 @@ def _random_drain(rng, n: int, order: str) -> np.ndarray:
         starts[out] = rng.integers(0, 10**6, len(out))
     elif order == "ties":
         starts = rng.integers(0, 20, n)
+    elif order == "sorted_ties":
+        starts = np.sort(rng.integers(0, 20, n))
     rows[:, 1] = starts
     rows[:, 2] = starts + rng.integers(0, 10, n)
     rows[:, 3:7] = rng.integers(-2, 4, (n, 4))
@@ -196,7 +198,7 @@ def _random_drain(rng, n: int, order: str) -> np.ndarray:
 
 
 @pytest.mark.skipif(expand_pairs is None, reason="no C extension")
-@pytest.mark.parametrize("order", ["sorted", "reversed", "mostly", "ties"])
+@pytest.mark.parametrize("order", ["sorted", "reversed", "mostly", "ties", "sorted_ties"])
 def test_the_c_expansion_writes_what_numpy_writes(order):
     """Fuzzed drains, small ones and ones past the C sort's runs of 32 (merges), with and
     without runtime rows: the C pass and the numpy reference agree event for event."""
