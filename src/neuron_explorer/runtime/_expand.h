@@ -146,6 +146,60 @@ ex_add(ExEvent *e, long long key, long long prev, Py_ssize_t src, int kind)
     e->kind = kind;
 }
 
+/* Event x's nine values into column slot p of o (nine columns of m); t the type ids. */
+static inline void
+ex_write(long long *o, Py_ssize_t m, Py_ssize_t p, const ExEvent *x, const long long *r, const long long t[5])
+{
+    const long long *s = r + x->src * WIDTH;
+    long long *q = o + p;
+    q[3 * m] = s[3];
+    q[4 * m] = s[4];
+    q[5 * m] = s[5];
+    switch (x->kind) {
+    case EX_SWITCH:
+        q[0] = t[4];
+        q[m] = s[1];
+        q[2 * m] = s[1];
+        q[6 * m] = x->prev;
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    case EX_HOST:
+        q[0] = t[1];
+        q[m] = s[1];
+        q[2 * m] = s[2];
+        q[6 * m] = s[6];
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    case EX_SHARE:
+        q[0] = t[2];
+        q[m] = s[1];
+        /* handed to a core measured apart: the share ends where it starts */
+        q[2 * m] = s[8] > 0 && s[7] > s[1] && s[7] < s[2] ? s[7] : s[2];
+        q[6 * m] = 0;
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    case EX_DEV:
+        q[0] = t[3];
+        q[m] = s[8] > 0 ? s[7] : s[1];
+        q[2 * m] = s[8] > 0 ? s[8] : s[2];
+        q[6 * m] = s[6];
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    default:  /* another event: as it was */
+        q[0] = s[0];
+        q[m] = s[1];
+        q[2 * m] = s[2];
+        q[6 * m] = s[6];
+        q[7 * m] = s[7];
+        q[8 * m] = s[8];
+        break;
+    }
+}
+
 /* The expansion itself, on plain memory: r holds n rows, o room for cap events' columns; t the
  * type ids (pair, host, share, dev, switch); *last_model is updated.  Returns the number of events
  * written, -1 when memory runs out, -2 when o is too small.
@@ -158,7 +212,7 @@ static Py_ssize_t
 ex_expand(const long long *r, Py_ssize_t n, long long *o, Py_ssize_t cap, long long *last_model, int runtime_rows,
           const long long t[5])
 {
-    const long long t_pair = t[0], t_host = t[1], t_share = t[2], t_dev = t[3], t_switch = t[4];
+    const long long t_pair = t[0];
     Py_ssize_t np_ = 0, i, j, m = -1;
     long long last_start = LLONG_MIN;
     int pairs_in_order = 1;
@@ -170,7 +224,7 @@ ex_expand(const long long *r, Py_ssize_t n, long long *o, Py_ssize_t cap, long l
             last_start = s[1];
         }
     }
-    ExEvent *ev = PyMem_RawMalloc((size_t)(n + np_ * (runtime_rows ? 3 : 2) + 1) * sizeof(ExEvent));
+    ExEvent *ev = PyMem_RawMalloc((size_t)(n + np_ * (runtime_rows ? 3 : 2) + 2) * sizeof(ExEvent));
     long long *sw = NULL;  /* pairs out of start order: each pair's switch (its previous graph), or -1 */
     Py_ssize_t *pidx = NULL, *porder = NULL;
     long long *pkey = NULL;
@@ -201,7 +255,7 @@ ex_expand(const long long *r, Py_ssize_t n, long long *o, Py_ssize_t cap, long l
     }
     /* the pairs' events (their switches, group 0, and their own, group 2) and the other rows
      * (group 1), each in ring order, each then sorted by (start, group) unless already so */
-    ExEvent *pe = ev, *re = ev + np_ * (runtime_rows ? 4 : 3);  /* (a pair: a switch and 3 or 2 events) */
+    ExEvent *pe = ev, *re = ev + np_ * (runtime_rows ? 4 : 3) + 1;  /* (a pair: a switch and 3 or 2 events) */
     Py_ssize_t ne = 0, nr = 0;
     int pe_in_order = 1, re_in_order = 1;
     long long pe_last = LLONG_MIN, re_last = LLONG_MIN;
@@ -249,65 +303,20 @@ ex_expand(const long long *r, Py_ssize_t n, long long *o, Py_ssize_t cap, long l
     }
     *last_model = prev;
     m = e;
-    /* each event's nine columns, written in place */
-    long long *const o0 = o, *const o1 = o0 + m, *const o2 = o1 + m, *const o3 = o2 + m, *const o4 = o3 + m,
-              *const o5 = o4 + m, *const o6 = o5 + m, *const o7 = o6 + m, *const o8 = o7 + m;
-    const ExEvent *pa = pe, *const pend = pe + ne, *ra = re, *const rend = re + nr;
-    for (Py_ssize_t p = 0; p < m; p++) {
-        /* the earlier of the two lists' next events; on equal starts, group 0, then 1, then 2 */
-        const ExEvent *x;
-        if (ra < rend && (pa == pend || ra->key < pa->key || (ra->key == pa->key && pa->kind != EX_SWITCH)))
-            x = ra++;
+    /* each event's nine columns, written in place: the earlier of the two lists' next events,
+     * on equal starts group 0, then 1, then 2 (after the pairs' last event, a stop that every
+     * other row goes before) */
+    ex_add(&pe[ne], LLONG_MAX, 0, 0, EX_DEV);
+    const ExEvent *pa = pe, *ra = re, *const rend = re + nr;
+    Py_ssize_t p = 0;
+    for (; ra < rend; p++) {
+        if (ra->key < pa->key || (ra->key == pa->key && pa->kind != EX_SWITCH))
+            ex_write(o, m, p, ra++, r, t);
         else
-            x = pa++;
-        const long long *s = r + x->src * WIDTH;
-        o3[p] = s[3];
-        o4[p] = s[4];
-        o5[p] = s[5];
-        switch (x->kind) {
-        case EX_SWITCH:
-            o0[p] = t_switch;
-            o1[p] = s[1];
-            o2[p] = s[1];
-            o6[p] = x->prev;
-            o7[p] = 0;
-            o8[p] = 0;
-            break;
-        case EX_HOST:
-            o0[p] = t_host;
-            o1[p] = s[1];
-            o2[p] = s[2];
-            o6[p] = s[6];
-            o7[p] = 0;
-            o8[p] = 0;
-            break;
-        case EX_SHARE:
-            o0[p] = t_share;
-            o1[p] = s[1];
-            /* handed to a core measured apart: the share ends where it starts */
-            o2[p] = s[8] > 0 && s[7] > s[1] && s[7] < s[2] ? s[7] : s[2];
-            o6[p] = 0;
-            o7[p] = 0;
-            o8[p] = 0;
-            break;
-        case EX_DEV:
-            o0[p] = t_dev;
-            o1[p] = s[8] > 0 ? s[7] : s[1];
-            o2[p] = s[8] > 0 ? s[8] : s[2];
-            o6[p] = s[6];
-            o7[p] = 0;
-            o8[p] = 0;
-            break;
-        default:  /* another event: as it was */
-            o0[p] = s[0];
-            o1[p] = s[1];
-            o2[p] = s[2];
-            o6[p] = s[6];
-            o7[p] = s[7];
-            o8[p] = s[8];
-            break;
-        }
+            ex_write(o, m, p, pa++, r, t);
     }
+    for (; p < m; p++)
+        ex_write(o, m, p, pa++, r, t);
 done:
     PyMem_RawFree(ev);
     PyMem_RawFree(sw);
