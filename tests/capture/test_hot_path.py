@@ -412,3 +412,26 @@ def test_paused_wrappers_call_the_graph_and_record_nothing(tmp_path):
         assert _fastpath.pause_executions(False) is True
     assert run(2) == 3
     assert [r[5] for r in core.ring.drain()] == [0]  # the paused call took no execution id
+
+
+@pytest.mark.parametrize("off", [None, "nrt_load", "nrt_execute", "framework_op"])
+def test_the_store_filters_by_type_as_a_gather_of_the_mask_would(off):
+    """``CoreStore.add`` skips the mask's gather when every type in the drain's range of ids is on
+    (capture/store.py): what it keeps and counts is what the gather keeps, with a type off inside
+    the range, at its edge, an id past the registered types, or none off."""
+    from neuron_explorer.capture.store import CoreStore, enabled_mask
+
+    rng = np.random.default_rng(5)
+    block = _random_drain(rng, 300, "mostly")
+    block[:, 0] = rng.choice([ev.EXEC_PAIR, ev.FRAMEWORK_OP, 7], len(block))
+    names = [t.name for t in ev.EVENT_TYPES]
+    for extra in (None, len(names) + 3):
+        if extra is not None:
+            block[5, 0] = extra  # a type id no event type has: dropped by the mask
+        mask = enabled_mask([t.name != off for t in ev.EVENT_TYPES])
+        s = CoreStore(0, 10**6)
+        s.add(block, mask, len(block))
+        cols, _ = store.expand_exec_pairs(block, -1, bool(mask[ev.RUNTIME_EXECUTE]))
+        keep = mask.take(cols[0])
+        np.testing.assert_array_equal(s.columns(), cols.compress(keep, axis=1))
+        assert s.filtered == int((~keep).sum())
