@@ -175,7 +175,7 @@ def test_pairs_expand_the_same_whatever_order_the_drain_has(last_model, native):
 
 def _random_drain(rng, n: int, order: str) -> np.ndarray:
     """A drain as the hooks could leave it: pairs among other events, starts in order, reversed,
-    mostly in order or full of ties, some core spans measured apart."""
+    mostly in order or full of ties (in order or not), some core spans measured apart."""
     rows = np.zeros((n, ev.RECORD_WIDTH), dtype=np.int64)
     rows[:, 0] = rng.choice([ev.EXEC_PAIR, ev.EXEC_PAIR, 16, 3], n)
     starts = np.sort(rng.integers(0, 10**6, n))
@@ -186,6 +186,8 @@ def _random_drain(rng, n: int, order: str) -> np.ndarray:
         starts[out] = rng.integers(0, 10**6, len(out))
     elif order == "ties":
         starts = rng.integers(0, 20, n)
+    elif order == "sorted_ties":
+        starts = np.sort(rng.integers(0, 20, n))
     rows[:, 1] = starts
     rows[:, 2] = starts + rng.integers(0, 10, n)
     rows[:, 3:7] = rng.integers(-2, 4, (n, 4))
@@ -196,7 +198,7 @@ def _random_drain(rng, n: int, order: str) -> np.ndarray:
 
 
 @pytest.mark.skipif(expand_pairs is None, reason="no C extension")
-@pytest.mark.parametrize("order", ["sorted", "reversed", "mostly", "ties"])
+@pytest.mark.parametrize("order", ["sorted", "reversed", "mostly", "ties", "sorted_ties"])
 def test_the_c_expansion_writes_what_numpy_writes(order):
     """Fuzzed drains, small ones and ones past the C sort's runs of 32 (merges), with and
     without runtime rows: the C pass and the numpy reference agree event for event."""
@@ -410,3 +412,26 @@ def test_paused_wrappers_call_the_graph_and_record_nothing(tmp_path):
         assert _fastpath.pause_executions(False) is True
     assert run(2) == 3
     assert [r[5] for r in core.ring.drain()] == [0]  # the paused call took no execution id
+
+
+@pytest.mark.parametrize("off", [None, "nrt_load", "nrt_execute", "framework_op"])
+def test_the_store_filters_by_type_as_a_gather_of_the_mask_would(off):
+    """``CoreStore.add`` skips the mask's gather when every type in the drain's range of ids is on
+    (capture/store.py): what it keeps and counts is what the gather keeps, with a type off inside
+    the range, at its edge, an id past the registered types, or none off."""
+    from neuron_explorer.capture.store import CoreStore, enabled_mask
+
+    rng = np.random.default_rng(5)
+    block = _random_drain(rng, 300, "mostly")
+    block[:, 0] = rng.choice([ev.EXEC_PAIR, ev.FRAMEWORK_OP, 7], len(block))
+    names = [t.name for t in ev.EVENT_TYPES]
+    for extra in (None, len(names) + 3):
+        if extra is not None:
+            block[5, 0] = extra  # a type id no event type has: dropped by the mask
+        mask = enabled_mask([t.name != off for t in ev.EVENT_TYPES])
+        s = CoreStore(0, 10**6)
+        s.add(block, mask, len(block))
+        cols, _ = store.expand_exec_pairs(block, -1, bool(mask[ev.RUNTIME_EXECUTE]))
+        keep = mask.take(cols[0])
+        np.testing.assert_array_equal(s.columns(), cols.compress(keep, axis=1))
+        assert s.filtered == int((~keep).sum())

@@ -151,9 +151,9 @@ def test_drained_blocks_are_int64_rows():
 
 @pytest.mark.skipif(ring.NativeRing is None, reason="C extension not built")
 def test_the_c_ring_keeps_its_rows_in_order_as_it_grows_and_after_takes():
-    """The C ring's storage starts at 64 rows and doubles as rows come, from the allocator while
-    small and as a mapping moved by mremap once large (runtime/_fastpath.c): every row comes out,
-    oldest first, across growths, takes and the drop at capacity."""
+    """A C ring that may hold 256 KiB or more starts as a mapping of that size and grows by mremap
+    (runtime/_fastpath.c): every row comes out, oldest first, across growths, takes and the drop
+    at capacity."""
     from neuron_explorer.runtime._fastpath import RingBuffer
 
     w = RECORD_WIDTH
@@ -162,12 +162,12 @@ def test_the_c_ring_keeps_its_rows_in_order_as_it_grows_and_after_takes():
     def row(i):
         return (i, -i, i * 7) + (i,) * (w - 3)
 
-    for i in range(3000):  # 64 -> 4096 rows: six growths, the last one to a mapping
+    for i in range(3000):  # within the first mapping (3,641 rows of 72 bytes)
         r.append(row(i))
         if i in (63, 64, 1000):  # a take at a growth's edge and in the middle leaves the rest in order
             got = np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)
             assert got[:, 0].tolist() == list(range(got[0, 0], i + 1)) and got[-1].tolist() == list(row(i))
-    for i in range(3000, 16_000):  # 8192, then the capacity (mremap); past it the oldest dropped
+    for i in range(3000, 16_000):  # 7,282, then the capacity (mremap); past it the oldest dropped
         r.append(row(i))
     got = np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)
     assert got[:, 0].tolist() == list(range(6000, 16_000))
@@ -177,3 +177,20 @@ def test_the_c_ring_keeps_its_rows_in_order_as_it_grows_and_after_takes():
         r.append(row(i))
     assert np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)[:, 0].tolist() == list(range(20))
     del r  # (the mapping unmapped)
+
+
+@pytest.mark.skipif(ring.NativeRing is None, reason="C extension not built")
+def test_a_small_c_ring_grows_from_64_rows_by_the_allocator():
+    """A ring that cannot reach 256 KiB starts at 64 rows and doubles from the allocator: the rows
+    come out in order across growths, a take and the drop at capacity."""
+    from neuron_explorer.runtime._fastpath import RingBuffer
+
+    w = RECORD_WIDTH
+    r = RingBuffer(3000, width=w)
+    for i in range(100):  # 64 -> 128
+        r.append((i,) * w)
+    assert np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)[:, 0].tolist() == list(range(100))
+    for i in range(5000):  # ... 2048, then the capacity; past it the oldest dropped
+        r.append((i,) * w)
+    got = np.frombuffer(r.take(), dtype=np.int64).reshape(-1, w)
+    assert got[:, 0].tolist() == list(range(2000, 5000)) and (got.T == got[:, 0]).all()

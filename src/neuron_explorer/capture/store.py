@@ -33,19 +33,26 @@ def expand_exec_pairs(block: np.ndarray, last_model: int = -1, runtime_rows: boo
 
     With the C extension (``native``) one pass writes every event's columns in place; without it
     numpy does the same (the tests hold the two to each other)."""
+    cols, last_model, _ = _expand(block, last_model, runtime_rows, native)
+    return cols, last_model
+
+
+def _expand(block: np.ndarray, last_model: int, runtime_rows: bool,
+            native: bool = True) -> tuple[np.ndarray, int, int]:
+    """``expand_exec_pairs`` and the number of EXEC_PAIR rows it expanded."""
     block = np.ascontiguousarray(block, dtype=np.int64)
     is_pair = block[:, 0] == ev.EXEC_PAIR
     n_pairs = int(np.count_nonzero(is_pair))
     if not n_pairs:
-        return np.ascontiguousarray(block.T), last_model
+        return np.ascontiguousarray(block.T), last_model, 0
     if native and _c_expand is not None:
         m_max = len(block) + n_pairs * (3 if runtime_rows else 2)
         out = np.empty(W * m_max, dtype=np.int64)
         m, last_model = _c_expand(block, out, last_model, runtime_rows, _TYPES)
         out.resize(W * m, refcheck=False)  # fewer switches than pairs: shrunk in place, not copied
-        return out.reshape(W, m), last_model
+        return out.reshape(W, m), last_model, n_pairs
     rows, last_model = _expand_rows(block, is_pair, last_model, runtime_rows)
-    return np.ascontiguousarray(rows.T), last_model
+    return np.ascontiguousarray(rows.T), last_model, n_pairs
 
 
 def _expand_rows(block: np.ndarray, is_pair: np.ndarray, last_model: int,
@@ -121,17 +128,20 @@ class CoreStore:
         self.produced = produced + self.derived
         if not len(block):
             return
-        n_before = len(block) + int(np.count_nonzero(block[:, 0] == ev.EXEC_PAIR))  # events the hooks counted
-        cols, self.last_model = expand_exec_pairs(block, self.last_model, bool(enabled[ev.RUNTIME_EXECUTE]))
+        cols, self.last_model, n_pairs = _expand(block, self.last_model, bool(enabled[ev.RUNTIME_EXECUTE]))
         n = cols.shape[1]
-        k = n - n_before  # derived events (nrt_model_switch, runtime_execute)
+        k = n - (len(block) + n_pairs)  # derived events (nrt_model_switch, runtime_execute)
         self.derived += k
         self.produced += k
-        keep = enabled.take(cols[0])
-        n_keep = int(np.count_nonzero(keep))
-        if n_keep < n:
-            self.filtered += n - n_keep
-            cols = cols.compress(keep, axis=1)
+        ids = cols[0]
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= len(enabled) or not enabled[lo:hi + 1].all():
+            # (else every type in the range is on: nothing to filter, and no gather an event)
+            keep = enabled.take(ids)
+            n_keep = int(np.count_nonzero(keep))
+            if n_keep < n:
+                self.filtered += n - n_keep
+                cols = cols.compress(keep, axis=1)
         if cols.shape[1] > self.capacity:
             cols = cols[:, -self.capacity:]
         self.blocks.append(cols)

@@ -88,190 +88,241 @@ ex_stable_order(const long long *key, Py_ssize_t n, Py_ssize_t **order)
     return 0;
 }
 
-enum { EX_REST, EX_SWITCH, EX_HOST, EX_SHARE, EX_DEV };
+/* An event's kind; its group (switch 0, other row 1, a pair's event 2) orders equal starts. */
+enum { EX_SWITCH, EX_REST, EX_HOST, EX_SHARE, EX_DEV };
+#define EX_GROUP(kind) ((kind) < EX_HOST ? (kind) : EX_HOST)
 
-/* One group of events: source rows, kinds, starts, and a switch's previous graph. */
+/* One event to write: its start, source row, kind, and a switch's previous graph. */
 typedef struct {
-    Py_ssize_t n, *src;
-    unsigned char *kind;
-    long long *key, *prev;
-} ExGroup;
+    long long key, prev;
+    Py_ssize_t src;
+    int kind;
+} ExEvent;
 
+/* a goes before b: an earlier start, or the same start and an earlier group */
+#define EX_BEFORE(a, b) ((a).key < (b).key || ((a).key == (b).key && EX_GROUP((a).kind) < EX_GROUP((b).kind)))
+
+/* Stable sort of events by (start, group), as ex_merge_sort: insertion-sorted runs of 32, then
+ * merges skipped when their halves are in order. */
 static void
-ex_group_free(ExGroup *g)
+ex_event_sort(ExEvent *a, ExEvent *tmp, Py_ssize_t n)
 {
-    PyMem_RawFree(g->src);
-    PyMem_RawFree(g->kind);
-    PyMem_RawFree(g->key);
-    PyMem_RawFree(g->prev);
-    g->src = NULL;
-    g->kind = NULL;
-    g->key = g->prev = NULL;
-}
-
-static int
-ex_group_alloc(ExGroup *g, Py_ssize_t cap)
-{
-    g->n = 0;
-    g->src = PyMem_RawMalloc((size_t)(cap + 1) * sizeof(Py_ssize_t));
-    g->kind = PyMem_RawMalloc((size_t)(cap + 1));
-    g->key = PyMem_RawMalloc((size_t)(cap + 1) * sizeof(long long));
-    g->prev = PyMem_RawMalloc((size_t)(cap + 1) * sizeof(long long));
-    if (g->src == NULL || g->kind == NULL || g->key == NULL || g->prev == NULL) {
-        ex_group_free(g);
-        return -1;
+    const Py_ssize_t run = 32;
+    for (Py_ssize_t lo = 0; lo < n; lo += run) {
+        Py_ssize_t hi = n - lo > run ? lo + run : n;
+        for (Py_ssize_t i = lo + 1; i < hi; i++) {
+            ExEvent x = a[i];
+            Py_ssize_t j = i;
+            while (j > lo && EX_BEFORE(x, a[j - 1])) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = x;
+        }
     }
-    return 0;
+    for (Py_ssize_t w = run; w < n; w *= 2) {
+        for (Py_ssize_t lo = 0; n - lo > w; lo += 2 * w) {
+            Py_ssize_t mid = lo + w, hi = n - mid > w ? mid + w : n;
+            if (!EX_BEFORE(a[mid], a[mid - 1]))
+                continue;
+            memcpy(tmp + lo, a + lo, (size_t)(hi - lo) * sizeof(ExEvent));
+            Py_ssize_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi)
+                a[o++] = EX_BEFORE(tmp[j], tmp[i]) ? tmp[j++] : tmp[i++];
+            while (i < mid)
+                a[o++] = tmp[i++];
+            while (j < hi)
+                a[o++] = tmp[j++];
+        }
+    }
 }
 
 static inline void
-ex_group_add(ExGroup *g, Py_ssize_t src, unsigned char kind, long long key, long long prev)
+ex_add(ExEvent *e, long long key, long long prev, Py_ssize_t src, int kind)
 {
-    g->src[g->n] = src;
-    g->kind[g->n] = kind;
-    g->key[g->n] = key;
-    g->prev[g->n++] = prev;
+    e->key = key;
+    e->prev = prev;
+    e->src = src;
+    e->kind = kind;
 }
 
-/* Puts group g's events in their sorted order (once, when its starts were not in order). */
-static int
-ex_group_sort(ExGroup *g)
+/* Event x's nine values into column slot p of o (nine columns of m); t the type ids. */
+static inline void
+ex_write(long long *o, Py_ssize_t m, Py_ssize_t p, const ExEvent *x, const long long *r, const long long t[5])
 {
-    Py_ssize_t *order;
-    if (ex_stable_order(g->key, g->n, &order) < 0)
-        return -1;
-    if (order == NULL)
-        return 0;
-    ExGroup t;
-    if (ex_group_alloc(&t, g->n) < 0) {
-        PyMem_RawFree(order);
-        return -1;
+    const long long *s = r + x->src * WIDTH;
+    long long *q = o + p;
+    q[3 * m] = s[3];
+    q[4 * m] = s[4];
+    q[5 * m] = s[5];
+    switch (x->kind) {
+    case EX_SWITCH:
+        q[0] = t[4];
+        q[m] = s[1];
+        q[2 * m] = s[1];
+        q[6 * m] = x->prev;
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    case EX_HOST:
+        q[0] = t[1];
+        q[m] = s[1];
+        q[2 * m] = s[2];
+        q[6 * m] = s[6];
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    case EX_SHARE:
+        q[0] = t[2];
+        q[m] = s[1];
+        /* handed to a core measured apart: the share ends where it starts */
+        q[2 * m] = s[8] > 0 && s[7] > s[1] && s[7] < s[2] ? s[7] : s[2];
+        q[6 * m] = 0;
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    case EX_DEV:
+        q[0] = t[3];
+        q[m] = s[8] > 0 ? s[7] : s[1];
+        q[2 * m] = s[8] > 0 ? s[8] : s[2];
+        q[6 * m] = s[6];
+        q[7 * m] = 0;
+        q[8 * m] = 0;
+        break;
+    default:  /* another event: as it was */
+        q[0] = s[0];
+        q[m] = s[1];
+        q[2 * m] = s[2];
+        q[6 * m] = s[6];
+        q[7 * m] = s[7];
+        q[8 * m] = s[8];
+        break;
     }
-    for (Py_ssize_t i = 0; i < g->n; i++) {
-        Py_ssize_t d = order[i];
-        ex_group_add(&t, g->src[d], g->kind[d], g->key[d], g->prev[d]);
-    }
-    PyMem_RawFree(order);
-    ex_group_free(g);
-    *g = t;
-    return 0;
 }
 
 /* The expansion itself, on plain memory: r holds n rows, o room for cap events' columns; t the
  * type ids (pair, host, share, dev, switch); *last_model is updated.  Returns the number of events
- * written, -1 when memory runs out, -2 when o is too small. */
+ * written, -1 when memory runs out, -2 when o is too small.
+ *
+ * The events are listed in ring order (a pair's switch, then its events), then stably sorted by
+ * (start, group) unless already so (the usual drain), which gives the order of merging the three
+ * groups each sorted by start: a switch, then the other rows in ring order, then each pair's
+ * events, for equal starts.  Whether a pair's graph changed is judged in start order. */
 static Py_ssize_t
 ex_expand(const long long *r, Py_ssize_t n, long long *o, Py_ssize_t cap, long long *last_model, int runtime_rows,
           const long long t[5])
 {
-    const long long t_pair = t[0], t_host = t[1], t_share = t[2], t_dev = t[3], t_switch = t[4];
-    const Py_ssize_t k = runtime_rows ? 3 : 2;
-    ExGroup g[3] = {{0}};  /* switches, the other rows, the pairs' events: their order on equal starts */
-    Py_ssize_t *pidx = NULL, *porder = NULL, np_ = 0, i, j, m = -1;
+    const long long t_pair = t[0];
+    Py_ssize_t np_ = 0, i, j, m = -1;
+    long long last_start = LLONG_MIN;
+    int pairs_in_order = 1;
+    for (i = 0; i < n; i++) {
+        const long long *s = r + i * WIDTH;
+        if (s[0] == t_pair) {
+            np_++;
+            pairs_in_order &= s[1] >= last_start;
+            last_start = s[1];
+        }
+    }
+    ExEvent *ev = PyMem_RawMalloc((size_t)(n + np_ * (runtime_rows ? 3 : 2) + 2) * sizeof(ExEvent));
+    long long *sw = NULL;  /* pairs out of start order: each pair's switch (its previous graph), or -1 */
+    Py_ssize_t *pidx = NULL, *porder = NULL;
     long long *pkey = NULL;
-    for (i = 0; i < n; i++)
-        np_ += r[i * WIDTH] == t_pair;
-    pidx = PyMem_RawMalloc((size_t)(np_ + 1) * sizeof(Py_ssize_t));
-    pkey = PyMem_RawMalloc((size_t)(np_ + 1) * sizeof(long long));
-    if (pidx == NULL || pkey == NULL || ex_group_alloc(&g[0], np_) < 0 || ex_group_alloc(&g[1], n - np_) < 0 ||
-            ex_group_alloc(&g[2], np_ * k) < 0)
+    if (ev == NULL)
         goto done;
+    long long prev = *last_model;
+    if (!pairs_in_order) {
+        /* a switch where the graph changes, judged in start order */
+        sw = PyMem_RawMalloc((size_t)(np_ + 1) * sizeof(long long));
+        pidx = PyMem_RawMalloc((size_t)(np_ + 1) * sizeof(Py_ssize_t));
+        pkey = PyMem_RawMalloc((size_t)(np_ + 1) * sizeof(long long));
+        if (sw == NULL || pidx == NULL || pkey == NULL)
+            goto done;
+        for (i = 0, j = 0; i < n; i++) {
+            if (r[i * WIDTH] == t_pair) {
+                pkey[j] = r[i * WIDTH + 1];
+                pidx[j++] = i;
+            }
+        }
+        if (ex_stable_order(pkey, np_, &porder) < 0)
+            goto done;
+        for (j = 0; j < np_; j++) {
+            const Py_ssize_t q = porder != NULL ? porder[j] : j;
+            const long long model = r[pidx[q] * WIDTH + 4];
+            sw[q] = model != prev && prev >= 0 ? prev : -1;
+            prev = model;
+        }
+    }
+    /* the pairs' events (their switches, group 0, and their own, group 2) and the other rows
+     * (group 1), each in ring order, each then sorted by (start, group) unless already so */
+    ExEvent *pe = ev, *re = ev + np_ * (runtime_rows ? 4 : 3) + 1;  /* (a pair: a switch and 3 or 2 events) */
+    Py_ssize_t ne = 0, nr = 0;
+    int pe_in_order = 1, re_in_order = 1;
+    long long pe_last = LLONG_MIN, re_last = LLONG_MIN;
     for (i = 0, j = 0; i < n; i++) {
         const long long *s = r + i * WIDTH;
         if (s[0] == t_pair) {
-            pkey[j] = s[1];
-            pidx[j++] = i;
-            ex_group_add(&g[2], i, EX_HOST, s[1], 0);
+            long long was;
+            if (sw != NULL)
+                was = sw[j++];
+            else {
+                was = s[4] != prev && prev >= 0 ? prev : -1;
+                prev = s[4];
+            }
+            const long long dev = s[8] > 0 ? s[7] : s[1];  /* a core span measured apart */
+            /* (a switch's group is 0: after the last pair's device event at the same start) */
+            pe_in_order &= s[1] > pe_last || (s[1] == pe_last && was < 0);
+            if (was >= 0)
+                ex_add(&pe[ne++], s[1], was, i, EX_SWITCH);
+            ex_add(&pe[ne++], s[1], 0, i, EX_HOST);
             if (runtime_rows)
-                ex_group_add(&g[2], i, EX_SHARE, s[1], 0);
-            ex_group_add(&g[2], i, EX_DEV, s[8] > 0 ? s[7] : s[1], 0);  /* a core span measured apart */
+                ex_add(&pe[ne++], s[1], 0, i, EX_SHARE);
+            ex_add(&pe[ne++], dev, 0, i, EX_DEV);
+            pe_in_order &= dev >= s[1];
+            pe_last = dev;
         } else {
-            ex_group_add(&g[1], i, EX_REST, s[1], 0);
+            re_in_order &= s[1] >= re_last;
+            ex_add(&re[nr++], s[1], 0, i, EX_REST);
+            re_last = s[1];
         }
     }
-    /* a switch where the graph changes, judged in start order */
-    if (ex_stable_order(pkey, np_, &porder) < 0)
-        goto done;
-    long long prev = *last_model;
-    for (j = 0; j < np_; j++) {
-        const Py_ssize_t src = pidx[porder != NULL ? porder[j] : j];
-        const long long *s = r + src * WIDTH;
-        if (s[4] != prev && prev >= 0)
-            ex_group_add(&g[0], src, EX_SWITCH, s[1], prev);
-        prev = s[4];
-    }
-    if (ex_group_sort(&g[1]) < 0 || ex_group_sort(&g[2]) < 0)
-        goto done;
-    const Py_ssize_t total = g[0].n + g[1].n + g[2].n;
-    if (total > cap) {
+    const Py_ssize_t e = ne + nr;
+    if (e > cap) {
         m = -2;
         goto done;
     }
-    *last_model = prev;
-    m = total;
-    /* merge the three sorted groups, writing each event into its place in the nine columns */
-    long long *const o0 = o, *const o1 = o0 + m, *const o2 = o1 + m, *const o3 = o2 + m, *const o4 = o3 + m,
-              *const o5 = o4 + m, *const o6 = o5 + m, *const o7 = o6 + m, *const o8 = o7 + m;
-    const Py_ssize_t n0 = g[0].n, n1 = g[1].n, n2 = g[2].n;
-    const long long *const k0 = g[0].key, *const k1 = g[1].key, *const k2 = g[2].key;
-    Py_ssize_t a0 = 0, a1 = 0, a2 = 0;
-    for (Py_ssize_t p = 0; p < m; p++) {
-        /* the group with the lowest next start; on equal starts the earlier group */
-        int q = a2 < n2 ? 2 : -1;
-        long long best = q < 0 ? 0 : k2[a2];
-        if (a1 < n1 && (q < 0 || k1[a1] <= best)) {
-            q = 1;
-            best = k1[a1];
-        }
-        if (a0 < n0 && (q < 0 || k0[a0] <= best))
-            q = 0;
-        const Py_ssize_t d = q == 0 ? a0++ : q == 1 ? a1++ : a2++;
-        const long long *s = r + g[q].src[d] * WIDTH;
-        long long v0 = s[0], v1 = s[1], v2 = s[2], v6 = s[6], v7 = s[7], v8 = s[8];
-        switch (g[q].kind[d]) {
-        case EX_SWITCH:
-            v0 = t_switch;
-            v2 = v1;
-            v6 = g[q].prev[d];
-            v7 = v8 = 0;
-            break;
-        case EX_HOST:
-            v0 = t_host;
-            v7 = v8 = 0;
-            break;
-        case EX_SHARE:
-            v0 = t_share;
-            if (s[8] > 0 && s[7] > s[1] && s[7] < s[2])
-                v2 = s[7];  /* handed to a core measured apart: the share ends where it starts */
-            v6 = v7 = v8 = 0;
-            break;
-        case EX_DEV:
-            v0 = t_dev;
-            if (s[8] > 0) {
-                v1 = s[7];
-                v2 = s[8];
-            }
-            v7 = v8 = 0;
-            break;
-        default:  /* another event: as it was */
-            break;
-        }
-        o0[p] = v0;
-        o1[p] = v1;
-        o2[p] = v2;
-        o3[p] = s[3];
-        o4[p] = s[4];
-        o5[p] = s[5];
-        o6[p] = v6;
-        o7[p] = v7;
-        o8[p] = v8;
+    if (!pe_in_order || !re_in_order) {
+        ExEvent *tmp = PyMem_RawMalloc((size_t)((pe_in_order ? 0 : ne) + (re_in_order ? 0 : nr) + 1) * sizeof(ExEvent));
+        if (tmp == NULL)
+            goto done;
+        if (!pe_in_order)
+            ex_event_sort(pe, tmp, ne);
+        if (!re_in_order)
+            ex_event_sort(re, tmp, nr);
+        PyMem_RawFree(tmp);
     }
+    *last_model = prev;
+    m = e;
+    /* each event's nine columns, written in place: the earlier of the two lists' next events,
+     * on equal starts group 0, then 1, then 2 (after the pairs' last event, a stop that every
+     * other row goes before) */
+    ex_add(&pe[ne], LLONG_MAX, 0, 0, EX_DEV);
+    const ExEvent *pa = pe, *ra = re, *const rend = re + nr;
+    Py_ssize_t p = 0;
+    for (; ra < rend; p++) {
+        if (ra->key < pa->key || (ra->key == pa->key && pa->kind != EX_SWITCH))
+            ex_write(o, m, p, ra++, r, t);
+        else
+            ex_write(o, m, p, pa++, r, t);
+    }
+    for (; p < m; p++)
+        ex_write(o, m, p, pa++, r, t);
 done:
+    PyMem_RawFree(ev);
+    PyMem_RawFree(sw);
     PyMem_RawFree(pidx);
     PyMem_RawFree(porder);
     PyMem_RawFree(pkey);
-    for (int q = 0; q < 3; q++)
-        ex_group_free(&g[q]);
     return m;
 }
 

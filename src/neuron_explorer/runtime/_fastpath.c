@@ -136,6 +136,22 @@ ring_rows_resize(RingBuffer *r, Py_ssize_t n, Py_ssize_t keep)
     return 0;
 }
 
+/* The rows of a ring's first storage: 64, or, for a ring that may hold RING_MAP_BYTES or more, a
+ * mapping of that size at once.  Its pages are taken only as rows come, and it grows by mremap, so
+ * no growth copies rows (the copies below it cost ~0.3k instructions a compiled step while a long
+ * flush period let the ring grow, issue 33). */
+static Py_ssize_t
+ring_first_rows(const RingBuffer *r)
+{
+#ifdef MREMAP_MAYMOVE
+    size_t row = (size_t)r->width * sizeof(long long);
+    Py_ssize_t big = (Py_ssize_t)((RING_MAP_BYTES + row - 1) / row);
+    if (r->capacity >= big)
+        return big;
+#endif
+    return 64;
+}
+
 /* Append one row (the caller holds the GIL and runs no Python code while here).  Returns -1 on
  * memory exhaustion with an exception set. */
 static int
@@ -143,7 +159,7 @@ ring_push(RingBuffer *r, const long long *v)
 {
     if (r->count == r->alloc) {
         if (r->alloc < r->capacity) {
-            Py_ssize_t n = r->alloc ? r->alloc * 2 : 64;
+            Py_ssize_t n = r->alloc ? r->alloc * 2 : ring_first_rows(r);
             if (n > r->capacity)
                 n = r->capacity;
             if (r->first != 0) {
