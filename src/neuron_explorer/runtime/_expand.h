@@ -22,41 +22,45 @@ typedef struct {
     Py_ssize_t seq;
 } ExKey;
 
-/* Stable sort by key, O(n log n) at worst and about n compares on runs already in order (a drain
- * is mostly in order): insertion-sorted runs of 32, then merges, each skipped when its two halves
- * are already in order.  Equal keys keep their order (a merge takes from the left first). */
-static void
-ex_merge_sort(ExKey *a, ExKey *tmp, Py_ssize_t n)
-{
-    const Py_ssize_t run = 32;
-    for (Py_ssize_t lo = 0; lo < n; lo += run) {
-        Py_ssize_t hi = n - lo > run ? lo + run : n;
-        for (Py_ssize_t i = lo + 1; i < hi; i++) {
-            ExKey x = a[i];
-            Py_ssize_t j = i;
-            while (j > lo && a[j - 1].key > x.key) {
-                a[j] = a[j - 1];
-                j--;
-            }
-            a[j] = x;
-        }
+/* Defines NAME(T *a, T *tmp, n): a stable sort by BEFORE(x, y) ("x goes before y"), O(n log n) at
+ * worst and about n compares on runs already in order (a drain is mostly in order): insertion-sorted
+ * runs of 32, then merges, each skipped when its two halves are already in order.  Equal elements
+ * keep their order (a merge takes from the left first).  tmp holds n elements. */
+#define EX_DEFINE_STABLE_SORT(NAME, T, BEFORE)                                                  \
+    static void NAME(T *a, T *tmp, Py_ssize_t n)                                                \
+    {                                                                                           \
+        const Py_ssize_t run = 32;                                                              \
+        for (Py_ssize_t lo = 0; lo < n; lo += run) {                                            \
+            Py_ssize_t hi = n - lo > run ? lo + run : n;                                        \
+            for (Py_ssize_t i = lo + 1; i < hi; i++) {                                          \
+                T x = a[i];                                                                     \
+                Py_ssize_t j = i;                                                               \
+                while (j > lo && BEFORE(x, a[j - 1])) {                                         \
+                    a[j] = a[j - 1];                                                            \
+                    j--;                                                                        \
+                }                                                                               \
+                a[j] = x;                                                                       \
+            }                                                                                   \
+        }                                                                                       \
+        for (Py_ssize_t w = run; w < n; w *= 2) {                                               \
+            for (Py_ssize_t lo = 0; n - lo > w; lo += 2 * w) {                                  \
+                Py_ssize_t mid = lo + w, hi = n - mid > w ? mid + w : n;                        \
+                if (!BEFORE(a[mid], a[mid - 1]))                                                \
+                    continue;                                                                   \
+                memcpy(tmp + lo, a + lo, (size_t)(hi - lo) * sizeof(T));                        \
+                Py_ssize_t i = lo, j = mid, o = lo;                                             \
+                while (i < mid && j < hi)                                                       \
+                    a[o++] = BEFORE(tmp[j], tmp[i]) ? tmp[j++] : tmp[i++];                      \
+                while (i < mid)                                                                 \
+                    a[o++] = tmp[i++];                                                          \
+                while (j < hi)                                                                  \
+                    a[o++] = tmp[j++];                                                          \
+            }                                                                                   \
+        }                                                                                       \
     }
-    for (Py_ssize_t w = run; w < n; w *= 2) {
-        for (Py_ssize_t lo = 0; n - lo > w; lo += 2 * w) {
-            Py_ssize_t mid = lo + w, hi = n - mid > w ? mid + w : n;
-            if (a[mid - 1].key <= a[mid].key)
-                continue;
-            memcpy(tmp + lo, a + lo, (size_t)(hi - lo) * sizeof(ExKey));
-            Py_ssize_t i = lo, j = mid, o = lo;
-            while (i < mid && j < hi)
-                a[o++] = tmp[j].key < tmp[i].key ? tmp[j++] : tmp[i++];
-            while (i < mid)
-                a[o++] = tmp[i++];
-            while (j < hi)
-                a[o++] = tmp[j++];
-        }
-    }
-}
+
+#define EX_KEY_BEFORE(a, b) ((a).key < (b).key)
+EX_DEFINE_STABLE_SORT(ex_merge_sort, ExKey, EX_KEY_BEFORE)
 
 /* The positions 0..n-1 stably sorted by key, in *order (free it), or NULL in *order when key is
  * already in order (the usual drain).  -1 when memory runs out. */
@@ -102,40 +106,8 @@ typedef struct {
 /* a goes before b: an earlier start, or the same start and an earlier group */
 #define EX_BEFORE(a, b) ((a).key < (b).key || ((a).key == (b).key && EX_GROUP((a).kind) < EX_GROUP((b).kind)))
 
-/* Stable sort of events by (start, group), as ex_merge_sort: insertion-sorted runs of 32, then
- * merges skipped when their halves are in order. */
-static void
-ex_event_sort(ExEvent *a, ExEvent *tmp, Py_ssize_t n)
-{
-    const Py_ssize_t run = 32;
-    for (Py_ssize_t lo = 0; lo < n; lo += run) {
-        Py_ssize_t hi = n - lo > run ? lo + run : n;
-        for (Py_ssize_t i = lo + 1; i < hi; i++) {
-            ExEvent x = a[i];
-            Py_ssize_t j = i;
-            while (j > lo && EX_BEFORE(x, a[j - 1])) {
-                a[j] = a[j - 1];
-                j--;
-            }
-            a[j] = x;
-        }
-    }
-    for (Py_ssize_t w = run; w < n; w *= 2) {
-        for (Py_ssize_t lo = 0; n - lo > w; lo += 2 * w) {
-            Py_ssize_t mid = lo + w, hi = n - mid > w ? mid + w : n;
-            if (!EX_BEFORE(a[mid], a[mid - 1]))
-                continue;
-            memcpy(tmp + lo, a + lo, (size_t)(hi - lo) * sizeof(ExEvent));
-            Py_ssize_t i = lo, j = mid, o = lo;
-            while (i < mid && j < hi)
-                a[o++] = EX_BEFORE(tmp[j], tmp[i]) ? tmp[j++] : tmp[i++];
-            while (i < mid)
-                a[o++] = tmp[i++];
-            while (j < hi)
-                a[o++] = tmp[j++];
-        }
-    }
-}
+/* events by (start, group) */
+EX_DEFINE_STABLE_SORT(ex_event_sort, ExEvent, EX_BEFORE)
 
 static inline void
 ex_add(ExEvent *e, long long key, long long prev, Py_ssize_t src, int kind)
