@@ -183,27 +183,18 @@ def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
     return arr.indices, np.asarray([str(v) for v in arr.dictionary.to_pylist()] + [""], dtype=object)
 
 
-def _int32s(col: pa.Array, nulls: bool = False) -> np.ndarray | None:
-    """A 32-bit integer array without nulls (``nulls``: with or without; their values are any) as a
-    numpy view of its buffer, else None."""
-    if col.type != pa.int32() or (col.null_count and not nulls):
+def _ints(col: pa.Array | pa.ChunkedArray, dtype: type, nulls: bool = False) -> np.ndarray | None:
+    """An integer column of ``dtype`` (np.int32 or np.int64) as a numpy view of its buffer (of its
+    chunks combined when there are several), or None when its type differs or it has nulls
+    (``nulls``: allowed, their values are any)."""
+    if col.type != pa.from_numpy_dtype(dtype) or (col.null_count and not nulls):
         return None
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     buf = col.buffers()[1]
     if buf is None:
         return None
-    return np.frombuffer(buf, dtype=np.int32, count=col.offset + len(col))[col.offset:]
-
-
-def _int64s(col: pa.ChunkedArray) -> np.ndarray | None:
-    """A 64-bit integer column without nulls as numpy (a view of its buffer when in one chunk), else
-    None."""
-    if col.type != pa.int64() or col.null_count:
-        return None
-    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    buf = arr.buffers()[1]
-    if buf is None:
-        return None
-    return np.frombuffer(buf, dtype=np.int64, count=arr.offset + len(arr))[arr.offset:]
+    return np.frombuffer(buf, dtype=dtype, count=col.offset + len(col))[col.offset:]
 
 
 def _first_of_lists(arr: pa.ListArray) -> np.ndarray:
@@ -324,13 +315,13 @@ class _File:
         and 64-bit times and ids, none null); False otherwise, having done nothing."""
         if steps_mod._sweep is None:
             return False
-        name_c, src_c = _int32s(name_i), _int32s(src_i)
-        start_c, end_c, ids_c = (_int64s(self.t.column(c)) for c in ("start_ts", "end_ts", "id"))
+        name_c, src_c = _ints(name_i, np.int32), _ints(src_i, np.int32)
+        start_c, end_c, ids_c = (_ints(self.t.column(c), np.int64) for c in ("start_ts", "end_ts", "id"))
         if name_c is None or src_c is None or start_c is None or end_c is None or ids_c is None:
             return False
         model_c, valid, offset = None, None, 0
         if model_i is not None:
-            model_c = _int32s(model_i, nulls=True)
+            model_c = _ints(model_i, np.int32, nulls=True)
             if model_c is None:
                 return False
             bitmap = model_i.buffers()[0]

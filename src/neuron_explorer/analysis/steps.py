@@ -199,9 +199,8 @@ class _ByType:
         if got is None and self.groups is not None and all(0 <= t < len(self.groups[1]) - 1 for t in key):
             order, bounds = self.groups
             parts = [order[bounds[t]:bounds[t + 1]] for t in key]
-            parts = [p for p in parts if len(p)]
-            got = self._rows[key] = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts)) if parts \
-                else np.zeros(0, dtype=np.intp)
+            got = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))  # (each part ascending)
+            self._rows[key] = got
         if got is None:
             mask = self.typ == key[0]
             for t in key[1:]:
