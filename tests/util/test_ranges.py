@@ -61,3 +61,22 @@ def test_mask_clips_ranges_to_the_dtype(dtype):
     assert r.mask(values).tolist() == [False, True, True, True]
     assert not IndexRanges.parse(f"{10**20}").mask(values).any()
     assert IndexRanges.parse("0").mask(np.zeros(0, dtype=dtype)).tolist() == []
+
+
+def test_distinct_is_numpys_unique_for_any_1d_array() -> None:
+    """``distinct`` (no ``numpy.ma`` import) gives ``numpy.unique``'s array: values, order and dtype
+    (integers, and floats without NaN: the capture's timestamps and core indices)."""
+    import numpy as np
+
+    from neuron_explorer.util.ranges import distinct
+
+    rng = np.random.default_rng(7)
+    cases = [np.empty(0, np.int64), np.array([5], np.int64), np.array([3, 3, 3], np.int32),
+             np.array([2**62, -2**62, 0, 2**62], np.int64), np.array([1.5, -0.0, 0.0, 1.5])]
+    for _ in range(300):
+        n = int(rng.integers(0, 50))
+        dtype = rng.choice([np.int64, np.int32, np.uint8, np.float32, np.float64])
+        cases.append(rng.integers(0, int(rng.integers(1, 20)), n).astype(dtype))
+    for a in cases:
+        got, want = distinct(a), np.unique(a)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), (a, got, want)

@@ -18,6 +18,7 @@ import psutil
 
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_CATEGORIES, DEVICE_MEMORY_SOURCE
 from neuron_explorer.util.cgroup import CgroupMemory, Limit
+from neuron_explorer.util.ranges import distinct
 
 from ..runtime import clock
 from ..runtime.core import get_runtime
@@ -258,7 +259,7 @@ class HostSampler:
             parts = [(nc, *r.arrays(), r.dropped) for nc, r in sorted(self.dev_rings.items())]
         if not parts:
             return np.empty(0, np.int64), [], np.empty((0, 0), np.int64), 0
-        ts = np.unique(np.concatenate([p[1] for p in parts]))
+        ts = distinct(np.concatenate([p[1] for p in parts]))
         names: list[str] = []
         cols: list[np.ndarray] = []
         for nc, pts, rows, _ in parts:

@@ -36,6 +36,7 @@ from neuron_explorer.contracts.stats_files import (
 )
 from neuron_explorer.runtime.ring import NativeRing
 from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.util.ranges import distinct
 
 #: Outcomes for which the execution actually ran, so its latency is meaningful.
 _TIMED_STATUSES = frozenset({"completed", "completed_with_err", "completed_with_num_err", "timed_out"})
@@ -368,7 +369,7 @@ class AppStats:
                 m = self._models.get(int(mid))
                 if m is not None:
                     m["executions"] += int(c)
-            for nc in np.unique(nc_a[timed]).tolist():
+            for nc in distinct(nc_a[timed]).tolist():
                 core = self._cores.get(nc)
                 if core is None:
                     core = self._cores[nc] = _Core()

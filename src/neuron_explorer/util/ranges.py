@@ -84,3 +84,19 @@ class IndexRanges:
 
     def __str__(self) -> str:
         return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """``numpy.unique(a)`` of integers (or floats without NaN: ``numpy.unique`` keeps one NaN, this
+    every one) as a 1-D array (sorted distinct values, same dtype), without its first call's
+    import of ``numpy.ma`` (~7 ms CPU of a profiled process's final write, for a masked-array check that a
+    plain array never needs)."""
+    import numpy as np
+
+    s = np.sort(np.asarray(a).ravel())
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
