@@ -115,3 +115,49 @@ def test_the_exit_drain_follows_each_callback_until_released_and_is_bounded():
     assert os.read(r, 16) == b"0"
     del stuck
     assert not cc._LIVE
+
+
+def test_a_backend_thread_keeps_its_python_thread_state_from_one_callback_to_the_next():
+    """gloo completes a future on its own thread, which Python did not start: pybind makes a thread
+    state for each callback and deletes it after (~100 us of CPU per collective), unless ours keeps
+    it (``collectives._keep_thread_state``).  Two ranks of one process (a gloo group per thread):
+    rank 0's work cannot complete before rank 1 joins, so its callback is attached first and runs on
+    rank 0's gloo thread; from the second callback on that thread on, its state is the kept one."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    from neuron_explorer.integrations.torch import collectives
+
+    store = dist.HashStore()
+    groups: dict[int, object] = {}
+
+    def make(rank: int) -> None:
+        groups[rank] = dist.ProcessGroupGloo(store, rank, 2)
+
+    makers = [threading.Thread(target=make, args=(r,)) for r in (0, 1)]
+    for t in makers:
+        t.start()
+    for t in makers:
+        t.join(60)
+    assert sorted(groups) == [0, 1]
+    seen: list[tuple[int, bool]] = []  # per callback: (native thread, its state kept before this call)
+
+    def on_done(key: int, fut) -> None:
+        seen.append((threading.get_native_id(), getattr(collectives._KEPT, "on", False)))
+
+    main = threading.get_native_id()
+    for i in range(6):
+        w0 = groups[0].allreduce([torch.ones(64)])
+        w0.get_future().add_done_callback(collectives._Done(on_done, i))
+        w1 = groups[1].allreduce([torch.ones(64)])
+        w1.wait()
+        w0.wait()
+        assert torch.equal(w0.result()[0], torch.full((64,), 2.0))
+    del groups
+    foreign = [(tid, kept) for tid, kept in seen if tid != main]
+    assert len(foreign) == 6, seen  # every callback ran on a gloo thread
+    firsts = {tid: i for i, (tid, _) in reversed(list(enumerate(foreign)))}
+    assert [kept for i, (_, kept) in enumerate(foreign) if i not in firsts.values()] == [True] * (6 - len(firsts))
+    assert len(firsts) < 6  # gloo reused a thread: the check above saw at least one later callback
