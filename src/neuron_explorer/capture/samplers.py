@@ -1,5 +1,5 @@
-"""Host samplers: per-CPU utilization and process/host memory, from /proc through psutil, and device
-memory by category from the runtime's memory source.
+"""Host samplers: per-CPU utilization and process/host memory, from /proc (``util.procfs``:
+psutil's figures), and device memory by category from the runtime's memory source.
 
 One daemon thread samples both at a fixed period.  Samples go into bounded rings of numpy rows
 (like the event rings: the newest ``capacity`` samples are kept, the oldest overwritten and
@@ -14,9 +14,9 @@ import threading
 import time
 
 import numpy as np
-import psutil
 
 from neuron_explorer.contracts.dataset import DEVICE_MEMORY_CATEGORIES, DEVICE_MEMORY_SOURCE
+from neuron_explorer.util import procfs
 from neuron_explorer.util.cgroup import CgroupMemory, Limit
 from neuron_explorer.util.ranges import distinct
 
@@ -128,7 +128,7 @@ class HostSampler:
         self.period_s = period_s
         self.cpu = cpu
         self.mem = mem
-        self.ncpu = ncpu or psutil.cpu_count(logical=True) or 1
+        self.ncpu = ncpu or procfs.cpu_count()
         cap = max_samples or default_capacity(self.ncpu)
         # CPU rows: one percentage per logical CPU, then this process's, then its main thread's run
         # and wait shares
@@ -146,25 +146,23 @@ class HostSampler:
         self._cgroup: CgroupMemory | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        try:
-            self._proc: psutil.Process | None = psutil.Process(pid)
-        except psutil.Error:
-            self._proc = None
+        # another process's CPU share (this process's is read to the ns: ``sample``); None when
+        # ``pid`` could not be read at the start (then it reads 0 and no memory, as it always did)
+        self._proc: procfs.ProcessCpuPercent | None = (
+            procfs.ProcessCpuPercent(pid) if procfs.process_memory(pid) is not None else None)
+        self._per_cpu = procfs.CpuPercent()
         self.lock = threading.Lock()
 
     def start(self) -> None:
         if not (self.cpu or self.mem):
             return
         # prime the "since last call" counters so the first sample is meaningful
-        psutil.cpu_percent(percpu=True)
+        self._per_cpu()
         if self.cpu:
             self._main = MainThreadShares(self.pid)
             self._own = (clock.now_ns(), time.process_time_ns())
-        if self._proc is not None:
-            try:
-                self._proc.cpu_percent()
-            except psutil.Error:
-                self._proc = None
+        if self._proc is not None and self._proc() is None:
+            self._proc = None
         self.sample()
         self._thread = threading.Thread(target=self._run, name="neuron-explorer-sampler", daemon=True)
         self._thread.start()
@@ -190,7 +188,7 @@ class HostSampler:
         t = clock.now_ns()
         proc = self._proc
         if self.cpu:
-            pct = psutil.cpu_percent(percpu=True)
+            pct = self._per_cpu()
             p = 0.0
             if self.pid == os.getpid():  # this process: its CPU time to the ns, not in clock ticks
                 (t0, c0), c = self._own, time.process_time_ns()
@@ -199,21 +197,13 @@ class HostSampler:
                 # read it, not a share of a moment that a clock tick's update makes 200%)
                 p = 100.0 * (c - c0) / (t - t0) if t - t0 >= SHORTEST_PERIOD_NS else 0.0
             elif proc is not None:
-                try:
-                    p = proc.cpu_percent()
-                except psutil.Error:
-                    p = float("nan")
+                got = proc()
+                p = float("nan") if got is None else got
             self.record_cpu(t, pct, p, self._main(t))
         if self.mem:
-            vm = psutil.virtual_memory()
-            rss = vms = 0
-            if proc is not None:
-                try:
-                    mi = proc.memory_info()
-                    rss, vms = mi.rss, mi.vms
-                except psutil.Error:
-                    pass
-            self.record_mem(t, (rss, vms, vm.total, vm.total - vm.available, vm.available))
+            total, avail = procfs.host_memory() or (0, 0)
+            rss, vms = (procfs.process_memory(self.pid) or (0, 0)) if proc is not None else (0, 0)
+            self.record_mem(t, (rss, vms, total, total - avail, avail))
             self.sample_device_memory(t)
 
     def memory_limit(self, host_total: int) -> Limit | None:

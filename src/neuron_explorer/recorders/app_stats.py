@@ -35,7 +35,7 @@ from neuron_explorer.contracts.stats_files import (
     SNAPSHOT_FORMAT,
 )
 from neuron_explorer.runtime.ring import NativeRing
-from neuron_explorer.util import jsonfast as _json
+from neuron_explorer.util import jsonfast as _json, procfs
 from neuron_explorer.util.ranges import distinct
 
 #: Outcomes for which the execution actually ran, so its latency is meaningful.
@@ -46,13 +46,9 @@ MAX_TAG_LEN = 255
 
 
 def _process_start_time(pid: int) -> float | None:
-    """Process start time as psutil reports it; lets the monitor tell a reused pid from ours."""
-    try:
-        import psutil
-
-        return psutil.Process(pid).create_time()
-    except Exception:  # noqa: BLE001 - the monitor then falls back to pid liveness only
-        return None
+    """Process start time as psutil reports it (``util.procfs``, without psutil's import); lets the
+    monitor tell a reused pid from ours (None: it falls back to pid liveness only)."""
+    return procfs.process_start_time(pid)
 
 
 def _exit_facts() -> dict[str, Any]:
