@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from ..conftest import clean_env, cli
@@ -30,12 +31,20 @@ def test_inspect_keeps_at_most_n_events_per_core_and_counts_the_rest(out_dir):
 
 
 def test_inspect_on_a_non_python_command_keeps_samplers_and_says_no_runtime_events(out_dir):
-    r = cli("inspect", "-o", str(out_dir), "sh", "-c", "sleep 1.5")
+    # some CPU work, then idle: the CLI samples the child from its own process (util.procfs's
+    # reads of another pid: its CPU share and its memory)
+    r = cli("inspect", "-o", str(out_dir), "sh", "-c",
+            "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; sleep 1.5")
     assert r.returncode == 0, r.stderr
     assert "no runtime events were seen" in r.stderr
     (s,) = sessions(out_dir)
     assert s.num_events == 0 and not s.info.runtime_events_seen
-    assert s.cpu is not None and len(s.cpu.ts_ns) >= 4 and s.mem is not None
+    assert s.cpu is not None and s.mem is not None and s.cpu.monitored_pid == s.mem.monitored_pid != os.getpid()
+    col = {name: np.frombuffer(getattr(m, name), dtype) for m, dtype, names in
+           ((s.cpu, "<i8", ("ts_ns",)), (s.cpu, "<f4", ("process_percent",)),
+            (s.mem, "<i8", ("process_rss", "host_total"))) for name in names}
+    assert len(col["ts_ns"]) >= 4  # 250 ms apart over ~1.5 s (NaN CPU once the child has ended)
+    assert np.nanmax(col["process_percent"]) > 0 and col["process_rss"].max() > 0 and col["host_total"].min() > 0
     v = cli("view", "-d", str(out_dir), "--output-format", "summary-text")
     assert "no runtime events were seen" in v.stdout
 
