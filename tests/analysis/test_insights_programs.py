@@ -52,7 +52,9 @@ def tmp(tmp_path_factory) -> Path:
 
 
 def _top(doc: dict) -> dict:
-    assert doc["insights"], doc["verdict"]
+    # what a miss needs to be understood afterwards: the bar each finding had to clear, and the steps
+    assert doc["insights"], (doc["verdict"], doc["noise_threshold"], doc["steps"].get("variation"),
+                             [(p.get("rank"), len(p.get("number", []))) for p in doc["steps"].get("per_process", [])])
     return doc["insights"][0]
 
 
