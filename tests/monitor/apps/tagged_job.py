@@ -8,6 +8,7 @@ NEURON_PROCESS_TAG set): ``tagged_job.py ranks|inductor|pool``.
             leaving the ``with`` block ends them with SIGTERM (the parent runs no step)
 
 Each process that runs the workload prints ``APP <pid>`` before it exits."""
+import faulthandler
 import multiprocessing
 import os
 import sys
@@ -16,6 +17,9 @@ import torch
 
 
 def pool_step(_: int) -> int:
+    # a hang after this step (run 40 of stop 52 timed out once after the workers' steps, stderr
+    # empty): every thread's stack on stderr well before the test's 300 s timeout
+    faulthandler.dump_traceback_later(200)
     step = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
     for _ in range(3):
         step(torch.randn(8, 8))
@@ -26,6 +30,7 @@ def pool_step(_: int) -> int:
 mode = sys.argv[1]
 torch.set_num_threads(1)
 if mode == "pool" and __name__ == "__main__":
+    faulthandler.dump_traceback_later(220)  # (the parent's stacks too, see pool_step)
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         pool.map(pool_step, [0, 1])
 elif mode == "ranks":
