@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neuron_explorer.util import procfs
+
 from .env import (
     CPU_UTIL,
     DEVICE_PROFILE,
@@ -214,11 +216,10 @@ def write_private(path: str, data: bytes) -> None:
 def process_start_time(pid: int) -> int | None:
     """The start time of a process (clock ticks since boot, ``/proc/<pid>/stat`` field 22), which
     tells a process from a later one that reused its pid; None when it cannot be read."""
+    fields = procfs.stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read(4096)
-        return int(data[data.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
+        return int(fields[19]) if fields is not None else None
+    except (ValueError, IndexError):
         return None
 
 

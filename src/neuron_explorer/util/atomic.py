@@ -23,6 +23,8 @@ import stat
 import tempfile
 from typing import Callable, Iterable
 
+from . import procfs
+
 
 def _umask() -> int:
     m = os.umask(0)
@@ -210,13 +212,8 @@ def _boot_id() -> str:
 def _start_time(pid: int) -> str:
     """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22): with
     the boot id it tells a live process from a later one that reuses the pid; '' where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return ""
-    fields = data[data.rfind(b")") + 2:].split()  # (the command name may hold spaces and parentheses)
-    return fields[19].decode() if len(fields) > 19 else ""
+    fields = procfs.stat_fields(pid)
+    return fields[19].decode() if fields is not None and len(fields) > 19 else ""
 
 
 def _pid_namespace() -> str:

@@ -119,9 +119,10 @@ def process_memory(pid: int) -> tuple[int, int] | None:
         return None
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
+def stat_fields(pid: int) -> list[bytes] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
-    parentheses: the last ``)`` ends it): the state is field 0."""
+    parentheses: the last ``)`` ends it), or None where it cannot be read: the state is field 0,
+    utime and stime 11 and 12, the start time in clock ticks since boot 19."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -132,7 +133,7 @@ def _stat_fields(pid: int) -> list[bytes] | None:
 
 def process_cpu_times(pid: int) -> tuple[float, float] | None:
     """(user, system) CPU seconds of ``pid`` (psutil's ``cpu_times()``)."""
-    f = _stat_fields(pid)
+    f = stat_fields(pid)
     try:
         return (float(f[11]) / CLOCK_TICKS, float(f[12]) / CLOCK_TICKS) if f else None
     except (IndexError, ValueError):
@@ -178,7 +179,7 @@ def boot_time() -> float | None:
 def process_start_time(pid: int) -> float | None:
     """When ``pid`` started, seconds since the epoch (psutil's ``create_time()``: its start in
     clock ticks after boot, plus the boot time)."""
-    f, bt = _stat_fields(pid), boot_time()
+    f, bt = stat_fields(pid), boot_time()
     try:
         return float(f[19]) / CLOCK_TICKS + bt if f and bt is not None else None
     except (IndexError, ValueError):
