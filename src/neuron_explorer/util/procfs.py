@@ -73,12 +73,12 @@ class CpuPercent:
         return [busy_percent(a, b) for a, b in zip(last, now)]
 
 
-def host_memory() -> tuple[int, int] | None:
+def host_memory(path: str = "/proc/meminfo") -> tuple[int, int] | None:
     """(total, available) bytes as psutil's ``virtual_memory()`` gives them: MemTotal and
     MemAvailable of ``/proc/meminfo``; on a kernel without MemAvailable (or reading 0) psutil's own
     estimate is asked for (its import, then, is the price of the same figure)."""
     try:
-        with open("/proc/meminfo", "rb") as f:
+        with open(path, "rb") as f:
             text = f.read()
     except OSError:
         return None
