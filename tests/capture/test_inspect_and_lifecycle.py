@@ -49,6 +49,18 @@ def test_inspect_on_a_non_python_command_keeps_samplers_and_says_no_runtime_even
     assert "no runtime events were seen" in v.stdout
 
 
+def test_a_non_utf8_argument_is_written_escaped_not_lost(out_dir):
+    # b"caf\xe9" (Latin-1) is not UTF-8: Python keeps the byte as a lone surrogate, which a
+    # protobuf string cannot hold; trace_info.pb used to fail to write, losing the session's counts
+    r = cli("inspect", "-o", str(out_dir), sys.executable, WORKLOAD, "exit", "3", "data/caf\udce9.csv")
+    assert r.returncode == 0 and "write failed" not in r.stderr, r.stderr
+    (s,) = sessions(out_dir)
+    assert list(s.info.argv)[-1] == "data/caf\\xe9.csv"
+    assert s.num_events > 0 and s.cpu is not None and s.mem is not None
+    v = cli("view", "-d", str(out_dir), "--output-format", "summary-text")
+    assert v.returncode == 0, v.stderr
+
+
 def test_inspect_propagates_the_exit_status(out_dir):
     r = cli("inspect", "-o", str(out_dir), "sh", "-c", "exit 3")
     assert r.returncode == 3

@@ -18,15 +18,31 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neuron_explorer.capture.writer import FORMAT_VERSION, _col
+from neuron_explorer.contracts import messages
 from neuron_explorer.contracts.columns import OP_COLUMNS
 from neuron_explorer.util.atomic import atomic_write
-
-from ..proto import neuron_explorer_capture_pb2 as pb
 
 # The names below become files in a session directory (and in ``neff_cache_dir``): the graph hash
 # passes through ``safe_component`` and the indices through int(), so no value can add a path
 # separator or '..' (today they are computed numbers; a converter reading another tool's trace
 # must not be able to change that).
+
+
+@dataclass(slots=True)
+class DeviceExecution:
+    """One execution of a graph on a core (the schema's ``DeviceExecution``); ``end_ns`` is set when
+    the execution ends."""
+
+    exec_id: int
+    model_id: int
+    model_name: str
+    neff_name: str
+    start_ns: int
+    end_ns: int
+
+    def fields(self) -> dict:
+        return {"exec_id": self.exec_id, "model_id": self.model_id, "model_name": self.model_name,
+                "neff_name": self.neff_name, "start_ns": self.start_ns, "end_ns": self.end_ns}
 
 
 @dataclass
@@ -43,7 +59,7 @@ class OpTable:
     nbytes: list[int] = field(default_factory=list)
     detail: list[int] = field(default_factory=list)
     source: list[int] = field(default_factory=list)
-    executions: list[pb.DeviceExecution] = field(default_factory=list)
+    executions: list[DeviceExecution] = field(default_factory=list)
 
     def sid(self, s: str) -> int:
         i = self.strings.get(s)
@@ -53,8 +69,7 @@ class OpTable:
 
     def add_execution(self, exec_id: int, model_id: int, model_name: str, neff_name: str,
                       start_ns: int, end_ns: int) -> int:
-        self.executions.append(pb.DeviceExecution(exec_id=exec_id, model_id=model_id, model_name=model_name,
-                                                  neff_name=neff_name, start_ns=start_ns, end_ns=end_ns))
+        self.executions.append(DeviceExecution(exec_id, model_id, model_name, neff_name, start_ns, end_ns))
         return len(self.executions) - 1
 
     def add_op(self, start_ns: int, end_ns: int, name: str, track: str, exec_idx: int,
@@ -76,31 +91,28 @@ class OpTable:
 def write_device_trace(path: str, table: OpTable, *, instance_id: str, pid: int, nc_idx: int, mode: str,
                        device_kind: str, source: str, sync: Sequence[tuple[int, int, int]] = (),
                        peak_flops: float = 0.0) -> None:
-    msg = pb.DeviceTrace(format_version=FORMAT_VERSION, instance_id=instance_id, pid=pid, nc_idx=nc_idx, mode=mode,
-                         device_kind=device_kind, peak_flops=peak_flops, source=source)
     strings = [""] * len(table.strings)
     for s, i in table.strings.items():
         strings[i] = s
-    msg.strings.extend(strings)
-    msg.executions.extend(table.executions)
-    ops = msg.ops
-    ops.count = len(table)
+    ops: dict[str, int | bytes] = {"count": len(table)}
     for c in OP_COLUMNS:  # the table's lists are named after the columns
-        setattr(ops, c.name, _col(np.asarray(getattr(table, c.name), dtype=c.dtype), c.dtype))
-    for cpu, dev, eid in sync:
-        msg.sync.add(cpu_timestamp_ns=cpu, nc_timestamp_ns=dev, exec_id=eid)
-    atomic_write(path, msg.SerializeToString())
+        ops[c.name] = _col(np.asarray(getattr(table, c.name), dtype=c.dtype), c.dtype)
+    atomic_write(path, messages.encode(
+        "DeviceTrace", format_version=FORMAT_VERSION, instance_id=instance_id, pid=pid, nc_idx=nc_idx, mode=mode,
+        device_kind=device_kind, strings=strings, executions=[e.fields() for e in table.executions], ops=ops,
+        sync=[{"cpu_timestamp_ns": cpu, "nc_timestamp_ns": dev, "exec_id": eid} for cpu, dev, eid in sync],
+        peak_flops=peak_flops, source=source))
 
 
 def write_neff(path: str, *, neff_name: str, graph_hash: str, model_name: str, backend: str, kind: str,
                signature: str, code: str, framework: str, compile_ns: int = 0,
                nodes: Sequence[tuple[str, str, str, str, str]] = ()) -> None:
     """Save a compiled graph; ``nodes`` are (name, op, target, source_location, module_path)."""
-    msg = pb.NeffFile(format_version=FORMAT_VERSION, neff_name=neff_name, graph_hash=graph_hash,
-                      model_name=model_name, backend=backend, kind=kind, signature=signature, code=code,
-                      framework=framework, compile_ns=compile_ns)
-    for name, op, target, src, mod in nodes:
-        msg.nodes.add(name=name, op=op, target=target, source_location=src, module_path=mod)
-    atomic_write(path, msg.SerializeToString())
+    atomic_write(path, messages.encode(
+        "NeffFile", format_version=FORMAT_VERSION, neff_name=neff_name, graph_hash=graph_hash,
+        model_name=model_name, backend=backend, kind=kind, signature=signature, code=code,
+        nodes=[{"name": name, "op": op, "target": target, "source_location": src, "module_path": mod}
+               for name, op, target, src, mod in nodes],
+        framework=framework, compile_ns=compile_ns))
 
 

@@ -10,6 +10,7 @@ the JAX conversion both call it.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
-from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts import events as ev, messages
 from neuron_explorer.contracts.columns import (
     EVENT_COLUMNS,
     EVENT_COUNT_FIELD,
@@ -29,7 +30,6 @@ from neuron_explorer.util.atomic import atomic_write, atomic_write_all
 from neuron_explorer.util.pbwire import encode_varint_scalar
 
 from .. import __version__
-from ..proto import neuron_explorer_capture_pb2 as pb
 
 if TYPE_CHECKING:
     from ..runtime.config import CaptureConfig
@@ -85,23 +85,26 @@ def encode_columns(cols: np.ndarray, nc: np.ndarray | int) -> list[bytes | memor
     return out
 
 
-def _models(rt: "Runtime") -> list:
-    return [pb.ModelInfo(
-        id=m.id, name=m.name, neff_name=m.neff_name, graph_hash=m.graph_hash, backend=m.backend,
+def _models(rt: "Runtime") -> list[bytes]:
+    """The runtime's models, each an encoded ``ModelInfo``."""
+    return [messages.encode(
+        "ModelInfo", id=m.id, name=m.name, neff_name=m.neff_name, graph_hash=m.graph_hash, backend=m.backend,
         kind=m.kind, compile_ns=m.compile_ns, nc_idx=m.nc_idx, source_location=m.source_location,
         module_path=m.module_path, num_nodes=m.num_nodes, flops=m.flops,
         constants_bytes=m.constants_bytes, signature=m.signature,
     ) for m in list(rt.models)]
 
 
-def encode_tables(rt: "Runtime", models: list | None = None) -> bytes:
+@functools.cache
+def _event_types() -> tuple[bytes, ...]:
+    return tuple(messages.encode("EventTypeInfo", id=t.id, name=t.name, group=t.group, source=t.source,
+                                 args=list(t.args)) for t in ev.EVENT_TYPES)
+
+
+def encode_tables(rt: "Runtime", models: list[bytes] | None = None) -> bytes:
     """``ntrace.pb``'s tables: a ``SystemTrace`` with the event types, strings and models."""
-    msg = pb.SystemTrace(format_version=FORMAT_VERSION)
-    for t in ev.EVENT_TYPES:
-        msg.event_types.add(id=t.id, name=t.name, group=t.group, source=t.source, args=list(t.args))
-    msg.strings.extend(list(rt.string_list))
-    msg.models.extend(_models(rt) if models is None else models)
-    return msg.SerializeToString()
+    return messages.encode("SystemTrace", format_version=FORMAT_VERSION, event_types=_event_types(),
+                           strings=list(rt.string_list), models=_models(rt) if models is None else models)
 
 
 def encode_system_trace(rt: "Runtime", cores: dict[int, "CoreStore"]) -> list:
@@ -117,7 +120,7 @@ def append_events(session_dir: str, rt: "Runtime", cores: dict[int, "CoreStore"]
     changed (renamed into place first, so that every event appended after refers to strings and
     models already on disk), then each core's new events appended to its segment files."""
     models = _models(rt)
-    key = (len(rt.string_list), b"".join(m.SerializeToString() for m in models))
+    key = (len(rt.string_list), b"".join(models))
     if key != segments.tables_key:
         atomic_write(os.path.join(session_dir, "ntrace.pb"), encode_tables(rt, models))
         segments.tables_key = key
@@ -157,69 +160,62 @@ def encode_trace_info(rt: "Runtime", cores: dict[int, "CoreStore"], session_dir:
     ident = rt.ident
     cfg = cfg or rt.config
     start_anchor = start_anchor or rt.anchors[0]
-    msg = pb.TraceInfo(
+    config = dict(cfg.raw_env)
+    enabled_ncs = _record_nc_filter(config, cfg.nc_filter) if cfg.nc_filter is not None else None
+    return messages.encode(
+        "TraceInfo",
         format_version=FORMAT_VERSION, instance_id=ident.instance_id, hostname=ident.hostname, pid=ident.pid,
         process_tag=ident.process_tag, rank=ident.rank, local_rank=ident.local_rank,
         world_size=ident.world_size, node_rank=ident.node_rank, nd_idx=rt.nd_idx, device_kind=rt.device_kind,
-        session_dir=session_dir, end_reason=end_reason or rt.end_reason, note=note, start_wall_ns=start_anchor[1],
+        nc_indices=sorted(cores),
+        anchors=[{"monotonic_ns": mono, "wall_ns": wall, "label": label} for mono, wall, label in rt.anchors],
+        config=config,
+        cores=[{"nc_idx": nc, "capacity": st.capacity, "recorded": st.recorded, "kept": st.kept,
+                "dropped": st.dropped} for nc, st in sorted(cores.items())],
+        versions=_versions(), argv=list(sys.argv),
+        session_dir=session_dir, end_reason=end_reason or rt.end_reason,
+        runtime_events_seen=any(st.recorded for st in cores.values()) or bool(rt.models),
+        note=note, start_wall_ns=start_anchor[1],
+        enabled_event_types=[t.name for t in ev.EVENT_TYPES if rt.enabled[t.id]],
+        enabled_ncs=enabled_ncs, job=job_environment() if job is None else job,
     )
-    msg.nc_indices.extend(sorted(cores))
-    for mono, wall, label in rt.anchors:
-        msg.anchors.add(monotonic_ns=mono, wall_ns=wall, label=label)
-    msg.config.update(cfg.raw_env)
-    msg.job.update(job_environment() if job is None else job)
-    for nc, st in sorted(cores.items()):
-        msg.cores.add(nc_idx=nc, capacity=st.capacity, recorded=st.recorded, kept=st.kept, dropped=st.dropped)
-    msg.versions.update(_versions())
-    msg.argv.extend(sys.argv)
-    msg.runtime_events_seen = any(st.recorded for st in cores.values()) or bool(rt.models)
-    msg.enabled_event_types.extend(t.name for t in ev.EVENT_TYPES if rt.enabled[t.id])
-    if cfg.nc_filter is not None:
-        _record_nc_filter(msg, cfg.nc_filter)
-    return msg.SerializeToString()
 
 
 ENABLED_NCS_LISTED = 4096  # a core filter with more members is recorded as text, not expanded
 
 
-def _record_nc_filter(msg: pb.TraceInfo, ncs) -> None:
-    """List the filter's cores in ``enabled_ncs`` (int32) when that is small; a wide range such as
+def _record_nc_filter(config: dict[str, str], ncs) -> list[int] | None:
+    """The filter's cores for ``enabled_ncs`` (int32) when that is small; a wide range such as
     ``0-99999999999`` goes into ``config["enabled_ncs"]`` as typed instead of being expanded."""
     if ncs.size <= ENABLED_NCS_LISTED and ncs.ranges[-1][1] < 2**31:
-        msg.enabled_ncs.extend(ncs.members(ENABLED_NCS_LISTED))
-    else:
-        msg.config["enabled_ncs"] = str(ncs)
+        return list(ncs.members(ENABLED_NCS_LISTED))
+    config["enabled_ncs"] = str(ncs)
+    return None
 
 
 def encode_cpu_util(s: "HostSampler") -> bytes:
     ts, pct, proc, main, dropped = s.cpu_columns()
-    msg = pb.CpuUtil(format_version=FORMAT_VERSION, num_cpus=s.ncpu, period_ns=int(s.period_s * 1e9),
-                     monitored_pid=s.pid, dropped_samples=dropped)
-    msg.ts_ns = _col(ts, "i8")
-    msg.cpu_percent = _col(pct.ravel(), "f4")
-    msg.process_percent = _col(proc, "f4")
-    msg.main_thread_percent = _col(main[:, 0], "f4")
-    msg.main_thread_wait_percent = _col(main[:, 1], "f4")
-    return msg.SerializeToString()
+    return messages.encode(
+        "CpuUtil", format_version=FORMAT_VERSION, num_cpus=s.ncpu, period_ns=int(s.period_s * 1e9),
+        ts_ns=_col(ts, "i8"), cpu_percent=_col(pct.ravel(), "f4"), process_percent=_col(proc, "f4"),
+        monitored_pid=s.pid, dropped_samples=dropped, main_thread_wait_percent=_col(main[:, 1], "f4"),
+        main_thread_percent=_col(main[:, 0], "f4"))
 
 
 def encode_host_mem(s: "HostSampler") -> bytes:
     ts, rows, dropped = s.mem_columns()
-    msg = pb.HostMem(format_version=FORMAT_VERSION, period_ns=int(s.period_s * 1e9), monitored_pid=s.pid,
-                     dropped_samples=dropped)
-    msg.ts_ns = _col(ts, "i8")
+    msg = {"format_version": FORMAT_VERSION, "period_ns": int(s.period_s * 1e9), "ts_ns": _col(ts, "i8"),
+           "monitored_pid": s.pid, "dropped_samples": dropped}
     for i, name in enumerate(("process_rss", "process_vms", "host_total", "host_used", "host_available")):
-        setattr(msg, name, _col(rows[:, i], "i8"))
+        msg[name] = _col(rows[:, i], "i8")
     dts, names, values, dev_dropped = s.device_memory_columns()
     if names:  # device memory by category (docs/decisions/0031-device-memory-by-category.md)
-        msg.device_mem_ts_ns = _col(dts, "i8")
-        msg.device_mem_names.extend(names)
-        msg.device_mem_values = _col(values.ravel(), "i8")
-        msg.dropped_samples = max(dropped, dev_dropped)
+        msg.update(device_mem_ts_ns=_col(dts, "i8"), device_mem_names=list(names),
+                   device_mem_values=_col(values.ravel(), "i8"), dropped_samples=max(dropped, dev_dropped))
     lim = s.memory_limit(int(rows[-1, 2])) if len(rows) else None  # (column 2: host_total)
     if lim is not None:  # the cgroup's limit, below the host's memory (docs/decisions/0182-cgroup-memory-limit.md)
-        msg.memory_limit, msg.memory_limit_source, msg.memory_limit_cgroup = lim.bytes, lim.source, lim.cgroup
-    return msg.SerializeToString()
+        msg.update(memory_limit=lim.bytes, memory_limit_source=lim.source, memory_limit_cgroup=lim.cgroup)
+    return messages.encode("HostMem", **msg)
 
 
 def write_session(session_dir: str, rt: "Runtime", cores: dict[int, "CoreStore"],

@@ -2,7 +2,8 @@
 
 ``ntrace.pb`` stores system events and each ``.ntff`` stores device ops column-wise: packed
 little-endian arrays in ``bytes`` fields of ``EventColumns`` / ``DeviceOpColumns`` (see
-``proto/neuron_explorer_capture.proto``).  A column's field number comes from the schema; its name,
+``proto/neuron_explorer_capture.proto``).  A column's field number comes from the schema
+(``contracts.messages``); its name,
 dtype and (for events) the slot of the runtime's ring record it is taken from are defined here once.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
+from neuron_explorer.contracts.messages import number
 
 # The version of the capture files' format: every capture message (SystemTrace, TraceInfo, CpuUtil,
 # HostMem, DeviceTrace, NeffFile) starts with it (field 1, the first field serialized).  Readers
@@ -28,18 +29,16 @@ class Column:
     row: int | None = None  # events: slot of the ring record (None: nc_idx, which the store adds)
 
 
-_EC = pb.EventColumns.DESCRIPTOR.fields_by_name
 EVENT_COLUMNS: tuple[Column, ...] = tuple(
-    Column(name, dtype, _EC[name].number, row) for name, dtype, row in
+    Column(name, dtype, number("EventColumns", name), row) for name, dtype, row in
     [("type", "<u2", 0), ("start_ns", "<i8", 1), ("end_ns", "<i8", 2), ("nc_idx", "<i4", None),
      ("thread_id", "<i8", 3)] + [(name, "<i8", 4 + i) for i, name in enumerate("abcde")])
-EVENT_COUNT_FIELD = _EC["count"].number
-SYSTEM_TRACE_EVENTS_FIELD = pb.SystemTrace.DESCRIPTOR.fields_by_name["events"].number
-EVENT_SEGMENT_BLOCKS_FIELD = pb.EventSegment.DESCRIPTOR.fields_by_name["blocks"].number
+EVENT_COUNT_FIELD = number("EventColumns", "count")
+SYSTEM_TRACE_EVENTS_FIELD = number("SystemTrace", "events")
+EVENT_SEGMENT_BLOCKS_FIELD = number("EventSegment", "blocks")
 
-_OC = pb.DeviceOpColumns.DESCRIPTOR.fields_by_name
 OP_COLUMNS: tuple[Column, ...] = tuple(
-    Column(name, dtype, _OC[name].number) for name, dtype in
+    Column(name, dtype, number("DeviceOpColumns", name)) for name, dtype in
     [("start_ns", "<i8"), ("end_ns", "<i8"), ("name", "<i4"), ("track", "<i4"), ("exec_idx", "<i4"),
      ("flops", "<f8"), ("nbytes", "<i8"), ("detail", "<i4"), ("source", "<i4")])
-DEVICE_TRACE_OPS_FIELD = pb.DeviceTrace.DESCRIPTOR.fields_by_name["ops"].number
+DEVICE_TRACE_OPS_FIELD = number("DeviceTrace", "ops")

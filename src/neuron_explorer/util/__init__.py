@@ -1,6 +1,7 @@
 """Leaf utilities that import nothing else of this project: atomic and special-file-safe writes
 (``atomic``), bounded file reads (``files``), a process's cgroup memory limit (``cgroup``), JSON
-encoding (``jsonfast``), interval union (``intervals``), protobuf wire helpers (``pbwire``), range
+encoding (``jsonfast``), interval union (``intervals``), protobuf wire helpers (``pbwire``) and
+small messages from a table of fields (``pbmessage``), range
 parsing with bounds (``ranges``), path-safe names (``names``), launcher and helper-process
 detection (``procs``), the host and process figures the capture samples, psutil's read from
 ``/proc`` (``procfs``), allocator tuning for workers (``alloc``), the shared command-line error type
@@ -12,4 +13,4 @@ Submodules are imported on use; the package itself loads nothing.
 """
 
 __all__ = ["alloc", "arrays", "atomic", "cgroup", "cliargs", "files", "intervals", "jsonfast", "log", "names",
-           "pbwire", "procfs", "procs", "ranges", "storage"]
+           "pbmessage", "pbwire", "procfs", "procs", "ranges", "storage"]

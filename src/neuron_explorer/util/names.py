@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-
 _SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
@@ -26,17 +24,26 @@ def safe_component(name: str) -> str:
         raise ValueError("a path component cannot be empty")
     if name in (".", ".."):
         return "%2E" * len(name)
-    try:
-        raw = name.encode("utf-8", "surrogateescape")  # non-UTF-8 directory names arrive as surrogates
-    except UnicodeEncodeError:
-        raw = name.encode("utf-8", "surrogatepass")
+    raw = raw_bytes(name)
     out = "".join(chr(b) if chr(b) in _SAFE_CHARS else f"%{b:02X}" for b in raw)
     if len(out) <= _MAX_COMPONENT:
         return out
     cut = out[:_MAX_COMPONENT - 20]
     if "%" in cut[-2:]:  # do not split a %XX escape
         cut = cut[:cut.rindex("%")]
+    import hashlib  # only for long names: hashlib loads OpenSSL, which start-up need not pay for
+
     return cut + "~" + hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+def raw_bytes(name: str) -> bytes:
+    """The bytes of ``name``: a non-UTF-8 file name or argument arrives with its undecodable bytes as
+    lone surrogates (surrogateescape), which become those bytes again; any other lone surrogate is
+    kept as its 3-byte form."""
+    try:
+        return name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogatepass")
 
 
 def printable(text: str) -> str:
