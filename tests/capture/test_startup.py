@@ -177,3 +177,28 @@ def test_record_function_is_hooked_only_when_a_capture_can_read_its_regions(tmp_
     assert ndet.returncode == 0 and ndet.stdout.strip() == "False", ndet.stderr
     cap = _run(code, NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"))
     assert cap.returncode == 0 and cap.stdout.strip() == "True", cap.stderr
+
+
+_HEAVY = ("google.protobuf", "neuron_explorer.proto", "psutil", "numpy.ma")
+_TRAIN_AND_STOP = f"""
+import sys, torch
+m = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(m.parameters(), 0.1)
+for _ in range(5):
+    opt.zero_grad(); m(torch.randn(4, 8)).sum().backward(); opt.step()
+import neuron_explorer.boot as boot
+boot.stop()  # the final write, as at exit
+print("LOADED", [n for n in {_HEAVY!r} if n in sys.modules])
+"""
+
+
+@pytest.mark.parametrize("device", ["0", "model", "session"])
+def test_a_profiled_run_never_loads_what_only_its_writer_would_need(out_dir, device):
+    """protobuf and the schema, psutil, numpy.ma: ~40 ms of a profiled process's CPU that the
+    writer and the samplers do without (decisions 0213, 0214); a plain torch run loads none."""
+    p = _run(_TRAIN_AND_STOP, NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out_dir),
+             NEURON_RT_INSPECT_DEVICE_PROFILE=device)
+    assert p.returncode == 0 and "LOADED []" in p.stdout, (p.stdout, p.stderr)
+    (s,) = sessions(out_dir)
+    assert s.num_events > 0 and s.cpu is not None and s.mem is not None
+    assert bool(s.device_paths) == (device != "0") and bool(s.neff_paths) == (device != "0")
