@@ -168,3 +168,17 @@ def test_in_flight_collective_is_a_likely_hang_and_the_missing_rank_is_named(tmp
 def test_no_logs_is_a_usage_error(tmp_path: Path) -> None:
     r = neuron_det("--log-prefix", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no NDET logs" in r.stderr
+
+
+def test_a_non_utf8_argument_and_model_name_are_written_escaped_not_lost(tmp_path: Path, monkeypatch) -> None:
+    # b"caf\xe9" (Latin-1) is not UTF-8: Python keeps the byte as a lone surrogate, which the UTF-8
+    # header could not hold; every flush failed ("ndet flush failed") and no log was written
+    monkeypatch.setattr(sys, "argv", ["train.py", "data/caf\udce9.csv"])
+    rec = make_recorder(tmp_path)
+    rec.rt.add_model(name="graph_\udce9", neff_name="neff_5678", graph_hash="ef01", backend="aot_eager",
+                     kind="forward", nc_idx=0)
+    log = fmt.read_log(rec.write())
+    assert log.header["ident"]["argv"] == ["train.py", "data/caf\\xe9.csv"]
+    assert "graph_\\xe9" in [m["name"] for m in log.header["models"]]
+    r = neuron_det("--log-prefix", str(tmp_path / "ndet"), "-o", str(tmp_path / "trace.json"))
+    assert r.returncode in (0, 1) and "not valid" not in r.stderr, r.stderr

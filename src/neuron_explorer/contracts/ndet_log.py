@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, Iterable
 import numpy as np
 
 from neuron_explorer.util import files
+from neuron_explorer.util.names import valid_texts
 
 MAGIC = b"NDETLOG1"
 TRAILER = b"NDETEND1"
@@ -102,12 +103,21 @@ def _pad8(b: bytes) -> bytes:
     return b + b" " * ((8 - rem) % 8)
 
 
+def _header_bytes(header: dict) -> bytes:
+    """The header as UTF-8 JSON; an argument or a name that is not valid Unicode (a non-UTF-8
+    command-line argument) is written with ``\\xNN`` escapes instead of failing the log."""
+    try:
+        return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(valid_texts(header), separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def encode_parts(header: dict, blocks: Iterable[np.ndarray]) -> list[bytes | memoryview]:
     """The file as a list of buffers (so large record blocks are written without a copy)."""
     blocks = [np.ascontiguousarray(b, dtype=RECORD_DTYPE) for b in blocks]
     header = dict(header)
     header["record_count"] = int(sum(len(b) for b in blocks))
-    hb = _pad8(json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    hb = _pad8(_header_bytes(header))
     parts: list[bytes | memoryview] = [MAGIC + struct.pack("<I", len(hb)), hb]
     crc = zlib.crc32(parts[0])
     crc = zlib.crc32(hb, crc)

@@ -14,6 +14,8 @@ import json
 from types import ModuleType
 from typing import Any
 
+from neuron_explorer.util.names import valid_texts
+
 _orjson: ModuleType | None
 try:
     import orjson as _orjson
@@ -33,13 +35,22 @@ def loads(data: bytes | str) -> Any:
 
 def dumps_line(obj: Any) -> str:
     """Encode compactly as one line of text (no trailing newline)."""
-    if _orjson is not None:
-        return _orjson.dumps(obj).decode()
-    return json.dumps(obj, separators=(",", ":"), check_circular=False)
+    return dumps_bytes(obj).decode()
 
 
 def dumps_bytes(obj: Any) -> bytes:
-    """Encode compactly to bytes (snapshot files)."""
+    """Encode compactly to UTF-8 bytes (snapshot files).  A string that is not valid Unicode (the
+    lone surrogates of a non-UTF-8 name or argument) is written with ``\\xNN`` escapes
+    (``util.names.valid_text``) instead of failing the whole document."""
+    try:
+        return _dumps(obj)
+    except (UnicodeEncodeError, TypeError) as e:  # orjson's JSONEncodeError is a TypeError
+        if "surrogate" not in str(e):
+            raise
+    return _dumps(valid_texts(obj))
+
+
+def _dumps(obj: Any) -> bytes:
     if _orjson is not None:
         return _orjson.dumps(obj)
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

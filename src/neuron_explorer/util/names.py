@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 _SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
 
@@ -44,6 +46,28 @@ def raw_bytes(name: str) -> bytes:
         return name.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         return name.encode("utf-8", "surrogatepass")
+
+
+def valid_text(text: str) -> str:
+    """``text`` if it can be written as UTF-8; else with its lone surrogates (the undecodable bytes of
+    a non-UTF-8 name or argument, as Python keeps them) as ``\\xNN`` escapes."""
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return raw_bytes(text).decode("utf-8", "backslashreplace")
+
+
+def valid_texts(obj: Any) -> Any:
+    """``obj`` (dicts, lists and tuples of strings and other values) with every string and key made
+    ``valid_text``: what a JSON document written as UTF-8 can hold."""
+    if isinstance(obj, str):
+        return valid_text(obj)
+    if isinstance(obj, dict):
+        return {valid_texts(k): valid_texts(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [valid_texts(v) for v in obj]
+    return obj
 
 
 def printable(text: str) -> str:

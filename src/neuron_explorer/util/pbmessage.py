@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import operator
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from neuron_explorer.util.names import raw_bytes
+from neuron_explorer.util.names import valid_text
 from neuron_explorer.util.pbwire import encode_varint_scalar
 
 
@@ -44,7 +44,7 @@ def utf8(s: str) -> bytes:
     try:
         return s.encode()
     except UnicodeEncodeError:
-        return raw_bytes(s).decode("utf-8", "backslashreplace").encode()
+        return valid_text(s).encode()
 
 
 def _int(kind: str, v: Any) -> int:
@@ -70,7 +70,7 @@ def _delimited(number: int, payload: bytes | bytearray) -> bytes:
     return _key(number, 2) + encode_varint_scalar(len(payload)) + payload
 
 
-def _each_delimited(number: int, payloads: list[bytes]) -> bytes:
+def _each_delimited(number: int, payloads: Sequence[bytes | bytearray]) -> bytes:
     """A repeated LEN field: each payload with its tag and length (a string table's thousands of
     entries: ~0.15 us each)."""
     tag = _key(number, 2)
