@@ -5,11 +5,11 @@ stragglers (``align``), the ``ProcessEvents`` model (``events``), framework even
 breakdown (``steps``), their numbers tied across ranks by the collectives (``stepalign``), steps
 across ranks, utilisation and ranked insights (``insights``), two
 profiles' items compared (``compare``), one events file's items as a diff compares them
-(``occurrences``), their int64 columns packed for the trip from a worker (``packed``) and the
-summary (``summary``).
+(``occurrences``), their int64 columns packed for the trip from a worker (``packed``), the
+summary (``summary``) and the C extension several of them use when it is built (``native``).
 
 Submodules are imported on use; the package itself loads nothing.
 """
 
 __all__ = ["align", "compare", "counters", "device", "events", "filters", "framework", "insights", "jobs",
-           "occurrences", "packed", "pbfile", "reader", "stepalign", "steps", "summary"]
+           "native", "occurrences", "packed", "pbfile", "reader", "stepalign", "steps", "summary"]

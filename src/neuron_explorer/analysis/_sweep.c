@@ -17,6 +17,12 @@
  * starts are not ascending (the caller sorts that one and asks again).  Integer arithmetic only:
  * the same integers as the twin.
  *
+ *   check_events(typ, ntypes, slots, start, end) -> (tmax, slot, index, lo, hi)
+ *
+ * A chunk of a capture's events checked in one pass for the reader (``analysis.reader``, decision
+ * 0215): type ids, the argument slots' string and model ids against their type's limits, and the
+ * range of the timestamps (see the function).
+ *
  *   keep(name, src, model, model_valid, model_offset, type_of, fw_of, (fw_type, exec_type, ml_type),
  *        (start, end, ids), (typ, fw, rows, ostart, oend, oids, omodel, order, bounds)) -> int
  *
@@ -474,10 +480,108 @@ done:
     return res;
 }
 
+/* check_events(typ, ntypes, slots, start, end) -> (tmax, slot, index, lo, hi): one pass over a chunk
+ * of a capture's events for ``analysis.reader._check_events`` (decision 0215).  ``typ``: uint16
+ * type ids; ``slots``: a tuple of (values, low, high), int64 values per event and, per type id, the
+ * lowest and past-highest value allowed; ``start`` and ``end``: int64.  Returns the largest type
+ * id, the first slot (in the tuple's order) holding a value outside its type's [low, high) and its
+ * first such event (-1, -1 when none, or when some type is not below ``ntypes``: the caller refuses
+ * that type first), and the smallest and largest of the
+ * starts and ends (0, 0 for no event).  Its numpy twin is ``_check_events_numpy``. */
+#define MAX_SLOTS 5
+static PyObject *check_events(PyObject *self, PyObject *args) {
+    PyObject *otyp, *oslots, *ostart, *oend;
+    Py_ssize_t ntypes;
+    if (!PyArg_ParseTuple(args, "OnO!OO", &otyp, &ntypes, &PyTuple_Type, &oslots, &ostart, &oend)) return NULL;
+    Py_ssize_t ns = PyTuple_GET_SIZE(oslots);
+    if (ns > MAX_SLOTS || ntypes < 0) {
+        PyErr_SetString(PyExc_ValueError, "at most 5 slots, and a type count of at least 0");
+        return NULL;
+    }
+    enum { NB = 3 + 3 * MAX_SLOTS };
+    Py_buffer b[NB];
+    int got[NB] = {0};
+    PyObject *res = NULL;
+    if (get_buf(otyp, &b[0], "typ", 2, "H", 0) < 0) goto done;
+    got[0] = 1;
+    if (get_buf(ostart, &b[1], "start", 8, "lq", 0) < 0) goto done;
+    got[1] = 1;
+    if (get_buf(oend, &b[2], "end", 8, "lq", 0) < 0) goto done;
+    got[2] = 1;
+    Py_ssize_t n = b[0].len / 2;
+    for (Py_ssize_t k = 0; k < ns; k++) {
+        PyObject *t = PyTuple_GET_ITEM(oslots, k);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+            PyErr_SetString(PyExc_ValueError, "a slot is a tuple (values, low, high)");
+            goto done;
+        }
+        for (int j = 0; j < 3; j++) {
+            if (get_buf(PyTuple_GET_ITEM(t, j), &b[3 + 3 * k + j], j ? "low/high" : "values", 8, "lq", 0) < 0)
+                goto done;
+            got[3 + 3 * k + j] = 1;
+        }
+        if (b[3 + 3 * k].len / 8 != n || b[4 + 3 * k].len / 8 < ntypes || b[5 + 3 * k].len / 8 < ntypes) {
+            PyErr_SetString(PyExc_ValueError, "a slot's values differ in length from the types, or its limits "
+                                              "are shorter than the type count");
+            goto done;
+        }
+    }
+    if (b[1].len / 8 != n || b[2].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "the columns differ in length");
+        goto done;
+    }
+    const uint16_t *typ = b[0].buf;
+    const int64_t *start = b[1].buf, *end = b[2].buf;
+    const int64_t *val[MAX_SLOTS], *low[MAX_SLOTS], *high[MAX_SLOTS];
+    Py_ssize_t first[MAX_SLOTS];
+    for (Py_ssize_t k = 0; k < ns; k++) {
+        val[k] = b[3 + 3 * k].buf;
+        low[k] = b[4 + 3 * k].buf;
+        high[k] = b[5 + 3 * k].buf;
+        first[k] = -1;
+    }
+    int64_t lo = 0, hi = 0;
+    long tmax = -1;
+    Py_BEGIN_ALLOW_THREADS
+    if (n > 0) {
+        lo = start[0] < end[0] ? start[0] : end[0];
+        hi = start[0] < end[0] ? end[0] : start[0];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint16_t t = typ[i];
+        if (t > tmax) tmax = t;
+        int64_t s = start[i], e = end[i];
+        if (s < lo) lo = s;
+        if (s > hi) hi = s;
+        if (e < lo) lo = e;
+        if (e > hi) hi = e;
+        if (t >= ntypes) continue;
+        for (Py_ssize_t k = 0; k < ns; k++) {
+            int64_t v = val[k][i];
+            if ((v < low[k][t] || v >= high[k][t]) && first[k] < 0) first[k] = i;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_ssize_t slot = -1, index = -1;
+    for (Py_ssize_t k = 0; k < ns && tmax < ntypes; k++) {
+        if (first[k] >= 0) {
+            slot = k;
+            index = first[k];
+            break;
+        }
+    }
+    res = Py_BuildValue("lnnLL", tmax, slot, index, (long long)lo, (long long)hi);
+done:
+    for (int j = 0; j < NB; j++)
+        if (got[j]) PyBuffer_Release(&b[j]);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"keep", keep, METH_VARARGS, "One events file's rows a diff reads: their types, flags, indices and columns."},
     {"covered", covered, METH_VARARGS, "Per point, the time before it covered by the step categories' unions."},
     {"durations", durations, METH_VARARGS, "Per step, the durations of the step figures from the covered time."},
+    {"check_events", check_events, METH_VARARGS, "A chunk of a capture's events checked in one pass."},
     {NULL, NULL, 0, NULL},
 };
 

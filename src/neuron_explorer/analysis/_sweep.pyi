@@ -6,7 +6,9 @@ then the partition), which is used when the module is not built or with
 ``NEURON_EXPLORER_PURE_PYTHON=1``; ``tests/analysis/test_steps.py`` holds the two to the same
 integers.  Why it exists: docs/decisions/0192-step-figures-in-one-pass.md,
 docs/decisions/0195-diff-cpu-round-three.md.  ``keep`` (decision 0209) reads the rows of an events
-file a diff keeps; its twin is ``analysis.occurrences._File._keep_numpy``.
+file a diff keeps; its twin is ``analysis.occurrences._File._keep_numpy``.  ``check_events``
+(decision 0215) checks a chunk of a capture's events for the reader; its twin is
+``analysis.reader._check_chunk_numpy``.
 """
 
 from typing import Any
@@ -50,3 +52,14 @@ def keep(name: NDArray[Any], src: NDArray[Any], model: NDArray[Any] | None, mode
     table, a type at or beyond ``len(bounds) - 1`` or inputs of different lengths, ``TypeError`` for
     a buffer of another width.  Its numpy twin: ``occurrences._File._keep_numpy``
     (``tests/analysis/test_occurrences.py``)."""
+
+def check_events(typ: NDArray[Any], ntypes: int, slots: tuple[tuple[NDArray[Any], NDArray[Any], NDArray[Any]], ...],
+                 start: NDArray[Any], end: NDArray[Any], /) -> tuple[int, int, int, int, int]:
+    """A chunk of a capture's events in one pass (decision 0215): ``typ`` uint16 type ids, ``slots``
+    up to 5 (values, low, high) of int64, the values per event and, per type id below ``ntypes``,
+    the lowest and past-highest value allowed; ``start`` and ``end`` int64.  Returns the largest
+    type id (-1 for no event), the first slot (in order) holding a value outside its type's limits
+    and the first such event (-1, -1 when none, or when a type id is not below ``ntypes``), and the
+    smallest and largest start or end (0, 0 for no event).  ``ValueError`` for columns of different
+    lengths or limits shorter than ``ntypes``, ``TypeError`` for a buffer of another width.  Its
+    numpy twin: ``analysis.reader._check_chunk_numpy`` (``tests/analysis/test_reader_check.py``)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from neuron_explorer.analysis import native
 from neuron_explorer.analysis.pbfile import (
     ProfileError,
     column_view,
@@ -366,10 +367,9 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
     """Every event's type id, its string and model ids, and its timestamps, a chunk at a time.
 
     An argument slot holds ids for some types and plain numbers (bytes, timestamps) for others,
-    so the limit depends on the event's type.  Gathering a per-type limit for every event costs
-    more than the rest of the load; instead one comparison per slot picks the values that could
-    break the smallest limit (negatives included, seen as unsigned), and only those are checked
-    against their own type's limits."""
+    so the limit depends on the event's type: per slot, each type's [lowest, past-highest] value
+    (no limit: the whole int64 range).  Each chunk is checked in one pass in C
+    (``analysis._sweep.check_events``, decision 0215) or by its numpy twin ``_check_chunk_numpy``."""
     n = s.num_events
     if not n:
         return
@@ -385,33 +385,47 @@ def _check_events(s: Session, path: str, wall_off: int) -> None:
             if kind is not None:
                 low, high = limits.setdefault(slot, (np.full(nt, i64.min), np.full(nt, i64.max)))
                 low[tid], high[tid] = (0 if kind == "string" else i64.min), sizes[kind]
+    check = native.sweep.check_events if native.sweep is not None else _check_chunk_numpy
     t_lo, t_hi = int(i64.max), int(i64.min)  # (n > 0: the first chunk sets both)
     for lo in range(0, n, VALIDATE_CHUNK):
         hi = min(n, lo + VALIDATE_CHUNK)
         typ = e["type"][lo:hi]
-        tmax = int(typ.max())
+        tmax, k, i, cmin, cmax = check(typ, nt, tuple((e[slot][lo:hi], low, high) for slot, (low, high) in
+                                                      limits.items()), e["start_ns"][lo:hi], e["end_ns"][lo:hi])
         if tmax >= nt:
             raise ProfileError(f"{path}: event type id {tmax} is not declared in the file ({nt} types)")
-        for slot, (low, high) in limits.items():
-            v = e[slot][lo:hi]
+        if k >= 0:
+            slot = list(limits)[k]
+            tid, w = int(typ[i]), int(e[slot][lo + i])
+            arg = s.type_args[tid]["abcde".index(slot)]
+            kind = "string" if arg.endswith("_str") else "model"
+            raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {kind} "
+                               f"{w}, outside the file's table of {sizes[kind]} {kind}s")
+        t_lo, t_hi = min(t_lo, cmin), max(t_hi, cmax)
+        s.release(hi)
+    check_times(path, "event timestamps", t_lo, t_hi, wall_off)
+
+
+def _check_chunk_numpy(typ: np.ndarray, nt: int, slots: tuple, start: np.ndarray,
+                       end: np.ndarray) -> tuple[int, int, int, int, int]:
+    """``analysis._sweep.check_events`` with numpy: (the largest type id, the first slot holding a
+    value outside its type's limits and its first such event, or -1, -1; the smallest and largest
+    start or end).  One comparison per slot picks the values that could break the slot's smallest
+    limit (negatives included, seen as unsigned), and only those are checked against their own
+    type's limits: gathering a limit for every event cost more than the rest of the load."""
+    if not len(typ):
+        return -1, -1, -1, 0, 0
+    tmax = int(typ.max())
+    if tmax < nt:
+        for k, (v, low, high) in enumerate(slots):
             maybe = np.flatnonzero(v.view(np.uint64) >= np.uint64(high.min()))
             if not len(maybe):
                 continue
             t, w = typ[maybe], v[maybe]
             bad = (w >= high[t]) | (w < low[t])
             if bad.any():
-                i = int(np.argmax(bad))
-                tid = int(t[i])
-                arg = s.type_args[tid]["abcde".index(slot)]
-                kind = "string" if arg.endswith("_str") else "model"
-                raise ProfileError(f"{path}: argument {arg} of a {s.type_names[tid]} event refers to {kind} "
-                                   f"{int(w[i])}, outside the file's table of {sizes[kind]} {kind}s")
-        for col in ("start_ns", "end_ns"):
-            c = e[col][lo:hi]
-            cmin, cmax = int(c.min()), int(c.max())
-            t_lo, t_hi = min(t_lo, cmin), max(t_hi, cmax)
-        s.release(hi)
-    check_times(path, "event timestamps", t_lo, t_hi, wall_off)
+                return tmax, k, int(maybe[int(np.argmax(bad))]), 0, 0
+    return (tmax, -1, -1, min(int(start.min()), int(end.min())), max(int(start.max()), int(end.max())))
 
 
 def check_times(path: str, what: str, lo: int, hi: int, offset: int) -> None:

@@ -45,7 +45,6 @@ counts and the executions' recorded flops.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,14 +52,10 @@ from typing import Any
 import numpy as np
 
 from neuron_explorer.analysis import stepalign
-from neuron_explorer.util.intervals import overlap_runs
 
-try:  # (the covered time in one C pass; without it, or with NEURON_EXPLORER_PURE_PYTHON=1, its numpy twin)
-    from neuron_explorer.analysis import _sweep
-except ImportError:  # pragma: no cover - an install without the C extensions
-    _sweep = None  # type: ignore[assignment]
-if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
-    _sweep = None  # type: ignore[assignment]
+# (the covered time in one C pass; without it, or with NEURON_EXPLORER_PURE_PYTHON=1, its numpy twin)
+from neuron_explorer.analysis.native import sweep as _sweep
+from neuron_explorer.util.intervals import overlap_runs
 
 __all__ = ["BREAKDOWN", "COUNTS", "DATALOADER_PREFIX", "FIGURE_AT_MOST", "STEP_MARK", "Steps", "figured_sample",
            "find_steps", "session_steps"]
