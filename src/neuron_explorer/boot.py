@@ -58,10 +58,14 @@ def start(config: CaptureConfig | None = None, *, from_env: bool = True, capture
         cfg = config or CaptureConfig.from_env()
         for w in cfg.warnings:
             get_logger(__name__).warning(f"neuron-explorer: warning: {w}")
-        if not capture and not keep_rings and not (for_monitor and on_demand()):
+        # neuron-monitor's counters alone: found by discovery (``for_monitor``), or started from the
+        # environment for them (NEURON_PROCESS_TAG, NEURON_EXPLORER_AUTOSTART: no capture, no NDET)
+        monitor_only = for_monitor or (auto and not ndet_on)
+        if not capture and not keep_rings and not (monitor_only and on_demand()):
             # Nothing drains the capture rings without a capture sink: keep them minimal.  (For
             # neuron-monitor's counters with on-demand capture on, the watcher drains them
-            # once a second, and a `neuron-explorer attach` window keeps what it needs: ondemand)
+            # once a second, and a `neuron-explorer attach` window keeps what it needs: ondemand.
+            # A tagged job's rings were kept minimal too, and `attach` refused it: decision 0216)
             cfg.max_events_per_nc = 1
         if capture:
             _check_output_dir(cfg.output_dir)

@@ -151,3 +151,28 @@ def test_attach_captures_the_same_five_steps_and_changes_no_result(python, tmp_p
         base.kill()
     assert (rc_ddp, rc_jax) == (0, 0)
     assert ref == losses
+
+
+@pytest.mark.slow
+def test_jobs_tagged_for_neuron_monitor_are_attached_by_their_tag(python, tmp_path):
+    """NEURON_PROCESS_TAG starts the runtime at start-up, for neuron-monitor's counters: its rings
+    were kept at one event, and `attach` refused every tagged process ("already runs
+    neuron-explorer"), `--tag` included (decision 0216)."""
+    env = job_env(tmp_path)
+    release, out = tmp_path / "release", tmp_path / "out"
+    jobs = [subprocess.Popen([python, str(APPS / "idle_job.py"), str(release)], env={**env, "NEURON_PROCESS_TAG": tag},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for tag in ("rank0", "rank1", "other")]
+    try:
+        pids = [int(p.stdout.readline()) for p in jobs]
+        r = attach(python, env, "--tag", "rank[0-1]", "--steps", "3", "-o", str(out))
+        assert r.returncode == 0, r.stdout + r.stderr
+        said = {int(p): d for p, d in re.findall(r"pid (\d+): profile written to (\S+) \(steps", r.stdout)}
+        assert sorted(said) == sorted(pids[:2]), r.stdout
+    finally:
+        release.touch()
+        ends = [p.communicate(timeout=60) for p in jobs]
+    assert [p.returncode for p in jobs] == [0, 0, 0], [e for _, e in ends]
+    s = summary(python, env, out)
+    assert sorted(p["pid"] for p in s["profiles"]) == sorted(pids[:2])
+    assert all(p["end_reason"] == "window" for p in s["profiles"])
