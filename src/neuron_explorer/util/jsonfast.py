@@ -35,22 +35,26 @@ def loads(data: bytes | str) -> Any:
 
 def dumps_line(obj: Any) -> str:
     """Encode compactly as one line of text (no trailing newline)."""
-    return dumps_bytes(obj).decode()
+    if _orjson is not None:
+        return _orjson_dumps(obj).decode()
+    return json.dumps(obj, separators=(",", ":"), check_circular=False)
 
 
 def dumps_bytes(obj: Any) -> bytes:
-    """Encode compactly to UTF-8 bytes (snapshot files).  A string that is not valid Unicode (the
-    lone surrogates of a non-UTF-8 name or argument) is written with ``\\xNN`` escapes
-    (``util.names.valid_text``) instead of failing the whole document."""
+    """Encode compactly to bytes (snapshot files)."""
+    if _orjson is not None:
+        return _orjson_dumps(obj)
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _orjson_dumps(obj: Any) -> bytes:
+    """orjson's document.  A string that is not valid Unicode (the lone surrogates of a non-UTF-8
+    name or argument) is written with ``\\xNN`` escapes (``util.names.valid_text``) instead of
+    failing the whole document; the standard library escapes it as ``\\udcNN`` and never fails."""
+    assert _orjson is not None
     try:
-        return _dumps(obj)
-    except (UnicodeEncodeError, TypeError) as e:  # orjson's JSONEncodeError is a TypeError
+        return _orjson.dumps(obj)
+    except TypeError as e:  # orjson's JSONEncodeError
         if "surrogate" not in str(e):
             raise
-    return _dumps(valid_texts(obj))
-
-
-def _dumps(obj: Any) -> bytes:
-    if _orjson is not None:
-        return _orjson.dumps(obj)
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return _orjson.dumps(valid_texts(obj))
