@@ -20,7 +20,9 @@ import glob, json, sys, time, torch
 m = torch.nn.Linear(8, 8)
 for _ in range(5):
     m(torch.randn(4, 8)).sum().backward()
-time.sleep(1.5)  # a stats snapshot (0.5 s period) and an NDET flush (0.2 s)
+deadline = time.monotonic() + 120  # the first stats snapshot (0.5 s period), however loaded the machine
+while not glob.glob(sys.argv[2] + "/*.json") and time.monotonic() < deadline:
+    time.sleep(0.05)
 snaps = [json.load(open(f)) for f in glob.glob(sys.argv[2] + "/*.json")]
 print("TAGS", json.dumps([s.get("tag") for s in snaps]))
 """

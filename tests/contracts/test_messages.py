@@ -11,7 +11,8 @@ import pytest
 
 from neuron_explorer.contracts import messages
 from neuron_explorer.proto import neuron_explorer_capture_pb2 as pb
-from neuron_explorer.util.pbmessage import encode_message, utf8
+from neuron_explorer.util.names import valid_text
+from neuron_explorer.util.pbmessage import encode_message
 
 _TYPES = {1: "double", 3: "int64", 4: "uint64", 5: "int32", 8: "bool", 9: "string", 12: "bytes", 13: "uint32"}
 
@@ -91,7 +92,7 @@ def _sorted_maps(values: dict, name: str) -> dict:
     for k, v in values.items():
         f = messages.SCHEMA[name][k]
         if f.kind == "map":
-            v = dict(sorted(v.items(), key=lambda kv: utf8(kv[0])))
+            v = dict(sorted(v.items(), key=lambda kv: valid_text(kv[0]).encode()))
         elif f.kind in messages.SCHEMA:
             v = [_sorted_maps(x, f.kind) for x in v] if f.repeated else _sorted_maps(v, f.kind)
         out[k] = v

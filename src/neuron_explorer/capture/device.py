@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -39,10 +39,6 @@ class DeviceExecution:
     neff_name: str
     start_ns: int
     end_ns: int
-
-    def fields(self) -> dict:
-        return {"exec_id": self.exec_id, "model_id": self.model_id, "model_name": self.model_name,
-                "neff_name": self.neff_name, "start_ns": self.start_ns, "end_ns": self.end_ns}
 
 
 @dataclass
@@ -99,7 +95,7 @@ def write_device_trace(path: str, table: OpTable, *, instance_id: str, pid: int,
         ops[c.name] = _col(np.asarray(getattr(table, c.name), dtype=c.dtype), c.dtype)
     atomic_write(path, messages.encode(
         "DeviceTrace", format_version=FORMAT_VERSION, instance_id=instance_id, pid=pid, nc_idx=nc_idx, mode=mode,
-        device_kind=device_kind, strings=strings, executions=[e.fields() for e in table.executions], ops=ops,
+        device_kind=device_kind, strings=strings, executions=[asdict(e) for e in table.executions], ops=ops,
         sync=[{"cpu_timestamp_ns": cpu, "nc_timestamp_ns": dev, "exec_id": eid} for cpu, dev, eid in sync],
         peak_flops=peak_flops, source=source))
 

@@ -27,7 +27,7 @@ from neuron_explorer.contracts.columns import (
 )
 from neuron_explorer.contracts.env import job_environment
 from neuron_explorer.util.atomic import atomic_write, atomic_write_all
-from neuron_explorer.util.pbwire import encode_varint_scalar
+from neuron_explorer.util.pbwire import LEN, VARINT, encode_varint_scalar, tag
 
 from .. import __version__
 
@@ -45,7 +45,7 @@ def _col(a: np.ndarray, dtype: str) -> bytes:
 
 def _len_prefix(field: int, nbytes: int) -> bytes:
     """Tag and length of a length-delimited protobuf field."""
-    return encode_varint_scalar((field << 3) | 2) + encode_varint_scalar(nbytes)
+    return tag(field, LEN) + encode_varint_scalar(nbytes)
 
 
 def _stored_columns(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +62,7 @@ def _stored_columns(cores: dict[int, "CoreStore"]) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(parts, axis=1), np.concatenate(ncs)
 
 
-_COUNT_TAG = encode_varint_scalar(EVENT_COUNT_FIELD << 3)  # a varint field
+_COUNT_TAG = tag(EVENT_COUNT_FIELD, VARINT)
 
 
 def encode_events(cores: dict[int, "CoreStore"]) -> list[bytes | memoryview]:

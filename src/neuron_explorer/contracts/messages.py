@@ -9,7 +9,6 @@ bytes to protobuf's own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from neuron_explorer.util.pbmessage import Field, Schema, encode_message
@@ -92,7 +91,3 @@ def number(message: str, field: str) -> int:
     """A field's number in the schema."""
     return SCHEMA[message][field].number
 
-
-def encode_each(name: str, rows: list[Mapping[str, Any]]) -> list[bytes]:
-    """Each of ``rows`` as an encoded ``name`` message (a repeated field's entries)."""
-    return [encode_message(SCHEMA, name, r) for r in rows]

@@ -106,8 +106,9 @@ def _pad8(b: bytes) -> bytes:
 def _header_bytes(header: dict) -> bytes:
     """The header as UTF-8 JSON; an argument or a name that is not valid Unicode (a non-UTF-8
     command-line argument) is written with ``\\xNN`` escapes instead of failing the log."""
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False)
     try:
-        return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        return text.encode()
     except UnicodeEncodeError:
         return json.dumps(valid_texts(header), separators=(",", ":"), ensure_ascii=False).encode()
 

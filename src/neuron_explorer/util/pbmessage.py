@@ -2,7 +2,7 @@
 
 A profiled process writes a handful of small messages per flush (a capture's ``TraceInfo``, its
 tables, its sample columns).  Building them with the generated protobuf classes means importing
-protobuf and the schema at start-up, ~18 ms of every profiled process's CPU (decision 0214).  Here
+protobuf and the schema at start-up, 25-40 ms of every profiled process's CPU (decision 0214).  Here
 a message is a ``Mapping`` from field names to values, encoded from a ``Schema`` that names each
 field's number and type, with proto3's rules: a scalar equal to its default is not written, a
 repeated number is packed, a ``map<string, string>`` is a run of (key = 1, value = 2) entries, and
@@ -12,7 +12,7 @@ the fields come in field-number order.  Given a map's keys in sorted order, the 
 Values are checked as protobuf checks them (an int32 out of range, a float for an integer raise
 ``ValueError`` / ``TypeError``), with one difference: a string that is not valid Unicode (a
 non-UTF-8 file name or argument, which Python keeps as lone surrogates) is written with
-``\\xNN`` escapes instead of failing the whole message (``utf8``).
+``\\xNN`` escapes instead of failing the whole message (``util.names.valid_text``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from neuron_explorer.util.names import valid_text
-from neuron_explorer.util.pbwire import encode_varint_scalar
+from neuron_explorer.util.pbwire import FIXED64, LEN, encode_varint_scalar, length_delimited, tag, varint_field
 
 
 class Field(NamedTuple):
@@ -39,14 +39,6 @@ _RANGES = {"int32": (-(1 << 31), 1 << 31), "int64": (-(1 << 63), 1 << 63),
 _LEN_KINDS = ("string", "bytes")
 
 
-def utf8(s: str) -> bytes:
-    """``s`` as UTF-8; lone surrogates (undecodable bytes of a name) become ``\\xNN`` escapes."""
-    try:
-        return s.encode()
-    except UnicodeEncodeError:
-        return valid_text(s).encode()
-
-
 def _int(kind: str, v: Any) -> int:
     if kind == "bool":
         return int(bool(v))
@@ -59,31 +51,24 @@ def _int(kind: str, v: Any) -> int:
     return v & 0xFFFFFFFFFFFFFFFF  # a negative number is its 64-bit two's complement, 10 bytes
 
 
-def _key(number: int, wire: int) -> bytes:
-    return encode_varint_scalar((number << 3) | wire)
-
-
-_LEN1 = [bytes((n,)) for n in range(128)]  # the varint of a length below 128: one byte
-
-
-def _delimited(number: int, payload: bytes | bytearray) -> bytes:
-    return _key(number, 2) + encode_varint_scalar(len(payload)) + payload
-
-
 def _each_delimited(number: int, payloads: Sequence[bytes | bytearray]) -> bytes:
     """A repeated LEN field: each payload with its tag and length (a string table's thousands of
     entries: ~0.15 us each)."""
-    tag = _key(number, 2)
-    return b"".join([tag + (_LEN1[len(p)] if len(p) < 128 else encode_varint_scalar(len(p))) + p for p in payloads])
+    key = tag(number, LEN)
+    return b"".join([key + encode_varint_scalar(len(p)) + p for p in payloads])
 
 
 def _payload(kind: str, v: Any) -> bytes:
-    """A string's or bytes field's payload."""
-    if kind == "string":
-        if not isinstance(v, str):
-            raise TypeError(f"expected a str for a string field, got {type(v).__name__}")
-        return utf8(v)
-    return bytes(v)
+    """A string's or bytes field's payload; a string's lone surrogates (undecodable bytes of a
+    name) become ``\\xNN`` escapes."""
+    if kind == "bytes":
+        return bytes(v)
+    if not isinstance(v, str):
+        raise TypeError(f"expected a str for a string field, got {type(v).__name__}")
+    try:
+        return v.encode()
+    except UnicodeEncodeError:
+        return valid_text(v).encode()
 
 
 def _payloads(kind: str, values: Any) -> list[bytes]:
@@ -109,8 +94,8 @@ def encode_message(schema: Schema, name: str, values: Mapping[str, Any]) -> byte
             continue
         if f.kind == "map":  # entries always hold both fields, empty or not, as upb writes them
             for k, val in v.items():
-                entry = _delimited(1, _payload("string", k)) + _delimited(2, _payload("string", val))
-                out += _delimited(f.number, entry)
+                entry = length_delimited(1, _payload("string", k)) + length_delimited(2, _payload("string", val))
+                out += length_delimited(f.number, entry)
         elif f.kind in schema:
             subs = [m if isinstance(m, (bytes, bytearray)) else encode_message(schema, f.kind, m)
                     for m in (v if f.repeated else (v,))]
@@ -120,18 +105,18 @@ def encode_message(schema: Schema, name: str, values: Mapping[str, Any]) -> byte
         elif f.kind in _LEN_KINDS:
             p = _payload(f.kind, v)
             if p:
-                out += _delimited(f.number, p)
+                out += length_delimited(f.number, p)
         elif f.kind == "double":
             if f.repeated:
                 if v:
-                    out += _delimited(f.number, struct.pack(f"<{len(v)}d", *v))
+                    out += length_delimited(f.number, struct.pack(f"<{len(v)}d", *v))
             elif struct.pack("<d", v) != bytes(8):  # -0.0 and NaN are not the default
-                out += _key(f.number, 1) + struct.pack("<d", v)
+                out += tag(f.number, FIXED64) + struct.pack("<d", v)
         elif f.repeated:
             if v:
-                out += _delimited(f.number, b"".join(encode_varint_scalar(_int(f.kind, x)) for x in v))
+                out += length_delimited(f.number, b"".join(encode_varint_scalar(_int(f.kind, x)) for x in v))
         else:
             x = _int(f.kind, v)
             if x:
-                out += _key(f.number, 0) + encode_varint_scalar(x)
+                out += varint_field(f.number, x)
     return bytes(out)

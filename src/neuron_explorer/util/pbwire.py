@@ -36,11 +36,17 @@ PAD_BYTES = 1
 _VARINT_BOUNDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 
 
-def _tag(field: int, wire: int) -> bytes:
+def tag(field: int, wire: int) -> bytes:
+    """A field's key: its number and wire type as a varint."""
     return encode_varint_scalar((field << 3) | wire)
 
 
+_ONE_BYTE = [bytes((v,)) for v in range(128)]
+
+
 def encode_varint_scalar(v: int) -> bytes:
+    if 0 <= v < 128:  # (most tags and lengths)
+        return _ONE_BYTE[v]
     v &= (1 << 64) - 1
     out = bytearray()
     while True:
@@ -191,13 +197,13 @@ class Rows:
         pr = self._present(present)
         if pr is False:
             return self
-        return self._const(_tag(field, VARINT), pr)._varint(_as_u64(values), pr)
+        return self._const(tag(field, VARINT), pr)._varint(_as_u64(values), pr)
 
     def field_fixed64(self, field: int, values: npt.ArrayLike, present: npt.ArrayLike | None = None) -> Rows:
         pr = self._present(present)
         if pr is False:
             return self
-        self._const(_tag(field, FIXED64), pr)
+        self._const(tag(field, FIXED64), pr)
         v = _as_u64(values)
         if v.ndim == 0:
             return self._const(int(v).to_bytes(8, "little"), pr)
@@ -210,7 +216,7 @@ class Rows:
         if pr is False:
             return self
         size = sub.lengths()  # (only the present rows' sizes are written)
-        self._const(_tag(field, LEN), pr)
+        self._const(tag(field, LEN), pr)
         self._varint(_as_u64(size), pr)
         combined: dict[int, Present] = {}  # (False: no row has both)
         for p in sub.pieces:
@@ -319,13 +325,13 @@ class Rows:
         return np.compress(keep.reshape(-1), mat.reshape(-1))
 
 
-def length_delimited(field: int, payload: bytes) -> bytes:
+def length_delimited(field: int, payload: bytes | bytearray) -> bytes:
     """One LEN field (tag, length, payload) as bytes."""
-    return _tag(field, LEN) + encode_varint_scalar(len(payload)) + payload
+    return tag(field, LEN) + encode_varint_scalar(len(payload)) + payload
 
 
 def varint_field(field: int, value: int) -> bytes:
-    return _tag(field, VARINT) + encode_varint_scalar(value)
+    return tag(field, VARINT) + encode_varint_scalar(value)
 
 
 def decode_varint(buf: Buf, pos: int) -> tuple[int, int]:
