@@ -31,7 +31,8 @@ EXTENSIONS = [
     ("neuron_explorer.runtime._fastpath", "src/neuron_explorer/runtime/_fastpath.c",
      ["src/neuron_explorer/runtime/_expand.h", "src/neuron_explorer/runtime/_finite.h",
       "src/neuron_explorer/runtime/_hooks.h", "src/neuron_explorer/runtime/_jit.h",
-      "src/neuron_explorer/runtime/_local.h", "src/neuron_explorer/runtime/_step.h"],
+      "src/neuron_explorer/runtime/_local.h", "src/neuron_explorer/runtime/_procread.h",
+      "src/neuron_explorer/runtime/_step.h"],
      "the capture runs its Python hot path: about 3x the overhead per event (~1.6% instead of ~0.5% of a "
      "small training step's instructions, docs/decisions/0006-c-hot-path.md)"),
     ("neuron_explorer.exporters._pqenc", "src/neuron_explorer/exporters/_pqenc.c", [],

@@ -158,3 +158,39 @@ def test_the_cpu_file_carries_the_main_thread_columns_and_a_wrong_length_is_refu
             assert field in str(e), e
         else:
             raise AssertionError(f"a {field} column shorter than the samples was read")
+
+
+def test_a_sample_reads_proc_without_pythons_file_objects(monkeypatch):
+    """Decision 0217: a started sampler reads /proc with the extension's ``read_file``, which keeps
+    the GIL, so a sample hands the GIL over once (after its wait), not around each system call of
+    each file.  With ``open`` refused during a sample, every figure is still read."""
+    import builtins
+    import time
+
+    from neuron_explorer.runtime.ring import read_file
+    from neuron_explorer.util import procfs
+
+    if read_file is None:
+        import pytest
+
+        pytest.skip("the C extension is not built")
+    s = HostSampler(os.getpid(), 3600.0)
+    s.start()
+    try:
+        assert procfs._read is read_file  # noqa: SLF001
+
+        def refused(*a, **k):
+            raise AssertionError(f"a Python file object opened during a sample: {a}")
+
+        time.sleep(0.01)  # (a share of a period under 1 ms reads NaN)
+        monkeypatch.setattr(builtins, "open", refused)
+        s.sample()
+        monkeypatch.undo()
+    finally:
+        s.stop()
+        procfs.use_reader(None)
+    _, per_cpu, process, main, _ = s.cpu_columns()
+    _, mem, _ = s.mem_columns()
+    # (samples: at the start, the one above, at the stop)
+    assert len(mem) == 3 and (mem[1] > 0).all()  # rss, vms, total, used, available
+    assert per_cpu.shape[1] == s.ncpu and not np.isnan(main[1]).any() and process[1] > 0

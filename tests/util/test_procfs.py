@@ -119,3 +119,52 @@ def test_a_process_whose_name_holds_parentheses_is_read_like_any_other(tmp_path)
         child.wait()
     assert procfs.process_cpu_times(child.pid) is None and reader() is None
     assert procfs.process_memory(child.pid) is None and procfs.process_start_time(child.pid) is None
+
+
+def _c_reader():
+    from neuron_explorer.runtime.ring import read_file
+
+    if read_file is None:
+        pytest.skip("the C extension is not built")
+    return read_file
+
+
+def test_the_c_reader_returns_what_python_reads(tmp_path) -> None:
+    """``read_file`` (decision 0217) is a drop-in for ``read_python``: the same bytes for files of
+    every size around its 16 KiB first read, /proc files, and None where Python's read fails."""
+    read_file = _c_reader()
+    rng = random.Random(17)
+    sizes = [0, 1, 16383, 16384, 16385, 32768, 300_001] + [rng.randrange(70_000) for _ in range(40)]
+    for i, n in enumerate(sizes):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(rng.randbytes(n))
+        assert read_file(str(p)) == procfs.read_python(str(p)) == p.read_bytes()
+        assert read_file(os.fsencode(p)) == p.read_bytes()  # (a bytes path, as os.open takes)
+    for stable in ("/proc/self/cmdline", "/proc/self/environ", "/proc/cpuinfo"):
+        assert read_file(stable) == procfs.read_python(stable)
+    assert read_file("/proc/self/stat").split()[0] == str(os.getpid()).encode()
+    for bad in (str(tmp_path / "absent"), str(tmp_path), "/proc/self/task/0/stat", ""):
+        assert read_file(bad) is None and procfs.read_python(bad) is None
+    with pytest.raises(TypeError):
+        read_file(3)
+
+
+def test_every_figure_is_read_through_the_reader_in_use() -> None:
+    """One reader serves every figure, so installing the C one covers them all."""
+    seen: list[str] = []
+
+    def recording(path: str) -> bytes | None:
+        seen.append(path)
+        return procfs.read_python(path)
+
+    me = os.getpid()
+    procfs.use_reader(recording)
+    try:
+        assert procfs.per_cpu_times() and procfs.host_memory() and procfs.process_memory(me)
+        assert procfs.stat_fields(me) and procfs.boot_time() and procfs.process_start_time(me)
+        assert procfs.read(f"/proc/{me}/schedstat")
+    finally:
+        procfs.use_reader(None)
+    assert set(seen) == {"/proc/stat", "/proc/meminfo", f"/proc/{me}/statm", f"/proc/{me}/stat",
+                         f"/proc/{me}/schedstat"}
+    assert procfs.read is not recording and procfs._read is procfs.read_python  # noqa: SLF001

@@ -22,6 +22,7 @@ from neuron_explorer.util.ranges import distinct
 
 from ..runtime import clock
 from ..runtime.core import get_runtime
+from ..runtime.ring import read_file
 
 # The default capacity keeps each sampler's rows under this many bytes (~70 h of samples at the
 # default 250 ms on a small host, ~6 h on a 192-CPU one); NEURON_EXPLORER_MAX_SAMPLES overrides it.
@@ -90,10 +91,9 @@ def main_thread_times(pid: int) -> tuple[int, int] | None:
     runnable, since it began (the first two fields of Linux's ``/proc/<pid>/schedstat``, ns), or
     None where they cannot be read."""
     try:
-        with open(f"/proc/{pid}/schedstat", "rb") as f:
-            ran, waited = f.read(256).split()[:2]
+        ran, waited = (procfs.read(f"/proc/{pid}/schedstat") or b"").split()[:2]
         return int(ran), int(waited)
-    except (OSError, ValueError):
+    except ValueError:  # (unreadable, or not two numbers)
         return None
 
 
@@ -154,6 +154,9 @@ class HostSampler:
         self.lock = threading.Lock()
 
     def start(self) -> None:
+        # /proc read with the GIL held: the training thread is not made to hand it over around each
+        # system call of a sample (decision 0217); the stats publisher's reads too
+        procfs.use_reader(read_file)
         if not (self.cpu or self.mem):
             return
         # prime the "since last call" counters so the first sample is meaningful

@@ -1114,6 +1114,7 @@ static PyTypeObject ExecWrapperType = {
 #include "_hooks.h"
 #include "_expand.h"
 #include "_jit.h"  /* the jax.jit stand-in's call (JitCall) */
+#include "_procread.h"  /* read_file: small /proc files with the GIL held */
 
 /* ---- signals: wake a watcher thread at once (runtime/signals.py) --------------------------- */
 
@@ -1275,6 +1276,8 @@ static PyMethodDef fp_methods[] = {
      "region_methods(cls, enter, exit, ring, ticks, strings, intern, enabled, index): (__enter__, __exit__) (_hooks.h)"},
     {"grad_entries", fp_grad_entries, METH_VARARGS,
      "grad_entries(groups, tensor_type, core) -> [(storage address, core, bytes)]: the optimizer's gradients (_hooks.h)"},
+    {"read_file", fp_read_file, METH_O,
+     "read_file(path) -> bytes | None: a small file (/proc) read whole with the GIL held; None when unreadable"},
     {"expand_pairs", fp_expand_pairs, METH_VARARGS,
      "expand_pairs(rows, out, last_model, runtime_rows, types) -> (m, last_model): a drain's events as columns (_expand.h)"},
     {NULL},

@@ -11,6 +11,7 @@ take keywords.  Records are rows of int64: ``WIDTH`` (``contracts.events.RECORD_
 capture ring, 11 for NDET's ring (``ndet/format.py``).
 """
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from types import FunctionType
 from typing import Any, final
@@ -276,6 +277,11 @@ def expand_pairs(rows: ReadableBuffer | NDArray[Any], out: WriteableBuffer | NDA
     nc_exec_running, nrt_model_switch).  Returns ``(m, last_model)``; ``ValueError`` when ``out`` is
     too small.  Runs without the GIL on large drains.  Twin: ``capture/store.py`` ``_expand_rows``
     (numpy), the reference its tests compare with."""
+
+def read_file(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], /) -> bytes | None:
+    """The whole file at ``path`` (a small ``/proc`` file), read with the GIL held, or None where it
+    cannot be opened or read (any errno; also beyond 64 MiB).  Twin: ``util/procfs.py``
+    ``read_python`` (decision 0217)."""
 
 def grad_entries(groups: Any, tensor_type: Any, core: int, /) -> list[tuple[int, int, int]]:
     """``(storage.data_ptr(), core, int(storage.nbytes()))`` of the ``untyped_storage()`` of each

@@ -116,6 +116,11 @@ try:  # the gradient snapshot's loop (integrations/torch/memory.py's ``_grad_ent
     from ._fastpath import grad_entries
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     grad_entries = None
+read_file: Callable[[str], bytes | None] | None
+try:  # a small /proc file read with the GIL held (util/procfs.py's reader otherwise: decision 0217)
+    from ._fastpath import read_file
+except ImportError:  # pragma: no cover - no extension, or one built from older sources
+    read_file = None
 JitCall: type[_c.JitCall] | None
 try:  # the jax.jit stand-in's call (runtime/_jit.h; integrations/jax/jit.py's closure otherwise)
     from ._fastpath import JitCall
@@ -125,7 +130,7 @@ if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     JitCall = None
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = expand_pairs = None
     RateGate = PyRateGate
-    grad_entries = None
+    grad_entries = read_file = None
     backward_gate = module_call_gate = module_call_skip = region_methods = None
     EagerLocal = backward_settle = module_call_root = None
 

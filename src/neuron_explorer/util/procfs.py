@@ -6,18 +6,48 @@ keeps psutil.
 
 Each reader returns None where the file cannot be read (a process that ended), as psutil raises
 ``psutil.Error`` there; ``tests/util/test_procfs.py`` compares every figure with psutil's.
+
+Every file is read by one function, ``read`` below (Python's file object); a profiled process's
+sampler puts the C extension's ``read_file`` in its place (``use_reader``), which keeps the GIL
+through the read instead of handing it over around each system call
+(docs/decisions/0217-proc-reads-keep-the-gil.md).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGESIZE = os.sysconf("SC_PAGE_SIZE")
 # the per-CPU fields of /proc/stat in order (Linux >= 2.6.33), as psutil names them
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 _IDLE, _IOWAIT, _GUEST, _GUEST_NICE = 3, 4, 8, 9
+
+
+def read_python(path: str) -> bytes | None:
+    """The whole file at ``path``, or None where it cannot be opened or read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+_read: Callable[[str], bytes | None] = read_python
+
+
+def use_reader(reader: Callable[[str], bytes | None] | None) -> None:
+    """Read every file with ``reader`` (the same contract as ``read_python``) from now on; None
+    puts ``read_python`` back."""
+    global _read
+    _read = reader or read_python
+
+
+def read(path: str) -> bytes | None:
+    """The whole file at ``path`` with the reader in use, or None where it cannot be read."""
+    return _read(path)
 
 
 def cpu_count() -> int:
@@ -29,10 +59,8 @@ def per_cpu_times(text: bytes | None = None) -> list[list[float]] | None:
     """Each logical CPU's times in seconds, ``CPU_FIELDS`` in order (fields a kernel lacks read
     0), from the ``cpuN`` lines of ``/proc/stat`` (``text``: its contents, for tests)."""
     if text is None:
-        try:
-            with open("/proc/stat", "rb") as f:
-                text = f.read()
-        except OSError:
+        text = _read("/proc/stat")
+        if text is None:
             return None
     rows = []
     for line in text.split(b"\n")[1:]:  # (the first line is the whole host)
@@ -77,10 +105,8 @@ def host_memory(path: str = "/proc/meminfo") -> tuple[int, int] | None:
     """(total, available) bytes as psutil's ``virtual_memory()`` gives them: MemTotal and
     MemAvailable of ``/proc/meminfo``; on a kernel without MemAvailable (or reading 0) psutil's own
     estimate is asked for (its import, then, is the price of the same figure)."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read()
-    except OSError:
+    text = _read(path)
+    if text is None:
         return None
     mem = {}
     for line in text.split(b"\n"):
@@ -112,10 +138,9 @@ def host_memory(path: str = "/proc/meminfo") -> tuple[int, int] | None:
 def process_memory(pid: int) -> tuple[int, int] | None:
     """(rss, vms) bytes of ``pid`` (``/proc/<pid>/statm``, psutil's ``memory_info()``)."""
     try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            vms, rss = f.read().split()[:2]
+        vms, rss = (_read(f"/proc/{pid}/statm") or b"").split()[:2]
         return int(rss) * PAGESIZE, int(vms) * PAGESIZE
-    except (OSError, ValueError):
+    except ValueError:  # (unreadable, or not two numbers)
         return None
 
 
@@ -123,10 +148,8 @@ def stat_fields(pid: int) -> list[bytes] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
     parentheses: the last ``)`` ends it), or None where it cannot be read: the state is field 0,
     utime and stime 11 and 12, the start time in clock ticks since boot 19."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
         return None
     return data[data.rfind(b")") + 2:].split()
 
@@ -166,13 +189,12 @@ class ProcessCpuPercent:
 
 def boot_time() -> float | None:
     """The host's boot time, seconds since the epoch (``btime`` of ``/proc/stat``)."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            for line in f:
-                if line.startswith(b"btime"):
-                    return float(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    for line in (_read("/proc/stat") or b"").split(b"\n"):
+        if line.startswith(b"btime"):
+            try:
+                return float(line.split()[1])
+            except (ValueError, IndexError):
+                return None
     return None
 
 
