@@ -48,6 +48,15 @@ def delta_nonneg(values: _Values, as32: bool = False, /) -> tuple[bytes, int]:
     input written as an INT32 column (each value truncated to 32 bits, as numpy's ``astype`` does).
     Replaces, in one pass, numpy's mask, count, negation and level pass."""
 
+def group_stats(gid: _Values, start: _Values, end: _Values, count: _Values, total: _Values, first: _Values,
+                last: _Values, longest: _Values, /) -> None:
+    """The event summary's reductions over one chunk in one pass, into the five int64 output
+    arrays of one length ``size`` (count and total zeroed, first at INT64_MAX, last and longest at
+    INT64_MIN): per event i of group ``gid[i]``, its count, total ``end - start``, minimum start,
+    maximum end and longest duration (differences and sums wrap as numpy's int64 do).
+    ``ValueError`` for a gid outside [0, size), lengths that differ or arrays that are not int64.
+    Twin: ``exporters/event_summary.py`` ``group_stats_numpy``."""
+
 def present(ids: _Values, k: int, /) -> bytes | None:
     """One byte per value 0..k-1 of the int64 ``ids``: 1 where some id equals it; None when an id
     lies outside [0, k).  The numpy equivalent is ``np.bincount(ids, minlength=k) > 0`` with a range

@@ -8,9 +8,9 @@ open); here it is a by-product of writing them, while the columns are in memory:
 and longest duration. Buckets are aligned to multiples of their width, so the viewer merges whole
 buckets into its own coarser width exactly (docs/decisions/0054-ui-event-summary.md).
 
-The cost is kept to a few passes of numpy over integer columns (no sort and no hashing in the
-common case: bincounts over dense numbers); keys or (key, bucket) pairs spread too wide for a dense
-numbering fall back to ``np.unique``.
+The cost is kept to a few passes over integer columns (no sort and no hashing in the common case:
+dense group numbers, and the five reductions in one C pass, ``_pqenc.group_stats``); keys or (key,
+bucket) pairs spread too wide for a dense numbering fall back to ``np.unique``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ SCHEMA = pa.schema([("thread_id", pa.int64()), ("nc_idx", pa.int32()), ("trace_e
                     ("last_end", pa.int64()), ("total_ns", pa.int64()), ("max_ns", pa.int64())])
 _I64_MAX = np.iinfo(np.int64).max
 _I64_MIN = np.iinfo(np.int64).min
+
+try:  # the five reductions in one C pass (group_stats_numpy below otherwise)
+    from neuron_explorer.exporters._pqenc import group_stats as _c_group_stats
+except ImportError:  # pragma: no cover - extension not built
+    _c_group_stats = None
 
 
 def _dense_key(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, key: np.ndarray, tmp: np.ndarray
@@ -77,6 +82,37 @@ def _scratch(scratch: dict[str, np.ndarray] | None, name: str, n: int) -> np.nda
     return a[:n]
 
 
+def group_stats_numpy(gid: np.ndarray, start: np.ndarray, end: np.ndarray, size: int, dur: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per group 0..size-1 of the events (``gid``: each event's group), the count, total duration,
+    first start, last end and longest duration (INT64_MAX / INT64_MIN where a group has no event):
+    a bincount and four ``ufunc.at`` passes.  The twin of ``_pqenc.group_stats``, which makes them
+    in one pass.  ``dur``: a scratch array of the events' length."""
+    count = np.bincount(gid, minlength=size).astype(np.int64, copy=False)
+    dur = np.subtract(end, start, out=dur) if dur is not None else np.subtract(end, start)
+    total = np.zeros(size, dtype=np.int64)
+    np.add.at(total, gid, dur)
+    first = np.full(size, _I64_MAX, dtype=np.int64)
+    np.minimum.at(first, gid, start)
+    last = np.full(size, _I64_MIN, dtype=np.int64)
+    np.maximum.at(last, gid, end)
+    longest = np.full(size, _I64_MIN, dtype=np.int64)
+    np.maximum.at(longest, gid, dur)
+    return count, total, first, last, longest
+
+
+def group_stats(gid: np.ndarray, start: np.ndarray, end: np.ndarray, size: int, dur: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``group_stats_numpy``'s five arrays, in C when the extension is built (``gid``, ``start`` and
+    ``end``: contiguous int64)."""
+    if _c_group_stats is None:
+        return group_stats_numpy(gid, start, end, size, dur)
+    out = (np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64), np.full(size, _I64_MAX, dtype=np.int64),
+           np.full(size, _I64_MIN, dtype=np.int64), np.full(size, _I64_MIN, dtype=np.int64))
+    _c_group_stats(gid, start, end, *out)
+    return out
+
+
 def chunk(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, start: np.ndarray, end: np.ndarray,
           names: Sequence[str], sources: Sequence[str | None], groups: Sequence[str | None],
           scratch: dict[str, np.ndarray] | None = None) -> pa.Table:
@@ -109,16 +145,7 @@ def chunk(tid: np.ndarray, nc: np.ndarray, typ: np.ndarray, start: np.ndarray, e
         used, gid = np.unique(gid, return_inverse=True)
         gid = np.asarray(gid, dtype=np.int64).reshape(-1)
         size = len(used)
-    count = np.bincount(gid, minlength=size)
-    dur = np.subtract(end, start, out=_scratch(scratch, "tmp", n))
-    total = np.zeros(size, dtype=np.int64)
-    np.add.at(total, gid, dur)
-    first = np.full(size, _I64_MAX, dtype=np.int64)
-    np.minimum.at(first, gid, start)
-    last = np.full(size, _I64_MIN, dtype=np.int64)
-    np.maximum.at(last, gid, end)
-    longest = np.full(size, _I64_MIN, dtype=np.int64)
-    np.maximum.at(longest, gid, dur)
+    count, total, first, last, longest = group_stats(gid, start, end, size, _scratch(scratch, "tmp", n))
     keep = np.flatnonzero(count)
     g = used[keep] if used is not None else keep
     if dense is not None:
