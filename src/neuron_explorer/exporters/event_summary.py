@@ -15,7 +15,7 @@ bucket) pairs spread too wide for a dense numbering fall back to ``np.unique``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,7 @@ SCHEMA = pa.schema([("thread_id", pa.int64()), ("nc_idx", pa.int32()), ("trace_e
 _I64_MAX = np.iinfo(np.int64).max
 _I64_MIN = np.iinfo(np.int64).min
 
+_c_group_stats: Callable[..., None] | None
 try:  # the five reductions in one C pass (group_stats_numpy below otherwise)
     from neuron_explorer.exporters._pqenc import group_stats as _c_group_stats
 except ImportError:  # pragma: no cover - extension not built
