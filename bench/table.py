@@ -362,7 +362,7 @@ _UI_512 = _UI + " --instances 64 --no-formats --results bench/results/ui_bench_2
 _NDET_I = "python bench/ndet_instructions.py"
 _NDET_ND = _NDET_I + (" --configs plain,ndet,ndet_nonan,ndet_stats --short 100 --long 300 --repeat 3"
                       " --out bench/results/ndet_instructions_ndet.json")
-_VT_P = "python -m bench.view_throughput --only parquet --before OTHER_CHECKOUT/src --pairs 7"
+_VT_P = "python -m bench.view_throughput --only parquet --before OTHER_CHECKOUT/src --pairs 15"
 _DS = "python -m bench.diff_scale --events 20000000 --dask"
 # (result file, dotted key, figure, unit, target, command): the other benchmarks' headline figures
 CURATED = (
