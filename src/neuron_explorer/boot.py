@@ -210,17 +210,20 @@ def stop(reason: str = "exit") -> None:
     rt = get_runtime()
     if rt is None:
         return
+    if _SIGNALS is not None:
+        _SIGNALS.hold_if_ending()  # the program ends while a signal's final write is under way
     if rt.stopped:
         # another thread's final write may be under way (a rank's exception and its launcher's
         # SIGTERM come together): a signal's end must not cut it short
         rt.wait_for_final_write()
         return
     rt.flush(final=True, reason=reason)
-    from neuron_explorer.capture.sink import CaptureSink, report_written
-
-    for s in rt.sinks:
-        if isinstance(s, CaptureSink):
-            report_written(s)
+    # no capture sink unless its module is loaded: a final write imports nothing (runtime/signals.py)
+    sink_mod = sys.modules.get("neuron_explorer.capture.sink")
+    if sink_mod is not None:
+        for s in rt.sinks:
+            if isinstance(s, sink_mod.CaptureSink):
+                sink_mod.report_written(s)
 
 
 def _stop_on_signal(reason: str) -> None:

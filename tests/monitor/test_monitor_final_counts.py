@@ -105,6 +105,41 @@ def test_a_process_that_starts_and_ends_between_two_collections_is_reported_whol
     assert entry["report"]["execution_stats"]["execution_summary"]["completed"] == 3
 
 
+def test_a_second_stop_returns_only_once_the_first_ones_final_snapshot_is_whole(tmp_path, monkeypatch):
+    """The exit's hook and a signal's final write may stop the counters together: the one that
+    does not write must not return (and let the process end) while the other still writes."""
+    from neuron_explorer.recorders import app_stats
+
+    monkeypatch.setattr(app_stats, "END_WAIT_S", 600.0)  # (what bounds the wait is not tested here)
+    d = _announced(tmp_path / "stats")
+    app = _app(d)
+    app.on_execution(1, 0, 1000, 1000, "completed")
+    writing, go = threading.Event(), threading.Event()
+    publish = app.publish
+
+    def slow_publish(final=False):
+        if final:
+            writing.set()
+            go.wait()
+        return publish(final=final)
+
+    app.publish = slow_publish
+    first = threading.Thread(target=app.stop, daemon=True)
+    first.start()
+    try:
+        assert writing.wait(60)
+        second = threading.Thread(target=app.stop, daemon=True)
+        second.start()
+        second.join(0.3)
+        assert second.is_alive(), "the second stop() returned while the final snapshot was being written"
+    finally:
+        go.set()
+    first.join(60)
+    second.join(60)
+    snap = json.loads(stats_files.snapshot_path(d, app.pid).read_bytes())
+    assert snap["final"] is True and snap["executions"]["completed"] == 1
+
+
 def test_a_final_snapshot_found_at_a_monitors_start_is_not_reported(tmp_path):
     d = _announced(tmp_path / "stats")
     app = _app(d)

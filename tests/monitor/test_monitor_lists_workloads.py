@@ -66,7 +66,13 @@ class TaggedMonitor:
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        # the apps dump every thread's stack (faulthandler) before this timeout: show them
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise AssertionError(f"{cmd} still ran after {timeout} s; stdout: {out!r}; stderr:\n{err[-12000:]}") from None
     assert p.returncode == 0, p.stderr[-3000:]
     return p
 

@@ -81,6 +81,8 @@ TAIL_NS = 10_000_000_000
 TAIL_RUNS = 4096
 # executions held per core between two publisher runs (the oldest are dropped beyond it)
 RAW_CAPACITY = 1_000_000
+# how long a second stop() waits for the one already ending the snapshot file (a small write)
+END_WAIT_S = 10.0
 
 
 class _Core:
@@ -147,6 +149,8 @@ class AppStats:
         self.workload = bool(workload)
         self._publish_soon = False  # the workload has just begun: publish at the next wake-up
         self._ended = False  # stop() has left the final snapshot or removed the file
+        self._end_done = threading.Event()  # ... and is through (set: nothing under way)
+        self._end_done.set()
         if tag is None:
             tag = os.environ.get(TAG_ENV) or str(self.pid)
         self.tag = str(tag)[:MAX_TAG_LEN]
@@ -497,6 +501,9 @@ class AppStats:
                 continue  # nothing to show: a process that runs no workload is no application
             if self._publish_soon:
                 self._publish_soon = False
+                # what counting needs, loaded now: a final snapshot, taken as a signal ends the
+                # process, may import nothing (runtime/signals.py)
+                import neuron_explorer.util.intervals  # noqa: F401
             elif not self._due(last):
                 continue
             try:
@@ -553,10 +560,25 @@ class AppStats:
                     _publishers.pop(str(self.path), None)
             return  # never published: nothing to end
         with _registry_lock:
-            if _publishers.get(str(self.path)) not in (None, self) or self._ended:
-                return  # another publisher owns the file now, or it was ended already (one final)
-            _publishers.pop(str(self.path), None)
-            self._ended = True
+            # not when another publisher owns the file now, or it was ended already (one final)
+            mine = _publishers.get(str(self.path)) in (None, self) and not self._ended
+            if mine:
+                _publishers.pop(str(self.path), None)
+                self._ended = True
+                self._end_done.clear()
+        if not mine:
+            if self._ended:
+                # another thread ends it (the exit's hook and a signal's final write, together):
+                # return once its final snapshot is whole, for the process may end right after
+                self._end_done.wait(END_WAIT_S)
+            return
+        try:
+            self._end()
+        finally:
+            self._end_done.set()
+
+    def _end(self) -> None:
+        """Leave the final snapshot for the monitors, or remove the file when none is announced."""
         try:
             if stats_files.monitor_present(self.stats_dir):
                 self.publish(final=True)

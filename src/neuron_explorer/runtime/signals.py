@@ -20,6 +20,13 @@ exception's final write: a rank whose peer died fails its collective just as its
 comes); then it finishes that write, which the watcher's waits for.  A second signal during the
 write only finds the write already under way (torchrun forwards a group SIGTERM within milliseconds).
 
+Nor does the main thread wait where the signal caught it inside the import system or ``logging``:
+their locks are held there, and a write that needed one would wait for the parked thread until the
+bound.  (A pool's worker, ended by SIGTERM while its ``atexit`` hooks imported a module, lost its
+final counts so.)  The main thread then runs on until the watcher ends the process, and waits at
+its exit (:meth:`SignalExit.hold_if_ending`) should it get there first.  The write itself imports
+nothing (docs/decisions/0219-signal-inside-an-import.md).
+
 A program's own handler keeps its exact semantics: installed before us, ours calls it and does
 nothing else (the program decides whether and how to end); installed after us, it replaces ours
 (``signal.signal`` also replaces the C handler) and the watcher ignores the wake-up.
@@ -51,6 +58,18 @@ DEFAULT_TIMEOUT_MS = 5000
 # scheduler sends to ask a job to stop
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _OURS = 0x80  # a wake-up byte with this bit comes from our own Python handler: no check needed
+
+
+def holds_shared_locks(frame: FrameType | None) -> bool:
+    """Is the thread interrupted at ``frame`` inside the import system (frozen, or from source) or
+    ``logging``, at any depth?  It may hold a lock there that a final write needs: the write logs on
+    trouble, and a library it calls may import lazily."""
+    while frame is not None:
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+        if "importlib._bootstrap" in name or "importlib/_bootstrap" in name or name.endswith("/logging/__init__.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _die_by_signal(sig: int) -> None:
@@ -98,7 +117,7 @@ class SignalExit:
         self.mode = "none"  # "c", "wakeup_fd" or "none": what wakes the watcher
         self._r = self._w = -1
         self._lock = threading.Lock()
-        self._started = False  # the final write (and the end) is under way
+        self._ending = 0  # the signal whose end (the final write, then the end) is under way
         self._parked = False  # the main thread waits in our handler
         self._thread: threading.Thread | None = None
 
@@ -117,6 +136,8 @@ class SignalExit:
             signal.signal(sig, self.handlers[sig])
         if not self.handlers:
             return
+        if _fp is None:
+            import ctypes  # noqa: F401 - loaded now: the end (_die_by_signal) may import nothing
         self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         os.set_blocking(self._r, True)
         if _fp is not None:
@@ -173,12 +194,12 @@ class SignalExit:
                 # the program's own handler decides what the signal means; we only take note
                 self.on_signal()
                 return prev(signum, frame)
-            self._main_thread_default(signum)
+            self._main_thread_default(signum, frame)
 
         handler.__qualname__ = "neuron_explorer_signal_handler"
         return handler
 
-    def _main_thread_default(self, sig: int) -> None:
+    def _main_thread_default(self, sig: int, frame: FrameType | None = None) -> None:
         if self._parked:
             return  # a second signal while we wait below: the first one's end is under way
         if self._thread is None or not self._thread.is_alive():
@@ -193,11 +214,24 @@ class SignalExit:
             # a periodic flush): parking here would hold up the watcher's write until its bound.
             # Finish it; the watcher ends the process as soon as its own write is through.
             return
+        if holds_shared_locks(frame):
+            return  # run on to the end of the import (or the log call); the watcher ends the process
+        self._park(sig)
+
+    def _park(self, sig: int) -> None:
+        """The program must not go on running while the final write is done; the watcher ends the
+        process.  Should it not (it died), end it here after the same bound."""
         self._parked = True
-        # The program must not go on running while the final write is done; the watcher ends the
-        # process.  Should it not (it died), end it here after the same bound.
         threading.Event().wait(self.timeout_s + 2.0)
         _die_by_signal(sig)
+
+    def hold_if_ending(self) -> None:
+        """Called where the program ends (its ``atexit`` hooks, an uncaught exception): if a
+        signal's end is under way, wait here for it on the main thread, rather than let the
+        interpreter finalize and cut the final write (a daemon thread) short."""
+        sig = self._ending
+        if sig and not self._parked and threading.current_thread() is threading.main_thread():
+            self._park(sig)
 
     # -- the watcher ---------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -223,9 +257,9 @@ class SignalExit:
     def _terminate(self, sig: int) -> None:
         """The final write, bounded, then the end by ``sig``; runs once, later calls return."""
         with self._lock:
-            if self._started:
+            if self._ending:
                 return
-            self._started = True
+            self._ending = sig
         name = signal.Signals(sig).name
         try:
             self.on_signal()

@@ -1,0 +1,247 @@
+"""A SIGTERM that lands while the main thread is inside the import system still ends the process
+by SIGTERM, after a whole final write (docs/decisions/0219-signal-inside-an-import.md).
+
+The import system holds a lock while a finder looks for a module (and a module's own lock while
+its body runs). A pool's worker met it: ``with Pool()`` sends SIGTERM as the worker's exit runs
+``torch._dynamo``'s ``atexit`` hook, which imports ``tabulate``. Our handler parked the main thread
+there, holding the lock, and the final write waited for it to import a module of its own: the
+worker hung until its bound (here 600 s), and its last counts were lost.
+
+The program below stalls in a finder (as one on a slow network file system would) until the test
+closes its stdin, so the lock stays held for as long as the test likes: the process must die of
+the signal while it is held, with the capture, the final counts for neuron-monitor and the NDET
+log all whole."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer.contracts import ndet_log as ndet_fmt, stats_files
+
+from ..conftest import clean_env
+from .helpers import sessions, type_counts
+
+pytestmark = pytest.mark.slow
+
+STEPS = 5
+PROGRAM = f"""
+import atexit, os, sys
+import torch
+
+f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
+for _ in range({STEPS}):
+    f(torch.randn(8, 8))
+
+
+class HoldTheImportLock:
+    def find_spec(self, name, path=None, target=None):
+        if name == "held_module":
+            os.write(1, b"holding\\n")
+            sys.stdin.buffer.read()  # until the test closes our stdin
+            os.write(1, b"released\\n")
+        return None
+
+
+def import_held():
+    sys.meta_path.insert(0, HoldTheImportLock())
+    try:
+        import held_module  # noqa: F401
+    except ImportError:
+        pass
+
+
+if sys.argv[1] == "atexit":
+    atexit.register(import_held)  # as torch._dynamo's atexit hook imports tabulate
+else:
+    import_held()
+    os.write(1, b"went on\\n")
+"""
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c", "pure-python"])
+@pytest.mark.parametrize("where", ["main", "atexit"])
+def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(tmp_path: Path, where: str,
+                                                                              pure: bool) -> None:
+    out, ndet, stats = tmp_path / "out", tmp_path / "ndet", tmp_path / "stats"
+    ndet.mkdir()
+    stats_files.announce_monitor(stats)  # a monitor is there: the process leaves its final counts
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                    NEURON_EXPLORER_FLUSH_PERIOD_MS="600000", NEURON_RT_DBG_NDET_LOG_LOCATION=str(ndet),
+                    NEURON_RT_DBG_NDET_FLUSH_USEC="600000000", NEURON_EXPLORER_STATS_DIR=str(stats),
+                    NEURON_PROCESS_TAG="held",
+                    # far beyond the wait below: a write that waits for the held lock never ends
+                    # the process, and the test fails on that, whatever the machine's load
+                    NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
+    if pure:
+        env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
+    p = subprocess.Popen([sys.executable, "-c", PROGRAM, where], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"holding\n", p.stderr.read().decode()[-3000:]
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the process still ran 120 s after SIGTERM, the import lock held")
+    finally:
+        rest, err = p.communicate(timeout=60)  # (closes stdin: a process held by the lock goes on)
+    assert p.returncode == -signal.SIGTERM, err.decode()[-3000:]
+    assert rest == b"", "the program went on after SIGTERM: " + rest.decode()
+    (s,) = sessions(out)
+    assert s.info.end_reason == "signal:SIGTERM"
+    assert type_counts(s)["nc_exec_running"] == STEPS
+    snap = json.loads(stats_files.snapshot_path(stats, p.pid).read_bytes())
+    assert snap["final"] is True and sum(snap["executions"].values()) == STEPS
+    (log,) = [f for f in ndet.iterdir() if f"_pid{p.pid}" in f.name]
+    h = ndet_fmt.read_log(str(log)).header
+    assert h["flush"]["final"] and h["flush"]["reason"] == "signal:SIGTERM"
+
+
+LAZY_WRITE = """
+import os, sys
+import torch
+from neuron_explorer.runtime.core import get_runtime
+
+sys.path.insert(0, sys.argv[1])  # lazy_dep.py: imported by the final write only
+
+
+class LazySink:  # a write that calls a library which imports lazily
+    name = "lazy"
+
+    def flush(self, rt, final, reason):
+        if final:
+            os.write(1, b"writing\\n")
+            import lazy_dep
+            lazy_dep.leave(reason)
+
+
+get_runtime().add_sink(LazySink())
+f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
+for _ in range(3):
+    f(torch.randn(8, 8))
+
+
+class HoldTheImportLock:
+    def find_spec(self, name, path=None, target=None):
+        if name == "held_module":
+            os.write(1, b"holding\\n")
+            sys.stdin.buffer.read()
+        return None
+
+
+sys.meta_path.insert(0, HoldTheImportLock())
+try:
+    import held_module  # noqa: F401
+except ImportError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c", "pure-python"])
+def test_a_final_write_that_imports_waits_for_the_interrupted_import_not_for_ever(tmp_path: Path, pure: bool) -> None:
+    """The write needs the lock the main thread holds: the main thread, not parked inside the
+    import, finishes it once the finder returns, and the write then goes through."""
+    (tmp_path / "lazy_dep.py").write_text(
+        f"def leave(reason):\n    open({str(tmp_path / 'left')!r}, 'w').write(reason)\n")
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"),
+                    NEURON_EXPLORER_FLUSH_PERIOD_MS="600000", NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
+    if pure:
+        env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
+    p = subprocess.Popen([sys.executable, "-c", LAZY_WRITE, str(tmp_path)], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"holding\n", p.stderr.read().decode()[-3000:]
+        p.send_signal(signal.SIGTERM)
+        assert p.stdout.readline() == b"writing\n"  # the write began, and waits for the import lock
+        p.stdin.close()  # the finder returns; our handler runs inside the import system
+        try:
+            p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the process still ran 120 s after its import ended: parked inside it")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=60)
+    err = p.stderr.read()
+    assert p.returncode == -signal.SIGTERM, err.decode()[-3000:]
+    assert (tmp_path / "left").read_text() == "signal:SIGTERM"
+    (s,) = sessions(tmp_path / "out")
+    assert s.info.end_reason == "signal:SIGTERM" and type_counts(s)["nc_exec_running"] == 3
+
+
+HELD_AT_EXIT = """
+import atexit, os, sys, time
+import torch
+from neuron_explorer.runtime.core import get_runtime
+
+f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
+for _ in range(3):
+    f(torch.randn(8, 8))
+stats = get_runtime().stats
+publish = stats.publish
+
+
+def slow_publish(final=False):  # the disk is slow for the final counts
+    if final:
+        os.write(1, b"writing\\n")
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.005)
+    return publish(final=final)
+
+
+stats.publish = slow_publish
+
+
+class HoldTheImportLock:
+    def find_spec(self, name, path=None, target=None):
+        if name == "held_module":
+            os.write(1, b"holding\\n")
+            sys.stdin.buffer.read()
+            os.write(1, b"released\\n")
+        return None
+
+
+def import_held():
+    sys.meta_path.insert(0, HoldTheImportLock())
+    try:
+        import held_module  # noqa: F401
+    except ImportError:
+        pass
+
+
+atexit.register(import_held)
+"""
+
+
+def test_a_program_that_reaches_its_end_during_a_signals_final_write_waits_there(tmp_path: Path) -> None:
+    """The signal caught the exit's hooks inside an import, so the main thread ran on; at the end of
+    the program it waits for the final write, and the process still dies of the signal."""
+    stats, go = tmp_path / "stats", tmp_path / "go"
+    stats_files.announce_monitor(stats)
+    env = clean_env(NEURON_EXPLORER_STATS_DIR=str(stats), NEURON_PROCESS_TAG="held",
+                    NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
+    p = subprocess.Popen([sys.executable, "-c", HELD_AT_EXIT, str(go)], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"holding\n", p.stderr.read().decode()[-3000:]
+        p.send_signal(signal.SIGTERM)
+        assert p.stdout.readline() == b"writing\n"
+        p.stdin.close()
+        assert p.stdout.readline() == b"released\n"  # the main thread runs on to the program's end
+        time.sleep(0.5)  # (a process that did not wait there would end now, its write cut short)
+        go.touch()
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=60)
+    assert p.returncode == -signal.SIGTERM, p.stderr.read().decode()[-3000:]
+    snap = json.loads(stats_files.snapshot_path(stats, p.pid).read_bytes())
+    assert snap["final"] is True and sum(snap["executions"].values()) == 3
