@@ -31,20 +31,15 @@ from .helpers import sessions, type_counts
 pytestmark = pytest.mark.slow
 
 STEPS = 5
-PROGRAM = f"""
-import atexit, os, sys
-import torch
-
-f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
-for _ in range({STEPS}):
-    f(torch.randn(8, 8))
-
+# a finder that holds the import system's lock until the test closes stdin, as one on a stalled
+# network file system would; ``import_held()`` runs it
+HOLD = """
 
 class HoldTheImportLock:
     def find_spec(self, name, path=None, target=None):
         if name == "held_module":
             os.write(1, b"holding\\n")
-            sys.stdin.buffer.read()  # until the test closes our stdin
+            sys.stdin.buffer.read()
             os.write(1, b"released\\n")
         return None
 
@@ -55,14 +50,22 @@ def import_held():
         import held_module  # noqa: F401
     except ImportError:
         pass
+"""
+PROGRAM = f"""
+import atexit, os, sys
+import torch
 
+f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
+for _ in range({STEPS}):
+    f(torch.randn(8, 8))
+{{HOLD}}
 
 if sys.argv[1] == "atexit":
     atexit.register(import_held)  # as torch._dynamo's atexit hook imports tabulate
 else:
     import_held()
     os.write(1, b"went on\\n")
-"""
+""".replace("{HOLD}", HOLD)
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["c", "pure-python"])
@@ -126,22 +129,10 @@ get_runtime().add_sink(LazySink())
 f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
 for _ in range(3):
     f(torch.randn(8, 8))
+{HOLD}
 
-
-class HoldTheImportLock:
-    def find_spec(self, name, path=None, target=None):
-        if name == "held_module":
-            os.write(1, b"holding\\n")
-            sys.stdin.buffer.read()
-        return None
-
-
-sys.meta_path.insert(0, HoldTheImportLock())
-try:
-    import held_module  # noqa: F401
-except ImportError:
-    pass
-"""
+import_held()
+""".replace("{HOLD}", HOLD)
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["c", "pure-python"])
@@ -197,27 +188,10 @@ def slow_publish(final=False):  # the disk is slow for the final counts
 
 
 stats.publish = slow_publish
-
-
-class HoldTheImportLock:
-    def find_spec(self, name, path=None, target=None):
-        if name == "held_module":
-            os.write(1, b"holding\\n")
-            sys.stdin.buffer.read()
-            os.write(1, b"released\\n")
-        return None
-
-
-def import_held():
-    sys.meta_path.insert(0, HoldTheImportLock())
-    try:
-        import held_module  # noqa: F401
-    except ImportError:
-        pass
-
+{HOLD}
 
 atexit.register(import_held)
-"""
+""".replace("{HOLD}", HOLD)
 
 
 def test_a_program_that_reaches_its_end_during_a_signals_final_write_waits_there(tmp_path: Path) -> None:
