@@ -184,6 +184,7 @@ class SignalExit:
         self.handlers.clear()
         self.mode = "none"
         self._thread = None
+        self._ending, self._parked = 0, False  # (the parent's end, if one was under way, is not ours)
 
     # -- the Python-level handler (main thread) ------------------------------------------------
     def _make_handler(self, sig: int):
