@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -9,8 +10,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -18,6 +20,29 @@ from . import cpu_report, fastset
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+
+@contextlib.contextmanager
+def monitor_heartbeat(stats_dir: Path) -> Iterator[Path]:
+    """A neuron-monitor's announcement in ``stats_dir``, kept fresh as a running monitor keeps it
+    (every ``MONITOR_HEARTBEAT_S``) while the block runs: a job that took longer than
+    ``MONITOR_FRESH_S`` to start on a loaded host still finds a monitor at its exit."""
+    from neuron_explorer.contracts import stats_files
+
+    stats_files.announce_monitor(stats_dir)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(stats_files.MONITOR_HEARTBEAT_S):
+            stats_files.announce_monitor(stats_dir)
+
+    t = threading.Thread(target=beat, name="test-monitor-heartbeat", daemon=True)
+    t.start()
+    try:
+        yield stats_dir
+    finally:
+        stop.set()
+        t.join()
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from neuron_explorer.contracts import ndet_log as ndet_fmt, stats_files
 
-from ..conftest import clean_env
+from ..conftest import clean_env, monitor_heartbeat
 from .helpers import sessions, type_counts
 
 FORK_CHILD = Path(__file__).parent / "workloads" / "fork_child.py"
@@ -28,15 +28,15 @@ FORK_CHILD = Path(__file__).parent / "workloads" / "fork_child.py"
 def test_a_forked_child_leaves_the_parents_profile_log_and_stats_alone(tmp_path, mode, flush_ms):
     out, ndet, stats = tmp_path / "out", tmp_path / "ndet", tmp_path / "stats"
     ndet.mkdir()
-    stats_files.announce_monitor(stats)  # a monitor present: the parent publishes every 50 ms (decision 0063)
     done = tmp_path / "child_done"
     n, m = 13, 5
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
                     NEURON_RT_DBG_NDET_FLUSH_USEC="600000000", NEURON_RT_DBG_NDET_LOG_LOCATION=str(ndet),
                     NEURON_EXPLORER_STATS_DIR=str(stats), NEURON_EXPLORER_STATS_PERIOD_MS="50",
                     NEURON_EXPLORER_FLUSH_PERIOD_MS=flush_ms)
-    p = subprocess.run([sys.executable, str(FORK_CHILD), mode, str(n), str(m), str(done)], env=env,
-                       capture_output=True, text=True, timeout=180)
+    with monitor_heartbeat(stats):  # a monitor present: the parent publishes every 50 ms (decision 0063)
+        p = subprocess.run([sys.executable, str(FORK_CHILD), mode, str(n), str(m), str(done)], env=env,
+                           capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"child executed {m}" in p.stdout and "parent done" in p.stdout
     if mode == "os.fork":  # the child outlives the parent: wait for its exit

@@ -15,6 +15,7 @@ log all whole."""
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import pytest
 
 from neuron_explorer.contracts import ndet_log as ndet_fmt, stats_files
 
-from ..conftest import clean_env
+from ..conftest import clean_env, monitor_heartbeat
 from .helpers import sessions, type_counts
 
 pytestmark = pytest.mark.slow
@@ -68,13 +69,28 @@ else:
 """.replace("{HOLD}", HOLD)
 
 
+def _start(program: str, arg: str, env: dict[str, str]) -> subprocess.Popen:
+    # unbuffered: a line read is exactly what the program wrote so far (select below sees the rest)
+    return subprocess.Popen([sys.executable, "-c", program, arg], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+
+
+def _expect(p: subprocess.Popen, line: bytes, timeout: float = 120.0) -> None:
+    """The program's next line of output is ``line``; else fail (never hang) with its stderr."""
+    ready = select.select([p.stdout], [], [], timeout)[0]
+    got = p.stdout.readline() if ready else b"(nothing)"
+    if got != line:
+        p.kill()
+        p.wait(timeout=60)
+        pytest.fail(f"expected {line!r} from the program, got {got!r}; stderr: {p.stderr.read().decode()[-3000:]}")
+
+
 @pytest.mark.parametrize("pure", [False, True], ids=["c", "pure-python"])
 @pytest.mark.parametrize("where", ["main", "atexit"])
 def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(tmp_path: Path, where: str,
                                                                               pure: bool) -> None:
     out, ndet, stats = tmp_path / "out", tmp_path / "ndet", tmp_path / "stats"
     ndet.mkdir()
-    stats_files.announce_monitor(stats)  # a monitor is there: the process leaves its final counts
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
                     NEURON_EXPLORER_FLUSH_PERIOD_MS="600000", NEURON_RT_DBG_NDET_LOG_LOCATION=str(ndet),
                     NEURON_RT_DBG_NDET_FLUSH_USEC="600000000", NEURON_EXPLORER_STATS_DIR=str(stats),
@@ -84,17 +100,19 @@ def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(t
                     NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
     if pure:
         env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
-    p = subprocess.Popen([sys.executable, "-c", PROGRAM, where], env=env, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert p.stdout.readline() == b"holding\n", p.stderr.read().decode()[-3000:]
-        p.send_signal(signal.SIGTERM)
+    with monitor_heartbeat(stats):
+        p = _start(PROGRAM, where, env)
         try:
-            p.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the process still ran 120 s after SIGTERM, the import lock held")
-    finally:
-        rest, err = p.communicate(timeout=60)  # (closes stdin: a process held by the lock goes on)
+            _expect(p, b"holding\n")
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the process still ran 120 s after SIGTERM, the import lock held")
+        finally:
+            if p.poll() is None:
+                p.kill()
+            rest, err = p.communicate(timeout=60)
     assert p.returncode == -signal.SIGTERM, err.decode()[-3000:]
     assert rest == b"", "the program went on after SIGTERM: " + rest.decode()
     (s,) = sessions(out)
@@ -145,12 +163,11 @@ def test_a_final_write_that_imports_waits_for_the_interrupted_import_not_for_eve
                     NEURON_EXPLORER_FLUSH_PERIOD_MS="600000", NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
     if pure:
         env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
-    p = subprocess.Popen([sys.executable, "-c", LAZY_WRITE, str(tmp_path)], env=env, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = _start(LAZY_WRITE, str(tmp_path), env)
     try:
-        assert p.stdout.readline() == b"holding\n", p.stderr.read().decode()[-3000:]
+        _expect(p, b"holding\n")
         p.send_signal(signal.SIGTERM)
-        assert p.stdout.readline() == b"writing\n"  # the write began, and waits for the import lock
+        _expect(p, b"writing\n")  # the write began, and waits for the import lock
         p.stdin.close()  # the finder returns; our handler runs inside the import system
         try:
             p.wait(timeout=120)
@@ -198,24 +215,23 @@ def test_a_program_that_reaches_its_end_during_a_signals_final_write_waits_there
     """The signal caught the exit's hooks inside an import, so the main thread ran on; at the end of
     the program it waits for the final write, and the process still dies of the signal."""
     stats, go = tmp_path / "stats", tmp_path / "go"
-    stats_files.announce_monitor(stats)
     env = clean_env(NEURON_EXPLORER_STATS_DIR=str(stats), NEURON_PROCESS_TAG="held",
                     NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
-    p = subprocess.Popen([sys.executable, "-c", HELD_AT_EXIT, str(go)], env=env, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert p.stdout.readline() == b"holding\n", p.stderr.read().decode()[-3000:]
-        p.send_signal(signal.SIGTERM)
-        assert p.stdout.readline() == b"writing\n"
-        p.stdin.close()
-        assert p.stdout.readline() == b"released\n"  # the main thread runs on to the program's end
-        time.sleep(0.5)  # (a process that did not wait there would end now, its write cut short)
-        go.touch()
-        p.wait(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=60)
+    with monitor_heartbeat(stats):
+        p = _start(HELD_AT_EXIT, str(go), env)
+        try:
+            _expect(p, b"holding\n")
+            p.send_signal(signal.SIGTERM)
+            _expect(p, b"writing\n")
+            p.stdin.close()
+            _expect(p, b"released\n")  # the main thread runs on to the program's end
+            time.sleep(0.5)  # (a process that did not wait there would end now, its write cut short)
+            go.touch()
+            p.wait(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=60)
     assert p.returncode == -signal.SIGTERM, p.stderr.read().decode()[-3000:]
     snap = json.loads(stats_files.snapshot_path(stats, p.pid).read_bytes())
     assert snap["final"] is True and sum(snap["executions"].values()) == 3
