@@ -85,6 +85,21 @@ def _expect(p: subprocess.Popen, line: bytes, timeout: float = 120.0) -> None:
         pytest.fail(f"expected {line!r} from the program, got {got!r}; stderr: {p.stderr.read().decode()[-3000:]}")
 
 
+def _wait_for_end(p: subprocess.Popen, since: str) -> None:
+    try:
+        p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the process still ran 120 s {since}")
+
+
+def _reap(p: subprocess.Popen) -> tuple[bytes, bytes]:
+    """The program killed if it still runs; the rest of its output and its stderr."""
+    if p.poll() is None:
+        p.kill()
+    p.wait(timeout=60)
+    return p.stdout.read(), p.stderr.read()
+
+
 @pytest.mark.parametrize("pure", [False, True], ids=["c", "pure-python"])
 @pytest.mark.parametrize("where", ["main", "atexit"])
 def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(tmp_path: Path, where: str,
@@ -105,14 +120,9 @@ def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(t
         try:
             _expect(p, b"holding\n")
             p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                pytest.fail("the process still ran 120 s after SIGTERM, the import lock held")
+            _wait_for_end(p, "after SIGTERM, the import lock held")
         finally:
-            if p.poll() is None:
-                p.kill()
-            rest, err = p.communicate(timeout=60)
+            rest, err = _reap(p)
     assert p.returncode == -signal.SIGTERM, err.decode()[-3000:]
     assert rest == b"", "the program went on after SIGTERM: " + rest.decode()
     (s,) = sessions(out)
@@ -169,15 +179,9 @@ def test_a_final_write_that_imports_waits_for_the_interrupted_import_not_for_eve
         p.send_signal(signal.SIGTERM)
         _expect(p, b"writing\n")  # the write began, and waits for the import lock
         p.stdin.close()  # the finder returns; our handler runs inside the import system
-        try:
-            p.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the process still ran 120 s after its import ended: parked inside it")
+        _wait_for_end(p, "after its import ended: parked inside it")
     finally:
-        if p.poll() is None:
-            p.kill()
-        p.wait(timeout=60)
-    err = p.stderr.read()
+        _, err = _reap(p)
     assert p.returncode == -signal.SIGTERM, err.decode()[-3000:]
     assert (tmp_path / "left").read_text() == "signal:SIGTERM"
     (s,) = sessions(tmp_path / "out")
@@ -227,11 +231,9 @@ def test_a_program_that_reaches_its_end_during_a_signals_final_write_waits_there
             _expect(p, b"released\n")  # the main thread runs on to the program's end
             time.sleep(0.5)  # (a process that did not wait there would end now, its write cut short)
             go.touch()
-            p.wait(timeout=120)
+            _wait_for_end(p, "after its final write could go on")
         finally:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=60)
-    assert p.returncode == -signal.SIGTERM, p.stderr.read().decode()[-3000:]
+            _, err = _reap(p)
+    assert p.returncode == -signal.SIGTERM, err.decode()[-3000:]
     snap = json.loads(stats_files.snapshot_path(stats, p.pid).read_bytes())
     assert snap["final"] is True and sum(snap["executions"].values()) == 3
