@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_explorer.analysis.reader import load_device_trace
 from neuron_explorer.contracts import ndet_log as ndet_fmt, stats_files
 
 from ..conftest import clean_env, monitor_heartbeat
@@ -54,11 +55,19 @@ def import_held():
 """
 PROGRAM = f"""
 import atexit, os, sys
-import torch
 
-f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
-for _ in range({STEPS}):
-    f(torch.randn(8, 8))
+if sys.argv[2] == "jax":
+    import jax, jax.numpy as jnp
+
+    f = jax.jit(lambda x: jnp.tanh(x @ x.T))
+    for _ in range({STEPS}):
+        f(jnp.ones((8, 8))).block_until_ready()
+else:
+    import torch
+
+    f = torch.compile(lambda x: torch.tanh(x @ x.T), backend="aot_eager")
+    for _ in range({STEPS}):
+        f(torch.randn(8, 8))
 {{HOLD}}
 
 if sys.argv[1] == "atexit":
@@ -69,9 +78,9 @@ else:
 """.replace("{HOLD}", HOLD)
 
 
-def _start(program: str, arg: str, env: dict[str, str]) -> subprocess.Popen:
+def _start(program: str, env: dict[str, str], *args: str) -> subprocess.Popen:
     # unbuffered: a line read is exactly what the program wrote so far (select below sees the rest)
-    return subprocess.Popen([sys.executable, "-c", program, arg], env=env, stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", program, *args], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
 
 
@@ -100,13 +109,17 @@ def _reap(p: subprocess.Popen) -> tuple[bytes, bytes]:
     return p.stdout.read(), p.stderr.read()
 
 
-@pytest.mark.parametrize("pure", [False, True], ids=["c", "pure-python"])
-@pytest.mark.parametrize("where", ["main", "atexit"])
-def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(tmp_path: Path, where: str,
-                                                                              pure: bool) -> None:
+@pytest.mark.parametrize("framework,where,pure", [
+    ("torch", "main", False), ("torch", "main", True), ("torch", "atexit", False), ("torch", "atexit", True),
+    ("jax", "atexit", False)])
+def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(tmp_path: Path, framework: str,
+                                                                              where: str, pure: bool) -> None:
     out, ndet, stats = tmp_path / "out", tmp_path / "ndet", tmp_path / "stats"
     ndet.mkdir()
+    # every tool at once, as the matrix's ``all`` setting: capture with a session device profile,
+    # NDET, and the counters of a tagged process for neuron-monitor
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                    NEURON_RT_INSPECT_DEVICE_PROFILE="session",
                     NEURON_EXPLORER_FLUSH_PERIOD_MS="600000", NEURON_RT_DBG_NDET_LOG_LOCATION=str(ndet),
                     NEURON_RT_DBG_NDET_FLUSH_USEC="600000000", NEURON_EXPLORER_STATS_DIR=str(stats),
                     NEURON_PROCESS_TAG="held",
@@ -116,7 +129,7 @@ def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(t
     if pure:
         env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
     with monitor_heartbeat(stats):
-        p = _start(PROGRAM, where, env)
+        p = _start(PROGRAM, env, where, framework)
         try:
             _expect(p, b"holding\n")
             p.send_signal(signal.SIGTERM)
@@ -128,6 +141,8 @@ def test_a_sigterm_inside_an_import_ends_the_process_after_a_whole_final_write(t
     (s,) = sessions(out)
     assert s.info.end_reason == "signal:SIGTERM"
     assert type_counts(s)["nc_exec_running"] == STEPS
+    (ntff,) = out.glob("*/*/profile_nc_0_session_0.ntff")  # the session's device profile, whole
+    assert len(load_device_trace(str(ntff)).trace.executions) == STEPS
     snap = json.loads(stats_files.snapshot_path(stats, p.pid).read_bytes())
     assert snap["final"] is True and sum(snap["executions"].values()) == STEPS
     (log,) = [f for f in ndet.iterdir() if f"_pid{p.pid}" in f.name]
@@ -173,7 +188,7 @@ def test_a_final_write_that_imports_waits_for_the_interrupted_import_not_for_eve
                     NEURON_EXPLORER_FLUSH_PERIOD_MS="600000", NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
     if pure:
         env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
-    p = _start(LAZY_WRITE, str(tmp_path), env)
+    p = _start(LAZY_WRITE, env, str(tmp_path))
     try:
         _expect(p, b"holding\n")
         p.send_signal(signal.SIGTERM)
@@ -222,7 +237,7 @@ def test_a_program_that_reaches_its_end_during_a_signals_final_write_waits_there
     env = clean_env(NEURON_EXPLORER_STATS_DIR=str(stats), NEURON_PROCESS_TAG="held",
                     NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS="600000")
     with monitor_heartbeat(stats):
-        p = _start(HELD_AT_EXIT, str(go), env)
+        p = _start(HELD_AT_EXIT, env, str(go))
         try:
             _expect(p, b"holding\n")
             p.send_signal(signal.SIGTERM)

@@ -70,8 +70,8 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -
         p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         # the apps dump every thread's stack (faulthandler) before this timeout: show them
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        # (with text=True, still bytes on a timeout)
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
         raise AssertionError(f"{cmd} still ran after {timeout} s; stdout: {out!r}; stderr:\n{err[-12000:]}") from None
     assert p.returncode == 0, p.stderr[-3000:]
     return p
