@@ -316,6 +316,7 @@ class Window:
     # -- every drain ----------------------------------------------------------------------
     def tick(self) -> None:
         """Drain, count steps, keep what falls in the window; write it once it is over."""
+        self.rt.settle()
         drained = [(nc, st.ring.drain()) for nc, st in list(self.rt.cores.items())]
         kinds = [m.kind for m in list(self.rt.models)]  # (after the drain: a model is registered before its records)
         new_bounds = False

@@ -32,9 +32,13 @@ print("pending", len(installed().pending_cc))
 """
 
 
-def test_every_collective_end_is_recorded_once(tmp_path):
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_every_collective_end_is_recorded_once(tmp_path, path):
+    """On both paths: the C stamp the training thread records from (decision 0220) and the Python
+    callback that records on the backend's thread."""
     out = tmp_path / "out"
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out))
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
+                    NEURON_EXPLORER_PURE_PYTHON="1" if path == "python" else "0")
     p = run([sys.executable, "-c", SCRIPT, str(free_port())], env)
     assert "pending 0" in p.stdout
     (path,) = discover(str(out))
@@ -48,6 +52,11 @@ def test_every_collective_end_is_recorded_once(tmp_path):
     assert seqs == list(range(10))  # one record per collective, none twice
     assert "not recorded" not in p.stderr
     assert all(e["end_ns"][i] > e["start_ns"][i] for i in cc)
+    # every end is one moment: the span's end is its hw_notify's (for the all_reduce waited only
+    # through its future, the callback's time, whichever thread records it)
+    seq = e[s.arg("hw_notify", "seq")]
+    notes = {int(seq[i]): int(e["start_ns"][i]) for i, n in enumerate(names) if n == "hw_notify"}
+    assert {int(e[s.arg(names[i], "seq")][i]): int(e["end_ns"][i]) for i in cc} == notes
 
 
 LATE = r"""
@@ -115,6 +124,67 @@ def test_the_exit_drain_follows_each_callback_until_released_and_is_bounded():
     assert os.read(r, 16) == b"0"
     del stuck
     assert not cc._LIVE
+
+
+def test_a_stamp_keeps_the_time_and_thread_of_its_first_call():
+    """The C completion callback (decision 0220): its first call, on the backend's thread, keeps the
+    clock and that thread's id; later calls change nothing; it takes no arguments to be made."""
+    import threading
+
+    from neuron_explorer.runtime import clock
+    from neuron_explorer.runtime.ring import Stamp
+
+    if Stamp is None:
+        pytest.skip("no C extension")
+    s = Stamp()
+    assert s.t == 0
+    before = clock.now_ns()
+    t = threading.Thread(target=s, args=("fut",))
+    t.start()
+    t.join()
+    assert s.tid == t.native_id and before <= s.t <= clock.now_ns()
+    first = s.t
+    s("again")
+    assert (s.t, s.tid) == (first, t.native_id)
+    with pytest.raises(TypeError):
+        Stamp(1)
+
+
+def test_the_exit_drain_settles_stamped_ends_and_waits_only_for_stamps_a_backend_holds():
+    """A stamp the backend has called and let go is held only by its entry until a settle records
+    it: the drain settles, and then waits (to its bound) only for a stamp a backend still holds.
+    A forked child counts none of its parent's."""
+    import os
+
+    from neuron_explorer.integrations.torch import collectives as cc
+    from neuron_explorer.runtime.ring import Stamp, stamps_alive
+
+    if Stamp is None:
+        pytest.skip("no C extension")
+    base = stamps_alive()
+    held = Stamp()  # a backend's, for a collective that never ends
+    fired = Stamp()
+    fired("fut")
+    entries = [fired]
+    del fired
+    settled = []
+
+    def settle() -> None:  # as settle_stamped: the entry recorded, it lets go of its stamp
+        settled.append(len(entries))
+        entries.clear()
+
+    cc.drain_callbacks(0.01, settle)  # returns: bounded
+    assert settled[:1] == [1] and not entries
+    assert stamps_alive() == base + 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, str(stamps_alive()).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"0"
+    del held
+    assert stamps_alive() == base
 
 
 def test_a_backend_thread_keeps_its_python_thread_state_from_one_callback_to_the_next():

@@ -77,6 +77,7 @@ class CaptureSink:
             self.rt.flush(final=False)
 
     def drain(self) -> None:
+        self.rt.settle()
         for nc, st in list(self.rt.cores.items()):
             if not self.cfg.nc_enabled(nc):
                 st.ring.drain()

@@ -526,6 +526,84 @@ static PyTypeObject CounterType = {
     .tp_getset = counter_getset,
 };
 
+/* ---- a completion stamp ------------------------------------------------------------------- */
+
+/* Stamp(): a callable for a collective's future (``add_done_callback``) that stores the clock and
+ * the calling thread's id at its first call and does nothing else.  The backend's thread runs it
+ * holding the GIL for no Python frame, where a Python callback kept it for ~40 us while the
+ * training thread waited (decision 0220); the training thread reads ``t`` later and records the
+ * span.  ``stamps_alive()`` counts the stamps not yet freed: the exit waits until the backends'
+ * threads have let go of theirs (a thread that takes the GIL to free one during finalization is
+ * aborted, decision 0198). */
+typedef struct {
+    PyObject_HEAD
+    long long t;    /* CLOCK_MONOTONIC ns of the first call, 0 before */
+    long tid;       /* the OS thread id of that call */
+} Stamp;
+
+static Py_ssize_t stamps_alive;  /* changed with the GIL held */
+
+static void
+forget_stamps(void)
+{
+    stamps_alive = 0;  /* a forked child has no backend thread to free its parent's */
+}
+
+static PyObject *
+stamp_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Stamp() takes no arguments");
+        return NULL;
+    }
+    Stamp *s = (Stamp *)type->tp_alloc(type, 0);
+    if (s != NULL)
+        stamps_alive++;
+    return (PyObject *)s;
+}
+
+static void
+stamp_dealloc(Stamp *s)
+{
+    if (stamps_alive > 0)
+        stamps_alive--;
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *
+stamp_call(Stamp *s, PyObject *args, PyObject *kwds)
+{
+    if (s->t == 0) {
+        s->tid = thread_id();
+        s->t = now_ns();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMemberDef stamp_members[] = {
+    {"t", T_LONGLONG, offsetof(Stamp, t), READONLY, "CLOCK_MONOTONIC ns of the first call (0: not called)"},
+    {"tid", T_LONG, offsetof(Stamp, tid), READONLY, "the OS thread id of the first call"},
+    {NULL},
+};
+
+static PyTypeObject StampType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "neuron_explorer.runtime._fastpath.Stamp",
+    .tp_basicsize = sizeof(Stamp),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Stamp(): a callable that keeps the clock and the thread id of its first call (t, tid)",
+    .tp_new = stamp_new,
+    .tp_dealloc = (destructor)stamp_dealloc,
+    .tp_call = (ternaryfunc)stamp_call,
+    .tp_members = stamp_members,
+};
+
+static PyObject *
+fp_stamps_alive(PyObject *mod, PyObject *unused)
+{
+    return PyLong_FromSsize_t(stamps_alive);
+}
+
 /* ---- a rate gate ---------------------------------------------------------------------------- */
 
 /* RateGate(fn, period_s, calls, max_s): gate(obj, *rest) calls fn(obj, *rest) unless the last
@@ -1258,6 +1336,7 @@ static PyMethodDef fp_methods[] = {
      "pause_executions(flag) -> previous: benchmarks only; while true, execution wrappers and regions record nothing"},
     {"now_ns", fp_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (what the wrapper stamps)"},
     {"thread_id", fp_thread_id, METH_NOARGS, "the OS thread id the wrapper records"},
+    {"stamps_alive", fp_stamps_alive, METH_NOARGS, "how many Stamp objects are not freed yet"},
     {"forward_signal", fp_forward_signal, METH_VARARGS,
      "forward_signal(sig, fd): a C handler in front of sig's current one writes sig to fd, then chains"},
     {"stop_forwarding", fp_stop_forwarding, METH_NOARGS, "put back the handlers forward_signal replaced"},
@@ -1293,7 +1372,8 @@ PyInit__fastpath(void)
     if (PyType_Ready(&ExecWrapperType) < 0 || PyType_Ready(&RingBufferType) < 0 ||
             PyType_Ready(&SlotTableType) < 0 || PyType_Ready(&NanScannerType) < 0 ||
             PyType_Ready(&EagerStepType) < 0 || PyType_Ready(&CounterType) < 0 ||
-            PyType_Ready(&RateGateType) < 0 || PyType_Ready(&EagerLocalType) < 0)
+            PyType_Ready(&RateGateType) < 0 || PyType_Ready(&EagerLocalType) < 0 ||
+            PyType_Ready(&StampType) < 0)
         return NULL;
     str_depth = PyUnicode_InternFromString("depth");
     int_zero = PyLong_FromLong(0);
@@ -1311,7 +1391,8 @@ PyInit__fastpath(void)
             str_name == NULL || str_params == NULL || str_grad == NULL || str_untyped_storage == NULL ||
             str_data_ptr == NULL || str_nbytes == NULL || str_get == NULL)
         return NULL;
-    if (pthread_atfork(NULL, NULL, forget_tid) != 0 || pthread_atfork(NULL, NULL, forget_forwarding) != 0) {
+    if (pthread_atfork(NULL, NULL, forget_tid) != 0 || pthread_atfork(NULL, NULL, forget_forwarding) != 0 ||
+            pthread_atfork(NULL, NULL, forget_stamps) != 0) {
         PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
         return NULL;
     }
@@ -1321,7 +1402,7 @@ PyInit__fastpath(void)
     struct { const char *name; PyTypeObject *type; } types[] = {
         {"ExecWrapper", &ExecWrapperType}, {"RingBuffer", &RingBufferType}, {"SlotTable", &SlotTableType},
         {"NanScanner", &NanScannerType}, {"EagerStep", &EagerStepType}, {"Counter", &CounterType},
-        {"RateGate", &RateGateType}, {"EagerLocal", &EagerLocalType},
+        {"RateGate", &RateGateType}, {"EagerLocal", &EagerLocalType}, {"Stamp", &StampType},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         Py_INCREF(types[i].type);

@@ -81,6 +81,25 @@ class Counter:
         """The id ``next()`` hands out next, without taking it."""
 
 @final
+class Stamp:
+    """A completion callback for a collective's future: its first call (on the backend's thread)
+    stores the clock and that thread's id and nothing else, so the backend holds the GIL for no
+    Python frame; the training thread records the span from ``t`` later.  Twin: the Python
+    callback ``collectives._Done`` (which records the span itself on the backend's thread)."""
+
+    def __new__(cls) -> Stamp: ...
+    def __call__(self, *args: object, **kwargs: object) -> None: ...
+    @property
+    def t(self) -> int:
+        """``CLOCK_MONOTONIC`` ns of the first call; 0 before it."""
+    @property
+    def tid(self) -> int:
+        """The OS thread id of the first call."""
+
+def stamps_alive() -> int:
+    """How many ``Stamp`` objects are not freed yet (0 in a forked child until it makes one)."""
+
+@final
 class RateGate:
     """``gate(obj, *rest, **kw)`` calls ``fn(obj, *rest, **kw)`` unless the last call for ``obj``
     that went through was less than ``period_s`` ago, or less than ``max_s`` ago with fewer than

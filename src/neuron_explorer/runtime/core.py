@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from neuron_explorer.contracts import events as ev
 from neuron_explorer.util.log import get_logger
@@ -90,6 +90,9 @@ class Runtime:
         self.enabled.append(self.keeps_any(ev.EXECUTION_TYPES))  # [EXECUTIONS]
         self.anchors: list[tuple[int, int, str]] = [clock.anchor("start")]
         self.sinks: list[Sink] = []  # what flush() drives, in the order added
+        # what records events late (completions a C callback only timed): run before a ring is drained
+        self._settlers: list[Callable[[], None]] = []
+        self._settle_failed = False
         self._consumers: dict[str, object] = {}  # named consumers (see register)
         # the device profiler, when on, in a one-item list the C execution wrapper reads per call
         # without a lookup (kept in step by register/unregister)
@@ -176,6 +179,20 @@ class Runtime:
     def add_sink(self, sink: Sink) -> None:
         """Have ``flush`` drive ``sink`` (periodic and final writes)."""
         self.sinks.append(sink)
+
+    def add_settler(self, fn: Callable[[], None]) -> None:
+        """Have ``settle`` call ``fn``: it appends to the rings what is known but not recorded yet."""
+        self._settlers.append(fn)
+
+    def settle(self) -> None:
+        """Record what the settlers hold; call before draining a ring.  Never raises."""
+        for fn in list(self._settlers):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - recording must never take the workload down
+                if not self._settle_failed:  # (once: a drain comes every flush)
+                    self._settle_failed = True
+                    get_logger(__name__).warning(f"neuron-explorer: warning: late events not recorded: {e}")
 
     def remove_sink(self, sink: Sink) -> None:
         if sink in self.sinks:

@@ -121,6 +121,13 @@ try:  # a small /proc file read with the GIL held (util/procfs.py's reader other
     from ._fastpath import read_file
 except ImportError:  # pragma: no cover - no extension, or one built from older sources
     read_file = None
+Stamp: type[_c.Stamp] | None
+stamps_alive: Callable[[], int] | None
+try:  # a collective's completion callback that only keeps the time (integrations/torch/collectives.py's
+    # Python callback otherwise: decision 0220)
+    from ._fastpath import Stamp, stamps_alive
+except ImportError:  # pragma: no cover - no extension, or one built from older sources
+    Stamp = stamps_alive = None
 JitCall: type[_c.JitCall] | None
 try:  # the jax.jit stand-in's call (runtime/_jit.h; integrations/jax/jit.py's closure otherwise)
     from ._fastpath import JitCall
@@ -130,7 +137,7 @@ if os.environ.get("NEURON_EXPLORER_PURE_PYTHON", "0") not in ("", "0"):
     JitCall = None
     EagerStep = ExecWrapper = NanScanner = NativeRing = SlotTable = Counter = expand_pairs = None
     RateGate = PyRateGate
-    grad_entries = read_file = None
+    grad_entries = read_file = Stamp = stamps_alive = None
     backward_gate = module_call_gate = module_call_skip = region_methods = None
     EagerLocal = backward_settle = module_call_root = None
 

@@ -7,6 +7,9 @@ re-dispatches below itself to the real backend, and records the span when the ``
 when it is waited on (``Work.wait``, patched) or, for work waited on elsewhere, when its future's
 callback runs, whichever comes first.  That moment is also a ``hw_notify`` (the completion reaching
 the host), and a ``Work.wait`` called from Python is a ``kbl_exec_wait`` (the host blocked on it).
+With the extension the callback is a C ``Stamp`` that only keeps the time and the thread; a
+Python thread records the span from it later: after the backward that waited for it, at a
+``Work.wait``, or before a sink drains the ring (``Runtime.settle``; decision 0220).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from neuron_explorer.integrations.torch.tensors import tensors_in
 from neuron_explorer.integrations.torch.waits import wait_recorder
 from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState
+from neuron_explorer.runtime.ring import Stamp, stamps_alive
 
-__all__ = ["future_status", "install_collectives"]
+__all__ = ["future_status", "install_collectives", "settle_stamped"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -96,17 +100,36 @@ def _keep_thread_state() -> None:
         pass
 
 
-def drain_callbacks(bound_s: float) -> None:
+def drain_callbacks(bound_s: float, settle: Callable[[], None] | None = None) -> None:
     """At the program's exit (``atexit``: before the interpreter's finalization), wait at most
     ``bound_s`` until the backends' threads have run and released every callback of ours.  A
     thread that takes the GIL during finalization is ended by ``pthread_exit``, which aborts a
     C++ thread ("terminate called without an active exception"): an async collective left
     running at exit (gloo's interpreter waits for it as it tears down) or DDP's last bucket whose
     thread was descheduled would kill a process that unprofiled exits 0 (decision 0198).  The
-    wait lets go of the GIL; unprofiled, the teardown waits for that work anyway."""
+    wait lets go of the GIL; unprofiled, the teardown waits for that work anyway.  ``settle``
+    (the runtime's) records the stamped ends first, so that only the backends hold stamps."""
     deadline = time.monotonic() + bound_s
-    while _LIVE and time.monotonic() < deadline:
+    while True:
+        if settle is not None and stamps_alive is not None and stamps_alive() > 0:
+            settle()
+        if not (_LIVE or (stamps_alive is not None and stamps_alive() > 0)) or time.monotonic() >= deadline:
+            return
         time.sleep(0.001)
+
+
+def settle_stamped(inst: Installed) -> None:
+    """Record the end of every collective whose ``Stamp`` has been called, at the stamp's time and
+    on the thread that called it (the backend's), from whichever Python thread gets here first.
+    The entry then lets go of its stamp, so that ``stamps_alive`` counts only the stamps the
+    backends still hold."""
+    pending = inst.pending_cc
+    if not pending:
+        return
+    for key, entry in list(pending.items()):
+        s = entry[11]
+        if s is not None and s.t:
+            inst.cc_complete(key, s.t, future_status(entry[0].get_future()), tid=s.tid)
 
 
 def install_collectives(inst: Installed, torch, core: CoreState) -> None:
@@ -118,9 +141,11 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
     if c10d is None:
         return
     rt = inst.rt
+    if Stamp is not None:  # (before the sinks drain the rings: the stamped ends go in first)
+        rt.add_settler(lambda: settle_stamped(inst))
     if not _DRAIN_AT_EXIT:  # (after the program's own handlers, before our final write's)
         _DRAIN_AT_EXIT.append(True)
-        atexit.register(drain_callbacks, rt.config.final_write_timeout_s)
+        atexit.register(drain_callbacks, rt.config.final_write_timeout_s, rt.settle)
     _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core))
     lib = torch.library.Library("c10d", "IMPL")
     inst.lib = lib  # registrations live as long as the library object
@@ -236,6 +261,7 @@ class _KernelSite:
         strings = rt.string_list
         op_name = strings[op_sid]
         finish = _finisher(etype, op_sid, self.core, rt.enabled[etype], rt.enabled[ev.HW_NOTIFY])
+        stamp = Stamp
 
         def on_done(key: int, fut) -> None:  # on the thread that completed the future
             t1 = now_ns()
@@ -244,6 +270,11 @@ class _KernelSite:
 
         def kernel(keyset, *args, **kwargs):
             t0 = now_ns()
+            if pending and stamp is not None:  # the earlier collectives' stamped ends, before this one
+                try:
+                    settle_stamped(inst)
+                except Exception as e:  # noqa: BLE001 - recording must not break the collective
+                    warn_once("cc-settle", f"collective ends not recorded: {e}")
             tid = native_ids.get(get_ident()) or native_tid()
             ndet = rt.ndet
             entry = None
@@ -275,7 +306,7 @@ class _KernelSite:
                 token = -1
                 if ndet is not None:  # the begin record exists before the collective can hang
                     token = ndet.cc_begin(nc, op_name, seq, g[1], nbytes, strings[d_sid], t0)
-                entry = [None, finish, op_sid, seq, g[0], t0, tid, nbytes, d_sid, ndet, token]
+                entry = [None, finish, op_sid, seq, g[0], t0, tid, nbytes, d_sid, ndet, token, None]
             except Exception as e:  # recording must not break the collective
                 warn_once("cc", f"collective not recorded: {e}")
             try:
@@ -307,7 +338,13 @@ class _KernelSite:
                         callback = len(args) <= async_pos or args[async_pos] is not False
                     else:
                         callback = not _blocking_caller(sys._getframe(1))
-                    if callback:
+                    if callback and stamp is not None and ndet is None:
+                        # the C stamp: the backend's thread keeps the GIL for no Python frame.  NDET
+                        # keeps the Python callback: its end record must not wait for a settle
+                        s = stamp()
+                        work.get_future().add_done_callback(s)
+                        entry[11] = s  # (after the call: a stamp the backend does not hold is never called)
+                    elif callback:
                         work.get_future().add_done_callback(_Done(on_done, key))
                 except Exception as e:
                     warn_once("cc", f"collective completion not recorded: {e}")
@@ -317,18 +354,21 @@ class _KernelSite:
 
 
 def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool) -> Callable:
-    """``finish(entry, t1, status)`` of one operator's collectives: the span, the ``hw_notify`` and
-    NDET's end record.  ``entry`` (``Installed.pending_cc``): [Work, finish, op, seq, group, t0,
-    calling thread, bytes, dtype, NDET recorder or None, NDET token]."""
+    """``finish(entry, t1, status, tid=0)`` of one operator's collectives: the span, the
+    ``hw_notify`` (on thread ``tid``, or the calling thread) and NDET's end record.  ``entry``
+    (``Installed.pending_cc``): [Work, finish, op, seq, group, t0, calling thread, bytes, dtype,
+    NDET recorder or None, NDET token, Stamp or None]."""
     append, tick = core.ring.append, core.ring.tick
     hw_notify = ev.HW_NOTIFY
 
-    def finish(p: list, t1: int, status: int) -> None:
+    def finish(p: list, t1: int, status: int, tid: int = 0) -> None:
+        p[11] = None  # (the stamp's time is taken: stamps_alive counts the backends' stamps)
         if span:
             append((etype, p[5], t1, p[6], op_sid, p[3], p[7], p[8], p[4]))
             tick()
         if notify:  # the completion reaching the host, on the thread that saw it
-            append((hw_notify, t1, t1, native_ids.get(get_ident()) or native_tid(), status, op_sid, p[3], 0, p[4]))
+            append((hw_notify, t1, t1, tid or native_ids.get(get_ident()) or native_tid(), status, op_sid, p[3], 0,
+                    p[4]))
             tick()
         if p[9] is not None:
             p[9].cc_end(p[10], t1, status)
@@ -365,7 +405,11 @@ def _patch_work_wait(Work, inst: Installed, waited: Callable | None) -> None:
             complete(key, now_ns(), _error_status(e))
             raise
         t1 = now_ns()
-        complete(key, t1, 0, False)  # the wait itself looks no further
+        s = p[11] if p is not None else None
+        if s is not None and s.t:  # (the completion's own time, as its callback would have recorded)
+            complete(key, s.t, 0, False, s.tid)
+        else:
+            complete(key, t1, 0, False)  # the wait itself looks no further
         if waited is not None:
             waited(t0, t1, key, p)
         return r
