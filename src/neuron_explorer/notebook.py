@@ -99,8 +99,7 @@ def profile(output_dir: str | None = None, view: bool = True) -> Iterator[Profil
     cfg.output_dir = out
     os.makedirs(out, exist_ok=True)
     with _lock:
-        for st in list(rt.cores.values()):  # what ran before the block is not part of it
-            st.ring.drain()
+        rt.discard()  # what ran before the block is not part of it
         sink = CaptureSink(rt, config=cfg)
         rt.add_sink(sink)
         sink.start()

@@ -496,8 +496,7 @@ class Agent:
             return ARMED_PERIOD_S
         rt = _Runtime.rt or _monitor_runtime()
         if rt is not None:  # (recording off, a JAX call still appends; neuron-monitor's counters' rings)
-            for st in list(rt.cores.values()):
-                st.ring.drain()
+            rt.discard()
         return IDLE_PERIOD_S
 
     def _handle(self) -> None:

@@ -197,8 +197,7 @@ def _begin(prof) -> None:
     rt = _runtime()
     ccfg = cfg.capture_config()
     with _lock:
-        for st in list(rt.cores.values()):  # what ran before the session is not part of it
-            st.ring.drain()
+        rt.discard()  # what ran before the session is not part of it
         sink = CaptureSink(rt, config=ccfg)
         if ccfg.device_profile:
             rt.register(DEVICE_PROFILER, DeviceProfiler(rt, ccfg.device_profile, precache=cfg.precache_node_info))

@@ -194,6 +194,13 @@ class Runtime:
                     self._settle_failed = True
                     get_logger(__name__).warning(f"neuron-explorer: warning: late events not recorded: {e}")
 
+    def discard(self) -> None:
+        """Drop what the rings hold (what ran before a session, or while nothing records), the
+        settlers' late events included."""
+        self.settle()
+        for st in list(self.cores.values()):
+            st.ring.drain()
+
     def remove_sink(self, sink: Sink) -> None:
         if sink in self.sinks:
             self.sinks.remove(sink)
