@@ -150,6 +150,44 @@ def test_a_stamp_keeps_the_time_and_thread_of_its_first_call():
         Stamp(1)
 
 
+def test_a_kernel_settles_from_the_oldest_collective_up_to_the_first_not_stamped():
+    """A collective's kernel records the stamped ends before it, oldest first, and stops at the
+    first still running (O(1) a call with many in flight); a full settle takes every stamped one.
+    Each end keeps its stamp's time and thread, and its status from the future."""
+    from neuron_explorer.integrations.torch import collectives as cc
+    from neuron_explorer.runtime.ring import Stamp
+
+    if Stamp is None:
+        pytest.skip("no C extension")
+
+    class Future:
+        def value(self):
+            raise RuntimeError("Connection closed by peer")  # a failed collective: status 1
+
+    class Work:
+        def get_future(self):
+            return Future()
+
+    class Inst:
+        def __init__(self) -> None:
+            self.pending_cc: dict[int, list] = {}
+            self.ended: list[tuple[int, int, int, int]] = []
+
+        def cc_complete(self, key, t1, status, remember=True, tid=0):
+            self.pending_cc.pop(key)
+            self.ended.append((key, t1, status, tid))
+
+    inst = Inst()
+    stamps = {k: Stamp() for k in (1, 2, 3)}
+    stamps[1]("fut")
+    stamps[3]("fut")
+    inst.pending_cc = {k: [Work()] + [None] * 10 + [s] for k, s in stamps.items()}
+    cc.settle_oldest(inst)
+    assert inst.ended == [(1, stamps[1].t, 1, stamps[1].tid)] and list(inst.pending_cc) == [2, 3]
+    cc.settle_stamped(inst)
+    assert inst.ended[1:] == [(3, stamps[3].t, 1, stamps[3].tid)] and list(inst.pending_cc) == [2]
+
+
 def test_the_exit_drain_settles_stamped_ends_and_waits_only_for_stamps_a_backend_holds():
     """A stamp the backend has called and let go is held only by its entry until a settle records
     it: the drain settles, and then waits (to its bound) only for a stamp a backend still holds.

@@ -30,7 +30,7 @@ from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState
 from neuron_explorer.runtime.ring import Stamp, stamps_alive
 
-__all__ = ["future_status", "install_collectives", "settle_stamped"]
+__all__ = ["future_status", "install_collectives", "settle_oldest", "settle_stamped"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -130,6 +130,25 @@ def settle_stamped(inst: Installed) -> None:
         s = entry[11]
         if s is not None and s.t:
             inst.cc_complete(key, s.t, future_status(entry[0].get_future()), tid=s.tid)
+
+
+def settle_oldest(inst: Installed) -> None:
+    """``settle_stamped`` from the oldest collective on, up to the first whose stamp has not been
+    called: a kernel's share, O(1) a call however many collectives are in flight (a group runs
+    its collectives in order; what this leaves, a backward's end or the next drain settles)."""
+    pending = inst.pending_cc
+    while pending:
+        try:
+            key = next(iter(pending))
+        except (StopIteration, RuntimeError):  # (emptied or changed by another thread meanwhile)
+            return
+        entry = pending.get(key)
+        if entry is None:
+            continue  # (recorded by another thread meanwhile)
+        s = entry[11]
+        if s is None or not s.t:
+            return
+        inst.cc_complete(key, s.t, future_status(entry[0].get_future()), tid=s.tid)
 
 
 def install_collectives(inst: Installed, torch, core: CoreState) -> None:
@@ -272,7 +291,7 @@ class _KernelSite:
             t0 = now_ns()
             if pending and stamp is not None:  # the earlier collectives' stamped ends, before this one
                 try:
-                    settle_stamped(inst)
+                    settle_oldest(inst)
                 except Exception as e:  # noqa: BLE001 - recording must not break the collective
                     warn_once("cc-settle", f"collective ends not recorded: {e}")
             tid = native_ids.get(get_ident()) or native_tid()
