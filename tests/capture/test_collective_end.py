@@ -152,8 +152,11 @@ def test_a_stamp_keeps_the_time_and_thread_of_its_first_call():
 
 def test_a_kernel_settles_from_the_oldest_collective_up_to_the_first_not_stamped():
     """A collective's kernel records the stamped ends before it, oldest first, and stops at the
-    first still running (O(1) a call with many in flight); a full settle takes every stamped one.
-    Each end keeps its stamp's time and thread, and its status from the future."""
+    first still running (O(1) a call with many in flight); a full settle takes every stamped one,
+    each at its stamp's time with its status from the future.  Whoever records an end, ``finish``
+    puts it at the stamp's time on the stamp's thread once the stamp has been called."""
+    import threading
+
     from neuron_explorer.integrations.torch import collectives as cc
     from neuron_explorer.runtime.ring import Stamp
 
@@ -173,9 +176,9 @@ def test_a_kernel_settles_from_the_oldest_collective_up_to_the_first_not_stamped
             self.pending_cc: dict[int, list] = {}
             self.ended: list[tuple[int, int, int, int]] = []
 
-        def cc_complete(self, key, t1, status, remember=True, tid=0):
+        def cc_complete(self, key, t1, status, remember=True):
             self.pending_cc.pop(key)
-            self.ended.append((key, t1, status, tid))
+            self.ended.append((key, t1, status))
 
     inst = Inst()
     stamps = {k: Stamp() for k in (1, 2, 3)}
@@ -183,9 +186,33 @@ def test_a_kernel_settles_from_the_oldest_collective_up_to_the_first_not_stamped
     stamps[3]("fut")
     inst.pending_cc = {k: [Work()] + [None] * 10 + [s] for k, s in stamps.items()}
     cc.settle_oldest(inst)
-    assert inst.ended == [(1, stamps[1].t, 1, stamps[1].tid)] and list(inst.pending_cc) == [2, 3]
+    assert inst.ended == [(1, stamps[1].t, 1)] and list(inst.pending_cc) == [2, 3]
     cc.settle_stamped(inst)
-    assert inst.ended[1:] == [(3, stamps[3].t, 1, stamps[3].tid)] and list(inst.pending_cc) == [2]
+    assert inst.ended[1:] == [(3, stamps[3].t, 1)] and list(inst.pending_cc) == [2]
+
+    class Ring:
+        rows: list[tuple] = []
+        append = rows.append
+
+        def tick(self) -> int:
+            return 0
+
+    class Core:
+        ring = Ring()
+
+    finish = cc._finisher(1, 5, Core(), True, True)  # (a span type, op string 5: span and notify kept)
+    stamp, late = inst.pending_cc[2][11], 10**18
+    finish(inst.pending_cc[2], late, 0)  # not called yet: the recorder's time, on its thread
+    (_, _, end, *_), (_, at, _, tid, *_) = Ring.rows
+    assert end == at == late and tid == threading.get_native_id() and inst.pending_cc[2][11] is None
+    t = threading.Thread(target=stamp, args=("fut",))
+    t.start()
+    t.join()
+    entry = [Work()] + [None] * 10 + [stamp]
+    Ring.rows.clear()
+    finish(entry, late, 0)  # called: its time on gloo's thread, whoever records
+    (_, _, end, *_), (_, at, _, tid, *_) = Ring.rows
+    assert end == at == stamp.t and tid == t.native_id and entry[11] is None
 
 
 def test_the_exit_drain_settles_stamped_ends_and_waits_only_for_stamps_a_backend_holds():

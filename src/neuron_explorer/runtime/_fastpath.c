@@ -530,9 +530,9 @@ static PyTypeObject CounterType = {
 
 /* Stamp(): a callable for a collective's future (``add_done_callback``) that stores the clock and
  * the calling thread's id at its first call and does nothing else.  The backend's thread runs it
- * holding the GIL for no Python frame, where a Python callback kept it for ~40 us while the
- * training thread waited (decision 0220); the training thread reads ``t`` later and records the
- * span.  ``stamps_alive()`` counts the stamps not yet freed: the exit waits until the backends'
+ * holding the GIL for no Python frame; a Python callback there kept the training thread waiting
+ * for the GIL (~5% of a 2-rank DDP step's CPU, decision 0220).  A Python thread reads ``t`` later
+ * and records the span.  ``stamps_alive()`` counts the stamps not yet freed: the exit waits until the backends'
  * threads have let go of theirs (a thread that takes the GIL to free one during finalization is
  * aborted, decision 0198). */
 typedef struct {

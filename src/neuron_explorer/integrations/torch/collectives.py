@@ -110,10 +110,11 @@ def drain_callbacks(bound_s: float, settle: Callable[[], None] | None = None) ->
     wait lets go of the GIL; unprofiled, the teardown waits for that work anyway.  ``settle``
     (the runtime's) records the stamped ends first, so that only the backends hold stamps."""
     deadline = time.monotonic() + bound_s
+    alive = stamps_alive or (lambda: 0)
     while True:
-        if settle is not None and stamps_alive is not None and stamps_alive() > 0:
+        if settle is not None and alive() > 0:
             settle()
-        if not (_LIVE or (stamps_alive is not None and stamps_alive() > 0)) or time.monotonic() >= deadline:
+        if not (_LIVE or alive() > 0) or time.monotonic() >= deadline:
             return
         time.sleep(0.001)
 
@@ -123,13 +124,10 @@ def settle_stamped(inst: Installed) -> None:
     on the thread that called it (the backend's), from whichever Python thread gets here first.
     The entry then lets go of its stamp, so that ``stamps_alive`` counts only the stamps the
     backends still hold."""
-    pending = inst.pending_cc
-    if not pending:
-        return
-    for key, entry in list(pending.items()):
+    for key, entry in list(inst.pending_cc.items()):
         s = entry[11]
         if s is not None and s.t:
-            inst.cc_complete(key, s.t, future_status(entry[0].get_future()), tid=s.tid)
+            inst.cc_complete(key, s.t, future_status(entry[0].get_future()))
 
 
 def settle_oldest(inst: Installed) -> None:
@@ -148,7 +146,7 @@ def settle_oldest(inst: Installed) -> None:
         s = entry[11]
         if s is None or not s.t:
             return
-        inst.cc_complete(key, s.t, future_status(entry[0].get_future()), tid=s.tid)
+        inst.cc_complete(key, s.t, future_status(entry[0].get_future()))
 
 
 def install_collectives(inst: Installed, torch, core: CoreState) -> None:
@@ -373,15 +371,19 @@ class _KernelSite:
 
 
 def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool) -> Callable:
-    """``finish(entry, t1, status, tid=0)`` of one operator's collectives: the span, the
-    ``hw_notify`` (on thread ``tid``, or the calling thread) and NDET's end record.  ``entry``
-    (``Installed.pending_cc``): [Work, finish, op, seq, group, t0, calling thread, bytes, dtype,
-    NDET recorder or None, NDET token, Stamp or None]."""
+    """``finish(entry, t1, status)`` of one operator's collectives: the span, the ``hw_notify`` and
+    NDET's end record.  ``entry`` (``Installed.pending_cc``): [Work, finish, op, seq, group, t0,
+    calling thread, bytes, dtype, NDET recorder or None, NDET token, Stamp or None].  The end is
+    at ``t1`` on the calling thread, or, when the entry's stamp has been called, at the stamp's
+    time on the thread that called it: the completion's own moment, whoever records it."""
     append, tick = core.ring.append, core.ring.tick
     hw_notify = ev.HW_NOTIFY
 
-    def finish(p: list, t1: int, status: int, tid: int = 0) -> None:
-        p[11] = None  # (the stamp's time is taken: stamps_alive counts the backends' stamps)
+    def finish(p: list, t1: int, status: int) -> None:
+        s, p[11] = p[11], None  # (let go: stamps_alive counts the stamps the backends hold)
+        tid = 0
+        if s is not None and s.t:
+            t1, tid = s.t, s.tid
         if span:
             append((etype, p[5], t1, p[6], op_sid, p[3], p[7], p[8], p[4]))
             tick()
@@ -424,11 +426,7 @@ def _patch_work_wait(Work, inst: Installed, waited: Callable | None) -> None:
             complete(key, now_ns(), _error_status(e))
             raise
         t1 = now_ns()
-        s = p[11] if p is not None else None
-        if s is not None and s.t:  # (the completion's own time, as its callback would have recorded)
-            complete(key, s.t, 0, False, s.tid)
-        else:
-            complete(key, t1, 0, False)  # the wait itself looks no further
+        complete(key, t1, 0, False)  # the wait itself looks no further
         if waited is not None:
             waited(t0, t1, key, p)
         return r

@@ -607,17 +607,13 @@ def _end_waited_collectives(inst: Installed) -> None:
     run yet: DDP's reducer waits for its buckets before the backward returns, but the callback
     needs the GIL from the backend's thread and may come too late for the process's final write
     (the last step's all-reduce went missing).  Their end is then the backward's end, an upper
-    bound; those whose callback ran keep its exact time (a C ``Stamp``'s is taken here)."""
+    bound; those whose callback ran keep its exact time (a C ``Stamp``'s: ``finish`` takes it)."""
     t1 = now_ns()
     for key, entry in list(inst.pending_cc.items()):
         try:  # (its future completes before the Work's own flag is set: DDP waited on the future)
             fut = entry[0].get_future()  # entry: (Work, finish, ...): see Installed.pending_cc
             if fut.done():
-                s = entry[11]
-                if s is not None and s.t:
-                    inst.cc_complete(key, s.t, future_status(fut), tid=s.tid)
-                else:
-                    inst.cc_complete(key, t1, future_status(fut))
+                inst.cc_complete(key, t1, future_status(fut))
         except Exception:
             continue
 

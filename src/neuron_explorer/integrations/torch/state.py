@@ -47,10 +47,9 @@ class Installed:
             self.warned.add(key)
             get_logger(__name__).warning(f"neuron-explorer: warning: {msg}")
 
-    def cc_complete(self, key: int, t1: int, status: int, remember: bool = True, tid: int = 0) -> None:
+    def cc_complete(self, key: int, t1: int, status: int, remember: bool = True) -> None:
         """Record the end of the collective whose Work has id ``key``, unless it was recorded;
-        ``remember``: keep it for a waiter on another thread (not needed when the wait records);
-        ``tid``: the thread that saw the completion (default: this one)."""
+        ``remember``: keep it for a waiter on another thread (not needed when the wait records)."""
         p = self.pending_cc.pop(key, None)  # atomic under the GIL: the first of wait/callback records
         if p is not None:
             done = self.done_cc
@@ -58,7 +57,7 @@ class Installed:
                 done[key] = p
                 if len(done) > DONE_CC_KEPT:
                     done.pop(next(iter(done)), None)
-            p[1](p, t1, status, tid)
+            p[1](p, t1, status)
 
 
 def env_switch(var: str, what: str) -> bool:
