@@ -104,10 +104,13 @@ def _when(s: str):
 # The part of src/ each result measures, by its file name's prefix: a change elsewhere leaves the
 # figure current.  Capture figures run the capture's code (runtime, hooks, recorders, writers,
 # start-up) and not the offline tools; the offline tools' figures do not run the capture's hooks.
-# (util/alloc.py: the allocator tuning of view's workers and the diff, which a capture never imports)
+# (util/alloc.py: the allocator tuning of view's workers and the diff, which a capture never imports;
+# notebook.py, the IPython magic, is in both lists: no bench runs it, and `view`, the diff and the
+# viewer never import it)
 _OFFLINE = ("analysis", "view", "exporters", "diff", "ui", "util/alloc.py", "cli.py", "notebook.py", "attach.py")
 _CAPTURE = ("runtime", "integrations", "recorders", "capture", "boot.py", "torch.py", "ondemand.py",
-            "discovery.py", "../neuron_explorer_autoload.py", "../neuron_explorer_autostart.pth", "../jax_plugins")
+            "discovery.py", "notebook.py", "../neuron_explorer_autoload.py", "../neuron_explorer_autostart.pth",
+            "../jax_plugins")
 AREAS: dict[str, tuple[str, ...]] = {
     "capture": _OFFLINE,  # (monitor/ and ndet/ hold recorders the capture runs: kept in)
     # a PyTorch workload's capture runs no JAX integration, and a JAX workload's no PyTorch one
