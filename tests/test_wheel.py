@@ -79,7 +79,12 @@ def installed(tmp_path_factory) -> tuple[Path, str, dict[str, str]]:
 def test_the_manylinux_wheel_installs_and_runs_in_a_fresh_venv(installed, tmp_path) -> None:
     venv, site, env = installed
     py, bindir = str(venv / "bin" / "python"), venv / "bin"
-    run_env = {**env, "PATH": f"{bindir}{os.pathsep}{env['PATH']}"}
+    # a runtime directory of its own: the neuron-monitor below announces itself there, not in this
+    # user's, where every process of the user that imports torch meanwhile would start counting
+    # for it (discovery) and leave a final snapshot behind
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    run_env = {**env, "PATH": f"{bindir}{os.pathsep}{env['PATH']}", "XDG_RUNTIME_DIR": str(xdg)}
     work = tmp_path / "work"  # (not the repository: nothing of src/ on the path)
     work.mkdir()
 
@@ -117,6 +122,7 @@ def test_the_manylinux_wheel_installs_and_runs_in_a_fresh_venv(installed, tmp_pa
         mon.terminate()
         mon.communicate(timeout=60)
     assert "memory_info" in json.loads(first)["system_data"], first[:2000]
+    assert (xdg / "neuron-explorer" / "stats").is_dir()  # it announced itself in the test's directory
 
     # the UI's start-up: it serves its page
     port = free_port()
