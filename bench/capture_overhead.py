@@ -76,7 +76,6 @@ BATCH, D_IN, HIDDEN, D_OUT, LAYERS = 16, 32, 64, 10, 2
 # environment handling
 
 
-
 def _clean_env() -> dict[str, str]:
     """The parent's environment without anything that would turn a profiler on."""
     return interleave.clean_env()
