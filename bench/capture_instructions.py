@@ -42,6 +42,12 @@ Configurations (each a fresh interpreter, started as a user starts it):
   Its thread wakes once a second, not once a step: under valgrind a step takes ~50x longer, so
   the slope charges each step ~50x the polls it meets for real (docs/decisions/0108-*.md).
 
+* ``plain_thread`` -- ``plain`` with one idle Python thread (waiting on an event) started before
+  the warm-up: what glibc and libstdc++ charge a process for having a second thread at all (locked
+  mutexes, ``pthread_once`` and atomic reference counts once ``__libc_single_threaded`` is false).
+  ``plain`` runs one thread (``OMP_NUM_THREADS=1``); the profile's samplers and flush are threads,
+  and so is torch's intra-op pool at its default settings (docs/decisions/0221-*.md).
+
 * ``torch_profiler`` / ``jax_profiler`` (``--peer``) -- the same-run peer: ``torch.profiler``
   (CPU activities) or ``jax.profiler.trace`` entered before counting starts and left at the end,
   so its stop and export are counted.
@@ -87,9 +93,9 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
 
 CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan", "torch_profiler", "jax_profiler",
-           "ondemand_idle")
+           "ondemand_idle", "plain_thread")
 #: configurations that record nothing (no profile expected)
-UNPROFILED = ("plain", "torch_profiler", "ondemand_idle")
+UNPROFILED = ("plain", "torch_profiler", "ondemand_idle", "plain_thread")
 # execution paths: the compiled step (--backend aot_eager or inductor), the eager steps of
 # bench/eager_overhead.py, the jax.jit step of bench/jax_overhead.py
 WORKLOADS = ("compiled", "eager_mlp", "eager_block", "jax")
@@ -258,7 +264,7 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
                    NEURON_EXPLORER_INSTANCE_ID="bench")
         if config == "ndet_nonan":
             env["NEURON_EXPLORER_NAN_CHECK"] = "0"
-    elif config != "plain":
+    elif config not in ("plain", "plain_thread"):
         # the user's settings (samplers on, so the device-memory hook is installed and counted);
         # only the samplers' and the flush's timers are stretched, as explained above
         env.update(
@@ -323,6 +329,10 @@ def worker(steps: int, backend: str, workload: str = "compiled", config: str = "
     """Compile, then run ``steps`` training steps (what callgrind counts)."""
     sys.path.insert(0, ROOT)
     _check_tree()
+    if config == "plain_thread":
+        import threading
+
+        threading.Thread(target=threading.Event().wait, name="idle", daemon=True).start()
     step, sync = _build(workload, backend)
     for _ in range(3 if workload == "eager_block" else 10):  # compile, let lazily built paths settle
         step()
