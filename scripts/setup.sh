@@ -22,3 +22,8 @@ fi
 # torch is pinned to the CPU build (torch==2.13.0); the rest comes from pyproject's extras.
 "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
 "$PY" -m pip install -q --disable-pip-version-check -e '.[all]'
+
+# The extension built against this torch (collectives' completion stamps without the GIL, decision
+# 0221): once per torch build, into ~/.cache/neuron_explorer/ext.  Optional: without it the
+# collectives use the C stamp, and a failed build says why in one line.
+"$PY" -m neuron_explorer.integrations.build_native build || true

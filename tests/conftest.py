@@ -75,6 +75,22 @@ def torchrun(nproc: int, script: str | Path, args: list[str], env: dict[str, str
     return run(cmd, env, **kw)
 
 
+def native_stamp_built() -> None:
+    """The torch-ABI extension (integrations/torch/native.py) for the installed torch, built into
+    the user cache when missing, as `make setup` does; the calling test is skipped where it cannot
+    be built (no compiler)."""
+    import torch
+
+    from neuron_explorer.integrations.torch import native
+
+    if native.stamp_work(torch) is None:
+        try:
+            native.build(torch, quiet=True)
+        except Exception as e:  # noqa: BLE001
+            pytest.skip(f"the c10d extension cannot be built here: {e}")
+    assert native.stamp_work(torch) is not None
+
+
 def rank_envs(nproc: int, env: dict[str, str], port: int | None = None) -> list[dict[str, str]]:
     """The environment of each rank of a one-node job started without a launcher: ``env`` plus the
     variables ``init_process_group``'s ``env://`` rendezvous reads (rank, world size, the store's

@@ -11,7 +11,7 @@ import pytest
 
 from neuron_explorer.analysis.reader import discover, load_session
 
-from ..conftest import clean_env, free_port, ranks, run
+from ..conftest import clean_env, free_port, native_stamp_built, ranks, run
 
 SCRIPT = r"""
 import sys, torch, torch.distributed as dist
@@ -23,24 +23,31 @@ w = dist.all_reduce(x, async_op=True)
 w.wait()                                    # async, waited on the Work
 f = dist.all_reduce(x, async_op=True).get_future()
 f.wait()                                    # async, waited only through the future: the callback
+from neuron_explorer.integrations.torch import installed
+print("stamps", sorted({type(e[11]).__name__ for e in installed().pending_cc.values()}))
 dist.barrier()
 dist.broadcast(x, 0)
 dist.monitored_barrier()
 dist.destroy_process_group()
-from neuron_explorer.integrations.torch import installed
 print("pending", len(installed().pending_cc))
 """
 
 
-@pytest.mark.parametrize("path", ["c", "python"])
+@pytest.mark.parametrize("path", ["cxx", "c", "python"])
 def test_every_collective_end_is_recorded_once(tmp_path, path):
-    """On both paths: the C stamp the training thread records from (decision 0220) and the Python
+    """On every path: the C++ stamp of the torch-ABI extension (decision 0221), the C stamp the
+    training thread records from (decision 0220; the extension's cache off) and the Python
     callback that records on the backend's thread."""
+    if path == "cxx":
+        native_stamp_built()
     out = tmp_path / "out"
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
-                    NEURON_EXPLORER_PURE_PYTHON="1" if path == "python" else "0")
+                    NEURON_EXPLORER_PURE_PYTHON="1" if path == "python" else "0",
+                    **({"NEURON_EXPLORER_EXT_CACHE": "0"} if path == "c" else {}))
     p = run([sys.executable, "-c", SCRIPT, str(free_port())], env)
     assert "pending 0" in p.stdout
+    # the stamp the callback path used (still pending: its end is recorded by the next collective)
+    assert {"cxx": "stamps ['WorkStamp']", "c": "stamps ['Stamp']", "python": "stamps ['NoneType']"}[path] in p.stdout
     (path,) = discover(str(out))
     s = load_session(path)
     e = s.events
@@ -72,24 +79,30 @@ print("rank", rank, "leaves", flush=True)  # rank 0 leaves its Work to the inter
 """
 
 
-@pytest.mark.parametrize("setting", ["capture", "ndet", "monitor"])
+@pytest.mark.parametrize("setting", ["capture", "capture_c_stamp", "ndet", "monitor"])
 def test_a_collective_left_running_at_exit_ends_the_process_as_unprofiled(tmp_path, setting):
     """Rank 0 exits with an async all_reduce still waiting for rank 1.  Unprofiled, its interpreter
     waits for the work as it tears down and exits 0 once rank 1 joins.  Our completion callback
     runs on gloo's thread and needs the GIL: run during the interpreter's finalization, that thread
     is ended by ``pthread_exit`` and the process aborted ("terminate called without an active
     exception", found by the suite under load through DDP's last bucket).  The callbacks are
-    drained before finalization (decision 0198), in every setting that installs the hooks."""
+    drained before finalization (decision 0198), in every setting that installs the hooks; the C++
+    stamp (decision 0221, ``capture`` where it is built) takes no GIL there, and the drain still
+    waits for it so that the final write has the collective's end."""
+    if setting == "capture":
+        native_stamp_built()
     script = tmp_path / "late.py"
     script.write_text(LATE)
     (tmp_path / "ndet").mkdir()
     env = {"capture": dict(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out")),
+           "capture_c_stamp": dict(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"),
+                                   NEURON_EXPLORER_EXT_CACHE="0"),
            "ndet": dict(NEURON_RT_DBG_NDET_LOG_LOCATION=str(tmp_path / "ndet"), NEURON_RT_DBG_NDET_FLUSH_USEC="200000"),
            "monitor": dict(NEURON_PROCESS_TAG="late", NEURON_EXPLORER_STATS_DIR=str(tmp_path / "stats"))}[setting]
     p = ranks(2, script, [], clean_env(**env), cwd=tmp_path, check=False)
     assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-2000:]
     assert p.stdout.count("leaves") == 2
-    if setting == "capture":
+    if setting.startswith("capture"):
         for path in discover(str(tmp_path / "out")):
             s = load_session(path)
             names = [s.type_names[int(t)] for t in s.events["type"]]

@@ -40,6 +40,8 @@ EAGER = "NEURON_EXPLORER_EAGER"
 # torch.profiler.record_function regions as framework events; default on
 FRAMEWORK_REGIONS = "NEURON_EXPLORER_FRAMEWORK_REGIONS"
 FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
+# where the torch-ABI extension (integrations/torch/native.py) is built and looked for; "0": never used
+EXT_CACHE = "NEURON_EXPLORER_EXT_CACHE"
 MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
 QUIET = "NEURON_EXPLORER_QUIET"
 PROGRESS_DELAY = "NEURON_EXPLORER_PROGRESS_DELAY_S"  # view: seconds before a progress bar shows (1)

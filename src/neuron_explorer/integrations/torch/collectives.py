@@ -9,7 +9,9 @@ callback runs, whichever comes first.  That moment is also a ``hw_notify`` (the 
 the host), and a ``Work.wait`` called from Python is a ``kbl_exec_wait`` (the host blocked on it).
 With the extension the callback is a C ``Stamp`` that only keeps the time and the thread; a
 Python thread records the span from it later: after the backward that waited for it, at a
-``Work.wait``, or before a sink drains the ring (``Runtime.settle``; decision 0220).
+``Work.wait``, or before a sink drains the ring (``Runtime.settle``; decision 0220).  When the
+torch-ABI extension is built (``native.py``), the stamp is a C++ callback on the future instead,
+which the backend's thread runs without taking the GIL (decision 0221).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from threading import get_ident, local
 from typing import Callable
 
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.integrations.torch import native
 from neuron_explorer.integrations.torch.state import Installed
 from neuron_explorer.integrations.torch.tensors import tensors_in
 from neuron_explorer.integrations.torch.waits import wait_recorder
@@ -100,7 +103,8 @@ def _keep_thread_state() -> None:
         pass
 
 
-def drain_callbacks(bound_s: float, settle: Callable[[], None] | None = None) -> None:
+def drain_callbacks(bound_s: float, settle: Callable[[], None] | None = None,
+                    unstamped: Callable[[], bool] | None = None) -> None:
     """At the program's exit (``atexit``: before the interpreter's finalization), wait at most
     ``bound_s`` until the backends' threads have run and released every callback of ours.  A
     thread that takes the GIL during finalization is ended by ``pthread_exit``, which aborts a
@@ -108,15 +112,29 @@ def drain_callbacks(bound_s: float, settle: Callable[[], None] | None = None) ->
     running at exit (gloo's interpreter waits for it as it tears down) or DDP's last bucket whose
     thread was descheduled would kill a process that unprofiled exits 0 (decision 0198).  The
     wait lets go of the GIL; unprofiled, the teardown waits for that work anyway.  ``settle``
-    (the runtime's) records the stamped ends first, so that only the backends hold stamps."""
+    (the runtime's) records the stamped ends first, so that only the backends hold stamps.
+    ``unstamped()``: a C++ stamp (``native``) is still waiting for its completion; nothing of ours
+    runs on the backend's thread then, but the final write is to have the collective's end, as
+    with the other callbacks."""
     deadline = time.monotonic() + bound_s
     alive = stamps_alive or (lambda: 0)
+    waiting = unstamped or (lambda: False)
     while True:
-        if settle is not None and alive() > 0:
+        open_ = waiting()
+        if settle is not None and (alive() > 0 or open_):
             settle()
-        if not (_LIVE or alive() > 0) or time.monotonic() >= deadline:
+        if not (_LIVE or alive() > 0 or waiting()) or time.monotonic() >= deadline:
             return
         time.sleep(0.001)
+
+
+def _unstamped(inst: Installed) -> bool:
+    """Is a collective with a C++ stamp (``native``) still waiting for its completion?"""
+    try:
+        return any(e[11] is not None and type(e[11]) is not Stamp and not e[11].t
+                   for e in list(inst.pending_cc.values()))
+    except Exception:  # noqa: BLE001 - (changed by another thread meanwhile: asked again)
+        return True
 
 
 def settle_stamped(inst: Installed) -> None:
@@ -162,7 +180,7 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
         rt.add_settler(lambda: settle_stamped(inst))
     if not _DRAIN_AT_EXIT:  # (after the program's own handlers, before our final write's)
         _DRAIN_AT_EXIT.append(True)
-        atexit.register(drain_callbacks, rt.config.final_write_timeout_s, rt.settle)
+        atexit.register(drain_callbacks, rt.config.final_write_timeout_s, rt.settle, lambda: _unstamped(inst))
     _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core))
     lib = torch.library.Library("c10d", "IMPL")
     inst.lib = lib  # registrations live as long as the library object
@@ -279,6 +297,22 @@ class _KernelSite:
         op_name = strings[op_sid]
         finish = _finisher(etype, op_sid, self.core, rt.enabled[etype], rt.enabled[ev.HW_NOTIFY])
         stamp = Stamp
+        # the C++ stamp (no GIL on the backend's thread), with the C extension only: pure Python
+        # (NEURON_EXPLORER_PURE_PYTHON=1) keeps the Python callback it tests
+        work_stamp = native.stamp_work(self.torch) if Stamp is not None else None
+
+        def stamped(work):
+            """A stamp of ``work``'s completion, or None (no extension: a Python callback)."""
+            if work_stamp is not None:
+                try:
+                    return work_stamp(work)
+                except Exception:  # noqa: BLE001 - (a Work without a future): the C stamp
+                    pass
+            if stamp is None:
+                return None
+            s = stamp()
+            work.get_future().add_done_callback(s)
+            return s
 
         def on_done(key: int, fut) -> None:  # on the thread that completed the future
             t1 = now_ns()
@@ -355,11 +389,11 @@ class _KernelSite:
                         callback = len(args) <= async_pos or args[async_pos] is not False
                     else:
                         callback = not _blocking_caller(sys._getframe(1))
-                    if callback and stamp is not None and ndet is None:
-                        # the C stamp: the backend's thread keeps the GIL for no Python frame.  NDET
-                        # keeps the Python callback: its end record must not wait for a settle
-                        s = stamp()
-                        work.get_future().add_done_callback(s)
+                    # the C++ or C stamp: no Python frame on the backend's thread (the C++ one
+                    # takes no GIL there either).  NDET keeps the Python callback: its end record
+                    # must not wait for a settle
+                    s = stamped(work) if callback and ndet is None else None
+                    if s is not None:
                         entry[11] = s  # (after the call: a stamp the backend does not hold is never called)
                     elif callback:
                         work.get_future().add_done_callback(_Done(on_done, key))
