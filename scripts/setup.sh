@@ -9,6 +9,9 @@ need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# torch.utils.cpp_extension's build of integrations/torch/_c10d_stamp.cpp (below)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(faketime)
 if [ ${#need[@]} -gt 0 ] && [ "${NEURON_EXPLORER_SKIP_APT:-0}" != 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
