@@ -46,7 +46,7 @@ Configurations (each a fresh interpreter, started as a user starts it):
   the warm-up: what glibc and libstdc++ charge a process for having a second thread at all (locked
   mutexes, ``pthread_once`` and atomic reference counts once ``__libc_single_threaded`` is false).
   ``plain`` runs one thread (``OMP_NUM_THREADS=1``); the profile's samplers and flush are threads,
-  and so is torch's intra-op pool at its default settings (docs/decisions/0221-*.md).
+  and so is torch's intra-op pool at its default settings (docs/decisions/0222-*.md).
 
 * ``torch_profiler`` / ``jax_profiler`` (``--peer``) -- the same-run peer: ``torch.profiler``
   (CPU activities) or ``jax.profiler.trace`` entered before counting starts and left at the end,
