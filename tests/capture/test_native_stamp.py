@@ -68,8 +68,15 @@ def test_the_exit_drain_waits_for_an_open_cpp_stamp_until_it_fires_or_the_bound(
 
     inst = types.SimpleNamespace(pending_cc={})
     stamp = Fired()
-    inst.pending_cc[1] = [None] * 11 + [stamp]
+    inst.pending_cc[1] = [None] * 11 + [stamp, cc._FORK_GEN[0]]
     assert cc._unstamped(inst)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked child does not wait for the stamps it inherited
+        os.write(w, b"1" if cc._unstamped(inst) else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 4) == b"0"
     cc.drain_callbacks(0.02, None, lambda: cc._unstamped(inst))  # returns at its bound
     settled = []
     threading.Timer(0.05, lambda: setattr(stamp, "t", 5)).start()

@@ -56,8 +56,12 @@ _COLLECTIVE_OPS = {
 # ids of the completion callbacks handed to backends' futures and not yet released by them
 _LIVE: set[int] = set()
 _DRAIN_AT_EXIT: list[bool] = []
+# which process made a pending entry's stamp (its last item): a forked child's drain does not wait
+# for the C++ stamps it inherited, whose completions happen in its parent's memory
+_FORK_GEN = [0]
 if hasattr(os, "register_at_fork"):  # a forked child has no backend thread to release them
     os.register_at_fork(after_in_child=_LIVE.clear)
+    os.register_at_fork(after_in_child=lambda: _FORK_GEN.__setitem__(0, _FORK_GEN[0] + 1))
 
 
 class _Done:
@@ -129,9 +133,11 @@ def drain_callbacks(bound_s: float, settle: Callable[[], None] | None = None,
 
 
 def _unstamped(inst: Installed) -> bool:
-    """Is a collective with a C++ stamp (``native``) still waiting for its completion?"""
+    """Is a collective with a C++ stamp (``native``) made by this process still waiting for its
+    completion?"""
+    gen = _FORK_GEN[0]
     try:
-        return any(e[11] is not None and type(e[11]) is not Stamp and not e[11].t
+        return any(e[11] is not None and type(e[11]) is not Stamp and e[12] == gen and not e[11].t
                    for e in list(inst.pending_cc.values()))
     except Exception:  # noqa: BLE001 - (changed by another thread meanwhile: asked again)
         return True
@@ -357,7 +363,7 @@ class _KernelSite:
                 token = -1
                 if ndet is not None:  # the begin record exists before the collective can hang
                     token = ndet.cc_begin(nc, op_name, seq, g[1], nbytes, strings[d_sid], t0)
-                entry = [None, finish, op_sid, seq, g[0], t0, tid, nbytes, d_sid, ndet, token, None]
+                entry = [None, finish, op_sid, seq, g[0], t0, tid, nbytes, d_sid, ndet, token, None, _FORK_GEN[0]]
             except Exception as e:  # recording must not break the collective
                 warn_once("cc", f"collective not recorded: {e}")
             try:
@@ -407,7 +413,8 @@ class _KernelSite:
 def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool) -> Callable:
     """``finish(entry, t1, status)`` of one operator's collectives: the span, the ``hw_notify`` and
     NDET's end record.  ``entry`` (``Installed.pending_cc``): [Work, finish, op, seq, group, t0,
-    calling thread, bytes, dtype, NDET recorder or None, NDET token, Stamp or None].  The end is
+    calling thread, bytes, dtype, NDET recorder or None, NDET token, Stamp or None, the process's
+    fork generation when it was made].  The end is
     at ``t1`` on the calling thread, or, when the entry's stamp has been called, at the stamp's
     time on the thread that called it: the completion's own moment, whoever records it."""
     append, tick = core.ring.append, core.ring.tick
