@@ -46,8 +46,11 @@ def test_every_collective_end_is_recorded_once(tmp_path, path):
                     **({"NEURON_EXPLORER_EXT_CACHE": "0"} if path == "c" else {}))
     p = run([sys.executable, "-c", SCRIPT, str(free_port())], env)
     assert "pending 0" in p.stdout
-    # the stamp the callback path used (still pending: its end is recorded by the next collective)
-    assert {"cxx": "stamps ['WorkStamp']", "c": "stamps ['Stamp']", "python": "stamps ['NoneType']"}[path] in p.stdout
+    # the stamp the callback path used (still pending: its end is recorded by the next collective;
+    # the Python callback records it on gloo's thread, so it may be gone already)
+    want = {"cxx": ["stamps ['WorkStamp']"], "c": ["stamps ['Stamp']"],
+            "python": ["stamps ['NoneType']", "stamps []"]}[path]
+    assert any(w in p.stdout for w in want), p.stdout
     (path,) = discover(str(out))
     s = load_session(path)
     e = s.events
