@@ -59,9 +59,15 @@ _DRAIN_AT_EXIT: list[bool] = []
 # which process made a pending entry's stamp (its last item): a forked child's drain does not wait
 # for the C++ stamps it inherited, whose completions happen in its parent's memory
 _FORK_GEN = [0]
-if hasattr(os, "register_at_fork"):  # a forked child has no backend thread to release them
-    os.register_at_fork(after_in_child=_LIVE.clear)
-    os.register_at_fork(after_in_child=lambda: _FORK_GEN.__setitem__(0, _FORK_GEN[0] + 1))
+
+
+def _after_fork_in_child() -> None:
+    _LIVE.clear()  # a forked child has no backend thread to release them
+    _FORK_GEN[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Done:
@@ -124,8 +130,7 @@ def drain_callbacks(bound_s: float, settle: Callable[[], None] | None = None,
     alive = stamps_alive or (lambda: 0)
     waiting = unstamped or (lambda: False)
     while True:
-        open_ = waiting()
-        if settle is not None and (alive() > 0 or open_):
+        if settle is not None and (alive() > 0 or waiting()):
             settle()
         if not (_LIVE or alive() > 0 or waiting()) or time.monotonic() >= deadline:
             return
@@ -236,6 +241,9 @@ def group_ranks(pg) -> list[int]:
     return list(range(pg.size()))
 
 
+_UNSET = object()
+
+
 class _KernelSite:
     """What every collective kernel of a process shares: the core's ring, each process group's
     label and sequence number, the dtypes' and dispatch key sets' lookups.  ``kernel`` copies them
@@ -259,6 +267,8 @@ class _KernelSite:
         self.dtypes: dict = {}  # torch.dtype -> string id of its name ("float32")
         self.masks: dict[int, object] = {}  # raw key set at BackendSelect -> the key set below it
         self.core = core
+        # the extension's ``stamp_work`` (``native``), or None; ``_UNSET`` until the first collective
+        self.cpp_stamp: list = [_UNSET]
 
     def group(self, pg) -> list:
         """The ``groups`` entry of a process group, made on first sight (and cached by wrapper)."""
@@ -293,7 +303,8 @@ class _KernelSite:
         redispatch continues below this key on the key set the dispatcher computed)."""
         inst = self.inst
         rt, nc = inst.rt, self.core.nc
-        Tensor = self.torch.Tensor
+        torch = self.torch
+        Tensor = torch.Tensor
         unbox_pg, unbox_work = self.PG.unbox, self.Work.unbox
         redispatch = op._handle.redispatch_boxed
         by_id, group, dtypes, dtype_sid, masks, mask = \
@@ -303,12 +314,16 @@ class _KernelSite:
         op_name = strings[op_sid]
         finish = _finisher(etype, op_sid, self.core, rt.enabled[etype], rt.enabled[ev.HW_NOTIFY])
         stamp = Stamp
-        # the C++ stamp (no GIL on the backend's thread), with the C extension only: pure Python
-        # (NEURON_EXPLORER_PURE_PYTHON=1) keeps the Python callback it tests
-        work_stamp = native.stamp_work(self.torch) if Stamp is not None else None
+        cpp = self.cpp_stamp
 
         def stamped(work):
             """A stamp of ``work``'s completion, or None (no extension: a Python callback)."""
+            work_stamp = cpp[0]
+            if work_stamp is _UNSET:
+                # the C++ stamp (no GIL on the backend's thread), looked up at the process's first
+                # stamped collective; with the C extension only: pure Python
+                # (NEURON_EXPLORER_PURE_PYTHON=1) keeps the Python callback it tests
+                work_stamp = cpp[0] = native.stamp_work(torch) if stamp is not None else None
             if work_stamp is not None:
                 try:
                     return work_stamp(work)

@@ -27,6 +27,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -101,9 +102,8 @@ def build(torch, quiet: bool = False) -> str:
 
     final = os.path.dirname(path)
     os.makedirs(os.path.dirname(final), exist_ok=True)
-    work = f"{final}.tmp-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    # a directory of our own, made anew (nothing of anyone else's is ever removed), renamed whole
+    work = tempfile.mkdtemp(prefix=os.path.basename(final) + ".tmp-", dir=os.path.dirname(final))
     try:
         cpp_extension.load(NAME, [SOURCE], build_directory=work, extra_cflags=["-O2"], verbose=not quiet)
         try:
