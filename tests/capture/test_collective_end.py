@@ -25,6 +25,7 @@ f = dist.all_reduce(x, async_op=True).get_future()
 f.wait()                                    # async, waited only through the future: the callback
 from neuron_explorer.integrations.torch import installed
 print("stamps", sorted({type(e[11]).__name__ for e in installed().pending_cc.values()}))
+print("kernels", type(installed().lib).__name__)
 dist.barrier()
 dist.broadcast(x, 0)
 dist.monitored_barrier()
@@ -47,10 +48,12 @@ def test_every_collective_end_is_recorded_once(tmp_path, path):
     p = run([sys.executable, "-c", SCRIPT, str(free_port())], env)
     assert "pending 0" in p.stdout
     # the stamp the callback path used (still pending: its end is recorded by the next collective;
-    # the Python callback records it on gloo's thread, so it may be gone already)
-    want = {"cxx": ["stamps ['WorkStamp']"], "c": ["stamps ['Stamp']"],
+    # the Python callback records it on gloo's thread, so it may be gone already).  The C++
+    # kernels queue their records, which the next Work.wait adopts: none is pending yet
+    want = {"cxx": ["stamps []"], "c": ["stamps ['Stamp']"],
             "python": ["stamps ['NoneType']", "stamps []"]}[path]
     assert any(w in p.stdout for w in want), p.stdout
+    assert f"kernels {'Kernels' if path == 'cxx' else 'Library'}" in p.stdout
     (path,) = discover(str(out))
     s = load_session(path)
     e = s.events
@@ -312,3 +315,110 @@ def test_a_backend_thread_keeps_its_python_thread_state_from_one_callback_to_the
     firsts = {tid: i for i, (tid, _) in reversed(list(enumerate(foreign)))}
     assert [kept for i, (_, kept) in enumerate(foreign) if i not in firsts.values()] == [True] * (6 - len(firsts))
     assert len(firsts) < 6  # gloo reused a thread: the check above saw at least one later callback
+
+
+MIXED = r"""
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+x = torch.ones(256)
+dist.all_reduce(x)
+side = dist.new_group([0])                   # a second group: its own sequence numbers and label
+dist.all_reduce(torch.ones(8, dtype=torch.float64), group=side)
+try:
+    dist.broadcast(torch.ones(4), 5)         # no rank 5: gloo raises in the call
+except Exception as e:
+    print("raised", type(e).__name__)
+out = [torch.zeros(3, dtype=torch.int32)]
+dist.all_gather(out, torch.arange(3, dtype=torch.int32))
+w = dist.broadcast(x, 0, async_op=True)
+dist.all_reduce(x, group=side)
+w.wait()
+dist.barrier(group=side)
+dist.all_reduce(torch.ones(2, dtype=torch.bfloat16), async_op=True).get_future().wait()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("path", ["cxx", "c", "python", "ndet"])
+def test_the_cpp_and_python_kernels_record_the_same_collectives(tmp_path, path):
+    """The C++ kernels (decision 0223, where the extension is built), the Python kernels with the C
+    stamp (cache off), pure Python and NDET's Python kernels record one program's collectives
+    alike: op, sequence number in its group (a call that raises counts, as torch's own numbering
+    does), bytes, dtype and group label, over two groups, blocking, async and future-waited calls."""
+    if path in ("cxx", "ndet"):
+        native_stamp_built()
+    out = tmp_path / "out"
+    extra = {"c": {"NEURON_EXPLORER_EXT_CACHE": "0"}, "python": {"NEURON_EXPLORER_PURE_PYTHON": "1"},
+             "ndet": {"NEURON_RT_DBG_NDET_LOG_LOCATION": str(tmp_path / "ndet"),
+                      "NEURON_RT_DBG_NDET_FLUSH_USEC": "200000"}}.get(path, {})
+    (tmp_path / "ndet").mkdir()
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), **extra)
+    p = run([sys.executable, "-c", MIXED, str(free_port())], env)
+    assert "raised" in p.stdout and "not recorded" not in p.stderr, p.stderr[-2000:]
+    (session,) = discover(str(out))
+    s = load_session(session)
+    e = s.events
+    names = [s.type_names[int(t)] for t in e["type"]]
+
+    def arg(i: int, field: str) -> int:
+        return int(e[s.arg(names[i], field)][i])
+
+    got = sorted((s.strings[arg(i, "op_str")], s.strings[arg(i, "group_str")], arg(i, "seq"),
+                  *((arg(i, "bytes"), s.strings[arg(i, "dtype_str")]) if n == "cc_running" else (0, "")))
+                 for i, n in enumerate(names) if n in ("cc_running", "cc_exec_barrier"))
+    side = [g for _, g, *_ in got if g != "0"][0]
+    assert side.startswith("0#")
+    assert got == sorted([
+        ("all_reduce", "0", 0, 1024, "float32"), ("all_gather", "0", 2, 12, "int32"),
+        ("broadcast", "0", 3, 1024, "float32"), ("all_reduce", "0", 4, 4, "bfloat16"),
+        ("all_reduce", side, 0, 64, "float64"), ("all_reduce", side, 1, 1024, "float32"),
+        ("barrier", side, 2, 0, ""),
+    ]), got
+
+
+P2P = r"""
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.arange(6, dtype=torch.float32)
+for _ in range(2):
+    if rank == 0:
+        dist.send(t, 1)                      # blocking: gloo's send Work has no future
+        dist.isend(t * 2, 1).wait()
+    else:
+        dist.recv(t, 0)
+        w = dist.irecv(t, 0)
+        w.wait()
+dist.all_reduce(t)
+print("result", t.tolist())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["cxx", "c", "python", "ndet"])
+def test_send_and_recv_keep_their_results_and_are_recorded_on_every_path(tmp_path, path):
+    """gloo's send and recv return a Work whose ``getFuture`` raises: on every path the program's
+    results and output are those it has unprofiled, and each point-to-point call is recorded once,
+    ended by its ``Work.wait`` (the C++ kernels once made such a recv raise: stop 60)."""
+    if path in ("cxx", "ndet"):
+        native_stamp_built()
+    script = tmp_path / "p2p.py"
+    script.write_text(P2P)
+    plain = ranks(2, script, [], clean_env())
+    out = tmp_path / "out"
+    extra = {"c": {"NEURON_EXPLORER_EXT_CACHE": "0"}, "python": {"NEURON_EXPLORER_PURE_PYTHON": "1"},
+             "ndet": {"NEURON_RT_DBG_NDET_LOG_LOCATION": str(tmp_path / "ndet"),
+                      "NEURON_RT_DBG_NDET_FLUSH_USEC": "200000"}}.get(path, {})
+    (tmp_path / "ndet").mkdir()
+    p = ranks(2, script, [], clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), **extra))
+    assert p.stdout == plain.stdout and "not recorded" not in p.stderr, p.stderr[-2000:]
+    sessions = [load_session(d) for d in discover(str(out))]
+    assert len(sessions) == 2
+    for s in sessions:
+        e = s.events
+        names = [s.type_names[int(t)] for t in e["type"]]
+        cc = [i for i, n in enumerate(names) if n == "cc_running"]
+        ops = sorted(s.strings[int(e[s.arg("cc_running", "op_str")][i])] for i in cc)
+        assert ops in (["all_reduce"] + ["send"] * 4, ["all_reduce"] + ["recv"] * 4), ops
+        assert all(e["end_ns"][i] > e["start_ns"][i] for i in cc)

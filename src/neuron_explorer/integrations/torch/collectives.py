@@ -11,7 +11,11 @@ With the extension the callback is a C ``Stamp`` that only keeps the time and th
 Python thread records the span from it later: after the backward that waited for it, at a
 ``Work.wait``, or before a sink drains the ring (``Runtime.settle``; decision 0220).  When the
 torch-ABI extension is built (``native.py``), the stamp is a C++ callback on the future instead,
-which the backend's thread runs without taking the GIL (decision 0221).
+which the backend's thread runs without taking the GIL (decision 0221), and the kernels themselves
+are C++ (``install_kernels``; decision 0223): they queue a record per call, without a Python frame,
+which ``_KernelSite.adopter`` turns into the same entries where they are looked at (a
+``Work.wait``, the runtime's settle before a sink drains, the exit drain).  NDET and pure Python
+keep the Python kernels.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 import sys
 import time
 import weakref
-from threading import get_ident, local
+from threading import Lock, get_ident, local
 from typing import Callable
 
 from neuron_explorer.contracts import events as ev
@@ -33,7 +37,7 @@ from neuron_explorer.runtime import clock
 from neuron_explorer.runtime.core import CoreState
 from neuron_explorer.runtime.ring import Stamp, stamps_alive
 
-__all__ = ["future_status", "install_collectives", "settle_oldest", "settle_stamped"]
+__all__ = ["entry_status", "future_status", "install_collectives", "settle_oldest", "settle_stamped"]
 
 now_ns = clock.now_ns
 native_tid = clock.native_tid
@@ -148,6 +152,13 @@ def _unstamped(inst: Installed) -> bool:
         return True
 
 
+def entry_status(entry: list) -> int:
+    """The status code of a completed collective (an ``Installed.pending_cc`` entry): its C++
+    stamp's, else its Work's future's."""
+    st = getattr(entry[11], "status", None)  # (the C++ WorkStamp has one, the C Stamp none)
+    return st if st is not None else future_status(entry[0].get_future())
+
+
 def settle_stamped(inst: Installed) -> None:
     """Record the end of every collective whose ``Stamp`` has been called, at the stamp's time and
     on the thread that called it (the backend's), from whichever Python thread gets here first.
@@ -156,7 +167,7 @@ def settle_stamped(inst: Installed) -> None:
     for key, entry in list(inst.pending_cc.items()):
         s = entry[11]
         if s is not None and s.t:
-            inst.cc_complete(key, s.t, future_status(entry[0].get_future()))
+            inst.cc_complete(key, s.t, entry_status(entry))
 
 
 def settle_oldest(inst: Installed) -> None:
@@ -175,7 +186,7 @@ def settle_oldest(inst: Installed) -> None:
         s = entry[11]
         if s is None or not s.t:
             return
-        inst.cc_complete(key, s.t, future_status(entry[0].get_future()))
+        inst.cc_complete(key, s.t, entry_status(entry))
 
 
 def install_collectives(inst: Installed, torch, core: CoreState) -> None:
@@ -187,15 +198,8 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
     if c10d is None:
         return
     rt = inst.rt
-    if Stamp is not None:  # (before the sinks drain the rings: the stamped ends go in first)
-        rt.add_settler(lambda: settle_stamped(inst))
-    if not _DRAIN_AT_EXIT:  # (after the program's own handlers, before our final write's)
-        _DRAIN_AT_EXIT.append(True)
-        atexit.register(drain_callbacks, rt.config.final_write_timeout_s, rt.settle, lambda: _unstamped(inst))
-    _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core))
-    lib = torch.library.Library("c10d", "IMPL")
-    inst.lib = lib  # registrations live as long as the library object
     site = _KernelSite(inst, torch, c10d, core)
+    specs = []  # (operator, process_group's position, async_op's or -1, where the Work is, etype, name, barrier)
     for opname, shown in _COLLECTIVE_OPS.items():
         packet = getattr(torch.ops.c10d, opname, None)
         if packet is None:
@@ -205,14 +209,43 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
         if "process_group" not in names:
             continue
         is_barrier = "barrier" in opname
-        etype = ev.CC_EXEC_BARRIER if is_barrier else ev.CC_RUNNING
         returns = [str(r.type) for r in op._schema.returns]
         # where the Work is in what the operator returns: -1 last of a tuple, 0 alone, None: no
         # Work (the operator returns when the collective is done)
         work_at = -1 if len(returns) > 1 else 0 if returns else None
-        lib.impl(opname, site.kernel(op, names.index("process_group"),
-                                     names.index("async_op") if "async_op" in names else -1, work_at, etype,
-                                     rt.intern(shown), is_barrier),
+        specs.append((op, names.index("process_group"), names.index("async_op") if "async_op" in names else -1,
+                      work_at, ev.CC_EXEC_BARRIER if is_barrier else ev.CC_RUNNING, rt.intern(shown), is_barrier))
+    # the kernels in C++ (the extension built against this torch: no Python frame per call), else
+    # in Python.  NDET keeps the Python kernels: its begin record is written before the collective
+    # can hang, and pure Python (no C extension) keeps what it tests
+    mod = native.module(torch) if Stamp is not None and rt.ndet is None else None
+    adopt = None
+    if mod is not None:
+        try:
+            inst.lib = mod.install_kernels([(op._schema.name.split("::")[-1], pg_pos, async_pos,
+                                             1 if work_at is None else work_at, is_barrier)
+                                            for op, pg_pos, async_pos, work_at, _, _, is_barrier in specs])
+            adopt = site.adopter(mod, [(_finisher(etype, sid, core, rt.enabled[etype], rt.enabled[ev.HW_NOTIFY]), sid)
+                                       for _, _, _, _, etype, sid, _ in specs])
+        except Exception as e:  # noqa: BLE001 - (a build this torch does not take): the Python kernels
+            inst.lib = None
+            inst.warn_once("cc-cpp", f"the C++ collective kernels are not used ({type(e).__name__}: {e})")
+    if Stamp is not None:  # (before the sinks drain the rings: the adopted records and stamped ends go in first)
+        rt.add_settler((lambda: (adopt(), settle_stamped(inst))) if adopt is not None else
+                       (lambda: settle_stamped(inst)))
+    if not _DRAIN_AT_EXIT:  # (after the program's own handlers, before our final write's)
+        _DRAIN_AT_EXIT.append(True)
+        queued = mod.queued if adopt is not None else (lambda: 0)
+        atexit.register(drain_callbacks, rt.config.final_write_timeout_s, rt.settle,
+                        lambda: queued() > 0 or _unstamped(inst))
+    _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core),
+                     (mod.work_address, adopt, mod.queued) if adopt is not None else None)
+    if adopt is not None:
+        return
+    lib = torch.library.Library("c10d", "IMPL")
+    inst.lib = lib  # registrations live as long as the library object
+    for op, pg_pos, async_pos, work_at, etype, sid, is_barrier in specs:
+        lib.impl(op._schema.name.split("::")[-1], site.kernel(op, pg_pos, async_pos, work_at, etype, sid, is_barrier),
                  "BackendSelect", with_keyset=True)
 
 
@@ -270,8 +303,9 @@ class _KernelSite:
         # the extension's ``stamp_work`` (``native``), or None; ``_UNSET`` until the first collective
         self.cpp_stamp: list = [_UNSET]
 
-    def group(self, pg) -> list:
-        """The ``groups`` entry of a process group, made on first sight (and cached by wrapper)."""
+    def group(self, pg, seq0: int = -1) -> list:
+        """The ``groups`` entry of a process group, made on first sight (and cached by wrapper);
+        ``seq0``: its sequence number then when known (else read from the group now)."""
         rt = self.inst.rt
         name = pg.group_name
         g = self.groups.get(name)
@@ -279,7 +313,7 @@ class _KernelSite:
             # two process groups over the same ranks keep separate sequence spaces: every group
             # but the default one carries its name after the ranks ("0,1#3")
             label = ",".join(map(str, group_ranks(pg))) + ("" if name == "0" else f"#{name}")
-            g = self.groups[name] = [rt.intern(label), label, group_seq(pg)]
+            g = self.groups[name] = [rt.intern(label), label, seq0 if seq0 >= 0 else group_seq(pg)]
         key, by_id = id(pg), self.by_id
         try:
             ref = weakref.ref(pg, lambda r, key=key: by_id.pop(key) if by_id.get(key, (None,))[0] is r else None)
@@ -289,9 +323,49 @@ class _KernelSite:
         return g
 
     def dtype_sid(self, t) -> int:
-        d = t.dtype
+        return self.dtype_of(t.dtype)
+
+    def dtype_of(self, d) -> int:
         sid = self.dtypes[d] = self.inst.rt.intern(str(d).replace("torch.", ""))
         return sid
+
+    def adopter(self, mod, ops: list[tuple[Callable, int]]) -> Callable[[], None]:
+        """``adopt()``: record what the C++ kernels (``mod.install_kernels``) queued, in call order:
+        each call's sequence number in its group, its ``Installed.pending_cc`` entry (keyed by the
+        Work's address, which the entry's weak reference keeps from being reused), or its span at
+        once when the operator returned with the collective done.  ``ops[i]``: operator i's
+        ``finish`` and name.  Called where the Python kernels' records are looked at: a
+        ``Work.wait``, the runtime's settle before a sink drains, the exit drain."""
+        drain, pending, warn_once = mod.drain, self.inst.pending_cc, self.inst.warn_once
+        by_id, group, dtypes, dtype_of = self.by_id, self.group, self.dtypes, self.dtype_of
+        lock = Lock()  # (two threads adopting at once would number a group's calls out of order)
+
+        def adopt() -> None:
+            with lock:
+                records, dropped = drain()
+                if dropped:
+                    warn_once("cc-dropped", f"{dropped} collectives not recorded: more than 65536 between two "
+                                            "writes of the capture")
+                gen = _FORK_GEN[0]
+                for op_i, t0, t1, tid, nbytes, dtype, pg, seq0, key, ref, stamped, failed in records:
+                    c = by_id.get(id(pg))
+                    g = c[1] if c is not None and c[0]() is pg else group(pg, seq0)
+                    seq = g[2]
+                    g[2] = seq + 1
+                    if failed:  # (the call raised: numbered, not recorded, as the Python kernel does)
+                        continue
+                    finish, op_sid = ops[op_i]
+                    d_sid = 0 if dtype is None else dtypes.get(dtype) or dtype_of(dtype)
+                    entry = [ref, finish, op_sid, seq, g[0], t0, tid, nbytes, d_sid, None, -1,
+                             ref if stamped else None, gen]
+                    if t1:
+                        finish(entry, t1, 0)
+                    else:
+                        pending[key] = entry
+                if pending:  # the stamped ends from the oldest on, as a Python kernel's call does
+                    settle_oldest(self.inst)
+
+        return adopt
 
     def mask(self, keyset):
         m = self.masks[keyset.raw_repr()] = keyset & self.below
@@ -329,10 +403,11 @@ class _KernelSite:
                     return work_stamp(work)
                 except Exception:  # noqa: BLE001 - (a Work without a future): the C stamp
                     pass
-            if stamp is None:
+            fut = _future(work) if stamp is not None else None
+            if fut is None:
                 return None
             s = stamp()
-            work.get_future().add_done_callback(s)
+            fut.add_done_callback(s)
             return s
 
         def on_done(key: int, fut) -> None:  # on the thread that completed the future
@@ -417,7 +492,9 @@ class _KernelSite:
                     if s is not None:
                         entry[11] = s  # (after the call: a stamp the backend does not hold is never called)
                     elif callback:
-                        work.get_future().add_done_callback(_Done(on_done, key))
+                        fut = _future(work)
+                        if fut is not None:  # (else its Work.wait records the end)
+                            fut.add_done_callback(_Done(on_done, key))
                 except Exception as e:
                     warn_once("cc", f"collective completion not recorded: {e}")
             return result
@@ -427,9 +504,9 @@ class _KernelSite:
 
 def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool) -> Callable:
     """``finish(entry, t1, status)`` of one operator's collectives: the span, the ``hw_notify`` and
-    NDET's end record.  ``entry`` (``Installed.pending_cc``): [Work, finish, op, seq, group, t0,
-    calling thread, bytes, dtype, NDET recorder or None, NDET token, Stamp or None, the process's
-    fork generation when it was made].  The end is
+    NDET's end record.  ``entry`` (``Installed.pending_cc``): [Work (the C++ kernels: its
+    ``WorkStamp``, a weak reference), finish, op, seq, group, t0, calling thread, bytes, dtype, NDET
+    recorder or None, NDET token, Stamp or None, the process's fork generation when it was made].  The end is
     at ``t1`` on the calling thread, or, when the entry's stamp has been called, at the stamp's
     time on the thread that called it: the completion's own moment, whoever records it."""
     append, tick = core.ring.append, core.ring.tick
@@ -453,6 +530,15 @@ def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool
     return finish
 
 
+def _future(work):
+    """The Work's future, or None for a Work without one (gloo's send and recv: ``get_future``
+    raises; their ``Work.wait`` records the end)."""
+    try:
+        return work.get_future()
+    except RuntimeError:
+        return None
+
+
 def _blocking_caller(frame) -> bool:
     """For an operator without an ``async_op`` argument (send, recv): is it called by
     torch.distributed's own function with async_op=False?  Those call ``work.wait()`` right after
@@ -464,16 +550,27 @@ def _blocking_caller(frame) -> bool:
         return False
 
 
-def _patch_work_wait(Work, inst: Installed, waited: Callable | None) -> None:
+def _patch_work_wait(Work, inst: Installed, waited: Callable | None, cpp: tuple | None = None) -> None:
     """Record a collective's end when its Work is waited on, on the waiting thread, and the wait
-    itself (``kbl_exec_wait``) through ``waited``."""
+    itself (``kbl_exec_wait``) through ``waited``.  ``cpp``: (the Work's key, ``adopt``, ``queued``)
+    with the C++ kernels, whose records are adopted first; else the key is the wrapper's id."""
     orig = Work.wait
     if getattr(orig, "_neuron_explorer", False):
         return
     pending, complete = inst.pending_cc, inst.cc_complete
+    key_of, adopt, queued = cpp if cpp is not None else (id, None, None)
 
     def wait(self, *args, **kwargs):
-        key = id(self)
+        if adopt is not None:
+            try:
+                if queued():
+                    adopt()
+                key = key_of(self)
+            except Exception as e:  # noqa: BLE001 - recording must not break the wait
+                inst.warn_once("cc", f"collective not recorded: {e}")
+                key = 0
+        else:
+            key = id(self)
         p = pending.get(key)  # taken before a completion callback can pop it (and done_cc drop it)
         t0 = now_ns()
         try:

@@ -36,7 +36,7 @@ from neuron_explorer.contracts import events as ev
 from neuron_explorer.contracts.env import EAGER
 from neuron_explorer.integrations.importhook import when_imported
 from neuron_explorer.integrations.torch.autograd_flops import GraphFlops
-from neuron_explorer.integrations.torch.collectives import future_status
+from neuron_explorer.integrations.torch.collectives import entry_status, future_status
 from neuron_explorer.integrations.torch.execution import (
     c_execution,
     general_path,
@@ -610,11 +610,16 @@ def _end_waited_collectives(inst: Installed) -> None:
     bound; those whose callback ran keep its exact time (a C ``Stamp``'s: ``finish`` takes it)."""
     t1 = now_ns()
     for key, entry in list(inst.pending_cc.items()):
-        try:  # (its future completes before the Work's own flag is set: DDP waited on the future)
-            fut = entry[0].get_future()  # entry: (Work, finish, ...): see Installed.pending_cc
+        try:
+            s = entry[11]  # entry: (Work, finish, ...): see Installed.pending_cc
+            if s is not None and s.t:  # stamped: recorded at the stamp's time
+                inst.cc_complete(key, t1, entry_status(entry))
+                continue
+            # (its future completes before the Work's own flag is set: DDP waited on the future)
+            fut = entry[0].get_future()
             if fut.done():
                 inst.cc_complete(key, t1, future_status(fut))
-        except Exception:
+        except Exception:  # (a C++ kernel's blocking call, not stamped: its Work.wait records it)
             continue
 
 

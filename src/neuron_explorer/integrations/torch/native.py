@@ -5,9 +5,10 @@ work) has its end taken from its future's completion.  A Python callable on the 
 ``Stamp`` of ``runtime/_fastpath.c``) is called by pybind with the GIL taken on the backend's
 thread; the C++ callback of this extension takes no GIL.  It needs torch's headers and its pybind11
 ABI, so it cannot ship in the wheel beside ``_fastpath``: ``build`` compiles it (~20 CPU-s, once)
-into a cache keyed by torch's version and build and by the source's content, and ``stamp_work``
+into a cache keyed by torch's version and build and by the source's content, and ``module``
 loads it from there when it matches.  Nothing is ever compiled in a profiled process: without a
-matching build the collectives use the C ``Stamp`` as before.
+matching build the collectives use the C ``Stamp`` as before.  The same library holds the
+collectives' ``BackendSelect`` kernels in C++ (``install_kernels``, decision 0223).
 
 The cache is ``$NEURON_EXPLORER_EXT_CACHE`` (``0``: never used), else
 ``$XDG_CACHE_HOME/neuron_explorer/ext`` or ``~/.cache/neuron_explorer/ext``.
@@ -33,7 +34,7 @@ from typing import Any, Callable
 
 from neuron_explorer.contracts.env import EXT_CACHE
 
-__all__ = ["build", "built_path", "cache_root", "stamp_work"]
+__all__ = ["build", "built_path", "cache_root", "module", "stamp_work"]
 
 NAME = "ne_c10d_stamp"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_c10d_stamp.cpp")
@@ -69,25 +70,32 @@ def built_path(torch) -> str | None:
     return None if root is None else os.path.join(root, _tag(torch), NAME + ".so")
 
 
-def stamp_work(torch) -> Callable[[Any], Any] | None:
-    """The extension's ``stamp_work(work) -> WorkStamp`` when a build for this torch is in the
-    cache, else None.  Never builds, never raises."""
+def module(torch) -> Any | None:
+    """The extension (``stamp_work``, ``install_kernels``, ``drain``...) when a build for this
+    torch is in the cache, else None.  Never builds, never raises."""
     try:
         path = built_path(torch)
         if path is None or not os.path.isfile(path):
             return None
         mod = sys.modules.get(NAME)
-        if mod is None:
-            loader = importlib.machinery.ExtensionFileLoader(NAME, path)
-            spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
-            if spec is None:
-                return None
-            mod = importlib.util.module_from_spec(spec)
-            loader.exec_module(mod)
-            sys.modules[NAME] = mod
-        return mod.stamp_work
+        if mod is not None:
+            return mod
+        loader = importlib.machinery.ExtensionFileLoader(NAME, path)
+        spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
+        if spec is None:
+            return None
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        sys.modules[NAME] = mod
+        return mod
     except Exception:  # noqa: BLE001 - a build that does not load here (another ABI): the C Stamp
         return None
+
+
+def stamp_work(torch) -> Callable[[Any], Any] | None:
+    """The extension's ``stamp_work(work) -> WorkStamp``, or None (``module``)."""
+    mod = module(torch)
+    return None if mod is None else getattr(mod, "stamp_work", None)
 
 
 def build(torch, quiet: bool = False) -> str:

@@ -28,10 +28,12 @@ class Installed:
         self.torch_dir = torch_dir
         # when Dynamo's start callback ran for the compile in progress (0: none seen)
         self.compile_start = 0
-        # the c10d ``torch.library.Library``: kernel registrations live as long as it does
+        # the c10d ``torch.library.Library`` (or the C++ kernels' ``Kernels``): kernel
+        # registrations live as long as it does
         self.lib = None
-        # id(Work) -> [Work, finish(entry, t1, status), op, seq, group, ...] for collectives whose
-        # end is not recorded yet (collectives._finisher lists the rest)
+        # id(Work) (the Work's address with the C++ kernels) -> [Work, finish(entry, t1, status),
+        # op, seq, group, ...] for collectives whose end is not recorded yet (collectives._finisher
+        # lists the rest)
         self.pending_cc: dict[int, list] = {}
         # id(Work) -> that entry, for collectives completed but not waited on yet (what a later
         # Work.wait names).  The Work is kept so that its id stays its own: a completion before the
