@@ -16,8 +16,9 @@ thread):
   at world size 1: DDP's reducer all-reduces its two gradient buckets from C++ and waits on their
   futures there, so both the kernel and the completion callback are exercised.
 
-Configurations: ``plain`` (no profiler variable), ``system`` (``NEURON_RT_INSPECT_ENABLE=1``) and,
-with ``--before SRC``, ``system_before`` (the same with another checkout's ``src``).
+Configurations: ``plain`` (no profiler variable), ``system`` (``NEURON_RT_INSPECT_ENABLE=1``),
+``system_kernels`` (the same with ``NEURON_EXPLORER_CPP_KERNELS=1``: the kernels in C++, decision
+0223) and, with ``--before SRC``, ``system_before`` (``system`` with another checkout's ``src``).
 
 Instructions (``--what instructions``): the slope between a short and a long run under
 ``valgrind --tool=callgrind``, counting switched on after the warm-up (``--instr-atstart=no``),
@@ -147,6 +148,8 @@ def _env_for(config: str, out_dir: str, before: str, counted: bool) -> dict[str,
         env = interleave.clean_env() if config == "plain" else interleave.system_env(out_dir)
     src = before if config == "system_before" else os.path.join(ROOT, "src")
     env["PYTHONPATH"] = src + os.pathsep + ROOT
+    if config == "system_kernels":  # the collectives' kernels in C++ (decision 0223)
+        env["NEURON_EXPLORER_CPP_KERNELS"] = "1"
     return env
 
 
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown workload {bad[0]!r}")
     what = set(a.what.split(","))
-    configs = ["plain", "system"] + (["system_before"] if a.before else [])
+    configs = ["plain", "system", "system_kernels"] + (["system_before"] if a.before else [])
     res = {**provenance.stamp(),
            "command": "python -m bench.collective_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
            "before": a.before or None, "load_average_at_start": list(os.getloadavg())}

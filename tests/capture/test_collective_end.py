@@ -13,6 +13,11 @@ from neuron_explorer.analysis.reader import discover, load_session
 
 from ..conftest import clean_env, free_port, native_stamp_built, ranks, run
 
+# the environment of each collective path but the default (Python kernels, C++ stamp: "cxx")
+PATH_ENV = {"kernels": {"NEURON_EXPLORER_CPP_KERNELS": "1"}, "c": {"NEURON_EXPLORER_EXT_CACHE": "0"},
+            "python": {"NEURON_EXPLORER_PURE_PYTHON": "1"}}
+
+
 SCRIPT = r"""
 import sys, torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
@@ -34,26 +39,24 @@ print("pending", len(installed().pending_cc))
 """
 
 
-@pytest.mark.parametrize("path", ["cxx", "c", "python"])
+@pytest.mark.parametrize("path", ["kernels", "cxx", "c", "python"])
 def test_every_collective_end_is_recorded_once(tmp_path, path):
-    """On every path: the C++ stamp of the torch-ABI extension (decision 0221), the C stamp the
-    training thread records from (decision 0220; the extension's cache off) and the Python
-    callback that records on the backend's thread."""
-    if path == "cxx":
+    """On every path: the C++ kernels (decision 0223), the C++ stamp of the torch-ABI extension
+    (decision 0221), the C stamp the training thread records from (decision 0220; the
+    extension's cache off) and the Python callback that records on the backend's thread."""
+    if path in ("kernels", "cxx"):
         native_stamp_built()
     out = tmp_path / "out"
-    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out),
-                    NEURON_EXPLORER_PURE_PYTHON="1" if path == "python" else "0",
-                    **({"NEURON_EXPLORER_EXT_CACHE": "0"} if path == "c" else {}))
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), **PATH_ENV.get(path, {}))
     p = run([sys.executable, "-c", SCRIPT, str(free_port())], env)
     assert "pending 0" in p.stdout
     # the stamp the callback path used (still pending: its end is recorded by the next collective;
     # the Python callback records it on gloo's thread, so it may be gone already).  The C++
     # kernels queue their records, which the next Work.wait adopts: none is pending yet
-    want = {"cxx": ["stamps []"], "c": ["stamps ['Stamp']"],
+    want = {"kernels": ["stamps []"], "cxx": ["stamps ['WorkStamp']"], "c": ["stamps ['Stamp']"],
             "python": ["stamps ['NoneType']", "stamps []"]}[path]
     assert any(w in p.stdout for w in want), p.stdout
-    assert f"kernels {'Kernels' if path == 'cxx' else 'Library'}" in p.stdout
+    assert f"kernels {'Kernels' if path == 'kernels' else 'Library'}" in p.stdout
     (path,) = discover(str(out))
     s = load_session(path)
     e = s.events
@@ -335,26 +338,30 @@ dist.all_reduce(x, group=side)
 w.wait()
 dist.barrier(group=side)
 dist.all_reduce(torch.ones(2, dtype=torch.bfloat16), async_op=True).get_future().wait()
+from neuron_explorer.integrations.torch import installed
+print("kernels", type(installed().lib).__name__)
 dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("path", ["cxx", "c", "python", "ndet"])
+@pytest.mark.parametrize("path", ["kernels", "cxx", "c", "python", "ndet"])
 def test_the_cpp_and_python_kernels_record_the_same_collectives(tmp_path, path):
     """The C++ kernels (decision 0223, where the extension is built), the Python kernels with the C
     stamp (cache off), pure Python and NDET's Python kernels record one program's collectives
     alike: op, sequence number in its group (a call that raises counts, as torch's own numbering
     does), bytes, dtype and group label, over two groups, blocking, async and future-waited calls."""
-    if path in ("cxx", "ndet"):
+    if path in ("kernels", "cxx", "ndet"):
         native_stamp_built()
     out = tmp_path / "out"
-    extra = {"c": {"NEURON_EXPLORER_EXT_CACHE": "0"}, "python": {"NEURON_EXPLORER_PURE_PYTHON": "1"},
-             "ndet": {"NEURON_RT_DBG_NDET_LOG_LOCATION": str(tmp_path / "ndet"),
-                      "NEURON_RT_DBG_NDET_FLUSH_USEC": "200000"}}.get(path, {})
+    # (NDET with the C++ kernels asked for: it keeps the Python ones)
+    extra = {"ndet": {"NEURON_RT_DBG_NDET_LOG_LOCATION": str(tmp_path / "ndet"),
+                      "NEURON_RT_DBG_NDET_FLUSH_USEC": "200000", "NEURON_EXPLORER_CPP_KERNELS": "1"}
+             }.get(path, PATH_ENV.get(path, {}))
     (tmp_path / "ndet").mkdir()
     env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), **extra)
     p = run([sys.executable, "-c", MIXED, str(free_port())], env)
     assert "raised" in p.stdout and "not recorded" not in p.stderr, p.stderr[-2000:]
+    assert f"kernels {'Kernels' if path == 'kernels' else 'Library'}" in p.stdout, p.stdout
     (session,) = discover(str(out))
     s = load_session(session)
     e = s.events
@@ -396,20 +403,21 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["cxx", "c", "python", "ndet"])
+@pytest.mark.parametrize("path", ["kernels", "cxx", "c", "python", "ndet"])
 def test_send_and_recv_keep_their_results_and_are_recorded_on_every_path(tmp_path, path):
     """gloo's send and recv return a Work whose ``getFuture`` raises: on every path the program's
     results and output are those it has unprofiled, and each point-to-point call is recorded once,
     ended by its ``Work.wait`` (the C++ kernels once made such a recv raise: stop 60)."""
-    if path in ("cxx", "ndet"):
+    if path in ("kernels", "cxx", "ndet"):
         native_stamp_built()
     script = tmp_path / "p2p.py"
     script.write_text(P2P)
     plain = ranks(2, script, [], clean_env())
     out = tmp_path / "out"
-    extra = {"c": {"NEURON_EXPLORER_EXT_CACHE": "0"}, "python": {"NEURON_EXPLORER_PURE_PYTHON": "1"},
-             "ndet": {"NEURON_RT_DBG_NDET_LOG_LOCATION": str(tmp_path / "ndet"),
-                      "NEURON_RT_DBG_NDET_FLUSH_USEC": "200000"}}.get(path, {})
+    # (NDET with the C++ kernels asked for: it keeps the Python ones)
+    extra = {"ndet": {"NEURON_RT_DBG_NDET_LOG_LOCATION": str(tmp_path / "ndet"),
+                      "NEURON_RT_DBG_NDET_FLUSH_USEC": "200000", "NEURON_EXPLORER_CPP_KERNELS": "1"}
+             }.get(path, PATH_ENV.get(path, {}))
     (tmp_path / "ndet").mkdir()
     p = ranks(2, script, [], clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(out), **extra))
     assert p.stdout == plain.stdout and "not recorded" not in p.stderr, p.stderr[-2000:]

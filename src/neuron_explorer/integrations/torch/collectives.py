@@ -12,10 +12,10 @@ Python thread records the span from it later: after the backward that waited for
 ``Work.wait``, or before a sink drains the ring (``Runtime.settle``; decision 0220).  When the
 torch-ABI extension is built (``native.py``), the stamp is a C++ callback on the future instead,
 which the backend's thread runs without taking the GIL (decision 0221), and the kernels themselves
-are C++ (``install_kernels``; decision 0223): they queue a record per call, without a Python frame,
-which ``_KernelSite.adopter`` turns into the same entries where they are looked at (a
-``Work.wait``, the runtime's settle before a sink drains, the exit drain).  NDET and pure Python
-keep the Python kernels.
+can be C++ (``install_kernels``, ``NEURON_EXPLORER_CPP_KERNELS=1``; decision 0223): they queue a
+record per call, without a Python frame, which ``_KernelSite.adopter`` turns into the same entries
+where they are looked at (a ``Work.wait``, the runtime's settle before a sink drains, the exit
+drain).  NDET and pure Python keep the Python kernels.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from threading import Lock, get_ident, local
 from typing import Callable
 
 from neuron_explorer.contracts import events as ev
+from neuron_explorer.contracts.env import CPP_KERNELS
 from neuron_explorer.integrations.torch import native
-from neuron_explorer.integrations.torch.state import Installed
+from neuron_explorer.integrations.torch.state import Installed, env_switch
 from neuron_explorer.integrations.torch.tensors import tensors_in
 from neuron_explorer.integrations.torch.waits import wait_recorder
 from neuron_explorer.runtime import clock
@@ -215,10 +216,13 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
         work_at = -1 if len(returns) > 1 else 0 if returns else None
         specs.append((op, names.index("process_group"), names.index("async_op") if "async_op" in names else -1,
                       work_at, ev.CC_EXEC_BARRIER if is_barrier else ev.CC_RUNNING, rt.intern(shown), is_barrier))
-    # the kernels in C++ (the extension built against this torch: no Python frame per call), else
-    # in Python.  NDET keeps the Python kernels: its begin record is written before the collective
-    # can hang, and pure Python (no C extension) keeps what it tests
-    mod = native.module(torch) if Stamp is not None and rt.ndet is None else None
+    # the kernels in C++ (the extension built against this torch: no Python frame per call) when
+    # asked for (NEURON_EXPLORER_CPP_KERNELS=1: off by default while the small_collectives insight
+    # reads 1.1-1.6x the measured cost with them; decision 0223), else in Python.  NDET keeps the
+    # Python kernels: its begin record is written before the collective can hang, and pure Python
+    # (no C extension) keeps what it tests
+    cpp = Stamp is not None and rt.ndet is None and env_switch(CPP_KERNELS, "the Python collective kernels", False)
+    mod = native.module(torch) if cpp else None
     adopt = None
     if mod is not None:
         try:

@@ -62,13 +62,13 @@ class Installed:
             p[1](p, t1, status)
 
 
-def env_switch(var: str, what: str) -> bool:
-    """An on/off variable of the hooks, default on.  Read at torch's import, too late to stop the
-    launch: a bad value is said once and leaves the feature on."""
+def env_switch(var: str, what: str, default: bool = True) -> bool:
+    """An on/off variable of the hooks (default on unless ``default``).  Read at torch's import, too
+    late to stop the launch: a bad value is said once and leaves the feature at its default."""
     from neuron_explorer.contracts.env import ConfigError, parse_bool
 
     try:
-        return parse_bool(var, os.environ.get(var), True)
+        return parse_bool(var, os.environ.get(var), default)
     except ConfigError as e:
-        get_logger(__name__).warning(f"neuron-explorer: warning: {e}; {what} stay on")
-        return True
+        get_logger(__name__).warning(f"neuron-explorer: warning: {e}; {what} stay {'on' if default else 'off'}")
+        return default
