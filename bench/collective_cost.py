@@ -17,8 +17,9 @@ thread):
   futures there, so both the kernel and the completion callback are exercised.
 
 Configurations: ``plain`` (no profiler variable), ``system`` (``NEURON_RT_INSPECT_ENABLE=1``),
-``system_kernels`` (the same with ``NEURON_EXPLORER_CPP_KERNELS=1``: the kernels in C++, decision
-0223) and, with ``--before SRC``, ``system_before`` (``system`` with another checkout's ``src``).
+``system_pykernels`` (the same with ``NEURON_EXPLORER_CPP_KERNELS=0``: the kernels in Python, not
+C++, decision 0223) and, with ``--before SRC``, ``system_before`` (``system`` with another
+checkout's ``src``).
 
 Instructions (``--what instructions``): the slope between a short and a long run under
 ``valgrind --tool=callgrind``, counting switched on after the warm-up (``--instr-atstart=no``),
@@ -148,8 +149,8 @@ def _env_for(config: str, out_dir: str, before: str, counted: bool) -> dict[str,
         env = interleave.clean_env() if config == "plain" else interleave.system_env(out_dir)
     src = before if config == "system_before" else os.path.join(ROOT, "src")
     env["PYTHONPATH"] = src + os.pathsep + ROOT
-    if config == "system_kernels":  # the collectives' kernels in C++ (decision 0223)
-        env["NEURON_EXPLORER_CPP_KERNELS"] = "1"
+    if config == "system_pykernels":  # the collectives' kernels in Python (decision 0223)
+        env["NEURON_EXPLORER_CPP_KERNELS"] = "0"
     return env
 
 
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown workload {bad[0]!r}")
     what = set(a.what.split(","))
-    configs = ["plain", "system", "system_kernels"] + (["system_before"] if a.before else [])
+    configs = ["plain", "system", "system_pykernels"] + (["system_before"] if a.before else [])
     res = {**provenance.stamp(),
            "command": "python -m bench.collective_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
            "before": a.before or None, "load_average_at_start": list(os.getloadavg())}

@@ -13,8 +13,9 @@ from neuron_explorer.analysis.reader import discover, load_session
 
 from ..conftest import clean_env, free_port, native_stamp_built, ranks, run
 
-# the environment of each collective path but the default (Python kernels, C++ stamp: "cxx")
-PATH_ENV = {"kernels": {"NEURON_EXPLORER_CPP_KERNELS": "1"}, "c": {"NEURON_EXPLORER_EXT_CACHE": "0"},
+# the environment of each collective path but the default (C++ kernels and stamp: "kernels"); "cxx":
+# the Python kernels with the C++ stamp
+PATH_ENV = {"cxx": {"NEURON_EXPLORER_CPP_KERNELS": "0"}, "c": {"NEURON_EXPLORER_EXT_CACHE": "0"},
             "python": {"NEURON_EXPLORER_PURE_PYTHON": "1"}}
 
 

@@ -42,7 +42,7 @@ FRAMEWORK_REGIONS = "NEURON_EXPLORER_FRAMEWORK_REGIONS"
 FINAL_WRITE_TIMEOUT = "NEURON_EXPLORER_FINAL_WRITE_TIMEOUT_MS"
 # where the torch-ABI extension (integrations/torch/native.py) is built and looked for; "0": never used
 EXT_CACHE = "NEURON_EXPLORER_EXT_CACHE"
-# "1": the collectives' kernels in C++ (that extension), default off: decision 0223
+# "0": the collectives' kernels in Python, not in C++ (that extension; default on): decision 0223
 CPP_KERNELS = "NEURON_EXPLORER_CPP_KERNELS"
 MAX_SAMPLES = "NEURON_EXPLORER_MAX_SAMPLES"
 QUIET = "NEURON_EXPLORER_QUIET"

@@ -220,7 +220,8 @@ fp_module_call_root(PyObject *mod, PyObject *args)
 enum { BW_TL, BW_ORIG, BW_SLOW, BW_PENDING, BW_AFTER, BW_ENABLED, BW_INDEX, BW_FOR, BW_RUN, BW_N };
 
 /* The settled backward, as the Python ``run`` then ``record`` run it: grad_root None, depth 1,
- * the C wrapper, depth 0, then ``after()`` when collectives wait for their end (``pending``). */
+ * the C wrapper, depth 0, then ``after()`` when collectives wait for their end (``pending``, a
+ * dict: when not empty; True: always, ``after`` looks itself). */
 static PyObject *
 bw_run(PyObject *state, PyObject *tl, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -236,7 +237,7 @@ bw_run(PyObject *state, PyObject *tl, PyObject *const *args, Py_ssize_t nargs, P
     PyErr_Fetch(&et, &ev, &tb);
     if (tl_set(tl, str_depth, int_zero) < 0)
         PyErr_Clear();
-    if (after != Py_None && PyDict_Check(pending) && PyDict_GET_SIZE(pending) > 0) {
+    if (after != Py_None && (pending == Py_True || (PyDict_Check(pending) && PyDict_GET_SIZE(pending) > 0))) {
         PyObject *r = PyObject_CallNoArgs(after);  /* (never raises: it warns instead) */
         if (r == NULL)
             PyErr_Clear();

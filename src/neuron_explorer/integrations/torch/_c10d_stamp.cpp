@@ -80,7 +80,29 @@ struct WorkStamp {
   c10::weak_intrusive_ptr<c10d::Work> w{c10::weak_intrusive_ptr<c10d::Work>::reclaim(nullptr)};
   long long t() const { return d ? d->t.load(std::memory_order_acquire) : 0; }
   long tid() const { return t() != 0 ? d->tid : 0; }
-  int status() const { return t() != 0 ? d->status : 0; }
+  // The Work's future once completed (its waiters are woken before its callbacks run: a stamp
+  // comes after the wait it ended), else nullptr.
+  c10::intrusive_ptr<c10::ivalue::Future> completed() const {
+    auto work = w.lock();
+    if (work) {
+      try {
+        auto f = work->getFuture();
+        if (f && f->completed()) {
+          return f;
+        }
+      } catch (...) {  // (a Work without a future: gloo's send and recv)
+      }
+    }
+    return {};
+  }
+  bool done() const { return t() != 0 || completed(); }
+  int status() const {
+    if (t() != 0) {
+      return d->status;
+    }
+    auto f = completed();
+    return f && f->hasError() ? error_status(f->tryRetrieveErrorMessage()) : 0;
+  }
 };
 
 std::shared_ptr<StampData> stamp_future(const c10::intrusive_ptr<c10::ivalue::Future> &fut) {
@@ -355,7 +377,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<WorkStamp>(m, "WorkStamp")
       .def_property_readonly("t", &WorkStamp::t, "CLOCK_MONOTONIC ns of the completion (0: not yet)")
       .def_property_readonly("tid", &WorkStamp::tid, "the OS thread id that completed the future")
-      .def_property_readonly("status", &WorkStamp::status, "0, 1 (the future failed) or 5 (timed out)");
+      .def_property_readonly("status", &WorkStamp::status, "0, 1 (the future failed) or 5 (timed out)")
+      .def_property_readonly("done", &WorkStamp::done,
+                             "stamped, or the Work's future completed (its callbacks may not have run yet)");
   m.def("stamp_work", &stamp_work, py::arg("work"),
         "stamp_work(work) -> WorkStamp: stamp the completion of a c10d Work's future");
   m.def("work_address", &work_address, py::arg("work"), "work_address(work) -> int: the c10d Work's address");

@@ -12,7 +12,7 @@ Python thread records the span from it later: after the backward that waited for
 ``Work.wait``, or before a sink drains the ring (``Runtime.settle``; decision 0220).  When the
 torch-ABI extension is built (``native.py``), the stamp is a C++ callback on the future instead,
 which the backend's thread runs without taking the GIL (decision 0221), and the kernels themselves
-can be C++ (``install_kernels``, ``NEURON_EXPLORER_CPP_KERNELS=1``; decision 0223): they queue a
+are C++ (``install_kernels``; ``NEURON_EXPLORER_CPP_KERNELS=0``: Python; decision 0223): they queue a
 record per call, without a Python frame, which ``_KernelSite.adopter`` turns into the same entries
 where they are looked at (a ``Work.wait``, the runtime's settle before a sink drains, the exit
 drain).  NDET and pure Python keep the Python kernels.
@@ -216,12 +216,11 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
         work_at = -1 if len(returns) > 1 else 0 if returns else None
         specs.append((op, names.index("process_group"), names.index("async_op") if "async_op" in names else -1,
                       work_at, ev.CC_EXEC_BARRIER if is_barrier else ev.CC_RUNNING, rt.intern(shown), is_barrier))
-    # the kernels in C++ (the extension built against this torch: no Python frame per call) when
-    # asked for (NEURON_EXPLORER_CPP_KERNELS=1: off by default while the small_collectives insight
-    # reads 1.1-1.6x the measured cost with them; decision 0223), else in Python.  NDET keeps the
-    # Python kernels: its begin record is written before the collective can hang, and pure Python
-    # (no C extension) keeps what it tests
-    cpp = Stamp is not None and rt.ndet is None and env_switch(CPP_KERNELS, "the Python collective kernels", False)
+    # the kernels in C++ (the extension built against this torch: no Python frame per call; off with
+    # NEURON_EXPLORER_CPP_KERNELS=0), else in Python.  NDET keeps the Python kernels: its begin
+    # record is written before the collective can hang, and pure Python (no C extension) keeps what
+    # it tests
+    cpp = Stamp is not None and rt.ndet is None and env_switch(CPP_KERNELS, "the C++ collective kernels")
     mod = native.module(torch) if cpp else None
     adopt = None
     if mod is not None:
@@ -229,10 +228,11 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
             inst.lib = mod.install_kernels([(op._schema.name.split("::")[-1], pg_pos, async_pos,
                                              1 if work_at is None else work_at, is_barrier)
                                             for op, pg_pos, async_pos, work_at, _, _, is_barrier in specs])
-            adopt = site.adopter(mod, [(_finisher(etype, sid, core, rt.enabled[etype], rt.enabled[ev.HW_NOTIFY]), sid)
-                                       for _, _, _, _, etype, sid, _ in specs])
+            adopt = inst.adopt_cc = site.adopter(mod, [(_finisher(etype, sid, core, rt.enabled[etype],
+                                                                  rt.enabled[ev.HW_NOTIFY]), sid)
+                                                       for _, _, _, _, etype, sid, _ in specs])
         except Exception as e:  # noqa: BLE001 - (a build this torch does not take): the Python kernels
-            inst.lib = None
+            inst.lib = inst.adopt_cc = None
             inst.warn_once("cc-cpp", f"the C++ collective kernels are not used ({type(e).__name__}: {e})")
     if Stamp is not None:  # (before the sinks drain the rings: the adopted records and stamped ends go in first)
         rt.add_settler((lambda: (adopt(), settle_stamped(inst))) if adopt is not None else
@@ -340,11 +340,13 @@ class _KernelSite:
         once when the operator returned with the collective done.  ``ops[i]``: operator i's
         ``finish`` and name.  Called where the Python kernels' records are looked at: a
         ``Work.wait``, the runtime's settle before a sink drains, the exit drain."""
-        drain, pending, warn_once = mod.drain, self.inst.pending_cc, self.inst.warn_once
+        drain, queued, pending, warn_once = mod.drain, mod.queued, self.inst.pending_cc, self.inst.warn_once
         by_id, group, dtypes, dtype_of = self.by_id, self.group, self.dtypes, self.dtype_of
         lock = Lock()  # (two threads adopting at once would number a group's calls out of order)
 
         def adopt() -> None:
+            if not queued():
+                return
             with lock:
                 records, dropped = drain()
                 if dropped:

@@ -553,7 +553,10 @@ def _polyfill_for(inner: Callable) -> Callable:
 
 def _patch_backward(eg: Eager, torch) -> None:
     ag = torch.autograd
-    tl, record, pending = eg.tl, eg.record, eg.inst.pending_cc
+    tl, record = eg.tl, eg.record
+    # when ``after`` runs: collectives wait for their end, or always with the C++ kernels, whose
+    # records are queued until ``after`` adopts them
+    pending = True if eg.inst.adopt_cc is not None else eg.inst.pending_cc
 
     def after() -> None:
         try:  # never turn the user's backward into our error
@@ -608,6 +611,8 @@ def _end_waited_collectives(inst: Installed) -> None:
     needs the GIL from the backend's thread and may come too late for the process's final write
     (the last step's all-reduce went missing).  Their end is then the backward's end, an upper
     bound; those whose callback ran keep its exact time (a C ``Stamp``'s: ``finish`` takes it)."""
+    if inst.adopt_cc is not None:  # the C++ kernels' records of the backward's collectives
+        inst.adopt_cc()
     t1 = now_ns()
     for key, entry in list(inst.pending_cc.items()):
         try:
@@ -615,11 +620,16 @@ def _end_waited_collectives(inst: Installed) -> None:
             if s is not None and s.t:  # stamped: recorded at the stamp's time
                 inst.cc_complete(key, t1, entry_status(entry))
                 continue
+            done = getattr(entry[0], "done", None)  # (the C++ kernels' entry holds the WorkStamp)
+            if done is not None:
+                if done:
+                    inst.cc_complete(key, t1, entry_status(entry))
+                continue
             # (its future completes before the Work's own flag is set: DDP waited on the future)
             fut = entry[0].get_future()
             if fut.done():
                 inst.cc_complete(key, t1, future_status(fut))
-        except Exception:  # (a C++ kernel's blocking call, not stamped: its Work.wait records it)
+        except Exception:  # noqa: BLE001 - (a Work without a future: its Work.wait records it)
             continue
 
 

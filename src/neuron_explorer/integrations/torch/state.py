@@ -9,6 +9,7 @@ the execution hot path reads it: the wrappers capture what they need when a grap
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from neuron_explorer.runtime.core import Runtime
 from neuron_explorer.util.log import get_logger
@@ -40,6 +41,8 @@ class Installed:
         # op has returned to Python would otherwise free the wrapper, and Python would get a new
         # one.  Bounded, since work waited on in C++ (DDP's buckets) is never waited on here.
         self.done_cc: dict[int, list] | None = None
+        # with the C++ kernels: ``adopt()``, which files their queued records in pending_cc
+        self.adopt_cc: Callable[[], None] | None = None
         self.warned: set[str] = set()
         self.eager = None  # the eager hooks (integrations.torch.eager.Eager), when installed
 
