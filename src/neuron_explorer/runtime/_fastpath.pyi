@@ -263,13 +263,15 @@ def module_call_root(mod: object, run: Callable[..., Any] | None = None, ex: obj
     ``module_call_root(None)`` forgets.  Twin: the Python ``__call__`` and ``record``."""
 
 def backward_gate(name: str, tl: Any, orig: Callable[..., Any], slow: Callable[..., Any],
-                  pending: dict[Any, Any] | bool | None = None, after: Callable[[], Any] | None = None,
-                  enabled: list[bool] | None = None, index: int = 0, /) -> Callable[..., Any]:
+                  pending: dict[Any, Any] | None = None, after: Callable[[], Any] | None = None,
+                  enabled: list[bool] | None = None, index: int = 0, queued: int | None = None, /
+                  ) -> Callable[..., Any]:
     """A builtin function named ``name`` (with ``orig``'s docstring) standing for
     ``torch.autograd.backward``/``grad``: ``orig`` when ``tl.grad_root`` is None or ``tl.depth > 0``;
     the settled run (``backward_settle``) when ``tl.grad_root`` is the graph settled and
     ``enabled[index]``: grad_root None, depth 1, ``run(*args, **kwargs)``, depth 0, then ``after()``
-    when ``pending`` is not empty (a dict) or True; else ``slow``, the Python wrapper of ``integrations/torch/eager.py``
+    when ``pending`` is not empty or the ``long`` at address ``queued`` (the C++ collective kernels'
+    queue size) is not 0; else ``slow``, the Python wrapper of ``integrations/torch/eager.py``
     (its twin)."""
 
 def backward_settle(gate: Callable[..., Any], ex: object, run: Callable[..., Any] | None, /) -> None:

@@ -217,11 +217,12 @@ fp_module_call_root(PyObject *mod, PyObject *args)
 /* ---- torch.autograd.backward / grad ------------------------------------------------------- */
 
 /* A backward gate's state: a list, the last two items set by backward_settle. */
-enum { BW_TL, BW_ORIG, BW_SLOW, BW_PENDING, BW_AFTER, BW_ENABLED, BW_INDEX, BW_FOR, BW_RUN, BW_N };
+enum { BW_TL, BW_ORIG, BW_SLOW, BW_PENDING, BW_AFTER, BW_ENABLED, BW_INDEX, BW_FOR, BW_RUN, BW_QUEUED, BW_N };
 
 /* The settled backward, as the Python ``run`` then ``record`` run it: grad_root None, depth 1,
- * the C wrapper, depth 0, then ``after()`` when collectives wait for their end (``pending``, a
- * dict: when not empty; True: always, ``after`` looks itself). */
+ * the C wrapper, depth 0, then ``after()`` when collectives wait for their end: ``pending`` (a
+ * dict) not empty, or the C++ kernels' queue not empty (``queued``: the address of its size, a
+ * ``long`` the extension of integrations/torch/native.py keeps for the process's life). */
 static PyObject *
 bw_run(PyObject *state, PyObject *tl, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -237,7 +238,15 @@ bw_run(PyObject *state, PyObject *tl, PyObject *const *args, Py_ssize_t nargs, P
     PyErr_Fetch(&et, &ev, &tb);
     if (tl_set(tl, str_depth, int_zero) < 0)
         PyErr_Clear();
-    if (after != Py_None && (pending == Py_True || (PyDict_Check(pending) && PyDict_GET_SIZE(pending) > 0))) {
+    PyObject *queued = PyList_GET_ITEM(state, BW_QUEUED);
+    int waiting = PyDict_Check(pending) && PyDict_GET_SIZE(pending) > 0;
+    if (!waiting && PyLong_CheckExact(queued)) {
+        long *size = (long *)PyLong_AsVoidPtr(queued);
+        waiting = size != NULL && __atomic_load_n(size, __ATOMIC_RELAXED) > 0;
+        if (size == NULL)
+            PyErr_Clear();
+    }
+    if (after != Py_None && waiting) {
         PyObject *r = PyObject_CallNoArgs(after);  /* (never raises: it warns instead) */
         if (r == NULL)
             PyErr_Clear();
@@ -280,10 +289,10 @@ static PyObject *
 fp_backward_gate(PyObject *mod, PyObject *args)
 {
     const char *name;
-    PyObject *tl, *orig, *slow, *pending = Py_None, *after = Py_None, *enabled = Py_None;
+    PyObject *tl, *orig, *slow, *pending = Py_None, *after = Py_None, *enabled = Py_None, *queued = Py_None;
     Py_ssize_t index = 0;
-    if (!PyArg_ParseTuple(args, "sOOO|OOOn:backward_gate", &name, &tl, &orig, &slow, &pending, &after, &enabled,
-                          &index))
+    if (!PyArg_ParseTuple(args, "sOOO|OOOnO:backward_gate", &name, &tl, &orig, &slow, &pending, &after, &enabled,
+                          &index, &queued))
         return NULL;
     if (!PyCallable_Check(orig) || !PyCallable_Check(slow)) {
         PyErr_SetString(PyExc_TypeError, "backward_gate: orig and slow must be callable");
@@ -318,7 +327,7 @@ fp_backward_gate(PyObject *mod, PyObject *args)
         Py_XDECREF(ix);
         return NULL;  /* (the definition is a few bytes, kept) */
     }
-    PyObject *items[BW_N] = {tl, orig, slow, pending, after, enabled, ix, Py_None, Py_None};
+    PyObject *items[BW_N] = {tl, orig, slow, pending, after, enabled, ix, Py_None, Py_None, queued};
     for (int i = 0; i < BW_N; i++) {
         Py_INCREF(items[i]);
         PyList_SET_ITEM(state, i, items[i]);

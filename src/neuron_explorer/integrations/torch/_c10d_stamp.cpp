@@ -341,6 +341,12 @@ std::unique_ptr<Kernels> install_kernels(const std::vector<std::tuple<std::strin
 
 long queued() { return queue()->size.load(std::memory_order_relaxed); }
 
+// The address of the queue's size, which _fastpath's backward gate reads (as a ``long``, relaxed)
+// to call Python after a backward only when records wait.  The queue is never destroyed.
+static_assert(sizeof(std::atomic<long>) == sizeof(long) && std::atomic<long>::is_always_lock_free,
+              "the queue's size must read as a plain long");
+uintptr_t queued_address() { return reinterpret_cast<uintptr_t>(&queue()->size); }
+
 // The records since the last call, in call order: (op, t0, t1, tid, nbytes, dtype or None,
 // ProcessGroup, the group's first sequence number or -1, key, WorkStamp, stamped, failed), and the
 // count dropped meanwhile.
@@ -388,5 +394,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "install_kernels([(name, pg_pos, async_pos, work_at, is_barrier)]) -> Kernels: the recording "
         "BackendSelect kernels, registered while the returned object lives");
   m.def("queued", &queued, "queued() -> int: records not drained yet");
+  m.def("queued_address", &queued_address, "queued_address() -> int: the address of that count (a C long)");
   m.def("drain", &drain, "drain() -> (records, dropped): the kernels' records in call order");
 }

@@ -231,8 +231,9 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
             adopt = inst.adopt_cc = site.adopter(mod, [(_finisher(etype, sid, core, rt.enabled[etype],
                                                                   rt.enabled[ev.HW_NOTIFY]), sid)
                                                        for _, _, _, _, etype, sid, _ in specs])
+            inst.cc_queued, inst.cc_queued_address = mod.queued, mod.queued_address()
         except Exception as e:  # noqa: BLE001 - (a build this torch does not take): the Python kernels
-            inst.lib = inst.adopt_cc = None
+            inst.lib = inst.adopt_cc = inst.cc_queued = inst.cc_queued_address = None
             inst.warn_once("cc-cpp", f"the C++ collective kernels are not used ({type(e).__name__}: {e})")
     if Stamp is not None:  # (before the sinks drain the rings: the adopted records and stamped ends go in first)
         rt.add_settler((lambda: (adopt(), settle_stamped(inst))) if adopt is not None else

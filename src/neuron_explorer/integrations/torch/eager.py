@@ -553,10 +553,10 @@ def _polyfill_for(inner: Callable) -> Callable:
 
 def _patch_backward(eg: Eager, torch) -> None:
     ag = torch.autograd
-    tl, record = eg.tl, eg.record
-    # when ``after`` runs: collectives wait for their end, or always with the C++ kernels, whose
-    # records are queued until ``after`` adopts them
-    pending = True if eg.inst.adopt_cc is not None else eg.inst.pending_cc
+    tl, record, pending = eg.tl, eg.record, eg.inst.pending_cc
+    # ``after`` runs when collectives wait for their end: in ``pending``, or queued by the C++
+    # kernels until ``after`` adopts them
+    queued = eg.inst.cc_queued or (lambda: 0)
 
     def after() -> None:
         try:  # never turn the user's backward into our error
@@ -580,7 +580,7 @@ def _patch_backward(eg: Eager, torch) -> None:
                     out = record(bwd, orig, args, kwargs)
                 finally:
                     tl.depth = 0
-                    if pending:
+                    if pending or queued():
                         after()
                 made = bwd.c_run
                 if gate is not None and made is not None and made[0] is orig and made[1] is not None and \
@@ -598,7 +598,8 @@ def _patch_backward(eg: Eager, torch) -> None:
             return run
         # in C (runtime/_hooks.h): torch's own function when no eager root is waiting for its
         # backward (a compiled training step), the settled graph's backward, else ``run``
-        gate = backward_gate(orig.__name__, tl, orig, run, pending, after, eg.rt.enabled, EXECUTIONS)
+        gate = backward_gate(orig.__name__, tl, orig, run, pending, after, eg.rt.enabled, EXECUTIONS,
+                             eg.inst.cc_queued_address)
         return gate
 
     ag.backward = wrap(ag.backward)

@@ -41,8 +41,11 @@ class Installed:
         # op has returned to Python would otherwise free the wrapper, and Python would get a new
         # one.  Bounded, since work waited on in C++ (DDP's buckets) is never waited on here.
         self.done_cc: dict[int, list] | None = None
-        # with the C++ kernels: ``adopt()``, which files their queued records in pending_cc
+        # with the C++ kernels: ``adopt()``, which files their queued records in pending_cc, and
+        # their queue's size: ``queued()`` and the address of the C long it reads
         self.adopt_cc: Callable[[], None] | None = None
+        self.cc_queued: Callable[[], int] | None = None
+        self.cc_queued_address: int | None = None
         self.warned: set[str] = set()
         self.eager = None  # the eager hooks (integrations.torch.eager.Eager), when installed
 
