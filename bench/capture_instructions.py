@@ -33,6 +33,8 @@ Configurations (each a fresh interpreter, started as a user starts it):
   and the publisher is not;
 * ``system_py`` -- as ``system`` with ``NEURON_EXPLORER_PURE_PYTHON=1``: the Python execution
   wrapper instead of the C one (``runtime/_fastpath.c``), to show what the C wrapper saves;
+* ``system_pykernels`` -- as ``system`` with ``NEURON_EXPLORER_CPP_KERNELS=0``: the collectives'
+  Python kernels, so the torch-ABI extension is not loaded at torch's import (decision 0223);
 * ``ndet`` -- NDET alone (``NEURON_RT_DBG_NDET_FLUSH_USEC``, flush period stretched like the
   capture's), with its default NaN/Inf scan of graph outputs; ``ndet_nonan`` -- the same with
   ``NEURON_EXPLORER_NAN_CHECK=0``: the logging alone.
@@ -92,8 +94,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results", "capture_instructions.json")
 
-CONFIGS = ("plain", "system", "system_stats", "system_py", "ndet", "ndet_nonan", "torch_profiler", "jax_profiler",
-           "ondemand_idle", "plain_thread")
+CONFIGS = ("plain", "system", "system_stats", "system_py", "system_pykernels", "ndet", "ndet_nonan", "torch_profiler",
+           "jax_profiler", "ondemand_idle", "plain_thread")
 #: configurations that record nothing (no profile expected)
 UNPROFILED = ("plain", "torch_profiler", "ondemand_idle", "plain_thread")
 # execution paths: the compiled step (--backend aot_eager or inductor), the eager steps of
@@ -278,6 +280,8 @@ def _env(config: str, out_dir: str, workload: str = "compiled") -> dict[str, str
         )
         if config == "system_py":
             env["NEURON_EXPLORER_PURE_PYTHON"] = "1"
+        if config == "system_pykernels":  # the collectives' Python kernels: the extension not loaded at import
+            env["NEURON_EXPLORER_CPP_KERNELS"] = "0"
         if config == "system_stats":
             del env["NEURON_EXPLORER_STATS"]
             env["NEURON_EXPLORER_STATS_PERIOD_MS"] = "100000000"
