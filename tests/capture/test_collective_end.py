@@ -431,3 +431,28 @@ def test_send_and_recv_keep_their_results_and_are_recorded_on_every_path(tmp_pat
         ops = sorted(s.strings[int(e[s.arg("cc_running", "op_str")][i])] for i in cc)
         assert ops in (["all_reduce"] + ["send"] * 4, ["all_reduce"] + ["recv"] * 4), ops
         assert all(e["end_ns"][i] > e["start_ns"][i] for i in cc)
+
+
+STOPPED = r"""
+import sys, torch, torch.distributed as dist
+from neuron_explorer.integrations.torch import installed, native
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+x = torch.ones(256)
+for _ in range(10):
+    dist.all_reduce(x, async_op=True).get_future().wait()   # no Work.wait: queued until a settle
+print("queued", native.module(torch).queued())
+installed().rt.flush(final=True, reason="test")              # the capture's final write
+for _ in range(200):
+    dist.all_reduce(x, async_op=True).get_future().wait()
+print("after", native.module(torch).queued(), x[0].item())
+dist.destroy_process_group()
+"""
+
+
+def test_the_cpp_kernels_stop_queueing_once_the_capture_has_ended(tmp_path):
+    """After the final write nothing adopts the C++ kernels' records, and each would pin its Work
+    (and its tensors) in the queue: they stop recording there, and the collectives go on."""
+    native_stamp_built()
+    env = clean_env(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_OUTPUT_DIR=str(tmp_path / "out"))
+    p = run([sys.executable, "-c", STOPPED, str(free_port())], env)
+    assert "queued 10" in p.stdout and "after 0 1.0" in p.stdout, p.stdout + p.stderr[-2000:]

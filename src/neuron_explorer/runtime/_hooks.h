@@ -216,7 +216,7 @@ fp_module_call_root(PyObject *mod, PyObject *args)
 
 /* ---- torch.autograd.backward / grad ------------------------------------------------------- */
 
-/* A backward gate's state: a list, the last two items set by backward_settle. */
+/* A backward gate's state: a list; BW_FOR and BW_RUN are set by backward_settle. */
 enum { BW_TL, BW_ORIG, BW_SLOW, BW_PENDING, BW_AFTER, BW_ENABLED, BW_INDEX, BW_FOR, BW_RUN, BW_QUEUED, BW_N };
 
 /* The settled backward, as the Python ``run`` then ``record`` run it: grad_root None, depth 1,

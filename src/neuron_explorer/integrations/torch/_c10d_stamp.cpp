@@ -159,6 +159,9 @@ struct Queue {
   std::vector<c10::weak_intrusive_ptr<c10d::ProcessGroup>> seen;
   std::atomic<long> size{0};
   long long dropped{0};
+  // off once nothing will adopt the records (the capture's final write, a forked child): the
+  // kernels then only redispatch, and no record pins a Work
+  std::atomic<bool> recording{true};
 };
 
 Queue *queue() {
@@ -175,6 +178,7 @@ void after_fork_in_child() {
   q->items.clear();
   q->size.store(0, std::memory_order_relaxed);
   q->dropped = 0;
+  q->recording.store(false, std::memory_order_relaxed);  // (a forked child records nothing more)
   q->mu.unlock();
 }
 
@@ -239,6 +243,10 @@ struct Kernel final : public c10::OperatorKernel {
       : op(op_), pg_pos(pg), async_pos(async_), work_at(work), barrier(barrier_) {}
 
   void operator()(const c10::OperatorHandle &h, c10::DispatchKeySet ks, torch::jit::Stack *stack) {
+    if (!queue()->recording.load(std::memory_order_relaxed)) {
+      h.redispatchBoxed(ks & below, stack);
+      return;
+    }
     Record r{op, monotonic_ns(), 0, this_tid(), 0, -1, false, -1, {}, 0, {}, false};
     const size_t n = h.schema().arguments().size();
     bool async = true;
@@ -341,6 +349,8 @@ std::unique_ptr<Kernels> install_kernels(const std::vector<std::tuple<std::strin
 
 long queued() { return queue()->size.load(std::memory_order_relaxed); }
 
+void stop_recording() { queue()->recording.store(false, std::memory_order_relaxed); }
+
 // The address of the queue's size, which _fastpath's backward gate reads (as a ``long``, relaxed)
 // to call Python after a backward only when records wait.  The queue is never destroyed.
 static_assert(sizeof(std::atomic<long>) == sizeof(long) && std::atomic<long>::is_always_lock_free,
@@ -394,6 +404,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "install_kernels([(name, pg_pos, async_pos, work_at, is_barrier)]) -> Kernels: the recording "
         "BackendSelect kernels, registered while the returned object lives");
   m.def("queued", &queued, "queued() -> int: records not drained yet");
+  m.def("stop_recording", &stop_recording, "stop_recording(): the kernels only redispatch from now on");
   m.def("queued_address", &queued_address, "queued_address() -> int: the address of that count (a C long)");
   m.def("drain", &drain, "drain() -> (records, dropped): the kernels' records in call order");
 }

@@ -236,7 +236,7 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
             inst.lib = inst.adopt_cc = inst.cc_queued = inst.cc_queued_address = None
             inst.warn_once("cc-cpp", f"the C++ collective kernels are not used ({type(e).__name__}: {e})")
     if Stamp is not None:  # (before the sinks drain the rings: the adopted records and stamped ends go in first)
-        rt.add_settler((lambda: (adopt(), settle_stamped(inst))) if adopt is not None else
+        rt.add_settler(_cpp_settler(inst, adopt, mod.stop_recording) if adopt is not None else
                        (lambda: settle_stamped(inst)))
     if not _DRAIN_AT_EXIT:  # (after the program's own handlers, before our final write's)
         _DRAIN_AT_EXIT.append(True)
@@ -244,7 +244,7 @@ def install_collectives(inst: Installed, torch, core: CoreState) -> None:
         atexit.register(drain_callbacks, rt.config.final_write_timeout_s, rt.settle,
                         lambda: queued() > 0 or _unstamped(inst))
     _patch_work_wait(c10d.Work, inst, wait_recorder(inst, core),
-                     (mod.work_address, adopt, mod.queued) if adopt is not None else None)
+                     (mod.work_address, adopt) if adopt is not None else None)
     if adopt is not None:
         return
     lib = torch.library.Library("c10d", "IMPL")
@@ -537,6 +537,21 @@ def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool
     return finish
 
 
+def _cpp_settler(inst: Installed, adopt: Callable[[], None], stop_recording: Callable[[], None]) -> Callable:
+    """The runtime's settler with the C++ kernels: their queued records, then the stamped ends.
+    At the final write (the runtime stopped) the kernels stop recording: nothing would adopt their
+    records any more, and each queued record pins its Work (and its tensors) until adopted."""
+    rt = inst.rt
+
+    def settle() -> None:
+        adopt()
+        settle_stamped(inst)
+        if rt.stopped:
+            stop_recording()
+
+    return settle
+
+
 def _future(work):
     """The Work's future, or None for a Work without one (gloo's send and recv: ``get_future``
     raises; their ``Work.wait`` records the end)."""
@@ -559,19 +574,18 @@ def _blocking_caller(frame) -> bool:
 
 def _patch_work_wait(Work, inst: Installed, waited: Callable | None, cpp: tuple | None = None) -> None:
     """Record a collective's end when its Work is waited on, on the waiting thread, and the wait
-    itself (``kbl_exec_wait``) through ``waited``.  ``cpp``: (the Work's key, ``adopt``, ``queued``)
-    with the C++ kernels, whose records are adopted first; else the key is the wrapper's id."""
+    itself (``kbl_exec_wait``) through ``waited``.  ``cpp``: (the Work's key, ``adopt``) with the
+    C++ kernels, whose queued records are adopted first; else the key is the wrapper's id."""
     orig = Work.wait
     if getattr(orig, "_neuron_explorer", False):
         return
     pending, complete = inst.pending_cc, inst.cc_complete
-    key_of, adopt, queued = cpp if cpp is not None else (id, None, None)
+    key_of, adopt = cpp if cpp is not None else (id, None)
 
     def wait(self, *args, **kwargs):
         if adopt is not None:
             try:
-                if queued():
-                    adopt()
+                adopt()  # (returns at once when nothing is queued)
                 key = key_of(self)
             except Exception as e:  # noqa: BLE001 - recording must not break the wait
                 inst.warn_once("cc", f"collective not recorded: {e}")
