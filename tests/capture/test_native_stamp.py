@@ -87,14 +87,22 @@ def test_the_exit_drain_waits_for_an_open_cpp_stamp_until_it_fires_or_the_bound(
 
 
 ASYNC = r"""
-import sys, threading, time, torch, torch.distributed as dist
+import datetime, sys, threading, time, torch, torch.distributed as dist
 from neuron_explorer.integrations.torch import native
 stamp_work = native.stamp_work(torch)
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+# two ranks in this process: rank 0's all_reduce cannot complete before rank 1 joins, so the stamp
+# always goes on a pending future, whatever the machine's load (one rank could finish first)
+store = dist.HashStore()
+pgs = [None, None]
+def make(r):
+    pgs[r] = dist.ProcessGroupGloo(store, r, 2, datetime.timedelta(seconds=120))
+ts = [threading.Thread(target=make, args=(r,)) for r in (0, 1)]
+[t.start() for t in ts]; [t.join() for t in ts]
 x = torch.ones(1 << 16)
-w = dist.all_reduce(x, async_op=True)
+w = pgs[0].allreduce([x])
 s = stamp_work(w)
-w.wait()
+w1 = pgs[1].allreduce([x.clone()])
+w.wait(); w1.wait()
 deadline = time.monotonic() + 120  # (gloo's thread runs the callback right after completing)
 while not s.t and time.monotonic() < deadline:
     time.sleep(0.001)
@@ -105,7 +113,6 @@ try:
     stamp_work(object())
 except (TypeError, RuntimeError):
     print("refuses", True)
-dist.destroy_process_group()
 """
 
 
