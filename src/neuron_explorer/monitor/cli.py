@@ -8,7 +8,6 @@ import gc
 import os
 import signal
 import sys
-import threading
 from typing import Sequence
 
 from neuron_explorer import __version__
@@ -17,6 +16,7 @@ from neuron_explorer.monitor.config import ConfigError, default_config, load_con
 from neuron_explorer.monitor.monitor import Logger, Monitor
 from neuron_explorer.util.cliargs import add_version, complete
 from neuron_explorer.util.log import get_logger
+from neuron_explorer.util.stopflag import StopFlag
 
 EPILOG = f"""\
 examples:
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for w in cfg.warnings():  # (whatever --verbose says: it is about the file the user wrote)
         get_logger(__name__).warning(f"neuron-monitor: warning: {args.config_file}: {w}")
     log = Logger(args.verbose)
-    stop = threading.Event()
+    stop = StopFlag()  # not a threading.Event: its set() in a signal handler can hang (util/stopflag.py)
 
     def _stop(signum: int, _frame: object) -> None:
         stop.set()

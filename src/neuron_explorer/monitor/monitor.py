@@ -36,6 +36,7 @@ from neuron_explorer.monitor.system import (
 from neuron_explorer.util import jsonfast as _json
 from neuron_explorer.util.cgroup import CgroupMemory, shared_limit
 from neuron_explorer.util.log import get_logger
+from neuron_explorer.util.stopflag import StopFlag
 
 
 class Logger:
@@ -311,7 +312,7 @@ class Monitor:
             chains.append(t.cgroup_levels)
         return with_memory_limit(self.hardware_info, shared_limit(chains))
 
-    def run(self, out: TextIO, stop: threading.Event | None = None, max_reports: int | None = None) -> int:
+    def run(self, out: TextIO, stop: threading.Event | StopFlag | None = None, max_reports: int | None = None) -> int:
         """Print reports until ``stop`` is set, stdout closes, or ``max_reports`` were written."""
         stop = stop or threading.Event()
         written = 0
