@@ -7,7 +7,8 @@ detection (``procs``), the host and process figures the capture samples, psutil'
 ``/proc`` (``procfs``), allocator tuning for workers (``alloc``), the shared command-line error type
 (``cliargs``), object storage (``storage``: s3:// URLs through pyarrow's S3 file system) and Arrow
 arrays built from numpy buffers and Python lists without ``pa.array`` (``arrays``: pyarrow would
-import pandas), a stop flag a signal handler may set (``stopflag``), and the ``neuron_explorer`` logger tree every message goes through (``log``).
+import pandas), a stop flag a signal handler may set (``stopflag``), and the ``neuron_explorer``
+logger tree every message goes through (``log``).
 
 Submodules are imported on use; the package itself loads nothing.
 """
