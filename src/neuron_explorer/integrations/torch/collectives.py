@@ -539,15 +539,16 @@ def _finisher(etype: int, op_sid: int, core: CoreState, span: bool, notify: bool
 
 def _cpp_settler(inst: Installed, adopt: Callable[[], None], stop_recording: Callable[[], None]) -> Callable:
     """The runtime's settler with the C++ kernels: their queued records, then the stamped ends.
-    At the final write (the runtime stopped) the kernels stop recording: nothing would adopt their
-    records any more, and each queued record pins its Work (and its tensors) until adopted."""
+    At the final write (the runtime stopped) the kernels stop recording first, then the queue is
+    adopted: nothing would adopt a later record, and each queued record pins its Work (and its
+    tensors) until adopted."""
     rt = inst.rt
 
     def settle() -> None:
-        adopt()
-        settle_stamped(inst)
         if rt.stopped:
             stop_recording()
+        adopt()
+        settle_stamped(inst)
 
     return settle
 
